@@ -1,0 +1,271 @@
+"""The command line: serve, tools, check, import."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import shutil
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from aggregator import __version__
+from aggregator.config import Config, load_config, mcp_servers_json_to_raw, raw_to_toml
+from aggregator.core.catalog import KINDS
+from aggregator.errors import ConfigError
+from aggregator.hub import Hub
+
+log = logging.getLogger("aggregator")
+DEFAULT_CONFIG = "aggregator.toml"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        stream=sys.stderr,
+        level=getattr(logging, args.log_level.upper()),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    if args.command is None:
+        parser.print_help(sys.stderr)
+        return 2
+    try:
+        return args.run(args)
+    except ConfigError as exc:
+        print(f"aggregator: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="aggregator",
+        description="One MCP endpoint in front of many MCP servers.",
+    )
+    parser.add_argument("--version", action="version", version=f"aggregator {__version__}")
+    parser.set_defaults(command=None)
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--log-level", default="info",
+                        choices=["debug", "info", "warning", "error"],
+                        help="how much to log to stderr (default: info)")
+    sub = parser.add_subparsers(title="commands", metavar="COMMAND")
+
+    def with_config(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--config", "-c", default=None, metavar="PATH",
+                       help="aggregator.toml, or a Claude Desktop / Cursor / VS Code JSON file"
+                            f" (default: ./{DEFAULT_CONFIG})")
+
+    serve = sub.add_parser("serve", parents=[common], help="run the proxy",
+                           description="Run the proxy. With --stdio it speaks MCP on stdin/stdout.")
+    with_config(serve)
+    serve.add_argument("--stdio", action="store_true",
+                       help="serve one client on stdin/stdout (the default transport)")
+    serve.set_defaults(command="serve", run=_serve)
+
+    tools = sub.add_parser("tools", parents=[common], help="print the merged catalog",
+                           description="Start the servers and print what a client would see.")
+    with_config(tools)
+    tools.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    tools.set_defaults(command="tools", run=_tools, log_level="warning")
+
+    check = sub.add_parser("check", parents=[common], help="validate the config and the servers",
+                           description="Validate the config, start every server, report each"
+                                       " one's status; exit non-zero on any error.")
+    with_config(check)
+    check.set_defaults(command="check", run=_check, log_level="warning")
+
+    imp = sub.add_parser("import", parents=[common], help="convert an mcpServers JSON file to TOML",
+                         description="Print the aggregator.toml equivalent of a Claude Desktop,"
+                                     " Cursor or VS Code server list.")
+    imp.add_argument("file", metavar="FILE.json")
+    imp.set_defaults(command="import", run=_import)
+    return parser
+
+
+def _config(args: argparse.Namespace) -> tuple[Config, Path]:
+    path = Path(args.config or DEFAULT_CONFIG)
+    if args.config is None and not path.exists():
+        raise ConfigError(f"no {DEFAULT_CONFIG} here; pass --config PATH")
+    return load_config(path), path
+
+
+# --- serve ------------------------------------------------------------------------------
+
+
+def _serve(args: argparse.Namespace) -> int:
+    config, path = _config(args)
+    trio.run(_serve_stdio, config, path)
+    return 0
+
+
+async def _serve_stdio(config: Config, path: Path) -> None:
+    from aggregator.session import serve_stream_session
+    from aggregator.transports.stdio import OwnStdio
+
+    interactive = os.isatty(0)
+    stdio = OwnStdio()
+    hub = Hub(config)
+    try:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(_cancel_on_signals, nursery.cancel_scope)
+            await nursery.start(hub.run)
+            if interactive:
+                nursery.start_soon(_greet, hub, path)
+            await serve_stream_session(hub, stdio.receive, stdio.send, label="stdio")
+            log.info("stdin closed; shutting down")
+            nursery.cancel_scope.cancel()
+    finally:
+        with trio.CancelScope(shield=True):
+            await stdio.aclose()
+
+
+async def _cancel_on_signals(scope: trio.CancelScope) -> None:
+    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
+        async for signum in signals:
+            log.info("received %s; shutting down", signal.Signals(signum).name)
+            scope.cancel()
+            return
+
+
+async def _greet(hub: Hub, path: Path) -> None:
+    """Tell a person at a terminal what is running and how to use it from a client."""
+    await hub.startup_done.wait()
+    lines = ["", f"aggregator {__version__} is serving MCP on stdin/stdout.", "Servers:"]
+    lines += _status_lines(hub)
+    exe = shutil.which("aggregator") or sys.argv[0]
+    snippet = {"mcpServers": {"aggregator": {
+        "command": str(Path(exe).resolve()),
+        "args": ["serve", "--stdio", "--config", str(path.resolve())],
+    }}}
+    lines += ["", "An MCP client starts it itself. Paste this into its mcpServers config:",
+              json.dumps(snippet, indent=2), "",
+              "Type JSON-RPC here to talk to it by hand; Ctrl-D stops it.", ""]
+    print("\n".join(lines), file=sys.stderr, flush=True)
+
+
+def _status_lines(hub: Hub) -> list[str]:
+    lines = []
+    for name, upstream in hub.upstreams.items():
+        counts = ", ".join(
+            f"{len(hub.catalog.items_of(name, kind))} {_label(kind)}" for kind in KINDS
+        )
+        if upstream.state == "ready":
+            lines.append(f"  {name:<20} ready    {counts}")
+        else:
+            lines.append(f"  {name:<20} {upstream.state:<8} {upstream.last_error or ''}")
+    disabled = [s for s, c in hub.config.servers.items() if not c.enabled]
+    for name in disabled:
+        lines.append(f"  {name:<20} disabled")
+    return lines
+
+
+def _label(kind: str) -> str:
+    return {"resourceTemplates": "templates"}.get(kind, kind)
+
+
+# --- tools / check ----------------------------------------------------------------------
+
+
+async def _with_started_hub(config: Config, work: Any) -> Any:
+    hub = Hub(config)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(hub.run)
+        await hub.startup_done.wait()
+        result = work(hub)
+        nursery.cancel_scope.cancel()
+    return result
+
+
+def _tools(args: argparse.Namespace) -> int:
+    config, _ = _config(args)
+
+    def collect(hub: Hub) -> dict[str, list[dict[str, Any]]]:
+        out: dict[str, list[dict[str, Any]]] = {}
+        for kind in KINDS:
+            rows = []
+            for item in hub.catalog.exposed[kind]:
+                key = "name" if kind in ("tools", "prompts") else ("uri" if kind == "resources" else "uriTemplate")
+                exposed = item.get(key)
+                route = _route_of(hub, kind, exposed)
+                rows.append({
+                    "name": exposed,
+                    "server": route.server if route else None,
+                    "original": route.original if route else None,
+                    "title": item.get("title") or (item.get("annotations") or {}).get("title"),
+                    "description": item.get("description"),
+                })
+            out[kind] = rows
+        return out
+
+    catalog = trio.run(_with_started_hub, config, collect)
+    if args.json:
+        print(json.dumps(catalog, indent=2, ensure_ascii=False))
+        return 0
+    width = shutil.get_terminal_size((120, 20)).columns
+    for kind, rows in catalog.items():
+        if not rows:
+            continue
+        print(f"{_label(kind).upper()} ({len(rows)})")
+        name_w = min(max(len(r["name"]) for r in rows), 60)
+        server_w = max(len(r["server"] or "") for r in rows)
+        for row in rows:
+            text = (row["title"] or row["description"] or "").strip().splitlines()
+            summary = text[0] if text else ""
+            line = f"  {row['name']:<{name_w}}  {row['server'] or '':<{server_w}}  {summary}"
+            print(line[: max(width, 40)])
+        print()
+    return 0
+
+
+def _route_of(hub: Hub, kind: str, exposed: str) -> Any:
+    if kind == "tools":
+        return hub.catalog.tools.get(exposed)
+    if kind == "prompts":
+        return hub.catalog.prompts.get(exposed)
+    if kind == "resources":
+        return hub.catalog.route_uri(exposed)
+    return hub.catalog.route_template(exposed)
+
+
+def _check(args: argparse.Namespace) -> int:
+    config, path = _config(args)
+    print(f"config {path}: ok ({len(config.servers)} servers)")
+    lines_and_ok = trio.run(_with_started_hub, config, lambda hub: (
+        _status_lines(hub), all(u.state == "ready" for u in hub.upstreams.values())))
+    lines, ok = lines_and_ok
+    print("\n".join(lines))
+    collisions = []
+    return 0 if ok and not collisions else 1
+
+
+def _import(args: argparse.Namespace) -> int:
+    path = Path(args.file)
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise ConfigError(f"cannot read {path}: {exc.strerror or exc}") from None
+    raw = mcp_servers_json_to_raw(data, source=str(path))
+    text = raw_to_toml(raw)
+    # Prove the output loads before printing it (variables stay unexpanded).
+    from aggregator.config import structure_config
+    import tomllib
+    structure_config(tomllib.loads(text), environ=_AnyEnviron(), source="(converted)")
+    sys.stdout.write(f"# converted from {path}\n{text}")
+    return 0
+
+
+class _AnyEnviron(dict):
+    """An environment in which every variable is set: for validating without expanding."""
+
+    def __contains__(self, key: object) -> bool:
+        return True
+
+    def __getitem__(self, key: str) -> str:
+        return "${" + key + "}"

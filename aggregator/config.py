@@ -1,0 +1,415 @@
+"""Configuration: frozen attrs classes, strict cattrs structuring, ${VAR} interpolation.
+
+Owns reading ``aggregator.toml`` and the ``mcpServers`` JSON files that Claude Desktop,
+Cursor and VS Code use. Every problem is reported with its key path
+(``servers.git.args[2]: expected a string``) and all problems are reported at once.
+Imports no I/O library beyond reading the one file it is given.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+import attrs
+import cattrs
+from cattrs.errors import ClassValidationError, ForbiddenExtraKeysError, IterableValidationError
+
+from aggregator.core.naming import NAME_CHARS, validate_server_naming
+from aggregator.errors import ConfigError
+
+Transport = Literal["stdio", "streamable-http", "sse", "websocket"]
+
+
+@attrs.frozen(kw_only=True)
+class ServerConfig:
+    name: str = ""  # filled from the [servers.NAME] key
+    command: str | None = None
+    args: tuple[str, ...] = ()
+    env: Mapping[str, str] = attrs.field(factory=dict)
+    cwd: str | None = None
+    url: str | None = None
+    headers: Mapping[str, str] = attrs.field(factory=dict)
+    transport: Transport | None = None
+    prefix: str | None = None  # None: the server's key; "": no prefix
+    uri_prefix: str | None = None  # None: derived from the prefix; "": URIs unchanged
+    enabled: bool = True
+    init_timeout: float = 10.0
+    request_timeout: float = 60.0
+
+    @property
+    def effective_transport(self) -> Transport:
+        if self.transport is not None:
+            return self.transport
+        return "stdio" if self.command is not None else "streamable-http"
+
+
+@attrs.frozen(kw_only=True)
+class ProxyConfig:
+    separator: str = "__"
+    # How long the first client's `initialize` waits for every server to be ready.
+    startup_timeout: float = 10.0
+    page_size: int = 100
+    max_message_bytes: int = 16 * 1024 * 1024
+    restart_backoff_initial: float = 0.5
+    restart_backoff_max: float = 30.0
+
+
+@attrs.frozen(kw_only=True)
+class Config:
+    proxy: ProxyConfig = attrs.field(factory=ProxyConfig)
+    servers: Mapping[str, ServerConfig] = attrs.field(factory=dict)
+
+    @property
+    def enabled_servers(self) -> list[ServerConfig]:
+        return [server for server in self.servers.values() if server.enabled]
+
+
+# --- structuring --------------------------------------------------------------------------
+
+
+def _make_converter() -> cattrs.Converter:
+    converter = cattrs.Converter(forbid_extra_keys=True)
+
+    def structure_str(value: Any, _: type) -> str:
+        if not isinstance(value, str):
+            raise TypeError(f"expected a string, got {_describe(value)}")
+        return value
+
+    def structure_float(value: Any, _: type) -> float:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise TypeError(f"expected a number, got {_describe(value)}")
+        return float(value)
+
+    def structure_int(value: Any, _: type) -> int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise TypeError(f"expected an integer, got {_describe(value)}")
+        return value
+
+    def structure_bool(value: Any, _: type) -> bool:
+        if not isinstance(value, bool):
+            raise TypeError(f"expected true or false, got {_describe(value)}")
+        return value
+
+    def structure_args(value: Any, _: type) -> tuple[str, ...]:
+        if not isinstance(value, list):
+            raise TypeError(f"expected a list of strings, got {_describe(value)}")
+        problems = []
+        for index, item in enumerate(value):
+            if not isinstance(item, str):
+                problems.append(f"[{index}]: expected a string, got {_describe(item)}")
+        if problems:
+            raise _PathErrors(problems)
+        return tuple(value)
+
+    def structure_str_map(value: Any, _: type) -> dict[str, str]:
+        if not isinstance(value, dict):
+            raise TypeError(f"expected a table of strings, got {_describe(value)}")
+        problems = [
+            f".{key}: expected a string, got {_describe(item)}"
+            for key, item in value.items()
+            if not isinstance(item, str)
+        ]
+        if problems:
+            raise _PathErrors(problems)
+        return dict(value)
+
+    def structure_transport(value: Any, _: type) -> str:
+        allowed = ("stdio", "streamable-http", "sse", "websocket")
+        if value not in allowed:
+            raise ValueError(f"expected one of {', '.join(allowed)}, got {_describe(value)}")
+        return value
+
+    converter.register_structure_hook(str, structure_str)
+    converter.register_structure_hook(float, structure_float)
+    converter.register_structure_hook(int, structure_int)
+    converter.register_structure_hook(bool, structure_bool)
+    converter.register_structure_hook_func(lambda t: t == tuple[str, ...], structure_args)
+    converter.register_structure_hook_func(lambda t: t == Mapping[str, str], structure_str_map)
+    converter.register_structure_hook_func(lambda t: t == Transport, structure_transport)
+    return converter
+
+
+class _PathErrors(Exception):
+    """Problems inside one value, each already prefixed with its sub-path."""
+
+    def __init__(self, problems: list[str]) -> None:
+        super().__init__("; ".join(problems))
+        self.problems = problems
+
+
+_converter = _make_converter()
+
+
+def _describe(value: Any) -> str:
+    if value is None:
+        return "nothing"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return f"a number ({value!r})"
+    if isinstance(value, str):
+        return f"the string {value[:40]!r}"
+    if isinstance(value, list):
+        return "a list"
+    if isinstance(value, dict):
+        return "a table"
+    return type(value).__name__
+
+
+def _flatten(exc: BaseException, path: str) -> list[str]:
+    """Turn a cattrs exception tree into `path: message` lines."""
+    if isinstance(exc, ForbiddenExtraKeysError):
+        return [f"{path}.{key}: unknown key" if path else f"{key}: unknown key"
+                for key in sorted(exc.extra_fields)]
+    if isinstance(exc, ClassValidationError | IterableValidationError):
+        lines: list[str] = []
+        for sub in exc.exceptions:
+            note = _note_of(sub)
+            lines.extend(_flatten(sub, path + note))
+        return lines
+    if isinstance(exc, _PathErrors):
+        return [f"{path}{problem}" for problem in exc.problems]
+    if isinstance(exc, KeyError):
+        return [f"{path}: required key is missing"]
+    return [f"{path}: {exc}"]
+
+
+def _note_of(exc: BaseException) -> str:
+    for note in getattr(exc, "__notes__", ()):
+        # cattrs notes: "Structuring class X @ attribute name" / "... @ index 2" / "@ key k"
+        name = getattr(note, "name", None)
+        if name is not None:
+            return f".{name}"
+        index = getattr(note, "index", None)
+        if index is not None:
+            return f"[{index}]"
+        if " @ attribute " in note:
+            return "." + note.rsplit(" @ attribute ", 1)[1]
+    return ""
+
+
+# --- interpolation ------------------------------------------------------------------------
+
+_VAR = re.compile(r"\$\$|\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+
+
+def _interpolate(value: Any, path: str, environ: Mapping[str, str], problems: list[str]) -> Any:
+    if isinstance(value, str):
+        def replace(match: re.Match[str]) -> str:
+            name = match.group(1)
+            if name is None:
+                return "$"
+            if name not in environ:
+                problems.append(f"{path}: environment variable {name} is not set")
+                return ""
+            return environ[name]
+
+        return _VAR.sub(replace, value) if "$" in value else value
+    if isinstance(value, list):
+        return [_interpolate(item, f"{path}[{i}]", environ, problems) for i, item in enumerate(value)]
+    if isinstance(value, dict):
+        return {
+            key: _interpolate(item, f"{path}.{key}" if path else key, environ, problems)
+            for key, item in value.items()
+        }
+    return value
+
+
+# --- loading ------------------------------------------------------------------------------
+
+
+def structure_config(
+    raw: Mapping[str, Any], *, environ: Mapping[str, str] | None = None, source: str | None = None
+) -> Config:
+    """Build a Config from parsed TOML/JSON data; raise ConfigError naming every problem."""
+    if environ is None:
+        environ = os.environ
+    problems: list[str] = []
+    unknown = sorted(set(raw) - {"proxy", "servers"})
+    problems.extend(f"{key}: unknown key" for key in unknown)
+    raw = _interpolate(
+        {key: raw[key] for key in ("proxy", "servers") if key in raw}, "", environ, problems
+    )
+    proxy = ProxyConfig()
+    if "proxy" in raw:
+        try:
+            proxy = _converter.structure(raw["proxy"], ProxyConfig)
+        except Exception as exc:  # noqa: BLE001 - every structuring problem is reported
+            problems.extend(_flatten(exc, "proxy"))
+    servers: dict[str, ServerConfig] = {}
+    raw_servers = raw.get("servers", {})
+    if not isinstance(raw_servers, dict):
+        problems.append(f"servers: expected a table of servers, got {_describe(raw_servers)}")
+        raw_servers = {}
+    for name, table in raw_servers.items():
+        path = f"servers.{name}"
+        if not isinstance(table, dict):
+            problems.append(f"{path}: expected a table, got {_describe(table)}")
+            continue
+        if "name" in table:
+            problems.append(f"{path}.name: unknown key")
+            continue
+        try:
+            server = _converter.structure(table, ServerConfig)
+        except Exception as exc:  # noqa: BLE001
+            problems.extend(_flatten(exc, path))
+            continue
+        server = attrs.evolve(server, name=name)
+        problems.extend(_check_server(server, path))
+        servers[name] = server
+    if not problems:
+        problems.extend(_check_proxy(proxy))
+        problems.extend(validate_server_naming(list(servers.values()), proxy.separator))
+    if problems:
+        raise ConfigError(problems, source=source)
+    return Config(proxy=proxy, servers=servers)
+
+
+def _check_proxy(proxy: ProxyConfig) -> list[str]:
+    problems = []
+    if not proxy.separator or not NAME_CHARS.fullmatch(proxy.separator):
+        problems.append(
+            "proxy.separator: must be one or more of A-Z a-z 0-9 _ . - "
+            f"(got {proxy.separator!r})"
+        )
+    if proxy.page_size < 1:
+        problems.append("proxy.page_size: must be at least 1")
+    if proxy.startup_timeout < 0:
+        problems.append("proxy.startup_timeout: must not be negative")
+    if proxy.max_message_bytes < 1024:
+        problems.append("proxy.max_message_bytes: must be at least 1024")
+    if proxy.restart_backoff_initial <= 0 or proxy.restart_backoff_max < proxy.restart_backoff_initial:
+        problems.append("proxy.restart_backoff_*: need 0 < initial <= max")
+    return problems
+
+
+def _check_server(server: ServerConfig, path: str) -> list[str]:
+    problems = []
+    transport = server.effective_transport
+    if server.command is None and server.url is None:
+        problems.append(f"{path}: needs either `command` (stdio) or `url` (HTTP)")
+    elif server.command is not None and server.url is not None:
+        problems.append(f"{path}: give `command` or `url`, not both")
+    elif transport == "stdio" and server.command is None:
+        problems.append(f"{path}.transport: stdio needs `command`")
+    elif transport != "stdio" and server.url is None:
+        problems.append(f"{path}.transport: {transport} needs `url`")
+    if server.command is not None and not server.command.strip():
+        problems.append(f"{path}.command: must not be empty")
+    if server.init_timeout <= 0:
+        problems.append(f"{path}.init_timeout: must be positive")
+    if server.request_timeout <= 0:
+        problems.append(f"{path}.request_timeout: must be positive")
+    return problems
+
+
+def load_config(path: str | os.PathLike[str], *, environ: Mapping[str, str] | None = None) -> Config:
+    """Read aggregator.toml, or an mcpServers / VS Code `servers` JSON file."""
+    file = Path(path)
+    try:
+        data = file.read_bytes()
+    except OSError as exc:
+        raise ConfigError(f"cannot read {file}: {exc.strerror or exc}") from None
+    if file.suffix.lower() == ".json":
+        raw = mcp_servers_json_to_raw(data, source=str(file))
+    else:
+        try:
+            raw = tomllib.loads(data.decode("utf-8"))
+        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+            raise ConfigError(f"not valid TOML: {exc}", source=str(file)) from None
+    return structure_config(raw, environ=environ, source=str(file))
+
+
+# --- mcpServers JSON (Claude Desktop, Cursor, Windsurf) and VS Code `servers` ---------------
+
+_JSON_TYPES = {
+    "stdio": "stdio",
+    "http": "streamable-http",
+    "streamable-http": "streamable-http",
+    "streamableHttp": "streamable-http",
+    "sse": "sse",
+    "ws": "websocket",
+    "websocket": "websocket",
+}
+_JSON_KEYS = {"command", "args", "env", "cwd", "url", "headers"}
+# Client-specific keys that carry no meaning for a proxy; accepted and ignored.
+_JSON_IGNORED = {"alwaysAllow", "autoApprove", "timeout", "description", "envFile", "dev",
+                 "gallery", "version", "name", "icon", "trust", "includeTools", "excludeTools"}
+
+
+def mcp_servers_json_to_raw(data: bytes, *, source: str = "<json>") -> dict[str, Any]:
+    """Translate a client's JSON server list into the raw form of aggregator.toml."""
+    try:
+        document = json.loads(data)
+    except (ValueError, RecursionError) as exc:
+        raise ConfigError(f"not valid JSON: {exc}", source=source) from None
+    if not isinstance(document, dict):
+        raise ConfigError("expected a JSON object with `mcpServers` or `servers`", source=source)
+    key = "mcpServers" if "mcpServers" in document else "servers" if "servers" in document else None
+    if key is None:
+        raise ConfigError("expected a JSON object with `mcpServers` or `servers`", source=source)
+    entries = document[key]
+    if not isinstance(entries, dict):
+        raise ConfigError(f"{key}: expected an object of servers", source=source)
+    problems: list[str] = []
+    servers: dict[str, Any] = {}
+    for name, entry in entries.items():
+        path = f"{key}.{name}"
+        if not isinstance(entry, dict):
+            problems.append(f"{path}: expected an object")
+            continue
+        table: dict[str, Any] = {k: entry[k] for k in _JSON_KEYS if k in entry}
+        kind = entry.get("type", entry.get("transport"))
+        if kind is not None:
+            if kind not in _JSON_TYPES:
+                problems.append(f"{path}.type: unknown transport {kind!r}")
+            else:
+                table["transport"] = _JSON_TYPES[kind]
+        if entry.get("disabled") is True:
+            table["enabled"] = False
+        for extra in sorted(set(entry) - _JSON_KEYS - _JSON_IGNORED - {"type", "transport", "disabled"}):
+            problems.append(f"{path}.{extra}: unknown key")
+        servers[name] = table
+    if problems:
+        raise ConfigError(problems, source=source)
+    return {"servers": servers}
+
+
+def raw_to_toml(raw: Mapping[str, Any]) -> str:
+    """Write the raw config form as TOML (strings, numbers, booleans, lists, tables)."""
+    lines: list[str] = []
+    for name, table in raw.get("servers", {}).items():
+        lines.append(f"[servers.{_toml_key(name)}]")
+        nested = []
+        for key, value in table.items():
+            if isinstance(value, dict):
+                nested.append((key, value))
+            else:
+                lines.append(f"{key} = {_toml_value(value)}")
+        for key, value in nested:
+            inline = ", ".join(f"{_toml_key(k)} = {_toml_value(v)}" for k, v in value.items())
+            lines.append(f"{key} = {{ {inline} }}")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def _toml_key(key: str) -> str:
+    return key if re.fullmatch(r"[A-Za-z0-9_-]+", key) else json.dumps(key)
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return repr(value)
+    if isinstance(value, str):
+        return json.dumps(value, ensure_ascii=False)
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml_value(item) for item in value) + "]"
+    raise TypeError(f"cannot write {type(value).__name__} as TOML")

@@ -1,0 +1,52 @@
+"""Opaque pagination cursors over the merged catalog.
+
+A cursor names a list kind, the catalog generation it was made for, and an offset, and
+carries an HMAC tag under a key made fresh for each proxy process. So a cursor cannot be
+forged or edited, a cursor from another proxy or an older catalog is refused, and the
+proxy keeps no per-client pagination state. Refusal is -32602 (the spec's "Invalid
+cursor SHOULD be -32602"); the client lists again from the start.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import os
+
+from aggregator.jsonrpc.errors import INVALID_PARAMS, RemoteProtocolError
+
+_TAG = 12
+
+
+class CursorCodec:
+    def __init__(self, key: bytes | None = None) -> None:
+        self._key = key if key is not None else os.urandom(32)
+
+    def encode(self, kind: str, generation: int, offset: int) -> str:
+        body = f"{kind}:{generation}:{offset}".encode()
+        tag = hmac.new(self._key, body, hashlib.sha256).digest()[:_TAG]
+        return base64.urlsafe_b64encode(tag + body).decode().rstrip("=")
+
+    def decode(self, cursor: object, kind: str, generation: int) -> int:
+        """The offset a cursor names; RemoteProtocolError(-32602) if it is not valid now."""
+        if type(cursor) is not str or len(cursor) > 200:
+            raise _invalid("a cursor must be a string this proxy returned")
+        try:
+            raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
+        except ValueError:
+            raise _invalid("this cursor was not made by this proxy") from None
+        tag, body = raw[:_TAG], raw[_TAG:]
+        expected = hmac.new(self._key, body, hashlib.sha256).digest()[:_TAG]
+        if len(tag) != _TAG or not hmac.compare_digest(tag, expected):
+            raise _invalid("this cursor was not made by this proxy")
+        cursor_kind, cursor_generation, offset = body.decode().split(":")
+        if cursor_kind != kind:
+            raise _invalid(f"this cursor belongs to another list ({cursor_kind})")
+        if int(cursor_generation) != generation:
+            raise _invalid("the list changed since this cursor was made; list again from the start")
+        return int(offset)
+
+
+def _invalid(reason: str) -> RemoteProtocolError:
+    return RemoteProtocolError(INVALID_PARAMS, f"Invalid cursor: {reason}")

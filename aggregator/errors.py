@@ -1,0 +1,19 @@
+"""The aggregator's own exceptions. Protocol errors from peers live in jsonrpc.errors."""
+
+
+class AggregatorError(Exception):
+    """Base class for errors the aggregator reports to its user."""
+
+
+class ConfigError(AggregatorError):
+    """The configuration cannot be used; the message names each key path at fault."""
+
+    def __init__(self, problems: list[str] | str, *, source: str | None = None) -> None:
+        self.problems = [problems] if isinstance(problems, str) else list(problems)
+        self.source = source
+        head = f"invalid configuration in {source}" if source else "invalid configuration"
+        super().__init__(head + ":\n" + "\n".join(f"  {p}" for p in self.problems))
+
+
+class UpstreamError(AggregatorError):
+    """An upstream server could not be started, initialized or listed."""

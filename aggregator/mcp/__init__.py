@@ -1,0 +1,1 @@
+"""MCP facts the proxy relies on: protocol revisions and their negotiation. Sans-IO."""

@@ -1,0 +1,68 @@
+"""A downstream session: one client connection, one reader task, one writer task.
+
+The reader feeds each complete line to the router and hands the commands to the hub;
+the writer is the client's Outbox. When the reader ends (EOF, a broken pipe) the client
+is removed and everything it had in flight upstream is cancelled.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import trio
+
+from aggregator.core.router import WaitForStartup
+from aggregator.hub import Hub
+from aggregator.jsonrpc.errors import INVALID_REQUEST, error_response
+from aggregator.jsonrpc.framing import LineSplitter, OversizedLine
+from aggregator.transports.outbox import Outbox
+
+log = logging.getLogger(__name__)
+READ_SIZE = 65536
+
+
+async def serve_stream_session(
+    hub: Hub, receive: trio.abc.ReceiveStream, send: trio.abc.SendStream, *, label: str
+) -> None:
+    """Serve one newline-delimited MCP client until it closes its side."""
+    limit = hub.config.proxy.max_message_bytes
+    outbox = Outbox(send, limit=limit, name=label)
+    key = hub.add_client(outbox)
+    log.info("%s: client session %d opened", label, key)
+    try:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(outbox.run)
+            await _read_client(hub, key, receive, outbox, limit)
+            # Give the writer a moment to flush answers already queued, then stop.
+            with trio.move_on_after(1):
+                await outbox.wait_drained()
+            nursery.cancel_scope.cancel()
+    finally:
+        hub.remove_client(key)
+        log.info("%s: client session %d closed", label, key)
+
+
+async def _read_client(
+    hub: Hub, key: int, receive: trio.abc.ReceiveStream, outbox: Outbox, limit: int
+) -> None:
+    router = hub.router
+    splitter = LineSplitter(limit)
+    while True:
+        try:
+            data = await receive.receive_some(READ_SIZE)
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            return
+        if not data:
+            return
+        for line in splitter.feed(data):
+            if type(line) is OversizedLine:
+                log.warning("client %d: refused a %d-byte message (limit %d)", key, line.size, limit)
+                outbox.put_message(error_response(
+                    None, INVALID_REQUEST, f"Invalid request: message larger than {limit} bytes"))
+                continue
+            commands = router.client_message(key, line)
+            if commands and type(commands[0]) is WaitForStartup:
+                await hub.startup_done.wait()
+                commands = router.client_message(key, line)
+            hub.dispatch(commands)
+        await hub.wait_writable()

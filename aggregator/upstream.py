@@ -1,0 +1,299 @@
+"""One upstream server: its process, its connection, and the supervisor that restarts it.
+
+``UpstreamSession.run`` owns the whole lifetime: start the child, initialize, list its
+catalog, serve, and when anything ends the connection (exit, stdout EOF, a failed
+handshake) fail every pending request at once, stop the child with the full ladder, and
+start again after an exponential, full-jitter backoff. One upstream never takes another
+down: everything that can go wrong here ends here.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from typing import TYPE_CHECKING, Any
+
+import trio
+
+from aggregator import __version__
+from aggregator.config import ServerConfig
+from aggregator.core.catalog import CAPABILITY_OF, KINDS, RESOURCES, TEMPLATES
+from aggregator.core.router import CONTROL_ID_PREFIX
+from aggregator.errors import UpstreamError
+from aggregator.jsonrpc.framing import LineSplitter, OversizedLine
+from aggregator.mcp.versions import LATEST, SUPPORTED
+from aggregator.transports.outbox import Outbox
+from aggregator.transports.stdio import open_child, stop_child
+
+if TYPE_CHECKING:
+    from aggregator.hub import Hub
+
+log = logging.getLogger(__name__)
+
+LIST_METHOD = {
+    "tools": "tools/list",
+    "prompts": "prompts/list",
+    "resources": "resources/list",
+    "resourceTemplates": "resources/templates/list",
+}
+MAX_LIST_PAGES = 100
+HEALTHY_RESET = 60.0
+READ_SIZE = 65536
+
+
+class _Reply:
+    __slots__ = ("event", "message")
+
+    def __init__(self) -> None:
+        self.event = trio.Event()
+        self.message: dict[str, Any] | None = None
+
+
+class UpstreamSession:
+    def __init__(self, hub: Hub, config: ServerConfig) -> None:
+        self.hub = hub
+        self.config = config
+        self.name = config.name
+        self.log = logging.getLogger(f"aggregator.server.{config.name}")
+        self.outbox: Outbox | None = None
+        self.state = "starting"  # starting, ready, failed, restarting
+        self.last_error: str | None = None
+        self.starts = 0
+        self._control: dict[str, _Reply] = {}
+        self._control_ids = 0
+        self._refresh_kinds: set[str] = set()
+        self._refresh_wanted = trio.Event()
+        self._lost: str | None = None
+        self._cancel: trio.CancelScope | None = None
+
+    # --- called by the hub, synchronously -----------------------------------------------
+
+    def send(self, message: Any) -> None:
+        if self.outbox is not None:
+            self.outbox.put_message(message)
+
+    def control_reply(self, message: dict[str, Any]) -> None:
+        reply = self._control.get(message["id"])
+        if reply is not None and reply.message is None:
+            reply.message = message
+            reply.event.set()
+
+    def request_refresh(self, kind: str) -> None:
+        self._refresh_kinds.add(kind)
+        self._refresh_wanted.set()
+
+    # --- the supervisor -----------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Run this upstream until cancelled, restarting it whenever it is lost."""
+        attempt = 0
+        proxy = self.hub.config.proxy
+        while True:
+            started = trio.current_time()
+            self.starts += 1
+            reason = await self._connect_once()
+            self.state = "restarting"
+            self.last_error = reason
+            self.hub.server_settled(self.name)
+            if trio.current_time() - started > HEALTHY_RESET:
+                attempt = 0
+            delay = random.uniform(
+                0, min(proxy.restart_backoff_max, proxy.restart_backoff_initial * 2**attempt)
+            )
+            attempt += 1
+            self.log.warning(
+                "server %s lost: %s; restarting in %.1fs (attempt %d)", self.name, reason, delay, attempt
+            )
+            await trio.sleep(delay)
+
+    async def _connect_once(self) -> str:
+        """Start, initialize, serve; return why the connection ended."""
+        config = self.config
+        self._lost = None
+        if config.effective_transport != "stdio":
+            # Network upstreams are configured the same way; their transport lands with the
+            # HTTP/WebSocket work. Say so instead of pretending to connect.
+            self.state = "failed"
+            return f"transport {config.effective_transport!r} is not supported yet"
+        try:
+            process = await open_child(config.command or "", config.args, config.env, config.cwd)
+        except OSError as exc:
+            self.state = "failed"
+            return f"cannot start {config.command!r}: {exc.strerror or exc}"
+        self.log.info("server %s: started pid %d", self.name, process.pid)
+        limit = self.hub.config.proxy.max_message_bytes
+        self.outbox = Outbox(process.stdin, limit=limit, name=f"server {self.name}")
+        try:
+            async with trio.open_nursery() as nursery:
+                self._cancel = nursery.cancel_scope
+                nursery.start_soon(self.outbox.run)
+                nursery.start_soon(self._read_stdout, process.stdout, limit)
+                nursery.start_soon(self._read_stderr, process.stderr)
+                nursery.start_soon(self._watch_exit, process)
+                try:
+                    await self._handshake()
+                except (UpstreamError, trio.TooSlowError) as exc:
+                    reason = str(exc) or f"no answer to initialize within {config.init_timeout}s"
+                    self._lose(reason)
+                    self.state = "failed"
+                    return self._lost or reason
+                self.state = "ready"
+                self.last_error = None
+                self.hub.server_settled(self.name)
+                nursery.start_soon(self._refresher)
+            return self._lost or "connection ended"
+        finally:
+            self._cancel = None
+            self.outbox.closed = True
+            self.outbox = None
+            for reply in self._control.values():
+                reply.event.set()
+            self.hub.dispatch(self.hub.router.server_lost(self.name, self._lost or "stopped"))
+            await stop_child(process, self.name)
+            self.log.info("server %s: pid %d exited with %s", self.name, process.pid, process.returncode)
+
+    def _lose(self, reason: str) -> None:
+        if self._lost is None:
+            self._lost = reason
+        if self._cancel is not None:
+            self._cancel.cancel()
+
+    # --- tasks --------------------------------------------------------------------------
+
+    async def _read_stdout(self, stream: trio.abc.ReceiveStream, limit: int) -> None:
+        splitter = LineSplitter(limit)
+        hub = self.hub
+        router = hub.router
+        name = self.name
+        while True:
+            try:
+                data = await stream.receive_some(READ_SIZE)
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                data = b""
+            if not data:
+                self._lose("the server closed its stdout")
+                return
+            for line in splitter.feed(data):
+                if type(line) is OversizedLine:
+                    self.log.error(
+                        "server %s: dropped a %d-byte message (limit %d bytes)", name, line.size, limit
+                    )
+                    continue
+                hub.dispatch(router.server_message(name, line))
+            await hub.wait_writable()
+
+    async def _read_stderr(self, stream: trio.abc.ReceiveStream) -> None:
+        splitter = LineSplitter(64 * 1024)
+        while True:
+            try:
+                data = await stream.receive_some(READ_SIZE)
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                return
+            if not data:
+                return
+            for line in splitter.feed(data):
+                if type(line) is OversizedLine:
+                    self.log.info("[stderr] <%d bytes>", line.size)
+                else:
+                    self.log.info("[stderr] %s", line.decode("utf-8", "replace").rstrip())
+
+    async def _watch_exit(self, process: trio.Process) -> None:
+        code = await process.wait()
+        # Let the reader drain what the server wrote before it exited.
+        await trio.sleep(0.05)
+        self._lose(f"the server exited with status {code}")
+
+    async def _handshake(self) -> None:
+        with trio.fail_after(self.config.init_timeout):
+            result = await self.request("initialize", {
+                "protocolVersion": LATEST,
+                "capabilities": {},
+                "clientInfo": {"name": "aggregator", "version": __version__},
+            })
+        version = result.get("protocolVersion")
+        if version not in SUPPORTED:
+            raise UpstreamError(f"the server answered protocol version {version!r}, which the aggregator does not speak")
+        self.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+        self.hub.router.server_ready(self.name, result)
+        capabilities = result.get("capabilities") if type(result.get("capabilities")) is dict else {}
+        info = result.get("serverInfo") or {}
+        self.log.info(
+            "server %s: initialized (%s %s, protocol %s)", self.name, info.get("name"), info.get("version"), version
+        )
+        with trio.fail_after(self.config.init_timeout):
+            for kind in KINDS:
+                if CAPABILITY_OF[kind] in capabilities:
+                    items = await self.list_all(kind)
+                    self.hub.dispatch(self.hub.router.server_items(self.name, kind, items))
+
+    async def _refresher(self) -> None:
+        while True:
+            await self._refresh_wanted.wait()
+            self._refresh_wanted = trio.Event()
+            kinds, self._refresh_kinds = self._refresh_kinds, set()
+            for kind in KINDS:
+                if kind not in kinds:
+                    continue
+                try:
+                    with trio.fail_after(self.config.request_timeout):
+                        items = await self.list_all(kind)
+                except (UpstreamError, trio.TooSlowError) as exc:
+                    self.log.warning("server %s: re-listing %s failed: %s", self.name, kind, exc)
+                    continue
+                self.hub.dispatch(self.hub.router.server_items(self.name, kind, items))
+
+    # --- the proxy's own requests -------------------------------------------------------
+
+    async def request(self, method: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Send a request of the proxy's own; return its result or raise UpstreamError."""
+        self._control_ids += 1
+        id = f"{CONTROL_ID_PREFIX}{self._control_ids}"
+        message: dict[str, Any] = {"jsonrpc": "2.0", "id": id, "method": method}
+        if params is not None:
+            message["params"] = params
+        reply = self._control[id] = _Reply()
+        try:
+            self.send(message)
+            await reply.event.wait()
+        finally:
+            del self._control[id]
+        answer = reply.message
+        if answer is None:
+            raise UpstreamError(f"{method}: the connection ended before an answer")
+        if "error" in answer:
+            error = answer["error"]
+            raise UpstreamError(f"{method} failed: {error.get('message')} (code {error.get('code')})")
+        result = answer.get("result")
+        if type(result) is not dict:
+            raise UpstreamError(f"{method}: the result is not an object")
+        return result
+
+    async def list_all(self, kind: str) -> list[dict[str, Any]]:
+        """Every item of one kind, following the upstream's cursors (bounded)."""
+        items: list[dict[str, Any]] = []
+        cursor = None
+        seen: set[str] = set()
+        method = LIST_METHOD[kind]
+        for _ in range(MAX_LIST_PAGES):
+            try:
+                result = await self.request(method, {"cursor": cursor} if cursor is not None else None)
+            except UpstreamError as exc:
+                if kind == TEMPLATES and "-32601" in str(exc):
+                    return items  # a resources server without templates
+                raise
+            page = result.get(kind)
+            if type(page) is list:
+                items.extend(page)
+            cursor = result.get("nextCursor")
+            if cursor is None or cursor == "":
+                return items
+            if type(cursor) is not str or cursor in seen:
+                self.log.warning("server %s: %s pagination loops; keeping %d items", self.name, method, len(items))
+                return items
+            seen.add(cursor)
+        self.log.warning("server %s: %s has more than %d pages; keeping %d items",
+                         self.name, method, MAX_LIST_PAGES, len(items))
+        return items
+
+
+__all__ = ["UpstreamSession", "RESOURCES"]
