@@ -254,8 +254,9 @@ def _import(args: argparse.Namespace) -> int:
     raw = mcp_servers_json_to_raw(data, source=str(path))
     text = raw_to_toml(raw)
     # Prove the output loads before printing it (variables stay unexpanded).
-    from aggregator.config import structure_config
     import tomllib
+
+    from aggregator.config import structure_config
     structure_config(tomllib.loads(text), environ=_AnyEnviron(), source="(converted)")
     sys.stdout.write(f"# converted from {path}\n{text}")
     return 0

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import trio
@@ -22,10 +23,17 @@ from aggregator.upstream import UpstreamSession
 
 log = logging.getLogger(__name__)
 
+# async def connector(server_config, *, task_status) -> str: report a Channel through
+# task_status, run until the server is gone, return why.
+Connector = Callable[..., Awaitable[str]]
+
 
 class Hub:
-    def __init__(self, config: Config) -> None:
+    def __init__(self, config: Config, *, connector: Connector | None = None) -> None:
         self.config = config
+        # How upstreams are reached; None means by their configured transport. Tests pass
+        # an in-memory connector to run fake servers without processes.
+        self.connector = connector
         servers = config.enabled_servers
         self.catalog = Catalog(servers, config.proxy.separator, config.proxy.page_size)
         self.router = Router(self.catalog, servers)

@@ -17,13 +17,13 @@ import trio
 
 from aggregator import __version__
 from aggregator.config import ServerConfig
-from aggregator.core.catalog import CAPABILITY_OF, KINDS, RESOURCES, TEMPLATES
+from aggregator.core.catalog import CAPABILITY_OF, KINDS, TEMPLATES
 from aggregator.core.router import CONTROL_ID_PREFIX
 from aggregator.errors import UpstreamError
 from aggregator.jsonrpc.framing import LineSplitter, OversizedLine
 from aggregator.mcp.versions import LATEST, SUPPORTED
 from aggregator.transports.outbox import Outbox
-from aggregator.transports.stdio import open_child, stop_child
+from aggregator.transports.stdio import Channel, run_stdio_server
 
 if TYPE_CHECKING:
     from aggregator.hub import Hub
@@ -110,26 +110,25 @@ class UpstreamSession:
         """Start, initialize, serve; return why the connection ended."""
         config = self.config
         self._lost = None
-        if config.effective_transport != "stdio":
-            # Network upstreams are configured the same way; their transport lands with the
-            # HTTP/WebSocket work. Say so instead of pretending to connect.
-            self.state = "failed"
-            return f"transport {config.effective_transport!r} is not supported yet"
-        try:
-            process = await open_child(config.command or "", config.args, config.env, config.cwd)
-        except OSError as exc:
-            self.state = "failed"
-            return f"cannot start {config.command!r}: {exc.strerror or exc}"
-        self.log.info("server %s: started pid %d", self.name, process.pid)
         limit = self.hub.config.proxy.max_message_bytes
-        self.outbox = Outbox(process.stdin, limit=limit, name=f"server {self.name}")
         try:
             async with trio.open_nursery() as nursery:
                 self._cancel = nursery.cancel_scope
+                try:
+                    channel = await nursery.start(self._transport)
+                except OSError as exc:
+                    self.state = "failed"
+                    return f"cannot start {config.command!r}: {exc.strerror or exc}"
+                except UpstreamError as exc:
+                    self.state = "failed"
+                    return str(exc)
+                if channel.pid is not None:
+                    self.log.info("server %s: started pid %d", self.name, channel.pid)
+                self.outbox = Outbox(channel.send, limit=limit, name=f"server {self.name}")
                 nursery.start_soon(self.outbox.run)
-                nursery.start_soon(self._read_stdout, process.stdout, limit)
-                nursery.start_soon(self._read_stderr, process.stderr)
-                nursery.start_soon(self._watch_exit, process)
+                nursery.start_soon(self._read_stdout, channel.receive, limit)
+                if channel.stderr is not None:
+                    nursery.start_soon(self._read_stderr, channel.stderr)
                 try:
                     await self._handshake()
                 except (UpstreamError, trio.TooSlowError) as exc:
@@ -144,13 +143,25 @@ class UpstreamSession:
             return self._lost or "connection ended"
         finally:
             self._cancel = None
-            self.outbox.closed = True
-            self.outbox = None
+            if self.outbox is not None:
+                self.outbox.closed = True
+                self.outbox = None
             for reply in self._control.values():
                 reply.event.set()
             self.hub.dispatch(self.hub.router.server_lost(self.name, self._lost or "stopped"))
-            await stop_child(process, self.name)
-            self.log.info("server %s: pid %d exited with %s", self.name, process.pid, process.returncode)
+
+    async def _transport(self, *, task_status: trio.TaskStatus[Channel]) -> None:
+        """Run the connector (a child process by default) and lose the link when it ends."""
+        if self.hub.connector is not None:
+            reason = await self.hub.connector(self.config, task_status=task_status)
+        elif self.config.effective_transport == "stdio":
+            reason = await run_stdio_server(self.config, task_status=task_status)
+        else:
+            # Network upstreams are configured the same way; their transports land with the
+            # HTTP/WebSocket endpoints. Say so instead of pretending to connect.
+            raise UpstreamError(
+                f"transport {self.config.effective_transport!r} is not supported yet")
+        self._lose(reason)
 
     def _lose(self, reason: str) -> None:
         if self._lost is None:
@@ -196,12 +207,6 @@ class UpstreamSession:
                     self.log.info("[stderr] <%d bytes>", line.size)
                 else:
                     self.log.info("[stderr] %s", line.decode("utf-8", "replace").rstrip())
-
-    async def _watch_exit(self, process: trio.Process) -> None:
-        code = await process.wait()
-        # Let the reader drain what the server wrote before it exited.
-        await trio.sleep(0.05)
-        self._lose(f"the server exited with status {code}")
 
     async def _handshake(self) -> None:
         with trio.fail_after(self.config.init_timeout):
@@ -295,5 +300,3 @@ class UpstreamSession:
                          self.name, method, MAX_LIST_PAGES, len(items))
         return items
 
-
-__all__ = ["UpstreamSession", "RESOURCES"]

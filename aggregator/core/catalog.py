@@ -171,7 +171,11 @@ class Catalog:
         if split is not None:
             return Route(*split)
         # Servers that keep their URIs: by template, then the only such server.
-        unprefixed = [n.name for n in self.naming.values() if not n.uri_prefix and n.name in self._items]
+        unprefixed = [
+            n.name for n in self.naming.values()
+            if not n.uri_prefix and (RESOURCES in self._items.get(n.name, {})
+                                     or TEMPLATES in self._items.get(n.name, {}))
+        ]
         for server, original, _exposed in self._templates:
             if server in unprefixed and template_matches(original, uri):
                 return Route(server, uri)

@@ -35,7 +35,6 @@ import attrs
 from aggregator import __version__
 from aggregator.core.catalog import (
     CAPABILITY_OF,
-    KINDS,
     LIST_METHODS,
     PROMPTS,
     RESOURCES,
@@ -507,5 +506,3 @@ def _expose_result_uris(method: str, result: Any, prefix: str) -> None:
                 content = prompt_message.get("content")
                 rewrite_content_uris([content] if type(content) is dict else content, prefix)
 
-
-__all__ = ["KINDS"]

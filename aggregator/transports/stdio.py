@@ -15,7 +15,9 @@ import signal
 import subprocess
 import sys
 from collections.abc import Mapping, Sequence
+from typing import Any
 
+import attrs
 import trio
 
 log = logging.getLogger(__name__)
@@ -66,6 +68,35 @@ async def open_child(
         cwd=cwd,
         start_new_session=True,
     )
+
+
+@attrs.frozen
+class Channel:
+    """What an upstream session talks through: a byte stream each way, maybe a log."""
+
+    send: trio.abc.SendStream
+    receive: trio.abc.ReceiveStream
+    stderr: trio.abc.ReceiveStream | None = None
+    pid: int | None = None
+
+
+async def run_stdio_server(
+    config: Any, *, task_status: trio.TaskStatus[Channel] = trio.TASK_STATUS_IGNORED
+) -> str:
+    """Start a stdio server, report its Channel, return why it ended.
+
+    Whenever this task ends (the child exited, or the caller was cancelled) the child is
+    stopped with the full ladder: no orphans.
+    """
+    process = await open_child(config.command, config.args, config.env, config.cwd)
+    try:
+        task_status.started(Channel(process.stdin, process.stdout, process.stderr, process.pid))
+        code = await process.wait()
+        # Let the reader take what the server wrote just before it exited.
+        await trio.sleep(0.05)
+        return f"the server exited with status {code}"
+    finally:
+        await stop_child(process, config.name)
 
 
 async def stop_child(process: trio.Process, name: str, grace: float = STOP_GRACE) -> None:

@@ -1,0 +1,33 @@
+"""The sans-IO core must not do I/O: no trio, sockets, subprocesses or HTTP libraries."""
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).parents[2] / "aggregator"
+FORBIDDEN = {"trio", "trio_websocket", "h11", "wsproto", "httpx", "socket", "subprocess", "asyncio", "anyio"}
+SANS_IO = sorted(p for d in ("core", "jsonrpc", "mcp") for p in (ROOT / d).rglob("*.py"))
+
+
+@pytest.mark.parametrize("path", SANS_IO, ids=lambda p: str(p.relative_to(ROOT)))
+def test_no_io_imports(path):
+    tree = ast.parse(path.read_text())
+    for node in ast.walk(tree):
+        names = []
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            names = [node.module]
+        for name in names:
+            assert name.split(".")[0] not in FORBIDDEN, f"{path.name} imports {name}"
+
+
+def test_there_is_a_core_to_check():
+    assert len(SANS_IO) >= 8
+
+
+def test_no_unbounded_channels():
+    for path in ROOT.rglob("*.py"):
+        text = path.read_text()
+        assert "math.inf" not in text and "open_memory_channel(inf" not in text, path

@@ -1,0 +1,247 @@
+"""The router as a pure function: events in, commands out, several clients, two servers."""
+
+import json
+
+import pytest
+
+from aggregator.config import ServerConfig
+from aggregator.core.catalog import Catalog
+from aggregator.core.router import Refresh, Router, ToClient, ToServer, WaitForStartup
+from aggregator.jsonrpc import dumps, loads
+
+
+def msg(**fields):
+    return dumps({"jsonrpc": "2.0", **fields})
+
+
+def as_dict(message):
+    return loads(message) if type(message) is bytes else message
+
+
+@pytest.fixture
+def router():
+    servers = [ServerConfig(name="a", command="x"), ServerConfig(name="b", command="x", prefix="")]
+    catalog = Catalog(servers, "__", 3)
+    r = Router(catalog, servers)
+    for name, caps in (("a", {"tools": {}, "resources": {}, "prompts": {}, "completions": {}}),
+                       ("b", {"tools": {}})):
+        r.server_ready(name, {"protocolVersion": "2025-06-18", "capabilities": caps,
+                              "serverInfo": {"name": "server"}, "instructions": f"use {name}"})
+    r.server_items("a", "tools", [{"name": "echo", "x-new": 1}, {"name": "slow"}])
+    r.server_items("a", "prompts", [{"name": "greet"}])
+    r.server_items("a", "resources", [{"uri": "fake://doc/1"}])
+    r.server_items("a", "resourceTemplates", [{"uriTemplate": "fake://doc/{id}"}])
+    r.server_items("b", "tools", [{"name": "echo"}])
+    r.startup_complete = True
+    for key in (1, 2):
+        r.client_connected(key)
+        out = r.client_message(key, msg(id=0, method="initialize", params={
+            "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t"}}))
+        assert as_dict(out[0].message)["result"]["protocolVersion"] == "2025-06-18"
+        r.client_message(key, msg(method="notifications/initialized"))
+    return r
+
+
+def only(commands, kind):
+    [command] = commands
+    assert type(command) is kind
+    return command, as_dict(command.message)
+
+
+def test_initialize_result():
+    servers = [ServerConfig(name="a", command="x")]
+    r = Router(Catalog(servers, "__", 3), servers)
+    r.client_connected(1)
+    assert r.client_message(1, msg(id=1, method="initialize", params={})) == [WaitForStartup(1)]
+    r.server_ready("a", {"capabilities": {"tools": {}}, "instructions": "Be nice."})
+    r.startup_complete = True
+    _, answer = only(r.client_message(1, msg(id=1, method="initialize", params={
+        "protocolVersion": "1999-01-01"})), ToClient)
+    result = answer["result"]
+    assert result["protocolVersion"] == "2025-11-25"  # unknown proposal: our newest
+    assert result["capabilities"] == {"tools": {"listChanged": True}}
+    assert result["serverInfo"]["name"] == "aggregator"
+    assert "Be nice." in result["instructions"] and "a__" in result["instructions"]
+    _, again = only(r.client_message(1, msg(id=2, method="initialize", params={})), ToClient)
+    assert again["error"]["code"] == -32600
+
+
+def test_before_initialize_and_discover():
+    servers = [ServerConfig(name="a", command="x")]
+    r = Router(Catalog(servers, "__", 3), servers)
+    r.client_connected(1)
+    _, answer = only(r.client_message(1, msg(id=5, method="tools/list")), ToClient)
+    assert answer["id"] == 5 and answer["error"]["code"] == -32600
+    _, answer = only(r.client_message(1, msg(id=6, method="server/discover", params={})), ToClient)
+    assert answer["error"]["code"] == -32601
+    _, answer = only(r.client_message(1, msg(id=7, method="ping")), ToClient)
+    assert answer == {"jsonrpc": "2.0", "id": 7, "result": {}}
+    assert r.client_message(1, msg(method="notifications/whatever")) == []
+    _, answer = only(r.client_message(1, b'{"jsonrpc":"2.0","method":'), ToClient)
+    assert answer["id"] is None and answer["error"]["code"] == -32700
+
+
+def test_two_clients_same_id_are_never_cross_wired(router):
+    (s1, m1), = [(c, as_dict(c.message)) for c in router.client_message(1, msg(
+        id=7, method="tools/call", params={"name": "a__echo", "arguments": {"n": 1}}))]
+    (s2, m2), = [(c, as_dict(c.message)) for c in router.client_message(2, msg(
+        id=7, method="tools/call", params={"name": "a__echo", "arguments": {"n": 2}}))]
+    assert s1.server == s2.server == "a"
+    assert m1["id"] != m2["id"] and m1["params"]["name"] == "echo"
+    # Answer the second first.
+    _, back2 = only(router.server_message("a", msg(id=m2["id"], result={"n": 2})), ToClient)
+    back1_cmd, back1 = only(router.server_message("a", msg(id=m1["id"], result={"n": 1})), ToClient)
+    assert back1 == {"jsonrpc": "2.0", "id": 7, "result": {"n": 1}} and back1_cmd.session == 1
+    assert back2["result"] == {"n": 2}
+    assert router.server_message("a", msg(id=m1["id"], result={})) == []  # duplicate: dropped
+    assert router.clients[1].in_flight == {} and router.links["a"].pending == {}
+
+
+def test_duplicate_in_flight_id_is_refused(router):
+    router.client_message(1, msg(id="x", method="tools/call", params={"name": "a__slow"}))
+    _, answer = only(router.client_message(1, msg(id="x", method="tools/call", params={"name": "echo"})),
+                     ToClient)
+    assert answer["id"] == "x" and answer["error"]["code"] == -32600
+    assert len(router.links["a"].pending) == 1 and router.links["b"].pending == {}
+
+
+@pytest.mark.parametrize("name", ["nope", "a__nope", "A__echo", " a__echo", "a__echo\u200b", "slow", 5])
+def test_unknown_names_never_reach_a_server(router, name):
+    _, answer = only(router.client_message(1, msg(id=1, method="tools/call", params={"name": name})),
+                     ToClient)
+    assert answer["error"]["code"] == -32602
+    assert router.links["a"].pending == {} and router.links["b"].pending == {}
+
+
+def test_unprefixed_server_and_passthrough_of_everything_else(router):
+    raw = msg(id=3, method="tools/call", params={
+        "name": "echo", "arguments": {"big": 123456789012345678901234567890},
+        "_meta": {"x": 1}, "newField": [1]})
+    command, sent = only(router.client_message(1, raw), ToServer)
+    assert command.server == "b" and sent["params"]["_meta"] == {"x": 1} and sent["params"]["newField"] == [1]
+    assert b"123456789012345678901234567890" in dumps(command.message)
+    reply = msg(id=sent["id"], error={"code": -32042, "message": "no", "data": {"d": 1}})
+    _, back = only(router.server_message("b", reply), ToClient)
+    assert back == {"jsonrpc": "2.0", "id": 3, "error": {"code": -32042, "message": "no", "data": {"d": 1}}}
+
+
+def test_lists_are_paged_from_the_catalog(router):
+    _, page = only(router.client_message(1, msg(id=1, method="tools/list")), ToClient)
+    assert [t["name"] for t in page["result"]["tools"]] == ["a__echo", "a__slow", "echo"]
+    assert page["result"]["tools"][0]["x-new"] == 1
+    assert "nextCursor" not in page["result"]
+    _, forged = only(router.client_message(1, msg(id=2, method="tools/list", params={"cursor": "zz"})),
+                     ToClient)
+    assert forged["id"] == 2 and forged["error"]["code"] == -32602
+
+
+def test_resources_and_uris_both_ways(router):
+    _, page = only(router.client_message(1, msg(id=1, method="resources/list")), ToClient)
+    assert page["result"]["resources"] == [{"uri": "a+fake://doc/1"}]
+    command, sent = only(router.client_message(1, msg(id=2, method="resources/read",
+                                                       params={"uri": "a+fake://doc/9"})), ToServer)
+    assert sent["params"]["uri"] == "fake://doc/9"
+    _, back = only(router.server_message("a", msg(id=sent["id"], result={
+        "contents": [{"uri": "fake://doc/9", "text": "t"}]})), ToClient)
+    assert back["result"]["contents"][0]["uri"] == "a+fake://doc/9"
+    # Links in tool results and prompts.
+    _, sent = only(router.client_message(1, msg(id=3, method="tools/call", params={"name": "a__echo"})),
+                   ToServer)
+    _, back = only(router.server_message("a", msg(id=sent["id"], result={"content": [
+        {"type": "resource_link", "uri": "fake://doc/1"},
+        {"type": "resource", "resource": {"uri": "fake://doc/2"}},
+        {"type": "text", "text": "fake://doc/3"}]})), ToClient)
+    assert [c.get("uri") or c.get("resource", {}).get("uri") or c["text"] for c in back["result"]["content"]] \
+        == ["a+fake://doc/1", "a+fake://doc/2", "fake://doc/3"]
+    _, sent = only(router.client_message(1, msg(id=4, method="prompts/get", params={"name": "a__greet"})),
+                   ToServer)
+    assert sent["params"]["name"] == "greet"
+    _, back = only(router.server_message("a", msg(id=sent["id"], result={"messages": [
+        {"role": "user", "content": {"type": "resource_link", "uri": "fake://x"}}]})), ToClient)
+    assert back["result"]["messages"][0]["content"]["uri"] == "a+fake://x"
+    _, unknown = only(router.client_message(1, msg(id=5, method="resources/read",
+                                                   params={"uri": "file:///etc/passwd"})), ToClient)
+    assert unknown["error"]["code"] == -32602
+
+
+def test_completion_refs(router):
+    _, sent = only(router.client_message(1, msg(id=1, method="completion/complete", params={
+        "ref": {"type": "ref/prompt", "name": "a__greet"}, "argument": {"name": "who", "value": ""}})),
+        ToServer)
+    assert sent["params"]["ref"] == {"type": "ref/prompt", "name": "greet"}
+    _, sent = only(router.client_message(1, msg(id=2, method="completion/complete", params={
+        "ref": {"type": "ref/resource", "uri": "a+fake://doc/{id}"}, "argument": {"name": "id", "value": ""}})),
+        ToServer)
+    assert sent["params"]["ref"]["uri"] == "fake://doc/{id}"
+    _, bad = only(router.client_message(1, msg(id=3, method="completion/complete", params={
+        "ref": {"type": "ref/prompt", "name": "nope"}})), ToClient)
+    assert bad["error"]["code"] == -32602
+
+
+def test_server_lost_fails_pending_at_once_and_hides_items(router):
+    _, sent = only(router.client_message(1, msg(id=1, method="tools/call", params={"name": "a__slow"})),
+                   ToServer)
+    out = router.server_lost("a", "the server exited with status 1")
+    errors = [as_dict(c.message) for c in out if "id" in as_dict(c.message)]
+    assert errors == [{"jsonrpc": "2.0", "id": 1, "error": {
+        "code": -32603, "message": "Server 'a' stopped before answering: the server exited with status 1",
+        "data": {"source": "aggregator", "reason": "unavailable", "server": "a"}}}]
+    notices = sorted((c.session, as_dict(c.message)["method"]) for c in out if "id" not in as_dict(c.message))
+    assert (1, "notifications/tools/list_changed") in notices and (2, "notifications/prompts/list_changed") in notices
+    assert "a__echo" not in router.catalog.tools
+    _, answer = only(router.client_message(1, msg(id=2, method="tools/call", params={"name": "a__echo"})),
+                     ToClient)
+    assert answer["error"]["code"] == -32602
+    assert router.server_message("a", msg(id=sent["id"], result={})) == []  # late: dropped
+
+
+def test_cancellation_is_routed_with_the_upstream_id(router):
+    _, sent = only(router.client_message(2, msg(id=9, method="tools/call", params={"name": "a__slow"})),
+                   ToServer)
+    command, cancel = only(router.client_message(2, msg(method="notifications/cancelled", params={
+        "requestId": 9, "reason": "user"})), ToServer)
+    assert command.server == "a" and cancel["params"] == {"requestId": sent["id"], "reason": "user"}
+    assert router.server_message("a", msg(id=sent["id"], result={})) == []  # late response dropped
+    # Unknown, finished or malformed cancels are ignored.
+    for params in ({"requestId": 9}, {"requestId": 12345}, {}, {"requestId": None}):
+        assert router.client_message(2, msg(method="notifications/cancelled", params=params)) == []
+    assert router.client_message(2, msg(method="notifications/cancelled")) == []
+
+
+def test_client_gone_cancels_its_work(router):
+    _, sent = only(router.client_message(1, msg(id=1, method="tools/call", params={"name": "a__slow"})),
+                   ToServer)
+    router.client_message(2, msg(id=1, method="tools/call", params={"name": "a__slow"}))
+    command, cancel = only(router.client_disconnected(1), ToServer)
+    assert cancel["method"] == "notifications/cancelled" and cancel["params"]["requestId"] == sent["id"]
+    assert len(router.links["a"].pending) == 1  # client 2's call is untouched
+    assert router.server_message("a", msg(id=sent["id"], result={})) == []
+
+
+def test_upstream_messages(router):
+    assert router.server_message("a", msg(method="notifications/tools/list_changed")) == [Refresh("a", "tools")]
+    assert router.server_message("a", b"garbage") == []
+    assert router.server_message("a", msg(id=99999, result={})) == []
+    _, pong = only(router.server_message("a", msg(id="s1", method="ping")), ToServer)
+    assert pong == {"jsonrpc": "2.0", "id": "s1", "result": {}}
+    _, refused = only(router.server_message("a", msg(id="s2", method="sampling/createMessage", params={})),
+                      ToServer)
+    assert refused["id"] == "s2" and refused["error"]["code"] == -32601
+    assert refused["error"]["data"]["source"] == "aggregator"
+
+
+def test_list_changed_only_when_visible_change(router):
+    assert router.server_items("a", "tools", [{"name": "echo", "x-new": 1}, {"name": "slow"}]) == []
+    out = router.server_items("a", "tools", [{"name": "echo"}])
+    assert sorted(c.session for c in out) == [1, 2]
+    assert {as_dict(c.message)["method"] for c in out} == {"notifications/tools/list_changed"}
+
+
+def test_numbers_in_results_are_unchanged(router):
+    _, sent = only(router.client_message(1, msg(id=1, method="tools/call", params={"name": "a__echo"})),
+                   ToServer)
+    raw = b'{"jsonrpc":"2.0","id":' + str(sent["id"]).encode() + \
+        b',"result":{"content":[],"structuredContent":{"n":123456789012345678901234567890,"f":1.10}}}'
+    command, _ = only(router.server_message("a", raw), ToClient)
+    assert b'"n":123456789012345678901234567890' in dumps(command.message)
+    assert json.loads(dumps(command.message))["id"] == 1

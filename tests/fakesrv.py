@@ -1,0 +1,159 @@
+"""A small MCP server for fault tests: it misbehaves on purpose.
+
+Run as a process: ``python tests/fakesrv.py MODE [MODE ...]``, speaking NDJSON on stdio.
+The same logic serves the in-memory tests through ``FakeServer.handle``.
+
+Modes
+- echo          tools ``echo`` (returns its arguments as JSON text) and ``add``; a prompt,
+                a resource, a template; completions. Always on.
+- exit_at_start exit with status 3 before reading anything.
+- crash_on_call exit with status 4 when ``crash`` is called.
+- garbage       write a banner, non-JSON and non-JSON-RPC lines before every answer.
+- hang_init     never answer ``initialize``.
+- hang_call     never answer ``tools/call`` of ``hang``.
+- paged         list tools three per page.
+- links         ``links`` returns resource_link and embedded resource blocks.
+- many:N        expose N extra tools ``t0`` .. ``tN-1``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from typing import Any
+
+
+class FakeServer:
+    def __init__(self, modes: list[str]) -> None:
+        self.modes = set(modes)
+        self.extra = 0
+        for mode in modes:
+            if mode.startswith("many:"):
+                self.extra = int(mode.split(":", 1)[1])
+        self.seen: list[dict[str, Any]] = []
+        self.exit_code: int | None = None
+
+    def tools(self) -> list[dict[str, Any]]:
+        tools = [
+            {"name": "echo", "description": "Echo the arguments back as JSON text.",
+             "inputSchema": {"type": "object", "$schema": "https://json-schema.org/draft/2020-12/schema"},
+             "annotations": {"readOnlyHint": True}, "x-unknown-field": {"kept": True}},
+            {"name": "add", "inputSchema": {"type": "object"}},
+            {"name": "crash", "inputSchema": {"type": "object"}},
+            {"name": "hang", "inputSchema": {"type": "object"}},
+            {"name": "links", "inputSchema": {"type": "object"}},
+            {"name": "fail", "inputSchema": {"type": "object"}},
+        ]
+        tools += [{"name": f"t{i}", "inputSchema": {"type": "object"}} for i in range(self.extra)]
+        return tools
+
+    def handle(self, line: bytes) -> list[bytes]:
+        """Answer one line; return the lines to write (maybe none)."""
+        message = json.loads(line)
+        self.seen.append(message)
+        out = [self._prefix()] if "garbage" in self.modes else []
+        answer = self._answer(message)
+        if answer is not None:
+            out.append(json.dumps(answer).encode())
+        return [x for x in out if x]
+
+    def _prefix(self) -> bytes:
+        return b'fake server banner\n{"not": "json-rpc"}\n[1,2\n{"jsonrpc":"2.0","id":987654,"result":{}}'
+
+    def _answer(self, message: dict[str, Any]) -> dict[str, Any] | None:
+        method = message.get("method")
+        id = message.get("id")
+        params = message.get("params") or {}
+        if "id" not in message or method is None:
+            return None
+        def ok(result: Any) -> dict[str, Any]:
+            return {"jsonrpc": "2.0", "id": id, "result": result}
+        if method == "initialize":
+            if "hang_init" in self.modes:
+                return None
+            return ok({
+                "protocolVersion": params.get("protocolVersion", "2025-06-18"),
+                "capabilities": {"tools": {"listChanged": True}, "prompts": {}, "resources": {},
+                                 "completions": {}},
+                "serverInfo": {"name": "server", "version": "1.0"},
+                "instructions": "Fake server for tests.",
+            })
+        if method == "ping":
+            return ok({})
+        if method == "tools/list":
+            tools = self.tools()
+            if "paged" in self.modes:
+                start = int(params.get("cursor") or 0)
+                page = {"tools": tools[start:start + 3]}
+                if start + 3 < len(tools):
+                    page["nextCursor"] = str(start + 3)
+                return ok(page)
+            return ok({"tools": tools})
+        if method == "prompts/list":
+            return ok({"prompts": [{"name": "greet", "arguments": [{"name": "who"}]}]})
+        if method == "resources/list":
+            return ok({"resources": [{"uri": "fake://doc/1", "name": "doc1", "mimeType": "text/plain"}]})
+        if method == "resources/templates/list":
+            return ok({"resourceTemplates": [{"uriTemplate": "fake://doc/{id}", "name": "doc"}]})
+        if method == "resources/read":
+            uri = params.get("uri")
+            return ok({"contents": [{"uri": uri, "text": f"contents of {uri}"}]})
+        if method == "prompts/get":
+            who = (params.get("arguments") or {}).get("who", "world")
+            return ok({"messages": [
+                {"role": "user", "content": {"type": "text", "text": f"Hello {who}"}},
+                {"role": "user", "content": {"type": "resource",
+                                             "resource": {"uri": "fake://doc/1", "text": "d"}}},
+            ]})
+        if method == "completion/complete":
+            ref = params.get("ref") or {}
+            return ok({"completion": {"values": [f"{ref.get('type')}:{ref.get('name') or ref.get('uri')}"],
+                                      "total": 1, "hasMore": False}})
+        if method == "tools/call":
+            name = params.get("name")
+            arguments = params.get("arguments") or {}
+            if name == "crash" and "crash_on_call" in self.modes:
+                self.exit_code = 4
+                return None
+            if name == "hang":
+                return None
+            if name == "fail":
+                return {"jsonrpc": "2.0", "id": id,
+                        "error": {"code": -32042, "message": "upstream says no", "data": {"why": "test"}}}
+            if name == "links":
+                return ok({"content": [
+                    {"type": "resource_link", "uri": "fake://doc/1", "name": "doc1"},
+                    {"type": "resource", "resource": {"uri": "fake://doc/2", "text": "two"}},
+                    {"type": "text", "text": "fake://not-a-link"},
+                ]})
+            if name == "add":
+                return ok({"content": [{"type": "text", "text": str(arguments.get("a", 0) + arguments.get("b", 0))}],
+                           "structuredContent": {"sum": arguments.get("a", 0) + arguments.get("b", 0)}})
+            if name in ("echo",) or (name or "").startswith("t"):
+                return ok({"content": [{"type": "text", "text": json.dumps(arguments)}],
+                           "isError": False, "_meta": {"fake": True}})
+            return {"jsonrpc": "2.0", "id": id, "error": {"code": -32602, "message": f"Unknown tool: {name}"}}
+        return {"jsonrpc": "2.0", "id": id, "error": {"code": -32601, "message": "Method not found"}}
+
+
+def main(modes: list[str]) -> int:
+    server = FakeServer(modes)
+    if "exit_at_start" in server.modes:
+        print("fake server: exiting at start on purpose", file=sys.stderr)
+        return 3
+    print(f"fake server started with modes {sorted(server.modes)} pid {os.getpid()}", file=sys.stderr, flush=True)
+    stdout = sys.stdout.buffer
+    for line in sys.stdin.buffer:
+        if not line.strip():
+            continue
+        for out in server.handle(line):
+            stdout.write(out + b"\n")
+        stdout.flush()
+        if server.exit_code is not None:
+            return server.exit_code
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
