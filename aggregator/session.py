@@ -22,7 +22,7 @@ READ_SIZE = 65536
 
 
 async def serve_stream_session(
-    hub: Hub, receive: trio.abc.ReceiveStream, send: trio.abc.SendStream, *, label: str
+    hub: Hub, receive: trio.abc.ReceiveStream, send: trio.abc.SendStream, *, label: str = "stream"
 ) -> None:
     """Serve one newline-delimited MCP client until it closes its side."""
     limit = hub.config.proxy.max_message_bytes

@@ -1,0 +1,137 @@
+"""Run the hub over trio memory streams: fake upstreams in memory, a scripted client."""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+import trio
+import trio.testing
+
+from aggregator.config import structure_config
+from aggregator.hub import Hub
+from aggregator.jsonrpc import LineSplitter, dumps, loads
+from aggregator.session import serve_stream_session
+from aggregator.transports.stdio import Channel
+from tests.fakesrv import FakeServer
+
+
+class FakeUpstreams:
+    """A connector that runs FakeServer instances in memory and remembers them."""
+
+    def __init__(self, modes: dict[str, list[str]]) -> None:
+        self.modes = modes
+        self.servers: dict[str, list[FakeServer]] = {name: [] for name in modes}
+
+    def latest(self, name: str) -> FakeServer:
+        return self.servers[name][-1]
+
+    async def __call__(self, config: Any, *, task_status: trio.TaskStatus[Channel]) -> str:
+        server = FakeServer(self.modes[config.name])
+        self.servers[config.name].append(server)
+        ours, theirs = trio.testing.memory_stream_pair()
+        task_status.started(Channel(ours, ours))
+        if "exit_at_start" in server.modes:
+            return "the server exited with status 3"
+        splitter = LineSplitter(1 << 24)
+        while True:
+            data = await theirs.receive_some(65536)
+            if not data:
+                return "the server closed its stdout"
+            for line in splitter.feed(data):
+                for out in server.handle(line):
+                    await theirs.send_all(out + b"\n")
+                if server.exit_code is not None:
+                    return f"the server exited with status {server.exit_code}"
+
+
+def make_config(servers: dict[str, list[str]], **proxy: Any):
+    return structure_config({
+        "proxy": {"startup_timeout": 5.0, **proxy},
+        "servers": {name: {"command": "fake", "init_timeout": 2.0} for name in servers},
+    }, environ={})
+
+
+class Client:
+    """A scripted MCP client on a memory stream."""
+
+    def __init__(self, stream: trio.abc.Stream) -> None:
+        self.stream = stream
+        self.splitter = LineSplitter(1 << 24)
+        self.ids = itertools.count(1)
+        self.inbox: list[dict[str, Any]] = []
+        self.notifications: list[dict[str, Any]] = []
+
+    async def send_raw(self, data: bytes) -> None:
+        await self.stream.send_all(data)
+
+    async def send(self, message: dict[str, Any]) -> None:
+        await self.stream.send_all(dumps({"jsonrpc": "2.0", **message}) + b"\n")
+
+    async def receive(self) -> dict[str, Any]:
+        while not self.inbox:
+            data = await self.stream.receive_some(65536)
+            assert data, "the proxy closed the connection"
+            self.inbox += [loads(line) for line in self.splitter.feed(data)]
+        return self.inbox.pop(0)
+
+    async def response(self, id: Any) -> dict[str, Any]:
+        while True:
+            message = await self.receive()
+            if "method" in message and "id" not in message:
+                self.notifications.append(message)
+                continue
+            assert message.get("id") == id, message
+            return message
+
+    async def request(self, method: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
+        id = next(self.ids)
+        message: dict[str, Any] = {"id": id, "method": method}
+        if params is not None:
+            message["params"] = params
+        await self.send(message)
+        return await self.response(id)
+
+    async def initialize(self) -> dict[str, Any]:
+        answer = await self.request("initialize", {
+            "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "test", "version": "0"}})
+        await self.send({"method": "notifications/initialized"})
+        return answer["result"]
+
+    async def list_all(self, method: str, key: str) -> list[dict[str, Any]]:
+        items, cursor = [], None
+        for _ in range(100):
+            answer = await self.request(method, {"cursor": cursor} if cursor else {})
+            items += answer["result"][key]
+            cursor = answer["result"].get("nextCursor")
+            if not cursor:
+                return items
+        raise AssertionError("pagination did not end")
+
+
+class Proxy:
+    def __init__(self, hub: Hub, upstreams: FakeUpstreams, nursery: trio.Nursery) -> None:
+        self.hub = hub
+        self.upstreams = upstreams
+        self.nursery = nursery
+
+    async def connect(self) -> Client:
+        ours, theirs = trio.testing.memory_stream_pair()
+        self.nursery.start_soon(serve_stream_session, self.hub, theirs, theirs)
+        return Client(ours)
+
+
+def running_proxy(servers: dict[str, list[str]], **proxy: Any):
+    """An async context manager yielding a Proxy with the given fake servers."""
+    from contextlib import asynccontextmanager
+
+    @asynccontextmanager
+    async def run():
+        upstreams = FakeUpstreams(servers)
+        hub = Hub(make_config(servers, **proxy), connector=upstreams)
+        async with trio.open_nursery() as nursery:
+            await nursery.start(hub.run)
+            yield Proxy(hub, upstreams, nursery)
+            nursery.cancel_scope.cancel()
+
+    return run()

@@ -1,0 +1,133 @@
+"""Sessions end to end over memory streams, with fake upstreams and a virtual clock."""
+
+import trio
+
+from tests.session.harness import running_proxy
+
+
+async def test_names_routing_and_pages(autojump_clock):
+    async with running_proxy({"a": ["paged", "many:7"], "b": []}, page_size=4) as proxy:
+        client = await proxy.connect()
+        with trio.fail_after(10):
+            result = await client.initialize()
+            assert set(result["capabilities"]) >= {"tools", "prompts", "resources", "completions"}
+            tools = await client.list_all("tools/list", "tools")
+            names = [t["name"] for t in tools]
+            assert len(names) == 2 * 6 + 7 and len(set(names)) == len(names)
+            assert names[0] == "a__echo" and "b__echo" in names and "a__t6" in names
+            assert tools[0]["x-unknown-field"] == {"kept": True}
+            assert tools[0]["inputSchema"]["$schema"].endswith("2020-12/schema")
+            answer = await client.request("tools/call", {"name": "b__add", "arguments": {"a": 2, "b": 3}})
+            assert answer["result"]["structuredContent"] == {"sum": 5}
+            answer = await client.request("tools/call", {"name": "a__fail"})
+            assert answer["error"] == {"code": -32042, "message": "upstream says no", "data": {"why": "test"}}
+            sent = proxy.upstreams.latest("b").seen[-1]
+            assert sent["params"]["name"] == "add" and type(sent["id"]) is int
+
+
+async def test_initialize_waits_for_startup_then_slow_server_is_absent(autojump_clock):
+    async with running_proxy({"slow": ["hang_init"], "ok": []}, startup_timeout=3.0) as proxy:
+        client = await proxy.connect()
+        with trio.fail_after(10):
+            start = trio.current_time()
+            await client.initialize()
+            # slow never answers: initialize is answered when its init_timeout (2 s) passes.
+            assert 1.9 <= trio.current_time() - start <= 3.1
+            names = [t["name"] for t in await client.list_all("tools/list", "tools")]
+            assert names and all(n.startswith("ok__") for n in names)
+            answer = await client.request("tools/call", {"name": "slow__echo"})
+            assert answer["error"]["code"] == -32602
+            assert proxy.hub.upstreams["slow"].state in ("restarting", "failed", "starting")
+
+
+async def test_crash_mid_call_fails_fast_others_answer_and_it_comes_back(autojump_clock):
+    async with running_proxy({"a": ["crash_on_call"], "b": []}) as proxy:
+        client = await proxy.connect()
+        with trio.fail_after(60):
+            await client.initialize()
+            start = trio.current_time()
+            answer = await client.request("tools/call", {"name": "a__crash"})
+            assert trio.current_time() - start < 1
+            assert answer["error"]["code"] == -32603
+            assert answer["error"]["data"] == {"source": "aggregator", "reason": "unavailable", "server": "a"}
+            answer = await client.request("tools/call", {"name": "b__echo", "arguments": {"x": 1}})
+            assert answer["result"]["content"][0]["text"] == '{"x": 1}'
+            # a comes back after its backoff; the client is told its tools changed twice.
+            while proxy.hub.upstreams["a"].state != "ready":
+                await trio.sleep(0.1)
+            answer = await client.request("tools/call", {"name": "a__echo", "arguments": {}})
+            assert "result" in answer
+            kinds = [n["method"] for n in client.notifications]
+            assert kinds.count("notifications/tools/list_changed") >= 2
+            assert len(proxy.upstreams.servers["a"]) == 2
+
+
+async def test_exit_at_start_restarts_with_bounded_backoff(autojump_clock):
+    async with running_proxy({"dead": ["exit_at_start"], "ok": []}, restart_backoff_initial=0.5,
+                             restart_backoff_max=8.0) as proxy:
+        client = await proxy.connect()
+        with trio.fail_after(120):
+            await client.initialize()
+            assert "result" in await client.request("tools/call", {"name": "ok__echo"})
+            await trio.sleep(60)
+            starts = len(proxy.upstreams.servers["dead"])
+            # 0.5 * 2**n capped at 8 s, full jitter: at least a handful, never a storm.
+            assert 3 <= starts <= 60
+            assert proxy.hub.upstreams["dead"].last_error == "the server exited with status 3"
+
+
+async def test_garbage_on_stdout_is_dropped(autojump_clock):
+    async with running_proxy({"g": ["garbage"]}) as proxy:
+        client = await proxy.connect()
+        with trio.fail_after(10):
+            await client.initialize()
+            assert len(await client.list_all("tools/list", "tools")) == 6
+            answer = await client.request("tools/call", {"name": "g__echo", "arguments": {"k": "v"}})
+            assert answer["result"]["content"][0]["text"] == '{"k": "v"}'
+
+
+async def test_bad_input_then_the_next_request_works(autojump_clock):
+    async with running_proxy({"a": []}, max_message_bytes=4096) as proxy:
+        client = await proxy.connect()
+        with trio.fail_after(10):
+            await client.initialize()
+            for raw in [b'{"jsonrpc":"2.0","method":\n', b"[" * 100_000 + b"\n",
+                        b'{"jsonrpc":"2.0","id":1,"method":"x","params":{"a":NaN}}\n',
+                        b"\xff\xfe\n", b"x" * 10_000 + b"\n", b"[]\n"]:
+                await client.send_raw(raw)
+                error = await client.receive()
+                assert error["id"] is None and error["error"]["code"] in (-32700, -32600)
+            await client.send_raw(b'{"jsonrpc":"2.0","method":"notifications/unknown"}\n')
+            await client.send_raw(b'{"jsonrpc":"2.0","id":999,"result":{}}\n')
+            answer = await client.request("ping")
+            assert answer["result"] == {}
+            answer = await client.request("foo/bar")
+            assert answer["error"]["code"] == -32601
+
+
+async def test_client_eof_cancels_in_flight_upstream_work(autojump_clock):
+    async with running_proxy({"a": []}) as proxy:
+        client = await proxy.connect()
+        with trio.fail_after(10):
+            await client.initialize()
+            await client.send({"id": 5, "method": "tools/call", "params": {"name": "a__hang"}})
+            await trio.sleep(0.5)
+            hang = proxy.upstreams.latest("a").seen[-1]
+            await client.stream.aclose()
+            await trio.sleep(0.5)
+            cancel = proxy.upstreams.latest("a").seen[-1]
+            assert cancel["method"] == "notifications/cancelled"
+            assert cancel["params"]["requestId"] == hang["id"]
+            assert proxy.hub.router.links["a"].pending == {}
+
+
+async def test_two_clients_share_one_upstream(autojump_clock):
+    async with running_proxy({"a": []}) as proxy:
+        one, two = await proxy.connect(), await proxy.connect()
+        with trio.fail_after(10):
+            await one.initialize()
+            await two.initialize()
+            await one.send({"id": 1, "method": "tools/call", "params": {"name": "a__echo", "arguments": {"who": 1}}})
+            await two.send({"id": 1, "method": "tools/call", "params": {"name": "a__echo", "arguments": {"who": 2}}})
+            assert (await one.response(1))["result"]["content"][0]["text"] == '{"who": 1}'
+            assert (await two.response(1))["result"]["content"][0]["text"] == '{"who": 2}'
