@@ -182,6 +182,9 @@ class UpstreamSession:
             except (trio.BrokenResourceError, trio.ClosedResourceError):
                 data = b""
             if not data:
+                # Usually the server is exiting: give its exit status a moment to be the
+                # reason we report (the transport task loses the link first if so).
+                await trio.sleep(0.5)
                 self._lose("the server closed its stdout")
                 return
             for line in splitter.feed(data):

@@ -1,0 +1,205 @@
+"""`aggregator serve --stdio` as a real process: raw protocol, faults, shutdown, orphans."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import anyio
+import pytest
+from mcp import ClientSession, StdioServerParameters, stdio_client
+
+from tests.e2e.conftest import fake, proxy_argv, write_config
+
+pytestmark = pytest.mark.e2e
+
+
+class RawProxy:
+    """The proxy as a subprocess, spoken to line by line."""
+
+    def __init__(self, config: Path) -> None:
+        self.process = subprocess.Popen(
+            proxy_argv(config), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        os.set_blocking(self.process.stdout.fileno(), True)
+
+    def send(self, data: bytes) -> None:
+        self.process.stdin.write(data)
+        self.process.stdin.flush()
+
+    def request(self, id, method, params=None):
+        message = {"jsonrpc": "2.0", "id": id, "method": method}
+        if params is not None:
+            message["params"] = params
+        self.send(json.dumps(message).encode() + b"\n")
+        return self.receive()
+
+    def receive(self):
+        while True:
+            line = self.process.stdout.readline()
+            assert line, "proxy closed stdout; stderr:\n" + self.process.stderr.read().decode()
+            message = json.loads(line)
+            if "id" in message:
+                return message
+
+    def close(self, timeout: float = 15) -> tuple[int, str]:
+        self.process.stdin.close()
+        code = self.process.wait(timeout=timeout)
+        return code, self.process.stderr.read().decode()
+
+
+def processes_with(marker: str) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if marker.encode() in (entry / "environ").read_bytes():
+                    found.append(int(entry.name))
+            except OSError:
+                continue
+    return found
+
+
+def test_raw_protocol_edges_and_clean_exit(tmp_path):
+    marker = f"AGG_TEST_{uuid.uuid4().hex}"
+    config = write_config(tmp_path, fake("a", env=f'{{ MARKER = "{marker}" }}'), startup_timeout=10.0)
+    proxy = RawProxy(config)
+    try:
+        started = time.monotonic()
+        answer = proxy.request(1, "server/discover", {})
+        assert answer["error"]["code"] == -32601 and time.monotonic() - started < 5
+        answer = proxy.request(2, "tools/list")
+        assert answer["error"]["code"] == -32600  # before initialize
+        answer = proxy.request(3, "initialize", {"protocolVersion": "2024-11-05", "capabilities": {},
+                                                 "clientInfo": {"name": "raw", "version": "0"}})
+        assert answer["result"]["protocolVersion"] == "2024-11-05"
+        proxy.send(b'{"jsonrpc":"2.0","method":"notifications/initialized"}\n')
+        proxy.send(b'{"jsonrpc":"2.0","method":\n')
+        assert proxy.receive()["error"]["code"] == -32700
+        proxy.send(b'[{"jsonrpc":"2.0","id":4,"method":"ping"}]\n')
+        assert proxy.receive() == {"jsonrpc": "2.0", "id": None, "error": {
+            "code": -32600, "message": "Invalid request: batches (JSON arrays) are not supported"}}
+        # A 30-digit integer and line separators reach the upstream unchanged.
+        proxy.send(b'{"jsonrpc":"2.0","id":12345678901234567890123,"method":"tools/call","params":'
+                   b'{"name":"a__echo","arguments":{"n":123456789012345678901234567890,'
+                   b'"t":"x\\u2028y\\u0085z\\rw"}}}\n')
+        answer = proxy.receive()
+        assert answer["id"] == 12345678901234567890123
+        echoed = answer["result"]["content"][0]["text"]
+        assert "123456789012345678901234567890" in echoed
+        assert json.loads(echoed)["t"] == "x\u2028y\u0085z\rw"
+        assert answer["result"]["_meta"] == {"fake": True}
+        assert proxy.request(0, "ping") == {"jsonrpc": "2.0", "id": 0, "result": {}}
+        assert proxy.request("", "ping") == {"jsonrpc": "2.0", "id": "", "result": {}}
+        assert processes_with(marker), "the fake server should be running"
+    finally:
+        code, stderr = proxy.close()
+    assert code == 0, stderr
+    assert not processes_with(marker), "a server outlived the proxy"
+
+
+def test_faulty_servers_never_take_the_others_down(tmp_path):
+    config = write_config(
+        tmp_path,
+        fake("dead", "exit_at_start") + fake("crashy", "crash_on_call") + fake("noisy", "garbage")
+        + fake("mute", "hang_init", init_timeout=2.0) + fake("missing_binary")
+        .replace(sys.executable, "/nonexistent/server"),
+        startup_timeout=6.0, restart_backoff_initial=0.2, restart_backoff_max=1.0)
+
+    async def main():
+        params = StdioServerParameters(command=sys.executable, args=proxy_argv(config)[1:])
+        async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
+            started = time.monotonic()
+            await session.initialize()
+            assert time.monotonic() - started < 8
+            names = {t.name for t in (await session.list_tools()).tools}
+            assert "crashy__echo" in names and "noisy__echo" in names
+            assert not any(n.startswith(("dead__", "mute__", "missing_binary__")) for n in names)
+
+            started = time.monotonic()
+            with pytest.raises(Exception, match="stopped before answering"):
+                await session.call_tool("crashy__crash", {})
+            assert time.monotonic() - started < 3
+            result = await session.call_tool("noisy__echo", {"still": "here"})
+            assert json.loads(result.content[0].text) == {"still": "here"}
+            # crashy restarts (backoff <= 1 s) and answers again.
+            for _ in range(100):
+                try:
+                    result = await session.call_tool("crashy__echo", {"back": True})
+                    break
+                except Exception:
+                    await anyio.sleep(0.2)
+            assert json.loads(result.content[0].text) == {"back": True}
+
+    anyio.run(main)
+
+
+def test_check_tools_import_and_errors(tmp_path, git_repo):
+    config = write_config(tmp_path, f'''
+[servers.time]
+command = "mcp-server-time"
+args = ["--local-timezone", "UTC"]
+[servers.git]
+command = "mcp-server-git"
+args = ["--repository", "{git_repo}"]
+''')
+    run = lambda *args: subprocess.run([sys.executable, "-m", "aggregator", *args],  # noqa: E731
+                                       capture_output=True, text=True, timeout=60)
+    out = run("check", "--config", str(config))
+    assert out.returncode == 0, out.stderr
+    assert "time" in out.stdout and "ready" in out.stdout and "2 tools" in out.stdout
+
+    out = run("tools", "--config", str(config), "--json")
+    catalog = json.loads(out.stdout)
+    row = next(r for r in catalog["tools"] if r["name"] == "git__git_status")
+    assert row["server"] == "git" and row["original"] == "git_status" and row["description"]
+    out = run("tools", "--config", str(config))
+    assert "TOOLS (" in out.stdout and "time__convert_time" in out.stdout
+
+    bad = write_config(tmp_path, fake("ok") + fake("dead", "exit_at_start"), startup_timeout=3.0)
+    out = run("check", "--config", str(bad))
+    assert out.returncode == 1 and "exited with status 3" in out.stdout
+
+    broken = tmp_path / "broken.toml"
+    broken.write_text('[servers.git]\ncommand = "x"\nargs = ["a", 2]\n')
+    out = run("serve", "--config", str(broken))
+    assert out.returncode == 2 and "servers.git.args[1]: expected a string" in out.stderr
+
+    claude = tmp_path / "claude_desktop_config.json"
+    claude.write_text(json.dumps({"mcpServers": {"time": {
+        "command": "mcp-server-time", "args": ["--local-timezone", "UTC"], "env": {"K": "${HOME}"}}}}))
+    out = run("import", str(claude))
+    assert out.returncode == 0 and '[servers.time]' in out.stdout and '${HOME}' in out.stdout
+    out = run("check", "--config", str(claude))
+    assert out.returncode == 0, out.stdout + out.stderr
+
+    out = run("--version")
+    assert out.stdout.startswith("aggregator ")
+
+
+def test_terminal_user_gets_a_greeting(tmp_path):
+    import pty
+    config = write_config(tmp_path, fake("a"))
+    leader, follower = pty.openpty()
+    process = subprocess.Popen(proxy_argv(config), stdin=follower, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE)
+    os.close(follower)
+    try:
+        deadline = time.monotonic() + 20
+        seen = b""
+        os.set_blocking(process.stderr.fileno(), False)
+        while b"mcpServers" not in seen and time.monotonic() < deadline:
+            chunk = process.stderr.read()
+            seen += chunk or b""
+            time.sleep(0.05)
+        text = seen.decode()
+        assert "a " in text and "6 tools" in text and '"serve"' in text and "--stdio" in text
+    finally:
+        os.close(leader)
+        process.terminate()
+        process.wait(timeout=15)
+    assert process.stdout.read() == b""  # nothing but MCP ever goes to stdout
