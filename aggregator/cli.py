@@ -101,7 +101,7 @@ def _config(args: argparse.Namespace) -> tuple[Config, Path]:
 
 def _serve(args: argparse.Namespace) -> int:
     config, path = _config(args)
-    trio.run(_serve_stdio, config, path)
+    trio.run(_serve_stdio, config, path.resolve())
     return 0
 
 
@@ -139,15 +139,22 @@ async def _greet(hub: Hub, path: Path) -> None:
     await hub.startup_done.wait()
     lines = ["", f"aggregator {__version__} is serving MCP on stdin/stdout.", "Servers:"]
     lines += _status_lines(hub)
-    exe = shutil.which("aggregator") or sys.argv[0]
     snippet = {"mcpServers": {"aggregator": {
-        "command": str(Path(exe).resolve()),
-        "args": ["serve", "--stdio", "--config", str(path.resolve())],
+        "command": _own_command(),
+        "args": ["serve", "--stdio", "--config", str(path)],
     }}}
     lines += ["", "An MCP client starts it itself. Paste this into its mcpServers config:",
               json.dumps(snippet, indent=2), "",
               "Type JSON-RPC here to talk to it by hand; Ctrl-D stops it.", ""]
     print("\n".join(lines), file=sys.stderr, flush=True)
+
+
+def _own_command() -> str:
+    """The absolute path of the `aggregator` script running now (for client configs)."""
+    script = Path(sys.argv[0])
+    if script.name == "aggregator" and script.exists():
+        return str(script.resolve())
+    return shutil.which("aggregator") or "aggregator"
 
 
 def _status_lines(hub: Hub) -> list[str]:
@@ -241,8 +248,7 @@ def _check(args: argparse.Namespace) -> int:
         _status_lines(hub), all(u.state == "ready" for u in hub.upstreams.values())))
     lines, ok = lines_and_ok
     print("\n".join(lines))
-    collisions = []
-    return 0 if ok and not collisions else 1
+    return 0 if ok else 1
 
 
 def _import(args: argparse.Namespace) -> int:

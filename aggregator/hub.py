@@ -2,8 +2,8 @@
 
 It is also the one place that executes the router's commands: ``dispatch`` turns
 ``ToClient`` / ``ToServer`` / ``Refresh`` / ``ControlReply`` into queued writes and
-wake-ups. ``dispatch`` never blocks; backpressure is applied by readers through
-``wait_writable`` between batches.
+wake-ups. ``dispatch`` never blocks and never writes; readers call ``flush`` once per
+read, which writes every queue the batch touched and applies backpressure.
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ class Hub:
         self._settled: set[str] = set()
         self._all_settled = trio.Event()
         self._client_keys = itertools.count(1)
-        self._congested: list[Outbox] = []
+        self._dirty: list[Outbox] = []
         if not self.upstreams:
             self._all_settled.set()
 
@@ -83,33 +83,55 @@ class Hub:
 
     def remove_client(self, key: int) -> None:
         self.clients.pop(key, None)
-        self.dispatch(self.router.client_disconnected(key))
+        self.dispatch_now(self.router.client_disconnected(key))
 
     # --- commands -----------------------------------------------------------------------
 
     def dispatch(self, commands: list[Any]) -> None:
+        """Queue the commands' messages; they are written at the next ``flush``."""
         for command in commands:
             kind = type(command)
             if kind is ToClient:
                 target = self.clients.get(command.session)
-                if target is not None:
-                    target.put_message(command.message)
-                    if target.over_limit:
-                        self._congested.append(target)
             elif kind is ToServer:
-                upstream = self.upstreams[command.server]
-                upstream.send(command.message)
-                if upstream.outbox is not None and upstream.outbox.over_limit:
-                    self._congested.append(upstream.outbox)
-            elif kind is Refresh:
-                self.upstreams[command.server].request_refresh(command.kind)
-            elif kind is ControlReply:
-                self.upstreams[command.server].control_reply(command.message)
+                target = self.upstreams[command.server].outbox
             else:
-                raise TypeError(f"cannot dispatch {command!r}")
+                self._dispatch_control(command)
+                continue
+            if target is not None:
+                target.put_message(command.message)
+                if not target.dirty:
+                    target.dirty = True
+                    self._dirty.append(target)
 
-    async def wait_writable(self) -> None:
-        """Backpressure: wait until every queue this reader overfilled has drained."""
-        while self._congested:
-            outbox = self._congested.pop()
-            await outbox.wait_writable()
+    def _dispatch_control(self, command: Any) -> None:
+        kind = type(command)
+        if kind is Refresh:
+            self.upstreams[command.server].request_refresh(command.kind)
+        elif kind is ControlReply:
+            self.upstreams[command.server].control_reply(command.message)
+        else:
+            raise TypeError(f"cannot dispatch {command!r}")
+
+    def dispatch_now(self, commands: list[Any]) -> None:
+        """Dispatch and start writing at once (for events outside a reader's batch)."""
+        self.dispatch(commands)
+        self._write_dirty()
+
+    async def flush(self) -> None:
+        """Write what the last batch queued, then wait for any queue it overfilled.
+
+        Readers call this once per read, after dispatching everything in it.
+        """
+        if self._dirty:
+            for outbox in self._write_dirty():
+                await outbox.wait_writable()
+
+    def _write_dirty(self) -> list[Outbox]:
+        dirty, self._dirty = self._dirty, []
+        congested = []
+        for outbox in dirty:
+            outbox.flush()
+            if outbox.over_limit:
+                congested.append(outbox)
+        return congested

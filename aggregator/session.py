@@ -59,10 +59,11 @@ async def _read_client(
                 log.warning("client %d: refused a %d-byte message (limit %d)", key, line.size, limit)
                 outbox.put_message(error_response(
                     None, INVALID_REQUEST, f"Invalid request: message larger than {limit} bytes"))
+                outbox.flush()
                 continue
             commands = router.client_message(key, line)
             if commands and type(commands[0]) is WaitForStartup:
                 await hub.startup_done.wait()
                 commands = router.client_message(key, line)
             hub.dispatch(commands)
-        await hub.wait_writable()
+        await hub.flush()

