@@ -1,0 +1,41 @@
+"""The README's promises that a test can hold it to."""
+
+import re
+import tomllib
+from pathlib import Path
+
+from aggregator.config import structure_config
+
+ROOT = Path(__file__).parents[2]
+README = (ROOT / "README.md").read_text()
+
+
+def sh_blocks() -> list[str]:
+    return re.findall(r"```sh\n(.*?)\n```", README, re.S)
+
+
+def test_opens_with_the_two_commands_and_ci_runs_the_second():
+    serve, test = sh_blocks()[:2]
+    assert "aggregator serve" in serve and "aggregator.toml" in serve
+    assert "pytest" in test
+    ci = (ROOT / ".ci" / "run").read_text().splitlines()
+    assert test in ci, "`.ci/run` must run the README's test command exactly"
+
+
+def test_configuration_example_loads():
+    example = re.search(r"`aggregator.toml`:\n\n```toml\n(.*?)\n```", README, re.S).group(1)
+    config = structure_config(tomllib.loads(example), environ={"HOME": "/home/u"})
+    assert config.servers["git"].args == ("--repository", "/home/u/src/project")
+
+
+def test_error_example_is_what_the_proxy_says():
+    from aggregator.errors import ConfigError
+
+    try:
+        structure_config({"servers": {"git": {"command": "g", "args": ["--repository", ".", 3]},
+                                      "tiem": {"comand": "x"}}}, environ={})
+    except ConfigError as exc:
+        for problem in exc.problems:
+            assert f"  {problem}" in README
+    else:
+        raise AssertionError("expected a ConfigError")
