@@ -244,10 +244,13 @@ def _route_of(hub: Hub, kind: str, exposed: str) -> Any:
 def _check(args: argparse.Namespace) -> int:
     config, path = _config(args)
     print(f"config {path}: ok ({len(config.servers)} servers)")
-    lines_and_ok = trio.run(_with_started_hub, config, lambda hub: (
-        _status_lines(hub), all(u.state == "ready" for u in hub.upstreams.values())))
-    lines, ok = lines_and_ok
+    lines, collisions, ok = trio.run(_with_started_hub, config, lambda hub: (
+        _status_lines(hub),
+        [c for kind in KINDS for c in hub.catalog.collisions[kind]],
+        all(u.state == "ready" for u in hub.upstreams.values())))
     print("\n".join(lines))
+    for collision in collisions:
+        print(f"  note: name collision: {collision}")
     return 0 if ok else 1
 
 

@@ -194,6 +194,7 @@ class UpstreamSession:
                     self.log.error(
                         "server %s: dropped a %d-byte message (limit %d bytes)", name, line.size, limit
                     )
+                    hub.dispatch(router.server_oversized(name, line.head, limit))
                     continue
                 hub.dispatch(router.server_message(name, line))
             await hub.flush()

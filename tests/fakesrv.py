@@ -14,6 +14,8 @@ Modes
 - paged         list tools three per page.
 - links         ``links`` returns resource_link and embedded resource blocks.
 - many:N        expose N extra tools ``t0`` .. ``tN-1``.
+- loop          tools/list pages forever: every page's nextCursor is the same.
+- big:N         ``big`` returns a text of N bytes.
 """
 
 from __future__ import annotations
@@ -28,9 +30,12 @@ class FakeServer:
     def __init__(self, modes: list[str]) -> None:
         self.modes = set(modes)
         self.extra = 0
+        self.big = 0
         for mode in modes:
             if mode.startswith("many:"):
                 self.extra = int(mode.split(":", 1)[1])
+            if mode.startswith("big:"):
+                self.big = int(mode.split(":", 1)[1])
         self.seen: list[dict[str, Any]] = []
         self.exit_code: int | None = None
 
@@ -44,6 +49,7 @@ class FakeServer:
             {"name": "hang", "inputSchema": {"type": "object"}},
             {"name": "links", "inputSchema": {"type": "object"}},
             {"name": "fail", "inputSchema": {"type": "object"}},
+            {"name": "big", "inputSchema": {"type": "object"}},
         ]
         tools += [{"name": f"t{i}", "inputSchema": {"type": "object"}} for i in range(self.extra)]
         return tools
@@ -83,6 +89,8 @@ class FakeServer:
             return ok({})
         if method == "tools/list":
             tools = self.tools()
+            if "loop" in self.modes:
+                return ok({"tools": tools[:2], "nextCursor": "again"})
             if "paged" in self.modes:
                 start = int(params.get("cursor") or 0)
                 page = {"tools": tools[start:start + 3]}
@@ -127,6 +135,8 @@ class FakeServer:
                     {"type": "resource", "resource": {"uri": "fake://doc/2", "text": "two"}},
                     {"type": "text", "text": "fake://not-a-link"},
                 ]})
+            if name == "big":
+                return ok({"content": [{"type": "text", "text": "x" * self.big}]})
             if name == "add":
                 return ok({"content": [{"type": "text", "text": str(arguments.get("a", 0) + arguments.get("b", 0))}],
                            "structuredContent": {"sum": arguments.get("a", 0) + arguments.get("b", 0)}})

@@ -28,6 +28,7 @@ Invariants
 from __future__ import annotations
 
 import logging
+import re
 from typing import Any, NamedTuple
 
 import attrs
@@ -395,6 +396,23 @@ class Router:
             message["id"], f"The aggregator does not route {method} to clients",
             reason="unroutable", server=server, code=METHOD_NOT_FOUND))]
 
+    def server_oversized(self, server: str, head: bytes, limit: int) -> list[Any]:
+        """A message from the server was over the size limit and was dropped unread.
+
+        If its first bytes name a pending request's id, that request fails now with
+        reason ``too_large`` instead of waiting for an answer that will never come.
+        """
+        match = _HEAD_ID.search(head)
+        if match is None:
+            return []
+        pending = self.links[server].pending.pop(int(match.group(1)), None)
+        if pending is None or pending.session not in self.clients:
+            return []
+        self.clients[pending.session].in_flight.pop(pending.client_id, None)
+        return [ToClient(pending.session, proxy_error(
+            pending.client_id, f"Server {server!r} answered with more than {limit} bytes",
+            reason="too_large", server=server))]
+
     def server_ready(self, server: str, init_result: dict[str, Any]) -> None:
         link = self.links[server]
         link.ready = True
@@ -471,6 +489,12 @@ class Router:
                     head += f" (its tools and prompts are prefixed {link.prefix}{self.catalog.separator})"
                 parts.append(f"{head}\n{link.instructions.strip()}")
         return "\n\n".join(parts)
+
+
+# The id of a response, from the first bytes of a message too large to parse. Our upstream
+# ids are integers; a response carries no "method", and "id" precedes "result" in what
+# servers write (when it does not, the request simply waits for its timeout).
+_HEAD_ID = re.compile(rb'^\s*\{\s*(?:"jsonrpc"\s*:\s*"2\.0"\s*,\s*)?"id"\s*:\s*(\d{1,18})\s*,')
 
 
 def _cancelled(upstream_id: int, reason: str) -> dict[str, Any]:

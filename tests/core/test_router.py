@@ -245,3 +245,14 @@ def test_numbers_in_results_are_unchanged(router):
     command, _ = only(router.server_message("a", raw), ToClient)
     assert b'"n":123456789012345678901234567890' in dumps(command.message)
     assert json.loads(dumps(command.message))["id"] == 1
+
+
+def test_oversized_answer_fails_its_request(router):
+    _, sent = only(router.client_message(1, msg(id="big", method="tools/call", params={"name": "a__echo"})),
+                   ToServer)
+    head = b'{"jsonrpc":"2.0","id":' + str(sent["id"]).encode() + b',"result":{"content":[{"type":"text","text":"xx'
+    _, error = only(router.server_oversized("a", head, 1000), ToClient)
+    assert error["id"] == "big" and error["error"]["data"]["reason"] == "too_large"
+    assert router.clients[1].in_flight == {} and router.links["a"].pending == {}
+    assert router.server_oversized("a", head, 1000) == []  # already failed
+    assert router.server_oversized("a", b'{"method":"notifications/message","params":{"id":1,', 1000) == []

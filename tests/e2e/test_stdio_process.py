@@ -102,6 +102,30 @@ def test_raw_protocol_edges_and_clean_exit(tmp_path):
     assert not processes_with(marker), "a server outlived the proxy"
 
 
+def test_sigterm_stops_everything(tmp_path):
+    import signal
+    marker = f"AGG_TEST_{uuid.uuid4().hex}"
+    env = f'{{ MARKER = "{marker}" }}'
+    config = write_config(tmp_path, fake("a", env=env) + fake("b", env=env))
+    proxy = RawProxy(config)
+    answer = proxy.request(1, "initialize", {"protocolVersion": "2025-11-25", "capabilities": {},
+                                             "clientInfo": {"name": "raw", "version": "0"}})
+    assert "result" in answer
+    assert len(processes_with(marker)) == 2
+    proxy.process.send_signal(signal.SIGTERM)
+    assert proxy.process.wait(timeout=15) == 0
+    assert not processes_with(marker)
+
+
+def test_collisions_are_reported_with_both_sources(tmp_path):
+    config = write_config(tmp_path, fake("a", prefix='""') + fake("b", prefix='""'))
+    out = subprocess.run([sys.executable, "-m", "aggregator", "check", "--config", str(config)],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "tool name 'echo': a:'echo' keeps it, b:'echo' is exposed as 'echo_" in out.stdout
+    assert "name collision" in out.stderr  # logged at startup too
+
+
 def test_faulty_servers_never_take_the_others_down(tmp_path):
     config = write_config(
         tmp_path,
@@ -197,7 +221,7 @@ def test_terminal_user_gets_a_greeting(tmp_path):
             seen += chunk or b""
             time.sleep(0.05)
         text = seen.decode()
-        assert "a " in text and "6 tools" in text and '"serve"' in text and "--stdio" in text
+        assert "a " in text and "7 tools" in text and '"serve"' in text and "--stdio" in text
     finally:
         os.close(leader)
         process.terminate()

@@ -13,7 +13,7 @@ async def test_names_routing_and_pages(autojump_clock):
             assert set(result["capabilities"]) >= {"tools", "prompts", "resources", "completions"}
             tools = await client.list_all("tools/list", "tools")
             names = [t["name"] for t in tools]
-            assert len(names) == 2 * 6 + 7 and len(set(names)) == len(names)
+            assert len(names) == 2 * 7 + 7 and len(set(names)) == len(names)
             assert names[0] == "a__echo" and "b__echo" in names and "a__t6" in names
             assert tools[0]["x-unknown-field"] == {"kept": True}
             assert tools[0]["inputSchema"]["$schema"].endswith("2020-12/schema")
@@ -81,7 +81,7 @@ async def test_garbage_on_stdout_is_dropped(autojump_clock):
         client = await proxy.connect()
         with trio.fail_after(10):
             await client.initialize()
-            assert len(await client.list_all("tools/list", "tools")) == 6
+            assert len(await client.list_all("tools/list", "tools")) == 7
             answer = await client.request("tools/call", {"name": "g__echo", "arguments": {"k": "v"}})
             assert answer["result"]["content"][0]["text"] == '{"k": "v"}'
 
@@ -131,3 +131,24 @@ async def test_two_clients_share_one_upstream(autojump_clock):
             await two.send({"id": 1, "method": "tools/call", "params": {"name": "a__echo", "arguments": {"who": 2}}})
             assert (await one.response(1))["result"]["content"][0]["text"] == '{"who": 1}'
             assert (await two.response(1))["result"]["content"][0]["text"] == '{"who": 2}'
+
+
+async def test_upstream_cursor_loop_is_cut(autojump_clock):
+    async with running_proxy({"l": ["loop"]}) as proxy:
+        client = await proxy.connect()
+        with trio.fail_after(10):
+            await client.initialize()
+            # The repeated cursor is noticed, listing stops with what it has, and the
+            # items listed twice are exposed once.
+            assert [t["name"] for t in await client.list_all("tools/list", "tools")] == ["l__echo", "l__add"]
+
+
+async def test_too_large_answer_fails_its_request_and_the_server_keeps_serving(autojump_clock):
+    async with running_proxy({"a": ["big:50000"]}, max_message_bytes=20_000) as proxy:
+        client = await proxy.connect()
+        with trio.fail_after(10):
+            await client.initialize()
+            answer = await client.request("tools/call", {"name": "a__big"})
+            assert answer["error"]["data"] == {"source": "aggregator", "reason": "too_large", "server": "a"}
+            answer = await client.request("tools/call", {"name": "a__echo", "arguments": {"n": 1}})
+            assert answer["result"]["content"][0]["text"] == '{"n": 1}'
