@@ -129,3 +129,24 @@ def test_three_real_servers_through_one_endpoint(tmp_path, git_repo, everything_
                     raise RuntimeError(result.content[0].text)
 
     anyio.run(main)
+
+
+def test_typescript_sdk_client(tmp_path, git_repo, everything_js):
+    """The TypeScript SDK's client, the base of Claude Desktop, Cursor and VS Code."""
+    import subprocess
+    from pathlib import Path
+
+    config = three_servers(tmp_path, git_repo, everything_js)
+    script = Path(__file__).parent / "ts_client.mjs"
+    out = subprocess.run(
+        ["node", str(script), sys.executable, "-m", "aggregator", "serve", "--stdio", "--config", str(config),
+         "--log-level", "warning"],
+        capture_output=True, text=True, timeout=120, cwd=script.parent)
+    assert out.returncode == 0, out.stderr
+    seen = json.loads(out.stdout)
+    assert seen["server"]["name"] == "aggregator"
+    assert seen["pages"] >= 4 and len(seen["tools"]) == len(set(seen["tools"]))
+    assert {"everything__get-sum", "time__get_current_time", "git__git_status"} <= set(seen["tools"])
+    assert "42" in seen["sum"] and json.loads(seen["time"])["timezone"] == "UTC"
+    assert seen["firstResource"].startswith("everything+demo://") and seen["readUri"] == seen["firstResource"]
+    assert seen["unknown"]["code"] == -32602 and "Unknown tool" in seen["unknown"]["message"]
