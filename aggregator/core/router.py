@@ -202,7 +202,7 @@ class Router:
             kind, message = decode_message(raw)
         except RemoteProtocolError as exc:
             log.debug("client %d: refused message: %s", key, exc.message)
-            return [ToClient(key, exc.to_response())]
+            return [ToClient(key, exc.to_response())] if exc.answer else []
         if kind == REQUEST:
             method = message["method"]
             handler = self._requests.get(method)
@@ -359,7 +359,7 @@ class Router:
             kind, message = decode_message(raw)
         except RemoteProtocolError as exc:
             log.warning("server %s: dropping an unreadable message: %s", server, exc.message)
-            if exc.id is not None:
+            if exc.id is not None and exc.answer:
                 return [ToServer(server, exc.to_response())]
             return []
         if kind == RESPONSE or kind == ERROR:

@@ -159,7 +159,8 @@ def _refusal(message: dict[str, Any], id: Any, method: Any) -> RemoteProtocolErr
         if type(method) is not str:
             return RemoteProtocolError(INVALID_REQUEST, 'Invalid request: "method" must be a string', id=readable_id)
         if type(message.get("params")) is list:
-            return RemoteProtocolError(INVALID_PARAMS, "Invalid params: MCP params must be an object", id=readable_id)
+            return RemoteProtocolError(INVALID_PARAMS, "Invalid params: MCP params must be an object",
+                                       id=readable_id, answer=id is not _MISSING)
         if "params" in message and type(message["params"]) is not dict:
             return RemoteProtocolError(INVALID_REQUEST, 'Invalid request: "params" must be an object', id=readable_id)
         return RemoteProtocolError(INVALID_REQUEST, 'Invalid request: "id" must be a string or an integer')

@@ -22,13 +22,16 @@ class RemoteProtocolError(Exception):
     """The peer sent a message we cannot accept; answer with `.code` / `.message`."""
 
     def __init__(
-        self, code: int, message: str, *, id: Any = None, data: Any = None
+        self, code: int, message: str, *, id: Any = None, data: Any = None, answer: bool = True
     ) -> None:
         super().__init__(message)
         self.code = code
         self.message = message
         self.id = id
         self.data = data
+        # False for a well-formed JSON-RPC notification that MCP cannot accept (params as
+        # an array): notifications are never answered, so it is dropped silently.
+        self.answer = answer
 
     def to_response(self) -> dict[str, Any]:
         return error_response(self.id, self.code, self.message, self.data)

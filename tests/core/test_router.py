@@ -3,6 +3,8 @@
 import json
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from aggregator.config import ServerConfig
 from aggregator.core.catalog import Catalog
@@ -256,3 +258,59 @@ def test_oversized_answer_fails_its_request(router):
     assert router.clients[1].in_flight == {} and router.links["a"].pending == {}
     assert router.server_oversized("a", head, 1000) == []  # already failed
     assert router.server_oversized("a", b'{"method":"notifications/message","params":{"id":1,', 1000) == []
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | st.text(),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+    max_leaves=12,
+)
+envelopes = st.fixed_dictionaries(
+    {},
+    optional={
+        "jsonrpc": st.sampled_from(["2.0", "1.0", 2]),
+        "id": st.one_of(st.integers(), st.text(max_size=5), st.none(), st.booleans(), st.floats(allow_nan=False)),
+        "method": st.one_of(st.sampled_from(["tools/call", "tools/list", "prompts/get", "resources/read",
+                                             "completion/complete", "ping", "initialize",
+                                             "notifications/cancelled", "x/y"]), json_values),
+        "params": st.one_of(st.fixed_dictionaries({}, optional={
+            "name": st.one_of(st.sampled_from(["a__echo", "echo", "a__greet"]), json_values),
+            "uri": st.one_of(st.just("a+fake://doc/1"), json_values),
+            "cursor": json_values, "ref": json_values, "requestId": json_values, "arguments": json_values}),
+            json_values),
+        "result": json_values,
+        "error": json_values,
+    },
+)
+
+
+@settings(max_examples=2000, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.one_of(envelopes.map(dumps), json_values.map(dumps), st.binary(max_size=64)))
+def test_fuzz_one_answer_per_request_none_to_notifications(router, raw):
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        value = None
+    out = router.client_message(1, raw)
+    answers = [as_dict(c.message) for c in out if type(c) is ToClient]
+    for answer in answers:
+        assert answer["jsonrpc"] == "2.0" and ("result" in answer) != ("error" in answer)
+        if "error" in answer:
+            assert type(answer["error"]["code"]) is int and answer["error"]["message"]
+    is_request = (type(value) is dict and value.get("jsonrpc") == "2.0" and type(value.get("method")) is str
+                  and type(value.get("id")) in (int, str) and type(value.get("params", {})) is dict)
+    # A well-formed JSON-RPC notification (params absent, an object or an array) is never
+    # answered; a malformed one is an invalid request, answered with id null.
+    is_notification = (type(value) is dict and value.get("jsonrpc") == "2.0"
+                       and type(value.get("method")) is str and "id" not in value
+                       and type(value.get("params", {})) in (dict, list))
+    if is_notification:
+        assert answers == []
+    if is_request:
+        forwarded = [c for c in out if type(c) is ToServer and "id" in as_dict(c.message)]
+        assert len(answers) + len(forwarded) == 1
+        if answers:
+            assert answers[0]["id"] == value["id"]
+        else:  # answer it, so in-flight tables stay small across examples
+            sent = as_dict(forwarded[0].message)
+            router.server_message(forwarded[0].server, msg(id=sent["id"], result={}))
