@@ -42,6 +42,19 @@ def fake(name: str, *modes: str, **extra: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+def time_and_git(git_repo: Path) -> str:
+    """Config tables for the two PyPI reference servers."""
+    return f'''
+[servers.time]
+command = "mcp-server-time"
+args = ["--local-timezone", "UTC"]
+
+[servers.git]
+command = "mcp-server-git"
+args = ["--repository", "{git_repo}"]
+'''
+
+
 def write_config(tmp_path: Path, body: str, **proxy: object) -> Path:
     head = "[proxy]\n" + "".join(f"{k} = {v!r}\n".replace("'", '"') for k, v in proxy.items())
     path = tmp_path / "aggregator.toml"

@@ -16,21 +16,13 @@ import pytest
 from mcp import Client, StdioServerParameters
 from mcp.types import PromptReference, ResourceTemplateReference
 
-from tests.e2e.conftest import write_config
+from tests.e2e.conftest import time_and_git, write_config
 
 pytestmark = pytest.mark.e2e
 
 
 def three_servers(tmp_path, git_repo, everything_js):
-    return write_config(tmp_path, f'''
-[servers.time]
-command = "mcp-server-time"
-args = ["--local-timezone", "UTC"]
-
-[servers.git]
-command = "mcp-server-git"
-args = ["--repository", "{git_repo}"]
-
+    return write_config(tmp_path, time_and_git(git_repo) + f'''
 [servers.everything]
 command = "node"
 args = ["{everything_js}", "stdio"]

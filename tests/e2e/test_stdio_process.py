@@ -14,7 +14,7 @@ import anyio
 import pytest
 from mcp import ClientSession, StdioServerParameters, stdio_client
 
-from tests.e2e.conftest import fake, proxy_argv, write_config
+from tests.e2e.conftest import fake, proxy_argv, time_and_git, write_config
 
 pytestmark = pytest.mark.e2e
 
@@ -163,14 +163,7 @@ def test_faulty_servers_never_take_the_others_down(tmp_path):
 
 
 def test_check_tools_import_and_errors(tmp_path, git_repo):
-    config = write_config(tmp_path, f'''
-[servers.time]
-command = "mcp-server-time"
-args = ["--local-timezone", "UTC"]
-[servers.git]
-command = "mcp-server-git"
-args = ["--repository", "{git_repo}"]
-''')
+    config = write_config(tmp_path, time_and_git(git_repo))
     run = lambda *args: subprocess.run([sys.executable, "-m", "aggregator", *args],  # noqa: E731
                                        capture_output=True, text=True, timeout=60)
     out = run("check", "--config", str(config))
