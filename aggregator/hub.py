@@ -60,7 +60,7 @@ class Hub:
     async def _startup_gate(self) -> None:
         with trio.move_on_after(self.config.proxy.startup_timeout):
             await self._all_settled.wait()
-        waiting = [name for name, up in self.upstreams.items() if up.state != "ready"]
+        waiting = [name for name, up in self.upstreams.items() if up.state in ("starting", "down")]
         if waiting:
             log.warning("startup: serving without %s (not ready yet; they join when ready)",
                         ", ".join(waiting))

@@ -56,7 +56,7 @@ class UpstreamSession:
         self.name = config.name
         self.log = logging.getLogger(f"aggregator.server.{config.name}")
         self.outbox: Outbox | None = None
-        self.state = "starting"  # starting, ready, failed, restarting
+        self.state = "starting"  # starting, ready, down (restarting soon), unsupported
         self.last_error: str | None = None
         self.starts = 0
         self._control: dict[str, _Reply] = {}
@@ -90,11 +90,20 @@ class UpstreamSession:
         """Run this upstream until cancelled, restarting it whenever it is lost."""
         attempt = 0
         proxy = self.hub.config.proxy
+        if self.config.effective_transport != "stdio" and self.hub.connector is None:
+            # Network upstreams are configured like the others (client files carry them),
+            # but this build reaches servers over stdio only. Say so once; never retry.
+            self.state = "unsupported"
+            self.last_error = f"transport {self.config.effective_transport!r} is not supported yet"
+            self.log.error("server %s: %s; it stays off", self.name, self.last_error)
+            self.hub.server_settled(self.name)
+            return
         while True:
             started = trio.current_time()
             self.starts += 1
             reason = await self._connect_once()
-            self.state = "restarting"
+            was_ready = self.state == "ready"
+            self.state = "down"
             self.last_error = reason
             self.hub.server_settled(self.name)
             if trio.current_time() - started > HEALTHY_RESET:
@@ -104,7 +113,8 @@ class UpstreamSession:
             )
             attempt += 1
             self.log.warning(
-                "server %s lost: %s; restarting in %.1fs (attempt %d)", self.name, reason, delay, attempt
+                "server %s %s: %s; starting it again in %.1fs (attempt %d)",
+                self.name, "lost" if was_ready else "did not start", reason, delay, attempt,
             )
             await trio.sleep(delay)
 
@@ -119,11 +129,7 @@ class UpstreamSession:
                 try:
                     channel = await nursery.start(self._transport)
                 except OSError as exc:
-                    self.state = "failed"
                     return f"cannot start {config.command!r}: {exc.strerror or exc}"
-                except UpstreamError as exc:
-                    self.state = "failed"
-                    return str(exc)
                 if channel.pid is not None:
                     self.log.info("server %s: started pid %d", self.name, channel.pid)
                 self.outbox = Outbox(channel.send, limit=limit, name=f"server {self.name}")
@@ -136,7 +142,6 @@ class UpstreamSession:
                 except (UpstreamError, trio.TooSlowError) as exc:
                     reason = str(exc) or f"no answer to initialize within {config.init_timeout}s"
                     self._lose(reason)
-                    self.state = "failed"
                     return self._lost or reason
                 self.state = "ready"
                 self.last_error = None
@@ -156,13 +161,8 @@ class UpstreamSession:
         """Run the connector (a child process by default) and lose the link when it ends."""
         if self.hub.connector is not None:
             reason = await self.hub.connector(self.config, task_status=task_status)
-        elif self.config.effective_transport == "stdio":
-            reason = await run_stdio_server(self.config, task_status=task_status)
         else:
-            # Network upstreams are configured the same way; their transports land with the
-            # HTTP/WebSocket endpoints. Say so instead of pretending to connect.
-            raise UpstreamError(
-                f"transport {self.config.effective_transport!r} is not supported yet")
+            reason = await run_stdio_server(self.config, task_status=task_status)
         self._lose(reason)
 
     def _lose(self, reason: str) -> None:
