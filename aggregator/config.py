@@ -40,7 +40,11 @@ class ServerConfig:
     uri_prefix: str | None = None  # None: derived from the prefix; "": URIs unchanged
     enabled: bool = True
     init_timeout: float = 10.0
+    # A request without an answer after request_timeout fails (reason "timeout") and is
+    # cancelled upstream. Progress can extend it, never past max_request_timeout.
     request_timeout: float = 60.0
+    timeout_resets_on_progress: bool = True
+    max_request_timeout: float = 600.0
 
     @property
     def effective_transport(self) -> Transport:
@@ -58,6 +62,12 @@ class ProxyConfig:
     max_message_bytes: int = 16 * 1024 * 1024
     restart_backoff_initial: float = 0.5
     restart_backoff_max: float = 30.0
+    # Server-to-client requests the proxy routes to clients (and so declares upstream).
+    server_requests: tuple[str, ...] = ("sampling", "elicitation", "roots")
+    # Answer for roots/list when no single client can be asked (None: an error instead).
+    roots: tuple[str, ...] | None = None
+    # Several list changes within this many seconds reach clients as one notification.
+    list_changed_debounce: float = 0.05
 
 
 @attrs.frozen(kw_only=True)
@@ -130,6 +140,8 @@ def _make_converter() -> cattrs.Converter:
     converter.register_structure_hook(int, structure_int)
     converter.register_structure_hook(bool, structure_bool)
     converter.register_structure_hook_func(lambda t: t == tuple[str, ...], structure_args)
+    converter.register_structure_hook_func(
+        lambda t: t == tuple[str, ...] | None, lambda v, _: None if v is None else structure_args(v, _))
     converter.register_structure_hook_func(lambda t: t == Mapping[str, str], structure_str_map)
     converter.register_structure_hook_func(lambda t: t == Transport, structure_transport)
     return converter
@@ -286,6 +298,14 @@ def _check_proxy(proxy: ProxyConfig) -> list[str]:
         problems.append("proxy.max_message_bytes: must be at least 1024")
     if proxy.restart_backoff_initial <= 0 or proxy.restart_backoff_max < proxy.restart_backoff_initial:
         problems.append("proxy.restart_backoff_*: need 0 < initial <= max")
+    for index, name in enumerate(proxy.server_requests):
+        if name not in ("sampling", "elicitation", "roots"):
+            problems.append(f"proxy.server_requests[{index}]: expected sampling, elicitation or roots, got {name!r}")
+    for index, uri in enumerate(proxy.roots or ()):
+        if ":" not in uri:
+            problems.append(f"proxy.roots[{index}]: expected a URI such as file:///home/me/project")
+    if proxy.list_changed_debounce < 0:
+        problems.append("proxy.list_changed_debounce: must not be negative")
     return problems
 
 
@@ -306,6 +326,8 @@ def _check_server(server: ServerConfig, path: str) -> list[str]:
         problems.append(f"{path}.init_timeout: must be positive")
     if server.request_timeout <= 0:
         problems.append(f"{path}.request_timeout: must be positive")
+    if server.max_request_timeout < server.request_timeout:
+        problems.append(f"{path}.max_request_timeout: must be at least request_timeout")
     return problems
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import math
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -36,7 +37,13 @@ class Hub:
         self.connector = connector
         servers = config.enabled_servers
         self.catalog = Catalog(servers, config.proxy.separator, config.proxy.page_size)
-        self.router = Router(self.catalog, servers)
+        proxy = config.proxy
+        self.router = Router(
+            self.catalog, servers, clock=trio.current_time,
+            server_requests=proxy.server_requests,
+            roots=None if proxy.roots is None else [{"uri": uri} for uri in proxy.roots],
+            list_changed_debounce=proxy.list_changed_debounce,
+        )
         self.upstreams = {server.name: UpstreamSession(self, server) for server in servers}
         self.clients: dict[int, Outbox] = {}
         self.startup_done = trio.Event()
@@ -44,6 +51,8 @@ class Hub:
         self._all_settled = trio.Event()
         self._client_keys = itertools.count(1)
         self._dirty: list[Outbox] = []
+        self._timer_at = math.inf
+        self._timer_poke = trio.Event()
         if not self.upstreams:
             self._all_settled.set()
 
@@ -55,7 +64,25 @@ class Hub:
             for upstream in self.upstreams.values():
                 nursery.start_soon(upstream.run, name=f"upstream {upstream.name}")
             nursery.start_soon(self._startup_gate)
+            nursery.start_soon(self._timer)
             task_status.started(self)
+
+    async def _timer(self) -> None:
+        """Run the router's clock: time out requests, send debounced notices."""
+        while True:
+            deadline = self.router.next_deadline()
+            self._timer_at = math.inf if deadline is None else deadline
+            with trio.move_on_at(self._timer_at):
+                await self._timer_poke.wait()
+            self._timer_poke = trio.Event()
+            self.dispatch_now(self.router.expire())
+
+    def _check_timer(self) -> None:
+        """Wake the timer if the router now has an earlier deadline than it sleeps to."""
+        deadline = self.router.next_deadline()
+        if deadline is not None and deadline < self._timer_at:
+            self._timer_at = deadline
+            self._timer_poke.set()
 
     async def _startup_gate(self) -> None:
         with trio.move_on_after(self.config.proxy.startup_timeout):
@@ -117,12 +144,14 @@ class Hub:
         """Dispatch and start writing at once (for events outside a reader's batch)."""
         self.dispatch(commands)
         self._write_dirty()
+        self._check_timer()
 
     async def flush(self) -> None:
         """Write what the last batch queued, then wait for any queue it overfilled.
 
         Readers call this once per read, after dispatching everything in it.
         """
+        self._check_timer()
         if self._dirty:
             for outbox in self._write_dirty():
                 await outbox.wait_writable()

@@ -218,7 +218,7 @@ class UpstreamSession:
         with trio.fail_after(self.config.init_timeout):
             result = await self.request("initialize", {
                 "protocolVersion": LATEST,
-                "capabilities": {},
+                "capabilities": self.hub.router.upstream_client_capabilities(),
                 "clientInfo": {"name": "aggregator", "version": __version__},
             })
         version = result.get("protocolVersion")
@@ -226,7 +226,7 @@ class UpstreamSession:
             raise UpstreamError(
                 f"the server answered protocol version {version!r}, which the aggregator does not speak")
         self.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
-        self.hub.router.server_ready(self.name, result)
+        self.hub.dispatch_now(self.hub.router.server_ready(self.name, result))
         capabilities = result.get("capabilities") if type(result.get("capabilities")) is dict else {}
         info = result.get("serverInfo") or {}
         self.log.info(

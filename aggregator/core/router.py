@@ -3,25 +3,30 @@
 Theory of operation
 -------------------
 Events go in as method calls (a client sent these bytes; server S sent these bytes; S is
-ready with this catalog; S was lost; a client went away) and commands come out as lists
-(send this message to client session C; send that one to server S; re-list S's tools).
-The trio layer executes the commands; nothing here awaits or blocks.
+ready with this catalog; S was lost; a client went away; time passed) and commands come
+out as lists (send this message to client session C; send that one to server S; re-list
+S's tools). The trio layer executes the commands; nothing here awaits or blocks. Time is
+read from an injected clock, so tests drive timeouts without sleeping.
 
 Invariants
 ----------
 1. A client's request id is echoed back exactly, and only to that client. Upstream ids
-   are minted here, per upstream, as increasing integers; the proxy's own requests to an
-   upstream (initialize, listing) use string ids ``"aggregator-N"`` and never reach this
-   table. So ids from different clients can never collide upstream.
-2. Every forwarded request is in exactly two tables until it ends: ``link.pending``
-   (upstream id -> Pending) and ``client.in_flight`` (client id -> (server, upstream id)).
-   Every exit path (response, error, cancellation, client gone, upstream lost) removes it
-   from both, so the tables stay bounded by what is really in flight.
-3. A response from an upstream whose id is not pending (late after a cancel, foreign,
-   duplicated) is dropped.
-4. Names and URIs are looked up in the catalog; an unknown one is -32602 from the proxy
-   and nothing reaches any upstream.
-5. Errors the proxy makes itself carry ``data.source = "aggregator"``, the server and a
+   are minted here, per upstream, as increasing integers; the proxy's own requests made
+   by the trio layer (initialize, listing) use string ids ``"aggregator-N"`` and never
+   reach this table. So ids from different clients can never collide upstream.
+2. Every forwarded request is one ``Pending``, in ``link.pending`` (by upstream id) and in
+   ``client.in_flight`` (by client id), and in ``progress`` if it asked for progress.
+   Every exit (response, error, cancellation, timeout, client gone, upstream lost) goes
+   through ``_end``, which removes it from all of them: the tables hold exactly what is
+   in flight.
+3. A response whose id is not pending (late after a cancel or timeout, foreign, repeated)
+   is dropped; so is progress for a token not in flight or from another server.
+4. Names, URIs and task ids are looked up before anything is sent; an unknown one is
+   -32602 from the proxy and reaches no upstream.
+5. Server-to-client requests get proxy-minted ids per client, and the answer goes back
+   under the upstream's own id. One that cannot be routed is answered with an error at
+   once, never left waiting.
+6. Errors the proxy makes itself carry ``data.source = "aggregator"``, the server and a
    reason, so nobody mistakes them for an upstream's.
 """
 
@@ -29,29 +34,20 @@ from __future__ import annotations
 
 import logging
 import re
+import time
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import attrs
 
 from aggregator import __version__
-from aggregator.core.catalog import (
-    CAPABILITY_OF,
-    LIST_METHODS,
-    PROMPTS,
-    RESOURCES,
-    TEMPLATES,
-    TOOLS,
-    Catalog,
-)
+from aggregator.core.catalog import CAPABILITY_OF, LIST_METHODS, PROMPTS, RESOURCES, TEMPLATES, TOOLS, Catalog
+from aggregator.core.deadlines import Deadlines
+from aggregator.core.log_levels import LEVELS, most_verbose, passes
+from aggregator.core.subscriptions import Subscriptions
+from aggregator.core.tasks import expose_task_ids, restore_related_task, split_task_id
 from aggregator.core.uris import expose_uri, rewrite_content_uris
-from aggregator.jsonrpc.codec import (
-    ERROR,
-    NOTIFICATION,
-    REQUEST,
-    RESPONSE,
-    decode_message,
-    dumps,
-)
+from aggregator.jsonrpc.codec import ERROR, NOTIFICATION, REQUEST, RESPONSE, decode_message, dumps
 from aggregator.jsonrpc.errors import (
     INTERNAL_ERROR,
     INVALID_PARAMS,
@@ -71,6 +67,13 @@ LIST_CHANGED = {
     RESOURCES: "notifications/resources/list_changed",
     TEMPLATES: "notifications/resources/list_changed",
 }
+# Server-to-client requests the proxy routes, and the client capability each needs.
+SERVER_REQUESTS = {
+    "sampling/createMessage": "sampling",
+    "elicitation/create": "elicitation",
+    "roots/list": "roots",
+}
+NO_SESSION = 0  # the "client" of the proxy's own requests; real sessions start at 1
 
 
 # --- commands ---------------------------------------------------------------------------
@@ -91,7 +94,7 @@ class ToServer(NamedTuple):
 
 
 class ControlReply(NamedTuple):
-    """A response to one of the proxy's own requests to ``server``."""
+    """A response to one of the trio layer's own requests to ``server``."""
 
     server: str
     message: dict[str, Any]
@@ -113,9 +116,43 @@ class WaitForStartup(NamedTuple):
 # --- state ------------------------------------------------------------------------------
 
 
-class Pending(NamedTuple):
-    session: int
-    client_id: Any
+class Pending:
+    """One request in flight to an upstream."""
+
+    __slots__ = ("session", "client_id", "method", "server", "upstream_id", "client_token",
+                 "token", "deadline", "hard_deadline", "done", "extra")
+
+    def __init__(self, session: int, client_id: Any, method: str, server: str, upstream_id: int) -> None:
+        self.session = session
+        self.client_id = client_id
+        self.method = method
+        self.server = server
+        self.upstream_id = upstream_id
+        self.client_token: Any = None
+        self.token: int | None = None  # the proxy's progress token upstream
+        self.deadline = 0.0
+        self.hard_deadline = 0.0
+        self.done = False
+        self.extra: Any = None  # subscription key, or the Gather it belongs to
+
+
+class Gather:
+    """A client request answered from several upstreams (tasks/list)."""
+
+    __slots__ = ("session", "client_id", "remaining", "items")
+
+    def __init__(self, session: int, client_id: Any, remaining: int) -> None:
+        self.session = session
+        self.client_id = client_id
+        self.remaining = remaining
+        self.items: list[Any] = []
+
+
+class Reverse(NamedTuple):
+    """A server-to-client request in flight: where its answer goes back to."""
+
+    server: str
+    upstream_id: Any
     method: str
 
 
@@ -124,6 +161,9 @@ class UpstreamLink:
     name: str
     prefix: str
     uri_prefix: str
+    request_timeout: float = 60.0
+    max_request_timeout: float = 600.0
+    timeout_resets_on_progress: bool = False
     ready: bool = False
     next_id: int = 1
     pending: dict[int, Pending] = attrs.field(factory=dict)
@@ -131,6 +171,7 @@ class UpstreamLink:
     instructions: str | None = None
     server_info: dict[str, Any] = attrs.field(factory=dict)
     protocol_version: str | None = None
+    log_level: str | None = None  # what the proxy last asked this upstream for
 
 
 @attrs.define(eq=False)
@@ -142,7 +183,8 @@ class ClientState:
     capabilities: dict[str, Any] = attrs.field(factory=dict)
     client_info: dict[str, Any] = attrs.field(factory=dict)
     advertised: dict[str, Any] = attrs.field(factory=dict)
-    in_flight: dict[Any, tuple[str, int]] = attrs.field(factory=dict)
+    in_flight: dict[Any, Pending] = attrs.field(factory=dict)
+    log_level: str | None = None
 
 
 def proxy_error(
@@ -154,18 +196,54 @@ def proxy_error(
     return error_response(id, code, message, data)
 
 
+# Allow or deny a server-to-client request: (server, method, params) -> bool. The policy
+# layer plugs in here; the default allows everything the client declared.
+ServerRequestPolicy = Callable[[str, str, dict[str, Any]], bool]
+
+
 class Router:
-    def __init__(self, catalog: Catalog, servers: list[Any], max_in_flight: int = 1024) -> None:
+    def __init__(
+        self,
+        catalog: Catalog,
+        servers: list[Any],
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        server_requests: tuple[str, ...] = ("sampling", "elicitation", "roots"),
+        roots: list[dict[str, Any]] | None = None,
+        list_changed_debounce: float = 0.05,
+        max_in_flight: int = 1024,
+    ) -> None:
         self.catalog = catalog
+        self.clock = clock
         self.links: dict[str, UpstreamLink] = {
             s.name: UpstreamLink(
-                s.name, catalog.naming[s.name].prefix, catalog.naming[s.name].uri_prefix
+                s.name,
+                catalog.naming[s.name].prefix,
+                catalog.naming[s.name].uri_prefix,
+                request_timeout=getattr(s, "request_timeout", 60.0),
+                max_request_timeout=getattr(s, "max_request_timeout", 600.0),
+                timeout_resets_on_progress=getattr(s, "timeout_resets_on_progress", False),
             )
             for s in servers
         }
         self.clients: dict[int, ClientState] = {}
         self.startup_complete = False
         self.max_in_flight = max_in_flight
+        self.server_requests = server_requests
+        self.roots = roots
+        self.server_request_policy: ServerRequestPolicy = lambda server, method, params: True
+        self.list_changed_debounce = list_changed_debounce
+        self.progress: dict[int, Pending] = {}
+        self.deadlines = Deadlines()
+        self.subscriptions = Subscriptions()
+        self.tasks: dict[str, int] = {}  # exposed task id -> owning session
+        self.reverse: dict[tuple[int, int], Reverse] = {}  # (session, proxy id) -> where back
+        self.reverse_ids: dict[tuple[str, Any], tuple[int, int]] = {}  # (server, its id) -> ^
+        self.elicitations: dict[tuple[str, Any], int] = {}  # (server, elicitationId) -> session
+        self._next_token = 1
+        self._next_reverse_id = 1
+        self._announce_methods: list[str] = []
+        self._announce_at: float | None = None
         self._requests = {
             "initialize": self._initialize,
             "ping": self._ping,
@@ -176,7 +254,14 @@ class Router:
             "tools/call": self._call_by_name,
             "prompts/get": self._call_by_name,
             "resources/read": self._read_resource,
+            "resources/subscribe": self._subscribe,
+            "resources/unsubscribe": self._unsubscribe,
             "completion/complete": self._complete,
+            "logging/setLevel": self._set_level,
+            "tasks/get": self._task_request,
+            "tasks/result": self._task_request,
+            "tasks/cancel": self._task_request,
+            "tasks/list": self._list_tasks,
         }
 
     # --- clients ------------------------------------------------------------------------
@@ -185,15 +270,29 @@ class Router:
         self.clients[key] = ClientState(key)
 
     def client_disconnected(self, key: int) -> list[Any]:
-        """A client went away: cancel everything it had in flight upstream."""
+        """A client went away: cancel its work upstream, answer what it was asked, tidy up."""
         client = self.clients.pop(key, None)
         if client is None:
             return []
         out: list[Any] = []
-        for server, upstream_id in client.in_flight.values():
-            link = self.links[server]
-            if link.pending.pop(upstream_id, None) is not None and link.ready:
-                out.append(ToServer(server, _cancelled(upstream_id, "client disconnected")))
+        for pending in list(client.in_flight.values()):
+            self._end(pending)
+            if self.links[pending.server].ready:
+                out.append(ToServer(pending.server, _cancelled(pending.upstream_id, "client disconnected")))
+        for (session, proxy_id), reverse in list(self.reverse.items()):
+            if session == key:
+                self._end_reverse(session, proxy_id)
+                out.append(ToServer(reverse.server, proxy_error(
+                    reverse.upstream_id, f"The client that was asked for {reverse.method} disconnected",
+                    reason="unavailable", server=reverse.server)))
+        for server, uri in self.subscriptions.drop_session(key):
+            out += self._own_request(server, "resources/unsubscribe", {"uri": uri})
+        for task_id in [t for t, owner in self.tasks.items() if owner == key]:
+            del self.tasks[task_id]
+        for eid in [e for e, owner in self.elicitations.items() if owner == key]:
+            del self.elicitations[eid]
+        if client.log_level is not None:
+            out += self._apply_log_level()
         return out
 
     def client_message(self, key: int, raw: bytes) -> list[Any]:
@@ -230,10 +329,7 @@ class Router:
                 return [ToClient(key, exc.to_response())]
         if kind == NOTIFICATION:
             return self._client_notification(client, message)
-        # A response or error from the client: an answer to a server-to-client request.
-        # The proxy has sent none it expects an answer to, so there is nothing to match.
-        log.debug("client %d: dropping a response to an unknown request", key)
-        return []
+        return self._client_answer(client, message)
 
     def _client_notification(self, client: ClientState, message: dict[str, Any]) -> list[Any]:
         method = message["method"]
@@ -241,18 +337,37 @@ class Router:
             client.initialized = client.initialize_seen
             return []
         if method == "notifications/cancelled":
-            params = message.get("params") or {}
-            entry = client.in_flight.pop(params.get("requestId"), None)
-            if entry is None:
-                return []  # unknown, finished or never ours: ignored, as the spec says
-            server, upstream_id = entry
-            link = self.links[server]
-            link.pending.pop(upstream_id, None)
-            if not link.ready:
+            params = message.get("params")
+            request_id = params.get("requestId") if type(params) is dict else None
+            if type(request_id) not in (int, str):
                 return []
-            forwarded = dict(params, requestId=upstream_id)
-            return [ToServer(server, {"jsonrpc": "2.0", "method": method, "params": forwarded})]
+            pending = client.in_flight.get(request_id)
+            if pending is None:
+                return []  # unknown, finished or never ours: ignored, as the spec says
+            self._end(pending)
+            if not self.links[pending.server].ready:
+                return []
+            forwarded = dict(params, requestId=pending.upstream_id)
+            return [ToServer(pending.server, {"jsonrpc": "2.0", "method": method, "params": forwarded})]
+        if method == "notifications/roots/list_changed":
+            if "roots" not in self.server_requests:
+                return []
+            return [ToServer(name, {"jsonrpc": "2.0", "method": method})
+                    for name, link in self.links.items() if link.ready]
         return []
+
+    def _client_answer(self, client: ClientState, message: dict[str, Any]) -> list[Any]:
+        """A response or error from a client: the answer to a server-to-client request."""
+        id = message["id"]
+        reverse = self.reverse.get((client.key, id)) if type(id) is int else None
+        if reverse is None:
+            log.debug("client %d: dropping an answer to unknown request %r", client.key, id)
+            return []
+        self._end_reverse(client.key, id)
+        if not self.links[reverse.server].ready:
+            return []
+        message["id"] = reverse.upstream_id
+        return [ToServer(reverse.server, message)]
 
     # --- client requests ----------------------------------------------------------------
 
@@ -280,7 +395,7 @@ class Router:
         return [ToClient(client.key, {"jsonrpc": "2.0", "id": message["id"], "result": result})]
 
     def _ping(self, client: ClientState, message: dict[str, Any]) -> list[Any]:
-        return [ToClient(client.key, {"jsonrpc": "2.0", "id": message["id"], "result": {}})]
+        return [_result(client.key, message["id"], {})]
 
     def _list(self, client: ClientState, message: dict[str, Any]) -> list[Any]:
         kind = LIST_METHODS[message["method"]]
@@ -301,15 +416,44 @@ class Router:
             raise RemoteProtocolError(INVALID_PARAMS, f"Unknown {what}: {name}")
         return self._forward(client, message, route.server, dict(params, name=route.original))
 
-    def _read_resource(self, client: ClientState, message: dict[str, Any]) -> list[Any]:
-        params = message.get("params")
-        uri = params.get("uri") if params else None
+    def _resource_route(self, params: Any) -> tuple[str, str]:
+        uri = params.get("uri") if type(params) is dict else None
         if type(uri) is not str:
             raise RemoteProtocolError(INVALID_PARAMS, "Invalid params: uri must be a string")
         route = self.catalog.route_uri(uri)
         if route is None:
             raise RemoteProtocolError(INVALID_PARAMS, f"Unknown resource: {uri}")
-        return self._forward(client, message, route.server, dict(params, uri=route.original))
+        return route
+
+    def _read_resource(self, client: ClientState, message: dict[str, Any]) -> list[Any]:
+        params = message.get("params")
+        server, original = self._resource_route(params)
+        return self._forward(client, message, server, dict(params, uri=original))
+
+    def _subscribe(self, client: ClientState, message: dict[str, Any]) -> list[Any]:
+        params = message.get("params")
+        server, original = self._resource_route(params)
+        key = (server, original)
+        if self.subscriptions.has(key, client.key):
+            return [_result(client.key, message["id"], {})]
+        if not self.links[server].ready:
+            return self._forward(client, message, server, params)  # answers "unavailable"
+        if not self.subscriptions.add(key, client.key):
+            return [_result(client.key, message["id"], {})]  # already subscribed upstream
+        out = self._forward(client, message, server, dict(params, uri=original))
+        pending = client.in_flight.get(message["id"])
+        if pending is not None:
+            pending.extra = key
+        else:  # refused (overloaded): undo
+            self.subscriptions.remove(key, client.key)
+        return out
+
+    def _unsubscribe(self, client: ClientState, message: dict[str, Any]) -> list[Any]:
+        params = message.get("params")
+        server, original = self._resource_route(params)
+        if not self.subscriptions.remove((server, original), client.key) or not self.links[server].ready:
+            return [_result(client.key, message["id"], {})]
+        return self._forward(client, message, server, dict(params, uri=original))
 
     def _complete(self, client: ClientState, message: dict[str, Any]) -> list[Any]:
         params = message.get("params")
@@ -317,9 +461,10 @@ class Router:
         if type(ref) is not dict:
             raise RemoteProtocolError(INVALID_PARAMS, "Invalid params: ref must be an object")
         if ref.get("type") == "ref/prompt":
-            route = self.catalog.prompts.get(ref.get("name"))  # type: ignore[arg-type]
+            name = ref.get("name")
+            route = self.catalog.prompts.get(name) if type(name) is str else None
             if route is None:
-                raise RemoteProtocolError(INVALID_PARAMS, f"Unknown prompt: {ref.get('name')}")
+                raise RemoteProtocolError(INVALID_PARAMS, f"Unknown prompt: {name}")
             new_ref = dict(ref, name=route.original)
         elif ref.get("type") == "ref/resource" and type(ref.get("uri")) is str:
             route = self.catalog.route_template(ref["uri"])
@@ -331,11 +476,44 @@ class Router:
                 INVALID_PARAMS, "Invalid params: ref must be ref/prompt or ref/resource")
         return self._forward(client, message, route.server, dict(params, ref=new_ref))
 
+    def _set_level(self, client: ClientState, message: dict[str, Any]) -> list[Any]:
+        params = message.get("params") or {}
+        level = params.get("level")
+        if level not in LEVELS:
+            raise RemoteProtocolError(INVALID_PARAMS, f"Invalid params: level must be one of {', '.join(LEVELS)}")
+        client.log_level = level
+        return [_result(client.key, message["id"], {}), *self._apply_log_level()]
+
+    def _task_request(self, client: ClientState, message: dict[str, Any]) -> list[Any]:
+        params = message.get("params")
+        task_id = params.get("taskId") if type(params) is dict else None
+        split = split_task_id(task_id)
+        # Tasks belong to the session that created them: another session's task id is as
+        # unknown as one that never existed.
+        if split is None or self.tasks.get(task_id) != client.key or split[0] not in self.links:
+            raise RemoteProtocolError(INVALID_PARAMS, f"Unknown task: {task_id}")
+        return self._forward(client, message, split[0], dict(params, taskId=split[1]))
+
+    def _list_tasks(self, client: ClientState, message: dict[str, Any]) -> list[Any]:
+        servers = [name for name, link in self.links.items()
+                   if link.ready and "list" in (link.capabilities.get("tasks") or {})]
+        if not servers:
+            return [_result(client.key, message["id"], {"tasks": []})]
+        gather = Gather(client.key, message["id"], len(servers))
+        out: list[Any] = []
+        for server in servers:
+            out += self._own_request(server, "tasks/list", {}, extra=gather)
+        return out
+
+    # --- forwarding ---------------------------------------------------------------------
+
     def _forward(
         self, client: ClientState, message: dict[str, Any], server: str, params: dict[str, Any]
     ) -> list[Any]:
+        """Send a client's request upstream under a fresh id. ``params`` is ours to change."""
         link = self.links[server]
         client_id = message["id"]
+        method = message["method"]
         if not link.ready:
             return [ToClient(client.key, proxy_error(
                 client_id, f"Server {server!r} is not available right now",
@@ -346,10 +524,95 @@ class Router:
                 reason="overloaded", server=server))]
         upstream_id = link.next_id
         link.next_id = upstream_id + 1
-        link.pending[upstream_id] = Pending(client.key, client_id, message["method"])
-        client.in_flight[client_id] = (server, upstream_id)
-        return [ToServer(server, {
-            "jsonrpc": "2.0", "id": upstream_id, "method": message["method"], "params": params})]
+        pending = Pending(client.key, client_id, method, server, upstream_id)
+        meta = params.get("_meta")
+        if type(meta) is dict:
+            token = meta.get("progressToken")
+            if type(token) is int or type(token) is str:
+                pending.client_token = token
+                pending.token = self._next_token
+                self._next_token += 1
+                self.progress[pending.token] = pending
+                params["_meta"] = meta = dict(meta, progressToken=pending.token)
+            restore_related_task(params, server)
+        self._start(pending, link)
+        client.in_flight[client_id] = pending
+        return [ToServer(server, {"jsonrpc": "2.0", "id": upstream_id, "method": method, "params": params})]
+
+    def _own_request(self, server: str, method: str, params: dict[str, Any], extra: Any = None) -> list[Any]:
+        """A request the proxy makes for its own bookkeeping; the answer is not forwarded."""
+        link = self.links[server]
+        if not link.ready:
+            return []
+        upstream_id = link.next_id
+        link.next_id = upstream_id + 1
+        pending = Pending(NO_SESSION, None, method, server, upstream_id)
+        pending.extra = extra
+        self._start(pending, link)
+        return [ToServer(server, {"jsonrpc": "2.0", "id": upstream_id, "method": method, "params": params})]
+
+    def _start(self, pending: Pending, link: UpstreamLink) -> None:
+        now = self.clock()
+        pending.hard_deadline = now + link.max_request_timeout
+        # tasks/result blocks until the task is done, by design: only the hard maximum applies.
+        timeout = link.max_request_timeout if pending.method == "tasks/result" else link.request_timeout
+        pending.deadline = min(now + timeout, pending.hard_deadline)
+        link.pending[pending.upstream_id] = pending
+        self.deadlines.push(pending.deadline, pending)
+
+    def _end(self, pending: Pending) -> None:
+        """Forget a request everywhere (invariant 2). Safe to call twice."""
+        if pending.done:
+            return
+        pending.done = True
+        self.links[pending.server].pending.pop(pending.upstream_id, None)
+        client = self.clients.get(pending.session)
+        if client is not None:
+            client.in_flight.pop(pending.client_id, None)
+        if pending.token is not None:
+            self.progress.pop(pending.token, None)
+        self.deadlines.discard()
+
+    def _end_reverse(self, session: int, proxy_id: int) -> Reverse | None:
+        reverse = self.reverse.pop((session, proxy_id), None)
+        if reverse is not None:
+            self.reverse_ids.pop((reverse.server, reverse.upstream_id), None)
+        return reverse
+
+    # --- time ---------------------------------------------------------------------------
+
+    def next_deadline(self) -> float | None:
+        """When ``expire`` has work next (a request times out, a notice is due)."""
+        deadline = self.deadlines.next()
+        if self._announce_at is not None and (deadline is None or self._announce_at < deadline):
+            return self._announce_at
+        return deadline
+
+    def expire(self) -> list[Any]:
+        """Time out what is overdue, send notices that are due."""
+        now = self.clock()
+        out: list[Any] = []
+        for pending in self.deadlines.pop_due(now):
+            out += self._time_out(pending)
+        if self._announce_at is not None and now >= self._announce_at:
+            out += self._send_announcements()
+        return out
+
+    def _time_out(self, pending: Pending) -> list[Any]:
+        self._end(pending)
+        link = self.links[pending.server]
+        out: list[Any] = []
+        if link.ready:
+            out.append(ToServer(pending.server, _cancelled(pending.upstream_id, "timed out")))
+        log.warning("server %s: %s timed out (upstream id %d)", pending.server, pending.method, pending.upstream_id)
+        if pending.session != NO_SESSION and pending.session in self.clients:
+            hard = pending.deadline >= pending.hard_deadline
+            limit = link.max_request_timeout if hard else link.request_timeout
+            out.append(ToClient(pending.session, proxy_error(
+                pending.client_id, f"Server {pending.server!r} did not answer {pending.method} within {limit:g}s",
+                reason="timeout", server=pending.server)))
+        out += self._gather_step(pending, None)
+        return out
 
     # --- upstreams ----------------------------------------------------------------------
 
@@ -364,37 +627,171 @@ class Router:
             return []
         if kind == RESPONSE or kind == ERROR:
             id = message["id"]
-            if type(id) is str and id.startswith(CONTROL_ID_PREFIX):
-                return [ControlReply(server, message)]
-            pending = link.pending.pop(id, None) if type(id) is int else None
+            pending = link.pending.get(id) if type(id) is int else None
             if pending is None:
+                if type(id) is str and id.startswith(CONTROL_ID_PREFIX):
+                    return [ControlReply(server, message)]
                 log.debug("server %s: dropping a response to unknown id %r", server, id)
                 return []
-            client = self.clients.get(pending.session)
-            if client is None:
+            self._end(pending)
+            if pending.session == NO_SESSION:
+                return self._own_answer(pending, message)
+            if pending.session not in self.clients:
                 return []
-            client.in_flight.pop(pending.client_id, None)
             message["id"] = pending.client_id
-            if kind == RESPONSE and link.uri_prefix:
-                _expose_result_uris(pending.method, message.get("result"), link.uri_prefix)
+            if kind == RESPONSE:
+                self._expose_result(pending, message.get("result"), link)
+            elif pending.extra is not None:  # a failed subscribe: not subscribed after all
+                self.subscriptions.remove(pending.extra, pending.session)
             return [ToClient(pending.session, message)]
         if kind == NOTIFICATION:
-            method = message["method"]
-            if method == "notifications/tools/list_changed":
-                return [Refresh(server, TOOLS)]
-            if method == "notifications/prompts/list_changed":
-                return [Refresh(server, PROMPTS)]
-            if method == "notifications/resources/list_changed":
-                return [Refresh(server, RESOURCES), Refresh(server, TEMPLATES)]
-            log.debug("server %s: notification %s not routed", server, method)
+            return self._server_notification(link, message)
+        return self._server_request(link, message)
+
+    def _expose_result(self, pending: Pending, result: Any, link: UpstreamLink) -> None:
+        """Rewrite what the proxy owns in an upstream result, in place."""
+        if type(result) is not dict:
+            return
+        method = pending.method
+        if link.uri_prefix:
+            _expose_result_uris(method, result, link.uri_prefix)
+        if method == "tools/call" or method.startswith("tasks/"):
+            for task_id in expose_task_ids(link.name, result):
+                self.tasks.setdefault(task_id, pending.session)
+
+    def _own_answer(self, pending: Pending, message: dict[str, Any]) -> list[Any]:
+        if "error" in message:
+            log.info("server %s: %s failed: %s", pending.server, pending.method, message["error"].get("message"))
+            return self._gather_step(pending, None)
+        return self._gather_step(pending, message.get("result"))
+
+    def _gather_step(self, pending: Pending, result: Any) -> list[Any]:
+        gather = pending.extra
+        if type(gather) is not Gather:
             return []
-        # A request from the server to its client (the proxy).
+        if type(result) is dict:
+            expose_task_ids(pending.server, result)
+            gather.items += [t for t in result.get("tasks") or []
+                             if type(t) is dict and self.tasks.get(t.get("taskId")) == gather.session]
+        gather.remaining -= 1
+        if gather.remaining or gather.session not in self.clients:
+            return []
+        return [_result(gather.session, gather.client_id, {"tasks": gather.items})]
+
+    def _server_notification(self, link: UpstreamLink, message: dict[str, Any]) -> list[Any]:
         method = message["method"]
+        server = link.name
+        params = message.get("params")
+        if type(params) is not dict:
+            params = {}
+        if method == "notifications/progress":
+            token = params.get("progressToken")
+            pending = self.progress.get(token) if type(token) is int else None
+            if pending is None or pending.server != server or pending.session not in self.clients:
+                return []  # not in flight (any more), or not this server's to report on
+            if link.timeout_resets_on_progress and pending.deadline < pending.hard_deadline:
+                pending.deadline = min(self.clock() + link.request_timeout, pending.hard_deadline)
+                self.deadlines.move(pending.deadline, pending)
+            forwarded = dict(params, progressToken=pending.client_token)
+            return [ToClient(pending.session, {"jsonrpc": "2.0", "method": method, "params": forwarded})]
+        if method == "notifications/message":
+            forwarded = dict(params)
+            logger = params.get("logger")
+            forwarded["logger"] = f"{server}/{logger}" if type(logger) is str and logger else server
+            level = params.get("level")
+            notice = {"jsonrpc": "2.0", "method": method, "params": forwarded}
+            return [ToClient(c.key, notice) for c in self.clients.values()
+                    if "logging" in c.advertised and passes(level, c.log_level)]
+        if method == "notifications/resources/updated":
+            uri = params.get("uri")
+            subscribers = self.subscriptions.subscribers((server, uri)) if type(uri) is str else ()
+            if not subscribers:
+                return []
+            notice = {"jsonrpc": "2.0", "method": method,
+                      "params": dict(params, uri=expose_uri(link.uri_prefix, uri))}
+            return [ToClient(session, notice) for session in subscribers if session in self.clients]
+        if method == "notifications/tools/list_changed":
+            return [Refresh(server, TOOLS)]
+        if method == "notifications/prompts/list_changed":
+            return [Refresh(server, PROMPTS)]
+        if method == "notifications/resources/list_changed":
+            return [Refresh(server, RESOURCES), Refresh(server, TEMPLATES)]
+        if method == "notifications/cancelled":
+            # The server gave up on one of its own requests to a client.
+            entry = self.reverse_ids.get((server, params.get("requestId")))
+            if entry is None:
+                return []
+            self._end_reverse(*entry)
+            return [ToClient(entry[0], {"jsonrpc": "2.0", "method": method,
+                                        "params": dict(params, requestId=entry[1])})]
+        if method == "notifications/elicitation/complete":
+            session = self.elicitations.pop((server, params.get("elicitationId")), None)
+            if session is None or session not in self.clients:
+                return []
+            return [ToClient(session, message)]
+        if method == "notifications/tasks/status":
+            forwarded = dict(params)
+            expose_task_ids(server, forwarded)
+            owner = self.tasks.get(forwarded.get("taskId"))
+            if owner is None or owner not in self.clients:
+                return []
+            return [ToClient(owner, {"jsonrpc": "2.0", "method": method, "params": forwarded})]
+        log.debug("server %s: notification %s not routed", server, method)
+        return []
+
+    def _server_request(self, link: UpstreamLink, message: dict[str, Any]) -> list[Any]:
+        """A request from an upstream to its client: route it to the one client it is for."""
+        server = link.name
+        method = message["method"]
+        id = message["id"]
         if method == "ping":
-            return [ToServer(server, {"jsonrpc": "2.0", "id": message["id"], "result": {}})]
-        return [ToServer(server, proxy_error(
-            message["id"], f"The aggregator does not route {method} to clients",
-            reason="unroutable", server=server, code=METHOD_NOT_FOUND))]
+            return [ToServer(server, {"jsonrpc": "2.0", "id": id, "result": {}})]
+        capability = SERVER_REQUESTS.get(method)
+        if capability is None or capability not in self.server_requests:
+            return [ToServer(server, proxy_error(
+                id, f"Method not found: the aggregator does not route {method} to clients",
+                reason="unroutable", server=server, code=METHOD_NOT_FOUND))]
+        params = message.get("params")
+        if type(params) is not dict:
+            params = {}
+        if not self.server_request_policy(server, method, params):
+            return [ToServer(server, proxy_error(
+                id, f"{method} from server {server!r} is not allowed by policy",
+                reason="denied", server=server, code=INVALID_REQUEST))]
+        session = self._session_for(link)
+        if session is None:
+            if method == "roots/list" and self.roots is not None:
+                return [ToServer(server, {"jsonrpc": "2.0", "id": id, "result": {"roots": self.roots}})]
+            return [ToServer(server, proxy_error(
+                id, f"No single client can answer {method} for server {server!r} now"
+                " (it is asked outside any one client's request)", reason="unavailable", server=server))]
+        client = self.clients[session]
+        if not _declares(client.capabilities, capability, params):
+            if method == "roots/list" and self.roots is not None:
+                return [ToServer(server, {"jsonrpc": "2.0", "id": id, "result": {"roots": self.roots}})]
+            mode = " in url mode" if params.get("mode") == "url" else ""
+            return [ToServer(server, proxy_error(
+                id, f"Method not found: the client does not support {method}{mode}",
+                reason="unsupported", server=server, code=METHOD_NOT_FOUND))]
+        proxy_id = self._next_reverse_id
+        self._next_reverse_id += 1
+        self.reverse[(session, proxy_id)] = Reverse(server, id, method)
+        self.reverse_ids[(server, id)] = (session, proxy_id)
+        if method == "elicitation/create" and "elicitationId" in params:
+            self.elicitations[(server, params["elicitationId"])] = session
+        forwarded = dict(params)
+        expose_task_ids(server, forwarded)
+        return [ToClient(session, {"jsonrpc": "2.0", "id": proxy_id, "method": method, "params": forwarded})]
+
+    def _session_for(self, link: UpstreamLink) -> int | None:
+        """The one client a server-to-client request can be for, or None if not one."""
+        sessions = {p.session for p in link.pending.values() if p.session in self.clients}
+        if len(sessions) == 1:
+            return sessions.pop()
+        if sessions:
+            return None  # several clients have calls in flight there: ambiguous
+        ready = [c.key for c in self.clients.values() if c.initialize_seen]
+        return ready[0] if len(ready) == 1 else None
 
     def server_oversized(self, server: str, head: bytes, limit: int) -> list[Any]:
         """A message from the server was over the size limit and was dropped unread.
@@ -403,17 +800,18 @@ class Router:
         reason ``too_large`` instead of waiting for an answer that will never come.
         """
         match = _HEAD_ID.search(head)
-        if match is None:
+        pending = self.links[server].pending.get(int(match.group(1))) if match else None
+        if pending is None:
             return []
-        pending = self.links[server].pending.pop(int(match.group(1)), None)
-        if pending is None or pending.session not in self.clients:
-            return []
-        self.clients[pending.session].in_flight.pop(pending.client_id, None)
+        self._end(pending)
+        if pending.session not in self.clients:
+            return self._gather_step(pending, None)
         return [ToClient(pending.session, proxy_error(
             pending.client_id, f"Server {server!r} answered with more than {limit} bytes",
             reason="too_large", server=server))]
 
-    def server_ready(self, server: str, init_result: dict[str, Any]) -> None:
+    def server_ready(self, server: str, init_result: dict[str, Any]) -> list[Any]:
+        """The upstream finished its handshake; renew what clients asked of it before."""
         link = self.links[server]
         link.ready = True
         capabilities = init_result.get("capabilities")
@@ -423,6 +821,11 @@ class Router:
         info = init_result.get("serverInfo")
         link.server_info = info if type(info) is dict else {}
         link.protocol_version = init_result.get("protocolVersion")
+        link.log_level = None
+        out = self._apply_log_level()
+        for uri in self.subscriptions.of_server(server):
+            out += self._own_request(server, "resources/subscribe", {"uri": uri})
+        return out
 
     def server_items(self, server: str, kind: str, items: list[dict[str, Any]]) -> list[Any]:
         """A fresh listing of one kind from a server; announce a change to clients."""
@@ -433,28 +836,63 @@ class Router:
         return []
 
     def server_lost(self, server: str, why: str) -> list[Any]:
-        """The upstream is gone: fail its pending requests at once, hide its items."""
+        """The upstream is gone: fail its requests at once, hide its items, tell clients."""
         link = self.links[server]
         link.ready = False
         out: list[Any] = []
-        pending, link.pending = link.pending, {}
-        for entry in pending.values():
-            client = self.clients.get(entry.session)
-            if client is None:
+        for pending in list(link.pending.values()):
+            self._end(pending)
+            out += self._gather_step(pending, None)
+            if pending.session == NO_SESSION or pending.session not in self.clients:
                 continue
-            client.in_flight.pop(entry.client_id, None)
-            out.append(ToClient(entry.session, proxy_error(
-                entry.client_id, f"Server {server!r} stopped before answering: {why}",
+            if pending.extra is not None and type(pending.extra) is tuple:
+                self.subscriptions.remove(pending.extra, pending.session)
+            out.append(ToClient(pending.session, proxy_error(
+                pending.client_id, f"Server {server!r} stopped before answering: {why}",
                 reason="unavailable", server=server)))
+        for (session, proxy_id), reverse in list(self.reverse.items()):
+            if reverse.server == server:
+                self._end_reverse(session, proxy_id)
+                out.append(ToClient(session, {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {
+                    "requestId": proxy_id, "reason": f"server {server!r} stopped"}}))
+        for key in [k for k in self.elicitations if k[0] == server]:
+            del self.elicitations[key]
         out.extend(self._announce(self.catalog.remove_server(server)))
         return out
 
+    # --- logging ------------------------------------------------------------------------
+
+    def _apply_log_level(self) -> list[Any]:
+        """Set every upstream that logs to the most verbose level any client asked for."""
+        target = most_verbose([c.log_level for c in self.clients.values() if c.log_level is not None])
+        if target is None:
+            return []
+        out: list[Any] = []
+        for name, link in self.links.items():
+            if link.ready and "logging" in link.capabilities and link.log_level != target:
+                link.log_level = target
+                out += self._own_request(name, "logging/setLevel", {"level": target})
+        return out
+
+    # --- list changes -------------------------------------------------------------------
+
     def _announce(self, kinds: list[str]) -> list[Any]:
-        methods = []
+        """Queue list_changed notices; they go out together once the debounce passes."""
         for kind in kinds:
             method = LIST_CHANGED[kind]
-            if method not in methods:
-                methods.append(method)
+            if method not in self._announce_methods:
+                self._announce_methods.append(method)
+        if not self._announce_methods:
+            return []
+        if self.list_changed_debounce <= 0:
+            return self._send_announcements()
+        if self._announce_at is None:
+            self._announce_at = self.clock() + self.list_changed_debounce
+        return []
+
+    def _send_announcements(self) -> list[Any]:
+        methods, self._announce_methods = self._announce_methods, []
+        self._announce_at = None
         out: list[Any] = []
         for client in self.clients.values():
             if not client.initialize_seen:
@@ -476,8 +914,32 @@ class Router:
             # Servers still starting may bring any kind: advertise it, announce it later.
             if waiting or any(name in link.capabilities for link in ready):
                 capabilities[name] = {"listChanged": True}
+        if "resources" in capabilities and any(
+            (link.capabilities.get("resources") or {}).get("subscribe") for link in ready
+        ):
+            capabilities["resources"]["subscribe"] = True
         if any("completions" in link.capabilities for link in ready):
             capabilities["completions"] = {}
+        if any("logging" in link.capabilities for link in ready):
+            capabilities["logging"] = {}
+        tasks: dict[str, Any] = {}
+        for link in ready:
+            upstream_tasks = link.capabilities.get("tasks")
+            if type(upstream_tasks) is dict:
+                _merge_into(tasks, upstream_tasks)
+        if tasks:
+            capabilities["tasks"] = tasks
+        return capabilities
+
+    def upstream_client_capabilities(self) -> dict[str, Any]:
+        """What the proxy declares to upstreams: what it can route to a client."""
+        capabilities: dict[str, Any] = {}
+        if "sampling" in self.server_requests:
+            capabilities["sampling"] = {}
+        if "elicitation" in self.server_requests:
+            capabilities["elicitation"] = {"form": {}, "url": {}}
+        if "roots" in self.server_requests:
+            capabilities["roots"] = {"listChanged": True}
         return capabilities
 
     def merged_instructions(self) -> str:
@@ -491,10 +953,31 @@ class Router:
         return "\n\n".join(parts)
 
 
-# The id of a response, from the first bytes of a message too large to parse. Our upstream
-# ids are integers; a response carries no "method", and "id" precedes "result" in what
-# servers write (when it does not, the request simply waits for its timeout).
-_HEAD_ID = re.compile(rb'^\s*\{\s*(?:"jsonrpc"\s*:\s*"2\.0"\s*,\s*)?"id"\s*:\s*(\d{1,18})\s*,')
+def _declares(capabilities: dict[str, Any], capability: str, params: dict[str, Any]) -> bool:
+    """Whether a client declared what a server-to-client request needs."""
+    declared = capabilities.get(capability)
+    if type(declared) is not dict:
+        return False
+    if capability == "elicitation":
+        # 2025-11-25: {} or {"form": {}} is form mode; URL mode needs "url".
+        if params.get("mode") == "url":
+            return "url" in declared
+        return not declared or "form" in declared
+    if capability == "sampling" and ("tools" in params or "toolChoice" in params):
+        return "tools" in declared
+    return True
+
+
+def _merge_into(target: dict[str, Any], source: dict[str, Any]) -> None:
+    for key, value in source.items():
+        if type(value) is dict and type(target.get(key)) is dict:
+            _merge_into(target[key], value)
+        elif key not in target:
+            target[key] = value
+
+
+def _result(session: int, id: Any, result: dict[str, Any]) -> ToClient:
+    return ToClient(session, {"jsonrpc": "2.0", "id": id, "result": result})
 
 
 def _cancelled(upstream_id: int, reason: str) -> dict[str, Any]:
@@ -509,11 +992,15 @@ def _splice_result(id: Any, result: bytes) -> bytes:
     return b'{"jsonrpc":"2.0","id":' + dumps(id) + b',"result":' + result + b"}"
 
 
-def _expose_result_uris(method: str, result: Any, prefix: str) -> None:
+# The id of a response, from the first bytes of a message too large to parse. Our upstream
+# ids are integers; a response carries no "method", and "id" precedes "result" in what
+# servers write (when it does not, the request simply waits for its timeout).
+_HEAD_ID = re.compile(rb'^\s*\{\s*(?:"jsonrpc"\s*:\s*"2\.0"\s*,\s*)?"id"\s*:\s*(\d{1,18})\s*,')
+
+
+def _expose_result_uris(method: str, result: dict[str, Any], prefix: str) -> None:
     """Rewrite the URIs in an upstream result to their exposed form, in place."""
-    if type(result) is not dict:
-        return
-    if method == "tools/call":
+    if method == "tools/call" or method == "tasks/result":
         rewrite_content_uris(result.get("content"), prefix)
     elif method == "resources/read":
         contents = result.get("contents")
@@ -529,4 +1016,3 @@ def _expose_result_uris(method: str, result: Any, prefix: str) -> None:
                     continue
                 content = prompt_message.get("content")
                 rewrite_content_uris([content] if type(content) is dict else content, prefix)
-

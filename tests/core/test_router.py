@@ -20,13 +20,28 @@ def as_dict(message):
     return loads(message) if type(message) is bytes else message
 
 
+class Clock:
+    def __init__(self):
+        self.now = 1000.0
+
+    def __call__(self):
+        return self.now
+
+
 @pytest.fixture
-def router():
-    servers = [ServerConfig(name="a", command="x"), ServerConfig(name="b", command="x", prefix="")]
+def clock():
+    return Clock()
+
+
+@pytest.fixture
+def router(clock):
+    servers = [ServerConfig(name="a", command="x", request_timeout=5.0, max_request_timeout=20.0),
+               ServerConfig(name="b", command="x", prefix="", timeout_resets_on_progress=False)]
     catalog = Catalog(servers, "__", 3)
-    r = Router(catalog, servers)
-    for name, caps in (("a", {"tools": {}, "resources": {}, "prompts": {}, "completions": {}}),
-                       ("b", {"tools": {}})):
+    r = Router(catalog, servers, clock=clock, list_changed_debounce=0)
+    for name, caps in (("a", {"tools": {}, "resources": {"subscribe": True}, "prompts": {}, "completions": {},
+                              "logging": {}, "tasks": {"list": {}, "cancel": {}}}),
+                       ("b", {"tools": {}, "logging": {}})):
         r.server_ready(name, {"protocolVersion": "2025-06-18", "capabilities": caps,
                               "serverInfo": {"name": "server"}, "instructions": f"use {name}"})
     r.server_items("a", "tools", [{"name": "echo", "x-new": 1}, {"name": "slow"}])
@@ -38,7 +53,8 @@ def router():
     for key in (1, 2):
         r.client_connected(key)
         out = r.client_message(key, msg(id=0, method="initialize", params={
-            "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t"}}))
+            "protocolVersion": "2025-06-18", "capabilities": {"sampling": {}, "roots": {}, "elicitation": {}},
+            "clientInfo": {"name": "t"}}))
         assert as_dict(out[0].message)["result"]["protocolVersion"] == "2025-06-18"
         r.client_message(key, msg(method="notifications/initialized"))
     return r
@@ -226,8 +242,7 @@ def test_upstream_messages(router):
     assert router.server_message("a", msg(id=99999, result={})) == []
     _, pong = only(router.server_message("a", msg(id="s1", method="ping")), ToServer)
     assert pong == {"jsonrpc": "2.0", "id": "s1", "result": {}}
-    _, refused = only(router.server_message("a", msg(id="s2", method="sampling/createMessage", params={})),
-                      ToServer)
+    _, refused = only(router.server_message("a", msg(id="s2", method="foo/bar", params={})), ToServer)
     assert refused["id"] == "s2" and refused["error"]["code"] == -32601
     assert refused["error"]["data"]["source"] == "aggregator"
 

@@ -58,6 +58,8 @@ async def test_crash_mid_call_fails_fast_others_answer_and_it_comes_back(autojum
                 await trio.sleep(0.1)
             answer = await client.request("tools/call", {"name": "a__echo", "arguments": {}})
             assert "result" in answer
+            await trio.sleep(0.2)  # past the list_changed debounce
+            await client.request("ping")
             kinds = [n["method"] for n in client.notifications]
             assert kinds.count("notifications/tools/list_changed") >= 2
             assert len(proxy.upstreams.servers["a"]) == 2
