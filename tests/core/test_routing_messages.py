@@ -1,0 +1,413 @@
+"""Progress, cancellation, timeouts, subscriptions, logging, reverse requests and tasks,
+with two clients sharing one upstream. Pure: a fake clock, no I/O."""
+
+import pytest
+
+from aggregator.config import ServerConfig
+from aggregator.core.catalog import Catalog
+from aggregator.core.router import Router
+from aggregator.jsonrpc import dumps, loads
+
+
+class Clock:
+    now = 1000.0
+
+    def __call__(self):
+        return self.now
+
+
+def msg(**fields):
+    return dumps({"jsonrpc": "2.0", **fields})
+
+
+def unpack(commands):
+    return [(type(c).__name__, c[0], loads(c.message) if type(c.message) is bytes else c.message)
+            for c in commands]
+
+
+CLIENT_CAPS = {"sampling": {}, "roots": {"listChanged": True}, "elicitation": {"form": {}, "url": {}}}
+
+
+@pytest.fixture
+def clock():
+    return Clock()
+
+
+def make_router(clock, debounce=0.0, **kw):
+    servers = [ServerConfig(name="a", command="x", request_timeout=5.0, max_request_timeout=20.0),
+               ServerConfig(name="b", command="x", request_timeout=5.0, timeout_resets_on_progress=False)]
+    router = Router(Catalog(servers, "__", 50), servers, clock=clock, list_changed_debounce=debounce, **kw)
+    caps = {"tools": {}, "resources": {"subscribe": True}, "logging": {}, "tasks": {"list": {}, "cancel": {}}}
+    for name in ("a", "b"):
+        router.server_ready(name, {"protocolVersion": "2025-11-25", "capabilities": caps})
+        router.server_items(name, "tools", [{"name": "slow"}, {"name": "fast"}])
+        router.server_items(name, "resources", [{"uri": "demo://r/1"}])
+    router.startup_complete = True
+    return router
+
+
+def connect(router, key, caps=CLIENT_CAPS):
+    router.client_connected(key)
+    router.client_message(key, msg(id=0, method="initialize", params={
+        "protocolVersion": "2025-11-25", "capabilities": caps, "clientInfo": {"name": f"c{key}"}}))
+    router.client_message(key, msg(method="notifications/initialized"))
+
+
+@pytest.fixture
+def router(clock):
+    r = make_router(clock)
+    connect(r, 1)
+    connect(r, 2)
+    return r
+
+
+def call(router, key, id, tool="a__slow", token=None):
+    params = {"name": tool, "arguments": {}}
+    if token is not None:
+        params["_meta"] = {"progressToken": token}
+    [(kind, server, sent)] = unpack(router.client_message(key, msg(id=id, method="tools/call", params=params)))
+    assert kind == "ToServer"
+    return server, sent
+
+
+# --- progress ---------------------------------------------------------------------------
+
+
+def test_same_token_from_two_sessions_never_crosses(router):
+    _, one = call(router, 1, 1, token="tok")
+    _, two = call(router, 2, 1, token="tok")
+    t1, t2 = one["params"]["_meta"]["progressToken"], two["params"]["_meta"]["progressToken"]
+    assert t1 != t2
+    progress = unpack(router.server_message("a", msg(method="notifications/progress", params={
+        "progressToken": t2, "progress": 3, "total": 10, "message": "m"})))
+    assert progress == [("ToClient", 2, {"jsonrpc": "2.0", "method": "notifications/progress", "params": {
+        "progressToken": "tok", "progress": 3, "total": 10, "message": "m"}})]
+    # Another server cannot report progress on a's request.
+    assert router.server_message("b", msg(method="notifications/progress", params={
+        "progressToken": t1, "progress": 1})) == []
+    # After the response, progress for that token is dropped.
+    router.server_message("a", msg(id=two["id"], result={}))
+    assert router.server_message("a", msg(method="notifications/progress", params={
+        "progressToken": t2, "progress": 4})) == []
+    assert router.progress.keys() == {t1}
+
+
+def test_integer_tokens_and_meta_kept(router):
+    _, sent = call(router, 1, 9, token=0)
+    assert sent["params"]["_meta"]["progressToken"] != 0
+    [(_, _, note)] = unpack(router.server_message("a", msg(method="notifications/progress", params={
+        "progressToken": sent["params"]["_meta"]["progressToken"], "progress": 1})))
+    assert note["params"]["progressToken"] == 0
+
+
+# --- cancellation -----------------------------------------------------------------------
+
+
+def test_cancel_races(router):
+    _, sent = call(router, 1, 5)
+    # Twice: the second is ignored.
+    first = unpack(router.client_message(1, msg(method="notifications/cancelled", params={"requestId": 5})))
+    assert first == [("ToServer", "a", {"jsonrpc": "2.0", "method": "notifications/cancelled",
+                                        "params": {"requestId": sent["id"]}})]
+    assert router.client_message(1, msg(method="notifications/cancelled", params={"requestId": 5})) == []
+    # The upstream answers anyway: dropped.
+    assert router.server_message("a", msg(id=sent["id"], result={})) == []
+    # Cancel after the answer: ignored.
+    _, sent = call(router, 1, 6)
+    router.server_message("a", msg(id=sent["id"], result={}))
+    assert router.client_message(1, msg(method="notifications/cancelled", params={"requestId": 6})) == []
+    # Cancelling another session's id is ignored: ids are per session.
+    _, sent = call(router, 2, 7)
+    assert router.client_message(1, msg(method="notifications/cancelled", params={"requestId": 7})) == []
+    assert sent["id"] in router.links["a"].pending
+    # initialize can never be cancelled (it is not in flight upstream).
+    assert router.client_message(1, msg(method="notifications/cancelled", params={"requestId": 0})) == []
+
+
+# --- timeouts ---------------------------------------------------------------------------
+
+
+def test_timeout_answers_the_client_and_cancels_upstream(router, clock):
+    _, sent = call(router, 1, "t", tool="b__slow")
+    assert router.next_deadline() == clock.now + 5.0
+    clock.now += 4.9
+    assert router.expire() == []
+    clock.now += 0.2
+    out = unpack(router.expire())
+    assert ("ToServer", "b", {"jsonrpc": "2.0", "method": "notifications/cancelled",
+                              "params": {"requestId": sent["id"], "reason": "timed out"}}) in out
+    [(_, session, error)] = [o for o in out if o[0] == "ToClient"]
+    assert session == 1 and error["id"] == "t"
+    assert error["error"]["data"] == {"source": "aggregator", "reason": "timeout", "server": "b"}
+    assert "within 5s" in error["error"]["message"]
+    assert router.server_message("b", msg(id=sent["id"], result={})) == []  # late: dropped
+    assert router.next_deadline() is None
+
+
+def test_progress_extends_up_to_the_hard_maximum(router, clock):
+    start = clock.now
+    _, sent = call(router, 1, 1, token="p")
+    token = sent["params"]["_meta"]["progressToken"]
+    progress = msg(method="notifications/progress", params={"progressToken": token, "progress": 1})
+    for _ in range(30):  # progress every 4 s: never idle for 5 s
+        clock.now += 4
+        out = router.expire()
+        if out:
+            break
+        router.server_message("a", progress)
+    assert clock.now - start == pytest.approx(20, abs=4.01)
+    errors = [o for o in unpack(out) if o[0] == "ToClient"]
+    assert errors and "within 20s" in errors[0][2]["error"]["message"]
+    assert router.server_message("a", progress) == []  # no progress after the end
+
+
+def test_many_finished_requests_do_not_pile_up(router, clock):
+    for i in range(5000):
+        _, sent = call(router, 1, i, tool="a__fast")
+        router.server_message("a", msg(id=sent["id"], result={}))
+    assert len(router.deadlines) < 3000
+    assert router.next_deadline() is None
+
+
+# --- upstream lost ----------------------------------------------------------------------
+
+
+def test_lost_upstream_fails_everything_pending_once(router):
+    call(router, 1, 1)
+    call(router, 2, 1)
+    call(router, 2, 2, tool="b__slow")
+    out = unpack(router.server_lost("a", "gone"))
+    errors = sorted((o[1], o[2]["id"]) for o in out if o[0] == "ToClient" and "error" in o[2])
+    assert errors == [(1, 1), (2, 1)]
+    assert router.links["a"].pending == {} and len(router.links["b"].pending) == 1
+    again = unpack(router.server_lost("a", "gone"))
+    assert not [o for o in again if "error" in o[2]]  # nothing is failed twice
+
+
+# --- subscriptions ----------------------------------------------------------------------
+
+
+def test_subscriptions_are_refcounted(router):
+    out = unpack(router.client_message(1, msg(id=1, method="resources/subscribe", params={"uri": "a+demo://r/1"})))
+    [(_, _, sub)] = out
+    assert sub["method"] == "resources/subscribe" and sub["params"] == {"uri": "demo://r/1"}
+    router.server_message("a", msg(id=sub["id"], result={}))
+    # The second session subscribes: answered here, nothing upstream.
+    assert unpack(router.client_message(2, msg(id=1, method="resources/subscribe", params={
+        "uri": "a+demo://r/1"}))) == [("ToClient", 2, {"jsonrpc": "2.0", "id": 1, "result": {}})]
+    updated = unpack(router.server_message("a", msg(method="notifications/resources/updated",
+                                                    params={"uri": "demo://r/1"})))
+    assert sorted(o[1] for o in updated) == [1, 2]
+    assert updated[0][2]["params"]["uri"] == "a+demo://r/1"
+    # b's resource with the same URI is another subscription: nobody gets a's updates for it.
+    assert router.server_message("b", msg(method="notifications/resources/updated",
+                                          params={"uri": "demo://r/1"})) == []
+    # One leaves: no upstream unsubscribe yet. The last leaves: unsubscribe upstream.
+    assert unpack(router.client_message(1, msg(id=2, method="resources/unsubscribe", params={
+        "uri": "a+demo://r/1"})))[0][0] == "ToClient"
+    assert [o[1] for o in unpack(router.server_message("a", msg(
+        method="notifications/resources/updated", params={"uri": "demo://r/1"})))] == [2]
+    out = unpack(router.client_disconnected(2))
+    assert ("ToServer", "a") == out[0][:2] and out[0][2]["method"] == "resources/unsubscribe"
+    assert router.server_message("a", msg(id=out[0][2]["id"], result={})) == []
+
+
+def test_subscriptions_are_renewed_after_a_restart(router):
+    [(_, _, sub)] = unpack(router.client_message(1, msg(id=1, method="resources/subscribe",
+                                                        params={"uri": "a+demo://r/1"})))
+    router.server_message("a", msg(id=sub["id"], result={}))
+    router.server_lost("a", "crash")
+    out = unpack(router.server_ready("a", {"capabilities": {"resources": {"subscribe": True}, "logging": {}}}))
+    assert [o[2]["method"] for o in out] == ["resources/subscribe"]
+    assert out[0][2]["params"] == {"uri": "demo://r/1"}
+
+
+def test_a_failed_subscribe_does_not_count(router):
+    [(_, _, sub)] = unpack(router.client_message(1, msg(id=1, method="resources/subscribe",
+                                                        params={"uri": "a+demo://r/1"})))
+    router.server_message("a", msg(id=sub["id"], error={"code": -32602, "message": "no"}))
+    assert router.subscriptions.subscribers(("a", "demo://r/1")) == set()
+
+
+# --- logging ----------------------------------------------------------------------------
+
+
+def test_log_levels(router):
+    out = unpack(router.client_message(1, msg(id=1, method="logging/setLevel", params={"level": "warning"})))
+    assert out[0] == ("ToClient", 1, {"jsonrpc": "2.0", "id": 1, "result": {}})
+    assert sorted((o[1], o[2]["params"]["level"]) for o in out[1:]) == [("a", "warning"), ("b", "warning")]
+    out = unpack(router.client_message(2, msg(id=1, method="logging/setLevel", params={"level": "debug"})))
+    assert sorted((o[1], o[2]["params"]["level"]) for o in out[1:]) == [("a", "debug"), ("b", "debug")]
+    note = msg(method="notifications/message", params={"level": "info", "logger": "db", "data": {"x": 1}})
+    out = unpack(router.server_message("a", note))
+    assert [(o[1], o[2]["params"]["logger"]) for o in out] == [(2, "a/db")]  # 1 wants warning+
+    out = unpack(router.server_message("b", msg(method="notifications/message", params={
+        "level": "error", "data": "boom"})))
+    assert sorted((o[1], o[2]["params"]["logger"]) for o in out) == [(1, "b"), (2, "b")]
+    # The debug session leaves: upstreams go back to warning.
+    out = unpack(router.client_disconnected(2))
+    assert sorted((o[1], o[2]["params"]["level"]) for o in out if o[2].get("method") == "logging/setLevel") \
+        == [("a", "warning"), ("b", "warning")]
+    [(_, _, bad)] = unpack(router.client_message(1, msg(id=3, method="logging/setLevel", params={"level": "loud"})))
+    assert bad["error"]["code"] == -32602
+
+
+# --- server-to-client requests ----------------------------------------------------------
+
+
+def test_reverse_request_goes_to_the_session_with_a_call_in_flight(router):
+    _, call_one = call(router, 1, 1)
+    sampling = {"messages": [], "maxTokens": 10}
+    [(kind, session, forwarded)] = unpack(router.server_message("a", msg(
+        id=1, method="sampling/createMessage", params=sampling)))
+    assert (kind, session) == ("ToClient", 1) and forwarded["params"] == sampling
+    # b asks with the same id at the same time; with nobody in flight on b and two sessions
+    # connected, no single client can be named: b gets an error at once.
+    [(kind, server, refused)] = unpack(router.server_message("b", msg(id=1, method="sampling/createMessage",
+                                                                      params=sampling)))
+    assert (kind, server, refused["id"]) == ("ToServer", "b", 1)
+    assert refused["error"]["data"]["reason"] == "unavailable"
+    # The client answers under the proxy's id; a gets it under its own.
+    back = unpack(router.client_message(1, msg(id=forwarded["id"], result={"role": "assistant"})))
+    assert back == [("ToServer", "a", {"jsonrpc": "2.0", "id": 1, "result": {"role": "assistant"}})]
+    assert router.client_message(1, msg(id=forwarded["id"], result={})) == []  # answered already
+    assert router.reverse == {} and router.reverse_ids == {}
+
+
+def test_two_servers_same_reverse_id_get_distinct_proxy_ids(clock):
+    router = make_router(clock)
+    connect(router, 1)
+    call(router, 1, 1, tool="a__slow")
+    call(router, 1, 2, tool="b__slow")
+    [(_, _, from_a)] = unpack(router.server_message("a", msg(id=1, method="roots/list")))
+    [(_, _, from_b)] = unpack(router.server_message("b", msg(id=1, method="roots/list")))
+    assert from_a["id"] != from_b["id"]
+    assert unpack(router.client_message(1, msg(id=from_b["id"], result={"roots": ["b"]})))[0][1] == "b"
+    assert unpack(router.client_message(1, msg(id=from_a["id"], error={"code": 1, "message": "x"})))[0][:2] \
+        == ("ToServer", "a")
+
+
+def test_reverse_request_errors(clock):
+    router = make_router(clock, roots=[{"uri": "file:///work"}])
+    # Nobody connected: roots from the config; sampling refused at once.
+    [(_, _, roots)] = unpack(router.server_message("a", msg(id=7, method="roots/list")))
+    assert roots["result"] == {"roots": [{"uri": "file:///work"}]}
+    [(_, _, refused)] = unpack(router.server_message("a", msg(id=8, method="sampling/createMessage", params={})))
+    assert "error" in refused
+    # A client without sampling: -32601, nothing reaches it.
+    connect(router, 1, caps={"elicitation": {}})
+    [(kind, _, refused)] = unpack(router.server_message("a", msg(id=9, method="sampling/createMessage", params={})))
+    assert kind == "ToServer" and refused["error"]["code"] == -32601
+    # Form-only elicitation client: url mode refused, form mode delivered.
+    [(kind, _, refused)] = unpack(router.server_message("a", msg(id=10, method="elicitation/create", params={
+        "mode": "url", "url": "https://example.invalid", "elicitationId": "e1", "message": "go"})))
+    assert kind == "ToServer" and "url mode" in refused["error"]["message"]
+    [(kind, session, _)] = unpack(router.server_message("a", msg(id=11, method="elicitation/create", params={
+        "message": "name?", "requestedSchema": {"type": "object"}})))
+    assert (kind, session) == ("ToClient", 1)
+    # Policy can deny.
+    router.server_request_policy = lambda server, method, params: server != "b"
+    [(kind, _, denied)] = unpack(router.server_message("b", msg(id=12, method="elicitation/create", params={})))
+    assert denied["error"]["data"]["reason"] == "denied"
+
+
+def test_url_elicitation_complete_and_upstream_cancel(router):
+    call(router, 2, 1)
+    [(_, session, forwarded)] = unpack(router.server_message("a", msg(id=3, method="elicitation/create", params={
+        "mode": "url", "url": "https://example.invalid/x", "elicitationId": "E", "message": "open"})))
+    assert session == 2
+    router.client_message(2, msg(id=forwarded["id"], result={"action": "accept"}))
+    done = unpack(router.server_message("a", msg(method="notifications/elicitation/complete",
+                                                 params={"elicitationId": "E"})))
+    assert done == [("ToClient", 2, {"jsonrpc": "2.0", "method": "notifications/elicitation/complete",
+                                     "params": {"elicitationId": "E"}})]
+    # The upstream cancels its own request: the client hears of it under the proxy id.
+    [(_, _, forwarded)] = unpack(router.server_message("a", msg(id=4, method="roots/list")))
+    out = unpack(router.server_message("a", msg(method="notifications/cancelled", params={"requestId": 4})))
+    assert out == [("ToClient", 2, {"jsonrpc": "2.0", "method": "notifications/cancelled",
+                                    "params": {"requestId": forwarded["id"]}})]
+    assert router.client_message(2, msg(id=forwarded["id"], result={"roots": []})) == []
+
+
+def test_client_leaving_answers_pending_reverse_requests(router):
+    call(router, 1, 1)
+    router.server_message("a", msg(id=5, method="roots/list"))
+    out = unpack(router.client_disconnected(1))
+    answers = [o for o in out if o[2].get("id") == 5]
+    assert answers and answers[0][1] == "a" and answers[0][2]["error"]["data"]["reason"] == "unavailable"
+
+
+def test_roots_list_changed_reaches_upstreams(router):
+    out = unpack(router.client_message(1, msg(method="notifications/roots/list_changed")))
+    assert sorted(o[1] for o in out) == ["a", "b"]
+
+
+# --- list changes -----------------------------------------------------------------------
+
+
+def test_list_changes_are_debounced_into_one_notice(clock):
+    router = make_router(clock, debounce=0.1)
+    connect(router, 1)
+    assert router.server_items("a", "tools", [{"name": "x"}]) == []
+    assert router.server_items("b", "tools", [{"name": "y"}]) == []
+    assert router.server_items("a", "resources", []) == []
+    assert router.next_deadline() == pytest.approx(clock.now + 0.1)
+    clock.now += 0.1
+    out = unpack(router.expire())
+    assert sorted(o[2]["method"] for o in out) == ["notifications/resources/list_changed",
+                                                   "notifications/tools/list_changed"]
+    assert router.expire() == [] and router.next_deadline() is None
+    assert router.server_items("a", "tools", [{"name": "x"}]) == []  # no visible change
+    assert router.next_deadline() is None
+
+
+# --- tasks ------------------------------------------------------------------------------
+
+
+def test_task_ids_are_mapped_and_owned(router):
+    [(_, _, sent)] = unpack(router.client_message(1, msg(id=1, method="tools/call", params={
+        "name": "a__slow", "arguments": {}, "task": {"ttl": 60000}})))
+    assert sent["params"]["task"] == {"ttl": 60000}
+    [(_, _, created)] = unpack(router.server_message("a", msg(id=sent["id"], result={
+        "task": {"taskId": "T1", "status": "working", "ttl": 60000, "createdAt": "x", "lastUpdatedAt": "x"}})))
+    assert created["result"]["task"]["taskId"] == "a/T1"
+    [(_, _, get)] = unpack(router.client_message(1, msg(id=2, method="tasks/get", params={"taskId": "a/T1"})))
+    assert get["params"] == {"taskId": "T1"}
+    [(_, _, status)] = unpack(router.server_message("a", msg(id=get["id"], result={
+        "taskId": "T1", "status": "completed"})))
+    assert status["result"]["taskId"] == "a/T1"
+    # Status notifications reach the owner only.
+    out = unpack(router.server_message("a", msg(method="notifications/tasks/status", params={
+        "taskId": "T1", "status": "completed"})))
+    assert [(o[1], o[2]["params"]["taskId"]) for o in out] == [(1, "a/T1")]
+    # Another session cannot touch it, nor can anyone name a task that never existed.
+    for key, task in ((2, "a/T1"), (1, "a/T9"), (1, "T1"), (1, "zz/T1")):
+        [(_, _, refused)] = unpack(router.client_message(key, msg(id=3, method="tasks/cancel",
+                                                                  params={"taskId": task})))
+        assert refused["error"]["code"] == -32602
+    [(_, _, result)] = unpack(router.client_message(1, msg(id=4, method="tasks/result", params={"taskId": "a/T1"})))
+    out = unpack(router.server_message("a", msg(id=result["id"], result={
+        "content": [], "_meta": {"io.modelcontextprotocol/related-task": {"taskId": "T1"}}})))
+    assert out[0][2]["result"]["_meta"]["io.modelcontextprotocol/related-task"]["taskId"] == "a/T1"
+
+
+def test_tasks_list_gathers_only_the_sessions_own(router):
+    [(_, _, sent)] = unpack(router.client_message(1, msg(id=1, method="tools/call", params={
+        "name": "a__slow", "task": {}})))
+    router.server_message("a", msg(id=sent["id"], result={"task": {"taskId": "T1", "status": "working"}}))
+    out = unpack(router.client_message(1, msg(id=2, method="tasks/list", params={})))
+    assert sorted(o[1] for o in out) == ["a", "b"]
+    ids = {o[1]: o[2]["id"] for o in out}
+    assert router.server_message("a", msg(id=ids["a"], result={"tasks": [
+        {"taskId": "T1", "status": "working"}, {"taskId": "OTHER", "status": "working"}]})) == []
+    [(_, session, answer)] = unpack(router.server_message("b", msg(id=ids["b"], error={"code": -32601, "message": "x"})))
+    assert session == 1 and answer == {"jsonrpc": "2.0", "id": 2, "result": {"tasks": [
+        {"taskId": "a/T1", "status": "working"}]}}
+
+
+def test_capabilities_merge(router):
+    caps = router.clients[1].advertised
+    assert caps["resources"]["subscribe"] is True and "logging" in caps
+    assert caps["tasks"] == {"list": {}, "cancel": {}}
+    assert router.upstream_client_capabilities() == {
+        "sampling": {}, "elicitation": {"form": {}, "url": {}}, "roots": {"listChanged": True}}
