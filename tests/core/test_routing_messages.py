@@ -400,7 +400,8 @@ def test_tasks_list_gathers_only_the_sessions_own(router):
     ids = {o[1]: o[2]["id"] for o in out}
     assert router.server_message("a", msg(id=ids["a"], result={"tasks": [
         {"taskId": "T1", "status": "working"}, {"taskId": "OTHER", "status": "working"}]})) == []
-    [(_, session, answer)] = unpack(router.server_message("b", msg(id=ids["b"], error={"code": -32601, "message": "x"})))
+    failed = msg(id=ids["b"], error={"code": -32601, "message": "x"})
+    [(_, session, answer)] = unpack(router.server_message("b", failed))
     assert session == 1 and answer == {"jsonrpc": "2.0", "id": 2, "result": {"tasks": [
         {"taskId": "a/T1", "status": "working"}]}}
 
