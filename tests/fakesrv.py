@@ -16,6 +16,8 @@ Modes
 - many:N        expose N extra tools ``t0`` .. ``tN-1``.
 - loop          tools/list pages forever: every page's nextCursor is the same.
 - big:N         ``big`` returns a text of N bytes.
+- (always)      ``flood`` {count} sends that many log messages, then answers;
+                ``progress_forever`` never answers, and (in memory) reports progress forever.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ class FakeServer:
                 self.big = int(mode.split(":", 1)[1])
         self.seen: list[dict[str, Any]] = []
         self.exit_code: int | None = None
+        self.progress_forever: Any = None  # the token, once progress_forever was called
 
     def tools(self) -> list[dict[str, Any]]:
         tools = [
@@ -50,6 +53,8 @@ class FakeServer:
             {"name": "links", "inputSchema": {"type": "object"}},
             {"name": "fail", "inputSchema": {"type": "object"}},
             {"name": "big", "inputSchema": {"type": "object"}},
+            {"name": "flood", "inputSchema": {"type": "object"}},
+            {"name": "progress_forever", "inputSchema": {"type": "object"}},
         ]
         tools += [{"name": f"t{i}", "inputSchema": {"type": "object"}} for i in range(self.extra)]
         return tools
@@ -59,6 +64,11 @@ class FakeServer:
         message = json.loads(line)
         self.seen.append(message)
         out = [self._prefix()] if "garbage" in self.modes else []
+        params = message.get("params") or {}
+        if message.get("method") == "tools/call" and params.get("name") == "flood":
+            count = int((params.get("arguments") or {}).get("count", 1000))
+            out += [json.dumps({"jsonrpc": "2.0", "method": "notifications/message", "params": {
+                "level": "info", "logger": "flood", "data": f"message {i}"}}).encode() for i in range(count)]
         answer = self._answer(message)
         if answer is not None:
             out.append(json.dumps(answer).encode())
@@ -81,11 +91,11 @@ class FakeServer:
             return ok({
                 "protocolVersion": params.get("protocolVersion", "2025-06-18"),
                 "capabilities": {"tools": {"listChanged": True}, "prompts": {}, "resources": {},
-                                 "completions": {}},
+                                 "completions": {}, "logging": {}},
                 "serverInfo": {"name": "server", "version": "1.0"},
                 "instructions": "Fake server for tests.",
             })
-        if method == "ping":
+        if method in ("ping", "logging/setLevel"):
             return ok({})
         if method == "tools/list":
             tools = self.tools()
@@ -126,6 +136,9 @@ class FakeServer:
                 return None
             if name == "hang":
                 return None
+            if name == "progress_forever":
+                self.progress_forever = (params.get("_meta") or {}).get("progressToken")
+                return None
             if name == "fail":
                 return {"jsonrpc": "2.0", "id": id,
                         "error": {"code": -32042, "message": "upstream says no", "data": {"why": "test"}}}
@@ -137,6 +150,8 @@ class FakeServer:
                 ]})
             if name == "big":
                 return ok({"content": [{"type": "text", "text": "x" * self.big}]})
+            if name == "flood":
+                return ok({"content": [{"type": "text", "text": "flooded"}]})
             if name == "add":
                 return ok({"content": [{"type": "text", "text": str(arguments.get("a", 0) + arguments.get("b", 0))}],
                            "structuredContent": {"sum": arguments.get("a", 0) + arguments.get("b", 0)}})

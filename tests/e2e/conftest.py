@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -64,3 +66,48 @@ def write_config(tmp_path: Path, body: str, **proxy: object) -> Path:
 
 def proxy_argv(config: Path, *extra: str) -> list[str]:
     return [sys.executable, "-m", "aggregator", "serve", "--stdio", "--config", str(config), *extra]
+
+
+class RawProxy:
+    """The proxy as a subprocess, spoken to line by line."""
+
+    def __init__(self, config: Path, *extra: str) -> None:
+        # stderr to a file: a pipe nobody reads would stall a chatty proxy.
+        self.stderr = tempfile.TemporaryFile()
+        self.process = subprocess.Popen(
+            proxy_argv(config, *extra), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.stderr)
+        self.notifications: list[dict] = []
+        os.set_blocking(self.process.stdout.fileno(), True)
+
+    def send(self, data: bytes) -> None:
+        self.process.stdin.write(data)
+        self.process.stdin.flush()
+
+    def request(self, id, method, params=None):
+        message = {"jsonrpc": "2.0", "id": id, "method": method}
+        if params is not None:
+            message["params"] = params
+        self.send(json.dumps(message).encode() + b"\n")
+        return self.receive()
+
+    def receive(self):
+        """The next response, keeping notifications seen on the way in ``self.notifications``."""
+        while True:
+            message = self.receive_any()
+            if "id" in message:
+                return message
+            self.notifications.append(message)
+
+    def receive_any(self):
+        line = self.process.stdout.readline()
+        assert line, "proxy closed stdout; stderr:\n" + self.log()
+        return json.loads(line)
+
+    def close(self, timeout: float = 15) -> tuple[int, str]:
+        self.process.stdin.close()
+        code = self.process.wait(timeout=timeout)
+        return code, self.log()
+
+    def log(self) -> str:
+        self.stderr.seek(0)
+        return self.stderr.read().decode(errors="replace")

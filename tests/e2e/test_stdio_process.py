@@ -14,42 +14,10 @@ import anyio
 import pytest
 from mcp import ClientSession, StdioServerParameters, stdio_client
 
-from tests.e2e.conftest import fake, proxy_argv, time_and_git, write_config
+from tests.e2e.conftest import RawProxy, fake, proxy_argv, time_and_git, write_config
+from tests.fakesrv import FakeServer
 
 pytestmark = pytest.mark.e2e
-
-
-class RawProxy:
-    """The proxy as a subprocess, spoken to line by line."""
-
-    def __init__(self, config: Path) -> None:
-        self.process = subprocess.Popen(
-            proxy_argv(config), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        os.set_blocking(self.process.stdout.fileno(), True)
-
-    def send(self, data: bytes) -> None:
-        self.process.stdin.write(data)
-        self.process.stdin.flush()
-
-    def request(self, id, method, params=None):
-        message = {"jsonrpc": "2.0", "id": id, "method": method}
-        if params is not None:
-            message["params"] = params
-        self.send(json.dumps(message).encode() + b"\n")
-        return self.receive()
-
-    def receive(self):
-        while True:
-            line = self.process.stdout.readline()
-            assert line, "proxy closed stdout; stderr:\n" + self.process.stderr.read().decode()
-            message = json.loads(line)
-            if "id" in message:
-                return message
-
-    def close(self, timeout: float = 15) -> tuple[int, str]:
-        self.process.stdin.close()
-        code = self.process.wait(timeout=timeout)
-        return code, self.process.stderr.read().decode()
 
 
 def processes_with(marker: str) -> list[int]:
@@ -214,7 +182,8 @@ def test_terminal_user_gets_a_greeting(tmp_path):
             seen += chunk or b""
             time.sleep(0.05)
         text = seen.decode()
-        assert "a " in text and "7 tools" in text and '"serve"' in text and "--stdio" in text
+        tools = len(FakeServer([]).tools())
+        assert "a " in text and f"{tools} tools" in text and '"serve"' in text and "--stdio" in text
     finally:
         os.close(leader)
         process.terminate()

@@ -34,21 +34,36 @@ class FakeUpstreams:
         if "exit_at_start" in server.modes:
             return "the server exited with status 3"
         splitter = LineSplitter(1 << 24)
+        async with trio.open_nursery() as nursery:
+            while True:
+                data = await theirs.receive_some(65536)
+                if not data:
+                    nursery.cancel_scope.cancel()
+                    return "the server closed its stdout"
+                for line in splitter.feed(data):
+                    for out in server.handle(line):
+                        await theirs.send_all(out + b"\n")
+                    if server.exit_code is not None:
+                        nursery.cancel_scope.cancel()
+                        return f"the server exited with status {server.exit_code}"
+                    if server.progress_forever is not None:
+                        nursery.start_soon(self._progress_forever, theirs, server.progress_forever)
+                        server.progress_forever = None
+
+    @staticmethod
+    async def _progress_forever(stream: trio.abc.Stream, token: Any) -> None:
+        sent = 0
         while True:
-            data = await theirs.receive_some(65536)
-            if not data:
-                return "the server closed its stdout"
-            for line in splitter.feed(data):
-                for out in server.handle(line):
-                    await theirs.send_all(out + b"\n")
-                if server.exit_code is not None:
-                    return f"the server exited with status {server.exit_code}"
+            await trio.sleep(0.5)
+            sent += 1
+            await stream.send_all(dumps({"jsonrpc": "2.0", "method": "notifications/progress", "params": {
+                "progressToken": token, "progress": sent}}) + b"\n")
 
 
-def make_config(servers: dict[str, list[str]], **proxy: Any):
+def make_config(servers: dict[str, list[str]], server_settings: dict[str, Any] | None = None, **proxy: Any):
     return structure_config({
         "proxy": {"startup_timeout": 5.0, **proxy},
-        "servers": {name: {"command": "fake", "init_timeout": 2.0} for name in servers},
+        "servers": {name: {"command": "fake", "init_timeout": 2.0, **(server_settings or {})} for name in servers},
     }, environ={})
 
 
@@ -121,14 +136,14 @@ class Proxy:
         return Client(ours)
 
 
-def running_proxy(servers: dict[str, list[str]], **proxy: Any):
+def running_proxy(servers: dict[str, list[str]], server_settings: dict[str, Any] | None = None, **proxy: Any):
     """An async context manager yielding a Proxy with the given fake servers."""
     from contextlib import asynccontextmanager
 
     @asynccontextmanager
     async def run():
         upstreams = FakeUpstreams(servers)
-        hub = Hub(make_config(servers, **proxy), connector=upstreams)
+        hub = Hub(make_config(servers, server_settings, **proxy), connector=upstreams)
         async with trio.open_nursery() as nursery:
             await nursery.start(hub.run)
             yield Proxy(hub, upstreams, nursery)

@@ -2,7 +2,10 @@
 
 import trio
 
+from tests.fakesrv import FakeServer
 from tests.session.harness import running_proxy
+
+BASE_TOOLS = len(FakeServer([]).tools())
 
 
 async def test_names_routing_and_pages(autojump_clock):
@@ -13,7 +16,7 @@ async def test_names_routing_and_pages(autojump_clock):
             assert set(result["capabilities"]) >= {"tools", "prompts", "resources", "completions"}
             tools = await client.list_all("tools/list", "tools")
             names = [t["name"] for t in tools]
-            assert len(names) == 2 * 7 + 7 and len(set(names)) == len(names)
+            assert len(names) == 2 * BASE_TOOLS + 7 and len(set(names)) == len(names)
             assert names[0] == "a__echo" and "b__echo" in names and "a__t6" in names
             assert tools[0]["x-unknown-field"] == {"kept": True}
             assert tools[0]["inputSchema"]["$schema"].endswith("2020-12/schema")
@@ -84,7 +87,7 @@ async def test_garbage_on_stdout_is_dropped(autojump_clock):
         client = await proxy.connect()
         with trio.fail_after(10):
             await client.initialize()
-            assert len(await client.list_all("tools/list", "tools")) == 7
+            assert len(await client.list_all("tools/list", "tools")) == BASE_TOOLS
             answer = await client.request("tools/call", {"name": "g__echo", "arguments": {"k": "v"}})
             assert answer["result"]["content"][0]["text"] == '{"k": "v"}'
 
@@ -155,3 +158,54 @@ async def test_too_large_answer_fails_its_request_and_the_server_keeps_serving(a
             assert answer["error"]["data"] == {"source": "aggregator", "reason": "too_large", "server": "a"}
             answer = await client.request("tools/call", {"name": "a__echo", "arguments": {"n": 1}})
             assert answer["result"]["content"][0]["text"] == '{"n": 1}'
+
+
+async def test_never_answers_times_out_and_is_cancelled_upstream(autojump_clock):
+    async with running_proxy({"a": []}, {"request_timeout": 2.0}) as proxy:
+        client = await proxy.connect()
+        with trio.fail_after(30):
+            await client.initialize()
+            start = trio.current_time()
+            answer = await client.request("tools/call", {"name": "a__hang"})
+            assert 2.0 <= trio.current_time() - start < 2.2
+            assert answer["error"]["data"] == {"source": "aggregator", "reason": "timeout", "server": "a"}
+            await trio.sleep(0.1)
+            seen = proxy.upstreams.latest("a").seen
+            hang = next(m for m in seen if m.get("params", {}).get("name") == "hang")
+            assert seen[-1] == {"jsonrpc": "2.0", "method": "notifications/cancelled",
+                                "params": {"requestId": hang["id"], "reason": "timed out"}}
+
+
+async def test_progress_forever_stops_at_the_hard_maximum(autojump_clock):
+    settings = {"request_timeout": 1.0, "timeout_resets_on_progress": True, "max_request_timeout": 5.0}
+    async with running_proxy({"a": []}, settings) as proxy:
+        client = await proxy.connect()
+        with trio.fail_after(30):
+            await client.initialize()
+            start = trio.current_time()
+            await client.send({"id": 1, "method": "tools/call", "params": {
+                "name": "a__progress_forever", "_meta": {"progressToken": "p"}}})
+            answer = await client.response(1)
+            assert 5.0 <= trio.current_time() - start < 5.2
+            assert "within 5s" in answer["error"]["message"]
+            progress = [n for n in client.notifications if n["method"] == "notifications/progress"]
+            assert len(progress) >= 8 and all(n["params"]["progressToken"] == "p" for n in progress)
+            await trio.sleep(3)  # the fake keeps sending; none of it may arrive now
+            await client.request("ping")
+            after = [n for n in client.notifications if n["method"] == "notifications/progress"]
+            assert len(after) == len(progress)
+
+
+async def test_a_flood_from_one_server_does_not_stall_another(autojump_clock):
+    async with running_proxy({"noisy": [], "calm": []}) as proxy:
+        client = await proxy.connect()
+        with trio.fail_after(60):
+            await client.initialize()
+            await client.send({"id": "flood", "method": "tools/call", "params": {
+                "name": "noisy__flood", "arguments": {"count": 20000}}})
+            for i in range(100):
+                answer = await client.request("tools/call", {"name": "calm__echo", "arguments": {"i": i}})
+                assert answer["result"]["content"][0]["text"] == f'{{"i": {i}}}'
+            assert (await client.response("flood"))["result"]["content"][0]["text"] == "flooded"
+            logs = [n for n in client.notifications if n["method"] == "notifications/message"]
+            assert len(logs) == 20000 and logs[0]["params"]["logger"] == "noisy/flood"
