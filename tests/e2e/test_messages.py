@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import sys
 import time
 
@@ -230,3 +231,47 @@ timeout_resets_on_progress = false
     finally:
         code, log = proxy.close()
     assert code == 0 and "timed out" in log
+
+
+def test_tasks_with_an_elicitation_on_the_way(tmp_path, everything_js):
+    """A task-augmented tools/call (2025-11-25): ids mapped both ways, and the server's
+    elicitation, sent while the client waits on tasks/result, reaches that client."""
+    config = everything_and_time(tmp_path, everything_js)
+    proxy = RawProxy(config)
+    try:
+        init = proxy.request(1, "initialize", {"protocolVersion": "2025-11-25", "capabilities": {"elicitation": {}},
+                                               "clientInfo": {"name": "raw", "version": "0"}})
+        assert "list" in init["result"]["capabilities"]["tasks"]
+        proxy.send(b'{"jsonrpc":"2.0","method":"notifications/initialized"}\n')
+        created = proxy.request(2, "tools/call", {"name": "everything__simulate-research-query",
+                                                  "arguments": {"topic": "python", "ambiguous": True},
+                                                  "task": {"ttl": 60000}})
+        task_id = created["result"]["task"]["taskId"]
+        assert task_id.startswith("everything/")
+        status = proxy.request(3, "tasks/get", {"taskId": task_id})
+        assert status["result"]["taskId"] == task_id and status["result"]["status"] in ("working", "input_required")
+        listed = proxy.request(4, "tasks/list", {})
+        assert task_id in [t["taskId"] for t in listed["result"]["tasks"]]
+        assert proxy.request(5, "tasks/get", {"taskId": "everything/nope"})["error"]["code"] == -32602
+
+        proxy.send(json.dumps({"jsonrpc": "2.0", "id": 6, "method": "tasks/result",
+                               "params": {"taskId": task_id}}).encode() + b"\n")
+        deadline = time.monotonic() + 30
+        result = None
+        while result is None and time.monotonic() < deadline:
+            message = proxy.receive_any()
+            if message.get("method") == "elicitation/create":
+                schema = message["params"]["requestedSchema"]["properties"]["interpretation"]
+                choice = schema["oneOf"][0]["const"] if "oneOf" in schema else "the language"
+                proxy.send(json.dumps({"jsonrpc": "2.0", "id": message["id"], "result": {
+                    "action": "accept", "content": {"interpretation": choice}}}).encode() + b"\n")
+            elif message.get("id") == 6:
+                result = message
+        assert result is not None, "no tasks/result answer"
+        text = result["result"]["content"][0]["text"]
+        assert "Research Report" in text and "Clarification" in text
+        related = result["result"].get("_meta", {}).get("io.modelcontextprotocol/related-task")
+        assert related is None or related["taskId"] == task_id
+    finally:
+        code, log = proxy.close()
+    assert code == 0, log
