@@ -555,8 +555,11 @@ class Router:
         now = self.clock()
         pending.hard_deadline = now + link.max_request_timeout
         # tasks/result blocks until the task is done, by design: only the hard maximum applies.
-        timeout = link.max_request_timeout if pending.method == "tasks/result" else link.request_timeout
-        pending.deadline = min(now + timeout, pending.hard_deadline)
+        # (The config guarantees request_timeout <= max_request_timeout.)
+        if pending.method == "tasks/result":
+            pending.deadline = pending.hard_deadline
+        else:
+            pending.deadline = now + link.request_timeout
         link.pending[pending.upstream_id] = pending
         self.deadlines.push(pending.deadline, pending)
 
@@ -655,7 +658,7 @@ class Router:
         method = pending.method
         if link.uri_prefix:
             _expose_result_uris(method, result, link.uri_prefix)
-        if method == "tools/call" or method.startswith("tasks/"):
+        if ("task" in result and method == "tools/call") or method.startswith("tasks/"):
             for task_id in expose_task_ids(link.name, result):
                 self.tasks.setdefault(task_id, pending.session)
 
