@@ -70,9 +70,39 @@ class ProxyConfig:
     list_changed_debounce: float = 0.05
 
 
+LOCAL_HOSTS = ("localhost", "127.0.0.1", "[::1]")
+
+
+@attrs.frozen(kw_only=True)
+class HttpConfig:
+    """The Streamable HTTP endpoint (``aggregator serve --http``)."""
+
+    listen: str | None = None  # "127.0.0.1:8000"; None: no HTTP endpoint
+    path: str = "/mcp"
+    # Host header names accepted (any port); DNS rebinding defence. Add your own names
+    # when you listen beyond loopback.
+    allowed_hosts: tuple[str, ...] = LOCAL_HOSTS
+    # Origin header values accepted, as scheme://host (any port). Requests without Origin
+    # (not from a browser) are accepted.
+    allowed_origins: tuple[str, ...] = tuple(f"{scheme}://{host}" for scheme in ("http", "https")
+                                             for host in LOCAL_HOSTS)
+    # Bearer tokens that may use the endpoint; empty: no authentication.
+    auth_tokens: tuple[str, ...] = ()
+    # Listening beyond loopback without tokens is refused unless this says so.
+    allow_unauthenticated_remote: bool = False
+    max_body_bytes: int = 4 * 1024 * 1024
+    max_header_bytes: int = 16 * 1024
+    header_timeout: float = 10.0
+    max_sessions: int = 256
+    session_idle_timeout: float = 1800.0
+    # A client whose response stream drops has that request cancelled after this long.
+    stream_drop_grace: float = 2.0
+
+
 @attrs.frozen(kw_only=True)
 class Config:
     proxy: ProxyConfig = attrs.field(factory=ProxyConfig)
+    http: HttpConfig = attrs.field(factory=HttpConfig)
     servers: Mapping[str, ServerConfig] = attrs.field(factory=dict)
 
     @property
@@ -243,10 +273,10 @@ def structure_config(
     if environ is None:
         environ = os.environ
     problems: list[str] = []
-    unknown = sorted(set(raw) - {"proxy", "servers"})
+    unknown = sorted(set(raw) - {"proxy", "http", "servers"})
     problems.extend(f"{key}: unknown key" for key in unknown)
     raw = _interpolate(
-        {key: raw[key] for key in ("proxy", "servers") if key in raw}, "", environ, problems
+        {key: raw[key] for key in ("proxy", "http", "servers") if key in raw}, "", environ, problems
     )
     proxy = ProxyConfig()
     if "proxy" in raw:
@@ -254,6 +284,14 @@ def structure_config(
             proxy = _converter.structure(raw["proxy"], ProxyConfig)
         except Exception as exc:  # noqa: BLE001 - every structuring problem is reported
             problems.extend(_flatten(exc, "proxy"))
+    http = HttpConfig()
+    if "http" in raw:
+        try:
+            http = _converter.structure(raw["http"], HttpConfig)
+        except Exception as exc:  # noqa: BLE001
+            problems.extend(_flatten(exc, "http"))
+        else:
+            problems.extend(check_http(http))
     servers: dict[str, ServerConfig] = {}
     raw_servers = raw.get("servers", {})
     if not isinstance(raw_servers, dict):
@@ -280,7 +318,33 @@ def structure_config(
         problems.extend(validate_server_naming(list(servers.values()), proxy.separator))
     if problems:
         raise ConfigError(problems, source=source)
-    return Config(proxy=proxy, servers=servers)
+    return Config(proxy=proxy, http=http, servers=servers)
+
+
+def parse_listen(listen: str) -> tuple[str, int]:
+    """"127.0.0.1:8000" or "[::1]:8000" -> (host, port); ValueError if malformed."""
+    host, sep, port = listen.rpartition(":")
+    if not sep or not port.isdigit() or not 0 < int(port) < 65536 or not host:
+        raise ValueError(f"expected HOST:PORT such as 127.0.0.1:8000, got {listen!r}")
+    return host.strip("[]"), int(port)
+
+
+def check_http(http: HttpConfig) -> list[str]:
+    problems = []
+    if http.listen is not None:
+        try:
+            parse_listen(http.listen)
+        except ValueError as exc:
+            problems.append(f"http.listen: {exc}")
+    if not http.path.startswith("/"):
+        problems.append("http.path: must start with /")
+    for index, token in enumerate(http.auth_tokens):
+        if len(token) < 16:
+            problems.append(f"http.auth_tokens[{index}]: too short; use at least 16 random characters")
+    for name in ("max_body_bytes", "max_header_bytes", "max_sessions"):
+        if getattr(http, name) < 1:
+            problems.append(f"http.{name}: must be positive")
+    return problems
 
 
 def _check_proxy(proxy: ProxyConfig) -> list[str]:

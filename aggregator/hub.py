@@ -45,7 +45,9 @@ class Hub:
             list_changed_debounce=proxy.list_changed_debounce,
         )
         self.upstreams = {server.name: UpstreamSession(self, server) for server in servers}
-        self.clients: dict[int, Outbox] = {}
+        # Where each client session's messages go: an Outbox for a stream transport, or
+        # anything with the same put_message / flush / over_limit / dirty (HTTP sessions).
+        self.clients: dict[int, Any] = {}
         self.startup_done = trio.Event()
         self._settled: set[str] = set()
         self._all_settled = trio.Event()
@@ -102,7 +104,7 @@ class Hub:
 
     # --- clients ------------------------------------------------------------------------
 
-    def add_client(self, outbox: Outbox) -> int:
+    def add_client(self, outbox: Any) -> int:
         key = next(self._client_keys)
         self.clients[key] = outbox
         self.router.client_connected(key)
@@ -126,7 +128,7 @@ class Hub:
                 self._dispatch_control(command)
                 continue
             if target is not None:
-                target.put_message(command.message)
+                target.put_message(command.message, command.related if kind is ToClient else None)
                 if not target.dirty:
                     target.dirty = True
                     self._dirty.append(target)

@@ -80,10 +80,16 @@ NO_SESSION = 0  # the "client" of the proxy's own requests; real sessions start 
 
 
 class ToClient(NamedTuple):
-    """Send ``message`` (a dict, or bytes already serialized) to client session ``session``."""
+    """Send ``message`` (a dict, or bytes already serialized) to client session ``session``.
+
+    ``related`` names the client request the message belongs to, when it is not itself
+    the response (progress, a server-to-client request made while serving it) or when the
+    message is bytes: transports with one stream per request (Streamable HTTP) use it.
+    """
 
     session: int
     message: Any
+    related: Any = None
 
 
 class ToServer(NamedTuple):
@@ -296,12 +302,16 @@ class Router:
         return out
 
     def client_message(self, key: int, raw: bytes) -> list[Any]:
-        client = self.clients[key]
         try:
             kind, message = decode_message(raw)
         except RemoteProtocolError as exc:
             log.debug("client %d: refused message: %s", key, exc.message)
             return [ToClient(key, exc.to_response())] if exc.answer else []
+        return self.client_event(key, kind, message)
+
+    def client_event(self, key: int, kind: int, message: dict[str, Any]) -> list[Any]:
+        """A message from a client, already decoded and classified (``decode_message``)."""
+        client = self.clients[key]
         if kind == REQUEST:
             method = message["method"]
             handler = self._requests.get(method)
@@ -401,7 +411,7 @@ class Router:
         kind = LIST_METHODS[message["method"]]
         params = message.get("params") or {}
         page = self.catalog.page(kind, params.get("cursor"))
-        return [ToClient(client.key, _splice_result(message["id"], page))]
+        return [ToClient(client.key, _splice_result(message["id"], page), message["id"])]
 
     def _call_by_name(self, client: ClientState, message: dict[str, Any]) -> list[Any]:
         params = message.get("params")
@@ -696,7 +706,8 @@ class Router:
                 pending.deadline = min(self.clock() + link.request_timeout, pending.hard_deadline)
                 self.deadlines.move(pending.deadline, pending)
             forwarded = dict(params, progressToken=pending.client_token)
-            return [ToClient(pending.session, {"jsonrpc": "2.0", "method": method, "params": forwarded})]
+            return [ToClient(pending.session, {"jsonrpc": "2.0", "method": method, "params": forwarded},
+                             pending.client_id)]
         if method == "notifications/message":
             forwarded = dict(params)
             logger = params.get("logger")
@@ -761,7 +772,7 @@ class Router:
             return [ToServer(server, proxy_error(
                 id, f"{method} from server {server!r} is not allowed by policy",
                 reason="denied", server=server, code=INVALID_REQUEST))]
-        session = self._session_for(link)
+        session, related = self._session_for(link)
         if session is None:
             if method == "roots/list" and self.roots is not None:
                 return [ToServer(server, {"jsonrpc": "2.0", "id": id, "result": {"roots": self.roots}})]
@@ -784,17 +795,21 @@ class Router:
             self.elicitations[(server, params["elicitationId"])] = session
         forwarded = dict(params)
         expose_task_ids(server, forwarded)
-        return [ToClient(session, {"jsonrpc": "2.0", "id": proxy_id, "method": method, "params": forwarded})]
+        return [ToClient(session, {"jsonrpc": "2.0", "id": proxy_id, "method": method, "params": forwarded},
+                         related)]
 
-    def _session_for(self, link: UpstreamLink) -> int | None:
-        """The one client a server-to-client request can be for, or None if not one."""
-        sessions = {p.session for p in link.pending.values() if p.session in self.clients}
+    def _session_for(self, link: UpstreamLink) -> tuple[int | None, Any]:
+        """The one client a server-to-client request can be for (or None if not one), and
+        the request of that client it is most likely made for (or None)."""
+        serving = [p for p in link.pending.values() if p.session in self.clients]
+        sessions = {p.session for p in serving}
         if len(sessions) == 1:
-            return sessions.pop()
+            related = serving[0].client_id if len(serving) == 1 else None
+            return sessions.pop(), related
         if sessions:
-            return None  # several clients have calls in flight there: ambiguous
+            return None, None  # several clients have calls in flight there: ambiguous
         ready = [c.key for c in self.clients.values() if c.initialize_seen]
-        return ready[0] if len(ready) == 1 else None
+        return (ready[0] if len(ready) == 1 else None), None
 
     def server_oversized(self, server: str, head: bytes, limit: int) -> list[Any]:
         """A message from the server was over the size limit and was dropped unread.

@@ -41,8 +41,11 @@ class Outbox:
         self.closed = False
         self.dirty = False  # queued since the last flush (the hub's bookkeeping)
 
-    def put_message(self, message: Any) -> None:
-        """Queue one JSON-RPC message (a dict, or bytes already serialized) as one line."""
+    def put_message(self, message: Any, related: Any = None) -> None:
+        """Queue one JSON-RPC message (a dict, or bytes already serialized) as one line.
+
+        ``related`` (the client request a message belongs to) means nothing on a stream.
+        """
         if self.closed:
             return
         data = message if type(message) is bytes else dumps(message)

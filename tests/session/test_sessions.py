@@ -56,7 +56,8 @@ async def test_crash_mid_call_fails_fast_others_answer_and_it_comes_back(autojum
             assert answer["error"]["data"] == {"source": "aggregator", "reason": "unavailable", "server": "a"}
             answer = await client.request("tools/call", {"name": "b__echo", "arguments": {"x": 1}})
             assert answer["result"]["content"][0]["text"] == '{"x": 1}'
-            # a comes back after its backoff; the client is told its tools changed twice.
+            # a comes back after its backoff; the client is told its tools changed (once or
+            # twice: a loss and a return within the debounce window are one notice).
             while proxy.hub.upstreams["a"].state != "ready":  # noqa: ASYNC110 - polls a state, bounded above
                 await trio.sleep(0.1)
             answer = await client.request("tools/call", {"name": "a__echo", "arguments": {}})
@@ -64,7 +65,7 @@ async def test_crash_mid_call_fails_fast_others_answer_and_it_comes_back(autojum
             await trio.sleep(0.2)  # past the list_changed debounce
             await client.request("ping")
             kinds = [n["method"] for n in client.notifications]
-            assert kinds.count("notifications/tools/list_changed") >= 2
+            assert kinds.count("notifications/tools/list_changed") >= 1
             assert len(proxy.upstreams.servers["a"]) == 2
 
 

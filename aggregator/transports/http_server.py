@@ -1,0 +1,175 @@
+"""HTTP/1.1 server connections: h11 does the framing, this module the connection loop.
+
+One ``HttpConnection`` per TCP connection. It reads one request at a time (headers under
+a deadline, body under a size limit), and answers with a whole response or a stream of
+Server-Sent Events (chunked). Everything h11 or the socket can raise is turned into one
+of three outcomes at this edge: a request, an error response already sent (400, 408,
+413, 431), or the end of the connection. Nothing above this module sees h11.
+
+Writes are made by the one task that handles the connection; ``watch_disconnect`` may
+read at the same time (to notice a client that goes away while its answer is pending)
+and feeds whatever it reads to h11, so pipelined requests are not lost.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import NamedTuple
+
+import h11
+import trio
+
+log = logging.getLogger(__name__)
+READ_SIZE = 65536
+
+
+class Request(NamedTuple):
+    method: str
+    path: str
+    headers: dict[str, str]  # lower-cased names; repeated headers joined with ", "
+    body: bytes
+
+
+class HttpLimits(NamedTuple):
+    max_body: int
+    max_header: int
+    header_timeout: float
+    body_timeout: float = 30.0
+
+
+class HttpConnection:
+    def __init__(self, stream: trio.abc.Stream, limits: HttpLimits) -> None:
+        self.stream = stream
+        self.limits = limits
+        self.conn = h11.Connection(h11.SERVER, max_incomplete_event_size=limits.max_header)
+        self.closed = False
+
+    # --- reading ------------------------------------------------------------------------
+
+    async def next_request(self) -> Request | None:
+        """The next complete request, or None when the connection is over."""
+        method = path = ""
+        headers: dict[str, str] = {}
+        body = bytearray()
+        started = False
+        try:
+            while True:
+                event = self.conn.next_event()
+                if event is h11.NEED_DATA:
+                    timeout = self.limits.body_timeout if started else self.limits.header_timeout
+                    with trio.move_on_after(timeout) as scope:
+                        data = await self.stream.receive_some(READ_SIZE)
+                    if scope.cancelled_caught:
+                        if started or self.conn.their_state is h11.SEND_BODY:
+                            await self.respond_error(408, "request took too long to arrive")
+                        return None
+                    self.conn.receive_data(data)
+                    continue
+                if type(event) is h11.Request:
+                    started = True
+                    method = event.method.decode("ascii", "replace")
+                    path = event.target.decode("ascii", "replace")
+                    for name, value in event.headers:
+                        key = name.decode("ascii", "replace")
+                        text = value.decode("latin-1")
+                        headers[key] = f"{headers[key]}, {text}" if key in headers else text
+                    length = headers.get("content-length")
+                    if length is not None and length.isdigit() and int(length) > self.limits.max_body:
+                        await self.respond_error(413, f"request body larger than {self.limits.max_body} bytes")
+                        return None
+                elif type(event) is h11.Data:
+                    body += event.data
+                    if len(body) > self.limits.max_body:
+                        await self.respond_error(413, f"request body larger than {self.limits.max_body} bytes")
+                        return None
+                elif type(event) is h11.EndOfMessage:
+                    return Request(method, path, headers, bytes(body))
+                else:  # ConnectionClosed, or PAUSED after a response we could not finish
+                    return None
+        except h11.RemoteProtocolError as exc:
+            status = exc.error_status_hint
+            if status == 400 and "exceeded" in str(exc):
+                status = 431
+            await self.respond_error(status, "malformed HTTP request" if status == 400 else "request headers too large")
+            return None
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            return None
+
+    async def watch_disconnect(self) -> None:
+        """Return when the client closes its side (or the connection breaks)."""
+        buffered = 0
+        while True:
+            try:
+                data = await self.stream.receive_some(READ_SIZE)
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                return
+            if not data:
+                return
+            buffered += len(data)
+            if buffered > self.limits.max_body + self.limits.max_header:
+                await trio.sleep_forever()  # enough pipelined input held; stop reading
+            self.conn.receive_data(data)
+
+    def next_cycle(self) -> bool:
+        """Prepare for the next request on this connection; False if it cannot be reused."""
+        if self.closed or self.conn.our_state is not h11.DONE or self.conn.their_state is not h11.DONE:
+            return False
+        try:
+            self.conn.start_next_cycle()
+        except h11.LocalProtocolError:
+            return False
+        return True
+
+    # --- writing ------------------------------------------------------------------------
+
+    async def _send(self, *events: h11.Event) -> bool:
+        if self.closed:
+            return False
+        try:
+            data = b"".join(self.conn.send(event) or b"" for event in events)
+            await self.stream.send_all(data)
+            return True
+        except (trio.BrokenResourceError, trio.ClosedResourceError, h11.LocalProtocolError):
+            self.closed = True
+            return False
+
+    async def respond(self, status: int, headers: list[tuple[str, str]], body: bytes = b"") -> bool:
+        all_headers = [*headers, ("content-length", str(len(body)))]
+        events: list[h11.Event] = [h11.Response(status_code=status, headers=all_headers)]
+        if body:
+            events.append(h11.Data(data=body))
+        events.append(h11.EndOfMessage())
+        return await self._send(*events)
+
+    async def respond_error(self, status: int, reason: str) -> bool:
+        if self.conn.our_state is not h11.IDLE and self.conn.our_state is not h11.SEND_RESPONSE:
+            self.closed = True
+            return False
+        body = (reason + "\n").encode()
+        return await self.respond(status, [("content-type", "text/plain; charset=utf-8"), ("connection", "close")],
+                                  body)
+
+    async def start_stream(self, headers: list[tuple[str, str]]) -> bool:
+        """Start a 200 text/event-stream response (chunked)."""
+        return await self._send(h11.Response(status_code=200, headers=[
+            ("content-type", "text/event-stream"), ("cache-control", "no-cache"), *headers]))
+
+    async def send_chunk(self, data: bytes) -> bool:
+        return await self._send(h11.Data(data=data))
+
+    async def end_stream(self) -> bool:
+        return await self._send(h11.EndOfMessage())
+
+    async def aclose(self) -> None:
+        self.closed = True
+        with trio.CancelScope(shield=True):
+            try:
+                await self.stream.aclose()
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                pass
+
+
+def sse_event(data: bytes, event_id: str | None = None) -> bytes:
+    """One SSE event carrying one JSON-RPC message (which never holds a raw newline)."""
+    head = f"id: {event_id}\n".encode() if event_id is not None else b""
+    return head + b"event: message\ndata: " + data + b"\n\n"
