@@ -66,7 +66,10 @@ def _parser() -> argparse.ArgumentParser:
                            description="Run the proxy. With --stdio it speaks MCP on stdin/stdout.")
     with_config(serve)
     serve.add_argument("--stdio", action="store_true",
-                       help="serve one client on stdin/stdout (the default transport)")
+                       help="serve one client on stdin/stdout (the default when --http is not given)")
+    serve.add_argument("--http", metavar="HOST:PORT", default=None,
+                       help="serve MCP over Streamable HTTP at http://HOST:PORT/mcp"
+                            " (default: http.listen from the config)")
     serve.set_defaults(command="serve", run=_serve)
 
     tools = sub.add_parser("tools", parents=[common], help="print the merged catalog",
@@ -101,29 +104,60 @@ def _config(args: argparse.Namespace) -> tuple[Config, Path]:
 
 def _serve(args: argparse.Namespace) -> int:
     config, path = _config(args)
-    trio.run(_serve_stdio, config, path.resolve())
+    listen = args.http or config.http.listen
+    if listen is not None:
+        _check_exposure(config, listen)
+    stdio = args.stdio or listen is None
+    trio.run(_serve_all, config, path.resolve(), stdio, listen)
     return 0
 
 
-async def _serve_stdio(config: Config, path: Path) -> None:
+def _check_exposure(config: Config, listen: str) -> None:
+    """Refuse to serve beyond loopback without authentication, unless told to."""
+    import ipaddress
+
+    from aggregator.config import parse_listen
+    try:
+        host, _ = parse_listen(listen)
+    except ValueError as exc:
+        raise ConfigError(f"--http: {exc}") from None
+    try:
+        loopback = host == "localhost" or ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        loopback = False
+    if not loopback and not config.http.auth_tokens and not config.http.allow_unauthenticated_remote:
+        raise ConfigError(
+            f"refusing to serve on {host} without authentication: set http.auth_tokens, or"
+            " http.allow_unauthenticated_remote = true if the network is trusted")
+
+
+async def _serve_all(config: Config, path: Path, stdio: bool, listen: str | None) -> None:
     from aggregator.session import serve_stream_session
     from aggregator.transports.stdio import OwnStdio
 
-    interactive = os.isatty(0)
-    stdio = OwnStdio()
+    own = OwnStdio() if stdio else None
+    interactive = stdio and os.isatty(0)
     hub = Hub(config)
     try:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(_cancel_on_signals, nursery.cancel_scope)
             await nursery.start(hub.run)
+            if listen is not None:
+                from aggregator.http_endpoint import StreamableHttpEndpoint
+                try:
+                    await nursery.start(StreamableHttpEndpoint(hub, config.http).serve, listen)
+                except OSError as exc:
+                    raise ConfigError(f"cannot listen on {listen}: {exc.strerror or exc}") from None
             if interactive:
                 nursery.start_soon(_greet, hub, path)
-            await serve_stream_session(hub, stdio.receive, stdio.send, label="stdio")
-            log.info("stdin closed; shutting down")
-            nursery.cancel_scope.cancel()
+            if own is not None:
+                await serve_stream_session(hub, own.receive, own.send, label="stdio")
+                log.info("stdin closed; shutting down")
+                nursery.cancel_scope.cancel()
     finally:
-        with trio.CancelScope(shield=True):
-            await stdio.aclose()
+        if own is not None:
+            with trio.CancelScope(shield=True):
+                await own.aclose()
 
 
 async def _cancel_on_signals(scope: trio.CancelScope) -> None:

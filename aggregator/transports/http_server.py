@@ -14,6 +14,7 @@ and feeds whatever it reads to h11, so pipelined requests are not lost.
 from __future__ import annotations
 
 import logging
+from http import HTTPStatus
 from typing import NamedTuple
 
 import h11
@@ -135,7 +136,7 @@ class HttpConnection:
 
     async def respond(self, status: int, headers: list[tuple[str, str]], body: bytes = b"") -> bool:
         all_headers = [*headers, ("content-length", str(len(body)))]
-        events: list[h11.Event] = [h11.Response(status_code=status, headers=all_headers)]
+        events: list[h11.Event] = [h11.Response(status_code=status, headers=all_headers, reason=_reason(status))]
         if body:
             events.append(h11.Data(data=body))
         events.append(h11.EndOfMessage())
@@ -151,7 +152,7 @@ class HttpConnection:
 
     async def start_stream(self, headers: list[tuple[str, str]]) -> bool:
         """Start a 200 text/event-stream response (chunked)."""
-        return await self._send(h11.Response(status_code=200, headers=[
+        return await self._send(h11.Response(status_code=200, reason=b"OK", headers=[
             ("content-type", "text/event-stream"), ("cache-control", "no-cache"), *headers]))
 
     async def send_chunk(self, data: bytes) -> bool:
@@ -167,6 +168,13 @@ class HttpConnection:
                 await self.stream.aclose()
             except (trio.BrokenResourceError, trio.ClosedResourceError):
                 pass
+
+
+def _reason(status: int) -> bytes:
+    try:
+        return HTTPStatus(status).phrase.encode()
+    except ValueError:
+        return b""
 
 
 def sse_event(data: bytes, event_id: str | None = None) -> bytes:

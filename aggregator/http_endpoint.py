@@ -1,0 +1,409 @@
+"""The Streamable HTTP endpoint (MCP 2025-06-18 / 2025-11-25), safe by default.
+
+One URL (``/mcp``). POST carries exactly one JSON-RPC message: a notification or response
+gets 202; a request gets ``application/json`` when its answer is the first thing to send,
+and switches to ``text/event-stream`` when progress or a server-to-client request for it
+comes first. GET opens the session's stream for everything not tied to a request (list
+changes, subscription updates, log messages). DELETE ends the session.
+
+Every request is checked before anything else: Host against an allowlist (DNS
+rebinding), Origin against an allowlist (403), then the bearer token if tokens are
+configured (401). Sessions get ids from ``secrets`` (192 bits, URL-safe, visible ASCII),
+are bound to the token that created them, expire when idle, and are capped in number.
+Tokens, cookies and Authorization headers are never logged.
+
+Each session is a client of the hub like a stdio client: ``HttpSession`` receives the
+router's messages through ``put_message`` and hands each to the stream it belongs to.
+"""
+
+from __future__ import annotations
+
+import hmac
+import logging
+import secrets
+from collections import deque
+from typing import Any
+
+import trio
+
+from aggregator.config import HttpConfig, parse_listen
+from aggregator.core.router import WaitForStartup
+from aggregator.hub import Hub
+from aggregator.jsonrpc.codec import REQUEST, decode_message, dumps
+from aggregator.jsonrpc.errors import INVALID_REQUEST, METHOD_NOT_FOUND, RemoteProtocolError, error_response
+from aggregator.mcp.versions import SUPPORTED
+from aggregator.transports.http_server import HttpConnection, HttpLimits, Request, sse_event
+
+log = logging.getLogger(__name__)
+
+BACKLOG = 1000  # messages held for a session's GET stream while none is open
+KEEPALIVE = 25.0  # seconds between SSE comments on an idle GET stream
+JSON = ("content-type", "application/json")
+
+
+class MessageQueue:
+    """Messages for one response stream, in order; the last one ends it."""
+
+    def __init__(self) -> None:
+        self.items: deque[bytes] = deque()
+        self.final = False
+        self._lot = trio.lowlevel.ParkingLot()
+
+    def push(self, data: bytes, final: bool = False) -> None:
+        self.items.append(data)
+        self.final = self.final or final
+        self._lot.unpark_all()
+
+    async def wait(self) -> None:
+        while not self.items:
+            await self._lot.park()
+
+
+class HttpSession:
+    """One MCP session over HTTP: a hub client whose messages go to several streams."""
+
+    def __init__(self, endpoint: StreamableHttpEndpoint, session_id: str, principal: int | None) -> None:
+        self.endpoint = endpoint
+        self.id = session_id
+        self.principal = principal
+        self.key = 0
+        self.requests: dict[Any, MessageQueue] = {}  # client request id -> its stream
+        self.get_stream: MessageQueue | None = None
+        self.backlog: deque[bytes] = deque(maxlen=BACKLOG)
+        self.last_seen = trio.current_time()
+        self.closed = False
+        # The hub's bookkeeping, as for an Outbox.
+        self.dirty = False
+        self.over_limit = False
+
+    def put_message(self, message: Any, related: Any = None) -> None:
+        if type(message) is bytes:
+            data, response_to = message, related
+        else:
+            data = dumps(message)
+            response_to = message.get("id") if "method" not in message else None
+            if response_to is None and "method" not in message:
+                response_to = related
+        if response_to is not None:
+            queue = self.requests.pop(response_to, None)
+            if queue is not None:
+                queue.push(data, final=True)
+            return
+        if related is not None:
+            queue = self.requests.get(related)
+            if queue is not None:
+                queue.push(data)
+                return
+        if self.get_stream is not None:
+            self.get_stream.push(data)
+        else:
+            self.backlog.append(data)
+
+    def flush(self) -> None:
+        """Nothing to do: pushing a message wakes its stream's handler."""
+        self.dirty = False
+
+    async def wait_writable(self) -> None:
+        return
+
+
+class StreamableHttpEndpoint:
+    def __init__(self, hub: Hub, config: HttpConfig) -> None:
+        self.hub = hub
+        self.config = config
+        self.sessions: dict[str, HttpSession] = {}
+        self.limits = HttpLimits(config.max_body_bytes, config.max_header_bytes, config.header_timeout)
+        self._nursery: trio.Nursery | None = None
+        self._tokens = [token.encode() for token in config.auth_tokens]
+        self._hosts = {host.lower() for host in config.allowed_hosts}
+        self._origins = {origin.lower().rstrip("/") for origin in config.allowed_origins}
+
+    # --- serving ------------------------------------------------------------------------
+
+    async def serve(self, listen: str, *, task_status: trio.TaskStatus[list[Any]] = trio.TASK_STATUS_IGNORED) -> None:
+        host, port = parse_listen(listen)
+        listeners = await trio.open_tcp_listeners(port, host=host)
+        addresses = [listener.socket.getsockname() for listener in listeners]
+        log.info("serving MCP over Streamable HTTP at %s", ", ".join(
+            f"http://{a[0] if ':' not in a[0] else '[' + a[0] + ']'}:{a[1]}{self.config.path}" for a in addresses))
+        async with trio.open_nursery() as nursery:
+            self._nursery = nursery
+            nursery.start_soon(self._expire_idle_sessions)
+            await nursery.start(trio.serve_listeners, self._connection, listeners)
+            task_status.started(addresses)
+
+    async def _connection(self, stream: trio.SocketStream) -> None:
+        connection = HttpConnection(stream, self.limits)
+        try:
+            while True:
+                request = await connection.next_request()
+                if request is None:
+                    return
+                await self._handle(connection, request)
+                if not connection.next_cycle():
+                    return
+        finally:
+            await connection.aclose()
+
+    async def _expire_idle_sessions(self) -> None:
+        while True:
+            await trio.sleep(min(60.0, self.config.session_idle_timeout / 2))
+            now = trio.current_time()
+            for session in list(self.sessions.values()):
+                idle = not session.requests and session.get_stream is None
+                if idle and now - session.last_seen > self.config.session_idle_timeout:
+                    log.info("http session %s: expired after %.0fs idle", session.key, now - session.last_seen)
+                    self._end_session(session)
+
+    # --- checks -------------------------------------------------------------------------
+
+    def _refusal(self, request: Request) -> tuple[int, str, list[tuple[str, str]]] | None:
+        """Why a request may not proceed (status, reason, headers), or None."""
+        host = request.headers.get("host", "")
+        name = host[: host.index("]") + 1] if host.startswith("[") and "]" in host else host.rsplit(":", 1)[0]
+        if name.lower() not in self._hosts:
+            return 421, "this Host is not served here", []
+        origin = request.headers.get("origin")
+        if origin is not None:
+            scheme, _, rest = origin.lower().partition("://")
+            origin_host = rest[: rest.index("]") + 1] if rest.startswith("[") and "]" in rest else rest.split(":")[0]
+            if f"{scheme}://{origin_host}" not in self._origins:
+                return 403, "this Origin may not use this server", []
+        if self._tokens and self._principal(request) is None:
+            return 401, "a valid bearer token is required", [("www-authenticate", 'Bearer realm="aggregator"')]
+        return None
+
+    def _principal(self, request: Request) -> int | None:
+        """Which configured token the request carries (compared in constant time)."""
+        if not self._tokens:
+            return None
+        auth = request.headers.get("authorization", "")
+        scheme, _, token = auth.partition(" ")
+        if scheme.lower() != "bearer" or not token:
+            return None
+        found = None
+        candidate = token.strip().encode()
+        for index, expected in enumerate(self._tokens):
+            if hmac.compare_digest(candidate, expected):
+                found = index
+        return found
+
+    # --- requests -----------------------------------------------------------------------
+
+    async def _handle(self, connection: HttpConnection, request: Request) -> None:
+        path = request.path.split("?", 1)[0]
+        if path != self.config.path:
+            await connection.respond_error(404, f"not found; the MCP endpoint is {self.config.path}")
+            return
+        refusal = self._refusal(request)
+        if refusal is not None:
+            status, reason, headers = refusal
+            log.warning("http: refused %s %s: %s", request.method, path, reason)
+            body = dumps(error_response(None, INVALID_REQUEST, reason))
+            await connection.respond(status, [JSON, *headers], body)
+            return
+        if request.method == "POST":
+            await self._post(connection, request)
+        elif request.method == "GET":
+            await self._get(connection, request)
+        elif request.method == "DELETE":
+            await self._delete(connection, request)
+        else:
+            await connection.respond(405, [("allow", "GET, POST, DELETE"), JSON],
+                                     dumps(error_response(None, INVALID_REQUEST, "method not allowed")))
+
+    async def _reject(self, connection: HttpConnection, status: int, code: int, message: str, id: Any = None) -> None:
+        await connection.respond(status, [JSON], dumps(error_response(id, code, message)))
+
+    def _session(self, request: Request) -> tuple[HttpSession | None, int, str]:
+        """The session a request names: (session, or None with an HTTP status and reason)."""
+        session_id = request.headers.get("mcp-session-id")
+        if session_id is None:
+            return None, 400, "Bad request: Mcp-Session-Id header is required after initialize"
+        session = self.sessions.get(session_id)
+        if session is None or session.closed or session.principal != self._principal(request):
+            return None, 404, "Session not found: it ended or never existed; initialize again"
+        version = request.headers.get("mcp-protocol-version")
+        if version is not None and version not in SUPPORTED:
+            return None, 400, f"Bad request: unsupported MCP-Protocol-Version {version!r}"
+        session.last_seen = trio.current_time()
+        return session, 200, ""
+
+    async def _post(self, connection: HttpConnection, request: Request) -> None:
+        content_type = request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
+        if content_type != "application/json":
+            await self._reject(connection, 415, INVALID_REQUEST, "Unsupported media type: send application/json")
+            return
+        accept = request.headers.get("accept", "*/*").lower()
+        if not any(kind in accept for kind in ("application/json", "text/event-stream", "*/*")):
+            await self._reject(connection, 406, INVALID_REQUEST,
+                               "Not acceptable: accept application/json and text/event-stream")
+            return
+        try:
+            kind, message = decode_message(request.body)
+        except RemoteProtocolError as exc:
+            await connection.respond(400, [JSON], dumps(exc.to_response()))
+            return
+        if kind == REQUEST and message["method"] == "initialize":
+            await self._initialize(connection, request, message)
+            return
+        session, status, reason = self._session(request)
+        if session is None:
+            if kind == REQUEST and message["method"] == "server/discover":
+                await self._reject(connection, status, METHOD_NOT_FOUND, "Method not found: server/discover"
+                                   " (this server speaks the initialize handshake)", message["id"])
+            else:
+                await self._reject(connection, status, INVALID_REQUEST, reason,
+                                   message.get("id") if kind == REQUEST else None)
+            return
+        if kind != REQUEST:
+            self.hub.dispatch_now(self.hub.router.client_event(session.key, kind, message))
+            await connection.respond(202, [])
+            return
+        await self._exchange(connection, session, message)
+
+    async def _initialize(self, connection: HttpConnection, request: Request, message: dict[str, Any]) -> None:
+        if "mcp-session-id" in request.headers:
+            await self._reject(connection, 400, INVALID_REQUEST,
+                               "Bad request: initialize starts a session; send it without Mcp-Session-Id",
+                               message["id"])
+            return
+        if len(self.sessions) >= self.config.max_sessions:
+            await connection.respond(503, [JSON, ("retry-after", "5")], dumps(error_response(
+                message["id"], INVALID_REQUEST, f"Too many sessions (limit {self.config.max_sessions}); try later")))
+            return
+        session = HttpSession(self, secrets.token_urlsafe(24), self._principal(request))
+        session.key = self.hub.add_client(session)
+        self.sessions[session.id] = session
+        log.info("http session %d: opened", session.key)
+        ok = await self._exchange(connection, session, message, [("mcp-session-id", session.id)])
+        if not ok:
+            self._end_session(session)
+
+    async def _exchange(
+        self, connection: HttpConnection, session: HttpSession, message: dict[str, Any],
+        headers: list[tuple[str, str]] | None = None,
+    ) -> bool:
+        """Feed one request to the router and send what belongs to it; True if answered OK."""
+        id = message["id"]
+        if id in session.requests:
+            await self._reject(connection, 400, INVALID_REQUEST,
+                               "Invalid request: this id is already in use by a request in flight", id)
+            return False
+        queue = MessageQueue()
+        session.requests[id] = queue
+        commands = self.hub.router.client_event(session.key, REQUEST, message)
+        while commands and type(commands[0]) is WaitForStartup:
+            await self.hub.startup_done.wait()
+            commands = self.hub.router.client_event(session.key, REQUEST, message)
+        self.hub.dispatch_now(commands)
+        headers = headers or []
+        answered = False
+        streaming = False
+        async with trio.open_nursery() as nursery:
+            gone = trio.Event()
+
+            async def watch() -> None:
+                await connection.watch_disconnect()
+                gone.set()
+                nursery.cancel_scope.cancel()
+
+            nursery.start_soon(watch)
+            while True:
+                await queue.wait()
+                data = queue.items.popleft()
+                last = queue.final and not queue.items
+                if not streaming and last:
+                    answered = await connection.respond(200, [JSON, *headers], data)
+                    break
+                if not streaming:
+                    streaming = True
+                    if not await connection.start_stream(headers):
+                        break
+                if not await connection.send_chunk(sse_event(data)):
+                    break
+                if last:
+                    answered = await connection.end_stream()
+                    break
+            nursery.cancel_scope.cancel()
+        if not answered and session.requests.get(id) is queue:
+            # The client went away before its answer: cancel after a short grace, unless
+            # the answer arrives first (then there is nothing left to cancel).
+            connection.closed = True
+            assert self._nursery is not None
+            self._nursery.start_soon(self._cancel_after_grace, session, id, queue)
+        return answered and self.hub.router.clients.get(session.key) is not None
+
+    async def _cancel_after_grace(self, session: HttpSession, id: Any, queue: MessageQueue) -> None:
+        await trio.sleep(self.config.stream_drop_grace)
+        if session.requests.get(id) is queue and not session.closed:
+            del session.requests[id]
+            log.info("http session %d: stream for request %r dropped; cancelling it", session.key, id)
+            self.hub.dispatch_now(self.hub.router.client_message(session.key, dumps({
+                "jsonrpc": "2.0", "method": "notifications/cancelled",
+                "params": {"requestId": id, "reason": "the client's stream closed"}})))
+
+    async def _get(self, connection: HttpConnection, request: Request) -> None:
+        accept = request.headers.get("accept", "").lower()
+        if "text/event-stream" not in accept and "*/*" not in accept:
+            await self._reject(connection, 406, INVALID_REQUEST, "Not acceptable: GET opens a text/event-stream")
+            return
+        session, status, reason = self._session(request)
+        if session is None:
+            await self._reject(connection, status, INVALID_REQUEST, reason)
+            return
+        if session.get_stream is not None:
+            await self._reject(connection, 409, INVALID_REQUEST, "Conflict: this session already has a GET stream")
+            return
+        queue = MessageQueue()
+        for data in session.backlog:
+            queue.push(data)
+        session.backlog.clear()
+        session.get_stream = queue
+        try:
+            if not await connection.start_stream([]):
+                return
+            async with trio.open_nursery() as nursery:
+                async def watch() -> None:
+                    await connection.watch_disconnect()
+                    nursery.cancel_scope.cancel()
+
+                nursery.start_soon(watch)
+                while not session.closed:
+                    with trio.move_on_after(KEEPALIVE) as idle:
+                        await queue.wait()
+                    if session.closed:
+                        break
+                    if idle.cancelled_caught:
+                        if not await connection.send_chunk(b": keepalive\n\n"):
+                            break
+                        continue
+                    chunk = b"".join(sse_event(queue.items.popleft()) for _ in range(len(queue.items)))
+                    if not await connection.send_chunk(chunk):
+                        break
+                nursery.cancel_scope.cancel()
+            if session.closed:
+                await connection.end_stream()
+        finally:
+            if session.get_stream is queue:
+                session.get_stream = None
+                session.backlog.extend(queue.items)
+            connection.closed = True
+
+    async def _delete(self, connection: HttpConnection, request: Request) -> None:
+        session, status, reason = self._session(request)
+        if session is None:
+            await self._reject(connection, status, INVALID_REQUEST, reason)
+            return
+        self._end_session(session)
+        await connection.respond(200, [])
+
+    def _end_session(self, session: HttpSession) -> None:
+        if session.closed:
+            return
+        session.closed = True
+        self.sessions.pop(session.id, None)
+        self.hub.remove_client(session.key)
+        if session.get_stream is not None:
+            session.get_stream.push(b"", final=True)  # wakes the GET handler, which ends
+        log.info("http session %d: closed", session.key)
