@@ -162,13 +162,13 @@ class StreamableHttpEndpoint:
         host = request.headers.get("host", "")
         name = host[: host.index("]") + 1] if host.startswith("[") and "]" in host else host.rsplit(":", 1)[0]
         if name.lower() not in self._hosts:
-            return 421, "this Host is not served here", []
+            return 421, f"this Host is not served here: {host[:100]!r}", []
         origin = request.headers.get("origin")
         if origin is not None:
             scheme, _, rest = origin.lower().partition("://")
             origin_host = rest[: rest.index("]") + 1] if rest.startswith("[") and "]" in rest else rest.split(":")[0]
             if f"{scheme}://{origin_host}" not in self._origins:
-                return 403, "this Origin may not use this server", []
+                return 403, f"this Origin may not use this server: {origin[:100]!r}", []
         if self._tokens and self._principal(request) is None:
             return 401, "a valid bearer token is required", [("www-authenticate", 'Bearer realm="aggregator"')]
         return None

@@ -68,6 +68,10 @@ class HttpConnection:
                     continue
                 if type(event) is h11.Request:
                     started = True
+                    size = len(event.target) + sum(len(name) + len(value) + 4 for name, value in event.headers)
+                    if size > self.limits.max_header:
+                        await self.respond_error(431, "request headers too large")
+                        return None
                     method = event.method.decode("ascii", "replace")
                     path = event.target.decode("ascii", "replace")
                     for name, value in event.headers:
@@ -162,11 +166,28 @@ class HttpConnection:
         return await self._send(h11.EndOfMessage())
 
     async def aclose(self) -> None:
+        """Close, lingering briefly if the client may still be sending.
+
+        Closing a socket with unread input makes the kernel send a reset, and the client
+        may lose the response we just sent (a 413 for a body we refused to read). So we
+        shut our side, then read and discard for a moment (bounded in time and bytes).
+        """
         self.closed = True
         with trio.CancelScope(shield=True):
             try:
+                if self.conn.their_state not in (h11.DONE, h11.CLOSED, h11.IDLE, h11.MUST_CLOSE):
+                    send_eof = getattr(self.stream, "send_eof", None)
+                    if send_eof is not None:
+                        await send_eof()
+                        with trio.move_on_after(2):
+                            discarded = 0
+                            while discarded < 16 * 1024 * 1024:
+                                data = await self.stream.receive_some(READ_SIZE)
+                                if not data:
+                                    break
+                                discarded += len(data)
                 await self.stream.aclose()
-            except (trio.BrokenResourceError, trio.ClosedResourceError):
+            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
                 pass
 
 

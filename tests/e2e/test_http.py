@@ -1,0 +1,302 @@
+"""`aggregator serve --http` end to end: the SDK client over Streamable HTTP, and the
+security and HTTP checks a browser-reachable local server must pass."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import socket
+import subprocess
+import sys
+import time
+from contextlib import contextmanager
+
+import anyio
+import pytest
+from mcp import Client, ClientSession
+from mcp import types as t
+from mcp.client.streamable_http import streamable_http_client
+
+from tests.e2e.conftest import fake, write_config
+
+pytestmark = [pytest.mark.e2e, pytest.mark.filterwarnings("ignore:.*2026-07-28")]
+TOKEN = "s3cret-token-for-tests-0123456789"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@contextmanager
+def http_proxy(config, *extra):
+    port = free_port()
+    log = config.parent / "proxy.log"
+    with open(log, "wb") as stderr:
+        process = subprocess.Popen([sys.executable, "-m", "aggregator", "serve", "--http", f"127.0.0.1:{port}",
+                                    "--config", str(config), *extra], stdin=subprocess.DEVNULL, stderr=stderr)
+        try:
+            deadline = time.monotonic() + 20
+            while time.monotonic() < deadline:
+                assert process.poll() is None, log.read_text()
+                try:
+                    socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+                    break
+                except OSError:
+                    time.sleep(0.05)
+            yield port, log
+        finally:
+            process.terminate()
+            assert process.wait(timeout=15) == 0, log.read_text()
+
+
+def post(port, body, headers=None, path="/mcp", method="POST"):
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    base = {"content-type": "application/json", "accept": "application/json, text/event-stream",
+            "host": f"127.0.0.1:{port}"}
+    base.update(headers or {})
+    data = body if isinstance(body, bytes) else json.dumps(body).encode() if body is not None else None
+    connection.request(method, path, body=data, headers={k: v for k, v in base.items() if v is not None})
+    response = connection.getresponse()
+    payload = response.read()
+    connection.close()
+    return response.status, {k.lower(): v for k, v in response.getheaders()}, payload
+
+
+INIT = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+    "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "raw", "version": "0"}}}
+
+
+def initialize(port, headers=None):
+    status, response_headers, body = post(port, INIT, headers)
+    assert status == 200, body
+    return response_headers["mcp-session-id"]
+
+
+@pytest.fixture
+def fake_config(tmp_path):
+    return write_config(tmp_path, fake("a"), startup_timeout=10.0)
+
+
+def test_sdk_client_over_http_with_two_sessions(tmp_path, everything_js):
+    config = write_config(tmp_path, f'''
+[servers.everything]
+command = "node"
+args = ["{everything_js}", "stdio"]
+''', startup_timeout=20.0, page_size=7)
+
+    async def one_client(port, label, results, both_done_progress, my_turn, done):
+        sampled = []
+
+        async def sample(context, params):
+            sampled.append(params.messages[0].content.text)
+            return t.CreateMessageResult(role="assistant", model=label,
+                                         content=t.TextContent(type="text", text=f"answer for {label}"))
+
+        async with Client(f"http://127.0.0.1:{port}/mcp", sampling_callback=sample) as client:
+            assert client.server_info.name == "aggregator"
+            names, cursor = [], None
+            while True:
+                page = await client.list_tools(cursor=cursor)
+                names += [tool.name for tool in page.tools]
+                cursor = page.next_cursor
+                if not cursor:
+                    break
+            assert "everything__echo" in names and len(names) == len(set(names))
+            progress = []
+
+            async def on_progress(value, total, message):
+                progress.append(value)
+
+            # Both sessions at once, same request ids and progress tokens (each SDK client
+            # numbers from the same start): each sees only its own progress and result.
+            result = await client.session.call_tool("everything__trigger-long-running-operation",
+                                                    {"duration": 1, "steps": 4}, progress_callback=on_progress)
+            assert "completed" in result.content[0].text
+            both_done_progress[label].set()
+            for event in both_done_progress.values():
+                await event.wait()
+            # A sampling request from the shared server can only be routed while one
+            # session has calls in flight there, so the two take turns.
+            await my_turn.wait()
+            result = await client.call_tool("everything__trigger-sampling-request",
+                                            {"prompt": f"question from {label}", "maxTokens": 5})
+            results[label] = (progress, sampled, result.content[0].text)
+            done.set()
+
+    with http_proxy(config) as (port, _):
+        results = {}
+
+        async def main():
+            progress_done = {"first": anyio.Event(), "second": anyio.Event()}
+            first_turn, second_turn, finished = anyio.Event(), anyio.Event(), anyio.Event()
+            first_turn.set()
+            async with anyio.create_task_group() as group:
+                group.start_soon(one_client, port, "first", results, progress_done, first_turn, second_turn)
+                group.start_soon(one_client, port, "second", results, progress_done, second_turn, finished)
+
+        anyio.run(main)
+    for label in ("first", "second"):
+        progress, sampled, text = results[label]
+        assert progress == [1, 2, 3, 4]  # its own progress, none of the other's
+        assert len(sampled) == 1 and sampled[0].endswith(f"question from {label}")
+        assert f"answer for {label}" in text
+
+
+def test_sdk_1x_style_session_over_http(fake_config):
+    """The ClientSession + streamable_http_client pair (the shape 1.x code uses)."""
+    with http_proxy(fake_config) as (port, _):
+        async def main():
+            async with streamable_http_client(f"http://127.0.0.1:{port}/mcp") as streams:
+                read, write = streams[0], streams[1]
+                async with ClientSession(read, write) as session:
+                    await session.initialize()
+                    result = await session.call_tool("a__echo", {"n": 123456789012345678901234567890})
+                    assert "123456789012345678901234567890" in result.content[0].text
+
+        anyio.run(main)
+
+
+def test_origin_host_and_headers(fake_config):
+    with http_proxy(fake_config) as (port, log):
+        # DNS rebinding: an attacker's name in Host (and Origin) is refused before anything runs.
+        status, _, _ = post(port, INIT, {"host": f"evil.example:{port}", "origin": f"http://evil.example:{port}"})
+        assert status == 421
+        for origin in ("http://evil.example", "null", "http://localhost.evil.example"):
+            for method in ("POST", "GET", "DELETE"):
+                status, _, _ = post(port, INIT if method == "POST" else None, {"origin": origin}, method=method)
+                assert status == 403, (origin, method)
+        for host in ("localhost", "127.0.0.1", "[::1]"):
+            status, headers, _ = post(port, INIT, {"host": f"{host}:{port}", "origin": f"http://{host}:{port}"})
+            assert status == 200 and headers["mcp-session-id"]
+        session = initialize(port)
+        with_session = {"mcp-session-id": session}
+        ping = {"jsonrpc": "2.0", "id": 2, "method": "ping"}
+        assert post(port, ping, {**with_session, "mcp-protocol-version": "1999-01-01"})[0] == 400
+        assert post(port, ping, {**with_session, "content-type": "text/plain"})[0] == 415
+        assert post(port, ping, {**with_session, "accept": "text/html"})[0] == 406
+        assert post(port, None, {**with_session, "accept": "application/json"}, method="GET")[0] == 406
+        assert post(port, ping, with_session, path="/other")[0] == 404
+        assert post(port, ping, with_session, method="PUT")[0] == 405
+        status, _, body = post(port, ping, {**with_session, "mcp-protocol-version": "2025-11-25"})
+        assert status == 200 and json.loads(body) == {"jsonrpc": "2.0", "id": 2, "result": {}}
+        # Notifications and responses: 202, no body.
+        status, _, body = post(port, {"jsonrpc": "2.0", "method": "notifications/initialized"}, with_session)
+        assert (status, body) == (202, b"")
+    assert "evil.example" in log.read_text()
+
+
+def test_sessions_lifecycle(fake_config):
+    with http_proxy(fake_config) as (port, _):
+        ping = {"jsonrpc": "2.0", "id": 2, "method": "ping"}
+        status, _, body = post(port, ping)
+        assert status == 400 and json.loads(body)["error"]["code"] == -32600  # no session id
+        status, _, body = post(port, {"jsonrpc": "2.0", "id": 3, "method": "server/discover", "params": {}})
+        assert json.loads(body)["error"]["code"] == -32601
+        assert post(port, ping, {"mcp-session-id": "not-a-session"})[0] == 404
+        ids = {initialize(port) for _ in range(100)}
+        assert len(ids) == 100
+        assert all(len(i) >= 22 and all(0x21 <= ord(c) <= 0x7E for c in i) for i in ids)
+        session = ids.pop()
+        assert post(port, ping, {"mcp-session-id": session})[0] == 200
+        assert post(port, None, {"mcp-session-id": session}, method="DELETE")[0] == 200
+        assert post(port, ping, {"mcp-session-id": session})[0] == 404
+        assert post(port, None, {"mcp-session-id": session}, method="DELETE")[0] == 404
+        # A second initialize on a session is refused; an initialize naming a session too.
+        status, _, _ = post(port, INIT, {"mcp-session-id": ids.pop()})
+        assert status == 400
+
+
+def test_limits(tmp_path):
+    config = write_config(tmp_path, fake("a") + "\n[http]\nmax_sessions = 3\nheader_timeout = 1.0\n",
+                          startup_timeout=10.0)
+    with http_proxy(config) as (port, _):
+        session = initialize(port)
+        big = b'{"jsonrpc":"2.0","id":5,"method":"ping","params":{"x":"' + b"x" * (5 * 1024 * 1024) + b'"}}'
+        assert post(port, big, {"mcp-session-id": session})[0] == 413
+        status, _, body = post(port, [{"jsonrpc": "2.0", "id": 1, "method": "ping"}], {"mcp-session-id": session})
+        assert status == 400 and json.loads(body)["error"]["code"] == -32600
+        status, _, body = post(port, b'{"jsonrpc": "2.0", "id": 1, "method":', {"mcp-session-id": session})
+        assert status == 400 and json.loads(body)["error"]["code"] == -32700
+        status, _, _ = post(port, {"jsonrpc": "2.0", "id": 1, "method": "ping"},
+                            {"mcp-session-id": session, "x-padding": "y" * 40000})
+        assert status == 431
+        initialize(port)
+        initialize(port)
+        status, headers, _ = post(port, INIT)
+        assert status == 503 and "retry-after" in headers
+        # Slow headers (slowloris): the connection is closed after the header timeout.
+        with socket.create_connection(("127.0.0.1", port)) as sock:
+            sock.sendall(b"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+            sock.settimeout(10)
+            started = time.monotonic()
+            assert sock.recv(100) == b""
+            assert 0.9 < time.monotonic() - started < 5
+
+
+def test_bearer_tokens(tmp_path):
+    config = write_config(tmp_path, fake("a") + f'\n[http]\nauth_tokens = ["{TOKEN}", "{TOKEN}-other"]\n',
+                          startup_timeout=10.0)
+    with http_proxy(config) as (port, log):
+        for headers in ({}, {"authorization": "Bearer wrong-token-wrong-token"}, {"authorization": TOKEN}):
+            status, response_headers, _ = post(port, INIT, headers)
+            assert status == 401 and response_headers["www-authenticate"].startswith("Bearer")
+        assert post(port, INIT, path=f"/mcp?token={TOKEN}")[0] == 401
+        good = {"authorization": f"Bearer {TOKEN}"}
+        session = initialize(port, good)
+        ping = {"jsonrpc": "2.0", "id": 2, "method": "ping"}
+        assert post(port, ping, {**good, "mcp-session-id": session})[0] == 200
+        assert post(port, ping, {"mcp-session-id": session})[0] == 401
+        # A session belongs to the token that made it.
+        other = {"authorization": f"Bearer {TOKEN}-other"}
+        assert post(port, ping, {**other, "mcp-session-id": session})[0] == 404
+    assert TOKEN not in log.read_text()
+
+
+def test_refuses_to_expose_itself_without_tokens(fake_config):
+    out = subprocess.run([sys.executable, "-m", "aggregator", "serve", "--http", "0.0.0.0:9", "--config",
+                          str(fake_config)], capture_output=True, text=True, timeout=30)
+    assert out.returncode == 2 and "without authentication" in out.stderr
+
+
+def test_get_stream_carries_what_belongs_to_no_request(fake_config):
+    with http_proxy(fake_config) as (port, _):
+        session = initialize(port)
+        headers = {"mcp-session-id": session}
+        stream = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+        stream.request("GET", "/mcp", headers={"host": f"127.0.0.1:{port}", "accept": "text/event-stream",
+                                               "mcp-session-id": session})
+        response = stream.getresponse()
+        assert response.status == 200 and response.getheader("content-type") == "text/event-stream"
+        # A second GET stream for the same session is refused.
+        assert post(port, None, {**headers, "accept": "text/event-stream"}, method="GET")[0] == 409
+        status, _, body = post(port, {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
+            "name": "a__flood", "arguments": {"count": 3}}}, headers)
+        assert status == 200 and json.loads(body)["result"]["content"][0]["text"] == "flooded"
+        events = []
+        while len(events) < 3:
+            line = response.fp.readline()
+            assert line, "stream ended"
+            if line.startswith(b"data: "):
+                events.append(json.loads(line[6:]))
+        assert [e["params"]["logger"] for e in events] == ["a/flood"] * 3
+        stream.close()
+
+
+def test_dropped_stream_cancels_its_request(tmp_path):
+    config = write_config(tmp_path, fake("a") + "\n[http]\nstream_drop_grace = 0.3\n", startup_timeout=10.0)
+    with http_proxy(config, "--log-level", "info") as (port, log):
+        session = initialize(port)
+        body = json.dumps({"jsonrpc": "2.0", "id": 9, "method": "tools/call", "params": {"name": "a__hang"}})
+        with socket.create_connection(("127.0.0.1", port)) as sock:
+            sock.sendall(f"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: application/json\r\n"
+                         f"Accept: application/json, text/event-stream\r\nMcp-Session-Id: {session}\r\n"
+                         f"Content-Length: {len(body)}\r\n\r\n{body}".encode())
+            time.sleep(0.3)
+        deadline = time.monotonic() + 5
+        while "dropped; cancelling it" not in log.read_text() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert "stream for request 9 dropped; cancelling it" in log.read_text()
+        # The session is still good.
+        assert post(port, {"jsonrpc": "2.0", "id": 10, "method": "ping"}, {"mcp-session-id": session})[0] == 200
