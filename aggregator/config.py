@@ -50,7 +50,11 @@ class ServerConfig:
     def effective_transport(self) -> Transport:
         if self.transport is not None:
             return self.transport
-        return "stdio" if self.command is not None else "streamable-http"
+        if self.command is not None:
+            return "stdio"
+        if (self.url or "").lower().startswith(("ws://", "wss://")):
+            return "websocket"
+        return "streamable-http"
 
 
 @attrs.frozen(kw_only=True)
@@ -384,6 +388,11 @@ def _check_server(server: ServerConfig, path: str) -> list[str]:
         problems.append(f"{path}.transport: stdio needs `command`")
     elif transport != "stdio" and server.url is None:
         problems.append(f"{path}.transport: {transport} needs `url`")
+    if server.url is not None:
+        scheme = server.url.split(":", 1)[0].lower()
+        allowed = ("ws", "wss") if transport == "websocket" else ("http", "https")
+        if scheme not in allowed:
+            problems.append(f"{path}.url: a {transport} server needs a {' or '.join(allowed)} URL, got {server.url!r}")
     if server.command is not None and not server.command.strip():
         problems.append(f"{path}.command: must not be empty")
     if server.init_timeout <= 0:

@@ -22,6 +22,11 @@ from aggregator.core.router import CONTROL_ID_PREFIX
 from aggregator.errors import UpstreamError
 from aggregator.jsonrpc.framing import LineSplitter, OversizedLine
 from aggregator.mcp.versions import LATEST, SUPPORTED
+from aggregator.transports.network_upstream import (
+    run_sse_server,
+    run_streamable_http_server,
+    run_websocket_server,
+)
 from aggregator.transports.outbox import Outbox
 from aggregator.transports.stdio import Channel, run_stdio_server
 
@@ -56,7 +61,7 @@ class UpstreamSession:
         self.name = config.name
         self.log = logging.getLogger(f"aggregator.server.{config.name}")
         self.outbox: Outbox | None = None
-        self.state = "starting"  # starting, ready, down (restarting soon), unsupported
+        self.state = "starting"  # starting, ready, down (starting again soon)
         self.last_error: str | None = None
         self.starts = 0
         self._control: dict[str, _Reply] = {}
@@ -90,18 +95,14 @@ class UpstreamSession:
         """Run this upstream until cancelled, restarting it whenever it is lost."""
         attempt = 0
         proxy = self.hub.config.proxy
-        if self.config.effective_transport != "stdio" and self.hub.connector is None:
-            # Network upstreams are configured like the others (client files carry them),
-            # but this build reaches servers over stdio only. Say so once; never retry.
-            self.state = "unsupported"
-            self.last_error = f"transport {self.config.effective_transport!r} is not supported yet"
-            self.log.error("server %s: %s; it stays off", self.name, self.last_error)
-            self.hub.server_settled(self.name)
-            return
         while True:
             started = trio.current_time()
             self.starts += 1
-            reason = await self._connect_once()
+            try:
+                reason = await self._connect_once()
+            except Exception as exc:  # noqa: BLE001 - a bug here must not stop the others
+                self.log.exception("server %s: internal error in its connection", self.name)
+                reason = f"internal error: {exc!r}"[:300]
             was_ready = self.state == "ready"
             self.state = "down"
             self.last_error = reason
@@ -129,7 +130,9 @@ class UpstreamSession:
                 try:
                     channel = await nursery.start(self._transport)
                 except OSError as exc:
-                    return f"cannot start {config.command!r}: {exc.strerror or exc}"
+                    if config.effective_transport == "stdio":
+                        return f"cannot start {config.command!r}: {exc.strerror or exc}"
+                    return str(exc)
                 if channel.pid is not None:
                     self.log.info("server %s: started pid %d", self.name, channel.pid)
                 self.outbox = Outbox(channel.send, limit=limit, name=f"server {self.name}")
@@ -159,10 +162,18 @@ class UpstreamSession:
 
     async def _transport(self, *, task_status: trio.TaskStatus[Channel]) -> None:
         """Run the connector (a child process by default) and lose the link when it ends."""
+        transport = self.config.effective_transport
+        limit = self.hub.config.proxy.max_message_bytes
         if self.hub.connector is not None:
             reason = await self.hub.connector(self.config, task_status=task_status)
-        else:
+        elif transport == "stdio":
             reason = await run_stdio_server(self.config, task_status=task_status)
+        elif transport == "streamable-http":
+            reason = await run_streamable_http_server(self.config, limit, task_status=task_status)
+        elif transport == "sse":
+            reason = await run_sse_server(self.config, limit, task_status=task_status)
+        else:
+            reason = await run_websocket_server(self.config, limit, task_status=task_status)
         self._lose(reason)
 
     def _lose(self, reason: str) -> None:

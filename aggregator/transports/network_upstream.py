@@ -1,0 +1,321 @@
+"""Upstream servers over the network: Streamable HTTP, legacy HTTP+SSE, WebSocket.
+
+Each connector has the shape of ``run_stdio_server``: it reports a ``Channel`` (an NDJSON
+byte stream each way, through an in-memory pipe) and returns why the connection ended.
+So an upstream session reads and writes the same way whatever the transport, and a lost
+connection is handled exactly like a crashed child process: pending requests fail at
+once, the supervisor reconnects with backoff.
+
+Credentials: each server gets only its own configured ``headers``; nothing from a client
+is ever forwarded. Redirects are not followed (a redirect could carry credentials to
+another host).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+from urllib.parse import urljoin, urlsplit
+
+import httpx
+import trio
+import trio_websocket
+
+from aggregator import __version__
+from aggregator.jsonrpc.codec import dumps, loads
+from aggregator.jsonrpc.framing import LineSplitter, OversizedLine
+from aggregator.transports.pipe import PipeEnd, byte_pipe
+from aggregator.transports.sse import SseParser
+from aggregator.transports.stdio import Channel
+
+log = logging.getLogger(__name__)
+MAX_CONCURRENT_POSTS = 64
+USER_AGENT = f"mcp-aggregator/{__version__}"
+
+
+class _Link:
+    """What a connector shares with its tasks: the pipe end, and how it ends."""
+
+    def __init__(self, pipe: PipeEnd, limit: int, name: str) -> None:
+        self.pipe = pipe
+        self.limit = limit
+        self.name = name
+        self.ended = trio.Event()
+        self.reason = "the connection ended"
+
+    def end(self, reason: str) -> None:
+        if not self.ended.is_set():
+            self.reason = reason
+            self.ended.set()
+
+    async def deliver(self, data: bytes | str) -> None:
+        """Pass one JSON-RPC message to the session, as one line."""
+        raw = data.encode() if isinstance(data, str) else data
+        raw = raw.strip()
+        if not raw:
+            return
+        if b"\n" in raw or b"\r" in raw:
+            # Pretty-printed JSON (legal in an HTTP body or across SSE data lines): make it
+            # one line. Parsing keeps numbers exact; a bad message goes through as it is,
+            # flattened, for the router to refuse.
+            try:
+                raw = dumps(loads(raw))
+            except ValueError:
+                raw = raw.replace(b"\r", b" ").replace(b"\n", b" ")
+        if len(raw) > self.limit:
+            log.error("server %s: dropped a %d-byte message (limit %d bytes)", self.name, len(raw), self.limit)
+            return
+        try:
+            await self.pipe.send_all(raw + b"\n")
+        except trio.BrokenResourceError:
+            self.end("the session closed")
+
+    async def each_outgoing(self, send: Callable[[bytes], Awaitable[None]], nursery: trio.Nursery,
+                            concurrent: bool) -> None:
+        """Read what the session writes and hand each message to ``send``."""
+        splitter = LineSplitter(self.limit)
+        limiter = trio.CapacityLimiter(MAX_CONCURRENT_POSTS)
+
+        async def limited(line: bytes) -> None:
+            async with limiter:
+                await send(line)
+
+        while True:
+            data = await self.pipe.receive_some(65536)
+            if not data:
+                self.end("the session closed")
+                return
+            for line in splitter.feed(data):
+                if type(line) is OversizedLine:
+                    continue
+                if concurrent:
+                    await limiter.acquire()  # backpressure before starting another task
+                    limiter.release()
+                    nursery.start_soon(limited, line)
+                else:
+                    await send(line)
+
+
+def _http_client(config: Any) -> httpx.AsyncClient:
+    headers = {"user-agent": USER_AGENT, **dict(config.headers)}
+    return httpx.AsyncClient(headers=headers, follow_redirects=False,
+                             timeout=httpx.Timeout(30.0, read=None))
+
+
+def _describe(exc: BaseException) -> str:
+    text = str(exc) or type(exc).__name__
+    return text.splitlines()[0][:300]
+
+
+# --- Streamable HTTP ---------------------------------------------------------------------
+
+
+async def run_streamable_http_server(
+    config: Any, limit: int, *, task_status: trio.TaskStatus[Channel] = trio.TASK_STATUS_IGNORED
+) -> str:
+    """Talk to a Streamable HTTP server (MCP 2025-03-26 and later)."""
+    ours, theirs = byte_pipe()
+    link = _Link(theirs, limit, config.name)
+    url = config.url
+    state: dict[str, Any] = {"session": None, "version": None, "initialize": None, "get_started": False}
+    async with _http_client(config) as client:
+
+        def headers(accept: str) -> dict[str, str]:
+            result = {"accept": accept}
+            if state["session"] is not None:
+                result["mcp-session-id"] = state["session"]
+            if state["version"] is not None:
+                result["mcp-protocol-version"] = state["version"]
+            return result
+
+        async def answer_failed(message: Any, reason: str) -> None:
+            """The POST of a request failed: answer it now so nothing waits for it."""
+            if type(message) is dict and "method" in message and "id" in message:
+                await link.deliver(dumps({"jsonrpc": "2.0", "id": message["id"], "error": {
+                    "code": -32603, "message": f"Server {config.name!r} could not be reached: {reason}",
+                    "data": {"source": "aggregator", "reason": "unavailable", "server": config.name}}}))
+
+        async def post(line: bytes) -> None:
+            try:
+                message = loads(line)
+            except ValueError:
+                message = None
+            is_initialize = type(message) is dict and message.get("method") == "initialize"
+            try:
+                async with client.stream("POST", url, content=line, headers={
+                    "content-type": "application/json", **headers("application/json, text/event-stream")
+                }) as response:
+                    status = response.status_code
+                    if status == 404 and state["session"] is not None:
+                        link.end("the server ended the session (404); starting a new one")
+                        return
+                    if status == 202:
+                        return
+                    if status != 200:
+                        body = (await response.aread())[:300].decode("utf-8", "replace")
+                        log.warning("server %s: HTTP %d for a POST: %s", config.name, status, body)
+                        await answer_failed(message, f"HTTP {status}")
+                        if is_initialize:
+                            link.end(f"initialize was refused with HTTP {status}")
+                        return
+                    if is_initialize:
+                        state["session"] = response.headers.get("mcp-session-id")
+                    kind = response.headers.get("content-type", "").split(";")[0].strip().lower()
+                    if kind == "text/event-stream":
+                        parser = SseParser(limit)
+                        async for chunk in response.aiter_bytes():
+                            for event in parser.feed(chunk):
+                                if event.event == "message":
+                                    await note_and_deliver(event.data, is_initialize)
+                    else:
+                        await note_and_deliver(await response.aread(), is_initialize)
+            except httpx.HTTPError as exc:
+                await answer_failed(message, _describe(exc))
+                link.end(f"cannot reach {url}: {_describe(exc)}")
+
+        async def note_and_deliver(data: bytes | str, is_initialize: bool) -> None:
+            if is_initialize and state["version"] is None:
+                try:
+                    result = loads(data.encode() if isinstance(data, str) else data).get("result") or {}
+                    state["version"] = result.get("protocolVersion")
+                except (ValueError, AttributeError):
+                    pass
+                if not state["get_started"]:
+                    state["get_started"] = True
+                    nursery.start_soon(listen)
+            await link.deliver(data)
+
+        async def listen() -> None:
+            """The GET stream: what the server sends outside any request."""
+            parser = SseParser(limit)
+            delay = 0.5
+            while True:
+                request_headers = headers("text/event-stream")
+                if parser.last_event_id is not None:
+                    request_headers["last-event-id"] = parser.last_event_id
+                try:
+                    async with client.stream("GET", url, headers=request_headers) as response:
+                        if response.status_code in (405, 404) or response.status_code >= 500:
+                            if response.status_code == 404 and state["session"] is not None:
+                                link.end("the server ended the session (404); starting a new one")
+                            return  # no GET stream offered; requests' own streams still work
+                        if response.status_code != 200:
+                            return
+                        delay = 0.5
+                        async for chunk in response.aiter_bytes():
+                            for event in parser.feed(chunk):
+                                if event.event == "message":
+                                    await link.deliver(event.data)
+                except httpx.HTTPError as exc:
+                    log.info("server %s: GET stream dropped (%s); reconnecting", config.name, _describe(exc))
+                await trio.sleep(delay)
+                delay = min(delay * 2, 30.0)
+
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(link.each_outgoing, post, nursery, True)
+                task_status.started(Channel(ours, ours))
+                await link.ended.wait()
+                nursery.cancel_scope.cancel()
+        finally:
+            if state["session"] is not None:
+                with trio.move_on_after(2) as cleanup:
+                    cleanup.shield = True
+                    try:
+                        await client.delete(url, headers=headers("application/json"))
+                    except httpx.HTTPError:
+                        pass
+    return link.reason
+
+
+# --- legacy HTTP+SSE (2024-11-05) ---------------------------------------------------------
+
+
+async def run_sse_server(
+    config: Any, limit: int, *, task_status: trio.TaskStatus[Channel] = trio.TASK_STATUS_IGNORED
+) -> str:
+    """Talk to a 2024-11-05 HTTP+SSE server: GET an event stream, POST to the endpoint it names."""
+    ours, theirs = byte_pipe()
+    link = _Link(theirs, limit, config.name)
+    async with _http_client(config) as client:
+        endpoint: list[str] = []
+
+        async def post(line: bytes) -> None:
+            try:
+                response = await client.post(endpoint[0], content=line, headers={"content-type": "application/json"})
+                if response.status_code >= 400:
+                    link.end(f"the server refused a message with HTTP {response.status_code}")
+            except httpx.HTTPError as exc:
+                link.end(f"cannot reach {endpoint[0]}: {_describe(exc)}")
+
+        try:
+            async with client.stream("GET", config.url, headers={"accept": "text/event-stream"}) as response:
+                if response.status_code != 200:
+                    return f"GET {config.url} answered HTTP {response.status_code}"
+                parser = SseParser(limit)
+                async with trio.open_nursery() as nursery:
+
+                    async def read() -> None:
+                        async for chunk in response.aiter_bytes():
+                            for event in parser.feed(chunk):
+                                if event.event == "endpoint" and not endpoint:
+                                    target = urljoin(config.url, event.data.strip())
+                                    if urlsplit(target).netloc != urlsplit(config.url).netloc:
+                                        link.end(f"the server named an endpoint on another host: {target}")
+                                        return
+                                    endpoint.append(target)
+                                    nursery.start_soon(link.each_outgoing, post, nursery, True)
+                                    task_status.started(Channel(ours, ours))
+                                elif event.event == "message" and endpoint:
+                                    await link.deliver(event.data)
+                        link.end("the server closed its event stream")
+
+                    nursery.start_soon(read)
+                    await link.ended.wait()
+                    nursery.cancel_scope.cancel()
+        except httpx.HTTPError as exc:
+            if not endpoint:
+                raise OSError(f"cannot reach {config.url}: {_describe(exc)}") from None
+            link.end(f"connection to {config.url} lost: {_describe(exc)}")
+    return link.reason
+
+
+# --- WebSocket ---------------------------------------------------------------------------
+
+
+async def run_websocket_server(
+    config: Any, limit: int, *, task_status: trio.TaskStatus[Channel] = trio.TASK_STATUS_IGNORED
+) -> str:
+    """Talk to a server over WebSocket (subprotocol ``mcp``), one message per frame."""
+    ours, theirs = byte_pipe()
+    link = _Link(theirs, limit, config.name)
+    headers = [("user-agent", USER_AGENT), *((k, v) for k, v in config.headers.items())]
+    try:
+        async with trio_websocket.open_websocket_url(
+            config.url, subprotocols=["mcp"], extra_headers=headers, message_queue_size=64,
+            max_message_size=limit, connect_timeout=30,
+        ) as socket:
+
+            async def send(line: bytes) -> None:
+                try:
+                    await socket.send_message(line.decode("utf-8"))
+                except trio_websocket.ConnectionClosed:
+                    link.end("the WebSocket closed")
+
+            async def read() -> None:
+                try:
+                    while True:
+                        await link.deliver(await socket.get_message())
+                except trio_websocket.ConnectionClosed as exc:
+                    link.end(f"the WebSocket closed ({exc.reason.code if exc.reason else '?'})")
+
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(link.each_outgoing, send, nursery, False)
+                nursery.start_soon(read)
+                task_status.started(Channel(ours, ours))
+                await link.ended.wait()
+                nursery.cancel_scope.cancel()
+    except (trio_websocket.HandshakeError, OSError) as exc:
+        raise OSError(f"cannot connect to {config.url}: {_describe(exc)}") from None
+    return link.reason
