@@ -42,6 +42,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:  # `aggregator tools | head`: the reader has seen enough
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -68,8 +71,11 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--stdio", action="store_true",
                        help="serve one client on stdin/stdout (the default when --http is not given)")
     serve.add_argument("--http", metavar="HOST:PORT", default=None,
-                       help="serve MCP over Streamable HTTP at http://HOST:PORT/mcp"
-                            " (default: http.listen from the config)")
+                       help="serve MCP over Streamable HTTP at http://HOST:PORT/mcp, and the legacy"
+                            " HTTP+SSE transport at /sse (default: http.listen from the config)")
+    serve.add_argument("--ws", metavar="HOST:PORT", default=None,
+                       help="serve MCP over WebSocket at ws://HOST:PORT/mcp"
+                            " (default: http.websocket_listen from the config)")
     serve.set_defaults(command="serve", run=_serve)
 
     tools = sub.add_parser("tools", parents=[common], help="print the merged catalog",
@@ -105,10 +111,12 @@ def _config(args: argparse.Namespace) -> tuple[Config, Path]:
 def _serve(args: argparse.Namespace) -> int:
     config, path = _config(args)
     listen = args.http or config.http.listen
-    if listen is not None:
-        _check_exposure(config, listen)
-    stdio = args.stdio or listen is None
-    trio.run(_serve_all, config, path.resolve(), stdio, listen)
+    ws_listen = args.ws or config.http.websocket_listen
+    for address in (listen, ws_listen):
+        if address is not None:
+            _check_exposure(config, address)
+    stdio = args.stdio or (listen is None and ws_listen is None)
+    trio.run(_serve_all, config, path.resolve(), stdio, listen, ws_listen)
     return 0
 
 
@@ -131,7 +139,7 @@ def _check_exposure(config: Config, listen: str) -> None:
             " http.allow_unauthenticated_remote = true if the network is trusted")
 
 
-async def _serve_all(config: Config, path: Path, stdio: bool, listen: str | None) -> None:
+async def _serve_all(config: Config, path: Path, stdio: bool, listen: str | None, ws_listen: str | None) -> None:
     from aggregator.session import serve_stream_session
     from aggregator.transports.stdio import OwnStdio
 
@@ -148,6 +156,12 @@ async def _serve_all(config: Config, path: Path, stdio: bool, listen: str | None
                     await nursery.start(StreamableHttpEndpoint(hub, config.http).serve, listen)
                 except OSError as exc:
                     raise ConfigError(f"cannot listen on {listen}: {exc.strerror or exc}") from None
+            if ws_listen is not None:
+                from aggregator.websocket_endpoint import WebSocketEndpoint
+                try:
+                    await nursery.start(WebSocketEndpoint(hub, config.http).serve, ws_listen)
+                except OSError as exc:
+                    raise ConfigError(f"cannot listen on {ws_listen}: {exc.strerror or exc}") from None
             if interactive:
                 nursery.start_soon(_greet, hub, path)
             if own is not None:

@@ -83,6 +83,12 @@ class HttpConfig:
 
     listen: str | None = None  # "127.0.0.1:8000"; None: no HTTP endpoint
     path: str = "/mcp"
+    # The legacy HTTP+SSE transport (2024-11-05) on the same listener: GET sse_path opens
+    # the stream, which names messages_path for the POSTs.
+    sse_path: str = "/sse"
+    messages_path: str = "/messages"
+    # A WebSocket endpoint (one MCP session per connection) on its own listener.
+    websocket_listen: str | None = None
     # Host header names accepted (any port); DNS rebinding defence. Add your own names
     # when you listen beyond loopback.
     allowed_hosts: tuple[str, ...] = LOCAL_HOSTS
@@ -335,13 +341,19 @@ def parse_listen(listen: str) -> tuple[str, int]:
 
 def check_http(http: HttpConfig) -> list[str]:
     problems = []
-    if http.listen is not None:
-        try:
-            parse_listen(http.listen)
-        except ValueError as exc:
-            problems.append(f"http.listen: {exc}")
-    if not http.path.startswith("/"):
-        problems.append("http.path: must start with /")
+    for name in ("listen", "websocket_listen"):
+        value = getattr(http, name)
+        if value is not None:
+            try:
+                parse_listen(value)
+            except ValueError as exc:
+                problems.append(f"http.{name}: {exc}")
+    paths = {"path": http.path, "sse_path": http.sse_path, "messages_path": http.messages_path}
+    for name, value in paths.items():
+        if not value.startswith("/"):
+            problems.append(f"http.{name}: must start with /")
+    if len(set(paths.values())) < len(paths):
+        problems.append("http: path, sse_path and messages_path must differ")
     for index, token in enumerate(http.auth_tokens):
         if len(token) < 16:
             problems.append(f"http.auth_tokens[{index}]: too short; use at least 16 random characters")

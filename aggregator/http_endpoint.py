@@ -18,7 +18,6 @@ router's messages through ``put_message`` and hands each to the stream it belong
 
 from __future__ import annotations
 
-import hmac
 import logging
 import secrets
 from collections import deque
@@ -26,6 +25,7 @@ from typing import Any
 
 import trio
 
+from aggregator.access import AccessPolicy
 from aggregator.config import HttpConfig, parse_listen
 from aggregator.core.router import WaitForStartup
 from aggregator.hub import Hub
@@ -42,20 +42,44 @@ JSON = ("content-type", "application/json")
 
 
 class MessageQueue:
-    """Messages for one response stream, in order; the last one ends it."""
+    """Messages for one response stream, in order; the last one ends it.
 
-    def __init__(self) -> None:
+    Bounded in bytes: a client that does not read its stream is not allowed to make the
+    proxy hold without end. Past the limit the queue is marked ``overflowed``, its handler
+    ends the stream, and the client must reconnect.
+    """
+
+    def __init__(self, limit: int = 64 * 1024 * 1024) -> None:
         self.items: deque[bytes] = deque()
         self.final = False
+        self.overflowed = False
+        self.limit = limit
+        self._size = 0
         self._lot = trio.lowlevel.ParkingLot()
 
     def push(self, data: bytes, final: bool = False) -> None:
-        self.items.append(data)
+        if self._size + len(data) > self.limit:
+            self.overflowed = True
+        else:
+            self.items.append(data)
+            self._size += len(data)
         self.final = self.final or final
         self._lot.unpark_all()
 
+    def pop(self) -> bytes:
+        data = self.items.popleft()
+        self._size -= len(data)
+        return data
+
+    def take_all(self) -> bytes:
+        """Everything queued, as SSE events."""
+        chunk = b"".join(sse_event(item) for item in self.items)
+        self.items.clear()
+        self._size = 0
+        return chunk
+
     async def wait(self) -> None:
-        while not self.items:
+        while not self.items and not self.overflowed:
             await self._lot.park()
 
 
@@ -107,16 +131,36 @@ class HttpSession:
         return
 
 
+class LegacySession:
+    """A 2024-11-05 HTTP+SSE session: everything goes on its one event stream."""
+
+    def __init__(self, session_id: str, principal: int | None) -> None:
+        self.id = session_id
+        self.principal = principal
+        self.key = 0
+        self.queue = MessageQueue()
+        self.dirty = False
+        self.over_limit = False
+
+    def put_message(self, message: Any, related: Any = None) -> None:
+        self.queue.push(message if type(message) is bytes else dumps(message))
+
+    def flush(self) -> None:
+        self.dirty = False
+
+    async def wait_writable(self) -> None:
+        return
+
+
 class StreamableHttpEndpoint:
     def __init__(self, hub: Hub, config: HttpConfig) -> None:
         self.hub = hub
         self.config = config
         self.sessions: dict[str, HttpSession] = {}
+        self.legacy: dict[str, LegacySession] = {}
         self.limits = HttpLimits(config.max_body_bytes, config.max_header_bytes, config.header_timeout)
         self._nursery: trio.Nursery | None = None
-        self._tokens = [token.encode() for token in config.auth_tokens]
-        self._hosts = {host.lower() for host in config.allowed_hosts}
-        self._origins = {origin.lower().rstrip("/") for origin in config.allowed_origins}
+        self.access = AccessPolicy(config)
 
     # --- serving ------------------------------------------------------------------------
 
@@ -155,52 +199,34 @@ class StreamableHttpEndpoint:
                     log.info("http session %s: expired after %.0fs idle", session.key, now - session.last_seen)
                     self._end_session(session)
 
-    # --- checks -------------------------------------------------------------------------
-
-    def _refusal(self, request: Request) -> tuple[int, str, list[tuple[str, str]]] | None:
-        """Why a request may not proceed (status, reason, headers), or None."""
-        host = request.headers.get("host", "")
-        name = host[: host.index("]") + 1] if host.startswith("[") and "]" in host else host.rsplit(":", 1)[0]
-        if name.lower() not in self._hosts:
-            return 421, f"this Host is not served here: {host[:100]!r}", []
-        origin = request.headers.get("origin")
-        if origin is not None:
-            scheme, _, rest = origin.lower().partition("://")
-            origin_host = rest[: rest.index("]") + 1] if rest.startswith("[") and "]" in rest else rest.split(":")[0]
-            if f"{scheme}://{origin_host}" not in self._origins:
-                return 403, f"this Origin may not use this server: {origin[:100]!r}", []
-        if self._tokens and self._principal(request) is None:
-            return 401, "a valid bearer token is required", [("www-authenticate", 'Bearer realm="aggregator"')]
-        return None
-
-    def _principal(self, request: Request) -> int | None:
-        """Which configured token the request carries (compared in constant time)."""
-        if not self._tokens:
-            return None
-        auth = request.headers.get("authorization", "")
-        scheme, _, token = auth.partition(" ")
-        if scheme.lower() != "bearer" or not token:
-            return None
-        found = None
-        candidate = token.strip().encode()
-        for index, expected in enumerate(self._tokens):
-            if hmac.compare_digest(candidate, expected):
-                found = index
-        return found
-
     # --- requests -----------------------------------------------------------------------
 
     async def _handle(self, connection: HttpConnection, request: Request) -> None:
-        path = request.path.split("?", 1)[0]
-        if path != self.config.path:
+        path, _, query = request.path.partition("?")
+        known = (self.config.path, self.config.sse_path, self.config.messages_path)
+        if path not in known:
             await connection.respond_error(404, f"not found; the MCP endpoint is {self.config.path}")
             return
-        refusal = self._refusal(request)
+        refusal = self.access.refusal(request.headers)
         if refusal is not None:
             status, reason, headers = refusal
             log.warning("http: refused %s %s: %s", request.method, path, reason)
             body = dumps(error_response(None, INVALID_REQUEST, reason))
             await connection.respond(status, [JSON, *headers], body)
+            return
+        if path == self.config.sse_path:
+            if request.method != "GET":
+                await connection.respond(405, [("allow", "GET"), JSON], dumps(error_response(
+                    None, INVALID_REQUEST, "method not allowed")))
+            else:
+                await self._legacy_stream(connection, request)
+            return
+        if path == self.config.messages_path:
+            if request.method != "POST":
+                await connection.respond(405, [("allow", "POST"), JSON], dumps(error_response(
+                    None, INVALID_REQUEST, "method not allowed")))
+            else:
+                await self._legacy_post(connection, request, query)
             return
         if request.method == "POST":
             await self._post(connection, request)
@@ -221,7 +247,7 @@ class StreamableHttpEndpoint:
         if session_id is None:
             return None, 400, "Bad request: Mcp-Session-Id header is required after initialize"
         session = self.sessions.get(session_id)
-        if session is None or session.closed or session.principal != self._principal(request):
+        if session is None or session.closed or session.principal != self.access.principal(request.headers):
             return None, 404, "Session not found: it ended or never existed; initialize again"
         version = request.headers.get("mcp-protocol-version")
         if version is not None and version not in SUPPORTED:
@@ -272,7 +298,7 @@ class StreamableHttpEndpoint:
             await connection.respond(503, [JSON, ("retry-after", "5")], dumps(error_response(
                 message["id"], INVALID_REQUEST, f"Too many sessions (limit {self.config.max_sessions}); try later")))
             return
-        session = HttpSession(self, secrets.token_urlsafe(24), self._principal(request))
+        session = HttpSession(self, secrets.token_urlsafe(24), self.access.principal(request.headers))
         session.key = self.hub.add_client(session)
         self.sessions[session.id] = session
         log.info("http session %d: opened", session.key)
@@ -301,17 +327,17 @@ class StreamableHttpEndpoint:
         answered = False
         streaming = False
         async with trio.open_nursery() as nursery:
-            gone = trio.Event()
-
             async def watch() -> None:
                 await connection.watch_disconnect()
-                gone.set()
                 nursery.cancel_scope.cancel()
 
             nursery.start_soon(watch)
             while True:
                 await queue.wait()
-                data = queue.items.popleft()
+                if queue.overflowed:
+                    log.warning("http session %d: request %r produced more than its stream holds", session.key, id)
+                    break
+                data = queue.pop()
                 last = queue.final and not queue.items
                 if not streaming and last:
                     answered = await connection.respond(200, [JSON, *headers], data)
@@ -378,8 +404,10 @@ class StreamableHttpEndpoint:
                         if not await connection.send_chunk(b": keepalive\n\n"):
                             break
                         continue
-                    chunk = b"".join(sse_event(queue.items.popleft()) for _ in range(len(queue.items)))
-                    if not await connection.send_chunk(chunk):
+                    if queue.overflowed:
+                        log.warning("a client is not reading its event stream; closing it")
+                        break
+                    if not await connection.send_chunk(queue.take_all()):
                         break
                 nursery.cancel_scope.cancel()
             if session.closed:
@@ -389,6 +417,69 @@ class StreamableHttpEndpoint:
                 session.get_stream = None
                 session.backlog.extend(queue.items)
             connection.closed = True
+
+    # --- the legacy HTTP+SSE transport (2024-11-05) ------------------------------------
+
+    async def _legacy_stream(self, connection: HttpConnection, request: Request) -> None:
+        """GET /sse: one session whose every message travels on this one stream."""
+        if len(self.sessions) + len(self.legacy) >= self.config.max_sessions:
+            await self._reject(connection, 503, INVALID_REQUEST,
+                               f"Too many sessions (limit {self.config.max_sessions}); try later")
+            return
+        session = LegacySession(secrets.token_urlsafe(24), self.access.principal(request.headers))
+        session.key = self.hub.add_client(session)
+        self.legacy[session.id] = session
+        log.info("legacy sse session %d: opened", session.key)
+        try:
+            if not await connection.start_stream([]):
+                return
+            endpoint = f"{self.config.messages_path}?session_id={session.id}".encode()
+            if not await connection.send_chunk(b"event: endpoint\ndata: " + endpoint + b"\n\n"):
+                return
+            queue = session.queue
+            async with trio.open_nursery() as nursery:
+                async def watch() -> None:
+                    await connection.watch_disconnect()
+                    nursery.cancel_scope.cancel()
+
+                nursery.start_soon(watch)
+                while True:
+                    with trio.move_on_after(KEEPALIVE) as idle:
+                        await queue.wait()
+                    if idle.cancelled_caught:
+                        if not await connection.send_chunk(b": keepalive\n\n"):
+                            break
+                        continue
+                    if queue.overflowed:
+                        log.warning("a client is not reading its event stream; closing it")
+                        break
+                    if not await connection.send_chunk(queue.take_all()):
+                        break
+                nursery.cancel_scope.cancel()
+        finally:
+            connection.closed = True
+            self.legacy.pop(session.id, None)
+            self.hub.remove_client(session.key)
+            log.info("legacy sse session %d: closed", session.key)
+
+    async def _legacy_post(self, connection: HttpConnection, request: Request, query: str) -> None:
+        session_id = next((value for key, _, value in (part.partition("=") for part in query.split("&"))
+                           if key == "session_id"), None)
+        session = self.legacy.get(session_id or "")
+        if session is None or session.principal != self.access.principal(request.headers):
+            await self._reject(connection, 404, INVALID_REQUEST, "Session not found: open the SSE stream again")
+            return
+        try:
+            kind, message = decode_message(request.body)
+        except RemoteProtocolError as exc:
+            await connection.respond(400, [JSON], dumps(exc.to_response()))
+            return
+        commands = self.hub.router.client_event(session.key, kind, message)
+        while commands and type(commands[0]) is WaitForStartup:
+            await self.hub.startup_done.wait()
+            commands = self.hub.router.client_event(session.key, kind, message)
+        self.hub.dispatch_now(commands)
+        await connection.respond(202, [("content-type", "text/plain")], b"Accepted")
 
     async def _delete(self, connection: HttpConnection, request: Request) -> None:
         session, status, reason = self._session(request)

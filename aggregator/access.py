@@ -1,0 +1,59 @@
+"""Who may use the network endpoints: Host and Origin allowlists, bearer tokens.
+
+Shared by the Streamable HTTP, legacy SSE and WebSocket endpoints, so every way in is
+checked the same way, before anything else happens. DNS rebinding makes a hostile page's
+Origin and Host name the attacker's domain, so "Origin equals Host" proves nothing: both
+are checked against allowlists (by default loopback names, any port). Tokens are compared
+in constant time, never taken from a URL, never logged.
+"""
+
+from __future__ import annotations
+
+import hmac
+from collections.abc import Mapping
+
+from aggregator.config import HttpConfig
+
+
+class AccessPolicy:
+    def __init__(self, config: HttpConfig) -> None:
+        self._tokens = [token.encode() for token in config.auth_tokens]
+        self._hosts = {host.lower() for host in config.allowed_hosts}
+        self._origins = {origin.lower().rstrip("/") for origin in config.allowed_origins}
+
+    def refusal(self, headers: Mapping[str, str]) -> tuple[int, str, list[tuple[str, str]]] | None:
+        """Why a request may not proceed (status, reason, extra headers), or None."""
+        host = headers.get("host", "")
+        if _hostname(host) not in self._hosts:
+            return 421, f"this Host is not served here: {host[:100]!r}", []
+        origin = headers.get("origin")
+        if origin is not None:
+            scheme, _, rest = origin.lower().partition("://")
+            if f"{scheme}://{_hostname(rest)}" not in self._origins:
+                return 403, f"this Origin may not use this server: {origin[:100]!r}", []
+        if self._tokens and self.principal(headers) is None:
+            return 401, "a valid bearer token is required", [("www-authenticate", 'Bearer realm="aggregator"')]
+        return None
+
+    def principal(self, headers: Mapping[str, str]) -> int | None:
+        """Which configured token the request carries, or None (also when none are set)."""
+        if not self._tokens:
+            return None
+        scheme, _, token = headers.get("authorization", "").partition(" ")
+        if scheme.lower() != "bearer" or not token:
+            return None
+        found = None
+        candidate = token.strip().encode()
+        for index, expected in enumerate(self._tokens):
+            if hmac.compare_digest(candidate, expected):
+                found = index
+        return found
+
+
+def _hostname(host_and_port: str) -> str:
+    """"[::1]:8000" -> "[::1]", "Example.com:80" -> "example.com"."""
+    value = host_and_port.strip().lower()
+    if value.startswith("["):
+        end = value.find("]")
+        return value[: end + 1] if end != -1 else value
+    return value.split(":", 1)[0].split("/", 1)[0]
