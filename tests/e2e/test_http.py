@@ -29,6 +29,18 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+def wait_listening(port: int, process: subprocess.Popen | None = None, seconds: float = 20) -> None:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        assert process is None or process.poll() is None, "the server exited"
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            return
+        except OSError:
+            time.sleep(0.05)
+    raise AssertionError(f"nothing listens on port {port}")
+
+
 @contextmanager
 def http_proxy(config, *extra):
     port = free_port()
@@ -37,14 +49,7 @@ def http_proxy(config, *extra):
         process = subprocess.Popen([sys.executable, "-m", "aggregator", "serve", "--http", f"127.0.0.1:{port}",
                                     "--config", str(config), *extra], stdin=subprocess.DEVNULL, stderr=stderr)
         try:
-            deadline = time.monotonic() + 20
-            while time.monotonic() < deadline:
-                assert process.poll() is None, log.read_text()
-                try:
-                    socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-                    break
-                except OSError:
-                    time.sleep(0.05)
+            wait_listening(port, process)
             yield port, log
         finally:
             process.terminate()
