@@ -112,44 +112,44 @@ def test_http_front(chain):
         assert events[0]["params"]["progressToken"] == 7 and events[-1]["id"] == 50
 
 
-async def test_websocket_front(chain):
-    ws_port = free_port()
-    process = subprocess.Popen([sys.executable, "-m", "aggregator", "serve", "--ws", f"127.0.0.1:{ws_port}",
-                                "--config", str(chain)], stdin=subprocess.DEVNULL,
-                               stderr=open(Path(chain).parent / "ws.log", "wb"))
-    try:
-        with trio.fail_after(30):
-            while True:
-                try:
-                    await trio.open_tcp_stream("127.0.0.1", ws_port)
-                    break
-                except OSError:
-                    await trio.sleep(0.1)
-            async with trio_websocket.open_websocket_url(f"ws://127.0.0.1:{ws_port}/mcp",
-                                                         subprotocols=["mcp"]) as socket:
-                assert socket.subprotocol == "mcp"
+@pytest.fixture
+def ws_port(chain):
+    port = free_port()
+    with open(Path(chain).parent / "ws.log", "wb") as log:
+        process = subprocess.Popen([sys.executable, "-m", "aggregator", "serve", "--ws", f"127.0.0.1:{port}",
+                                    "--config", str(chain)], stdin=subprocess.DEVNULL, stderr=log)
+        try:
+            wait_listening(port, process)
+            yield port
+        finally:
+            process.terminate()
+            assert process.wait(timeout=15) == 0
 
-                async def request(id, method, params):
-                    await socket.send_message(json.dumps({"jsonrpc": "2.0", "id": id, "method": method,
-                                                          "params": params}))
-                    while True:
-                        message = json.loads(await socket.get_message())
-                        if message.get("id") == id:
-                            return message
 
-                await request(1, "initialize", {"protocolVersion": "2025-11-25", "capabilities": {},
-                                                "clientInfo": {"name": "ws", "version": "0"}})
-                check_tools({t["name"] for t in (await request(2, "tools/list", {}))["result"]["tools"]})
-                for index, (server, tool) in enumerate(UPSTREAMS.items()):
-                    args = {"message": "hi"} if server == "e" else {"via": server}
-                    answer = await request(10 + index, "tools/call", {"name": tool, "arguments": args})
-                    text = answer["result"]["content"][0]["text"]
-                    assert ("Echo: hi" in text) if server == "e" else json.loads(text) == {"via": server}
-        # Same checks as HTTP at the handshake.
-        with pytest.raises(trio_websocket.HandshakeError):
-            async with trio_websocket.open_websocket_url(f"ws://127.0.0.1:{ws_port}/mcp",
-                                                         extra_headers=[("origin", "http://evil.example")]):
-                pass
-    finally:
-        process.terminate()
-        assert process.wait(timeout=15) == 0
+async def test_websocket_front(ws_port):
+    with trio.fail_after(30):
+        async with trio_websocket.open_websocket_url(f"ws://127.0.0.1:{ws_port}/mcp",
+                                                     subprotocols=["mcp"]) as socket:
+            assert socket.subprotocol == "mcp"
+
+            async def request(id, method, params):
+                await socket.send_message(json.dumps({"jsonrpc": "2.0", "id": id, "method": method,
+                                                      "params": params}))
+                while True:
+                    message = json.loads(await socket.get_message())
+                    if message.get("id") == id:
+                        return message
+
+            await request(1, "initialize", {"protocolVersion": "2025-11-25", "capabilities": {},
+                                            "clientInfo": {"name": "ws", "version": "0"}})
+            check_tools({t["name"] for t in (await request(2, "tools/list", {}))["result"]["tools"]})
+            for index, (server, tool) in enumerate(UPSTREAMS.items()):
+                args = {"message": "hi"} if server == "e" else {"via": server}
+                answer = await request(10 + index, "tools/call", {"name": tool, "arguments": args})
+                text = answer["result"]["content"][0]["text"]
+                assert ("Echo: hi" in text) if server == "e" else json.loads(text) == {"via": server}
+    # Same checks as HTTP at the handshake.
+    with pytest.raises(trio_websocket.HandshakeError):
+        async with trio_websocket.open_websocket_url(f"ws://127.0.0.1:{ws_port}/mcp",
+                                                     extra_headers=[("origin", "http://evil.example")]):
+            pass
