@@ -714,8 +714,15 @@ class Router:
             forwarded["logger"] = f"{server}/{logger}" if type(logger) is str and logger else server
             level = params.get("level")
             notice = {"jsonrpc": "2.0", "method": method, "params": forwarded}
-            return [ToClient(c.key, notice) for c in self.clients.values()
-                    if "logging" in c.advertised and passes(level, c.log_level)]
+            out: list[Any] = []
+            for client in self.clients.values():
+                if "logging" in client.advertised and passes(level, client.log_level):
+                    # A server's log line carries no request id; while exactly one of this
+                    # client's requests is in flight there, it most likely belongs to that
+                    # one (per-request streams deliver it with the request's answer).
+                    mine = [p for p in link.pending.values() if p.session == client.key]
+                    out.append(ToClient(client.key, notice, mine[0].client_id if len(mine) == 1 else None))
+            return out
         if method == "notifications/resources/updated":
             uri = params.get("uri")
             subscribers = self.subscriptions.subscribers((server, uri)) if type(uri) is str else ()
