@@ -39,6 +39,9 @@ class ServerConfig:
     prefix: str | None = None  # None: the server's key; "": no prefix
     uri_prefix: str | None = None  # None: derived from the prefix; "": URIs unchanged
     enabled: bool = True
+    # "shared": one connection for all clients; "per-session": each client session gets
+    # its own (its own process, for stdio), started on first use, stopped with the session.
+    isolation: Literal["shared", "per-session"] = "shared"
     init_timeout: float = 10.0
     # A request without an answer after request_timeout fails (reason "timeout") and is
     # cancelled upstream. Progress can extend it, never past max_request_timeout.
@@ -184,6 +187,13 @@ def _make_converter() -> cattrs.Converter:
         lambda t: t == tuple[str, ...] | None, lambda v, _: None if v is None else structure_args(v, _))
     converter.register_structure_hook_func(lambda t: t == Mapping[str, str], structure_str_map)
     converter.register_structure_hook_func(lambda t: t == Transport, structure_transport)
+
+    def structure_isolation(value: Any, _: type) -> str:
+        if value not in ("shared", "per-session"):
+            raise ValueError(f"expected shared or per-session, got {_describe(value)}")
+        return value
+
+    converter.register_structure_hook_func(lambda t: t == Literal["shared", "per-session"], structure_isolation)
     return converter
 
 

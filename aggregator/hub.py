@@ -18,7 +18,7 @@ import trio
 
 from aggregator.config import Config
 from aggregator.core.catalog import Catalog
-from aggregator.core.router import ControlReply, Refresh, Router, ToClient, ToServer
+from aggregator.core.router import ControlReply, Refresh, Router, StartUpstream, StopUpstream, ToClient, ToServer
 from aggregator.transports.outbox import Outbox
 from aggregator.upstream import UpstreamSession
 
@@ -45,6 +45,7 @@ class Hub:
             list_changed_debounce=proxy.list_changed_debounce,
         )
         self.upstreams = {server.name: UpstreamSession(self, server) for server in servers}
+        self._initial = set(self.upstreams)
         # Where each client session's messages go: an Outbox for a stream transport, or
         # anything with the same put_message / flush / over_limit / dirty (HTTP sessions).
         self.clients: dict[int, Any] = {}
@@ -53,6 +54,7 @@ class Hub:
         self._all_settled = trio.Event()
         self._client_keys = itertools.count(1)
         self._dirty: list[Outbox] = []
+        self._nursery: trio.Nursery | None = None
         self._timer_at = math.inf
         self._timer_poke = trio.Event()
         if not self.upstreams:
@@ -63,6 +65,7 @@ class Hub:
     async def run(self, *, task_status: trio.TaskStatus[Hub] = trio.TASK_STATUS_IGNORED) -> None:
         """Start every upstream concurrently and supervise them until cancelled."""
         async with trio.open_nursery() as nursery:
+            self._nursery = nursery
             for upstream in self.upstreams.values():
                 nursery.start_soon(upstream.run, name=f"upstream {upstream.name}")
             nursery.start_soon(self._startup_gate)
@@ -99,7 +102,7 @@ class Hub:
     def server_settled(self, name: str) -> None:
         """An upstream is ready, or its first attempt failed: startup need not wait for it."""
         self._settled.add(name)
-        if len(self._settled) == len(self.upstreams):
+        if self._settled >= self._initial:
             self._all_settled.set()
 
     # --- clients ------------------------------------------------------------------------
@@ -136,11 +139,37 @@ class Hub:
     def _dispatch_control(self, command: Any) -> None:
         kind = type(command)
         if kind is Refresh:
-            self.upstreams[command.server].request_refresh(command.kind)
+            upstream = self.upstreams.get(command.server)
+            if upstream is not None:
+                upstream.request_refresh(command.kind)
         elif kind is ControlReply:
-            self.upstreams[command.server].control_reply(command.message)
+            upstream = self.upstreams.get(command.server)
+            if upstream is not None:
+                upstream.control_reply(command.message)
+        elif kind is StartUpstream:
+            upstream = UpstreamSession(self, self.config.servers[command.server], name=command.name,
+                                       client_capabilities=command.capabilities)
+            self.upstreams[command.name] = upstream
+            assert self._nursery is not None
+            self._nursery.start_soon(self._run_session_upstream, upstream, name=f"upstream {command.name}")
+        elif kind is StopUpstream:
+            upstream = self.upstreams.get(command.name)
+            if upstream is not None:
+                upstream.cancel_scope.cancel()
         else:
             raise TypeError(f"cannot dispatch {command!r}")
+
+    async def _run_session_upstream(self, upstream: UpstreamSession) -> None:
+        try:
+            await upstream.run()
+        finally:
+            if self.upstreams.get(upstream.name) is upstream:
+                del self.upstreams[upstream.name]
+            link = self.router.links.get(upstream.name)
+            if link is not None and link.session is not None and not link.ready:
+                # It ended on its own (crashed, or could not start): the next request of
+                # its client starts a fresh one.
+                del self.router.links[upstream.name]
 
     def dispatch_now(self, commands: list[Any]) -> None:
         """Dispatch and start writing at once (for events outside a reader's batch)."""

@@ -55,11 +55,20 @@ class _Reply:
 
 
 class UpstreamSession:
-    def __init__(self, hub: Hub, config: ServerConfig) -> None:
+    def __init__(
+        self, hub: Hub, config: ServerConfig, *, name: str | None = None,
+        client_capabilities: dict[str, Any] | None = None,
+    ) -> None:
         self.hub = hub
         self.config = config
-        self.name = config.name
+        # A per-session connection has its own name (server@session), declares its one
+        # client's capabilities, lists nothing (clients see the shared listing) and is not
+        # restarted: the next request of its client starts it again.
+        self.name = name or config.name
+        self.per_session = name is not None
+        self.client_capabilities = client_capabilities
         self.log = logging.getLogger(f"aggregator.server.{config.name}")
+        self.cancel_scope = trio.CancelScope()
         self.outbox: Outbox | None = None
         self.state = "starting"  # starting, ready, down (starting again soon)
         self.last_error: str | None = None
@@ -93,6 +102,14 @@ class UpstreamSession:
 
     async def run(self) -> None:
         """Run this upstream until cancelled, restarting it whenever it is lost."""
+        with self.cancel_scope:
+            if self.per_session:
+                reason = await self._connect_once()
+                self.log.info("server %s: session connection ended: %s", self.name, reason)
+                return
+            await self._supervise()
+
+    async def _supervise(self) -> None:
         attempt = 0
         proxy = self.hub.config.proxy
         while True:
@@ -148,7 +165,8 @@ class UpstreamSession:
                     return self._lost or reason
                 self.state = "ready"
                 self.last_error = None
-                self.hub.server_settled(self.name)
+                if not self.per_session:
+                    self.hub.server_settled(self.name)
                 nursery.start_soon(self._refresher)
             return self._lost or "connection ended"
         finally:
@@ -229,7 +247,8 @@ class UpstreamSession:
         with trio.fail_after(self.config.init_timeout):
             result = await self.request("initialize", {
                 "protocolVersion": LATEST,
-                "capabilities": self.hub.router.upstream_client_capabilities(),
+                "capabilities": (self.client_capabilities if self.client_capabilities is not None
+                                 else self.hub.router.upstream_client_capabilities()),
                 "clientInfo": {"name": "aggregator", "version": __version__},
             })
         version = result.get("protocolVersion")
@@ -243,6 +262,8 @@ class UpstreamSession:
         self.log.info(
             "server %s: initialized (%s %s, protocol %s)", self.name, info.get("name"), info.get("version"), version
         )
+        if self.per_session:
+            return
         with trio.fail_after(self.config.init_timeout):
             for kind in KINDS:
                 if CAPABILITY_OF[kind] in capabilities:

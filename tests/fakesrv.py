@@ -55,6 +55,7 @@ class FakeServer:
             {"name": "big", "inputSchema": {"type": "object"}},
             {"name": "flood", "inputSchema": {"type": "object"}},
             {"name": "progress_forever", "inputSchema": {"type": "object"}},
+            {"name": "pid", "inputSchema": {"type": "object"}},
         ]
         tools += [{"name": f"t{i}", "inputSchema": {"type": "object"}} for i in range(self.extra)]
         return tools
@@ -152,6 +153,8 @@ class FakeServer:
                 return ok({"content": [{"type": "text", "text": "x" * self.big}]})
             if name == "flood":
                 return ok({"content": [{"type": "text", "text": "flooded"}]})
+            if name == "pid":
+                return ok({"content": [{"type": "text", "text": str(os.getpid())}]})
             if name == "add":
                 return ok({"content": [{"type": "text", "text": str(arguments.get("a", 0) + arguments.get("b", 0))}],
                            "structuredContent": {"sum": arguments.get("a", 0) + arguments.get("b", 0)}})

@@ -113,6 +113,24 @@ class Refresh(NamedTuple):
     kind: str
 
 
+class StartUpstream(NamedTuple):
+    """Start a session's own connection to a per-session server, named ``name``.
+
+    ``capabilities`` are the client's, so the server sees exactly what its client can do.
+    """
+
+    server: str
+    name: str
+    session: int
+    capabilities: dict[str, Any]
+
+
+class StopUpstream(NamedTuple):
+    """Stop the per-session connection ``name`` (its client went away)."""
+
+    name: str
+
+
 class WaitForStartup(NamedTuple):
     """Hold this client's `initialize` until startup is complete, then feed it again."""
 
@@ -167,6 +185,8 @@ class UpstreamLink:
     name: str
     prefix: str
     uri_prefix: str
+    server: str = ""  # the configured server; differs from name for per-session links
+    session: int | None = None  # the one client a per-session link belongs to
     request_timeout: float = 60.0
     max_request_timeout: float = 600.0
     timeout_resets_on_progress: bool = False
@@ -178,6 +198,8 @@ class UpstreamLink:
     server_info: dict[str, Any] = attrs.field(factory=dict)
     protocol_version: str | None = None
     log_level: str | None = None  # what the proxy last asked this upstream for
+    # Requests held until a per-session link is ready: (client key, message, params).
+    waiting: list[tuple[int, dict[str, Any], dict[str, Any]]] = attrs.field(factory=list)
 
 
 @attrs.define(eq=False)
@@ -229,9 +251,11 @@ class Router:
                 request_timeout=getattr(s, "request_timeout", 60.0),
                 max_request_timeout=getattr(s, "max_request_timeout", 600.0),
                 timeout_resets_on_progress=getattr(s, "timeout_resets_on_progress", False),
+                server=s.name,
             )
             for s in servers
         }
+        self.per_session = {s.name for s in servers if getattr(s, "isolation", "shared") == "per-session"}
         self.clients: dict[int, ClientState] = {}
         self.startup_complete = False
         self.max_in_flight = max_in_flight
@@ -292,7 +316,12 @@ class Router:
                     reverse.upstream_id, f"The client that was asked for {reverse.method} disconnected",
                     reason="unavailable", server=reverse.server)))
         for server, uri in self.subscriptions.drop_session(key):
-            out += self._own_request(server, "resources/unsubscribe", {"uri": uri})
+            if server not in self.per_session:
+                out += self._own_request(server, "resources/unsubscribe", {"uri": uri})
+        for name in [n for n, link in self.links.items() if link.session == key]:
+            out += self.server_lost(name, "its client disconnected")
+            del self.links[name]
+            out.append(StopUpstream(name))
         for task_id in [t for t, owner in self.tasks.items() if owner == key]:
             del self.tasks[task_id]
         for eid in [e for e, owner in self.elicitations.items() if owner == key]:
@@ -446,7 +475,7 @@ class Router:
         key = (server, original)
         if self.subscriptions.has(key, client.key):
             return [_result(client.key, message["id"], {})]
-        if not self.links[server].ready:
+        if server not in self.per_session and not self.links[server].ready:
             return self._forward(client, message, server, params)  # answers "unavailable"
         if not self.subscriptions.add(key, client.key):
             return [_result(client.key, message["id"], {})]  # already subscribed upstream
@@ -461,7 +490,8 @@ class Router:
     def _unsubscribe(self, client: ClientState, message: dict[str, Any]) -> list[Any]:
         params = message.get("params")
         server, original = self._resource_route(params)
-        if not self.subscriptions.remove((server, original), client.key) or not self.links[server].ready:
+        link = self.links.get(self._link_name(server, client.key))
+        if not self.subscriptions.remove((server, original), client.key) or link is None or not link.ready:
             return [_result(client.key, message["id"], {})]
         return self._forward(client, message, server, dict(params, uri=original))
 
@@ -521,6 +551,12 @@ class Router:
         self, client: ClientState, message: dict[str, Any], server: str, params: dict[str, Any]
     ) -> list[Any]:
         """Send a client's request upstream under a fresh id. ``params`` is ours to change."""
+        if server in self.per_session:
+            name = self._link_name(server, client.key)
+            link = self.links.get(name)
+            if link is None or not link.ready:
+                return self._hold(client, message, server, params, name)
+            server = name
         link = self.links[server]
         client_id = message["id"]
         method = message["method"]
@@ -548,6 +584,30 @@ class Router:
         self._start(pending, link)
         client.in_flight[client_id] = pending
         return [ToServer(server, {"jsonrpc": "2.0", "id": upstream_id, "method": method, "params": params})]
+
+    def _link_name(self, server: str, session: int) -> str:
+        return f"{server}@{session}" if server in self.per_session else server
+
+    def _hold(self, client: ClientState, message: dict[str, Any], server: str, params: dict[str, Any],
+              name: str) -> list[Any]:
+        """Keep a request for a per-session link that is not ready; start it if need be."""
+        out: list[Any] = []
+        link = self.links.get(name)
+        if link is None:
+            base = self.links[server]
+            link = self.links[name] = UpstreamLink(
+                name, base.prefix, base.uri_prefix, request_timeout=base.request_timeout,
+                max_request_timeout=base.max_request_timeout,
+                timeout_resets_on_progress=base.timeout_resets_on_progress, server=server, session=client.key)
+            capabilities = {k: v for k, v in client.capabilities.items()
+                            if k in ("sampling", "elicitation", "roots") and k in self.server_requests}
+            out.append(StartUpstream(server, name, client.key, capabilities))
+        if len(link.waiting) >= self.max_in_flight:
+            return [ToClient(client.key, proxy_error(
+                message["id"], f"Too many requests waiting for server {server!r} to start",
+                reason="overloaded", server=server))]
+        link.waiting.append((client.key, message, params))
+        return out
 
     def _own_request(self, server: str, method: str, params: dict[str, Any], extra: Any = None) -> list[Any]:
         """A request the proxy makes for its own bookkeeping; the answer is not forwarded."""
@@ -630,7 +690,9 @@ class Router:
     # --- upstreams ----------------------------------------------------------------------
 
     def server_message(self, server: str, raw: bytes) -> list[Any]:
-        link = self.links[server]
+        link = self.links.get(server)
+        if link is None:
+            return []  # a per-session connection whose client just left
         try:
             kind, message = decode_message(raw)
         except RemoteProtocolError as exc:
@@ -725,12 +787,16 @@ class Router:
             return out
         if method == "notifications/resources/updated":
             uri = params.get("uri")
-            subscribers = self.subscriptions.subscribers((server, uri)) if type(uri) is str else ()
+            subscribers = self.subscriptions.subscribers((link.server, uri)) if type(uri) is str else ()
+            if link.session is not None:
+                subscribers = {link.session} & set(subscribers)
             if not subscribers:
                 return []
             notice = {"jsonrpc": "2.0", "method": method,
                       "params": dict(params, uri=expose_uri(link.uri_prefix, uri))}
             return [ToClient(session, notice) for session in subscribers if session in self.clients]
+        if method.endswith("/list_changed") and link.session is not None:
+            return []  # what clients see comes from the server's shared listing
         if method == "notifications/tools/list_changed":
             return [Refresh(server, TOOLS)]
         if method == "notifications/prompts/list_changed":
@@ -809,6 +875,10 @@ class Router:
         """The one client a server-to-client request can be for (or None if not one), and
         the request of that client it is most likely made for (or None)."""
         serving = [p for p in link.pending.values() if p.session in self.clients]
+        if link.session is not None:  # a per-session link has exactly one client
+            if link.session not in self.clients:
+                return None, None
+            return link.session, serving[0].client_id if len(serving) == 1 else None
         sessions = {p.session for p in serving}
         if len(sessions) == 1:
             related = serving[0].client_id if len(serving) == 1 else None
@@ -848,23 +918,38 @@ class Router:
         link.protocol_version = init_result.get("protocolVersion")
         link.log_level = None
         out = self._apply_log_level()
-        for uri in self.subscriptions.of_server(server):
-            out += self._own_request(server, "resources/subscribe", {"uri": uri})
+        if link.session is None:
+            for uri in self.subscriptions.of_server(server):
+                out += self._own_request(server, "resources/subscribe", {"uri": uri})
+        waiting, link.waiting = link.waiting, []
+        for key, message, params in waiting:
+            client = self.clients.get(key)
+            if client is not None and message["id"] not in client.in_flight:
+                out += self._forward(client, message, link.server, params)
         return out
 
     def server_items(self, server: str, kind: str, items: list[dict[str, Any]]) -> list[Any]:
         """A fresh listing of one kind from a server; announce a change to clients."""
-        if not self.links[server].ready:
-            return []
+        link = self.links.get(server)
+        if link is None or not link.ready or link.session is not None:
+            return []  # a per-session link's items are its server's shared listing
         if self.catalog.set_items(server, kind, items):
             return self._announce([kind])
         return []
 
     def server_lost(self, server: str, why: str) -> list[Any]:
         """The upstream is gone: fail its requests at once, hide its items, tell clients."""
-        link = self.links[server]
+        link = self.links.get(server)
+        if link is None:
+            return []
         link.ready = False
         out: list[Any] = []
+        waiting, link.waiting = link.waiting, []
+        for key, message, _params in waiting:
+            if key in self.clients:
+                out.append(ToClient(key, proxy_error(
+                    message["id"], f"Server {link.server!r} could not be started: {why}",
+                    reason="unavailable", server=link.server)))
         for pending in list(link.pending.values()):
             self._end(pending)
             out += self._gather_step(pending, None)
@@ -882,7 +967,8 @@ class Router:
                     "requestId": proxy_id, "reason": f"server {server!r} stopped"}}))
         for key in [k for k in self.elicitations if k[0] == server]:
             del self.elicitations[key]
-        out.extend(self._announce(self.catalog.remove_server(server)))
+        if link.session is None:
+            out.extend(self._announce(self.catalog.remove_server(server)))
         return out
 
     # --- logging ------------------------------------------------------------------------

@@ -412,3 +412,51 @@ def test_capabilities_merge(router):
     assert caps["tasks"] == {"list": {}, "cancel": {}}
     assert router.upstream_client_capabilities() == {
         "sampling": {}, "elicitation": {"form": {}, "url": {}}, "roots": {"listChanged": True}}
+
+
+# --- per-session isolation --------------------------------------------------------------
+
+
+def test_per_session_servers_get_a_connection_per_client(clock):
+    servers = [ServerConfig(name="p", command="x", isolation="per-session")]
+    router = Router(Catalog(servers, "__", 50), servers, clock=clock, list_changed_debounce=0)
+    router.server_ready("p", {"capabilities": {"tools": {}}})
+    router.server_items("p", "tools", [{"name": "t"}])
+    router.startup_complete = True
+    connect(router, 1)
+    connect(router, 2, caps={"roots": {}})
+    # First use starts the session's own connection and holds the request.
+    out = router.client_message(1, msg(id=1, method="tools/call", params={"name": "p__t", "arguments": {}}))
+    [start] = out
+    assert type(start).__name__ == "StartUpstream" and (start.server, start.name, start.session) == ("p", "p@1", 1)
+    assert start.capabilities == {"sampling": {}, "roots": {"listChanged": True},
+                                  "elicitation": {"form": {}, "url": {}}}
+    assert router.client_message(1, msg(id=2, method="tools/call", params={"name": "p__t"})) == []
+    # Ready: the held requests go out on that connection, in order.
+    sent = unpack(router.server_ready("p@1", {"capabilities": {"tools": {}}}))
+    assert [(o[1], o[2]["params"]["name"]) for o in sent] == [("p@1", "t"), ("p@1", "t")]
+    # Its listing does not touch what clients see; its requests go only to its client.
+    assert router.server_items("p@1", "tools", [{"name": "other"}]) == []
+    [(_, session, forwarded)] = unpack(router.server_message("p@1", msg(id=9, method="roots/list")))
+    assert session == 1
+    # The other client gets its own connection, with its own capabilities.
+    [start2] = router.client_message(2, msg(id=1, method="tools/call", params={"name": "p__t"}))
+    assert start2.name == "p@2" and start2.capabilities == {"roots": {}}
+    # The client leaves: its connection is stopped, what it had in flight is cancelled.
+    out = router.client_disconnected(1)
+    kinds = [type(o).__name__ for o in out]
+    assert kinds[-1] == "StopUpstream" and out[-1].name == "p@1" and "p@1" not in router.links
+    assert router.server_message("p@1", msg(id=1, result={})) == []
+
+
+def test_per_session_start_failure_answers_the_held_requests(clock):
+    servers = [ServerConfig(name="p", command="x", isolation="per-session")]
+    router = Router(Catalog(servers, "__", 50), servers, clock=clock, list_changed_debounce=0)
+    router.server_ready("p", {"capabilities": {"tools": {}}})
+    router.server_items("p", "tools", [{"name": "t"}])
+    router.startup_complete = True
+    connect(router, 1)
+    router.client_message(1, msg(id=1, method="tools/call", params={"name": "p__t"}))
+    out = unpack(router.server_lost("p@1", "cannot start 'x'"))
+    assert [(o[1], o[2]["id"], o[2]["error"]["data"]["reason"]) for o in out] == [(1, 1, "unavailable")]
+    assert "p__t" in router.catalog.tools  # the shared listing is untouched

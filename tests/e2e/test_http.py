@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -305,3 +306,32 @@ def test_dropped_stream_cancels_its_request(tmp_path):
         assert "stream for request 9 dropped; cancelling it" in log.read_text()
         # The session is still good.
         assert post(port, {"jsonrpc": "2.0", "id": 10, "method": "ping"}, {"mcp-session-id": session})[0] == 200
+
+
+def test_per_session_isolation(tmp_path):
+    config = write_config(tmp_path, fake("shared") + fake("own", isolation='"per-session"'), startup_timeout=10.0)
+
+    def pid(port, session, tool):
+        status, _, body = post(port, {"jsonrpc": "2.0", "id": 5, "method": "tools/call",
+                                      "params": {"name": tool, "arguments": {}}}, {"mcp-session-id": session})
+        assert status == 200, body
+        return int(json.loads(body)["result"]["content"][0]["text"])
+
+    def alive(pid_: int) -> bool:
+        try:
+            os.kill(pid_, 0)
+            return True
+        except ProcessLookupError:
+            return False
+
+    with http_proxy(config) as (port, _):
+        one, two = initialize(port), initialize(port)
+        assert pid(port, one, "shared__pid") == pid(port, two, "shared__pid")
+        own_one, own_two = pid(port, one, "own__pid"), pid(port, two, "own__pid")
+        assert own_one != own_two and pid(port, one, "own__pid") == own_one
+        assert post(port, None, {"mcp-session-id": one}, method="DELETE")[0] == 200
+        deadline = time.monotonic() + 10
+        while alive(own_one) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not alive(own_one) and alive(own_two)
+        assert pid(port, two, "own__pid") == own_two
