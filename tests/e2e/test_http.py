@@ -266,8 +266,10 @@ def test_refuses_to_expose_itself_without_tokens(fake_config):
     assert out.returncode == 2 and "without authentication" in out.stderr
 
 
-def test_get_stream_carries_what_belongs_to_no_request(fake_config):
-    with http_proxy(fake_config) as (port, _):
+def test_get_stream_carries_what_belongs_to_no_request(tmp_path):
+    config = write_config(tmp_path, fake("a", "crash_on_call"), startup_timeout=10.0,
+                          restart_backoff_initial=0.1, restart_backoff_max=0.2)
+    with http_proxy(config) as (port, _):
         session = initialize(port)
         headers = {"mcp-session-id": session}
         stream = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
@@ -277,17 +279,29 @@ def test_get_stream_carries_what_belongs_to_no_request(fake_config):
         assert response.status == 200 and response.getheader("content-type") == "text/event-stream"
         # A second GET stream for the same session is refused.
         assert post(port, None, {**headers, "accept": "text/event-stream"}, method="GET")[0] == 409
+        # The server crashes and comes back: the list changes belong to no request.
         status, _, body = post(port, {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
-            "name": "a__flood", "arguments": {"count": 3}}}, headers)
-        assert status == 200 and json.loads(body)["result"]["content"][0]["text"] == "flooded"
-        events = []
-        while len(events) < 3:
+            "name": "a__crash", "arguments": {}}}, headers)
+        assert status == 200 and json.loads(body)["error"]["data"]["reason"] == "unavailable"
+        event = None
+        while event is None:
             line = response.fp.readline()
             assert line, "stream ended"
             if line.startswith(b"data: "):
-                events.append(json.loads(line[6:]))
-        assert [e["params"]["logger"] for e in events] == ["a/flood"] * 3
+                event = json.loads(line[6:])
+        assert event == {"jsonrpc": "2.0", "method": "notifications/tools/list_changed"}
         stream.close()
+
+
+def test_logs_during_a_call_travel_with_it(fake_config):
+    with http_proxy(fake_config) as (port, _):
+        session = initialize(port)
+        status, headers, body = post(port, {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
+            "name": "a__flood", "arguments": {"count": 3}}}, {"mcp-session-id": session})
+        assert status == 200 and headers["content-type"] == "text/event-stream"
+        events = [json.loads(line[6:]) for line in body.split(b"\n") if line.startswith(b"data: ")]
+        assert [e.get("params", {}).get("logger") for e in events[:3]] == ["a/flood"] * 3
+        assert events[-1]["id"] == 2 and events[-1]["result"]["content"][0]["text"] == "flooded"
 
 
 def test_dropped_stream_cancels_its_request(tmp_path):
