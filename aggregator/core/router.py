@@ -339,7 +339,21 @@ class Router:
         return self.client_event(key, kind, message)
 
     def client_event(self, key: int, kind: int, message: dict[str, Any]) -> list[Any]:
-        """A message from a client, already decoded and classified (``decode_message``)."""
+        """A message from a client, already decoded and classified (``decode_message``).
+
+        A bug must never take a session down or leak internals: anything unexpected is
+        logged with its traceback and the client gets a plain -32603.
+        """
+        try:
+            return self._client_event(key, kind, message)
+        except Exception:  # noqa: BLE001 - the last line of defence, logged in full
+            log.exception("client %d: internal error handling %s", key, message.get("method", "a response"))
+            if kind == REQUEST:
+                return [ToClient(key, proxy_error(message["id"], "Internal error in the aggregator",
+                                                  reason="internal"))]
+            return []
+
+    def _client_event(self, key: int, kind: int, message: dict[str, Any]) -> list[Any]:
         client = self.clients[key]
         if kind == REQUEST:
             method = message["method"]
@@ -690,6 +704,13 @@ class Router:
     # --- upstreams ----------------------------------------------------------------------
 
     def server_message(self, server: str, raw: bytes) -> list[Any]:
+        try:
+            return self._server_message(server, raw)
+        except Exception:  # noqa: BLE001 - the last line of defence, logged in full
+            log.exception("server %s: internal error handling a message from it", server)
+            return []
+
+    def _server_message(self, server: str, raw: bytes) -> list[Any]:
         link = self.links.get(server)
         if link is None:
             return []  # a per-session connection whose client just left

@@ -329,3 +329,17 @@ def test_fuzz_one_answer_per_request_none_to_notifications(router, raw):
         else:  # answer it, so in-flight tables stay small across examples
             sent = as_dict(forwarded[0].message)
             router.server_message(forwarded[0].server, msg(id=sent["id"], result={}))
+
+
+def test_an_internal_error_is_a_plain_error_and_the_session_lives(router, monkeypatch, caplog):
+    def broken(client, message):
+        raise ZeroDivisionError("secret detail /etc/aggregator")
+
+    monkeypatch.setitem(router._requests, "tools/call", broken)
+    _, answer = only(router.client_message(1, msg(id=4, method="tools/call", params={"name": "a__echo"})),
+                     ToClient)
+    assert answer["error"] == {"code": -32603, "message": "Internal error in the aggregator",
+                               "data": {"source": "aggregator", "reason": "internal"}}
+    assert "secret detail" not in json.dumps(answer) and "ZeroDivisionError" in caplog.text
+    _, pong = only(router.client_message(1, msg(id=5, method="ping")), ToClient)
+    assert pong["result"] == {}
