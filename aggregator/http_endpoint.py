@@ -18,6 +18,7 @@ router's messages through ``put_message`` and hands each to the stream it belong
 
 from __future__ import annotations
 
+import itertools
 import logging
 import secrets
 from collections import deque
@@ -38,6 +39,8 @@ log = logging.getLogger(__name__)
 
 BACKLOG = 1000  # messages held for a session's GET stream while none is open
 KEEPALIVE = 25.0  # seconds between SSE comments on an idle GET stream
+HISTORY = 1000  # events a stream keeps for a client that resumes with Last-Event-ID
+PRIMING_SINCE = "2025-11-25"  # event streams open with an id-only event from this revision
 JSON = ("content-type", "application/json")
 
 
@@ -49,13 +52,29 @@ class MessageQueue:
     ends the stream, and the client must reconnect.
     """
 
-    def __init__(self, limit: int = 64 * 1024 * 1024) -> None:
+    def __init__(self, limit: int = 16 * 1024 * 1024) -> None:
         self.items: deque[bytes] = deque()
         self.final = False
         self.overflowed = False
         self.limit = limit
         self._size = 0
         self._lot = trio.lowlevel.ParkingLot()
+        # As an event stream: its id in the session, and the events already written, so
+        # a client that lost the connection can resume with Last-Event-ID.
+        self.stream_id = 0
+        self.seq = 0
+        self.history: deque[tuple[int, bytes]] = deque(maxlen=HISTORY)
+        self.resumed = False
+        self.request_id: Any = None
+
+    def event(self, data: bytes) -> bytes:
+        """One message as an SSE event with the next id, remembered for a resumption."""
+        self.seq += 1
+        self.history.append((self.seq, data))
+        return sse_event(data, f"{self.stream_id}-{self.seq}")
+
+    def replay_after(self, seq: int) -> bytes:
+        return b"".join(sse_event(data, f"{self.stream_id}-{n}") for n, data in self.history if n > seq)
 
     def push(self, data: bytes, final: bool = False) -> None:
         if self._size + len(data) > self.limit:
@@ -73,7 +92,7 @@ class MessageQueue:
 
     def take_all(self) -> bytes:
         """Everything queued, as SSE events."""
-        chunk = b"".join(sse_event(item) for item in self.items)
+        chunk = b"".join(self.event(item) for item in self.items)
         self.items.clear()
         self._size = 0
         return chunk
@@ -93,6 +112,8 @@ class HttpSession:
         self.key = 0
         self.requests: dict[Any, MessageQueue] = {}  # client request id -> its stream
         self.get_stream: MessageQueue | None = None
+        self.streams: dict[int, MessageQueue] = {}  # event streams a client may resume
+        self._stream_ids = itertools.count(1)
         self.backlog: deque[bytes] = deque(maxlen=BACKLOG)
         self.last_seen = trio.current_time()
         self.closed = False
@@ -122,6 +143,10 @@ class HttpSession:
             self.get_stream.push(data)
         else:
             self.backlog.append(data)
+
+    def open_stream(self, queue: MessageQueue) -> None:
+        queue.stream_id = next(self._stream_ids)
+        self.streams[queue.stream_id] = queue
 
     def flush(self) -> None:
         """Nothing to do: pushing a message wakes its stream's handler."""
@@ -324,6 +349,7 @@ class StreamableHttpEndpoint:
             commands = self.hub.router.client_event(session.key, REQUEST, message)
         self.hub.dispatch_now(commands)
         headers = headers or []
+        queue.request_id = id
         answered = False
         streaming = False
         async with trio.open_nursery() as nursery:
@@ -344,24 +370,39 @@ class StreamableHttpEndpoint:
                     break
                 if not streaming:
                     streaming = True
+                    session.open_stream(queue)
                     if not await connection.start_stream(headers):
                         break
-                if not await connection.send_chunk(sse_event(data)):
+                    if self._primes(session):
+                        # An id before anything else: a client that loses the stream at
+                        # once can still resume it (2025-11-25).
+                        if not await connection.send_chunk(f"id: {queue.stream_id}-0\ndata: \n\n".encode()):
+                            break
+                if not await connection.send_chunk(queue.event(data)):
                     break
                 if last:
                     answered = await connection.end_stream()
                     break
             nursery.cancel_scope.cancel()
-        if not answered and session.requests.get(id) is queue:
-            # The client went away before its answer: cancel after a short grace, unless
-            # the answer arrives first (then there is nothing left to cancel).
+        if answered or queue.final and not queue.items:
+            session.streams.pop(queue.stream_id, None)
+        elif session.requests.get(id) is queue or queue.items:
+            # The client went away before its answer. It may resume the stream (GET with
+            # Last-Event-ID); if it does not within the grace period, cancel the request.
             connection.closed = True
             assert self._nursery is not None
             self._nursery.start_soon(self._cancel_after_grace, session, id, queue)
         return answered and self.hub.router.clients.get(session.key) is not None
 
+    def _primes(self, session: HttpSession) -> bool:
+        client = self.hub.router.clients.get(session.key)
+        return client is not None and (client.protocol_version or "") >= PRIMING_SINCE
+
     async def _cancel_after_grace(self, session: HttpSession, id: Any, queue: MessageQueue) -> None:
         await trio.sleep(self.config.stream_drop_grace)
+        if queue.resumed:
+            return
+        session.streams.pop(queue.stream_id, None)
         if session.requests.get(id) is queue and not session.closed:
             del session.requests[id]
             log.info("http session %d: stream for request %r dropped; cancelling it", session.key, id)
@@ -378,10 +419,18 @@ class StreamableHttpEndpoint:
         if session is None:
             await self._reject(connection, status, INVALID_REQUEST, reason)
             return
+        resume = self._resumable(session, request.headers.get("last-event-id"))
+        if resume is not None and resume[0].request_id is not None:
+            await self._resume_request_stream(connection, session, *resume)
+            return
         if session.get_stream is not None:
             await self._reject(connection, 409, INVALID_REQUEST, "Conflict: this session already has a GET stream")
             return
-        queue = MessageQueue()
+        if resume is not None:  # the session's own GET stream, back after a drop
+            queue, after = resume
+        else:
+            queue, after = MessageQueue(), 0
+            session.open_stream(queue)
         for data in session.backlog:
             queue.push(data)
         session.backlog.clear()
@@ -389,6 +438,12 @@ class StreamableHttpEndpoint:
         try:
             if not await connection.start_stream([]):
                 return
+            if after or resume is not None:
+                if not await connection.send_chunk(queue.replay_after(after)):
+                    return
+            elif self._primes(session):
+                if not await connection.send_chunk(f"id: {queue.stream_id}-0\ndata: \n\n".encode()):
+                    return
             async with trio.open_nursery() as nursery:
                 async def watch() -> None:
                     await connection.watch_disconnect()
@@ -480,6 +535,47 @@ class StreamableHttpEndpoint:
             commands = self.hub.router.client_event(session.key, kind, message)
         self.hub.dispatch_now(commands)
         await connection.respond(202, [("content-type", "text/plain")], b"Accepted")
+
+    def _resumable(self, session: HttpSession, last_event_id: str | None) -> tuple[MessageQueue, int] | None:
+        """The stream and position a Last-Event-ID names in this session, if any."""
+        if not last_event_id:
+            return None
+        stream, _, seq = last_event_id.strip().partition("-")
+        if not stream.isdigit() or not seq.isdigit():
+            return None
+        queue = session.streams.get(int(stream))
+        return (queue, int(seq)) if queue is not None else None
+
+    async def _resume_request_stream(
+        self, connection: HttpConnection, session: HttpSession, queue: MessageQueue, after: int
+    ) -> None:
+        """Continue a request's event stream that the client lost, where it left off."""
+        queue.resumed = True
+        log.info("http session %d: resuming the stream of request %r after event %d",
+                 session.key, queue.request_id, after)
+        if not await connection.start_stream([]) or not await connection.send_chunk(queue.replay_after(after)):
+            queue.resumed = False
+            return
+        async with trio.open_nursery() as nursery:
+            async def watch() -> None:
+                await connection.watch_disconnect()
+                nursery.cancel_scope.cancel()
+
+            nursery.start_soon(watch)
+            while True:
+                if not queue.items and queue.final:
+                    await connection.end_stream()
+                    session.streams.pop(queue.stream_id, None)
+                    break
+                await queue.wait()
+                if queue.overflowed or not await connection.send_chunk(queue.take_all()):
+                    break
+            nursery.cancel_scope.cancel()
+        connection.closed = True
+        if queue.stream_id in session.streams:  # lost again: the grace period starts over
+            queue.resumed = False
+            assert self._nursery is not None
+            self._nursery.start_soon(self._cancel_after_grace, session, queue.request_id, queue)
 
     async def _delete(self, connection: HttpConnection, request: Request) -> None:
         session, status, reason = self._session(request)

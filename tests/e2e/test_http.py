@@ -287,7 +287,7 @@ def test_get_stream_carries_what_belongs_to_no_request(tmp_path):
         while event is None:
             line = response.fp.readline()
             assert line, "stream ended"
-            if line.startswith(b"data: "):
+            if line.startswith(b"data: ") and line[6:].strip():  # skip the priming event
                 event = json.loads(line[6:])
         assert event == {"jsonrpc": "2.0", "method": "notifications/tools/list_changed"}
         stream.close()
@@ -299,7 +299,7 @@ def test_logs_during_a_call_travel_with_it(fake_config):
         status, headers, body = post(port, {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
             "name": "a__flood", "arguments": {"count": 3}}}, {"mcp-session-id": session})
         assert status == 200 and headers["content-type"] == "text/event-stream"
-        events = [json.loads(line[6:]) for line in body.split(b"\n") if line.startswith(b"data: ")]
+        events = [json.loads(line[6:]) for line in body.split(b"\n") if line.startswith(b"data: ") and line[6:].strip()]
         assert [e.get("params", {}).get("logger") for e in events[:3]] == ["a/flood"] * 3
         assert events[-1]["id"] == 2 and events[-1]["result"]["content"][0]["text"] == "flooded"
 
@@ -349,3 +349,39 @@ def test_per_session_isolation(tmp_path):
             time.sleep(0.05)
         assert not alive(own_one) and alive(own_two)
         assert pid(port, two, "own__pid") == own_two
+
+
+def test_resume_a_dropped_stream_with_last_event_id(tmp_path, everything_js):
+    config = write_config(tmp_path, f'''
+[servers.everything]
+command = "node"
+args = ["{everything_js}", "stdio"]
+''', startup_timeout=20.0)
+    with http_proxy(config) as (port, _):
+        session = initialize(port)
+        body = json.dumps({"jsonrpc": "2.0", "id": 77, "method": "tools/call", "params": {
+            "name": "everything__trigger-long-running-operation", "arguments": {"duration": 2, "steps": 4},
+            "_meta": {"progressToken": "p"}}})
+        seen_ids = []
+        with socket.create_connection(("127.0.0.1", port)) as sock:
+            sock.sendall(f"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: application/json\r\n"
+                         f"Accept: application/json, text/event-stream\r\nMcp-Session-Id: {session}\r\n"
+                         f"MCP-Protocol-Version: 2025-11-25\r\nContent-Length: {len(body)}\r\n\r\n{body}".encode())
+            received = b""
+            while b'"progress":1' not in received:
+                chunk = sock.recv(65536)
+                assert chunk, received
+                received += chunk
+            seen_ids = [line[4:].decode() for line in received.split(b"\n") if line.startswith(b"id: ")]
+        assert seen_ids[0].endswith("-0")  # the priming event comes first
+        last = seen_ids[-1]
+        # Reconnect at once (within the grace period) and pick up where the stream broke.
+        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=20)
+        connection.request("GET", "/mcp", headers={"host": f"127.0.0.1:{port}", "accept": "text/event-stream",
+                                                   "mcp-session-id": session, "last-event-id": last})
+        response = connection.getresponse()
+        assert response.status == 200
+        events = [json.loads(line[6:]) for line in response.read().split(b"\n")
+                  if line.startswith(b"data: ") and line[6:].strip()]
+        progress = [e["params"]["progress"] for e in events if e.get("method") == "notifications/progress"]
+        assert progress == [2, 3, 4] and events[-1]["id"] == 77 and "completed" in str(events[-1]["result"])

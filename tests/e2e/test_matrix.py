@@ -107,7 +107,7 @@ def test_http_front(chain):
             "name": "e__trigger-long-running-operation", "arguments": {"duration": 0.5, "steps": 2},
             "_meta": {"progressToken": 7}}}, headers)
         assert response_headers["content-type"] == "text/event-stream"
-        events = [json.loads(line[6:]) for line in body.split(b"\n") if line.startswith(b"data: ")]
+        events = [json.loads(line[6:]) for line in body.split(b"\n") if line.startswith(b"data: ") and line[6:].strip()]
         assert [e.get("method") for e in events] == ["notifications/progress"] * 2 + [None]
         assert events[0]["params"]["progressToken"] == 7 and events[-1]["id"] == 50
 
