@@ -75,6 +75,8 @@ class ProxyConfig:
     roots: tuple[str, ...] | None = None
     # Several list changes within this many seconds reach clients as one notification.
     list_changed_debounce: float = 0.05
+    # Requests one client session may have in flight; more are refused (reason overloaded).
+    max_in_flight_per_session: int = 128
 
 
 LOCAL_HOSTS = ("localhost", "127.0.0.1", "[::1]")
@@ -108,8 +110,13 @@ class HttpConfig:
     header_timeout: float = 10.0
     max_sessions: int = 256
     session_idle_timeout: float = 1800.0
-    # A client whose response stream drops has that request cancelled after this long.
+    # A client whose response stream drops has that request cancelled after this long,
+    # unless it resumes the stream (GET with Last-Event-ID) first.
     stream_drop_grace: float = 2.0
+    # What one event stream may hold for a client that does not read it, and how long a
+    # write may wait for such a client; past either, the stream is closed.
+    max_stream_buffer_bytes: int = 16 * 1024 * 1024
+    write_timeout: float = 30.0
 
 
 @attrs.frozen(kw_only=True)

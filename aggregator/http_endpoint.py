@@ -159,11 +159,11 @@ class HttpSession:
 class LegacySession:
     """A 2024-11-05 HTTP+SSE session: everything goes on its one event stream."""
 
-    def __init__(self, session_id: str, principal: int | None) -> None:
+    def __init__(self, session_id: str, principal: int | None, limit: int) -> None:
         self.id = session_id
         self.principal = principal
         self.key = 0
-        self.queue = MessageQueue()
+        self.queue = MessageQueue(limit)
         self.dirty = False
         self.over_limit = False
 
@@ -183,7 +183,8 @@ class StreamableHttpEndpoint:
         self.config = config
         self.sessions: dict[str, HttpSession] = {}
         self.legacy: dict[str, LegacySession] = {}
-        self.limits = HttpLimits(config.max_body_bytes, config.max_header_bytes, config.header_timeout)
+        self.limits = HttpLimits(config.max_body_bytes, config.max_header_bytes, config.header_timeout,
+                                 write_timeout=config.write_timeout)
         self._nursery: trio.Nursery | None = None
         self.access = AccessPolicy(config)
 
@@ -341,7 +342,7 @@ class StreamableHttpEndpoint:
             await self._reject(connection, 400, INVALID_REQUEST,
                                "Invalid request: this id is already in use by a request in flight", id)
             return False
-        queue = MessageQueue()
+        queue = MessageQueue(self.config.max_stream_buffer_bytes)
         session.requests[id] = queue
         commands = self.hub.router.client_event(session.key, REQUEST, message)
         while commands and type(commands[0]) is WaitForStartup:
@@ -429,7 +430,7 @@ class StreamableHttpEndpoint:
         if resume is not None:  # the session's own GET stream, back after a drop
             queue, after = resume
         else:
-            queue, after = MessageQueue(), 0
+            queue, after = MessageQueue(self.config.max_stream_buffer_bytes), 0
             session.open_stream(queue)
         for data in session.backlog:
             queue.push(data)
@@ -481,7 +482,8 @@ class StreamableHttpEndpoint:
             await self._reject(connection, 503, INVALID_REQUEST,
                                f"Too many sessions (limit {self.config.max_sessions}); try later")
             return
-        session = LegacySession(secrets.token_urlsafe(24), self.access.principal(request.headers))
+        session = LegacySession(secrets.token_urlsafe(24), self.access.principal(request.headers),
+                                self.config.max_stream_buffer_bytes)
         session.key = self.hub.add_client(session)
         self.legacy[session.id] = session
         log.info("legacy sse session %d: opened", session.key)

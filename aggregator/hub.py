@@ -43,6 +43,7 @@ class Hub:
             server_requests=proxy.server_requests,
             roots=None if proxy.roots is None else [{"uri": uri} for uri in proxy.roots],
             list_changed_debounce=proxy.list_changed_debounce,
+            max_in_flight=proxy.max_in_flight_per_session,
         )
         self.upstreams = {server.name: UpstreamSession(self, server) for server in servers}
         self._initial = set(self.upstreams)

@@ -56,6 +56,7 @@ class FakeServer:
             {"name": "flood", "inputSchema": {"type": "object"}},
             {"name": "progress_forever", "inputSchema": {"type": "object"}},
             {"name": "pid", "inputSchema": {"type": "object"}},
+            {"name": "env", "inputSchema": {"type": "object"}},
         ]
         tools += [{"name": f"t{i}", "inputSchema": {"type": "object"}} for i in range(self.extra)]
         return tools
@@ -153,6 +154,8 @@ class FakeServer:
                 return ok({"content": [{"type": "text", "text": "x" * self.big}]})
             if name == "flood":
                 return ok({"content": [{"type": "text", "text": "flooded"}]})
+            if name == "env":
+                return ok({"content": [{"type": "text", "text": json.dumps(sorted(os.environ))}]})
             if name == "pid":
                 return ok({"content": [{"type": "text", "text": str(os.getpid())}]})
             if name == "add":

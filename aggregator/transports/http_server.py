@@ -36,6 +36,7 @@ class HttpLimits(NamedTuple):
     max_header: int
     header_timeout: float
     body_timeout: float = 30.0
+    write_timeout: float = 30.0
 
 
 class HttpConnection:
@@ -132,7 +133,15 @@ class HttpConnection:
             return False
         try:
             data = b"".join(self.conn.send(event) or b"" for event in events)
-            await self.stream.send_all(data)
+            with trio.move_on_after(self.limits.write_timeout) as scope:
+                await self.stream.send_all(data)
+            if scope.cancelled_caught:
+                # The client stopped reading; a half-written response cannot be resumed.
+                log.warning("http: a client stopped reading for %.0fs; closing its connection",
+                            self.limits.write_timeout)
+                self.closed = True
+                await self.stream.aclose()
+                return False
             return True
         except (trio.BrokenResourceError, trio.ClosedResourceError, h11.LocalProtocolError):
             self.closed = True

@@ -460,3 +460,15 @@ def test_per_session_start_failure_answers_the_held_requests(clock):
     out = unpack(router.server_lost("p@1", "cannot start 'x'"))
     assert [(o[1], o[2]["id"], o[2]["error"]["data"]["reason"]) for o in out] == [(1, 1, "unavailable")]
     assert "p__t" in router.catalog.tools  # the shared listing is untouched
+
+
+def test_in_flight_requests_per_session_are_capped(clock):
+    router = make_router(clock, max_in_flight=8)
+    connect(router, 1)
+    connect(router, 2)
+    for id in range(8):
+        call(router, 1, id)
+    [(kind, _, refused)] = unpack(router.client_message(1, msg(id=99, method="tools/call",
+                                                               params={"name": "a__slow"})))
+    assert kind == "ToClient" and refused["error"]["data"]["reason"] == "overloaded"
+    call(router, 2, 0)  # another session is not affected

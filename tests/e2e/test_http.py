@@ -385,3 +385,37 @@ args = ["{everything_js}", "stdio"]
                   if line.startswith(b"data: ") and line[6:].strip()]
         progress = [e["params"]["progress"] for e in events if e.get("method") == "notifications/progress"]
         assert progress == [2, 3, 4] and events[-1]["id"] == 77 and "completed" in str(events[-1]["result"])
+
+
+def test_a_client_that_does_not_read_is_cut_off_and_others_go_on(tmp_path):
+    config = write_config(tmp_path, fake("a") + "\n[http]\nmax_stream_buffer_bytes = 65536\nwrite_timeout = 1.0\n",
+                          startup_timeout=10.0)
+    with http_proxy(config) as (port, log):
+        slow = initialize(port)
+        with socket.create_connection(("127.0.0.1", port)) as sock:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            sock.sendall(f"GET /mcp HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nAccept: text/event-stream\r\n"
+                         f"Mcp-Session-Id: {slow}\r\n\r\n".encode())
+            time.sleep(0.3)
+            # Two calls in flight make the flood's log lines belong to no single request,
+            # so they all head for the GET stream that nobody reads.
+            hold = [http.client.HTTPConnection("127.0.0.1", port, timeout=30) for _ in range(2)]
+            for index, connection in enumerate(hold):
+                connection.request("POST", "/mcp", body=json.dumps({"jsonrpc": "2.0", "id": 100 + index,
+                                   "method": "tools/call", "params": {"name": "a__hang"}}),
+                                   headers={"content-type": "application/json", "host": f"127.0.0.1:{port}",
+                                            "accept": "application/json, text/event-stream",
+                                            "mcp-session-id": slow})
+            time.sleep(0.3)
+            status, _, _ = post(port, {"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {
+                "name": "a__flood", "arguments": {"count": 50000}}}, {"mcp-session-id": slow})
+            assert status == 200
+            # Another session is unaffected.
+            other = initialize(port)
+            assert post(port, {"jsonrpc": "2.0", "id": 4, "method": "ping"}, {"mcp-session-id": other})[0] == 200
+            deadline = time.monotonic() + 10
+            while "stopped reading" not in log.read_text() and "not reading its event stream" not in log.read_text():
+                assert time.monotonic() < deadline, log.read_text()[-2000:]
+                time.sleep(0.1)
+            for connection in hold:
+                connection.close()

@@ -189,3 +189,37 @@ def test_terminal_user_gets_a_greeting(tmp_path):
         process.terminate()
         process.wait(timeout=15)
     assert process.stdout.read() == b""  # nothing but MCP ever goes to stdout
+
+
+def children_of(pid: int) -> set[int]:
+    found = set()
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+                found.add(int(entry.name))
+    return found
+
+
+def test_children_get_no_secrets_and_requests_spawn_nothing(tmp_path, monkeypatch):
+    monkeypatch.setenv("AGG_TEST_SECRET_TOKEN", "do-not-pass-me")
+    config = write_config(tmp_path, fake("a", env='{ CONFIGURED = "yes" }'))
+    proxy = RawProxy(config)
+    marker = tmp_path / "spawned"
+    try:
+        proxy.request(1, "initialize", {"protocolVersion": "2025-11-25", "capabilities": {},
+                                        "clientInfo": {"name": "raw", "version": "0"},
+                                        "command": f"touch {marker}", "args": ["x"]})
+        keys = json.loads(proxy.request(2, "tools/call", {"name": "a__env"})["result"]["content"][0]["text"])
+        assert "CONFIGURED" in keys and "PATH" in keys and "AGG_TEST_SECRET_TOKEN" not in keys
+        before = children_of(proxy.process.pid)
+        for index, name in enumerate([f"a__echo; touch {marker}", f"$(touch {marker})", "../../bin/sh"]):
+            proxy.request(10 + index, "tools/call", {"name": name, "arguments": {"command": f"touch {marker}"}})
+        proxy.request(20, "resources/read", {"uri": f"file://{marker}"})
+        assert children_of(proxy.process.pid) == before and not marker.exists()
+    finally:
+        code, log = proxy.close()
+    assert code == 0 and "do-not-pass-me" not in log
