@@ -1,0 +1,64 @@
+"""The official Python SDK 1.x (`mcp<2`), over every front the proxy has: stdio,
+Streamable HTTP, the legacy HTTP+SSE transport and WebSocket."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.conftest import ROOT, fake, write_config
+from tests.e2e.test_http import free_port, wait_listening
+
+pytestmark = pytest.mark.e2e
+PYTHON1 = ROOT / ".venv-mcp1" / "bin" / "python"
+SCRIPT = Path(__file__).parent / "sdk1_client.py"
+
+
+@pytest.fixture(scope="module")
+def python1():
+    if not PYTHON1.exists():
+        pytest.fail(f"{PYTHON1} is missing: the README's test command creates it (mcp==1.30.0)")
+    return PYTHON1
+
+
+def drive(python1, *args):
+    out = subprocess.run([str(python1), str(SCRIPT), *args], capture_output=True, text=True, timeout=120,
+                         cwd=ROOT)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def check(seen):
+    assert seen["server"] == "aggregator"
+    assert "a__echo" in seen["tools"] and len(seen["tools"]) == len(set(seen["tools"]))
+    assert "123456789012345678901234567890" in seen["echo"] and seen["is_text"]
+    assert seen["sum"] == {"sum": 5}
+    assert seen["resource"] == seen["read"] == "a+fake://doc/1"
+    assert "Unknown tool" in seen["unknown"]
+
+
+def test_stdio(python1, tmp_path):
+    config = write_config(tmp_path, fake("a"), page_size=4)
+    check(drive(python1, "stdio", str(config), sys.executable))
+
+
+def test_http_sse_and_websocket(python1, tmp_path):
+    config = write_config(tmp_path, fake("a"), page_size=4)
+    http, ws = free_port(), free_port()
+    with open(tmp_path / "proxy.log", "wb") as log:
+        process = subprocess.Popen([sys.executable, "-m", "aggregator", "serve", "--http", f"127.0.0.1:{http}",
+                                    "--ws", f"127.0.0.1:{ws}", "--config", str(config)],
+                                   stdin=subprocess.DEVNULL, stderr=log)
+        try:
+            wait_listening(http, process)
+            wait_listening(ws, process)
+            check(drive(python1, "http", f"http://127.0.0.1:{http}/mcp"))
+            check(drive(python1, "sse", f"http://127.0.0.1:{http}/sse"))
+            check(drive(python1, "websocket", f"ws://127.0.0.1:{ws}/mcp"))
+        finally:
+            process.terminate()
+            assert process.wait(timeout=15) == 0
