@@ -39,6 +39,7 @@ log = logging.getLogger(__name__)
 
 BACKLOG = 1000  # messages held for a session's GET stream while none is open
 KEEPALIVE = 25.0  # seconds between SSE comments on an idle GET stream
+QUICK_ANSWER = 0.02  # seconds a request waits for its answer before a watcher starts
 HISTORY = 1000  # events a stream keeps for a client that resumes with Last-Event-ID
 PRIMING_SINCE = "2025-11-25"  # event streams open with an id-only event from this revision
 JSON = ("content-type", "application/json")
@@ -351,6 +352,14 @@ class StreamableHttpEndpoint:
         self.hub.dispatch_now(commands)
         headers = headers or []
         queue.request_id = id
+        # Most answers come back within milliseconds and alone: send them as JSON without
+        # starting a task to watch the connection. Only a slower or chattier request gets
+        # the watcher (to notice a client that leaves) and, if need be, an event stream.
+        with trio.move_on_after(QUICK_ANSWER):
+            await queue.wait()
+        if queue.final and len(queue.items) == 1:
+            answered = await connection.respond(200, [JSON, *headers], queue.pop())
+            return answered and self.hub.router.clients.get(session.key) is not None
         answered = False
         streaming = False
         async with trio.open_nursery() as nursery:
