@@ -22,10 +22,18 @@ def test_opens_with_the_two_commands_and_ci_runs_the_second():
     assert test in ci, "`.ci/run` must run the README's test command exactly"
 
 
-def test_configuration_example_loads():
-    example = re.search(r"`aggregator.toml`:\n\n```toml\n(.*?)\n```", README, re.S).group(1)
-    config = structure_config(tomllib.loads(example), environ={"HOME": "/home/u"})
-    assert config.servers["git"].args == ("--repository", "/home/u/src/project")
+def test_configuration_examples_load():
+    blocks = re.findall(r"```toml\n(.*?)\n```", README, re.S)
+    assert len(blocks) >= 2
+    environ = {"HOME": "/home/u", "AGGREGATOR_TOKEN": "t" * 32, "REMOTE_TOKEN": "r"}
+    configs = [structure_config(tomllib.loads(block), environ=environ) for block in blocks]
+    full = next(c for c in configs if "git" in c.servers)
+    assert full.servers["git"].args == ("--repository", "/home/u/src/project")
+    assert full.http.auth_tokens == ("t" * 32,)
+    network = next(c for c in configs if "remote" in c.servers)
+    assert [network.servers[n].effective_transport for n in ("remote", "old", "ws", "notebook")] == [
+        "streamable-http", "sse", "websocket", "stdio"]
+    assert network.servers["notebook"].isolation == "per-session"
 
 
 def test_error_example_is_what_the_proxy_says():
