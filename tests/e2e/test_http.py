@@ -419,3 +419,14 @@ def test_a_client_that_does_not_read_is_cut_off_and_others_go_on(tmp_path):
                 time.sleep(0.1)
             for connection in hold:
                 connection.close()
+
+
+def test_idle_sessions_expire(tmp_path):
+    config = write_config(tmp_path, fake("a") + "\n[http]\nsession_idle_timeout = 0.5\n", startup_timeout=10.0)
+    with http_proxy(config) as (port, _):
+        session = initialize(port)
+        ping = {"jsonrpc": "2.0", "id": 2, "method": "ping"}
+        assert post(port, ping, {"mcp-session-id": session})[0] == 200
+        time.sleep(1.5)  # idle for three times the limit (each request counts as activity)
+        assert post(port, ping, {"mcp-session-id": session})[0] == 404
+        assert initialize(port)  # and a new one works
