@@ -70,10 +70,11 @@ def _parser() -> argparse.ArgumentParser:
     with_config(serve)
     serve.add_argument("--stdio", action="store_true",
                        help="serve one client on stdin/stdout (the default when --http is not given)")
-    serve.add_argument("--http", metavar="HOST:PORT", default=None,
+    serve.add_argument("--http", metavar="[HOST:]PORT", default=None,
                        help="serve MCP over Streamable HTTP at http://HOST:PORT/mcp, and the legacy"
-                            " HTTP+SSE transport at /sse (default: http.listen from the config)")
-    serve.add_argument("--ws", metavar="HOST:PORT", default=None,
+                            " HTTP+SSE transport at /sse; HOST defaults to 127.0.0.1"
+                            " (default: http.listen from the config)")
+    serve.add_argument("--ws", metavar="[HOST:]PORT", default=None,
                        help="serve MCP over WebSocket at ws://HOST:PORT/mcp"
                             " (default: http.websocket_listen from the config)")
     serve.set_defaults(command="serve", run=_serve)

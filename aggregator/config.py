@@ -349,7 +349,9 @@ def structure_config(
 
 
 def parse_listen(listen: str) -> tuple[str, int]:
-    """"127.0.0.1:8000" or "[::1]:8000" -> (host, port); ValueError if malformed."""
+    """"127.0.0.1:8000", "[::1]:8000" or "8000" (loopback) -> (host, port)."""
+    if listen.isdigit():
+        listen = f"127.0.0.1:{listen}"
     host, sep, port = listen.rpartition(":")
     if not sep or not port.isdigit() or not 0 < int(port) < 65536 or not host:
         raise ValueError(f"expected HOST:PORT such as 127.0.0.1:8000, got {listen!r}")

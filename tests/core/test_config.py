@@ -114,3 +114,14 @@ def test_shipped_config_is_valid():
     from pathlib import Path
     config = load_config(Path(__file__).parents[2] / "aggregator.toml")
     assert {"time", "git"} <= set(config.servers)
+
+
+def test_listen_addresses():
+    from aggregator.config import parse_listen
+    assert parse_listen("8000") == ("127.0.0.1", 8000)
+    assert parse_listen("[::1]:9") == ("::1", 9)
+    assert parse_listen("0.0.0.0:80") == ("0.0.0.0", 80)
+    for bad in ("", "host", "127.0.0.1:", "127.0.0.1:99999", ":80"):
+        with pytest.raises(ValueError):
+            parse_listen(bad)
+    assert problems({"http": {"listen": "nowhere"}})[0].startswith("http.listen: expected HOST:PORT")
