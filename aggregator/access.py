@@ -11,13 +11,18 @@ from __future__ import annotations
 
 import hmac
 from collections.abc import Mapping
+from typing import Any
 
 from aggregator.config import HttpConfig
 
 
 class AccessPolicy:
-    def __init__(self, config: HttpConfig) -> None:
-        self._tokens = [token.encode() for token in config.auth_tokens]
+    def __init__(self, config: HttpConfig, profiles: Mapping[str, Any] | None = None) -> None:
+        # Every accepted token, and the profile it selects ("default" for http.auth_tokens).
+        pairs = [(token, "default") for token in config.auth_tokens]
+        pairs += [(token, name) for name, profile in (profiles or {}).items() for token in profile.tokens]
+        self._tokens = [token.encode() for token, _ in pairs]
+        self._profiles = [profile for _, profile in pairs]
         self._hosts = {host.lower() for host in config.allowed_hosts}
         self._origins = {origin.lower().rstrip("/") for origin in config.allowed_origins}
 
@@ -48,6 +53,11 @@ class AccessPolicy:
             if hmac.compare_digest(candidate, expected):
                 found = index
         return found
+
+
+    def profile(self, principal: int | None) -> str:
+        """The profile a request's token selects ("default" without tokens)."""
+        return "default" if principal is None else self._profiles[principal]
 
 
 def _hostname(host_and_port: str) -> str:

@@ -27,6 +27,54 @@ Transport = Literal["stdio", "streamable-http", "sse", "websocket"]
 
 
 @attrs.frozen(kw_only=True)
+class ItemOverride:
+    """What a client sees of one item instead of what its server says."""
+
+    name: str | None = None
+    title: str | None = None
+    description: str | None = None
+
+
+@attrs.frozen(kw_only=True)
+class KindPolicy:
+    """Which items of one kind a client may see and use, matched on the server's own names
+    (URIs for resources, URI templates for templates) with shell-style globs."""
+
+    allow: tuple[str, ...] = ()  # empty: everything not denied
+    deny: tuple[str, ...] = ()
+    read_only: bool = False  # tools only: expose only those with readOnlyHint true
+    destructive: bool = True  # tools only: false hides every tool not saying destructiveHint false
+    rename: Mapping[str, ItemOverride] = attrs.field(factory=dict)
+
+    @property
+    def is_empty(self) -> bool:
+        return not (self.allow or self.deny or self.read_only or not self.destructive or self.rename)
+
+
+@attrs.frozen(kw_only=True)
+class RuleSet:
+    """Allow/deny rules for the four kinds (the global policy, or a profile's)."""
+
+    tools: KindPolicy = attrs.field(factory=KindPolicy)
+    prompts: KindPolicy = attrs.field(factory=KindPolicy)
+    resources: KindPolicy = attrs.field(factory=KindPolicy)
+    templates: KindPolicy = attrs.field(factory=KindPolicy)
+
+
+@attrs.frozen(kw_only=True)
+class ProfileConfig:
+    """A named policy: what the clients that use it see, on top of the server rules."""
+
+    name: str = ""
+    tokens: tuple[str, ...] = ()  # HTTP bearer tokens that select this profile
+    tools: KindPolicy = attrs.field(factory=KindPolicy)
+    prompts: KindPolicy = attrs.field(factory=KindPolicy)
+    resources: KindPolicy = attrs.field(factory=KindPolicy)
+    templates: KindPolicy = attrs.field(factory=KindPolicy)
+    servers: Mapping[str, RuleSet] = attrs.field(factory=dict)
+
+
+@attrs.frozen(kw_only=True)
 class ServerConfig:
     name: str = ""  # filled from the [servers.NAME] key
     command: str | None = None
@@ -48,6 +96,13 @@ class ServerConfig:
     request_timeout: float = 60.0
     timeout_resets_on_progress: bool = True
     max_request_timeout: float = 600.0
+    # What every client may see and use of this server.
+    tools: KindPolicy = attrs.field(factory=KindPolicy)
+    prompts: KindPolicy = attrs.field(factory=KindPolicy)
+    resources: KindPolicy = attrs.field(factory=KindPolicy)
+    templates: KindPolicy = attrs.field(factory=KindPolicy)
+    # Server-to-client requests this server may make (None: all that the proxy routes).
+    server_requests: tuple[str, ...] | None = None
 
     @property
     def effective_transport(self) -> Transport:
@@ -77,6 +132,10 @@ class ProxyConfig:
     list_changed_debounce: float = 0.05
     # Requests one client session may have in flight; more are refused (reason overloaded).
     max_in_flight_per_session: int = 128
+    # Exposed tool and prompt names: at most this long, and made of this charset:
+    # "mcp" is the spec's [A-Za-z0-9_.-]; "llm" is [A-Za-z0-9_-], what LLM APIs accept.
+    max_name_length: int = 128
+    name_charset: Literal["mcp", "llm"] = "mcp"
 
 
 LOCAL_HOSTS = ("localhost", "127.0.0.1", "[::1]")
@@ -123,6 +182,8 @@ class HttpConfig:
 class Config:
     proxy: ProxyConfig = attrs.field(factory=ProxyConfig)
     http: HttpConfig = attrs.field(factory=HttpConfig)
+    policy: RuleSet = attrs.field(factory=RuleSet)  # for every client and server
+    profiles: Mapping[str, ProfileConfig] = attrs.field(factory=dict)
     servers: Mapping[str, ServerConfig] = attrs.field(factory=dict)
 
     @property
@@ -194,6 +255,43 @@ def _make_converter() -> cattrs.Converter:
         lambda t: t == tuple[str, ...] | None, lambda v, _: None if v is None else structure_args(v, _))
     converter.register_structure_hook_func(lambda t: t == Mapping[str, str], structure_str_map)
     converter.register_structure_hook_func(lambda t: t == Transport, structure_transport)
+
+    def structure_charset(value: Any, _: type) -> str:
+        if value not in ("mcp", "llm"):
+            raise ValueError(f"expected mcp or llm, got {_describe(value)}")
+        return value
+
+    converter.register_structure_hook_func(lambda t: t == Literal["mcp", "llm"], structure_charset)
+
+    def structure_overrides(value: Any, _: type) -> dict[str, ItemOverride]:
+        if not isinstance(value, dict):
+            raise TypeError(f"expected a table of overrides, got {_describe(value)}")
+        out, problems = {}, []
+        for key, item in value.items():
+            try:
+                out[key] = converter.structure(item, ItemOverride)
+            except Exception as exc:  # noqa: BLE001
+                problems += [line.replace("$", f".{key}", 1) for line in _flatten(exc, "$")]
+        if problems:
+            raise _PathErrors(problems)
+        return out
+
+    converter.register_structure_hook_func(lambda t: t == Mapping[str, ItemOverride], structure_overrides)
+
+    def structure_rule_sets(value: Any, _: type) -> dict[str, RuleSet]:
+        if not isinstance(value, dict):
+            raise TypeError(f"expected a table of servers, got {_describe(value)}")
+        out, problems = {}, []
+        for key, item in value.items():
+            try:
+                out[key] = converter.structure(item, RuleSet)
+            except Exception as exc:  # noqa: BLE001
+                problems += [line.replace("$", f".{key}", 1) for line in _flatten(exc, "$")]
+        if problems:
+            raise _PathErrors(problems)
+        return out
+
+    converter.register_structure_hook_func(lambda t: t == Mapping[str, RuleSet], structure_rule_sets)
 
     def structure_isolation(value: Any, _: type) -> str:
         if value not in ("shared", "per-session"):
@@ -300,11 +398,34 @@ def structure_config(
     if environ is None:
         environ = os.environ
     problems: list[str] = []
-    unknown = sorted(set(raw) - {"proxy", "http", "servers"})
+    sections = ("proxy", "http", "policy", "profiles", "servers")
+    unknown = sorted(set(raw) - set(sections))
     problems.extend(f"{key}: unknown key" for key in unknown)
-    raw = _interpolate(
-        {key: raw[key] for key in ("proxy", "http", "servers") if key in raw}, "", environ, problems
-    )
+    raw = _interpolate({key: raw[key] for key in sections if key in raw}, "", environ, problems)
+    policy = RuleSet()
+    if "policy" in raw:
+        try:
+            policy = _converter.structure(raw["policy"], RuleSet)
+        except Exception as exc:  # noqa: BLE001
+            problems.extend(_flatten(exc, "policy"))
+    profiles: dict[str, ProfileConfig] = {}
+    raw_profiles = raw.get("profiles", {})
+    if not isinstance(raw_profiles, dict):
+        problems.append(f"profiles: expected a table of profiles, got {_describe(raw_profiles)}")
+        raw_profiles = {}
+    for name, table in raw_profiles.items():
+        path = f"profiles.{name}"
+        if not isinstance(table, dict) or "name" in table:
+            problems.append(f"{path}: expected a table of rules" if not isinstance(table, dict)
+                            else f"{path}.name: unknown key")
+            continue
+        try:
+            profiles[name] = attrs.evolve(_converter.structure(table, ProfileConfig), name=name)
+        except Exception as exc:  # noqa: BLE001
+            problems.extend(_flatten(exc, path))
+            continue
+        if name == "default" or not NAME_CHARS.fullmatch(name):
+            problems.append(f"{path}: a profile name is made of A-Z a-z 0-9 _ . - and is not \"default\"")
     proxy = ProxyConfig()
     if "proxy" in raw:
         try:
@@ -345,7 +466,20 @@ def structure_config(
         problems.extend(validate_server_naming(list(servers.values()), proxy.separator))
     if problems:
         raise ConfigError(problems, source=source)
-    return Config(proxy=proxy, http=http, servers=servers)
+    for name, profile in profiles.items():
+        for server in profile.servers:
+            if server not in servers:
+                problems.append(f"profiles.{name}.servers.{server}: no such server")
+    tokens = [*http.auth_tokens, *(t for p in profiles.values() for t in p.tokens)]
+    if len(set(tokens)) < len(tokens):
+        problems.append("profiles: a token may select only one profile (or the default)")
+    for name, profile in profiles.items():
+        for index, token in enumerate(profile.tokens):
+            if len(token) < 16:
+                problems.append(f"profiles.{name}.tokens[{index}]: too short; use at least 16 random characters")
+    if problems:
+        raise ConfigError(problems, source=source)
+    return Config(proxy=proxy, http=http, policy=policy, profiles=profiles, servers=servers)
 
 
 def parse_listen(listen: str) -> tuple[str, int]:
@@ -405,6 +539,10 @@ def _check_proxy(proxy: ProxyConfig) -> list[str]:
             problems.append(f"proxy.roots[{index}]: expected a URI such as file:///home/me/project")
     if proxy.list_changed_debounce < 0:
         problems.append("proxy.list_changed_debounce: must not be negative")
+    if not 16 <= proxy.max_name_length <= 128:
+        problems.append("proxy.max_name_length: must be between 16 and 128")
+    if proxy.name_charset == "llm" and "." in proxy.separator:
+        problems.append("proxy.separator: the llm name charset has no '.'")
     return problems
 
 
@@ -432,6 +570,13 @@ def _check_server(server: ServerConfig, path: str) -> list[str]:
         problems.append(f"{path}.request_timeout: must be positive")
     if server.max_request_timeout < server.request_timeout:
         problems.append(f"{path}.max_request_timeout: must be at least request_timeout")
+    for index, name in enumerate(server.server_requests or ()):
+        if name not in ("sampling", "elicitation", "roots"):
+            problems.append(f"{path}.server_requests[{index}]: expected sampling, elicitation or roots, got {name!r}")
+    for kind in ("tools", "prompts"):
+        for original, override in getattr(server, kind).rename.items():
+            if override.name is not None and not NAME_CHARS.fullmatch(override.name):
+                problems.append(f"{path}.{kind}.rename.{original}.name: may only contain A-Z a-z 0-9 _ . -")
     return problems
 
 

@@ -111,6 +111,7 @@ class HttpSession:
         self.id = session_id
         self.principal = principal
         self.key = 0
+        self.profile = "default"
         self.requests: dict[Any, MessageQueue] = {}  # client request id -> its stream
         self.get_stream: MessageQueue | None = None
         self.streams: dict[int, MessageQueue] = {}  # event streams a client may resume
@@ -187,7 +188,8 @@ class StreamableHttpEndpoint:
         self.limits = HttpLimits(config.max_body_bytes, config.max_header_bytes, config.header_timeout,
                                  write_timeout=config.write_timeout)
         self._nursery: trio.Nursery | None = None
-        self.access = AccessPolicy(config)
+        self.access = AccessPolicy(config, hub.config.profiles)
+        self.profiles = set(hub.config.profiles)
 
     # --- serving ------------------------------------------------------------------------
 
@@ -231,7 +233,8 @@ class StreamableHttpEndpoint:
     async def _handle(self, connection: HttpConnection, request: Request) -> None:
         path, _, query = request.path.partition("?")
         known = (self.config.path, self.config.sse_path, self.config.messages_path)
-        if path not in known:
+        profile_path = path.startswith(self.config.path + "/") and path[len(self.config.path) + 1:] in self.profiles
+        if path not in known and not profile_path:
             await connection.respond_error(404, f"not found; the MCP endpoint is {self.config.path}")
             return
         refusal = self.access.refusal(request.headers)
@@ -274,7 +277,9 @@ class StreamableHttpEndpoint:
         if session_id is None:
             return None, 400, "Bad request: Mcp-Session-Id header is required after initialize"
         session = self.sessions.get(session_id)
-        if session is None or session.closed or session.principal != self.access.principal(request.headers):
+        named = request.path.split("?", 1)[0][len(self.config.path) + 1:]
+        if (session is None or session.closed or session.principal != self.access.principal(request.headers)
+                or (named and named != session.profile)):
             return None, 404, "Session not found: it ended or never existed; initialize again"
         version = request.headers.get("mcp-protocol-version")
         if version is not None and version not in SUPPORTED:
@@ -325,8 +330,18 @@ class StreamableHttpEndpoint:
             await connection.respond(503, [JSON, ("retry-after", "5")], dumps(error_response(
                 message["id"], INVALID_REQUEST, f"Too many sessions (limit {self.config.max_sessions}); try later")))
             return
-        session = HttpSession(self, secrets.token_urlsafe(24), self.access.principal(request.headers))
-        session.key = self.hub.add_client(session)
+        principal = self.access.principal(request.headers)
+        profile = self.access.profile(principal)
+        named = request.path.split("?", 1)[0][len(self.config.path) + 1:]
+        if named:  # /mcp/<profile>: that profile, if the token (when tokens are used) gives it
+            if principal is not None and profile != named:
+                await self._reject(connection, 403, INVALID_REQUEST,
+                                   f"this token does not give access to profile {named!r}", message["id"])
+                return
+            profile = named
+        session = HttpSession(self, secrets.token_urlsafe(24), principal)
+        session.profile = profile
+        session.key = self.hub.add_client(session, profile)
         self.sessions[session.id] = session
         log.info("http session %d: opened", session.key)
         ok = await self._exchange(connection, session, message, [("mcp-session-id", session.id)])
@@ -491,9 +506,9 @@ class StreamableHttpEndpoint:
             await self._reject(connection, 503, INVALID_REQUEST,
                                f"Too many sessions (limit {self.config.max_sessions}); try later")
             return
-        session = LegacySession(secrets.token_urlsafe(24), self.access.principal(request.headers),
-                                self.config.max_stream_buffer_bytes)
-        session.key = self.hub.add_client(session)
+        principal = self.access.principal(request.headers)
+        session = LegacySession(secrets.token_urlsafe(24), principal, self.config.max_stream_buffer_bytes)
+        session.key = self.hub.add_client(session, self.access.profile(principal))
         self.legacy[session.id] = session
         log.info("legacy sse session %d: opened", session.key)
         try:

@@ -18,7 +18,17 @@ import trio
 
 from aggregator.config import Config
 from aggregator.core.catalog import Catalog
-from aggregator.core.router import ControlReply, Refresh, Router, StartUpstream, StopUpstream, ToClient, ToServer
+from aggregator.core.policy import ProfilePolicy
+from aggregator.core.router import (
+    SERVER_REQUESTS,
+    ControlReply,
+    Refresh,
+    Router,
+    StartUpstream,
+    StopUpstream,
+    ToClient,
+    ToServer,
+)
 from aggregator.transports.outbox import Outbox
 from aggregator.upstream import UpstreamSession
 
@@ -36,15 +46,24 @@ class Hub:
         # an in-memory connector to run fake servers without processes.
         self.connector = connector
         servers = config.enabled_servers
-        self.catalog = Catalog(servers, config.proxy.separator, config.proxy.page_size)
         proxy = config.proxy
+        store: dict[str, Any] = {}  # every server's items, shared by the profiles' catalogs
+
+        def catalog_for(profile: str | None) -> Catalog:
+            return Catalog(servers, proxy.separator, proxy.page_size, store=store,
+                           policy=ProfilePolicy(config, profile), max_name_length=proxy.max_name_length,
+                           charset=proxy.name_charset)
+
+        self.catalog = catalog_for(None)
         self.router = Router(
             self.catalog, servers, clock=trio.current_time,
             server_requests=proxy.server_requests,
             roots=None if proxy.roots is None else [{"uri": uri} for uri in proxy.roots],
             list_changed_debounce=proxy.list_changed_debounce,
             max_in_flight=proxy.max_in_flight_per_session,
+            profiles={name: catalog_for(name) for name in config.profiles},
         )
+        self.router.server_request_policy = self._server_request_allowed
         self.upstreams = {server.name: UpstreamSession(self, server) for server in servers}
         self._initial = set(self.upstreams)
         # Where each client session's messages go: an Outbox for a stream transport, or
@@ -108,11 +127,16 @@ class Hub:
 
     # --- clients ------------------------------------------------------------------------
 
-    def add_client(self, outbox: Any) -> int:
+    def add_client(self, outbox: Any, profile: str = "default") -> int:
         key = next(self._client_keys)
         self.clients[key] = outbox
-        self.router.client_connected(key)
+        self.router.client_connected(key, profile)
         return key
+
+    def _server_request_allowed(self, server: str, method: str, params: dict[str, Any]) -> bool:
+        """The per-server policy for sampling, elicitation and roots requests."""
+        allowed = self.config.servers[server].server_requests
+        return allowed is None or SERVER_REQUESTS[method] in allowed
 
     def remove_client(self, key: int) -> None:
         self.clients.pop(key, None)

@@ -70,7 +70,7 @@ class WebSocketEndpoint:
     def __init__(self, hub: Hub, config: HttpConfig) -> None:
         self.hub = hub
         self.config = config
-        self.access = AccessPolicy(config)
+        self.access = AccessPolicy(config, hub.config.profiles)
         self.connections = 0
 
     async def serve(self, listen: str, *, task_status: trio.TaskStatus[Any] = trio.TASK_STATUS_IGNORED) -> None:
@@ -101,16 +101,25 @@ class WebSocketEndpoint:
             await request.reject(status, extra_headers=[(k.encode(), v.encode()) for k, v in extra],
                                  body=reason.encode())
             return
-        if request.path.split("?", 1)[0] != self.config.path:
-            await request.reject(404, body=f"not found; the MCP endpoint is {self.config.path}".encode())
-            return
+        path = request.path.split("?", 1)[0]
+        principal = self.access.principal(headers)
+        profile = self.access.profile(principal)
+        if path != self.config.path:
+            named = path[len(self.config.path) + 1:] if path.startswith(self.config.path + "/") else ""
+            if named not in self.hub.config.profiles:
+                await request.reject(404, body=f"not found; the MCP endpoint is {self.config.path}".encode())
+                return
+            if principal is not None and profile != named:
+                await request.reject(403, body=f"this token does not give access to profile {named!r}".encode())
+                return
+            profile = named
         if self.connections >= self.config.max_sessions:
             await request.reject(503, body=b"too many sessions; try later")
             return
         subprotocol = "mcp" if "mcp" in request.proposed_subprotocols else None
         socket = await request.accept(subprotocol=subprotocol)
         sink = WebSocketSink(self.hub.config.proxy.max_message_bytes)
-        key = self.hub.add_client(sink)
+        key = self.hub.add_client(sink, profile)
         self.connections += 1
         log.info("websocket session %d: opened", key)
         router = self.hub.router

@@ -16,6 +16,7 @@ from typing import Any, NamedTuple
 
 from aggregator.core.cursor import CursorCodec
 from aggregator.core.naming import disambiguate, expose_name, tool_prefix, uri_prefix
+from aggregator.core.policy import ProfilePolicy
 from aggregator.core.uris import expose_uri, split_uri, template_matches
 from aggregator.jsonrpc.codec import dumps
 
@@ -50,16 +51,29 @@ class ServerNaming(NamedTuple):
 
 
 class Catalog:
-    def __init__(self, servers: Iterable[Any], separator: str, page_size: int) -> None:
+    """What one profile sees. Several catalogs may share one ``store`` of upstream items."""
+
+    def __init__(
+        self, servers: Iterable[Any], separator: str, page_size: int, *,
+        store: dict[str, dict[str, list[dict[str, Any]]]] | None = None,
+        policy: ProfilePolicy | None = None, max_name_length: int = 128, charset: str = "mcp",
+    ) -> None:
         self.separator = separator
         self.page_size = page_size
+        self.policy = policy
+        self.max_name_length = max_name_length
+        self.charset = charset
+        # (server, original, reason) per kind, for `aggregator tools --explain`
+        self.hidden: dict[str, list[tuple[str, str, str]]] = {kind: [] for kind in KINDS}
+        self._hidden_uris: set[tuple[str, str]] = set()
+        self._hidden_templates: list[tuple[str, str]] = []
         self.naming: dict[str, ServerNaming] = {
             s.name: ServerNaming(s.name, tool_prefix(s), uri_prefix(s)) for s in servers
         }
         self.uri_prefixes = {n.uri_prefix.lower(): n.name for n in self.naming.values() if n.uri_prefix}
         self.generation = 0
         # server -> kind -> upstream items, for servers that are ready
-        self._items: dict[str, dict[str, list[dict[str, Any]]]] = {}
+        self._items: dict[str, dict[str, list[dict[str, Any]]]] = store if store is not None else {}
         self.exposed: dict[str, list[dict[str, Any]]] = {kind: [] for kind in KINDS}
         self.tools: dict[str, Route] = {}
         self.prompts: dict[str, Route] = {}
@@ -74,12 +88,21 @@ class Catalog:
     def set_items(self, server: str, kind: str, items: list[dict[str, Any]]) -> bool:
         """Replace one server's items of one kind; True if what clients see changed."""
         self._items.setdefault(server, {})[kind] = items
-        return self._rebuild(kind)
+        return self.rebuild(kind)
 
     def remove_server(self, server: str) -> list[str]:
         """Forget a server's items; return the kinds whose exposed list changed."""
         kinds = list(self._items.pop(server, {}))
-        return [kind for kind in kinds if self._rebuild(kind)]
+        return [kind for kind in kinds if self.rebuild(kind)]
+
+    def forget(self, server: str) -> list[str]:
+        """Drop a server's items from the (shared) store; return the kinds it had.
+        Each catalog over the store then needs ``rebuild`` for those kinds."""
+        return list(self._items.pop(server, {}))
+
+    def rebuild(self, kind: str) -> bool:
+        """Recompute what this catalog exposes of one kind from the (shared) store."""
+        return self._rebuild(kind)
 
     def items_of(self, server: str, kind: str) -> list[dict[str, Any]]:
         return self._items.get(server, {}).get(kind, [])
@@ -90,6 +113,8 @@ class Catalog:
         routes: dict[str, Route] = {}
         templates: list[tuple[str, str, str]] = []
         collisions: list[str] = []
+        hidden: list[tuple[str, str, str]] = []
+        policy = self.policy
         for name, naming in self.naming.items():
             items = self._items.get(name, {}).get(kind)
             if not items:
@@ -99,8 +124,20 @@ class Catalog:
                 if type(original) is not str or not original:
                     log.warning("server %s: ignoring a %s entry without a %r", name, kind, key)
                     continue
+                if policy is not None:
+                    reason = policy.hidden_reason(name, kind, original, item)
+                    if reason is not None:
+                        hidden.append((name, original, reason))
+                        continue
+                    override = policy.override(name, kind, original)
+                    if override is not None:
+                        item = {**item, **{k: v for k, v in (("title", override.title),
+                                                                ("description", override.description)) if v}}
+                else:
+                    override = None
                 if kind in (TOOLS, PROMPTS):
-                    exposed = expose_name(naming.prefix, self.separator, original)
+                    base = override.name if override is not None and override.name else original
+                    exposed = expose_name(naming.prefix, self.separator, base, self.max_name_length, self.charset)
                 else:
                     exposed = expose_uri(naming.uri_prefix, original)
                 if exposed in routes:
@@ -108,7 +145,7 @@ class Catalog:
                     if first.server == name and first.original == original:
                         continue  # the same item listed twice by one server
                     if kind in (TOOLS, PROMPTS):
-                        renamed = disambiguate(exposed, name, original)
+                        renamed = disambiguate(exposed, name, original, self.max_name_length)
                         collisions.append(
                             f"{kind[:-1]} name {exposed!r}: {first.server}:{first.original!r} keeps"
                             f" it, {name}:{original!r} is exposed as {renamed!r}"
@@ -126,14 +163,17 @@ class Catalog:
                 exposed_items.append(item if exposed == original else {**item, key: exposed})
                 if kind == TEMPLATES:
                     templates.append((name, original, exposed))
+        self.hidden[kind] = hidden
         if kind == TOOLS:
             self.tools = routes
         elif kind == PROMPTS:
             self.prompts = routes
         elif kind == RESOURCES:
             self.resources = routes
+            self._hidden_uris = {(server, original) for server, original, _ in hidden}
         else:
             self._templates = templates
+            self._hidden_templates = [(server, original) for server, original, _ in hidden]
         for message in collisions:
             if message not in self.collisions[kind]:
                 log.warning("name collision: %s", message)
@@ -163,10 +203,28 @@ class Catalog:
         return page
 
     def route_uri(self, uri: str) -> Route | None:
-        """The server that owns an exposed resource URI, and its own URI for it."""
+        """The server that owns an exposed resource URI, and its own URI for it, or None
+        if no server does or this profile may not read it."""
         route = self.resources.get(uri)
         if route is not None:
             return route
+        route = self._owner(uri)
+        if route is None or not self.uri_visible(*route):
+            return None
+        return route
+
+    def uri_visible(self, server: str, uri: str) -> bool:
+        """Whether this profile may read (or subscribe to) a server's URI."""
+        if self.policy is None:
+            return True
+        if (server, uri) in self._hidden_uris:
+            return False
+        for owner, template in self._hidden_templates:
+            if owner == server and template_matches(template, uri):
+                return False
+        return self.policy.uri_reason(server, uri) is None
+
+    def _owner(self, uri: str) -> Route | None:
         split = split_uri(uri, self.uri_prefixes)
         if split is not None:
             return Route(*split)

@@ -80,22 +80,28 @@ def validate_server_naming(servers: Iterable[Any], separator: str) -> list[str]:
     return problems
 
 
-def expose_name(prefix: str, separator: str, name: str) -> str:
-    """The exposed name for an upstream name, made legal and at most 128 characters."""
+LLM_CHARS = re.compile(r"[A-Za-z0-9_-]+")
+_LLM_ILLEGAL = re.compile(r"[^A-Za-z0-9_-]")
+
+
+def expose_name(prefix: str, separator: str, name: str, max_length: int = MAX_NAME, charset: str = "mcp") -> str:
+    """The exposed name for an upstream name: legal in ``charset`` ("mcp": the spec's
+    ``[A-Za-z0-9_.-]``; "llm": ``[A-Za-z0-9_-]``) and at most ``max_length`` long."""
     if type(name) is not str or not name:
         name = "_"
-    legal = name if NAME_CHARS.fullmatch(name) else _ILLEGAL.sub("_", name)
+    legal_chars, illegal = (LLM_CHARS, _LLM_ILLEGAL) if charset == "llm" else (NAME_CHARS, _ILLEGAL)
+    legal = name if legal_chars.fullmatch(name) else illegal.sub("_", name)
     exposed = f"{prefix}{separator}{legal}" if prefix else legal
-    if len(exposed) > MAX_NAME:
+    if len(exposed) > max_length:
         # A shortened name carries a hash of the original, so two long names that share
-        # their first 121 characters still differ.
-        exposed = exposed[: MAX_NAME - 7] + "_" + _digest(prefix, name)
+        # their first characters still differ, and the same name always shortens the same.
+        exposed = exposed[: max_length - 7] + "_" + _digest(prefix, name)
     return exposed
 
 
-def disambiguate(exposed: str, server: str, name: str) -> str:
+def disambiguate(exposed: str, server: str, name: str, max_length: int = MAX_NAME) -> str:
     suffix = "_" + _digest(server, name)
-    return exposed[: MAX_NAME - len(suffix)] + suffix
+    return exposed[: max_length - len(suffix)] + suffix
 
 
 def _digest(*parts: str) -> str:

@@ -213,6 +213,7 @@ class ClientState:
     advertised: dict[str, Any] = attrs.field(factory=dict)
     in_flight: dict[Any, Pending] = attrs.field(factory=dict)
     log_level: str | None = None
+    profile: str = "default"
 
 
 def proxy_error(
@@ -240,8 +241,11 @@ class Router:
         roots: list[dict[str, Any]] | None = None,
         list_changed_debounce: float = 0.05,
         max_in_flight: int = 1024,
+        profiles: dict[str, Catalog] | None = None,
     ) -> None:
+        # One catalog per profile (what its clients see), all over one store of items.
         self.catalog = catalog
+        self.catalogs: dict[str, Catalog] = {"default": catalog, **(profiles or {})}
         self.clock = clock
         self.links: dict[str, UpstreamLink] = {
             s.name: UpstreamLink(
@@ -272,7 +276,7 @@ class Router:
         self.elicitations: dict[tuple[str, Any], int] = {}  # (server, elicitationId) -> session
         self._next_token = 1
         self._next_reverse_id = 1
-        self._announce_methods: list[str] = []
+        self._announce_methods: dict[str, list[str]] = {}  # profile -> notices due
         self._announce_at: float | None = None
         self._requests = {
             "initialize": self._initialize,
@@ -296,8 +300,10 @@ class Router:
 
     # --- clients ------------------------------------------------------------------------
 
-    def client_connected(self, key: int) -> None:
-        self.clients[key] = ClientState(key)
+    def client_connected(self, key: int, profile: str = "default") -> None:
+        if profile not in self.catalogs:
+            raise ValueError(f"no such profile: {profile!r}")
+        self.clients[key] = ClientState(key, profile=profile)
 
     def client_disconnected(self, key: int) -> list[Any]:
         """A client went away: cancel its work upstream, answer what it was asked, tidy up."""
@@ -453,14 +459,15 @@ class Router:
     def _list(self, client: ClientState, message: dict[str, Any]) -> list[Any]:
         kind = LIST_METHODS[message["method"]]
         params = message.get("params") or {}
-        page = self.catalog.page(kind, params.get("cursor"))
+        page = self.catalogs[client.profile].page(kind, params.get("cursor"))
         return [ToClient(client.key, _splice_result(message["id"], page), message["id"])]
 
     def _call_by_name(self, client: ClientState, message: dict[str, Any]) -> list[Any]:
         params = message.get("params")
         name = params.get("name") if params else None
         tools = message["method"] == "tools/call"
-        routes = self.catalog.tools if tools else self.catalog.prompts
+        catalog = self.catalogs[client.profile]
+        routes = catalog.tools if tools else catalog.prompts
         route = routes.get(name) if type(name) is str else None
         if route is None:
             what = "tool" if tools else "prompt"
@@ -469,23 +476,23 @@ class Router:
             raise RemoteProtocolError(INVALID_PARAMS, f"Unknown {what}: {name}")
         return self._forward(client, message, route.server, dict(params, name=route.original))
 
-    def _resource_route(self, params: Any) -> tuple[str, str]:
+    def _resource_route(self, client: ClientState, params: Any) -> tuple[str, str]:
         uri = params.get("uri") if type(params) is dict else None
         if type(uri) is not str:
             raise RemoteProtocolError(INVALID_PARAMS, "Invalid params: uri must be a string")
-        route = self.catalog.route_uri(uri)
+        route = self.catalogs[client.profile].route_uri(uri)
         if route is None:
             raise RemoteProtocolError(INVALID_PARAMS, f"Unknown resource: {uri}")
         return route
 
     def _read_resource(self, client: ClientState, message: dict[str, Any]) -> list[Any]:
         params = message.get("params")
-        server, original = self._resource_route(params)
+        server, original = self._resource_route(client, params)
         return self._forward(client, message, server, dict(params, uri=original))
 
     def _subscribe(self, client: ClientState, message: dict[str, Any]) -> list[Any]:
         params = message.get("params")
-        server, original = self._resource_route(params)
+        server, original = self._resource_route(client, params)
         key = (server, original)
         if self.subscriptions.has(key, client.key):
             return [_result(client.key, message["id"], {})]
@@ -503,7 +510,7 @@ class Router:
 
     def _unsubscribe(self, client: ClientState, message: dict[str, Any]) -> list[Any]:
         params = message.get("params")
-        server, original = self._resource_route(params)
+        server, original = self._resource_route(client, params)
         link = self.links.get(self._link_name(server, client.key))
         if not self.subscriptions.remove((server, original), client.key) or link is None or not link.ready:
             return [_result(client.key, message["id"], {})]
@@ -516,12 +523,12 @@ class Router:
             raise RemoteProtocolError(INVALID_PARAMS, "Invalid params: ref must be an object")
         if ref.get("type") == "ref/prompt":
             name = ref.get("name")
-            route = self.catalog.prompts.get(name) if type(name) is str else None
+            route = self.catalogs[client.profile].prompts.get(name) if type(name) is str else None
             if route is None:
                 raise RemoteProtocolError(INVALID_PARAMS, f"Unknown prompt: {name}")
             new_ref = dict(ref, name=route.original)
         elif ref.get("type") == "ref/resource" and type(ref.get("uri")) is str:
-            route = self.catalog.route_template(ref["uri"])
+            route = self.catalogs[client.profile].route_template(ref["uri"])
             if route is None:
                 raise RemoteProtocolError(INVALID_PARAMS, f"Unknown resource: {ref['uri']}")
             new_ref = dict(ref, uri=route.original)
@@ -862,7 +869,7 @@ class Router:
         params = message.get("params")
         if type(params) is not dict:
             params = {}
-        if not self.server_request_policy(server, method, params):
+        if not self.server_request_policy(link.server, method, params):
             return [ToServer(server, proxy_error(
                 id, f"{method} from server {server!r} is not allowed by policy",
                 reason="denied", server=server, code=INVALID_REQUEST))]
@@ -954,9 +961,11 @@ class Router:
         link = self.links.get(server)
         if link is None or not link.ready or link.session is not None:
             return []  # a per-session link's items are its server's shared listing
-        if self.catalog.set_items(server, kind, items):
-            return self._announce([kind])
-        return []
+        out: list[Any] = []
+        for profile, catalog in self.catalogs.items():
+            if catalog.set_items(server, kind, items):
+                out += self._announce([kind], profile)
+        return out
 
     def server_lost(self, server: str, why: str) -> list[Any]:
         """The upstream is gone: fail its requests at once, hide its items, tell clients."""
@@ -989,7 +998,9 @@ class Router:
         for key in [k for k in self.elicitations if k[0] == server]:
             del self.elicitations[key]
         if link.session is None:
-            out.extend(self._announce(self.catalog.remove_server(server)))
+            kinds = self.catalog.forget(server)
+            for profile, catalog in self.catalogs.items():
+                out.extend(self._announce([kind for kind in kinds if catalog.rebuild(kind)], profile))
         return out
 
     # --- logging ------------------------------------------------------------------------
@@ -1008,13 +1019,15 @@ class Router:
 
     # --- list changes -------------------------------------------------------------------
 
-    def _announce(self, kinds: list[str]) -> list[Any]:
-        """Queue list_changed notices; they go out together once the debounce passes."""
+    def _announce(self, kinds: list[str], profile: str = "default") -> list[Any]:
+        """Queue list_changed notices for one profile's clients; they go out together
+        once the debounce passes."""
+        due = self._announce_methods.setdefault(profile, [])
         for kind in kinds:
             method = LIST_CHANGED[kind]
-            if method not in self._announce_methods:
-                self._announce_methods.append(method)
-        if not self._announce_methods:
+            if method not in due:
+                due.append(method)
+        if not due:
             return []
         if self.list_changed_debounce <= 0:
             return self._send_announcements()
@@ -1023,13 +1036,13 @@ class Router:
         return []
 
     def _send_announcements(self) -> list[Any]:
-        methods, self._announce_methods = self._announce_methods, []
+        due, self._announce_methods = self._announce_methods, {}
         self._announce_at = None
         out: list[Any] = []
         for client in self.clients.values():
             if not client.initialize_seen:
                 continue
-            for method in methods:
+            for method in due.get(client.profile, ()):
                 capability = method.split("/")[1]
                 if capability in client.advertised:
                     out.append(ToClient(client.key, {"jsonrpc": "2.0", "method": method}))
@@ -1038,8 +1051,9 @@ class Router:
     # --- what the proxy says about itself -----------------------------------------------
 
     def merged_capabilities(self) -> dict[str, Any]:
-        ready = [link for link in self.links.values() if link.ready]
-        waiting = len(ready) < len(self.links)
+        shared = [link for link in self.links.values() if link.session is None]
+        ready = [link for link in shared if link.ready]
+        waiting = len(ready) < len(shared)
         capabilities: dict[str, Any] = {}
         for kind in (TOOLS, PROMPTS, RESOURCES):
             name = CAPABILITY_OF[kind]

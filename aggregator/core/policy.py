@@ -1,0 +1,87 @@
+"""Policy: which items a client may see and use, and under what name. Pure functions.
+
+Rules come in layers, and an item is visible only if every layer lets it through: the
+global ``[policy]``, the server's own rules (``[servers.X.tools]``), and for a named
+profile the profile's rules and the profile's rules for that server. Each layer has
+allow and deny globs matched on the server's own names (URIs for resources, URI templates
+for templates), and for tools two annotation rules. Hidden items are not filtered at
+call time: they never enter the profile's catalog, so every method (lists, calls,
+prompts/get, reads, subscriptions, completions) finds them exactly as absent as names
+that never existed. The reason each item is hidden is kept for ``tools --explain``.
+"""
+
+from __future__ import annotations
+
+import re
+from fnmatch import translate
+from functools import lru_cache
+from typing import Any
+
+CONFIG_KIND = {"tools": "tools", "prompts": "prompts", "resources": "resources", "resourceTemplates": "templates"}
+
+
+@lru_cache(maxsize=4096)
+def _glob(pattern: str) -> re.Pattern[str]:
+    return re.compile(translate(pattern))
+
+
+def _matches(value: str, patterns: tuple[str, ...]) -> str | None:
+    for pattern in patterns:
+        if _glob(pattern).match(value):
+            return pattern
+    return None
+
+
+class ProfilePolicy:
+    """The rules one profile (or the default one) applies, ready to evaluate."""
+
+    def __init__(self, config: Any, profile: str | None = None) -> None:
+        self.name = profile or "default"
+        self._config = config
+        self._profile = config.profiles.get(profile) if profile else None
+
+    def _layers(self, server: str, kind: str) -> list[tuple[str, Any]]:
+        attr = CONFIG_KIND[kind]
+        layers = [(f"policy.{attr}", getattr(self._config.policy, attr))]
+        server_config = self._config.servers.get(server)
+        if server_config is not None:
+            layers.append((f"servers.{server}.{attr}", getattr(server_config, attr)))
+        if self._profile is not None:
+            layers.append((f"profiles.{self.name}.{attr}", getattr(self._profile, attr)))
+            rules = self._profile.servers.get(server)
+            if rules is not None:
+                layers.append((f"profiles.{self.name}.servers.{server}.{attr}", getattr(rules, attr)))
+        return [(label, rules) for label, rules in layers if not rules.is_empty]
+
+    def hidden_reason(self, server: str, kind: str, key: str, item: dict[str, Any]) -> str | None:
+        """Why an item is hidden from this profile, or None if it is visible."""
+        for label, rules in self._layers(server, kind):
+            if rules.allow and _matches(key, rules.allow) is None:
+                return f"not matched by {label}.allow"
+            denied = _matches(key, rules.deny)
+            if denied is not None:
+                return f"{label}.deny {denied!r}"
+            if kind == "tools":
+                annotations = item.get("annotations") if type(item.get("annotations")) is dict else {}
+                if rules.read_only and annotations.get("readOnlyHint") is not True:
+                    return f"{label}.read_only (the tool does not say readOnlyHint: true)"
+                if not rules.destructive and annotations.get("destructiveHint") is not False:
+                    return f"{label}.destructive = false (the tool does not say destructiveHint: false)"
+        return None
+
+    def uri_reason(self, server: str, uri: str) -> str | None:
+        """Why reading a URI no list names is refused (resource rules on the URI itself)."""
+        for label, rules in self._layers(server, "resources"):
+            if rules.allow and _matches(uri, rules.allow) is None:
+                return f"not matched by {label}.allow"
+            denied = _matches(uri, rules.deny)
+            if denied is not None:
+                return f"{label}.deny {denied!r}"
+        return None
+
+    def override(self, server: str, kind: str, original: str) -> Any:
+        """The server's rename/title/description override for an item, if any."""
+        server_config = self._config.servers.get(server)
+        if server_config is None:
+            return None
+        return getattr(server_config, CONFIG_KIND[kind]).rename.get(original)
