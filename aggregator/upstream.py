@@ -22,11 +22,6 @@ from aggregator.core.router import CONTROL_ID_PREFIX
 from aggregator.errors import UpstreamError
 from aggregator.jsonrpc.framing import LineSplitter, OversizedLine
 from aggregator.mcp.versions import LATEST, SUPPORTED
-from aggregator.transports.network_upstream import (
-    run_sse_server,
-    run_streamable_http_server,
-    run_websocket_server,
-)
 from aggregator.transports.outbox import Outbox
 from aggregator.transports.stdio import Channel, run_stdio_server
 
@@ -186,12 +181,16 @@ class UpstreamSession:
             reason = await self.hub.connector(self.config, task_status=task_status)
         elif transport == "stdio":
             reason = await run_stdio_server(self.config, task_status=task_status)
-        elif transport == "streamable-http":
-            reason = await run_streamable_http_server(self.config, limit, task_status=task_status)
-        elif transport == "sse":
-            reason = await run_sse_server(self.config, limit, task_status=task_status)
         else:
-            reason = await run_websocket_server(self.config, limit, task_status=task_status)
+            # Imported here: httpx and trio-websocket cost memory a stdio-only proxy need not pay.
+            from aggregator.transports import network_upstream
+
+            connect = {
+                "streamable-http": network_upstream.run_streamable_http_server,
+                "sse": network_upstream.run_sse_server,
+                "websocket": network_upstream.run_websocket_server,
+            }[transport]
+            reason = await connect(self.config, limit, task_status=task_status)
         self._lose(reason)
 
     def _lose(self, reason: str) -> None:
