@@ -109,21 +109,18 @@ class Catalog:
 
     def _rebuild(self, kind: str) -> bool:
         key = KEY_OF[kind]
-        exposed_items: list[dict[str, Any]] = []
-        routes: dict[str, Route] = {}
-        templates: list[tuple[str, str, str]] = []
-        collisions: list[str] = []
-        hidden: list[tuple[str, str, str]] = []
+        named = kind in (TOOLS, PROMPTS)
         policy = self.policy
+        hidden: list[tuple[str, str, str]] = []
+        # 1. Candidates, in listing order: (server, original, item as exposed, name, exact).
+        candidates: list[tuple[str, str, dict[str, Any], str, bool]] = []
         for name, naming in self.naming.items():
-            items = self._items.get(name, {}).get(kind)
-            if not items:
-                continue
-            for item in items:
+            for item in self._items.get(name, {}).get(kind) or ():
                 original = item.get(key) if type(item) is dict else None
                 if type(original) is not str or not original:
                     log.warning("server %s: ignoring a %s entry without a %r", name, kind, key)
                     continue
+                override = None
                 if policy is not None:
                     reason = policy.hidden_reason(name, kind, original, item)
                     if reason is not None:
@@ -133,36 +130,53 @@ class Catalog:
                     if override is not None:
                         item = {**item, **{k: v for k, v in (("title", override.title),
                                                                 ("description", override.description)) if v}}
-                else:
-                    override = None
-                if kind in (TOOLS, PROMPTS):
+                if named:
                     base = override.name if override is not None and override.name else original
                     exposed = expose_name(naming.prefix, self.separator, base, self.max_name_length, self.charset)
+                    exact = exposed == (f"{naming.prefix}{self.separator}{base}" if naming.prefix else base)
                 else:
-                    exposed = expose_uri(naming.uri_prefix, original)
-                if exposed in routes:
-                    first = routes[exposed]
-                    if first.server == name and first.original == original:
-                        continue  # the same item listed twice by one server
-                    if kind in (TOOLS, PROMPTS):
-                        renamed = disambiguate(exposed, name, original, self.max_name_length)
-                        collisions.append(
-                            f"{kind[:-1]} name {exposed!r}: {first.server}:{first.original!r} keeps"
-                            f" it, {name}:{original!r} is exposed as {renamed!r}"
-                        )
-                        exposed = renamed
-                        if exposed in routes:
-                            continue
-                    else:
-                        collisions.append(
-                            f"{kind[:-1]} {exposed!r} is listed by {first.server} and {name};"
-                            f" {first.server} serves it"
-                        )
+                    exposed, exact = expose_uri(naming.uri_prefix, original), True
+                candidates.append((name, original, item, exposed, exact))
+        # 2. Names, by priority: names used as they are before names that had to be changed
+        #    (sanitised or shortened), each in config order. So a collision never depends
+        #    on the order a server lists things in, and a name stays the same across restarts.
+        order = sorted(range(len(candidates)), key=lambda i: (not candidates[i][4], i))
+        routes: dict[str, Route] = {}
+        assigned: dict[int, str] = {}
+        collisions: list[str] = []
+        for index in order:
+            name, original, _item, exposed, _exact = candidates[index]
+            if exposed in routes:
+                first = routes[exposed]
+                if first.server == name and first.original == original:
+                    continue  # the same item listed twice by one server
+                if named:
+                    renamed = disambiguate(exposed, name, original, self.max_name_length)
+                    collisions.append(
+                        f"{kind[:-1]} name {exposed!r}: {first.server}:{first.original!r} keeps"
+                        f" it, {name}:{original!r} is exposed as {renamed!r}"
+                    )
+                    exposed = renamed
+                    if exposed in routes:
                         continue
-                routes[exposed] = Route(name, original)
-                exposed_items.append(item if exposed == original else {**item, key: exposed})
-                if kind == TEMPLATES:
-                    templates.append((name, original, exposed))
+                else:
+                    collisions.append(
+                        f"{kind[:-1]} {exposed!r} is listed by {first.server} and {name};"
+                        f" {first.server} serves it"
+                    )
+                    continue
+            routes[exposed] = Route(name, original)
+            assigned[index] = exposed
+        # 3. What clients see, in listing order.
+        exposed_items: list[dict[str, Any]] = []
+        templates: list[tuple[str, str, str]] = []
+        for index, (name, original, item, _, _) in enumerate(candidates):
+            exposed = assigned.get(index)
+            if exposed is None:
+                continue
+            exposed_items.append(item if exposed == original else {**item, key: exposed})
+            if kind == TEMPLATES:
+                templates.append((name, original, exposed))
         self.hidden[kind] = hidden
         if kind == TOOLS:
             self.tools = routes
