@@ -18,9 +18,8 @@ import trio
 
 from aggregator.config import Config
 from aggregator.core.catalog import Catalog
-from aggregator.core.policy import ProfilePolicy
+from aggregator.core.policy import ProfilePolicy, server_request_allowed
 from aggregator.core.router import (
-    SERVER_REQUESTS,
     ControlReply,
     Refresh,
     Router,
@@ -135,8 +134,7 @@ class Hub:
 
     def _server_request_allowed(self, server: str, method: str, params: dict[str, Any]) -> bool:
         """The per-server policy for sampling, elicitation and roots requests."""
-        allowed = self.config.servers[server].server_requests
-        return allowed is None or SERVER_REQUESTS[method] in allowed
+        return server_request_allowed(self.config, server, method)
 
     def remove_client(self, key: int) -> None:
         self.clients.pop(key, None)

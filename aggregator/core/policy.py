@@ -85,3 +85,13 @@ class ProfilePolicy:
         if server_config is None:
             return None
         return getattr(server_config, CONFIG_KIND[kind]).rename.get(original)
+
+
+SERVER_REQUEST_CAPABILITY = {"sampling/createMessage": "sampling", "elicitation/create": "elicitation",
+                             "roots/list": "roots"}
+
+
+def server_request_allowed(config: Any, server: str, method: str) -> bool:
+    """Whether a server may make this server-to-client request (its ``server_requests``)."""
+    allowed = config.servers[server].server_requests
+    return allowed is None or SERVER_REQUEST_CAPABILITY.get(method) in allowed

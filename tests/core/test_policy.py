@@ -8,7 +8,7 @@ import pytest
 
 from aggregator.config import structure_config
 from aggregator.core.catalog import Catalog
-from aggregator.core.policy import ProfilePolicy
+from aggregator.core.policy import ProfilePolicy, server_request_allowed
 from aggregator.core.router import Router
 from aggregator.jsonrpc import dumps, loads
 
@@ -155,9 +155,7 @@ def test_list_changes_reach_only_the_profiles_that_see_a_change(router):
 
 
 def test_server_requests_can_be_limited_per_server(router, config):
-    router.server_request_policy = lambda server, method, params: (
-        config.servers[server].server_requests is None
-        or {"roots/list": "roots", "sampling/createMessage": "sampling"}[method] in config.servers[server].server_requests)
+    router.server_request_policy = lambda server, method, params: server_request_allowed(config, server, method)
     router.client_message(1, msg(id=1, method="tools/call", params={"name": "g__git_status"}))
     kind, refused = answer(router.server_message("g", msg(id=1, method="sampling/createMessage", params={})))
     assert kind == "ToServer" and refused["error"]["data"]["reason"] == "denied"
