@@ -83,6 +83,10 @@ def _parser() -> argparse.ArgumentParser:
                            description="Start the servers and print what a client would see.")
     with_config(tools)
     tools.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    tools.add_argument("--profile", metavar="NAME", default=None,
+                       help="show what clients of this profile see (default: the default profile)")
+    tools.add_argument("--explain", action="store_true",
+                       help="also list each hidden item and the rule that hid it")
     tools.set_defaults(command="tools", run=_tools, log_level="warning")
 
     check = sub.add_parser("check", parents=[common], help="validate the config and the servers",
@@ -241,15 +245,20 @@ async def _with_started_hub(config: Config, work: Any) -> Any:
 
 def _tools(args: argparse.Namespace) -> int:
     config, _ = _config(args)
+    profile = args.profile or "default"
+    if profile != "default" and profile not in config.profiles:
+        known = ", ".join(["default", *config.profiles])
+        raise ConfigError(f"--profile: no profile {profile!r} (known: {known})")
 
-    def collect(hub: Hub) -> dict[str, list[dict[str, Any]]]:
-        out: dict[str, list[dict[str, Any]]] = {}
+    def collect(hub: Hub) -> dict[str, Any]:
+        catalog = hub.router.catalogs[profile]
+        out: dict[str, Any] = {}
         for kind in KINDS:
             rows = []
-            for item in hub.catalog.exposed[kind]:
+            for item in catalog.exposed[kind]:
                 key = "name" if kind in ("tools", "prompts") else ("uri" if kind == "resources" else "uriTemplate")
                 exposed = item.get(key)
-                route = _route_of(hub, kind, exposed)
+                route = _route_of(catalog, kind, exposed)
                 rows.append({
                     "name": exposed,
                     "server": route.server if route else None,
@@ -258,13 +267,20 @@ def _tools(args: argparse.Namespace) -> int:
                     "description": item.get("description"),
                 })
             out[kind] = rows
+        out["hidden"] = {kind: [{"server": server, "original": original, "rule": reason}
+                                for server, original, reason in catalog.hidden[kind]] for kind in KINDS}
         return out
 
     catalog = trio.run(_with_started_hub, config, collect)
+    hidden = catalog.pop("hidden")
     if args.json:
+        if args.explain:
+            catalog["hidden"] = hidden
         print(json.dumps(catalog, indent=2, ensure_ascii=False))
         return 0
-    width = shutil.get_terminal_size((120, 20)).columns
+    width = max(shutil.get_terminal_size((120, 20)).columns, 40)
+    if profile != "default":
+        print(f"profile {profile}\n")
     for kind, rows in catalog.items():
         if not rows:
             continue
@@ -274,20 +290,27 @@ def _tools(args: argparse.Namespace) -> int:
         for row in rows:
             text = (row["title"] or row["description"] or "").strip().splitlines()
             summary = text[0] if text else ""
-            line = f"  {row['name']:<{name_w}}  {row['server'] or '':<{server_w}}  {summary}"
-            print(line[: max(width, 40)])
+            print(f"  {row['name']:<{name_w}}  {row['server'] or '':<{server_w}}  {summary}"[:width])
         print()
+    if args.explain:
+        for kind, rows in hidden.items():
+            if not rows:
+                continue
+            print(f"HIDDEN {_label(kind).upper()} ({len(rows)})")
+            for row in rows:
+                print(f"  {row['server']}:{row['original']}  hidden by {row['rule']}"[:width])
+            print()
     return 0
 
 
-def _route_of(hub: Hub, kind: str, exposed: str) -> Any:
+def _route_of(catalog: Any, kind: str, exposed: str) -> Any:
     if kind == "tools":
-        return hub.catalog.tools.get(exposed)
+        return catalog.tools.get(exposed)
     if kind == "prompts":
-        return hub.catalog.prompts.get(exposed)
+        return catalog.prompts.get(exposed)
     if kind == "resources":
-        return hub.catalog.route_uri(exposed)
-    return hub.catalog.route_template(exposed)
+        return catalog.route_uri(exposed)
+    return catalog.route_template(exposed)
 
 
 def _check(args: argparse.Namespace) -> int:
