@@ -25,7 +25,7 @@ def test_opens_with_the_two_commands_and_ci_runs_the_second():
 def test_configuration_examples_load():
     blocks = re.findall(r"```toml\n(.*?)\n```", README, re.S)
     assert len(blocks) >= 2
-    environ = {"HOME": "/home/u", "AGGREGATOR_TOKEN": "t" * 32, "REMOTE_TOKEN": "r"}
+    environ = {"HOME": "/home/u", "AGGREGATOR_TOKEN": "t" * 32, "REMOTE_TOKEN": "r", "READER_TOKEN": "q" * 32}
     configs = [structure_config(tomllib.loads(block), environ=environ) for block in blocks]
     full = next(c for c in configs if "git" in c.servers)
     assert full.servers["git"].args == ("--repository", "/home/u/src/project")
@@ -34,6 +34,8 @@ def test_configuration_examples_load():
     assert [network.servers[n].effective_transport for n in ("remote", "old", "ws", "notebook")] == [
         "streamable-http", "sse", "websocket", "stdio"]
     assert network.servers["notebook"].isolation == "per-session"
+    policy = next(c for c in configs if c.profiles)
+    assert policy.profiles["reader"].tools.read_only and policy.servers["everything"].server_requests == ("roots",)
 
 
 def test_error_example_is_what_the_proxy_says():
