@@ -263,35 +263,25 @@ def _make_converter() -> cattrs.Converter:
 
     converter.register_structure_hook_func(lambda t: t == Literal["mcp", "llm"], structure_charset)
 
-    def structure_overrides(value: Any, _: type) -> dict[str, ItemOverride]:
-        if not isinstance(value, dict):
-            raise TypeError(f"expected a table of overrides, got {_describe(value)}")
-        out, problems = {}, []
-        for key, item in value.items():
-            try:
-                out[key] = converter.structure(item, ItemOverride)
-            except Exception as exc:  # noqa: BLE001
-                problems += [line.replace("$", f".{key}", 1) for line in _flatten(exc, "$")]
-        if problems:
-            raise _PathErrors(problems)
-        return out
+    def table_of(cls: type, what: str) -> Any:
+        """A hook for ``Mapping[str, cls]``: each entry structured, problems by key path."""
+        def structure(value: Any, _: type) -> dict[str, Any]:
+            if not isinstance(value, dict):
+                raise TypeError(f"expected a table of {what}, got {_describe(value)}")
+            out, problems = {}, []
+            for key, item in value.items():
+                try:
+                    out[key] = converter.structure(item, cls)
+                except Exception as exc:  # noqa: BLE001 - every problem is reported
+                    problems += [line.replace("$", f".{key}", 1) for line in _flatten(exc, "$")]
+            if problems:
+                raise _PathErrors(problems)
+            return out
+        return structure
 
-    converter.register_structure_hook_func(lambda t: t == Mapping[str, ItemOverride], structure_overrides)
-
-    def structure_rule_sets(value: Any, _: type) -> dict[str, RuleSet]:
-        if not isinstance(value, dict):
-            raise TypeError(f"expected a table of servers, got {_describe(value)}")
-        out, problems = {}, []
-        for key, item in value.items():
-            try:
-                out[key] = converter.structure(item, RuleSet)
-            except Exception as exc:  # noqa: BLE001
-                problems += [line.replace("$", f".{key}", 1) for line in _flatten(exc, "$")]
-        if problems:
-            raise _PathErrors(problems)
-        return out
-
-    converter.register_structure_hook_func(lambda t: t == Mapping[str, RuleSet], structure_rule_sets)
+    converter.register_structure_hook_func(lambda t: t == Mapping[str, ItemOverride],
+                                           table_of(ItemOverride, "overrides"))
+    converter.register_structure_hook_func(lambda t: t == Mapping[str, RuleSet], table_of(RuleSet, "servers"))
 
     def structure_isolation(value: Any, _: type) -> str:
         if value not in ("shared", "per-session"):

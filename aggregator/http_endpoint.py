@@ -469,27 +469,7 @@ class StreamableHttpEndpoint:
             elif self._primes(session):
                 if not await connection.send_chunk(f"id: {queue.stream_id}-0\ndata: \n\n".encode()):
                     return
-            async with trio.open_nursery() as nursery:
-                async def watch() -> None:
-                    await connection.watch_disconnect()
-                    nursery.cancel_scope.cancel()
-
-                nursery.start_soon(watch)
-                while not session.closed:
-                    with trio.move_on_after(KEEPALIVE) as idle:
-                        await queue.wait()
-                    if session.closed:
-                        break
-                    if idle.cancelled_caught:
-                        if not await connection.send_chunk(b": keepalive\n\n"):
-                            break
-                        continue
-                    if queue.overflowed:
-                        log.warning("a client is not reading its event stream; closing it")
-                        break
-                    if not await connection.send_chunk(queue.take_all()):
-                        break
-                nursery.cancel_scope.cancel()
+            await _pump(connection, queue, lambda: session.closed)
             if session.closed:
                 await connection.end_stream()
         finally:
@@ -517,26 +497,7 @@ class StreamableHttpEndpoint:
             endpoint = f"{self.config.messages_path}?session_id={session.id}".encode()
             if not await connection.send_chunk(b"event: endpoint\ndata: " + endpoint + b"\n\n"):
                 return
-            queue = session.queue
-            async with trio.open_nursery() as nursery:
-                async def watch() -> None:
-                    await connection.watch_disconnect()
-                    nursery.cancel_scope.cancel()
-
-                nursery.start_soon(watch)
-                while True:
-                    with trio.move_on_after(KEEPALIVE) as idle:
-                        await queue.wait()
-                    if idle.cancelled_caught:
-                        if not await connection.send_chunk(b": keepalive\n\n"):
-                            break
-                        continue
-                    if queue.overflowed:
-                        log.warning("a client is not reading its event stream; closing it")
-                        break
-                    if not await connection.send_chunk(queue.take_all()):
-                        break
-                nursery.cancel_scope.cancel()
+            await _pump(connection, session.queue, lambda: False)
         finally:
             connection.closed = True
             self.legacy.pop(session.id, None)
@@ -620,3 +581,29 @@ class StreamableHttpEndpoint:
         if session.get_stream is not None:
             session.get_stream.push(b"", final=True)  # wakes the GET handler, which ends
         log.info("http session %d: closed", session.key)
+
+
+async def _pump(connection: HttpConnection, queue: MessageQueue, ended: Any) -> None:
+    """Send a stream's messages as they come, with keep-alive comments while idle, until
+    the client leaves, stops reading, or ``ended()`` says the session is over."""
+    async with trio.open_nursery() as nursery:
+        async def watch() -> None:
+            await connection.watch_disconnect()
+            nursery.cancel_scope.cancel()
+
+        nursery.start_soon(watch)
+        while not ended():
+            with trio.move_on_after(KEEPALIVE) as idle:
+                await queue.wait()
+            if ended():
+                break
+            if idle.cancelled_caught:
+                if not await connection.send_chunk(b": keepalive\n\n"):
+                    break
+                continue
+            if queue.overflowed:
+                log.warning("a client is not reading its event stream; closing it")
+                break
+            if not await connection.send_chunk(queue.take_all()):
+                break
+        nursery.cancel_scope.cancel()

@@ -138,13 +138,22 @@ def list_latency_ms(peer: Peer, count: int) -> float:
     return statistics.median(samples) * 1000
 
 
-def write_config(directory: Path, upstreams: int, tools: int, *flags: str) -> Path:
+RULES = "\n".join([
+    "[policy.tools]", "deny = [" + ", ".join(f'"*secret{i}*"' for i in range(10)) + "]",
+    "[policy.resources]", "deny = [" + ", ".join(f'"private{i}://*"' for i in range(5)) + "]",
+    "[policy.prompts]", "allow = [" + ", ".join(f'"p{i}*"' for i in range(5)) + "]", "",
+])
+
+
+def write_config(directory: Path, upstreams: int, tools: int, *flags: str, rules: bool = False) -> Path:
     lines = ["[proxy]", "startup_timeout = 60.0", "page_size = 100", ""]
+    if rules:
+        lines.append(RULES)
     args = ", ".join(f'"{a}"' for a in ["-m", "tests.bench.echo_server", str(tools), *flags])
     for i in range(upstreams):
         lines += [f"[servers.s{i}]", f'command = "{sys.executable}"', f"args = [{args}]",
                   f'cwd = "{ROOT}"', ""]
-    path = directory / f"bench-{upstreams}-{tools}{''.join(flags)}.toml"
+    path = directory / f"bench-{upstreams}-{tools}{''.join(flags)}{'-rules' if rules else ''}.toml"
     path.write_text("\n".join(lines))
     return path
 
@@ -187,6 +196,28 @@ def compare(directory: Path, flags: list[str], n_latency: int, n_calls: int, rep
     }
 
 
+def policy_cost(directory: Path, n_latency: int, n_calls: int, repeats: int) -> dict:
+    """The same proxy with and without 20 allow/deny rules, interleaved."""
+    peers = {
+        "plain": aggregator(write_config(directory, 1, 10)),
+        "rules": aggregator(write_config(directory, 1, 10, rules=True)),
+    }
+    latency = {name: [] for name in peers}
+    rate = {name: [] for name in peers}
+    try:
+        for peer in peers.values():
+            latency_ms(peer, "s0__tool0", 200)
+        for _ in range(repeats):
+            for name, peer in peers.items():
+                latency[name].append(latency_ms(peer, "s0__tool0", n_latency))
+                rate[name].append(throughput(peer, "s0__tool0", n_calls)[0])
+    finally:
+        for peer in peers.values():
+            peer.close()
+    return {"latency": {k: statistics.median(v) for k, v in latency.items()},
+            "rate": {k: statistics.median(v) for k, v in rate.items()}}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer calls and repeats (a smoke run)")
@@ -199,6 +230,7 @@ def main() -> int:
             "typical upstream (line by line)": compare(directory, [], n_latency, n_calls, repeats),
             "fast upstream (batched)": compare(directory, ["--batched"], n_latency, n_calls, repeats),
         }
+        policy = policy_cost(directory, n_latency, n_calls, repeats)
         one = aggregator(write_config(directory, 1, 500))
         list_one = list_latency_ms(one, n_list)
         one.close()
@@ -230,6 +262,10 @@ def main() -> int:
           f"{list_many:.3f} ms: {list_many / list_one:.2f}x   target <= 2x "
           f"{'ok' if list_many / list_one <= 2 else 'MISSED'}")
     print(f"proxy RSS with 10 upstreams: {rss:.1f} MB   target <= 40 MB {'ok' if rss <= 40 else 'MISSED'}")
+    plain, ruled = policy["rate"]["plain"], policy["rate"]["rules"]
+    print(f"20 allow/deny rules: throughput {ruled:,.0f}/s vs {plain:,.0f}/s without ({ruled / plain:.2f}x), "
+          f"latency {policy['latency']['rules']:.3f} vs {policy['latency']['plain']:.3f} ms   "
+          f"target within 10% {'ok' if ruled / plain >= 0.9 else 'MISSED'}")
     return 0
 
 
