@@ -179,12 +179,23 @@ class HttpConfig:
 
 
 @attrs.frozen(kw_only=True)
+class PluginConfig:
+    """One plugin: what to load (an entry point name, package.module:Name, or
+    file.py:Name) and the keyword arguments to build it with."""
+
+    use: str
+    options: Mapping[str, Any] = attrs.field(factory=dict)
+
+
+@attrs.frozen(kw_only=True)
 class Config:
     proxy: ProxyConfig = attrs.field(factory=ProxyConfig)
     http: HttpConfig = attrs.field(factory=HttpConfig)
     policy: RuleSet = attrs.field(factory=RuleSet)  # for every client and server
     profiles: Mapping[str, ProfileConfig] = attrs.field(factory=dict)
+    plugins: tuple[PluginConfig, ...] = ()
     servers: Mapping[str, ServerConfig] = attrs.field(factory=dict)
+    directory: str | None = None  # where the config file is (relative plugin paths)
 
     @property
     def enabled_servers(self) -> list[ServerConfig]:
@@ -388,10 +399,28 @@ def structure_config(
     if environ is None:
         environ = os.environ
     problems: list[str] = []
-    sections = ("proxy", "http", "policy", "profiles", "servers")
+    sections = ("proxy", "http", "policy", "profiles", "plugins", "servers")
     unknown = sorted(set(raw) - set(sections))
     problems.extend(f"{key}: unknown key" for key in unknown)
     raw = _interpolate({key: raw[key] for key in sections if key in raw}, "", environ, problems)
+    plugins: list[PluginConfig] = []
+    raw_plugins = raw.get("plugins", [])
+    if not isinstance(raw_plugins, list):
+        problems.append("plugins: expected an array of tables ([[plugins]])")
+        raw_plugins = []
+    for index, table in enumerate(raw_plugins):
+        path = f"plugins[{index}]"
+        if not isinstance(table, dict) or not isinstance(table.get("use"), str):
+            problems.append(f"{path}.use: required: the plugin to load")
+            continue
+        if set(table) - {"use", "options"}:
+            problems.extend(f"{path}.{key}: unknown key" for key in sorted(set(table) - {"use", "options"}))
+            continue
+        options = table.get("options", {})
+        if not isinstance(options, dict):
+            problems.append(f"{path}.options: expected a table")
+            continue
+        plugins.append(PluginConfig(use=table["use"], options=options))
     policy = RuleSet()
     if "policy" in raw:
         try:
@@ -469,7 +498,8 @@ def structure_config(
                 problems.append(f"profiles.{name}.tokens[{index}]: too short; use at least 16 random characters")
     if problems:
         raise ConfigError(problems, source=source)
-    return Config(proxy=proxy, http=http, policy=policy, profiles=profiles, servers=servers)
+    return Config(proxy=proxy, http=http, policy=policy, profiles=profiles, plugins=tuple(plugins), servers=servers,
+                  directory=str(Path(source).resolve().parent) if source and not source.startswith("(") else None)
 
 
 def parse_listen(listen: str) -> tuple[str, int]:

@@ -28,7 +28,6 @@ import trio
 
 from aggregator.access import AccessPolicy
 from aggregator.config import HttpConfig, parse_listen
-from aggregator.core.router import WaitForStartup
 from aggregator.hub import Hub
 from aggregator.jsonrpc.codec import REQUEST, decode_message, dumps
 from aggregator.jsonrpc.errors import INVALID_REQUEST, METHOD_NOT_FOUND, RemoteProtocolError, error_response
@@ -315,7 +314,7 @@ class StreamableHttpEndpoint:
                                    message.get("id") if kind == REQUEST else None)
             return
         if kind != REQUEST:
-            self.hub.dispatch_now(self.hub.router.client_event(session.key, kind, message))
+            self.hub.dispatch_now(await self.hub.client_event(session.key, kind, message))
             await connection.respond(202, [])
             return
         await self._exchange(connection, session, message)
@@ -360,11 +359,7 @@ class StreamableHttpEndpoint:
             return False
         queue = MessageQueue(self.config.max_stream_buffer_bytes)
         session.requests[id] = queue
-        commands = self.hub.router.client_event(session.key, REQUEST, message)
-        while commands and type(commands[0]) is WaitForStartup:
-            await self.hub.startup_done.wait()
-            commands = self.hub.router.client_event(session.key, REQUEST, message)
-        self.hub.dispatch_now(commands)
+        self.hub.dispatch_now(await self.hub.client_event(session.key, REQUEST, message))
         headers = headers or []
         queue.request_id = id
         # Most answers come back within milliseconds and alone: send them as JSON without
@@ -516,11 +511,7 @@ class StreamableHttpEndpoint:
         except RemoteProtocolError as exc:
             await connection.respond(400, [JSON], dumps(exc.to_response()))
             return
-        commands = self.hub.router.client_event(session.key, kind, message)
-        while commands and type(commands[0]) is WaitForStartup:
-            await self.hub.startup_done.wait()
-            commands = self.hub.router.client_event(session.key, kind, message)
-        self.hub.dispatch_now(commands)
+        self.hub.dispatch_now(await self.hub.client_event(session.key, kind, message))
         await connection.respond(202, [("content-type", "text/plain")], b"Accepted")
 
     def _resumable(self, session: HttpSession, last_event_id: str | None) -> tuple[MessageQueue, int] | None:

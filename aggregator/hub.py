@@ -11,7 +11,9 @@ from __future__ import annotations
 import itertools
 import logging
 import math
+import time
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 import trio
@@ -27,7 +29,11 @@ from aggregator.core.router import (
     StopUpstream,
     ToClient,
     ToServer,
+    WaitForStartup,
 )
+from aggregator.jsonrpc.codec import REQUEST, decode_message
+from aggregator.jsonrpc.errors import INVALID_REQUEST, RemoteProtocolError
+from aggregator.plugins import HOOKED_METHODS, Deny, Request, Response, ServerRequest, load_plugins
 from aggregator.transports.outbox import Outbox
 from aggregator.upstream import UpstreamSession
 
@@ -48,10 +54,12 @@ class Hub:
         proxy = config.proxy
         store: dict[str, Any] = {}  # every server's items, shared by the profiles' catalogs
 
+        self.plugins = load_plugins(list(config.plugins), Path(config.directory) if config.directory else None)
+
         def catalog_for(profile: str | None) -> Catalog:
             return Catalog(servers, proxy.separator, proxy.page_size, store=store,
                            policy=ProfilePolicy(config, profile), max_name_length=proxy.max_name_length,
-                           charset=proxy.name_charset)
+                           charset=proxy.name_charset, plugins=self.plugins)
 
         self.catalog = catalog_for(None)
         self.router = Router(
@@ -74,6 +82,7 @@ class Hub:
         self._client_keys = itertools.count(1)
         self._dirty: list[Outbox] = []
         self._nursery: trio.Nursery | None = None
+        self._watched: dict[tuple[int, Any], Request] = {}  # requests plugins want answers of
         self._timer_at = math.inf
         self._timer_poke = trio.Event()
         if not self.upstreams:
@@ -133,11 +142,89 @@ class Hub:
         return key
 
     def _server_request_allowed(self, server: str, method: str, params: dict[str, Any]) -> bool:
-        """The per-server policy for sampling, elicitation and roots requests."""
-        return server_request_allowed(self.config, server, method)
+        """The per-server policy for sampling, elicitation and roots requests, then plugins."""
+        return (server_request_allowed(self.config, server, method)
+                and self.plugins.server_request(ServerRequest(server, method, params)))
+
+    # --- the one way in for clients' messages ---------------------------------------------
+
+    async def client_message(self, key: int, raw: bytes) -> list[Any]:
+        """Route a client's message: plugins' request hooks, the startup gate, the router."""
+        if not self.plugins.watch_requests:
+            commands = self.router.client_message(key, raw)
+            if commands and type(commands[0]) is WaitForStartup:
+                await self.startup_done.wait()
+                commands = self.router.client_message(key, raw)
+            return commands
+        try:
+            kind, message = decode_message(raw)
+        except RemoteProtocolError:
+            return self.router.client_message(key, raw)  # it answers the error
+        return await self.client_event(key, kind, message)
+
+    async def client_event(self, key: int, kind: int, message: dict[str, Any]) -> list[Any]:
+        if kind == REQUEST and self.plugins.watch_requests and message["method"] in HOOKED_METHODS:
+            answered = await self._request_hooks(key, message)
+            if answered is not None:
+                return answered
+        commands = self.router.client_event(key, kind, message)
+        while commands and type(commands[0]) is WaitForStartup:
+            await self.startup_done.wait()
+            commands = self.router.client_event(key, kind, message)
+        return commands
+
+    async def _request_hooks(self, key: int, message: dict[str, Any]) -> list[Any] | None:
+        target = self.router.describe(key, message)
+        client = self.router.clients.get(key)
+        if target is None or client is None or message["id"] in client.in_flight:
+            return None  # the router answers what names nothing, or reuses an id
+        server, name, exposed = target
+        params = message.get("params") or {}
+        request = Request(key, client.profile, message["method"], server, name, exposed, params)
+        try:
+            await self.plugins.request(request)
+        except Deny as denial:
+            data: dict[str, Any] = {"source": "aggregator", "reason": denial.reason, "server": server}
+            if denial.retry_after is not None:
+                data["retry_after"] = round(denial.retry_after, 3)
+            answer = {"jsonrpc": "2.0", "id": message["id"],
+                      "error": {"code": INVALID_REQUEST, "message": denial.message, "data": data}}
+            self.plugins.response(Response(request, None, answer["error"], 0.0), self._background)
+            return [ToClient(key, answer)]
+        if request.answer is not None:
+            self.plugins.response(Response(request, request.answer, None, 0.0), self._background)
+            return [ToClient(key, {"jsonrpc": "2.0", "id": message["id"], "result": request.answer})]
+        message["params"] = request.params
+        self._watched[(key, message["id"])] = request
+        return None
+
+    def _background(self, awaitable: Any) -> None:
+        async def run() -> None:
+            try:
+                await awaitable
+            except Exception:  # noqa: BLE001 - observe-only hooks cannot change anything now
+                log.exception("a plugin's response hook failed")
+
+        if self._nursery is not None:
+            self._nursery.start_soon(run)
+
+    def _answered(self, session: int, message: Any, related: Any) -> None:
+        """A client gets an answer: run response hooks if plugins watched its request."""
+        if type(message) is bytes or "method" in message:
+            return
+        request = self._watched.pop((session, message.get("id")), None)
+        if request is None:
+            return
+        response = Response(request, message.get("result"), message.get("error"),
+                            time.monotonic() - request.started)
+        self.plugins.response(response, self._background)
+        if response.result is not None and "result" in message:
+            message["result"] = response.result
 
     def remove_client(self, key: int) -> None:
         self.clients.pop(key, None)
+        for watched in [w for w in self._watched if w[0] == key]:
+            del self._watched[watched]
         self.dispatch_now(self.router.client_disconnected(key))
 
     # --- commands -----------------------------------------------------------------------
@@ -148,6 +235,8 @@ class Hub:
             kind = type(command)
             if kind is ToClient:
                 target = self.clients.get(command.session)
+                if self._watched:
+                    self._answered(command.session, command.message, command.related)
             elif kind is ToServer:
                 target = self.upstreams[command.server].outbox
             else:

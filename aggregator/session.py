@@ -11,7 +11,6 @@ import logging
 
 import trio
 
-from aggregator.core.router import WaitForStartup
 from aggregator.hub import Hub
 from aggregator.jsonrpc.errors import INVALID_REQUEST, error_response
 from aggregator.jsonrpc.framing import LineSplitter, OversizedLine
@@ -45,7 +44,6 @@ async def serve_stream_session(
 async def _read_client(
     hub: Hub, key: int, receive: trio.abc.ReceiveStream, outbox: Outbox, limit: int
 ) -> None:
-    router = hub.router
     splitter = LineSplitter(limit)
     while True:
         try:
@@ -61,9 +59,5 @@ async def _read_client(
                     None, INVALID_REQUEST, f"Invalid request: message larger than {limit} bytes"))
                 outbox.flush()
                 continue
-            commands = router.client_message(key, line)
-            if commands and type(commands[0]) is WaitForStartup:
-                await hub.startup_done.wait()
-                commands = router.client_message(key, line)
-            hub.dispatch(commands)
+            hub.dispatch(await hub.client_message(key, line))
         await hub.flush()

@@ -17,7 +17,6 @@ import trio_websocket
 
 from aggregator.access import AccessPolicy
 from aggregator.config import HttpConfig, parse_listen
-from aggregator.core.router import WaitForStartup
 from aggregator.hub import Hub
 from aggregator.jsonrpc.codec import dumps
 
@@ -122,7 +121,6 @@ class WebSocketEndpoint:
         key = self.hub.add_client(sink, profile)
         self.connections += 1
         log.info("websocket session %d: opened", key)
-        router = self.hub.router
         try:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(sink.run, socket)
@@ -130,11 +128,7 @@ class WebSocketEndpoint:
                     while True:
                         message = await socket.get_message()
                         raw = message.encode("utf-8") if isinstance(message, str) else bytes(message)
-                        commands = router.client_message(key, raw)
-                        if commands and type(commands[0]) is WaitForStartup:
-                            await self.hub.startup_done.wait()
-                            commands = router.client_message(key, raw)
-                        self.hub.dispatch(commands)
+                        self.hub.dispatch(await self.hub.client_message(key, raw))
                         await self.hub.flush()
                 except trio_websocket.ConnectionClosed:
                     pass

@@ -57,7 +57,10 @@ class Catalog:
         self, servers: Iterable[Any], separator: str, page_size: int, *,
         store: dict[str, dict[str, list[dict[str, Any]]]] | None = None,
         policy: ProfilePolicy | None = None, max_name_length: int = 128, charset: str = "mcp",
+        plugins: Any = None,
     ) -> None:
+        # Plugins' catalog hooks (sync), given what this profile sees of each kind.
+        self.plugins = plugins if plugins is not None and plugins._catalog else None
         self.separator = separator
         self.page_size = page_size
         self.policy = policy
@@ -177,6 +180,18 @@ class Catalog:
             exposed_items.append(item if exposed == original else {**item, key: exposed})
             if kind == TEMPLATES:
                 templates.append((name, original, exposed))
+        if self.plugins is not None:
+            # Plugins may drop items or change how they read, never their exposed names.
+            profile = self.policy.name if self.policy is not None else "default"
+            kept = [item for item in self.plugins.catalog(profile, kind, exposed_items)
+                    if type(item) is dict and item.get(key) in routes]
+            names = {item[key] for item in kept}
+            for exposed, route in list(routes.items()):
+                if exposed not in names:
+                    del routes[exposed]
+                    hidden.append((route.server, route.original, "a plugin's catalog hook"))
+            templates = [t for t in templates if t[2] in names]
+            exposed_items = kept
         self.hidden[kind] = hidden
         if kind == TOOLS:
             self.tools = routes

@@ -390,6 +390,34 @@ class Router:
             return self._client_notification(client, message)
         return self._client_answer(client, message)
 
+    def describe(self, key: int, message: dict[str, Any]) -> tuple[str, str, str] | None:
+        """(server, its own name or URI, the exposed one) a client's request is for, or None
+        when it names nothing this client may use. Changes nothing (for plugins)."""
+        client = self.clients.get(key)
+        params = message.get("params")
+        if client is None or type(params) is not dict:
+            return None
+        catalog = self.catalogs[client.profile]
+        method = message["method"]
+        if method in ("tools/call", "prompts/get"):
+            name = params.get("name")
+            routes = catalog.tools if method == "tools/call" else catalog.prompts
+            route = routes.get(name) if type(name) is str else None
+            return (route.server, route.original, name) if route is not None else None
+        if method in ("resources/read", "resources/subscribe"):
+            uri = params.get("uri")
+            route = catalog.route_uri(uri) if type(uri) is str else None
+            return (route.server, route.original, uri) if route is not None else None
+        if method == "completion/complete":
+            ref = params.get("ref") if type(params.get("ref")) is dict else {}
+            if ref.get("type") == "ref/prompt" and type(ref.get("name")) is str:
+                route = catalog.prompts.get(ref["name"])
+                return (route.server, route.original, ref["name"]) if route is not None else None
+            if ref.get("type") == "ref/resource" and type(ref.get("uri")) is str:
+                route = catalog.route_template(ref["uri"])
+                return (route.server, route.original, ref["uri"]) if route is not None else None
+        return None
+
     def _client_notification(self, client: ClientState, message: dict[str, Any]) -> list[Any]:
         method = message["method"]
         if method == "notifications/initialized":

@@ -1,0 +1,196 @@
+"""The plugin API: objects with methods named after hooks (the mitmproxy addon model).
+
+A plugin is any object; the hooks it has are called, the ones it lacks are not. Hooks
+may be plain functions or coroutines (``async def``), except ``catalog`` and
+``server_request``, which run inside the routing core and must be plain functions.
+
+``request(request: Request)``
+    A client's request for a server's item (tools/call, prompts/get, resources/read,
+    resources/subscribe, completion/complete), before it is sent. Change
+    ``request.params`` to change what is sent, set ``request.answer`` to answer it
+    yourself, or raise ``Deny`` to refuse it with a message the client reads.
+``response(response: Response)``
+    The answer to such a request, before the client gets it: ``response.result`` or
+    ``response.error``, and ``response.duration``. A plain function may change the result;
+    a coroutine runs after the answer is sent (observe only).
+``catalog(profile: str, kind: str, items: list[dict]) -> list[dict] | None``
+    What one profile sees of one kind ("tools", "prompts", "resources",
+    "resourceTemplates"), as exposed. Return a list to filter it or change descriptions
+    (exposed names and URIs must not change), or None to leave it.
+``server_request(request: ServerRequest) -> bool | None``
+    A server asks a client for sampling, elicitation or roots. Return False to refuse.
+
+A hook that raises anything but ``Deny`` fails closed: the request is refused with an
+error naming the plugin, a catalog hook that fails hides that whole kind, a failing
+server_request hook refuses. Plugins come from the config (``[[plugins]]`` with ``use``
+and ``options``), by entry point name in the group ``aggregator.plugins`` (the built-in
+ones are there too), by dotted path ``package.module:Name``, or by file path
+``path/to/file.py:Name``; ``Name`` is called with the options as keyword arguments.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import inspect
+import logging
+import time
+from collections.abc import Callable
+from importlib.metadata import entry_points
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from aggregator.errors import ConfigError
+
+log = logging.getLogger(__name__)
+ENTRY_POINT_GROUP = "aggregator.plugins"
+HOOKED_METHODS = ("tools/call", "prompts/get", "resources/read", "resources/subscribe", "completion/complete")
+
+
+class Deny(Exception):
+    """Raised by a request hook to refuse a request; the message reaches the client."""
+
+    def __init__(self, message: str, *, retry_after: float | None = None, reason: str = "denied") -> None:
+        super().__init__(message)
+        self.message = message
+        self.retry_after = retry_after
+        self.reason = reason
+
+
+@attrs.define(eq=False)
+class Request:
+    client: int  # the session
+    profile: str
+    method: str
+    server: str
+    name: str  # the server's own name for the item (or its URI)
+    exposed: str  # what the client called it
+    params: dict[str, Any]
+    answer: dict[str, Any] | None = None  # set by a hook to answer without the server
+    started: float = attrs.field(factory=time.monotonic)
+
+
+@attrs.define(eq=False)
+class Response:
+    request: Request
+    result: dict[str, Any] | None
+    error: dict[str, Any] | None
+    duration: float
+
+
+@attrs.frozen
+class ServerRequest:
+    server: str
+    method: str
+    params: dict[str, Any]
+
+
+def _name(plugin: Any) -> str:
+    return getattr(plugin, "name", None) or type(plugin).__name__
+
+
+class Plugins:
+    """The loaded plugins, and how each hook is run over them."""
+
+    def __init__(self, plugins: list[Any]) -> None:
+        self.plugins = plugins
+        self._request = [p for p in plugins if callable(getattr(p, "request", None))]
+        self._response = [p for p in plugins if callable(getattr(p, "response", None))]
+        self._catalog = [p for p in plugins if callable(getattr(p, "catalog", None))]
+        self._server_request = [p for p in plugins if callable(getattr(p, "server_request", None))]
+        for plugin in plugins:
+            for hook in ("catalog", "server_request"):
+                if inspect.iscoroutinefunction(getattr(plugin, hook, None)):
+                    raise ConfigError(f"plugin {_name(plugin)}: its {hook} hook must be a plain function")
+
+    @property
+    def watch_requests(self) -> bool:
+        return bool(self._request or self._response)
+
+    async def request(self, request: Request) -> None:
+        """Run the request hooks; raise Deny to refuse (any other failure becomes one)."""
+        for plugin in self._request:
+            try:
+                outcome = plugin.request(request)
+                if inspect.isawaitable(outcome):
+                    await outcome
+            except Deny:
+                raise
+            except Exception as exc:  # noqa: BLE001 - a broken plugin fails closed
+                log.exception("plugin %s: request hook failed", _name(plugin))
+                raise Deny(f"refused: plugin {_name(plugin)} failed ({type(exc).__name__})",
+                           reason="plugin_failed") from None
+            if request.answer is not None:
+                return
+
+    def response(self, response: Response, background: Callable[[Any], None]) -> None:
+        for plugin in self._response:
+            try:
+                outcome = plugin.response(response)
+                if inspect.isawaitable(outcome):
+                    background(outcome)
+            except Exception:  # noqa: BLE001 - an answer is delivered even if a plugin fails
+                log.exception("plugin %s: response hook failed", _name(plugin))
+
+    def catalog(self, profile: str, kind: str, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        for plugin in self._catalog:
+            try:
+                changed = plugin.catalog(profile, kind, items)
+            except Exception:  # noqa: BLE001 - fail closed: show nothing of this kind
+                log.exception("plugin %s: catalog hook failed; hiding every %s", _name(plugin), kind)
+                return []
+            if changed is not None:
+                items = list(changed)
+        return items
+
+    def server_request(self, request: ServerRequest) -> bool:
+        for plugin in self._server_request:
+            try:
+                if plugin.server_request(request) is False:
+                    return False
+            except Exception:  # noqa: BLE001 - fail closed
+                log.exception("plugin %s: server_request hook failed; refusing", _name(plugin))
+                return False
+        return True
+
+
+def load_plugins(specs: list[Any], config_dir: Path | None = None) -> Plugins:
+    """Build the plugins the config names; ConfigError names the one that failed."""
+    plugins = []
+    for index, spec in enumerate(specs):
+        path = f"plugins[{index}]"
+        try:
+            factory = _resolve(spec.use, config_dir)
+        except Exception as exc:  # noqa: BLE001 - reported with its key path
+            raise ConfigError(f"{path}.use: cannot load {spec.use!r}: {exc}") from None
+        try:
+            plugin = factory(**dict(spec.options))
+        except Exception as exc:  # noqa: BLE001
+            raise ConfigError(f"{path}.options: {spec.use} refused them: {exc}") from None
+        log.info("plugin %s loaded from %s", _name(plugin), spec.use)
+        plugins.append(plugin)
+    return Plugins(plugins)
+
+
+def _resolve(use: str, config_dir: Path | None) -> Any:
+    if ":" not in use:
+        found = [ep for ep in entry_points(group=ENTRY_POINT_GROUP) if ep.name == use]
+        if not found:
+            known = sorted(ep.name for ep in entry_points(group=ENTRY_POINT_GROUP))
+            raise LookupError(f"no plugin named {use!r} (installed: {', '.join(known) or 'none'})")
+        return found[0].load()
+    where, _, attr = use.rpartition(":")
+    if where.endswith(".py"):
+        file = Path(where)
+        if not file.is_absolute() and config_dir is not None:
+            file = config_dir / file
+        spec = importlib.util.spec_from_file_location(f"aggregator_plugin_{file.stem}", file)
+        if spec is None or spec.loader is None:
+            raise LookupError(f"cannot import {file}")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    else:
+        module = importlib.import_module(where)
+    return getattr(module, attr)
