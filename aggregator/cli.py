@@ -95,6 +95,13 @@ def _parser() -> argparse.ArgumentParser:
     with_config(check)
     check.set_defaults(command="check", run=_check, log_level="warning")
 
+    approve = sub.add_parser("approve", parents=[common], help="accept tool definitions that changed",
+                             description="Start the servers and accept the current definitions of the tools"
+                                         " the pin-definitions plugin quarantined (all, or those named).")
+    with_config(approve)
+    approve.add_argument("names", nargs="*", metavar="NAME", help="exposed tool names (default: every changed one)")
+    approve.set_defaults(command="approve", run=_approve, log_level="warning")
+
     imp = sub.add_parser("import", parents=[common], help="convert an mcpServers JSON file to TOML",
                          description="Print the aggregator.toml equivalent of a Claude Desktop,"
                                      " Cursor or VS Code server list.")
@@ -324,6 +331,23 @@ def _check(args: argparse.Namespace) -> int:
     for collision in collisions:
         print(f"  note: name collision: {collision}")
     return 0 if ok else 1
+
+
+def _approve(args: argparse.Namespace) -> int:
+    config, _ = _config(args)
+
+    def approve(hub: Hub) -> tuple[bool, list[str]]:
+        pinners = [p for p in hub.plugins.plugins if callable(getattr(p, "approve", None))]
+        approved = [name for pinner in pinners for name in pinner.approve(args.names or None)]
+        return bool(pinners), approved
+
+    found, approved = trio.run(_with_started_hub, config, approve)
+    if not found:
+        raise ConfigError("no plugin here approves definitions: add [[plugins]] use = \"pin-definitions\"")
+    if args.names and set(args.names) - set(approved):
+        print("not changed or not found: " + ", ".join(sorted(set(args.names) - set(approved))), file=sys.stderr)
+    print("approved: " + (", ".join(approved) if approved else "nothing (no definition has changed)"))
+    return 0
 
 
 def _import(args: argparse.Namespace) -> int:

@@ -60,9 +60,11 @@ class FakeUpstreams:
                 "progressToken": token, "progress": sent}}) + b"\n")
 
 
-def make_config(servers: dict[str, list[str]], server_settings: dict[str, Any] | None = None, **proxy: Any):
+def make_config(servers: dict[str, list[str]], server_settings: dict[str, Any] | None = None,
+                plugins: list[dict[str, Any]] | None = None, **proxy: Any):
     return structure_config({
         "proxy": {"startup_timeout": 5.0, **proxy},
+        "plugins": plugins or [],
         "servers": {name: {"command": "fake", "init_timeout": 2.0, **(server_settings or {})} for name in servers},
     }, environ={})
 
@@ -136,14 +138,15 @@ class Proxy:
         return Client(ours)
 
 
-def running_proxy(servers: dict[str, list[str]], server_settings: dict[str, Any] | None = None, **proxy: Any):
+def running_proxy(servers: dict[str, list[str]], server_settings: dict[str, Any] | None = None,
+                  plugins: list[dict[str, Any]] | None = None, **proxy: Any):
     """An async context manager yielding a Proxy with the given fake servers."""
     from contextlib import asynccontextmanager
 
     @asynccontextmanager
     async def run():
         upstreams = FakeUpstreams(servers)
-        hub = Hub(make_config(servers, server_settings, **proxy), connector=upstreams)
+        hub = Hub(make_config(servers, server_settings, plugins, **proxy), connector=upstreams)
         async with trio.open_nursery() as nursery:
             await nursery.start(hub.run)
             yield Proxy(hub, upstreams, nursery)

@@ -1,0 +1,61 @@
+"""audit-log: one JSON line per answered request, with secrets in arguments redacted.
+
+    [[plugins]]
+    use = "audit-log"
+    options = { path = "audit.jsonl", redact = ["password", "token", "secret"] }
+
+Each line: time, session, profile, method, server, the server's own name, the exposed
+name, the arguments (any key that contains one of ``redact``, case-insensitive, replaced
+by "[redacted]", at any depth), the outcome (ok, or the error code and reason) and the
+duration in milliseconds.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+from aggregator.plugins import Response
+
+DEFAULT_REDACT = ("password", "passwd", "secret", "token", "api_key", "apikey", "authorization", "cookie",
+                  "credential", "private_key")
+
+
+class AuditLog:
+    name = "audit-log"
+
+    def __init__(self, path: str, redact: list[str] | tuple[str, ...] = DEFAULT_REDACT) -> None:
+        self.redact = tuple(key.lower() for key in redact)
+        # Line-buffered appends: each record reaches the file whole, in order.
+        self._file = open(path, "a", buffering=1, encoding="utf-8")  # noqa: SIM115 - lives as long as the proxy
+
+    def response(self, response: Response) -> None:
+        request = response.request
+        record: dict[str, Any] = {
+            "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "session": request.client,
+            "profile": request.profile,
+            "method": request.method,
+            "server": request.server,
+            "name": request.name,
+            "exposed": request.exposed,
+            "arguments": self._redacted(request.params.get("arguments")),
+            "duration_ms": round(response.duration * 1000, 3),
+        }
+        if response.error is not None:
+            record["outcome"] = "error"
+            record["error"] = {"code": response.error.get("code"),
+                               "reason": (response.error.get("data") or {}).get("reason")}
+        else:
+            is_error = isinstance(response.result, dict) and response.result.get("isError") is True
+            record["outcome"] = "tool_error" if is_error else "ok"
+        self._file.write(json.dumps(record, ensure_ascii=False, default=str) + "\n")
+
+    def _redacted(self, value: Any) -> Any:
+        if isinstance(value, dict):
+            return {key: "[redacted]" if any(word in str(key).lower() for word in self.redact)
+                    else self._redacted(item) for key, item in value.items()}
+        if isinstance(value, list):
+            return [self._redacted(item) for item in value]
+        return value

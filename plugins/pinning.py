@@ -1,0 +1,95 @@
+"""pin-definitions: a tool whose definition changes after approval is quarantined.
+
+    [[plugins]]
+    use = "pin-definitions"
+    options = { path = "aggregator-pins.json" }
+
+The first time a tool is seen, the hash of its name, description, input and output
+schemas and annotations is pinned (trust on first use), in ``path``. From then on a tool
+whose definition differs from its pin (a "rug pull": new instructions slipped into a
+description, a schema that now asks for more) disappears from every client's list, so
+calls to it are refused like calls to a tool that does not exist; the change is logged
+as a diff. ``aggregator approve [NAME ...]`` accepts the current definitions (all that
+changed, or the named ones) after a person has looked at them.
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import json
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger(__name__)
+PINNED_FIELDS = ("name", "description", "inputSchema", "outputSchema", "annotations")
+
+
+def definition(tool: dict[str, Any]) -> dict[str, Any]:
+    return {field: tool[field] for field in PINNED_FIELDS if field in tool}
+
+
+def digest(tool: dict[str, Any]) -> str:
+    canonical = json.dumps(definition(tool), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+
+
+class PinDefinitions:
+    name = "pin-definitions"
+
+    def __init__(self, path: str = "aggregator-pins.json") -> None:
+        self.path = Path(path)
+        self.pins: dict[str, dict[str, Any]] = {}
+        if self.path.exists():
+            self.pins = json.loads(self.path.read_text(encoding="utf-8"))
+        # Tools quarantined now: exposed name -> the definition waiting for approval.
+        self.changed: dict[str, dict[str, Any]] = {}
+
+    def catalog(self, profile: str, kind: str, items: list[dict[str, Any]]) -> list[dict[str, Any]] | None:
+        if kind != "tools":
+            return None
+        kept, pinned_new = [], False
+        for tool in items:
+            name = tool["name"]
+            pin = self.pins.get(name)
+            current = digest(tool)
+            if pin is None:
+                self.pins[name] = {"sha256": current, "definition": definition(tool)}
+                pinned_new = True
+                kept.append(tool)
+            elif pin["sha256"] == current:
+                kept.append(tool)
+                self.changed.pop(name, None)
+            else:
+                if name not in self.changed:
+                    log.warning("tool %s changed since it was approved; quarantined until `aggregator approve %s`:\n%s",
+                                name, name, self._diff(pin["definition"], definition(tool)))
+                self.changed[name] = definition(tool)
+        if pinned_new:
+            self.save()
+        return kept
+
+    def approve(self, names: list[str] | None = None) -> list[str]:
+        """Accept the current definitions of changed tools (all, or those named)."""
+        chosen = [n for n in self.changed if not names or n in names]
+        for name in chosen:
+            tool = self.changed.pop(name)
+            self.pins[name] = {"sha256": digest(tool), "definition": tool}
+        if chosen:
+            self.save()
+        return chosen
+
+    def save(self) -> None:
+        temporary = self.path.with_name(self.path.name + ".tmp")
+        temporary.write_text(json.dumps(self.pins, indent=2, sort_keys=True, ensure_ascii=False), encoding="utf-8")
+        os.replace(temporary, self.path)
+
+    @staticmethod
+    def _diff(before: dict[str, Any], after: dict[str, Any]) -> str:
+        lines = difflib.unified_diff(
+            json.dumps(before, indent=2, sort_keys=True).splitlines(),
+            json.dumps(after, indent=2, sort_keys=True).splitlines(),
+            "approved", "now", lineterm="")
+        return "\n".join(lines)

@@ -1,0 +1,67 @@
+"""rate-limit: a token bucket per client and tool; the error says when to retry.
+
+    [[plugins]]
+    use = "rate-limit"
+    options = { rate = 2.0, burst = 5, per = "session+tool" }
+
+``rate`` requests a second on average, up to ``burst`` at once. ``per`` says what is
+counted separately: "session+tool" (default), "session", "profile+tool" or "profile"
+(all clients of a profile together: what a token holder cannot escape by opening new
+sessions). A refused request gets reason ``rate_limited`` and ``retry_after`` seconds.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import trio
+
+from aggregator.plugins import Deny, Request
+
+
+def _now() -> float:
+    """The proxy's clock (trio's, so tests can run it virtually), or the system's outside it."""
+    try:
+        return trio.current_time()
+    except RuntimeError:
+        return time.monotonic()
+
+
+KEYS = {
+    "session+tool": lambda r: (r.client, r.exposed),
+    "session": lambda r: r.client,
+    "profile+tool": lambda r: (r.profile, r.exposed),
+    "profile": lambda r: r.profile,
+}
+
+
+class RateLimit:
+    name = "rate-limit"
+
+    def __init__(self, rate: float, burst: int = 1, per: str = "session+tool",
+                 clock: Callable[[], float] = _now) -> None:
+        if rate <= 0 or burst < 1:
+            raise ValueError("rate must be positive and burst at least 1")
+        if per not in KEYS:
+            raise ValueError(f"per must be one of {', '.join(KEYS)}")
+        self.rate = float(rate)
+        self.burst = float(burst)
+        self.key = KEYS[per]
+        self.clock = clock
+        self.buckets: dict[Any, tuple[float, float]] = {}  # key -> (tokens, when)
+
+    def request(self, request: Request) -> None:
+        now = self.clock()
+        key = self.key(request)
+        tokens, when = self.buckets.get(key, (self.burst, now))
+        tokens = min(self.burst, tokens + (now - when) * self.rate)
+        if tokens < 1:
+            wait = (1 - tokens) / self.rate
+            self.buckets[key] = (tokens, now)
+            raise Deny(f"Rate limit reached for {request.exposed}: at most {self.rate:g} a second"
+                       f" (bursts of {self.burst:g}); retry in {wait:.2f}s", retry_after=wait, reason="rate_limited")
+        self.buckets[key] = (tokens - 1, now)
+        if len(self.buckets) > 100_000:  # forget full buckets: they say nothing
+            self.buckets = {k: v for k, v in self.buckets.items() if v[0] + (now - v[1]) * self.rate < self.burst}
