@@ -17,6 +17,7 @@ Modes
 - loop          tools/list pages forever: every page's nextCursor is the same.
 - big:N         ``big`` returns a text of N bytes.
 - rug_pull      ``rug`` changes ``echo``'s description and announces tools/list_changed.
+- pulled        start with ``echo``'s description already changed.
 - (always)      ``flood`` {count} sends that many log messages, then answers;
                 ``progress_forever`` never answers, and (in memory) reports progress forever.
 """
@@ -42,7 +43,7 @@ class FakeServer:
         self.seen: list[dict[str, Any]] = []
         self.exit_code: int | None = None
         self.progress_forever: Any = None  # the token, once progress_forever was called
-        self.pulled = False  # rug_pull: echo's definition has changed
+        self.pulled = "pulled" in self.modes  # rug_pull: echo's definition has changed
 
     def tools(self) -> list[dict[str, Any]]:
         tools = [
