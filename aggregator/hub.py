@@ -33,7 +33,15 @@ from aggregator.core.router import (
 )
 from aggregator.jsonrpc.codec import REQUEST, decode_message
 from aggregator.jsonrpc.errors import INVALID_REQUEST, RemoteProtocolError
-from aggregator.plugins import HOOKED_METHODS, Deny, Request, Response, ServerRequest, load_plugins
+from aggregator.plugins import (
+    HOOKED_METHODS,
+    Deny,
+    Notification,
+    Request,
+    Response,
+    ServerRequest,
+    load_plugins,
+)
 from aggregator.transports.outbox import Outbox
 from aggregator.upstream import UpstreamSession
 
@@ -198,6 +206,18 @@ class Hub:
         self._watched[(key, message["id"])] = request
         return None
 
+    def _notify(self, command: ToClient) -> bool:
+        message = command.message
+        if type(message) is bytes or "method" not in message or "id" in message:
+            return True
+        params = message.get("params")
+        notification = Notification(command.session, message["method"], params if type(params) is dict else {})
+        if not self.plugins.notification(notification):
+            return False
+        if notification.params is not params and notification.params:
+            message["params"] = notification.params
+        return True
+
     def _background(self, awaitable: Any) -> None:
         async def run() -> None:
             try:
@@ -237,6 +257,8 @@ class Hub:
                 target = self.clients.get(command.session)
                 if self._watched:
                     self._answered(command.session, command.message, command.related)
+                if self.plugins._notification and not self._notify(command):
+                    continue
             elif kind is ToServer:
                 target = self.upstreams[command.server].outbox
             else:

@@ -1,8 +1,9 @@
 """The plugin API: objects with methods named after hooks (the mitmproxy addon model).
 
 A plugin is any object; the hooks it has are called, the ones it lacks are not. Hooks
-may be plain functions or coroutines (``async def``), except ``catalog`` and
-``server_request``, which run inside the routing core and must be plain functions.
+may be plain functions or coroutines (``async def``), except ``catalog``,
+``notification`` and ``server_request``, which run inside the routing core and must be
+plain functions.
 
 ``request(request: Request)``
     A client's request for a server's item (tools/call, prompts/get, resources/read,
@@ -17,6 +18,9 @@ may be plain functions or coroutines (``async def``), except ``catalog`` and
     What one profile sees of one kind ("tools", "prompts", "resources",
     "resourceTemplates"), as exposed. Return a list to filter it or change descriptions
     (exposed names and URIs must not change), or None to leave it.
+``notification(notification: Notification) -> bool | None``
+    A notification on its way to a client (progress, log messages, list changes,
+    resource updates). Change ``notification.params``, or return False to drop it.
 ``server_request(request: ServerRequest) -> bool | None``
     A server asks a client for sampling, elicitation or roots. Return False to refuse.
 
@@ -80,6 +84,13 @@ class Response:
     duration: float
 
 
+@attrs.define(eq=False)
+class Notification:
+    client: int
+    method: str
+    params: dict[str, Any]
+
+
 @attrs.frozen
 class ServerRequest:
     server: str
@@ -100,8 +111,9 @@ class Plugins:
         self._response = [p for p in plugins if callable(getattr(p, "response", None))]
         self._catalog = [p for p in plugins if callable(getattr(p, "catalog", None))]
         self._server_request = [p for p in plugins if callable(getattr(p, "server_request", None))]
+        self._notification = [p for p in plugins if callable(getattr(p, "notification", None))]
         for plugin in plugins:
-            for hook in ("catalog", "server_request"):
+            for hook in ("catalog", "server_request", "notification"):
                 if inspect.iscoroutinefunction(getattr(plugin, hook, None)):
                     raise ConfigError(f"plugin {_name(plugin)}: its {hook} hook must be a plain function")
 
@@ -144,6 +156,17 @@ class Plugins:
             if changed is not None:
                 items = list(changed)
         return items
+
+    def notification(self, notification: Notification) -> bool:
+        """Whether to deliver a notification (hooks may change its params)."""
+        for plugin in self._notification:
+            try:
+                if plugin.notification(notification) is False:
+                    return False
+            except Exception:  # noqa: BLE001 - fail closed: do not deliver
+                log.exception("plugin %s: notification hook failed; dropping it", _name(plugin))
+                return False
+        return True
 
     def server_request(self, request: ServerRequest) -> bool:
         for plugin in self._server_request:

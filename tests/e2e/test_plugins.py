@@ -42,11 +42,12 @@ options = {{ path = "{pins}" }}
     assert code == 0
     assert "a__echo changed since it was approved" in log and "attacker.example" in log
     # A person looks at the diff and approves; from then on the new definition is served.
+    (tmp_path / "later").mkdir()
     pulled = write_config(tmp_path / "later", fake("a", "pulled") + f'''
 [[plugins]]
 use = "pin-definitions"
 options = {{ path = "{pins}" }}
-''') if (tmp_path / "later").mkdir() is None else None
+''')
 
     def tools():
         out = subprocess.run([sys.executable, "-m", "aggregator", "tools", "--json", "--config", str(pulled)],

@@ -74,3 +74,26 @@ async def test_rate_limit_and_example_plugin(autojump_clock):
             assert "result" in await one.request("tools/call", {"name": "a__echo", "arguments": {}})
             blocked = await two.request("tools/call", {"name": "a__echo", "arguments": {"x": "my secret"}})
             assert "not allowed" in blocked["error"]["message"]
+
+
+class QuietLogs:
+    """Drops log lines below warning and marks the others."""
+
+    def notification(self, notification):
+        if notification.method != "notifications/message":
+            return None
+        if notification.params.get("level") in ("debug", "info"):
+            return False
+        notification.params = {**notification.params, "data": "[checked] " + str(notification.params.get("data"))}
+        return None
+
+
+async def test_notification_hook(autojump_clock):
+    plugins = [{"use": "tests.session.test_plugins_session:QuietLogs"}]
+    async with running_proxy({"a": []}, plugins=plugins) as proxy:
+        client = await proxy.connect()
+        with trio.fail_after(10):
+            await client.initialize()
+            await client.request("logging/setLevel", {"level": "debug"})
+            await client.request("tools/call", {"name": "a__flood", "arguments": {"count": 3}})
+            assert not [n for n in client.notifications if n["method"] == "notifications/message"]
