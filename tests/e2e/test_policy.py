@@ -198,3 +198,25 @@ def test_explain_shows_what_hid_each_item(tmp_path, everything_js, git_repo):
     assert "git:git_commit  hidden by servers.git.tools.deny 'git_commit'" in out.stdout
     assert "hidden by profiles.reader.tools.read_only" in out.stdout
     assert "everything:toggle-simulated-logging  hidden by policy.tools.deny '*simulated*'" in out.stdout
+
+
+def test_sampling_denied_for_a_server(tmp_path, everything_js):
+    """P07: the client can sample, but this server may not ask it to."""
+    config = write_config(tmp_path, f'''
+[servers.everything]
+command = "node"
+args = ["{everything_js}", "stdio"]
+server_requests = ["roots"]
+''', startup_timeout=20.0)
+    proxy = RawProxy(config)
+    try:
+        proxy.request(1, "initialize", {"protocolVersion": "2025-11-25", "capabilities": {"sampling": {}},
+                                        "clientInfo": {"name": "raw", "version": "0"}})
+        answer = proxy.request(2, "tools/call", {"name": "everything__trigger-sampling-request",
+                                                 "arguments": {"prompt": "hi"}})
+        assert not any(n.get("method") == "sampling/createMessage" for n in proxy.notifications)
+        text = json.dumps(answer)
+        assert "not allowed by policy" in text, text
+    finally:
+        code, log = proxy.close()
+    assert code == 0, log
