@@ -22,6 +22,8 @@ import itertools
 import logging
 import secrets
 from collections import deque
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 import trio
@@ -372,12 +374,7 @@ class StreamableHttpEndpoint:
             return answered and self.hub.router.clients.get(session.key) is not None
         answered = False
         streaming = False
-        async with trio.open_nursery() as nursery:
-            async def watch() -> None:
-                await connection.watch_disconnect()
-                nursery.cancel_scope.cancel()
-
-            nursery.start_soon(watch)
+        async with _until_client_leaves(connection):
             while True:
                 await queue.wait()
                 if queue.overflowed:
@@ -403,7 +400,6 @@ class StreamableHttpEndpoint:
                 if last:
                     answered = await connection.end_stream()
                     break
-            nursery.cancel_scope.cancel()
         if answered or queue.final and not queue.items:
             session.streams.pop(queue.stream_id, None)
         elif session.requests.get(id) is queue or queue.items:
@@ -534,12 +530,7 @@ class StreamableHttpEndpoint:
         if not await connection.start_stream([]) or not await connection.send_chunk(queue.replay_after(after)):
             queue.resumed = False
             return
-        async with trio.open_nursery() as nursery:
-            async def watch() -> None:
-                await connection.watch_disconnect()
-                nursery.cancel_scope.cancel()
-
-            nursery.start_soon(watch)
+        async with _until_client_leaves(connection):
             while True:
                 if not queue.items and queue.final:
                     await connection.end_stream()
@@ -548,7 +539,6 @@ class StreamableHttpEndpoint:
                 await queue.wait()
                 if queue.overflowed or not await connection.send_chunk(queue.take_all()):
                     break
-            nursery.cancel_scope.cancel()
         connection.closed = True
         if queue.stream_id in session.streams:  # lost again: the grace period starts over
             queue.resumed = False
@@ -574,15 +564,23 @@ class StreamableHttpEndpoint:
         log.info("http session %d: closed", session.key)
 
 
-async def _pump(connection: HttpConnection, queue: MessageQueue, ended: Any) -> None:
-    """Send a stream's messages as they come, with keep-alive comments while idle, until
-    the client leaves, stops reading, or ``ended()`` says the session is over."""
+@asynccontextmanager
+async def _until_client_leaves(connection: HttpConnection) -> AsyncIterator[None]:
+    """Run the body, cancelling it if the client closes the connection meanwhile."""
     async with trio.open_nursery() as nursery:
         async def watch() -> None:
             await connection.watch_disconnect()
             nursery.cancel_scope.cancel()
 
         nursery.start_soon(watch)
+        yield
+        nursery.cancel_scope.cancel()
+
+
+async def _pump(connection: HttpConnection, queue: MessageQueue, ended: Any) -> None:
+    """Send a stream's messages as they come, with keep-alive comments while idle, until
+    the client leaves, stops reading, or ``ended()`` says the session is over."""
+    async with _until_client_leaves(connection):
         while not ended():
             with trio.move_on_after(KEEPALIVE) as idle:
                 await queue.wait()
@@ -597,4 +595,3 @@ async def _pump(connection: HttpConnection, queue: MessageQueue, ended: Any) -> 
                 break
             if not await connection.send_chunk(queue.take_all()):
                 break
-        nursery.cancel_scope.cancel()

@@ -10,6 +10,7 @@ subscriptions, completions, and DNS-rebinding protection. Every scenario of the 
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -44,7 +45,8 @@ prefix = ""
     assert run.returncode == 0, summary + run.stderr
     checks = {}
     for path in results.glob("server-*/checks.json"):
-        scenario = path.parent.name.removeprefix("server-").rsplit("-20", 1)[0]
+        # server-<scenario>-<ISO timestamp with dashes>
+        scenario = re.match(r"server-(.+)-\d{4}-\d{2}-\d{2}T", path.parent.name).group(1)
         checks[scenario] = json.loads(path.read_text())
     assert len(checks) >= 30, sorted(checks)
     failed = {name: [c["id"] + ": " + str(c.get("errorMessage")) for c in found if c["status"] == "FAILURE"]
