@@ -111,3 +111,14 @@ class RawProxy:
     def log(self) -> str:
         self.stderr.seek(0)
         return self.stderr.read().decode(errors="replace")
+
+
+def websocket_requester(socket):
+    """An async request(id, method, params) over a trio-websocket connection."""
+    async def request(id, method, params):
+        await socket.send_message(json.dumps({"jsonrpc": "2.0", "id": id, "method": method, "params": params}))
+        while True:
+            message = json.loads(await socket.get_message())
+            if message.get("id") == id:
+                return message
+    return request

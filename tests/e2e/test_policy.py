@@ -12,7 +12,7 @@ import pytest
 import trio
 import trio_websocket
 
-from tests.e2e.conftest import RawProxy, write_config
+from tests.e2e.conftest import RawProxy, websocket_requester, write_config
 from tests.e2e.test_http import free_port, http_proxy, initialize, post, wait_listening
 
 pytestmark = pytest.mark.e2e
@@ -170,13 +170,7 @@ async def test_websocket_front(tmp_path, everything_js, git_repo):
             async with trio_websocket.open_websocket_url(
                     f"ws://127.0.0.1:{port}/mcp", extra_headers=[("authorization", f"Bearer {ADMIN}")]) as socket:
 
-                async def request(id, method, params):
-                    await socket.send_message(json.dumps({"jsonrpc": "2.0", "id": id, "method": method,
-                                                          "params": params}))
-                    while True:
-                        message = json.loads(await socket.get_message())
-                        if message.get("id") == id:
-                            return message
+                request = websocket_requester(socket)
 
                 await request(1, "initialize", {"protocolVersion": "2025-11-25", "capabilities": {},
                                                 "clientInfo": {"name": "ws", "version": "0"}})
