@@ -421,12 +421,17 @@ def structure_config(
             problems.append(f"{path}.options: expected a table")
             continue
         plugins.append(PluginConfig(use=table["use"], options=options))
-    policy = RuleSet()
-    if "policy" in raw:
+    def section(key: str, cls: type) -> Any:
+        """One top-level table, structured; its problems recorded, defaults if broken."""
+        if key not in raw:
+            return cls()
         try:
-            policy = _converter.structure(raw["policy"], RuleSet)
-        except Exception as exc:  # noqa: BLE001
-            problems.extend(_flatten(exc, "policy"))
+            return _converter.structure(raw[key], cls)
+        except Exception as exc:  # noqa: BLE001 - every structuring problem is reported
+            problems.extend(_flatten(exc, key))
+            return cls()
+
+    policy = section("policy", RuleSet)
     profiles: dict[str, ProfileConfig] = {}
     raw_profiles = raw.get("profiles", {})
     if not isinstance(raw_profiles, dict):
@@ -445,20 +450,9 @@ def structure_config(
             continue
         if name == "default" or not NAME_CHARS.fullmatch(name):
             problems.append(f"{path}: a profile name is made of A-Z a-z 0-9 _ . - and is not \"default\"")
-    proxy = ProxyConfig()
-    if "proxy" in raw:
-        try:
-            proxy = _converter.structure(raw["proxy"], ProxyConfig)
-        except Exception as exc:  # noqa: BLE001 - every structuring problem is reported
-            problems.extend(_flatten(exc, "proxy"))
-    http = HttpConfig()
-    if "http" in raw:
-        try:
-            http = _converter.structure(raw["http"], HttpConfig)
-        except Exception as exc:  # noqa: BLE001
-            problems.extend(_flatten(exc, "http"))
-        else:
-            problems.extend(check_http(http))
+    proxy = section("proxy", ProxyConfig)
+    http = section("http", HttpConfig)
+    problems.extend(check_http(http))
     servers: dict[str, ServerConfig] = {}
     raw_servers = raw.get("servers", {})
     if not isinstance(raw_servers, dict):

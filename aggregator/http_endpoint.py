@@ -24,6 +24,7 @@ import secrets
 from collections import deque
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from functools import partial
 from typing import Any
 
 import trio
@@ -245,29 +246,16 @@ class StreamableHttpEndpoint:
             body = dumps(error_response(None, INVALID_REQUEST, reason))
             await connection.respond(status, [JSON, *headers], body)
             return
-        if path == self.config.sse_path:
-            if request.method != "GET":
-                await connection.respond(405, [("allow", "GET"), JSON], dumps(error_response(
-                    None, INVALID_REQUEST, "method not allowed")))
-            else:
-                await self._legacy_stream(connection, request)
-            return
-        if path == self.config.messages_path:
-            if request.method != "POST":
-                await connection.respond(405, [("allow", "POST"), JSON], dumps(error_response(
-                    None, INVALID_REQUEST, "method not allowed")))
-            else:
-                await self._legacy_post(connection, request, query)
-            return
-        if request.method == "POST":
-            await self._post(connection, request)
-        elif request.method == "GET":
-            await self._get(connection, request)
-        elif request.method == "DELETE":
-            await self._delete(connection, request)
-        else:
-            await connection.respond(405, [("allow", "GET, POST, DELETE"), JSON],
+        handlers = {
+            self.config.sse_path: {"GET": self._legacy_stream},
+            self.config.messages_path: {"POST": partial(self._legacy_post, query=query)},
+        }.get(path, {"POST": self._post, "GET": self._get, "DELETE": self._delete})
+        handler = handlers.get(request.method)
+        if handler is None:
+            await connection.respond(405, [("allow", ", ".join(handlers)), JSON],
                                      dumps(error_response(None, INVALID_REQUEST, "method not allowed")))
+            return
+        await handler(connection, request)
 
     async def _reject(self, connection: HttpConnection, status: int, code: int, message: str, id: Any = None) -> None:
         await connection.respond(status, [JSON], dumps(error_response(id, code, message)))
@@ -495,7 +483,7 @@ class StreamableHttpEndpoint:
             self.hub.remove_client(session.key)
             log.info("legacy sse session %d: closed", session.key)
 
-    async def _legacy_post(self, connection: HttpConnection, request: Request, query: str) -> None:
+    async def _legacy_post(self, connection: HttpConnection, request: Request, *, query: str) -> None:
         session_id = next((value for key, _, value in (part.partition("=") for part in query.split("&"))
                            if key == "session_id"), None)
         session = self.legacy.get(session_id or "")
