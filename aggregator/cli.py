@@ -160,7 +160,7 @@ async def _serve_all(config: Config, path: Path, stdio: bool, listen: str | None
     hub = Hub(config)
     try:
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(_cancel_on_signals, nursery.cancel_scope)
+            nursery.start_soon(_cancel_on_signals, nursery.cancel_scope, hub)
             await nursery.start(hub.run)
             if listen is not None:
                 from aggregator.http_endpoint import StreamableHttpEndpoint
@@ -186,10 +186,23 @@ async def _serve_all(config: Config, path: Path, stdio: bool, listen: str | None
                 await own.aclose()
 
 
-async def _cancel_on_signals(scope: trio.CancelScope) -> None:
+async def _cancel_on_signals(scope: trio.CancelScope, hub: Hub | None = None) -> None:
+    """SIGTERM, SIGINT or SIGHUP: finish what is in flight (up to proxy.drain_timeout,
+    taking nothing new), then stop everything. A second signal stops at once."""
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
         async for signum in signals:
             log.info("received %s; shutting down", signal.Signals(signum).name)
+            if hub is not None:
+                async with trio.open_nursery() as nursery:
+                    async def second_signal() -> None:
+                        async for _ in signals:
+                            log.info("second signal: stopping now")
+                            nursery.cancel_scope.cancel()
+                            return
+
+                    nursery.start_soon(second_signal)
+                    await hub.drain(hub.config.proxy.drain_timeout)
+                    nursery.cancel_scope.cancel()
             scope.cancel()
             return
 

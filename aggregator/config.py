@@ -132,6 +132,8 @@ class ProxyConfig:
     list_changed_debounce: float = 0.05
     # Requests one client session may have in flight; more are refused (reason overloaded).
     max_in_flight_per_session: int = 128
+    # On SIGTERM/SIGINT: how long requests in flight may take to finish before they fail.
+    drain_timeout: float = 10.0
     # Exposed tool and prompt names: at most this long, and made of this charset:
     # "mcp" is the spec's [A-Za-z0-9_.-]; "llm" is [A-Za-z0-9_-], what LLM APIs accept.
     max_name_length: int = 128

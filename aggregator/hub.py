@@ -141,6 +141,26 @@ class Hub:
         if self._settled >= self._initial:
             self._all_settled.set()
 
+    async def drain(self, seconds: float) -> None:
+        """Let requests in flight finish (up to ``seconds``) while refusing new ones."""
+        self.router.draining = True
+        waiting = self.router.in_flight()
+        if waiting:
+            log.info("shutting down: waiting up to %.0fs for %d request(s) in flight", seconds, waiting)
+        with trio.move_on_after(seconds):
+            while self.router.in_flight():  # noqa: ASYNC110 - the router has no event to wait on
+                await trio.sleep(0.05)
+        left = self.router.in_flight()
+        if left:
+            log.warning("shutting down: %d request(s) still in flight after %.0fs; they fail now", left, seconds)
+            self.dispatch_now(self.router.abandon("the aggregator is shutting down"))
+        # Let the answers reach the clients before the connections close.
+        with trio.move_on_after(1):
+            for client in list(self.clients.values()):
+                drained = getattr(client, "wait_drained", None)
+                if drained is not None:
+                    await drained()
+
     # --- clients ------------------------------------------------------------------------
 
     def add_client(self, outbox: Any, profile: str = "default") -> int:

@@ -62,6 +62,7 @@ class FakeServer:
             {"name": "pid", "inputSchema": {"type": "object"}},
             {"name": "env", "inputSchema": {"type": "object"}},
             {"name": "rug", "inputSchema": {"type": "object"}},
+            {"name": "slow", "inputSchema": {"type": "object"}},
         ]
         tools += [{"name": f"t{i}", "inputSchema": {"type": "object"}} for i in range(self.extra)]
         return tools
@@ -162,6 +163,10 @@ class FakeServer:
                 return ok({"content": [{"type": "text", "text": "x" * self.big}]})
             if name == "flood":
                 return ok({"content": [{"type": "text", "text": "flooded"}]})
+            if name == "slow":  # blocks this (single-threaded) server for that long
+                import time
+                time.sleep(float(arguments.get("seconds", 1)))
+                return ok({"content": [{"type": "text", "text": "slept"}]})
             if name == "rug":
                 return ok({"content": [{"type": "text", "text": "pulled" if self.pulled else "nothing"}]})
             if name == "env":

@@ -262,6 +262,7 @@ class Router:
         self.per_session = {s.name for s in servers if getattr(s, "isolation", "shared") == "per-session"}
         self.clients: dict[int, ClientState] = {}
         self.startup_complete = False
+        self.draining = False  # shutting down: finish what is in flight, take nothing new
         self.max_in_flight = max_in_flight
         self.server_requests = server_requests
         self.roots = roots
@@ -600,6 +601,9 @@ class Router:
         self, client: ClientState, message: dict[str, Any], server: str, params: dict[str, Any]
     ) -> list[Any]:
         """Send a client's request upstream under a fresh id. ``params`` is ours to change."""
+        if self.draining:
+            return [ToClient(client.key, proxy_error(
+                message["id"], "The aggregator is shutting down", reason="unavailable", server=server))]
         if server in self.per_session:
             name = self._link_name(server, client.key)
             link = self.links.get(name)
@@ -700,6 +704,27 @@ class Router:
         if reverse is not None:
             self.reverse_ids.pop((reverse.server, reverse.upstream_id), None)
         return reverse
+
+    def abandon(self, why: str) -> list[Any]:
+        """Fail every client request still in flight (shutting down): the client hears it,
+        the server is told to stop."""
+        out: list[Any] = []
+        for link in self.links.values():
+            for pending in list(link.pending.values()):
+                if pending.session == NO_SESSION:
+                    continue
+                self._end(pending)
+                if link.ready:
+                    out.append(ToServer(link.name, _cancelled(pending.upstream_id, why)))
+                if pending.session in self.clients:
+                    out.append(ToClient(pending.session, proxy_error(
+                        pending.client_id, f"Server {link.server!r} did not answer before the aggregator stopped",
+                        reason="unavailable", server=link.server)))
+        return out
+
+    def in_flight(self) -> int:
+        """Client requests waiting for an upstream's answer (not the proxy's own)."""
+        return sum(1 for link in self.links.values() for p in link.pending.values() if p.session != NO_SESSION)
 
     # --- time ---------------------------------------------------------------------------
 

@@ -472,3 +472,17 @@ def test_in_flight_requests_per_session_are_capped(clock):
                                                                params={"name": "a__slow"})))
     assert kind == "ToClient" and refused["error"]["data"]["reason"] == "overloaded"
     call(router, 2, 0)  # another session is not affected
+
+
+def test_draining_takes_nothing_new_and_abandon_answers_everyone(router):
+    call(router, 1, 1)
+    call(router, 2, 1, tool="b__slow")
+    router.draining = True
+    [(kind, _, refused)] = unpack(router.client_message(1, msg(id=2, method="tools/call",
+                                                               params={"name": "a__fast"})))
+    assert kind == "ToClient" and refused["error"]["message"] == "The aggregator is shutting down"
+    assert router.in_flight() == 2
+    out = unpack(router.abandon("stopping"))
+    assert sorted((o[1], o[2].get("id")) for o in out if o[0] == "ToClient") == [(1, 1), (2, 1)]
+    assert sorted(o[1] for o in out if o[0] == "ToServer") == ["a", "b"]
+    assert router.in_flight() == 0

@@ -223,3 +223,31 @@ def test_children_get_no_secrets_and_requests_spawn_nothing(tmp_path, monkeypatc
     finally:
         code, log = proxy.close()
     assert code == 0 and "do-not-pass-me" not in log
+
+
+def test_sigterm_drains_what_is_in_flight(tmp_path):
+    import signal
+    marker = f"AGG_TEST_{uuid.uuid4().hex}"
+    env = f'{{ MARKER = "{marker}" }}'
+    config = write_config(tmp_path, fake("a", env=env) + fake("b", env=env), drain_timeout=3.0)
+    proxy = RawProxy(config)
+    proxy.request(1, "initialize", {"protocolVersion": "2025-11-25", "capabilities": {},
+                                    "clientInfo": {"name": "raw", "version": "0"}})
+    proxy.send(b'{"jsonrpc":"2.0","id":"slow","method":"tools/call","params":{"name":"a__slow",'
+               b'"arguments":{"seconds":1.5}}}\n')
+    proxy.send(b'{"jsonrpc":"2.0","id":"hang","method":"tools/call","params":{"name":"b__hang"}}\n')
+    time.sleep(0.3)
+    started = time.monotonic()
+    proxy.process.send_signal(signal.SIGTERM)
+    time.sleep(0.2)
+    late = proxy.request("late", "tools/call", {"name": "a__echo", "arguments": {}})
+    assert late["error"]["message"] == "The aggregator is shutting down"
+    answers = {}
+    while len(answers) < 2:
+        message = proxy.receive()
+        answers[message["id"]] = message
+    assert answers["slow"]["result"]["content"][0]["text"] == "slept"  # finished within the drain
+    assert answers["hang"]["error"]["data"]["reason"] == "unavailable"  # failed at the deadline
+    assert 2.5 < time.monotonic() - started < 3 + 4 + 3
+    assert proxy.process.wait(timeout=15) == 0
+    assert not processes_with(marker)
