@@ -434,48 +434,38 @@ def structure_config(
             return cls()
 
     policy = section("policy", RuleSet)
-    profiles: dict[str, ProfileConfig] = {}
-    raw_profiles = raw.get("profiles", {})
-    if not isinstance(raw_profiles, dict):
-        problems.append(f"profiles: expected a table of profiles, got {_describe(raw_profiles)}")
-        raw_profiles = {}
-    for name, table in raw_profiles.items():
+    def keyed(key: str, cls: type, what: str) -> dict[str, Any]:
+        """A table of named tables ([servers.NAME], [profiles.NAME]), each structured and
+        given its name; problems recorded with their key paths."""
+        tables = raw.get(key, {})
+        if not isinstance(tables, dict):
+            problems.append(f"{key}: expected a table of {what}, got {_describe(tables)}")
+            return {}
+        out = {}
+        for name, table in tables.items():
+            path = f"{key}.{name}"
+            if not isinstance(table, dict):
+                problems.append(f"{path}: expected a table, got {_describe(table)}")
+            elif "name" in table:
+                problems.append(f"{path}.name: unknown key")
+            else:
+                try:
+                    out[name] = attrs.evolve(_converter.structure(table, cls), name=name)
+                except Exception as exc:  # noqa: BLE001
+                    problems.extend(_flatten(exc, path))
+        return out
+
+    profiles: dict[str, ProfileConfig] = keyed("profiles", ProfileConfig, "profiles")
+    for name in profiles:
         path = f"profiles.{name}"
-        if not isinstance(table, dict) or "name" in table:
-            problems.append(f"{path}: expected a table of rules" if not isinstance(table, dict)
-                            else f"{path}.name: unknown key")
-            continue
-        try:
-            profiles[name] = attrs.evolve(_converter.structure(table, ProfileConfig), name=name)
-        except Exception as exc:  # noqa: BLE001
-            problems.extend(_flatten(exc, path))
-            continue
         if name == "default" or not NAME_CHARS.fullmatch(name):
             problems.append(f"{path}: a profile name is made of A-Z a-z 0-9 _ . - and is not \"default\"")
     proxy = section("proxy", ProxyConfig)
     http = section("http", HttpConfig)
     problems.extend(check_http(http))
-    servers: dict[str, ServerConfig] = {}
-    raw_servers = raw.get("servers", {})
-    if not isinstance(raw_servers, dict):
-        problems.append(f"servers: expected a table of servers, got {_describe(raw_servers)}")
-        raw_servers = {}
-    for name, table in raw_servers.items():
-        path = f"servers.{name}"
-        if not isinstance(table, dict):
-            problems.append(f"{path}: expected a table, got {_describe(table)}")
-            continue
-        if "name" in table:
-            problems.append(f"{path}.name: unknown key")
-            continue
-        try:
-            server = _converter.structure(table, ServerConfig)
-        except Exception as exc:  # noqa: BLE001
-            problems.extend(_flatten(exc, path))
-            continue
-        server = attrs.evolve(server, name=name)
-        problems.extend(_check_server(server, path))
-        servers[name] = server
+    servers: dict[str, ServerConfig] = keyed("servers", ServerConfig, "servers")
+    for name, server in servers.items():
+        problems.extend(_check_server(server, f"servers.{name}"))
     if not problems:
         problems.extend(_check_proxy(proxy))
         problems.extend(validate_server_naming(list(servers.values()), proxy.separator))

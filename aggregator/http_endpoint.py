@@ -286,11 +286,10 @@ class StreamableHttpEndpoint:
             await self._reject(connection, 406, INVALID_REQUEST,
                                "Not acceptable: accept application/json and text/event-stream")
             return
-        try:
-            kind, message = decode_message(request.body)
-        except RemoteProtocolError as exc:
-            await connection.respond(400, [JSON], dumps(exc.to_response()))
+        decoded = await _decode(connection, request)
+        if decoded is None:
             return
+        kind, message = decoded
         if kind == REQUEST and message["method"] == "initialize":
             await self._initialize(connection, request, message)
             return
@@ -490,13 +489,10 @@ class StreamableHttpEndpoint:
         if session is None or session.principal != self.access.principal(request.headers):
             await self._reject(connection, 404, INVALID_REQUEST, "Session not found: open the SSE stream again")
             return
-        try:
-            kind, message = decode_message(request.body)
-        except RemoteProtocolError as exc:
-            await connection.respond(400, [JSON], dumps(exc.to_response()))
-            return
-        self.hub.dispatch_now(await self.hub.client_event(session.key, kind, message))
-        await connection.respond(202, [("content-type", "text/plain")], b"Accepted")
+        decoded = await _decode(connection, request)
+        if decoded is not None:
+            self.hub.dispatch_now(await self.hub.client_event(session.key, *decoded))
+            await connection.respond(202, [("content-type", "text/plain")], b"Accepted")
 
     def _resumable(self, session: HttpSession, last_event_id: str | None) -> tuple[MessageQueue, int] | None:
         """The stream and position a Last-Event-ID names in this session, if any."""
@@ -550,6 +546,15 @@ class StreamableHttpEndpoint:
         if session.get_stream is not None:
             session.get_stream.push(b"", final=True)  # wakes the GET handler, which ends
         log.info("http session %d: closed", session.key)
+
+
+async def _decode(connection: HttpConnection, request: Request) -> tuple[int, dict[str, Any]] | None:
+    """The body's one JSON-RPC message, or None after answering 400 with the error."""
+    try:
+        return decode_message(request.body)
+    except RemoteProtocolError as exc:
+        await connection.respond(400, [JSON], dumps(exc.to_response()))
+        return None
 
 
 @asynccontextmanager

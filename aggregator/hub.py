@@ -248,7 +248,7 @@ class Hub:
         if self._nursery is not None:
             self._nursery.start_soon(run)
 
-    def _answered(self, session: int, message: Any, related: Any) -> None:
+    def _answered(self, session: int, message: Any) -> None:
         """A client gets an answer: run response hooks if plugins watched its request."""
         if type(message) is bytes or "method" in message:
             return
@@ -276,7 +276,7 @@ class Hub:
             if kind is ToClient:
                 target = self.clients.get(command.session)
                 if self._watched:
-                    self._answered(command.session, command.message, command.related)
+                    self._answered(command.session, command.message)
                 if self.plugins._notification and not self._notify(command):
                     continue
             elif kind is ToServer:

@@ -67,7 +67,6 @@ class UpstreamSession:
         self.outbox: Outbox | None = None
         self.state = "starting"  # starting, ready, down (starting again soon)
         self.last_error: str | None = None
-        self.starts = 0
         self._control: dict[str, _Reply] = {}
         self._control_ids = 0
         self._refresh_kinds: set[str] = set()
@@ -109,7 +108,6 @@ class UpstreamSession:
         proxy = self.hub.config.proxy
         while True:
             started = trio.current_time()
-            self.starts += 1
             try:
                 reason = await self._connect_once()
             except Exception as exc:  # noqa: BLE001 - a bug here must not stop the others

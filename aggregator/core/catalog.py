@@ -93,24 +93,17 @@ class Catalog:
         self._items.setdefault(server, {})[kind] = items
         return self.rebuild(kind)
 
-    def remove_server(self, server: str) -> list[str]:
-        """Forget a server's items; return the kinds whose exposed list changed."""
-        kinds = list(self._items.pop(server, {}))
-        return [kind for kind in kinds if self.rebuild(kind)]
-
     def forget(self, server: str) -> list[str]:
         """Drop a server's items from the (shared) store; return the kinds it had.
         Each catalog over the store then needs ``rebuild`` for those kinds."""
         return list(self._items.pop(server, {}))
 
-    def rebuild(self, kind: str) -> bool:
-        """Recompute what this catalog exposes of one kind from the (shared) store."""
-        return self._rebuild(kind)
-
     def items_of(self, server: str, kind: str) -> list[dict[str, Any]]:
         return self._items.get(server, {}).get(kind, [])
 
-    def _rebuild(self, kind: str) -> bool:
+    def rebuild(self, kind: str) -> bool:
+        """Recompute what this catalog exposes of one kind from the (shared) store; True if
+        what clients see changed."""
         key = KEY_OF[kind]
         named = kind in (TOOLS, PROMPTS)
         policy = self.policy

@@ -195,7 +195,6 @@ class UpstreamLink:
     pending: dict[int, Pending] = attrs.field(factory=dict)
     capabilities: dict[str, Any] = attrs.field(factory=dict)
     instructions: str | None = None
-    server_info: dict[str, Any] = attrs.field(factory=dict)
     protocol_version: str | None = None
     log_level: str | None = None  # what the proxy last asked this upstream for
     # Requests held until a per-session link is ready: (client key, message, params).
@@ -994,8 +993,6 @@ class Router:
         link.capabilities = capabilities if type(capabilities) is dict else {}
         instructions = init_result.get("instructions")
         link.instructions = instructions if type(instructions) is str and instructions.strip() else None
-        info = init_result.get("serverInfo")
-        link.server_info = info if type(info) is dict else {}
         link.protocol_version = init_result.get("protocolVersion")
         link.log_level = None
         out = self._apply_log_level()

@@ -53,12 +53,6 @@ class Outbox:
         self._chunks.append(b"\n")
         self._size += len(data) + 1
 
-    def put(self, data: bytes) -> None:
-        if self.closed:
-            return
-        self._chunks.append(data)
-        self._size += len(data)
-
     def flush(self) -> None:
         """Start writing what is queued: directly if possible, else by the writer task."""
         self.dirty = False

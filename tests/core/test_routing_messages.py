@@ -417,12 +417,17 @@ def test_capabilities_merge(router):
 # --- per-session isolation --------------------------------------------------------------
 
 
-def test_per_session_servers_get_a_connection_per_client(clock):
+def per_session_router(clock):
     servers = [ServerConfig(name="p", command="x", isolation="per-session")]
     router = Router(Catalog(servers, "__", 50), servers, clock=clock, list_changed_debounce=0)
     router.server_ready("p", {"capabilities": {"tools": {}}})
     router.server_items("p", "tools", [{"name": "t"}])
     router.startup_complete = True
+    return router
+
+
+def test_per_session_servers_get_a_connection_per_client(clock):
+    router = per_session_router(clock)
     connect(router, 1)
     connect(router, 2, caps={"roots": {}})
     # First use starts the session's own connection and holds the request.
@@ -450,11 +455,7 @@ def test_per_session_servers_get_a_connection_per_client(clock):
 
 
 def test_per_session_start_failure_answers_the_held_requests(clock):
-    servers = [ServerConfig(name="p", command="x", isolation="per-session")]
-    router = Router(Catalog(servers, "__", 50), servers, clock=clock, list_changed_debounce=0)
-    router.server_ready("p", {"capabilities": {"tools": {}}})
-    router.server_items("p", "tools", [{"name": "t"}])
-    router.startup_complete = True
+    router = per_session_router(clock)
     connect(router, 1)
     router.client_message(1, msg(id=1, method="tools/call", params={"name": "p__t"}))
     out = unpack(router.server_lost("p@1", "cannot start 'x'"))
