@@ -6,6 +6,13 @@ resolution, and the pages served to clients. Pure data in, data out.
 Order is deterministic: servers in config order, each server's items in the order the
 upstream listed them. Each rebuild bumps ``generation``, which invalidates cursors and the
 cache of serialized pages.
+
+Resources and templates are looked up, checked and compared in normal form
+(``aggregator.core.uris``): a client's URI is normalised once, in ``route_uri`` and
+``route_template``, before any table or rule sees it, and the tables are keyed by the
+normal form of what servers list. So every spelling of a hidden URI is as absent as the
+URI itself, and every spelling of a listed one reaches its server under the server's own
+spelling.
 """
 
 from __future__ import annotations
@@ -17,7 +24,14 @@ from typing import Any, NamedTuple
 from aggregator.core.cursor import CursorCodec
 from aggregator.core.naming import disambiguate, expose_name, tool_prefix, uri_prefix
 from aggregator.core.policy import ProfilePolicy
-from aggregator.core.uris import expose_uri, split_uri, template_matches
+from aggregator.core.uris import (
+    InvalidUri,
+    expose_uri,
+    normalize_template,
+    normalize_uri,
+    split_uri,
+    template_matches,
+)
 from aggregator.jsonrpc.codec import dumps
 
 log = logging.getLogger(__name__)
@@ -37,6 +51,16 @@ LIST_METHODS = {
 CAPABILITY_OF = {TOOLS: "tools", PROMPTS: "prompts", RESOURCES: "resources", TEMPLATES: "resources"}
 # The field of an item that the proxy rewrites, per kind.
 KEY_OF = {TOOLS: "name", PROMPTS: "name", RESOURCES: "uri", TEMPLATES: "uriTemplate"}
+
+
+def _compared(kind: str, original: str) -> str:
+    """A server's own key as policy and lookups compare it: names as they are, URIs and
+    templates in normal form. Raises ``InvalidUri`` for a URI no client could read."""
+    if kind == RESOURCES:
+        return normalize_uri(original)
+    if kind == TEMPLATES:
+        return normalize_template(original)
+    return original
 
 
 class Route(NamedTuple):
@@ -68,8 +92,8 @@ class Catalog:
         self.charset = charset
         # (server, original, reason) per kind, for `aggregator tools --explain`
         self.hidden: dict[str, list[tuple[str, str, str]]] = {kind: [] for kind in KINDS}
-        self._hidden_uris: set[tuple[str, str]] = set()
-        self._hidden_templates: list[tuple[str, str]] = []
+        self._hidden_uris: set[tuple[str, str]] = set()  # (server, its URI in normal form)
+        self._hidden_templates: list[tuple[str, str]] = []  # (server, its template in normal form)
         self.naming: dict[str, ServerNaming] = {
             s.name: ServerNaming(s.name, tool_prefix(s), uri_prefix(s)) for s in servers
         }
@@ -80,8 +104,8 @@ class Catalog:
         self.exposed: dict[str, list[dict[str, Any]]] = {kind: [] for kind in KINDS}
         self.tools: dict[str, Route] = {}
         self.prompts: dict[str, Route] = {}
-        self.resources: dict[str, Route] = {}
-        self._templates: list[tuple[str, str, str]] = []  # (server, original, exposed)
+        self.resources: dict[str, Route] = {}  # by exposed URI in normal form
+        self._templates: list[tuple[str, str, str]] = []  # (server, original, exposed in normal form)
         self.collisions: dict[str, list[str]] = {kind: [] for kind in KINDS}
         self._cursors = CursorCodec()
         self._page_cache: dict[tuple[str, int], bytes] = {}
@@ -108,19 +132,28 @@ class Catalog:
         named = kind in (TOOLS, PROMPTS)
         policy = self.policy
         hidden: list[tuple[str, str, str]] = []
-        # 1. Candidates, in listing order: (server, original, item as exposed, name, exact).
-        candidates: list[tuple[str, str, dict[str, Any], str, bool]] = []
+        # The server's own key as policy compares it: URIs and templates in normal form.
+        hidden_keys: list[tuple[str, str]] = []
+        # 1. Candidates, in listing order: (server, original, item as exposed, name, exact,
+        #    lookup key: the name, or the exposed URI or template in normal form).
+        candidates: list[tuple[str, str, dict[str, Any], str, bool, str]] = []
         for name, naming in self.naming.items():
             for item in self._items.get(name, {}).get(kind) or ():
                 original = item.get(key) if type(item) is dict else None
                 if type(original) is not str or not original:
                     log.warning("server %s: ignoring a %s entry without a %r", name, kind, key)
                     continue
+                try:
+                    compared = _compared(kind, original)
+                except InvalidUri as exc:
+                    log.warning("server %s: ignoring resource %r: %s", name, original[:200], exc)
+                    continue
                 override = None
                 if policy is not None:
-                    reason = policy.hidden_reason(name, kind, original, item)
+                    reason = policy.hidden_reason(name, kind, compared, item)
                     if reason is not None:
                         hidden.append((name, original, reason))
+                        hidden_keys.append((name, compared))
                         continue
                     override = policy.override(name, kind, original)
                     if override is not None:
@@ -130,9 +163,12 @@ class Catalog:
                     base = override.name if override is not None and override.name else original
                     exposed = expose_name(naming.prefix, self.separator, base, self.max_name_length, self.charset)
                     exact = exposed == (f"{naming.prefix}{self.separator}{base}" if naming.prefix else base)
+                    lookup = exposed
                 else:
                     exposed, exact = expose_uri(naming.uri_prefix, original), True
-                candidates.append((name, original, item, exposed, exact))
+                    # The prefix is ours and already valid: only its case can change.
+                    lookup = expose_uri(naming.uri_prefix.lower(), compared)
+                candidates.append((name, original, item, exposed, exact, lookup))
         # 2. Names, by priority: names used as they are before names that had to be changed
         #    (sanitised or shortened), each in config order. So a collision never depends
         #    on the order a server lists things in, and a name stays the same across restarts.
@@ -141,9 +177,9 @@ class Catalog:
         assigned: dict[int, str] = {}
         collisions: list[str] = []
         for index in order:
-            name, original, _item, exposed, _exact = candidates[index]
-            if exposed in routes:
-                first = routes[exposed]
+            name, original, _item, exposed, _exact, lookup = candidates[index]
+            if lookup in routes:
+                first = routes[lookup]
                 if first.server == name and first.original == original:
                     continue  # the same item listed twice by one server
                 if named:
@@ -152,7 +188,7 @@ class Catalog:
                         f"{kind[:-1]} name {exposed!r}: {first.server}:{first.original!r} keeps"
                         f" it, {name}:{original!r} is exposed as {renamed!r}"
                     )
-                    exposed = renamed
+                    exposed = lookup = renamed
                     if exposed in routes:
                         continue
                 else:
@@ -161,28 +197,31 @@ class Catalog:
                         f" {first.server} serves it"
                     )
                     continue
-            routes[exposed] = Route(name, original)
+            routes[lookup] = Route(name, original)
             assigned[index] = exposed
         # 3. What clients see, in listing order.
         exposed_items: list[dict[str, Any]] = []
         templates: list[tuple[str, str, str]] = []
-        for index, (name, original, item, _, _) in enumerate(candidates):
+        lookup_of: dict[str, str] = {}  # exposed name, URI or template -> its lookup key
+        for index, (name, original, item, _, _, lookup) in enumerate(candidates):
             exposed = assigned.get(index)
             if exposed is None:
                 continue
             exposed_items.append(item if exposed == original else {**item, key: exposed})
+            lookup_of[exposed] = lookup if not named else exposed
             if kind == TEMPLATES:
-                templates.append((name, original, exposed))
+                templates.append((name, original, lookup))
         if self.plugins is not None:
             # Plugins may drop items or change how they read, never their exposed names.
             profile = self.policy.name if self.policy is not None else "default"
             kept = [item for item in self.plugins.catalog(profile, kind, exposed_items)
-                    if type(item) is dict and item.get(key) in routes]
-            names = {item[key] for item in kept}
+                    if type(item) is dict and item.get(key) in lookup_of]
+            names = {lookup_of[item[key]] for item in kept}
             for exposed, route in list(routes.items()):
                 if exposed not in names:
                     del routes[exposed]
                     hidden.append((route.server, route.original, "a plugin's catalog hook"))
+                    hidden_keys.append((route.server, _compared(kind, route.original)))
             templates = [t for t in templates if t[2] in names]
             exposed_items = kept
         self.hidden[kind] = hidden
@@ -192,10 +231,10 @@ class Catalog:
             self.prompts = routes
         elif kind == RESOURCES:
             self.resources = routes
-            self._hidden_uris = {(server, original) for server, original, _ in hidden}
+            self._hidden_uris = set(hidden_keys)
         else:
             self._templates = templates
-            self._hidden_templates = [(server, original) for server, original, _ in hidden]
+            self._hidden_templates = hidden_keys
         for message in collisions:
             if message not in self.collisions[kind]:
                 log.warning("name collision: %s", message)
@@ -225,18 +264,20 @@ class Catalog:
         return page
 
     def route_uri(self, uri: str) -> Route | None:
-        """The server that owns an exposed resource URI, and its own URI for it, or None
-        if no server does or this profile may not read it."""
-        route = self.resources.get(uri)
+        """The server that owns an exposed resource URI, and the URI to send it: its own
+        spelling of a URI it listed, else the normal form. None if no server owns it or this
+        profile may not read it; ``InvalidUri`` if it is refused whoever owns it."""
+        normal = normalize_uri(uri)
+        route = self.resources.get(normal)
         if route is not None:
             return route
-        route = self._owner(uri)
+        route = self._owner(normal)
         if route is None or not self.uri_visible(*route):
             return None
         return route
 
     def uri_visible(self, server: str, uri: str) -> bool:
-        """Whether this profile may read (or subscribe to) a server's URI."""
+        """Whether this profile may read (or subscribe to) a server's URI (in normal form)."""
         if self.policy is None:
             return True
         if (server, uri) in self._hidden_uris:
@@ -256,15 +297,23 @@ class Catalog:
             if not n.uri_prefix and (RESOURCES in self._items.get(n.name, {})
                                      or TEMPLATES in self._items.get(n.name, {}))
         ]
-        for server, original, _exposed in self._templates:
-            if server in unprefixed and template_matches(original, uri):
+        for server, _original, template in self._templates:
+            if server in unprefixed and template_matches(template, uri):
                 return Route(server, uri)
         if len(unprefixed) == 1:
             return Route(unprefixed[0], uri)
         return None
 
     def route_template(self, exposed: str) -> Route | None:
+        """The server and its own template for an exposed template (``completion/complete``
+        names one), or failing that ``route_uri`` of it: a ref may name a plain URI."""
+        plus = exposed.find("+")
+        prefix = exposed[:plus].lower() if plus > 0 else ""
+        if prefix in self.uri_prefixes:  # the prefix is compared without case, like a scheme's
+            key = f"{prefix}+{normalize_template(exposed[plus + 1:])}"
+        else:
+            key = normalize_template(exposed)
         for server, original, template in self._templates:
-            if template == exposed:
+            if template == key:
                 return Route(server, original)
         return self.route_uri(exposed)

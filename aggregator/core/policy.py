@@ -8,6 +8,11 @@ for templates), and for tools two annotation rules. Hidden items are not filtere
 call time: they never enter the profile's catalog, so every method (lists, calls,
 prompts/get, reads, subscriptions, completions) finds them exactly as absent as names
 that never existed. The reason each item is hidden is kept for ``tools --explain``.
+
+URIs and templates are compared in normal form (``aggregator.core.uris``): callers pass
+them normalised, and the globs for them are normalised the same way when the policy is
+built, so ``SECRET://*`` and ``secret://*`` are one rule and no spelling of a URI slips
+past it. Messages quote a rule as the user wrote it.
 """
 
 from __future__ import annotations
@@ -17,6 +22,8 @@ from fnmatch import translate
 from functools import lru_cache
 from typing import Any
 
+from aggregator.core.uris import normalize_pattern, normalize_template
+
 CONFIG_KIND = {"tools": "tools", "prompts": "prompts", "resources": "resources", "resourceTemplates": "templates"}
 
 
@@ -25,9 +32,24 @@ def _glob(pattern: str) -> re.Pattern[str]:
     return re.compile(translate(pattern))
 
 
-def _matches(value: str, patterns: tuple[str, ...]) -> str | None:
+@lru_cache(maxsize=4096)
+def _uri_glob(pattern: str) -> re.Pattern[str]:
+    return re.compile(translate(normalize_pattern(pattern)))
+
+
+@lru_cache(maxsize=4096)
+def _template_glob(pattern: str) -> re.Pattern[str]:
+    return re.compile(translate(normalize_template(pattern)))
+
+
+# How each kind's globs are compiled: names as written, URIs and templates in normal form.
+_GLOB_OF = {"tools": _glob, "prompts": _glob, "resources": _uri_glob, "resourceTemplates": _template_glob}
+
+
+def _matches(value: str, patterns: tuple[str, ...], glob: Any = _glob) -> str | None:
+    """The first pattern that matches ``value`` (as the user wrote it, for messages)."""
     for pattern in patterns:
-        if _glob(pattern).match(value):
+        if glob(pattern).match(value):
             return pattern
     return None
 
@@ -39,6 +61,12 @@ class ProfilePolicy:
         self.name = profile or "default"
         self._config = config
         self._profile = config.profiles.get(profile) if profile else None
+        # Normalise and compile the URI and template globs now, at load, not on a request.
+        for server in config.servers:
+            for kind in ("resources", "resourceTemplates"):
+                for _, rules in self._layers(server, kind):
+                    for pattern in (*rules.allow, *rules.deny):
+                        _GLOB_OF[kind](pattern)
 
     def _layers(self, server: str, kind: str) -> list[tuple[str, Any]]:
         attr = CONFIG_KIND[kind]
@@ -54,11 +82,13 @@ class ProfilePolicy:
         return [(label, rules) for label, rules in layers if not rules.is_empty]
 
     def hidden_reason(self, server: str, kind: str, key: str, item: dict[str, Any]) -> str | None:
-        """Why an item is hidden from this profile, or None if it is visible."""
+        """Why an item is hidden from this profile, or None if it is visible. ``key`` is a
+        name, or for resources and templates the server's URI or template in normal form."""
+        glob = _GLOB_OF[kind]
         for label, rules in self._layers(server, kind):
-            if rules.allow and _matches(key, rules.allow) is None:
+            if rules.allow and _matches(key, rules.allow, glob) is None:
                 return f"not matched by {label}.allow"
-            denied = _matches(key, rules.deny)
+            denied = _matches(key, rules.deny, glob)
             if denied is not None:
                 return f"{label}.deny {denied!r}"
             if kind == "tools":
@@ -70,11 +100,12 @@ class ProfilePolicy:
         return None
 
     def uri_reason(self, server: str, uri: str) -> str | None:
-        """Why reading a URI no list names is refused (resource rules on the URI itself)."""
+        """Why reading a URI no list names is refused (resource rules on the URI itself,
+        which the caller gives in normal form)."""
         for label, rules in self._layers(server, "resources"):
-            if rules.allow and _matches(uri, rules.allow) is None:
+            if rules.allow and _matches(uri, rules.allow, _uri_glob) is None:
                 return f"not matched by {label}.allow"
-            denied = _matches(uri, rules.deny)
+            denied = _matches(uri, rules.deny, _uri_glob)
             if denied is not None:
                 return f"{label}.deny {denied!r}"
         return None

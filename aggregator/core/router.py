@@ -46,7 +46,7 @@ from aggregator.core.deadlines import Deadlines
 from aggregator.core.log_levels import LEVELS, most_verbose, passes
 from aggregator.core.subscriptions import Subscriptions
 from aggregator.core.tasks import expose_task_ids, restore_related_task, split_task_id
-from aggregator.core.uris import expose_uri, rewrite_content_uris
+from aggregator.core.uris import InvalidUri, expose_uri, rewrite_content_uris
 from aggregator.jsonrpc.codec import ERROR, NOTIFICATION, REQUEST, RESPONSE, decode_message, dumps
 from aggregator.jsonrpc.errors import (
     INTERNAL_ERROR,
@@ -406,7 +406,10 @@ class Router:
             return (route.server, route.original, name) if route is not None else None
         if method in ("resources/read", "resources/subscribe"):
             uri = params.get("uri")
-            route = catalog.route_uri(uri) if type(uri) is str else None
+            try:
+                route = catalog.route_uri(uri) if type(uri) is str else None
+            except InvalidUri:
+                return None
             return (route.server, route.original, uri) if route is not None else None
         if method == "completion/complete":
             ref = params.get("ref") if type(params.get("ref")) is dict else {}
@@ -414,7 +417,10 @@ class Router:
                 route = catalog.prompts.get(ref["name"])
                 return (route.server, route.original, ref["name"]) if route is not None else None
             if ref.get("type") == "ref/resource" and type(ref.get("uri")) is str:
-                route = catalog.route_template(ref["uri"])
+                try:
+                    route = catalog.route_template(ref["uri"])
+                except InvalidUri:
+                    return None
                 return (route.server, route.original, ref["uri"]) if route is not None else None
         return None
 
@@ -505,10 +511,15 @@ class Router:
         return self._forward(client, message, route.server, dict(params, name=route.original))
 
     def _resource_route(self, client: ClientState, params: Any) -> tuple[str, str]:
+        """(server, the URI to send it) for a client's resource URI. Compared in normal form,
+        so no spelling of a hidden URI finds it; refused spellings are -32602 as well."""
         uri = params.get("uri") if type(params) is dict else None
         if type(uri) is not str:
             raise RemoteProtocolError(INVALID_PARAMS, "Invalid params: uri must be a string")
-        route = self.catalogs[client.profile].route_uri(uri)
+        try:
+            route = self.catalogs[client.profile].route_uri(uri)
+        except InvalidUri as exc:
+            raise RemoteProtocolError(INVALID_PARAMS, f"Invalid params: {exc}") from None
         if route is None:
             raise RemoteProtocolError(INVALID_PARAMS, f"Unknown resource: {uri}")
         return route
@@ -556,7 +567,10 @@ class Router:
                 raise RemoteProtocolError(INVALID_PARAMS, f"Unknown prompt: {name}")
             new_ref = dict(ref, name=route.original)
         elif ref.get("type") == "ref/resource" and type(ref.get("uri")) is str:
-            route = self.catalogs[client.profile].route_template(ref["uri"])
+            try:
+                route = self.catalogs[client.profile].route_template(ref["uri"])
+            except InvalidUri as exc:
+                raise RemoteProtocolError(INVALID_PARAMS, f"Invalid params: {exc}") from None
             if route is None:
                 raise RemoteProtocolError(INVALID_PARAMS, f"Unknown resource: {ref['uri']}")
             new_ref = dict(ref, uri=route.original)

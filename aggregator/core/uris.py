@@ -1,5 +1,8 @@
-"""Reversible URI rewriting for resources and resource templates.
+"""URIs: the reversible rewrite for resources and templates, and the normal form that
+policy and routing compare.
 
+Rewrite
+-------
 A server with URI prefix ``p`` exposes ``p+<its URI>``: ``demo://x`` becomes
 ``everything+demo://x``. Why this form:
 
@@ -7,17 +10,228 @@ A server with URI prefix ``p`` exposes ``p+<its URI>``: ``demo://x`` becomes
   ``+``, ``-`` and ``.``, and our prefixes are made of exactly those (no ``+``).
 - It stays a valid RFC 6570 template, because the prefix is literal text in front of
   whatever the template holds (even a template that starts with an expression).
-- It reverses without a table: strip ``p+`` (compared without case, since clients may
-  lower-case a scheme). An upstream scheme that has a ``+`` of its own (``svn+ssh:``)
-  survives because only the first ``p+`` is removed.
+- It reverses without a table: strip ``p+`` (compared without case, since the prefix is
+  part of the scheme and schemes are case-insensitive). An upstream scheme that has a
+  ``+`` of its own (``svn+ssh:``) survives because only the first ``p+`` is removed.
 
 A server with an empty URI prefix keeps its URIs; the catalog finds its owner by the
 URIs and templates it lists.
+
+Normal form
+-----------
+Two spellings of one URI must meet the same policy: ``S+SECRET://x``, ``s+secret://%78``
+and ``s+secret://y/../x`` are all ``s+secret://x``. ``normalize_uri`` is RFC 3986 §6.2.2
+syntax-based normalisation, applied to every URI a client sends before it is looked up,
+checked and forwarded, and (with ``normalize_pattern`` / ``normalize_template``) to every
+listed URI, template and allow/deny glob it is compared with:
+
+1. Raw non-ASCII characters (an IRI) are percent-encoded as UTF-8 (RFC 3987 §3.1), so
+   ``é`` and ``%C3%A9`` are one spelling; so is a raw space (``%20``), which no URI may
+   hold but some servers list. No Unicode normalisation and no IDNA: NFC and NFD
+   spellings, or a Unicode host and its ``xn--`` form, stay different URIs.
+2. ``%XX`` escapes of unreserved characters (``A-Z a-z 0-9 - . _ ~``) are decoded; the
+   hex digits of every other escape are upper-cased. Reserved characters stay encoded:
+   ``%2F`` is not ``/`` and ``%3A`` is not ``:``.
+3. ``.`` and ``..`` path segments are removed (RFC 3986 §5.2.4), after step 2, so
+   ``%2E%2E`` segments go too.
+4. The scheme (and so the proxy's own ``p+`` prefix) and the host are lower-cased, after
+   step 3 (``s:/..//HOST/x`` is ``s://HOST/x`` once its dots are gone). Paths, queries
+   and user info keep their case.
+
+Each step leaves nothing for an earlier one to do, so the normal form is idempotent:
+normalising it again changes nothing (a test checks this on generated input).
+
+The proxy forwards the normal form (or, for a URI a server listed, that server's own
+spelling of it), never the client's spelling: the upstream acts on exactly the string
+that policy approved, so a server that lower-cases schemes, decodes escapes or resolves
+dot segments on its own cannot be led somewhere the rules did not look.
+
+A client URI is refused (``InvalidUri``, answered with -32602) when no normal form would
+be safe to forward: empty; leading or trailing space; any control, whitespace other than
+a plain space, or invisible character (anywhere: they are how look-alike names are
+built); a ``%`` that does not start a ``%XX`` escape (a second decoding would read it
+differently); no scheme; or a ``.``/``..`` segment hidden behind an encoded slash or a
+backslash (``..%2F..%2Fetc``), which a server that decodes before resolving would walk
+up through.
+
+Cost: a URI that needs no change (the usual case) is recognised by a handful of
+C-level checks (``isascii``, ``isprintable``, ``in``) and returned as it is.
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any
+from urllib.parse import quote, unquote
+
+_UNRESERVED = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~")
+_HEX = "0123456789ABCDEFabcdef"
+# Every "%XX" spelling -> its normal form: the character if unreserved, else upper-case hex.
+_ESCAPES = {
+    f"%{a}{b}": (chr(int(a + b, 16)) if chr(int(a + b, 16)) in _UNRESERVED else f"%{a}{b}".upper())
+    for a in _HEX for b in _HEX
+}
+_ESCAPE = re.compile(r"%[0-9A-Fa-f]{2}")
+_BAD_PERCENT = re.compile(r"%(?![0-9A-Fa-f]{2})")
+_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*")
+# A glob's scheme may hold glob characters too ("*://host/*").
+_GLOB_SCHEME = re.compile(r"[A-Za-z0-9+.*?\[\]!-]+")
+# Already in normal form, unless it holds "/." or ":." (checked apart): lower-case scheme,
+# no upper case, "%" or "@" in an authority, no "%", "\" or space anywhere.
+_ALREADY_NORMAL = re.compile(r"[a-z][a-z0-9+.-]*:(?://[^/?#A-Z%@ ]*(?=[/?#]|\Z)|(?!//))[^%\\ ]*")
+_LETTERS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz")
+_EXPRESSION = re.compile(r"(\{[^}]*\})")
+# Printable ASCII but the space, '%' included: quote() encodes only the space and non-ASCII.
+_ASCII = "".join(chr(code) for code in range(0x21, 0x7F))
+
+
+class InvalidUri(ValueError):
+    """A URI the proxy refuses to look up or forward; the message says why, for a human."""
+
+
+def normalize_uri(uri: str) -> str:
+    """The normal form of a URI a client sent (see the module docstring); raises
+    ``InvalidUri`` when it must be refused."""
+    if not uri:
+        raise InvalidUri("uri is empty")
+    if not uri.isprintable():
+        bad = next(char for char in uri if not char.isprintable())
+        raise InvalidUri(f"uri contains U+{ord(bad):04X}, a control, whitespace or invisible character")
+    if uri[0] == " " or uri[-1] == " ":
+        raise InvalidUri("uri has leading or trailing whitespace")
+    if uri.isascii() and _ALREADY_NORMAL.fullmatch(uri) and "/." not in uri and ":." not in uri:
+        return uri  # the usual case: nothing to change, decided by C-level scans
+    if "%" in uri and _BAD_PERCENT.search(uri):
+        raise InvalidUri("uri has a '%' that does not start a %XX escape")
+    normal = _normalize(uri, dots=True)
+    if normal is None:
+        raise InvalidUri("uri has no scheme (expected an absolute URI such as file:///path)")
+    if ("%" in normal or "\\" in normal) and _hides_dot_segment(normal):
+        raise InvalidUri("uri hides a '.' or '..' path segment behind an encoded '/' or a '\\'")
+    return normal
+
+
+def normalize_pattern(pattern: str) -> str:
+    """The normal form of an allow/deny glob for resources: like ``normalize_uri``, but it
+    never refuses (a glob need not be a URI, and ``*``, ``?`` and ``[`` keep their meaning)."""
+    normal = _normalize(pattern, dots=True, scheme=_GLOB_SCHEME)
+    return pattern if normal is None else normal
+
+
+def normalize_template(template: str) -> str:
+    """The normal form of an RFC 6570 template (or a glob over templates): the literal
+    parts normalised like a URI, expressions (``{id}``) kept exactly, no dot removal."""
+    if "{" not in template:
+        normal = _normalize(template, dots=False)
+        return template if normal is None else normal
+    parts = _EXPRESSION.split(template)
+    for index in range(0, len(parts), 2):  # even indexes are literal text
+        literal = parts[index]
+        if not literal.isascii() or " " in literal:
+            literal = quote(literal, safe=_ASCII)
+        if "%" in literal:
+            literal = _ESCAPE.sub(_escape, literal)
+        parts[index] = literal
+    text = "".join(parts)
+    head = text[: text.index("{")]
+    colon = head.find(":")
+    if colon > 0 and _SCHEME.fullmatch(head, 0, colon):
+        text = _lower_scheme_and_host(text, colon, limit=len(head))
+    return text
+
+
+def _escape(match: re.Match[str]) -> str:
+    return _ESCAPES[match.group()]
+
+
+def _normalize(uri: str, *, dots: bool, scheme: re.Pattern[str] = _SCHEME) -> str | None:
+    """Steps 1-4 of the module docstring; None if ``uri`` has no scheme."""
+    if not uri.isascii() or " " in uri:
+        uri = quote(uri, safe=_ASCII)
+    if "%" in uri:
+        uri = _ESCAPE.sub(_escape, uri)
+    colon = uri.find(":")
+    if colon <= 0 or not scheme.fullmatch(uri, 0, colon):
+        return None
+    if dots:
+        start, end = _path_bounds(uri, colon)
+        path = uri[start:end]
+        if path.startswith(".") or "/." in path:
+            uri = uri[:start] + _remove_dot_segments(path) + uri[end:]
+    # After dot removal: "s:/..//HOST/x" has become "s://HOST/x", whose host is now HOST.
+    return _lower_scheme_and_host(uri, colon, limit=len(uri))
+
+
+def _lower_scheme_and_host(uri: str, colon: int, *, limit: int) -> str:
+    """Lower-case the scheme, and the host when an authority ends before ``limit``."""
+    scheme = uri[:colon]
+    if not scheme.islower():
+        uri = scheme.lower() + uri[colon:]
+    if uri.startswith("//", colon + 1):
+        start = colon + 3
+        end = _authority_end(uri, start)
+        at = uri.rfind("@", start, end)
+        host_start = start if at == -1 else at + 1
+        host = uri[host_start:end]
+        if end <= limit and host != host.lower():
+            lowered = host.lower()
+            if "%" in lowered:  # lower() also lowered the hex of escapes in the host
+                lowered = _ESCAPE.sub(lambda m: m.group().upper(), lowered)
+            uri = uri[:host_start] + lowered + uri[end:]
+    return uri
+
+
+def _authority_end(uri: str, start: int) -> int:
+    end = len(uri)
+    for delimiter in "/?#":
+        found = uri.find(delimiter, start, end)
+        if found != -1:
+            end = found
+    return end
+
+
+def _path_bounds(uri: str, colon: int) -> tuple[int, int]:
+    """Where the path of ``uri`` starts and ends (before any query or fragment)."""
+    start = colon + 1
+    if uri.startswith("//", start):
+        start = _authority_end(uri, start + 2)
+    end = len(uri)
+    for delimiter in "?#":
+        found = uri.find(delimiter, start, end)
+        if found != -1:
+            end = found
+    return start, end
+
+
+def _remove_dot_segments(path: str) -> str:
+    """RFC 3986 §5.2.4 for a path, in one pass over its segments (linear, whatever the
+    input: a long run of ``/./`` must not cost quadratic time)."""
+    absolute = path.startswith("/")
+    segments = path.split("/")
+    if absolute:
+        segments = segments[1:]
+    kept: list[str] = []
+    for segment in segments:
+        if segment == "..":
+            if kept:
+                kept.pop()
+        elif segment != ".":
+            kept.append(segment)
+    if segments and segments[-1] in (".", ".."):
+        kept.append("")  # "/a/b/.." is "/a/": the directory, not the file
+    joined = "/".join(kept)
+    return "/" + joined if absolute else joined
+
+
+def _hides_dot_segment(uri: str) -> bool:
+    """Whether decoding every escape and reading ``\\`` as ``/`` turns up a dot segment."""
+    colon = uri.index(":")
+    start, end = _path_bounds(uri, colon)
+    path = uri[start:end]
+    if "%2F" not in path and "%5C" not in path and "\\" not in path:
+        return False
+    decoded = unquote(path).replace("\\", "/")
+    return any(segment in (".", "..") for segment in decoded.split("/"))
 
 
 def expose_uri(prefix: str, uri: Any) -> Any:
@@ -37,6 +251,8 @@ def split_uri(uri: str, prefixes: dict[str, str]) -> tuple[str, str] | None:
     colon = uri.find(":")
     if colon != -1 and colon < plus:
         return None  # the "+" is after the scheme: not one of ours
+    if uri[plus + 1 : plus + 2] not in _LETTERS:
+        return None  # nothing after the prefix is a scheme: "p+://x", "p+1:x"
     server = prefixes.get(uri[:plus].lower())
     if server is None:
         return None
@@ -69,7 +285,9 @@ def template_matches(template: str, uri: str) -> bool:
     """Whether ``uri`` could be an expansion of the RFC 6570 ``template``.
 
     Literal parts must appear in order; each expression matches any run of characters.
-    Used only to find the owner of an unprefixed URI, never for a security decision.
+    It errs towards matching, which is the safe side for its two uses: finding the owner
+    of an unprefixed URI, and refusing URIs that a hidden template could expand to. Give
+    it both sides in normal form (``normalize_template``, ``normalize_uri``).
     """
     literals: list[str] = []
     index = 0
