@@ -18,6 +18,7 @@ past it. Messages quote a rule as the user wrote it.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from fnmatch import translate
 from functools import lru_cache
 from typing import Any
@@ -46,7 +47,8 @@ def _template_glob(pattern: str) -> re.Pattern[str]:
 _GLOB_OF = {"tools": _glob, "prompts": _glob, "resources": _uri_glob, "resourceTemplates": _template_glob}
 
 
-def _matches(value: str, patterns: tuple[str, ...], glob: Any = _glob) -> str | None:
+def _matches(value: str, patterns: tuple[str, ...],
+             glob: Callable[[str], re.Pattern[str]] = _glob) -> str | None:
     """The first pattern that matches ``value`` (as the user wrote it, for messages)."""
     for pattern in patterns:
         if glob(pattern).match(value):
