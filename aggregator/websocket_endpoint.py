@@ -25,6 +25,7 @@ from typing import Any
 
 import trio
 import trio_websocket
+from wsproto.utilities import ProtocolError
 
 from aggregator.access import AccessPolicy
 from aggregator.config import HttpConfig, parse_listen
@@ -110,13 +111,18 @@ class WebSocketEndpoint:
         try:
             await serve(stream)
         except Exception as exc:
-            if handshake_read[0]:
+            leaves = _leaves(exc)
+            what = "; ".join(f"{type(leaf).__name__}: {str(leaf)[:200]}" for leaf in leaves[:3])
+            if handshake_read[0] and all(isinstance(leaf, ProtocolError) for leaf in leaves):
+                # The library's reader tripped over the client's frames (a ping after our
+                # close frame makes it answer with a pong that wsproto refuses).
+                log.warning("websocket: closed a connection whose frames the WebSocket library refused (%s)", what)
+            elif handshake_read[0]:
                 log.exception("websocket: internal error; closing this connection only")
             else:
                 # The library choked on the handshake's bytes (a Host that is not IDNA,
                 # a header that is not ASCII): the client's mistake, not a bug of ours.
-                log.warning("websocket: refused a malformed handshake (%s: %s)", type(exc).__name__,
-                            str(exc)[:200])
+                log.warning("websocket: refused a malformed handshake (%s)", what)
                 with trio.move_on_after(1):
                     try:
                         await stream.send_all(BAD_HANDSHAKE)
@@ -202,6 +208,13 @@ class WebSocketEndpoint:
         finally:
             self.hub.remove_client(key)
             log.info("websocket session %d: closed", key)
+
+
+def _leaves(exc: BaseException) -> list[BaseException]:
+    """The exceptions inside (possibly nested) exception groups."""
+    if isinstance(exc, BaseExceptionGroup):
+        return [leaf for inner in exc.exceptions for leaf in _leaves(inner)]
+    return [exc]
 
 
 class _ContainedServer(trio_websocket.WebSocketServer):
