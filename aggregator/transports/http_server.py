@@ -243,10 +243,22 @@ class HttpConnection:
 
 
 async def refuse_connection(stream: trio.abc.Stream) -> None:
-    """Answer a connection over the cap with 503 and close it, without reading from it."""
-    with trio.move_on_after(1):  # fits in any socket buffer; a client that does not read is not waited for
+    """Answer a connection over the cap with 503 and close it, parsing nothing it sends.
+
+    What the client already sent is read and dropped for a moment (64 KiB, 0.1 s at most):
+    closing on unread input makes the kernel send a reset, which would discard the 503."""
+    with trio.move_on_after(0.1):  # fits in any socket buffer; a client that does not read is not waited for
         try:
             await stream.send_all(BUSY_RESPONSE)
+            send_eof = getattr(stream, "send_eof", None)
+            if send_eof is not None:
+                await send_eof()
+            discarded = 0
+            while discarded < 65536:
+                data = await stream.receive_some(READ_SIZE)
+                if not data:
+                    break
+                discarded += len(data)
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
             pass
     await trio.aclose_forcefully(stream)
