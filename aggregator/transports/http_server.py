@@ -76,13 +76,16 @@ class HttpConnection:
         started = False
         limits = self.limits
         # The first request is due from the connection's opening; a later one may wait
-        # keepalive_timeout for its first byte (unless it is already here, pipelined).
-        idle = self.requests > 0 and not self.conn.trailing_data[0]
-        deadline = trio.current_time() + (limits.keepalive_timeout if idle else limits.header_timeout)
+        # keepalive_timeout for its first byte. The body's deadline is set when the body
+        # is first waited for (most arrive with their headers, and cost no clock read).
+        idle = self.requests > 0
+        deadline: float | None = trio.current_time() + (limits.keepalive_timeout if idle else limits.header_timeout)
         try:
             while True:
                 event = self.conn.next_event()
                 if event is h11.NEED_DATA:
+                    if deadline is None:
+                        deadline = trio.current_time() + limits.body_timeout
                     with trio.move_on_at(deadline):
                         data = await self.stream.receive_some(READ_SIZE)
                         if idle and data:
@@ -100,7 +103,7 @@ class HttpConnection:
                     started = True
                     self.requests += 1
                     self.head = event.method == b"HEAD"
-                    deadline = trio.current_time() + limits.body_timeout
+                    deadline = None
                     size = len(event.target) + sum(len(name) + len(value) + 4 for name, value in event.headers)
                     if size > limits.max_header:
                         await self.respond_error(431, "request headers too large")
