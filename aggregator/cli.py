@@ -177,9 +177,17 @@ async def _serve_all(config: Config, path: Path, stdio: bool, listen: str | None
             if interactive:
                 nursery.start_soon(_greet, hub, path)
             if own is not None:
-                await serve_stream_session(hub, own.receive, own.send, label="stdio")
-                log.info("stdin closed; shutting down")
-                nursery.cancel_scope.cancel()
+                ended_by_client = await serve_stream_session(hub, own.receive, own.send, label="stdio")
+                if ended_by_client or (listen is None and ws_listen is None):
+                    log.info("the stdio session ended; shutting down")
+                    nursery.cancel_scope.cancel()
+                else:
+                    # A failure in the stdio client's session ends that session, not the
+                    # network clients': close stdout so the stdio client sees the end.
+                    log.error("the stdio session failed; still serving the network endpoints")
+                    with trio.CancelScope(shield=True):
+                        await own.aclose()
+                    own = None
     finally:
         if own is not None:
             with trio.CancelScope(shield=True):

@@ -168,7 +168,17 @@ class HttpConfig:
     allow_unauthenticated_remote: bool = False
     max_body_bytes: int = 4 * 1024 * 1024
     max_header_bytes: int = 16 * 1024
+    # Total deadlines, however the bytes drip: a request's headers must be complete within
+    # header_timeout of its first byte (of the connection's opening, for its first
+    # request), its body within body_timeout of the headers' end. A keep-alive connection
+    # with no new request for keepalive_timeout is closed.
     header_timeout: float = 10.0
+    body_timeout: float = 30.0
+    keepalive_timeout: float = 30.0
+    # Open connections across the HTTP and WebSocket listeners; past it new ones get 503
+    # and are closed at once.
+    max_connections: int = 512
+    # Sessions across Streamable HTTP, legacy SSE and WebSocket together.
     max_sessions: int = 256
     session_idle_timeout: float = 1800.0
     # A client whose response stream drops has that request cancelled after this long,
@@ -516,8 +526,9 @@ def check_http(http: HttpConfig) -> list[str]:
     for index, token in enumerate(http.auth_tokens):
         if len(token) < 16:
             problems.append(f"http.auth_tokens[{index}]: too short; use at least 16 random characters")
-    for name in ("max_body_bytes", "max_header_bytes", "max_sessions"):
-        if getattr(http, name) < 1:
+    for name in ("max_body_bytes", "max_header_bytes", "max_sessions", "max_connections",
+                 "header_timeout", "body_timeout", "keepalive_timeout", "write_timeout"):
+        if getattr(http, name) <= 0:
             problems.append(f"http.{name}: must be positive")
     return problems
 

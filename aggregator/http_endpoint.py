@@ -9,8 +9,17 @@ changes, subscription updates, log messages). DELETE ends the session.
 Every request is checked before anything else: Host against an allowlist (DNS
 rebinding), Origin against an allowlist (403), then the bearer token if tokens are
 configured (401). Sessions get ids from ``secrets`` (192 bits, URL-safe, visible ASCII),
-are bound to the token that created them, expire when idle, and are capped in number.
-Tokens, cookies and Authorization headers are never logged.
+are bound to the token that created them, expire when idle, and are capped in number
+together with the legacy SSE and WebSocket sessions (``hub.admission``), as are open
+connections. Tokens, cookies and Authorization headers are never logged. A header this
+endpoint reads that holds something it cannot have sent or accept (an event id that is
+not two ASCII numbers, a session id outside visible ASCII) is a 400, never an exception.
+
+Containment: each connection's task is a boundary (``aggregator.containment``). An
+exception while handling a request is logged with its traceback, answered with 500 and a
+JSON-RPC internal error if no response had started, its request is cancelled upstream,
+and only that connection closes; the session, other connections and the process go on.
+Ending a session (DELETE, expiry) answers every request still open on it at once.
 
 Each session is a client of the hub like a stdio client: ``HttpSession`` receives the
 router's messages through ``put_message`` and hands each to the stream it belongs to.
@@ -20,6 +29,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import re
 import secrets
 from collections import deque
 from collections.abc import AsyncIterator
@@ -30,12 +40,15 @@ from typing import Any
 import trio
 
 from aggregator.access import AccessPolicy
+from aggregator.admission import Refusal
 from aggregator.config import HttpConfig, parse_listen
+from aggregator.containment import contained, internal_error
+from aggregator.core.router import proxy_error
 from aggregator.hub import Hub
 from aggregator.jsonrpc.codec import REQUEST, decode_message, dumps
 from aggregator.jsonrpc.errors import INVALID_REQUEST, METHOD_NOT_FOUND, RemoteProtocolError, error_response
 from aggregator.mcp.versions import SUPPORTED
-from aggregator.transports.http_server import HttpConnection, HttpLimits, Request, sse_event
+from aggregator.transports.http_server import HttpConnection, HttpLimits, Request, refuse_connection, sse_event
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +58,9 @@ QUICK_ANSWER = 0.02  # seconds a request waits for its answer before a watcher s
 HISTORY = 1000  # events a stream keeps for a client that resumes with Last-Event-ID
 PRIMING_SINCE = "2025-11-25"  # event streams open with an id-only event from this revision
 JSON = ("content-type", "application/json")
+# An SSE event id as this endpoint writes them: "<stream>-<seq>", ASCII digits only (a
+# Unicode digit such as "\xb2" passes str.isdigit() and fails int()).
+EVENT_ID = re.compile(r"([0-9]{1,15})-([0-9]{1,15})")
 
 
 class MessageQueue:
@@ -188,7 +204,9 @@ class StreamableHttpEndpoint:
         self.sessions: dict[str, HttpSession] = {}
         self.legacy: dict[str, LegacySession] = {}
         self.limits = HttpLimits(config.max_body_bytes, config.max_header_bytes, config.header_timeout,
-                                 write_timeout=config.write_timeout)
+                                 body_timeout=config.body_timeout, write_timeout=config.write_timeout,
+                                 keepalive_timeout=config.keepalive_timeout)
+        self.admission = hub.admission
         self._nursery: trio.Nursery | None = None
         self.access = AccessPolicy(config, hub.config.profiles)
         self.profiles = set(hub.config.profiles)
@@ -208,7 +226,12 @@ class StreamableHttpEndpoint:
             task_status.started(addresses)
 
     async def _connection(self, stream: trio.SocketStream) -> None:
+        """One connection's task, and its boundary: whatever fails in it ends only it."""
+        if not self.admission.admit_connection():
+            await refuse_connection(stream)
+            return
         connection = HttpConnection(stream, self.limits)
+        request: Request | None = None
         try:
             while True:
                 request = await connection.next_request()
@@ -217,8 +240,16 @@ class StreamableHttpEndpoint:
                 await self._handle(connection, request)
                 if not connection.next_cycle():
                     return
+        except Exception:
+            where = f"{request.method} {request.path[:100]}" if request is not None else "reading a request"
+            log.exception("http: internal error in %s; closing this connection only", where)
+            if request is not None and connection.response_pending():
+                await connection.respond(500, [JSON, ("connection", "close")], dumps(internal_error(request.body)))
         finally:
-            await connection.aclose()
+            try:
+                await connection.aclose()
+            finally:
+                self.admission.release_connection()
 
     async def _expire_idle_sessions(self) -> None:
         while True:
@@ -228,7 +259,10 @@ class StreamableHttpEndpoint:
                 idle = not session.requests and session.get_stream is None
                 if idle and now - session.last_seen > self.config.session_idle_timeout:
                     log.info("http session %s: expired after %.0fs idle", session.key, now - session.last_seen)
-                    self._end_session(session)
+                    try:
+                        self._end_session(session)
+                    except Exception:
+                        log.exception("http session %s: internal error while expiring it", session.key)
 
     # --- requests -----------------------------------------------------------------------
 
@@ -260,19 +294,27 @@ class StreamableHttpEndpoint:
     async def _reject(self, connection: HttpConnection, status: int, code: int, message: str, id: Any = None) -> None:
         await connection.respond(status, [JSON], dumps(error_response(id, code, message)))
 
+    async def _refuse_session(self, connection: HttpConnection, refusal: Refusal, id: Any = None) -> None:
+        """503: the session cap is reached, or the aggregator is shutting down."""
+        headers = [JSON] if refusal.retry_after is None else [JSON, ("retry-after", str(refusal.retry_after))]
+        await connection.respond(503, headers, dumps(proxy_error(id, refusal.message, reason=refusal.reason)))
+
     def _session(self, request: Request) -> tuple[HttpSession | None, int, str]:
         """The session a request names: (session, or None with an HTTP status and reason)."""
         session_id = request.headers.get("mcp-session-id")
         if session_id is None:
             return None, 400, "Bad request: Mcp-Session-Id header is required after initialize"
         session = self.sessions.get(session_id)
+        if session is None and not _is_session_id(session_id):
+            return None, 400, "Bad request: Mcp-Session-Id must be 1 to 128 visible ASCII characters"
         named = request.path.split("?", 1)[0][len(self.config.path) + 1:]
         if (session is None or session.closed or session.principal != self.access.principal(request.headers)
                 or (named and named != session.profile)):
             return None, 404, "Session not found: it ended or never existed; initialize again"
         version = request.headers.get("mcp-protocol-version")
         if version is not None and version not in SUPPORTED:
-            return None, 400, f"Bad request: unsupported MCP-Protocol-Version {version!r}"
+            return None, 400, (f"Bad request: unsupported MCP-Protocol-Version {version[:40]!r}"
+                               f" (supported: {', '.join(SUPPORTED)})")
         session.last_seen = trio.current_time()
         return session, 200, ""
 
@@ -314,10 +356,6 @@ class StreamableHttpEndpoint:
                                "Bad request: initialize starts a session; send it without Mcp-Session-Id",
                                message["id"])
             return
-        if len(self.sessions) >= self.config.max_sessions:
-            await connection.respond(503, [JSON, ("retry-after", "5")], dumps(error_response(
-                message["id"], INVALID_REQUEST, f"Too many sessions (limit {self.config.max_sessions}); try later")))
-            return
         principal = self.access.principal(request.headers)
         profile = self.access.profile(principal)
         named = request.path.split("?", 1)[0][len(self.config.path) + 1:]
@@ -327,14 +365,22 @@ class StreamableHttpEndpoint:
                                    f"this token does not give access to profile {named!r}", message["id"])
                 return
             profile = named
+        refusal = self.admission.admit_session()
+        if refusal is not None:
+            await self._refuse_session(connection, refusal, message["id"])
+            return
+        # Admitted: from here the session exists, and _end_session releases its place.
         session = HttpSession(self, secrets.token_urlsafe(24), principal)
         session.profile = profile
         session.key = self.hub.add_client(session, profile)
         self.sessions[session.id] = session
         log.info("http session %d: opened", session.key)
-        ok = await self._exchange(connection, session, message, [("mcp-session-id", session.id)])
-        if not ok:
-            self._end_session(session)
+        ok = False
+        try:
+            ok = await self._exchange(connection, session, message, [("mcp-session-id", session.id)])
+        finally:
+            if not ok:
+                self._end_session(session)
 
     async def _exchange(
         self, connection: HttpConnection, session: HttpSession, message: dict[str, Any],
@@ -347,10 +393,23 @@ class StreamableHttpEndpoint:
                                "Invalid request: this id is already in use by a request in flight", id)
             return False
         queue = MessageQueue(self.config.max_stream_buffer_bytes)
-        session.requests[id] = queue
-        self.hub.dispatch_now(await self.hub.client_event(session.key, REQUEST, message))
-        headers = headers or []
         queue.request_id = id
+        session.requests[id] = queue
+        try:
+            return await self._answer(connection, session, queue, message, headers or [])
+        except Exception:
+            # This request's handling failed: it will not be answered here, so it must
+            # not go on upstream either. The connection's boundary logs and answers.
+            session.streams.pop(queue.stream_id, None)
+            self._abandon(session, id, queue, "the aggregator failed while handling it")
+            raise
+
+    async def _answer(
+        self, connection: HttpConnection, session: HttpSession, queue: MessageQueue, message: dict[str, Any],
+        headers: list[tuple[str, str]],
+    ) -> bool:
+        id = message["id"]
+        self.hub.dispatch_now(await self.hub.client_event(session.key, REQUEST, message))
         # Most answers come back within milliseconds and alone: send them as JSON without
         # starting a task to watch the connection. Only a slower or chattier request gets
         # the watcher (to notice a client that leaves) and, if need be, an event stream.
@@ -393,13 +452,17 @@ class StreamableHttpEndpoint:
             # The client went away before its answer. It may resume the stream (GET with
             # Last-Event-ID); if it does not within the grace period, cancel the request.
             connection.closed = True
-            assert self._nursery is not None
-            self._nursery.start_soon(self._cancel_after_grace, session, id, queue)
+            self._start_grace(session, id, queue)
         return answered and self.hub.router.clients.get(session.key) is not None
 
     def _primes(self, session: HttpSession) -> bool:
         client = self.hub.router.clients.get(session.key)
         return client is not None and (client.protocol_version or "") >= PRIMING_SINCE
+
+    def _start_grace(self, session: HttpSession, id: Any, queue: MessageQueue) -> None:
+        assert self._nursery is not None
+        self._nursery.start_soon(contained, f"http session {session.key}: the grace period of request {id!r}",
+                                 self._cancel_after_grace, session, id, queue)
 
     async def _cancel_after_grace(self, session: HttpSession, id: Any, queue: MessageQueue) -> None:
         await trio.sleep(self.config.stream_drop_grace)
@@ -407,11 +470,16 @@ class StreamableHttpEndpoint:
             return
         session.streams.pop(queue.stream_id, None)
         if session.requests.get(id) is queue and not session.closed:
-            del session.requests[id]
             log.info("http session %d: stream for request %r dropped; cancelling it", session.key, id)
-            self.hub.dispatch_now(self.hub.router.client_message(session.key, dumps({
-                "jsonrpc": "2.0", "method": "notifications/cancelled",
-                "params": {"requestId": id, "reason": "the client's stream closed"}})))
+            self._abandon(session, id, queue, "the client's stream closed")
+
+    def _abandon(self, session: HttpSession, id: Any, queue: MessageQueue, reason: str) -> None:
+        """Forget a request nobody will receive the answer of, and cancel it upstream."""
+        if session.requests.get(id) is not queue or session.closed:
+            return
+        del session.requests[id]
+        self.hub.dispatch_now(self.hub.router.client_message(session.key, dumps({
+            "jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": id, "reason": reason}})))
 
     async def _get(self, connection: HttpConnection, request: Request) -> None:
         accept = request.headers.get("accept", "").lower()
@@ -422,7 +490,15 @@ class StreamableHttpEndpoint:
         if session is None:
             await self._reject(connection, status, INVALID_REQUEST, reason)
             return
-        resume = self._resumable(session, request.headers.get("last-event-id"))
+        last_event_id = request.headers.get("last-event-id")
+        resume = None
+        if last_event_id is not None:
+            position = EVENT_ID.fullmatch(last_event_id.strip())
+            if position is None:
+                await self._reject(connection, 400, INVALID_REQUEST, "Bad request: Last-Event-ID must be the id of"
+                                   " an event this server sent, like 3-17")
+                return
+            resume = self._resumable(session, int(position[1]), int(position[2]))
         if resume is not None and resume[0].request_id is not None:
             await self._resume_request_stream(connection, session, *resume)
             return
@@ -460,13 +536,17 @@ class StreamableHttpEndpoint:
 
     async def _legacy_stream(self, connection: HttpConnection, request: Request) -> None:
         """GET /sse: one session whose every message travels on this one stream."""
-        if len(self.sessions) + len(self.legacy) >= self.config.max_sessions:
-            await self._reject(connection, 503, INVALID_REQUEST,
-                               f"Too many sessions (limit {self.config.max_sessions}); try later")
+        refusal = self.admission.admit_session()
+        if refusal is not None:
+            await self._refuse_session(connection, refusal)
             return
-        principal = self.access.principal(request.headers)
-        session = LegacySession(secrets.token_urlsafe(24), principal, self.config.max_stream_buffer_bytes)
-        session.key = self.hub.add_client(session, self.access.profile(principal))
+        try:
+            principal = self.access.principal(request.headers)
+            session = LegacySession(secrets.token_urlsafe(24), principal, self.config.max_stream_buffer_bytes)
+            session.key = self.hub.add_client(session, self.access.profile(principal))
+        except BaseException:
+            self.admission.release_session()
+            raise
         self.legacy[session.id] = session
         log.info("legacy sse session %d: opened", session.key)
         try:
@@ -479,6 +559,7 @@ class StreamableHttpEndpoint:
         finally:
             connection.closed = True
             self.legacy.pop(session.id, None)
+            self.admission.release_session()
             self.hub.remove_client(session.key)
             log.info("legacy sse session %d: closed", session.key)
 
@@ -494,15 +575,10 @@ class StreamableHttpEndpoint:
             self.hub.dispatch_now(await self.hub.client_event(session.key, *decoded))
             await connection.respond(202, [("content-type", "text/plain")], b"Accepted")
 
-    def _resumable(self, session: HttpSession, last_event_id: str | None) -> tuple[MessageQueue, int] | None:
+    def _resumable(self, session: HttpSession, stream: int, seq: int) -> tuple[MessageQueue, int] | None:
         """The stream and position a Last-Event-ID names in this session, if any."""
-        if not last_event_id:
-            return None
-        stream, _, seq = last_event_id.strip().partition("-")
-        if not stream.isdigit() or not seq.isdigit():
-            return None
-        queue = session.streams.get(int(stream))
-        return (queue, int(seq)) if queue is not None else None
+        queue = session.streams.get(stream)
+        return (queue, seq) if queue is not None else None
 
     async def _resume_request_stream(
         self, connection: HttpConnection, session: HttpSession, queue: MessageQueue, after: int
@@ -526,8 +602,7 @@ class StreamableHttpEndpoint:
         connection.closed = True
         if queue.stream_id in session.streams:  # lost again: the grace period starts over
             queue.resumed = False
-            assert self._nursery is not None
-            self._nursery.start_soon(self._cancel_after_grace, session, queue.request_id, queue)
+            self._start_grace(session, queue.request_id, queue)
 
     async def _delete(self, connection: HttpConnection, request: Request) -> None:
         session, status, reason = self._session(request)
@@ -538,14 +613,28 @@ class StreamableHttpEndpoint:
         await connection.respond(200, [])
 
     def _end_session(self, session: HttpSession) -> None:
+        """End a session: its work upstream is cancelled, and every stream still open on it
+        (a POST waiting for its answer, the GET stream) finishes now."""
         if session.closed:
             return
         session.closed = True
         self.sessions.pop(session.id, None)
-        self.hub.remove_client(session.key)
+        self.admission.release_session()
+        self.hub.remove_client(session.key)  # the router cancels what it had in flight upstream
+        open_requests = list(session.requests.items())
+        session.requests.clear()
+        for id, queue in open_requests:
+            queue.push(dumps(proxy_error(id, "The session ended before this request was answered",
+                                         reason="unavailable")), final=True)
         if session.get_stream is not None:
             session.get_stream.push(b"", final=True)  # wakes the GET handler, which ends
-        log.info("http session %d: closed", session.key)
+        log.info("http session %d: closed%s", session.key,
+                 f"; answered {len(open_requests)} request(s) still open" if open_requests else "")
+
+
+def _is_session_id(value: str) -> bool:
+    """Could this be a session id (MCP: visible ASCII, 0x21 to 0x7E)?"""
+    return 0 < len(value) <= 128 and value.isascii() and value.isprintable() and " " not in value
 
 
 async def _decode(connection: HttpConnection, request: Request) -> tuple[int, dict[str, Any]] | None:

@@ -18,6 +18,7 @@ from typing import Any
 
 import trio
 
+from aggregator.admission import Admission
 from aggregator.config import Config
 from aggregator.core.catalog import Catalog
 from aggregator.core.policy import ProfilePolicy, server_request_allowed
@@ -80,6 +81,9 @@ class Hub:
         )
         self.router.server_request_policy = self._server_request_allowed
         self.upstreams = {server.name: UpstreamSession(self, server) for server in servers}
+        # The network endpoints' shared caps (connections, sessions); none while draining.
+        self.admission = Admission(config.http.max_connections, config.http.max_sessions,
+                                   draining=lambda: self.router.draining)
         self._initial = set(self.upstreams)
         # Where each client session's messages go: an Outbox for a stream transport, or
         # anything with the same put_message / flush / over_limit / dirty (HTTP sessions).

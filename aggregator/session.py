@@ -3,6 +3,11 @@
 The reader feeds each complete line to the router and hands the commands to the hub;
 the writer is the client's Outbox. When the reader ends (EOF, a broken pipe) the client
 is removed and everything it had in flight upstream is cancelled.
+
+The session is a containment boundary: an exception while handling a line is logged
+with its traceback, that line's request is answered with a JSON-RPC internal error (its
+id when readable), and the session ends as on EOF; a failure anywhere else in it (the
+writer, say) ends it too. Neither reaches the hub, other sessions or the process.
 """
 
 from __future__ import annotations
@@ -11,6 +16,7 @@ import logging
 
 import trio
 
+from aggregator.containment import internal_error
 from aggregator.hub import Hub
 from aggregator.jsonrpc.errors import INVALID_REQUEST, error_response
 from aggregator.jsonrpc.framing import LineSplitter, OversizedLine
@@ -22,36 +28,46 @@ READ_SIZE = 65536
 
 async def serve_stream_session(
     hub: Hub, receive: trio.abc.ReceiveStream, send: trio.abc.SendStream, *, label: str = "stream"
-) -> None:
-    """Serve one newline-delimited MCP client until it closes its side."""
+) -> bool:
+    """Serve one newline-delimited MCP client until it closes its side.
+
+    True when the client ended the session (EOF); False when a failure of ours did."""
     limit = hub.config.proxy.max_message_bytes
     outbox = Outbox(send, limit=limit, name=label)
     key = hub.add_client(outbox)
     log.info("%s: client session %d opened", label, key)
+    ended_by_client = False
     try:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(outbox.run)
-            await _read_client(hub, key, receive, outbox, limit)
+            ended_by_client = await _read_client(hub, key, receive, outbox, limit, label)
             # Give the writer a moment to flush answers already queued, then stop.
             with trio.move_on_after(1):
                 await outbox.wait_drained()
             nursery.cancel_scope.cancel()
+    except Exception:
+        ended_by_client = False
+        log.exception("%s: internal error in client session %d; closing this session only", label, key)
     finally:
         hub.remove_client(key)
         log.info("%s: client session %d closed", label, key)
+    if not ended_by_client:
+        await trio.aclose_forcefully(send)  # the client sees its session end
+    return ended_by_client
 
 
 async def _read_client(
-    hub: Hub, key: int, receive: trio.abc.ReceiveStream, outbox: Outbox, limit: int
-) -> None:
+    hub: Hub, key: int, receive: trio.abc.ReceiveStream, outbox: Outbox, limit: int, label: str
+) -> bool:
+    """Read and route the client's lines; True at its EOF, False after a failure handling one."""
     splitter = LineSplitter(limit)
     while True:
         try:
             data = await receive.receive_some(READ_SIZE)
         except (trio.BrokenResourceError, trio.ClosedResourceError):
-            return
+            return True
         if not data:
-            return
+            return True
         for line in splitter.feed(data):
             if type(line) is OversizedLine:
                 log.warning("client %d: refused a %d-byte message (limit %d)", key, line.size, limit)
@@ -59,5 +75,12 @@ async def _read_client(
                     None, INVALID_REQUEST, f"Invalid request: message larger than {limit} bytes"))
                 outbox.flush()
                 continue
-            hub.dispatch(await hub.client_message(key, line))
+            try:
+                hub.dispatch(await hub.client_message(key, line))
+            except Exception:
+                log.exception("%s: internal error handling a message of client session %d; closing this session",
+                              label, key)
+                outbox.put_message(internal_error(line))
+                outbox.flush()
+                return False
         await hub.flush()

@@ -3,24 +3,42 @@
 The handshake passes the same checks as HTTP (Host, Origin, bearer token) before it is
 accepted; the subprotocol ``mcp`` is chosen when the client offers it. Frames larger than
 the body limit close the connection (trio-websocket enforces it while reading).
+
+Admission is shared with the HTTP endpoint (``hub.admission``): a connection over
+``http.max_connections`` gets 503 before its handshake is read, a handshake over
+``http.max_sessions`` (or while the aggregator drains) is rejected with 503. The whole
+handshake must arrive within ``http.header_timeout``.
+
+Containment: every connection runs inside a boundary. A handshake the WebSocket library
+cannot parse (bytes no header may hold) is a client's mistake: 400, one warning line. An
+exception while the session runs is ours: logged with its traceback, the message being
+handled is answered with a JSON-RPC internal error, and the connection closes with 1011;
+other connections and the process go on.
 """
 
 from __future__ import annotations
 
+import contextvars
 import logging
 from collections import deque
-from functools import partial
 from typing import Any
 
 import trio
 import trio_websocket
+from wsproto.utilities import ProtocolError
 
 from aggregator.access import AccessPolicy
 from aggregator.config import HttpConfig, parse_listen
+from aggregator.containment import internal_error
 from aggregator.hub import Hub
 from aggregator.jsonrpc.codec import dumps
+from aggregator.transports.http_server import refuse_connection
 
 log = logging.getLogger(__name__)
+BAD_HANDSHAKE = (b"HTTP/1.1 400 Bad Request\r\ncontent-type: text/plain; charset=utf-8\r\nconnection: close\r\n"
+                 b"content-length: 29\r\n\r\nmalformed WebSocket handshake")
+# Set by a connection's task, read by the handler it calls: has the handshake been read?
+_handshake_read: contextvars.ContextVar[list[bool]] = contextvars.ContextVar("handshake_read")
 
 
 class WebSocketSink:
@@ -70,19 +88,56 @@ class WebSocketEndpoint:
         self.hub = hub
         self.config = config
         self.access = AccessPolicy(config, hub.config.profiles)
-        self.connections = 0
+        self.admission = hub.admission
 
     async def serve(self, listen: str, *, task_status: trio.TaskStatus[Any] = trio.TASK_STATUS_IGNORED) -> None:
         host, port = parse_listen(listen)
+        listeners = await trio.open_tcp_listeners(port, host=host)
+        server = _ContainedServer(
+            self, self._handle, listeners, max_message_size=self.config.max_body_bytes, message_queue_size=16,
+            connect_timeout=self.config.header_timeout, disconnect_timeout=self.config.header_timeout)
         async with trio.open_nursery() as nursery:
-            server = await nursery.start(partial(
-                trio_websocket.serve_websocket, self._handle, host, port, None,
-                max_message_size=self.config.max_body_bytes, message_queue_size=16,
-            ))
+            await nursery.start(server.run)
             log.info("serving MCP over WebSocket at ws://%s:%d%s", host, server.port, self.config.path)
             task_status.started(server)
 
+    async def _connection(self, stream: trio.abc.Stream, serve: Any) -> None:
+        """One connection's task, and its boundary: the cap, the handshake, the session."""
+        if not self.admission.admit_connection():
+            await refuse_connection(stream)
+            return
+        handshake_read = [False]
+        _handshake_read.set(handshake_read)
+        try:
+            await serve(stream)
+        except Exception as exc:
+            leaves = _leaves(exc)
+            what = "; ".join(f"{type(leaf).__name__}: {str(leaf)[:200]}" for leaf in leaves[:3])
+            if handshake_read[0] and all(isinstance(leaf, ProtocolError) for leaf in leaves):
+                # The library's reader tripped over the client's frames (a ping after our
+                # close frame makes it answer with a pong that wsproto refuses).
+                log.warning("websocket: closed a connection whose frames the WebSocket library refused (%s)", what)
+            elif handshake_read[0]:
+                log.exception("websocket: internal error; closing this connection only")
+            else:
+                # The library choked on the handshake's bytes (a Host that is not IDNA,
+                # a header that is not ASCII): the client's mistake, not a bug of ours.
+                log.warning("websocket: refused a malformed handshake (%s)", what)
+                with trio.move_on_after(1):
+                    try:
+                        await stream.send_all(BAD_HANDSHAKE)
+                    except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+                        pass
+        finally:
+            try:
+                await trio.aclose_forcefully(stream)
+            finally:
+                self.admission.release_connection()
+
     async def _handle(self, request: trio_websocket.WebSocketRequest) -> None:
+        marker = _handshake_read.get(None)
+        if marker is not None:
+            marker[0] = True
         headers: dict[str, str] = {}
         for name, value in request.headers:
             key = name.decode("latin-1").lower()
@@ -112,14 +167,23 @@ class WebSocketEndpoint:
                 await request.reject(403, body=f"this token does not give access to profile {named!r}".encode())
                 return
             profile = named
-        if self.connections >= self.config.max_sessions:
-            await request.reject(503, body=b"too many sessions; try later")
+        session_refusal = self.admission.admit_session()
+        if session_refusal is not None:
+            extra_headers = [] if session_refusal.retry_after is None else [
+                (b"retry-after", str(session_refusal.retry_after).encode())]
+            await request.reject(503, extra_headers=extra_headers, body=session_refusal.message.encode())
             return
+        try:
+            await self._session(request, profile)
+        finally:
+            self.admission.release_session()
+
+    async def _session(self, request: trio_websocket.WebSocketRequest, profile: str) -> None:
+        """One admitted session, from accepting the handshake to the connection's end."""
         subprotocol = "mcp" if "mcp" in request.proposed_subprotocols else None
         socket = await request.accept(subprotocol=subprotocol)
         sink = WebSocketSink(self.hub.config.proxy.max_message_bytes)
         key = self.hub.add_client(sink, profile)
-        self.connections += 1
         log.info("websocket session %d: opened", key)
         try:
             async with trio.open_nursery() as nursery:
@@ -128,12 +192,38 @@ class WebSocketEndpoint:
                     while True:
                         message = await socket.get_message()
                         raw = message.encode("utf-8") if isinstance(message, str) else bytes(message)
-                        self.hub.dispatch(await self.hub.client_message(key, raw))
-                        await self.hub.flush()
+                        try:
+                            self.hub.dispatch(await self.hub.client_message(key, raw))
+                            await self.hub.flush()
+                        except Exception:
+                            log.exception("websocket session %d: internal error handling a message;"
+                                          " closing this connection only", key)
+                            with trio.move_on_after(1):
+                                await socket.send_message(dumps(internal_error(raw)).decode())
+                                await socket.aclose(1011, "internal error")
+                            break
                 except trio_websocket.ConnectionClosed:
                     pass
                 nursery.cancel_scope.cancel()
         finally:
-            self.connections -= 1
             self.hub.remove_client(key)
             log.info("websocket session %d: closed", key)
+
+
+def _leaves(exc: BaseException) -> list[BaseException]:
+    """The exceptions inside (possibly nested) exception groups."""
+    if isinstance(exc, BaseExceptionGroup):
+        return [leaf for inner in exc.exceptions for leaf in _leaves(inner)]
+    return [exc]
+
+
+class _ContainedServer(trio_websocket.WebSocketServer):
+    """trio-websocket's server with each connection run through the endpoint's boundary
+    (its cap, and a guard against what the library raises on a hostile handshake)."""
+
+    def __init__(self, endpoint: WebSocketEndpoint, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._endpoint = endpoint
+
+    async def _handle_connection(self, stream: trio.abc.Stream) -> None:
+        await self._endpoint._connection(stream, super()._handle_connection)

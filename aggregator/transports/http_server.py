@@ -1,10 +1,17 @@
 """HTTP/1.1 server connections: h11 does the framing, this module the connection loop.
 
-One ``HttpConnection`` per TCP connection. It reads one request at a time (headers under
-a deadline, body under a size limit), and answers with a whole response or a stream of
-Server-Sent Events (chunked). Everything h11 or the socket can raise is turned into one
-of three outcomes at this edge: a request, an error response already sent (400, 408,
-413, 431), or the end of the connection. Nothing above this module sees h11.
+One ``HttpConnection`` per TCP connection. It reads one request at a time and answers
+with a whole response or a stream of Server-Sent Events (chunked). Everything h11 or the
+socket can raise is turned into one of three outcomes at this edge: a request, an error
+response already sent (400, 408, 413, 431), or the end of the connection. Nothing above
+this module sees h11.
+
+Deadlines are totals, never reset by a byte that arrives (a client dripping one byte a
+second must not hold a connection for ever): a request's headers are due
+``header_timeout`` after its first byte (after the connection opened, for the first
+request), its body ``body_timeout`` after the headers; between requests a keep-alive
+connection may stay idle for ``keepalive_timeout``. Headers that may appear once and
+arrive twice are refused (400) rather than joined into a value nobody sent.
 
 Writes are made by the one task that handles the connection; ``watch_disconnect`` may
 read at the same time (to notice a client that goes away while its answer is pending)
@@ -22,6 +29,16 @@ import trio
 
 log = logging.getLogger(__name__)
 READ_SIZE = 65536
+# Headers whose repetition has no agreed meaning: two Hosts (RFC 9112 3.2), two session
+# ids, two event ids. Any other repeated header is joined with ", " (RFC 9110 5.3).
+SINGLE_VALUED = frozenset({
+    "host", "content-type", "authorization", "origin", "mcp-session-id", "mcp-protocol-version", "last-event-id",
+})
+# What a connection over the cap gets before it is closed: small enough for any socket buffer.
+_BUSY_BODY = b"too many connections; try again in a moment\n"
+BUSY_RESPONSE = (b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: text/plain; charset=utf-8\r\n"
+                 b"retry-after: 1\r\nconnection: close\r\ncontent-length: %d\r\n\r\n%s"
+                 % (len(_BUSY_BODY), _BUSY_BODY))
 
 
 class Request(NamedTuple):
@@ -37,6 +54,7 @@ class HttpLimits(NamedTuple):
     header_timeout: float
     body_timeout: float = 30.0
     write_timeout: float = 30.0
+    keepalive_timeout: float = 30.0
 
 
 class HttpConnection:
@@ -45,6 +63,8 @@ class HttpConnection:
         self.limits = limits
         self.conn = h11.Connection(h11.SERVER, max_incomplete_event_size=limits.max_header)
         self.closed = False
+        self.requests = 0  # requests read so far on this connection
+        self.head = False  # the request being answered is a HEAD: its response has no body
 
     # --- reading ------------------------------------------------------------------------
 
@@ -54,23 +74,38 @@ class HttpConnection:
         headers: dict[str, str] = {}
         body = bytearray()
         started = False
+        limits = self.limits
+        # The first request is due from the connection's opening; a later one may wait
+        # keepalive_timeout for its first byte. The body's deadline is set when the body
+        # is first waited for (most arrive with their headers, and cost no clock read).
+        idle = self.requests > 0
+        deadline: float | None = trio.current_time() + (limits.keepalive_timeout if idle else limits.header_timeout)
         try:
             while True:
                 event = self.conn.next_event()
                 if event is h11.NEED_DATA:
-                    timeout = self.limits.body_timeout if started else self.limits.header_timeout
-                    with trio.move_on_after(timeout) as scope:
+                    if deadline is None:
+                        deadline = trio.current_time() + limits.body_timeout
+                    with trio.move_on_at(deadline):
                         data = await self.stream.receive_some(READ_SIZE)
-                    if scope.cancelled_caught:
-                        if started or self.conn.their_state is h11.SEND_BODY:
-                            await self.respond_error(408, "request took too long to arrive")
-                        return None
-                    self.conn.receive_data(data)
-                    continue
+                        if idle and data:
+                            idle = False
+                            deadline = trio.current_time() + limits.header_timeout
+                        self.conn.receive_data(data)
+                        continue
+                    if started:
+                        await self.respond_error(408, f"request body not complete within {limits.body_timeout:g}s")
+                    elif not idle:
+                        log.debug("http: closed a connection whose request headers took over %gs",
+                                  limits.header_timeout)
+                    return None
                 if type(event) is h11.Request:
                     started = True
+                    self.requests += 1
+                    self.head = event.method == b"HEAD"
+                    deadline = None
                     size = len(event.target) + sum(len(name) + len(value) + 4 for name, value in event.headers)
-                    if size > self.limits.max_header:
+                    if size > limits.max_header:
                         await self.respond_error(431, "request headers too large")
                         return None
                     method = event.method.decode("ascii", "replace")
@@ -78,15 +113,21 @@ class HttpConnection:
                     for name, value in event.headers:
                         key = name.decode("ascii", "replace")
                         text = value.decode("latin-1")
-                        headers[key] = f"{headers[key]}, {text}" if key in headers else text
+                        if key in headers:
+                            if key in SINGLE_VALUED:
+                                await self.respond_error(400, f"the {key} header may appear only once")
+                                return None
+                            text = f"{headers[key]}, {text}"
+                        headers[key] = text
                     length = headers.get("content-length")
-                    if length is not None and length.isdigit() and int(length) > self.limits.max_body:
-                        await self.respond_error(413, f"request body larger than {self.limits.max_body} bytes")
+                    if length is not None and length.isascii() and length.isdigit() and (
+                            len(length) > 18 or int(length) > limits.max_body):
+                        await self.respond_error(413, f"request body larger than {limits.max_body} bytes")
                         return None
                 elif type(event) is h11.Data:
                     body += event.data
-                    if len(body) > self.limits.max_body:
-                        await self.respond_error(413, f"request body larger than {self.limits.max_body} bytes")
+                    if len(body) > limits.max_body:
+                        await self.respond_error(413, f"request body larger than {limits.max_body} bytes")
                         return None
                 elif type(event) is h11.EndOfMessage:
                     return Request(method, path, headers, bytes(body))
@@ -150,10 +191,14 @@ class HttpConnection:
     async def respond(self, status: int, headers: list[tuple[str, str]], body: bytes = b"") -> bool:
         all_headers = [*headers, ("content-length", str(len(body)))]
         events: list[h11.Event] = [h11.Response(status_code=status, headers=all_headers, reason=_reason(status))]
-        if body:
+        if body and not self.head:
             events.append(h11.Data(data=body))
         events.append(h11.EndOfMessage())
         return await self._send(*events)
+
+    def response_pending(self) -> bool:
+        """True while a request is read and nothing of its response was sent yet."""
+        return not self.closed and self.conn.our_state is h11.SEND_RESPONSE
 
     async def respond_error(self, status: int, reason: str) -> bool:
         if self.conn.our_state is not h11.IDLE and self.conn.our_state is not h11.SEND_RESPONSE:
@@ -198,6 +243,28 @@ class HttpConnection:
                 await self.stream.aclose()
             except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
                 pass
+
+
+async def refuse_connection(stream: trio.abc.Stream) -> None:
+    """Answer a connection over the cap with 503 and close it, parsing nothing it sends.
+
+    What the client already sent is read and dropped for a moment (64 KiB, 0.1 s at most):
+    closing on unread input makes the kernel send a reset, which would discard the 503."""
+    with trio.move_on_after(0.1):  # fits in any socket buffer; a client that does not read is not waited for
+        try:
+            await stream.send_all(BUSY_RESPONSE)
+            send_eof = getattr(stream, "send_eof", None)
+            if send_eof is not None:
+                await send_eof()
+            discarded = 0
+            while discarded < 65536:
+                data = await stream.receive_some(READ_SIZE)
+                if not data:
+                    break
+                discarded += len(data)
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+            pass
+    await trio.aclose_forcefully(stream)
 
 
 def _reason(status: int) -> bytes:

@@ -430,3 +430,67 @@ def test_idle_sessions_expire(tmp_path):
         time.sleep(1.5)  # idle for three times the limit (each request counts as activity)
         assert post(port, ping, {"mcp-session-id": session})[0] == 404
         assert initialize(port)  # and a new one works
+
+
+def test_hostile_header_bytes_get_4xx_and_the_process_lives_on(tmp_path):
+    """Bytes that str.isdigit() accepts and int() refuses, and a Host that is not IDNA,
+    each used to end the whole process."""
+    from tests.rawhttp import exchange, request_bytes, websocket_handshake
+
+    ws_port = free_port()
+    config = write_config(tmp_path, fake("a"), startup_timeout=10.0)
+    with http_proxy(config, "--ws", f"127.0.0.1:{ws_port}") as (port, log):
+        wait_listening(ws_port)
+        session = initialize(port)
+        headers = {"host": f"127.0.0.1:{port}", "accept": "text/event-stream", "mcp-session-id": session}
+        for value in ("\xb2-1", "1-\xb2", "\u0661-\u0662".encode().decode("latin-1"), ""):
+            response = exchange(port, request_bytes("GET", "/mcp", {**headers, "last-event-id": value}))
+            assert response.status == 400, (value, response)
+        for value in ("\xb2", "2025-11-2\xb2"):
+            response = exchange(port, request_bytes("POST", "/mcp", {**headers, "mcp-protocol-version": value,
+                                                                     "accept": "application/json",
+                                                                     "content-type": "application/json"},
+                                                    b'{"jsonrpc":"2.0","id":1,"method":"ping"}'))
+            assert response.status == 400, (value, response)
+        handshake = websocket_handshake(ws_port).replace(f"Host: 127.0.0.1:{ws_port}".encode(), b"Host: \xb2")
+        assert 400 <= exchange(ws_port, handshake).status < 500
+        assert post(port, {"jsonrpc": "2.0", "id": 2, "method": "ping"}, {"mcp-session-id": session})[0] == 200
+    assert "Traceback" not in log.read_text()
+
+
+def test_drip_feeding_connections_are_capped_and_cut_at_the_deadline(tmp_path):
+    config = write_config(tmp_path, fake("a") + "\n[http]\nmax_connections = 20\nheader_timeout = 1.0\n",
+                          startup_timeout=10.0)
+    with http_proxy(config) as (port, _):
+        socks = [socket.create_connection(("127.0.0.1", port), timeout=5) for _ in range(30)]
+        started = time.monotonic()
+        for sock in socks:
+            sock.sendall(b"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+        refused = closed = 0
+        # Drip a byte into every connection each 0.2 s until the server has closed all of them.
+        for _ in range(25):
+            for sock in list(socks):
+                try:
+                    sock.sendall(b"x")
+                    sock.setblocking(False)
+                    data = sock.recv(4096)
+                except BlockingIOError:
+                    continue
+                except (BrokenPipeError, ConnectionResetError):
+                    data = b""
+                finally:
+                    sock.setblocking(True)
+                if data.startswith(b"HTTP/1.1 503"):
+                    refused += 1
+                else:
+                    assert data == b"", data
+                    closed += 1
+                socks.remove(sock)
+                sock.close()
+            if not socks:
+                break
+            time.sleep(0.2)
+        assert not socks, "some dripping connections stayed open"
+        assert time.monotonic() - started < 3.5
+        assert refused >= 10 and closed >= 1
+        assert initialize(port)  # room again for a real client

@@ -1,0 +1,162 @@
+"""The network fronts in-process: a hub with in-memory fake servers behind the Streamable
+HTTP (with legacy SSE) and WebSocket endpoints, listening on loopback, and small raw
+clients for them. Tests can reach inside (the hub, the endpoints) to inject faults."""
+
+from __future__ import annotations
+
+import json
+import socket
+from contextlib import asynccontextmanager
+from typing import Any
+
+import attrs
+import trio
+import trio_websocket
+
+from aggregator.config import structure_config
+from aggregator.http_endpoint import StreamableHttpEndpoint
+from aggregator.hub import Hub
+from aggregator.websocket_endpoint import WebSocketEndpoint
+from tests.rawhttp import Response, ResponseReader, read_response_async, request_bytes
+from tests.session.harness import FakeUpstreams
+
+INIT = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+    "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "raw", "version": "0"}}}
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@attrs.define
+class Fronts:
+    hub: Hub
+    upstreams: FakeUpstreams
+    http: StreamableHttpEndpoint
+    ws: WebSocketEndpoint
+    http_port: int
+    ws_port: int
+
+    def headers(self, **extra: str) -> dict[str, str]:
+        base = {"host": f"127.0.0.1:{self.http_port}", "content-type": "application/json",
+                "accept": "application/json, text/event-stream"}
+        base.update({key.replace("_", "-"): value for key, value in extra.items()})
+        return base
+
+    async def connect(self) -> trio.SocketStream:
+        return await trio.open_tcp_stream("127.0.0.1", self.http_port)
+
+    async def send(self, stream: trio.abc.Stream, method: str, path: str = "/mcp",
+                   headers: dict[str, str] | list[tuple[str, str]] | None = None, body: Any = b"",
+                   reader: ResponseReader | None = None) -> Response:
+        """One request on an open connection; its response (the head only, for a stream)."""
+        data = body if isinstance(body, bytes) else json.dumps(body).encode()
+        await stream.send_all(request_bytes(method, path, self.headers() if headers is None else headers, data))
+        with trio.fail_after(10):
+            return await read_response_async(stream, reader)
+
+    async def request(self, method: str, path: str = "/mcp", headers: Any = None, body: Any = b"") -> Response:
+        """One request on a new connection, which is closed after the response."""
+        stream = await self.connect()
+        try:
+            return await self.send(stream, method, path, headers, body)
+        finally:
+            await stream.aclose()
+
+    async def initialize(self) -> str:
+        response = await self.request("POST", body=INIT)
+        assert response.status == 200, response
+        return response.headers["mcp-session-id"]
+
+    async def ping(self, session: str, id: Any = 2) -> dict[str, Any]:
+        response = await self.request("POST", headers=self.headers(mcp_session_id=session),
+                                      body={"jsonrpc": "2.0", "id": id, "method": "ping"})
+        assert response.status == 200, response
+        return json.loads(response.body)
+
+    @asynccontextmanager
+    async def websocket(self):
+        async with trio_websocket.open_websocket_url(f"ws://127.0.0.1:{self.ws_port}/mcp") as socket_:
+            yield socket_
+
+
+@asynccontextmanager
+async def running_fronts(modes: list[str] | None = None, **http: Any):
+    """Hub + HTTP + WebSocket endpoints with one fake server ``a``; ``http`` sets [http] keys."""
+    upstreams = FakeUpstreams({"a": modes or []})
+    config = structure_config({
+        "proxy": {"startup_timeout": 5.0},
+        "http": http,
+        "servers": {"a": {"command": "fake", "init_timeout": 2.0}},
+    }, environ={})
+    hub = Hub(config, connector=upstreams)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(hub.run)
+        with trio.fail_after(5):
+            await hub.startup_done.wait()
+        endpoint = StreamableHttpEndpoint(hub, config.http)
+        http_port = free_port()
+        await nursery.start(endpoint.serve, f"127.0.0.1:{http_port}")
+        ws = WebSocketEndpoint(hub, config.http)
+        ws_port = free_port()
+        await nursery.start(ws.serve, f"127.0.0.1:{ws_port}")
+        yield Fronts(hub, upstreams, endpoint, ws, http_port, ws_port)
+        nursery.cancel_scope.cancel()
+
+
+class EventStream:
+    """The events of a chunked text/event-stream response, read from its connection."""
+
+    def __init__(self, stream: trio.abc.Stream, response: Response) -> None:
+        assert response.status == 200 and response.streaming, response
+        self.stream = stream
+        self.raw = bytearray(response.body)  # chunked bytes not yet decoded
+        self.text = bytearray()  # decoded SSE text not yet split into events
+        self.ended = False
+
+    async def next(self) -> tuple[str, bytes]:
+        """The next event with data, as (event name, data); AssertionError if the stream ends."""
+        while True:
+            while b"\n\n" in self.text:
+                block, _, rest = bytes(self.text).partition(b"\n\n")
+                self.text = bytearray(rest)
+                name, data = "message", [line[6:] for line in block.split(b"\n") if line.startswith(b"data: ")]
+                for line in block.split(b"\n"):
+                    if line.startswith(b"event: "):
+                        name = line[7:].decode()
+                if any(data):
+                    return name, b"\n".join(data)
+            self._dechunk()
+            if b"\n\n" in self.text:
+                continue
+            assert not self.ended, "the event stream ended"
+            data = await self.stream.receive_some(65536)
+            assert data, "the connection closed"
+            self.raw += data
+
+    async def wait_closed(self) -> None:
+        """Read until the server ends the stream (last chunk) or closes the connection."""
+        while not self.ended:
+            self._dechunk()
+            if self.ended:
+                return
+            data = await self.stream.receive_some(65536)
+            if not data:
+                return
+            self.raw += data
+
+    def _dechunk(self) -> None:
+        while True:
+            end = self.raw.find(b"\r\n")
+            if end == -1:
+                return
+            size = int(bytes(self.raw[:end]).split(b";")[0], 16)
+            if size == 0:
+                self.ended = True
+                return
+            if len(self.raw) < end + 2 + size + 2:
+                return
+            self.text += self.raw[end + 2:end + 2 + size]
+            del self.raw[:end + 2 + size + 2]
