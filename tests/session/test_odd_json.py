@@ -103,3 +103,20 @@ async def test_a_malformed_initialize_result_fails_that_server_with_backoff(auto
     lines = [r.getMessage() for r in caplog.records if r.name.startswith("aggregator")]
     assert any("server bad did not start" in line and named in line for line in lines)
     assert not [r for r in caplog.records if r.exc_info], "a malformed result is not an internal error"
+
+
+async def test_the_configured_depth_holds_for_clients_and_servers(autojump_clock):
+    async with running_proxy({"a": ["odd_json"]}, max_json_depth=16) as proxy:
+        client = await proxy.connect()
+        with trio.fail_after(10):
+            await client.initialize()
+            # arguments is level 3, "d" holds levels 4 and on: 13 levels fit, 14 do not.
+            answer = await client.request("tools/call", {"name": "a__echo", "arguments": {"d": deep(13)}})
+            assert "result" in answer
+            answer = await client.request("tools/call", {"name": "a__echo", "arguments": {"d": deep(14)}})
+            assert answer["error"]["data"]["max_depth"] == 16
+            # The fake's structuredContent (level 3) is the outermost of `depth` nested objects.
+            answer = await client.request("tools/call", {"name": "a__deep", "arguments": {"depth": 14}})
+            assert "result" in answer
+            answer = await client.request("tools/call", {"name": "a__deep", "arguments": {"depth": 15}})
+            assert answer["error"]["data"]["reason"] == "too_large"
