@@ -94,7 +94,8 @@ class JsonNumber(Decimal):
     """A JSON number the proxy must write back exactly as it read it.
 
     A ``Decimal`` (so code that reads it gets its exact value) that remembers its text:
-    ``JsonNumber("1e2")`` is 100 and is written ``1e2``.
+    ``JsonNumber("1e2")`` is 100 and is written ``1e2``. The stdlib's ``json.dumps`` does
+    not know it: give it ``default=str`` (the literal, as a string) or use ``dumps``.
     """
 
     __slots__ = ("text",)
@@ -107,6 +108,9 @@ class JsonNumber(Decimal):
 
     def __repr__(self) -> str:
         return f"JsonNumber({self.text!r})"
+
+    def __str__(self) -> str:  # so json.dumps(..., default=str) and logs show the literal
+        return self.text
 
 
 class NestingTooDeep(ValueError):

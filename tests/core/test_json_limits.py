@@ -242,3 +242,28 @@ def test_fuzz_deep_messages_one_answer_per_readable_request_none_to_notification
     [(kind, session, answer)] = unpack(back)
     assert (kind, session, answer["id"]) == ("ToClient", 1, message["id"])
     assert ("result" in answer) is server_echoes
+
+
+# --- exact numbers reach plugins as Decimals, and the shipped plugins cope ----------------
+
+
+def test_the_shipped_plugins_handle_exact_numbers(tmp_path):
+    from aggregator.jsonrpc import JsonNumber, decode_message
+    from aggregator.plugins import Deny, Request
+    from plugins.example import ExamplePlugin
+    from plugins.pinning import PinDefinitions
+
+    _, listing = decode_message(b'{"jsonrpc":"2.0","id":1,"result":{"tools":[{"name":"t","inputSchema":'
+                                b'{"type":"number","maximum":1.0E7,"default":1.50}}]}}')
+    tools = listing["result"]["tools"]
+    assert type(tools[0]["inputSchema"]["maximum"]) is JsonNumber
+    pins = tmp_path / "pins.json"
+    assert PinDefinitions(str(pins)).catalog("default", "tools", tools) == tools
+    assert PinDefinitions(str(pins)).catalog("default", "tools", tools) == tools  # read back: same digest
+    changed = [dict(tools[0], inputSchema={"type": "number", "maximum": JsonNumber("1.0E8")})]
+    assert PinDefinitions(str(pins)).catalog("default", "tools", changed) == []
+    _, call = decode_message(b'{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"x__t",'
+                             b'"arguments":{"n":1e400,"s":"drop table"}}}')
+    request = Request(1, "default", "tools/call", "x", "t", "x__t", call["params"])
+    with pytest.raises(Deny):
+        ExamplePlugin(blocked_words=["DROP"]).request(request)
