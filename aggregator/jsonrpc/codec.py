@@ -161,8 +161,10 @@ def loads(raw: bytes, max_depth: int = DEFAULT_MAX_DEPTH) -> Any:
     # Every fraction or exponent leaves a "0." in the scan; so does every short quoted
     # version such as "2.0" (one in each message: "jsonrpc":"2.0"), while a literal never
     # follows a quote: more "0." than '"0.0"' means a literal may be there.
+    # (find, not `in`: bytes.__contains__ first tries the argument as an int, and pays
+    # for the exception.)
     scan = raw.translate(_SCAN)
-    if (scan.count(b"0.") > scan.count(b'"0.0"') or b"-0," in scan or _LONG_RUN in scan
+    if (scan.count(b"0.") > scan.count(b'"0.0"') or scan.find(b"-0,") != -1 or scan.find(_LONG_RUN) != -1
             or scan.endswith(b"-0")):
         return _loads_exact(raw, max_depth)
     return value
