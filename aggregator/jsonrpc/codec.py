@@ -64,7 +64,9 @@ RESPONSE = 3
 ERROR = 4
 
 DEFAULT_MAX_DEPTH = 128
-MAX_DEPTH_LIMIT = 1024  # orjson refuses deeper input whatever the configuration says
+# The most a configuration may allow: the stdlib parser (exact numbers) and any recursive
+# walk (plugins) need that many of Python's ~1000 frames, and the proxy needs its own.
+MAX_DEPTH_LIMIT = 512
 
 
 def _dumps_depth() -> int:
@@ -251,11 +253,6 @@ def _exceeds(value: Any, max_depth: int) -> bool:
                     return True
                 stack.append((child, depth + 1))
     return False
-
-
-def _valid_id(value: Any) -> bool:
-    kind = type(value)
-    return kind is str or kind is int
 
 
 _MISSING = object()

@@ -4,6 +4,8 @@ import json
 from decimal import Decimal
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from aggregator.jsonrpc import (
     ERROR,
@@ -201,24 +203,24 @@ def test_plain_messages_keep_plain_types():
 # --- depth: nothing nests deeper than the limit ------------------------------------------
 
 
-def nested(depth: int, kind: str = "mixed") -> bytes:
+def nested(depth: int, kind: str = "mixed", leaf: str = "1") -> bytes:
     """A request whose whole message nests exactly ``depth`` levels (the envelope is 1)."""
-    opens = {"list": "[", "dict": '{"k":', "mixed": None}
     inner = depth - 2  # the envelope and params
     if kind == "mixed":
-        body = "".join('{"k":' if i % 2 else "[" for i in range(inner)) + "1"
+        body = "".join('{"k":' if i % 2 else "[" for i in range(inner)) + leaf
         body += "".join("}" if i % 2 else "]" for i in reversed(range(inner)))
     else:
-        body = opens[kind] * inner + "1" + ("]" if kind == "list" else "}") * inner
+        body = ("[" if kind == "list" else '{"k":') * inner + leaf + ("]" if kind == "list" else "}") * inner
     return ('{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"arguments":' + body + "}}").encode()
 
 
-@pytest.mark.parametrize("limit", [16, 64, 128, 200, 253, 254, 300, 1000])
+@pytest.mark.parametrize("limit", [16, 64, 128, 200, 253, 254, 300, 512])
 @pytest.mark.parametrize("kind", ["list", "dict", "mixed"])
-def test_depth_limit_is_exact(limit, kind):
-    _, message = decode_message(nested(limit, kind), limit)
-    assert dumps(message) == nested(limit, kind)  # bytes: == on the values would recurse
-    error = refused_at(nested(limit + 1, kind), limit)
+@pytest.mark.parametrize("leaf", ["1", "1e2"])  # 1e2 takes the exact path, which checks depth too
+def test_depth_limit_is_exact(limit, kind, leaf):
+    _, message = decode_message(nested(limit, kind, leaf), limit)
+    assert dumps(message) == nested(limit, kind, leaf)  # bytes: == on the values would recurse
+    error = refused_at(nested(limit + 1, kind, leaf), limit)
     assert (error.code, error.id, error.answer) == (INVALID_REQUEST, 5, True)
     assert error.data == {"source": "aggregator", "reason": "too_large", "max_depth": limit}
     assert f"deeper than {limit} levels" in error.message
@@ -273,3 +275,38 @@ def test_the_exact_writer_has_no_recursion_limit():
     cyclic.append(cyclic)
     with pytest.raises(ValueError, match="nested deeper"):
         dumps(cyclic)
+
+
+# --- fuzz: the exact path is never laxer than orjson, apart from number range ------------
+
+TOKENS = [b"{", b"}", b"[", b"]", b",", b":", b" ", b'"a"', b'"\\ud800"', b'"\\ud83d\\ude00"', b'"\\u00e9"',
+          b'"\xff"', b'"\xed\xa0\x80"', b'"x\x01"', b"\xef\xbb\xbf", b"1e400", b"-0", b"1.50", b"0.1", b"12",
+          b"NaN", b"-Infinity", b"1" * 400, b"true", b"null", b"-", b".5", b"01", b"1e99999999999999999999"]
+
+
+def strings_of(value):
+    stack = [value]
+    while stack:
+        node = stack.pop()
+        if type(node) is dict:
+            stack += list(node)
+            stack += list(node.values())
+        elif type(node) is list:
+            stack += node
+        elif type(node) is str:
+            yield node
+
+
+@settings(max_examples=1000, deadline=None)
+@given(st.lists(st.sampled_from(TOKENS), max_size=14).map(b"".join))
+def test_fuzz_loads_accepts_only_strict_json(raw):
+    try:
+        value = loads(raw)
+    except ValueError:
+        return  # what it refuses it refuses with a ValueError, never anything else
+    text = raw.decode("utf-8")  # valid UTF-8 ...
+    json.loads(text, parse_constant=lambda name: pytest.fail(f"{name} accepted"))  # ... and JSON
+    for string in strings_of(value):
+        string.encode("utf-8")  # no lone surrogate
+    written = dumps(value)
+    assert dumps(loads(written)) == written
