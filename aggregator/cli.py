@@ -304,7 +304,7 @@ def _tools(args: argparse.Namespace) -> int:
     if args.json:
         if args.explain:
             catalog["hidden"] = hidden
-        print(json.dumps(catalog, indent=2, ensure_ascii=False))
+        print(json.dumps(catalog, indent=2, ensure_ascii=False, default=str))  # JsonNumber: as its text
         return 0
     width = max(shutil.get_terminal_size((120, 20)).columns, 40)
     if profile != "default":

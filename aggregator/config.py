@@ -22,6 +22,7 @@ from cattrs.errors import ClassValidationError, ForbiddenExtraKeysError, Iterabl
 
 from aggregator.core.naming import NAME_CHARS, validate_server_naming
 from aggregator.errors import ConfigError
+from aggregator.jsonrpc.codec import MAX_DEPTH_LIMIT
 
 Transport = Literal["stdio", "streamable-http", "sse", "websocket"]
 
@@ -122,6 +123,8 @@ class ProxyConfig:
     startup_timeout: float = 10.0
     page_size: int = 100
     max_message_bytes: int = 16 * 1024 * 1024
+    # Deepest JSON nesting accepted in a message, either direction (the envelope is level 1).
+    max_json_depth: int = 128
     restart_backoff_initial: float = 0.5
     restart_backoff_max: float = 30.0
     # Server-to-client requests the proxy routes to clients (and so declares upstream).
@@ -546,6 +549,8 @@ def _check_proxy(proxy: ProxyConfig) -> list[str]:
         problems.append("proxy.startup_timeout: must not be negative")
     if proxy.max_message_bytes < 1024:
         problems.append("proxy.max_message_bytes: must be at least 1024")
+    if not 16 <= proxy.max_json_depth <= MAX_DEPTH_LIMIT:
+        problems.append(f"proxy.max_json_depth: must be between 16 and {MAX_DEPTH_LIMIT}")
     if proxy.restart_backoff_initial <= 0 or proxy.restart_backoff_max < proxy.restart_backoff_initial:
         problems.append("proxy.restart_backoff_*: need 0 < initial <= max")
     for index, name in enumerate(proxy.server_requests):

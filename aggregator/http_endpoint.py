@@ -328,7 +328,7 @@ class StreamableHttpEndpoint:
             await self._reject(connection, 406, INVALID_REQUEST,
                                "Not acceptable: accept application/json and text/event-stream")
             return
-        decoded = await _decode(connection, request)
+        decoded = await self._decode(connection, request)
         if decoded is None:
             return
         kind, message = decoded
@@ -570,10 +570,23 @@ class StreamableHttpEndpoint:
         if session is None or session.principal != self.access.principal(request.headers):
             await self._reject(connection, 404, INVALID_REQUEST, "Session not found: open the SSE stream again")
             return
-        decoded = await _decode(connection, request)
+        decoded = await self._decode(connection, request, session)
         if decoded is not None:
             self.hub.dispatch_now(await self.hub.client_event(session.key, *decoded))
             await connection.respond(202, [("content-type", "text/plain")], b"Accepted")
+
+    async def _decode(self, connection: HttpConnection, request: Request,
+                      session: Any = None) -> tuple[int, dict[str, Any]] | None:
+        """The body's one JSON-RPC message, or None after answering 400 with the error."""
+        try:
+            return decode_message(request.body, self.hub.router.max_json_depth)
+        except RemoteProtocolError as exc:
+            if exc.response_to is not None:  # a refused answer to a server's request: it hears so
+                session = session or self._session(request)[0]
+                if session is not None:
+                    self.hub.dispatch_now(self.hub.router.refused_answer(session.key, exc))
+            await connection.respond(400, [JSON], dumps(exc.to_response()))
+            return None
 
     def _resumable(self, session: HttpSession, stream: int, seq: int) -> tuple[MessageQueue, int] | None:
         """The stream and position a Last-Event-ID names in this session, if any."""
@@ -637,13 +650,6 @@ def _is_session_id(value: str) -> bool:
     return 0 < len(value) <= 128 and value.isascii() and value.isprintable() and " " not in value
 
 
-async def _decode(connection: HttpConnection, request: Request) -> tuple[int, dict[str, Any]] | None:
-    """The body's one JSON-RPC message, or None after answering 400 with the error."""
-    try:
-        return decode_message(request.body)
-    except RemoteProtocolError as exc:
-        await connection.respond(400, [JSON], dumps(exc.to_response()))
-        return None
 
 
 @asynccontextmanager

@@ -77,6 +77,7 @@ class Hub:
             roots=None if proxy.roots is None else [{"uri": uri} for uri in proxy.roots],
             list_changed_debounce=proxy.list_changed_debounce,
             max_in_flight=proxy.max_in_flight_per_session,
+            max_json_depth=proxy.max_json_depth,
             profiles={name: catalog_for(name) for name in config.profiles},
         )
         self.router.server_request_policy = self._server_request_allowed
@@ -189,9 +190,9 @@ class Hub:
                 commands = self.router.client_message(key, raw)
             return commands
         try:
-            kind, message = decode_message(raw)
-        except RemoteProtocolError:
-            return self.router.client_message(key, raw)  # it answers the error
+            kind, message = decode_message(raw, self.router.max_json_depth)
+        except RemoteProtocolError as exc:
+            return self.router.client_refused(key, exc)
         return await self.client_event(key, kind, message)
 
     async def client_event(self, key: int, kind: int, message: dict[str, Any]) -> list[Any]:

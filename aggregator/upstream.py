@@ -21,7 +21,8 @@ from aggregator.core.catalog import CAPABILITY_OF, KINDS, TEMPLATES
 from aggregator.core.router import CONTROL_ID_PREFIX
 from aggregator.errors import UpstreamError
 from aggregator.jsonrpc.framing import LineSplitter, OversizedLine
-from aggregator.mcp.versions import LATEST, SUPPORTED
+from aggregator.mcp.initialize import initialize_result_problem
+from aggregator.mcp.versions import LATEST
 from aggregator.transports.outbox import Outbox
 from aggregator.transports.stdio import Channel, run_stdio_server
 
@@ -248,13 +249,13 @@ class UpstreamSession:
                                  else self.hub.router.upstream_client_capabilities()),
                 "clientInfo": {"name": "aggregator", "version": __version__},
             })
-        version = result.get("protocolVersion")
-        if version not in SUPPORTED:
-            raise UpstreamError(
-                f"the server answered protocol version {version!r}, which the aggregator does not speak")
+        problem = initialize_result_problem(result)
+        if problem is not None:
+            raise UpstreamError(f"its initialize result is unusable: {problem}")
+        version = result["protocolVersion"]
         self.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
         self.hub.dispatch_now(self.hub.router.server_ready(self.name, result))
-        capabilities = result.get("capabilities") if type(result.get("capabilities")) is dict else {}
+        capabilities = result["capabilities"]
         info = result.get("serverInfo") or {}
         self.log.info(
             "server %s: initialized (%s %s, protocol %s)", self.name, info.get("name"), info.get("version"), version

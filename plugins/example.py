@@ -26,7 +26,7 @@ class ExamplePlugin:
     def request(self, request: Request) -> None:
         if request.method != "tools/call":
             return
-        text = json.dumps(request.params.get("arguments") or {}).lower()
+        text = json.dumps(request.params.get("arguments") or {}, default=str).lower()
         for word in self.blocked_words:
             if word in text:
                 raise Deny(f"{request.exposed}: the arguments contain {word!r}, which is not allowed here")

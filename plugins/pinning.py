@@ -32,7 +32,8 @@ def definition(tool: dict[str, Any]) -> dict[str, Any]:
 
 
 def digest(tool: dict[str, Any]) -> str:
-    canonical = json.dumps(definition(tool), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    canonical = json.dumps(definition(tool), sort_keys=True, separators=(",", ":"), ensure_ascii=False,
+                           default=str)  # a JsonNumber (a literal kept exactly) as its text
     return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
 
 
@@ -83,13 +84,14 @@ class PinDefinitions:
 
     def save(self) -> None:
         temporary = self.path.with_name(self.path.name + ".tmp")
-        temporary.write_text(json.dumps(self.pins, indent=2, sort_keys=True, ensure_ascii=False), encoding="utf-8")
+        temporary.write_text(json.dumps(self.pins, indent=2, sort_keys=True, ensure_ascii=False,
+                                         default=str), encoding="utf-8")
         os.replace(temporary, self.path)
 
     @staticmethod
     def _diff(before: dict[str, Any], after: dict[str, Any]) -> str:
         lines = difflib.unified_diff(
-            json.dumps(before, indent=2, sort_keys=True).splitlines(),
-            json.dumps(after, indent=2, sort_keys=True).splitlines(),
+            json.dumps(before, indent=2, sort_keys=True, default=str).splitlines(),
+            json.dumps(after, indent=2, sort_keys=True, default=str).splitlines(),
             "approved", "now", lineterm="")
         return "\n".join(lines)

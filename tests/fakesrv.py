@@ -20,6 +20,14 @@ Modes
 - pulled        start with ``echo``'s description already changed.
 - (always)      ``flood`` {count} sends that many log messages, then answers;
                 ``progress_forever`` never answers, and (in memory) reports progress forever.
+- odd_json      tools that answer with JSON no json.dumps writes: ``literals`` {literals}
+                returns those strings as number literals in ``structuredContent.values``;
+                ``deep`` {depth} answers with a result nested that deep; ``deep_note``
+                {depth} sends a notification nested that deep, then answers; ``sample``
+                asks the client for sampling/createMessage and answers with what it got.
+- record:PATH   append every line received, byte for byte, to PATH.
+- bad_init:F    answer initialize with field F wrong: serverInfo (a string), capabilities
+                (an array), protocolVersion (missing), tools (capabilities.tools true).
 """
 
 from __future__ import annotations
@@ -44,6 +52,9 @@ class FakeServer:
         self.exit_code: int | None = None
         self.progress_forever: Any = None  # the token, once progress_forever was called
         self.pulled = "pulled" in self.modes  # rug_pull: echo's definition has changed
+        self.record = next((m.split(":", 1)[1] for m in modes if m.startswith("record:")), None)
+        self.bad_init = next((m.split(":", 1)[1] for m in modes if m.startswith("bad_init:")), None)
+        self.asking: Any = None  # odd_json: the id of the `sample` call waiting for the client
 
     def tools(self) -> list[dict[str, Any]]:
         tools = [
@@ -65,12 +76,22 @@ class FakeServer:
             {"name": "slow", "inputSchema": {"type": "object"}},
         ]
         tools += [{"name": f"t{i}", "inputSchema": {"type": "object"}} for i in range(self.extra)]
+        if "odd_json" in self.modes:
+            tools += [{"name": name, "inputSchema": {"type": "object"}}
+                      for name in ("literals", "deep", "deep_note", "sample")]
         return tools
 
     def handle(self, line: bytes) -> list[bytes]:
         """Answer one line; return the lines to write (maybe none)."""
+        if self.record is not None:
+            with open(self.record, "ab") as record:
+                record.write(line.rstrip(b"\n") + b"\n")
         message = json.loads(line)
         self.seen.append(message)
+        if "odd_json" in self.modes:
+            odd = self._odd_json(message)
+            if odd is not None:
+                return odd
         out = [self._prefix()] if "garbage" in self.modes else []
         params = message.get("params") or {}
         if message.get("method") == "tools/call" and params.get("name") == "rug" and "rug_pull" in self.modes:
@@ -84,6 +105,39 @@ class FakeServer:
         if answer is not None:
             out.append(json.dumps(answer).encode())
         return [x for x in out if x]
+
+    def _odd_json(self, message: dict[str, Any]) -> list[bytes] | None:
+        """odd_json's tools and the client's answer to `sample`; None: not theirs."""
+        params = message.get("params") or {}
+        arguments = params.get("arguments") or {}
+        id = json.dumps(message.get("id"))
+        if message.get("id") == "sample-1" and "method" not in message:
+            answer = {"answer": message.get("result"), "error": message.get("error")}
+            waiting, self.asking = self.asking, None
+            return [json.dumps({"jsonrpc": "2.0", "id": waiting, "result": {
+                "content": [{"type": "text", "text": json.dumps(answer)}]}}).encode()]
+        if message.get("method") != "tools/call":
+            return None
+        name = params.get("name")
+        if name == "literals":
+            values = ",".join(arguments.get("literals", []))
+            return [f'{{"jsonrpc":"2.0","id":{id},"result":{{"content":[],'
+                    f'"structuredContent":{{"values":[{values}]}}}}}}'.encode()]
+        if name in ("deep", "deep_note"):
+            depth = int(arguments.get("depth", 10))
+            nested = '{"d":' * depth + "1" + "}" * depth
+            answer = f'{{"jsonrpc":"2.0","id":{id},"result":{{"content":[],"structuredContent":{nested}}}}}'
+            if name == "deep":
+                return [answer.encode()]
+            note = f'{{"jsonrpc":"2.0","method":"notifications/message","params":{{"level":"info","data":{nested}}}}}'
+            return [note.encode(), json.dumps({"jsonrpc": "2.0", "id": message["id"], "result": {
+                "content": [{"type": "text", "text": "sent"}]}}).encode()]
+        if name == "sample":
+            self.asking = message["id"]
+            return [json.dumps({"jsonrpc": "2.0", "id": "sample-1", "method": "sampling/createMessage", "params": {
+                "messages": [{"role": "user", "content": {"type": "text", "text": "hi"}}],
+                "maxTokens": 5}}).encode()]
+        return None
 
     def _prefix(self) -> bytes:
         return b'fake server banner\n{"not": "json-rpc"}\n[1,2\n{"jsonrpc":"2.0","id":987654,"result":{}}'
@@ -99,13 +153,22 @@ class FakeServer:
         if method == "initialize":
             if "hang_init" in self.modes:
                 return None
-            return ok({
+            result = {
                 "protocolVersion": params.get("protocolVersion", "2025-06-18"),
                 "capabilities": {"tools": {"listChanged": True}, "prompts": {}, "resources": {},
                                  "completions": {}, "logging": {}},
                 "serverInfo": {"name": "server", "version": "1.0"},
                 "instructions": "Fake server for tests.",
-            })
+            }
+            if self.bad_init == "serverInfo":
+                result["serverInfo"] = "fake server 1.0"
+            elif self.bad_init == "capabilities":
+                result["capabilities"] = ["tools"]
+            elif self.bad_init == "protocolVersion":
+                del result["protocolVersion"]
+            elif self.bad_init == "tools":
+                result["capabilities"]["tools"] = True
+            return ok(result)
         if method in ("ping", "logging/setLevel"):
             return ok({})
         if method == "tools/list":

@@ -47,7 +47,15 @@ from aggregator.core.log_levels import LEVELS, most_verbose, passes
 from aggregator.core.subscriptions import Subscriptions
 from aggregator.core.tasks import expose_task_ids, restore_related_task, split_task_id
 from aggregator.core.uris import InvalidUri, expose_uri, rewrite_content_uris
-from aggregator.jsonrpc.codec import ERROR, NOTIFICATION, REQUEST, RESPONSE, decode_message, dumps
+from aggregator.jsonrpc.codec import (
+    DEFAULT_MAX_DEPTH,
+    ERROR,
+    NOTIFICATION,
+    REQUEST,
+    RESPONSE,
+    decode_message,
+    dumps,
+)
 from aggregator.jsonrpc.errors import (
     INTERNAL_ERROR,
     INVALID_PARAMS,
@@ -215,6 +223,13 @@ class ClientState:
     profile: str = "default"
 
 
+def _refusal_reason(exc: RemoteProtocolError) -> str:
+    """The reason a refused message gives the party waiting for it: ``too_large`` past a
+    limit (depth), ``malformed`` for what could not be read."""
+    data = exc.data
+    return data["reason"] if type(data) is dict and "reason" in data else "malformed"
+
+
 def proxy_error(
     id: Any, message: str, *, reason: str, server: str | None = None, code: int = INTERNAL_ERROR
 ) -> dict[str, Any]:
@@ -241,6 +256,7 @@ class Router:
         list_changed_debounce: float = 0.05,
         max_in_flight: int = 1024,
         profiles: dict[str, Catalog] | None = None,
+        max_json_depth: int = DEFAULT_MAX_DEPTH,
     ) -> None:
         # One catalog per profile (what its clients see), all over one store of items.
         self.catalog = catalog
@@ -263,6 +279,7 @@ class Router:
         self.startup_complete = False
         self.draining = False  # shutting down: finish what is in flight, take nothing new
         self.max_in_flight = max_in_flight
+        self.max_json_depth = max_json_depth  # enforced where messages are decoded
         self.server_requests = server_requests
         self.roots = roots
         self.server_request_policy: ServerRequestPolicy = lambda server, method, params: True
@@ -338,11 +355,31 @@ class Router:
 
     def client_message(self, key: int, raw: bytes) -> list[Any]:
         try:
-            kind, message = decode_message(raw)
+            kind, message = decode_message(raw, self.max_json_depth)
         except RemoteProtocolError as exc:
-            log.debug("client %d: refused message: %s", key, exc.message)
-            return [ToClient(key, exc.to_response())] if exc.answer else []
+            return self.client_refused(key, exc)
         return self.client_event(key, kind, message)
+
+    def client_refused(self, key: int, exc: RemoteProtocolError) -> list[Any]:
+        """A client's message could not be accepted: answer it if it was a request, and if
+        it was an answer to a server's request, tell that server it will not get one."""
+        if exc.data is not None and exc.data.get("reason") == "too_large":
+            log.warning("client %d: refused a message: %s", key, exc.message)
+        else:
+            log.debug("client %d: refused a message: %s", key, exc.message)
+        out = [ToClient(key, exc.to_response())] if exc.answer else []
+        return out + self.refused_answer(key, exc)
+
+    def refused_answer(self, key: int, exc: RemoteProtocolError) -> list[Any]:
+        """If a client's refused message was its answer to a server's request, that server
+        gets an error in its place now, rather than waiting for an answer that never comes."""
+        answered = exc.response_to
+        reverse = self._end_reverse(key, answered) if type(answered) is int else None
+        if reverse is None or not self.links[reverse.server].ready:
+            return []
+        return [ToServer(reverse.server, proxy_error(
+            reverse.upstream_id, f"The client's answer to {reverse.method} was refused ({exc.message})",
+            reason=_refusal_reason(exc), server=reverse.server))]
 
     def client_event(self, key: int, kind: int, message: dict[str, Any]) -> list[Any]:
         """A message from a client, already decoded and classified (``decode_message``).
@@ -788,12 +825,9 @@ class Router:
         if link is None:
             return []  # a per-session connection whose client just left
         try:
-            kind, message = decode_message(raw)
+            kind, message = decode_message(raw, self.max_json_depth)
         except RemoteProtocolError as exc:
-            log.warning("server %s: dropping an unreadable message: %s", server, exc.message)
-            if exc.id is not None and exc.answer:
-                return [ToServer(server, exc.to_response())]
-            return []
+            return self._server_refused(link, exc)
         if kind == RESPONSE or kind == ERROR:
             id = message["id"]
             pending = link.pending.get(id) if type(id) is int else None
@@ -816,6 +850,36 @@ class Router:
         if kind == NOTIFICATION:
             return self._server_notification(link, message)
         return self._server_request(link, message)
+
+    def _server_refused(self, link: UpstreamLink, exc: RemoteProtocolError) -> list[Any]:
+        """A server's message could not be accepted (too deep, unreadable, malformed).
+
+        An answer whose id is readable fails the request it answers, at once and with the
+        reason, instead of leaving it to time out; the server stays up. A request is
+        answered with the error; anything else is dropped. All of it is logged.
+        """
+        server = link.name
+        id = exc.response_to
+        if id is not None:
+            pending = link.pending.get(id) if type(id) is int else None
+            log.warning("server %s: refused its answer to %s: %s", server,
+                        pending.method if pending is not None else f"id {id!r}", exc.message)
+            if pending is None:
+                if type(id) is str and id.startswith(CONTROL_ID_PREFIX):
+                    return [ControlReply(server, error_response(id, exc.code, exc.message))]
+                return []
+            self._end(pending)
+            if pending.session == NO_SESSION:
+                return self._gather_step(pending, None)
+            if pending.session not in self.clients:
+                return []
+            return [ToClient(pending.session, proxy_error(
+                pending.client_id, f"Server {server!r} sent an answer to {pending.method} that the aggregator"
+                f" cannot forward ({exc.message})", reason=_refusal_reason(exc), server=server))]
+        log.warning("server %s: dropping an unreadable message: %s", server, exc.message)
+        if exc.id is not None and exc.answer:
+            return [ToServer(server, exc.to_response())]
+        return []
 
     def _expose_result(self, pending: Pending, result: Any, link: UpstreamLink) -> None:
         """Rewrite what the proxy owns in an upstream result, in place."""

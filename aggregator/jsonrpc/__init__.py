@@ -4,10 +4,13 @@ Must not import trio or any I/O library (tests/core/test_layering.py checks).
 """
 
 from aggregator.jsonrpc.codec import (
+    DEFAULT_MAX_DEPTH,
     ERROR,
     NOTIFICATION,
     REQUEST,
     RESPONSE,
+    JsonNumber,
+    NestingTooDeep,
     decode_message,
     dumps,
     loads,
@@ -24,11 +27,14 @@ from aggregator.jsonrpc.errors import (
 from aggregator.jsonrpc.framing import LineSplitter, OversizedLine
 
 __all__ = [
+    "DEFAULT_MAX_DEPTH",
     "ERROR",
     "INTERNAL_ERROR",
     "INVALID_PARAMS",
     "INVALID_REQUEST",
+    "JsonNumber",
     "METHOD_NOT_FOUND",
+    "NestingTooDeep",
     "NOTIFICATION",
     "PARSE_ERROR",
     "REQUEST",

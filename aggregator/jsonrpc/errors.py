@@ -22,7 +22,8 @@ class RemoteProtocolError(Exception):
     """The peer sent a message we cannot accept; answer with `.code` / `.message`."""
 
     def __init__(
-        self, code: int, message: str, *, id: Any = None, data: Any = None, answer: bool = True
+        self, code: int, message: str, *, id: Any = None, data: Any = None, answer: bool = True,
+        kind: int | None = None, response_to: Any = None,
     ) -> None:
         super().__init__(message)
         self.code = code
@@ -32,6 +33,11 @@ class RemoteProtocolError(Exception):
         # False for a well-formed JSON-RPC notification that MCP cannot accept (params as
         # an array): notifications are never answered, so it is dropped silently.
         self.answer = answer
+        # What the message was meant to be (codec.REQUEST, NOTIFICATION or RESPONSE), when
+        # its envelope could be read; for a response, the id of the request it answers
+        # (never answered with: that id is the other side's): that request fails at once.
+        self.kind = kind
+        self.response_to = response_to
 
     def to_response(self) -> dict[str, Any]:
         return error_response(self.id, self.code, self.message, self.data)

@@ -125,3 +125,14 @@ def test_listen_addresses():
         with pytest.raises(ValueError):
             parse_listen(bad)
     assert problems({"http": {"listen": "nowhere"}})[0].startswith("http.listen: expected HOST:PORT")
+
+
+@pytest.mark.parametrize("depth", [15, 513, 0])
+def test_json_depth_limit_is_bounded(depth):
+    assert problems({"proxy": {"max_json_depth": depth}}) == ["proxy.max_json_depth: must be between 16 and 512"]
+
+
+def test_json_depth_limit_default_and_range():
+    assert structure_config({}, environ={}).proxy.max_json_depth == 128
+    for depth in (16, 512):
+        assert structure_config({"proxy": {"max_json_depth": depth}}, environ={}).proxy.max_json_depth == depth
