@@ -52,7 +52,7 @@ enabled = false
         ({"servers": {"1st": {"command": "g"}}}, "servers.1st.prefix: '1st' cannot start a URI scheme"),
         ({"servers": {"x": {"command": "g", "prefix": "p__q"}}}, "servers.x.prefix: must not contain the separator"),
         ({"proxy": {"separator": "/"}}, "proxy.separator: must be one or more of"),
-        ({"proxy": {"page_size": 0}}, "proxy.page_size: must be at least 1"),
+        ({"proxy": {"page_size": 0}}, "proxy.page_size: must be an integer (items) from 1 to 100000, got 0"),
         ({"proxy": {"pagesize": 3}}, "proxy.pagesize: unknown key"),
         ({"serverz": {}}, "serverz: unknown key"),
         ({"servers": {"git": {"command": "${NOPE}"}}}, "servers.git.command: environment variable NOPE is not set"),
