@@ -15,9 +15,9 @@ from typing import Any
 import trio
 
 from aggregator import __version__
-from aggregator.config import Config, load_config, mcp_servers_json_to_raw, raw_to_toml
+from aggregator.config import Config, load_config, mcp_servers_json_to_raw, raw_to_toml, same_listener
 from aggregator.core.catalog import KINDS
-from aggregator.errors import ConfigError
+from aggregator.errors import AggregatorError, ConfigError
 from aggregator.hub import Hub
 
 log = logging.getLogger("aggregator")
@@ -40,6 +40,9 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"aggregator: {exc}", file=sys.stderr)
         return 2
+    except AggregatorError as exc:  # the proxy could not start: one line, no traceback
+        print(f"aggregator: {exc}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:  # `aggregator tools | head`: the reader has seen enough
@@ -124,15 +127,18 @@ def _serve(args: argparse.Namespace) -> int:
     config, path = _config(args)
     listen = args.http or config.http.listen
     ws_listen = args.ws or config.http.websocket_listen
-    for address in (listen, ws_listen):
+    for option, address in (("--http", listen), ("--ws", ws_listen)):
         if address is not None:
-            _check_exposure(config, address)
+            _check_exposure(config, address, option)
+    if listen is not None and ws_listen is not None and same_listener(listen, ws_listen):
+        raise ConfigError(f"--http {listen} and --ws {ws_listen} name the same address;"
+                          " the WebSocket endpoint needs a port of its own")
     stdio = args.stdio or (listen is None and ws_listen is None)
     trio.run(_serve_all, config, path.resolve(), stdio, listen, ws_listen)
     return 0
 
 
-def _check_exposure(config: Config, listen: str) -> None:
+def _check_exposure(config: Config, listen: str, option: str = "--http") -> None:
     """Refuse to serve beyond loopback without authentication, unless told to."""
     import ipaddress
 
@@ -140,7 +146,7 @@ def _check_exposure(config: Config, listen: str) -> None:
     try:
         host, _ = parse_listen(listen)
     except ValueError as exc:
-        raise ConfigError(f"--http: {exc}") from None
+        raise ConfigError(f"{option}: {exc}") from None
     try:
         loopback = host == "localhost" or ipaddress.ip_address(host).is_loopback
     except ValueError:
@@ -158,22 +164,17 @@ async def _serve_all(config: Config, path: Path, stdio: bool, listen: str | None
     own = OwnStdio() if stdio else None
     interactive = stdio and os.isatty(0)
     hub = Hub(config)
+    cannot_listen: str | None = None
     try:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(_cancel_on_signals, nursery.cancel_scope, hub)
             await nursery.start(hub.run)
-            if listen is not None:
-                from aggregator.http_endpoint import StreamableHttpEndpoint
-                try:
-                    await nursery.start(StreamableHttpEndpoint(hub, config.http).serve, listen)
-                except OSError as exc:
-                    raise ConfigError(f"cannot listen on {listen}: {exc.strerror or exc}") from None
-            if ws_listen is not None:
-                from aggregator.websocket_endpoint import WebSocketEndpoint
-                try:
-                    await nursery.start(WebSocketEndpoint(hub, config.http).serve, ws_listen)
-                except OSError as exc:
-                    raise ConfigError(f"cannot listen on {ws_listen}: {exc.strerror or exc}") from None
+            cannot_listen = await _start_endpoints(nursery, hub, config, listen, ws_listen)
+            if cannot_listen is not None:
+                # Raised once the nursery has stopped the servers it started, so that the
+                # user reads one line and no server outlives the proxy.
+                nursery.cancel_scope.cancel()
+                return
             if interactive:
                 nursery.start_soon(_greet, hub, path)
             if own is not None:
@@ -192,6 +193,30 @@ async def _serve_all(config: Config, path: Path, stdio: bool, listen: str | None
         if own is not None:
             with trio.CancelScope(shield=True):
                 await own.aclose()
+        if cannot_listen is not None:
+            raise AggregatorError(cannot_listen)
+
+
+async def _start_endpoints(nursery: trio.Nursery, hub: Hub, config: Config, listen: str | None,
+                           ws_listen: str | None) -> str | None:
+    """Start the network endpoints in the serve nursery; None, or why one cannot listen
+    (an address in use, a host that does not resolve, a port that needs privileges)."""
+    from aggregator.http_endpoint import StreamableHttpEndpoint
+    from aggregator.websocket_endpoint import WebSocketEndpoint
+
+    for address, endpoint in ((listen, StreamableHttpEndpoint), (ws_listen, WebSocketEndpoint)):
+        if address is None:
+            continue
+        failure: BaseException | None = None
+        try:
+            await nursery.start(endpoint(hub, config.http).serve, address)
+        except* OSError as group:
+            failure = group
+        while isinstance(failure, BaseExceptionGroup):
+            failure = failure.exceptions[0]
+        if failure is not None:
+            return f"cannot listen on {address}: {getattr(failure, 'strerror', None) or failure}"
+    return None
 
 
 async def _cancel_on_signals(scope: trio.CancelScope, hub: Hub | None = None) -> None:

@@ -554,6 +554,20 @@ def parse_listen(listen: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
+_ANY_HOST = ("0.0.0.0", "::", "")
+
+
+def same_listener(first: str, second: str) -> bool:
+    """Whether two listen addresses would take the same port (so the second cannot bind)."""
+    try:
+        (host_a, port_a), (host_b, port_b) = parse_listen(first), parse_listen(second)
+    except ValueError:
+        return False
+    hosts = {"localhost": "127.0.0.1"}
+    host_a, host_b = hosts.get(host_a, host_a), hosts.get(host_b, host_b)
+    return port_a == port_b and (host_a == host_b or host_a in _ANY_HOST or host_b in _ANY_HOST)
+
+
 def check_http(http: HttpConfig) -> list[str]:
     problems = []
     for name in ("listen", "websocket_listen"):
@@ -563,6 +577,9 @@ def check_http(http: HttpConfig) -> list[str]:
                 parse_listen(value)
             except ValueError as exc:
                 problems.append(f"http.{name}: {exc}")
+    if http.listen is not None and http.websocket_listen is not None and same_listener(http.listen,
+                                                                                        http.websocket_listen):
+        problems.append("http.websocket_listen: must be another port than http.listen")
     paths = {"path": http.path, "sse_path": http.sse_path, "messages_path": http.messages_path}
     for name, value in paths.items():
         if not value.startswith("/"):
@@ -777,6 +794,7 @@ def mcp_servers_json_to_raw(data: bytes, *, source: str = "<json>") -> dict[str,
             problems.append(f"{path}: expected an object")
             continue
         table: dict[str, Any] = {k: entry[k] for k in _JSON_KEYS if k in entry}
+        problems.extend(_json_shape_problems(table, path))
         kind = entry.get("type", entry.get("transport"))
         if kind is not None:
             if kind not in _JSON_TYPES:
@@ -791,6 +809,30 @@ def mcp_servers_json_to_raw(data: bytes, *, source: str = "<json>") -> dict[str,
     if problems:
         raise ConfigError(problems, source=source)
     return {"servers": servers}
+
+
+def _json_shape_problems(table: Mapping[str, Any], path: str) -> list[str]:
+    """Values of the wrong type in one JSON server entry, by their path in the JSON file
+    (a number in `args` is refused rather than turned into a string: a client would not
+    run it either)."""
+    problems = []
+    for key in ("command", "cwd", "url"):
+        if key in table and not isinstance(table[key], str):
+            problems.append(f"{path}.{key}: expected a string, got {_describe(table[key])}")
+    args = table.get("args", [])
+    if not isinstance(args, list):
+        problems.append(f"{path}.args: expected a list of strings, got {_describe(args)}")
+    else:
+        problems.extend(f"{path}.args[{index}]: expected a string, got {_describe(item)}"
+                        for index, item in enumerate(args) if not isinstance(item, str))
+    for key in ("env", "headers"):
+        value = table.get(key, {})
+        if not isinstance(value, dict):
+            problems.append(f"{path}.{key}: expected an object of strings, got {_describe(value)}")
+        else:
+            problems.extend(f"{path}.{key}.{name}: expected a string, got {_describe(item)}"
+                            for name, item in value.items() if not isinstance(item, str))
+    return problems
 
 
 def raw_to_toml(raw: Mapping[str, Any]) -> str:
