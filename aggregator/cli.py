@@ -263,9 +263,13 @@ def _own_command() -> str:
     return shutil.which("aggregator") or "aggregator"
 
 
-def _status_lines(hub: Hub) -> list[str]:
+def _status_lines(hub: Hub, *, only_down: bool = False) -> list[str]:
+    """One line per server (its state, counts or last error, and the last stderr lines of
+    one that did not start); ``only_down``: just the servers that are not ready."""
     lines = []
     for name, upstream in hub.upstreams.items():
+        if only_down and upstream.state == "ready":
+            continue
         counts = ", ".join(
             f"{len(hub.catalog.items_of(name, kind))} {_label(kind)}" for kind in KINDS
         )
@@ -273,7 +277,8 @@ def _status_lines(hub: Hub) -> list[str]:
             lines.append(f"  {name:<20} ready    {counts}")
         else:
             lines.append(f"  {name:<20} {upstream.state:<8} {upstream.last_error or ''}")
-    disabled = [s for s, c in hub.config.servers.items() if not c.enabled]
+            lines += [f"  {'':<20} [stderr] {line}" for line in upstream.last_stderr]
+    disabled = [] if only_down else [s for s, c in hub.config.servers.items() if not c.enabled]
     for name in disabled:
         lines.append(f"  {name:<20} disabled")
     return lines
@@ -286,8 +291,12 @@ def _label(kind: str) -> str:
 # --- tools / check ----------------------------------------------------------------------
 
 
-async def _with_started_hub(config: Config, work: Any) -> Any:
+async def _with_started_hub(config: Config, work: Any, built: Any = None) -> Any:
+    """Start the hub (its plugins, then its servers), wait for startup, run ``work(hub)``.
+    ``built()`` is called once the plugins are loaded, before any server starts."""
     hub = Hub(config)
+    if built is not None:
+        built()
     async with trio.open_nursery() as nursery:
         await nursery.start(hub.run)
         await hub.startup_done.wait()
@@ -320,12 +329,20 @@ def _tools(args: argparse.Namespace) -> int:
                     "description": item.get("description"),
                 })
             out[kind] = rows
+        out["down"] = _status_lines(hub, only_down=True)
         out["hidden"] = {kind: [{"server": server, "original": original, "rule": reason}
                                 for server, original, reason in catalog.hidden[kind]] for kind in KINDS}
         return out
 
     catalog = trio.run(_with_started_hub, config, collect)
     hidden = catalog.pop("hidden")
+    down = catalog.pop("down")
+    if down and not any(catalog.values()):
+        print("aggregator: no server is ready, so there is nothing to list:", file=sys.stderr)
+        print("\n".join(down), file=sys.stderr)
+        return 1
+    for line in down:
+        print(line, file=sys.stderr)
     if args.json:
         if args.explain:
             catalog["hidden"] = hidden
@@ -368,11 +385,15 @@ def _route_of(catalog: Any, kind: str, exposed: str) -> Any:
 
 def _check(args: argparse.Namespace) -> int:
     config, path = _config(args)
-    print(f"config {path}: ok ({len(config.servers)} servers)")
+    # What serve would refuse, check refuses too.
+    for option, address in (("http.listen", config.http.listen), ("http.websocket_listen", config.http.websocket_listen)):
+        if address is not None:
+            _check_exposure(config, address, option)
     lines, collisions, ok = trio.run(_with_started_hub, config, lambda hub: (
         _status_lines(hub),
         [c for kind in KINDS for c in hub.catalog.collisions[kind]],
-        all(u.state == "ready" for u in hub.upstreams.values())))
+        all(u.state == "ready" for u in hub.upstreams.values())),
+        lambda: print(f"config {path}: ok ({len(config.servers)} servers)", flush=True))
     print("\n".join(lines))
     for collision in collisions:
         print(f"  note: name collision: {collision}")
@@ -390,10 +411,12 @@ def _approve(args: argparse.Namespace) -> int:
     found, approved = trio.run(_with_started_hub, config, approve)
     if not found:
         raise ConfigError("no plugin here approves definitions: add [[plugins]] use = \"pin-definitions\"")
-    if args.names and set(args.names) - set(approved):
-        print("not changed or not found: " + ", ".join(sorted(set(args.names) - set(approved))), file=sys.stderr)
+    missing = sorted(set(args.names) - set(approved))
+    if missing:
+        print("aggregator: no quarantined tool named " + ", ".join(missing)
+              + " (not changed since it was pinned, or no such tool)", file=sys.stderr)
     print("approved: " + (", ".join(approved) if approved else "nothing (no definition has changed)"))
-    return 0
+    return 1 if missing else 0
 
 
 def _import(args: argparse.Namespace) -> int:
