@@ -663,6 +663,12 @@ RANGES: dict[type, dict[str, Range]] = {
 }
 
 
+def _in_range(value: Any, *keys: str) -> bool:
+    """Whether these keys are all in range (a check that compares them is meaningful)."""
+    ranges = RANGES[type(value)]
+    return all(ranges[key].problem(getattr(value, key)) is None for key in keys)
+
+
 def check_ranges(value: Any, path: str) -> list[str]:
     """Problems with the numbers of one structured table (``proxy``, ``http``, a server).
 
@@ -693,9 +699,10 @@ def _check_proxy(proxy: ProxyConfig) -> list[str]:
             "proxy.separator: must be one or more of A-Z a-z 0-9 _ . - "
             f"(got {proxy.separator!r})"
         )
-    if proxy.restart_backoff_max < proxy.restart_backoff_initial:
+    if _in_range(proxy, "restart_backoff_initial", "restart_backoff_max") and (
+            proxy.restart_backoff_max < proxy.restart_backoff_initial):
         problems.append(f"proxy.restart_backoff_max: must be at least restart_backoff_initial"
-                        f" ({proxy.restart_backoff_initial:g}), got {proxy.restart_backoff_max:g}")
+                        f" ({_number(proxy.restart_backoff_initial)}), got {_number(proxy.restart_backoff_max)}")
     for index, name in enumerate(proxy.server_requests):
         if name not in ("sampling", "elicitation", "roots"):
             problems.append(f"proxy.server_requests[{index}]: expected sampling, elicitation or roots, got {name!r}")
@@ -725,9 +732,10 @@ def _check_server(server: ServerConfig, path: str) -> list[str]:
             problems.append(f"{path}.url: a {transport} server needs a {' or '.join(allowed)} URL, got {server.url!r}")
     if server.command is not None and not server.command.strip():
         problems.append(f"{path}.command: must not be empty")
-    if server.max_request_timeout < server.request_timeout:
+    if _in_range(server, "request_timeout", "max_request_timeout") and (
+            server.max_request_timeout < server.request_timeout):
         problems.append(f"{path}.max_request_timeout: must be at least request_timeout"
-                        f" ({server.request_timeout:g}), got {server.max_request_timeout:g}")
+                        f" ({_number(server.request_timeout)}), got {_number(server.max_request_timeout)}")
     for index, name in enumerate(server.server_requests or ()):
         if name not in ("sampling", "elicitation", "roots"):
             problems.append(f"{path}.server_requests[{index}]: expected sampling, elicitation or roots, got {name!r}")

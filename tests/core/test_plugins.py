@@ -134,3 +134,19 @@ def test_loading(tmp_path):
             async def catalog(self, profile, kind, items):
                 return items
         Plugins([AsyncCatalog()])
+
+
+def test_rate_limit_options_are_checked_with_their_key_paths():
+    with pytest.raises(ConfigError) as info:
+        load_plugins([PluginConfig(use="plugins.example:ExamplePlugin"),
+                      PluginConfig(use="rate-limit", options={"rate": "fast", "burst": 0.5, "per": "ip"}),
+                      PluginConfig(use="rate-limit", options={"rate": float("nan")}),
+                      PluginConfig(use="nope")])
+    assert info.value.problems[:4] == [
+        "plugins[1].options.rate: must be a finite number of requests a second > 0, got 'fast'",
+        "plugins[1].options.burst: must be an integer from 1 to 1000000, got 0.5",
+        "plugins[1].options.per: must be one of session+tool, session, profile+tool, profile, got 'ip'",
+        "plugins[2].options.rate: must be a finite number of requests a second > 0, got nan",
+    ]
+    assert info.value.problems[4].startswith("plugins[3].use: cannot load 'nope': no plugin named 'nope'")
+    assert len(info.value.problems) == 5
