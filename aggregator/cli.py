@@ -386,7 +386,8 @@ def _route_of(catalog: Any, kind: str, exposed: str) -> Any:
 def _check(args: argparse.Namespace) -> int:
     config, path = _config(args)
     # What serve would refuse, check refuses too.
-    for option, address in (("http.listen", config.http.listen), ("http.websocket_listen", config.http.websocket_listen)):
+    for option, address in (("http.listen", config.http.listen),
+                            ("http.websocket_listen", config.http.websocket_listen)):
         if address is not None:
             _check_exposure(config, address, option)
     lines, collisions, ok = trio.run(_with_started_hub, config, lambda hub: (

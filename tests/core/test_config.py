@@ -193,8 +193,9 @@ def test_a_nan_timeout_is_refused_with_its_key_path():
 
 
 def test_a_float_key_without_a_range_must_still_be_finite():
-    from aggregator.config import RANGES, ProxyConfig, check_ranges
     import attrs
+
+    from aggregator.config import RANGES, ProxyConfig, check_ranges
     floats = [f.name for f in attrs.fields(ProxyConfig) if isinstance(getattr(ProxyConfig(), f.name), float)]
     unranged = {cls: {} for cls in RANGES}
     original = dict(RANGES)

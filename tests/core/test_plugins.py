@@ -126,7 +126,8 @@ def test_loading(tmp_path):
     assert load_plugins([PluginConfig(use="mine.py:Mine")], tmp_path).plugins[0].name == "mine"
     for use, expected in [("nope", "plugins[0].use: cannot load 'nope': no plugin named 'nope'"),
                           ("plugins.example:Missing", "plugins[0].use"),
-                          ("rate-limit", "plugins[0].options.rate: must be a finite number of requests a second > 0, got -1")]:
+                          ("rate-limit", "plugins[0].options.rate: must be a finite number of requests"
+                                         " a second > 0, got -1")]:
         with pytest.raises(ConfigError, match=expected.replace("[", r"\[").replace("]", r"\]")):
             load_plugins([PluginConfig(use=use, options={"rate": -1} if use == "rate-limit" else {})])
     with pytest.raises(ConfigError, match="must be a plain function"):
