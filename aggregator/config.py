@@ -614,9 +614,8 @@ class Range:
 
     def problem(self, value: float) -> str | None:
         """Why ``value`` is out of range (None if it is fine)."""
-        if isinstance(value, float) and not math.isfinite(value):
-            pass
-        elif self.low <= value <= self.high:
+        finite = not isinstance(value, float) or math.isfinite(value)
+        if finite and self.low <= value <= self.high:
             return None
         what = f"a finite number of {self.unit}" if isinstance(self.low, float) else "an integer"
         if not isinstance(self.low, float) and self.unit:
