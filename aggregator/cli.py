@@ -15,9 +15,9 @@ from typing import Any
 import trio
 
 from aggregator import __version__
-from aggregator.config import Config, load_config, mcp_servers_json_to_raw, raw_to_toml
+from aggregator.config import Config, load_config, mcp_servers_json_to_raw, raw_to_toml, same_listener
 from aggregator.core.catalog import KINDS
-from aggregator.errors import ConfigError
+from aggregator.errors import AggregatorError, ConfigError
 from aggregator.hub import Hub
 
 log = logging.getLogger("aggregator")
@@ -40,6 +40,9 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"aggregator: {exc}", file=sys.stderr)
         return 2
+    except AggregatorError as exc:  # the proxy could not start: one line, no traceback
+        print(f"aggregator: {exc}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:  # `aggregator tools | head`: the reader has seen enough
@@ -124,15 +127,18 @@ def _serve(args: argparse.Namespace) -> int:
     config, path = _config(args)
     listen = args.http or config.http.listen
     ws_listen = args.ws or config.http.websocket_listen
-    for address in (listen, ws_listen):
+    for option, address in (("--http", listen), ("--ws", ws_listen)):
         if address is not None:
-            _check_exposure(config, address)
+            _check_exposure(config, address, option)
+    if listen is not None and ws_listen is not None and same_listener(listen, ws_listen):
+        raise ConfigError(f"--http {listen} and --ws {ws_listen} name the same address;"
+                          " the WebSocket endpoint needs a port of its own")
     stdio = args.stdio or (listen is None and ws_listen is None)
     trio.run(_serve_all, config, path.resolve(), stdio, listen, ws_listen)
     return 0
 
 
-def _check_exposure(config: Config, listen: str) -> None:
+def _check_exposure(config: Config, listen: str, option: str = "--http") -> None:
     """Refuse to serve beyond loopback without authentication, unless told to."""
     import ipaddress
 
@@ -140,7 +146,7 @@ def _check_exposure(config: Config, listen: str) -> None:
     try:
         host, _ = parse_listen(listen)
     except ValueError as exc:
-        raise ConfigError(f"--http: {exc}") from None
+        raise ConfigError(f"{option}: {exc}") from None
     try:
         loopback = host == "localhost" or ipaddress.ip_address(host).is_loopback
     except ValueError:
@@ -158,22 +164,17 @@ async def _serve_all(config: Config, path: Path, stdio: bool, listen: str | None
     own = OwnStdio() if stdio else None
     interactive = stdio and os.isatty(0)
     hub = Hub(config)
+    cannot_listen: str | None = None
     try:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(_cancel_on_signals, nursery.cancel_scope, hub)
             await nursery.start(hub.run)
-            if listen is not None:
-                from aggregator.http_endpoint import StreamableHttpEndpoint
-                try:
-                    await nursery.start(StreamableHttpEndpoint(hub, config.http).serve, listen)
-                except OSError as exc:
-                    raise ConfigError(f"cannot listen on {listen}: {exc.strerror or exc}") from None
-            if ws_listen is not None:
-                from aggregator.websocket_endpoint import WebSocketEndpoint
-                try:
-                    await nursery.start(WebSocketEndpoint(hub, config.http).serve, ws_listen)
-                except OSError as exc:
-                    raise ConfigError(f"cannot listen on {ws_listen}: {exc.strerror or exc}") from None
+            cannot_listen = await _start_endpoints(nursery, hub, config, listen, ws_listen)
+            if cannot_listen is not None:
+                # Raised once the nursery has stopped the servers it started, so that the
+                # user reads one line and no server outlives the proxy.
+                nursery.cancel_scope.cancel()
+                return
             if interactive:
                 nursery.start_soon(_greet, hub, path)
             if own is not None:
@@ -192,6 +193,30 @@ async def _serve_all(config: Config, path: Path, stdio: bool, listen: str | None
         if own is not None:
             with trio.CancelScope(shield=True):
                 await own.aclose()
+        if cannot_listen is not None:
+            raise AggregatorError(cannot_listen)
+
+
+async def _start_endpoints(nursery: trio.Nursery, hub: Hub, config: Config, listen: str | None,
+                           ws_listen: str | None) -> str | None:
+    """Start the network endpoints in the serve nursery; None, or why one cannot listen
+    (an address in use, a host that does not resolve, a port that needs privileges)."""
+    from aggregator.http_endpoint import StreamableHttpEndpoint
+    from aggregator.websocket_endpoint import WebSocketEndpoint
+
+    for address, endpoint in ((listen, StreamableHttpEndpoint), (ws_listen, WebSocketEndpoint)):
+        if address is None:
+            continue
+        failure: BaseException | None = None
+        try:
+            await nursery.start(endpoint(hub, config.http).serve, address)
+        except* OSError as group:
+            failure = group
+        while isinstance(failure, BaseExceptionGroup):
+            failure = failure.exceptions[0]
+        if failure is not None:
+            return f"cannot listen on {address}: {getattr(failure, 'strerror', None) or failure}"
+    return None
 
 
 async def _cancel_on_signals(scope: trio.CancelScope, hub: Hub | None = None) -> None:
@@ -238,9 +263,13 @@ def _own_command() -> str:
     return shutil.which("aggregator") or "aggregator"
 
 
-def _status_lines(hub: Hub) -> list[str]:
+def _status_lines(hub: Hub, *, only_down: bool = False) -> list[str]:
+    """One line per server (its state, counts or last error, and the last stderr lines of
+    one that did not start); ``only_down``: just the servers that are not ready."""
     lines = []
     for name, upstream in hub.upstreams.items():
+        if only_down and upstream.state == "ready":
+            continue
         counts = ", ".join(
             f"{len(hub.catalog.items_of(name, kind))} {_label(kind)}" for kind in KINDS
         )
@@ -248,7 +277,8 @@ def _status_lines(hub: Hub) -> list[str]:
             lines.append(f"  {name:<20} ready    {counts}")
         else:
             lines.append(f"  {name:<20} {upstream.state:<8} {upstream.last_error or ''}")
-    disabled = [s for s, c in hub.config.servers.items() if not c.enabled]
+            lines += [f"  {'':<20} [stderr] {line}" for line in upstream.last_stderr]
+    disabled = [] if only_down else [s for s, c in hub.config.servers.items() if not c.enabled]
     for name in disabled:
         lines.append(f"  {name:<20} disabled")
     return lines
@@ -261,8 +291,12 @@ def _label(kind: str) -> str:
 # --- tools / check ----------------------------------------------------------------------
 
 
-async def _with_started_hub(config: Config, work: Any) -> Any:
+async def _with_started_hub(config: Config, work: Any, built: Any = None) -> Any:
+    """Start the hub (its plugins, then its servers), wait for startup, run ``work(hub)``.
+    ``built()`` is called once the plugins are loaded, before any server starts."""
     hub = Hub(config)
+    if built is not None:
+        built()
     async with trio.open_nursery() as nursery:
         await nursery.start(hub.run)
         await hub.startup_done.wait()
@@ -295,12 +329,20 @@ def _tools(args: argparse.Namespace) -> int:
                     "description": item.get("description"),
                 })
             out[kind] = rows
+        out["down"] = _status_lines(hub, only_down=True)
         out["hidden"] = {kind: [{"server": server, "original": original, "rule": reason}
                                 for server, original, reason in catalog.hidden[kind]] for kind in KINDS}
         return out
 
     catalog = trio.run(_with_started_hub, config, collect)
     hidden = catalog.pop("hidden")
+    down = catalog.pop("down")
+    if down and not any(catalog.values()):
+        print("aggregator: no server is ready, so there is nothing to list:", file=sys.stderr)
+        print("\n".join(down), file=sys.stderr)
+        return 1
+    for line in down:
+        print(line, file=sys.stderr)
     if args.json:
         if args.explain:
             catalog["hidden"] = hidden
@@ -343,11 +385,16 @@ def _route_of(catalog: Any, kind: str, exposed: str) -> Any:
 
 def _check(args: argparse.Namespace) -> int:
     config, path = _config(args)
-    print(f"config {path}: ok ({len(config.servers)} servers)")
+    # What serve would refuse, check refuses too.
+    for option, address in (("http.listen", config.http.listen),
+                            ("http.websocket_listen", config.http.websocket_listen)):
+        if address is not None:
+            _check_exposure(config, address, option)
     lines, collisions, ok = trio.run(_with_started_hub, config, lambda hub: (
         _status_lines(hub),
         [c for kind in KINDS for c in hub.catalog.collisions[kind]],
-        all(u.state == "ready" for u in hub.upstreams.values())))
+        all(u.state == "ready" for u in hub.upstreams.values())),
+        lambda: print(f"config {path}: ok ({len(config.servers)} servers)", flush=True))
     print("\n".join(lines))
     for collision in collisions:
         print(f"  note: name collision: {collision}")
@@ -365,10 +412,12 @@ def _approve(args: argparse.Namespace) -> int:
     found, approved = trio.run(_with_started_hub, config, approve)
     if not found:
         raise ConfigError("no plugin here approves definitions: add [[plugins]] use = \"pin-definitions\"")
-    if args.names and set(args.names) - set(approved):
-        print("not changed or not found: " + ", ".join(sorted(set(args.names) - set(approved))), file=sys.stderr)
+    missing = sorted(set(args.names) - set(approved))
+    if missing:
+        print("aggregator: no quarantined tool named " + ", ".join(missing)
+              + " (not changed since it was pinned, or no such tool)", file=sys.stderr)
     print("approved: " + (", ".join(approved) if approved else "nothing (no definition has changed)"))
-    return 0
+    return 1 if missing else 0
 
 
 def _import(args: argparse.Namespace) -> int:

@@ -9,6 +9,7 @@ Imports no I/O library beyond reading the one file it is given.
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import tomllib
@@ -318,6 +319,49 @@ def _make_converter() -> cattrs.Converter:
     return converter
 
 
+def _structure_table(value: Any, cls: type, path: str) -> tuple[Any, list[str], set[str]]:
+    """Structure one table into ``cls``; return it, its problems (key paths) and the keys
+    at fault.
+
+    A key whose value has the wrong type or shape is reported and left at its default, and
+    the rest is structured again, so that the value checks that follow (ranges, and what
+    depends on several keys) see every well-typed key and report their problems in the
+    same run (see ``_without_follow_ons``).
+    """
+    if not isinstance(value, dict):
+        return cls(), [f"{path}: expected a table, got {_describe(value)}"], set()
+    try:
+        return _converter.structure(value, cls), [], set()
+    except Exception as exc:  # noqa: BLE001 - every structuring problem is reported
+        problems = _flatten(exc, path)
+        failed = exc
+    broken: set[str] = set()
+    for sub in getattr(failed, "exceptions", ()):
+        if isinstance(sub, ForbiddenExtraKeysError):
+            broken |= set(sub.extra_fields)
+        for note in getattr(sub, "__notes__", ()):
+            if getattr(note, "name", None) is not None:
+                broken.add(note.name)
+    try:
+        return _converter.structure({k: v for k, v in value.items() if k not in broken}, cls), problems, broken
+    except Exception:  # noqa: BLE001 - already reported above
+        return cls(), problems, set(value)
+
+
+def _without_follow_ons(problems: list[str], path: str, broken: set[str]) -> list[str]:
+    """The value checks' problems for a table, less those a broken key may have caused:
+    a problem about the whole table (``servers.a: needs either command or url``, when
+    ``command`` had the wrong type) or about a broken key itself waits for the next run."""
+    if not broken:
+        return problems
+    kept = []
+    for problem in problems:
+        rest = problem[len(path) + 1:] if problem.startswith(path + ".") else None
+        if rest is not None and re.split(r"[.\[:]", rest, maxsplit=1)[0] not in broken:
+            kept.append(problem)
+    return kept
+
+
 class _PathErrors(Exception):
     """Problems inside one value, each already prefixed with its sub-path."""
 
@@ -436,15 +480,15 @@ def structure_config(
             problems.append(f"{path}.options: expected a table")
             continue
         plugins.append(PluginConfig(use=table["use"], options=options))
+    broken_keys: dict[str, set[str]] = {}  # table path -> its keys that failed to structure
+
     def section(key: str, cls: type) -> Any:
-        """One top-level table, structured; its problems recorded, defaults if broken."""
+        """One top-level table, structured; its problems recorded, defaults where broken."""
         if key not in raw:
             return cls()
-        try:
-            return _converter.structure(raw[key], cls)
-        except Exception as exc:  # noqa: BLE001 - every structuring problem is reported
-            problems.extend(_flatten(exc, key))
-            return cls()
+        value, found, broken_keys[key] = _structure_table(raw[key], cls, key)
+        problems.extend(found)
+        return value
 
     policy = section("policy", RuleSet)
     def keyed(key: str, cls: type, what: str) -> dict[str, Any]:
@@ -462,10 +506,9 @@ def structure_config(
             elif "name" in table:
                 problems.append(f"{path}.name: unknown key")
             else:
-                try:
-                    out[name] = attrs.evolve(_converter.structure(table, cls), name=name)
-                except Exception as exc:  # noqa: BLE001
-                    problems.extend(_flatten(exc, path))
+                value, found, broken_keys[path] = _structure_table(table, cls, path)
+                problems.extend(found)
+                out[name] = attrs.evolve(value, name=name)
         return out
 
     profiles: dict[str, ProfileConfig] = keyed("profiles", ProfileConfig, "profiles")
@@ -473,20 +516,23 @@ def structure_config(
         path = f"profiles.{name}"
         if name == "default" or not NAME_CHARS.fullmatch(name):
             problems.append(f"{path}: a profile name is made of A-Z a-z 0-9 _ . - and is not \"default\"")
+    def checked(path: str, found: list[str]) -> None:
+        problems.extend(_without_follow_ons(found, path, broken_keys.get(path, set())))
+
     proxy = section("proxy", ProxyConfig)
+    checked("proxy", check_ranges(proxy, "proxy") + _check_proxy(proxy))
     http = section("http", HttpConfig)
-    problems.extend(check_http(http))
+    checked("http", check_ranges(http, "http") + check_http(http))
     servers: dict[str, ServerConfig] = keyed("servers", ServerConfig, "servers")
     for name, server in servers.items():
-        problems.extend(_check_server(server, f"servers.{name}"))
-    if not problems:
-        problems.extend(_check_proxy(proxy))
+        path = f"servers.{name}"
+        checked(path, check_ranges(server, path) + _check_server(server, path))
+    if not any(problem.startswith("proxy.separator") for problem in problems):
         problems.extend(validate_server_naming(list(servers.values()), proxy.separator))
-    if problems:
-        raise ConfigError(problems, source=source)
+    named = set(raw["servers"]) if isinstance(raw.get("servers"), dict) else set()
     for name, profile in profiles.items():
         for server in profile.servers:
-            if server not in servers:
+            if server not in named:
                 problems.append(f"profiles.{name}.servers.{server}: no such server")
     tokens = [*http.auth_tokens, *(t for p in profiles.values() for t in p.tokens)]
     if len(set(tokens)) < len(tokens):
@@ -511,6 +557,20 @@ def parse_listen(listen: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
+_ANY_HOST = ("0.0.0.0", "::", "")
+
+
+def same_listener(first: str, second: str) -> bool:
+    """Whether two listen addresses would take the same port (so the second cannot bind)."""
+    try:
+        (host_a, port_a), (host_b, port_b) = parse_listen(first), parse_listen(second)
+    except ValueError:
+        return False
+    hosts = {"localhost": "127.0.0.1"}
+    host_a, host_b = hosts.get(host_a, host_a), hosts.get(host_b, host_b)
+    return port_a == port_b and (host_a == host_b or host_a in _ANY_HOST or host_b in _ANY_HOST)
+
+
 def check_http(http: HttpConfig) -> list[str]:
     problems = []
     for name in ("listen", "websocket_listen"):
@@ -520,6 +580,9 @@ def check_http(http: HttpConfig) -> list[str]:
                 parse_listen(value)
             except ValueError as exc:
                 problems.append(f"http.{name}: {exc}")
+    if http.listen is not None and http.websocket_listen is not None and same_listener(http.listen,
+                                                                                        http.websocket_listen):
+        problems.append("http.websocket_listen: must be another port than http.listen")
     paths = {"path": http.path, "sse_path": http.sse_path, "messages_path": http.messages_path}
     for name, value in paths.items():
         if not value.startswith("/"):
@@ -529,10 +592,106 @@ def check_http(http: HttpConfig) -> list[str]:
     for index, token in enumerate(http.auth_tokens):
         if len(token) < 16:
             problems.append(f"http.auth_tokens[{index}]: too short; use at least 16 random characters")
-    for name in ("max_body_bytes", "max_header_bytes", "max_sessions", "max_connections",
-                 "header_timeout", "body_timeout", "keepalive_timeout", "write_timeout"):
-        if getattr(http, name) <= 0:
-            problems.append(f"http.{name}: must be positive")
+    return problems
+
+
+# --- value ranges -------------------------------------------------------------------------
+#
+# Every number in the configuration has a range, checked at load with its key path. A
+# float is always finite (TOML allows nan and inf, and a nan deadline either never fires
+# or breaks the timer); zero is allowed only where it means something ("do not wait");
+# the upper bounds are far beyond any sensible value and catch unit mistakes
+# (milliseconds written as seconds, a size in bits) before they disable a limit.
+
+_DAY = 86_400.0
+_GIB = 1 << 30
+
+
+@attrs.frozen
+class Range:
+    """The valid values of one numeric key: ``low <= value <= high``."""
+
+    low: float
+    high: float
+    unit: str = ""  # "seconds", "bytes", ... for the message
+
+    def problem(self, value: float) -> str | None:
+        """Why ``value`` is out of range (None if it is fine)."""
+        finite = not isinstance(value, float) or math.isfinite(value)
+        if finite and self.low <= value <= self.high:
+            return None
+        what = f"a finite number of {self.unit}" if isinstance(self.low, float) else "an integer"
+        if not isinstance(self.low, float) and self.unit:
+            what += f" ({self.unit})"
+        return f"must be {what} from {_number(self.low)} to {_number(self.high)}, got {value!r}"
+
+
+def _number(value: float) -> str:
+    """1073741824 rather than 1.07374e+09; 0.001 rather than 0.0010."""
+    return str(int(value)) if float(value).is_integer() else f"{value:g}"
+
+
+_MS = 0.001  # the shortest deadline accepted where zero makes no sense
+RANGES: dict[type, dict[str, Range]] = {
+    ProxyConfig: {
+        "startup_timeout": Range(0.0, _DAY, "seconds"),  # 0: do not wait for slow servers
+        "page_size": Range(1, 100_000, "items"),
+        "max_message_bytes": Range(1024, _GIB, "bytes"),
+        "restart_backoff_initial": Range(_MS, 3600.0, "seconds"),
+        "restart_backoff_max": Range(_MS, _DAY, "seconds"),
+        "list_changed_debounce": Range(0.0, 60.0, "seconds"),  # 0: announce at once
+        "max_in_flight_per_session": Range(1, 1_000_000, "requests"),
+        "drain_timeout": Range(0.0, _DAY, "seconds"),  # 0: stop at once
+        "max_name_length": Range(16, 128, "characters"),
+        "max_json_depth": Range(16, MAX_DEPTH_LIMIT, "levels"),
+    },
+    HttpConfig: {
+        "max_body_bytes": Range(1024, _GIB, "bytes"),
+        "max_header_bytes": Range(1024, 1 << 20, "bytes"),
+        "header_timeout": Range(_MS, _DAY, "seconds"),
+        "body_timeout": Range(_MS, _DAY, "seconds"),
+        "keepalive_timeout": Range(_MS, _DAY, "seconds"),
+        "max_connections": Range(1, 1_000_000, "connections"),
+        "max_sessions": Range(1, 1_000_000, "sessions"),
+        "session_idle_timeout": Range(_MS, 30 * _DAY, "seconds"),
+        "stream_drop_grace": Range(0.0, _DAY, "seconds"),  # 0: cancel at once
+        "max_stream_buffer_bytes": Range(1024, _GIB, "bytes"),
+        "write_timeout": Range(_MS, _DAY, "seconds"),
+    },
+    ServerConfig: {
+        "init_timeout": Range(_MS, _DAY, "seconds"),
+        "request_timeout": Range(_MS, 7 * _DAY, "seconds"),
+        "max_request_timeout": Range(_MS, 7 * _DAY, "seconds"),
+    },
+}
+
+
+def _in_range(value: Any, *keys: str) -> bool:
+    """Whether these keys are all in range (a check that compares them is meaningful)."""
+    ranges = RANGES[type(value)]
+    return all(ranges[key].problem(getattr(value, key)) is None for key in keys)
+
+
+def check_ranges(value: Any, path: str) -> list[str]:
+    """Problems with the numbers of one structured table (``proxy``, ``http``, a server).
+
+    Keys listed in RANGES get their range; any other float must still be finite, so that a
+    key added without a range cannot take nan or inf.
+    """
+    ranges = RANGES.get(type(value), {})
+    problems = []
+    for field in attrs.fields(type(value)):
+        number = getattr(value, field.name)
+        if isinstance(number, bool) or not isinstance(number, int | float):
+            continue
+        if field.name in ranges:
+            problem = ranges[field.name].problem(number)
+        elif isinstance(number, float) and not math.isfinite(number):
+            problem = f"must be a finite number, got {number!r}"
+        else:
+            problem = None
+        if problem:
+            problems.append(f"{path}.{field.name}: {problem}")
     return problems
 
 
@@ -543,26 +702,16 @@ def _check_proxy(proxy: ProxyConfig) -> list[str]:
             "proxy.separator: must be one or more of A-Z a-z 0-9 _ . - "
             f"(got {proxy.separator!r})"
         )
-    if proxy.page_size < 1:
-        problems.append("proxy.page_size: must be at least 1")
-    if proxy.startup_timeout < 0:
-        problems.append("proxy.startup_timeout: must not be negative")
-    if proxy.max_message_bytes < 1024:
-        problems.append("proxy.max_message_bytes: must be at least 1024")
-    if not 16 <= proxy.max_json_depth <= MAX_DEPTH_LIMIT:
-        problems.append(f"proxy.max_json_depth: must be between 16 and {MAX_DEPTH_LIMIT}")
-    if proxy.restart_backoff_initial <= 0 or proxy.restart_backoff_max < proxy.restart_backoff_initial:
-        problems.append("proxy.restart_backoff_*: need 0 < initial <= max")
+    if _in_range(proxy, "restart_backoff_initial", "restart_backoff_max") and (
+            proxy.restart_backoff_max < proxy.restart_backoff_initial):
+        problems.append(f"proxy.restart_backoff_max: must be at least restart_backoff_initial"
+                        f" ({_number(proxy.restart_backoff_initial)}), got {_number(proxy.restart_backoff_max)}")
     for index, name in enumerate(proxy.server_requests):
         if name not in ("sampling", "elicitation", "roots"):
             problems.append(f"proxy.server_requests[{index}]: expected sampling, elicitation or roots, got {name!r}")
     for index, uri in enumerate(proxy.roots or ()):
         if ":" not in uri:
             problems.append(f"proxy.roots[{index}]: expected a URI such as file:///home/me/project")
-    if proxy.list_changed_debounce < 0:
-        problems.append("proxy.list_changed_debounce: must not be negative")
-    if not 16 <= proxy.max_name_length <= 128:
-        problems.append("proxy.max_name_length: must be between 16 and 128")
     if proxy.name_charset == "llm" and "." in proxy.separator:
         problems.append("proxy.separator: the llm name charset has no '.'")
     return problems
@@ -586,12 +735,10 @@ def _check_server(server: ServerConfig, path: str) -> list[str]:
             problems.append(f"{path}.url: a {transport} server needs a {' or '.join(allowed)} URL, got {server.url!r}")
     if server.command is not None and not server.command.strip():
         problems.append(f"{path}.command: must not be empty")
-    if server.init_timeout <= 0:
-        problems.append(f"{path}.init_timeout: must be positive")
-    if server.request_timeout <= 0:
-        problems.append(f"{path}.request_timeout: must be positive")
-    if server.max_request_timeout < server.request_timeout:
-        problems.append(f"{path}.max_request_timeout: must be at least request_timeout")
+    if _in_range(server, "request_timeout", "max_request_timeout") and (
+            server.max_request_timeout < server.request_timeout):
+        problems.append(f"{path}.max_request_timeout: must be at least request_timeout"
+                        f" ({_number(server.request_timeout)}), got {_number(server.max_request_timeout)}")
     for index, name in enumerate(server.server_requests or ()):
         if name not in ("sampling", "elicitation", "roots"):
             problems.append(f"{path}.server_requests[{index}]: expected sampling, elicitation or roots, got {name!r}")
@@ -658,6 +805,7 @@ def mcp_servers_json_to_raw(data: bytes, *, source: str = "<json>") -> dict[str,
             problems.append(f"{path}: expected an object")
             continue
         table: dict[str, Any] = {k: entry[k] for k in _JSON_KEYS if k in entry}
+        problems.extend(_json_shape_problems(table, path))
         kind = entry.get("type", entry.get("transport"))
         if kind is not None:
             if kind not in _JSON_TYPES:
@@ -672,6 +820,30 @@ def mcp_servers_json_to_raw(data: bytes, *, source: str = "<json>") -> dict[str,
     if problems:
         raise ConfigError(problems, source=source)
     return {"servers": servers}
+
+
+def _json_shape_problems(table: Mapping[str, Any], path: str) -> list[str]:
+    """Values of the wrong type in one JSON server entry, by their path in the JSON file
+    (a number in `args` is refused rather than turned into a string: a client would not
+    run it either)."""
+    problems = []
+    for key in ("command", "cwd", "url"):
+        if key in table and not isinstance(table[key], str):
+            problems.append(f"{path}.{key}: expected a string, got {_describe(table[key])}")
+    args = table.get("args", [])
+    if not isinstance(args, list):
+        problems.append(f"{path}.args: expected a list of strings, got {_describe(args)}")
+    else:
+        problems.extend(f"{path}.args[{index}]: expected a string, got {_describe(item)}"
+                        for index, item in enumerate(args) if not isinstance(item, str))
+    for key in ("env", "headers"):
+        value = table.get(key, {})
+        if not isinstance(value, dict):
+            problems.append(f"{path}.{key}: expected an object of strings, got {_describe(value)}")
+        else:
+            problems.extend(f"{path}.{key}.{name}: expected a string, got {_describe(item)}"
+                            for name, item in value.items() if not isinstance(item, str))
+    return problems
 
 
 def raw_to_toml(raw: Mapping[str, Any]) -> str:

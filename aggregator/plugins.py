@@ -63,6 +63,15 @@ class Deny(Exception):
         self.reason = reason
 
 
+class InvalidOptions(ValueError):
+    """Raised by a plugin's constructor for options it cannot use; each problem is reported
+    with its key path (``plugins[0].options.rate: ...``)."""
+
+    def __init__(self, problems: dict[str, str]) -> None:
+        super().__init__("; ".join(f"{key}: {problem}" for key, problem in problems.items()))
+        self.problems = problems
+
+
 @attrs.define(eq=False)
 class Request:
     client: int  # the session
@@ -181,19 +190,26 @@ class Plugins:
 
 def load_plugins(specs: list[Any], config_dir: Path | None = None) -> Plugins:
     """Build the plugins the config names; ConfigError names the one that failed."""
-    plugins = []
+    plugins, problems = [], []
     for index, spec in enumerate(specs):
         path = f"plugins[{index}]"
         try:
             factory = _resolve(spec.use, config_dir)
         except Exception as exc:  # noqa: BLE001 - reported with its key path
-            raise ConfigError(f"{path}.use: cannot load {spec.use!r}: {exc}") from None
+            problems.append(f"{path}.use: cannot load {spec.use!r}: {exc}")
+            continue
         try:
             plugin = factory(**dict(spec.options))
+        except InvalidOptions as exc:
+            problems.extend(f"{path}.options.{key}: {problem}" for key, problem in exc.problems.items())
+            continue
         except Exception as exc:  # noqa: BLE001
-            raise ConfigError(f"{path}.options: {spec.use} refused them: {exc}") from None
+            problems.append(f"{path}.options: {spec.use} refused them: {exc}")
+            continue
         log.info("plugin %s loaded from %s", _name(plugin), spec.use)
         plugins.append(plugin)
+    if problems:
+        raise ConfigError(problems)
     return Plugins(plugins)
 
 

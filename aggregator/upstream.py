@@ -9,6 +9,7 @@ down: everything that can go wrong here ends here.
 
 from __future__ import annotations
 
+import collections
 import logging
 import random
 from typing import TYPE_CHECKING, Any
@@ -40,6 +41,7 @@ LIST_METHOD = {
 MAX_LIST_PAGES = 100
 HEALTHY_RESET = 60.0
 READ_SIZE = 65536
+STDERR_TAIL_LINES = 5  # of a server that did not start: shown by check, tools and the log
 
 
 class _Reply:
@@ -68,6 +70,9 @@ class UpstreamSession:
         self.outbox: Outbox | None = None
         self.state = "starting"  # starting, ready, down (starting again soon)
         self.last_error: str | None = None
+        # The last stderr lines of the attempt that set last_error (secrets masked).
+        self.last_stderr: tuple[str, ...] = ()
+        self._stderr_tail: collections.deque[str] = collections.deque(maxlen=STDERR_TAIL_LINES)
         self._control: dict[str, _Reply] = {}
         self._control_ids = 0
         self._refresh_kinds: set[str] = set()
@@ -117,6 +122,7 @@ class UpstreamSession:
             was_ready = self.state == "ready"
             self.state = "down"
             self.last_error = reason
+            self.last_stderr = tuple(self._stderr_tail) if not was_ready else ()
             self.hub.server_settled(self.name)
             if trio.current_time() - started > HEALTHY_RESET:
                 attempt = 0
@@ -125,8 +131,9 @@ class UpstreamSession:
             )
             attempt += 1
             self.log.warning(
-                "server %s %s: %s; starting it again in %.1fs (attempt %d)",
+                "server %s %s: %s; starting it again in %.1fs (attempt %d)%s",
                 self.name, "lost" if was_ready else "did not start", reason, delay, attempt,
+                f"; its stderr ended: {' | '.join(self.last_stderr)}" if self.last_stderr else "",
             )
             await trio.sleep(delay)
 
@@ -134,6 +141,7 @@ class UpstreamSession:
         """Start, initialize, serve; return why the connection ended."""
         config = self.config
         self._lost = None
+        self._stderr_tail.clear()
         limit = self.hub.config.proxy.max_message_bytes
         try:
             async with trio.open_nursery() as nursery:
@@ -239,7 +247,18 @@ class UpstreamSession:
                 if type(line) is OversizedLine:
                     self.log.info("[stderr] <%d bytes>", line.size)
                 else:
-                    self.log.info("[stderr] %s", line.decode("utf-8", "replace").rstrip())
+                    text = line.decode("utf-8", "replace").rstrip()
+                    self.log.info("[stderr] %s", text)
+                    if text.strip():
+                        self._stderr_tail.append(self._masked(text[:300]))
+
+    def _masked(self, text: str) -> str:
+        """A stderr line for the user's eyes: the values of the server's env and headers
+        (tokens, keys) replaced by ***."""
+        for secret in (*self.config.env.values(), *self.config.headers.values()):
+            if len(secret) >= 4 and secret in text:
+                text = text.replace(secret, "***")
+        return text
 
     async def _handshake(self) -> None:
         with trio.fail_after(self.config.init_timeout):

@@ -12,13 +12,14 @@ sessions). A refused request gets reason ``rate_limited`` and ``retry_after`` se
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 from typing import Any
 
 import trio
 
-from aggregator.plugins import Deny, Request
+from aggregator.plugins import Deny, InvalidOptions, Request
 
 
 def _now() -> float:
@@ -42,10 +43,15 @@ class RateLimit:
 
     def __init__(self, rate: float, burst: int = 1, per: str = "session+tool",
                  clock: Callable[[], float] = _now) -> None:
-        if rate <= 0 or burst < 1:
-            raise ValueError("rate must be positive and burst at least 1")
+        problems = {}
+        if isinstance(rate, bool) or not isinstance(rate, int | float) or not 0 < rate < math.inf:
+            problems["rate"] = f"must be a finite number of requests a second > 0, got {rate!r}"
+        if isinstance(burst, bool) or not isinstance(burst, int) or not 1 <= burst <= 1_000_000:
+            problems["burst"] = f"must be an integer from 1 to 1000000, got {burst!r}"
         if per not in KEYS:
-            raise ValueError(f"per must be one of {', '.join(KEYS)}")
+            problems["per"] = f"must be one of {', '.join(KEYS)}, got {per!r}"
+        if problems:
+            raise InvalidOptions(problems)
         self.rate = float(rate)
         self.burst = float(burst)
         self.key = KEYS[per]

@@ -52,7 +52,7 @@ enabled = false
         ({"servers": {"1st": {"command": "g"}}}, "servers.1st.prefix: '1st' cannot start a URI scheme"),
         ({"servers": {"x": {"command": "g", "prefix": "p__q"}}}, "servers.x.prefix: must not contain the separator"),
         ({"proxy": {"separator": "/"}}, "proxy.separator: must be one or more of"),
-        ({"proxy": {"page_size": 0}}, "proxy.page_size: must be at least 1"),
+        ({"proxy": {"page_size": 0}}, "proxy.page_size: must be an integer (items) from 1 to 100000, got 0"),
         ({"proxy": {"pagesize": 3}}, "proxy.pagesize: unknown key"),
         ({"serverz": {}}, "serverz: unknown key"),
         ({"servers": {"git": {"command": "${NOPE}"}}}, "servers.git.command: environment variable NOPE is not set"),
@@ -129,10 +129,165 @@ def test_listen_addresses():
 
 @pytest.mark.parametrize("depth", [15, 513, 0])
 def test_json_depth_limit_is_bounded(depth):
-    assert problems({"proxy": {"max_json_depth": depth}}) == ["proxy.max_json_depth: must be between 16 and 512"]
+    assert problems({"proxy": {"max_json_depth": depth}}) == [
+        f"proxy.max_json_depth: must be an integer (levels) from 16 to 512, got {depth}"]
 
 
 def test_json_depth_limit_default_and_range():
     assert structure_config({}, environ={}).proxy.max_json_depth == 128
     for depth in (16, 512):
         assert structure_config({"proxy": {"max_json_depth": depth}}, environ={}).proxy.max_json_depth == depth
+
+
+# --- numeric ranges -----------------------------------------------------------------------
+
+NAN, INF = float("nan"), float("inf")
+# (table, key, zero is valid, a valid value, a value over the upper bound)
+NUMERIC_KEYS = [
+    ("proxy", "startup_timeout", True, 5.0, 1e9),
+    ("proxy", "page_size", False, 50, 10**9),
+    ("proxy", "max_message_bytes", False, 65536, 2**40),
+    ("proxy", "restart_backoff_initial", False, 0.25, 1e9),
+    ("proxy", "restart_backoff_max", False, 60.0, 1e9),
+    ("proxy", "list_changed_debounce", True, 0.5, 1e9),
+    ("proxy", "max_in_flight_per_session", False, 16, 10**9),
+    ("proxy", "drain_timeout", True, 5.0, 1e9),
+    ("proxy", "max_name_length", False, 64, 10**6),
+    ("http", "max_body_bytes", False, 65536, 2**40),
+    ("http", "max_header_bytes", False, 8192, 2**40),
+    ("http", "header_timeout", False, 2.0, 1e9),
+    ("http", "body_timeout", False, 2.0, 1e9),
+    ("http", "keepalive_timeout", False, 2.0, 1e9),
+    ("http", "max_connections", False, 64, 10**9),
+    ("http", "max_sessions", False, 64, 10**9),
+    ("http", "session_idle_timeout", False, 60.0, 1e9),
+    ("http", "stream_drop_grace", True, 1.0, 1e9),
+    ("http", "max_stream_buffer_bytes", False, 65536, 2**40),
+    ("http", "write_timeout", False, 5.0, 1e9),
+    ("server", "init_timeout", False, 5.0, 1e9),
+    ("server", "request_timeout", False, 5.0, 1e9),
+    ("server", "max_request_timeout", False, 700.0, 1e9),
+]
+
+
+def with_value(table, key, value):
+    if table == "server":
+        return {"servers": {"s": {"command": "x", key: value}}}, f"servers.s.{key}"
+    return {table: {key: value}}, f"{table}.{key}"
+
+
+@pytest.mark.parametrize(("table", "key", "zero_ok", "valid", "huge"), NUMERIC_KEYS,
+                         ids=[f"{t}.{k}" for t, k, *_ in NUMERIC_KEYS])
+def test_every_numeric_key_has_a_range(table, key, zero_ok, valid, huge):
+    raw, path = with_value(table, key, valid)
+    config = structure_config(raw, environ={})
+    section = config.servers["s"] if table == "server" else getattr(config, table)
+    assert getattr(section, key) == valid
+    floating = isinstance(valid, float)
+    bad = [-1, huge] + ([NAN, INF, -INF, 1e-300] if floating and not zero_ok else [NAN, INF, -INF] if floating else [])
+    if not zero_ok:
+        bad.append(0)
+    for value in bad:
+        raw, path = with_value(table, key, value)
+        found = problems(raw)
+        assert [p for p in found if p.startswith(f"{path}: must be ")] == found, (value, found)
+        assert found and f"got {value!r}" in found[0] or f"got {float(value)!r}" in found[0], found
+        assert ("finite number of seconds" in found[0]) == (floating and key.endswith(("timeout", "initial", "max",
+                                                                                      "debounce", "grace"))), found
+    if zero_ok:
+        raw, _ = with_value(table, key, 0 if not floating else 0.0)
+        structure_config(raw, environ={})
+
+
+def test_a_nan_timeout_is_refused_with_its_key_path():
+    assert problems({"proxy": {"startup_timeout": NAN}}) == [
+        "proxy.startup_timeout: must be a finite number of seconds from 0 to 86400, got nan"]
+
+
+def test_a_float_key_without_a_range_must_still_be_finite():
+    import attrs
+
+    from aggregator.config import RANGES, ProxyConfig, check_ranges
+    floats = [f.name for f in attrs.fields(ProxyConfig) if isinstance(getattr(ProxyConfig(), f.name), float)]
+    unranged = {cls: {} for cls in RANGES}
+    original = dict(RANGES)
+    try:
+        RANGES.clear()
+        RANGES.update(unranged)
+        found = check_ranges(attrs.evolve(ProxyConfig(), **{name: NAN for name in floats}), "proxy")
+    finally:
+        RANGES.clear()
+        RANGES.update(original)
+    assert found == [f"proxy.{name}: must be a finite number, got nan" for name in floats]
+
+
+def test_keys_that_depend_on_each_other():
+    assert problems({"servers": {"s": {"command": "x", "request_timeout": 30.0, "max_request_timeout": 5.0}}}) == [
+        "servers.s.max_request_timeout: must be at least request_timeout (30), got 5"]
+    assert problems({"proxy": {"restart_backoff_initial": 10.0, "restart_backoff_max": 2.0}}) == [
+        "proxy.restart_backoff_max: must be at least restart_backoff_initial (10), got 2"]
+    assert problems({"http": {"listen": "127.0.0.1:8000", "websocket_listen": "localhost:8000"}}) == [
+        "http.websocket_listen: must be another port than http.listen"]
+    structure_config({"http": {"listen": "127.0.0.1:8000", "websocket_listen": "127.0.0.1:8001"}}, environ={})
+
+
+def test_type_range_and_value_problems_are_reported_together():
+    found = problems(tomllib.loads('''
+[proxy]
+startup_timeout = "ten"
+page_size = -1
+max_message_bytes = 0
+restart_backoff_initial = -5
+name_charset = "emoji"
+server_requests = ["sampling", "bogus"]
+max_in_flight_per_session = 0
+[servers.a]
+command = ""
+request_timeout = 0
+isolation = "weird"
+env = { X = 1 }
+[servers.b]
+command = 5
+request_timeout = nan
+'''))
+    assert sorted(found) == sorted([
+        "proxy.startup_timeout: expected a number, got the string 'ten'",
+        "proxy.name_charset: expected mcp or llm, got the string 'emoji'",
+        "proxy.page_size: must be an integer (items) from 1 to 100000, got -1",
+        "proxy.max_message_bytes: must be an integer (bytes) from 1024 to 1073741824, got 0",
+        "proxy.restart_backoff_initial: must be a finite number of seconds from 0.001 to 3600, got -5.0",
+        "proxy.max_in_flight_per_session: must be an integer (requests) from 1 to 1000000, got 0",
+        "proxy.server_requests[1]: expected sampling, elicitation or roots, got 'bogus'",
+        "servers.a.env.X: expected a string, got a number (1)",
+        "servers.a.isolation: expected shared or per-session, got the string 'weird'",
+        "servers.a.request_timeout: must be a finite number of seconds from 0.001 to 604800, got 0.0",
+        "servers.a.command: must not be empty",
+        # b's command is broken: "needs either command or url" would only be its echo
+        "servers.b.command: expected a string, got a number (5)",
+        "servers.b.request_timeout: must be a finite number of seconds from 0.001 to 604800, got nan",
+    ])
+
+
+@pytest.mark.parametrize(("raw", "expected"), [
+    ({"proxy": 3}, ["proxy: expected a table, got a number (3)"]),
+    ({"proxy": [1, 2]}, ["proxy: expected a table, got a list"]),
+    ({"http": "x"}, ["http: expected a table, got the string 'x'"]),
+    ({"policy": True}, ["policy: expected a table, got a boolean"]),
+    ({"servers": {"a": 3}}, ["servers.a: expected a table, got a number (3)"]),
+])
+def test_a_section_of_the_wrong_shape(raw, expected):
+    assert problems(raw) == expected
+
+
+def test_import_refuses_values_a_client_would_not_run():
+    with pytest.raises(ConfigError) as info:
+        mcp_servers_json_to_raw(b'{"mcpServers": {"a": {"command": "x", "args": [1, true, null],'
+                                b' "env": {"A": 2}, "headers": [], "cwd": 3}}}')
+    assert sorted(info.value.problems) == sorted([
+        "mcpServers.a.args[0]: expected a string, got a number (1)",
+        "mcpServers.a.args[1]: expected a string, got a boolean",
+        "mcpServers.a.args[2]: expected a string, got nothing",
+        "mcpServers.a.env.A: expected a string, got a number (2)",
+        "mcpServers.a.headers: expected an object of strings, got a list",
+        "mcpServers.a.cwd: expected a string, got a number (3)",
+    ])

@@ -126,7 +126,8 @@ def test_loading(tmp_path):
     assert load_plugins([PluginConfig(use="mine.py:Mine")], tmp_path).plugins[0].name == "mine"
     for use, expected in [("nope", "plugins[0].use: cannot load 'nope': no plugin named 'nope'"),
                           ("plugins.example:Missing", "plugins[0].use"),
-                          ("rate-limit", "plugins[0].options: rate-limit refused them")]:
+                          ("rate-limit", "plugins[0].options.rate: must be a finite number of requests"
+                                         " a second > 0, got -1")]:
         with pytest.raises(ConfigError, match=expected.replace("[", r"\[").replace("]", r"\]")):
             load_plugins([PluginConfig(use=use, options={"rate": -1} if use == "rate-limit" else {})])
     with pytest.raises(ConfigError, match="must be a plain function"):
@@ -134,3 +135,19 @@ def test_loading(tmp_path):
             async def catalog(self, profile, kind, items):
                 return items
         Plugins([AsyncCatalog()])
+
+
+def test_rate_limit_options_are_checked_with_their_key_paths():
+    with pytest.raises(ConfigError) as info:
+        load_plugins([PluginConfig(use="plugins.example:ExamplePlugin"),
+                      PluginConfig(use="rate-limit", options={"rate": "fast", "burst": 0.5, "per": "ip"}),
+                      PluginConfig(use="rate-limit", options={"rate": float("nan")}),
+                      PluginConfig(use="nope")])
+    assert info.value.problems[:4] == [
+        "plugins[1].options.rate: must be a finite number of requests a second > 0, got 'fast'",
+        "plugins[1].options.burst: must be an integer from 1 to 1000000, got 0.5",
+        "plugins[1].options.per: must be one of session+tool, session, profile+tool, profile, got 'ip'",
+        "plugins[2].options.rate: must be a finite number of requests a second > 0, got nan",
+    ]
+    assert info.value.problems[4].startswith("plugins[3].use: cannot load 'nope': no plugin named 'nope'")
+    assert len(info.value.problems) == 5

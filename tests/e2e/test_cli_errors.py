@@ -1,0 +1,157 @@
+"""The console script as a user runs it: a mistake in the config or on the command line is
+a clear message and a non-zero exit, never a traceback, and leaves no server running."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.conftest import fake, write_config
+
+SCRIPT = Path(sys.executable).with_name("aggregator")
+
+
+def run(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    argv = [str(SCRIPT)] if SCRIPT.exists() else [sys.executable, "-m", "aggregator"]
+    out = subprocess.run([*argv, *args], capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+    assert "Traceback" not in out.stderr, out.stderr
+    return out
+
+
+def processes_mentioning(marker: str) -> list[int]:
+    """Processes (other than ours) whose command line holds marker."""
+    found = []
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit() and int(entry.name) != os.getpid():
+            try:
+                cmdline = Path(entry.path, "cmdline").read_bytes()
+            except OSError:
+                continue
+            if marker.encode() in cmdline:
+                found.append(int(entry.name))
+    return found
+
+
+@pytest.mark.parametrize(("proxy", "expected"), [
+    ("startup_timeout = nan", "proxy.startup_timeout: must be a finite number of seconds from 0 to 86400, got nan"),
+    ("drain_timeout = nan", "proxy.drain_timeout: must be a finite number of seconds from 0 to 86400, got nan"),
+    ("max_in_flight_per_session = 0", "proxy.max_in_flight_per_session: must be an integer (requests) from 1"),
+    ("page_size = -1", "proxy.page_size: must be an integer (items) from 1 to 100000, got -1"),
+])
+@pytest.mark.parametrize("command", ["serve", "check"])
+def test_a_bad_number_is_refused_before_anything_starts(tmp_path, command, proxy, expected):
+    config = tmp_path / "aggregator.toml"
+    config.write_text(f"[proxy]\n{proxy}\n" + fake("a", "echo"))
+    out = run(command, "--config", str(config))
+    assert out.returncode == 2 and expected in out.stderr, out.stderr
+    assert "ok" not in out.stdout
+
+
+def test_import_of_a_non_string_argument(tmp_path):
+    source = tmp_path / "claude.json"
+    source.write_text('{"mcpServers": {"a": {"command": "x", "args": [1, true, null]}}}')
+    out = run("import", str(source))
+    assert out.returncode == 2 and out.stdout == ""
+    assert "mcpServers.a.args[0]: expected a string, got a number (1)" in out.stderr
+    assert "mcpServers.a.args[2]: expected a string, got nothing" in out.stderr
+
+
+@pytest.mark.parametrize("option", ["--http", "--ws"])
+def test_a_busy_port_is_one_line_and_leaves_no_server(tmp_path, option):
+    marker = f"marker-{os.getpid()}-{option.strip('-')}-{time.monotonic_ns()}"
+    config = write_config(tmp_path, fake("a", "echo", marker))
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        address = f"127.0.0.1:{busy.getsockname()[1]}"
+        out = run("serve", "--config", str(config), option, address, "--log-level", "warning")
+    assert out.returncode == 1, out.stderr
+    lines = [line for line in out.stderr.splitlines() if "WARNING" not in line]
+    assert lines == [f"aggregator: cannot listen on {address}: Address already in use"], out.stderr
+    assert processes_mentioning(marker) == []
+
+
+def test_the_same_address_for_http_and_websocket(tmp_path):
+    config = write_config(tmp_path, fake("a", "echo"))
+    out = run("serve", "--config", str(config), "--http", "127.0.0.1:18777", "--ws", "localhost:18777")
+    assert out.returncode == 2
+    assert "--http 127.0.0.1:18777 and --ws localhost:18777 name the same address" in out.stderr
+
+
+def test_check_refuses_what_serve_refuses(tmp_path):
+    config = write_config(tmp_path, '[http]\nlisten = "0.0.0.0:18778"\n' + fake("a", "echo"))
+    for command in ("check", "serve"):
+        out = run(command, "--config", str(config))
+        assert out.returncode == 2 and "refusing to serve on 0.0.0.0 without authentication" in out.stderr
+        assert "ok" not in out.stdout
+    plugin = write_config(tmp_path, fake("a", "echo")
+                          + '[[plugins]]\nuse = "rate-limit"\noptions = { rate = "fast" }\n')
+    out = run("check", "--config", str(plugin))
+    assert out.returncode == 2 and "ok" not in out.stdout
+    assert "plugins[0].options.rate: must be a finite number of requests a second > 0, got 'fast'" in out.stderr
+
+
+BROKEN = """import sys
+print("starting", file=sys.stderr)
+print("no repository at /nonexistent/repo; key s3cr3t-v4lue", file=sys.stderr)
+sys.exit(1)
+"""
+
+
+def broken_server(tmp_path: Path) -> str:
+    script = tmp_path / "broken.py"
+    script.write_text(BROKEN)
+    return (f'[servers.broken]\ncommand = "{sys.executable}"\nargs = ["{script}"]\n'
+            'env = { API_KEY = "s3cr3t-v4lue" }\n')
+
+
+def test_check_and_tools_say_why_a_server_did_not_start(tmp_path):
+    config = write_config(tmp_path, broken_server(tmp_path), restart_backoff_initial=5.0, restart_backoff_max=5.0)
+    out = run("check", "--config", str(config))
+    assert out.returncode == 1
+    assert "broken" in out.stdout and "the server exited with status 1" in out.stdout
+    assert "[stderr] no repository at /nonexistent/repo; key ***" in out.stdout, out.stdout
+    assert "s3cr3t" not in out.stdout + out.stderr
+    # every server down: tools says so on stderr, with the reason, and fails
+    out = run("tools", "--config", str(config))
+    assert out.returncode == 1 and out.stdout == ""
+    assert "no server is ready" in out.stderr and "no repository at /nonexistent/repo" in out.stderr
+    assert "s3cr3t" not in out.stderr
+    # serve's warning carries the same lines
+    serve = subprocess.Popen([sys.executable, "-m", "aggregator", "serve", "--config", str(config)],
+                             stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 30
+        warning = ""
+        while time.monotonic() < deadline and "did not start" not in warning:
+            warning = serve.stderr.readline()
+            if not warning:
+                break
+    finally:
+        serve.stdin.close()
+        serve.wait(30)
+        serve.stderr.close()
+    assert "its stderr ended: starting | no repository at /nonexistent/repo; key ***" in warning, warning
+    # one server up, one down: the catalog is printed and the broken one named on stderr
+    mixed = write_config(tmp_path, broken_server(tmp_path) + fake("a", "echo"))
+    out = run("tools", "--config", str(mixed), "--json")
+    assert out.returncode == 0 and "a__echo" in [t["name"] for t in json.loads(out.stdout)["tools"]]
+    assert "broken" in out.stderr and "s3cr3t" not in out.stderr
+
+
+def test_approve_of_an_unknown_tool(tmp_path):
+    pins = tmp_path / "pins.json"
+    config = write_config(tmp_path, fake("a", "echo") + f'[[plugins]]\nuse = "pin-definitions"\n'
+                                                          f'options = {{ path = "{pins}" }}\n')
+    out = run("approve", "--config", str(config), "nosuch")
+    assert out.returncode == 1
+    assert "no quarantined tool named nosuch" in out.stderr
+    out = run("approve", "--config", str(config))
+    assert out.returncode == 0 and "approved: nothing" in out.stdout
