@@ -31,8 +31,9 @@ from aggregator.core.router import (
     ToClient,
     ToServer,
     WaitForStartup,
+    proxy_error,
 )
-from aggregator.jsonrpc.codec import REQUEST, decode_message
+from aggregator.jsonrpc.codec import NOTIFICATION, REQUEST, decode_message
 from aggregator.jsonrpc.errors import INVALID_REQUEST, RemoteProtocolError
 from aggregator.plugins import (
     HOOKED_METHODS,
@@ -96,6 +97,7 @@ class Hub:
         self._dirty: list[Outbox] = []
         self._nursery: trio.Nursery | None = None
         self._watched: dict[tuple[int, Any], Request] = {}  # requests plugins want answers of
+        self._hooking: dict[tuple[int, Any], trio.CancelScope] = {}  # requests plugins decide on
         self._timer_at = math.inf
         self._timer_poke = trio.Event()
         if not self.upstreams:
@@ -196,14 +198,75 @@ class Hub:
         return await self.client_event(key, kind, message)
 
     async def client_event(self, key: int, kind: int, message: dict[str, Any]) -> list[Any]:
+        if self._hooking and kind == REQUEST and (key, message["id"]) in self._hooking:
+            return [_already_in_flight(key, message["id"])]
         if kind == REQUEST and self.plugins.watch_requests and message["method"] in HOOKED_METHODS:
-            answered = await self._request_hooks(key, message)
-            if answered is not None:
-                return answered
+            if self.plugins.request_hooks_wait and self._nursery is not None:
+                started = self._start_request_hooks(key, message)
+                if started is not None:
+                    return started
+            else:
+                answered = await self._request_hooks(key, message)
+                if answered is not None:
+                    return answered
+        elif self._hooking and kind == NOTIFICATION and message["method"] == "notifications/cancelled":
+            params = message.get("params")
+            scope = self._hooking.get((key, params.get("requestId") if type(params) is dict else None))
+            if scope is not None:  # cancelled while its plugins decide: it never goes upstream
+                scope.cancel()
+                return []
         commands = self.router.client_event(key, kind, message)
         while commands and type(commands[0]) is WaitForStartup:
             await self.startup_done.wait()
             commands = self.router.client_event(key, kind, message)
+        return commands
+
+    def _start_request_hooks(self, key: int, message: dict[str, Any]) -> list[Any] | None:
+        """Run request hooks that may wait in a task of their own, bounded by the server's
+        request timeout; the client's reader goes on at once. None: the router answers."""
+        target = self.router.describe(key, message)
+        client = self.router.clients.get(key)
+        if target is None or client is None or message["id"] in client.in_flight:
+            return None  # the router answers what names nothing, or reuses an id
+        id = message["id"]
+        server = target[0]
+        timeout = self.config.servers[server].request_timeout if server in self.config.servers else 60.0
+        scope = trio.CancelScope(deadline=trio.current_time() + timeout)
+        self._hooking[(key, id)] = scope
+        assert self._nursery is not None
+        self._nursery.start_soon(self._hooked_request, key, message, scope, server, timeout)
+        return []
+
+    async def _hooked_request(self, key: int, message: dict[str, Any], scope: trio.CancelScope,
+                              server: str, seconds: float) -> None:
+        id = message["id"]
+        try:
+            with scope:
+                answered = await self._request_hooks(key, message)
+                commands = answered if answered is not None else await self.client_event_routed(key, message)
+            if scope.cancelled_caught:
+                if key in self.clients and trio.current_time() >= scope.deadline:
+                    log.warning("client %d: request hooks did not decide on %s within %gs", key,
+                                message["method"], seconds)
+                    self.dispatch_now([ToClient(key, proxy_error(
+                        id, f"Plugins did not decide on this request within {seconds:g}s",
+                        reason="timeout", server=server))])
+                return
+            self.dispatch_now(commands)
+        except Exception:  # noqa: BLE001 - one request's failure, never its client's session
+            log.exception("client %d: internal error running request hooks for %s", key, message["method"])
+            if key in self.clients:
+                self.dispatch_now([ToClient(key, proxy_error(id, "Internal error in the aggregator",
+                                                             reason="internal", server=server))])
+        finally:
+            self._hooking.pop((key, id), None)
+
+    async def client_event_routed(self, key: int, message: dict[str, Any]) -> list[Any]:
+        """Route a request its plugins let through (the startup gate, then the router)."""
+        commands = self.router.client_event(key, REQUEST, message)
+        while commands and type(commands[0]) is WaitForStartup:
+            await self.startup_done.wait()
+            commands = self.router.client_event(key, REQUEST, message)
         return commands
 
     async def _request_hooks(self, key: int, message: dict[str, Any]) -> list[Any] | None:
@@ -268,6 +331,8 @@ class Hub:
 
     def remove_client(self, key: int) -> None:
         self.clients.pop(key, None)
+        for hooking in [h for h in self._hooking if h[0] == key]:
+            self._hooking.pop(hooking).cancel()
         for watched in [w for w in self._watched if w[0] == key]:
             del self._watched[watched]
         self.dispatch_now(self.router.client_disconnected(key))
@@ -354,3 +419,8 @@ class Hub:
             if outbox.over_limit:
                 congested.append(outbox)
         return congested
+
+
+def _already_in_flight(key: int, id: Any) -> ToClient:
+    return ToClient(key, {"jsonrpc": "2.0", "id": id, "error": {
+        "code": INVALID_REQUEST, "message": f"Invalid request: id {id!r} is already in flight"}})

@@ -126,6 +126,10 @@ class Plugins:
                 if inspect.iscoroutinefunction(getattr(plugin, hook, None)):
                     raise ConfigError(f"plugin {_name(plugin)}: its {hook} hook must be a plain function")
 
+        # A request hook that may wait (a coroutine function) runs in a task of its own, so
+        # that it holds up only the request it decides on, never its client's other messages.
+        self.request_hooks_wait = any(inspect.iscoroutinefunction(p.request) for p in self._request)
+
     @property
     def watch_requests(self) -> bool:
         return bool(self._request or self._response)

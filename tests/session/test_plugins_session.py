@@ -97,3 +97,62 @@ async def test_notification_hook(autojump_clock):
             await client.request("logging/setLevel", {"level": "debug"})
             await client.request("tools/call", {"name": "a__flood", "arguments": {"count": 3}})
             assert not [n for n in client.notifications if n["method"] == "notifications/message"]
+
+
+class Deliberate:
+    """An async request hook that takes its time over some calls."""
+
+    async def request(self, request):
+        if request.params.get("arguments", {}).get("wait") == "forever":
+            await trio.sleep_forever()
+        if request.params.get("arguments", {}).get("wait") == "a while":
+            await trio.sleep(3)
+
+
+async def test_a_waiting_request_hook_holds_up_only_its_own_request(autojump_clock):
+    plugins = [{"use": "tests.session.test_plugins_session:Deliberate"}]
+    async with running_proxy({"a": [], "b": []}, {"request_timeout": 5.0}, plugins=plugins) as proxy:
+        client = await proxy.connect()
+        with trio.fail_after(30):
+            await client.initialize()
+            started = trio.current_time()
+            await client.send({"id": "stuck", "method": "tools/call",
+                               "params": {"name": "a__echo", "arguments": {"wait": "forever"}}})
+            await client.send({"id": "slow", "method": "tools/call",
+                               "params": {"name": "b__echo", "arguments": {"wait": "a while"}}})
+            # The same session goes on at once: a ping, a list, a call to the other server.
+            assert "result" in await client.request("ping")
+            assert await client.list_all("tools/list", "tools")
+            assert "result" in await client.request("tools/call", {"name": "b__echo", "arguments": {"x": 1}})
+            assert trio.current_time() - started < 0.5
+            # A duplicate id while its plugins still decide is refused, not cross-wired.
+            await client.send({"id": "stuck", "method": "ping"})
+            duplicate = await client.response("stuck")
+            assert duplicate["error"]["code"] == -32600 and "already in flight" in duplicate["error"]["message"]
+            slow = await client.response("slow")
+            assert "result" in slow and 3 <= trio.current_time() - started < 4
+            # A hook that never decides is bounded by the server's request timeout.
+            stuck = await client.response("stuck")
+            assert stuck["error"]["data"] == {"source": "aggregator", "reason": "timeout", "server": "a"}
+            assert 5 <= trio.current_time() - started < 6
+            assert not any(m.get("params", {}).get("arguments", {}).get("wait") == "forever"
+                           for m in proxy.upstreams.latest("a").seen)
+
+
+async def test_a_request_cancelled_while_its_hooks_decide_never_goes_upstream(autojump_clock):
+    plugins = [{"use": "tests.session.test_plugins_session:Deliberate"}]
+    async with running_proxy({"a": []}, {"request_timeout": 5.0}, plugins=plugins) as proxy:
+        client = await proxy.connect()
+        with trio.fail_after(30):
+            await client.initialize()
+            await client.send({"id": 7, "method": "tools/call",
+                               "params": {"name": "a__echo", "arguments": {"wait": "forever"}}})
+            await trio.sleep(0.1)
+            await client.send({"method": "notifications/cancelled", "params": {"requestId": 7}})
+            await trio.sleep(10)  # past the timeout: a cancelled request gets no answer at all
+            assert "result" in await client.request("ping")
+            assert not [m for m in client.inbox if m.get("id") == 7]
+            # The id is free again.
+            await client.send({"id": 7, "method": "tools/call", "params": {"name": "a__echo", "arguments": {}}})
+            assert "result" in await client.response(7)
+            assert sum(1 for m in proxy.upstreams.latest("a").seen if m.get("method") == "tools/call") == 1
