@@ -123,7 +123,10 @@ class Hub:
             with trio.move_on_at(self._timer_at):
                 await self._timer_poke.wait()
             self._timer_poke = trio.Event()
-            self.dispatch_now(self.router.expire())
+            try:
+                self.dispatch_now(self.router.expire())
+            except Exception:  # noqa: BLE001 - a bug in one expiry must not stop the clock for all
+                log.exception("internal error expiring requests and notices; the clock goes on")
 
     def _check_timer(self) -> None:
         """Wake the timer if the router now has an earlier deadline than it sleeps to."""
@@ -386,6 +389,8 @@ class Hub:
     async def _run_session_upstream(self, upstream: UpstreamSession) -> None:
         try:
             await upstream.run()
+        except Exception:  # noqa: BLE001 - one session's server, never the process
+            log.exception("server %s: internal error in a per-session connection; it ends", upstream.name)
         finally:
             if self.upstreams.get(upstream.name) is upstream:
                 del self.upstreams[upstream.name]
