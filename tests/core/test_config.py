@@ -125,3 +125,15 @@ def test_listen_addresses():
         with pytest.raises(ValueError):
             parse_listen(bad)
     assert problems({"http": {"listen": "nowhere"}})[0].startswith("http.listen: expected HOST:PORT")
+
+
+def test_client_limits_accept_their_older_http_names():
+    older = structure_config({"http": {"max_stream_buffer_bytes": 65536, "write_timeout": 1.5}}, environ={})
+    assert (older.proxy.client_buffer_bytes, older.proxy.client_write_timeout) == (65536, 1.5)
+    both = structure_config({"proxy": {"client_buffer_bytes": 4096},
+                             "http": {"max_stream_buffer_bytes": 65536}}, environ={})
+    assert both.proxy.client_buffer_bytes == both.http.max_stream_buffer_bytes == 4096
+    with pytest.raises(ConfigError) as error:
+        structure_config({"proxy": {"client_buffer_bytes": 10, "server_write_timeout": 0}}, environ={})
+    assert "proxy.client_buffer_bytes: must be at least 1024" in str(error.value)
+    assert "proxy.server_write_timeout: must be positive" in str(error.value)
