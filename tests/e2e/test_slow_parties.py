@@ -186,3 +186,32 @@ def test_a_server_that_stops_reading_its_stdin_holds_up_only_its_own_calls(tmp_p
         code, log = proxy.close()
     assert code == 0, log
     assert "server a: not reading its input (it has read nothing for 1s)" in log
+
+
+def test_a_legacy_sse_client_that_stops_reading_is_dropped(tmp_path):
+    config = write_config(tmp_path, fake("a"), startup_timeout=10.0, client_buffer_bytes=65536)
+    with http_proxy(config) as (port, log):
+        with socket.create_connection(("127.0.0.1", port)) as sock:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            sock.settimeout(10)
+            sock.sendall(f"GET /sse HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nAccept: text/event-stream\r\n\r\n".encode())
+            head = b""
+            for _ in range(100):
+                if b"\n\n" in head.partition(b"session_id=")[2]:
+                    break
+                data = sock.recv(4096)
+                assert data, head
+                head += data
+            endpoint = head.split(b"data: ", 1)[1].split(b"\n", 1)[0].decode()
+            for message in (INIT, {"jsonrpc": "2.0", "method": "notifications/initialized"},
+                            flood_call(2, count=20000, size=100)):
+                assert post(port, message, path=endpoint)[0] == 202
+            # It reads nothing more: more than its budget waits, and it is dropped.
+            deadline = time.monotonic() + 10
+            while "legacy sse session 1 dropped: more than 65536 bytes" not in log.read_text():
+                assert time.monotonic() < deadline, log.read_text()[-2000:]
+                time.sleep(0.1)
+            assert post(port, {"jsonrpc": "2.0", "id": 3, "method": "ping"}, path=endpoint)[0] == 404
+            # Others are served meanwhile.
+            assert post(port, {"jsonrpc": "2.0", "id": 4, "method": "ping"},
+                        {"mcp-session-id": initialize(port)})[0] == 200
