@@ -44,7 +44,6 @@ class WebSocketSink:
         self.write_timeout = write_timeout
         self.on_drop = on_drop
         self.dirty = False
-        self.over_limit = False
         self.closed = False
         self._lot = trio.lowlevel.ParkingLot()
         self._room = trio.lowlevel.ParkingLot()

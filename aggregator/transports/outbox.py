@@ -122,10 +122,6 @@ class Outbox:
         """Bytes queued and not yet handed to a write."""
         return len(self._buffer)
 
-    @property
-    def over_limit(self) -> bool:
-        return self.over
-
     async def wait_writable(self) -> None:
         """For this connection's own reader: wait while more than half the budget waits."""
         while len(self._buffer) > self.limit // 2 and not self.closed:
