@@ -206,7 +206,9 @@ class HttpSession:
 class LegacySession:
     """A 2024-11-05 HTTP+SSE session: everything goes on its one event stream."""
 
-    def __init__(self, session_id: str, principal: int | None, limit: int) -> None:
+    def __init__(self, session_id: str, principal: int | None, limit: int,
+                 endpoint: StreamableHttpEndpoint | None = None) -> None:
+        self.endpoint = endpoint
         self.id = session_id
         self.principal = principal
         self.key = 0
@@ -224,7 +226,10 @@ class LegacySession:
         if self.over_limit and not self.queue.overflowed:
             log.error("legacy sse session %d dropped: more than %d bytes are waiting for it (it does not read"
                       " its stream); its requests are cancelled", self.key, self.limit)
-            self.queue.close()  # its handler ends the stream and removes the client
+            self.queue.close()  # wakes its handler, which ends the stream
+            if self.endpoint is not None:  # gone at once, even while a write to it hangs
+                self.endpoint.legacy.pop(self.id, None)
+                self.endpoint.hub.remove_client(self.key)
 
     async def wait_writable(self) -> None:
         return
@@ -522,7 +527,7 @@ class StreamableHttpEndpoint:
                                f"Too many sessions (limit {self.config.max_sessions}); try later")
             return
         principal = self.access.principal(request.headers)
-        session = LegacySession(secrets.token_urlsafe(24), principal, self.config.max_stream_buffer_bytes)
+        session = LegacySession(secrets.token_urlsafe(24), principal, self.config.max_stream_buffer_bytes, self)
         session.key = self.hub.add_client(session, self.access.profile(principal))
         self.legacy[session.id] = session
         log.info("legacy sse session %d: opened", session.key)
