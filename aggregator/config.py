@@ -142,6 +142,16 @@ class ProxyConfig:
     # "mcp" is the spec's [A-Za-z0-9_.-]; "llm" is [A-Za-z0-9_-], what LLM APIs accept.
     max_name_length: int = 128
     name_charset: Literal["mcp", "llm"] = "mcp"
+    # Memory and time one slow party may cost. A client (any front) with more than
+    # client_buffer_bytes waiting for it, or a write to it unfinished after
+    # client_write_timeout, is dropped and its requests are cancelled upstream. A server
+    # with more than server_buffer_bytes waiting on its input gets no new requests (they
+    # fail, reason overloaded); one that reads nothing for server_write_timeout has its
+    # requests in flight failed the same way.
+    client_buffer_bytes: int = 16 * 1024 * 1024
+    client_write_timeout: float = 30.0
+    server_buffer_bytes: int = 16 * 1024 * 1024
+    server_write_timeout: float = 10.0
 
 
 LOCAL_HOSTS = ("localhost", "127.0.0.1", "[::1]")
@@ -188,8 +198,8 @@ class HttpConfig:
     # A client whose response stream drops has that request cancelled after this long,
     # unless it resumes the stream (GET with Last-Event-ID) first.
     stream_drop_grace: float = 2.0
-    # What one event stream may hold for a client that does not read it, and how long a
-    # write may wait for such a client; past either, the stream is closed.
+    # Older names of proxy.client_buffer_bytes and proxy.client_write_timeout (accepted;
+    # the proxy keys win when both are given). After loading they hold the proxy values.
     max_stream_buffer_bytes: int = 16 * 1024 * 1024
     write_timeout: float = 30.0
 
@@ -523,6 +533,7 @@ def structure_config(
     checked("proxy", check_ranges(proxy, "proxy") + _check_proxy(proxy))
     http = section("http", HttpConfig)
     checked("http", check_ranges(http, "http") + check_http(http))
+    proxy, http = _client_limits(proxy, http, raw.get("proxy"), raw.get("http"))
     servers: dict[str, ServerConfig] = keyed("servers", ServerConfig, "servers")
     for name, server in servers.items():
         path = f"servers.{name}"
@@ -545,6 +556,20 @@ def structure_config(
         raise ConfigError(problems, source=source)
     return Config(proxy=proxy, http=http, policy=policy, profiles=profiles, plugins=tuple(plugins), servers=servers,
                   directory=str(Path(source).resolve().parent) if source and not source.startswith("(") else None)
+
+
+def _client_limits(
+    proxy: ProxyConfig, http: HttpConfig, raw_proxy: Any, raw_http: Any
+) -> tuple[ProxyConfig, HttpConfig]:
+    """One budget and one deadline for every client, whichever of their names was used."""
+    given = raw_proxy if isinstance(raw_proxy, dict) else {}
+    older = raw_http if isinstance(raw_http, dict) else {}
+    if "max_stream_buffer_bytes" in older and "client_buffer_bytes" not in given:
+        proxy = attrs.evolve(proxy, client_buffer_bytes=http.max_stream_buffer_bytes)
+    if "write_timeout" in older and "client_write_timeout" not in given:
+        proxy = attrs.evolve(proxy, client_write_timeout=http.write_timeout)
+    return proxy, attrs.evolve(http, max_stream_buffer_bytes=proxy.client_buffer_bytes,
+                               write_timeout=proxy.client_write_timeout)
 
 
 def parse_listen(listen: str) -> tuple[str, int]:
@@ -644,6 +669,10 @@ RANGES: dict[type, dict[str, Range]] = {
         "drain_timeout": Range(0.0, _DAY, "seconds"),  # 0: stop at once
         "max_name_length": Range(16, 128, "characters"),
         "max_json_depth": Range(16, MAX_DEPTH_LIMIT, "levels"),
+        "client_buffer_bytes": Range(1024, _GIB, "bytes"),
+        "client_write_timeout": Range(_MS, _DAY, "seconds"),
+        "server_buffer_bytes": Range(1024, _GIB, "bytes"),
+        "server_write_timeout": Range(_MS, _DAY, "seconds"),
     },
     HttpConfig: {
         "max_body_bytes": Range(1024, _GIB, "bytes"),

@@ -31,7 +31,6 @@ import itertools
 import logging
 import re
 import secrets
-from collections import deque
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from functools import partial
@@ -48,14 +47,18 @@ from aggregator.hub import Hub
 from aggregator.jsonrpc.codec import REQUEST, decode_message, dumps
 from aggregator.jsonrpc.errors import INVALID_REQUEST, METHOD_NOT_FOUND, RemoteProtocolError, error_response
 from aggregator.mcp.versions import SUPPORTED
+from aggregator.transports.buffer import MessageLog
 from aggregator.transports.http_server import HttpConnection, HttpLimits, Request, refuse_connection, sse_event
 
 log = logging.getLogger(__name__)
 
-BACKLOG = 1000  # messages held for a session's GET stream while none is open
 KEEPALIVE = 25.0  # seconds between SSE comments on an idle GET stream
 QUICK_ANSWER = 0.02  # seconds a request waits for its answer before a watcher starts
-HISTORY = 1000  # events a stream keeps for a client that resumes with Last-Event-ID
+# Kept per session, oldest dropped first: messages for a GET stream while none is open,
+# and per event stream the events already written (a client that lost the connection
+# resumes with Last-Event-ID; the last event is kept whatever its size).
+BACKLOG_BYTES = 256 * 1024
+HISTORY_BYTES = 256 * 1024
 PRIMING_SINCE = "2025-11-25"  # event streams open with an id-only event from this revision
 JSON = ("content-type", "application/json")
 # An SSE event id as this endpoint writes them: "<stream>-<seq>", ASCII digits only (a
@@ -66,63 +69,87 @@ EVENT_ID = re.compile(r"([0-9]{1,15})-([0-9]{1,15})")
 class MessageQueue:
     """Messages for one response stream, in order; the last one ends it.
 
-    Bounded in bytes: a client that does not read its stream is not allowed to make the
-    proxy hold without end. Past the limit the queue is marked ``overflowed``, its handler
-    ends the stream, and the client must reconnect.
+    Stored compactly (one ``MessageLog``): what waits, then what was written (kept for a
+    resumption). The bytes waiting count against the budget of the session that owns the
+    stream (``owner``: its ``waiting`` and ``limit``); past it the session is dropped and
+    every one of its queues is closed (``overflowed``), which ends its stream.
     """
 
-    def __init__(self, limit: int = 16 * 1024 * 1024) -> None:
-        self.items: deque[bytes] = deque()
+    def __init__(self, owner: Any = None, keep: int = HISTORY_BYTES) -> None:
+        self.log = MessageLog(keep)
+        self.owner = owner
         self.final = False
         self.overflowed = False
-        self.limit = limit
-        self._size = 0
         self._lot = trio.lowlevel.ParkingLot()
-        # As an event stream: its id in the session, and the events already written, so
-        # a client that lost the connection can resume with Last-Event-ID.
+        # As an event stream: its id in the session (event ids are "<stream>-<message
+        # number>"), whether a client resumed it, and the request it answers.
         self.stream_id = 0
-        self.seq = 0
-        self.history: deque[tuple[int, bytes]] = deque(maxlen=HISTORY)
         self.resumed = False
         self.request_id: Any = None
 
-    def event(self, data: bytes) -> bytes:
-        """One message as an SSE event with the next id, remembered for a resumption."""
-        self.seq += 1
-        self.history.append((self.seq, data))
-        return sse_event(data, f"{self.stream_id}-{self.seq}")
-
-    def replay_after(self, seq: int) -> bytes:
-        return b"".join(sse_event(data, f"{self.stream_id}-{n}") for n, data in self.history if n > seq)
+    @property
+    def waiting(self) -> int:
+        """How many messages wait to be written."""
+        return self.log.last - self.log.sent
 
     def push(self, data: bytes, final: bool = False) -> None:
-        if self._size + len(data) > self.limit:
-            self.overflowed = True
-        else:
-            self.items.append(data)
-            self._size += len(data)
+        if self.overflowed:
+            return
+        self.log.append(data)
+        owner = self.owner
+        if owner is not None:
+            owner.waiting += len(data)
+            if owner.waiting > owner.limit and owner.waiting > len(data):
+                owner.over_limit = True
         self.final = self.final or final
         self._lot.unpark_all()
 
+    def _taken(self, size: int) -> None:
+        if self.owner is not None:
+            self.owner.waiting -= size
+
     def pop(self) -> bytes:
-        data = self.items.popleft()
-        self._size -= len(data)
+        """The next message, as it is (a JSON answer)."""
+        data = self.log.take()
+        self._taken(len(data))
         return data
 
-    def take_all(self) -> bytes:
-        """Everything queued, as SSE events."""
-        chunk = b"".join(self.event(item) for item in self.items)
-        self.items.clear()
-        self._size = 0
-        return chunk
+    def take_events(self) -> bytes:
+        """Everything waiting, as SSE events, in one chunk."""
+        number = self.log.sent + 1
+        items = self.log.take_all()
+        self._taken(sum(map(len, items)))
+        stream = self.stream_id
+        return b"".join(sse_event(data, f"{stream}-{n}") for n, data in enumerate(items, number))
+
+    def remove_waiting(self) -> list[bytes]:
+        """What waits, taken back unwritten (a GET stream that closed hands it on)."""
+        items = self.log.remove_waiting()
+        self._taken(sum(map(len, items)))
+        return items
+
+    def replay_after(self, seq: int) -> bytes:
+        return b"".join(sse_event(data, f"{self.stream_id}-{n}") for n, data in self.log.history(seq))
+
+    def close(self) -> None:
+        """The session was dropped: forget everything, end the stream."""
+        if not self.overflowed:
+            self._taken(self.log.waiting_bytes)
+            self.log.clear()
+            self.overflowed = True
+        self._lot.unpark_all()
 
     async def wait(self) -> None:
-        while not self.items and not self.overflowed:
+        while self.log.last == self.log.sent and not self.overflowed:
             await self._lot.park()
 
 
 class HttpSession:
-    """One MCP session over HTTP: a hub client whose messages go to several streams."""
+    """One MCP session over HTTP: a hub client whose messages go to several streams.
+
+    Its budget (``proxy.client_buffer_bytes``) covers what waits in all its streams
+    together; the backlog for a GET stream not open is a ring of ``BACKLOG_BYTES``.
+    """
 
     def __init__(self, endpoint: StreamableHttpEndpoint, session_id: str, principal: int | None) -> None:
         self.endpoint = endpoint
@@ -134,9 +161,11 @@ class HttpSession:
         self.get_stream: MessageQueue | None = None
         self.streams: dict[int, MessageQueue] = {}  # event streams a client may resume
         self._stream_ids = itertools.count(1)
-        self.backlog: deque[bytes] = deque(maxlen=BACKLOG)
+        self.backlog = MessageLog()
         self.last_seen = trio.current_time()
         self.closed = False
+        self.waiting = 0  # bytes waiting in this session's streams
+        self.limit = endpoint.hub.config.proxy.client_buffer_bytes
         # The hub's bookkeeping, as for an Outbox.
         self.dirty = False
         self.over_limit = False
@@ -162,15 +191,29 @@ class HttpSession:
         if self.get_stream is not None:
             self.get_stream.push(data)
         else:
-            self.backlog.append(data)
+            backlog = self.backlog
+            backlog.append(data)
+            if backlog.retained_bytes > BACKLOG_BYTES:
+                backlog.drop_oldest(BACKLOG_BYTES)
 
     def open_stream(self, queue: MessageQueue) -> None:
         queue.stream_id = next(self._stream_ids)
         self.streams[queue.stream_id] = queue
 
+    def new_queue(self) -> MessageQueue:
+        return MessageQueue(self)
+
     def flush(self) -> None:
-        """Nothing to do: pushing a message wakes its stream's handler."""
+        """Pushing a message wakes its stream's handler; here only a session past its
+        budget is dropped (after the hub's batch, never in the middle of it)."""
         self.dirty = False
+        if self.over_limit and not self.closed:
+            log.error("http session %d dropped: more than %d bytes are waiting for it (it does not read its"
+                      " streams); its requests are cancelled", self.key, self.limit)
+            for queue in {*self.requests.values(), *self.streams.values(), self.get_stream}:
+                if queue is not None:
+                    queue.close()
+            self.endpoint._end_session(self)
 
     async def wait_writable(self) -> None:
         return
@@ -179,11 +222,15 @@ class HttpSession:
 class LegacySession:
     """A 2024-11-05 HTTP+SSE session: everything goes on its one event stream."""
 
-    def __init__(self, session_id: str, principal: int | None, limit: int) -> None:
+    def __init__(self, session_id: str, principal: int | None, limit: int,
+                 endpoint: StreamableHttpEndpoint | None = None) -> None:
+        self.endpoint = endpoint
         self.id = session_id
         self.principal = principal
         self.key = 0
-        self.queue = MessageQueue(limit)
+        self.waiting = 0
+        self.limit = limit
+        self.queue = MessageQueue(self, keep=0)
         self.dirty = False
         self.over_limit = False
 
@@ -192,6 +239,13 @@ class LegacySession:
 
     def flush(self) -> None:
         self.dirty = False
+        if self.over_limit and not self.queue.overflowed:
+            log.error("legacy sse session %d dropped: more than %d bytes are waiting for it (it does not read"
+                      " its stream); its requests are cancelled", self.key, self.limit)
+            self.queue.close()  # wakes its handler, which ends the stream
+            if self.endpoint is not None:  # gone at once, even while a write to it hangs
+                self.endpoint.legacy.pop(self.id, None)
+                self.endpoint.hub.remove_client(self.key)
 
     async def wait_writable(self) -> None:
         return
@@ -392,7 +446,7 @@ class StreamableHttpEndpoint:
             await self._reject(connection, 400, INVALID_REQUEST,
                                "Invalid request: this id is already in use by a request in flight", id)
             return False
-        queue = MessageQueue(self.config.max_stream_buffer_bytes)
+        queue = session.new_queue()
         queue.request_id = id
         session.requests[id] = queue
         try:
@@ -415,7 +469,7 @@ class StreamableHttpEndpoint:
         # the watcher (to notice a client that leaves) and, if need be, an event stream.
         with trio.move_on_after(QUICK_ANSWER):
             await queue.wait()
-        if queue.final and len(queue.items) == 1:
+        if queue.final and queue.waiting == 1:
             answered = await connection.respond(200, [JSON, *headers], queue.pop())
             return answered and self.hub.router.clients.get(session.key) is not None
         answered = False
@@ -424,12 +478,9 @@ class StreamableHttpEndpoint:
             while True:
                 await queue.wait()
                 if queue.overflowed:
-                    log.warning("http session %d: request %r produced more than its stream holds", session.key, id)
                     break
-                data = queue.pop()
-                last = queue.final and not queue.items
-                if not streaming and last:
-                    answered = await connection.respond(200, [JSON, *headers], data)
+                if not streaming and queue.final and queue.waiting == 1:
+                    answered = await connection.respond(200, [JSON, *headers], queue.pop())
                     break
                 if not streaming:
                     streaming = True
@@ -441,14 +492,24 @@ class StreamableHttpEndpoint:
                         # once can still resume it (2025-11-25).
                         if not await connection.send_chunk(f"id: {queue.stream_id}-0\ndata: \n\n".encode()):
                             break
-                if not await connection.send_chunk(queue.event(data)):
+                # Everything that waits goes in one write: a client that reads promptly
+                # keeps up with any burst.
+                last = queue.final
+                if not await connection.send_chunk(queue.take_events()):
                     break
                 if last:
                     answered = await connection.end_stream()
                     break
-        if answered or queue.final and not queue.items:
+        if queue.overflowed:  # the session was dropped: it did not read what it was sent
+            if not streaming:
+                await self._reject(connection, 404, INVALID_REQUEST, "Session ended: more was waiting for it than"
+                                   " the aggregator holds for one client; initialize again", id)
+            else:
+                connection.closed = True
+            return False
+        if answered or queue.final and not queue.waiting:
             session.streams.pop(queue.stream_id, None)
-        elif session.requests.get(id) is queue or queue.items:
+        elif session.requests.get(id) is queue or queue.waiting:
             # The client went away before its answer. It may resume the stream (GET with
             # Last-Event-ID); if it does not within the grace period, cancel the request.
             connection.closed = True
@@ -508,11 +569,10 @@ class StreamableHttpEndpoint:
         if resume is not None:  # the session's own GET stream, back after a drop
             queue, after = resume
         else:
-            queue, after = MessageQueue(self.config.max_stream_buffer_bytes), 0
+            queue, after = session.new_queue(), 0
             session.open_stream(queue)
-        for data in session.backlog:
+        for data in session.backlog.take_all():
             queue.push(data)
-        session.backlog.clear()
         session.get_stream = queue
         try:
             if not await connection.start_stream([]):
@@ -529,7 +589,9 @@ class StreamableHttpEndpoint:
         finally:
             if session.get_stream is queue:
                 session.get_stream = None
-                session.backlog.extend(queue.items)
+                for data in queue.remove_waiting():
+                    session.backlog.append(data)
+                session.backlog.drop_oldest(BACKLOG_BYTES)
             connection.closed = True
 
     # --- the legacy HTTP+SSE transport (2024-11-05) ------------------------------------
@@ -542,7 +604,7 @@ class StreamableHttpEndpoint:
             return
         try:
             principal = self.access.principal(request.headers)
-            session = LegacySession(secrets.token_urlsafe(24), principal, self.config.max_stream_buffer_bytes)
+            session = LegacySession(secrets.token_urlsafe(24), principal, self.config.max_stream_buffer_bytes, self)
             session.key = self.hub.add_client(session, self.access.profile(principal))
         except BaseException:
             self.admission.release_session()
@@ -605,12 +667,12 @@ class StreamableHttpEndpoint:
             return
         async with _until_client_leaves(connection):
             while True:
-                if not queue.items and queue.final:
+                if not queue.waiting and queue.final:
                     await connection.end_stream()
                     session.streams.pop(queue.stream_id, None)
                     break
                 await queue.wait()
-                if queue.overflowed or not await connection.send_chunk(queue.take_all()):
+                if queue.overflowed or not await connection.send_chunk(queue.take_events()):
                     break
         connection.closed = True
         if queue.stream_id in session.streams:  # lost again: the grace period starts over
@@ -679,7 +741,6 @@ async def _pump(connection: HttpConnection, queue: MessageQueue, ended: Any) -> 
                     break
                 continue
             if queue.overflowed:
-                log.warning("a client is not reading its event stream; closing it")
                 break
-            if not await connection.send_chunk(queue.take_all()):
+            if not await connection.send_chunk(queue.take_events()):
                 break

@@ -3,7 +3,10 @@
 It is also the one place that executes the router's commands: ``dispatch`` turns
 ``ToClient`` / ``ToServer`` / ``Refresh`` / ``ControlReply`` into queued writes and
 wake-ups. ``dispatch`` never blocks and never writes; readers call ``flush`` once per
-read, which writes every queue the batch touched and applies backpressure.
+read, which writes every queue the batch touched. A reader waits only on its own
+party's queue (``flush(own)``): nothing shared ever waits for one slow client or server.
+Each queue enforces its own byte budget and deadline and tells its owner when one is
+passed (a client is dropped, a server's requests fail); see ``transports.outbox``.
 """
 
 from __future__ import annotations
@@ -88,7 +91,8 @@ class Hub:
                                    draining=lambda: self.router.draining)
         self._initial = set(self.upstreams)
         # Where each client session's messages go: an Outbox for a stream transport, or
-        # anything with the same put_message / flush / over_limit / dirty (HTTP sessions).
+        # anything with the same put_message / flush / wait_writable / dirty (HTTP
+        # sessions, WebSocket). Each drops its own client when it is past its budget.
         self.clients: dict[int, Any] = {}
         self.startup_done = trio.Event()
         self._settled: set[str] = set()
@@ -406,24 +410,24 @@ class Hub:
         self._write_dirty()
         self._check_timer()
 
-    async def flush(self) -> None:
-        """Write what the last batch queued, then wait for any queue it overfilled.
+    async def flush(self, own: Any = None) -> None:
+        """Write what the last batch queued; then, if ``own`` (the queue of the reader's
+        own connection) is backed up, wait for it to drain.
 
-        Readers call this once per read, after dispatching everything in it.
+        Readers call this once per read, after dispatching everything in it. Only a
+        client's reader passes ``own``: a client that sends faster than it reads is slowed
+        down, and no reader ever waits for anybody else's queue.
         """
         self._check_timer()
         if self._dirty:
-            for outbox in self._write_dirty():
-                await outbox.wait_writable()
+            self._write_dirty()
+        if own is not None:
+            await own.wait_writable()
 
-    def _write_dirty(self) -> list[Outbox]:
+    def _write_dirty(self) -> None:
         dirty, self._dirty = self._dirty, []
-        congested = []
         for outbox in dirty:
             outbox.flush()
-            if outbox.over_limit:
-                congested.append(outbox)
-        return congested
 
 
 def _already_in_flight(key: int, id: Any) -> ToClient:

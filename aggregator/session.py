@@ -2,7 +2,10 @@
 
 The reader feeds each complete line to the router and hands the commands to the hub;
 the writer is the client's Outbox. When the reader ends (EOF, a broken pipe) the client
-is removed and everything it had in flight upstream is cancelled.
+is removed and everything it had in flight upstream is cancelled. A client that does not
+read what it is sent is dropped the same way: more than ``proxy.client_buffer_bytes``
+waiting for it, or a write unfinished after ``proxy.client_write_timeout``, ends the
+session (its stream is closed) and nothing else waits for it.
 
 The session is a containment boundary: an exception while handling a line is logged
 with its traceback, that line's request is answered with a JSON-RPC internal error (its
@@ -29,22 +32,40 @@ READ_SIZE = 65536
 async def serve_stream_session(
     hub: Hub, receive: trio.abc.ReceiveStream, send: trio.abc.SendStream, *, label: str = "stream"
 ) -> bool:
-    """Serve one newline-delimited MCP client until it closes its side.
+    """Serve one newline-delimited MCP client until it closes its side (or is dropped).
 
-    True when the client ended the session (EOF); False when a failure of ours did."""
-    limit = hub.config.proxy.max_message_bytes
-    outbox = Outbox(send, limit=limit, name=label)
+    True when the client ended the session (EOF, or dropped for not reading); False when a
+    failure of ours did."""
+    proxy = hub.config.proxy
+    limit = proxy.max_message_bytes
+    session = trio.CancelScope()
+    key = 0
+
+    def congested(reason: str | None) -> None:
+        if reason is None:
+            return
+        log.error("%s: client session %d dropped: %s (it does not read what it is sent)", label, key, reason)
+        outbox.abort()
+        session.cancel()
+
+    outbox = Outbox(send, limit=proxy.client_buffer_bytes, name=label, write_timeout=proxy.client_write_timeout,
+                    on_congestion=congested)
     key = hub.add_client(outbox)
     log.info("%s: client session %d opened", label, key)
     ended_by_client = False
     try:
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(outbox.run)
-            ended_by_client = await _read_client(hub, key, receive, outbox, limit, label)
-            # Give the writer a moment to flush answers already queued, then stop.
-            with trio.move_on_after(1):
-                await outbox.wait_drained()
-            nursery.cancel_scope.cancel()
+        with session:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(outbox.run)
+                ended_by_client = await _read_client(hub, key, receive, outbox, limit, label)
+                # Give the writer a moment to flush answers already queued, then stop.
+                with trio.move_on_after(1):
+                    await outbox.wait_drained()
+                nursery.cancel_scope.cancel()
+        if session.cancelled_caught:
+            ended_by_client = True  # dropped for not reading: as if it had gone
+            with trio.CancelScope(shield=True):
+                await send.aclose()
     except Exception:
         ended_by_client = False
         log.exception("%s: internal error in client session %d; closing this session only", label, key)
@@ -83,4 +104,4 @@ async def _read_client(
                 outbox.put_message(internal_error(line))
                 outbox.flush()
                 return False
-        await hub.flush()
+        await hub.flush(outbox)

@@ -154,7 +154,9 @@ class UpstreamSession:
                     return str(exc)
                 if channel.pid is not None:
                     self.log.info("server %s: started pid %d", self.name, channel.pid)
-                self.outbox = Outbox(channel.send, limit=limit, name=f"server {self.name}")
+                proxy = self.hub.config.proxy
+                self.outbox = Outbox(channel.send, limit=proxy.server_buffer_bytes, name=f"server {self.name}",
+                                     write_timeout=proxy.server_write_timeout, on_congestion=self._congested)
                 nursery.start_soon(self.outbox.run)
                 nursery.start_soon(self._read_stdout, channel.receive, limit)
                 if channel.stderr is not None:
@@ -199,6 +201,26 @@ class UpstreamSession:
             }[transport]
             reason = await connect(self.config, limit, task_status=task_status)
         self._lose(reason)
+
+    def _congested(self, reason: str | None) -> None:
+        """Its input is backed up (``reason``) or flowing again (None). Nothing waits for it:
+        while backed up, new requests to it are refused; once it has read nothing for the
+        deadline, its requests in flight fail too. Both with reason ``overloaded``."""
+        router = self.hub.router
+        link = router.links.get(self.name)
+        if link is None:
+            return
+        link.overloaded = reason
+        if reason is None:
+            self.log.info("server %s: reading its input again; taking requests", self.name)
+            return
+        if self.outbox is not None and self.outbox.stalled:
+            self.log.error("server %s: not reading its input (%s); its %d request(s) in flight fail, new ones"
+                           " are refused until it reads again", self.name, reason, len(link.pending))
+            self.hub.dispatch_now(router.server_overloaded(self.name, reason))
+        else:
+            self.log.warning("server %s: not keeping up with its input (%s); new requests are refused"
+                             " until it catches up", self.name, reason)
 
     def _lose(self, reason: str) -> None:
         if self._lost is None:

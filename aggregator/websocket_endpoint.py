@@ -20,18 +20,21 @@ from __future__ import annotations
 
 import contextvars
 import logging
-from collections import deque
+import math
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import trio
 import trio_websocket
-from wsproto.utilities import ProtocolError
+from wsproto.events import TextMessage
+from wsproto.utilities import LocalProtocolError, ProtocolError
 
 from aggregator.access import AccessPolicy
 from aggregator.config import HttpConfig, parse_listen
 from aggregator.containment import internal_error
 from aggregator.hub import Hub
 from aggregator.jsonrpc.codec import dumps
+from aggregator.transports.buffer import MessageLog
 from aggregator.transports.http_server import refuse_connection
 
 log = logging.getLogger(__name__)
@@ -42,45 +45,108 @@ _handshake_read: contextvars.ContextVar[list[bool]] = contextvars.ContextVar("ha
 
 
 class WebSocketSink:
-    """A hub client whose messages become text frames, sent by one writer task."""
+    """A hub client whose messages become text frames, sent by one writer task.
 
-    def __init__(self, limit: int) -> None:
-        self.frames: deque[bytes] = deque()
+    Like an Outbox: what waits is stored compactly and has a byte budget
+    (``proxy.client_buffer_bytes``); every write has a deadline
+    (``proxy.client_write_timeout``). Past either, ``on_drop`` ends the connection (its
+    requests are cancelled upstream when the handler removes the client). Only the
+    connection's own reader waits on it (``wait_writable``).
+    """
+
+    def __init__(self, limit: int, write_timeout: float = math.inf,
+                 on_drop: Callable[[str], None] | None = None) -> None:
+        self.messages = MessageLog()
         self.limit = limit
-        self.size = 0
+        self.write_timeout = write_timeout
+        self.on_drop = on_drop
         self.dirty = False
-        self.over_limit = False
+        self.closed = False
         self._lot = trio.lowlevel.ParkingLot()
         self._room = trio.lowlevel.ParkingLot()
 
     def put_message(self, message: Any, related: Any = None) -> None:
+        if self.closed:
+            return
         data = message if type(message) is bytes else dumps(message)
-        self.frames.append(data)
-        self.size += len(data)
-        self.over_limit = self.size > self.limit
+        messages = self.messages
+        messages.append(data)
+        if messages.retained_bytes > self.limit and messages.retained_bytes > len(data):
+            self.drop(f"more than {self.limit} bytes are waiting for it")
 
     def flush(self) -> None:
         self.dirty = False
-        if self.frames:
+        if self.messages.last != self.messages.sent:
             self._lot.unpark_all()
 
     async def wait_writable(self) -> None:
-        while self.over_limit:
+        """For this connection's own reader: wait while more than half the budget waits."""
+        while self.messages.retained_bytes > self.limit // 2 and not self.closed:
             await self._room.park()
 
+    def drop(self, reason: str) -> None:
+        """Forget what waits and end the connection."""
+        if self.closed:
+            return
+        self.closed = True
+        self.messages.clear()
+        self._lot.unpark_all()
+        self._room.unpark_all()
+        if self.on_drop is not None:
+            self.on_drop(reason)
+
     async def run(self, socket: trio_websocket.WebSocketConnection) -> None:
-        while True:
-            while not self.frames:
+        send = _frame_writer(socket)
+        while not self.closed:
+            if self.messages.last == self.messages.sent:
                 await self._lot.park()
-            data = self.frames.popleft()
-            self.size -= len(data)
-            if self.over_limit and self.size <= self.limit // 2:
-                self.over_limit = False
-                self._room.unpark_all()
-            try:
-                await socket.send_message(data.decode("utf-8"))
-            except trio_websocket.ConnectionClosed:
+                continue
+            # Every frame that waits goes in one write: a client that reads promptly
+            # keeps up with any burst (one write per frame would yield to the busy
+            # producer after every message, and fall behind).
+            batch = self.messages.take_all()
+            self._room.unpark_all()
+            with trio.move_on_after(self.write_timeout) as scope:
+                try:
+                    await send(batch)
+                except trio_websocket.ConnectionClosed:
+                    return
+            del batch
+            if scope.cancelled_caught:
+                self.drop(f"a write did not finish within {self.write_timeout:g}s")
                 return
+
+
+def _frame_writer(socket: trio_websocket.WebSocketConnection) -> Callable[[list[bytes]], Awaitable[None]]:
+    """How to send several text messages in one write on this connection.
+
+    trio-websocket has no public call for that, so this builds the frames with the
+    connection's own wsproto state and writes them under its send lock, exactly as its
+    ``send_message`` does for one. Should its internals ever change, it falls back to one
+    ``send_message`` per frame (correct, only slower).
+    """
+    protocol = getattr(socket, "_wsproto", None)
+    stream = getattr(socket, "_stream", None)
+    lock = getattr(socket, "_stream_lock", None)
+    if protocol is None or stream is None or lock is None or not hasattr(protocol, "send"):
+        async def one_by_one(batch: list[bytes]) -> None:
+            for data in batch:
+                await socket.send_message(data.decode("utf-8"))
+        return one_by_one
+
+    async def together(batch: list[bytes]) -> None:
+        if socket.closed is not None:
+            raise trio_websocket.ConnectionClosed(socket.closed)
+        try:
+            data = b"".join(protocol.send(TextMessage(data=item.decode("utf-8"))) for item in batch)
+        except LocalProtocolError:  # the connection is closing
+            raise trio_websocket.ConnectionClosed(socket.closed) from None
+        async with lock:
+            try:
+                await stream.send_all(data)
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                raise trio_websocket.ConnectionClosed(socket.closed) from None
+    return together
 
 
 class WebSocketEndpoint:
@@ -182,29 +248,39 @@ class WebSocketEndpoint:
         """One admitted session, from accepting the handshake to the connection's end."""
         subprotocol = "mcp" if "mcp" in request.proposed_subprotocols else None
         socket = await request.accept(subprotocol=subprotocol)
-        sink = WebSocketSink(self.hub.config.proxy.max_message_bytes)
+        connection = trio.CancelScope()
+        key = 0
+
+        def dropped(reason: str) -> None:
+            log.error("websocket session %d dropped: %s (it does not read what it is sent); its requests are"
+                      " cancelled", key, reason)
+            connection.cancel()
+
+        proxy = self.hub.config.proxy
+        sink = WebSocketSink(proxy.client_buffer_bytes, proxy.client_write_timeout, on_drop=dropped)
         key = self.hub.add_client(sink, profile)
         log.info("websocket session %d: opened", key)
         try:
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(sink.run, socket)
-                try:
-                    while True:
-                        message = await socket.get_message()
-                        raw = message.encode("utf-8") if isinstance(message, str) else bytes(message)
-                        try:
-                            self.hub.dispatch(await self.hub.client_message(key, raw))
-                            await self.hub.flush()
-                        except Exception:
-                            log.exception("websocket session %d: internal error handling a message;"
-                                          " closing this connection only", key)
-                            with trio.move_on_after(1):
-                                await socket.send_message(dumps(internal_error(raw)).decode())
-                                await socket.aclose(1011, "internal error")
-                            break
-                except trio_websocket.ConnectionClosed:
-                    pass
-                nursery.cancel_scope.cancel()
+            with connection:
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(sink.run, socket)
+                    try:
+                        while True:
+                            message = await socket.get_message()
+                            raw = message.encode("utf-8") if isinstance(message, str) else bytes(message)
+                            try:
+                                self.hub.dispatch(await self.hub.client_message(key, raw))
+                                await self.hub.flush(sink)
+                            except Exception:
+                                log.exception("websocket session %d: internal error handling a message;"
+                                              " closing this connection only", key)
+                                with trio.move_on_after(1):
+                                    await socket.send_message(dumps(internal_error(raw)).decode())
+                                    await socket.aclose(1011, "internal error")
+                                break
+                    except trio_websocket.ConnectionClosed:
+                        pass
+                    nursery.cancel_scope.cancel()
         finally:
             self.hub.remove_client(key)
             log.info("websocket session %d: closed", key)

@@ -18,7 +18,9 @@ Modes
 - big:N         ``big`` returns a text of N bytes.
 - rug_pull      ``rug`` changes ``echo``'s description and announces tools/list_changed.
 - pulled        start with ``echo``'s description already changed.
-- (always)      ``flood`` {count} sends that many log messages, then answers;
+- (always)      ``flood`` {count, size} sends that many log messages (their data about
+                ``size`` bytes), then answers; ``slow`` {seconds} blocks the server (it
+                reads nothing meanwhile: its stdin pipe fills);
                 ``progress_forever`` never answers, and (in memory) reports progress forever.
 - odd_json      tools that answer with JSON no json.dumps writes: ``literals`` {literals}
                 returns those strings as number literals in ``structuredContent.values``;
@@ -98,9 +100,11 @@ class FakeServer:
             self.pulled = True
             out.append(b'{"jsonrpc":"2.0","method":"notifications/tools/list_changed"}')
         if message.get("method") == "tools/call" and params.get("name") == "flood":
-            count = int((params.get("arguments") or {}).get("count", 1000))
+            arguments = params.get("arguments") or {}
+            count = int(arguments.get("count", 1000))
+            pad = "x" * max(0, int(arguments.get("size", 0)) - 14)
             out += [json.dumps({"jsonrpc": "2.0", "method": "notifications/message", "params": {
-                "level": "info", "logger": "flood", "data": f"message {i}"}}).encode() for i in range(count)]
+                "level": "info", "logger": "flood", "data": f"message {i:06d}{pad}"}}).encode() for i in range(count)]
         answer = self._answer(message)
         if answer is not None:
             out.append(json.dumps(answer).encode())
@@ -259,6 +263,9 @@ def main(modes: list[str]) -> int:
         for out in server.handle(line):
             stdout.write(out + b"\n")
         stdout.flush()
+        if server.seen and server.seen[-1].get("method") == "notifications/cancelled":
+            print(f"fake server: cancelled {server.seen[-1].get('params', {}).get('requestId')}",
+                  file=sys.stderr, flush=True)
         if server.exit_code is not None:
             return server.exit_code
     return 0

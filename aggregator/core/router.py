@@ -205,6 +205,9 @@ class UpstreamLink:
     instructions: str | None = None
     protocol_version: str | None = None
     log_level: str | None = None  # what the proxy last asked this upstream for
+    # Why this upstream cannot take more input now (its queue is past its budget or it
+    # reads nothing), as the trio layer reports it; None when it can.
+    overloaded: str | None = None
     # Requests held until a per-session link is ready: (client key, message, params).
     waiting: list[tuple[int, dict[str, Any], dict[str, Any]]] = attrs.field(factory=list)
 
@@ -671,6 +674,10 @@ class Router:
             return [ToClient(client.key, proxy_error(
                 client_id, f"Too many requests in flight (limit {self.max_in_flight})",
                 reason="overloaded", server=server))]
+        if link.overloaded is not None:
+            return [ToClient(client.key, proxy_error(
+                client_id, f"Server {link.server!r} is overloaded: {link.overloaded}; try again later",
+                reason="overloaded", server=link.server))]
         upstream_id = link.next_id
         link.next_id = upstream_id + 1
         pending = Pending(client.key, client_id, method, server, upstream_id)
@@ -1095,12 +1102,32 @@ class Router:
                 out += self._announce([kind], profile)
         return out
 
+    def server_overloaded(self, server: str, why: str) -> list[Any]:
+        """The upstream reads nothing of its input: fail its requests in flight at once
+        (reason overloaded). It stays connected; its late answers are dropped."""
+        link = self.links.get(server)
+        if link is None:
+            return []
+        out: list[Any] = []
+        for pending in list(link.pending.values()):
+            self._end(pending)
+            out += self._gather_step(pending, None)
+            if pending.session == NO_SESSION or pending.session not in self.clients:
+                continue
+            if pending.extra is not None and type(pending.extra) is tuple:
+                self.subscriptions.remove(pending.extra, pending.session)
+            out.append(ToClient(pending.session, proxy_error(
+                pending.client_id, f"Server {link.server!r} is overloaded: {why}; the request failed",
+                reason="overloaded", server=link.server)))
+        return out
+
     def server_lost(self, server: str, why: str) -> list[Any]:
         """The upstream is gone: fail its requests at once, hide its items, tell clients."""
         link = self.links.get(server)
         if link is None:
             return []
         link.ready = False
+        link.overloaded = None
         out: list[Any] = []
         waiting, link.waiting = link.waiting, []
         for key, message, _params in waiting:

@@ -1,21 +1,37 @@
-"""A write queue in front of one byte stream.
+"""A write queue in front of one byte stream: a client's stdout or socket, a server's stdin.
 
-Producers (reader tasks running the sans-IO router) call ``put`` synchronously while they
-work through one read's worth of messages, then ``flush`` once: so a batch of messages
-decoded from one read becomes one write per destination, not one per message. When the
-stream has a file descriptor and nothing is being written, ``flush`` writes directly
-(non-blocking) from the producer's task: no task switch on the hot path. Whatever the
-pipe does not take at once is left to the writer task (``run``), which waits for room.
-Order is preserved either way: a direct write happens only when the writer holds nothing.
+Producers (reader tasks running the sans-IO router) call ``put_message`` synchronously
+while they work through one read's worth of messages, then ``flush`` once: so a batch of
+messages decoded from one read becomes one write per destination, not one per message.
+When the stream has a file descriptor and nothing is being written, ``flush`` writes
+directly (non-blocking) from the producer's task: no task switch on the hot path.
+Whatever the pipe does not take at once is left to the writer task (``run``), which takes
+everything queued in one write. Order is preserved either way: a direct write happens
+only when the writer holds nothing.
 
-The queue is bounded in bytes: past ``limit`` a producer awaits ``wait_writable`` before
-it reads more (backpressure), so a slow reader never makes the proxy buffer without end.
+Rules (see "Containment" in the design notes):
+
+1. Nobody but the party's own reader ever waits on this queue. ``wait_writable`` is for
+   the reader of the same connection (a client that sends faster than it reads is made
+   to wait); every other producer only ever queues and moves on.
+2. The queue has a byte budget (``limit``) and a deadline (``write_timeout``). More than
+   ``limit`` bytes waiting (one message of any size is always taken when nothing else
+   waits), or one write that has not finished after ``write_timeout``, makes the queue
+   *congested*; ``on_congestion(reason)`` is called once when that starts and
+   ``on_congestion(None)`` when it ends. The owner decides: a client is dropped, a
+   server's requests fail. While congested, notifications are dropped (counted), since
+   nothing is waiting for them.
+3. What waits is stored in one ``bytearray``: a small message costs its length, not the
+   allocation it was serialized into. What counts against the budget is what waits, not
+   the write in progress.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import os
+from collections.abc import Callable
 from typing import Any
 
 import trio
@@ -26,20 +42,34 @@ log = logging.getLogger(__name__)
 
 
 class Outbox:
-    def __init__(self, stream: trio.abc.SendStream, *, limit: int, name: str) -> None:
+    def __init__(
+        self, stream: trio.abc.SendStream, *, limit: int, name: str, write_timeout: float = math.inf,
+        on_congestion: Callable[[str | None], None] | None = None,
+    ) -> None:
         self.stream = stream
         self.limit = limit
         self.name = name
+        self.write_timeout = write_timeout
+        self.on_congestion = on_congestion
         fileno = getattr(stream, "fileno", None)
         self._fd: int | None = fileno() if fileno is not None else None
-        self._chunks: list[bytes] = []
-        self._size = 0
+        self._buffer = bytearray()
         self._has_data = trio.lowlevel.ParkingLot()
         self._has_room = trio.lowlevel.ParkingLot()
         self._idle = trio.lowlevel.ParkingLot()
+        self._send_began = trio.lowlevel.ParkingLot()
+        self._send_ended = trio.lowlevel.ParkingLot()
         self._sending = False
+        self._sending_since: float | None = None
+        self._sends = 0  # writes the writer task has started
+        self.over = False  # more than ``limit`` bytes waiting
+        self.stalled = False  # a write has waited longer than ``write_timeout``
+        self._reported: str | None = None
+        self.dropped = 0  # notifications dropped while congested
         self.closed = False
         self.dirty = False  # queued since the last flush (the hub's bookkeeping)
+
+    # --- producers ----------------------------------------------------------------------
 
     def put_message(self, message: Any, related: Any = None) -> None:
         """Queue one JSON-RPC message (a dict, or bytes already serialized) as one line.
@@ -48,74 +78,140 @@ class Outbox:
         """
         if self.closed:
             return
+        if (self.over or self.stalled) and type(message) is dict and "id" not in message:
+            self.dropped += 1
+            if self.dropped == 1 or self.dropped % 10000 == 0:
+                log.warning("%s: dropped %d notification(s): it is not keeping up", self.name, self.dropped)
+            return
         data = message if type(message) is bytes else dumps(message)
-        self._chunks.append(data)
-        self._chunks.append(b"\n")
-        self._size += len(data) + 1
+        buffer = self._buffer
+        buffer += data
+        buffer += b"\n"
+        if len(buffer) > self.limit and not self.over and len(buffer) > len(data) + 1:
+            self.over = True
+            self._report()
 
     def flush(self) -> None:
         """Start writing what is queued: directly if possible, else by the writer task."""
         self.dirty = False
-        if not self._chunks or self.closed:
+        if not self._buffer or self.closed:
             return
         if self._fd is None or self._sending:
             self._has_data.unpark_all()
             return
-        chunks, self._chunks = self._chunks, []
-        data = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+        buffer = self._buffer
         try:
-            written = os.write(self._fd, data)
+            written = os.write(self._fd, buffer)
         except BlockingIOError:
             written = 0
         except OSError as exc:  # EPIPE and friends: the reader is gone
             log.debug("%s: stream closed while writing: %r", self.name, exc)
             self._close()
             return
-        if written < len(data):
-            self._chunks = [data[written:]]
-            self._size = len(data) - written
-            self._has_data.unpark_all()
+        if written == len(buffer):
+            buffer.clear()
         else:
-            self._size = 0
+            del buffer[:written]
+            self._has_data.unpark_all()
+        if self.over and len(buffer) <= self.limit:
+            self.over = False
+            self._report()
 
     @property
-    def over_limit(self) -> bool:
-        return self._size > self.limit
+    def waiting(self) -> int:
+        """Bytes queued and not yet handed to a write."""
+        return len(self._buffer)
 
     async def wait_writable(self) -> None:
-        while self._size > self.limit and not self.closed:
+        """For this connection's own reader: wait while more than half the budget waits."""
+        while len(self._buffer) > self.limit // 2 and not self.closed:
             await self._has_room.park()
 
     async def wait_drained(self) -> None:
         """Wait until everything queued so far has been written (or the stream broke)."""
         self.flush()
-        while (self._chunks or self._sending) and not self.closed:
+        while (self._buffer or self._sending) and not self.closed:
             await self._idle.park()
+
+    def abort(self) -> None:
+        """Forget what is queued and take nothing more (its reader is being dropped)."""
+        self._close()
+
+    # --- the writer ---------------------------------------------------------------------
 
     async def run(self) -> None:
         """The writer task: send what ``flush`` could not, until the stream breaks."""
         try:
-            while True:
-                while not self._chunks:
-                    self._idle.unpark_all()
-                    await self._has_data.park()
-                chunks, self._chunks = self._chunks, []
-                self._size = 0
-                self._has_room.unpark_all()
-                data = chunks[0] if len(chunks) == 1 else b"".join(chunks)
-                self._sending = True
-                await self.stream.send_all(data)
-                self._sending = False
-        except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
-            log.debug("%s: stream closed while writing: %r", self.name, exc)
+            async with trio.open_nursery() as nursery:
+                if self.write_timeout < math.inf:
+                    nursery.start_soon(self._watch)
+                await self._write()
+                nursery.cancel_scope.cancel()
         finally:
             self._close()
 
+    async def _write(self) -> None:
+        while True:
+            while not self._buffer:
+                self._idle.unpark_all()
+                if self.closed:
+                    return
+                await self._has_data.park()
+            data, self._buffer = self._buffer, bytearray()
+            self._sending = True
+            self._sending_since = trio.current_time()
+            self._sends += 1
+            self._send_began.unpark_all()
+            self._has_room.unpark_all()
+            if self.over and not self._buffer:
+                self.over = False
+                self._report()
+            try:
+                await self.stream.send_all(data)
+            except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+                log.debug("%s: stream closed while writing: %r", self.name, exc)
+                return
+            del data
+            self._sending = False
+            self._sending_since = None
+            self._send_ended.unpark_all()
+            if self.stalled:
+                self.stalled = False
+                self._report()
+
+    async def _watch(self) -> None:
+        """Notice a write that takes longer than ``write_timeout`` (without cancelling it:
+        a server's stdin must never get half a message)."""
+        while True:
+            since = self._sending_since
+            if since is None:
+                await self._send_began.park()
+                continue
+            sends = self._sends
+            await trio.sleep_until(since + self.write_timeout)
+            if self._sends == sends and self._sending_since is not None:
+                self.stalled = True
+                self._report()
+                while self._sends == sends and self._sending_since is not None:
+                    await self._send_ended.park()
+
+    def _report(self) -> None:
+        if self.stalled:
+            reason: str | None = f"it has read nothing for {self.write_timeout:g}s"
+        elif self.over:
+            reason = f"more than {self.limit} bytes are waiting for it"
+        else:
+            reason = None
+        if reason != self._reported:
+            self._reported = reason
+            if self.on_congestion is not None and not self.closed:
+                self.on_congestion(reason)
+
     def _close(self) -> None:
         self.closed = True
-        self._chunks = []
-        self._size = 0
+        self._buffer = bytearray()
         self._sending = False
         self._has_room.unpark_all()
         self._idle.unpark_all()
         self._has_data.unpark_all()
+        self._send_ended.unpark_all()

@@ -291,3 +291,15 @@ def test_import_refuses_values_a_client_would_not_run():
         "mcpServers.a.headers: expected an object of strings, got a list",
         "mcpServers.a.cwd: expected a string, got a number (3)",
     ])
+
+
+def test_client_limits_accept_their_older_http_names():
+    older = structure_config({"http": {"max_stream_buffer_bytes": 65536, "write_timeout": 1.5}}, environ={})
+    assert (older.proxy.client_buffer_bytes, older.proxy.client_write_timeout) == (65536, 1.5)
+    both = structure_config({"proxy": {"client_buffer_bytes": 4096},
+                             "http": {"max_stream_buffer_bytes": 65536}}, environ={})
+    assert both.proxy.client_buffer_bytes == both.http.max_stream_buffer_bytes == 4096
+    with pytest.raises(ConfigError) as error:
+        structure_config({"proxy": {"client_buffer_bytes": 10, "server_write_timeout": 0}}, environ={})
+    assert "proxy.client_buffer_bytes: must be an integer (bytes) from 1024" in str(error.value)
+    assert "proxy.server_write_timeout: must be a finite number of seconds from 0.001" in str(error.value)
