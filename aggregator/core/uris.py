@@ -36,7 +36,11 @@ listed URI, template and allow/deny glob it is compared with:
    ``%2E%2E`` segments go too.
 4. The scheme (and so the proxy's own ``p+`` prefix) and the host are lower-cased, after
    step 3 (``s:/..//HOST/x`` is ``s://HOST/x`` once its dots are gone). Paths, queries
-   and user info keep their case.
+   and user info keep their case. An empty user info or port is dropped (``s://@h:/x`` is
+   ``s://h/x``, RFC 3986 §6.2.3), and so is the default port of http, https, ws, wss and
+   ftp, whose empty path is ``/``: that is how URL parsers (the SDKs' included) read them.
+5. A raw backslash (no URI holds one, and a URL parser reads it as ``/`` in an http URL)
+   is encoded as ``%5C``.
 
 Each step leaves nothing for an earlier one to do, so the normal form is idempotent:
 normalising it again changes nothing (a test checks this on generated input).
@@ -77,8 +81,9 @@ _SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*")
 # A glob's scheme may hold glob characters too ("*://host/*").
 _GLOB_SCHEME = re.compile(r"[A-Za-z0-9+.*?\[\]!-]+")
 # Already in normal form, unless it holds "/." or ":." (checked apart): lower-case scheme,
-# no upper case, "%" or "@" in an authority, no "%", "\" or space anywhere.
-_ALREADY_NORMAL = re.compile(r"[a-z][a-z0-9+.-]*:(?://[^/?#A-Z%@ ]*(?=[/?#]|\Z)|(?!//))[^%\\ ]*")
+# no upper case, "%", "@" or ":" in an authority (user info and ports take the slow path),
+# an authority followed by a path ("/"), no "%", "\" or space anywhere.
+_ALREADY_NORMAL = re.compile(r"[a-z][a-z0-9+.-]*:(?://[^/?#A-Z%@: ]*(?=/)|(?!//))[^%\\ ]*")
 _LETTERS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz")
 _EXPRESSION = re.compile(r"(\{[^}]*\})")
 # Printable ASCII but the space, '%' included: quote() encodes only the space and non-ASCII.
@@ -129,6 +134,7 @@ def normalize_template(template: str) -> str:
         literal = parts[index]
         if not literal.isascii() or " " in literal:
             literal = quote(literal, safe=_ASCII)
+        literal = literal.replace("\\", "%5C")
         if "%" in literal:
             literal = _ESCAPE.sub(_escape, literal)
         parts[index] = literal
@@ -148,6 +154,8 @@ def _normalize(uri: str, *, dots: bool, scheme: re.Pattern[str] = _SCHEME) -> st
     """Steps 1-4 of the module docstring; None if ``uri`` has no scheme."""
     if not uri.isascii() or " " in uri:
         uri = quote(uri, safe=_ASCII)
+    if "\\" in uri:  # no URI holds one; a URL parser reads it as "/" in http(s) URLs
+        uri = uri.replace("\\", "%5C")
     if "%" in uri:
         uri = _ESCAPE.sub(_escape, uri)
     colon = uri.find(":")
@@ -163,22 +171,47 @@ def _normalize(uri: str, *, dots: bool, scheme: re.Pattern[str] = _SCHEME) -> st
 
 
 def _lower_scheme_and_host(uri: str, colon: int, *, limit: int) -> str:
-    """Lower-case the scheme, and the host when an authority ends before ``limit``."""
+    """Lower-case the scheme, and normalise an authority that ends before ``limit``: the
+    host lower-cased, an empty user info or port dropped (RFC 3986 §6.2.3: ``s://@h:/x`` is
+    ``s://h/x``, and WHATWG URL parsers, the SDKs' among them, read it so), a scheme's
+    default port dropped and an empty path made ``/`` for the schemes that have them."""
     scheme = uri[:colon]
     if not scheme.islower():
-        uri = scheme.lower() + uri[colon:]
+        scheme = scheme.lower()
+        uri = scheme + uri[colon:]
     if uri.startswith("//", colon + 1):
         start = colon + 3
         end = _authority_end(uri, start)
+        if end > limit:
+            return uri
         at = uri.rfind("@", start, end)
-        host_start = start if at == -1 else at + 1
-        host = uri[host_start:end]
-        if end <= limit and host != host.lower():
-            lowered = host.lower()
-            if "%" in lowered:  # lower() also lowered the hex of escapes in the host
-                lowered = _ESCAPE.sub(lambda m: m.group().upper(), lowered)
-            uri = uri[:host_start] + lowered + uri[end:]
+        userinfo = "" if at == -1 else uri[start:at + 1]
+        if userinfo in ("@", ":@"):
+            userinfo = ""
+        hostport = uri[start if at == -1 else at + 1:end]
+        host, port = hostport, ""
+        bracket = hostport.rfind("]")
+        port_colon = hostport.rfind(":")
+        if port_colon > bracket and hostport[port_colon + 1:].isdigit() or port_colon == len(hostport) - 1 > bracket:
+            host, port = hostport[:port_colon], hostport[port_colon + 1:]
+        if host != host.lower():
+            host = host.lower()
+            if "%" in host:  # lower() also lowered the hex of escapes in the host
+                host = _ESCAPE.sub(lambda m: m.group().upper(), host)
+        default = _DEFAULT_PORTS.get(scheme.rpartition("+")[2])
+        if port and default is not None and port.lstrip("0") == default:
+            port = ""
+        authority = userinfo + host + (":" + port if port else "")
+        rest = uri[end:]
+        if default is not None and not rest[:1] == "/":
+            rest = "/" + rest  # "http://h" and "http://h?q" are "http://h/" and "http://h/?q"
+        uri = uri[:start] + authority + rest
     return uri
+
+
+# Schemes whose URLs have a default port and a path of at least "/" (WHATWG "special"
+# schemes): a server that parses its URIs as URLs reads "http://h:80" as "http://h/".
+_DEFAULT_PORTS = {"http": "80", "https": "443", "ws": "80", "wss": "443", "ftp": "21"}
 
 
 def _authority_end(uri: str, start: int) -> int:

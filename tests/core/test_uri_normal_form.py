@@ -42,6 +42,16 @@ SAME = [
     ("s+secret:a/./b/../c", "s+secret:a/c"),
     ("s+secret://x/a/b/..", "s+secret://x/a/"),
     ("svn+ssh://H/x", "svn+ssh://h/x"),
+    # Empty user info and ports are no user info and no port (RFC 3986 §6.2.3); URL parsers agree.
+    ("e+demo://resource:/static/a.md", "e+demo://@resource/static/a.md", "e+demo://:@resource:/static/a.md",
+     "E+DEMO://@RESOURCE:/static/a.md", "e+demo://resource/static/a.md"),
+    ("http://[::1]:/x", "http://@[::1]/x", "http://[::1]/x"),
+    # Default ports and the empty path of http-like schemes, also behind the proxy's prefix.
+    ("p+http://h:80/x", "p+http://h:0080/x", "P+HTTP://H:80/x", "p+http://h/x"),
+    ("https://h:443", "https://h", "https://h/"),
+    ("ws://h:80?q=1", "ws://h?q=1", "ws://h/?q=1"),
+    # A backslash is no URI character: encoded, never read as a separator.
+    ("p+http://h\\secret\\x", "p+http://h%5Csecret%5Cx", "p+http://h%5Csecret%5Cx/"),
 ]
 
 # Pairs that are different URIs and must stay different.
@@ -52,6 +62,9 @@ DIFFERENT = [
     ("demo://h/Secret.md", "demo://h/secret.md"),  # paths are case-sensitive
     ("demo://h/x?A=1", "demo://h/x?a=1"),
     ("http://User@h/", "http://user@h/"),
+    ("http://u@h/x", "http://h/x"),  # a user info that is not empty is part of the URI
+    ("http://h:8080/x", "http://h/x"),
+    ("demo://h:80/x", "demo://h/x"),  # only http-like schemes have a default port
     ("file:///caf\u00e9", "file:///cafe\u0301"),  # NFC and NFD: no Unicode normalisation
     ("http://b\u00fccher.example/", "http://xn--bcher-kva.example/"),  # no IDNA
     ("s+secret:x", "t+secret:x"),
@@ -231,6 +244,8 @@ DENIED = [
     "file:///home/me/./private/key", "file:///home/me/private/other", "file:///HOME/../home/me/private/key",
     "file:///home/me/public/..%2Fprivate/key", "file:///home/me/public/..\\private\\key",
     "file:///home/me/private/key ",
+    "s+secret://x:", "s+secret://@x", "s+secret://:@x:/", "s+demo://@host:/Secret.md", "s+demo://host:/Secret.md",
+    "s+vault://k:/1", "s+vault://@k/1",
 ]
 # Visible to the default profile: (what the client sends, what the server gets).
 ALLOWED = [

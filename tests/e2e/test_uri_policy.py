@@ -33,12 +33,18 @@ DENIED = [
     f"everything+{SECRET} ",
     f" everything+{SECRET}",
     f"everything+{SECRET}\t",
+    # an empty port or user info is no port or user info (the SDK's URL parser agrees)
+    "everything+demo://resource:/static/document/architecture.md",
+    "everything+demo://@resource/static/document/architecture.md",
+    "everything+demo://:@RESOURCE:/static/document/architecture.md",
     # the hidden template, in any spelling
     "everything+demo://resource/dynamic/blob/1",
     "EVERYTHING+DEMO://resource/dynamic/blob/1",
     "everything+demo://resource/dynamic/%62lob/1",
     "everything+demo://resource/dynamic/text/../blob/1",
     "everything+demo://resource/dynamic/text/..%2Fblob%2F1",
+    "everything+demo://resource:/dynamic/blob/1",
+    "everything+demo://@resource/dynamic/blob/1",
 ]
 DENIED_REFS = [
     "everything+demo://resource/dynamic/blob/{resourceId}",
