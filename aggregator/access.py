@@ -62,8 +62,17 @@ class AccessPolicy:
 
 def _hostname(host_and_port: str) -> str:
     """"[::1]:8000" -> "[::1]", "Example.com:80" -> "example.com"."""
-    value = host_and_port.strip().lower()
+    value = host_and_port.strip().lower().split("/", 1)[0]
     if value.startswith("["):
         end = value.find("]")
-        return value[: end + 1] if end != -1 else value
-    return value.split(":", 1)[0].split("/", 1)[0]
+        if end == -1:
+            return value
+        host, rest = value[: end + 1], value[end + 1:]
+    else:
+        host, colon, port = value.partition(":")
+        rest = colon + port
+    # A port is one to five ASCII digits; anything else ("127.0.0.1:²") is no host of ours:
+    # the value as it is matches no allowlist entry.
+    if rest and not (rest[0] == ":" and 1 < len(rest) <= 6 and rest[1:].isascii() and rest[1:].isdigit()):
+        return value
+    return host
