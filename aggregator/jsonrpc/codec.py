@@ -306,6 +306,30 @@ def decode_message(raw: bytes, max_depth: int = DEFAULT_MAX_DEPTH) -> tuple[int,
     raise _refusal(message, id, method)
 
 
+def nameless_refusal(raw: bytes) -> RemoteProtocolError | None:
+    """The refusal of a message that names no party: unreadable, and neither its id nor
+    its being a request or a notification could be read (``\\xff\\xfe{"js``, a JSON array).
+
+    For a transport that knows which request a message answers (the body or event stream
+    of an HTTP POST): such a message answers that request, which fails with this refusal.
+    None for anything the router reads, or refuses naming whom it answers. Costs one
+    C-level parse for a readable message.
+    """
+    try:
+        value = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        pass
+    else:
+        if type(value) is dict and ("id" in value or "method" in value):
+            return None
+    try:
+        decode_message(raw)
+    except RemoteProtocolError as exc:
+        if exc.kind is None and exc.id is None or exc.kind == RESPONSE and exc.response_to is None:
+            return exc
+    return None
+
+
 def _envelope(message: Any) -> tuple[int | None, Any]:
     """What a message refused for its content is meant to be, and its id if readable:
     (REQUEST, NOTIFICATION, RESPONSE or None, the id or None)."""

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from aggregator.jsonrpc import RemoteProtocolError, decode_message, dumps
-from aggregator.jsonrpc.codec import NOTIFICATION, REQUEST, RESPONSE, _envelope, salvage_envelope
+from aggregator.jsonrpc.codec import NOTIFICATION, REQUEST, RESPONSE, _envelope, nameless_refusal, salvage_envelope
 from aggregator.jsonrpc.errors import PARSE_ERROR
 from tests.core.test_json_limits import make_router, still_serves, unpack
 
@@ -132,3 +132,24 @@ def test_the_router_fails_the_request_at_once_and_the_server_stays(tail):
     assert error["error"]["data"]["reason"] == ("malformed" if b"\xff" in tail else "too_large")
     assert error["error"]["data"]["server"] == "a" and router.links["a"].pending == {}
     still_serves(router)
+
+
+@pytest.mark.parametrize(("raw", "reason"), [
+    # Read, or refused naming whom it answers: the router deals with it.
+    (b'{"jsonrpc":"2.0","id":1,"result":{}}', None),
+    (b'{"jsonrpc":"2.0","id":1,"result":{"n":1e400000000000000000000}}', None),
+    (b'{"jsonrpc":"2.0","id":1,"result":{"n":NaN}}', None),
+    (deep('{"jsonrpc":"2.0","id":1,"result":@}').encode(), None),
+    (deep('{"jsonrpc":"2.0","method":"notifications/message","params":@}').encode(), None),
+    (deep('{"jsonrpc":"2.0","id":"s","method":"sampling/createMessage","params":@}').encode(), None),
+    # Names no one: it answers the request whose POST it came back on.
+    (b'\xff\xfe{"jsonrpc"', "malformed"),
+    (b"[1,2,3]", "malformed"),
+    (b'{"jsonrpc":"2.0","result":{}}', "malformed"),
+    (b'{"jsonrpc":"2.0","id":null,"result":{"x":NaN}}', "malformed"),
+    (b'{"jsonrpc":"2.0","result":{"x":' + b"[" * 40_000 + b"]" * 40_000 + b'},"id":1}', "too_large"),
+])
+def test_a_refusal_that_names_no_one(raw, reason):
+    refusal = nameless_refusal(raw)
+    named = None if refusal is None else (refusal.data or {}).get("reason", "malformed")
+    assert named == reason
