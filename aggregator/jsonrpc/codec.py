@@ -39,7 +39,11 @@ Classification is by key presence, as JSON-RPC defines it: ``method`` + ``id`` i
 request, ``method`` alone a notification, ``id`` + ``result`` / ``error`` a response.
 Ids are strings or integers; booleans, floats, null, objects and arrays are refused. A
 message refused for its content (too deep, unreadable) still has its envelope read when
-it can be, so the error names the request it answers and says what the message was.
+it can be, so the error names the request it answers and says what the message was: by
+a lenient parse, and where no parser can read it (past orjson's 1024 levels or Python's
+stack, cut short, invalid bytes) by ``salvage_envelope``, a bounded scan of its first
+bytes for the message's own ``"id"`` and ``"method"`` keys. Both run only for a message
+already refused, so they cost nothing to the messages that pass.
 """
 
 from __future__ import annotations
@@ -269,7 +273,7 @@ def decode_message(raw: bytes, max_depth: int = DEFAULT_MAX_DEPTH) -> tuple[int,
     try:
         message = loads(raw, max_depth)
     except NestingTooDeep as exc:
-        raise _too_deep(exc) from None
+        raise _too_deep(exc, raw) from None
     except (ValueError, RecursionError) as exc:
         raise _unreadable(raw, exc) from None
     if type(message) is not dict:
@@ -302,6 +306,30 @@ def decode_message(raw: bytes, max_depth: int = DEFAULT_MAX_DEPTH) -> tuple[int,
     raise _refusal(message, id, method)
 
 
+def nameless_refusal(raw: bytes) -> RemoteProtocolError | None:
+    """The refusal of a message that names no party: unreadable, and neither its id nor
+    its being a request or a notification could be read (``\\xff\\xfe{"js``, a JSON array).
+
+    For a transport that knows which request a message answers (the body or event stream
+    of an HTTP POST): such a message answers that request, which fails with this refusal.
+    None for anything the router reads, or refuses naming whom it answers. Costs one
+    C-level parse for a readable message.
+    """
+    try:
+        value = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        pass
+    else:
+        if type(value) is dict and ("id" in value or "method" in value):
+            return None
+    try:
+        decode_message(raw)
+    except RemoteProtocolError as exc:
+        if exc.kind is None and exc.id is None or exc.kind == RESPONSE and exc.response_to is None:
+            return exc
+    return None
+
+
 def _envelope(message: Any) -> tuple[int | None, Any]:
     """What a message refused for its content is meant to be, and its id if readable:
     (REQUEST, NOTIFICATION, RESPONSE or None, the id or None)."""
@@ -317,8 +345,9 @@ def _envelope(message: Any) -> tuple[int | None, Any]:
     return None, readable
 
 
-def _too_deep(exc: NestingTooDeep) -> RemoteProtocolError:
-    kind, id = _envelope(exc.value)
+def _too_deep(exc: NestingTooDeep, raw: bytes) -> RemoteProtocolError:
+    # No value when no parser could read that deep: the envelope is salvaged from the text.
+    kind, id = _envelope(exc.value) if exc.value is not None else salvage_envelope(raw)
     return RemoteProtocolError(
         INVALID_REQUEST, f"Invalid request: JSON nested deeper than {exc.limit} levels",
         data={"source": "aggregator", "reason": "too_large", "max_depth": exc.limit}, **_who(kind, id))
@@ -342,7 +371,88 @@ def _unreadable(raw: bytes, exc: BaseException) -> RemoteProtocolError:
                                   parse_int=_lenient_int, parse_constant=_ignore)
         except (ValueError, RecursionError):
             pass
-    return RemoteProtocolError(PARSE_ERROR, f"Parse error: {_reason(exc)}", **_who(*_envelope(envelope)))
+    who = _envelope(envelope) if envelope is not None else salvage_envelope(raw)
+    return RemoteProtocolError(PARSE_ERROR, f"Parse error: {_reason(exc)}", **_who(*who))
+
+
+# What salvage_envelope reads: a string (with ``:`` after it, a key), a quote that opens a
+# string never closed (the scan stops), a run of opening or of closing brackets. Numbers,
+# literals, commas and stray bytes are skipped.
+_SALVAGE_BYTES = 64 * 1024
+_SALVAGE_TOKEN = re.compile(rb'("[^"\\]*(?:\\.[^"\\]*)*")(\s*:)?|"|[\[{]+|[\]}]+', re.DOTALL)
+# An id: a string, or an integer an id may be (at most _INT_DIGITS digits), ended as a value ends.
+_SALVAGE_ID = re.compile(rb'\s*(?:("[^"\\]*(?:\\.[^"\\]*)*")|(-?(?:0|[1-9][0-9]{0,99})))\s*[,}]', re.DOTALL)
+_OPEN = frozenset(b"[{")
+
+
+def salvage_envelope(raw: bytes) -> tuple[int | None, Any]:
+    """What an unparseable message is meant to be and its id, from its text: ``(kind, id)``
+    as ``_envelope`` gives them, ``(None, None)`` when they cannot be told.
+
+    A bounded scan (the first ``_SALVAGE_BYTES``) that follows strings, escapes and
+    nesting, and looks only at the keys of the message's own object: an ``"id"`` inside
+    ``params`` is not the message's. The kind needs evidence: a ``"method"`` key makes a
+    request (with an id) or a notification (none, the whole object seen); a ``"result"``
+    or ``"error"`` key, or the whole object seen without a ``method``, makes a response.
+    For the failure path only: it runs after a parser has refused the message.
+    """
+    head = raw[:_SALVAGE_BYTES]
+    start = len(head) - len(head.lstrip())
+    if head[start:start + 1] != b"{":
+        return None, None
+    depth = 0
+    id: Any = _MISSING
+    method = answer = closed = False
+    for match in _SALVAGE_TOKEN.finditer(head, start):
+        key = match.group(1)
+        if key is None:
+            token = match.group()
+            if token[0] in _OPEN:
+                depth += len(token)
+                continue
+            if token == b'"':  # a string cut short: nothing after it can be read
+                break
+            depth -= len(token)
+            if depth <= 0:
+                closed = True
+                break
+            continue
+        if depth != 1 or match.group(2) is None:
+            continue  # a value, or a key of something nested
+        if b"\\" in key:
+            try:
+                key = orjson.dumps(orjson.loads(key))
+            except orjson.JSONDecodeError:
+                continue
+        if key == b'"id"':
+            id = _salvage_id(head, match.end())
+        elif key == b'"method"':
+            method = True
+        elif key == b'"result"' or key == b'"error"':
+            answer = True
+    if id is _MISSING:
+        if method and closed:
+            return NOTIFICATION, None
+        return None, None
+    if method:
+        return REQUEST, id
+    if answer or closed:
+        return RESPONSE, id
+    return None, id
+
+
+def _salvage_id(head: bytes, at: int) -> Any:
+    """The id value that starts at ``at``: a string or an integer; None for any other."""
+    match = _SALVAGE_ID.match(head, at)
+    if match is None:
+        return None
+    text, number = match.groups()
+    if number is not None:
+        return int(number) if number != b"-0" else None
+    try:
+        return orjson.loads(text)
+    except orjson.JSONDecodeError:  # an invalid escape, a lone surrogate, invalid UTF-8
+        return None
 
 
 def _ignore(text: str) -> None:

@@ -23,7 +23,7 @@ import trio
 import trio_websocket
 
 from aggregator import __version__
-from aggregator.jsonrpc.codec import dumps, loads
+from aggregator.jsonrpc.codec import dumps, loads, nameless_refusal
 from aggregator.jsonrpc.framing import LineSplitter, OversizedLine
 from aggregator.transports.pipe import PipeEnd, byte_pipe
 from aggregator.transports.sse import SseParser
@@ -49,8 +49,13 @@ class _Link:
             self.reason = reason
             self.ended.set()
 
-    async def deliver(self, data: bytes | str) -> None:
-        """Pass one JSON-RPC message to the session, as one line."""
+    async def deliver(self, data: bytes | str, answers: dict[str, Any] | None = None) -> None:
+        """Pass one JSON-RPC message to the session, as one line.
+
+        ``answers``: the request whose POST this message came back on. A message that
+        cannot be read and does not name whom it answers is taken as that request's
+        answer, and the request fails at once with the refusal rather than timing out.
+        """
         raw = data.encode() if isinstance(data, str) else data
         raw = raw.strip()
         if not raw:
@@ -66,10 +71,22 @@ class _Link:
         if len(raw) > self.limit:
             log.error("server %s: dropped a %d-byte message (limit %d bytes)", self.name, len(raw), self.limit)
             return
+        if answers is not None:
+            refusal = nameless_refusal(raw)
+            if refusal is not None:
+                raw = self._refused_answer(answers, refusal.message, refusal.data)
         try:
             await self.pipe.send_all(raw + b"\n")
         except trio.BrokenResourceError:
             self.end("the session closed")
+
+    def _refused_answer(self, request: dict[str, Any], problem: str, data: Any) -> bytes:
+        method = request.get("method")
+        log.warning("server %s: refused its answer to %s: %s", self.name, method, problem)
+        reason = data["reason"] if type(data) is dict and "reason" in data else "malformed"
+        return dumps({"jsonrpc": "2.0", "id": request["id"], "error": {
+            "code": -32603, "message": f"Server {self.name!r} sent an answer to {method} that the aggregator"
+            f" cannot forward ({problem})", "data": {"source": "aggregator", "reason": reason, "server": self.name}}})
 
     async def each_outgoing(self, send: Callable[[bytes], Awaitable[None]], nursery: trio.Nursery,
                             concurrent: bool) -> None:
@@ -142,6 +159,8 @@ async def run_streamable_http_server(
             except ValueError:
                 message = None
             is_initialize = type(message) is dict and message.get("method") == "initialize"
+            # What comes back on this POST answers the request it carried, if it carried one.
+            answers = message if type(message) is dict and "method" in message and "id" in message else None
             try:
                 async with client.stream("POST", url, content=line, headers={
                     "content-type": "application/json", **headers("application/json, text/event-stream")
@@ -167,14 +186,14 @@ async def run_streamable_http_server(
                         async for chunk in response.aiter_bytes():
                             for event in parser.feed(chunk):
                                 if event.event == "message":
-                                    await note_and_deliver(event.data, is_initialize)
+                                    await note_and_deliver(event.data, is_initialize, answers)
                     else:
-                        await note_and_deliver(await response.aread(), is_initialize)
+                        await note_and_deliver(await response.aread(), is_initialize, answers)
             except httpx.HTTPError as exc:
                 await answer_failed(message, _describe(exc))
                 link.end(f"cannot reach {url}: {_describe(exc)}")
 
-        async def note_and_deliver(data: bytes | str, is_initialize: bool) -> None:
+        async def note_and_deliver(data: bytes | str, is_initialize: bool, answers: dict[str, Any] | None) -> None:
             if is_initialize and state["version"] is None:
                 try:
                     result = loads(data.encode() if isinstance(data, str) else data).get("result") or {}
@@ -184,7 +203,7 @@ async def run_streamable_http_server(
                 if not state["get_started"]:
                     state["get_started"] = True
                     nursery.start_soon(listen)
-            await link.deliver(data)
+            await link.deliver(data, answers)
 
         async def listen() -> None:
             """The GET stream: what the server sends outside any request."""

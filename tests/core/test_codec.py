@@ -48,7 +48,7 @@ def test_classifies_by_key_presence(raw, kind):
     ("raw", "code", "id"),
     [
         (b'{"jsonrpc":"2.0","method":', PARSE_ERROR, None),
-        (b'{"jsonrpc":"2.0","id":1,"method":"x","params":{"a":1e400,}}', PARSE_ERROR, None),
+        (b'{"jsonrpc":"2.0","id":1,"method":"x","params":{"a":1e400,}}', PARSE_ERROR, 1),  # id salvaged
         (b"\xff\xfe{}", PARSE_ERROR, None),
         (b"42", INVALID_REQUEST, None),
         (b"null", INVALID_REQUEST, None),

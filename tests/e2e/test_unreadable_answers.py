@@ -1,0 +1,214 @@
+"""Messages no parser can read, through the real proxy process: each still answers the
+party waiting for it, at once. A client's request past 1,024 levels gets its error with
+its id (stdio, Streamable HTTP, WebSocket); a server's unreadable answer fails the call
+it answers with ``too_large`` or ``malformed`` long before ``request_timeout`` (a stdio
+server by the id in its text, an HTTP server by the POST it answers), and the server
+serves on."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+import trio
+import trio_websocket
+
+from tests.e2e.conftest import RawProxy, fake, websocket_requester, write_config
+from tests.e2e.test_http import free_port, http_proxy, initialize, post, wait_listening
+
+pytestmark = pytest.mark.e2e
+
+REQUEST_TIMEOUT = 30  # an answer that comes at once comes within PROMPT seconds
+PROMPT = 10
+INIT = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}
+
+
+def deep(levels: int) -> str:
+    return '{"d":' * levels + "1" + "}" * levels
+
+
+# (id, the request's text): past orjson's 1,024 levels and Python's stack; the id before
+# the deep part, after it, and before a part never closed.
+DEEP_REQUESTS = [
+    (7, '{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"a__echo","arguments":'
+     + deep(1030) + "}}"),
+    (8, '{"jsonrpc":"2.0","params":{"x":' + deep(1100) + '},"id":8,"method":"ping"}'),
+    ("nine", '{"jsonrpc":"2.0","id":"nine","method":"tools/call","params":{"name":"a__echo","arguments":{"x":'
+     + "[" * 5000 + "]" * 5000 + "}}}"),
+    (10, '{"jsonrpc":"2.0","id":10,"method":"ping","params":' + "[" * 100_000),
+]
+
+
+def check_refusal(answer: dict, id) -> None:
+    assert answer["id"] == id, answer
+    assert answer["error"]["code"] == -32600 and answer["error"]["data"]["reason"] == "too_large"
+
+
+def test_a_stdio_client_request_past_every_parser_gets_its_id(tmp_path):
+    proxy = RawProxy(write_config(tmp_path, fake("a"), startup_timeout=10.0))
+    try:
+        assert "result" in proxy.request(1, "initialize", INIT)
+        proxy.send(b'{"jsonrpc":"2.0","method":"notifications/initialized"}\n')
+        for id, text in DEEP_REQUESTS:
+            proxy.send(text.encode() + b"\n")
+            check_refusal(proxy.receive(), id)
+        assert proxy.request(11, "ping") == {"jsonrpc": "2.0", "id": 11, "result": {}}
+    finally:
+        code, log = proxy.close()
+    assert code == 0 and "Traceback" not in log, log
+
+
+def test_over_http_and_websocket_too(tmp_path):
+    ws_port = free_port()
+    config = write_config(tmp_path, fake("a"), startup_timeout=10.0)
+    with http_proxy(config, "--ws", f"127.0.0.1:{ws_port}") as (port, log):
+        wait_listening(ws_port)
+        session = initialize(port)
+        for id, text in DEEP_REQUESTS:
+            status, _, body = post(port, text.encode(), {"mcp-session-id": session})
+            assert status == 400
+            check_refusal(json.loads(body), id)
+
+        async def over_websocket() -> None:
+            with trio.fail_after(30):
+                async with trio_websocket.open_websocket_url(f"ws://127.0.0.1:{ws_port}/mcp",
+                                                             subprotocols=["mcp"]) as socket:
+                    request = websocket_requester(socket)
+                    assert "result" in await request(1, "initialize", INIT)
+                    for id, text in DEEP_REQUESTS:
+                        await socket.send_message(text)
+                        check_refusal(json.loads(await socket.get_message()), id)
+                    assert "result" in await request(11, "ping", {})
+
+        trio.run(over_websocket)
+        assert post(port, {"jsonrpc": "2.0", "id": 12, "method": "ping"}, {"mcp-session-id": session})[0] == 200
+    assert "Traceback" not in log.read_text()
+
+
+def timed_call(proxy: RawProxy, id, tool: str, arguments: dict) -> tuple[dict, float]:
+    started = time.monotonic()
+    answer = proxy.request(id, "tools/call", {"name": tool, "arguments": arguments})
+    return answer, time.monotonic() - started
+
+
+def check_failed_at_once(answer: dict, took: float, id, reason: str, server: str) -> None:
+    assert answer["id"] == id, answer
+    assert answer["error"]["data"] == {"source": "aggregator", "reason": reason, "server": server}, answer
+    assert "cannot forward" in answer["error"]["message"]
+    assert took < PROMPT, f"answered after {took:.1f}s"
+
+
+def test_a_stdio_server_answer_past_every_parser_fails_its_call_at_once(tmp_path):
+    config = write_config(tmp_path, fake("a", "odd_json", request_timeout=REQUEST_TIMEOUT), startup_timeout=10.0)
+    proxy = RawProxy(config)
+    try:
+        assert "result" in proxy.request(1, "initialize", INIT)
+        proxy.send(b'{"jsonrpc":"2.0","method":"notifications/initialized"}\n')
+        pid = proxy.request(2, "tools/call", {"name": "a__pid", "arguments": {}})["result"]["content"][0]["text"]
+        for id, depth in ((3, 1023), (4, 1030), (5, 5000)):
+            answer, took = timed_call(proxy, id, "a__deep", {"depth": depth})
+            check_failed_at_once(answer, took, id, "too_large", "a")
+        # The same process serves on.
+        again = proxy.request(6, "tools/call", {"name": "a__pid", "arguments": {}})
+        assert again["result"]["content"][0]["text"] == pid
+    finally:
+        code, log = proxy.close()
+    assert code == 0 and "Traceback" not in log, log
+    assert log.count("server a: refused its answer to tools/call") == 3
+
+
+class Hostile:
+    """A Streamable HTTP MCP server whose tools answer with what no parser reads, as a
+    JSON body or as an event stream; ``ok`` answers normally."""
+
+    ANSWERS = {
+        # tool: (content type, body for request id N: '%' stands for N)
+        "garbage": ("application/json", b'\xff\xfe{"jsonrpc"'),
+        "array": ("application/json", b"[1,2,3]"),
+        "deep_json": ("application/json", ('{"jsonrpc":"2.0","id":%,"result":{"x":' + deep(1100) + "}}").encode()),
+        # The id comes after 100 KB no parser reads: no scan of the text finds it.
+        "late_id": ("application/json", ('{"jsonrpc":"2.0","result":{"x":' + "[" * 50_000 + "]" * 50_000
+                                         + '},"id":%}').encode()),
+        "open_sse": ("text/event-stream", b'event: message\ndata: {"jsonrpc":"2.0","id":%,"result":{"x":'
+                     + b"[" * 100_000 + b"\n\n"),
+        "garbage_sse": ("text/event-stream", b"event: message\ndata: {\xff\xfe not json\n\n"),
+    }
+
+    def __init__(self) -> None:
+        answers = self.ANSWERS
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args):
+                pass
+
+            def reply(self, status: int, body: bytes = b"", kind: str = "application/json") -> None:
+                self.send_response(status)
+                self.send_header("content-type", kind)
+                self.send_header("content-length", str(len(body)))
+                self.send_header("mcp-session-id", "s1")
+                self.end_headers()
+                self.wfile.write(body)
+
+            def do_GET(self):
+                self.reply(405)
+
+            def do_DELETE(self):
+                self.reply(200)
+
+            def do_POST(self):
+                message = json.loads(self.rfile.read(int(self.headers["content-length"])))
+                if "id" not in message:
+                    return self.reply(202)
+                id, method = message["id"], message.get("method")
+                if method == "initialize":
+                    result = {"protocolVersion": message["params"]["protocolVersion"],
+                              "capabilities": {"tools": {}}, "serverInfo": {"name": "hostile", "version": "1"}}
+                elif method == "tools/list":
+                    result = {"tools": [{"name": name, "inputSchema": {"type": "object"}}
+                                        for name in [*answers, "ok"]]}
+                elif method == "tools/call" and message["params"]["name"] in answers:
+                    kind, body = answers[message["params"]["name"]]
+                    return self.reply(200, body.replace(b"%", json.dumps(id).encode()), kind)
+                else:
+                    result = {"content": [{"type": "text", "text": "ok"}]}
+                self.reply(200, json.dumps({"jsonrpc": "2.0", "id": id, "result": result}).encode())
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port = self.server.server_address[1]
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.mark.parametrize(("tool", "reason"), [
+    ("garbage", "malformed"), ("array", "malformed"), ("deep_json", "too_large"), ("late_id", "too_large"),
+    ("open_sse", "too_large"), ("garbage_sse", "malformed"),
+])
+def test_an_http_server_answer_no_parser_reads_fails_its_call_at_once(tmp_path, tool, reason):
+    hostile = Hostile()
+    config = write_config(tmp_path, f'''
+[servers.e]
+url = "http://127.0.0.1:{hostile.port}/mcp"
+request_timeout = {REQUEST_TIMEOUT}
+''', startup_timeout=10.0)
+    proxy = RawProxy(config)
+    try:
+        assert "result" in proxy.request(1, "initialize", INIT)
+        proxy.send(b'{"jsonrpc":"2.0","method":"notifications/initialized"}\n')
+        answer, took = timed_call(proxy, 2, f"e__{tool}", {})
+        check_failed_at_once(answer, took, 2, reason, "e")
+        again = proxy.request(3, "tools/call", {"name": "e__ok", "arguments": {}})
+        assert again["result"]["content"][0]["text"] == "ok"
+    finally:
+        code, log = proxy.close()
+        hostile.close()
+    assert code == 0 and "Traceback" not in log, log
+    assert "server e: refused its answer to tools/call" in log
+    assert "starting it again" not in log  # the server was not taken for dead
