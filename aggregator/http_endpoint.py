@@ -132,8 +132,8 @@ class MessageQueue:
     async def send_events(self, connection: HttpConnection) -> bool:
         """Send everything waiting as SSE events, in one chunk (built with one copy)."""
         stream = self.stream_id
-        chunk, size = self.log.take_all_framed(lambda number, _: b"id: %d-%d\nevent: message\ndata: " % (stream, number),
-                                               b"\n\n")
+        chunk, size = self.log.take_all_framed(
+            lambda number, _: b"id: %d-%d\nevent: message\ndata: " % (stream, number), b"\n\n")
         self.owner.waiting -= size
         framing = len(chunk) - size  # while it is written, the chunk costs its framing too
         owner = self.owner
@@ -145,6 +145,10 @@ class MessageQueue:
         finally:
             self._writing = None
             self._written(len(chunk))
+
+    def blocked(self) -> bool:
+        """Whether a write of this stream waits for the client to read."""
+        return self._writing is not None and self._writing.blocked()
 
     def remove_waiting(self) -> list[bytes]:
         """What waits, taken back unwritten (a GET stream that closed hands it on)."""
@@ -248,6 +252,11 @@ class HttpSession:
             self._close_queues()
             self.endpoint._end_session(self)
 
+    def blocked(self) -> bool:
+        """Whether a write to one of its streams waits for the client to read."""
+        return any(queue.blocked() for queue in {*self.requests.values(), *self.streams.values(), self.get_stream}
+                   if queue is not None)
+
     def shed(self, reason: str) -> None:
         """Drop this session to free memory: its queues close now, it ends at ``flush``."""
         if self.over_limit or self.closed:
@@ -296,6 +305,9 @@ class LegacySession:
             # Gone at once, even while a write to it hangs.
             self.endpoint.legacy.pop(self.id, None)
             self.endpoint.hub.remove_client(self.key)
+
+    def blocked(self) -> bool:
+        return self.queue.blocked()
 
     def shed(self, reason: str) -> None:
         """Drop this session to free memory: its queue closes now, it ends at ``flush``."""

@@ -436,25 +436,32 @@ class Hub:
             outbox.flush()
 
     def _shed(self) -> None:
-        """All clients together hold more than their budget: drop the one holding the most,
-        until under it. Called by a queue as it grows (it may be in the middle of a batch:
-        each client's ``shed`` frees its memory at once and defers what must wait for the
-        batch's end, for which it is marked dirty)."""
+        """All clients together hold more than their budget: drop the client holding the
+        most, until under it. Clients that read go last: the one holding the most among
+        those a write waits for (the kernel takes no more for them) goes first; only when
+        none is left does the one holding the most go, reading or not. Called by a queue
+        as it grows (it may be in the middle of a batch: each client's ``shed`` frees its
+        memory at once and defers what must wait for the batch's end, for which it is
+        marked dirty)."""
         if self._shedding:
             return
         self._shedding = True
         memory = self.client_memory
         try:
             while memory.total > memory.limit:
-                victim = max(self.clients.values(), key=_held, default=None)
-                held = _held(victim)
-                if victim is None or held <= 0:
+                holders = sorted((client for client in self.clients.values() if _held(client) > 0),
+                                 key=_held, reverse=True)
+                if not holders:
                     log.error("internal error: clients are counted as holding %d bytes, but none holds any;"
                               " counting from zero", memory.total)
-                    memory.total = sum(map(_held, self.clients.values()))
+                    memory.total = 0
                     return
-                victim.shed(f"all clients together hold more than {memory.limit} bytes, and it holds the most"
-                            f" ({held} bytes)")
+                victim = next((client for client in holders if _blocked(client)), None)
+                reading = victim is None
+                victim = victim or holders[0]
+                held = _held(victim)
+                victim.shed(f"all clients together hold more than {memory.limit} bytes; it holds {held} of them"
+                            + (", the most" if reading else ", the most of those not reading"))
                 if not victim.dirty:
                     victim.dirty = True
                     self._dirty.append(victim)
@@ -467,6 +474,11 @@ class Hub:
 
 def _held(client: Any) -> int:
     return getattr(client, "held", 0)
+
+
+def _blocked(client: Any) -> bool:
+    blocked = getattr(client, "blocked", None)
+    return blocked is not None and blocked()
 
 
 def _already_in_flight(key: int, id: Any) -> ToClient:

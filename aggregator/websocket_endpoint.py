@@ -39,6 +39,7 @@ from aggregator.jsonrpc.codec import dumps
 from aggregator.transports.budget import ClientMemory, release_all
 from aggregator.transports.buffer import MessageLog
 from aggregator.transports.http_server import refuse_connection
+from aggregator.transports.outbox import cannot_take_more, fd_of
 
 log = logging.getLogger(__name__)
 BAD_HANDSHAKE = (b"HTTP/1.1 400 Bad Request\r\ncontent-type: text/plain; charset=utf-8\r\nconnection: close\r\n"
@@ -68,6 +69,8 @@ class WebSocketSink:
         self.held = 0
         self.dirty = False
         self.closed = False
+        self._writing = False
+        self._fd: int | None = None
         self._lot = trio.lowlevel.ParkingLot()
         self._room = trio.lowlevel.ParkingLot()
 
@@ -104,7 +107,11 @@ class WebSocketSink:
         if self.on_drop is not None:
             self.on_drop(reason)
 
-    shed = drop  # the budget of all clients is past, and this one holds the most
+    shed = drop  # the budget of all clients is past, and this one is the first to go
+
+    def blocked(self) -> bool:
+        """Whether a write is waiting for the client to read."""
+        return self._writing and cannot_take_more(self._fd)
 
     def close(self) -> None:
         """Forget what waits and take nothing more (the connection ended)."""
@@ -116,6 +123,7 @@ class WebSocketSink:
 
     async def run(self, socket: trio_websocket.WebSocketConnection) -> None:
         send = _frame_writer(socket)
+        self._fd = fd_of(getattr(socket, "_stream", None))
         while not self.closed:
             if self.messages.last == self.messages.sent:
                 await self._lot.park()
@@ -124,12 +132,14 @@ class WebSocketSink:
             # keeps up with any burst (one write per frame would yield to the busy
             # producer after every message, and fall behind).
             size = self.messages.waiting_bytes
+            self._writing = True
             with trio.move_on_after(self.write_timeout) as scope:
                 try:
                     await send(self.messages, self._room.unpark_all)
                 except trio_websocket.ConnectionClosed:
                     return
                 finally:
+                    self._writing = False
                     self.held -= size
                     self.memory.total -= size
             if scope.cancelled_caught:

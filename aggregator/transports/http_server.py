@@ -27,6 +27,8 @@ from typing import Any, NamedTuple
 import h11
 import trio
 
+from aggregator.transports.outbox import cannot_take_more, fd_of
+
 log = logging.getLogger(__name__)
 READ_SIZE = 65536
 LARGE = 65536  # a body longer than this is written without being copied into one buffer
@@ -67,6 +69,7 @@ class HttpConnection:
         self.requests = 0  # requests read so far on this connection
         self.head = False  # the request being answered is a HEAD: its response has no body
         self._write: trio.CancelScope | None = None  # the write in progress
+        self._fd = fd_of(stream)
         self.aborted = False
 
     # --- reading ------------------------------------------------------------------------
@@ -227,6 +230,10 @@ class HttpConnection:
         """Start a 200 text/event-stream response (chunked)."""
         return await self._send(h11.Response(status_code=200, reason=b"OK", headers=[
             ("content-type", "text/event-stream"), ("cache-control", "no-cache"), *headers]))
+
+    def blocked(self) -> bool:
+        """Whether a write is waiting for the client to read."""
+        return self._write is not None and cannot_take_more(self._fd)
 
     def abort(self) -> None:
         """Cut a write in progress and close (what it carried is no longer wanted)."""

@@ -35,6 +35,7 @@ from __future__ import annotations
 import logging
 import math
 import os
+import select
 from collections.abc import Callable
 from typing import Any
 
@@ -44,6 +45,30 @@ from aggregator.jsonrpc.codec import dumps
 from aggregator.transports.budget import ClientMemory, release_all
 
 log = logging.getLogger(__name__)
+
+
+def cannot_take_more(fd: int | None) -> bool:
+    """Whether the kernel would refuse a write to ``fd`` now: its party stopped reading
+    (its buffer is full), as opposed to a write of ours that simply has not run yet.
+    Unknown (no descriptor, as for a stream in memory): True."""
+    if fd is None:
+        return True
+    try:
+        poll = select.poll()
+        poll.register(fd, select.POLLOUT)
+        return not poll.poll(0)
+    except (OSError, ValueError):
+        return True
+
+
+def fd_of(stream: Any) -> int | None:
+    """The file descriptor under a trio stream (a socket's, a pipe's), if it has one."""
+    socket = getattr(stream, "socket", None)
+    fileno = getattr(socket if socket is not None else stream, "fileno", None)
+    try:
+        return fileno() if fileno is not None else None
+    except (OSError, ValueError):
+        return None
 
 
 class Outbox:
@@ -151,6 +176,10 @@ class Outbox:
     def abort(self) -> None:
         """Forget what is queued and take nothing more (its reader is being dropped)."""
         self._close()
+
+    def blocked(self) -> bool:
+        """Whether a write is waiting for its party to read."""
+        return self._sending and cannot_take_more(self._fd)
 
     def shed(self, reason: str) -> None:
         """Drop this queue's party to free memory: its owner hears ``reason`` as it hears
