@@ -147,8 +147,12 @@ class ProxyConfig:
     # client_write_timeout, is dropped and its requests are cancelled upstream. A server
     # with more than server_buffer_bytes waiting on its input gets no new requests (they
     # fail, reason overloaded); one that reads nothing for server_write_timeout has its
-    # requests in flight failed the same way.
+    # requests in flight failed the same way. What all clients together are holding
+    # (waiting or being written) is bounded by total_client_buffer_bytes: past it, the
+    # client holding the most among those not reading is dropped the same way (failing
+    # that, the one holding the most), until the total is under it.
     client_buffer_bytes: int = 16 * 1024 * 1024
+    total_client_buffer_bytes: int = 20 * 1024 * 1024
     client_write_timeout: float = 30.0
     server_buffer_bytes: int = 16 * 1024 * 1024
     server_write_timeout: float = 10.0
@@ -670,6 +674,7 @@ RANGES: dict[type, dict[str, Range]] = {
         "max_name_length": Range(16, 128, "characters"),
         "max_json_depth": Range(16, MAX_DEPTH_LIMIT, "levels"),
         "client_buffer_bytes": Range(1024, _GIB, "bytes"),
+        "total_client_buffer_bytes": Range(1024, _GIB, "bytes"),
         "client_write_timeout": Range(_MS, _DAY, "seconds"),
         "server_buffer_bytes": Range(1024, _GIB, "bytes"),
         "server_write_timeout": Range(_MS, _DAY, "seconds"),

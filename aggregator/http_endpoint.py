@@ -47,6 +47,7 @@ from aggregator.hub import Hub
 from aggregator.jsonrpc.codec import REQUEST, decode_message, dumps
 from aggregator.jsonrpc.errors import INVALID_REQUEST, METHOD_NOT_FOUND, RemoteProtocolError, error_response
 from aggregator.mcp.versions import SUPPORTED
+from aggregator.transports.budget import ClientMemory, release_all
 from aggregator.transports.buffer import MessageLog
 from aggregator.transports.http_server import HttpConnection, HttpLimits, Request, refuse_connection, sse_event
 
@@ -72,15 +73,18 @@ class MessageQueue:
     Stored compactly (one ``MessageLog``): what waits, then what was written (kept for a
     resumption). The bytes waiting count against the budget of the session that owns the
     stream (``owner``: its ``waiting`` and ``limit``); past it the session is dropped and
-    every one of its queues is closed (``overflowed``), which ends its stream.
+    every one of its queues is closed (``overflowed``), which ends its stream and cuts a
+    write to it in progress. What waits and what is being written also count in the
+    owner's ``held`` and the budget of all clients (``owner.memory``).
     """
 
-    def __init__(self, owner: Any = None, keep: int = HISTORY_BYTES) -> None:
+    def __init__(self, owner: Any, keep: int = HISTORY_BYTES) -> None:
         self.log = MessageLog(keep)
         self.owner = owner
         self.final = False
         self.overflowed = False
         self._lot = trio.lowlevel.ParkingLot()
+        self._writing: HttpConnection | None = None  # the connection a write of ours is on
         # As an event stream: its id in the session (event ids are "<stream>-<message
         # number>"), whether a client resumed it, and the request it answers.
         self.stream_id = 0
@@ -97,46 +101,77 @@ class MessageQueue:
             return
         self.log.append(data)
         owner = self.owner
-        if owner is not None:
-            owner.waiting += len(data)
-            if owner.waiting > owner.limit and owner.waiting > len(data):
-                owner.over_limit = True
+        size = len(data)
+        owner.waiting += size
+        if owner.waiting > owner.limit and owner.waiting > size:
+            owner.over_limit = True
+        owner.held += size
+        memory = owner.memory
+        memory.total += size
         self.final = self.final or final
         self._lot.unpark_all()
+        if memory.total > memory.limit:
+            memory.exceeded()
 
-    def _taken(self, size: int) -> None:
-        if self.owner is not None:
-            self.owner.waiting -= size
+    def _written(self, size: int) -> None:
+        owner = self.owner
+        owner.held -= size
+        owner.memory.total -= size
 
-    def pop(self) -> bytes:
-        """The next message, as it is (a JSON answer)."""
+    async def respond(self, connection: HttpConnection, headers: list[tuple[str, str]]) -> bool:
+        """Send the next message as the whole (JSON) response."""
         data = self.log.take()
-        self._taken(len(data))
-        return data
+        self.owner.waiting -= len(data)
+        self._writing = connection
+        try:
+            return await connection.respond(200, headers, data)
+        finally:
+            self._writing = None
+            self._written(len(data))
 
-    def take_events(self) -> bytes:
-        """Everything waiting, as SSE events, in one chunk."""
-        number = self.log.sent + 1
-        items = self.log.take_all()
-        self._taken(sum(map(len, items)))
+    async def send_events(self, connection: HttpConnection) -> bool:
+        """Send everything waiting as SSE events, in one chunk (built with one copy)."""
         stream = self.stream_id
-        return b"".join(sse_event(data, f"{stream}-{n}") for n, data in enumerate(items, number))
+        chunk, size = self.log.take_all_framed(
+            lambda number, _: b"id: %d-%d\nevent: message\ndata: " % (stream, number), b"\n\n")
+        self.owner.waiting -= size
+        framing = len(chunk) - size  # while it is written, the chunk costs its framing too
+        owner = self.owner
+        owner.held += framing
+        owner.memory.total += framing
+        self._writing = connection
+        try:
+            return await connection.send_chunk(chunk)
+        finally:
+            self._writing = None
+            self._written(len(chunk))
+
+    def blocked(self) -> bool:
+        """Whether a write of this stream waits for the client to read."""
+        return self._writing is not None and self._writing.blocked()
 
     def remove_waiting(self) -> list[bytes]:
         """What waits, taken back unwritten (a GET stream that closed hands it on)."""
         items = self.log.remove_waiting()
-        self._taken(sum(map(len, items)))
+        size = sum(map(len, items))
+        self.owner.waiting -= size
+        self._written(size)
         return items
 
     def replay_after(self, seq: int) -> bytes:
         return b"".join(sse_event(data, f"{self.stream_id}-{n}") for n, data in self.log.history(seq))
 
     def close(self) -> None:
-        """The session was dropped: forget everything, end the stream."""
+        """The session was dropped: forget everything, end the stream (a write in progress
+        is cut: the connection closes)."""
         if not self.overflowed:
-            self._taken(self.log.waiting_bytes)
+            size = self.log.waiting_bytes
+            self.owner.waiting -= size
+            self._written(size)
             self.log.clear()
             self.overflowed = True
+            if self._writing is not None:
+                self._writing.abort()
         self._lot.unpark_all()
 
     async def wait(self) -> None:
@@ -148,7 +183,8 @@ class HttpSession:
     """One MCP session over HTTP: a hub client whose messages go to several streams.
 
     Its budget (``proxy.client_buffer_bytes``) covers what waits in all its streams
-    together; the backlog for a GET stream not open is a ring of ``BACKLOG_BYTES``.
+    together; the backlog for a GET stream not open is a ring of ``BACKLOG_BYTES``. What
+    waits and what is being written count in ``held`` and in the budget of all clients.
     """
 
     def __init__(self, endpoint: StreamableHttpEndpoint, session_id: str, principal: int | None) -> None:
@@ -166,9 +202,12 @@ class HttpSession:
         self.closed = False
         self.waiting = 0  # bytes waiting in this session's streams
         self.limit = endpoint.hub.config.proxy.client_buffer_bytes
+        self.held = 0  # waiting, or being written
+        self.memory: ClientMemory = endpoint.hub.client_memory
         # The hub's bookkeeping, as for an Outbox.
         self.dirty = False
         self.over_limit = False
+        self.drop_reason = ""
 
     def put_message(self, message: Any, related: Any = None) -> None:
         if type(message) is bytes:
@@ -208,12 +247,29 @@ class HttpSession:
         budget is dropped (after the hub's batch, never in the middle of it)."""
         self.dirty = False
         if self.over_limit and not self.closed:
-            log.error("http session %d dropped: more than %d bytes are waiting for it (it does not read its"
-                      " streams); its requests are cancelled", self.key, self.limit)
-            for queue in {*self.requests.values(), *self.streams.values(), self.get_stream}:
-                if queue is not None:
-                    queue.close()
+            log.error("http session %d dropped: %s (it does not read its streams); its requests are cancelled",
+                      self.key, self.drop_reason or f"more than {self.limit} bytes are waiting for it")
+            self._close_queues()
             self.endpoint._end_session(self)
+
+    def blocked(self) -> bool:
+        """Whether a write to one of its streams waits for the client to read."""
+        return any(queue.blocked() for queue in {*self.requests.values(), *self.streams.values(), self.get_stream}
+                   if queue is not None)
+
+    def shed(self, reason: str) -> None:
+        """Drop this session to free memory: its queues close now, it ends at ``flush``."""
+        if self.over_limit or self.closed:
+            return
+        self.over_limit = True
+        self.drop_reason = reason
+        self._close_queues()
+
+    def _close_queues(self) -> None:
+        for queue in {*self.requests.values(), *self.streams.values(), self.get_stream}:
+            if queue is not None:
+                queue.close()
+        release_all(self)
 
     async def wait_writable(self) -> None:
         return
@@ -230,22 +286,35 @@ class LegacySession:
         self.key = 0
         self.waiting = 0
         self.limit = limit
+        self.held = 0
+        self.memory: ClientMemory = endpoint.hub.client_memory if endpoint is not None else ClientMemory()
         self.queue = MessageQueue(self, keep=0)
         self.dirty = False
         self.over_limit = False
+        self.drop_reason = ""
 
     def put_message(self, message: Any, related: Any = None) -> None:
         self.queue.push(message if type(message) is bytes else dumps(message))
 
     def flush(self) -> None:
         self.dirty = False
-        if self.over_limit and not self.queue.overflowed:
-            log.error("legacy sse session %d dropped: more than %d bytes are waiting for it (it does not read"
-                      " its stream); its requests are cancelled", self.key, self.limit)
-            self.queue.close()  # wakes its handler, which ends the stream
-            if self.endpoint is not None:  # gone at once, even while a write to it hangs
-                self.endpoint.legacy.pop(self.id, None)
-                self.endpoint.hub.remove_client(self.key)
+        if self.over_limit and self.endpoint is not None and self.id in self.endpoint.legacy:
+            log.error("legacy sse session %d dropped: %s (it does not read its stream); its requests are cancelled",
+                      self.key, self.drop_reason or f"more than {self.limit} bytes are waiting for it")
+            self.shed("")  # wakes its handler, which ends the stream
+            # Gone at once, even while a write to it hangs.
+            self.endpoint.legacy.pop(self.id, None)
+            self.endpoint.hub.remove_client(self.key)
+
+    def blocked(self) -> bool:
+        return self.queue.blocked()
+
+    def shed(self, reason: str) -> None:
+        """Drop this session to free memory: its queue closes now, it ends at ``flush``."""
+        self.over_limit = True
+        self.drop_reason = self.drop_reason or reason
+        self.queue.close()
+        release_all(self)
 
     async def wait_writable(self) -> None:
         return
@@ -470,7 +539,7 @@ class StreamableHttpEndpoint:
         with trio.move_on_after(QUICK_ANSWER):
             await queue.wait()
         if queue.final and queue.waiting == 1:
-            answered = await connection.respond(200, [JSON, *headers], queue.pop())
+            answered = await queue.respond(connection, [JSON, *headers])
             return answered and self.hub.router.clients.get(session.key) is not None
         answered = False
         streaming = False
@@ -480,7 +549,7 @@ class StreamableHttpEndpoint:
                 if queue.overflowed:
                     break
                 if not streaming and queue.final and queue.waiting == 1:
-                    answered = await connection.respond(200, [JSON, *headers], queue.pop())
+                    answered = await queue.respond(connection, [JSON, *headers])
                     break
                 if not streaming:
                     streaming = True
@@ -495,7 +564,7 @@ class StreamableHttpEndpoint:
                 # Everything that waits goes in one write: a client that reads promptly
                 # keeps up with any burst.
                 last = queue.final
-                if not await connection.send_chunk(queue.take_events()):
+                if not await queue.send_events(connection):
                     break
                 if last:
                     answered = await connection.end_stream()
@@ -574,6 +643,7 @@ class StreamableHttpEndpoint:
         for data in session.backlog.take_all():
             queue.push(data)
         session.get_stream = queue
+        self.hub.dispatch_now([])  # if that passed the budget of all clients, whoever was dropped ends now
         try:
             if not await connection.start_stream([]):
                 return
@@ -620,6 +690,7 @@ class StreamableHttpEndpoint:
             await _pump(connection, session.queue, lambda: False)
         finally:
             connection.closed = True
+            release_all(session)
             self.legacy.pop(session.id, None)
             self.admission.release_session()
             self.hub.remove_client(session.key)
@@ -672,7 +743,7 @@ class StreamableHttpEndpoint:
                     session.streams.pop(queue.stream_id, None)
                     break
                 await queue.wait()
-                if queue.overflowed or not await connection.send_chunk(queue.take_events()):
+                if queue.overflowed or not await queue.send_events(connection):
                     break
         connection.closed = True
         if queue.stream_id in session.streams:  # lost again: the grace period starts over
@@ -693,6 +764,7 @@ class StreamableHttpEndpoint:
         if session.closed:
             return
         session.closed = True
+        release_all(session)  # what its streams still send counts no more
         self.sessions.pop(session.id, None)
         self.admission.release_session()
         self.hub.remove_client(session.key)  # the router cancels what it had in flight upstream
@@ -740,7 +812,5 @@ async def _pump(connection: HttpConnection, queue: MessageQueue, ended: Any) -> 
                 if not await connection.send_chunk(b": keepalive\n\n"):
                     break
                 continue
-            if queue.overflowed:
-                break
-            if not await connection.send_chunk(queue.take_events()):
+            if queue.overflowed or not await queue.send_events(connection):
                 break

@@ -6,7 +6,9 @@ wake-ups. ``dispatch`` never blocks and never writes; readers call ``flush`` onc
 read, which writes every queue the batch touched. A reader waits only on its own
 party's queue (``flush(own)``): nothing shared ever waits for one slow client or server.
 Each queue enforces its own byte budget and deadline and tells its owner when one is
-passed (a client is dropped, a server's requests fail); see ``transports.outbox``.
+passed (a client is dropped, a server's requests fail); see ``transports.outbox``. What
+all clients' queues hold together is counted in ``client_memory``; past its limit the
+client holding the most is dropped, until under it (``transports.budget``).
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ from aggregator.plugins import (
     ServerRequest,
     load_plugins,
 )
+from aggregator.transports.budget import ClientMemory
 from aggregator.transports.outbox import Outbox
 from aggregator.upstream import UpstreamSession
 
@@ -94,6 +97,9 @@ class Hub:
         # anything with the same put_message / flush / wait_writable / dirty (HTTP
         # sessions, WebSocket). Each drops its own client when it is past its budget.
         self.clients: dict[int, Any] = {}
+        # What all clients' queues hold together; each also has ``held`` and ``shed``.
+        self.client_memory = ClientMemory(proxy.total_client_buffer_bytes, self._shed)
+        self._shedding = False
         self.startup_done = trio.Event()
         self._settled: set[str] = set()
         self._all_settled = trio.Event()
@@ -428,6 +434,51 @@ class Hub:
         dirty, self._dirty = self._dirty, []
         for outbox in dirty:
             outbox.flush()
+
+    def _shed(self) -> None:
+        """All clients together hold more than their budget: drop the client holding the
+        most, until under it. Clients that read go last: the one holding the most among
+        those a write waits for (the kernel takes no more for them) goes first; only when
+        none is left does the one holding the most go, reading or not. Called by a queue
+        as it grows (it may be in the middle of a batch: each client's ``shed`` frees its
+        memory at once and defers what must wait for the batch's end, for which it is
+        marked dirty)."""
+        if self._shedding:
+            return
+        self._shedding = True
+        memory = self.client_memory
+        try:
+            while memory.total > memory.limit:
+                holders = sorted((client for client in self.clients.values() if _held(client) > 0),
+                                 key=_held, reverse=True)
+                if not holders:
+                    log.error("internal error: clients are counted as holding %d bytes, but none holds any;"
+                              " counting from zero", memory.total)
+                    memory.total = 0
+                    return
+                victim = next((client for client in holders if _blocked(client)), None)
+                reading = victim is None
+                victim = victim or holders[0]
+                held = _held(victim)
+                victim.shed(f"all clients together hold more than {memory.limit} bytes; it holds {held} of them"
+                            + (", the most" if reading else ", the most of those not reading"))
+                if not victim.dirty:
+                    victim.dirty = True
+                    self._dirty.append(victim)
+                if _held(victim):
+                    log.error("internal error: a dropped client still holds %d bytes", _held(victim))
+                    return
+        finally:
+            self._shedding = False
+
+
+def _held(client: Any) -> int:
+    return getattr(client, "held", 0)
+
+
+def _blocked(client: Any) -> bool:
+    blocked = getattr(client, "blocked", None)
+    return blocked is not None and blocked()
 
 
 def _already_in_flight(key: int, id: Any) -> ToClient:

@@ -18,6 +18,7 @@ history or taking the oldest waiting message never copies what stays.
 from __future__ import annotations
 
 from array import array
+from collections.abc import Callable
 
 
 class MessageLog:
@@ -77,6 +78,26 @@ class MessageLog:
         self.sent = self.last
         self._trim()
         return out
+
+    def take_all_framed(self, prefix: Callable[[int, int], bytes], suffix: bytes = b"") -> tuple[bytearray, int]:
+        """Every waiting message, each between ``prefix(number, length)`` and ``suffix``, in
+        one buffer built with one copy of each; and how many bytes the messages had."""
+        out = bytearray()
+        base = self._base
+        start = first = self._end_of(self.sent)
+        number = self.sent + 1
+        ends = self._ends
+        with memoryview(self._data) as view:
+            for index in range(self._head + self.sent + 1 - self.first, self._head + self.last + 1 - self.first):
+                end = ends[index]
+                out += prefix(number, end - start)
+                out += view[start - base:end - base]
+                out += suffix
+                start = end
+                number += 1
+        self.sent = self.last
+        self._trim()
+        return out, start - first
 
     def remove_waiting(self) -> list[bytes]:
         """Take the waiting messages out as if they had never come (not into history)."""

@@ -22,13 +22,16 @@ from __future__ import annotations
 
 import logging
 from http import HTTPStatus
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import h11
 import trio
 
+from aggregator.transports.outbox import cannot_take_more, fd_of
+
 log = logging.getLogger(__name__)
 READ_SIZE = 65536
+LARGE = 65536  # a body longer than this is written without being copied into one buffer
 # Headers whose repetition has no agreed meaning: two Hosts (RFC 9112 3.2), two session
 # ids, two event ids. Any other repeated header is joined with ", " (RFC 9110 5.3).
 SINGLE_VALUED = frozenset({
@@ -65,6 +68,9 @@ class HttpConnection:
         self.closed = False
         self.requests = 0  # requests read so far on this connection
         self.head = False  # the request being answered is a HEAD: its response has no body
+        self._write: trio.CancelScope | None = None  # the write in progress
+        self._fd = fd_of(stream)
+        self.aborted = False
 
     # --- reading ------------------------------------------------------------------------
 
@@ -169,17 +175,29 @@ class HttpConnection:
 
     # --- writing ------------------------------------------------------------------------
 
-    async def _send(self, *events: h11.Event) -> bool:
+    async def _send(self, *events: h11.Event, large: bool = False) -> bool:
         if self.closed:
             return False
         try:
-            data = b"".join(self.conn.send(event) or b"" for event in events)
+            if large:  # a large body goes out as it is, between h11's framing: not copied
+                parts: list[Any] = []
+                for event in events:
+                    parts += self.conn.send_with_data_passthrough(event) or []
+            else:
+                parts = [b"".join(self.conn.send(event) or b"" for event in events)]
             with trio.move_on_after(self.limits.write_timeout) as scope:
-                await self.stream.send_all(data)
+                self._write = scope
+                try:
+                    for part in parts:
+                        await self.stream.send_all(part)
+                finally:
+                    self._write = None
             if scope.cancelled_caught:
-                # The client stopped reading; a half-written response cannot be resumed.
-                log.warning("http: a client stopped reading for %.0fs; closing its connection",
-                            self.limits.write_timeout)
+                # The client stopped reading (or its session was dropped); a half-written
+                # response cannot be resumed.
+                if not self.aborted:
+                    log.warning("http: a client stopped reading for %.0fs; closing its connection",
+                                self.limits.write_timeout)
                 self.closed = True
                 await self.stream.aclose()
                 return False
@@ -194,7 +212,7 @@ class HttpConnection:
         if body and not self.head:
             events.append(h11.Data(data=body))
         events.append(h11.EndOfMessage())
-        return await self._send(*events)
+        return await self._send(*events, large=len(body) > LARGE)
 
     def response_pending(self) -> bool:
         """True while a request is read and nothing of its response was sent yet."""
@@ -213,8 +231,19 @@ class HttpConnection:
         return await self._send(h11.Response(status_code=200, reason=b"OK", headers=[
             ("content-type", "text/event-stream"), ("cache-control", "no-cache"), *headers]))
 
-    async def send_chunk(self, data: bytes) -> bool:
-        return await self._send(h11.Data(data=data))
+    def blocked(self) -> bool:
+        """Whether a write is waiting for the client to read."""
+        return self._write is not None and cannot_take_more(self._fd)
+
+    def abort(self) -> None:
+        """Cut a write in progress and close (what it carried is no longer wanted)."""
+        self.aborted = True
+        self.closed = True
+        if self._write is not None:
+            self._write.cancel()
+
+    async def send_chunk(self, data: bytes | bytearray) -> bool:
+        return await self._send(h11.Data(data=data), large=len(data) > LARGE)
 
     async def end_stream(self) -> bool:
         return await self._send(h11.EndOfMessage())

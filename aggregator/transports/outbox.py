@@ -24,6 +24,10 @@ Rules (see "Containment" in the design notes):
 3. What waits is stored in one ``bytearray``: a small message costs its length, not the
    allocation it was serialized into. What counts against the budget is what waits, not
    the write in progress.
+4. A client's queue also counts what it holds (what waits and the write in progress) in
+   the hub's ``ClientMemory``, the budget of all clients together; past it, the client
+   holding the most is dropped through ``shed``, as if it were congested. A server's
+   queue counts into a private, unlimited one.
 """
 
 from __future__ import annotations
@@ -31,20 +35,46 @@ from __future__ import annotations
 import logging
 import math
 import os
+import select
 from collections.abc import Callable
 from typing import Any
 
 import trio
 
 from aggregator.jsonrpc.codec import dumps
+from aggregator.transports.budget import ClientMemory, release_all
 
 log = logging.getLogger(__name__)
+
+
+def cannot_take_more(fd: int | None) -> bool:
+    """Whether the kernel would refuse a write to ``fd`` now: its party stopped reading
+    (its buffer is full), as opposed to a write of ours that simply has not run yet.
+    Unknown (no descriptor, as for a stream in memory): True."""
+    if fd is None:
+        return True
+    try:
+        poll = select.poll()
+        poll.register(fd, select.POLLOUT)
+        return not poll.poll(0)
+    except (OSError, ValueError):
+        return True
+
+
+def fd_of(stream: Any) -> int | None:
+    """The file descriptor under a trio stream (a socket's, a pipe's), if it has one."""
+    socket = getattr(stream, "socket", None)
+    fileno = getattr(socket if socket is not None else stream, "fileno", None)
+    try:
+        return fileno() if fileno is not None else None
+    except (OSError, ValueError):
+        return None
 
 
 class Outbox:
     def __init__(
         self, stream: trio.abc.SendStream, *, limit: int, name: str, write_timeout: float = math.inf,
-        on_congestion: Callable[[str | None], None] | None = None,
+        on_congestion: Callable[[str | None], None] | None = None, memory: ClientMemory | None = None,
     ) -> None:
         self.stream = stream
         self.limit = limit
@@ -68,6 +98,8 @@ class Outbox:
         self.dropped = 0  # notifications dropped while congested
         self.closed = False
         self.dirty = False  # queued since the last flush (the hub's bookkeeping)
+        self.memory = memory if memory is not None else ClientMemory()
+        self.held = 0  # bytes waiting or being written, as counted in ``memory``
 
     # --- producers ----------------------------------------------------------------------
 
@@ -87,9 +119,15 @@ class Outbox:
         buffer = self._buffer
         buffer += data
         buffer += b"\n"
-        if len(buffer) > self.limit and not self.over and len(buffer) > len(data) + 1:
+        size = len(data) + 1
+        self.held += size
+        memory = self.memory
+        memory.total += size
+        if len(buffer) > self.limit and not self.over and len(buffer) > size:
             self.over = True
             self._report()
+        if memory.total > memory.limit:
+            memory.exceeded()
 
     def flush(self) -> None:
         """Start writing what is queued: directly if possible, else by the writer task."""
@@ -108,6 +146,8 @@ class Outbox:
             log.debug("%s: stream closed while writing: %r", self.name, exc)
             self._close()
             return
+        self.held -= written
+        self.memory.total -= written
         if written == len(buffer):
             buffer.clear()
         else:
@@ -135,6 +175,20 @@ class Outbox:
 
     def abort(self) -> None:
         """Forget what is queued and take nothing more (its reader is being dropped)."""
+        self._close()
+
+    def blocked(self) -> bool:
+        """Whether a write is waiting for its party to read."""
+        return self._sending and cannot_take_more(self._fd)
+
+    def shed(self, reason: str) -> None:
+        """Drop this queue's party to free memory: its owner hears ``reason`` as it hears
+        congestion (a client is dropped), and everything queued is forgotten."""
+        if self.closed:
+            return
+        self._reported = reason
+        if self.on_congestion is not None:
+            self.on_congestion(reason)
         self._close()
 
     # --- the writer ---------------------------------------------------------------------
@@ -171,6 +225,8 @@ class Outbox:
             except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
                 log.debug("%s: stream closed while writing: %r", self.name, exc)
                 return
+            self.held -= len(data)
+            self.memory.total -= len(data)
             del data
             self._sending = False
             self._sending_since = None
@@ -210,6 +266,7 @@ class Outbox:
     def _close(self) -> None:
         self.closed = True
         self._buffer = bytearray()
+        release_all(self)
         self._sending = False
         self._has_room.unpark_all()
         self._idle.unpark_all()

@@ -15,6 +15,10 @@ Cases:
   it is dropped once more than ``proxy.client_buffer_bytes`` wait for it.
 - idle HTTP sessions: 50 sessions without a GET stream, while 1,000 log lines of 100 bytes
   are broadcast (each session keeps a bounded backlog).
+- stalled HTTP GET streams: 50 sessions open a GET stream and never read it while N log
+  lines of 100 bytes are broadcast; each stays under its own budget, together they pass
+  ``proxy.total_client_buffer_bytes``, so the one holding the most is dropped, again and
+  again; another session reads its POST stream and gets its answer.
 - roots spam: a client sends ``notifications/roots/list_changed`` without end to a server
   that reads nothing (blocked in a call); the proxy keeps what fits its budget.
 """
@@ -263,6 +267,30 @@ def case_idle_sessions(proxy: Proxy, n: int) -> str:
     return f"{n:,} lines to 51 sessions"
 
 
+def case_stalled_get_streams(proxy: Proxy, n: int) -> str:
+    wait_listening(proxy.port)
+    sessions = [http_initialize(proxy.port) for _ in range(50)]
+    sockets = []
+    try:
+        for session in sessions:
+            sock = socket.create_connection(("127.0.0.1", proxy.port))
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            sock.sendall(f"GET /mcp HTTP/1.1\r\nHost: 127.0.0.1:{proxy.port}\r\nAccept: text/event-stream\r\n"
+                         f"Mcp-Session-Id: {session}\r\n\r\n".encode())
+            sockets.append(sock)
+        caller = http_initialize(proxy.port)
+        proxy.before = proxy.settle()
+        for id in range(2, 2 + n // 5000):
+            status, _, body = http_request(proxy.port, flood(id, 5000, size=100), caller)
+            assert status == 200 and b'"text":"flooded"' in body, body[-300:]
+        gone = sum(http_request(proxy.port, {"jsonrpc": "2.0", "id": 1, "method": "ping"}, session)[0] == 404
+                   for session in sessions)
+    finally:
+        for sock in sockets:
+            sock.close()
+    return f"{gone} of 50 dropped; the caller answered" if gone else "not dropped"
+
+
 CASES: list[tuple[str, str, Callable[[Proxy, int], str], int, int]] = [
     # name, front, run, messages (full), messages (--quick)
     ("prompt reader, stdio: N log notifications", "stdio", case_prompt_stdio, 100_000, 20_000),
@@ -270,6 +298,7 @@ CASES: list[tuple[str, str, Callable[[Proxy, int], str], int, int]] = [
     ("stopped reader, stdio: N", "stdio", case_stopped_stdio, 200_000, 150_000),
     ("stopped reader, HTTP GET stream: N", "http", case_stopped_http, 200_000, 150_000),
     ("50 idle HTTP sessions: N broadcast lines of 100 B", "http", case_idle_sessions, 1_000, 1_000),
+    ("50 stalled HTTP GET streams: N broadcast lines of 100 B", "http", case_stalled_get_streams, 100_000, 50_000),
     ("roots/list_changed spam, server not reading: N", "stdio", case_roots_spam, 1_000_000, 200_000),
 ]
 

@@ -153,6 +153,7 @@ NUMERIC_KEYS = [
     ("proxy", "max_in_flight_per_session", False, 16, 10**9),
     ("proxy", "drain_timeout", True, 5.0, 1e9),
     ("proxy", "max_name_length", False, 64, 10**6),
+    ("proxy", "total_client_buffer_bytes", False, 65536, 2**40),
     ("http", "max_body_bytes", False, 65536, 2**40),
     ("http", "max_header_bytes", False, 8192, 2**40),
     ("http", "header_timeout", False, 2.0, 1e9),

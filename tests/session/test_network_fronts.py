@@ -179,10 +179,10 @@ async def test_a_fault_in_one_legacy_sse_stream_ends_only_that_session(monkeypat
         assert fronts.hub.admission.sessions == 2
         one = fronts.http.legacy[one_endpoint.split("session_id=")[1]]
 
-        def faulty_take_events():
+        async def faulty_send_events(connection):
             raise RuntimeError("injected fault")
 
-        monkeypatch.setattr(one.queue, "take_events", faulty_take_events)
+        monkeypatch.setattr(one.queue, "send_events", faulty_send_events)
         await post(one_endpoint, INIT)
         with trio.fail_after(5):
             await one_events.wait_closed()
