@@ -68,8 +68,8 @@ def _gone(sock: socket.socket, seconds: float = 10) -> bool:
 
 def test_clients_that_stop_reading_on_every_front_are_dropped_past_the_total_budget(tmp_path):
     # A WebSocket closing handshake waits for the client's answer up to http.header_timeout.
-    config = write_config(tmp_path, fake("a") + "[http]\nheader_timeout = 2.0\n", startup_timeout=10.0, client_buffer_bytes=16 << 20,
-                          total_client_buffer_bytes=TOTAL, client_write_timeout=600.0)
+    config = write_config(tmp_path, fake("a") + "[http]\nheader_timeout = 2.0\n", startup_timeout=10.0,
+                          client_buffer_bytes=16 << 20, total_client_buffer_bytes=TOTAL, client_write_timeout=600.0)
     ws_port = free_port()
     with http_proxy(config, "--ws", f"127.0.0.1:{ws_port}") as (port, log):
         wait_listening(ws_port)
