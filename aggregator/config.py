@@ -149,10 +149,10 @@ class ProxyConfig:
     # fail, reason overloaded); one that reads nothing for server_write_timeout has its
     # requests in flight failed the same way. What all clients together are holding
     # (waiting or being written) is bounded by total_client_buffer_bytes: past it, the
-    # client holding the most among those not reading is dropped the same way (failing
-    # that, the one holding the most), until the total is under it.
+    # clients that have stopped reading are dropped the same way, the longest stalled
+    # first, until the total is under it (a client that reads is never dropped for it).
     client_buffer_bytes: int = 16 * 1024 * 1024
-    total_client_buffer_bytes: int = 20 * 1024 * 1024
+    total_client_buffer_bytes: int = 16 * 1024 * 1024
     client_write_timeout: float = 30.0
     server_buffer_bytes: int = 16 * 1024 * 1024
     server_write_timeout: float = 10.0

@@ -105,6 +105,8 @@ class MessageQueue:
         owner.waiting += size
         if owner.waiting > owner.limit and owner.waiting > size:
             owner.over_limit = True
+        if not owner.held:  # it had nothing waiting: it is not stalled yet
+            owner.progress_at = trio.current_time()
         owner.held += size
         memory = owner.memory
         memory.total += size
@@ -117,6 +119,7 @@ class MessageQueue:
         owner = self.owner
         owner.held -= size
         owner.memory.total -= size
+        owner.progress_at = trio.current_time()
 
     async def respond(self, connection: HttpConnection, headers: list[tuple[str, str]]) -> bool:
         """Send the next message as the whole (JSON) response."""
@@ -149,6 +152,11 @@ class MessageQueue:
     def blocked(self) -> bool:
         """Whether a write of this stream waits for the client to read."""
         return self._writing is not None and self._writing.blocked()
+
+    def last_progress(self) -> float:
+        """When a write of this stream last got bytes out (or its owner's, if later)."""
+        writing = self._writing
+        return self.owner.progress_at if writing is None else max(writing.progressed_at, self.owner.progress_at)
 
     def remove_waiting(self) -> list[bytes]:
         """What waits, taken back unwritten (a GET stream that closed hands it on)."""
@@ -203,6 +211,7 @@ class HttpSession:
         self.waiting = 0  # bytes waiting in this session's streams
         self.limit = endpoint.hub.config.proxy.client_buffer_bytes
         self.held = 0  # waiting, or being written
+        self.progress_at = trio.current_time()  # when a write to it last finished
         self.memory: ClientMemory = endpoint.hub.client_memory
         # The hub's bookkeeping, as for an Outbox.
         self.dirty = False
@@ -257,6 +266,12 @@ class HttpSession:
         return any(queue.blocked() for queue in {*self.requests.values(), *self.streams.values(), self.get_stream}
                    if queue is not None)
 
+    def last_progress(self) -> float:
+        """When a write to any of its streams last got bytes out."""
+        return max((queue.last_progress() for queue in {*self.requests.values(), *self.streams.values(),
+                                                         self.get_stream} if queue is not None),
+                   default=self.progress_at)
+
     def shed(self, reason: str) -> None:
         """Drop this session to free memory: its queues close now, it ends at ``flush``."""
         if self.over_limit or self.closed:
@@ -287,6 +302,7 @@ class LegacySession:
         self.waiting = 0
         self.limit = limit
         self.held = 0
+        self.progress_at = trio.current_time()
         self.memory: ClientMemory = endpoint.hub.client_memory if endpoint is not None else ClientMemory()
         self.queue = MessageQueue(self, keep=0)
         self.dirty = False
@@ -308,6 +324,9 @@ class LegacySession:
 
     def blocked(self) -> bool:
         return self.queue.blocked()
+
+    def last_progress(self) -> float:
+        return self.queue.last_progress()
 
     def shed(self, reason: str) -> None:
         """Drop this session to free memory: its queue closes now, it ends at ``flush``."""

@@ -54,6 +54,11 @@ from aggregator.transports.outbox import Outbox
 from aggregator.upstream import UpstreamSession
 
 log = logging.getLogger(__name__)
+# A client past the total budget is dropped only once no write to it has finished for this
+# long while the kernel takes no more for it: a client that reads is never taken for one
+# that does not, however large what it is being sent.
+STALLED_AFTER = 0.1
+SHED_RECHECK = 0.05  # seconds between looks while everybody over the total still reads
 
 # async def connector(server_config, *, task_status) -> str: report a Channel through
 # task_status, run until the server is gone, return why.
@@ -100,6 +105,9 @@ class Hub:
         # What all clients' queues hold together; each also has ``held`` and ``shed``.
         self.client_memory = ClientMemory(proxy.total_client_buffer_bytes, self._shed)
         self._shedding = False
+        self._shed_recheck_at = -math.inf
+        self._shed_pending = False
+        self._shed_warned_at = -math.inf
         self.startup_done = trio.Event()
         self._settled: set[str] = set()
         self._all_settled = trio.Event()
@@ -435,33 +443,48 @@ class Hub:
         for outbox in dirty:
             outbox.flush()
 
+    async def _shed_later(self) -> None:
+        await trio.sleep(STALLED_AFTER)
+        self._shed_pending = False
+        self._shed_recheck_at = -math.inf
+        self._shed()
+        self._write_dirty()
+
     def _shed(self) -> None:
-        """All clients together hold more than their budget: drop the client holding the
-        most, until under it. Clients that read go last: the one holding the most among
-        those a write waits for (the kernel takes no more for them) goes first; only when
-        none is left does the one holding the most go, reading or not. Called by a queue
-        as it grows (it may be in the middle of a batch: each client's ``shed`` frees its
-        memory at once and defers what must wait for the batch's end, for which it is
-        marked dirty)."""
-        if self._shedding:
+        """All clients together hold more than their budget: drop clients that have stopped
+        reading, most stalled first, until under it. A client counts as stalled when a
+        write to it waits for it to read (the kernel takes no more) and none has finished
+        for ``STALLED_AFTER`` seconds; one that reads, however much it is being sent, is
+        never dropped for the total (its own budget still holds). Called by a queue as it
+        grows (maybe in the middle of a batch: each client's ``shed`` frees its memory at
+        once and defers what must wait for the batch's end, for which it is marked dirty);
+        while nobody is stalled it looks again at most every ``SHED_RECHECK`` seconds."""
+        now = trio.current_time()
+        if self._shedding or now < self._shed_recheck_at:
             return
         self._shedding = True
         memory = self.client_memory
         try:
             while memory.total > memory.limit:
-                holders = sorted((client for client in self.clients.values() if _held(client) > 0),
-                                 key=_held, reverse=True)
-                if not holders:
-                    log.error("internal error: clients are counted as holding %d bytes, but none holds any;"
-                              " counting from zero", memory.total)
-                    memory.total = 0
+                stalled = [client for client in self.clients.values()
+                           if _held(client) > 0 and now - _progress(client, now) >= STALLED_AFTER
+                           and _blocked(client)]
+                if not stalled:
+                    self._shed_recheck_at = now + SHED_RECHECK
+                    if not self._shed_pending and self._nursery is not None:
+                        # Nothing more may arrive to make anyone look again: look once a
+                        # client could have become stalled.
+                        self._shed_pending = True
+                        self._nursery.start_soon(self._shed_later)
+                    if now >= self._shed_warned_at:
+                        self._shed_warned_at = now + 10.0
+                        log.warning("all clients together hold %d bytes, more than %d, and every one of them is"
+                                    " reading; nobody is dropped", memory.total, memory.limit)
                     return
-                victim = next((client for client in holders if _blocked(client)), None)
-                reading = victim is None
-                victim = victim or holders[0]
+                victim = min(stalled, key=lambda client: _progress(client, now))
                 held = _held(victim)
                 victim.shed(f"all clients together hold more than {memory.limit} bytes; it holds {held} of them"
-                            + (", the most" if reading else ", the most of those not reading"))
+                            f" and has read nothing for {now - _progress(victim, now):.1f}s")
                 if not victim.dirty:
                     victim.dirty = True
                     self._dirty.append(victim)
@@ -474,6 +497,12 @@ class Hub:
 
 def _held(client: Any) -> int:
     return getattr(client, "held", 0)
+
+
+def _progress(client: Any, now: float) -> float:
+    """When a write to this client last got bytes out (``now`` if it cannot say)."""
+    last_progress = getattr(client, "last_progress", None)
+    return last_progress() if last_progress is not None else getattr(client, "progress_at", now)
 
 
 def _blocked(client: Any) -> bool:

@@ -39,7 +39,7 @@ from aggregator.jsonrpc.codec import dumps
 from aggregator.transports.budget import ClientMemory, release_all
 from aggregator.transports.buffer import MessageLog
 from aggregator.transports.http_server import refuse_connection
-from aggregator.transports.outbox import cannot_take_more, fd_of
+from aggregator.transports.outbox import cannot_take_more, fd_of, send_in_steps
 
 log = logging.getLogger(__name__)
 BAD_HANDSHAKE = (b"HTTP/1.1 400 Bad Request\r\ncontent-type: text/plain; charset=utf-8\r\nconnection: close\r\n"
@@ -67,6 +67,7 @@ class WebSocketSink:
         self.on_drop = on_drop
         self.memory = memory if memory is not None else ClientMemory()
         self.held = 0
+        self.progress_at = trio.current_time()  # when a write to it last finished
         self.dirty = False
         self.closed = False
         self._writing = False
@@ -81,6 +82,8 @@ class WebSocketSink:
         messages = self.messages
         messages.append(data)
         size = len(data)
+        if not self.held:  # it had nothing waiting: it is not stalled yet
+            self.progress_at = trio.current_time()
         self.held += size
         memory = self.memory
         memory.total += size
@@ -121,8 +124,11 @@ class WebSocketSink:
         self._lot.unpark_all()
         self._room.unpark_all()
 
+    def _progressed(self) -> None:
+        self.progress_at = trio.current_time()
+
     async def run(self, socket: trio_websocket.WebSocketConnection) -> None:
-        send = _frame_writer(socket)
+        send = _frame_writer(socket, self._progressed)
         self._fd = fd_of(getattr(socket, "_stream", None))
         while not self.closed:
             if self.messages.last == self.messages.sent:
@@ -142,6 +148,7 @@ class WebSocketSink:
                     self._writing = False
                     self.held -= size
                     self.memory.total -= size
+                    self.progress_at = trio.current_time()
             if scope.cancelled_caught:
                 self.drop(f"a write did not finish within {self.write_timeout:g}s")
                 return
@@ -157,7 +164,7 @@ def _text_frame_head(number: int, length: int) -> bytes:
 
 
 def _frame_writer(
-    socket: trio_websocket.WebSocketConnection,
+    socket: trio_websocket.WebSocketConnection, progressed: Callable[[], None],
 ) -> Callable[[MessageLog, Callable[[], None]], Awaitable[None]]:
     """How to send every waiting message, as text frames, in one write on this connection.
 
@@ -205,7 +212,7 @@ def _frame_writer(
         taken()
         async with lock:
             try:
-                await stream.send_all(data)
+                await send_in_steps(stream, data, progressed)
             except (trio.BrokenResourceError, trio.ClosedResourceError):
                 raise trio_websocket.ConnectionClosed(socket.closed) from None
     return together

@@ -7,10 +7,12 @@ holds in one shared ``ClientMemory``: it adds a message's bytes when it takes th
 in and subtracts them once they are written (what is being written still counts: it is
 still in memory) or forgotten. That is two integer additions per message, no scan.
 
-When ``total`` passes ``limit``, ``exceeded`` is called. The hub then drops the client
-that holds the most, by the same path as a client past its own budget, until the total
-is back under the limit (as Envoy's overload manager does); finding that client is the
-only scan, and it happens only then. Nobody is ever waited for.
+When ``total`` passes ``limit``, ``exceeded`` is called. The hub then drops the clients
+that have stopped reading (a write to them waits and none of their bytes went out for a
+moment), the longest stalled first, by the same path as a client past its own budget,
+until the total is back under the limit (as Envoy's overload manager does); finding them
+is the only scan, and it happens only then. Nobody is ever waited for, and a client that
+reads is never dropped for the total.
 
 A client that ends gives back everything it holds at once (``release_all``) and from
 then on counts into a private, unlimited ``ClientMemory``: a write of it still in

@@ -27,7 +27,7 @@ from typing import Any, NamedTuple
 import h11
 import trio
 
-from aggregator.transports.outbox import cannot_take_more, fd_of
+from aggregator.transports.outbox import cannot_take_more, fd_of, send_in_steps
 
 log = logging.getLogger(__name__)
 READ_SIZE = 65536
@@ -62,6 +62,7 @@ class HttpLimits(NamedTuple):
 
 class HttpConnection:
     def __init__(self, stream: trio.abc.Stream, limits: HttpLimits) -> None:
+        self.progressed_at = trio.current_time()  # when a write last got bytes out
         self.stream = stream
         self.limits = limits
         self.conn = h11.Connection(h11.SERVER, max_incomplete_event_size=limits.max_header)
@@ -189,7 +190,7 @@ class HttpConnection:
                 self._write = scope
                 try:
                     for part in parts:
-                        await self.stream.send_all(part)
+                        await send_in_steps(self.stream, part, self._progressed)
                 finally:
                     self._write = None
             if scope.cancelled_caught:
@@ -230,6 +231,9 @@ class HttpConnection:
         """Start a 200 text/event-stream response (chunked)."""
         return await self._send(h11.Response(status_code=200, reason=b"OK", headers=[
             ("content-type", "text/event-stream"), ("cache-control", "no-cache"), *headers]))
+
+    def _progressed(self) -> None:
+        self.progressed_at = trio.current_time()
 
     def blocked(self) -> bool:
         """Whether a write is waiting for the client to read."""

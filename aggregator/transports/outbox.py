@@ -71,6 +71,23 @@ def fd_of(stream: Any) -> int | None:
         return None
 
 
+# A large write goes out in steps of this size, each one marking progress: a client that
+# reads a 15 MB answer slowly but steadily is seen reading, not taken for one that stopped.
+PROGRESS_STEP = 256 * 1024
+
+
+async def send_in_steps(stream: trio.abc.SendStream, data: bytes | bytearray, progressed: Callable[[], None]) -> None:
+    """``stream.send_all(data)``, calling ``progressed`` after every ``PROGRESS_STEP`` bytes."""
+    if len(data) <= PROGRESS_STEP:
+        await stream.send_all(data)
+        progressed()
+        return
+    with memoryview(data) as view:
+        for start in range(0, len(view), PROGRESS_STEP):
+            await stream.send_all(view[start:start + PROGRESS_STEP])
+            progressed()
+
+
 class Outbox:
     def __init__(
         self, stream: trio.abc.SendStream, *, limit: int, name: str, write_timeout: float = math.inf,
@@ -100,6 +117,7 @@ class Outbox:
         self.dirty = False  # queued since the last flush (the hub's bookkeeping)
         self.memory = memory if memory is not None else ClientMemory()
         self.held = 0  # bytes waiting or being written, as counted in ``memory``
+        self.progress_at = trio.current_time()  # when a write to it last took bytes
 
     # --- producers ----------------------------------------------------------------------
 
@@ -120,6 +138,8 @@ class Outbox:
         buffer += data
         buffer += b"\n"
         size = len(data) + 1
+        if not self.held:  # it had nothing waiting: it is not stalled yet
+            self.progress_at = trio.current_time()
         self.held += size
         memory = self.memory
         memory.total += size
@@ -148,6 +168,8 @@ class Outbox:
             return
         self.held -= written
         self.memory.total -= written
+        if written:
+            self.progress_at = trio.current_time()
         if written == len(buffer):
             buffer.clear()
         else:
@@ -180,6 +202,9 @@ class Outbox:
     def blocked(self) -> bool:
         """Whether a write is waiting for its party to read."""
         return self._sending and cannot_take_more(self._fd)
+
+    def _progressed(self) -> None:
+        self.progress_at = trio.current_time()
 
     def shed(self, reason: str) -> None:
         """Drop this queue's party to free memory: its owner hears ``reason`` as it hears
@@ -221,12 +246,13 @@ class Outbox:
                 self.over = False
                 self._report()
             try:
-                await self.stream.send_all(data)
+                await send_in_steps(self.stream, data, self._progressed)
             except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
                 log.debug("%s: stream closed while writing: %r", self.name, exc)
                 return
             self.held -= len(data)
             self.memory.total -= len(data)
+            self.progress_at = trio.current_time()
             del data
             self._sending = False
             self._sending_since = None

@@ -17,8 +17,9 @@ Cases:
   are broadcast (each session keeps a bounded backlog).
 - stalled HTTP GET streams: 50 sessions open a GET stream and never read it while N log
   lines of 100 bytes are broadcast; each stays under its own budget, together they pass
-  ``proxy.total_client_buffer_bytes``, so the one holding the most is dropped, again and
-  again; another session reads its POST stream and gets its answer.
+  ``proxy.total_client_buffer_bytes``, so those that have read nothing for a moment are
+  dropped, the longest stalled first; another session reads its POST stream and gets its
+  answer.
 - roots spam: a client sends ``notifications/roots/list_changed`` without end to a server
   that reads nothing (blocked in a call); the proxy keeps what fits its budget.
 """

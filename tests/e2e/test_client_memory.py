@@ -120,3 +120,58 @@ def test_clients_that_stop_reading_on_every_front_are_dropped_past_the_total_bud
             sock.close()
     assert "Traceback" not in log.read_text()
 
+
+
+def test_prompt_readers_of_large_results_are_never_dropped_for_the_total(tmp_path):
+    """With default limits, four sessions (one of them with two calls) each receive 15 MB
+    results at once, more than the total budget together, and read them slowly but
+    steadily: all of them read, so nobody is dropped and every result arrives whole."""
+    import http.client
+    import threading
+
+    config = write_config(tmp_path, fake("b", "big:15000000"), startup_timeout=10.0)
+    with http_proxy(config) as (port, log):
+        results: list[object] = []
+
+        def call(session: str, id: int) -> None:
+            """One call whose answer is read slowly but steadily (64 KiB, then a pause)."""
+            try:
+                connection = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+                connection.request("POST", "/mcp", body=json.dumps({
+                    "jsonrpc": "2.0", "id": id, "method": "tools/call",
+                    "params": {"name": "b__big", "arguments": {}}}).encode(), headers={
+                    "content-type": "application/json", "accept": "application/json, text/event-stream",
+                    "mcp-session-id": session, "mcp-protocol-version": "2025-11-25"})
+                response = connection.getresponse()
+                body = b""
+                for _ in range(1000):  # bounded: 64 MB at most
+                    chunk = response.read(65536)
+                    if not chunk:
+                        break
+                    body += chunk
+                    time.sleep(0.002)
+                connection.close()
+                if response.status != 200:
+                    results.append((response.status, body[:300]))
+                    return
+                if body.startswith(b"{"):
+                    message = json.loads(body)
+                else:  # an event stream: its last data line carries the answer
+                    data = [line[5:] for line in body.split(b"\n") if line.startswith(b"data:") and line[5:].strip()]
+                    message = json.loads(data[-1])
+                results.append(len(message["result"]["content"][0]["text"]) if "result" in message else message)
+            except Exception as exc:  # noqa: BLE001 - reported by the assertion below
+                results.append(repr(exc))
+
+        for _ in range(2):  # bounded: two rounds
+            sessions = [initialize(port) for _ in range(4)]
+            threads = [threading.Thread(target=call, args=(session, 2)) for session in sessions]
+            threads.append(threading.Thread(target=call, args=(sessions[0], 3)))  # a second call of one session
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join(60)
+        assert results == [15_000_000] * 10, results
+        text = log.read_text()
+        assert "dropped:" not in text, text[-2000:]
+        assert "every one of them is reading; nobody is dropped" in text  # the total was passed
