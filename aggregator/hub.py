@@ -8,7 +8,8 @@ party's queue (``flush(own)``): nothing shared ever waits for one slow client or
 Each queue enforces its own byte budget and deadline and tells its owner when one is
 passed (a client is dropped, a server's requests fail); see ``transports.outbox``. What
 all clients' queues hold together is counted in ``client_memory``; past its limit the
-client holding the most is dropped, until under it (``transports.budget``).
+clients that have stopped reading are dropped, the longest stalled first, until under it
+(``transports.budget``).
 """
 
 from __future__ import annotations

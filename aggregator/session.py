@@ -5,8 +5,8 @@ the writer is the client's Outbox. When the reader ends (EOF, a broken pipe) the
 is removed and everything it had in flight upstream is cancelled. A client that does not
 read what it is sent is dropped the same way: more than ``proxy.client_buffer_bytes``
 waiting for it, or a write unfinished after ``proxy.client_write_timeout``, ends the
-session (its stream is closed) and nothing else waits for it; so does holding the most
-when all clients together hold more than ``proxy.total_client_buffer_bytes``.
+session (its stream is closed) and nothing else waits for it; so does having stopped
+reading when all clients together hold more than ``proxy.total_client_buffer_bytes``.
 
 The session is a containment boundary: an exception while handling a line is logged
 with its traceback, that line's request is answered with a JSON-RPC internal error (its

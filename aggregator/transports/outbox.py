@@ -25,9 +25,10 @@ Rules (see "Containment" in the design notes):
    allocation it was serialized into. What counts against the budget is what waits, not
    the write in progress.
 4. A client's queue also counts what it holds (what waits and the write in progress) in
-   the hub's ``ClientMemory``, the budget of all clients together; past it, the client
-   holding the most is dropped through ``shed``, as if it were congested. A server's
-   queue counts into a private, unlimited one.
+   the hub's ``ClientMemory``, the budget of all clients together; past it, a client
+   that has stopped reading (``blocked``, and no progress for a moment: large writes go
+   out in ``PROGRESS_STEP`` steps that mark it) is dropped through ``shed``, as if it were
+   congested. A server's queue counts into a private, unlimited one.
 """
 
 from __future__ import annotations
