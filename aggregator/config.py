@@ -152,7 +152,7 @@ class ProxyConfig:
     # clients that have stopped reading are dropped the same way, the longest stalled
     # first, until the total is under it (a client that reads is never dropped for it).
     client_buffer_bytes: int = 16 * 1024 * 1024
-    total_client_buffer_bytes: int = 16 * 1024 * 1024
+    total_client_buffer_bytes: int = 32 * 1024 * 1024
     client_write_timeout: float = 30.0
     server_buffer_bytes: int = 16 * 1024 * 1024
     server_write_timeout: float = 10.0

@@ -58,7 +58,7 @@ log = logging.getLogger(__name__)
 # A client past the total budget is dropped only once no write to it has finished for this
 # long while the kernel takes no more for it: a client that reads is never taken for one
 # that does not, however large what it is being sent.
-STALLED_AFTER = 0.1
+STALLED_AFTER = 0.5
 SHED_RECHECK = 0.05  # seconds between looks while everybody over the total still reads
 
 # async def connector(server_config, *, task_status) -> str: report a Channel through

