@@ -34,6 +34,23 @@ MAX_CONCURRENT_POSTS = 64
 USER_AGENT = f"mcp-aggregator/{__version__}"
 
 
+
+def _null_id_error_as_answer(raw: bytes, request: dict[str, Any], server: str) -> bytes | None:
+    """A JSON-RPC error with ``"id": null`` on a POST's body or event stream is the
+    server saying it could not read the request that POST carried: it answers that
+    request (the server's error as it gave it, under the request's id). None otherwise."""
+    try:
+        message = loads(raw)
+    except ValueError:
+        return None
+    if (type(message) is not dict or "method" in message or message.get("id", 0) is not None
+            or type(message.get("error")) is not dict):
+        return None
+    log.warning("server %s: answered a %s it could not read: %s", server, request.get("method"),
+                str(message["error"].get("message"))[:200])
+    message["id"] = request["id"]
+    return dumps(message)
+
 class _Link:
     """What a connector shares with its tasks: the pipe end, and how it ends."""
 
@@ -75,6 +92,8 @@ class _Link:
             refusal = nameless_refusal(raw)
             if refusal is not None:
                 raw = self._refused_answer(answers, refusal.message, refusal.data)
+            elif b"null" in raw:
+                raw = _null_id_error_as_answer(raw, answers, self.name) or raw
         try:
             await self.pipe.send_all(raw + b"\n")
         except trio.BrokenResourceError:

@@ -135,6 +135,8 @@ class Hostile:
         "open_sse": ("text/event-stream", b'event: message\ndata: {"jsonrpc":"2.0","id":%,"result":{"x":'
                      + b"[" * 100_000 + b"\n\n"),
         "garbage_sse": ("text/event-stream", b"event: message\ndata: {\xff\xfe not json\n\n"),
+        # The server could not read what it was sent, and says so without an id.
+        "null_id": ("application/json", b'{"jsonrpc":"2.0","id":null,"error":{"code":-32700,"message":"Parse error"}}'),
     }
 
     def __init__(self) -> None:
@@ -212,3 +214,25 @@ request_timeout = {REQUEST_TIMEOUT}
     assert code == 0 and "Traceback" not in log, log
     assert "server e: refused its answer to tools/call" in log
     assert "starting it again" not in log  # the server was not taken for dead
+
+
+def test_an_http_server_error_without_an_id_answers_the_request_its_post_carried(tmp_path):
+    hostile = Hostile()
+    config = write_config(tmp_path, f'''
+[servers.e]
+url = "http://127.0.0.1:{hostile.port}/mcp"
+request_timeout = {REQUEST_TIMEOUT}
+''', startup_timeout=10.0)
+    proxy = RawProxy(config)
+    try:
+        assert "result" in proxy.request(1, "initialize", INIT)
+        proxy.send(b'{"jsonrpc":"2.0","method":"notifications/initialized"}\n')
+        answer, took = timed_call(proxy, 2, "e__null_id", {})
+        assert took < PROMPT, f"answered after {took:.1f}s"
+        assert answer["id"] == 2 and answer["error"] == {"code": -32700, "message": "Parse error"}
+        again = proxy.request(3, "tools/call", {"name": "e__ok", "arguments": {}})
+        assert again["result"]["content"][0]["text"] == "ok"
+    finally:
+        code, log = proxy.close()
+        hostile.close()
+    assert code == 0 and "Traceback" not in log, log
