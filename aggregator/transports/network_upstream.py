@@ -87,7 +87,11 @@ class _Link:
                 raw = raw.replace(b"\r", b" ").replace(b"\n", b" ")
         if len(raw) > self.limit:
             log.error("server %s: dropped a %d-byte message (limit %d bytes)", self.name, len(raw), self.limit)
-            return
+            if answers is None:
+                return
+            # On a POST's body or event stream it answers the request that POST carried:
+            # that request fails now, as for a stdio server, rather than at its timeout.
+            raw = self._refused_answer(answers, f"more than {self.limit} bytes", {"reason": "too_large"})
         if answers is not None:
             refusal = nameless_refusal(raw)
             if refusal is not None:

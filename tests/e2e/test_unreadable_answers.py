@@ -137,6 +137,8 @@ class Hostile:
         "garbage_sse": ("text/event-stream", b"event: message\ndata: {\xff\xfe not json\n\n"),
         # The server could not read what it was sent, and says so without an id.
         "null_id": ("application/json", b'{"jsonrpc":"2.0","id":null,"error":{"code":-32700,"message":"Parse error"}}'),
+        # More than the max_message_bytes of the test that calls it (64 KiB).
+        "huge": ("application/json", b'{"jsonrpc":"2.0","id":%,"result":{"x":"' + b"y" * 200_000 + b'"}}'),
     }
 
     def __init__(self) -> None:
@@ -230,6 +232,27 @@ request_timeout = {REQUEST_TIMEOUT}
         answer, took = timed_call(proxy, 2, "e__null_id", {})
         assert took < PROMPT, f"answered after {took:.1f}s"
         assert answer["id"] == 2 and answer["error"] == {"code": -32700, "message": "Parse error"}
+        again = proxy.request(3, "tools/call", {"name": "e__ok", "arguments": {}})
+        assert again["result"]["content"][0]["text"] == "ok"
+    finally:
+        code, log = proxy.close()
+        hostile.close()
+    assert code == 0 and "Traceback" not in log, log
+
+
+def test_an_http_server_answer_over_the_size_limit_fails_its_call_at_once(tmp_path):
+    hostile = Hostile()
+    config = write_config(tmp_path, f'''
+[servers.e]
+url = "http://127.0.0.1:{hostile.port}/mcp"
+request_timeout = {REQUEST_TIMEOUT}
+''', startup_timeout=10.0, max_message_bytes=65536)
+    proxy = RawProxy(config)
+    try:
+        assert "result" in proxy.request(1, "initialize", INIT)
+        proxy.send(b'{"jsonrpc":"2.0","method":"notifications/initialized"}\n')
+        answer, took = timed_call(proxy, 2, "e__huge", {})
+        check_failed_at_once(answer, took, 2, "too_large", "e")
         again = proxy.request(3, "tools/call", {"name": "e__ok", "arguments": {}})
         assert again["result"]["content"][0]["text"] == "ok"
     finally:
