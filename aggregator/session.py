@@ -59,6 +59,10 @@ async def serve_stream_session(
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(outbox.run)
                 ended_by_client = await _read_client(hub, key, receive, outbox, limit, label)
+                if ended_by_client:
+                    # End of input is not a cancel: what was received is finished (within
+                    # drain_timeout) and answered, then the session ends.
+                    await _finish_in_flight(hub, key, proxy.drain_timeout, label)
                 # Give the writer a moment to flush answers already queued, then stop.
                 with trio.move_on_after(1):
                     await outbox.wait_drained()
@@ -76,6 +80,21 @@ async def serve_stream_session(
     if not ended_by_client:
         await trio.aclose_forcefully(send)  # the client sees its session end
     return ended_by_client
+
+
+async def _finish_in_flight(hub: Hub, key: int, seconds: float, label: str) -> None:
+    """Wait until this client's requests in flight are answered, for ``seconds`` at most;
+    what is left is cancelled upstream when the client is removed."""
+    client = hub.router.clients.get(key)
+    if client is None or not client.in_flight:
+        return
+    log.info("%s: end of input; finishing %d request(s) in flight (up to %gs)", label, len(client.in_flight), seconds)
+    with trio.move_on_after(seconds):
+        while client.in_flight and key in hub.clients:  # noqa: ASYNC110 - the router has no event to wait on
+            await trio.sleep(0.01)
+    if client.in_flight:
+        log.warning("%s: %d request(s) still in flight %gs after end of input; cancelling them", label,
+                    len(client.in_flight), seconds)
 
 
 async def _read_client(

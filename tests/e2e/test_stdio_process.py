@@ -251,3 +251,27 @@ def test_sigterm_drains_what_is_in_flight(tmp_path):
     assert 2.5 < time.monotonic() - started < 3 + 4 + 3
     assert proxy.process.wait(timeout=15) == 0
     assert not processes_with(marker)
+
+
+def test_end_of_input_finishes_what_was_received(tmp_path, git_repo):
+    """`printf '<initialize>\\n<initialized>\\n<calls>\\n' | aggregator serve --stdio` answers
+    every request it received before the end of its input, then exits."""
+    config = write_config(tmp_path, time_and_git(git_repo) + fake("slow"), startup_timeout=20.0)
+    lines = [
+        {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "printf", "version": "0"}}},
+        {"jsonrpc": "2.0", "method": "notifications/initialized"},
+        {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
+            "name": "time__get_current_time", "arguments": {"timezone": "UTC"}}},
+        {"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {
+            "name": "slow__slow", "arguments": {"seconds": 1}}},
+    ]
+    started = time.monotonic()
+    done = subprocess.run(proxy_argv(config), input="".join(json.dumps(line) + "\n" for line in lines).encode(),
+                          capture_output=True, timeout=60)
+    assert done.returncode == 0, done.stderr.decode()[-2000:]
+    answers = {message["id"]: message for message in map(json.loads, done.stdout.splitlines()) if "id" in message}
+    assert sorted(answers) == [1, 2, 3], done.stdout.decode()[-2000:]
+    assert "UTC" in answers[2]["result"]["content"][0]["text"]
+    assert "result" in answers[3], answers[3]
+    assert time.monotonic() - started < 30

@@ -112,16 +112,21 @@ async def test_bad_input_then_the_next_request_works(autojump_clock):
             assert answer["error"]["code"] == -32601
 
 
-async def test_client_eof_cancels_in_flight_upstream_work(autojump_clock):
-    async with running_proxy({"a": []}) as proxy:
+async def test_client_eof_finishes_what_it_can_then_cancels_in_flight_upstream_work(autojump_clock):
+    async with running_proxy({"a": []}, drain_timeout=2.0) as proxy:
         client = await proxy.connect()
         with trio.fail_after(10):
             await client.initialize()
+            await client.send({"id": 4, "method": "tools/call", "params": {"name": "a__echo", "arguments": {}}})
             await client.send({"id": 5, "method": "tools/call", "params": {"name": "a__hang"}})
+            await client.stream.send_eof()
+            # What was received before the end of input is answered.
+            assert "result" in await client.response(4)
             await trio.sleep(0.5)
             hang = proxy.upstreams.latest("a").seen[-1]
-            await client.stream.aclose()
-            await trio.sleep(0.5)
+            assert hang["params"]["name"] == "hang"
+            # What cannot finish within drain_timeout is cancelled upstream.
+            await trio.sleep(2.0)
             cancel = proxy.upstreams.latest("a").seen[-1]
             assert cancel["method"] == "notifications/cancelled"
             assert cancel["params"]["requestId"] == hang["id"]
