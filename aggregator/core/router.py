@@ -1108,6 +1108,11 @@ class Router:
         link = self.links.get(server)
         if link is None:
             return []
+        return self._fail_pending(link, f"Server {link.server!r} is overloaded: {why}; the request failed",
+                                  "overloaded")
+
+    def _fail_pending(self, link: UpstreamLink, message: str, reason: str) -> list[Any]:
+        """End every request in flight on ``link``, each client told ``message``."""
         out: list[Any] = []
         for pending in list(link.pending.values()):
             self._end(pending)
@@ -1116,9 +1121,8 @@ class Router:
                 continue
             if pending.extra is not None and type(pending.extra) is tuple:
                 self.subscriptions.remove(pending.extra, pending.session)
-            out.append(ToClient(pending.session, proxy_error(
-                pending.client_id, f"Server {link.server!r} is overloaded: {why}; the request failed",
-                reason="overloaded", server=link.server)))
+            out.append(ToClient(pending.session, proxy_error(pending.client_id, message, reason=reason,
+                                                             server=link.server)))
         return out
 
     def server_lost(self, server: str, why: str) -> list[Any]:
@@ -1135,16 +1139,7 @@ class Router:
                 out.append(ToClient(key, proxy_error(
                     message["id"], f"Server {link.server!r} could not be started: {why}",
                     reason="unavailable", server=link.server)))
-        for pending in list(link.pending.values()):
-            self._end(pending)
-            out += self._gather_step(pending, None)
-            if pending.session == NO_SESSION or pending.session not in self.clients:
-                continue
-            if pending.extra is not None and type(pending.extra) is tuple:
-                self.subscriptions.remove(pending.extra, pending.session)
-            out.append(ToClient(pending.session, proxy_error(
-                pending.client_id, f"Server {server!r} stopped before answering: {why}",
-                reason="unavailable", server=server)))
+        out += self._fail_pending(link, f"Server {link.server!r} stopped before answering: {why}", "unavailable")
         for (session, proxy_id), reverse in list(self.reverse.items()):
             if reverse.server == server:
                 self._end_reverse(session, proxy_id)
