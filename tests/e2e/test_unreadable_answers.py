@@ -191,71 +191,46 @@ class Hostile:
         self.server.server_close()
 
 
-@pytest.mark.parametrize(("tool", "reason"), [
-    ("garbage", "malformed"), ("array", "malformed"), ("deep_json", "too_large"), ("late_id", "too_large"),
-    ("open_sse", "too_large"), ("garbage_sse", "malformed"),
-])
-def test_an_http_server_answer_no_parser_reads_fails_its_call_at_once(tmp_path, tool, reason):
+def call_hostile(tmp_path, tool: str, **proxy_settings) -> tuple[dict, float, str]:
+    """Call one tool of a ``Hostile`` server through the proxy over stdio; then check that
+    the server still answers and the proxy exits cleanly. The answer, its time, the log."""
     hostile = Hostile()
     config = write_config(tmp_path, f'''
 [servers.e]
 url = "http://127.0.0.1:{hostile.port}/mcp"
 request_timeout = {REQUEST_TIMEOUT}
-''', startup_timeout=10.0)
+''', startup_timeout=10.0, **proxy_settings)
     proxy = RawProxy(config)
     try:
         assert "result" in proxy.request(1, "initialize", INIT)
         proxy.send(b'{"jsonrpc":"2.0","method":"notifications/initialized"}\n')
         answer, took = timed_call(proxy, 2, f"e__{tool}", {})
-        check_failed_at_once(answer, took, 2, reason, "e")
         again = proxy.request(3, "tools/call", {"name": "e__ok", "arguments": {}})
         assert again["result"]["content"][0]["text"] == "ok"
     finally:
         code, log = proxy.close()
         hostile.close()
     assert code == 0 and "Traceback" not in log, log
-    assert "server e: refused its answer to tools/call" in log
     assert "starting it again" not in log  # the server was not taken for dead
+    return answer, took, log
+
+
+@pytest.mark.parametrize(("tool", "reason"), [
+    ("garbage", "malformed"), ("array", "malformed"), ("deep_json", "too_large"), ("late_id", "too_large"),
+    ("open_sse", "too_large"), ("garbage_sse", "malformed"),
+])
+def test_an_http_server_answer_no_parser_reads_fails_its_call_at_once(tmp_path, tool, reason):
+    answer, took, log = call_hostile(tmp_path, tool)
+    check_failed_at_once(answer, took, 2, reason, "e")
+    assert "server e: refused its answer to tools/call" in log
 
 
 def test_an_http_server_error_without_an_id_answers_the_request_its_post_carried(tmp_path):
-    hostile = Hostile()
-    config = write_config(tmp_path, f'''
-[servers.e]
-url = "http://127.0.0.1:{hostile.port}/mcp"
-request_timeout = {REQUEST_TIMEOUT}
-''', startup_timeout=10.0)
-    proxy = RawProxy(config)
-    try:
-        assert "result" in proxy.request(1, "initialize", INIT)
-        proxy.send(b'{"jsonrpc":"2.0","method":"notifications/initialized"}\n')
-        answer, took = timed_call(proxy, 2, "e__null_id", {})
-        assert took < PROMPT, f"answered after {took:.1f}s"
-        assert answer["id"] == 2 and answer["error"] == {"code": -32700, "message": "Parse error"}
-        again = proxy.request(3, "tools/call", {"name": "e__ok", "arguments": {}})
-        assert again["result"]["content"][0]["text"] == "ok"
-    finally:
-        code, log = proxy.close()
-        hostile.close()
-    assert code == 0 and "Traceback" not in log, log
+    answer, took, _ = call_hostile(tmp_path, "null_id")
+    assert took < PROMPT, f"answered after {took:.1f}s"
+    assert answer["id"] == 2 and answer["error"] == {"code": -32700, "message": "Parse error"}
 
 
 def test_an_http_server_answer_over_the_size_limit_fails_its_call_at_once(tmp_path):
-    hostile = Hostile()
-    config = write_config(tmp_path, f'''
-[servers.e]
-url = "http://127.0.0.1:{hostile.port}/mcp"
-request_timeout = {REQUEST_TIMEOUT}
-''', startup_timeout=10.0, max_message_bytes=65536)
-    proxy = RawProxy(config)
-    try:
-        assert "result" in proxy.request(1, "initialize", INIT)
-        proxy.send(b'{"jsonrpc":"2.0","method":"notifications/initialized"}\n')
-        answer, took = timed_call(proxy, 2, "e__huge", {})
-        check_failed_at_once(answer, took, 2, "too_large", "e")
-        again = proxy.request(3, "tools/call", {"name": "e__ok", "arguments": {}})
-        assert again["result"]["content"][0]["text"] == "ok"
-    finally:
-        code, log = proxy.close()
-        hostile.close()
-    assert code == 0 and "Traceback" not in log, log
+    answer, took, _ = call_hostile(tmp_path, "huge", max_message_bytes=65536)
+    check_failed_at_once(answer, took, 2, "too_large", "e")
