@@ -38,6 +38,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from tests.bench.http_bench import free_port, wait_listening
+
 ROOT = Path(__file__).parents[2]
 FAKESRV = ROOT / "tests" / "fakesrv.py"
 LIMIT_MB = 48
@@ -62,10 +64,6 @@ def memory_of(pid: int) -> dict[str, int]:
     return out
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def write_config(directory: Path) -> Path:
@@ -220,15 +218,6 @@ def http_request(port: int, body: dict, session: str | None = None) -> tuple[int
     return response.status, {k.lower(): v for k, v in response.getheaders()}, data
 
 
-def wait_listening(port: int) -> None:
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-            return
-        except OSError:
-            time.sleep(0.05)
-    raise RuntimeError(f"nothing listens on {port}")
 
 
 def http_initialize(port: int) -> str:

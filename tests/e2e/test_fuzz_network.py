@@ -25,6 +25,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.e2e.conftest import fake, write_config
+from tests.e2e.test_http import wait_listening
 from tests.rawhttp import (
     FrameReader,
     Malformed,
@@ -74,16 +75,6 @@ class Served:
         assert "Traceback" not in self.log.read_text(), self.log.read_text()[-5000:]
 
 
-def wait_listening(port: int, process: subprocess.Popen, seconds: float = 20) -> None:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        assert process.poll() is None, "the proxy exited"
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-            return
-        except OSError:
-            time.sleep(0.05)
-    raise AssertionError(f"nothing listens on port {port}")
 
 
 @pytest.fixture(scope="module")
