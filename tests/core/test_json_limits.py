@@ -9,19 +9,11 @@ from aggregator.config import ServerConfig
 from aggregator.core.catalog import Catalog
 from aggregator.core.router import Router, ToClient, ToServer
 from aggregator.jsonrpc import dumps, loads
+from tests.core.test_routing_messages import Clock, msg
 
 LIMIT = 32
 
 
-class Clock:
-    now = 1000.0
-
-    def __call__(self):
-        return self.now
-
-
-def msg(**fields):
-    return dumps({"jsonrpc": "2.0", **fields})
 
 
 def deep(levels: int, leaf="x"):
