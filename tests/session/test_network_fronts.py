@@ -202,16 +202,21 @@ async def test_a_fault_in_one_legacy_sse_stream_ends_only_that_session(monkeypat
     assert len(internal_errors(caplog, "aggregator.http_endpoint")) == 1
 
 
+def inject_fault(monkeypatch, hub) -> None:
+    """Make the hub fail on any client message that holds the word "fault"."""
+    original = hub.client_message
+
+    async def faulty(key, raw):
+        if b'"fault"' in raw:
+            raise RuntimeError("injected fault")
+        return await original(key, raw)
+
+    monkeypatch.setattr(hub, "client_message", faulty)
+
+
 async def test_a_fault_in_one_websocket_session_ends_only_its_connection(monkeypatch, caplog):
     async with running_fronts() as fronts:
-        original = fronts.hub.client_message
-
-        async def faulty(key, raw):
-            if b'"fault"' in raw:
-                raise RuntimeError("injected fault")
-            return await original(key, raw)
-
-        monkeypatch.setattr(fronts.hub, "client_message", faulty)
+        inject_fault(monkeypatch, fronts.hub)
         async with fronts.websocket() as good, fronts.websocket() as bad:
             with trio.fail_after(5):
                 for socket_ in (good, bad):
@@ -260,14 +265,7 @@ async def test_a_fault_in_one_stdio_session_ends_only_that_session(monkeypatch, 
         with trio.fail_after(5):
             await good.initialize()
             await bad.initialize()
-        original = proxy.hub.client_message
-
-        async def faulty(key, raw):
-            if b'"fault"' in raw:
-                raise RuntimeError("injected fault")
-            return await original(key, raw)
-
-        monkeypatch.setattr(proxy.hub, "client_message", faulty)
+        inject_fault(monkeypatch, proxy.hub)
         with trio.fail_after(5):
             await bad.send(call(9, "a__echo", {"fault": True}))
             answer = await bad.response(9)
