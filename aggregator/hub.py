@@ -237,6 +237,10 @@ class Hub:
             if scope is not None:  # cancelled while its plugins decide: it never goes upstream
                 scope.cancel()
                 return []
+        return await self._routed(key, kind, message)
+
+    async def _routed(self, key: int, kind: int, message: dict[str, Any]) -> list[Any]:
+        """The router's commands for a message, past the startup gate."""
         commands = self.router.client_event(key, kind, message)
         while commands and type(commands[0]) is WaitForStartup:
             await self.startup_done.wait()
@@ -265,7 +269,7 @@ class Hub:
         try:
             with scope:
                 answered = await self._request_hooks(key, message)
-                commands = answered if answered is not None else await self.client_event_routed(key, message)
+                commands = answered if answered is not None else await self._routed(key, REQUEST, message)
             if scope.cancelled_caught:
                 if key in self.clients and trio.current_time() >= scope.deadline:
                     log.warning("client %d: request hooks did not decide on %s within %gs", key,
@@ -282,14 +286,6 @@ class Hub:
                                                              reason="internal", server=server))])
         finally:
             self._hooking.pop((key, id), None)
-
-    async def client_event_routed(self, key: int, message: dict[str, Any]) -> list[Any]:
-        """Route a request its plugins let through (the startup gate, then the router)."""
-        commands = self.router.client_event(key, REQUEST, message)
-        while commands and type(commands[0]) is WaitForStartup:
-            await self.startup_done.wait()
-            commands = self.router.client_event(key, REQUEST, message)
-        return commands
 
     async def _request_hooks(self, key: int, message: dict[str, Any]) -> list[Any] | None:
         target = self.router.describe(key, message)
