@@ -10,8 +10,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from aggregator.jsonrpc import RemoteProtocolError, decode_message, dumps
-from aggregator.jsonrpc.codec import NOTIFICATION, REQUEST, RESPONSE, _envelope, nameless_refusal, salvage_envelope
+from aggregator.jsonrpc.codec import NOTIFICATION, REQUEST, RESPONSE, _envelope, nameless_refusal
 from aggregator.jsonrpc.errors import PARSE_ERROR
+from aggregator.jsonrpc.salvage import salvage_envelope
 from tests.core.test_json_limits import make_router, still_serves, unpack
 
 DEEP = '{"d":' * 1030 + "1" + "}" * 1030  # past orjson's 1024 levels and Python's stack
