@@ -17,6 +17,7 @@ import trio
 from aggregator import __version__
 from aggregator.config import Config, load_config, mcp_servers_json_to_raw, raw_to_toml, same_listener
 from aggregator.core.catalog import KINDS
+from aggregator.core.nesting import CHAIN_VARIABLE, NestingRefused, chain_value, enter, parse_chain
 from aggregator.errors import AggregatorError, ConfigError
 from aggregator.hub import Hub
 
@@ -114,10 +115,22 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _config(args: argparse.Namespace) -> tuple[Config, Path]:
+    """The config of a command that starts servers, once the loop guard lets it run."""
     path = Path(args.config or DEFAULT_CONFIG)
     if args.config is None and not path.exists():
         raise ConfigError(f"no {DEFAULT_CONFIG} here; pass --config PATH")
+    _enter_chain(path)
     return load_config(path), path
+
+
+def _enter_chain(path: Path) -> None:
+    """Refuse a config that an aggregator above this one serves already (or a chain too
+    deep); otherwise pass the chain, this config last, to every server this process starts."""
+    try:
+        chain = enter(parse_chain(os.environ.get(CHAIN_VARIABLE)), os.path.realpath(path))
+    except NestingRefused as exc:
+        raise AggregatorError(f"refusing to start: {exc}") from None
+    os.environ[CHAIN_VARIABLE] = chain_value(chain)
 
 
 # --- serve ------------------------------------------------------------------------------

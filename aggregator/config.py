@@ -22,6 +22,7 @@ import cattrs
 from cattrs.errors import ClassValidationError, ForbiddenExtraKeysError, IterableValidationError
 
 from aggregator.core.naming import NAME_CHARS, validate_server_naming
+from aggregator.core.nesting import CHAIN_VARIABLE
 from aggregator.errors import ConfigError
 from aggregator.jsonrpc.codec import MAX_DEPTH_LIMIT
 
@@ -769,6 +770,9 @@ def _check_server(server: ServerConfig, path: str) -> list[str]:
             problems.append(f"{path}.url: a {transport} server needs a {' or '.join(allowed)} URL, got {server.url!r}")
     if server.command is not None and not server.command.strip():
         problems.append(f"{path}.command: must not be empty")
+    if CHAIN_VARIABLE in server.env:
+        problems.append(f"{path}.env.{CHAIN_VARIABLE}: set by the aggregator itself for every server it starts"
+                        " (its guard against serving itself); a config cannot set it")
     if _in_range(server, "request_timeout", "max_request_timeout") and (
             server.max_request_timeout < server.request_timeout):
         problems.append(f"{path}.max_request_timeout: must be at least request_timeout"

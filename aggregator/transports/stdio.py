@@ -4,6 +4,9 @@ Children are started without a shell, in their own process group (a new session)
 stdin/stdout as the MCP channel and stderr as a log. Stopping follows the spec's ladder:
 close stdin, wait, SIGTERM to the group, wait, SIGKILL to the group; then SIGKILL to
 whatever is left of the group, so a server's own children never outlive it.
+
+Every child's environment carries the loop guard's chain of configs
+(``aggregator.core.nesting``), set after the server's own ``env``.
 """
 
 from __future__ import annotations
@@ -20,6 +23,8 @@ from typing import Any
 import attrs
 import trio
 
+from aggregator.core.nesting import CHAIN_VARIABLE
+
 log = logging.getLogger(__name__)
 
 # What a child inherits from the proxy's environment when its config names no more: what
@@ -34,6 +39,11 @@ STOP_GRACE = 2.0
 def child_environment(extra: Mapping[str, str]) -> dict[str, str]:
     env = {key: os.environ[key] for key in INHERITED_ENV if key in os.environ}
     env.update(extra)
+    # Last: a server's env cannot clear the loop guard's chain (config loading refuses
+    # a server env that names it, and this holds whatever built the ServerConfig).
+    env.pop(CHAIN_VARIABLE, None)
+    if CHAIN_VARIABLE in os.environ:
+        env[CHAIN_VARIABLE] = os.environ[CHAIN_VARIABLE]
     return env
 
 
