@@ -30,6 +30,8 @@ Modes
 - record:PATH   append every line received, byte for byte, to PATH.
 - bad_init:F    answer initialize with field F wrong: serverInfo (a string), capabilities
                 (an array), protocolVersion (missing), tools (capabilities.tools true).
+- linger        ignore the end of stdin: keep running for 60 s more (bounded, so that a
+                failed test leaves nothing behind for long).
 """
 
 from __future__ import annotations
@@ -268,6 +270,9 @@ def main(modes: list[str]) -> int:
                   file=sys.stderr, flush=True)
         if server.exit_code is not None:
             return server.exit_code
+    if "linger" in server.modes:
+        import time
+        time.sleep(60)
     return 0
 
 

@@ -5,19 +5,33 @@ stdin/stdout as the MCP channel and stderr as a log. Stopping follows the spec's
 close stdin, wait, SIGTERM to the group, wait, SIGKILL to the group; then SIGKILL to
 whatever is left of the group, so a server's own children never outlive it.
 
+A proxy that is killed (SIGKILL, the OOM killer) runs no ladder. On Linux every child is
+therefore started with the parent-death signal (``PR_SET_PDEATHSIG``, SIGKILL): the kernel
+kills it when the proxy dies. The kernel ties that signal to the *thread* that forked the
+child, not to its process, and ``trio.lowlevel.open_process`` forks in one of trio's worker
+threads, which exit after ten idle seconds (and would take the child with them). So on
+Linux children are forked by one thread of our own that lives as long as the process, and
+waited for through a pidfd, as trio does. Elsewhere (or without ``prctl``/``pidfd_open``)
+children are started by trio and learn of the proxy's death from the end of their stdin
+only: a server that ignores it outlives a killed proxy.
+
 Every child's environment carries the loop guard's chain of configs
 (``aggregator.core.nesting``), set after the server's own ``env``.
 """
 
 from __future__ import annotations
 
+import concurrent.futures
+import contextlib
+import ctypes
+import functools
 import logging
 import os
 import shutil
 import signal
 import subprocess
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -66,9 +80,11 @@ def resolve_command(command: str, env: Mapping[str, str]) -> str:
 
 async def open_child(
     command: str, args: Sequence[str], env: Mapping[str, str], cwd: str | None
-) -> trio.Process:
+) -> trio.Process | TiedChild:
     environment = child_environment(env)
     argv = [resolve_command(command, environment), *args]
+    if _PRCTL is not None:
+        return await _open_tied_child(argv, environment, cwd)
     return await trio.lowlevel.open_process(
         argv,
         stdin=subprocess.PIPE,
@@ -78,6 +94,121 @@ async def open_child(
         cwd=cwd,
         start_new_session=True,
     )
+
+
+# --- children that die with the proxy (Linux) ------------------------------------------------
+
+PR_SET_PDEATHSIG = 1
+
+
+def _load_prctl() -> Any:
+    """libc's prctl, if children can be tied to the proxy here (Linux with pidfd_open)."""
+    if not sys.platform.startswith("linux") or not hasattr(os, "pidfd_open"):
+        return None
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+        os.close(os.pidfd_open(os.getpid()))
+    except (OSError, AttributeError):  # no such symbol, or a kernel before 5.3
+        return None
+    prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
+    prctl.restype = ctypes.c_int
+    return prctl
+
+
+_PRCTL = _load_prctl()
+# The thread that forks every child: a pool thread never exits while the process runs.
+_SPAWNER = (concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="aggregator-spawner")
+            if _PRCTL is not None else None)
+
+
+def _die_with(parent: int) -> Callable[[], None]:
+    """What the child runs between fork and exec: ask for SIGKILL when ``parent`` dies.
+
+    It only calls prctl (resolved before the fork) and getppid: nothing that takes a lock.
+    """
+    prctl = _PRCTL
+
+    def in_child() -> None:
+        if prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0) != 0:
+            raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG) failed")
+        if os.getppid() != parent:  # the proxy died before the call above could cover it
+            raise OSError("the aggregator that started this server has exited")
+
+    return in_child
+
+
+async def _open_tied_child(argv: list[str], env: dict[str, str], cwd: str | None) -> TiedChild:
+    pipes = [os.pipe() for _ in range(3)]  # stdin, stdout, stderr: (read end, write end)
+    ours = [pipes[0][1], pipes[1][0], pipes[2][0]]
+    theirs = [pipes[0][0], pipes[1][1], pipes[2][1]]
+    spawn = functools.partial(
+        subprocess.Popen, argv, stdin=theirs[0], stdout=theirs[1], stderr=theirs[2], env=env, cwd=cwd,
+        start_new_session=True, preexec_fn=_die_with(os.getpid()))
+    try:
+        # Not abandoned on cancel: a fork under way finishes and its child is returned,
+        # so that the caller's ladder stops it.
+        popen = await trio.to_thread.run_sync(lambda: _SPAWNER.submit(spawn).result())
+    except BaseException:
+        for fd in ours:
+            os.close(fd)
+        raise
+    finally:
+        for fd in theirs:
+            os.close(fd)
+    return TiedChild(popen, *ours)
+
+
+class TiedChild:
+    """A child forked by the spawner thread: its pipes as trio streams, its exit seen through
+    a pidfd. The part of trio.Process the ladder uses (pid, returncode, wait, the streams)."""
+
+    def __init__(self, popen: subprocess.Popen[bytes], stdin: int, stdout: int, stderr: int) -> None:
+        self._popen = popen
+        self.pid = popen.pid
+        self.stdin = trio.lowlevel.FdStream(stdin)
+        self.stdout = trio.lowlevel.FdStream(stdout)
+        self.stderr = trio.lowlevel.FdStream(stderr)
+        self._wait_lock = trio.Lock()
+        self._pidfd: int | None = None
+        try:
+            self._pidfd = os.pidfd_open(popen.pid)  # not reaped yet, so the pid is still this child
+        except OSError as exc:  # out of descriptors: wait() polls instead
+            log.warning("pid %d: no pidfd (%s); polling for its exit", popen.pid, exc.strerror or exc)
+
+    @property
+    def returncode(self) -> int | None:
+        code = self._popen.poll()
+        if code is not None:
+            self._close_pidfd()
+        return code
+
+    async def wait(self) -> int:
+        async with self._wait_lock:
+            if self.returncode is None:
+                if self._pidfd is not None:
+                    with contextlib.suppress(trio.ClosedResourceError):
+                        await trio.lowlevel.wait_readable(self._pidfd)
+                    self._popen.wait()  # readable means exited: this reaps without blocking
+                    self._close_pidfd()
+                else:
+                    while self.returncode is None:  # noqa: ASYNC110 - no pidfd to wait on
+                        await trio.sleep(0.05)
+            else:
+                await trio.lowlevel.checkpoint()
+        code = self._popen.returncode
+        assert code is not None
+        return code
+
+    def _close_pidfd(self) -> None:
+        if self._pidfd is not None:
+            trio.lowlevel.notify_closing(self._pidfd)
+            os.close(self._pidfd)
+            self._pidfd = None
+
+    def __del__(self) -> None:
+        pidfd = getattr(self, "_pidfd", None)
+        if pidfd is not None:
+            os.close(pidfd)
 
 
 @attrs.frozen
@@ -109,7 +240,7 @@ async def run_stdio_server(
         await stop_child(process, config.name)
 
 
-async def stop_child(process: trio.Process, name: str, grace: float = STOP_GRACE) -> None:
+async def stop_child(process: trio.Process | TiedChild, name: str, grace: float = STOP_GRACE) -> None:
     """Close stdin, wait, SIGTERM the group, wait, SIGKILL the group. Never cancelled."""
     with trio.CancelScope(shield=True):
         if process.stdin is not None:
