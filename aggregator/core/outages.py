@@ -74,7 +74,7 @@ class Outage:
     state: str = STARTING  # what it was when last told: restarting or failed, else starting
     reason: str | None = None  # why it was lost, or why its last attempt failed
     retry_at: float | None = None  # its next attempt (None: under way, or not yet known)
-    attempt_at: float = 0.0  # when its current or next attempt starts: for how long starting takes
+    attempt_at: float | None = None  # when its current or next attempt starts (to time a start)
     ever_ready: bool = False  # ready at least once since the proxy started (rule 4)
     memory: dict[str, Remembered] = attrs.field(factory=dict)  # profile -> what it saw
 

@@ -1291,7 +1291,7 @@ class Router:
         if outage is None:
             return []
         now = self.clock()
-        if outage.attempt_at:
+        if outage.attempt_at is not None:
             self.start_takes[server] = max(0.0, now - outage.attempt_at)
         out: list[Any] = []
         for held in self.held.pop(server, ()):
