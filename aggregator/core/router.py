@@ -497,13 +497,18 @@ class Router:
             ref = params.get("ref") if type(params.get("ref")) is dict else {}
             if ref.get("type") == "ref/prompt" and type(ref.get("name")) is str:
                 route = catalog.prompts.get(ref["name"])
-                return (route.server, route.original, ref["name"]) if route is not None else None
+                if route is None and self.outages:
+                    route = name_owner(self.outages, catalog, client.profile, PROMPTS, ref["name"])
+                return (route[0], route[1], ref["name"]) if route is not None else None
             if ref.get("type") == "ref/resource" and type(ref.get("uri")) is str:
                 try:
                     route = catalog.route_template(ref["uri"])
+                    if route is None and self.outages:
+                        route = template_owner(self.outages, client.profile,
+                                               template_key(ref["uri"], catalog.uri_prefixes))
                 except InvalidUri:
                     return None
-                return (route.server, route.original, ref["uri"]) if route is not None else None
+                return (route[0], route[1], ref["uri"]) if route is not None else None
         return None
 
     def _client_notification(self, client: ClientState, message: dict[str, Any]) -> list[Any]:

@@ -370,6 +370,10 @@ def test_plugins_see_the_remembered_target(router, clock):
     assert router.describe(1, {"method": "tools/call", "params": {"name": "git__commit"}}) == (
         "git", "commit", "git__commit")
     assert router.describe(2, {"method": "tools/call", "params": {"name": "git__commit"}}) is None
+    complete = {"method": "completion/complete", "params": {"ref": {"type": "ref/prompt", "name": "git__greet"}}}
+    assert router.describe(1, complete) == ("git", "greet", "git__greet")
+    complete["params"]["ref"] = {"type": "ref/resource", "uri": "git+file:///repo/{path}"}
+    assert router.describe(1, complete) == ("git", "file:///repo/{path}", "git+file:///repo/{path}")
     lose(router, clock, server="plain", retry_in=30.0)
     assert router.describe(1, {"method": "resources/read", "params": {"uri": "note://a"}}) == (
         "plain", "note://a", "note://a")
