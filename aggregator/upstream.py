@@ -135,6 +135,8 @@ class UpstreamSession:
                 self.name, "lost" if was_ready else "did not start", reason, delay, attempt,
                 f"; its stderr ended: {' | '.join(self.last_stderr)}" if self.last_stderr else "",
             )
+            # Its callers meanwhile hear when it is tried again (or wait for it, if that is soon).
+            self.hub.dispatch_now(self.hub.router.server_down(self.name, reason, delay))
             await trio.sleep(delay)
 
     async def _connect_once(self) -> str:
@@ -170,6 +172,8 @@ class UpstreamSession:
                 self.state = "ready"
                 self.last_error = None
                 if not self.per_session:
+                    # Listed: requests that waited for it go now, looked up again.
+                    self.hub.dispatch_now(self.hub.router.server_listed(self.name))
                     self.hub.server_settled(self.name)
                 nursery.start_soon(self._refresher)
             return self._lost or "connection ended"

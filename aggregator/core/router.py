@@ -28,6 +28,11 @@ Invariants
    once, never left waiting.
 6. Errors the proxy makes itself carry ``data.source = "aggregator"``, the server and a
    reason, so nobody mistakes them for an upstream's.
+7. A name or URI that misses the catalog but belongs to a shared server between starts
+   (``aggregator.core.outages``) is never "Unknown": the request waits for the server
+   within its own timeout (a held ``Pending``, in ``client.in_flight`` and the deadlines,
+   never in ``link.pending``: nothing was sent) or is answered ``unavailable`` with the
+   server's state. Held requests are looked up again once the server is listed.
 """
 
 from __future__ import annotations
@@ -41,12 +46,24 @@ from typing import Any, NamedTuple
 import attrs
 
 from aggregator import __version__
-from aggregator.core.catalog import CAPABILITY_OF, LIST_METHODS, PROMPTS, RESOURCES, TEMPLATES, TOOLS, Catalog
+from aggregator.core.catalog import CAPABILITY_OF, LIST_METHODS, PROMPTS, RESOURCES, TEMPLATES, TOOLS, Catalog, Route
 from aggregator.core.deadlines import Deadlines
 from aggregator.core.log_levels import LEVELS, most_verbose, passes
+from aggregator.core.outages import (
+    FAILED,
+    RESTARTING,
+    Outage,
+    name_owner,
+    remember,
+    should_hold,
+    template_key,
+    template_owner,
+    unavailable,
+    uri_owner,
+)
 from aggregator.core.subscriptions import Subscriptions
 from aggregator.core.tasks import expose_task_ids, restore_related_task, split_task_id
-from aggregator.core.uris import InvalidUri, expose_uri, rewrite_content_uris
+from aggregator.core.uris import InvalidUri, expose_uri, normalize_uri, rewrite_content_uris
 from aggregator.jsonrpc.codec import (
     DEFAULT_MAX_DEPTH,
     ERROR,
@@ -180,6 +197,20 @@ class Gather:
         self.items: list[Any] = []
 
 
+class Held(NamedTuple):
+    """The ``extra`` of a ``Pending`` that waits for its server to be listed again."""
+
+    message: dict[str, Any]
+
+
+class ServerDown(Exception):
+    """A lookup found that what a request names belongs to ``server``, which is out."""
+
+    def __init__(self, server: str) -> None:
+        super().__init__(server)
+        self.server = server
+
+
 class Reverse(NamedTuple):
     """A server-to-client request in flight: where its answer goes back to."""
 
@@ -278,6 +309,10 @@ class Router:
             for s in servers
         }
         self.per_session = {s.name for s in servers if getattr(s, "isolation", "shared") == "per-session"}
+        # Shared servers not listed (yet, or again): their state and what was seen of them.
+        self.outages: dict[str, Outage] = {s.name: Outage(s.name) for s in servers}
+        self.held: dict[str, list[Pending]] = {}  # server -> requests waiting for its listing
+        self.start_takes: dict[str, float] = {}  # server -> how long its last start took
         self.clients: dict[int, ClientState] = {}
         self.startup_complete = False
         self.draining = False  # shutting down: finish what is in flight, take nothing new
@@ -333,7 +368,7 @@ class Router:
         out: list[Any] = []
         for pending in list(client.in_flight.values()):
             self._end(pending)
-            if self.links[pending.server].ready:
+            if self.links[pending.server].ready and type(pending.extra) is not Held:
                 out.append(ToServer(pending.server, _cancelled(pending.upstream_id, "client disconnected")))
         for (session, proxy_id), reverse in list(self.reverse.items()):
             if session == key:
@@ -426,6 +461,8 @@ class Router:
             except RemoteProtocolError as exc:
                 exc.id = message["id"]
                 return [ToClient(key, exc.to_response())]
+            except ServerDown as down:
+                return self._server_down_answer(client, message, down.server)
         if kind == NOTIFICATION:
             return self._client_notification(client, message)
         return self._client_answer(client, message)
@@ -443,25 +480,35 @@ class Router:
             name = params.get("name")
             routes = catalog.tools if method == "tools/call" else catalog.prompts
             route = routes.get(name) if type(name) is str else None
-            return (route.server, route.original, name) if route is not None else None
+            if route is None and self.outages and type(name) is str:
+                route = name_owner(self.outages, catalog, client.profile, TOOLS if routes is catalog.tools
+                                   else PROMPTS, name)
+            return (route[0], route[1], name) if route is not None else None
         if method in ("resources/read", "resources/subscribe"):
             uri = params.get("uri")
             try:
                 route = catalog.route_uri(uri) if type(uri) is str else None
+                if self.outages and type(uri) is str:
+                    route = self._outage_uri(client, uri, route)[0]
             except InvalidUri:
                 return None
-            return (route.server, route.original, uri) if route is not None else None
+            return (route[0], route[1], uri) if route is not None else None
         if method == "completion/complete":
             ref = params.get("ref") if type(params.get("ref")) is dict else {}
             if ref.get("type") == "ref/prompt" and type(ref.get("name")) is str:
                 route = catalog.prompts.get(ref["name"])
-                return (route.server, route.original, ref["name"]) if route is not None else None
+                if route is None and self.outages:
+                    route = name_owner(self.outages, catalog, client.profile, PROMPTS, ref["name"])
+                return (route[0], route[1], ref["name"]) if route is not None else None
             if ref.get("type") == "ref/resource" and type(ref.get("uri")) is str:
                 try:
                     route = catalog.route_template(ref["uri"])
+                    if route is None and self.outages:
+                        route = template_owner(self.outages, client.profile,
+                                               template_key(ref["uri"], catalog.uri_prefixes))
                 except InvalidUri:
                     return None
-                return (route.server, route.original, ref["uri"]) if route is not None else None
+                return (route[0], route[1], ref["uri"]) if route is not None else None
         return None
 
     def _client_notification(self, client: ClientState, message: dict[str, Any]) -> list[Any]:
@@ -478,7 +525,7 @@ class Router:
             if pending is None:
                 return []  # unknown, finished or never ours: ignored, as the spec says
             self._end(pending)
-            if not self.links[pending.server].ready:
+            if not self.links[pending.server].ready or type(pending.extra) is Held:
                 return []
             forwarded = dict(params, requestId=pending.upstream_id)
             return [ToServer(pending.server, {"jsonrpc": "2.0", "method": method, "params": forwarded})]
@@ -547,12 +594,17 @@ class Router:
             what = "tool" if tools else "prompt"
             if type(name) is not str:
                 raise RemoteProtocolError(INVALID_PARAMS, f"Invalid params: {what} name must be a string")
+            owner = name_owner(self.outages, catalog, client.profile, TOOLS if tools else PROMPTS, name) \
+                if self.outages else None
+            if owner is not None:
+                raise ServerDown(owner[0])
             raise RemoteProtocolError(INVALID_PARAMS, f"Unknown {what}: {name}")
         return self._forward(client, message, route.server, dict(params, name=route.original))
 
-    def _resource_route(self, client: ClientState, params: Any) -> tuple[str, str]:
+    def _resource_route(self, client: ClientState, params: Any, *, while_out: bool = False) -> tuple[str, str]:
         """(server, the URI to send it) for a client's resource URI. Compared in normal form,
-        so no spelling of a hidden URI finds it; refused spellings are -32602 as well."""
+        so no spelling of a hidden URI finds it; refused spellings are -32602 as well. One
+        of a server that is out raises ``ServerDown``, unless ``while_out`` takes it as is."""
         uri = params.get("uri") if type(params) is dict else None
         if type(uri) is not str:
             raise RemoteProtocolError(INVALID_PARAMS, "Invalid params: uri must be a string")
@@ -560,9 +612,49 @@ class Router:
             route = self.catalogs[client.profile].route_uri(uri)
         except InvalidUri as exc:
             raise RemoteProtocolError(INVALID_PARAMS, f"Invalid params: {exc}") from None
+        if self.outages:
+            route, out = self._outage_uri(client, uri, route)
+            if out and not while_out:
+                raise ServerDown(route[0])  # type: ignore[index]
         if route is None:
             raise RemoteProtocolError(INVALID_PARAMS, f"Unknown resource: {uri}")
         return route
+
+    def _outage_uri(self, client: ClientState, uri: str, route: Any) -> tuple[Any, bool]:
+        """``route_uri``'s answer seen with the servers that are out: (route, whether its server
+        is out). A URI one of them listed is its, unless the catalog routes it to a server
+        that lists it now; a URI routed by its prefix to one of them is its, unless this
+        profile was not allowed to see it there."""
+        catalog = self.catalogs[client.profile]
+        normal = normalize_uri(uri)
+        if normal in catalog.resources:
+            return route, False
+        owner = uri_owner(self.outages, client.profile, normal)
+        if owner is not None:
+            return Route(*owner), True
+        if route is not None and self._is_out(route[0]):
+            seen = self.outages[route[0]].memory.get(client.profile)
+            if seen is not None and seen.hides(route[1]):
+                return None, False
+            return route, True
+        return route, False
+
+    def _outage_template(self, client: ClientState, exposed: str, route: Any) -> None:
+        """Raise ``ServerDown`` if a completion's template or URI is of a server that is out."""
+        catalog = self.catalogs[client.profile]
+        owner = template_owner(self.outages, client.profile, template_key(exposed, catalog.uri_prefixes))
+        if owner is None:
+            try:
+                uri_route, out = self._outage_uri(client, exposed, route)
+            except InvalidUri:  # a template, not a URI: it names nothing of a server that is out
+                return
+            owner = uri_route if out else None
+        if owner is not None:
+            raise ServerDown(owner[0])
+
+    def _is_out(self, server: str) -> bool:
+        """Whether a request for ``server`` that the catalog routes must wait for it."""
+        return server in self.outages and server not in self.per_session and not self.links[server].ready
 
     def _read_resource(self, client: ClientState, message: dict[str, Any]) -> list[Any]:
         params = message.get("params")
@@ -589,7 +681,7 @@ class Router:
 
     def _unsubscribe(self, client: ClientState, message: dict[str, Any]) -> list[Any]:
         params = message.get("params")
-        server, original = self._resource_route(client, params)
+        server, original = self._resource_route(client, params, while_out=True)
         link = self.links.get(self._link_name(server, client.key))
         if not self.subscriptions.remove((server, original), client.key) or link is None or not link.ready:
             return [_result(client.key, message["id"], {})]
@@ -602,13 +694,20 @@ class Router:
             raise RemoteProtocolError(INVALID_PARAMS, "Invalid params: ref must be an object")
         if ref.get("type") == "ref/prompt":
             name = ref.get("name")
-            route = self.catalogs[client.profile].prompts.get(name) if type(name) is str else None
+            catalog = self.catalogs[client.profile]
+            route = catalog.prompts.get(name) if type(name) is str else None
             if route is None:
+                owner = name_owner(self.outages, catalog, client.profile, PROMPTS, name) \
+                    if self.outages and type(name) is str else None
+                if owner is not None:
+                    raise ServerDown(owner[0])
                 raise RemoteProtocolError(INVALID_PARAMS, f"Unknown prompt: {name}")
             new_ref = dict(ref, name=route.original)
         elif ref.get("type") == "ref/resource" and type(ref.get("uri")) is str:
             try:
                 route = self.catalogs[client.profile].route_template(ref["uri"])
+                if self.outages and (route is None or self._is_out(route.server)):
+                    self._outage_template(client, ref["uri"], route)
             except InvalidUri as exc:
                 raise RemoteProtocolError(INVALID_PARAMS, f"Invalid params: {exc}") from None
             if route is None:
@@ -803,6 +902,8 @@ class Router:
         return out
 
     def _time_out(self, pending: Pending) -> list[Any]:
+        if type(pending.extra) is Held:
+            return self._held_timed_out(pending)
         self._end(pending)
         link = self.links[pending.server]
         out: list[Any] = []
@@ -1080,6 +1181,9 @@ class Router:
         link.instructions = instructions if type(instructions) is str and instructions.strip() else None
         link.protocol_version = init_result.get("protocolVersion")
         link.log_level = None
+        outage = self.outages.get(server)
+        if outage is not None:  # out until listed; its names are known from now on
+            outage.ever_ready = True
         out = self._apply_log_level()
         if link.session is None:
             for uri in self.subscriptions.of_server(server):
@@ -1148,10 +1252,116 @@ class Router:
         for key in [k for k in self.elicitations if k[0] == server]:
             del self.elicitations[key]
         if link.session is None:
+            out += self._server_out(server, why)
             kinds = self.catalog.forget(server)
             for profile, catalog in self.catalogs.items():
                 out.extend(self._announce([kind for kind in kinds if catalog.rebuild(kind)], profile))
         return out
+
+    # --- servers between starts (aggregator.core.outages) ---------------------------------
+
+    def _server_out(self, server: str, why: str) -> list[Any]:
+        """A shared server is lost: remember what each profile saw of it, before it goes."""
+        outage = self.outages.get(server)
+        if outage is None:  # it was serving
+            outage = self.outages[server] = Outage(server, state=RESTARTING, ever_ready=True)
+        else:  # a start attempt failed (or the listing after it)
+            outage.state = FAILED
+        outage.reason = why
+        outage.retry_at = None
+        for profile, catalog in self.catalogs.items():
+            seen = remember(catalog, server)
+            if profile in outage.memory:
+                outage.memory[profile].merge(seen)
+            else:
+                outage.memory[profile] = seen
+        # Held requests are answered by ``server_down``, which follows at once with the time
+        # of the next attempt; when shutting down, none follows.
+        return self._fail_held(server) if self.draining else []
+
+    def server_down(self, server: str, reason: str, retry_in: float) -> list[Any]:
+        """The supervisor of a shared server that was lost (or did not start) starts it again
+        in ``retry_in`` seconds. Requests that waited for the attempt that failed fail now."""
+        outage = self.outages.get(server)
+        if outage is None or server not in self.links:
+            return []
+        outage.retry_at = outage.attempt_at = self.clock() + max(0.0, retry_in)
+        outage.reason = reason
+        return self._fail_held(server)
+
+    def server_listed(self, server: str) -> list[Any]:
+        """A shared server is ready and listed: it is out no more. Held requests are looked
+        up again (a name it no longer has is unknown now) and sent within their deadline."""
+        outage = self.outages.pop(server, None)
+        if outage is None:
+            return []
+        now = self.clock()
+        if outage.attempt_at is not None:
+            self.start_takes[server] = max(0.0, now - outage.attempt_at)
+        out: list[Any] = []
+        for held in self.held.pop(server, ()):
+            if held.done:
+                continue
+            self._end(held)
+            if held.session not in self.clients:
+                continue
+            out += self.client_event(held.session, REQUEST, held.extra.message)
+            sent = self.clients[held.session].in_flight.get(held.client_id)
+            if sent is not None and type(sent.extra) is not Held and sent.deadline > held.deadline:
+                sent.deadline = held.deadline  # the request's own deadline, as if never held
+                sent.hard_deadline = min(sent.hard_deadline, held.hard_deadline)
+                self.deadlines.move(sent.deadline, sent)
+        return out
+
+    def _server_down_answer(self, client: ClientState, message: dict[str, Any], server: str) -> list[Any]:
+        """Hold a request for a server that is out, or tell its client how the server is."""
+        outage = self.outages.get(server)
+        link = self.links[server]
+        now = self.clock()
+        if outage is None:  # not out (a lookup raced nothing here: events are sequential)
+            return [ToClient(client.key, proxy_error(
+                message["id"], f"Server {server!r} is not available right now", reason="unavailable", server=server))]
+        held = self.held.setdefault(server, [])
+        if len(held) >= self.max_in_flight:
+            held[:] = [p for p in held if not p.done]
+        if (not self.draining and len(held) < self.max_in_flight and len(client.in_flight) < self.max_in_flight
+                and should_hold(outage, now, link.request_timeout, self.start_takes.get(server, 0.0))):
+            pending = Pending(client.key, message["id"], message["method"], server, 0)
+            pending.extra = Held(message)
+            pending.hard_deadline = now + link.max_request_timeout
+            pending.deadline = now + link.request_timeout
+            self.deadlines.push(pending.deadline, pending)
+            client.in_flight[pending.client_id] = pending
+            held.append(pending)
+            return []
+        text, data = unavailable(outage, now)
+        return [ToClient(client.key, error_response(message["id"], INTERNAL_ERROR, text, data))]
+
+    def _fail_held(self, server: str) -> list[Any]:
+        outage = self.outages.get(server)
+        out: list[Any] = []
+        for held in self.held.pop(server, ()):
+            if held.done:
+                continue
+            self._end(held)
+            if held.session in self.clients and outage is not None:
+                text, data = unavailable(outage, self.clock())
+                out.append(ToClient(held.session, error_response(held.client_id, INTERNAL_ERROR, text, data)))
+        return out
+
+    def _held_timed_out(self, held: Pending) -> list[Any]:
+        self._end(held)
+        if held.session not in self.clients:
+            return []
+        link = self.links[held.server]
+        outage = self.outages.get(held.server)
+        if outage is None:
+            text, data = f"Server {held.server!r} did not become ready within {link.request_timeout:g} s", {
+                "source": "aggregator", "reason": "unavailable", "server": held.server}
+        else:
+            text, data = unavailable(outage, self.clock(), waited=link.request_timeout)
+        log.info("server %s: %s waited %gs for the server and failed", held.server, held.method, link.request_timeout)
+        return [ToClient(held.session, error_response(held.client_id, INTERNAL_ERROR, text, data))]
 
     # --- logging ------------------------------------------------------------------------
 

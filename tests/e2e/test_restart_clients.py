@@ -1,0 +1,116 @@
+"""A real server (mcp-server-time) killed under two official-SDK clients (TypeScript and
+Python 1.x, over Streamable HTTP) that keep calling its tool: while it restarts, and while
+its restarts fail, each call gets reason ``unavailable`` with the server's state and
+``retryAfter``, or the answer once it is back; never "Unknown tool"."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.conftest import HERE, ROOT, write_config
+from tests.e2e.test_http import http_proxy
+from tests.e2e.test_sdk1 import PYTHON1
+
+pytestmark = pytest.mark.e2e
+
+# The server, unless the flag file exists: then its start fails (exit 3) until it is gone.
+WRAPPER = """import os, sys
+if os.path.exists(sys.argv[1]):
+    sys.exit(3)
+os.execv(sys.executable, [sys.executable, "-m", "mcp_server_time", "--local-timezone", "UTC"])
+"""
+
+
+def children(pid: int) -> list[int]:
+    found = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        found += [int(child) for child in (task / "children").read_text().split()]
+    return found
+
+
+def lines(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.startswith("{")]
+
+
+def wait_for(condition, seconds: float, what: str) -> None:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if condition():
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def test_two_sdk_clients_see_a_restart_as_unavailable_never_unknown(tmp_path):
+    if not PYTHON1.exists():
+        pytest.fail(f"{PYTHON1} is missing: the README's test command creates it (mcp==1.30.0)")
+    flag = tmp_path / "fail-to-start"
+    wrapper = tmp_path / "time_server.py"
+    wrapper.write_text(WRAPPER)
+    config = write_config(tmp_path, f'''
+[servers.time]
+command = "{sys.executable}"
+args = ["{wrapper}", "{flag}"]
+''', restart_backoff_initial=0.2, restart_backoff_max=0.8)
+    with http_proxy(config) as (port, log):
+        url = f"http://127.0.0.1:{port}/mcp"
+        proxy_pid = int(next(p for p in Path("/proc").iterdir() if p.name.isdigit() and _is_proxy(p, port)).name)
+        outputs = {"ts": tmp_path / "ts.out", "python": tmp_path / "python.out"}
+        commands = {
+            "ts": ["node", str(HERE / "ts_restart_client.mjs"), url, "time__get_current_time", "60"],
+            "python": [str(PYTHON1), str(HERE / "sdk1_restart_client.py"), url, "time__get_current_time", "60"],
+        }
+        clients = {}
+        try:
+            for name, argv in commands.items():
+                with open(outputs[name], "wb") as out:
+                    clients[name] = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT)
+            # Both are calling it, and it answers.
+            wait_for(lambda: all(any(o.get("ok") for o in lines(p)) for p in outputs.values()), 60,
+                     "both clients' first answers")
+            [server_pid] = children(proxy_pid)
+            flag.touch()  # its restarts fail until the flag goes
+            os.kill(server_pid, signal.SIGKILL)
+            wait_for(lambda: all(sum(1 for o in lines(p) if "data" in o and o["data"] and "retryAfter" in o["data"])
+                                 >= 3 for p in outputs.values()), 30, "both clients to hear it is restarting")
+            flag.unlink()
+            for name, client in clients.items():
+                assert client.wait(timeout=60) == 0, outputs[name].read_text()[-3000:]
+        finally:
+            for client in clients.values():
+                if client.poll() is None:
+                    client.kill()
+                    client.wait(timeout=10)
+        for name, path in outputs.items():
+            seen = lines(path)
+            errors = [o for o in seen if "ok" not in o]
+            assert seen[-1] == {"ok": True}, (name, seen[-5:])
+            assert errors, name
+            for error in errors:
+                assert "Unknown tool" not in error["message"] and error["code"] != -32602, (name, error)
+                assert error["data"]["source"] == "aggregator" and error["data"]["reason"] == "unavailable", error
+                assert error["data"]["server"] == "time"
+            told = [e["data"] for e in errors if "retryAfter" in e["data"]]
+            assert told, (name, errors)
+            for data in told:
+                assert data["state"] in ("restarting", "failed", "starting"), data
+                assert 0 <= data["retryAfter"] <= 0.8 and data["lastError"], data
+            # Its failed starts are named: "the server exited with status 3".
+            assert any(d["lastError"] == "the server exited with status 3" for d in told), (name, told)
+        assert "Traceback" not in log.read_text()
+
+
+def _is_proxy(proc: Path, port: int) -> bool:
+    try:
+        argv = (proc / "cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    return b"aggregator" in argv and f"127.0.0.1:{port}".encode() in argv
