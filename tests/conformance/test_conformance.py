@@ -90,8 +90,10 @@ def test_sse_polling_through_the_proxy_to_an_upstream_that_polls(tmp_path):
     assert answer[0]["details"]["body"]["result"]["content"][0]["text"] == "Reconnection test completed"
     assert by_id["stream-closed"][0]["details"]["receivedToolResponse"] is True
     assert by_id["server-sse-disconnect-resume"][0]["details"]["receivedToolResponse"] is True
-    # The proxy's own stream opens with a priming event.
+    # The proxy's own stream opens with a priming event, which says when to come back.
     assert by_id["server-sse-priming-event"][0]["status"] == "SUCCESS", by_id["server-sse-priming-event"]
+    assert by_id["server-sse-retry-field"][0]["status"] == "SUCCESS", by_id["server-sse-retry-field"]
+    assert by_id["server-sse-retry-field"][0]["details"]["retryValue"] == 1000
     # Upstream, the proxy resumed the closed stream after the server's retry delay.
     [[(delay, get)]] = resumptions(read_records(records)).values()
     assert 0.9 <= delay <= 2.5, (delay, get)
