@@ -15,6 +15,7 @@
 //   poll {tag, closes, gap_ms}  sends a progress notification (when asked for) and closes its
 //                           stream `closes` times, `gap_ms` apart, then answers "polled <tag>"
 //   close_unresumable       with --no-event-store: closes its stream, which gave no event id
+//   drop_connection {tag}   breaks the TCP connection its POST came on, then answers "survived <tag>"
 import { randomUUID } from "node:crypto";
 import http from "node:http";
 import { Server } from "@modelcontextprotocol/sdk/server/index.js";
@@ -63,7 +64,10 @@ const TOOLS = [
       tag: { type: "string" }, closes: { type: "integer" }, gap_ms: { type: "integer" } } } },
   { name: "close_unresumable", description: "Closes its stream, which has no event ids",
     inputSchema: { type: "object", properties: {} } },
+  { name: "drop_connection", description: "Breaks its connection mid-call, then answers",
+    inputSchema: { type: "object", properties: { tag: { type: "string" } } } },
 ];
+const sockets = new Map();  // "<session> <request id>" -> the socket its POST came on
 
 function newServer(transport) {
   const server = new Server({ name: "polling-server", version: "1.0.0" }, { capabilities: { tools: {}, logging: {} } });
@@ -100,6 +104,13 @@ function newServer(transport) {
       }
       return { content: [{ type: "text", text: `polled ${args.tag ?? ""}` }] };
     }
+    if (name === "drop_connection") {
+      await sleep(100);
+      note({ dropped: Date.now(), tool: name });
+      sockets.get(`${extra.sessionId} ${extra.requestId}`)?.destroy();
+      await sleep(300);
+      return { content: [{ type: "text", text: `survived ${args.tag ?? ""}` }] };
+    }
     if (name === "close_unresumable") {
       close();
       await sleep(300);
@@ -126,6 +137,10 @@ const httpServer = http.createServer(async (req, res) => {
              protocol: req.headers["mcp-protocol-version"] ?? null });
     }
     const body = req.method === "POST" ? await readBody(req) : undefined;
+    if (session && body?.id !== undefined) {
+      sockets.set(`${session} ${body.id}`, req.socket);
+      res.on("close", () => sockets.delete(`${session} ${body.id}`));
+    }
     let transport = session ? transports.get(session) : undefined;
     if (!transport) {
       if (session || req.method !== "POST" || body?.method !== "initialize") {

@@ -124,6 +124,21 @@ def test_the_conformance_tool_completes_through_the_proxy(tmp_path):
     assert [len(r) for r in resumptions(read_records(records)).values()] == [1]
 
 
+def test_a_broken_connection_is_resumed_too(tmp_path):
+    with polling_server(tmp_path, "--retry-ms", "300") as (port, records), \
+            http_proxy(proxy_config(tmp_path, port), "--log-level", "info") as (proxy_port, log):
+        result = outcome(start_client(proxy_port, "p__drop_connection", {"tag": "x"}))
+        after = outcome(start_client(proxy_port, "p__poll", {"tag": "after", "closes": 0}))
+    assert result["text"] == "survived x" and result["elapsed_ms"] < 5000, result
+    assert after["text"] == "polled after"
+    found = read_records(records)
+    assert sum(1 for r in found if "dropped" in r) == 1
+    assert sum(1 for r in found if "get" in r and r["lastEventId"]) == 1
+    text = log.read_text()
+    assert ") broke (peer closed connection" in text and "resuming it in 0.30s" in text, text[-3000:]
+    assert "Traceback" not in text and "cannot reach" not in text  # the connection to the server went on
+
+
 def test_a_stream_without_event_ids_fails_its_call_at_once(tmp_path):
     with polling_server(tmp_path, "--no-event-store") as (port, records), \
             http_proxy(proxy_config(tmp_path, port), "--log-level", "info") as (proxy_port, log):
