@@ -577,8 +577,11 @@ class StreamableHttpEndpoint:
                         break
                     if self._primes(session):
                         # An id before anything else: a client that loses the stream at
-                        # once can still resume it (2025-11-25).
-                        if not await connection.send_chunk(f"id: {queue.stream_id}-0\ndata: \n\n".encode()):
+                        # once can still resume it (2025-11-25), and the delay to resume
+                        # after: half the grace period it has to, at most a second.
+                        retry = min(1000, int(self.config.stream_drop_grace * 500))
+                        if not await connection.send_chunk(f"id: {queue.stream_id}-0\nretry: {retry}\ndata: \n\n"
+                                                           .encode()):
                             break
                 # Everything that waits goes in one write: a client that reads promptly
                 # keeps up with any burst.

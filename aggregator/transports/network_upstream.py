@@ -14,6 +14,7 @@ another host).
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Awaitable, Callable
 from typing import Any
 from urllib.parse import urljoin, urlsplit
@@ -32,6 +33,38 @@ from aggregator.transports.stdio import Channel
 log = logging.getLogger(__name__)
 MAX_CONCURRENT_POSTS = 64
 USER_AGENT = f"mcp-aggregator/{__version__}"
+
+# Resuming a request's event stream (MCP 2025-11-25 "Resumability and Redelivery"): wait
+# the server's ``retry`` (this when it gave none), never less than the floor (no busy
+# retry) nor more than the cap (a server's absurd value); give up after this many
+# resumptions in a row that brought nothing (no new event, ended within a second).
+RESUME_DELAY = 1.0
+RESUME_DELAY_FLOOR = 0.1
+RESUME_DELAY_CAP = 30.0
+MAX_EMPTY_RESUMES = 5
+UNRESUMABLE = "the server closed the response stream before answering and gave no event id to resume from"
+
+
+def _retry_delay(retry_ms: int | None) -> float:
+    """Seconds to wait before reconnecting an event stream, from its ``retry`` field."""
+    if retry_ms is None:
+        return RESUME_DELAY
+    return min(max(retry_ms / 1000, RESUME_DELAY_FLOOR), RESUME_DELAY_CAP)
+
+
+def _is_answer(data: str) -> bool:
+    """Whether a message on a request's event stream is its answer rather than a request or
+    notification of the server's. Only a member name or a string equal to "method" puts the
+    text '"method"' into JSON (a quote inside a string is escaped), so a C-level search
+    decides nearly every answer; a parse decides the rest. Unreadable text counts as the
+    answer: it is taken as the request's (refused) answer when delivered."""
+    if '"method"' not in data:
+        return True
+    try:
+        message = loads(data.encode())
+    except ValueError:
+        return True
+    return type(message) is not dict or "method" not in message
 
 
 
@@ -159,6 +192,7 @@ async def run_streamable_http_server(
     link = _Link(theirs, limit, config.name)
     url = config.url
     state: dict[str, Any] = {"session": None, "version": None, "initialize": None, "get_started": False}
+    resuming: dict[int | str, trio.CancelScope] = {}  # request id -> the resumption of its event stream
     async with _http_client(config) as client:
 
         def headers(accept: str) -> dict[str, str]:
@@ -184,6 +218,9 @@ async def run_streamable_http_server(
             is_initialize = type(message) is dict and message.get("method") == "initialize"
             # What comes back on this POST answers the request it carried, if it carried one.
             answers = message if type(message) is dict and "method" in message and "id" in message else None
+            if resuming and answers is None and type(message) is dict:
+                stop_resuming(message)
+            started = trio.current_time()
             try:
                 async with client.stream("POST", url, content=line, headers={
                     "content-type": "application/json", **headers("application/json, text/event-stream")
@@ -204,17 +241,130 @@ async def run_streamable_http_server(
                     if is_initialize:
                         state["session"] = response.headers.get("mcp-session-id")
                     kind = response.headers.get("content-type", "").split(";")[0].strip().lower()
-                    if kind == "text/event-stream":
-                        parser = SseParser(limit)
-                        async for chunk in response.aiter_bytes():
-                            for event in parser.feed(chunk):
-                                if event.event == "message":
-                                    await note_and_deliver(event.data, is_initialize, answers)
-                    else:
+                    if kind != "text/event-stream":
                         await note_and_deliver(await response.aread(), is_initialize, answers)
+                        return
+                    parser = SseParser(limit)
+                    try:
+                        if await read_events(response, parser, is_initialize, answers):
+                            return
+                        how = "was closed"
+                    except httpx.HTTPError as exc:
+                        if not parser.last_event_id:
+                            raise  # a connection lost with nothing to resume: as for any failed POST
+                        how = f"broke ({_describe(exc)})"
             except httpx.HTTPError as exc:
                 await answer_failed(message, _describe(exc))
                 link.end(f"cannot reach {url}: {_describe(exc)}")
+                return
+            if answers is not None:  # (always: a stream that answers no request counts as answered)
+                await resume(answers, parser, is_initialize, how, started)
+
+        async def read_events(response: httpx.Response, parser: SseParser, is_initialize: bool,
+                              answers: dict[str, Any] | None) -> bool:
+            """Deliver the messages of one event stream (not a priming event's empty data);
+            whether the answer to ``answers`` was among them (True when it answers nothing)."""
+            answered = answers is None
+            async for chunk in response.aiter_bytes():
+                for event in parser.feed(chunk):
+                    if event.event == "message" and event.data:
+                        if not answered:
+                            answered = _is_answer(event.data)
+                        await note_and_deliver(event.data, is_initialize, answers)
+            return answered
+
+        async def resume(request: dict[str, Any], parser: SseParser, is_initialize: bool, how: str,
+                         started: float) -> None:
+            """The event stream of ``request``'s POST ended before its answer: ask for the
+            rest of that stream with GET and Last-Event-ID, after the server's retry delay,
+            as many times as it ends early. What comes on it answers ``request`` as the POST
+            would have. Stops when the answer came, when the request is cancelled
+            (``notifications/cancelled``, which the router sends when it gives up on it), or
+            at the latest its timeout could be extended to; fails the request at once when
+            the stream cannot be resumed."""
+            id, method = request["id"], request.get("method")
+            with trio.CancelScope(deadline=started + config.max_request_timeout) as scope:
+                key = id if type(id) in (int, str) else None
+                if key is not None:
+                    resuming[key] = scope
+                try:
+                    await resume_until_answered(request, parser, is_initialize, how)
+                finally:
+                    if key is not None and resuming.get(key) is scope:
+                        del resuming[key]
+            if scope.cancelled_caught:  # stop_resuming sets the deadline to -inf; else it expired
+                log.info("server %s: stopped resuming the answer to %s (id %s): %s", config.name, method, id,
+                         "the request was cancelled" if scope.deadline == -math.inf else "its time is up")
+
+        async def resume_until_answered(request: dict[str, Any], parser: SseParser, is_initialize: bool,
+                                        how: str) -> None:
+            id, method = request["id"], request.get("method")
+            empty = 0
+            while True:
+                if not parser.last_event_id:
+                    if parser.dropped:  # what was dropped was most likely the answer: say so
+                        await link.deliver(link._refused_answer(request, f"more than {limit} bytes",
+                                                                {"reason": "too_large"}))
+                    else:
+                        await unresumable(request, UNRESUMABLE)
+                    return
+                if empty >= MAX_EMPTY_RESUMES:
+                    await unresumable(request, f"the server ended the resumed response stream {empty} times in a row"
+                                      " without sending anything")
+                    return
+                delay = _retry_delay(parser.retry)
+                log.info("server %s: the response stream of %s (id %s) %s before its answer; resuming it in %.2fs",
+                         config.name, method, id, how, delay)
+                await trio.sleep(delay)
+                parser.restart()
+                last, opened = parser.last_event_id, trio.current_time()
+                try:
+                    async with client.stream("GET", url, headers={
+                        **headers("text/event-stream"), "last-event-id": last,
+                    }) as response:
+                        status = response.status_code
+                        kind = response.headers.get("content-type", "").split(";")[0].strip().lower()
+                        if status == 404 and state["session"] is not None:
+                            link.end("the server ended the session (404); starting a new one")
+                            return
+                        if status == 409:  # the server still holds the broken connection: try again
+                            how = "is still held by the server (HTTP 409)"
+                            empty += 1
+                            continue
+                        if status != 200 or kind != "text/event-stream":
+                            log.warning("server %s: HTTP %d (%s) for the GET resuming a response stream", config.name,
+                                        status, kind or "no content type")
+                            await unresumable(request, f"the server refused to resume the response stream"
+                                              f" (HTTP {status})")
+                            return
+                        try:
+                            if await read_events(response, parser, is_initialize, request):
+                                return
+                            how = "was closed again"
+                        except httpx.HTTPError as exc:
+                            how = f"broke again ({_describe(exc)})"
+                except httpx.HTTPError as exc:
+                    await answer_failed(request, _describe(exc))
+                    link.end(f"cannot reach {url}: {_describe(exc)}")
+                    return
+                brought_nothing = parser.last_event_id == last and trio.current_time() - opened < 1.0
+                empty = empty + 1 if brought_nothing else 0
+
+        async def unresumable(request: dict[str, Any], problem: str) -> None:
+            log.warning("server %s: cannot resume the answer to %s (id %s): %s", config.name, request.get("method"),
+                        request["id"], problem)
+            await link.deliver(dumps({"jsonrpc": "2.0", "id": request["id"], "error": {
+                "code": -32603, "message": f"Server {config.name!r} did not answer: {problem}",
+                "data": {"source": "aggregator", "reason": "unavailable", "server": config.name}}}))
+
+        def stop_resuming(message: dict[str, Any]) -> None:
+            """A ``notifications/cancelled`` for a request whose stream is being resumed: stop."""
+            if message.get("method") != "notifications/cancelled" or type(message.get("params")) is not dict:
+                return
+            id = message["params"].get("requestId")
+            scope = resuming.get(id) if type(id) in (int, str) else None
+            if scope is not None:
+                scope.deadline = -math.inf
 
         async def note_and_deliver(data: bytes | str, is_initialize: bool, answers: dict[str, Any] | None) -> None:
             if is_initialize and state["version"] is None:
@@ -229,13 +379,15 @@ async def run_streamable_http_server(
             await link.deliver(data, answers)
 
         async def listen() -> None:
-            """The GET stream: what the server sends outside any request."""
+            """The GET stream: what the server sends outside any request. Reconnected with
+            its Last-Event-ID, after a short backoff or the server's longer retry delay."""
             parser = SseParser(limit)
             delay = 0.5
             while True:
                 request_headers = headers("text/event-stream")
-                if parser.last_event_id is not None:
+                if parser.last_event_id:
                     request_headers["last-event-id"] = parser.last_event_id
+                wait = delay
                 try:
                     async with client.stream("GET", url, headers=request_headers) as response:
                         if response.status_code in (405, 404) or response.status_code >= 500:
@@ -247,11 +399,14 @@ async def run_streamable_http_server(
                         delay = 0.5
                         async for chunk in response.aiter_bytes():
                             for event in parser.feed(chunk):
-                                if event.event == "message":
+                                if event.event == "message" and event.data:
                                     await link.deliver(event.data)
+                        if parser.retry is not None:  # closed: wait as asked, not less than usual
+                            wait = max(delay, _retry_delay(parser.retry))
                 except httpx.HTTPError as exc:
                     log.info("server %s: GET stream dropped (%s); reconnecting", config.name, _describe(exc))
-                await trio.sleep(delay)
+                parser.restart()
+                await trio.sleep(wait)
                 delay = min(delay * 2, 30.0)
 
         try:

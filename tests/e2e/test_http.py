@@ -374,6 +374,7 @@ args = ["{everything_js}", "stdio"]
                 received += chunk
             seen_ids = [line[4:].decode() for line in received.split(b"\n") if line.startswith(b"id: ")]
         assert seen_ids[0].endswith("-0")  # the priming event comes first
+        assert b"\nretry: 1000\n" in received  # half the default grace period: come back in time
         last = seen_ids[-1]
         # Reconnect at once (within the grace period) and pick up where the stream broke.
         connection = http.client.HTTPConnection("127.0.0.1", port, timeout=20)

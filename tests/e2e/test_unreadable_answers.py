@@ -139,6 +139,8 @@ class Hostile:
         "null_id": ("application/json", b'{"jsonrpc":"2.0","id":null,"error":{"code":-32700,"message":"Parse error"}}'),
         # More than the max_message_bytes of the test that calls it (64 KiB).
         "huge": ("application/json", b'{"jsonrpc":"2.0","id":%,"result":{"x":"' + b"y" * 200_000 + b'"}}'),
+        "huge_sse": ("text/event-stream", b'data: {"jsonrpc":"2.0","id":%,"result":{"x":"' + b"y" * 200_000
+                     + b'"}}\n\n'),
     }
 
     def __init__(self) -> None:
@@ -231,6 +233,7 @@ def test_an_http_server_error_without_an_id_answers_the_request_its_post_carried
     assert answer["id"] == 2 and answer["error"] == {"code": -32700, "message": "Parse error"}
 
 
-def test_an_http_server_answer_over_the_size_limit_fails_its_call_at_once(tmp_path):
-    answer, took, _ = call_hostile(tmp_path, "huge", max_message_bytes=65536)
+@pytest.mark.parametrize("tool", ["huge", "huge_sse"])
+def test_an_http_server_answer_over_the_size_limit_fails_its_call_at_once(tmp_path, tool):
+    answer, took, _ = call_hostile(tmp_path, tool, max_message_bytes=65536)
     check_failed_at_once(answer, took, 2, "too_large", "e")
