@@ -260,3 +260,64 @@ class SessionCatalog(CatalogLookups):
         if offset + size < total:
             result["nextCursor"] = codec.encode(kind, self.generation, offset + size)
         return dumps(result)
+
+
+class SessionViews:
+    """The views of the sessions that have one, by session key: made when a session's own
+    connection first lists, gone when its last own connection ends or the session leaves."""
+
+    def __init__(self) -> None:
+        self._views: dict[int, SessionCatalog] = {}
+
+    def __bool__(self) -> bool:
+        return bool(self._views)
+
+    def __contains__(self, session: int) -> bool:
+        return session in self._views
+
+    def get(self, session: int) -> SessionCatalog | None:
+        return self._views.get(session)
+
+    def pop(self, session: int) -> None:
+        self._views.pop(session, None)
+
+    def listed(self, session: int, profile: Catalog, server: str,
+               listing: dict[str, Items]) -> tuple[SessionCatalog, list[str], bool]:
+        """A session's own connection to ``server`` listed: (its view, the kinds that
+        changed for it, whether the view is new)."""
+        view = self._views.get(session)
+        made = view is None
+        if view is None:
+            view = self._views[session] = SessionCatalog(profile)
+        return view, view.set_listing(server, listing), made
+
+    def own_items(self, session: int, server: str, kind: str, items: Items) -> list[str]:
+        """A fresh listing of one kind from a session's own connection: the kinds that
+        changed for it (none before that connection has listed in full)."""
+        view = self._views.get(session)
+        if view is None or not view.owns(server):
+            return []
+        return view.set_items(server, kind, items)
+
+    def shared_changed(self, profile: Catalog, server: str, kind: str, changed: bool) -> list[tuple[int, list[str]]]:
+        """``profile`` took a listing of ``server``: (session, kinds) for each view over it
+        that changed."""
+        out = []
+        for session, view in self._views.items():
+            if view.shared is profile:
+                kinds = view.shared_changed(server, kind, changed)
+                if kinds:
+                    out.append((session, kinds))
+        return out
+
+    def lost(self, session: int, server: str) -> tuple[list[str], bool]:
+        """A session's own connection to ``server`` ended: (the kinds that changed for it,
+        whether it has no view any more)."""
+        view = self._views.get(session)
+        if view is None:
+            return [], False
+        changed = view.drop(server)
+        if view.own:
+            return changed, False
+        del self._views[session]
+        return changed, True
