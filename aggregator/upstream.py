@@ -60,10 +60,13 @@ class UpstreamSession:
         self.hub = hub
         self.config = config
         # A per-session connection has its own name (server@session), declares its one
-        # client's capabilities, lists nothing (clients see the shared listing) and is not
-        # restarted: the next request of its client starts it again.
+        # client's capabilities and is not restarted: the next request of its client starts
+        # it again. It lists after its handshake, all kinds before it tells the router, so
+        # its session switches from the shared listing to its own in one step.
         self.name = name or config.name
         self.per_session = name is not None
+        self._capabilities: dict[str, Any] = {}
+        self._listed = False
         self.client_capabilities = client_capabilities
         self.log = logging.getLogger(f"aggregator.server.{config.name}")
         self.cancel_scope = trio.CancelScope()
@@ -300,7 +303,7 @@ class UpstreamSession:
         version = result["protocolVersion"]
         self.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
         self.hub.dispatch_now(self.hub.router.server_ready(self.name, result))
-        capabilities = result["capabilities"]
+        capabilities = self._capabilities = result["capabilities"]
         info = result.get("serverInfo") or {}
         self.log.info(
             "server %s: initialized (%s %s, protocol %s)", self.name, info.get("name"), info.get("version"), version
@@ -314,10 +317,15 @@ class UpstreamSession:
                     self.hub.dispatch_now(self.hub.router.server_items(self.name, kind, items))
 
     async def _refresher(self) -> None:
+        if self.per_session:
+            await self._list_own()
         while True:
             await self._refresh_wanted.wait()
             self._refresh_wanted = trio.Event()
             kinds, self._refresh_kinds = self._refresh_kinds, set()
+            if self.per_session and not self._listed:
+                await self._list_own()
+                continue
             for kind in KINDS:
                 if kind not in kinds:
                     continue
@@ -328,6 +336,24 @@ class UpstreamSession:
                     self.log.warning("server %s: re-listing %s failed: %s", self.name, kind, exc)
                     continue
                 self.hub.dispatch_now(self.hub.router.server_items(self.name, kind, items))
+
+    async def _list_own(self) -> None:
+        """A per-session connection's listing of every kind it has, given to the router at
+        once; if one fails, its session keeps the shared listing until the server next
+        says a list changed."""
+        listing: dict[str, list[dict[str, Any]]] = {}
+        for kind in KINDS:
+            if CAPABILITY_OF[kind] not in self._capabilities:
+                continue
+            try:
+                with trio.fail_after(self.config.request_timeout):
+                    listing[kind] = await self.list_all(kind)
+            except (UpstreamError, trio.TooSlowError) as exc:
+                self.log.warning("server %s: listing %s failed: %s; its session sees the shared listing",
+                                 self.name, kind, exc)
+                return
+        self._listed = True
+        self.hub.dispatch_now(self.hub.router.server_listing(self.name, listing))
 
     # --- the proxy's own requests -------------------------------------------------------
 

@@ -74,7 +74,69 @@ class ServerNaming(NamedTuple):
     uri_prefix: str
 
 
-class Catalog:
+class CatalogLookups:
+    """Name and URI lookups over a catalog's tables; shared by ``Catalog`` and the
+    per-session view (``aggregator.core.session_catalog``), which provide the tables:
+    ``tools``, ``prompts``, ``resources`` (anything with ``get``), ``_templates``,
+    ``_items`` (the store), ``naming``, ``uri_prefixes`` and ``uri_visible``."""
+
+    tools: Any
+    prompts: Any
+    resources: Any
+    _templates: Any
+    _items: Any
+    naming: dict[str, ServerNaming]
+    uri_prefixes: dict[str, str]
+
+    def uri_visible(self, server: str, uri: str) -> bool:
+        raise NotImplementedError
+
+    def route_uri(self, uri: str) -> Route | None:
+        """The server that owns an exposed resource URI, and the URI to send it: its own
+        spelling of a URI it listed, else the normal form. None if no server owns it or this
+        profile may not read it; ``InvalidUri`` if it is refused whoever owns it."""
+        normal = normalize_uri(uri)
+        route = self.resources.get(normal)
+        if route is not None:
+            return route
+        route = self._owner(normal)
+        if route is None or not self.uri_visible(*route):
+            return None
+        return route
+
+    def _owner(self, uri: str) -> Route | None:
+        split = split_uri(uri, self.uri_prefixes)
+        if split is not None:
+            return Route(*split)
+        # Servers that keep their URIs: by template, then the only such server.
+        unprefixed = [
+            n.name for n in self.naming.values()
+            if not n.uri_prefix and (RESOURCES in self._items.get(n.name, {})
+                                     or TEMPLATES in self._items.get(n.name, {}))
+        ]
+        for server, _original, template in self._templates:
+            if server in unprefixed and template_matches(template, uri):
+                return Route(server, uri)
+        if len(unprefixed) == 1:
+            return Route(unprefixed[0], uri)
+        return None
+
+    def route_template(self, exposed: str) -> Route | None:
+        """The server and its own template for an exposed template (``completion/complete``
+        names one), or failing that ``route_uri`` of it: a ref may name a plain URI."""
+        plus = exposed.find("+")
+        prefix = exposed[:plus].lower() if plus > 0 else ""
+        if prefix in self.uri_prefixes:  # the prefix is compared without case, like a scheme's
+            key = f"{prefix}+{normalize_template(exposed[plus + 1:])}"
+        else:
+            key = normalize_template(exposed)
+        for server, original, template in self._templates:
+            if template == key:
+                return Route(server, original)
+        return self.route_uri(exposed)
+
+
+class Catalog(CatalogLookups):
     """What one profile sees. Several catalogs may share one ``store`` of upstream items."""
 
     def __init__(
@@ -107,6 +169,11 @@ class Catalog:
         self.resources: dict[str, Route] = {}  # by exposed URI in normal form
         self._templates: list[tuple[str, str, str]] = []  # (server, original, exposed in normal form)
         self.collisions: dict[str, list[str]] = {kind: [] for kind in KINDS}
+        # For per-session views over this catalog: the servers whose items collided with
+        # another server's, and where each server's items are in ``exposed`` (start, end),
+        # per kind (no bounds while plugins may reorder what is exposed).
+        self.contested: dict[str, set[str]] = {kind: set() for kind in KINDS}
+        self.bounds: dict[str, dict[str, tuple[int, int]]] = {kind: {} for kind in KINDS}
         self._cursors = CursorCodec()
         self._page_cache: dict[tuple[str, int], bytes] = {}
 
@@ -176,12 +243,15 @@ class Catalog:
         routes: dict[str, Route] = {}
         assigned: dict[int, str] = {}
         collisions: list[str] = []
+        contested: set[str] = set()
         for index in order:
             name, original, _item, exposed, _exact, lookup = candidates[index]
             if lookup in routes:
                 first = routes[lookup]
                 if first.server == name and first.original == original:
                     continue  # the same item listed twice by one server
+                if first.server != name:
+                    contested.update((first.server, name))
                 if named:
                     renamed = disambiguate(exposed, name, original, self.max_name_length)
                     collisions.append(
@@ -203,10 +273,12 @@ class Catalog:
         exposed_items: list[dict[str, Any]] = []
         templates: list[tuple[str, str, str]] = []
         lookup_of: dict[str, str] = {}  # exposed name, URI or template -> its lookup key
+        counts: dict[str, int] = {}
         for index, (name, original, item, _, _, lookup) in enumerate(candidates):
             exposed = assigned.get(index)
             if exposed is None:
                 continue
+            counts[name] = counts.get(name, 0) + 1
             exposed_items.append(item if exposed == original else {**item, key: exposed})
             lookup_of[exposed] = lookup if not named else exposed
             if kind == TEMPLATES:
@@ -224,6 +296,15 @@ class Catalog:
                     hidden_keys.append((route.server, _compared(kind, route.original)))
             templates = [t for t in templates if t[2] in names]
             exposed_items = kept
+            self.bounds[kind] = {}
+        else:
+            bounds: dict[str, tuple[int, int]] = {}
+            start = 0
+            for name in self.naming:
+                end = start + counts.get(name, 0)
+                bounds[name] = (start, end)
+                start = end
+            self.bounds[kind] = bounds
         self.hidden[kind] = hidden
         if kind == TOOLS:
             self.tools = routes
@@ -239,6 +320,7 @@ class Catalog:
             if message not in self.collisions[kind]:
                 log.warning("name collision: %s", message)
         self.collisions[kind] = collisions
+        self.contested[kind] = contested
         changed = exposed_items != self.exposed[kind]
         self.exposed[kind] = exposed_items
         if changed:
@@ -263,19 +345,6 @@ class Catalog:
         self._page_cache[(kind, offset)] = page
         return page
 
-    def route_uri(self, uri: str) -> Route | None:
-        """The server that owns an exposed resource URI, and the URI to send it: its own
-        spelling of a URI it listed, else the normal form. None if no server owns it or this
-        profile may not read it; ``InvalidUri`` if it is refused whoever owns it."""
-        normal = normalize_uri(uri)
-        route = self.resources.get(normal)
-        if route is not None:
-            return route
-        route = self._owner(normal)
-        if route is None or not self.uri_visible(*route):
-            return None
-        return route
-
     def uri_visible(self, server: str, uri: str) -> bool:
         """Whether this profile may read (or subscribe to) a server's URI (in normal form)."""
         if self.policy is None:
@@ -286,34 +355,3 @@ class Catalog:
             if owner == server and template_matches(template, uri):
                 return False
         return self.policy.uri_reason(server, uri) is None
-
-    def _owner(self, uri: str) -> Route | None:
-        split = split_uri(uri, self.uri_prefixes)
-        if split is not None:
-            return Route(*split)
-        # Servers that keep their URIs: by template, then the only such server.
-        unprefixed = [
-            n.name for n in self.naming.values()
-            if not n.uri_prefix and (RESOURCES in self._items.get(n.name, {})
-                                     or TEMPLATES in self._items.get(n.name, {}))
-        ]
-        for server, _original, template in self._templates:
-            if server in unprefixed and template_matches(template, uri):
-                return Route(server, uri)
-        if len(unprefixed) == 1:
-            return Route(unprefixed[0], uri)
-        return None
-
-    def route_template(self, exposed: str) -> Route | None:
-        """The server and its own template for an exposed template (``completion/complete``
-        names one), or failing that ``route_uri`` of it: a ref may name a plain URI."""
-        plus = exposed.find("+")
-        prefix = exposed[:plus].lower() if plus > 0 else ""
-        if prefix in self.uri_prefixes:  # the prefix is compared without case, like a scheme's
-            key = f"{prefix}+{normalize_template(exposed[plus + 1:])}"
-        else:
-            key = normalize_template(exposed)
-        for server, original, template in self._templates:
-            if template == key:
-                return Route(server, original)
-        return self.route_uri(exposed)

@@ -23,12 +23,12 @@ class CursorCodec:
     def __init__(self, key: bytes | None = None) -> None:
         self._key = key if key is not None else os.urandom(32)
 
-    def encode(self, kind: str, generation: int, offset: int) -> str:
+    def encode(self, kind: str, generation: int | str, offset: int) -> str:
         body = f"{kind}:{generation}:{offset}".encode()
         tag = hmac.new(self._key, body, hashlib.sha256).digest()[:_TAG]
         return base64.urlsafe_b64encode(tag + body).decode().rstrip("=")
 
-    def decode(self, cursor: object, kind: str, generation: int) -> int:
+    def decode(self, cursor: object, kind: str, generation: int | str) -> int:
         """The offset a cursor names; RemoteProtocolError(-32602) if it is not valid now."""
         if type(cursor) is not str or len(cursor) > 200:
             raise _invalid("a cursor must be a string this proxy returned")
@@ -43,7 +43,7 @@ class CursorCodec:
         cursor_kind, cursor_generation, offset = body.decode().split(":")
         if cursor_kind != kind:
             raise _invalid(f"this cursor belongs to another list ({cursor_kind})")
-        if int(cursor_generation) != generation:
+        if cursor_generation != str(generation):
             raise _invalid("the list changed since this cursor was made; list again from the start")
         return int(offset)
 

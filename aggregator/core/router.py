@@ -61,6 +61,7 @@ from aggregator.core.outages import (
     unavailable,
     uri_owner,
 )
+from aggregator.core.session_catalog import SessionViews
 from aggregator.core.subscriptions import Subscriptions
 from aggregator.core.tasks import expose_task_ids, restore_related_task, split_task_id
 from aggregator.core.uris import InvalidUri, expose_uri, normalize_uri, rewrite_content_uris
@@ -255,6 +256,9 @@ class ClientState:
     in_flight: dict[Any, Pending] = attrs.field(factory=dict)
     log_level: str | None = None
     profile: str = "default"
+    # What this client sees: its profile's catalog, or its own view once a per-session
+    # server of its own has listed (``Router.views``).
+    catalog: Any = None
 
 
 def _refusal_reason(exc: RemoteProtocolError) -> str:
@@ -324,14 +328,15 @@ class Router:
         self.list_changed_debounce = list_changed_debounce
         self.progress: dict[int, Pending] = {}
         self.deadlines = Deadlines()
-        self.subscriptions = Subscriptions()
+        self.subscriptions = Subscriptions()  # keyed by link: (server or server@session, URI)
+        self.views = SessionViews()  # of the sessions whose own per-session connections listed
         self.tasks: dict[str, int] = {}  # exposed task id -> owning session
         self.reverse: dict[tuple[int, int], Reverse] = {}  # (session, proxy id) -> where back
         self.reverse_ids: dict[tuple[str, Any], tuple[int, int]] = {}  # (server, its id) -> ^
         self.elicitations: dict[tuple[str, Any], int] = {}  # (server, elicitationId) -> session
         self._next_token = 1
         self._next_reverse_id = 1
-        self._announce_methods: dict[str, list[str]] = {}  # profile -> notices due
+        self._announce_methods: dict[str | int, list[str]] = {}  # profile, or session -> notices due
         self._announce_at: float | None = None
         self._requests = {
             "initialize": self._initialize,
@@ -358,13 +363,14 @@ class Router:
     def client_connected(self, key: int, profile: str = "default") -> None:
         if profile not in self.catalogs:
             raise ValueError(f"no such profile: {profile!r}")
-        self.clients[key] = ClientState(key, profile=profile)
+        self.clients[key] = ClientState(key, profile=profile, catalog=self.catalogs[profile])
 
     def client_disconnected(self, key: int) -> list[Any]:
         """A client went away: cancel its work upstream, answer what it was asked, tidy up."""
         client = self.clients.pop(key, None)
         if client is None:
             return []
+        self.views.pop(key)
         out: list[Any] = []
         for pending in list(client.in_flight.values()):
             self._end(pending)
@@ -376,9 +382,10 @@ class Router:
                 out.append(ToServer(reverse.server, proxy_error(
                     reverse.upstream_id, f"The client that was asked for {reverse.method} disconnected",
                     reason="unavailable", server=reverse.server)))
-        for server, uri in self.subscriptions.drop_session(key):
-            if server not in self.per_session:
-                out += self._own_request(server, "resources/unsubscribe", {"uri": uri})
+        for name, uri in self.subscriptions.drop_session(key):
+            link = self.links.get(name)
+            if link is not None and link.session is None:  # its own connections just stop
+                out += self._own_request(name, "resources/unsubscribe", {"uri": uri})
         for name in [n for n, link in self.links.items() if link.session == key]:
             out += self.server_lost(name, "its client disconnected")
             del self.links[name]
@@ -474,14 +481,15 @@ class Router:
         params = message.get("params")
         if client is None or type(params) is not dict:
             return None
-        catalog = self.catalogs[client.profile]
+        catalog = client.catalog
         method = message["method"]
         if method in ("tools/call", "prompts/get"):
             name = params.get("name")
             routes = catalog.tools if method == "tools/call" else catalog.prompts
             route = routes.get(name) if type(name) is str else None
             if route is None and self.outages and type(name) is str:
-                route = name_owner(self.outages, catalog, client.profile, TOOLS if routes is catalog.tools
+                route = name_owner(self.outages, self.catalogs[client.profile], client.profile,
+                                   TOOLS if routes is catalog.tools
                                    else PROMPTS, name)
             return (route[0], route[1], name) if route is not None else None
         if method in ("resources/read", "resources/subscribe"):
@@ -580,21 +588,22 @@ class Router:
     def _list(self, client: ClientState, message: dict[str, Any]) -> list[Any]:
         kind = LIST_METHODS[message["method"]]
         params = message.get("params") or {}
-        page = self.catalogs[client.profile].page(kind, params.get("cursor"))
+        page = client.catalog.page(kind, params.get("cursor"))
         return [ToClient(client.key, _splice_result(message["id"], page), message["id"])]
 
     def _call_by_name(self, client: ClientState, message: dict[str, Any]) -> list[Any]:
         params = message.get("params")
         name = params.get("name") if params else None
         tools = message["method"] == "tools/call"
-        catalog = self.catalogs[client.profile]
+        catalog = client.catalog
         routes = catalog.tools if tools else catalog.prompts
         route = routes.get(name) if type(name) is str else None
         if route is None:
             what = "tool" if tools else "prompt"
             if type(name) is not str:
                 raise RemoteProtocolError(INVALID_PARAMS, f"Invalid params: {what} name must be a string")
-            owner = name_owner(self.outages, catalog, client.profile, TOOLS if tools else PROMPTS, name) \
+            owner = name_owner(self.outages, self.catalogs[client.profile], client.profile,
+                               TOOLS if tools else PROMPTS, name) \
                 if self.outages else None
             if owner is not None:
                 raise ServerDown(owner[0])
@@ -609,7 +618,7 @@ class Router:
         if type(uri) is not str:
             raise RemoteProtocolError(INVALID_PARAMS, "Invalid params: uri must be a string")
         try:
-            route = self.catalogs[client.profile].route_uri(uri)
+            route = client.catalog.route_uri(uri)
         except InvalidUri as exc:
             raise RemoteProtocolError(INVALID_PARAMS, f"Invalid params: {exc}") from None
         if self.outages:
@@ -625,7 +634,7 @@ class Router:
         is out). A URI one of them listed is its, unless the catalog routes it to a server
         that lists it now; a URI routed by its prefix to one of them is its, unless this
         profile was not allowed to see it there."""
-        catalog = self.catalogs[client.profile]
+        catalog = client.catalog
         normal = normalize_uri(uri)
         if normal in catalog.resources:
             return route, False
@@ -664,7 +673,9 @@ class Router:
     def _subscribe(self, client: ClientState, message: dict[str, Any]) -> list[Any]:
         params = message.get("params")
         server, original = self._resource_route(client, params)
-        key = (server, original)
+        # One subscription per connection: a per-session server's is its session's own.
+        name = self._link_name(server, client.key)
+        key = (name, original)
         if self.subscriptions.has(key, client.key):
             return [_result(client.key, message["id"], {})]
         if server not in self.per_session and not self.links[server].ready:
@@ -675,15 +686,16 @@ class Router:
         pending = client.in_flight.get(message["id"])
         if pending is not None:
             pending.extra = key
-        else:  # refused (overloaded): undo
+        elif not _held(self.links.get(name), message):  # refused (overloaded): undo
             self.subscriptions.remove(key, client.key)
         return out
 
     def _unsubscribe(self, client: ClientState, message: dict[str, Any]) -> list[Any]:
         params = message.get("params")
         server, original = self._resource_route(client, params, while_out=True)
-        link = self.links.get(self._link_name(server, client.key))
-        if not self.subscriptions.remove((server, original), client.key) or link is None or not link.ready:
+        name = self._link_name(server, client.key)
+        link = self.links.get(name)
+        if not self.subscriptions.remove((name, original), client.key) or link is None or not link.ready:
             return [_result(client.key, message["id"], {})]
         return self._forward(client, message, server, dict(params, uri=original))
 
@@ -695,7 +707,7 @@ class Router:
         if ref.get("type") == "ref/prompt":
             name = ref.get("name")
             catalog = self.catalogs[client.profile]
-            route = catalog.prompts.get(name) if type(name) is str else None
+            route = client.catalog.prompts.get(name) if type(name) is str else None
             if route is None:
                 owner = name_owner(self.outages, catalog, client.profile, PROMPTS, name) \
                     if self.outages and type(name) is str else None
@@ -705,7 +717,7 @@ class Router:
             new_ref = dict(ref, name=route.original)
         elif ref.get("type") == "ref/resource" and type(ref.get("uri")) is str:
             try:
-                route = self.catalogs[client.profile].route_template(ref["uri"])
+                route = client.catalog.route_template(ref["uri"])
                 if self.outages and (route is None or self._is_out(route.server)):
                     self._outage_template(client, ref["uri"], route)
             except InvalidUri as exc:
@@ -1053,16 +1065,12 @@ class Router:
             return out
         if method == "notifications/resources/updated":
             uri = params.get("uri")
-            subscribers = self.subscriptions.subscribers((link.server, uri)) if type(uri) is str else ()
-            if link.session is not None:
-                subscribers = {link.session} & set(subscribers)
+            subscribers = self.subscriptions.subscribers((server, uri)) if type(uri) is str else ()
             if not subscribers:
                 return []
             notice = {"jsonrpc": "2.0", "method": method,
                       "params": dict(params, uri=expose_uri(link.uri_prefix, uri))}
             return [ToClient(session, notice) for session in subscribers if session in self.clients]
-        if method.endswith("/list_changed") and link.session is not None:
-            return []  # what clients see comes from the server's shared listing
         if method == "notifications/tools/list_changed":
             return [Refresh(server, TOOLS)]
         if method == "notifications/prompts/list_changed":
@@ -1185,26 +1193,79 @@ class Router:
         if outage is not None:  # out until listed; its names are known from now on
             outage.ever_ready = True
         out = self._apply_log_level()
-        if link.session is None:
-            for uri in self.subscriptions.of_server(server):
-                out += self._own_request(server, "resources/subscribe", {"uri": uri})
         waiting, link.waiting = link.waiting, []
+        held = {params["uri"] for _, message, params in waiting if message["method"] == "resources/subscribe"}
+        for uri in self.subscriptions.of_server(server):
+            if uri not in held:  # renewed; a held one goes as the client sent it
+                out += self._own_request(server, "resources/subscribe", {"uri": uri})
         for key, message, params in waiting:
             client = self.clients.get(key)
             if client is not None and message["id"] not in client.in_flight:
                 out += self._forward(client, message, link.server, params)
+                if message["method"] == "resources/subscribe":
+                    self._held_subscribe_sent(client, message, (server, params["uri"]))
         return out
+
+    def _held_subscribe_sent(self, client: ClientState, message: dict[str, Any], key: tuple[str, str]) -> None:
+        pending = client.in_flight.get(message["id"])
+        if pending is not None:
+            pending.extra = key  # a failure answered undoes it
+        else:
+            self.subscriptions.remove(key, client.key)  # refused (overloaded)
 
     def server_items(self, server: str, kind: str, items: list[dict[str, Any]]) -> list[Any]:
         """A fresh listing of one kind from a server; announce a change to clients."""
         link = self.links.get(server)
-        if link is None or not link.ready or link.session is not None:
-            return []  # a per-session link's items are its server's shared listing
+        if link is None or not link.ready:
+            return []
+        if link.session is not None:  # a session's own connection: its view, announced to it
+            return self._announce(self.views.own_items(link.session, link.server, kind, items), link.session)
         out: list[Any] = []
         for profile, catalog in self.catalogs.items():
-            if catalog.set_items(server, kind, items):
+            changed = catalog.set_items(server, kind, items)
+            if changed:
                 out += self._announce([kind], profile)
+            if self.views:
+                out += self._views_see(catalog, server, kind, changed)
         return out
+
+    def server_listing(self, server: str, listing: dict[str, list[dict[str, Any]]]) -> list[Any]:
+        """Every kind a server lists, at once. For a session's own connection to a
+        per-session server this is the moment its session switches from the shared listing
+        to its own: announced to that session for what it changed."""
+        link = self.links.get(server)
+        if link is None or not link.ready:
+            return []
+        if link.session is None:
+            return [command for kind, items in listing.items() for command in self.server_items(server, kind, items)]
+        client = self.clients.get(link.session)
+        if client is None:
+            return []
+        client.catalog, changed, made = self.views.listed(client.key, self.catalogs[client.profile], link.server,
+                                                          listing)
+        inherited = self._announce_methods.get(client.profile) if made else None
+        if inherited:  # what its profile has due goes to it now by its own key
+            mine = self._announce_methods.setdefault(client.key, [])
+            mine += [method for method in inherited if method not in mine]
+        return self._announce(changed, client.key)
+
+    def _views_see(self, catalog: Catalog, server: str, kind: str, changed: bool) -> list[Any]:
+        """Announce to each session whose view over ``catalog`` changed with its listing of ``server``."""
+        return [command for session, kinds in self.views.shared_changed(catalog, server, kind, changed)
+                for command in self._announce(kinds, session)]
+
+    def _own_link_lost(self, link: UpstreamLink) -> list[Any]:
+        """A session's own connection is gone: its held subscriptions were never made, and
+        the session sees the server's shared listing again (announced if that differs)."""
+        for key, message, params in link.waiting:
+            if message["method"] == "resources/subscribe":
+                self.subscriptions.remove((link.name, params["uri"]), key)
+        assert link.session is not None
+        changed, gone = self.views.lost(link.session, link.server)
+        client = self.clients.get(link.session)
+        if gone and client is not None:
+            client.catalog = self.catalogs[client.profile]
+        return self._announce(changed, link.session)
 
     def server_overloaded(self, server: str, why: str) -> list[Any]:
         """The upstream reads nothing of its input: fail its requests in flight at once
@@ -1236,7 +1297,7 @@ class Router:
             return []
         link.ready = False
         link.overloaded = None
-        out: list[Any] = []
+        out: list[Any] = self._own_link_lost(link) if link.session is not None else []
         waiting, link.waiting = link.waiting, []
         for key, message, _params in waiting:
             if key in self.clients:
@@ -1255,7 +1316,11 @@ class Router:
             out += self._server_out(server, why)
             kinds = self.catalog.forget(server)
             for profile, catalog in self.catalogs.items():
-                out.extend(self._announce([kind for kind in kinds if catalog.rebuild(kind)], profile))
+                for kind in kinds:
+                    changed = catalog.rebuild(kind)
+                    out += self._announce([kind] if changed else [], profile)
+                    if self.views:
+                        out += self._views_see(catalog, server, kind, changed)
         return out
 
     # --- servers between starts (aggregator.core.outages) ---------------------------------
@@ -1379,9 +1444,12 @@ class Router:
 
     # --- list changes -------------------------------------------------------------------
 
-    def _announce(self, kinds: list[str], profile: str = "default") -> list[Any]:
-        """Queue list_changed notices for one profile's clients; they go out together
-        once the debounce passes."""
+    def _announce(self, kinds: list[str], profile: str | int = "default") -> list[Any]:
+        """Queue list_changed notices for one profile's clients (those without a view of
+        their own), or for one session (by its key); they go out together once the
+        debounce passes."""
+        if not kinds:
+            return []
         due = self._announce_methods.setdefault(profile, [])
         for kind in kinds:
             method = LIST_CHANGED[kind]
@@ -1402,7 +1470,10 @@ class Router:
         for client in self.clients.values():
             if not client.initialize_seen:
                 continue
-            for method in due.get(client.profile, ()):
+            methods = due.get(client.key, [])
+            if client.key not in self.views:
+                methods = [*methods, *(m for m in due.get(client.profile, ()) if m not in methods)]
+            for method in methods:
                 capability = method.split("/")[1]
                 if capability in client.advertised:
                     out.append(ToClient(client.key, {"jsonrpc": "2.0", "method": method}))
@@ -1472,6 +1543,11 @@ def _declares(capabilities: dict[str, Any], capability: str, params: dict[str, A
     if capability == "sampling" and ("tools" in params or "toolChoice" in params):
         return "tools" in declared
     return True
+
+
+def _held(link: UpstreamLink | None, message: dict[str, Any]) -> bool:
+    """Whether a request waits in ``link.waiting`` for its connection to start."""
+    return link is not None and any(held is message for _, held, _ in link.waiting)
 
 
 def _merge_into(target: dict[str, Any], source: dict[str, Any]) -> None:

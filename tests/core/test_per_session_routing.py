@@ -1,0 +1,212 @@
+"""Per-session servers in the router: a session's own connection lists, is announced and
+is subscribed to for that session only. Pure: a fake clock, no I/O."""
+
+import pytest
+
+from aggregator.config import ServerConfig
+from aggregator.core.catalog import Catalog
+from aggregator.core.router import Refresh, Router, StartUpstream, StopUpstream
+from tests.core.test_routing_messages import Clock, connect, msg, unpack
+
+SHARED_P = {
+    "tools": [{"name": "echo"}, {"name": "trigger-sampling"}],
+    "resources": [{"uri": "demo://static/1"}],
+    "prompts": [{"name": "hello"}],
+}
+OWN_P = {
+    "tools": [{"name": "echo"}, {"name": "gzip"}],
+    "resources": [{"uri": "demo://static/1"}, {"uri": "demo://session/a.gz"}],
+    "prompts": [{"name": "hello"}],
+}
+CAPS = {"capabilities": {"tools": {"listChanged": True}, "prompts": {}, "resources": {"subscribe": True}}}
+
+
+@pytest.fixture
+def clock():
+    return Clock()
+
+
+def make_router(clock, debounce=0.0):
+    servers = [ServerConfig(name="a", command="x"), ServerConfig(name="p", command="x", isolation="per-session")]
+    router = Router(Catalog(servers, "__", 50), servers, clock=clock, list_changed_debounce=debounce)
+    router.server_ready("a", CAPS)
+    router.server_items("a", "tools", [{"name": "time"}])
+    router.server_ready("p", CAPS)
+    for kind, items in SHARED_P.items():
+        router.server_items("p", kind, items)
+    router.startup_complete = True
+    connect(router, 1)
+    connect(router, 2)
+    return router
+
+
+@pytest.fixture
+def router(clock):
+    return make_router(clock)
+
+
+def request(router, session, id, method, **params):
+    return unpack(router.client_message(session, msg(id=id, method=method, params=params)))
+
+
+def names(router, session, method="tools/list", kind="tools", key="name"):
+    [(_, _, page)] = request(router, session, 99, method)
+    return [item[key] for item in page["result"][kind]]
+
+
+def own_connection(router, session, listing=OWN_P):
+    """The session's first request to p starts its connection, which then lists."""
+    out = router.client_message(session, msg(id=50, method="tools/call", params={"name": "p__echo"}))
+    assert [type(c) for c in out] == [StartUpstream] and out[0].name == f"p@{session}"
+    sent = unpack(router.server_ready(f"p@{session}", CAPS))
+    assert [(kind, server, m["method"]) for kind, server, m in sent] == [("ToServer", f"p@{session}", "tools/call")]
+    router.server_message(f"p@{session}", msg(id=sent[0][2]["id"], result={"content": []}))
+    return unpack(router.server_listing(f"p@{session}", listing))
+
+
+def notices(out):
+    return sorted((session, message["method"]) for kind, session, message in out
+                  if kind == "ToClient" and "id" not in message)
+
+
+def test_sessions_without_own_servers_use_their_profiles_catalog(router):
+    assert router.clients[1].catalog is router.catalogs["default"] and not router.views
+    # The own connection's first answer is no listing: nothing changes until it lists.
+    router.client_message(1, msg(id=1, method="tools/call", params={"name": "p__echo"}))
+    router.server_ready("p@1", CAPS)
+    assert router.server_items("p@1", "tools", [{"name": "other"}]) == []
+    assert router.clients[1].catalog is router.catalogs["default"]
+
+
+def test_a_session_sees_its_own_listing_once_its_connection_has_listed(router):
+    assert "p__trigger-sampling" in names(router, 1)
+    out = own_connection(router, 1)
+    # Announced to that session only, for the kinds that changed for it.
+    assert notices(out) == [(1, "notifications/resources/list_changed"), (1, "notifications/tools/list_changed")]
+    assert names(router, 1) == ["a__time", "p__echo", "p__gzip"]
+    assert names(router, 2) == ["a__time", "p__echo", "p__trigger-sampling"]
+    assert "p+demo://session/a.gz" in names(router, 1, "resources/list", "resources", "uri")
+    assert "p+demo://session/a.gz" not in names(router, 2, "resources/list", "resources", "uri")
+    # Routing by name and URI follows the same view.
+    [(_, server, sent)] = request(router, 1, 1, "tools/call", name="p__gzip")
+    assert (server, sent["params"]["name"]) == ("p@1", "gzip")
+    [(_, _, refused)] = request(router, 2, 1, "tools/call", name="p__gzip")
+    assert refused["error"]["code"] == -32602 and "Unknown tool: p__gzip" in refused["error"]["message"]
+    [(_, server, sent)] = request(router, 1, 2, "resources/read", uri="p+demo://session/a.gz")
+    assert (server, sent["params"]["uri"]) == ("p@1", "demo://session/a.gz")
+    [(_, server, sent)] = request(router, 1, 3, "completion/complete",
+                                  ref={"type": "ref/prompt", "name": "p__hello"}, argument={"name": "x", "value": ""})
+    assert (server, sent["params"]["ref"]["name"]) == ("p@1", "hello")
+    [(_, _, refused)] = request(router, 1, 4, "tools/call", name="p__trigger-sampling")
+    assert "Unknown tool" in refused["error"]["message"]  # its own server does not offer it
+
+
+def test_list_changed_from_an_own_connection_relists_it_and_tells_its_session_only(clock):
+    router = make_router(clock, debounce=0.05)
+    own_connection(router, 1)
+    clock.now += 1
+    router.expire()
+    assert router.server_message("p@1", msg(method="notifications/tools/list_changed")) == [Refresh("p@1", "tools")]
+    assert router.server_message("p@1", msg(method="notifications/resources/list_changed")) == [
+        Refresh("p@1", "resources"), Refresh("p@1", "resourceTemplates")]
+    more = [*OWN_P["resources"], {"uri": "demo://session/b.gz"}]
+    assert router.server_items("p@1", "resources", more) == []  # debounced
+    assert router.server_items("p@1", "resources", more) == []
+    assert router.server_items("p@1", "tools", OWN_P["tools"]) == []  # unchanged: nothing due
+    clock.now += 0.05
+    assert notices(unpack(router.expire())) == [(1, "notifications/resources/list_changed")]
+    assert "p+demo://session/b.gz" in names(router, 1, "resources/list", "resources", "uri")
+
+
+def test_a_change_of_a_shared_server_reaches_every_session_that_sees_it(router):
+    own_connection(router, 1)
+    assert notices(unpack(router.server_items("a", "tools", [{"name": "time"}, {"name": "zone"}]))) == [
+        (1, "notifications/tools/list_changed"), (2, "notifications/tools/list_changed")]
+    assert "a__zone" in names(router, 1) and "a__zone" in names(router, 2)
+    # The shared listing of p is what session 2 sees; session 1 sees its own.
+    assert notices(unpack(router.server_items("p", "tools", [{"name": "echo"}]))) == [
+        (2, "notifications/tools/list_changed")]
+    assert names(router, 1) == ["a__time", "a__zone", "p__echo", "p__gzip"]
+    assert notices(unpack(router.server_lost("a", "crashed"))) == [
+        (1, "notifications/tools/list_changed"), (2, "notifications/tools/list_changed")]
+    assert names(router, 1) == ["p__echo", "p__gzip"]
+
+
+def test_a_notice_due_to_a_profile_still_reaches_a_session_that_gets_its_own_view(clock):
+    router = make_router(clock, debounce=0.05)
+    clock.now += 1
+    router.expire()
+    router.server_items("a", "tools", [{"name": "zone"}])  # due to every session in 50 ms
+    out = own_connection(router, 1)
+    assert out == []
+    clock.now += 0.05
+    assert notices(unpack(router.expire())) == [
+        (1, "notifications/resources/list_changed"), (1, "notifications/tools/list_changed"),
+        (2, "notifications/tools/list_changed")]
+
+
+def test_subscriptions_are_per_connection_and_updates_go_to_their_session(router):
+    uri = "p+demo://static/1"
+    # Session 1's first request to p is a subscribe: held while its connection starts.
+    [start] = router.client_message(1, msg(id=1, method="resources/subscribe", params={"uri": uri}))
+    assert type(start) is StartUpstream
+    [(_, server, sent)] = unpack(router.server_ready("p@1", CAPS))
+    assert (server, sent["method"], sent["params"]["uri"]) == ("p@1", "resources/subscribe", "demo://static/1")
+    [(_, session, answer)] = unpack(router.server_message("p@1", msg(id=sent["id"], result={})))
+    assert (session, answer) == (1, {"jsonrpc": "2.0", "id": 1, "result": {}})
+    # Session 2 subscribes to the same URI: on its own connection, not counted as done.
+    [start] = router.client_message(2, msg(id=1, method="resources/subscribe", params={"uri": uri}))
+    [(_, server, sent)] = unpack(router.server_ready("p@2", CAPS))
+    assert (server, sent["method"]) == ("p@2", "resources/subscribe")
+    router.server_message("p@2", msg(id=sent["id"], result={}))
+    update = msg(method="notifications/resources/updated", params={"uri": "demo://static/1"})
+    assert unpack(router.server_message("p@1", update)) == [
+        ("ToClient", 1, {"jsonrpc": "2.0", "method": "notifications/resources/updated", "params": {"uri": uri}})]
+    assert [s for _, s, _ in unpack(router.server_message("p@2", update))] == [2]
+    # Unsubscribing goes to the session's own connection; its updates stop.
+    [(_, server, sent)] = request(router, 1, 2, "resources/unsubscribe", uri=uri)
+    assert (server, sent["method"]) == ("p@1", "resources/unsubscribe")
+    assert router.server_message("p@1", update) == []
+    # The shared listing connection never hears of them.
+    assert router.subscriptions.of_server("p") == []
+
+
+def test_a_subscribe_that_never_reached_its_connection_is_not_kept(router):
+    uri = "p+demo://static/1"
+    router.client_message(1, msg(id=1, method="resources/subscribe", params={"uri": uri}))
+    [(_, session, error)] = unpack(router.server_lost("p@1", "cannot start 'x'"))
+    assert (session, error["error"]["data"]["reason"]) == (1, "unavailable")
+    del router.links["p@1"]  # as the hub does for a connection that ended before it was ready
+    # Asked again, it is really made (not answered "already subscribed").
+    [start] = router.client_message(1, msg(id=2, method="resources/subscribe", params={"uri": uri}))
+    assert type(start) is StartUpstream
+    [(_, server, sent)] = unpack(router.server_ready("p@1", CAPS))
+    assert (server, sent["method"]) == ("p@1", "resources/subscribe")
+
+
+def test_a_restarted_own_connection_renews_its_sessions_subscriptions(router):
+    own_connection(router, 1)
+    [(_, _, sent)] = request(router, 1, 1, "resources/subscribe", uri="p+demo://static/1")
+    router.server_message("p@1", msg(id=sent["id"], result={}))
+    out = unpack(router.server_lost("p@1", "crashed"))
+    # It sees the shared listing again, and is told so.
+    assert notices(out) == [(1, "notifications/resources/list_changed"), (1, "notifications/tools/list_changed")]
+    assert 1 not in router.views and router.clients[1].catalog is router.catalogs["default"]
+    assert names(router, 1) == names(router, 2)
+    del router.links["p@1"]
+    router.client_message(1, msg(id=2, method="tools/call", params={"name": "p__echo"}))
+    sent = unpack(router.server_ready("p@1", CAPS))
+    assert [(m["method"], m["params"].get("uri")) for _, _, m in sent] == [
+        ("resources/subscribe", "demo://static/1"), ("tools/call", None)]
+
+
+def test_a_session_that_leaves_takes_its_view_and_connection_with_it(router):
+    own_connection(router, 1)
+    own_connection(router, 2, {"tools": [{"name": "only-two"}]})
+    request(router, 1, 1, "resources/subscribe", uri="p+demo://static/1")
+    out = router.client_disconnected(1)
+    assert StopUpstream("p@1") in out and "p@1" not in router.links
+    assert not any(type(c).__name__ == "ToClient" for c in out)  # nobody else is told anything
+    assert 1 not in router.views and 2 in router.views and router.subscriptions.of_server("p@1") == []
+    assert names(router, 2) == ["a__time", "p__only-two"]
+    assert router.server_listing("p@1", OWN_P) == [] and router.server_items("p@1", "tools", []) == []
