@@ -134,6 +134,17 @@ def log_owner(
     return _only_caller(in_flight) or Owner(None, None, AMBIGUOUS)
 
 
+def unroutable(method: str, server: str, reason: str, per_session: bool) -> str:
+    """What a server is told when its request reaches no client: why, and what to do."""
+    if reason == AMBIGUOUS:
+        return (f"Cannot tell which client server {server!r} asks for {method}: several clients use it and"
+                " its request does not say which one it is for; set isolation = \"per-session\" for this server"
+                " to give each client its own connection")
+    if per_session:
+        return f"No client can answer {method} for server {server!r}: its client has disconnected"
+    return f"No client can answer {method} for server {server!r}: no client is connected (and initialized) now"
+
+
 # --- roots ------------------------------------------------------------------------------
 
 FROM_PROXY = "proxy"  # the server sees proxy.roots (or none)

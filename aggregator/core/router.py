@@ -24,8 +24,9 @@ Invariants
 4. Names, URIs and task ids are looked up before anything is sent; an unknown one is
    -32602 from the proxy and reaches no upstream.
 5. Server-to-client requests get proxy-minted ids per client, and the answer goes back
-   under the upstream's own id. One that cannot be routed is answered with an error at
-   once, never left waiting.
+   under the upstream's own id. One that cannot be routed (``core.affinity``) is answered
+   with an error at once; only a roots/list waits, for its client to initialize, within
+   ``ROOTS_HOLD_SECONDS``.
 6. Errors the proxy makes itself carry ``data.source = "aggregator"``, the server and a
    reason, so nobody mistakes them for an upstream's.
 """
@@ -1033,8 +1034,8 @@ class Router:
             return self._roots_request(link, id, params, related)
         owner = affinity.request_owner(**self._owner_facts(link, params, related, requests=True))
         if owner.session is None:
-            return [ToServer(server, proxy_error(id, _unroutable(method, link, owner.signal),
-                                                 reason=owner.signal, server=server))]
+            why = affinity.unroutable(method, link.server, owner.signal, link.session is not None)
+            return [ToServer(server, proxy_error(id, why, reason=owner.signal, server=server))]
         return self._ask_client(link, owner.session, id, method, params, capability, owner.related)
 
     def _ask_client(self, link: UpstreamLink, session: int, id: Any, method: str, params: dict[str, Any],
@@ -1389,18 +1390,6 @@ class Router:
                     head += f" (its tools and prompts are prefixed {link.prefix}{self.catalog.separator})"
                 parts.append(f"{head}\n{link.instructions.strip()}")
         return "\n\n".join(parts)
-
-
-def _unroutable(method: str, link: UpstreamLink, reason: str) -> str:
-    """Why a server's request reaches no client, and what to do about it."""
-    if reason == affinity.AMBIGUOUS:
-        return (f"Cannot tell which client server {link.server!r} asks for {method}: several clients use it and"
-                " its request does not say which one it is for; set isolation = \"per-session\" for this server"
-                " to give each client its own connection")
-    if link.session is not None:
-        return f"No client can answer {method} for server {link.server!r}: its client has disconnected"
-    return (f"No client can answer {method} for server {link.server!r}: no client is connected"
-            " (and initialized) now")
 
 
 def _declares(capabilities: dict[str, Any], capability: str, params: dict[str, Any]) -> bool:

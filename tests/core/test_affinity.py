@@ -18,6 +18,7 @@ from aggregator.core.affinity import (
     roots_action,
     roots_followers,
     roots_source,
+    unroutable,
 )
 
 # (case, facts, expected Owner)
@@ -114,3 +115,18 @@ FOLLOWERS = [
 @pytest.mark.parametrize(("case", "args", "expected"), FOLLOWERS, ids=[row[0] for row in FOLLOWERS])
 def test_roots_followers(case, args, expected):
     assert roots_followers(*args) == expected
+
+
+MESSAGES = [
+    ("ambiguous", ("sampling/createMessage", "git", AMBIGUOUS, False),
+     ["several clients", "'git'", 'isolation = "per-session"']),
+    ("no client", ("elicitation/create", "git", UNAVAILABLE, False), ["no client is connected"]),
+    ("per-session client gone", ("sampling/createMessage", "nb", UNAVAILABLE, True), ["its client has disconnected"]),
+]
+
+
+@pytest.mark.parametrize(("case", "args", "parts"), MESSAGES, ids=[row[0] for row in MESSAGES])
+def test_unroutable_says_why_and_what_to_do(case, args, parts):
+    text = unroutable(*args)
+    assert args[0] in text and all(part in text for part in parts), text
+    assert "outside any one client" not in text
