@@ -176,7 +176,8 @@ async def _serve_all(config: Config, path: Path, stdio: bool, listen: str | None
 
     own = OwnStdio() if stdio else None
     interactive = stdio and os.isatty(0)
-    hub = Hub(config)
+    # With no network front the stdio client is the only one there can ever be.
+    hub = Hub(config, single_client=stdio and listen is None and ws_listen is None)
     cannot_listen: str | None = None
     try:
         async with trio.open_nursery() as nursery:

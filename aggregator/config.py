@@ -131,7 +131,7 @@ class ProxyConfig:
     restart_backoff_max: float = 30.0
     # Server-to-client requests the proxy routes to clients (and so declares upstream).
     server_requests: tuple[str, ...] = ("sampling", "elicitation", "roots")
-    # Answer for roots/list when no single client can be asked (None: an error instead).
+    # The roots shared servers see (and per-session ones whose client has none); None: no roots.
     roots: tuple[str, ...] | None = None
     # Several list changes within this many seconds reach clients as one notification.
     list_changed_debounce: float = 0.05

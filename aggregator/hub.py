@@ -67,10 +67,11 @@ Connector = Callable[..., Awaitable[str]]
 
 
 class Hub:
-    def __init__(self, config: Config, *, connector: Connector | None = None) -> None:
+    def __init__(self, config: Config, *, connector: Connector | None = None, single_client: bool = False) -> None:
         self.config = config
         # How upstreams are reached; None means by their configured transport. Tests pass
-        # an in-memory connector to run fake servers without processes.
+        # an in-memory connector to run fake servers without processes. ``single_client``:
+        # it serves stdio alone, so shared servers may see that one client's roots.
         self.connector = connector
         servers = config.enabled_servers
         proxy = config.proxy
@@ -92,6 +93,7 @@ class Hub:
             max_in_flight=proxy.max_in_flight_per_session,
             max_json_depth=proxy.max_json_depth,
             profiles={name: catalog_for(name) for name in config.profiles},
+            single_client=single_client,
         )
         self.router.server_request_policy = self._server_request_allowed
         self.upstreams = {server.name: UpstreamSession(self, server) for server in servers}

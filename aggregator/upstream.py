@@ -25,7 +25,7 @@ from aggregator.jsonrpc.framing import LineSplitter, OversizedLine
 from aggregator.mcp.initialize import initialize_result_problem
 from aggregator.mcp.versions import LATEST
 from aggregator.transports.outbox import Outbox
-from aggregator.transports.stdio import Channel, run_stdio_server
+from aggregator.transports.stdio import STREAM_TAG, STREAM_TAG_ROOM, Channel, run_stdio_server, split_tag
 
 if TYPE_CHECKING:
     from aggregator.hub import Hub
@@ -163,7 +163,10 @@ class UpstreamSession:
                 self.outbox = Outbox(channel.send, limit=proxy.server_buffer_bytes, name=f"server {self.name}",
                                      write_timeout=proxy.server_write_timeout, on_congestion=self._congested)
                 nursery.start_soon(self.outbox.run)
-                nursery.start_soon(self._read_stdout, channel.receive, limit)
+                link = self.hub.router.links.get(self.name)
+                if link is not None:
+                    link.streams = channel.tagged
+                nursery.start_soon(self._read_stdout, channel.receive, limit, channel.tagged)
                 if channel.stderr is not None:
                     nursery.start_soon(self._read_stderr, channel.stderr)
                 try:
@@ -237,8 +240,8 @@ class UpstreamSession:
 
     # --- tasks --------------------------------------------------------------------------
 
-    async def _read_stdout(self, stream: trio.abc.ReceiveStream, limit: int) -> None:
-        splitter = LineSplitter(limit)
+    async def _read_stdout(self, stream: trio.abc.ReceiveStream, limit: int, tagged: bool = False) -> None:
+        splitter = LineSplitter(limit + STREAM_TAG_ROOM if tagged else limit)
         hub = self.hub
         router = hub.router
         name = self.name
@@ -259,6 +262,10 @@ class UpstreamSession:
                         "server %s: dropped a %d-byte message (limit %d bytes)", name, line.size, limit
                     )
                     hub.dispatch(router.server_oversized(name, line.head, limit))
+                    continue
+                if tagged and line[:1] == STREAM_TAG:
+                    related, line = split_tag(line)
+                    hub.dispatch(router.server_message(name, line, related))
                     continue
                 hub.dispatch(router.server_message(name, line))
             await hub.flush()

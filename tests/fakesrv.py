@@ -18,8 +18,9 @@ Modes
 - big:N         ``big`` returns a text of N bytes.
 - rug_pull      ``rug`` changes ``echo``'s description and announces tools/list_changed.
 - pulled        start with ``echo``'s description already changed.
-- (always)      ``flood`` {count, size} sends that many log messages (their data about
-                ``size`` bytes), then answers; ``slow`` {seconds} blocks the server (it
+- (always)      ``flood`` {count, size, after} sends that many log messages (their data about
+                ``size`` bytes), then answers (with ``after``: answers first, so the lines
+                belong to no request); ``slow`` {seconds} blocks the server (it
                 reads nothing meanwhile: its stdin pipe fills);
                 ``progress_forever`` never answers, and (in memory) reports progress forever.
 - odd_json      tools that answer with JSON no json.dumps writes: ``literals`` {literals}
@@ -101,16 +102,19 @@ class FakeServer:
         if message.get("method") == "tools/call" and params.get("name") == "rug" and "rug_pull" in self.modes:
             self.pulled = True
             out.append(b'{"jsonrpc":"2.0","method":"notifications/tools/list_changed"}')
+        lines = []
         if message.get("method") == "tools/call" and params.get("name") == "flood":
             arguments = params.get("arguments") or {}
             count = int(arguments.get("count", 1000))
             pad = "x" * max(0, int(arguments.get("size", 0)) - 14)
-            out += [json.dumps({"jsonrpc": "2.0", "method": "notifications/message", "params": {
+            lines = [json.dumps({"jsonrpc": "2.0", "method": "notifications/message", "params": {
                 "level": "info", "logger": "flood", "data": f"message {i:06d}{pad}"}}).encode() for i in range(count)]
+            if not arguments.get("after"):
+                out, lines = out + lines, []
         answer = self._answer(message)
         if answer is not None:
             out.append(json.dumps(answer).encode())
-        return [x for x in out if x]
+        return [x for x in out + lines if x]
 
     def _odd_json(self, message: dict[str, Any]) -> list[bytes] | None:
         """odd_json's tools and the client's answer to `sample`; None: not theirs."""

@@ -24,8 +24,9 @@ Invariants
 4. Names, URIs and task ids are looked up before anything is sent; an unknown one is
    -32602 from the proxy and reaches no upstream.
 5. Server-to-client requests get proxy-minted ids per client, and the answer goes back
-   under the upstream's own id. One that cannot be routed is answered with an error at
-   once, never left waiting.
+   under the upstream's own id. One that cannot be routed (``core.affinity``) is answered
+   with an error at once; only a roots/list waits, for its client to initialize, within
+   ``ROOTS_HOLD_SECONDS``.
 6. Errors the proxy makes itself carry ``data.source = "aggregator"``, the server and a
    reason, so nobody mistakes them for an upstream's.
 7. A name or URI that misses the catalog but belongs to a shared server between starts
@@ -46,6 +47,7 @@ from typing import Any, NamedTuple
 import attrs
 
 from aggregator import __version__
+from aggregator.core import affinity
 from aggregator.core.catalog import CAPABILITY_OF, LIST_METHODS, PROMPTS, RESOURCES, TEMPLATES, TOOLS, Catalog, Route
 from aggregator.core.deadlines import Deadlines
 from aggregator.core.log_levels import LEVELS, most_verbose, passes
@@ -63,7 +65,7 @@ from aggregator.core.outages import (
 )
 from aggregator.core.session_catalog import SessionViews
 from aggregator.core.subscriptions import Subscriptions
-from aggregator.core.tasks import expose_task_ids, restore_related_task, split_task_id
+from aggregator.core.tasks import RELATED_TASK, expose_task_id, expose_task_ids, restore_related_task, split_task_id
 from aggregator.core.uris import InvalidUri, expose_uri, normalize_uri, rewrite_content_uris
 from aggregator.jsonrpc.codec import (
     DEFAULT_MAX_DEPTH,
@@ -100,6 +102,12 @@ SERVER_REQUESTS = {
     "roots/list": "roots",
 }
 NO_SESSION = 0  # the "client" of the proxy's own requests; real sessions start at 1
+# The progress tokens the proxy sends upstream: strings no server would pick by chance, so
+# one in a server's request names the proxy's request in flight and nothing else.
+PROGRESS_TOKEN_PREFIX = "aggregator-progress-"
+# How long a roots/list waits for the client its roots come from to finish initializing;
+# then it is answered from proxy.roots (or with no roots).
+ROOTS_HOLD_SECONDS = 10.0
 
 
 # --- commands ---------------------------------------------------------------------------
@@ -179,7 +187,7 @@ class Pending:
         self.server = server
         self.upstream_id = upstream_id
         self.client_token: Any = None
-        self.token: int | None = None  # the proxy's progress token upstream
+        self.token: str | None = None  # the proxy's progress token upstream
         self.deadline = 0.0
         self.hard_deadline = 0.0
         self.done = False
@@ -237,6 +245,9 @@ class UpstreamLink:
     instructions: str | None = None
     protocol_version: str | None = None
     log_level: str | None = None  # what the proxy last asked this upstream for
+    # It delivers what belongs to a request on that request's own stream (Streamable HTTP),
+    # and the transport says which: a message that came any other way belongs to none.
+    streams: bool = False
     # Why this upstream cannot take more input now (its queue is past its budget or it
     # reads nothing), as the trio layer reports it; None when it can.
     overloaded: str | None = None
@@ -295,6 +306,7 @@ class Router:
         max_in_flight: int = 1024,
         profiles: dict[str, Catalog] | None = None,
         max_json_depth: int = DEFAULT_MAX_DEPTH,
+        single_client: bool = False,
     ) -> None:
         # One catalog per profile (what its clients see), all over one store of items.
         self.catalog = catalog
@@ -324,9 +336,15 @@ class Router:
         self.max_json_depth = max_json_depth  # enforced where messages are decoded
         self.server_requests = server_requests
         self.roots = roots
+        # The proxy can only ever have one client (stdio, no network front): shared servers
+        # see that client's roots. Otherwise they see only ``roots``.
+        self.single_client = single_client
+        # roots/list requests waiting for their client to initialize: (link, id, deadline).
+        self.held_roots: list[tuple[str, Any, float]] = []
+        self.roots_fallback: set[str] = set()  # links answered from ``roots`` in their client's place
         self.server_request_policy: ServerRequestPolicy = lambda server, method, params: True
         self.list_changed_debounce = list_changed_debounce
-        self.progress: dict[int, Pending] = {}
+        self.progress: dict[str, Pending] = {}
         self.deadlines = Deadlines()
         self.subscriptions = Subscriptions()  # keyed by link: (server or server@session, URI)
         self.views = SessionViews()  # of the sessions whose own per-session connections listed
@@ -382,6 +400,10 @@ class Router:
                 out.append(ToServer(reverse.server, proxy_error(
                     reverse.upstream_id, f"The client that was asked for {reverse.method} disconnected",
                     reason="unavailable", server=reverse.server)))
+        for name, id, _deadline in self._held_for(key):
+            out.append(ToServer(name, proxy_error(
+                id, "The client whose roots this server sees disconnected before it could be asked",
+                reason="unavailable", server=name)))
         for name, uri in self.subscriptions.drop_session(key):
             link = self.links.get(name)
             if link is not None and link.session is None:  # its own connections just stop
@@ -522,8 +544,8 @@ class Router:
     def _client_notification(self, client: ClientState, message: dict[str, Any]) -> list[Any]:
         method = message["method"]
         if method == "notifications/initialized":
-            client.initialized = client.initialize_seen
-            return []
+            was, client.initialized = client.initialized, client.initialize_seen
+            return self._release_roots(client) if client.initialized and not was else []
         if method == "notifications/cancelled":
             params = message.get("params")
             request_id = params.get("requestId") if type(params) is dict else None
@@ -538,10 +560,8 @@ class Router:
             forwarded = dict(params, requestId=pending.upstream_id)
             return [ToServer(pending.server, {"jsonrpc": "2.0", "method": method, "params": forwarded})]
         if method == "notifications/roots/list_changed":
-            if "roots" not in self.server_requests:
-                return []
-            return [ToServer(name, {"jsonrpc": "2.0", "method": method})
-                    for name, link in self.links.items() if link.ready]
+            # Only the servers that see this client's roots: a shared server sees the proxy's.
+            return [ToServer(name, {"jsonrpc": "2.0", "method": method}) for name in self._roots_followers(client)]
         return []
 
     def _client_answer(self, client: ClientState, message: dict[str, Any]) -> list[Any]:
@@ -797,7 +817,7 @@ class Router:
             token = meta.get("progressToken")
             if type(token) is int or type(token) is str:
                 pending.client_token = token
-                pending.token = self._next_token
+                pending.token = f"{PROGRESS_TOKEN_PREFIX}{self._next_token}"
                 self._next_token += 1
                 self.progress[pending.token] = pending
                 params["_meta"] = meta = dict(meta, progressToken=pending.token)
@@ -822,6 +842,8 @@ class Router:
                 timeout_resets_on_progress=base.timeout_resets_on_progress, server=server, session=client.key)
             capabilities = {k: v for k, v in client.capabilities.items()
                             if k in ("sampling", "elicitation", "roots") and k in self.server_requests}
+            if "roots" in self.server_requests:  # its client's roots, else the proxy answers
+                capabilities["roots"] = {"listChanged": True}
             out.append(StartUpstream(server, name, client.key, capabilities))
         if len(link.waiting) >= self.max_in_flight:
             return [ToClient(client.key, proxy_error(
@@ -900,7 +922,11 @@ class Router:
         """When ``expire`` has work next (a request times out, a notice is due)."""
         deadline = self.deadlines.next()
         if self._announce_at is not None and (deadline is None or self._announce_at < deadline):
-            return self._announce_at
+            deadline = self._announce_at
+        if self.held_roots:
+            held = min(h[2] for h in self.held_roots)
+            if deadline is None or held < deadline:
+                deadline = held
         return deadline
 
     def expire(self) -> list[Any]:
@@ -911,6 +937,8 @@ class Router:
             out += self._time_out(pending)
         if self._announce_at is not None and now >= self._announce_at:
             out += self._send_announcements()
+        if self.held_roots:
+            out += self._expire_roots(now)
         return out
 
     def _time_out(self, pending: Pending) -> list[Any]:
@@ -933,14 +961,16 @@ class Router:
 
     # --- upstreams ----------------------------------------------------------------------
 
-    def server_message(self, server: str, raw: bytes) -> list[Any]:
+    def server_message(self, server: str, raw: bytes, related: int | None = None) -> list[Any]:
+        """A message from an upstream; ``related``: the upstream id of the request on whose
+        own stream it arrived (Streamable HTTP), when the transport knows it."""
         try:
-            return self._server_message(server, raw)
+            return self._server_message(server, raw, related)
         except Exception:  # noqa: BLE001 - the last line of defence, logged in full
             log.exception("server %s: internal error handling a message from it", server)
             return []
 
-    def _server_message(self, server: str, raw: bytes) -> list[Any]:
+    def _server_message(self, server: str, raw: bytes, related: int | None = None) -> list[Any]:
         link = self.links.get(server)
         if link is None:
             return []  # a per-session connection whose client just left
@@ -968,8 +998,8 @@ class Router:
                 self.subscriptions.remove(pending.extra, pending.session)
             return [ToClient(pending.session, message)]
         if kind == NOTIFICATION:
-            return self._server_notification(link, message)
-        return self._server_request(link, message)
+            return self._server_notification(link, message, related)
+        return self._server_request(link, message, related)
 
     def _server_refused(self, link: UpstreamLink, exc: RemoteProtocolError) -> list[Any]:
         """A server's message could not be accepted (too deep, unreadable, malformed).
@@ -1031,7 +1061,8 @@ class Router:
             return []
         return [_result(gather.session, gather.client_id, {"tasks": gather.items})]
 
-    def _server_notification(self, link: UpstreamLink, message: dict[str, Any]) -> list[Any]:
+    def _server_notification(self, link: UpstreamLink, message: dict[str, Any], related: int | None = None
+                             ) -> list[Any]:
         method = message["method"]
         server = link.name
         params = message.get("params")
@@ -1039,7 +1070,7 @@ class Router:
             params = {}
         if method == "notifications/progress":
             token = params.get("progressToken")
-            pending = self.progress.get(token) if type(token) is int else None
+            pending = self.progress.get(token) if type(token) is str else None
             if pending is None or pending.server != server or pending.session not in self.clients:
                 return []  # not in flight (any more), or not this server's to report on
             if link.timeout_resets_on_progress and pending.deadline < pending.hard_deadline:
@@ -1049,20 +1080,7 @@ class Router:
             return [ToClient(pending.session, {"jsonrpc": "2.0", "method": method, "params": forwarded},
                              pending.client_id)]
         if method == "notifications/message":
-            forwarded = dict(params)
-            logger = params.get("logger")
-            forwarded["logger"] = f"{server}/{logger}" if type(logger) is str and logger else server
-            level = params.get("level")
-            notice = {"jsonrpc": "2.0", "method": method, "params": forwarded}
-            out: list[Any] = []
-            for client in self.clients.values():
-                if "logging" in client.advertised and passes(level, client.log_level):
-                    # A server's log line carries no request id; while exactly one of this
-                    # client's requests is in flight there, it most likely belongs to that
-                    # one (per-request streams deliver it with the request's answer).
-                    mine = [p for p in link.pending.values() if p.session == client.key]
-                    out.append(ToClient(client.key, notice, mine[0].client_id if len(mine) == 1 else None))
-            return out
+            return self._log_line(link, method, params, related)
         if method == "notifications/resources/updated":
             uri = params.get("uri")
             subscribers = self.subscriptions.subscribers((server, uri)) if type(uri) is str else ()
@@ -1100,8 +1118,10 @@ class Router:
         log.debug("server %s: notification %s not routed", server, method)
         return []
 
-    def _server_request(self, link: UpstreamLink, message: dict[str, Any]) -> list[Any]:
-        """A request from an upstream to its client: route it to the one client it is for."""
+    def _server_request(self, link: UpstreamLink, message: dict[str, Any], related: int | None = None
+                        ) -> list[Any]:
+        """A request from an upstream to its client: route it to the one client it is for
+        (``core.affinity``), or answer it at once with why it cannot be."""
         server = link.name
         method = message["method"]
         id = message["id"]
@@ -1119,17 +1139,22 @@ class Router:
             return [ToServer(server, proxy_error(
                 id, f"{method} from server {server!r} is not allowed by policy",
                 reason="denied", server=server, code=INVALID_REQUEST))]
-        session, related = self._session_for(link)
-        if session is None:
-            if method == "roots/list" and self.roots is not None:
-                return [ToServer(server, {"jsonrpc": "2.0", "id": id, "result": {"roots": self.roots}})]
-            return [ToServer(server, proxy_error(
-                id, f"No single client can answer {method} for server {server!r} now"
-                " (it is asked outside any one client's request)", reason="unavailable", server=server))]
+        if method == "roots/list":
+            return self._roots_request(link, id, params, related)
+        owner = affinity.request_owner(**self._owner_facts(link, params, related, requests=True))
+        if owner.session is None:
+            why = affinity.unroutable(method, link.server, owner.signal, link.session is not None)
+            return [ToServer(server, proxy_error(id, why, reason=owner.signal, server=server))]
+        return self._ask_client(link, owner.session, id, method, params, capability, owner.related)
+
+    def _ask_client(self, link: UpstreamLink, session: int, id: Any, method: str, params: dict[str, Any],
+                    capability: str, related: Any) -> list[Any]:
+        """Forward a server's request to client ``session`` under a proxy-minted id."""
+        server = link.name
         client = self.clients[session]
         if not _declares(client.capabilities, capability, params):
-            if method == "roots/list" and self.roots is not None:
-                return [ToServer(server, {"jsonrpc": "2.0", "id": id, "result": {"roots": self.roots}})]
+            if method == "roots/list":
+                return [self._roots_answer(link, id)]
             mode = " in url mode" if params.get("mode") == "url" else ""
             return [ToServer(server, proxy_error(
                 id, f"Method not found: the client does not support {method}{mode}",
@@ -1145,22 +1170,138 @@ class Router:
         return [ToClient(session, {"jsonrpc": "2.0", "id": proxy_id, "method": method, "params": forwarded},
                          related)]
 
-    def _session_for(self, link: UpstreamLink) -> tuple[int | None, Any]:
-        """The one client a server-to-client request can be for (or None if not one), and
-        the request of that client it is most likely made for (or None)."""
-        serving = [p for p in link.pending.values() if p.session in self.clients]
-        if link.session is not None:  # a per-session link has exactly one client
-            if link.session not in self.clients:
-                return None, None
-            return link.session, serving[0].client_id if len(serving) == 1 else None
-        sessions = {p.session for p in serving}
-        if len(sessions) == 1:
-            related = serving[0].client_id if len(serving) == 1 else None
-            return sessions.pop(), related
-        if sessions:
-            return None, None  # several clients have calls in flight there: ambiguous
-        ready = [c.key for c in self.clients.values() if c.initialize_seen]
-        return (ready[0] if len(ready) == 1 else None), None
+    def _owner_facts(self, link: UpstreamLink, params: dict[str, Any], related: int | None,
+                     requests: bool) -> dict[str, Any]:
+        """What ``core.affinity`` decides from, read off this link and the message."""
+        facts: dict[str, Any] = {"link_session": link.session, "live": link.session in self.clients}
+        if link.session is None and not requests:
+            facts["streams"] = link.streams
+        pending = link.pending.get(related) if related is not None else None
+        if pending is not None and pending.session in self.clients:
+            facts["stream"] = (pending.session, pending.client_id)
+        meta = params.get("_meta")
+        if type(meta) is dict:
+            task = meta.get(RELATED_TASK)
+            owner = self.tasks.get(expose_task_id(link.name, task.get("taskId"))) if type(task) is dict else None
+            if owner in self.clients:
+                facts["task"] = owner
+            token = meta.get("progressToken")
+            pending = self.progress.get(token) if type(token) is str else None
+            if pending is not None and pending.server == link.name and pending.session in self.clients:
+                facts["progress"] = (pending.session, pending.client_id)
+        if link.session is None and not ("stream" in facts or "task" in facts or "progress" in facts):
+            in_flight: dict[int, list[Any]] = {}
+            for pending in link.pending.values():
+                if pending.session in self.clients:
+                    in_flight.setdefault(pending.session, []).append(pending.client_id)
+            facts["in_flight"] = in_flight
+            if requests:
+                facts["clients"] = [c.key for c in self.clients.values() if c.initialized]
+        return facts
+
+    def _log_line(self, link: UpstreamLink, method: str, params: dict[str, Any], related: int | None
+                  ) -> list[Any]:
+        """A server's log line: to the client of the request it belongs to, else to the
+        sessions that asked for logs (``core.affinity``); each at its own level."""
+        server = link.name
+        owner = affinity.log_owner(**self._owner_facts(link, params, related, requests=False))
+        if owner.session is not None:
+            recipients = [self.clients[owner.session]]
+        elif owner.signal == affinity.NO_REQUEST:
+            recipients = [c for c in self.clients.values() if c.log_level is not None]
+        else:
+            log.debug("server %s: a log line went to no client (%s)", server, owner.signal)
+            return []
+        level = params.get("level")
+        recipients = [c for c in recipients if "logging" in c.advertised and passes(level, c.log_level)]
+        if not recipients:
+            return []
+        forwarded = dict(params)
+        logger = params.get("logger")
+        forwarded["logger"] = f"{link.server}/{logger}" if type(logger) is str and logger else link.server
+        if type(params.get("_meta")) is dict:
+            forwarded["_meta"] = meta = dict(params["_meta"])
+            expose_task_ids(server, {"_meta": meta})
+            if type(meta.get("progressToken")) is str and meta["progressToken"] in self.progress:
+                meta["progressToken"] = self.progress[meta["progressToken"]].client_token
+        notice = {"jsonrpc": "2.0", "method": method, "params": forwarded}
+        return [ToClient(c.key, notice, owner.related) for c in recipients]
+
+    # --- roots --------------------------------------------------------------------------
+
+    def _roots_request(self, link: UpstreamLink, id: Any, params: dict[str, Any], related: int | None
+                       ) -> list[Any]:
+        """roots/list: from the client the server's roots come from, or from the proxy;
+        held while that client is still initializing (``core.affinity.roots_source``)."""
+        source = affinity.roots_source(link.session, self.single_client, list(self.clients))
+        client = self.clients.get(source) if type(source) is int else None
+        action = affinity.roots_action(source, client is not None and client.initialized,
+                                       client is not None and "roots" in client.capabilities)
+        if action == affinity.ANSWER:
+            return [self._roots_answer(link, id)]
+        if action == affinity.HOLD:
+            self.held_roots.append((link.name, id, self.clock() + ROOTS_HOLD_SECONDS))
+            return []
+        owner = affinity.request_owner(**self._owner_facts(link, params, related, requests=True))
+        return self._ask_client(link, source, id, "roots/list", params, "roots",
+                                owner.related if owner.session == source else None)
+
+    def _roots_answer(self, link: UpstreamLink, id: Any) -> ToServer:
+        """The proxy's own answer to roots/list: proxy.roots, or no roots."""
+        if affinity.roots_source(link.session, self.single_client, list(self.clients)) != affinity.FROM_PROXY:
+            self.roots_fallback.add(link.name)  # its client's roots may differ: tell it when they come
+        return ToServer(link.name, {"jsonrpc": "2.0", "id": id, "result": {"roots": self.roots or []}})
+
+    def _release_roots(self, client: ClientState) -> list[Any]:
+        """A client finished initializing: the roots/list requests held for it go on."""
+        out: list[Any] = []
+        held, self.held_roots = self.held_roots, []
+        for name, id, deadline in held:
+            link = self.links.get(name)
+            if link is None or not link.ready:
+                continue
+            source = affinity.roots_source(link.session, self.single_client, list(self.clients))
+            if source != client.key:
+                self.held_roots.append((name, id, deadline))
+                continue
+            out += self._roots_request(link, id, {}, None)
+        followers = self._roots_followers(client)
+        if followers:  # it has roots of its own: those answered in its place ask again
+            for name in followers:
+                if name in self.roots_fallback:
+                    self.roots_fallback.discard(name)
+                    out.append(ToServer(name, {"jsonrpc": "2.0", "method": "notifications/roots/list_changed"}))
+        return out
+
+    def _roots_followers(self, client: ClientState) -> list[str]:
+        """The ready links whose roots are this client's (none if it declares no roots)."""
+        if "roots" not in client.capabilities or "roots" not in self.server_requests:
+            return []
+        return affinity.roots_followers(
+            client.key, ((name, link.session) for name, link in self.links.items() if link.ready),
+            self.single_client)
+
+    def _held_for(self, key: int) -> list[tuple[str, Any, float]]:
+        """Take the held roots/list requests whose roots come from client ``key``."""
+        mine = [held for held in self.held_roots if held[0] in self.links and affinity.roots_source(
+            self.links[held[0]].session, self.single_client, [key]) == key]
+        self.held_roots = [held for held in self.held_roots if held not in mine]
+        return mine
+
+    def _expire_roots(self, now: float) -> list[Any]:
+        out: list[Any] = []
+        kept = []
+        for name, id, deadline in self.held_roots:
+            if deadline > now:
+                kept.append((name, id, deadline))
+                continue
+            link = self.links.get(name)
+            if link is not None and link.ready:
+                log.info("server %s: no client to ask for roots within %gs; answered from proxy.roots",
+                         name, ROOTS_HOLD_SECONDS)
+                out.append(self._roots_answer(link, id))
+        self.held_roots = kept
+        return out
 
     def server_oversized(self, server: str, head: bytes, limit: int) -> list[Any]:
         """A message from the server was over the size limit and was dropped unread.
@@ -1312,6 +1453,8 @@ class Router:
                     "requestId": proxy_id, "reason": f"server {server!r} stopped"}}))
         for key in [k for k in self.elicitations if k[0] == server]:
             del self.elicitations[key]
+        self.held_roots = [held for held in self.held_roots if held[0] != server]
+        self.roots_fallback.discard(server)
         if link.session is None:
             out += self._server_out(server, why)
             kinds = self.catalog.forget(server)

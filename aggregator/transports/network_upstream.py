@@ -28,7 +28,7 @@ from aggregator.jsonrpc.codec import dumps, loads, nameless_refusal
 from aggregator.jsonrpc.framing import LineSplitter, OversizedLine
 from aggregator.transports.pipe import PipeEnd, byte_pipe
 from aggregator.transports.sse import SseParser
-from aggregator.transports.stdio import Channel
+from aggregator.transports.stdio import STREAM_TAG, Channel
 
 log = logging.getLogger(__name__)
 MAX_CONCURRENT_POSTS = 64
@@ -131,6 +131,11 @@ class _Link:
                 raw = self._refused_answer(answers, refusal.message, refusal.data)
             elif b"null" in raw:
                 raw = _null_id_error_as_answer(raw, answers, self.name) or raw
+        if answers is not None and type(answers.get("id")) is int:
+            # Its request is named beside it, not in it (``stdio.STREAM_TAG``).
+            raw = b"%s%d%s%s" % (STREAM_TAG, answers["id"], STREAM_TAG, raw)
+        elif raw[:1] == STREAM_TAG:
+            raw = b" " + raw  # never taken for a tag (and no JSON either: refused as such)
         try:
             await self.pipe.send_all(raw + b"\n")
         except trio.BrokenResourceError:
@@ -412,7 +417,7 @@ async def run_streamable_http_server(
         try:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(link.each_outgoing, post, nursery, True)
-                task_status.started(Channel(ours, ours))
+                task_status.started(Channel(ours, ours, tagged=True))
                 await link.ended.wait()
                 nursery.cancel_scope.cancel()
         finally:

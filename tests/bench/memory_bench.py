@@ -49,7 +49,8 @@ LIMIT_MB = 48
 STALLED_LIMIT_MB = 96
 CASE_TIME_LIMIT = 120.0
 INIT = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-    "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "bench", "version": "0"}}}
+    "protocolVersion": "2025-11-25", "capabilities": {"roots": {"listChanged": True}},
+    "clientInfo": {"name": "bench", "version": "0"}}}
 
 
 def memory_of(pid: int) -> dict[str, int]:

@@ -159,8 +159,9 @@ def test_server_requests_can_be_limited_per_server(router, config):
     router.client_message(1, msg(id=1, method="tools/call", params={"name": "g__git_status"}))
     kind, refused = answer(router.server_message("g", msg(id=1, method="sampling/createMessage", params={})))
     assert kind == "ToServer" and refused["error"]["data"]["reason"] == "denied"
-    kind, _ = answer(router.server_message("g", msg(id=2, method="roots/list")))
-    assert kind == "ToClient"
+    # roots/list is allowed: a shared server gets the proxy's roots (none configured here).
+    kind, roots = answer(router.server_message("g", msg(id=2, method="roots/list")))
+    assert kind == "ToServer" and roots["result"] == {"roots": []}
 
 
 def test_explain_reasons(router):

@@ -262,11 +262,12 @@ def test_reverse_request_goes_to_the_session_with_a_call_in_flight(router):
         id=1, method="sampling/createMessage", params=sampling)))
     assert (kind, session) == ("ToClient", 1) and forwarded["params"] == sampling
     # b asks with the same id at the same time; with nobody in flight on b and two sessions
-    # connected, no single client can be named: b gets an error at once.
+    # connected, no signal names a client: b gets an error at once that says why and what to do.
     [(kind, server, refused)] = unpack(router.server_message("b", msg(id=1, method="sampling/createMessage",
                                                                       params=sampling)))
     assert (kind, server, refused["id"]) == ("ToServer", "b", 1)
-    assert refused["error"]["data"]["reason"] == "unavailable"
+    assert refused["error"]["data"]["reason"] == "ambiguous"
+    assert "several clients" in refused["error"]["message"] and "per-session" in refused["error"]["message"]
     # The client answers under the proxy's id; a gets it under its own.
     back = unpack(router.client_message(1, msg(id=forwarded["id"], result={"role": "assistant"})))
     assert back == [("ToServer", "a", {"jsonrpc": "2.0", "id": 1, "result": {"role": "assistant"}})]
@@ -279,10 +280,10 @@ def test_two_servers_same_reverse_id_get_distinct_proxy_ids(clock):
     connect(router, 1)
     call(router, 1, 1, tool="a__slow")
     call(router, 1, 2, tool="b__slow")
-    [(_, _, from_a)] = unpack(router.server_message("a", msg(id=1, method="roots/list")))
-    [(_, _, from_b)] = unpack(router.server_message("b", msg(id=1, method="roots/list")))
+    [(_, _, from_a)] = unpack(router.server_message("a", msg(id=1, method="sampling/createMessage", params={})))
+    [(_, _, from_b)] = unpack(router.server_message("b", msg(id=1, method="sampling/createMessage", params={})))
     assert from_a["id"] != from_b["id"]
-    assert unpack(router.client_message(1, msg(id=from_b["id"], result={"roots": ["b"]})))[0][1] == "b"
+    assert unpack(router.client_message(1, msg(id=from_b["id"], result={"role": "b"})))[0][1] == "b"
     assert unpack(router.client_message(1, msg(id=from_a["id"], error={"code": 1, "message": "x"})))[0][:2] \
         == ("ToServer", "a")
 
@@ -322,24 +323,191 @@ def test_url_elicitation_complete_and_upstream_cancel(router):
     assert done == [("ToClient", 2, {"jsonrpc": "2.0", "method": "notifications/elicitation/complete",
                                      "params": {"elicitationId": "E"}})]
     # The upstream cancels its own request: the client hears of it under the proxy id.
-    [(_, _, forwarded)] = unpack(router.server_message("a", msg(id=4, method="roots/list")))
+    [(_, _, forwarded)] = unpack(router.server_message("a", msg(id=4, method="sampling/createMessage", params={})))
     out = unpack(router.server_message("a", msg(method="notifications/cancelled", params={"requestId": 4})))
     assert out == [("ToClient", 2, {"jsonrpc": "2.0", "method": "notifications/cancelled",
                                     "params": {"requestId": forwarded["id"]}})]
-    assert router.client_message(2, msg(id=forwarded["id"], result={"roots": []})) == []
+    assert router.client_message(2, msg(id=forwarded["id"], result={"role": "assistant"})) == []
 
 
 def test_client_leaving_answers_pending_reverse_requests(router):
     call(router, 1, 1)
-    router.server_message("a", msg(id=5, method="roots/list"))
+    router.server_message("a", msg(id=5, method="sampling/createMessage", params={}))
     out = unpack(router.client_disconnected(1))
     answers = [o for o in out if o[2].get("id") == 5]
     assert answers and answers[0][1] == "a" and answers[0][2]["error"]["data"]["reason"] == "unavailable"
 
 
-def test_roots_list_changed_reaches_upstreams(router):
-    out = unpack(router.client_message(1, msg(method="notifications/roots/list_changed")))
+def test_roots_list_changed_reaches_only_servers_that_see_that_clients_roots(router, clock):
+    # Shared servers of a proxy that may have many clients see proxy.roots, not a client's:
+    # a client's roots changing is nothing to them.
+    assert router.client_message(1, msg(method="notifications/roots/list_changed")) == []
+    # Serving one client only, the shared servers see its roots and are told.
+    single = make_router(clock, single_client=True)
+    connect(single, 1)
+    out = unpack(single.client_message(1, msg(method="notifications/roots/list_changed")))
     assert sorted(o[1] for o in out) == ["a", "b"]
+    # A client without the roots capability has no roots to change.
+    single.client_disconnected(1)
+    connect(single, 2, caps={"sampling": {}})
+    assert single.client_message(2, msg(method="notifications/roots/list_changed")) == []
+
+
+def test_the_stream_a_request_came_on_names_its_client(router):
+    # Both sessions have calls in flight on a: the stdio rule could not choose, but a
+    # message on the POST stream of upstream request N belongs to N's client.
+    _, one = call(router, 1, "one")
+    _, two = call(router, 2, "two")
+    sampling = {"messages": [], "maxTokens": 5}
+    [(kind, session, forwarded)] = unpack([c for c in router.server_message(
+        "a", msg(id=40, method="sampling/createMessage", params=sampling), related=two["id"])])
+    assert (kind, session) == ("ToClient", 2)
+    [command] = router.server_message("a", msg(id=41, method="elicitation/create", params={
+        "message": "?", "requestedSchema": {"type": "object"}}), related=one["id"])
+    assert (command.session, command.related) == (1, "one")  # on the POST stream of client 1's call
+    # Without the stream: ambiguous, answered at once.
+    [(kind, server, refused)] = unpack(router.server_message("a", msg(id=42, method="sampling/createMessage",
+                                                                      params=sampling)))
+    assert (kind, refused["error"]["data"]["reason"]) == ("ToServer", "ambiguous")
+    # A stream id that is not (or no longer) in flight is no signal.
+    router.server_message("a", msg(id=two["id"], result={}))
+    [(_, session, _)] = unpack(router.server_message("a", msg(id=43, method="sampling/createMessage",
+                                                              params=sampling), related=two["id"]))
+    assert session == 1  # the one session still in flight there
+
+
+def test_related_task_and_progress_token_name_the_client(router):
+    [(_, _, sent)] = unpack(router.client_message(2, msg(id=1, method="tools/call", params={
+        "name": "a__slow", "task": {}})))
+    router.server_message("a", msg(id=sent["id"], result={"task": {"taskId": "T1", "status": "working"}}))
+    call(router, 1, 1)
+    _, two = call(router, 2, 2, token="mine")
+    token = two["params"]["_meta"]["progressToken"]
+    assert type(token) is str and token.startswith("aggregator-progress-")  # never a server's own by chance
+    related = {"_meta": {"io.modelcontextprotocol/related-task": {"taskId": "T1"}}}
+    [(_, session, forwarded)] = unpack(router.server_message("a", msg(
+        id=1, method="sampling/createMessage", params=related)))
+    assert session == 2 and forwarded["params"]["_meta"]["io.modelcontextprotocol/related-task"]["taskId"] == "a/T1"
+    [command] = router.server_message("a", msg(id=2, method="sampling/createMessage", params={
+        "_meta": {"progressToken": token}}))
+    assert (command.session, command.related) == (2, 2)
+    # Another server naming a's task or token names nothing: b has no calls, two clients.
+    [(_, _, refused)] = unpack(router.server_message("b", msg(id=3, method="sampling/createMessage", params={
+        "_meta": {"progressToken": token, "io.modelcontextprotocol/related-task": {"taskId": "T1"}}})))
+    assert refused["error"]["data"]["reason"] == "ambiguous"
+
+
+def test_no_client_connected_is_unavailable(clock):
+    router = make_router(clock)
+    [(_, _, refused)] = unpack(router.server_message("a", msg(id=1, method="elicitation/create", params={})))
+    assert refused["error"]["data"]["reason"] == "unavailable"
+    assert "no client is connected" in refused["error"]["message"]
+    assert "outside any one client" not in refused["error"]["message"]
+
+
+def log_line(router, server, data, level="info", related=None):
+    note = msg(method="notifications/message", params={"level": level, "data": data})
+    return sorted((c.session, c.related) for c in router.server_message(server, note, related=related))
+
+
+def test_log_lines_go_to_their_requests_client_only(router):
+    _, one = call(router, 1, "one")
+    _, two = call(router, 2, "two")
+    assert log_line(router, "a", "x", related=one["id"]) == [(1, "one")]
+    assert log_line(router, "a", "y", related=two["id"]) == [(2, "two")]
+    # A shared stdio server with both sessions' calls in flight: the line may be either's,
+    # so it goes to neither.
+    assert log_line(router, "a", "z") == []
+    router.server_message("a", msg(id=two["id"], result={}))
+    assert log_line(router, "a", "z") == [(1, "one")]  # the one session in flight there
+    # Still subject to that client's level.
+    router.client_message(1, msg(id=9, method="logging/setLevel", params={"level": "error"}))
+    assert log_line(router, "a", "z") == []
+    assert log_line(router, "a", "z", level="critical") == [(1, "one")]
+
+
+def test_log_lines_of_no_request_go_to_sessions_that_asked(router):
+    # Nothing in flight: only sessions that sent logging/setLevel, each at its level.
+    assert log_line(router, "a", "idle") == []
+    router.client_message(2, msg(id=9, method="logging/setLevel", params={"level": "warning"}))
+    assert log_line(router, "a", "idle") == []
+    assert log_line(router, "a", "idle", level="error") == [(2, None)]
+    # An HTTP upstream: a line not on a request's stream belongs to no request, even while
+    # one client has calls in flight.
+    router.links["a"].streams = True
+    call(router, 1, 1)
+    assert log_line(router, "a", "get stream", level="error") == [(2, None)]
+
+
+def test_shared_servers_see_proxy_roots_not_a_clients(clock):
+    router = make_router(clock, roots=[{"uri": "file:///srv"}])
+    connect(router, 1)
+    call(router, 1, 1)  # a call in flight: still not this client's roots
+    [(kind, server, answer)] = unpack(router.server_message("a", msg(id=7, method="roots/list")))
+    assert (kind, server, answer["result"]) == ("ToServer", "a", {"roots": [{"uri": "file:///srv"}]})
+    bare = make_router(clock)
+    connect(bare, 1)
+    [(_, _, answer)] = unpack(bare.server_message("a", msg(id=7, method="roots/list"), related=None))
+    assert answer["result"] == {"roots": []}
+    assert bare.next_deadline() is None  # nothing held
+
+
+def test_one_client_proxy_holds_roots_until_its_client_is_initialized(clock):
+    router = make_router(clock, single_client=True)
+    # Asked at startup, before any client: held, not refused.
+    assert router.server_message("a", msg(id=1, method="roots/list")) == []
+    router.client_connected(1)
+    router.client_message(1, msg(id=0, method="initialize", params={
+        "protocolVersion": "2025-11-25", "capabilities": CLIENT_CAPS, "clientInfo": {"name": "c"}}))
+    assert router.server_message("b", msg(id=2, method="roots/list")) == []  # initialize is not enough
+    assert router.next_deadline() == pytest.approx(clock.now + 10.0)
+    out = unpack(router.client_message(1, msg(method="notifications/initialized")))
+    assert sorted((o[0], o[1], o[2]["method"]) for o in out) == [
+        ("ToClient", 1, "roots/list"), ("ToClient", 1, "roots/list")]
+    back = {}
+    for _, _, forwarded in out:
+        [(_, server, answer)] = unpack(router.client_message(1, msg(id=forwarded["id"], result={"roots": [
+            {"uri": "file:///mine"}]})))
+        back[server] = answer["id"]
+    assert back == {"a": 1, "b": 2}
+    assert router.held_roots == []
+
+
+def test_held_roots_fall_back_after_the_bound_and_the_late_client_is_announced(clock):
+    router = make_router(clock, single_client=True, roots=[{"uri": "file:///srv"}])
+    assert router.server_message("a", msg(id=1, method="roots/list")) == []
+    clock.now += 9.9
+    assert router.expire() == []
+    clock.now += 0.2
+    [(kind, server, answer)] = unpack(router.expire())
+    assert (kind, server, answer) == ("ToServer", "a", {"jsonrpc": "2.0", "id": 1, "result": {
+        "roots": [{"uri": "file:///srv"}]}})
+    assert router.next_deadline() is None
+    # The client arrives with roots of its own: a (answered in its place) is told to ask again.
+    connect_out = []
+    router.client_connected(1)
+    router.client_message(1, msg(id=0, method="initialize", params={
+        "protocolVersion": "2025-11-25", "capabilities": CLIENT_CAPS, "clientInfo": {"name": "c"}}))
+    connect_out = unpack(router.client_message(1, msg(method="notifications/initialized")))
+    assert connect_out == [("ToServer", "a", {"jsonrpc": "2.0", "method": "notifications/roots/list_changed"})]
+    [(_, session, _)] = unpack(router.server_message("a", msg(id=2, method="roots/list")))
+    assert session == 1
+
+
+def test_held_roots_for_a_client_without_roots_or_one_that_leaves(clock):
+    router = make_router(clock, single_client=True)
+    router.server_message("a", msg(id=1, method="roots/list"))
+    connect(router, 1, caps={"sampling": {}})  # no roots capability: the proxy answers, nothing to announce
+    assert router.held_roots == []
+    [(kind, _, answer)] = unpack(router.server_message("b", msg(id=2, method="roots/list")))
+    assert (kind, answer["result"]) == ("ToServer", {"roots": []})
+    # A client that leaves before it initializes: what was held for it is answered (error).
+    router = make_router(clock, single_client=True)
+    router.client_connected(1)
+    router.server_message("a", msg(id=3, method="roots/list"))
+    out = unpack(router.client_disconnected(1))
+    assert [(o[1], o[2]["id"], o[2]["error"]["data"]["reason"]) for o in out] == [("a", 3, "unavailable")]
+    assert router.next_deadline() is None
 
 
 # --- list changes -----------------------------------------------------------------------
@@ -446,7 +614,7 @@ def test_per_session_servers_get_a_connection_per_client(clock):
     assert session == 1
     # The other client gets its own connection, with its own capabilities.
     [start2] = router.client_message(2, msg(id=1, method="tools/call", params={"name": "p__t"}))
-    assert start2.name == "p@2" and start2.capabilities == {"roots": {}}
+    assert start2.name == "p@2" and start2.capabilities == {"roots": {"listChanged": True}}
     # The client leaves: its connection is stopped, what it had in flight is cancelled.
     out = router.client_disconnected(1)
     kinds = [type(o).__name__ for o in out]

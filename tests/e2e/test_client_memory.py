@@ -1,8 +1,8 @@
 """The proxy as a process: the budget of all clients together holds across every network
 front. A Streamable HTTP session with a GET stream, a legacy SSE session and a WebSocket
-client all stop reading while a server broadcasts log lines; each alone stays within its
-own budget, together they pass the total: they are dropped, and a session that reads
-gets every line and its answer."""
+client all stop reading while a server broadcasts log lines (lines of no request, to
+every session that asked for logs); each alone stays within its own budget, together they
+pass the total: they are dropped, and a session that reads gets its answer and every line."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import json
 import os
 import socket
 import struct
+import threading
 import time
 
 import pytest
@@ -20,7 +21,10 @@ from tests.e2e.test_http import INIT, free_port, http_proxy, initialize, post, w
 
 pytestmark = pytest.mark.e2e
 TOTAL = 8 << 20
-FLOOD = {"count": 60000, "size": 100}  # about 9 MB to each client: under 16 MiB, over the total for three
+# About 9 MB to each client: under 16 MiB, over the total for three. Sent after the answer,
+# so the lines belong to no request and go to every session that sent logging/setLevel.
+FLOOD = {"count": 60000, "size": 100, "after": True}
+SET_LEVEL = {"jsonrpc": "2.0", "id": 90, "method": "logging/setLevel", "params": {"level": "info"}}
 
 
 def _stalled_socket(port: int) -> socket.socket:
@@ -75,6 +79,7 @@ def test_clients_that_stop_reading_on_every_front_are_dropped_past_the_total_bud
         wait_listening(ws_port)
         # Streamable HTTP: a session whose GET stream is never read.
         get_session = initialize(port)
+        assert post(port, SET_LEVEL, {"mcp-session-id": get_session})[0] == 200
         get_sock = _stalled_socket(port)
         get_sock.sendall(f"GET /mcp HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nAccept: text/event-stream\r\n"
                          f"Mcp-Session-Id: {get_session}\r\n\r\n".encode())
@@ -86,7 +91,7 @@ def test_clients_that_stop_reading_on_every_front_are_dropped_past_the_total_bud
         while b"\n\n" not in head.partition(b"session_id=")[2]:
             head += sse_sock.recv(4096)
         endpoint = head.split(b"data: ", 1)[1].split(b"\n", 1)[0].decode()
-        for message in (INIT, {"jsonrpc": "2.0", "method": "notifications/initialized"}):
+        for message in (INIT, {"jsonrpc": "2.0", "method": "notifications/initialized"}, SET_LEVEL):
             assert post(port, message, path=endpoint)[0] == 202
         # WebSocket: initialized, then nothing more is read.
         ws_sock = _stalled_socket(ws_port)
@@ -95,14 +100,34 @@ def test_clients_that_stop_reading_on_every_front_are_dropped_past_the_total_bud
                         f"Connection: Upgrade\r\nSec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n"
                         .encode())
         assert _head(ws_sock, b"\r\n\r\n").startswith(b"HTTP/1.1 101")
-        ws_sock.sendall(_ws_frame(INIT) + _ws_frame({"jsonrpc": "2.0", "method": "notifications/initialized"}))
+        ws_sock.sendall(_ws_frame(INIT) + _ws_frame({"jsonrpc": "2.0", "method": "notifications/initialized"})
+                        + _ws_frame(SET_LEVEL))
         time.sleep(0.5)
 
+        # The reader reads its GET stream all along, counting the lines.
         reader = initialize(port)
+        assert post(port, SET_LEVEL, {"mcp-session-id": reader})[0] == 200
+        read_sock = socket.create_connection(("127.0.0.1", port), timeout=30)
+        read_sock.sendall(f"GET /mcp HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nAccept: text/event-stream\r\n"
+                          f"Mcp-Session-Id: {reader}\r\n\r\n".encode())
+        got = bytearray()
+
+        def read_lines() -> None:
+            stop = time.monotonic() + 30
+            while got.count(b"flood") < FLOOD["count"] and time.monotonic() < stop:
+                chunk = read_sock.recv(1 << 20)
+                if not chunk:
+                    return
+                got.extend(chunk)
+
+        reading = threading.Thread(target=read_lines, daemon=True)
+        reading.start()
         status, _, body = post(port, {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
             "name": "a__flood", "arguments": FLOOD}}, {"mcp-session-id": reader})
-        assert status == 200 and body.count(b"data: {") == FLOOD["count"] + 1, log.read_text()[-3000:]
-        assert b'"text":"flooded"' in body
+        assert status == 200 and b'"text":"flooded"' in body, log.read_text()[-3000:]
+        reading.join(35)
+        assert got.count(b'"logger":"a/flood"') == FLOOD["count"], log.read_text()[-3000:]
+        read_sock.close()
 
         deadline = time.monotonic() + 10
         reason = f"dropped: all clients together hold more than {TOTAL} bytes; it holds "

@@ -109,13 +109,16 @@ def test_a_prompt_websocket_reader_gets_a_burst_larger_than_its_budget(tmp_path)
 
 
 def test_a_stopped_reader_is_dropped_within_its_memory_budget(tmp_path):
-    """A GET stream nobody reads while a server floods log lines (100,000 of 100 bytes):
-    the session is dropped past its budget, and the proxy's peak RSS grows by at most
-    48 MB; another session reading promptly gets the whole flood and its answer."""
+    """A GET stream nobody reads while a server floods log lines of no request (100,000
+    of 100 bytes) to the sessions that asked for logs: the session is dropped past its
+    budget, and the proxy's peak RSS grows by at most 48 MB; another session reading
+    promptly gets the whole flood of its own call and its answer."""
     config = write_config(tmp_path, fake("a"), startup_timeout=10.0)
     with http_proxy(config) as (port, log):
         pid = proxy_pid(f"127.0.0.1:{port}")
         stopped = initialize(port)
+        assert post(port, {"jsonrpc": "2.0", "id": 9, "method": "logging/setLevel", "params": {"level": "info"}},
+                    {"mcp-session-id": stopped})[0] == 200
         with socket.create_connection(("127.0.0.1", port)) as sock:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
             sock.sendall(f"GET /mcp HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nAccept: text/event-stream\r\n"
@@ -125,8 +128,10 @@ def test_a_stopped_reader_is_dropped_within_its_memory_budget(tmp_path):
             before = memory_of(pid)["VmRSS"]
             status, _, body = post(port, flood_call(2, count=100000, size=100), {"mcp-session-id": prompt})
             assert status == 200 and body.count(b"data: {") == 100001, log.read_text()[-2000:]
-            growth = memory_of(pid)["VmHWM"] - before
-            assert growth < 48 * 1024 * 1024, growth
+            # Lines after the answer belong to no request: only the stopped session asked.
+            status, _, body = post(port, flood_call(5, count=100000, size=100, after=True),
+                                   {"mcp-session-id": prompt})
+            assert status == 200 and b"flood" not in body.replace(b'"flooded"', b""), log.read_text()[-2000:]
             deadline = time.monotonic() + 10
             # Past its own budget, or (first, at the default) as the one not reading past
             # the total of all clients: either way it is dropped.
@@ -134,6 +139,8 @@ def test_a_stopped_reader_is_dropped_within_its_memory_budget(tmp_path):
                     "dropped: all clients together hold more than" not in log.read_text():
                 assert time.monotonic() < deadline, log.read_text()[-2000:]
                 time.sleep(0.1)
+            growth = memory_of(pid)["VmHWM"] - before
+            assert growth < 48 * 1024 * 1024, growth
             assert post(port, {"jsonrpc": "2.0", "id": 3, "method": "ping"}, {"mcp-session-id": stopped})[0] == 404
             assert post(port, {"jsonrpc": "2.0", "id": 4, "method": "ping"}, {"mcp-session-id": prompt})[0] == 200
 

@@ -30,7 +30,9 @@ class FakeUpstreams:
         server = FakeServer(self.modes[config.name])
         self.servers[config.name].append(server)
         ours, theirs = trio.testing.memory_stream_pair()
-        task_status.started(Channel(ours, ours))
+        # "streams": the channel is tagged, as a Streamable HTTP upstream's is; the fake
+        # tags nothing, so all it sends arrives as if on its GET stream (of no request).
+        task_status.started(Channel(ours, ours, tagged="streams" in server.modes))
         if "exit_at_start" in server.modes:
             return "the server exited with status 3"
         splitter = LineSplitter(1 << 24)
@@ -109,9 +111,10 @@ class Client:
         await self.send(message)
         return await self.response(id)
 
-    async def initialize(self) -> dict[str, Any]:
+    async def initialize(self, capabilities: dict[str, Any] | None = None) -> dict[str, Any]:
         answer = await self.request("initialize", {
-            "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "test", "version": "0"}})
+            "protocolVersion": "2025-06-18", "capabilities": capabilities or {},
+            "clientInfo": {"name": "test", "version": "0"}})
         await self.send({"method": "notifications/initialized"})
         return answer["result"]
 

@@ -16,12 +16,19 @@ TOTAL = 200_000
 
 
 async def _stalled(proxy) -> tuple[Client, int]:
-    """A client whose stream takes nothing it does not read; initialized, then it stops."""
+    """A client whose stream takes nothing it does not read; initialized, asks for the
+    servers' logs, then it stops."""
     ours, theirs = trio.testing.lockstep_stream_pair()
     proxy.nursery.start_soon(serve_stream_session, proxy.hub, theirs, theirs)
     client = Client(ours)
     await client.initialize()
+    await client.request("logging/setLevel", {"level": "info"})
     return client, max(proxy.hub.clients)
+
+
+# The server's log lines reach every client that asked for logs: it is a Streamable HTTP
+# upstream ("streams") that sends them outside any request (as on its GET stream).
+BROADCASTING = {"a": ["streams"]}
 
 
 def test_message_log_frames_what_waits_in_one_buffer():
@@ -53,11 +60,12 @@ def test_a_released_client_counts_nowhere_after():
 async def test_past_the_total_budget_stalled_clients_are_dropped_and_a_reader_goes_on(autojump_clock):
     # Each client may hold 1 MiB; all together only 200 kB. Three clients stop reading
     # while a server broadcasts about 330 kB of log lines to everyone.
-    async with running_proxy({"a": []}, client_buffer_bytes=1 << 20, total_client_buffer_bytes=TOTAL,
+    async with running_proxy(BROADCASTING, client_buffer_bytes=1 << 20, total_client_buffer_bytes=TOTAL,
                              client_write_timeout=600.0) as proxy:
         memory = proxy.hub.client_memory
         reader = await proxy.connect()
         await reader.initialize()
+        await reader.request("logging/setLevel", {"level": "info"})
         reader_key = max(proxy.hub.clients)
         stalled = [await _stalled(proxy) for _ in range(3)]
         # The second one is about to receive a 50 kB answer more than the others.
@@ -106,10 +114,11 @@ async def test_past_the_total_budget_stalled_clients_are_dropped_and_a_reader_go
 
 
 async def test_which_client_was_dropped_first(autojump_clock, caplog):
-    async with running_proxy({"a": []}, client_buffer_bytes=1 << 20, total_client_buffer_bytes=TOTAL,
+    async with running_proxy(BROADCASTING, client_buffer_bytes=1 << 20, total_client_buffer_bytes=TOTAL,
                              client_write_timeout=600.0) as proxy:
         reader = await proxy.connect()
         await reader.initialize()
+        await reader.request("logging/setLevel", {"level": "info"})
         stalled = [await _stalled(proxy) for _ in range(3)]
         await stalled[1][0].send({"id": "e", "method": "tools/call", "params": {
             "name": "a__echo", "arguments": {"pad": "x" * 50_000}}})

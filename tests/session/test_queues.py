@@ -243,13 +243,15 @@ async def stalling_proxy(**proxy_settings: Any):
         target = stalling if config.name == "a" else others
         return await target(config, task_status=task_status)
 
-    hub = Hub(make_config({"a": [], "b": []}, **proxy_settings), connector=connector)
+    # One client only (as with `serve --stdio`), with roots: its roots/list_changed reach
+    # the shared servers, which see its roots.
+    hub = Hub(make_config({"a": [], "b": []}, **proxy_settings), connector=connector, single_client=True)
     async with trio.open_nursery() as nursery:
         await nursery.start(hub.run)
         ours, theirs = trio.testing.memory_stream_pair()
         nursery.start_soon(serve_stream_session, hub, theirs, theirs)
         client = Client(ours)
-        await client.initialize()
+        await client.initialize({"roots": {"listChanged": True}})
         yield hub, stalling, client
         nursery.cancel_scope.cancel()
 

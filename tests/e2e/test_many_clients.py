@@ -1,0 +1,200 @@
+"""Many clients, one proxy: each server-to-client request, log line and roots answer
+reaches exactly its client. Real servers (server-everything over Streamable HTTP and
+stdio, server-filesystem, a Python SDK server that logs inside its calls), several
+concurrent sessions of the official Python SDK 1.x client (``sdk1_many.py``)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.conftest import HERE, ROOT, write_config
+from tests.e2e.test_http import free_port, http_proxy, wait_listening
+
+pytestmark = pytest.mark.e2e
+PYTHON1 = ROOT / ".venv-mcp1" / "bin" / "python"
+MANY = HERE / "sdk1_many.py"
+FILESYSTEM = HERE / "node_modules" / "@modelcontextprotocol" / "server-filesystem" / "dist" / "index.js"
+SAMPLE = "everything__trigger-sampling-request"
+ELICIT = "everything__trigger-elicitation-request"
+
+
+@pytest.fixture(scope="module")
+def python1() -> Path:
+    if not PYTHON1.exists():
+        pytest.fail(f"{PYTHON1} is missing: the README's test command creates it (mcp==1.30.0)")
+    return PYTHON1
+
+
+@pytest.fixture
+def filesystem_js() -> Path:
+    if not FILESYSTEM.exists():
+        pytest.fail(f"{FILESYSTEM} is missing: run `npm ci --prefix tests/e2e`")
+    return FILESYSTEM
+
+
+def started(argv: list[str], port: int, env: dict[str, str] | None = None) -> subprocess.Popen:
+    process = subprocess.Popen(argv, env={**os.environ, **(env or {})}, stdin=subprocess.DEVNULL,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_listening(port)
+    except BaseException:
+        process.kill()
+        raise
+    return process
+
+
+@pytest.fixture
+def everything_http(everything_js):
+    port = free_port()
+    process = started(["node", str(everything_js), "streamableHttp"], port, {"PORT": str(port)})
+    yield f"http://127.0.0.1:{port}/mcp"
+    process.terminate()
+    process.wait(timeout=10)
+
+
+@pytest.fixture
+def logging_http(python1):
+    port = free_port()
+    process = started([str(python1), str(HERE / "sdk1_logging_server.py"), str(port)], port)
+    yield f"http://127.0.0.1:{port}/mcp"
+    process.terminate()
+    process.wait(timeout=10)
+
+
+def many(python1: Path, url: str, plans: dict, *extra: str) -> dict:
+    out = subprocess.run([str(python1), str(MANY), url, json.dumps(plans), *extra], capture_output=True,
+                         text=True, timeout=120, cwd=ROOT)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def sampler(label: str, **plan) -> dict:
+    return {"calls": [[SAMPLE, {"prompt": f"prompt-of-{label}"}], [ELICIT, {}]], **plan}
+
+
+def test_http_upstream_requests_reach_the_client_whose_call_made_them(python1, tmp_path, everything_http):
+    # One shared connection to server-everything over Streamable HTTP; three clients call
+    # its sampling and elicitation tools at the same time. Each request travels on the POST
+    # stream of the call that made it, so each reaches that call's client and no other.
+    config = write_config(tmp_path, f'[servers.everything]\nurl = "{everything_http}"\n', startup_timeout=20.0)
+    with http_proxy(config) as (port, _log):
+        seen = many(python1, f"http://127.0.0.1:{port}/mcp", {label: sampler(label) for label in "ABC"})
+    for label in "ABC":
+        mine = seen[label]
+        assert [r["error"] for r in mine["results"]] == [False, False], mine
+        assert len(mine["sampling"]) == 1 and f"prompt-of-{label}" in mine["sampling"][0], mine
+        assert len(mine["elicitation"]) == 1, mine
+        assert f'"model": "{label}"' in mine["results"][0]["text"], mine  # its own answer came back
+
+
+@pytest.mark.parametrize("isolation", ["shared", "per-session"])
+def test_stdio_upstream_requests_with_several_callers(python1, tmp_path, everything_js, isolation):
+    # A shared stdio server cannot say which call a request belongs to: while two clients
+    # have calls in flight on it, its request is refused with why and what to do. Given a
+    # connection per session, each client gets its own.
+    config = write_config(tmp_path, f'''
+[servers.everything]
+command = "node"
+args = ["{everything_js}", "stdio"]
+isolation = "{isolation}"
+''', startup_timeout=20.0)
+    with http_proxy(config) as (port, _log):
+        seen = many(python1, f"http://127.0.0.1:{port}/mcp", {
+            "A": {"calls": [[SAMPLE, {"prompt": "prompt-of-A"}]], "answer_delay": 3.0},
+            "B": {"calls": [[SAMPLE, {"prompt": "prompt-of-B"}]], "start_delay": 1.5, "answer_delay": 0.1},
+        })
+    a, b = seen["A"], seen["B"]
+    assert a["results"][0]["error"] is False and a["sampling"] == ["Resource trigger-sampling-request context:"
+                                                                    " prompt-of-A"], a
+    if isolation == "shared":
+        assert b["sampling"] == [], b  # never A's, never its own
+        assert b["results"][0]["error"] is True, b
+        assert "several clients" in b["results"][0]["text"] and 'isolation = "per-session"' in b["results"][0]["text"]
+    else:
+        assert b["results"][0]["error"] is False and len(b["sampling"]) == 1 and "prompt-of-B" in b["sampling"][0]
+
+
+def test_log_lines_of_a_call_reach_its_client_only(python1, tmp_path, logging_http):
+    config = write_config(tmp_path, f'[servers.logs]\nurl = "{logging_http}"\n', startup_timeout=20.0)
+    with http_proxy(config) as (port, _log):
+        seen = many(python1, f"http://127.0.0.1:{port}/mcp", {
+            label: {"calls": [["logs__work", {"label": label, "lines": 8}]]} for label in "AB"})
+    for label in "AB":
+        assert seen[label]["results"] == [{"error": False, "text": f"{label} done"}], seen[label]
+        assert seen[label]["logs"] == [f"{label} line {i}" for i in range(8)], seen[label]
+
+
+def test_log_lines_of_no_request_reach_only_sessions_that_asked(python1, tmp_path, everything_http):
+    # server-everything's simulated logging comes on its GET stream, part of no request:
+    # the session that set a level gets it, the one that did not gets none of it.
+    config = write_config(tmp_path, f'[servers.everything]\nurl = "{everything_http}"\n', startup_timeout=20.0)
+    with http_proxy(config) as (port, _log):
+        seen = many(python1, f"http://127.0.0.1:{port}/mcp", {
+            "asked": {"level": "debug", "calls": [["everything__toggle-simulated-logging", {}]], "linger": 1.5},
+            "quiet": {"linger": 2.0},
+        })
+    assert seen["asked"]["logs"], seen
+    assert seen["quiet"]["logs"] == [], seen
+
+
+def filesystem_config(tmp_path: Path, filesystem_js: Path, isolation: str) -> tuple[Path, Path, Path]:
+    shared, private = tmp_path / "shared", tmp_path / "private"
+    shared.mkdir()
+    private.mkdir()
+    (private / "secret.txt").write_text("only for A\n")
+    config = write_config(tmp_path, f'''
+[servers.fs]
+command = "node"
+args = ["{filesystem_js}"]
+isolation = "{isolation}"
+''', startup_timeout=20.0, roots=[shared.as_uri()])
+    return config, shared, private
+
+
+def fs_plan(private: Path, roots: list[str] | None) -> dict:
+    # The first call starts a per-session server; it asks for roots as it starts, while
+    # that call may already be answered: the calls checked come a moment later.
+    plan: dict = {"calls": [["fs__list_allowed_directories", {}], ["sleep", {"seconds": 1.0}],
+                            ["fs__list_allowed_directories", {}],
+                            ["fs__read_text_file", {"path": str(private / "secret.txt")}]], "linger": 0.5}
+    if roots is not None:
+        plan["roots"] = roots
+    return plan
+
+
+@pytest.mark.parametrize("isolation", ["shared", "per-session"])
+def test_filesystem_roots_are_never_another_clients(python1, tmp_path, filesystem_js, isolation):
+    # server-filesystem without directory arguments takes its directories from roots/list,
+    # which it asks right after it starts. A shared one gets proxy.roots; a per-session one
+    # its own client's roots; a client without roots never reads under another's.
+    config, shared, private = filesystem_config(tmp_path, filesystem_js, isolation)
+    with http_proxy(config) as (port, _log):
+        seen = many(python1, f"http://127.0.0.1:{port}/mcp", {
+            "A": fs_plan(private, [private.as_uri()]), "B": fs_plan(private, None)})
+    a, b = seen["A"], seen["B"]
+    assert str(shared) in b["results"][1]["text"] and str(private) not in b["results"][1]["text"], b
+    assert b["results"][2]["error"] is True and "only for A" not in b["results"][2]["text"], b
+    if isolation == "shared":
+        assert a["roots_asked"] == 0, a  # a shared server never asks one client of many
+        assert str(private) not in a["results"][1]["text"] and a["results"][2]["error"] is True, a
+    else:
+        assert a["roots_asked"] >= 1, a
+        assert str(private) in a["results"][1]["text"], a
+        assert a["results"][2] == {"error": False, "text": "only for A\n"}, a
+
+
+def test_the_one_stdio_client_gives_a_shared_server_its_roots_at_startup(python1, tmp_path, filesystem_js):
+    # Serving stdio alone, the proxy can only ever have this client: the roots/list that
+    # server-filesystem asks before the client is there waits for it, then is forwarded.
+    config, shared, private = filesystem_config(tmp_path, filesystem_js, "shared")
+    seen = many(python1, f"stdio:{config}", {"A": fs_plan(private, [private.as_uri()])}, sys.executable)
+    a = seen["A"]
+    assert a["roots_asked"] >= 1, a
+    assert str(private) in a["results"][1]["text"] and str(shared) not in a["results"][1]["text"], a
+    assert a["results"][2] == {"error": False, "text": "only for A\n"}, a
