@@ -11,15 +11,17 @@ bounded in time. ``--quick`` runs smaller floods (a smoke run).
 Cases:
 - prompt reader (stdio, HTTP): a server sends N log notifications during one call; the
   client reads them as they come and gets its answer.
-- stopped reader (stdio, HTTP GET stream): the same flood to a client that reads nothing;
-  it is dropped once more than ``proxy.client_buffer_bytes`` wait for it.
-- idle HTTP sessions: 50 sessions without a GET stream, while 1,000 log lines of 100 bytes
-  are broadcast (each session keeps a bounded backlog).
-- stalled HTTP GET streams: 50 sessions open a GET stream and never read it while N log
-  lines of 100 bytes are broadcast; each stays under its own budget, together they pass
-  ``proxy.total_client_buffer_bytes``, so those that have read nothing for a moment are
-  dropped, the longest stalled first; another session reads its POST stream and gets its
-  answer.
+- stopped reader (stdio, HTTP GET stream): the same flood to a client that reads nothing
+  (over HTTP: lines of no request, which reach the GET stream of a session that asked for
+  logs); it is dropped once more than ``proxy.client_buffer_bytes`` wait for it.
+- idle HTTP sessions: 50 sessions that asked for logs but have no GET stream, while 1,000
+  log lines of 100 bytes that belong to no request reach them all (each session keeps a
+  bounded backlog).
+- stalled HTTP GET streams: 50 sessions that asked for logs open a GET stream and never
+  read it while N log lines of 100 bytes of no request reach them all; each stays under
+  its own budget, together they pass ``proxy.total_client_buffer_bytes``, so those that
+  have read nothing for a moment are dropped, the longest stalled first; another session
+  reads its POST stream and gets its answer.
 - roots spam: a client sends ``notifications/roots/list_changed`` without end to a server
   that reads nothing (blocked in a call); the proxy keeps what fits its budget.
 """
@@ -114,6 +116,17 @@ class Proxy:
             last = now
         return last
 
+    def quiet(self) -> None:
+        """Wait until the proxy uses no CPU for a moment (it has handled what it was sent)."""
+        last, deadline = -1, time.monotonic() + CASE_TIME_LIMIT
+        while time.monotonic() < deadline:
+            fields = Path(f"/proc/{self.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
+            ticks = int(fields[11]) + int(fields[12])  # utime + stime
+            if ticks == last:
+                return
+            last = ticks
+            time.sleep(0.3)
+
     def stop(self) -> None:
         self._watching = False
         self._watcher.join(timeout=2)
@@ -160,9 +173,12 @@ def stdio_initialize(proxy: Proxy) -> None:
     stdio_send(proxy, {"jsonrpc": "2.0", "method": "notifications/initialized"})
 
 
-def flood(id: int, count: int, size: int = 0) -> dict:
+def flood(id: int, count: int, size: int = 0, after: bool = False) -> dict:
+    """A call that makes the server log ``count`` lines: during the call (they belong to it
+    and go to its caller only) or, with ``after``, after its answer (they belong to no
+    request and go to every session that asked for logs with logging/setLevel)."""
     return {"jsonrpc": "2.0", "id": id, "method": "tools/call",
-            "params": {"name": "a__flood", "arguments": {"count": count, "size": size}}}
+            "params": {"name": "a__flood", "arguments": {"count": count, "size": size, "after": after}}}
 
 
 def case_prompt_stdio(proxy: Proxy, n: int) -> str:
@@ -221,10 +237,24 @@ def http_request(port: int, body: dict, session: str | None = None) -> tuple[int
 
 
 
-def http_initialize(port: int) -> str:
+def http_initialize(port: int, wants_logs: bool = False) -> str:
     status, headers, body = http_request(port, INIT)
     assert status == 200, body
-    return headers["mcp-session-id"]
+    session = headers["mcp-session-id"]
+    if wants_logs:  # lines of no request go only to sessions that asked for logs
+        status, _, body = http_request(port, {"jsonrpc": "2.0", "id": 2, "method": "logging/setLevel",
+                                              "params": {"level": "info"}}, session)
+        assert status == 200 and b'"result"' in body, body
+    return session
+
+
+def http_broadcast(proxy: Proxy, caller: str, id: int, count: int, size: int = 0) -> None:
+    """Make the server log ``count`` lines of no request, and return once the proxy has
+    routed them all. (Not by a second call to the server: while a call of one session is
+    in flight on a shared stdio server, its lines are taken as that session's.)"""
+    status, _, body = http_request(proxy.port, flood(id, count, size, after=True), caller)
+    assert status == 200 and b'"text":"flooded"' in body, body[-300:]
+    proxy.quiet()
 
 
 def case_prompt_http(proxy: Proxy, n: int) -> str:
@@ -238,15 +268,14 @@ def case_prompt_http(proxy: Proxy, n: int) -> str:
 
 def case_stopped_http(proxy: Proxy, n: int) -> str:
     wait_listening(proxy.port)
-    stopped = http_initialize(proxy.port)
+    stopped = http_initialize(proxy.port, wants_logs=True)
     with socket.create_connection(("127.0.0.1", proxy.port)) as sock:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
         sock.sendall(f"GET /mcp HTTP/1.1\r\nHost: 127.0.0.1:{proxy.port}\r\nAccept: text/event-stream\r\n"
                      f"Mcp-Session-Id: {stopped}\r\n\r\n".encode())
         prompt = http_initialize(proxy.port)
         proxy.before = proxy.settle()
-        status, _, body = http_request(proxy.port, flood(2, n), prompt)
-        assert status == 200 and b'"text":"flooded"' in body, body[-300:]
+        http_broadcast(proxy, prompt, 2, n)
         gone = http_request(proxy.port, {"jsonrpc": "2.0", "id": 3, "method": "ping"}, stopped)[0] == 404
     return "dropped; the prompt session got its answer" if gone else "not dropped"
 
@@ -254,17 +283,16 @@ def case_stopped_http(proxy: Proxy, n: int) -> str:
 def case_idle_sessions(proxy: Proxy, n: int) -> str:
     wait_listening(proxy.port)
     for _ in range(50):
-        http_initialize(proxy.port)
+        http_initialize(proxy.port, wants_logs=True)
     caller = http_initialize(proxy.port)
     proxy.before = proxy.settle()
-    status, _, body = http_request(proxy.port, flood(2, n, size=100), caller)
-    assert status == 200 and b'"text":"flooded"' in body, body[-300:]
-    return f"{n:,} lines to 51 sessions"
+    http_broadcast(proxy, caller, 2, n, size=100)
+    return f"{n:,} lines to 50 sessions"
 
 
 def case_stalled_get_streams(proxy: Proxy, n: int) -> str:
     wait_listening(proxy.port)
-    sessions = [http_initialize(proxy.port) for _ in range(50)]
+    sessions = [http_initialize(proxy.port, wants_logs=True) for _ in range(50)]
     sockets = []
     try:
         for session in sessions:
@@ -275,9 +303,8 @@ def case_stalled_get_streams(proxy: Proxy, n: int) -> str:
             sockets.append(sock)
         caller = http_initialize(proxy.port)
         proxy.before = proxy.settle()
-        for id in range(2, 2 + n // 5000):
-            status, _, body = http_request(proxy.port, flood(id, 5000, size=100), caller)
-            assert status == 200 and b'"text":"flooded"' in body, body[-300:]
+        for id in range(2, 2 + 2 * (n // 5000), 2):
+            http_broadcast(proxy, caller, id, 5000, size=100)
         gone = sum(http_request(proxy.port, {"jsonrpc": "2.0", "id": 1, "method": "ping"}, session)[0] == 404
                    for session in sessions)
     finally:
