@@ -28,6 +28,10 @@ WAV = base64.b64encode(
     + (16000).to_bytes(4, "little") + (2).to_bytes(2, "little") + (16).to_bytes(2, "little")
     + b"data" + (2).to_bytes(4, "little") + b"\0\0").decode()
 
+class Refused(Exception):
+    """A request of ours to the client was answered with an error."""
+
+
 TOOLS = [
     {"name": "test_simple_text", "description": "Returns simple text.", "inputSchema": {"type": "object"}},
     {"name": "test_image_content", "description": "Returns an image.", "inputSchema": {"type": "object"}},
@@ -109,7 +113,7 @@ class FixtureServer:
         await self.send({"id": id, "method": method, "params": params})
         answer = await receive.receive()
         if "error" in answer:
-            raise RuntimeError(answer["error"].get("message"))
+            raise Refused(f"{method} failed: {answer['error'].get('message')}")
         return answer["result"]
 
     async def log(self, text: str) -> None:
@@ -127,6 +131,10 @@ class FixtureServer:
             result = await self.answer(message["method"], message.get("params") or {})
         except LookupError as exc:
             await self.send({"id": message["id"], "error": {"code": -32602, "message": str(exc)}})
+            return
+        except Refused as exc:  # what the client (or the proxy) answered instead: a failed call
+            await self.send({"id": message["id"], "result": {
+                "content": [{"type": "text", "text": str(exc)}], "isError": True}})
             return
         await self.send({"id": message["id"], "result": result})
 

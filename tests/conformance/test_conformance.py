@@ -9,6 +9,10 @@ subscriptions, completions, and DNS-rebinding protection. Every scenario of the 
 ``server-sse-polling`` runs once more with an upstream that polls (SEP-1699) behind the
 proxy: ``tests/e2e/polling_server.mjs``, whose ``test_reconnection`` closes its event stream
 mid-call; the proxy resumes that stream upstream and the tool's answer reaches the suite.
+
+And the whole suite runs through a proxy whose server is the fixture over Streamable HTTP
+(behind a second aggregator), so every server-to-client message is routed by the POST
+stream it came back on.
 """
 
 from __future__ import annotations
@@ -98,3 +102,36 @@ def test_sse_polling_through_the_proxy_to_an_upstream_that_polls(tmp_path):
     [[(delay, get)]] = resumptions(read_records(records)).values()
     assert 0.9 <= delay <= 2.5, (delay, get)
     assert "resuming it in 1.00s" in log.read_text()
+
+
+def test_every_scenario_passes_through_a_proxy_in_front_of_the_fixture_over_http(tmp_path):
+    """The suite through a proxy whose server is the fixture over Streamable HTTP (served by
+    a second aggregator): sampling, elicitation, log lines and progress come back on the
+    POST streams of the calls that caused them, and the outer proxy routes them by that."""
+    (tmp_path / "inner").mkdir()
+    (tmp_path / "outer").mkdir()
+    inner = write_config(tmp_path / "inner", f'''
+[servers.fixtures]
+command = "{sys.executable}"
+args = ["{HERE / "fixture_server.py"}"]
+prefix = ""
+''', startup_timeout=20.0)
+    results = tmp_path / "results"
+    with http_proxy(inner) as (inner_port, inner_log):
+        outer = write_config(tmp_path / "outer", f'''
+[servers.fixtures]
+url = "http://127.0.0.1:{inner_port}/mcp"
+prefix = ""
+''', startup_timeout=20.0)
+        with http_proxy(outer) as (port, _):
+            run, summary = run_suite(port, results, tmp_path, "--suite", "all")
+    assert run.returncode == 0, summary + run.stderr
+    checks = scenario_checks(results)
+    assert len(checks) >= 30, sorted(checks)
+    failed = {name: [c["id"] + ": " + str(c.get("errorMessage")) for c in found if c["status"] == "FAILURE"]
+              for name, found in checks.items()}
+    assert not any(failed.values()), {k: v for k, v in failed.items() if v}
+    for required in ("tools-call-sampling", "tools-call-elicitation", "tools-call-with-progress",
+                     "tools-call-with-logging", "resources-subscribe"):
+        assert any(c["status"] == "SUCCESS" for c in checks[required]), required
+    assert "lost" not in inner_log.read_text()  # the fixture never failed on the way
