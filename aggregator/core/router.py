@@ -769,8 +769,12 @@ class Router:
         return self._forward(client, message, split[0], dict(params, taskId=split[1]))
 
     def _list_tasks(self, client: ClientState, message: dict[str, Any]) -> list[Any]:
+        # The connections this session's requests run on: the shared servers and its own
+        # per-session ones (never another session's, nor a per-session server's shared
+        # listing connection, where no client's request runs).
         servers = [name for name, link in self.links.items()
-                   if link.ready and "list" in (link.capabilities.get("tasks") or {})]
+                   if link.ready and "list" in (link.capabilities.get("tasks") or {})
+                   and (link.session == client.key or (link.session is None and name not in self.per_session))]
         if not servers:
             return [_result(client.key, message["id"], {"tasks": []})]
         gather = Gather(client.key, message["id"], len(servers))
@@ -1663,9 +1667,12 @@ class Router:
         return capabilities
 
     def merged_instructions(self) -> str:
+        """Each ready server's instructions, once: a per-session server's come from its shared
+        listing connection, never from one session's own connection (which another session
+        must not even learn of)."""
         parts = []
         for link in self.links.values():
-            if link.ready and link.instructions:
+            if link.ready and link.instructions and link.session is None:
                 head = f"## Server {link.name}"
                 if link.prefix:
                     head += f" (its tools and prompts are prefixed {link.prefix}{self.catalog.separator})"
