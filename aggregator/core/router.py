@@ -1101,21 +1101,24 @@ class Router:
             return [Refresh(server, RESOURCES), Refresh(server, TEMPLATES)]
         if method == "notifications/cancelled":
             # The server gave up on one of its own requests to a client.
-            entry = self.reverse_ids.get((server, params.get("requestId")))
+            request_id = params.get("requestId")
+            entry = self.reverse_ids.get((server, request_id)) if type(request_id) in (int, str) else None
             if entry is None:
                 return []
             self._end_reverse(*entry)
             return [ToClient(entry[0], {"jsonrpc": "2.0", "method": method,
                                         "params": dict(params, requestId=entry[1])})]
         if method == "notifications/elicitation/complete":
-            session = self.elicitations.pop((server, params.get("elicitationId")), None)
+            eid = params.get("elicitationId")
+            session = self.elicitations.pop((server, eid), None) if type(eid) is str else None
             if session is None or session not in self.clients:
                 return []
             return [ToClient(session, message)]
         if method == "notifications/tasks/status":
             forwarded = dict(params)
             expose_task_ids(server, forwarded)
-            owner = self.tasks.get(forwarded.get("taskId"))
+            task_id = forwarded.get("taskId")
+            owner = self.tasks.get(task_id) if type(task_id) is str else None
             if owner is None or owner not in self.clients:
                 return []
             return [ToClient(owner, {"jsonrpc": "2.0", "method": method, "params": forwarded})]
@@ -1167,7 +1170,7 @@ class Router:
         self._next_reverse_id += 1
         self.reverse[(session, proxy_id)] = Reverse(server, id, method)
         self.reverse_ids[(server, id)] = (session, proxy_id)
-        if method == "elicitation/create" and "elicitationId" in params:
+        if method == "elicitation/create" and type(params.get("elicitationId")) is str:
             self.elicitations[(server, params["elicitationId"])] = session
         forwarded = dict(params)
         expose_task_ids(server, forwarded)
@@ -1186,7 +1189,8 @@ class Router:
         meta = params.get("_meta")
         if type(meta) is dict:
             task = meta.get(RELATED_TASK)
-            owner = self.tasks.get(expose_task_id(link.name, task.get("taskId"))) if type(task) is dict else None
+            task_id = task.get("taskId") if type(task) is dict else None
+            owner = self.tasks.get(expose_task_id(link.name, task_id)) if type(task_id) is str else None
             if owner in self.clients:
                 facts["task"] = owner
             token = meta.get("progressToken")

@@ -1,0 +1,65 @@
+"""What a hostile or careless server or client sends about other parties' requests, ids,
+tasks and tokens: never a crash, never a request left unanswered, never a message routed
+to a client it does not belong to. Pure: a fake clock, no I/O."""
+
+import logging
+
+import pytest
+
+from tests.core.test_routing_messages import Clock, connect, make_router, msg, unpack
+
+ODD_IDS = [[1], {"x": 1}, 1.5, None, True]
+RELATED = "io.modelcontextprotocol/related-task"
+
+
+@pytest.fixture
+def router():
+    r = make_router(Clock())
+    connect(r, 1)
+    connect(r, 2)
+    return r
+
+
+def in_flight(router, session, id, server="a"):
+    [(_, _, sent)] = unpack(router.client_message(session, msg(id=id, method="tools/call",
+                                                               params={"name": f"{server}__slow"})))
+    return sent
+
+
+def no_errors_logged(caplog):
+    return [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []
+
+
+@pytest.mark.parametrize("odd", ODD_IDS)
+@pytest.mark.parametrize("request_params", [
+    lambda odd: ("elicitation/create", {"mode": "url", "elicitationId": odd, "url": "https://x.example",
+                                        "message": "m"}),
+    lambda odd: ("sampling/createMessage", {"messages": [], "_meta": {RELATED: {"taskId": odd}}}),
+    lambda odd: ("elicitation/create", {"message": "m", "_meta": {RELATED: {"taskId": odd}}}),
+])
+def test_a_server_request_with_odd_ids_inside_is_routed_or_answered(router, caplog, odd, request_params):
+    in_flight(router, 1, 1)
+    method, params = request_params(odd)
+    out = unpack(router.server_message("a", msg(id=77, method=method, params=params)))
+    assert no_errors_logged(caplog)
+    # Session 1 is the one with a call in flight there: it is asked, and only it.
+    assert [(kind, party, m.get("method")) for kind, party, m in out] == [("ToClient", 1, method)]
+    [(_, _, answer)] = unpack(router.client_message(1, msg(id=out[0][2]["id"], result={"action": "decline"})))
+    assert answer["id"] == 77
+
+
+@pytest.mark.parametrize("odd", ODD_IDS)
+@pytest.mark.parametrize("notification", [
+    lambda odd: ("notifications/cancelled", {"requestId": odd}),
+    lambda odd: ("notifications/elicitation/complete", {"elicitationId": odd}),
+    lambda odd: ("notifications/tasks/status", {"taskId": odd, "status": "working"}),
+    lambda odd: ("notifications/message", {"level": "error", "data": "x", "_meta": {RELATED: {"taskId": odd}}}),
+    lambda odd: ("notifications/progress", {"progressToken": odd, "progress": 1}),
+    lambda odd: ("notifications/resources/updated", {"uri": odd}),
+])
+def test_a_server_notification_with_odd_ids_inside_is_dropped_quietly(router, caplog, odd, notification):
+    in_flight(router, 1, 1)
+    method, params = notification(odd)
+    out = unpack(router.server_message("a", msg(method=method, params=params)))
+    assert no_errors_logged(caplog)
+    assert all(party == 1 for _, party, _ in out)  # a log line of session 1's call, at most
