@@ -1230,8 +1230,15 @@ class Router:
         if type(params.get("_meta")) is dict:
             forwarded["_meta"] = meta = dict(params["_meta"])
             expose_task_ids(server, {"_meta": meta})
-            if type(meta.get("progressToken")) is str and meta["progressToken"] in self.progress:
-                meta["progressToken"] = self.progress[meta["progressToken"]].client_token
+            token = meta.get("progressToken")
+            if type(token) is str and token in self.progress:
+                # The proxy's token names one client's request: only that client gets its
+                # own token back; to anyone else it is dropped (it would tell them another's).
+                pending = self.progress[token]
+                if pending.server == server and [c.key for c in recipients] == [pending.session]:
+                    meta["progressToken"] = pending.client_token
+                else:
+                    del meta["progressToken"]
         notice = {"jsonrpc": "2.0", "method": method, "params": forwarded}
         return [ToClient(c.key, notice, owner.related) for c in recipients]
 

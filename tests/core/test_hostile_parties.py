@@ -63,3 +63,24 @@ def test_a_server_notification_with_odd_ids_inside_is_dropped_quietly(router, ca
     out = unpack(router.server_message("a", msg(method=method, params=params)))
     assert no_errors_logged(caplog)
     assert all(party == 1 for _, party, _ in out)  # a log line of session 1's call, at most
+
+
+def test_a_log_line_never_carries_another_clients_progress_token(router):
+    # Session 1 asked for progress with its own token; a line on session 2's request stream
+    # that names 1's upstream token goes to 2 (the stream decides) without 1's token.
+    sent_one = router.client_message(1, msg(id=1, method="tools/call", params={
+        "name": "a__slow", "_meta": {"progressToken": "secret-of-one"}}))
+    token = sent_one[0].message["params"]["_meta"]["progressToken"]
+    two = in_flight(router, 2, 2)
+    note = msg(method="notifications/message", params={"level": "error", "data": "x",
+                                                         "_meta": {"progressToken": token}})
+    [command] = router.server_message("a", note, related=two["id"])
+    assert command.session == 2
+    assert "secret-of-one" not in str(command.message) and token not in str(command.message)
+    # Where the token does decide, its own client gets its own token back.
+    [command] = router.server_message("a", note)
+    assert command.session == 1 and command.message["params"]["_meta"]["progressToken"] == "secret-of-one"
+    # Another server naming it names nothing of session 1.
+    in_flight(router, 2, 3, server="b")
+    [command] = router.server_message("b", note)
+    assert command.session == 2 and token not in str(command.message)
