@@ -253,6 +253,9 @@ class UpstreamLink:
     overloaded: str | None = None
     # Requests held until a per-session link is ready: (client key, message, params).
     waiting: list[tuple[int, dict[str, Any], dict[str, Any]]] = attrs.field(factory=list)
+    # It was told its roots changed and has not asked for them since: telling it again
+    # says nothing new (a client's flood of changes reaches it once).
+    roots_told: bool = False
 
 
 @attrs.define(eq=False)
@@ -351,6 +354,7 @@ class Router:
         self.tasks: dict[str, int] = {}  # exposed task id -> owning session
         self.reverse: dict[tuple[int, int], Reverse] = {}  # (session, proxy id) -> where back
         self.reverse_ids: dict[tuple[str, Any], tuple[int, int]] = {}  # (server, its id) -> ^
+        self.reverse_count: dict[int, int] = {}  # session -> its server-to-client requests unanswered
         self.elicitations: dict[tuple[str, Any], int] = {}  # (server, elicitationId) -> session
         self._next_token = 1
         self._next_reverse_id = 1
@@ -561,7 +565,7 @@ class Router:
             return [ToServer(pending.server, {"jsonrpc": "2.0", "method": method, "params": forwarded})]
         if method == "notifications/roots/list_changed":
             # Only the servers that see this client's roots: a shared server sees the proxy's.
-            return [ToServer(name, {"jsonrpc": "2.0", "method": method}) for name in self._roots_followers(client)]
+            return self._roots_changed(self._roots_followers(client))
         return []
 
     def _client_answer(self, client: ClientState, message: dict[str, Any]) -> list[Any]:
@@ -897,6 +901,11 @@ class Router:
         reverse = self.reverse.pop((session, proxy_id), None)
         if reverse is not None:
             self.reverse_ids.pop((reverse.server, reverse.upstream_id), None)
+            left = self.reverse_count.get(session, 1) - 1
+            if left > 0:
+                self.reverse_count[session] = left
+            else:
+                self.reverse_count.pop(session, None)
         return reverse
 
     def abandon(self, why: str) -> list[Any]:
@@ -1147,6 +1156,7 @@ class Router:
                 id, f"{method} from server {server!r} is not allowed by policy",
                 reason="denied", server=server, code=INVALID_REQUEST))]
         if method == "roots/list":
+            link.roots_told = False
             return self._roots_request(link, id, params, related)
         owner = affinity.request_owner(**self._owner_facts(link, params, related, requests=True))
         if owner.session is None:
@@ -1166,6 +1176,12 @@ class Router:
             return [ToServer(server, proxy_error(
                 id, f"Method not found: the client does not support {method}{mode}",
                 reason="unsupported", server=server, code=METHOD_NOT_FOUND))]
+        asked = self.reverse_count.get(session, 0)
+        if asked >= self.max_in_flight:  # a client that answers nothing holds nothing more
+            return [ToServer(server, proxy_error(
+                id, f"The client already has {asked} requests to answer (the limit); {method} refused",
+                reason="overloaded", server=server))]
+        self.reverse_count[session] = asked + 1
         proxy_id = self._next_reverse_id
         self._next_reverse_id += 1
         self.reverse[(session, proxy_id)] = Reverse(server, id, method)
@@ -1280,12 +1296,20 @@ class Router:
                 self.held_roots.append((name, id, deadline))
                 continue
             out += self._roots_request(link, id, {}, None)
-        followers = self._roots_followers(client)
-        if followers:  # it has roots of its own: those answered in its place ask again
-            for name in followers:
-                if name in self.roots_fallback:
-                    self.roots_fallback.discard(name)
-                    out.append(ToServer(name, {"jsonrpc": "2.0", "method": "notifications/roots/list_changed"}))
+        # It has roots of its own: those answered in its place ask again.
+        told = [name for name in self._roots_followers(client) if name in self.roots_fallback]
+        self.roots_fallback.difference_update(told)
+        return out + self._roots_changed(told)
+
+    def _roots_changed(self, names: list[str]) -> list[Any]:
+        """Tell these links their roots changed; one that was told and has not asked since
+        is not told again (it will read the roots as they are when it asks)."""
+        out: list[Any] = []
+        for name in names:
+            link = self.links[name]
+            if not link.roots_told:
+                link.roots_told = True
+                out.append(ToServer(name, {"jsonrpc": "2.0", "method": "notifications/roots/list_changed"}))
         return out
 
     def _roots_followers(self, client: ClientState) -> list[str]:
@@ -1345,6 +1369,7 @@ class Router:
         link.instructions = instructions if type(instructions) is str and instructions.strip() else None
         link.protocol_version = init_result.get("protocolVersion")
         link.log_level = None
+        link.roots_told = False
         outage = self.outages.get(server)
         if outage is not None:  # out until listed; its names are known from now on
             outage.ever_ready = True

@@ -84,3 +84,46 @@ def test_a_log_line_never_carries_another_clients_progress_token(router):
     in_flight(router, 2, 3, server="b")
     [command] = router.server_message("b", note)
     assert command.session == 2 and token not in str(command.message)
+
+
+def test_a_flood_of_roots_changes_reaches_a_server_once_until_it_asks_again(clock=None):
+    single = make_router(Clock(), single_client=True)
+    connect(single, 1)
+    change = msg(method="notifications/roots/list_changed")
+    assert sorted(server for _, server, _ in unpack(single.client_message(1, change))) == ["a", "b"]
+    for _ in range(1000):  # nothing more until a server asks for the roots
+        assert single.client_message(1, change) == []
+    # a asks (and is answered by its client): its next change reaches it again; b's does not.
+    [(_, _, asked)] = unpack(single.server_message("a", msg(id=1, method="roots/list")))
+    single.client_message(1, msg(id=asked["id"], result={"roots": []}))
+    assert [server for _, server, _ in unpack(single.client_message(1, change))] == ["a"]
+    assert single.client_message(1, change) == []
+    # A restarted server is told again.
+    single.server_lost("b", "crashed")
+    single.server_ready("b", {"capabilities": {}})
+    assert [server for _, server, _ in unpack(single.client_message(1, change))] == ["b"]
+
+
+def test_a_client_holds_a_bounded_number_of_unanswered_server_requests(clock=None):
+    r = make_router(Clock(), max_in_flight=4)
+    connect(r, 1)
+    in_flight(r, 1, 1)
+    asked = []
+    for id in range(4):
+        [(kind, party, m)] = unpack(r.server_message("a", msg(id=100 + id, method="sampling/createMessage",
+                                                                  params={"messages": []})))
+        assert (kind, party) == ("ToClient", 1)
+        asked.append(m["id"])
+    # The client answers none of them: more are refused at once, the server is not left waiting.
+    [(kind, party, refused)] = unpack(r.server_message("a", msg(id=200, method="sampling/createMessage",
+                                                                params={"messages": []})))
+    assert (kind, party, refused["id"]) == ("ToServer", "a", 200)
+    assert refused["error"]["data"]["reason"] == "overloaded"
+    # One answered: one more may be asked.
+    r.client_message(1, msg(id=asked[0], result={}))
+    [(kind, party, _)] = unpack(r.server_message("a", msg(id=201, method="sampling/createMessage",
+                                                          params={"messages": []})))
+    assert (kind, party) == ("ToClient", 1)
+    # Leaving clears the count with the requests.
+    r.client_disconnected(1)
+    assert r.reverse == {} and r.reverse_ids == {} and r.reverse_count == {}
