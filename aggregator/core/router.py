@@ -708,10 +708,10 @@ class Router:
             return [_result(client.key, message["id"], {})]  # already subscribed upstream
         out = self._forward(client, message, server, dict(params, uri=original))
         pending = client.in_flight.get(message["id"])
-        if pending is not None:
-            pending.extra = key
-        elif not _held(self.links.get(name), message):  # refused (overloaded): undo
+        if pending is None:  # refused (overloaded): undo
             self.subscriptions.remove(key, client.key)
+        elif type(pending.extra) is not Held:  # sent (else it waits for its connection)
+            pending.extra = key
         return out
 
     def _unsubscribe(self, client: ClientState, message: dict[str, Any]) -> list[Any]:
@@ -858,7 +858,22 @@ class Router:
                 message["id"], f"Too many requests waiting for server {server!r} to start",
                 reason="overloaded", server=server))]
         link.waiting.append((client.key, message, params))
+        # In flight from now on (its id taken, a cancel ends it), though nothing was sent.
+        placeholder = Pending(client.key, message["id"], message["method"], name, 0)
+        placeholder.extra = Held(message)
+        client.in_flight[message["id"]] = placeholder
         return out
+
+    def _still_waiting(self, client: ClientState | None, message: dict[str, Any]) -> bool:
+        """Take a request off its wait for a per-session connection to start: False if its
+        client is gone or cancelled it meanwhile."""
+        if client is None:
+            return False
+        placeholder = client.in_flight.get(message["id"])
+        if placeholder is None or type(placeholder.extra) is not Held or placeholder.extra.message is not message:
+            return False
+        self._end(placeholder)
+        return True
 
     def _own_request(self, server: str, method: str, params: dict[str, Any], extra: Any = None) -> list[Any]:
         """A request the proxy makes for its own bookkeeping; the answer is not forwarded."""
@@ -1381,10 +1396,13 @@ class Router:
                 out += self._own_request(server, "resources/subscribe", {"uri": uri})
         for key, message, params in waiting:
             client = self.clients.get(key)
-            if client is not None and message["id"] not in client.in_flight:
+            if self._still_waiting(client, message):
+                assert client is not None
                 out += self._forward(client, message, link.server, params)
                 if message["method"] == "resources/subscribe":
                     self._held_subscribe_sent(client, message, (server, params["uri"]))
+            elif client is not None and message["method"] == "resources/subscribe":
+                self.subscriptions.remove((server, params["uri"]), key)  # cancelled: never made
         return out
 
     def _held_subscribe_sent(self, client: ClientState, message: dict[str, Any], key: tuple[str, str]) -> None:
@@ -1481,7 +1499,7 @@ class Router:
         out: list[Any] = self._own_link_lost(link) if link.session is not None else []
         waiting, link.waiting = link.waiting, []
         for key, message, _params in waiting:
-            if key in self.clients:
+            if self._still_waiting(self.clients.get(key), message):
                 out.append(ToClient(key, proxy_error(
                     message["id"], f"Server {link.server!r} could not be started: {why}",
                     reason="unavailable", server=link.server)))
@@ -1729,11 +1747,6 @@ def _declares(capabilities: dict[str, Any], capability: str, params: dict[str, A
     if capability == "sampling" and ("tools" in params or "toolChoice" in params):
         return "tools" in declared
     return True
-
-
-def _held(link: UpstreamLink | None, message: dict[str, Any]) -> bool:
-    """Whether a request waits in ``link.waiting`` for its connection to start."""
-    return link is not None and any(held is message for _, held, _ in link.waiting)
 
 
 def _merge_into(target: dict[str, Any], source: dict[str, Any]) -> None:

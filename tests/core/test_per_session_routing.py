@@ -236,3 +236,22 @@ def test_tasks_list_asks_the_shared_servers_and_the_sessions_own_connections_onl
     # Not session 2's connection (its tasks are never session 1's), nor p's shared listing
     # connection (no client's request ever runs there).
     assert asked == ["a", "p@1"]
+
+
+def test_a_request_held_while_its_sessions_connection_starts_is_in_flight(router):
+    [start] = router.client_message(1, msg(id=1, method="tools/call", params={"name": "p__echo"}))
+    assert type(start) is StartUpstream
+    # Its id is taken: a second request with it is refused, not dropped unanswered later.
+    [(_, _, refused)] = request(router, 1, 1, "tools/call", name="p__echo")
+    assert refused["error"]["code"] == -32600 and "already in use" in refused["error"]["message"]
+    # Cancelled while it waits: it never reaches the server.
+    router.client_message(1, msg(id=2, method="tools/call", params={"name": "p__echo", "arguments": {"n": 2}}))
+    assert router.client_message(1, msg(method="notifications/cancelled", params={"requestId": 2})) == []
+    sent = unpack(router.server_ready("p@1", CAPS))
+    assert [(server, m["method"], m["params"].get("arguments")) for _, server, m in sent] == [
+        ("p@1", "tools/call", None)]
+    [(_, session, answer)] = unpack(router.server_message("p@1", msg(id=sent[0][2]["id"], result={"content": []})))
+    assert (session, answer["id"]) == (1, 1)
+    # The id is free again once answered.
+    [(_, server, _)] = request(router, 1, 2, "tools/call", name="p__echo")
+    assert server == "p@1"
