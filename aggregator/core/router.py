@@ -105,6 +105,9 @@ NO_SESSION = 0  # the "client" of the proxy's own requests; real sessions start 
 # The progress tokens the proxy sends upstream: strings no server would pick by chance, so
 # one in a server's request names the proxy's request in flight and nothing else.
 PROGRESS_TOKEN_PREFIX = "aggregator-progress-"
+# The error a server answers when a URL-mode elicitation must be completed first (its
+# data.elicitations name them; their completion notifications go to that client).
+URL_ELICITATION_REQUIRED = -32042
 # How long a roots/list waits for the client its roots come from to finish initializing;
 # then it is answered from proxy.roots (or with no roots).
 ROOTS_HOLD_SECONDS = 10.0
@@ -356,6 +359,7 @@ class Router:
         self.reverse_ids: dict[tuple[str, Any], tuple[int, int]] = {}  # (server, its id) -> ^
         self.reverse_count: dict[int, int] = {}  # session -> its server-to-client requests unanswered
         self.elicitations: dict[tuple[str, Any], int] = {}  # (server, elicitationId) -> session
+        self.elicitation_count: dict[int, int] = {}  # session -> its entries in ``elicitations``
         self._next_token = 1
         self._next_reverse_id = 1
         self._announce_methods: dict[str | int, list[str]] = {}  # profile, or session -> notices due
@@ -419,7 +423,7 @@ class Router:
         for task_id in [t for t, owner in self.tasks.items() if owner == key]:
             del self.tasks[task_id]
         for eid in [e for e, owner in self.elicitations.items() if owner == key]:
-            del self.elicitations[eid]
+            self._forget_elicitation(eid)
         if client.log_level is not None:
             out += self._apply_log_level()
         return out
@@ -1022,8 +1026,11 @@ class Router:
             message["id"] = pending.client_id
             if kind == RESPONSE:
                 self._expose_result(pending, message.get("result"), link)
-            elif pending.extra is not None:  # a failed subscribe: not subscribed after all
-                self.subscriptions.remove(pending.extra, pending.session)
+            else:
+                if pending.extra is not None and type(pending.extra) is tuple:  # a failed subscribe
+                    self.subscriptions.remove(pending.extra, pending.session)
+                if message["error"].get("code") == URL_ELICITATION_REQUIRED:
+                    self._url_elicitations_required(link, pending.session, message["error"].get("data"))
             return [ToClient(pending.session, message)]
         if kind == NOTIFICATION:
             return self._server_notification(link, message, related)
@@ -1069,6 +1076,17 @@ class Router:
         if ("task" in result and method == "tools/call") or method.startswith("tasks/"):
             for task_id in expose_task_ids(link.name, result):
                 self.tasks.setdefault(task_id, pending.session)
+
+    def _url_elicitations_required(self, link: UpstreamLink, session: int, data: Any) -> None:
+        """A -32042 answer names URL elicitations the client must complete first: their
+        ``notifications/elicitation/complete`` belong to that client."""
+        elicitations = data.get("elicitations") if type(data) is dict else None
+        if type(elicitations) is not list:
+            return
+        for elicitation in elicitations[:self.max_in_flight]:
+            eid = elicitation.get("elicitationId") if type(elicitation) is dict else None
+            if type(eid) is str:
+                self._remember_elicitation(link.name, eid, session)
 
     def _own_answer(self, pending: Pending, message: dict[str, Any]) -> list[Any]:
         if "error" in message:
@@ -1134,7 +1152,7 @@ class Router:
                                         "params": dict(params, requestId=entry[1])})]
         if method == "notifications/elicitation/complete":
             eid = params.get("elicitationId")
-            session = self.elicitations.pop((server, eid), None) if type(eid) is str else None
+            session = self._forget_elicitation((server, eid)) if type(eid) is str else None
             if session is None or session not in self.clients:
                 return []
             return [ToClient(session, message)]
@@ -1202,11 +1220,33 @@ class Router:
         self.reverse[(session, proxy_id)] = Reverse(server, id, method)
         self.reverse_ids[(server, id)] = (session, proxy_id)
         if method == "elicitation/create" and type(params.get("elicitationId")) is str:
-            self.elicitations[(server, params["elicitationId"])] = session
+            self._remember_elicitation(server, params["elicitationId"], session)
         forwarded = dict(params)
         expose_task_ids(server, forwarded)
         return [ToClient(session, {"jsonrpc": "2.0", "id": proxy_id, "method": method, "params": forwarded},
                          related)]
+
+    def _remember_elicitation(self, server: str, eid: str, session: int) -> None:
+        """A URL-mode elicitation of ``server`` is ``session``'s: its completion goes there.
+        A server may never complete one; past ``max_in_flight`` per session the oldest
+        is forgotten (only then is the table searched)."""
+        elicitations = self.elicitations
+        elicitations.pop((server, eid), None)
+        elicitations[(server, eid)] = session
+        count = self.elicitation_count[session] = self.elicitation_count.get(session, 0) + 1
+        if count > self.max_in_flight:
+            oldest = next(key for key, owner in elicitations.items() if owner == session)
+            self._forget_elicitation(oldest)
+
+    def _forget_elicitation(self, key: tuple[str, Any]) -> int | None:
+        session = self.elicitations.pop(key, None)
+        if session is not None:
+            left = self.elicitation_count.get(session, 1) - 1
+            if left > 0:
+                self.elicitation_count[session] = left
+            else:
+                self.elicitation_count.pop(session, None)
+        return session
 
     def _owner_facts(self, link: UpstreamLink, params: dict[str, Any], related: int | None,
                      requests: bool) -> dict[str, Any]:
@@ -1510,7 +1550,7 @@ class Router:
                 out.append(ToClient(session, {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {
                     "requestId": proxy_id, "reason": f"server {server!r} stopped"}}))
         for key in [k for k in self.elicitations if k[0] == server]:
-            del self.elicitations[key]
+            self._forget_elicitation(key)
         self.held_roots = [held for held in self.held_roots if held[0] != server]
         self.roots_fallback.discard(server)
         if link.session is None:

@@ -127,3 +127,40 @@ def test_a_client_holds_a_bounded_number_of_unanswered_server_requests(clock=Non
     # Leaving clears the count with the requests.
     r.client_disconnected(1)
     assert r.reverse == {} and r.reverse_ids == {} and r.reverse_count == {}
+
+
+def test_a_url_elicitation_required_error_routes_its_completion_to_that_client(router):
+    in_flight(router, 1, 1)
+    two = in_flight(router, 2, 1)
+    # Session 2's call needs a browser flow first (-32042 carries the URL elicitations).
+    error = {"code": -32042, "message": "This request requires browser-based authorization.", "data": {
+        "elicitations": [{"mode": "url", "url": "https://auth.example/x", "message": "open", "elicitationId": "E2"}]}}
+    [(_, session, answer)] = unpack(router.server_message("a", msg(id=two["id"], error=error)))
+    assert (session, answer["error"]) == (2, error)
+    done = msg(method="notifications/elicitation/complete", params={"elicitationId": "E2"})
+    assert [(kind, party) for kind, party, _ in unpack(router.server_message("a", done))] == [("ToClient", 2)]
+    assert router.server_message("a", done) == []  # once
+    # Another server cannot complete it.
+    router.server_message("a", msg(id=in_flight(router, 2, 2)["id"], error=error))
+    assert router.server_message("b", done) == []
+
+
+def test_elicitations_a_server_never_completes_are_bounded_per_client():
+    r = make_router(Clock(), max_in_flight=4)
+    connect(r, 1)
+    connect(r, 2)
+    in_flight(r, 2, 1)
+    r.server_message("a", msg(id=5, method="elicitation/create", params={
+        "mode": "url", "url": "https://x.example", "message": "m", "elicitationId": "of-two"}))
+    in_flight(r, 1, 1)
+    r.client_message(2, msg(method="notifications/cancelled", params={"requestId": 1}))
+    for n in range(100):  # session 1 accepts each at once; the server never completes any
+        [(_, _, asked)] = unpack(r.server_message("a", msg(id=10 + n, method="elicitation/create", params={
+            "mode": "url", "url": "https://x.example", "message": "m", "elicitationId": f"E{n}"})))
+        r.client_message(1, msg(id=asked["id"], result={"action": "accept"}))
+    assert len(r.elicitations) <= 4 + 1
+    # The newest still complete; another session's is untouched by session 1's excess.
+    done = msg(method="notifications/elicitation/complete", params={"elicitationId": "E99"})
+    assert [party for _, party, _ in unpack(r.server_message("a", done))] == [1]
+    done = msg(method="notifications/elicitation/complete", params={"elicitationId": "of-two"})
+    assert [party for _, party, _ in unpack(r.server_message("a", done))] == [2]
