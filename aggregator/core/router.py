@@ -105,6 +105,9 @@ NO_SESSION = 0  # the "client" of the proxy's own requests; real sessions start 
 # The progress tokens the proxy sends upstream: strings no server would pick by chance, so
 # one in a server's request names the proxy's request in flight and nothing else.
 PROGRESS_TOKEN_PREFIX = "aggregator-progress-"
+# The error a server answers when a URL-mode elicitation must be completed first (its
+# data.elicitations name them; their completion notifications go to that client).
+URL_ELICITATION_REQUIRED = -32042
 # How long a roots/list waits for the client its roots come from to finish initializing;
 # then it is answered from proxy.roots (or with no roots).
 ROOTS_HOLD_SECONDS = 10.0
@@ -253,6 +256,9 @@ class UpstreamLink:
     overloaded: str | None = None
     # Requests held until a per-session link is ready: (client key, message, params).
     waiting: list[tuple[int, dict[str, Any], dict[str, Any]]] = attrs.field(factory=list)
+    # It was told its roots changed and has not asked for them since: telling it again
+    # says nothing new (a client's flood of changes reaches it once).
+    roots_told: bool = False
 
 
 @attrs.define(eq=False)
@@ -351,7 +357,9 @@ class Router:
         self.tasks: dict[str, int] = {}  # exposed task id -> owning session
         self.reverse: dict[tuple[int, int], Reverse] = {}  # (session, proxy id) -> where back
         self.reverse_ids: dict[tuple[str, Any], tuple[int, int]] = {}  # (server, its id) -> ^
+        self.reverse_count: dict[int, int] = {}  # session -> its server-to-client requests unanswered
         self.elicitations: dict[tuple[str, Any], int] = {}  # (server, elicitationId) -> session
+        self.elicitation_count: dict[int, int] = {}  # session -> its entries in ``elicitations``
         self._next_token = 1
         self._next_reverse_id = 1
         self._announce_methods: dict[str | int, list[str]] = {}  # profile, or session -> notices due
@@ -415,7 +423,7 @@ class Router:
         for task_id in [t for t, owner in self.tasks.items() if owner == key]:
             del self.tasks[task_id]
         for eid in [e for e, owner in self.elicitations.items() if owner == key]:
-            del self.elicitations[eid]
+            self._forget_elicitation(eid)
         if client.log_level is not None:
             out += self._apply_log_level()
         return out
@@ -561,7 +569,7 @@ class Router:
             return [ToServer(pending.server, {"jsonrpc": "2.0", "method": method, "params": forwarded})]
         if method == "notifications/roots/list_changed":
             # Only the servers that see this client's roots: a shared server sees the proxy's.
-            return [ToServer(name, {"jsonrpc": "2.0", "method": method}) for name in self._roots_followers(client)]
+            return self._roots_changed(self._roots_followers(client))
         return []
 
     def _client_answer(self, client: ClientState, message: dict[str, Any]) -> list[Any]:
@@ -704,10 +712,10 @@ class Router:
             return [_result(client.key, message["id"], {})]  # already subscribed upstream
         out = self._forward(client, message, server, dict(params, uri=original))
         pending = client.in_flight.get(message["id"])
-        if pending is not None:
-            pending.extra = key
-        elif not _held(self.links.get(name), message):  # refused (overloaded): undo
+        if pending is None:  # refused (overloaded): undo
             self.subscriptions.remove(key, client.key)
+        elif type(pending.extra) is not Held:  # sent (else it waits for its connection)
+            pending.extra = key
         return out
 
     def _unsubscribe(self, client: ClientState, message: dict[str, Any]) -> list[Any]:
@@ -769,8 +777,12 @@ class Router:
         return self._forward(client, message, split[0], dict(params, taskId=split[1]))
 
     def _list_tasks(self, client: ClientState, message: dict[str, Any]) -> list[Any]:
+        # The connections this session's requests run on: the shared servers and its own
+        # per-session ones (never another session's, nor a per-session server's shared
+        # listing connection, where no client's request runs).
         servers = [name for name, link in self.links.items()
-                   if link.ready and "list" in (link.capabilities.get("tasks") or {})]
+                   if link.ready and "list" in (link.capabilities.get("tasks") or {})
+                   and (link.session == client.key or (link.session is None and name not in self.per_session))]
         if not servers:
             return [_result(client.key, message["id"], {"tasks": []})]
         gather = Gather(client.key, message["id"], len(servers))
@@ -850,7 +862,22 @@ class Router:
                 message["id"], f"Too many requests waiting for server {server!r} to start",
                 reason="overloaded", server=server))]
         link.waiting.append((client.key, message, params))
+        # In flight from now on (its id taken, a cancel ends it), though nothing was sent.
+        placeholder = Pending(client.key, message["id"], message["method"], name, 0)
+        placeholder.extra = Held(message)
+        client.in_flight[message["id"]] = placeholder
         return out
+
+    def _still_waiting(self, client: ClientState | None, message: dict[str, Any]) -> bool:
+        """Take a request off its wait for a per-session connection to start: False if its
+        client is gone or cancelled it meanwhile."""
+        if client is None:
+            return False
+        placeholder = client.in_flight.get(message["id"])
+        if placeholder is None or type(placeholder.extra) is not Held or placeholder.extra.message is not message:
+            return False
+        self._end(placeholder)
+        return True
 
     def _own_request(self, server: str, method: str, params: dict[str, Any], extra: Any = None) -> list[Any]:
         """A request the proxy makes for its own bookkeeping; the answer is not forwarded."""
@@ -893,6 +920,11 @@ class Router:
         reverse = self.reverse.pop((session, proxy_id), None)
         if reverse is not None:
             self.reverse_ids.pop((reverse.server, reverse.upstream_id), None)
+            left = self.reverse_count.get(session, 1) - 1
+            if left > 0:
+                self.reverse_count[session] = left
+            else:
+                self.reverse_count.pop(session, None)
         return reverse
 
     def abandon(self, why: str) -> list[Any]:
@@ -994,8 +1026,11 @@ class Router:
             message["id"] = pending.client_id
             if kind == RESPONSE:
                 self._expose_result(pending, message.get("result"), link)
-            elif pending.extra is not None:  # a failed subscribe: not subscribed after all
-                self.subscriptions.remove(pending.extra, pending.session)
+            else:
+                if pending.extra is not None and type(pending.extra) is tuple:  # a failed subscribe
+                    self.subscriptions.remove(pending.extra, pending.session)
+                if message["error"].get("code") == URL_ELICITATION_REQUIRED:
+                    self._url_elicitations_required(link, pending.session, message["error"].get("data"))
             return [ToClient(pending.session, message)]
         if kind == NOTIFICATION:
             return self._server_notification(link, message, related)
@@ -1041,6 +1076,17 @@ class Router:
         if ("task" in result and method == "tools/call") or method.startswith("tasks/"):
             for task_id in expose_task_ids(link.name, result):
                 self.tasks.setdefault(task_id, pending.session)
+
+    def _url_elicitations_required(self, link: UpstreamLink, session: int, data: Any) -> None:
+        """A -32042 answer names URL elicitations the client must complete first: their
+        ``notifications/elicitation/complete`` belong to that client."""
+        elicitations = data.get("elicitations") if type(data) is dict else None
+        if type(elicitations) is not list:
+            return
+        for elicitation in elicitations[:self.max_in_flight]:
+            eid = elicitation.get("elicitationId") if type(elicitation) is dict else None
+            if type(eid) is str:
+                self._remember_elicitation(link.name, eid, session)
 
     def _own_answer(self, pending: Pending, message: dict[str, Any]) -> list[Any]:
         if "error" in message:
@@ -1097,21 +1143,24 @@ class Router:
             return [Refresh(server, RESOURCES), Refresh(server, TEMPLATES)]
         if method == "notifications/cancelled":
             # The server gave up on one of its own requests to a client.
-            entry = self.reverse_ids.get((server, params.get("requestId")))
+            request_id = params.get("requestId")
+            entry = self.reverse_ids.get((server, request_id)) if type(request_id) in (int, str) else None
             if entry is None:
                 return []
             self._end_reverse(*entry)
             return [ToClient(entry[0], {"jsonrpc": "2.0", "method": method,
                                         "params": dict(params, requestId=entry[1])})]
         if method == "notifications/elicitation/complete":
-            session = self.elicitations.pop((server, params.get("elicitationId")), None)
+            eid = params.get("elicitationId")
+            session = self._forget_elicitation((server, eid)) if type(eid) is str else None
             if session is None or session not in self.clients:
                 return []
             return [ToClient(session, message)]
         if method == "notifications/tasks/status":
             forwarded = dict(params)
             expose_task_ids(server, forwarded)
-            owner = self.tasks.get(forwarded.get("taskId"))
+            task_id = forwarded.get("taskId")
+            owner = self.tasks.get(task_id) if type(task_id) is str else None
             if owner is None or owner not in self.clients:
                 return []
             return [ToClient(owner, {"jsonrpc": "2.0", "method": method, "params": forwarded})]
@@ -1140,6 +1189,7 @@ class Router:
                 id, f"{method} from server {server!r} is not allowed by policy",
                 reason="denied", server=server, code=INVALID_REQUEST))]
         if method == "roots/list":
+            link.roots_told = False
             return self._roots_request(link, id, params, related)
         owner = affinity.request_owner(**self._owner_facts(link, params, related, requests=True))
         if owner.session is None:
@@ -1159,16 +1209,44 @@ class Router:
             return [ToServer(server, proxy_error(
                 id, f"Method not found: the client does not support {method}{mode}",
                 reason="unsupported", server=server, code=METHOD_NOT_FOUND))]
+        asked = self.reverse_count.get(session, 0)
+        if asked >= self.max_in_flight:  # a client that answers nothing holds nothing more
+            return [ToServer(server, proxy_error(
+                id, f"The client already has {asked} requests to answer (the limit); {method} refused",
+                reason="overloaded", server=server))]
+        self.reverse_count[session] = asked + 1
         proxy_id = self._next_reverse_id
         self._next_reverse_id += 1
         self.reverse[(session, proxy_id)] = Reverse(server, id, method)
         self.reverse_ids[(server, id)] = (session, proxy_id)
-        if method == "elicitation/create" and "elicitationId" in params:
-            self.elicitations[(server, params["elicitationId"])] = session
+        if method == "elicitation/create" and type(params.get("elicitationId")) is str:
+            self._remember_elicitation(server, params["elicitationId"], session)
         forwarded = dict(params)
         expose_task_ids(server, forwarded)
         return [ToClient(session, {"jsonrpc": "2.0", "id": proxy_id, "method": method, "params": forwarded},
                          related)]
+
+    def _remember_elicitation(self, server: str, eid: str, session: int) -> None:
+        """A URL-mode elicitation of ``server`` is ``session``'s: its completion goes there.
+        A server may never complete one; past ``max_in_flight`` per session the oldest
+        is forgotten (only then is the table searched)."""
+        elicitations = self.elicitations
+        elicitations.pop((server, eid), None)
+        elicitations[(server, eid)] = session
+        count = self.elicitation_count[session] = self.elicitation_count.get(session, 0) + 1
+        if count > self.max_in_flight:
+            oldest = next(key for key, owner in elicitations.items() if owner == session)
+            self._forget_elicitation(oldest)
+
+    def _forget_elicitation(self, key: tuple[str, Any]) -> int | None:
+        session = self.elicitations.pop(key, None)
+        if session is not None:
+            left = self.elicitation_count.get(session, 1) - 1
+            if left > 0:
+                self.elicitation_count[session] = left
+            else:
+                self.elicitation_count.pop(session, None)
+        return session
 
     def _owner_facts(self, link: UpstreamLink, params: dict[str, Any], related: int | None,
                      requests: bool) -> dict[str, Any]:
@@ -1182,7 +1260,8 @@ class Router:
         meta = params.get("_meta")
         if type(meta) is dict:
             task = meta.get(RELATED_TASK)
-            owner = self.tasks.get(expose_task_id(link.name, task.get("taskId"))) if type(task) is dict else None
+            task_id = task.get("taskId") if type(task) is dict else None
+            owner = self.tasks.get(expose_task_id(link.name, task_id)) if type(task_id) is str else None
             if owner in self.clients:
                 facts["task"] = owner
             token = meta.get("progressToken")
@@ -1222,8 +1301,15 @@ class Router:
         if type(params.get("_meta")) is dict:
             forwarded["_meta"] = meta = dict(params["_meta"])
             expose_task_ids(server, {"_meta": meta})
-            if type(meta.get("progressToken")) is str and meta["progressToken"] in self.progress:
-                meta["progressToken"] = self.progress[meta["progressToken"]].client_token
+            token = meta.get("progressToken")
+            if type(token) is str and token in self.progress:
+                # The proxy's token names one client's request: only that client gets its
+                # own token back; to anyone else it is dropped (it would tell them another's).
+                pending = self.progress[token]
+                if pending.server == server and [c.key for c in recipients] == [pending.session]:
+                    meta["progressToken"] = pending.client_token
+                else:
+                    del meta["progressToken"]
         notice = {"jsonrpc": "2.0", "method": method, "params": forwarded}
         return [ToClient(c.key, notice, owner.related) for c in recipients]
 
@@ -1265,12 +1351,20 @@ class Router:
                 self.held_roots.append((name, id, deadline))
                 continue
             out += self._roots_request(link, id, {}, None)
-        followers = self._roots_followers(client)
-        if followers:  # it has roots of its own: those answered in its place ask again
-            for name in followers:
-                if name in self.roots_fallback:
-                    self.roots_fallback.discard(name)
-                    out.append(ToServer(name, {"jsonrpc": "2.0", "method": "notifications/roots/list_changed"}))
+        # It has roots of its own: those answered in its place ask again.
+        told = [name for name in self._roots_followers(client) if name in self.roots_fallback]
+        self.roots_fallback.difference_update(told)
+        return out + self._roots_changed(told)
+
+    def _roots_changed(self, names: list[str]) -> list[Any]:
+        """Tell these links their roots changed; one that was told and has not asked since
+        is not told again (it will read the roots as they are when it asks)."""
+        out: list[Any] = []
+        for name in names:
+            link = self.links[name]
+            if not link.roots_told:
+                link.roots_told = True
+                out.append(ToServer(name, {"jsonrpc": "2.0", "method": "notifications/roots/list_changed"}))
         return out
 
     def _roots_followers(self, client: ClientState) -> list[str]:
@@ -1330,6 +1424,7 @@ class Router:
         link.instructions = instructions if type(instructions) is str and instructions.strip() else None
         link.protocol_version = init_result.get("protocolVersion")
         link.log_level = None
+        link.roots_told = False
         outage = self.outages.get(server)
         if outage is not None:  # out until listed; its names are known from now on
             outage.ever_ready = True
@@ -1341,10 +1436,13 @@ class Router:
                 out += self._own_request(server, "resources/subscribe", {"uri": uri})
         for key, message, params in waiting:
             client = self.clients.get(key)
-            if client is not None and message["id"] not in client.in_flight:
+            if self._still_waiting(client, message):
+                assert client is not None
                 out += self._forward(client, message, link.server, params)
                 if message["method"] == "resources/subscribe":
                     self._held_subscribe_sent(client, message, (server, params["uri"]))
+            elif client is not None and message["method"] == "resources/subscribe":
+                self.subscriptions.remove((server, params["uri"]), key)  # cancelled: never made
         return out
 
     def _held_subscribe_sent(self, client: ClientState, message: dict[str, Any], key: tuple[str, str]) -> None:
@@ -1441,7 +1539,7 @@ class Router:
         out: list[Any] = self._own_link_lost(link) if link.session is not None else []
         waiting, link.waiting = link.waiting, []
         for key, message, _params in waiting:
-            if key in self.clients:
+            if self._still_waiting(self.clients.get(key), message):
                 out.append(ToClient(key, proxy_error(
                     message["id"], f"Server {link.server!r} could not be started: {why}",
                     reason="unavailable", server=link.server)))
@@ -1452,7 +1550,7 @@ class Router:
                 out.append(ToClient(session, {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {
                     "requestId": proxy_id, "reason": f"server {server!r} stopped"}}))
         for key in [k for k in self.elicitations if k[0] == server]:
-            del self.elicitations[key]
+            self._forget_elicitation(key)
         self.held_roots = [held for held in self.held_roots if held[0] != server]
         self.roots_fallback.discard(server)
         if link.session is None:
@@ -1663,9 +1761,12 @@ class Router:
         return capabilities
 
     def merged_instructions(self) -> str:
+        """Each ready server's instructions, once: a per-session server's come from its shared
+        listing connection, never from one session's own connection (which another session
+        must not even learn of)."""
         parts = []
         for link in self.links.values():
-            if link.ready and link.instructions:
+            if link.ready and link.instructions and link.session is None:
                 head = f"## Server {link.name}"
                 if link.prefix:
                     head += f" (its tools and prompts are prefixed {link.prefix}{self.catalog.separator})"
@@ -1686,11 +1787,6 @@ def _declares(capabilities: dict[str, Any], capability: str, params: dict[str, A
     if capability == "sampling" and ("tools" in params or "toolChoice" in params):
         return "tools" in declared
     return True
-
-
-def _held(link: UpstreamLink | None, message: dict[str, Any]) -> bool:
-    """Whether a request waits in ``link.waiting`` for its connection to start."""
-    return link is not None and any(held is message for _, held, _ in link.waiting)
 
 
 def _merge_into(target: dict[str, Any], source: dict[str, Any]) -> None:

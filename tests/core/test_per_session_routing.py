@@ -210,3 +210,48 @@ def test_a_session_that_leaves_takes_its_view_and_connection_with_it(router):
     assert 1 not in router.views and 2 in router.views and router.subscriptions.of_server("p@1") == []
     assert names(router, 2) == ["a__time", "p__only-two"]
     assert router.server_listing("p@1", OWN_P) == [] and router.server_items("p@1", "tools", []) == []
+
+
+def test_instructions_name_each_configured_server_once_never_a_sessions_connection(clock):
+    router = make_router(clock)
+    router.server_ready("p", dict(CAPS, instructions="Use p for demos."))
+    own_connection(router, 1)
+    router.links["p@1"].instructions = "Use p for demos."  # its own connection says the same
+    router.client_connected(3)
+    [(_, _, answer)] = unpack(router.client_message(3, msg(id=0, method="initialize", params={
+        "protocolVersion": "2025-11-25", "capabilities": {}})))
+    instructions = answer["result"]["instructions"]
+    assert instructions.count("## Server p ") == 1 and "p@" not in instructions
+
+
+def test_tasks_list_asks_the_shared_servers_and_the_sessions_own_connections_only(clock):
+    router = make_router(clock)
+    tasks = dict(CAPS["capabilities"], tasks={"list": {}})
+    router.server_ready("a", {"capabilities": tasks})
+    router.server_ready("p", {"capabilities": tasks})
+    for session in (1, 2):
+        own_connection(router, session)
+        router.server_ready(f"p@{session}", {"capabilities": tasks})
+    asked = sorted(server for kind, server, _ in request(router, 1, 7, "tasks/list") if kind == "ToServer")
+    # Not session 2's connection (its tasks are never session 1's), nor p's shared listing
+    # connection (no client's request ever runs there).
+    assert asked == ["a", "p@1"]
+
+
+def test_a_request_held_while_its_sessions_connection_starts_is_in_flight(router):
+    [start] = router.client_message(1, msg(id=1, method="tools/call", params={"name": "p__echo"}))
+    assert type(start) is StartUpstream
+    # Its id is taken: a second request with it is refused, not dropped unanswered later.
+    [(_, _, refused)] = request(router, 1, 1, "tools/call", name="p__echo")
+    assert refused["error"]["code"] == -32600 and "already in use" in refused["error"]["message"]
+    # Cancelled while it waits: it never reaches the server.
+    router.client_message(1, msg(id=2, method="tools/call", params={"name": "p__echo", "arguments": {"n": 2}}))
+    assert router.client_message(1, msg(method="notifications/cancelled", params={"requestId": 2})) == []
+    sent = unpack(router.server_ready("p@1", CAPS))
+    assert [(server, m["method"], m["params"].get("arguments")) for _, server, m in sent] == [
+        ("p@1", "tools/call", None)]
+    [(_, session, answer)] = unpack(router.server_message("p@1", msg(id=sent[0][2]["id"], result={"content": []})))
+    assert (session, answer["id"]) == (1, 1)
+    # The id is free again once answered.
+    [(_, server, _)] = request(router, 1, 2, "tools/call", name="p__echo")
+    assert server == "p@1"
