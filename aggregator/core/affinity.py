@@ -6,7 +6,9 @@ client. These signals can name one, strongest first; the first that is present d
 
 a. ``link``: the upstream is a per-session connection: its one session.
 b. ``stream``: it arrived on the POST stream of a request the proxy sent (a Streamable
-   HTTP upstream answers there): that request's client.
+   HTTP upstream answers there): that request's client. If that request has ended
+   (answered, cancelled, timed out, its client gone), the message belongs to nobody
+   (``ended``): no other client is asked in its place.
 c. ``task``: ``_meta["io.modelcontextprotocol/related-task"]`` names a task this server
    created: the task's owner.
 d. ``progress``: ``_meta.progressToken`` is the token the proxy sent this server for a
@@ -39,6 +41,7 @@ from typing import Any, NamedTuple
 AMBIGUOUS = "ambiguous"
 UNAVAILABLE = "unavailable"
 NO_REQUEST = "no_request"
+ENDED = "ended"  # it came on the stream of a request that is no longer in flight
 
 
 class Owner(NamedTuple):
@@ -55,7 +58,8 @@ Request = tuple[int, Any]  # (session, the client's request id)
 
 
 def _signalled(
-    link_session: int | None, live: bool, stream: Request | None, task: int | None, progress: Request | None
+    link_session: int | None, live: bool, stream: Request | None, task: int | None, progress: Request | None,
+    ended: bool = False,
 ) -> Owner | None:
     """Signals a-d, or None when none of them is present."""
     if link_session is not None:
@@ -67,6 +71,8 @@ def _signalled(
         return Owner(link_session, None, "link")
     if stream is not None:
         return Owner(stream[0], stream[1], "stream")
+    if ended:
+        return Owner(None, None, ENDED)
     if task is not None:
         return Owner(task, progress[1] if progress is not None and progress[0] == task else None, "task")
     if progress is not None:
@@ -91,6 +97,7 @@ def request_owner(
     progress: Request | None = None,
     in_flight: Mapping[int, Sequence[Any]] | None = None,
     clients: Sequence[int] = (),
+    ended: bool = False,
 ) -> Owner:
     """The client a server-to-client request is for.
 
@@ -98,9 +105,10 @@ def request_owner(
     ``stream``/``progress``: the (session, request id) those signals name; ``task``: the
     session owning the named task. ``in_flight``: the live sessions with requests in
     flight on this server and their request ids (only read when a-d say nothing).
-    ``clients``: the initialized sessions.
+    ``clients``: the initialized sessions. ``ended``: it came on the stream of a request
+    that is no longer in flight.
     """
-    owner = _signalled(link_session, live, stream, task, progress)
+    owner = _signalled(link_session, live, stream, task, progress, ended)
     if owner is not None:
         return owner
     if in_flight:
@@ -119,14 +127,16 @@ def log_owner(
     progress: Request | None = None,
     in_flight: Mapping[int, Sequence[Any]] | None = None,
     streams: bool = False,
+    ended: bool = False,
 ) -> Owner:
     """The client a log line is for; session None with NO_REQUEST (it belongs to no
     request), AMBIGUOUS (it may belong to any of several) or UNAVAILABLE.
 
     ``streams``: the upstream delivers what belongs to a request on that request's own
     stream (Streamable HTTP), so a line that came any other way belongs to no request.
+    A line on the stream of a request that has ended (``ended``) goes to nobody.
     """
-    owner = _signalled(link_session, live, stream, task, progress)
+    owner = _signalled(link_session, live, stream, task, progress, ended)
     if owner is not None:
         return owner
     if streams or not in_flight:
@@ -140,6 +150,9 @@ def unroutable(method: str, server: str, reason: str, per_session: bool) -> str:
         return (f"Cannot tell which client server {server!r} asks for {method}: several clients use it and"
                 " its request does not say which one it is for; set isolation = \"per-session\" for this server"
                 " to give each client its own connection")
+    if reason == ENDED:
+        return (f"No client can answer {method} for server {server!r}: the request it was made for has ended"
+                " (answered, cancelled or timed out)")
     if per_session:
         return f"No client can answer {method} for server {server!r}: its client has disconnected"
     return f"No client can answer {method} for server {server!r}: no client is connected (and initialized) now"

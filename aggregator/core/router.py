@@ -1254,9 +1254,12 @@ class Router:
         facts: dict[str, Any] = {"link_session": link.session, "live": link.session in self.clients}
         if link.session is None and not requests:
             facts["streams"] = link.streams
-        pending = link.pending.get(related) if related is not None else None
-        if pending is not None and pending.session in self.clients:
-            facts["stream"] = (pending.session, pending.client_id)
+        if related is not None:
+            pending = link.pending.get(related)
+            if pending is not None and pending.session in self.clients:
+                facts["stream"] = (pending.session, pending.client_id)
+            else:
+                facts["ended"] = True
         meta = params.get("_meta")
         if type(meta) is dict:
             task = meta.get(RELATED_TASK)

@@ -6,6 +6,7 @@ import pytest
 from aggregator.core.affinity import (
     AMBIGUOUS,
     ANSWER,
+    ENDED,
     FORWARD,
     FROM_ABSENT_CLIENT,
     FROM_PROXY,
@@ -31,6 +32,11 @@ REQUESTS = [
     ("stream names the request", dict(stream=(1, 7), in_flight={1: [7], 2: [1]}, clients=[1, 2]),
      Owner(1, 7, "stream")),
     ("stream beats task and progress", dict(stream=(2, 1), task=1, progress=(1, 5)), Owner(2, 1, "stream")),
+    ("stream of a request that ended: nobody, not the one in flight",
+     dict(ended=True, in_flight={1: [3]}, clients=[1]), Owner(None, None, ENDED)),
+    ("stream of a request that ended: nobody, not the task owner", dict(ended=True, task=2), Owner(None, None, ENDED)),
+    ("per-session link: its session even on an ended request's stream", dict(link_session=3, ended=True),
+     Owner(3, None, "link")),
     ("task owner", dict(task=2, in_flight={1: [1], 2: [4]}, clients=[1, 2]), Owner(2, None, "task")),
     ("task owner with its request from progress", dict(task=2, progress=(2, 4)), Owner(2, 4, "task")),
     ("task beats progress of another session", dict(task=2, progress=(1, 5)), Owner(2, None, "task")),
@@ -55,6 +61,8 @@ LOGS = [
     ("per-session link whose client left", dict(link_session=3, live=False), Owner(None, None, UNAVAILABLE)),
     ("on a request's stream", dict(stream=(1, 7), streams=True, in_flight={1: [7], 2: [2]}), Owner(1, 7, "stream")),
     ("names a task", dict(task=2, in_flight={1: [1], 2: [2]}), Owner(2, None, "task")),
+    ("on the stream of a request that ended", dict(ended=True, streams=True, in_flight={1: [1]}),
+     Owner(None, None, ENDED)),
     ("carries a progress token", dict(progress=(2, 2), in_flight={1: [1], 2: [2]}), Owner(2, 2, "progress")),
     ("stdio: one session in flight", dict(in_flight={1: [8]}), Owner(1, 8, "in_flight")),
     ("stdio: two sessions in flight", dict(in_flight={1: [8], 2: [8]}), Owner(None, None, AMBIGUOUS)),
@@ -122,6 +130,7 @@ MESSAGES = [
      ["several clients", "'git'", 'isolation = "per-session"']),
     ("no client", ("elicitation/create", "git", UNAVAILABLE, False), ["no client is connected"]),
     ("per-session client gone", ("sampling/createMessage", "nb", UNAVAILABLE, True), ["its client has disconnected"]),
+    ("its request ended", ("sampling/createMessage", "git", ENDED, False), ["has ended", "cancelled"]),
 ]
 
 

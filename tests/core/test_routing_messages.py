@@ -369,11 +369,17 @@ def test_the_stream_a_request_came_on_names_its_client(router):
     [(kind, server, refused)] = unpack(router.server_message("a", msg(id=42, method="sampling/createMessage",
                                                                       params=sampling)))
     assert (kind, refused["error"]["data"]["reason"]) == ("ToServer", "ambiguous")
-    # A stream id that is not (or no longer) in flight is no signal.
+    # On the stream of a request no longer in flight, it belongs to nobody: the one session
+    # still in flight there is not asked in its place, and a log line there reaches no one.
     router.server_message("a", msg(id=two["id"], result={}))
-    [(_, session, _)] = unpack(router.server_message("a", msg(id=43, method="sampling/createMessage",
-                                                              params=sampling), related=two["id"]))
-    assert session == 1  # the one session still in flight there
+    [(kind, _, refused)] = unpack(router.server_message("a", msg(id=43, method="sampling/createMessage",
+                                                                 params=sampling), related=two["id"]))
+    assert (kind, refused["error"]["data"]["reason"]) == ("ToServer", "ended")
+    assert "has ended" in refused["error"]["message"]
+    line = {"level": "error", "data": "late"}
+    assert router.server_message("a", msg(method="notifications/message", params=line), related=two["id"]) == []
+    [to_one] = router.server_message("a", msg(method="notifications/message", params=line))  # untagged: stdio rule
+    assert to_one.session == 1
 
 
 def test_related_task_and_progress_token_name_the_client(router):
