@@ -28,14 +28,17 @@ DEFAULT_CONFIG = "aggregator.toml"
 def main(argv: list[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help(sys.stderr)
+        return 2
     logging.basicConfig(
         stream=sys.stderr,
         level=getattr(logging, args.log_level.upper()),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
-    if args.command is None:
-        parser.print_help(sys.stderr)
-        return 2
+    if args.log_level != "debug":
+        # httpx logs every request it makes at info: one line per message to an HTTP server.
+        logging.getLogger("httpx").setLevel(logging.WARNING)
     try:
         return args.run(args)
     except ConfigError as exc:
@@ -58,18 +61,22 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"aggregator {__version__}")
     parser.set_defaults(command=None)
-    common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--log-level", default="info",
-                        choices=["debug", "info", "warning", "error"],
-                        help="how much to log to stderr (default: info)")
     sub = parser.add_subparsers(title="commands", metavar="COMMAND")
+
+    def command(name: str, log_level: str = "warning", **kwargs: Any) -> argparse.ArgumentParser:
+        # Each command its own --log-level: argparse shares a parent parser's actions between
+        # its children, so one child's set_defaults would change every other's default.
+        p = sub.add_parser(name, **kwargs)
+        p.add_argument("--log-level", default=log_level, choices=["debug", "info", "warning", "error"],
+                       help=f"how much to log to stderr (default: {log_level})")
+        return p
 
     def with_config(p: argparse.ArgumentParser) -> None:
         p.add_argument("--config", "-c", default=None, metavar="PATH",
                        help="aggregator.toml, or a Claude Desktop / Cursor / VS Code JSON file"
                             f" (default: ./{DEFAULT_CONFIG})")
 
-    serve = sub.add_parser("serve", parents=[common], help="run the proxy",
+    serve = command("serve", "info", help="run the proxy",
                            description="Run the proxy. With --stdio it speaks MCP on stdin/stdout.")
     with_config(serve)
     serve.add_argument("--stdio", action="store_true",
@@ -83,7 +90,7 @@ def _parser() -> argparse.ArgumentParser:
                             " (default: http.websocket_listen from the config)")
     serve.set_defaults(command="serve", run=_serve)
 
-    tools = sub.add_parser("tools", parents=[common], help="print the merged catalog",
+    tools = command("tools", help="print the merged catalog",
                            description="Start the servers and print what a client would see.")
     with_config(tools)
     tools.add_argument("--json", action="store_true", help="print JSON instead of a table")
@@ -91,22 +98,22 @@ def _parser() -> argparse.ArgumentParser:
                        help="show what clients of this profile see (default: the default profile)")
     tools.add_argument("--explain", action="store_true",
                        help="also list each hidden item and the rule that hid it")
-    tools.set_defaults(command="tools", run=_tools, log_level="warning")
+    tools.set_defaults(command="tools", run=_tools)
 
-    check = sub.add_parser("check", parents=[common], help="validate the config and the servers",
+    check = command("check", help="validate the config and the servers",
                            description="Validate the config, start every server, report each"
                                        " one's status; exit non-zero on any error.")
     with_config(check)
-    check.set_defaults(command="check", run=_check, log_level="warning")
+    check.set_defaults(command="check", run=_check)
 
-    approve = sub.add_parser("approve", parents=[common], help="accept tool definitions that changed",
+    approve = command("approve", help="accept tool definitions that changed",
                              description="Start the servers and accept the current definitions of the tools"
                                          " the pin-definitions plugin quarantined (all, or those named).")
     with_config(approve)
     approve.add_argument("names", nargs="*", metavar="NAME", help="exposed tool names (default: every changed one)")
-    approve.set_defaults(command="approve", run=_approve, log_level="warning")
+    approve.set_defaults(command="approve", run=_approve)
 
-    imp = sub.add_parser("import", parents=[common], help="convert an mcpServers JSON file to TOML",
+    imp = command("import", help="convert an mcpServers JSON file to TOML",
                          description="Print the aggregator.toml equivalent of a Claude Desktop,"
                                      " Cursor or VS Code server list.")
     imp.add_argument("file", metavar="FILE.json")

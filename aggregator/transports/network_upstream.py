@@ -14,7 +14,6 @@ another host).
 from __future__ import annotations
 
 import logging
-import math
 from collections.abc import Awaitable, Callable
 from typing import Any
 from urllib.parse import urljoin, urlsplit
@@ -32,6 +31,9 @@ from aggregator.transports.stdio import STREAM_TAG, Channel
 
 log = logging.getLogger(__name__)
 MAX_CONCURRENT_POSTS = 64
+# What may wait for one of those POSTs, in bytes of messages (at least one of the largest):
+# past it the session's messages are not read, so its own budget for the server holds.
+WAITING_POSTS_BYTES = 1024 * 1024
 USER_AGENT = f"mcp-aggregator/{__version__}"
 
 # Resuming a request's event stream (MCP 2025-11-25 "Resumability and Redelivery"): wait
@@ -150,14 +152,21 @@ class _Link:
             f" cannot forward ({problem})", "data": {"source": "aggregator", "reason": reason, "server": self.name}}})
 
     async def each_outgoing(self, send: Callable[[bytes], Awaitable[None]], nursery: trio.Nursery,
-                            concurrent: bool) -> None:
-        """Read what the session writes and hand each message to ``send``."""
-        splitter = LineSplitter(self.limit)
-        limiter = trio.CapacityLimiter(MAX_CONCURRENT_POSTS)
+                            concurrent: bool, inspect: Callable[[bytes], None] | None = None) -> None:
+        """Read what the session writes and hand each message to ``send``.
 
-        async def limited(line: bytes) -> None:
-            async with limiter:
+        ``concurrent``: each message in a task of its own (``send`` limits how many talk to the
+        server at once); reading goes on while messages wait for that, up to
+        ``WAITING_POSTS_BYTES``, so that a message that frees a slot (a cancel) is never stuck
+        behind one that waits for it. ``inspect`` sees each message as it is read."""
+        splitter = LineSplitter(self.limit)
+        waiting = _ByteBudget(max(self.limit, WAITING_POSTS_BYTES))
+
+        async def in_task(line: bytes) -> None:
+            try:
                 await send(line)
+            finally:
+                waiting.release(len(line))
 
         while True:
             data = await self.pipe.receive_some(65536)
@@ -167,12 +176,44 @@ class _Link:
             for line in splitter.feed(data):
                 if type(line) is OversizedLine:
                     continue
+                if inspect is not None:
+                    inspect(line)
                 if concurrent:
-                    await limiter.acquire()  # backpressure before starting another task
-                    limiter.release()
-                    nursery.start_soon(limited, line)
+                    await waiting.acquire(len(line))  # backpressure before starting another task
+                    nursery.start_soon(in_task, line)
                 else:
                     await send(line)
+
+
+class _ByteBudget:
+    """Bytes held by messages that wait: ``acquire`` waits while the budget is spent (one
+    message larger than the whole budget is let through alone)."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self.held = 0
+        self._freed = trio.Event()
+
+    async def acquire(self, amount: int) -> None:
+        while self.held and self.held + amount > self.size:
+            await self._freed.wait()
+            self._freed = trio.Event()
+        self.held += amount
+
+    def release(self, amount: int) -> None:
+        self.held -= amount
+        self._freed.set()
+
+
+class _Reading:
+    """A request's POST, and the resumptions of its event stream: how to stop them, and why."""
+
+    __slots__ = ("scope", "resuming", "stopped")
+
+    def __init__(self, scope: trio.CancelScope) -> None:
+        self.scope = scope
+        self.resuming = False
+        self.stopped: str | None = None
 
 
 def _http_client(config: Any) -> httpx.AsyncClient:
@@ -197,7 +238,10 @@ async def run_streamable_http_server(
     link = _Link(theirs, limit, config.name)
     url = config.url
     state: dict[str, Any] = {"session": None, "version": None, "initialize": None, "get_started": False}
-    resuming: dict[int | str, trio.CancelScope] = {}  # request id -> the resumption of its event stream
+    # request id -> its POST and the resumptions of its event stream, until it is answered:
+    # stopped when the request is cancelled (or answered on the GET stream instead).
+    reading: dict[int | str, _Reading] = {}
+    slots = trio.CapacityLimiter(MAX_CONCURRENT_POSTS)
     async with _http_client(config) as client:
 
         def headers(accept: str) -> dict[str, str]:
@@ -220,12 +264,28 @@ async def run_streamable_http_server(
                 message = loads(line)
             except ValueError:
                 message = None
-            is_initialize = type(message) is dict and message.get("method") == "initialize"
             # What comes back on this POST answers the request it carried, if it carried one.
             answers = message if type(message) is dict and "method" in message and "id" in message else None
-            if resuming and answers is None and type(message) is dict:
-                stop_resuming(message)
-            started = trio.current_time()
+            key = answers["id"] if answers is not None and type(answers["id"]) in (int, str) else None
+            # Never longer than the request may last: a server that holds a stream open after
+            # the request ended (cancelled, timed out) would otherwise hold a slot for ever.
+            this = _Reading(trio.CancelScope(deadline=trio.current_time() + config.max_request_timeout))
+            with this.scope:
+                if key is not None:
+                    reading[key] = this
+                try:
+                    async with slots:
+                        await post_and_read(line, message, answers, this)
+                finally:
+                    if key is not None and reading.get(key) is this:
+                        del reading[key]
+            if this.scope.cancelled_caught and answers is not None:
+                log.info("server %s: stopped %s the answer to %s (id %s): %s", config.name,
+                         "resuming" if this.resuming else "reading", answers.get("method"), answers["id"],
+                         this.stopped or "its time is up")
+
+        async def post_and_read(line: bytes, message: Any, answers: dict[str, Any] | None, this: _Reading) -> None:
+            is_initialize = type(message) is dict and message.get("method") == "initialize"
             try:
                 async with client.stream("POST", url, content=line, headers={
                     "content-type": "application/json", **headers("application/json, text/event-stream")
@@ -263,7 +323,8 @@ async def run_streamable_http_server(
                 link.end(f"cannot reach {url}: {_describe(exc)}")
                 return
             if answers is not None:  # (always: a stream that answers no request counts as answered)
-                await resume(answers, parser, is_initialize, how, started)
+                this.resuming = True
+                await resume_until_answered(answers, parser, is_initialize, how)
 
         async def read_events(response: httpx.Response, parser: SseParser, is_initialize: bool,
                               answers: dict[str, Any] | None) -> bool:
@@ -278,31 +339,15 @@ async def run_streamable_http_server(
                         await note_and_deliver(event.data, is_initialize, answers)
             return answered
 
-        async def resume(request: dict[str, Any], parser: SseParser, is_initialize: bool, how: str,
-                         started: float) -> None:
+        async def resume_until_answered(request: dict[str, Any], parser: SseParser, is_initialize: bool,
+                                        how: str) -> None:
             """The event stream of ``request``'s POST ended before its answer: ask for the
             rest of that stream with GET and Last-Event-ID, after the server's retry delay,
             as many times as it ends early. What comes on it answers ``request`` as the POST
-            would have. Stops when the answer came, when the request is cancelled
-            (``notifications/cancelled``, which the router sends when it gives up on it), or
-            at the latest its timeout could be extended to; fails the request at once when
-            the stream cannot be resumed."""
-            id, method = request["id"], request.get("method")
-            with trio.CancelScope(deadline=started + config.max_request_timeout) as scope:
-                key = id if type(id) in (int, str) else None
-                if key is not None:
-                    resuming[key] = scope
-                try:
-                    await resume_until_answered(request, parser, is_initialize, how)
-                finally:
-                    if key is not None and resuming.get(key) is scope:
-                        del resuming[key]
-            if scope.cancelled_caught:  # stop_resuming sets the deadline to -inf; else it expired
-                log.info("server %s: stopped resuming the answer to %s (id %s): %s", config.name, method, id,
-                         "the request was cancelled" if scope.deadline == -math.inf else "its time is up")
-
-        async def resume_until_answered(request: dict[str, Any], parser: SseParser, is_initialize: bool,
-                                        how: str) -> None:
+            would have. Stops when the answer came; ``post`` stops it when the request is
+            cancelled (``notifications/cancelled``, which the router sends when it gives up on
+            it), or at the latest its timeout could be extended to. Fails the request at once
+            when the stream cannot be resumed."""
             id, method = request["id"], request.get("method")
             empty = 0
             while True:
@@ -339,8 +384,10 @@ async def run_streamable_http_server(
                         if status != 200 or kind != "text/event-stream":
                             log.warning("server %s: HTTP %d (%s) for the GET resuming a response stream", config.name,
                                         status, kind or "no content type")
-                            await unresumable(request, f"the server refused to resume the response stream"
-                                              f" (HTTP {status})")
+                            await unresumable(request, (
+                                f"the server refused to resume the response stream (HTTP {status})" if status != 200
+                                else f"the server answered the GET resuming the response stream with"
+                                f" {kind or 'no content type'}, not an event stream (HTTP 200)"))
                             return
                         try:
                             if await read_events(response, parser, is_initialize, request):
@@ -362,14 +409,36 @@ async def run_streamable_http_server(
                 "code": -32603, "message": f"Server {config.name!r} did not answer: {problem}",
                 "data": {"source": "aggregator", "reason": "unavailable", "server": config.name}}}))
 
-        def stop_resuming(message: dict[str, Any]) -> None:
-            """A ``notifications/cancelled`` for a request whose stream is being resumed: stop."""
-            if message.get("method") != "notifications/cancelled" or type(message.get("params")) is not dict:
+        def stop_reading(line: bytes) -> None:
+            """A ``notifications/cancelled`` on its way: stop reading (or waiting to post, or
+            resuming) the event stream of the request it cancels. (The router writes
+            its messages without spaces.) A request cancelled before its task ran is missed,
+            and waits for the server to close its stream, or for its time."""
+            if not reading or b'"notifications/cancelled"' not in line:
                 return
-            id = message["params"].get("requestId")
-            scope = resuming.get(id) if type(id) in (int, str) else None
-            if scope is not None:
-                scope.deadline = -math.inf
+            try:
+                message = loads(line)
+            except ValueError:
+                return
+            params = message.get("params") if type(message) is dict else None
+            if message.get("method") == "notifications/cancelled" and type(params) is dict:
+                stop(params.get("requestId"), "the request was cancelled")
+
+        def stop(id: Any, why: str) -> None:
+            this = reading.get(id) if type(id) in (int, str) else None
+            if this is not None:
+                this.stopped = why
+                this.scope.cancel()
+
+        def answered_elsewhere(data: str) -> None:
+            """An answer on the GET stream (where a server must not send one): the request it
+            answers needs its own stream no longer."""
+            try:
+                message = loads(data.encode())
+            except ValueError:
+                return
+            if type(message) is dict:
+                stop(message.get("id"), "it was answered on the GET stream")
 
         async def note_and_deliver(data: bytes | str, is_initialize: bool, answers: dict[str, Any] | None) -> None:
             if is_initialize and state["version"] is None:
@@ -405,6 +474,8 @@ async def run_streamable_http_server(
                         async for chunk in response.aiter_bytes():
                             for event in parser.feed(chunk):
                                 if event.event == "message" and event.data:
+                                    if reading and '"method"' not in event.data:
+                                        answered_elsewhere(event.data)
                                     await link.deliver(event.data)
                         if parser.retry is not None:  # closed: wait as asked, not less than usual
                             wait = max(delay, _retry_delay(parser.retry))
@@ -416,7 +487,7 @@ async def run_streamable_http_server(
 
         try:
             async with trio.open_nursery() as nursery:
-                nursery.start_soon(link.each_outgoing, post, nursery, True)
+                nursery.start_soon(link.each_outgoing, post, nursery, True, stop_reading)
                 task_status.started(Channel(ours, ours, tagged=True))
                 await link.ended.wait()
                 nursery.cancel_scope.cancel()
@@ -442,10 +513,13 @@ async def run_sse_server(
     link = _Link(theirs, limit, config.name)
     async with _http_client(config) as client:
         endpoint: list[str] = []
+        slots = trio.CapacityLimiter(MAX_CONCURRENT_POSTS)
 
         async def post(line: bytes) -> None:
             try:
-                response = await client.post(endpoint[0], content=line, headers={"content-type": "application/json"})
+                async with slots:
+                    response = await client.post(endpoint[0], content=line,
+                                                 headers={"content-type": "application/json"})
                 if response.status_code >= 400:
                     link.end(f"the server refused a message with HTTP {response.status_code}")
             except httpx.HTTPError as exc:

@@ -155,3 +155,36 @@ def test_approve_of_an_unknown_tool(tmp_path):
     assert "no quarantined tool named nosuch" in out.stderr
     out = run("approve", "--config", str(config))
     assert out.returncode == 0 and "approved: nothing" in out.stdout
+
+
+def test_each_command_logs_at_the_level_its_help_names(tmp_path):
+    """serve logs at info unless told otherwise; tools, check and approve at warning (their
+    output is the report). Each --help names its own default. (The defaults of one command
+    used to leak into every other, so serve logged only warnings.)"""
+    from tests.e2e.test_unreadable_answers import Hostile
+
+    hostile = Hostile()  # a Streamable HTTP server: its client library must not log every request at info
+    try:
+        config = write_config(tmp_path, fake("a", "echo") + f'[servers.h]\nurl = "http://127.0.0.1:{hostile.port}/mcp"\n',
+                              startup_timeout=10.0)
+        init = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}})
+        argv = [str(SCRIPT)] if SCRIPT.exists() else [sys.executable, "-m", "aggregator"]
+        serve = subprocess.run([*argv, "serve", "--stdio", "--config", str(config)], input=init + "\n",
+                               capture_output=True, text=True, timeout=60)
+        check = run("check", "--config", str(config))
+    finally:
+        hostile.close()
+    assert serve.returncode == 0 and '"result"' in serve.stdout, serve.stderr
+    assert " INFO aggregator.server.a: server a: initialized" in serve.stderr, serve.stderr
+    assert " INFO aggregator.server.h: server h: initialized" in serve.stderr, serve.stderr
+    assert "HTTP Request:" not in serve.stderr, serve.stderr
+    assert check.returncode == 0 and " INFO " not in check.stderr, check.stderr
+    for command, default in (("serve", "info"), ("tools", "warning"), ("check", "warning"), ("approve", "warning")):
+        text = " ".join(run(command, "--help").stdout.split())
+        assert f"how much to log to stderr (default: {default})" in text, (command, text)
+
+
+def test_no_command_prints_the_usage():
+    out = run()
+    assert out.returncode == 2 and "usage: aggregator" in out.stderr and "serve" in out.stderr, out.stderr
