@@ -19,7 +19,7 @@ import trio
 from aggregator import __version__
 from aggregator.config import ServerConfig
 from aggregator.core.catalog import CAPABILITY_OF, KINDS, TEMPLATES
-from aggregator.core.router import CONTROL_ID_PREFIX
+from aggregator.core.router import CONTROL_ID_PREFIX, INSTANCE_KEY
 from aggregator.errors import UpstreamError
 from aggregator.jsonrpc.framing import LineSplitter, OversizedLine
 from aggregator.mcp.initialize import initialize_result_problem
@@ -307,6 +307,10 @@ class UpstreamSession:
         problem = initialize_result_problem(result)
         if problem is not None:
             raise UpstreamError(f"its initialize result is unusable: {problem}")
+        meta = result.get("_meta")
+        if type(meta) is dict and meta.get(INSTANCE_KEY) == self.hub.router.instance:
+            raise UpstreamError(f"it is this aggregator itself ({self.config.url or self.config.command} leads back"
+                                " to this proxy); a config must not list the aggregator serving it")
         version = result["protocolVersion"]
         self.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
         self.hub.dispatch_now(self.hub.router.server_ready(self.name, result))

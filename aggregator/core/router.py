@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import logging
 import re
+import secrets
 import time
 from collections.abc import Callable
 from typing import Any, NamedTuple
@@ -102,6 +103,9 @@ SERVER_REQUESTS = {
     "roots/list": "roots",
 }
 NO_SESSION = 0  # the "client" of the proxy's own requests; real sessions start at 1
+# The ``_meta`` key of our initialize result that names this running proxy: an upstream
+# that answers with our own instance is this proxy itself (a config that lists its own URL).
+INSTANCE_KEY = "dev.mcp-aggregator/instance"
 # The progress tokens the proxy sends upstream: strings no server would pick by chance, so
 # one in a server's request names the proxy's request in flight and nothing else.
 PROGRESS_TOKEN_PREFIX = "aggregator-progress-"
@@ -312,12 +316,14 @@ class Router:
         max_in_flight: int = 1024,
         profiles: dict[str, Catalog] | None = None,
         max_json_depth: int = DEFAULT_MAX_DEPTH,
+        instance: str | None = None,
         single_client: bool = False,
     ) -> None:
         # One catalog per profile (what its clients see), all over one store of items.
         self.catalog = catalog
         self.catalogs: dict[str, Catalog] = {"default": catalog, **(profiles or {})}
         self.clock = clock
+        self.instance = instance if instance is not None else secrets.token_hex(8)
         self.links: dict[str, UpstreamLink] = {
             s.name: UpstreamLink(
                 s.name,
@@ -604,6 +610,7 @@ class Router:
             "protocolVersion": client.protocol_version,
             "capabilities": client.advertised,
             "serverInfo": {"name": "aggregator", "version": __version__},
+            "_meta": {INSTANCE_KEY: self.instance},
         }
         instructions = self.merged_instructions()
         if instructions:

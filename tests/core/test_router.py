@@ -345,3 +345,17 @@ def test_an_internal_error_is_a_plain_error_and_the_session_lives(router, monkey
     assert "secret detail" not in json.dumps(answer) and "ZeroDivisionError" in caplog.text
     _, pong = only(router.client_message(1, msg(id=5, method="ping")), ToClient)
     assert pong["result"] == {}
+
+
+def test_the_initialize_result_names_this_running_proxy():
+    # An upstream that answers initialize with this name is this proxy itself (its own URL).
+    from aggregator.core.router import INSTANCE_KEY
+
+    catalog = Catalog([], "__", 100)
+    one, two = Router(catalog, []), Router(catalog, [])
+    assert one.instance != two.instance and len(one.instance) == 16
+    one.startup_complete = True
+    one.client_connected(1)
+    [answer] = one.client_message(1, json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}).encode())
+    assert answer.message["result"]["_meta"] == {INSTANCE_KEY: one.instance}

@@ -360,3 +360,49 @@ def test_a_server_env_never_replaces_the_chain(monkeypatch):
     assert stdio.child_environment({CHAIN_VARIABLE: "[]", "X": "1"})[CHAIN_VARIABLE] == '["/a.toml"]'
     monkeypatch.delenv(CHAIN_VARIABLE)
     assert CHAIN_VARIABLE not in stdio.child_environment({CHAIN_VARIABLE: "[]"})
+
+
+def test_a_config_that_lists_its_own_url_is_refused_and_the_rest_serves(tmp_path):
+    """No child process is involved when a config lists the proxy's own `--http` URL, so the
+    environment chain cannot see it: the proxy names itself in its initialize result, and
+    an upstream that answers with that name is refused (before, its names nested for ever:
+    self__self__...)."""
+    from tests.e2e.test_http import free_port, initialize, post, wait_listening
+
+    port = free_port()
+    config = tmp_path / "aggregator.toml"
+    config.write_text(f"""[proxy]
+startup_timeout = 5.0
+
+[servers.self]
+url = "http://127.0.0.1:{port}/mcp"
+
+[servers.a]
+command = {json.dumps(sys.executable)}
+args = [{json.dumps(str(FAKESRV))}]
+""")
+    process = subprocess.Popen([sys.executable, "-m", "aggregator", "serve", "--http", f"127.0.0.1:{port}",
+                                "--config", str(config), "--log-level", "info"],
+                               stdin=subprocess.DEVNULL, stderr=open(tmp_path / "self.log", "wb"))  # noqa: SIM115
+    try:
+        wait_listening(port, process)
+        deadline = time.monotonic() + 15
+        text = ""
+        while time.monotonic() < deadline and "this aggregator itself" not in text:
+            time.sleep(0.2)
+            text = (tmp_path / "self.log").read_text()
+        assert "it is this aggregator itself" in text, text[-2000:]
+        session = initialize(port)
+        names = []
+        for _ in range(3):  # stays so: nothing of 'self' comes and goes
+            status, _, body = post(port, {"jsonrpc": "2.0", "id": 2, "method": "tools/list"},
+                                   {"mcp-session-id": session})
+            assert status == 200, body
+            listed = [tool["name"] for tool in json.loads(body)["result"]["tools"]]
+            names.append(listed)
+            time.sleep(0.5)
+        assert names[0] and all(name.startswith("a__") for name in names[0]), names[0]
+        assert names[0] == names[1] == names[2]
+    finally:
+        process.terminate()
+        assert process.wait(timeout=15) == 0
