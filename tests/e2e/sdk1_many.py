@@ -13,7 +13,7 @@ clients of several fronts at once), ``start_delay`` (seconds to wait
 after initializing before the first call). Every client runs at the same time;
 each answers sampling with its own label (after ``answer_delay`` seconds, so the calls of
 several clients overlap) and declines elicitations. Prints, per label, what it was asked,
-the log lines and progress it got and the calls' results (text, or the error), as JSON.
+the log lines, progress and list changes it got and the calls' results (text, or the error), as JSON.
 """
 
 import json
@@ -41,7 +41,7 @@ def connect(url: str):
 
 async def run_client(url: str, label: str, plan: dict, seen: dict) -> None:
     record = seen[label] = {"sampling": [], "elicitation": [], "roots_asked": 0, "logs": [], "results": [],
-                                 "progress": []}
+                                 "progress": [], "list_changed": []}
     delay = plan.get("answer_delay", 0.5)
 
     async def sampling(context, params: types.CreateMessageRequestParams):
@@ -63,11 +63,15 @@ async def run_client(url: str, label: str, plan: dict, seen: dict) -> None:
     async def logging(params: types.LoggingMessageNotificationParams):
         record["logs"].append(params.data if isinstance(params.data, str) else json.dumps(params.data))
 
+    async def notices(message) -> None:
+        if isinstance(message, types.ServerNotification) and message.root.method.endswith("list_changed"):
+            record["list_changed"].append(message.root.method)
+
     async with connect(url) as streams:
         read, write = streams[0], streams[1]
         async with ClientSession(read, write, sampling_callback=sampling, elicitation_callback=elicitation,
                                  list_roots_callback=roots if "roots" in plan else None,
-                                 logging_callback=logging) as session:
+                                 logging_callback=logging, message_handler=notices) as session:
             await session.initialize()
             if plan.get("level"):
                 await session.set_logging_level(plan["level"])

@@ -266,3 +266,34 @@ def test_a_desktop_clients_roots_and_their_change_reach_a_shared_server(tmp_path
         assert seen["askedBefore"] == 1 and seen["asked"] == 2, seen
         assert str(first) in seen["before"] and str(shared) not in seen["before"], seen
         assert str(second) in seen["after"] and str(first) not in seen["after"], seen
+
+
+def test_list_changes_reach_exactly_their_sessions_on_every_front(python1, tmp_path, everything_js, everything_http):
+    # A resource a shared server adds is announced to every session, whatever its front; one
+    # a session's own (per-session) server adds, to that session only.
+    config = write_config(tmp_path, f'''
+[servers.everything]
+url = "{everything_http}"
+
+[servers.mine]
+command = "node"
+args = ["{everything_js}", "stdio"]
+isolation = "per-session"
+''', startup_timeout=20.0)
+    data = "data:application/octet-stream;base64,H4sIAAAAAAAAA6tWSlSyUlAqSS0uUaoFAJ6lrtUPAAAA"
+    ws_port = free_port()
+    with http_proxy(config, "--ws", f"127.0.0.1:{ws_port}") as (port, _log):
+        wait_listening(ws_port)
+        start = ["mine__get-sum", {"a": 1, "b": 2}]  # each session starts its own connection
+        seen = many(python1, "unused", {
+            "H": {"url": f"http://127.0.0.1:{port}/mcp", "linger": 2.0, "calls": [
+                start, ["sleep", {"seconds": 2.0}],
+                ["everything__gzip-file-as-resource", {"name": "shared-z", "data": data}]]},
+            "S": {"url": f"sse:http://127.0.0.1:{port}/sse", "calls": [start], "linger": 6.0},
+            "W": {"url": f"ws:ws://127.0.0.1:{ws_port}/mcp", "linger": 5.0, "calls": [
+                start, ["sleep", {"seconds": 0.5}], ["mine__gzip-file-as-resource", {"name": "own-z", "data": data}]]},
+        })
+    for label in "HSW":
+        assert all(not r["error"] for r in seen[label]["results"]), seen[label]
+    changed = {label: seen[label]["list_changed"].count("notifications/resources/list_changed") for label in "HSW"}
+    assert changed == {"H": 1, "S": 1, "W": 2}, seen
