@@ -184,7 +184,9 @@ class Hub:
         left = self.router.in_flight()
         if left:
             log.warning("shutting down: %d request(s) still in flight after %.0fs; they fail now", left, seconds)
-            self.dispatch_now(self.router.abandon("the aggregator is shutting down"))
+        # Also what was held for a server between restarts (or a session's own connection
+        # still starting): never sent, it is answered now rather than left to the close.
+        self.dispatch_now(self.router.abandon("the aggregator is shutting down"))
         # Let the answers reach the clients before the connections close.
         with trio.move_on_after(1):
             for client in list(self.clients.values()):

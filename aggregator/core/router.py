@@ -949,6 +949,16 @@ class Router:
                     out.append(ToClient(pending.session, proxy_error(
                         pending.client_id, f"Server {link.server!r} did not answer before the aggregator stopped",
                         reason="unavailable", server=link.server)))
+        # Requests held for a server that is restarting, or for a session's own connection
+        # that is starting, were never sent: their clients hear it too.
+        for client in self.clients.values():
+            for pending in [p for p in client.in_flight.values() if type(p.extra) is Held]:
+                self._end(pending)
+                server = self.links[pending.server].server or pending.server
+                out.append(ToClient(client.key, proxy_error(
+                    pending.client_id, f"The aggregator stopped before server {server!r} was ready for"
+                    f" {pending.method}", reason="unavailable", server=server)))
+        self.held.clear()
         return out
 
     def in_flight(self) -> int:

@@ -407,3 +407,23 @@ def test_repeated_failures_keep_the_memory(router, clock):
     error = error_of(call(router, 1, 1, "git__status"))
     assert error["data"]["state"] == "failed" and error["data"]["lastError"] == "no answer to initialize within 10s"
 
+
+
+def test_shutting_down_answers_the_requests_held_for_a_restarting_server(router, clock):
+    # SIGTERM while requests wait for a server between restarts: the drain fails what is
+    # still in flight with abandon(); a held request is answered too, never left waiting
+    # for a connection that closes without a word.
+    lose(router, clock, retry_in=3.0)
+    assert call(router, 1, 7, "git__status") == []
+    assert call(router, 2, 8, "git__log") == []
+    router.draining = True
+    out = unpack(router.abandon("the aggregator is shutting down"))
+    answered = sorted((o[1], o[2]["id"], o[2]["error"]["data"]["reason"], o[2]["error"]["data"]["server"])
+                      for o in out if o[0] == "ToClient")
+    assert answered == [(1, 7, "unavailable", "git"), (2, 8, "unavailable", "git")]
+    assert not [o for o in out if o[0] == "ToServer"]  # nothing was ever sent for them
+    assert not router.clients[1].in_flight and not router.clients[2].in_flight
+    # The server coming back during the last moments sends nothing for them.
+    clock.now += 3.5
+    assert [o for o in unpack(start(router, "git", GIT_TOOLS)) if o[0] in ("ToServer", "ToClient")
+            and o[2].get("method") == "tools/call"] == []

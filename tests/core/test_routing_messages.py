@@ -637,6 +637,17 @@ def test_per_session_start_failure_answers_the_held_requests(clock):
     assert "p__t" in router.catalog.tools  # the shared listing is untouched
 
 
+def test_shutting_down_answers_the_requests_waiting_for_a_per_session_start(clock):
+    router = per_session_router(clock)
+    connect(router, 1)
+    router.client_message(1, msg(id=1, method="tools/call", params={"name": "p__t"}))
+    router.draining = True
+    out = unpack(router.abandon("stopping"))
+    assert [(o[0], o[1], o[2]["id"], o[2]["error"]["data"]["reason"], o[2]["error"]["data"]["server"])
+            for o in out] == [("ToClient", 1, 1, "unavailable", "p")]
+    assert not router.clients[1].in_flight
+
+
 def test_in_flight_requests_per_session_are_capped(clock):
     router = make_router(clock, max_in_flight=8)
     connect(router, 1)

@@ -3,15 +3,17 @@ one proxy (run with the interpreter of a venv that has ``mcp<2``):
 
     python sdk1_many.py URL PLAN_JSON [PYTHON]
 
-URL is the proxy's Streamable HTTP endpoint, or ``stdio:CONFIG`` (then one client only,
+URL is the proxy's Streamable HTTP endpoint, ``sse:URL`` (its legacy HTTP+SSE endpoint),
+``ws:URL`` (its WebSocket endpoint), or ``stdio:CONFIG`` (then one client only,
 which starts ``PYTHON -m aggregator serve --stdio``). PLAN_JSON maps a label to a client's plan:
 ``roots`` (a list of file URIs; absent: the client declares no roots), ``level`` (sent
 as logging/setLevel first), ``calls`` (a list of [tool, arguments], made in order; ["sleep", {"seconds": S}] pauses) and
-``linger`` (seconds to stay connected after them), ``start_delay`` (seconds to wait
+``linger`` (seconds to stay connected after them), ``url`` (this client's own URL, for
+clients of several fronts at once), ``start_delay`` (seconds to wait
 after initializing before the first call). Every client runs at the same time;
 each answers sampling with its own label (after ``answer_delay`` seconds, so the calls of
 several clients overlap) and declines elicitations. Prints, per label, what it was asked,
-the log lines it got and the calls' results (text, or the error), as JSON.
+the log lines, progress and list changes it got and the calls' results (text, or the error), as JSON.
 """
 
 import json
@@ -19,8 +21,10 @@ import sys
 
 import anyio
 from mcp import ClientSession, StdioServerParameters, types
+from mcp.client.sse import sse_client
 from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamablehttp_client
+from mcp.client.websocket import websocket_client
 from pydantic import AnyUrl
 
 
@@ -28,11 +32,16 @@ def connect(url: str):
     if url.startswith("stdio:"):
         return stdio_client(StdioServerParameters(command=sys.argv[3], args=[
             "-m", "aggregator", "serve", "--stdio", "--config", url[len("stdio:"):], "--log-level", "warning"]))
+    if url.startswith("sse:"):
+        return sse_client(url[len("sse:"):])
+    if url.startswith("ws:"):
+        return websocket_client(url[len("ws:"):])
     return streamablehttp_client(url)
 
 
 async def run_client(url: str, label: str, plan: dict, seen: dict) -> None:
-    record = seen[label] = {"sampling": [], "elicitation": [], "roots_asked": 0, "logs": [], "results": []}
+    record = seen[label] = {"sampling": [], "elicitation": [], "roots_asked": 0, "logs": [], "results": [],
+                                 "progress": [], "list_changed": []}
     delay = plan.get("answer_delay", 0.5)
 
     async def sampling(context, params: types.CreateMessageRequestParams):
@@ -54,11 +63,15 @@ async def run_client(url: str, label: str, plan: dict, seen: dict) -> None:
     async def logging(params: types.LoggingMessageNotificationParams):
         record["logs"].append(params.data if isinstance(params.data, str) else json.dumps(params.data))
 
+    async def notices(message) -> None:
+        if isinstance(message, types.ServerNotification) and message.root.method.endswith("list_changed"):
+            record["list_changed"].append(message.root.method)
+
     async with connect(url) as streams:
         read, write = streams[0], streams[1]
         async with ClientSession(read, write, sampling_callback=sampling, elicitation_callback=elicitation,
                                  list_roots_callback=roots if "roots" in plan else None,
-                                 logging_callback=logging) as session:
+                                 logging_callback=logging, message_handler=notices) as session:
             await session.initialize()
             if plan.get("level"):
                 await session.set_logging_level(plan["level"])
@@ -68,7 +81,10 @@ async def run_client(url: str, label: str, plan: dict, seen: dict) -> None:
                     await anyio.sleep(arguments["seconds"])
                     continue
                 try:
-                    result = await session.call_tool(name, arguments)
+                    async def progress(done, total, message, name=name):
+                        record["progress"].append([name, done, total])
+
+                    result = await session.call_tool(name, arguments, progress_callback=progress)
                     text = " ".join(c.text for c in result.content if isinstance(c, types.TextContent))
                     record["results"].append({"error": result.isError, "text": text})
                 except Exception as exc:  # noqa: BLE001 - the SDK raises McpError for a JSON-RPC error
@@ -81,7 +97,7 @@ async def main(url: str, plans: dict) -> None:
     with anyio.fail_after(90):
         async with anyio.create_task_group() as group:
             for label, plan in plans.items():
-                group.start_soon(run_client, url, label, plan, seen)
+                group.start_soon(run_client, plan.get("url", url), label, plan, seen)
     print(json.dumps(seen))
 
 

@@ -198,3 +198,102 @@ def test_the_one_stdio_client_gives_a_shared_server_its_roots_at_startup(python1
     assert a["roots_asked"] >= 1, a
     assert str(private) in a["results"][1]["text"] and str(shared) not in a["results"][1]["text"], a
     assert a["results"][2] == {"error": False, "text": "only for A\n"}, a
+
+
+def test_clients_of_every_front_at_once_get_exactly_their_own(python1, tmp_path, everything_js, everything_http):
+    # Streamable HTTP, legacy HTTP+SSE and WebSocket sessions at the same time, on a shared
+    # server-everything over Streamable HTTP and a per-session one over stdio: each gets its
+    # own sampling requests, roots questions, progress and answers. Only Streamable HTTP
+    # has a stream per request; the other fronts carry it all on their one stream.
+    config = write_config(tmp_path, f'''
+[servers.everything]
+url = "{everything_http}"
+
+[servers.mine]
+command = "node"
+args = ["{everything_js}", "stdio"]
+isolation = "per-session"
+''', startup_timeout=20.0)
+    ws_port = free_port()
+    with http_proxy(config, "--ws", f"127.0.0.1:{ws_port}") as (port, _log):
+        wait_listening(ws_port)
+        urls = {"H": f"http://127.0.0.1:{port}/mcp", "S": f"sse:http://127.0.0.1:{port}/sse",
+                "W": f"ws:ws://127.0.0.1:{ws_port}/mcp"}
+        plans = {label: {
+            "url": urls[label[0]], "roots": [f"file:///tmp/roots-of-{label}"], "answer_delay": 0.3,
+            "calls": [[SAMPLE, {"prompt": f"shared-{label}"}], ["mine__trigger-sampling-request",
+                                                                 {"prompt": f"own-{label}"}],
+                      ["mine__get-roots-list", {}], ["everything__get-roots-list", {}],
+                      ["everything__trigger-long-running-operation", {"duration": 1, "steps": 2}]],
+        } for label in ("H1", "H2", "S1", "W1")}
+        seen = many(python1, "unused", plans)
+    for label, mine in seen.items():
+        assert [r["error"] for r in mine["results"]] == [False] * 5, (label, mine)
+        assert sorted(mine["sampling"]) == sorted(f"Resource trigger-sampling-request context: {p}-{label}"
+                                                  for p in ("shared", "own")), (label, mine)
+        for result in mine["results"][:2]:
+            assert f'"model": "{label}"' in result["text"], (label, mine)
+        assert mine["roots_asked"] >= 1 and f"roots-of-{label}" in mine["results"][2]["text"], (label, mine)
+        assert "roots-of-" not in mine["results"][3]["text"], (label, mine)  # a shared server: proxy.roots
+        progress = [p for p in mine["progress"] if p[0] == "everything__trigger-long-running-operation"]
+        assert [p[1:] for p in progress] == [[1.0, 2.0], [2.0, 2.0]], (label, mine)
+
+
+@pytest.mark.parametrize("also_http", [False, True])
+def test_a_desktop_clients_roots_and_their_change_reach_a_shared_server(tmp_path, filesystem_js, also_http):
+    # The official TypeScript client as Claude Desktop and VS Code run the proxy: stdio, roots
+    # with listChanged. server-filesystem without directories gets the client's roots as it
+    # starts, and its new ones when it says they changed. With --http as well, more clients
+    # may come, so the shared server sees proxy.roots and this client is never asked.
+    first, second, shared = tmp_path / "first", tmp_path / "second", tmp_path / "shared"
+    for folder in (first, second, shared):
+        folder.mkdir()
+    config = write_config(tmp_path, f'[servers.fs]\ncommand = "node"\nargs = ["{filesystem_js}"]\n',
+                          startup_timeout=20.0, roots=[shared.as_uri()])
+    extra = ["--http", f"127.0.0.1:{free_port()}"] if also_http else []
+    out = subprocess.run(["node", str(HERE / "ts_roots_client.mjs"), "fs__list_allowed_directories", str(first),
+                          str(second), sys.executable, "-m", "aggregator", "serve", "--stdio", "--config",
+                          str(config), "--log-level", "warning", *extra],
+                         capture_output=True, text=True, timeout=120, cwd=ROOT,
+                         env={**os.environ, "ROOTS_WAIT_MS": "1000" if also_http else "5000"})
+    assert out.returncode == 0, out.stderr[-3000:]
+    seen = json.loads(out.stdout.strip().splitlines()[-1])
+    if also_http:
+        assert seen["asked"] == 0, seen
+        assert str(shared) in seen["before"] and str(shared) in seen["after"], seen
+        assert str(first) not in seen["before"] + seen["after"] and str(second) not in seen["after"], seen
+    else:
+        assert seen["askedBefore"] == 1 and seen["asked"] == 2, seen
+        assert str(first) in seen["before"] and str(shared) not in seen["before"], seen
+        assert str(second) in seen["after"] and str(first) not in seen["after"], seen
+
+
+def test_list_changes_reach_exactly_their_sessions_on_every_front(python1, tmp_path, everything_js, everything_http):
+    # A resource a shared server adds is announced to every session, whatever its front; one
+    # a session's own (per-session) server adds, to that session only.
+    config = write_config(tmp_path, f'''
+[servers.everything]
+url = "{everything_http}"
+
+[servers.mine]
+command = "node"
+args = ["{everything_js}", "stdio"]
+isolation = "per-session"
+''', startup_timeout=20.0)
+    data = "data:application/octet-stream;base64,H4sIAAAAAAAAA6tWSlSyUlAqSS0uUaoFAJ6lrtUPAAAA"
+    ws_port = free_port()
+    with http_proxy(config, "--ws", f"127.0.0.1:{ws_port}") as (port, _log):
+        wait_listening(ws_port)
+        start = ["mine__get-sum", {"a": 1, "b": 2}]  # each session starts its own connection
+        seen = many(python1, "unused", {
+            "H": {"url": f"http://127.0.0.1:{port}/mcp", "linger": 2.0, "calls": [
+                start, ["sleep", {"seconds": 2.0}],
+                ["everything__gzip-file-as-resource", {"name": "shared-z", "data": data}]]},
+            "S": {"url": f"sse:http://127.0.0.1:{port}/sse", "calls": [start], "linger": 6.0},
+            "W": {"url": f"ws:ws://127.0.0.1:{ws_port}/mcp", "linger": 5.0, "calls": [
+                start, ["sleep", {"seconds": 0.5}], ["mine__gzip-file-as-resource", {"name": "own-z", "data": data}]]},
+        })
+    for label in "HSW":
+        assert all(not r["error"] for r in seen[label]["results"]), seen[label]
+    changed = {label: seen[label]["list_changed"].count("notifications/resources/list_changed") for label in "HSW"}
+    assert changed == {"H": 1, "S": 1, "W": 2}, seen

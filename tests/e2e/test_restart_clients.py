@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 
 from tests.e2e.conftest import HERE, ROOT, write_config
-from tests.e2e.test_http import http_proxy
+from tests.e2e.test_http import free_port, http_proxy, wait_listening
+from tests.e2e.test_many_clients import MANY
 from tests.e2e.test_sdk1 import PYTHON1
 
 pytestmark = pytest.mark.e2e
@@ -114,3 +115,60 @@ def _is_proxy(proc: Path, port: int) -> bool:
     except OSError:
         return False
     return b"aggregator" in argv and f"127.0.0.1:{port}".encode() in argv
+
+
+# The server, unless the flag file exists: then its start hangs (an attempt under way).
+SLOW_WRAPPER = """import os, sys, time
+if os.path.exists(sys.argv[1]):
+    time.sleep(60)
+os.execv(sys.executable, [sys.executable, "-m", "mcp_server_time", "--local-timezone", "UTC"])
+"""
+
+
+def test_sigterm_answers_the_calls_held_for_a_restarting_server(tmp_path):
+    # Two SDK clients call a server whose restart is under way: their calls wait for it.
+    # SIGTERM then: each client gets an error saying why, never a stream closed without a word.
+    if not PYTHON1.exists():
+        pytest.fail(f"{PYTHON1} is missing: the README's test command creates it (mcp==1.30.0)")
+    flag = tmp_path / "hang-at-start"
+    wrapper = tmp_path / "time_server.py"
+    wrapper.write_text(SLOW_WRAPPER)
+    config = write_config(tmp_path, f'''
+[servers.time]
+command = "{sys.executable}"
+args = ["{wrapper}", "{flag}"]
+init_timeout = 90.0
+request_timeout = 60.0
+''', restart_backoff_initial=0.1, restart_backoff_max=0.1, drain_timeout=5.0)
+    port = free_port()
+    log = tmp_path / "proxy.log"
+    with open(log, "wb") as stderr:
+        proxy = subprocess.Popen([sys.executable, "-m", "aggregator", "serve", "--http", f"127.0.0.1:{port}",
+                                  "--config", str(config)], stdin=subprocess.DEVNULL, stderr=stderr)
+    clients = None
+    try:
+        wait_listening(port, proxy)
+        wait_for(lambda: "server time: initialized" in log.read_text(), 30, "the server to start")
+        [server_pid] = children(proxy.pid)
+        flag.touch()
+        os.kill(server_pid, signal.SIGKILL)
+        wait_for(lambda: "lost" in log.read_text() and len(children(proxy.pid)) == 1
+                 and children(proxy.pid) != [server_pid], 30, "the restart attempt")
+        plan = {label: {"calls": [["time__get_current_time", {"timezone": "UTC"}]]} for label in "AB"}
+        clients = subprocess.Popen([str(PYTHON1), str(MANY), f"http://127.0.0.1:{port}/mcp", json.dumps(plan)],
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+        time.sleep(4)  # both are connected and their calls wait for the server
+        proxy.send_signal(signal.SIGTERM)
+        out, err = clients.communicate(timeout=30)
+        assert proxy.wait(timeout=15) == 0, log.read_text()[-3000:]
+    finally:
+        for process in (clients, proxy):
+            if process is not None and process.poll() is None:
+                process.kill()
+                process.wait(timeout=10)
+    assert clients.returncode == 0, err[-3000:]
+    seen = json.loads(out.strip().splitlines()[-1])
+    for label in "AB":
+        [result] = seen[label]["results"]
+        assert result["error"] is True, seen
+        assert "The aggregator stopped before server 'time' was ready for tools/call" in result["text"], seen
