@@ -641,6 +641,8 @@ class Router:
                                TOOLS if tools else PROMPTS, name) \
                 if self.outages else None
             if owner is not None:
+                if owner[0] in self.per_session:  # only its listing connection is out: use the session's own
+                    return self._forward(client, message, owner[0], dict(params, name=owner[1]))
                 raise ServerDown(owner[0])
             raise RemoteProtocolError(INVALID_PARAMS, f"Unknown {what}: {name}")
         return self._forward(client, message, route.server, dict(params, name=route.original))
@@ -658,7 +660,8 @@ class Router:
             raise RemoteProtocolError(INVALID_PARAMS, f"Invalid params: {exc}") from None
         if self.outages:
             route, out = self._outage_uri(client, uri, route)
-            if out and not while_out:
+            # A per-session server whose listing connection is out is still the session's own.
+            if out and not while_out and route[0] not in self.per_session:  # type: ignore[index]
                 raise ServerDown(route[0])  # type: ignore[index]
         if route is None:
             raise RemoteProtocolError(INVALID_PARAMS, f"Unknown resource: {uri}")
@@ -746,9 +749,11 @@ class Router:
             if route is None:
                 owner = name_owner(self.outages, catalog, client.profile, PROMPTS, name) \
                     if self.outages and type(name) is str else None
-                if owner is not None:
+                if owner is None:
+                    raise RemoteProtocolError(INVALID_PARAMS, f"Unknown prompt: {name}")
+                if owner[0] not in self.per_session:
                     raise ServerDown(owner[0])
-                raise RemoteProtocolError(INVALID_PARAMS, f"Unknown prompt: {name}")
+                route = Route(*owner)  # only its listing connection is out: the session's own answers
             new_ref = dict(ref, name=route.original)
         elif ref.get("type") == "ref/resource" and type(ref.get("uri")) is str:
             try:

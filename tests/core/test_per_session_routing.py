@@ -255,3 +255,25 @@ def test_a_request_held_while_its_sessions_connection_starts_is_in_flight(router
     # The id is free again once answered.
     [(_, server, _)] = request(router, 1, 2, "tools/call", name="p__echo")
     assert server == "p@1"
+
+
+def test_a_new_session_uses_its_own_connection_while_the_listing_connection_restarts(router):
+    # The shared connection that lists p is lost: p's items leave the catalog, but p is a
+    # per-session server, so a new session's call by name still starts its own connection
+    # (not "restarting, next attempt in ..."), under the server's own name.
+    router.server_lost("p", "the server exited with status 1")
+    router.server_down("p", "the server exited with status 1", 28.0)
+    out = router.client_message(2, msg(id=7, method="tools/call", params={"name": "p__echo"}))
+    assert [type(c) for c in out] == [StartUpstream] and out[0].name == "p@2"
+    sent = unpack(router.server_ready("p@2", CAPS))
+    assert [(server, m["method"], m["params"]["name"]) for _, server, m in sent] == [("p@2", "tools/call", "echo")]
+    # Its resources and prompt completions too.
+    out = router.client_message(2, msg(id=8, method="resources/read", params={"uri": "p+demo://static/1"}))
+    out += router.client_message(2, msg(id=9, method="completion/complete", params={
+        "ref": {"type": "ref/prompt", "name": "p__hello"}, "argument": {"name": "x", "value": ""}}))
+    assert [(c.server, c.message["method"]) for c in out] == [("p@2", "resources/read"), ("p@2", "completion/complete")]
+    # A shared server that is out (for longer than a request may wait) still answers unavailable.
+    router.server_lost("a", "gone")
+    router.server_down("a", "gone", 600.0)
+    [(_, _, refused)] = request(router, 2, 10, "tools/call", name="a__time")
+    assert refused["error"]["data"]["reason"] == "unavailable"
