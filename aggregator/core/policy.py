@@ -89,7 +89,7 @@ class ProfilePolicy:
         glob = _GLOB_OF[kind]
         for label, rules in self._layers(server, kind):
             if rules.allow and _matches(key, rules.allow, glob) is None:
-                return f"not matched by {label}.allow"
+                return f"{label}.allow (matched by none of its patterns)"
             denied = _matches(key, rules.deny, glob)
             if denied is not None:
                 return f"{label}.deny {denied!r}"
@@ -106,7 +106,7 @@ class ProfilePolicy:
         which the caller gives in normal form)."""
         for label, rules in self._layers(server, "resources"):
             if rules.allow and _matches(uri, rules.allow, _uri_glob) is None:
-                return f"not matched by {label}.allow"
+                return f"{label}.allow (matched by none of its patterns)"
             denied = _matches(uri, rules.deny, _uri_glob)
             if denied is not None:
                 return f"{label}.deny {denied!r}"

@@ -173,7 +173,7 @@ def test_explain_reasons(router):
     assert reasons[("g", "git_commit")].startswith("profiles.reader.tools.read_only")  # the first rule that hid it
     router.server_items("g", "tools", [*G_TOOLS, {"name": "git_show", "annotations": {"readOnlyHint": True}}])
     reasons = {(s, o): r for s, o, r in reader.hidden["tools"]}
-    assert reasons[("g", "git_show")] == "not matched by profiles.reader.servers.g.tools.allow"
+    assert reasons[("g", "git_show")] == "profiles.reader.servers.g.tools.allow (matched by none of its patterns)"
 
 
 def test_name_budget_for_llm_apis():
