@@ -31,17 +31,24 @@ linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="re
 
 
 def marked(marker: str) -> list[int]:
-    """The pids of the processes whose environment holds this test's marker."""
+    """The pids of the processes whose environment holds this test's marker.
+
+    A child between fork and exec is still a copy of its parent (same command line, same
+    environment block) and would count twice for a moment: such a copy is left out. A
+    real child always differs from its parent, if only by the config chain it is given.
+    """
     needle = f"{MARK}={marker}\0".encode()
-    found = []
+    found: dict[int, tuple[int, bytes]] = {}
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
             try:
-                if needle in (entry / "environ").read_bytes():
-                    found.append(int(entry.name))
-            except OSError:
+                environ = (entry / "environ").read_bytes()
+                if needle in environ:
+                    ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+                    found[int(entry.name)] = (ppid, environ + (entry / "cmdline").read_bytes())
+            except (OSError, ValueError, IndexError):
                 continue
-    return found
+    return [pid for pid, (ppid, image) in found.items() if ppid not in found or found[ppid][1] != image]
 
 
 def aggregators(pids: list[int]) -> list[int]:
