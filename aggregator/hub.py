@@ -78,6 +78,9 @@ class Hub:
         store: dict[str, Any] = {}  # every server's items, shared by the profiles' catalogs
 
         self.plugins = load_plugins(list(config.plugins), Path(config.directory) if config.directory else None)
+        # Catalog hooks run inside the core; what they leave to do (I/O) runs in a task here.
+        self._catalog_hooks_ran = trio.Event()
+        self.plugins.catalog_changed = lambda: self._catalog_hooks_ran.set()
 
         def catalog_for(profile: str | None) -> Catalog:
             return Catalog(servers, proxy.separator, proxy.page_size, store=store,
@@ -127,14 +130,28 @@ class Hub:
     # --- lifetime -----------------------------------------------------------------------
 
     async def run(self, *, task_status: trio.TaskStatus[Hub] = trio.TASK_STATUS_IGNORED) -> None:
-        """Start every upstream concurrently and supervise them until cancelled."""
-        async with trio.open_nursery() as nursery:
-            self._nursery = nursery
-            for upstream in self.upstreams.values():
-                nursery.start_soon(upstream.run, name=f"upstream {upstream.name}")
-            nursery.start_soon(self._startup_gate)
-            nursery.start_soon(self._timer)
-            task_status.started(self)
+        """Run the plugins' load hooks, start every upstream concurrently and supervise them
+        until cancelled; then (also after an error) the plugins' done hooks."""
+        try:
+            await self.plugins.load()
+            async with trio.open_nursery() as nursery:
+                self._nursery = nursery
+                for upstream in self.upstreams.values():
+                    nursery.start_soon(upstream.run, name=f"upstream {upstream.name}")
+                nursery.start_soon(self._startup_gate)
+                nursery.start_soon(self._timer)
+                if self.plugins.after_catalog_hooks:
+                    nursery.start_soon(self._after_catalog)
+                task_status.started(self)
+        finally:
+            await self.plugins.done()
+
+    async def _after_catalog(self) -> None:
+        """Run the plugins' after_catalog hooks, outside the core, once catalog hooks ran."""
+        while True:
+            await self._catalog_hooks_ran.wait()
+            self._catalog_hooks_ran = trio.Event()
+            await self.plugins.after_catalog()
 
     async def _timer(self) -> None:
         """Run the router's clock: time out requests, send debounced notices."""

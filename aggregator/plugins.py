@@ -24,9 +24,26 @@ plain functions.
 ``server_request(request: ServerRequest) -> bool | None``
     A server asks a client for sampling, elicitation or roots. Return False to refuse.
 
+Lifecycle hooks (plain functions or coroutines; they run outside the routing core, so they
+may do I/O):
+
+``load()``
+    Once, after the config is known and before any server starts or client is served.
+``after_catalog()``
+    Soon after catalog hooks ran, outside the routing core: where a catalog hook's
+    side effects (a file to write) are carried out, since the hooks that run inside the
+    core (``catalog``, ``notification``, ``server_request``) must do no I/O.
+``done()``
+    Once, at shutdown, also after an error and after a failed ``load``: close files,
+    write what is left. Bounded to ``DONE_TIMEOUT`` seconds for each plugin.
+
 A hook that raises anything but ``Deny`` fails closed: the request is refused with an
 error naming the plugin, a catalog hook that fails hides that whole kind, a failing
-server_request hook refuses. Plugins come from the config (``[[plugins]]`` with ``use``
+server_request hook refuses. A lifecycle hook that raises is logged and the proxy goes on
+(a plugin whose ``load`` failed stays loaded: its policy hooks still fail closed). A public
+method whose name is close to a hook's but is not one (``on_request``, ``requset``) is
+never called, and a warning at load names it; so does one for the same plugin listed twice
+with the same options. Plugins come from the config (``[[plugins]]`` with ``use``
 and ``options``), by entry point name in the group ``aggregator.plugins`` (the built-in
 ones are there too), by dotted path ``package.module:Name``, or by file path
 ``path/to/file.py:Name``; ``Name`` is called with the options as keyword arguments.
@@ -34,6 +51,7 @@ ones are there too), by dotted path ``package.module:Name``, or by file path
 
 from __future__ import annotations
 
+import difflib
 import importlib
 import importlib.util
 import inspect
@@ -45,12 +63,17 @@ from pathlib import Path
 from typing import Any
 
 import attrs
+import trio
 
 from aggregator.errors import ConfigError
 
 log = logging.getLogger(__name__)
 ENTRY_POINT_GROUP = "aggregator.plugins"
 HOOKED_METHODS = ("tools/call", "prompts/get", "resources/read", "resources/subscribe", "completion/complete")
+# Every hook a plugin may have; a public method named close to one of these is a misspelling.
+HOOKS = ("request", "response", "catalog", "notification", "server_request", "load", "after_catalog", "done")
+DONE_TIMEOUT = 5.0  # seconds each plugin's done hook may take at shutdown
+_HOOK_PREFIXES = ("on_", "handle_", "hook_")
 
 
 class Deny(Exception):
@@ -111,6 +134,21 @@ def _name(plugin: Any) -> str:
     return getattr(plugin, "name", None) or type(plugin).__name__
 
 
+def misspelled_hooks(plugin: Any) -> dict[str, str]:
+    """A plugin's public methods that look like hooks but are not: name -> the hook meant."""
+    found = {}
+    for attribute in dir(plugin):
+        if attribute.startswith("_") or attribute in HOOKS:
+            continue
+        candidate = attribute.lower()
+        for prefix in _HOOK_PREFIXES:
+            candidate = candidate.removeprefix(prefix)
+        close = [candidate] if candidate in HOOKS else difflib.get_close_matches(candidate, HOOKS, 1, 0.85)
+        if close and callable(inspect.getattr_static(plugin, attribute, None)):  # runs no property
+            found[attribute] = close[0]
+    return found
+
+
 class Plugins:
     """The loaded plugins, and how each hook is run over them."""
 
@@ -121,10 +159,18 @@ class Plugins:
         self._catalog = [p for p in plugins if callable(getattr(p, "catalog", None))]
         self._server_request = [p for p in plugins if callable(getattr(p, "server_request", None))]
         self._notification = [p for p in plugins if callable(getattr(p, "notification", None))]
+        self._after_catalog = [p for p in plugins if callable(getattr(p, "after_catalog", None))]
         for plugin in plugins:
             for hook in ("catalog", "server_request", "notification"):
                 if inspect.iscoroutinefunction(getattr(plugin, hook, None)):
                     raise ConfigError(f"plugin {_name(plugin)}: its {hook} hook must be a plain function")
+            for attribute, hook in misspelled_hooks(plugin).items():
+                log.warning("plugin %s: %s is not a hook, so it is never called (did you mean %s?)",
+                            _name(plugin), attribute, hook)
+        # Called (by the catalog hooks' runner, inside the core) when after_catalog hooks
+        # are due; the hub sets it to wake the task that runs them outside the core.
+        self.catalog_changed: Callable[[], None] = lambda: None
+        self._done = False
 
         # A request hook that may wait (a coroutine function) runs in a task of its own, so
         # that it holds up only the request it decides on, never its client's other messages.
@@ -133,6 +179,35 @@ class Plugins:
     @property
     def watch_requests(self) -> bool:
         return bool(self._request or self._response)
+
+    @property
+    def after_catalog_hooks(self) -> bool:
+        return bool(self._after_catalog)
+
+    async def load(self) -> None:
+        """Run every load hook, in the order the plugins are listed."""
+        for plugin in self.plugins:
+            await _lifecycle(plugin, "load")
+
+    async def after_catalog(self) -> None:
+        """Run every after_catalog hook (outside the core, after catalog hooks ran)."""
+        for plugin in self._after_catalog:
+            await _lifecycle(plugin, "after_catalog")
+
+    async def done(self) -> None:
+        """Run every done hook once, in the order the plugins are listed, each bounded by
+        ``DONE_TIMEOUT`` and shielded from the cancellation that is shutting the proxy down."""
+        if self._done:
+            return
+        self._done = True
+        for plugin in self.plugins:
+            if not callable(getattr(plugin, "done", None)):
+                continue
+            with trio.move_on_after(DONE_TIMEOUT, shield=True) as scope:
+                await _lifecycle(plugin, "done")
+            if scope.cancelled_caught:
+                log.warning("plugin %s: done hook did not finish within %gs; going on without it",
+                            _name(plugin), DONE_TIMEOUT)
 
     async def request(self, request: Request) -> None:
         """Run the request hooks; raise Deny to refuse (any other failure becomes one)."""
@@ -160,6 +235,8 @@ class Plugins:
                 log.exception("plugin %s: response hook failed", _name(plugin))
 
     def catalog(self, profile: str, kind: str, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        if self._after_catalog:
+            self.catalog_changed()
         for plugin in self._catalog:
             try:
                 changed = plugin.catalog(profile, kind, items)
@@ -192,9 +269,25 @@ class Plugins:
         return True
 
 
+async def _lifecycle(plugin: Any, hook: str) -> None:
+    """Run one lifecycle hook if the plugin has it; a failure is logged, never raised."""
+    method = getattr(plugin, hook, None)
+    if not callable(method):
+        return
+    try:
+        outcome = method()
+        if inspect.isawaitable(outcome):
+            await outcome
+    except Exception:  # noqa: BLE001 - a plugin never takes the proxy down
+        log.exception("plugin %s: %s hook failed", _name(plugin), hook)
+
+
 def load_plugins(specs: list[Any], config_dir: Path | None = None) -> Plugins:
     """Build the plugins the config names; ConfigError names the one that failed."""
     plugins, problems = [], []
+    # (factory, use, options, the key paths listing it): the same plugin listed again with the
+    # same options runs every hook twice (a rate halved, each audit line twice).
+    listed: list[tuple[Any, str, dict[str, Any], list[str]]] = []
     for index, spec in enumerate(specs):
         path = f"plugins[{index}]"
         try:
@@ -212,8 +305,19 @@ def load_plugins(specs: list[Any], config_dir: Path | None = None) -> Plugins:
             continue
         log.info("plugin %s loaded from %s", _name(plugin), spec.use)
         plugins.append(plugin)
+        options = dict(spec.options)
+        for factory_seen, use_seen, options_seen, paths in listed:
+            if (factory_seen is factory or use_seen == spec.use) and options_seen == options:
+                paths.append(path)
+                break
+        else:
+            listed.append((factory, spec.use, options, [path]))
     if problems:
         raise ConfigError(problems)
+    for _, use, _, paths in listed:
+        if len(paths) > 1:
+            log.warning("plugin %s is listed %d times with the same options (%s): each copy runs every hook",
+                        use, len(paths), ", ".join(paths))
     return Plugins(plugins)
 
 

@@ -7,17 +7,19 @@
 Each line: time, session, profile, method, server, the server's own name, the exposed
 name, the arguments (any key that contains one of ``redact``, case-insensitive, replaced
 by "[redacted]", at any depth), the outcome (ok, or the error code and reason) and the
-duration in milliseconds.
+duration in milliseconds. The file is closed when the proxy stops (the ``done`` hook).
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import time
 from typing import Any
 
 from aggregator.plugins import Response
 
+log = logging.getLogger(__name__)
 DEFAULT_REDACT = ("password", "passwd", "secret", "token", "api_key", "apikey", "authorization", "cookie",
                   "credential", "private_key")
 
@@ -28,9 +30,16 @@ class AuditLog:
     def __init__(self, path: str, redact: list[str] | tuple[str, ...] = DEFAULT_REDACT) -> None:
         self.redact = tuple(key.lower() for key in redact)
         # Line-buffered appends: each record reaches the file whole, in order.
-        self._file = open(path, "a", buffering=1, encoding="utf-8")  # noqa: SIM115 - lives as long as the proxy
+        self._file = open(path, "a", buffering=1, encoding="utf-8")  # noqa: SIM115 - closed by done()
+
+    def done(self) -> None:
+        self._file.close()
 
     def response(self, response: Response) -> None:
+        if self._file.closed:  # an answer in the last moments of a shutdown
+            log.warning("audit-log: the proxy is stopping; %s for session %s not recorded",
+                        response.request.method, response.request.client)
+            return
         request = response.request
         record: dict[str, Any] = {
             "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),

@@ -4,17 +4,23 @@
     use = "example"                      # or "my_plugins.py:MyPlugin" for your own file
     options = { blocked_words = ["rm -rf"] }
 
+- ``load`` / ``done``: say when it starts and stops (open and close what you need there).
 - ``request``: refuses a tool call whose arguments contain a blocked word.
-- ``catalog``: tells the model which server each tool comes from.
+- ``catalog``: tells the model which tools only read (their ``readOnlyHint``). It reads
+  what a tool says about itself, never its name: exposed names are not parsed (prefixes,
+  separators and renames are the config's business).
 - ``server_request``: never lets a server ask for sampling.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 from typing import Any
 
 from aggregator.plugins import Deny, Request, ServerRequest
+
+log = logging.getLogger(__name__)
 
 
 class ExamplePlugin:
@@ -22,6 +28,12 @@ class ExamplePlugin:
 
     def __init__(self, blocked_words: list[str] | None = None) -> None:
         self.blocked_words = [word.lower() for word in blocked_words or []]
+
+    def load(self) -> None:
+        log.info("example plugin: blocking %d word(s)", len(self.blocked_words))
+
+    def done(self) -> None:
+        log.info("example plugin: done")
 
     def request(self, request: Request) -> None:
         if request.method != "tools/call":
@@ -36,9 +48,10 @@ class ExamplePlugin:
             return None
         out = []
         for item in items:
-            server = item["name"].split("__", 1)[0] if "__" in item["name"] else "an upstream server"
-            description = item.get("description") or ""
-            out.append({**item, "description": f"[from {server}] {description}".strip()})
+            annotations = item.get("annotations")
+            if type(annotations) is dict and annotations.get("readOnlyHint") is True:
+                item = {**item, "description": f"[read-only] {item.get('description') or ''}".strip()}
+            out.append(item)
         return out
 
     def server_request(self, request: ServerRequest) -> bool | None:

@@ -11,6 +11,10 @@ description, a schema that now asks for more) disappears from every client's lis
 calls to it are refused like calls to a tool that does not exist; the change is logged
 as a diff. ``aggregator approve [NAME ...]`` accepts the current definitions (all that
 changed, or the named ones) after a person has looked at them.
+
+The catalog hook runs inside the routing core, so it only records that there are new
+pins; the file is written by ``after_catalog`` (which the proxy runs outside the core,
+right after) and, for anything left, by ``done``. Each write replaces the file whole.
 """
 
 from __future__ import annotations
@@ -47,6 +51,7 @@ class PinDefinitions:
             self.pins = json.loads(self.path.read_text(encoding="utf-8"))
         # Tools quarantined now: exposed name -> the definition waiting for approval.
         self.changed: dict[str, dict[str, Any]] = {}
+        self.unsaved = False  # pins made by the catalog hook, not yet on disk
 
     def catalog(self, profile: str, kind: str, items: list[dict[str, Any]]) -> list[dict[str, Any]] | None:
         if kind != "tools":
@@ -69,8 +74,16 @@ class PinDefinitions:
                                 name, name, self._diff(pin["definition"], definition(tool)))
                 self.changed[name] = definition(tool)
         if pinned_new:
-            self.save()
+            self.unsaved = True  # written by after_catalog: no I/O inside the core
         return kept
+
+    def after_catalog(self) -> None:
+        if self.unsaved:
+            self.save()
+
+    def done(self) -> None:
+        if self.unsaved:
+            self.save()
 
     def approve(self, names: list[str] | None = None) -> list[str]:
         """Accept the current definitions of changed tools (all, or those named)."""
@@ -83,6 +96,8 @@ class PinDefinitions:
         return chosen
 
     def save(self) -> None:
+        """Write every pin (the file is replaced whole)."""
+        self.unsaved = False
         temporary = self.path.with_name(self.path.name + ".tmp")
         temporary.write_text(json.dumps(self.pins, indent=2, sort_keys=True, ensure_ascii=False,
                                          default=str), encoding="utf-8")

@@ -1,5 +1,7 @@
 """Plugins inside a running proxy (memory streams, fake servers, virtual clock)."""
 
+import json
+
 import trio
 import trio.lowlevel
 
@@ -62,8 +64,9 @@ async def test_rate_limit_and_example_plugin(autojump_clock):
         with trio.fail_after(10):
             await one.initialize()
             await two.initialize()
-            tools = await one.list_all("tools/list", "tools")
-            assert tools[0]["description"].startswith("[from a] ")
+            tools = {tool["name"]: tool for tool in await one.list_all("tools/list", "tools")}
+            assert tools["a__echo"]["description"].startswith("[read-only] Echo")  # it says readOnlyHint
+            assert "description" not in tools["a__add"]
             for _ in range(2):
                 assert "result" in await one.request("tools/call", {"name": "a__echo", "arguments": {}})
             limited = await one.request("tools/call", {"name": "a__echo", "arguments": {}})
@@ -156,3 +159,56 @@ async def test_a_request_cancelled_while_its_hooks_decide_never_goes_upstream(au
             await client.send({"id": 7, "method": "tools/call", "params": {"name": "a__echo", "arguments": {}}})
             assert "result" in await client.response(7)
             assert sum(1 for m in proxy.upstreams.latest("a").seen if m.get("method") == "tools/call") == 1
+
+
+class Lifecycle:
+    """Records when its hooks run, and whether any upstream had started at load."""
+
+    events: list[str] = []
+
+    def load(self):
+        Lifecycle.events.append("load")
+
+    def catalog(self, profile, kind, items):
+        Lifecycle.events.append("catalog")
+
+    async def after_catalog(self):
+        await trio.lowlevel.checkpoint()
+        Lifecycle.events.append("after_catalog")
+
+    async def done(self):
+        await trio.sleep(0.5)  # may wait: the shutdown's cancellation does not cut it short
+        Lifecycle.events.append("done")
+
+
+class Boom(Exception):
+    pass
+
+
+async def test_load_before_serving_done_at_shutdown_even_after_an_error(autojump_clock, tmp_path):
+    Lifecycle.events.clear()
+    pins, audit = tmp_path / "pins.json", tmp_path / "audit.jsonl"
+    plugins = [{"use": "tests.session.test_plugins_session:Lifecycle"},
+               {"use": "pin-definitions", "options": {"path": str(pins)}},
+               {"use": "audit-log", "options": {"path": str(audit)}}]
+    ended_by_error = False
+    try:
+        async with running_proxy({"a": []}, plugins=plugins) as proxy:
+            assert Lifecycle.events == ["load"]  # before any client, before any listing
+            client = await proxy.connect()
+            with trio.fail_after(10):
+                await client.initialize()
+                names = [tool["name"] for tool in await client.list_all("tools/list", "tools")]
+                assert "result" in await client.request("tools/call", {"name": "a__echo", "arguments": {}})
+            # The pins were written outside the core, while the proxy runs, with every tool.
+            assert "after_catalog" in Lifecycle.events
+            assert sorted(json.loads(pins.read_text())) == sorted(names)
+            audit_log = proxy.hub.plugins.plugins[2]
+            assert not audit_log._file.closed
+            raise Boom
+    except* Boom:
+        ended_by_error = True
+    assert ended_by_error
+    assert Lifecycle.events[0] == "load" and Lifecycle.events[-1] == "done" and Lifecycle.events.count("done") == 1
+    assert audit_log._file.closed  # the audit log's done closed it
+    assert [json.loads(line)["exposed"] for line in audit.read_text().splitlines()] == ["a__echo"]
