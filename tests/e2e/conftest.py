@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import subprocess
 import sys
 import tempfile
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+
+from tests.loopback import INIT, free_port, wait_listening
 
 HERE = Path(__file__).parent
 ROOT = HERE.parents[1]
@@ -122,3 +126,44 @@ def websocket_requester(socket):
             if message.get("id") == id:
                 return message
     return request
+
+
+TOKEN = "s3cret-token-for-tests-0123456789"
+
+
+@contextmanager
+def http_proxy(config: Path, *extra: str):
+    """``aggregator serve --http`` on a free port of 127.0.0.1; yields the port and the log file.
+    It must exit cleanly when terminated."""
+    port = free_port()
+    log = config.parent / "proxy.log"
+    with open(log, "wb") as stderr:
+        process = subprocess.Popen([sys.executable, "-m", "aggregator", "serve", "--http", f"127.0.0.1:{port}",
+                                    "--config", str(config), *extra], stdin=subprocess.DEVNULL, stderr=stderr)
+        try:
+            wait_listening(port, process)
+            yield port, log
+        finally:
+            process.terminate()
+            assert process.wait(timeout=15) == 0, log.read_text()
+
+
+def post(port, body, headers=None, path="/mcp", method="POST"):
+    """One HTTP request (a POST of JSON by default) on a new connection: status, headers, body."""
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    base = {"content-type": "application/json", "accept": "application/json, text/event-stream",
+            "host": f"127.0.0.1:{port}"}
+    base.update(headers or {})
+    data = body if isinstance(body, bytes) else json.dumps(body).encode() if body is not None else None
+    connection.request(method, path, body=data, headers={k: v for k, v in base.items() if v is not None})
+    response = connection.getresponse()
+    payload = response.read()
+    connection.close()
+    return response.status, {k.lower(): v for k, v in response.getheaders()}, payload
+
+
+def initialize(port, headers=None):
+    """Initialize a Streamable HTTP session; its id."""
+    status, response_headers, body = post(port, INIT, headers)
+    assert status == 200, body
+    return response_headers["mcp-session-id"]

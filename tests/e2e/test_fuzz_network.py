@@ -25,7 +25,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.e2e.conftest import fake, write_config
-from tests.e2e.test_http import wait_listening
+from tests.loopback import INIT, free_port, wait_listening
 from tests.rawhttp import (
     FrameReader,
     Malformed,
@@ -35,7 +35,6 @@ from tests.rawhttp import (
     request_bytes,
     websocket_handshake,
 )
-from tests.session.fronts import INIT, free_port
 
 pytestmark = [pytest.mark.e2e]
 MAX_BODY = 65536

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.conftest import HERE, ROOT, write_config
-from tests.e2e.test_http import free_port, http_proxy, wait_listening
+from tests.e2e.conftest import HERE, ROOT, http_proxy, write_config
+from tests.loopback import free_port, wait_listening
 
 pytestmark = pytest.mark.e2e
 PYTHON1 = ROOT / ".venv-mcp1" / "bin" / "python"

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.conftest import write_config
-from tests.e2e.test_http import free_port, http_proxy, wait_listening
+from tests.e2e.conftest import http_proxy, write_config
+from tests.loopback import free_port, wait_listening
 
 HERE = Path(__file__).parent
 SERVER = HERE / "polling_server.mjs"

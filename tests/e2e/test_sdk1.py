@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.e2e.conftest import ROOT, fake, write_config
-from tests.e2e.test_http import free_port, wait_listening
+from tests.loopback import free_port, wait_listening
 
 pytestmark = pytest.mark.e2e
 PYTHON1 = ROOT / ".venv-mcp1" / "bin" / "python"

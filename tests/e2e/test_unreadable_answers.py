@@ -16,8 +16,8 @@ import pytest
 import trio
 import trio_websocket
 
-from tests.e2e.conftest import RawProxy, fake, websocket_requester, write_config
-from tests.e2e.test_http import free_port, http_proxy, initialize, post, wait_listening
+from tests.e2e.conftest import RawProxy, fake, http_proxy, initialize, post, websocket_requester, write_config
+from tests.loopback import free_port, wait_listening
 
 pytestmark = pytest.mark.e2e
 
