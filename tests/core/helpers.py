@@ -15,6 +15,13 @@ from aggregator.jsonrpc import dumps, loads
 
 CLIENT_CAPS = {"sampling": {}, "roots": {"listChanged": True}, "elicitation": {"form": {}, "url": {}}}
 JSON_DEPTH_LIMIT = 32
+# Number literals, many of which a float would round or spell otherwise: each is forwarded as written.
+AWKWARD_LITERALS = [
+    "9007199254740993.0", "0.10000000000000001", "1e-400", "1e2", "1E2", "-0", "1.0", "1.50", "-0.0",
+    "0e0", "123456789012345678901234567890", "4" + "0" * 399, "5e-324", "1.7976931348623157e309",
+    "1e400", "-1e400", "1E+2", "2e-7", "-123456789012345678901234567890.5", "7" * 5000, "0.7", "100", "-5",
+    "18446744073709551616", "-9223372036854775809", "1e16", "12.30e-005",
+]
 
 
 class Clock:

@@ -18,6 +18,9 @@ from tests.loopback import INIT, free_port, wait_listening
 HERE = Path(__file__).parent
 ROOT = HERE.parents[1]
 EVERYTHING = HERE / "node_modules" / "@modelcontextprotocol" / "server-everything" / "dist" / "index.js"
+FILESYSTEM = HERE / "node_modules" / "@modelcontextprotocol" / "server-filesystem" / "dist" / "index.js"
+PYTHON1 = ROOT / ".venv-mcp1" / "bin" / "python"  # the official Python SDK 1.x
+MANY = HERE / "sdk1_many.py"
 FAKESRV = ROOT / "tests" / "fakesrv.py"
 
 
@@ -26,6 +29,20 @@ def everything_js() -> Path:
     if not EVERYTHING.exists():
         pytest.fail(f"{EVERYTHING} is missing: run `npm ci --prefix tests/e2e` (the README's test command does)")
     return EVERYTHING
+
+
+@pytest.fixture(scope="session")
+def python1() -> Path:
+    if not PYTHON1.exists():
+        pytest.fail(f"{PYTHON1} is missing: the README's test command creates it (mcp==1.30.0)")
+    return PYTHON1
+
+
+@pytest.fixture
+def filesystem_js() -> Path:
+    if not FILESYSTEM.exists():
+        pytest.fail(f"{FILESYSTEM} is missing: run `npm ci --prefix tests/e2e`")
+    return FILESYSTEM
 
 
 @pytest.fixture

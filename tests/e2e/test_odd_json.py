@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from tests.core.test_codec import AWKWARD_LITERALS
+from tests.core.helpers import AWKWARD_LITERALS
 from tests.e2e.conftest import RawProxy, fake, http_proxy, post, write_config
 
 pytestmark = pytest.mark.e2e
