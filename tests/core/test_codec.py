@@ -290,7 +290,7 @@ def strings_of(value):
             yield node
 
 
-@settings(max_examples=1000, deadline=None)
+@settings(deadline=None)
 @given(st.lists(st.sampled_from(TOKENS), max_size=14).map(b"".join))
 def test_fuzz_loads_accepts_only_strict_json(raw):
     try:

@@ -164,7 +164,7 @@ def depth_of(raw: bytes) -> int:
     return deepest
 
 
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
+@settings(deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
                                                                  HealthCheck.too_slow])
 @given(drawn=client_messages(), server_echoes=st.booleans())
 def test_fuzz_deep_messages_one_answer_per_readable_request_none_to_notifications(router, drawn, server_echoes):

@@ -281,7 +281,7 @@ envelopes = st.fixed_dictionaries(
 )
 
 
-@settings(max_examples=2000, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.one_of(envelopes.map(dumps), json_values.map(dumps), st.binary(max_size=64)))
 def test_fuzz_one_answer_per_request_none_to_notifications(router, raw):
     try:

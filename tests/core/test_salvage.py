@@ -90,7 +90,7 @@ envelopes = st.dictionaries(st.sampled_from(["jsonrpc", "params", "x", "result",
         lambda head: {**body, **head}))
 
 
-@settings(max_examples=300, deadline=None)
+@settings(deadline=None)
 @given(envelopes, st.booleans())
 def test_agrees_with_the_parser_on_what_it_can_read(message, spaced):
     """On any message a parser can read, the scan finds what the parsed value says."""

@@ -8,7 +8,7 @@ bound, never a 5xx; each frame sequence that is valid WebSocket leaves the conne
 answering, and an invalid one at worst closes that connection. Afterwards the process is
 alive, a fresh client can initialize and ping, and its log holds no traceback.
 
-``HYPOTHESIS_PROFILE=long`` runs many more examples (see tests/conftest.py).
+``HYPOTHESIS_PROFILE=thorough`` runs many more examples (see tests/conftest.py).
 """
 
 from __future__ import annotations
