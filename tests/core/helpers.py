@@ -8,10 +8,12 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from aggregator.config import ServerConfig
 from aggregator.core.catalog import Catalog
 from aggregator.core.router import Router
-from aggregator.jsonrpc import dumps, loads
+from aggregator.jsonrpc import RemoteProtocolError, decode_message, dumps, loads
 
 CLIENT_CAPS = {"sampling": {}, "roots": {"listChanged": True}, "elicitation": {"form": {}, "url": {}}}
 JSON_DEPTH_LIMIT = 32
@@ -42,6 +44,13 @@ def msg(**fields: Any) -> bytes:
 def decoded(message: Any) -> Any:
     """A command's message as a dict, whether the router encoded it already or not."""
     return loads(message) if type(message) is bytes else message
+
+
+def refused(raw: bytes) -> RemoteProtocolError:
+    """The error the codec raises for ``raw``, which it must refuse."""
+    with pytest.raises(RemoteProtocolError) as info:
+        decode_message(raw)
+    return info.value
 
 
 def unpack(commands: list[Any]) -> list[tuple[str, Any, Any]]:

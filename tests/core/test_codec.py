@@ -21,13 +21,7 @@ from aggregator.jsonrpc import (
     dumps,
     loads,
 )
-from tests.core.helpers import AWKWARD_LITERALS
-
-
-def refused(raw: bytes) -> RemoteProtocolError:
-    with pytest.raises(RemoteProtocolError) as info:
-        decode_message(raw)
-    return info.value
+from tests.core.helpers import AWKWARD_LITERALS, refused
 
 
 @pytest.mark.parametrize(

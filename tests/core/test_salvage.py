@@ -9,11 +9,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from aggregator.jsonrpc import RemoteProtocolError, decode_message, dumps
+from aggregator.jsonrpc import dumps
 from aggregator.jsonrpc.codec import NOTIFICATION, REQUEST, RESPONSE, _envelope, nameless_refusal
 from aggregator.jsonrpc.errors import PARSE_ERROR
 from aggregator.jsonrpc.salvage import salvage_envelope
-from tests.core.helpers import make_depth_limited_router, still_serves, unpack
+from tests.core.helpers import make_depth_limited_router, refused, still_serves, unpack
 
 DEEP = '{"d":' * 1030 + "1" + "}" * 1030  # past orjson's 1024 levels and Python's stack
 OPEN = "[" * 100_000  # never closed
@@ -96,12 +96,6 @@ def test_agrees_with_the_parser_on_what_it_can_read(message, spaced):
     """On any message a parser can read, the scan finds what the parsed value says."""
     raw = json.dumps(message, indent=1).encode() if spaced else dumps(message)
     assert salvage_envelope(raw) == _envelope(message)
-
-
-def refused(raw: bytes) -> RemoteProtocolError:
-    with pytest.raises(RemoteProtocolError) as info:
-        decode_message(raw)
-    return info.value
 
 
 def test_a_client_request_past_every_parser_is_refused_with_its_id():
