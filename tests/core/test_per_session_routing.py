@@ -6,7 +6,7 @@ import pytest
 from aggregator.config import ServerConfig
 from aggregator.core.catalog import Catalog
 from aggregator.core.router import Refresh, Router, StartUpstream, StopUpstream
-from tests.core.test_routing_messages import Clock, connect, msg, unpack
+from tests.core.helpers import connect, msg, unpack
 
 SHARED_P = {
     "tools": [{"name": "echo"}, {"name": "trigger-sampling"}],
@@ -19,11 +19,6 @@ OWN_P = {
     "prompts": [{"name": "hello"}],
 }
 CAPS = {"capabilities": {"tools": {"listChanged": True}, "prompts": {}, "resources": {"subscribe": True}}}
-
-
-@pytest.fixture
-def clock():
-    return Clock()
 
 
 def make_router(clock, debounce=0.0):

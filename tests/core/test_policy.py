@@ -10,7 +10,8 @@ from aggregator.config import structure_config
 from aggregator.core.catalog import Catalog
 from aggregator.core.policy import ProfilePolicy, server_request_allowed
 from aggregator.core.router import Router
-from aggregator.jsonrpc import dumps, loads
+from aggregator.jsonrpc import loads
+from tests.core.helpers import msg
 
 CONFIG = '''
 [policy.tools]
@@ -47,10 +48,6 @@ E_TOOLS = [
 G_TOOLS = [{"name": "git_status", "annotations": {"readOnlyHint": True}},
            {"name": "git_log", "annotations": {"readOnlyHint": True}},
            {"name": "git_commit", "annotations": {"readOnlyHint": False}}]
-
-
-def msg(**fields):
-    return dumps({"jsonrpc": "2.0", **fields})
 
 
 def answer(out):

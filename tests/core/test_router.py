@@ -9,28 +9,8 @@ from hypothesis import strategies as st
 from aggregator.config import ServerConfig
 from aggregator.core.catalog import Catalog
 from aggregator.core.router import Refresh, Router, ToClient, ToServer, WaitForStartup
-from aggregator.jsonrpc import dumps, loads
-
-
-def msg(**fields):
-    return dumps({"jsonrpc": "2.0", **fields})
-
-
-def as_dict(message):
-    return loads(message) if type(message) is bytes else message
-
-
-class Clock:
-    def __init__(self):
-        self.now = 1000.0
-
-    def __call__(self):
-        return self.now
-
-
-@pytest.fixture
-def clock():
-    return Clock()
+from aggregator.jsonrpc import dumps
+from tests.core.helpers import decoded, msg
 
 
 @pytest.fixture
@@ -55,7 +35,7 @@ def router(clock):
         out = r.client_message(key, msg(id=0, method="initialize", params={
             "protocolVersion": "2025-06-18", "capabilities": {"sampling": {}, "roots": {}, "elicitation": {}},
             "clientInfo": {"name": "t"}}))
-        assert as_dict(out[0].message)["result"]["protocolVersion"] == "2025-06-18"
+        assert decoded(out[0].message)["result"]["protocolVersion"] == "2025-06-18"
         r.client_message(key, msg(method="notifications/initialized"))
     return r
 
@@ -63,7 +43,7 @@ def router(clock):
 def only(commands, kind):
     [command] = commands
     assert type(command) is kind
-    return command, as_dict(command.message)
+    return command, decoded(command.message)
 
 
 def test_initialize_result():
@@ -100,9 +80,9 @@ def test_before_initialize_and_discover():
 
 
 def test_two_clients_same_id_are_never_cross_wired(router):
-    (s1, m1), = [(c, as_dict(c.message)) for c in router.client_message(1, msg(
+    (s1, m1), = [(c, decoded(c.message)) for c in router.client_message(1, msg(
         id=7, method="tools/call", params={"name": "a__echo", "arguments": {"n": 1}}))]
-    (s2, m2), = [(c, as_dict(c.message)) for c in router.client_message(2, msg(
+    (s2, m2), = [(c, decoded(c.message)) for c in router.client_message(2, msg(
         id=7, method="tools/call", params={"name": "a__echo", "arguments": {"n": 2}}))]
     assert s1.server == s2.server == "a"
     assert m1["id"] != m2["id"] and m1["params"]["name"] == "echo"
@@ -200,11 +180,11 @@ def test_server_lost_fails_pending_at_once_and_hides_items(router):
     _, sent = only(router.client_message(1, msg(id=1, method="tools/call", params={"name": "a__slow"})),
                    ToServer)
     out = router.server_lost("a", "the server exited with status 1")
-    errors = [as_dict(c.message) for c in out if "id" in as_dict(c.message)]
+    errors = [decoded(c.message) for c in out if "id" in decoded(c.message)]
     assert errors == [{"jsonrpc": "2.0", "id": 1, "error": {
         "code": -32603, "message": "Server 'a' stopped before answering: the server exited with status 1",
         "data": {"source": "aggregator", "reason": "unavailable", "server": "a"}}}]
-    notices = sorted((c.session, as_dict(c.message)["method"]) for c in out if "id" not in as_dict(c.message))
+    notices = sorted((c.session, decoded(c.message)["method"]) for c in out if "id" not in decoded(c.message))
     assert (1, "notifications/tools/list_changed") in notices and (2, "notifications/prompts/list_changed") in notices
     assert "a__echo" not in router.catalog.tools
     # Its names are not unknown while it restarts (aggregator.core.outages; more in test_outages).
@@ -253,7 +233,7 @@ def test_list_changed_only_when_visible_change(router):
     assert router.server_items("a", "tools", [{"name": "echo", "x-new": 1}, {"name": "slow"}]) == []
     out = router.server_items("a", "tools", [{"name": "echo"}])
     assert sorted(c.session for c in out) == [1, 2]
-    assert {as_dict(c.message)["method"] for c in out} == {"notifications/tools/list_changed"}
+    assert {decoded(c.message)["method"] for c in out} == {"notifications/tools/list_changed"}
 
 
 def test_numbers_in_results_are_unchanged(router):
@@ -301,7 +281,7 @@ envelopes = st.fixed_dictionaries(
 )
 
 
-@settings(max_examples=2000, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.one_of(envelopes.map(dumps), json_values.map(dumps), st.binary(max_size=64)))
 def test_fuzz_one_answer_per_request_none_to_notifications(router, raw):
     try:
@@ -309,7 +289,7 @@ def test_fuzz_one_answer_per_request_none_to_notifications(router, raw):
     except ValueError:
         value = None
     out = router.client_message(1, raw)
-    answers = [as_dict(c.message) for c in out if type(c) is ToClient]
+    answers = [decoded(c.message) for c in out if type(c) is ToClient]
     for answer in answers:
         assert answer["jsonrpc"] == "2.0" and ("result" in answer) != ("error" in answer)
         if "error" in answer:
@@ -324,12 +304,12 @@ def test_fuzz_one_answer_per_request_none_to_notifications(router, raw):
     if is_notification:
         assert answers == []
     if is_request:
-        forwarded = [c for c in out if type(c) is ToServer and "id" in as_dict(c.message)]
+        forwarded = [c for c in out if type(c) is ToServer and "id" in decoded(c.message)]
         assert len(answers) + len(forwarded) == 1
         if answers:
             assert answers[0]["id"] == value["id"]
         else:  # answer it, so in-flight tables stay small across examples
-            sent = as_dict(forwarded[0].message)
+            sent = decoded(forwarded[0].message)
             router.server_message(forwarded[0].server, msg(id=sent["id"], result={}))
 
 

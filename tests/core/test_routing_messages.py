@@ -6,59 +6,7 @@ import pytest
 from aggregator.config import ServerConfig
 from aggregator.core.catalog import Catalog
 from aggregator.core.router import Router
-from aggregator.jsonrpc import dumps, loads
-
-
-class Clock:
-    now = 1000.0
-
-    def __call__(self):
-        return self.now
-
-
-def msg(**fields):
-    return dumps({"jsonrpc": "2.0", **fields})
-
-
-def unpack(commands):
-    return [(type(c).__name__, c[0], loads(c.message) if type(c.message) is bytes else c.message)
-            for c in commands]
-
-
-CLIENT_CAPS = {"sampling": {}, "roots": {"listChanged": True}, "elicitation": {"form": {}, "url": {}}}
-
-
-@pytest.fixture
-def clock():
-    return Clock()
-
-
-def make_router(clock, debounce=0.0, **kw):
-    servers = [ServerConfig(name="a", command="x", request_timeout=5.0, max_request_timeout=20.0),
-               ServerConfig(name="b", command="x", request_timeout=5.0, timeout_resets_on_progress=False)]
-    router = Router(Catalog(servers, "__", 50), servers, clock=clock, list_changed_debounce=debounce, **kw)
-    caps = {"tools": {}, "resources": {"subscribe": True}, "logging": {}, "tasks": {"list": {}, "cancel": {}}}
-    for name in ("a", "b"):
-        router.server_ready(name, {"protocolVersion": "2025-11-25", "capabilities": caps})
-        router.server_items(name, "tools", [{"name": "slow"}, {"name": "fast"}])
-        router.server_items(name, "resources", [{"uri": "demo://r/1"}])
-    router.startup_complete = True
-    return router
-
-
-def connect(router, key, caps=CLIENT_CAPS):
-    router.client_connected(key)
-    router.client_message(key, msg(id=0, method="initialize", params={
-        "protocolVersion": "2025-11-25", "capabilities": caps, "clientInfo": {"name": f"c{key}"}}))
-    router.client_message(key, msg(method="notifications/initialized"))
-
-
-@pytest.fixture
-def router(clock):
-    r = make_router(clock)
-    connect(r, 1)
-    connect(r, 2)
-    return r
+from tests.core.helpers import CLIENT_CAPS, connect, make_router, msg, unpack
 
 
 def call(router, key, id, tool="a__slow", token=None):

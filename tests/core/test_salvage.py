@@ -9,11 +9,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from aggregator.jsonrpc import RemoteProtocolError, decode_message, dumps
+from aggregator.jsonrpc import dumps
 from aggregator.jsonrpc.codec import NOTIFICATION, REQUEST, RESPONSE, _envelope, nameless_refusal
 from aggregator.jsonrpc.errors import PARSE_ERROR
 from aggregator.jsonrpc.salvage import salvage_envelope
-from tests.core.test_json_limits import make_router, still_serves, unpack
+from tests.core.helpers import make_depth_limited_router, refused, still_serves, unpack
 
 DEEP = '{"d":' * 1030 + "1" + "}" * 1030  # past orjson's 1024 levels and Python's stack
 OPEN = "[" * 100_000  # never closed
@@ -90,18 +90,12 @@ envelopes = st.dictionaries(st.sampled_from(["jsonrpc", "params", "x", "result",
         lambda head: {**body, **head}))
 
 
-@settings(max_examples=300, deadline=None)
+@settings(deadline=None)
 @given(envelopes, st.booleans())
 def test_agrees_with_the_parser_on_what_it_can_read(message, spaced):
     """On any message a parser can read, the scan finds what the parsed value says."""
     raw = json.dumps(message, indent=1).encode() if spaced else dumps(message)
     assert salvage_envelope(raw) == _envelope(message)
-
-
-def refused(raw: bytes) -> RemoteProtocolError:
-    with pytest.raises(RemoteProtocolError) as info:
-        decode_message(raw)
-    return info.value
 
 
 def test_a_client_request_past_every_parser_is_refused_with_its_id():
@@ -124,7 +118,7 @@ def test_a_server_answer_past_every_parser_names_the_request_it_answers():
 @pytest.mark.parametrize("tail", [
     (DEEP + "}}").encode(), b"[" * 5000 + b"]" * 5000 + b"}}", OPEN.encode(), b'"\xff"}}'])
 def test_the_router_fails_the_request_at_once_and_the_server_stays(tail):
-    router = make_router()
+    router = make_depth_limited_router()
     [(_, _, sent)] = unpack(router.client_message(1, dumps({"jsonrpc": "2.0", "id": "q", "method": "tools/call",
                                                              "params": {"name": "a__echo", "arguments": {}}})))
     raw = b'{"jsonrpc":"2.0","id":' + str(sent["id"]).encode() + b',"result":{"content":[],"structuredContent":' + tail

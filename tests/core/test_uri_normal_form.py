@@ -16,7 +16,7 @@ from aggregator.core.catalog import Catalog
 from aggregator.core.policy import ProfilePolicy
 from aggregator.core.router import Router, ToServer
 from aggregator.core.uris import InvalidUri, normalize_pattern, normalize_template, normalize_uri
-from aggregator.jsonrpc import dumps, loads
+from tests.core.helpers import decoded, msg
 
 # --- the function ------------------------------------------------------------------------
 
@@ -275,12 +275,6 @@ REFS_DENIED = ["s+vault://k/{id}", "S+VAULT://k/{id}", "s+vault://K/{id}", "s+va
                "S+Secret://t/{id}", "s+vault://k/{id} ", "s+vault://k/7", "file:///home/me/private/{x}"]
 
 
-def msg(**fields):
-    return dumps({"jsonrpc": "2.0", **fields})
-
-
-def decoded(command):
-    return loads(command.message) if type(command.message) is bytes else command.message
 
 
 @pytest.fixture
@@ -312,9 +306,9 @@ def ask(router, key, method, params, id=7):
     sent = [c for c in out if isinstance(c, ToServer)]
     if sent:
         [command] = sent
-        return command.server, decoded(command)["params"]
+        return command.server, decoded(command.message)["params"]
     [command] = out
-    return decoded(command)["error"]
+    return decoded(command.message)["error"]
 
 
 def assert_refused(router, key, answer, what):
@@ -357,7 +351,7 @@ def test_one_subscription_whatever_the_spelling(router):
     router.server_message("s", msg(id=next(iter(router.links["s"].pending)), result={}))
     # Another spelling of the same URI: already subscribed, answered without the server.
     out = router.client_message(DEFAULT, msg(id=2, method="resources/subscribe", params={"uri": "S+OPEN://T/%37"}))
-    assert not [c for c in out if isinstance(c, ToServer)] and "result" in decoded(out[0])
+    assert not [c for c in out if isinstance(c, ToServer)] and "result" in decoded(out[0].message)
     server, params = ask(router, DEFAULT, "resources/unsubscribe", {"uri": "s+open://t/./%37"}, id=3)
     assert (server, params["uri"]) == ("s", "open://t/7")
 
@@ -381,11 +375,11 @@ def test_completion_refs_to_hidden_templates_are_refused(router, key, ref):
 
 def test_refusals_name_the_problem_and_keep_the_id(router):
     out = router.client_message(DEFAULT, msg(id="r1", method="resources/read", params={"uri": "s+open://a "}))
-    error = decoded(out[0])
+    error = decoded(out[0].message)
     assert error["id"] == "r1" and error["error"]["code"] == -32602
     assert error["error"]["message"] == "Invalid params: uri has leading or trailing whitespace"
     out = router.client_message(DEFAULT, msg(id="r2", method="resources/read", params={"uri": "s+secret://X"}))
-    assert decoded(out[0])["error"]["message"] == "Unknown resource: s+secret://X"
+    assert decoded(out[0].message)["error"]["message"] == "Unknown resource: s+secret://X"
 
 
 def test_explain_shows_the_rule_as_written(router):
@@ -400,5 +394,5 @@ def test_explain_shows_the_rule_as_written(router):
 def test_listed_uris_that_no_client_could_read_are_not_listed(router):
     router.server_items("f", "resources", [*F_RESOURCES, {"uri": "file:///x\n"}, {"uri": "no-scheme"}])
     out = router.client_message(DEFAULT, msg(id=1, method="resources/list"))
-    uris = [r["uri"] for r in decoded(out[0])["result"]["resources"]]
+    uris = [r["uri"] for r in decoded(out[0].message)["result"]["resources"]]
     assert "file:///x\n" not in uris and "no-scheme" not in uris and "file:///home/me/public/a.txt" in uris

@@ -2,18 +2,25 @@
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import subprocess
 import sys
 import tempfile
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
+from tests.loopback import INIT, free_port, wait_listening
+
 HERE = Path(__file__).parent
 ROOT = HERE.parents[1]
 EVERYTHING = HERE / "node_modules" / "@modelcontextprotocol" / "server-everything" / "dist" / "index.js"
+FILESYSTEM = HERE / "node_modules" / "@modelcontextprotocol" / "server-filesystem" / "dist" / "index.js"
+PYTHON1 = ROOT / ".venv-mcp1" / "bin" / "python"  # the official Python SDK 1.x
+MANY = HERE / "sdk1_many.py"
 FAKESRV = ROOT / "tests" / "fakesrv.py"
 
 
@@ -22,6 +29,20 @@ def everything_js() -> Path:
     if not EVERYTHING.exists():
         pytest.fail(f"{EVERYTHING} is missing: run `npm ci --prefix tests/e2e` (the README's test command does)")
     return EVERYTHING
+
+
+@pytest.fixture(scope="session")
+def python1() -> Path:
+    if not PYTHON1.exists():
+        pytest.fail(f"{PYTHON1} is missing: the README's test command creates it (mcp==1.30.0)")
+    return PYTHON1
+
+
+@pytest.fixture
+def filesystem_js() -> Path:
+    if not FILESYSTEM.exists():
+        pytest.fail(f"{FILESYSTEM} is missing: run `npm ci --prefix tests/e2e`")
+    return FILESYSTEM
 
 
 @pytest.fixture
@@ -122,3 +143,44 @@ def websocket_requester(socket):
             if message.get("id") == id:
                 return message
     return request
+
+
+TOKEN = "s3cret-token-for-tests-0123456789"
+
+
+@contextmanager
+def http_proxy(config: Path, *extra: str):
+    """``aggregator serve --http`` on a free port of 127.0.0.1; yields the port and the log file.
+    It must exit cleanly when terminated."""
+    port = free_port()
+    log = config.parent / "proxy.log"
+    with open(log, "wb") as stderr:
+        process = subprocess.Popen([sys.executable, "-m", "aggregator", "serve", "--http", f"127.0.0.1:{port}",
+                                    "--config", str(config), *extra], stdin=subprocess.DEVNULL, stderr=stderr)
+        try:
+            wait_listening(port, process)
+            yield port, log
+        finally:
+            process.terminate()
+            assert process.wait(timeout=15) == 0, log.read_text()
+
+
+def post(port, body, headers=None, path="/mcp", method="POST"):
+    """One HTTP request (a POST of JSON by default) on a new connection: status, headers, body."""
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    base = {"content-type": "application/json", "accept": "application/json, text/event-stream",
+            "host": f"127.0.0.1:{port}"}
+    base.update(headers or {})
+    data = body if isinstance(body, bytes) else json.dumps(body).encode() if body is not None else None
+    connection.request(method, path, body=data, headers={k: v for k, v in base.items() if v is not None})
+    response = connection.getresponse()
+    payload = response.read()
+    connection.close()
+    return response.status, {k.lower(): v for k, v in response.getheaders()}, payload
+
+
+def initialize(port, headers=None):
+    """Initialize a Streamable HTTP session; its id."""
+    status, response_headers, body = post(port, INIT, headers)
+    assert status == 200, body
+    return response_headers["mcp-session-id"]

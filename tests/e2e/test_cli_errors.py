@@ -161,7 +161,7 @@ def test_each_command_logs_at_the_level_its_help_names(tmp_path):
     """serve logs at info unless told otherwise; tools, check and approve at warning (their
     output is the report). Each --help names its own default. (The defaults of one command
     used to leak into every other, so serve logged only warnings.)"""
-    from tests.e2e.test_unreadable_answers import Hostile
+    from tests.e2e.unreadable_server import Hostile
 
     hostile = Hostile()  # a Streamable HTTP server: its client library must not log every request at info
     try:

@@ -16,8 +16,8 @@ import time
 
 import pytest
 
-from tests.e2e.conftest import fake, write_config
-from tests.e2e.test_http import INIT, free_port, http_proxy, initialize, post, wait_listening
+from tests.e2e.conftest import fake, http_proxy, initialize, post, write_config
+from tests.loopback import INIT, free_port, wait_listening
 
 pytestmark = pytest.mark.e2e
 TOTAL = 8 << 20

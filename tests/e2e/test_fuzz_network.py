@@ -8,7 +8,7 @@ bound, never a 5xx; each frame sequence that is valid WebSocket leaves the conne
 answering, and an invalid one at worst closes that connection. Afterwards the process is
 alive, a fresh client can initialize and ping, and its log holds no traceback.
 
-``HYPOTHESIS_PROFILE=long`` runs many more examples (see tests/conftest.py).
+``HYPOTHESIS_PROFILE=thorough`` runs many more examples (see tests/conftest.py).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.e2e.conftest import fake, write_config
-from tests.e2e.test_http import wait_listening
+from tests.loopback import INIT, free_port, wait_listening
 from tests.rawhttp import (
     FrameReader,
     Malformed,
@@ -35,7 +35,6 @@ from tests.rawhttp import (
     request_bytes,
     websocket_handshake,
 )
-from tests.session.fronts import INIT, free_port
 
 pytestmark = [pytest.mark.e2e]
 MAX_BODY = 65536

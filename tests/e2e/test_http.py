@@ -10,7 +10,6 @@ import socket
 import subprocess
 import sys
 import time
-from contextlib import contextmanager
 
 import anyio
 import pytest
@@ -18,66 +17,10 @@ from mcp import Client, ClientSession
 from mcp import types as t
 from mcp.client.streamable_http import streamable_http_client
 
-from tests.e2e.conftest import fake, write_config
+from tests.e2e.conftest import TOKEN, fake, http_proxy, initialize, post, write_config
+from tests.loopback import INIT, free_port, wait_listening
 
 pytestmark = [pytest.mark.e2e, pytest.mark.filterwarnings("ignore:.*2026-07-28")]
-TOKEN = "s3cret-token-for-tests-0123456789"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def wait_listening(port: int, process: subprocess.Popen | None = None, seconds: float = 20) -> None:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        assert process is None or process.poll() is None, "the server exited"
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-            return
-        except OSError:
-            time.sleep(0.05)
-    raise AssertionError(f"nothing listens on port {port}")
-
-
-@contextmanager
-def http_proxy(config, *extra):
-    port = free_port()
-    log = config.parent / "proxy.log"
-    with open(log, "wb") as stderr:
-        process = subprocess.Popen([sys.executable, "-m", "aggregator", "serve", "--http", f"127.0.0.1:{port}",
-                                    "--config", str(config), *extra], stdin=subprocess.DEVNULL, stderr=stderr)
-        try:
-            wait_listening(port, process)
-            yield port, log
-        finally:
-            process.terminate()
-            assert process.wait(timeout=15) == 0, log.read_text()
-
-
-def post(port, body, headers=None, path="/mcp", method="POST"):
-    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
-    base = {"content-type": "application/json", "accept": "application/json, text/event-stream",
-            "host": f"127.0.0.1:{port}"}
-    base.update(headers or {})
-    data = body if isinstance(body, bytes) else json.dumps(body).encode() if body is not None else None
-    connection.request(method, path, body=data, headers={k: v for k, v in base.items() if v is not None})
-    response = connection.getresponse()
-    payload = response.read()
-    connection.close()
-    return response.status, {k.lower(): v for k, v in response.getheaders()}, payload
-
-
-INIT = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-    "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "raw", "version": "0"}}}
-
-
-def initialize(port, headers=None):
-    status, response_headers, body = post(port, INIT, headers)
-    assert status == 200, body
-    return response_headers["mcp-session-id"]
 
 
 @pytest.fixture

@@ -13,29 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.conftest import HERE, ROOT, write_config
-from tests.e2e.test_http import free_port, http_proxy, wait_listening
+from tests.e2e.conftest import HERE, MANY, ROOT, http_proxy, write_config
+from tests.loopback import free_port, wait_listening
 
 pytestmark = pytest.mark.e2e
-PYTHON1 = ROOT / ".venv-mcp1" / "bin" / "python"
-MANY = HERE / "sdk1_many.py"
-FILESYSTEM = HERE / "node_modules" / "@modelcontextprotocol" / "server-filesystem" / "dist" / "index.js"
 SAMPLE = "everything__trigger-sampling-request"
 ELICIT = "everything__trigger-elicitation-request"
-
-
-@pytest.fixture(scope="module")
-def python1() -> Path:
-    if not PYTHON1.exists():
-        pytest.fail(f"{PYTHON1} is missing: the README's test command creates it (mcp==1.30.0)")
-    return PYTHON1
-
-
-@pytest.fixture
-def filesystem_js() -> Path:
-    if not FILESYSTEM.exists():
-        pytest.fail(f"{FILESYSTEM} is missing: run `npm ci --prefix tests/e2e`")
-    return FILESYSTEM
 
 
 def started(argv: list[str], port: int, env: dict[str, str] | None = None) -> subprocess.Popen:

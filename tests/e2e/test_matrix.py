@@ -18,8 +18,8 @@ import pytest
 import trio
 import trio_websocket
 
-from tests.e2e.conftest import FAKESRV, RawProxy, websocket_requester, write_config
-from tests.e2e.test_http import free_port, http_proxy, initialize, post, wait_listening
+from tests.e2e.conftest import FAKESRV, RawProxy, http_proxy, initialize, post, websocket_requester, write_config
+from tests.loopback import free_port, wait_listening
 
 pytestmark = pytest.mark.e2e
 UPSTREAMS = {"s": "s__echo", "h": "h__f__echo", "l": "l__f__echo", "w": "w__f__echo", "e": "e__echo"}

@@ -8,9 +8,8 @@ import json
 
 import pytest
 
-from tests.core.test_codec import AWKWARD_LITERALS
-from tests.e2e.conftest import RawProxy, fake, write_config
-from tests.e2e.test_http import http_proxy, post
+from tests.core.helpers import AWKWARD_LITERALS
+from tests.e2e.conftest import RawProxy, fake, http_proxy, post, write_config
 
 pytestmark = pytest.mark.e2e
 

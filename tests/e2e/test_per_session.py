@@ -10,8 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.conftest import ROOT, write_config
-from tests.e2e.test_http import http_proxy
+from tests.e2e.conftest import ROOT, http_proxy, write_config
 
 pytestmark = pytest.mark.e2e
 PYTHON1 = ROOT / ".venv-mcp1" / "bin" / "python"

@@ -9,8 +9,7 @@ import sys
 
 import pytest
 
-from tests.e2e.conftest import RawProxy, fake, write_config
-from tests.e2e.test_http import http_proxy, initialize, post
+from tests.e2e.conftest import RawProxy, fake, http_proxy, initialize, post, write_config
 
 pytestmark = pytest.mark.e2e
 ALICE = "alice-token-0123456789abcdef"

@@ -12,8 +12,8 @@ import pytest
 import trio
 import trio_websocket
 
-from tests.e2e.conftest import RawProxy, websocket_requester, write_config
-from tests.e2e.test_http import free_port, http_proxy, initialize, post, wait_listening
+from tests.e2e.conftest import RawProxy, http_proxy, initialize, post, websocket_requester, write_config
+from tests.loopback import free_port, wait_listening
 
 pytestmark = pytest.mark.e2e
 READER = "reader-token-0123456789abcdef"

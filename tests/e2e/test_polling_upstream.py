@@ -10,49 +10,15 @@ from __future__ import annotations
 import json
 import subprocess
 import time
-from contextlib import contextmanager
-from pathlib import Path
 
 import pytest
 
-from tests.e2e.conftest import write_config
-from tests.e2e.test_http import free_port, http_proxy, wait_listening
+from tests.e2e.conftest import http_proxy
+from tests.e2e.polling import HERE, REQUEST_TIMEOUT, polling_server, proxy_config, read_records, resumptions
 
-HERE = Path(__file__).parent
-SERVER = HERE / "polling_server.mjs"
 CLIENT = HERE / "http_tool_client.mjs"
-REQUEST_TIMEOUT = 30
 
 pytestmark = pytest.mark.e2e
-
-
-@contextmanager
-def polling_server(tmp_path: Path, *args: str):
-    """Start the polling server on 127.0.0.1; yield its port and the file of its records."""
-    port = free_port()
-    records = tmp_path / f"polling-{port}.jsonl"
-    with open(records, "wb") as stderr:
-        process = subprocess.Popen(["node", str(SERVER), "--port", str(port), *args], cwd=HERE,
-                                   stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=stderr)
-    try:
-        wait_listening(port, process)
-        yield port, records
-    finally:
-        process.terminate()
-        process.wait(timeout=10)
-
-
-def read_records(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text().splitlines() if line.startswith("{")]
-
-
-def proxy_config(tmp_path: Path, port: int, prefix: str = "p") -> Path:
-    return write_config(tmp_path, f'''
-[servers.p]
-url = "http://127.0.0.1:{port}/mcp"
-prefix = "{prefix}"
-request_timeout = {REQUEST_TIMEOUT}
-''', startup_timeout=20.0)
 
 
 def start_client(proxy_port: int, tool: str, arguments: dict, timeout_ms: int | None = None) -> subprocess.Popen:
@@ -65,22 +31,6 @@ def outcome(client: subprocess.Popen) -> dict:
     out, err = client.communicate(timeout=REQUEST_TIMEOUT + 30)
     assert client.returncode == 0, err
     return json.loads(out.strip().splitlines()[-1])
-
-
-def resumptions(records: list[dict]) -> dict[str, list[tuple[float, dict]]]:
-    """Per event stream the server closed: each GET that resumed it, with its delay after the close."""
-    found: dict[str, list[tuple[float, dict]]] = {}
-    gets = [r for r in records if "get" in r and r["lastEventId"]]
-    for stream in {r["stream"] for r in records if "closed" in r}:
-        assert stream, records  # the server knew which stream it closed
-        closes = [r for r in records if "closed" in r and r["stream"] == stream]
-        resumed = [r for r in gets if r["lastEventId"].rpartition("~")[0] == stream]
-        assert len(resumed) == len(closes), (closes, resumed)
-        for closed, get in zip(closes, resumed, strict=True):
-            assert get["get"] > closed["closed"]
-            found.setdefault(stream, []).append(((get["get"] - closed["closed"]) / 1000, get))
-    assert sum(len(r) for r in found.values()) == len(gets), (found, gets)  # no GET resumed anything else
-    return found
 
 
 def test_two_clients_get_their_polled_answers_after_the_servers_retry_delay(tmp_path):

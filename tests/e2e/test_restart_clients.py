@@ -15,10 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.conftest import HERE, ROOT, write_config
-from tests.e2e.test_http import free_port, http_proxy, wait_listening
-from tests.e2e.test_many_clients import MANY
-from tests.e2e.test_sdk1 import PYTHON1
+from tests.e2e.conftest import HERE, MANY, PYTHON1, ROOT, http_proxy, write_config
+from tests.loopback import free_port, wait_listening
 
 pytestmark = pytest.mark.e2e
 

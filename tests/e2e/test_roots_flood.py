@@ -11,8 +11,7 @@ import time
 
 import pytest
 
-from tests.e2e.conftest import RawProxy, write_config
-from tests.e2e.test_many_clients import FILESYSTEM
+from tests.e2e.conftest import FILESYSTEM, RawProxy, write_config
 
 pytestmark = pytest.mark.e2e
 FLOOD = 50000

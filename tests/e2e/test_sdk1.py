@@ -11,18 +11,10 @@ from pathlib import Path
 import pytest
 
 from tests.e2e.conftest import ROOT, fake, write_config
-from tests.e2e.test_http import free_port, wait_listening
+from tests.loopback import free_port, wait_listening
 
 pytestmark = pytest.mark.e2e
-PYTHON1 = ROOT / ".venv-mcp1" / "bin" / "python"
 SCRIPT = Path(__file__).parent / "sdk1_client.py"
-
-
-@pytest.fixture(scope="module")
-def python1():
-    if not PYTHON1.exists():
-        pytest.fail(f"{PYTHON1} is missing: the README's test command creates it (mcp==1.30.0)")
-    return PYTHON1
 
 
 def drive(python1, *args):

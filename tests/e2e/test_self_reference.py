@@ -374,7 +374,8 @@ def test_a_config_that_lists_its_own_url_is_refused_and_the_rest_serves(tmp_path
     environment chain cannot see it: the proxy names itself in its initialize result, and
     an upstream that answers with that name is refused (before, its names nested for ever:
     self__self__...)."""
-    from tests.e2e.test_http import free_port, initialize, post, wait_listening
+    from tests.e2e.conftest import initialize, post
+    from tests.loopback import free_port, wait_listening
 
     port = free_port()
     config = tmp_path / "aggregator.toml"

@@ -15,8 +15,8 @@ import pytest
 import trio
 import trio_websocket
 
-from tests.e2e.conftest import RawProxy, fake, write_config
-from tests.e2e.test_http import INIT, free_port, http_proxy, initialize, post, wait_listening
+from tests.e2e.conftest import RawProxy, fake, http_proxy, initialize, post, write_config
+from tests.loopback import INIT, free_port, wait_listening
 
 pytestmark = pytest.mark.e2e
 BURST = {"count": 2000, "size": 10000}  # about 20 MB of log lines: more than the 16 MiB budget

@@ -8,26 +8,21 @@ serves on."""
 from __future__ import annotations
 
 import json
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 import trio
 import trio_websocket
 
-from tests.e2e.conftest import RawProxy, fake, websocket_requester, write_config
-from tests.e2e.test_http import free_port, http_proxy, initialize, post, wait_listening
+from tests.e2e.conftest import RawProxy, fake, http_proxy, initialize, post, websocket_requester, write_config
+from tests.e2e.unreadable_server import Hostile, deep
+from tests.loopback import free_port, wait_listening
 
 pytestmark = pytest.mark.e2e
 
 REQUEST_TIMEOUT = 30  # an answer that comes at once comes within PROMPT seconds
 PROMPT = 10
 INIT = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}
-
-
-def deep(levels: int) -> str:
-    return '{"d":' * levels + "1" + "}" * levels
 
 
 # (id, the request's text): past orjson's 1,024 levels and Python's stack; the id before
@@ -118,79 +113,6 @@ def test_a_stdio_server_answer_past_every_parser_fails_its_call_at_once(tmp_path
         code, log = proxy.close()
     assert code == 0 and "Traceback" not in log, log
     assert log.count("server a: refused its answer to tools/call") == 3
-
-
-class Hostile:
-    """A Streamable HTTP MCP server whose tools answer with what no parser reads, as a
-    JSON body or as an event stream; ``ok`` answers normally."""
-
-    ANSWERS = {
-        # tool: (content type, body for request id N: '%' stands for N)
-        "garbage": ("application/json", b'\xff\xfe{"jsonrpc"'),
-        "array": ("application/json", b"[1,2,3]"),
-        "deep_json": ("application/json", ('{"jsonrpc":"2.0","id":%,"result":{"x":' + deep(1100) + "}}").encode()),
-        # The id comes after 100 KB no parser reads: no scan of the text finds it.
-        "late_id": ("application/json", ('{"jsonrpc":"2.0","result":{"x":' + "[" * 50_000 + "]" * 50_000
-                                         + '},"id":%}').encode()),
-        "open_sse": ("text/event-stream", b'event: message\ndata: {"jsonrpc":"2.0","id":%,"result":{"x":'
-                     + b"[" * 100_000 + b"\n\n"),
-        "garbage_sse": ("text/event-stream", b"event: message\ndata: {\xff\xfe not json\n\n"),
-        # The server could not read what it was sent, and says so without an id.
-        "null_id": ("application/json", b'{"jsonrpc":"2.0","id":null,"error":{"code":-32700,"message":"Parse error"}}'),
-        # More than the max_message_bytes of the test that calls it (64 KiB).
-        "huge": ("application/json", b'{"jsonrpc":"2.0","id":%,"result":{"x":"' + b"y" * 200_000 + b'"}}'),
-        "huge_sse": ("text/event-stream", b'data: {"jsonrpc":"2.0","id":%,"result":{"x":"' + b"y" * 200_000
-                     + b'"}}\n\n'),
-    }
-
-    def __init__(self) -> None:
-        answers = self.ANSWERS
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *args):
-                pass
-
-            def reply(self, status: int, body: bytes = b"", kind: str = "application/json") -> None:
-                self.send_response(status)
-                self.send_header("content-type", kind)
-                self.send_header("content-length", str(len(body)))
-                self.send_header("mcp-session-id", "s1")
-                self.end_headers()
-                self.wfile.write(body)
-
-            def do_GET(self):
-                self.reply(405)
-
-            def do_DELETE(self):
-                self.reply(200)
-
-            def do_POST(self):
-                message = json.loads(self.rfile.read(int(self.headers["content-length"])))
-                if "id" not in message:
-                    return self.reply(202)
-                id, method = message["id"], message.get("method")
-                if method == "initialize":
-                    result = {"protocolVersion": message["params"]["protocolVersion"],
-                              "capabilities": {"tools": {}}, "serverInfo": {"name": "hostile", "version": "1"}}
-                elif method == "tools/list":
-                    result = {"tools": [{"name": name, "inputSchema": {"type": "object"}}
-                                        for name in [*answers, "ok"]]}
-                elif method == "tools/call" and message["params"]["name"] in answers:
-                    kind, body = answers[message["params"]["name"]]
-                    return self.reply(200, body.replace(b"%", json.dumps(id).encode()), kind)
-                else:
-                    result = {"content": [{"type": "text", "text": "ok"}]}
-                self.reply(200, json.dumps({"jsonrpc": "2.0", "id": id, "result": result}).encode())
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.port = self.server.server_address[1]
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
 
 
 def call_hostile(tmp_path, tool: str, **proxy_settings) -> tuple[dict, float, str]:

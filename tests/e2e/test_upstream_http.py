@@ -11,8 +11,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from tests.e2e.conftest import write_config
-from tests.e2e.test_http import TOKEN, http_proxy, initialize, post
+from tests.e2e.conftest import TOKEN, http_proxy, initialize, post, write_config
 
 pytestmark = pytest.mark.e2e
 

@@ -5,7 +5,6 @@ clients for them. Tests can reach inside (the hub, the endpoints) to inject faul
 from __future__ import annotations
 
 import json
-import socket
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -17,17 +16,9 @@ from aggregator.config import structure_config
 from aggregator.http_endpoint import StreamableHttpEndpoint
 from aggregator.hub import Hub
 from aggregator.websocket_endpoint import WebSocketEndpoint
+from tests.loopback import INIT, free_port
 from tests.rawhttp import Response, ResponseReader, read_response_async, request_bytes
 from tests.session.harness import FakeUpstreams
-
-INIT = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-    "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "raw", "version": "0"}}}
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @attrs.define

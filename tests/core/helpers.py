@@ -1,0 +1,109 @@
+"""What the core's test modules share: a clock the test moves by hand, JSON-RPC messages in
+and out of the router, and the routers several modules drive (two servers ``a`` and ``b``
+with clients connected; the same with a small JSON depth limit). Pure: no I/O.
+
+Fixtures built from these live in ``tests/core/conftest.py``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from aggregator.config import ServerConfig
+from aggregator.core.catalog import Catalog
+from aggregator.core.router import Router
+from aggregator.jsonrpc import RemoteProtocolError, decode_message, dumps, loads
+
+CLIENT_CAPS = {"sampling": {}, "roots": {"listChanged": True}, "elicitation": {"form": {}, "url": {}}}
+JSON_DEPTH_LIMIT = 32
+# Number literals, many of which a float would round or spell otherwise: each is forwarded as written.
+AWKWARD_LITERALS = [
+    "9007199254740993.0", "0.10000000000000001", "1e-400", "1e2", "1E2", "-0", "1.0", "1.50", "-0.0",
+    "0e0", "123456789012345678901234567890", "4" + "0" * 399, "5e-324", "1.7976931348623157e309",
+    "1e400", "-1e400", "1E+2", "2e-7", "-123456789012345678901234567890.5", "7" * 5000, "0.7", "100", "-5",
+    "18446744073709551616", "-9223372036854775809", "1e16", "12.30e-005",
+]
+
+
+class Clock:
+    """The router's clock: returns ``now``, which a test advances (``clock.now += 5``)."""
+
+    def __init__(self, now: float = 1000.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def msg(**fields: Any) -> bytes:
+    """A JSON-RPC 2.0 message with these fields, encoded as the router receives it."""
+    return dumps({"jsonrpc": "2.0", **fields})
+
+
+def decoded(message: Any) -> Any:
+    """A command's message as a dict, whether the router encoded it already or not."""
+    return loads(message) if type(message) is bytes else message
+
+
+def refused(raw: bytes) -> RemoteProtocolError:
+    """The error the codec raises for ``raw``, which it must refuse."""
+    with pytest.raises(RemoteProtocolError) as info:
+        decode_message(raw)
+    return info.value
+
+
+def unpack(commands: list[Any]) -> list[tuple[str, Any, Any]]:
+    """Commands as (type name, session or server, decoded message)."""
+    return [(type(c).__name__, c[0], decoded(c.message)) for c in commands]
+
+
+def make_router(clock: Clock, debounce: float = 0.0, **kw: Any) -> Router:
+    """Servers ``a`` (timeout 5 s, at most 20 s) and ``b`` (timeout 5 s, not reset by
+    progress), both ready with tools ``slow`` and ``fast`` and one resource; no client yet."""
+    servers = [ServerConfig(name="a", command="x", request_timeout=5.0, max_request_timeout=20.0),
+               ServerConfig(name="b", command="x", request_timeout=5.0, timeout_resets_on_progress=False)]
+    router = Router(Catalog(servers, "__", 50), servers, clock=clock, list_changed_debounce=debounce, **kw)
+    caps = {"tools": {}, "resources": {"subscribe": True}, "logging": {}, "tasks": {"list": {}, "cancel": {}}}
+    for name in ("a", "b"):
+        router.server_ready(name, {"protocolVersion": "2025-11-25", "capabilities": caps})
+        router.server_items(name, "tools", [{"name": "slow"}, {"name": "fast"}])
+        router.server_items(name, "resources", [{"uri": "demo://r/1"}])
+    router.startup_complete = True
+    return router
+
+
+def connect(router: Router, key: int, caps: dict[str, Any] = CLIENT_CAPS) -> None:
+    """Client ``key`` connects and completes the handshake with these capabilities."""
+    router.client_connected(key)
+    router.client_message(key, msg(id=0, method="initialize", params={
+        "protocolVersion": "2025-11-25", "capabilities": caps, "clientInfo": {"name": f"c{key}"}}))
+    router.client_message(key, msg(method="notifications/initialized"))
+
+
+def make_depth_limited_router(limit: int = JSON_DEPTH_LIMIT) -> Router:
+    """Servers ``a`` and ``b`` with a tool ``echo`` each, ``max_json_depth=limit``, client 1
+    connected with sampling."""
+    servers = [ServerConfig(name="a", command="x"), ServerConfig(name="b", command="x")]
+    router = Router(Catalog(servers, "__", 50), servers, clock=Clock(), list_changed_debounce=0,
+                    max_json_depth=limit)
+    for name in ("a", "b"):
+        router.server_ready(name, {"protocolVersion": "2025-11-25", "capabilities": {"tools": {}}})
+        router.server_items(name, "tools", [{"name": "echo"}])
+    router.startup_complete = True
+    router.client_connected(1)
+    router.client_message(1, msg(id=0, method="initialize", params={
+        "protocolVersion": "2025-11-25", "capabilities": {"sampling": {}}, "clientInfo": {"name": "c"}}))
+    router.client_message(1, msg(method="notifications/initialized"))
+    return router
+
+
+def still_serves(router: Router) -> None:
+    """Client 1 of a depth-limited router still gets a ping answered and a call through."""
+    assert unpack(router.client_message(1, msg(id="p", method="ping"))) == [
+        ("ToClient", 1, {"jsonrpc": "2.0", "id": "p", "result": {}})]
+    [(kind, server, sent)] = unpack(router.client_message(1, msg(id="c", method="tools/call", params={
+        "name": "a__echo", "arguments": {"ok": True}})))
+    assert (kind, server) == ("ToServer", "a")
+    [(kind, _, answer)] = unpack(router.server_message("a", msg(id=sent["id"], result={"ok": 1})))
+    assert answer == {"jsonrpc": "2.0", "id": "c", "result": {"ok": 1}}

@@ -1,0 +1,30 @@
+"""What tests that talk to a listener on 127.0.0.1 share: a free port, waiting until
+something listens on it, and the raw ``initialize`` request a bare HTTP client sends."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import time
+
+INIT = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+    "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "raw", "version": "0"}}}
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def wait_listening(port: int, process: subprocess.Popen | None = None, seconds: float = 20) -> None:
+    """Return once a connection to ``port`` succeeds; fail if ``process`` exits or ``seconds`` pass."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        assert process is None or process.poll() is None, "the server exited"
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            return
+        except OSError:
+            time.sleep(0.05)
+    raise AssertionError(f"nothing listens on port {port}")
