@@ -106,6 +106,28 @@ async def test_hostile_header_values_get_a_4xx_and_the_proxy_lives_on():
         assert await fronts.initialize()
 
 
+async def test_a_request_h11_refuses_gets_the_status_h11_suggests_and_says_why():
+    async with running_fronts(max_header_bytes=4096) as fronts:
+        head = b"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+        cases = [  # (what, raw request, status, words its body must hold)
+            ("a transfer coding h11 does not implement", head + b"Transfer-Encoding: gzip\r\n\r\n", 501,
+             "Transfer-Encoding"),
+            ("Transfer-Encoding twice", head + b"Transfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n",
+             501, "Transfer-Encoding"),
+            ("headers that never end within the limit", head + b"X-Big: " + b"y" * 8000, 431, "headers too large"),
+            ("not HTTP", b"NOT HTTP AT ALL\r\n\r\n", 400, "malformed"),
+        ]
+        for what, raw, status, words in cases:
+            stream = await fronts.connect()
+            await stream.send_all(raw)
+            with trio.fail_after(5):
+                response = await read_response_async(stream, ResponseReader())
+            await stream.aclose()
+            assert response.status == status, (what, response)
+            assert words in response.body.decode(), (what, response)
+        assert await fronts.initialize()
+
+
 async def test_a_bad_last_event_id_says_what_is_wrong():
     async with running_fronts() as fronts:
         session = await fronts.initialize()
