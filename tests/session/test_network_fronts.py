@@ -281,6 +281,30 @@ async def test_a_hostile_websocket_handshake_is_a_400_not_a_crash(caplog):
     assert not [r for r in caplog.records if r.exc_info]
 
 
+async def test_a_websocket_handshake_passes_the_host_check_with_the_host_it_sent(caplog):
+    async with running_fronts() as fronts:
+        key = b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+        port = str(fronts.ws_port).encode()
+        cases = [  # (what, Host lines, the status of the answer)
+            ("an attacker's name", b"Host: evil.example:" + port + b"\r\n", 421),
+            ("a served name", b"Host: localhost:" + port + b"\r\n", 101),
+            ("a name in capitals, under a name in capitals", b"HOST:  LOCALHOST:" + port + b" \r\n", 101),
+            ("an IDNA name that is not served", b"Host: xn--bcher-kva.example\r\n", 421),
+            ("two (h11 refuses them)", b"Host: localhost\r\nHost: evil.example\r\n", 400),
+            ("none", b"", 400),
+        ]
+        for what, host, status in cases:
+            stream = await trio.open_tcp_stream("127.0.0.1", fronts.ws_port)
+            await stream.send_all(b"GET /mcp HTTP/1.1\r\n" + host + b"Upgrade: websocket\r\nConnection: Upgrade\r\n"
+                                  + key + b"Sec-WebSocket-Version: 13\r\n\r\n")
+            with trio.fail_after(5):
+                response = await read_response_async(stream, ResponseReader())
+            await stream.aclose()
+            assert response.status == status, (what, response)
+        assert "this Host is not served here: 'evil.example:" in caplog.text
+        assert "this Host is not served here: 'b\u00fccher.example'" in caplog.text
+
+
 async def test_a_fault_in_one_stdio_session_ends_only_that_session(monkeypatch, caplog):
     async with running_proxy({"a": []}) as proxy:
         good, bad = await proxy.connect(), await proxy.connect()
