@@ -344,14 +344,13 @@ class WebSocketEndpoint:
             await request.reject(status, extra_headers=[(k.encode(), v.encode()) for k, v in extra],
                                  body=reason.encode())
             return
-        path = request.path.split("?", 1)[0]
         principal = self.access.principal(headers)
         profile = self.access.profile(principal)
-        if path != self.config.path:
-            named = path[len(self.config.path) + 1:] if path.startswith(self.config.path + "/") else ""
-            if named not in self.hub.config.profiles:
-                await request.reject(404, body=f"not found; the MCP endpoint is {self.config.path}".encode())
-                return
+        named = self.access.named_profile(request.path)
+        if named is None:
+            await request.reject(404, body=f"not found; the MCP endpoint is {self.config.path}".encode())
+            return
+        if named:  # /mcp/<profile>: that profile, if the token (when tokens are used) gives it
             if principal is not None and profile != named:
                 await request.reject(403, body=f"this token does not give access to profile {named!r}".encode())
                 return
