@@ -45,8 +45,8 @@ from aggregator.containment import contained, internal_error
 from aggregator.core.router import proxy_error
 from aggregator.hub import Hub
 from aggregator.jsonrpc.codec import REQUEST, decode_message, dumps
-from aggregator.jsonrpc.errors import INVALID_REQUEST, METHOD_NOT_FOUND, RemoteProtocolError, error_response
-from aggregator.mcp.versions import SUPPORTED
+from aggregator.jsonrpc.errors import INVALID_REQUEST, RemoteProtocolError, error_response
+from aggregator.mcp.versions import DISCOVER, SUPPORTED, discover_refused
 from aggregator.transports.budget import ClientMemory, release_all
 from aggregator.transports.buffer import MessageLog
 from aggregator.transports.http_server import HttpConnection, HttpLimits, Request, refuse_connection, sse_event
@@ -477,9 +477,8 @@ class StreamableHttpEndpoint:
             return
         session, status, reason = self._session(request)
         if session is None:
-            if kind == REQUEST and message["method"] == "server/discover":
-                await self._reject(connection, status, METHOD_NOT_FOUND, "Method not found: server/discover"
-                                   " (this server speaks the initialize handshake)", message["id"])
+            if kind == REQUEST and message["method"] == DISCOVER:
+                await connection.respond(status, [JSON], dumps(discover_refused(message["id"])))
             else:
                 await self._reject(connection, status, INVALID_REQUEST, reason,
                                    message.get("id") if kind == REQUEST else None)

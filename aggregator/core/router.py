@@ -85,7 +85,7 @@ from aggregator.jsonrpc.errors import (
     RemoteProtocolError,
     error_response,
 )
-from aggregator.mcp.versions import negotiate
+from aggregator.mcp.versions import DISCOVER, discover_refused, negotiate
 
 log = logging.getLogger(__name__)
 
@@ -483,12 +483,8 @@ class Router:
             method = message["method"]
             handler = self._requests.get(method)
             if handler is None:
-                if method == "server/discover":
-                    # The 2026 stateless probe: refuse at once so the client falls back to
-                    # `initialize` without waiting (and never learns an upstream's answer).
-                    return [ToClient(key, error_response(
-                        message["id"], METHOD_NOT_FOUND, "Method not found: server/discover"
-                        " (this server speaks the initialize handshake)"))]
+                if method == DISCOVER:
+                    return [ToClient(key, discover_refused(message["id"]))]
                 return [ToClient(key, error_response(
                     message["id"], METHOD_NOT_FOUND, f"Method not found: {method}"))]
             if not client.initialize_seen and method not in ("initialize", "ping"):

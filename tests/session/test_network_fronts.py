@@ -128,6 +128,26 @@ async def test_a_request_h11_refuses_gets_the_status_h11_suggests_and_says_why()
         assert await fronts.initialize()
 
 
+async def test_server_discover_gets_the_same_refusal_with_and_without_a_session_on_every_front():
+    discover = {"jsonrpc": "2.0", "id": 4, "method": "server/discover", "params": {}}
+    async with running_fronts() as fronts:
+        answers = []
+        no_session = await fronts.request("POST", body=discover)
+        assert no_session.status == 400
+        answers.append(json.loads(no_session.body))
+        session = await fronts.initialize()
+        in_session = await fronts.request("POST", headers=fronts.headers(mcp_session_id=session), body=discover)
+        assert in_session.status == 200
+        answers.append(json.loads(in_session.body))
+        async with fronts.websocket() as socket_:
+            with trio.fail_after(5):
+                await socket_.send_message(json.dumps(discover))
+                answers.append(json.loads(await socket_.get_message()))
+    assert answers[0]["error"]["code"] == -32601 and "initialize" in answers[0]["error"]["message"]
+    assert answers[0]["id"] == 4
+    assert answers[1] == answers[0] and answers[2] == answers[0]
+
+
 async def test_a_bad_last_event_id_says_what_is_wrong():
     async with running_fronts() as fronts:
         session = await fronts.initialize()
