@@ -25,6 +25,8 @@ class AccessPolicy:
         self._profiles = [profile for _, profile in pairs]
         self._hosts = {host.lower() for host in config.allowed_hosts}
         self._origins = {origin.lower().rstrip("/") for origin in config.allowed_origins}
+        self._endpoint = config.path
+        self._profile_names = frozenset(profiles or ())
 
     def refusal(self, headers: Mapping[str, str]) -> tuple[int, str, list[tuple[str, str]]] | None:
         """Why a request may not proceed (status, reason, extra headers), or None."""
@@ -54,6 +56,20 @@ class AccessPolicy:
                 found = index
         return found
 
+
+    def named_profile(self, target: str) -> str | None:
+        """The profile a request's path names: "" for the MCP endpoint itself (``/mcp``), the
+        name for ``/mcp/<profile>`` when that profile is configured, None for any other path.
+        A query (``?...``) is ignored."""
+        path = target.partition("?")[0]
+        endpoint = self._endpoint
+        if path == endpoint:
+            return ""
+        if path.startswith(endpoint) and path[len(endpoint):len(endpoint) + 1] == "/":
+            name = path[len(endpoint) + 1:]
+            if name in self._profile_names:
+                return name
+        return None
 
     def profile(self, principal: int | None) -> str:
         """The profile a request's token selects ("default" without tokens)."""

@@ -21,10 +21,11 @@ import attrs
 import cattrs
 from cattrs.errors import ClassValidationError, ForbiddenExtraKeysError, IterableValidationError
 
+from aggregator.core import defaults
 from aggregator.core.naming import NAME_CHARS, validate_server_naming
 from aggregator.core.nesting import CHAIN_VARIABLE
 from aggregator.errors import ConfigError
-from aggregator.jsonrpc.codec import MAX_DEPTH_LIMIT
+from aggregator.jsonrpc.codec import DEFAULT_MAX_DEPTH, MAX_DEPTH_LIMIT
 
 Transport = Literal["stdio", "streamable-http", "sse", "websocket"]
 
@@ -96,9 +97,9 @@ class ServerConfig:
     init_timeout: float = 10.0
     # A request without an answer after request_timeout fails (reason "timeout") and is
     # cancelled upstream. Progress can extend it, never past max_request_timeout.
-    request_timeout: float = 60.0
-    timeout_resets_on_progress: bool = True
-    max_request_timeout: float = 600.0
+    request_timeout: float = defaults.REQUEST_TIMEOUT
+    timeout_resets_on_progress: bool = defaults.TIMEOUT_RESETS_ON_PROGRESS
+    max_request_timeout: float = defaults.MAX_REQUEST_TIMEOUT
     # What every client may see and use of this server.
     tools: KindPolicy = attrs.field(factory=KindPolicy)
     prompts: KindPolicy = attrs.field(factory=KindPolicy)
@@ -126,17 +127,17 @@ class ProxyConfig:
     page_size: int = 100
     max_message_bytes: int = 16 * 1024 * 1024
     # Deepest JSON nesting accepted in a message, either direction (the envelope is level 1).
-    max_json_depth: int = 128
+    max_json_depth: int = DEFAULT_MAX_DEPTH
     restart_backoff_initial: float = 0.5
     restart_backoff_max: float = 30.0
     # Server-to-client requests the proxy routes to clients (and so declares upstream).
-    server_requests: tuple[str, ...] = ("sampling", "elicitation", "roots")
+    server_requests: tuple[str, ...] = defaults.SERVER_REQUESTS
     # The roots shared servers see (and per-session ones whose client has none); None: no roots.
     roots: tuple[str, ...] | None = None
     # Several list changes within this many seconds reach clients as one notification.
-    list_changed_debounce: float = 0.05
+    list_changed_debounce: float = defaults.LIST_CHANGED_DEBOUNCE
     # Requests one client session may have in flight; more are refused (reason overloaded).
-    max_in_flight_per_session: int = 128
+    max_in_flight_per_session: int = defaults.MAX_IN_FLIGHT_PER_SESSION
     # On SIGTERM/SIGINT: how long requests in flight may take to finish before they fail.
     drain_timeout: float = 10.0
     # Exposed tool and prompt names: at most this long, and made of this charset:

@@ -16,4 +16,14 @@ class ConfigError(AggregatorError):
 
 
 class UpstreamError(AggregatorError):
-    """An upstream server could not be started, initialized or listed."""
+    """An upstream server could not be started, initialized or listed.
+
+    When the server answered a request of the proxy's own with a JSON-RPC error, ``code``
+    and ``message`` are that error's (``code`` only if it is an integer, as JSON-RPC
+    requires); otherwise both are None.
+    """
+
+    def __init__(self, text: str, *, code: int | None = None, message: str | None = None) -> None:
+        super().__init__(text)
+        self.code = code
+        self.message = message

@@ -45,8 +45,8 @@ from aggregator.containment import contained, internal_error
 from aggregator.core.router import proxy_error
 from aggregator.hub import Hub
 from aggregator.jsonrpc.codec import REQUEST, decode_message, dumps
-from aggregator.jsonrpc.errors import INVALID_REQUEST, METHOD_NOT_FOUND, RemoteProtocolError, error_response
-from aggregator.mcp.versions import SUPPORTED
+from aggregator.jsonrpc.errors import INVALID_REQUEST, RemoteProtocolError, error_response
+from aggregator.mcp.versions import DISCOVER, SUPPORTED, discover_refused
 from aggregator.transports.budget import ClientMemory, release_all
 from aggregator.transports.buffer import MessageLog
 from aggregator.transports.http_server import HttpConnection, HttpLimits, Request, refuse_connection, sse_event
@@ -351,7 +351,6 @@ class StreamableHttpEndpoint:
         self.admission = hub.admission
         self._nursery: trio.Nursery | None = None
         self.access = AccessPolicy(config, hub.config.profiles)
-        self.profiles = set(hub.config.profiles)
 
     # --- serving ------------------------------------------------------------------------
 
@@ -411,8 +410,7 @@ class StreamableHttpEndpoint:
     async def _handle(self, connection: HttpConnection, request: Request) -> None:
         path, _, query = request.path.partition("?")
         known = (self.config.path, self.config.sse_path, self.config.messages_path)
-        profile_path = path.startswith(self.config.path + "/") and path[len(self.config.path) + 1:] in self.profiles
-        if path not in known and not profile_path:
+        if path not in known and self.access.named_profile(path) is None:
             await connection.respond_error(404, f"not found; the MCP endpoint is {self.config.path}")
             return
         refusal = self.access.refusal(request.headers)
@@ -449,7 +447,7 @@ class StreamableHttpEndpoint:
         session = self.sessions.get(session_id)
         if session is None and not _is_session_id(session_id):
             return None, 400, "Bad request: Mcp-Session-Id must be 1 to 128 visible ASCII characters"
-        named = request.path.split("?", 1)[0][len(self.config.path) + 1:]
+        named = self.access.named_profile(request.path)
         if (session is None or session.closed or session.principal != self.access.principal(request.headers)
                 or (named and named != session.profile)):
             return None, 404, "Session not found: it ended or never existed; initialize again"
@@ -479,9 +477,8 @@ class StreamableHttpEndpoint:
             return
         session, status, reason = self._session(request)
         if session is None:
-            if kind == REQUEST and message["method"] == "server/discover":
-                await self._reject(connection, status, METHOD_NOT_FOUND, "Method not found: server/discover"
-                                   " (this server speaks the initialize handshake)", message["id"])
+            if kind == REQUEST and message["method"] == DISCOVER:
+                await connection.respond(status, [JSON], dumps(discover_refused(message["id"])))
             else:
                 await self._reject(connection, status, INVALID_REQUEST, reason,
                                    message.get("id") if kind == REQUEST else None)
@@ -500,7 +497,7 @@ class StreamableHttpEndpoint:
             return
         principal = self.access.principal(request.headers)
         profile = self.access.profile(principal)
-        named = request.path.split("?", 1)[0][len(self.config.path) + 1:]
+        named = self.access.named_profile(request.path)
         if named:  # /mcp/<profile>: that profile, if the token (when tokens are used) gives it
             if principal is not None and profile != named:
                 await self._reject(connection, 403, INVALID_REQUEST,

@@ -21,6 +21,7 @@ from aggregator.config import ServerConfig
 from aggregator.core.catalog import CAPABILITY_OF, KINDS, TEMPLATES
 from aggregator.core.router import CONTROL_ID_PREFIX, INSTANCE_KEY
 from aggregator.errors import UpstreamError
+from aggregator.jsonrpc.errors import METHOD_NOT_FOUND
 from aggregator.jsonrpc.framing import LineSplitter, OversizedLine
 from aggregator.mcp.initialize import initialize_result_problem
 from aggregator.mcp.versions import LATEST
@@ -386,7 +387,9 @@ class UpstreamSession:
             raise UpstreamError(f"{method}: the connection ended before an answer")
         if "error" in answer:
             error = answer["error"]
-            raise UpstreamError(f"{method} failed: {error.get('message')} (code {error.get('code')})")
+            code, text = error.get("code"), error.get("message")
+            raise UpstreamError(f"{method} failed: {text} (code {code})", code=code if type(code) is int else None,
+                                message=text if type(text) is str else None)
         result = answer.get("result")
         if type(result) is not dict:
             raise UpstreamError(f"{method}: the result is not an object")
@@ -402,7 +405,7 @@ class UpstreamSession:
             try:
                 result = await self.request(method, {"cursor": cursor} if cursor is not None else None)
             except UpstreamError as exc:
-                if kind == TEMPLATES and "-32601" in str(exc):
+                if kind == TEMPLATES and exc.code == METHOD_NOT_FOUND:
                     return items  # a resources server without templates
                 raise
             page = result.get(kind)

@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextvars
 import logging
 import math
+import re
 import struct
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -44,8 +45,62 @@ from aggregator.transports.outbox import cannot_take_more, fd_of, send_in_steps
 log = logging.getLogger(__name__)
 BAD_HANDSHAKE = (b"HTTP/1.1 400 Bad Request\r\ncontent-type: text/plain; charset=utf-8\r\nconnection: close\r\n"
                  b"content-length: 29\r\n\r\nmalformed WebSocket handshake")
-# Set by a connection's task, read by the handler it calls: has the handshake been read?
-_handshake_read: contextvars.ContextVar[list[bool]] = contextvars.ContextVar("handshake_read")
+# Set by a connection's task, read by the handler it calls: the connection's HandshakeTap.
+_handshake: contextvars.ContextVar[HandshakeTap] = contextvars.ContextVar("handshake")
+# More than any head the WebSocket library accepts (its h11 stops at 16 KiB).
+HEAD_LIMIT = 64 * 1024
+_LINE_END = re.compile(rb"\r?\n")
+
+
+class HandshakeTap(trio.abc.Stream):
+    """A connection's stream as trio-websocket reads it: keeps the bytes of the handshake's
+    head, then steps aside.
+
+    The DNS-rebinding check needs the handshake's Host, which trio-websocket parses but
+    does not expose (its ``WebSocketRequest.headers`` leave Host out). Once the head is
+    complete, ``receive_some`` is the stream's own: frames pass through no extra call.
+    """
+
+    def __init__(self, stream: trio.abc.Stream) -> None:
+        self.stream = stream
+        self.socket = getattr(stream, "socket", None)  # for fd_of
+        self.head = bytearray()
+        self.read = False  # set when trio-websocket has read the whole handshake
+        self.send_all = stream.send_all  # type: ignore[method-assign]
+        self.wait_send_all_might_not_block = stream.wait_send_all_might_not_block  # type: ignore[method-assign]
+        self.aclose = stream.aclose  # type: ignore[method-assign]
+
+    async def receive_some(self, max_bytes: int | None = None) -> bytes | bytearray:
+        data = await self.stream.receive_some(max_bytes)
+        head = self.head
+        head += data
+        if not data or b"\n\r\n" in head or b"\n\n" in head or len(head) > HEAD_LIMIT:
+            self.receive_some = self.stream.receive_some  # type: ignore[method-assign]
+        return data
+
+    async def send_all(self, data: bytes | bytearray | memoryview) -> None:
+        await self.stream.send_all(data)
+
+    async def wait_send_all_might_not_block(self) -> None:
+        await self.stream.wait_send_all_might_not_block()
+
+    async def aclose(self) -> None:
+        await self.stream.aclose()
+
+    def host(self) -> str | None:
+        """The head's Host as the WebSocket library read it: the last one, IDNA-decoded."""
+        host = None
+        for line in _LINE_END.split(bytes(self.head))[1:]:
+            if not line:
+                break
+            name, colon, value = line.partition(b":")
+            if colon and name.lower() == b"host":
+                try:
+                    host = value.strip(b" \t").decode("idna")
+                except UnicodeError:
+                    host = None
+        self.head = bytearray()
+        return host
 
 
 class WebSocketSink:
@@ -241,18 +296,18 @@ class WebSocketEndpoint:
         if not self.admission.admit_connection():
             await refuse_connection(stream)
             return
-        handshake_read = [False]
-        _handshake_read.set(handshake_read)
+        tap = HandshakeTap(stream)
+        _handshake.set(tap)
         try:
-            await serve(stream)
+            await serve(tap)
         except Exception as exc:
             leaves = _leaves(exc)
             what = "; ".join(f"{type(leaf).__name__}: {str(leaf)[:200]}" for leaf in leaves[:3])
-            if handshake_read[0] and all(isinstance(leaf, ProtocolError) for leaf in leaves):
+            if tap.read and all(isinstance(leaf, ProtocolError) for leaf in leaves):
                 # The library's reader tripped over the client's frames (a ping after our
                 # close frame makes it answer with a pong that wsproto refuses).
                 log.warning("websocket: closed a connection whose frames the WebSocket library refused (%s)", what)
-            elif handshake_read[0]:
+            elif tap.read:
                 log.exception("websocket: internal error; closing this connection only")
             else:
                 # The library choked on the handshake's bytes (a Host that is not IDNA,
@@ -270,17 +325,16 @@ class WebSocketEndpoint:
                 self.admission.release_connection()
 
     async def _handle(self, request: trio_websocket.WebSocketRequest) -> None:
-        marker = _handshake_read.get(None)
-        if marker is not None:
-            marker[0] = True
+        tap = _handshake.get(None)
+        if tap is not None:
+            tap.read = True
         headers: dict[str, str] = {}
         for name, value in request.headers:
             key = name.decode("latin-1").lower()
             text = value.decode("latin-1")
             headers[key] = f"{headers[key]}, {text}" if key in headers else text
-        # trio-websocket leaves Host out of .headers (wsproto keeps it on the handshake
-        # event); the DNS-rebinding check needs it.
-        host = getattr(getattr(request, "_event", None), "host", None)
+        # trio-websocket leaves Host out of .headers; the DNS-rebinding check needs it.
+        host = None if tap is None else tap.host()
         if host is not None:
             headers["host"] = host
         refusal = self.access.refusal(headers)
@@ -290,14 +344,13 @@ class WebSocketEndpoint:
             await request.reject(status, extra_headers=[(k.encode(), v.encode()) for k, v in extra],
                                  body=reason.encode())
             return
-        path = request.path.split("?", 1)[0]
         principal = self.access.principal(headers)
         profile = self.access.profile(principal)
-        if path != self.config.path:
-            named = path[len(self.config.path) + 1:] if path.startswith(self.config.path + "/") else ""
-            if named not in self.hub.config.profiles:
-                await request.reject(404, body=f"not found; the MCP endpoint is {self.config.path}".encode())
-                return
+        named = self.access.named_profile(request.path)
+        if named is None:
+            await request.reject(404, body=f"not found; the MCP endpoint is {self.config.path}".encode())
+            return
+        if named:  # /mcp/<profile>: that profile, if the token (when tokens are used) gives it
             if principal is not None and profile != named:
                 await request.reject(403, body=f"this token does not give access to profile {named!r}".encode())
                 return

@@ -48,7 +48,7 @@ from typing import Any, NamedTuple
 import attrs
 
 from aggregator import __version__
-from aggregator.core import affinity
+from aggregator.core import affinity, defaults
 from aggregator.core.catalog import CAPABILITY_OF, LIST_METHODS, PROMPTS, RESOURCES, TEMPLATES, TOOLS, Catalog, Route
 from aggregator.core.deadlines import Deadlines
 from aggregator.core.log_levels import LEVELS, most_verbose, passes
@@ -85,7 +85,7 @@ from aggregator.jsonrpc.errors import (
     RemoteProtocolError,
     error_response,
 )
-from aggregator.mcp.versions import negotiate
+from aggregator.mcp.versions import DISCOVER, discover_refused, negotiate
 
 log = logging.getLogger(__name__)
 
@@ -242,9 +242,9 @@ class UpstreamLink:
     uri_prefix: str
     server: str = ""  # the configured server; differs from name for per-session links
     session: int | None = None  # the one client a per-session link belongs to
-    request_timeout: float = 60.0
-    max_request_timeout: float = 600.0
-    timeout_resets_on_progress: bool = False
+    request_timeout: float = defaults.REQUEST_TIMEOUT
+    max_request_timeout: float = defaults.MAX_REQUEST_TIMEOUT
+    timeout_resets_on_progress: bool = defaults.TIMEOUT_RESETS_ON_PROGRESS
     ready: bool = False
     next_id: int = 1
     pending: dict[int, Pending] = attrs.field(factory=dict)
@@ -310,10 +310,10 @@ class Router:
         servers: list[Any],
         *,
         clock: Callable[[], float] = time.monotonic,
-        server_requests: tuple[str, ...] = ("sampling", "elicitation", "roots"),
+        server_requests: tuple[str, ...] = defaults.SERVER_REQUESTS,
         roots: list[dict[str, Any]] | None = None,
-        list_changed_debounce: float = 0.05,
-        max_in_flight: int = 1024,
+        list_changed_debounce: float = defaults.LIST_CHANGED_DEBOUNCE,
+        max_in_flight: int = defaults.MAX_IN_FLIGHT_PER_SESSION,
         profiles: dict[str, Catalog] | None = None,
         max_json_depth: int = DEFAULT_MAX_DEPTH,
         instance: str | None = None,
@@ -329,9 +329,10 @@ class Router:
                 s.name,
                 catalog.naming[s.name].prefix,
                 catalog.naming[s.name].uri_prefix,
-                request_timeout=getattr(s, "request_timeout", 60.0),
-                max_request_timeout=getattr(s, "max_request_timeout", 600.0),
-                timeout_resets_on_progress=getattr(s, "timeout_resets_on_progress", False),
+                request_timeout=getattr(s, "request_timeout", defaults.REQUEST_TIMEOUT),
+                max_request_timeout=getattr(s, "max_request_timeout", defaults.MAX_REQUEST_TIMEOUT),
+                timeout_resets_on_progress=getattr(
+                    s, "timeout_resets_on_progress", defaults.TIMEOUT_RESETS_ON_PROGRESS),
                 server=s.name,
             )
             for s in servers
@@ -483,12 +484,8 @@ class Router:
             method = message["method"]
             handler = self._requests.get(method)
             if handler is None:
-                if method == "server/discover":
-                    # The 2026 stateless probe: refuse at once so the client falls back to
-                    # `initialize` without waiting (and never learns an upstream's answer).
-                    return [ToClient(key, error_response(
-                        message["id"], METHOD_NOT_FOUND, "Method not found: server/discover"
-                        " (this server speaks the initialize handshake)"))]
+                if method == DISCOVER:
+                    return [ToClient(key, discover_refused(message["id"]))]
                 return [ToClient(key, error_response(
                     message["id"], METHOD_NOT_FOUND, f"Method not found: {method}"))]
             if not client.initialize_seen and method not in ("initialize", "ping"):

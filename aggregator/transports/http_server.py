@@ -37,6 +37,12 @@ LARGE = 65536  # a body longer than this is written without being copied into on
 SINGLE_VALUED = frozenset({
     "host", "content-type", "authorization", "origin", "mcp-session-id", "mcp-protocol-version", "last-event-id",
 })
+# The body of the answer to a request h11 refuses, by the status h11 suggests.
+_H11_REFUSALS = {
+    400: "malformed HTTP request",
+    431: "request headers too large",
+    501: "unsupported Transfer-Encoding: only one, chunked, is understood",
+}
 # What a connection over the cap gets before it is closed: small enough for any socket buffer.
 _BUSY_BODY = b"too many connections; try again in a moment\n"
 BUSY_RESPONSE = (b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: text/plain; charset=utf-8\r\n"
@@ -141,10 +147,10 @@ class HttpConnection:
                 else:  # ConnectionClosed, or PAUSED after a response we could not finish
                     return None
         except h11.RemoteProtocolError as exc:
+            # h11 says which status fits: 431 for headers over max_incomplete_event_size,
+            # 501 for a transfer coding other than chunked, 400 for anything else.
             status = exc.error_status_hint
-            if status == 400 and "exceeded" in str(exc):
-                status = 431
-            await self.respond_error(status, "malformed HTTP request" if status == 400 else "request headers too large")
+            await self.respond_error(status, _H11_REFUSALS.get(status, "malformed HTTP request"))
             return None
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             return None

@@ -106,6 +106,48 @@ async def test_hostile_header_values_get_a_4xx_and_the_proxy_lives_on():
         assert await fronts.initialize()
 
 
+async def test_a_request_h11_refuses_gets_the_status_h11_suggests_and_says_why():
+    async with running_fronts(max_header_bytes=4096) as fronts:
+        head = b"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+        cases = [  # (what, raw request, status, words its body must hold)
+            ("a transfer coding h11 does not implement", head + b"Transfer-Encoding: gzip\r\n\r\n", 501,
+             "Transfer-Encoding"),
+            ("Transfer-Encoding twice", head + b"Transfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n",
+             501, "Transfer-Encoding"),
+            ("headers that never end within the limit", head + b"X-Big: " + b"y" * 8000, 431, "headers too large"),
+            ("not HTTP", b"NOT HTTP AT ALL\r\n\r\n", 400, "malformed"),
+        ]
+        for what, raw, status, words in cases:
+            stream = await fronts.connect()
+            await stream.send_all(raw)
+            with trio.fail_after(5):
+                response = await read_response_async(stream, ResponseReader())
+            await stream.aclose()
+            assert response.status == status, (what, response)
+            assert words in response.body.decode(), (what, response)
+        assert await fronts.initialize()
+
+
+async def test_server_discover_gets_the_same_refusal_with_and_without_a_session_on_every_front():
+    discover = {"jsonrpc": "2.0", "id": 4, "method": "server/discover", "params": {}}
+    async with running_fronts() as fronts:
+        answers = []
+        no_session = await fronts.request("POST", body=discover)
+        assert no_session.status == 400
+        answers.append(json.loads(no_session.body))
+        session = await fronts.initialize()
+        in_session = await fronts.request("POST", headers=fronts.headers(mcp_session_id=session), body=discover)
+        assert in_session.status == 200
+        answers.append(json.loads(in_session.body))
+        async with fronts.websocket() as socket_:
+            with trio.fail_after(5):
+                await socket_.send_message(json.dumps(discover))
+                answers.append(json.loads(await socket_.get_message()))
+    assert answers[0]["error"]["code"] == -32601 and "initialize" in answers[0]["error"]["message"]
+    assert answers[0]["id"] == 4
+    assert answers[1] == answers[0] and answers[2] == answers[0]
+
+
 async def test_a_bad_last_event_id_says_what_is_wrong():
     async with running_fronts() as fronts:
         session = await fronts.initialize()
@@ -257,6 +299,30 @@ async def test_a_hostile_websocket_handshake_is_a_400_not_a_crash(caplog):
                 assert json.loads(await socket_.get_message())["id"] == 2
         assert fronts.hub.admission.connections == 0 or fronts.hub.admission.connections == 1
     assert not [r for r in caplog.records if r.exc_info]
+
+
+async def test_a_websocket_handshake_passes_the_host_check_with_the_host_it_sent(caplog):
+    async with running_fronts() as fronts:
+        key = b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+        port = str(fronts.ws_port).encode()
+        cases = [  # (what, Host lines, the status of the answer)
+            ("an attacker's name", b"Host: evil.example:" + port + b"\r\n", 421),
+            ("a served name", b"Host: localhost:" + port + b"\r\n", 101),
+            ("a name in capitals, under a name in capitals", b"HOST:  LOCALHOST:" + port + b" \r\n", 101),
+            ("an IDNA name that is not served", b"Host: xn--bcher-kva.example\r\n", 421),
+            ("two (h11 refuses them)", b"Host: localhost\r\nHost: evil.example\r\n", 400),
+            ("none", b"", 400),
+        ]
+        for what, host, status in cases:
+            stream = await trio.open_tcp_stream("127.0.0.1", fronts.ws_port)
+            await stream.send_all(b"GET /mcp HTTP/1.1\r\n" + host + b"Upgrade: websocket\r\nConnection: Upgrade\r\n"
+                                  + key + b"Sec-WebSocket-Version: 13\r\n\r\n")
+            with trio.fail_after(5):
+                response = await read_response_async(stream, ResponseReader())
+            await stream.aclose()
+            assert response.status == status, (what, response)
+        assert "this Host is not served here: 'evil.example:" in caplog.text
+        assert "this Host is not served here: 'b\u00fccher.example'" in caplog.text
 
 
 async def test_a_fault_in_one_stdio_session_ends_only_that_session(monkeypatch, caplog):

@@ -1,0 +1,21 @@
+"""The defaults the core and the configuration share. Sans-IO.
+
+``ServerConfig`` and ``ProxyConfig`` take their defaults from here, and so do the
+``Router`` and ``UpstreamLink`` when built without them (as the core's tests build
+them): a router built from the default configuration and one built with no settings at
+all behave alike. Change a default here, and the README where it documents it.
+"""
+
+from __future__ import annotations
+
+# A request without an answer after REQUEST_TIMEOUT fails (reason "timeout"); progress
+# notifications extend it when TIMEOUT_RESETS_ON_PROGRESS, never past MAX_REQUEST_TIMEOUT.
+REQUEST_TIMEOUT = 60.0
+MAX_REQUEST_TIMEOUT = 600.0
+TIMEOUT_RESETS_ON_PROGRESS = True
+# Requests one client session may have in flight; more are refused (reason overloaded).
+MAX_IN_FLIGHT_PER_SESSION = 128
+# Several list changes within this many seconds reach clients as one notification.
+LIST_CHANGED_DEBOUNCE = 0.05
+# Server-to-client requests the proxy routes to clients (and so declares upstream).
+SERVER_REQUESTS = ("sampling", "elicitation", "roots")
