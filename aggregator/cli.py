@@ -16,10 +16,10 @@ import trio
 
 from aggregator import __version__
 from aggregator.config import Config, load_config, mcp_servers_json_to_raw, raw_to_toml, same_listener
-from aggregator.core.catalog import KINDS
 from aggregator.core.nesting import CHAIN_VARIABLE, NestingRefused, chain_value, enter, parse_chain
 from aggregator.errors import AggregatorError, ConfigError
 from aggregator.hub import Hub
+from aggregator.mcp.constants import CONFIG_KIND, KEY_OF, KINDS
 
 log = logging.getLogger("aggregator")
 DEFAULT_CONFIG = "aggregator.toml"
@@ -306,7 +306,7 @@ def _status_lines(hub: Hub, *, only_down: bool = False) -> list[str]:
 
 
 def _label(kind: str) -> str:
-    return {"resourceTemplates": "templates"}.get(kind, kind)
+    return CONFIG_KIND[kind]
 
 
 # --- tools / check ----------------------------------------------------------------------
@@ -339,7 +339,7 @@ def _tools(args: argparse.Namespace) -> int:
         for kind in KINDS:
             rows = []
             for item in catalog.exposed[kind]:
-                key = "name" if kind in ("tools", "prompts") else ("uri" if kind == "resources" else "uriTemplate")
+                key = KEY_OF[kind]
                 exposed = item.get(key)
                 route = _route_of(catalog, kind, exposed)
                 rows.append({

@@ -18,11 +18,11 @@ import trio
 
 from aggregator import __version__
 from aggregator.config import ServerConfig
-from aggregator.core.catalog import CAPABILITY_OF, KINDS, TEMPLATES
 from aggregator.core.router import CONTROL_ID_PREFIX, INSTANCE_KEY
 from aggregator.errors import UpstreamError
 from aggregator.jsonrpc.errors import METHOD_NOT_FOUND
 from aggregator.jsonrpc.framing import LineSplitter, OversizedLine
+from aggregator.mcp.constants import CAPABILITY_OF, KINDS, LIST_METHOD_OF, TEMPLATES
 from aggregator.mcp.initialize import initialize_result_problem
 from aggregator.mcp.versions import LATEST
 from aggregator.transports.outbox import Outbox
@@ -33,12 +33,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-LIST_METHOD = {
-    "tools": "tools/list",
-    "prompts": "prompts/list",
-    "resources": "resources/list",
-    "resourceTemplates": "resources/templates/list",
-}
 MAX_LIST_PAGES = 100
 HEALTHY_RESET = 60.0
 READ_SIZE = 65536
@@ -400,7 +394,7 @@ class UpstreamSession:
         items: list[dict[str, Any]] = []
         cursor = None
         seen: set[str] = set()
-        method = LIST_METHOD[kind]
+        method = LIST_METHOD_OF[kind]
         for _ in range(MAX_LIST_PAGES):
             try:
                 result = await self.request(method, {"cursor": cursor} if cursor is not None else None)

@@ -33,24 +33,11 @@ from aggregator.core.uris import (
     template_matches,
 )
 from aggregator.jsonrpc.codec import dumps
+from aggregator.mcp.constants import CAPABILITY_OF as CAPABILITY_OF  # re-exported (router)
+from aggregator.mcp.constants import KEY_OF, KINDS, PROMPTS, RESOURCES, TEMPLATES, TOOLS
+from aggregator.mcp.constants import LIST_METHODS as LIST_METHODS  # re-exported (router)
 
 log = logging.getLogger(__name__)
-
-TOOLS = "tools"
-PROMPTS = "prompts"
-RESOURCES = "resources"
-TEMPLATES = "resourceTemplates"
-KINDS = (TOOLS, PROMPTS, RESOURCES, TEMPLATES)
-LIST_METHODS = {
-    "tools/list": TOOLS,
-    "prompts/list": PROMPTS,
-    "resources/list": RESOURCES,
-    "resources/templates/list": TEMPLATES,
-}
-# The capability that says a server has each kind.
-CAPABILITY_OF = {TOOLS: "tools", PROMPTS: "prompts", RESOURCES: "resources", TEMPLATES: "resources"}
-# The field of an item that the proxy rewrites, per kind.
-KEY_OF = {TOOLS: "name", PROMPTS: "name", RESOURCES: "uri", TEMPLATES: "uriTemplate"}
 
 
 def _compared(kind: str, original: str) -> str:

@@ -8,6 +8,8 @@ all behave alike. Change a default here, and the README where it documents it.
 
 from __future__ import annotations
 
+from aggregator.mcp.constants import SERVER_REQUEST_CAPABILITIES
+
 # A request without an answer after REQUEST_TIMEOUT fails (reason "timeout"); progress
 # notifications extend it when TIMEOUT_RESETS_ON_PROGRESS, never past MAX_REQUEST_TIMEOUT.
 REQUEST_TIMEOUT = 60.0
@@ -18,4 +20,4 @@ MAX_IN_FLIGHT_PER_SESSION = 128
 # Several list changes within this many seconds reach clients as one notification.
 LIST_CHANGED_DEBOUNCE = 0.05
 # Server-to-client requests the proxy routes to clients (and so declares upstream).
-SERVER_REQUESTS = ("sampling", "elicitation", "roots")
+SERVER_REQUESTS = SERVER_REQUEST_CAPABILITIES  # all of them

@@ -35,8 +35,9 @@ from typing import Any
 
 import attrs
 
-from aggregator.core.catalog import RESOURCES, TEMPLATES, TOOLS, Catalog
+from aggregator.core.catalog import Catalog
 from aggregator.core.uris import InvalidUri, normalize_template, normalize_uri, template_matches
+from aggregator.mcp.constants import RESOURCES, TEMPLATES, TOOLS
 
 STARTING = "starting"
 RESTARTING = "restarting"

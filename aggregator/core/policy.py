@@ -24,8 +24,7 @@ from functools import lru_cache
 from typing import Any
 
 from aggregator.core.uris import normalize_pattern, normalize_template
-
-CONFIG_KIND = {"tools": "tools", "prompts": "prompts", "resources": "resources", "resourceTemplates": "templates"}
+from aggregator.mcp.constants import CONFIG_KIND, PROMPTS, RESOURCES, SERVER_REQUESTS, TEMPLATES, TOOLS
 
 
 @lru_cache(maxsize=4096)
@@ -44,7 +43,7 @@ def _template_glob(pattern: str) -> re.Pattern[str]:
 
 
 # How each kind's globs are compiled: names as written, URIs and templates in normal form.
-_GLOB_OF = {"tools": _glob, "prompts": _glob, "resources": _uri_glob, "resourceTemplates": _template_glob}
+_GLOB_OF = {TOOLS: _glob, PROMPTS: _glob, RESOURCES: _uri_glob, TEMPLATES: _template_glob}
 
 
 def _matches(value: str, patterns: tuple[str, ...],
@@ -65,7 +64,7 @@ class ProfilePolicy:
         self._profile = config.profiles.get(profile) if profile else None
         # Normalise and compile the URI and template globs now, at load, not on a request.
         for server in config.servers:
-            for kind in ("resources", "resourceTemplates"):
+            for kind in (RESOURCES, TEMPLATES):
                 for _, rules in self._layers(server, kind):
                     for pattern in (*rules.allow, *rules.deny):
                         _GLOB_OF[kind](pattern)
@@ -120,11 +119,7 @@ class ProfilePolicy:
         return getattr(server_config, CONFIG_KIND[kind]).rename.get(original)
 
 
-SERVER_REQUEST_CAPABILITY = {"sampling/createMessage": "sampling", "elicitation/create": "elicitation",
-                             "roots/list": "roots"}
-
-
 def server_request_allowed(config: Any, server: str, method: str) -> bool:
     """Whether a server may make this server-to-client request (its ``server_requests``)."""
     allowed = config.servers[server].server_requests
-    return allowed is None or SERVER_REQUEST_CAPABILITY.get(method) in allowed
+    return allowed is None or SERVER_REQUESTS.get(method) in allowed

@@ -85,23 +85,12 @@ from aggregator.jsonrpc.errors import (
     RemoteProtocolError,
     error_response,
 )
+from aggregator.mcp.constants import LIST_CHANGED, SERVER_REQUESTS
 from aggregator.mcp.versions import DISCOVER, discover_refused, negotiate
 
 log = logging.getLogger(__name__)
 
 CONTROL_ID_PREFIX = "aggregator-"
-LIST_CHANGED = {
-    TOOLS: "notifications/tools/list_changed",
-    PROMPTS: "notifications/prompts/list_changed",
-    RESOURCES: "notifications/resources/list_changed",
-    TEMPLATES: "notifications/resources/list_changed",
-}
-# Server-to-client requests the proxy routes, and the client capability each needs.
-SERVER_REQUESTS = {
-    "sampling/createMessage": "sampling",
-    "elicitation/create": "elicitation",
-    "roots/list": "roots",
-}
 NO_SESSION = 0  # the "client" of the proxy's own requests; real sessions start at 1
 # The ``_meta`` key of our initialize result that names this running proxy: an upstream
 # that answers with our own instance is this proxy itself (a config that lists its own URL).

@@ -27,8 +27,9 @@ import itertools
 from collections import ChainMap
 from typing import Any
 
-from aggregator.core.catalog import KINDS, Catalog, CatalogLookups, Route
+from aggregator.core.catalog import Catalog, CatalogLookups, Route
 from aggregator.jsonrpc.codec import dumps
+from aggregator.mcp.constants import KINDS
 
 # Generations of views, unique in the process and never a profile catalog's (an integer):
 # a cursor made for one list is refused by any other.

@@ -1,1 +1,2 @@
-"""MCP facts the proxy relies on: protocol revisions and their negotiation. Sans-IO."""
+"""MCP facts the proxy relies on: protocol revisions and their negotiation, and the names of
+methods, kinds and capabilities its rules are written in (``constants``). Sans-IO."""
