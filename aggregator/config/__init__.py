@@ -1,0 +1,62 @@
+"""Configuration: frozen attrs classes, strict cattrs structuring, ${VAR} interpolation.
+
+Owns reading ``aggregator.toml`` and the ``mcpServers`` JSON files that Claude Desktop,
+Cursor and VS Code use. Every problem is reported with its key path
+(``servers.git.args[2]: expected a string``) and all problems are reported at once.
+Imports no I/O library beyond reading the one file it is given.
+
+One module per job, all re-exported here:
+
+- ``model``: the classes and their defaults;
+- ``structuring``: raw data into the classes (cattrs), problems by key path;
+- ``ranges``: the range of every number;
+- ``validation``: what must agree across keys, listen addresses, paths and names;
+- ``loading``: reading a file, ${VAR} interpolation, all of the above in order;
+- ``client_json``: MCP clients' JSON server lists (``mcpServers``, VS Code ``servers``);
+- ``toml_writer``: the raw form written back as TOML (``aggregator import``).
+"""
+
+from __future__ import annotations
+
+from aggregator.config.client_json import mcp_servers_json_to_raw
+from aggregator.config.loading import load_config, structure_config
+from aggregator.config.model import (
+    LOCAL_HOSTS,
+    Config,
+    HttpConfig,
+    ItemOverride,
+    KindPolicy,
+    PluginConfig,
+    ProfileConfig,
+    ProxyConfig,
+    RuleSet,
+    ServerConfig,
+    Transport,
+)
+from aggregator.config.ranges import RANGES, Range, check_ranges
+from aggregator.config.toml_writer import raw_to_toml
+from aggregator.config.validation import check_http, parse_listen, same_listener
+
+__all__ = [
+    "LOCAL_HOSTS",
+    "RANGES",
+    "Config",
+    "HttpConfig",
+    "ItemOverride",
+    "KindPolicy",
+    "PluginConfig",
+    "ProfileConfig",
+    "ProxyConfig",
+    "Range",
+    "RuleSet",
+    "ServerConfig",
+    "Transport",
+    "check_http",
+    "check_ranges",
+    "load_config",
+    "mcp_servers_json_to_raw",
+    "parse_listen",
+    "raw_to_toml",
+    "same_listener",
+    "structure_config",
+]

@@ -1,0 +1,179 @@
+"""Loading: read a file, interpolate ${VAR}, structure every table and check it, and
+report all problems at once (``ConfigError``) with their key paths."""
+
+from __future__ import annotations
+
+import os
+import re
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from aggregator.config.client_json import mcp_servers_json_to_raw
+from aggregator.config.model import Config, HttpConfig, PluginConfig, ProfileConfig, ProxyConfig, RuleSet, ServerConfig
+from aggregator.config.ranges import check_ranges
+from aggregator.config.structuring import describe, structure_table, without_follow_ons
+from aggregator.config.validation import check_http, check_proxy, check_server
+from aggregator.core.naming import NAME_CHARS, validate_server_naming
+from aggregator.errors import ConfigError
+
+
+def load_config(path: str | os.PathLike[str], *, environ: Mapping[str, str] | None = None) -> Config:
+    """Read aggregator.toml, or an mcpServers / VS Code `servers` JSON file."""
+    file = Path(path)
+    try:
+        data = file.read_bytes()
+    except OSError as exc:
+        raise ConfigError(f"cannot read {file}: {exc.strerror or exc}") from None
+    if file.suffix.lower() == ".json":
+        raw = mcp_servers_json_to_raw(data, source=str(file))
+    else:
+        try:
+            raw = tomllib.loads(data.decode("utf-8"))
+        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+            raise ConfigError(f"not valid TOML: {exc}", source=str(file)) from None
+    return structure_config(raw, environ=environ, source=str(file))
+
+
+# --- interpolation ------------------------------------------------------------------------
+
+_VAR = re.compile(r"\$\$|\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+
+
+def _interpolate(value: Any, path: str, environ: Mapping[str, str], problems: list[str]) -> Any:
+    if isinstance(value, str):
+        def replace(match: re.Match[str]) -> str:
+            name = match.group(1)
+            if name is None:
+                return "$"
+            if name not in environ:
+                problems.append(f"{path}: environment variable {name} is not set")
+                return ""
+            return environ[name]
+
+        return _VAR.sub(replace, value) if "$" in value else value
+    if isinstance(value, list):
+        return [_interpolate(item, f"{path}[{i}]", environ, problems) for i, item in enumerate(value)]
+    if isinstance(value, dict):
+        return {
+            key: _interpolate(item, f"{path}.{key}" if path else key, environ, problems)
+            for key, item in value.items()
+        }
+    return value
+
+
+# --- structuring and checking ---------------------------------------------------------------
+
+
+def structure_config(
+    raw: Mapping[str, Any], *, environ: Mapping[str, str] | None = None, source: str | None = None
+) -> Config:
+    """Build a Config from parsed TOML/JSON data; raise ConfigError naming every problem."""
+    if environ is None:
+        environ = os.environ
+    problems: list[str] = []
+    sections = ("proxy", "http", "policy", "profiles", "plugins", "servers")
+    unknown = sorted(set(raw) - set(sections))
+    problems.extend(f"{key}: unknown key" for key in unknown)
+    raw = _interpolate({key: raw[key] for key in sections if key in raw}, "", environ, problems)
+    plugins: list[PluginConfig] = []
+    raw_plugins = raw.get("plugins", [])
+    if not isinstance(raw_plugins, list):
+        problems.append("plugins: expected an array of tables ([[plugins]])")
+        raw_plugins = []
+    for index, table in enumerate(raw_plugins):
+        path = f"plugins[{index}]"
+        if not isinstance(table, dict) or not isinstance(table.get("use"), str):
+            problems.append(f"{path}.use: required: the plugin to load")
+            continue
+        if set(table) - {"use", "options"}:
+            problems.extend(f"{path}.{key}: unknown key" for key in sorted(set(table) - {"use", "options"}))
+            continue
+        options = table.get("options", {})
+        if not isinstance(options, dict):
+            problems.append(f"{path}.options: expected a table")
+            continue
+        plugins.append(PluginConfig(use=table["use"], options=options))
+    broken_keys: dict[str, set[str]] = {}  # table path -> its keys that failed to structure
+
+    def section(key: str, cls: type) -> Any:
+        """One top-level table, structured; its problems recorded, defaults where broken."""
+        if key not in raw:
+            return cls()
+        value, found, broken_keys[key] = structure_table(raw[key], cls, key)
+        problems.extend(found)
+        return value
+
+    policy = section("policy", RuleSet)
+    def keyed(key: str, cls: type, what: str) -> dict[str, Any]:
+        """A table of named tables ([servers.NAME], [profiles.NAME]), each structured and
+        given its name; problems recorded with their key paths."""
+        tables = raw.get(key, {})
+        if not isinstance(tables, dict):
+            problems.append(f"{key}: expected a table of {what}, got {describe(tables)}")
+            return {}
+        out = {}
+        for name, table in tables.items():
+            path = f"{key}.{name}"
+            if not isinstance(table, dict):
+                problems.append(f"{path}: expected a table, got {describe(table)}")
+            elif "name" in table:
+                problems.append(f"{path}.name: unknown key")
+            else:
+                value, found, broken_keys[path] = structure_table(table, cls, path)
+                problems.extend(found)
+                out[name] = attrs.evolve(value, name=name)
+        return out
+
+    profiles: dict[str, ProfileConfig] = keyed("profiles", ProfileConfig, "profiles")
+    for name in profiles:
+        path = f"profiles.{name}"
+        if name == "default" or not NAME_CHARS.fullmatch(name):
+            problems.append(f"{path}: a profile name is made of A-Z a-z 0-9 _ . - and is not \"default\"")
+    def checked(path: str, found: list[str]) -> None:
+        problems.extend(without_follow_ons(found, path, broken_keys.get(path, set())))
+
+    proxy = section("proxy", ProxyConfig)
+    checked("proxy", check_ranges(proxy, "proxy") + check_proxy(proxy))
+    http = section("http", HttpConfig)
+    checked("http", check_ranges(http, "http") + check_http(http))
+    proxy, http = _client_limits(proxy, http, raw.get("proxy"), raw.get("http"))
+    servers: dict[str, ServerConfig] = keyed("servers", ServerConfig, "servers")
+    for name, server in servers.items():
+        path = f"servers.{name}"
+        checked(path, check_ranges(server, path) + check_server(server, path))
+    if not any(problem.startswith("proxy.separator") for problem in problems):
+        problems.extend(validate_server_naming(list(servers.values()), proxy.separator))
+    named = set(raw["servers"]) if isinstance(raw.get("servers"), dict) else set()
+    for name, profile in profiles.items():
+        for server in profile.servers:
+            if server not in named:
+                problems.append(f"profiles.{name}.servers.{server}: no such server")
+    tokens = [*http.auth_tokens, *(t for p in profiles.values() for t in p.tokens)]
+    if len(set(tokens)) < len(tokens):
+        problems.append("profiles: a token may select only one profile (or the default)")
+    for name, profile in profiles.items():
+        for index, token in enumerate(profile.tokens):
+            if len(token) < 16:
+                problems.append(f"profiles.{name}.tokens[{index}]: too short; use at least 16 random characters")
+    if problems:
+        raise ConfigError(problems, source=source)
+    return Config(proxy=proxy, http=http, policy=policy, profiles=profiles, plugins=tuple(plugins), servers=servers,
+                  directory=str(Path(source).resolve().parent) if source and not source.startswith("(") else None)
+
+
+def _client_limits(
+    proxy: ProxyConfig, http: HttpConfig, raw_proxy: Any, raw_http: Any
+) -> tuple[ProxyConfig, HttpConfig]:
+    """One budget and one deadline for every client, whichever of their names was used."""
+    given = raw_proxy if isinstance(raw_proxy, dict) else {}
+    older = raw_http if isinstance(raw_http, dict) else {}
+    if "max_stream_buffer_bytes" in older and "client_buffer_bytes" not in given:
+        proxy = attrs.evolve(proxy, client_buffer_bytes=http.max_stream_buffer_bytes)
+    if "write_timeout" in older and "client_write_timeout" not in given:
+        proxy = attrs.evolve(proxy, client_write_timeout=http.write_timeout)
+    return proxy, attrs.evolve(http, max_stream_buffer_bytes=proxy.client_buffer_bytes,
+                               write_timeout=proxy.client_write_timeout)

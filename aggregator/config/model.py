@@ -1,0 +1,221 @@
+"""The configuration's model: frozen attrs classes, one per table, with their defaults.
+
+What each key means is said next to it. Structuring (``structuring``), the checks of
+values (``ranges``, ``validation``) and loading (``loading``) live beside this module.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Literal
+
+import attrs
+
+from aggregator.core import defaults
+from aggregator.jsonrpc.codec import DEFAULT_MAX_DEPTH
+
+Transport = Literal["stdio", "streamable-http", "sse", "websocket"]
+
+
+@attrs.frozen(kw_only=True)
+class ItemOverride:
+    """What a client sees of one item instead of what its server says."""
+
+    name: str | None = None
+    title: str | None = None
+    description: str | None = None
+
+
+@attrs.frozen(kw_only=True)
+class KindPolicy:
+    """Which items of one kind a client may see and use, matched on the server's own names
+    (URIs for resources, URI templates for templates) with shell-style globs."""
+
+    allow: tuple[str, ...] = ()  # empty: everything not denied
+    deny: tuple[str, ...] = ()
+    read_only: bool = False  # tools only: expose only those with readOnlyHint true
+    destructive: bool = True  # tools only: false hides every tool not saying destructiveHint false
+    rename: Mapping[str, ItemOverride] = attrs.field(factory=dict)
+
+    @property
+    def is_empty(self) -> bool:
+        return not (self.allow or self.deny or self.read_only or not self.destructive or self.rename)
+
+
+@attrs.frozen(kw_only=True)
+class RuleSet:
+    """Allow/deny rules for the four kinds (the global policy, or a profile's)."""
+
+    tools: KindPolicy = attrs.field(factory=KindPolicy)
+    prompts: KindPolicy = attrs.field(factory=KindPolicy)
+    resources: KindPolicy = attrs.field(factory=KindPolicy)
+    templates: KindPolicy = attrs.field(factory=KindPolicy)
+
+
+@attrs.frozen(kw_only=True)
+class ProfileConfig:
+    """A named policy: what the clients that use it see, on top of the server rules."""
+
+    name: str = ""
+    tokens: tuple[str, ...] = ()  # HTTP bearer tokens that select this profile
+    tools: KindPolicy = attrs.field(factory=KindPolicy)
+    prompts: KindPolicy = attrs.field(factory=KindPolicy)
+    resources: KindPolicy = attrs.field(factory=KindPolicy)
+    templates: KindPolicy = attrs.field(factory=KindPolicy)
+    servers: Mapping[str, RuleSet] = attrs.field(factory=dict)
+
+
+@attrs.frozen(kw_only=True)
+class ServerConfig:
+    name: str = ""  # filled from the [servers.NAME] key
+    command: str | None = None
+    args: tuple[str, ...] = ()
+    env: Mapping[str, str] = attrs.field(factory=dict)
+    cwd: str | None = None
+    url: str | None = None
+    headers: Mapping[str, str] = attrs.field(factory=dict)
+    transport: Transport | None = None
+    prefix: str | None = None  # None: the server's key; "": no prefix
+    uri_prefix: str | None = None  # None: derived from the prefix; "": URIs unchanged
+    enabled: bool = True
+    # "shared": one connection for all clients; "per-session": each client session gets
+    # its own (its own process, for stdio), started on first use, stopped with the session.
+    isolation: Literal["shared", "per-session"] = "shared"
+    init_timeout: float = 10.0
+    # A request without an answer after request_timeout fails (reason "timeout") and is
+    # cancelled upstream. Progress can extend it, never past max_request_timeout.
+    request_timeout: float = defaults.REQUEST_TIMEOUT
+    timeout_resets_on_progress: bool = defaults.TIMEOUT_RESETS_ON_PROGRESS
+    max_request_timeout: float = defaults.MAX_REQUEST_TIMEOUT
+    # What every client may see and use of this server.
+    tools: KindPolicy = attrs.field(factory=KindPolicy)
+    prompts: KindPolicy = attrs.field(factory=KindPolicy)
+    resources: KindPolicy = attrs.field(factory=KindPolicy)
+    templates: KindPolicy = attrs.field(factory=KindPolicy)
+    # Server-to-client requests this server may make (None: all that the proxy routes).
+    server_requests: tuple[str, ...] | None = None
+
+    @property
+    def effective_transport(self) -> Transport:
+        if self.transport is not None:
+            return self.transport
+        if self.command is not None:
+            return "stdio"
+        if (self.url or "").lower().startswith(("ws://", "wss://")):
+            return "websocket"
+        return "streamable-http"
+
+
+@attrs.frozen(kw_only=True)
+class ProxyConfig:
+    separator: str = "__"
+    # How long the first client's `initialize` waits for every server to be ready.
+    startup_timeout: float = 10.0
+    page_size: int = 100
+    max_message_bytes: int = 16 * 1024 * 1024
+    # Deepest JSON nesting accepted in a message, either direction (the envelope is level 1).
+    max_json_depth: int = DEFAULT_MAX_DEPTH
+    restart_backoff_initial: float = 0.5
+    restart_backoff_max: float = 30.0
+    # Server-to-client requests the proxy routes to clients (and so declares upstream).
+    server_requests: tuple[str, ...] = defaults.SERVER_REQUESTS
+    # The roots shared servers see (and per-session ones whose client has none); None: no roots.
+    roots: tuple[str, ...] | None = None
+    # Several list changes within this many seconds reach clients as one notification.
+    list_changed_debounce: float = defaults.LIST_CHANGED_DEBOUNCE
+    # Requests one client session may have in flight; more are refused (reason overloaded).
+    max_in_flight_per_session: int = defaults.MAX_IN_FLIGHT_PER_SESSION
+    # On SIGTERM/SIGINT: how long requests in flight may take to finish before they fail.
+    drain_timeout: float = 10.0
+    # Exposed tool and prompt names: at most this long, and made of this charset:
+    # "mcp" is the spec's [A-Za-z0-9_.-]; "llm" is [A-Za-z0-9_-], what LLM APIs accept.
+    max_name_length: int = 128
+    name_charset: Literal["mcp", "llm"] = "mcp"
+    # Memory and time one slow party may cost. A client (any front) with more than
+    # client_buffer_bytes waiting for it, or a write to it unfinished after
+    # client_write_timeout, is dropped and its requests are cancelled upstream. A server
+    # with more than server_buffer_bytes waiting on its input gets no new requests (they
+    # fail, reason overloaded); one that reads nothing for server_write_timeout has its
+    # requests in flight failed the same way. What all clients together are holding
+    # (waiting or being written) is bounded by total_client_buffer_bytes: past it, the
+    # clients that have stopped reading are dropped the same way, the longest stalled
+    # first, until the total is under it (a client that reads is never dropped for it).
+    client_buffer_bytes: int = 16 * 1024 * 1024
+    total_client_buffer_bytes: int = 32 * 1024 * 1024
+    client_write_timeout: float = 30.0
+    server_buffer_bytes: int = 16 * 1024 * 1024
+    server_write_timeout: float = 10.0
+
+
+LOCAL_HOSTS = ("localhost", "127.0.0.1", "[::1]")
+
+
+@attrs.frozen(kw_only=True)
+class HttpConfig:
+    """The Streamable HTTP endpoint (``aggregator serve --http``)."""
+
+    listen: str | None = None  # "127.0.0.1:8000"; None: no HTTP endpoint
+    path: str = "/mcp"
+    # The legacy HTTP+SSE transport (2024-11-05) on the same listener: GET sse_path opens
+    # the stream, which names messages_path for the POSTs.
+    sse_path: str = "/sse"
+    messages_path: str = "/messages"
+    # A WebSocket endpoint (one MCP session per connection) on its own listener.
+    websocket_listen: str | None = None
+    # Host header names accepted (any port); DNS rebinding defence. Add your own names
+    # when you listen beyond loopback.
+    allowed_hosts: tuple[str, ...] = LOCAL_HOSTS
+    # Origin header values accepted, as scheme://host (any port). Requests without Origin
+    # (not from a browser) are accepted.
+    allowed_origins: tuple[str, ...] = tuple(f"{scheme}://{host}" for scheme in ("http", "https")
+                                             for host in LOCAL_HOSTS)
+    # Bearer tokens that may use the endpoint; empty: no authentication.
+    auth_tokens: tuple[str, ...] = ()
+    # Listening beyond loopback without tokens is refused unless this says so.
+    allow_unauthenticated_remote: bool = False
+    max_body_bytes: int = 4 * 1024 * 1024
+    max_header_bytes: int = 16 * 1024
+    # Total deadlines, however the bytes drip: a request's headers must be complete within
+    # header_timeout of its first byte (of the connection's opening, for its first
+    # request), its body within body_timeout of the headers' end. A keep-alive connection
+    # with no new request for keepalive_timeout is closed.
+    header_timeout: float = 10.0
+    body_timeout: float = 30.0
+    keepalive_timeout: float = 30.0
+    # Open connections across the HTTP and WebSocket listeners; past it new ones get 503
+    # and are closed at once.
+    max_connections: int = 512
+    # Sessions across Streamable HTTP, legacy SSE and WebSocket together.
+    max_sessions: int = 256
+    session_idle_timeout: float = 1800.0
+    # A client whose response stream drops has that request cancelled after this long,
+    # unless it resumes the stream (GET with Last-Event-ID) first.
+    stream_drop_grace: float = 2.0
+    # Older names of proxy.client_buffer_bytes and proxy.client_write_timeout (accepted;
+    # the proxy keys win when both are given). After loading they hold the proxy values.
+    max_stream_buffer_bytes: int = 16 * 1024 * 1024
+    write_timeout: float = 30.0
+
+
+@attrs.frozen(kw_only=True)
+class PluginConfig:
+    """One plugin: what to load (an entry point name, package.module:Name, or
+    file.py:Name) and the keyword arguments to build it with."""
+
+    use: str
+    options: Mapping[str, Any] = attrs.field(factory=dict)
+
+
+@attrs.frozen(kw_only=True)
+class Config:
+    proxy: ProxyConfig = attrs.field(factory=ProxyConfig)
+    http: HttpConfig = attrs.field(factory=HttpConfig)
+    policy: RuleSet = attrs.field(factory=RuleSet)  # for every client and server
+    profiles: Mapping[str, ProfileConfig] = attrs.field(factory=dict)
+    plugins: tuple[PluginConfig, ...] = ()
+    servers: Mapping[str, ServerConfig] = attrs.field(factory=dict)
+    directory: str | None = None  # where the config file is (relative plugin paths)
+
+    @property
+    def enabled_servers(self) -> list[ServerConfig]:
+        return [server for server in self.servers.values() if server.enabled]

@@ -1,0 +1,217 @@
+"""Structuring raw TOML/JSON data into the model with cattrs, strictly.
+
+Every type has a hook that refuses what it does not expect with a message a human
+understands (``expected a string, got a number (3)``), and cattrs' exception trees are
+flattened into one ``key.path: message`` line per problem.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any, Literal
+
+import cattrs
+from cattrs.errors import ClassValidationError, ForbiddenExtraKeysError, IterableValidationError
+
+from aggregator.config.model import ItemOverride, RuleSet, Transport
+
+
+def _make_converter() -> cattrs.Converter:
+    converter = cattrs.Converter(forbid_extra_keys=True)
+
+    def structure_str(value: Any, _: type) -> str:
+        if not isinstance(value, str):
+            raise TypeError(f"expected a string, got {describe(value)}")
+        return value
+
+    def structure_float(value: Any, _: type) -> float:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise TypeError(f"expected a number, got {describe(value)}")
+        return float(value)
+
+    def structure_int(value: Any, _: type) -> int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise TypeError(f"expected an integer, got {describe(value)}")
+        return value
+
+    def structure_bool(value: Any, _: type) -> bool:
+        if not isinstance(value, bool):
+            raise TypeError(f"expected true or false, got {describe(value)}")
+        return value
+
+    def structure_args(value: Any, _: type) -> tuple[str, ...]:
+        if not isinstance(value, list):
+            raise TypeError(f"expected a list of strings, got {describe(value)}")
+        problems = []
+        for index, item in enumerate(value):
+            if not isinstance(item, str):
+                problems.append(f"[{index}]: expected a string, got {describe(item)}")
+        if problems:
+            raise _PathErrors(problems)
+        return tuple(value)
+
+    def structure_str_map(value: Any, _: type) -> dict[str, str]:
+        if not isinstance(value, dict):
+            raise TypeError(f"expected a table of strings, got {describe(value)}")
+        problems = [
+            f".{key}: expected a string, got {describe(item)}"
+            for key, item in value.items()
+            if not isinstance(item, str)
+        ]
+        if problems:
+            raise _PathErrors(problems)
+        return dict(value)
+
+    def structure_transport(value: Any, _: type) -> str:
+        allowed = ("stdio", "streamable-http", "sse", "websocket")
+        if value not in allowed:
+            raise ValueError(f"expected one of {', '.join(allowed)}, got {describe(value)}")
+        return value
+
+    converter.register_structure_hook(str, structure_str)
+    converter.register_structure_hook(float, structure_float)
+    converter.register_structure_hook(int, structure_int)
+    converter.register_structure_hook(bool, structure_bool)
+    converter.register_structure_hook_func(lambda t: t == tuple[str, ...], structure_args)
+    converter.register_structure_hook_func(
+        lambda t: t == tuple[str, ...] | None, lambda v, _: None if v is None else structure_args(v, _))
+    converter.register_structure_hook_func(lambda t: t == Mapping[str, str], structure_str_map)
+    converter.register_structure_hook_func(lambda t: t == Transport, structure_transport)
+
+    def structure_charset(value: Any, _: type) -> str:
+        if value not in ("mcp", "llm"):
+            raise ValueError(f"expected mcp or llm, got {describe(value)}")
+        return value
+
+    converter.register_structure_hook_func(lambda t: t == Literal["mcp", "llm"], structure_charset)
+
+    def table_of(cls: type, what: str) -> Any:
+        """A hook for ``Mapping[str, cls]``: each entry structured, problems by key path."""
+        def structure(value: Any, _: type) -> dict[str, Any]:
+            if not isinstance(value, dict):
+                raise TypeError(f"expected a table of {what}, got {describe(value)}")
+            out, problems = {}, []
+            for key, item in value.items():
+                try:
+                    out[key] = converter.structure(item, cls)
+                except Exception as exc:  # noqa: BLE001 - every problem is reported
+                    problems += [line.replace("$", f".{key}", 1) for line in _flatten(exc, "$")]
+            if problems:
+                raise _PathErrors(problems)
+            return out
+        return structure
+
+    converter.register_structure_hook_func(lambda t: t == Mapping[str, ItemOverride],
+                                           table_of(ItemOverride, "overrides"))
+    converter.register_structure_hook_func(lambda t: t == Mapping[str, RuleSet], table_of(RuleSet, "servers"))
+
+    def structure_isolation(value: Any, _: type) -> str:
+        if value not in ("shared", "per-session"):
+            raise ValueError(f"expected shared or per-session, got {describe(value)}")
+        return value
+
+    converter.register_structure_hook_func(lambda t: t == Literal["shared", "per-session"], structure_isolation)
+    return converter
+
+
+def structure_table(value: Any, cls: type, path: str) -> tuple[Any, list[str], set[str]]:
+    """Structure one table into ``cls``; return it, its problems (key paths) and the keys
+    at fault.
+
+    A key whose value has the wrong type or shape is reported and left at its default, and
+    the rest is structured again, so that the value checks that follow (ranges, and what
+    depends on several keys) see every well-typed key and report their problems in the
+    same run (see ``without_follow_ons``).
+    """
+    if not isinstance(value, dict):
+        return cls(), [f"{path}: expected a table, got {describe(value)}"], set()
+    try:
+        return _converter.structure(value, cls), [], set()
+    except Exception as exc:  # noqa: BLE001 - every structuring problem is reported
+        problems = _flatten(exc, path)
+        failed = exc
+    broken: set[str] = set()
+    for sub in getattr(failed, "exceptions", ()):
+        if isinstance(sub, ForbiddenExtraKeysError):
+            broken |= set(sub.extra_fields)
+        for note in getattr(sub, "__notes__", ()):
+            if getattr(note, "name", None) is not None:
+                broken.add(note.name)
+    try:
+        return _converter.structure({k: v for k, v in value.items() if k not in broken}, cls), problems, broken
+    except Exception:  # noqa: BLE001 - already reported above
+        return cls(), problems, set(value)
+
+
+def without_follow_ons(problems: list[str], path: str, broken: set[str]) -> list[str]:
+    """The value checks' problems for a table, less those a broken key may have caused:
+    a problem about the whole table (``servers.a: needs either command or url``, when
+    ``command`` had the wrong type) or about a broken key itself waits for the next run."""
+    if not broken:
+        return problems
+    kept = []
+    for problem in problems:
+        rest = problem[len(path) + 1:] if problem.startswith(path + ".") else None
+        if rest is not None and re.split(r"[.\[:]", rest, maxsplit=1)[0] not in broken:
+            kept.append(problem)
+    return kept
+
+
+class _PathErrors(Exception):
+    """Problems inside one value, each already prefixed with its sub-path."""
+
+    def __init__(self, problems: list[str]) -> None:
+        super().__init__("; ".join(problems))
+        self.problems = problems
+
+
+_converter = _make_converter()
+
+
+def describe(value: Any) -> str:
+    if value is None:
+        return "nothing"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return f"a number ({value!r})"
+    if isinstance(value, str):
+        return f"the string {value[:40]!r}"
+    if isinstance(value, list):
+        return "a list"
+    if isinstance(value, dict):
+        return "a table"
+    return type(value).__name__
+
+
+def _flatten(exc: BaseException, path: str) -> list[str]:
+    """Turn a cattrs exception tree into `path: message` lines."""
+    if isinstance(exc, ForbiddenExtraKeysError):
+        return [f"{path}.{key}: unknown key" if path else f"{key}: unknown key"
+                for key in sorted(exc.extra_fields)]
+    if isinstance(exc, ClassValidationError | IterableValidationError):
+        lines: list[str] = []
+        for sub in exc.exceptions:
+            note = _note_of(sub)
+            lines.extend(_flatten(sub, path + note))
+        return lines
+    if isinstance(exc, _PathErrors):
+        return [f"{path}{problem}" for problem in exc.problems]
+    if isinstance(exc, KeyError):
+        return [f"{path}: required key is missing"]
+    return [f"{path}: {exc}"]
+
+
+def _note_of(exc: BaseException) -> str:
+    for note in getattr(exc, "__notes__", ()):
+        # cattrs notes: "Structuring class X @ attribute name" / "... @ index 2" / "@ key k"
+        name = getattr(note, "name", None)
+        if name is not None:
+            return f".{name}"
+        index = getattr(note, "index", None)
+        if index is not None:
+            return f"[{index}]"
+        if " @ attribute " in note:
+            return "." + note.rsplit(" @ attribute ", 1)[1]
+    return ""

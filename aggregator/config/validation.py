@@ -1,0 +1,122 @@
+"""Checks of what structuring cannot see: values that must agree with each other, listen
+addresses and paths, names, and the server-to-client requests a config may name.
+
+Each check returns its problems as ``key.path: message`` lines; it raises nothing.
+"""
+
+from __future__ import annotations
+
+from aggregator.config.model import HttpConfig, ProxyConfig, ServerConfig
+from aggregator.config.ranges import in_range, number_text
+from aggregator.core.naming import NAME_CHARS
+from aggregator.core.nesting import CHAIN_VARIABLE
+from aggregator.mcp.constants import SERVER_REQUEST_CAPABILITIES
+
+# "sampling, elicitation or roots", as the messages name them.
+_SERVER_REQUEST_NAMES = ", ".join(SERVER_REQUEST_CAPABILITIES[:-1]) + " or " + SERVER_REQUEST_CAPABILITIES[-1]
+
+
+def parse_listen(listen: str) -> tuple[str, int]:
+    """"127.0.0.1:8000", "[::1]:8000" or "8000" (loopback) -> (host, port)."""
+    if listen.isdigit():
+        listen = f"127.0.0.1:{listen}"
+    host, sep, port = listen.rpartition(":")
+    if not sep or not port.isdigit() or not 0 < int(port) < 65536 or not host:
+        raise ValueError(f"expected HOST:PORT such as 127.0.0.1:8000, got {listen!r}")
+    return host.strip("[]"), int(port)
+
+
+_ANY_HOST = ("0.0.0.0", "::", "")
+
+
+def same_listener(first: str, second: str) -> bool:
+    """Whether two listen addresses would take the same port (so the second cannot bind)."""
+    try:
+        (host_a, port_a), (host_b, port_b) = parse_listen(first), parse_listen(second)
+    except ValueError:
+        return False
+    hosts = {"localhost": "127.0.0.1"}
+    host_a, host_b = hosts.get(host_a, host_a), hosts.get(host_b, host_b)
+    return port_a == port_b and (host_a == host_b or host_a in _ANY_HOST or host_b in _ANY_HOST)
+
+
+def check_http(http: HttpConfig) -> list[str]:
+    problems = []
+    for name in ("listen", "websocket_listen"):
+        value = getattr(http, name)
+        if value is not None:
+            try:
+                parse_listen(value)
+            except ValueError as exc:
+                problems.append(f"http.{name}: {exc}")
+    if http.listen is not None and http.websocket_listen is not None and same_listener(http.listen,
+                                                                                        http.websocket_listen):
+        problems.append("http.websocket_listen: must be another port than http.listen")
+    paths = {"path": http.path, "sse_path": http.sse_path, "messages_path": http.messages_path}
+    for name, value in paths.items():
+        if not value.startswith("/"):
+            problems.append(f"http.{name}: must start with /")
+    if len(set(paths.values())) < len(paths):
+        problems.append("http: path, sse_path and messages_path must differ")
+    for index, token in enumerate(http.auth_tokens):
+        if len(token) < 16:
+            problems.append(f"http.auth_tokens[{index}]: too short; use at least 16 random characters")
+    return problems
+
+
+def check_proxy(proxy: ProxyConfig) -> list[str]:
+    problems = []
+    if not proxy.separator or not NAME_CHARS.fullmatch(proxy.separator):
+        problems.append(
+            "proxy.separator: must be one or more of A-Z a-z 0-9 _ . - "
+            f"(got {proxy.separator!r})"
+        )
+    if in_range(proxy, "restart_backoff_initial", "restart_backoff_max") and (
+            proxy.restart_backoff_max < proxy.restart_backoff_initial):
+        problems.append(f"proxy.restart_backoff_max: must be at least restart_backoff_initial"
+                        f" ({number_text(proxy.restart_backoff_initial)}),"
+                        f" got {number_text(proxy.restart_backoff_max)}")
+    for index, name in enumerate(proxy.server_requests):
+        if name not in SERVER_REQUEST_CAPABILITIES:
+            problems.append(f"proxy.server_requests[{index}]: expected {_SERVER_REQUEST_NAMES}, got {name!r}")
+    for index, uri in enumerate(proxy.roots or ()):
+        if ":" not in uri:
+            problems.append(f"proxy.roots[{index}]: expected a URI such as file:///home/me/project")
+    if proxy.name_charset == "llm" and "." in proxy.separator:
+        problems.append("proxy.separator: the llm name charset has no '.'")
+    return problems
+
+
+def check_server(server: ServerConfig, path: str) -> list[str]:
+    problems = []
+    transport = server.effective_transport
+    if server.command is None and server.url is None:
+        problems.append(f"{path}: needs either `command` (stdio) or `url` (HTTP)")
+    elif server.command is not None and server.url is not None:
+        problems.append(f"{path}: give `command` or `url`, not both")
+    elif transport == "stdio" and server.command is None:
+        problems.append(f"{path}.transport: stdio needs `command`")
+    elif transport != "stdio" and server.url is None:
+        problems.append(f"{path}.transport: {transport} needs `url`")
+    if server.url is not None:
+        scheme = server.url.split(":", 1)[0].lower()
+        allowed = ("ws", "wss") if transport == "websocket" else ("http", "https")
+        if scheme not in allowed:
+            problems.append(f"{path}.url: a {transport} server needs a {' or '.join(allowed)} URL, got {server.url!r}")
+    if server.command is not None and not server.command.strip():
+        problems.append(f"{path}.command: must not be empty")
+    if CHAIN_VARIABLE in server.env:
+        problems.append(f"{path}.env.{CHAIN_VARIABLE}: set by the aggregator itself for every server it starts"
+                        " (its guard against serving itself); a config cannot set it")
+    if in_range(server, "request_timeout", "max_request_timeout") and (
+            server.max_request_timeout < server.request_timeout):
+        problems.append(f"{path}.max_request_timeout: must be at least request_timeout"
+                        f" ({number_text(server.request_timeout)}), got {number_text(server.max_request_timeout)}")
+    for index, name in enumerate(server.server_requests or ()):
+        if name not in SERVER_REQUEST_CAPABILITIES:
+            problems.append(f"{path}.server_requests[{index}]: expected {_SERVER_REQUEST_NAMES}, got {name!r}")
+    for kind in ("tools", "prompts"):
+        for original, override in getattr(server, kind).rename.items():
+            if override.name is not None and not NAME_CHARS.fullmatch(override.name):
+                problems.append(f"{path}.{kind}.rename.{original}.name: may only contain A-Z a-z 0-9 _ . -")
+    return problems
