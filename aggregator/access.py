@@ -5,15 +5,40 @@ checked the same way, before anything else happens. DNS rebinding makes a hostil
 Origin and Host name the attacker's domain, so "Origin equals Host" proves nothing: both
 are checked against allowlists (by default loopback names, any port). Tokens are compared
 in constant time, never taken from a URL, never logged.
+
+Also owns the rule applied before any listener opens (``check_exposure``): no listening
+beyond loopback without tokens, unless the config says the network is trusted.
 """
 
 from __future__ import annotations
 
 import hmac
+import ipaddress
 from collections.abc import Mapping
 from typing import Any
 
-from aggregator.config import HttpConfig
+from aggregator.config import HttpConfig, parse_listen
+from aggregator.errors import ConfigError
+
+
+def check_exposure(config: HttpConfig, listen: str, option: str = "--http") -> None:
+    """Refuse to serve beyond loopback without authentication, unless told to.
+
+    ``option`` names where ``listen`` came from (``--http``, ``http.listen``) for the
+    message; raises ConfigError for an address that cannot be parsed or may not be used.
+    """
+    try:
+        host, _ = parse_listen(listen)
+    except ValueError as exc:
+        raise ConfigError(f"{option}: {exc}") from None
+    try:
+        loopback = host == "localhost" or ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        loopback = False
+    if not loopback and not config.auth_tokens and not config.allow_unauthenticated_remote:
+        raise ConfigError(
+            f"refusing to serve on {host} without authentication: set http.auth_tokens, or"
+            " http.allow_unauthenticated_remote = true if the network is trusted")
 
 
 class AccessPolicy:

@@ -15,6 +15,7 @@ from typing import Any
 import trio
 
 from aggregator import __version__
+from aggregator.access import check_exposure
 from aggregator.config import Config, load_config, mcp_servers_json_to_raw, raw_to_toml, same_listener
 from aggregator.core.nesting import CHAIN_VARIABLE, NestingRefused, chain_value, enter, parse_chain
 from aggregator.errors import AggregatorError, ConfigError
@@ -149,32 +150,13 @@ def _serve(args: argparse.Namespace) -> int:
     ws_listen = args.ws or config.http.websocket_listen
     for option, address in (("--http", listen), ("--ws", ws_listen)):
         if address is not None:
-            _check_exposure(config, address, option)
+            check_exposure(config.http, address, option)
     if listen is not None and ws_listen is not None and same_listener(listen, ws_listen):
         raise ConfigError(f"--http {listen} and --ws {ws_listen} name the same address;"
                           " the WebSocket endpoint needs a port of its own")
     stdio = args.stdio or (listen is None and ws_listen is None)
     trio.run(_serve_all, config, path.resolve(), stdio, listen, ws_listen)
     return 0
-
-
-def _check_exposure(config: Config, listen: str, option: str = "--http") -> None:
-    """Refuse to serve beyond loopback without authentication, unless told to."""
-    import ipaddress
-
-    from aggregator.config import parse_listen
-    try:
-        host, _ = parse_listen(listen)
-    except ValueError as exc:
-        raise ConfigError(f"{option}: {exc}") from None
-    try:
-        loopback = host == "localhost" or ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        loopback = False
-    if not loopback and not config.http.auth_tokens and not config.http.allow_unauthenticated_remote:
-        raise ConfigError(
-            f"refusing to serve on {host} without authentication: set http.auth_tokens, or"
-            " http.allow_unauthenticated_remote = true if the network is trusted")
 
 
 async def _serve_all(config: Config, path: Path, stdio: bool, listen: str | None, ws_listen: str | None) -> None:
@@ -410,7 +392,7 @@ def _check(args: argparse.Namespace) -> int:
     for option, address in (("http.listen", config.http.listen),
                             ("http.websocket_listen", config.http.websocket_listen)):
         if address is not None:
-            _check_exposure(config, address, option)
+            check_exposure(config.http, address, option)
     lines, collisions, ok = trio.run(_with_started_hub, config, lambda hub: (
         _status_lines(hub),
         [c for kind in KINDS for c in hub.catalog.collisions[kind]],
