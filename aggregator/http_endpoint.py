@@ -556,7 +556,7 @@ class StreamableHttpEndpoint:
             await queue.wait()
         if queue.final and queue.waiting == 1:
             answered = await queue.respond(connection, [JSON, *headers])
-            return answered and self.hub.router.clients.get(session.key) is not None
+            return answered and self.hub.router.session_info(session.key) is not None
         answered = False
         streaming = False
         async with _until_client_leaves(connection):
@@ -602,10 +602,10 @@ class StreamableHttpEndpoint:
             # Last-Event-ID); if it does not within the grace period, cancel the request.
             connection.closed = True
             self._start_grace(session, id, queue)
-        return answered and self.hub.router.clients.get(session.key) is not None
+        return answered and self.hub.router.session_info(session.key) is not None
 
     def _primes(self, session: HttpSession) -> bool:
-        client = self.hub.router.clients.get(session.key)
+        client = self.hub.router.session_info(session.key)
         return client is not None and (client.protocol_version or "") >= PRIMING_SINCE
 
     def _start_grace(self, session: HttpSession, id: Any, queue: MessageQueue) -> None:

@@ -97,8 +97,8 @@ class Hub:
             max_json_depth=proxy.max_json_depth,
             profiles={name: catalog_for(name) for name in config.profiles},
             single_client=single_client,
+            server_request_policy=self._server_request_allowed,
         )
-        self.router.server_request_policy = self._server_request_allowed
         self.upstreams = {server.name: UpstreamSession(self, server) for server in servers}
         # The network endpoints' shared caps (connections, sessions); none while draining.
         self.admission = Admission(config.http.max_connections, config.http.max_sessions,
@@ -180,7 +180,7 @@ class Hub:
         if waiting:
             log.warning("startup: serving without %s (not ready yet; they join when ready)",
                         ", ".join(waiting))
-        self.router.startup_complete = True
+        self.router.startup_completed()
         self.startup_done.set()
 
     def server_settled(self, name: str) -> None:
@@ -191,7 +191,7 @@ class Hub:
 
     async def drain(self, seconds: float) -> None:
         """Let requests in flight finish (up to ``seconds``) while refusing new ones."""
-        self.router.draining = True
+        self.router.start_draining()
         waiting = self.router.in_flight()
         if waiting:
             log.info("shutting down: waiting up to %.0fs for %d request(s) in flight", seconds, waiting)
@@ -272,8 +272,7 @@ class Hub:
         """Run request hooks that may wait in a task of their own, bounded by the server's
         request timeout; the client's reader goes on at once. None: the router answers."""
         target = self.router.describe(key, message)
-        client = self.router.clients.get(key)
-        if target is None or client is None or message["id"] in client.in_flight:
+        if target is None or self.router.session_info(key) is None or self.router.request_in_flight(key, message["id"]):
             return None  # the router answers what names nothing, or reuses an id
         id = message["id"]
         server = target[0]
@@ -310,8 +309,8 @@ class Hub:
 
     async def _request_hooks(self, key: int, message: dict[str, Any]) -> list[Any] | None:
         target = self.router.describe(key, message)
-        client = self.router.clients.get(key)
-        if target is None or client is None or message["id"] in client.in_flight:
+        client = self.router.session_info(key)
+        if target is None or client is None or self.router.request_in_flight(key, message["id"]):
             return None  # the router answers what names nothing, or reuses an id
         server, name, exposed = target
         params = message.get("params") or {}
@@ -430,11 +429,9 @@ class Hub:
         finally:
             if self.upstreams.get(upstream.name) is upstream:
                 del self.upstreams[upstream.name]
-            link = self.router.links.get(upstream.name)
-            if link is not None and link.session is not None and not link.ready:
-                # It ended on its own (crashed, or could not start): the next request of
-                # its client starts a fresh one.
-                del self.router.links[upstream.name]
+            # If it ended on its own (crashed, or could not start), the next request of its
+            # client starts a fresh one.
+            self.router.link_ended(upstream.name)
 
     def dispatch_now(self, commands: list[Any]) -> None:
         """Dispatch and start writing at once (for events outside a reader's batch)."""

@@ -164,9 +164,7 @@ class UpstreamSession:
                 self.outbox = Outbox(channel.send, limit=proxy.server_buffer_bytes, name=f"server {self.name}",
                                      write_timeout=proxy.server_write_timeout, on_congestion=self._congested)
                 nursery.start_soon(self.outbox.run)
-                link = self.hub.router.links.get(self.name)
-                if link is not None:
-                    link.streams = channel.tagged
+                self.hub.router.server_streams(self.name, channel.tagged)
                 nursery.start_soon(self._read_stdout, channel.receive, limit, channel.tagged)
                 if channel.stderr is not None:
                     nursery.start_soon(self._read_stderr, channel.stderr)
@@ -218,16 +216,15 @@ class UpstreamSession:
         while backed up, new requests to it are refused; once it has read nothing for the
         deadline, its requests in flight fail too. Both with reason ``overloaded``."""
         router = self.hub.router
-        link = router.links.get(self.name)
-        if link is None:
+        in_flight = router.server_congested(self.name, reason)
+        if in_flight is None:
             return
-        link.overloaded = reason
         if reason is None:
             self.log.info("server %s: reading its input again; taking requests", self.name)
             return
         if self.outbox is not None and self.outbox.stalled:
             self.log.error("server %s: not reading its input (%s); its %d request(s) in flight fail, new ones"
-                           " are refused until it reads again", self.name, reason, len(link.pending))
+                           " are refused until it reads again", self.name, reason, in_flight)
             self.hub.dispatch_now(router.server_overloaded(self.name, reason))
         else:
             self.log.warning("server %s: not keeping up with its input (%s); new requests are refused"
