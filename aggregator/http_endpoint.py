@@ -289,6 +289,10 @@ class HttpSession:
     async def wait_writable(self) -> None:
         return
 
+    async def wait_drained(self) -> None:
+        """Returns at once: at shutdown nothing waits for an HTTP session's streams."""
+        return
+
 
 class LegacySession:
     """A 2024-11-05 HTTP+SSE session: everything goes on its one event stream."""
@@ -336,6 +340,10 @@ class LegacySession:
         release_all(self)
 
     async def wait_writable(self) -> None:
+        return
+
+    async def wait_drained(self) -> None:
+        """Returns at once: at shutdown nothing waits for an HTTP session's streams."""
         return
 
 

@@ -51,7 +51,7 @@ from aggregator.plugins import (
     load_plugins,
 )
 from aggregator.transports.budget import ClientMemory
-from aggregator.transports.outbox import Outbox
+from aggregator.transports.sink import ClientSink
 from aggregator.upstream import UpstreamSession
 
 log = logging.getLogger(__name__)
@@ -104,10 +104,9 @@ class Hub:
         self.admission = Admission(config.http.max_connections, config.http.max_sessions,
                                    draining=lambda: self.router.draining)
         self._initial = set(self.upstreams)
-        # Where each client session's messages go: an Outbox for a stream transport, or
-        # anything with the same put_message / flush / wait_writable / dirty (HTTP
-        # sessions, WebSocket). Each drops its own client when it is past its budget.
-        self.clients: dict[int, Any] = {}
+        # Where each client session's messages go: an Outbox for a stream transport, an
+        # HTTP session, a WebSocket sink. Each drops its own client when it is past its budget.
+        self.clients: dict[int, ClientSink] = {}
         # What all clients' queues hold together; each also has ``held`` and ``shed``.
         self.client_memory = ClientMemory(proxy.total_client_buffer_bytes, self._shed)
         self._shedding = False
@@ -118,12 +117,22 @@ class Hub:
         self._settled: set[str] = set()
         self._all_settled = trio.Event()
         self._client_keys = itertools.count(1)
-        self._dirty: list[Outbox] = []
+        self._dirty: list[ClientSink] = []
         self._nursery: trio.Nursery | None = None
         self._watched: dict[tuple[int, Any], Request] = {}  # requests plugins want answers of
         self._hooking: dict[tuple[int, Any], trio.CancelScope] = {}  # requests plugins decide on
         self._timer_at = math.inf
         self._timer_poke = trio.Event()
+        self._notification_hooks = self.plugins.watch_notifications
+        # What each of the router's commands does: one dict lookup on its type.
+        self._handlers: dict[type, Callable[[Any], None]] = {
+            ToClient: self._to_client,
+            ToServer: self._to_server,
+            Refresh: self._refresh,
+            ControlReply: self._control_reply,
+            StartUpstream: self._start_upstream,
+            StopUpstream: self._stop_upstream,
+        }
         if not self.upstreams:
             self._all_settled.set()
 
@@ -207,13 +216,11 @@ class Hub:
         # Let the answers reach the clients before the connections close.
         with trio.move_on_after(1):
             for client in list(self.clients.values()):
-                drained = getattr(client, "wait_drained", None)
-                if drained is not None:
-                    await drained()
+                await client.wait_drained()
 
     # --- clients ------------------------------------------------------------------------
 
-    def add_client(self, outbox: Any, profile: str = "default") -> int:
+    def add_client(self, outbox: ClientSink, profile: str = "default") -> int:
         key = next(self._client_keys)
         self.clients[key] = outbox
         self.router.client_connected(key, profile)
@@ -378,48 +385,56 @@ class Hub:
     # --- commands -----------------------------------------------------------------------
 
     def dispatch(self, commands: list[Any]) -> None:
-        """Queue the commands' messages; they are written at the next ``flush``."""
+        """Queue the commands' messages; they are written at the next ``flush``. Each
+        command goes to its handler in ``_handlers``, by its type."""
+        handlers = self._handlers
         for command in commands:
-            kind = type(command)
-            if kind is ToClient:
-                target = self.clients.get(command.session)
-                if self._watched:
-                    self._answered(command.session, command.message)
-                if self.plugins._notification and not self._notify(command):
-                    continue
-            elif kind is ToServer:
-                target = self.upstreams[command.server].outbox
-            else:
-                self._dispatch_control(command)
-                continue
-            if target is not None:
-                target.put_message(command.message, command.related if kind is ToClient else None)
-                if not target.dirty:
-                    target.dirty = True
-                    self._dirty.append(target)
+            handler = handlers.get(type(command))
+            if handler is None:
+                raise TypeError(f"cannot dispatch {command!r}")
+            handler(command)
 
-    def _dispatch_control(self, command: Any) -> None:
-        kind = type(command)
-        if kind is Refresh:
-            upstream = self.upstreams.get(command.server)
-            if upstream is not None:
-                upstream.request_refresh(command.kind)
-        elif kind is ControlReply:
-            upstream = self.upstreams.get(command.server)
-            if upstream is not None:
-                upstream.control_reply(command.message)
-        elif kind is StartUpstream:
-            upstream = UpstreamSession(self, self.config.servers[command.server], name=command.name,
-                                       client_capabilities=command.capabilities)
-            self.upstreams[command.name] = upstream
-            assert self._nursery is not None
-            self._nursery.start_soon(self._run_session_upstream, upstream, name=f"upstream {command.name}")
-        elif kind is StopUpstream:
-            upstream = self.upstreams.get(command.name)
-            if upstream is not None:
-                upstream.cancel_scope.cancel()
-        else:
-            raise TypeError(f"cannot dispatch {command!r}")
+    def _to_client(self, command: ToClient) -> None:
+        target = self.clients.get(command.session)
+        if self._watched:
+            self._answered(command.session, command.message)
+        if self._notification_hooks and not self._notify(command):
+            return
+        if target is not None:
+            target.put_message(command.message, command.related)
+            if not target.dirty:
+                target.dirty = True
+                self._dirty.append(target)
+
+    def _to_server(self, command: ToServer) -> None:
+        target = self.upstreams[command.server].outbox
+        if target is not None:
+            target.put_message(command.message)
+            if not target.dirty:
+                target.dirty = True
+                self._dirty.append(target)
+
+    def _refresh(self, command: Refresh) -> None:
+        upstream = self.upstreams.get(command.server)
+        if upstream is not None:
+            upstream.request_refresh(command.kind)
+
+    def _control_reply(self, command: ControlReply) -> None:
+        upstream = self.upstreams.get(command.server)
+        if upstream is not None:
+            upstream.control_reply(command.message)
+
+    def _start_upstream(self, command: StartUpstream) -> None:
+        upstream = UpstreamSession(self, self.config.servers[command.server], name=command.name,
+                                   client_capabilities=command.capabilities)
+        self.upstreams[command.name] = upstream
+        assert self._nursery is not None
+        self._nursery.start_soon(self._run_session_upstream, upstream, name=f"upstream {command.name}")
+
+    def _stop_upstream(self, command: StopUpstream) -> None:
+        upstream = self.upstreams.get(command.name)
+        if upstream is not None:
+            upstream.cancel_scope.cancel()
 
     async def _run_session_upstream(self, upstream: UpstreamSession) -> None:
         try:
@@ -482,8 +497,8 @@ class Hub:
         try:
             while memory.total > memory.limit:
                 stalled = [client for client in self.clients.values()
-                           if _held(client) > 0 and now - _progress(client, now) >= STALLED_AFTER
-                           and _blocked(client)]
+                           if client.held > 0 and now - client.last_progress() >= STALLED_AFTER
+                           and client.blocked()]
                 if not stalled:
                     self._shed_recheck_at = now + SHED_RECHECK
                     if not self._shed_pending and self._nursery is not None:
@@ -496,33 +511,18 @@ class Hub:
                         log.warning("all clients together hold %d bytes, more than %d, and every one of them is"
                                     " reading; nobody is dropped", memory.total, memory.limit)
                     return
-                victim = min(stalled, key=lambda client: _progress(client, now))
-                held = _held(victim)
+                victim = min(stalled, key=lambda client: client.last_progress())
+                held = victim.held
                 victim.shed(f"all clients together hold more than {memory.limit} bytes; it holds {held} of them"
-                            f" and has read nothing for {now - _progress(victim, now):.1f}s")
+                            f" and has read nothing for {now - victim.last_progress():.1f}s")
                 if not victim.dirty:
                     victim.dirty = True
                     self._dirty.append(victim)
-                if _held(victim):
-                    log.error("internal error: a dropped client still holds %d bytes", _held(victim))
+                if victim.held:
+                    log.error("internal error: a dropped client still holds %d bytes", victim.held)
                     return
         finally:
             self._shedding = False
-
-
-def _held(client: Any) -> int:
-    return getattr(client, "held", 0)
-
-
-def _progress(client: Any, now: float) -> float:
-    """When a write to this client last got bytes out (``now`` if it cannot say)."""
-    last_progress = getattr(client, "last_progress", None)
-    return last_progress() if last_progress is not None else getattr(client, "progress_at", now)
-
-
-def _blocked(client: Any) -> bool:
-    blocked = getattr(client, "blocked", None)
-    return blocked is not None and blocked()
 
 
 def _already_in_flight(key: int, id: Any) -> ToClient:
