@@ -389,9 +389,10 @@ class Hub:
         command goes to its handler in ``_handlers``, by its type."""
         handlers = self._handlers
         for command in commands:
-            handler = handlers.get(type(command))
-            if handler is None:
-                raise TypeError(f"cannot dispatch {command!r}")
+            try:
+                handler = handlers[type(command)]
+            except KeyError:
+                raise TypeError(f"cannot dispatch {command!r}") from None
             handler(command)
 
     def _to_client(self, command: ToClient) -> None:
