@@ -18,7 +18,7 @@ import itertools
 import logging
 import math
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -52,7 +52,7 @@ from aggregator.plugins import (
 )
 from aggregator.transports.budget import ClientMemory
 from aggregator.transports.sink import ClientSink
-from aggregator.upstream import UpstreamSession
+from aggregator.upstream import Connector, UpstreamSession
 
 log = logging.getLogger(__name__)
 # A client past the total budget is dropped only once no write to it has finished for this
@@ -60,10 +60,6 @@ log = logging.getLogger(__name__)
 # that does not, however large what it is being sent.
 STALLED_AFTER = 0.5
 SHED_RECHECK = 0.05  # seconds between looks while everybody over the total still reads
-
-# async def connector(server_config, *, task_status) -> str: report a Channel through
-# task_status, run until the server is gone, return why.
-Connector = Callable[..., Awaitable[str]]
 
 
 class Hub:

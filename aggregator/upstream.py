@@ -12,12 +12,13 @@ from __future__ import annotations
 import collections
 import logging
 import random
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any, Protocol
 
 import trio
 
 from aggregator import __version__
-from aggregator.config import ServerConfig
+from aggregator.config import Config, ServerConfig
 from aggregator.core.catalog import CAPABILITY_OF, KINDS, TEMPLATES
 from aggregator.core.router import CONTROL_ID_PREFIX, INSTANCE_KEY
 from aggregator.errors import UpstreamError
@@ -29,7 +30,7 @@ from aggregator.transports.outbox import Outbox
 from aggregator.transports.stdio import STREAM_TAG, STREAM_TAG_ROOM, Channel, run_stdio_server, split_tag
 
 if TYPE_CHECKING:
-    from aggregator.hub import Hub
+    from aggregator.core.router import Router
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +46,33 @@ READ_SIZE = 65536
 STDERR_TAIL_LINES = 5  # of a server that did not start: shown by check, tools and the log
 
 
+# async def connector(server_config, *, task_status) -> str: report a Channel through
+# task_status, run until the server is gone, return why.
+Connector = Callable[..., Awaitable[str]]
+
+
+class UpstreamHost(Protocol):
+    """What an upstream needs of the hub that supervises it (the hub is one; this module
+    does not import the hub, which imports it)."""
+
+    config: Config
+    router: Router
+    # How upstreams are reached; None means by their configured transport.
+    connector: Connector | None
+
+    def dispatch(self, commands: list[Any]) -> None:
+        """Queue the router's commands; written at the next ``flush``."""
+
+    def dispatch_now(self, commands: list[Any]) -> None:
+        """Dispatch the router's commands and start writing at once."""
+
+    async def flush(self, own: Any = None) -> None:
+        """Write what the last batch queued."""
+
+    def server_settled(self, name: str) -> None:
+        """This upstream is ready, or its first attempt failed."""
+
+
 class _Reply:
     __slots__ = ("event", "message")
 
@@ -55,7 +83,7 @@ class _Reply:
 
 class UpstreamSession:
     def __init__(
-        self, hub: Hub, config: ServerConfig, *, name: str | None = None,
+        self, hub: UpstreamHost, config: ServerConfig, *, name: str | None = None,
         client_capabilities: dict[str, Any] | None = None,
     ) -> None:
         self.hub = hub

@@ -1,5 +1,6 @@
-"""The client sinks keep the ``ClientSink`` protocol the hub relies on, and the hub sends
-every one of the router's commands to its handler by type."""
+"""The client sinks keep the ``ClientSink`` protocol the hub relies on, the hub is what an
+upstream needs of it (``UpstreamHost``), and the hub sends every one of the router's
+commands to its handler by type."""
 
 from __future__ import annotations
 
@@ -81,3 +82,16 @@ async def test_dispatch_queues_messages_for_the_client_and_the_server(autojump_c
         with trio.fail_after(5):
             while b'"own-1"' not in record.read_bytes():  # noqa: ASYNC110 - a file has no event to wait on
                 await trio.sleep(0.01)
+
+
+async def test_the_hub_is_what_an_upstream_needs_of_it():
+    from aggregator.upstream import UpstreamHost
+
+    async with running_proxy({"a": []}) as proxy:
+        hub = proxy.hub
+        for name in ("dispatch", "dispatch_now", "flush", "server_settled"):
+            declared, given = getattr(UpstreamHost, name), getattr(hub, name)
+            assert inspect.iscoroutinefunction(given) == inspect.iscoroutinefunction(declared), name
+        for name in ("config", "router", "connector"):
+            assert name in UpstreamHost.__annotations__ and hasattr(hub, name)
+        assert hub.upstreams["a"].hub is hub
