@@ -316,7 +316,7 @@ def _tools(args: argparse.Namespace) -> int:
         raise ConfigError(f"--profile: no profile {profile!r} (known: {known})")
 
     def collect(hub: Hub) -> dict[str, Any]:
-        catalog = hub.router.catalogs[profile]
+        catalog = hub.router.profile_catalog(profile)
         out: dict[str, Any] = {}
         for kind in KINDS:
             rows = []

@@ -289,6 +289,10 @@ class HttpSession:
     async def wait_writable(self) -> None:
         return
 
+    async def wait_drained(self) -> None:
+        """Returns at once: at shutdown nothing waits for an HTTP session's streams."""
+        return
+
 
 class LegacySession:
     """A 2024-11-05 HTTP+SSE session: everything goes on its one event stream."""
@@ -336,6 +340,10 @@ class LegacySession:
         release_all(self)
 
     async def wait_writable(self) -> None:
+        return
+
+    async def wait_drained(self) -> None:
+        """Returns at once: at shutdown nothing waits for an HTTP session's streams."""
         return
 
 
@@ -556,7 +564,7 @@ class StreamableHttpEndpoint:
             await queue.wait()
         if queue.final and queue.waiting == 1:
             answered = await queue.respond(connection, [JSON, *headers])
-            return answered and self.hub.router.clients.get(session.key) is not None
+            return answered and self.hub.router.session_info(session.key) is not None
         answered = False
         streaming = False
         async with _until_client_leaves(connection):
@@ -602,10 +610,10 @@ class StreamableHttpEndpoint:
             # Last-Event-ID); if it does not within the grace period, cancel the request.
             connection.closed = True
             self._start_grace(session, id, queue)
-        return answered and self.hub.router.clients.get(session.key) is not None
+        return answered and self.hub.router.session_info(session.key) is not None
 
     def _primes(self, session: HttpSession) -> bool:
-        client = self.hub.router.clients.get(session.key)
+        client = self.hub.router.session_info(session.key)
         return client is not None and (client.protocol_version or "") >= PRIMING_SINCE
 
     def _start_grace(self, session: HttpSession, id: Any, queue: MessageQueue) -> None:

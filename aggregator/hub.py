@@ -18,7 +18,7 @@ import itertools
 import logging
 import math
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -51,8 +51,8 @@ from aggregator.plugins import (
     load_plugins,
 )
 from aggregator.transports.budget import ClientMemory
-from aggregator.transports.outbox import Outbox
-from aggregator.upstream import UpstreamSession
+from aggregator.transports.sink import ClientSink
+from aggregator.upstream import Connector, UpstreamSession
 
 log = logging.getLogger(__name__)
 # A client past the total budget is dropped only once no write to it has finished for this
@@ -60,10 +60,6 @@ log = logging.getLogger(__name__)
 # that does not, however large what it is being sent.
 STALLED_AFTER = 0.5
 SHED_RECHECK = 0.05  # seconds between looks while everybody over the total still reads
-
-# async def connector(server_config, *, task_status) -> str: report a Channel through
-# task_status, run until the server is gone, return why.
-Connector = Callable[..., Awaitable[str]]
 
 
 class Hub:
@@ -97,17 +93,16 @@ class Hub:
             max_json_depth=proxy.max_json_depth,
             profiles={name: catalog_for(name) for name in config.profiles},
             single_client=single_client,
+            server_request_policy=self._server_request_allowed,
         )
-        self.router.server_request_policy = self._server_request_allowed
         self.upstreams = {server.name: UpstreamSession(self, server) for server in servers}
         # The network endpoints' shared caps (connections, sessions); none while draining.
         self.admission = Admission(config.http.max_connections, config.http.max_sessions,
                                    draining=lambda: self.router.draining)
         self._initial = set(self.upstreams)
-        # Where each client session's messages go: an Outbox for a stream transport, or
-        # anything with the same put_message / flush / wait_writable / dirty (HTTP
-        # sessions, WebSocket). Each drops its own client when it is past its budget.
-        self.clients: dict[int, Any] = {}
+        # Where each client session's messages go: an Outbox for a stream transport, an
+        # HTTP session, a WebSocket sink. Each drops its own client when it is past its budget.
+        self.clients: dict[int, ClientSink] = {}
         # What all clients' queues hold together; each also has ``held`` and ``shed``.
         self.client_memory = ClientMemory(proxy.total_client_buffer_bytes, self._shed)
         self._shedding = False
@@ -118,12 +113,22 @@ class Hub:
         self._settled: set[str] = set()
         self._all_settled = trio.Event()
         self._client_keys = itertools.count(1)
-        self._dirty: list[Outbox] = []
+        self._dirty: list[ClientSink] = []
         self._nursery: trio.Nursery | None = None
         self._watched: dict[tuple[int, Any], Request] = {}  # requests plugins want answers of
         self._hooking: dict[tuple[int, Any], trio.CancelScope] = {}  # requests plugins decide on
         self._timer_at = math.inf
         self._timer_poke = trio.Event()
+        self._notification_hooks = self.plugins.watch_notifications
+        # What each of the router's commands does: one dict lookup on its type.
+        self._handlers: dict[type, Callable[[Any], None]] = {
+            ToClient: self._to_client,
+            ToServer: self._to_server,
+            Refresh: self._refresh,
+            ControlReply: self._control_reply,
+            StartUpstream: self._start_upstream,
+            StopUpstream: self._stop_upstream,
+        }
         if not self.upstreams:
             self._all_settled.set()
 
@@ -180,7 +185,7 @@ class Hub:
         if waiting:
             log.warning("startup: serving without %s (not ready yet; they join when ready)",
                         ", ".join(waiting))
-        self.router.startup_complete = True
+        self.router.startup_completed()
         self.startup_done.set()
 
     def server_settled(self, name: str) -> None:
@@ -191,7 +196,7 @@ class Hub:
 
     async def drain(self, seconds: float) -> None:
         """Let requests in flight finish (up to ``seconds``) while refusing new ones."""
-        self.router.draining = True
+        self.router.start_draining()
         waiting = self.router.in_flight()
         if waiting:
             log.info("shutting down: waiting up to %.0fs for %d request(s) in flight", seconds, waiting)
@@ -207,13 +212,11 @@ class Hub:
         # Let the answers reach the clients before the connections close.
         with trio.move_on_after(1):
             for client in list(self.clients.values()):
-                drained = getattr(client, "wait_drained", None)
-                if drained is not None:
-                    await drained()
+                await client.wait_drained()
 
     # --- clients ------------------------------------------------------------------------
 
-    def add_client(self, outbox: Any, profile: str = "default") -> int:
+    def add_client(self, outbox: ClientSink, profile: str = "default") -> int:
         key = next(self._client_keys)
         self.clients[key] = outbox
         self.router.client_connected(key, profile)
@@ -272,8 +275,7 @@ class Hub:
         """Run request hooks that may wait in a task of their own, bounded by the server's
         request timeout; the client's reader goes on at once. None: the router answers."""
         target = self.router.describe(key, message)
-        client = self.router.clients.get(key)
-        if target is None or client is None or message["id"] in client.in_flight:
+        if target is None or self.router.session_info(key) is None or self.router.request_in_flight(key, message["id"]):
             return None  # the router answers what names nothing, or reuses an id
         id = message["id"]
         server = target[0]
@@ -310,8 +312,8 @@ class Hub:
 
     async def _request_hooks(self, key: int, message: dict[str, Any]) -> list[Any] | None:
         target = self.router.describe(key, message)
-        client = self.router.clients.get(key)
-        if target is None or client is None or message["id"] in client.in_flight:
+        client = self.router.session_info(key)
+        if target is None or client is None or self.router.request_in_flight(key, message["id"]):
             return None  # the router answers what names nothing, or reuses an id
         server, name, exposed = target
         params = message.get("params") or {}
@@ -379,48 +381,57 @@ class Hub:
     # --- commands -----------------------------------------------------------------------
 
     def dispatch(self, commands: list[Any]) -> None:
-        """Queue the commands' messages; they are written at the next ``flush``."""
+        """Queue the commands' messages; they are written at the next ``flush``. Each
+        command goes to its handler in ``_handlers``, by its type."""
+        handlers = self._handlers
         for command in commands:
-            kind = type(command)
-            if kind is ToClient:
-                target = self.clients.get(command.session)
-                if self._watched:
-                    self._answered(command.session, command.message)
-                if self.plugins._notification and not self._notify(command):
-                    continue
-            elif kind is ToServer:
-                target = self.upstreams[command.server].outbox
-            else:
-                self._dispatch_control(command)
-                continue
-            if target is not None:
-                target.put_message(command.message, command.related if kind is ToClient else None)
-                if not target.dirty:
-                    target.dirty = True
-                    self._dirty.append(target)
+            try:
+                handler = handlers[type(command)]
+            except KeyError:
+                raise TypeError(f"cannot dispatch {command!r}") from None
+            handler(command)
 
-    def _dispatch_control(self, command: Any) -> None:
-        kind = type(command)
-        if kind is Refresh:
-            upstream = self.upstreams.get(command.server)
-            if upstream is not None:
-                upstream.request_refresh(command.kind)
-        elif kind is ControlReply:
-            upstream = self.upstreams.get(command.server)
-            if upstream is not None:
-                upstream.control_reply(command.message)
-        elif kind is StartUpstream:
-            upstream = UpstreamSession(self, self.config.servers[command.server], name=command.name,
-                                       client_capabilities=command.capabilities)
-            self.upstreams[command.name] = upstream
-            assert self._nursery is not None
-            self._nursery.start_soon(self._run_session_upstream, upstream, name=f"upstream {command.name}")
-        elif kind is StopUpstream:
-            upstream = self.upstreams.get(command.name)
-            if upstream is not None:
-                upstream.cancel_scope.cancel()
-        else:
-            raise TypeError(f"cannot dispatch {command!r}")
+    def _to_client(self, command: ToClient) -> None:
+        target = self.clients.get(command.session)
+        if self._watched:
+            self._answered(command.session, command.message)
+        if self._notification_hooks and not self._notify(command):
+            return
+        if target is not None:
+            target.put_message(command.message, command.related)
+            if not target.dirty:
+                target.dirty = True
+                self._dirty.append(target)
+
+    def _to_server(self, command: ToServer) -> None:
+        target = self.upstreams[command.server].outbox
+        if target is not None:
+            target.put_message(command.message)
+            if not target.dirty:
+                target.dirty = True
+                self._dirty.append(target)
+
+    def _refresh(self, command: Refresh) -> None:
+        upstream = self.upstreams.get(command.server)
+        if upstream is not None:
+            upstream.request_refresh(command.kind)
+
+    def _control_reply(self, command: ControlReply) -> None:
+        upstream = self.upstreams.get(command.server)
+        if upstream is not None:
+            upstream.control_reply(command.message)
+
+    def _start_upstream(self, command: StartUpstream) -> None:
+        upstream = UpstreamSession(self, self.config.servers[command.server], name=command.name,
+                                   client_capabilities=command.capabilities)
+        self.upstreams[command.name] = upstream
+        assert self._nursery is not None
+        self._nursery.start_soon(self._run_session_upstream, upstream, name=f"upstream {command.name}")
+
+    def _stop_upstream(self, command: StopUpstream) -> None:
+        upstream = self.upstreams.get(command.name)
+        if upstream is not None:
+            upstream.cancel_scope.cancel()
 
     async def _run_session_upstream(self, upstream: UpstreamSession) -> None:
         try:
@@ -430,11 +441,9 @@ class Hub:
         finally:
             if self.upstreams.get(upstream.name) is upstream:
                 del self.upstreams[upstream.name]
-            link = self.router.links.get(upstream.name)
-            if link is not None and link.session is not None and not link.ready:
-                # It ended on its own (crashed, or could not start): the next request of
-                # its client starts a fresh one.
-                del self.router.links[upstream.name]
+            # If it ended on its own (crashed, or could not start), the next request of its
+            # client starts a fresh one.
+            self.router.link_ended(upstream.name)
 
     def dispatch_now(self, commands: list[Any]) -> None:
         """Dispatch and start writing at once (for events outside a reader's batch)."""
@@ -485,8 +494,8 @@ class Hub:
         try:
             while memory.total > memory.limit:
                 stalled = [client for client in self.clients.values()
-                           if _held(client) > 0 and now - _progress(client, now) >= STALLED_AFTER
-                           and _blocked(client)]
+                           if client.held > 0 and now - client.last_progress() >= STALLED_AFTER
+                           and client.blocked()]
                 if not stalled:
                     self._shed_recheck_at = now + SHED_RECHECK
                     if not self._shed_pending and self._nursery is not None:
@@ -499,33 +508,18 @@ class Hub:
                         log.warning("all clients together hold %d bytes, more than %d, and every one of them is"
                                     " reading; nobody is dropped", memory.total, memory.limit)
                     return
-                victim = min(stalled, key=lambda client: _progress(client, now))
-                held = _held(victim)
+                victim = min(stalled, key=lambda client: client.last_progress())
+                held = victim.held
                 victim.shed(f"all clients together hold more than {memory.limit} bytes; it holds {held} of them"
-                            f" and has read nothing for {now - _progress(victim, now):.1f}s")
+                            f" and has read nothing for {now - victim.last_progress():.1f}s")
                 if not victim.dirty:
                     victim.dirty = True
                     self._dirty.append(victim)
-                if _held(victim):
-                    log.error("internal error: a dropped client still holds %d bytes", _held(victim))
+                if victim.held:
+                    log.error("internal error: a dropped client still holds %d bytes", victim.held)
                     return
         finally:
             self._shedding = False
-
-
-def _held(client: Any) -> int:
-    return getattr(client, "held", 0)
-
-
-def _progress(client: Any, now: float) -> float:
-    """When a write to this client last got bytes out (``now`` if it cannot say)."""
-    last_progress = getattr(client, "last_progress", None)
-    return last_progress() if last_progress is not None else getattr(client, "progress_at", now)
-
-
-def _blocked(client: Any) -> bool:
-    blocked = getattr(client, "blocked", None)
-    return blocked is not None and blocked()
 
 
 def _already_in_flight(key: int, id: Any) -> ToClient:

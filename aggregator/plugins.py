@@ -181,6 +181,10 @@ class Plugins:
         return bool(self._request or self._response)
 
     @property
+    def watch_notifications(self) -> bool:
+        return bool(self._notification)
+
+    @property
     def after_catalog_hooks(self) -> bool:
         return bool(self._after_catalog)
 

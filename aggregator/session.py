@@ -85,16 +85,21 @@ async def serve_stream_session(
 async def _finish_in_flight(hub: Hub, key: int, seconds: float, label: str) -> None:
     """Wait until this client's requests in flight are answered, for ``seconds`` at most;
     what is left is cancelled upstream when the client is removed."""
-    client = hub.router.clients.get(key)
-    if client is None or not client.in_flight:
+    def in_flight() -> int:
+        client = hub.router.session_info(key)
+        return client.in_flight if client is not None else 0
+
+    waiting = in_flight()
+    if not waiting:
         return
-    log.info("%s: end of input; finishing %d request(s) in flight (up to %gs)", label, len(client.in_flight), seconds)
+    log.info("%s: end of input; finishing %d request(s) in flight (up to %gs)", label, waiting, seconds)
     with trio.move_on_after(seconds):
-        while client.in_flight and key in hub.clients:  # noqa: ASYNC110 - the router has no event to wait on
+        while in_flight() and key in hub.clients:  # noqa: ASYNC110 - the router has no event to wait on
             await trio.sleep(0.01)
-    if client.in_flight:
+    waiting = in_flight()
+    if waiting:
         log.warning("%s: %d request(s) still in flight %gs after end of input; cancelling them", label,
-                    len(client.in_flight), seconds)
+                    waiting, seconds)
 
 
 async def _read_client(

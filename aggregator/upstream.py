@@ -12,12 +12,13 @@ from __future__ import annotations
 import collections
 import logging
 import random
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any, Protocol
 
 import trio
 
 from aggregator import __version__
-from aggregator.config import ServerConfig
+from aggregator.config import Config, ServerConfig
 from aggregator.core.router import CONTROL_ID_PREFIX, INSTANCE_KEY
 from aggregator.errors import UpstreamError
 from aggregator.jsonrpc.errors import METHOD_NOT_FOUND
@@ -29,7 +30,7 @@ from aggregator.transports.outbox import Outbox
 from aggregator.transports.stdio import STREAM_TAG, STREAM_TAG_ROOM, Channel, run_stdio_server, split_tag
 
 if TYPE_CHECKING:
-    from aggregator.hub import Hub
+    from aggregator.core.router import Router
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +38,33 @@ MAX_LIST_PAGES = 100
 HEALTHY_RESET = 60.0
 READ_SIZE = 65536
 STDERR_TAIL_LINES = 5  # of a server that did not start: shown by check, tools and the log
+
+
+# async def connector(server_config, *, task_status) -> str: report a Channel through
+# task_status, run until the server is gone, return why.
+Connector = Callable[..., Awaitable[str]]
+
+
+class UpstreamHost(Protocol):
+    """What an upstream needs of the hub that supervises it (the hub is one; this module
+    does not import the hub, which imports it)."""
+
+    config: Config
+    router: Router
+    # How upstreams are reached; None means by their configured transport.
+    connector: Connector | None
+
+    def dispatch(self, commands: list[Any]) -> None:
+        """Queue the router's commands; written at the next ``flush``."""
+
+    def dispatch_now(self, commands: list[Any]) -> None:
+        """Dispatch the router's commands and start writing at once."""
+
+    async def flush(self, own: Any = None) -> None:
+        """Write what the last batch queued."""
+
+    def server_settled(self, name: str) -> None:
+        """This upstream is ready, or its first attempt failed."""
 
 
 class _Reply:
@@ -49,7 +77,7 @@ class _Reply:
 
 class UpstreamSession:
     def __init__(
-        self, hub: Hub, config: ServerConfig, *, name: str | None = None,
+        self, hub: UpstreamHost, config: ServerConfig, *, name: str | None = None,
         client_capabilities: dict[str, Any] | None = None,
     ) -> None:
         self.hub = hub
@@ -158,9 +186,7 @@ class UpstreamSession:
                 self.outbox = Outbox(channel.send, limit=proxy.server_buffer_bytes, name=f"server {self.name}",
                                      write_timeout=proxy.server_write_timeout, on_congestion=self._congested)
                 nursery.start_soon(self.outbox.run)
-                link = self.hub.router.links.get(self.name)
-                if link is not None:
-                    link.streams = channel.tagged
+                self.hub.router.server_streams(self.name, channel.tagged)
                 nursery.start_soon(self._read_stdout, channel.receive, limit, channel.tagged)
                 if channel.stderr is not None:
                     nursery.start_soon(self._read_stderr, channel.stderr)
@@ -212,16 +238,15 @@ class UpstreamSession:
         while backed up, new requests to it are refused; once it has read nothing for the
         deadline, its requests in flight fail too. Both with reason ``overloaded``."""
         router = self.hub.router
-        link = router.links.get(self.name)
-        if link is None:
+        in_flight = router.server_congested(self.name, reason)
+        if in_flight is None:
             return
-        link.overloaded = reason
         if reason is None:
             self.log.info("server %s: reading its input again; taking requests", self.name)
             return
         if self.outbox is not None and self.outbox.stalled:
             self.log.error("server %s: not reading its input (%s); its %d request(s) in flight fail, new ones"
-                           " are refused until it reads again", self.name, reason, len(link.pending))
+                           " are refused until it reads again", self.name, reason, in_flight)
             self.hub.dispatch_now(router.server_overloaded(self.name, reason))
         else:
             self.log.warning("server %s: not keeping up with its input (%s); new requests are refused"

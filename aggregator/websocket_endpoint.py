@@ -171,6 +171,14 @@ class WebSocketSink:
         """Whether a write is waiting for the client to read."""
         return self._writing and cannot_take_more(self._fd)
 
+    def last_progress(self) -> float:
+        """When a write to it last finished."""
+        return self.progress_at
+
+    async def wait_drained(self) -> None:
+        """Returns at once: at shutdown nothing waits for a WebSocket's writer."""
+        return
+
     def close(self) -> None:
         """Forget what waits and take nothing more (the connection ended)."""
         self.closed = True

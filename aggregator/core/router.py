@@ -292,6 +292,14 @@ def proxy_error(
 ServerRequestPolicy = Callable[[str, str, dict[str, Any]], bool]
 
 
+class SessionInfo(NamedTuple):
+    """What the trio layer may know of a client session: a snapshot, read-only."""
+
+    profile: str
+    protocol_version: str | None  # agreed at initialize; None before
+    in_flight: int  # its requests not answered yet
+
+
 class Router:
     def __init__(
         self,
@@ -307,6 +315,7 @@ class Router:
         max_json_depth: int = DEFAULT_MAX_DEPTH,
         instance: str | None = None,
         single_client: bool = False,
+        server_request_policy: ServerRequestPolicy | None = None,
     ) -> None:
         # One catalog per profile (what its clients see), all over one store of items.
         self.catalog = catalog
@@ -344,7 +353,8 @@ class Router:
         # roots/list requests waiting for their client to initialize: (link, id, deadline).
         self.held_roots: list[tuple[str, Any, float]] = []
         self.roots_fallback: set[str] = set()  # links answered from ``roots`` in their client's place
-        self.server_request_policy: ServerRequestPolicy = lambda server, method, params: True
+        self.server_request_policy: ServerRequestPolicy = (
+            server_request_policy if server_request_policy is not None else lambda server, method, params: True)
         self.list_changed_debounce = list_changed_debounce
         self.progress: dict[str, Pending] = {}
         self.deadlines = Deadlines()
@@ -379,6 +389,57 @@ class Router:
             "tasks/cancel": self._task_request,
             "tasks/list": self._list_tasks,
         }
+
+    # --- what the trio layer tells and asks (it never writes the router's fields) ------
+
+    def startup_completed(self) -> None:
+        """Startup is over (every server listed, or the wait for them timed out): requests
+        no longer wait for servers that have not listed yet."""
+        self.startup_complete = True
+
+    def start_draining(self) -> None:
+        """Shutting down: what is in flight finishes, nothing new is taken."""
+        self.draining = True
+
+    def link_ended(self, name: str) -> None:
+        """A per-session connection ended on its own (crashed, or could not start) before it
+        was ready: forget it, so that its client's next request starts a fresh one."""
+        link = self.links.get(name)
+        if link is not None and link.session is not None and not link.ready:
+            del self.links[name]
+
+    def server_streams(self, name: str, streams: bool) -> None:
+        """Whether this upstream's transport delivers what belongs to a request on that
+        request's own stream (Streamable HTTP)."""
+        link = self.links.get(name)
+        if link is not None:
+            link.streams = streams
+
+    def server_congested(self, name: str, reason: str | None) -> int | None:
+        """This upstream cannot take more input (``reason``) or can again (None): while it
+        cannot, new requests to it are refused. Returns how many of its requests are in
+        flight, or None if it is not known (any more)."""
+        link = self.links.get(name)
+        if link is None:
+            return None
+        link.overloaded = reason
+        return len(link.pending)
+
+    def session_info(self, key: int) -> SessionInfo | None:
+        """What is known of a client session, or None if it is not connected (any more)."""
+        client = self.clients.get(key)
+        if client is None:
+            return None
+        return SessionInfo(client.profile, client.protocol_version, len(client.in_flight))
+
+    def request_in_flight(self, key: int, id: Any) -> bool:
+        """Whether this client already has a request with this id in flight."""
+        client = self.clients.get(key)
+        return client is not None and id in client.in_flight
+
+    def profile_catalog(self, profile: str) -> Catalog:
+        """What the clients of ``profile`` see (read it, never change it)."""
+        return self.catalogs[profile]
 
     # --- clients ------------------------------------------------------------------------
 

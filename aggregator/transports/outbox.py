@@ -204,6 +204,10 @@ class Outbox:
         """Whether a write is waiting for its party to read."""
         return self._sending and cannot_take_more(self._fd)
 
+    def last_progress(self) -> float:
+        """When a write to it last took bytes."""
+        return self.progress_at
+
     def _progressed(self) -> None:
         self.progress_at = trio.current_time()
 

@@ -69,7 +69,7 @@ def make_router(clock: Clock, debounce: float = 0.0, **kw: Any) -> Router:
         router.server_ready(name, {"protocolVersion": "2025-11-25", "capabilities": caps})
         router.server_items(name, "tools", [{"name": "slow"}, {"name": "fast"}])
         router.server_items(name, "resources", [{"uri": "demo://r/1"}])
-    router.startup_complete = True
+    router.startup_completed()
     return router
 
 
@@ -90,7 +90,7 @@ def make_depth_limited_router(limit: int = JSON_DEPTH_LIMIT) -> Router:
     for name in ("a", "b"):
         router.server_ready(name, {"protocolVersion": "2025-11-25", "capabilities": {"tools": {}}})
         router.server_items(name, "tools", [{"name": "echo"}])
-    router.startup_complete = True
+    router.startup_completed()
     router.client_connected(1)
     router.client_message(1, msg(id=0, method="initialize", params={
         "protocolVersion": "2025-11-25", "capabilities": {"sampling": {}}, "clientInfo": {"name": "c"}}))

@@ -171,7 +171,8 @@ def test_a_subscribe_that_never_reached_its_connection_is_not_kept(router):
     router.client_message(1, msg(id=1, method="resources/subscribe", params={"uri": uri}))
     [(_, session, error)] = unpack(router.server_lost("p@1", "cannot start 'x'"))
     assert (session, error["error"]["data"]["reason"]) == (1, "unavailable")
-    del router.links["p@1"]  # as the hub does for a connection that ended before it was ready
+    router.link_ended("p@1")  # as the hub does for a connection that ended before it was ready
+    assert "p@1" not in router.links
     # Asked again, it is really made (not answered "already subscribed").
     [start] = router.client_message(1, msg(id=2, method="resources/subscribe", params={"uri": uri}))
     assert type(start) is StartUpstream
@@ -188,7 +189,8 @@ def test_a_restarted_own_connection_renews_its_sessions_subscriptions(router):
     assert notices(out) == [(1, "notifications/resources/list_changed"), (1, "notifications/tools/list_changed")]
     assert 1 not in router.views and router.clients[1].catalog is router.catalogs["default"]
     assert names(router, 1) == names(router, 2)
-    del router.links["p@1"]
+    router.link_ended("p@1")
+    assert "p@1" not in router.links
     router.client_message(1, msg(id=2, method="tools/call", params={"name": "p__echo"}))
     sent = unpack(router.server_ready("p@1", CAPS))
     assert [(m["method"], m["params"].get("uri")) for _, _, m in sent] == [
