@@ -1,4 +1,5 @@
-"""The sans-IO core must not do I/O: no trio, sockets, subprocesses or HTTP libraries."""
+"""The sans-IO core must not do I/O (no trio, sockets, subprocesses or HTTP libraries), and its
+layers import one way: core -> mcp -> jsonrpc, never back and never out to the trio layer."""
 
 import ast
 from pathlib import Path
@@ -32,3 +33,49 @@ def test_no_unbounded_channels():
     unbounded = re.compile(r"open_memory_channel\(\s*(math\.)?inf")
     for path in ROOT.rglob("*.py"):
         assert not unbounded.search(path.read_text()), path
+
+
+# Which of the project's own packages each sans-IO layer may import: the direction runs
+# core -> mcp -> jsonrpc, never back, and never out to the trio layer (hub, transports,
+# fronts, config, cli, plugins). ``aggregator`` itself is for ``__version__``.
+MAY_IMPORT = {
+    "jsonrpc": {"aggregator.jsonrpc"},
+    "mcp": {"aggregator.mcp", "aggregator.jsonrpc"},
+    "core": {"aggregator.core", "aggregator.mcp", "aggregator.jsonrpc"},
+}
+
+
+def _own_imports(path: Path) -> list[str]:
+    """The project modules a file imports, anywhere in it (type-checking blocks too)."""
+    names = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names += [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.append(node.module)
+        elif isinstance(node, ast.ImportFrom) and node.level:
+            names.append("<relative>")
+    return [name for name in names if name == "<relative>" or name.split(".")[0] == "aggregator"]
+
+
+def _wrong_way(path: Path, layer: str) -> list[str]:
+    """The project modules ``path`` imports that its layer may not."""
+    return [name for name in _own_imports(path) if name != "aggregator" and not any(
+        name == allowed or name.startswith(allowed + ".") for allowed in MAY_IMPORT[layer])]
+
+
+@pytest.mark.parametrize("path", SANS_IO, ids=lambda p: str(p.relative_to(ROOT)))
+def test_imports_run_one_way(path):
+    layer = path.relative_to(ROOT).parts[0]
+    assert _wrong_way(path, layer) == [], f"{path.name} ({layer}) imports the wrong way"
+
+
+def test_the_direction_check_catches_a_wrong_way_import(tmp_path):
+    wrong = tmp_path / "wrong.py"
+    wrong.write_text("from aggregator import __version__\nfrom aggregator.hub import Hub\n"
+                     "from aggregator.jsonrpc.codec import dumps\n"
+                     "if True:\n    from aggregator.core.router import Router\n"
+                     "from . import sibling\n")
+    assert sorted(_wrong_way(wrong, "mcp")) == ["<relative>", "aggregator.core.router", "aggregator.hub"]
+    assert sorted(_wrong_way(wrong, "core")) == ["<relative>", "aggregator.hub"]
+    assert sorted(_wrong_way(wrong, "jsonrpc")) == ["<relative>", "aggregator.core.router", "aggregator.hub"]
