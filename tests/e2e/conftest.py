@@ -165,6 +165,24 @@ def http_proxy(config: Path, *extra: str):
             assert process.wait(timeout=15) == 0, log.read_text()
 
 
+def run_per_session_everything(tmp_path: Path, everything_js: Path, python1: Path, script: Path,
+                               timeout: float, pass_log: bool = False) -> dict:
+    """Run ``script`` (an SDK 1.x client taking the proxy's URL, and the proxy's log path when
+    ``pass_log``) against ``aggregator serve --http`` with one per-session server-everything;
+    return the JSON the script prints last."""
+    config = write_config(tmp_path, f'''
+[servers.everything]
+command = "node"
+args = ["{everything_js}", "stdio"]
+isolation = "per-session"
+''', startup_timeout=20.0)
+    with http_proxy(config, "--log-level", "info") as (port, log):
+        argv = [str(python1), str(script), f"http://127.0.0.1:{port}/mcp", *([str(log)] if pass_log else [])]
+        run = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, cwd=ROOT)
+        assert run.returncode == 0, run.stderr[-3000:] + log.read_text()[-3000:]
+        return json.loads(run.stdout.strip().splitlines()[-1])
+
+
 def post(port, body, headers=None, path="/mcp", method="POST"):
     """One HTTP request (a POST of JSON by default) on a new connection: status, headers, body."""
     connection = http.client.HTTPConnection("127.0.0.1", port, timeout=10)

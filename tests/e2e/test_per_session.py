@@ -4,33 +4,18 @@ announces and updates reaches that session only, and goes when the session goes.
 
 from __future__ import annotations
 
-import json
-import subprocess
 from pathlib import Path
 
 import pytest
 
-from tests.e2e.conftest import ROOT, http_proxy, write_config
+from tests.e2e.conftest import run_per_session_everything
 
 pytestmark = pytest.mark.e2e
-PYTHON1 = ROOT / ".venv-mcp1" / "bin" / "python"
 SCRIPT = Path(__file__).parent / "sdk1_per_session.py"
 
 
-def test_a_per_session_servers_items_notices_and_updates_belong_to_its_session(tmp_path, everything_js):
-    if not PYTHON1.exists():
-        pytest.fail(f"{PYTHON1} is missing: the README's test command creates it (mcp==1.30.0)")
-    config = write_config(tmp_path, f'''
-[servers.everything]
-command = "node"
-args = ["{everything_js}", "stdio"]
-isolation = "per-session"
-''', startup_timeout=20.0)
-    with http_proxy(config, "--log-level", "info") as (port, log):
-        run = subprocess.run([str(PYTHON1), str(SCRIPT), f"http://127.0.0.1:{port}/mcp", str(log)],
-                             capture_output=True, text=True, timeout=120, cwd=ROOT)
-        assert run.returncode == 0, run.stderr[-3000:] + log.read_text()[-3000:]
-        seen = json.loads(run.stdout.strip().splitlines()[-1])
+def test_a_per_session_servers_items_notices_and_updates_belong_to_its_session(tmp_path, everything_js, python1):
+    seen = run_per_session_everything(tmp_path, everything_js, python1, SCRIPT, timeout=120, pass_log=True)
     made = "everything+demo://resource/session/a-notes.txt.gz"
 
     # Before its own connection a session sees the shared listing; after, its own server's.

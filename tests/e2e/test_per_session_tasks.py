@@ -4,33 +4,18 @@ what tasks/list gathers never involve another session's own connection."""
 
 from __future__ import annotations
 
-import json
-import subprocess
 from pathlib import Path
 
 import pytest
 
-from tests.e2e.conftest import ROOT, http_proxy, write_config
+from tests.e2e.conftest import run_per_session_everything
 
 pytestmark = pytest.mark.e2e
-PYTHON1 = ROOT / ".venv-mcp1" / "bin" / "python"
 SCRIPT = Path(__file__).parent / "sdk1_per_session_tasks.py"
 
 
-def test_instructions_and_tasks_list_stay_within_each_session(tmp_path, everything_js):
-    if not PYTHON1.exists():
-        pytest.fail(f"{PYTHON1} is missing: the README's test command creates it (mcp==1.30.0)")
-    config = write_config(tmp_path, f'''
-[servers.everything]
-command = "node"
-args = ["{everything_js}", "stdio"]
-isolation = "per-session"
-''', startup_timeout=20.0)
-    with http_proxy(config, "--log-level", "info") as (port, log):
-        run = subprocess.run([str(PYTHON1), str(SCRIPT), f"http://127.0.0.1:{port}/mcp"],
-                             capture_output=True, text=True, timeout=90, cwd=ROOT)
-        assert run.returncode == 0, run.stderr[-3000:] + log.read_text()[-3000:]
-        seen = json.loads(run.stdout.strip().splitlines()[-1])
+def test_instructions_and_tasks_list_stay_within_each_session(tmp_path, everything_js, python1):
+    seen = run_per_session_everything(tmp_path, everything_js, python1, SCRIPT, timeout=90)
     assert seen["a_echo"] == "Echo: start my own"
     # The instructions name the server once, as configured: never a session's own connection.
     for who in ("a", "b"):
