@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.conftest import HERE, MANY, PYTHON1, ROOT, http_proxy, write_config
+from tests.e2e.conftest import HERE, MANY, ROOT, http_proxy, write_config
 from tests.loopback import free_port, wait_listening
 
 pytestmark = pytest.mark.e2e
@@ -48,9 +48,7 @@ def wait_for(condition, seconds: float, what: str) -> None:
     raise AssertionError(f"timed out waiting for {what}")
 
 
-def test_two_sdk_clients_see_a_restart_as_unavailable_never_unknown(tmp_path):
-    if not PYTHON1.exists():
-        pytest.fail(f"{PYTHON1} is missing: the README's test command creates it (mcp==1.30.0)")
+def test_two_sdk_clients_see_a_restart_as_unavailable_never_unknown(tmp_path, python1):
     flag = tmp_path / "fail-to-start"
     wrapper = tmp_path / "time_server.py"
     wrapper.write_text(WRAPPER)
@@ -65,7 +63,7 @@ args = ["{wrapper}", "{flag}"]
         outputs = {"ts": tmp_path / "ts.out", "python": tmp_path / "python.out"}
         commands = {
             "ts": ["node", str(HERE / "ts_restart_client.mjs"), url, "time__get_current_time", "60"],
-            "python": [str(PYTHON1), str(HERE / "sdk1_restart_client.py"), url, "time__get_current_time", "60"],
+            "python": [str(python1), str(HERE / "sdk1_restart_client.py"), url, "time__get_current_time", "60"],
         }
         clients = {}
         try:
@@ -123,11 +121,9 @@ os.execv(sys.executable, [sys.executable, "-m", "mcp_server_time", "--local-time
 """
 
 
-def test_sigterm_answers_the_calls_held_for_a_restarting_server(tmp_path):
+def test_sigterm_answers_the_calls_held_for_a_restarting_server(tmp_path, python1):
     # Two SDK clients call a server whose restart is under way: their calls wait for it.
     # SIGTERM then: each client gets an error saying why, never a stream closed without a word.
-    if not PYTHON1.exists():
-        pytest.fail(f"{PYTHON1} is missing: the README's test command creates it (mcp==1.30.0)")
     flag = tmp_path / "hang-at-start"
     wrapper = tmp_path / "time_server.py"
     wrapper.write_text(SLOW_WRAPPER)
@@ -153,7 +149,7 @@ request_timeout = 60.0
         wait_for(lambda: "lost" in log.read_text() and len(children(proxy.pid)) == 1
                  and children(proxy.pid) != [server_pid], 30, "the restart attempt")
         plan = {label: {"calls": [["time__get_current_time", {"timezone": "UTC"}]]} for label in "AB"}
-        clients = subprocess.Popen([str(PYTHON1), str(MANY), f"http://127.0.0.1:{port}/mcp", json.dumps(plan)],
+        clients = subprocess.Popen([str(python1), str(MANY), f"http://127.0.0.1:{port}/mcp", json.dumps(plan)],
                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
         time.sleep(4)  # both are connected and their calls wait for the server
         proxy.send_signal(signal.SIGTERM)
