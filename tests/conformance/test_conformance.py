@@ -52,27 +52,41 @@ def scenario_checks(results: Path) -> dict[str, list[dict]]:
     return checks
 
 
-def test_every_conformance_scenario_passes(tmp_path):
-    if not NODE.exists() or not SUITE.exists():
-        pytest.fail("the conformance suite is not installed: run `npm ci --prefix tests/conformance`")
-    config = write_config(tmp_path, f'''
+# Scenarios whose success shows a server-to-client round trip or stream routed back to its client.
+ROUND_TRIPS = ("tools-call-sampling", "tools-call-elicitation", "tools-call-with-progress",
+               "tools-call-with-logging", "resources-subscribe")
+
+
+def fixture_config(directory: Path) -> Path:
+    """A config serving ``fixture_server.py`` under an empty prefix."""
+    return write_config(directory, f'''
 [servers.fixtures]
 command = "{sys.executable}"
 args = ["{HERE / "fixture_server.py"}"]
 prefix = ""
 ''', startup_timeout=20.0)
-    results = tmp_path / "results"
-    with http_proxy(config) as (port, log):
-        run, summary = run_suite(port, results, tmp_path, "--suite", "all")
-    assert run.returncode == 0, summary + run.stderr
+
+
+def assert_every_scenario_passed(results: Path, *required: str) -> None:
+    """At least 30 scenarios ran, none with a failed check, and each of ``required`` succeeded."""
     checks = scenario_checks(results)
     assert len(checks) >= 30, sorted(checks)
     failed = {name: [c["id"] + ": " + str(c.get("errorMessage")) for c in found if c["status"] == "FAILURE"]
               for name, found in checks.items()}
     assert not any(failed.values()), {k: v for k, v in failed.items() if v}
-    for required in ("dns-rebinding-protection", "tools-call-sampling", "tools-call-elicitation",
-                     "tools-call-with-progress", "tools-call-with-logging", "resources-subscribe"):
-        assert any(c["status"] == "SUCCESS" for c in checks[required]), required
+    for scenario in required:
+        assert any(c["status"] == "SUCCESS" for c in checks[scenario]), scenario
+
+
+def test_every_conformance_scenario_passes(tmp_path):
+    if not NODE.exists() or not SUITE.exists():
+        pytest.fail("the conformance suite is not installed: run `npm ci --prefix tests/conformance`")
+    config = fixture_config(tmp_path)
+    results = tmp_path / "results"
+    with http_proxy(config) as (port, log):
+        run, summary = run_suite(port, results, tmp_path, "--suite", "all")
+    assert run.returncode == 0, summary + run.stderr
+    assert_every_scenario_passed(results, "dns-rebinding-protection", *ROUND_TRIPS)
     assert "Total:" in summary and " 0 failed" in summary.splitlines()[-1], summary
 
 
@@ -109,12 +123,7 @@ def test_every_scenario_passes_through_a_proxy_in_front_of_the_fixture_over_http
     POST streams of the calls that caused them, and the outer proxy routes them by that."""
     (tmp_path / "inner").mkdir()
     (tmp_path / "outer").mkdir()
-    inner = write_config(tmp_path / "inner", f'''
-[servers.fixtures]
-command = "{sys.executable}"
-args = ["{HERE / "fixture_server.py"}"]
-prefix = ""
-''', startup_timeout=20.0)
+    inner = fixture_config(tmp_path / "inner")
     results = tmp_path / "results"
     with http_proxy(inner) as (inner_port, inner_log):
         outer = write_config(tmp_path / "outer", f'''
@@ -125,12 +134,5 @@ prefix = ""
         with http_proxy(outer) as (port, _):
             run, summary = run_suite(port, results, tmp_path, "--suite", "all")
     assert run.returncode == 0, summary + run.stderr
-    checks = scenario_checks(results)
-    assert len(checks) >= 30, sorted(checks)
-    failed = {name: [c["id"] + ": " + str(c.get("errorMessage")) for c in found if c["status"] == "FAILURE"]
-              for name, found in checks.items()}
-    assert not any(failed.values()), {k: v for k, v in failed.items() if v}
-    for required in ("tools-call-sampling", "tools-call-elicitation", "tools-call-with-progress",
-                     "tools-call-with-logging", "resources-subscribe"):
-        assert any(c["status"] == "SUCCESS" for c in checks[required]), required
+    assert_every_scenario_passed(results, *ROUND_TRIPS)
     assert "lost" not in inner_log.read_text()  # the fixture never failed on the way
