@@ -183,12 +183,10 @@ def test_the_one_stdio_client_gives_a_shared_server_its_roots_at_startup(python1
     assert a["results"][2] == {"error": False, "text": "only for A\n"}, a
 
 
-def test_clients_of_every_front_at_once_get_exactly_their_own(python1, tmp_path, everything_js, everything_http):
-    # Streamable HTTP, legacy HTTP+SSE and WebSocket sessions at the same time, on a shared
-    # server-everything over Streamable HTTP and a per-session one over stdio: each gets its
-    # own sampling requests, roots questions, progress and answers. Only Streamable HTTP
-    # has a stream per request; the other fronts carry it all on their one stream.
-    config = write_config(tmp_path, f'''
+def shared_and_own_everything(tmp_path: Path, everything_http: str, everything_js: Path) -> Path:
+    """A config with a shared server-everything over Streamable HTTP (``everything``) and a
+    per-session one over stdio (``mine``)."""
+    return write_config(tmp_path, f'''
 [servers.everything]
 url = "{everything_http}"
 
@@ -197,6 +195,14 @@ command = "node"
 args = ["{everything_js}", "stdio"]
 isolation = "per-session"
 ''', startup_timeout=20.0)
+
+
+def test_clients_of_every_front_at_once_get_exactly_their_own(python1, tmp_path, everything_js, everything_http):
+    # Streamable HTTP, legacy HTTP+SSE and WebSocket sessions at the same time, on a shared
+    # server-everything over Streamable HTTP and a per-session one over stdio: each gets its
+    # own sampling requests, roots questions, progress and answers. Only Streamable HTTP
+    # has a stream per request; the other fronts carry it all on their one stream.
+    config = shared_and_own_everything(tmp_path, everything_http, everything_js)
     ws_port = free_port()
     with http_proxy(config, "--ws", f"127.0.0.1:{ws_port}") as (port, _log):
         wait_listening(ws_port)
@@ -254,15 +260,7 @@ def test_a_desktop_clients_roots_and_their_change_reach_a_shared_server(tmp_path
 def test_list_changes_reach_exactly_their_sessions_on_every_front(python1, tmp_path, everything_js, everything_http):
     # A resource a shared server adds is announced to every session, whatever its front; one
     # a session's own (per-session) server adds, to that session only.
-    config = write_config(tmp_path, f'''
-[servers.everything]
-url = "{everything_http}"
-
-[servers.mine]
-command = "node"
-args = ["{everything_js}", "stdio"]
-isolation = "per-session"
-''', startup_timeout=20.0)
+    config = shared_and_own_everything(tmp_path, everything_http, everything_js)
     data = "data:application/octet-stream;base64,H4sIAAAAAAAAA6tWSlSyUlAqSS0uUaoFAJ6lrtUPAAAA"
     ws_port = free_port()
     with http_proxy(config, "--ws", f"127.0.0.1:{ws_port}") as (port, _log):
