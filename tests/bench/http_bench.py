@@ -25,25 +25,10 @@ from pathlib import Path
 
 import orjson
 
+from tests.loopback import free_port, wait_listening
+
 ROOT = Path(__file__).parents[2]
 TIME_LIMIT = 20.0
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def wait_listening(port: int) -> None:
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-            return
-        except OSError:
-            time.sleep(0.05)
-    raise RuntimeError(f"nothing listens on {port}")
 
 
 class Connection:
@@ -163,8 +148,8 @@ def main() -> int:
                                   "--config", str(config), "--log-level", "warning"], cwd=ROOT,
                                  stdin=subprocess.DEVNULL)
         try:
-            wait_listening(direct_port)
-            wait_listening(proxy_port)
+            wait_listening(direct_port, seconds=30)
+            wait_listening(proxy_port, seconds=30)
             sessions = {"direct": open_session(direct_port), "proxy": open_session(proxy_port)}
             targets = {"direct": (direct_port, "tool0"), "proxy": (proxy_port, "s0__tool0")}
             latency = {k: [] for k in targets}

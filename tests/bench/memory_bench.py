@@ -40,7 +40,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from tests.bench.http_bench import free_port, wait_listening
+from tests.loopback import free_port, wait_listening
 
 ROOT = Path(__file__).parents[2]
 FAKESRV = ROOT / "tests" / "fakesrv.py"
@@ -258,7 +258,7 @@ def http_broadcast(proxy: Proxy, caller: str, id: int, count: int, size: int = 0
 
 
 def case_prompt_http(proxy: Proxy, n: int) -> str:
-    wait_listening(proxy.port)
+    wait_listening(proxy.port, seconds=30)
     session = http_initialize(proxy.port)
     proxy.before = proxy.settle()
     status, _, body = http_request(proxy.port, flood(2, n), session)
@@ -267,7 +267,7 @@ def case_prompt_http(proxy: Proxy, n: int) -> str:
 
 
 def case_stopped_http(proxy: Proxy, n: int) -> str:
-    wait_listening(proxy.port)
+    wait_listening(proxy.port, seconds=30)
     stopped = http_initialize(proxy.port, wants_logs=True)
     with socket.create_connection(("127.0.0.1", proxy.port)) as sock:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
@@ -281,7 +281,7 @@ def case_stopped_http(proxy: Proxy, n: int) -> str:
 
 
 def case_idle_sessions(proxy: Proxy, n: int) -> str:
-    wait_listening(proxy.port)
+    wait_listening(proxy.port, seconds=30)
     for _ in range(50):
         http_initialize(proxy.port, wants_logs=True)
     caller = http_initialize(proxy.port)
@@ -291,7 +291,7 @@ def case_idle_sessions(proxy: Proxy, n: int) -> str:
 
 
 def case_stalled_get_streams(proxy: Proxy, n: int) -> str:
-    wait_listening(proxy.port)
+    wait_listening(proxy.port, seconds=30)
     sessions = [http_initialize(proxy.port, wants_logs=True) for _ in range(50)]
     sockets = []
     try:
