@@ -1,11 +1,14 @@
 """What tests that talk to a listener on 127.0.0.1 share: a free port, waiting until
-something listens on it, and the raw ``initialize`` request a bare HTTP client sends."""
+something listens on it, an HTTP server in a thread, and the raw ``initialize`` request a
+bare HTTP client sends."""
 
 from __future__ import annotations
 
 import socket
 import subprocess
+import threading
 import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 INIT = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
     "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "raw", "version": "0"}}}
@@ -28,3 +31,16 @@ def wait_listening(port: int, process: subprocess.Popen | None = None, seconds: 
         except OSError:
             time.sleep(0.05)
     raise AssertionError(f"nothing listens on port {port}")
+
+
+def serve_in_thread(handler: type[BaseHTTPRequestHandler]) -> ThreadingHTTPServer:
+    """A ThreadingHTTPServer of ``handler`` on a free port of 127.0.0.1, serving in a daemon
+    thread until ``stop_serving``."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
+def stop_serving(server: ThreadingHTTPServer) -> None:
+    server.shutdown()
+    server.server_close()

@@ -4,14 +4,14 @@ no redirects followed; a new session after the server forgets the old one."""
 from __future__ import annotations
 
 import json
-import threading
 import time
 import uuid
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 
 import pytest
 
 from tests.e2e.conftest import TOKEN, http_proxy, initialize, post, write_config
+from tests.loopback import serve_in_thread, stop_serving
 
 pytestmark = pytest.mark.e2e
 
@@ -87,13 +87,11 @@ class Recorder:
                 self.end_headers()
                 self.wfile.write(data)
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server = serve_in_thread(Handler)
         self.port = self.server.server_address[1]
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
     def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        stop_serving(self.server)
 
 
 @pytest.fixture

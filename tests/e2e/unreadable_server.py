@@ -5,8 +5,9 @@ upstream."""
 from __future__ import annotations
 
 import json
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
+
+from tests.loopback import serve_in_thread, stop_serving
 
 
 def deep(levels: int) -> str:
@@ -78,10 +79,8 @@ class Hostile:
                     result = {"content": [{"type": "text", "text": "ok"}]}
                 self.reply(200, json.dumps({"jsonrpc": "2.0", "id": id, "result": result}).encode())
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server = serve_in_thread(Handler)
         self.port = self.server.server_address[1]
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
     def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        stop_serving(self.server)
