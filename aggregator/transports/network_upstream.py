@@ -131,15 +131,17 @@ class _Link:
             refusal = nameless_refusal(raw)
             if refusal is not None:
                 raw = self._refused_answer(answers, refusal.message, refusal.data)
-            elif b"null" in raw:
+            elif b"null" in raw and b'"error"' in raw:  # C-level: most answers are not parsed twice
                 raw = _null_id_error_as_answer(raw, answers, self.name) or raw
         if answers is not None and type(answers.get("id")) is int:
-            # Its request is named beside it, not in it (``stdio.STREAM_TAG``).
-            raw = b"%s%d%s%s" % (STREAM_TAG, answers["id"], STREAM_TAG, raw)
+            # Its request is named beside it, not in it (``stdio.STREAM_TAG``); one copy with the line end.
+            line = b"%s%d%s%s\n" % (STREAM_TAG, answers["id"], STREAM_TAG, raw)
         elif raw[:1] == STREAM_TAG:
-            raw = b" " + raw  # never taken for a tag (and no JSON either: refused as such)
+            line = b" " + raw + b"\n"  # never taken for a tag (and no JSON either: refused as such)
+        else:
+            line = raw + b"\n"
         try:
-            await self.pipe.send_all(raw + b"\n")
+            await self.pipe.send_all(line)
         except trio.BrokenResourceError:
             self.end("the session closed")
 
