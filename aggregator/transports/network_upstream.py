@@ -422,8 +422,10 @@ async def run_streamable_http_server(
                 message = loads(line)
             except ValueError:
                 return
-            params = message.get("params") if type(message) is dict else None
-            if message.get("method") == "notifications/cancelled" and type(params) is dict:
+            if type(message) is not dict or message.get("method") != "notifications/cancelled":
+                return
+            params = message.get("params")
+            if type(params) is dict:
                 stop(params.get("requestId"), "the request was cancelled")
 
         def stop(id: Any, why: str) -> None:
