@@ -23,6 +23,7 @@ import trio
 import trio_websocket
 
 from aggregator import __version__
+from aggregator.core.router import proxy_error
 from aggregator.jsonrpc.codec import dumps, loads, nameless_refusal
 from aggregator.jsonrpc.framing import LineSplitter, OversizedLine
 from aggregator.transports.pipe import PipeEnd, byte_pipe
@@ -149,9 +150,8 @@ class _Link:
         method = request.get("method")
         log.warning("server %s: refused its answer to %s: %s", self.name, method, problem)
         reason = data["reason"] if type(data) is dict and "reason" in data else "malformed"
-        return dumps({"jsonrpc": "2.0", "id": request["id"], "error": {
-            "code": -32603, "message": f"Server {self.name!r} sent an answer to {method} that the aggregator"
-            f" cannot forward ({problem})", "data": {"source": "aggregator", "reason": reason, "server": self.name}}})
+        return dumps(proxy_error(request["id"], f"Server {self.name!r} sent an answer to {method} that the"
+                                 f" aggregator cannot forward ({problem})", reason=reason, server=self.name))
 
     async def each_outgoing(self, send: Callable[[bytes], Awaitable[None]], nursery: trio.Nursery,
                             concurrent: bool, inspect: Callable[[bytes], None] | None = None) -> None:
@@ -407,9 +407,8 @@ async def run_streamable_http_server(
         async def unresumable(request: dict[str, Any], problem: str) -> None:
             log.warning("server %s: cannot resume the answer to %s (id %s): %s", config.name, request.get("method"),
                         request["id"], problem)
-            await link.deliver(dumps({"jsonrpc": "2.0", "id": request["id"], "error": {
-                "code": -32603, "message": f"Server {config.name!r} did not answer: {problem}",
-                "data": {"source": "aggregator", "reason": "unavailable", "server": config.name}}}))
+            await link.deliver(dumps(proxy_error(request["id"], f"Server {config.name!r} did not answer: {problem}",
+                                                 reason="unavailable", server=config.name)))
 
         def stop_reading(line: bytes) -> None:
             """A ``notifications/cancelled`` on its way: stop reading (or waiting to post, or
