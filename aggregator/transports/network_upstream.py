@@ -23,6 +23,7 @@ import trio
 import trio_websocket
 
 from aggregator import __version__
+from aggregator.core.router import proxy_error
 from aggregator.jsonrpc.codec import dumps, loads, nameless_refusal
 from aggregator.jsonrpc.framing import LineSplitter, OversizedLine
 from aggregator.transports.pipe import PipeEnd, byte_pipe
@@ -131,15 +132,17 @@ class _Link:
             refusal = nameless_refusal(raw)
             if refusal is not None:
                 raw = self._refused_answer(answers, refusal.message, refusal.data)
-            elif b"null" in raw:
+            elif b"null" in raw and b'"error"' in raw:  # C-level: most answers are not parsed twice
                 raw = _null_id_error_as_answer(raw, answers, self.name) or raw
         if answers is not None and type(answers.get("id")) is int:
-            # Its request is named beside it, not in it (``stdio.STREAM_TAG``).
-            raw = b"%s%d%s%s" % (STREAM_TAG, answers["id"], STREAM_TAG, raw)
+            # Its request is named beside it, not in it (``stdio.STREAM_TAG``); one copy with the line end.
+            line = b"%s%d%s%s\n" % (STREAM_TAG, answers["id"], STREAM_TAG, raw)
         elif raw[:1] == STREAM_TAG:
-            raw = b" " + raw  # never taken for a tag (and no JSON either: refused as such)
+            line = b" " + raw + b"\n"  # never taken for a tag (and no JSON either: refused as such)
+        else:
+            line = raw + b"\n"
         try:
-            await self.pipe.send_all(raw + b"\n")
+            await self.pipe.send_all(line)
         except trio.BrokenResourceError:
             self.end("the session closed")
 
@@ -147,9 +150,8 @@ class _Link:
         method = request.get("method")
         log.warning("server %s: refused its answer to %s: %s", self.name, method, problem)
         reason = data["reason"] if type(data) is dict and "reason" in data else "malformed"
-        return dumps({"jsonrpc": "2.0", "id": request["id"], "error": {
-            "code": -32603, "message": f"Server {self.name!r} sent an answer to {method} that the aggregator"
-            f" cannot forward ({problem})", "data": {"source": "aggregator", "reason": reason, "server": self.name}}})
+        return dumps(proxy_error(request["id"], f"Server {self.name!r} sent an answer to {method} that the"
+                                 f" aggregator cannot forward ({problem})", reason=reason, server=self.name))
 
     async def each_outgoing(self, send: Callable[[bytes], Awaitable[None]], nursery: trio.Nursery,
                             concurrent: bool, inspect: Callable[[bytes], None] | None = None) -> None:
@@ -405,9 +407,8 @@ async def run_streamable_http_server(
         async def unresumable(request: dict[str, Any], problem: str) -> None:
             log.warning("server %s: cannot resume the answer to %s (id %s): %s", config.name, request.get("method"),
                         request["id"], problem)
-            await link.deliver(dumps({"jsonrpc": "2.0", "id": request["id"], "error": {
-                "code": -32603, "message": f"Server {config.name!r} did not answer: {problem}",
-                "data": {"source": "aggregator", "reason": "unavailable", "server": config.name}}}))
+            await link.deliver(dumps(proxy_error(request["id"], f"Server {config.name!r} did not answer: {problem}",
+                                                 reason="unavailable", server=config.name)))
 
         def stop_reading(line: bytes) -> None:
             """A ``notifications/cancelled`` on its way: stop reading (or waiting to post, or
@@ -420,8 +421,10 @@ async def run_streamable_http_server(
                 message = loads(line)
             except ValueError:
                 return
-            params = message.get("params") if type(message) is dict else None
-            if message.get("method") == "notifications/cancelled" and type(params) is dict:
+            if type(message) is not dict or message.get("method") != "notifications/cancelled":
+                return
+            params = message.get("params")
+            if type(params) is dict:
                 stop(params.get("requestId"), "the request was cancelled")
 
         def stop(id: Any, why: str) -> None:
