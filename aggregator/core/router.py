@@ -85,7 +85,7 @@ from aggregator.jsonrpc.errors import (
     RemoteProtocolError,
     error_response,
 )
-from aggregator.mcp.constants import LIST_CHANGED, SERVER_REQUESTS
+from aggregator.mcp.constants import LIST_CHANGED, SERVER_REQUEST_CAPABILITIES, SERVER_REQUESTS
 from aggregator.mcp.versions import DISCOVER, discover_refused, negotiate
 
 log = logging.getLogger(__name__)
@@ -913,7 +913,7 @@ class Router:
                 max_request_timeout=base.max_request_timeout,
                 timeout_resets_on_progress=base.timeout_resets_on_progress, server=server, session=client.key)
             capabilities = {k: v for k, v in client.capabilities.items()
-                            if k in ("sampling", "elicitation", "roots") and k in self.server_requests}
+                            if k in SERVER_REQUEST_CAPABILITIES and k in self.server_requests}
             if "roots" in self.server_requests:  # its client's roots, else the proxy answers
                 capabilities["roots"] = {"listChanged": True}
             out.append(StartUpstream(server, name, client.key, capabilities))
