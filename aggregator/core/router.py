@@ -1341,7 +1341,10 @@ class Router:
             pending = self.progress.get(token) if type(token) is str else None
             if pending is not None and pending.server == link.name and pending.session in self.clients:
                 facts["progress"] = (pending.session, pending.client_id)
-        if link.session is None and not ("stream" in facts or "task" in facts or "progress" in facts):
+        # The callers in flight matter only when no signal names the owner; a log line of a
+        # link that streams belongs to no request then, whoever is in flight.
+        if link.session is None and related is None and not facts.get("streams") \
+                and "task" not in facts and "progress" not in facts:
             in_flight: dict[int, list[Any]] = {}
             for pending in link.pending.values():
                 if pending.session in self.clients:
