@@ -85,7 +85,7 @@ from aggregator.jsonrpc.errors import (
     RemoteProtocolError,
     error_response,
 )
-from aggregator.mcp.constants import LIST_CHANGED, SERVER_REQUESTS
+from aggregator.mcp.constants import LIST_CHANGED, SERVER_REQUEST_CAPABILITIES, SERVER_REQUESTS
 from aggregator.mcp.versions import DISCOVER, discover_refused, negotiate
 
 log = logging.getLogger(__name__)
@@ -570,10 +570,8 @@ class Router:
             name = params.get("name")
             routes = catalog.tools if method == "tools/call" else catalog.prompts
             route = routes.get(name) if type(name) is str else None
-            if route is None and self.outages and type(name) is str:
-                route = name_owner(self.outages, self.catalogs[client.profile], client.profile,
-                                   TOOLS if routes is catalog.tools
-                                   else PROMPTS, name)
+            if route is None and type(name) is str:
+                route = self._name_owner(client, TOOLS if routes is catalog.tools else PROMPTS, name)
             return (route[0], route[1], name) if route is not None else None
         if method in ("resources/read", "resources/subscribe"):
             uri = params.get("uri")
@@ -588,8 +586,8 @@ class Router:
             ref = params.get("ref") if type(params.get("ref")) is dict else {}
             if ref.get("type") == "ref/prompt" and type(ref.get("name")) is str:
                 route = catalog.prompts.get(ref["name"])
-                if route is None and self.outages:
-                    route = name_owner(self.outages, catalog, client.profile, PROMPTS, ref["name"])
+                if route is None:
+                    route = self._name_owner(client, PROMPTS, ref["name"])
                 return (route[0], route[1], ref["name"]) if route is not None else None
             if ref.get("type") == "ref/resource" and type(ref.get("uri")) is str:
                 try:
@@ -684,9 +682,7 @@ class Router:
             what = "tool" if tools else "prompt"
             if type(name) is not str:
                 raise RemoteProtocolError(INVALID_PARAMS, f"Invalid params: {what} name must be a string")
-            owner = name_owner(self.outages, self.catalogs[client.profile], client.profile,
-                               TOOLS if tools else PROMPTS, name) \
-                if self.outages else None
+            owner = self._name_owner(client, TOOLS if tools else PROMPTS, name)
             if owner is not None:
                 if owner[0] in self.per_session:  # only its listing connection is out: use the session's own
                     return self._forward(client, message, owner[0], dict(params, name=owner[1]))
@@ -713,6 +709,13 @@ class Router:
         if route is None:
             raise RemoteProtocolError(INVALID_PARAMS, f"Unknown resource: {uri}")
         return route
+
+    def _name_owner(self, client: ClientState, kind: str, name: str) -> tuple[str, str] | None:
+        """(server, its own name) of a tool or prompt name of a server that is out, or None.
+        Read off the profile's catalog: a session's own view carries no naming rules."""
+        if not self.outages:
+            return None
+        return name_owner(self.outages, self.catalogs[client.profile], client.profile, kind, name)
 
     def _outage_uri(self, client: ClientState, uri: str, route: Any) -> tuple[Any, bool]:
         """``route_uri``'s answer seen with the servers that are out: (route, whether its server
@@ -791,11 +794,9 @@ class Router:
             raise RemoteProtocolError(INVALID_PARAMS, "Invalid params: ref must be an object")
         if ref.get("type") == "ref/prompt":
             name = ref.get("name")
-            catalog = self.catalogs[client.profile]
             route = client.catalog.prompts.get(name) if type(name) is str else None
             if route is None:
-                owner = name_owner(self.outages, catalog, client.profile, PROMPTS, name) \
-                    if self.outages and type(name) is str else None
+                owner = self._name_owner(client, PROMPTS, name) if type(name) is str else None
                 if owner is None:
                     raise RemoteProtocolError(INVALID_PARAMS, f"Unknown prompt: {name}")
                 if owner[0] not in self.per_session:
@@ -912,7 +913,7 @@ class Router:
                 max_request_timeout=base.max_request_timeout,
                 timeout_resets_on_progress=base.timeout_resets_on_progress, server=server, session=client.key)
             capabilities = {k: v for k, v in client.capabilities.items()
-                            if k in ("sampling", "elicitation", "roots") and k in self.server_requests}
+                            if k in SERVER_REQUEST_CAPABILITIES and k in self.server_requests}
             if "roots" in self.server_requests:  # its client's roots, else the proxy answers
                 capabilities["roots"] = {"listChanged": True}
             out.append(StartUpstream(server, name, client.key, capabilities))
@@ -1340,7 +1341,10 @@ class Router:
             pending = self.progress.get(token) if type(token) is str else None
             if pending is not None and pending.server == link.name and pending.session in self.clients:
                 facts["progress"] = (pending.session, pending.client_id)
-        if link.session is None and not ("stream" in facts or "task" in facts or "progress" in facts):
+        # The callers in flight matter only when no signal names the owner; a log line of a
+        # link that streams belongs to no request then, whoever is in flight.
+        if link.session is None and related is None and not facts.get("streams") \
+                and "task" not in facts and "progress" not in facts:
             in_flight: dict[int, list[Any]] = {}
             for pending in link.pending.values():
                 if pending.session in self.clients:
