@@ -23,7 +23,8 @@ Cases:
   have read nothing for a moment are dropped, the longest stalled first; another session
   reads its POST stream and gets its answer.
 - roots spam: a client sends ``notifications/roots/list_changed`` without end to a server
-  that reads nothing (blocked in a call); the proxy keeps what fits its budget.
+  that reads nothing (blocked in a call); the server is told once until it asks for the
+  roots again, so nothing piles up.
 """
 
 from __future__ import annotations
