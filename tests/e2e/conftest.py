@@ -202,3 +202,10 @@ def initialize(port, headers=None):
     status, response_headers, body = post(port, INIT, headers)
     assert status == 200, body
     return response_headers["mcp-session-id"]
+
+
+def events(body: bytes) -> list[dict]:
+    """The messages of a Streamable HTTP answer: one JSON body, or the data of its events."""
+    if body.startswith(b"{"):
+        return [json.loads(body)]
+    return [json.loads(line[6:]) for line in body.split(b"\n") if line.startswith(b"data: ") and line[6:].strip()]

@@ -9,7 +9,7 @@ import json
 import pytest
 
 from tests.core.helpers import AWKWARD_LITERALS
-from tests.e2e.conftest import RawProxy, fake, http_proxy, post, write_config
+from tests.e2e.conftest import RawProxy, events, fake, http_proxy, post, write_config
 
 pytestmark = pytest.mark.e2e
 
@@ -104,12 +104,6 @@ def test_number_literals_and_deep_json_over_stdio(tmp_path):
     assert code == 0, log
     assert "server bad did not start: its initialize result is unusable: serverInfo must be an object" in log
     assert "Traceback" not in log
-
-
-def events(body: bytes) -> list[dict]:
-    if body.startswith(b"{"):
-        return [json.loads(body)]
-    return [json.loads(line[6:]) for line in body.split(b"\n") if line.startswith(b"data: ") and line[6:].strip()]
 
 
 def test_number_literals_and_deep_json_over_http(tmp_path):

@@ -12,7 +12,7 @@ import pytest
 import trio
 import trio_websocket
 
-from tests.e2e.conftest import RawProxy, http_proxy, initialize, post, websocket_requester, write_config
+from tests.e2e.conftest import RawProxy, events, http_proxy, initialize, post, websocket_requester, write_config
 from tests.loopback import free_port, wait_listening
 
 pytestmark = pytest.mark.e2e
@@ -135,7 +135,9 @@ def test_http_front_and_profiles(tmp_path, everything_js, git_repo):
                 status, _, body = post(port, {"jsonrpc": "2.0", "id": id, "method": method, "params": params},
                                        {**auth, "mcp-session-id": session})
                 assert status == 200, body
-                return json.loads(body)
+                # A log line of the call may come first, on the call's own event stream.
+                [answer] = [m for m in events(body) if m.get("id") == id]
+                return answer
             return request
 
         admin, reader = Probe(requester(ADMIN)), Probe(requester(READER))
