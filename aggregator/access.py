@@ -38,7 +38,8 @@ def check_exposure(config: HttpConfig, listen: str, option: str = "--http") -> N
     if not loopback and not config.auth_tokens and not config.allow_unauthenticated_remote:
         raise ConfigError(
             f"refusing to serve on {host} without authentication: set http.auth_tokens, or"
-            " http.allow_unauthenticated_remote = true if the network is trusted")
+            " http.allow_unauthenticated_remote = true if the network is trusted"
+        )
 
 
 class AccessPolicy:
@@ -81,7 +82,6 @@ class AccessPolicy:
                 found = index
         return found
 
-
     def named_profile(self, target: str) -> str | None:
         """The profile a request's path names: "" for the MCP endpoint itself (``/mcp``), the
         name for ``/mcp/<profile>`` when that profile is configured, None for any other path.
@@ -90,8 +90,8 @@ class AccessPolicy:
         endpoint = self._endpoint
         if path == endpoint:
             return ""
-        if path.startswith(endpoint) and path[len(endpoint):len(endpoint) + 1] == "/":
-            name = path[len(endpoint) + 1:]
+        if path.startswith(endpoint) and path[len(endpoint) : len(endpoint) + 1] == "/":
+            name = path[len(endpoint) + 1 :]
             if name in self._profile_names:
                 return name
         return None
@@ -102,13 +102,13 @@ class AccessPolicy:
 
 
 def _hostname(host_and_port: str) -> str:
-    """"[::1]:8000" -> "[::1]", "Example.com:80" -> "example.com"."""
+    """ "[::1]:8000" -> "[::1]", "Example.com:80" -> "example.com"."""
     value = host_and_port.strip().lower().split("/", 1)[0]
     if value.startswith("["):
         end = value.find("]")
         if end == -1:
             return value
-        host, rest = value[: end + 1], value[end + 1:]
+        host, rest = value[: end + 1], value[end + 1 :]
     else:
         host, colon, port = value.partition(":")
         rest = colon + port

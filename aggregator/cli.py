@@ -68,55 +68,83 @@ def _parser() -> argparse.ArgumentParser:
         # Each command its own --log-level: argparse shares a parent parser's actions between
         # its children, so one child's set_defaults would change every other's default.
         p = sub.add_parser(name, **kwargs)
-        p.add_argument("--log-level", default=log_level, choices=["debug", "info", "warning", "error"],
-                       help=f"how much to log to stderr (default: {log_level})")
+        p.add_argument(
+            "--log-level",
+            default=log_level,
+            choices=["debug", "info", "warning", "error"],
+            help=f"how much to log to stderr (default: {log_level})",
+        )
         return p
 
     def with_config(p: argparse.ArgumentParser) -> None:
-        p.add_argument("--config", "-c", default=None, metavar="PATH",
-                       help="aggregator.toml, or a Claude Desktop / Cursor / VS Code JSON file"
-                            f" (default: ./{DEFAULT_CONFIG})")
+        p.add_argument(
+            "--config",
+            "-c",
+            default=None,
+            metavar="PATH",
+            help=f"aggregator.toml, or a Claude Desktop / Cursor / VS Code JSON file (default: ./{DEFAULT_CONFIG})",
+        )
 
-    serve = command("serve", "info", help="run the proxy",
-                           description="Run the proxy. With --stdio it speaks MCP on stdin/stdout.")
+    serve = command(
+        "serve", "info", help="run the proxy", description="Run the proxy. With --stdio it speaks MCP on stdin/stdout."
+    )
     with_config(serve)
-    serve.add_argument("--stdio", action="store_true",
-                       help="serve one client on stdin/stdout (the default when --http is not given)")
-    serve.add_argument("--http", metavar="[HOST:]PORT", default=None,
-                       help="serve MCP over Streamable HTTP at http://HOST:PORT/mcp, and the legacy"
-                            " HTTP+SSE transport at /sse; HOST defaults to 127.0.0.1"
-                            " (default: http.listen from the config)")
-    serve.add_argument("--ws", metavar="[HOST:]PORT", default=None,
-                       help="serve MCP over WebSocket at ws://HOST:PORT/mcp"
-                            " (default: http.websocket_listen from the config)")
+    serve.add_argument(
+        "--stdio", action="store_true", help="serve one client on stdin/stdout (the default when --http is not given)"
+    )
+    serve.add_argument(
+        "--http",
+        metavar="[HOST:]PORT",
+        default=None,
+        help="serve MCP over Streamable HTTP at http://HOST:PORT/mcp, and the legacy"
+        " HTTP+SSE transport at /sse; HOST defaults to 127.0.0.1"
+        " (default: http.listen from the config)",
+    )
+    serve.add_argument(
+        "--ws",
+        metavar="[HOST:]PORT",
+        default=None,
+        help="serve MCP over WebSocket at ws://HOST:PORT/mcp (default: http.websocket_listen from the config)",
+    )
     serve.set_defaults(command="serve", run=_serve)
 
-    tools = command("tools", help="print the merged catalog",
-                           description="Start the servers and print what a client would see.")
+    tools = command(
+        "tools", help="print the merged catalog", description="Start the servers and print what a client would see."
+    )
     with_config(tools)
     tools.add_argument("--json", action="store_true", help="print JSON instead of a table")
-    tools.add_argument("--profile", metavar="NAME", default=None,
-                       help="show what clients of this profile see (default: the default profile)")
-    tools.add_argument("--explain", action="store_true",
-                       help="also list each hidden item and the rule that hid it")
+    tools.add_argument(
+        "--profile",
+        metavar="NAME",
+        default=None,
+        help="show what clients of this profile see (default: the default profile)",
+    )
+    tools.add_argument("--explain", action="store_true", help="also list each hidden item and the rule that hid it")
     tools.set_defaults(command="tools", run=_tools)
 
-    check = command("check", help="validate the config and the servers",
-                           description="Validate the config, start every server, report each"
-                                       " one's status; exit non-zero on any error.")
+    check = command(
+        "check",
+        help="validate the config and the servers",
+        description="Validate the config, start every server, report each one's status; exit non-zero on any error.",
+    )
     with_config(check)
     check.set_defaults(command="check", run=_check)
 
-    approve = command("approve", help="accept tool definitions that changed",
-                             description="Start the servers and accept the current definitions of the tools"
-                                         " the pin-definitions plugin quarantined (all, or those named).")
+    approve = command(
+        "approve",
+        help="accept tool definitions that changed",
+        description="Start the servers and accept the current definitions of the tools"
+        " the pin-definitions plugin quarantined (all, or those named).",
+    )
     with_config(approve)
     approve.add_argument("names", nargs="*", metavar="NAME", help="exposed tool names (default: every changed one)")
     approve.set_defaults(command="approve", run=_approve)
 
-    imp = command("import", help="convert an mcpServers JSON file to TOML",
-                         description="Print the aggregator.toml equivalent of a Claude Desktop,"
-                                     " Cursor or VS Code server list.")
+    imp = command(
+        "import",
+        help="convert an mcpServers JSON file to TOML",
+        description="Print the aggregator.toml equivalent of a Claude Desktop, Cursor or VS Code server list.",
+    )
     imp.add_argument("file", metavar="FILE.json")
     imp.set_defaults(command="import", run=_import)
     return parser
@@ -152,8 +180,10 @@ def _serve(args: argparse.Namespace) -> int:
         if address is not None:
             check_exposure(config.http, address, option)
     if listen is not None and ws_listen is not None and same_listener(listen, ws_listen):
-        raise ConfigError(f"--http {listen} and --ws {ws_listen} name the same address;"
-                          " the WebSocket endpoint needs a port of its own")
+        raise ConfigError(
+            f"--http {listen} and --ws {ws_listen} name the same address;"
+            " the WebSocket endpoint needs a port of its own"
+        )
     stdio = args.stdio or (listen is None and ws_listen is None)
     trio.run(_serve_all, config, path.resolve(), stdio, listen, ws_listen)
     return 0
@@ -200,8 +230,9 @@ async def _serve_all(config: Config, path: Path, stdio: bool, listen: str | None
             raise AggregatorError(cannot_listen)
 
 
-async def _start_endpoints(nursery: trio.Nursery, hub: Hub, config: Config, listen: str | None,
-                           ws_listen: str | None) -> str | None:
+async def _start_endpoints(
+    nursery: trio.Nursery, hub: Hub, config: Config, listen: str | None, ws_listen: str | None
+) -> str | None:
     """Start the network endpoints in the serve nursery; None, or why one cannot listen
     (an address in use, a host that does not resolve, a port that needs privileges)."""
     from aggregator.http_endpoint import StreamableHttpEndpoint
@@ -230,6 +261,7 @@ async def _cancel_on_signals(scope: trio.CancelScope, hub: Hub | None = None) ->
             log.info("received %s; shutting down", signal.Signals(signum).name)
             if hub is not None:
                 async with trio.open_nursery() as nursery:
+
                     async def second_signal() -> None:
                         async for _ in signals:
                             log.info("second signal: stopping now")
@@ -248,13 +280,22 @@ async def _greet(hub: Hub, path: Path) -> None:
     await hub.startup_done.wait()
     lines = ["", f"aggregator {__version__} is serving MCP on stdin/stdout.", "Servers:"]
     lines += _status_lines(hub)
-    snippet = {"mcpServers": {"aggregator": {
-        "command": _own_command(),
-        "args": ["serve", "--stdio", "--config", str(path)],
-    }}}
-    lines += ["", "An MCP client starts it itself. Paste this into its mcpServers config:",
-              json.dumps(snippet, indent=2), "",
-              "Type JSON-RPC here to talk to it by hand; Ctrl-D stops it.", ""]
+    snippet = {
+        "mcpServers": {
+            "aggregator": {
+                "command": _own_command(),
+                "args": ["serve", "--stdio", "--config", str(path)],
+            }
+        }
+    }
+    lines += [
+        "",
+        "An MCP client starts it itself. Paste this into its mcpServers config:",
+        json.dumps(snippet, indent=2),
+        "",
+        "Type JSON-RPC here to talk to it by hand; Ctrl-D stops it.",
+        "",
+    ]
     print("\n".join(lines), file=sys.stderr, flush=True)
 
 
@@ -273,9 +314,7 @@ def _status_lines(hub: Hub, *, only_down: bool = False) -> list[str]:
     for name, upstream in hub.upstreams.items():
         if only_down and upstream.state == "ready":
             continue
-        counts = ", ".join(
-            f"{len(hub.catalog.items_of(name, kind))} {_label(kind)}" for kind in KINDS
-        )
+        counts = ", ".join(f"{len(hub.catalog.items_of(name, kind))} {_label(kind)}" for kind in KINDS)
         if upstream.state == "ready":
             lines.append(f"  {name:<20} ready    {counts}")
         else:
@@ -324,17 +363,24 @@ def _tools(args: argparse.Namespace) -> int:
                 key = KEY_OF[kind]
                 exposed = item.get(key)
                 route = _route_of(catalog, kind, exposed)
-                rows.append({
-                    "name": exposed,
-                    "server": route.server if route else None,
-                    "original": route.original if route else None,
-                    "title": item.get("title") or (item.get("annotations") or {}).get("title"),
-                    "description": item.get("description"),
-                })
+                rows.append(
+                    {
+                        "name": exposed,
+                        "server": route.server if route else None,
+                        "original": route.original if route else None,
+                        "title": item.get("title") or (item.get("annotations") or {}).get("title"),
+                        "description": item.get("description"),
+                    }
+                )
             out[kind] = rows
         out["down"] = _status_lines(hub, only_down=True)
-        out["hidden"] = {kind: [{"server": server, "original": original, "rule": reason}
-                                for server, original, reason in catalog.hidden[kind]] for kind in KINDS}
+        out["hidden"] = {
+            kind: [
+                {"server": server, "original": original, "rule": reason}
+                for server, original, reason in catalog.hidden[kind]
+            ]
+            for kind in KINDS
+        }
         return out
 
     catalog = trio.run(_with_started_hub, config, collect)
@@ -389,15 +435,22 @@ def _route_of(catalog: Any, kind: str, exposed: str) -> Any:
 def _check(args: argparse.Namespace) -> int:
     config, path = _config(args)
     # What serve would refuse, check refuses too.
-    for option, address in (("http.listen", config.http.listen),
-                            ("http.websocket_listen", config.http.websocket_listen)):
+    for option, address in (
+        ("http.listen", config.http.listen),
+        ("http.websocket_listen", config.http.websocket_listen),
+    ):
         if address is not None:
             check_exposure(config.http, address, option)
-    lines, collisions, ok = trio.run(_with_started_hub, config, lambda hub: (
-        _status_lines(hub),
-        [c for kind in KINDS for c in hub.catalog.collisions[kind]],
-        all(u.state == "ready" for u in hub.upstreams.values())),
-        lambda: print(f"config {path}: ok ({len(config.servers)} servers)", flush=True))
+    lines, collisions, ok = trio.run(
+        _with_started_hub,
+        config,
+        lambda hub: (
+            _status_lines(hub),
+            [c for kind in KINDS for c in hub.catalog.collisions[kind]],
+            all(u.state == "ready" for u in hub.upstreams.values()),
+        ),
+        lambda: print(f"config {path}: ok ({len(config.servers)} servers)", flush=True),
+    )
     print("\n".join(lines))
     for collision in collisions:
         print(f"  note: name collision: {collision}")
@@ -414,11 +467,15 @@ def _approve(args: argparse.Namespace) -> int:
 
     found, approved = trio.run(_with_started_hub, config, approve)
     if not found:
-        raise ConfigError("no plugin here approves definitions: add [[plugins]] use = \"pin-definitions\"")
+        raise ConfigError('no plugin here approves definitions: add [[plugins]] use = "pin-definitions"')
     missing = sorted(set(args.names) - set(approved))
     if missing:
-        print("aggregator: no quarantined tool named " + ", ".join(missing)
-              + " (not changed since it was pinned, or no such tool)", file=sys.stderr)
+        print(
+            "aggregator: no quarantined tool named "
+            + ", ".join(missing)
+            + " (not changed since it was pinned, or no such tool)",
+            file=sys.stderr,
+        )
     print("approved: " + (", ".join(approved) if approved else "nothing (no definition has changed)"))
     return 1 if missing else 0
 
@@ -435,6 +492,7 @@ def _import(args: argparse.Namespace) -> int:
     import tomllib
 
     from aggregator.config import structure_config
+
     structure_config(tomllib.loads(text), environ=_AnyEnviron(), source="(converted)")
     sys.stdout.write(f"# converted from {path}\n{text}")
     return 0

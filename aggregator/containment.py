@@ -42,8 +42,9 @@ def readable_id(raw: bytes | None) -> Any:
 
 def internal_error(raw: bytes | None = None) -> dict[str, Any]:
     """The answer to a message whose handling failed: -32603, its id when readable, no detail."""
-    return error_response(readable_id(raw), INTERNAL_ERROR, INTERNAL_MESSAGE,
-                          {"source": "aggregator", "reason": "internal"})
+    return error_response(
+        readable_id(raw), INTERNAL_ERROR, INTERNAL_MESSAGE, {"source": "aggregator", "reason": "internal"}
+    )
 
 
 async def contained(what: str, function: Callable[..., Awaitable[Any]], *args: Any) -> None:

@@ -136,7 +136,8 @@ class MessageQueue:
         """Send everything waiting as SSE events, in one chunk (built with one copy)."""
         stream = self.stream_id
         chunk, size = self.log.take_all_framed(
-            lambda number, _: b"id: %d-%d\nevent: message\ndata: " % (stream, number), b"\n\n")
+            lambda number, _: b"id: %d-%d\nevent: message\ndata: " % (stream, number), b"\n\n"
+        )
         self.owner.waiting -= size
         framing = len(chunk) - size  # while it is written, the chunk costs its framing too
         owner = self.owner
@@ -256,21 +257,32 @@ class HttpSession:
         budget is dropped (after the hub's batch, never in the middle of it)."""
         self.dirty = False
         if self.over_limit and not self.closed:
-            log.error("http session %d dropped: %s (it does not read its streams); its requests are cancelled",
-                      self.key, self.drop_reason or f"more than {self.limit} bytes are waiting for it")
+            log.error(
+                "http session %d dropped: %s (it does not read its streams); its requests are cancelled",
+                self.key,
+                self.drop_reason or f"more than {self.limit} bytes are waiting for it",
+            )
             self._close_queues()
             self.endpoint._end_session(self)
 
     def blocked(self) -> bool:
         """Whether a write to one of its streams waits for the client to read."""
-        return any(queue.blocked() for queue in {*self.requests.values(), *self.streams.values(), self.get_stream}
-                   if queue is not None)
+        return any(
+            queue.blocked()
+            for queue in {*self.requests.values(), *self.streams.values(), self.get_stream}
+            if queue is not None
+        )
 
     def last_progress(self) -> float:
         """When a write to any of its streams last got bytes out."""
-        return max((queue.last_progress() for queue in {*self.requests.values(), *self.streams.values(),
-                                                         self.get_stream} if queue is not None),
-                   default=self.progress_at)
+        return max(
+            (
+                queue.last_progress()
+                for queue in {*self.requests.values(), *self.streams.values(), self.get_stream}
+                if queue is not None
+            ),
+            default=self.progress_at,
+        )
 
     def shed(self, reason: str) -> None:
         """Drop this session to free memory: its queues close now, it ends at ``flush``."""
@@ -297,8 +309,9 @@ class HttpSession:
 class LegacySession:
     """A 2024-11-05 HTTP+SSE session: everything goes on its one event stream."""
 
-    def __init__(self, session_id: str, principal: int | None, limit: int,
-                 endpoint: StreamableHttpEndpoint | None = None) -> None:
+    def __init__(
+        self, session_id: str, principal: int | None, limit: int, endpoint: StreamableHttpEndpoint | None = None
+    ) -> None:
         self.endpoint = endpoint
         self.id = session_id
         self.principal = principal
@@ -319,8 +332,11 @@ class LegacySession:
     def flush(self) -> None:
         self.dirty = False
         if self.over_limit and self.endpoint is not None and self.id in self.endpoint.legacy:
-            log.error("legacy sse session %d dropped: %s (it does not read its stream); its requests are cancelled",
-                      self.key, self.drop_reason or f"more than {self.limit} bytes are waiting for it")
+            log.error(
+                "legacy sse session %d dropped: %s (it does not read its stream); its requests are cancelled",
+                self.key,
+                self.drop_reason or f"more than {self.limit} bytes are waiting for it",
+            )
             self.shed("")  # wakes its handler, which ends the stream
             # Gone at once, even while a write to it hangs.
             self.endpoint.legacy.pop(self.id, None)
@@ -353,9 +369,14 @@ class StreamableHttpEndpoint:
         self.config = config
         self.sessions: dict[str, HttpSession] = {}
         self.legacy: dict[str, LegacySession] = {}
-        self.limits = HttpLimits(config.max_body_bytes, config.max_header_bytes, config.header_timeout,
-                                 body_timeout=config.body_timeout, write_timeout=config.write_timeout,
-                                 keepalive_timeout=config.keepalive_timeout)
+        self.limits = HttpLimits(
+            config.max_body_bytes,
+            config.max_header_bytes,
+            config.header_timeout,
+            body_timeout=config.body_timeout,
+            write_timeout=config.write_timeout,
+            keepalive_timeout=config.keepalive_timeout,
+        )
         self.admission = hub.admission
         self._nursery: trio.Nursery | None = None
         self.access = AccessPolicy(config, hub.config.profiles)
@@ -366,8 +387,12 @@ class StreamableHttpEndpoint:
         host, port = parse_listen(listen)
         listeners = await trio.open_tcp_listeners(port, host=host)
         addresses = [listener.socket.getsockname() for listener in listeners]
-        log.info("serving MCP over Streamable HTTP at %s", ", ".join(
-            f"http://{a[0] if ':' not in a[0] else '[' + a[0] + ']'}:{a[1]}{self.config.path}" for a in addresses))
+        log.info(
+            "serving MCP over Streamable HTTP at %s",
+            ", ".join(
+                f"http://{a[0] if ':' not in a[0] else '[' + a[0] + ']'}:{a[1]}{self.config.path}" for a in addresses
+            ),
+        )
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
             nursery.start_soon(self._expire_idle_sessions)
@@ -434,8 +459,11 @@ class StreamableHttpEndpoint:
         }.get(path, {"POST": self._post, "GET": self._get, "DELETE": self._delete})
         handler = handlers.get(request.method)
         if handler is None:
-            await connection.respond(405, [("allow", ", ".join(handlers)), JSON],
-                                     dumps(error_response(None, INVALID_REQUEST, "method not allowed")))
+            await connection.respond(
+                405,
+                [("allow", ", ".join(handlers)), JSON],
+                dumps(error_response(None, INVALID_REQUEST, "method not allowed")),
+            )
             return
         await handler(connection, request)
 
@@ -456,13 +484,20 @@ class StreamableHttpEndpoint:
         if session is None and not _is_session_id(session_id):
             return None, 400, "Bad request: Mcp-Session-Id must be 1 to 128 visible ASCII characters"
         named = self.access.named_profile(request.path)
-        if (session is None or session.closed or session.principal != self.access.principal(request.headers)
-                or (named and named != session.profile)):
+        if (
+            session is None
+            or session.closed
+            or session.principal != self.access.principal(request.headers)
+            or (named and named != session.profile)
+        ):
             return None, 404, "Session not found: it ended or never existed; initialize again"
         version = request.headers.get("mcp-protocol-version")
         if version is not None and version not in SUPPORTED:
-            return None, 400, (f"Bad request: unsupported MCP-Protocol-Version {version[:40]!r}"
-                               f" (supported: {', '.join(SUPPORTED)})")
+            return (
+                None,
+                400,
+                (f"Bad request: unsupported MCP-Protocol-Version {version[:40]!r} (supported: {', '.join(SUPPORTED)})"),
+            )
         session.last_seen = trio.current_time()
         return session, 200, ""
 
@@ -473,8 +508,9 @@ class StreamableHttpEndpoint:
             return
         accept = request.headers.get("accept", "*/*").lower()
         if not any(kind in accept for kind in ("application/json", "text/event-stream", "*/*")):
-            await self._reject(connection, 406, INVALID_REQUEST,
-                               "Not acceptable: accept application/json and text/event-stream")
+            await self._reject(
+                connection, 406, INVALID_REQUEST, "Not acceptable: accept application/json and text/event-stream"
+            )
             return
         decoded = await self._decode(connection, request)
         if decoded is None:
@@ -488,8 +524,9 @@ class StreamableHttpEndpoint:
             if kind == REQUEST and message["method"] == DISCOVER:
                 await connection.respond(status, [JSON], dumps(discover_refused(message["id"])))
             else:
-                await self._reject(connection, status, INVALID_REQUEST, reason,
-                                   message.get("id") if kind == REQUEST else None)
+                await self._reject(
+                    connection, status, INVALID_REQUEST, reason, message.get("id") if kind == REQUEST else None
+                )
             return
         if kind != REQUEST:
             self.hub.dispatch_now(await self.hub.client_event(session.key, kind, message))
@@ -499,17 +536,26 @@ class StreamableHttpEndpoint:
 
     async def _initialize(self, connection: HttpConnection, request: Request, message: dict[str, Any]) -> None:
         if "mcp-session-id" in request.headers:
-            await self._reject(connection, 400, INVALID_REQUEST,
-                               "Bad request: initialize starts a session; send it without Mcp-Session-Id",
-                               message["id"])
+            await self._reject(
+                connection,
+                400,
+                INVALID_REQUEST,
+                "Bad request: initialize starts a session; send it without Mcp-Session-Id",
+                message["id"],
+            )
             return
         principal = self.access.principal(request.headers)
         profile = self.access.profile(principal)
         named = self.access.named_profile(request.path)
         if named:  # /mcp/<profile>: that profile, if the token (when tokens are used) gives it
             if principal is not None and profile != named:
-                await self._reject(connection, 403, INVALID_REQUEST,
-                                   f"this token does not give access to profile {named!r}", message["id"])
+                await self._reject(
+                    connection,
+                    403,
+                    INVALID_REQUEST,
+                    f"this token does not give access to profile {named!r}",
+                    message["id"],
+                )
                 return
             profile = named
         refusal = self.admission.admit_session()
@@ -530,14 +576,22 @@ class StreamableHttpEndpoint:
                 self._end_session(session)
 
     async def _exchange(
-        self, connection: HttpConnection, session: HttpSession, message: dict[str, Any],
+        self,
+        connection: HttpConnection,
+        session: HttpSession,
+        message: dict[str, Any],
         headers: list[tuple[str, str]] | None = None,
     ) -> bool:
         """Feed one request to the router and send what belongs to it; True if answered OK."""
         id = message["id"]
         if id in session.requests:
-            await self._reject(connection, 400, INVALID_REQUEST,
-                               "Invalid request: this id is already in use by a request in flight", id)
+            await self._reject(
+                connection,
+                400,
+                INVALID_REQUEST,
+                "Invalid request: this id is already in use by a request in flight",
+                id,
+            )
             return False
         queue = session.new_queue()
         queue.request_id = id
@@ -552,7 +606,11 @@ class StreamableHttpEndpoint:
             raise
 
     async def _answer(
-        self, connection: HttpConnection, session: HttpSession, queue: MessageQueue, message: dict[str, Any],
+        self,
+        connection: HttpConnection,
+        session: HttpSession,
+        queue: MessageQueue,
+        message: dict[str, Any],
         headers: list[tuple[str, str]],
     ) -> bool:
         id = message["id"]
@@ -585,8 +643,9 @@ class StreamableHttpEndpoint:
                         # once can still resume it (2025-11-25), and the delay to resume
                         # after: half the grace period it has to, at most a second.
                         retry = min(1000, int(self.config.stream_drop_grace * 500))
-                        if not await connection.send_chunk(f"id: {queue.stream_id}-0\nretry: {retry}\ndata: \n\n"
-                                                           .encode()):
+                        if not await connection.send_chunk(
+                            f"id: {queue.stream_id}-0\nretry: {retry}\ndata: \n\n".encode()
+                        ):
                             break
                 # Everything that waits goes in one write: a client that reads promptly
                 # keeps up with any burst.
@@ -598,8 +657,13 @@ class StreamableHttpEndpoint:
                     break
         if queue.overflowed:  # the session was dropped: it did not read what it was sent
             if not streaming:
-                await self._reject(connection, 404, INVALID_REQUEST, "Session ended: more was waiting for it than"
-                                   " the aggregator holds for one client; initialize again", id)
+                await self._reject(
+                    connection,
+                    404,
+                    INVALID_REQUEST,
+                    "Session ended: more was waiting for it than the aggregator holds for one client; initialize again",
+                    id,
+                )
             else:
                 connection.closed = True
             return False
@@ -618,8 +682,14 @@ class StreamableHttpEndpoint:
 
     def _start_grace(self, session: HttpSession, id: Any, queue: MessageQueue) -> None:
         assert self._nursery is not None
-        self._nursery.start_soon(contained, f"http session {session.key}: the grace period of request {id!r}",
-                                 self._cancel_after_grace, session, id, queue)
+        self._nursery.start_soon(
+            contained,
+            f"http session {session.key}: the grace period of request {id!r}",
+            self._cancel_after_grace,
+            session,
+            id,
+            queue,
+        )
 
     async def _cancel_after_grace(self, session: HttpSession, id: Any, queue: MessageQueue) -> None:
         await trio.sleep(self.config.stream_drop_grace)
@@ -635,8 +705,18 @@ class StreamableHttpEndpoint:
         if session.requests.get(id) is not queue or session.closed:
             return
         del session.requests[id]
-        self.hub.dispatch_now(self.hub.router.client_message(session.key, dumps({
-            "jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": id, "reason": reason}})))
+        self.hub.dispatch_now(
+            self.hub.router.client_message(
+                session.key,
+                dumps(
+                    {
+                        "jsonrpc": "2.0",
+                        "method": "notifications/cancelled",
+                        "params": {"requestId": id, "reason": reason},
+                    }
+                ),
+            )
+        )
 
     async def _get(self, connection: HttpConnection, request: Request) -> None:
         accept = request.headers.get("accept", "").lower()
@@ -652,8 +732,12 @@ class StreamableHttpEndpoint:
         if last_event_id is not None:
             position = EVENT_ID.fullmatch(last_event_id.strip())
             if position is None:
-                await self._reject(connection, 400, INVALID_REQUEST, "Bad request: Last-Event-ID must be the id of"
-                                   " an event this server sent, like 3-17")
+                await self._reject(
+                    connection,
+                    400,
+                    INVALID_REQUEST,
+                    "Bad request: Last-Event-ID must be the id of an event this server sent, like 3-17",
+                )
                 return
             resume = self._resumable(session, int(position[1]), int(position[2]))
         if resume is not None and resume[0].request_id is not None:
@@ -724,8 +808,9 @@ class StreamableHttpEndpoint:
             log.info("legacy sse session %d: closed", session.key)
 
     async def _legacy_post(self, connection: HttpConnection, request: Request, *, query: str) -> None:
-        session_id = next((value for key, _, value in (part.partition("=") for part in query.split("&"))
-                           if key == "session_id"), None)
+        session_id = next(
+            (value for key, _, value in (part.partition("=") for part in query.split("&")) if key == "session_id"), None
+        )
         session = self.legacy.get(session_id or "")
         if session is None or session.principal != self.access.principal(request.headers):
             await self._reject(connection, 404, INVALID_REQUEST, "Session not found: open the SSE stream again")
@@ -735,8 +820,9 @@ class StreamableHttpEndpoint:
             self.hub.dispatch_now(await self.hub.client_event(session.key, *decoded))
             await connection.respond(202, [("content-type", "text/plain")], b"Accepted")
 
-    async def _decode(self, connection: HttpConnection, request: Request,
-                      session: Any = None) -> tuple[int, dict[str, Any]] | None:
+    async def _decode(
+        self, connection: HttpConnection, request: Request, session: Any = None
+    ) -> tuple[int, dict[str, Any]] | None:
         """The body's one JSON-RPC message, or None after answering 400 with the error."""
         try:
             return decode_message(request.body, self.hub.router.max_json_depth)
@@ -758,8 +844,9 @@ class StreamableHttpEndpoint:
     ) -> None:
         """Continue a request's event stream that the client lost, where it left off."""
         queue.resumed = True
-        log.info("http session %d: resuming the stream of request %r after event %d",
-                 session.key, queue.request_id, after)
+        log.info(
+            "http session %d: resuming the stream of request %r after event %d", session.key, queue.request_id, after
+        )
         if not await connection.start_stream([]) or not await connection.send_chunk(queue.replay_after(after)):
             queue.resumed = False
             return
@@ -798,12 +885,17 @@ class StreamableHttpEndpoint:
         open_requests = list(session.requests.items())
         session.requests.clear()
         for id, queue in open_requests:
-            queue.push(dumps(proxy_error(id, "The session ended before this request was answered",
-                                         reason="unavailable")), final=True)
+            queue.push(
+                dumps(proxy_error(id, "The session ended before this request was answered", reason="unavailable")),
+                final=True,
+            )
         if session.get_stream is not None:
             session.get_stream.push(b"", final=True)  # wakes the GET handler, which ends
-        log.info("http session %d: closed%s", session.key,
-                 f"; answered {len(open_requests)} request(s) still open" if open_requests else "")
+        log.info(
+            "http session %d: closed%s",
+            session.key,
+            f"; answered {len(open_requests)} request(s) still open" if open_requests else "",
+        )
 
 
 def _is_session_id(value: str) -> bool:
@@ -811,12 +903,11 @@ def _is_session_id(value: str) -> bool:
     return 0 < len(value) <= 128 and value.isascii() and value.isprintable() and " " not in value
 
 
-
-
 @asynccontextmanager
 async def _until_client_leaves(connection: HttpConnection) -> AsyncIterator[None]:
     """Run the body, cancelling it if the client closes the connection meanwhile."""
     async with trio.open_nursery() as nursery:
+
         async def watch() -> None:
             await connection.watch_disconnect()
             nursery.cancel_scope.cancel()

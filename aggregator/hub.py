@@ -79,13 +79,22 @@ class Hub:
         self.plugins.catalog_changed = lambda: self._catalog_hooks_ran.set()
 
         def catalog_for(profile: str | None) -> Catalog:
-            return Catalog(servers, proxy.separator, proxy.page_size, store=store,
-                           policy=ProfilePolicy(config, profile), max_name_length=proxy.max_name_length,
-                           charset=proxy.name_charset, plugins=self.plugins)
+            return Catalog(
+                servers,
+                proxy.separator,
+                proxy.page_size,
+                store=store,
+                policy=ProfilePolicy(config, profile),
+                max_name_length=proxy.max_name_length,
+                charset=proxy.name_charset,
+                plugins=self.plugins,
+            )
 
         self.catalog = catalog_for(None)
         self.router = Router(
-            self.catalog, servers, clock=trio.current_time,
+            self.catalog,
+            servers,
+            clock=trio.current_time,
             server_requests=proxy.server_requests,
             roots=None if proxy.roots is None else [{"uri": uri} for uri in proxy.roots],
             list_changed_debounce=proxy.list_changed_debounce,
@@ -97,8 +106,9 @@ class Hub:
         )
         self.upstreams = {server.name: UpstreamSession(self, server) for server in servers}
         # The network endpoints' shared caps (connections, sessions); none while draining.
-        self.admission = Admission(config.http.max_connections, config.http.max_sessions,
-                                   draining=lambda: self.router.draining)
+        self.admission = Admission(
+            config.http.max_connections, config.http.max_sessions, draining=lambda: self.router.draining
+        )
         self._initial = set(self.upstreams)
         # Where each client session's messages go: an Outbox for a stream transport, an
         # HTTP session, a WebSocket sink. Each drops its own client when it is past its budget.
@@ -183,8 +193,7 @@ class Hub:
             await self._all_settled.wait()
         waiting = [name for name, up in self.upstreams.items() if up.state in ("starting", "down")]
         if waiting:
-            log.warning("startup: serving without %s (not ready yet; they join when ready)",
-                        ", ".join(waiting))
+            log.warning("startup: serving without %s (not ready yet; they join when ready)", ", ".join(waiting))
         self.router.startup_completed()
         self.startup_done.set()
 
@@ -224,8 +233,9 @@ class Hub:
 
     def _server_request_allowed(self, server: str, method: str, params: dict[str, Any]) -> bool:
         """The per-server policy for sampling, elicitation and roots requests, then plugins."""
-        return (server_request_allowed(self.config, server, method)
-                and self.plugins.server_request(ServerRequest(server, method, params)))
+        return server_request_allowed(self.config, server, method) and self.plugins.server_request(
+            ServerRequest(server, method, params)
+        )
 
     # --- the one way in for clients' messages ---------------------------------------------
 
@@ -286,8 +296,9 @@ class Hub:
         self._nursery.start_soon(self._hooked_request, key, message, scope, server, timeout)
         return []
 
-    async def _hooked_request(self, key: int, message: dict[str, Any], scope: trio.CancelScope,
-                              server: str, seconds: float) -> None:
+    async def _hooked_request(
+        self, key: int, message: dict[str, Any], scope: trio.CancelScope, server: str, seconds: float
+    ) -> None:
         id = message["id"]
         try:
             with scope:
@@ -295,18 +306,34 @@ class Hub:
                 commands = answered if answered is not None else await self._routed(key, REQUEST, message)
             if scope.cancelled_caught:
                 if key in self.clients and trio.current_time() >= scope.deadline:
-                    log.warning("client %d: request hooks did not decide on %s within %gs", key,
-                                message["method"], seconds)
-                    self.dispatch_now([ToClient(key, proxy_error(
-                        id, f"Plugins did not decide on this request within {seconds:g}s",
-                        reason="timeout", server=server))])
+                    log.warning(
+                        "client %d: request hooks did not decide on %s within %gs", key, message["method"], seconds
+                    )
+                    self.dispatch_now(
+                        [
+                            ToClient(
+                                key,
+                                proxy_error(
+                                    id,
+                                    f"Plugins did not decide on this request within {seconds:g}s",
+                                    reason="timeout",
+                                    server=server,
+                                ),
+                            )
+                        ]
+                    )
                 return
             self.dispatch_now(commands)
         except Exception:  # noqa: BLE001 - one request's failure, never its client's session
             log.exception("client %d: internal error running request hooks for %s", key, message["method"])
             if key in self.clients:
-                self.dispatch_now([ToClient(key, proxy_error(id, "Internal error in the aggregator",
-                                                             reason="internal", server=server))])
+                self.dispatch_now(
+                    [
+                        ToClient(
+                            key, proxy_error(id, "Internal error in the aggregator", reason="internal", server=server)
+                        )
+                    ]
+                )
         finally:
             self._hooking.pop((key, id), None)
 
@@ -324,8 +351,11 @@ class Hub:
             data: dict[str, Any] = {"source": "aggregator", "reason": denial.reason, "server": server}
             if denial.retry_after is not None:
                 data["retry_after"] = round(denial.retry_after, 3)
-            answer = {"jsonrpc": "2.0", "id": message["id"],
-                      "error": {"code": INVALID_REQUEST, "message": denial.message, "data": data}}
+            answer = {
+                "jsonrpc": "2.0",
+                "id": message["id"],
+                "error": {"code": INVALID_REQUEST, "message": denial.message, "data": data},
+            }
             self.plugins.response(Response(request, None, answer["error"], 0.0), self._background)
             return [ToClient(key, answer)]
         if request.answer is not None:
@@ -364,8 +394,7 @@ class Hub:
         request = self._watched.pop((session, message.get("id")), None)
         if request is None:
             return
-        response = Response(request, message.get("result"), message.get("error"),
-                            time.monotonic() - request.started)
+        response = Response(request, message.get("result"), message.get("error"), time.monotonic() - request.started)
         self.plugins.response(response, self._background)
         if response.result is not None and "result" in message:
             message["result"] = response.result
@@ -422,8 +451,9 @@ class Hub:
             upstream.control_reply(command.message)
 
     def _start_upstream(self, command: StartUpstream) -> None:
-        upstream = UpstreamSession(self, self.config.servers[command.server], name=command.name,
-                                   client_capabilities=command.capabilities)
+        upstream = UpstreamSession(
+            self, self.config.servers[command.server], name=command.name, client_capabilities=command.capabilities
+        )
         self.upstreams[command.name] = upstream
         assert self._nursery is not None
         self._nursery.start_soon(self._run_session_upstream, upstream, name=f"upstream {command.name}")
@@ -493,9 +523,11 @@ class Hub:
         memory = self.client_memory
         try:
             while memory.total > memory.limit:
-                stalled = [client for client in self.clients.values()
-                           if client.held > 0 and now - client.last_progress() >= STALLED_AFTER
-                           and client.blocked()]
+                stalled = [
+                    client
+                    for client in self.clients.values()
+                    if client.held > 0 and now - client.last_progress() >= STALLED_AFTER and client.blocked()
+                ]
                 if not stalled:
                     self._shed_recheck_at = now + SHED_RECHECK
                     if not self._shed_pending and self._nursery is not None:
@@ -505,13 +537,19 @@ class Hub:
                         self._nursery.start_soon(self._shed_later)
                     if now >= self._shed_warned_at:
                         self._shed_warned_at = now + 10.0
-                        log.warning("all clients together hold %d bytes, more than %d, and every one of them is"
-                                    " reading; nobody is dropped", memory.total, memory.limit)
+                        log.warning(
+                            "all clients together hold %d bytes, more than %d, and every one of them is"
+                            " reading; nobody is dropped",
+                            memory.total,
+                            memory.limit,
+                        )
                     return
                 victim = min(stalled, key=lambda client: client.last_progress())
                 held = victim.held
-                victim.shed(f"all clients together hold more than {memory.limit} bytes; it holds {held} of them"
-                            f" and has read nothing for {now - victim.last_progress():.1f}s")
+                victim.shed(
+                    f"all clients together hold more than {memory.limit} bytes; it holds {held} of them"
+                    f" and has read nothing for {now - victim.last_progress():.1f}s"
+                )
                 if not victim.dirty:
                     victim.dirty = True
                     self._dirty.append(victim)
@@ -523,5 +561,11 @@ class Hub:
 
 
 def _already_in_flight(key: int, id: Any) -> ToClient:
-    return ToClient(key, {"jsonrpc": "2.0", "id": id, "error": {
-        "code": INVALID_REQUEST, "message": f"Invalid request: id {id!r} is already in flight"}})
+    return ToClient(
+        key,
+        {
+            "jsonrpc": "2.0",
+            "id": id,
+            "error": {"code": INVALID_REQUEST, "message": f"Invalid request: id {id!r} is already in flight"},
+        },
+    )

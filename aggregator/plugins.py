@@ -165,8 +165,12 @@ class Plugins:
                 if inspect.iscoroutinefunction(getattr(plugin, hook, None)):
                     raise ConfigError(f"plugin {_name(plugin)}: its {hook} hook must be a plain function")
             for attribute, hook in misspelled_hooks(plugin).items():
-                log.warning("plugin %s: %s is not a hook, so it is never called (did you mean %s?)",
-                            _name(plugin), attribute, hook)
+                log.warning(
+                    "plugin %s: %s is not a hook, so it is never called (did you mean %s?)",
+                    _name(plugin),
+                    attribute,
+                    hook,
+                )
         # Called (by the catalog hooks' runner, inside the core) when after_catalog hooks
         # are due; the hub sets it to wake the task that runs them outside the core.
         self.catalog_changed: Callable[[], None] = lambda: None
@@ -210,8 +214,9 @@ class Plugins:
             with trio.move_on_after(DONE_TIMEOUT, shield=True) as scope:
                 await _lifecycle(plugin, "done")
             if scope.cancelled_caught:
-                log.warning("plugin %s: done hook did not finish within %gs; going on without it",
-                            _name(plugin), DONE_TIMEOUT)
+                log.warning(
+                    "plugin %s: done hook did not finish within %gs; going on without it", _name(plugin), DONE_TIMEOUT
+                )
 
     async def request(self, request: Request) -> None:
         """Run the request hooks; raise Deny to refuse (any other failure becomes one)."""
@@ -224,8 +229,9 @@ class Plugins:
                 raise
             except Exception as exc:  # noqa: BLE001 - a broken plugin fails closed
                 log.exception("plugin %s: request hook failed", _name(plugin))
-                raise Deny(f"refused: plugin {_name(plugin)} failed ({type(exc).__name__})",
-                           reason="plugin_failed") from None
+                raise Deny(
+                    f"refused: plugin {_name(plugin)} failed ({type(exc).__name__})", reason="plugin_failed"
+                ) from None
             if request.answer is not None:
                 return
 
@@ -320,8 +326,12 @@ def load_plugins(specs: list[Any], config_dir: Path | None = None) -> Plugins:
         raise ConfigError(problems)
     for _, use, _, paths in listed:
         if len(paths) > 1:
-            log.warning("plugin %s is listed %d times with the same options (%s): each copy runs every hook",
-                        use, len(paths), ", ".join(paths))
+            log.warning(
+                "plugin %s is listed %d times with the same options (%s): each copy runs every hook",
+                use,
+                len(paths),
+                ", ".join(paths),
+            )
     return Plugins(plugins)
 
 

@@ -49,8 +49,14 @@ async def serve_stream_session(
         outbox.abort()
         session.cancel()
 
-    outbox = Outbox(send, limit=proxy.client_buffer_bytes, name=label, write_timeout=proxy.client_write_timeout,
-                    on_congestion=congested, memory=hub.client_memory)
+    outbox = Outbox(
+        send,
+        limit=proxy.client_buffer_bytes,
+        name=label,
+        write_timeout=proxy.client_write_timeout,
+        on_congestion=congested,
+        memory=hub.client_memory,
+    )
     key = hub.add_client(outbox)
     log.info("%s: client session %d opened", label, key)
     ended_by_client = False
@@ -85,6 +91,7 @@ async def serve_stream_session(
 async def _finish_in_flight(hub: Hub, key: int, seconds: float, label: str) -> None:
     """Wait until this client's requests in flight are answered, for ``seconds`` at most;
     what is left is cancelled upstream when the client is removed."""
+
     def in_flight() -> int:
         client = hub.router.session_info(key)
         return client.in_flight if client is not None else 0
@@ -98,8 +105,9 @@ async def _finish_in_flight(hub: Hub, key: int, seconds: float, label: str) -> N
             await trio.sleep(0.01)
     waiting = in_flight()
     if waiting:
-        log.warning("%s: %d request(s) still in flight %gs after end of input; cancelling them", label,
-                    waiting, seconds)
+        log.warning(
+            "%s: %d request(s) still in flight %gs after end of input; cancelling them", label, waiting, seconds
+        )
 
 
 async def _read_client(
@@ -117,15 +125,17 @@ async def _read_client(
         for line in splitter.feed(data):
             if type(line) is OversizedLine:
                 log.warning("client %d: refused a %d-byte message (limit %d)", key, line.size, limit)
-                outbox.put_message(error_response(
-                    None, INVALID_REQUEST, f"Invalid request: message larger than {limit} bytes"))
+                outbox.put_message(
+                    error_response(None, INVALID_REQUEST, f"Invalid request: message larger than {limit} bytes")
+                )
                 outbox.flush()
                 continue
             try:
                 hub.dispatch(await hub.client_message(key, line))
             except Exception:
-                log.exception("%s: internal error handling a message of client session %d; closing this session",
-                              label, key)
+                log.exception(
+                    "%s: internal error handling a message of client session %d; closing this session", label, key
+                )
                 outbox.put_message(internal_error(line))
                 outbox.flush()
                 return False

@@ -77,7 +77,11 @@ class _Reply:
 
 class UpstreamSession:
     def __init__(
-        self, hub: UpstreamHost, config: ServerConfig, *, name: str | None = None,
+        self,
+        hub: UpstreamHost,
+        config: ServerConfig,
+        *,
+        name: str | None = None,
         client_capabilities: dict[str, Any] | None = None,
     ) -> None:
         self.hub = hub
@@ -152,13 +156,15 @@ class UpstreamSession:
             self.hub.server_settled(self.name)
             if trio.current_time() - started > HEALTHY_RESET:
                 attempt = 0
-            delay = random.uniform(
-                0, min(proxy.restart_backoff_max, proxy.restart_backoff_initial * 2**attempt)
-            )
+            delay = random.uniform(0, min(proxy.restart_backoff_max, proxy.restart_backoff_initial * 2**attempt))
             attempt += 1
             self.log.warning(
                 "server %s %s: %s; starting it again in %.1fs (attempt %d)%s",
-                self.name, "lost" if was_ready else "did not start", reason, delay, attempt,
+                self.name,
+                "lost" if was_ready else "did not start",
+                reason,
+                delay,
+                attempt,
                 f"; its stderr ended: {' | '.join(self.last_stderr)}" if self.last_stderr else "",
             )
             # Its callers meanwhile hear when it is tried again (or wait for it, if that is soon).
@@ -183,8 +189,13 @@ class UpstreamSession:
                 if channel.pid is not None:
                     self.log.info("server %s: started pid %d", self.name, channel.pid)
                 proxy = self.hub.config.proxy
-                self.outbox = Outbox(channel.send, limit=proxy.server_buffer_bytes, name=f"server {self.name}",
-                                     write_timeout=proxy.server_write_timeout, on_congestion=self._congested)
+                self.outbox = Outbox(
+                    channel.send,
+                    limit=proxy.server_buffer_bytes,
+                    name=f"server {self.name}",
+                    write_timeout=proxy.server_write_timeout,
+                    on_congestion=self._congested,
+                )
                 nursery.start_soon(self.outbox.run)
                 self.hub.router.server_streams(self.name, channel.tagged)
                 nursery.start_soon(self._read_stdout, channel.receive, limit, channel.tagged)
@@ -245,12 +256,20 @@ class UpstreamSession:
             self.log.info("server %s: reading its input again; taking requests", self.name)
             return
         if self.outbox is not None and self.outbox.stalled:
-            self.log.error("server %s: not reading its input (%s); its %d request(s) in flight fail, new ones"
-                           " are refused until it reads again", self.name, reason, in_flight)
+            self.log.error(
+                "server %s: not reading its input (%s); its %d request(s) in flight fail, new ones"
+                " are refused until it reads again",
+                self.name,
+                reason,
+                in_flight,
+            )
             self.hub.dispatch_now(router.server_overloaded(self.name, reason))
         else:
-            self.log.warning("server %s: not keeping up with its input (%s); new requests are refused"
-                             " until it catches up", self.name, reason)
+            self.log.warning(
+                "server %s: not keeping up with its input (%s); new requests are refused until it catches up",
+                self.name,
+                reason,
+            )
 
     def _lose(self, reason: str) -> None:
         if self._lost is None:
@@ -278,9 +297,7 @@ class UpstreamSession:
                 return
             for line in splitter.feed(data):
                 if type(line) is OversizedLine:
-                    self.log.error(
-                        "server %s: dropped a %d-byte message (limit %d bytes)", name, line.size, limit
-                    )
+                    self.log.error("server %s: dropped a %d-byte message (limit %d bytes)", name, line.size, limit)
                     hub.dispatch(router.server_oversized(name, line.head, limit))
                     continue
                 if tagged and line[:1] == STREAM_TAG:
@@ -318,19 +335,27 @@ class UpstreamSession:
 
     async def _handshake(self) -> None:
         with trio.fail_after(self.config.init_timeout):
-            result = await self.request("initialize", {
-                "protocolVersion": LATEST,
-                "capabilities": (self.client_capabilities if self.client_capabilities is not None
-                                 else self.hub.router.upstream_client_capabilities()),
-                "clientInfo": {"name": "aggregator", "version": __version__},
-            })
+            result = await self.request(
+                "initialize",
+                {
+                    "protocolVersion": LATEST,
+                    "capabilities": (
+                        self.client_capabilities
+                        if self.client_capabilities is not None
+                        else self.hub.router.upstream_client_capabilities()
+                    ),
+                    "clientInfo": {"name": "aggregator", "version": __version__},
+                },
+            )
         problem = initialize_result_problem(result)
         if problem is not None:
             raise UpstreamError(f"its initialize result is unusable: {problem}")
         meta = result.get("_meta")
         if type(meta) is dict and meta.get(INSTANCE_KEY) == self.hub.router.instance:
-            raise UpstreamError(f"it is this aggregator itself ({self.config.url or self.config.command} leads back"
-                                " to this proxy); a config must not list the aggregator serving it")
+            raise UpstreamError(
+                f"it is this aggregator itself ({self.config.url or self.config.command} leads back"
+                " to this proxy); a config must not list the aggregator serving it"
+            )
         version = result["protocolVersion"]
         self.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
         self.hub.dispatch_now(self.hub.router.server_ready(self.name, result))
@@ -380,8 +405,9 @@ class UpstreamSession:
                 with trio.fail_after(self.config.request_timeout):
                     listing[kind] = await self.list_all(kind)
             except (UpstreamError, trio.TooSlowError) as exc:
-                self.log.warning("server %s: listing %s failed: %s; its session sees the shared listing",
-                                 self.name, kind, exc)
+                self.log.warning(
+                    "server %s: listing %s failed: %s; its session sees the shared listing", self.name, kind, exc
+                )
                 return
         self._listed = True
         self.hub.dispatch_now(self.hub.router.server_listing(self.name, listing))
@@ -407,8 +433,11 @@ class UpstreamSession:
         if "error" in answer:
             error = answer["error"]
             code, text = error.get("code"), error.get("message")
-            raise UpstreamError(f"{method} failed: {text} (code {code})", code=code if type(code) is int else None,
-                                message=text if type(text) is str else None)
+            raise UpstreamError(
+                f"{method} failed: {text} (code {code})",
+                code=code if type(code) is int else None,
+                message=text if type(text) is str else None,
+            )
         result = answer.get("result")
         if type(result) is not dict:
             raise UpstreamError(f"{method}: the result is not an object")
@@ -437,7 +466,7 @@ class UpstreamSession:
                 self.log.warning("server %s: %s pagination loops; keeping %d items", self.name, method, len(items))
                 return items
             seen.add(cursor)
-        self.log.warning("server %s: %s has more than %d pages; keeping %d items",
-                         self.name, method, MAX_LIST_PAGES, len(items))
+        self.log.warning(
+            "server %s: %s has more than %d pages; keeping %d items", self.name, method, MAX_LIST_PAGES, len(items)
+        )
         return items
-

@@ -43,8 +43,10 @@ from aggregator.transports.http_server import refuse_connection
 from aggregator.transports.outbox import cannot_take_more, fd_of, send_in_steps
 
 log = logging.getLogger(__name__)
-BAD_HANDSHAKE = (b"HTTP/1.1 400 Bad Request\r\ncontent-type: text/plain; charset=utf-8\r\nconnection: close\r\n"
-                 b"content-length: 29\r\n\r\nmalformed WebSocket handshake")
+BAD_HANDSHAKE = (
+    b"HTTP/1.1 400 Bad Request\r\ncontent-type: text/plain; charset=utf-8\r\nconnection: close\r\n"
+    b"content-length: 29\r\n\r\nmalformed WebSocket handshake"
+)
 # Set by a connection's task, read by the handler it calls: the connection's HandshakeTap.
 _handshake: contextvars.ContextVar[HandshakeTap] = contextvars.ContextVar("handshake")
 # More than any head the WebSocket library accepts (its h11 stops at 16 KiB).
@@ -114,8 +116,13 @@ class WebSocketSink:
     written count in ``held`` and in the budget of all clients (``memory``).
     """
 
-    def __init__(self, limit: int, write_timeout: float = math.inf,
-                 on_drop: Callable[[str], None] | None = None, memory: ClientMemory | None = None) -> None:
+    def __init__(
+        self,
+        limit: int,
+        write_timeout: float = math.inf,
+        on_drop: Callable[[str], None] | None = None,
+        memory: ClientMemory | None = None,
+    ) -> None:
         self.messages = MessageLog()
         self.limit = limit
         self.write_timeout = write_timeout
@@ -227,7 +234,8 @@ def _text_frame_head(number: int, length: int) -> bytes:
 
 
 def _frame_writer(
-    socket: trio_websocket.WebSocketConnection, progressed: Callable[[], None],
+    socket: trio_websocket.WebSocketConnection,
+    progressed: Callable[[], None],
 ) -> Callable[[MessageLog, Callable[[], None]], Awaitable[None]]:
     """How to send every waiting message, as text frames, in one write on this connection.
 
@@ -244,18 +252,24 @@ def _frame_writer(
     stream = getattr(socket, "_stream", None)
     lock = getattr(socket, "_stream_lock", None)
     if protocol is None or stream is None or lock is None or not hasattr(protocol, "send"):
+
         async def one_by_one(messages: MessageLog, taken: Callable[[], None]) -> None:
             batch = messages.take_all()
             taken()
             while batch:
                 await socket.send_message(batch.pop(0).decode("utf-8"))
+
         return one_by_one
 
     def plain() -> bool:
         connection = getattr(protocol, "connection", None)
         frames = getattr(connection, "_proto", None)
-        return (frames is not None and not getattr(frames, "extensions", True)
-                and getattr(frames, "_outbound_opcode", True) is None and not protocol.client)
+        return (
+            frames is not None
+            and not getattr(frames, "extensions", True)
+            and getattr(frames, "_outbound_opcode", True) is None
+            and not protocol.client
+        )
 
     async def together(messages: MessageLog, taken: Callable[[], None]) -> None:
         if socket.closed is not None:
@@ -278,6 +292,7 @@ def _frame_writer(
                 await send_in_steps(stream, data, progressed)
             except (trio.BrokenResourceError, trio.ClosedResourceError):
                 raise trio_websocket.ConnectionClosed(socket.closed) from None
+
     return together
 
 
@@ -292,8 +307,14 @@ class WebSocketEndpoint:
         host, port = parse_listen(listen)
         listeners = await trio.open_tcp_listeners(port, host=host)
         server = _ContainedServer(
-            self, self._handle, listeners, max_message_size=self.config.max_body_bytes, message_queue_size=16,
-            connect_timeout=self.config.header_timeout, disconnect_timeout=self.config.header_timeout)
+            self,
+            self._handle,
+            listeners,
+            max_message_size=self.config.max_body_bytes,
+            message_queue_size=16,
+            connect_timeout=self.config.header_timeout,
+            disconnect_timeout=self.config.header_timeout,
+        )
         async with trio.open_nursery() as nursery:
             await nursery.start(server.run)
             log.info("serving MCP over WebSocket at ws://%s:%d%s", host, server.port, self.config.path)
@@ -349,8 +370,9 @@ class WebSocketEndpoint:
         if refusal is not None:
             status, reason, extra = refusal
             log.warning("websocket: refused a connection: %s", reason)
-            await request.reject(status, extra_headers=[(k.encode(), v.encode()) for k, v in extra],
-                                 body=reason.encode())
+            await request.reject(
+                status, extra_headers=[(k.encode(), v.encode()) for k, v in extra], body=reason.encode()
+            )
             return
         principal = self.access.principal(headers)
         profile = self.access.profile(principal)
@@ -365,8 +387,11 @@ class WebSocketEndpoint:
             profile = named
         session_refusal = self.admission.admit_session()
         if session_refusal is not None:
-            extra_headers = [] if session_refusal.retry_after is None else [
-                (b"retry-after", str(session_refusal.retry_after).encode())]
+            extra_headers = (
+                []
+                if session_refusal.retry_after is None
+                else [(b"retry-after", str(session_refusal.retry_after).encode())]
+            )
             await request.reject(503, extra_headers=extra_headers, body=session_refusal.message.encode())
             return
         try:
@@ -382,13 +407,17 @@ class WebSocketEndpoint:
         key = 0
 
         def dropped(reason: str) -> None:
-            log.error("websocket session %d dropped: %s (it does not read what it is sent); its requests are"
-                      " cancelled", key, reason)
+            log.error(
+                "websocket session %d dropped: %s (it does not read what it is sent); its requests are cancelled",
+                key,
+                reason,
+            )
             connection.cancel()
 
         proxy = self.hub.config.proxy
-        sink = WebSocketSink(proxy.client_buffer_bytes, proxy.client_write_timeout, on_drop=dropped,
-                             memory=self.hub.client_memory)
+        sink = WebSocketSink(
+            proxy.client_buffer_bytes, proxy.client_write_timeout, on_drop=dropped, memory=self.hub.client_memory
+        )
         key = self.hub.add_client(sink, profile)
         log.info("websocket session %d: opened", key)
         try:
@@ -403,8 +432,11 @@ class WebSocketEndpoint:
                                 self.hub.dispatch(await self.hub.client_message(key, raw))
                                 await self.hub.flush(sink)
                             except Exception:
-                                log.exception("websocket session %d: internal error handling a message;"
-                                              " closing this connection only", key)
+                                log.exception(
+                                    "websocket session %d: internal error handling a message;"
+                                    " closing this connection only",
+                                    key,
+                                )
                                 with trio.move_on_after(1):
                                     await socket.send_message(dumps(internal_error(raw)).decode())
                                     await socket.aclose(1011, "internal error")

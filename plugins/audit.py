@@ -20,8 +20,18 @@ from typing import Any
 from aggregator.plugins import Response
 
 log = logging.getLogger(__name__)
-DEFAULT_REDACT = ("password", "passwd", "secret", "token", "api_key", "apikey", "authorization", "cookie",
-                  "credential", "private_key")
+DEFAULT_REDACT = (
+    "password",
+    "passwd",
+    "secret",
+    "token",
+    "api_key",
+    "apikey",
+    "authorization",
+    "cookie",
+    "credential",
+    "private_key",
+)
 
 
 class AuditLog:
@@ -37,8 +47,11 @@ class AuditLog:
 
     def response(self, response: Response) -> None:
         if self._file.closed:  # an answer in the last moments of a shutdown
-            log.warning("audit-log: the proxy is stopping; %s for session %s not recorded",
-                        response.request.method, response.request.client)
+            log.warning(
+                "audit-log: the proxy is stopping; %s for session %s not recorded",
+                response.request.method,
+                response.request.client,
+            )
             return
         request = response.request
         record: dict[str, Any] = {
@@ -54,8 +67,10 @@ class AuditLog:
         }
         if response.error is not None:
             record["outcome"] = "error"
-            record["error"] = {"code": response.error.get("code"),
-                               "reason": (response.error.get("data") or {}).get("reason")}
+            record["error"] = {
+                "code": response.error.get("code"),
+                "reason": (response.error.get("data") or {}).get("reason"),
+            }
         else:
             is_error = isinstance(response.result, dict) and response.result.get("isError") is True
             record["outcome"] = "tool_error" if is_error else "ok"
@@ -63,8 +78,10 @@ class AuditLog:
 
     def _redacted(self, value: Any) -> Any:
         if isinstance(value, dict):
-            return {key: "[redacted]" if any(word in str(key).lower() for word in self.redact)
-                    else self._redacted(item) for key, item in value.items()}
+            return {
+                key: "[redacted]" if any(word in str(key).lower() for word in self.redact) else self._redacted(item)
+                for key, item in value.items()
+            }
         if isinstance(value, list):
             return [self._redacted(item) for item in value]
         return value

@@ -36,8 +36,9 @@ def definition(tool: dict[str, Any]) -> dict[str, Any]:
 
 
 def digest(tool: dict[str, Any]) -> str:
-    canonical = json.dumps(definition(tool), sort_keys=True, separators=(",", ":"), ensure_ascii=False,
-                           default=str)  # a JsonNumber (a literal kept exactly) as its text
+    canonical = json.dumps(
+        definition(tool), sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str
+    )  # a JsonNumber (a literal kept exactly) as its text
     return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
 
 
@@ -70,8 +71,12 @@ class PinDefinitions:
                 self.changed.pop(name, None)
             else:
                 if name not in self.changed:
-                    log.warning("tool %s changed since it was approved; quarantined until `aggregator approve %s`:\n%s",
-                                name, name, self._diff(pin["definition"], definition(tool)))
+                    log.warning(
+                        "tool %s changed since it was approved; quarantined until `aggregator approve %s`:\n%s",
+                        name,
+                        name,
+                        self._diff(pin["definition"], definition(tool)),
+                    )
                 self.changed[name] = definition(tool)
         if pinned_new:
             self.unsaved = True  # written by after_catalog: no I/O inside the core
@@ -99,8 +104,9 @@ class PinDefinitions:
         """Write every pin (the file is replaced whole)."""
         self.unsaved = False
         temporary = self.path.with_name(self.path.name + ".tmp")
-        temporary.write_text(json.dumps(self.pins, indent=2, sort_keys=True, ensure_ascii=False,
-                                         default=str), encoding="utf-8")
+        temporary.write_text(
+            json.dumps(self.pins, indent=2, sort_keys=True, ensure_ascii=False, default=str), encoding="utf-8"
+        )
         os.replace(temporary, self.path)
 
     @staticmethod
@@ -108,5 +114,8 @@ class PinDefinitions:
         lines = difflib.unified_diff(
             json.dumps(before, indent=2, sort_keys=True, default=str).splitlines(),
             json.dumps(after, indent=2, sort_keys=True, default=str).splitlines(),
-            "approved", "now", lineterm="")
+            "approved",
+            "now",
+            lineterm="",
+        )
         return "\n".join(lines)

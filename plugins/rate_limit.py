@@ -41,8 +41,9 @@ KEYS = {
 class RateLimit:
     name = "rate-limit"
 
-    def __init__(self, rate: float, burst: int = 1, per: str = "session+tool",
-                 clock: Callable[[], float] = _now) -> None:
+    def __init__(
+        self, rate: float, burst: int = 1, per: str = "session+tool", clock: Callable[[], float] = _now
+    ) -> None:
         problems = {}
         if isinstance(rate, bool) or not isinstance(rate, int | float) or not 0 < rate < math.inf:
             problems["rate"] = f"must be a finite number of requests a second > 0, got {rate!r}"
@@ -66,8 +67,12 @@ class RateLimit:
         if tokens < 1:
             wait = (1 - tokens) / self.rate
             self.buckets[key] = (tokens, now)
-            raise Deny(f"Rate limit reached for {request.exposed}: at most {self.rate:g} a second"
-                       f" (bursts of {self.burst:g}); retry in {wait:.2f}s", retry_after=wait, reason="rate_limited")
+            raise Deny(
+                f"Rate limit reached for {request.exposed}: at most {self.rate:g} a second"
+                f" (bursts of {self.burst:g}); retry in {wait:.2f}s",
+                retry_after=wait,
+                reason="rate_limited",
+            )
         self.buckets[key] = (tokens - 1, now)
         if len(self.buckets) > 100_000:  # forget full buckets: they say nothing
             self.buckets = {k: v for k, v in self.buckets.items() if v[0] + (now - v[1]) * self.rate < self.burst}

@@ -63,7 +63,7 @@ class ResponseReader:
             if not sep or HEADER_NAME.fullmatch(name) is None:
                 raise Malformed(f"not a header line: {line[:200]!r}")
             headers[name.decode("ascii").lower()] = value.strip().decode("latin-1")
-        rest = self.buffer[end + 4:]
+        rest = self.buffer[end + 4 :]
         if headers.get("content-type", "").startswith("text/event-stream") or status == 101:
             self.buffer = b""
             return Response(status, headers, rest, True)
@@ -107,10 +107,10 @@ def _dechunk(data: bytes, eof: bool) -> tuple[bytes | None, bytes]:
             trailer_end = data.find(b"\r\n", line_end + 2)
             if trailer_end == -1:
                 break
-            return body, data[trailer_end + 2:]
+            return body, data[trailer_end + 2 :]
         if len(data) < line_end + 2 + size + 2:
             break
-        body += data[line_end + 2:line_end + 2 + size]
+        body += data[line_end + 2 : line_end + 2 + size]
         position = line_end + 2 + size + 2
     if eof:
         raise Malformed("the connection ended inside a chunked body")
@@ -151,8 +151,7 @@ async def read_response_async(stream, reader: ResponseReader | None = None) -> R
         reader.feed(await stream.receive_some(65536))
 
 
-def request_bytes(method: str, path: str, headers: list[tuple[str, str]] | dict[str, str],
-                  body: bytes = b"") -> bytes:
+def request_bytes(method: str, path: str, headers: list[tuple[str, str]] | dict[str, str], body: bytes = b"") -> bytes:
     items = list(headers.items()) if isinstance(headers, dict) else list(headers)
     if body or method == "POST":
         items.append(("content-length", str(len(body))))
@@ -165,8 +164,17 @@ def request_bytes(method: str, path: str, headers: list[tuple[str, str]] | dict[
 
 def websocket_handshake(port: int, path: str = "/mcp", extra: bytes = b"") -> bytes:
     key = base64.b64encode(os.urandom(16))
-    return (f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
-            f"Sec-WebSocket-Version: 13\r\n").encode() + b"Sec-WebSocket-Key: " + key + b"\r\n" + extra + b"\r\n"
+    return (
+        (
+            f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+            f"Sec-WebSocket-Version: 13\r\n"
+        ).encode()
+        + b"Sec-WebSocket-Key: "
+        + key
+        + b"\r\n"
+        + extra
+        + b"\r\n"
+    )
 
 
 def frame(opcode: int, payload: bytes, *, fin: bool = True) -> bytes:
@@ -212,6 +220,6 @@ class FrameReader:
             length, offset = struct.unpack("!Q", self.buffer[2:10])[0], 10
         if len(self.buffer) < offset + length:
             return None
-        payload = self.buffer[offset:offset + length]
-        self.buffer = self.buffer[offset + length:]
+        payload = self.buffer[offset : offset + length]
+        self.buffer = self.buffer[offset + length :]
         return first & 0x0F, payload

@@ -21,8 +21,21 @@ _JSON_TYPES = {
 }
 _JSON_KEYS = {"command", "args", "env", "cwd", "url", "headers"}
 # Client-specific keys that carry no meaning for a proxy; accepted and ignored.
-_JSON_IGNORED = {"alwaysAllow", "autoApprove", "timeout", "description", "envFile", "dev",
-                 "gallery", "version", "name", "icon", "trust", "includeTools", "excludeTools"}
+_JSON_IGNORED = {
+    "alwaysAllow",
+    "autoApprove",
+    "timeout",
+    "description",
+    "envFile",
+    "dev",
+    "gallery",
+    "version",
+    "name",
+    "icon",
+    "trust",
+    "includeTools",
+    "excludeTools",
+}
 
 
 def mcp_servers_json_to_raw(data: bytes, *, source: str = "<json>") -> dict[str, Any]:
@@ -76,13 +89,19 @@ def _json_shape_problems(table: Mapping[str, Any], path: str) -> list[str]:
     if not isinstance(args, list):
         problems.append(f"{path}.args: expected a list of strings, got {describe(args)}")
     else:
-        problems.extend(f"{path}.args[{index}]: expected a string, got {describe(item)}"
-                        for index, item in enumerate(args) if not isinstance(item, str))
+        problems.extend(
+            f"{path}.args[{index}]: expected a string, got {describe(item)}"
+            for index, item in enumerate(args)
+            if not isinstance(item, str)
+        )
     for key in ("env", "headers"):
         value = table.get(key, {})
         if not isinstance(value, dict):
             problems.append(f"{path}.{key}: expected an object of strings, got {describe(value)}")
         else:
-            problems.extend(f"{path}.{key}.{name}: expected a string, got {describe(item)}"
-                            for name, item in value.items() if not isinstance(item, str))
+            problems.extend(
+                f"{path}.{key}.{name}: expected a string, got {describe(item)}"
+                for name, item in value.items()
+                if not isinstance(item, str)
+            )
     return problems

@@ -45,6 +45,7 @@ _VAR = re.compile(r"\$\$|\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
 def _interpolate(value: Any, path: str, environ: Mapping[str, str], problems: list[str]) -> Any:
     if isinstance(value, str):
+
         def replace(match: re.Match[str]) -> str:
             name = match.group(1)
             if name is None:
@@ -59,8 +60,7 @@ def _interpolate(value: Any, path: str, environ: Mapping[str, str], problems: li
         return [_interpolate(item, f"{path}[{i}]", environ, problems) for i, item in enumerate(value)]
     if isinstance(value, dict):
         return {
-            key: _interpolate(item, f"{path}.{key}" if path else key, environ, problems)
-            for key, item in value.items()
+            key: _interpolate(item, f"{path}.{key}" if path else key, environ, problems) for key, item in value.items()
         }
     return value
 
@@ -108,6 +108,7 @@ def structure_config(
         return value
 
     policy = section("policy", RuleSet)
+
     def keyed(key: str, cls: type, what: str) -> dict[str, Any]:
         """A table of named tables ([servers.NAME], [profiles.NAME]), each structured and
         given its name; problems recorded with their key paths."""
@@ -132,7 +133,8 @@ def structure_config(
     for name in profiles:
         path = f"profiles.{name}"
         if name == "default" or not NAME_CHARS.fullmatch(name):
-            problems.append(f"{path}: a profile name is made of A-Z a-z 0-9 _ . - and is not \"default\"")
+            problems.append(f'{path}: a profile name is made of A-Z a-z 0-9 _ . - and is not "default"')
+
     def checked(path: str, found: list[str]) -> None:
         problems.extend(without_follow_ons(found, path, broken_keys.get(path, set())))
 
@@ -161,8 +163,15 @@ def structure_config(
                 problems.append(f"profiles.{name}.tokens[{index}]: too short; use at least 16 random characters")
     if problems:
         raise ConfigError(problems, source=source)
-    return Config(proxy=proxy, http=http, policy=policy, profiles=profiles, plugins=tuple(plugins), servers=servers,
-                  directory=str(Path(source).resolve().parent) if source and not source.startswith("(") else None)
+    return Config(
+        proxy=proxy,
+        http=http,
+        policy=policy,
+        profiles=profiles,
+        plugins=tuple(plugins),
+        servers=servers,
+        directory=str(Path(source).resolve().parent) if source and not source.startswith("(") else None,
+    )
 
 
 def _client_limits(
@@ -175,5 +184,6 @@ def _client_limits(
         proxy = attrs.evolve(proxy, client_buffer_bytes=http.max_stream_buffer_bytes)
     if "write_timeout" in older and "client_write_timeout" not in given:
         proxy = attrs.evolve(proxy, client_write_timeout=http.write_timeout)
-    return proxy, attrs.evolve(http, max_stream_buffer_bytes=proxy.client_buffer_bytes,
-                               write_timeout=proxy.client_write_timeout)
+    return proxy, attrs.evolve(
+        http, max_stream_buffer_bytes=proxy.client_buffer_bytes, write_timeout=proxy.client_write_timeout
+    )

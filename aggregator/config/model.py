@@ -167,8 +167,9 @@ class HttpConfig:
     allowed_hosts: tuple[str, ...] = LOCAL_HOSTS
     # Origin header values accepted, as scheme://host (any port). Requests without Origin
     # (not from a browser) are accepted.
-    allowed_origins: tuple[str, ...] = tuple(f"{scheme}://{host}" for scheme in ("http", "https")
-                                             for host in LOCAL_HOSTS)
+    allowed_origins: tuple[str, ...] = tuple(
+        f"{scheme}://{host}" for scheme in ("http", "https") for host in LOCAL_HOSTS
+    )
     # Bearer tokens that may use the endpoint; empty: no authentication.
     auth_tokens: tuple[str, ...] = ()
     # Listening beyond loopback without tokens is refused unless this says so.

@@ -75,7 +75,8 @@ def _make_converter() -> cattrs.Converter:
     converter.register_structure_hook(bool, structure_bool)
     converter.register_structure_hook_func(lambda t: t == tuple[str, ...], structure_args)
     converter.register_structure_hook_func(
-        lambda t: t == tuple[str, ...] | None, lambda v, _: None if v is None else structure_args(v, _))
+        lambda t: t == tuple[str, ...] | None, lambda v, _: None if v is None else structure_args(v, _)
+    )
     converter.register_structure_hook_func(lambda t: t == Mapping[str, str], structure_str_map)
     converter.register_structure_hook_func(lambda t: t == Transport, structure_transport)
 
@@ -88,6 +89,7 @@ def _make_converter() -> cattrs.Converter:
 
     def table_of(cls: type, what: str) -> Any:
         """A hook for ``Mapping[str, cls]``: each entry structured, problems by key path."""
+
         def structure(value: Any, _: type) -> dict[str, Any]:
             if not isinstance(value, dict):
                 raise TypeError(f"expected a table of {what}, got {describe(value)}")
@@ -100,10 +102,12 @@ def _make_converter() -> cattrs.Converter:
             if problems:
                 raise _PathErrors(problems)
             return out
+
         return structure
 
-    converter.register_structure_hook_func(lambda t: t == Mapping[str, ItemOverride],
-                                           table_of(ItemOverride, "overrides"))
+    converter.register_structure_hook_func(
+        lambda t: t == Mapping[str, ItemOverride], table_of(ItemOverride, "overrides")
+    )
     converter.register_structure_hook_func(lambda t: t == Mapping[str, RuleSet], table_of(RuleSet, "servers"))
 
     def structure_isolation(value: Any, _: type) -> str:
@@ -152,7 +156,7 @@ def without_follow_ons(problems: list[str], path: str, broken: set[str]) -> list
         return problems
     kept = []
     for problem in problems:
-        rest = problem[len(path) + 1:] if problem.startswith(path + ".") else None
+        rest = problem[len(path) + 1 :] if problem.startswith(path + ".") else None
         if rest is not None and re.split(r"[.\[:]", rest, maxsplit=1)[0] not in broken:
             kept.append(problem)
     return kept
@@ -188,8 +192,7 @@ def describe(value: Any) -> str:
 def _flatten(exc: BaseException, path: str) -> list[str]:
     """Turn a cattrs exception tree into `path: message` lines."""
     if isinstance(exc, ForbiddenExtraKeysError):
-        return [f"{path}.{key}: unknown key" if path else f"{key}: unknown key"
-                for key in sorted(exc.extra_fields)]
+        return [f"{path}.{key}: unknown key" if path else f"{key}: unknown key" for key in sorted(exc.extra_fields)]
     if isinstance(exc, ClassValidationError | IterableValidationError):
         lines: list[str] = []
         for sub in exc.exceptions:

@@ -17,7 +17,7 @@ _SERVER_REQUEST_NAMES = ", ".join(SERVER_REQUEST_CAPABILITIES[:-1]) + " or " + S
 
 
 def parse_listen(listen: str) -> tuple[str, int]:
-    """"127.0.0.1:8000", "[::1]:8000" or "8000" (loopback) -> (host, port)."""
+    """ "127.0.0.1:8000", "[::1]:8000" or "8000" (loopback) -> (host, port)."""
     if listen.isdigit():
         listen = f"127.0.0.1:{listen}"
     host, sep, port = listen.rpartition(":")
@@ -49,8 +49,11 @@ def check_http(http: HttpConfig) -> list[str]:
                 parse_listen(value)
             except ValueError as exc:
                 problems.append(f"http.{name}: {exc}")
-    if http.listen is not None and http.websocket_listen is not None and same_listener(http.listen,
-                                                                                        http.websocket_listen):
+    if (
+        http.listen is not None
+        and http.websocket_listen is not None
+        and same_listener(http.listen, http.websocket_listen)
+    ):
         problems.append("http.websocket_listen: must be another port than http.listen")
     paths = {"path": http.path, "sse_path": http.sse_path, "messages_path": http.messages_path}
     for name, value in paths.items():
@@ -67,15 +70,15 @@ def check_http(http: HttpConfig) -> list[str]:
 def check_proxy(proxy: ProxyConfig) -> list[str]:
     problems = []
     if not proxy.separator or not NAME_CHARS.fullmatch(proxy.separator):
-        problems.append(
-            "proxy.separator: must be one or more of A-Z a-z 0-9 _ . - "
-            f"(got {proxy.separator!r})"
-        )
+        problems.append(f"proxy.separator: must be one or more of A-Z a-z 0-9 _ . - (got {proxy.separator!r})")
     if in_range(proxy, "restart_backoff_initial", "restart_backoff_max") and (
-            proxy.restart_backoff_max < proxy.restart_backoff_initial):
-        problems.append(f"proxy.restart_backoff_max: must be at least restart_backoff_initial"
-                        f" ({number_text(proxy.restart_backoff_initial)}),"
-                        f" got {number_text(proxy.restart_backoff_max)}")
+        proxy.restart_backoff_max < proxy.restart_backoff_initial
+    ):
+        problems.append(
+            f"proxy.restart_backoff_max: must be at least restart_backoff_initial"
+            f" ({number_text(proxy.restart_backoff_initial)}),"
+            f" got {number_text(proxy.restart_backoff_max)}"
+        )
     for index, name in enumerate(proxy.server_requests):
         if name not in SERVER_REQUEST_CAPABILITIES:
             problems.append(f"proxy.server_requests[{index}]: expected {_SERVER_REQUEST_NAMES}, got {name!r}")
@@ -106,12 +109,17 @@ def check_server(server: ServerConfig, path: str) -> list[str]:
     if server.command is not None and not server.command.strip():
         problems.append(f"{path}.command: must not be empty")
     if CHAIN_VARIABLE in server.env:
-        problems.append(f"{path}.env.{CHAIN_VARIABLE}: set by the aggregator itself for every server it starts"
-                        " (its guard against serving itself); a config cannot set it")
+        problems.append(
+            f"{path}.env.{CHAIN_VARIABLE}: set by the aggregator itself for every server it starts"
+            " (its guard against serving itself); a config cannot set it"
+        )
     if in_range(server, "request_timeout", "max_request_timeout") and (
-            server.max_request_timeout < server.request_timeout):
-        problems.append(f"{path}.max_request_timeout: must be at least request_timeout"
-                        f" ({number_text(server.request_timeout)}), got {number_text(server.max_request_timeout)}")
+        server.max_request_timeout < server.request_timeout
+    ):
+        problems.append(
+            f"{path}.max_request_timeout: must be at least request_timeout"
+            f" ({number_text(server.request_timeout)}), got {number_text(server.max_request_timeout)}"
+        )
     for index, name in enumerate(server.server_requests or ()):
         if name not in SERVER_REQUEST_CAPABILITIES:
             problems.append(f"{path}.server_requests[{index}]: expected {_SERVER_REQUEST_NAMES}, got {name!r}")

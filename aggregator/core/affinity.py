@@ -58,7 +58,11 @@ Request = tuple[int, Any]  # (session, the client's request id)
 
 
 def _signalled(
-    link_session: int | None, live: bool, stream: Request | None, task: int | None, progress: Request | None,
+    link_session: int | None,
+    live: bool,
+    stream: Request | None,
+    task: int | None,
+    progress: Request | None,
     ended: bool = False,
 ) -> Owner | None:
     """Signals a-d, or None when none of them is present."""
@@ -147,12 +151,16 @@ def log_owner(
 def unroutable(method: str, server: str, reason: str, per_session: bool) -> str:
     """What a server is told when its request reaches no client: why, and what to do."""
     if reason == AMBIGUOUS:
-        return (f"Cannot tell which client server {server!r} asks for {method}: several clients use it and"
-                " its request does not say which one it is for; set isolation = \"per-session\" for this server"
-                " to give each client its own connection")
+        return (
+            f"Cannot tell which client server {server!r} asks for {method}: several clients use it and"
+            ' its request does not say which one it is for; set isolation = "per-session" for this server'
+            " to give each client its own connection"
+        )
     if reason == ENDED:
-        return (f"No client can answer {method} for server {server!r}: the request it was made for has ended"
-                " (answered, cancelled or timed out)")
+        return (
+            f"No client can answer {method} for server {server!r}: the request it was made for has ended"
+            " (answered, cancelled or timed out)"
+        )
     if per_session:
         return f"No client can answer {method} for server {server!r}: its client has disconnected"
     return f"No client can answer {method} for server {server!r}: no client is connected (and initialized) now"
@@ -193,10 +201,7 @@ def roots_action(source: int | str, initialized: bool, declares_roots: bool) -> 
     return FORWARD if declares_roots else ANSWER
 
 
-def roots_followers(
-    session: int, links: Iterable[tuple[str, int | None]], single_client: bool
-) -> list[str]:
+def roots_followers(session: int, links: Iterable[tuple[str, int | None]], single_client: bool) -> list[str]:
     """The links (name, its session or None when shared) whose roots come from
     ``session``: they are the ones told when its roots change."""
-    return [name for name, link_session in links
-            if link_session == session or (link_session is None and single_client)]
+    return [name for name, link_session in links if link_session == session or (link_session is None and single_client)]

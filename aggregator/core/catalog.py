@@ -97,9 +97,10 @@ class CatalogLookups:
             return Route(*split)
         # Servers that keep their URIs: by template, then the only such server.
         unprefixed = [
-            n.name for n in self.naming.values()
-            if not n.uri_prefix and (RESOURCES in self._items.get(n.name, {})
-                                     or TEMPLATES in self._items.get(n.name, {}))
+            n.name
+            for n in self.naming.values()
+            if not n.uri_prefix
+            and (RESOURCES in self._items.get(n.name, {}) or TEMPLATES in self._items.get(n.name, {}))
         ]
         for server, _original, template in self._templates:
             if server in unprefixed and template_matches(template, uri):
@@ -114,7 +115,7 @@ class CatalogLookups:
         plus = exposed.find("+")
         prefix = exposed[:plus].lower() if plus > 0 else ""
         if prefix in self.uri_prefixes:  # the prefix is compared without case, like a scheme's
-            key = f"{prefix}+{normalize_template(exposed[plus + 1:])}"
+            key = f"{prefix}+{normalize_template(exposed[plus + 1 :])}"
         else:
             key = normalize_template(exposed)
         for server, original, template in self._templates:
@@ -127,9 +128,15 @@ class Catalog(CatalogLookups):
     """What one profile sees. Several catalogs may share one ``store`` of upstream items."""
 
     def __init__(
-        self, servers: Iterable[Any], separator: str, page_size: int, *,
+        self,
+        servers: Iterable[Any],
+        separator: str,
+        page_size: int,
+        *,
         store: dict[str, dict[str, list[dict[str, Any]]]] | None = None,
-        policy: ProfilePolicy | None = None, max_name_length: int = 128, charset: str = "mcp",
+        policy: ProfilePolicy | None = None,
+        max_name_length: int = 128,
+        charset: str = "mcp",
         plugins: Any = None,
     ) -> None:
         # Plugins' catalog hooks (sync), given what this profile sees of each kind.
@@ -211,8 +218,12 @@ class Catalog(CatalogLookups):
                         continue
                     override = policy.override(name, kind, original)
                     if override is not None:
-                        item = {**item, **{k: v for k, v in (("title", override.title),
-                                                                ("description", override.description)) if v}}
+                        item = {
+                            **item,
+                            **{
+                                k: v for k, v in (("title", override.title), ("description", override.description)) if v
+                            },
+                        }
                 if named:
                     base = override.name if override is not None and override.name else original
                     exposed = expose_name(naming.prefix, self.separator, base, self.max_name_length, self.charset)
@@ -250,8 +261,7 @@ class Catalog(CatalogLookups):
                         continue
                 else:
                     collisions.append(
-                        f"{kind[:-1]} {exposed!r} is listed by {first.server} and {name};"
-                        f" {first.server} serves it"
+                        f"{kind[:-1]} {exposed!r} is listed by {first.server} and {name}; {first.server} serves it"
                     )
                     continue
             routes[lookup] = Route(name, original)
@@ -273,8 +283,11 @@ class Catalog(CatalogLookups):
         if self.plugins is not None:
             # Plugins may drop items or change how they read, never their exposed names.
             profile = self.policy.name if self.policy is not None else "default"
-            kept = [item for item in self.plugins.catalog(profile, kind, exposed_items)
-                    if type(item) is dict and item.get(key) in lookup_of]
+            kept = [
+                item
+                for item in self.plugins.catalog(profile, kind, exposed_items)
+                if type(item) is dict and item.get(key) in lookup_of
+            ]
             names = {lookup_of[item[key]] for item in kept}
             for exposed, route in list(routes.items()):
                 if exposed not in names:

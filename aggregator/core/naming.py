@@ -51,8 +51,7 @@ def validate_server_naming(servers: Iterable[Any], separator: str) -> list[str]:
             problems.append(f"{path}: a server key may only contain A-Z a-z 0-9 _ . -")
         if separator in server.name:
             problems.append(
-                f"{path}: a server key must not contain the separator {separator!r}"
-                " (names must split one way only)"
+                f"{path}: a server key must not contain the separator {separator!r} (names must split one way only)"
             )
         prefix = tool_prefix(server)
         if server.prefix is not None and prefix:

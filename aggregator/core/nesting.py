@@ -46,7 +46,8 @@ def parse_chain(value: str | None) -> tuple[str, ...]:
         shown = value if len(value) <= 80 else value[:77] + "..."
         raise NestingRefused(
             f"{CHAIN_VARIABLE} is set to {shown!r}, which is not a chain of config paths written by an"
-            " aggregator; unset it")
+            " aggregator; unset it"
+        )
     return tuple(chain)
 
 
@@ -56,11 +57,13 @@ def enter(chain: Sequence[str], config: str, max_depth: int = MAX_DEPTH) -> tupl
     if config in chain:
         raise NestingRefused(
             f"config {config} is already being served by a parent aggregator, and a config must not list"
-            f" the aggregator serving it (chain: {format_chain([*chain, config])})")
+            f" the aggregator serving it (chain: {format_chain([*chain, config])})"
+        )
     if len(chain) >= max_depth:
         raise NestingRefused(
             f"{len(chain)} aggregators are already running one inside the other, and a config must not list,"
-            f" directly or through other configs, the aggregator serving it (chain: {format_chain([*chain, config])})")
+            f" directly or through other configs, the aggregator serving it (chain: {format_chain([*chain, config])})"
+        )
     return (*chain, config)
 
 

@@ -86,7 +86,7 @@ def template_key(exposed: str, uri_prefixes: dict[str, str]) -> str:
     plus = exposed.find("+")
     prefix = exposed[:plus].lower() if plus > 0 else ""
     if prefix in uri_prefixes:
-        return f"{prefix}+{normalize_template(exposed[plus + 1:])}"
+        return f"{prefix}+{normalize_template(exposed[plus + 1 :])}"
     return normalize_template(exposed)
 
 
@@ -109,8 +109,10 @@ def remember(catalog: Catalog, server: str) -> Remembered:
                 seen.templates[template_key(exposed, catalog.uri_prefixes)] = route.original
         except InvalidUri:
             continue
-    for kind, into, normal in ((RESOURCES, seen.hidden_uris, normalize_uri),
-                               (TEMPLATES, seen.hidden_templates, normalize_template)):
+    for kind, into, normal in (
+        (RESOURCES, seen.hidden_uris, normalize_uri),
+        (TEMPLATES, seen.hidden_templates, normalize_template),
+    ):
         for owner, original, _reason in catalog.hidden[kind]:
             if owner == server:
                 try:
@@ -127,7 +129,7 @@ def guess_name(catalog: Catalog, server: str, kind: str, exposed: str) -> str | 
     head = f"{prefix}{catalog.separator}"
     if not prefix or not exposed.startswith(head) or len(exposed) == len(head):
         return None
-    original = exposed[len(head):]
+    original = exposed[len(head) :]
     if catalog.policy is not None and catalog.policy.hidden_reason(server, kind, original, {}) is not None:
         return None
     return original
@@ -167,15 +169,21 @@ def unavailable(outage: Outage, now: float, *, waited: float | None = None) -> t
         message = f"Server {name!r} could not be started{why}; next attempt in {after:.1f} s"
     else:
         message = f"Server {name!r} is starting" + (f" again{why}" if outage.reason else "") + "; it is not ready yet"
-    data: dict[str, Any] = {"source": "aggregator", "reason": "unavailable", "server": name, "state": state,
-                            "retryAfter": round(after, 3)}
+    data: dict[str, Any] = {
+        "source": "aggregator",
+        "reason": "unavailable",
+        "server": name,
+        "state": state,
+        "retryAfter": round(after, 3),
+    }
     if outage.reason:
         data["lastError"] = outage.reason
     return message, data
 
 
-def name_owner(outages: dict[str, Outage], catalog: Catalog, profile: str, kind: str,
-               name: str) -> tuple[str, str] | None:
+def name_owner(
+    outages: dict[str, Outage], catalog: Catalog, profile: str, kind: str, name: str
+) -> tuple[str, str] | None:
     """(server, its own name) of an exposed tool or prompt name of a server that is out."""
     for server, outage in outages.items():
         seen = outage.memory.get(profile)
@@ -203,8 +211,12 @@ def uri_owner(outages: dict[str, Outage], profile: str, normal: str) -> tuple[st
             return server, original
     for server, outage in outages.items():
         seen = outage.memory.get(profile)
-        if seen is not None and seen.keeps_uris and not seen.hides(normal) \
-                and any(template_matches(template, normal) for template in seen.templates):
+        if (
+            seen is not None
+            and seen.keeps_uris
+            and not seen.hides(normal)
+            and any(template_matches(template, normal) for template in seen.templates)
+        ):
             return server, normal
     return None
 
@@ -216,4 +228,3 @@ def template_owner(outages: dict[str, Outage], profile: str, key: str) -> tuple[
         if seen is not None and key in seen.templates:
             return server, seen.templates[key]
     return None
-

@@ -46,8 +46,7 @@ def _template_glob(pattern: str) -> re.Pattern[str]:
 _GLOB_OF = {TOOLS: _glob, PROMPTS: _glob, RESOURCES: _uri_glob, TEMPLATES: _template_glob}
 
 
-def _matches(value: str, patterns: tuple[str, ...],
-             glob: Callable[[str], re.Pattern[str]] = _glob) -> str | None:
+def _matches(value: str, patterns: tuple[str, ...], glob: Callable[[str], re.Pattern[str]] = _glob) -> str | None:
     """The first pattern that matches ``value`` (as the user wrote it, for messages)."""
     for pattern in patterns:
         if glob(pattern).match(value):

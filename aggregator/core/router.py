@@ -173,8 +173,19 @@ class WaitForStartup(NamedTuple):
 class Pending:
     """One request in flight to an upstream."""
 
-    __slots__ = ("session", "client_id", "method", "server", "upstream_id", "client_token",
-                 "token", "deadline", "hard_deadline", "done", "extra")
+    __slots__ = (
+        "session",
+        "client_id",
+        "method",
+        "server",
+        "upstream_id",
+        "client_token",
+        "token",
+        "deadline",
+        "hard_deadline",
+        "done",
+        "extra",
+    )
 
     def __init__(self, session: int, client_id: Any, method: str, server: str, upstream_id: int) -> None:
         self.session = session
@@ -330,7 +341,8 @@ class Router:
                 request_timeout=getattr(s, "request_timeout", defaults.REQUEST_TIMEOUT),
                 max_request_timeout=getattr(s, "max_request_timeout", defaults.MAX_REQUEST_TIMEOUT),
                 timeout_resets_on_progress=getattr(
-                    s, "timeout_resets_on_progress", defaults.TIMEOUT_RESETS_ON_PROGRESS),
+                    s, "timeout_resets_on_progress", defaults.TIMEOUT_RESETS_ON_PROGRESS
+                ),
                 server=s.name,
             )
             for s in servers
@@ -354,7 +366,8 @@ class Router:
         self.held_roots: list[tuple[str, Any, float]] = []
         self.roots_fallback: set[str] = set()  # links answered from ``roots`` in their client's place
         self.server_request_policy: ServerRequestPolicy = (
-            server_request_policy if server_request_policy is not None else lambda server, method, params: True)
+            server_request_policy if server_request_policy is not None else lambda server, method, params: True
+        )
         self.list_changed_debounce = list_changed_debounce
         self.progress: dict[str, Pending] = {}
         self.deadlines = Deadlines()
@@ -462,13 +475,29 @@ class Router:
         for (session, proxy_id), reverse in list(self.reverse.items()):
             if session == key:
                 self._end_reverse(session, proxy_id)
-                out.append(ToServer(reverse.server, proxy_error(
-                    reverse.upstream_id, f"The client that was asked for {reverse.method} disconnected",
-                    reason="unavailable", server=reverse.server)))
+                out.append(
+                    ToServer(
+                        reverse.server,
+                        proxy_error(
+                            reverse.upstream_id,
+                            f"The client that was asked for {reverse.method} disconnected",
+                            reason="unavailable",
+                            server=reverse.server,
+                        ),
+                    )
+                )
         for name, id, _deadline in self._held_for(key):
-            out.append(ToServer(name, proxy_error(
-                id, "The client whose roots this server sees disconnected before it could be asked",
-                reason="unavailable", server=name)))
+            out.append(
+                ToServer(
+                    name,
+                    proxy_error(
+                        id,
+                        "The client whose roots this server sees disconnected before it could be asked",
+                        reason="unavailable",
+                        server=name,
+                    ),
+                )
+            )
         for name, uri in self.subscriptions.drop_session(key):
             link = self.links.get(name)
             if link is not None and link.session is None:  # its own connections just stop
@@ -509,9 +538,17 @@ class Router:
         reverse = self._end_reverse(key, answered) if type(answered) is int else None
         if reverse is None or not self.links[reverse.server].ready:
             return []
-        return [ToServer(reverse.server, proxy_error(
-            reverse.upstream_id, f"The client's answer to {reverse.method} was refused ({exc.message})",
-            reason=_refusal_reason(exc), server=reverse.server))]
+        return [
+            ToServer(
+                reverse.server,
+                proxy_error(
+                    reverse.upstream_id,
+                    f"The client's answer to {reverse.method} was refused ({exc.message})",
+                    reason=_refusal_reason(exc),
+                    server=reverse.server,
+                ),
+            )
+        ]
 
     def client_event(self, key: int, kind: int, message: dict[str, Any]) -> list[Any]:
         """A message from a client, already decoded and classified (``decode_message``).
@@ -524,8 +561,9 @@ class Router:
         except Exception:  # noqa: BLE001 - the last line of defence, logged in full
             log.exception("client %d: internal error handling %s", key, message.get("method", "a response"))
             if kind == REQUEST:
-                return [ToClient(key, proxy_error(message["id"], "Internal error in the aggregator",
-                                                  reason="internal"))]
+                return [
+                    ToClient(key, proxy_error(message["id"], "Internal error in the aggregator", reason="internal"))
+                ]
             return []
 
     def _client_event(self, key: int, kind: int, message: dict[str, Any]) -> list[Any]:
@@ -536,16 +574,29 @@ class Router:
             if handler is None:
                 if method == DISCOVER:
                     return [ToClient(key, discover_refused(message["id"]))]
-                return [ToClient(key, error_response(
-                    message["id"], METHOD_NOT_FOUND, f"Method not found: {method}"))]
+                return [ToClient(key, error_response(message["id"], METHOD_NOT_FOUND, f"Method not found: {method}"))]
             if not client.initialize_seen and method not in ("initialize", "ping"):
-                return [ToClient(key, error_response(
-                    message["id"], INVALID_REQUEST,
-                    f"Invalid request: {method} before initialize; send initialize first"))]
+                return [
+                    ToClient(
+                        key,
+                        error_response(
+                            message["id"],
+                            INVALID_REQUEST,
+                            f"Invalid request: {method} before initialize; send initialize first",
+                        ),
+                    )
+                ]
             if message["id"] in client.in_flight:
-                return [ToClient(key, error_response(
-                    message["id"], INVALID_REQUEST,
-                    "Invalid request: this id is already in use by a request in flight"))]
+                return [
+                    ToClient(
+                        key,
+                        error_response(
+                            message["id"],
+                            INVALID_REQUEST,
+                            "Invalid request: this id is already in use by a request in flight",
+                        ),
+                    )
+                ]
             try:
                 return handler(client, message)
             except RemoteProtocolError as exc:
@@ -593,8 +644,9 @@ class Router:
                 try:
                     route = catalog.route_template(ref["uri"])
                     if route is None and self.outages:
-                        route = template_owner(self.outages, client.profile,
-                                               template_key(ref["uri"], catalog.uri_prefixes))
+                        route = template_owner(
+                            self.outages, client.profile, template_key(ref["uri"], catalog.uri_prefixes)
+                        )
                 except InvalidUri:
                     return None
                 return (route[0], route[1], ref["uri"]) if route is not None else None
@@ -814,8 +866,7 @@ class Router:
                 raise RemoteProtocolError(INVALID_PARAMS, f"Unknown resource: {ref['uri']}")
             new_ref = dict(ref, uri=route.original)
         else:
-            raise RemoteProtocolError(
-                INVALID_PARAMS, "Invalid params: ref must be ref/prompt or ref/resource")
+            raise RemoteProtocolError(INVALID_PARAMS, "Invalid params: ref must be ref/prompt or ref/resource")
         return self._forward(client, message, route.server, dict(params, ref=new_ref))
 
     def _set_level(self, client: ClientState, message: dict[str, Any]) -> list[Any]:
@@ -840,9 +891,13 @@ class Router:
         # The connections this session's requests run on: the shared servers and its own
         # per-session ones (never another session's, nor a per-session server's shared
         # listing connection, where no client's request runs).
-        servers = [name for name, link in self.links.items()
-                   if link.ready and "list" in (link.capabilities.get("tasks") or {})
-                   and (link.session == client.key or (link.session is None and name not in self.per_session))]
+        servers = [
+            name
+            for name, link in self.links.items()
+            if link.ready
+            and "list" in (link.capabilities.get("tasks") or {})
+            and (link.session == client.key or (link.session is None and name not in self.per_session))
+        ]
         if not servers:
             return [_result(client.key, message["id"], {"tasks": []})]
         gather = Gather(client.key, message["id"], len(servers))
@@ -853,13 +908,15 @@ class Router:
 
     # --- forwarding ---------------------------------------------------------------------
 
-    def _forward(
-        self, client: ClientState, message: dict[str, Any], server: str, params: dict[str, Any]
-    ) -> list[Any]:
+    def _forward(self, client: ClientState, message: dict[str, Any], server: str, params: dict[str, Any]) -> list[Any]:
         """Send a client's request upstream under a fresh id. ``params`` is ours to change."""
         if self.draining:
-            return [ToClient(client.key, proxy_error(
-                message["id"], "The aggregator is shutting down", reason="unavailable", server=server))]
+            return [
+                ToClient(
+                    client.key,
+                    proxy_error(message["id"], "The aggregator is shutting down", reason="unavailable", server=server),
+                )
+            ]
         if server in self.per_session:
             name = self._link_name(server, client.key)
             link = self.links.get(name)
@@ -870,17 +927,38 @@ class Router:
         client_id = message["id"]
         method = message["method"]
         if not link.ready:
-            return [ToClient(client.key, proxy_error(
-                client_id, f"Server {server!r} is not available right now",
-                reason="unavailable", server=server))]
+            return [
+                ToClient(
+                    client.key,
+                    proxy_error(
+                        client_id, f"Server {server!r} is not available right now", reason="unavailable", server=server
+                    ),
+                )
+            ]
         if len(client.in_flight) >= self.max_in_flight:
-            return [ToClient(client.key, proxy_error(
-                client_id, f"Too many requests in flight (limit {self.max_in_flight})",
-                reason="overloaded", server=server))]
+            return [
+                ToClient(
+                    client.key,
+                    proxy_error(
+                        client_id,
+                        f"Too many requests in flight (limit {self.max_in_flight})",
+                        reason="overloaded",
+                        server=server,
+                    ),
+                )
+            ]
         if link.overloaded is not None:
-            return [ToClient(client.key, proxy_error(
-                client_id, f"Server {link.server!r} is overloaded: {link.overloaded}; try again later",
-                reason="overloaded", server=link.server))]
+            return [
+                ToClient(
+                    client.key,
+                    proxy_error(
+                        client_id,
+                        f"Server {link.server!r} is overloaded: {link.overloaded}; try again later",
+                        reason="overloaded",
+                        server=link.server,
+                    ),
+                )
+            ]
         upstream_id = link.next_id
         link.next_id = upstream_id + 1
         pending = Pending(client.key, client_id, method, server, upstream_id)
@@ -901,26 +979,44 @@ class Router:
     def _link_name(self, server: str, session: int) -> str:
         return f"{server}@{session}" if server in self.per_session else server
 
-    def _hold(self, client: ClientState, message: dict[str, Any], server: str, params: dict[str, Any],
-              name: str) -> list[Any]:
+    def _hold(
+        self, client: ClientState, message: dict[str, Any], server: str, params: dict[str, Any], name: str
+    ) -> list[Any]:
         """Keep a request for a per-session link that is not ready; start it if need be."""
         out: list[Any] = []
         link = self.links.get(name)
         if link is None:
             base = self.links[server]
             link = self.links[name] = UpstreamLink(
-                name, base.prefix, base.uri_prefix, request_timeout=base.request_timeout,
+                name,
+                base.prefix,
+                base.uri_prefix,
+                request_timeout=base.request_timeout,
                 max_request_timeout=base.max_request_timeout,
-                timeout_resets_on_progress=base.timeout_resets_on_progress, server=server, session=client.key)
-            capabilities = {k: v for k, v in client.capabilities.items()
-                            if k in SERVER_REQUEST_CAPABILITIES and k in self.server_requests}
+                timeout_resets_on_progress=base.timeout_resets_on_progress,
+                server=server,
+                session=client.key,
+            )
+            capabilities = {
+                k: v
+                for k, v in client.capabilities.items()
+                if k in SERVER_REQUEST_CAPABILITIES and k in self.server_requests
+            }
             if "roots" in self.server_requests:  # its client's roots, else the proxy answers
                 capabilities["roots"] = {"listChanged": True}
             out.append(StartUpstream(server, name, client.key, capabilities))
         if len(link.waiting) >= self.max_in_flight:
-            return [ToClient(client.key, proxy_error(
-                message["id"], f"Too many requests waiting for server {server!r} to start",
-                reason="overloaded", server=server))]
+            return [
+                ToClient(
+                    client.key,
+                    proxy_error(
+                        message["id"],
+                        f"Too many requests waiting for server {server!r} to start",
+                        reason="overloaded",
+                        server=server,
+                    ),
+                )
+            ]
         link.waiting.append((client.key, message, params))
         # In flight from now on (its id taken, a cancel ends it), though nothing was sent.
         placeholder = Pending(client.key, message["id"], message["method"], name, 0)
@@ -999,18 +1095,34 @@ class Router:
                 if link.ready:
                     out.append(ToServer(link.name, _cancelled(pending.upstream_id, why)))
                 if pending.session in self.clients:
-                    out.append(ToClient(pending.session, proxy_error(
-                        pending.client_id, f"Server {link.server!r} did not answer before the aggregator stopped",
-                        reason="unavailable", server=link.server)))
+                    out.append(
+                        ToClient(
+                            pending.session,
+                            proxy_error(
+                                pending.client_id,
+                                f"Server {link.server!r} did not answer before the aggregator stopped",
+                                reason="unavailable",
+                                server=link.server,
+                            ),
+                        )
+                    )
         # Requests held for a server that is restarting, or for a session's own connection
         # that is starting, were never sent: their clients hear it too.
         for client in self.clients.values():
             for pending in [p for p in client.in_flight.values() if type(p.extra) is Held]:
                 self._end(pending)
                 server = self.links[pending.server].server or pending.server
-                out.append(ToClient(client.key, proxy_error(
-                    pending.client_id, f"The aggregator stopped before server {server!r} was ready for"
-                    f" {pending.method}", reason="unavailable", server=server)))
+                out.append(
+                    ToClient(
+                        client.key,
+                        proxy_error(
+                            pending.client_id,
+                            f"The aggregator stopped before server {server!r} was ready for {pending.method}",
+                            reason="unavailable",
+                            server=server,
+                        ),
+                    )
+                )
         self.held.clear()
         return out
 
@@ -1055,9 +1167,17 @@ class Router:
         if pending.session != NO_SESSION and pending.session in self.clients:
             hard = pending.deadline >= pending.hard_deadline
             limit = link.max_request_timeout if hard else link.request_timeout
-            out.append(ToClient(pending.session, proxy_error(
-                pending.client_id, f"Server {pending.server!r} did not answer {pending.method} within {limit:g}s",
-                reason="timeout", server=pending.server)))
+            out.append(
+                ToClient(
+                    pending.session,
+                    proxy_error(
+                        pending.client_id,
+                        f"Server {pending.server!r} did not answer {pending.method} within {limit:g}s",
+                        reason="timeout",
+                        server=pending.server,
+                    ),
+                )
+            )
         out += self._gather_step(pending, None)
         return out
 
@@ -1117,8 +1237,12 @@ class Router:
         id = exc.response_to
         if id is not None:
             pending = link.pending.get(id) if type(id) is int else None
-            log.warning("server %s: refused its answer to %s: %s", server,
-                        pending.method if pending is not None else f"id {id!r}", exc.message)
+            log.warning(
+                "server %s: refused its answer to %s: %s",
+                server,
+                pending.method if pending is not None else f"id {id!r}",
+                exc.message,
+            )
             if pending is None:
                 if type(id) is str and id.startswith(CONTROL_ID_PREFIX):
                     return [ControlReply(server, error_response(id, exc.code, exc.message))]
@@ -1128,9 +1252,18 @@ class Router:
                 return self._gather_step(pending, None)
             if pending.session not in self.clients:
                 return []
-            return [ToClient(pending.session, proxy_error(
-                pending.client_id, f"Server {server!r} sent an answer to {pending.method} that the aggregator"
-                f" cannot forward ({exc.message})", reason=_refusal_reason(exc), server=server))]
+            return [
+                ToClient(
+                    pending.session,
+                    proxy_error(
+                        pending.client_id,
+                        f"Server {server!r} sent an answer to {pending.method} that the aggregator"
+                        f" cannot forward ({exc.message})",
+                        reason=_refusal_reason(exc),
+                        server=server,
+                    ),
+                )
+            ]
         log.warning("server %s: dropping an unreadable message: %s", server, exc.message)
         if exc.id is not None and exc.answer:
             return [ToServer(server, exc.to_response())]
@@ -1153,7 +1286,7 @@ class Router:
         elicitations = data.get("elicitations") if type(data) is dict else None
         if type(elicitations) is not list:
             return
-        for elicitation in elicitations[:self.max_in_flight]:
+        for elicitation in elicitations[: self.max_in_flight]:
             eid = elicitation.get("elicitationId") if type(elicitation) is dict else None
             if type(eid) is str:
                 self._remember_elicitation(link.name, eid, session)
@@ -1170,15 +1303,19 @@ class Router:
             return []
         if type(result) is dict:
             expose_task_ids(pending.server, result)
-            gather.items += [t for t in result.get("tasks") or []
-                             if type(t) is dict and self.tasks.get(t.get("taskId")) == gather.session]
+            gather.items += [
+                t
+                for t in result.get("tasks") or []
+                if type(t) is dict and self.tasks.get(t.get("taskId")) == gather.session
+            ]
         gather.remaining -= 1
         if gather.remaining or gather.session not in self.clients:
             return []
         return [_result(gather.session, gather.client_id, {"tasks": gather.items})]
 
-    def _server_notification(self, link: UpstreamLink, message: dict[str, Any], related: int | None = None
-                             ) -> list[Any]:
+    def _server_notification(
+        self, link: UpstreamLink, message: dict[str, Any], related: int | None = None
+    ) -> list[Any]:
         method = message["method"]
         server = link.name
         params = message.get("params")
@@ -1193,8 +1330,9 @@ class Router:
                 pending.deadline = min(self.clock() + link.request_timeout, pending.hard_deadline)
                 self.deadlines.move(pending.deadline, pending)
             forwarded = dict(params, progressToken=pending.client_token)
-            return [ToClient(pending.session, {"jsonrpc": "2.0", "method": method, "params": forwarded},
-                             pending.client_id)]
+            return [
+                ToClient(pending.session, {"jsonrpc": "2.0", "method": method, "params": forwarded}, pending.client_id)
+            ]
         if method == "notifications/message":
             return self._log_line(link, method, params, related)
         if method == "notifications/resources/updated":
@@ -1202,8 +1340,7 @@ class Router:
             subscribers = self.subscriptions.subscribers((server, uri)) if type(uri) is str else ()
             if not subscribers:
                 return []
-            notice = {"jsonrpc": "2.0", "method": method,
-                      "params": dict(params, uri=expose_uri(link.uri_prefix, uri))}
+            notice = {"jsonrpc": "2.0", "method": method, "params": dict(params, uri=expose_uri(link.uri_prefix, uri))}
             return [ToClient(session, notice) for session in subscribers if session in self.clients]
         if method == "notifications/tools/list_changed":
             return [Refresh(server, TOOLS)]
@@ -1218,8 +1355,9 @@ class Router:
             if entry is None:
                 return []
             self._end_reverse(*entry)
-            return [ToClient(entry[0], {"jsonrpc": "2.0", "method": method,
-                                        "params": dict(params, requestId=entry[1])})]
+            return [
+                ToClient(entry[0], {"jsonrpc": "2.0", "method": method, "params": dict(params, requestId=entry[1])})
+            ]
         if method == "notifications/elicitation/complete":
             eid = params.get("elicitationId")
             session = self._forget_elicitation((server, eid)) if type(eid) is str else None
@@ -1237,8 +1375,7 @@ class Router:
         log.debug("server %s: notification %s not routed", server, method)
         return []
 
-    def _server_request(self, link: UpstreamLink, message: dict[str, Any], related: int | None = None
-                        ) -> list[Any]:
+    def _server_request(self, link: UpstreamLink, message: dict[str, Any], related: int | None = None) -> list[Any]:
         """A request from an upstream to its client: route it to the one client it is for
         (``core.affinity``), or answer it at once with why it cannot be."""
         server = link.name
@@ -1248,16 +1385,34 @@ class Router:
             return [ToServer(server, {"jsonrpc": "2.0", "id": id, "result": {}})]
         capability = SERVER_REQUESTS.get(method)
         if capability is None or capability not in self.server_requests:
-            return [ToServer(server, proxy_error(
-                id, f"Method not found: the aggregator does not route {method} to clients",
-                reason="unroutable", server=server, code=METHOD_NOT_FOUND))]
+            return [
+                ToServer(
+                    server,
+                    proxy_error(
+                        id,
+                        f"Method not found: the aggregator does not route {method} to clients",
+                        reason="unroutable",
+                        server=server,
+                        code=METHOD_NOT_FOUND,
+                    ),
+                )
+            ]
         params = message.get("params")
         if type(params) is not dict:
             params = {}
         if not self.server_request_policy(link.server, method, params):
-            return [ToServer(server, proxy_error(
-                id, f"{method} from server {server!r} is not allowed by policy",
-                reason="denied", server=server, code=INVALID_REQUEST))]
+            return [
+                ToServer(
+                    server,
+                    proxy_error(
+                        id,
+                        f"{method} from server {server!r} is not allowed by policy",
+                        reason="denied",
+                        server=server,
+                        code=INVALID_REQUEST,
+                    ),
+                )
+            ]
         if method == "roots/list":
             link.roots_told = False
             return self._roots_request(link, id, params, related)
@@ -1267,8 +1422,16 @@ class Router:
             return [ToServer(server, proxy_error(id, why, reason=owner.signal, server=server))]
         return self._ask_client(link, owner.session, id, method, params, capability, owner.related)
 
-    def _ask_client(self, link: UpstreamLink, session: int, id: Any, method: str, params: dict[str, Any],
-                    capability: str, related: Any) -> list[Any]:
+    def _ask_client(
+        self,
+        link: UpstreamLink,
+        session: int,
+        id: Any,
+        method: str,
+        params: dict[str, Any],
+        capability: str,
+        related: Any,
+    ) -> list[Any]:
         """Forward a server's request to client ``session`` under a proxy-minted id."""
         server = link.name
         client = self.clients[session]
@@ -1276,14 +1439,31 @@ class Router:
             if method == "roots/list":
                 return [self._roots_answer(link, id)]
             mode = " in url mode" if params.get("mode") == "url" else ""
-            return [ToServer(server, proxy_error(
-                id, f"Method not found: the client does not support {method}{mode}",
-                reason="unsupported", server=server, code=METHOD_NOT_FOUND))]
+            return [
+                ToServer(
+                    server,
+                    proxy_error(
+                        id,
+                        f"Method not found: the client does not support {method}{mode}",
+                        reason="unsupported",
+                        server=server,
+                        code=METHOD_NOT_FOUND,
+                    ),
+                )
+            ]
         asked = self.reverse_count.get(session, 0)
         if asked >= self.max_in_flight:  # a client that answers nothing holds nothing more
-            return [ToServer(server, proxy_error(
-                id, f"The client already has {asked} requests to answer (the limit); {method} refused",
-                reason="overloaded", server=server))]
+            return [
+                ToServer(
+                    server,
+                    proxy_error(
+                        id,
+                        f"The client already has {asked} requests to answer (the limit); {method} refused",
+                        reason="overloaded",
+                        server=server,
+                    ),
+                )
+            ]
         self.reverse_count[session] = asked + 1
         proxy_id = self._next_reverse_id
         self._next_reverse_id += 1
@@ -1293,8 +1473,7 @@ class Router:
             self._remember_elicitation(server, params["elicitationId"], session)
         forwarded = dict(params)
         expose_task_ids(server, forwarded)
-        return [ToClient(session, {"jsonrpc": "2.0", "id": proxy_id, "method": method, "params": forwarded},
-                         related)]
+        return [ToClient(session, {"jsonrpc": "2.0", "id": proxy_id, "method": method, "params": forwarded}, related)]
 
     def _remember_elicitation(self, server: str, eid: str, session: int) -> None:
         """A URL-mode elicitation of ``server`` is ``session``'s: its completion goes there.
@@ -1318,8 +1497,9 @@ class Router:
                 self.elicitation_count.pop(session, None)
         return session
 
-    def _owner_facts(self, link: UpstreamLink, params: dict[str, Any], related: int | None,
-                     requests: bool) -> dict[str, Any]:
+    def _owner_facts(
+        self, link: UpstreamLink, params: dict[str, Any], related: int | None, requests: bool
+    ) -> dict[str, Any]:
         """What ``core.affinity`` decides from, read off this link and the message."""
         facts: dict[str, Any] = {"link_session": link.session, "live": link.session in self.clients}
         if link.session is None and not requests:
@@ -1343,8 +1523,13 @@ class Router:
                 facts["progress"] = (pending.session, pending.client_id)
         # The callers in flight matter only when no signal names the owner; a log line of a
         # link that streams belongs to no request then, whoever is in flight.
-        if link.session is None and related is None and not facts.get("streams") \
-                and "task" not in facts and "progress" not in facts:
+        if (
+            link.session is None
+            and related is None
+            and not facts.get("streams")
+            and "task" not in facts
+            and "progress" not in facts
+        ):
             in_flight: dict[int, list[Any]] = {}
             for pending in link.pending.values():
                 if pending.session in self.clients:
@@ -1354,8 +1539,7 @@ class Router:
                 facts["clients"] = [c.key for c in self.clients.values() if c.initialized]
         return facts
 
-    def _log_line(self, link: UpstreamLink, method: str, params: dict[str, Any], related: int | None
-                  ) -> list[Any]:
+    def _log_line(self, link: UpstreamLink, method: str, params: dict[str, Any], related: int | None) -> list[Any]:
         """A server's log line: to the client of the request it belongs to, else to the
         sessions that asked for logs (``core.affinity``); each at its own level."""
         server = link.name
@@ -1391,22 +1575,23 @@ class Router:
 
     # --- roots --------------------------------------------------------------------------
 
-    def _roots_request(self, link: UpstreamLink, id: Any, params: dict[str, Any], related: int | None
-                       ) -> list[Any]:
+    def _roots_request(self, link: UpstreamLink, id: Any, params: dict[str, Any], related: int | None) -> list[Any]:
         """roots/list: from the client the server's roots come from, or from the proxy;
         held while that client is still initializing (``core.affinity.roots_source``)."""
         source = affinity.roots_source(link.session, self.single_client, list(self.clients))
         client = self.clients.get(source) if type(source) is int else None
-        action = affinity.roots_action(source, client is not None and client.initialized,
-                                       client is not None and "roots" in client.capabilities)
+        action = affinity.roots_action(
+            source, client is not None and client.initialized, client is not None and "roots" in client.capabilities
+        )
         if action == affinity.ANSWER:
             return [self._roots_answer(link, id)]
         if action == affinity.HOLD:
             self.held_roots.append((link.name, id, self.clock() + ROOTS_HOLD_SECONDS))
             return []
         owner = affinity.request_owner(**self._owner_facts(link, params, related, requests=True))
-        return self._ask_client(link, source, id, "roots/list", params, "roots",
-                                owner.related if owner.session == source else None)
+        return self._ask_client(
+            link, source, id, "roots/list", params, "roots", owner.related if owner.session == source else None
+        )
 
     def _roots_answer(self, link: UpstreamLink, id: Any) -> ToServer:
         """The proxy's own answer to roots/list: proxy.roots, or no roots."""
@@ -1448,13 +1633,17 @@ class Router:
         if "roots" not in client.capabilities or "roots" not in self.server_requests:
             return []
         return affinity.roots_followers(
-            client.key, ((name, link.session) for name, link in self.links.items() if link.ready),
-            self.single_client)
+            client.key, ((name, link.session) for name, link in self.links.items() if link.ready), self.single_client
+        )
 
     def _held_for(self, key: int) -> list[tuple[str, Any, float]]:
         """Take the held roots/list requests whose roots come from client ``key``."""
-        mine = [held for held in self.held_roots if held[0] in self.links and affinity.roots_source(
-            self.links[held[0]].session, self.single_client, [key]) == key]
+        mine = [
+            held
+            for held in self.held_roots
+            if held[0] in self.links
+            and affinity.roots_source(self.links[held[0]].session, self.single_client, [key]) == key
+        ]
         self.held_roots = [held for held in self.held_roots if held not in mine]
         return mine
 
@@ -1467,8 +1656,11 @@ class Router:
                 continue
             link = self.links.get(name)
             if link is not None and link.ready:
-                log.info("server %s: no client to ask for roots within %gs; answered from proxy.roots",
-                         name, ROOTS_HOLD_SECONDS)
+                log.info(
+                    "server %s: no client to ask for roots within %gs; answered from proxy.roots",
+                    name,
+                    ROOTS_HOLD_SECONDS,
+                )
                 out.append(self._roots_answer(link, id))
         self.held_roots = kept
         return out
@@ -1486,9 +1678,17 @@ class Router:
         self._end(pending)
         if pending.session not in self.clients:
             return self._gather_step(pending, None)
-        return [ToClient(pending.session, proxy_error(
-            pending.client_id, f"Server {server!r} answered with more than {limit} bytes",
-            reason="too_large", server=server))]
+        return [
+            ToClient(
+                pending.session,
+                proxy_error(
+                    pending.client_id,
+                    f"Server {server!r} answered with more than {limit} bytes",
+                    reason="too_large",
+                    server=server,
+                ),
+            )
+        ]
 
     def server_ready(self, server: str, init_result: dict[str, Any]) -> list[Any]:
         """The upstream finished its handshake; renew what clients asked of it before."""
@@ -1556,8 +1756,9 @@ class Router:
         client = self.clients.get(link.session)
         if client is None:
             return []
-        client.catalog, changed, made = self.views.listed(client.key, self.catalogs[client.profile], link.server,
-                                                          listing)
+        client.catalog, changed, made = self.views.listed(
+            client.key, self.catalogs[client.profile], link.server, listing
+        )
         inherited = self._announce_methods.get(client.profile) if made else None
         if inherited:  # what its profile has due goes to it now by its own key
             mine = self._announce_methods.setdefault(client.key, [])
@@ -1566,8 +1767,11 @@ class Router:
 
     def _views_see(self, catalog: Catalog, server: str, kind: str, changed: bool) -> list[Any]:
         """Announce to each session whose view over ``catalog`` changed with its listing of ``server``."""
-        return [command for session, kinds in self.views.shared_changed(catalog, server, kind, changed)
-                for command in self._announce(kinds, session)]
+        return [
+            command
+            for session, kinds in self.views.shared_changed(catalog, server, kind, changed)
+            for command in self._announce(kinds, session)
+        ]
 
     def _own_link_lost(self, link: UpstreamLink) -> list[Any]:
         """A session's own connection is gone: its held subscriptions were never made, and
@@ -1588,8 +1792,9 @@ class Router:
         link = self.links.get(server)
         if link is None:
             return []
-        return self._fail_pending(link, f"Server {link.server!r} is overloaded: {why}; the request failed",
-                                  "overloaded")
+        return self._fail_pending(
+            link, f"Server {link.server!r} is overloaded: {why}; the request failed", "overloaded"
+        )
 
     def _fail_pending(self, link: UpstreamLink, message: str, reason: str) -> list[Any]:
         """End every request in flight on ``link``, each client told ``message``."""
@@ -1601,8 +1806,9 @@ class Router:
                 continue
             if pending.extra is not None and type(pending.extra) is tuple:
                 self.subscriptions.remove(pending.extra, pending.session)
-            out.append(ToClient(pending.session, proxy_error(pending.client_id, message, reason=reason,
-                                                             server=link.server)))
+            out.append(
+                ToClient(pending.session, proxy_error(pending.client_id, message, reason=reason, server=link.server))
+            )
         return out
 
     def server_lost(self, server: str, why: str) -> list[Any]:
@@ -1616,15 +1822,31 @@ class Router:
         waiting, link.waiting = link.waiting, []
         for key, message, _params in waiting:
             if self._still_waiting(self.clients.get(key), message):
-                out.append(ToClient(key, proxy_error(
-                    message["id"], f"Server {link.server!r} could not be started: {why}",
-                    reason="unavailable", server=link.server)))
+                out.append(
+                    ToClient(
+                        key,
+                        proxy_error(
+                            message["id"],
+                            f"Server {link.server!r} could not be started: {why}",
+                            reason="unavailable",
+                            server=link.server,
+                        ),
+                    )
+                )
         out += self._fail_pending(link, f"Server {link.server!r} stopped before answering: {why}", "unavailable")
         for (session, proxy_id), reverse in list(self.reverse.items()):
             if reverse.server == server:
                 self._end_reverse(session, proxy_id)
-                out.append(ToClient(session, {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {
-                    "requestId": proxy_id, "reason": f"server {server!r} stopped"}}))
+                out.append(
+                    ToClient(
+                        session,
+                        {
+                            "jsonrpc": "2.0",
+                            "method": "notifications/cancelled",
+                            "params": {"requestId": proxy_id, "reason": f"server {server!r} stopped"},
+                        },
+                    )
+                )
         for key in [k for k in self.elicitations if k[0] == server]:
             self._forget_elicitation(key)
         self.held_roots = [held for held in self.held_roots if held[0] != server]
@@ -1701,13 +1923,26 @@ class Router:
         link = self.links[server]
         now = self.clock()
         if outage is None:  # not out (a lookup raced nothing here: events are sequential)
-            return [ToClient(client.key, proxy_error(
-                message["id"], f"Server {server!r} is not available right now", reason="unavailable", server=server))]
+            return [
+                ToClient(
+                    client.key,
+                    proxy_error(
+                        message["id"],
+                        f"Server {server!r} is not available right now",
+                        reason="unavailable",
+                        server=server,
+                    ),
+                )
+            ]
         held = self.held.setdefault(server, [])
         if len(held) >= self.max_in_flight:
             held[:] = [p for p in held if not p.done]
-        if (not self.draining and len(held) < self.max_in_flight and len(client.in_flight) < self.max_in_flight
-                and should_hold(outage, now, link.request_timeout, self.start_takes.get(server, 0.0))):
+        if (
+            not self.draining
+            and len(held) < self.max_in_flight
+            and len(client.in_flight) < self.max_in_flight
+            and should_hold(outage, now, link.request_timeout, self.start_takes.get(server, 0.0))
+        ):
             pending = Pending(client.key, message["id"], message["method"], server, 0)
             pending.extra = Held(message)
             pending.hard_deadline = now + link.max_request_timeout
@@ -1738,8 +1973,10 @@ class Router:
         link = self.links[held.server]
         outage = self.outages.get(held.server)
         if outage is None:
-            text, data = f"Server {held.server!r} did not become ready within {link.request_timeout:g} s", {
-                "source": "aggregator", "reason": "unavailable", "server": held.server}
+            text, data = (
+                f"Server {held.server!r} did not become ready within {link.request_timeout:g} s",
+                {"source": "aggregator", "reason": "unavailable", "server": held.server},
+            )
         else:
             text, data = unavailable(outage, self.clock(), waited=link.request_timeout)
         log.info("server %s: %s waited %gs for the server and failed", held.server, held.method, link.request_timeout)

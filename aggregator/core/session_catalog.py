@@ -124,9 +124,15 @@ class SessionCatalog(CatalogLookups):
         catalog = self.own.get(server)
         if catalog is None:
             shared = self.shared
-            catalog = Catalog([shared.naming[server]], shared.separator, shared.page_size, store={},
-                              policy=shared.policy, max_name_length=shared.max_name_length,
-                              charset=shared.charset)
+            catalog = Catalog(
+                [shared.naming[server]],
+                shared.separator,
+                shared.page_size,
+                store={},
+                policy=shared.policy,
+                max_name_length=shared.max_name_length,
+                charset=shared.charset,
+            )
             self.own[server] = catalog
             self._items.maps.insert(0, catalog._items)
         catalog._items[server] = {kind: listing[kind] for kind in KINDS if kind in listing}
@@ -175,9 +181,16 @@ class SessionCatalog(CatalogLookups):
             self._full = None
         elif self._full is None or rebuild:
             shared = self.shared
-            full = Catalog(shared.naming.values(), shared.separator, shared.page_size, store=self._items,
-                           policy=shared.policy, max_name_length=shared.max_name_length,
-                           charset=shared.charset, plugins=shared.plugins)
+            full = Catalog(
+                shared.naming.values(),
+                shared.separator,
+                shared.page_size,
+                store=self._items,
+                policy=shared.policy,
+                max_name_length=shared.max_name_length,
+                charset=shared.charset,
+                plugins=shared.plugins,
+            )
             for kind in KINDS:
                 full.rebuild(kind)
             self._full = full
@@ -255,7 +268,7 @@ class SessionCatalog(CatalogLookups):
             length = end - start
             if len(items) < size and offset < total + length:
                 first = start + max(0, offset - total)
-                items.extend(listed[first:min(end, first + size - len(items))])
+                items.extend(listed[first : min(end, first + size - len(items))])
             total += length
         result: dict[str, Any] = {kind: items}
         if offset + size < total:
@@ -282,8 +295,9 @@ class SessionViews:
     def pop(self, session: int) -> None:
         self._views.pop(session, None)
 
-    def listed(self, session: int, profile: Catalog, server: str,
-               listing: dict[str, Items]) -> tuple[SessionCatalog, list[str], bool]:
+    def listed(
+        self, session: int, profile: Catalog, server: str, listing: dict[str, Items]
+    ) -> tuple[SessionCatalog, list[str], bool]:
         """A session's own connection to ``server`` listed: (its view, the kinds that
         changed for it, whether the view is new)."""
         view = self._views.get(session)

@@ -73,7 +73,8 @@ _HEX = "0123456789ABCDEFabcdef"
 # Every "%XX" spelling -> its normal form: the character if unreserved, else upper-case hex.
 _ESCAPES = {
     f"%{a}{b}": (chr(int(a + b, 16)) if chr(int(a + b, 16)) in _UNRESERVED else f"%{a}{b}".upper())
-    for a in _HEX for b in _HEX
+    for a in _HEX
+    for b in _HEX
 }
 _ESCAPE = re.compile(r"%[0-9A-Fa-f]{2}")
 _BAD_PERCENT = re.compile(r"%(?![0-9A-Fa-f]{2})")
@@ -185,15 +186,15 @@ def _lower_scheme_and_host(uri: str, colon: int, *, limit: int) -> str:
         if end > limit:
             return uri
         at = uri.rfind("@", start, end)
-        userinfo = "" if at == -1 else uri[start:at + 1]
+        userinfo = "" if at == -1 else uri[start : at + 1]
         if userinfo in ("@", ":@"):
             userinfo = ""
-        hostport = uri[start if at == -1 else at + 1:end]
+        hostport = uri[start if at == -1 else at + 1 : end]
         host, port = hostport, ""
         bracket = hostport.rfind("]")
         port_colon = hostport.rfind(":")
-        if port_colon > bracket and hostport[port_colon + 1:].isdigit() or port_colon == len(hostport) - 1 > bracket:
-            host, port = hostport[:port_colon], hostport[port_colon + 1:]
+        if port_colon > bracket and hostport[port_colon + 1 :].isdigit() or port_colon == len(hostport) - 1 > bracket:
+            host, port = hostport[:port_colon], hostport[port_colon + 1 :]
         if host != host.lower():
             host = host.lower()
             if "%" in host:  # lower() also lowered the hex of escapes in the host

@@ -167,8 +167,12 @@ def loads(raw: bytes, max_depth: int = DEFAULT_MAX_DEPTH) -> Any:
     # (find, not `in`: bytes.__contains__ first tries the argument as an int, and pays
     # for the exception.)
     scan = raw.translate(_SCAN)
-    if (scan.count(b"0.") > scan.count(b'"0.0"') or scan.find(b"-0,") != -1 or scan.find(_LONG_RUN) != -1
-            or scan.endswith(b"-0")):
+    if (
+        scan.count(b"0.") > scan.count(b'"0.0"')
+        or scan.find(b"-0,") != -1
+        or scan.find(_LONG_RUN) != -1
+        or scan.endswith(b"-0")
+    ):
         return _loads_exact(raw, max_depth)
     return value
 
@@ -275,9 +279,7 @@ def decode_message(raw: bytes, max_depth: int = DEFAULT_MAX_DEPTH) -> tuple[int,
         raise _unreadable(raw, exc) from None
     if type(message) is not dict:
         if type(message) is list:
-            raise RemoteProtocolError(
-                INVALID_REQUEST, "Invalid request: batches (JSON arrays) are not supported"
-            )
+            raise RemoteProtocolError(INVALID_REQUEST, "Invalid request: batches (JSON arrays) are not supported")
         raise RemoteProtocolError(INVALID_REQUEST, "Invalid request: expected a JSON object")
     get = message.get
     id = get("id", _MISSING)
@@ -346,8 +348,11 @@ def _too_deep(exc: NestingTooDeep, raw: bytes) -> RemoteProtocolError:
     # No value when no parser could read that deep: the envelope is salvaged from the text.
     kind, id = _envelope(exc.value) if exc.value is not None else salvage_envelope(raw)
     return RemoteProtocolError(
-        INVALID_REQUEST, f"Invalid request: JSON nested deeper than {exc.limit} levels",
-        data={"source": "aggregator", "reason": "too_large", "max_depth": exc.limit}, **_who(kind, id))
+        INVALID_REQUEST,
+        f"Invalid request: JSON nested deeper than {exc.limit} levels",
+        data={"source": "aggregator", "reason": "too_large", "max_depth": exc.limit},
+        **_who(kind, id),
+    )
 
 
 def _who(kind: int | None, id: Any) -> dict[str, Any]:
@@ -364,8 +369,9 @@ def _unreadable(raw: bytes, exc: BaseException) -> RemoteProtocolError:
     envelope = None
     if len(raw) <= _LENIENT_LIMIT:
         try:
-            envelope = json.loads(raw.decode("utf-8", "replace"), parse_float=_ignore,
-                                  parse_int=_lenient_int, parse_constant=_ignore)
+            envelope = json.loads(
+                raw.decode("utf-8", "replace"), parse_float=_ignore, parse_int=_lenient_int, parse_constant=_ignore
+            )
         except (ValueError, RecursionError):
             pass
     who = _envelope(envelope) if envelope is not None else salvage_envelope(raw)
@@ -397,14 +403,19 @@ def _refusal_of(message: dict[str, Any], id: Any, method: Any) -> RemoteProtocol
         if type(method) is not str:
             return RemoteProtocolError(INVALID_REQUEST, 'Invalid request: "method" must be a string', id=readable_id)
         if type(message.get("params")) is list:
-            return RemoteProtocolError(INVALID_PARAMS, "Invalid params: MCP params must be an object",
-                                       id=readable_id, answer=id is not _MISSING)
+            return RemoteProtocolError(
+                INVALID_PARAMS,
+                "Invalid params: MCP params must be an object",
+                id=readable_id,
+                answer=id is not _MISSING,
+            )
         if "params" in message and type(message["params"]) is not dict:
             return RemoteProtocolError(INVALID_REQUEST, 'Invalid request: "params" must be an object', id=readable_id)
         return RemoteProtocolError(INVALID_REQUEST, _bad_id(id))
     if id is _MISSING or ("result" in message) == ("error" in message):
         return RemoteProtocolError(
-            INVALID_REQUEST, "Invalid request: neither a request, a notification nor a response", id=readable_id)
+            INVALID_REQUEST, "Invalid request: neither a request, a notification nor a response", id=readable_id
+        )
     if "error" in message and (readable_id is not None or id is None):
         return RemoteProtocolError(INVALID_REQUEST, 'Invalid response: "error" must be an object with a code')
     return RemoteProtocolError(INVALID_REQUEST, _bad_id(id).replace("Invalid request", "Invalid response"))
@@ -413,8 +424,10 @@ def _refusal_of(message: dict[str, Any], id: Any, method: Any) -> RemoteProtocol
 def _bad_id(id: Any) -> str:
     if type(id) is JsonNumber:  # -0, or more digits than an id may have
         shown = id.text if len(id.text) <= 40 else f"{id.text[:20]}...({len(id.text)} digits)"
-        return (f'Invalid request: the id {shown} cannot be echoed exactly; use a string or an integer'
-                f' of at most {_INT_DIGITS} digits')
+        return (
+            f"Invalid request: the id {shown} cannot be echoed exactly; use a string or an integer"
+            f" of at most {_INT_DIGITS} digits"
+        )
     return 'Invalid request: "id" must be a string or an integer'
 
 

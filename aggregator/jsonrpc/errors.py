@@ -22,8 +22,15 @@ class RemoteProtocolError(Exception):
     """The peer sent a message we cannot accept; answer with `.code` / `.message`."""
 
     def __init__(
-        self, code: int, message: str, *, id: Any = None, data: Any = None, answer: bool = True,
-        kind: int | None = None, response_to: Any = None,
+        self,
+        code: int,
+        message: str,
+        *,
+        id: Any = None,
+        data: Any = None,
+        answer: bool = True,
+        kind: int | None = None,
+        response_to: Any = None,
     ) -> None:
         super().__init__(message)
         self.code = code

@@ -53,9 +53,7 @@ class LineSplitter:
             else:
                 self._partial += last
                 if len(self._partial) > self.max_line:
-                    self._discarding = OversizedLine(
-                        bytes(self._partial[:_HEAD]), len(self._partial)
-                    )
+                    self._discarding = OversizedLine(bytes(self._partial[:_HEAD]), len(self._partial))
                     self._partial.clear()
         return out
 

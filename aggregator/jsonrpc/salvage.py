@@ -42,7 +42,7 @@ def salvage_envelope(raw: bytes) -> tuple[int | None, Any]:
     """
     head = raw[:_SALVAGE_BYTES]
     start = len(head) - len(head.lstrip())
-    if head[start:start + 1] != b"{":
+    if head[start : start + 1] != b"{":
         return None, None
     depth = 0
     id: Any = _MISSING

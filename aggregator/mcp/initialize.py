@@ -34,8 +34,11 @@ def initialize_result_problem(result: dict[str, Any]) -> str | None:
         return f"protocolVersion {_show(version)} is not one the aggregator speaks ({', '.join(SUPPORTED)})"
     capabilities = result.get("capabilities")
     if type(capabilities) is not dict:
-        return ("capabilities is missing" if "capabilities" not in result
-                else f"capabilities must be an object, not {_kind(capabilities)}")
+        return (
+            "capabilities is missing"
+            if "capabilities" not in result
+            else f"capabilities must be an object, not {_kind(capabilities)}"
+        )
     for name in READ_CAPABILITIES:
         if name in capabilities and capabilities[name] is None:
             del capabilities[name]

@@ -27,5 +27,6 @@ DISCOVER = "server/discover"
 def discover_refused(id: Any) -> dict[str, Any]:
     """The answer to ``server/discover`` on any front: method not found, at once, so the
     client falls back to ``initialize`` without waiting (and never learns an upstream's answer)."""
-    return error_response(id, METHOD_NOT_FOUND, "Method not found: server/discover"
-                                                " (this server speaks the initialize handshake)")
+    return error_response(
+        id, METHOD_NOT_FOUND, "Method not found: server/discover (this server speaks the initialize handshake)"
+    )

@@ -62,7 +62,7 @@ class MessageLog:
 
     def _slice(self, start: int, end: int) -> bytes:
         with memoryview(self._data) as view:
-            return bytes(view[start - self._base:end - self._base])
+            return bytes(view[start - self._base : end - self._base])
 
     def take(self) -> bytes:
         """The oldest waiting message (there must be one)."""
@@ -91,7 +91,7 @@ class MessageLog:
             for index in range(self._head + self.sent + 1 - self.first, self._head + self.last + 1 - self.first):
                 end = ends[index]
                 out += prefix(number, end - start)
-                out += view[start - base:end - base]
+                out += view[start - base : end - base]
                 out += suffix
                 start = end
                 number += 1
@@ -102,8 +102,8 @@ class MessageLog:
     def remove_waiting(self) -> list[bytes]:
         """Take the waiting messages out as if they had never come (not into history)."""
         out = self._waiting_copies()
-        del self._data[self._end_of(self.sent) - self._base:]
-        del self._ends[self._head + self.sent + 1 - self.first:]
+        del self._data[self._end_of(self.sent) - self._base :]
+        del self._ends[self._head + self.sent + 1 - self.first :]
         self.last = self.sent
         return out
 
@@ -114,14 +114,16 @@ class MessageLog:
         with memoryview(self._data) as view:
             for index in range(self._head + self.sent + 1 - self.first, self._head + self.last + 1 - self.first):
                 end = self._ends[index]
-                out.append(bytes(view[start - base:end - base]))
+                out.append(bytes(view[start - base : end - base]))
                 start = end
         return out
 
     def history(self, after: int) -> list[tuple[int, bytes]]:
         """The messages already taken, numbered, from the one after ``after`` on."""
-        return [(number, self._slice(self._end_of(number - 1), self._end_of(number)))
-                for number in range(max(after + 1, self.first), self.sent + 1)]
+        return [
+            (number, self._slice(self._end_of(number - 1), self._end_of(number)))
+            for number in range(max(after + 1, self.first), self.sent + 1)
+        ]
 
     def drop_oldest(self, limit: int) -> int:
         """Forget the oldest messages, waiting or not, until at most ``limit`` bytes are
@@ -143,12 +145,12 @@ class MessageLog:
 
     def _forget_first(self) -> None:
         end = self._ends[self._head]
-        del self._data[:end - self._base]
+        del self._data[: end - self._base]
         self._base = end
         self._head += 1
         self.first += 1
         if self._head > 1024 and self._head * 2 > len(self._ends):
-            del self._ends[:self._head]
+            del self._ends[: self._head]
             self._head = 0
 
     def clear(self) -> None:

@@ -34,9 +34,17 @@ READ_SIZE = 65536
 LARGE = 65536  # a body longer than this is written without being copied into one buffer
 # Headers whose repetition has no agreed meaning: two Hosts (RFC 9112 3.2), two session
 # ids, two event ids. Any other repeated header is joined with ", " (RFC 9110 5.3).
-SINGLE_VALUED = frozenset({
-    "host", "content-type", "authorization", "origin", "mcp-session-id", "mcp-protocol-version", "last-event-id",
-})
+SINGLE_VALUED = frozenset(
+    {
+        "host",
+        "content-type",
+        "authorization",
+        "origin",
+        "mcp-session-id",
+        "mcp-protocol-version",
+        "last-event-id",
+    }
+)
 # The body of the answer to a request h11 refuses, by the status h11 suggests.
 _H11_REFUSALS = {
     400: "malformed HTTP request",
@@ -45,9 +53,10 @@ _H11_REFUSALS = {
 }
 # What a connection over the cap gets before it is closed: small enough for any socket buffer.
 _BUSY_BODY = b"too many connections; try again in a moment\n"
-BUSY_RESPONSE = (b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: text/plain; charset=utf-8\r\n"
-                 b"retry-after: 1\r\nconnection: close\r\ncontent-length: %d\r\n\r\n%s"
-                 % (len(_BUSY_BODY), _BUSY_BODY))
+BUSY_RESPONSE = (
+    b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: text/plain; charset=utf-8\r\n"
+    b"retry-after: 1\r\nconnection: close\r\ncontent-length: %d\r\n\r\n%s" % (len(_BUSY_BODY), _BUSY_BODY)
+)
 
 
 class Request(NamedTuple):
@@ -109,8 +118,9 @@ class HttpConnection:
                     if started:
                         await self.respond_error(408, f"request body not complete within {limits.body_timeout:g}s")
                     elif not idle:
-                        log.debug("http: closed a connection whose request headers took over %gs",
-                                  limits.header_timeout)
+                        log.debug(
+                            "http: closed a connection whose request headers took over %gs", limits.header_timeout
+                        )
                     return None
                 if type(event) is h11.Request:
                     started = True
@@ -133,8 +143,12 @@ class HttpConnection:
                             text = f"{headers[key]}, {text}"
                         headers[key] = text
                     length = headers.get("content-length")
-                    if length is not None and length.isascii() and length.isdigit() and (
-                            len(length) > 18 or int(length) > limits.max_body):
+                    if (
+                        length is not None
+                        and length.isascii()
+                        and length.isdigit()
+                        and (len(length) > 18 or int(length) > limits.max_body)
+                    ):
                         await self.respond_error(413, f"request body larger than {limits.max_body} bytes")
                         return None
                 elif type(event) is h11.Data:
@@ -203,8 +217,9 @@ class HttpConnection:
                 # The client stopped reading (or its session was dropped); a half-written
                 # response cannot be resumed.
                 if not self.aborted:
-                    log.warning("http: a client stopped reading for %.0fs; closing its connection",
-                                self.limits.write_timeout)
+                    log.warning(
+                        "http: a client stopped reading for %.0fs; closing its connection", self.limits.write_timeout
+                    )
                 self.closed = True
                 await self.stream.aclose()
                 return False
@@ -230,13 +245,19 @@ class HttpConnection:
             self.closed = True
             return False
         body = (reason + "\n").encode()
-        return await self.respond(status, [("content-type", "text/plain; charset=utf-8"), ("connection", "close")],
-                                  body)
+        return await self.respond(
+            status, [("content-type", "text/plain; charset=utf-8"), ("connection", "close")], body
+        )
 
     async def start_stream(self, headers: list[tuple[str, str]]) -> bool:
         """Start a 200 text/event-stream response (chunked)."""
-        return await self._send(h11.Response(status_code=200, reason=b"OK", headers=[
-            ("content-type", "text/event-stream"), ("cache-control", "no-cache"), *headers]))
+        return await self._send(
+            h11.Response(
+                status_code=200,
+                reason=b"OK",
+                headers=[("content-type", "text/event-stream"), ("cache-control", "no-cache"), *headers],
+            )
+        )
 
     def _progressed(self) -> None:
         self.progressed_at = trio.current_time()

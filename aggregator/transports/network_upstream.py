@@ -70,7 +70,6 @@ def _is_answer(data: str) -> bool:
     return type(message) is not dict or "method" not in message
 
 
-
 def _null_id_error_as_answer(raw: bytes, request: dict[str, Any], server: str) -> bytes | None:
     """A JSON-RPC error with ``"id": null`` on a POST's body or event stream is the
     server saying it could not read the request that POST carried: it answers that
@@ -79,13 +78,22 @@ def _null_id_error_as_answer(raw: bytes, request: dict[str, Any], server: str) -
         message = loads(raw)
     except ValueError:
         return None
-    if (type(message) is not dict or "method" in message or message.get("id", 0) is not None
-            or type(message.get("error")) is not dict):
+    if (
+        type(message) is not dict
+        or "method" in message
+        or message.get("id", 0) is not None
+        or type(message.get("error")) is not dict
+    ):
         return None
-    log.warning("server %s: answered a %s it could not read: %s", server, request.get("method"),
-                str(message["error"].get("message"))[:200])
+    log.warning(
+        "server %s: answered a %s it could not read: %s",
+        server,
+        request.get("method"),
+        str(message["error"].get("message"))[:200],
+    )
     message["id"] = request["id"]
     return dumps(message)
+
 
 class _Link:
     """What a connector shares with its tasks: the pipe end, and how it ends."""
@@ -150,11 +158,22 @@ class _Link:
         method = request.get("method")
         log.warning("server %s: refused its answer to %s: %s", self.name, method, problem)
         reason = data["reason"] if type(data) is dict and "reason" in data else "malformed"
-        return dumps(proxy_error(request["id"], f"Server {self.name!r} sent an answer to {method} that the"
-                                 f" aggregator cannot forward ({problem})", reason=reason, server=self.name))
+        return dumps(
+            proxy_error(
+                request["id"],
+                f"Server {self.name!r} sent an answer to {method} that the aggregator cannot forward ({problem})",
+                reason=reason,
+                server=self.name,
+            )
+        )
 
-    async def each_outgoing(self, send: Callable[[bytes], Awaitable[None]], nursery: trio.Nursery,
-                            concurrent: bool, inspect: Callable[[bytes], None] | None = None) -> None:
+    async def each_outgoing(
+        self,
+        send: Callable[[bytes], Awaitable[None]],
+        nursery: trio.Nursery,
+        concurrent: bool,
+        inspect: Callable[[bytes], None] | None = None,
+    ) -> None:
         """Read what the session writes and hand each message to ``send``.
 
         ``concurrent``: each message in a task of its own (``send`` limits how many talk to the
@@ -220,8 +239,7 @@ class _Reading:
 
 def _http_client(config: Any) -> httpx.AsyncClient:
     headers = {"user-agent": USER_AGENT, **dict(config.headers)}
-    return httpx.AsyncClient(headers=headers, follow_redirects=False,
-                             timeout=httpx.Timeout(30.0, read=None))
+    return httpx.AsyncClient(headers=headers, follow_redirects=False, timeout=httpx.Timeout(30.0, read=None))
 
 
 def _describe(exc: BaseException) -> str:
@@ -257,9 +275,19 @@ async def run_streamable_http_server(
         async def answer_failed(message: Any, reason: str) -> None:
             """The POST of a request failed: answer it now so nothing waits for it."""
             if type(message) is dict and "method" in message and "id" in message:
-                await link.deliver(dumps({"jsonrpc": "2.0", "id": message["id"], "error": {
-                    "code": -32603, "message": f"Server {config.name!r} could not be reached: {reason}",
-                    "data": {"source": "aggregator", "reason": "unavailable", "server": config.name}}}))
+                await link.deliver(
+                    dumps(
+                        {
+                            "jsonrpc": "2.0",
+                            "id": message["id"],
+                            "error": {
+                                "code": -32603,
+                                "message": f"Server {config.name!r} could not be reached: {reason}",
+                                "data": {"source": "aggregator", "reason": "unavailable", "server": config.name},
+                            },
+                        }
+                    )
+                )
 
         async def post(line: bytes) -> None:
             try:
@@ -282,16 +310,24 @@ async def run_streamable_http_server(
                     if key is not None and reading.get(key) is this:
                         del reading[key]
             if this.scope.cancelled_caught and answers is not None:
-                log.info("server %s: stopped %s the answer to %s (id %s): %s", config.name,
-                         "resuming" if this.resuming else "reading", answers.get("method"), answers["id"],
-                         this.stopped or "its time is up")
+                log.info(
+                    "server %s: stopped %s the answer to %s (id %s): %s",
+                    config.name,
+                    "resuming" if this.resuming else "reading",
+                    answers.get("method"),
+                    answers["id"],
+                    this.stopped or "its time is up",
+                )
 
         async def post_and_read(line: bytes, message: Any, answers: dict[str, Any] | None, this: _Reading) -> None:
             is_initialize = type(message) is dict and message.get("method") == "initialize"
             try:
-                async with client.stream("POST", url, content=line, headers={
-                    "content-type": "application/json", **headers("application/json, text/event-stream")
-                }) as response:
+                async with client.stream(
+                    "POST",
+                    url,
+                    content=line,
+                    headers={"content-type": "application/json", **headers("application/json, text/event-stream")},
+                ) as response:
                     status = response.status_code
                     if status == 404 and state["session"] is not None:
                         link.end("the server ended the session (404); starting a new one")
@@ -328,8 +364,9 @@ async def run_streamable_http_server(
                 this.resuming = True
                 await resume_until_answered(answers, parser, is_initialize, how)
 
-        async def read_events(response: httpx.Response, parser: SseParser, is_initialize: bool,
-                              answers: dict[str, Any] | None) -> bool:
+        async def read_events(
+            response: httpx.Response, parser: SseParser, is_initialize: bool, answers: dict[str, Any] | None
+        ) -> bool:
             """Deliver the messages of one event stream (not a priming event's empty data);
             whether the answer to ``answers`` was among them (True when it answers nothing)."""
             answered = answers is None
@@ -341,8 +378,9 @@ async def run_streamable_http_server(
                         await note_and_deliver(event.data, is_initialize, answers)
             return answered
 
-        async def resume_until_answered(request: dict[str, Any], parser: SseParser, is_initialize: bool,
-                                        how: str) -> None:
+        async def resume_until_answered(
+            request: dict[str, Any], parser: SseParser, is_initialize: bool, how: str
+        ) -> None:
             """The event stream of ``request``'s POST ended before its answer: ask for the
             rest of that stream with GET and Last-Event-ID, after the server's retry delay,
             as many times as it ends early. What comes on it answers ``request`` as the POST
@@ -355,25 +393,39 @@ async def run_streamable_http_server(
             while True:
                 if not parser.last_event_id:
                     if parser.dropped:  # what was dropped was most likely the answer: say so
-                        await link.deliver(link._refused_answer(request, f"more than {limit} bytes",
-                                                                {"reason": "too_large"}))
+                        await link.deliver(
+                            link._refused_answer(request, f"more than {limit} bytes", {"reason": "too_large"})
+                        )
                     else:
                         await unresumable(request, UNRESUMABLE)
                     return
                 if empty >= MAX_EMPTY_RESUMES:
-                    await unresumable(request, f"the server ended the resumed response stream {empty} times in a row"
-                                      " without sending anything")
+                    await unresumable(
+                        request,
+                        f"the server ended the resumed response stream {empty} times in a row without sending anything",
+                    )
                     return
                 delay = _retry_delay(parser.retry)
-                log.info("server %s: the response stream of %s (id %s) %s before its answer; resuming it in %.2fs",
-                         config.name, method, id, how, delay)
+                log.info(
+                    "server %s: the response stream of %s (id %s) %s before its answer; resuming it in %.2fs",
+                    config.name,
+                    method,
+                    id,
+                    how,
+                    delay,
+                )
                 await trio.sleep(delay)
                 parser.restart()
                 last, opened = parser.last_event_id, trio.current_time()
                 try:
-                    async with client.stream("GET", url, headers={
-                        **headers("text/event-stream"), "last-event-id": last,
-                    }) as response:
+                    async with client.stream(
+                        "GET",
+                        url,
+                        headers={
+                            **headers("text/event-stream"),
+                            "last-event-id": last,
+                        },
+                    ) as response:
                         status = response.status_code
                         kind = response.headers.get("content-type", "").split(";")[0].strip().lower()
                         if status == 404 and state["session"] is not None:
@@ -384,12 +436,21 @@ async def run_streamable_http_server(
                             empty += 1
                             continue
                         if status != 200 or kind != "text/event-stream":
-                            log.warning("server %s: HTTP %d (%s) for the GET resuming a response stream", config.name,
-                                        status, kind or "no content type")
-                            await unresumable(request, (
-                                f"the server refused to resume the response stream (HTTP {status})" if status != 200
-                                else f"the server answered the GET resuming the response stream with"
-                                f" {kind or 'no content type'}, not an event stream (HTTP 200)"))
+                            log.warning(
+                                "server %s: HTTP %d (%s) for the GET resuming a response stream",
+                                config.name,
+                                status,
+                                kind or "no content type",
+                            )
+                            await unresumable(
+                                request,
+                                (
+                                    f"the server refused to resume the response stream (HTTP {status})"
+                                    if status != 200
+                                    else f"the server answered the GET resuming the response stream with"
+                                    f" {kind or 'no content type'}, not an event stream (HTTP 200)"
+                                ),
+                            )
                             return
                         try:
                             if await read_events(response, parser, is_initialize, request):
@@ -405,10 +466,23 @@ async def run_streamable_http_server(
                 empty = empty + 1 if brought_nothing else 0
 
         async def unresumable(request: dict[str, Any], problem: str) -> None:
-            log.warning("server %s: cannot resume the answer to %s (id %s): %s", config.name, request.get("method"),
-                        request["id"], problem)
-            await link.deliver(dumps(proxy_error(request["id"], f"Server {config.name!r} did not answer: {problem}",
-                                                 reason="unavailable", server=config.name)))
+            log.warning(
+                "server %s: cannot resume the answer to %s (id %s): %s",
+                config.name,
+                request.get("method"),
+                request["id"],
+                problem,
+            )
+            await link.deliver(
+                dumps(
+                    proxy_error(
+                        request["id"],
+                        f"Server {config.name!r} did not answer: {problem}",
+                        reason="unavailable",
+                        server=config.name,
+                    )
+                )
+            )
 
         def stop_reading(line: bytes) -> None:
             """A ``notifications/cancelled`` on its way: stop reading (or waiting to post, or
@@ -521,8 +595,9 @@ async def run_sse_server(
         async def post(line: bytes) -> None:
             try:
                 async with slots:
-                    response = await client.post(endpoint[0], content=line,
-                                                 headers={"content-type": "application/json"})
+                    response = await client.post(
+                        endpoint[0], content=line, headers={"content-type": "application/json"}
+                    )
                 if response.status_code >= 400:
                     link.end(f"the server refused a message with HTTP {response.status_code}")
             except httpx.HTTPError as exc:
@@ -572,8 +647,12 @@ async def run_websocket_server(
     headers = [("user-agent", USER_AGENT), *((k, v) for k, v in config.headers.items())]
     try:
         async with trio_websocket.open_websocket_url(
-            config.url, subprotocols=["mcp"], extra_headers=headers, message_queue_size=64,
-            max_message_size=limit, connect_timeout=30,
+            config.url,
+            subprotocols=["mcp"],
+            extra_headers=headers,
+            message_queue_size=64,
+            max_message_size=limit,
+            connect_timeout=30,
         ) as socket:
 
             async def send(line: bytes) -> None:

@@ -85,14 +85,20 @@ async def send_in_steps(stream: trio.abc.SendStream, data: bytes | bytearray, pr
         return
     with memoryview(data) as view:
         for start in range(0, len(view), PROGRESS_STEP):
-            await stream.send_all(view[start:start + PROGRESS_STEP])
+            await stream.send_all(view[start : start + PROGRESS_STEP])
             progressed()
 
 
 class Outbox:
     def __init__(
-        self, stream: trio.abc.SendStream, *, limit: int, name: str, write_timeout: float = math.inf,
-        on_congestion: Callable[[str | None], None] | None = None, memory: ClientMemory | None = None,
+        self,
+        stream: trio.abc.SendStream,
+        *,
+        limit: int,
+        name: str,
+        write_timeout: float = math.inf,
+        on_congestion: Callable[[str | None], None] | None = None,
+        memory: ClientMemory | None = None,
     ) -> None:
         self.stream = stream
         self.limit = limit

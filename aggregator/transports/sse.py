@@ -55,9 +55,9 @@ class SseParser:
                 return events
             if end == cr and end + 1 == len(buffer):
                 return events  # a CR at the very end may be half of a CRLF: wait for more
-            skip = 2 if buffer[end:end + 2] == b"\r\n" else 1
+            skip = 2 if buffer[end : end + 2] == b"\r\n" else 1
             line = buffer[:end]
-            self._buffer = buffer[end + skip:]
+            self._buffer = buffer[end + skip :]
             if self._line_cut:
                 self._line_cut = False
                 continue

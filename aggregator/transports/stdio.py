@@ -44,8 +44,21 @@ log = logging.getLogger(__name__)
 # What a child inherits from the proxy's environment when its config names no more: what
 # programs need to run (find binaries, a home, a locale), never the proxy's secrets.
 INHERITED_ENV = (
-    "HOME", "LOGNAME", "PATH", "SHELL", "TERM", "USER", "LANG", "LC_ALL", "LC_CTYPE",
-    "TMPDIR", "TZ", "SYSTEMROOT", "VIRTUAL_ENV", "NODE_PATH", "PYTHONPATH",
+    "HOME",
+    "LOGNAME",
+    "PATH",
+    "SHELL",
+    "TERM",
+    "USER",
+    "LANG",
+    "LC_ALL",
+    "LC_CTYPE",
+    "TMPDIR",
+    "TZ",
+    "SYSTEMROOT",
+    "VIRTUAL_ENV",
+    "NODE_PATH",
+    "PYTHONPATH",
 )
 STOP_GRACE = 2.0
 
@@ -69,9 +82,7 @@ def resolve_command(command: str, env: Mapping[str, str]) -> str:
     """
     if os.sep in command:
         return command
-    search = os.pathsep.join(
-        part for part in (env.get("PATH", ""), os.path.dirname(sys.executable)) if part
-    )
+    search = os.pathsep.join(part for part in (env.get("PATH", ""), os.path.dirname(sys.executable)) if part)
     found = shutil.which(command, path=search)
     if found is None:
         raise FileNotFoundError(f"command not found: {command!r} (searched PATH and {os.path.dirname(sys.executable)})")
@@ -117,8 +128,11 @@ def _load_prctl() -> Any:
 
 _PRCTL = _load_prctl()
 # The thread that forks every child: a pool thread never exits while the process runs.
-_SPAWNER = (concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="aggregator-spawner")
-            if _PRCTL is not None else None)
+_SPAWNER = (
+    concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="aggregator-spawner")
+    if _PRCTL is not None
+    else None
+)
 
 
 def _die_with(parent: int) -> Callable[[], None]:
@@ -142,8 +156,16 @@ async def _open_tied_child(argv: list[str], env: dict[str, str], cwd: str | None
     ours = [pipes[0][1], pipes[1][0], pipes[2][0]]
     theirs = [pipes[0][0], pipes[1][1], pipes[2][1]]
     spawn = functools.partial(
-        subprocess.Popen, argv, stdin=theirs[0], stdout=theirs[1], stderr=theirs[2], env=env, cwd=cwd,
-        start_new_session=True, preexec_fn=_die_with(os.getpid()))
+        subprocess.Popen,
+        argv,
+        stdin=theirs[0],
+        stdout=theirs[1],
+        stderr=theirs[2],
+        env=env,
+        cwd=cwd,
+        start_new_session=True,
+        preexec_fn=_die_with(os.getpid()),
+    )
     try:
         # Not abandoned on cancel: a fork under way finishes and its child is returned,
         # so that the caller's ladder stops it.
@@ -237,12 +259,10 @@ def split_tag(line: bytes) -> tuple[int | None, bytes]:
     end = line.find(STREAM_TAG, 1, STREAM_TAG_ROOM)
     if end < 0 or not line[1:end].isdigit():
         return None, line
-    return int(line[1:end]), line[end + 1:]
+    return int(line[1:end]), line[end + 1 :]
 
 
-async def run_stdio_server(
-    config: Any, *, task_status: trio.TaskStatus[Channel] = trio.TASK_STATUS_IGNORED
-) -> str:
+async def run_stdio_server(config: Any, *, task_status: trio.TaskStatus[Channel] = trio.TASK_STATUS_IGNORED) -> str:
     """Start a stdio server, report its Channel, return why it ended.
 
     Whenever this task ends (the child exited, or the caller was cancelled) the child is

@@ -22,13 +22,18 @@ def answer(message: dict, tools: list, dumps=orjson.dumps) -> bytes | None:
         return None
     method = message["method"]
     if method == "initialize":
-        result = {"protocolVersion": message["params"]["protocolVersion"],
-                  "capabilities": {"tools": {}}, "serverInfo": {"name": "echo", "version": "1"}}
+        result = {
+            "protocolVersion": message["params"]["protocolVersion"],
+            "capabilities": {"tools": {}},
+            "serverInfo": {"name": "echo", "version": "1"},
+        }
     elif method == "tools/list":
         result = {"tools": tools}
     elif method == "tools/call":
-        result = {"content": [{"type": "text", "text": "ok"}],
-                  "structuredContent": message["params"].get("arguments", {})}
+        result = {
+            "content": [{"type": "text", "text": "ok"}],
+            "structuredContent": message["params"].get("arguments", {}),
+        }
     else:
         result = {}
     return dumps({"jsonrpc": "2.0", "id": message["id"], "result": result})
@@ -37,9 +42,14 @@ def answer(message: dict, tools: list, dumps=orjson.dumps) -> bytes | None:
 def main() -> int:
     numbers = [a for a in sys.argv[1:] if a.isdigit()]
     count = int(numbers[0]) if numbers else 10
-    tools = [{"name": f"tool{i}", "description": f"Tool number {i}.",
-              "inputSchema": {"type": "object", "properties": {"x": {"type": "string"}}}}
-             for i in range(count)]
+    tools = [
+        {
+            "name": f"tool{i}",
+            "description": f"Tool number {i}.",
+            "inputSchema": {"type": "object", "properties": {"x": {"type": "string"}}},
+        }
+        for i in range(count)
+    ]
     if "--batched" not in sys.argv:
         stdout = sys.stdout.buffer
         for line in sys.stdin.buffer:

@@ -39,8 +39,10 @@ class Connection:
         self.buffer = b""
 
     def request_bytes(self, body: bytes, session: str | None) -> bytes:
-        head = (f"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1:{self.port}\r\nContent-Type: application/json\r\n"
-                f"Accept: application/json, text/event-stream\r\nContent-Length: {len(body)}\r\n")
+        head = (
+            f"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1:{self.port}\r\nContent-Type: application/json\r\n"
+            f"Accept: application/json, text/event-stream\r\nContent-Length: {len(body)}\r\n"
+        )
         if session:
             head += f"Mcp-Session-Id: {session}\r\nMCP-Protocol-Version: 2025-11-25\r\n"
         return head.encode() + b"\r\n" + body
@@ -54,8 +56,8 @@ class Connection:
         length = int(headers.get("content-length", "0"))
         if len(self.buffer) < end + 4 + length:
             return None
-        body = self.buffer[end + 4:end + 4 + length]
-        self.buffer = self.buffer[end + 4 + length:]
+        body = self.buffer[end + 4 : end + 4 + length]
+        self.buffer = self.buffer[end + 4 + length :]
         return headers, body
 
     def call(self, body: bytes, session: str | None) -> tuple[dict[str, str], bytes]:
@@ -70,13 +72,24 @@ class Connection:
             self.buffer += data
 
 
-INIT = orjson.dumps({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
-    "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "bench", "version": "0"}}})
+INIT = orjson.dumps(
+    {
+        "jsonrpc": "2.0",
+        "id": 0,
+        "method": "initialize",
+        "params": {
+            "protocolVersion": "2025-11-25",
+            "capabilities": {},
+            "clientInfo": {"name": "bench", "version": "0"},
+        },
+    }
+)
 
 
 def call_body(tool: str, id: int) -> bytes:
-    return orjson.dumps({"jsonrpc": "2.0", "id": id, "method": "tools/call",
-                         "params": {"name": tool, "arguments": {"x": "hello"}}})
+    return orjson.dumps(
+        {"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {"name": tool, "arguments": {"x": "hello"}}}
+    )
 
 
 def open_session(port: int) -> str:
@@ -141,12 +154,27 @@ def main() -> int:
     direct_port, proxy_port = free_port(), free_port()
     with tempfile.TemporaryDirectory() as tmp:
         config = Path(tmp) / "bench.toml"
-        config.write_text(f'[proxy]\nmax_in_flight_per_session = 256\n[servers.s0]\ncommand = "{sys.executable}"\n'
-                          f'args = ["-m", "tests.bench.echo_server"]\ncwd = "{ROOT}"\n')
+        config.write_text(
+            f'[proxy]\nmax_in_flight_per_session = 256\n[servers.s0]\ncommand = "{sys.executable}"\n'
+            f'args = ["-m", "tests.bench.echo_server"]\ncwd = "{ROOT}"\n'
+        )
         direct = subprocess.Popen([sys.executable, "-m", "tests.bench.http_echo_server", str(direct_port)], cwd=ROOT)
-        proxy = subprocess.Popen([sys.executable, "-m", "aggregator", "serve", "--http", f"127.0.0.1:{proxy_port}",
-                                  "--config", str(config), "--log-level", "warning"], cwd=ROOT,
-                                 stdin=subprocess.DEVNULL)
+        proxy = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "aggregator",
+                "serve",
+                "--http",
+                f"127.0.0.1:{proxy_port}",
+                "--config",
+                str(config),
+                "--log-level",
+                "warning",
+            ],
+            cwd=ROOT,
+            stdin=subprocess.DEVNULL,
+        )
         try:
             wait_listening(direct_port, seconds=30)
             wait_listening(proxy_port, seconds=30)
@@ -173,10 +201,14 @@ def main() -> int:
     added = lat["proxy"] - lat["direct"]
     ratio = thr["proxy"] / thr["direct"]
     print(f"{os.cpu_count()} cores, median of {repeats} interleaved runs")
-    print(f"median latency, 1 in flight: direct {lat['direct']:.3f} ms, proxy {lat['proxy']:.3f} ms, "
-          f"added {added:.3f} ms   target <= 0.15 ms {'ok' if added <= 0.15 else 'MISSED'}")
-    print(f"throughput, 16 in flight: direct {thr['direct']:,.0f}/s, proxy {thr['proxy']:,.0f}/s, "
-          f"{ratio:.2f}x   target >= 0.25x {'ok' if ratio >= 0.25 else 'MISSED'}")
+    print(
+        f"median latency, 1 in flight: direct {lat['direct']:.3f} ms, proxy {lat['proxy']:.3f} ms, "
+        f"added {added:.3f} ms   target <= 0.15 ms {'ok' if added <= 0.15 else 'MISSED'}"
+    )
+    print(
+        f"throughput, 16 in flight: direct {thr['direct']:,.0f}/s, proxy {thr['proxy']:,.0f}/s, "
+        f"{ratio:.2f}x   target >= 0.25x {'ok' if ratio >= 0.25 else 'MISSED'}"
+    )
     print(f"200 idle sessions: +{idle_cost:.1f} MB   target <= 20 MB {'ok' if idle_cost <= 20 else 'MISSED'}")
     return 0
 

@@ -51,9 +51,16 @@ LIMIT_MB = 48
 # stalled clients fill for half a second before they count as stopped.
 STALLED_LIMIT_MB = 96
 CASE_TIME_LIMIT = 120.0
-INIT = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-    "protocolVersion": "2025-11-25", "capabilities": {"roots": {"listChanged": True}},
-    "clientInfo": {"name": "bench", "version": "0"}}}
+INIT = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {
+        "protocolVersion": "2025-11-25",
+        "capabilities": {"roots": {"listChanged": True}},
+        "clientInfo": {"name": "bench", "version": "0"},
+    },
+}
 
 
 def memory_of(pid: int) -> dict[str, int]:
@@ -66,8 +73,6 @@ def memory_of(pid: int) -> dict[str, int]:
     except OSError:
         pass
     return out
-
-
 
 
 def write_config(directory: Path) -> Path:
@@ -90,8 +95,7 @@ class Proxy:
         self.port = free_port()
         argv = [sys.executable, "-m", "aggregator", "serve", "--config", str(write_config(directory))]
         argv += ["--stdio"] if front == "stdio" else ["--http", f"127.0.0.1:{self.port}"]
-        self.process = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log,
-                                        cwd=ROOT)
+        self.process = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log, cwd=ROOT)
         self.peak = 0
         self.before = 0  # RSS once idle, before the flood
         self._watching = True
@@ -178,8 +182,12 @@ def flood(id: int, count: int, size: int = 0, after: bool = False) -> dict:
     """A call that makes the server log ``count`` lines: during the call (they belong to it
     and go to its caller only) or, with ``after``, after its answer (they belong to no
     request and go to every session that asked for logs with logging/setLevel)."""
-    return {"jsonrpc": "2.0", "id": id, "method": "tools/call",
-            "params": {"name": "a__flood", "arguments": {"count": count, "size": size, "after": after}}}
+    return {
+        "jsonrpc": "2.0",
+        "id": id,
+        "method": "tools/call",
+        "params": {"name": "a__flood", "arguments": {"count": count, "size": size, "after": after}},
+    }
 
 
 def case_prompt_stdio(proxy: Proxy, n: int) -> str:
@@ -206,8 +214,15 @@ def case_stopped_stdio(proxy: Proxy, n: int) -> str:
 def case_roots_spam(proxy: Proxy, n: int) -> str:
     stdio_initialize(proxy)
     proxy.before = proxy.settle()
-    stdio_send(proxy, {"jsonrpc": "2.0", "id": 2, "method": "tools/call",
-                       "params": {"name": "a__slow", "arguments": {"seconds": 60}}})
+    stdio_send(
+        proxy,
+        {
+            "jsonrpc": "2.0",
+            "id": 2,
+            "method": "tools/call",
+            "params": {"name": "a__slow", "arguments": {"seconds": 60}},
+        },
+    )
     chunk = json.dumps({"jsonrpc": "2.0", "method": "notifications/roots/list_changed"}).encode() + b"\n"
     for _ in range(n // 1000):
         proxy.process.stdin.write(chunk * 1000)
@@ -225,8 +240,11 @@ def http_request(port: int, body: dict, session: str | None = None) -> tuple[int
     import http.client
 
     connection = http.client.HTTPConnection("127.0.0.1", port, timeout=CASE_TIME_LIMIT)
-    headers = {"content-type": "application/json", "accept": "application/json, text/event-stream",
-               "host": f"127.0.0.1:{port}"}
+    headers = {
+        "content-type": "application/json",
+        "accept": "application/json, text/event-stream",
+        "host": f"127.0.0.1:{port}",
+    }
     if session:
         headers["mcp-session-id"] = session
     connection.request("POST", "/mcp", body=json.dumps(body), headers=headers)
@@ -236,15 +254,14 @@ def http_request(port: int, body: dict, session: str | None = None) -> tuple[int
     return response.status, {k.lower(): v for k, v in response.getheaders()}, data
 
 
-
-
 def http_initialize(port: int, wants_logs: bool = False) -> str:
     status, headers, body = http_request(port, INIT)
     assert status == 200, body
     session = headers["mcp-session-id"]
     if wants_logs:  # lines of no request go only to sessions that asked for logs
-        status, _, body = http_request(port, {"jsonrpc": "2.0", "id": 2, "method": "logging/setLevel",
-                                              "params": {"level": "info"}}, session)
+        status, _, body = http_request(
+            port, {"jsonrpc": "2.0", "id": 2, "method": "logging/setLevel", "params": {"level": "info"}}, session
+        )
         assert status == 200 and b'"result"' in body, body
     return session
 
@@ -272,8 +289,10 @@ def case_stopped_http(proxy: Proxy, n: int) -> str:
     stopped = http_initialize(proxy.port, wants_logs=True)
     with socket.create_connection(("127.0.0.1", proxy.port)) as sock:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-        sock.sendall(f"GET /mcp HTTP/1.1\r\nHost: 127.0.0.1:{proxy.port}\r\nAccept: text/event-stream\r\n"
-                     f"Mcp-Session-Id: {stopped}\r\n\r\n".encode())
+        sock.sendall(
+            f"GET /mcp HTTP/1.1\r\nHost: 127.0.0.1:{proxy.port}\r\nAccept: text/event-stream\r\n"
+            f"Mcp-Session-Id: {stopped}\r\n\r\n".encode()
+        )
         prompt = http_initialize(proxy.port)
         proxy.before = proxy.settle()
         http_broadcast(proxy, prompt, 2, n)
@@ -299,15 +318,19 @@ def case_stalled_get_streams(proxy: Proxy, n: int) -> str:
         for session in sessions:
             sock = socket.create_connection(("127.0.0.1", proxy.port))
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-            sock.sendall(f"GET /mcp HTTP/1.1\r\nHost: 127.0.0.1:{proxy.port}\r\nAccept: text/event-stream\r\n"
-                         f"Mcp-Session-Id: {session}\r\n\r\n".encode())
+            sock.sendall(
+                f"GET /mcp HTTP/1.1\r\nHost: 127.0.0.1:{proxy.port}\r\nAccept: text/event-stream\r\n"
+                f"Mcp-Session-Id: {session}\r\n\r\n".encode()
+            )
             sockets.append(sock)
         caller = http_initialize(proxy.port)
         proxy.before = proxy.settle()
         for id in range(2, 2 + 2 * (n // 5000), 2):
             http_broadcast(proxy, caller, id, 5000, size=100)
-        gone = sum(http_request(proxy.port, {"jsonrpc": "2.0", "id": 1, "method": "ping"}, session)[0] == 404
-                   for session in sessions)
+        gone = sum(
+            http_request(proxy.port, {"jsonrpc": "2.0", "id": 1, "method": "ping"}, session)[0] == 404
+            for session in sessions
+        )
     finally:
         for sock in sockets:
             sock.close()
@@ -347,8 +370,10 @@ def main() -> int:
             limit = STALLED_LIMIT_MB if run is case_stalled_get_streams else LIMIT_MB
             ok = growth <= limit and not outcome.startswith(("FAILED", "not", "still"))
             failed += not ok
-            print(f"{name:58} {proxy.before / 1e6:9.1f}MB {growth:10.1f}MB  {outcome}{'' if ok else '  <-- over'}",
-                  flush=True)
+            print(
+                f"{name:58} {proxy.before / 1e6:9.1f}MB {growth:10.1f}MB  {outcome}{'' if ok else '  <-- over'}",
+                flush=True,
+            )
     print(f"target: peak growth <= {LIMIT_MB} MB per case ({STALLED_LIMIT_MB} MB for the 50 stalled GET streams)")
     return 1 if failed else 0
 

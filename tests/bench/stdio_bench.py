@@ -36,8 +36,9 @@ class Peer:
     """
 
     def __init__(self, argv: list[str]) -> None:
-        self.process = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                        stderr=subprocess.DEVNULL, cwd=ROOT)
+        self.process = subprocess.Popen(
+            argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, cwd=ROOT
+        )
         self.out = self.process.stdin.fileno()
         self.inp = self.process.stdout.fileno()
         self.buffer = b""
@@ -69,8 +70,10 @@ class Peer:
                     return message
 
     def initialize(self) -> Peer:
-        answer = self.call("initialize", {"protocolVersion": "2025-11-25", "capabilities": {},
-                                          "clientInfo": {"name": "bench", "version": "0"}})
+        answer = self.call(
+            "initialize",
+            {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "bench", "version": "0"}},
+        )
         assert "result" in answer, answer
         os.write(self.out, b'{"jsonrpc":"2.0","method":"notifications/initialized"}\n')
         return self
@@ -138,11 +141,17 @@ def list_latency_ms(peer: Peer, count: int) -> float:
     return statistics.median(samples) * 1000
 
 
-RULES = "\n".join([
-    "[policy.tools]", "deny = [" + ", ".join(f'"*secret{i}*"' for i in range(10)) + "]",
-    "[policy.resources]", "deny = [" + ", ".join(f'"private{i}://*"' for i in range(5)) + "]",
-    "[policy.prompts]", "allow = [" + ", ".join(f'"p{i}*"' for i in range(5)) + "]", "",
-])
+RULES = "\n".join(
+    [
+        "[policy.tools]",
+        "deny = [" + ", ".join(f'"*secret{i}*"' for i in range(10)) + "]",
+        "[policy.resources]",
+        "deny = [" + ", ".join(f'"private{i}://*"' for i in range(5)) + "]",
+        "[policy.prompts]",
+        "allow = [" + ", ".join(f'"p{i}*"' for i in range(5)) + "]",
+        "",
+    ]
+)
 
 
 def write_config(directory: Path, upstreams: int, tools: int, *flags: str, rules: bool = False) -> Path:
@@ -151,16 +160,16 @@ def write_config(directory: Path, upstreams: int, tools: int, *flags: str, rules
         lines.append(RULES)
     args = ", ".join(f'"{a}"' for a in ["-m", "tests.bench.echo_server", str(tools), *flags])
     for i in range(upstreams):
-        lines += [f"[servers.s{i}]", f'command = "{sys.executable}"', f"args = [{args}]",
-                  f'cwd = "{ROOT}"', ""]
+        lines += [f"[servers.s{i}]", f'command = "{sys.executable}"', f"args = [{args}]", f'cwd = "{ROOT}"', ""]
     path = directory / f"bench-{upstreams}-{tools}{''.join(flags)}{'-rules' if rules else ''}.toml"
     path.write_text("\n".join(lines))
     return path
 
 
 def aggregator(config: Path) -> Peer:
-    return Peer([sys.executable, "-m", "aggregator", "serve", "--stdio", "--config", str(config),
-                 "--log-level", "warning"]).initialize()
+    return Peer(
+        [sys.executable, "-m", "aggregator", "serve", "--stdio", "--config", str(config), "--log-level", "warning"]
+    ).initialize()
 
 
 def compare(directory: Path, flags: list[str], n_latency: int, n_calls: int, repeats: int) -> dict:
@@ -214,8 +223,10 @@ def policy_cost(directory: Path, n_latency: int, n_calls: int, repeats: int) -> 
     finally:
         for peer in peers.values():
             peer.close()
-    return {"latency": {k: statistics.median(v) for k, v in latency.items()},
-            "rate": {k: statistics.median(v) for k, v in rate.items()}}
+    return {
+        "latency": {k: statistics.median(v) for k, v in latency.items()},
+        "rate": {k: statistics.median(v) for k, v in rate.items()},
+    }
 
 
 def main() -> int:
@@ -248,24 +259,38 @@ def main() -> int:
         ratio, bare_ratio = rate["proxy"] / rate["direct"], rate["bare"] / rate["direct"]
         print(label)
         print(f"  {'':34} {'direct':>10} {'bare hop':>10} {'aggregator':>11}")
-        print(f"  {'median latency, 1 in flight (ms)':34} {lat['direct']:>10.3f} {lat['bare']:>10.3f}"
-              f" {lat['proxy']:>11.3f}")
-        print(f"  {'  added by the hop (ms)':34} {'':>10} {bare_added:>10.3f} {added:>11.3f}"
-              f"   target <= 0.10 {'ok' if added <= 0.10 else 'MISSED'}")
-        print(f"  {'throughput, 16 in flight (calls/s)':34} {rate['direct']:>10,.0f} {rate['bare']:>10,.0f}"
-              f" {rate['proxy']:>11,.0f}")
-        print(f"  {'  ratio to direct':34} {'':>10} {bare_ratio:>9.2f}x {ratio:>10.2f}x"
-              f"   target >= 0.35x {'ok' if ratio >= 0.35 else 'MISSED'}")
-        print(f"  {'proxy CPU per call, 16 in flight':34} {'':>10} {'':>10} {r['cpu_us']:>8.1f} us"
-              f"   target <= 30 us {'ok' if r['cpu_us'] <= 30 else 'MISSED'}\n")
-    print(f"tools/list (100 of 500 tools) median: 1 upstream {list_one:.3f} ms, 50 upstreams "
-          f"{list_many:.3f} ms: {list_many / list_one:.2f}x   target <= 2x "
-          f"{'ok' if list_many / list_one <= 2 else 'MISSED'}")
+        print(
+            f"  {'median latency, 1 in flight (ms)':34} {lat['direct']:>10.3f} {lat['bare']:>10.3f}"
+            f" {lat['proxy']:>11.3f}"
+        )
+        print(
+            f"  {'  added by the hop (ms)':34} {'':>10} {bare_added:>10.3f} {added:>11.3f}"
+            f"   target <= 0.10 {'ok' if added <= 0.10 else 'MISSED'}"
+        )
+        print(
+            f"  {'throughput, 16 in flight (calls/s)':34} {rate['direct']:>10,.0f} {rate['bare']:>10,.0f}"
+            f" {rate['proxy']:>11,.0f}"
+        )
+        print(
+            f"  {'  ratio to direct':34} {'':>10} {bare_ratio:>9.2f}x {ratio:>10.2f}x"
+            f"   target >= 0.35x {'ok' if ratio >= 0.35 else 'MISSED'}"
+        )
+        print(
+            f"  {'proxy CPU per call, 16 in flight':34} {'':>10} {'':>10} {r['cpu_us']:>8.1f} us"
+            f"   target <= 30 us {'ok' if r['cpu_us'] <= 30 else 'MISSED'}\n"
+        )
+    print(
+        f"tools/list (100 of 500 tools) median: 1 upstream {list_one:.3f} ms, 50 upstreams "
+        f"{list_many:.3f} ms: {list_many / list_one:.2f}x   target <= 2x "
+        f"{'ok' if list_many / list_one <= 2 else 'MISSED'}"
+    )
     print(f"proxy RSS with 10 upstreams: {rss:.1f} MB   target <= 40 MB {'ok' if rss <= 40 else 'MISSED'}")
     plain, ruled = policy["rate"]["plain"], policy["rate"]["rules"]
-    print(f"20 allow/deny rules: throughput {ruled:,.0f}/s vs {plain:,.0f}/s without ({ruled / plain:.2f}x), "
-          f"latency {policy['latency']['rules']:.3f} vs {policy['latency']['plain']:.3f} ms   "
-          f"target within 10% {'ok' if ruled / plain >= 0.9 else 'MISSED'}")
+    print(
+        f"20 allow/deny rules: throughput {ruled:,.0f}/s vs {plain:,.0f}/s without ({ruled / plain:.2f}x), "
+        f"latency {policy['latency']['rules']:.3f} vs {policy['latency']['plain']:.3f} ms   "
+        f"target within 10% {'ok' if ruled / plain >= 0.9 else 'MISSED'}"
+    )
     return 0
 
 

@@ -38,9 +38,14 @@ pytestmark = pytest.mark.e2e
 def run_suite(port: int, results: Path, cwd: Path, *selection: str) -> tuple[subprocess.CompletedProcess, str]:
     if not NODE.exists() or not SUITE.exists():
         pytest.fail("the conformance suite is not installed: run `npm ci --prefix tests/conformance`")
-    run = subprocess.run([str(NODE), str(SUITE), "server", "--url", f"http://127.0.0.1:{port}/mcp",
-                          *selection, "-o", str(results)], capture_output=True, text=True, timeout=600, cwd=cwd)
-    return run, run.stdout[run.stdout.find("=== SUMMARY ==="):]
+    run = subprocess.run(
+        [str(NODE), str(SUITE), "server", "--url", f"http://127.0.0.1:{port}/mcp", *selection, "-o", str(results)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=cwd,
+    )
+    return run, run.stdout[run.stdout.find("=== SUMMARY ===") :]
 
 
 def scenario_checks(results: Path) -> dict[str, list[dict]]:
@@ -53,26 +58,37 @@ def scenario_checks(results: Path) -> dict[str, list[dict]]:
 
 
 # Scenarios whose success shows a server-to-client round trip or stream routed back to its client.
-ROUND_TRIPS = ("tools-call-sampling", "tools-call-elicitation", "tools-call-with-progress",
-               "tools-call-with-logging", "resources-subscribe")
+ROUND_TRIPS = (
+    "tools-call-sampling",
+    "tools-call-elicitation",
+    "tools-call-with-progress",
+    "tools-call-with-logging",
+    "resources-subscribe",
+)
 
 
 def fixture_config(directory: Path) -> Path:
     """A config serving ``fixture_server.py`` under an empty prefix."""
-    return write_config(directory, f'''
+    return write_config(
+        directory,
+        f'''
 [servers.fixtures]
 command = "{sys.executable}"
 args = ["{HERE / "fixture_server.py"}"]
 prefix = ""
-''', startup_timeout=20.0)
+''',
+        startup_timeout=20.0,
+    )
 
 
 def assert_every_scenario_passed(results: Path, *required: str) -> None:
     """At least 30 scenarios ran, none with a failed check, and each of ``required`` succeeded."""
     checks = scenario_checks(results)
     assert len(checks) >= 30, sorted(checks)
-    failed = {name: [c["id"] + ": " + str(c.get("errorMessage")) for c in found if c["status"] == "FAILURE"]
-              for name, found in checks.items()}
+    failed = {
+        name: [c["id"] + ": " + str(c.get("errorMessage")) for c in found if c["status"] == "FAILURE"]
+        for name, found in checks.items()
+    }
     assert not any(failed.values()), {k: v for k, v in failed.items() if v}
     for scenario in required:
         assert any(c["status"] == "SUCCESS" for c in checks[scenario]), scenario
@@ -92,8 +108,10 @@ def test_every_conformance_scenario_passes(tmp_path):
 
 def test_sse_polling_through_the_proxy_to_an_upstream_that_polls(tmp_path):
     results = tmp_path / "results"
-    with polling_server(tmp_path, "--retry-ms", "1000") as (upstream, records), \
-            http_proxy(proxy_config(tmp_path, upstream, prefix=""), "--log-level", "info") as (port, log):
+    with (
+        polling_server(tmp_path, "--retry-ms", "1000") as (upstream, records),
+        http_proxy(proxy_config(tmp_path, upstream, prefix=""), "--log-level", "info") as (port, log),
+    ):
         run, summary = run_suite(port, results, tmp_path, "--scenario", "server-sse-polling")
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr
     found = scenario_checks(results)["server-sse-polling"]
@@ -126,11 +144,15 @@ def test_every_scenario_passes_through_a_proxy_in_front_of_the_fixture_over_http
     inner = fixture_config(tmp_path / "inner")
     results = tmp_path / "results"
     with http_proxy(inner) as (inner_port, inner_log):
-        outer = write_config(tmp_path / "outer", f'''
+        outer = write_config(
+            tmp_path / "outer",
+            f"""
 [servers.fixtures]
 url = "http://127.0.0.1:{inner_port}/mcp"
 prefix = ""
-''', startup_timeout=20.0)
+""",
+            startup_timeout=20.0,
+        )
         with http_proxy(outer) as (port, _):
             run, summary = run_suite(port, results, tmp_path, "--suite", "all")
     assert run.returncode == 0, summary + run.stderr

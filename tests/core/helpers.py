@@ -19,10 +19,33 @@ CLIENT_CAPS = {"sampling": {}, "roots": {"listChanged": True}, "elicitation": {"
 JSON_DEPTH_LIMIT = 32
 # Number literals, many of which a float would round or spell otherwise: each is forwarded as written.
 AWKWARD_LITERALS = [
-    "9007199254740993.0", "0.10000000000000001", "1e-400", "1e2", "1E2", "-0", "1.0", "1.50", "-0.0",
-    "0e0", "123456789012345678901234567890", "4" + "0" * 399, "5e-324", "1.7976931348623157e309",
-    "1e400", "-1e400", "1E+2", "2e-7", "-123456789012345678901234567890.5", "7" * 5000, "0.7", "100", "-5",
-    "18446744073709551616", "-9223372036854775809", "1e16", "12.30e-005",
+    "9007199254740993.0",
+    "0.10000000000000001",
+    "1e-400",
+    "1e2",
+    "1E2",
+    "-0",
+    "1.0",
+    "1.50",
+    "-0.0",
+    "0e0",
+    "123456789012345678901234567890",
+    "4" + "0" * 399,
+    "5e-324",
+    "1.7976931348623157e309",
+    "1e400",
+    "-1e400",
+    "1E+2",
+    "2e-7",
+    "-123456789012345678901234567890.5",
+    "7" * 5000,
+    "0.7",
+    "100",
+    "-5",
+    "18446744073709551616",
+    "-9223372036854775809",
+    "1e16",
+    "12.30e-005",
 ]
 
 
@@ -61,8 +84,10 @@ def unpack(commands: list[Any]) -> list[tuple[str, Any, Any]]:
 def make_router(clock: Clock, debounce: float = 0.0, **kw: Any) -> Router:
     """Servers ``a`` (timeout 5 s, at most 20 s) and ``b`` (timeout 5 s, not reset by
     progress), both ready with tools ``slow`` and ``fast`` and one resource; no client yet."""
-    servers = [ServerConfig(name="a", command="x", request_timeout=5.0, max_request_timeout=20.0),
-               ServerConfig(name="b", command="x", request_timeout=5.0, timeout_resets_on_progress=False)]
+    servers = [
+        ServerConfig(name="a", command="x", request_timeout=5.0, max_request_timeout=20.0),
+        ServerConfig(name="b", command="x", request_timeout=5.0, timeout_resets_on_progress=False),
+    ]
     router = Router(Catalog(servers, "__", 50), servers, clock=clock, list_changed_debounce=debounce, **kw)
     caps = {"tools": {}, "resources": {"subscribe": True}, "logging": {}, "tasks": {"list": {}, "cancel": {}}}
     for name in ("a", "b"):
@@ -76,8 +101,14 @@ def make_router(clock: Clock, debounce: float = 0.0, **kw: Any) -> Router:
 def connect(router: Router, key: int, caps: dict[str, Any] = CLIENT_CAPS) -> None:
     """Client ``key`` connects and completes the handshake with these capabilities."""
     router.client_connected(key)
-    router.client_message(key, msg(id=0, method="initialize", params={
-        "protocolVersion": "2025-11-25", "capabilities": caps, "clientInfo": {"name": f"c{key}"}}))
+    router.client_message(
+        key,
+        msg(
+            id=0,
+            method="initialize",
+            params={"protocolVersion": "2025-11-25", "capabilities": caps, "clientInfo": {"name": f"c{key}"}},
+        ),
+    )
     router.client_message(key, msg(method="notifications/initialized"))
 
 
@@ -85,15 +116,20 @@ def make_depth_limited_router(limit: int = JSON_DEPTH_LIMIT) -> Router:
     """Servers ``a`` and ``b`` with a tool ``echo`` each, ``max_json_depth=limit``, client 1
     connected with sampling."""
     servers = [ServerConfig(name="a", command="x"), ServerConfig(name="b", command="x")]
-    router = Router(Catalog(servers, "__", 50), servers, clock=Clock(), list_changed_debounce=0,
-                    max_json_depth=limit)
+    router = Router(Catalog(servers, "__", 50), servers, clock=Clock(), list_changed_debounce=0, max_json_depth=limit)
     for name in ("a", "b"):
         router.server_ready(name, {"protocolVersion": "2025-11-25", "capabilities": {"tools": {}}})
         router.server_items(name, "tools", [{"name": "echo"}])
     router.startup_completed()
     router.client_connected(1)
-    router.client_message(1, msg(id=0, method="initialize", params={
-        "protocolVersion": "2025-11-25", "capabilities": {"sampling": {}}, "clientInfo": {"name": "c"}}))
+    router.client_message(
+        1,
+        msg(
+            id=0,
+            method="initialize",
+            params={"protocolVersion": "2025-11-25", "capabilities": {"sampling": {}}, "clientInfo": {"name": "c"}},
+        ),
+    )
     router.client_message(1, msg(method="notifications/initialized"))
     return router
 
@@ -101,9 +137,13 @@ def make_depth_limited_router(limit: int = JSON_DEPTH_LIMIT) -> Router:
 def still_serves(router: Router) -> None:
     """Client 1 of a depth-limited router still gets a ping answered and a call through."""
     assert unpack(router.client_message(1, msg(id="p", method="ping"))) == [
-        ("ToClient", 1, {"jsonrpc": "2.0", "id": "p", "result": {}})]
-    [(kind, server, sent)] = unpack(router.client_message(1, msg(id="c", method="tools/call", params={
-        "name": "a__echo", "arguments": {"ok": True}})))
+        ("ToClient", 1, {"jsonrpc": "2.0", "id": "p", "result": {}})
+    ]
+    [(kind, server, sent)] = unpack(
+        router.client_message(
+            1, msg(id="c", method="tools/call", params={"name": "a__echo", "arguments": {"ok": True}})
+        )
+    )
     assert (kind, server) == ("ToServer", "a")
     [(kind, _, answer)] = unpack(router.server_message("a", msg(id=sent["id"], result={"ok": 1})))
     assert answer == {"jsonrpc": "2.0", "id": "c", "result": {"ok": 1}}

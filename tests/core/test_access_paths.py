@@ -9,30 +9,36 @@ from aggregator.config import structure_config
 
 
 def policy(path: str = "/mcp") -> AccessPolicy:
-    config = structure_config({
-        "http": {"path": path},
-        "servers": {"a": {"command": "fake"}},
-        "profiles": {"reader": {}, "work": {"tokens": ["a-token-of-sixteen-or-more-characters"]}},
-    }, environ={})
+    config = structure_config(
+        {
+            "http": {"path": path},
+            "servers": {"a": {"command": "fake"}},
+            "profiles": {"reader": {}, "work": {"tokens": ["a-token-of-sixteen-or-more-characters"]}},
+        },
+        environ={},
+    )
     return AccessPolicy(config.http, config.profiles)
 
 
-@pytest.mark.parametrize(("target", "named"), [
-    ("/mcp", ""),
-    ("/mcp?x=1", ""),
-    ("/mcp/reader", "reader"),
-    ("/mcp/work?session=1", "work"),
-    ("/mcp/", None),  # no profile is named ""
-    ("/mcp/nope", None),  # not configured
-    ("/mcp/reader/", None),
-    ("/mcp/reader/x", None),
-    ("/mcpreader", None),
-    ("/mcp/../mcp", None),
-    ("/MCP", None),
-    ("/", None),
-    ("", None),
-    ("?/mcp", None),
-])
+@pytest.mark.parametrize(
+    ("target", "named"),
+    [
+        ("/mcp", ""),
+        ("/mcp?x=1", ""),
+        ("/mcp/reader", "reader"),
+        ("/mcp/work?session=1", "work"),
+        ("/mcp/", None),  # no profile is named ""
+        ("/mcp/nope", None),  # not configured
+        ("/mcp/reader/", None),
+        ("/mcp/reader/x", None),
+        ("/mcpreader", None),
+        ("/mcp/../mcp", None),
+        ("/MCP", None),
+        ("/", None),
+        ("", None),
+        ("?/mcp", None),
+    ],
+)
 def test_the_profile_a_path_names(target, named):
     assert policy().named_profile(target) == named
 

@@ -26,24 +26,35 @@ from aggregator.core.affinity import (
 REQUESTS = [
     ("per-session link: its session", dict(link_session=3, in_flight={}), Owner(3, None, "link")),
     ("per-session link: its request from the stream", dict(link_session=3, stream=(3, "x")), Owner(3, "x", "link")),
-    ("per-session link: its request from the progress token", dict(link_session=3, progress=(3, 9)),
-     Owner(3, 9, "link")),
+    (
+        "per-session link: its request from the progress token",
+        dict(link_session=3, progress=(3, 9)),
+        Owner(3, 9, "link"),
+    ),
     ("per-session link whose client left", dict(link_session=3, live=False), Owner(None, None, UNAVAILABLE)),
-    ("stream names the request", dict(stream=(1, 7), in_flight={1: [7], 2: [1]}, clients=[1, 2]),
-     Owner(1, 7, "stream")),
+    (
+        "stream names the request",
+        dict(stream=(1, 7), in_flight={1: [7], 2: [1]}, clients=[1, 2]),
+        Owner(1, 7, "stream"),
+    ),
     ("stream beats task and progress", dict(stream=(2, 1), task=1, progress=(1, 5)), Owner(2, 1, "stream")),
-    ("stream of a request that ended: nobody, not the one in flight",
-     dict(ended=True, in_flight={1: [3]}, clients=[1]), Owner(None, None, ENDED)),
+    (
+        "stream of a request that ended: nobody, not the one in flight",
+        dict(ended=True, in_flight={1: [3]}, clients=[1]),
+        Owner(None, None, ENDED),
+    ),
     ("stream of a request that ended: nobody, not the task owner", dict(ended=True, task=2), Owner(None, None, ENDED)),
-    ("per-session link: its session even on an ended request's stream", dict(link_session=3, ended=True),
-     Owner(3, None, "link")),
+    (
+        "per-session link: its session even on an ended request's stream",
+        dict(link_session=3, ended=True),
+        Owner(3, None, "link"),
+    ),
     ("task owner", dict(task=2, in_flight={1: [1], 2: [4]}, clients=[1, 2]), Owner(2, None, "task")),
     ("task owner with its request from progress", dict(task=2, progress=(2, 4)), Owner(2, 4, "task")),
     ("task beats progress of another session", dict(task=2, progress=(1, 5)), Owner(2, None, "task")),
     ("progress token", dict(progress=(1, "a"), in_flight={1: ["a"], 2: [3]}), Owner(1, "a", "progress")),
     ("one session in flight, one request", dict(in_flight={2: [5]}, clients=[1, 2]), Owner(2, 5, "in_flight")),
-    ("one session in flight, two requests", dict(in_flight={2: [5, 6]}, clients=[1, 2]),
-     Owner(2, None, "in_flight")),
+    ("one session in flight, two requests", dict(in_flight={2: [5, 6]}, clients=[1, 2]), Owner(2, None, "in_flight")),
     ("two sessions in flight", dict(in_flight={1: [1], 2: [1]}, clients=[1, 2]), Owner(None, None, AMBIGUOUS)),
     ("nothing in flight, one client", dict(in_flight={}, clients=[4]), Owner(4, None, "only_client")),
     ("nothing in flight, two clients", dict(in_flight={}, clients=[1, 2]), Owner(None, None, AMBIGUOUS)),
@@ -61,18 +72,27 @@ LOGS = [
     ("per-session link whose client left", dict(link_session=3, live=False), Owner(None, None, UNAVAILABLE)),
     ("on a request's stream", dict(stream=(1, 7), streams=True, in_flight={1: [7], 2: [2]}), Owner(1, 7, "stream")),
     ("names a task", dict(task=2, in_flight={1: [1], 2: [2]}), Owner(2, None, "task")),
-    ("on the stream of a request that ended", dict(ended=True, streams=True, in_flight={1: [1]}),
-     Owner(None, None, ENDED)),
+    (
+        "on the stream of a request that ended",
+        dict(ended=True, streams=True, in_flight={1: [1]}),
+        Owner(None, None, ENDED),
+    ),
     ("carries a progress token", dict(progress=(2, 2), in_flight={1: [1], 2: [2]}), Owner(2, 2, "progress")),
     ("stdio: one session in flight", dict(in_flight={1: [8]}), Owner(1, 8, "in_flight")),
     ("stdio: two sessions in flight", dict(in_flight={1: [8], 2: [8]}), Owner(None, None, AMBIGUOUS)),
     ("stdio: nothing in flight", dict(in_flight={}), Owner(None, None, NO_REQUEST)),
     # One client only still does not make an idle line that client's request.
     ("stdio: nothing in flight (never the only-client rule)", dict(in_flight=None), Owner(None, None, NO_REQUEST)),
-    ("HTTP: not on a request's stream, one session in flight", dict(streams=True, in_flight={1: [8]}),
-     Owner(None, None, NO_REQUEST)),
-    ("HTTP: not on a request's stream, two sessions in flight", dict(streams=True, in_flight={1: [8], 2: [1]}),
-     Owner(None, None, NO_REQUEST)),
+    (
+        "HTTP: not on a request's stream, one session in flight",
+        dict(streams=True, in_flight={1: [8]}),
+        Owner(None, None, NO_REQUEST),
+    ),
+    (
+        "HTTP: not on a request's stream, two sessions in flight",
+        dict(streams=True, in_flight={1: [8], 2: [1]}),
+        Owner(None, None, NO_REQUEST),
+    ),
 ]
 
 
@@ -126,8 +146,11 @@ def test_roots_followers(case, args, expected):
 
 
 MESSAGES = [
-    ("ambiguous", ("sampling/createMessage", "git", AMBIGUOUS, False),
-     ["several clients", "'git'", 'isolation = "per-session"']),
+    (
+        "ambiguous",
+        ("sampling/createMessage", "git", AMBIGUOUS, False),
+        ["several clients", "'git'", 'isolation = "per-session"'],
+    ),
     ("no client", ("elicitation/create", "git", UNAVAILABLE, False), ["no client is connected"]),
     ("per-session client gone", ("sampling/createMessage", "nb", UNAVAILABLE, True), ["its client has disconnected"]),
     ("its request ended", ("sampling/createMessage", "git", ENDED, False), ["has ended", "cancelled"]),

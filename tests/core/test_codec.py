@@ -100,7 +100,11 @@ def test_an_unreadable_notification_is_not_answered_and_a_response_names_its_req
     assert (notification.kind, notification.answer) == (NOTIFICATION, False)
     response = refused(b'{"jsonrpc":"2.0","id":7,"result":{"a":"\\ud800"}}')
     assert (response.kind, response.answer, response.response_to, response.to_response()["id"]) == (
-        RESPONSE, False, 7, None)
+        RESPONSE,
+        False,
+        7,
+        None,
+    )
 
 
 def test_huge_integer_ids_are_refused_by_name():
@@ -122,9 +126,11 @@ def test_ids_are_echoed_exactly(id):
 
 
 def test_numbers_are_forwarded_exactly():
-    raw = (b'{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"arguments":'
-           b'{"big":123456789012345678901234567890,"neg":-98765432109876543210987,'
-           b'"precise":0.1000000000000000055511151231257827,"exp":1.5E+300,"small":1,"f":2.5}}}')
+    raw = (
+        b'{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"arguments":'
+        b'{"big":123456789012345678901234567890,"neg":-98765432109876543210987,'
+        b'"precise":0.1000000000000000055511151231257827,"exp":1.5E+300,"small":1,"f":2.5}}}'
+    )
     _, message = decode_message(raw)
     out = dumps(message)
     assert b"123456789012345678901234567890" in out
@@ -151,11 +157,14 @@ def test_line_separators_inside_strings_survive():
 
 # --- numbers: every literal is forwarded as it was written -------------------------------
 
+
 @pytest.mark.parametrize("literal", AWKWARD_LITERALS)
 @pytest.mark.parametrize("spaced", [False, True], ids=["compact", "spaced"])
 def test_number_literals_survive_both_directions(literal, spaced):
-    request = ('{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"t","arguments":'
-               '{"x":@,"list":[@,"2.0",@],"v":"2.0"}}}').replace("@", literal)
+    request = (
+        '{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"t","arguments":'
+        '{"x":@,"list":[@,"2.0",@],"v":"2.0"}}}'
+    ).replace("@", literal)
     response = '{"jsonrpc":"2.0","id":1,"result":{"structuredContent":{"x":@},"content":[]}}'.replace("@", literal)
     for compact in (request, response):
         raw = compact.replace(",", ", ").replace(":", ": ").encode() if spaced else compact.encode()
@@ -223,16 +232,28 @@ def refused_at(raw: bytes, limit: int) -> RemoteProtocolError:
     ("raw", "id", "kind"),
     [
         (nested(990), 5, REQUEST),  # under orjson's own limit: refused by ours, with the id
-        (b'{"jsonrpc":"2.0","id":"m","method":"ping","params":{"_meta":' + b"[" * 200 + b"]" * 200 + b"}}",
-         "m", REQUEST),
-        (b'{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":1,"reason":'
-         + b"[" * 300 + b"]" * 300 + b"}}", None, NOTIFICATION),
+        (
+            b'{"jsonrpc":"2.0","id":"m","method":"ping","params":{"_meta":' + b"[" * 200 + b"]" * 200 + b"}}",
+            "m",
+            REQUEST,
+        ),
+        (
+            b'{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":1,"reason":'
+            + b"[" * 300
+            + b"]" * 300
+            + b"}}",
+            None,
+            NOTIFICATION,
+        ),
         (b'{"jsonrpc":"2.0","id":9,"result":{"content":' + b"[" * 500 + b"]" * 500 + b"}}", None, RESPONSE),
         (b"[" * 100_000, None, None),  # beyond orjson's 1024: nothing readable
         (b'{"a":' * 2000 + b"1" + b"}" * 2000, None, None),
         # deep and with a number orjson cannot hold: the exact path checks depth too
-        (b'{"jsonrpc":"2.0","id":6,"method":"x","params":{"n":1e400,"d":' + b"[" * 600 + b"]" * 600 + b"}}",
-         6, REQUEST),
+        (
+            b'{"jsonrpc":"2.0","id":6,"method":"x","params":{"n":1e400,"d":' + b"[" * 600 + b"]" * 600 + b"}}",
+            6,
+            REQUEST,
+        ),
     ],
 )
 def test_too_deep_is_refused_with_what_can_be_read(raw, id, kind):
@@ -245,8 +266,9 @@ def test_too_deep_is_refused_with_what_can_be_read(raw, id, kind):
 
 
 def test_deep_but_wide_messages_pass_the_cheap_check():
-    items = [{"name": f"t{i}", "inputSchema": {"type": "object", "properties": {"a": {"type": "array"}}}}
-             for i in range(500)]
+    items = [
+        {"name": f"t{i}", "inputSchema": {"type": "object", "properties": {"a": {"type": "array"}}}} for i in range(500)
+    ]
     raw = dumps({"jsonrpc": "2.0", "id": 1, "result": {"tools": items}})
     assert raw.count(b"{") > 128
     assert decode_message(raw)[1]["result"]["tools"] == items
@@ -266,9 +288,37 @@ def test_the_exact_writer_has_no_recursion_limit():
 
 # --- fuzz: the exact path is never laxer than orjson, apart from number range ------------
 
-TOKENS = [b"{", b"}", b"[", b"]", b",", b":", b" ", b'"a"', b'"\\ud800"', b'"\\ud83d\\ude00"', b'"\\u00e9"',
-          b'"\xff"', b'"\xed\xa0\x80"', b'"x\x01"', b"\xef\xbb\xbf", b"1e400", b"-0", b"1.50", b"0.1", b"12",
-          b"NaN", b"-Infinity", b"1" * 400, b"true", b"null", b"-", b".5", b"01", b"1e99999999999999999999"]
+TOKENS = [
+    b"{",
+    b"}",
+    b"[",
+    b"]",
+    b",",
+    b":",
+    b" ",
+    b'"a"',
+    b'"\\ud800"',
+    b'"\\ud83d\\ude00"',
+    b'"\\u00e9"',
+    b'"\xff"',
+    b'"\xed\xa0\x80"',
+    b'"x\x01"',
+    b"\xef\xbb\xbf",
+    b"1e400",
+    b"-0",
+    b"1.50",
+    b"0.1",
+    b"12",
+    b"NaN",
+    b"-Infinity",
+    b"1" * 400,
+    b"true",
+    b"null",
+    b"-",
+    b".5",
+    b"01",
+    b"1e99999999999999999999",
+]
 
 
 def strings_of(value):

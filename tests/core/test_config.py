@@ -16,7 +16,8 @@ def problems(raw, environ=None):
 
 
 def test_valid_config():
-    config = structure_config(tomllib.loads('''
+    config = structure_config(
+        tomllib.loads("""
 [proxy]
 separator = "."
 page_size = 7
@@ -27,7 +28,9 @@ env = { TOKEN = "$${literal}" }
 [servers.web]
 url = "http://127.0.0.1:9/mcp"
 enabled = false
-'''), environ={"REPO": "/tmp/r"})
+"""),
+        environ={"REPO": "/tmp/r"},
+    )
     git = config.servers["git"]
     assert git.args == ("--repository", "/tmp/r") and git.env == {"TOKEN": "${literal}"}
     assert git.effective_transport == "stdio" and config.servers["web"].effective_transport == "streamable-http"
@@ -71,15 +74,18 @@ def test_all_problems_at_once():
 def test_underscore_keys_get_a_uri_prefix():
     config = structure_config({"servers": {"my_db": {"command": "g"}}}, environ={})
     from aggregator.core.naming import uri_prefix
+
     assert uri_prefix(config.servers["my_db"]) == "my-db"
 
 
 def test_claude_desktop_and_vscode_json(tmp_path):
-    claude = {"mcpServers": {
-        "time": {"command": "mcp-server-time", "args": ["--local-timezone", "UTC"], "env": {"A": "b"}},
-        "remote": {"url": "http://127.0.0.1:9/mcp", "type": "http", "headers": {"X": "y"}},
-        "off": {"command": "x", "disabled": True, "autoApprove": ["t"]},
-    }}
+    claude = {
+        "mcpServers": {
+            "time": {"command": "mcp-server-time", "args": ["--local-timezone", "UTC"], "env": {"A": "b"}},
+            "remote": {"url": "http://127.0.0.1:9/mcp", "type": "http", "headers": {"X": "y"}},
+            "off": {"command": "x", "disabled": True, "autoApprove": ["t"]},
+        }
+    }
     path = tmp_path / "claude_desktop_config.json"
     path.write_text(json.dumps(claude))
     config = load_config(path, environ={})
@@ -112,12 +118,14 @@ def test_bad_toml_and_missing_file(tmp_path):
 
 def test_shipped_config_is_valid():
     from pathlib import Path
+
     config = load_config(Path(__file__).parents[2] / "aggregator.toml")
     assert {"time", "git"} <= set(config.servers)
 
 
 def test_listen_addresses():
     from aggregator.config import parse_listen
+
     assert parse_listen("8000") == ("127.0.0.1", 8000)
     assert parse_listen("[::1]:9") == ("::1", 9)
     assert parse_listen("0.0.0.0:80") == ("0.0.0.0", 80)
@@ -130,7 +138,8 @@ def test_listen_addresses():
 @pytest.mark.parametrize("depth", [15, 513, 0])
 def test_json_depth_limit_is_bounded(depth):
     assert problems({"proxy": {"max_json_depth": depth}}) == [
-        f"proxy.max_json_depth: must be an integer (levels) from 16 to 512, got {depth}"]
+        f"proxy.max_json_depth: must be an integer (levels) from 16 to 512, got {depth}"
+    ]
 
 
 def test_json_depth_limit_default_and_range():
@@ -181,8 +190,9 @@ def with_value(table, key, value):
     return {table: {key: value}}, f"{table}.{key}"
 
 
-@pytest.mark.parametrize(("table", "key", "zero_ok", "valid", "huge"), NUMERIC_KEYS,
-                         ids=[f"{t}.{k}" for t, k, *_ in NUMERIC_KEYS])
+@pytest.mark.parametrize(
+    ("table", "key", "zero_ok", "valid", "huge"), NUMERIC_KEYS, ids=[f"{t}.{k}" for t, k, *_ in NUMERIC_KEYS]
+)
 def test_every_numeric_key_has_a_range(table, key, zero_ok, valid, huge):
     raw, path = with_value(table, key, valid)
     config = structure_config(raw, environ={})
@@ -197,8 +207,9 @@ def test_every_numeric_key_has_a_range(table, key, zero_ok, valid, huge):
         found = problems(raw)
         assert [p for p in found if p.startswith(f"{path}: must be ")] == found, (value, found)
         assert found and f"got {value!r}" in found[0] or f"got {float(value)!r}" in found[0], found
-        assert ("finite number of seconds" in found[0]) == (floating and key.endswith(("timeout", "initial", "max",
-                                                                                      "debounce", "grace"))), found
+        assert ("finite number of seconds" in found[0]) == (
+            floating and key.endswith(("timeout", "initial", "max", "debounce", "grace"))
+        ), found
     if zero_ok:
         raw, _ = with_value(table, key, 0 if not floating else 0.0)
         structure_config(raw, environ={})
@@ -206,13 +217,15 @@ def test_every_numeric_key_has_a_range(table, key, zero_ok, valid, huge):
 
 def test_a_nan_timeout_is_refused_with_its_key_path():
     assert problems({"proxy": {"startup_timeout": NAN}}) == [
-        "proxy.startup_timeout: must be a finite number of seconds from 0 to 86400, got nan"]
+        "proxy.startup_timeout: must be a finite number of seconds from 0 to 86400, got nan"
+    ]
 
 
 def test_a_float_key_without_a_range_must_still_be_finite():
     import attrs
 
     from aggregator.config import RANGES, ProxyConfig, check_ranges
+
     floats = [f.name for f in attrs.fields(ProxyConfig) if isinstance(getattr(ProxyConfig(), f.name), float)]
     unranged = {cls: {} for cls in RANGES}
     original = dict(RANGES)
@@ -228,16 +241,20 @@ def test_a_float_key_without_a_range_must_still_be_finite():
 
 def test_keys_that_depend_on_each_other():
     assert problems({"servers": {"s": {"command": "x", "request_timeout": 30.0, "max_request_timeout": 5.0}}}) == [
-        "servers.s.max_request_timeout: must be at least request_timeout (30), got 5"]
+        "servers.s.max_request_timeout: must be at least request_timeout (30), got 5"
+    ]
     assert problems({"proxy": {"restart_backoff_initial": 10.0, "restart_backoff_max": 2.0}}) == [
-        "proxy.restart_backoff_max: must be at least restart_backoff_initial (10), got 2"]
+        "proxy.restart_backoff_max: must be at least restart_backoff_initial (10), got 2"
+    ]
     assert problems({"http": {"listen": "127.0.0.1:8000", "websocket_listen": "localhost:8000"}}) == [
-        "http.websocket_listen: must be another port than http.listen"]
+        "http.websocket_listen: must be another port than http.listen"
+    ]
     structure_config({"http": {"listen": "127.0.0.1:8000", "websocket_listen": "127.0.0.1:8001"}}, environ={})
 
 
 def test_type_range_and_value_problems_are_reported_together():
-    found = problems(tomllib.loads('''
+    found = problems(
+        tomllib.loads("""
 [proxy]
 startup_timeout = "ten"
 page_size = -1
@@ -254,55 +271,66 @@ env = { X = 1 }
 [servers.b]
 command = 5
 request_timeout = nan
-'''))
-    assert sorted(found) == sorted([
-        "proxy.startup_timeout: expected a number, got the string 'ten'",
-        "proxy.name_charset: expected mcp or llm, got the string 'emoji'",
-        "proxy.page_size: must be an integer (items) from 1 to 100000, got -1",
-        "proxy.max_message_bytes: must be an integer (bytes) from 1024 to 1073741824, got 0",
-        "proxy.restart_backoff_initial: must be a finite number of seconds from 0.001 to 3600, got -5.0",
-        "proxy.max_in_flight_per_session: must be an integer (requests) from 1 to 1000000, got 0",
-        "proxy.server_requests[1]: expected sampling, elicitation or roots, got 'bogus'",
-        "servers.a.env.X: expected a string, got a number (1)",
-        "servers.a.isolation: expected shared or per-session, got the string 'weird'",
-        "servers.a.request_timeout: must be a finite number of seconds from 0.001 to 604800, got 0.0",
-        "servers.a.command: must not be empty",
-        # b's command is broken: "needs either command or url" would only be its echo
-        "servers.b.command: expected a string, got a number (5)",
-        "servers.b.request_timeout: must be a finite number of seconds from 0.001 to 604800, got nan",
-    ])
+""")
+    )
+    assert sorted(found) == sorted(
+        [
+            "proxy.startup_timeout: expected a number, got the string 'ten'",
+            "proxy.name_charset: expected mcp or llm, got the string 'emoji'",
+            "proxy.page_size: must be an integer (items) from 1 to 100000, got -1",
+            "proxy.max_message_bytes: must be an integer (bytes) from 1024 to 1073741824, got 0",
+            "proxy.restart_backoff_initial: must be a finite number of seconds from 0.001 to 3600, got -5.0",
+            "proxy.max_in_flight_per_session: must be an integer (requests) from 1 to 1000000, got 0",
+            "proxy.server_requests[1]: expected sampling, elicitation or roots, got 'bogus'",
+            "servers.a.env.X: expected a string, got a number (1)",
+            "servers.a.isolation: expected shared or per-session, got the string 'weird'",
+            "servers.a.request_timeout: must be a finite number of seconds from 0.001 to 604800, got 0.0",
+            "servers.a.command: must not be empty",
+            # b's command is broken: "needs either command or url" would only be its echo
+            "servers.b.command: expected a string, got a number (5)",
+            "servers.b.request_timeout: must be a finite number of seconds from 0.001 to 604800, got nan",
+        ]
+    )
 
 
-@pytest.mark.parametrize(("raw", "expected"), [
-    ({"proxy": 3}, ["proxy: expected a table, got a number (3)"]),
-    ({"proxy": [1, 2]}, ["proxy: expected a table, got a list"]),
-    ({"http": "x"}, ["http: expected a table, got the string 'x'"]),
-    ({"policy": True}, ["policy: expected a table, got a boolean"]),
-    ({"servers": {"a": 3}}, ["servers.a: expected a table, got a number (3)"]),
-])
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [
+        ({"proxy": 3}, ["proxy: expected a table, got a number (3)"]),
+        ({"proxy": [1, 2]}, ["proxy: expected a table, got a list"]),
+        ({"http": "x"}, ["http: expected a table, got the string 'x'"]),
+        ({"policy": True}, ["policy: expected a table, got a boolean"]),
+        ({"servers": {"a": 3}}, ["servers.a: expected a table, got a number (3)"]),
+    ],
+)
 def test_a_section_of_the_wrong_shape(raw, expected):
     assert problems(raw) == expected
 
 
 def test_import_refuses_values_a_client_would_not_run():
     with pytest.raises(ConfigError) as info:
-        mcp_servers_json_to_raw(b'{"mcpServers": {"a": {"command": "x", "args": [1, true, null],'
-                                b' "env": {"A": 2}, "headers": [], "cwd": 3}}}')
-    assert sorted(info.value.problems) == sorted([
-        "mcpServers.a.args[0]: expected a string, got a number (1)",
-        "mcpServers.a.args[1]: expected a string, got a boolean",
-        "mcpServers.a.args[2]: expected a string, got nothing",
-        "mcpServers.a.env.A: expected a string, got a number (2)",
-        "mcpServers.a.headers: expected an object of strings, got a list",
-        "mcpServers.a.cwd: expected a string, got a number (3)",
-    ])
+        mcp_servers_json_to_raw(
+            b'{"mcpServers": {"a": {"command": "x", "args": [1, true, null],'
+            b' "env": {"A": 2}, "headers": [], "cwd": 3}}}'
+        )
+    assert sorted(info.value.problems) == sorted(
+        [
+            "mcpServers.a.args[0]: expected a string, got a number (1)",
+            "mcpServers.a.args[1]: expected a string, got a boolean",
+            "mcpServers.a.args[2]: expected a string, got nothing",
+            "mcpServers.a.env.A: expected a string, got a number (2)",
+            "mcpServers.a.headers: expected an object of strings, got a list",
+            "mcpServers.a.cwd: expected a string, got a number (3)",
+        ]
+    )
 
 
 def test_client_limits_accept_their_older_http_names():
     older = structure_config({"http": {"max_stream_buffer_bytes": 65536, "write_timeout": 1.5}}, environ={})
     assert (older.proxy.client_buffer_bytes, older.proxy.client_write_timeout) == (65536, 1.5)
-    both = structure_config({"proxy": {"client_buffer_bytes": 4096},
-                             "http": {"max_stream_buffer_bytes": 65536}}, environ={})
+    both = structure_config(
+        {"proxy": {"client_buffer_bytes": 4096}, "http": {"max_stream_buffer_bytes": 65536}}, environ={}
+    )
     assert both.proxy.client_buffer_bytes == both.http.max_stream_buffer_bytes == 4096
     with pytest.raises(ConfigError) as error:
         structure_config({"proxy": {"client_buffer_bytes": 10, "server_write_timeout": 0}}, environ={})

@@ -28,6 +28,7 @@ def test_other_key_kind_or_generation_refused():
         CursorCodec().decode(cursor, "tools", 1)  # another proxy process
     # A tampered offset is caught by the tag.
     import base64
+
     raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
     forged = base64.urlsafe_b64encode(raw[:-1] + b"0").decode().rstrip("=")
     with pytest.raises(RemoteProtocolError):

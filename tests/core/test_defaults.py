@@ -25,9 +25,14 @@ def bare_router(servers: list) -> Router:
 def test_a_router_without_settings_has_those_of_the_default_proxy_config(setting):
     servers = [ServerConfig(name="a", command="x")]
     proxy = ProxyConfig()
-    configured = Router(Catalog(servers, "__", 50), servers, server_requests=proxy.server_requests,
-                        list_changed_debounce=proxy.list_changed_debounce,
-                        max_in_flight=proxy.max_in_flight_per_session, max_json_depth=proxy.max_json_depth)
+    configured = Router(
+        Catalog(servers, "__", 50),
+        servers,
+        server_requests=proxy.server_requests,
+        list_changed_debounce=proxy.list_changed_debounce,
+        max_in_flight=proxy.max_in_flight_per_session,
+        max_json_depth=proxy.max_json_depth,
+    )
     assert getattr(bare_router(servers), setting) == getattr(configured, setting)
 
 
@@ -54,14 +59,25 @@ def test_a_session_past_the_default_limit_of_requests_in_flight_is_refused():
     router.server_items("a", "tools", [{"name": "slow"}])
     router.startup_complete = True
     router.client_connected(1)
-    router.client_message(1, dumps({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
-        "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "c"}}}))
+    router.client_message(
+        1,
+        dumps(
+            {
+                "jsonrpc": "2.0",
+                "id": 0,
+                "method": "initialize",
+                "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "c"}},
+            }
+        ),
+    )
     router.client_message(1, dumps({"jsonrpc": "2.0", "method": "notifications/initialized"}))
     limit = ProxyConfig().max_in_flight_per_session
     kinds = []
     for id in range(1, limit + 2):
-        [command] = router.client_message(1, dumps({"jsonrpc": "2.0", "id": id, "method": "tools/call",
-                                                    "params": {"name": "a__slow", "arguments": {}}}))
+        [command] = router.client_message(
+            1,
+            dumps({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {"name": "a__slow", "arguments": {}}}),
+        )
         kinds.append(type(command).__name__)
     assert kinds == ["ToServer"] * limit + ["ToClient"]
     refusal = loads(command.message) if type(command.message) is bytes else command.message

@@ -21,18 +21,22 @@ def test_loopback_is_always_served(listen, config):
     check_exposure(config, listen)
 
 
-@pytest.mark.parametrize(("listen", "host"), [
-    ("0.0.0.0:8000", "0.0.0.0"),
-    ("[::]:8000", "::"),
-    ("192.168.1.5:8000", "192.168.1.5"),
-    ("example.com:443", "example.com"),  # a name other than localhost is not known to be loopback
-])
+@pytest.mark.parametrize(
+    ("listen", "host"),
+    [
+        ("0.0.0.0:8000", "0.0.0.0"),
+        ("[::]:8000", "::"),
+        ("192.168.1.5:8000", "192.168.1.5"),
+        ("example.com:443", "example.com"),  # a name other than localhost is not known to be loopback
+    ],
+)
 def test_beyond_loopback_without_tokens_is_refused(listen, host):
     with pytest.raises(ConfigError) as caught:
         check_exposure(OPEN, listen, "--ws")
     assert caught.value.problems == [
         f"refusing to serve on {host} without authentication: set http.auth_tokens, or"
-        " http.allow_unauthenticated_remote = true if the network is trusted"]
+        " http.allow_unauthenticated_remote = true if the network is trusted"
+    ]
 
 
 @pytest.mark.parametrize("config", [WITH_TOKENS, TRUSTED], ids=["tokens", "trusted"])

@@ -9,7 +9,7 @@ MESSAGES = [
     b'{"jsonrpc":"2.0","id":1,"method":"ping"}',
     '{"t":"a\u2028b\u0085c\rd\u2029"}'.encode(),
     b'{"jsonrpc":"2.0","method":"notifications/initialized"}\r',
-    '{"emoji":"\U0001F600 caf\u00e9"}'.encode(),
+    '{"emoji":"\U0001f600 caf\u00e9"}'.encode(),
 ]
 
 

@@ -13,8 +13,9 @@ RELATED = "io.modelcontextprotocol/related-task"
 
 
 def in_flight(router, session, id, server="a"):
-    [(_, _, sent)] = unpack(router.client_message(session, msg(id=id, method="tools/call",
-                                                               params={"name": f"{server}__slow"})))
+    [(_, _, sent)] = unpack(
+        router.client_message(session, msg(id=id, method="tools/call", params={"name": f"{server}__slow"}))
+    )
     return sent
 
 
@@ -23,12 +24,17 @@ def no_errors_logged(caplog):
 
 
 @pytest.mark.parametrize("odd", ODD_IDS)
-@pytest.mark.parametrize("request_params", [
-    lambda odd: ("elicitation/create", {"mode": "url", "elicitationId": odd, "url": "https://x.example",
-                                        "message": "m"}),
-    lambda odd: ("sampling/createMessage", {"messages": [], "_meta": {RELATED: {"taskId": odd}}}),
-    lambda odd: ("elicitation/create", {"message": "m", "_meta": {RELATED: {"taskId": odd}}}),
-])
+@pytest.mark.parametrize(
+    "request_params",
+    [
+        lambda odd: (
+            "elicitation/create",
+            {"mode": "url", "elicitationId": odd, "url": "https://x.example", "message": "m"},
+        ),
+        lambda odd: ("sampling/createMessage", {"messages": [], "_meta": {RELATED: {"taskId": odd}}}),
+        lambda odd: ("elicitation/create", {"message": "m", "_meta": {RELATED: {"taskId": odd}}}),
+    ],
+)
 def test_a_server_request_with_odd_ids_inside_is_routed_or_answered(router, caplog, odd, request_params):
     in_flight(router, 1, 1)
     method, params = request_params(odd)
@@ -41,14 +47,17 @@ def test_a_server_request_with_odd_ids_inside_is_routed_or_answered(router, capl
 
 
 @pytest.mark.parametrize("odd", ODD_IDS)
-@pytest.mark.parametrize("notification", [
-    lambda odd: ("notifications/cancelled", {"requestId": odd}),
-    lambda odd: ("notifications/elicitation/complete", {"elicitationId": odd}),
-    lambda odd: ("notifications/tasks/status", {"taskId": odd, "status": "working"}),
-    lambda odd: ("notifications/message", {"level": "error", "data": "x", "_meta": {RELATED: {"taskId": odd}}}),
-    lambda odd: ("notifications/progress", {"progressToken": odd, "progress": 1}),
-    lambda odd: ("notifications/resources/updated", {"uri": odd}),
-])
+@pytest.mark.parametrize(
+    "notification",
+    [
+        lambda odd: ("notifications/cancelled", {"requestId": odd}),
+        lambda odd: ("notifications/elicitation/complete", {"elicitationId": odd}),
+        lambda odd: ("notifications/tasks/status", {"taskId": odd, "status": "working"}),
+        lambda odd: ("notifications/message", {"level": "error", "data": "x", "_meta": {RELATED: {"taskId": odd}}}),
+        lambda odd: ("notifications/progress", {"progressToken": odd, "progress": 1}),
+        lambda odd: ("notifications/resources/updated", {"uri": odd}),
+    ],
+)
 def test_a_server_notification_with_odd_ids_inside_is_dropped_quietly(router, caplog, odd, notification):
     in_flight(router, 1, 1)
     method, params = notification(odd)
@@ -60,12 +69,14 @@ def test_a_server_notification_with_odd_ids_inside_is_dropped_quietly(router, ca
 def test_a_log_line_never_carries_another_clients_progress_token(router):
     # Session 1 asked for progress with its own token; a line on session 2's request stream
     # that names 1's upstream token goes to 2 (the stream decides) without 1's token.
-    sent_one = router.client_message(1, msg(id=1, method="tools/call", params={
-        "name": "a__slow", "_meta": {"progressToken": "secret-of-one"}}))
+    sent_one = router.client_message(
+        1, msg(id=1, method="tools/call", params={"name": "a__slow", "_meta": {"progressToken": "secret-of-one"}})
+    )
     token = sent_one[0].message["params"]["_meta"]["progressToken"]
     two = in_flight(router, 2, 2)
-    note = msg(method="notifications/message", params={"level": "error", "data": "x",
-                                                         "_meta": {"progressToken": token}})
+    note = msg(
+        method="notifications/message", params={"level": "error", "data": "x", "_meta": {"progressToken": token}}
+    )
     [command] = router.server_message("a", note, related=two["id"])
     assert command.session == 2
     assert "secret-of-one" not in str(command.message) and token not in str(command.message)
@@ -102,19 +113,22 @@ def test_a_client_holds_a_bounded_number_of_unanswered_server_requests(clock=Non
     in_flight(r, 1, 1)
     asked = []
     for id in range(4):
-        [(kind, party, m)] = unpack(r.server_message("a", msg(id=100 + id, method="sampling/createMessage",
-                                                                  params={"messages": []})))
+        [(kind, party, m)] = unpack(
+            r.server_message("a", msg(id=100 + id, method="sampling/createMessage", params={"messages": []}))
+        )
         assert (kind, party) == ("ToClient", 1)
         asked.append(m["id"])
     # The client answers none of them: more are refused at once, the server is not left waiting.
-    [(kind, party, refused)] = unpack(r.server_message("a", msg(id=200, method="sampling/createMessage",
-                                                                params={"messages": []})))
+    [(kind, party, refused)] = unpack(
+        r.server_message("a", msg(id=200, method="sampling/createMessage", params={"messages": []}))
+    )
     assert (kind, party, refused["id"]) == ("ToServer", "a", 200)
     assert refused["error"]["data"]["reason"] == "overloaded"
     # One answered: one more may be asked.
     r.client_message(1, msg(id=asked[0], result={}))
-    [(kind, party, _)] = unpack(r.server_message("a", msg(id=201, method="sampling/createMessage",
-                                                          params={"messages": []})))
+    [(kind, party, _)] = unpack(
+        r.server_message("a", msg(id=201, method="sampling/createMessage", params={"messages": []}))
+    )
     assert (kind, party) == ("ToClient", 1)
     # Leaving clears the count with the requests.
     r.client_disconnected(1)
@@ -125,8 +139,13 @@ def test_a_url_elicitation_required_error_routes_its_completion_to_that_client(r
     in_flight(router, 1, 1)
     two = in_flight(router, 2, 1)
     # Session 2's call needs a browser flow first (-32042 carries the URL elicitations).
-    error = {"code": -32042, "message": "This request requires browser-based authorization.", "data": {
-        "elicitations": [{"mode": "url", "url": "https://auth.example/x", "message": "open", "elicitationId": "E2"}]}}
+    error = {
+        "code": -32042,
+        "message": "This request requires browser-based authorization.",
+        "data": {
+            "elicitations": [{"mode": "url", "url": "https://auth.example/x", "message": "open", "elicitationId": "E2"}]
+        },
+    }
     [(_, session, answer)] = unpack(router.server_message("a", msg(id=two["id"], error=error)))
     assert (session, answer["error"]) == (2, error)
     done = msg(method="notifications/elicitation/complete", params={"elicitationId": "E2"})
@@ -142,13 +161,27 @@ def test_elicitations_a_server_never_completes_are_bounded_per_client():
     connect(r, 1)
     connect(r, 2)
     in_flight(r, 2, 1)
-    r.server_message("a", msg(id=5, method="elicitation/create", params={
-        "mode": "url", "url": "https://x.example", "message": "m", "elicitationId": "of-two"}))
+    r.server_message(
+        "a",
+        msg(
+            id=5,
+            method="elicitation/create",
+            params={"mode": "url", "url": "https://x.example", "message": "m", "elicitationId": "of-two"},
+        ),
+    )
     in_flight(r, 1, 1)
     r.client_message(2, msg(method="notifications/cancelled", params={"requestId": 1}))
     for n in range(100):  # session 1 accepts each at once; the server never completes any
-        [(_, _, asked)] = unpack(r.server_message("a", msg(id=10 + n, method="elicitation/create", params={
-            "mode": "url", "url": "https://x.example", "message": "m", "elicitationId": f"E{n}"})))
+        [(_, _, asked)] = unpack(
+            r.server_message(
+                "a",
+                msg(
+                    id=10 + n,
+                    method="elicitation/create",
+                    params={"mode": "url", "url": "https://x.example", "message": "m", "elicitationId": f"E{n}"},
+                ),
+            )
+        )
         r.client_message(1, msg(id=asked["id"], result={"action": "accept"}))
     assert len(r.elicitations) <= 4 + 1
     # The newest still complete; another session's is untouched by session 1's excess.

@@ -25,11 +25,14 @@ def router():
 
 
 # The envelope is level 1, params 2, what params holds 3: these go one level past the limit.
-@pytest.mark.parametrize("params", [
-    {"name": "a__echo", "arguments": deep(LIMIT - 1)},
-    {"name": "a__echo", "arguments": {}, "_meta": deep(LIMIT - 1)},
-    {"name": "a__echo", "arguments": {"doc": deep(LIMIT - 2)}},
-])
+@pytest.mark.parametrize(
+    "params",
+    [
+        {"name": "a__echo", "arguments": deep(LIMIT - 1)},
+        {"name": "a__echo", "arguments": {}, "_meta": deep(LIMIT - 1)},
+        {"name": "a__echo", "arguments": {"doc": deep(LIMIT - 2)}},
+    ],
+)
 def test_a_deep_client_request_gets_its_error_and_reaches_no_server(router, params):
     out = unpack(router.client_message(1, msg(id=41, method="tools/call", params=params)))
     [(kind, session, error)] = out
@@ -41,26 +44,34 @@ def test_a_deep_client_request_gets_its_error_and_reaches_no_server(router, para
 
 def test_at_the_limit_a_request_is_forwarded_whole(router):
     arguments = deep(LIMIT - 3)  # envelope, params, arguments object
-    [(kind, server, sent)] = unpack(router.client_message(1, msg(id=1, method="tools/call", params={
-        "name": "a__echo", "arguments": {"doc": arguments}})))
+    [(kind, server, sent)] = unpack(
+        router.client_message(
+            1, msg(id=1, method="tools/call", params={"name": "a__echo", "arguments": {"doc": arguments}})
+        )
+    )
     assert (kind, server, sent["params"]["arguments"]) == ("ToServer", "a", {"doc": arguments})
 
 
 def test_a_deep_cancel_is_dropped_without_an_answer(router):
-    [(_, _, sent)] = unpack(router.client_message(1, msg(id=5, method="tools/call", params={
-        "name": "a__echo", "arguments": {}})))
-    assert router.client_message(1, msg(method="notifications/cancelled", params={
-        "requestId": 5, "reason": deep(LIMIT)})) == []
+    [(_, _, sent)] = unpack(
+        router.client_message(1, msg(id=5, method="tools/call", params={"name": "a__echo", "arguments": {}}))
+    )
+    assert (
+        router.client_message(1, msg(method="notifications/cancelled", params={"requestId": 5, "reason": deep(LIMIT)}))
+        == []
+    )
     # The request is still in flight and is answered normally.
     [(_, _, answer)] = unpack(router.server_message("a", msg(id=sent["id"], result={})))
     assert answer["id"] == 5 and "result" in answer
 
 
 def test_a_deep_answer_to_a_server_request_fails_that_request_upstream(router):
-    [(_, _, sent)] = unpack(router.client_message(1, msg(id=5, method="tools/call", params={
-        "name": "a__echo", "arguments": {}})))
-    [(kind, session, asked)] = unpack(router.server_message("a", msg(
-        id=77, method="sampling/createMessage", params={"messages": [], "maxTokens": 5})))
+    [(_, _, sent)] = unpack(
+        router.client_message(1, msg(id=5, method="tools/call", params={"name": "a__echo", "arguments": {}}))
+    )
+    [(kind, session, asked)] = unpack(
+        router.server_message("a", msg(id=77, method="sampling/createMessage", params={"messages": [], "maxTokens": 5}))
+    )
     assert (kind, session) == ("ToClient", 1)
     out = unpack(router.client_message(1, msg(id=asked["id"], result={"content": deep(LIMIT)})))
     [(kind, server, error)] = out  # the client hears nothing: it sent a response
@@ -71,15 +82,19 @@ def test_a_deep_answer_to_a_server_request_fails_that_request_upstream(router):
     assert answer["id"] == 5
 
 
-@pytest.mark.parametrize("raw_result", [
-    lambda: dumps({"content": deep(LIMIT)}),
-    lambda: b'{"n":NaN}',
-    lambda: b'{"s":"\\ud800"}',
-    lambda: b'{"s":"\xff"}',
-])
+@pytest.mark.parametrize(
+    "raw_result",
+    [
+        lambda: dumps({"content": deep(LIMIT)}),
+        lambda: b'{"n":NaN}',
+        lambda: b'{"s":"\\ud800"}',
+        lambda: b'{"s":"\xff"}',
+    ],
+)
 def test_an_unreadable_server_answer_fails_its_request_at_once_and_the_server_stays(router, raw_result):
-    [(_, _, sent)] = unpack(router.client_message(1, msg(id="q", method="tools/call", params={
-        "name": "a__echo", "arguments": {}})))
+    [(_, _, sent)] = unpack(
+        router.client_message(1, msg(id="q", method="tools/call", params={"name": "a__echo", "arguments": {}}))
+    )
     raw = b'{"jsonrpc":"2.0","id":' + str(sent["id"]).encode() + b',"result":' + raw_result() + b"}"
     [(kind, session, error)] = unpack(router.server_message("a", raw))
     assert (kind, session, error["id"]) == ("ToClient", 1, "q")
@@ -91,25 +106,34 @@ def test_an_unreadable_server_answer_fails_its_request_at_once_and_the_server_st
 
 
 def test_the_answer_to_the_proxys_own_request_fails_it_too(router):
-    [(kind, error)] = [(type(c).__name__, c.message) for c in router.server_message(
-        "a", msg(id="aggregator-3", result={"tools": deep(LIMIT)}))]
+    [(kind, error)] = [
+        (type(c).__name__, c.message)
+        for c in router.server_message("a", msg(id="aggregator-3", result={"tools": deep(LIMIT)}))
+    ]
     assert kind == "ControlReply" and error["id"] == "aggregator-3" and error["error"]["code"] == -32600
 
 
 def test_deep_server_notifications_are_dropped_and_deep_requests_refused(router):
-    assert router.server_message("a", msg(method="notifications/message", params={
-        "level": "info", "data": deep(LIMIT)})) == []
-    [(kind, server, error)] = unpack(router.server_message("a", msg(
-        id=9, method="sampling/createMessage", params={"messages": deep(LIMIT)})))
+    assert (
+        router.server_message("a", msg(method="notifications/message", params={"level": "info", "data": deep(LIMIT)}))
+        == []
+    )
+    [(kind, server, error)] = unpack(
+        router.server_message("a", msg(id=9, method="sampling/createMessage", params={"messages": deep(LIMIT)}))
+    )
     assert (kind, server, error["id"], error["error"]["code"]) == ("ToServer", "a", 9, -32600)
 
 
 # --- fuzz: random nesting on both sides of the limit ----------------------------------------
 
-leaves = st.one_of(st.none(), st.booleans(), st.integers(), st.floats(allow_nan=False, allow_infinity=False),
-                   st.text(max_size=5))
-trees = st.recursive(leaves, lambda inner: st.one_of(
-    st.lists(inner, max_size=3), st.dictionaries(st.text(max_size=3), inner, max_size=3)), max_leaves=12)
+leaves = st.one_of(
+    st.none(), st.booleans(), st.integers(), st.floats(allow_nan=False, allow_infinity=False), st.text(max_size=5)
+)
+trees = st.recursive(
+    leaves,
+    lambda inner: st.one_of(st.lists(inner, max_size=3), st.dictionaries(st.text(max_size=3), inner, max_size=3)),
+    max_leaves=12,
+)
 
 
 @st.composite
@@ -129,8 +153,12 @@ def build(shape, id, levels, pattern, tree):
     for level in range(levels):
         payload = [payload] if pattern[level % len(pattern)] else {"k": payload}
     if shape == "call":
-        return {"jsonrpc": "2.0", "id": id, "method": "tools/call",
-                "params": {"name": ["a__echo", "b__echo", "nope"][levels % 3], "arguments": payload}}
+        return {
+            "jsonrpc": "2.0",
+            "id": id,
+            "method": "tools/call",
+            "params": {"name": ["a__echo", "b__echo", "nope"][levels % 3], "arguments": payload},
+        }
     if shape == "ping":
         return {"jsonrpc": "2.0", "id": id, "method": "ping", "params": {"x": payload}}
     if shape == "meta":
@@ -164,8 +192,7 @@ def depth_of(raw: bytes) -> int:
     return deepest
 
 
-@settings(deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
-                                                                 HealthCheck.too_slow])
+@settings(deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(drawn=client_messages(), server_echoes=st.booleans())
 def test_fuzz_deep_messages_one_answer_per_readable_request_none_to_notifications(router, drawn, server_echoes):
     message = build(*drawn)
@@ -211,8 +238,10 @@ def test_the_shipped_plugins_handle_exact_numbers(tmp_path):
     from aggregator.jsonrpc import JsonNumber, decode_message
     from aggregator.plugins import Deny, Request
 
-    _, listing = decode_message(b'{"jsonrpc":"2.0","id":1,"result":{"tools":[{"name":"t","inputSchema":'
-                                b'{"type":"number","maximum":1.0E7,"default":1.50}}]}}')
+    _, listing = decode_message(
+        b'{"jsonrpc":"2.0","id":1,"result":{"tools":[{"name":"t","inputSchema":'
+        b'{"type":"number","maximum":1.0E7,"default":1.50}}]}}'
+    )
     tools = listing["result"]["tools"]
     assert type(tools[0]["inputSchema"]["maximum"]) is JsonNumber
     pins = tmp_path / "pins.json"
@@ -222,8 +251,10 @@ def test_the_shipped_plugins_handle_exact_numbers(tmp_path):
     assert PinDefinitions(str(pins)).catalog("default", "tools", tools) == tools  # read back: same digest
     changed = [dict(tools[0], inputSchema={"type": "number", "maximum": JsonNumber("1.0E8")})]
     assert PinDefinitions(str(pins)).catalog("default", "tools", changed) == []
-    _, call = decode_message(b'{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"x__t",'
-                             b'"arguments":{"n":1e400,"s":"drop table"}}}')
+    _, call = decode_message(
+        b'{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"x__t",'
+        b'"arguments":{"n":1e400,"s":"drop table"}}}'
+    )
     request = Request(1, "default", "tools/call", "x", "t", "x__t", call["params"])
     with pytest.raises(Deny):
         ExamplePlugin(blocked_words=["DROP"]).request(request)

@@ -30,6 +30,7 @@ def test_there_is_a_core_to_check():
 
 def test_no_unbounded_channels():
     import re
+
     unbounded = re.compile(r"open_memory_channel\(\s*(math\.)?inf")
     for path in ROOT.rglob("*.py"):
         assert not unbounded.search(path.read_text()), path
@@ -60,8 +61,12 @@ def _own_imports(path: Path) -> list[str]:
 
 def _wrong_way(path: Path, layer: str) -> list[str]:
     """The project modules ``path`` imports that its layer may not."""
-    return [name for name in _own_imports(path) if name != "aggregator" and not any(
-        name == allowed or name.startswith(allowed + ".") for allowed in MAY_IMPORT[layer])]
+    return [
+        name
+        for name in _own_imports(path)
+        if name != "aggregator"
+        and not any(name == allowed or name.startswith(allowed + ".") for allowed in MAY_IMPORT[layer])
+    ]
 
 
 @pytest.mark.parametrize("path", SANS_IO, ids=lambda p: str(p.relative_to(ROOT)))
@@ -72,10 +77,12 @@ def test_imports_run_one_way(path):
 
 def test_the_direction_check_catches_a_wrong_way_import(tmp_path):
     wrong = tmp_path / "wrong.py"
-    wrong.write_text("from aggregator import __version__\nfrom aggregator.hub import Hub\n"
-                     "from aggregator.jsonrpc.codec import dumps\n"
-                     "if True:\n    from aggregator.core.router import Router\n"
-                     "from . import sibling\n")
+    wrong.write_text(
+        "from aggregator import __version__\nfrom aggregator.hub import Hub\n"
+        "from aggregator.jsonrpc.codec import dumps\n"
+        "if True:\n    from aggregator.core.router import Router\n"
+        "from . import sibling\n"
+    )
     assert sorted(_wrong_way(wrong, "mcp")) == ["<relative>", "aggregator.core.router", "aggregator.hub"]
     assert sorted(_wrong_way(wrong, "core")) == ["<relative>", "aggregator.hub"]
     assert sorted(_wrong_way(wrong, "jsonrpc")) == ["<relative>", "aggregator.core.router", "aggregator.hub"]

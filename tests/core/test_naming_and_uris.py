@@ -40,8 +40,13 @@ def test_long_names_differ_by_hash():
 
 def test_uri_rewrite_round_trip():
     prefixes = {"everything": "everything", "my-db": "my_db"}
-    for uri in ["demo://resource/static/document/a.md", "file:///etc/hosts", "svn+ssh://h/x",
-                "urn:isbn:0451450523", "data:text/plain,hi"]:
+    for uri in [
+        "demo://resource/static/document/a.md",
+        "file:///etc/hosts",
+        "svn+ssh://h/x",
+        "urn:isbn:0451450523",
+        "data:text/plain,hi",
+    ]:
         exposed = expose_uri("everything", uri)
         assert SCHEME.fullmatch(exposed.split(":", 1)[0])
         assert split_uri(exposed, prefixes) == ("everything", uri)

@@ -24,7 +24,7 @@ from aggregator.core.policy import ProfilePolicy
 from aggregator.core.router import Router
 from tests.core.helpers import msg, unpack
 
-CONFIG = '''
+CONFIG = """
 [servers.git]
 command = "x"
 request_timeout = 5.0
@@ -46,12 +46,14 @@ command = "x"
 tokens = ["reader-token-0123456789"]
 [profiles.reader.servers.git.tools]
 allow = ["status", "log"]
-'''
+"""
 GIT_TOOLS = [{"name": "status"}, {"name": "log"}, {"name": "commit"}]
 GIT_RESOURCES = [{"uri": "file:///repo/README"}, {"uri": "file:///secret/key"}]
 GIT_TEMPLATES = [{"uriTemplate": "file:///repo/{path}"}, {"uriTemplate": "file:///hidden/{id}"}]
-READY = {"protocolVersion": "2025-06-18", "capabilities": {"tools": {}, "prompts": {}, "resources": {},
-                                                           "completions": {}}}
+READY = {
+    "protocolVersion": "2025-06-18",
+    "capabilities": {"tools": {}, "prompts": {}, "resources": {}, "completions": {}},
+}
 
 
 @pytest.fixture
@@ -62,8 +64,12 @@ def config():
 def start(router, server, tools=(), prompts=(), resources=(), templates=()):
     """What the supervisor reports when a server comes up: ready, listed."""
     out = router.server_ready(server, READY)
-    for kind, items in (("tools", tools), ("prompts", prompts), ("resources", resources),
-                        ("resourceTemplates", templates)):
+    for kind, items in (
+        ("tools", tools),
+        ("prompts", prompts),
+        ("resources", resources),
+        ("resourceTemplates", templates),
+    ):
         out += router.server_items(server, kind, list(items))
     return out + router.server_listed(server)
 
@@ -76,16 +82,23 @@ def router(config, clock):
     def catalog(profile):
         return Catalog(servers, "__", 50, store=store, policy=ProfilePolicy(config, profile))
 
-    r = Router(catalog(None), servers, clock=clock, list_changed_debounce=0,
-               profiles={"reader": catalog("reader")}, max_in_flight=4)
+    r = Router(
+        catalog(None),
+        servers,
+        clock=clock,
+        list_changed_debounce=0,
+        profiles={"reader": catalog("reader")},
+        max_in_flight=4,
+    )
     start(r, "git", GIT_TOOLS, [{"name": "greet"}], GIT_RESOURCES, GIT_TEMPLATES)
     start(r, "plain", [{"name": "echo"}], (), [{"uri": "note://a"}], [{"uriTemplate": "note://{id}"}])
     start(r, "other", [{"name": "ping"}])
     r.startup_complete = True
     for key, profile in ((1, "default"), (2, "reader")):
         r.client_connected(key, profile)
-        r.client_message(key, msg(id=0, method="initialize", params={"protocolVersion": "2025-06-18",
-                                                                      "capabilities": {}}))
+        r.client_message(
+            key, msg(id=0, method="initialize", params={"protocolVersion": "2025-06-18", "capabilities": {}})
+        )
     return r
 
 
@@ -111,35 +124,65 @@ def lose(router, clock, server="git", why="the server exited with status 1", ret
 # --- the rules, as tables ----------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("retry_at", "now", "timeout", "takes", "hold"), [
-    (None, 10.0, 5.0, 0.0, True),     # an attempt is under way: wait for it
-    (None, 10.0, 5.0, 6.0, False),    # ... unless starting takes longer than the request may wait
-    (12.0, 10.0, 5.0, 0.0, True),     # the next attempt is in 2 s
-    (12.0, 10.0, 5.0, 3.0, True),     # ... and it is ready 3 s later: 5 s, just in time
-    (12.0, 10.0, 5.0, 3.1, False),    # ... 0.1 s too late
-    (16.0, 10.0, 5.0, 0.0, False),    # the next attempt is after the request's timeout
-    (8.0, 10.0, 5.0, 4.0, True),      # the attempt is due (began 2 s ago)
-])
+@pytest.mark.parametrize(
+    ("retry_at", "now", "timeout", "takes", "hold"),
+    [
+        (None, 10.0, 5.0, 0.0, True),  # an attempt is under way: wait for it
+        (None, 10.0, 5.0, 6.0, False),  # ... unless starting takes longer than the request may wait
+        (12.0, 10.0, 5.0, 0.0, True),  # the next attempt is in 2 s
+        (12.0, 10.0, 5.0, 3.0, True),  # ... and it is ready 3 s later: 5 s, just in time
+        (12.0, 10.0, 5.0, 3.1, False),  # ... 0.1 s too late
+        (16.0, 10.0, 5.0, 0.0, False),  # the next attempt is after the request's timeout
+        (8.0, 10.0, 5.0, 4.0, True),  # the attempt is due (began 2 s ago)
+    ],
+)
 def test_should_hold(retry_at, now, timeout, takes, hold):
     assert should_hold(Outage("s", retry_at=retry_at), now, timeout, takes) is hold
 
 
-@pytest.mark.parametrize(("state", "reason", "retry_at", "now", "message", "data"), [
-    ("restarting", "the server exited with status 1", 13.25, 10.0,
-     "Server 's' is restarting (the server exited with status 1); next attempt in 3.2 s",
-     {"state": "restarting", "retryAfter": 3.25, "lastError": "the server exited with status 1"}),
-    ("failed", "cannot start 'x': No such file", 40.0, 10.0,
-     "Server 's' could not be started (cannot start 'x': No such file); next attempt in 30.0 s",
-     {"state": "failed", "retryAfter": 30.0, "lastError": "cannot start 'x': No such file"}),
-    ("restarting", "gone", 9.0, 10.0, "Server 's' is starting again (gone); it is not ready yet",
-     {"state": "starting", "retryAfter": 0.0, "lastError": "gone"}),
-    ("starting", None, None, 10.0, "Server 's' is starting; it is not ready yet",
-     {"state": "starting", "retryAfter": 0.0}),
-])
+@pytest.mark.parametrize(
+    ("state", "reason", "retry_at", "now", "message", "data"),
+    [
+        (
+            "restarting",
+            "the server exited with status 1",
+            13.25,
+            10.0,
+            "Server 's' is restarting (the server exited with status 1); next attempt in 3.2 s",
+            {"state": "restarting", "retryAfter": 3.25, "lastError": "the server exited with status 1"},
+        ),
+        (
+            "failed",
+            "cannot start 'x': No such file",
+            40.0,
+            10.0,
+            "Server 's' could not be started (cannot start 'x': No such file); next attempt in 30.0 s",
+            {"state": "failed", "retryAfter": 30.0, "lastError": "cannot start 'x': No such file"},
+        ),
+        (
+            "restarting",
+            "gone",
+            9.0,
+            10.0,
+            "Server 's' is starting again (gone); it is not ready yet",
+            {"state": "starting", "retryAfter": 0.0, "lastError": "gone"},
+        ),
+        (
+            "starting",
+            None,
+            None,
+            10.0,
+            "Server 's' is starting; it is not ready yet",
+            {"state": "starting", "retryAfter": 0.0},
+        ),
+    ],
+)
 def test_unavailable_says_state_and_when(state, reason, retry_at, now, message, data):
     outage = Outage("s", state=state, reason=reason, retry_at=retry_at)
-    assert unavailable(outage, now) == (message, {"source": "aggregator", "reason": "unavailable", "server": "s",
-                                                  **data})
+    assert unavailable(outage, now) == (
+        message,
+        {"source": "aggregator", "reason": "unavailable", "server": "s", **data},
+    )
     assert state_at(outage, now) == data["state"]
     assert retry_after(outage, now) == data["retryAfter"]
 
@@ -165,18 +208,21 @@ def test_remember_is_per_profile_and_keeps_what_each_may_not_see(router):
     assert remember(router.catalogs["default"], "other").resources == {}
 
 
-@pytest.mark.parametrize(("profile", "kind", "name", "ever_ready", "owner"), [
-    ("default", TOOLS, "git__commit", True, ("git", "commit")),      # remembered
-    ("reader", TOOLS, "git__commit", True, None),                    # hidden from that profile
-    ("default", TOOLS, "git__other", True, None),                    # never had it
-    ("default", TOOLS, "git__other", False, ("git", "other")),       # never ready: its prefix says so
-    ("reader", TOOLS, "git__other", False, None),                    # ... unless the rules would hide it
-    ("reader", TOOLS, "git__log", False, ("git", "log")),
-    ("default", TOOLS, "git__", False, None),                        # the prefix alone names nothing
-    ("default", TOOLS, "echo", False, None),                         # an empty prefix says nothing
-    ("default", PROMPTS, "git__greet", True, ("git", "greet")),
-    ("default", PROMPTS, "git__commit", True, None),                 # a tool, not a prompt
-])
+@pytest.mark.parametrize(
+    ("profile", "kind", "name", "ever_ready", "owner"),
+    [
+        ("default", TOOLS, "git__commit", True, ("git", "commit")),  # remembered
+        ("reader", TOOLS, "git__commit", True, None),  # hidden from that profile
+        ("default", TOOLS, "git__other", True, None),  # never had it
+        ("default", TOOLS, "git__other", False, ("git", "other")),  # never ready: its prefix says so
+        ("reader", TOOLS, "git__other", False, None),  # ... unless the rules would hide it
+        ("reader", TOOLS, "git__log", False, ("git", "log")),
+        ("default", TOOLS, "git__", False, None),  # the prefix alone names nothing
+        ("default", TOOLS, "echo", False, None),  # an empty prefix says nothing
+        ("default", PROMPTS, "git__greet", True, ("git", "greet")),
+        ("default", PROMPTS, "git__commit", True, None),  # a tool, not a prompt
+    ],
+)
 def test_name_owner(router, profile, kind, name, ever_ready, owner):
     outages = {}
     for server in ("git", "plain"):
@@ -187,8 +233,10 @@ def test_name_owner(router, profile, kind, name, ever_ready, owner):
 
 
 def test_uri_and_template_owner(router):
-    outages = {s: Outage(s, ever_ready=True, memory={p: remember(c, s) for p, c in router.catalogs.items()})
-               for s in ("git", "plain")}
+    outages = {
+        s: Outage(s, ever_ready=True, memory={p: remember(c, s) for p, c in router.catalogs.items()})
+        for s in ("git", "plain")
+    }
     assert uri_owner(outages, "default", "git+file:///repo/README") == ("git", "file:///repo/README")
     assert uri_owner(outages, "default", "note://a") == ("plain", "note://a")
     assert uri_owner(outages, "default", "note://b") == ("plain", "note://b")  # its template's
@@ -196,7 +244,9 @@ def test_uri_and_template_owner(router):
     assert uri_owner(outages, "default", "http://x") is None
     prefixes = router.catalog.uri_prefixes
     assert template_owner(outages, "default", template_key("GIT+FILE:///repo/{path}", prefixes)) == (
-        "git", "file:///repo/{path}")
+        "git",
+        "file:///repo/{path}",
+    )
     assert template_owner(outages, "default", template_key("git+file:///hidden/{id}", prefixes)) is None
 
 
@@ -228,10 +278,17 @@ def test_held_then_failed_when_the_attempt_fails(router, clock):
     assert sorted((o[1], o[2]["id"]) for o in out) == [(1, 7), (2, 8)]
     error = out[0][2]["error"]
     assert error["code"] == -32603
-    assert error["message"] == ("Server 'git' could not be started (cannot start 'x': No such file);"
-                                " next attempt in 12.0 s")
-    assert error["data"] == {"source": "aggregator", "reason": "unavailable", "server": "git", "state": "failed",
-                             "retryAfter": 12.0, "lastError": "cannot start 'x': No such file"}
+    assert error["message"] == (
+        "Server 'git' could not be started (cannot start 'x': No such file); next attempt in 12.0 s"
+    )
+    assert error["data"] == {
+        "source": "aggregator",
+        "reason": "unavailable",
+        "server": "git",
+        "state": "failed",
+        "retryAfter": 12.0,
+        "lastError": "cannot start 'x': No such file",
+    }
     assert not router.clients[1].in_flight and not router.clients[2].in_flight
     # Its names are still its: the next call is answered at once (the next attempt is after 5 s).
     assert error_of(call(router, 1, 9, "git__commit"))["data"]["state"] == "failed"
@@ -246,11 +303,30 @@ def test_answered_at_once_with_retry_after(router, clock):
     assert not router.clients[1].in_flight
     # The same for a prompt, a completion, a resource and a template's URI.
     assert error_of(call(router, 1, 8, "git__greet", "prompts/get"))["data"]["server"] == "git"
-    completion = unpack(router.client_message(1, msg(id=9, method="completion/complete", params={
-        "ref": {"type": "ref/prompt", "name": "git__greet"}, "argument": {"name": "a", "value": ""}})))
+    completion = unpack(
+        router.client_message(
+            1,
+            msg(
+                id=9,
+                method="completion/complete",
+                params={"ref": {"type": "ref/prompt", "name": "git__greet"}, "argument": {"name": "a", "value": ""}},
+            ),
+        )
+    )
     assert error_of(completion)["data"]["reason"] == "unavailable"
-    completion = unpack(router.client_message(1, msg(id=10, method="completion/complete", params={
-        "ref": {"type": "ref/resource", "uri": "git+file:///repo/{path}"}, "argument": {"name": "path", "value": ""}})))
+    completion = unpack(
+        router.client_message(
+            1,
+            msg(
+                id=10,
+                method="completion/complete",
+                params={
+                    "ref": {"type": "ref/resource", "uri": "git+file:///repo/{path}"},
+                    "argument": {"name": "path", "value": ""},
+                },
+            ),
+        )
+    )
     assert error_of(completion)["data"]["reason"] == "unavailable"
     assert error_of(read(router, 1, 11, "git+file:///repo/README"))["data"]["state"] == "restarting"
     assert error_of(read(router, 1, 12, "git+file:///repo/elsewhere"))["data"]["state"] == "restarting"
@@ -270,10 +346,13 @@ def test_policy_hidden_names_stay_unknown(router, clock):
 def test_never_ready_server_names_by_prefix(config, clock):
     servers = list(config.servers.values())
     store = {}
-    catalogs = {p: Catalog(servers, "__", 50, store=store, policy=ProfilePolicy(config, p if p != "default" else None))
-                for p in ("default", "reader")}
-    r = Router(catalogs["default"], servers, clock=clock, list_changed_debounce=0,
-               profiles={"reader": catalogs["reader"]})
+    catalogs = {
+        p: Catalog(servers, "__", 50, store=store, policy=ProfilePolicy(config, p if p != "default" else None))
+        for p in ("default", "reader")
+    }
+    r = Router(
+        catalogs["default"], servers, clock=clock, list_changed_debounce=0, profiles={"reader": catalogs["reader"]}
+    )
     start(r, "other", [{"name": "ping"}])
     r.startup_complete = True
     for key, profile in ((1, "default"), (2, "reader")):
@@ -316,12 +395,14 @@ def test_held_request_times_out_with_its_own_timeout(router, clock):
     assert router.expire() == []
     clock.now += 0.2
     error = error_of(unpack(router.expire()))
-    assert error["message"] == ("Server 'git' did not become ready within 5 s; it is starting "
-                                "(the server exited with status 1)")
+    assert error["message"] == (
+        "Server 'git' did not become ready within 5 s; it is starting (the server exited with status 1)"
+    )
     assert error["data"]["reason"] == "unavailable"
     assert not router.clients[1].in_flight
-    assert [o for o in unpack(start(router, "git", GIT_TOOLS)) if o[0] == "ToServer"
-            and o[2].get("method") == "tools/call"] == []  # not sent after all
+    assert [
+        o for o in unpack(start(router, "git", GIT_TOOLS)) if o[0] == "ToServer" and o[2].get("method") == "tools/call"
+    ] == []  # not sent after all
 
 
 def test_held_requests_are_bounded_cancelled_and_forgotten_with_their_client(router, clock):
@@ -346,7 +427,10 @@ def test_held_requests_are_bounded_cancelled_and_forgotten_with_their_client(rou
 def test_plugins_see_the_remembered_target(router, clock):
     lose(router, clock, retry_in=30.0)
     assert router.describe(1, {"method": "tools/call", "params": {"name": "git__commit"}}) == (
-        "git", "commit", "git__commit")
+        "git",
+        "commit",
+        "git__commit",
+    )
     assert router.describe(2, {"method": "tools/call", "params": {"name": "git__commit"}}) is None
     complete = {"method": "completion/complete", "params": {"ref": {"type": "ref/prompt", "name": "git__greet"}}}
     assert router.describe(1, complete) == ("git", "greet", "git__greet")
@@ -354,7 +438,10 @@ def test_plugins_see_the_remembered_target(router, clock):
     assert router.describe(1, complete) == ("git", "file:///repo/{path}", "git+file:///repo/{path}")
     lose(router, clock, server="plain", retry_in=30.0)
     assert router.describe(1, {"method": "resources/read", "params": {"uri": "note://a"}}) == (
-        "plain", "note://a", "note://a")
+        "plain",
+        "note://a",
+        "note://a",
+    )
 
 
 def test_a_server_that_keeps_its_uris(router, clock):
@@ -366,7 +453,9 @@ def test_a_server_that_keeps_its_uris(router, clock):
     out = unpack(router.client_message(1, msg(id=4, method="resources/unsubscribe", params={"uri": "note://a"})))
     assert out == [("ToClient", 1, {"jsonrpc": "2.0", "id": 4, "result": {}})]
     clock.now += 2.0
-    out = unpack(start(router, "plain", [{"name": "echo"}], (), [{"uri": "note://a"}], [{"uriTemplate": "note://{id}"}]))
+    out = unpack(
+        start(router, "plain", [{"name": "echo"}], (), [{"uri": "note://a"}], [{"uriTemplate": "note://{id}"}])
+    )
     reads = sorted(o[2]["params"]["uri"] for o in out if o[0] == "ToServer" and o[2].get("method") == "resources/read")
     assert reads == ["note://a", "note://zz"]
 
@@ -386,7 +475,6 @@ def test_repeated_failures_keep_the_memory(router, clock):
     assert error["data"]["state"] == "failed" and error["data"]["lastError"] == "no answer to initialize within 10s"
 
 
-
 def test_shutting_down_answers_the_requests_held_for_a_restarting_server(router, clock):
     # SIGTERM while requests wait for a server between restarts: the drain fails what is
     # still in flight with abandon(); a held request is answered too, never left waiting
@@ -396,12 +484,18 @@ def test_shutting_down_answers_the_requests_held_for_a_restarting_server(router,
     assert call(router, 2, 8, "git__log") == []
     router.draining = True
     out = unpack(router.abandon("the aggregator is shutting down"))
-    answered = sorted((o[1], o[2]["id"], o[2]["error"]["data"]["reason"], o[2]["error"]["data"]["server"])
-                      for o in out if o[0] == "ToClient")
+    answered = sorted(
+        (o[1], o[2]["id"], o[2]["error"]["data"]["reason"], o[2]["error"]["data"]["server"])
+        for o in out
+        if o[0] == "ToClient"
+    )
     assert answered == [(1, 7, "unavailable", "git"), (2, 8, "unavailable", "git")]
     assert not [o for o in out if o[0] == "ToServer"]  # nothing was ever sent for them
     assert not router.clients[1].in_flight and not router.clients[2].in_flight
     # The server coming back during the last moments sends nothing for them.
     clock.now += 3.5
-    assert [o for o in unpack(start(router, "git", GIT_TOOLS)) if o[0] in ("ToServer", "ToClient")
-            and o[2].get("method") == "tools/call"] == []
+    assert [
+        o
+        for o in unpack(start(router, "git", GIT_TOOLS))
+        if o[0] in ("ToServer", "ToClient") and o[2].get("method") == "tools/call"
+    ] == []

@@ -60,8 +60,9 @@ def own_connection(router, session, listing=OWN_P):
 
 
 def notices(out):
-    return sorted((session, message["method"]) for kind, session, message in out
-                  if kind == "ToClient" and "id" not in message)
+    return sorted(
+        (session, message["method"]) for kind, session, message in out if kind == "ToClient" and "id" not in message
+    )
 
 
 def test_sessions_without_own_servers_use_their_profiles_catalog(router):
@@ -89,8 +90,14 @@ def test_a_session_sees_its_own_listing_once_its_connection_has_listed(router):
     assert refused["error"]["code"] == -32602 and "Unknown tool: p__gzip" in refused["error"]["message"]
     [(_, server, sent)] = request(router, 1, 2, "resources/read", uri="p+demo://session/a.gz")
     assert (server, sent["params"]["uri"]) == ("p@1", "demo://session/a.gz")
-    [(_, server, sent)] = request(router, 1, 3, "completion/complete",
-                                  ref={"type": "ref/prompt", "name": "p__hello"}, argument={"name": "x", "value": ""})
+    [(_, server, sent)] = request(
+        router,
+        1,
+        3,
+        "completion/complete",
+        ref={"type": "ref/prompt", "name": "p__hello"},
+        argument={"name": "x", "value": ""},
+    )
     assert (server, sent["params"]["ref"]["name"]) == ("p@1", "hello")
     [(_, _, refused)] = request(router, 1, 4, "tools/call", name="p__trigger-sampling")
     assert "Unknown tool" in refused["error"]["message"]  # its own server does not offer it
@@ -103,7 +110,9 @@ def test_list_changed_from_an_own_connection_relists_it_and_tells_its_session_on
     router.expire()
     assert router.server_message("p@1", msg(method="notifications/tools/list_changed")) == [Refresh("p@1", "tools")]
     assert router.server_message("p@1", msg(method="notifications/resources/list_changed")) == [
-        Refresh("p@1", "resources"), Refresh("p@1", "resourceTemplates")]
+        Refresh("p@1", "resources"),
+        Refresh("p@1", "resourceTemplates"),
+    ]
     more = [*OWN_P["resources"], {"uri": "demo://session/b.gz"}]
     assert router.server_items("p@1", "resources", more) == []  # debounced
     assert router.server_items("p@1", "resources", more) == []
@@ -116,14 +125,19 @@ def test_list_changed_from_an_own_connection_relists_it_and_tells_its_session_on
 def test_a_change_of_a_shared_server_reaches_every_session_that_sees_it(router):
     own_connection(router, 1)
     assert notices(unpack(router.server_items("a", "tools", [{"name": "time"}, {"name": "zone"}]))) == [
-        (1, "notifications/tools/list_changed"), (2, "notifications/tools/list_changed")]
+        (1, "notifications/tools/list_changed"),
+        (2, "notifications/tools/list_changed"),
+    ]
     assert "a__zone" in names(router, 1) and "a__zone" in names(router, 2)
     # The shared listing of p is what session 2 sees; session 1 sees its own.
     assert notices(unpack(router.server_items("p", "tools", [{"name": "echo"}]))) == [
-        (2, "notifications/tools/list_changed")]
+        (2, "notifications/tools/list_changed")
+    ]
     assert names(router, 1) == ["a__time", "a__zone", "p__echo", "p__gzip"]
     assert notices(unpack(router.server_lost("a", "crashed"))) == [
-        (1, "notifications/tools/list_changed"), (2, "notifications/tools/list_changed")]
+        (1, "notifications/tools/list_changed"),
+        (2, "notifications/tools/list_changed"),
+    ]
     assert names(router, 1) == ["p__echo", "p__gzip"]
 
 
@@ -136,8 +150,10 @@ def test_a_notice_due_to_a_profile_still_reaches_a_session_that_gets_its_own_vie
     assert out == []
     clock.now += 0.05
     assert notices(unpack(router.expire())) == [
-        (1, "notifications/resources/list_changed"), (1, "notifications/tools/list_changed"),
-        (2, "notifications/tools/list_changed")]
+        (1, "notifications/resources/list_changed"),
+        (1, "notifications/tools/list_changed"),
+        (2, "notifications/tools/list_changed"),
+    ]
 
 
 def test_subscriptions_are_per_connection_and_updates_go_to_their_session(router):
@@ -156,7 +172,8 @@ def test_subscriptions_are_per_connection_and_updates_go_to_their_session(router
     router.server_message("p@2", msg(id=sent["id"], result={}))
     update = msg(method="notifications/resources/updated", params={"uri": "demo://static/1"})
     assert unpack(router.server_message("p@1", update)) == [
-        ("ToClient", 1, {"jsonrpc": "2.0", "method": "notifications/resources/updated", "params": {"uri": uri}})]
+        ("ToClient", 1, {"jsonrpc": "2.0", "method": "notifications/resources/updated", "params": {"uri": uri}})
+    ]
     assert [s for _, s, _ in unpack(router.server_message("p@2", update))] == [2]
     # Unsubscribing goes to the session's own connection; its updates stop.
     [(_, server, sent)] = request(router, 1, 2, "resources/unsubscribe", uri=uri)
@@ -194,7 +211,9 @@ def test_a_restarted_own_connection_renews_its_sessions_subscriptions(router):
     router.client_message(1, msg(id=2, method="tools/call", params={"name": "p__echo"}))
     sent = unpack(router.server_ready("p@1", CAPS))
     assert [(m["method"], m["params"].get("uri")) for _, _, m in sent] == [
-        ("resources/subscribe", "demo://static/1"), ("tools/call", None)]
+        ("resources/subscribe", "demo://static/1"),
+        ("tools/call", None),
+    ]
 
 
 def test_a_session_that_leaves_takes_its_view_and_connection_with_it(router):
@@ -215,8 +234,11 @@ def test_instructions_name_each_configured_server_once_never_a_sessions_connecti
     own_connection(router, 1)
     router.links["p@1"].instructions = "Use p for demos."  # its own connection says the same
     router.client_connected(3)
-    [(_, _, answer)] = unpack(router.client_message(3, msg(id=0, method="initialize", params={
-        "protocolVersion": "2025-11-25", "capabilities": {}})))
+    [(_, _, answer)] = unpack(
+        router.client_message(
+            3, msg(id=0, method="initialize", params={"protocolVersion": "2025-11-25", "capabilities": {}})
+        )
+    )
     instructions = answer["result"]["instructions"]
     assert instructions.count("## Server p ") == 1 and "p@" not in instructions
 
@@ -246,7 +268,8 @@ def test_a_request_held_while_its_sessions_connection_starts_is_in_flight(router
     assert router.client_message(1, msg(method="notifications/cancelled", params={"requestId": 2})) == []
     sent = unpack(router.server_ready("p@1", CAPS))
     assert [(server, m["method"], m["params"].get("arguments")) for _, server, m in sent] == [
-        ("p@1", "tools/call", None)]
+        ("p@1", "tools/call", None)
+    ]
     [(_, session, answer)] = unpack(router.server_message("p@1", msg(id=sent[0][2]["id"], result={"content": []})))
     assert (session, answer["id"]) == (1, 1)
     # The id is free again once answered.
@@ -266,8 +289,14 @@ def test_a_new_session_uses_its_own_connection_while_the_listing_connection_rest
     assert [(server, m["method"], m["params"]["name"]) for _, server, m in sent] == [("p@2", "tools/call", "echo")]
     # Its resources and prompt completions too.
     out = router.client_message(2, msg(id=8, method="resources/read", params={"uri": "p+demo://static/1"}))
-    out += router.client_message(2, msg(id=9, method="completion/complete", params={
-        "ref": {"type": "ref/prompt", "name": "p__hello"}, "argument": {"name": "x", "value": ""}}))
+    out += router.client_message(
+        2,
+        msg(
+            id=9,
+            method="completion/complete",
+            params={"ref": {"type": "ref/prompt", "name": "p__hello"}, "argument": {"name": "x", "value": ""}},
+        ),
+    )
     assert [(c.server, c.message["method"]) for c in out] == [("p@2", "resources/read"), ("p@2", "completion/complete")]
     # A shared server that is out (for longer than a request may wait) still answers unavailable.
     router.server_lost("a", "gone")

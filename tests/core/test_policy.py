@@ -13,7 +13,7 @@ from aggregator.core.router import Router
 from aggregator.jsonrpc import loads
 from tests.core.helpers import msg
 
-CONFIG = '''
+CONFIG = """
 [policy.tools]
 deny = ["*delete*"]
 
@@ -38,16 +38,18 @@ tokens = ["reader-token-0123456789"]
 read_only = true
 [profiles.reader.servers.g.tools]
 allow = ["git_status", "git_log"]
-'''
+"""
 E_TOOLS = [
     {"name": "echo", "description": "echo"},
     {"name": "get-sum", "description": "sum", "annotations": {"readOnlyHint": True}},
     {"name": "delete-all", "annotations": {"readOnlyHint": True}},
     {"name": "write", "annotations": {"destructiveHint": False}},
 ]
-G_TOOLS = [{"name": "git_status", "annotations": {"readOnlyHint": True}},
-           {"name": "git_log", "annotations": {"readOnlyHint": True}},
-           {"name": "git_commit", "annotations": {"readOnlyHint": False}}]
+G_TOOLS = [
+    {"name": "git_status", "annotations": {"readOnlyHint": True}},
+    {"name": "git_log", "annotations": {"readOnlyHint": True}},
+    {"name": "git_commit", "annotations": {"readOnlyHint": False}},
+]
 
 
 def answer(out):
@@ -58,8 +60,9 @@ def answer(out):
 
 @pytest.fixture
 def config():
-    return structure_config(tomllib.loads(CONFIG.replace("[servers.e.tools]", "[servers.e]\ncommand = \"x\"\n"
-                                                          "[servers.e.tools]")), environ={})
+    return structure_config(
+        tomllib.loads(CONFIG.replace("[servers.e.tools]", '[servers.e]\ncommand = "x"\n[servers.e.tools]')), environ={}
+    )
 
 
 @pytest.fixture
@@ -72,12 +75,14 @@ def router(config):
 
     r = Router(catalog(None), servers, list_changed_debounce=0, profiles={"reader": catalog("reader")})
     for name in ("e", "g"):
-        r.server_ready(name, {"capabilities": {"tools": {}, "resources": {"subscribe": True}, "prompts": {},
-                                               "completions": {}}})
+        r.server_ready(
+            name, {"capabilities": {"tools": {}, "resources": {"subscribe": True}, "prompts": {}, "completions": {}}}
+        )
     r.server_items("e", "tools", E_TOOLS)
     r.server_items("e", "resources", [{"uri": "demo://a"}, {"uri": "demo://secret/1"}])
-    r.server_items("e", "resourceTemplates", [{"uriTemplate": "demo://open/{id}"},
-                                              {"uriTemplate": "demo://hidden/{id}"}])
+    r.server_items(
+        "e", "resourceTemplates", [{"uriTemplate": "demo://open/{id}"}, {"uriTemplate": "demo://hidden/{id}"}]
+    )
     r.server_items("g", "tools", G_TOOLS)
     r.startup_complete = True
     for key, profile in ((1, "default"), (2, "reader")):
@@ -99,8 +104,22 @@ def test_each_profile_sees_its_own_catalog(router):
     assert (summed["title"], summed["description"]) == ("Add two numbers", "Adds a and b.")
 
 
-@pytest.mark.parametrize("name", ["e__echo", "echo", "E__echo", "e__Echo", " e__echo", "e__echo ", "e__echo\u200b",
-                                  "ｅ__echo", "e__delete-all", "e__get-sum", "e__delete\u2010all"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "e__echo",
+        "echo",
+        "E__echo",
+        "e__Echo",
+        " e__echo",
+        "e__echo ",
+        "e__echo\u200b",
+        "ｅ__echo",
+        "e__delete-all",
+        "e__get-sum",
+        "e__delete\u2010all",
+    ],
+)
 def test_hidden_and_variant_names_are_unknown_and_reach_nothing(router, name):
     kind, reply = answer(router.client_message(1, msg(id=9, method="tools/call", params={"name": name})))
     _, absent = answer(router.client_message(1, msg(id=9, method="tools/call", params={"name": "never-was"})))
@@ -121,15 +140,34 @@ def test_renamed_tool_calls_the_upstream_name(router):
     assert (kind, sent["params"]["name"]) == ("ToServer", "get-sum")
 
 
-@pytest.mark.parametrize("uri", ["e+demo://secret/1", "e+demo://secret/2", "e+demo://hidden/7",
-                                 "e+demo://secret/x/y",
-                                 "file:///etc/passwd", "http://127.0.0.1:1/"])
+@pytest.mark.parametrize(
+    "uri",
+    [
+        "e+demo://secret/1",
+        "e+demo://secret/2",
+        "e+demo://hidden/7",
+        "e+demo://secret/x/y",
+        "file:///etc/passwd",
+        "http://127.0.0.1:1/",
+    ],
+)
 def test_hidden_resources_and_templates_cannot_be_read_or_subscribed(router, uri):
     for method in ("resources/read", "resources/subscribe"):
         kind, reply = answer(router.client_message(1, msg(id=3, method=method, params={"uri": uri})))
         assert kind == "ToClient" and reply["error"]["code"] == -32602, (method, uri)
-    kind, reply = answer(router.client_message(1, msg(id=4, method="completion/complete", params={
-        "ref": {"type": "ref/resource", "uri": "e+demo://hidden/{id}"}, "argument": {"name": "id", "value": ""}})))
+    kind, reply = answer(
+        router.client_message(
+            1,
+            msg(
+                id=4,
+                method="completion/complete",
+                params={
+                    "ref": {"type": "ref/resource", "uri": "e+demo://hidden/{id}"},
+                    "argument": {"name": "id", "value": ""},
+                },
+            ),
+        )
+    )
     assert kind == "ToClient" and reply["error"]["code"] == -32602
     assert all(not link.pending for link in router.links.values())
 
@@ -175,6 +213,7 @@ def test_explain_reasons(router):
 
 def test_name_budget_for_llm_apis():
     from aggregator.config import ServerConfig
+
     servers = [ServerConfig(name="srv", command="x")]
     catalog = Catalog(servers, "__", 50, max_name_length=32, charset="llm")
     long_names = [{"name": "a.b/c"}, {"name": "x" * 60 + "1"}, {"name": "x" * 60 + "2"}, {"name": "a_b_c"}]

@@ -29,13 +29,20 @@ SPEC = [
     ("tools", "tools/list", "tools", "notifications/tools/list_changed", "name", "tools"),
     ("prompts", "prompts/list", "prompts", "notifications/prompts/list_changed", "name", "prompts"),
     ("resources", "resources/list", "resources", "notifications/resources/list_changed", "uri", "resources"),
-    ("resourceTemplates", "resources/templates/list", "resources", "notifications/resources/list_changed",
-     "uriTemplate", "templates"),
+    (
+        "resourceTemplates",
+        "resources/templates/list",
+        "resources",
+        "notifications/resources/list_changed",
+        "uriTemplate",
+        "templates",
+    ),
 ]
 
 
-@pytest.mark.parametrize(("kind", "method", "capability", "changed", "key", "config_key"), SPEC,
-                         ids=[row[0] for row in SPEC])
+@pytest.mark.parametrize(
+    ("kind", "method", "capability", "changed", "key", "config_key"), SPEC, ids=[row[0] for row in SPEC]
+)
 def test_each_kind_has_its_names(kind, method, capability, changed, key, config_key):
     assert kind in KINDS
     assert LIST_METHOD_OF[kind] == method
@@ -53,27 +60,33 @@ def test_every_table_covers_exactly_the_four_kinds():
     assert set(LIST_METHODS.values()) == set(KINDS)
 
 
-@pytest.mark.parametrize(("method", "capability"), [
-    ("sampling/createMessage", "sampling"),
-    ("elicitation/create", "elicitation"),
-    ("roots/list", "roots"),
-])
+@pytest.mark.parametrize(
+    ("method", "capability"),
+    [
+        ("sampling/createMessage", "sampling"),
+        ("elicitation/create", "elicitation"),
+        ("roots/list", "roots"),
+    ],
+)
 def test_each_server_request_needs_its_capability(method, capability):
     assert SERVER_REQUESTS[method] == capability
     assert capability in SERVER_REQUEST_CAPABILITIES
 
 
-@pytest.mark.parametrize(("module", "name", "table"), [
-    (catalog, "KINDS", "KINDS"),
-    (catalog, "LIST_METHODS", "LIST_METHODS"),
-    (catalog, "CAPABILITY_OF", "CAPABILITY_OF"),
-    (catalog, "KEY_OF", "KEY_OF"),
-    (policy, "CONFIG_KIND", "CONFIG_KIND"),
-    (router, "LIST_CHANGED", "LIST_CHANGED"),
-    (router, "SERVER_REQUESTS", "SERVER_REQUESTS"),
-    (upstream, "LIST_METHOD_OF", "LIST_METHOD_OF"),
-    (defaults, "SERVER_REQUESTS", "SERVER_REQUEST_CAPABILITIES"),
-])
+@pytest.mark.parametrize(
+    ("module", "name", "table"),
+    [
+        (catalog, "KINDS", "KINDS"),
+        (catalog, "LIST_METHODS", "LIST_METHODS"),
+        (catalog, "CAPABILITY_OF", "CAPABILITY_OF"),
+        (catalog, "KEY_OF", "KEY_OF"),
+        (policy, "CONFIG_KIND", "CONFIG_KIND"),
+        (router, "LIST_CHANGED", "LIST_CHANGED"),
+        (router, "SERVER_REQUESTS", "SERVER_REQUESTS"),
+        (upstream, "LIST_METHOD_OF", "LIST_METHOD_OF"),
+        (defaults, "SERVER_REQUESTS", "SERVER_REQUEST_CAPABILITIES"),
+    ],
+)
 def test_the_rules_read_the_one_table(module, name, table):
     """Not a copy that could drift: the very object."""
     assert getattr(module, name) is getattr(constants, table)
@@ -81,8 +94,12 @@ def test_the_rules_read_the_one_table(module, name, table):
 
 @pytest.mark.parametrize("capability", SERVER_REQUEST_CAPABILITIES)
 def test_the_config_accepts_every_routed_server_request(capability):
-    config = structure_config({"proxy": {"server_requests": [capability]},
-                               "servers": {"a": {"command": "x", "server_requests": [capability]}}})
+    config = structure_config(
+        {
+            "proxy": {"server_requests": [capability]},
+            "servers": {"a": {"command": "x", "server_requests": [capability]}},
+        }
+    )
     assert config.proxy.server_requests == (capability,)
     assert config.servers["a"].server_requests == (capability,)
 

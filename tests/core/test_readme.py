@@ -32,7 +32,11 @@ def test_configuration_examples_load():
     assert full.http.auth_tokens == ("t" * 32,)
     network = next(c for c in configs if "remote" in c.servers)
     assert [network.servers[n].effective_transport for n in ("remote", "old", "ws", "notebook")] == [
-        "streamable-http", "sse", "websocket", "stdio"]
+        "streamable-http",
+        "sse",
+        "websocket",
+        "stdio",
+    ]
     assert network.servers["notebook"].isolation == "per-session"
     policy = next(c for c in configs if c.profiles)
     assert policy.profiles["reader"].tools.read_only and policy.servers["everything"].server_requests == ("roots",)
@@ -42,8 +46,10 @@ def test_error_example_is_what_the_proxy_says():
     from aggregator.errors import ConfigError
 
     try:
-        structure_config({"servers": {"git": {"command": "g", "args": ["--repository", ".", 3]},
-                                      "tiem": {"comand": "x"}}}, environ={})
+        structure_config(
+            {"servers": {"git": {"command": "g", "args": ["--repository", ".", 3]}, "tiem": {"comand": "x"}}},
+            environ={},
+        )
     except ConfigError as exc:
         for problem in exc.problems:
             assert f"  {problem}" in README

@@ -15,15 +15,35 @@ from tests.core.helpers import decoded, msg
 
 @pytest.fixture
 def router(clock):
-    servers = [ServerConfig(name="a", command="x", request_timeout=5.0, max_request_timeout=20.0),
-               ServerConfig(name="b", command="x", prefix="", timeout_resets_on_progress=False)]
+    servers = [
+        ServerConfig(name="a", command="x", request_timeout=5.0, max_request_timeout=20.0),
+        ServerConfig(name="b", command="x", prefix="", timeout_resets_on_progress=False),
+    ]
     catalog = Catalog(servers, "__", 3)
     r = Router(catalog, servers, clock=clock, list_changed_debounce=0)
-    for name, caps in (("a", {"tools": {}, "resources": {"subscribe": True}, "prompts": {}, "completions": {},
-                              "logging": {}, "tasks": {"list": {}, "cancel": {}}}),
-                       ("b", {"tools": {}, "logging": {}})):
-        r.server_ready(name, {"protocolVersion": "2025-06-18", "capabilities": caps,
-                              "serverInfo": {"name": "server"}, "instructions": f"use {name}"})
+    for name, caps in (
+        (
+            "a",
+            {
+                "tools": {},
+                "resources": {"subscribe": True},
+                "prompts": {},
+                "completions": {},
+                "logging": {},
+                "tasks": {"list": {}, "cancel": {}},
+            },
+        ),
+        ("b", {"tools": {}, "logging": {}}),
+    ):
+        r.server_ready(
+            name,
+            {
+                "protocolVersion": "2025-06-18",
+                "capabilities": caps,
+                "serverInfo": {"name": "server"},
+                "instructions": f"use {name}",
+            },
+        )
     r.server_items("a", "tools", [{"name": "echo", "x-new": 1}, {"name": "slow"}])
     r.server_items("a", "prompts", [{"name": "greet"}])
     r.server_items("a", "resources", [{"uri": "fake://doc/1"}])
@@ -32,9 +52,18 @@ def router(clock):
     r.startup_complete = True
     for key in (1, 2):
         r.client_connected(key)
-        out = r.client_message(key, msg(id=0, method="initialize", params={
-            "protocolVersion": "2025-06-18", "capabilities": {"sampling": {}, "roots": {}, "elicitation": {}},
-            "clientInfo": {"name": "t"}}))
+        out = r.client_message(
+            key,
+            msg(
+                id=0,
+                method="initialize",
+                params={
+                    "protocolVersion": "2025-06-18",
+                    "capabilities": {"sampling": {}, "roots": {}, "elicitation": {}},
+                    "clientInfo": {"name": "t"},
+                },
+            ),
+        )
         assert decoded(out[0].message)["result"]["protocolVersion"] == "2025-06-18"
         r.client_message(key, msg(method="notifications/initialized"))
     return r
@@ -53,8 +82,9 @@ def test_initialize_result():
     assert r.client_message(1, msg(id=1, method="initialize", params={})) == [WaitForStartup(1)]
     r.server_ready("a", {"capabilities": {"tools": {}}, "instructions": "Be nice."})
     r.startup_complete = True
-    _, answer = only(r.client_message(1, msg(id=1, method="initialize", params={
-        "protocolVersion": "1999-01-01"})), ToClient)
+    _, answer = only(
+        r.client_message(1, msg(id=1, method="initialize", params={"protocolVersion": "1999-01-01"})), ToClient
+    )
     result = answer["result"]
     assert result["protocolVersion"] == "2025-11-25"  # unknown proposal: our newest
     assert result["capabilities"] == {"tools": {"listChanged": True}}
@@ -80,10 +110,18 @@ def test_before_initialize_and_discover():
 
 
 def test_two_clients_same_id_are_never_cross_wired(router):
-    (s1, m1), = [(c, decoded(c.message)) for c in router.client_message(1, msg(
-        id=7, method="tools/call", params={"name": "a__echo", "arguments": {"n": 1}}))]
-    (s2, m2), = [(c, decoded(c.message)) for c in router.client_message(2, msg(
-        id=7, method="tools/call", params={"name": "a__echo", "arguments": {"n": 2}}))]
+    ((s1, m1),) = [
+        (c, decoded(c.message))
+        for c in router.client_message(
+            1, msg(id=7, method="tools/call", params={"name": "a__echo", "arguments": {"n": 1}})
+        )
+    ]
+    ((s2, m2),) = [
+        (c, decoded(c.message))
+        for c in router.client_message(
+            2, msg(id=7, method="tools/call", params={"name": "a__echo", "arguments": {"n": 2}})
+        )
+    ]
     assert s1.server == s2.server == "a"
     assert m1["id"] != m2["id"] and m1["params"]["name"] == "echo"
     # Answer the second first.
@@ -97,24 +135,29 @@ def test_two_clients_same_id_are_never_cross_wired(router):
 
 def test_duplicate_in_flight_id_is_refused(router):
     router.client_message(1, msg(id="x", method="tools/call", params={"name": "a__slow"}))
-    _, answer = only(router.client_message(1, msg(id="x", method="tools/call", params={"name": "echo"})),
-                     ToClient)
+    _, answer = only(router.client_message(1, msg(id="x", method="tools/call", params={"name": "echo"})), ToClient)
     assert answer["id"] == "x" and answer["error"]["code"] == -32600
     assert len(router.links["a"].pending) == 1 and router.links["b"].pending == {}
 
 
 @pytest.mark.parametrize("name", ["nope", "a__nope", "A__echo", " a__echo", "a__echo\u200b", "slow", 5])
 def test_unknown_names_never_reach_a_server(router, name):
-    _, answer = only(router.client_message(1, msg(id=1, method="tools/call", params={"name": name})),
-                     ToClient)
+    _, answer = only(router.client_message(1, msg(id=1, method="tools/call", params={"name": name})), ToClient)
     assert answer["error"]["code"] == -32602
     assert router.links["a"].pending == {} and router.links["b"].pending == {}
 
 
 def test_unprefixed_server_and_passthrough_of_everything_else(router):
-    raw = msg(id=3, method="tools/call", params={
-        "name": "echo", "arguments": {"big": 123456789012345678901234567890},
-        "_meta": {"x": 1}, "newField": [1]})
+    raw = msg(
+        id=3,
+        method="tools/call",
+        params={
+            "name": "echo",
+            "arguments": {"big": 123456789012345678901234567890},
+            "_meta": {"x": 1},
+            "newField": [1],
+        },
+    )
     command, sent = only(router.client_message(1, raw), ToServer)
     assert command.server == "b" and sent["params"]["_meta"] == {"x": 1} and sent["params"]["newField"] == [1]
     assert b"123456789012345678901234567890" in dumps(command.message)
@@ -128,78 +171,132 @@ def test_lists_are_paged_from_the_catalog(router):
     assert [t["name"] for t in page["result"]["tools"]] == ["a__echo", "a__slow", "echo"]
     assert page["result"]["tools"][0]["x-new"] == 1
     assert "nextCursor" not in page["result"]
-    _, forged = only(router.client_message(1, msg(id=2, method="tools/list", params={"cursor": "zz"})),
-                     ToClient)
+    _, forged = only(router.client_message(1, msg(id=2, method="tools/list", params={"cursor": "zz"})), ToClient)
     assert forged["id"] == 2 and forged["error"]["code"] == -32602
 
 
 def test_resources_and_uris_both_ways(router):
     _, page = only(router.client_message(1, msg(id=1, method="resources/list")), ToClient)
     assert page["result"]["resources"] == [{"uri": "a+fake://doc/1"}]
-    command, sent = only(router.client_message(1, msg(id=2, method="resources/read",
-                                                       params={"uri": "a+fake://doc/9"})), ToServer)
+    command, sent = only(
+        router.client_message(1, msg(id=2, method="resources/read", params={"uri": "a+fake://doc/9"})), ToServer
+    )
     assert sent["params"]["uri"] == "fake://doc/9"
-    _, back = only(router.server_message("a", msg(id=sent["id"], result={
-        "contents": [{"uri": "fake://doc/9", "text": "t"}]})), ToClient)
+    _, back = only(
+        router.server_message("a", msg(id=sent["id"], result={"contents": [{"uri": "fake://doc/9", "text": "t"}]})),
+        ToClient,
+    )
     assert back["result"]["contents"][0]["uri"] == "a+fake://doc/9"
     # Links in tool results and prompts.
-    _, sent = only(router.client_message(1, msg(id=3, method="tools/call", params={"name": "a__echo"})),
-                   ToServer)
-    _, back = only(router.server_message("a", msg(id=sent["id"], result={"content": [
-        {"type": "resource_link", "uri": "fake://doc/1"},
-        {"type": "resource", "resource": {"uri": "fake://doc/2"}},
-        {"type": "text", "text": "fake://doc/3"}]})), ToClient)
-    assert [c.get("uri") or c.get("resource", {}).get("uri") or c["text"] for c in back["result"]["content"]] \
-        == ["a+fake://doc/1", "a+fake://doc/2", "fake://doc/3"]
-    _, sent = only(router.client_message(1, msg(id=4, method="prompts/get", params={"name": "a__greet"})),
-                   ToServer)
+    _, sent = only(router.client_message(1, msg(id=3, method="tools/call", params={"name": "a__echo"})), ToServer)
+    _, back = only(
+        router.server_message(
+            "a",
+            msg(
+                id=sent["id"],
+                result={
+                    "content": [
+                        {"type": "resource_link", "uri": "fake://doc/1"},
+                        {"type": "resource", "resource": {"uri": "fake://doc/2"}},
+                        {"type": "text", "text": "fake://doc/3"},
+                    ]
+                },
+            ),
+        ),
+        ToClient,
+    )
+    assert [c.get("uri") or c.get("resource", {}).get("uri") or c["text"] for c in back["result"]["content"]] == [
+        "a+fake://doc/1",
+        "a+fake://doc/2",
+        "fake://doc/3",
+    ]
+    _, sent = only(router.client_message(1, msg(id=4, method="prompts/get", params={"name": "a__greet"})), ToServer)
     assert sent["params"]["name"] == "greet"
-    _, back = only(router.server_message("a", msg(id=sent["id"], result={"messages": [
-        {"role": "user", "content": {"type": "resource_link", "uri": "fake://x"}}]})), ToClient)
+    _, back = only(
+        router.server_message(
+            "a",
+            msg(
+                id=sent["id"],
+                result={"messages": [{"role": "user", "content": {"type": "resource_link", "uri": "fake://x"}}]},
+            ),
+        ),
+        ToClient,
+    )
     assert back["result"]["messages"][0]["content"]["uri"] == "a+fake://x"
-    _, unknown = only(router.client_message(1, msg(id=5, method="resources/read",
-                                                   params={"uri": "file:///etc/passwd"})), ToClient)
+    _, unknown = only(
+        router.client_message(1, msg(id=5, method="resources/read", params={"uri": "file:///etc/passwd"})), ToClient
+    )
     assert unknown["error"]["code"] == -32602
 
 
 def test_completion_refs(router):
-    _, sent = only(router.client_message(1, msg(id=1, method="completion/complete", params={
-        "ref": {"type": "ref/prompt", "name": "a__greet"}, "argument": {"name": "who", "value": ""}})),
-        ToServer)
+    _, sent = only(
+        router.client_message(
+            1,
+            msg(
+                id=1,
+                method="completion/complete",
+                params={"ref": {"type": "ref/prompt", "name": "a__greet"}, "argument": {"name": "who", "value": ""}},
+            ),
+        ),
+        ToServer,
+    )
     assert sent["params"]["ref"] == {"type": "ref/prompt", "name": "greet"}
-    _, sent = only(router.client_message(1, msg(id=2, method="completion/complete", params={
-        "ref": {"type": "ref/resource", "uri": "a+fake://doc/{id}"}, "argument": {"name": "id", "value": ""}})),
-        ToServer)
+    _, sent = only(
+        router.client_message(
+            1,
+            msg(
+                id=2,
+                method="completion/complete",
+                params={
+                    "ref": {"type": "ref/resource", "uri": "a+fake://doc/{id}"},
+                    "argument": {"name": "id", "value": ""},
+                },
+            ),
+        ),
+        ToServer,
+    )
     assert sent["params"]["ref"]["uri"] == "fake://doc/{id}"
-    _, bad = only(router.client_message(1, msg(id=3, method="completion/complete", params={
-        "ref": {"type": "ref/prompt", "name": "nope"}})), ToClient)
+    _, bad = only(
+        router.client_message(
+            1, msg(id=3, method="completion/complete", params={"ref": {"type": "ref/prompt", "name": "nope"}})
+        ),
+        ToClient,
+    )
     assert bad["error"]["code"] == -32602
 
 
 def test_server_lost_fails_pending_at_once_and_hides_items(router):
-    _, sent = only(router.client_message(1, msg(id=1, method="tools/call", params={"name": "a__slow"})),
-                   ToServer)
+    _, sent = only(router.client_message(1, msg(id=1, method="tools/call", params={"name": "a__slow"})), ToServer)
     out = router.server_lost("a", "the server exited with status 1")
     errors = [decoded(c.message) for c in out if "id" in decoded(c.message)]
-    assert errors == [{"jsonrpc": "2.0", "id": 1, "error": {
-        "code": -32603, "message": "Server 'a' stopped before answering: the server exited with status 1",
-        "data": {"source": "aggregator", "reason": "unavailable", "server": "a"}}}]
+    assert errors == [
+        {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "error": {
+                "code": -32603,
+                "message": "Server 'a' stopped before answering: the server exited with status 1",
+                "data": {"source": "aggregator", "reason": "unavailable", "server": "a"},
+            },
+        }
+    ]
     notices = sorted((c.session, decoded(c.message)["method"]) for c in out if "id" not in decoded(c.message))
     assert (1, "notifications/tools/list_changed") in notices and (2, "notifications/prompts/list_changed") in notices
     assert "a__echo" not in router.catalog.tools
     # Its names are not unknown while it restarts (aggregator.core.outages; more in test_outages).
     assert router.server_down("a", "the server exited with status 1", 30.0) == []
-    _, answer = only(router.client_message(1, msg(id=2, method="tools/call", params={"name": "a__echo"})),
-                     ToClient)
+    _, answer = only(router.client_message(1, msg(id=2, method="tools/call", params={"name": "a__echo"})), ToClient)
     assert answer["error"]["data"]["reason"] == "unavailable"
     assert router.server_message("a", msg(id=sent["id"], result={})) == []  # late: dropped
 
 
 def test_cancellation_is_routed_with_the_upstream_id(router):
-    _, sent = only(router.client_message(2, msg(id=9, method="tools/call", params={"name": "a__slow"})),
-                   ToServer)
-    command, cancel = only(router.client_message(2, msg(method="notifications/cancelled", params={
-        "requestId": 9, "reason": "user"})), ToServer)
+    _, sent = only(router.client_message(2, msg(id=9, method="tools/call", params={"name": "a__slow"})), ToServer)
+    command, cancel = only(
+        router.client_message(2, msg(method="notifications/cancelled", params={"requestId": 9, "reason": "user"})),
+        ToServer,
+    )
     assert command.server == "a" and cancel["params"] == {"requestId": sent["id"], "reason": "user"}
     assert router.server_message("a", msg(id=sent["id"], result={})) == []  # late response dropped
     # Unknown, finished or malformed cancels are ignored.
@@ -209,8 +306,7 @@ def test_cancellation_is_routed_with_the_upstream_id(router):
 
 
 def test_client_gone_cancels_its_work(router):
-    _, sent = only(router.client_message(1, msg(id=1, method="tools/call", params={"name": "a__slow"})),
-                   ToServer)
+    _, sent = only(router.client_message(1, msg(id=1, method="tools/call", params={"name": "a__slow"})), ToServer)
     router.client_message(2, msg(id=1, method="tools/call", params={"name": "a__slow"}))
     command, cancel = only(router.client_disconnected(1), ToServer)
     assert cancel["method"] == "notifications/cancelled" and cancel["params"]["requestId"] == sent["id"]
@@ -237,18 +333,19 @@ def test_list_changed_only_when_visible_change(router):
 
 
 def test_numbers_in_results_are_unchanged(router):
-    _, sent = only(router.client_message(1, msg(id=1, method="tools/call", params={"name": "a__echo"})),
-                   ToServer)
-    raw = b'{"jsonrpc":"2.0","id":' + str(sent["id"]).encode() + \
-        b',"result":{"content":[],"structuredContent":{"n":123456789012345678901234567890,"f":1.10}}}'
+    _, sent = only(router.client_message(1, msg(id=1, method="tools/call", params={"name": "a__echo"})), ToServer)
+    raw = (
+        b'{"jsonrpc":"2.0","id":'
+        + str(sent["id"]).encode()
+        + b',"result":{"content":[],"structuredContent":{"n":123456789012345678901234567890,"f":1.10}}}'
+    )
     command, _ = only(router.server_message("a", raw), ToClient)
     assert b'"n":123456789012345678901234567890' in dumps(command.message)
     assert json.loads(dumps(command.message))["id"] == 1
 
 
 def test_oversized_answer_fails_its_request(router):
-    _, sent = only(router.client_message(1, msg(id="big", method="tools/call", params={"name": "a__echo"})),
-                   ToServer)
+    _, sent = only(router.client_message(1, msg(id="big", method="tools/call", params={"name": "a__echo"})), ToServer)
     head = b'{"jsonrpc":"2.0","id":' + str(sent["id"]).encode() + b',"result":{"content":[{"type":"text","text":"xx'
     _, error = only(router.server_oversized("a", head, 1000), ToClient)
     assert error["id"] == "big" and error["error"]["data"]["reason"] == "too_large"
@@ -267,14 +364,36 @@ envelopes = st.fixed_dictionaries(
     optional={
         "jsonrpc": st.sampled_from(["2.0", "1.0", 2]),
         "id": st.one_of(st.integers(), st.text(max_size=5), st.none(), st.booleans(), st.floats(allow_nan=False)),
-        "method": st.one_of(st.sampled_from(["tools/call", "tools/list", "prompts/get", "resources/read",
-                                             "completion/complete", "ping", "initialize",
-                                             "notifications/cancelled", "x/y"]), json_values),
-        "params": st.one_of(st.fixed_dictionaries({}, optional={
-            "name": st.one_of(st.sampled_from(["a__echo", "echo", "a__greet"]), json_values),
-            "uri": st.one_of(st.just("a+fake://doc/1"), json_values),
-            "cursor": json_values, "ref": json_values, "requestId": json_values, "arguments": json_values}),
-            json_values),
+        "method": st.one_of(
+            st.sampled_from(
+                [
+                    "tools/call",
+                    "tools/list",
+                    "prompts/get",
+                    "resources/read",
+                    "completion/complete",
+                    "ping",
+                    "initialize",
+                    "notifications/cancelled",
+                    "x/y",
+                ]
+            ),
+            json_values,
+        ),
+        "params": st.one_of(
+            st.fixed_dictionaries(
+                {},
+                optional={
+                    "name": st.one_of(st.sampled_from(["a__echo", "echo", "a__greet"]), json_values),
+                    "uri": st.one_of(st.just("a+fake://doc/1"), json_values),
+                    "cursor": json_values,
+                    "ref": json_values,
+                    "requestId": json_values,
+                    "arguments": json_values,
+                },
+            ),
+            json_values,
+        ),
         "result": json_values,
         "error": json_values,
     },
@@ -294,13 +413,22 @@ def test_fuzz_one_answer_per_request_none_to_notifications(router, raw):
         assert answer["jsonrpc"] == "2.0" and ("result" in answer) != ("error" in answer)
         if "error" in answer:
             assert type(answer["error"]["code"]) is int and answer["error"]["message"]
-    is_request = (type(value) is dict and value.get("jsonrpc") == "2.0" and type(value.get("method")) is str
-                  and type(value.get("id")) in (int, str) and type(value.get("params", {})) is dict)
+    is_request = (
+        type(value) is dict
+        and value.get("jsonrpc") == "2.0"
+        and type(value.get("method")) is str
+        and type(value.get("id")) in (int, str)
+        and type(value.get("params", {})) is dict
+    )
     # A well-formed JSON-RPC notification (params absent, an object or an array) is never
     # answered; a malformed one is an invalid request, answered with id null.
-    is_notification = (type(value) is dict and value.get("jsonrpc") == "2.0"
-                       and type(value.get("method")) is str and "id" not in value
-                       and type(value.get("params", {})) in (dict, list))
+    is_notification = (
+        type(value) is dict
+        and value.get("jsonrpc") == "2.0"
+        and type(value.get("method")) is str
+        and "id" not in value
+        and type(value.get("params", {})) in (dict, list)
+    )
     if is_notification:
         assert answers == []
     if is_request:
@@ -318,10 +446,12 @@ def test_an_internal_error_is_a_plain_error_and_the_session_lives(router, monkey
         raise ZeroDivisionError("secret detail /etc/aggregator")
 
     monkeypatch.setitem(router._requests, "tools/call", broken)
-    _, answer = only(router.client_message(1, msg(id=4, method="tools/call", params={"name": "a__echo"})),
-                     ToClient)
-    assert answer["error"] == {"code": -32603, "message": "Internal error in the aggregator",
-                               "data": {"source": "aggregator", "reason": "internal"}}
+    _, answer = only(router.client_message(1, msg(id=4, method="tools/call", params={"name": "a__echo"})), ToClient)
+    assert answer["error"] == {
+        "code": -32603,
+        "message": "Internal error in the aggregator",
+        "data": {"source": "aggregator", "reason": "internal"},
+    }
     assert "secret detail" not in json.dumps(answer) and "ZeroDivisionError" in caplog.text
     _, pong = only(router.client_message(1, msg(id=5, method="ping")), ToClient)
     assert pong["result"] == {}
@@ -336,6 +466,19 @@ def test_the_initialize_result_names_this_running_proxy():
     assert one.instance != two.instance and len(one.instance) == 16
     one.startup_complete = True
     one.client_connected(1)
-    [answer] = one.client_message(1, json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-        "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}).encode())
+    [answer] = one.client_message(
+        1,
+        json.dumps(
+            {
+                "jsonrpc": "2.0",
+                "id": 1,
+                "method": "initialize",
+                "params": {
+                    "protocolVersion": "2025-11-25",
+                    "capabilities": {},
+                    "clientInfo": {"name": "t", "version": "1"},
+                },
+            }
+        ).encode(),
+    )
     assert answer.message["result"]["_meta"] == {INSTANCE_KEY: one.instance}

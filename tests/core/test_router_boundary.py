@@ -145,8 +145,9 @@ def test_the_server_request_policy_is_given_at_construction(clock):
     router.server_ready("a", {"capabilities": {}})
     router.startup_completed()
     connect(router, 1)
-    [(kind, server, answer)] = unpack(router.server_message("a", msg(id=7, method="sampling/createMessage",
-                                                                     params={"messages": []})))
+    [(kind, server, answer)] = unpack(
+        router.server_message("a", msg(id=7, method="sampling/createMessage", params={"messages": []}))
+    )
     assert (kind, server, asked) == ("ToServer", "a", [("a", "sampling/createMessage")])
     assert answer["id"] == 7 and "error" in answer
 

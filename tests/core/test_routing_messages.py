@@ -26,25 +26,52 @@ def test_same_token_from_two_sessions_never_crosses(router):
     _, two = call(router, 2, 1, token="tok")
     t1, t2 = one["params"]["_meta"]["progressToken"], two["params"]["_meta"]["progressToken"]
     assert t1 != t2
-    progress = unpack(router.server_message("a", msg(method="notifications/progress", params={
-        "progressToken": t2, "progress": 3, "total": 10, "message": "m"})))
-    assert progress == [("ToClient", 2, {"jsonrpc": "2.0", "method": "notifications/progress", "params": {
-        "progressToken": "tok", "progress": 3, "total": 10, "message": "m"}})]
+    progress = unpack(
+        router.server_message(
+            "a",
+            msg(
+                method="notifications/progress",
+                params={"progressToken": t2, "progress": 3, "total": 10, "message": "m"},
+            ),
+        )
+    )
+    assert progress == [
+        (
+            "ToClient",
+            2,
+            {
+                "jsonrpc": "2.0",
+                "method": "notifications/progress",
+                "params": {"progressToken": "tok", "progress": 3, "total": 10, "message": "m"},
+            },
+        )
+    ]
     # Another server cannot report progress on a's request.
-    assert router.server_message("b", msg(method="notifications/progress", params={
-        "progressToken": t1, "progress": 1})) == []
+    assert (
+        router.server_message("b", msg(method="notifications/progress", params={"progressToken": t1, "progress": 1}))
+        == []
+    )
     # After the response, progress for that token is dropped.
     router.server_message("a", msg(id=two["id"], result={}))
-    assert router.server_message("a", msg(method="notifications/progress", params={
-        "progressToken": t2, "progress": 4})) == []
+    assert (
+        router.server_message("a", msg(method="notifications/progress", params={"progressToken": t2, "progress": 4}))
+        == []
+    )
     assert router.progress.keys() == {t1}
 
 
 def test_integer_tokens_and_meta_kept(router):
     _, sent = call(router, 1, 9, token=0)
     assert sent["params"]["_meta"]["progressToken"] != 0
-    [(_, _, note)] = unpack(router.server_message("a", msg(method="notifications/progress", params={
-        "progressToken": sent["params"]["_meta"]["progressToken"], "progress": 1})))
+    [(_, _, note)] = unpack(
+        router.server_message(
+            "a",
+            msg(
+                method="notifications/progress",
+                params={"progressToken": sent["params"]["_meta"]["progressToken"], "progress": 1},
+            ),
+        )
+    )
     assert note["params"]["progressToken"] == 0
 
 
@@ -55,8 +82,9 @@ def test_cancel_races(router):
     _, sent = call(router, 1, 5)
     # Twice: the second is ignored.
     first = unpack(router.client_message(1, msg(method="notifications/cancelled", params={"requestId": 5})))
-    assert first == [("ToServer", "a", {"jsonrpc": "2.0", "method": "notifications/cancelled",
-                                        "params": {"requestId": sent["id"]}})]
+    assert first == [
+        ("ToServer", "a", {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": sent["id"]}})
+    ]
     assert router.client_message(1, msg(method="notifications/cancelled", params={"requestId": 5})) == []
     # The upstream answers anyway: dropped.
     assert router.server_message("a", msg(id=sent["id"], result={})) == []
@@ -82,8 +110,15 @@ def test_timeout_answers_the_client_and_cancels_upstream(router, clock):
     assert router.expire() == []
     clock.now += 0.2
     out = unpack(router.expire())
-    assert ("ToServer", "b", {"jsonrpc": "2.0", "method": "notifications/cancelled",
-                              "params": {"requestId": sent["id"], "reason": "timed out"}}) in out
+    assert (
+        "ToServer",
+        "b",
+        {
+            "jsonrpc": "2.0",
+            "method": "notifications/cancelled",
+            "params": {"requestId": sent["id"], "reason": "timed out"},
+        },
+    ) in out
     [(_, session, error)] = [o for o in out if o[0] == "ToClient"]
     assert session == 1 and error["id"] == "t"
     assert error["error"]["data"] == {"source": "aggregator", "reason": "timeout", "server": "b"}
@@ -141,28 +176,38 @@ def test_subscriptions_are_refcounted(router):
     assert sub["method"] == "resources/subscribe" and sub["params"] == {"uri": "demo://r/1"}
     router.server_message("a", msg(id=sub["id"], result={}))
     # The second session subscribes: answered here, nothing upstream.
-    assert unpack(router.client_message(2, msg(id=1, method="resources/subscribe", params={
-        "uri": "a+demo://r/1"}))) == [("ToClient", 2, {"jsonrpc": "2.0", "id": 1, "result": {}})]
-    updated = unpack(router.server_message("a", msg(method="notifications/resources/updated",
-                                                    params={"uri": "demo://r/1"})))
+    assert unpack(
+        router.client_message(2, msg(id=1, method="resources/subscribe", params={"uri": "a+demo://r/1"}))
+    ) == [("ToClient", 2, {"jsonrpc": "2.0", "id": 1, "result": {}})]
+    updated = unpack(
+        router.server_message("a", msg(method="notifications/resources/updated", params={"uri": "demo://r/1"}))
+    )
     assert sorted(o[1] for o in updated) == [1, 2]
     assert updated[0][2]["params"]["uri"] == "a+demo://r/1"
     # b's resource with the same URI is another subscription: nobody gets a's updates for it.
-    assert router.server_message("b", msg(method="notifications/resources/updated",
-                                          params={"uri": "demo://r/1"})) == []
+    assert router.server_message("b", msg(method="notifications/resources/updated", params={"uri": "demo://r/1"})) == []
     # One leaves: no upstream unsubscribe yet. The last leaves: unsubscribe upstream.
-    assert unpack(router.client_message(1, msg(id=2, method="resources/unsubscribe", params={
-        "uri": "a+demo://r/1"})))[0][0] == "ToClient"
-    assert [o[1] for o in unpack(router.server_message("a", msg(
-        method="notifications/resources/updated", params={"uri": "demo://r/1"})))] == [2]
+    assert (
+        unpack(router.client_message(1, msg(id=2, method="resources/unsubscribe", params={"uri": "a+demo://r/1"})))[0][
+            0
+        ]
+        == "ToClient"
+    )
+    assert [
+        o[1]
+        for o in unpack(
+            router.server_message("a", msg(method="notifications/resources/updated", params={"uri": "demo://r/1"}))
+        )
+    ] == [2]
     out = unpack(router.client_disconnected(2))
     assert ("ToServer", "a") == out[0][:2] and out[0][2]["method"] == "resources/unsubscribe"
     assert router.server_message("a", msg(id=out[0][2]["id"], result={})) == []
 
 
 def test_subscriptions_are_renewed_after_a_restart(router):
-    [(_, _, sub)] = unpack(router.client_message(1, msg(id=1, method="resources/subscribe",
-                                                        params={"uri": "a+demo://r/1"})))
+    [(_, _, sub)] = unpack(
+        router.client_message(1, msg(id=1, method="resources/subscribe", params={"uri": "a+demo://r/1"}))
+    )
     router.server_message("a", msg(id=sub["id"], result={}))
     router.server_lost("a", "crash")
     out = unpack(router.server_ready("a", {"capabilities": {"resources": {"subscribe": True}, "logging": {}}}))
@@ -171,8 +216,9 @@ def test_subscriptions_are_renewed_after_a_restart(router):
 
 
 def test_a_failed_subscribe_does_not_count(router):
-    [(_, _, sub)] = unpack(router.client_message(1, msg(id=1, method="resources/subscribe",
-                                                        params={"uri": "a+demo://r/1"})))
+    [(_, _, sub)] = unpack(
+        router.client_message(1, msg(id=1, method="resources/subscribe", params={"uri": "a+demo://r/1"}))
+    )
     router.server_message("a", msg(id=sub["id"], error={"code": -32602, "message": "no"}))
     assert router.subscriptions.subscribers(("a", "demo://r/1")) == set()
 
@@ -189,13 +235,16 @@ def test_log_levels(router):
     note = msg(method="notifications/message", params={"level": "info", "logger": "db", "data": {"x": 1}})
     out = unpack(router.server_message("a", note))
     assert [(o[1], o[2]["params"]["logger"]) for o in out] == [(2, "a/db")]  # 1 wants warning+
-    out = unpack(router.server_message("b", msg(method="notifications/message", params={
-        "level": "error", "data": "boom"})))
+    out = unpack(
+        router.server_message("b", msg(method="notifications/message", params={"level": "error", "data": "boom"}))
+    )
     assert sorted((o[1], o[2]["params"]["logger"]) for o in out) == [(1, "b"), (2, "b")]
     # The debug session leaves: upstreams go back to warning.
     out = unpack(router.client_disconnected(2))
-    assert sorted((o[1], o[2]["params"]["level"]) for o in out if o[2].get("method") == "logging/setLevel") \
-        == [("a", "warning"), ("b", "warning")]
+    assert sorted((o[1], o[2]["params"]["level"]) for o in out if o[2].get("method") == "logging/setLevel") == [
+        ("a", "warning"),
+        ("b", "warning"),
+    ]
     [(_, _, bad)] = unpack(router.client_message(1, msg(id=3, method="logging/setLevel", params={"level": "loud"})))
     assert bad["error"]["code"] == -32602
 
@@ -206,13 +255,15 @@ def test_log_levels(router):
 def test_reverse_request_goes_to_the_session_with_a_call_in_flight(router):
     _, call_one = call(router, 1, 1)
     sampling = {"messages": [], "maxTokens": 10}
-    [(kind, session, forwarded)] = unpack(router.server_message("a", msg(
-        id=1, method="sampling/createMessage", params=sampling)))
+    [(kind, session, forwarded)] = unpack(
+        router.server_message("a", msg(id=1, method="sampling/createMessage", params=sampling))
+    )
     assert (kind, session) == ("ToClient", 1) and forwarded["params"] == sampling
     # b asks with the same id at the same time; with nobody in flight on b and two sessions
     # connected, no signal names a client: b gets an error at once that says why and what to do.
-    [(kind, server, refused)] = unpack(router.server_message("b", msg(id=1, method="sampling/createMessage",
-                                                                      params=sampling)))
+    [(kind, server, refused)] = unpack(
+        router.server_message("b", msg(id=1, method="sampling/createMessage", params=sampling))
+    )
     assert (kind, server, refused["id"]) == ("ToServer", "b", 1)
     assert refused["error"]["data"]["reason"] == "ambiguous"
     assert "several clients" in refused["error"]["message"] and "per-session" in refused["error"]["message"]
@@ -232,8 +283,10 @@ def test_two_servers_same_reverse_id_get_distinct_proxy_ids(clock):
     [(_, _, from_b)] = unpack(router.server_message("b", msg(id=1, method="sampling/createMessage", params={})))
     assert from_a["id"] != from_b["id"]
     assert unpack(router.client_message(1, msg(id=from_b["id"], result={"role": "b"})))[0][1] == "b"
-    assert unpack(router.client_message(1, msg(id=from_a["id"], error={"code": 1, "message": "x"})))[0][:2] \
-        == ("ToServer", "a")
+    assert unpack(router.client_message(1, msg(id=from_a["id"], error={"code": 1, "message": "x"})))[0][:2] == (
+        "ToServer",
+        "a",
+    )
 
 
 def test_reverse_request_errors(clock):
@@ -248,11 +301,23 @@ def test_reverse_request_errors(clock):
     [(kind, _, refused)] = unpack(router.server_message("a", msg(id=9, method="sampling/createMessage", params={})))
     assert kind == "ToServer" and refused["error"]["code"] == -32601
     # Form-only elicitation client: url mode refused, form mode delivered.
-    [(kind, _, refused)] = unpack(router.server_message("a", msg(id=10, method="elicitation/create", params={
-        "mode": "url", "url": "https://example.invalid", "elicitationId": "e1", "message": "go"})))
+    [(kind, _, refused)] = unpack(
+        router.server_message(
+            "a",
+            msg(
+                id=10,
+                method="elicitation/create",
+                params={"mode": "url", "url": "https://example.invalid", "elicitationId": "e1", "message": "go"},
+            ),
+        )
+    )
     assert kind == "ToServer" and "url mode" in refused["error"]["message"]
-    [(kind, session, _)] = unpack(router.server_message("a", msg(id=11, method="elicitation/create", params={
-        "message": "name?", "requestedSchema": {"type": "object"}})))
+    [(kind, session, _)] = unpack(
+        router.server_message(
+            "a",
+            msg(id=11, method="elicitation/create", params={"message": "name?", "requestedSchema": {"type": "object"}}),
+        )
+    )
     assert (kind, session) == ("ToClient", 1)
     # Policy can deny.
     router.server_request_policy = lambda server, method, params: server != "b"
@@ -262,19 +327,38 @@ def test_reverse_request_errors(clock):
 
 def test_url_elicitation_complete_and_upstream_cancel(router):
     call(router, 2, 1)
-    [(_, session, forwarded)] = unpack(router.server_message("a", msg(id=3, method="elicitation/create", params={
-        "mode": "url", "url": "https://example.invalid/x", "elicitationId": "E", "message": "open"})))
+    [(_, session, forwarded)] = unpack(
+        router.server_message(
+            "a",
+            msg(
+                id=3,
+                method="elicitation/create",
+                params={"mode": "url", "url": "https://example.invalid/x", "elicitationId": "E", "message": "open"},
+            ),
+        )
+    )
     assert session == 2
     router.client_message(2, msg(id=forwarded["id"], result={"action": "accept"}))
-    done = unpack(router.server_message("a", msg(method="notifications/elicitation/complete",
-                                                 params={"elicitationId": "E"})))
-    assert done == [("ToClient", 2, {"jsonrpc": "2.0", "method": "notifications/elicitation/complete",
-                                     "params": {"elicitationId": "E"}})]
+    done = unpack(
+        router.server_message("a", msg(method="notifications/elicitation/complete", params={"elicitationId": "E"}))
+    )
+    assert done == [
+        (
+            "ToClient",
+            2,
+            {"jsonrpc": "2.0", "method": "notifications/elicitation/complete", "params": {"elicitationId": "E"}},
+        )
+    ]
     # The upstream cancels its own request: the client hears of it under the proxy id.
     [(_, _, forwarded)] = unpack(router.server_message("a", msg(id=4, method="sampling/createMessage", params={})))
     out = unpack(router.server_message("a", msg(method="notifications/cancelled", params={"requestId": 4})))
-    assert out == [("ToClient", 2, {"jsonrpc": "2.0", "method": "notifications/cancelled",
-                                    "params": {"requestId": forwarded["id"]}})]
+    assert out == [
+        (
+            "ToClient",
+            2,
+            {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": forwarded["id"]}},
+        )
+    ]
     assert router.client_message(2, msg(id=forwarded["id"], result={"role": "assistant"})) == []
 
 
@@ -307,21 +391,32 @@ def test_the_stream_a_request_came_on_names_its_client(router):
     _, one = call(router, 1, "one")
     _, two = call(router, 2, "two")
     sampling = {"messages": [], "maxTokens": 5}
-    [(kind, session, forwarded)] = unpack([c for c in router.server_message(
-        "a", msg(id=40, method="sampling/createMessage", params=sampling), related=two["id"])])
+    [(kind, session, forwarded)] = unpack(
+        [
+            c
+            for c in router.server_message(
+                "a", msg(id=40, method="sampling/createMessage", params=sampling), related=two["id"]
+            )
+        ]
+    )
     assert (kind, session) == ("ToClient", 2)
-    [command] = router.server_message("a", msg(id=41, method="elicitation/create", params={
-        "message": "?", "requestedSchema": {"type": "object"}}), related=one["id"])
+    [command] = router.server_message(
+        "a",
+        msg(id=41, method="elicitation/create", params={"message": "?", "requestedSchema": {"type": "object"}}),
+        related=one["id"],
+    )
     assert (command.session, command.related) == (1, "one")  # on the POST stream of client 1's call
     # Without the stream: ambiguous, answered at once.
-    [(kind, server, refused)] = unpack(router.server_message("a", msg(id=42, method="sampling/createMessage",
-                                                                      params=sampling)))
+    [(kind, server, refused)] = unpack(
+        router.server_message("a", msg(id=42, method="sampling/createMessage", params=sampling))
+    )
     assert (kind, refused["error"]["data"]["reason"]) == ("ToServer", "ambiguous")
     # On the stream of a request no longer in flight, it belongs to nobody: the one session
     # still in flight there is not asked in its place, and a log line there reaches no one.
     router.server_message("a", msg(id=two["id"], result={}))
-    [(kind, _, refused)] = unpack(router.server_message("a", msg(id=43, method="sampling/createMessage",
-                                                                 params=sampling), related=two["id"]))
+    [(kind, _, refused)] = unpack(
+        router.server_message("a", msg(id=43, method="sampling/createMessage", params=sampling), related=two["id"])
+    )
     assert (kind, refused["error"]["data"]["reason"]) == ("ToServer", "ended")
     assert "has ended" in refused["error"]["message"]
     line = {"level": "error", "data": "late"}
@@ -331,23 +426,34 @@ def test_the_stream_a_request_came_on_names_its_client(router):
 
 
 def test_related_task_and_progress_token_name_the_client(router):
-    [(_, _, sent)] = unpack(router.client_message(2, msg(id=1, method="tools/call", params={
-        "name": "a__slow", "task": {}})))
+    [(_, _, sent)] = unpack(
+        router.client_message(2, msg(id=1, method="tools/call", params={"name": "a__slow", "task": {}}))
+    )
     router.server_message("a", msg(id=sent["id"], result={"task": {"taskId": "T1", "status": "working"}}))
     call(router, 1, 1)
     _, two = call(router, 2, 2, token="mine")
     token = two["params"]["_meta"]["progressToken"]
     assert type(token) is str and token.startswith("aggregator-progress-")  # never a server's own by chance
     related = {"_meta": {"io.modelcontextprotocol/related-task": {"taskId": "T1"}}}
-    [(_, session, forwarded)] = unpack(router.server_message("a", msg(
-        id=1, method="sampling/createMessage", params=related)))
+    [(_, session, forwarded)] = unpack(
+        router.server_message("a", msg(id=1, method="sampling/createMessage", params=related))
+    )
     assert session == 2 and forwarded["params"]["_meta"]["io.modelcontextprotocol/related-task"]["taskId"] == "a/T1"
-    [command] = router.server_message("a", msg(id=2, method="sampling/createMessage", params={
-        "_meta": {"progressToken": token}}))
+    [command] = router.server_message(
+        "a", msg(id=2, method="sampling/createMessage", params={"_meta": {"progressToken": token}})
+    )
     assert (command.session, command.related) == (2, 2)
     # Another server naming a's task or token names nothing: b has no calls, two clients.
-    [(_, _, refused)] = unpack(router.server_message("b", msg(id=3, method="sampling/createMessage", params={
-        "_meta": {"progressToken": token, "io.modelcontextprotocol/related-task": {"taskId": "T1"}}})))
+    [(_, _, refused)] = unpack(
+        router.server_message(
+            "b",
+            msg(
+                id=3,
+                method="sampling/createMessage",
+                params={"_meta": {"progressToken": token, "io.modelcontextprotocol/related-task": {"taskId": "T1"}}},
+            ),
+        )
+    )
     assert refused["error"]["data"]["reason"] == "ambiguous"
 
 
@@ -411,17 +517,26 @@ def test_one_client_proxy_holds_roots_until_its_client_is_initialized(clock):
     # Asked at startup, before any client: held, not refused.
     assert router.server_message("a", msg(id=1, method="roots/list")) == []
     router.client_connected(1)
-    router.client_message(1, msg(id=0, method="initialize", params={
-        "protocolVersion": "2025-11-25", "capabilities": CLIENT_CAPS, "clientInfo": {"name": "c"}}))
+    router.client_message(
+        1,
+        msg(
+            id=0,
+            method="initialize",
+            params={"protocolVersion": "2025-11-25", "capabilities": CLIENT_CAPS, "clientInfo": {"name": "c"}},
+        ),
+    )
     assert router.server_message("b", msg(id=2, method="roots/list")) == []  # initialize is not enough
     assert router.next_deadline() == pytest.approx(clock.now + 10.0)
     out = unpack(router.client_message(1, msg(method="notifications/initialized")))
     assert sorted((o[0], o[1], o[2]["method"]) for o in out) == [
-        ("ToClient", 1, "roots/list"), ("ToClient", 1, "roots/list")]
+        ("ToClient", 1, "roots/list"),
+        ("ToClient", 1, "roots/list"),
+    ]
     back = {}
     for _, _, forwarded in out:
-        [(_, server, answer)] = unpack(router.client_message(1, msg(id=forwarded["id"], result={"roots": [
-            {"uri": "file:///mine"}]})))
+        [(_, server, answer)] = unpack(
+            router.client_message(1, msg(id=forwarded["id"], result={"roots": [{"uri": "file:///mine"}]}))
+        )
         back[server] = answer["id"]
     assert back == {"a": 1, "b": 2}
     assert router.held_roots == []
@@ -434,14 +549,23 @@ def test_held_roots_fall_back_after_the_bound_and_the_late_client_is_announced(c
     assert router.expire() == []
     clock.now += 0.2
     [(kind, server, answer)] = unpack(router.expire())
-    assert (kind, server, answer) == ("ToServer", "a", {"jsonrpc": "2.0", "id": 1, "result": {
-        "roots": [{"uri": "file:///srv"}]}})
+    assert (kind, server, answer) == (
+        "ToServer",
+        "a",
+        {"jsonrpc": "2.0", "id": 1, "result": {"roots": [{"uri": "file:///srv"}]}},
+    )
     assert router.next_deadline() is None
     # The client arrives with roots of its own: a (answered in its place) is told to ask again.
     connect_out = []
     router.client_connected(1)
-    router.client_message(1, msg(id=0, method="initialize", params={
-        "protocolVersion": "2025-11-25", "capabilities": CLIENT_CAPS, "clientInfo": {"name": "c"}}))
+    router.client_message(
+        1,
+        msg(
+            id=0,
+            method="initialize",
+            params={"protocolVersion": "2025-11-25", "capabilities": CLIENT_CAPS, "clientInfo": {"name": "c"}},
+        ),
+    )
     connect_out = unpack(router.client_message(1, msg(method="notifications/initialized")))
     assert connect_out == [("ToServer", "a", {"jsonrpc": "2.0", "method": "notifications/roots/list_changed"})]
     [(_, session, _)] = unpack(router.server_message("a", msg(id=2, method="roots/list")))
@@ -476,8 +600,10 @@ def test_list_changes_are_debounced_into_one_notice(clock):
     assert router.next_deadline() == pytest.approx(clock.now + 0.1)
     clock.now += 0.1
     out = unpack(router.expire())
-    assert sorted(o[2]["method"] for o in out) == ["notifications/resources/list_changed",
-                                                   "notifications/tools/list_changed"]
+    assert sorted(o[2]["method"] for o in out) == [
+        "notifications/resources/list_changed",
+        "notifications/tools/list_changed",
+    ]
     assert router.expire() == [] and router.next_deadline() is None
     assert router.server_items("a", "tools", [{"name": "x"}]) == []  # no visible change
     assert router.next_deadline() is None
@@ -487,45 +613,81 @@ def test_list_changes_are_debounced_into_one_notice(clock):
 
 
 def test_task_ids_are_mapped_and_owned(router):
-    [(_, _, sent)] = unpack(router.client_message(1, msg(id=1, method="tools/call", params={
-        "name": "a__slow", "arguments": {}, "task": {"ttl": 60000}})))
+    [(_, _, sent)] = unpack(
+        router.client_message(
+            1, msg(id=1, method="tools/call", params={"name": "a__slow", "arguments": {}, "task": {"ttl": 60000}})
+        )
+    )
     assert sent["params"]["task"] == {"ttl": 60000}
-    [(_, _, created)] = unpack(router.server_message("a", msg(id=sent["id"], result={
-        "task": {"taskId": "T1", "status": "working", "ttl": 60000, "createdAt": "x", "lastUpdatedAt": "x"}})))
+    [(_, _, created)] = unpack(
+        router.server_message(
+            "a",
+            msg(
+                id=sent["id"],
+                result={
+                    "task": {"taskId": "T1", "status": "working", "ttl": 60000, "createdAt": "x", "lastUpdatedAt": "x"}
+                },
+            ),
+        )
+    )
     assert created["result"]["task"]["taskId"] == "a/T1"
     [(_, _, get)] = unpack(router.client_message(1, msg(id=2, method="tasks/get", params={"taskId": "a/T1"})))
     assert get["params"] == {"taskId": "T1"}
-    [(_, _, status)] = unpack(router.server_message("a", msg(id=get["id"], result={
-        "taskId": "T1", "status": "completed"})))
+    [(_, _, status)] = unpack(
+        router.server_message("a", msg(id=get["id"], result={"taskId": "T1", "status": "completed"}))
+    )
     assert status["result"]["taskId"] == "a/T1"
     # Status notifications reach the owner only.
-    out = unpack(router.server_message("a", msg(method="notifications/tasks/status", params={
-        "taskId": "T1", "status": "completed"})))
+    out = unpack(
+        router.server_message(
+            "a", msg(method="notifications/tasks/status", params={"taskId": "T1", "status": "completed"})
+        )
+    )
     assert [(o[1], o[2]["params"]["taskId"]) for o in out] == [(1, "a/T1")]
     # Another session cannot touch it, nor can anyone name a task that never existed.
     for key, task in ((2, "a/T1"), (1, "a/T9"), (1, "T1"), (1, "zz/T1")):
-        [(_, _, refused)] = unpack(router.client_message(key, msg(id=3, method="tasks/cancel",
-                                                                  params={"taskId": task})))
+        [(_, _, refused)] = unpack(
+            router.client_message(key, msg(id=3, method="tasks/cancel", params={"taskId": task}))
+        )
         assert refused["error"]["code"] == -32602
     [(_, _, result)] = unpack(router.client_message(1, msg(id=4, method="tasks/result", params={"taskId": "a/T1"})))
-    out = unpack(router.server_message("a", msg(id=result["id"], result={
-        "content": [], "_meta": {"io.modelcontextprotocol/related-task": {"taskId": "T1"}}})))
+    out = unpack(
+        router.server_message(
+            "a",
+            msg(
+                id=result["id"],
+                result={"content": [], "_meta": {"io.modelcontextprotocol/related-task": {"taskId": "T1"}}},
+            ),
+        )
+    )
     assert out[0][2]["result"]["_meta"]["io.modelcontextprotocol/related-task"]["taskId"] == "a/T1"
 
 
 def test_tasks_list_gathers_only_the_sessions_own(router):
-    [(_, _, sent)] = unpack(router.client_message(1, msg(id=1, method="tools/call", params={
-        "name": "a__slow", "task": {}})))
+    [(_, _, sent)] = unpack(
+        router.client_message(1, msg(id=1, method="tools/call", params={"name": "a__slow", "task": {}}))
+    )
     router.server_message("a", msg(id=sent["id"], result={"task": {"taskId": "T1", "status": "working"}}))
     out = unpack(router.client_message(1, msg(id=2, method="tasks/list", params={})))
     assert sorted(o[1] for o in out) == ["a", "b"]
     ids = {o[1]: o[2]["id"] for o in out}
-    assert router.server_message("a", msg(id=ids["a"], result={"tasks": [
-        {"taskId": "T1", "status": "working"}, {"taskId": "OTHER", "status": "working"}]})) == []
+    assert (
+        router.server_message(
+            "a",
+            msg(
+                id=ids["a"],
+                result={"tasks": [{"taskId": "T1", "status": "working"}, {"taskId": "OTHER", "status": "working"}]},
+            ),
+        )
+        == []
+    )
     failed = msg(id=ids["b"], error={"code": -32601, "message": "x"})
     [(_, session, answer)] = unpack(router.server_message("b", failed))
-    assert session == 1 and answer == {"jsonrpc": "2.0", "id": 2, "result": {"tasks": [
-        {"taskId": "a/T1", "status": "working"}]}}
+    assert session == 1 and answer == {
+        "jsonrpc": "2.0",
+        "id": 2,
+        "result": {"tasks": [{"taskId": "a/T1", "status": "working"}]},
+    }
 
 
 def test_capabilities_merge(router):
@@ -533,7 +695,10 @@ def test_capabilities_merge(router):
     assert caps["resources"]["subscribe"] is True and "logging" in caps
     assert caps["tasks"] == {"list": {}, "cancel": {}}
     assert router.upstream_client_capabilities() == {
-        "sampling": {}, "elicitation": {"form": {}, "url": {}}, "roots": {"listChanged": True}}
+        "sampling": {},
+        "elicitation": {"form": {}, "url": {}},
+        "roots": {"listChanged": True},
+    }
 
 
 # --- per-session isolation --------------------------------------------------------------
@@ -556,8 +721,11 @@ def test_per_session_servers_get_a_connection_per_client(clock):
     out = router.client_message(1, msg(id=1, method="tools/call", params={"name": "p__t", "arguments": {}}))
     [start] = out
     assert type(start).__name__ == "StartUpstream" and (start.server, start.name, start.session) == ("p", "p@1", 1)
-    assert start.capabilities == {"sampling": {}, "roots": {"listChanged": True},
-                                  "elicitation": {"form": {}, "url": {}}}
+    assert start.capabilities == {
+        "sampling": {},
+        "roots": {"listChanged": True},
+        "elicitation": {"form": {}, "url": {}},
+    }
     assert router.client_message(1, msg(id=2, method="tools/call", params={"name": "p__t"})) == []
     # Ready: the held requests go out on that connection, in order.
     sent = unpack(router.server_ready("p@1", {"capabilities": {"tools": {}}}))
@@ -591,8 +759,9 @@ def test_shutting_down_answers_the_requests_waiting_for_a_per_session_start(cloc
     router.client_message(1, msg(id=1, method="tools/call", params={"name": "p__t"}))
     router.draining = True
     out = unpack(router.abandon("stopping"))
-    assert [(o[0], o[1], o[2]["id"], o[2]["error"]["data"]["reason"], o[2]["error"]["data"]["server"])
-            for o in out] == [("ToClient", 1, 1, "unavailable", "p")]
+    assert [
+        (o[0], o[1], o[2]["id"], o[2]["error"]["data"]["reason"], o[2]["error"]["data"]["server"]) for o in out
+    ] == [("ToClient", 1, 1, "unavailable", "p")]
     assert not router.clients[1].in_flight
 
 
@@ -602,8 +771,7 @@ def test_in_flight_requests_per_session_are_capped(clock):
     connect(router, 2)
     for id in range(8):
         call(router, 1, id)
-    [(kind, _, refused)] = unpack(router.client_message(1, msg(id=99, method="tools/call",
-                                                               params={"name": "a__slow"})))
+    [(kind, _, refused)] = unpack(router.client_message(1, msg(id=99, method="tools/call", params={"name": "a__slow"})))
     assert kind == "ToClient" and refused["error"]["data"]["reason"] == "overloaded"
     call(router, 2, 0)  # another session is not affected
 
@@ -612,8 +780,7 @@ def test_draining_takes_nothing_new_and_abandon_answers_everyone(router):
     call(router, 1, 1)
     call(router, 2, 1, tool="b__slow")
     router.draining = True
-    [(kind, _, refused)] = unpack(router.client_message(1, msg(id=2, method="tools/call",
-                                                               params={"name": "a__fast"})))
+    [(kind, _, refused)] = unpack(router.client_message(1, msg(id=2, method="tools/call", params={"name": "a__fast"})))
     assert kind == "ToClient" and refused["error"]["message"] == "The aggregator is shutting down"
     assert router.in_flight() == 2
     out = unpack(router.abandon("stopping"))

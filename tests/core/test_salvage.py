@@ -23,48 +23,70 @@ def deep(text: str) -> str:
     return text.replace("@", DEEP)
 
 
-@pytest.mark.parametrize(("text", "expected"), [
-    # The id before or after the part no parser reads.
-    (deep('{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"arguments":@}}'), (REQUEST, 7)),
-    (deep('{"jsonrpc":"2.0","params":{"x":@},"id":9,"method":"ping"}'), (REQUEST, 9)),
-    ('{"jsonrpc":"2.0","id":10,"method":"ping","params":' + OPEN, (REQUEST, 10)),
-    (deep('{"jsonrpc":"2.0","id":3,"result":{"x":@}}'), (RESPONSE, 3)),
-    ('{"jsonrpc":"2.0","id":3,"error":{"code":1,"message":"m","data":' + OPEN, (RESPONSE, 3)),
-    (deep('{"result":{"x":@},"jsonrpc":"2.0","id":4}'), (RESPONSE, 4)),  # the TypeScript SDK's order
-    (deep('{"jsonrpc":"2.0","method":"notifications/message","params":{"data":@}}'), (NOTIFICATION, None)),
-    # An id inside a nested object is not the message's.
-    (deep('{"jsonrpc":"2.0","method":"x","params":{"id":5,"a":@}}'), (NOTIFICATION, None)),
-    (deep('{"jsonrpc":"2.0","result":{"id":5,"a":@},"x":1}'), (None, None)),
-    ('{"jsonrpc":"2.0","params":[{"id":5},{"method":"m"}],"more":' + OPEN, (None, None)),
-    # Strings: escaped quotes, brackets and keys inside them are text, not structure.
-    ('{"jsonrpc":"2.0","method":"a\\"}]\\"","id":"x\\"y","params":' + OPEN, (REQUEST, 'x"y')),
-    ('{"jsonrpc":"2.0","method":"m","params":{"s":"\\",\\"id\\":9,\\""},"q":' + OPEN, (None, None)),
-    ('{"jsonrpc":"2.0","s":"\\\\","id":11,"result":' + OPEN, (RESPONSE, 11)),
-    ('{"jsonrpc":"2.0","\\u0069d":12,"\\u006dethod":"m","params":' + OPEN, (REQUEST, 12)),
-    # Cut short: inside a string nothing more is read; an id must be ended to be taken.
-    ('{"jsonrpc":"2.0","method":"m","params":{"s":"abc\\"}, \\"id\\":3', (None, None)),
-    ('{"jsonrpc":"2.0","method":"m","id":12', (REQUEST, None)),
-    ('{"jsonrpc":"2.0","result":{},"id":12', (RESPONSE, None)),
-    ('{"jsonrpc":"2.0","id":12,"x":' + OPEN, (None, 12)),  # an id, but a request or an answer?
-    # Not an object at all.
-    ("[" + OPEN, (None, None)),
-    (b'\xff\xfe{"jsonrpc":"2.0","id":1,"result":{}}', (None, None)),
-    (b'{"jsonrpc":"2.0","s":"\xff\xfe","id":1,"result":' + OPEN.encode(), (RESPONSE, 1)),  # bytes are not read
-    ("", (None, None)),
-    # Whitespace anywhere JSON allows it.
-    ('\r\n { "jsonrpc" : "2.0" ,\t"id" : 13 , "method" : "m", "params" : ' + OPEN, (REQUEST, 13)),
-])
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        # The id before or after the part no parser reads.
+        (deep('{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"arguments":@}}'), (REQUEST, 7)),
+        (deep('{"jsonrpc":"2.0","params":{"x":@},"id":9,"method":"ping"}'), (REQUEST, 9)),
+        ('{"jsonrpc":"2.0","id":10,"method":"ping","params":' + OPEN, (REQUEST, 10)),
+        (deep('{"jsonrpc":"2.0","id":3,"result":{"x":@}}'), (RESPONSE, 3)),
+        ('{"jsonrpc":"2.0","id":3,"error":{"code":1,"message":"m","data":' + OPEN, (RESPONSE, 3)),
+        (deep('{"result":{"x":@},"jsonrpc":"2.0","id":4}'), (RESPONSE, 4)),  # the TypeScript SDK's order
+        (deep('{"jsonrpc":"2.0","method":"notifications/message","params":{"data":@}}'), (NOTIFICATION, None)),
+        # An id inside a nested object is not the message's.
+        (deep('{"jsonrpc":"2.0","method":"x","params":{"id":5,"a":@}}'), (NOTIFICATION, None)),
+        (deep('{"jsonrpc":"2.0","result":{"id":5,"a":@},"x":1}'), (None, None)),
+        ('{"jsonrpc":"2.0","params":[{"id":5},{"method":"m"}],"more":' + OPEN, (None, None)),
+        # Strings: escaped quotes, brackets and keys inside them are text, not structure.
+        ('{"jsonrpc":"2.0","method":"a\\"}]\\"","id":"x\\"y","params":' + OPEN, (REQUEST, 'x"y')),
+        ('{"jsonrpc":"2.0","method":"m","params":{"s":"\\",\\"id\\":9,\\""},"q":' + OPEN, (None, None)),
+        ('{"jsonrpc":"2.0","s":"\\\\","id":11,"result":' + OPEN, (RESPONSE, 11)),
+        ('{"jsonrpc":"2.0","\\u0069d":12,"\\u006dethod":"m","params":' + OPEN, (REQUEST, 12)),
+        # Cut short: inside a string nothing more is read; an id must be ended to be taken.
+        ('{"jsonrpc":"2.0","method":"m","params":{"s":"abc\\"}, \\"id\\":3', (None, None)),
+        ('{"jsonrpc":"2.0","method":"m","id":12', (REQUEST, None)),
+        ('{"jsonrpc":"2.0","result":{},"id":12', (RESPONSE, None)),
+        ('{"jsonrpc":"2.0","id":12,"x":' + OPEN, (None, 12)),  # an id, but a request or an answer?
+        # Not an object at all.
+        ("[" + OPEN, (None, None)),
+        (b'\xff\xfe{"jsonrpc":"2.0","id":1,"result":{}}', (None, None)),
+        (b'{"jsonrpc":"2.0","s":"\xff\xfe","id":1,"result":' + OPEN.encode(), (RESPONSE, 1)),  # bytes are not read
+        ("", (None, None)),
+        # Whitespace anywhere JSON allows it.
+        ('\r\n { "jsonrpc" : "2.0" ,\t"id" : 13 , "method" : "m", "params" : ' + OPEN, (REQUEST, 13)),
+    ],
+)
 def test_salvages_the_envelope(text, expected):
     assert salvage_envelope(text if type(text) is bytes else text.encode()) == expected
 
 
-@pytest.mark.parametrize(("id", "expected"), [
-    ("0", 0), ("-5", -5), ("9" * 100, int("9" * 100)), ("-" + "9" * 100, -int("9" * 100)),
-    ('""', ""), ('"\\u00e9\\u2028"', "\u00e9\u2028"), ('"\u00e9"', "\u00e9"), ('"a\\nb"', "a\nb"),
-    # Not ids an answer can echo: read as present, not as an id.
-    ("9" * 101, None), ("-0", None), ("1.5", None), ("1e3", None), ("true", None), ("null", None),
-    ("{}", None), ('{"id":1}', None), ("[1]", None), ('"\\ud800"', None), ('"\\x"', None), ("01", None),
-])
+@pytest.mark.parametrize(
+    ("id", "expected"),
+    [
+        ("0", 0),
+        ("-5", -5),
+        ("9" * 100, int("9" * 100)),
+        ("-" + "9" * 100, -int("9" * 100)),
+        ('""', ""),
+        ('"\\u00e9\\u2028"', "\u00e9\u2028"),
+        ('"\u00e9"', "\u00e9"),
+        ('"a\\nb"', "a\nb"),
+        # Not ids an answer can echo: read as present, not as an id.
+        ("9" * 101, None),
+        ("-0", None),
+        ("1.5", None),
+        ("1e3", None),
+        ("true", None),
+        ("null", None),
+        ("{}", None),
+        ('{"id":1}', None),
+        ("[1]", None),
+        ('"\\ud800"', None),
+        ('"\\x"', None),
+        ("01", None),
+    ],
+)
 def test_ids_of_every_type(id, expected):
     raw = ('{"jsonrpc":"2.0","id":' + id + ',"result":' + OPEN).encode()
     assert salvage_envelope(raw) == (RESPONSE, expected)
@@ -79,15 +101,28 @@ def test_the_scan_is_bounded():
     assert salvage_envelope(early) == (REQUEST, 1)
 
 
-ids = st.one_of(st.integers(-(10**100) + 1, 10**100 - 1), st.text(max_size=8), st.floats(allow_nan=False),
-                st.booleans(), st.none(), st.just({}), st.just([1]))
-values = st.recursive(st.none() | st.integers() | st.text(max_size=5),
-                      lambda inner: st.lists(inner, max_size=3) | st.dictionaries(
-                          st.sampled_from(["id", "method", "result", "error", "x", 'q"}']), inner, max_size=3),
-                      max_leaves=12)
+ids = st.one_of(
+    st.integers(-(10**100) + 1, 10**100 - 1),
+    st.text(max_size=8),
+    st.floats(allow_nan=False),
+    st.booleans(),
+    st.none(),
+    st.just({}),
+    st.just([1]),
+)
+values = st.recursive(
+    st.none() | st.integers() | st.text(max_size=5),
+    lambda inner: (
+        st.lists(inner, max_size=3)
+        | st.dictionaries(st.sampled_from(["id", "method", "result", "error", "x", 'q"}']), inner, max_size=3)
+    ),
+    max_leaves=12,
+)
 envelopes = st.dictionaries(st.sampled_from(["jsonrpc", "params", "x", "result", "error"]), values, max_size=3).flatmap(
     lambda body: st.fixed_dictionaries({}, optional={"id": ids, "method": st.text(max_size=5)}).map(
-        lambda head: {**body, **head}))
+        lambda head: {**body, **head}
+    )
+)
 
 
 @settings(deadline=None)
@@ -115,12 +150,19 @@ def test_a_server_answer_past_every_parser_names_the_request_it_answers():
     assert (error.kind, error.answer, error.response_to) == (RESPONSE, False, 4)
 
 
-@pytest.mark.parametrize("tail", [
-    (DEEP + "}}").encode(), b"[" * 5000 + b"]" * 5000 + b"}}", OPEN.encode(), b'"\xff"}}'])
+@pytest.mark.parametrize(
+    "tail", [(DEEP + "}}").encode(), b"[" * 5000 + b"]" * 5000 + b"}}", OPEN.encode(), b'"\xff"}}']
+)
 def test_the_router_fails_the_request_at_once_and_the_server_stays(tail):
     router = make_depth_limited_router()
-    [(_, _, sent)] = unpack(router.client_message(1, dumps({"jsonrpc": "2.0", "id": "q", "method": "tools/call",
-                                                             "params": {"name": "a__echo", "arguments": {}}})))
+    [(_, _, sent)] = unpack(
+        router.client_message(
+            1,
+            dumps(
+                {"jsonrpc": "2.0", "id": "q", "method": "tools/call", "params": {"name": "a__echo", "arguments": {}}}
+            ),
+        )
+    )
     raw = b'{"jsonrpc":"2.0","id":' + str(sent["id"]).encode() + b',"result":{"content":[],"structuredContent":' + tail
     [(kind, session, error)] = unpack(router.server_message("a", raw))
     assert (kind, session, error["id"]) == ("ToClient", 1, "q")
@@ -129,21 +171,24 @@ def test_the_router_fails_the_request_at_once_and_the_server_stays(tail):
     still_serves(router)
 
 
-@pytest.mark.parametrize(("raw", "reason"), [
-    # Read, or refused naming whom it answers: the router deals with it.
-    (b'{"jsonrpc":"2.0","id":1,"result":{}}', None),
-    (b'{"jsonrpc":"2.0","id":1,"result":{"n":1e400000000000000000000}}', None),
-    (b'{"jsonrpc":"2.0","id":1,"result":{"n":NaN}}', None),
-    (deep('{"jsonrpc":"2.0","id":1,"result":@}').encode(), None),
-    (deep('{"jsonrpc":"2.0","method":"notifications/message","params":@}').encode(), None),
-    (deep('{"jsonrpc":"2.0","id":"s","method":"sampling/createMessage","params":@}').encode(), None),
-    # Names no one: it answers the request whose POST it came back on.
-    (b'\xff\xfe{"jsonrpc"', "malformed"),
-    (b"[1,2,3]", "malformed"),
-    (b'{"jsonrpc":"2.0","result":{}}', "malformed"),
-    (b'{"jsonrpc":"2.0","id":null,"result":{"x":NaN}}', "malformed"),
-    (b'{"jsonrpc":"2.0","result":{"x":' + b"[" * 40_000 + b"]" * 40_000 + b'},"id":1}', "too_large"),
-])
+@pytest.mark.parametrize(
+    ("raw", "reason"),
+    [
+        # Read, or refused naming whom it answers: the router deals with it.
+        (b'{"jsonrpc":"2.0","id":1,"result":{}}', None),
+        (b'{"jsonrpc":"2.0","id":1,"result":{"n":1e400000000000000000000}}', None),
+        (b'{"jsonrpc":"2.0","id":1,"result":{"n":NaN}}', None),
+        (deep('{"jsonrpc":"2.0","id":1,"result":@}').encode(), None),
+        (deep('{"jsonrpc":"2.0","method":"notifications/message","params":@}').encode(), None),
+        (deep('{"jsonrpc":"2.0","id":"s","method":"sampling/createMessage","params":@}').encode(), None),
+        # Names no one: it answers the request whose POST it came back on.
+        (b'\xff\xfe{"jsonrpc"', "malformed"),
+        (b"[1,2,3]", "malformed"),
+        (b'{"jsonrpc":"2.0","result":{}}', "malformed"),
+        (b'{"jsonrpc":"2.0","id":null,"result":{"x":NaN}}', "malformed"),
+        (b'{"jsonrpc":"2.0","result":{"x":' + b"[" * 40_000 + b"]" * 40_000 + b'},"id":1}', "too_large"),
+    ],
+)
 def test_a_refusal_that_names_no_one(raw, reason):
     refusal = nameless_refusal(raw)
     named = None if refusal is None else (refusal.data or {}).get("reason", "malformed")

@@ -38,8 +38,11 @@ P_OWN = {
     "resourceTemplates": [{"uriTemplate": "demo://dyn/{id}"}],
 }
 A = {"tools": [{"name": "time"}], "resources": [{"uri": "clock://now"}]}
-C = {"tools": [{"name": "status"}, {"name": "log"}], "prompts": [{"name": "commit"}],
-     "resourceTemplates": [{"uriTemplate": "repo://{path}"}]}
+C = {
+    "tools": [{"name": "status"}, {"name": "log"}],
+    "prompts": [{"name": "commit"}],
+    "resourceTemplates": [{"uriTemplate": "repo://{path}"}],
+}
 
 
 class DropSecrets:
@@ -55,49 +58,102 @@ def servers_toml(*names: str, **extra: str) -> str:
 
 # name: (config TOML, shared store, own listings, expected way: "composed" or "full", plugins)
 CASES = {
-    "prefixed servers": (servers_toml("a", "p", "c"), {"a": A, "p": P_SHARED, "c": C}, {"p": P_OWN},
-                         "composed", None),
-    "own server first": (servers_toml("p", "a", "c"), {"a": A, "p": P_SHARED, "c": C}, {"p": P_OWN},
-                         "composed", None),
-    "own server last": (servers_toml("a", "c", "p"), {"a": A, "p": P_SHARED, "c": C}, {"p": P_OWN},
-                        "composed", None),
+    "prefixed servers": (servers_toml("a", "p", "c"), {"a": A, "p": P_SHARED, "c": C}, {"p": P_OWN}, "composed", None),
+    "own server first": (servers_toml("p", "a", "c"), {"a": A, "p": P_SHARED, "c": C}, {"p": P_OWN}, "composed", None),
+    "own server last": (servers_toml("a", "c", "p"), {"a": A, "p": P_SHARED, "c": C}, {"p": P_OWN}, "composed", None),
     "own server lists kinds its shared listing lacks, and lacks some": (
-        servers_toml("a", "p", "c"), {"a": A, "p": {"tools": [{"name": "echo"}]}, "c": C},
-        {"p": {"prompts": [{"name": "hello"}], "resources": [{"uri": "demo://session/a.gz"}]}}, "composed", None),
+        servers_toml("a", "p", "c"),
+        {"a": A, "p": {"tools": [{"name": "echo"}]}, "c": C},
+        {"p": {"prompts": [{"name": "hello"}], "resources": [{"uri": "demo://session/a.gz"}]}},
+        "composed",
+        None,
+    ),
     "no shared listing of the own server at all": (
-        servers_toml("a", "p", "c"), {"a": A, "c": C}, {"p": P_OWN}, "composed", None),
-    "two own servers": (servers_toml("a", "p", "q", "c"), {"a": A, "p": P_SHARED, "q": P_SHARED, "c": C},
-                        {"p": P_OWN, "q": {"tools": [{"name": "only-q"}]}}, "composed", None),
+        servers_toml("a", "p", "c"),
+        {"a": A, "c": C},
+        {"p": P_OWN},
+        "composed",
+        None,
+    ),
+    "two own servers": (
+        servers_toml("a", "p", "q", "c"),
+        {"a": A, "p": P_SHARED, "q": P_SHARED, "c": C},
+        {"p": P_OWN, "q": {"tools": [{"name": "only-q"}]}},
+        "composed",
+        None,
+    ),
     "policy hides some own items": (
-        servers_toml("a", "p", "c", p='[servers.p.tools]\ndeny = ["gzip"]\n[servers.p.resources]\n'
-                                      'deny = ["demo://session/*"]\n'),
-        {"a": A, "p": P_SHARED, "c": C}, {"p": P_OWN}, "composed", None),
+        servers_toml(
+            "a", "p", "c", p='[servers.p.tools]\ndeny = ["gzip"]\n[servers.p.resources]\ndeny = ["demo://session/*"]\n'
+        ),
+        {"a": A, "p": P_SHARED, "c": C},
+        {"p": P_OWN},
+        "composed",
+        None,
+    ),
     "names that collide within the own server": (
-        servers_toml("a", "p"), {"a": A, "p": P_SHARED},
-        {"p": {"tools": [{"name": "a/b"}, {"name": "a_b"}, {"name": "a b"}]}}, "composed", None),
+        servers_toml("a", "p"),
+        {"a": A, "p": P_SHARED},
+        {"p": {"tools": [{"name": "a/b"}, {"name": "a_b"}, {"name": "a b"}]}},
+        "composed",
+        None,
+    ),
     "the only unprefixed server is own": (
-        servers_toml("a", "p", p='uri_prefix = ""\n'), {"a": A, "p": P_SHARED}, {"p": P_OWN}, "composed", None),
+        servers_toml("a", "p", p='uri_prefix = ""\n'),
+        {"a": A, "p": P_SHARED},
+        {"p": P_OWN},
+        "composed",
+        None,
+    ),
     "an own item takes another server's name": (
         servers_toml("p", "c", p='prefix = ""\n', c='prefix = ""\n'),
-        {"p": P_SHARED, "c": {"tools": [{"name": "gzip"}, {"name": "status"}]}}, {"p": P_OWN}, "full", None),
+        {"p": P_SHARED, "c": {"tools": [{"name": "gzip"}, {"name": "status"}]}},
+        {"p": P_OWN},
+        "full",
+        None,
+    ),
     "another server takes an own item's name first": (
         servers_toml("c", "p", p='prefix = ""\n', c='prefix = ""\n'),
-        {"p": P_SHARED, "c": {"tools": [{"name": "gzip"}]}}, {"p": P_OWN}, "full", None),
+        {"p": P_SHARED, "c": {"tools": [{"name": "gzip"}]}},
+        {"p": P_OWN},
+        "full",
+        None,
+    ),
     "the shared listing of the own server won a collision the own one does not have": (
         servers_toml("p", "c", p='prefix = ""\n', c='prefix = ""\n'),
-        {"p": P_SHARED, "c": {"tools": [{"name": "trigger-sampling"}]}}, {"p": P_OWN}, "full", None),
+        {"p": P_SHARED, "c": {"tools": [{"name": "trigger-sampling"}]}},
+        {"p": P_OWN},
+        "full",
+        None,
+    ),
     "own and another server list one URI": (
         servers_toml("p", "c", p='uri_prefix = ""\n', c='uri_prefix = ""\n'),
-        {"p": P_SHARED, "c": {"resources": [{"uri": "demo://session/a.gz"}]}}, {"p": P_OWN}, "full", None),
+        {"p": P_SHARED, "c": {"resources": [{"uri": "demo://session/a.gz"}]}},
+        {"p": P_OWN},
+        "full",
+        None,
+    ),
     "own and another server list one template": (
         servers_toml("c", "p", p='uri_prefix = ""\n', c='uri_prefix = ""\n'),
-        {"p": {}, "c": {"resourceTemplates": [{"uriTemplate": "demo://dyn/{id}"}]}}, {"p": P_OWN}, "full", None),
+        {"p": {}, "c": {"resourceTemplates": [{"uriTemplate": "demo://dyn/{id}"}]}},
+        {"p": P_OWN},
+        "full",
+        None,
+    ),
     "two own servers collide": (
-        servers_toml("p", "q", p='prefix = ""\n', q='prefix = ""\n'), {"p": P_SHARED, "q": P_SHARED},
-        {"p": P_OWN, "q": {"tools": [{"name": "gzip"}]}}, "full", None),
+        servers_toml("p", "q", p='prefix = ""\n', q='prefix = ""\n'),
+        {"p": P_SHARED, "q": P_SHARED},
+        {"p": P_OWN, "q": {"tools": [{"name": "gzip"}]}},
+        "full",
+        None,
+    ),
     "catalog plugins see whole lists": (
-        servers_toml("a", "p", "c"), {"a": A, "p": P_SHARED, "c": {"tools": [{"name": "secret-c"}]}},
-        {"p": {"tools": [{"name": "secret-p"}, {"name": "open"}]}}, "full", Plugins([DropSecrets()])),
+        servers_toml("a", "p", "c"),
+        {"a": A, "p": P_SHARED, "c": {"tools": [{"name": "secret-c"}]}},
+        {"p": {"tools": [{"name": "secret-p"}, {"name": "open"}]}},
+        "full",
+        Plugins([DropSecrets()]),
+    ),
 }
 
 
@@ -148,8 +204,18 @@ def assert_same(view: SessionCatalog, expected: Catalog, shared: Catalog) -> Non
         assert view.tools.get(name) == expected.tools.get(name), name
         assert view.prompts.get(name) == expected.prompts.get(name), name
         assert (name in view.tools) == (name in expected.tools)
-    uris = {*expected.resources, *shared.resources, "p+demo://unlisted/9", "demo://unlisted/9",
-            "p+demo://dyn/7", "demo://dyn/7", "c+repo://x", "repo://x", "clock://now", "a+clock://now"}
+    uris = {
+        *expected.resources,
+        *shared.resources,
+        "p+demo://unlisted/9",
+        "demo://unlisted/9",
+        "p+demo://dyn/7",
+        "demo://dyn/7",
+        "c+repo://x",
+        "repo://x",
+        "clock://now",
+        "a+clock://now",
+    }
     for uri in uris:
         assert route_uri(view, uri) == route_uri(expected, uri), uri
     for template in {item["uriTemplate"] for catalog in (expected, shared) for item in catalog.exposed[TEMPLATES]}:

@@ -14,10 +14,12 @@ from aggregator.transports.sse import SseEvent, SseParser
 
 # What a 2025-11-25 server sends on a POST: a priming event (id, retry, empty data), a
 # notification, then the answer; with CRLF and CR line ends mixed in.
-STREAM = (b"id: s~1\r\nretry: 1500\ndata: \n\n"
-          b': a comment\nid: s~2\ndata: {"jsonrpc":"2.0","method":"notifications/progress",\r'
-          b'data: "params":{}}\n\n'
-          b'event: message\nid: s~3\ndata: {"jsonrpc":"2.0","id":1,"result":{}}\n\n')
+STREAM = (
+    b"id: s~1\r\nretry: 1500\ndata: \n\n"
+    b': a comment\nid: s~2\ndata: {"jsonrpc":"2.0","method":"notifications/progress",\r'
+    b'data: "params":{}}\n\n'
+    b'event: message\nid: s~3\ndata: {"jsonrpc":"2.0","id":1,"result":{}}\n\n'
+)
 EVENTS = [
     SseEvent("message", "", "s~1"),
     SseEvent("message", '{"jsonrpc":"2.0","method":"notifications/progress",\n"params":{}}', "s~2"),
@@ -32,38 +34,44 @@ def test_every_byte_boundary_gives_the_same_events_ids_and_retry():
         assert (parser.last_event_id, parser.retry) == ("s~3", 1500), cut
 
 
-@pytest.mark.parametrize(("stream", "last_event_id"), [
-    # The id counts once its event is complete: an event cut off is asked for again.
-    (b"id: a\ndata: x\n\nid: b\ndata: y\n", "a"),
-    (b"id: a\ndata: x\n\nid: b\n", "a"),
-    # A priming event (id, no or empty data) sets it without being a message.
-    (b"id: p\n\n", "p"),
-    (b"id: p\ndata:\n\n", "p"),
-    # An event without an id keeps the last one; an empty id clears it.
-    (b"id: a\ndata: x\n\ndata: y\n\n", "a"),
-    (b"id: a\ndata: x\n\nid\ndata: y\n\n", None),
-    (b"id: a\ndata: x\n\nid: \n\n", None),
-    # An id with NUL is ignored.
-    (b"id: a\ndata: x\n\nid: b\0c\ndata: y\n\n", "a"),
-    (b"data: x\n\n", None),
-])
+@pytest.mark.parametrize(
+    ("stream", "last_event_id"),
+    [
+        # The id counts once its event is complete: an event cut off is asked for again.
+        (b"id: a\ndata: x\n\nid: b\ndata: y\n", "a"),
+        (b"id: a\ndata: x\n\nid: b\n", "a"),
+        # A priming event (id, no or empty data) sets it without being a message.
+        (b"id: p\n\n", "p"),
+        (b"id: p\ndata:\n\n", "p"),
+        # An event without an id keeps the last one; an empty id clears it.
+        (b"id: a\ndata: x\n\ndata: y\n\n", "a"),
+        (b"id: a\ndata: x\n\nid\ndata: y\n\n", None),
+        (b"id: a\ndata: x\n\nid: \n\n", None),
+        # An id with NUL is ignored.
+        (b"id: a\ndata: x\n\nid: b\0c\ndata: y\n\n", "a"),
+        (b"data: x\n\n", None),
+    ],
+)
 def test_last_event_id(stream, last_event_id):
     parser = SseParser()
     parser.feed(stream)
     assert parser.last_event_id == last_event_id
 
 
-@pytest.mark.parametrize(("line", "retry"), [
-    (b"retry: 2500", 2500),
-    (b"retry:0", 0),
-    (b"retry: 1.5", None),
-    (b"retry: -1", None),
-    (b"retry: 10s", None),
-    (b"retry: ", None),
-    ("retry: \u00b2".encode(), None),  # a digit to str.isdigit, not to int()
-    ("retry: \u0661\u0662".encode(), None),  # Arabic-Indic digits: not ASCII
-    (b"retry: " + b"9" * 5000, 10**12),  # more digits than int() reads: capped, not an exception
-])
+@pytest.mark.parametrize(
+    ("line", "retry"),
+    [
+        (b"retry: 2500", 2500),
+        (b"retry:0", 0),
+        (b"retry: 1.5", None),
+        (b"retry: -1", None),
+        (b"retry: 10s", None),
+        (b"retry: ", None),
+        ("retry: \u00b2".encode(), None),  # a digit to str.isdigit, not to int()
+        ("retry: \u0661\u0662".encode(), None),  # Arabic-Indic digits: not ASCII
+        (b"retry: " + b"9" * 5000, 10**12),  # more digits than int() reads: capped, not an exception
+    ],
+)
 def test_retry_is_ascii_digits_only(line, retry):
     parser = SseParser()
     assert parser.feed(line + b"\n\n") == []
@@ -104,28 +112,34 @@ def test_an_oversized_line_is_skipped_to_its_end(rest):
     assert (parser.dropped, parser.last_event_id) == (1, "big")
 
 
-@pytest.mark.parametrize(("retry_ms", "seconds"), [
-    (None, RESUME_DELAY),
-    (1500, 1.5),
-    (0, RESUME_DELAY_FLOOR),
-    (10**12, RESUME_DELAY_CAP),
-])
+@pytest.mark.parametrize(
+    ("retry_ms", "seconds"),
+    [
+        (None, RESUME_DELAY),
+        (1500, 1.5),
+        (0, RESUME_DELAY_FLOOR),
+        (10**12, RESUME_DELAY_CAP),
+    ],
+)
 def test_retry_delay(retry_ms, seconds):
     assert _retry_delay(retry_ms) == seconds
 
 
-@pytest.mark.parametrize(("data", "answers"), [
-    ('{"jsonrpc":"2.0","id":7,"result":{}}', True),
-    ('{"jsonrpc":"2.0","id":7,"error":{"code":-1,"message":"no"}}', True),
-    # Text that mentions a method is still an answer: a quote in a string is escaped.
-    ('{"jsonrpc":"2.0","id":7,"result":{"text":"the \\"method\\" field"}}', True),
-    # A member named "method" inside the result: parsed, still an answer.
-    ('{"jsonrpc":"2.0","id":7,"result":{"method":"x"}}', True),
-    ('{"jsonrpc":"2.0","method":"notifications/progress","params":{}}', False),
-    ('{"jsonrpc":"2.0","id":3,"method":"sampling/createMessage","params":{}}', False),
-    # Unreadable: taken as the request's (refused) answer when delivered.
-    ('{"method": not json', True),
-    ("[1,2]", True),
-])
+@pytest.mark.parametrize(
+    ("data", "answers"),
+    [
+        ('{"jsonrpc":"2.0","id":7,"result":{}}', True),
+        ('{"jsonrpc":"2.0","id":7,"error":{"code":-1,"message":"no"}}', True),
+        # Text that mentions a method is still an answer: a quote in a string is escaped.
+        ('{"jsonrpc":"2.0","id":7,"result":{"text":"the \\"method\\" field"}}', True),
+        # A member named "method" inside the result: parsed, still an answer.
+        ('{"jsonrpc":"2.0","id":7,"result":{"method":"x"}}', True),
+        ('{"jsonrpc":"2.0","method":"notifications/progress","params":{}}', False),
+        ('{"jsonrpc":"2.0","id":3,"method":"sampling/createMessage","params":{}}', False),
+        # Unreadable: taken as the request's (refused) answer when delivered.
+        ('{"method": not json', True),
+        ("[1,2]", True),
+    ],
+)
 def test_is_answer(data, answers):
     assert _is_answer(data) is answers

@@ -22,16 +22,23 @@ def imported_test_modules(source: str) -> list[str]:
 
 
 def test_imports_of_test_modules_are_recognised() -> None:
-    source = ("from tests.e2e.test_http import post\nimport tests.core.test_router\n"
-              "def f():\n    from tests.e2e import test_sdk1\n    from .test_codec import X\n")
+    source = (
+        "from tests.e2e.test_http import post\nimport tests.core.test_router\n"
+        "def f():\n    from tests.e2e import test_sdk1\n    from .test_codec import X\n"
+    )
     assert imported_test_modules(source) == [
-        "tests.e2e.test_http", "tests.core.test_router", "tests.e2e.test_sdk1", ".test_codec"]
+        "tests.e2e.test_http",
+        "tests.core.test_router",
+        "tests.e2e.test_sdk1",
+        ".test_codec",
+    ]
     helpers = "from tests.e2e.conftest import post\nfrom tests.loopback import INIT\nimport test_like_but_not_ours\n"
     assert imported_test_modules(helpers) == []
 
 
 def test_no_test_module_imports_another() -> None:
     assert len(SOURCES) > 50
-    offenders = {str(path.relative_to(TESTS)): names for path in SOURCES
-                 if (names := imported_test_modules(path.read_text()))}
+    offenders = {
+        str(path.relative_to(TESTS)): names for path in SOURCES if (names := imported_test_modules(path.read_text()))
+    }
     assert offenders == {}, "move what they share to a conftest.py or a helper module"

@@ -22,18 +22,36 @@ from tests.core.helpers import decoded, msg
 
 # (spellings..., normal form): every spelling must normalise to the normal form.
 SAME = [
-    ("s+secret://x", "S+SECRET://x", "S+Secret://x", "s+secret://%78", "s+%73ecret://x", "s+secret://X",
-     "s+secret://x"),
-    ("s+secret://x/y/../z", "s+secret://x/./z", "s+secret://x/y/%2E%2E/z", "s+secret://x/../../z",
-     "s+secret://X/y/.%2e/z", "s+secret://x/z"),
+    (
+        "s+secret://x",
+        "S+SECRET://x",
+        "S+Secret://x",
+        "s+secret://%78",
+        "s+%73ecret://x",
+        "s+secret://X",
+        "s+secret://x",
+    ),
+    (
+        "s+secret://x/y/../z",
+        "s+secret://x/./z",
+        "s+secret://x/y/%2E%2E/z",
+        "s+secret://x/../../z",
+        "s+secret://X/y/.%2e/z",
+        "s+secret://x/z",
+    ),
     ("s+secret://x/.", "s+secret://x/./", "s+secret://x/y/..", "s+secret://x/"),
     ("S+SECRET://x/%50ath/%41", "s+secret://x/Path/B/../A", "s+secret://x/Path/./A", "s+secret://x/Path/A"),
     ("demo://h/%7e", "demo://h/%7E", "demo://h/~", "DEMO://H/~", "demo://h/~"),
     ("demo://h/a%2fb", "demo://h/a%2Fb", "demo://h/a%2Fb"),  # reserved: only the hex case changes
     ("file:///home/jos\u00e9/a", "file:///home/jos%c3%a9/a", "FILE:///home/jos%C3%A9/a", "file:///home/jos%C3%A9/a"),
     ("file:///a b/c", "file:///a%20b/c", "file:///a%20b/c"),
-    ("file:///home/me/public/../private/key", "file:///home/me/./private/key", "file:///home/me/%70rivate/key",
-     "file:///home/me/public/%2e%2e/private/key", "file:///home/me/private/key"),
+    (
+        "file:///home/me/public/../private/key",
+        "file:///home/me/./private/key",
+        "file:///home/me/%70rivate/key",
+        "file:///home/me/public/%2e%2e/private/key",
+        "file:///home/me/private/key",
+    ),
     ("http://User@Host.Example:8080/P?Q=%61#F", "http://User@host.example:8080/P?Q=a#F"),  # user info keeps its case
     ("http://[::A]/x", "http://[::a]/x"),
     ("s:/..//HOST/x", "s://host/x"),  # dots gone, the path became an authority: its host is lowered too
@@ -43,8 +61,13 @@ SAME = [
     ("s+secret://x/a/b/..", "s+secret://x/a/"),
     ("svn+ssh://H/x", "svn+ssh://h/x"),
     # Empty user info and ports are no user info and no port (RFC 3986 §6.2.3); URL parsers agree.
-    ("e+demo://resource:/static/a.md", "e+demo://@resource/static/a.md", "e+demo://:@resource:/static/a.md",
-     "E+DEMO://@RESOURCE:/static/a.md", "e+demo://resource/static/a.md"),
+    (
+        "e+demo://resource:/static/a.md",
+        "e+demo://@resource/static/a.md",
+        "e+demo://:@resource:/static/a.md",
+        "E+DEMO://@RESOURCE:/static/a.md",
+        "e+demo://resource/static/a.md",
+    ),
     ("http://[::1]:/x", "http://@[::1]/x", "http://[::1]/x"),
     # Default ports and the empty path of http-like schemes, also behind the proxy's prefix.
     ("p+http://h:80/x", "p+http://h:0080/x", "P+HTTP://H:80/x", "p+http://h/x"),
@@ -56,7 +79,7 @@ SAME = [
 
 # Pairs that are different URIs and must stay different.
 DIFFERENT = [
-    ("demo://h/a%2Fb", "demo://h/a/b"),      # an encoded slash is data, not a separator
+    ("demo://h/a%2Fb", "demo://h/a/b"),  # an encoded slash is data, not a separator
     ("demo://h/a%3Ab", "demo://h/a:b"),
     ("demo://h/a%25", "demo://h/a%2525"),  # an escaped "%" is never decoded twice
     ("demo://h/Secret.md", "demo://h/secret.md"),  # paths are case-sensitive
@@ -135,8 +158,9 @@ def test_globs_and_templates_are_normalised_the_same_way():
 # Generated spellings of one URI: random case in the scheme and host, unreserved
 # characters percent-encoded with either hex case, and "./" or "x/../" inserted.
 UNRESERVED = "ABCXYZabcxyz0189-._~"
-segments = st.lists(st.text(alphabet=UNRESERVED, min_size=1, max_size=6).filter(lambda s: s not in (".", "..")),
-                    min_size=0, max_size=4)
+segments = st.lists(
+    st.text(alphabet=UNRESERVED, min_size=1, max_size=6).filter(lambda s: s not in (".", "..")), min_size=0, max_size=4
+)
 names = st.from_regex(r"[a-z][a-z0-9+.-]{0,8}", fullmatch=True)
 hosts = st.from_regex(r"[a-z0-9-]{1,8}(\.[a-z0-9-]{1,8}){0,2}", fullmatch=True)
 
@@ -192,8 +216,9 @@ def test_normal_forms_are_fixed_points(text):
     assert once.isascii() and " " not in once
 
 
-@pytest.mark.parametrize("path", ["/." * 200_000, "/.." * 200_000, "/a/.." * 100_000, "/%2E" * 100_000,
-                                  "/a%2F..%2F" * 50_000])
+@pytest.mark.parametrize(
+    "path", ["/." * 200_000, "/.." * 200_000, "/a/.." * 100_000, "/%2E" * 100_000, "/a%2F..%2F" * 50_000]
+)
 def test_long_dot_runs_take_linear_time(path):
     started = time.perf_counter()
     try:
@@ -205,7 +230,7 @@ def test_long_dot_runs_take_linear_time(path):
 
 # --- every method that takes a URI ---------------------------------------------------------
 
-CONFIG = '''
+CONFIG = """
 [servers.s]
 command = "x"
 [servers.s.resources]
@@ -225,56 +250,108 @@ tokens = ["narrow-token-0123456789"]
 allow = ["OPEN://*", "file:///home/me/public/*"]
 [profiles.narrow.templates]
 allow = ["open://t/{id}"]
-'''
+"""
 S_RESOURCES = [{"uri": "secret://x"}, {"uri": "open://a"}, {"uri": "open://b/%7e"}, {"uri": "demo://host/Secret.md"}]
-S_TEMPLATES = [{"uriTemplate": "secret://t/{id}"}, {"uriTemplate": "vault://k/{id}"},
-               {"uriTemplate": "open://t/{id}"}]
+S_TEMPLATES = [{"uriTemplate": "secret://t/{id}"}, {"uriTemplate": "vault://k/{id}"}, {"uriTemplate": "open://t/{id}"}]
 F_RESOURCES = [{"uri": "file:///home/me/public/a.txt"}, {"uri": "file:///home/me/private/key"}]
 DEFAULT, NARROW = 1, 2
 
 # Refused for every client, on read, subscribe and unsubscribe.
 DENIED = [
-    "s+secret://x", "S+SECRET://x", "S+Secret://x", "s+sEcret://t/7", "s+secret://%78", "s+%73ecret://x",
-    "s+secret://y/../x", "s+secret://x ", " s+secret://x", "s+secret://x\n", "s+secret://\u200bx",
-    "s+secret%3A//x", "s+%2573ecret://x",
-    "s+demo://host/Secret.md", "S+DEMO://HOST/Secret.md", "s+demo://host/%53ecret.md", "s+demo://host/x/../Secret.md",
-    "s+VAULT://k/1", "s+vault://K/1", "s+vault://k/%31", "s+v%61ult://k/1", "S+Vault://k/1/../2",
-    "file:///home/me/private/key", "FILE:///home/me/private/key", "file:///home/me/%70rivate/key",
-    "file:///home/me/public/../private/key", "file:///home/me/public/%2e%2e/private/key",
-    "file:///home/me/./private/key", "file:///home/me/private/other", "file:///HOME/../home/me/private/key",
-    "file:///home/me/public/..%2Fprivate/key", "file:///home/me/public/..\\private\\key",
+    "s+secret://x",
+    "S+SECRET://x",
+    "S+Secret://x",
+    "s+sEcret://t/7",
+    "s+secret://%78",
+    "s+%73ecret://x",
+    "s+secret://y/../x",
+    "s+secret://x ",
+    " s+secret://x",
+    "s+secret://x\n",
+    "s+secret://\u200bx",
+    "s+secret%3A//x",
+    "s+%2573ecret://x",
+    "s+demo://host/Secret.md",
+    "S+DEMO://HOST/Secret.md",
+    "s+demo://host/%53ecret.md",
+    "s+demo://host/x/../Secret.md",
+    "s+VAULT://k/1",
+    "s+vault://K/1",
+    "s+vault://k/%31",
+    "s+v%61ult://k/1",
+    "S+Vault://k/1/../2",
+    "file:///home/me/private/key",
+    "FILE:///home/me/private/key",
+    "file:///home/me/%70rivate/key",
+    "file:///home/me/public/../private/key",
+    "file:///home/me/public/%2e%2e/private/key",
+    "file:///home/me/./private/key",
+    "file:///home/me/private/other",
+    "file:///HOME/../home/me/private/key",
+    "file:///home/me/public/..%2Fprivate/key",
+    "file:///home/me/public/..\\private\\key",
     "file:///home/me/private/key ",
-    "s+secret://x:", "s+secret://@x", "s+secret://:@x:/", "s+demo://@host:/Secret.md", "s+demo://host:/Secret.md",
-    "s+vault://k:/1", "s+vault://@k/1",
+    "s+secret://x:",
+    "s+secret://@x",
+    "s+secret://:@x:/",
+    "s+demo://@host:/Secret.md",
+    "s+demo://host:/Secret.md",
+    "s+vault://k:/1",
+    "s+vault://@k/1",
 ]
 # Visible to the default profile: (what the client sends, what the server gets).
 ALLOWED = [
     ("s+open://a", ("s", "open://a")),
     ("S+OPEN://a", ("s", "open://a")),
     ("s+open://%61", ("s", "open://a")),
-    ("s+open://b/~", ("s", "open://b/%7e")),      # a listed URI goes as its server spells it
+    ("s+open://b/~", ("s", "open://b/%7e")),  # a listed URI goes as its server spells it
     ("s+open://b/%7E", ("s", "open://b/%7e")),
-    ("s+open://t/%37", ("s", "open://t/7")),      # an unlisted one goes in normal form
+    ("s+open://t/%37", ("s", "open://t/7")),  # an unlisted one goes in normal form
     ("S+OPEN://T/./7", ("s", "open://t/7")),
-    ("s+open://a%2Fb", ("s", "open://a%2Fb")),    # %2F stays encoded
+    ("s+open://a%2Fb", ("s", "open://a%2Fb")),  # %2F stays encoded
     ("s+demo://host/secret.md", ("s", "demo://host/secret.md")),  # another path: another URI
     ("file:///home/me/public/a.txt", ("f", "file:///home/me/public/a.txt")),
     ("file:///home/me/public/%61.txt", ("f", "file:///home/me/public/a.txt")),
     ("file:///home/me/private/../public/b.txt", ("f", "file:///home/me/public/b.txt")),
 ]
 # Of those, the narrow profile's allow lists let through only these.
-NARROW_ALLOWED = {"s+open://a", "S+OPEN://a", "s+open://%61", "s+open://b/~", "s+open://b/%7E", "s+open://t/%37",
-                  "S+OPEN://T/./7", "s+open://a%2Fb", "file:///home/me/public/a.txt",
-                  "file:///home/me/public/%61.txt", "file:///home/me/private/../public/b.txt"}
-NARROW_DENIED = ["s+demo://host/secret.md", "file:///home/me/public/../../../etc/passwd",
-                 "file:///home/me/public/%2e%2e/%2E%2E/x", "file:///home/me/publicity/x", "s+opened://a"]
+NARROW_ALLOWED = {
+    "s+open://a",
+    "S+OPEN://a",
+    "s+open://%61",
+    "s+open://b/~",
+    "s+open://b/%7E",
+    "s+open://t/%37",
+    "S+OPEN://T/./7",
+    "s+open://a%2Fb",
+    "file:///home/me/public/a.txt",
+    "file:///home/me/public/%61.txt",
+    "file:///home/me/private/../public/b.txt",
+}
+NARROW_DENIED = [
+    "s+demo://host/secret.md",
+    "file:///home/me/public/../../../etc/passwd",
+    "file:///home/me/public/%2e%2e/%2E%2E/x",
+    "file:///home/me/publicity/x",
+    "s+opened://a",
+]
 # completion/complete refs: (ref uri, the server's template) or refused.
-REFS_ALLOWED = [("s+open://t/{id}", "open://t/{id}"), ("S+OPEN://T/{id}", "open://t/{id}"),
-                ("s+%6Fpen://t/{id}", "open://t/{id}")]
-REFS_DENIED = ["s+vault://k/{id}", "S+VAULT://k/{id}", "s+vault://K/{id}", "s+vault://%6B/{id}", "s+secret://t/{id}",
-               "S+Secret://t/{id}", "s+vault://k/{id} ", "s+vault://k/7", "file:///home/me/private/{x}"]
-
-
+REFS_ALLOWED = [
+    ("s+open://t/{id}", "open://t/{id}"),
+    ("S+OPEN://T/{id}", "open://t/{id}"),
+    ("s+%6Fpen://t/{id}", "open://t/{id}"),
+]
+REFS_DENIED = [
+    "s+vault://k/{id}",
+    "S+VAULT://k/{id}",
+    "s+vault://K/{id}",
+    "s+vault://%6B/{id}",
+    "s+secret://t/{id}",
+    "S+Secret://t/{id}",
+    "s+vault://k/{id} ",
+    "s+vault://k/7",
+    "file:///home/me/private/{x}",
+]
 
 
 @pytest.fixture
@@ -359,16 +436,25 @@ def test_one_subscription_whatever_the_spelling(router):
 @pytest.mark.parametrize(("ref", "template"), REFS_ALLOWED)
 def test_completion_refs_in_any_spelling_name_the_servers_template(router, ref, template):
     for key in (DEFAULT, NARROW):
-        server, params = ask(router, key, "completion/complete", {
-            "ref": {"type": "ref/resource", "uri": ref}, "argument": {"name": "id", "value": ""}}, id=10 + key)
+        server, params = ask(
+            router,
+            key,
+            "completion/complete",
+            {"ref": {"type": "ref/resource", "uri": ref}, "argument": {"name": "id", "value": ""}},
+            id=10 + key,
+        )
         assert (server, params["ref"]["uri"]) == ("s", template)
 
 
 @pytest.mark.parametrize("ref", REFS_DENIED)
 @pytest.mark.parametrize("key", [DEFAULT, NARROW])
 def test_completion_refs_to_hidden_templates_are_refused(router, key, ref):
-    answer = ask(router, key, "completion/complete", {
-        "ref": {"type": "ref/resource", "uri": ref}, "argument": {"name": "id", "value": ""}})
+    answer = ask(
+        router,
+        key,
+        "completion/complete",
+        {"ref": {"type": "ref/resource", "uri": ref}, "argument": {"name": "id", "value": ""}},
+    )
     assert_refused(router, key, answer, ref)
     assert all(not link.pending for link in router.links.values())
 
@@ -388,7 +474,8 @@ def test_explain_shows_the_rule_as_written(router):
     assert reasons[("s", "demo://host/Secret.md")] == "servers.s.resources.deny 'Demo://HOST/Secret.md'"
     assert router.catalogs["default"].hidden["resourceTemplates"] == [
         ("s", "secret://t/{id}", "servers.s.templates.deny 'Secret://*'"),
-        ("s", "vault://k/{id}", "servers.s.templates.deny 'VAULT://*'")]
+        ("s", "vault://k/{id}", "servers.s.templates.deny 'VAULT://*'"),
+    ]
 
 
 def test_listed_uris_that_no_client_could_read_are_not_listed(router):

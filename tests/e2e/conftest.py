@@ -49,8 +49,13 @@ def filesystem_js() -> Path:
 def git_repo(tmp_path: Path) -> Path:
     repo = tmp_path / "repo"
     repo.mkdir()
-    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.invalid",
-           "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@example.invalid"}
+    env = {
+        **os.environ,
+        "GIT_AUTHOR_NAME": "t",
+        "GIT_AUTHOR_EMAIL": "t@example.invalid",
+        "GIT_COMMITTER_NAME": "t",
+        "GIT_COMMITTER_EMAIL": "t@example.invalid",
+    }
     subprocess.run(["git", "init", "-q", "-b", "main", str(repo)], check=True, env=env)
     (repo / "hello.txt").write_text("hello\n")
     subprocess.run(["git", "-C", str(repo), "add", "hello.txt"], check=True, env=env)
@@ -59,8 +64,11 @@ def git_repo(tmp_path: Path) -> Path:
 
 
 def fake(name: str, *modes: str, **extra: str) -> str:
-    lines = [f"[servers.{name}]", f'command = "{sys.executable}"',
-             "args = [" + ", ".join(f'"{a}"' for a in [str(FAKESRV), *modes]) + "]"]
+    lines = [
+        f"[servers.{name}]",
+        f'command = "{sys.executable}"',
+        "args = [" + ", ".join(f'"{a}"' for a in [str(FAKESRV), *modes]) + "]",
+    ]
     lines += [f"{key} = {value}" for key, value in extra.items()]
     return "\n".join(lines) + "\n"
 
@@ -96,7 +104,8 @@ class RawProxy:
         # stderr to a file: a pipe nobody reads would stall a chatty proxy.
         self.stderr = tempfile.TemporaryFile()
         self.process = subprocess.Popen(
-            proxy_argv(config, *extra), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.stderr)
+            proxy_argv(config, *extra), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.stderr
+        )
         self.notifications: list[dict] = []
         os.set_blocking(self.process.stdout.fileno(), True)
 
@@ -136,12 +145,14 @@ class RawProxy:
 
 def websocket_requester(socket):
     """An async request(id, method, params) over a trio-websocket connection."""
+
     async def request(id, method, params):
         await socket.send_message(json.dumps({"jsonrpc": "2.0", "id": id, "method": method, "params": params}))
         while True:
             message = json.loads(await socket.get_message())
             if message.get("id") == id:
                 return message
+
     return request
 
 
@@ -155,8 +166,21 @@ def http_proxy(config: Path, *extra: str):
     port = free_port()
     log = config.parent / "proxy.log"
     with open(log, "wb") as stderr:
-        process = subprocess.Popen([sys.executable, "-m", "aggregator", "serve", "--http", f"127.0.0.1:{port}",
-                                    "--config", str(config), *extra], stdin=subprocess.DEVNULL, stderr=stderr)
+        process = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "aggregator",
+                "serve",
+                "--http",
+                f"127.0.0.1:{port}",
+                "--config",
+                str(config),
+                *extra,
+            ],
+            stdin=subprocess.DEVNULL,
+            stderr=stderr,
+        )
         try:
             wait_listening(port, process)
             yield port, log
@@ -165,17 +189,22 @@ def http_proxy(config: Path, *extra: str):
             assert process.wait(timeout=15) == 0, log.read_text()
 
 
-def run_per_session_everything(tmp_path: Path, everything_js: Path, python1: Path, script: Path,
-                               timeout: float, pass_log: bool = False) -> dict:
+def run_per_session_everything(
+    tmp_path: Path, everything_js: Path, python1: Path, script: Path, timeout: float, pass_log: bool = False
+) -> dict:
     """Run ``script`` (an SDK 1.x client taking the proxy's URL, and the proxy's log path when
     ``pass_log``) against ``aggregator serve --http`` with one per-session server-everything;
     return the JSON the script prints last."""
-    config = write_config(tmp_path, f'''
+    config = write_config(
+        tmp_path,
+        f'''
 [servers.everything]
 command = "node"
 args = ["{everything_js}", "stdio"]
 isolation = "per-session"
-''', startup_timeout=20.0)
+''',
+        startup_timeout=20.0,
+    )
     with http_proxy(config, "--log-level", "info") as (port, log):
         argv = [str(python1), str(script), f"http://127.0.0.1:{port}/mcp", *([str(log)] if pass_log else [])]
         run = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, cwd=ROOT)
@@ -186,8 +215,11 @@ isolation = "per-session"
 def post(port, body, headers=None, path="/mcp", method="POST"):
     """One HTTP request (a POST of JSON by default) on a new connection: status, headers, body."""
     connection = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
-    base = {"content-type": "application/json", "accept": "application/json, text/event-stream",
-            "host": f"127.0.0.1:{port}"}
+    base = {
+        "content-type": "application/json",
+        "accept": "application/json, text/event-stream",
+        "host": f"127.0.0.1:{port}",
+    }
     base.update(headers or {})
     data = body if isinstance(body, bytes) else json.dumps(body).encode() if body is not None else None
     connection.request(method, path, body=data, headers={k: v for k, v in base.items() if v is not None})

@@ -23,8 +23,13 @@ def polling_server(tmp_path: Path, *args: str):
     port = free_port()
     records = tmp_path / f"polling-{port}.jsonl"
     with open(records, "wb") as stderr:
-        process = subprocess.Popen(["node", str(SERVER), "--port", str(port), *args], cwd=HERE,
-                                   stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=stderr)
+        process = subprocess.Popen(
+            ["node", str(SERVER), "--port", str(port), *args],
+            cwd=HERE,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=stderr,
+        )
     try:
         wait_listening(port, process)
         yield port, records
@@ -38,12 +43,16 @@ def read_records(path: Path) -> list[dict]:
 
 
 def proxy_config(tmp_path: Path, port: int, prefix: str = "p") -> Path:
-    return write_config(tmp_path, f'''
+    return write_config(
+        tmp_path,
+        f'''
 [servers.p]
 url = "http://127.0.0.1:{port}/mcp"
 prefix = "{prefix}"
 request_timeout = {REQUEST_TIMEOUT}
-''', startup_timeout=20.0)
+''',
+        startup_timeout=20.0,
+    )
 
 
 def resumptions(records: list[dict]) -> dict[str, list[tuple[float, dict]]]:

@@ -15,8 +15,12 @@ from mcp.client.websocket import websocket_client
 
 def connect(transport: str, target: str):
     if transport == "stdio":
-        return stdio_client(StdioServerParameters(command=sys.argv[3], args=[
-            "-m", "aggregator", "serve", "--stdio", "--config", target, "--log-level", "warning"]))
+        return stdio_client(
+            StdioServerParameters(
+                command=sys.argv[3],
+                args=["-m", "aggregator", "serve", "--stdio", "--config", target, "--log-level", "warning"],
+            )
+        )
     if transport == "http":
         return streamablehttp_client(target)
     if transport == "sse":
@@ -45,12 +49,21 @@ async def main(transport: str, target: str) -> None:
                 unknown = None
             except Exception as exc:  # noqa: BLE001 - the SDK raises McpError
                 unknown = str(exc)
-            print(json.dumps({
-                "server": init.serverInfo.name, "version": init.protocolVersion, "tools": names,
-                "echo": echo.content[0].text, "sum": add.structuredContent,
-                "resource": str(resources.resources[0].uri), "read": str(read_back.contents[0].uri),
-                "unknown": unknown, "is_text": isinstance(echo.content[0], types.TextContent),
-            }))
+            print(
+                json.dumps(
+                    {
+                        "server": init.serverInfo.name,
+                        "version": init.protocolVersion,
+                        "tools": names,
+                        "echo": echo.content[0].text,
+                        "sum": add.structuredContent,
+                        "resource": str(resources.resources[0].uri),
+                        "read": str(read_back.contents[0].uri),
+                        "unknown": unknown,
+                        "is_text": isinstance(echo.content[0], types.TextContent),
+                    }
+                )
+            )
 
 
 anyio.run(main, sys.argv[1], sys.argv[2])

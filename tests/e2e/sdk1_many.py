@@ -30,26 +30,47 @@ from pydantic import AnyUrl
 
 def connect(url: str):
     if url.startswith("stdio:"):
-        return stdio_client(StdioServerParameters(command=sys.argv[3], args=[
-            "-m", "aggregator", "serve", "--stdio", "--config", url[len("stdio:"):], "--log-level", "warning"]))
+        return stdio_client(
+            StdioServerParameters(
+                command=sys.argv[3],
+                args=[
+                    "-m",
+                    "aggregator",
+                    "serve",
+                    "--stdio",
+                    "--config",
+                    url[len("stdio:") :],
+                    "--log-level",
+                    "warning",
+                ],
+            )
+        )
     if url.startswith("sse:"):
-        return sse_client(url[len("sse:"):])
+        return sse_client(url[len("sse:") :])
     if url.startswith("ws:"):
-        return websocket_client(url[len("ws:"):])
+        return websocket_client(url[len("ws:") :])
     return streamablehttp_client(url)
 
 
 async def run_client(url: str, label: str, plan: dict, seen: dict) -> None:
-    record = seen[label] = {"sampling": [], "elicitation": [], "roots_asked": 0, "logs": [], "results": [],
-                                 "progress": [], "list_changed": []}
+    record = seen[label] = {
+        "sampling": [],
+        "elicitation": [],
+        "roots_asked": 0,
+        "logs": [],
+        "results": [],
+        "progress": [],
+        "list_changed": [],
+    }
     delay = plan.get("answer_delay", 0.5)
 
     async def sampling(context, params: types.CreateMessageRequestParams):
         text = params.messages[0].content.text if params.messages else ""
         record["sampling"].append(text)
         await anyio.sleep(delay)
-        return types.CreateMessageResult(role="assistant", content=types.TextContent(type="text", text=label),
-                                         model=label)
+        return types.CreateMessageResult(
+            role="assistant", content=types.TextContent(type="text", text=label), model=label
+        )
 
     async def elicitation(context, params):
         record["elicitation"].append(params.message)
@@ -69,9 +90,15 @@ async def run_client(url: str, label: str, plan: dict, seen: dict) -> None:
 
     async with connect(url) as streams:
         read, write = streams[0], streams[1]
-        async with ClientSession(read, write, sampling_callback=sampling, elicitation_callback=elicitation,
-                                 list_roots_callback=roots if "roots" in plan else None,
-                                 logging_callback=logging, message_handler=notices) as session:
+        async with ClientSession(
+            read,
+            write,
+            sampling_callback=sampling,
+            elicitation_callback=elicitation,
+            list_roots_callback=roots if "roots" in plan else None,
+            logging_callback=logging,
+            message_handler=notices,
+        ) as session:
             await session.initialize()
             if plan.get("level"):
                 await session.set_logging_level(plan["level"])
@@ -81,6 +108,7 @@ async def run_client(url: str, label: str, plan: dict, seen: dict) -> None:
                     await anyio.sleep(arguments["seconds"])
                     continue
                 try:
+
                     async def progress(done, total, message, name=name):
                         record["progress"].append([name, done, total])
 

@@ -48,8 +48,13 @@ async def main(url: str, log_path: str) -> None:
         async def handle(message) -> None:
             if isinstance(message, types.ServerNotification):
                 params = message.root.params
-                seen[who].append({"method": message.root.method,
-                                  "params": params.model_dump(mode="json") if params is not None else None})
+                seen[who].append(
+                    {
+                        "method": message.root.method,
+                        "params": params.model_dump(mode="json") if params is not None else None,
+                    }
+                )
+
         return handle
 
     def methods(who: str) -> list[str]:
@@ -82,20 +87,19 @@ async def main(url: str, log_path: str) -> None:
             return "everything__trigger-sampling-request" not in await tools(b)
 
         out["b_switched"] = await wait_for(b_switched)
-        out["b_told_tools_changed"] = await wait_for(
-            lambda: "notifications/tools/list_changed" in methods("B"))
+        out["b_told_tools_changed"] = await wait_for(lambda: "notifications/tools/list_changed" in methods("B"))
         out["b_notes_from_its_switch"] = methods("B")
         seen["B"].clear()
 
         # A makes a resource on its own server.
         out["a_resources_before"] = await resources(a)
         data = "data:text/plain;base64," + base64.b64encode(TEXT.encode()).decode()
-        made = await a.call_tool("everything__gzip-file-as-resource",
-                                 {"name": "a-notes.txt.gz", "data": data, "outputType": "resourceLink"})
+        made = await a.call_tool(
+            "everything__gzip-file-as-resource", {"name": "a-notes.txt.gz", "data": data, "outputType": "resourceLink"}
+        )
         out["a_made"] = made.model_dump(mode="json")["content"]
         link = str(made.content[0].uri)
-        out["a_told_resources_changed"] = await wait_for(
-            lambda: "notifications/resources/list_changed" in methods("A"))
+        out["a_told_resources_changed"] = await wait_for(lambda: "notifications/resources/list_changed" in methods("A"))
         out["a_resources_after"] = await resources(a)
         read = await a.read_resource(link)
         out["a_read_back"] = gzip.decompress(base64.b64decode(read.contents[0].blob)).decode()

@@ -32,11 +32,18 @@ async def main(url: str) -> None:
             seen["a_instructions"] = a_init.instructions
             echoed = await a.call_tool("everything__echo", {"message": "start my own"})
             seen["a_echo"] = echoed.content[0].text
-            created = await a.send_request(types.ClientRequest(types.CallToolRequest(
-                params=types.CallToolRequestParams(name="everything__simulate-research-query",
-                                                   arguments={"topic": "owls"},
-                                                   task=types.TaskMetadata(ttl=60000)))),
-                types.CreateTaskResult)
+            created = await a.send_request(
+                types.ClientRequest(
+                    types.CallToolRequest(
+                        params=types.CallToolRequestParams(
+                            name="everything__simulate-research-query",
+                            arguments={"topic": "owls"},
+                            task=types.TaskMetadata(ttl=60000),
+                        )
+                    )
+                ),
+                types.CreateTaskResult,
+            )
             seen["a_task"] = created.task.taskId
             b, b_init = await open_client(stack, url)
             seen["b_instructions"] = b_init.instructions

@@ -39,12 +39,15 @@ def processes_mentioning(marker: str) -> list[int]:
     return found
 
 
-@pytest.mark.parametrize(("proxy", "expected"), [
-    ("startup_timeout = nan", "proxy.startup_timeout: must be a finite number of seconds from 0 to 86400, got nan"),
-    ("drain_timeout = nan", "proxy.drain_timeout: must be a finite number of seconds from 0 to 86400, got nan"),
-    ("max_in_flight_per_session = 0", "proxy.max_in_flight_per_session: must be an integer (requests) from 1"),
-    ("page_size = -1", "proxy.page_size: must be an integer (items) from 1 to 100000, got -1"),
-])
+@pytest.mark.parametrize(
+    ("proxy", "expected"),
+    [
+        ("startup_timeout = nan", "proxy.startup_timeout: must be a finite number of seconds from 0 to 86400, got nan"),
+        ("drain_timeout = nan", "proxy.drain_timeout: must be a finite number of seconds from 0 to 86400, got nan"),
+        ("max_in_flight_per_session = 0", "proxy.max_in_flight_per_session: must be an integer (requests) from 1"),
+        ("page_size = -1", "proxy.page_size: must be an integer (items) from 1 to 100000, got -1"),
+    ],
+)
 @pytest.mark.parametrize("command", ["serve", "check"])
 def test_a_bad_number_is_refused_before_anything_starts(tmp_path, command, proxy, expected):
     config = tmp_path / "aggregator.toml"
@@ -91,8 +94,9 @@ def test_check_refuses_what_serve_refuses(tmp_path):
         out = run(command, "--config", str(config))
         assert out.returncode == 2 and "refusing to serve on 0.0.0.0 without authentication" in out.stderr
         assert "ok" not in out.stdout
-    plugin = write_config(tmp_path, fake("a", "echo")
-                          + '[[plugins]]\nuse = "rate-limit"\noptions = { rate = "fast" }\n')
+    plugin = write_config(
+        tmp_path, fake("a", "echo") + '[[plugins]]\nuse = "rate-limit"\noptions = { rate = "fast" }\n'
+    )
     out = run("check", "--config", str(plugin))
     assert out.returncode == 2 and "ok" not in out.stdout
     assert "plugins[0].options.rate: must be a finite number of requests a second > 0, got 'fast'" in out.stderr
@@ -108,8 +112,9 @@ sys.exit(1)
 def broken_server(tmp_path: Path) -> str:
     script = tmp_path / "broken.py"
     script.write_text(BROKEN)
-    return (f'[servers.broken]\ncommand = "{sys.executable}"\nargs = ["{script}"]\n'
-            'env = { API_KEY = "s3cr3t-v4lue" }\n')
+    return (
+        f'[servers.broken]\ncommand = "{sys.executable}"\nargs = ["{script}"]\nenv = {{ API_KEY = "s3cr3t-v4lue" }}\n'
+    )
 
 
 def test_check_and_tools_say_why_a_server_did_not_start(tmp_path):
@@ -125,8 +130,13 @@ def test_check_and_tools_say_why_a_server_did_not_start(tmp_path):
     assert "no server is ready" in out.stderr and "no repository at /nonexistent/repo" in out.stderr
     assert "s3cr3t" not in out.stderr
     # serve's warning carries the same lines
-    serve = subprocess.Popen([sys.executable, "-m", "aggregator", "serve", "--config", str(config)],
-                             stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    serve = subprocess.Popen(
+        [sys.executable, "-m", "aggregator", "serve", "--config", str(config)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         deadline = time.monotonic() + 30
         warning = ""
@@ -148,8 +158,9 @@ def test_check_and_tools_say_why_a_server_did_not_start(tmp_path):
 
 def test_approve_of_an_unknown_tool(tmp_path):
     pins = tmp_path / "pins.json"
-    config = write_config(tmp_path, fake("a", "echo") + f'[[plugins]]\nuse = "pin-definitions"\n'
-                                                          f'options = {{ path = "{pins}" }}\n')
+    config = write_config(
+        tmp_path, fake("a", "echo") + f'[[plugins]]\nuse = "pin-definitions"\noptions = {{ path = "{pins}" }}\n'
+    )
     out = run("approve", "--config", str(config), "nosuch")
     assert out.returncode == 1
     assert "no quarantined tool named nosuch" in out.stderr
@@ -165,13 +176,31 @@ def test_each_command_logs_at_the_level_its_help_names(tmp_path):
 
     hostile = Hostile()  # a Streamable HTTP server: its client library must not log every request at info
     try:
-        config = write_config(tmp_path, fake("a", "echo") + f'[servers.h]\nurl = "http://127.0.0.1:{hostile.port}/mcp"\n',
-                              startup_timeout=10.0)
-        init = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-            "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}})
+        config = write_config(
+            tmp_path,
+            fake("a", "echo") + f'[servers.h]\nurl = "http://127.0.0.1:{hostile.port}/mcp"\n',
+            startup_timeout=10.0,
+        )
+        init = json.dumps(
+            {
+                "jsonrpc": "2.0",
+                "id": 1,
+                "method": "initialize",
+                "params": {
+                    "protocolVersion": "2025-06-18",
+                    "capabilities": {},
+                    "clientInfo": {"name": "t", "version": "0"},
+                },
+            }
+        )
         argv = [str(SCRIPT)] if SCRIPT.exists() else [sys.executable, "-m", "aggregator"]
-        serve = subprocess.run([*argv, "serve", "--stdio", "--config", str(config)], input=init + "\n",
-                               capture_output=True, text=True, timeout=60)
+        serve = subprocess.run(
+            [*argv, "serve", "--stdio", "--config", str(config)],
+            input=init + "\n",
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         check = run("check", "--config", str(config))
     finally:
         hostile.close()

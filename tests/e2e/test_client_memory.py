@@ -49,8 +49,11 @@ def _head(sock: socket.socket, until: bytes) -> bytes:
 def _ws_frame(message: dict) -> bytes:
     payload = json.dumps(message).encode()
     mask = os.urandom(4)
-    head = struct.pack("!BBH", 0x81, 0x80 | 126, len(payload)) if len(payload) > 125 else \
-        struct.pack("!BB", 0x81, 0x80 | len(payload))
+    head = (
+        struct.pack("!BBH", 0x81, 0x80 | 126, len(payload))
+        if len(payload) > 125
+        else struct.pack("!BB", 0x81, 0x80 | len(payload))
+    )
     return head + mask + bytes(b ^ mask[i % 4] for i, b in enumerate(payload))
 
 
@@ -72,8 +75,14 @@ def _gone(sock: socket.socket, seconds: float = 10) -> bool:
 
 def test_clients_that_stop_reading_on_every_front_are_dropped_past_the_total_budget(tmp_path):
     # A WebSocket closing handshake waits for the client's answer up to http.header_timeout.
-    config = write_config(tmp_path, fake("a") + "[http]\nheader_timeout = 2.0\n", startup_timeout=10.0,
-                          client_buffer_bytes=16 << 20, total_client_buffer_bytes=TOTAL, client_write_timeout=600.0)
+    config = write_config(
+        tmp_path,
+        fake("a") + "[http]\nheader_timeout = 2.0\n",
+        startup_timeout=10.0,
+        client_buffer_bytes=16 << 20,
+        total_client_buffer_bytes=TOTAL,
+        client_write_timeout=600.0,
+    )
     ws_port = free_port()
     with http_proxy(config, "--ws", f"127.0.0.1:{ws_port}") as (port, log):
         wait_listening(ws_port)
@@ -81,8 +90,10 @@ def test_clients_that_stop_reading_on_every_front_are_dropped_past_the_total_bud
         get_session = initialize(port)
         assert post(port, SET_LEVEL, {"mcp-session-id": get_session})[0] == 200
         get_sock = _stalled_socket(port)
-        get_sock.sendall(f"GET /mcp HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nAccept: text/event-stream\r\n"
-                         f"Mcp-Session-Id: {get_session}\r\n\r\n".encode())
+        get_sock.sendall(
+            f"GET /mcp HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nAccept: text/event-stream\r\n"
+            f"Mcp-Session-Id: {get_session}\r\n\r\n".encode()
+        )
         _head(get_sock, b"\r\n\r\n")
         # Legacy SSE: its one stream is never read after the endpoint event.
         sse_sock = _stalled_socket(port)
@@ -96,20 +107,26 @@ def test_clients_that_stop_reading_on_every_front_are_dropped_past_the_total_bud
         # WebSocket: initialized, then nothing more is read.
         ws_sock = _stalled_socket(ws_port)
         key = base64.b64encode(os.urandom(16)).decode()
-        ws_sock.sendall(f"GET /mcp HTTP/1.1\r\nHost: 127.0.0.1:{ws_port}\r\nUpgrade: websocket\r\n"
-                        f"Connection: Upgrade\r\nSec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n"
-                        .encode())
+        ws_sock.sendall(
+            f"GET /mcp HTTP/1.1\r\nHost: 127.0.0.1:{ws_port}\r\nUpgrade: websocket\r\n"
+            f"Connection: Upgrade\r\nSec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n".encode()
+        )
         assert _head(ws_sock, b"\r\n\r\n").startswith(b"HTTP/1.1 101")
-        ws_sock.sendall(_ws_frame(INIT) + _ws_frame({"jsonrpc": "2.0", "method": "notifications/initialized"})
-                        + _ws_frame(SET_LEVEL))
+        ws_sock.sendall(
+            _ws_frame(INIT)
+            + _ws_frame({"jsonrpc": "2.0", "method": "notifications/initialized"})
+            + _ws_frame(SET_LEVEL)
+        )
         time.sleep(0.5)
 
         # The reader reads its GET stream all along, counting the lines.
         reader = initialize(port)
         assert post(port, SET_LEVEL, {"mcp-session-id": reader})[0] == 200
         read_sock = socket.create_connection(("127.0.0.1", port), timeout=30)
-        read_sock.sendall(f"GET /mcp HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nAccept: text/event-stream\r\n"
-                          f"Mcp-Session-Id: {reader}\r\n\r\n".encode())
+        read_sock.sendall(
+            f"GET /mcp HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nAccept: text/event-stream\r\n"
+            f"Mcp-Session-Id: {reader}\r\n\r\n".encode()
+        )
         got = bytearray()
 
         def read_lines() -> None:
@@ -122,8 +139,11 @@ def test_clients_that_stop_reading_on_every_front_are_dropped_past_the_total_bud
 
         reading = threading.Thread(target=read_lines, daemon=True)
         reading.start()
-        status, _, body = post(port, {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
-            "name": "a__flood", "arguments": FLOOD}}, {"mcp-session-id": reader})
+        status, _, body = post(
+            port,
+            {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "a__flood", "arguments": FLOOD}},
+            {"mcp-session-id": reader},
+        )
         assert status == 200 and b'"text":"flooded"' in body, log.read_text()[-3000:]
         reading.join(35)
         assert got.count(b'"logger":"a/flood"') == FLOOD["count"], log.read_text()[-3000:]
@@ -132,8 +152,10 @@ def test_clients_that_stop_reading_on_every_front_are_dropped_past_the_total_bud
         deadline = time.monotonic() + 10
         reason = f"dropped: all clients together hold more than {TOTAL} bytes; it holds "
         fronts = ("http session", "legacy sse session", "websocket session")
-        while not all(any(f"{front} " in line and reason in line and "ERROR" in line
-                              for line in log.read_text().splitlines()) for front in fronts):
+        while not all(
+            any(f"{front} " in line and reason in line and "ERROR" in line for line in log.read_text().splitlines())
+            for front in fronts
+        ):
             assert time.monotonic() < deadline, log.read_text()[-3000:]
             time.sleep(0.1)
         assert "more than 16777216 bytes" not in log.read_text()  # none passed its own budget
@@ -144,7 +166,6 @@ def test_clients_that_stop_reading_on_every_front_are_dropped_past_the_total_bud
         for sock in (get_sock, sse_sock, ws_sock):
             sock.close()
     assert "Traceback" not in log.read_text()
-
 
 
 def test_prompt_readers_of_large_results_are_never_dropped_for_the_total(tmp_path):
@@ -162,11 +183,24 @@ def test_prompt_readers_of_large_results_are_never_dropped_for_the_total(tmp_pat
             """One call whose answer is read slowly but steadily (64 KiB, then a pause)."""
             try:
                 connection = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
-                connection.request("POST", "/mcp", body=json.dumps({
-                    "jsonrpc": "2.0", "id": id, "method": "tools/call",
-                    "params": {"name": "b__big", "arguments": {}}}).encode(), headers={
-                    "content-type": "application/json", "accept": "application/json, text/event-stream",
-                    "mcp-session-id": session, "mcp-protocol-version": "2025-11-25"})
+                connection.request(
+                    "POST",
+                    "/mcp",
+                    body=json.dumps(
+                        {
+                            "jsonrpc": "2.0",
+                            "id": id,
+                            "method": "tools/call",
+                            "params": {"name": "b__big", "arguments": {}},
+                        }
+                    ).encode(),
+                    headers={
+                        "content-type": "application/json",
+                        "accept": "application/json, text/event-stream",
+                        "mcp-session-id": session,
+                        "mcp-protocol-version": "2025-11-25",
+                    },
+                )
                 response = connection.getresponse()
                 body = b""
                 for _ in range(1000):  # bounded: 64 MB at most

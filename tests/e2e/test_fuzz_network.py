@@ -59,36 +59,61 @@ class Served:
         return self.session
 
     def headers(self) -> dict[str, str]:
-        return {"host": f"127.0.0.1:{self.http_port}", "content-type": "application/json",
-                "accept": "application/json, text/event-stream"}
+        return {
+            "host": f"127.0.0.1:{self.http_port}",
+            "content-type": "application/json",
+            "accept": "application/json, text/event-stream",
+        }
 
     def assert_healthy(self) -> None:
         """Alive, a fresh HTTP and WebSocket client are served, and no traceback was logged."""
         self.alive()
         session = self.new_session()
-        response = exchange(self.http_port, request_bytes("POST", "/mcp", {**self.headers(), "mcp-session-id": session},
-                                                          b'{"jsonrpc":"2.0","id":"alive","method":"ping"}'))
+        response = exchange(
+            self.http_port,
+            request_bytes(
+                "POST",
+                "/mcp",
+                {**self.headers(), "mcp-session-id": session},
+                b'{"jsonrpc":"2.0","id":"alive","method":"ping"}',
+            ),
+        )
         assert response.status == 200 and json.loads(response.body)["id"] == "alive"
         with socket.create_connection(("127.0.0.1", self.ws_port), timeout=5) as sock:
             assert websocket_answers(sock, self.ws_port, []), "a fresh WebSocket client is not answered"
         assert "Traceback" not in self.log.read_text(), self.log.read_text()[-5000:]
 
 
-
-
 @pytest.fixture(scope="module")
 def served(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("fuzz")
-    config = write_config(tmp, fake("a") + "\n[http]\nmax_sessions = 100000\nmax_connections = 4096\n"
-                          f"header_timeout = 2.0\nbody_timeout = 2.0\nmax_body_bytes = {MAX_BODY}\n",
-                          startup_timeout=10.0)
+    config = write_config(
+        tmp,
+        fake("a") + "\n[http]\nmax_sessions = 100000\nmax_connections = 4096\n"
+        f"header_timeout = 2.0\nbody_timeout = 2.0\nmax_body_bytes = {MAX_BODY}\n",
+        startup_timeout=10.0,
+    )
     http_port, ws_port = free_port(), free_port()
     log = tmp / "proxy.log"
     with open(log, "wb") as stderr:
         process = subprocess.Popen(
-            [sys.executable, "-m", "aggregator", "serve", "--http", f"127.0.0.1:{http_port}", "--ws",
-             f"127.0.0.1:{ws_port}", "--config", str(config), "--log-level", "warning"],
-            stdin=subprocess.DEVNULL, stderr=stderr)
+            [
+                sys.executable,
+                "-m",
+                "aggregator",
+                "serve",
+                "--http",
+                f"127.0.0.1:{http_port}",
+                "--ws",
+                f"127.0.0.1:{ws_port}",
+                "--config",
+                str(config),
+                "--log-level",
+                "warning",
+            ],
+            stdin=subprocess.DEVNULL,
+            stderr=stderr,
+        )
         try:
             wait_listening(http_port, process)
             wait_listening(ws_port, process)
@@ -107,13 +132,47 @@ def utf8(text: str) -> str:
     return text.encode("utf-8").decode("latin-1")
 
 
-HOSTILE_VALUES = st.sampled_from([
-    "\xb2-1", "1-\xb2", utf8("\u0661-\u0662"), utf8("\u0967"), "", " ", "-", "1-", "-1", "0-0", "1-2-3",
-    "99999999999999999999999-1", "1-" + "9" * 400, "\xff" * 8, "\x7f", "\t", "null", "2025-11-25", "2025-06-18",
-    "1999-01-01", "http://evil.example", "http://localhost", "null", "localhost", "127.0.0.1", "[::1]",
-    "[::1", "127.0.0.1:99999", "evil.example:80", "Bearer", "Bearer \xb2", "*/*", "text/event-stream",
-    "application/json", "text/html", "application/json; charset=\xb2", "x" * 9000,
-])
+HOSTILE_VALUES = st.sampled_from(
+    [
+        "\xb2-1",
+        "1-\xb2",
+        utf8("\u0661-\u0662"),
+        utf8("\u0967"),
+        "",
+        " ",
+        "-",
+        "1-",
+        "-1",
+        "0-0",
+        "1-2-3",
+        "99999999999999999999999-1",
+        "1-" + "9" * 400,
+        "\xff" * 8,
+        "\x7f",
+        "\t",
+        "null",
+        "2025-11-25",
+        "2025-06-18",
+        "1999-01-01",
+        "http://evil.example",
+        "http://localhost",
+        "null",
+        "localhost",
+        "127.0.0.1",
+        "[::1]",
+        "[::1",
+        "127.0.0.1:99999",
+        "evil.example:80",
+        "Bearer",
+        "Bearer \xb2",
+        "*/*",
+        "text/event-stream",
+        "application/json",
+        "text/html",
+        "application/json; charset=\xb2",
+        "x" * 9000,
+    ]
+)
 HEADER_VALUE = st.one_of(
     HOSTILE_VALUES,
     st.text(st.characters(min_codepoint=0x20, max_codepoint=0xFF, exclude_characters="\x7f"), max_size=40),
@@ -121,21 +180,58 @@ HEADER_VALUE = st.one_of(
 )
 # The headers the proxy reads, each left as a sensible request has it, dropped, set to a
 # generated value, or sent twice; then a few more headers of any name.
-READ_HEADERS = ["host", "origin", "mcp-session-id", "mcp-protocol-version", "last-event-id", "accept",
-                "content-type", "authorization"]
-CHANGE = st.one_of(st.just(("keep", "")), st.just(("keep", "")), st.just(("drop", "")),
-                   st.tuples(st.just("set"), HEADER_VALUE), st.tuples(st.just("add"), HEADER_VALUE))
+READ_HEADERS = [
+    "host",
+    "origin",
+    "mcp-session-id",
+    "mcp-protocol-version",
+    "last-event-id",
+    "accept",
+    "content-type",
+    "authorization",
+]
+CHANGE = st.one_of(
+    st.just(("keep", "")),
+    st.just(("keep", "")),
+    st.just(("drop", "")),
+    st.tuples(st.just("set"), HEADER_VALUE),
+    st.tuples(st.just("add"), HEADER_VALUE),
+)
 CHANGES = st.fixed_dictionaries({name: CHANGE for name in READ_HEADERS})
-EXTRA_HEADERS = st.lists(st.tuples(
-    st.one_of(st.sampled_from(["connection", "expect", "upgrade", "cookie", "te", "transfer-encoding"]),
-              st.from_regex(r"x-[a-z0-9-]{1,20}", fullmatch=True)),
-    HEADER_VALUE), max_size=3)
-METHOD = st.one_of(st.sampled_from(["POST", "GET", "POST", "GET", "DELETE", "PUT", "HEAD", "OPTIONS"]),
-                   st.from_regex(r"[A-Z]{1,10}", fullmatch=True))
+EXTRA_HEADERS = st.lists(
+    st.tuples(
+        st.one_of(
+            st.sampled_from(["connection", "expect", "upgrade", "cookie", "te", "transfer-encoding"]),
+            st.from_regex(r"x-[a-z0-9-]{1,20}", fullmatch=True),
+        ),
+        HEADER_VALUE,
+    ),
+    max_size=3,
+)
+METHOD = st.one_of(
+    st.sampled_from(["POST", "GET", "POST", "GET", "DELETE", "PUT", "HEAD", "OPTIONS"]),
+    st.from_regex(r"[A-Z]{1,10}", fullmatch=True),
+)
 PATH = st.one_of(
-    st.sampled_from(["/mcp", "/mcp", "/mcp", "/sse", "/messages", "/messages?session_id=",
-                     "/messages?session_id=x&y", "/mcp/", "/mcp/nope", "/", "/mcp?x=1", "/mcp/../mcp", "*", "/%00",
-                     "/mcp?\xb2"]),
+    st.sampled_from(
+        [
+            "/mcp",
+            "/mcp",
+            "/mcp",
+            "/sse",
+            "/messages",
+            "/messages?session_id=",
+            "/messages?session_id=x&y",
+            "/mcp/",
+            "/mcp/nope",
+            "/",
+            "/mcp?x=1",
+            "/mcp/../mcp",
+            "*",
+            "/%00",
+            "/mcp?\xb2",
+        ]
+    ),
     st.from_regex(r"/[!-~]{0,30}", fullmatch=True),
 )
 JSON_VALUE = st.recursive(
@@ -143,9 +239,22 @@ JSON_VALUE = st.recursive(
     lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=8), children, max_size=4),
     max_leaves=20,
 )
-SAFE_METHODS = st.sampled_from(["ping", "tools/list", "tools/call", "resources/list", "prompts/list",
-                                "initialize", "logging/setLevel", "completion/complete", "foo/bar", "rpc.x",
-                                "notifications/initialized", "notifications/cancelled"])
+SAFE_METHODS = st.sampled_from(
+    [
+        "ping",
+        "tools/list",
+        "tools/call",
+        "resources/list",
+        "prompts/list",
+        "initialize",
+        "logging/setLevel",
+        "completion/complete",
+        "foo/bar",
+        "rpc.x",
+        "notifications/initialized",
+        "notifications/cancelled",
+    ]
+)
 ID = st.one_of(st.integers(), st.text(max_size=10), st.none(), st.booleans(), st.floats(allow_nan=False))
 
 
@@ -156,8 +265,10 @@ def messages(draw) -> bytes:
     if not method.startswith("notifications/") or draw(st.booleans()):
         message["id"] = draw(ID)
     if method == "tools/call":
-        message["params"] = {"name": draw(st.sampled_from(["a__echo", "a__add", "a__fail", "nope", ""])),
-                             "arguments": draw(JSON_VALUE)}
+        message["params"] = {
+            "name": draw(st.sampled_from(["a__echo", "a__add", "a__fail", "nope", ""])),
+            "arguments": draw(JSON_VALUE),
+        }
     elif draw(st.booleans()):
         message["params"] = draw(JSON_VALUE)
     return json.dumps(message).encode()
@@ -215,8 +326,12 @@ DIGITISH = st.one_of(st.tuples(DIGITS, DIGITS).map("-".join), DIGITS).map(on_the
 
 
 @FUZZ
-@given(method=st.sampled_from(["GET", "POST", "DELETE"]), name=st.sampled_from(READ_HEADERS),
-       value=st.one_of(DIGITISH, HOSTILE_VALUES, HEADER_VALUE), twice=st.booleans())
+@given(
+    method=st.sampled_from(["GET", "POST", "DELETE"]),
+    name=st.sampled_from(READ_HEADERS),
+    value=st.one_of(DIGITISH, HOSTILE_VALUES, HEADER_VALUE),
+    twice=st.booleans(),
+)
 def test_one_hostile_header_on_a_live_session_gets_a_4xx_or_its_answer(served, method, name, value, twice):
     """A request that would be served, with one header the proxy reads made hostile."""
     served.alive()
@@ -244,8 +359,24 @@ def frame_sequences(draw) -> tuple[list[bytes], bool]:
     frames: list[bytes] = []
     valid = True
     for _ in range(draw(st.integers(min_value=0, max_value=6))):
-        kind = draw(st.sampled_from(["message", "message", "junk text", "binary", "bad utf-8", "ping", "pong",
-                                     "huge", "big control", "stray continuation", "reserved opcode", "close"]))
+        kind = draw(
+            st.sampled_from(
+                [
+                    "message",
+                    "message",
+                    "junk text",
+                    "binary",
+                    "bad utf-8",
+                    "ping",
+                    "pong",
+                    "huge",
+                    "big control",
+                    "stray continuation",
+                    "reserved opcode",
+                    "close",
+                ]
+            )
+        )
         if kind in ("message", "junk text", "binary", "bad utf-8", "huge"):
             payload = {
                 "message": lambda: draw(messages()),
@@ -256,8 +387,20 @@ def frame_sequences(draw) -> tuple[list[bytes], bool]:
             }[kind]()
             opcode = BINARY if kind == "binary" else TEXT
             pieces = draw(st.integers(min_value=1, max_value=3)) if len(payload) > 2 else 1
-            cuts = sorted(draw(st.lists(st.integers(min_value=1, max_value=len(payload) - 1),
-                                        min_size=pieces - 1, max_size=pieces - 1, unique=True))) if pieces > 1 else []
+            cuts = (
+                sorted(
+                    draw(
+                        st.lists(
+                            st.integers(min_value=1, max_value=len(payload) - 1),
+                            min_size=pieces - 1,
+                            max_size=pieces - 1,
+                            unique=True,
+                        )
+                    )
+                )
+                if pieces > 1
+                else []
+            )
             parts = [payload[a:b] for a, b in zip([0, *cuts], [*cuts, len(payload)], strict=True)]
             for index, part in enumerate(parts):
                 frames.append(frame(opcode if index == 0 else 0, part, fin=index == len(parts) - 1))
@@ -328,18 +471,37 @@ def test_generated_websocket_frames_never_hang_or_kill_the_proxy(served, sequenc
     assert answered or not valid, "valid frames, yet the connection did not answer"
 
 
-HANDSHAKE_HEADERS = st.lists(st.tuples(
-    st.sampled_from(["Host", "Origin", "Sec-WebSocket-Protocol", "Sec-WebSocket-Extensions", "Connection",
-                     "Upgrade", "Authorization", "Sec-WebSocket-Version", "X-Other"]),
-    HEADER_VALUE), min_size=1, max_size=3)
+HANDSHAKE_HEADERS = st.lists(
+    st.tuples(
+        st.sampled_from(
+            [
+                "Host",
+                "Origin",
+                "Sec-WebSocket-Protocol",
+                "Sec-WebSocket-Extensions",
+                "Connection",
+                "Upgrade",
+                "Authorization",
+                "Sec-WebSocket-Version",
+                "X-Other",
+            ]
+        ),
+        HEADER_VALUE,
+    ),
+    min_size=1,
+    max_size=3,
+)
 
 
 @FUZZ
 @given(extra=HANDSHAKE_HEADERS, path=PATH)
 def test_generated_websocket_handshakes_get_101_or_4xx(served, extra, path):
     served.alive()
-    handshake = websocket_handshake(served.ws_port, path if path.startswith("/") else "/mcp",
-                                    b"".join(f"{name}: {value}\r\n".encode("latin-1") for name, value in extra))
+    handshake = websocket_handshake(
+        served.ws_port,
+        path if path.startswith("/") else "/mcp",
+        b"".join(f"{name}: {value}\r\n".encode("latin-1") for name, value in extra),
+    )
     with socket.create_connection(("127.0.0.1", served.ws_port), timeout=5) as sock:
         sock.sendall(handshake)
         try:

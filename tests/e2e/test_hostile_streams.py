@@ -84,7 +84,7 @@ class HostileStreams:
                 try:
                     for at in range(100_000):
                         time.sleep(0.2)
-                        self.wfile.write(drip[at:at + 1] if at < len(drip) else b": still here\n\n")
+                        self.wfile.write(drip[at : at + 1] if at < len(drip) else b": still here\n\n")
                         self.wfile.flush()
                 except OSError:
                     pass
@@ -106,8 +106,11 @@ class HostileStreams:
                     return self.hold("(standalone)")
                 tool, id, n = last.split("~")
                 id, n = json.loads(id), int(n)
-                answer = {"jsonrpc": "2.0", "id": id, "result": {"content": [{"type": "text",
-                                                                               "text": f"{tool} resumed"}]}}
+                answer = {
+                    "jsonrpc": "2.0",
+                    "id": id,
+                    "result": {"content": [{"type": "text", "text": f"{tool} resumed"}]},
+                }
                 if tool == "close_forever":
                     self.stream()
                     self.event(id=f"{tool}~{id}~{n + 1}", retry=0)
@@ -140,15 +143,33 @@ class HostileStreams:
                 if id is None or method is None:
                     return self.reply(202)
                 if method == "initialize":
-                    return self.reply(200, {"jsonrpc": "2.0", "id": id, "result": {
-                        "protocolVersion": message["params"]["protocolVersion"], "capabilities": {"tools": {}},
-                        "serverInfo": {"name": "hostile-streams", "version": "1"}}})
+                    return self.reply(
+                        200,
+                        {
+                            "jsonrpc": "2.0",
+                            "id": id,
+                            "result": {
+                                "protocolVersion": message["params"]["protocolVersion"],
+                                "capabilities": {"tools": {}},
+                                "serverInfo": {"name": "hostile-streams", "version": "1"},
+                            },
+                        },
+                    )
                 if method == "tools/list":
-                    return self.reply(200, {"jsonrpc": "2.0", "id": id, "result": {
-                        "tools": [{"name": name, "inputSchema": {"type": "object"}} for name in TOOLS]}})
+                    return self.reply(
+                        200,
+                        {
+                            "jsonrpc": "2.0",
+                            "id": id,
+                            "result": {"tools": [{"name": name, "inputSchema": {"type": "object"}} for name in TOOLS]},
+                        },
+                    )
                 tool = message["params"]["name"] if method == "tools/call" else "ok"
-                answer = {"jsonrpc": "2.0", "id": id, "result": {"content": [{"type": "text",
-                                                                               "text": f"{tool} answered"}]}}
+                answer = {
+                    "jsonrpc": "2.0",
+                    "id": id,
+                    "result": {"content": [{"type": "text", "text": f"{tool} answered"}]},
+                }
                 if tool == "ok":
                     return self.reply(200, answer)
                 self.stream()
@@ -190,8 +211,9 @@ class HostileStreams:
 
 def connections(pid: int, port: int) -> int:
     """Established TCP connections of process ``pid`` to 127.0.0.1:port."""
-    out = subprocess.run(["ss", "-tnpH", "state", "established", f"dst 127.0.0.1:{port}"],
-                         capture_output=True, text=True, timeout=10).stdout
+    out = subprocess.run(
+        ["ss", "-tnpH", "state", "established", f"dst 127.0.0.1:{port}"], capture_output=True, text=True, timeout=10
+    ).stdout
     return sum(1 for line in out.splitlines() if f"pid={pid}," in line)
 
 
@@ -207,11 +229,15 @@ def wait_for(condition, seconds: float) -> bool:
 @pytest.fixture
 def hostile(tmp_path):
     server = HostileStreams()
-    config = write_config(tmp_path, f'''
+    config = write_config(
+        tmp_path,
+        f"""
 [servers.e]
 url = "http://127.0.0.1:{server.port}/mcp"
 request_timeout = {REQUEST_TIMEOUT}
-''', startup_timeout=10.0)
+""",
+        startup_timeout=10.0,
+    )
     proxy = RawProxy(config, "--log-level", "info")
     try:
         assert "result" in proxy.request(1, "initialize", INIT)
@@ -238,8 +264,11 @@ OUTCOMES = {
     "replay_twice": "replay_twice resumed",
     "get_500": ("unavailable", "the server refused to resume the response stream (HTTP 500)"),
     "get_409": ("unavailable", "ended the resumed response stream 5 times in a row"),
-    "get_json": ("unavailable", "the server answered the GET resuming the response stream with application/json,"
-                 " not an event stream (HTTP 200)"),
+    "get_json": (
+        "unavailable",
+        "the server answered the GET resuming the response stream with application/json,"
+        " not an event stream (HTTP 200)",
+    ),
     "clear_id": ("unavailable", "gave no event id to resume from"),
     "on_standalone": "on_standalone answered",
 }
@@ -280,16 +309,30 @@ def test_streams_held_open_past_their_calls_are_closed_and_never_block_the_serve
     server, proxy = hostile
     count = 70
     for n in range(count):
-        proxy.send(json.dumps({"jsonrpc": "2.0", "id": 1000 + n, "method": "tools/call",
-                               "params": {"name": "e__hold_open", "arguments": {}}}).encode() + b"\n")
-    proxy.send(json.dumps({"jsonrpc": "2.0", "id": 999, "method": "tools/call",
-                           "params": {"name": "e__slow_drip", "arguments": {}}}).encode() + b"\n")
+        proxy.send(
+            json.dumps(
+                {
+                    "jsonrpc": "2.0",
+                    "id": 1000 + n,
+                    "method": "tools/call",
+                    "params": {"name": "e__hold_open", "arguments": {}},
+                }
+            ).encode()
+            + b"\n"
+        )
+    proxy.send(
+        json.dumps(
+            {"jsonrpc": "2.0", "id": 999, "method": "tools/call", "params": {"name": "e__slow_drip", "arguments": {}}}
+        ).encode()
+        + b"\n"
+    )
     answers = [proxy.receive() for _ in range(count + 1)]
     assert {a["error"]["data"]["reason"] for a in answers} == {"timeout"}, answers
     assert wait_for(lambda: server.cancels() == count + 1, 5.0), server.cancels()
     assert wait_for(lambda: server.open_streams("hold_open") + server.open_streams("slow_drip") == 0, 5.0), server.open
     # Only the GET stream and a pooled connection or two are left.
-    assert wait_for(lambda: connections(proxy.process.pid, server.port) <= 3, 5.0), \
-        connections(proxy.process.pid, server.port)
+    assert wait_for(lambda: connections(proxy.process.pid, server.port) <= 3, 5.0), connections(
+        proxy.process.pid, server.port
+    )
     answer, took = call(proxy, 2, "ok")
     assert answer["result"]["content"][0]["text"] == "ok answered" and took < 2, (answer, took)

@@ -29,19 +29,25 @@ def fake_config(tmp_path):
 
 
 def test_sdk_client_over_http_with_two_sessions(tmp_path, everything_js):
-    config = write_config(tmp_path, f'''
+    config = write_config(
+        tmp_path,
+        f'''
 [servers.everything]
 command = "node"
 args = ["{everything_js}", "stdio"]
-''', startup_timeout=20.0, page_size=7)
+''',
+        startup_timeout=20.0,
+        page_size=7,
+    )
 
     async def one_client(port, label, results, both_done_progress, my_turn, done):
         sampled = []
 
         async def sample(context, params):
             sampled.append(params.messages[0].content.text)
-            return t.CreateMessageResult(role="assistant", model=label,
-                                         content=t.TextContent(type="text", text=f"answer for {label}"))
+            return t.CreateMessageResult(
+                role="assistant", model=label, content=t.TextContent(type="text", text=f"answer for {label}")
+            )
 
         async with Client(f"http://127.0.0.1:{port}/mcp", sampling_callback=sample) as client:
             assert client.server_info.name == "aggregator"
@@ -60,8 +66,9 @@ args = ["{everything_js}", "stdio"]
 
             # Both sessions at once, same request ids and progress tokens (each SDK client
             # numbers from the same start): each sees only its own progress and result.
-            result = await client.session.call_tool("everything__trigger-long-running-operation",
-                                                    {"duration": 1, "steps": 4}, progress_callback=on_progress)
+            result = await client.session.call_tool(
+                "everything__trigger-long-running-operation", {"duration": 1, "steps": 4}, progress_callback=on_progress
+            )
             assert "completed" in result.content[0].text
             both_done_progress[label].set()
             for event in both_done_progress.values():
@@ -69,8 +76,9 @@ args = ["{everything_js}", "stdio"]
             # A sampling request from the shared server can only be routed while one
             # session has calls in flight there, so the two take turns.
             await my_turn.wait()
-            result = await client.call_tool("everything__trigger-sampling-request",
-                                            {"prompt": f"question from {label}", "maxTokens": 5})
+            result = await client.call_tool(
+                "everything__trigger-sampling-request", {"prompt": f"question from {label}", "maxTokens": 5}
+            )
             results[label] = (progress, sampled, result.content[0].text)
             done.set()
 
@@ -96,6 +104,7 @@ args = ["{everything_js}", "stdio"]
 def test_sdk_1x_style_session_over_http(fake_config):
     """The ClientSession + streamable_http_client pair (the shape 1.x code uses)."""
     with http_proxy(fake_config) as (port, _):
+
         async def main():
             async with streamable_http_client(f"http://127.0.0.1:{port}/mcp") as streams:
                 read, write = streams[0], streams[1]
@@ -158,8 +167,9 @@ def test_sessions_lifecycle(fake_config):
 
 
 def test_limits(tmp_path):
-    config = write_config(tmp_path, fake("a") + "\n[http]\nmax_sessions = 3\nheader_timeout = 1.0\n",
-                          startup_timeout=10.0)
+    config = write_config(
+        tmp_path, fake("a") + "\n[http]\nmax_sessions = 3\nheader_timeout = 1.0\n", startup_timeout=10.0
+    )
     with http_proxy(config) as (port, _):
         session = initialize(port)
         big = b'{"jsonrpc":"2.0","id":5,"method":"ping","params":{"x":"' + b"x" * (5 * 1024 * 1024) + b'"}}'
@@ -168,8 +178,9 @@ def test_limits(tmp_path):
         assert status == 400 and json.loads(body)["error"]["code"] == -32600
         status, _, body = post(port, b'{"jsonrpc": "2.0", "id": 1, "method":', {"mcp-session-id": session})
         assert status == 400 and json.loads(body)["error"]["code"] == -32700
-        status, _, _ = post(port, {"jsonrpc": "2.0", "id": 1, "method": "ping"},
-                            {"mcp-session-id": session, "x-padding": "y" * 40000})
+        status, _, _ = post(
+            port, {"jsonrpc": "2.0", "id": 1, "method": "ping"}, {"mcp-session-id": session, "x-padding": "y" * 40000}
+        )
         assert status == 431
         initialize(port)
         initialize(port)
@@ -185,8 +196,9 @@ def test_limits(tmp_path):
 
 
 def test_bearer_tokens(tmp_path):
-    config = write_config(tmp_path, fake("a") + f'\n[http]\nauth_tokens = ["{TOKEN}", "{TOKEN}-other"]\n',
-                          startup_timeout=10.0)
+    config = write_config(
+        tmp_path, fake("a") + f'\n[http]\nauth_tokens = ["{TOKEN}", "{TOKEN}-other"]\n', startup_timeout=10.0
+    )
     with http_proxy(config) as (port, log):
         for headers in ({}, {"authorization": "Bearer wrong-token-wrong-token"}, {"authorization": TOKEN}):
             status, response_headers, _ = post(port, INIT, headers)
@@ -204,27 +216,38 @@ def test_bearer_tokens(tmp_path):
 
 
 def test_refuses_to_expose_itself_without_tokens(fake_config):
-    out = subprocess.run([sys.executable, "-m", "aggregator", "serve", "--http", "0.0.0.0:9", "--config",
-                          str(fake_config)], capture_output=True, text=True, timeout=30)
+    out = subprocess.run(
+        [sys.executable, "-m", "aggregator", "serve", "--http", "0.0.0.0:9", "--config", str(fake_config)],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert out.returncode == 2 and "without authentication" in out.stderr
 
 
 def test_get_stream_carries_what_belongs_to_no_request(tmp_path):
-    config = write_config(tmp_path, fake("a", "crash_on_call"), startup_timeout=10.0,
-                          restart_backoff_initial=0.1, restart_backoff_max=0.2)
+    config = write_config(
+        tmp_path, fake("a", "crash_on_call"), startup_timeout=10.0, restart_backoff_initial=0.1, restart_backoff_max=0.2
+    )
     with http_proxy(config) as (port, _):
         session = initialize(port)
         headers = {"mcp-session-id": session}
         stream = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
-        stream.request("GET", "/mcp", headers={"host": f"127.0.0.1:{port}", "accept": "text/event-stream",
-                                               "mcp-session-id": session})
+        stream.request(
+            "GET",
+            "/mcp",
+            headers={"host": f"127.0.0.1:{port}", "accept": "text/event-stream", "mcp-session-id": session},
+        )
         response = stream.getresponse()
         assert response.status == 200 and response.getheader("content-type") == "text/event-stream"
         # A second GET stream for the same session is refused.
         assert post(port, None, {**headers, "accept": "text/event-stream"}, method="GET")[0] == 409
         # The server crashes and comes back: the list changes belong to no request.
-        status, _, body = post(port, {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
-            "name": "a__crash", "arguments": {}}}, headers)
+        status, _, body = post(
+            port,
+            {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "a__crash", "arguments": {}}},
+            headers,
+        )
         assert status == 200 and json.loads(body)["error"]["data"]["reason"] == "unavailable"
         event = None
         while event is None:
@@ -239,8 +262,16 @@ def test_get_stream_carries_what_belongs_to_no_request(tmp_path):
 def test_logs_during_a_call_travel_with_it(fake_config):
     with http_proxy(fake_config) as (port, _):
         session = initialize(port)
-        status, headers, body = post(port, {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
-            "name": "a__flood", "arguments": {"count": 3}}}, {"mcp-session-id": session})
+        status, headers, body = post(
+            port,
+            {
+                "jsonrpc": "2.0",
+                "id": 2,
+                "method": "tools/call",
+                "params": {"name": "a__flood", "arguments": {"count": 3}},
+            },
+            {"mcp-session-id": session},
+        )
         assert status == 200 and headers["content-type"] == "text/event-stream"
         events = [json.loads(line[6:]) for line in body.split(b"\n") if line.startswith(b"data: ") and line[6:].strip()]
         assert [e.get("params", {}).get("logger") for e in events[:3]] == ["a/flood"] * 3
@@ -253,9 +284,11 @@ def test_dropped_stream_cancels_its_request(tmp_path):
         session = initialize(port)
         body = json.dumps({"jsonrpc": "2.0", "id": 9, "method": "tools/call", "params": {"name": "a__hang"}})
         with socket.create_connection(("127.0.0.1", port)) as sock:
-            sock.sendall(f"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: application/json\r\n"
-                         f"Accept: application/json, text/event-stream\r\nMcp-Session-Id: {session}\r\n"
-                         f"Content-Length: {len(body)}\r\n\r\n{body}".encode())
+            sock.sendall(
+                f"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: application/json\r\n"
+                f"Accept: application/json, text/event-stream\r\nMcp-Session-Id: {session}\r\n"
+                f"Content-Length: {len(body)}\r\n\r\n{body}".encode()
+            )
             time.sleep(0.3)
         deadline = time.monotonic() + 5
         while "dropped; cancelling it" not in log.read_text() and time.monotonic() < deadline:
@@ -269,8 +302,11 @@ def test_per_session_isolation(tmp_path):
     config = write_config(tmp_path, fake("shared") + fake("own", isolation='"per-session"'), startup_timeout=10.0)
 
     def pid(port, session, tool):
-        status, _, body = post(port, {"jsonrpc": "2.0", "id": 5, "method": "tools/call",
-                                      "params": {"name": tool, "arguments": {}}}, {"mcp-session-id": session})
+        status, _, body = post(
+            port,
+            {"jsonrpc": "2.0", "id": 5, "method": "tools/call", "params": {"name": tool, "arguments": {}}},
+            {"mcp-session-id": session},
+        )
         assert status == 200, body
         return int(json.loads(body)["result"]["content"][0]["text"])
 
@@ -295,21 +331,36 @@ def test_per_session_isolation(tmp_path):
 
 
 def test_resume_a_dropped_stream_with_last_event_id(tmp_path, everything_js):
-    config = write_config(tmp_path, f'''
+    config = write_config(
+        tmp_path,
+        f'''
 [servers.everything]
 command = "node"
 args = ["{everything_js}", "stdio"]
-''', startup_timeout=20.0)
+''',
+        startup_timeout=20.0,
+    )
     with http_proxy(config) as (port, _):
         session = initialize(port)
-        body = json.dumps({"jsonrpc": "2.0", "id": 77, "method": "tools/call", "params": {
-            "name": "everything__trigger-long-running-operation", "arguments": {"duration": 2, "steps": 4},
-            "_meta": {"progressToken": "p"}}})
+        body = json.dumps(
+            {
+                "jsonrpc": "2.0",
+                "id": 77,
+                "method": "tools/call",
+                "params": {
+                    "name": "everything__trigger-long-running-operation",
+                    "arguments": {"duration": 2, "steps": 4},
+                    "_meta": {"progressToken": "p"},
+                },
+            }
+        )
         seen_ids = []
         with socket.create_connection(("127.0.0.1", port)) as sock:
-            sock.sendall(f"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: application/json\r\n"
-                         f"Accept: application/json, text/event-stream\r\nMcp-Session-Id: {session}\r\n"
-                         f"MCP-Protocol-Version: 2025-11-25\r\nContent-Length: {len(body)}\r\n\r\n{body}".encode())
+            sock.sendall(
+                f"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: application/json\r\n"
+                f"Accept: application/json, text/event-stream\r\nMcp-Session-Id: {session}\r\n"
+                f"MCP-Protocol-Version: 2025-11-25\r\nContent-Length: {len(body)}\r\n\r\n{body}".encode()
+            )
             received = b""
             while b'"progress":1' not in received:
                 chunk = sock.recv(65536)
@@ -321,38 +372,68 @@ args = ["{everything_js}", "stdio"]
         last = seen_ids[-1]
         # Reconnect at once (within the grace period) and pick up where the stream broke.
         connection = http.client.HTTPConnection("127.0.0.1", port, timeout=20)
-        connection.request("GET", "/mcp", headers={"host": f"127.0.0.1:{port}", "accept": "text/event-stream",
-                                                   "mcp-session-id": session, "last-event-id": last})
+        connection.request(
+            "GET",
+            "/mcp",
+            headers={
+                "host": f"127.0.0.1:{port}",
+                "accept": "text/event-stream",
+                "mcp-session-id": session,
+                "last-event-id": last,
+            },
+        )
         response = connection.getresponse()
         assert response.status == 200
-        events = [json.loads(line[6:]) for line in response.read().split(b"\n")
-                  if line.startswith(b"data: ") and line[6:].strip()]
+        events = [
+            json.loads(line[6:])
+            for line in response.read().split(b"\n")
+            if line.startswith(b"data: ") and line[6:].strip()
+        ]
         progress = [e["params"]["progress"] for e in events if e.get("method") == "notifications/progress"]
         assert progress == [2, 3, 4] and events[-1]["id"] == 77 and "completed" in str(events[-1]["result"])
 
 
 def test_a_client_that_does_not_read_is_cut_off_and_others_go_on(tmp_path):
-    config = write_config(tmp_path, fake("a") + "\n[http]\nmax_stream_buffer_bytes = 65536\nwrite_timeout = 1.0\n",
-                          startup_timeout=10.0)
+    config = write_config(
+        tmp_path, fake("a") + "\n[http]\nmax_stream_buffer_bytes = 65536\nwrite_timeout = 1.0\n", startup_timeout=10.0
+    )
     with http_proxy(config) as (port, log):
         slow = initialize(port)
         with socket.create_connection(("127.0.0.1", port)) as sock:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-            sock.sendall(f"GET /mcp HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nAccept: text/event-stream\r\n"
-                         f"Mcp-Session-Id: {slow}\r\n\r\n".encode())
+            sock.sendall(
+                f"GET /mcp HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nAccept: text/event-stream\r\n"
+                f"Mcp-Session-Id: {slow}\r\n\r\n".encode()
+            )
             time.sleep(0.3)
             # Two calls in flight make the flood's log lines belong to no single request,
             # so they all head for the GET stream that nobody reads.
             hold = [http.client.HTTPConnection("127.0.0.1", port, timeout=30) for _ in range(2)]
             for index, connection in enumerate(hold):
-                connection.request("POST", "/mcp", body=json.dumps({"jsonrpc": "2.0", "id": 100 + index,
-                                   "method": "tools/call", "params": {"name": "a__hang"}}),
-                                   headers={"content-type": "application/json", "host": f"127.0.0.1:{port}",
-                                            "accept": "application/json, text/event-stream",
-                                            "mcp-session-id": slow})
+                connection.request(
+                    "POST",
+                    "/mcp",
+                    body=json.dumps(
+                        {"jsonrpc": "2.0", "id": 100 + index, "method": "tools/call", "params": {"name": "a__hang"}}
+                    ),
+                    headers={
+                        "content-type": "application/json",
+                        "host": f"127.0.0.1:{port}",
+                        "accept": "application/json, text/event-stream",
+                        "mcp-session-id": slow,
+                    },
+                )
             time.sleep(0.3)
-            status, _, body = post(port, {"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {
-                "name": "a__flood", "arguments": {"count": 50000}}}, {"mcp-session-id": slow})
+            status, _, body = post(
+                port,
+                {
+                    "jsonrpc": "2.0",
+                    "id": 3,
+                    "method": "tools/call",
+                    "params": {"name": "a__flood", "arguments": {"count": 50000}},
+                },
+                {"mcp-session-id": slow},
+            )
             # More than the client budget (64 KiB here) waits on the unread GET stream: the
             # session is dropped, even while this call is answered on its own stream.
             assert status == 404 and b"Session ended" in body, (status, body)
@@ -399,10 +480,20 @@ def test_hostile_header_bytes_get_4xx_and_the_process_lives_on(tmp_path):
             response = exchange(port, request_bytes("GET", "/mcp", {**headers, "last-event-id": value}))
             assert response.status == 400, (value, response)
         for value in ("\xb2", "2025-11-2\xb2"):
-            response = exchange(port, request_bytes("POST", "/mcp", {**headers, "mcp-protocol-version": value,
-                                                                     "accept": "application/json",
-                                                                     "content-type": "application/json"},
-                                                    b'{"jsonrpc":"2.0","id":1,"method":"ping"}'))
+            response = exchange(
+                port,
+                request_bytes(
+                    "POST",
+                    "/mcp",
+                    {
+                        **headers,
+                        "mcp-protocol-version": value,
+                        "accept": "application/json",
+                        "content-type": "application/json",
+                    },
+                    b'{"jsonrpc":"2.0","id":1,"method":"ping"}',
+                ),
+            )
             assert response.status == 400, (value, response)
         handshake = websocket_handshake(ws_port).replace(f"Host: 127.0.0.1:{ws_port}".encode(), b"Host: \xb2")
         assert 400 <= exchange(ws_port, handshake).status < 500
@@ -411,8 +502,9 @@ def test_hostile_header_bytes_get_4xx_and_the_process_lives_on(tmp_path):
 
 
 def test_drip_feeding_connections_are_capped_and_cut_at_the_deadline(tmp_path):
-    config = write_config(tmp_path, fake("a") + "\n[http]\nmax_connections = 20\nheader_timeout = 1.0\n",
-                          startup_timeout=10.0)
+    config = write_config(
+        tmp_path, fake("a") + "\n[http]\nmax_connections = 20\nheader_timeout = 1.0\n", startup_timeout=10.0
+    )
     with http_proxy(config) as (port, _):
         socks = [socket.create_connection(("127.0.0.1", port), timeout=5) for _ in range(30)]
         started = time.monotonic()

@@ -31,17 +31,35 @@ def chain(tmp_path, everything_js):
     a_dir = tmp_path / "a"
     a_dir.mkdir()
     a_config = write_config(a_dir, f'[servers.f]\ncommand = "{sys.executable}"\nargs = ["{FAKESRV}"]\n')
-    a = subprocess.Popen([sys.executable, "-m", "aggregator", "serve", "--http", f"127.0.0.1:{a_http}",
-                          "--ws", f"127.0.0.1:{a_ws}", "--config", str(a_config)],
-                         stdin=subprocess.DEVNULL, stderr=open(a_dir / "a.log", "wb"))
-    everything = subprocess.Popen(["node", str(everything_js), "streamableHttp"],
-                                  env={**os.environ, "PORT": str(everything_port)},
-                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    a = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "aggregator",
+            "serve",
+            "--http",
+            f"127.0.0.1:{a_http}",
+            "--ws",
+            f"127.0.0.1:{a_ws}",
+            "--config",
+            str(a_config),
+        ],
+        stdin=subprocess.DEVNULL,
+        stderr=open(a_dir / "a.log", "wb"),
+    )
+    everything = subprocess.Popen(
+        ["node", str(everything_js), "streamableHttp"],
+        env={**os.environ, "PORT": str(everything_port)},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         wait_listening(a_http)
         wait_listening(a_ws)
         wait_listening(everything_port)
-        b_config = write_config(tmp_path, f'''
+        b_config = write_config(
+            tmp_path,
+            f'''
 [servers.s]
 command = "{sys.executable}"
 args = ["{FAKESRV}"]
@@ -54,7 +72,10 @@ transport = "sse"
 url = "ws://127.0.0.1:{a_ws}/mcp"
 [servers.e]
 url = "http://127.0.0.1:{everything_port}/mcp"
-''', startup_timeout=20.0, page_size=500)
+''',
+            startup_timeout=20.0,
+            page_size=500,
+        )
         yield b_config
     finally:
         for process in (a, everything):
@@ -70,8 +91,11 @@ def check_tools(names):
 def test_stdio_front(chain):
     proxy = RawProxy(chain)
     try:
-        proxy.request(1, "initialize", {"protocolVersion": "2025-11-25", "capabilities": {},
-                                        "clientInfo": {"name": "raw", "version": "0"}})
+        proxy.request(
+            1,
+            "initialize",
+            {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "raw", "version": "0"}},
+        )
         check_tools({t["name"] for t in proxy.request(2, "tools/list")["result"]["tools"]})
         for index, (server, tool) in enumerate(UPSTREAMS.items()):
             args = {"message": "hi"} if server == "e" else {"via": server}
@@ -79,9 +103,21 @@ def test_stdio_front(chain):
             text = answer["result"]["content"][0]["text"]
             assert ("Echo: hi" in text) if server == "e" else json.loads(text) == {"via": server}
         # Progress across two hops (B -> A -> fake has no progress; everything does).
-        proxy.send(json.dumps({"jsonrpc": "2.0", "id": 50, "method": "tools/call", "params": {
-            "name": "e__trigger-long-running-operation", "arguments": {"duration": 0.5, "steps": 2},
-            "_meta": {"progressToken": "tok"}}}).encode() + b"\n")
+        proxy.send(
+            json.dumps(
+                {
+                    "jsonrpc": "2.0",
+                    "id": 50,
+                    "method": "tools/call",
+                    "params": {
+                        "name": "e__trigger-long-running-operation",
+                        "arguments": {"duration": 0.5, "steps": 2},
+                        "_meta": {"progressToken": "tok"},
+                    },
+                }
+            ).encode()
+            + b"\n"
+        )
         assert "result" in proxy.receive()
         progress = [n for n in proxy.notifications if n.get("method") == "notifications/progress"]
         assert [p["params"]["progressToken"] for p in progress] == ["tok", "tok"]
@@ -98,14 +134,33 @@ def test_http_front(chain):
         check_tools({t["name"] for t in json.loads(body)["result"]["tools"]})
         for index, (server, tool) in enumerate(UPSTREAMS.items()):
             args = {"message": "hi"} if server == "e" else {"via": server}
-            status, _, body = post(port, {"jsonrpc": "2.0", "id": 10 + index, "method": "tools/call",
-                                          "params": {"name": tool, "arguments": args}}, headers)
+            status, _, body = post(
+                port,
+                {
+                    "jsonrpc": "2.0",
+                    "id": 10 + index,
+                    "method": "tools/call",
+                    "params": {"name": tool, "arguments": args},
+                },
+                headers,
+            )
             text = json.loads(body)["result"]["content"][0]["text"]
             assert ("Echo: hi" in text) if server == "e" else json.loads(text) == {"via": server}
         # Progress comes back on the request's own event stream.
-        status, response_headers, body = post(port, {"jsonrpc": "2.0", "id": 50, "method": "tools/call", "params": {
-            "name": "e__trigger-long-running-operation", "arguments": {"duration": 0.5, "steps": 2},
-            "_meta": {"progressToken": 7}}}, headers)
+        status, response_headers, body = post(
+            port,
+            {
+                "jsonrpc": "2.0",
+                "id": 50,
+                "method": "tools/call",
+                "params": {
+                    "name": "e__trigger-long-running-operation",
+                    "arguments": {"duration": 0.5, "steps": 2},
+                    "_meta": {"progressToken": 7},
+                },
+            },
+            headers,
+        )
         assert response_headers["content-type"] == "text/event-stream"
         events = [json.loads(line[6:]) for line in body.split(b"\n") if line.startswith(b"data: ") and line[6:].strip()]
         assert [e.get("method") for e in events] == ["notifications/progress"] * 2 + [None]
@@ -116,8 +171,11 @@ def test_http_front(chain):
 def ws_port(chain):
     port = free_port()
     with open(Path(chain).parent / "ws.log", "wb") as log:
-        process = subprocess.Popen([sys.executable, "-m", "aggregator", "serve", "--ws", f"127.0.0.1:{port}",
-                                    "--config", str(chain)], stdin=subprocess.DEVNULL, stderr=log)
+        process = subprocess.Popen(
+            [sys.executable, "-m", "aggregator", "serve", "--ws", f"127.0.0.1:{port}", "--config", str(chain)],
+            stdin=subprocess.DEVNULL,
+            stderr=log,
+        )
         try:
             wait_listening(port, process)
             yield port
@@ -128,14 +186,16 @@ def ws_port(chain):
 
 async def test_websocket_front(ws_port):
     with trio.fail_after(30):
-        async with trio_websocket.open_websocket_url(f"ws://127.0.0.1:{ws_port}/mcp",
-                                                     subprotocols=["mcp"]) as socket:
+        async with trio_websocket.open_websocket_url(f"ws://127.0.0.1:{ws_port}/mcp", subprotocols=["mcp"]) as socket:
             assert socket.subprotocol == "mcp"
 
             request = websocket_requester(socket)
 
-            await request(1, "initialize", {"protocolVersion": "2025-11-25", "capabilities": {},
-                                            "clientInfo": {"name": "ws", "version": "0"}})
+            await request(
+                1,
+                "initialize",
+                {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "ws", "version": "0"}},
+            )
             check_tools({t["name"] for t in (await request(2, "tools/list", {}))["result"]["tools"]})
             for index, (server, tool) in enumerate(UPSTREAMS.items()):
                 args = {"message": "hi"} if server == "e" else {"via": server}
@@ -144,6 +204,7 @@ async def test_websocket_front(ws_port):
                 assert ("Echo: hi" in text) if server == "e" else json.loads(text) == {"via": server}
     # Same checks as HTTP at the handshake.
     with pytest.raises(trio_websocket.HandshakeError):
-        async with trio_websocket.open_websocket_url(f"ws://127.0.0.1:{ws_port}/mcp",
-                                                     extra_headers=[("origin", "http://evil.example")]):
+        async with trio_websocket.open_websocket_url(
+            f"ws://127.0.0.1:{ws_port}/mcp", extra_headers=[("origin", "http://evil.example")]
+        ):
             pass

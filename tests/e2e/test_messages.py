@@ -20,7 +20,9 @@ pytestmark = [pytest.mark.e2e, pytest.mark.filterwarnings("ignore:.*2026-07-28")
 
 
 def everything_and_time(tmp_path, everything_js, **proxy):
-    return write_config(tmp_path, f'''
+    return write_config(
+        tmp_path,
+        f'''
 [servers.everything]
 command = "node"
 args = ["{everything_js}", "stdio"]
@@ -28,7 +30,10 @@ args = ["{everything_js}", "stdio"]
 [servers.time]
 command = "mcp-server-time"
 args = ["--local-timezone", "UTC"]
-''', startup_timeout=20.0, **proxy)
+''',
+        startup_timeout=20.0,
+        **proxy,
+    )
 
 
 class Recorder:
@@ -43,8 +48,9 @@ class Recorder:
 
     async def sample(self, context, params):
         self.sampling.append(params)
-        return t.CreateMessageResult(role="assistant", model="canned-model",
-                                     content=t.TextContent(type="text", text="a canned answer"))
+        return t.CreateMessageResult(
+            role="assistant", model="canned-model", content=t.TextContent(type="text", text="a canned answer")
+        )
 
     async def elicit(self, context, params):
         self.elicitations.append(params)
@@ -66,8 +72,9 @@ class Recorder:
 
 
 def session_for(config, recorder: Recorder):
-    params = StdioServerParameters(command=sys.executable, args=[
-        "-m", "aggregator", "serve", "--stdio", "--config", str(config)])
+    params = StdioServerParameters(
+        command=sys.executable, args=["-m", "aggregator", "serve", "--stdio", "--config", str(config)]
+    )
     return stdio_client(params), recorder
 
 
@@ -84,29 +91,43 @@ def test_progress_sampling_elicitation_roots(tmp_path, everything_js):
 
     async def main():
         transport, _ = session_for(config, recorder)
-        async with transport as (read, write), ClientSession(
-            read, write, sampling_callback=recorder.sample, elicitation_callback=recorder.elicit,
-            list_roots_callback=recorder.roots, logging_callback=recorder.log, message_handler=recorder.message,
-        ) as session:
+        async with (
+            transport as (read, write),
+            ClientSession(
+                read,
+                write,
+                sampling_callback=recorder.sample,
+                elicitation_callback=recorder.elicit,
+                list_roots_callback=recorder.roots,
+                logging_callback=recorder.log,
+                message_handler=recorder.message,
+            ) as session,
+        ):
             await session.initialize()
             names = {tool.name for tool in (await session.list_tools()).tools}
             # These tools register only for clients that declared the capability, so their
             # presence shows the proxy declared it upstream.
-            assert {"everything__trigger-sampling-request", "everything__trigger-elicitation-request",
-                    "everything__get-roots-list", "time__get_current_time"} <= names
+            assert {
+                "everything__trigger-sampling-request",
+                "everything__trigger-elicitation-request",
+                "everything__get-roots-list",
+                "time__get_current_time",
+            } <= names
 
             progress = []
 
             async def on_progress(value, total, message):
                 progress.append((value, total))
 
-            result = await session.call_tool("everything__trigger-long-running-operation",
-                                             {"duration": 1, "steps": 4}, progress_callback=on_progress)
+            result = await session.call_tool(
+                "everything__trigger-long-running-operation", {"duration": 1, "steps": 4}, progress_callback=on_progress
+            )
             assert "completed" in result.content[0].text
             assert progress == [(1, 4), (2, 4), (3, 4), (4, 4)]
 
-            result = await session.call_tool("everything__trigger-sampling-request",
-                                             {"prompt": "What is 2+2?", "maxTokens": 20})
+            result = await session.call_tool(
+                "everything__trigger-sampling-request", {"prompt": "What is 2+2?", "maxTokens": 20}
+            )
             assert "a canned answer" in result.content[0].text and "canned-model" in result.content[0].text
             assert recorder.sampling and "What is 2+2?" in recorder.sampling[0].messages[0].content.text
 
@@ -132,9 +153,15 @@ def test_subscriptions_logging_and_list_changes(tmp_path, everything_js):
 
     async def main():
         transport, _ = session_for(config, recorder)
-        async with transport as (read, write), ClientSession(
-            read, write, logging_callback=recorder.log, message_handler=recorder.message,
-        ) as session:
+        async with (
+            transport as (read, write),
+            ClientSession(
+                read,
+                write,
+                logging_callback=recorder.log,
+                message_handler=recorder.message,
+            ) as session,
+        ):
             init = await session.initialize()
             assert init.capabilities.resources.subscribe and init.capabilities.logging is not None
             uri = "everything+demo://resource/static/document/architecture.md"
@@ -157,9 +184,14 @@ def test_subscriptions_logging_and_list_changes(tmp_path, everything_js):
             await session.unsubscribe_resource(uri)
             before = {r.uri for r in (await session.list_resources()).resources}
             changed = recorder.methods().count("notifications/resources/list_changed")
-            result = await session.call_tool("everything__gzip-file-as-resource", {
-                "name": "hello.txt.gz", "data": "data:text/plain;base64,aGVsbG8gd29ybGQ=",
-                "outputType": "resourceLink"})
+            result = await session.call_tool(
+                "everything__gzip-file-as-resource",
+                {
+                    "name": "hello.txt.gz",
+                    "data": "data:text/plain;base64,aGVsbG8gd29ybGQ=",
+                    "outputType": "resourceLink",
+                },
+            )
             link = next(c for c in result.content if c.type == "resource_link")
             assert str(link.uri).startswith("everything+demo://")
             await wait_for(lambda: recorder.methods().count("notifications/resources/list_changed") > changed, 10)
@@ -182,12 +214,17 @@ def test_cancelled_call_never_answers_and_progress_stops(tmp_path, everything_js
     config = everything_and_time(tmp_path, everything_js)
     proxy = RawProxy(config)
     try:
-        proxy.request(1, "initialize", {"protocolVersion": "2025-11-25", "capabilities": {},
-                                        "clientInfo": {"name": "raw", "version": "0"}})
+        proxy.request(
+            1,
+            "initialize",
+            {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "raw", "version": "0"}},
+        )
         proxy.send(b'{"jsonrpc":"2.0","method":"notifications/initialized"}\n')
-        proxy.send(b'{"jsonrpc":"2.0","id":"long","method":"tools/call","params":{"name":'
-                   b'"everything__trigger-long-running-operation","arguments":{"duration":3,"steps":6},'
-                   b'"_meta":{"progressToken":"mine"}}}\n')
+        proxy.send(
+            b'{"jsonrpc":"2.0","id":"long","method":"tools/call","params":{"name":'
+            b'"everything__trigger-long-running-operation","arguments":{"duration":3,"steps":6},'
+            b'"_meta":{"progressToken":"mine"}}}\n'
+        )
         first = proxy.receive_any()
         while first.get("method") != "notifications/progress":  # list changes may come first
             assert "id" not in first, first
@@ -211,20 +248,30 @@ def test_cancelled_call_never_answers_and_progress_stops(tmp_path, everything_js
 
 
 def test_timeout_answers_and_cancels(tmp_path, everything_js):
-    config = write_config(tmp_path, f'''
+    config = write_config(
+        tmp_path,
+        f'''
 [servers.everything]
 command = "node"
 args = ["{everything_js}", "stdio"]
 request_timeout = 1.0
 timeout_resets_on_progress = false
-''', startup_timeout=20.0)
+''',
+        startup_timeout=20.0,
+    )
     proxy = RawProxy(config)
     try:
-        proxy.request(1, "initialize", {"protocolVersion": "2025-11-25", "capabilities": {},
-                                        "clientInfo": {"name": "raw", "version": "0"}})
+        proxy.request(
+            1,
+            "initialize",
+            {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "raw", "version": "0"}},
+        )
         started = time.monotonic()
-        answer = proxy.request(2, "tools/call", {"name": "everything__trigger-long-running-operation",
-                                                 "arguments": {"duration": 5, "steps": 5}})
+        answer = proxy.request(
+            2,
+            "tools/call",
+            {"name": "everything__trigger-long-running-operation", "arguments": {"duration": 5, "steps": 5}},
+        )
         assert 0.9 < time.monotonic() - started < 3
         assert answer["error"]["data"] == {"source": "aggregator", "reason": "timeout", "server": "everything"}
         assert proxy.request(3, "ping")["result"] == {}
@@ -239,13 +286,26 @@ def test_tasks_with_an_elicitation_on_the_way(tmp_path, everything_js):
     config = everything_and_time(tmp_path, everything_js)
     proxy = RawProxy(config)
     try:
-        init = proxy.request(1, "initialize", {"protocolVersion": "2025-11-25", "capabilities": {"elicitation": {}},
-                                               "clientInfo": {"name": "raw", "version": "0"}})
+        init = proxy.request(
+            1,
+            "initialize",
+            {
+                "protocolVersion": "2025-11-25",
+                "capabilities": {"elicitation": {}},
+                "clientInfo": {"name": "raw", "version": "0"},
+            },
+        )
         assert "list" in init["result"]["capabilities"]["tasks"]
         proxy.send(b'{"jsonrpc":"2.0","method":"notifications/initialized"}\n')
-        created = proxy.request(2, "tools/call", {"name": "everything__simulate-research-query",
-                                                  "arguments": {"topic": "python", "ambiguous": True},
-                                                  "task": {"ttl": 60000}})
+        created = proxy.request(
+            2,
+            "tools/call",
+            {
+                "name": "everything__simulate-research-query",
+                "arguments": {"topic": "python", "ambiguous": True},
+                "task": {"ttl": 60000},
+            },
+        )
         task_id = created["result"]["task"]["taskId"]
         assert task_id.startswith("everything/")
         status = proxy.request(3, "tasks/get", {"taskId": task_id})
@@ -254,8 +314,10 @@ def test_tasks_with_an_elicitation_on_the_way(tmp_path, everything_js):
         assert task_id in [t["taskId"] for t in listed["result"]["tasks"]]
         assert proxy.request(5, "tasks/get", {"taskId": "everything/nope"})["error"]["code"] == -32602
 
-        proxy.send(json.dumps({"jsonrpc": "2.0", "id": 6, "method": "tasks/result",
-                               "params": {"taskId": task_id}}).encode() + b"\n")
+        proxy.send(
+            json.dumps({"jsonrpc": "2.0", "id": 6, "method": "tasks/result", "params": {"taskId": task_id}}).encode()
+            + b"\n"
+        )
         deadline = time.monotonic() + 30
         result = None
         while result is None and time.monotonic() < deadline:
@@ -263,8 +325,16 @@ def test_tasks_with_an_elicitation_on_the_way(tmp_path, everything_js):
             if message.get("method") == "elicitation/create":
                 schema = message["params"]["requestedSchema"]["properties"]["interpretation"]
                 choice = schema["oneOf"][0]["const"] if "oneOf" in schema else "the language"
-                proxy.send(json.dumps({"jsonrpc": "2.0", "id": message["id"], "result": {
-                    "action": "accept", "content": {"interpretation": choice}}}).encode() + b"\n")
+                proxy.send(
+                    json.dumps(
+                        {
+                            "jsonrpc": "2.0",
+                            "id": message["id"],
+                            "result": {"action": "accept", "content": {"interpretation": choice}},
+                        }
+                    ).encode()
+                    + b"\n"
+                )
             elif message.get("id") == 6:
                 result = message
         assert result is not None, "no tasks/result answer"

@@ -15,14 +15,20 @@ pytestmark = pytest.mark.e2e
 
 # The fake server parses with the stdlib, which refuses integers over 4300 digits.
 LITERALS = [literal for literal in AWKWARD_LITERALS if len(literal) < 4000]
-SAMPLING = {"protocolVersion": "2025-06-18", "capabilities": {"sampling": {}},
-            "clientInfo": {"name": "raw", "version": "0"}}
+SAMPLING = {
+    "protocolVersion": "2025-06-18",
+    "capabilities": {"sampling": {}},
+    "clientInfo": {"name": "raw", "version": "0"},
+}
 
 
 def deep(levels: int) -> str:
     """JSON text nested ``levels`` deep (as text: the stdlib's writer would recurse)."""
-    return "".join("[" if level % 2 else '{"k":' for level in range(levels)) + "1" + "".join(
-        "]" if level % 2 else "}" for level in reversed(range(levels)))
+    return (
+        "".join("[" if level % 2 else '{"k":' for level in range(levels))
+        + "1"
+        + "".join("]" if level % 2 else "}" for level in reversed(range(levels)))
+    )
 
 
 def message(text: str) -> bytes:
@@ -45,8 +51,9 @@ def arguments_text(spaced: bool) -> bytes:
 
 def test_number_literals_and_deep_json_over_stdio(tmp_path):
     received = tmp_path / "received.ndjson"
-    config = write_config(tmp_path, fake("a", "odd_json", f"record:{received}") + fake("bad", "bad_init:serverInfo"),
-                          startup_timeout=10.0)
+    config = write_config(
+        tmp_path, fake("a", "odd_json", f"record:{received}") + fake("bad", "bad_init:serverInfo"), startup_timeout=10.0
+    )
     proxy = RawProxy(config)
     try:
         assert "result" in proxy.request(1, "initialize", SAMPLING)
@@ -63,19 +70,29 @@ def test_number_literals_and_deep_json_over_stdio(tmp_path):
             assert b'"arguments":' + arguments_text(False) in lines[-1]
 
         # Server -> client: the literals it writes reach the client byte for byte.
-        proxy.send(json.dumps({"jsonrpc": "2.0", "id": 5, "method": "tools/call", "params": {
-            "name": "a__literals", "arguments": {"literals": LITERALS}}}).encode() + b"\n")
+        proxy.send(
+            json.dumps(
+                {
+                    "jsonrpc": "2.0",
+                    "id": 5,
+                    "method": "tools/call",
+                    "params": {"name": "a__literals", "arguments": {"literals": LITERALS}},
+                }
+            ).encode()
+            + b"\n"
+        )
         line = proxy.process.stdout.readline()
         assert b'"id":5' in line and b'"values":[' + ",".join(LITERALS).encode() + b"]" in line
 
         # Deep JSON from the client: refused with the id; nothing reaches the server.
-        for id, params in ((6, '{"name":"a__echo","arguments":@}'),
-                           (7, '{"name":"a__echo","arguments":{},"_meta":@}')):
+        for id, params in ((6, '{"name":"a__echo","arguments":@}'), (7, '{"name":"a__echo","arguments":{},"_meta":@}')):
             proxy.send(message(request(id, params)) + b"\n")
             answer = proxy.receive()
             assert (answer["id"], answer["error"]["code"]) == (id, -32600)
             assert answer["error"]["data"]["reason"] == "too_large"
-        proxy.send(message('{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":99,"reason":@}}\n'))
+        proxy.send(
+            message('{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":99,"reason":@}}\n')
+        )
         assert proxy.request(8, "ping") == {"jsonrpc": "2.0", "id": 8, "result": {}}
 
         # Deep JSON from the server: its request fails, the server stays.
@@ -115,31 +132,48 @@ def test_number_literals_and_deep_json_over_http(tmp_path):
         post(port, {"jsonrpc": "2.0", "method": "notifications/initialized"}, session)
 
         def call(id, name, arguments):
-            status, _, body = post(port, {"jsonrpc": "2.0", "id": id, "method": "tools/call",
-                                          "params": {"name": name, "arguments": arguments}}, session)
+            status, _, body = post(
+                port,
+                {"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {"name": name, "arguments": arguments}},
+                session,
+            )
             return status, body
 
         status, body = call(2, "a__literals", {"literals": LITERALS})
         assert status == 200 and b'"values":[' + ",".join(LITERALS).encode() + b"]" in body
-        for id, params in ((3, '{"name":"a__echo","arguments":@}'),
-                           (4, '{"name":"a__echo","arguments":{},"_meta":@}')):
+        for id, params in ((3, '{"name":"a__echo","arguments":@}'), (4, '{"name":"a__echo","arguments":{},"_meta":@}')):
             status, _, body = post(port, message(request(id, params)), session)
             answer = json.loads(body)
             assert (status, answer["id"], answer["error"]["code"]) == (400, id, -32600)
-        status, _, _ = post(port, message(
-            '{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":99,"reason":@}}'), session)
+        status, _, _ = post(
+            port,
+            message('{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":99,"reason":@}}'),
+            session,
+        )
         assert status == 400
         status, body = call(5, "a__deep", {"depth": 990})
         [answer] = events(body)
-        assert status == 200 and answer["error"]["data"] == {"source": "aggregator", "reason": "too_large",
-                                                             "server": "a"}
+        assert status == 200 and answer["error"]["data"] == {
+            "source": "aggregator",
+            "reason": "too_large",
+            "server": "a",
+        }
 
         # The server asks for sampling during a call; the client's answer is too deep.
         stream = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
-        stream.request("POST", "/mcp", body=json.dumps({"jsonrpc": "2.0", "id": 6, "method": "tools/call", "params": {
-            "name": "a__sample", "arguments": {}}}), headers={
-            "host": f"127.0.0.1:{port}", "content-type": "application/json",
-            "accept": "application/json, text/event-stream", **session})
+        stream.request(
+            "POST",
+            "/mcp",
+            body=json.dumps(
+                {"jsonrpc": "2.0", "id": 6, "method": "tools/call", "params": {"name": "a__sample", "arguments": {}}}
+            ),
+            headers={
+                "host": f"127.0.0.1:{port}",
+                "content-type": "application/json",
+                "accept": "application/json, text/event-stream",
+                **session,
+            },
+        )
         response = stream.getresponse()
         assert response.status == 200 and response.getheader("content-type") == "text/event-stream"
         seen = []

@@ -33,8 +33,11 @@ def test_a_per_session_servers_items_notices_and_updates_belong_to_its_session(t
 
     # Updates from A's own connection reach A, not B (subscribed to the same URI on its own).
     assert seen["a_updated"] and set(seen["a_updates"]) == {seen["document"]}
-    foreign = [note for note in seen["b_notes_while_a_worked"]
-               if note["method"].startswith("notifications/resources/") or note["method"].endswith("/list_changed")]
+    foreign = [
+        note
+        for note in seen["b_notes_while_a_worked"]
+        if note["method"].startswith("notifications/resources/") or note["method"].endswith("/list_changed")
+    ]
     assert foreign == []
 
     # A leaves: its server process ends, B's goes on and B still works.

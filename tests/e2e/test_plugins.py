@@ -18,15 +18,23 @@ BOB = "bob-token-0123456789abcdefgh"
 
 def test_rug_pull_is_quarantined_until_approved(tmp_path):
     pins = tmp_path / "pins.json"
-    config = write_config(tmp_path, fake("a", "rug_pull") + f'''
+    config = write_config(
+        tmp_path,
+        fake("a", "rug_pull")
+        + f'''
 [[plugins]]
 use = "pin-definitions"
 options = {{ path = "{pins}" }}
-''', list_changed_debounce=0.0)
+''',
+        list_changed_debounce=0.0,
+    )
     proxy = RawProxy(config)
     try:
-        proxy.request(1, "initialize", {"protocolVersion": "2025-11-25", "capabilities": {},
-                                        "clientInfo": {"name": "raw", "version": "0"}})
+        proxy.request(
+            1,
+            "initialize",
+            {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "raw", "version": "0"}},
+        )
         names = [t["name"] for t in proxy.request(2, "tools/list")["result"]["tools"]]
         assert "a__echo" in names and "a__echo" in json.loads(pins.read_text())
         proxy.request(3, "tools/call", {"name": "a__rug", "arguments": {}})  # the server changes echo
@@ -42,20 +50,32 @@ options = {{ path = "{pins}" }}
     assert "a__echo changed since it was approved" in log and "attacker.example" in log
     # A person looks at the diff and approves; from then on the new definition is served.
     (tmp_path / "later").mkdir()
-    pulled = write_config(tmp_path / "later", fake("a", "pulled") + f'''
+    pulled = write_config(
+        tmp_path / "later",
+        fake("a", "pulled")
+        + f'''
 [[plugins]]
 use = "pin-definitions"
 options = {{ path = "{pins}" }}
-''')
+''',
+    )
 
     def tools():
-        out = subprocess.run([sys.executable, "-m", "aggregator", "tools", "--json", "--config", str(pulled)],
-                             capture_output=True, text=True, timeout=60)
+        out = subprocess.run(
+            [sys.executable, "-m", "aggregator", "tools", "--json", "--config", str(pulled)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         return {t["name"]: t for t in json.loads(out.stdout)["tools"]}
 
     assert "a__echo" not in tools()  # still quarantined after a restart
-    out = subprocess.run([sys.executable, "-m", "aggregator", "approve", "--config", str(pulled), "a__echo"],
-                         capture_output=True, text=True, timeout=60)
+    out = subprocess.run(
+        [sys.executable, "-m", "aggregator", "approve", "--config", str(pulled), "a__echo"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert out.returncode == 0 and out.stdout.strip() == "approved: a__echo", out.stdout + out.stderr
     assert "attacker.example" in json.loads(pins.read_text())["a__echo"]["definition"]["description"]
     assert "attacker.example" in tools()["a__echo"]["description"]
@@ -63,7 +83,10 @@ options = {{ path = "{pins}" }}
 
 def test_rate_limit_and_audit_for_two_clients(tmp_path):
     audit = tmp_path / "audit.jsonl"
-    config = write_config(tmp_path, fake("a") + f'''
+    config = write_config(
+        tmp_path,
+        fake("a")
+        + f'''
 [http]
 auth_tokens = ["{ALICE}"]
 
@@ -77,7 +100,8 @@ options = {{ rate = 0.5, burst = 2, per = "profile+tool" }}
 [[plugins]]
 use = "audit-log"
 options = {{ path = "{audit}" }}
-''')
+''',
+    )
     with http_proxy(config) as (port, log):
         sessions = {}
         for token in (ALICE, BOB):
@@ -85,8 +109,16 @@ options = {{ path = "{audit}" }}
             sessions[token] = {**auth, "mcp-session-id": initialize(port, auth)}
 
         def call(token, id, arguments):
-            status, _, body = post(port, {"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {
-                "name": "a__echo", "arguments": arguments}}, sessions[token])
+            status, _, body = post(
+                port,
+                {
+                    "jsonrpc": "2.0",
+                    "id": id,
+                    "method": "tools/call",
+                    "params": {"name": "a__echo", "arguments": arguments},
+                },
+                sessions[token],
+            )
             assert status == 200
             return json.loads(body)
 
@@ -98,7 +130,11 @@ options = {{ path = "{audit}" }}
         assert "result" in call(BOB, 4, {"api_token": "bob-secret-tk"})  # bob is not affected
     records = [json.loads(line) for line in audit.read_text().splitlines()]
     assert [(r["profile"], r["outcome"]) for r in records] == [
-        ("default", "ok"), ("default", "ok"), ("default", "error"), ("bob", "ok")]
+        ("default", "ok"),
+        ("default", "ok"),
+        ("default", "error"),
+        ("bob", "ok"),
+    ]
     assert records[0]["arguments"] == {"password": "[redacted]", "n": 0}
     text = audit.read_text() + log.read_text()
     for secret in (ALICE, BOB, "alice-secret-pw", "bob-secret-tk"):

@@ -23,8 +23,14 @@ pytestmark = pytest.mark.e2e
 
 def start_client(proxy_port: int, tool: str, arguments: dict, timeout_ms: int | None = None) -> subprocess.Popen:
     argv = ["node", str(CLIENT), f"http://127.0.0.1:{proxy_port}/mcp", tool, json.dumps(arguments)]
-    return subprocess.Popen(argv + ([str(timeout_ms)] if timeout_ms else []), cwd=HERE, text=True,
-                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    return subprocess.Popen(
+        argv + ([str(timeout_ms)] if timeout_ms else []),
+        cwd=HERE,
+        text=True,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
 
 
 def outcome(client: subprocess.Popen) -> dict:
@@ -35,8 +41,10 @@ def outcome(client: subprocess.Popen) -> dict:
 
 def test_two_clients_get_their_polled_answers_after_the_servers_retry_delay(tmp_path):
     retry = 1.5
-    with polling_server(tmp_path, "--retry-ms", str(int(retry * 1000))) as (port, records), \
-            http_proxy(proxy_config(tmp_path, port), "--log-level", "info") as (proxy_port, log):
+    with (
+        polling_server(tmp_path, "--retry-ms", str(int(retry * 1000))) as (port, records),
+        http_proxy(proxy_config(tmp_path, port), "--log-level", "info") as (proxy_port, log),
+    ):
         started = time.monotonic()
         # One call's stream is closed once; the other's three times, each resumed stream too.
         once = start_client(proxy_port, "p__poll", {"tag": "first", "closes": 1, "gap_ms": 300})
@@ -66,8 +74,10 @@ def test_two_clients_get_their_polled_answers_after_the_servers_retry_delay(tmp_
 
 
 def test_the_conformance_tool_completes_through_the_proxy(tmp_path):
-    with polling_server(tmp_path, "--retry-ms", "500") as (port, records), \
-            http_proxy(proxy_config(tmp_path, port, prefix=""), "--log-level", "info") as (proxy_port, log):
+    with (
+        polling_server(tmp_path, "--retry-ms", "500") as (port, records),
+        http_proxy(proxy_config(tmp_path, port, prefix=""), "--log-level", "info") as (proxy_port, log),
+    ):
         result = outcome(start_client(proxy_port, "test_reconnection", {}))
     assert result["text"] == "Reconnection test completed", result
     assert result["elapsed_ms"] < 5000, result
@@ -75,8 +85,10 @@ def test_the_conformance_tool_completes_through_the_proxy(tmp_path):
 
 
 def test_a_broken_connection_is_resumed_too(tmp_path):
-    with polling_server(tmp_path, "--retry-ms", "300") as (port, records), \
-            http_proxy(proxy_config(tmp_path, port), "--log-level", "info") as (proxy_port, log):
+    with (
+        polling_server(tmp_path, "--retry-ms", "300") as (port, records),
+        http_proxy(proxy_config(tmp_path, port), "--log-level", "info") as (proxy_port, log),
+    ):
         result = outcome(start_client(proxy_port, "p__drop_connection", {"tag": "x"}))
         after = outcome(start_client(proxy_port, "p__poll", {"tag": "after", "closes": 0}))
     assert result["text"] == "survived x" and result["elapsed_ms"] < 5000, result
@@ -90,8 +102,10 @@ def test_a_broken_connection_is_resumed_too(tmp_path):
 
 
 def test_a_stream_without_event_ids_fails_its_call_at_once(tmp_path):
-    with polling_server(tmp_path, "--no-event-store") as (port, records), \
-            http_proxy(proxy_config(tmp_path, port), "--log-level", "info") as (proxy_port, log):
+    with (
+        polling_server(tmp_path, "--no-event-store") as (port, records),
+        http_proxy(proxy_config(tmp_path, port), "--log-level", "info") as (proxy_port, log),
+    ):
         failed = start_client(proxy_port, "p__close_unresumable", {})
         answered = start_client(proxy_port, "p__poll", {"tag": "direct", "closes": 0})
         failed, answered = outcome(failed), outcome(answered)
@@ -107,8 +121,10 @@ def test_a_stream_without_event_ids_fails_its_call_at_once(tmp_path):
 
 def test_a_cancelled_call_is_not_resumed(tmp_path):
     # The server asks for 20 s between reconnections; the client gives up after 2 s.
-    with polling_server(tmp_path, "--retry-ms", "20000") as (port, records), \
-            http_proxy(proxy_config(tmp_path, port), "--log-level", "info") as (proxy_port, log):
+    with (
+        polling_server(tmp_path, "--retry-ms", "20000") as (port, records),
+        http_proxy(proxy_config(tmp_path, port), "--log-level", "info") as (proxy_port, log),
+    ):
         gave_up = outcome(start_client(proxy_port, "p__poll", {"tag": "late"}, timeout_ms=2000))
         deadline = time.monotonic() + 10
         while "stopped resuming" not in log.read_text() and time.monotonic() < deadline:

@@ -22,16 +22,25 @@ pytestmark = pytest.mark.e2e
 
 
 def three_servers(tmp_path, git_repo, everything_js):
-    return write_config(tmp_path, time_and_git(git_repo) + f'''
+    return write_config(
+        tmp_path,
+        time_and_git(git_repo)
+        + f'''
 [servers.everything]
 command = "node"
 args = ["{everything_js}", "stdio"]
-''', page_size=5, startup_timeout=20.0)
+''',
+        page_size=5,
+        startup_timeout=20.0,
+    )
 
 
 def client_for(config):
-    return Client(StdioServerParameters(
-        command=sys.executable, args=["-m", "aggregator", "serve", "--stdio", "--config", str(config)]))
+    return Client(
+        StdioServerParameters(
+            command=sys.executable, args=["-m", "aggregator", "serve", "--stdio", "--config", str(config)]
+        )
+    )
 
 
 async def all_pages(fetch, key):
@@ -61,8 +70,14 @@ def test_three_real_servers_through_one_endpoint(tmp_path, git_repo, everything_
             tools, pages = await all_pages(client.list_tools, "tools")
             names = [t.name for t in tools]
             assert pages >= 4 and len(names) == len(set(names))
-            assert {"time__get_current_time", "time__convert_time", "git__git_status", "git__git_log",
-                    "everything__echo", "everything__get-sum"} <= set(names)
+            assert {
+                "time__get_current_time",
+                "time__convert_time",
+                "git__git_status",
+                "git__git_log",
+                "everything__echo",
+                "everything__get-sum",
+            } <= set(names)
             assert all(n.split("__", 1)[0] in ("time", "git", "everything") for n in names)
 
             result = await client.call_tool("time__get_current_time", {"timezone": "UTC"})
@@ -101,18 +116,20 @@ def test_three_real_servers_through_one_endpoint(tmp_path, git_repo, everything_
             assert {"everything__simple-prompt", "everything__args-prompt"} <= {p.name for p in prompts}
             prompt = await client.get_prompt("everything__args-prompt", {"city": "Lisbon"})
             assert "Lisbon" in prompt.messages[0].content.text
-            embedded = await client.get_prompt("everything__resource-prompt",
-                                               {"resourceType": "Text", "resourceId": "2"})
+            embedded = await client.get_prompt(
+                "everything__resource-prompt", {"resourceType": "Text", "resourceId": "2"}
+            )
             blocks = [m.content for m in embedded.messages if m.content.type == "resource"]
             assert blocks and str(blocks[0].resource.uri).startswith("everything+demo://")
 
             completion = await client.complete(
                 PromptReference(type="ref/prompt", name="everything__completable-prompt"),
-                {"name": "department", "value": "E"})
+                {"name": "department", "value": "E"},
+            )
             assert "Engineering" in completion.completion.values
             completion = await client.complete(
-                ResourceTemplateReference(type="ref/resource", uri=template),
-                {"name": "resourceId", "value": "1"})
+                ResourceTemplateReference(type="ref/resource", uri=template), {"name": "resourceId", "value": "1"}
+            )
             assert completion.completion.values
 
             with pytest.raises(Exception, match="Unknown tool"):
@@ -131,9 +148,24 @@ def test_typescript_sdk_client(tmp_path, git_repo, everything_js):
     config = three_servers(tmp_path, git_repo, everything_js)
     script = Path(__file__).parent / "ts_client.mjs"
     out = subprocess.run(
-        ["node", str(script), sys.executable, "-m", "aggregator", "serve", "--stdio", "--config", str(config),
-         "--log-level", "warning"],
-        capture_output=True, text=True, timeout=120, cwd=script.parent)
+        [
+            "node",
+            str(script),
+            sys.executable,
+            "-m",
+            "aggregator",
+            "serve",
+            "--stdio",
+            "--config",
+            str(config),
+            "--log-level",
+            "warning",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=script.parent,
+    )
     assert out.returncode == 0, out.stderr
     seen = json.loads(out.stdout)
     assert seen["server"]["name"] == "aggregator"

@@ -52,11 +52,16 @@ def test_two_sdk_clients_see_a_restart_as_unavailable_never_unknown(tmp_path, py
     flag = tmp_path / "fail-to-start"
     wrapper = tmp_path / "time_server.py"
     wrapper.write_text(WRAPPER)
-    config = write_config(tmp_path, f'''
+    config = write_config(
+        tmp_path,
+        f'''
 [servers.time]
 command = "{sys.executable}"
 args = ["{wrapper}", "{flag}"]
-''', restart_backoff_initial=0.2, restart_backoff_max=0.8)
+''',
+        restart_backoff_initial=0.2,
+        restart_backoff_max=0.8,
+    )
     with http_proxy(config) as (port, log):
         url = f"http://127.0.0.1:{port}/mcp"
         proxy_pid = int(next(p for p in Path("/proc").iterdir() if p.name.isdigit() and _is_proxy(p, port)).name)
@@ -71,13 +76,22 @@ args = ["{wrapper}", "{flag}"]
                 with open(outputs[name], "wb") as out:
                     clients[name] = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT)
             # Both are calling it, and it answers.
-            wait_for(lambda: all(any(o.get("ok") for o in lines(p)) for p in outputs.values()), 60,
-                     "both clients' first answers")
+            wait_for(
+                lambda: all(any(o.get("ok") for o in lines(p)) for p in outputs.values()),
+                60,
+                "both clients' first answers",
+            )
             [server_pid] = children(proxy_pid)
             flag.touch()  # its restarts fail until the flag goes
             os.kill(server_pid, signal.SIGKILL)
-            wait_for(lambda: all(sum(1 for o in lines(p) if "data" in o and o["data"] and "retryAfter" in o["data"])
-                                 >= 3 for p in outputs.values()), 30, "both clients to hear it is restarting")
+            wait_for(
+                lambda: all(
+                    sum(1 for o in lines(p) if "data" in o and o["data"] and "retryAfter" in o["data"]) >= 3
+                    for p in outputs.values()
+                ),
+                30,
+                "both clients to hear it is restarting",
+            )
             flag.unlink()
             for name, client in clients.items():
                 assert client.wait(timeout=60) == 0, outputs[name].read_text()[-3000:]
@@ -127,18 +141,27 @@ def test_sigterm_answers_the_calls_held_for_a_restarting_server(tmp_path, python
     flag = tmp_path / "hang-at-start"
     wrapper = tmp_path / "time_server.py"
     wrapper.write_text(SLOW_WRAPPER)
-    config = write_config(tmp_path, f'''
+    config = write_config(
+        tmp_path,
+        f'''
 [servers.time]
 command = "{sys.executable}"
 args = ["{wrapper}", "{flag}"]
 init_timeout = 90.0
 request_timeout = 60.0
-''', restart_backoff_initial=0.1, restart_backoff_max=0.1, drain_timeout=5.0)
+''',
+        restart_backoff_initial=0.1,
+        restart_backoff_max=0.1,
+        drain_timeout=5.0,
+    )
     port = free_port()
     log = tmp_path / "proxy.log"
     with open(log, "wb") as stderr:
-        proxy = subprocess.Popen([sys.executable, "-m", "aggregator", "serve", "--http", f"127.0.0.1:{port}",
-                                  "--config", str(config)], stdin=subprocess.DEVNULL, stderr=stderr)
+        proxy = subprocess.Popen(
+            [sys.executable, "-m", "aggregator", "serve", "--http", f"127.0.0.1:{port}", "--config", str(config)],
+            stdin=subprocess.DEVNULL,
+            stderr=stderr,
+        )
     clients = None
     try:
         wait_listening(port, proxy)
@@ -146,11 +169,19 @@ request_timeout = 60.0
         [server_pid] = children(proxy.pid)
         flag.touch()
         os.kill(server_pid, signal.SIGKILL)
-        wait_for(lambda: "lost" in log.read_text() and len(children(proxy.pid)) == 1
-                 and children(proxy.pid) != [server_pid], 30, "the restart attempt")
+        wait_for(
+            lambda: "lost" in log.read_text() and len(children(proxy.pid)) == 1 and children(proxy.pid) != [server_pid],
+            30,
+            "the restart attempt",
+        )
         plan = {label: {"calls": [["time__get_current_time", {"timezone": "UTC"}]]} for label in "AB"}
-        clients = subprocess.Popen([str(python1), str(MANY), f"http://127.0.0.1:{port}/mcp", json.dumps(plan)],
-                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+        clients = subprocess.Popen(
+            [str(python1), str(MANY), f"http://127.0.0.1:{port}/mcp", json.dumps(plan)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=ROOT,
+        )
         time.sleep(4)  # both are connected and their calls wait for the server
         proxy.send_signal(signal.SIGTERM)
         out, err = clients.communicate(timeout=30)

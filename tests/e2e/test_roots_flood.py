@@ -25,22 +25,33 @@ def rss_mb(pid: int) -> float:
 def test_a_flood_of_roots_changes_costs_nothing_in_proportion(tmp_path):
     if not FILESYSTEM.exists():
         pytest.fail(f"{FILESYSTEM} is missing: run `npm ci --prefix tests/e2e`")
-    config = write_config(tmp_path, f'[servers.fs]\ncommand = "node"\nargs = ["{FILESYSTEM}"]\n',
-                          startup_timeout=20.0)
+    config = write_config(tmp_path, f'[servers.fs]\ncommand = "node"\nargs = ["{FILESYSTEM}"]\n', startup_timeout=20.0)
     proxy = RawProxy(config)
     try:
-        answer = proxy.request(0, "initialize", {"protocolVersion": "2025-11-25", "capabilities": {
-            "roots": {"listChanged": True}}, "clientInfo": {"name": "flood", "version": "0"}})
+        answer = proxy.request(
+            0,
+            "initialize",
+            {
+                "protocolVersion": "2025-11-25",
+                "capabilities": {"roots": {"listChanged": True}},
+                "clientInfo": {"name": "flood", "version": "0"},
+            },
+        )
         assert answer["result"]["serverInfo"]["name"] == "aggregator"
         proxy.send(b'{"jsonrpc":"2.0","method":"notifications/initialized"}\n')
         # The server asked for roots as it started: the first is answered, the rest never.
         asked = proxy.receive()
         assert asked["method"] == "roots/list", asked
-        proxy.send(json.dumps({"jsonrpc": "2.0", "id": asked["id"], "result": {
-            "roots": [{"uri": tmp_path.as_uri()}]}}).encode() + b"\n")
+        proxy.send(
+            json.dumps(
+                {"jsonrpc": "2.0", "id": asked["id"], "result": {"roots": [{"uri": tmp_path.as_uri()}]}}
+            ).encode()
+            + b"\n"
+        )
         for attempt in range(50):  # it takes the roots in a moment
-            listed = proxy.request(100 + attempt, "tools/call", {"name": "fs__list_allowed_directories",
-                                                                 "arguments": {}})
+            listed = proxy.request(
+                100 + attempt, "tools/call", {"name": "fs__list_allowed_directories", "arguments": {}}
+            )
             if str(tmp_path) in listed["result"]["content"][0]["text"]:
                 break
             time.sleep(0.1)

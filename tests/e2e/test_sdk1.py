@@ -18,8 +18,7 @@ SCRIPT = Path(__file__).parent / "sdk1_client.py"
 
 
 def drive(python1, *args):
-    out = subprocess.run([str(python1), str(SCRIPT), *args], capture_output=True, text=True, timeout=120,
-                         cwd=ROOT)
+    out = subprocess.run([str(python1), str(SCRIPT), *args], capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert out.returncode == 0, out.stderr[-3000:]
     return json.loads(out.stdout.strip().splitlines()[-1])
 
@@ -42,9 +41,22 @@ def test_http_sse_and_websocket(python1, tmp_path):
     config = write_config(tmp_path, fake("a"), page_size=4)
     http, ws = free_port(), free_port()
     with open(tmp_path / "proxy.log", "wb") as log:
-        process = subprocess.Popen([sys.executable, "-m", "aggregator", "serve", "--http", f"127.0.0.1:{http}",
-                                    "--ws", f"127.0.0.1:{ws}", "--config", str(config)],
-                                   stdin=subprocess.DEVNULL, stderr=log)
+        process = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "aggregator",
+                "serve",
+                "--http",
+                f"127.0.0.1:{http}",
+                "--ws",
+                f"127.0.0.1:{ws}",
+                "--config",
+                str(config),
+            ],
+            stdin=subprocess.DEVNULL,
+            stderr=log,
+        )
         try:
             wait_listening(http, process)
             wait_listening(ws, process)

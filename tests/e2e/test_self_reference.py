@@ -84,8 +84,11 @@ def wait_until_gone(marker: str, seconds: float) -> list[int]:
 
 
 def aggregator_entry(config: Path, marker: str, *extra: str) -> dict:
-    return {"command": sys.executable,
-            "args": ["-m", "aggregator", "serve", "--stdio", "--config", str(config), *extra], "env": {MARK: marker}}
+    return {
+        "command": sys.executable,
+        "args": ["-m", "aggregator", "serve", "--stdio", "--config", str(config), *extra],
+        "env": {MARK: marker},
+    }
 
 
 def fake_entry(marker: str, *modes: str) -> dict:
@@ -95,8 +98,9 @@ def fake_entry(marker: str, *modes: str) -> dict:
 def toml_of(servers: dict[str, dict], **proxy: float) -> str:
     lines = ["[proxy]", *(f"{key} = {value}" for key, value in proxy.items())]
     for name, entry in servers.items():
-        lines += ["", f"[servers.{name}]"] + [f"{key} = {json.dumps(value)}" for key, value in entry.items()
-                                               if key != "env"]
+        lines += ["", f"[servers.{name}]"] + [
+            f"{key} = {json.dumps(value)}" for key, value in entry.items() if key != "env"
+        ]
         lines += [f"env = {{ {', '.join(f'{k} = {json.dumps(v)}' for k, v in entry['env'].items())} }}"]
     return "\n".join(lines) + "\n"
 
@@ -110,7 +114,11 @@ class Proxy:
         env.pop(CHAIN_VARIABLE, None)
         self.process = subprocess.Popen(
             [sys.executable, "-m", "aggregator", "serve", "--stdio", "--config", str(config), *extra],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.stderr, env=env)
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self.stderr,
+            env=env,
+        )
         self._buffer = b""
 
     def request(self, id: int, method: str, params: dict | None = None, timeout: float = 20) -> dict:
@@ -137,8 +145,11 @@ class Proxy:
         return line
 
     def initialize(self) -> dict:
-        answer = self.request(0, "initialize", {"protocolVersion": "2025-06-18", "capabilities": {},
-                                                "clientInfo": {"name": "loop-test", "version": "0"}})
+        answer = self.request(
+            0,
+            "initialize",
+            {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "loop-test", "version": "0"}},
+        )
         self.process.stdin.write(b'{"jsonrpc":"2.0","method":"notifications/initialized"}\n')
         self.process.stdin.flush()
         return answer
@@ -174,8 +185,10 @@ def watch_counts(marker: str, seconds: float) -> tuple[int, int]:
 
 def refusal(config: Path, *chain: Path) -> str:
     shown = " -> ".join(os.path.realpath(p) for p in chain)
-    return (f"aggregator: refusing to start: config {os.path.realpath(config)} is already being served by a parent"
-            f" aggregator, and a config must not list the aggregator serving it (chain: {shown})")
+    return (
+        f"aggregator: refusing to start: config {os.path.realpath(config)} is already being served by a parent"
+        f" aggregator, and a config must not list the aggregator serving it (chain: {shown})"
+    )
 
 
 @linux_only
@@ -208,8 +221,13 @@ def test_a_config_that_lists_itself_is_refused_and_the_rest_serves(tmp_path):
     env = {**os.environ, MARK: marker}
     env.pop(CHAIN_VARIABLE, None)
     try:
-        check = subprocess.run([sys.executable, "-m", "aggregator", "check", "--config", str(config)],
-                               capture_output=True, text=True, timeout=60, env=env)
+        check = subprocess.run(
+            [sys.executable, "-m", "aggregator", "check", "--config", str(config)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env=env,
+        )
     finally:
         left = kill_leftovers(marker)
     assert check.returncode == 1
@@ -229,10 +247,16 @@ def test_a_client_file_served_directly_that_starts_the_aggregator_on_itself(tmp_
     link = tmp_path / "link" / "mcp.json"
     link.parent.mkdir()
     link.symlink_to(real)
-    real.write_text(json.dumps({"mcpServers": {
-        "aggregator": aggregator_entry(real, marker),
-        "files": fake_entry(marker),
-    }}))
+    real.write_text(
+        json.dumps(
+            {
+                "mcpServers": {
+                    "aggregator": aggregator_entry(real, marker),
+                    "files": fake_entry(marker),
+                }
+            }
+        )
+    )
     proxy = Proxy(link, marker, "--log-level", "info")
     try:
         assert "result" in proxy.initialize()
@@ -270,24 +294,35 @@ def test_two_configs_that_serve_each_other(tmp_path):
     log = proxy.log()
     assert code == 0 and not left, (left, log)
     # b logged its server's refusal in full (its stderr tail is cut); a logs b's stderr.
-    assert refusal(a, a, b, a)[len("aggregator: "):] in log
+    assert refusal(a, a, b, a)[len("aggregator: ") :] in log
 
 
 @linux_only
-@pytest.mark.parametrize(("chain", "message"), [
-    ([f"/nowhere/copy{i}.toml" for i in range(MAX_DEPTH)],
-     f"aggregator: refusing to start: {MAX_DEPTH} aggregators are already running one inside the other, and a"
-     " config must not list, directly or through other configs, the aggregator serving it (chain:"
-     " /nowhere/copy0.toml -> "),
-    (None, f"aggregator: refusing to start: {CHAIN_VARIABLE} is set to '/a.toml:/b.toml', which is not a chain"),
-])
+@pytest.mark.parametrize(
+    ("chain", "message"),
+    [
+        (
+            [f"/nowhere/copy{i}.toml" for i in range(MAX_DEPTH)],
+            f"aggregator: refusing to start: {MAX_DEPTH} aggregators are already running one inside the other, and a"
+            " config must not list, directly or through other configs, the aggregator serving it (chain:"
+            " /nowhere/copy0.toml -> ",
+        ),
+        (None, f"aggregator: refusing to start: {CHAIN_VARIABLE} is set to '/a.toml:/b.toml', which is not a chain"),
+    ],
+)
 def test_a_chain_too_deep_or_unreadable_stops_every_command(tmp_path, chain, message):
     config = tmp_path / "aggregator.toml"
     config.write_text(toml_of({"a": fake_entry("unused")}))
     env = {**os.environ, CHAIN_VARIABLE: chain_value(chain) if chain else "/a.toml:/b.toml"}
     for command in (["serve", "--stdio"], ["check"], ["tools"]):
-        result = subprocess.run([sys.executable, "-m", "aggregator", *command, "--config", str(config)],
-                                capture_output=True, text=True, timeout=30, env=env, stdin=subprocess.DEVNULL)
+        result = subprocess.run(
+            [sys.executable, "-m", "aggregator", *command, "--config", str(config)],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            env=env,
+            stdin=subprocess.DEVNULL,
+        )
         assert result.returncode == 1, result
         assert result.stderr.startswith(message), result.stderr
         assert result.stderr.count("\n") == 1 and "Traceback" not in result.stderr
@@ -301,11 +336,15 @@ def test_a_killed_proxy_takes_its_children_and_theirs_along(tmp_path):
     inner = tmp_path / "inner.toml"
     inner.write_text(toml_of({"deep": fake_entry(marker, "linger")}))
     outer = tmp_path / "outer.toml"
-    outer.write_text(toml_of({
-        "time": {"command": "mcp-server-time", "args": ["--local-timezone", "UTC"], "env": {MARK: marker}},
-        "stubborn": fake_entry(marker, "linger"),
-        "nested": aggregator_entry(inner, marker),
-    }))
+    outer.write_text(
+        toml_of(
+            {
+                "time": {"command": "mcp-server-time", "args": ["--local-timezone", "UTC"], "env": {MARK: marker}},
+                "stubborn": fake_entry(marker, "linger"),
+                "nested": aggregator_entry(inner, marker),
+            }
+        )
+    )
     proxy = Proxy(outer, marker)
     try:
         assert "result" in proxy.initialize()
@@ -326,13 +365,25 @@ def test_a_killed_proxy_takes_its_children_and_theirs_along(tmp_path):
 def test_end_of_input_during_startup_stops_the_proxy_and_its_servers(tmp_path):
     marker = uuid.uuid4().hex
     config = tmp_path / "aggregator.toml"
-    config.write_text(toml_of({"slow": {**fake_entry(marker, "hang_init"), "init_timeout": 30.0},
-                               "stubborn": fake_entry(marker, "linger")}, startup_timeout=30.0))
+    config.write_text(
+        toml_of(
+            {
+                "slow": {**fake_entry(marker, "hang_init"), "init_timeout": 30.0},
+                "stubborn": fake_entry(marker, "linger"),
+            },
+            startup_timeout=30.0,
+        )
+    )
     env = {**os.environ, MARK: marker}
     started = time.monotonic()
     try:
-        result = subprocess.run([sys.executable, "-m", "aggregator", "serve", "--stdio", "--config", str(config)],
-                                stdin=subprocess.DEVNULL, capture_output=True, timeout=20, env=env)
+        result = subprocess.run(
+            [sys.executable, "-m", "aggregator", "serve", "--stdio", "--config", str(config)],
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            timeout=20,
+            env=env,
+        )
         took = time.monotonic() - started
         left = wait_until_gone(marker, 2.0)
     finally:
@@ -389,9 +440,22 @@ url = "http://127.0.0.1:{port}/mcp"
 command = {json.dumps(sys.executable)}
 args = [{json.dumps(str(FAKESRV))}]
 """)
-    process = subprocess.Popen([sys.executable, "-m", "aggregator", "serve", "--http", f"127.0.0.1:{port}",
-                                "--config", str(config), "--log-level", "info"],
-                               stdin=subprocess.DEVNULL, stderr=open(tmp_path / "self.log", "wb"))  # noqa: SIM115
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "aggregator",
+            "serve",
+            "--http",
+            f"127.0.0.1:{port}",
+            "--config",
+            str(config),
+            "--log-level",
+            "info",
+        ],
+        stdin=subprocess.DEVNULL,
+        stderr=open(tmp_path / "self.log", "wb"),
+    )  # noqa: SIM115
     try:
         wait_listening(port, process)
         deadline = time.monotonic() + 15
@@ -403,8 +467,9 @@ args = [{json.dumps(str(FAKESRV))}]
         session = initialize(port)
         names = []
         for _ in range(3):  # stays so: nothing of 'self' comes and goes
-            status, _, body = post(port, {"jsonrpc": "2.0", "id": 2, "method": "tools/list"},
-                                   {"mcp-session-id": session})
+            status, _, body = post(
+                port, {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}, {"mcp-session-id": session}
+            )
             assert status == 200, body
             listed = [tool["name"] for tool in json.loads(body)["result"]["tools"]]
             names.append(listed)

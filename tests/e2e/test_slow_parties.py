@@ -45,8 +45,12 @@ def proxy_pid(listen: str) -> int:
 
 
 def flood_call(id, **arguments):
-    return {"jsonrpc": "2.0", "id": id, "method": "tools/call",
-            "params": {"name": "a__flood", "arguments": {**BURST, **arguments}}}
+    return {
+        "jsonrpc": "2.0",
+        "id": id,
+        "method": "tools/call",
+        "params": {"name": "a__flood", "arguments": {**BURST, **arguments}},
+    }
 
 
 def test_a_prompt_http_reader_gets_a_burst_larger_than_its_budget(tmp_path):
@@ -64,8 +68,11 @@ def test_a_prompt_http_reader_gets_a_burst_larger_than_its_budget(tmp_path):
 def test_a_prompt_stdio_reader_gets_a_burst_larger_than_its_budget(tmp_path):
     proxy = RawProxy(write_config(tmp_path, fake("a"), startup_timeout=10.0))
     try:
-        assert "result" in proxy.request(1, "initialize", {
-            "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}})
+        assert "result" in proxy.request(
+            1,
+            "initialize",
+            {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}},
+        )
         proxy.send(json.dumps(flood_call(2)).encode() + b"\n")
         answer = proxy.receive()
         assert answer["result"]["content"][0]["text"] == "flooded"
@@ -93,8 +100,11 @@ def test_a_prompt_websocket_reader_gets_a_burst_larger_than_its_budget(tmp_path)
                     logs += message["method"] == "notifications/message"
 
     with open(tmp_path / "proxy.log", "wb") as stderr:
-        process = subprocess.Popen([sys.executable, "-m", "aggregator", "serve", "--ws", f"127.0.0.1:{port}",
-                                    "--config", str(config)], stdin=subprocess.DEVNULL, stderr=stderr)
+        process = subprocess.Popen(
+            [sys.executable, "-m", "aggregator", "serve", "--ws", f"127.0.0.1:{port}", "--config", str(config)],
+            stdin=subprocess.DEVNULL,
+            stderr=stderr,
+        )
         try:
             wait_listening(port, process)
             try:
@@ -117,26 +127,35 @@ def test_a_stopped_reader_is_dropped_within_its_memory_budget(tmp_path):
     with http_proxy(config) as (port, log):
         pid = proxy_pid(f"127.0.0.1:{port}")
         stopped = initialize(port)
-        assert post(port, {"jsonrpc": "2.0", "id": 9, "method": "logging/setLevel", "params": {"level": "info"}},
-                    {"mcp-session-id": stopped})[0] == 200
+        assert (
+            post(
+                port,
+                {"jsonrpc": "2.0", "id": 9, "method": "logging/setLevel", "params": {"level": "info"}},
+                {"mcp-session-id": stopped},
+            )[0]
+            == 200
+        )
         with socket.create_connection(("127.0.0.1", port)) as sock:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-            sock.sendall(f"GET /mcp HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nAccept: text/event-stream\r\n"
-                         f"Mcp-Session-Id: {stopped}\r\n\r\n".encode())
+            sock.sendall(
+                f"GET /mcp HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nAccept: text/event-stream\r\n"
+                f"Mcp-Session-Id: {stopped}\r\n\r\n".encode()
+            )
             prompt = initialize(port)
             time.sleep(0.3)
             before = memory_of(pid)["VmRSS"]
             status, _, body = post(port, flood_call(2, count=100000, size=100), {"mcp-session-id": prompt})
             assert status == 200 and body.count(b"data: {") == 100001, log.read_text()[-2000:]
             # Lines after the answer belong to no request: only the stopped session asked.
-            status, _, body = post(port, flood_call(5, count=100000, size=100, after=True),
-                                   {"mcp-session-id": prompt})
+            status, _, body = post(port, flood_call(5, count=100000, size=100, after=True), {"mcp-session-id": prompt})
             assert status == 200 and b"flood" not in body.replace(b'"flooded"', b""), log.read_text()[-2000:]
             deadline = time.monotonic() + 10
             # Past its own budget, or (first, at the default) as the one not reading past
             # the total of all clients: either way it is dropped.
-            while "dropped: more than 16777216 bytes" not in log.read_text() and \
-                    "dropped: all clients together hold more than" not in log.read_text():
+            while (
+                "dropped: more than 16777216 bytes" not in log.read_text()
+                and "dropped: all clients together hold more than" not in log.read_text()
+            ):
                 assert time.monotonic() < deadline, log.read_text()[-2000:]
                 time.sleep(0.1)
             growth = memory_of(pid)["VmHWM"] - before
@@ -162,8 +181,11 @@ def test_a_server_that_stops_reading_its_stdin_holds_up_only_its_own_calls(tmp_p
         proxy.send(json.dumps({"jsonrpc": "2.0", "id": id, "method": method, "params": params or {}}).encode() + b"\n")
 
     try:
-        send(1, "initialize", {"protocolVersion": "2025-06-18", "capabilities": {},
-                               "clientInfo": {"name": "t", "version": "0"}})
+        send(
+            1,
+            "initialize",
+            {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}},
+        )
         assert "result" in answer(1, 20)
         # a blocks for 8 s and reads nothing; what we send it fills its stdin pipe.
         send("slow", "tools/call", {"name": "a__slow", "arguments": {"seconds": 8}})
@@ -213,8 +235,11 @@ def test_a_legacy_sse_client_that_stops_reading_is_dropped(tmp_path):
                 assert data, head
                 head += data
             endpoint = head.split(b"data: ", 1)[1].split(b"\n", 1)[0].decode()
-            for message in (INIT, {"jsonrpc": "2.0", "method": "notifications/initialized"},
-                            flood_call(2, count=20000, size=100)):
+            for message in (
+                INIT,
+                {"jsonrpc": "2.0", "method": "notifications/initialized"},
+                flood_call(2, count=20000, size=100),
+            ):
                 assert post(port, message, path=endpoint)[0] == 202
             # It reads nothing more: more than its budget waits, and it is dropped.
             deadline = time.monotonic() + 10
@@ -223,5 +248,7 @@ def test_a_legacy_sse_client_that_stops_reading_is_dropped(tmp_path):
                 time.sleep(0.1)
             assert post(port, {"jsonrpc": "2.0", "id": 3, "method": "ping"}, path=endpoint)[0] == 404
             # Others are served meanwhile.
-            assert post(port, {"jsonrpc": "2.0", "id": 4, "method": "ping"},
-                        {"mcp-session-id": initialize(port)})[0] == 200
+            assert (
+                post(port, {"jsonrpc": "2.0", "id": 4, "method": "ping"}, {"mcp-session-id": initialize(port)})[0]
+                == 200
+            )

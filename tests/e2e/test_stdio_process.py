@@ -42,19 +42,27 @@ def test_raw_protocol_edges_and_clean_exit(tmp_path):
         assert answer["error"]["code"] == -32601 and time.monotonic() - started < 5
         answer = proxy.request(2, "tools/list")
         assert answer["error"]["code"] == -32600  # before initialize
-        answer = proxy.request(3, "initialize", {"protocolVersion": "2024-11-05", "capabilities": {},
-                                                 "clientInfo": {"name": "raw", "version": "0"}})
+        answer = proxy.request(
+            3,
+            "initialize",
+            {"protocolVersion": "2024-11-05", "capabilities": {}, "clientInfo": {"name": "raw", "version": "0"}},
+        )
         assert answer["result"]["protocolVersion"] == "2024-11-05"
         proxy.send(b'{"jsonrpc":"2.0","method":"notifications/initialized"}\n')
         proxy.send(b'{"jsonrpc":"2.0","method":\n')
         assert proxy.receive()["error"]["code"] == -32700
         proxy.send(b'[{"jsonrpc":"2.0","id":4,"method":"ping"}]\n')
-        assert proxy.receive() == {"jsonrpc": "2.0", "id": None, "error": {
-            "code": -32600, "message": "Invalid request: batches (JSON arrays) are not supported"}}
+        assert proxy.receive() == {
+            "jsonrpc": "2.0",
+            "id": None,
+            "error": {"code": -32600, "message": "Invalid request: batches (JSON arrays) are not supported"},
+        }
         # A 30-digit integer and line separators reach the upstream unchanged.
-        proxy.send(b'{"jsonrpc":"2.0","id":12345678901234567890123,"method":"tools/call","params":'
-                   b'{"name":"a__echo","arguments":{"n":123456789012345678901234567890,'
-                   b'"t":"x\\u2028y\\u0085z\\rw"}}}\n')
+        proxy.send(
+            b'{"jsonrpc":"2.0","id":12345678901234567890123,"method":"tools/call","params":'
+            b'{"name":"a__echo","arguments":{"n":123456789012345678901234567890,'
+            b'"t":"x\\u2028y\\u0085z\\rw"}}}\n'
+        )
         answer = proxy.receive()
         assert answer["id"] == 12345678901234567890123
         echoed = answer["result"]["content"][0]["text"]
@@ -72,12 +80,16 @@ def test_raw_protocol_edges_and_clean_exit(tmp_path):
 
 def test_sigterm_stops_everything(tmp_path):
     import signal
+
     marker = f"AGG_TEST_{uuid.uuid4().hex}"
     env = f'{{ MARKER = "{marker}" }}'
     config = write_config(tmp_path, fake("a", env=env) + fake("b", env=env))
     proxy = RawProxy(config)
-    answer = proxy.request(1, "initialize", {"protocolVersion": "2025-11-25", "capabilities": {},
-                                             "clientInfo": {"name": "raw", "version": "0"}})
+    answer = proxy.request(
+        1,
+        "initialize",
+        {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "raw", "version": "0"}},
+    )
     assert "result" in answer
     assert len(processes_with(marker)) == 2
     proxy.process.send_signal(signal.SIGTERM)
@@ -87,8 +99,12 @@ def test_sigterm_stops_everything(tmp_path):
 
 def test_collisions_are_reported_with_both_sources(tmp_path):
     config = write_config(tmp_path, fake("a", prefix='""') + fake("b", prefix='""'))
-    out = subprocess.run([sys.executable, "-m", "aggregator", "check", "--config", str(config)],
-                         capture_output=True, text=True, timeout=60)
+    out = subprocess.run(
+        [sys.executable, "-m", "aggregator", "check", "--config", str(config)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert out.returncode == 0, out.stdout + out.stderr
     assert "tool name 'echo': a:'echo' keeps it, b:'echo' is exposed as 'echo_" in out.stdout
     assert "name collision" in out.stderr  # logged at startup too
@@ -97,10 +113,15 @@ def test_collisions_are_reported_with_both_sources(tmp_path):
 def test_faulty_servers_never_take_the_others_down(tmp_path):
     config = write_config(
         tmp_path,
-        fake("dead", "exit_at_start") + fake("crashy", "crash_on_call") + fake("noisy", "garbage")
-        + fake("mute", "hang_init", init_timeout=2.0) + fake("missing_binary")
-        .replace(sys.executable, "/nonexistent/server"),
-        startup_timeout=6.0, restart_backoff_initial=0.2, restart_backoff_max=1.0)
+        fake("dead", "exit_at_start")
+        + fake("crashy", "crash_on_call")
+        + fake("noisy", "garbage")
+        + fake("mute", "hang_init", init_timeout=2.0)
+        + fake("missing_binary").replace(sys.executable, "/nonexistent/server"),
+        startup_timeout=6.0,
+        restart_backoff_initial=0.2,
+        restart_backoff_max=1.0,
+    )
 
     async def main():
         params = StdioServerParameters(command=sys.executable, args=proxy_argv(config)[1:])
@@ -132,8 +153,10 @@ def test_faulty_servers_never_take_the_others_down(tmp_path):
 
 def test_check_tools_import_and_errors(tmp_path, git_repo):
     config = write_config(tmp_path, time_and_git(git_repo))
-    run = lambda *args: subprocess.run([sys.executable, "-m", "aggregator", *args],  # noqa: E731
-                                       capture_output=True, text=True, timeout=60)
+
+    def run(*args):
+        return subprocess.run([sys.executable, "-m", "aggregator", *args], capture_output=True, text=True, timeout=60)
+
     out = run("check", "--config", str(config))
     assert out.returncode == 0, out.stderr
     assert "time" in out.stdout and "ready" in out.stdout and "2 tools" in out.stdout
@@ -155,10 +178,17 @@ def test_check_tools_import_and_errors(tmp_path, git_repo):
     assert out.returncode == 2 and "servers.git.args[1]: expected a string" in out.stderr
 
     claude = tmp_path / "claude_desktop_config.json"
-    claude.write_text(json.dumps({"mcpServers": {"time": {
-        "command": "mcp-server-time", "args": ["--local-timezone", "UTC"], "env": {"K": "${HOME}"}}}}))
+    claude.write_text(
+        json.dumps(
+            {
+                "mcpServers": {
+                    "time": {"command": "mcp-server-time", "args": ["--local-timezone", "UTC"], "env": {"K": "${HOME}"}}
+                }
+            }
+        )
+    )
     out = run("import", str(claude))
-    assert out.returncode == 0 and '[servers.time]' in out.stdout and '${HOME}' in out.stdout
+    assert out.returncode == 0 and "[servers.time]" in out.stdout and "${HOME}" in out.stdout
     out = run("check", "--config", str(claude))
     assert out.returncode == 0, out.stdout + out.stderr
 
@@ -168,10 +198,10 @@ def test_check_tools_import_and_errors(tmp_path, git_repo):
 
 def test_terminal_user_gets_a_greeting(tmp_path):
     import pty
+
     config = write_config(tmp_path, fake("a"))
     leader, follower = pty.openpty()
-    process = subprocess.Popen(proxy_argv(config), stdin=follower, stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE)
+    process = subprocess.Popen(proxy_argv(config), stdin=follower, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     os.close(follower)
     try:
         deadline = time.monotonic() + 20
@@ -210,9 +240,17 @@ def test_children_get_no_secrets_and_requests_spawn_nothing(tmp_path, monkeypatc
     proxy = RawProxy(config)
     marker = tmp_path / "spawned"
     try:
-        proxy.request(1, "initialize", {"protocolVersion": "2025-11-25", "capabilities": {},
-                                        "clientInfo": {"name": "raw", "version": "0"},
-                                        "command": f"touch {marker}", "args": ["x"]})
+        proxy.request(
+            1,
+            "initialize",
+            {
+                "protocolVersion": "2025-11-25",
+                "capabilities": {},
+                "clientInfo": {"name": "raw", "version": "0"},
+                "command": f"touch {marker}",
+                "args": ["x"],
+            },
+        )
         keys = json.loads(proxy.request(2, "tools/call", {"name": "a__env"})["result"]["content"][0]["text"])
         assert "CONFIGURED" in keys and "PATH" in keys and "AGG_TEST_SECRET_TOKEN" not in keys
         before = children_of(proxy.process.pid)
@@ -227,14 +265,19 @@ def test_children_get_no_secrets_and_requests_spawn_nothing(tmp_path, monkeypatc
 
 def test_sigterm_drains_what_is_in_flight(tmp_path):
     import signal
+
     marker = f"AGG_TEST_{uuid.uuid4().hex}"
     env = f'{{ MARKER = "{marker}" }}'
     config = write_config(tmp_path, fake("a", env=env) + fake("b", env=env), drain_timeout=3.0)
     proxy = RawProxy(config)
-    proxy.request(1, "initialize", {"protocolVersion": "2025-11-25", "capabilities": {},
-                                    "clientInfo": {"name": "raw", "version": "0"}})
-    proxy.send(b'{"jsonrpc":"2.0","id":"slow","method":"tools/call","params":{"name":"a__slow",'
-               b'"arguments":{"seconds":1.5}}}\n')
+    proxy.request(
+        1,
+        "initialize",
+        {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "raw", "version": "0"}},
+    )
+    proxy.send(
+        b'{"jsonrpc":"2.0","id":"slow","method":"tools/call","params":{"name":"a__slow","arguments":{"seconds":1.5}}}\n'
+    )
     proxy.send(b'{"jsonrpc":"2.0","id":"hang","method":"tools/call","params":{"name":"b__hang"}}\n')
     time.sleep(0.3)
     started = time.monotonic()
@@ -258,17 +301,37 @@ def test_end_of_input_finishes_what_was_received(tmp_path, git_repo):
     every request it received before the end of its input, then exits."""
     config = write_config(tmp_path, time_and_git(git_repo) + fake("slow"), startup_timeout=20.0)
     lines = [
-        {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-            "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "printf", "version": "0"}}},
+        {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "initialize",
+            "params": {
+                "protocolVersion": "2025-11-25",
+                "capabilities": {},
+                "clientInfo": {"name": "printf", "version": "0"},
+            },
+        },
         {"jsonrpc": "2.0", "method": "notifications/initialized"},
-        {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
-            "name": "time__get_current_time", "arguments": {"timezone": "UTC"}}},
-        {"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {
-            "name": "slow__slow", "arguments": {"seconds": 1}}},
+        {
+            "jsonrpc": "2.0",
+            "id": 2,
+            "method": "tools/call",
+            "params": {"name": "time__get_current_time", "arguments": {"timezone": "UTC"}},
+        },
+        {
+            "jsonrpc": "2.0",
+            "id": 3,
+            "method": "tools/call",
+            "params": {"name": "slow__slow", "arguments": {"seconds": 1}},
+        },
     ]
     started = time.monotonic()
-    done = subprocess.run(proxy_argv(config), input="".join(json.dumps(line) + "\n" for line in lines).encode(),
-                          capture_output=True, timeout=60)
+    done = subprocess.run(
+        proxy_argv(config),
+        input="".join(json.dumps(line) + "\n" for line in lines).encode(),
+        capture_output=True,
+        timeout=60,
+    )
     assert done.returncode == 0, done.stderr.decode()[-2000:]
     answers = {message["id"]: message for message in map(json.loads, done.stdout.splitlines()) if "id" in message}
     assert sorted(answers) == [1, 2, 3], done.stdout.decode()[-2000:]

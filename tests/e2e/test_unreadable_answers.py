@@ -28,11 +28,15 @@ INIT = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"nam
 # (id, the request's text): past orjson's 1,024 levels and Python's stack; the id before
 # the deep part, after it, and before a part never closed.
 DEEP_REQUESTS = [
-    (7, '{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"a__echo","arguments":'
-     + deep(1030) + "}}"),
+    (7, '{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"a__echo","arguments":' + deep(1030) + "}}"),
     (8, '{"jsonrpc":"2.0","params":{"x":' + deep(1100) + '},"id":8,"method":"ping"}'),
-    ("nine", '{"jsonrpc":"2.0","id":"nine","method":"tools/call","params":{"name":"a__echo","arguments":{"x":'
-     + "[" * 5000 + "]" * 5000 + "}}}"),
+    (
+        "nine",
+        '{"jsonrpc":"2.0","id":"nine","method":"tools/call","params":{"name":"a__echo","arguments":{"x":'
+        + "[" * 5000
+        + "]" * 5000
+        + "}}}",
+    ),
     (10, '{"jsonrpc":"2.0","id":10,"method":"ping","params":' + "[" * 100_000),
 ]
 
@@ -69,8 +73,9 @@ def test_over_http_and_websocket_too(tmp_path):
 
         async def over_websocket() -> None:
             with trio.fail_after(30):
-                async with trio_websocket.open_websocket_url(f"ws://127.0.0.1:{ws_port}/mcp",
-                                                             subprotocols=["mcp"]) as socket:
+                async with trio_websocket.open_websocket_url(
+                    f"ws://127.0.0.1:{ws_port}/mcp", subprotocols=["mcp"]
+                ) as socket:
                     request = websocket_requester(socket)
                     assert "result" in await request(1, "initialize", INIT)
                     for id, text in DEEP_REQUESTS:
@@ -122,11 +127,16 @@ def call_hostile(tmp_path, tool: str, **proxy_settings) -> tuple[dict, float, st
     """Call one tool of a ``Hostile`` server through the proxy over stdio; then check that
     the server still answers and the proxy exits cleanly. The answer, its time, the log."""
     hostile = Hostile()
-    config = write_config(tmp_path, f'''
+    config = write_config(
+        tmp_path,
+        f"""
 [servers.e]
 url = "http://127.0.0.1:{hostile.port}/mcp"
 request_timeout = {REQUEST_TIMEOUT}
-''', startup_timeout=10.0, **proxy_settings)
+""",
+        startup_timeout=10.0,
+        **proxy_settings,
+    )
     proxy = RawProxy(config)
     try:
         assert "result" in proxy.request(1, "initialize", INIT)
@@ -142,10 +152,17 @@ request_timeout = {REQUEST_TIMEOUT}
     return answer, took, log
 
 
-@pytest.mark.parametrize(("tool", "reason"), [
-    ("garbage", "malformed"), ("array", "malformed"), ("deep_json", "too_large"), ("late_id", "too_large"),
-    ("open_sse", "too_large"), ("garbage_sse", "malformed"),
-])
+@pytest.mark.parametrize(
+    ("tool", "reason"),
+    [
+        ("garbage", "malformed"),
+        ("array", "malformed"),
+        ("deep_json", "too_large"),
+        ("late_id", "too_large"),
+        ("open_sse", "too_large"),
+        ("garbage_sse", "malformed"),
+    ],
+)
 def test_an_http_server_answer_no_parser_reads_fails_its_call_at_once(tmp_path, tool, reason):
     answer, took, log = call_hostile(tmp_path, tool)
     check_failed_at_once(answer, took, 2, reason, "e")

@@ -60,8 +60,11 @@ class Recorder:
                     session = uuid.uuid4().hex
                     recorder.sessions.add(session)
                     extra["mcp-session-id"] = session
-                    result = {"protocolVersion": "2025-11-25", "capabilities": {"tools": {}},
-                              "serverInfo": {"name": "recorder", "version": "1"}}
+                    result = {
+                        "protocolVersion": "2025-11-25",
+                        "capabilities": {"tools": {}},
+                        "serverInfo": {"name": "recorder", "version": "1"},
+                    }
                 elif headers.get("mcp-session-id") not in recorder.sessions:
                     self.send_response(404)
                     self.send_header("content-length", "0")
@@ -102,19 +105,26 @@ def recorder():
 
 
 def test_client_credentials_never_reach_the_upstream(tmp_path, recorder):
-    config = write_config(tmp_path, f'''
+    config = write_config(
+        tmp_path,
+        f'''
 [servers.up]
 url = "http://127.0.0.1:{recorder.port}/mcp"
 headers = {{ Authorization = "Bearer the-upstream-own-secret" }}
 
 [http]
 auth_tokens = ["{TOKEN}"]
-''', startup_timeout=10.0)
+''',
+        startup_timeout=10.0,
+    )
     with http_proxy(config) as (port, log):
         client = {"authorization": f"Bearer {TOKEN}", "cookie": "sid=client-cookie"}
         session = initialize(port, client)
-        status, _, body = post(port, {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
-            "name": "up__whoami", "arguments": {}}}, {**client, "mcp-session-id": session})
+        status, _, body = post(
+            port,
+            {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "up__whoami", "arguments": {}}},
+            {**client, "mcp-session-id": session},
+        )
         assert status == 200 and json.loads(body)["result"]["content"][0]["text"] == "ok"
     posts = [headers for method, headers, _ in recorder.requests if method == "POST"]
     assert posts and all(h["authorization"] == "Bearer the-upstream-own-secret" for h in posts)
@@ -128,11 +138,15 @@ def test_redirects_are_not_followed(tmp_path):
     target = Recorder()
     redirecting = Recorder(redirect_to=target.port)
     try:
-        config = write_config(tmp_path, f'''
+        config = write_config(
+            tmp_path,
+            f"""
 [servers.up]
 url = "http://127.0.0.1:{redirecting.port}/mcp"
 headers = {{ Authorization = "Bearer do-not-leak" }}
-''', startup_timeout=3.0)
+""",
+            startup_timeout=3.0,
+        )
         with http_proxy(config) as (port, log):
             initialize(port)
         assert redirecting.requests and not target.requests
@@ -143,10 +157,16 @@ headers = {{ Authorization = "Bearer do-not-leak" }}
 
 
 def test_a_forgotten_session_is_started_again(tmp_path, recorder):
-    config = write_config(tmp_path, f'''
+    config = write_config(
+        tmp_path,
+        f"""
 [servers.up]
 url = "http://127.0.0.1:{recorder.port}/mcp"
-''', startup_timeout=10.0, restart_backoff_initial=0.05, restart_backoff_max=0.1)
+""",
+        startup_timeout=10.0,
+        restart_backoff_initial=0.05,
+        restart_backoff_max=0.1,
+    )
     with http_proxy(config) as (port, _):
         session = initialize(port)
         call = {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "up__whoami"}}

@@ -56,7 +56,9 @@ DENIED_REFS = [
 
 
 def config_for(tmp_path, everything_js):
-    return write_config(tmp_path, f'''
+    return write_config(
+        tmp_path,
+        f'''
 [servers.everything]
 command = "node"
 args = ["{everything_js}", "stdio"]
@@ -64,7 +66,9 @@ args = ["{everything_js}", "stdio"]
 deny = ["DEMO://resource/static/document/architecture.md"]
 [servers.everything.templates]
 deny = ["demo://resource/dynamic/blob/*"]
-''', startup_timeout=20.0)
+''',
+        startup_timeout=20.0,
+    )
 
 
 async def refused(call) -> MCPError:
@@ -84,11 +88,14 @@ def test_denied_spellings_are_refused_and_allowed_ones_work(tmp_path, everything
         logs.append(params)
 
     async def main():
-        params = StdioServerParameters(command=sys.executable, args=[
-            "-m", "aggregator", "serve", "--stdio", "--config", str(config)])
+        params = StdioServerParameters(
+            command=sys.executable, args=["-m", "aggregator", "serve", "--stdio", "--config", str(config)]
+        )
         with anyio.fail_after(90):
-            async with stdio_client(params) as (read, write), ClientSession(
-                    read, write, logging_callback=on_log) as session:
+            async with (
+                stdio_client(params) as (read, write),
+                ClientSession(read, write, logging_callback=on_log) as session,
+            ):
                 await session.initialize()
                 # server-everything logs every subscribe it receives: the witness that a
                 # denied one never reached it.
@@ -104,9 +111,12 @@ def test_denied_spellings_are_refused_and_allowed_ones_work(tmp_path, everything
                     await refused(lambda uri=uri: session.read_resource(uri))
                     await refused(lambda uri=uri: session.subscribe_resource(uri))
                 for ref in DENIED_REFS:
-                    await refused(lambda ref=ref: session.complete(
-                        t.ResourceTemplateReference(type="ref/resource", uri=ref),
-                        {"name": "resourceId", "value": "1"}))
+                    await refused(
+                        lambda ref=ref: session.complete(
+                            t.ResourceTemplateReference(type="ref/resource", uri=ref),
+                            {"name": "resourceId", "value": "1"},
+                        )
+                    )
 
                 # Allowed URIs work in any spelling; the server gets one spelling.
                 read = await session.read_resource("EVERYTHING+DEMO://resource/static/document/%66eatures.md")
@@ -116,9 +126,11 @@ def test_denied_spellings_are_refused_and_allowed_ones_work(tmp_path, everything
                 read = await session.read_resource("everything+demo://resource/dynamic/blob/../text/2")
                 assert "Resource 2" in read.contents[0].text
                 completion = await session.complete(
-                    t.ResourceTemplateReference(type="ref/resource",
-                                                uri="EVERYTHING+DEMO://resource/dynamic/text/{resourceId}"),
-                    {"name": "resourceId", "value": "3"})
+                    t.ResourceTemplateReference(
+                        type="ref/resource", uri="EVERYTHING+DEMO://resource/dynamic/text/{resourceId}"
+                    ),
+                    {"name": "resourceId", "value": "3"},
+                )
                 assert completion.completion.values == ["3"]
                 await session.subscribe_resource("EVERYTHING+Demo://resource/dynamic/%74ext/7")
                 with anyio.fail_after(15):

@@ -25,17 +25,23 @@ class Hostile:
         "array": ("application/json", b"[1,2,3]"),
         "deep_json": ("application/json", ('{"jsonrpc":"2.0","id":%,"result":{"x":' + deep(1100) + "}}").encode()),
         # The id comes after 100 KB no parser reads: no scan of the text finds it.
-        "late_id": ("application/json", ('{"jsonrpc":"2.0","result":{"x":' + "[" * 50_000 + "]" * 50_000
-                                         + '},"id":%}').encode()),
-        "open_sse": ("text/event-stream", b'event: message\ndata: {"jsonrpc":"2.0","id":%,"result":{"x":'
-                     + b"[" * 100_000 + b"\n\n"),
+        "late_id": (
+            "application/json",
+            ('{"jsonrpc":"2.0","result":{"x":' + "[" * 50_000 + "]" * 50_000 + '},"id":%}').encode(),
+        ),
+        "open_sse": (
+            "text/event-stream",
+            b'event: message\ndata: {"jsonrpc":"2.0","id":%,"result":{"x":' + b"[" * 100_000 + b"\n\n",
+        ),
         "garbage_sse": ("text/event-stream", b"event: message\ndata: {\xff\xfe not json\n\n"),
         # The server could not read what it was sent, and says so without an id.
         "null_id": ("application/json", b'{"jsonrpc":"2.0","id":null,"error":{"code":-32700,"message":"Parse error"}}'),
         # More than the max_message_bytes of the test that calls it (64 KiB).
         "huge": ("application/json", b'{"jsonrpc":"2.0","id":%,"result":{"x":"' + b"y" * 200_000 + b'"}}'),
-        "huge_sse": ("text/event-stream", b'data: {"jsonrpc":"2.0","id":%,"result":{"x":"' + b"y" * 200_000
-                     + b'"}}\n\n'),
+        "huge_sse": (
+            "text/event-stream",
+            b'data: {"jsonrpc":"2.0","id":%,"result":{"x":"' + b"y" * 200_000 + b'"}}\n\n',
+        ),
     }
 
     def __init__(self) -> None:
@@ -67,11 +73,13 @@ class Hostile:
                     return self.reply(202)
                 id, method = message["id"], message.get("method")
                 if method == "initialize":
-                    result = {"protocolVersion": message["params"]["protocolVersion"],
-                              "capabilities": {"tools": {}}, "serverInfo": {"name": "hostile", "version": "1"}}
+                    result = {
+                        "protocolVersion": message["params"]["protocolVersion"],
+                        "capabilities": {"tools": {}},
+                        "serverInfo": {"name": "hostile", "version": "1"},
+                    }
                 elif method == "tools/list":
-                    result = {"tools": [{"name": name, "inputSchema": {"type": "object"}}
-                                        for name in [*answers, "ok"]]}
+                    result = {"tools": [{"name": name, "inputSchema": {"type": "object"}} for name in [*answers, "ok"]]}
                 elif method == "tools/call" and message["params"]["name"] in answers:
                     kind, body = answers[message["params"]["name"]]
                     return self.reply(200, body.replace(b"%", json.dumps(id).encode()), kind)

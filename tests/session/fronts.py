@@ -31,17 +31,26 @@ class Fronts:
     ws_port: int
 
     def headers(self, **extra: str) -> dict[str, str]:
-        base = {"host": f"127.0.0.1:{self.http_port}", "content-type": "application/json",
-                "accept": "application/json, text/event-stream"}
+        base = {
+            "host": f"127.0.0.1:{self.http_port}",
+            "content-type": "application/json",
+            "accept": "application/json, text/event-stream",
+        }
         base.update({key.replace("_", "-"): value for key, value in extra.items()})
         return base
 
     async def connect(self) -> trio.SocketStream:
         return await trio.open_tcp_stream("127.0.0.1", self.http_port)
 
-    async def send(self, stream: trio.abc.Stream, method: str, path: str = "/mcp",
-                   headers: dict[str, str] | list[tuple[str, str]] | None = None, body: Any = b"",
-                   reader: ResponseReader | None = None) -> Response:
+    async def send(
+        self,
+        stream: trio.abc.Stream,
+        method: str,
+        path: str = "/mcp",
+        headers: dict[str, str] | list[tuple[str, str]] | None = None,
+        body: Any = b"",
+        reader: ResponseReader | None = None,
+    ) -> Response:
         """One request on an open connection; its response (the head only, for a stream)."""
         data = body if isinstance(body, bytes) else json.dumps(body).encode()
         await stream.send_all(request_bytes(method, path, self.headers() if headers is None else headers, data))
@@ -62,8 +71,9 @@ class Fronts:
         return response.headers["mcp-session-id"]
 
     async def ping(self, session: str, id: Any = 2) -> dict[str, Any]:
-        response = await self.request("POST", headers=self.headers(mcp_session_id=session),
-                                      body={"jsonrpc": "2.0", "id": id, "method": "ping"})
+        response = await self.request(
+            "POST", headers=self.headers(mcp_session_id=session), body={"jsonrpc": "2.0", "id": id, "method": "ping"}
+        )
         assert response.status == 200, response
         return json.loads(response.body)
 
@@ -77,11 +87,14 @@ class Fronts:
 async def running_fronts(modes: list[str] | None = None, **http: Any):
     """Hub + HTTP + WebSocket endpoints with one fake server ``a``; ``http`` sets [http] keys."""
     upstreams = FakeUpstreams({"a": modes or []})
-    config = structure_config({
-        "proxy": {"startup_timeout": 5.0},
-        "http": http,
-        "servers": {"a": {"command": "fake", "init_timeout": 2.0}},
-    }, environ={})
+    config = structure_config(
+        {
+            "proxy": {"startup_timeout": 5.0},
+            "http": http,
+            "servers": {"a": {"command": "fake", "init_timeout": 2.0}},
+        },
+        environ={},
+    )
     hub = Hub(config, connector=upstreams)
     async with trio.open_nursery() as nursery:
         await nursery.start(hub.run)
@@ -149,5 +162,5 @@ class EventStream:
                 return
             if len(self.raw) < end + 2 + size + 2:
                 return
-            self.text += self.raw[end + 2:end + 2 + size]
-            del self.raw[:end + 2 + size + 2]
+            self.text += self.raw[end + 2 : end + 2 + size]
+            del self.raw[: end + 2 + size + 2]

@@ -58,17 +58,32 @@ class FakeUpstreams:
         while True:
             await trio.sleep(0.5)
             sent += 1
-            await stream.send_all(dumps({"jsonrpc": "2.0", "method": "notifications/progress", "params": {
-                "progressToken": token, "progress": sent}}) + b"\n")
+            await stream.send_all(
+                dumps(
+                    {
+                        "jsonrpc": "2.0",
+                        "method": "notifications/progress",
+                        "params": {"progressToken": token, "progress": sent},
+                    }
+                )
+                + b"\n"
+            )
 
 
-def make_config(servers: dict[str, list[str]], server_settings: dict[str, Any] | None = None,
-                plugins: list[dict[str, Any]] | None = None, **proxy: Any):
-    return structure_config({
-        "proxy": {"startup_timeout": 5.0, **proxy},
-        "plugins": plugins or [],
-        "servers": {name: {"command": "fake", "init_timeout": 2.0, **(server_settings or {})} for name in servers},
-    }, environ={})
+def make_config(
+    servers: dict[str, list[str]],
+    server_settings: dict[str, Any] | None = None,
+    plugins: list[dict[str, Any]] | None = None,
+    **proxy: Any,
+):
+    return structure_config(
+        {
+            "proxy": {"startup_timeout": 5.0, **proxy},
+            "plugins": plugins or [],
+            "servers": {name: {"command": "fake", "init_timeout": 2.0, **(server_settings or {})} for name in servers},
+        },
+        environ={},
+    )
 
 
 class Client:
@@ -112,9 +127,14 @@ class Client:
         return await self.response(id)
 
     async def initialize(self, capabilities: dict[str, Any] | None = None) -> dict[str, Any]:
-        answer = await self.request("initialize", {
-            "protocolVersion": "2025-06-18", "capabilities": capabilities or {},
-            "clientInfo": {"name": "test", "version": "0"}})
+        answer = await self.request(
+            "initialize",
+            {
+                "protocolVersion": "2025-06-18",
+                "capabilities": capabilities or {},
+                "clientInfo": {"name": "test", "version": "0"},
+            },
+        )
         await self.send({"method": "notifications/initialized"})
         return answer["result"]
 
@@ -141,8 +161,12 @@ class Proxy:
         return Client(ours)
 
 
-def running_proxy(servers: dict[str, list[str]], server_settings: dict[str, Any] | None = None,
-                  plugins: list[dict[str, Any]] | None = None, **proxy: Any):
+def running_proxy(
+    servers: dict[str, list[str]],
+    server_settings: dict[str, Any] | None = None,
+    plugins: list[dict[str, Any]] | None = None,
+    **proxy: Any,
+):
     """An async context manager yielding a Proxy with the given fake servers."""
     from contextlib import asynccontextmanager
 

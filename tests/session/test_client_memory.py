@@ -60,8 +60,9 @@ def test_a_released_client_counts_nowhere_after():
 async def test_past_the_total_budget_stalled_clients_are_dropped_and_a_reader_goes_on(autojump_clock):
     # Each client may hold 1 MiB; all together only 200 kB. Three clients stop reading
     # while a server broadcasts about 330 kB of log lines to everyone.
-    async with running_proxy(BROADCASTING, client_buffer_bytes=1 << 20, total_client_buffer_bytes=TOTAL,
-                             client_write_timeout=600.0) as proxy:
+    async with running_proxy(
+        BROADCASTING, client_buffer_bytes=1 << 20, total_client_buffer_bytes=TOTAL, client_write_timeout=600.0
+    ) as proxy:
         memory = proxy.hub.client_memory
         reader = await proxy.connect()
         await reader.initialize()
@@ -69,8 +70,9 @@ async def test_past_the_total_budget_stalled_clients_are_dropped_and_a_reader_go
         reader_key = max(proxy.hub.clients)
         stalled = [await _stalled(proxy) for _ in range(3)]
         # The second one is about to receive a 50 kB answer more than the others.
-        await stalled[1][0].send({"id": "e", "method": "tools/call", "params": {
-            "name": "a__echo", "arguments": {"pad": "x" * 50_000}}})
+        await stalled[1][0].send(
+            {"id": "e", "method": "tools/call", "params": {"name": "a__echo", "arguments": {"pad": "x" * 50_000}}}
+        )
         with trio.fail_after(5):
             while memory.total < 50_000:  # noqa: ASYNC110 - polls a state, bounded above
                 await trio.sleep(0.01)
@@ -83,8 +85,9 @@ async def test_past_the_total_budget_stalled_clients_are_dropped_and_a_reader_go
                 await trio.sleep(0.001)
 
         proxy.nursery.start_soon(watch)
-        await reader.send({"id": 9, "method": "tools/call", "params": {
-            "name": "a__flood", "arguments": {"count": 3000, "size": 10}}})
+        await reader.send(
+            {"id": 9, "method": "tools/call", "params": {"name": "a__flood", "arguments": {"count": 3000, "size": 10}}}
+        )
         with trio.fail_after(30):
             answer = await reader.response(9)
         assert answer["result"]["content"][0]["text"] == "flooded"
@@ -114,24 +117,30 @@ async def test_past_the_total_budget_stalled_clients_are_dropped_and_a_reader_go
 
 
 async def test_which_client_was_dropped_first(autojump_clock, caplog):
-    async with running_proxy(BROADCASTING, client_buffer_bytes=1 << 20, total_client_buffer_bytes=TOTAL,
-                             client_write_timeout=600.0) as proxy:
+    async with running_proxy(
+        BROADCASTING, client_buffer_bytes=1 << 20, total_client_buffer_bytes=TOTAL, client_write_timeout=600.0
+    ) as proxy:
         reader = await proxy.connect()
         await reader.initialize()
         await reader.request("logging/setLevel", {"level": "info"})
         stalled = [await _stalled(proxy) for _ in range(3)]
-        await stalled[1][0].send({"id": "e", "method": "tools/call", "params": {
-            "name": "a__echo", "arguments": {"pad": "x" * 50_000}}})
+        await stalled[1][0].send(
+            {"id": "e", "method": "tools/call", "params": {"name": "a__echo", "arguments": {"pad": "x" * 50_000}}}
+        )
         with trio.fail_after(5):
             while proxy.hub.client_memory.total < 50_000:  # noqa: ASYNC110 - bounded above
                 await trio.sleep(0.01)
-        await reader.send({"id": 9, "method": "tools/call", "params": {
-            "name": "a__flood", "arguments": {"count": 3000, "size": 10}}})
+        await reader.send(
+            {"id": 9, "method": "tools/call", "params": {"name": "a__flood", "arguments": {"count": 3000, "size": 10}}}
+        )
         with trio.fail_after(30):
             await reader.response(9)
             await trio.sleep(1)  # the stalled ones have now read nothing for long enough
     drops = [r.getMessage() for r in caplog.records if "dropped:" in r.getMessage()]
     assert len(drops) == 3, drops
-    assert f"client session {stalled[1][1]} dropped: all clients together hold more than {TOTAL} bytes; it" \
-           " holds " in drops[0] and "has read nothing for" in drops[0], drops
+    assert (
+        f"client session {stalled[1][1]} dropped: all clients together hold more than {TOTAL} bytes; it holds "
+        in drops[0]
+        and "has read nothing for" in drops[0]
+    ), drops
     assert all(r.levelname == "ERROR" for r in caplog.records if "dropped:" in r.getMessage())

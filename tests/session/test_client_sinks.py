@@ -40,10 +40,15 @@ def test_the_method_list_is_the_protocol():
 
 async def test_sinks_built_as_the_fronts_build_them_are_client_sinks():
     ours, _theirs = trio.testing.memory_stream_pair()
-    hub = SimpleNamespace(config=SimpleNamespace(proxy=SimpleNamespace(client_buffer_bytes=1000)),
-                          client_memory=ClientMemory())
-    sinks = [Outbox(ours, limit=1000, name="stdio"), HttpSession(SimpleNamespace(hub=hub), "s", None),
-             LegacySession("l", None, 1000), WebSocketSink(1000)]
+    hub = SimpleNamespace(
+        config=SimpleNamespace(proxy=SimpleNamespace(client_buffer_bytes=1000)), client_memory=ClientMemory()
+    )
+    sinks = [
+        Outbox(ours, limit=1000, name="stdio"),
+        HttpSession(SimpleNamespace(hub=hub), "s", None),
+        LegacySession("l", None, 1000),
+        WebSocketSink(1000),
+    ]
     for sink in sinks:
         assert isinstance(sink, ClientSink), type(sink).__name__
         assert sink.held == 0 and sink.dirty is False and not sink.blocked()
@@ -73,12 +78,19 @@ async def test_dispatch_queues_messages_for_the_client_and_the_server(autojump_c
         client = await proxy.connect()
         await client.initialize()
         [key] = proxy.hub.clients
-        proxy.hub.dispatch_now([ToClient(key, {"jsonrpc": "2.0", "method": "notifications/message",
-                                               "params": {"level": "info", "data": "hello"}})])
+        proxy.hub.dispatch_now(
+            [
+                ToClient(
+                    key,
+                    {"jsonrpc": "2.0", "method": "notifications/message", "params": {"level": "info", "data": "hello"}},
+                )
+            ]
+        )
         notice = await client.receive()
         assert notice["params"]["data"] == "hello"
-        proxy.hub.dispatch_now([ToServer("a", {"jsonrpc": "2.0", "id": "own-1", "method": "ping"}),
-                                Refresh("a", "tools")])
+        proxy.hub.dispatch_now(
+            [ToServer("a", {"jsonrpc": "2.0", "id": "own-1", "method": "ping"}), Refresh("a", "tools")]
+        )
         with trio.fail_after(5):
             while b'"own-1"' not in record.read_bytes():  # noqa: ASYNC110 - a file has no event to wait on
                 await trio.sleep(0.01)

@@ -110,10 +110,18 @@ async def test_a_request_h11_refuses_gets_the_status_h11_suggests_and_says_why()
     async with running_fronts(max_header_bytes=4096) as fronts:
         head = b"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\n"
         cases = [  # (what, raw request, status, words its body must hold)
-            ("a transfer coding h11 does not implement", head + b"Transfer-Encoding: gzip\r\n\r\n", 501,
-             "Transfer-Encoding"),
-            ("Transfer-Encoding twice", head + b"Transfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n",
-             501, "Transfer-Encoding"),
+            (
+                "a transfer coding h11 does not implement",
+                head + b"Transfer-Encoding: gzip\r\n\r\n",
+                501,
+                "Transfer-Encoding",
+            ),
+            (
+                "Transfer-Encoding twice",
+                head + b"Transfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n",
+                501,
+                "Transfer-Encoding",
+            ),
             ("headers that never end within the limit", head + b"X-Big: " + b"y" * 8000, 431, "headers too large"),
             ("not HTTP", b"NOT HTTP AT ALL\r\n\r\n", 400, "malformed"),
         ]
@@ -204,6 +212,7 @@ async def test_a_fault_in_one_http_request_ends_only_its_connection(monkeypatch,
 
 async def test_a_fault_in_one_legacy_sse_stream_ends_only_that_session(monkeypatch, caplog):
     async with running_fronts() as fronts:
+
         async def open_legacy():
             stream = await fronts.connect()
             response = await fronts.send(stream, "GET", "/sse", headers=fronts.headers(accept="text/event-stream"))
@@ -284,11 +293,14 @@ async def test_a_fault_in_one_websocket_session_ends_only_its_connection(monkeyp
 async def test_a_hostile_websocket_handshake_is_a_400_not_a_crash(caplog):
     async with running_fronts() as fronts:
         from tests.rawhttp import ResponseReader as Reader
+
         for host in (b"\xb2", b"\xff\xfe", "l\u00f3calhost".encode()):
             stream = await trio.open_tcp_stream("127.0.0.1", fronts.ws_port)
-            await stream.send_all(b"GET /mcp HTTP/1.1\r\nHost: " + host + b"\r\nUpgrade: websocket\r\n"
-                                  b"Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
-                                  b"Sec-WebSocket-Version: 13\r\n\r\n")
+            await stream.send_all(
+                b"GET /mcp HTTP/1.1\r\nHost: " + host + b"\r\nUpgrade: websocket\r\n"
+                b"Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+                b"Sec-WebSocket-Version: 13\r\n\r\n"
+            )
             with trio.fail_after(5):
                 response = await read_response_async(stream, Reader())
             assert 400 <= response.status < 500, (host, response)
@@ -315,8 +327,13 @@ async def test_a_websocket_handshake_passes_the_host_check_with_the_host_it_sent
         ]
         for what, host, status in cases:
             stream = await trio.open_tcp_stream("127.0.0.1", fronts.ws_port)
-            await stream.send_all(b"GET /mcp HTTP/1.1\r\n" + host + b"Upgrade: websocket\r\nConnection: Upgrade\r\n"
-                                  + key + b"Sec-WebSocket-Version: 13\r\n\r\n")
+            await stream.send_all(
+                b"GET /mcp HTTP/1.1\r\n"
+                + host
+                + b"Upgrade: websocket\r\nConnection: Upgrade\r\n"
+                + key
+                + b"Sec-WebSocket-Version: 13\r\n\r\n"
+            )
             with trio.fail_after(5):
                 response = await read_response_async(stream, ResponseReader())
             await stream.aclose()
@@ -379,8 +396,11 @@ async def test_a_body_that_drips_gets_408_at_the_total_body_timeout():
     async with running_fronts(body_timeout=0.5) as fronts:
         session = await fronts.initialize()
         stream = await fronts.connect()
-        await stream.send_all(request_bytes("POST", "/mcp", fronts.headers(mcp_session_id=session), b"")
-                              .replace(b"content-length: 0", b"content-length: 1000"))
+        await stream.send_all(
+            request_bytes("POST", "/mcp", fronts.headers(mcp_session_id=session), b"").replace(
+                b"content-length: 0", b"content-length: 1000"
+            )
+        )
         took, received = await drip_until_closed(stream, 5)
         assert 0.4 < took < 3.0, took
         reader = ResponseReader()
@@ -497,8 +517,9 @@ async def test_delete_finishes_every_open_post_of_the_session_at_once():
         hang = await fronts.connect()
         await hang.send_all(request_bytes("POST", "/mcp", with_session, json.dumps(call(11, "a__hang")).encode()))
         progress = await fronts.connect()
-        response = await fronts.send(progress, "POST", headers=with_session,
-                                     body=call(12, "a__progress_forever", meta={"progressToken": "t"}))
+        response = await fronts.send(
+            progress, "POST", headers=with_session, body=call(12, "a__progress_forever", meta={"progressToken": "t"})
+        )
         events = EventStream(progress, response)
         with trio.fail_after(5):
             _, data = await events.next()
@@ -523,8 +544,12 @@ async def test_delete_finishes_every_open_post_of_the_session_at_once():
             await events.wait_closed()
             assert events.ended
         # Both calls are cancelled upstream under the ids the server knows them by.
-        await wait_until(lambda: {m["params"]["requestId"] for m in server.seen
-                                  if m.get("method") == "notifications/cancelled"} == set(calls.values()))
+        await wait_until(
+            lambda: (
+                {m["params"]["requestId"] for m in server.seen if m.get("method") == "notifications/cancelled"}
+                == set(calls.values())
+            )
+        )
         assert fronts.hub.admission.sessions == 0
         await hang.aclose()
         await progress.aclose()

@@ -18,8 +18,14 @@ def deep(levels: int):
 
 
 async def initialize_with_sampling(client):
-    answer = await client.request("initialize", {
-        "protocolVersion": "2025-06-18", "capabilities": {"sampling": {}}, "clientInfo": {"name": "t", "version": "0"}})
+    answer = await client.request(
+        "initialize",
+        {
+            "protocolVersion": "2025-06-18",
+            "capabilities": {"sampling": {}},
+            "clientInfo": {"name": "t", "version": "0"},
+        },
+    )
     await client.send({"method": "notifications/initialized"})
     return answer
 
@@ -29,9 +35,11 @@ async def test_deep_client_messages_are_refused_and_the_session_lives(autojump_c
         client = await proxy.connect()
         with trio.fail_after(10):
             await initialize_with_sampling(client)
-            for params in ({"name": "a__echo", "arguments": deep(990)},
-                           {"name": "a__echo", "arguments": {}, "_meta": deep(990)},
-                           {"name": "a__echo", "arguments": {"under": deep(200)}}):
+            for params in (
+                {"name": "a__echo", "arguments": deep(990)},
+                {"name": "a__echo", "arguments": {}, "_meta": deep(990)},
+                {"name": "a__echo", "arguments": {"under": deep(200)}},
+            ):
                 answer = await client.request("tools/call", params)
                 assert answer["error"]["code"] == -32600
                 assert answer["error"]["data"]["reason"] == "too_large"
@@ -40,8 +48,10 @@ async def test_deep_client_messages_are_refused_and_the_session_lives(autojump_c
             await client.send({"method": "notifications/cancelled", "params": {"requestId": 50, "reason": deep(990)}})
             assert "result" in await client.response(50)
             assert (await client.request("ping"))["result"] == {}
-            assert not any(m.get("params", {}).get("name") == "echo" and "_meta" in m.get("params", {})
-                           for m in proxy.upstreams.latest("a").seen)
+            assert not any(
+                m.get("params", {}).get("name") == "echo" and "_meta" in m.get("params", {})
+                for m in proxy.upstreams.latest("a").seen
+            )
 
 
 async def test_a_deep_sampling_answer_is_refused_and_the_server_told(autojump_clock):
@@ -77,16 +87,20 @@ async def test_deep_or_unreadable_upstream_answers_fail_only_their_request(autoj
             assert proxy.hub.upstreams["a"].state == "ready"
 
 
-@pytest.mark.parametrize(("field", "named"), [
-    ("serverInfo", "serverInfo must be an object, not a string"),
-    ("capabilities", "capabilities must be an object, not an array"),
-    ("protocolVersion", "protocolVersion is missing"),
-    ("tools", "capabilities.tools must be an object, not a boolean"),
-])
+@pytest.mark.parametrize(
+    ("field", "named"),
+    [
+        ("serverInfo", "serverInfo must be an object, not a string"),
+        ("capabilities", "capabilities must be an object, not an array"),
+        ("protocolVersion", "protocolVersion is missing"),
+        ("tools", "capabilities.tools must be an object, not a boolean"),
+    ],
+)
 async def test_a_malformed_initialize_result_fails_that_server_with_backoff(autojump_clock, caplog, field, named):
     caplog.set_level(logging.INFO)
-    async with running_proxy({"bad": [f"bad_init:{field}"], "ok": []}, restart_backoff_initial=0.5,
-                             restart_backoff_max=8.0) as proxy:
+    async with running_proxy(
+        {"bad": [f"bad_init:{field}"], "ok": []}, restart_backoff_initial=0.5, restart_backoff_max=8.0
+    ) as proxy:
         client = await proxy.connect()
         with trio.fail_after(120):
             await client.initialize()

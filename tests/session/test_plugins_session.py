@@ -57,8 +57,10 @@ async def test_request_response_and_answers(autojump_clock):
 
 
 async def test_rate_limit_and_example_plugin(autojump_clock):
-    plugins = [{"use": "rate-limit", "options": {"rate": 1.0, "burst": 2}},
-               {"use": "example", "options": {"blocked_words": ["secret"]}}]
+    plugins = [
+        {"use": "rate-limit", "options": {"rate": 1.0, "burst": 2}},
+        {"use": "example", "options": {"blocked_words": ["secret"]}},
+    ]
     async with running_proxy({"a": []}, plugins=plugins) as proxy:
         one, two = await proxy.connect(), await proxy.connect()
         with trio.fail_after(10):
@@ -119,10 +121,12 @@ async def test_a_waiting_request_hook_holds_up_only_its_own_request(autojump_clo
         with trio.fail_after(30):
             await client.initialize()
             started = trio.current_time()
-            await client.send({"id": "stuck", "method": "tools/call",
-                               "params": {"name": "a__echo", "arguments": {"wait": "forever"}}})
-            await client.send({"id": "slow", "method": "tools/call",
-                               "params": {"name": "b__echo", "arguments": {"wait": "a while"}}})
+            await client.send(
+                {"id": "stuck", "method": "tools/call", "params": {"name": "a__echo", "arguments": {"wait": "forever"}}}
+            )
+            await client.send(
+                {"id": "slow", "method": "tools/call", "params": {"name": "b__echo", "arguments": {"wait": "a while"}}}
+            )
             # The same session goes on at once: a ping, a list, a call to the other server.
             assert "result" in await client.request("ping")
             assert await client.list_all("tools/list", "tools")
@@ -138,8 +142,10 @@ async def test_a_waiting_request_hook_holds_up_only_its_own_request(autojump_clo
             stuck = await client.response("stuck")
             assert stuck["error"]["data"] == {"source": "aggregator", "reason": "timeout", "server": "a"}
             assert 5 <= trio.current_time() - started < 6
-            assert not any(m.get("params", {}).get("arguments", {}).get("wait") == "forever"
-                           for m in proxy.upstreams.latest("a").seen)
+            assert not any(
+                m.get("params", {}).get("arguments", {}).get("wait") == "forever"
+                for m in proxy.upstreams.latest("a").seen
+            )
 
 
 async def test_a_request_cancelled_while_its_hooks_decide_never_goes_upstream(autojump_clock):
@@ -148,8 +154,9 @@ async def test_a_request_cancelled_while_its_hooks_decide_never_goes_upstream(au
         client = await proxy.connect()
         with trio.fail_after(30):
             await client.initialize()
-            await client.send({"id": 7, "method": "tools/call",
-                               "params": {"name": "a__echo", "arguments": {"wait": "forever"}}})
+            await client.send(
+                {"id": 7, "method": "tools/call", "params": {"name": "a__echo", "arguments": {"wait": "forever"}}}
+            )
             await trio.sleep(0.1)
             await client.send({"method": "notifications/cancelled", "params": {"requestId": 7}})
             await trio.sleep(10)  # past the timeout: a cancelled request gets no answer at all
@@ -188,9 +195,11 @@ class Boom(Exception):
 async def test_load_before_serving_done_at_shutdown_even_after_an_error(autojump_clock, tmp_path):
     Lifecycle.events.clear()
     pins, audit = tmp_path / "pins.json", tmp_path / "audit.jsonl"
-    plugins = [{"use": "tests.session.test_plugins_session:Lifecycle"},
-               {"use": "pin-definitions", "options": {"path": str(pins)}},
-               {"use": "audit-log", "options": {"path": str(audit)}}]
+    plugins = [
+        {"use": "tests.session.test_plugins_session:Lifecycle"},
+        {"use": "pin-definitions", "options": {"path": str(pins)}},
+        {"use": "audit-log", "options": {"path": str(audit)}},
+    ]
     ended_by_error = False
     try:
         async with running_proxy({"a": []}, plugins=plugins) as proxy:

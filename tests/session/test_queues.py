@@ -25,8 +25,11 @@ from aggregator.websocket_endpoint import WebSocketEndpoint
 from tests.fakesrv import FakeServer
 from tests.session.harness import Client, FakeUpstreams, make_config, running_proxy
 
-NOTICE = {"jsonrpc": "2.0", "method": "notifications/message",
-          "params": {"level": "info", "logger": "a/flood", "data": "message 12345"}}
+NOTICE = {
+    "jsonrpc": "2.0",
+    "method": "notifications/message",
+    "params": {"level": "info", "logger": "a/flood", "data": "message 12345"},
+}
 
 
 # --- MessageLog ----------------------------------------------------------------------------
@@ -184,8 +187,9 @@ async def test_a_client_that_stops_reading_is_dropped_and_others_go_on(autojump_
         await slow.initialize()
         slow_key = max(proxy.hub.clients)
         await slow.send({"id": "h", "method": "tools/call", "params": {"name": "a__hang"}})
-        await slow.send({"id": "f", "method": "tools/call", "params": {
-            "name": "a__flood", "arguments": {"count": 5000}}})
+        await slow.send(
+            {"id": "f", "method": "tools/call", "params": {"name": "a__flood", "arguments": {"count": 5000}}}
+        )
         # The shared server and the other client are never held up by the slow one.
         with trio.fail_after(5):
             answer = await fast.request("tools/call", {"name": "a__echo", "arguments": {"n": 1}})
@@ -196,8 +200,10 @@ async def test_a_client_that_stops_reading_is_dropped_and_others_go_on(autojump_
         server = proxy.upstreams.latest("a")
         hang = next(m for m in server.seen if (m.get("params") or {}).get("name") == "hang")
         with trio.fail_after(5):
-            while not any(m.get("method") == "notifications/cancelled"  # noqa: ASYNC110 - bounded above
-                          and m["params"]["requestId"] == hang["id"] for m in server.seen):
+            while not any(  # noqa: ASYNC110 - bounded above
+                m.get("method") == "notifications/cancelled" and m["params"]["requestId"] == hang["id"]
+                for m in server.seen
+            ):
                 await trio.sleep(0.1)
         # Its stream was closed: the client reads what was on the way, then the end.
         with trio.fail_after(5):
@@ -227,8 +233,16 @@ class StallingServer:
                 params = message.get("params") or {}
                 if message.get("method") == "tools/call" and params.get("name") == "slow":
                     await trio.sleep(params["arguments"]["seconds"])
-                    await theirs.send_all(dumps({"jsonrpc": "2.0", "id": message["id"], "result": {
-                        "content": [{"type": "text", "text": "slept"}]}}) + b"\n")
+                    await theirs.send_all(
+                        dumps(
+                            {
+                                "jsonrpc": "2.0",
+                                "id": message["id"],
+                                "result": {"content": [{"type": "text", "text": "slept"}]},
+                            }
+                        )
+                        + b"\n"
+                    )
                     continue
                 for out in self.server.handle(line):
                     await theirs.send_all(out + b"\n")
@@ -258,11 +272,17 @@ async def stalling_proxy(**proxy_settings: Any):
 
 async def test_a_server_that_stops_reading_fails_its_calls_and_others_answer(autojump_clock):
     async with stalling_proxy(server_write_timeout=2.0) as (hub, stalling, client):
-        await client.send({"id": "slow", "method": "tools/call", "params": {
-            "name": "a__slow", "arguments": {"seconds": 30}}})
+        await client.send(
+            {"id": "slow", "method": "tools/call", "params": {"name": "a__slow", "arguments": {"seconds": 30}}}
+        )
         for index in range(3):
-            await client.send({"id": f"e{index}", "method": "tools/call", "params": {
-                "name": "a__echo", "arguments": {"text": "x" * 20000}}})
+            await client.send(
+                {
+                    "id": f"e{index}",
+                    "method": "tools/call",
+                    "params": {"name": "a__echo", "arguments": {"text": "x" * 20000}},
+                }
+            )
         # The client's reader keeps reading: ping and the other server answer at once.
         with trio.fail_after(1):
             assert (await client.request("ping"))["result"] == {}
@@ -287,8 +307,9 @@ async def test_a_server_that_stops_reading_fails_its_calls_and_others_answer(aut
 
 async def test_what_waits_for_a_server_that_does_not_read_stays_within_its_budget(autojump_clock):
     async with stalling_proxy(server_write_timeout=1000.0, server_buffer_bytes=65536) as (hub, stalling, client):
-        await client.send({"id": "slow", "method": "tools/call", "params": {
-            "name": "a__slow", "arguments": {"seconds": 30}}})
+        await client.send(
+            {"id": "slow", "method": "tools/call", "params": {"name": "a__slow", "arguments": {"seconds": 30}}}
+        )
         # A flood of roots changes is one notice to a server that has not asked for them since.
         spam = dumps({"jsonrpc": "2.0", "method": "notifications/roots/list_changed"}) + b"\n"
         for _ in range(20):
@@ -299,8 +320,13 @@ async def test_what_waits_for_a_server_that_does_not_read_stays_within_its_budge
         assert outbox.dropped == 0 and outbox.waiting < 1000
         # Requests fill it up to its budget; past it, they are refused at once (reason overloaded).
         for index in range(8):  # 8 x 20 kB: past 64 kB (and what the stalled stream took)
-            await client.send({"id": f"big{index}", "method": "tools/call", "params": {
-                "name": "a__echo", "arguments": {"text": "x" * 20000}}})
+            await client.send(
+                {
+                    "id": f"big{index}",
+                    "method": "tools/call",
+                    "params": {"name": "a__echo", "arguments": {"text": "x" * 20000}},
+                }
+            )
         await client.send({"id": "ping", "method": "ping"})
         refused = []
         with trio.fail_after(1):
@@ -319,17 +345,32 @@ def _free_port() -> int:
 
 async def test_a_websocket_client_that_stops_reading_is_dropped_and_the_server_stays_shared():
     upstreams = FakeUpstreams({"a": []})
-    config = structure_config({
-        "proxy": {"startup_timeout": 5.0, "client_write_timeout": 2.0},  # the default budget: 16 MiB
-        "servers": {"a": {"command": "fake"}},
-    }, environ={})
+    config = structure_config(
+        {
+            "proxy": {"startup_timeout": 5.0, "client_write_timeout": 2.0},  # the default budget: 16 MiB
+            "servers": {"a": {"command": "fake"}},
+        },
+        environ={},
+    )
     hub = Hub(config, connector=upstreams)
     port = _free_port()
     url = f"ws://127.0.0.1:{port}/mcp"
 
     async def initialize(socket: trio_websocket.WebSocketConnection) -> None:
-        await socket.send_message(json.dumps({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
-            "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}}))
+        await socket.send_message(
+            json.dumps(
+                {
+                    "jsonrpc": "2.0",
+                    "id": 0,
+                    "method": "initialize",
+                    "params": {
+                        "protocolVersion": "2025-06-18",
+                        "capabilities": {},
+                        "clientInfo": {"name": "t", "version": "0"},
+                    },
+                }
+            )
+        )
         assert json.loads(await socket.get_message())["id"] == 0
         await socket.send_message(json.dumps({"jsonrpc": "2.0", "method": "notifications/initialized"}))
 
@@ -341,21 +382,39 @@ async def test_a_websocket_client_that_stops_reading_is_dropped_and_the_server_s
             sock = trio.socket.socket()
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
             await sock.connect(("127.0.0.1", port))
-            slow = await trio_websocket.wrap_client_stream(nursery, trio.SocketStream(sock), "127.0.0.1", "/mcp",
-                                                           message_queue_size=1)
+            slow = await trio_websocket.wrap_client_stream(
+                nursery, trio.SocketStream(sock), "127.0.0.1", "/mcp", message_queue_size=1
+            )
             await initialize(slow)
             slow_key = max(hub.clients)
-            await slow.send_message(json.dumps({"jsonrpc": "2.0", "id": "h", "method": "tools/call",
-                                                "params": {"name": "a__hang"}}))
+            await slow.send_message(
+                json.dumps({"jsonrpc": "2.0", "id": "h", "method": "tools/call", "params": {"name": "a__hang"}})
+            )
             for index in range(20):  # 20 MB of answers
-                await slow.send_message(json.dumps({"jsonrpc": "2.0", "id": index, "method": "tools/call",
-                                                    "params": {"name": "a__echo", "arguments": {"t": "x" * 1000000}}}))
+                await slow.send_message(
+                    json.dumps(
+                        {
+                            "jsonrpc": "2.0",
+                            "id": index,
+                            "method": "tools/call",
+                            "params": {"name": "a__echo", "arguments": {"t": "x" * 1000000}},
+                        }
+                    )
+                )
             async with trio_websocket.open_websocket_url(url) as fast:
                 await initialize(fast)
                 for id in range(100, 103):
                     with trio.fail_after(5):
-                        await fast.send_message(json.dumps({"jsonrpc": "2.0", "id": id, "method": "tools/call",
-                                                            "params": {"name": "a__echo", "arguments": {"id": id}}}))
+                        await fast.send_message(
+                            json.dumps(
+                                {
+                                    "jsonrpc": "2.0",
+                                    "id": id,
+                                    "method": "tools/call",
+                                    "params": {"name": "a__echo", "arguments": {"id": id}},
+                                }
+                            )
+                        )
                         answer = json.loads(await fast.get_message())
                     assert answer["id"] == id and "result" in answer
                 with trio.fail_after(10):
@@ -364,7 +423,9 @@ async def test_a_websocket_client_that_stops_reading_is_dropped_and_the_server_s
                 server = upstreams.latest("a")
                 hang = next(m for m in server.seen if (m.get("params") or {}).get("name") == "hang")
                 with trio.fail_after(5):  # its calls are cancelled upstream
-                    while not any(m.get("method") == "notifications/cancelled"  # noqa: ASYNC110 - bounded above
-                                  and m["params"]["requestId"] == hang["id"] for m in server.seen):
+                    while not any(  # noqa: ASYNC110 - bounded above
+                        m.get("method") == "notifications/cancelled" and m["params"]["requestId"] == hang["id"]
+                        for m in server.seen
+                    ):
                         await trio.sleep(0.05)
             nursery.cancel_scope.cancel()

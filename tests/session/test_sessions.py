@@ -74,8 +74,9 @@ async def test_crash_mid_call_fails_fast_others_answer_and_it_comes_back(autojum
 
 
 async def test_exit_at_start_restarts_with_bounded_backoff(autojump_clock):
-    async with running_proxy({"dead": ["exit_at_start"], "ok": []}, restart_backoff_initial=0.5,
-                             restart_backoff_max=8.0) as proxy:
+    async with running_proxy(
+        {"dead": ["exit_at_start"], "ok": []}, restart_backoff_initial=0.5, restart_backoff_max=8.0
+    ) as proxy:
         client = await proxy.connect()
         with trio.fail_after(120):
             await client.initialize()
@@ -102,9 +103,14 @@ async def test_bad_input_then_the_next_request_works(autojump_clock):
         client = await proxy.connect()
         with trio.fail_after(10):
             await client.initialize()
-            for raw, id in [(b'{"jsonrpc":"2.0","method":\n', None), (b"[" * 100_000 + b"\n", None),
-                            (b'{"jsonrpc":"2.0","id":1,"method":"x","params":{"a":NaN}}\n', 1),
-                            (b"\xff\xfe\n", None), (b"x" * 10_000 + b"\n", None), (b"[]\n", None)]:
+            for raw, id in [
+                (b'{"jsonrpc":"2.0","method":\n', None),
+                (b"[" * 100_000 + b"\n", None),
+                (b'{"jsonrpc":"2.0","id":1,"method":"x","params":{"a":NaN}}\n', 1),
+                (b"\xff\xfe\n", None),
+                (b"x" * 10_000 + b"\n", None),
+                (b"[]\n", None),
+            ]:
                 await client.send_raw(raw)
                 error = await client.receive()
                 assert error["id"] == id and error["error"]["code"] in (-32700, -32600)
@@ -182,8 +188,11 @@ async def test_never_answers_times_out_and_is_cancelled_upstream(autojump_clock)
             await trio.sleep(0.1)
             seen = proxy.upstreams.latest("a").seen
             hang = next(m for m in seen if m.get("params", {}).get("name") == "hang")
-            assert seen[-1] == {"jsonrpc": "2.0", "method": "notifications/cancelled",
-                                "params": {"requestId": hang["id"], "reason": "timed out"}}
+            assert seen[-1] == {
+                "jsonrpc": "2.0",
+                "method": "notifications/cancelled",
+                "params": {"requestId": hang["id"], "reason": "timed out"},
+            }
 
 
 async def test_progress_forever_stops_at_the_hard_maximum(autojump_clock):
@@ -193,8 +202,13 @@ async def test_progress_forever_stops_at_the_hard_maximum(autojump_clock):
         with trio.fail_after(30):
             await client.initialize()
             start = trio.current_time()
-            await client.send({"id": 1, "method": "tools/call", "params": {
-                "name": "a__progress_forever", "_meta": {"progressToken": "p"}}})
+            await client.send(
+                {
+                    "id": 1,
+                    "method": "tools/call",
+                    "params": {"name": "a__progress_forever", "_meta": {"progressToken": "p"}},
+                }
+            )
             answer = await client.response(1)
             assert 5.0 <= trio.current_time() - start < 5.2
             assert "within 5s" in answer["error"]["message"]
@@ -211,8 +225,13 @@ async def test_a_flood_from_one_server_does_not_stall_another(autojump_clock):
         client = await proxy.connect()
         with trio.fail_after(60):
             await client.initialize()
-            await client.send({"id": "flood", "method": "tools/call", "params": {
-                "name": "noisy__flood", "arguments": {"count": 20000}}})
+            await client.send(
+                {
+                    "id": "flood",
+                    "method": "tools/call",
+                    "params": {"name": "noisy__flood", "arguments": {"count": 20000}},
+                }
+            )
             for i in range(100):
                 answer = await client.request("tools/call", {"name": "calm__echo", "arguments": {"i": i}})
                 assert answer["result"]["content"][0]["text"] == f'{{"i": {i}}}'
