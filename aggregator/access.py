@@ -51,7 +51,7 @@ class AccessPolicy:
         self._profiles = [profile for _, profile in pairs]
         self._hosts = {host.lower() for host in config.allowed_hosts}
         self._origins = {origin.lower().rstrip("/") for origin in config.allowed_origins}
-        self._endpoint = config.path
+        self.endpoint = config.path  # the MCP endpoint's path, under which profiles have theirs
         self._profile_names = frozenset(profiles or ())
 
     def refusal(self, headers: Mapping[str, str]) -> tuple[int, str, list[tuple[str, str]]] | None:
@@ -87,7 +87,7 @@ class AccessPolicy:
         name for ``/mcp/<profile>`` when that profile is configured, None for any other path.
         A query (``?...``) is ignored."""
         path = target.partition("?")[0]
-        endpoint = self._endpoint
+        endpoint = self.endpoint
         if path == endpoint:
             return ""
         if path.startswith(endpoint) and path[len(endpoint) : len(endpoint) + 1] == "/":

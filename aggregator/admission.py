@@ -1,4 +1,12 @@
-"""Who gets in: the connection cap and the session cap of the network endpoints.
+"""Who gets in: the admission path of every network front, the connection and session caps.
+
+The path a client takes in, the same on the Streamable HTTP, legacy SSE and WebSocket
+fronts: Host and Origin against their allowlists, then the bearer token
+(``check_access``); the token names a principal, and the principal and the profile the
+path names give the session's profile (``choose_profile``); ``admit`` is both steps for a
+request that also names a path. A front only turns a ``Denial`` into its own kind of
+answer (an HTTP response, a rejected WebSocket handshake). The rules themselves are the
+``AccessPolicy``'s (``aggregator.access``).
 
 One ``Admission`` per hub, shared by the Streamable HTTP, legacy SSE and WebSocket
 endpoints, so each cap is one number however a client arrives (a cap counted per
@@ -21,10 +29,63 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from aggregator.access import AccessPolicy
 
 log = logging.getLogger(__name__)
 WARN_EVERY = 10.0  # seconds
+
+
+class Admitted(NamedTuple):
+    """Who a request admitted by the access rules is, and the profile its session gets."""
+
+    principal: int | None  # which configured token it carries (None without tokens)
+    profile: str
+
+
+class Denial(NamedTuple):
+    """Why a request may not get in: an HTTP status, a reason for the client, extra headers."""
+
+    status: int
+    reason: str
+    headers: list[tuple[str, str]]
+
+
+def check_access(access: AccessPolicy, headers: Mapping[str, str]) -> Denial | None:
+    """The first step on every front, before anything else: Host (421), Origin (403), then
+    the bearer token when tokens are configured (401)."""
+    refused = access.refusal(headers)
+    return None if refused is None else Denial(*refused)
+
+
+def choose_profile(access: AccessPolicy, headers: Mapping[str, str], named: str) -> Admitted | Denial:
+    """The principal a request's token names and the profile its session gets: the one the
+    path names (``named``, "" for none), if the token (when tokens are used) gives it (else
+    403), or the token's own."""
+    principal = access.principal(headers)
+    profile = access.profile(principal)
+    if named:
+        if principal is not None and profile != named:
+            return Denial(403, f"this token does not give access to profile {named!r}", [])
+        profile = named
+    return Admitted(principal, profile)
+
+
+def admit(access: AccessPolicy, headers: Mapping[str, str], target: str) -> Admitted | Denial:
+    """The whole path for a request that opens a session on the MCP endpoint's path
+    (``target``, ``/mcp`` or ``/mcp/<profile>``): the access check, then 404 for a path
+    that names no endpoint or profile, then the profile."""
+    denial = check_access(access, headers)
+    if denial is not None:
+        return denial
+    named = access.named_profile(target)
+    if named is None:
+        return Denial(404, f"not found; the MCP endpoint is {access.endpoint}", [])
+    return choose_profile(access, headers, named)
 
 
 class Refusal(NamedTuple):

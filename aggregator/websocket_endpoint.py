@@ -236,7 +236,7 @@ def _text_frame_head(number: int, length: int) -> bytes:
 def _frame_writer(
     socket: trio_websocket.WebSocketConnection,
     progressed: Callable[[], None],
-) -> Callable[[MessageLog, Callable[[], None]], Awaitable[None]]:
+) -> Callable[[MessageLog, Callable[[], object]], Awaitable[None]]:
     """How to send every waiting message, as text frames, in one write on this connection.
 
     trio-websocket has no public call for that, so this writes under its send lock, as its
@@ -253,7 +253,7 @@ def _frame_writer(
     lock = getattr(socket, "_stream_lock", None)
     if protocol is None or stream is None or lock is None or not hasattr(protocol, "send"):
 
-        async def one_by_one(messages: MessageLog, taken: Callable[[], None]) -> None:
+        async def one_by_one(messages: MessageLog, taken: Callable[[], object]) -> None:
             batch = messages.take_all()
             taken()
             while batch:
@@ -271,7 +271,7 @@ def _frame_writer(
             and not protocol.client
         )
 
-    async def together(messages: MessageLog, taken: Callable[[], None]) -> None:
+    async def together(messages: MessageLog, taken: Callable[[], object]) -> None:
         if socket.closed is not None:
             raise trio_websocket.ConnectionClosed(socket.closed)
         if protocol.state is not ConnectionState.OPEN:  # closing

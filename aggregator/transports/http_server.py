@@ -113,7 +113,7 @@ class HttpConnection:
                         if idle and data:
                             idle = False
                             deadline = trio.current_time() + limits.header_timeout
-                        self.conn.receive_data(data)
+                        self.conn.receive_data(data)  # type: ignore[arg-type]  # h11 takes any bytes-like
                         continue
                     if started:
                         await self.respond_error(408, f"request body not complete within {limits.body_timeout:g}s")
@@ -182,7 +182,7 @@ class HttpConnection:
             buffered += len(data)
             if buffered > self.limits.max_body + self.limits.max_header:
                 await trio.sleep_forever()  # enough pipelined input held; stop reading
-            self.conn.receive_data(data)
+            self.conn.receive_data(data)  # type: ignore[arg-type]  # h11 takes any bytes-like
 
     def next_cycle(self) -> bool:
         """Prepare for the next request on this connection; False if it cannot be reused."""
@@ -274,7 +274,7 @@ class HttpConnection:
             self._write.cancel()
 
     async def send_chunk(self, data: bytes | bytearray) -> bool:
-        return await self._send(h11.Data(data=data), large=len(data) > LARGE)
+        return await self._send(h11.Data(data=data), large=len(data) > LARGE)  # type: ignore[arg-type]
 
     async def end_stream(self) -> bool:
         return await self._send(h11.EndOfMessage())

@@ -13,7 +13,8 @@ import trio.testing
 
 from aggregator.core import router as core_router
 from aggregator.core.router import Refresh, ToClient, ToServer
-from aggregator.http_endpoint import HttpSession, LegacySession
+from aggregator.http_sessions import HttpSession
+from aggregator.legacy_sse import LegacySession
 from aggregator.transports.budget import ClientMemory
 from aggregator.transports.outbox import Outbox
 from aggregator.transports.sink import ClientSink

@@ -1,0 +1,189 @@
+"""One response stream of the Streamable HTTP and legacy SSE fronts: ``MessageQueue``.
+
+A queue holds the messages for one stream (a request's answer and what belongs to it, a
+session's GET stream, a legacy session's one stream), in order, and writes them as a JSON
+response or as SSE events whose ids (``<stream>-<message number>``) let a client resume.
+Also here: running a stream while the client stays (``until_client_leaves``) and the
+write loop of an open-ended stream with keep-alive comments (``pump``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from typing import Any, Protocol
+
+import trio
+
+from aggregator.transports.budget import ClientMemory
+from aggregator.transports.buffer import MessageLog
+from aggregator.transports.http_server import HttpConnection, sse_event
+
+KEEPALIVE = 25.0  # seconds between SSE comments on an idle GET stream
+# Kept per event stream, oldest dropped first: the events already written (a client that
+# lost the connection resumes with Last-Event-ID; the last event is kept whatever its size).
+HISTORY_BYTES = 256 * 1024
+JSON = ("content-type", "application/json")
+
+
+class StreamOwner(Protocol):
+    """The session a queue belongs to: its budget and its bookkeeping of bytes held."""
+
+    waiting: int  # bytes waiting in all its streams
+    limit: int  # ... and how many may
+    over_limit: bool
+    held: int  # waiting, or being written
+    progress_at: float  # when a write to it last finished
+    memory: ClientMemory  # the budget of all clients
+
+
+class MessageQueue:
+    """Messages for one response stream, in order; the last one ends it.
+
+    Stored compactly (one ``MessageLog``): what waits, then what was written (kept for a
+    resumption). The bytes waiting count against the budget of the session that owns the
+    stream (``owner``: its ``waiting`` and ``limit``); past it the session is dropped and
+    every one of its queues is closed (``overflowed``), which ends its stream and cuts a
+    write to it in progress. What waits and what is being written also count in the
+    owner's ``held`` and the budget of all clients (``owner.memory``).
+    """
+
+    def __init__(self, owner: StreamOwner, keep: int = HISTORY_BYTES) -> None:
+        self.log = MessageLog(keep)
+        self.owner = owner
+        self.final = False
+        self.overflowed = False
+        self._lot = trio.lowlevel.ParkingLot()
+        self._writing: HttpConnection | None = None  # the connection a write of ours is on
+        # As an event stream: its id in the session (event ids are "<stream>-<message
+        # number>"), whether a client resumed it, and the request it answers.
+        self.stream_id = 0
+        self.resumed = False
+        self.request_id: Any = None
+
+    @property
+    def waiting(self) -> int:
+        """How many messages wait to be written."""
+        return self.log.last - self.log.sent
+
+    def push(self, data: bytes, final: bool = False) -> None:
+        if self.overflowed:
+            return
+        self.log.append(data)
+        owner = self.owner
+        size = len(data)
+        owner.waiting += size
+        if owner.waiting > owner.limit and owner.waiting > size:
+            owner.over_limit = True
+        if not owner.held:  # it had nothing waiting: it is not stalled yet
+            owner.progress_at = trio.current_time()
+        owner.held += size
+        memory = owner.memory
+        memory.total += size
+        self.final = self.final or final
+        self._lot.unpark_all()
+        if memory.total > memory.limit:
+            memory.exceeded()
+
+    def _written(self, size: int) -> None:
+        owner = self.owner
+        owner.held -= size
+        owner.memory.total -= size
+        owner.progress_at = trio.current_time()
+
+    async def respond(self, connection: HttpConnection, headers: list[tuple[str, str]]) -> bool:
+        """Send the next message as the whole (JSON) response."""
+        data = self.log.take()
+        self.owner.waiting -= len(data)
+        self._writing = connection
+        try:
+            return await connection.respond(200, headers, data)
+        finally:
+            self._writing = None
+            self._written(len(data))
+
+    async def send_events(self, connection: HttpConnection) -> bool:
+        """Send everything waiting as SSE events, in one chunk (built with one copy)."""
+        stream = self.stream_id
+        chunk, size = self.log.take_all_framed(
+            lambda number, _: b"id: %d-%d\nevent: message\ndata: " % (stream, number), b"\n\n"
+        )
+        self.owner.waiting -= size
+        framing = len(chunk) - size  # while it is written, the chunk costs its framing too
+        owner = self.owner
+        owner.held += framing
+        owner.memory.total += framing
+        self._writing = connection
+        try:
+            return await connection.send_chunk(chunk)
+        finally:
+            self._writing = None
+            self._written(len(chunk))
+
+    def blocked(self) -> bool:
+        """Whether a write of this stream waits for the client to read."""
+        return self._writing is not None and self._writing.blocked()
+
+    def last_progress(self) -> float:
+        """When a write of this stream last got bytes out (or its owner's, if later)."""
+        writing = self._writing
+        return self.owner.progress_at if writing is None else max(writing.progressed_at, self.owner.progress_at)
+
+    def remove_waiting(self) -> list[bytes]:
+        """What waits, taken back unwritten (a GET stream that closed hands it on)."""
+        items = self.log.remove_waiting()
+        size = sum(map(len, items))
+        self.owner.waiting -= size
+        self._written(size)
+        return items
+
+    def replay_after(self, seq: int) -> bytes:
+        return b"".join(sse_event(data, f"{self.stream_id}-{n}") for n, data in self.log.history(seq))
+
+    def close(self) -> None:
+        """The session was dropped: forget everything, end the stream (a write in progress
+        is cut: the connection closes)."""
+        if not self.overflowed:
+            size = self.log.waiting_bytes
+            self.owner.waiting -= size
+            self._written(size)
+            self.log.clear()
+            self.overflowed = True
+            if self._writing is not None:
+                self._writing.abort()
+        self._lot.unpark_all()
+
+    async def wait(self) -> None:
+        while self.log.last == self.log.sent and not self.overflowed:
+            await self._lot.park()
+
+
+@asynccontextmanager
+async def until_client_leaves(connection: HttpConnection) -> AsyncIterator[None]:
+    """Run the body, cancelling it if the client closes the connection meanwhile."""
+    async with trio.open_nursery() as nursery:
+
+        async def watch() -> None:
+            await connection.watch_disconnect()
+            nursery.cancel_scope.cancel()
+
+        nursery.start_soon(watch)
+        yield
+        nursery.cancel_scope.cancel()
+
+
+async def pump(connection: HttpConnection, queue: MessageQueue, ended: Callable[[], bool]) -> None:
+    """Send a stream's messages as they come, with keep-alive comments while idle, until
+    the client leaves, stops reading, or ``ended()`` says the session is over."""
+    async with until_client_leaves(connection):
+        while not ended():
+            with trio.move_on_after(KEEPALIVE) as idle:
+                await queue.wait()
+            if ended():
+                break
+            if idle.cancelled_caught:
+                if not await connection.send_chunk(b": keepalive\n\n"):
+                    break
+                continue
+            if queue.overflowed or not await queue.send_events(connection):
+                break
