@@ -1,7 +1,9 @@
 """The WebSocket endpoint: one MCP session per connection, one message per text frame.
 
-The handshake passes the same checks as HTTP (Host, Origin, bearer token) before it is
-accepted; the subprotocol ``mcp`` is chosen when the client offers it. Frames larger than
+The handshake takes the admission path every front shares (``aggregator.admission``:
+Host, Origin, bearer token, then the profile its path names) before it is accepted; the
+subprotocol ``mcp`` is chosen when the client offers it. What the session sends goes
+through a ``WebSocketSink`` (``aggregator.websocket_sink``). Frames larger than
 the body limit close the connection (trio-websocket enforces it while reading).
 
 Admission is shared with the HTTP endpoint (``hub.admission``): a connection over
@@ -20,27 +22,21 @@ from __future__ import annotations
 
 import contextvars
 import logging
-import math
 import re
-import struct
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 import trio
 import trio_websocket
-from wsproto.connection import ConnectionState
-from wsproto.events import TextMessage
-from wsproto.utilities import LocalProtocolError, ProtocolError
+from wsproto.utilities import ProtocolError
 
 from aggregator.access import AccessPolicy
+from aggregator.admission import Denial, admit
 from aggregator.config import HttpConfig, parse_listen
 from aggregator.containment import internal_error
 from aggregator.hub import Hub
 from aggregator.jsonrpc.codec import dumps
-from aggregator.transports.budget import ClientMemory, release_all
-from aggregator.transports.buffer import MessageLog
 from aggregator.transports.http_server import refuse_connection
-from aggregator.transports.outbox import cannot_take_more, fd_of, send_in_steps
+from aggregator.websocket_sink import WebSocketSink
 
 log = logging.getLogger(__name__)
 BAD_HANDSHAKE = (
@@ -105,197 +101,6 @@ class HandshakeTap(trio.abc.Stream):
         return host
 
 
-class WebSocketSink:
-    """A hub client whose messages become text frames, sent by one writer task.
-
-    Like an Outbox: what waits is stored compactly and has a byte budget
-    (``proxy.client_buffer_bytes``); every write has a deadline
-    (``proxy.client_write_timeout``). Past either, ``on_drop`` ends the connection (its
-    requests are cancelled upstream when the handler removes the client). Only the
-    connection's own reader waits on it (``wait_writable``). What waits and what is being
-    written count in ``held`` and in the budget of all clients (``memory``).
-    """
-
-    def __init__(
-        self,
-        limit: int,
-        write_timeout: float = math.inf,
-        on_drop: Callable[[str], None] | None = None,
-        memory: ClientMemory | None = None,
-    ) -> None:
-        self.messages = MessageLog()
-        self.limit = limit
-        self.write_timeout = write_timeout
-        self.on_drop = on_drop
-        self.memory = memory if memory is not None else ClientMemory()
-        self.held = 0
-        self.progress_at = trio.current_time()  # when a write to it last finished
-        self.dirty = False
-        self.closed = False
-        self._writing = False
-        self._fd: int | None = None
-        self._lot = trio.lowlevel.ParkingLot()
-        self._room = trio.lowlevel.ParkingLot()
-
-    def put_message(self, message: Any, related: Any = None) -> None:
-        if self.closed:
-            return
-        data = message if type(message) is bytes else dumps(message)
-        messages = self.messages
-        messages.append(data)
-        size = len(data)
-        if not self.held:  # it had nothing waiting: it is not stalled yet
-            self.progress_at = trio.current_time()
-        self.held += size
-        memory = self.memory
-        memory.total += size
-        if messages.retained_bytes > self.limit and messages.retained_bytes > size:
-            self.drop(f"more than {self.limit} bytes are waiting for it")
-        if memory.total > memory.limit:
-            memory.exceeded()
-
-    def flush(self) -> None:
-        self.dirty = False
-        if self.messages.last != self.messages.sent:
-            self._lot.unpark_all()
-
-    async def wait_writable(self) -> None:
-        """For this connection's own reader: wait while more than half the budget waits."""
-        while self.messages.retained_bytes > self.limit // 2 and not self.closed:
-            await self._room.park()
-
-    def drop(self, reason: str) -> None:
-        """Forget what waits and end the connection."""
-        if self.closed:
-            return
-        self.close()
-        if self.on_drop is not None:
-            self.on_drop(reason)
-
-    shed = drop  # the budget of all clients is past, and this one is the first to go
-
-    def blocked(self) -> bool:
-        """Whether a write is waiting for the client to read."""
-        return self._writing and cannot_take_more(self._fd)
-
-    def last_progress(self) -> float:
-        """When a write to it last finished."""
-        return self.progress_at
-
-    async def wait_drained(self) -> None:
-        """Returns at once: at shutdown nothing waits for a WebSocket's writer."""
-        return
-
-    def close(self) -> None:
-        """Forget what waits and take nothing more (the connection ended)."""
-        self.closed = True
-        self.messages.clear()
-        release_all(self)
-        self._lot.unpark_all()
-        self._room.unpark_all()
-
-    def _progressed(self) -> None:
-        self.progress_at = trio.current_time()
-
-    async def run(self, socket: trio_websocket.WebSocketConnection) -> None:
-        send = _frame_writer(socket, self._progressed)
-        self._fd = fd_of(getattr(socket, "_stream", None))
-        while not self.closed:
-            if self.messages.last == self.messages.sent:
-                await self._lot.park()
-                continue
-            # Every frame that waits goes in one write: a client that reads promptly
-            # keeps up with any burst (one write per frame would yield to the busy
-            # producer after every message, and fall behind).
-            size = self.messages.waiting_bytes
-            self._writing = True
-            with trio.move_on_after(self.write_timeout) as scope:
-                try:
-                    await send(self.messages, self._room.unpark_all)
-                except trio_websocket.ConnectionClosed:
-                    return
-                finally:
-                    self._writing = False
-                    self.held -= size
-                    self.memory.total -= size
-                    self.progress_at = trio.current_time()
-            if scope.cancelled_caught:
-                self.drop(f"a write did not finish within {self.write_timeout:g}s")
-                return
-
-
-def _text_frame_head(number: int, length: int) -> bytes:
-    """The head of an unmasked, final text frame (RFC 6455 5.2) of ``length`` bytes."""
-    if length < 126:
-        return struct.pack("!BB", 0x81, length)
-    if length < 65536:
-        return struct.pack("!BBH", 0x81, 126, length)
-    return struct.pack("!BBQ", 0x81, 127, length)
-
-
-def _frame_writer(
-    socket: trio_websocket.WebSocketConnection,
-    progressed: Callable[[], None],
-) -> Callable[[MessageLog, Callable[[], object]], Awaitable[None]]:
-    """How to send every waiting message, as text frames, in one write on this connection.
-
-    trio-websocket has no public call for that, so this writes under its send lock, as its
-    ``send_message`` does for one message. With no extension negotiated (trio-websocket
-    offers none) a server's text frame is a head and the message's bytes, so the frames
-    are built straight from the queue in one copy (through wsproto, each message would be
-    copied four times more: decoded, encoded, framed, joined); otherwise they are built by
-    the connection's own wsproto state. Should trio-websocket's internals ever change, it
-    falls back to one ``send_message`` per frame (correct, only slower). ``taken`` is
-    called once the messages are out of the queue.
-    """
-    protocol = getattr(socket, "_wsproto", None)
-    stream = getattr(socket, "_stream", None)
-    lock = getattr(socket, "_stream_lock", None)
-    if protocol is None or stream is None or lock is None or not hasattr(protocol, "send"):
-
-        async def one_by_one(messages: MessageLog, taken: Callable[[], object]) -> None:
-            batch = messages.take_all()
-            taken()
-            while batch:
-                await socket.send_message(batch.pop(0).decode("utf-8"))
-
-        return one_by_one
-
-    def plain() -> bool:
-        connection = getattr(protocol, "connection", None)
-        frames = getattr(connection, "_proto", None)
-        return (
-            frames is not None
-            and not getattr(frames, "extensions", True)
-            and getattr(frames, "_outbound_opcode", True) is None
-            and not protocol.client
-        )
-
-    async def together(messages: MessageLog, taken: Callable[[], object]) -> None:
-        if socket.closed is not None:
-            raise trio_websocket.ConnectionClosed(socket.closed)
-        if protocol.state is not ConnectionState.OPEN:  # closing
-            raise trio_websocket.ConnectionClosed(socket.closed)
-        data: bytes | bytearray
-        if plain():
-            data = messages.take_all_framed(_text_frame_head)[0]
-        else:
-            batch = messages.take_all()
-            try:
-                data = b"".join(protocol.send(TextMessage(data=item.decode("utf-8"))) for item in batch)
-            except LocalProtocolError:  # the connection is closing
-                raise trio_websocket.ConnectionClosed(socket.closed) from None
-            del batch
-        taken()
-        async with lock:
-            try:
-                await send_in_steps(stream, data, progressed)
-            except (trio.BrokenResourceError, trio.ClosedResourceError):
-                raise trio_websocket.ConnectionClosed(socket.closed) from None
-
-    return together
-
-
 class WebSocketEndpoint:
     def __init__(self, hub: Hub, config: HttpConfig) -> None:
         self.hub = hub
@@ -354,37 +159,12 @@ class WebSocketEndpoint:
                 self.admission.release_connection()
 
     async def _handle(self, request: trio_websocket.WebSocketRequest) -> None:
-        tap = _handshake.get(None)
-        if tap is not None:
-            tap.read = True
-        headers: dict[str, str] = {}
-        for name, value in request.headers:
-            key = name.decode("latin-1").lower()
-            text = value.decode("latin-1")
-            headers[key] = f"{headers[key]}, {text}" if key in headers else text
-        # trio-websocket leaves Host out of .headers; the DNS-rebinding check needs it.
-        host = None if tap is None else tap.host()
-        if host is not None:
-            headers["host"] = host
-        refusal = self.access.refusal(headers)
-        if refusal is not None:
-            status, reason, extra = refusal
-            log.warning("websocket: refused a connection: %s", reason)
-            await request.reject(
-                status, extra_headers=[(k.encode(), v.encode()) for k, v in extra], body=reason.encode()
-            )
+        admitted = admit(self.access, _handshake_headers(request), request.path)
+        if isinstance(admitted, Denial):
+            log.warning("websocket: refused a connection: %s", admitted.reason)
+            extra = [(name.encode(), value.encode()) for name, value in admitted.headers]
+            await request.reject(admitted.status, extra_headers=extra, body=admitted.reason.encode())
             return
-        principal = self.access.principal(headers)
-        profile = self.access.profile(principal)
-        named = self.access.named_profile(request.path)
-        if named is None:
-            await request.reject(404, body=f"not found; the MCP endpoint is {self.config.path}".encode())
-            return
-        if named:  # /mcp/<profile>: that profile, if the token (when tokens are used) gives it
-            if principal is not None and profile != named:
-                await request.reject(403, body=f"this token does not give access to profile {named!r}".encode())
-                return
-            profile = named
         session_refusal = self.admission.admit_session()
         if session_refusal is not None:
             extra_headers = (
@@ -395,7 +175,7 @@ class WebSocketEndpoint:
             await request.reject(503, extra_headers=extra_headers, body=session_refusal.message.encode())
             return
         try:
-            await self._session(request, profile)
+            await self._session(request, admitted.profile)
         finally:
             self.admission.release_session()
 
@@ -448,6 +228,23 @@ class WebSocketEndpoint:
             sink.close()
             self.hub.remove_client(key)
             log.info("websocket session %d: closed", key)
+
+
+def _handshake_headers(request: trio_websocket.WebSocketRequest) -> dict[str, str]:
+    """The handshake's headers by lower-case name (repeated ones joined), Host included."""
+    tap = _handshake.get(None)
+    if tap is not None:
+        tap.read = True
+    headers: dict[str, str] = {}
+    for name, value in request.headers:
+        key = name.decode("latin-1").lower()
+        text = value.decode("latin-1")
+        headers[key] = f"{headers[key]}, {text}" if key in headers else text
+    # trio-websocket leaves Host out of .headers; the DNS-rebinding check needs it.
+    host = None if tap is None else tap.host()
+    if host is not None:
+        headers["host"] = host
+    return headers
 
 
 def _leaves(exc: BaseException) -> list[BaseException]:

@@ -18,7 +18,7 @@ from aggregator.legacy_sse import LegacySession
 from aggregator.transports.budget import ClientMemory
 from aggregator.transports.outbox import Outbox
 from aggregator.transports.sink import ClientSink
-from aggregator.websocket_endpoint import WebSocketSink
+from aggregator.websocket_sink import WebSocketSink
 from tests.session.harness import running_proxy
 
 SINKS = [Outbox, HttpSession, LegacySession, WebSocketSink]
