@@ -123,7 +123,7 @@ async def _read_client(
         if not data:
             return True
         for line in splitter.feed(data):
-            if type(line) is OversizedLine:
+            if isinstance(line, OversizedLine):
                 log.warning("client %d: refused a %d-byte message (limit %d)", key, line.size, limit)
                 outbox.put_message(
                     error_response(None, INVALID_REQUEST, f"Invalid request: message larger than {limit} bytes")

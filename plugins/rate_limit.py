@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from typing import Any
 
 import trio
@@ -30,7 +30,7 @@ def _now() -> float:
         return time.monotonic()
 
 
-KEYS = {
+KEYS: dict[str, Callable[[Request], Hashable]] = {
     "session+tool": lambda r: (r.client, r.exposed),
     "session": lambda r: r.client,
     "profile+tool": lambda r: (r.profile, r.exposed),

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import re
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -79,11 +79,45 @@ def structure_config(
     unknown = sorted(set(raw) - set(sections))
     problems.extend(f"{key}: unknown key" for key in unknown)
     raw = _interpolate({key: raw[key] for key in sections if key in raw}, "", environ, problems)
+    tables = _Tables(raw, problems)
+    plugins = _plugins(raw.get("plugins", []), problems)
+    policy = tables.section("policy", RuleSet)
+    profiles: dict[str, ProfileConfig] = tables.keyed("profiles", ProfileConfig, "profiles")
+    for name in profiles:
+        if name == "default" or not NAME_CHARS.fullmatch(name):
+            problems.append(f'profiles.{name}: a profile name is made of A-Z a-z 0-9 _ . - and is not "default"')
+    proxy = tables.section("proxy", ProxyConfig)
+    tables.checked("proxy", check_ranges(proxy, "proxy") + check_proxy(proxy))
+    http = tables.section("http", HttpConfig)
+    tables.checked("http", check_ranges(http, "http") + check_http(http))
+    proxy, http = _client_limits(proxy, http, raw.get("proxy"), raw.get("http"))
+    servers: dict[str, ServerConfig] = tables.keyed("servers", ServerConfig, "servers")
+    for name, server in servers.items():
+        path = f"servers.{name}"
+        tables.checked(path, check_ranges(server, path) + check_server(server, path))
+    if not any(problem.startswith("proxy.separator") for problem in problems):
+        problems.extend(validate_server_naming(list(servers.values()), proxy.separator))
+    named = set(raw["servers"]) if isinstance(raw.get("servers"), dict) else set()
+    problems.extend(_profile_problems(profiles, named, http.auth_tokens))
+    if problems:
+        raise ConfigError(problems, source=source)
+    return Config(
+        proxy=proxy,
+        http=http,
+        policy=policy,
+        profiles=profiles,
+        plugins=tuple(plugins),
+        servers=servers,
+        directory=str(Path(source).resolve().parent) if source and not source.startswith("(") else None,
+    )
+
+
+def _plugins(raw_plugins: Any, problems: list[str]) -> list[PluginConfig]:
+    """The [[plugins]] tables, each a plugin to load and its options."""
     plugins: list[PluginConfig] = []
-    raw_plugins = raw.get("plugins", [])
     if not isinstance(raw_plugins, list):
         problems.append("plugins: expected an array of tables ([[plugins]])")
-        raw_plugins = []
+        return plugins
     for index, table in enumerate(raw_plugins):
         path = f"plugins[{index}]"
         if not isinstance(table, dict) or not isinstance(table.get("use"), str):
@@ -97,81 +131,66 @@ def structure_config(
             problems.append(f"{path}.options: expected a table")
             continue
         plugins.append(PluginConfig(use=table["use"], options=options))
-    broken_keys: dict[str, set[str]] = {}  # table path -> its keys that failed to structure
+    return plugins
 
-    def section(key: str, cls: type) -> Any:
+
+class _Tables:
+    """Structures the tables of one config, recording their problems with their key paths
+    and which keys of each failed (so that checks do not repeat a problem as another)."""
+
+    def __init__(self, raw: Mapping[str, Any], problems: list[str]) -> None:
+        self.raw = raw
+        self.problems = problems
+        self.broken_keys: dict[str, set[str]] = {}  # table path -> its keys that failed to structure
+
+    def section(self, key: str, cls: type) -> Any:
         """One top-level table, structured; its problems recorded, defaults where broken."""
-        if key not in raw:
+        if key not in self.raw:
             return cls()
-        value, found, broken_keys[key] = structure_table(raw[key], cls, key)
-        problems.extend(found)
+        value, found, self.broken_keys[key] = structure_table(self.raw[key], cls, key)
+        self.problems.extend(found)
         return value
 
-    policy = section("policy", RuleSet)
-
-    def keyed(key: str, cls: type, what: str) -> dict[str, Any]:
+    def keyed(self, key: str, cls: type, what: str) -> dict[str, Any]:
         """A table of named tables ([servers.NAME], [profiles.NAME]), each structured and
         given its name; problems recorded with their key paths."""
-        tables = raw.get(key, {})
+        tables = self.raw.get(key, {})
         if not isinstance(tables, dict):
-            problems.append(f"{key}: expected a table of {what}, got {describe(tables)}")
+            self.problems.append(f"{key}: expected a table of {what}, got {describe(tables)}")
             return {}
         out = {}
         for name, table in tables.items():
             path = f"{key}.{name}"
             if not isinstance(table, dict):
-                problems.append(f"{path}: expected a table, got {describe(table)}")
+                self.problems.append(f"{path}: expected a table, got {describe(table)}")
             elif "name" in table:
-                problems.append(f"{path}.name: unknown key")
+                self.problems.append(f"{path}.name: unknown key")
             else:
-                value, found, broken_keys[path] = structure_table(table, cls, path)
-                problems.extend(found)
+                value, found, self.broken_keys[path] = structure_table(table, cls, path)
+                self.problems.extend(found)
                 out[name] = attrs.evolve(value, name=name)
         return out
 
-    profiles: dict[str, ProfileConfig] = keyed("profiles", ProfileConfig, "profiles")
-    for name in profiles:
-        path = f"profiles.{name}"
-        if name == "default" or not NAME_CHARS.fullmatch(name):
-            problems.append(f'{path}: a profile name is made of A-Z a-z 0-9 _ . - and is not "default"')
+    def checked(self, path: str, found: list[str]) -> None:
+        """Record a table's check problems, less those that follow from a key already broken."""
+        self.problems.extend(without_follow_ons(found, path, self.broken_keys.get(path, set())))
 
-    def checked(path: str, found: list[str]) -> None:
-        problems.extend(without_follow_ons(found, path, broken_keys.get(path, set())))
 
-    proxy = section("proxy", ProxyConfig)
-    checked("proxy", check_ranges(proxy, "proxy") + check_proxy(proxy))
-    http = section("http", HttpConfig)
-    checked("http", check_ranges(http, "http") + check_http(http))
-    proxy, http = _client_limits(proxy, http, raw.get("proxy"), raw.get("http"))
-    servers: dict[str, ServerConfig] = keyed("servers", ServerConfig, "servers")
-    for name, server in servers.items():
-        path = f"servers.{name}"
-        checked(path, check_ranges(server, path) + check_server(server, path))
-    if not any(problem.startswith("proxy.separator") for problem in problems):
-        problems.extend(validate_server_naming(list(servers.values()), proxy.separator))
-    named = set(raw["servers"]) if isinstance(raw.get("servers"), dict) else set()
+def _profile_problems(profiles: Mapping[str, ProfileConfig], named: set[str], auth_tokens: Sequence[str]) -> list[str]:
+    """Profiles name only servers that exist, and each token selects one profile."""
+    problems = []
     for name, profile in profiles.items():
-        for server in profile.servers:
-            if server not in named:
-                problems.append(f"profiles.{name}.servers.{server}: no such server")
-    tokens = [*http.auth_tokens, *(t for p in profiles.values() for t in p.tokens)]
+        for server_name in profile.servers:
+            if server_name not in named:
+                problems.append(f"profiles.{name}.servers.{server_name}: no such server")
+    tokens = [*auth_tokens, *(t for p in profiles.values() for t in p.tokens)]
     if len(set(tokens)) < len(tokens):
         problems.append("profiles: a token may select only one profile (or the default)")
     for name, profile in profiles.items():
         for index, token in enumerate(profile.tokens):
             if len(token) < 16:
                 problems.append(f"profiles.{name}.tokens[{index}]: too short; use at least 16 random characters")
-    if problems:
-        raise ConfigError(problems, source=source)
-    return Config(
-        proxy=proxy,
-        http=http,
-        policy=policy,
-        profiles=profiles,
-        plugins=tuple(plugins),
-        servers=servers,
-        directory=str(Path(source).resolve().parent) if source and not source.startswith("(") else None,
-    )
+    return problems
 
 
 def _client_limits(

@@ -8,7 +8,7 @@ flattened into one ``key.path: message`` line per problem.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Literal
 
 import cattrs
@@ -17,105 +17,109 @@ from cattrs.errors import ClassValidationError, ForbiddenExtraKeysError, Iterabl
 from aggregator.config.model import ItemOverride, RuleSet, Transport
 
 
+def _structure_str(value: object, _: type) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"expected a string, got {describe(value)}")
+    return value
+
+
+def _structure_float(value: object, _: type) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(f"expected a number, got {describe(value)}")
+    return float(value)
+
+
+def _structure_int(value: object, _: type) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"expected an integer, got {describe(value)}")
+    return value
+
+
+def _structure_bool(value: object, _: type) -> bool:
+    if not isinstance(value, bool):
+        raise TypeError(f"expected true or false, got {describe(value)}")
+    return value
+
+
+def _structure_args(value: object, _: type) -> tuple[str, ...]:
+    if not isinstance(value, list):
+        raise TypeError(f"expected a list of strings, got {describe(value)}")
+    problems = []
+    for index, item in enumerate(value):
+        if not isinstance(item, str):
+            problems.append(f"[{index}]: expected a string, got {describe(item)}")
+    if problems:
+        raise _PathErrors(problems)
+    return tuple(value)
+
+
+def _structure_str_map(value: object, _: type) -> dict[str, str]:
+    if not isinstance(value, dict):
+        raise TypeError(f"expected a table of strings, got {describe(value)}")
+    problems = [
+        f".{key}: expected a string, got {describe(item)}" for key, item in value.items() if not isinstance(item, str)
+    ]
+    if problems:
+        raise _PathErrors(problems)
+    return dict(value)
+
+
+def _one_of(*allowed: str) -> Callable[[object, type], str]:
+    """A hook for a ``Literal`` of strings: the value, if it is one of ``allowed``."""
+    expected = f"{', '.join(allowed[:-1])} or {allowed[-1]}" if len(allowed) == 2 else ", ".join(allowed)
+
+    def structure(value: object, _: type) -> str:
+        if not isinstance(value, str) or value not in allowed:
+            raise ValueError(f"expected {'one of ' if len(allowed) > 2 else ''}{expected}, got {describe(value)}")
+        return value
+
+    return structure
+
+
+def _table_of(converter: cattrs.Converter, cls: type, what: str) -> Callable[[object, type], dict[str, Any]]:
+    """A hook for ``Mapping[str, cls]``: each entry structured, problems by key path."""
+
+    def structure(value: object, _: type) -> dict[str, Any]:
+        if not isinstance(value, dict):
+            raise TypeError(f"expected a table of {what}, got {describe(value)}")
+        out: dict[str, Any] = {}
+        problems: list[str] = []
+        for key, item in value.items():
+            try:
+                out[key] = converter.structure(item, cls)
+            except Exception as exc:  # noqa: BLE001 - every problem is reported
+                problems += [line.replace("$", f".{key}", 1) for line in _flatten(exc, "$")]
+        if problems:
+            raise _PathErrors(problems)
+        return out
+
+    return structure
+
+
 def _make_converter() -> cattrs.Converter:
     converter = cattrs.Converter(forbid_extra_keys=True)
-
-    def structure_str(value: Any, _: type) -> str:
-        if not isinstance(value, str):
-            raise TypeError(f"expected a string, got {describe(value)}")
-        return value
-
-    def structure_float(value: Any, _: type) -> float:
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            raise TypeError(f"expected a number, got {describe(value)}")
-        return float(value)
-
-    def structure_int(value: Any, _: type) -> int:
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise TypeError(f"expected an integer, got {describe(value)}")
-        return value
-
-    def structure_bool(value: Any, _: type) -> bool:
-        if not isinstance(value, bool):
-            raise TypeError(f"expected true or false, got {describe(value)}")
-        return value
-
-    def structure_args(value: Any, _: type) -> tuple[str, ...]:
-        if not isinstance(value, list):
-            raise TypeError(f"expected a list of strings, got {describe(value)}")
-        problems = []
-        for index, item in enumerate(value):
-            if not isinstance(item, str):
-                problems.append(f"[{index}]: expected a string, got {describe(item)}")
-        if problems:
-            raise _PathErrors(problems)
-        return tuple(value)
-
-    def structure_str_map(value: Any, _: type) -> dict[str, str]:
-        if not isinstance(value, dict):
-            raise TypeError(f"expected a table of strings, got {describe(value)}")
-        problems = [
-            f".{key}: expected a string, got {describe(item)}"
-            for key, item in value.items()
-            if not isinstance(item, str)
-        ]
-        if problems:
-            raise _PathErrors(problems)
-        return dict(value)
-
-    def structure_transport(value: Any, _: type) -> str:
-        allowed = ("stdio", "streamable-http", "sse", "websocket")
-        if value not in allowed:
-            raise ValueError(f"expected one of {', '.join(allowed)}, got {describe(value)}")
-        return value
-
-    converter.register_structure_hook(str, structure_str)
-    converter.register_structure_hook(float, structure_float)
-    converter.register_structure_hook(int, structure_int)
-    converter.register_structure_hook(bool, structure_bool)
-    converter.register_structure_hook_func(lambda t: t == tuple[str, ...], structure_args)
+    converter.register_structure_hook(str, _structure_str)
+    converter.register_structure_hook(float, _structure_float)
+    converter.register_structure_hook(int, _structure_int)
+    converter.register_structure_hook(bool, _structure_bool)
+    converter.register_structure_hook_func(lambda t: t == tuple[str, ...], _structure_args)
     converter.register_structure_hook_func(
-        lambda t: t == tuple[str, ...] | None, lambda v, _: None if v is None else structure_args(v, _)
+        lambda t: t == tuple[str, ...] | None, lambda v, _: None if v is None else _structure_args(v, _)
     )
-    converter.register_structure_hook_func(lambda t: t == Mapping[str, str], structure_str_map)
-    converter.register_structure_hook_func(lambda t: t == Transport, structure_transport)
-
-    def structure_charset(value: Any, _: type) -> str:
-        if value not in ("mcp", "llm"):
-            raise ValueError(f"expected mcp or llm, got {describe(value)}")
-        return value
-
-    converter.register_structure_hook_func(lambda t: t == Literal["mcp", "llm"], structure_charset)
-
-    def table_of(cls: type, what: str) -> Any:
-        """A hook for ``Mapping[str, cls]``: each entry structured, problems by key path."""
-
-        def structure(value: Any, _: type) -> dict[str, Any]:
-            if not isinstance(value, dict):
-                raise TypeError(f"expected a table of {what}, got {describe(value)}")
-            out, problems = {}, []
-            for key, item in value.items():
-                try:
-                    out[key] = converter.structure(item, cls)
-                except Exception as exc:  # noqa: BLE001 - every problem is reported
-                    problems += [line.replace("$", f".{key}", 1) for line in _flatten(exc, "$")]
-            if problems:
-                raise _PathErrors(problems)
-            return out
-
-        return structure
-
+    converter.register_structure_hook_func(lambda t: t == Mapping[str, str], _structure_str_map)
     converter.register_structure_hook_func(
-        lambda t: t == Mapping[str, ItemOverride], table_of(ItemOverride, "overrides")
+        lambda t: t == Transport, _one_of("stdio", "streamable-http", "sse", "websocket")
     )
-    converter.register_structure_hook_func(lambda t: t == Mapping[str, RuleSet], table_of(RuleSet, "servers"))
-
-    def structure_isolation(value: Any, _: type) -> str:
-        if value not in ("shared", "per-session"):
-            raise ValueError(f"expected shared or per-session, got {describe(value)}")
-        return value
-
-    converter.register_structure_hook_func(lambda t: t == Literal["shared", "per-session"], structure_isolation)
+    converter.register_structure_hook_func(lambda t: t == Literal["mcp", "llm"], _one_of("mcp", "llm"))
+    converter.register_structure_hook_func(
+        lambda t: t == Mapping[str, ItemOverride], _table_of(converter, ItemOverride, "overrides")
+    )
+    converter.register_structure_hook_func(
+        lambda t: t == Mapping[str, RuleSet], _table_of(converter, RuleSet, "servers")
+    )
+    converter.register_structure_hook_func(
+        lambda t: t == Literal["shared", "per-session"], _one_of("shared", "per-session")
+    )
     return converter
 
 
@@ -215,6 +219,7 @@ def _note_of(exc: BaseException) -> str:
         index = getattr(note, "index", None)
         if index is not None:
             return f"[{index}]"
-        if " @ attribute " in note:
-            return "." + note.rsplit(" @ attribute ", 1)[1]
+        text = str(note)
+        if " @ attribute " in text:
+            return "." + text.rsplit(" @ attribute ", 1)[1]
     return ""

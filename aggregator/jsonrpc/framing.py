@@ -25,8 +25,10 @@ class LineSplitter:
         self._partial = bytearray()
         self._discarding: OversizedLine | None = None
 
-    def feed(self, data: bytes) -> list[bytes | OversizedLine]:
+    def feed(self, data: bytes | bytearray) -> list[bytes | OversizedLine]:
         """Take bytes, return the complete non-blank lines (without b"\\n") in order."""
+        if type(data) is not bytes:  # a stream may hand out a bytearray: lines are bytes
+            data = bytes(data)
         out: list[bytes | OversizedLine] = []
         pieces = data.split(b"\n")
         last = pieces.pop()  # bytes after the final newline: the start of a partial line

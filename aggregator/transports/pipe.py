@@ -16,7 +16,7 @@ class PipeEnd(trio.abc.SendStream, trio.abc.ReceiveStream):
         self._receive = receive
         self._pending = b""
 
-    async def send_all(self, data: bytes) -> None:
+    async def send_all(self, data: bytes | bytearray | memoryview) -> None:
         if data:
             try:
                 await self._send.send(bytes(data))

@@ -24,7 +24,6 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import ctypes
-import functools
 import logging
 import os
 import shutil
@@ -155,21 +154,26 @@ async def _open_tied_child(argv: list[str], env: dict[str, str], cwd: str | None
     pipes = [os.pipe() for _ in range(3)]  # stdin, stdout, stderr: (read end, write end)
     ours = [pipes[0][1], pipes[1][0], pipes[2][0]]
     theirs = [pipes[0][0], pipes[1][1], pipes[2][1]]
-    spawn = functools.partial(
-        subprocess.Popen,
-        argv,
-        stdin=theirs[0],
-        stdout=theirs[1],
-        stderr=theirs[2],
-        env=env,
-        cwd=cwd,
-        start_new_session=True,
-        preexec_fn=_die_with(os.getpid()),
-    )
+    spawner = _SPAWNER
+    assert spawner is not None  # a tied child is only opened where prctl (and so the spawner) exists
+    in_child = _die_with(os.getpid())
+
+    def spawn() -> subprocess.Popen[bytes]:
+        return subprocess.Popen(
+            argv,
+            stdin=theirs[0],
+            stdout=theirs[1],
+            stderr=theirs[2],
+            env=env,
+            cwd=cwd,
+            start_new_session=True,
+            preexec_fn=in_child,
+        )
+
     try:
         # Not abandoned on cancel: a fork under way finishes and its child is returned,
         # so that the caller's ladder stops it.
-        popen = await trio.to_thread.run_sync(lambda: _SPAWNER.submit(spawn).result())
+        popen = await trio.to_thread.run_sync(lambda: spawner.submit(spawn).result())
     except BaseException:
         for fd in ours:
             os.close(fd)
@@ -270,7 +274,9 @@ async def run_stdio_server(config: Any, *, task_status: trio.TaskStatus[Channel]
     """
     process = await open_child(config.command, config.args, config.env, config.cwd)
     try:
-        task_status.started(Channel(process.stdin, process.stdout, process.stderr, process.pid))
+        stdin, stdout = process.stdin, process.stdout
+        assert stdin is not None and stdout is not None  # both opened as pipes
+        task_status.started(Channel(stdin, stdout, process.stderr, process.pid))
         code = await process.wait()
         # Let the reader take what the server wrote just before it exited.
         await trio.sleep(0.05)

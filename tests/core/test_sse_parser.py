@@ -3,12 +3,16 @@ upstream applies with it: how long to wait before resuming, and which message an
 
 import pytest
 
-from aggregator.transports.network_upstream import (
+from aggregator.transports.resumption import (
     RESUME_DELAY,
     RESUME_DELAY_CAP,
     RESUME_DELAY_FLOOR,
-    _is_answer,
-    _retry_delay,
+)
+from aggregator.transports.resumption import (
+    is_answer as _is_answer,
+)
+from aggregator.transports.resumption import (
+    retry_delay as _retry_delay,
 )
 from aggregator.transports.sse import SseEvent, SseParser
 

@@ -1,0 +1,138 @@
+"""The argument parser: each command, its options and the function that runs it."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from aggregator import __version__
+from aggregator.cli.approve import run_approve
+from aggregator.cli.catalog import run_tools
+from aggregator.cli.check import run_check
+from aggregator.cli.common import DEFAULT_CONFIG
+from aggregator.cli.convert import run_import
+from aggregator.cli.serve import run_serve
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="aggregator",
+        description="One MCP endpoint in front of many MCP servers.",
+    )
+    parser.add_argument("--version", action="version", version=f"aggregator {__version__}")
+    parser.set_defaults(command=None)
+    sub = parser.add_subparsers(title="commands", metavar="COMMAND")
+    _add_serve(sub)
+    _add_tools(sub)
+    _add_check(sub)
+    _add_approve(sub)
+    _add_import(sub)
+    return parser
+
+
+def _command(
+    sub: argparse._SubParsersAction[argparse.ArgumentParser], name: str, log_level: str = "warning", **kwargs: Any
+) -> argparse.ArgumentParser:
+    # Each command its own --log-level: argparse shares a parent parser's actions between
+    # its children, so one child's set_defaults would change every other's default.
+    p = sub.add_parser(name, **kwargs)
+    p.add_argument(
+        "--log-level",
+        default=log_level,
+        choices=["debug", "info", "warning", "error"],
+        help=f"how much to log to stderr (default: {log_level})",
+    )
+    return p
+
+
+def _with_config(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--config",
+        "-c",
+        default=None,
+        metavar="PATH",
+        help=f"aggregator.toml, or a Claude Desktop / Cursor / VS Code JSON file (default: ./{DEFAULT_CONFIG})",
+    )
+
+
+def _add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    serve = _command(
+        sub,
+        "serve",
+        "info",
+        help="run the proxy",
+        description="Run the proxy. With --stdio it speaks MCP on stdin/stdout.",
+    )
+    _with_config(serve)
+    serve.add_argument(
+        "--stdio", action="store_true", help="serve one client on stdin/stdout (the default when --http is not given)"
+    )
+    serve.add_argument(
+        "--http",
+        metavar="[HOST:]PORT",
+        default=None,
+        help="serve MCP over Streamable HTTP at http://HOST:PORT/mcp, and the legacy"
+        " HTTP+SSE transport at /sse; HOST defaults to 127.0.0.1"
+        " (default: http.listen from the config)",
+    )
+    serve.add_argument(
+        "--ws",
+        metavar="[HOST:]PORT",
+        default=None,
+        help="serve MCP over WebSocket at ws://HOST:PORT/mcp (default: http.websocket_listen from the config)",
+    )
+    serve.set_defaults(command="serve", run=run_serve)
+
+
+def _add_tools(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    tools = _command(
+        sub,
+        "tools",
+        help="print the merged catalog",
+        description="Start the servers and print what a client would see.",
+    )
+    _with_config(tools)
+    tools.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    tools.add_argument(
+        "--profile",
+        metavar="NAME",
+        default=None,
+        help="show what clients of this profile see (default: the default profile)",
+    )
+    tools.add_argument("--explain", action="store_true", help="also list each hidden item and the rule that hid it")
+    tools.set_defaults(command="tools", run=run_tools)
+
+
+def _add_check(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    check = _command(
+        sub,
+        "check",
+        help="validate the config and the servers",
+        description="Validate the config, start every server, report each one's status; exit non-zero on any error.",
+    )
+    _with_config(check)
+    check.set_defaults(command="check", run=run_check)
+
+
+def _add_approve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    approve = _command(
+        sub,
+        "approve",
+        help="accept tool definitions that changed",
+        description="Start the servers and accept the current definitions of the tools"
+        " the pin-definitions plugin quarantined (all, or those named).",
+    )
+    _with_config(approve)
+    approve.add_argument("names", nargs="*", metavar="NAME", help="exposed tool names (default: every changed one)")
+    approve.set_defaults(command="approve", run=run_approve)
+
+
+def _add_import(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    imp = _command(
+        sub,
+        "import",
+        help="convert an mcpServers JSON file to TOML",
+        description="Print the aggregator.toml equivalent of a Claude Desktop, Cursor or VS Code server list.",
+    )
+    imp.add_argument("file", metavar="FILE.json")
+    imp.set_defaults(command="import", run=run_import)

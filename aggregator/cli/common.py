@@ -1,0 +1,79 @@
+"""What the commands share: loading a command's config (behind the nesting guard),
+starting the hub for one look at the servers, and the per-server status lines."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import TypeVar
+
+import trio
+
+from aggregator.config import Config, load_config
+from aggregator.core.nesting import CHAIN_VARIABLE, NestingRefused, chain_value, enter, parse_chain
+from aggregator.errors import AggregatorError, ConfigError
+from aggregator.hub import Hub
+from aggregator.mcp.constants import CONFIG_KIND, KINDS
+
+DEFAULT_CONFIG = "aggregator.toml"
+
+T = TypeVar("T")
+
+
+def command_config(args: argparse.Namespace) -> tuple[Config, Path]:
+    """The config of a command that starts servers, once the loop guard lets it run."""
+    path = Path(args.config or DEFAULT_CONFIG)
+    if args.config is None and not path.exists():
+        raise ConfigError(f"no {DEFAULT_CONFIG} here; pass --config PATH")
+    _enter_chain(path)
+    return load_config(path), path
+
+
+def _enter_chain(path: Path) -> None:
+    """Refuse a config that an aggregator above this one serves already (or a chain too
+    deep); otherwise pass the chain, this config last, to every server this process starts."""
+    try:
+        chain = enter(parse_chain(os.environ.get(CHAIN_VARIABLE)), os.path.realpath(path))
+    except NestingRefused as exc:
+        raise AggregatorError(f"refusing to start: {exc}") from None
+    os.environ[CHAIN_VARIABLE] = chain_value(chain)
+
+
+async def with_started_hub(config: Config, work: Callable[[Hub], T], built: Callable[[], object] | None = None) -> T:
+    """Start the hub (its plugins, then its servers), wait for startup, run ``work(hub)``.
+    ``built()`` is called once the plugins are loaded, before any server starts."""
+    hub = Hub(config)
+    if built is not None:
+        built()
+    async with trio.open_nursery() as nursery:
+        await nursery.start(hub.run)
+        await hub.startup_done.wait()
+        result = work(hub)
+        nursery.cancel_scope.cancel()
+    return result
+
+
+def status_lines(hub: Hub, *, only_down: bool = False) -> list[str]:
+    """One line per server (its state, counts or last error, and the last stderr lines of
+    one that did not start); ``only_down``: just the servers that are not ready."""
+    lines = []
+    for name, upstream in hub.upstreams.items():
+        if only_down and upstream.state == "ready":
+            continue
+        counts = ", ".join(f"{len(hub.catalog.items_of(name, kind))} {label(kind)}" for kind in KINDS)
+        if upstream.state == "ready":
+            lines.append(f"  {name:<20} ready    {counts}")
+        else:
+            lines.append(f"  {name:<20} {upstream.state:<8} {upstream.last_error or ''}")
+            lines += [f"  {'':<20} [stderr] {line}" for line in upstream.last_stderr]
+    disabled = [] if only_down else [s for s, c in hub.config.servers.items() if not c.enabled]
+    for name in disabled:
+        lines.append(f"  {name:<20} disabled")
+    return lines
+
+
+def label(kind: str) -> str:
+    """The plural a person reads for a kind of item ("tools", "resource templates")."""
+    return CONFIG_KIND[kind]

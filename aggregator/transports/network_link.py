@@ -1,0 +1,200 @@
+"""What every network upstream connector shares: the ``NetworkLink`` that passes the
+server's messages to the session as lines (flattened, size-checked, tagged with the request
+they answer) and the session's messages to the server, the budget of messages waiting to be
+sent, the HTTP client with the server's own headers, and how a failure is described.
+
+Credentials: each server gets only its own configured ``headers``; nothing from a client
+is ever forwarded. Redirects are not followed (a redirect could carry credentials to
+another host).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import httpx
+import trio
+
+from aggregator import __version__
+from aggregator.core.router import proxy_error
+from aggregator.jsonrpc.codec import dumps, loads, nameless_refusal
+from aggregator.jsonrpc.framing import LineSplitter, OversizedLine
+from aggregator.transports.pipe import PipeEnd
+from aggregator.transports.stdio import STREAM_TAG
+
+log = logging.getLogger(__name__)
+MAX_CONCURRENT_POSTS = 64
+# What may wait for one of those POSTs, in bytes of messages (at least one of the largest):
+# past it the session's messages are not read, so its own budget for the server holds.
+WAITING_POSTS_BYTES = 1024 * 1024
+USER_AGENT = f"mcp-aggregator/{__version__}"
+
+
+def _null_id_error_as_answer(raw: bytes, request: dict[str, Any], server: str) -> bytes | None:
+    """A JSON-RPC error with ``"id": null`` on a POST's body or event stream is the
+    server saying it could not read the request that POST carried: it answers that
+    request (the server's error as it gave it, under the request's id). None otherwise."""
+    try:
+        message = loads(raw)
+    except ValueError:
+        return None
+    if (
+        type(message) is not dict
+        or "method" in message
+        or message.get("id", 0) is not None
+        or type(message.get("error")) is not dict
+    ):
+        return None
+    log.warning(
+        "server %s: answered a %s it could not read: %s",
+        server,
+        request.get("method"),
+        str(message["error"].get("message"))[:200],
+    )
+    message["id"] = request["id"]
+    return dumps(message)
+
+
+class NetworkLink:
+    """What a connector shares with its tasks: the pipe end, and how it ends."""
+
+    def __init__(self, pipe: PipeEnd, limit: int, name: str) -> None:
+        self.pipe = pipe
+        self.limit = limit
+        self.name = name
+        self.ended = trio.Event()
+        self.reason = "the connection ended"
+
+    def end(self, reason: str) -> None:
+        if not self.ended.is_set():
+            self.reason = reason
+            self.ended.set()
+
+    async def deliver(self, data: bytes | str, answers: dict[str, Any] | None = None) -> None:
+        """Pass one JSON-RPC message to the session, as one line.
+
+        ``answers``: the request whose POST this message came back on. A message that
+        cannot be read and does not name whom it answers is taken as that request's
+        answer, and the request fails at once with the refusal rather than timing out.
+        """
+        raw = data.encode() if isinstance(data, str) else data
+        raw = raw.strip()
+        if not raw:
+            return
+        if b"\n" in raw or b"\r" in raw:
+            # Pretty-printed JSON (legal in an HTTP body or across SSE data lines): make it
+            # one line. Parsing keeps numbers exact; a bad message goes through as it is,
+            # flattened, for the router to refuse.
+            try:
+                raw = dumps(loads(raw))
+            except ValueError:
+                raw = raw.replace(b"\r", b" ").replace(b"\n", b" ")
+        if len(raw) > self.limit:
+            log.error("server %s: dropped a %d-byte message (limit %d bytes)", self.name, len(raw), self.limit)
+            if answers is None:
+                return
+            # On a POST's body or event stream it answers the request that POST carried:
+            # that request fails now, as for a stdio server, rather than at its timeout.
+            raw = self.refused_answer(answers, f"more than {self.limit} bytes", {"reason": "too_large"})
+        if answers is not None:
+            refusal = nameless_refusal(raw)
+            if refusal is not None:
+                raw = self.refused_answer(answers, refusal.message, refusal.data)
+            elif b"null" in raw and b'"error"' in raw:  # C-level: most answers are not parsed twice
+                raw = _null_id_error_as_answer(raw, answers, self.name) or raw
+        if answers is not None and type(answers.get("id")) is int:
+            # Its request is named beside it, not in it (``stdio.STREAM_TAG``); one copy with the line end.
+            line = b"%s%d%s%s\n" % (STREAM_TAG, answers["id"], STREAM_TAG, raw)
+        elif raw[:1] == STREAM_TAG:
+            line = b" " + raw + b"\n"  # never taken for a tag (and no JSON either: refused as such)
+        else:
+            line = raw + b"\n"
+        try:
+            await self.pipe.send_all(line)
+        except trio.BrokenResourceError:
+            self.end("the session closed")
+
+    def refused_answer(self, request: dict[str, Any], problem: str, data: Any) -> bytes:
+        method = request.get("method")
+        log.warning("server %s: refused its answer to %s: %s", self.name, method, problem)
+        reason = data["reason"] if type(data) is dict and "reason" in data else "malformed"
+        return dumps(
+            proxy_error(
+                request["id"],
+                f"Server {self.name!r} sent an answer to {method} that the aggregator cannot forward ({problem})",
+                reason=reason,
+                server=self.name,
+            )
+        )
+
+    async def each_outgoing(
+        self,
+        send: Callable[[bytes], Awaitable[None]],
+        nursery: trio.Nursery,
+        concurrent: bool,
+        inspect: Callable[[bytes], None] | None = None,
+    ) -> None:
+        """Read what the session writes and hand each message to ``send``.
+
+        ``concurrent``: each message in a task of its own (``send`` limits how many talk to the
+        server at once); reading goes on while messages wait for that, up to
+        ``WAITING_POSTS_BYTES``, so that a message that frees a slot (a cancel) is never stuck
+        behind one that waits for it. ``inspect`` sees each message as it is read."""
+        splitter = LineSplitter(self.limit)
+        waiting = _ByteBudget(max(self.limit, WAITING_POSTS_BYTES))
+
+        async def in_task(line: bytes) -> None:
+            try:
+                await send(line)
+            finally:
+                waiting.release(len(line))
+
+        while True:
+            data = await self.pipe.receive_some(65536)
+            if not data:
+                self.end("the session closed")
+                return
+            for line in splitter.feed(data):
+                if isinstance(line, OversizedLine):
+                    continue
+                if inspect is not None:
+                    inspect(line)
+                if concurrent:
+                    await waiting.acquire(len(line))  # backpressure before starting another task
+                    nursery.start_soon(in_task, line)
+                else:
+                    await send(line)
+
+
+class _ByteBudget:
+    """Bytes held by messages that wait: ``acquire`` waits while the budget is spent (one
+    message larger than the whole budget is let through alone)."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self.held = 0
+        self._freed = trio.Event()
+
+    async def acquire(self, amount: int) -> None:
+        while self.held and self.held + amount > self.size:
+            await self._freed.wait()
+            self._freed = trio.Event()
+        self.held += amount
+
+    def release(self, amount: int) -> None:
+        self.held -= amount
+        self._freed.set()
+
+
+def http_client(config: Any) -> httpx.AsyncClient:
+    """A client that sends the server's own headers, follows no redirect and waits for ever to read."""
+    headers = {"user-agent": USER_AGENT, **dict(config.headers)}
+    return httpx.AsyncClient(headers=headers, follow_redirects=False, timeout=httpx.Timeout(30.0, read=None))
+
+
+def describe(exc: BaseException) -> str:
+    """A failure in one short line (for logs and the reason a connection ended)."""
+    text = str(exc) or type(exc).__name__
+    return text.splitlines()[0][:300]
