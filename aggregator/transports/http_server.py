@@ -127,29 +127,11 @@ class HttpConnection:
                     self.requests += 1
                     self.head = event.method == b"HEAD"
                     deadline = None
-                    size = len(event.target) + sum(len(name) + len(value) + 4 for name, value in event.headers)
-                    if size > limits.max_header:
-                        await self.respond_error(431, "request headers too large")
-                        return None
                     method = event.method.decode("ascii", "replace")
                     path = event.target.decode("ascii", "replace")
-                    for name, value in event.headers:
-                        key = name.decode("ascii", "replace")
-                        text = value.decode("latin-1")
-                        if key in headers:
-                            if key in SINGLE_VALUED:
-                                await self.respond_error(400, f"the {key} header may appear only once")
-                                return None
-                            text = f"{headers[key]}, {text}"
-                        headers[key] = text
-                    length = headers.get("content-length")
-                    if (
-                        length is not None
-                        and length.isascii()
-                        and length.isdigit()
-                        and (len(length) > 18 or int(length) > limits.max_body)
-                    ):
-                        await self.respond_error(413, f"request body larger than {limits.max_body} bytes")
+                    refusal = _read_head(event, headers, limits)
+                    if refusal is not None:
+                        await self.respond_error(*refusal)
                         return None
                 elif type(event) is h11.Data:
                     body += event.data
@@ -338,3 +320,27 @@ def sse_event(data: bytes, event_id: str | None = None) -> bytes:
     """One SSE event carrying one JSON-RPC message (which never holds a raw newline)."""
     head = f"id: {event_id}\n".encode() if event_id is not None else b""
     return head + b"event: message\ndata: " + data + b"\n\n"
+
+
+def _read_head(event: h11.Request, headers: dict[str, str], limits: HttpLimits) -> tuple[int, str] | None:
+    """Fill ``headers`` from a request head; the (status, reason) to refuse it with, if any."""
+    size = len(event.target) + sum(len(name) + len(value) + 4 for name, value in event.headers)
+    if size > limits.max_header:
+        return 431, "request headers too large"
+    for name, value in event.headers:
+        key = name.decode("ascii", "replace")
+        text = value.decode("latin-1")
+        if key in headers:
+            if key in SINGLE_VALUED:
+                return 400, f"the {key} header may appear only once"
+            text = f"{headers[key]}, {text}"
+        headers[key] = text
+    length = headers.get("content-length")
+    if (
+        length is not None
+        and length.isascii()
+        and length.isdigit()
+        and (len(length) > 18 or int(length) > limits.max_body)
+    ):
+        return 413, f"request body larger than {limits.max_body} bytes"
+    return None
