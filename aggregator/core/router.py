@@ -50,6 +50,16 @@ import attrs
 from aggregator import __version__
 from aggregator.core import affinity, defaults
 from aggregator.core.catalog import CAPABILITY_OF, LIST_METHODS, PROMPTS, RESOURCES, TEMPLATES, TOOLS, Catalog, Route
+from aggregator.core.commands import (
+    Command,
+    ControlReply,
+    Refresh,
+    StartUpstream,
+    StopUpstream,
+    ToClient,
+    ToServer,
+    WaitForStartup,
+)
 from aggregator.core.deadlines import Deadlines
 from aggregator.core.log_levels import LEVELS, most_verbose, passes
 from aggregator.core.outages import (
@@ -104,67 +114,6 @@ URL_ELICITATION_REQUIRED = -32042
 # How long a roots/list waits for the client its roots come from to finish initializing;
 # then it is answered from proxy.roots (or with no roots).
 ROOTS_HOLD_SECONDS = 10.0
-
-
-# --- commands ---------------------------------------------------------------------------
-
-
-class ToClient(NamedTuple):
-    """Send ``message`` (a dict, or bytes already serialized) to client session ``session``.
-
-    ``related`` names the client request the message belongs to, when it is not itself
-    the response (progress, a server-to-client request made while serving it) or when the
-    message is bytes: transports with one stream per request (Streamable HTTP) use it.
-    """
-
-    session: int
-    message: Any
-    related: Any = None
-
-
-class ToServer(NamedTuple):
-    """Send ``message`` to upstream ``server``."""
-
-    server: str
-    message: Any
-
-
-class ControlReply(NamedTuple):
-    """A response to one of the trio layer's own requests to ``server``."""
-
-    server: str
-    message: dict[str, Any]
-
-
-class Refresh(NamedTuple):
-    """Re-list ``kind`` (a catalog kind) from ``server``."""
-
-    server: str
-    kind: str
-
-
-class StartUpstream(NamedTuple):
-    """Start a session's own connection to a per-session server, named ``name``.
-
-    ``capabilities`` are the client's, so the server sees exactly what its client can do.
-    """
-
-    server: str
-    name: str
-    session: int
-    capabilities: dict[str, Any]
-
-
-class StopUpstream(NamedTuple):
-    """Stop the per-session connection ``name`` (its client went away)."""
-
-    name: str
-
-
-class WaitForStartup(NamedTuple):
-    """Hold this client's `initialize` until startup is complete, then feed it again."""
-
-    session: int
 
 
 # --- state ------------------------------------------------------------------------------
@@ -461,13 +410,13 @@ class Router:
             raise ValueError(f"no such profile: {profile!r}")
         self.clients[key] = ClientState(key, profile=profile, catalog=self.catalogs[profile])
 
-    def client_disconnected(self, key: int) -> list[Any]:
+    def client_disconnected(self, key: int) -> list[Command]:
         """A client went away: cancel its work upstream, answer what it was asked, tidy up."""
         client = self.clients.pop(key, None)
         if client is None:
             return []
         self.views.pop(key)
-        out: list[Any] = []
+        out: list[Command] = []
         for pending in list(client.in_flight.values()):
             self._end(pending)
             if self.links[pending.server].ready and type(pending.extra) is not Held:
@@ -514,14 +463,14 @@ class Router:
             out += self._apply_log_level()
         return out
 
-    def client_message(self, key: int, raw: bytes) -> list[Any]:
+    def client_message(self, key: int, raw: bytes) -> list[Command]:
         try:
             kind, message = decode_message(raw, self.max_json_depth)
         except RemoteProtocolError as exc:
             return self.client_refused(key, exc)
         return self.client_event(key, kind, message)
 
-    def client_refused(self, key: int, exc: RemoteProtocolError) -> list[Any]:
+    def client_refused(self, key: int, exc: RemoteProtocolError) -> list[Command]:
         """A client's message could not be accepted: answer it if it was a request, and if
         it was an answer to a server's request, tell that server it will not get one."""
         if exc.data is not None and exc.data.get("reason") == "too_large":
@@ -531,7 +480,7 @@ class Router:
         out = [ToClient(key, exc.to_response())] if exc.answer else []
         return out + self.refused_answer(key, exc)
 
-    def refused_answer(self, key: int, exc: RemoteProtocolError) -> list[Any]:
+    def refused_answer(self, key: int, exc: RemoteProtocolError) -> list[Command]:
         """If a client's refused message was its answer to a server's request, that server
         gets an error in its place now, rather than waiting for an answer that never comes."""
         answered = exc.response_to
@@ -550,7 +499,7 @@ class Router:
             )
         ]
 
-    def client_event(self, key: int, kind: int, message: dict[str, Any]) -> list[Any]:
+    def client_event(self, key: int, kind: int, message: dict[str, Any]) -> list[Command]:
         """A message from a client, already decoded and classified (``decode_message``).
 
         A bug must never take a session down or leak internals: anything unexpected is
@@ -566,7 +515,7 @@ class Router:
                 ]
             return []
 
-    def _client_event(self, key: int, kind: int, message: dict[str, Any]) -> list[Any]:
+    def _client_event(self, key: int, kind: int, message: dict[str, Any]) -> list[Command]:
         client = self.clients[key]
         if kind == REQUEST:
             method = message["method"]
@@ -652,7 +601,7 @@ class Router:
                 return (route[0], route[1], ref["uri"]) if route is not None else None
         return None
 
-    def _client_notification(self, client: ClientState, message: dict[str, Any]) -> list[Any]:
+    def _client_notification(self, client: ClientState, message: dict[str, Any]) -> list[Command]:
         method = message["method"]
         if method == "notifications/initialized":
             was, client.initialized = client.initialized, client.initialize_seen
@@ -675,7 +624,7 @@ class Router:
             return self._roots_changed(self._roots_followers(client))
         return []
 
-    def _client_answer(self, client: ClientState, message: dict[str, Any]) -> list[Any]:
+    def _client_answer(self, client: ClientState, message: dict[str, Any]) -> list[Command]:
         """A response or error from a client: the answer to a server-to-client request."""
         id = message["id"]
         reverse = self.reverse.get((client.key, id)) if type(id) is int else None
@@ -690,7 +639,7 @@ class Router:
 
     # --- client requests ----------------------------------------------------------------
 
-    def _initialize(self, client: ClientState, message: dict[str, Any]) -> list[Any]:
+    def _initialize(self, client: ClientState, message: dict[str, Any]) -> list[Command]:
         if client.initialize_seen:
             raise RemoteProtocolError(INVALID_REQUEST, "Invalid request: already initialized")
         if not self.startup_complete:
@@ -714,16 +663,16 @@ class Router:
             result["instructions"] = instructions
         return [ToClient(client.key, {"jsonrpc": "2.0", "id": message["id"], "result": result})]
 
-    def _ping(self, client: ClientState, message: dict[str, Any]) -> list[Any]:
+    def _ping(self, client: ClientState, message: dict[str, Any]) -> list[Command]:
         return [_result(client.key, message["id"], {})]
 
-    def _list(self, client: ClientState, message: dict[str, Any]) -> list[Any]:
+    def _list(self, client: ClientState, message: dict[str, Any]) -> list[Command]:
         kind = LIST_METHODS[message["method"]]
         params = message.get("params") or {}
         page = client.catalog.page(kind, params.get("cursor"))
         return [ToClient(client.key, _splice_result(message["id"], page), message["id"])]
 
-    def _call_by_name(self, client: ClientState, message: dict[str, Any]) -> list[Any]:
+    def _call_by_name(self, client: ClientState, message: dict[str, Any]) -> list[Command]:
         params = message.get("params")
         name = params.get("name") if params else None
         tools = message["method"] == "tools/call"
@@ -805,12 +754,12 @@ class Router:
         """Whether a request for ``server`` that the catalog routes must wait for it."""
         return server in self.outages and server not in self.per_session and not self.links[server].ready
 
-    def _read_resource(self, client: ClientState, message: dict[str, Any]) -> list[Any]:
+    def _read_resource(self, client: ClientState, message: dict[str, Any]) -> list[Command]:
         params = message.get("params")
         server, original = self._resource_route(client, params)
         return self._forward(client, message, server, dict(params, uri=original))
 
-    def _subscribe(self, client: ClientState, message: dict[str, Any]) -> list[Any]:
+    def _subscribe(self, client: ClientState, message: dict[str, Any]) -> list[Command]:
         params = message.get("params")
         server, original = self._resource_route(client, params)
         # One subscription per connection: a per-session server's is its session's own.
@@ -830,7 +779,7 @@ class Router:
             pending.extra = key
         return out
 
-    def _unsubscribe(self, client: ClientState, message: dict[str, Any]) -> list[Any]:
+    def _unsubscribe(self, client: ClientState, message: dict[str, Any]) -> list[Command]:
         params = message.get("params")
         server, original = self._resource_route(client, params, while_out=True)
         name = self._link_name(server, client.key)
@@ -839,7 +788,7 @@ class Router:
             return [_result(client.key, message["id"], {})]
         return self._forward(client, message, server, dict(params, uri=original))
 
-    def _complete(self, client: ClientState, message: dict[str, Any]) -> list[Any]:
+    def _complete(self, client: ClientState, message: dict[str, Any]) -> list[Command]:
         params = message.get("params")
         ref = params.get("ref") if params else None
         if type(ref) is not dict:
@@ -869,7 +818,7 @@ class Router:
             raise RemoteProtocolError(INVALID_PARAMS, "Invalid params: ref must be ref/prompt or ref/resource")
         return self._forward(client, message, route.server, dict(params, ref=new_ref))
 
-    def _set_level(self, client: ClientState, message: dict[str, Any]) -> list[Any]:
+    def _set_level(self, client: ClientState, message: dict[str, Any]) -> list[Command]:
         params = message.get("params") or {}
         level = params.get("level")
         if level not in LEVELS:
@@ -877,7 +826,7 @@ class Router:
         client.log_level = level
         return [_result(client.key, message["id"], {}), *self._apply_log_level()]
 
-    def _task_request(self, client: ClientState, message: dict[str, Any]) -> list[Any]:
+    def _task_request(self, client: ClientState, message: dict[str, Any]) -> list[Command]:
         params = message.get("params")
         task_id = params.get("taskId") if type(params) is dict else None
         split = split_task_id(task_id)
@@ -887,7 +836,7 @@ class Router:
             raise RemoteProtocolError(INVALID_PARAMS, f"Unknown task: {task_id}")
         return self._forward(client, message, split[0], dict(params, taskId=split[1]))
 
-    def _list_tasks(self, client: ClientState, message: dict[str, Any]) -> list[Any]:
+    def _list_tasks(self, client: ClientState, message: dict[str, Any]) -> list[Command]:
         # The connections this session's requests run on: the shared servers and its own
         # per-session ones (never another session's, nor a per-session server's shared
         # listing connection, where no client's request runs).
@@ -901,14 +850,16 @@ class Router:
         if not servers:
             return [_result(client.key, message["id"], {"tasks": []})]
         gather = Gather(client.key, message["id"], len(servers))
-        out: list[Any] = []
+        out: list[Command] = []
         for server in servers:
             out += self._own_request(server, "tasks/list", {}, extra=gather)
         return out
 
     # --- forwarding ---------------------------------------------------------------------
 
-    def _forward(self, client: ClientState, message: dict[str, Any], server: str, params: dict[str, Any]) -> list[Any]:
+    def _forward(
+        self, client: ClientState, message: dict[str, Any], server: str, params: dict[str, Any]
+    ) -> list[Command]:
         """Send a client's request upstream under a fresh id. ``params`` is ours to change."""
         if self.draining:
             return [
@@ -981,9 +932,9 @@ class Router:
 
     def _hold(
         self, client: ClientState, message: dict[str, Any], server: str, params: dict[str, Any], name: str
-    ) -> list[Any]:
+    ) -> list[Command]:
         """Keep a request for a per-session link that is not ready; start it if need be."""
-        out: list[Any] = []
+        out: list[Command] = []
         link = self.links.get(name)
         if link is None:
             base = self.links[server]
@@ -1035,7 +986,7 @@ class Router:
         self._end(placeholder)
         return True
 
-    def _own_request(self, server: str, method: str, params: dict[str, Any], extra: Any = None) -> list[Any]:
+    def _own_request(self, server: str, method: str, params: dict[str, Any], extra: Any = None) -> list[Command]:
         """A request the proxy makes for its own bookkeeping; the answer is not forwarded."""
         link = self.links[server]
         if not link.ready:
@@ -1083,10 +1034,10 @@ class Router:
                 self.reverse_count.pop(session, None)
         return reverse
 
-    def abandon(self, why: str) -> list[Any]:
+    def abandon(self, why: str) -> list[Command]:
         """Fail every client request still in flight (shutting down): the client hears it,
         the server is told to stop."""
-        out: list[Any] = []
+        out: list[Command] = []
         for link in self.links.values():
             for pending in list(link.pending.values()):
                 if pending.session == NO_SESSION:
@@ -1143,10 +1094,10 @@ class Router:
                 deadline = held
         return deadline
 
-    def expire(self) -> list[Any]:
+    def expire(self) -> list[Command]:
         """Time out what is overdue, send notices that are due."""
         now = self.clock()
-        out: list[Any] = []
+        out: list[Command] = []
         for pending in self.deadlines.pop_due(now):
             out += self._time_out(pending)
         if self._announce_at is not None and now >= self._announce_at:
@@ -1155,12 +1106,12 @@ class Router:
             out += self._expire_roots(now)
         return out
 
-    def _time_out(self, pending: Pending) -> list[Any]:
+    def _time_out(self, pending: Pending) -> list[Command]:
         if type(pending.extra) is Held:
             return self._held_timed_out(pending)
         self._end(pending)
         link = self.links[pending.server]
-        out: list[Any] = []
+        out: list[Command] = []
         if link.ready:
             out.append(ToServer(pending.server, _cancelled(pending.upstream_id, "timed out")))
         log.warning("server %s: %s timed out (upstream id %d)", pending.server, pending.method, pending.upstream_id)
@@ -1183,7 +1134,7 @@ class Router:
 
     # --- upstreams ----------------------------------------------------------------------
 
-    def server_message(self, server: str, raw: bytes, related: int | None = None) -> list[Any]:
+    def server_message(self, server: str, raw: bytes, related: int | None = None) -> list[Command]:
         """A message from an upstream; ``related``: the upstream id of the request on whose
         own stream it arrived (Streamable HTTP), when the transport knows it."""
         try:
@@ -1192,7 +1143,7 @@ class Router:
             log.exception("server %s: internal error handling a message from it", server)
             return []
 
-    def _server_message(self, server: str, raw: bytes, related: int | None = None) -> list[Any]:
+    def _server_message(self, server: str, raw: bytes, related: int | None = None) -> list[Command]:
         link = self.links.get(server)
         if link is None:
             return []  # a per-session connection whose client just left
@@ -1226,7 +1177,7 @@ class Router:
             return self._server_notification(link, message, related)
         return self._server_request(link, message, related)
 
-    def _server_refused(self, link: UpstreamLink, exc: RemoteProtocolError) -> list[Any]:
+    def _server_refused(self, link: UpstreamLink, exc: RemoteProtocolError) -> list[Command]:
         """A server's message could not be accepted (too deep, unreadable, malformed).
 
         An answer whose id is readable fails the request it answers, at once and with the
@@ -1291,13 +1242,13 @@ class Router:
             if type(eid) is str:
                 self._remember_elicitation(link.name, eid, session)
 
-    def _own_answer(self, pending: Pending, message: dict[str, Any]) -> list[Any]:
+    def _own_answer(self, pending: Pending, message: dict[str, Any]) -> list[Command]:
         if "error" in message:
             log.info("server %s: %s failed: %s", pending.server, pending.method, message["error"].get("message"))
             return self._gather_step(pending, None)
         return self._gather_step(pending, message.get("result"))
 
-    def _gather_step(self, pending: Pending, result: Any) -> list[Any]:
+    def _gather_step(self, pending: Pending, result: Any) -> list[Command]:
         gather = pending.extra
         if type(gather) is not Gather:
             return []
@@ -1315,7 +1266,7 @@ class Router:
 
     def _server_notification(
         self, link: UpstreamLink, message: dict[str, Any], related: int | None = None
-    ) -> list[Any]:
+    ) -> list[Command]:
         method = message["method"]
         server = link.name
         params = message.get("params")
@@ -1375,7 +1326,7 @@ class Router:
         log.debug("server %s: notification %s not routed", server, method)
         return []
 
-    def _server_request(self, link: UpstreamLink, message: dict[str, Any], related: int | None = None) -> list[Any]:
+    def _server_request(self, link: UpstreamLink, message: dict[str, Any], related: int | None = None) -> list[Command]:
         """A request from an upstream to its client: route it to the one client it is for
         (``core.affinity``), or answer it at once with why it cannot be."""
         server = link.name
@@ -1431,7 +1382,7 @@ class Router:
         params: dict[str, Any],
         capability: str,
         related: Any,
-    ) -> list[Any]:
+    ) -> list[Command]:
         """Forward a server's request to client ``session`` under a proxy-minted id."""
         server = link.name
         client = self.clients[session]
@@ -1539,7 +1490,7 @@ class Router:
                 facts["clients"] = [c.key for c in self.clients.values() if c.initialized]
         return facts
 
-    def _log_line(self, link: UpstreamLink, method: str, params: dict[str, Any], related: int | None) -> list[Any]:
+    def _log_line(self, link: UpstreamLink, method: str, params: dict[str, Any], related: int | None) -> list[Command]:
         """A server's log line: to the client of the request it belongs to, else to the
         sessions that asked for logs (``core.affinity``); each at its own level."""
         server = link.name
@@ -1575,7 +1526,7 @@ class Router:
 
     # --- roots --------------------------------------------------------------------------
 
-    def _roots_request(self, link: UpstreamLink, id: Any, params: dict[str, Any], related: int | None) -> list[Any]:
+    def _roots_request(self, link: UpstreamLink, id: Any, params: dict[str, Any], related: int | None) -> list[Command]:
         """roots/list: from the client the server's roots come from, or from the proxy;
         held while that client is still initializing (``core.affinity.roots_source``)."""
         source = affinity.roots_source(link.session, self.single_client, list(self.clients))
@@ -1599,9 +1550,9 @@ class Router:
             self.roots_fallback.add(link.name)  # its client's roots may differ: tell it when they come
         return ToServer(link.name, {"jsonrpc": "2.0", "id": id, "result": {"roots": self.roots or []}})
 
-    def _release_roots(self, client: ClientState) -> list[Any]:
+    def _release_roots(self, client: ClientState) -> list[Command]:
         """A client finished initializing: the roots/list requests held for it go on."""
-        out: list[Any] = []
+        out: list[Command] = []
         held, self.held_roots = self.held_roots, []
         for name, id, deadline in held:
             link = self.links.get(name)
@@ -1617,10 +1568,10 @@ class Router:
         self.roots_fallback.difference_update(told)
         return out + self._roots_changed(told)
 
-    def _roots_changed(self, names: list[str]) -> list[Any]:
+    def _roots_changed(self, names: list[str]) -> list[Command]:
         """Tell these links their roots changed; one that was told and has not asked since
         is not told again (it will read the roots as they are when it asks)."""
-        out: list[Any] = []
+        out: list[Command] = []
         for name in names:
             link = self.links[name]
             if not link.roots_told:
@@ -1647,8 +1598,8 @@ class Router:
         self.held_roots = [held for held in self.held_roots if held not in mine]
         return mine
 
-    def _expire_roots(self, now: float) -> list[Any]:
-        out: list[Any] = []
+    def _expire_roots(self, now: float) -> list[Command]:
+        out: list[Command] = []
         kept = []
         for name, id, deadline in self.held_roots:
             if deadline > now:
@@ -1665,7 +1616,7 @@ class Router:
         self.held_roots = kept
         return out
 
-    def server_oversized(self, server: str, head: bytes, limit: int) -> list[Any]:
+    def server_oversized(self, server: str, head: bytes, limit: int) -> list[Command]:
         """A message from the server was over the size limit and was dropped unread.
 
         If its first bytes name a pending request's id, that request fails now with
@@ -1690,7 +1641,7 @@ class Router:
             )
         ]
 
-    def server_ready(self, server: str, init_result: dict[str, Any]) -> list[Any]:
+    def server_ready(self, server: str, init_result: dict[str, Any]) -> list[Command]:
         """The upstream finished its handshake; renew what clients asked of it before."""
         link = self.links[server]
         link.ready = True
@@ -1728,14 +1679,14 @@ class Router:
         else:
             self.subscriptions.remove(key, client.key)  # refused (overloaded)
 
-    def server_items(self, server: str, kind: str, items: list[dict[str, Any]]) -> list[Any]:
+    def server_items(self, server: str, kind: str, items: list[dict[str, Any]]) -> list[Command]:
         """A fresh listing of one kind from a server; announce a change to clients."""
         link = self.links.get(server)
         if link is None or not link.ready:
             return []
         if link.session is not None:  # a session's own connection: its view, announced to it
             return self._announce(self.views.own_items(link.session, link.server, kind, items), link.session)
-        out: list[Any] = []
+        out: list[Command] = []
         for profile, catalog in self.catalogs.items():
             changed = catalog.set_items(server, kind, items)
             if changed:
@@ -1744,7 +1695,7 @@ class Router:
                 out += self._views_see(catalog, server, kind, changed)
         return out
 
-    def server_listing(self, server: str, listing: dict[str, list[dict[str, Any]]]) -> list[Any]:
+    def server_listing(self, server: str, listing: dict[str, list[dict[str, Any]]]) -> list[Command]:
         """Every kind a server lists, at once. For a session's own connection to a
         per-session server this is the moment its session switches from the shared listing
         to its own: announced to that session for what it changed."""
@@ -1765,7 +1716,7 @@ class Router:
             mine += [method for method in inherited if method not in mine]
         return self._announce(changed, client.key)
 
-    def _views_see(self, catalog: Catalog, server: str, kind: str, changed: bool) -> list[Any]:
+    def _views_see(self, catalog: Catalog, server: str, kind: str, changed: bool) -> list[Command]:
         """Announce to each session whose view over ``catalog`` changed with its listing of ``server``."""
         return [
             command
@@ -1773,7 +1724,7 @@ class Router:
             for command in self._announce(kinds, session)
         ]
 
-    def _own_link_lost(self, link: UpstreamLink) -> list[Any]:
+    def _own_link_lost(self, link: UpstreamLink) -> list[Command]:
         """A session's own connection is gone: its held subscriptions were never made, and
         the session sees the server's shared listing again (announced if that differs)."""
         for key, message, params in link.waiting:
@@ -1786,7 +1737,7 @@ class Router:
             client.catalog = self.catalogs[client.profile]
         return self._announce(changed, link.session)
 
-    def server_overloaded(self, server: str, why: str) -> list[Any]:
+    def server_overloaded(self, server: str, why: str) -> list[Command]:
         """The upstream reads nothing of its input: fail its requests in flight at once
         (reason overloaded). It stays connected; its late answers are dropped."""
         link = self.links.get(server)
@@ -1796,9 +1747,9 @@ class Router:
             link, f"Server {link.server!r} is overloaded: {why}; the request failed", "overloaded"
         )
 
-    def _fail_pending(self, link: UpstreamLink, message: str, reason: str) -> list[Any]:
+    def _fail_pending(self, link: UpstreamLink, message: str, reason: str) -> list[Command]:
         """End every request in flight on ``link``, each client told ``message``."""
-        out: list[Any] = []
+        out: list[Command] = []
         for pending in list(link.pending.values()):
             self._end(pending)
             out += self._gather_step(pending, None)
@@ -1811,14 +1762,14 @@ class Router:
             )
         return out
 
-    def server_lost(self, server: str, why: str) -> list[Any]:
+    def server_lost(self, server: str, why: str) -> list[Command]:
         """The upstream is gone: fail its requests at once, hide its items, tell clients."""
         link = self.links.get(server)
         if link is None:
             return []
         link.ready = False
         link.overloaded = None
-        out: list[Any] = self._own_link_lost(link) if link.session is not None else []
+        out: list[Command] = self._own_link_lost(link) if link.session is not None else []
         waiting, link.waiting = link.waiting, []
         for key, message, _params in waiting:
             if self._still_waiting(self.clients.get(key), message):
@@ -1864,7 +1815,7 @@ class Router:
 
     # --- servers between starts (aggregator.core.outages) ---------------------------------
 
-    def _server_out(self, server: str, why: str) -> list[Any]:
+    def _server_out(self, server: str, why: str) -> list[Command]:
         """A shared server is lost: remember what each profile saw of it, before it goes."""
         outage = self.outages.get(server)
         if outage is None:  # it was serving
@@ -1883,7 +1834,7 @@ class Router:
         # of the next attempt; when shutting down, none follows.
         return self._fail_held(server) if self.draining else []
 
-    def server_down(self, server: str, reason: str, retry_in: float) -> list[Any]:
+    def server_down(self, server: str, reason: str, retry_in: float) -> list[Command]:
         """The supervisor of a shared server that was lost (or did not start) starts it again
         in ``retry_in`` seconds. Requests that waited for the attempt that failed fail now."""
         outage = self.outages.get(server)
@@ -1893,7 +1844,7 @@ class Router:
         outage.reason = reason
         return self._fail_held(server)
 
-    def server_listed(self, server: str) -> list[Any]:
+    def server_listed(self, server: str) -> list[Command]:
         """A shared server is ready and listed: it is out no more. Held requests are looked
         up again (a name it no longer has is unknown now) and sent within their deadline."""
         outage = self.outages.pop(server, None)
@@ -1902,7 +1853,7 @@ class Router:
         now = self.clock()
         if outage.attempt_at is not None:
             self.start_takes[server] = max(0.0, now - outage.attempt_at)
-        out: list[Any] = []
+        out: list[Command] = []
         for held in self.held.pop(server, ()):
             if held.done:
                 continue
@@ -1917,7 +1868,7 @@ class Router:
                 self.deadlines.move(sent.deadline, sent)
         return out
 
-    def _server_down_answer(self, client: ClientState, message: dict[str, Any], server: str) -> list[Any]:
+    def _server_down_answer(self, client: ClientState, message: dict[str, Any], server: str) -> list[Command]:
         """Hold a request for a server that is out, or tell its client how the server is."""
         outage = self.outages.get(server)
         link = self.links[server]
@@ -1954,9 +1905,9 @@ class Router:
         text, data = unavailable(outage, now)
         return [ToClient(client.key, error_response(message["id"], INTERNAL_ERROR, text, data))]
 
-    def _fail_held(self, server: str) -> list[Any]:
+    def _fail_held(self, server: str) -> list[Command]:
         outage = self.outages.get(server)
-        out: list[Any] = []
+        out: list[Command] = []
         for held in self.held.pop(server, ()):
             if held.done:
                 continue
@@ -1966,7 +1917,7 @@ class Router:
                 out.append(ToClient(held.session, error_response(held.client_id, INTERNAL_ERROR, text, data)))
         return out
 
-    def _held_timed_out(self, held: Pending) -> list[Any]:
+    def _held_timed_out(self, held: Pending) -> list[Command]:
         self._end(held)
         if held.session not in self.clients:
             return []
@@ -1984,12 +1935,12 @@ class Router:
 
     # --- logging ------------------------------------------------------------------------
 
-    def _apply_log_level(self) -> list[Any]:
+    def _apply_log_level(self) -> list[Command]:
         """Set every upstream that logs to the most verbose level any client asked for."""
         target = most_verbose([c.log_level for c in self.clients.values() if c.log_level is not None])
         if target is None:
             return []
-        out: list[Any] = []
+        out: list[Command] = []
         for name, link in self.links.items():
             if link.ready and "logging" in link.capabilities and link.log_level != target:
                 link.log_level = target
@@ -1998,7 +1949,7 @@ class Router:
 
     # --- list changes -------------------------------------------------------------------
 
-    def _announce(self, kinds: list[str], profile: str | int = "default") -> list[Any]:
+    def _announce(self, kinds: list[str], profile: str | int = "default") -> list[Command]:
         """Queue list_changed notices for one profile's clients (those without a view of
         their own), or for one session (by its key); they go out together once the
         debounce passes."""
@@ -2017,10 +1968,10 @@ class Router:
             self._announce_at = self.clock() + self.list_changed_debounce
         return []
 
-    def _send_announcements(self) -> list[Any]:
+    def _send_announcements(self) -> list[Command]:
         due, self._announce_methods = self._announce_methods, {}
         self._announce_at = None
-        out: list[Any] = []
+        out: list[Command] = []
         for client in self.clients.values():
             if not client.initialize_seen:
                 continue
