@@ -18,7 +18,7 @@ spelling.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, MutableMapping
 from typing import Any, NamedTuple
 
 from aggregator.core.cursor import CursorCodec
@@ -83,7 +83,7 @@ class CatalogLookups:
         spelling of a URI it listed, else the normal form. None if no server owns it or this
         profile may not read it; ``InvalidUri`` if it is refused whoever owns it."""
         normal = normalize_uri(uri)
-        route = self.resources.get(normal)
+        route: Route | None = self.resources.get(normal)
         if route is not None:
             return route
         route = self._owner(normal)
@@ -133,7 +133,7 @@ class Catalog(CatalogLookups):
         separator: str,
         page_size: int,
         *,
-        store: dict[str, dict[str, list[dict[str, Any]]]] | None = None,
+        store: MutableMapping[str, dict[str, list[dict[str, Any]]]] | None = None,
         policy: ProfilePolicy | None = None,
         max_name_length: int = 128,
         charset: str = "mcp",
@@ -156,7 +156,7 @@ class Catalog(CatalogLookups):
         self.uri_prefixes = {n.uri_prefix.lower(): n.name for n in self.naming.values() if n.uri_prefix}
         self.generation = 0
         # server -> kind -> upstream items, for servers that are ready
-        self._items: dict[str, dict[str, list[dict[str, Any]]]] = store if store is not None else {}
+        self._items: MutableMapping[str, dict[str, list[dict[str, Any]]]] = store if store is not None else {}
         self.exposed: dict[str, list[dict[str, Any]]] = {kind: [] for kind in KINDS}
         self.tools: dict[str, Route] = {}
         self.prompts: dict[str, Route] = {}
@@ -272,9 +272,10 @@ class Catalog(CatalogLookups):
         lookup_of: dict[str, str] = {}  # exposed name, URI or template -> its lookup key
         counts: dict[str, int] = {}
         for index, (name, original, item, _, _, lookup) in enumerate(candidates):
-            exposed = assigned.get(index)
-            if exposed is None:
+            given = assigned.get(index)
+            if given is None:
                 continue
+            exposed = given
             counts[name] = counts.get(name, 0) + 1
             exposed_items.append(item if exposed == original else {**item, key: exposed})
             lookup_of[exposed] = lookup if not named else exposed
