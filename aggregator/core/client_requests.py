@@ -15,7 +15,6 @@ from aggregator.core.state import (
     Held,
     RequestHandler,
     RouterState,
-    ServerDown,
     answer,
 )
 from aggregator.core.tasks import split_task_id
@@ -65,9 +64,7 @@ class ClientRequests(RouterState):
 
     def _call_by_name(self, client: ClientState, message: dict[str, Any]) -> list[Command]:
         params: Any = message.get("params")
-        route, out = self.resolve_target(client, message["method"], params)
-        if out:
-            raise ServerDown(route.server)
+        route = self.resolve_target(client, message["method"], params)
         return self._forward(client, message, route.server, dict(params, name=route.original))
 
     def _read_resource(self, client: ClientState, message: dict[str, Any]) -> list[Command]:
@@ -106,9 +103,7 @@ class ClientRequests(RouterState):
 
     def _complete(self, client: ClientState, message: dict[str, Any]) -> list[Command]:
         params: Any = message.get("params")
-        route, out = self.resolve_target(client, "completion/complete", params)
-        if out:
-            raise ServerDown(route.server)
+        route = self.resolve_target(client, "completion/complete", params)
         ref = params["ref"]
         if ref["type"] == "ref/prompt":
             new_ref = dict(ref, name=route.original)

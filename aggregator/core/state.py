@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import attrs
 
 from aggregator.core import defaults
-from aggregator.core.catalog import Catalog
+from aggregator.core.catalog import Catalog, Route
 from aggregator.core.commands import Command, ToClient, ToServer
 from aggregator.core.deadlines import Deadlines
 from aggregator.core.outages import Outage
@@ -26,9 +26,6 @@ from aggregator.core.session_catalog import SessionViews
 from aggregator.core.settings import LinkSettings, RouterSettings
 from aggregator.core.subscriptions import Subscriptions
 from aggregator.jsonrpc.errors import INTERNAL_ERROR, RemoteProtocolError, error_response
-
-if TYPE_CHECKING:
-    from aggregator.core.catalog import Route
 
 CONTROL_ID_PREFIX = "aggregator-"
 NO_SESSION = 0  # the "client" of the proxy's own requests; real sessions start at 1
@@ -96,11 +93,13 @@ class Held(NamedTuple):
 
 
 class ServerDown(Exception):
-    """A lookup found that what a request names belongs to ``server``, which is out."""
+    """A lookup found that what a request names (``route``) belongs to ``server``, which is
+    out: the request waits for it or is answered with its state."""
 
-    def __init__(self, server: str) -> None:
-        super().__init__(server)
-        self.server = server
+    def __init__(self, route: Route) -> None:
+        super().__init__(route.server)
+        self.route = route
+        self.server = route.server
 
 
 class Reverse(NamedTuple):
@@ -300,7 +299,7 @@ class RouterState:
         def merged_instructions(self) -> str: ...
         def _apply_log_level(self) -> list[Command]: ...
         # targets
-        def resolve_target(self, client: ClientState, method: str, params: Any) -> tuple[Route, bool]: ...
+        def resolve_target(self, client: ClientState, method: str, params: Any) -> Route: ...
         def _resource_route(self, client: ClientState, params: Any, *, while_out: bool = False) -> Route: ...
         # forwarding
         def _forward(

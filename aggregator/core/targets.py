@@ -33,26 +33,29 @@ log = logging.getLogger(__name__)
 class Targets(RouterState):
     """One lookup for every request that names a tool, prompt, resource or template."""
 
-    def resolve_target(self, client: ClientState, method: str, params: Any) -> tuple[Route, bool]:
-        """(server and its own name or URI, whether that server is out and the request must
-        wait for it) of what a client request names, read as its handler reads it.
+    def resolve_target(self, client: ClientState, method: str, params: Any) -> Route:
+        """(server, its own name or URI) of what a client request names, read as its
+        handler reads it.
 
         Raises ``RemoteProtocolError`` (-32602) for what names nothing this client may use:
-        nothing is sent for an unknown name or URI (invariant 4). A name of a per-session
-        server whose listing connection is out is the session's own, so not out.
+        nothing is sent for an unknown name or URI (invariant 4); ``ServerDown`` (with the
+        route) for what belongs to a server that is out, so the request waits for it. A name
+        of a per-session server whose listing connection is out is the session's own: not out.
         """
         if method == "tools/call" or method == "prompts/get":
             name = params.get("name") if params else None
             tools = method == "tools/call"
-            route = (client.catalog.tools if tools else client.catalog.prompts).get(name) if type(name) is str else None
+            route: Route | None = (
+                (client.catalog.tools if tools else client.catalog.prompts).get(name) if type(name) is str else None
+            )
             if route is not None:
-                return route, False
+                return route
             return self._name_target(client, TOOLS if tools else PROMPTS, name)
         if method == "completion/complete":
             return self._completion_target(client, params)
         return self._uri_target(client, params)
 
-    def _name_target(self, client: ClientState, kind: str, name: Any) -> tuple[Route, bool]:
+    def _name_target(self, client: ClientState, kind: str, name: Any) -> Route:
         """A tool or prompt name the catalog does not have: one of a server that is out, or unknown."""
         what = "tool" if kind == TOOLS else "prompt"
         if type(name) is not str:
@@ -60,9 +63,9 @@ class Targets(RouterState):
         owner = self._name_owner(client, kind, name)
         if owner is None:
             raise RemoteProtocolError(INVALID_PARAMS, f"Unknown {what}: {name}")
-        return Route(*owner), owner[0] not in self.per_session
+        return self._owned(owner)
 
-    def _uri_target(self, client: ClientState, params: Any) -> tuple[Route, bool]:
+    def _uri_target(self, client: ClientState, params: Any) -> Route:
         """A resource URI, compared in normal form, so no spelling of a hidden URI finds
         it; refused spellings are -32602 as well."""
         uri = params.get("uri") if type(params) is dict else None
@@ -70,7 +73,7 @@ class Targets(RouterState):
             raise RemoteProtocolError(INVALID_PARAMS, "Invalid params: uri must be a string")
         out = False
         try:
-            route = client.catalog.route_uri(uri)
+            route: Route | None = client.catalog.route_uri(uri)
             if self.outages:
                 route, out = self._outage_uri(client, uri, route)
         except InvalidUri as exc:
@@ -78,22 +81,24 @@ class Targets(RouterState):
         if route is None:
             raise RemoteProtocolError(INVALID_PARAMS, f"Unknown resource: {uri}")
         # A per-session server whose listing connection is out is still the session's own.
-        return route, out and route[0] not in self.per_session
+        if out and route[0] not in self.per_session:
+            raise ServerDown(Route(*route))
+        return route
 
-    def _completion_target(self, client: ClientState, params: Any) -> tuple[Route, bool]:
+    def _completion_target(self, client: ClientState, params: Any) -> Route:
         """The prompt or the resource template (or URI) a completion's ``ref`` names."""
         ref = params.get("ref") if params else None
         if type(ref) is not dict:
             raise RemoteProtocolError(INVALID_PARAMS, "Invalid params: ref must be an object")
         if ref.get("type") == "ref/prompt":
             name = ref.get("name")
-            route = client.catalog.prompts.get(name) if type(name) is str else None
+            route: Route | None = client.catalog.prompts.get(name) if type(name) is str else None
             if route is not None:
-                return route, False
+                return route
             owner = self._name_owner(client, PROMPTS, name) if type(name) is str else None
             if owner is None:
                 raise RemoteProtocolError(INVALID_PARAMS, f"Unknown prompt: {name}")
-            return Route(*owner), owner[0] not in self.per_session
+            return self._owned(owner)
         uri = ref.get("uri")
         if ref.get("type") != "ref/resource" or type(uri) is not str:
             raise RemoteProtocolError(INVALID_PARAMS, "Invalid params: ref must be ref/prompt or ref/resource")
@@ -102,12 +107,20 @@ class Targets(RouterState):
             if self.outages and (route is None or self._is_out(route.server)):
                 owner = self._outage_template(client, uri, route)
                 if owner is not None:
-                    return Route(*owner), True
+                    raise ServerDown(Route(*owner))
         except InvalidUri as exc:
             raise RemoteProtocolError(INVALID_PARAMS, f"Invalid params: {exc}") from None
         if route is None:
             raise RemoteProtocolError(INVALID_PARAMS, f"Unknown resource: {uri}")
-        return route, False
+        return route
+
+    def _owned(self, owner: tuple[str, str]) -> Route:
+        """What a server that is out owns: it waits for that server, unless the server is
+        per-session (only its listing connection is out: the session's own answers)."""
+        route = Route(*owner)
+        if owner[0] not in self.per_session:
+            raise ServerDown(route)
+        return route
 
     def describe(self, key: int, message: dict[str, Any]) -> tuple[str, str, str] | None:
         """(server, its own name or URI, the exposed one) a client's request is for, or None
@@ -118,9 +131,11 @@ class Targets(RouterState):
         if client is None or type(params) is not dict or method not in _DESCRIBED:
             return None
         try:
-            route, _out = self.resolve_target(client, method, params)
+            route = self.resolve_target(client, method, params)
         except RemoteProtocolError:
             return None
+        except ServerDown as down:
+            route = down.route
         if method == "completion/complete":
             exposed = params["ref"].get("name") if params["ref"].get("type") == "ref/prompt" else params["ref"]["uri"]
         else:
@@ -130,10 +145,12 @@ class Targets(RouterState):
     def _resource_route(self, client: ClientState, params: Any, *, while_out: bool = False) -> Route:
         """(server, the URI to send it) for a client's resource URI. One of a server that is
         out raises ``ServerDown``, unless ``while_out`` takes it as is."""
-        route, out = self._uri_target(client, params)
-        if out and not while_out:
-            raise ServerDown(route.server)
-        return route
+        try:
+            return self._uri_target(client, params)
+        except ServerDown as down:
+            if while_out:
+                return down.route
+            raise
 
     def _name_owner(self, client: ClientState, kind: str, name: str) -> tuple[str, str] | None:
         """(server, its own name) of a tool or prompt name of a server that is out, or None.

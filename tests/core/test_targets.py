@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from aggregator.core.state import ServerDown
 from tests.core.helpers import connect, make_router, msg, unpack
 
 PROMPT_CAPS = {"prompts": {}, "completions": {}, "resources": {}}
@@ -98,7 +99,11 @@ def test_describe_of_an_unknown_session_is_none(router):
 def test_a_target_of_a_server_between_starts_is_known_and_out(router, method, params, server_out):
     router.server_listed("a")
     router.server_lost("a", "crashed")
-    route, out = router.resolve_target(router.clients[1], method, params)
-    assert out is server_out
+    if server_out:
+        with pytest.raises(ServerDown) as down:
+            router.resolve_target(router.clients[1], method, params)
+        route = down.value.route
+    else:
+        route = router.resolve_target(router.clients[1], method, params)
     assert route.server == ("a" if server_out else "b")
     assert router.describe(1, {"jsonrpc": "2.0", "id": 1, "method": method, "params": params})[0] == route.server
