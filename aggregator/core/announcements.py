@@ -2,23 +2,14 @@
 
 from __future__ import annotations
 
-import logging
-
-from aggregator.core.commands import (
-    Command,
-    ToClient,
-)
-from aggregator.core.state import (
-    RouterState,
-)
-from aggregator.mcp.constants import (
-    LIST_CHANGED,
-)
-
-log = logging.getLogger(__name__)
+from aggregator.core.commands import Command, ToClient
+from aggregator.core.state import RouterState
+from aggregator.mcp.constants import LIST_CHANGED
 
 
 class Announcements(RouterState):
+    """list_changed notices, per profile (clients without a view of their own) or per session."""
+
     def _announce(self, kinds: list[str], profile: str | int = "default") -> list[Command]:
         """Queue list_changed notices for one profile's clients (those without a view of
         their own), or for one session (by its key); they go out together once the

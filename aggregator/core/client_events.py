@@ -5,28 +5,10 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from aggregator.core.commands import (
-    Command,
-    StopUpstream,
-    ToClient,
-    ToServer,
-)
-from aggregator.core.state import (
-    ClientState,
-    Held,
-    RouterState,
-    ServerDown,
-    cancelled,
-    proxy_error,
-    refusal_reason,
-)
+from aggregator.core.commands import Command, StopUpstream, ToClient, ToServer
+from aggregator.core.state import ClientState, Held, RouterState, ServerDown, cancelled, proxy_error, refusal_reason
 from aggregator.jsonrpc.codec import decode_message
-from aggregator.jsonrpc.errors import (
-    INVALID_REQUEST,
-    METHOD_NOT_FOUND,
-    RemoteProtocolError,
-    error_response,
-)
+from aggregator.jsonrpc.errors import INVALID_REQUEST, METHOD_NOT_FOUND, RemoteProtocolError, error_response
 from aggregator.jsonrpc.kinds import NOTIFICATION, REQUEST
 from aggregator.mcp.versions import DISCOVER, discover_refused
 
@@ -34,6 +16,8 @@ log = logging.getLogger(__name__)
 
 
 class ClientEvents(RouterState):
+    """A client session from connect to disconnect: each message checked, then handled."""
+
     def client_connected(self, key: int, profile: str = "default") -> None:
         if profile not in self.catalogs:
             raise ValueError(f"no such profile: {profile!r}")

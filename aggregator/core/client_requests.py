@@ -5,27 +5,12 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from aggregator.core.commands import (
-    Command,
-    ToClient,
-)
-from aggregator.core.state import (
-    ClientState,
-    Gather,
-    Held,
-    RequestHandler,
-    RouterState,
-    answer,
-)
+from aggregator.core.commands import Command, ToClient
+from aggregator.core.state import ClientState, Gather, Held, RequestHandler, RouterState, answer
 from aggregator.core.tasks import split_task_id
 from aggregator.jsonrpc.codec import dumps
-from aggregator.jsonrpc.errors import (
-    INVALID_PARAMS,
-    RemoteProtocolError,
-)
-from aggregator.mcp.constants import (
-    LIST_METHODS,
-)
+from aggregator.jsonrpc.errors import INVALID_PARAMS, RemoteProtocolError
+from aggregator.mcp.constants import LIST_METHODS
 
 log = logging.getLogger(__name__)
 

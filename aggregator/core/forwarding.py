@@ -2,15 +2,9 @@
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
-from aggregator.core.commands import (
-    Command,
-    StartUpstream,
-    ToClient,
-    ToServer,
-)
+from aggregator.core.commands import Command, StartUpstream, ToClient, ToServer
 from aggregator.core.state import (
     PROGRESS_TOKEN_PREFIX,
     ClientState,
@@ -21,11 +15,7 @@ from aggregator.core.state import (
     proxy_error,
 )
 from aggregator.core.tasks import restore_related_task
-from aggregator.mcp.constants import (
-    SERVER_REQUEST_CAPABILITIES,
-)
-
-log = logging.getLogger(__name__)
+from aggregator.mcp.constants import SERVER_REQUEST_CAPABILITIES
 
 
 class Forwarding(RouterState):

@@ -6,35 +6,19 @@ import logging
 from typing import Any
 
 from aggregator import __version__
-from aggregator.core.commands import (
-    Command,
-    ToClient,
-    WaitForStartup,
-)
+from aggregator.core.commands import Command, ToClient, WaitForStartup
 from aggregator.core.log_levels import LEVELS, most_verbose
-from aggregator.core.state import (
-    INSTANCE_KEY,
-    ClientState,
-    RouterState,
-    answer,
-)
-from aggregator.jsonrpc.errors import (
-    INVALID_PARAMS,
-    INVALID_REQUEST,
-    RemoteProtocolError,
-)
-from aggregator.mcp.constants import (
-    CAPABILITY_OF,
-    PROMPTS,
-    RESOURCES,
-    TOOLS,
-)
+from aggregator.core.state import INSTANCE_KEY, ClientState, RouterState, answer
+from aggregator.jsonrpc.errors import INVALID_PARAMS, INVALID_REQUEST, RemoteProtocolError
+from aggregator.mcp.constants import CAPABILITY_OF, PROMPTS, RESOURCES, TOOLS
 from aggregator.mcp.versions import negotiate
 
 log = logging.getLogger(__name__)
 
 
 class Handshake(RouterState):
+    """initialize, and what the proxy says about itself to clients and to upstreams."""
+
     def _initialize(self, client: ClientState, message: dict[str, Any]) -> list[Command]:
         if client.initialize_seen:
             raise RemoteProtocolError(INVALID_REQUEST, "Invalid request: already initialized")

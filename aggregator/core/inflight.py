@@ -5,11 +5,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from aggregator.core.commands import (
-    Command,
-    ToClient,
-    ToServer,
-)
+from aggregator.core.commands import Command, ToClient, ToServer
 from aggregator.core.state import (
     NO_SESSION,
     Gather,
@@ -28,6 +24,8 @@ log = logging.getLogger(__name__)
 
 
 class InFlight(RouterState):
+    """The tables of requests in flight (invariant 2) and the ways they end."""
+
     def _start(self, pending: Pending, link: UpstreamLink) -> None:
         now = self.clock()
         pending.hard_deadline = now + link.max_request_timeout

@@ -2,34 +2,19 @@
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
 from aggregator.core import affinity
-from aggregator.core.commands import (
-    Command,
-    ToClient,
-    ToServer,
-)
-from aggregator.core.state import (
-    Reverse,
-    RouterState,
-    UpstreamLink,
-    proxy_error,
-)
+from aggregator.core.commands import Command, ToClient, ToServer
+from aggregator.core.state import Reverse, RouterState, UpstreamLink, proxy_error
 from aggregator.core.tasks import RELATED_TASK, expose_task_id, expose_task_ids
-from aggregator.jsonrpc.errors import (
-    INVALID_REQUEST,
-    METHOD_NOT_FOUND,
-)
-from aggregator.mcp.constants import (
-    SERVER_REQUESTS,
-)
-
-log = logging.getLogger(__name__)
+from aggregator.jsonrpc.errors import INVALID_REQUEST, METHOD_NOT_FOUND
+from aggregator.mcp.constants import SERVER_REQUESTS
 
 
 class ReverseRequests(RouterState):
+    """Requests from upstreams to clients, under proxy-minted ids (invariant 5)."""
+
     def _server_request(self, link: UpstreamLink, message: dict[str, Any], related: int | None = None) -> list[Command]:
         """A request from an upstream to its client: route it to the one client it is for
         (``core.affinity``), or answer it at once with why it cannot be."""

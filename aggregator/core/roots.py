@@ -6,21 +6,15 @@ import logging
 from typing import Any
 
 from aggregator.core import affinity
-from aggregator.core.commands import (
-    Command,
-    ToServer,
-)
-from aggregator.core.state import (
-    ROOTS_HOLD_SECONDS,
-    ClientState,
-    RouterState,
-    UpstreamLink,
-)
+from aggregator.core.commands import Command, ToServer
+from aggregator.core.state import ROOTS_HOLD_SECONDS, ClientState, RouterState, UpstreamLink
 
 log = logging.getLogger(__name__)
 
 
 class Roots(RouterState):
+    """Whose roots each upstream sees, and telling it when they change."""
+
     def _roots_request(self, link: UpstreamLink, id: Any, params: dict[str, Any], related: int | None) -> list[Command]:
         """roots/list: from the client the server's roots come from, or from the proxy;
         held while that client is still initializing (``core.affinity.roots_source``)."""

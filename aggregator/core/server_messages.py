@@ -7,13 +7,7 @@ import re
 from typing import Any
 
 from aggregator.core import affinity
-from aggregator.core.commands import (
-    Command,
-    ControlReply,
-    Refresh,
-    ToClient,
-    ToServer,
-)
+from aggregator.core.commands import Command, ControlReply, Refresh, ToClient, ToServer
 from aggregator.core.log_levels import passes
 from aggregator.core.state import (
     CONTROL_ID_PREFIX,
@@ -29,18 +23,9 @@ from aggregator.core.state import (
 from aggregator.core.tasks import expose_task_ids
 from aggregator.core.uris import expose_uri, rewrite_content_uris
 from aggregator.jsonrpc.codec import decode_message
-from aggregator.jsonrpc.errors import (
-    RemoteProtocolError,
-    error_response,
-)
+from aggregator.jsonrpc.errors import RemoteProtocolError, error_response
 from aggregator.jsonrpc.kinds import ERROR, NOTIFICATION, RESPONSE
-from aggregator.mcp.constants import (
-    LIST_CHANGED,
-    PROMPTS,
-    RESOURCES,
-    TEMPLATES,
-    TOOLS,
-)
+from aggregator.mcp.constants import LIST_CHANGED, PROMPTS, RESOURCES, TEMPLATES, TOOLS
 
 log = logging.getLogger(__name__)
 

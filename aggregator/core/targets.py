@@ -6,26 +6,11 @@ import logging
 from typing import Any
 
 from aggregator.core.catalog import Route
-from aggregator.core.outages import (
-    name_owner,
-    template_key,
-    template_owner,
-    uri_owner,
-)
-from aggregator.core.state import (
-    ClientState,
-    RouterState,
-    ServerDown,
-)
+from aggregator.core.outages import name_owner, template_key, template_owner, uri_owner
+from aggregator.core.state import ClientState, RouterState, ServerDown
 from aggregator.core.uris import InvalidUri, normalize_uri
-from aggregator.jsonrpc.errors import (
-    INVALID_PARAMS,
-    RemoteProtocolError,
-)
-from aggregator.mcp.constants import (
-    PROMPTS,
-    TOOLS,
-)
+from aggregator.jsonrpc.errors import INVALID_PARAMS, RemoteProtocolError
+from aggregator.mcp.constants import PROMPTS, TOOLS
 
 log = logging.getLogger(__name__)
 

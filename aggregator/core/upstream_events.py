@@ -6,36 +6,18 @@ import logging
 from typing import Any
 
 from aggregator.core.catalog import Catalog
-from aggregator.core.commands import (
-    Command,
-    ToClient,
-)
-from aggregator.core.outages import (
-    FAILED,
-    RESTARTING,
-    Outage,
-    remember,
-    should_hold,
-    unavailable,
-)
-from aggregator.core.state import (
-    ClientState,
-    Held,
-    Pending,
-    RouterState,
-    UpstreamLink,
-    proxy_error,
-)
-from aggregator.jsonrpc.errors import (
-    INTERNAL_ERROR,
-    error_response,
-)
+from aggregator.core.commands import Command, ToClient
+from aggregator.core.outages import FAILED, RESTARTING, Outage, remember, should_hold, unavailable
+from aggregator.core.state import ClientState, Held, Pending, RouterState, UpstreamLink, proxy_error
+from aggregator.jsonrpc.errors import INTERNAL_ERROR, error_response
 from aggregator.jsonrpc.kinds import REQUEST
 
 log = logging.getLogger(__name__)
 
 
 class UpstreamEvents(RouterState):
+    """An upstream's life as the trio layer reports it, and the requests held while it is out (invariant 7)."""
+
     def server_ready(self, server: str, init_result: dict[str, Any]) -> list[Command]:
         """The upstream finished its handshake; renew what clients asked of it before."""
         link = self.links[server]
