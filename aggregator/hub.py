@@ -26,6 +26,7 @@ import trio
 
 from aggregator.admission import Admission
 from aggregator.config import Config
+from aggregator.config.core_settings import router_settings
 from aggregator.core.catalog import Catalog
 from aggregator.core.policy import ProfilePolicy, server_request_allowed
 from aggregator.core.router import (
@@ -93,15 +94,9 @@ class Hub:
         self.catalog = catalog_for(None)
         self.router = Router(
             self.catalog,
-            servers,
+            router_settings(config, servers=servers, single_client=single_client),
             clock=trio.current_time,
-            server_requests=proxy.server_requests,
-            roots=None if proxy.roots is None else [{"uri": uri} for uri in proxy.roots],
-            list_changed_debounce=proxy.list_changed_debounce,
-            max_in_flight=proxy.max_in_flight_per_session,
-            max_json_depth=proxy.max_json_depth,
             profiles={name: catalog_for(name) for name in config.profiles},
-            single_client=single_client,
             server_request_policy=self._server_request_allowed,
         )
         self.upstreams = {server.name: UpstreamSession(self, server) for server in servers}

@@ -18,7 +18,7 @@ spelling.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, MutableMapping
 from typing import Any, NamedTuple
 
 from aggregator.core.cursor import CursorCodec
@@ -83,7 +83,7 @@ class CatalogLookups:
         spelling of a URI it listed, else the normal form. None if no server owns it or this
         profile may not read it; ``InvalidUri`` if it is refused whoever owns it."""
         normal = normalize_uri(uri)
-        route = self.resources.get(normal)
+        route: Route | None = self.resources.get(normal)
         if route is not None:
             return route
         route = self._owner(normal)
@@ -133,7 +133,7 @@ class Catalog(CatalogLookups):
         separator: str,
         page_size: int,
         *,
-        store: dict[str, dict[str, list[dict[str, Any]]]] | None = None,
+        store: MutableMapping[str, dict[str, list[dict[str, Any]]]] | None = None,
         policy: ProfilePolicy | None = None,
         max_name_length: int = 128,
         charset: str = "mcp",
@@ -156,7 +156,7 @@ class Catalog(CatalogLookups):
         self.uri_prefixes = {n.uri_prefix.lower(): n.name for n in self.naming.values() if n.uri_prefix}
         self.generation = 0
         # server -> kind -> upstream items, for servers that are ready
-        self._items: dict[str, dict[str, list[dict[str, Any]]]] = store if store is not None else {}
+        self._items: MutableMapping[str, dict[str, list[dict[str, Any]]]] = store if store is not None else {}
         self.exposed: dict[str, list[dict[str, Any]]] = {kind: [] for kind in KINDS}
         self.tools: dict[str, Route] = {}
         self.prompts: dict[str, Route] = {}
@@ -191,81 +191,11 @@ class Catalog(CatalogLookups):
         what clients see changed."""
         key = KEY_OF[kind]
         named = kind in (TOOLS, PROMPTS)
-        policy = self.policy
         hidden: list[tuple[str, str, str]] = []
         # The server's own key as policy compares it: URIs and templates in normal form.
         hidden_keys: list[tuple[str, str]] = []
-        # 1. Candidates, in listing order: (server, original, item as exposed, name, exact,
-        #    lookup key: the name, or the exposed URI or template in normal form).
-        candidates: list[tuple[str, str, dict[str, Any], str, bool, str]] = []
-        for name, naming in self.naming.items():
-            for item in self._items.get(name, {}).get(kind) or ():
-                original = item.get(key) if type(item) is dict else None
-                if type(original) is not str or not original:
-                    log.warning("server %s: ignoring a %s entry without a %r", name, kind, key)
-                    continue
-                try:
-                    compared = _compared(kind, original)
-                except InvalidUri as exc:
-                    log.warning("server %s: ignoring resource %r: %s", name, original[:200], exc)
-                    continue
-                override = None
-                if policy is not None:
-                    reason = policy.hidden_reason(name, kind, compared, item)
-                    if reason is not None:
-                        hidden.append((name, original, reason))
-                        hidden_keys.append((name, compared))
-                        continue
-                    override = policy.override(name, kind, original)
-                    if override is not None:
-                        item = {
-                            **item,
-                            **{
-                                k: v for k, v in (("title", override.title), ("description", override.description)) if v
-                            },
-                        }
-                if named:
-                    base = override.name if override is not None and override.name else original
-                    exposed = expose_name(naming.prefix, self.separator, base, self.max_name_length, self.charset)
-                    exact = exposed == (f"{naming.prefix}{self.separator}{base}" if naming.prefix else base)
-                    lookup = exposed
-                else:
-                    exposed, exact = expose_uri(naming.uri_prefix, original), True
-                    # The prefix is ours and already valid: only its case can change.
-                    lookup = expose_uri(naming.uri_prefix.lower(), compared)
-                candidates.append((name, original, item, exposed, exact, lookup))
-        # 2. Names, by priority: names used as they are before names that had to be changed
-        #    (sanitised or shortened), each in config order. So a collision never depends
-        #    on the order a server lists things in, and a name stays the same across restarts.
-        order = sorted(range(len(candidates)), key=lambda i: (not candidates[i][4], i))
-        routes: dict[str, Route] = {}
-        assigned: dict[int, str] = {}
-        collisions: list[str] = []
-        contested: set[str] = set()
-        for index in order:
-            name, original, _item, exposed, _exact, lookup = candidates[index]
-            if lookup in routes:
-                first = routes[lookup]
-                if first.server == name and first.original == original:
-                    continue  # the same item listed twice by one server
-                if first.server != name:
-                    contested.update((first.server, name))
-                if named:
-                    renamed = disambiguate(exposed, name, original, self.max_name_length)
-                    collisions.append(
-                        f"{kind[:-1]} name {exposed!r}: {first.server}:{first.original!r} keeps"
-                        f" it, {name}:{original!r} is exposed as {renamed!r}"
-                    )
-                    exposed = lookup = renamed
-                    if exposed in routes:
-                        continue
-                else:
-                    collisions.append(
-                        f"{kind[:-1]} {exposed!r} is listed by {first.server} and {name}; {first.server} serves it"
-                    )
-                    continue
-            routes[lookup] = Route(name, original)
-            assigned[index] = exposed
+        candidates = self._candidates(kind, hidden, hidden_keys)
+        routes, assigned, collisions, contested = self._assign(kind, candidates)
         # 3. What clients see, in listing order.
         exposed_items: list[dict[str, Any]] = []
         templates: list[tuple[str, str, str]] = []
@@ -281,30 +211,11 @@ class Catalog(CatalogLookups):
             if kind == TEMPLATES:
                 templates.append((name, original, lookup))
         if self.plugins is not None:
-            # Plugins may drop items or change how they read, never their exposed names.
-            profile = self.policy.name if self.policy is not None else "default"
-            kept = [
-                item
-                for item in self.plugins.catalog(profile, kind, exposed_items)
-                if type(item) is dict and item.get(key) in lookup_of
-            ]
-            names = {lookup_of[item[key]] for item in kept}
-            for exposed, route in list(routes.items()):
-                if exposed not in names:
-                    del routes[exposed]
-                    hidden.append((route.server, route.original, "a plugin's catalog hook"))
-                    hidden_keys.append((route.server, _compared(kind, route.original)))
+            exposed_items, names = self._plugins_keep(kind, exposed_items, lookup_of, routes, hidden, hidden_keys)
             templates = [t for t in templates if t[2] in names]
-            exposed_items = kept
             self.bounds[kind] = {}
         else:
-            bounds: dict[str, tuple[int, int]] = {}
-            start = 0
-            for name in self.naming:
-                end = start + counts.get(name, 0)
-                bounds[name] = (start, end)
-                start = end
-            self.bounds[kind] = bounds
+            self.bounds[kind] = self._bounds(counts)
         self.hidden[kind] = hidden
         if kind == TOOLS:
             self.tools = routes
@@ -327,6 +238,123 @@ class Catalog(CatalogLookups):
             self.generation += 1
             self._page_cache.clear()
         return changed
+
+    def _candidates(
+        self, kind: str, hidden: list[tuple[str, str, str]], hidden_keys: list[tuple[str, str]]
+    ) -> list[tuple[str, str, dict[str, Any], str, bool, str]]:
+        """1. Candidates, in listing order: (server, original, item as exposed, name, exact,
+        lookup key: the name, or the exposed URI or template in normal form). What policy
+        hides goes to ``hidden`` and ``hidden_keys`` instead."""
+        key = KEY_OF[kind]
+        candidates: list[tuple[str, str, dict[str, Any], str, bool, str]] = []
+        for name, naming in self.naming.items():
+            for item in self._items.get(name, {}).get(kind) or ():
+                original = item.get(key) if type(item) is dict else None
+                if type(original) is not str or not original:
+                    log.warning("server %s: ignoring a %s entry without a %r", name, kind, key)
+                    continue
+                try:
+                    compared = _compared(kind, original)
+                except InvalidUri as exc:
+                    log.warning("server %s: ignoring resource %r: %s", name, original[:200], exc)
+                    continue
+                override = None
+                if self.policy is not None:
+                    reason = self.policy.hidden_reason(name, kind, compared, item)
+                    if reason is not None:
+                        hidden.append((name, original, reason))
+                        hidden_keys.append((name, compared))
+                        continue
+                    override = self.policy.override(name, kind, original)
+                    if override is not None:
+                        shown = (("title", override.title), ("description", override.description))
+                        item = {**item, **{k: v for k, v in shown if v}}
+                if kind in (TOOLS, PROMPTS):
+                    base = override.name if override is not None and override.name else original
+                    exposed = expose_name(naming.prefix, self.separator, base, self.max_name_length, self.charset)
+                    exact = exposed == (f"{naming.prefix}{self.separator}{base}" if naming.prefix else base)
+                    lookup = exposed
+                else:
+                    exposed, exact = expose_uri(naming.uri_prefix, original), True
+                    # The prefix is ours and already valid: only its case can change.
+                    lookup = expose_uri(naming.uri_prefix.lower(), compared)
+                candidates.append((name, original, item, exposed, exact, lookup))
+        return candidates
+
+    def _assign(
+        self, kind: str, candidates: list[tuple[str, str, dict[str, Any], str, bool, str]]
+    ) -> tuple[dict[str, Route], dict[int, str], list[str], set[str]]:
+        """2. Names, by priority: names used as they are before names that had to be changed
+        (sanitised or shortened), each in config order. So a collision never depends on the
+        order a server lists things in, and a name stays the same across restarts.
+        Returns (routes by lookup key, exposed name by candidate, collisions, contested servers)."""
+        order = sorted(range(len(candidates)), key=lambda i: (not candidates[i][4], i))
+        routes: dict[str, Route] = {}
+        assigned: dict[int, str] = {}
+        collisions: list[str] = []
+        contested: set[str] = set()
+        for index in order:
+            name, original, _item, exposed, _exact, lookup = candidates[index]
+            if lookup in routes:
+                first = routes[lookup]
+                if first.server == name and first.original == original:
+                    continue  # the same item listed twice by one server
+                if first.server != name:
+                    contested.update((first.server, name))
+                if kind in (TOOLS, PROMPTS):
+                    renamed = disambiguate(exposed, name, original, self.max_name_length)
+                    collisions.append(
+                        f"{kind[:-1]} name {exposed!r}: {first.server}:{first.original!r} keeps"
+                        f" it, {name}:{original!r} is exposed as {renamed!r}"
+                    )
+                    exposed = lookup = renamed
+                    if exposed in routes:
+                        continue
+                else:
+                    collisions.append(
+                        f"{kind[:-1]} {exposed!r} is listed by {first.server} and {name}; {first.server} serves it"
+                    )
+                    continue
+            routes[lookup] = Route(name, original)
+            assigned[index] = exposed
+        return routes, assigned, collisions, contested
+
+    def _plugins_keep(
+        self,
+        kind: str,
+        exposed_items: list[dict[str, Any]],
+        lookup_of: dict[str, str],
+        routes: dict[str, Route],
+        hidden: list[tuple[str, str, str]],
+        hidden_keys: list[tuple[str, str]],
+    ) -> tuple[list[dict[str, Any]], set[str]]:
+        """Plugins may drop items or change how they read, never their exposed names: what
+        they keep, and its lookup keys. What they drop leaves ``routes`` for ``hidden``."""
+        assert self.plugins is not None
+        key = KEY_OF[kind]
+        profile = self.policy.name if self.policy is not None else "default"
+        kept = [
+            item
+            for item in self.plugins.catalog(profile, kind, exposed_items)
+            if type(item) is dict and item.get(key) in lookup_of
+        ]
+        names = {lookup_of[item[key]] for item in kept}
+        for exposed, route in list(routes.items()):
+            if exposed not in names:
+                del routes[exposed]
+                hidden.append((route.server, route.original, "a plugin's catalog hook"))
+                hidden_keys.append((route.server, _compared(kind, route.original)))
+        return kept, names
+
+    def _bounds(self, counts: dict[str, int]) -> dict[str, tuple[int, int]]:
+        """Where each server's items are in the exposed list (listing order, by server)."""
+        bounds: dict[str, tuple[int, int]] = {}
+        start = 0
+        for name in self.naming:
+            end = start + counts.get(name, 0)
+            bounds[name] = (start, end)
+            start = end
+        return bounds
 
     # --- queries ---------------------------------------------------------------------
 

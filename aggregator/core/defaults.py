@@ -8,6 +8,7 @@ all behave alike. Change a default here, and the README where it documents it.
 
 from __future__ import annotations
 
+from aggregator.jsonrpc.codec import DEFAULT_MAX_DEPTH
 from aggregator.mcp.constants import SERVER_REQUEST_CAPABILITIES
 
 # A request without an answer after REQUEST_TIMEOUT fails (reason "timeout"); progress
@@ -21,3 +22,5 @@ MAX_IN_FLIGHT_PER_SESSION = 128
 LIST_CHANGED_DEBOUNCE = 0.05
 # Server-to-client requests the proxy routes to clients (and so declares upstream).
 SERVER_REQUESTS = SERVER_REQUEST_CAPABILITIES  # all of them
+# Deepest JSON nesting accepted in a message, either direction (the envelope is level 1).
+MAX_JSON_DEPTH = DEFAULT_MAX_DEPTH

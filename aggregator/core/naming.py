@@ -30,13 +30,15 @@ URI_PREFIX = re.compile(r"[A-Za-z][A-Za-z0-9.-]*")
 
 
 def tool_prefix(server: Any) -> str:
-    return server.name if server.prefix is None else server.prefix
+    prefix: str = server.name if server.prefix is None else server.prefix
+    return prefix
 
 
 def uri_prefix(server: Any) -> str:
     """The scheme prefix for a server's URIs; "" keeps its URIs unchanged."""
     if server.uri_prefix is not None:
-        return server.uri_prefix
+        own: str = server.uri_prefix
+        return own
     prefix = tool_prefix(server)
     return prefix.replace("_", "-") if prefix else ""
 

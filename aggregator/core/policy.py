@@ -92,7 +92,7 @@ class ProfilePolicy:
             if denied is not None:
                 return f"{label}.deny {denied!r}"
             if kind == "tools":
-                annotations = item.get("annotations") if type(item.get("annotations")) is dict else {}
+                annotations: Any = item.get("annotations") if type(item.get("annotations")) is dict else {}
                 if rules.read_only and annotations.get("readOnlyHint") is not True:
                     return f"{label}.read_only (the tool does not say readOnlyHint: true)"
                 if not rules.destructive and annotations.get("destructiveHint") is not False:

@@ -51,7 +51,7 @@ class _Routes:
     def get(self, key: str, default: Route | None = None) -> Route | None:
         own = self.view.own
         for catalog in own.values():
-            route = getattr(catalog, self.attr).get(key)
+            route: Route | None = getattr(catalog, self.attr).get(key)
             if route is not None:
                 return route
         route = getattr(self.view.shared, self.attr).get(key)

@@ -11,8 +11,9 @@ from typing import Any
 import pytest
 
 from aggregator.config import ServerConfig
+from aggregator.config.core_settings import link_settings
 from aggregator.core.catalog import Catalog
-from aggregator.core.router import Router
+from aggregator.core.router import Router, RouterSettings
 from aggregator.jsonrpc import RemoteProtocolError, decode_message, dumps, loads
 
 CLIENT_CAPS = {"sampling": {}, "roots": {"listChanged": True}, "elicitation": {"form": {}, "url": {}}}
@@ -47,6 +48,17 @@ AWKWARD_LITERALS = [
     "1e16",
     "12.30e-005",
 ]
+
+
+# What ``new_router`` passes to the Router itself; every other keyword is a RouterSettings field.
+ROUTER_ARGS = ("clock", "profiles", "instance", "server_request_policy")
+
+
+def new_router(catalog: Any, servers: list[Any], **kw: Any) -> Router:
+    """A router over ``catalog`` and these configured servers (through the same adapter as
+    the hub), with keywords that are either the Router's own or its settings' fields."""
+    own = {k: kw.pop(k) for k in ROUTER_ARGS if k in kw}
+    return Router(catalog, RouterSettings(servers=tuple(link_settings(s) for s in servers), **kw), **own)
 
 
 class Clock:
@@ -88,7 +100,7 @@ def make_router(clock: Clock, debounce: float = 0.0, **kw: Any) -> Router:
         ServerConfig(name="a", command="x", request_timeout=5.0, max_request_timeout=20.0),
         ServerConfig(name="b", command="x", request_timeout=5.0, timeout_resets_on_progress=False),
     ]
-    router = Router(Catalog(servers, "__", 50), servers, clock=clock, list_changed_debounce=debounce, **kw)
+    router = new_router(Catalog(servers, "__", 50), servers, clock=clock, list_changed_debounce=debounce, **kw)
     caps = {"tools": {}, "resources": {"subscribe": True}, "logging": {}, "tasks": {"list": {}, "cancel": {}}}
     for name in ("a", "b"):
         router.server_ready(name, {"protocolVersion": "2025-11-25", "capabilities": caps})
@@ -116,7 +128,9 @@ def make_depth_limited_router(limit: int = JSON_DEPTH_LIMIT) -> Router:
     """Servers ``a`` and ``b`` with a tool ``echo`` each, ``max_json_depth=limit``, client 1
     connected with sampling."""
     servers = [ServerConfig(name="a", command="x"), ServerConfig(name="b", command="x")]
-    router = Router(Catalog(servers, "__", 50), servers, clock=Clock(), list_changed_debounce=0, max_json_depth=limit)
+    router = new_router(
+        Catalog(servers, "__", 50), servers, clock=Clock(), list_changed_debounce=0, max_json_depth=limit
+    )
     for name in ("a", "b"):
         router.server_ready(name, {"protocolVersion": "2025-11-25", "capabilities": {"tools": {}}})
         router.server_items(name, "tools", [{"name": "echo"}])

@@ -11,21 +11,22 @@ import pytest
 
 from aggregator.config import ProxyConfig, ServerConfig, structure_config
 from aggregator.core.catalog import Catalog
-from aggregator.core.router import Router, UpstreamLink
+from aggregator.core.router import LinkSettings, Router, RouterSettings, UpstreamLink
 from aggregator.jsonrpc import dumps, loads
+from tests.core.helpers import new_router
 
 LINK_SETTINGS = ["request_timeout", "max_request_timeout", "timeout_resets_on_progress"]
 
 
 def bare_router(servers: list) -> Router:
-    return Router(Catalog(servers, "__", 50), servers)
+    return new_router(Catalog(servers, "__", 50), servers)
 
 
 @pytest.mark.parametrize("setting", ["max_in_flight", "list_changed_debounce", "server_requests", "max_json_depth"])
 def test_a_router_without_settings_has_those_of_the_default_proxy_config(setting):
     servers = [ServerConfig(name="a", command="x")]
     proxy = ProxyConfig()
-    configured = Router(
+    configured = new_router(
         Catalog(servers, "__", 50),
         servers,
         server_requests=proxy.server_requests,
@@ -43,12 +44,9 @@ def test_a_link_without_settings_has_those_of_the_default_server_config(setting)
 
 @pytest.mark.parametrize("setting", LINK_SETTINGS)
 def test_a_server_that_names_no_settings_gets_those_of_the_default_server_config(setting):
-    class Bare:
-        name = "a"
-        isolation = "shared"
-
     config = structure_config({"servers": {"a": {"command": "x"}}}, environ={})
-    router = Router(Catalog(list(config.servers.values()), "__", 50), [Bare()])
+    bare = RouterSettings(servers=(LinkSettings("a"),))
+    router = Router(Catalog(list(config.servers.values()), "__", 50), bare)
     assert getattr(router.links["a"], setting) == getattr(config.servers["a"], setting)
 
 

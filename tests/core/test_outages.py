@@ -21,8 +21,7 @@ from aggregator.core.outages import (
     uri_owner,
 )
 from aggregator.core.policy import ProfilePolicy
-from aggregator.core.router import Router
-from tests.core.helpers import msg, unpack
+from tests.core.helpers import msg, new_router, unpack
 
 CONFIG = """
 [servers.git]
@@ -82,7 +81,7 @@ def router(config, clock):
     def catalog(profile):
         return Catalog(servers, "__", 50, store=store, policy=ProfilePolicy(config, profile))
 
-    r = Router(
+    r = new_router(
         catalog(None),
         servers,
         clock=clock,
@@ -350,7 +349,7 @@ def test_never_ready_server_names_by_prefix(config, clock):
         p: Catalog(servers, "__", 50, store=store, policy=ProfilePolicy(config, p if p != "default" else None))
         for p in ("default", "reader")
     }
-    r = Router(
+    r = new_router(
         catalogs["default"], servers, clock=clock, list_changed_debounce=0, profiles={"reader": catalogs["reader"]}
     )
     start(r, "other", [{"name": "ping"}])

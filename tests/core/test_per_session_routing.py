@@ -5,8 +5,8 @@ import pytest
 
 from aggregator.config import ServerConfig
 from aggregator.core.catalog import Catalog
-from aggregator.core.router import Refresh, Router, StartUpstream, StopUpstream
-from tests.core.helpers import connect, msg, unpack
+from aggregator.core.router import Refresh, StartUpstream, StopUpstream
+from tests.core.helpers import connect, msg, new_router, unpack
 
 SHARED_P = {
     "tools": [{"name": "echo"}, {"name": "trigger-sampling"}],
@@ -23,7 +23,7 @@ CAPS = {"capabilities": {"tools": {"listChanged": True}, "prompts": {}, "resourc
 
 def make_router(clock, debounce=0.0):
     servers = [ServerConfig(name="a", command="x"), ServerConfig(name="p", command="x", isolation="per-session")]
-    router = Router(Catalog(servers, "__", 50), servers, clock=clock, list_changed_debounce=debounce)
+    router = new_router(Catalog(servers, "__", 50), servers, clock=clock, list_changed_debounce=debounce)
     router.server_ready("a", CAPS)
     router.server_items("a", "tools", [{"name": "time"}])
     router.server_ready("p", CAPS)

@@ -9,9 +9,8 @@ import pytest
 from aggregator.config import structure_config
 from aggregator.core.catalog import Catalog
 from aggregator.core.policy import ProfilePolicy, server_request_allowed
-from aggregator.core.router import Router
 from aggregator.jsonrpc import loads
-from tests.core.helpers import msg
+from tests.core.helpers import msg, new_router
 
 CONFIG = """
 [policy.tools]
@@ -73,7 +72,7 @@ def router(config):
     def catalog(profile):
         return Catalog(servers, "__", 50, store=store, policy=ProfilePolicy(config, profile))
 
-    r = Router(catalog(None), servers, list_changed_debounce=0, profiles={"reader": catalog("reader")})
+    r = new_router(catalog(None), servers, list_changed_debounce=0, profiles={"reader": catalog("reader")})
     for name in ("e", "g"):
         r.server_ready(
             name, {"capabilities": {"tools": {}, "resources": {"subscribe": True}, "prompts": {}, "completions": {}}}

@@ -8,7 +8,7 @@ import pytest
 
 from aggregator import upstream
 from aggregator.config import structure_config
-from aggregator.core import catalog, defaults, policy, router
+from aggregator.core import announcements, catalog, defaults, policy, reverse_requests
 from aggregator.errors import ConfigError
 from aggregator.mcp import constants
 from aggregator.mcp.constants import (
@@ -81,8 +81,8 @@ def test_each_server_request_needs_its_capability(method, capability):
         (catalog, "CAPABILITY_OF", "CAPABILITY_OF"),
         (catalog, "KEY_OF", "KEY_OF"),
         (policy, "CONFIG_KIND", "CONFIG_KIND"),
-        (router, "LIST_CHANGED", "LIST_CHANGED"),
-        (router, "SERVER_REQUESTS", "SERVER_REQUESTS"),
+        (announcements, "LIST_CHANGED", "LIST_CHANGED"),
+        (reverse_requests, "SERVER_REQUESTS", "SERVER_REQUESTS"),
         (upstream, "LIST_METHOD_OF", "LIST_METHOD_OF"),
         (defaults, "SERVER_REQUESTS", "SERVER_REQUEST_CAPABILITIES"),
     ],

@@ -8,9 +8,9 @@ from hypothesis import strategies as st
 
 from aggregator.config import ServerConfig
 from aggregator.core.catalog import Catalog
-from aggregator.core.router import Refresh, Router, ToClient, ToServer, WaitForStartup
+from aggregator.core.router import Refresh, ToClient, ToServer, WaitForStartup
 from aggregator.jsonrpc import dumps
-from tests.core.helpers import decoded, msg
+from tests.core.helpers import decoded, msg, new_router
 
 
 @pytest.fixture
@@ -20,7 +20,7 @@ def router(clock):
         ServerConfig(name="b", command="x", prefix="", timeout_resets_on_progress=False),
     ]
     catalog = Catalog(servers, "__", 3)
-    r = Router(catalog, servers, clock=clock, list_changed_debounce=0)
+    r = new_router(catalog, servers, clock=clock, list_changed_debounce=0)
     for name, caps in (
         (
             "a",
@@ -77,7 +77,7 @@ def only(commands, kind):
 
 def test_initialize_result():
     servers = [ServerConfig(name="a", command="x")]
-    r = Router(Catalog(servers, "__", 3), servers)
+    r = new_router(Catalog(servers, "__", 3), servers)
     r.client_connected(1)
     assert r.client_message(1, msg(id=1, method="initialize", params={})) == [WaitForStartup(1)]
     r.server_ready("a", {"capabilities": {"tools": {}}, "instructions": "Be nice."})
@@ -96,7 +96,7 @@ def test_initialize_result():
 
 def test_before_initialize_and_discover():
     servers = [ServerConfig(name="a", command="x")]
-    r = Router(Catalog(servers, "__", 3), servers)
+    r = new_router(Catalog(servers, "__", 3), servers)
     r.client_connected(1)
     _, answer = only(r.client_message(1, msg(id=5, method="tools/list")), ToClient)
     assert answer["id"] == 5 and answer["error"]["code"] == -32600
@@ -462,7 +462,7 @@ def test_the_initialize_result_names_this_running_proxy():
     from aggregator.core.router import INSTANCE_KEY
 
     catalog = Catalog([], "__", 100)
-    one, two = Router(catalog, []), Router(catalog, [])
+    one, two = new_router(catalog, []), new_router(catalog, [])
     assert one.instance != two.instance and len(one.instance) == 16
     one.startup_complete = True
     one.client_connected(1)

@@ -9,8 +9,8 @@ import pytest
 
 from aggregator.config import ServerConfig
 from aggregator.core.catalog import Catalog
-from aggregator.core.router import Router, SessionInfo, StartUpstream, WaitForStartup
-from tests.core.helpers import Clock, connect, msg, unpack
+from aggregator.core.router import SessionInfo, StartUpstream, WaitForStartup
+from tests.core.helpers import Clock, connect, msg, new_router, unpack
 
 ROOT = Path(__file__).parents[2] / "aggregator"
 TRIO_LAYER = sorted(p for p in ROOT.rglob("*.py") if p.parent.name not in ("core", "jsonrpc", "mcp"))
@@ -38,7 +38,7 @@ def test_the_poke_check_sees_a_poke():
 
 def per_session_router(clock):
     servers = [ServerConfig(name="a", command="x"), ServerConfig(name="p", command="x", isolation="per-session")]
-    router = Router(Catalog(servers, "__", 50), servers, clock=clock, list_changed_debounce=0)
+    router = new_router(Catalog(servers, "__", 50), servers, clock=clock, list_changed_debounce=0)
     for name in ("a", "p"):
         router.server_ready(name, {"capabilities": {"tools": {}}})
         router.server_items(name, "tools", [{"name": "echo"}])
@@ -118,7 +118,7 @@ def test_server_streams_is_remembered_for_the_link(router):
 
 def test_the_handshake_waits_for_startup_until_it_completes(clock):
     servers = [ServerConfig(name="a", command="x")]
-    router = Router(Catalog(servers, "__", 50), servers, clock=clock)
+    router = new_router(Catalog(servers, "__", 50), servers, clock=clock)
     router.client_connected(1)
     initialize = msg(id=1, method="initialize", params={"protocolVersion": "2025-11-25", "capabilities": {}})
     assert [type(c) for c in router.client_message(1, initialize)] == [WaitForStartup]
@@ -141,7 +141,7 @@ def test_the_server_request_policy_is_given_at_construction(clock):
         return False
 
     servers = [ServerConfig(name="a", command="x")]
-    router = Router(Catalog(servers, "__", 50), servers, clock=clock, server_request_policy=policy)
+    router = new_router(Catalog(servers, "__", 50), servers, clock=clock, server_request_policy=policy)
     router.server_ready("a", {"capabilities": {}})
     router.startup_completed()
     connect(router, 1)

@@ -5,8 +5,7 @@ import pytest
 
 from aggregator.config import ServerConfig
 from aggregator.core.catalog import Catalog
-from aggregator.core.router import Router
-from tests.core.helpers import CLIENT_CAPS, connect, make_router, msg, unpack
+from tests.core.helpers import CLIENT_CAPS, connect, make_router, msg, new_router, unpack
 
 
 def call(router, key, id, tool="a__slow", token=None):
@@ -290,7 +289,7 @@ def test_two_servers_same_reverse_id_get_distinct_proxy_ids(clock):
 
 
 def test_reverse_request_errors(clock):
-    router = make_router(clock, roots=[{"uri": "file:///work"}])
+    router = make_router(clock, roots=("file:///work",))
     # Nobody connected: roots from the config; sampling refused at once.
     [(_, _, roots)] = unpack(router.server_message("a", msg(id=7, method="roots/list")))
     assert roots["result"] == {"roots": [{"uri": "file:///work"}]}
@@ -500,7 +499,7 @@ def test_log_lines_of_no_request_go_to_sessions_that_asked(router):
 
 
 def test_shared_servers_see_proxy_roots_not_a_clients(clock):
-    router = make_router(clock, roots=[{"uri": "file:///srv"}])
+    router = make_router(clock, roots=("file:///srv",))
     connect(router, 1)
     call(router, 1, 1)  # a call in flight: still not this client's roots
     [(kind, server, answer)] = unpack(router.server_message("a", msg(id=7, method="roots/list")))
@@ -543,7 +542,7 @@ def test_one_client_proxy_holds_roots_until_its_client_is_initialized(clock):
 
 
 def test_held_roots_fall_back_after_the_bound_and_the_late_client_is_announced(clock):
-    router = make_router(clock, single_client=True, roots=[{"uri": "file:///srv"}])
+    router = make_router(clock, single_client=True, roots=("file:///srv",))
     assert router.server_message("a", msg(id=1, method="roots/list")) == []
     clock.now += 9.9
     assert router.expire() == []
@@ -706,7 +705,7 @@ def test_capabilities_merge(router):
 
 def per_session_router(clock):
     servers = [ServerConfig(name="p", command="x", isolation="per-session")]
-    router = Router(Catalog(servers, "__", 50), servers, clock=clock, list_changed_debounce=0)
+    router = new_router(Catalog(servers, "__", 50), servers, clock=clock, list_changed_debounce=0)
     router.server_ready("p", {"capabilities": {"tools": {}}})
     router.server_items("p", "tools", [{"name": "t"}])
     router.startup_complete = True

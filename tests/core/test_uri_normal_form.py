@@ -14,9 +14,9 @@ from hypothesis import strategies as st
 from aggregator.config import structure_config
 from aggregator.core.catalog import Catalog
 from aggregator.core.policy import ProfilePolicy
-from aggregator.core.router import Router, ToServer
+from aggregator.core.router import ToServer
 from aggregator.core.uris import InvalidUri, normalize_pattern, normalize_template, normalize_uri
-from tests.core.helpers import decoded, msg
+from tests.core.helpers import decoded, msg, new_router
 
 # --- the function ------------------------------------------------------------------------
 
@@ -363,7 +363,7 @@ def router():
     def catalog(profile):
         return Catalog(servers, "__", 50, store=store, policy=ProfilePolicy(config, profile))
 
-    r = Router(catalog(None), servers, list_changed_debounce=0, profiles={"narrow": catalog("narrow")})
+    r = new_router(catalog(None), servers, list_changed_debounce=0, profiles={"narrow": catalog("narrow")})
     for name in ("s", "f"):
         r.server_ready(name, {"capabilities": {"resources": {"subscribe": True}, "completions": {}}})
     r.server_items("s", "resources", S_RESOURCES)

@@ -1,0 +1,40 @@
+"""The configuration as the core sees it: ``Config`` into the core's frozen settings.
+
+The one place where configuration objects become ``aggregator.core.settings``; the core
+itself never reads a ``Config``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from aggregator.config.model import Config, ServerConfig
+from aggregator.core.settings import LinkSettings, RouterSettings
+
+
+def link_settings(server: ServerConfig) -> LinkSettings:
+    """What the router needs of one configured server."""
+    return LinkSettings(
+        server.name,
+        isolation=server.isolation,
+        request_timeout=server.request_timeout,
+        max_request_timeout=server.max_request_timeout,
+        timeout_resets_on_progress=server.timeout_resets_on_progress,
+    )
+
+
+def router_settings(
+    config: Config, *, servers: Iterable[ServerConfig] | None = None, single_client: bool = False
+) -> RouterSettings:
+    """The router's settings: ``config``'s enabled servers (or ``servers``) and proxy rules.
+    ``single_client``: the proxy serves one stdio client and nothing else."""
+    proxy = config.proxy
+    return RouterSettings(
+        servers=tuple(link_settings(s) for s in (config.enabled_servers if servers is None else servers)),
+        server_requests=proxy.server_requests,
+        roots=proxy.roots,
+        list_changed_debounce=proxy.list_changed_debounce,
+        max_in_flight=proxy.max_in_flight_per_session,
+        max_json_depth=proxy.max_json_depth,
+        single_client=single_client,
+    )

@@ -1,0 +1,46 @@
+"""list_changed notices: queued per profile or session, sent together after the debounce. Sans-IO."""
+
+from __future__ import annotations
+
+from aggregator.core.commands import Command, ToClient
+from aggregator.core.state import RouterState
+from aggregator.mcp.constants import LIST_CHANGED
+
+
+class Announcements(RouterState):
+    """list_changed notices, per profile (clients without a view of their own) or per session."""
+
+    def _announce(self, kinds: list[str], profile: str | int = "default") -> list[Command]:
+        """Queue list_changed notices for one profile's clients (those without a view of
+        their own), or for one session (by its key); they go out together once the
+        debounce passes."""
+        if not kinds:
+            return []
+        due = self._announce_methods.setdefault(profile, [])
+        for kind in kinds:
+            method = LIST_CHANGED[kind]
+            if method not in due:
+                due.append(method)
+        if not due:
+            return []
+        if self.list_changed_debounce <= 0:
+            return self._send_announcements()
+        if self._announce_at is None:
+            self._announce_at = self.clock() + self.list_changed_debounce
+        return []
+
+    def _send_announcements(self) -> list[Command]:
+        due, self._announce_methods = self._announce_methods, {}
+        self._announce_at = None
+        out: list[Command] = []
+        for client in self.clients.values():
+            if not client.initialize_seen:
+                continue
+            methods = due.get(client.key, [])
+            if client.key not in self.views:
+                methods = [*methods, *(m for m in due.get(client.profile, ()) if m not in methods)]
+            for method in methods:
+                capability = method.split("/")[1]
+                if capability in client.advertised:
+                    out.append(ToClient(client.key, {"jsonrpc": "2.0", "method": method}))
+        return out

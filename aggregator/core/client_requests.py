@@ -1,0 +1,130 @@
+"""The handlers of client requests, each looked up by its method. Sans-IO."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from aggregator.core.commands import Command, ToClient
+from aggregator.core.state import ClientState, Gather, Held, RequestHandler, RouterState, answer
+from aggregator.core.tasks import split_task_id
+from aggregator.jsonrpc.codec import dumps
+from aggregator.jsonrpc.errors import INVALID_PARAMS, RemoteProtocolError
+from aggregator.mcp.constants import LIST_METHODS
+
+log = logging.getLogger(__name__)
+
+
+class ClientRequests(RouterState):
+    """A client request's handler, by its method: each looks up what the request names
+    (``resolve_target``) and forwards it, or answers it from the proxy's own state."""
+
+    def _request_handlers(self) -> dict[str, RequestHandler]:
+        """The handler of each client request method the proxy serves."""
+        return {
+            "initialize": self._initialize,
+            "ping": self._ping,
+            "tools/list": self._list,
+            "prompts/list": self._list,
+            "resources/list": self._list,
+            "resources/templates/list": self._list,
+            "tools/call": self._call_by_name,
+            "prompts/get": self._call_by_name,
+            "resources/read": self._read_resource,
+            "resources/subscribe": self._subscribe,
+            "resources/unsubscribe": self._unsubscribe,
+            "completion/complete": self._complete,
+            "logging/setLevel": self._set_level,
+            "tasks/get": self._task_request,
+            "tasks/result": self._task_request,
+            "tasks/cancel": self._task_request,
+            "tasks/list": self._list_tasks,
+        }
+
+    def _list(self, client: ClientState, message: dict[str, Any]) -> list[Command]:
+        kind = LIST_METHODS[message["method"]]
+        params = message.get("params") or {}
+        page = client.catalog.page(kind, params.get("cursor"))
+        return [ToClient(client.key, _splice_result(message["id"], page), message["id"])]
+
+    def _call_by_name(self, client: ClientState, message: dict[str, Any]) -> list[Command]:
+        params: Any = message.get("params")
+        route = self.resolve_target(client, message["method"], params)
+        return self._forward(client, message, route.server, dict(params, name=route.original))
+
+    def _read_resource(self, client: ClientState, message: dict[str, Any]) -> list[Command]:
+        params: Any = message.get("params")
+        server, original = self._resource_route(client, params)
+        return self._forward(client, message, server, dict(params, uri=original))
+
+    def _subscribe(self, client: ClientState, message: dict[str, Any]) -> list[Command]:
+        params: Any = message.get("params")
+        server, original = self._resource_route(client, params)
+        # One subscription per connection: a per-session server's is its session's own.
+        name = self._link_name(server, client.key)
+        key = (name, original)
+        if self.subscriptions.has(key, client.key):
+            return [answer(client.key, message["id"], {})]
+        if server not in self.per_session and not self.links[server].ready:
+            return self._forward(client, message, server, params)  # answers "unavailable"
+        if not self.subscriptions.add(key, client.key):
+            return [answer(client.key, message["id"], {})]  # already subscribed upstream
+        out = self._forward(client, message, server, dict(params, uri=original))
+        pending = client.in_flight.get(message["id"])
+        if pending is None:  # refused (overloaded): undo
+            self.subscriptions.remove(key, client.key)
+        elif type(pending.extra) is not Held:  # sent (else it waits for its connection)
+            pending.extra = key
+        return out
+
+    def _unsubscribe(self, client: ClientState, message: dict[str, Any]) -> list[Command]:
+        params: Any = message.get("params")
+        server, original = self._resource_route(client, params, while_out=True)
+        name = self._link_name(server, client.key)
+        link = self.links.get(name)
+        if not self.subscriptions.remove((name, original), client.key) or link is None or not link.ready:
+            return [answer(client.key, message["id"], {})]
+        return self._forward(client, message, server, dict(params, uri=original))
+
+    def _complete(self, client: ClientState, message: dict[str, Any]) -> list[Command]:
+        params: Any = message.get("params")
+        route = self.resolve_target(client, "completion/complete", params)
+        ref = params["ref"]
+        if ref["type"] == "ref/prompt":
+            new_ref = dict(ref, name=route.original)
+        else:
+            new_ref = dict(ref, uri=route.original)
+        return self._forward(client, message, route.server, dict(params, ref=new_ref))
+
+    def _task_request(self, client: ClientState, message: dict[str, Any]) -> list[Command]:
+        params: Any = message.get("params")
+        task_id: Any = params.get("taskId") if type(params) is dict else None
+        split = split_task_id(task_id)
+        # Tasks belong to the session that created them: another session's task id is as
+        # unknown as one that never existed.
+        if split is None or self.tasks.get(task_id) != client.key or split[0] not in self.links:
+            raise RemoteProtocolError(INVALID_PARAMS, f"Unknown task: {task_id}")
+        return self._forward(client, message, split[0], dict(params, taskId=split[1]))
+
+    def _list_tasks(self, client: ClientState, message: dict[str, Any]) -> list[Command]:
+        # The connections this session's requests run on: the shared servers and its own
+        # per-session ones (never another session's, nor a per-session server's shared
+        # listing connection, where no client's request runs).
+        servers = [
+            name
+            for name, link in self.links.items()
+            if link.ready
+            and "list" in (link.capabilities.get("tasks") or {})
+            and (link.session == client.key or (link.session is None and name not in self.per_session))
+        ]
+        if not servers:
+            return [answer(client.key, message["id"], {"tasks": []})]
+        gather = Gather(client.key, message["id"], len(servers))
+        out: list[Command] = []
+        for server in servers:
+            out += self._own_request(server, "tasks/list", {}, extra=gather)
+        return out
+
+
+def _splice_result(id: Any, result: bytes) -> bytes:
+    return b'{"jsonrpc":"2.0","id":' + dumps(id) + b',"result":' + result + b"}"

@@ -1,0 +1,142 @@
+"""Sending a client request upstream, or holding it for a connection that starts. Sans-IO."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aggregator.core.commands import Command, StartUpstream, ToClient, ToServer
+from aggregator.core.state import (
+    PROGRESS_TOKEN_PREFIX,
+    ClientState,
+    Held,
+    Pending,
+    RouterState,
+    UpstreamLink,
+    proxy_error,
+)
+from aggregator.core.tasks import restore_related_task
+from aggregator.mcp.constants import SERVER_REQUEST_CAPABILITIES
+
+
+class Forwarding(RouterState):
+    """A client request on its way upstream: a fresh id, a progress token of the proxy's,
+    its deadline (invariants 1 and 2); or held while a per-session connection starts."""
+
+    def _forward(
+        self, client: ClientState, message: dict[str, Any], server: str, params: dict[str, Any]
+    ) -> list[Command]:
+        """Send a client's request upstream under a fresh id. ``params`` is ours to change."""
+        if self.draining:
+            return [
+                ToClient(
+                    client.key,
+                    proxy_error(message["id"], "The aggregator is shutting down", reason="unavailable", server=server),
+                )
+            ]
+        if server in self.per_session:
+            name = self._link_name(server, client.key)
+            link = self.links.get(name)
+            if link is None or not link.ready:
+                return self._hold(client, message, server, params, name)
+            server = name
+        link = self.links[server]
+        client_id = message["id"]
+        method = message["method"]
+        if not link.ready or len(client.in_flight) >= self.max_in_flight or link.overloaded is not None:
+            return [ToClient(client.key, self._refusal(client, client_id, link))]
+        upstream_id = link.next_id
+        link.next_id = upstream_id + 1
+        pending = Pending(client.key, client_id, method, server, upstream_id)
+        meta = params.get("_meta")
+        if type(meta) is dict:
+            token = meta.get("progressToken")
+            if type(token) is int or type(token) is str:
+                pending.client_token = token
+                pending.token = f"{PROGRESS_TOKEN_PREFIX}{self._next_token}"
+                self._next_token += 1
+                self.progress[pending.token] = pending
+                params["_meta"] = meta = dict(meta, progressToken=pending.token)
+            restore_related_task(params, server)
+        self._start(pending, link)
+        client.in_flight[client_id] = pending
+        return [ToServer(server, {"jsonrpc": "2.0", "id": upstream_id, "method": method, "params": params})]
+
+    def _refusal(self, client: ClientState, client_id: Any, link: UpstreamLink) -> dict[str, Any]:
+        """Why a request cannot go to ``link`` now: it is not ready, the client has too many
+        requests in flight, or the server takes no more input."""
+        if not link.ready:
+            return proxy_error(
+                client_id, f"Server {link.name!r} is not available right now", reason="unavailable", server=link.name
+            )
+        if len(client.in_flight) >= self.max_in_flight:
+            return proxy_error(
+                client_id,
+                f"Too many requests in flight (limit {self.max_in_flight})",
+                reason="overloaded",
+                server=link.name,
+            )
+        return proxy_error(
+            client_id,
+            f"Server {link.server!r} is overloaded: {link.overloaded}; try again later",
+            reason="overloaded",
+            server=link.server,
+        )
+
+    def _link_name(self, server: str, session: int) -> str:
+        return f"{server}@{session}" if server in self.per_session else server
+
+    def _hold(
+        self, client: ClientState, message: dict[str, Any], server: str, params: dict[str, Any], name: str
+    ) -> list[Command]:
+        """Keep a request for a per-session link that is not ready; start it if need be."""
+        out: list[Command] = []
+        link = self.links.get(name)
+        if link is None:
+            base = self.links[server]
+            link = self.links[name] = UpstreamLink(
+                name,
+                base.prefix,
+                base.uri_prefix,
+                request_timeout=base.request_timeout,
+                max_request_timeout=base.max_request_timeout,
+                timeout_resets_on_progress=base.timeout_resets_on_progress,
+                server=server,
+                session=client.key,
+            )
+            capabilities = {
+                k: v
+                for k, v in client.capabilities.items()
+                if k in SERVER_REQUEST_CAPABILITIES and k in self.server_requests
+            }
+            if "roots" in self.server_requests:  # its client's roots, else the proxy answers
+                capabilities["roots"] = {"listChanged": True}
+            out.append(StartUpstream(server, name, client.key, capabilities))
+        if len(link.waiting) >= self.max_in_flight:
+            return [
+                ToClient(
+                    client.key,
+                    proxy_error(
+                        message["id"],
+                        f"Too many requests waiting for server {server!r} to start",
+                        reason="overloaded",
+                        server=server,
+                    ),
+                )
+            ]
+        link.waiting.append((client.key, message, params))
+        # In flight from now on (its id taken, a cancel ends it), though nothing was sent.
+        placeholder = Pending(client.key, message["id"], message["method"], name, 0)
+        placeholder.extra = Held(message)
+        client.in_flight[message["id"]] = placeholder
+        return out
+
+    def _still_waiting(self, client: ClientState | None, message: dict[str, Any]) -> bool:
+        """Take a request off its wait for a per-session connection to start: False if its
+        client is gone or cancelled it meanwhile."""
+        if client is None:
+            return False
+        placeholder = client.in_flight.get(message["id"])
+        if placeholder is None or type(placeholder.extra) is not Held or placeholder.extra.message is not message:
+            return False
+        self._end(placeholder)
+        return True

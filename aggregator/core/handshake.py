@@ -1,0 +1,126 @@
+"""The client handshake and what the proxy says about itself: capabilities, instructions, log levels. Sans-IO."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from aggregator import __version__
+from aggregator.core.commands import Command, ToClient, WaitForStartup
+from aggregator.core.log_levels import LEVELS, most_verbose
+from aggregator.core.state import INSTANCE_KEY, ClientState, RouterState, answer
+from aggregator.jsonrpc.errors import INVALID_PARAMS, INVALID_REQUEST, RemoteProtocolError
+from aggregator.mcp.constants import CAPABILITY_OF, PROMPTS, RESOURCES, TOOLS
+from aggregator.mcp.versions import negotiate
+
+log = logging.getLogger(__name__)
+
+
+class Handshake(RouterState):
+    """initialize, and what the proxy says about itself to clients and to upstreams."""
+
+    def _initialize(self, client: ClientState, message: dict[str, Any]) -> list[Command]:
+        if client.initialize_seen:
+            raise RemoteProtocolError(INVALID_REQUEST, "Invalid request: already initialized")
+        if not self.startup_complete:
+            return [WaitForStartup(client.key)]
+        params = message.get("params") or {}
+        client.initialize_seen = True
+        client.protocol_version = negotiate(params.get("protocolVersion"))
+        capabilities = params.get("capabilities")
+        client.capabilities = capabilities if type(capabilities) is dict else {}
+        info = params.get("clientInfo")
+        client.client_info = info if type(info) is dict else {}
+        client.advertised = self.merged_capabilities()
+        result: dict[str, Any] = {
+            "protocolVersion": client.protocol_version,
+            "capabilities": client.advertised,
+            "serverInfo": {"name": "aggregator", "version": __version__},
+            "_meta": {INSTANCE_KEY: self.instance},
+        }
+        instructions = self.merged_instructions()
+        if instructions:
+            result["instructions"] = instructions
+        return [ToClient(client.key, {"jsonrpc": "2.0", "id": message["id"], "result": result})]
+
+    def _ping(self, client: ClientState, message: dict[str, Any]) -> list[Command]:
+        return [answer(client.key, message["id"], {})]
+
+    def _set_level(self, client: ClientState, message: dict[str, Any]) -> list[Command]:
+        params = message.get("params") or {}
+        level = params.get("level")
+        if level not in LEVELS:
+            raise RemoteProtocolError(INVALID_PARAMS, f"Invalid params: level must be one of {', '.join(LEVELS)}")
+        client.log_level = level
+        return [answer(client.key, message["id"], {}), *self._apply_log_level()]
+
+    def _apply_log_level(self) -> list[Command]:
+        """Set every upstream that logs to the most verbose level any client asked for."""
+        target = most_verbose([c.log_level for c in self.clients.values() if c.log_level is not None])
+        if target is None:
+            return []
+        out: list[Command] = []
+        for name, link in self.links.items():
+            if link.ready and "logging" in link.capabilities and link.log_level != target:
+                link.log_level = target
+                out += self._own_request(name, "logging/setLevel", {"level": target})
+        return out
+
+    def merged_capabilities(self) -> dict[str, Any]:
+        shared = [link for link in self.links.values() if link.session is None]
+        ready = [link for link in shared if link.ready]
+        waiting = len(ready) < len(shared)
+        capabilities: dict[str, Any] = {}
+        for kind in (TOOLS, PROMPTS, RESOURCES):
+            name = CAPABILITY_OF[kind]
+            # Servers still starting may bring any kind: advertise it, announce it later.
+            if waiting or any(name in link.capabilities for link in ready):
+                capabilities[name] = {"listChanged": True}
+        if "resources" in capabilities and any(
+            (link.capabilities.get("resources") or {}).get("subscribe") for link in ready
+        ):
+            capabilities["resources"]["subscribe"] = True
+        if any("completions" in link.capabilities for link in ready):
+            capabilities["completions"] = {}
+        if any("logging" in link.capabilities for link in ready):
+            capabilities["logging"] = {}
+        tasks: dict[str, Any] = {}
+        for link in ready:
+            upstream_tasks = link.capabilities.get("tasks")
+            if type(upstream_tasks) is dict:
+                _merge_into(tasks, upstream_tasks)
+        if tasks:
+            capabilities["tasks"] = tasks
+        return capabilities
+
+    def upstream_client_capabilities(self) -> dict[str, Any]:
+        """What the proxy declares to upstreams: what it can route to a client."""
+        capabilities: dict[str, Any] = {}
+        if "sampling" in self.server_requests:
+            capabilities["sampling"] = {}
+        if "elicitation" in self.server_requests:
+            capabilities["elicitation"] = {"form": {}, "url": {}}
+        if "roots" in self.server_requests:
+            capabilities["roots"] = {"listChanged": True}
+        return capabilities
+
+    def merged_instructions(self) -> str:
+        """Each ready server's instructions, once: a per-session server's come from its shared
+        listing connection, never from one session's own connection (which another session
+        must not even learn of)."""
+        parts = []
+        for link in self.links.values():
+            if link.ready and link.instructions and link.session is None:
+                head = f"## Server {link.name}"
+                if link.prefix:
+                    head += f" (its tools and prompts are prefixed {link.prefix}{self.catalog.separator})"
+                parts.append(f"{head}\n{link.instructions.strip()}")
+        return "\n\n".join(parts)
+
+
+def _merge_into(target: dict[str, Any], source: dict[str, Any]) -> None:
+    for key, value in source.items():
+        if type(value) is dict and type(target.get(key)) is dict:
+            _merge_into(target[key], value)
+        elif key not in target:
+            target[key] = value

@@ -1,0 +1,208 @@
+"""The in-flight tables: start, end, give up on and time out requests (invariant 2). Sans-IO."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from aggregator.core.commands import Command, ToClient, ToServer
+from aggregator.core.state import (
+    NO_SESSION,
+    Gather,
+    Held,
+    Pending,
+    Reverse,
+    RouterState,
+    UpstreamLink,
+    answer,
+    cancelled,
+    proxy_error,
+)
+from aggregator.core.tasks import expose_task_ids
+
+log = logging.getLogger(__name__)
+
+
+class InFlight(RouterState):
+    """The tables of requests in flight (invariant 2) and the ways they end."""
+
+    def _start(self, pending: Pending, link: UpstreamLink) -> None:
+        now = self.clock()
+        pending.hard_deadline = now + link.max_request_timeout
+        # tasks/result blocks until the task is done, by design: only the hard maximum applies.
+        # (The config guarantees request_timeout <= max_request_timeout.)
+        if pending.method == "tasks/result":
+            pending.deadline = pending.hard_deadline
+        else:
+            pending.deadline = now + link.request_timeout
+        link.pending[pending.upstream_id] = pending
+        self.deadlines.push(pending.deadline, pending)
+
+    def _end(self, pending: Pending) -> None:
+        """Forget a request everywhere (invariant 2). Safe to call twice."""
+        if pending.done:
+            return
+        pending.done = True
+        self.links[pending.server].pending.pop(pending.upstream_id, None)
+        client = self.clients.get(pending.session)
+        if client is not None:
+            client.in_flight.pop(pending.client_id, None)
+        if pending.token is not None:
+            self.progress.pop(pending.token, None)
+        self.deadlines.discard()
+
+    def _end_reverse(self, session: int, proxy_id: int) -> Reverse | None:
+        reverse = self.reverse.pop((session, proxy_id), None)
+        if reverse is not None:
+            self.reverse_ids.pop((reverse.server, reverse.upstream_id), None)
+            left = self.reverse_count.get(session, 1) - 1
+            if left > 0:
+                self.reverse_count[session] = left
+            else:
+                self.reverse_count.pop(session, None)
+        return reverse
+
+    def _own_request(self, server: str, method: str, params: dict[str, Any], extra: Any = None) -> list[Command]:
+        """A request the proxy makes for its own bookkeeping; the answer is not forwarded."""
+        link = self.links[server]
+        if not link.ready:
+            return []
+        upstream_id = link.next_id
+        link.next_id = upstream_id + 1
+        pending = Pending(NO_SESSION, None, method, server, upstream_id)
+        pending.extra = extra
+        self._start(pending, link)
+        return [ToServer(server, {"jsonrpc": "2.0", "id": upstream_id, "method": method, "params": params})]
+
+    def abandon(self, why: str) -> list[Command]:
+        """Fail every client request still in flight (shutting down): the client hears it,
+        the server is told to stop."""
+        out: list[Command] = []
+        for link in self.links.values():
+            for pending in list(link.pending.values()):
+                if pending.session == NO_SESSION:
+                    continue
+                self._end(pending)
+                if link.ready:
+                    out.append(ToServer(link.name, cancelled(pending.upstream_id, why)))
+                if pending.session in self.clients:
+                    out.append(
+                        ToClient(
+                            pending.session,
+                            proxy_error(
+                                pending.client_id,
+                                f"Server {link.server!r} did not answer before the aggregator stopped",
+                                reason="unavailable",
+                                server=link.server,
+                            ),
+                        )
+                    )
+        # Requests held for a server that is restarting, or for a session's own connection
+        # that is starting, were never sent: their clients hear it too.
+        for client in self.clients.values():
+            for pending in [p for p in client.in_flight.values() if type(p.extra) is Held]:
+                self._end(pending)
+                server = self.links[pending.server].server or pending.server
+                out.append(
+                    ToClient(
+                        client.key,
+                        proxy_error(
+                            pending.client_id,
+                            f"The aggregator stopped before server {server!r} was ready for {pending.method}",
+                            reason="unavailable",
+                            server=server,
+                        ),
+                    )
+                )
+        self.held.clear()
+        return out
+
+    def in_flight(self) -> int:
+        """Client requests waiting for an upstream's answer (not the proxy's own)."""
+        return sum(1 for link in self.links.values() for p in link.pending.values() if p.session != NO_SESSION)
+
+    def next_deadline(self) -> float | None:
+        """When ``expire`` has work next (a request times out, a notice is due)."""
+        deadline = self.deadlines.next()
+        if self._announce_at is not None and (deadline is None or self._announce_at < deadline):
+            deadline = self._announce_at
+        if self.held_roots:
+            held = min(h[2] for h in self.held_roots)
+            if deadline is None or held < deadline:
+                deadline = held
+        return deadline
+
+    def expire(self) -> list[Command]:
+        """Time out what is overdue, send notices that are due."""
+        now = self.clock()
+        out: list[Command] = []
+        for pending in self.deadlines.pop_due(now):
+            out += self._time_out(pending)
+        if self._announce_at is not None and now >= self._announce_at:
+            out += self._send_announcements()
+        if self.held_roots:
+            out += self._expire_roots(now)
+        return out
+
+    def _time_out(self, pending: Pending) -> list[Command]:
+        if type(pending.extra) is Held:
+            return self._held_timed_out(pending)
+        self._end(pending)
+        link = self.links[pending.server]
+        out: list[Command] = []
+        if link.ready:
+            out.append(ToServer(pending.server, cancelled(pending.upstream_id, "timed out")))
+        log.warning("server %s: %s timed out (upstream id %d)", pending.server, pending.method, pending.upstream_id)
+        if pending.session != NO_SESSION and pending.session in self.clients:
+            hard = pending.deadline >= pending.hard_deadline
+            limit = link.max_request_timeout if hard else link.request_timeout
+            out.append(
+                ToClient(
+                    pending.session,
+                    proxy_error(
+                        pending.client_id,
+                        f"Server {pending.server!r} did not answer {pending.method} within {limit:g}s",
+                        reason="timeout",
+                        server=pending.server,
+                    ),
+                )
+            )
+        out += self._gather_step(pending, None)
+        return out
+
+    def _own_answer(self, pending: Pending, message: dict[str, Any]) -> list[Command]:
+        if "error" in message:
+            log.info("server %s: %s failed: %s", pending.server, pending.method, message["error"].get("message"))
+            return self._gather_step(pending, None)
+        return self._gather_step(pending, message.get("result"))
+
+    def _gather_step(self, pending: Pending, result: Any) -> list[Command]:
+        gather = pending.extra
+        if type(gather) is not Gather:
+            return []
+        if type(result) is dict:
+            expose_task_ids(pending.server, result)
+            gather.items += [
+                t
+                for t in result.get("tasks") or []
+                if type(t) is dict and self.tasks.get(t.get("taskId", "")) == gather.session
+            ]
+        gather.remaining -= 1
+        if gather.remaining or gather.session not in self.clients:
+            return []
+        return [answer(gather.session, gather.client_id, {"tasks": gather.items})]
+
+    def _fail_pending(self, link: UpstreamLink, message: str, reason: str) -> list[Command]:
+        """End every request in flight on ``link``, each client told ``message``."""
+        out: list[Command] = []
+        for pending in list(link.pending.values()):
+            self._end(pending)
+            out += self._gather_step(pending, None)
+            if pending.session == NO_SESSION or pending.session not in self.clients:
+                continue
+            if pending.extra is not None and type(pending.extra) is tuple:
+                self.subscriptions.remove(pending.extra, pending.session)
+            out.append(
+                ToClient(pending.session, proxy_error(pending.client_id, message, reason=reason, server=link.server))
+            )
+        return out

@@ -1,0 +1,195 @@
+"""Server-to-client requests: routed to the one client they are for, or answered. Sans-IO."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aggregator.core import affinity
+from aggregator.core.commands import Command, ToClient, ToServer
+from aggregator.core.state import Reverse, RouterState, UpstreamLink, proxy_error
+from aggregator.core.tasks import RELATED_TASK, expose_task_id, expose_task_ids
+from aggregator.jsonrpc.errors import INVALID_REQUEST, METHOD_NOT_FOUND
+from aggregator.mcp.constants import SERVER_REQUESTS
+
+
+class ReverseRequests(RouterState):
+    """Requests from upstreams to clients, under proxy-minted ids (invariant 5)."""
+
+    def _server_request(self, link: UpstreamLink, message: dict[str, Any], related: int | None = None) -> list[Command]:
+        """A request from an upstream to its client: route it to the one client it is for
+        (``core.affinity``), or answer it at once with why it cannot be."""
+        server = link.name
+        method = message["method"]
+        id = message["id"]
+        if method == "ping":
+            return [ToServer(server, {"jsonrpc": "2.0", "id": id, "result": {}})]
+        capability = SERVER_REQUESTS.get(method)
+        if capability is None or capability not in self.server_requests:
+            return [
+                ToServer(
+                    server,
+                    proxy_error(
+                        id,
+                        f"Method not found: the aggregator does not route {method} to clients",
+                        reason="unroutable",
+                        server=server,
+                        code=METHOD_NOT_FOUND,
+                    ),
+                )
+            ]
+        params = message.get("params")
+        if type(params) is not dict:
+            params = {}
+        if not self.server_request_policy(link.server, method, params):
+            return [
+                ToServer(
+                    server,
+                    proxy_error(
+                        id,
+                        f"{method} from server {server!r} is not allowed by policy",
+                        reason="denied",
+                        server=server,
+                        code=INVALID_REQUEST,
+                    ),
+                )
+            ]
+        if method == "roots/list":
+            link.roots_told = False
+            return self._roots_request(link, id, params, related)
+        owner = affinity.request_owner(**self._owner_facts(link, params, related, requests=True))
+        if owner.session is None:
+            why = affinity.unroutable(method, link.server, owner.signal, link.session is not None)
+            return [ToServer(server, proxy_error(id, why, reason=owner.signal, server=server))]
+        return self._ask_client(link, owner.session, id, method, params, capability, owner.related)
+
+    def _ask_client(
+        self,
+        link: UpstreamLink,
+        session: int,
+        id: Any,
+        method: str,
+        params: dict[str, Any],
+        capability: str,
+        related: Any,
+    ) -> list[Command]:
+        """Forward a server's request to client ``session`` under a proxy-minted id."""
+        server = link.name
+        client = self.clients[session]
+        if not _declares(client.capabilities, capability, params):
+            if method == "roots/list":
+                return [self._roots_answer(link, id)]
+            mode = " in url mode" if params.get("mode") == "url" else ""
+            return [
+                ToServer(
+                    server,
+                    proxy_error(
+                        id,
+                        f"Method not found: the client does not support {method}{mode}",
+                        reason="unsupported",
+                        server=server,
+                        code=METHOD_NOT_FOUND,
+                    ),
+                )
+            ]
+        asked = self.reverse_count.get(session, 0)
+        if asked >= self.max_in_flight:  # a client that answers nothing holds nothing more
+            return [
+                ToServer(
+                    server,
+                    proxy_error(
+                        id,
+                        f"The client already has {asked} requests to answer (the limit); {method} refused",
+                        reason="overloaded",
+                        server=server,
+                    ),
+                )
+            ]
+        self.reverse_count[session] = asked + 1
+        proxy_id = self._next_reverse_id
+        self._next_reverse_id += 1
+        self.reverse[(session, proxy_id)] = Reverse(server, id, method)
+        self.reverse_ids[(server, id)] = (session, proxy_id)
+        if method == "elicitation/create" and type(params.get("elicitationId")) is str:
+            self._remember_elicitation(server, params["elicitationId"], session)
+        forwarded = dict(params)
+        expose_task_ids(server, forwarded)
+        return [ToClient(session, {"jsonrpc": "2.0", "id": proxy_id, "method": method, "params": forwarded}, related)]
+
+    def _remember_elicitation(self, server: str, eid: str, session: int) -> None:
+        """A URL-mode elicitation of ``server`` is ``session``'s: its completion goes there.
+        A server may never complete one; past ``max_in_flight`` per session the oldest
+        is forgotten (only then is the table searched)."""
+        elicitations = self.elicitations
+        elicitations.pop((server, eid), None)
+        elicitations[(server, eid)] = session
+        count = self.elicitation_count[session] = self.elicitation_count.get(session, 0) + 1
+        if count > self.max_in_flight:
+            oldest = next(key for key, owner in elicitations.items() if owner == session)
+            self._forget_elicitation(oldest)
+
+    def _forget_elicitation(self, key: tuple[str, Any]) -> int | None:
+        session = self.elicitations.pop(key, None)
+        if session is not None:
+            left = self.elicitation_count.get(session, 1) - 1
+            if left > 0:
+                self.elicitation_count[session] = left
+            else:
+                self.elicitation_count.pop(session, None)
+        return session
+
+    def _owner_facts(
+        self, link: UpstreamLink, params: dict[str, Any], related: int | None, requests: bool
+    ) -> dict[str, Any]:
+        """What ``core.affinity`` decides from, read off this link and the message."""
+        facts: dict[str, Any] = {"link_session": link.session, "live": link.session in self.clients}
+        if link.session is None and not requests:
+            facts["streams"] = link.streams
+        if related is not None:
+            pending = link.pending.get(related)
+            if pending is not None and pending.session in self.clients:
+                facts["stream"] = (pending.session, pending.client_id)
+            else:
+                facts["ended"] = True
+        meta = params.get("_meta")
+        if type(meta) is dict:
+            task = meta.get(RELATED_TASK)
+            task_id = task.get("taskId") if type(task) is dict else None
+            owner = self.tasks.get(expose_task_id(link.name, task_id)) if type(task_id) is str else None
+            if owner in self.clients:
+                facts["task"] = owner
+            token = meta.get("progressToken")
+            pending = self.progress.get(token) if type(token) is str else None
+            if pending is not None and pending.server == link.name and pending.session in self.clients:
+                facts["progress"] = (pending.session, pending.client_id)
+        # The callers in flight matter only when no signal names the owner; a log line of a
+        # link that streams belongs to no request then, whoever is in flight.
+        if (
+            link.session is None
+            and related is None
+            and not facts.get("streams")
+            and "task" not in facts
+            and "progress" not in facts
+        ):
+            in_flight: dict[int, list[Any]] = {}
+            for pending in link.pending.values():
+                if pending.session in self.clients:
+                    in_flight.setdefault(pending.session, []).append(pending.client_id)
+            facts["in_flight"] = in_flight
+            if requests:
+                facts["clients"] = [c.key for c in self.clients.values() if c.initialized]
+        return facts
+
+
+def _declares(capabilities: dict[str, Any], capability: str, params: dict[str, Any]) -> bool:
+    """Whether a client declared what a server-to-client request needs."""
+    declared = capabilities.get(capability)
+    if type(declared) is not dict:
+        return False
+    if capability == "elicitation":
+        # 2025-11-25: {} or {"form": {}} is form mode; URL mode needs "url".
+        if params.get("mode") == "url":
+            return "url" in declared
+        return not declared or "form" in declared
+    if capability == "sampling" and ("tools" in params or "toolChoice" in params):
+        return "tools" in declared
+    return True

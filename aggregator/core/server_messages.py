@@ -1,0 +1,327 @@
+"""What an upstream says: responses, notifications (a method table), requests. Sans-IO."""
+
+from __future__ import annotations
+
+import logging
+import re
+from typing import Any
+
+from aggregator.core import affinity
+from aggregator.core.commands import Command, ControlReply, Refresh, ToClient, ToServer
+from aggregator.core.log_levels import passes
+from aggregator.core.state import (
+    CONTROL_ID_PREFIX,
+    NO_SESSION,
+    URL_ELICITATION_REQUIRED,
+    NotificationHandler,
+    Pending,
+    RouterState,
+    UpstreamLink,
+    proxy_error,
+    refusal_reason,
+)
+from aggregator.core.tasks import expose_task_ids
+from aggregator.core.uris import expose_uri, rewrite_content_uris
+from aggregator.jsonrpc.codec import decode_message
+from aggregator.jsonrpc.errors import RemoteProtocolError, error_response
+from aggregator.jsonrpc.kinds import ERROR, NOTIFICATION, RESPONSE
+from aggregator.mcp.constants import LIST_CHANGED, PROMPTS, RESOURCES, TEMPLATES, TOOLS
+
+log = logging.getLogger(__name__)
+
+
+class ServerMessages(RouterState):
+    """What an upstream sends: a response goes to the client of its request (invariants 1
+    and 3), a notification to its handler by method, a request to ``reverse_requests``."""
+
+    def server_message(self, server: str, raw: bytes, related: int | None = None) -> list[Command]:
+        """A message from an upstream; ``related``: the upstream id of the request on whose
+        own stream it arrived (Streamable HTTP), when the transport knows it."""
+        try:
+            return self._server_message(server, raw, related)
+        except Exception:  # noqa: BLE001 - the last line of defence, logged in full
+            log.exception("server %s: internal error handling a message from it", server)
+            return []
+
+    def _server_message(self, server: str, raw: bytes, related: int | None = None) -> list[Command]:
+        link = self.links.get(server)
+        if link is None:
+            return []  # a per-session connection whose client just left
+        try:
+            kind, message = decode_message(raw, self.max_json_depth)
+        except RemoteProtocolError as exc:
+            return self._server_refused(link, exc)
+        if kind == RESPONSE or kind == ERROR:
+            id = message["id"]
+            pending = link.pending.get(id) if type(id) is int else None
+            if pending is None:
+                if type(id) is str and id.startswith(CONTROL_ID_PREFIX):
+                    return [ControlReply(server, message)]
+                log.debug("server %s: dropping a response to unknown id %r", server, id)
+                return []
+            self._end(pending)
+            if pending.session == NO_SESSION:
+                return self._own_answer(pending, message)
+            if pending.session not in self.clients:
+                return []
+            message["id"] = pending.client_id
+            if kind == RESPONSE:
+                self._expose_result(pending, message.get("result"), link)
+            else:
+                if pending.extra is not None and type(pending.extra) is tuple:  # a failed subscribe
+                    self.subscriptions.remove(pending.extra, pending.session)
+                if message["error"].get("code") == URL_ELICITATION_REQUIRED:
+                    self._url_elicitations_required(link, pending.session, message["error"].get("data"))
+            return [ToClient(pending.session, message)]
+        if kind == NOTIFICATION:
+            return self._server_notification(link, message, related)
+        return self._server_request(link, message, related)
+
+    def _server_refused(self, link: UpstreamLink, exc: RemoteProtocolError) -> list[Command]:
+        """A server's message could not be accepted (too deep, unreadable, malformed).
+
+        An answer whose id is readable fails the request it answers, at once and with the
+        reason, instead of leaving it to time out; the server stays up. A request is
+        answered with the error; anything else is dropped. All of it is logged.
+        """
+        server = link.name
+        id = exc.response_to
+        if id is not None:
+            pending = link.pending.get(id) if type(id) is int else None
+            log.warning(
+                "server %s: refused its answer to %s: %s",
+                server,
+                pending.method if pending is not None else f"id {id!r}",
+                exc.message,
+            )
+            if pending is None:
+                if type(id) is str and id.startswith(CONTROL_ID_PREFIX):
+                    return [ControlReply(server, error_response(id, exc.code, exc.message))]
+                return []
+            self._end(pending)
+            if pending.session == NO_SESSION:
+                return self._gather_step(pending, None)
+            if pending.session not in self.clients:
+                return []
+            return [
+                ToClient(
+                    pending.session,
+                    proxy_error(
+                        pending.client_id,
+                        f"Server {server!r} sent an answer to {pending.method} that the aggregator"
+                        f" cannot forward ({exc.message})",
+                        reason=refusal_reason(exc),
+                        server=server,
+                    ),
+                )
+            ]
+        log.warning("server %s: dropping an unreadable message: %s", server, exc.message)
+        if exc.id is not None and exc.answer:
+            return [ToServer(server, exc.to_response())]
+        return []
+
+    def _expose_result(self, pending: Pending, result: Any, link: UpstreamLink) -> None:
+        """Rewrite what the proxy owns in an upstream result, in place."""
+        if type(result) is not dict:
+            return
+        method = pending.method
+        if link.uri_prefix:
+            _expose_result_uris(method, result, link.uri_prefix)
+        if ("task" in result and method == "tools/call") or method.startswith("tasks/"):
+            for task_id in expose_task_ids(link.name, result):
+                self.tasks.setdefault(task_id, pending.session)
+
+    def _url_elicitations_required(self, link: UpstreamLink, session: int, data: Any) -> None:
+        """A -32042 answer names URL elicitations the client must complete first: their
+        ``notifications/elicitation/complete`` belong to that client."""
+        elicitations = data.get("elicitations") if type(data) is dict else None
+        if type(elicitations) is not list:
+            return
+        for elicitation in elicitations[: self.max_in_flight]:
+            eid = elicitation.get("elicitationId") if type(elicitation) is dict else None
+            if type(eid) is str:
+                self._remember_elicitation(link.name, eid, session)
+
+    def _notification_handlers(self) -> dict[str, NotificationHandler]:
+        """The handler of each server notification the proxy routes; others are dropped."""
+        return {
+            "notifications/progress": self._progress,
+            "notifications/message": self._log_line,
+            "notifications/resources/updated": self._resource_updated,
+            LIST_CHANGED[TOOLS]: self._list_changed,
+            LIST_CHANGED[PROMPTS]: self._list_changed,
+            LIST_CHANGED[RESOURCES]: self._list_changed,
+            "notifications/cancelled": self._server_cancelled,
+            "notifications/elicitation/complete": self._elicitation_complete,
+            "notifications/tasks/status": self._task_status,
+        }
+
+    def _server_notification(self, link: UpstreamLink, message: dict[str, Any], related: int | None) -> list[Command]:
+        handler = self._notifications.get(message["method"])
+        if handler is None:
+            log.debug("server %s: notification %s not routed", link.name, message["method"])
+            return []
+        params = message.get("params")
+        return handler(link, message, params if type(params) is dict else {}, related)
+
+    def _progress(
+        self, link: UpstreamLink, message: dict[str, Any], params: dict[str, Any], related: int | None
+    ) -> list[Command]:
+        """Progress of a forwarded request: to its client under its own token; it may extend
+        the request's timeout."""
+        token = params.get("progressToken")
+        pending = self.progress.get(token) if type(token) is str else None
+        if pending is None or pending.server != link.name or pending.session not in self.clients:
+            return []  # not in flight (any more), or not this server's to report on
+        if link.timeout_resets_on_progress and pending.deadline < pending.hard_deadline:
+            pending.deadline = min(self.clock() + link.request_timeout, pending.hard_deadline)
+            self.deadlines.move(pending.deadline, pending)
+        forwarded = dict(params, progressToken=pending.client_token)
+        notice = {"jsonrpc": "2.0", "method": message["method"], "params": forwarded}
+        return [ToClient(pending.session, notice, pending.client_id)]
+
+    def _resource_updated(
+        self, link: UpstreamLink, message: dict[str, Any], params: dict[str, Any], related: int | None
+    ) -> list[Command]:
+        """A subscribed resource changed: to its subscribers, under its exposed URI."""
+        uri = params.get("uri")
+        subscribers = self.subscriptions.subscribers((link.name, uri)) if type(uri) is str else ()
+        if not subscribers:
+            return []
+        params = dict(params, uri=expose_uri(link.uri_prefix, uri))
+        notice = {"jsonrpc": "2.0", "method": message["method"], "params": params}
+        return [ToClient(session, notice) for session in subscribers if session in self.clients]
+
+    def _list_changed(
+        self, link: UpstreamLink, message: dict[str, Any], params: dict[str, Any], related: int | None
+    ) -> list[Command]:
+        """A list changed upstream: re-list it (clients hear of it if the catalog changes)."""
+        return [Refresh(link.name, kind) for kind in _KINDS_CHANGED[message["method"]]]
+
+    def _server_cancelled(
+        self, link: UpstreamLink, message: dict[str, Any], params: dict[str, Any], related: int | None
+    ) -> list[Command]:
+        """The server gave up on one of its own requests to a client."""
+        request_id = params.get("requestId")
+        entry = self.reverse_ids.get((link.name, request_id)) if type(request_id) in (int, str) else None
+        if entry is None:
+            return []
+        self._end_reverse(*entry)
+        forwarded = dict(params, requestId=entry[1])
+        return [ToClient(entry[0], {"jsonrpc": "2.0", "method": message["method"], "params": forwarded})]
+
+    def _elicitation_complete(
+        self, link: UpstreamLink, message: dict[str, Any], params: dict[str, Any], related: int | None
+    ) -> list[Command]:
+        """A URL-mode elicitation completed: to the client it was for."""
+        eid = params.get("elicitationId")
+        session = self._forget_elicitation((link.name, eid)) if type(eid) is str else None
+        if session is None or session not in self.clients:
+            return []
+        return [ToClient(session, message)]
+
+    def _task_status(
+        self, link: UpstreamLink, message: dict[str, Any], params: dict[str, Any], related: int | None
+    ) -> list[Command]:
+        """A task's status: to the session that owns the task, under its exposed id."""
+        forwarded = dict(params)
+        expose_task_ids(link.name, forwarded)
+        task_id = forwarded.get("taskId")
+        owner = self.tasks.get(task_id) if type(task_id) is str else None
+        if owner is None or owner not in self.clients:
+            return []
+        return [ToClient(owner, {"jsonrpc": "2.0", "method": message["method"], "params": forwarded})]
+
+    def _log_line(
+        self, link: UpstreamLink, message: dict[str, Any], params: dict[str, Any], related: int | None
+    ) -> list[Command]:
+        """A server's log line: to the client of the request it belongs to, else to the
+        sessions that asked for logs (``core.affinity``); each at its own level."""
+        server = link.name
+        owner = affinity.log_owner(**self._owner_facts(link, params, related, requests=False))
+        if owner.session is not None:
+            recipients = [self.clients[owner.session]]
+        elif owner.signal == affinity.NO_REQUEST:
+            recipients = [c for c in self.clients.values() if c.log_level is not None]
+        else:
+            log.debug("server %s: a log line went to no client (%s)", server, owner.signal)
+            return []
+        level = params.get("level")
+        recipients = [c for c in recipients if "logging" in c.advertised and passes(level, c.log_level)]
+        if not recipients:
+            return []
+        forwarded = dict(params)
+        logger = params.get("logger")
+        forwarded["logger"] = f"{link.server}/{logger}" if type(logger) is str and logger else link.server
+        if type(params.get("_meta")) is dict:
+            forwarded["_meta"] = meta = dict(params["_meta"])
+            expose_task_ids(server, {"_meta": meta})
+            token = meta.get("progressToken")
+            if type(token) is str and token in self.progress:
+                # The proxy's token names one client's request: only that client gets its
+                # own token back; to anyone else it is dropped (it would tell them another's).
+                pending = self.progress[token]
+                if pending.server == server and [c.key for c in recipients] == [pending.session]:
+                    meta["progressToken"] = pending.client_token
+                else:
+                    del meta["progressToken"]
+        notice = {"jsonrpc": "2.0", "method": message["method"], "params": forwarded}
+        return [ToClient(c.key, notice, owner.related) for c in recipients]
+
+    def server_oversized(self, server: str, head: bytes, limit: int) -> list[Command]:
+        """A message from the server was over the size limit and was dropped unread.
+
+        If its first bytes name a pending request's id, that request fails now with
+        reason ``too_large`` instead of waiting for an answer that will never come.
+        """
+        match = _HEAD_ID.search(head)
+        pending = self.links[server].pending.get(int(match.group(1))) if match else None
+        if pending is None:
+            return []
+        self._end(pending)
+        if pending.session not in self.clients:
+            return self._gather_step(pending, None)
+        return [
+            ToClient(
+                pending.session,
+                proxy_error(
+                    pending.client_id,
+                    f"Server {server!r} answered with more than {limit} bytes",
+                    reason="too_large",
+                    server=server,
+                ),
+            )
+        ]
+
+
+# ids are integers; a response carries no "method", and "id" precedes "result" in what
+# servers write (when it does not, the request simply waits for its timeout).
+_HEAD_ID = re.compile(rb'^\s*\{\s*(?:"jsonrpc"\s*:\s*"2\.0"\s*,\s*)?"id"\s*:\s*(\d{1,18})\s*,')
+
+
+def _expose_result_uris(method: str, result: dict[str, Any], prefix: str) -> None:
+    """Rewrite the URIs in an upstream result to their exposed form, in place."""
+    if method == "tools/call" or method == "tasks/result":
+        rewrite_content_uris(result.get("content"), prefix)
+    elif method == "resources/read":
+        contents = result.get("contents")
+        if type(contents) is list:
+            for item in contents:
+                if type(item) is dict and "uri" in item:
+                    item["uri"] = expose_uri(prefix, item["uri"])
+    elif method == "prompts/get":
+        messages = result.get("messages")
+        if type(messages) is list:
+            for prompt_message in messages:
+                if type(prompt_message) is not dict:
+                    continue
+                content = prompt_message.get("content")
+                rewrite_content_uris([content] if type(content) is dict else content, prefix)
+
+
+# The kinds to re-list for each list_changed notification (templates come with resources).
+_KINDS_CHANGED = {
+    LIST_CHANGED[TOOLS]: (TOOLS,),
+    LIST_CHANGED[PROMPTS]: (PROMPTS,),
+    LIST_CHANGED[RESOURCES]: (RESOURCES, TEMPLATES),
+}

@@ -1,0 +1,44 @@
+"""What the core is told of the configuration: small frozen settings. Sans-IO.
+
+The router never reads configuration objects: the trio layer builds these from its
+``Config`` in one place (``aggregator.config.core_settings``), and the core's tests build
+them directly. Every default comes from ``aggregator.core.defaults``, so a router built
+with no settings behaves like one built from the default configuration.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import attrs
+
+from aggregator.core import defaults
+
+
+@attrs.frozen
+class LinkSettings:
+    """One configured server, as the router sees it."""
+
+    name: str
+    # "shared": one connection for all clients; "per-session": one per client session.
+    isolation: Literal["shared", "per-session"] = "shared"
+    request_timeout: float = defaults.REQUEST_TIMEOUT
+    max_request_timeout: float = defaults.MAX_REQUEST_TIMEOUT
+    timeout_resets_on_progress: bool = defaults.TIMEOUT_RESETS_ON_PROGRESS
+
+
+@attrs.frozen(kw_only=True)
+class RouterSettings:
+    """The servers and the router-wide rules."""
+
+    servers: tuple[LinkSettings, ...] = ()
+    # Server-to-client requests routed to clients (capabilities: sampling, elicitation, roots).
+    server_requests: tuple[str, ...] = defaults.SERVER_REQUESTS
+    # The roots (URIs) shared servers see, and per-session ones whose client has none.
+    roots: tuple[str, ...] | None = None
+    list_changed_debounce: float = defaults.LIST_CHANGED_DEBOUNCE
+    max_in_flight: int = defaults.MAX_IN_FLIGHT_PER_SESSION
+    max_json_depth: int = defaults.MAX_JSON_DEPTH
+    # The proxy can only ever have one client (stdio, no network front): shared servers
+    # see that client's roots.
+    single_client: bool = False

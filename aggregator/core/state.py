@@ -1,0 +1,349 @@
+"""The router's state: its tables, the records in them, and the errors it makes. Sans-IO.
+
+``RouterState`` holds every field of the router, each annotated; the handler groups
+(``inflight``, ``handshake``, ``targets``, ``client_requests``, ``forwarding``,
+``client_events``, ``server_messages``, ``reverse_requests``, ``roots``,
+``upstream_events``, ``announcements``) are its subclasses, and ``router.Router``
+combines them. A group calls another's methods on ``self``, as one class would: no
+layer sits between an event and its handler. The methods one group offers the others
+are declared here for the type checker.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+import attrs
+
+from aggregator.core import defaults
+from aggregator.core.catalog import Catalog, Route
+from aggregator.core.commands import Command, ToClient, ToServer
+from aggregator.core.deadlines import Deadlines
+from aggregator.core.outages import Outage
+from aggregator.core.session_catalog import SessionViews
+from aggregator.core.settings import LinkSettings, RouterSettings
+from aggregator.core.subscriptions import Subscriptions
+from aggregator.jsonrpc.errors import INTERNAL_ERROR, RemoteProtocolError, error_response
+
+CONTROL_ID_PREFIX = "aggregator-"
+NO_SESSION = 0  # the "client" of the proxy's own requests; real sessions start at 1
+# The ``_meta`` key of our initialize result that names this running proxy: an upstream
+# that answers with our own instance is this proxy itself (a config that lists its own URL).
+INSTANCE_KEY = "dev.mcp-aggregator/instance"
+# The progress tokens the proxy sends upstream: strings no server would pick by chance, so
+# one in a server's request names the proxy's request in flight and nothing else.
+PROGRESS_TOKEN_PREFIX = "aggregator-progress-"
+# The error a server answers when a URL-mode elicitation must be completed first (its
+# data.elicitations name them; their completion notifications go to that client).
+URL_ELICITATION_REQUIRED = -32042
+# How long a roots/list waits for the client its roots come from to finish initializing;
+# then it is answered from proxy.roots (or with no roots).
+ROOTS_HOLD_SECONDS = 10.0
+
+
+class Pending:
+    """One request in flight to an upstream."""
+
+    __slots__ = (
+        "session",
+        "client_id",
+        "method",
+        "server",
+        "upstream_id",
+        "client_token",
+        "token",
+        "deadline",
+        "hard_deadline",
+        "done",
+        "extra",
+    )
+
+    def __init__(self, session: int, client_id: Any, method: str, server: str, upstream_id: int) -> None:
+        self.session = session
+        self.client_id = client_id
+        self.method = method
+        self.server = server
+        self.upstream_id = upstream_id
+        self.client_token: Any = None
+        self.token: str | None = None  # the proxy's progress token upstream
+        self.deadline = 0.0
+        self.hard_deadline = 0.0
+        self.done = False
+        self.extra: Any = None  # subscription key, or the Gather it belongs to
+
+
+class Gather:
+    """A client request answered from several upstreams (tasks/list)."""
+
+    __slots__ = ("session", "client_id", "remaining", "items")
+
+    def __init__(self, session: int, client_id: Any, remaining: int) -> None:
+        self.session = session
+        self.client_id = client_id
+        self.remaining = remaining
+        self.items: list[Any] = []
+
+
+class Held(NamedTuple):
+    """The ``extra`` of a ``Pending`` that waits for its server to be listed again."""
+
+    message: dict[str, Any]
+
+
+class ServerDown(Exception):
+    """A lookup found that what a request names (``route``) belongs to ``server``, which is
+    out: the request waits for it or is answered with its state."""
+
+    def __init__(self, route: Route) -> None:
+        super().__init__(route.server)
+        self.route = route
+        self.server = route.server
+
+
+class Reverse(NamedTuple):
+    """A server-to-client request in flight: where its answer goes back to."""
+
+    server: str
+    upstream_id: Any
+    method: str
+
+
+@attrs.define(eq=False)
+class UpstreamLink:
+    name: str
+    prefix: str
+    uri_prefix: str
+    server: str = ""  # the configured server; differs from name for per-session links
+    session: int | None = None  # the one client a per-session link belongs to
+    request_timeout: float = defaults.REQUEST_TIMEOUT
+    max_request_timeout: float = defaults.MAX_REQUEST_TIMEOUT
+    timeout_resets_on_progress: bool = defaults.TIMEOUT_RESETS_ON_PROGRESS
+    ready: bool = False
+    next_id: int = 1
+    pending: dict[int, Pending] = attrs.field(factory=dict)
+    capabilities: dict[str, Any] = attrs.field(factory=dict)
+    instructions: str | None = None
+    protocol_version: str | None = None
+    log_level: str | None = None  # what the proxy last asked this upstream for
+    # It delivers what belongs to a request on that request's own stream (Streamable HTTP),
+    # and the transport says which: a message that came any other way belongs to none.
+    streams: bool = False
+    # Why this upstream cannot take more input now (its queue is past its budget or it
+    # reads nothing), as the trio layer reports it; None when it can.
+    overloaded: str | None = None
+    # Requests held until a per-session link is ready: (client key, message, params).
+    waiting: list[tuple[int, dict[str, Any], dict[str, Any]]] = attrs.field(factory=list)
+    # It was told its roots changed and has not asked for them since: telling it again
+    # says nothing new (a client's flood of changes reaches it once).
+    roots_told: bool = False
+
+
+@attrs.define(eq=False)
+class ClientState:
+    key: int
+    initialize_seen: bool = False
+    initialized: bool = False
+    protocol_version: str | None = None
+    capabilities: dict[str, Any] = attrs.field(factory=dict)
+    client_info: dict[str, Any] = attrs.field(factory=dict)
+    advertised: dict[str, Any] = attrs.field(factory=dict)
+    in_flight: dict[Any, Pending] = attrs.field(factory=dict)
+    log_level: str | None = None
+    profile: str = "default"
+    # What this client sees: its profile's catalog, or its own view once a per-session
+    # server of its own has listed (``Router.views``).
+    catalog: Any = None
+
+
+class SessionInfo(NamedTuple):
+    """What the trio layer may know of a client session: a snapshot, read-only."""
+
+    profile: str
+    protocol_version: str | None  # agreed at initialize; None before
+    in_flight: int  # its requests not answered yet
+
+
+# A client request's handler: (the client, the request) -> commands.
+RequestHandler = Callable[[ClientState, dict[str, Any]], list[Command]]
+# A server notification's handler: (its link, the message, its params, the upstream id of
+# the request on whose stream it came, if known) -> commands.
+NotificationHandler = Callable[[UpstreamLink, dict[str, Any], dict[str, Any], int | None], list[Command]]
+
+# Allow or deny a server-to-client request: (server, method, params) -> bool. The policy
+# layer plugs in here; the default allows everything the client declared.
+ServerRequestPolicy = Callable[[str, str, dict[str, Any]], bool]
+
+
+def proxy_error(
+    id: Any, message: str, *, reason: str, server: str | None = None, code: int = INTERNAL_ERROR
+) -> dict[str, Any]:
+    """An error the proxy makes itself (invariant 6): ``data.source`` says so."""
+    data: dict[str, Any] = {"source": "aggregator", "reason": reason}
+    if server is not None:
+        data["server"] = server
+    return error_response(id, code, message, data)
+
+
+def refusal_reason(exc: RemoteProtocolError) -> str:
+    """The reason a refused message gives the party waiting for it: ``too_large`` past a
+    limit (depth), ``malformed`` for what could not be read."""
+    data = exc.data
+    return data["reason"] if type(data) is dict and "reason" in data else "malformed"
+
+
+def answer(session: int, id: Any, result: dict[str, Any]) -> ToClient:
+    """A result for client ``session``'s request ``id``."""
+    return ToClient(session, {"jsonrpc": "2.0", "id": id, "result": result})
+
+
+def cancelled(upstream_id: int, reason: str) -> dict[str, Any]:
+    """The notification that tells a server the proxy gave up on its request."""
+    return {
+        "jsonrpc": "2.0",
+        "method": "notifications/cancelled",
+        "params": {"requestId": upstream_id, "reason": reason},
+    }
+
+
+def _link(catalog: Catalog, server: LinkSettings) -> UpstreamLink:
+    naming = catalog.naming[server.name]
+    return UpstreamLink(
+        server.name,
+        naming.prefix,
+        naming.uri_prefix,
+        request_timeout=server.request_timeout,
+        max_request_timeout=server.max_request_timeout,
+        timeout_resets_on_progress=server.timeout_resets_on_progress,
+        server=server.name,
+    )
+
+
+class RouterState:
+    """Every field of the router. Only the router's own groups write them."""
+
+    _requests: dict[str, RequestHandler]  # client request method -> its handler
+    _notifications: dict[str, NotificationHandler]  # server notification method -> its handler
+
+    def __init__(
+        self,
+        catalog: Catalog,
+        settings: RouterSettings,
+        *,
+        clock: Callable[[], float],
+        profiles: dict[str, Catalog] | None = None,
+        instance: str | None = None,
+        server_request_policy: ServerRequestPolicy | None = None,
+    ) -> None:
+        servers = settings.servers
+        # One catalog per profile (what its clients see), all over one store of items.
+        self.catalog = catalog
+        self.catalogs: dict[str, Catalog] = {"default": catalog, **(profiles or {})}
+        self.clock = clock
+        self.instance = instance if instance is not None else secrets.token_hex(8)
+        self.links: dict[str, UpstreamLink] = {s.name: _link(catalog, s) for s in servers}
+        self.per_session = {s.name for s in servers if s.isolation == "per-session"}
+        # Shared servers not listed (yet, or again): their state and what was seen of them.
+        self.outages: dict[str, Outage] = {s.name: Outage(s.name) for s in servers}
+        self.held: dict[str, list[Pending]] = {}  # server -> requests waiting for its listing
+        self.start_takes: dict[str, float] = {}  # server -> how long its last start took
+        self.clients: dict[int, ClientState] = {}
+        self.startup_complete = False
+        self.draining = False  # shutting down: finish what is in flight, take nothing new
+        self.max_in_flight = settings.max_in_flight
+        self.max_json_depth = settings.max_json_depth  # enforced where messages are decoded
+        self.server_requests = settings.server_requests
+        self.roots = None if settings.roots is None else [{"uri": uri} for uri in settings.roots]
+        # The proxy can only ever have one client (stdio, no network front): shared servers
+        # see that client's roots. Otherwise they see only ``roots``.
+        self.single_client = settings.single_client
+        # roots/list requests waiting for their client to initialize: (link, id, deadline).
+        self.held_roots: list[tuple[str, Any, float]] = []
+        self.roots_fallback: set[str] = set()  # links answered from ``roots`` in their client's place
+        self.server_request_policy: ServerRequestPolicy = (
+            server_request_policy if server_request_policy is not None else lambda server, method, params: True
+        )
+        self.list_changed_debounce = settings.list_changed_debounce
+        self.progress: dict[str, Pending] = {}
+        self.deadlines = Deadlines()
+        self.subscriptions = Subscriptions()  # keyed by link: (server or server@session, URI)
+        self.views = SessionViews()  # of the sessions whose own per-session connections listed
+        self.tasks: dict[str, int] = {}  # exposed task id -> owning session
+        self.reverse: dict[tuple[int, int], Reverse] = {}  # (session, proxy id) -> where back
+        self.reverse_ids: dict[tuple[str, Any], tuple[int, int]] = {}  # (server, its id) -> ^
+        self.reverse_count: dict[int, int] = {}  # session -> its server-to-client requests unanswered
+        self.elicitations: dict[tuple[str, Any], int] = {}  # (server, elicitationId) -> session
+        self.elicitation_count: dict[int, int] = {}  # session -> its entries in ``elicitations``
+        self._next_token = 1
+        self._next_reverse_id = 1
+        self._announce_methods: dict[str | int, list[str]] = {}  # profile, or session -> notices due
+        self._announce_at: float | None = None
+
+    if TYPE_CHECKING:  # what each group offers the others (defined in its own module)
+        # inflight
+        def _start(self, pending: Pending, link: UpstreamLink) -> None: ...
+        def _end(self, pending: Pending) -> None: ...
+        def _end_reverse(self, session: int, proxy_id: int) -> Reverse | None: ...
+        def _own_request(
+            self, server: str, method: str, params: dict[str, Any], extra: Any = None
+        ) -> list[Command]: ...
+        def _own_answer(self, pending: Pending, message: dict[str, Any]) -> list[Command]: ...
+        def _gather_step(self, pending: Pending, result: Any) -> list[Command]: ...
+        def _fail_pending(self, link: UpstreamLink, message: str, reason: str) -> list[Command]: ...
+        # handshake
+        def _initialize(self, client: ClientState, message: dict[str, Any]) -> list[Command]: ...
+        def _ping(self, client: ClientState, message: dict[str, Any]) -> list[Command]: ...
+        def _set_level(self, client: ClientState, message: dict[str, Any]) -> list[Command]: ...
+        def merged_capabilities(self) -> dict[str, Any]: ...
+        def merged_instructions(self) -> str: ...
+        def _apply_log_level(self) -> list[Command]: ...
+        # targets
+        def resolve_target(self, client: ClientState, method: str, params: Any) -> Route: ...
+        def _resource_route(self, client: ClientState, params: Any, *, while_out: bool = False) -> Route: ...
+        # forwarding
+        def _forward(
+            self, client: ClientState, message: dict[str, Any], server: str, params: dict[str, Any]
+        ) -> list[Command]: ...
+        def _link_name(self, server: str, session: int) -> str: ...
+        def _still_waiting(self, client: ClientState | None, message: dict[str, Any]) -> bool: ...
+        # client events
+        def client_event(self, key: int, kind: int, message: dict[str, Any]) -> list[Command]: ...
+        # server messages
+        def _server_message(self, server: str, raw: bytes, related: int | None = None) -> list[Command]: ...
+        # reverse requests
+        def _server_request(
+            self, link: UpstreamLink, message: dict[str, Any], related: int | None = None
+        ) -> list[Command]: ...
+        def _ask_client(
+            self,
+            link: UpstreamLink,
+            session: int,
+            id: Any,
+            method: str,
+            params: dict[str, Any],
+            capability: str,
+            related: Any,
+        ) -> list[Command]: ...
+        def _owner_facts(
+            self, link: UpstreamLink, params: dict[str, Any], related: int | None, requests: bool
+        ) -> dict[str, Any]: ...
+        def _remember_elicitation(self, server: str, eid: str, session: int) -> None: ...
+        def _forget_elicitation(self, key: tuple[str, Any]) -> int | None: ...
+        # roots
+        def _roots_request(
+            self, link: UpstreamLink, id: Any, params: dict[str, Any], related: int | None
+        ) -> list[Command]: ...
+        def _roots_answer(self, link: UpstreamLink, id: Any) -> ToServer: ...
+        def _release_roots(self, client: ClientState) -> list[Command]: ...
+        def _roots_changed(self, names: list[str]) -> list[Command]: ...
+        def _roots_followers(self, client: ClientState) -> list[str]: ...
+        def _held_for(self, key: int) -> list[tuple[str, Any, float]]: ...
+        def _expire_roots(self, now: float) -> list[Command]: ...
+        # upstream events
+        def server_lost(self, server: str, why: str) -> list[Command]: ...
+        def _server_down_answer(self, client: ClientState, message: dict[str, Any], server: str) -> list[Command]: ...
+        def _held_timed_out(self, held: Pending) -> list[Command]: ...
+        # announcements
+        def _announce(self, kinds: list[str], profile: str | int = "default") -> list[Command]: ...
+        def _send_announcements(self) -> list[Command]: ...

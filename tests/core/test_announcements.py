@@ -1,0 +1,71 @@
+"""list_changed notices (``aggregator.core.announcements``): queued per profile or session,
+sent together once the debounce passes, only to initialized clients that were told the
+capability."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.core.helpers import connect, make_router, msg, unpack
+
+
+def notices(out):
+    return sorted((session, m["method"]) for kind, session, m in unpack(out) if kind == "ToClient")
+
+
+@pytest.mark.parametrize(
+    ("changes", "expected"),
+    [
+        ([("a", "tools")], ["notifications/tools/list_changed"]),
+        ([("a", "tools"), ("b", "tools")], ["notifications/tools/list_changed"]),
+        (
+            [("a", "tools"), ("a", "resources")],
+            ["notifications/resources/list_changed", "notifications/tools/list_changed"],
+        ),
+        ([("a", "resourceTemplates"), ("b", "resources")], ["notifications/resources/list_changed"]),
+        ([("a", "prompts")], []),  # no server has prompts: clients were not told the capability
+    ],
+)
+def test_changes_within_the_debounce_reach_each_client_once(clock, changes, expected):
+    r = make_router(clock, debounce=0.05)
+    connect(r, 1)
+    r.server_items("a", "prompts", [])  # listed, empty: nothing to announce
+    clock.now += 1
+    r.expire()  # what the setup's listings queued
+    assert r.next_deadline() is None
+    out = []
+    for server, kind in changes:
+        item = {"uriTemplate": f"x://{server}/{{id}}"} if kind == "resourceTemplates" else None
+        items = (
+            [item] if item else [{"name": f"n{server}"} if kind in ("tools", "prompts") else {"uri": f"x://{server}"}]
+        )
+        out += r.server_items(server, kind, items)
+    assert out == []  # nothing before the debounce
+    assert r.next_deadline() == pytest.approx(clock.now + 0.05)
+    clock.now += 0.05
+    assert notices(r.expire()) == [(1, method) for method in expected]
+    assert r.expire() == []
+
+
+def test_without_a_debounce_a_change_goes_out_at_once(clock):
+    r = make_router(clock, debounce=0)
+    connect(r, 1)
+    assert notices(r.server_items("a", "tools", [{"name": "new"}])) == [(1, "notifications/tools/list_changed")]
+
+
+def test_a_listing_that_changes_nothing_is_not_announced(clock):
+    r = make_router(clock, debounce=0)
+    connect(r, 1)
+    assert r.server_items("a", "tools", [{"name": "slow"}, {"name": "fast"}]) == []
+
+
+def test_a_client_before_initialize_is_not_told(clock):
+    r = make_router(clock, debounce=0)
+    connect(r, 1)
+    r.client_connected(2)
+    assert notices(r.server_items("b", "tools", [])) == [(1, "notifications/tools/list_changed")]
+    r.client_message(2, msg(id=0, method="initialize", params={}))
+    assert notices(r.server_items("b", "tools", [{"name": "x"}])) == [
+        (1, "notifications/tools/list_changed"),
+        (2, "notifications/tools/list_changed"),
+    ]

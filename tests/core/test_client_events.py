@@ -1,0 +1,82 @@
+"""What a client session says (``aggregator.core.client_events``): requests checked before
+their handler runs, notifications, answers to server requests, and what its going away ends."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.core.helpers import msg, unpack
+
+# (the request, the error code the client gets, a phrase of its message)
+REFUSED = [
+    ({"method": "no/such"}, -32601, "Method not found: no/such"),
+    ({"method": "server/discover", "params": {}}, -32601, ""),
+]
+
+
+@pytest.mark.parametrize(("asked", "code", "phrase"), REFUSED)
+def test_a_request_without_a_handler_is_refused(router, asked, code, phrase):
+    [(kind, _, answer)] = unpack(router.client_message(1, msg(id=4, **asked)))
+    assert (kind, answer["id"], answer["error"]["code"]) == ("ToClient", 4, code)
+    assert phrase in answer["error"]["message"]
+
+
+def test_a_request_before_initialize_is_refused_but_ping_answered(router):
+    router.client_connected(3)
+    [(_, _, answer)] = unpack(router.client_message(3, msg(id=1, method="tools/list")))
+    assert answer["error"]["code"] == -32600 and "before initialize" in answer["error"]["message"]
+    assert unpack(router.client_message(3, msg(id=2, method="ping"))) == [
+        ("ToClient", 3, {"jsonrpc": "2.0", "id": 2, "result": {}})
+    ]
+
+
+def test_an_id_in_flight_cannot_be_used_again(router):
+    router.client_message(1, msg(id=7, method="tools/call", params={"name": "a__slow"}))
+    [(_, _, answer)] = unpack(router.client_message(1, msg(id=7, method="tools/call", params={"name": "a__fast"})))
+    assert answer["error"]["code"] == -32600 and "already in use" in answer["error"]["message"]
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        {"method": "notifications/cancelled", "params": {"requestId": "never"}},
+        {"method": "notifications/cancelled", "params": {"requestId": [1]}},
+        {"method": "notifications/cancelled"},
+        {"method": "notifications/whatever"},
+        {"id": 12345, "result": {}},  # an answer to no request of a server
+    ],
+)
+def test_what_names_nothing_in_flight_is_dropped(router, message):
+    assert router.client_message(1, msg(**message)) == []
+
+
+def test_a_cancel_goes_up_under_the_upstream_id(router):
+    [(_, _, sent)] = unpack(router.client_message(1, msg(id="x", method="tools/call", params={"name": "b__slow"})))
+    [(kind, server, notice)] = unpack(
+        router.client_message(1, msg(method="notifications/cancelled", params={"requestId": "x", "reason": "r"}))
+    )
+    assert (kind, server, notice["params"]) == ("ToServer", "b", {"requestId": sent["id"], "reason": "r"})
+
+
+def test_a_bug_in_a_handler_is_an_internal_error_for_that_request_only(router, monkeypatch):
+    def broken(client, message):
+        raise RuntimeError("bug")
+
+    monkeypatch.setitem(router._requests, "ping", broken)
+    [(_, _, answer)] = unpack(router.client_message(1, msg(id=1, method="ping")))
+    assert answer["error"]["code"] == -32603 and answer["error"]["data"]["reason"] == "internal"
+    assert unpack(router.client_message(1, msg(id=2, method="tools/list")))[0][2]["result"]["tools"]
+
+
+def test_a_client_that_goes_away_leaves_nothing_behind(router):
+    router.client_message(1, msg(id=1, method="tools/call", params={"name": "a__slow"}))
+    router.client_message(1, msg(id=2, method="resources/subscribe", params={"uri": "a+demo://r/1"}))
+    out = unpack(router.client_disconnected(1))
+    # Both requests cancelled upstream; the subscription it was making is undone there.
+    assert sorted(m["method"] for _, _, m in out) == [
+        "notifications/cancelled",
+        "notifications/cancelled",
+        "resources/unsubscribe",
+    ]
+    assert router.session_info(1) is None and router.in_flight() == 0
+    assert router.client_disconnected(1) == []

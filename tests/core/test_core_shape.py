@@ -1,0 +1,37 @@
+"""The core stays readable: no module of ``aggregator/core`` over 400 lines, no function
+in it over 60, and every module says what it owns in its docstring."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+CORE = sorted((Path(__file__).parents[2] / "aggregator" / "core").glob("*.py"))
+MAX_MODULE_LINES = 400
+MAX_FUNCTION_LINES = 60
+
+
+def long_functions(source: str) -> list[str]:
+    return [
+        f"{node.name} ({node.end_lineno - node.lineno + 1} lines)"
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+        and node.end_lineno is not None
+        and node.end_lineno - node.lineno + 1 > MAX_FUNCTION_LINES
+    ]
+
+
+@pytest.mark.parametrize("path", CORE, ids=lambda p: p.name)
+def test_a_core_module_is_short_and_says_what_it_owns(path):
+    source = path.read_text()
+    assert len(source.splitlines()) <= MAX_MODULE_LINES
+    assert long_functions(source) == []
+    assert path.name == "__init__.py" or ast.get_docstring(ast.parse(source))
+
+
+def test_the_check_sees_a_long_function():
+    source = "def f():\n" + "    x = 1\n" * MAX_FUNCTION_LINES
+    assert long_functions(source) == [f"f ({MAX_FUNCTION_LINES + 1} lines)"]
+    assert len(CORE) >= 25

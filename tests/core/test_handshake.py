@@ -1,0 +1,98 @@
+"""The client handshake and what the proxy says about itself (``aggregator.core.handshake``):
+capabilities merged from the ready servers, the ones it declares upstream, instructions,
+and the log level it asks of upstreams."""
+
+from __future__ import annotations
+
+import pytest
+
+from aggregator.config import ServerConfig
+from aggregator.core.catalog import Catalog
+from tests.core.helpers import Clock, connect, make_router, msg, new_router, unpack
+
+# (capabilities of server a, of server b) -> what clients are told
+MERGED = [
+    ({}, {}, {}),
+    ({"tools": {}}, {}, {"tools": {"listChanged": True}}),
+    ({"resources": {}}, {"resources": {"subscribe": True}}, {"resources": {"listChanged": True, "subscribe": True}}),
+    ({"logging": {}}, {"completions": {}}, {"logging": {}, "completions": {}}),
+    ({"tasks": {"list": {}}}, {"tasks": {"cancel": {}}}, {"tasks": {"list": {}, "cancel": {}}}),
+    ({"prompts": {"listChanged": False}}, {"experimental": {}}, {"prompts": {"listChanged": True}}),
+]
+
+
+def two_servers(**kw):
+    servers = [ServerConfig(name="a", command="x"), ServerConfig(name="b", command="x")]
+    return new_router(Catalog(servers, "__", 50), servers, clock=Clock(), list_changed_debounce=0, **kw)
+
+
+@pytest.mark.parametrize(("a", "b", "merged"), MERGED)
+def test_capabilities_are_merged_from_the_ready_servers(a, b, merged):
+    r = two_servers()
+    r.server_ready("a", {"capabilities": a})
+    r.server_ready("b", {"capabilities": b})
+    assert r.merged_capabilities() == merged
+
+
+def test_while_a_server_starts_every_kind_is_advertised():
+    r = two_servers()
+    r.server_ready("a", {"capabilities": {}})
+    assert set(r.merged_capabilities()) == {"tools", "prompts", "resources"}
+
+
+@pytest.mark.parametrize(
+    ("server_requests", "declared"),
+    [
+        ((), {}),
+        (("sampling",), {"sampling": {}}),
+        (("elicitation", "roots"), {"elicitation": {"form": {}, "url": {}}, "roots": {"listChanged": True}}),
+    ],
+)
+def test_upstreams_are_told_what_the_proxy_can_route_to_clients(server_requests, declared):
+    assert two_servers(server_requests=server_requests).upstream_client_capabilities() == declared
+
+
+def test_instructions_name_their_server_and_its_prefix():
+    r = two_servers()
+    r.server_ready("a", {"capabilities": {}, "instructions": " Be brief. "})
+    r.server_ready("b", {"capabilities": {}, "instructions": "   "})
+    assert r.merged_instructions() == "## Server a (its tools and prompts are prefixed a__)\nBe brief."
+
+
+@pytest.mark.parametrize(
+    ("asked", "code"),
+    [
+        ({"method": "initialize", "params": {}}, -32600),  # a second initialize
+        ({"method": "logging/setLevel", "params": {"level": "loud"}}, -32602),
+        ({"method": "logging/setLevel"}, -32602),
+    ],
+)
+def test_handshake_mistakes_are_refused(router, asked, code):
+    [(kind, _, answer)] = unpack(router.client_message(1, msg(id=3, **asked)))
+    assert (kind, answer["id"], answer["error"]["code"]) == ("ToClient", 3, code)
+
+
+@pytest.mark.parametrize(
+    ("levels", "asked"),
+    [(["error"], "error"), (["error", "debug"], "debug"), (["warning", "info"], "info")],
+)
+def test_upstreams_log_at_the_most_verbose_level_any_client_asked(clock, levels, asked):
+    r = make_router(clock)
+    sent = []
+    for key, level in enumerate(levels, 1):
+        connect(r, key)
+        sent += unpack(r.client_message(key, msg(id=1, method="logging/setLevel", params={"level": level})))
+    last = {server: m["params"]["level"] for kind, server, m in sent if kind == "ToServer"}
+    assert last == {"a": asked, "b": asked}
+    assert r.links["a"].log_level == asked
+
+
+def test_initialize_waits_for_startup_and_answers_after():
+    servers = [ServerConfig(name="a", command="x")]
+    r = new_router(Catalog(servers, "__", 3), servers)
+    r.client_connected(1)
+    [(kind, session, _)] = [(type(c).__name__, c[0], None) for c in r.client_message(1, msg(id=1, method="initialize"))]
+    assert (kind, session) == ("WaitForStartup", 1)
+    r.startup_completed()
+    [(kind, _, answer)] = unpack(r.client_message(1, msg(id=1, method="initialize", params={})))
+    assert answer["result"]["serverInfo"]["name"] == "aggregator"

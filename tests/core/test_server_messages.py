@@ -1,0 +1,110 @@
+"""What an upstream sends (``aggregator.core.server_messages``): responses to the client of
+their request, control replies to the trio layer, and notifications by a method table."""
+
+from __future__ import annotations
+
+import pytest
+
+from aggregator.core.router import ControlReply, Refresh
+from aggregator.mcp.constants import LIST_CHANGED
+from tests.core.helpers import msg, unpack
+
+
+def test_the_table_has_a_handler_for_each_list_change(router):
+    assert set(LIST_CHANGED.values()) <= set(router._notifications)
+
+
+# (notification from a, what it becomes)
+LIST_CHANGES = [
+    ("notifications/tools/list_changed", [Refresh("a", "tools")]),
+    ("notifications/prompts/list_changed", [Refresh("a", "prompts")]),
+    ("notifications/resources/list_changed", [Refresh("a", "resources"), Refresh("a", "resourceTemplates")]),
+    ("notifications/unknown", []),
+    ("notifications/initialized", []),
+]
+
+
+@pytest.mark.parametrize(("method", "commands"), LIST_CHANGES)
+def test_a_list_change_relists_what_changed(router, method, commands):
+    assert router.server_message("a", msg(method=method)) == commands
+
+
+# Notifications that name nothing the proxy has in flight are dropped.
+@pytest.mark.parametrize(
+    ("method", "params"),
+    [
+        ("notifications/progress", {"progressToken": "aggregator-progress-99", "progress": 1}),
+        ("notifications/progress", {"progressToken": 1}),
+        ("notifications/resources/updated", {"uri": "demo://r/1"}),
+        ("notifications/cancelled", {"requestId": 5}),
+        ("notifications/elicitation/complete", {"elicitationId": "e"}),
+        ("notifications/tasks/status", {"taskId": "t", "status": "working"}),
+        ("notifications/progress", None),
+    ],
+)
+def test_a_notification_that_names_nothing_in_flight_is_dropped(router, method, params):
+    fields = {"params": params} if params is not None else {}
+    assert router.server_message("a", msg(method=method, **fields)) == []
+
+
+def test_progress_of_another_server_is_not_its_to_report(router):
+    [(_, _, sent)] = unpack(
+        router.client_message(
+            1, msg(id=1, method="tools/call", params={"name": "a__slow", "_meta": {"progressToken": 1}})
+        )
+    )
+    token = sent["params"]["_meta"]["progressToken"]
+    assert router.server_message("b", msg(method="notifications/progress", params={"progressToken": token})) == []
+    [(kind, session, notice)] = unpack(
+        router.server_message("a", msg(method="notifications/progress", params={"progressToken": token}))
+    )
+    assert (kind, session, notice["params"]["progressToken"]) == ("ToClient", 1, 1)
+
+
+def test_an_update_goes_to_the_subscribers_under_the_exposed_uri(router):
+    [(_, _, sent)] = unpack(
+        router.client_message(2, msg(id=1, method="resources/subscribe", params={"uri": "a+demo://r/1"}))
+    )
+    router.server_message("a", msg(id=sent["id"], result={}))
+    out = unpack(
+        router.server_message("a", msg(method="notifications/resources/updated", params={"uri": "demo://r/1"}))
+    )
+    assert out == [
+        (
+            "ToClient",
+            2,
+            {"jsonrpc": "2.0", "method": "notifications/resources/updated", "params": {"uri": "a+demo://r/1"}},
+        )
+    ]
+
+
+# (what a sends, what comes out: a command type name or nothing)
+RESPONSES = [
+    ({"id": "aggregator-3", "result": {}}, "ControlReply"),
+    ({"id": 999, "result": {}}, None),
+    ({"id": "other", "result": {}}, None),
+    ({"id": None, "error": {"code": -1, "message": "x"}}, None),
+]
+
+
+@pytest.mark.parametrize(("response", "out"), RESPONSES)
+def test_a_response_to_no_request_of_a_client(router, response, out):
+    commands = router.server_message("a", msg(**response))
+    assert [type(c).__name__ for c in commands] == ([out] if out else [])
+    if out:
+        assert commands[0] == ControlReply("a", {"jsonrpc": "2.0", **response})
+
+
+def test_a_response_goes_back_under_the_clients_id(router):
+    [(_, _, sent)] = unpack(router.client_message(2, msg(id="mine", method="tools/call", params={"name": "b__fast"})))
+    out = unpack(router.server_message("b", msg(id=sent["id"], result={"content": []})))
+    assert out == [("ToClient", 2, {"jsonrpc": "2.0", "id": "mine", "result": {"content": []}})]
+
+
+def test_an_unreadable_answer_fails_its_request_at_once(router):
+    [(_, _, sent)] = unpack(router.client_message(1, msg(id="r", method="tools/call", params={"name": "a__slow"})))
+    raw = b'{"jsonrpc":"2.0","id":' + str(sent["id"]).encode() + b',"result":' + b"[" * 200 + b"]" * 200 + b"}"
+    [(kind, session, answer)] = unpack(router.server_message("a", raw))
+    assert (kind, session, answer["id"]) == ("ToClient", 1, "r")
+    assert answer["error"]["data"]["reason"] in ("too_large", "malformed")
+    assert router.in_flight() == 0
