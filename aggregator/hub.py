@@ -88,7 +88,7 @@ class Hub:
                 policy=ProfilePolicy(config, profile),
                 max_name_length=proxy.max_name_length,
                 charset=proxy.name_charset,
-                plugins=self.plugins,
+                catalog_hook=self.plugins.catalog_hook,
             )
 
         self.catalog = catalog_for(None)

@@ -189,6 +189,11 @@ class Plugins:
         return bool(self._notification)
 
     @property
+    def catalog_hook(self) -> Callable[[str, str, list[dict[str, Any]]], list[dict[str, Any]]] | None:
+        """What the core calls to run every catalog hook; None when no plugin has one."""
+        return self.catalog if self._catalog else None
+
+    @property
     def after_catalog_hooks(self) -> bool:
         return bool(self._after_catalog)
 

@@ -18,7 +18,7 @@ spelling.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, MutableMapping
+from collections.abc import Callable, Iterable, MutableMapping
 from typing import Any, NamedTuple
 
 from aggregator.core.cursor import CursorCodec
@@ -38,6 +38,9 @@ from aggregator.mcp.constants import KEY_OF, KINDS, PROMPTS, RESOURCES, TEMPLATE
 from aggregator.mcp.constants import LIST_METHODS as LIST_METHODS  # re-exported (router)
 
 log = logging.getLogger(__name__)
+
+# What plugins' catalog hooks are to the core: (profile, kind, items) -> the items kept.
+CatalogHook = Callable[[str, str, list[dict[str, Any]]], list[dict[str, Any]]]
 
 
 def _compared(kind: str, original: str) -> str:
@@ -137,10 +140,11 @@ class Catalog(CatalogLookups):
         policy: ProfilePolicy | None = None,
         max_name_length: int = 128,
         charset: str = "mcp",
-        plugins: Any = None,
+        catalog_hook: CatalogHook | None = None,
     ) -> None:
-        # Plugins' catalog hooks (sync), given what this profile sees of each kind.
-        self.plugins = plugins if plugins is not None and plugins._catalog else None
+        # The plugins' catalog hooks (sync, one plain callable), given what this profile
+        # sees of each kind; None when no plugin has one.
+        self.catalog_hook = catalog_hook
         self.separator = separator
         self.page_size = page_size
         self.policy = policy
@@ -210,7 +214,7 @@ class Catalog(CatalogLookups):
             lookup_of[exposed] = lookup if not named else exposed
             if kind == TEMPLATES:
                 templates.append((name, original, lookup))
-        if self.plugins is not None:
+        if self.catalog_hook is not None:
             exposed_items, names = self._plugins_keep(kind, exposed_items, lookup_of, routes, hidden, hidden_keys)
             templates = [t for t in templates if t[2] in names]
             self.bounds[kind] = {}
@@ -330,12 +334,12 @@ class Catalog(CatalogLookups):
     ) -> tuple[list[dict[str, Any]], set[str]]:
         """Plugins may drop items or change how they read, never their exposed names: what
         they keep, and its lookup keys. What they drop leaves ``routes`` for ``hidden``."""
-        assert self.plugins is not None
+        assert self.catalog_hook is not None
         key = KEY_OF[kind]
         profile = self.policy.name if self.policy is not None else "default"
         kept = [
             item
-            for item in self.plugins.catalog(profile, kind, exposed_items)
+            for item in self.catalog_hook(profile, kind, exposed_items)
             if type(item) is dict and item.get(key) in lookup_of
         ]
         names = {lookup_of[item[key]] for item in kept}

@@ -189,7 +189,7 @@ class SessionCatalog(CatalogLookups):
                 policy=shared.policy,
                 max_name_length=shared.max_name_length,
                 charset=shared.charset,
-                plugins=shared.plugins,
+                catalog_hook=shared.catalog_hook,
             )
             for kind in KINDS:
                 full.rebuild(kind)
@@ -197,7 +197,7 @@ class SessionCatalog(CatalogLookups):
 
     def _collides(self) -> bool:
         shared, own = self.shared, self.own
-        if shared.plugins is not None:
+        if shared.catalog_hook is not None:
             return True
         for kind in KINDS:
             if not own.keys().isdisjoint(shared.contested[kind]):

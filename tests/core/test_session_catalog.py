@@ -163,7 +163,9 @@ def build(case: str):
     servers = config.enabled_servers
     policy = ProfilePolicy(config, None)
     store = {name: dict(kinds) for name, kinds in shared_store.items()}
-    shared = Catalog(servers, "__", PAGE, store=store, policy=policy, plugins=plugins)
+    shared = Catalog(
+        servers, "__", PAGE, store=store, policy=policy, catalog_hook=plugins.catalog_hook if plugins else None
+    )
     for kind in KINDS:
         shared.rebuild(kind)
     return servers, policy, plugins, store, shared, own, way
@@ -171,7 +173,14 @@ def build(case: str):
 
 def reference(servers, policy, plugins, shared_store, own):
     """A catalog built from scratch over what the session should see."""
-    catalog = Catalog(servers, "__", PAGE, store=ChainMap(own, shared_store), policy=policy, plugins=plugins)
+    catalog = Catalog(
+        servers,
+        "__",
+        PAGE,
+        store=ChainMap(own, shared_store),
+        policy=policy,
+        catalog_hook=plugins.catalog_hook if plugins else None,
+    )
     for kind in KINDS:
         catalog.rebuild(kind)
     return catalog
