@@ -414,13 +414,16 @@ class UpstreamSession:
 
     async def request(self, method: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
         """Send a request of the proxy's own; return its result or raise UpstreamError
-        (with the server's error code and message when it answered with an error)."""
+        (with the server's error code and message when it answered with an error, or when
+        no answer came within the server's request timeout)."""
         lifecycle = self._lifecycle
         call = _Call()
         if lifecycle is not None:
             self._calls.add(call)
             try:
-                self._apply([lifecycle.request(method, params, call, trio.current_time())])
+                now = trio.current_time()
+                self._apply([lifecycle.request(method, params, call, now, self.config.request_timeout)])
+                self._wake.set()  # the pump keeps its deadline
                 await call.event.wait()
             finally:
                 self._calls.discard(call)
