@@ -5,11 +5,16 @@ catalog, serve, and when anything ends the connection (exit, stdout EOF, a faile
 handshake) fail every pending request at once, stop the child with the full ladder, and
 start again after an exponential, full-jitter backoff. One upstream never takes another
 down: everything that can go wrong here ends here.
+
+What to say to the server and when (handshake, listing, re-listing, the proxy's own
+requests) is ``core.upstream_lifecycle``'s; this module pumps it: it sends what the
+lifecycle emits, feeds it the answers and the changed lists, keeps its deadlines with trio
+and hands its outcomes to the router. The server's output is read in
+``transports.upstream_streams``.
 """
 
 from __future__ import annotations
 
-import collections
 import logging
 import math
 import random
@@ -31,9 +36,9 @@ from aggregator.core.upstream_lifecycle import (
     UpstreamLifecycle,
 )
 from aggregator.errors import UpstreamError
-from aggregator.jsonrpc.framing import LineSplitter, OversizedLine
 from aggregator.transports.outbox import Outbox
-from aggregator.transports.stdio import STREAM_TAG, STREAM_TAG_ROOM, Channel, run_stdio_server, split_tag
+from aggregator.transports.stdio import Channel, run_stdio_server
+from aggregator.transports.upstream_streams import StderrLog, read_messages
 
 if TYPE_CHECKING:
     from aggregator.core.router import Router
@@ -41,8 +46,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 HEALTHY_RESET = 60.0
-READ_SIZE = 65536
-STDERR_TAIL_LINES = 5  # of a server that did not start: shown by check, tools and the log
 
 
 # async def connector(server_config, *, task_status) -> str: report a Channel through
@@ -107,7 +110,7 @@ class UpstreamSession:
         self.last_error: str | None = None
         # The last stderr lines of the attempt that set last_error (secrets masked).
         self.last_stderr: tuple[str, ...] = ()
-        self._stderr_tail: collections.deque[str] = collections.deque(maxlen=STDERR_TAIL_LINES)
+        self._stderr = StderrLog(self.log, (*config.env.values(), *config.headers.values()))
         # The protocol state of the current connection; what it is told waits in the inbox:
         # answers to its own requests (dicts) and kinds whose list changed (str).
         self._lifecycle: UpstreamLifecycle | None = None
@@ -160,7 +163,7 @@ class UpstreamSession:
             was_ready = self.state == "ready"
             self.state = "down"
             self.last_error = reason
-            self.last_stderr = tuple(self._stderr_tail) if not was_ready else ()
+            self.last_stderr = tuple(self._stderr.tail) if not was_ready else ()
             self.hub.server_settled(self.name)
             if trio.current_time() - started > HEALTHY_RESET:
                 attempt = 0
@@ -183,7 +186,7 @@ class UpstreamSession:
         """Start, initialize, serve; return why the connection ended."""
         config = self.config
         self._lost = None
-        self._stderr_tail.clear()
+        self._stderr.tail.clear()
         limit = self.hub.config.proxy.max_message_bytes
         try:
             async with trio.open_nursery() as nursery:
@@ -208,7 +211,7 @@ class UpstreamSession:
                 self.hub.router.server_streams(self.name, channel.tagged)
                 nursery.start_soon(self._read_stdout, channel.receive, limit, channel.tagged)
                 if channel.stderr is not None:
-                    nursery.start_soon(self._read_stderr, channel.stderr)
+                    nursery.start_soon(self._stderr.read, channel.stderr)
                 await self._handshake()
                 nursery.start_soon(self._pump)
             return self._lost or "connection ended"
@@ -278,60 +281,11 @@ class UpstreamSession:
     # --- tasks --------------------------------------------------------------------------
 
     async def _read_stdout(self, stream: trio.abc.ReceiveStream, limit: int, tagged: bool = False) -> None:
-        splitter = LineSplitter(limit + STREAM_TAG_ROOM if tagged else limit)
-        hub = self.hub
-        router = hub.router
-        name = self.name
-        while True:
-            try:
-                chunk = await stream.receive_some(READ_SIZE)
-            except (trio.BrokenResourceError, trio.ClosedResourceError):
-                chunk = b""
-            data = chunk if type(chunk) is bytes else bytes(chunk)
-            if not data:
-                # Usually the server is exiting: give its exit status a moment to be the
-                # reason we report (the transport task loses the link first if so).
-                await trio.sleep(0.5)
-                self._lose("the server closed its stdout")
-                return
-            for line in splitter.feed(data):
-                if isinstance(line, OversizedLine):
-                    self.log.error("server %s: dropped a %d-byte message (limit %d bytes)", name, line.size, limit)
-                    hub.dispatch(router.server_oversized(name, line.head, limit))
-                    continue
-                if tagged and line[:1] == STREAM_TAG:
-                    related, line = split_tag(line)
-                    hub.dispatch(router.server_message(name, line, related))
-                    continue
-                hub.dispatch(router.server_message(name, line))
-            await hub.flush()
-
-    async def _read_stderr(self, stream: trio.abc.ReceiveStream) -> None:
-        splitter = LineSplitter(64 * 1024)
-        while True:
-            try:
-                chunk = await stream.receive_some(READ_SIZE)
-            except (trio.BrokenResourceError, trio.ClosedResourceError):
-                return
-            data = chunk if type(chunk) is bytes else bytes(chunk)
-            if not data:
-                return
-            for line in splitter.feed(data):
-                if isinstance(line, OversizedLine):
-                    self.log.info("[stderr] <%d bytes>", line.size)
-                else:
-                    text = line.decode("utf-8", "replace").rstrip()
-                    self.log.info("[stderr] %s", text)
-                    if text.strip():
-                        self._stderr_tail.append(self._masked(text[:300]))
-
-    def _masked(self, text: str) -> str:
-        """A stderr line for the user's eyes: the values of the server's env and headers
-        (tokens, keys) replaced by ***."""
-        for secret in (*self.config.env.values(), *self.config.headers.values()):
-            if len(secret) >= 4 and secret in text:
-                text = text.replace(secret, "***")
-        return text
+        await read_messages(stream, limit, tagged, self.name, self.hub, self.log)
+        # Usually the server is exiting: give its exit status a moment to be the reason we
+        # report (the transport task loses the link first if so).
+        await trio.sleep(0.5)
+        self._lose("the server closed its stdout")
 
     # --- the lifecycle's pump -----------------------------------------------------------
 
