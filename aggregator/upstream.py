@@ -5,39 +5,47 @@ catalog, serve, and when anything ends the connection (exit, stdout EOF, a faile
 handshake) fail every pending request at once, stop the child with the full ladder, and
 start again after an exponential, full-jitter backoff. One upstream never takes another
 down: everything that can go wrong here ends here.
+
+What to say to the server and when (handshake, listing, re-listing, the proxy's own
+requests) is ``core.upstream_lifecycle``'s; this module pumps it: it sends what the
+lifecycle emits, feeds it the answers and the changed lists, keeps its deadlines with trio
+and hands its outcomes to the router. The server's output is read in
+``transports.upstream_streams``.
 """
 
 from __future__ import annotations
 
-import collections
 import logging
+import math
 import random
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 import trio
 
-from aggregator import __version__
 from aggregator.config import Config, ServerConfig
-from aggregator.core.router import CONTROL_ID_PREFIX, INSTANCE_KEY
+from aggregator.core.upstream_lifecycle import (
+    Answer,
+    Failed,
+    Items,
+    Listing,
+    Outcome,
+    Ready,
+    Send,
+    Serving,
+    UpstreamLifecycle,
+)
 from aggregator.errors import UpstreamError
-from aggregator.jsonrpc.errors import METHOD_NOT_FOUND
-from aggregator.jsonrpc.framing import LineSplitter, OversizedLine
-from aggregator.mcp.constants import CAPABILITY_OF, KINDS, LIST_METHOD_OF, TEMPLATES
-from aggregator.mcp.initialize import initialize_result_problem
-from aggregator.mcp.versions import LATEST
 from aggregator.transports.outbox import Outbox
-from aggregator.transports.stdio import STREAM_TAG, STREAM_TAG_ROOM, Channel, run_stdio_server, split_tag
+from aggregator.transports.stdio import Channel, run_stdio_server
+from aggregator.transports.upstream_streams import StderrLog, read_messages
 
 if TYPE_CHECKING:
     from aggregator.core.router import Router
 
 log = logging.getLogger(__name__)
 
-MAX_LIST_PAGES = 100
 HEALTHY_RESET = 60.0
-READ_SIZE = 65536
-STDERR_TAIL_LINES = 5  # of a server that did not start: shown by check, tools and the log
 
 
 # async def connector(server_config, *, task_status) -> str: report a Channel through
@@ -67,12 +75,14 @@ class UpstreamHost(Protocol):
         """This upstream is ready, or its first attempt failed."""
 
 
-class _Reply:
-    __slots__ = ("event", "message")
+class _Call:
+    """A request of the proxy's own made with ``UpstreamSession.request``, waiting."""
+
+    __slots__ = ("event", "answer")
 
     def __init__(self) -> None:
         self.event = trio.Event()
-        self.message: dict[str, Any] | None = None
+        self.answer: Answer | None = None
 
 
 class UpstreamSession:
@@ -92,8 +102,6 @@ class UpstreamSession:
         # its session switches from the shared listing to its own in one step.
         self.name = name or config.name
         self.per_session = name is not None
-        self._capabilities: dict[str, Any] = {}
-        self._listed = False
         self.client_capabilities = client_capabilities
         self.log = logging.getLogger(f"aggregator.server.{config.name}")
         self.cancel_scope = trio.CancelScope()
@@ -102,11 +110,13 @@ class UpstreamSession:
         self.last_error: str | None = None
         # The last stderr lines of the attempt that set last_error (secrets masked).
         self.last_stderr: tuple[str, ...] = ()
-        self._stderr_tail: collections.deque[str] = collections.deque(maxlen=STDERR_TAIL_LINES)
-        self._control: dict[str, _Reply] = {}
-        self._control_ids = 0
-        self._refresh_kinds: set[str] = set()
-        self._refresh_wanted = trio.Event()
+        self._stderr = StderrLog(self.log, (*config.env.values(), *config.headers.values()))
+        # The protocol state of the current connection; what it is told waits in the inbox:
+        # answers to its own requests (dicts) and kinds whose list changed (str).
+        self._lifecycle: UpstreamLifecycle | None = None
+        self._inbox: list[dict[str, Any] | str] = []
+        self._wake = trio.Event()
+        self._calls: set[_Call] = set()  # waiting in ``request``
         self._lost: str | None = None
         self._cancel: trio.CancelScope | None = None
 
@@ -119,14 +129,15 @@ class UpstreamSession:
             self.outbox.flush()
 
     def control_reply(self, message: dict[str, Any]) -> None:
-        reply = self._control.get(message["id"])
-        if reply is not None and reply.message is None:
-            reply.message = message
-            reply.event.set()
+        """An answer to one of the proxy's own requests: its lifecycle takes it."""
+        if self._lifecycle is not None:
+            self._inbox.append(message)
+            self._wake.set()
 
     def request_refresh(self, kind: str) -> None:
-        self._refresh_kinds.add(kind)
-        self._refresh_wanted.set()
+        """Its ``kind`` list changed: re-list it once it serves (kept while it is down)."""
+        self._inbox.append(kind)
+        self._wake.set()
 
     # --- the supervisor -----------------------------------------------------------------
 
@@ -152,7 +163,7 @@ class UpstreamSession:
             was_ready = self.state == "ready"
             self.state = "down"
             self.last_error = reason
-            self.last_stderr = tuple(self._stderr_tail) if not was_ready else ()
+            self.last_stderr = tuple(self._stderr.tail) if not was_ready else ()
             self.hub.server_settled(self.name)
             if trio.current_time() - started > HEALTHY_RESET:
                 attempt = 0
@@ -175,7 +186,7 @@ class UpstreamSession:
         """Start, initialize, serve; return why the connection ended."""
         config = self.config
         self._lost = None
-        self._stderr_tail.clear()
+        self._stderr.tail.clear()
         limit = self.hub.config.proxy.max_message_bytes
         try:
             async with trio.open_nursery() as nursery:
@@ -200,28 +211,18 @@ class UpstreamSession:
                 self.hub.router.server_streams(self.name, channel.tagged)
                 nursery.start_soon(self._read_stdout, channel.receive, limit, channel.tagged)
                 if channel.stderr is not None:
-                    nursery.start_soon(self._read_stderr, channel.stderr)
-                try:
-                    await self._handshake()
-                except (UpstreamError, trio.TooSlowError) as exc:
-                    reason = str(exc) or f"no answer to initialize within {config.init_timeout}s"
-                    self._lose(reason)
-                    return self._lost or reason
-                self.state = "ready"
-                self.last_error = None
-                if not self.per_session:
-                    # Listed: requests that waited for it go now, looked up again.
-                    self.hub.dispatch_now(self.hub.router.server_listed(self.name))
-                    self.hub.server_settled(self.name)
-                nursery.start_soon(self._refresher)
+                    nursery.start_soon(self._stderr.read, channel.stderr)
+                await self._handshake()
+                nursery.start_soon(self._pump)
             return self._lost or "connection ended"
         finally:
             self._cancel = None
+            self._lifecycle = None
+            for call in self._calls:
+                call.event.set()  # the connection ended before an answer
             if self.outbox is not None:
                 self.outbox.closed = True
                 self.outbox = None
-            for reply in self._control.values():
-                reply.event.set()
             self.hub.dispatch_now(self.hub.router.server_lost(self.name, self._lost or "stopped"))
 
     async def _transport(self, *, task_status: trio.TaskStatus[Channel]) -> None:
@@ -280,193 +281,109 @@ class UpstreamSession:
     # --- tasks --------------------------------------------------------------------------
 
     async def _read_stdout(self, stream: trio.abc.ReceiveStream, limit: int, tagged: bool = False) -> None:
-        splitter = LineSplitter(limit + STREAM_TAG_ROOM if tagged else limit)
-        hub = self.hub
-        router = hub.router
-        name = self.name
-        while True:
-            try:
-                data = await stream.receive_some(READ_SIZE)
-            except (trio.BrokenResourceError, trio.ClosedResourceError):
-                data = b""
-            if not data:
-                # Usually the server is exiting: give its exit status a moment to be the
-                # reason we report (the transport task loses the link first if so).
-                await trio.sleep(0.5)
-                self._lose("the server closed its stdout")
-                return
-            for line in splitter.feed(data):
-                if type(line) is OversizedLine:
-                    self.log.error("server %s: dropped a %d-byte message (limit %d bytes)", name, line.size, limit)
-                    hub.dispatch(router.server_oversized(name, line.head, limit))
-                    continue
-                if tagged and line[:1] == STREAM_TAG:
-                    related, line = split_tag(line)
-                    hub.dispatch(router.server_message(name, line, related))
-                    continue
-                hub.dispatch(router.server_message(name, line))
-            await hub.flush()
+        await read_messages(stream, limit, tagged, self.name, self.hub, self.log)
+        # Usually the server is exiting: give its exit status a moment to be the reason we
+        # report (the transport task loses the link first if so).
+        await trio.sleep(0.5)
+        self._lose("the server closed its stdout")
 
-    async def _read_stderr(self, stream: trio.abc.ReceiveStream) -> None:
-        splitter = LineSplitter(64 * 1024)
-        while True:
-            try:
-                data = await stream.receive_some(READ_SIZE)
-            except (trio.BrokenResourceError, trio.ClosedResourceError):
-                return
-            if not data:
-                return
-            for line in splitter.feed(data):
-                if type(line) is OversizedLine:
-                    self.log.info("[stderr] <%d bytes>", line.size)
-                else:
-                    text = line.decode("utf-8", "replace").rstrip()
-                    self.log.info("[stderr] %s", text)
-                    if text.strip():
-                        self._stderr_tail.append(self._masked(text[:300]))
-
-    def _masked(self, text: str) -> str:
-        """A stderr line for the user's eyes: the values of the server's env and headers
-        (tokens, keys) replaced by ***."""
-        for secret in (*self.config.env.values(), *self.config.headers.values()):
-            if len(secret) >= 4 and secret in text:
-                text = text.replace(secret, "***")
-        return text
+    # --- the lifecycle's pump -----------------------------------------------------------
 
     async def _handshake(self) -> None:
-        with trio.fail_after(self.config.init_timeout):
-            result = await self.request(
-                "initialize",
-                {
-                    "protocolVersion": LATEST,
-                    "capabilities": (
-                        self.client_capabilities
-                        if self.client_capabilities is not None
-                        else self.hub.router.upstream_client_capabilities()
-                    ),
-                    "clientInfo": {"name": "aggregator", "version": __version__},
-                },
-            )
-        problem = initialize_result_problem(result)
-        if problem is not None:
-            raise UpstreamError(f"its initialize result is unusable: {problem}")
-        meta = result.get("_meta")
-        if type(meta) is dict and meta.get(INSTANCE_KEY) == self.hub.router.instance:
-            raise UpstreamError(
-                f"it is this aggregator itself ({self.config.url or self.config.command} leads back"
-                " to this proxy); a config must not list the aggregator serving it"
-            )
-        version = result["protocolVersion"]
-        self.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+        """Start this connection's lifecycle: it sends ``initialize`` now; ``_pump`` feeds
+        it from then on."""
+        config = self.config
+        router = self.hub.router
+        # Answers to an ended connection's requests are stale; changed lists are not.
+        self._inbox = [event for event in self._inbox if type(event) is str]
+        lifecycle = self._lifecycle = UpstreamLifecycle(
+            self.name,
+            instance=router.instance,
+            target=f"{config.url or config.command}",
+            init_timeout=config.init_timeout,
+            request_timeout=config.request_timeout,
+            per_session=self.per_session,
+            log=self.log,
+        )
+        capabilities = (
+            self.client_capabilities if self.client_capabilities is not None else router.upstream_client_capabilities()
+        )
+        self._apply(lifecycle.connected(trio.current_time(), capabilities))
+
+    async def _pump(self) -> None:
+        """Tell the lifecycle what arrived and when its deadlines pass; do what it says."""
+        lifecycle = self._lifecycle
+        assert lifecycle is not None
+        while True:
+            deadline = lifecycle.next_deadline()
+            with trio.move_on_at(math.inf if deadline is None else deadline):
+                await self._wake.wait()
+            self._wake = trio.Event()
+            inbox, self._inbox = self._inbox, []
+            now = trio.current_time()
+            for event in inbox:
+                if isinstance(event, str):
+                    self._apply(lifecycle.list_changed(event, now))
+                else:
+                    self._apply(lifecycle.answer(event, now))
+            self._apply(lifecycle.expire(now))
+
+    def _apply(self, outcomes: list[Outcome]) -> None:
+        hub = self.hub
+        router = hub.router
+        for outcome in outcomes:
+            if type(outcome) is Send:
+                self.send(outcome.message)
+            elif type(outcome) is Items:
+                hub.dispatch_now(router.server_items(self.name, outcome.kind, outcome.items))
+            elif type(outcome) is Ready:
+                self._ready(outcome.result)
+            elif type(outcome) is Serving:
+                self.state = "ready"
+                self.last_error = None
+                if not self.per_session:
+                    # Listed: requests that waited for it go now, looked up again.
+                    hub.dispatch_now(router.server_listed(self.name))
+                    hub.server_settled(self.name)
+            elif type(outcome) is Listing:
+                hub.dispatch_now(router.server_listing(self.name, outcome.listing))
+            elif type(outcome) is Failed:
+                self._lose(outcome.reason)
+            elif type(outcome) is Answer:
+                call = outcome.caller
+                if isinstance(call, _Call) and call.answer is None:
+                    call.answer = outcome
+                    call.event.set()
+
+    def _ready(self, result: dict[str, Any]) -> None:
         self.hub.dispatch_now(self.hub.router.server_ready(self.name, result))
-        capabilities = self._capabilities = result["capabilities"]
         info = result.get("serverInfo") or {}
         self.log.info(
-            "server %s: initialized (%s %s, protocol %s)", self.name, info.get("name"), info.get("version"), version
+            "server %s: initialized (%s %s, protocol %s)",
+            self.name,
+            info.get("name"),
+            info.get("version"),
+            result["protocolVersion"],
         )
-        if self.per_session:
-            return
-        with trio.fail_after(self.config.init_timeout):
-            for kind in KINDS:
-                if CAPABILITY_OF[kind] in capabilities:
-                    items = await self.list_all(kind)
-                    self.hub.dispatch_now(self.hub.router.server_items(self.name, kind, items))
-
-    async def _refresher(self) -> None:
-        if self.per_session:
-            await self._list_own()
-        while True:
-            await self._refresh_wanted.wait()
-            self._refresh_wanted = trio.Event()
-            kinds, self._refresh_kinds = self._refresh_kinds, set()
-            if self.per_session and not self._listed:
-                await self._list_own()
-                continue
-            for kind in KINDS:
-                if kind not in kinds:
-                    continue
-                try:
-                    with trio.fail_after(self.config.request_timeout):
-                        items = await self.list_all(kind)
-                except (UpstreamError, trio.TooSlowError) as exc:
-                    self.log.warning("server %s: re-listing %s failed: %s", self.name, kind, exc)
-                    continue
-                self.hub.dispatch_now(self.hub.router.server_items(self.name, kind, items))
-
-    async def _list_own(self) -> None:
-        """A per-session connection's listing of every kind it has, given to the router at
-        once; if one fails, its session keeps the shared listing until the server next
-        says a list changed."""
-        listing: dict[str, list[dict[str, Any]]] = {}
-        for kind in KINDS:
-            if CAPABILITY_OF[kind] not in self._capabilities:
-                continue
-            try:
-                with trio.fail_after(self.config.request_timeout):
-                    listing[kind] = await self.list_all(kind)
-            except (UpstreamError, trio.TooSlowError) as exc:
-                self.log.warning(
-                    "server %s: listing %s failed: %s; its session sees the shared listing", self.name, kind, exc
-                )
-                return
-        self._listed = True
-        self.hub.dispatch_now(self.hub.router.server_listing(self.name, listing))
-
-    # --- the proxy's own requests -------------------------------------------------------
 
     async def request(self, method: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
-        """Send a request of the proxy's own; return its result or raise UpstreamError."""
-        self._control_ids += 1
-        id = f"{CONTROL_ID_PREFIX}{self._control_ids}"
-        message: dict[str, Any] = {"jsonrpc": "2.0", "id": id, "method": method}
-        if params is not None:
-            message["params"] = params
-        reply = self._control[id] = _Reply()
-        try:
-            self.send(message)
-            await reply.event.wait()
-        finally:
-            del self._control[id]
-        answer = reply.message
+        """Send a request of the proxy's own; return its result or raise UpstreamError
+        (with the server's error code and message when it answered with an error, or when
+        no answer came within the server's request timeout)."""
+        lifecycle = self._lifecycle
+        call = _Call()
+        if lifecycle is not None:
+            self._calls.add(call)
+            try:
+                now = trio.current_time()
+                self._apply([lifecycle.request(method, params, call, now, self.config.request_timeout)])
+                self._wake.set()  # the pump keeps its deadline
+                await call.event.wait()
+            finally:
+                self._calls.discard(call)
+        answer = call.answer
         if answer is None:
             raise UpstreamError(f"{method}: the connection ended before an answer")
-        if "error" in answer:
-            error = answer["error"]
-            code, text = error.get("code"), error.get("message")
-            raise UpstreamError(
-                f"{method} failed: {text} (code {code})",
-                code=code if type(code) is int else None,
-                message=text if type(text) is str else None,
-            )
-        result = answer.get("result")
-        if type(result) is not dict:
-            raise UpstreamError(f"{method}: the result is not an object")
-        return result
-
-    async def list_all(self, kind: str) -> list[dict[str, Any]]:
-        """Every item of one kind, following the upstream's cursors (bounded)."""
-        items: list[dict[str, Any]] = []
-        cursor = None
-        seen: set[str] = set()
-        method = LIST_METHOD_OF[kind]
-        for _ in range(MAX_LIST_PAGES):
-            try:
-                result = await self.request(method, {"cursor": cursor} if cursor is not None else None)
-            except UpstreamError as exc:
-                if kind == TEMPLATES and exc.code == METHOD_NOT_FOUND:
-                    return items  # a resources server without templates
-                raise
-            page = result.get(kind)
-            if type(page) is list:
-                items.extend(page)
-            cursor = result.get("nextCursor")
-            if cursor is None or cursor == "":
-                return items
-            if type(cursor) is not str or cursor in seen:
-                self.log.warning("server %s: %s pagination loops; keeping %d items", self.name, method, len(items))
-                return items
-            seen.add(cursor)
-        self.log.warning(
-            "server %s: %s has more than %d pages; keeping %d items", self.name, method, MAX_LIST_PAGES, len(items)
-        )
-        return items
+        if answer.result is None:
+            raise UpstreamError(answer.error, code=answer.code, message=answer.message)
+        return answer.result

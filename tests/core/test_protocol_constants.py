@@ -1,14 +1,13 @@
 """The protocol's names are written once (``aggregator.mcp.constants``) and every rule that
-uses them reads that table: the catalog, the policy, the router, the upstream sessions, the
+uses them reads that table: the catalog, the policy, the router, the upstream lifecycle, the
 defaults and the configuration's checks."""
 
 from __future__ import annotations
 
 import pytest
 
-from aggregator import upstream
 from aggregator.config import structure_config
-from aggregator.core import announcements, catalog, defaults, policy, reverse_requests
+from aggregator.core import announcements, catalog, defaults, policy, reverse_requests, upstream_lifecycle
 from aggregator.errors import ConfigError
 from aggregator.mcp import constants
 from aggregator.mcp.constants import (
@@ -83,7 +82,7 @@ def test_each_server_request_needs_its_capability(method, capability):
         (policy, "CONFIG_KIND", "CONFIG_KIND"),
         (announcements, "LIST_CHANGED", "LIST_CHANGED"),
         (reverse_requests, "SERVER_REQUESTS", "SERVER_REQUESTS"),
-        (upstream, "LIST_METHOD_OF", "LIST_METHOD_OF"),
+        (upstream_lifecycle, "LIST_METHOD_OF", "LIST_METHOD_OF"),
         (defaults, "SERVER_REQUESTS", "SERVER_REQUEST_CAPABILITIES"),
     ],
 )

@@ -58,3 +58,17 @@ async def test_only_the_method_not_found_code_means_no_templates(monkeypatch, co
                 await trio.sleep(0.01)
         assert "resources/templates/list failed: the handler for -32601 broke" in upstream.last_error
         assert upstream.state != "ready"
+
+
+async def test_an_unanswered_own_request_fails_at_the_request_timeout(autojump_clock):
+    """The pump enforces the lifecycle's deadline for a request made while it waits for
+    nothing else; the unanswered request is then forgotten."""
+    async with running_proxy({"a": []}, {"request_timeout": 2.0}) as proxy:
+        with trio.fail_after(30):
+            await proxy.hub.startup_done.wait()
+            upstream = proxy.hub.upstreams["a"]
+            start = trio.current_time()
+            with pytest.raises(UpstreamError) as caught:
+                await upstream.request("tools/call", {"name": "hang"})
+            assert 2.0 <= trio.current_time() - start < 2.2
+    assert str(caught.value) == "tools/call: no answer in time" and caught.value.code is None

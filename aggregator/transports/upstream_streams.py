@@ -1,0 +1,95 @@
+"""Reading an upstream's output: its stdout (messages, handed to the router line by line)
+and its stderr (to the log, with its last lines kept, secrets masked, for the reason a
+server did not start).
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+from typing import TYPE_CHECKING, Any, Protocol
+
+import trio
+
+from aggregator.jsonrpc.framing import LineSplitter, OversizedLine
+from aggregator.transports.stdio import STREAM_TAG, STREAM_TAG_ROOM, split_tag
+
+if TYPE_CHECKING:
+    from aggregator.core.router import Router
+
+READ_SIZE = 65536
+STDERR_TAIL_LINES = 5  # of a server that did not start: shown by check, tools and the log
+
+
+class Dispatcher(Protocol):
+    """Where an upstream's messages go (the hub)."""
+
+    router: Router
+
+    def dispatch(self, commands: list[Any]) -> None:
+        """Queue the router's commands; written at the next ``flush``."""
+
+    async def flush(self, own: Any = None) -> None:
+        """Write what the last batch queued."""
+
+
+async def read_messages(
+    stream: trio.abc.ReceiveStream, limit: int, tagged: bool, name: str, hub: Dispatcher, log: logging.Logger
+) -> None:
+    """Hand each line of server ``name``'s output to the router (a line tagged with the
+    request it belongs to, when ``tagged``), one flush per read; return at its end."""
+    splitter = LineSplitter(limit + STREAM_TAG_ROOM if tagged else limit)
+    router = hub.router
+    while True:
+        try:
+            chunk = await stream.receive_some(READ_SIZE)
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            return
+        if not chunk:
+            return
+        for line in splitter.feed(chunk if type(chunk) is bytes else bytes(chunk)):
+            if isinstance(line, OversizedLine):
+                log.error("server %s: dropped a %d-byte message (limit %d bytes)", name, line.size, limit)
+                hub.dispatch(router.server_oversized(name, line.head, limit))
+                continue
+            if tagged and line[:1] == STREAM_TAG:
+                related, line = split_tag(line)
+                hub.dispatch(router.server_message(name, line, related))
+                continue
+            hub.dispatch(router.server_message(name, line))
+        await hub.flush()
+
+
+class StderrLog:
+    """An upstream's stderr, logged line by line; its last lines kept in ``tail`` with the
+    values of ``secrets`` (the server's env and headers: tokens, keys) replaced by ***."""
+
+    def __init__(self, log: logging.Logger, secrets: tuple[str, ...]) -> None:
+        self.log = log
+        self.secrets = tuple(secret for secret in secrets if len(secret) >= 4)
+        self.tail: collections.deque[str] = collections.deque(maxlen=STDERR_TAIL_LINES)
+
+    async def read(self, stream: trio.abc.ReceiveStream) -> None:
+        splitter = LineSplitter(64 * 1024)
+        while True:
+            try:
+                chunk = await stream.receive_some(READ_SIZE)
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                return
+            if not chunk:
+                return
+            for line in splitter.feed(chunk if type(chunk) is bytes else bytes(chunk)):
+                if isinstance(line, OversizedLine):
+                    self.log.info("[stderr] <%d bytes>", line.size)
+                else:
+                    text = line.decode("utf-8", "replace").rstrip()
+                    self.log.info("[stderr] %s", text)
+                    if text.strip():
+                        self.tail.append(self.masked(text[:300]))
+
+    def masked(self, text: str) -> str:
+        """A stderr line for the user's eyes, secrets replaced by ***."""
+        for secret in self.secrets:
+            if secret in text:
+                text = text.replace(secret, "***")
+        return text
