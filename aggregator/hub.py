@@ -1,8 +1,9 @@
 """The hub: the top nursery. Supervises upstreams, owns the router, serves clients.
 
 It is also the one place that executes the router's commands: ``dispatch`` turns
-``ToClient`` / ``ToServer`` / ``Refresh`` / ``ControlReply`` into queued writes and
-wake-ups. ``dispatch`` never blocks and never writes; readers call ``flush`` once per
+``ToClient`` / ``ToServer`` into queued writes, and what the router says of an upstream's
+connection (``UpstreamServing``, ``DropUpstream``, an ``Answer`` to its own request) into
+calls of its ``UpstreamSession``. ``dispatch`` never blocks and never writes; readers call ``flush`` once per
 read, which writes every queue the batch touched. A reader waits only on its own
 party's queue (``flush(own)``): nothing shared ever waits for one slow client or server.
 Each queue enforces its own byte budget and deadline and tells its owner when one is
@@ -30,13 +31,14 @@ from aggregator.config.core_settings import router_settings
 from aggregator.core.catalog import Catalog
 from aggregator.core.policy import ProfilePolicy, server_request_allowed
 from aggregator.core.router import (
-    ControlReply,
-    Refresh,
+    Answer,
+    DropUpstream,
     Router,
     StartUpstream,
     StopUpstream,
     ToClient,
     ToServer,
+    UpstreamServing,
     WaitForStartup,
 )
 from aggregator.jsonrpc.codec import decode_message
@@ -48,7 +50,7 @@ from aggregator.plugins import (
 )
 from aggregator.shedding import Shedder
 from aggregator.transports.sink import ClientSink
-from aggregator.upstream import Connector, UpstreamSession
+from aggregator.upstream import Connector, OwnCall, UpstreamSession
 
 log = logging.getLogger(__name__)
 
@@ -95,8 +97,9 @@ class Hub:
         self._handlers: dict[type, Callable[[Any], None]] = {
             ToClient: self._to_client,
             ToServer: self._to_server,
-            Refresh: self._refresh,
-            ControlReply: self._control_reply,
+            UpstreamServing: self._upstream_serving,
+            DropUpstream: self._drop_upstream,
+            Answer: self._answered,
             StartUpstream: self._start_upstream,
             StopUpstream: self._stop_upstream,
         }
@@ -294,15 +297,19 @@ class Hub:
                 target.dirty = True
                 self._dirty.append(target)
 
-    def _refresh(self, command: Refresh) -> None:
+    def _upstream_serving(self, command: UpstreamServing) -> None:
         upstream = self.upstreams.get(command.server)
         if upstream is not None:
-            upstream.request_refresh(command.kind)
+            upstream.serving()
 
-    def _control_reply(self, command: ControlReply) -> None:
+    def _drop_upstream(self, command: DropUpstream) -> None:
         upstream = self.upstreams.get(command.server)
         if upstream is not None:
-            upstream.control_reply(command.message)
+            upstream.drop(command.reason)
+
+    def _answered(self, command: Answer) -> None:
+        if isinstance(command.caller, OwnCall):
+            command.caller.settle(command)
 
     def _start_upstream(self, command: StartUpstream) -> None:
         upstream = UpstreamSession(

@@ -7,16 +7,16 @@ start again after an exponential, full-jitter backoff. One upstream never takes 
 down: everything that can go wrong here ends here.
 
 What to say to the server and when (handshake, listing, re-listing, the proxy's own
-requests) is ``core.upstream_lifecycle``'s; this module pumps it: it sends what the
-lifecycle emits, feeds it the answers and the changed lists, keeps its deadlines with trio
-and hands its outcomes to the router. The server's output is read in
-``transports.upstream_streams``.
+requests) is the core's (``core.upstream_lifecycle``, driven by the router in
+``core.upstream_control``, its deadlines kept by the hub's clock): this module tells the
+router the connection is up (``upstream_connected``) or lost (``server_lost``), and does
+what the router says of it: serving (``serving``), drop it (``drop``). The server's
+output is read in ``transports.upstream_streams``.
 """
 
 from __future__ import annotations
 
 import logging
-import math
 import random
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Protocol
@@ -24,17 +24,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import trio
 
 from aggregator.config import Config, ServerConfig
-from aggregator.core.upstream_lifecycle import (
-    Answer,
-    Failed,
-    Items,
-    Listing,
-    Outcome,
-    Ready,
-    Send,
-    Serving,
-    UpstreamLifecycle,
-)
+from aggregator.core.commands import Answer
 from aggregator.errors import UpstreamError
 from aggregator.transports.outbox import Outbox
 from aggregator.transports.stdio import Channel, run_stdio_server
@@ -75,7 +65,7 @@ class UpstreamHost(Protocol):
         """This upstream is ready, or its first attempt failed."""
 
 
-class _Call:
+class OwnCall:
     """A request of the proxy's own made with ``UpstreamSession.request``, waiting."""
 
     __slots__ = ("event", "answer")
@@ -83,6 +73,12 @@ class _Call:
     def __init__(self) -> None:
         self.event = trio.Event()
         self.answer: Answer | None = None
+
+    def settle(self, answer: Answer) -> None:
+        """Its answer came (the hub executes the router's ``Answer``)."""
+        if self.answer is None:
+            self.answer = answer
+            self.event.set()
 
 
 class UpstreamSession:
@@ -111,33 +107,23 @@ class UpstreamSession:
         # The last stderr lines of the attempt that set last_error (secrets masked).
         self.last_stderr: tuple[str, ...] = ()
         self._stderr = StderrLog(self.log, (*config.env.values(), *config.headers.values()))
-        # The protocol state of the current connection; what it is told waits in the inbox:
-        # answers to its own requests (dicts) and kinds whose list changed (str).
-        self._lifecycle: UpstreamLifecycle | None = None
-        self._inbox: list[dict[str, Any] | str] = []
-        self._wake = trio.Event()
-        self._calls: set[_Call] = set()  # waiting in ``request``
+        self._calls: set[OwnCall] = set()  # waiting in ``request``
         self._lost: str | None = None
         self._cancel: trio.CancelScope | None = None
 
     # --- called by the hub, synchronously -----------------------------------------------
 
-    def send(self, message: Any) -> None:
-        """Send a message of the proxy's own (not on the hot path): queue and flush."""
-        if self.outbox is not None:
-            self.outbox.put_message(message)
-            self.outbox.flush()
+    def serving(self) -> None:
+        """The router says its connection serves (listed, or a per-session handshake done)."""
+        self.state = "ready"
+        self.last_error = None
+        if not self.per_session:
+            self.hub.server_settled(self.name)
 
-    def control_reply(self, message: dict[str, Any]) -> None:
-        """An answer to one of the proxy's own requests: its lifecycle takes it."""
-        if self._lifecycle is not None:
-            self._inbox.append(message)
-            self._wake.set()
-
-    def request_refresh(self, kind: str) -> None:
-        """Its ``kind`` list changed: re-list it once it serves (kept while it is down)."""
-        self._inbox.append(kind)
-        self._wake.set()
+    def drop(self, reason: str) -> None:
+        """The router says its connection cannot be used (``reason``): close it; a shared
+        server starts again after its backoff."""
+        self._lose(reason)
 
     # --- the supervisor -----------------------------------------------------------------
 
@@ -213,11 +199,9 @@ class UpstreamSession:
                 if channel.stderr is not None:
                     nursery.start_soon(self._stderr.read, channel.stderr)
                 await self._handshake()
-                nursery.start_soon(self._pump)
             return self._lost or "connection ended"
         finally:
             self._cancel = None
-            self._lifecycle = None
             for call in self._calls:
                 call.event.set()  # the connection ended before an answer
             if self.outbox is not None:
@@ -287,97 +271,30 @@ class UpstreamSession:
         await trio.sleep(0.5)
         self._lose("the server closed its stdout")
 
-    # --- the lifecycle's pump -----------------------------------------------------------
+    # --- the proxy's own requests -----------------------------------------------------
 
     async def _handshake(self) -> None:
-        """Start this connection's lifecycle: it sends ``initialize`` now; ``_pump`` feeds
-        it from then on."""
+        """Tell the router the connection is up: its lifecycle sends ``initialize`` now and
+        the router takes it from there (answers, listing, deadlines)."""
         config = self.config
-        router = self.hub.router
-        # Answers to an ended connection's requests are stale; changed lists are not.
-        self._inbox = [event for event in self._inbox if type(event) is str]
-        lifecycle = self._lifecycle = UpstreamLifecycle(
-            self.name,
-            instance=router.instance,
-            target=f"{config.url or config.command}",
-            init_timeout=config.init_timeout,
-            request_timeout=config.request_timeout,
-            per_session=self.per_session,
-            log=self.log,
-        )
-        capabilities = (
-            self.client_capabilities if self.client_capabilities is not None else router.upstream_client_capabilities()
-        )
-        self._apply(lifecycle.connected(trio.current_time(), capabilities))
-
-    async def _pump(self) -> None:
-        """Tell the lifecycle what arrived and when its deadlines pass; do what it says."""
-        lifecycle = self._lifecycle
-        assert lifecycle is not None
-        while True:
-            deadline = lifecycle.next_deadline()
-            with trio.move_on_at(math.inf if deadline is None else deadline):
-                await self._wake.wait()
-            self._wake = trio.Event()
-            inbox, self._inbox = self._inbox, []
-            now = trio.current_time()
-            for event in inbox:
-                if isinstance(event, str):
-                    self._apply(lifecycle.list_changed(event, now))
-                else:
-                    self._apply(lifecycle.answer(event, now))
-            self._apply(lifecycle.expire(now))
-
-    def _apply(self, outcomes: list[Outcome]) -> None:
-        hub = self.hub
-        router = hub.router
-        for outcome in outcomes:
-            if type(outcome) is Send:
-                self.send(outcome.message)
-            elif type(outcome) is Items:
-                hub.dispatch_now(router.server_items(self.name, outcome.kind, outcome.items))
-            elif type(outcome) is Ready:
-                self._ready(outcome.result)
-            elif type(outcome) is Serving:
-                self.state = "ready"
-                self.last_error = None
-                if not self.per_session:
-                    # Listed: requests that waited for it go now, looked up again.
-                    hub.dispatch_now(router.server_listed(self.name))
-                    hub.server_settled(self.name)
-            elif type(outcome) is Listing:
-                hub.dispatch_now(router.server_listing(self.name, outcome.listing))
-            elif type(outcome) is Failed:
-                self._lose(outcome.reason)
-            elif type(outcome) is Answer:
-                call = outcome.caller
-                if isinstance(call, _Call) and call.answer is None:
-                    call.answer = outcome
-                    call.event.set()
-
-    def _ready(self, result: dict[str, Any]) -> None:
-        self.hub.dispatch_now(self.hub.router.server_ready(self.name, result))
-        info = result.get("serverInfo") or {}
-        self.log.info(
-            "server %s: initialized (%s %s, protocol %s)",
-            self.name,
-            info.get("name"),
-            info.get("version"),
-            result["protocolVersion"],
+        self.hub.dispatch_now(
+            self.hub.router.upstream_connected(
+                self.name,
+                target=f"{config.url or config.command}",
+                init_timeout=config.init_timeout,
+                capabilities=self.client_capabilities,
+            )
         )
 
     async def request(self, method: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
         """Send a request of the proxy's own; return its result or raise UpstreamError
         (with the server's error code and message when it answered with an error, or when
         no answer came within the server's request timeout)."""
-        lifecycle = self._lifecycle
-        call = _Call()
-        if lifecycle is not None:
+        call = OwnCall()
+        if self.outbox is not None:
             self._calls.add(call)
             try:
-                now = trio.current_time()
-                self._apply([lifecycle.request(method, params, call, now, self.config.request_timeout)])
-                self._wake.set()  # the pump keeps its deadline
+                self.hub.dispatch_now(self.hub.router.own_call(self.name, method, params, call))
                 await call.event.wait()
             finally:
                 self._calls.discard(call)

@@ -122,7 +122,7 @@ class ClientRequests(RouterState):
         gather = Gather(client.key, message["id"], len(servers))
         out: list[Command] = []
         for server in servers:
-            out += self._own_request(server, "tasks/list", {}, extra=gather)
+            out += self._own_request(server, "tasks/list", {}, gather)
         return out
 
 

@@ -30,18 +30,33 @@ class ToServer(NamedTuple):
     message: Any
 
 
-class ControlReply(NamedTuple):
-    """A response to one of the trio layer's own requests to ``server``."""
+class UpstreamServing(NamedTuple):
+    """The connection to ``server`` serves: a shared server is listed, a per-session one
+    has finished its handshake (its supervisor marks it ready)."""
 
     server: str
-    message: dict[str, Any]
 
 
-class Refresh(NamedTuple):
-    """Re-list ``kind`` (a catalog kind) from ``server``."""
+class DropUpstream(NamedTuple):
+    """Close the connection to ``server``: it cannot be used (``reason``, for the log and
+    its status; ``code``, the server's JSON-RPC error code when it answered with one). A
+    shared server is started again after its backoff, as after any loss."""
 
     server: str
-    kind: str
+    reason: str
+    code: int | None = None
+
+
+class Answer(NamedTuple):
+    """The answer to a request of the trio layer's own (``Router.own_call``), for the
+    ``caller`` it named: its ``result``, or ``error`` (why there is none) with the server's
+    error ``code`` and ``message``. Also what ``UpstreamLifecycle.request`` answers."""
+
+    caller: object
+    result: dict[str, Any] | None
+    error: str = ""
+    code: int | None = None
+    message: str | None = None
 
 
 class StartUpstream(NamedTuple):
@@ -68,4 +83,6 @@ class WaitForStartup(NamedTuple):
     session: int
 
 
-Command: TypeAlias = ToClient | ToServer | ControlReply | Refresh | StartUpstream | StopUpstream | WaitForStartup
+Command: TypeAlias = (
+    ToClient | ToServer | UpstreamServing | DropUpstream | Answer | StartUpstream | StopUpstream | WaitForStartup
+)

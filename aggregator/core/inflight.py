@@ -3,22 +3,17 @@
 from __future__ import annotations
 
 import logging
-from typing import Any
 
 from aggregator.core.commands import Command, ToClient, ToServer
 from aggregator.core.state import (
-    NO_SESSION,
-    Gather,
     Held,
     Pending,
     Reverse,
     RouterState,
     UpstreamLink,
-    answer,
     cancelled,
     proxy_error,
 )
-from aggregator.core.tasks import expose_task_ids
 
 log = logging.getLogger(__name__)
 
@@ -62,26 +57,12 @@ class InFlight(RouterState):
                 self.reverse_count.pop(session, None)
         return reverse
 
-    def _own_request(self, server: str, method: str, params: dict[str, Any], extra: Any = None) -> list[Command]:
-        """A request the proxy makes for its own bookkeeping; the answer is not forwarded."""
-        link = self.links[server]
-        if not link.ready:
-            return []
-        upstream_id = link.next_id
-        link.next_id = upstream_id + 1
-        pending = Pending(NO_SESSION, None, method, server, upstream_id)
-        pending.extra = extra
-        self._start(pending, link)
-        return [ToServer(server, {"jsonrpc": "2.0", "id": upstream_id, "method": method, "params": params})]
-
     def abandon(self, why: str) -> list[Command]:
         """Fail every client request still in flight (shutting down): the client hears it,
         the server is told to stop."""
         out: list[Command] = []
         for link in self.links.values():
             for pending in list(link.pending.values()):
-                if pending.session == NO_SESSION:
-                    continue
                 self._end(pending)
                 if link.ready:
                     out.append(ToServer(link.name, cancelled(pending.upstream_id, why)))
@@ -119,11 +100,13 @@ class InFlight(RouterState):
 
     def in_flight(self) -> int:
         """Client requests waiting for an upstream's answer (not the proxy's own)."""
-        return sum(1 for link in self.links.values() for p in link.pending.values() if p.session != NO_SESSION)
+        return sum(len(link.pending) for link in self.links.values())
 
     def next_deadline(self) -> float | None:
         """When ``expire`` has work next (a request times out, a notice is due)."""
         deadline = self.deadlines.next()
+        if self.own_at is not None and (deadline is None or self.own_at < deadline):
+            deadline = self.own_at
         if self._announce_at is not None and (deadline is None or self._announce_at < deadline):
             deadline = self._announce_at
         if self.held_roots:
@@ -142,6 +125,8 @@ class InFlight(RouterState):
             out += self._send_announcements()
         if self.held_roots:
             out += self._expire_roots(now)
+        if self.own_at is not None and now >= self.own_at:
+            out += self._expire_own(now)
         return out
 
     def _time_out(self, pending: Pending) -> list[Command]:
@@ -153,7 +138,7 @@ class InFlight(RouterState):
         if link.ready:
             out.append(ToServer(pending.server, cancelled(pending.upstream_id, "timed out")))
         log.warning("server %s: %s timed out (upstream id %d)", pending.server, pending.method, pending.upstream_id)
-        if pending.session != NO_SESSION and pending.session in self.clients:
+        if pending.session in self.clients:
             hard = pending.deadline >= pending.hard_deadline
             limit = link.max_request_timeout if hard else link.request_timeout
             out.append(
@@ -167,38 +152,15 @@ class InFlight(RouterState):
                     ),
                 )
             )
-        out += self._gather_step(pending, None)
         return out
 
-    def _own_answer(self, pending: Pending, message: dict[str, Any]) -> list[Command]:
-        if "error" in message:
-            log.info("server %s: %s failed: %s", pending.server, pending.method, message["error"].get("message"))
-            return self._gather_step(pending, None)
-        return self._gather_step(pending, message.get("result"))
-
-    def _gather_step(self, pending: Pending, result: Any) -> list[Command]:
-        gather = pending.extra
-        if type(gather) is not Gather:
-            return []
-        if type(result) is dict:
-            expose_task_ids(pending.server, result)
-            gather.items += [
-                t
-                for t in result.get("tasks") or []
-                if type(t) is dict and self.tasks.get(t.get("taskId", "")) == gather.session
-            ]
-        gather.remaining -= 1
-        if gather.remaining or gather.session not in self.clients:
-            return []
-        return [answer(gather.session, gather.client_id, {"tasks": gather.items})]
-
     def _fail_pending(self, link: UpstreamLink, message: str, reason: str) -> list[Command]:
-        """End every request in flight on ``link``, each client told ``message``."""
-        out: list[Command] = []
+        """End every request in flight on ``link``, each client told ``message``; the
+        proxy's own fail too."""
+        out: list[Command] = self._fail_own(link)
         for pending in list(link.pending.values()):
             self._end(pending)
-            out += self._gather_step(pending, None)
-            if pending.session == NO_SESSION or pending.session not in self.clients:
+            if pending.session not in self.clients:
                 continue
             if pending.extra is not None and type(pending.extra) is tuple:
                 self.subscriptions.remove(pending.extra, pending.session)

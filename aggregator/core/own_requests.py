@@ -11,6 +11,7 @@ the waiter back to its owner exactly once.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Generic, NamedTuple, TypeVar
 
 W = TypeVar("W")
@@ -52,6 +53,10 @@ class OwnRequests(Generic[W]):
         id (never ours, answered twice, or already expired)."""
         return self._waiting.pop(id, None) if type(id) is str else None
 
+    def peek(self, id: Any) -> Waiting[W] | None:
+        """The request an answer with ``id`` would settle, left in the table."""
+        return self._waiting.get(id) if type(id) is str else None
+
     def expire(self, now: float) -> list[Waiting[W]]:
         """The requests whose deadline has passed, forgotten now (a late answer is dropped)."""
         if not self._waiting:
@@ -63,6 +68,11 @@ class OwnRequests(Generic[W]):
         if not self._waiting:
             return None
         return min(waiting.deadline for waiting in self._waiting.values())
+
+    def drop_if(self, test: Callable[[W], bool]) -> list[Waiting[W]]:
+        """Forget the requests whose waiter passes ``test`` (its owner gave up on them)."""
+        gone = [id for id, waiting in self._waiting.items() if test(waiting.waiter)]
+        return [self._waiting.pop(id) for id in gone]
 
     def clear(self) -> list[Waiting[W]]:
         """Forget every request (the connection ended); what waited for them."""

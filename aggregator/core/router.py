@@ -14,6 +14,8 @@ own one part of the rules, combined as one class over one typed state
 - ``server_messages``: an upstream's responses and notifications (a method table);
 - ``reverse_requests``: server-to-client requests (sampling, elicitation);
 - ``roots``: roots/list and roots changes;
+- ``upstream_control``: the proxy's own requests to each upstream, one table per link
+  for its lifecycle (``upstream_lifecycle``: handshake, listing) and the router's own;
 - ``upstream_events``: upstreams ready, listed, overloaded, lost, out between starts;
 - ``announcements``: list_changed notices and their debounce.
 
@@ -28,9 +30,10 @@ read from an injected clock, so tests drive timeouts without sleeping.
 Invariants
 ----------
 1. A client's request id is echoed back exactly, and only to that client. Upstream ids
-   are minted here, per upstream, as increasing integers; the proxy's own requests made
-   by the trio layer (initialize, listing) use string ids ``"aggregator-N"`` and never
-   reach this table. So ids from different clients can never collide upstream.
+   are minted here, per upstream, as increasing integers; the proxy's own requests
+   (initialize, listing, gathers, renewed subscriptions) use string ids
+   ``"aggregator-N"`` in the link's own table (``upstream_control``) and never reach
+   this one. So ids from different clients can never collide upstream.
 2. Every forwarded request is one ``Pending``, in ``link.pending`` (by upstream id) and in
    ``client.in_flight`` (by client id), and in ``progress`` if it asked for progress.
    Every exit (response, error, cancellation, timeout, client gone, upstream lost) goes
@@ -64,13 +67,14 @@ from aggregator.core.catalog import Catalog
 from aggregator.core.client_events import ClientEvents
 from aggregator.core.client_requests import ClientRequests
 from aggregator.core.commands import (
+    Answer,
     Command,
-    ControlReply,
-    Refresh,
+    DropUpstream,
     StartUpstream,
     StopUpstream,
     ToClient,
     ToServer,
+    UpstreamServing,
     WaitForStartup,
 )
 from aggregator.core.forwarding import Forwarding
@@ -81,9 +85,6 @@ from aggregator.core.roots import Roots
 from aggregator.core.server_messages import ServerMessages
 from aggregator.core.settings import LinkSettings, RouterSettings
 from aggregator.core.state import (
-    CONTROL_ID_PREFIX,
-    INSTANCE_KEY,
-    NO_SESSION,
     ROOTS_HOLD_SECONDS,
     ClientState,
     Pending,
@@ -93,19 +94,20 @@ from aggregator.core.state import (
     proxy_error,
 )
 from aggregator.core.targets import Targets
+from aggregator.core.upstream_control import UpstreamControl
 from aggregator.core.upstream_events import UpstreamEvents
+from aggregator.core.upstream_lifecycle import CONTROL_ID_PREFIX, INSTANCE_KEY
 
 __all__ = [
     "CONTROL_ID_PREFIX",
     "INSTANCE_KEY",
-    "NO_SESSION",
     "ROOTS_HOLD_SECONDS",
+    "Answer",
     "ClientState",
     "Command",
-    "ControlReply",
+    "DropUpstream",
     "LinkSettings",
     "Pending",
-    "Refresh",
     "Router",
     "RouterSettings",
     "ServerRequestPolicy",
@@ -115,6 +117,7 @@ __all__ = [
     "ToClient",
     "ToServer",
     "UpstreamLink",
+    "UpstreamServing",
     "WaitForStartup",
     "proxy_error",
 ]
@@ -129,6 +132,7 @@ class Router(
     ServerMessages,
     ReverseRequests,
     Roots,
+    UpstreamControl,
     UpstreamEvents,
     Announcements,
     InFlight,

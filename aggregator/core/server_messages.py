@@ -7,13 +7,13 @@ import re
 from typing import Any
 
 from aggregator.core import affinity
-from aggregator.core.commands import Command, ControlReply, Refresh, ToClient, ToServer
+from aggregator.core.commands import Command, ToClient, ToServer
 from aggregator.core.log_levels import passes
+from aggregator.core.own_requests import Waiting
 from aggregator.core.state import (
-    CONTROL_ID_PREFIX,
-    NO_SESSION,
     URL_ELICITATION_REQUIRED,
     NotificationHandler,
+    OwnWaiter,
     Pending,
     RouterState,
     UpstreamLink,
@@ -21,6 +21,7 @@ from aggregator.core.state import (
     refusal_reason,
 )
 from aggregator.core.tasks import expose_task_ids
+from aggregator.core.upstream_lifecycle import CONTROL_ID_PREFIX
 from aggregator.core.uris import expose_uri, rewrite_content_uris
 from aggregator.jsonrpc.codec import decode_message
 from aggregator.jsonrpc.errors import RemoteProtocolError, error_response
@@ -56,12 +57,10 @@ class ServerMessages(RouterState):
             pending = link.pending.get(id) if type(id) is int else None
             if pending is None:
                 if type(id) is str and id.startswith(CONTROL_ID_PREFIX):
-                    return [ControlReply(server, message)]
+                    return self._control_answer(link, message)
                 log.debug("server %s: dropping a response to unknown id %r", server, id)
                 return []
             self._end(pending)
-            if pending.session == NO_SESSION:
-                return self._own_answer(pending, message)
             if pending.session not in self.clients:
                 return []
             message["id"] = pending.client_id
@@ -88,19 +87,18 @@ class ServerMessages(RouterState):
         id = exc.response_to
         if id is not None:
             pending = link.pending.get(id) if type(id) is int else None
+            own = link.own.peek(id)
             log.warning(
                 "server %s: refused its answer to %s: %s",
                 server,
-                pending.method if pending is not None else f"id {id!r}",
+                pending.method if pending is not None else _own_method(own) or f"id {id!r}",
                 exc.message,
             )
             if pending is None:
                 if type(id) is str and id.startswith(CONTROL_ID_PREFIX):
-                    return [ControlReply(server, error_response(id, exc.code, exc.message))]
+                    return self._control_answer(link, error_response(id, exc.code, exc.message))
                 return []
             self._end(pending)
-            if pending.session == NO_SESSION:
-                return self._gather_step(pending, None)
             if pending.session not in self.clients:
                 return []
             return [
@@ -196,7 +194,7 @@ class ServerMessages(RouterState):
         self, link: UpstreamLink, message: dict[str, Any], params: dict[str, Any], related: int | None
     ) -> list[Command]:
         """A list changed upstream: re-list it (clients hear of it if the catalog changes)."""
-        return [Refresh(link.name, kind) for kind in _KINDS_CHANGED[message["method"]]]
+        return self._relist(link, _KINDS_CHANGED[message["method"]])
 
     def _server_cancelled(
         self, link: UpstreamLink, message: dict[str, Any], params: dict[str, Any], related: int | None
@@ -275,12 +273,21 @@ class ServerMessages(RouterState):
         reason ``too_large`` instead of waiting for an answer that will never come.
         """
         match = _HEAD_ID.search(head)
-        pending = self.links[server].pending.get(int(match.group(1))) if match else None
+        if match is None:
+            return []
+        link = self.links[server]
+        if match.group(2) is not None:  # the proxy's own: a gather's fails; a lifecycle's waits
+            own = link.own.peek(match.group(2).decode())
+            if own is None or type(own.waiter) is not OwnWaiter:
+                return []
+            link.own.settle(own.waiter.id)
+            return self._gather_step(link, own.waiter, None)
+        pending = link.pending.get(int(match.group(1)))
         if pending is None:
             return []
         self._end(pending)
         if pending.session not in self.clients:
-            return self._gather_step(pending, None)
+            return []
         return [
             ToClient(
                 pending.session,
@@ -294,9 +301,17 @@ class ServerMessages(RouterState):
         ]
 
 
-# ids are integers; a response carries no "method", and "id" precedes "result" in what
-# servers write (when it does not, the request simply waits for its timeout).
-_HEAD_ID = re.compile(rb'^\s*\{\s*(?:"jsonrpc"\s*:\s*"2\.0"\s*,\s*)?"id"\s*:\s*(\d{1,18})\s*,')
+# ids are integers (the proxy's own: "aggregator-N"); a response carries no "method", and
+# "id" precedes "result" in what servers write (when it does not, the request simply waits
+# for its timeout).
+_HEAD_ID = re.compile(
+    rb'^\s*\{\s*(?:"jsonrpc"\s*:\s*"2\.0"\s*,\s*)?"id"\s*:\s*(?:(\d{1,18})|"(aggregator-\d{1,18})")\s*,'
+)
+
+
+def _own_method(own: Waiting[Any] | None) -> str | None:
+    """The method of one of the router's own requests (a lifecycle's is named by its id)."""
+    return own.method if own is not None and type(own.waiter) is OwnWaiter else None
 
 
 def _expose_result_uris(method: str, result: dict[str, Any], prefix: str) -> None:

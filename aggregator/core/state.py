@@ -3,7 +3,7 @@
 ``RouterState`` holds every field of the router, each annotated; the handler groups
 (``inflight``, ``handshake``, ``targets``, ``client_requests``, ``forwarding``,
 ``client_events``, ``server_messages``, ``reverse_requests``, ``roots``,
-``upstream_events``, ``announcements``) are its subclasses, and ``router.Router``
+``upstream_control``, ``upstream_events``, ``announcements``) are its subclasses, and ``router.Router``
 combines them. A group calls another's methods on ``self``, as one class would: no
 layer sits between an event and its handler. The methods one group offers the others
 are declared here for the type checker.
@@ -22,16 +22,13 @@ from aggregator.core.catalog import Catalog, Route
 from aggregator.core.commands import Command, ToClient, ToServer
 from aggregator.core.deadlines import Deadlines
 from aggregator.core.outages import Outage
+from aggregator.core.own_requests import OwnRequests
 from aggregator.core.session_catalog import SessionViews
 from aggregator.core.settings import LinkSettings, RouterSettings
 from aggregator.core.subscriptions import Subscriptions
+from aggregator.core.upstream_lifecycle import CONTROL_ID_PREFIX, UpstreamLifecycle
 from aggregator.jsonrpc.errors import INTERNAL_ERROR, RemoteProtocolError, error_response
 
-CONTROL_ID_PREFIX = "aggregator-"
-NO_SESSION = 0  # the "client" of the proxy's own requests; real sessions start at 1
-# The ``_meta`` key of our initialize result that names this running proxy: an upstream
-# that answers with our own instance is this proxy itself (a config that lists its own URL).
-INSTANCE_KEY = "dev.mcp-aggregator/instance"
 # The progress tokens the proxy sends upstream: strings no server would pick by chance, so
 # one in a server's request names the proxy's request in flight and nothing else.
 PROGRESS_TOKEN_PREFIX = "aggregator-progress-"
@@ -71,7 +68,7 @@ class Pending:
         self.deadline = 0.0
         self.hard_deadline = 0.0
         self.done = False
-        self.extra: Any = None  # subscription key, or the Gather it belongs to
+        self.extra: Any = None  # subscription key, or Held
 
 
 class Gather:
@@ -84,6 +81,17 @@ class Gather:
         self.client_id = client_id
         self.remaining = remaining
         self.items: list[Any] = []
+
+
+class OwnWaiter:
+    """What waits for the answer to one of the router's own requests to an upstream (in
+    the link's ``own`` table, beside its lifecycle's): a ``Gather``, or nothing."""
+
+    __slots__ = ("gather", "id")
+
+    def __init__(self, gather: Gather | None) -> None:
+        self.gather = gather
+        self.id = ""  # the request's id, once sent
 
 
 class Held(NamedTuple):
@@ -121,7 +129,7 @@ class UpstreamLink:
     max_request_timeout: float = defaults.MAX_REQUEST_TIMEOUT
     timeout_resets_on_progress: bool = defaults.TIMEOUT_RESETS_ON_PROGRESS
     ready: bool = False
-    next_id: int = 1
+    next_id: int = 1  # of clients' requests forwarded to it
     pending: dict[int, Pending] = attrs.field(factory=dict)
     capabilities: dict[str, Any] = attrs.field(factory=dict)
     instructions: str | None = None
@@ -138,6 +146,10 @@ class UpstreamLink:
     # It was told its roots changed and has not asked for them since: telling it again
     # says nothing new (a client's flood of changes reaches it once).
     roots_told: bool = False
+    # The proxy's own requests to it (string ids, its lifecycle's and the router's), for
+    # the link's whole life: ids never repeat, so an answer to an ended connection's is stale.
+    own: OwnRequests[Any] = attrs.field(factory=lambda: OwnRequests(CONTROL_ID_PREFIX))
+    lifecycle: UpstreamLifecycle | None = None  # the current connection's; None between connections
 
 
 @attrs.define(eq=False)
@@ -198,7 +210,7 @@ def answer(session: int, id: Any, result: dict[str, Any]) -> ToClient:
     return ToClient(session, {"jsonrpc": "2.0", "id": id, "result": result})
 
 
-def cancelled(upstream_id: int, reason: str) -> dict[str, Any]:
+def cancelled(upstream_id: int | str, reason: str) -> dict[str, Any]:
     """The notification that tells a server the proxy gave up on its request."""
     return {
         "jsonrpc": "2.0",
@@ -279,17 +291,14 @@ class RouterState:
         self._next_reverse_id = 1
         self._announce_methods: dict[str | int, list[str]] = {}  # profile, or session -> notices due
         self._announce_at: float | None = None
+        # The earliest deadline of the proxy's own requests to any upstream (None: none waits).
+        self.own_at: float | None = None
 
     if TYPE_CHECKING:  # what each group offers the others (defined in its own module)
         # inflight
         def _start(self, pending: Pending, link: UpstreamLink) -> None: ...
         def _end(self, pending: Pending) -> None: ...
         def _end_reverse(self, session: int, proxy_id: int) -> Reverse | None: ...
-        def _own_request(
-            self, server: str, method: str, params: dict[str, Any], extra: Any = None
-        ) -> list[Command]: ...
-        def _own_answer(self, pending: Pending, message: dict[str, Any]) -> list[Command]: ...
-        def _gather_step(self, pending: Pending, result: Any) -> list[Command]: ...
         def _fail_pending(self, link: UpstreamLink, message: str, reason: str) -> list[Command]: ...
         # handshake
         def _initialize(self, client: ClientState, message: dict[str, Any]) -> list[Command]: ...
@@ -297,6 +306,7 @@ class RouterState:
         def _set_level(self, client: ClientState, message: dict[str, Any]) -> list[Command]: ...
         def merged_capabilities(self) -> dict[str, Any]: ...
         def merged_instructions(self) -> str: ...
+        def upstream_client_capabilities(self) -> dict[str, Any]: ...
         def _apply_log_level(self) -> list[Command]: ...
         # targets
         def resolve_target(self, client: ClientState, method: str, params: Any) -> Route: ...
@@ -340,8 +350,22 @@ class RouterState:
         def _roots_followers(self, client: ClientState) -> list[str]: ...
         def _held_for(self, key: int) -> list[tuple[str, Any, float]]: ...
         def _expire_roots(self, now: float) -> list[Command]: ...
+        # upstream control
+        def _own_request(
+            self, server: str, method: str, params: dict[str, Any], gather: Gather | None = None
+        ) -> list[Command]: ...
+        def _control_answer(self, link: UpstreamLink, message: dict[str, Any]) -> list[Command]: ...
+        def _relist(self, link: UpstreamLink, kinds: tuple[str, ...]) -> list[Command]: ...
+        def _gather_step(self, link: UpstreamLink, waiter: OwnWaiter, result: Any) -> list[Command]: ...
+        def _fail_own(self, link: UpstreamLink) -> list[Command]: ...
+        def _expire_own(self, now: float) -> list[Command]: ...
+        def _reset_own_at(self) -> None: ...
         # upstream events
         def server_lost(self, server: str, why: str) -> list[Command]: ...
+        def server_ready(self, server: str, init_result: dict[str, Any]) -> list[Command]: ...
+        def server_items(self, server: str, kind: str, items: list[dict[str, Any]]) -> list[Command]: ...
+        def server_listing(self, server: str, listing: dict[str, list[dict[str, Any]]]) -> list[Command]: ...
+        def server_listed(self, server: str) -> list[Command]: ...
         def _server_down_answer(self, client: ClientState, message: dict[str, Any], server: str) -> list[Command]: ...
         def _held_timed_out(self, held: Pending) -> list[Command]: ...
         # announcements

@@ -147,6 +147,9 @@ class UpstreamEvents(RouterState):
                     )
                 )
         out += self._fail_pending(link, f"Server {link.server!r} stopped before answering: {why}", "unavailable")
+        link.lifecycle = None  # its own requests failed with the others; its lifecycle's are stale
+        link.own.clear()
+        self._reset_own_at()
         for (session, proxy_id), reverse in list(self.reverse.items()):
             if reverse.server == server:
                 self._end_reverse(session, proxy_id)

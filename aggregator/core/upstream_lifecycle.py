@@ -22,7 +22,10 @@ hands the outcomes to the router. The rules:
   listing until the server next says a list changed.
 
 Its requests are the proxy's own (``OwnRequests``: string ids, one deadline each); an
-error answer keeps its JSON-RPC code in ``Failed.code``.
+error answer keeps its JSON-RPC code in ``Failed.code``. The router shares one table per
+upstream between a lifecycle and its own requests (``core.upstream_control``): it settles
+and expires the table itself and hands the lifecycle its waiters (``settled``,
+``expired``); a lifecycle alone (``answer``, ``expire``) does both itself.
 """
 
 from __future__ import annotations
@@ -32,14 +35,19 @@ import math
 from typing import Any, NamedTuple
 
 from aggregator import __version__
-from aggregator.core.own_requests import OwnRequests
-from aggregator.core.router import CONTROL_ID_PREFIX, INSTANCE_KEY
+from aggregator.core.commands import Answer
+from aggregator.core.own_requests import OwnRequests, Waiting
 from aggregator.jsonrpc.errors import METHOD_NOT_FOUND
 from aggregator.mcp.constants import CAPABILITY_OF, KINDS, LIST_METHOD_OF, TEMPLATES
 from aggregator.mcp.initialize import initialize_result_problem
 from aggregator.mcp.versions import LATEST
 
 MAX_LIST_PAGES = 100
+# The ids of the proxy's own requests to an upstream start with this (clients' are integers).
+CONTROL_ID_PREFIX = "aggregator-"
+# The ``_meta`` key of our initialize result that names this running proxy: an upstream
+# that answers with our own instance is this proxy itself (a config that lists its own URL).
+INSTANCE_KEY = "dev.mcp-aggregator/instance"
 
 # --- what to do ------------------------------------------------------------------------
 
@@ -80,17 +88,6 @@ class Failed(NamedTuple):
 
     reason: str
     code: int | None = None
-
-
-class Answer(NamedTuple):
-    """The answer to a request made with ``request``, for ``caller``: its ``result``, or
-    ``error`` (why there is none) with the server's error ``code`` and ``message``."""
-
-    caller: object
-    result: dict[str, Any] | None
-    error: str = ""
-    code: int | None = None
-    message: str | None = None
 
 
 Outcome = Send | Ready | Items | Listing | Serving | Failed | Answer
@@ -143,6 +140,7 @@ class UpstreamLifecycle:
         request_timeout: float,
         per_session: bool = False,
         log: logging.Logger | None = None,
+        requests: OwnRequests[Any] | None = None,
     ) -> None:
         self.name = name
         self.instance = instance  # this proxy's own, to recognise itself upstream
@@ -151,7 +149,8 @@ class UpstreamLifecycle:
         self.request_timeout = request_timeout
         self.per_session = per_session
         self.log = log or logging.getLogger(__name__)
-        self.requests: OwnRequests[_Job | _Caller | None] = OwnRequests(CONTROL_ID_PREFIX)
+        # Its own table, or one it shares with the router (whose waiters it never touches).
+        self.requests: OwnRequests[Any] = requests if requests is not None else OwnRequests(CONTROL_ID_PREFIX)
         self.capabilities: dict[str, Any] = {}
         self.serving = False
         self.failed = False
@@ -173,7 +172,11 @@ class UpstreamLifecycle:
     def answer(self, message: dict[str, Any], now: float) -> list[Outcome]:
         """An answer to one of its own requests (an unknown or late one is dropped)."""
         waiting = self.requests.settle(message.get("id"))
-        if waiting is None or self.failed:
+        return [] if waiting is None else self.settled(waiting, message, now)
+
+    def settled(self, waiting: Waiting[Any], message: dict[str, Any], now: float) -> list[Outcome]:
+        """The answer ``message`` to one of its requests, taken from the table already."""
+        if self.failed:
             return []
         outcome = _result_of(waiting.method, message)
         waiter = waiting.waiter
@@ -198,8 +201,12 @@ class UpstreamLifecycle:
 
     def expire(self, now: float) -> list[Outcome]:
         """Time passed: fail what has waited past its deadline."""
+        return self.expired(self.requests.expire(now), now)
+
+    def expired(self, late: list[Waiting[Any]], now: float) -> list[Outcome]:
+        """Its requests in ``late`` have waited past their deadline (taken from the table)."""
         out: list[Outcome] = []
-        for waiting in self.requests.expire(now):
+        for waiting in late:
             if self.failed:
                 break
             job = waiting.waiter
@@ -213,6 +220,11 @@ class UpstreamLifecycle:
 
     def next_deadline(self) -> float | None:
         return None if self.failed else self.requests.next_deadline()
+
+    @staticmethod
+    def owns(waiter: object) -> bool:
+        """Whether ``waiter`` (of a request in a shared table) is a lifecycle's."""
+        return waiter is None or type(waiter) is _Job or type(waiter) is _Caller
 
     # --- the handshake -----------------------------------------------------------------
 
@@ -252,7 +264,7 @@ class UpstreamLifecycle:
     def _fail(self, reason: str, code: int | None = None) -> Failed:
         self.failed = True
         self._job = None
-        self.requests.clear()
+        self.requests.drop_if(self.owns)
         return Failed(reason, code)
 
     # --- listing -----------------------------------------------------------------------

@@ -14,7 +14,9 @@ from aggregator.config import ServerConfig
 from aggregator.config.core_settings import link_settings
 from aggregator.core.catalog import Catalog
 from aggregator.core.router import Router, RouterSettings
+from aggregator.core.upstream_lifecycle import CONTROL_ID_PREFIX
 from aggregator.jsonrpc import RemoteProtocolError, decode_message, dumps, loads
+from aggregator.mcp.constants import LIST_METHOD_OF
 
 CLIENT_CAPS = {"sampling": {}, "roots": {"listChanged": True}, "elicitation": {"form": {}, "url": {}}}
 JSON_DEPTH_LIMIT = 32
@@ -161,3 +163,38 @@ def still_serves(router: Router) -> None:
     assert (kind, server) == ("ToServer", "a")
     [(kind, _, answer)] = unpack(router.server_message("a", msg(id=sent["id"], result={"ok": 1})))
     assert answer == {"jsonrpc": "2.0", "id": "c", "result": {"ok": 1}}
+
+
+def own_asks(commands: list[Any]) -> list[dict[str, Any]]:
+    """The proxy's own requests among ``commands`` (ids ``aggregator-N``)."""
+    return [
+        c.message
+        for c in commands
+        if type(c).__name__ == "ToServer"
+        and type(c.message) is dict
+        and str(c.message.get("id", "")).startswith(CONTROL_ID_PREFIX)
+    ]
+
+
+def lifecycle_serves(
+    router: Router, name: str, capabilities: dict[str, Any], items: dict[str, list[Any]] | None = None
+) -> list[Any]:
+    """Connect ``name`` through the router's lifecycle: its initialize answered with
+    ``capabilities``, each list request with ``items`` of its kind (one page). Every command
+    that came out, in order."""
+    kind_of = {method: kind for kind, method in LIST_METHOD_OF.items()}
+    out = router.upstream_connected(name, target="x", init_timeout=5.0)
+    seen = list(out)
+    for _ in range(20):
+        asks = own_asks(out)
+        if not asks:
+            return seen
+        [ask] = asks
+        if ask["method"] == "initialize":
+            result = {"protocolVersion": "2025-11-25", "capabilities": capabilities, "serverInfo": {"name": name}}
+        else:
+            kind = kind_of[ask["method"]]
+            result = {kind: (items or {}).get(kind, [])}
+        out = router.server_message(name, msg(id=ask["id"], result=result))
+        seen += out
+    raise AssertionError("the lifecycle kept asking")

@@ -11,13 +11,14 @@ import pytest
 
 from aggregator.core import commands
 from aggregator.core.commands import (
+    Answer,
     Command,
-    ControlReply,
-    Refresh,
+    DropUpstream,
     StartUpstream,
     StopUpstream,
     ToClient,
     ToServer,
+    UpstreamServing,
     WaitForStartup,
 )
 from tests.core.helpers import msg
@@ -27,8 +28,9 @@ CORE = Path(__file__).parents[2] / "aggregator" / "core"
 FIELDS = [
     (ToClient, ("session", "message", "related")),
     (ToServer, ("server", "message")),
-    (ControlReply, ("server", "message")),
-    (Refresh, ("server", "kind")),
+    (UpstreamServing, ("server",)),
+    (DropUpstream, ("server", "reason", "code")),
+    (Answer, ("caller", "result", "error", "code", "message")),
     (StartUpstream, ("server", "name", "session", "capabilities")),
     (StopUpstream, ("name",)),
     (WaitForStartup, ("session",)),

@@ -106,11 +106,17 @@ def test_an_unreadable_server_answer_fails_its_request_at_once_and_the_server_st
 
 
 def test_the_answer_to_the_proxys_own_request_fails_it_too(router):
-    [(kind, error)] = [
-        (type(c).__name__, c.message)
-        for c in router.server_message("a", msg(id="aggregator-3", result={"tools": deep(LIMIT)}))
+    """A listing page too deep to read fails that listing, which fails the start."""
+    out = router.upstream_connected("a", target="x", init_timeout=5.0)
+    [init] = [c.message for c in out if type(c).__name__ == "ToServer"]
+    init_result = {"protocolVersion": "2025-11-25", "capabilities": {"tools": {}}, "serverInfo": {"name": "a"}}
+    out = router.server_message("a", msg(id=init["id"], result=init_result))
+    [ask] = [c.message for c in out if type(c).__name__ == "ToServer" and c.message.get("id")]
+    assert ask["method"] == "tools/list"
+    [(kind, server, reason, code)] = [
+        (type(c).__name__, *c) for c in router.server_message("a", msg(id=ask["id"], result={"tools": deep(LIMIT)}))
     ]
-    assert kind == "ControlReply" and error["id"] == "aggregator-3" and error["error"]["code"] == -32600
+    assert (kind, server, code) == ("DropUpstream", "a", -32600) and "tools/list failed" in reason
 
 
 def test_deep_server_notifications_are_dropped_and_deep_requests_refused(router):

@@ -5,8 +5,8 @@ import pytest
 
 from aggregator.config import ServerConfig
 from aggregator.core.catalog import Catalog
-from aggregator.core.router import Refresh, StartUpstream, StopUpstream
-from tests.core.helpers import connect, msg, new_router, unpack
+from aggregator.core.router import StartUpstream, StopUpstream
+from tests.core.helpers import connect, lifecycle_serves, msg, new_router, own_asks, unpack
 
 SHARED_P = {
     "tools": [{"name": "echo"}, {"name": "trigger-sampling"}],
@@ -108,11 +108,9 @@ def test_list_changed_from_an_own_connection_relists_it_and_tells_its_session_on
     own_connection(router, 1)
     clock.now += 1
     router.expire()
-    assert router.server_message("p@1", msg(method="notifications/tools/list_changed")) == [Refresh("p@1", "tools")]
-    assert router.server_message("p@1", msg(method="notifications/resources/list_changed")) == [
-        Refresh("p@1", "resources"),
-        Refresh("p@1", "resourceTemplates"),
-    ]
+    lifecycle_serves(router, "p@1", CAPS["capabilities"], OWN_P)  # its connection, through its lifecycle
+    relist = router.server_message("p@1", msg(method="notifications/tools/list_changed"))
+    assert [(c.server, m["method"]) for c, m in zip(relist, own_asks(relist), strict=True)] == [("p@1", "tools/list")]
     more = [*OWN_P["resources"], {"uri": "demo://session/b.gz"}]
     assert router.server_items("p@1", "resources", more) == []  # debounced
     assert router.server_items("p@1", "resources", more) == []

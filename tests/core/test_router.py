@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from aggregator.config import ServerConfig
 from aggregator.core.catalog import Catalog
-from aggregator.core.router import Refresh, ToClient, ToServer, WaitForStartup
+from aggregator.core.router import ToClient, ToServer, WaitForStartup
 from aggregator.jsonrpc import dumps
 from tests.core.helpers import decoded, msg, new_router
 
@@ -315,7 +315,6 @@ def test_client_gone_cancels_its_work(router):
 
 
 def test_upstream_messages(router):
-    assert router.server_message("a", msg(method="notifications/tools/list_changed")) == [Refresh("a", "tools")]
     assert router.server_message("a", b"garbage") == []
     assert router.server_message("a", msg(id=99999, result={})) == []
     _, pong = only(router.server_message("a", msg(id="s1", method="ping")), ToServer)

@@ -1,32 +1,38 @@
 """What an upstream sends (``aggregator.core.server_messages``): responses to the client of
-their request, control replies to the trio layer, and notifications by a method table."""
+their request, answers to the proxy's own requests to its table, and notifications by a
+method table."""
 
 from __future__ import annotations
 
 import pytest
 
-from aggregator.core.router import ControlReply, Refresh
 from aggregator.mcp.constants import LIST_CHANGED
-from tests.core.helpers import msg, unpack
+from tests.core.helpers import lifecycle_serves, msg, own_asks, unpack
 
 
 def test_the_table_has_a_handler_for_each_list_change(router):
     assert set(LIST_CHANGED.values()) <= set(router._notifications)
 
 
-# (notification from a, what it becomes)
+# (notification from a, what its lifecycle asks a for: one kind at a time)
 LIST_CHANGES = [
-    ("notifications/tools/list_changed", [Refresh("a", "tools")]),
-    ("notifications/prompts/list_changed", [Refresh("a", "prompts")]),
-    ("notifications/resources/list_changed", [Refresh("a", "resources"), Refresh("a", "resourceTemplates")]),
+    ("notifications/tools/list_changed", ["tools/list"]),
+    ("notifications/prompts/list_changed", ["prompts/list"]),
+    ("notifications/resources/list_changed", ["resources/list"]),
     ("notifications/unknown", []),
     ("notifications/initialized", []),
 ]
 
 
-@pytest.mark.parametrize(("method", "commands"), LIST_CHANGES)
-def test_a_list_change_relists_what_changed(router, method, commands):
-    assert router.server_message("a", msg(method=method)) == commands
+@pytest.mark.parametrize(("method", "asked"), LIST_CHANGES)
+def test_a_list_change_relists_what_changed(router, method, asked):
+    lifecycle_serves(router, "a", {"tools": {}, "prompts": {}, "resources": {}})
+    assert [m["method"] for m in own_asks(router.server_message("a", msg(method=method)))] == asked
+
+
+def test_a_list_change_between_connections_asks_nothing(router):
+    """No lifecycle (the next connection lists every kind anyway)."""
+    assert router.server_message("a", msg(method="notifications/tools/list_changed")) == []
 
 
 # Notifications that name nothing the proxy has in flight are dropped.
@@ -78,21 +84,18 @@ def test_an_update_goes_to_the_subscribers_under_the_exposed_uri(router):
     ]
 
 
-# (what a sends, what comes out: a command type name or nothing)
+# What a sends that answers no request of a client nor of the proxy's own: dropped.
 RESPONSES = [
-    ({"id": "aggregator-3", "result": {}}, "ControlReply"),
-    ({"id": 999, "result": {}}, None),
-    ({"id": "other", "result": {}}, None),
-    ({"id": None, "error": {"code": -1, "message": "x"}}, None),
+    {"id": "aggregator-3", "result": {}},
+    {"id": 999, "result": {}},
+    {"id": "other", "result": {}},
+    {"id": None, "error": {"code": -1, "message": "x"}},
 ]
 
 
-@pytest.mark.parametrize(("response", "out"), RESPONSES)
-def test_a_response_to_no_request_of_a_client(router, response, out):
-    commands = router.server_message("a", msg(**response))
-    assert [type(c).__name__ for c in commands] == ([out] if out else [])
-    if out:
-        assert commands[0] == ControlReply("a", {"jsonrpc": "2.0", **response})
+@pytest.mark.parametrize("response", RESPONSES)
+def test_a_response_to_no_request_of_a_client(router, response):
+    assert router.server_message("a", msg(**response)) == []
 
 
 def test_a_response_goes_back_under_the_clients_id(router):

@@ -9,8 +9,9 @@ from typing import Any
 import pytest
 
 from aggregator.core.own_requests import OwnRequests
-from aggregator.core.router import CONTROL_ID_PREFIX, INSTANCE_KEY
 from aggregator.core.upstream_lifecycle import (
+    CONTROL_ID_PREFIX,
+    INSTANCE_KEY,
     MAX_LIST_PAGES,
     Answer,
     Failed,

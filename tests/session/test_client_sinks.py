@@ -12,7 +12,7 @@ import trio
 import trio.testing
 
 from aggregator.core import router as core_router
-from aggregator.core.router import Refresh, ToClient, ToServer
+from aggregator.core.router import ToClient, ToServer, UpstreamServing
 from aggregator.http_sessions import HttpSession
 from aggregator.legacy_sse import LegacySession
 from aggregator.transports.budget import ClientMemory
@@ -60,7 +60,7 @@ async def test_sinks_built_as_the_fronts_build_them_are_client_sinks():
 
 
 def test_the_hub_has_a_handler_for_every_command_it_is_given():
-    dispatched = {"ToClient", "ToServer", "ControlReply", "Refresh", "StartUpstream", "StopUpstream"}
+    dispatched = {"ToClient", "ToServer", "UpstreamServing", "DropUpstream", "Answer", "StartUpstream", "StopUpstream"}
     assert all(isinstance(getattr(core_router, name), type) for name in dispatched)
 
     async def main():
@@ -90,7 +90,7 @@ async def test_dispatch_queues_messages_for_the_client_and_the_server(autojump_c
         notice = await client.receive()
         assert notice["params"]["data"] == "hello"
         proxy.hub.dispatch_now(
-            [ToServer("a", {"jsonrpc": "2.0", "id": "own-1", "method": "ping"}), Refresh("a", "tools")]
+            [ToServer("a", {"jsonrpc": "2.0", "id": "own-1", "method": "ping"}), UpstreamServing("a")]
         )
         with trio.fail_after(5):
             while b'"own-1"' not in record.read_bytes():  # noqa: ASYNC110 - a file has no event to wait on

@@ -1,0 +1,219 @@
+"""The proxy's own requests to each upstream, one way: the link's lifecycle and the router's. Sans-IO.
+
+Each ``UpstreamLink`` has one ``OwnRequests`` table (string ids ``aggregator-N``, never
+repeated while the link lives) and, while connected, its ``UpstreamLifecycle``
+(handshake, listing, re-listing). The router's own requests go through the same table:
+a ``tasks/list`` of a gather, a subscription renewed after a restart, a log level. An
+answer with such an id is settled here and goes by its waiter: the router's
+(``OwnWaiter``) to the gather, the lifecycle's to the lifecycle, whose outcomes become
+calls of the router (``server_ready``, ``server_items``, ``server_listing``,
+``server_listed``) and commands for the trio layer (``UpstreamServing``,
+``DropUpstream``). Their deadlines are the router's (``next_deadline``/``expire``), so
+the hub's one clock keeps them; the trio layer only says ``upstream_connected`` and
+``server_lost``.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from aggregator.core.commands import Answer, Command, DropUpstream, ToServer, UpstreamServing
+from aggregator.core.own_requests import Waiting
+from aggregator.core.state import Gather, OwnWaiter, RouterState, UpstreamLink, answer, cancelled
+from aggregator.core.tasks import expose_task_ids
+from aggregator.core.upstream_lifecycle import (
+    Failed,
+    Items,
+    Listing,
+    Outcome,
+    Ready,
+    Send,
+    Serving,
+    UpstreamLifecycle,
+)
+
+log = logging.getLogger(__name__)
+
+
+class UpstreamControl(RouterState):
+    """The own requests of each link: opened, answered, timed out, dropped with the link."""
+
+    def upstream_connected(
+        self, server: str, *, target: str, init_timeout: float, capabilities: dict[str, Any] | None = None
+    ) -> list[Command]:
+        """A connection to ``server`` is up: its lifecycle starts the handshake, declaring
+        ``capabilities`` (a per-session connection's client's) or the proxy's own."""
+        link = self.links.get(server)
+        if link is None:  # a per-session connection whose client just left
+            return [DropUpstream(server, "its session ended")]
+        link.own.drop_if(UpstreamLifecycle.owns)  # an ended connection's, if any were left
+        lifecycle = link.lifecycle = UpstreamLifecycle(
+            server,
+            instance=self.instance,
+            target=target,
+            init_timeout=init_timeout,
+            request_timeout=link.request_timeout,
+            per_session=link.session is not None,
+            log=logging.getLogger(f"aggregator.server.{link.server}"),
+            requests=link.own,
+        )
+        if capabilities is None:
+            capabilities = self.upstream_client_capabilities()
+        return self._outcomes(link, lifecycle.connected(self.clock(), capabilities))
+
+    def own_call(self, server: str, method: str, params: dict[str, Any] | None, caller: object) -> list[Command]:
+        """A request of the trio layer's own to ``server``; its ``Answer`` names ``caller``
+        (within the server's request timeout)."""
+        link = self.links.get(server)
+        if link is None or link.lifecycle is None:
+            return [Answer(caller, None, f"{method}: the connection ended before an answer")]
+        send = link.lifecycle.request(method, params, caller, self.clock(), link.request_timeout)
+        self._note_own(link)
+        return [ToServer(server, send.message)]
+
+    def _own_request(
+        self, server: str, method: str, params: dict[str, Any], gather: Gather | None = None
+    ) -> list[Command]:
+        """A request the proxy makes for its own bookkeeping; the answer is not forwarded."""
+        link = self.links[server]
+        if not link.ready:
+            return []
+        waiter = OwnWaiter(gather)
+        message = link.own.open(method, params, waiter, self.clock() + link.request_timeout)
+        waiter.id = message["id"]
+        self._note_own(link)
+        return [ToServer(server, message)]
+
+    def _control_answer(self, link: UpstreamLink, message: dict[str, Any]) -> list[Command]:
+        """An answer whose id is one of the proxy's own (an unknown or late one is dropped)."""
+        waiting = link.own.settle(message["id"])
+        if waiting is None:
+            log.debug("server %s: dropping a response to unknown id %r", link.name, message["id"])
+            return []
+        self._reset_own_at()
+        waiter = waiting.waiter
+        if type(waiter) is OwnWaiter:
+            if "error" in message:
+                error = message["error"]
+                log.info("server %s: %s failed: %s", link.name, waiting.method, error.get("message"))
+                return self._gather_step(link, waiter, None)
+            return self._gather_step(link, waiter, message.get("result"))
+        if link.lifecycle is None:
+            return []
+        out = self._outcomes(link, link.lifecycle.settled(waiting, message, self.clock()))
+        if link.lifecycle.failed:
+            self._reset_own_at()
+        return out
+
+    def _relist(self, link: UpstreamLink, kinds: tuple[str, ...]) -> list[Command]:
+        """The server said these lists changed: its lifecycle re-lists them (coalesced)."""
+        lifecycle = link.lifecycle
+        if lifecycle is None:  # between connections: the next one lists every kind anyway
+            return []
+        now = self.clock()
+        out: list[Command] = []
+        for kind in kinds:
+            out += self._outcomes(link, lifecycle.list_changed(kind, now))
+        return out
+
+    def _fail_own(self, link: UpstreamLink) -> list[Command]:
+        """The router's own requests on ``link`` fail (its requests in flight failed)."""
+        out: list[Command] = []
+        for waiting in link.own.drop_if(_routers):
+            out += self._gather_step(link, waiting.waiter, None)
+        self._reset_own_at()
+        return out
+
+    def _expire_own(self, now: float) -> list[Command]:
+        """Time out the own requests (the router's and the lifecycles') past their deadline."""
+        out: list[Command] = []
+        for link in list(self.links.values()):
+            if not len(link.own):
+                continue
+            late = link.own.expire(now)
+            theirs = [waiting for waiting in late if type(waiting.waiter) is not OwnWaiter]
+            for waiting in late:
+                if type(waiting.waiter) is OwnWaiter:
+                    out += self._own_timed_out(link, waiting)
+            if theirs and link.lifecycle is not None:
+                out += self._outcomes(link, link.lifecycle.expired(theirs, now))
+        self._reset_own_at()
+        return out
+
+    def _own_timed_out(self, link: UpstreamLink, waiting: Waiting[Any]) -> list[Command]:
+        waiter: OwnWaiter = waiting.waiter
+        out: list[Command] = []
+        if link.ready:
+            out.append(ToServer(link.name, cancelled(waiter.id, "timed out")))
+        log.warning("server %s: %s timed out (upstream id %s)", link.name, waiting.method, waiter.id)
+        return out + self._gather_step(link, waiter, None)
+
+    def _note_own(self, link: UpstreamLink) -> None:
+        """The link's own requests changed: the router's clock wakes for the earliest."""
+        deadline = link.own.next_deadline()
+        if deadline is not None and (self.own_at is None or deadline < self.own_at):
+            self.own_at = deadline
+
+    def _reset_own_at(self) -> None:
+        """The earliest deadline of any link's own requests, exactly (not on the hot path:
+        own requests are answered a few at a time)."""
+        deadlines = [d for link in self.links.values() if len(link.own) and (d := link.own.next_deadline()) is not None]
+        self.own_at = min(deadlines, default=None)
+
+    def _gather_step(self, link: UpstreamLink, waiter: OwnWaiter, result: Any) -> list[Command]:
+        gather = waiter.gather
+        if gather is None:
+            return []
+        if type(result) is dict:
+            expose_task_ids(link.name, result)
+            gather.items += [
+                t
+                for t in result.get("tasks") or []
+                if type(t) is dict and self.tasks.get(t.get("taskId", "")) == gather.session
+            ]
+        gather.remaining -= 1
+        if gather.remaining or gather.session not in self.clients:
+            return []
+        return [answer(gather.session, gather.client_id, {"tasks": gather.items})]
+
+    def _outcomes(self, link: UpstreamLink, outcomes: list[Outcome]) -> list[Command]:
+        """What the link's lifecycle said to do, done: sends, the router's own calls, commands."""
+        self._note_own(link)
+        name = link.name
+        out: list[Command] = []
+        for outcome in outcomes:
+            if type(outcome) is Send:
+                out.append(ToServer(name, outcome.message))
+            elif type(outcome) is Items:
+                out += self.server_items(name, outcome.kind, outcome.items)
+            elif type(outcome) is Ready:
+                out += self._upstream_ready(link, outcome.result)
+            elif type(outcome) is Serving:
+                out.append(UpstreamServing(name))
+                if link.session is None:  # listed: requests that waited for it go now
+                    out += self.server_listed(name)
+            elif type(outcome) is Listing:
+                out += self.server_listing(name, outcome.listing)
+            elif type(outcome) is Failed:
+                out.append(DropUpstream(name, outcome.reason, outcome.code))
+            elif type(outcome) is Answer:
+                out.append(outcome)
+        return out
+
+    def _upstream_ready(self, link: UpstreamLink, result: dict[str, Any]) -> list[Command]:
+        out = self.server_ready(link.name, result)
+        info = result.get("serverInfo") or {}
+        assert link.lifecycle is not None
+        link.lifecycle.log.info(
+            "server %s: initialized (%s %s, protocol %s)",
+            link.name,
+            info.get("name"),
+            info.get("version"),
+            result["protocolVersion"],
+        )
+        return out
+
+
+def _routers(waiter: object) -> bool:
+    return type(waiter) is OwnWaiter
