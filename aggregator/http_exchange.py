@@ -24,6 +24,7 @@ from aggregator.http_streams import EventStreams
 from aggregator.jsonrpc.codec import dumps
 from aggregator.jsonrpc.errors import INVALID_REQUEST
 from aggregator.jsonrpc.kinds import REQUEST
+from aggregator.mcp.constants import INITIALIZE
 from aggregator.mcp.versions import DISCOVER, discover_refused
 from aggregator.transports.http_server import HttpConnection, Request
 
@@ -50,7 +51,7 @@ class PostExchange(EventStreams):
         if decoded is None:
             return
         kind, message = decoded
-        if kind == REQUEST and message["method"] == "initialize":
+        if kind == REQUEST and message["method"] == INITIALIZE:
             await self._initialize(connection, request, message)
             return
         session, status, reason = self._session(request)

@@ -22,6 +22,7 @@ from aggregator.http_queue import MessageQueue, pump, until_client_leaves
 from aggregator.http_sessions import BACKLOG_BYTES, HttpSession, SessionTable
 from aggregator.jsonrpc.codec import dumps
 from aggregator.jsonrpc.errors import INVALID_REQUEST
+from aggregator.mcp.constants import CANCELLED
 from aggregator.transports.http_server import HttpConnection, Request
 
 log = logging.getLogger(__name__)
@@ -159,7 +160,7 @@ class EventStreams(SessionTable):
                 dumps(
                     {
                         "jsonrpc": "2.0",
-                        "method": "notifications/cancelled",
+                        "method": CANCELLED,
                         "params": {"requestId": id, "reason": reason},
                     }
                 ),

@@ -17,6 +17,7 @@ from aggregator.config import Config
 from aggregator.core.router import ToClient, proxy_error
 from aggregator.jsonrpc.errors import INVALID_REQUEST
 from aggregator.jsonrpc.kinds import NOTIFICATION, REQUEST
+from aggregator.mcp.constants import CANCELLED
 from aggregator.plugins import HOOKED_METHODS, Deny, Notification, Plugins, Request, Response
 from aggregator.transports.sink import ClientSink
 
@@ -63,7 +64,7 @@ class PluginGate:
                 answered = await self._decide(key, message)
                 if answered is not None:
                     return answered
-        elif self.hooking and kind == NOTIFICATION and message["method"] == "notifications/cancelled":
+        elif self.hooking and kind == NOTIFICATION and message["method"] == CANCELLED:
             params = message.get("params")
             scope = self.hooking.get((key, params.get("requestId") if type(params) is dict else None))
             if scope is not None:  # cancelled while its plugins decide: it never goes upstream

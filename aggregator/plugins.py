@@ -66,10 +66,11 @@ import attrs
 import trio
 
 from aggregator.errors import ConfigError
+from aggregator.mcp.constants import TARGETED_METHODS
 
 log = logging.getLogger(__name__)
 ENTRY_POINT_GROUP = "aggregator.plugins"
-HOOKED_METHODS = ("tools/call", "prompts/get", "resources/read", "resources/subscribe", "completion/complete")
+HOOKED_METHODS = TARGETED_METHODS  # the requests request hooks see
 # Every hook a plugin may have; a public method named close to one of these is a misspelling.
 HOOKS = ("request", "response", "catalog", "notification", "server_request", "load", "after_catalog", "done")
 DONE_TIMEOUT = 5.0  # seconds each plugin's done hook may take at shutdown

@@ -10,6 +10,7 @@ from aggregator.core.state import ClientState, Held, RouterState, ServerDown, ca
 from aggregator.jsonrpc.codec import decode_message
 from aggregator.jsonrpc.errors import INVALID_REQUEST, METHOD_NOT_FOUND, RemoteProtocolError, error_response
 from aggregator.jsonrpc.kinds import NOTIFICATION, REQUEST
+from aggregator.mcp.constants import CANCELLED, INITIALIZE, INITIALIZED, PING, ROOTS_LIST_CHANGED
 from aggregator.mcp.versions import DISCOVER, discover_refused
 
 log = logging.getLogger(__name__)
@@ -137,7 +138,7 @@ class ClientEvents(RouterState):
                 if method == DISCOVER:
                     return [ToClient(key, discover_refused(message["id"]))]
                 return [ToClient(key, error_response(message["id"], METHOD_NOT_FOUND, f"Method not found: {method}"))]
-            if not client.initialize_seen and method not in ("initialize", "ping"):
+            if not client.initialize_seen and method not in (INITIALIZE, PING):
                 return [
                     ToClient(
                         key,
@@ -172,10 +173,10 @@ class ClientEvents(RouterState):
 
     def _client_notification(self, client: ClientState, message: dict[str, Any]) -> list[Command]:
         method = message["method"]
-        if method == "notifications/initialized":
+        if method == INITIALIZED:
             was, client.initialized = client.initialized, client.initialize_seen
             return self._release_roots(client) if client.initialized and not was else []
-        if method == "notifications/cancelled":
+        if method == CANCELLED:
             params: Any = message.get("params")
             request_id = params.get("requestId") if type(params) is dict else None
             if type(request_id) not in (int, str):
@@ -188,7 +189,7 @@ class ClientEvents(RouterState):
                 return []
             forwarded = dict(params, requestId=pending.upstream_id)
             return [ToServer(pending.server, {"jsonrpc": "2.0", "method": method, "params": forwarded})]
-        if method == "notifications/roots/list_changed":
+        if method == ROOTS_LIST_CHANGED:
             # Only the servers that see this client's roots: a shared server sees the proxy's.
             return self._roots_changed(self._roots_followers(client))
         return []

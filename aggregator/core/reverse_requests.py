@@ -9,7 +9,7 @@ from aggregator.core.commands import Command, ToClient, ToServer
 from aggregator.core.state import Reverse, RouterState, UpstreamLink, proxy_error
 from aggregator.core.tasks import RELATED_TASK, expose_task_id, expose_task_ids
 from aggregator.jsonrpc.errors import INVALID_REQUEST, METHOD_NOT_FOUND
-from aggregator.mcp.constants import SERVER_REQUESTS
+from aggregator.mcp.constants import PING, SERVER_REQUESTS
 
 
 class ReverseRequests(RouterState):
@@ -21,7 +21,7 @@ class ReverseRequests(RouterState):
         server = link.name
         method = message["method"]
         id = message["id"]
-        if method == "ping":
+        if method == PING:
             return [ToServer(server, {"jsonrpc": "2.0", "id": id, "result": {}})]
         capability = SERVER_REQUESTS.get(method)
         if capability is None or capability not in self.server_requests:

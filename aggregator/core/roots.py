@@ -8,6 +8,7 @@ from typing import Any
 from aggregator.core import affinity
 from aggregator.core.commands import Command, ToServer
 from aggregator.core.state import ROOTS_HOLD_SECONDS, ClientState, RouterState, UpstreamLink
+from aggregator.mcp.constants import ROOTS_LIST_CHANGED
 
 log = logging.getLogger(__name__)
 
@@ -66,7 +67,7 @@ class Roots(RouterState):
             link = self.links[name]
             if not link.roots_told:
                 link.roots_told = True
-                out.append(ToServer(name, {"jsonrpc": "2.0", "method": "notifications/roots/list_changed"}))
+                out.append(ToServer(name, {"jsonrpc": "2.0", "method": ROOTS_LIST_CHANGED}))
         return out
 
     def _roots_followers(self, client: ClientState) -> list[str]:

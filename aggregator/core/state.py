@@ -28,6 +28,7 @@ from aggregator.core.settings import LinkSettings, RouterSettings
 from aggregator.core.subscriptions import Subscriptions
 from aggregator.core.upstream_lifecycle import CONTROL_ID_PREFIX, UpstreamLifecycle
 from aggregator.jsonrpc.errors import INTERNAL_ERROR, RemoteProtocolError, error_response
+from aggregator.mcp.constants import CANCELLED
 
 # The progress tokens the proxy sends upstream: strings no server would pick by chance, so
 # one in a server's request names the proxy's request in flight and nothing else.
@@ -214,7 +215,7 @@ def cancelled(upstream_id: int | str, reason: str) -> dict[str, Any]:
     """The notification that tells a server the proxy gave up on its request."""
     return {
         "jsonrpc": "2.0",
-        "method": "notifications/cancelled",
+        "method": CANCELLED,
         "params": {"requestId": upstream_id, "reason": reason},
     }
 

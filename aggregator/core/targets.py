@@ -10,7 +10,7 @@ from aggregator.core.outages import name_owner, template_key, template_owner, ur
 from aggregator.core.state import ClientState, RouterState, ServerDown
 from aggregator.core.uris import InvalidUri, normalize_uri
 from aggregator.jsonrpc.errors import INVALID_PARAMS, RemoteProtocolError
-from aggregator.mcp.constants import PROMPTS, TOOLS
+from aggregator.mcp.constants import PROMPTS, TARGETED_METHODS, TOOLS
 
 log = logging.getLogger(__name__)
 
@@ -182,4 +182,4 @@ class Targets(RouterState):
 
 
 # The methods whose target ``describe`` tells (for plugins).
-_DESCRIBED = frozenset(("tools/call", "prompts/get", "resources/read", "resources/subscribe", "completion/complete"))
+_DESCRIBED = frozenset(TARGETED_METHODS)

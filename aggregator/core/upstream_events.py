@@ -11,6 +11,7 @@ from aggregator.core.outages import FAILED, RESTARTING, Outage, remember, should
 from aggregator.core.state import ClientState, Held, Pending, RouterState, UpstreamLink, proxy_error
 from aggregator.jsonrpc.errors import INTERNAL_ERROR, error_response
 from aggregator.jsonrpc.kinds import REQUEST
+from aggregator.mcp.constants import CANCELLED
 
 log = logging.getLogger(__name__)
 
@@ -158,7 +159,7 @@ class UpstreamEvents(RouterState):
                         session,
                         {
                             "jsonrpc": "2.0",
-                            "method": "notifications/cancelled",
+                            "method": CANCELLED,
                             "params": {"requestId": proxy_id, "reason": f"server {server!r} stopped"},
                         },
                     )

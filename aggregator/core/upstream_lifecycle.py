@@ -38,7 +38,7 @@ from aggregator import __version__
 from aggregator.core.commands import Answer
 from aggregator.core.own_requests import OwnRequests, Waiting
 from aggregator.jsonrpc.errors import METHOD_NOT_FOUND
-from aggregator.mcp.constants import CAPABILITY_OF, KINDS, LIST_METHOD_OF, TEMPLATES
+from aggregator.mcp.constants import CAPABILITY_OF, INITIALIZE, INITIALIZED, KINDS, LIST_METHOD_OF, TEMPLATES
 from aggregator.mcp.initialize import initialize_result_problem
 from aggregator.mcp.versions import LATEST
 
@@ -167,7 +167,7 @@ class UpstreamLifecycle:
             "capabilities": capabilities,
             "clientInfo": {"name": "aggregator", "version": __version__},
         }
-        return [Send(self.requests.open("initialize", params, None, now + self.init_timeout))]
+        return [Send(self.requests.open(INITIALIZE, params, None, now + self.init_timeout))]
 
     def answer(self, message: dict[str, Any], now: float) -> list[Outcome]:
         """An answer to one of its own requests (an unknown or late one is dropped)."""
@@ -244,7 +244,7 @@ class UpstreamLifecycle:
                 )
             ]
         self.capabilities = outcome["capabilities"]
-        out: list[Outcome] = [Send({"jsonrpc": "2.0", "method": "notifications/initialized"}), Ready(outcome)]
+        out: list[Outcome] = [Send({"jsonrpc": "2.0", "method": INITIALIZED}), Ready(outcome)]
         if self.per_session:
             out += self._serve(now)
         else:

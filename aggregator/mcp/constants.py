@@ -47,3 +47,14 @@ SERVER_REQUESTS = {
 # Those capabilities, as the configuration names them (proxy.server_requests and
 # servers.X.server_requests).
 SERVER_REQUEST_CAPABILITIES = tuple(SERVER_REQUESTS.values())
+
+# --- methods the proxy's rules name outside a handler table ----------------------------
+
+INITIALIZE = "initialize"
+INITIALIZED = "notifications/initialized"
+PING = "ping"
+CANCELLED = "notifications/cancelled"
+ROOTS_LIST_CHANGED = "notifications/roots/list_changed"
+# The requests that name one tool, prompt or resource: the ones plugins' request hooks see
+# and whose target the router describes to them.
+TARGETED_METHODS = ("tools/call", "prompts/get", "resources/read", "resources/subscribe", "completion/complete")

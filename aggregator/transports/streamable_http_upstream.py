@@ -18,6 +18,7 @@ import trio
 
 from aggregator.core.router import proxy_error
 from aggregator.jsonrpc.codec import dumps, loads
+from aggregator.mcp.constants import CANCELLED, INITIALIZE
 from aggregator.transports.network_link import MAX_CONCURRENT_POSTS, NetworkLink, describe, http_client
 from aggregator.transports.pipe import PipeEnd, byte_pipe
 from aggregator.transports.resumption import MAX_EMPTY_RESUMES, UNRESUMABLE, is_answer, retry_delay
@@ -25,6 +26,7 @@ from aggregator.transports.sse import SseParser
 from aggregator.transports.stdio import Channel
 
 log = logging.getLogger(__name__)
+_CANCELLED_BYTES = f'"{CANCELLED}"'.encode()  # as the router writes it (no spaces)
 # What one resumption says when the server still holds the broken stream (HTTP 409).
 _HELD = "is still held by the server (HTTP 409)"
 
@@ -148,7 +150,7 @@ class _StreamableHttp:
             )
 
     async def post_and_read(self, line: bytes, message: Any, answers: dict[str, Any] | None, this: _Reading) -> None:
-        is_initialize = type(message) is dict and message.get("method") == "initialize"
+        is_initialize = type(message) is dict and message.get("method") == INITIALIZE
         try:
             async with self.client.stream(
                 "POST",
@@ -347,13 +349,13 @@ class _StreamableHttp:
         resuming) the event stream of the request it cancels. (The router writes
         its messages without spaces.) A request cancelled before its task ran is missed,
         and waits for the server to close its stream, or for its time."""
-        if not self.reading or b'"notifications/cancelled"' not in line:
+        if not self.reading or _CANCELLED_BYTES not in line:
             return
         try:
             message = loads(line)
         except ValueError:
             return
-        if type(message) is not dict or message.get("method") != "notifications/cancelled":
+        if type(message) is not dict or message.get("method") != CANCELLED:
             return
         params = message.get("params")
         if type(params) is dict:

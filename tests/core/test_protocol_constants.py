@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import pytest
 
+from aggregator import plugins
 from aggregator.config import structure_config
-from aggregator.core import announcements, catalog, defaults, policy, reverse_requests, upstream_lifecycle
+from aggregator.core import announcements, catalog, defaults, policy, reverse_requests, targets, upstream_lifecycle
 from aggregator.errors import ConfigError
 from aggregator.mcp import constants
 from aggregator.mcp.constants import (
@@ -84,11 +85,16 @@ def test_each_server_request_needs_its_capability(method, capability):
         (reverse_requests, "SERVER_REQUESTS", "SERVER_REQUESTS"),
         (upstream_lifecycle, "LIST_METHOD_OF", "LIST_METHOD_OF"),
         (defaults, "SERVER_REQUESTS", "SERVER_REQUEST_CAPABILITIES"),
+        (plugins, "HOOKED_METHODS", "TARGETED_METHODS"),
     ],
 )
 def test_the_rules_read_the_one_table(module, name, table):
     """Not a copy that could drift: the very object."""
     assert getattr(module, name) is getattr(constants, table)
+
+
+def test_the_router_describes_what_request_hooks_see():
+    assert targets._DESCRIBED == set(constants.TARGETED_METHODS)
 
 
 @pytest.mark.parametrize("capability", SERVER_REQUEST_CAPABILITIES)
