@@ -176,6 +176,7 @@ class Plugins:
         # are due; the hub sets it to wake the task that runs them outside the core.
         self.catalog_changed: Callable[[], None] = lambda: None
         self._done = False
+        self._failures: set[tuple[int, str, type]] = set()  # (plugin, hook, error) logged in full
 
         # A request hook that may wait (a coroutine function) runs in a task of its own, so
         # that it holds up only the request it decides on, never its client's other messages.
@@ -234,7 +235,7 @@ class Plugins:
             except Deny:
                 raise
             except Exception as exc:  # noqa: BLE001 - a broken plugin fails closed
-                log.exception("plugin %s: request hook failed", _name(plugin))
+                self._failed(plugin, "request", exc, "refusing the request")
                 raise Deny(
                     f"refused: plugin {_name(plugin)} failed ({type(exc).__name__})", reason="plugin_failed"
                 ) from None
@@ -247,8 +248,27 @@ class Plugins:
                 outcome = plugin.response(response)
                 if inspect.isawaitable(outcome):
                     background(outcome)
-            except Exception:  # noqa: BLE001 - an answer is delivered even if a plugin fails
-                log.exception("plugin %s: response hook failed", _name(plugin))
+            except Exception as exc:  # noqa: BLE001 - an answer is delivered even if a plugin fails
+                self._failed(plugin, "response", exc, "the answer is delivered")
+
+    def _failed(self, plugin: Any, hook: str, exc: Exception, consequence: str) -> None:
+        """Log a hook's failure: with its traceback the first time this hook fails this
+        way, in one line after that (a hook run for every message or every rebuild would
+        otherwise fill the log). The traceback is the plugin's own: not the context the
+        proxy called it in (a shutdown's cancellation, say)."""
+        exc.__suppress_context__ = True
+        first = (id(plugin), hook, type(exc)) not in self._failures
+        self._failures.add((id(plugin), hook, type(exc)))
+        log.error(
+            "plugin %s: %s hook failed%s (%s: %s); %s",
+            _name(plugin),
+            hook,
+            "" if first else " again",
+            type(exc).__name__,
+            exc,
+            consequence,
+            exc_info=exc if first else None,
+        )
 
     def catalog(self, profile: str, kind: str, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
         if self._after_catalog:
@@ -256,8 +276,8 @@ class Plugins:
         for plugin in self._catalog:
             try:
                 changed = plugin.catalog(profile, kind, items)
-            except Exception:  # noqa: BLE001 - fail closed: show nothing of this kind
-                log.exception("plugin %s: catalog hook failed; hiding every %s", _name(plugin), kind)
+            except Exception as exc:  # noqa: BLE001 - fail closed: show nothing of this kind
+                self._failed(plugin, "catalog", exc, f"hiding every {kind}")
                 return []
             if changed is not None:
                 items = list(changed)
@@ -269,8 +289,8 @@ class Plugins:
             try:
                 if plugin.notification(notification) is False:
                     return False
-            except Exception:  # noqa: BLE001 - fail closed: do not deliver
-                log.exception("plugin %s: notification hook failed; dropping it", _name(plugin))
+            except Exception as exc:  # noqa: BLE001 - fail closed: do not deliver
+                self._failed(plugin, "notification", exc, "dropping it")
                 return False
         return True
 
@@ -279,8 +299,8 @@ class Plugins:
             try:
                 if plugin.server_request(request) is False:
                     return False
-            except Exception:  # noqa: BLE001 - fail closed
-                log.exception("plugin %s: server_request hook failed; refusing", _name(plugin))
+            except Exception as exc:  # noqa: BLE001 - fail closed
+                self._failed(plugin, "server_request", exc, "refusing")
                 return False
         return True
 

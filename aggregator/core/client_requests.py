@@ -50,6 +50,9 @@ class ClientRequests(RouterState):
     def _call_by_name(self, client: ClientState, message: dict[str, Any]) -> list[Command]:
         params: Any = message.get("params")
         route = self.resolve_target(client, message["method"], params)
+        arguments = params.get("arguments")
+        if arguments is not None and type(arguments) is not dict:  # MCP: an object (null tolerated)
+            raise RemoteProtocolError(INVALID_PARAMS, "Invalid params: arguments must be an object")
         return self._forward(client, message, route.server, dict(params, name=route.original))
 
     def _read_resource(self, client: ClientState, message: dict[str, Any]) -> list[Command]:

@@ -168,7 +168,9 @@ def _loads_exact(raw: bytes, max_depth: int, refused: ValueError | None = None) 
         raise
     except RecursionError:
         raise NestingTooDeep(max_depth) from None
-    except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError
+    except UnicodeDecodeError as exc:  # orjson's words for it speak of surrogates
+        raise ValueError(f"the message is not valid UTF-8 ({exc.reason} at byte {exc.start})") from None
+    except ValueError as exc:  # JSONDecodeError
         raise (refused or exc) from None
     if refused is not None:
         _check_tree(value, max_depth)

@@ -21,6 +21,8 @@ ANSWERED = [
 # Methods forwarded: (method, params, the server, the params it gets)
 FORWARDED = [
     ("tools/call", {"name": "a__slow", "arguments": {}}, "a", {"name": "slow", "arguments": {}}),
+    ("tools/call", {"name": "a__slow"}, "a", {"name": "slow"}),
+    ("tools/call", {"name": "a__slow", "arguments": None}, "a", {"name": "slow", "arguments": None}),
     ("resources/read", {"uri": "b+demo://r/1"}, "b", {"uri": "demo://r/1"}),
     ("resources/subscribe", {"uri": "a+demo://r/1"}, "a", {"uri": "demo://r/1"}),
 ]
@@ -28,6 +30,8 @@ FORWARDED = [
 # Refused with -32602 before anything is sent: (method, params, a phrase of the message)
 INVALID = [
     ("tools/call", {"name": "zzz"}, "Unknown tool: zzz"),
+    ("tools/call", {"name": "a__slow", "arguments": [1, 2]}, "arguments must be an object"),
+    ("tools/call", {"name": "a__slow", "arguments": "x=1"}, "arguments must be an object"),
     ("prompts/get", {"name": 3}, "prompt name must be a string"),
     ("resources/read", {"uri": "q+demo://r/2"}, "Unknown resource"),
     ("completion/complete", {"ref": {"type": "ref/x"}}, "ref must be ref/prompt or ref/resource"),

@@ -347,3 +347,20 @@ def test_fuzz_loads_accepts_only_strict_json(raw):
         string.encode("utf-8")  # no lone surrogate
     written = dumps(value)
     assert dumps(loads(written)) == written
+
+
+@pytest.mark.parametrize(
+    ("raw", "where"),
+    [
+        (b'{"jsonrpc":"2.0","id":11,"method":"ping"\xff\xfe}', "invalid start byte at byte 40"),
+        (b'{"jsonrpc":"2.0","id":12,"method":"ping","params":{"s":"\xc3\x28"}}', "invalid continuation byte"),
+    ],
+)
+def test_invalid_utf8_is_called_that(raw, where):
+    """Not orjson's words (which speak of surrogates): what is wrong, where, and the id."""
+    with pytest.raises(RemoteProtocolError) as caught:
+        decode_message(raw, 64)
+    assert caught.value.code == -32700
+    assert "not valid UTF-8" in caught.value.message and where in caught.value.message
+    assert "surrogate" not in caught.value.message
+    assert caught.value.id in (11, 12)

@@ -395,3 +395,26 @@ print(json.dumps({
     installed = Path(found["location"])
     assert installed.name in ("plugins", "aggregator_plugins") and (installed / "pinning.py").is_file()
     assert found["typed"] is True
+
+
+def test_a_failing_hook_is_logged_in_full_once_then_in_one_line(caplog):
+    """A catalog hook runs on every rebuild (a shutdown rebuilds for each kind): its
+    traceback is logged the first time, then one line each time; the proxy's own context
+    (here a cancellation being handled) is not part of the plugin's traceback."""
+
+    class Broken:
+        def catalog(self, profile, kind, items):
+            raise RuntimeError("no catalog today")
+
+    plugins = Plugins([Broken()])
+    with caplog.at_level(logging.ERROR, logger="aggregator.plugins"):
+        try:
+            raise KeyError("the proxy's own trouble")
+        except KeyError:
+            assert plugins.catalog("default", "tools", [{"name": "a"}]) == []
+        assert plugins.catalog("default", "prompts", [{"name": "b"}]) == []
+    first, second = caplog.records
+    assert first.exc_info is not None and second.exc_info is None
+    assert "catalog hook failed (RuntimeError: no catalog today); hiding every tools" in first.getMessage()
+    assert "catalog hook failed again (RuntimeError: no catalog today); hiding every prompts" in second.getMessage()
+    assert "no catalog today" in caplog.text and "the proxy's own trouble" not in caplog.text
