@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import random
+import traceback
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -26,6 +27,7 @@ import trio
 from aggregator.config import Config, ServerConfig
 from aggregator.core.commands import Answer
 from aggregator.errors import UpstreamError
+from aggregator.transports.masking import SecretMask
 from aggregator.transports.outbox import Outbox
 from aggregator.transports.stdio import Channel, run_stdio_server
 from aggregator.transports.upstream_streams import StderrLog, read_messages
@@ -106,7 +108,10 @@ class UpstreamSession:
         self.last_error: str | None = None
         # The last stderr lines of the attempt that set last_error (secrets masked).
         self.last_stderr: tuple[str, ...] = ()
-        self._stderr = StderrLog(self.log, (*config.env.values(), *config.headers.values()))
+        # Why a connection ended may quote a header's value (an exception's text): every reason
+        # is masked here, before it is logged, shown by check or told to callers (lastError).
+        self.mask = SecretMask.of(config)
+        self._stderr = StderrLog(self.log, self.mask)
         self._calls: set[OwnCall] = set()  # waiting in ``request``
         self._lost: str | None = None
         self._cancel: trio.CancelScope | None = None
@@ -131,7 +136,7 @@ class UpstreamSession:
         """Run this upstream until cancelled, restarting it whenever it is lost."""
         with self.cancel_scope:
             if self.per_session:
-                reason = await self._connect_once()
+                reason = await self._attempt()
                 self.log.info("server %s: session connection ended: %s", self.name, reason)
                 return
             await self._supervise()
@@ -141,11 +146,7 @@ class UpstreamSession:
         proxy = self.hub.config.proxy
         while True:
             started = trio.current_time()
-            try:
-                reason = await self._connect_once()
-            except Exception as exc:  # noqa: BLE001 - a bug here must not stop the others
-                self.log.exception("server %s: internal error in its connection", self.name)
-                reason = f"internal error: {exc!r}"[:300]
+            reason = await self._attempt()
             was_ready = self.state == "ready"
             self.state = "down"
             self.last_error = reason
@@ -168,6 +169,19 @@ class UpstreamSession:
             self.hub.dispatch_now(self.hub.router.server_down(self.name, reason, delay))
             await trio.sleep(delay)
 
+    async def _attempt(self) -> str:
+        """One connection; return why it ended. A bug in it ends only it: logged (its
+        traceback's text masked too: an exception may quote a header's value) and its reason."""
+        try:
+            return await self._connect_once()
+        except Exception as exc:  # noqa: BLE001 - a bug here must not stop the others
+            self.log.error(
+                "server %s: internal error in its connection\n%s",
+                self.name,
+                self.mask("".join(traceback.format_exception(exc)).rstrip()),
+            )
+            return self.mask(f"internal error: {exc!r}")[:300]
+
     async def _connect_once(self) -> str:
         """Start, initialize, serve; return why the connection ended."""
         config = self.config
@@ -182,7 +196,7 @@ class UpstreamSession:
                 except OSError as exc:
                     if config.effective_transport == "stdio":
                         return f"cannot start {config.command!r}: {exc.strerror or exc}"
-                    return str(exc)
+                    return self.mask(str(exc))
                 if channel.pid is not None:
                     self.log.info("server %s: started pid %d", self.name, channel.pid)
                 proxy = self.hub.config.proxy
@@ -258,7 +272,7 @@ class UpstreamSession:
 
     def _lose(self, reason: str) -> None:
         if self._lost is None:
-            self._lost = reason
+            self._lost = self.mask(reason)
         if self._cancel is not None:
             self._cancel.cancel()
 

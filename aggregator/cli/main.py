@@ -27,6 +27,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.log_level != "debug":
         # httpx logs every request it makes at info: one line per message to an HTTP server.
         logging.getLogger("httpx").setLevel(logging.WARNING)
+    # httpcore's traces (debug) quote a failed request's exception, which may hold a header's
+    # value; what failed is logged by the proxy itself, its secrets masked.
+    logging.getLogger("httpcore").setLevel(logging.INFO)
     run: Callable[[argparse.Namespace], int] = args.run
     try:
         return run(args)

@@ -6,6 +6,8 @@ Each check returns its problems as ``key.path: message`` lines; it raises nothin
 
 from __future__ import annotations
 
+import re
+
 from aggregator.config.model import HttpConfig, ProxyConfig, ServerConfig
 from aggregator.config.ranges import in_range, number_text
 from aggregator.core.naming import NAME_CHARS
@@ -14,6 +16,27 @@ from aggregator.mcp.constants import SERVER_REQUEST_CAPABILITIES
 
 # "sampling, elicitation or roots", as the messages name them.
 _SERVER_REQUEST_NAMES = ", ".join(SERVER_REQUEST_CAPABILITIES[:-1]) + " or " + SERVER_REQUEST_CAPABILITIES[-1]
+
+
+# RFC 9110: a field name is a token; a field value is visible ASCII with spaces and tabs
+# inside (what the HTTP client sends; it refuses the rest when it connects).
+_HEADER_NAME = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+_HEADER_VALUE = re.compile(r"(?:[\x21-\x7e]+(?:[ \t]+[\x21-\x7e]+)*)?")
+
+
+def header_problem(value: str) -> str | None:
+    """What is wrong with a header value, never quoting it (it may be a secret); None if nothing."""
+    if _HEADER_VALUE.fullmatch(value):
+        return None
+    if "\n" in value or "\r" in value:
+        return "contains a line break (a trailing newline in the environment variable?)"
+    if "\0" in value:
+        return "contains a NUL character"
+    if any(ord(char) < 32 and char != "\t" or ord(char) == 127 for char in value):
+        return "contains a control character"
+    if not value.isascii():
+        return "contains a character outside ASCII (HTTP sends header values as ASCII)"
+    return "begins or ends with whitespace"
 
 
 def parse_listen(listen: str) -> tuple[str, int]:
@@ -106,6 +129,11 @@ def check_server(server: ServerConfig, path: str) -> list[str]:
         allowed = ("ws", "wss") if transport == "websocket" else ("http", "https")
         if scheme not in allowed:
             problems.append(f"{path}.url: a {transport} server needs a {' or '.join(allowed)} URL, got {server.url!r}")
+    for header, value in server.headers.items():
+        if not _HEADER_NAME.fullmatch(header):
+            problems.append(f"{path}.headers.{header}: not a valid header name (letters, digits and !#$%&'*+-.^_`|~)")
+        elif (problem := header_problem(value)) is not None:
+            problems.append(f"{path}.headers.{header}: the value {problem}; it is not shown, as it may be a secret")
     if server.command is not None and not server.command.strip():
         problems.append(f"{path}.command: must not be empty")
     if CHAIN_VARIABLE in server.env:

@@ -1,7 +1,8 @@
 """What every network upstream connector shares: the ``NetworkLink`` that passes the
 server's messages to the session as lines (flattened, size-checked, tagged with the request
 they answer) and the session's messages to the server, the budget of messages waiting to be
-sent, the HTTP client with the server's own headers, and how a failure is described.
+sent, the HTTP client with the server's own headers, and how a failure is described (with
+the server's secrets masked: an exception's text may hold a header's value).
 
 Credentials: each server gets only its own configured ``headers``; nothing from a client
 is ever forwarded. Redirects are not followed (a redirect could carry credentials to
@@ -21,6 +22,7 @@ from aggregator import __version__
 from aggregator.core.router import proxy_error
 from aggregator.jsonrpc.codec import dumps, loads, nameless_refusal
 from aggregator.jsonrpc.framing import LineSplitter, OversizedLine
+from aggregator.transports.masking import SecretMask
 from aggregator.transports.pipe import PipeEnd
 from aggregator.transports.stdio import STREAM_TAG
 
@@ -60,12 +62,19 @@ def _null_id_error_as_answer(raw: bytes, request: dict[str, Any], server: str) -
 class NetworkLink:
     """What a connector shares with its tasks: the pipe end, and how it ends."""
 
-    def __init__(self, pipe: PipeEnd, limit: int, name: str) -> None:
+    def __init__(self, pipe: PipeEnd, limit: int, config: Any) -> None:
         self.pipe = pipe
         self.limit = limit
-        self.name = name
+        self.name: str = config.name
+        self.mask = SecretMask.of(config)
         self.ended = trio.Event()
         self.reason = "the connection ended"
+
+    def describe(self, exc: BaseException) -> str:
+        """A failure in one short line, the server's secrets masked (for logs, the reason a
+        connection ended, and the error a request gets)."""
+        text = self.mask(str(exc) or type(exc).__name__)
+        return text.splitlines()[0][:300] if text else type(exc).__name__
 
     def end(self, reason: str) -> None:
         if not self.ended.is_set():
@@ -192,9 +201,3 @@ def http_client(config: Any) -> httpx.AsyncClient:
     """A client that sends the server's own headers, follows no redirect and waits for ever to read."""
     headers = {"user-agent": USER_AGENT, **dict(config.headers)}
     return httpx.AsyncClient(headers=headers, follow_redirects=False, timeout=httpx.Timeout(30.0, read=None))
-
-
-def describe(exc: BaseException) -> str:
-    """A failure in one short line (for logs and the reason a connection ended)."""
-    text = str(exc) or type(exc).__name__
-    return text.splitlines()[0][:300]

@@ -9,7 +9,7 @@ from urllib.parse import urljoin, urlsplit
 import httpx
 import trio
 
-from aggregator.transports.network_link import MAX_CONCURRENT_POSTS, NetworkLink, describe, http_client
+from aggregator.transports.network_link import MAX_CONCURRENT_POSTS, NetworkLink, http_client
 from aggregator.transports.pipe import byte_pipe
 from aggregator.transports.sse import SseParser
 from aggregator.transports.stdio import Channel
@@ -20,7 +20,7 @@ async def run_sse_server(
 ) -> str:
     """Talk to a 2024-11-05 HTTP+SSE server: GET an event stream, POST to the endpoint it names."""
     ours, theirs = byte_pipe()
-    link = NetworkLink(theirs, limit, config.name)
+    link = NetworkLink(theirs, limit, config)
     async with http_client(config) as client:
         endpoint: list[str] = []
         slots = trio.CapacityLimiter(MAX_CONCURRENT_POSTS)
@@ -34,7 +34,7 @@ async def run_sse_server(
                 if response.status_code >= 400:
                     link.end(f"the server refused a message with HTTP {response.status_code}")
             except httpx.HTTPError as exc:
-                link.end(f"cannot reach {endpoint[0]}: {describe(exc)}")
+                link.end(f"cannot reach {endpoint[0]}: {link.describe(exc)}")
 
         try:
             async with client.stream("GET", config.url, headers={"accept": "text/event-stream"}) as response:
@@ -63,6 +63,6 @@ async def run_sse_server(
                     nursery.cancel_scope.cancel()
         except httpx.HTTPError as exc:
             if not endpoint:
-                raise OSError(f"cannot reach {config.url}: {describe(exc)}") from None
-            link.end(f"connection to {config.url} lost: {describe(exc)}")
+                raise OSError(f"cannot reach {config.url}: {link.describe(exc)}") from None
+            link.end(f"connection to {config.url} lost: {link.describe(exc)}")
     return link.reason

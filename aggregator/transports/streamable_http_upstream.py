@@ -19,7 +19,7 @@ import trio
 from aggregator.core.router import proxy_error
 from aggregator.jsonrpc.codec import dumps, loads
 from aggregator.mcp.constants import CANCELLED, INITIALIZE
-from aggregator.transports.network_link import MAX_CONCURRENT_POSTS, NetworkLink, describe, http_client
+from aggregator.transports.network_link import MAX_CONCURRENT_POSTS, NetworkLink, http_client
 from aggregator.transports.pipe import PipeEnd, byte_pipe
 from aggregator.transports.resumption import MAX_EMPTY_RESUMES, UNRESUMABLE, is_answer, retry_delay
 from aggregator.transports.sse import SseParser
@@ -59,7 +59,7 @@ class _StreamableHttp:
     def __init__(self, config: Any, limit: int, pipe: PipeEnd, client: httpx.AsyncClient) -> None:
         self.config = config
         self.limit = limit
-        self.link = NetworkLink(pipe, limit, config.name)
+        self.link = NetworkLink(pipe, limit, config)
         self.client = client
         self.url = config.url
         self.session: str | None = None
@@ -160,8 +160,8 @@ class _StreamableHttp:
             ) as response:
                 outcome = await self.read_post(response, message, answers, is_initialize)
         except httpx.HTTPError as exc:
-            await self.answer_failed(message, describe(exc))
-            self.link.end(f"cannot reach {self.url}: {describe(exc)}")
+            await self.answer_failed(message, self.link.describe(exc))
+            self.link.end(f"cannot reach {self.url}: {self.link.describe(exc)}")
             return
         if outcome is None:
             return
@@ -183,7 +183,7 @@ class _StreamableHttp:
             return None
         if status != 200:
             body = (await response.aread())[:300].decode("utf-8", "replace")
-            log.warning("server %s: HTTP %d for a POST: %s", self.config.name, status, body)
+            log.warning("server %s: HTTP %d for a POST: %s", self.config.name, status, self.link.mask(body))
             await self.answer_failed(message, f"HTTP {status}")
             if is_initialize:
                 self.link.end(f"initialize was refused with HTTP {status}")
@@ -202,7 +202,7 @@ class _StreamableHttp:
         except httpx.HTTPError as exc:
             if not parser.last_event_id:
                 raise  # a connection lost with nothing to resume: as for any failed POST
-            how = f"broke ({describe(exc)})"
+            how = f"broke ({self.link.describe(exc)})"
         return parser, how
 
     async def read_events(
@@ -306,10 +306,10 @@ class _StreamableHttp:
                         return None
                     return "was closed again"
                 except httpx.HTTPError as exc:
-                    return f"broke again ({describe(exc)})"
+                    return f"broke again ({self.link.describe(exc)})"
         except httpx.HTTPError as exc:
-            await self.answer_failed(request, describe(exc))
-            self.link.end(f"cannot reach {self.url}: {describe(exc)}")
+            await self.answer_failed(request, self.link.describe(exc))
+            self.link.end(f"cannot reach {self.url}: {self.link.describe(exc)}")
             return None
 
     async def refused_resumption(self, request: dict[str, Any], status: int, kind: str) -> None:
@@ -402,7 +402,7 @@ class _StreamableHttp:
                     if parser.retry is not None:  # closed: wait as asked, not less than usual
                         wait = max(delay, retry_delay(parser.retry))
             except httpx.HTTPError as exc:
-                log.info("server %s: GET stream dropped (%s); reconnecting", self.config.name, describe(exc))
+                log.info("server %s: GET stream dropped (%s); reconnecting", self.config.name, self.link.describe(exc))
             parser.restart()
             await trio.sleep(wait)
             delay = min(delay * 2, 30.0)

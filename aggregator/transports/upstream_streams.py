@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import trio
 
 from aggregator.jsonrpc.framing import LineSplitter, OversizedLine
+from aggregator.transports.masking import SecretMask
 from aggregator.transports.stdio import STREAM_TAG, STREAM_TAG_ROOM, split_tag
 
 if TYPE_CHECKING:
@@ -62,11 +63,11 @@ async def read_messages(
 
 class StderrLog:
     """An upstream's stderr, logged line by line; its last lines kept in ``tail`` with the
-    values of ``secrets`` (the server's env and headers: tokens, keys) replaced by ***."""
+    server's secrets (the values of its env and headers: tokens, keys) replaced by *** (``mask``)."""
 
-    def __init__(self, log: logging.Logger, secrets: tuple[str, ...]) -> None:
+    def __init__(self, log: logging.Logger, mask: SecretMask) -> None:
         self.log = log
-        self.secrets = tuple(secret for secret in secrets if len(secret) >= 4)
+        self.mask = mask
         self.tail: collections.deque[str] = collections.deque(maxlen=STDERR_TAIL_LINES)
 
     async def read(self, stream: trio.abc.ReceiveStream) -> None:
@@ -85,11 +86,4 @@ class StderrLog:
                     text = line.decode("utf-8", "replace").rstrip()
                     self.log.info("[stderr] %s", text)
                     if text.strip():
-                        self.tail.append(self.masked(text[:300]))
-
-    def masked(self, text: str) -> str:
-        """A stderr line for the user's eyes, secrets replaced by ***."""
-        for secret in self.secrets:
-            if secret in text:
-                text = text.replace(secret, "***")
-        return text
+                        self.tail.append(self.mask(text[:300]))

@@ -7,7 +7,7 @@ from typing import Any
 import trio
 import trio_websocket
 
-from aggregator.transports.network_link import USER_AGENT, NetworkLink, describe
+from aggregator.transports.network_link import USER_AGENT, NetworkLink
 from aggregator.transports.pipe import byte_pipe
 from aggregator.transports.stdio import Channel
 
@@ -17,7 +17,7 @@ async def run_websocket_server(
 ) -> str:
     """Talk to a server over WebSocket (subprotocol ``mcp``), one message per frame."""
     ours, theirs = byte_pipe()
-    link = NetworkLink(theirs, limit, config.name)
+    link = NetworkLink(theirs, limit, config)
     headers = [("user-agent", USER_AGENT), *((k, v) for k, v in config.headers.items())]
     try:
         async with trio_websocket.open_websocket_url(
@@ -49,5 +49,5 @@ async def run_websocket_server(
                 await link.ended.wait()
                 nursery.cancel_scope.cancel()
     except (trio_websocket.HandshakeError, OSError) as exc:
-        raise OSError(f"cannot connect to {config.url}: {describe(exc)}") from None
+        raise OSError(f"cannot connect to {config.url}: {link.describe(exc)}") from None
     return link.reason

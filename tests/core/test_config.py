@@ -336,3 +336,41 @@ def test_client_limits_accept_their_older_http_names():
         structure_config({"proxy": {"client_buffer_bytes": 10, "server_write_timeout": 0}}, environ={})
     assert "proxy.client_buffer_bytes: must be an integer (bytes) from 1024" in str(error.value)
     assert "proxy.server_write_timeout: must be a finite number of seconds from 0.001" in str(error.value)
+
+
+SECRET = "sekrit-token-123"
+
+
+@pytest.mark.parametrize(
+    "header, value, expected",
+    [
+        ("Authorization", f"Bearer {SECRET}\n", "servers.a.headers.Authorization: the value contains a line break"),
+        ("Authorization", f"Bearer {SECRET}\r", "servers.a.headers.Authorization: the value contains a line break"),
+        ("Authorization", f"Bearer {SECRET}\r\nX-Injected: 1", "servers.a.headers.Authorization: the value contains"),
+        ("X-Key", f"{SECRET}\x00", "servers.a.headers.X-Key: the value contains a NUL character"),
+        ("X-Key", f"{SECRET}\x07", "servers.a.headers.X-Key: the value contains a control character"),
+        ("X-Key", f"{SECRET}\u00e9", "servers.a.headers.X-Key: the value contains a character outside ASCII"),
+        ("X-Key", f" {SECRET}", "servers.a.headers.X-Key: the value begins or ends with whitespace"),
+        ("Bad Name", SECRET, "servers.a.headers.Bad Name: not a valid header name"),
+        ("X-Key:", SECRET, "servers.a.headers.X-Key:: not a valid header name"),
+        ("", SECRET, "servers.a.headers.: not a valid header name"),
+        ("Authorization", f"Bearer {SECRET}", None),
+        ("X-Empty", "", None),
+        ("X_Odd.Name~1", "a\tb c", None),
+    ],
+)
+def test_header_names_and_values_are_checked_after_interpolation(header, value, expected):
+    # The value comes from the environment (where a stray newline usually comes from): the check
+    # sees it interpolated, names the key path, and never quotes the value (it may be a secret).
+    raw = {"servers": {"a": {"url": "http://127.0.0.1:9/mcp", "headers": {header: "${TOK}"}}}}
+    if expected is None:
+        assert structure_config(raw, environ={"TOK": value}).servers["a"].headers == {header: value}
+        return
+    found = problems(raw, {"TOK": value})
+    assert len(found) == 1 and found[0].startswith(expected), found
+    assert SECRET not in found[0]
+
+
+def test_env_values_of_a_stdio_server_may_hold_line_breaks():
+    raw = {"servers": {"a": {"command": "srv", "env": {"KEY": "${TOK}"}}}}
+    assert structure_config(raw, environ={"TOK": "two\nlines\n"}).servers["a"].env == {"KEY": "two\nlines\n"}
