@@ -48,11 +48,16 @@ class Admitted(NamedTuple):
 
 
 class Denial(NamedTuple):
-    """Why a request may not get in: an HTTP status, a reason for the client, extra headers."""
+    """Why a request may not get in: an HTTP status, a reason for the client, extra headers,
+    and the level every front logs it at (``level``): WARNING for what the access check
+    refuses (a foreign Host or Origin, a missing or wrong token: someone may be probing),
+    DEBUG for a client at the wrong place (a path that is no endpoint, a profile its token
+    does not give), which says nothing about security and would only fill the log."""
 
     status: int
     reason: str
     headers: list[tuple[str, str]]
+    level: int = logging.WARNING
 
 
 def check_access(access: AccessPolicy, headers: Mapping[str, str]) -> Denial | None:
@@ -70,7 +75,7 @@ def choose_profile(access: AccessPolicy, headers: Mapping[str, str], named: str)
     profile = access.profile(principal)
     if named:
         if principal is not None and profile != named:
-            return Denial(403, f"this token does not give access to profile {named!r}", [])
+            return Denial(403, f"this token does not give access to profile {named!r}", [], logging.DEBUG)
         profile = named
     return Admitted(principal, profile)
 
@@ -84,7 +89,7 @@ def admit(access: AccessPolicy, headers: Mapping[str, str], target: str) -> Admi
         return denial
     named = access.named_profile(target)
     if named is None:
-        return Denial(404, f"not found; the MCP endpoint is {access.endpoint}", [])
+        return Denial(404, f"not found; the MCP endpoint is {access.endpoint}", [], logging.DEBUG)
     return choose_profile(access, headers, named)
 
 

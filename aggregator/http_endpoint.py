@@ -116,11 +116,12 @@ class StreamableHttpEndpoint(PostExchange, LegacySse):
         path, _, query = request.path.partition("?")
         known = (self.config.path, self.config.sse_path, self.config.messages_path)
         if path not in known and self.access.named_profile(path) is None:
+            log.debug("http: refused %s %s: no such endpoint", request.method, path[:100])  # as on every front
             await connection.respond_error(404, f"not found; the MCP endpoint is {self.config.path}")
             return
         denial = check_access(self.access, request.headers)
         if denial is not None:
-            log.warning("http: refused %s %s: %s", request.method, path, denial.reason)
+            log.log(denial.level, "http: refused %s %s: %s", request.method, path[:100], denial.reason)
             body = dumps(error_response(None, INVALID_REQUEST, denial.reason))
             await connection.respond(denial.status, [JSON, *denial.headers], body)
             return

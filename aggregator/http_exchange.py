@@ -81,6 +81,7 @@ class PostExchange(EventStreams):
             return
         admitted = choose_profile(self.access, request.headers, self.access.named_profile(request.path) or "")
         if isinstance(admitted, Denial):
+            log.log(admitted.level, "http: refused initialize on %s: %s", request.path[:100], admitted.reason)
             await self._reject(connection, admitted.status, INVALID_REQUEST, admitted.reason, message["id"])
             return
         principal, profile = admitted

@@ -54,6 +54,9 @@ class HttpSession:
         self.profile = "default"
         self.requests: dict[Any, MessageQueue] = {}  # client request id -> its stream
         self.get_stream: MessageQueue | None = None
+        # The handler writing the GET stream: cancelled when another GET resumes the stream.
+        self.get_handler = trio.CancelScope()
+        self.get_ended = trio.Event()
         self.streams: dict[int, MessageQueue] = {}  # event streams a client may resume
         self._stream_ids = itertools.count(1)
         self.backlog = MessageLog()

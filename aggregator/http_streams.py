@@ -4,7 +4,9 @@ GET opens a session's stream for everything not tied to a request (list changes,
 subscription updates, log messages); what came while none was open waits in the
 session's backlog. Every event stream has an id in its session, and its events are
 ``<stream>-<message number>``: a client that lost a stream (its GET stream or a request's
-answer) resumes it with GET and Last-Event-ID, which replays what followed that event. A
+answer) resumes it with GET and Last-Event-ID, which replays what followed that event; a
+GET resuming the session's GET stream while its old connection still looks open (the
+client lost it first) takes the stream over and that connection ends. A
 request's stream not resumed within ``http.stream_drop_grace`` is cancelled upstream. A
 Last-Event-ID that is not two ASCII numbers is a 400, never an exception.
 """
@@ -61,30 +63,48 @@ class EventStreams(SessionTable):
         if resume is not None and resume[0].request_id is not None:
             await self._resume_request_stream(connection, session, *resume)
             return
+        if session.get_stream is not None and resume is not None and resume[0] is session.get_stream:
+            await self._take_over(session)  # the client lost it before this end noticed
         if session.get_stream is not None:
             await self._reject(connection, 409, INVALID_REQUEST, "Conflict: this session already has a GET stream")
             return
+        if session.closed:
+            await self._reject(connection, 404, INVALID_REQUEST, "Session not found: it ended; initialize again")
+            return
         if resume is not None:  # the session's own GET stream, back after a drop
-            queue, after = resume
-        else:
-            queue, after = session.new_queue(), 0
-            session.open_stream(queue)
+            await self._serve_get_stream(connection, session, *resume)
+            return
+        queue = session.new_queue()
+        session.open_stream(queue)
+        await self._serve_get_stream(connection, session, queue, None)
+
+    async def _serve_get_stream(
+        self, connection: HttpConnection, session: HttpSession, queue: MessageQueue, after: int | None
+    ) -> None:
+        """Write the session's GET stream on this connection (first the replay of what
+        followed event ``after``, when resumed) until either side ends it or another GET
+        takes it over."""
         for data in session.backlog.take_all():
             queue.push(data)
         session.get_stream = queue
+        session.get_handler = handler = trio.CancelScope()
+        session.get_ended = ended = trio.Event()
         self.hub.dispatch_now([])  # if that passed the budget of all clients, whoever was dropped ends now
         try:
-            if not await connection.start_stream([]):
-                return
-            if after or resume is not None:
-                if not await connection.send_chunk(queue.replay_after(after)):
+            with handler:
+                if not await connection.start_stream([]):
                     return
-            elif self._primes(session):
-                if not await connection.send_chunk(f"id: {queue.stream_id}-0\ndata: \n\n".encode()):
-                    return
-            await pump(connection, queue, lambda: session.closed)
-            if session.closed:
-                await connection.end_stream()
+                if after is not None:
+                    if not await connection.send_chunk(queue.replay_after(after)):
+                        return
+                elif self._primes(session):
+                    if not await connection.send_chunk(f"id: {queue.stream_id}-0\ndata: \n\n".encode()):
+                        return
+                await pump(connection, queue, lambda: session.closed)
+                if session.closed:
+                    await connection.end_stream()
+            if handler.cancelled_caught:
+                log.info("http session %d: its GET stream was resumed on another connection", session.key)
         finally:
             if session.get_stream is queue:
                 session.get_stream = None
@@ -92,6 +112,17 @@ class EventStreams(SessionTable):
                     session.backlog.append(data)
                 session.backlog.drop_oldest(BACKLOG_BYTES)
             connection.closed = True
+            ended.set()
+
+    async def _take_over(self, session: HttpSession) -> None:
+        """End the connection of the session's GET stream, which a GET with Last-Event-ID
+        resumes: its client lost it, though this end has not noticed yet. What it had not
+        written goes back to the backlog; what it had is in the stream's history, which the
+        new connection replays from the Last-Event-ID on. Waits until that handler is done,
+        so that one queue never has two writers."""
+        ended = session.get_ended
+        session.get_handler.cancel()
+        await ended.wait()
 
     # --- the legacy HTTP+SSE transport (2024-11-05) ------------------------------------
 

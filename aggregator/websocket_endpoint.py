@@ -161,7 +161,7 @@ class WebSocketEndpoint:
     async def _handle(self, request: trio_websocket.WebSocketRequest) -> None:
         admitted = admit(self.access, _handshake_headers(request), request.path)
         if isinstance(admitted, Denial):
-            log.warning("websocket: refused a connection: %s", admitted.reason)
+            log.log(admitted.level, "websocket: refused a handshake for %s: %s", request.path[:100], admitted.reason)
             extra = [(name.encode(), value.encode()) for name, value in admitted.headers]
             await request.reject(admitted.status, extra_headers=extra, body=admitted.reason.encode())
             return

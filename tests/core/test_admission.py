@@ -5,6 +5,8 @@ path, and what it gets."""
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 
 from aggregator.access import AccessPolicy
@@ -77,13 +79,13 @@ def test_the_admission_path(what, tokens, request_headers, path, expected):
 def test_a_missing_token_says_how_to_authenticate():
     denial = check_access(policy(True), headers())
     assert denial == Denial(
-        401, "a valid bearer token is required", [("www-authenticate", 'Bearer realm="aggregator"')]
+        401, "a valid bearer token is required", [("www-authenticate", 'Bearer realm="aggregator"')], logging.WARNING
     )
 
 
 def test_a_path_outside_the_endpoint_names_it():
     denial = admit(policy(False), headers(), "/elsewhere")
-    assert denial == Denial(404, "not found; the MCP endpoint is /mcp", [])
+    assert denial == Denial(404, "not found; the MCP endpoint is /mcp", [], logging.DEBUG)
 
 
 @pytest.mark.parametrize(
@@ -100,6 +102,7 @@ def test_choosing_the_profile_after_the_access_check(token, named, expected):
     if isinstance(expected, int):
         assert isinstance(chosen, Denial) and chosen.status == expected
         assert chosen.reason == f"this token does not give access to profile {named!r}"
+        assert chosen.level == logging.DEBUG  # a client at the wrong place, not a probe
     else:
         assert chosen == Admitted(*expected)
 

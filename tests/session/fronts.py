@@ -84,14 +84,16 @@ class Fronts:
 
 
 @asynccontextmanager
-async def running_fronts(modes: list[str] | None = None, **http: Any):
-    """Hub + HTTP + WebSocket endpoints with one fake server ``a``; ``http`` sets [http] keys."""
+async def running_fronts(modes: list[str] | None = None, profiles: dict[str, Any] | None = None, **http: Any):
+    """Hub + HTTP + WebSocket endpoints with one fake server ``a``; ``http`` sets [http] keys,
+    ``profiles`` the [profiles] table."""
     upstreams = FakeUpstreams({"a": modes or []})
     config = structure_config(
         {
             "proxy": {"startup_timeout": 5.0},
             "http": http,
             "servers": {"a": {"command": "fake", "init_timeout": 2.0}},
+            **({"profiles": profiles} if profiles else {}),
         },
         environ={},
     )
