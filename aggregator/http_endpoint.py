@@ -114,16 +114,18 @@ class StreamableHttpEndpoint(PostExchange, LegacySse):
 
     async def _handle(self, connection: HttpConnection, request: Request) -> None:
         path, _, query = request.path.partition("?")
-        known = (self.config.path, self.config.sse_path, self.config.messages_path)
-        if path not in known and self.access.named_profile(path) is None:
-            log.debug("http: refused %s %s: no such endpoint", request.method, path[:100])  # as on every front
-            await connection.respond_error(404, f"not found; the MCP endpoint is {self.config.path}")
-            return
+        # Host, Origin and token first, as on every front: nothing, not even which paths
+        # exist, is told to a request that fails them.
         denial = check_access(self.access, request.headers)
         if denial is not None:
             log.log(denial.level, "http: refused %s %s: %s", request.method, path[:100], denial.reason)
             body = dumps(error_response(None, INVALID_REQUEST, denial.reason))
             await connection.respond(denial.status, [JSON, *denial.headers], body)
+            return
+        known = (self.config.path, self.config.sse_path, self.config.messages_path)
+        if path not in known and self.access.named_profile(path) is None:
+            log.debug("http: refused %s %s: no such endpoint", request.method, path[:100])  # as on every front
+            await connection.respond_error(404, f"not found; the MCP endpoint is {self.config.path}")
             return
         handlers: dict[str, Callable[[HttpConnection, Request], Awaitable[None]]]
         if path == self.config.sse_path:

@@ -34,6 +34,10 @@ REFUSALS = [
     ("a wrong token", "/mcp", {"authorization": "Bearer not-a-token-of-ours-at-all"}, 401, logging.WARNING),
     ("a path that is no endpoint", "/nowhere", {"authorization": f"Bearer {TOKEN}"}, 404, logging.DEBUG),
     ("a token for another profile", "/mcp/other", {"authorization": f"Bearer {WORK_TOKEN}"}, 403, logging.DEBUG),
+    # The access check comes first on every front: a request that fails it learns nothing,
+    # not even that a path is no endpoint.
+    ("a foreign Host, at no endpoint", "/nowhere", None, 421, logging.WARNING),
+    ("no token, at no endpoint", "/nowhere", {}, 401, logging.WARNING),
 ]
 
 
