@@ -43,7 +43,7 @@ def run_tools(args: argparse.Namespace) -> int:
         print(f"profile {profile}\n")
     _print_table(catalog, width)
     if args.explain:
-        _print_hidden(hidden, width)
+        _print_hidden(hidden)
     return 0
 
 
@@ -106,11 +106,12 @@ def _print_table(catalog: dict[str, Any], width: int) -> None:
         print()
 
 
-def _print_hidden(hidden: dict[str, list[dict[str, Any]]], width: int) -> None:
+def _print_hidden(hidden: dict[str, list[dict[str, Any]]]) -> None:
+    """Each hidden item and the rule that hid it, never cut short: the rule is the point."""
     for kind, rows in hidden.items():
         if not rows:
             continue
         print(f"HIDDEN {label(kind).upper()} ({len(rows)})")
         for row in rows:
-            print(f"  {row['server']}:{row['original']}  hidden by {row['rule']}"[:width])
+            print(f"  {row['server']}:{row['original']}  hidden by {row['rule']}")  # whole: the rule is the point
         print()
