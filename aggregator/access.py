@@ -49,8 +49,9 @@ class AccessPolicy:
         pairs += [(token, name) for name, profile in (profiles or {}).items() for token in profile.tokens]
         self._tokens = [token.encode() for token, _ in pairs]
         self._profiles = [profile for _, profile in pairs]
-        self._hosts = {host.lower() for host in config.allowed_hosts}
-        self._origins = {origin.lower().rstrip("/") for origin in config.allowed_origins}
+        # Entries may name a port; the match is on the host name, any port.
+        self._hosts = {_hostname(host) for host in config.allowed_hosts}
+        self._origins = {_origin(origin) for origin in config.allowed_origins}
         self.endpoint = config.path  # the MCP endpoint's path, under which profiles have theirs
         self._profile_names = frozenset(profiles or ())
 
@@ -61,8 +62,7 @@ class AccessPolicy:
             return 421, f"this Host is not served here: {host[:100]!r}", []
         origin = headers.get("origin")
         if origin is not None:
-            scheme, _, rest = origin.lower().partition("://")
-            if f"{scheme}://{_hostname(rest)}" not in self._origins:
+            if _origin(origin) not in self._origins:
                 return 403, f"this Origin may not use this server: {origin[:100]!r}", []
         if self._tokens and self.principal(headers) is None:
             return 401, "a valid bearer token is required", [("www-authenticate", 'Bearer realm="aggregator"')]
@@ -99,6 +99,12 @@ class AccessPolicy:
     def profile(self, principal: int | None) -> str:
         """The profile a request's token selects ("default" without tokens)."""
         return "default" if principal is None else self._profiles[principal]
+
+
+def _origin(origin: str) -> str:
+    """ "HTTP://Example.com:8000/" -> "http://example.com"."""
+    scheme, _, rest = origin.lower().partition("://")
+    return f"{scheme}://{_hostname(rest)}"
 
 
 def _hostname(host_and_port: str) -> str:

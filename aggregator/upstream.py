@@ -27,7 +27,7 @@ import trio
 from aggregator.config import Config, ServerConfig
 from aggregator.core.commands import Answer
 from aggregator.errors import UpstreamError
-from aggregator.transports.masking import SecretMask
+from aggregator.transports.masking import SecretMask, shown_url
 from aggregator.transports.outbox import Outbox
 from aggregator.transports.stdio import Channel, run_stdio_server
 from aggregator.transports.upstream_streams import StderrLog, read_messages
@@ -294,7 +294,7 @@ class UpstreamSession:
         self.hub.dispatch_now(
             self.hub.router.upstream_connected(
                 self.name,
-                target=f"{config.url or config.command}",
+                target=shown_url(config.url) if config.url else f"{config.command}",
                 init_timeout=config.init_timeout,
                 capabilities=self.client_capabilities,
             )

@@ -17,7 +17,7 @@ import logging
 import time
 from typing import Any
 
-from aggregator.plugins import Response
+from aggregator.plugins import InvalidOptions, Response
 
 log = logging.getLogger(__name__)
 DEFAULT_REDACT = (
@@ -38,9 +38,20 @@ class AuditLog:
     name = "audit-log"
 
     def __init__(self, path: str, redact: list[str] | tuple[str, ...] = DEFAULT_REDACT) -> None:
+        problems = {}
+        # An integer would be taken as a file descriptor, and "zq" as the words "z" and "q".
+        if not isinstance(path, str) or not path.strip() or "\0" in path:
+            problems["path"] = f"must be the name of a file (a non-empty string), got {path!r}"
+        if not isinstance(redact, list | tuple) or not all(isinstance(key, str) and key for key in redact):
+            problems["redact"] = f'must be a list of non-empty strings such as ["password", "token"], got {redact!r}'
+        if problems:
+            raise InvalidOptions(problems)
         self.redact = tuple(key.lower() for key in redact)
-        # Line-buffered appends: each record reaches the file whole, in order.
-        self._file = open(path, "a", buffering=1, encoding="utf-8")  # noqa: SIM115 - closed by done()
+        try:
+            # Line-buffered appends: each record reaches the file whole, in order.
+            self._file = open(path, "a", buffering=1, encoding="utf-8")  # noqa: SIM115 - closed by done()
+        except OSError as exc:
+            raise InvalidOptions({"path": f"cannot open {path} for appending: {exc.strerror or exc}"}) from None
 
     def done(self) -> None:
         self._file.close()

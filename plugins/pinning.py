@@ -24,8 +24,11 @@ import hashlib
 import json
 import logging
 import os
+import tempfile
 from pathlib import Path
 from typing import Any
+
+from aggregator.plugins import InvalidOptions
 
 log = logging.getLogger(__name__)
 PINNED_FIELDS = ("name", "description", "inputSchema", "outputSchema", "annotations")
@@ -46,13 +49,45 @@ class PinDefinitions:
     name = "pin-definitions"
 
     def __init__(self, path: str = "aggregator-pins.json") -> None:
+        if not isinstance(path, str) or not path.strip() or "\0" in path:
+            raise InvalidOptions({"path": f"must be the name of a file (a non-empty string), got {path!r}"})
         self.path = Path(path)
-        self.pins: dict[str, dict[str, Any]] = {}
-        if self.path.exists():
-            self.pins = json.loads(self.path.read_text(encoding="utf-8"))
+        # Each save writes a file beside it and renames it: refuse now what would fail then.
+        directory = self.path.parent
+        if not directory.is_dir():
+            raise InvalidOptions({"path": f"the directory {directory} does not exist"})
+        try:
+            with tempfile.TemporaryFile(dir=directory):
+                pass
+        except OSError as exc:
+            raise InvalidOptions(
+                {"path": f"cannot write in {directory} (the pins are saved there): {exc.strerror or exc}"}
+            ) from None
+        self.pins: dict[str, dict[str, Any]] = self._read()
         # Tools quarantined now: exposed name -> the definition waiting for approval.
         self.changed: dict[str, dict[str, Any]] = {}
         self.unsaved = False  # pins made by the catalog hook, not yet on disk
+
+    def _read(self) -> dict[str, dict[str, Any]]:
+        """The pins saved before, if any; InvalidOptions if the file cannot be used."""
+        try:
+            text = self.path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            return {}
+        except (OSError, UnicodeDecodeError) as exc:
+            raise InvalidOptions(
+                {"path": f"cannot read {self.path}: {getattr(exc, 'strerror', None) or exc}"}
+            ) from None
+        try:
+            pins = json.loads(text)
+        except ValueError as exc:
+            raise InvalidOptions({"path": f"{self.path} is not valid JSON: {exc}"}) from None
+        if not isinstance(pins, dict) or not all(
+            isinstance(pin, dict) and isinstance(pin.get("sha256"), str) and isinstance(pin.get("definition"), dict)
+            for pin in pins.values()
+        ):
+            raise InvalidOptions({"path": f"{self.path} is not a pins file (an object of tool pins)"})
+        return pins
 
     def catalog(self, profile: str, kind: str, items: list[dict[str, Any]]) -> list[dict[str, Any]] | None:
         if kind != "tools":

@@ -16,7 +16,7 @@ from aggregator.config.client_json import mcp_servers_json_to_raw
 from aggregator.config.model import Config, HttpConfig, PluginConfig, ProfileConfig, ProxyConfig, RuleSet, ServerConfig
 from aggregator.config.ranges import check_ranges
 from aggregator.config.structuring import describe, structure_table, without_follow_ons
-from aggregator.config.validation import check_http, check_proxy, check_server
+from aggregator.config.validation import check_http, check_proxy, check_server, token_problems
 from aggregator.core.naming import NAME_CHARS, validate_server_naming
 from aggregator.errors import ConfigError
 
@@ -43,7 +43,10 @@ def load_config(path: str | os.PathLike[str], *, environ: Mapping[str, str] | No
 _VAR = re.compile(r"\$\$|\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
 
-def _interpolate(value: Any, path: str, environ: Mapping[str, str], problems: list[str]) -> Any:
+def _interpolate(
+    value: Any, path: str, environ: Mapping[str, str], problems: list[str], used: list[str] | None = None
+) -> Any:
+    """``value`` with ${VAR} replaced; each value put in is appended to ``used``."""
     if isinstance(value, str):
 
         def replace(match: re.Match[str]) -> str:
@@ -53,14 +56,17 @@ def _interpolate(value: Any, path: str, environ: Mapping[str, str], problems: li
             if name not in environ:
                 problems.append(f"{path}: environment variable {name} is not set")
                 return ""
+            if used is not None:
+                used.append(environ[name])
             return environ[name]
 
         return _VAR.sub(replace, value) if "$" in value else value
     if isinstance(value, list):
-        return [_interpolate(item, f"{path}[{i}]", environ, problems) for i, item in enumerate(value)]
+        return [_interpolate(item, f"{path}[{i}]", environ, problems, used) for i, item in enumerate(value)]
     if isinstance(value, dict):
         return {
-            key: _interpolate(item, f"{path}.{key}" if path else key, environ, problems) for key, item in value.items()
+            key: _interpolate(item, f"{path}.{key}" if path else key, environ, problems, used)
+            for key, item in value.items()
         }
     return value
 
@@ -78,7 +84,20 @@ def structure_config(
     sections = ("proxy", "http", "policy", "profiles", "plugins", "servers")
     unknown = sorted(set(raw) - set(sections))
     problems.extend(f"{key}: unknown key" for key in unknown)
-    raw = _interpolate({key: raw[key] for key in sections if key in raw}, "", environ, problems)
+    data: dict[str, Any] = _interpolate(
+        {key: raw[key] for key in sections if key in raw and key != "servers"}, "", environ, problems
+    )
+    # Each server's tables on their own, to know what ${VAR} put into each (its secrets).
+    interpolated: dict[str, tuple[str, ...]] = {}
+    if isinstance(raw.get("servers"), dict):
+        data["servers"] = {}
+        for name, table in raw["servers"].items():
+            used: list[str] = []
+            data["servers"][name] = _interpolate(table, f"servers.{name}", environ, problems, used)
+            interpolated[name] = tuple(used)
+    elif "servers" in raw:
+        data["servers"] = raw["servers"]
+    raw = data
     tables = _Tables(raw, problems)
     plugins = _plugins(raw.get("plugins", []), problems)
     policy = tables.section("policy", RuleSet)
@@ -92,6 +111,7 @@ def structure_config(
     tables.checked("http", check_ranges(http, "http") + check_http(http))
     proxy, http = _client_limits(proxy, http, raw.get("proxy"), raw.get("http"))
     servers: dict[str, ServerConfig] = tables.keyed("servers", ServerConfig, "servers")
+    servers = {name: attrs.evolve(server, interpolated=interpolated.get(name, ())) for name, server in servers.items()}
     for name, server in servers.items():
         path = f"servers.{name}"
         tables.checked(path, check_ranges(server, path) + check_server(server, path))
@@ -163,8 +183,10 @@ class _Tables:
             path = f"{key}.{name}"
             if not isinstance(table, dict):
                 self.problems.append(f"{path}: expected a table, got {describe(table)}")
-            elif "name" in table:
-                self.problems.append(f"{path}.name: unknown key")
+            elif "name" in table or "interpolated" in table:
+                # Set by loading (the [servers.NAME] key, what ${VAR} put in), not by the config.
+                own = "name" if "name" in table else "interpolated"
+                self.problems.append(f"{path}.{own}: unknown key")
             else:
                 value, found, self.broken_keys[path] = structure_table(table, cls, path)
                 self.problems.extend(found)
@@ -187,9 +209,7 @@ def _profile_problems(profiles: Mapping[str, ProfileConfig], named: set[str], au
     if len(set(tokens)) < len(tokens):
         problems.append("profiles: a token may select only one profile (or the default)")
     for name, profile in profiles.items():
-        for index, token in enumerate(profile.tokens):
-            if len(token) < 16:
-                problems.append(f"profiles.{name}.tokens[{index}]: too short; use at least 16 random characters")
+        problems += token_problems(profile.tokens, f"profiles.{name}.tokens")
     return problems
 
 

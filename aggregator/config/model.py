@@ -94,6 +94,9 @@ class ServerConfig:
     templates: KindPolicy = attrs.field(factory=KindPolicy)
     # Server-to-client requests this server may make (None: all that the proxy routes).
     server_requests: tuple[str, ...] | None = None
+    # What ${VAR} interpolation put into this server's keys (secrets to mask; set by loading,
+    # never by the config itself).
+    interpolated: tuple[str, ...] = attrs.field(default=(), repr=False)
 
     @property
     def effective_transport(self) -> Transport:

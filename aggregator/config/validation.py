@@ -39,6 +39,47 @@ def header_problem(value: str) -> str | None:
     return "begins or ends with whitespace"
 
 
+def token_problem(token: str) -> str | None:
+    """What is wrong with a bearer token, never quoting it; None if nothing. A client sends
+    it in a header, which cannot carry whitespace at its ends nor control characters."""
+    if "\n" in token or "\r" in token:
+        return "contains a line break (a trailing newline in the environment variable?)"
+    if any(ord(char) < 33 or ord(char) == 127 for char in token):
+        return "contains whitespace or a control character"
+    if not token.isascii():
+        return "contains a character outside ASCII"
+    if len(token) < 16:
+        return "too short; use at least 16 random characters"
+    return None
+
+
+def token_problems(tokens: tuple[str, ...], path: str) -> list[str]:
+    """One problem per bad token of a list, by its index (the token is not shown)."""
+    return [
+        f"{path}[{index}]: {problem}" + ("" if problem.startswith("too short") else "; it is not shown")
+        for index, token in enumerate(tokens)
+        if (problem := token_problem(token)) is not None
+    ]
+
+
+def _allowlist_problems(http: HttpConfig) -> list[str]:
+    """allowed_hosts and allowed_origins are exact names: a pattern there would match nothing."""
+    problems = []
+    for key, example in (("allowed_hosts", '"example.com"'), ("allowed_origins", '"https://example.com"')):
+        for index, entry in enumerate(getattr(http, key)):
+            host = entry.partition("://")[2] if "://" in entry else entry
+            if "*" in entry or "?" in entry or ("[" in host and not host.startswith("[")):
+                problems.append(
+                    f"http.{key}[{index}]: {entry!r} is a pattern, but these are exact host names"
+                    f" (with or without a port; any port matches); list each name clients use, e.g. {example}"
+                )
+            elif not host.strip() or any(char.isspace() for char in entry):
+                problems.append(f"http.{key}[{index}]: expected a host name such as {example}, got {entry!r}")
+            elif key == "allowed_origins" and "://" not in entry:
+                problems.append(f"http.{key}[{index}]: expected scheme://host such as {example}, got {entry!r}")
+    return problems
+
+
 def parse_listen(listen: str) -> tuple[str, int]:
     """ "127.0.0.1:8000", "[::1]:8000" or "8000" (loopback) -> (host, port)."""
     if listen.isdigit():
@@ -84,9 +125,8 @@ def check_http(http: HttpConfig) -> list[str]:
             problems.append(f"http.{name}: must start with /")
     if len(set(paths.values())) < len(paths):
         problems.append("http: path, sse_path and messages_path must differ")
-    for index, token in enumerate(http.auth_tokens):
-        if len(token) < 16:
-            problems.append(f"http.auth_tokens[{index}]: too short; use at least 16 random characters")
+    problems += token_problems(http.auth_tokens, "http.auth_tokens")
+    problems += _allowlist_problems(http)
     return problems
 
 
@@ -136,6 +176,20 @@ def check_server(server: ServerConfig, path: str) -> list[str]:
             problems.append(f"{path}.headers.{header}: the value {problem}; it is not shown, as it may be a secret")
     if server.command is not None and not server.command.strip():
         problems.append(f"{path}.command: must not be empty")
+    elif server.command is not None and "\0" in server.command:
+        problems.append(f"{path}.command: contains a NUL character")
+    for index, arg in enumerate(server.args):
+        if "\0" in arg:
+            problems.append(f"{path}.args[{index}]: contains a NUL character; it is not shown, as it may be a secret")
+    if server.cwd is not None and "\0" in server.cwd:
+        problems.append(f"{path}.cwd: contains a NUL character")
+    for name, value in server.env.items():
+        if not name or "=" in name or "\0" in name:
+            problems.append(f"{path}.env.{name!r}: not a valid environment variable name (not empty, without = or NUL)")
+        elif "\0" in value:
+            problems.append(
+                f"{path}.env.{name}: the value contains a NUL character; it is not shown, as it may be a secret"
+            )
     if CHAIN_VARIABLE in server.env:
         problems.append(
             f"{path}.env.{CHAIN_VARIABLE}: set by the aggregator itself for every server it starts"

@@ -1,8 +1,14 @@
-"""Masking a server's secrets, the values of its ``env`` and ``headers`` (tokens, keys), in
-text that others see: its stderr lines, and why its connection failed (the log, ``check``,
-the ``lastError`` its callers are told, the error a request gets when the server cannot be
-reached). The one rule for all of them: every value of at least ``MIN_SECRET`` characters
-becomes ``***``, as it is and as an exception's text shows it (escaped, or a line of it).
+"""Masking a server's secrets in text that others see: its stderr lines, and why its
+connection failed (the log, ``check``, the ``lastError`` its callers are told, the error a
+request gets when the server cannot be reached).
+
+A server's secrets are the values of its ``env`` and ``headers`` (tokens, keys), the
+credentials in its ``url`` (the password of its user info and every query value), and every
+value that ``${VAR}`` interpolation put anywhere in its config (``ServerConfig.interpolated``).
+The one rule for all of them: every secret of at least ``MIN_SECRET`` characters becomes
+``***``, as it is and as an exception's text shows it (escaped, percent-encoded, or a line
+of it). A URL shown to humans goes through ``shown_url``, which hides its credentials
+whatever their length.
 """
 
 from __future__ import annotations
@@ -10,9 +16,43 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from typing import Any
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 MIN_SECRET = 4
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]+")
+
+
+def _url_parts(url: str) -> tuple[str | None, list[str]]:
+    """The raw (still percent-encoded) password of a URL's user info and its query values."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return None, []
+    userinfo = parts.netloc.rpartition("@")[0]
+    password = userinfo.partition(":")[2] if ":" in userinfo else None
+    values = [field.partition("=")[2] for field in re.split(r"[&;]", parts.query) if "=" in field]
+    return password, [value for value in values if value]
+
+
+def url_secrets(url: str) -> list[str]:
+    """The credentials a URL carries, as written and decoded."""
+    password, values = _url_parts(url)
+    raw = [*([password] if password else []), *values]
+    return [*raw, *(unquote(value) for value in raw), *(unquote(value.replace("+", " ")) for value in raw)]
+
+
+def shown_url(url: str) -> str:
+    """The URL for humans: its password and query values replaced by ***."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return "(a URL that cannot be parsed)"
+    netloc = parts.netloc
+    userinfo, at, host = netloc.rpartition("@")
+    if at and ":" in userinfo:
+        netloc = f"{userinfo.partition(':')[0]}:***@{host}"
+    query = re.sub(r"=[^&;]*", "=***", parts.query)
+    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
 
 
 class SecretMask:
@@ -35,8 +75,13 @@ class SecretMask:
 
     @classmethod
     def of(cls, config: Any) -> SecretMask:
-        """The secrets of a server's config: the values of its ``env`` and ``headers``."""
-        return cls((*config.env.values(), *config.headers.values()))
+        """The secrets of a server's config: its ``env`` and ``headers`` values, its URL's
+        credentials, and what ``${VAR}`` interpolation put in it."""
+        url = getattr(config, "url", None)
+        values = (*config.env.values(), *config.headers.values(), *getattr(config, "interpolated", ()))
+        urls = [url] if url else []
+        urls += [value for value in values if "://" in value]  # DATABASE_URL = "postgres://u:pw@..."
+        return cls((*values, *(secret for each in urls for secret in url_secrets(each))))
 
     def __call__(self, text: str) -> str:
         for form in self.forms:

@@ -22,7 +22,7 @@ from aggregator import __version__
 from aggregator.core.router import proxy_error
 from aggregator.jsonrpc.codec import dumps, loads, nameless_refusal
 from aggregator.jsonrpc.framing import LineSplitter, OversizedLine
-from aggregator.transports.masking import SecretMask
+from aggregator.transports.masking import SecretMask, shown_url
 from aggregator.transports.pipe import PipeEnd
 from aggregator.transports.stdio import STREAM_TAG
 
@@ -32,6 +32,19 @@ MAX_CONCURRENT_POSTS = 64
 # past it the session's messages are not read, so its own budget for the server holds.
 WAITING_POSTS_BYTES = 1024 * 1024
 USER_AGENT = f"mcp-aggregator/{__version__}"
+
+
+def _hide_url_credentials(record: logging.LogRecord) -> bool:
+    """httpx logs each request's URL (at info, shown with --log-level debug): without its
+    password and query values, which may be a server's credentials."""
+    if isinstance(record.args, tuple) and len(record.args) > 1:
+        url = str(record.args[1])
+        if "?" in url or "@" in url:
+            record.args = (record.args[0], shown_url(url), *record.args[2:])
+    return True
+
+
+logging.getLogger("httpx").addFilter(_hide_url_credentials)
 
 
 def _null_id_error_as_answer(raw: bytes, request: dict[str, Any], server: str) -> bytes | None:

@@ -9,6 +9,7 @@ from urllib.parse import urljoin, urlsplit
 import httpx
 import trio
 
+from aggregator.transports.masking import shown_url
 from aggregator.transports.network_link import MAX_CONCURRENT_POSTS, NetworkLink, http_client
 from aggregator.transports.pipe import byte_pipe
 from aggregator.transports.sse import SseParser
@@ -34,12 +35,13 @@ async def run_sse_server(
                 if response.status_code >= 400:
                     link.end(f"the server refused a message with HTTP {response.status_code}")
             except httpx.HTTPError as exc:
-                link.end(f"cannot reach {endpoint[0]}: {link.describe(exc)}")
+                link.end(f"cannot reach {shown_url(endpoint[0])}: {link.describe(exc)}")
 
         try:
             async with client.stream("GET", config.url, headers={"accept": "text/event-stream"}) as response:
                 if response.status_code != 200:
-                    return f"GET {config.url} answered HTTP {response.status_code}"
+                    # Before the channel is handed over: a failure to start, as for a network error.
+                    raise OSError(f"GET {shown_url(config.url)} answered HTTP {response.status_code}")
                 parser = SseParser(limit)
                 async with trio.open_nursery() as nursery:
 
@@ -63,6 +65,6 @@ async def run_sse_server(
                     nursery.cancel_scope.cancel()
         except httpx.HTTPError as exc:
             if not endpoint:
-                raise OSError(f"cannot reach {config.url}: {link.describe(exc)}") from None
-            link.end(f"connection to {config.url} lost: {link.describe(exc)}")
+                raise OSError(f"cannot reach {shown_url(config.url)}: {link.describe(exc)}") from None
+            link.end(f"connection to {shown_url(config.url)} lost: {link.describe(exc)}")
     return link.reason

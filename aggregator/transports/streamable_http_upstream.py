@@ -19,6 +19,7 @@ import trio
 from aggregator.core.router import proxy_error
 from aggregator.jsonrpc.codec import dumps, loads
 from aggregator.mcp.constants import CANCELLED, INITIALIZE
+from aggregator.transports.masking import shown_url
 from aggregator.transports.network_link import MAX_CONCURRENT_POSTS, NetworkLink, http_client
 from aggregator.transports.pipe import PipeEnd, byte_pipe
 from aggregator.transports.resumption import MAX_EMPTY_RESUMES, UNRESUMABLE, is_answer, retry_delay
@@ -161,7 +162,7 @@ class _StreamableHttp:
                 outcome = await self.read_post(response, message, answers, is_initialize)
         except httpx.HTTPError as exc:
             await self.answer_failed(message, self.link.describe(exc))
-            self.link.end(f"cannot reach {self.url}: {self.link.describe(exc)}")
+            self.link.end(f"cannot reach {shown_url(self.url)}: {self.link.describe(exc)}")
             return
         if outcome is None:
             return
@@ -309,7 +310,7 @@ class _StreamableHttp:
                     return f"broke again ({self.link.describe(exc)})"
         except httpx.HTTPError as exc:
             await self.answer_failed(request, self.link.describe(exc))
-            self.link.end(f"cannot reach {self.url}: {self.link.describe(exc)}")
+            self.link.end(f"cannot reach {shown_url(self.url)}: {self.link.describe(exc)}")
             return None
 
     async def refused_resumption(self, request: dict[str, Any], status: int, kind: str) -> None:

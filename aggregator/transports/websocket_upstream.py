@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from http import HTTPStatus
 from typing import Any
 
 import trio
 import trio_websocket
 
+from aggregator.transports.masking import shown_url
 from aggregator.transports.network_link import USER_AGENT, NetworkLink
 from aggregator.transports.pipe import byte_pipe
 from aggregator.transports.stdio import Channel
@@ -49,5 +51,21 @@ async def run_websocket_server(
                 await link.ended.wait()
                 nursery.cancel_scope.cancel()
     except (trio_websocket.HandshakeError, OSError) as exc:
-        raise OSError(f"cannot connect to {config.url}: {link.describe(exc)}") from None
+        raise OSError(f"cannot connect to {shown_url(config.url)}: {_refusal(exc, link)}") from None
     return link.reason
+
+
+def _refusal(exc: BaseException, link: NetworkLink) -> str:
+    """Why the handshake failed: what the server answered (status, reason, the start of its
+    body), or the network error under trio-websocket's bare HandshakeError."""
+    if isinstance(exc, trio_websocket.ConnectionRejected):
+        try:
+            phrase = HTTPStatus(exc.status_code).phrase
+        except ValueError:
+            phrase = ""
+        text = f"the server answered HTTP {exc.status_code}{' ' + phrase if phrase else ''}"
+        body = (exc.body or b"")[:200].decode("utf-8", "replace").strip()
+        return f"{text}: {link.describe(ValueError(body))}" if body else text
+    if isinstance(exc, trio_websocket.HandshakeError) and not str(exc) and exc.__cause__ is not None:
+        exc = exc.__cause__
+    return link.describe(exc)

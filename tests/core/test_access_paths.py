@@ -47,3 +47,15 @@ def test_another_endpoint_path_moves_the_profiles_with_it():
     assert policy("/api/mcp").named_profile("/api/mcp/reader") == "reader"
     assert policy("/api/mcp").named_profile("/mcp/reader") is None
     assert policy("/api/mcp").named_profile("/api/mcp") == ""
+
+
+def test_an_allowed_host_or_origin_given_with_a_port_matches_that_host_on_any_port():
+    config = structure_config(
+        {"http": {"allowed_hosts": ["Example.com:8443"], "allowed_origins": ["https://example.com:8443/"]}},
+        environ={},
+    )
+    access = AccessPolicy(config.http)
+    assert access.refusal({"host": "example.com:8443", "origin": "https://example.com:8443"}) is None
+    assert access.refusal({"host": "example.com"}) is None
+    assert access.refusal({"host": "evil.example"})[0] == 421
+    assert access.refusal({"host": "example.com", "origin": "https://evil.example"})[0] == 403

@@ -374,3 +374,61 @@ def test_header_names_and_values_are_checked_after_interpolation(header, value, 
 def test_env_values_of_a_stdio_server_may_hold_line_breaks():
     raw = {"servers": {"a": {"command": "srv", "env": {"KEY": "${TOK}"}}}}
     assert structure_config(raw, environ={"TOK": "two\nlines\n"}).servers["a"].env == {"KEY": "two\nlines\n"}
+
+
+TOKEN = "tok-5e1f0c9a7b3d2e8f"  # 19 characters: long enough; a secret never shown
+
+
+@pytest.mark.parametrize(
+    "raw, environ, expected",
+    [
+        # Environment names and NUL bytes: a traceback at start (ValueError from exec) before.
+        ({"servers": {"a": {"command": "s", "env": {"BAD=NAME": "v"}}}}, {}, "servers.a.env.'BAD=NAME': not a valid"),
+        ({"servers": {"a": {"command": "s", "env": {"": "v"}}}}, {}, "servers.a.env.'': not a valid"),
+        ({"servers": {"a": {"command": "s", "env": {"K": "${T}"}}}}, {"T": TOKEN + "\0"}, "servers.a.env.K: the value"),
+        (
+            {"servers": {"a": {"command": "s", "args": ["x", "${T}"]}}},
+            {"T": "\0" + TOKEN},
+            "servers.a.args[1]: contains",
+        ),
+        ({"servers": {"a": {"command": "s\0x"}}}, {}, "servers.a.command: contains a NUL"),
+        ({"servers": {"a": {"command": "s", "cwd": "/t\0"}}}, {}, "servers.a.cwd: contains a NUL"),
+        # Tokens a client cannot send as they are: nothing could log in.
+        ({"http": {"auth_tokens": ["${T}"]}}, {"T": TOKEN + "\n"}, "http.auth_tokens[0]: contains a line break"),
+        ({"http": {"auth_tokens": ["${T}"]}}, {"T": f" {TOKEN}"}, "http.auth_tokens[0]: contains whitespace"),
+        ({"http": {"auth_tokens": ["${T}"]}}, {"T": f"{TOKEN}\x7f"}, "http.auth_tokens[0]: contains whitespace or a"),
+        ({"http": {"auth_tokens": ["${T}"]}}, {"T": f"{TOKEN}\u00e9"}, "http.auth_tokens[0]: contains a character out"),
+        (
+            {"profiles": {"p": {"tokens": ["${T}"]}}},
+            {"T": TOKEN + "\r\n"},
+            "profiles.p.tokens[0]: contains a line brea",
+        ),
+        ({"profiles": {"p": {"tokens": ["${T}"]}}}, {"T": "a b" + TOKEN}, "profiles.p.tokens[0]: contains whitespace"),
+        # Exact names only: a pattern would be taken literally and refuse every request.
+        ({"http": {"allowed_hosts": ["*"]}}, {}, "http.allowed_hosts[0]: '*' is a pattern, but these are exact host"),
+        ({"http": {"allowed_hosts": ["*.example.com"]}}, {}, "http.allowed_hosts[0]: '*.example.com' is a pattern"),
+        ({"http": {"allowed_origins": ["*"]}}, {}, "http.allowed_origins[0]: '*' is a pattern"),
+        ({"http": {"allowed_origins": ["https://*.x.org"]}}, {}, "http.allowed_origins[0]: 'https://*.x.org' is a pat"),
+        ({"http": {"allowed_origins": ["example.com"]}}, {}, "http.allowed_origins[0]: expected scheme://host"),
+        ({"http": {"allowed_hosts": [""]}}, {}, "http.allowed_hosts[0]: expected a host name"),
+        # Set by loading only.
+        ({"servers": {"a": {"command": "s", "interpolated": ["x"]}}}, {}, "servers.a.interpolated: unknown key"),
+    ],
+)
+def test_values_a_process_or_client_could_not_use_are_refused_at_load(raw, environ, expected):
+    found = problems(raw, environ)
+    assert len(found) == 1 and found[0].startswith(expected), found
+    assert TOKEN not in found[0]
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        {"http": {"auth_tokens": [TOKEN]}, "profiles": {"p": {"tokens": [TOKEN + "x"]}}},
+        {"http": {"allowed_hosts": ["example.com", "example.com:8443", "[::1]", "10.0.0.5"]}},
+        {"http": {"allowed_origins": ["https://example.com", "http://[::1]:8000"]}},
+        {"servers": {"a": {"command": "s", "env": {"K": "two\nlines", "_X1": ""}, "args": ["a b", ""]}}},
+    ],
+)
+def test_usable_values_are_accepted(raw):
+    structure_config(raw, environ={})

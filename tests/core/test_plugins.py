@@ -418,3 +418,42 @@ def test_a_failing_hook_is_logged_in_full_once_then_in_one_line(caplog):
     assert "catalog hook failed (RuntimeError: no catalog today); hiding every tools" in first.getMessage()
     assert "catalog hook failed again (RuntimeError: no catalog today); hiding every prompts" in second.getMessage()
     assert "no catalog today" in caplog.text and "the proxy's own trouble" not in caplog.text
+
+
+@pytest.mark.parametrize(
+    "use, options, expected",
+    [
+        # An integer path was opened as a file descriptor (check hung on fd 5).
+        ("audit-log", {"path": 5}, ["plugins[0].options.path: must be the name of a file (a non-empty string), got 5"]),
+        ("audit-log", {"path": ""}, ["plugins[0].options.path: must be the name of a file"]),
+        # A string was read as its characters ("zq": every key with a z or a q redacted).
+        ("audit-log", {"path": "{tmp}/a.jsonl", "redact": "zq"}, ["plugins[0].options.redact: must be a list of"]),
+        ("audit-log", {"path": "{tmp}/a.jsonl", "redact": ["ok", 3]}, ["plugins[0].options.redact: must be a list"]),
+        ("audit-log", {"path": "{tmp}/no-dir/a.jsonl"}, ["plugins[0].options.path: cannot open {tmp}/no-dir/a.jsonl"]),
+        ("pin-definitions", {"path": 7}, ["plugins[0].options.path: must be the name of a file"]),
+        ("pin-definitions", {"path": "{tmp}/no-dir/p.json"}, ["plugins[0].options.path: the directory {tmp}/no-dir"]),
+        ("pin-definitions", {"path": "{tmp}/file/p.json"}, ["plugins[0].options.path: the directory {tmp}/file does"]),
+        ("pin-definitions", {"path": "{tmp}/bad.json"}, ["plugins[0].options.path: {tmp}/bad.json is not valid JSON"]),
+        ("pin-definitions", {"path": "{tmp}/list.json"}, ["plugins[0].options.path: {tmp}/list.json is not a pins"]),
+    ],
+)
+def test_builtin_plugin_options_are_checked_with_their_key_paths(tmp_path, use, options, expected):
+    (tmp_path / "file").write_text("")
+    (tmp_path / "bad.json").write_text("{")
+    (tmp_path / "list.json").write_text("[]")
+    options = {k: v.format(tmp=tmp_path) if isinstance(v, str) else v for k, v in options.items()}
+    with pytest.raises(ConfigError) as info:
+        load_plugins([PluginConfig(use=use, options=options)])
+    found = info.value.problems
+    assert len(found) == len(expected), found
+    for problem, start in zip(found, expected, strict=True):
+        assert problem.startswith(start.format(tmp=tmp_path)), found
+
+
+def test_pins_in_a_directory_that_cannot_be_written_are_refused_at_load(tmp_path):
+    # Tried by creating a file there (mode bits say nothing to root): /proc holds no new files.
+    with pytest.raises(ConfigError, match=r"plugins\[0\]\.options\.path: cannot write in /proc \(the pins are saved"):
+        load_plugins([PluginConfig(use="pin-definitions", options={"path": "/proc/pins.json"})])
+    # A writable directory is accepted, and the trial leaves nothing in it.
+    load_plugins([PluginConfig(use="pin-definitions", options={"path": str(tmp_path / "p.json")})])
+    assert list(tmp_path.iterdir()) == []

@@ -19,9 +19,10 @@ import trio.testing
 
 from aggregator.cli.common import status_lines
 from aggregator.config import structure_config
+from aggregator.errors import ConfigError
 from aggregator.hub import Hub
 from aggregator.session import serve_stream_session
-from aggregator.transports.masking import SecretMask
+from aggregator.transports.masking import SecretMask, shown_url
 from tests.session.harness import Client
 
 SECRET = "sekrit-token-123"
@@ -88,3 +89,92 @@ def test_the_mask_covers_a_value_as_an_exception_quotes_it():
     assert mask(f"value 'Bearer {SECRET}\\n' refused") == "value '***' refused"
     assert mask(f"first line: Bearer {SECRET}") == "first line: ***"  # a message cut at the line break
     assert mask(f"{ENV_SECRET} and abc") == "*** and abc"  # shorter than 4: not a secret
+
+
+URL_KEY = "url-key-7f3a9c"
+URL_PASSWORD = "pw-51b2e8d"
+
+
+async def _failed_server(url: str, transport: str, handler, caplog) -> tuple[str, str, str]:
+    """Run a hub whose server ``a`` has ``url`` (with {port}) on a real 127.0.0.1 socket served
+    by ``handler``; a client calls it. Its lastError, the ``check`` lines and the log."""
+    caplog.set_level(logging.DEBUG)
+    caplog.set_level(logging.INFO, logger="httpcore")
+    with trio.fail_after(20):
+        async with trio.open_nursery() as nursery:
+            listeners = await nursery.start(partial(trio.serve_tcp, handler, 0, host="127.0.0.1"))
+            port = listeners[0].socket.getsockname()[1]
+            raw = {
+                "proxy": {"startup_timeout": 5.0},
+                "servers": {"a": {"url": url.format(port=port), "transport": transport, "init_timeout": 2.0}},
+            }
+            config = structure_config(raw, environ={"KEY": URL_KEY, "PW": URL_PASSWORD})
+            hub = Hub(config)
+            await nursery.start(hub.run)
+            await hub.startup_done.wait()
+            for _ in range(100):  # a WebSocket handshake may still be failing
+                if hub.upstreams["a"].last_error:
+                    break
+                await trio.sleep(0.05)
+            ours, theirs = trio.testing.memory_stream_pair()
+            nursery.start_soon(serve_stream_session, hub, theirs, theirs)
+            client = Client(ours)
+            await client.initialize()
+            answer = await client.request("tools/call", {"name": "a__x", "arguments": {}})
+            nursery.cancel_scope.cancel()
+    return answer["error"]["data"]["lastError"], "\n".join(status_lines(hub)), _log_text(caplog)
+
+
+@pytest.mark.parametrize("transport, scheme", [("streamable-http", "http"), ("sse", "http"), ("websocket", "ws")])
+@pytest.mark.parametrize(
+    "url",
+    [
+        "{scheme}://127.0.0.1:{port}/mcp?api_key=${{KEY}}&x=1",
+        "{scheme}://user:${{PW}}@127.0.0.1:{port}/mcp?sig=${{KEY}}",
+        "{scheme}://127.0.0.1:{port}/mcp?k=pre-${{KEY}}",  # interpolated into part of a value
+    ],
+)
+async def test_the_credentials_of_a_url_are_masked_in_the_log_check_and_last_error(caplog, transport, scheme, url):
+    url = url.replace("{scheme}", scheme)
+    last_error, check, logged = await _failed_server(url, transport, _refuse_handshake, caplog)
+    for text in (last_error, check, logged):
+        assert URL_KEY not in text and URL_PASSWORD not in text, text
+    assert "403" in last_error, last_error  # the failure is still told
+    if transport != "streamable-http":  # (its refusal does not name the URL)
+        assert "127.0.0.1" in last_error and "***" in last_error, last_error
+
+
+async def _refuse_handshake(stream: trio.SocketStream) -> None:
+    with trio.move_on_after(1):
+        await stream.receive_some(65536)
+    await stream.send_all(b"HTTP/1.1 403 Forbidden\r\ncontent-length: 15\r\nconnection: close\r\n\r\nbad credentials")
+    await stream.aclose()
+
+
+async def test_a_refused_websocket_handshake_says_what_the_server_answered(caplog):
+    last_error, check, _ = await _failed_server("ws://127.0.0.1:{port}/mcp", "websocket", _refuse_handshake, caplog)
+    assert "HTTP 403 Forbidden: bad credentials" in last_error, last_error
+    assert "HTTP 403 Forbidden" in check
+
+
+def test_a_url_for_humans_hides_its_password_and_query_values():
+    assert shown_url("https://u:p@h.example:8/x?a=1&b=&c=xyz#f") == "https://u:***@h.example:8/x?a=***&b=***&c=***#f"
+    assert shown_url("http://h/x") == "http://h/x"
+    mask = SecretMask.of(structure_config({"servers": {"a": {"url": "http://u:p%40ss@h/x?k=ab%2Fcd"}}}).servers["a"])
+    assert mask("p%40ss p@ss ab%2Fcd ab/cd") == "*** *** *** ***"
+
+
+def test_every_interpolated_value_of_a_server_is_a_secret():
+    raw = {
+        "servers": {
+            "a": {"command": "srv", "args": ["--key", "${A}"], "cwd": "/tmp/${B}", "env": {"X": "${C}"}},
+            "b": {"command": "srv"},
+        }
+    }
+    config = structure_config(raw, environ={"A": "arg-secret", "B": "cwd-secret", "C": "env-secret"})
+    mask = SecretMask.of(config.servers["a"])
+    assert mask("arg-secret cwd-secret env-secret") == "*** *** ***"
+    assert SecretMask.of(config.servers["b"]).forms == ()
+    # Loading sets it; a config cannot.
+    with pytest.raises(ConfigError, match=r"servers\.a\.interpolated: unknown key"):
+        structure_config({"servers": {"a": {"command": "srv", "interpolated": []}}}, environ={})
