@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from aggregator.core.commands import Command, StopUpstream, ToClient, ToServer
+from aggregator.core.commands import Command, RequestEnded, StopUpstream, ToClient, ToServer
 from aggregator.core.state import ClientState, Held, RouterState, ServerDown, cancelled, proxy_error, refusal_reason
 from aggregator.jsonrpc.codec import decode_message
 from aggregator.jsonrpc.errors import INVALID_REQUEST, METHOD_NOT_FOUND, RemoteProtocolError, error_response
@@ -185,10 +185,11 @@ class ClientEvents(RouterState):
             if pending is None:
                 return []  # unknown, finished or never ours: ignored, as the spec says
             self._end(pending)
+            ended = RequestEnded(client.key, request_id)  # it gets no answer: its stream ends
             if not self.links[pending.server].ready or type(pending.extra) is Held:
-                return []
+                return [ended]
             forwarded = dict(params, requestId=pending.upstream_id)
-            return [ToServer(pending.server, {"jsonrpc": "2.0", "method": method, "params": forwarded})]
+            return [ToServer(pending.server, {"jsonrpc": "2.0", "method": method, "params": forwarded}), ended]
         if method == ROOTS_LIST_CHANGED:
             # Only the servers that see this client's roots: a shared server sees the proxy's.
             return self._roots_changed(self._roots_followers(client))

@@ -52,10 +52,12 @@ def test_what_names_nothing_in_flight_is_dropped(router, message):
 
 def test_a_cancel_goes_up_under_the_upstream_id(router):
     [(_, _, sent)] = unpack(router.client_message(1, msg(id="x", method="tools/call", params={"name": "b__slow"})))
-    [(kind, server, notice)] = unpack(
+    [(kind, server, notice), ended] = unpack(
         router.client_message(1, msg(method="notifications/cancelled", params={"requestId": "x", "reason": "r"}))
     )
     assert (kind, server, notice["params"]) == ("ToServer", "b", {"requestId": sent["id"], "reason": "r"})
+    # The client gets no answer: a front with a stream per request is told it ended.
+    assert ended == ("RequestEnded", 1, ("x",))
 
 
 def test_a_bug_in_a_handler_is_an_internal_error_for_that_request_only(router, monkeypatch):
