@@ -24,8 +24,10 @@ class ClientEvents(RouterState):
             raise ValueError(f"no such profile: {profile!r}")
         self.clients[key] = ClientState(key, profile=profile, catalog=self.catalogs[profile])
 
-    def client_disconnected(self, key: int) -> list[Command]:
-        """A client went away: cancel its work upstream, answer what it was asked, tidy up."""
+    def client_disconnected(self, key: int, answer: bool = False) -> list[Command]:
+        """A client went away: cancel its work upstream, answer what it was asked, tidy up.
+        ``answer``: it stopped sending but may still read (end of input on stdio), so each
+        request still in flight is also answered with an error, as at shutdown."""
         client = self.clients.pop(key, None)
         if client is None:
             return []
@@ -35,6 +37,10 @@ class ClientEvents(RouterState):
             self._end(pending)
             if self.links[pending.server].ready and type(pending.extra) is not Held:
                 out.append(ToServer(pending.server, cancelled(pending.upstream_id, "client disconnected")))
+            if answer:
+                server = self.links[pending.server].server or pending.server
+                message = f"Server {server!r} did not answer before the aggregator stopped"
+                out.append(ToClient(key, proxy_error(pending.client_id, message, reason="unavailable", server=server)))
         for (session, proxy_id), reverse in list(self.reverse.items()):
             if session == key:
                 self._end_reverse(session, proxy_id)
