@@ -82,3 +82,15 @@ def test_a_client_that_goes_away_leaves_nothing_behind(router):
     ]
     assert router.session_info(1) is None and router.in_flight() == 0
     assert router.client_disconnected(1) == []
+
+
+def test_a_client_that_stops_sending_but_reads_hears_what_was_left_unanswered(router):
+    [(_, _, sent)] = unpack(router.client_message(1, msg(id="x", method="tools/call", params={"name": "a__slow"})))
+    out = unpack(router.client_disconnected(1, answer=True))
+    cancels = [(who, m["params"]["requestId"]) for kind, who, m in out if kind == "ToServer"]
+    answers = [m for kind, who, m in out if kind == "ToClient" and who == 1]
+    assert cancels == [("a", sent["id"])]
+    assert [m["id"] for m in answers] == ["x"]
+    assert answers[0]["error"]["data"]["reason"] == "unavailable"
+    assert "did not answer before the aggregator stopped" in answers[0]["error"]["message"]
+    assert router.server_message("a", msg(id=sent["id"], result={})) == []  # a late answer is dropped
