@@ -147,10 +147,14 @@ class PostExchange(EventStreams):
         # the watcher (to notice a client that leaves) and, if need be, an event stream.
         with trio.move_on_after(QUICK_ANSWER):
             await queue.wait()
-        if queue.final and queue.waiting == 1:
+        if queue.final and queue.waiting == 1 and not queue.unanswered:
             answered = await queue.respond(connection, [JSON, *headers])
             return answered and self.hub.router.session_info(session.key) is not None
+        resumes = queue.resumes
         answered, streaming = await self._send_answer(connection, session, queue, headers)
+        if queue.resumes != resumes:  # a GET with Last-Event-ID took the stream over
+            connection.closed = True
+            return False
         if queue.overflowed:  # the session was dropped: it did not read what it was sent
             if not streaming:
                 await self._reject(
@@ -179,13 +183,19 @@ class PostExchange(EventStreams):
         it was answered, and whether an event stream was started."""
         answered = False
         streaming = False
-        async with until_client_leaves(connection):
+        async with queue.writing(), until_client_leaves(connection):
             while True:
                 await queue.wait()
                 if queue.overflowed:
                     break
-                if not streaming and queue.final and queue.waiting == 1:
+                if not streaming and queue.final and not queue.unanswered and queue.waiting == 1:
                     answered = await queue.respond(connection, [JSON, *headers])
+                    break
+                if not streaming and queue.unanswered and not queue.waiting:
+                    # Cancelled by its client before anything was sent: an event stream
+                    # that ends at once, with no answer (a cancelled request gets none).
+                    if await connection.start_stream(headers):
+                        await connection.end_stream()
                     break
                 if not streaming:
                     streaming = True

@@ -60,6 +60,12 @@ class MessageQueue:
         self.stream_id = 0
         self.resumed = False
         self.request_id: Any = None
+        self.unanswered = False  # the client cancelled the request: the stream ends with no answer
+        # The handler writing this stream, and set when it is done: a resumption takes the
+        # stream over from it (one writer per queue). ``resumes`` counts takeovers.
+        self.writer: trio.CancelScope | None = None
+        self.writer_done: trio.Event | None = None
+        self.resumes = 0
 
     @property
     def waiting(self) -> int:
@@ -140,6 +146,34 @@ class MessageQueue:
     def replay_after(self, seq: int) -> bytes:
         return b"".join(sse_event(data, f"{self.stream_id}-{n}") for n, data in self.log.history(seq))
 
+    def end_unanswered(self) -> None:
+        """The client cancelled the request: end its stream after what waits, with no answer."""
+        self.unanswered = self.final = True
+        self._lot.unpark_all()
+
+    async def take_over(self) -> None:
+        """End the handler writing this stream (a resumption replaces it) and wait until it
+        is done, so that the queue never has two writers."""
+        self.resumes += 1
+        writer, done = self.writer, self.writer_done
+        if writer is not None and done is not None:
+            writer.cancel()
+            await done.wait()
+
+    @asynccontextmanager
+    async def writing(self) -> AsyncIterator[trio.CancelScope]:
+        """Run the body as this stream's one writer, until done or taken over."""
+        scope = trio.CancelScope()
+        done = trio.Event()
+        self.writer, self.writer_done = scope, done
+        try:
+            with scope:
+                yield scope
+        finally:
+            if self.writer is scope:
+                self.writer = self.writer_done = None
+            done.set()
+
     def close(self) -> None:
         """The session was dropped: forget everything, end the stream (a write in progress
         is cut: the connection closes)."""
@@ -154,7 +188,7 @@ class MessageQueue:
         self._lot.unpark_all()
 
     async def wait(self) -> None:
-        while self.log.last == self.log.sent and not self.overflowed:
+        while self.log.last == self.log.sent and not self.overflowed and not self.unanswered:
             await self._lot.park()
 
 

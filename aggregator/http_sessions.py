@@ -98,6 +98,13 @@ class HttpSession:
             if backlog.retained_bytes > BACKLOG_BYTES:
                 backlog.drop_oldest(BACKLOG_BYTES)
 
+    def request_ended(self, id: Any) -> None:
+        """The client cancelled request ``id``: it gets no answer, its stream ends and the id
+        is free again."""
+        queue = self.requests.pop(id, None)
+        if queue is not None:
+            queue.end_unanswered()
+
     def open_stream(self, queue: MessageQueue) -> None:
         queue.stream_id = next(self._stream_ids)
         self.streams[queue.stream_id] = queue

@@ -6,7 +6,9 @@ session's backlog. Every event stream has an id in its session, and its events a
 ``<stream>-<message number>``: a client that lost a stream (its GET stream or a request's
 answer) resumes it with GET and Last-Event-ID, which replays what followed that event; a
 GET resuming the session's GET stream while its old connection still looks open (the
-client lost it first) takes the stream over and that connection ends. A
+client lost it first) takes the stream over and that connection ends; so does a GET
+resuming a request's stream that its POST or an earlier resumption still writes (one
+writer per stream, the newest). A
 request's stream not resumed within ``http.stream_drop_grace`` is cancelled upstream. A
 Last-Event-ID that is not two ASCII numbers is a 400, never an exception.
 """
@@ -134,15 +136,23 @@ class EventStreams(SessionTable):
     async def _resume_request_stream(
         self, connection: HttpConnection, session: HttpSession, queue: MessageQueue, after: int
     ) -> None:
-        """Continue a request's event stream that the client lost, where it left off."""
+        """Continue a request's event stream that the client lost, where it left off. A
+        connection still writing it (its POST, or an earlier resumption: the client lost it
+        before this end noticed) ends first: the newest takes the stream over, and every
+        event after Last-Event-ID is sent once, on this connection."""
         queue.resumed = True
         log.info(
             "http session %d: resuming the stream of request %r after event %d", session.key, queue.request_id, after
         )
+        await queue.take_over()
+        resumes = queue.resumes
         if not await connection.start_stream([]) or not await connection.send_chunk(queue.replay_after(after)):
-            queue.resumed = False
+            connection.closed = True
+            if queue.resumes == resumes and queue.stream_id in session.streams:  # the grace period starts over
+                queue.resumed = False
+                self._start_grace(session, queue.request_id, queue)
             return
-        async with until_client_leaves(connection):
+        async with queue.writing(), until_client_leaves(connection):
             while True:
                 if not queue.waiting and queue.final:
                     await connection.end_stream()
@@ -152,7 +162,13 @@ class EventStreams(SessionTable):
                 if queue.overflowed or not await queue.send_events(connection):
                     break
         connection.closed = True
-        if queue.stream_id in session.streams:  # lost again: the grace period starts over
+        if queue.resumes != resumes:
+            log.info(
+                "http session %d: the stream of request %r was resumed on another connection",
+                session.key,
+                queue.request_id,
+            )
+        elif queue.stream_id in session.streams:  # lost again: the grace period starts over
             queue.resumed = False
             self._start_grace(session, queue.request_id, queue)
 
@@ -172,8 +188,9 @@ class EventStreams(SessionTable):
         )
 
     async def _cancel_after_grace(self, session: HttpSession, id: Any, queue: MessageQueue) -> None:
+        resumes = queue.resumes
         await trio.sleep(self.config.stream_drop_grace)
-        if queue.resumed:
+        if queue.resumed or queue.resumes != resumes:  # resumed meanwhile: its own loss starts another
             return
         session.streams.pop(queue.stream_id, None)
         if session.requests.get(id) is queue and not session.closed:

@@ -29,6 +29,7 @@ from aggregator.admission import Admission
 from aggregator.config import Config
 from aggregator.config.core_settings import router_settings
 from aggregator.core.catalog import Catalog
+from aggregator.core.commands import RequestEnded
 from aggregator.core.policy import ProfilePolicy, server_request_allowed
 from aggregator.core.router import (
     Answer,
@@ -102,6 +103,7 @@ class Hub:
             Answer: self._answered,
             StartUpstream: self._start_upstream,
             StopUpstream: self._stop_upstream,
+            RequestEnded: self._request_ended,
         }
         if not self.upstreams:
             self._all_settled.set()
@@ -288,6 +290,13 @@ class Hub:
             if not target.dirty:
                 target.dirty = True
                 self._dirty.append(target)
+
+    def _request_ended(self, command: RequestEnded) -> None:
+        """A client's request ended unanswered (it cancelled it): a front with a stream per
+        request (``request_ended``) ends that request's stream."""
+        end = getattr(self.clients.get(command.session), "request_ended", None)
+        if end is not None:
+            end(command.id)
 
     def _to_server(self, command: ToServer) -> None:
         target = self.upstreams[command.server].outbox

@@ -90,7 +90,8 @@ async def serve_stream_session(
 
 async def _finish_in_flight(hub: Hub, key: int, seconds: float, label: str) -> None:
     """Wait until this client's requests in flight are answered, for ``seconds`` at most;
-    what is left is cancelled upstream when the client is removed."""
+    what is left is cancelled upstream (the client is removed) and answered with an error,
+    as a shutdown answers it: the client's output may still be read."""
 
     def in_flight() -> int:
         client = hub.router.session_info(key)
@@ -104,10 +105,12 @@ async def _finish_in_flight(hub: Hub, key: int, seconds: float, label: str) -> N
         while in_flight() and key in hub.clients:  # noqa: ASYNC110 - the router has no event to wait on
             await trio.sleep(0.01)
     waiting = in_flight()
-    if waiting:
+    if waiting and key in hub.clients:
         log.warning(
             "%s: %d request(s) still in flight %gs after end of input; cancelling them", label, waiting, seconds
         )
+        # Cancelled upstream and answered with an error, as at shutdown; a late answer is dropped.
+        hub.dispatch_now(hub.router.client_disconnected(key, answer=True))
 
 
 async def _read_client(

@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextvars
 import logging
 import re
+from http import HTTPStatus
 from typing import Any
 
 import trio
@@ -30,7 +31,7 @@ import trio_websocket
 from wsproto.utilities import ProtocolError
 
 from aggregator.access import AccessPolicy
-from aggregator.admission import Denial, admit
+from aggregator.admission import Denial, admit, check_access
 from aggregator.config import HttpConfig, parse_listen
 from aggregator.containment import internal_error
 from aggregator.hub import Hub
@@ -48,33 +49,73 @@ _handshake: contextvars.ContextVar[HandshakeTap] = contextvars.ContextVar("hands
 # More than any head the WebSocket library accepts (its h11 stops at 16 KiB).
 HEAD_LIMIT = 64 * 1024
 _LINE_END = re.compile(rb"\r?\n")
+READ_SIZE = 65536
 
 
 class HandshakeTap(trio.abc.Stream):
-    """A connection's stream as trio-websocket reads it: keeps the bytes of the handshake's
-    head, then steps aside.
+    """A connection's stream as trio-websocket reads it: the handshake's head is read first
+    (``read_head``, for the access check), handed to trio-websocket as if it came from the
+    stream, and kept; then the tap steps aside.
 
-    The DNS-rebinding check needs the handshake's Host, which trio-websocket parses but
-    does not expose (its ``WebSocketRequest.headers`` leave Host out). Once the head is
-    complete, ``receive_some`` is the stream's own: frames pass through no extra call.
+    The access check comes before the WebSocket library sees anything (a request that is no
+    upgrade would otherwise get its 400 before a foreign Host its 421). The DNS-rebinding
+    check needs the handshake's Host, which trio-websocket parses but does not expose (its
+    ``WebSocketRequest.headers`` leave Host out). Once the head is handed on,
+    ``receive_some`` is the stream's own: frames pass through no extra call.
     """
 
     def __init__(self, stream: trio.abc.Stream) -> None:
         self.stream = stream
         self.socket = getattr(stream, "socket", None)  # for fd_of
         self.head = bytearray()
+        self.unread = bytearray()  # read by read_head, not yet by trio-websocket
         self.read = False  # set when trio-websocket has read the whole handshake
         self.send_all = stream.send_all  # type: ignore[method-assign]
         self.wait_send_all_might_not_block = stream.wait_send_all_might_not_block  # type: ignore[method-assign]
         self.aclose = stream.aclose  # type: ignore[method-assign]
 
-    async def receive_some(self, max_bytes: int | None = None) -> bytes | bytearray:
-        data = await self.stream.receive_some(max_bytes)
+    async def read_head(self) -> None:
+        """Read until the head is complete, the client stops sending, or HEAD_LIMIT."""
         head = self.head
-        head += data
-        if not data or b"\n\r\n" in head or b"\n\n" in head or len(head) > HEAD_LIMIT:
+        while not (b"\n\r\n" in head or b"\n\n" in head or len(head) > HEAD_LIMIT):
+            data = await self.stream.receive_some(READ_SIZE)
+            if not data:
+                break
+            head += data
+            self.unread += data
+
+    async def receive_some(self, max_bytes: int | None = None) -> bytes | bytearray:
+        unread = self.unread
+        if not unread:
             self.receive_some = self.stream.receive_some  # type: ignore[method-assign]
+            return await self.stream.receive_some(max_bytes)
+        size = len(unread) if max_bytes is None else max_bytes
+        data = bytes(unread[:size])
+        del unread[:size]
         return data
+
+    def headers(self) -> tuple[str, dict[str, str]] | None:
+        """The head's target and headers by lower-case name (repeated ones joined; Host
+        IDNA-decoded): what the access check reads. None without exactly one Host, which the
+        WebSocket library refuses with 400 (as the HTTP front's parser does)."""
+        lines = _LINE_END.split(bytes(self.head))
+        target = lines[0].split(b" ")[1].decode("latin-1") if lines[0].count(b" ") >= 2 else ""
+        headers: dict[str, str] = {}
+        hosts = 0
+        for line in lines[1:]:
+            if not line:
+                break
+            name, colon, value = line.partition(b":")
+            if colon:
+                key = name.strip().decode("latin-1").lower()
+                text = value.strip(b" \t").decode("latin-1")
+                headers[key] = f"{headers[key]}, {text}" if key in headers else text
+                hosts += key == "host"
+        if hosts != 1:
+            return None
+        host = self._host()
+        headers["host"] = host if host is not None else ""
+        return target, headers
 
     async def send_all(self, data: bytes | bytearray | memoryview) -> None:
         await self.stream.send_all(data)
@@ -87,6 +128,11 @@ class HandshakeTap(trio.abc.Stream):
 
     def host(self) -> str | None:
         """The head's Host as the WebSocket library read it: the last one, IDNA-decoded."""
+        host = self._host()
+        self.head = bytearray()
+        return host
+
+    def _host(self) -> str | None:
         host = None
         for line in _LINE_END.split(bytes(self.head))[1:]:
             if not line:
@@ -97,7 +143,6 @@ class HandshakeTap(trio.abc.Stream):
                     host = value.strip(b" \t").decode("idna")
                 except UnicodeError:
                     host = None
-        self.head = bytearray()
         return host
 
 
@@ -133,6 +178,8 @@ class WebSocketEndpoint:
         tap = HandshakeTap(stream)
         _handshake.set(tap)
         try:
+            if not await self._access_checked(tap):
+                return
             await serve(tap)
         except Exception as exc:
             leaves = _leaves(exc)
@@ -157,6 +204,30 @@ class WebSocketEndpoint:
                 await trio.aclose_forcefully(stream)
             finally:
                 self.admission.release_connection()
+
+    async def _access_checked(self, tap: HandshakeTap) -> bool:
+        """Read the handshake's head and check Host, Origin and token, before the WebSocket
+        library reads it (which answers 400 to a request that is no upgrade): False after
+        refusing it, or when the head did not come within ``http.header_timeout``."""
+        with trio.move_on_after(self.config.header_timeout):
+            await tap.read_head()
+            head = tap.headers()
+            if head is None:
+                return True
+            target, headers = head
+            denial = check_access(self.access, headers)
+            if denial is None:
+                return True
+            log.log(denial.level, "websocket: refused a request for %s: %s", target[:100], denial.reason)
+            body = denial.reason.encode()
+            lines = [f"HTTP/1.1 {denial.status} {HTTPStatus(denial.status).phrase}"]
+            lines += ["content-type: text/plain; charset=utf-8", "connection: close", f"content-length: {len(body)}"]
+            lines += [f"{name}: {value}" for name, value in denial.headers]
+            try:
+                await tap.stream.send_all("\r\n".join(lines).encode() + b"\r\n\r\n" + body)
+            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+                pass
+        return False
 
     async def _handle(self, request: trio_websocket.WebSocketRequest) -> None:
         admitted = admit(self.access, _handshake_headers(request), request.path)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from aggregator.core.commands import Command, StopUpstream, ToClient, ToServer
+from aggregator.core.commands import Command, RequestEnded, StopUpstream, ToClient, ToServer
 from aggregator.core.state import ClientState, Held, RouterState, ServerDown, cancelled, proxy_error, refusal_reason
 from aggregator.jsonrpc.codec import decode_message
 from aggregator.jsonrpc.errors import INVALID_REQUEST, METHOD_NOT_FOUND, RemoteProtocolError, error_response
@@ -24,8 +24,10 @@ class ClientEvents(RouterState):
             raise ValueError(f"no such profile: {profile!r}")
         self.clients[key] = ClientState(key, profile=profile, catalog=self.catalogs[profile])
 
-    def client_disconnected(self, key: int) -> list[Command]:
-        """A client went away: cancel its work upstream, answer what it was asked, tidy up."""
+    def client_disconnected(self, key: int, answer: bool = False) -> list[Command]:
+        """A client went away: cancel its work upstream, answer what it was asked, tidy up.
+        ``answer``: it stopped sending but may still read (end of input on stdio), so each
+        request still in flight is also answered with an error, as at shutdown."""
         client = self.clients.pop(key, None)
         if client is None:
             return []
@@ -35,6 +37,10 @@ class ClientEvents(RouterState):
             self._end(pending)
             if self.links[pending.server].ready and type(pending.extra) is not Held:
                 out.append(ToServer(pending.server, cancelled(pending.upstream_id, "client disconnected")))
+            if answer:
+                server = self.links[pending.server].server or pending.server
+                message = f"Server {server!r} did not answer before the aggregator stopped"
+                out.append(ToClient(key, proxy_error(pending.client_id, message, reason="unavailable", server=server)))
         for (session, proxy_id), reverse in list(self.reverse.items()):
             if session == key:
                 self._end_reverse(session, proxy_id)
@@ -185,10 +191,11 @@ class ClientEvents(RouterState):
             if pending is None:
                 return []  # unknown, finished or never ours: ignored, as the spec says
             self._end(pending)
+            ended = RequestEnded(client.key, request_id)  # it gets no answer: its stream ends
             if not self.links[pending.server].ready or type(pending.extra) is Held:
-                return []
+                return [ended]
             forwarded = dict(params, requestId=pending.upstream_id)
-            return [ToServer(pending.server, {"jsonrpc": "2.0", "method": method, "params": forwarded})]
+            return [ToServer(pending.server, {"jsonrpc": "2.0", "method": method, "params": forwarded}), ended]
         if method == ROOTS_LIST_CHANGED:
             # Only the servers that see this client's roots: a shared server sees the proxy's.
             return self._roots_changed(self._roots_followers(client))

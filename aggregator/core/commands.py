@@ -83,6 +83,23 @@ class WaitForStartup(NamedTuple):
     session: int
 
 
+class RequestEnded(NamedTuple):
+    """Client session ``session``'s request ``id`` ended without an answer: the client
+    cancelled it. A front with a response stream per request (Streamable HTTP) ends that
+    stream; the id is free again."""
+
+    session: int
+    id: Any
+
+
 Command: TypeAlias = (
-    ToClient | ToServer | UpstreamServing | DropUpstream | Answer | StartUpstream | StopUpstream | WaitForStartup
+    ToClient
+    | ToServer
+    | UpstreamServing
+    | DropUpstream
+    | Answer
+    | StartUpstream
+    | StopUpstream
+    | WaitForStartup
+    | RequestEnded
 )

@@ -91,8 +91,9 @@ def refused(raw: bytes) -> RemoteProtocolError:
 
 
 def unpack(commands: list[Any]) -> list[tuple[str, Any, Any]]:
-    """Commands as (type name, session or server, decoded message)."""
-    return [(type(c).__name__, c[0], decoded(c.message)) for c in commands]
+    """Commands as (type name, session or server, decoded message); a command without a
+    message (``RequestEnded``) gives its other fields instead."""
+    return [(type(c).__name__, c[0], decoded(c.message) if hasattr(c, "message") else c[1:]) for c in commands]
 
 
 def make_router(clock: Clock, debounce: float = 0.0, **kw: Any) -> Router:

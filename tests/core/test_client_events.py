@@ -52,10 +52,12 @@ def test_what_names_nothing_in_flight_is_dropped(router, message):
 
 def test_a_cancel_goes_up_under_the_upstream_id(router):
     [(_, _, sent)] = unpack(router.client_message(1, msg(id="x", method="tools/call", params={"name": "b__slow"})))
-    [(kind, server, notice)] = unpack(
+    [(kind, server, notice), ended] = unpack(
         router.client_message(1, msg(method="notifications/cancelled", params={"requestId": "x", "reason": "r"}))
     )
     assert (kind, server, notice["params"]) == ("ToServer", "b", {"requestId": sent["id"], "reason": "r"})
+    # The client gets no answer: a front with a stream per request is told it ended.
+    assert ended == ("RequestEnded", 1, ("x",))
 
 
 def test_a_bug_in_a_handler_is_an_internal_error_for_that_request_only(router, monkeypatch):
@@ -80,3 +82,15 @@ def test_a_client_that_goes_away_leaves_nothing_behind(router):
     ]
     assert router.session_info(1) is None and router.in_flight() == 0
     assert router.client_disconnected(1) == []
+
+
+def test_a_client_that_stops_sending_but_reads_hears_what_was_left_unanswered(router):
+    [(_, _, sent)] = unpack(router.client_message(1, msg(id="x", method="tools/call", params={"name": "a__slow"})))
+    out = unpack(router.client_disconnected(1, answer=True))
+    cancels = [(who, m["params"]["requestId"]) for kind, who, m in out if kind == "ToServer"]
+    answers = [m for kind, who, m in out if kind == "ToClient" and who == 1]
+    assert cancels == [("a", sent["id"])]
+    assert [m["id"] for m in answers] == ["x"]
+    assert answers[0]["error"]["data"]["reason"] == "unavailable"
+    assert "did not answer before the aggregator stopped" in answers[0]["error"]["message"]
+    assert router.server_message("a", msg(id=sent["id"], result={})) == []  # a late answer is dropped

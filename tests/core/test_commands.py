@@ -14,6 +14,7 @@ from aggregator.core.commands import (
     Answer,
     Command,
     DropUpstream,
+    RequestEnded,
     StartUpstream,
     StopUpstream,
     ToClient,
@@ -34,6 +35,7 @@ FIELDS = [
     (StartUpstream, ("server", "name", "session", "capabilities")),
     (StopUpstream, ("name",)),
     (WaitForStartup, ("session",)),
+    (RequestEnded, ("session", "id")),
 ]
 
 

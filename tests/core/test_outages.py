@@ -8,6 +8,7 @@ import pytest
 
 from aggregator.config import structure_config
 from aggregator.core.catalog import PROMPTS, TOOLS, Catalog
+from aggregator.core.commands import RequestEnded
 from aggregator.core.outages import (
     Outage,
     name_owner,
@@ -410,9 +411,12 @@ def test_held_requests_are_bounded_cancelled_and_forgotten_with_their_client(rou
         assert call(router, 1, id, "git__status") == []
     # The client's in-flight budget (4) is used up: the next one is told at once.
     assert error_of(call(router, 1, 99, "git__status"))["data"]["reason"] == "unavailable"
-    # A held id is in flight: reusing it is refused, cancelling it sends nothing anywhere.
+    # A held id is in flight: reusing it is refused, cancelling it sends nothing anywhere
+    # (only its front hears that it ended).
     assert error_of(call(router, 1, 0, "git__status"))["code"] == -32600
-    assert router.client_message(1, msg(method="notifications/cancelled", params={"requestId": 0})) == []
+    assert router.client_message(1, msg(method="notifications/cancelled", params={"requestId": 0})) == [
+        RequestEnded(1, 0)
+    ]
     # Client 2 waits too, then leaves: nothing goes upstream for it.
     assert call(router, 2, 5, "git__log") == []
     assert router.client_disconnected(2) == []

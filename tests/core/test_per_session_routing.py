@@ -5,6 +5,7 @@ import pytest
 
 from aggregator.config import ServerConfig
 from aggregator.core.catalog import Catalog
+from aggregator.core.commands import RequestEnded
 from aggregator.core.router import StartUpstream, StopUpstream
 from tests.core.helpers import connect, lifecycle_serves, msg, new_router, own_asks, unpack
 
@@ -263,7 +264,9 @@ def test_a_request_held_while_its_sessions_connection_starts_is_in_flight(router
     assert refused["error"]["code"] == -32600 and "already in use" in refused["error"]["message"]
     # Cancelled while it waits: it never reaches the server.
     router.client_message(1, msg(id=2, method="tools/call", params={"name": "p__echo", "arguments": {"n": 2}}))
-    assert router.client_message(1, msg(method="notifications/cancelled", params={"requestId": 2})) == []
+    assert router.client_message(1, msg(method="notifications/cancelled", params={"requestId": 2})) == [
+        RequestEnded(1, 2)
+    ]
     sent = unpack(router.server_ready("p@1", CAPS))
     assert [(server, m["method"], m["params"].get("arguments")) for _, server, m in sent] == [
         ("p@1", "tools/call", None)

@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 
 from aggregator.config import ServerConfig
 from aggregator.core.catalog import Catalog
+from aggregator.core.commands import RequestEnded
 from aggregator.core.router import ToClient, ToServer, WaitForStartup
 from aggregator.jsonrpc import dumps
 from tests.core.helpers import decoded, msg, new_router
@@ -293,10 +294,11 @@ def test_server_lost_fails_pending_at_once_and_hides_items(router):
 
 def test_cancellation_is_routed_with_the_upstream_id(router):
     _, sent = only(router.client_message(2, msg(id=9, method="tools/call", params={"name": "a__slow"})), ToServer)
-    command, cancel = only(
-        router.client_message(2, msg(method="notifications/cancelled", params={"requestId": 9, "reason": "user"})),
-        ToServer,
+    *forwarded, ended = router.client_message(
+        2, msg(method="notifications/cancelled", params={"requestId": 9, "reason": "user"})
     )
+    assert ended == RequestEnded(2, 9)  # no answer: the client's front is told it ended
+    command, cancel = only(forwarded, ToServer)
     assert command.server == "a" and cancel["params"] == {"requestId": sent["id"], "reason": "user"}
     assert router.server_message("a", msg(id=sent["id"], result={})) == []  # late response dropped
     # Unknown, finished or malformed cancels are ignored.

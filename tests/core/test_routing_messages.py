@@ -82,7 +82,8 @@ def test_cancel_races(router):
     # Twice: the second is ignored.
     first = unpack(router.client_message(1, msg(method="notifications/cancelled", params={"requestId": 5})))
     assert first == [
-        ("ToServer", "a", {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": sent["id"]}})
+        ("ToServer", "a", {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": sent["id"]}}),
+        ("RequestEnded", 1, (5,)),
     ]
     assert router.client_message(1, msg(method="notifications/cancelled", params={"requestId": 5})) == []
     # The upstream answers anyway: dropped.

@@ -338,3 +338,41 @@ def test_end_of_input_finishes_what_was_received(tmp_path, git_repo):
     assert "UTC" in answers[2]["result"]["content"][0]["text"]
     assert "result" in answers[3], answers[3]
     assert time.monotonic() - started < 30
+
+
+def test_end_of_input_answers_what_the_drain_did_not_finish(tmp_path):
+    """A request still in flight when drain_timeout ends after end of input gets an error
+    answer on stdout (cancelled upstream), as at shutdown; then the proxy exits."""
+    config = write_config(tmp_path, fake("a"), drain_timeout=1.0)
+    lines = [
+        {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "initialize",
+            "params": {
+                "protocolVersion": "2025-11-25",
+                "capabilities": {},
+                "clientInfo": {"name": "printf", "version": "0"},
+            },
+        },
+        {"jsonrpc": "2.0", "method": "notifications/initialized"},
+        {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "a__hang", "arguments": {}}},
+        {"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "a__echo", "arguments": {"x": 1}}},
+    ]
+    started = time.monotonic()
+    done = subprocess.run(
+        proxy_argv(config),
+        input="".join(json.dumps(line) + "\n" for line in lines).encode(),
+        capture_output=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr.decode()[-2000:]
+    answers = {message["id"]: message for message in map(json.loads, done.stdout.splitlines()) if "id" in message}
+    assert sorted(answers) == [1, 2, 3], done.stdout.decode()[-2000:]
+    assert "result" in answers[3]
+    error = answers[2]["error"]
+    assert (
+        error["data"]["reason"] == "unavailable" and "did not answer before the aggregator stopped" in error["message"]
+    )
+    assert "cancelling them" in done.stderr.decode()
+    assert time.monotonic() - started < 30

@@ -1,0 +1,164 @@
+"""A request's response stream on the Streamable HTTP front: it ends when its client cancels
+the request (no answer, the id free at once), and a resumption (GET with Last-Event-ID)
+takes it over from a connection still writing it (one writer; every later event once).
+
+Real sockets on 127.0.0.1, the in-memory fake server ``a`` behind the hub. Every wait is
+bounded by ``trio.fail_after``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+import trio
+
+from tests.rawhttp import ResponseReader, read_response_async, request_bytes
+from tests.session.fronts import EventStream, running_fronts
+
+EVENT = re.compile(rb"id: (\d+-\d+)\nevent: message\ndata: (.*)")
+
+
+async def next_events(stream: EventStream, count: int) -> list[tuple[str, dict]]:
+    """The next ``count`` events with data on a stream, as (event id, message)."""
+    found: list[tuple[str, dict]] = []
+    while len(found) < count:
+        while b"\n\n" in stream.text and len(found) < count:
+            block, _, rest = bytes(stream.text).partition(b"\n\n")
+            stream.text = bytearray(rest)
+            match = EVENT.fullmatch(block)
+            if match is not None:
+                found.append((match[1].decode(), json.loads(match[2])))
+        if len(found) >= count:
+            break
+        stream._dechunk()
+        if b"\n\n" in stream.text:
+            continue
+        assert not stream.ended, "the event stream ended"
+        data = await stream.stream.receive_some(65536)
+        assert data, "the connection closed"
+        stream.raw += data
+    return found
+
+
+def call(id, name, arguments=None, meta=None):
+    params = {"name": name, "arguments": arguments or {}}
+    if meta:
+        params["_meta"] = meta
+    return {"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": params}
+
+
+async def wait_until(predicate, seconds: float = 5.0) -> None:
+    with trio.fail_after(seconds):
+        while not predicate():  # noqa: ASYNC110 - polling the proxy's own state in a test
+            await trio.sleep(0.01)
+
+
+def cancel(id: int) -> dict:
+    return {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": id, "reason": "no longer"}}
+
+
+def cancels_seen(fronts) -> list:
+    server = fronts.upstreams.latest("a")
+    return [m for m in server.seen if m.get("method") == "notifications/cancelled"]
+
+
+async def test_a_call_its_client_cancels_before_any_answer_ends_its_post_and_frees_its_id():
+    async with running_fronts() as fronts:
+        session_id = await fronts.initialize()
+        with_session = fronts.headers(mcp_session_id=session_id)
+        session = fronts.http.sessions[session_id]
+        hang = await fronts.connect()
+        await hang.send_all(request_bytes("POST", "/mcp", with_session, json.dumps(call(11, "a__hang")).encode()))
+        with trio.fail_after(5):
+            server = fronts.upstreams.latest("a")
+            await wait_until(lambda: any(m.get("method") == "tools/call" for m in server.seen))
+            response = await fronts.request("POST", headers=with_session, body=cancel(11))
+            assert response.status == 202
+            # The POST ends at once: an event stream with no event, no answer.
+            answer = await read_response_async(hang, ResponseReader())
+            assert answer.status == 200 and answer.headers["content-type"] == "text/event-stream", answer
+            events = EventStream(hang, answer)
+            await events.wait_closed()
+            assert events.ended and b"data:" not in events.text
+        assert 11 not in session.requests
+        await wait_until(lambda: len(cancels_seen(fronts)) == 1)  # the server is told too
+        # The id is free again.
+        response = await fronts.request("POST", headers=with_session, body=call(11, "a__echo", {"again": 1}))
+        assert response.status == 200, response
+        assert json.loads(response.body)["id"] == 11 and "result" in json.loads(response.body)
+        await hang.aclose()
+
+
+async def test_a_streaming_call_its_client_cancels_ends_its_event_stream():
+    async with running_fronts() as fronts:
+        session_id = await fronts.initialize()
+        with_session = fronts.headers(mcp_session_id=session_id)
+        session = fronts.http.sessions[session_id]
+        progress = await fronts.connect()
+        response = await fronts.send(
+            progress, "POST", headers=with_session, body=call(12, "a__progress_forever", meta={"progressToken": "t"})
+        )
+        events = EventStream(progress, response)
+        with trio.fail_after(5):
+            [(_, message)] = await next_events(events, 1)
+            assert message["method"] == "notifications/progress"
+            response = await fronts.request("POST", headers=with_session, body=cancel(12))
+            assert response.status == 202
+            await events.wait_closed()
+        assert events.ended  # the stream ended cleanly (last chunk), not by a dropped connection
+        assert all(b'"id":12' not in block for block in bytes(events.text).split(b"\n\n"))
+        assert 12 not in session.requests
+        await wait_until(lambda: not session.streams)  # nothing left to resume
+        await progress.aclose()
+
+
+async def test_the_newest_resumption_of_a_request_stream_takes_it_over():
+    async with running_fronts(stream_drop_grace=30.0) as fronts:
+        session_id = await fronts.initialize()
+        with_session = fronts.headers(mcp_session_id=session_id)
+        session = fronts.http.sessions[session_id]
+        post = await fronts.connect()
+        response = await fronts.send(
+            post, "POST", headers=with_session, body=call(13, "a__progress_forever", meta={"progressToken": "p"})
+        )
+        first = EventStream(post, response)
+        with trio.fail_after(10):
+            seen = await next_events(first, 2)
+            # The client lost the POST's stream after its first event; the server has not noticed.
+            resumed = []
+            last = seen[0][0]
+            for _ in range(2):  # the second resumption comes while the first is still open
+                connection = await fronts.connect()
+                headers = fronts.headers(mcp_session_id=session_id, accept="text/event-stream", last_event_id=last)
+                response = await fronts.send(connection, "GET", headers=headers)
+                assert response.status == 200, response
+                stream = EventStream(connection, response)
+                got = await next_events(stream, 2)
+                resumed.append((connection, stream, last, got))
+                last = got[-1][0]
+            # The connections it took the stream from end.
+            await first.wait_closed()
+            assert await post.receive_some(1) == b""
+            await resumed[0][1].wait_closed()
+            assert await resumed[0][0].receive_some(1) == b""
+
+            # The answer arrives on the newest, after every event following its Last-Event-ID, once.
+            session.put_message({"jsonrpc": "2.0", "id": 13, "result": {"done": True}})
+            connection, stream, last, got = resumed[1]
+            while "id" not in got[-1][1]:
+                got += await next_events(stream, 1)
+            await stream.wait_closed()
+        assert stream.ended
+        numbers = [int(id.split("-")[1]) for id, _ in got]
+        assert numbers == list(range(int(last.split("-")[1]) + 1, numbers[-1] + 1))
+        assert got[-1][1] == {"jsonrpc": "2.0", "id": 13, "result": {"done": True}}
+        # The first resumption's events were the ones that followed the POST's first event.
+        first_numbers = [int(id.split("-")[1]) for id, _ in resumed[0][3]]
+        assert first_numbers == [int(seen[0][0].split("-")[1]) + 1, int(seen[0][0].split("-")[1]) + 2]
+        assert 13 not in session.requests
+        await wait_until(lambda: not session.streams)
+        assert await fronts.ping(session_id) == {"jsonrpc": "2.0", "id": 2, "result": {}}
+        for connection, *_ in resumed:
+            await connection.aclose()
+        await post.aclose()

@@ -1,0 +1,68 @@
+"""The WebSocket listener checks Host, Origin and the bearer token before anything else: a
+request that fails them gets 421, 403 or 401 whether or not it asks for an upgrade (the
+WebSocket library would answer a request that is no upgrade with 400 first). One that
+passes them goes on to the handshake as before.
+
+Real sockets on 127.0.0.1; every wait is bounded by ``trio.fail_after``.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import trio
+import trio_websocket
+
+from tests.rawhttp import read_response_async, request_bytes
+from tests.session.fronts import running_fronts
+
+TOKEN = "gate-token-0123456789abcdef0123456789"
+UPGRADE = {
+    "upgrade": "websocket",
+    "connection": "Upgrade",
+    "sec-websocket-key": "dGhlIHNhbXBsZSBub25jZQ==",
+    "sec-websocket-version": "13",
+}
+
+
+async def status_of(port: int, method: str, path: str, headers: dict[str, str]) -> tuple[int, bytes]:
+    stream = await trio.open_tcp_stream("127.0.0.1", port)
+    try:
+        await stream.send_all(request_bytes(method, path, headers))
+        with trio.fail_after(5):
+            response = await read_response_async(stream)
+        return response.status, response.body
+    finally:
+        await stream.aclose()
+
+
+@pytest.mark.parametrize("upgrade", [False, True], ids=["plain", "upgrade"])
+@pytest.mark.parametrize("method", ["GET", "POST"])
+async def test_the_access_check_comes_before_the_upgrade(upgrade, method):
+    async with running_fronts(auth_tokens=[TOKEN]) as fronts:
+        port = fronts.ws_port
+        good = {"host": f"127.0.0.1:{port}", "authorization": f"Bearer {TOKEN}", **(UPGRADE if upgrade else {})}
+        for path in ("/mcp", "/nope"):
+            assert (await status_of(port, method, path, {**good, "host": "evil.example"}))[0] == 421
+            status, body = await status_of(port, method, path, {**good, "origin": "http://evil.example"})
+            assert status == 403 and b"Origin" in body
+            assert (await status_of(port, method, path, {**good, "authorization": "Bearer nope"}))[0] == 401
+            without = {name: value for name, value in good.items() if name != "authorization"}
+            assert (await status_of(port, method, path, without))[0] == 401
+        if not upgrade:  # past the access check, what is no upgrade is still refused
+            assert (await status_of(port, method, "/mcp", good))[0] == 400
+
+
+async def test_a_handshake_that_passes_the_check_still_opens_a_session():
+    async with running_fronts(auth_tokens=[TOKEN]) as fronts:
+        with trio.fail_after(10):
+            async with trio_websocket.open_websocket_url(
+                f"ws://127.0.0.1:{fronts.ws_port}/mcp", extra_headers=[("authorization", f"Bearer {TOKEN}")]
+            ) as socket:
+                await socket.send_message(json.dumps({"jsonrpc": "2.0", "id": 1, "method": "ping"}))
+                assert json.loads(await socket.get_message()) == {"jsonrpc": "2.0", "id": 1, "result": {}}
+            status, _ = await status_of(
+                fronts.ws_port, "GET", "/nope", {"host": "127.0.0.1", "authorization": f"Bearer {TOKEN}", **UPGRADE}
+            )
+            assert status == 404  # the path is checked after the access check, as before
