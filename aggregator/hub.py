@@ -293,10 +293,10 @@ class Hub:
 
     def _request_ended(self, command: RequestEnded) -> None:
         """A client's request ended unanswered (it cancelled it): a front with a stream per
-        request (``request_ended``) ends that request's stream."""
-        end = getattr(self.clients.get(command.session), "request_ended", None)
-        if end is not None:
-            end(command.id)
+        request ends that request's stream (``ClientSink.request_ended``)."""
+        client = self.clients.get(command.session)
+        if client is not None:
+            client.request_ended(command.id)
 
     def _to_server(self, command: ToServer) -> None:
         target = self.upstreams[command.server].outbox

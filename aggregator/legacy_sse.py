@@ -66,6 +66,9 @@ class LegacySession:
     def last_progress(self) -> float:
         return self.queue.last_progress()
 
+    def request_ended(self, id: Any) -> None:
+        """Nothing to end: one event stream carries every answer (``ClientSink``)."""
+
     def shed(self, reason: str) -> None:
         """Drop this session to free memory: its queue closes now, it ends at ``flush``."""
         self.over_limit = True

@@ -95,6 +95,9 @@ class WebSocketSink:
 
     shed = drop  # the budget of all clients is past, and this one is the first to go
 
+    def request_ended(self, id: Any) -> None:
+        """Nothing to end: one connection carries every answer (``ClientSink``)."""
+
     def blocked(self) -> bool:
         """Whether a write is waiting for the client to read."""
         return self._writing and cannot_take_more(self._fd)

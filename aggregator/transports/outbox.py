@@ -217,6 +217,9 @@ class Outbox:
     def _progressed(self) -> None:
         self.progress_at = trio.current_time()
 
+    def request_ended(self, id: Any) -> None:
+        """Nothing to end: one byte stream carries every answer (``ClientSink``)."""
+
     def shed(self, reason: str) -> None:
         """Drop this queue's party to free memory: its owner hears ``reason`` as it hears
         congestion (a client is dropped), and everything queued is forgotten."""

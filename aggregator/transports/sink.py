@@ -5,7 +5,8 @@ HTTP ``HttpSession``, a legacy SSE ``LegacySession``, a ``WebSocketSink``. The h
 the client's messages in it during a batch (``put_message``), writes every sink the batch
 touched once at its end (``flush``), and when all clients together hold more than their
 budget drops the one that has stopped reading longest (``blocked``, ``last_progress``,
-``held``, ``shed``; see ``transports.budget``).
+``held``, ``shed``; see ``transports.budget``), and tells it when a request ended
+unanswered (``request_ended``).
 """
 
 from __future__ import annotations
@@ -41,3 +42,7 @@ class ClientSink(Protocol):
 
     def shed(self, reason: str) -> None:
         """Drop the client to free memory; it hears ``reason``."""
+
+    def request_ended(self, id: Any) -> None:
+        """A request of this client ended without an answer (the client cancelled it). A
+        front with a stream per request ends that stream; the others have nothing to do."""

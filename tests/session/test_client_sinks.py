@@ -22,7 +22,7 @@ from aggregator.websocket_sink import WebSocketSink
 from tests.session.harness import running_proxy
 
 SINKS = [Outbox, HttpSession, LegacySession, WebSocketSink]
-METHODS = ["put_message", "flush", "wait_writable", "wait_drained", "blocked", "last_progress", "shed"]
+METHODS = ["put_message", "flush", "wait_writable", "wait_drained", "blocked", "last_progress", "shed", "request_ended"]
 
 
 @pytest.mark.parametrize("sink", SINKS, ids=lambda c: c.__name__)
