@@ -168,6 +168,9 @@ class ClientState:
     # What this client sees: its profile's catalog, or its own view once a per-session
     # server of its own has listed (``Router.views``).
     catalog: Any = None
+    # The announcement count when it was given the lists (its initialize answer): a
+    # list_changed notice queued up to then is already in what it was given.
+    announced_upto: int = 0
 
 
 class SessionInfo(NamedTuple):
@@ -290,7 +293,9 @@ class RouterState:
         self.elicitation_count: dict[int, int] = {}  # session -> its entries in ``elicitations``
         self._next_token = 1
         self._next_reverse_id = 1
-        self._announce_methods: dict[str | int, list[str]] = {}  # profile, or session -> notices due
+        # profile, or session -> notice due -> the count of its latest change (see ``_announce``)
+        self._announce_methods: dict[str | int, dict[str, int]] = {}
+        self._announce_count = 0
         self._announce_at: float | None = None
         # The earliest deadline of the proxy's own requests to any upstream (None: none waits).
         self.own_at: float | None = None
