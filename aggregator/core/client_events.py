@@ -35,6 +35,7 @@ class ClientEvents(RouterState):
             self._end(pending)
             if self.links[pending.server].ready and type(pending.extra) is not Held:
                 out.append(ToServer(pending.server, cancelled(pending.upstream_id, "client disconnected")))
+        out += self._drop_gathers(key, "client disconnected")
         for (session, proxy_id), reverse in list(self.reverse.items()):
             if session == key:
                 self._end_reverse(session, proxy_id)
@@ -182,8 +183,8 @@ class ClientEvents(RouterState):
             if type(request_id) not in (int, str):
                 return []
             pending = client.in_flight.get(request_id)
-            if pending is None:
-                return []  # unknown, finished or never ours: ignored, as the spec says
+            if pending is None:  # a gather's, or unknown, finished or never ours: ignored, as the spec says
+                return self._drop_gathers(client.key, "cancelled by the client", request_id)
             self._end(pending)
             if not self.links[pending.server].ready or type(pending.extra) is Held:
                 return []

@@ -212,8 +212,8 @@ class UpstreamLifecycle:
             job = waiting.waiter
             if isinstance(job, _Caller):
                 out.append(_answer(job, _Error(f"{waiting.method}: no answer in time")))
-            elif job is None or job.mode == INITIAL:
-                out.append(self._fail(f"no answer to initialize within {self.init_timeout}s"))
+            elif job is None or job.mode == INITIAL:  # the handshake, or the listing after it
+                out.append(self._fail(f"no answer to {waiting.method} within {self.init_timeout}s"))
             else:
                 out += self._kind_failed(job, _Error(f"no answer within {self.request_timeout}s"), now)
         return out

@@ -211,7 +211,8 @@ def test_the_initial_listing_shares_one_init_timeout():
     assert server.methods()[-1] == "prompts/list" and not life.serving
     assert life.next_deadline() == 14.0  # init_timeout from the end of the handshake, not per kind
     assert kinds_of(outcomes)[-1] == ("Items", "tools", [])
-    assert kinds_of(life.expire(14.0)) == [("Failed", "no answer to initialize within 10.0s", None)]
+    # initialize was answered: what failed is the listing, and its reason says so
+    assert kinds_of(life.expire(14.0)) == [("Failed", "no answer to prompts/list within 10.0s", None)]
 
 
 def test_a_failed_initial_listing_fails_the_connection_with_its_code():
