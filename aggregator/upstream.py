@@ -115,6 +115,10 @@ class UpstreamSession:
         self._calls: set[OwnCall] = set()  # waiting in ``request``
         self._lost: str | None = None
         self._cancel: trio.CancelScope | None = None
+        self._reported = False  # the router was told this connection is lost
+        self._started = 0.0  # when the supervisor's current attempt started
+        self._attempts = 0  # attempts since it last served a while (for the backoff)
+        self._retry_at: float | None = None  # when the supervisor starts it again, once it is lost
 
     # --- called by the hub, synchronously -----------------------------------------------
 
@@ -142,32 +146,41 @@ class UpstreamSession:
             await self._supervise()
 
     async def _supervise(self) -> None:
-        attempt = 0
-        proxy = self.hub.config.proxy
         while True:
-            started = trio.current_time()
+            self._started = trio.current_time()
+            self._retry_at = None
             reason = await self._attempt()
-            was_ready = self.state == "ready"
-            self.state = "down"
-            self.last_error = reason
-            self.last_stderr = tuple(self._stderr.tail) if not was_ready else ()
-            self.hub.server_settled(self.name)
-            if trio.current_time() - started > HEALTHY_RESET:
-                attempt = 0
-            delay = random.uniform(0, min(proxy.restart_backoff_max, proxy.restart_backoff_initial * 2**attempt))
-            attempt += 1
-            self.log.warning(
-                "server %s %s: %s; starting it again in %.1fs (attempt %d)%s",
-                self.name,
-                "lost" if was_ready else "did not start",
-                reason,
-                delay,
-                attempt,
-                f"; its stderr ended: {' | '.join(self.last_stderr)}" if self.last_stderr else "",
-            )
-            # Its callers meanwhile hear when it is tried again (or wait for it, if that is soon).
-            self.hub.dispatch_now(self.hub.router.server_down(self.name, reason, delay))
-            await trio.sleep(delay)
+            if self._retry_at is None:  # not told when it was lost (it did not start)
+                self._went_down(reason)
+            assert self._retry_at is not None
+            await trio.sleep_until(self._retry_at)
+
+    def _went_down(self, reason: str) -> None:
+        """The connection is lost (``reason``): note it, log it and tell the router when it
+        starts again (the requests held for it learn that now)."""
+        proxy = self.hub.config.proxy
+        was_ready = self.state == "ready"
+        self.state = "down"
+        self.last_error = reason
+        self.last_stderr = tuple(self._stderr.tail) if not was_ready else ()
+        self.hub.server_settled(self.name)
+        now = trio.current_time()
+        if now - self._started > HEALTHY_RESET:
+            self._attempts = 0
+        delay = random.uniform(0, min(proxy.restart_backoff_max, proxy.restart_backoff_initial * 2**self._attempts))
+        self._attempts += 1
+        self._retry_at = now + delay
+        self.log.warning(
+            "server %s %s: %s; starting it again in %.1fs (attempt %d)%s",
+            self.name,
+            "lost" if was_ready else "did not start",
+            reason,
+            delay,
+            self._attempts,
+            f"; its stderr ended: {' | '.join(self.last_stderr)}" if self.last_stderr else "",
+        )
+        # Its callers meanwhile hear when it is tried again (or wait for it, if that is soon).
+        self.hub.dispatch_now(self.hub.router.server_down(self.name, reason, delay))
 
     async def _attempt(self) -> str:
         """One connection; return why it ended. A bug in it ends only it: logged (its
@@ -186,6 +199,7 @@ class UpstreamSession:
         """Start, initialize, serve; return why the connection ended."""
         config = self.config
         self._lost = None
+        self._reported = False
         self._stderr.tail.clear()
         limit = self.hub.config.proxy.max_message_bytes
         try:
@@ -221,7 +235,7 @@ class UpstreamSession:
             if self.outbox is not None:
                 self.outbox.closed = True
                 self.outbox = None
-            self.hub.dispatch_now(self.hub.router.server_lost(self.name, self._lost or "stopped"))
+            self._report_lost()
 
     async def _transport(self, *, task_status: trio.TaskStatus[Channel]) -> None:
         """Run the connector (a child process by default) and lose the link when it ends."""
@@ -275,6 +289,17 @@ class UpstreamSession:
             self._lost = self.mask(reason)
         if self._cancel is not None:
             self._cancel.cancel()
+            # The router hears it now, not once the child is stopped (that may take
+            # seconds): requests waiting for this connection fail at once.
+            self._report_lost()
+            if not self.per_session and self._retry_at is None:
+                self._went_down(self._lost)
+
+    def _report_lost(self) -> None:
+        """Tell the router the connection is lost, once per connection."""
+        if not self._reported:
+            self._reported = True
+            self.hub.dispatch_now(self.hub.router.server_lost(self.name, self._lost or "stopped"))
 
     # --- tasks --------------------------------------------------------------------------
 

@@ -13,16 +13,14 @@ class Announcements(RouterState):
     def _announce(self, kinds: list[str], profile: str | int = "default") -> list[Command]:
         """Queue list_changed notices for one profile's clients (those without a view of
         their own), or for one session (by its key); they go out together once the
-        debounce passes."""
+        debounce passes, each to the clients given the lists before it changed (a client
+        that initialized after the change was given it already)."""
         if not kinds:
             return []
-        due = self._announce_methods.setdefault(profile, [])
+        self._announce_count += 1
+        due = self._announce_methods.setdefault(profile, {})
         for kind in kinds:
-            method = LIST_CHANGED[kind]
-            if method not in due:
-                due.append(method)
-        if not due:
-            return []
+            due[LIST_CHANGED[kind]] = self._announce_count
         if self.list_changed_debounce <= 0:
             return self._send_announcements()
         if self._announce_at is None:
@@ -36,10 +34,13 @@ class Announcements(RouterState):
         for client in self.clients.values():
             if not client.initialize_seen:
                 continue
-            methods = due.get(client.key, [])
+            methods = dict(due.get(client.key, ()))
             if client.key not in self.views:
-                methods = [*methods, *(m for m in due.get(client.profile, ()) if m not in methods)]
-            for method in methods:
+                for method, count in due.get(client.profile, {}).items():
+                    methods[method] = max(count, methods.get(method, 0))
+            for method, count in methods.items():
+                if count <= client.announced_upto:
+                    continue  # changed before it was given the lists: nothing new to it
                 capability = method.split("/")[1]
                 if capability in client.advertised:
                     out.append(ToClient(client.key, {"jsonrpc": "2.0", "method": method}))

@@ -41,6 +41,7 @@ class ClientEvents(RouterState):
                 server = self.links[pending.server].server or pending.server
                 message = f"Server {server!r} did not answer before the aggregator stopped"
                 out.append(ToClient(key, proxy_error(pending.client_id, message, reason="unavailable", server=server)))
+        out += self._drop_gathers(key, "client disconnected")
         for (session, proxy_id), reverse in list(self.reverse.items()):
             if session == key:
                 self._end_reverse(session, proxy_id)
@@ -188,8 +189,9 @@ class ClientEvents(RouterState):
             if type(request_id) not in (int, str):
                 return []
             pending = client.in_flight.get(request_id)
-            if pending is None:
-                return []  # unknown, finished or never ours: ignored, as the spec says
+            if pending is None:  # a gather's, or unknown, finished or never ours: ignored, as the spec says
+                out = self._drop_gathers(client.key, "cancelled by the client", request_id)
+                return [*out, RequestEnded(client.key, request_id)] if out else []  # a gather's: its stream ends
             self._end(pending)
             ended = RequestEnded(client.key, request_id)  # it gets no answer: its stream ends
             if not self.links[pending.server].ready or type(pending.extra) is Held:

@@ -23,9 +23,18 @@ class Handshake(RouterState):
     def _initialize(self, client: ClientState, message: dict[str, Any]) -> list[Command]:
         if client.initialize_seen:
             raise RemoteProtocolError(INVALID_REQUEST, "Invalid request: already initialized")
+        params = message.get("params") or {}
+        meta = params.get("_meta") if type(params) is dict else None
+        if type(meta) is dict and meta.get(INSTANCE_KEY) == self.instance:
+            # Refused before waiting for startup, which waits for this very handshake.
+            raise RemoteProtocolError(
+                INVALID_REQUEST,
+                "Refused: this initialize comes from this aggregator itself (its config lists the"
+                " aggregator's own address)",
+                data={INSTANCE_KEY: self.instance},  # how the asking side knows it is itself
+            )
         if not self.startup_complete:
             return [WaitForStartup(client.key)]
-        params = message.get("params") or {}
         client.initialize_seen = True
         client.protocol_version = negotiate(params.get("protocolVersion"))
         capabilities = params.get("capabilities")
@@ -33,6 +42,7 @@ class Handshake(RouterState):
         info = params.get("clientInfo")
         client.client_info = info if type(info) is dict else {}
         client.advertised = self.merged_capabilities()
+        client.announced_upto = self._announce_count
         result: dict[str, Any] = {
             "protocolVersion": client.protocol_version,
             "capabilities": client.advertised,

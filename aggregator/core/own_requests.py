@@ -23,6 +23,7 @@ class Waiting(NamedTuple, Generic[W]):
     method: str
     waiter: W
     deadline: float
+    id: str = ""  # the request's id, to cancel it upstream
 
 
 class OwnRequests(Generic[W]):
@@ -45,7 +46,7 @@ class OwnRequests(Generic[W]):
         message: dict[str, Any] = {"jsonrpc": "2.0", "id": id, "method": method}
         if params is not None:
             message["params"] = params
-        self._waiting[id] = Waiting(method, waiter, deadline)
+        self._waiting[id] = Waiting(method, waiter, deadline, id)
         return message
 
     def settle(self, id: Any) -> Waiting[W] | None:

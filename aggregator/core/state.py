@@ -168,6 +168,9 @@ class ClientState:
     # What this client sees: its profile's catalog, or its own view once a per-session
     # server of its own has listed (``Router.views``).
     catalog: Any = None
+    # The announcement count when it was given the lists (its initialize answer): a
+    # list_changed notice queued up to then is already in what it was given.
+    announced_upto: int = 0
 
 
 class SessionInfo(NamedTuple):
@@ -290,7 +293,9 @@ class RouterState:
         self.elicitation_count: dict[int, int] = {}  # session -> its entries in ``elicitations``
         self._next_token = 1
         self._next_reverse_id = 1
-        self._announce_methods: dict[str | int, list[str]] = {}  # profile, or session -> notices due
+        # profile, or session -> notice due -> the count of its latest change (see ``_announce``)
+        self._announce_methods: dict[str | int, dict[str, int]] = {}
+        self._announce_count = 0
         self._announce_at: float | None = None
         # The earliest deadline of the proxy's own requests to any upstream (None: none waits).
         self.own_at: float | None = None
@@ -359,6 +364,7 @@ class RouterState:
         def _relist(self, link: UpstreamLink, kinds: tuple[str, ...]) -> list[Command]: ...
         def _gather_step(self, link: UpstreamLink, waiter: OwnWaiter, result: Any) -> list[Command]: ...
         def _fail_own(self, link: UpstreamLink) -> list[Command]: ...
+        def _drop_gathers(self, session: int, why: str, client_id: Any = None) -> list[Command]: ...
         def _expire_own(self, now: float) -> list[Command]: ...
         def _reset_own_at(self) -> None: ...
         # upstream events

@@ -32,6 +32,7 @@ from aggregator.core.upstream_lifecycle import (
     Serving,
     UpstreamLifecycle,
 )
+from aggregator.mcp.constants import INITIALIZE
 
 log = logging.getLogger(__name__)
 
@@ -134,20 +135,45 @@ class UpstreamControl(RouterState):
             late = link.own.expire(now)
             theirs = [waiting for waiting in late if type(waiting.waiter) is not OwnWaiter]
             for waiting in late:
+                out += self._give_up(link, waiting, "timed out")
                 if type(waiting.waiter) is OwnWaiter:
-                    out += self._own_timed_out(link, waiting)
+                    log.warning("server %s: %s timed out (upstream id %s)", link.name, waiting.method, waiting.id)
+                    out += self._gather_step(link, waiting.waiter, None)
             if theirs and link.lifecycle is not None:
                 out += self._outcomes(link, link.lifecycle.expired(theirs, now))
         self._reset_own_at()
         return out
 
-    def _own_timed_out(self, link: UpstreamLink, waiting: Waiting[Any]) -> list[Command]:
-        waiter: OwnWaiter = waiting.waiter
+    def _give_up(self, link: UpstreamLink, waiting: Waiting[Any], why: str) -> list[Command]:
+        """The one rule for an own request the proxy stops waiting for (timed out, or
+        nobody wants its answer): the server is told, so it can stop working on it. Not
+        ``initialize`` (which must not be cancelled), nor on a connection not up."""
+        if link.ready and link.lifecycle is not None and waiting.method != INITIALIZE:
+            return [ToServer(link.name, cancelled(waiting.id, why))]
+        return []
+
+    def _drop_gathers(self, session: int, why: str, client_id: Any = None) -> list[Command]:
+        """Nobody waits for the gathers of ``session`` (of its request ``client_id``, or all
+        of them): their own requests are cancelled upstream now and never answered."""
+
+        def gone(waiter: object) -> bool:
+            gather = waiter.gather if type(waiter) is OwnWaiter else None
+            return (
+                gather is not None
+                and gather.session == session
+                and (client_id is None or (type(gather.client_id) is type(client_id) and gather.client_id == client_id))
+            )
+
         out: list[Command] = []
-        if link.ready:
-            out.append(ToServer(link.name, cancelled(waiter.id, "timed out")))
-        log.warning("server %s: %s timed out (upstream id %s)", link.name, waiting.method, waiter.id)
-        return out + self._gather_step(link, waiter, None)
+        dropped = False
+        for link in self.links.values():
+            if len(link.own):
+                for waiting in link.own.drop_if(gone):
+                    dropped = True
+                    out += self._give_up(link, waiting, why)
+        if dropped:
+            self._reset_own_at()
+        return out
 
     def _note_own(self, link: UpstreamLink) -> None:
         """The link's own requests changed: the router's clock wakes for the earliest."""

@@ -90,8 +90,9 @@ class UpstreamEvents(RouterState):
         )
         inherited = self._announce_methods.get(client.profile) if made else None
         if inherited:  # what its profile has due goes to it now by its own key
-            mine = self._announce_methods.setdefault(client.key, [])
-            mine += [method for method in inherited if method not in mine]
+            mine = self._announce_methods.setdefault(client.key, {})
+            for method, count in inherited.items():
+                mine[method] = max(count, mine.get(method, 0))
         return self._announce(changed, client.key)
 
     def _views_see(self, catalog: Catalog, server: str, kind: str, changed: bool) -> list[Command]:

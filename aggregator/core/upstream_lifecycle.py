@@ -6,9 +6,10 @@ listing of every kind, re-listing what changed, a per-session connection's own l
 outcomes. The trio layer (``aggregator.upstream``) only moves bytes, keeps the clock and
 hands the outcomes to the router. The rules:
 
-- Handshake: ``initialize`` with the capabilities given, its result checked
+- Handshake: ``initialize`` with the capabilities given and this proxy's instance in its
+  ``_meta`` (an aggregator that finds its own there refuses it at once), its result checked
   (``initialize_result_problem``), a result carrying this proxy's own instance in its
-  ``_meta`` refused (a config that leads back to the proxy), then
+  ``_meta`` refused (a config that leads back to the proxy through another), then
   ``notifications/initialized``; all within ``init_timeout``.
 - Listing: each kind the server's capabilities name, page by page, at most
   ``MAX_LIST_PAGES`` pages, stopping at a cursor seen before; a resources server that
@@ -45,8 +46,9 @@ from aggregator.mcp.versions import LATEST
 MAX_LIST_PAGES = 100
 # The ids of the proxy's own requests to an upstream start with this (clients' are integers).
 CONTROL_ID_PREFIX = "aggregator-"
-# The ``_meta`` key of our initialize result that names this running proxy: an upstream
-# that answers with our own instance is this proxy itself (a config that lists its own URL).
+# The ``_meta`` key of our initialize request and result that names this running proxy: an
+# initialize that carries our own instance comes from this proxy itself (a config that lists
+# its own URL), and so does an upstream that answers with it.
 INSTANCE_KEY = "dev.mcp-aggregator/instance"
 
 # --- what to do ------------------------------------------------------------------------
@@ -166,6 +168,8 @@ class UpstreamLifecycle:
             "protocolVersion": LATEST,
             "capabilities": capabilities,
             "clientInfo": {"name": "aggregator", "version": __version__},
+            # An aggregator that finds its own instance here is asked by itself: it refuses at once.
+            "_meta": {INSTANCE_KEY: self.instance},
         }
         return [Send(self.requests.open(INITIALIZE, params, None, now + self.init_timeout))]
 
@@ -181,7 +185,7 @@ class UpstreamLifecycle:
         outcome = _result_of(waiting.method, message)
         waiter = waiting.waiter
         if waiter is None:
-            return self._initialized(outcome, now)
+            return self._initialized(outcome, now, message)
         if isinstance(waiter, _Caller):
             return [_answer(waiter, outcome)]
         return self._page(waiter, outcome, now)
@@ -212,8 +216,8 @@ class UpstreamLifecycle:
             job = waiting.waiter
             if isinstance(job, _Caller):
                 out.append(_answer(job, _Error(f"{waiting.method}: no answer in time")))
-            elif job is None or job.mode == INITIAL:
-                out.append(self._fail(f"no answer to initialize within {self.init_timeout}s"))
+            elif job is None or job.mode == INITIAL:  # the handshake, or the listing after it
+                out.append(self._fail(f"no answer to {waiting.method} within {self.init_timeout}s"))
             else:
                 out += self._kind_failed(job, _Error(f"no answer within {self.request_timeout}s"), now)
         return out
@@ -228,21 +232,18 @@ class UpstreamLifecycle:
 
     # --- the handshake -----------------------------------------------------------------
 
-    def _initialized(self, outcome: dict[str, Any] | _Error, now: float) -> list[Outcome]:
+    def _initialized(self, outcome: dict[str, Any] | _Error, now: float, message: dict[str, Any]) -> list[Outcome]:
         if type(outcome) is _Error:
+            error = message.get("error")
+            if type(error) is dict and self._is_us(error.get("data")):  # it refused our initialize: it is us
+                return [self._itself()]
             return [self._fail(outcome.text, outcome.code)]
         assert type(outcome) is dict
         problem = initialize_result_problem(outcome)
         if problem is not None:
             return [self._fail(f"its initialize result is unusable: {problem}")]
-        meta = outcome.get("_meta")
-        if type(meta) is dict and meta.get(INSTANCE_KEY) == self.instance:
-            return [
-                self._fail(
-                    f"it is this aggregator itself ({self.target} leads back"
-                    " to this proxy); a config must not list the aggregator serving it"
-                )
-            ]
+        if self._is_us(outcome.get("_meta")):  # through another proxy that did not know us
+            return [self._itself()]
         self.capabilities = outcome["capabilities"]
         out: list[Outcome] = [Send({"jsonrpc": "2.0", "method": INITIALIZED}), Ready(outcome)]
         if self.per_session:
@@ -251,6 +252,15 @@ class UpstreamLifecycle:
             kinds = [kind for kind in KINDS if CAPABILITY_OF[kind] in self.capabilities]
             out += self._start(_Job(INITIAL, kinds, now + self.init_timeout), now)
         return out
+
+    def _is_us(self, meta: Any) -> bool:
+        return type(meta) is dict and meta.get(INSTANCE_KEY) == self.instance
+
+    def _itself(self) -> Failed:
+        return self._fail(
+            f"it is this aggregator itself ({self.target} leads back"
+            " to this proxy); a config must not list the aggregator serving it"
+        )
 
     def _serve(self, now: float) -> list[Outcome]:
         self.serving = True

@@ -69,3 +69,29 @@ def test_a_client_before_initialize_is_not_told(clock):
         (1, "notifications/tools/list_changed"),
         (2, "notifications/tools/list_changed"),
     ]
+
+
+@pytest.mark.parametrize(
+    ("steps", "expected"),
+    [
+        # changed before it initialized: its initialize answer gave it the lists already
+        (["change", "init"], []),
+        (["init", "change"], [(2, "notifications/tools/list_changed")]),
+        # changed again after it initialized, within the same debounce: that one is news
+        (["change", "init", "change"], [(2, "notifications/tools/list_changed")]),
+    ],
+)
+def test_a_client_is_told_only_of_changes_after_its_initialize_answer(clock, steps, expected):
+    r = make_router(clock, debounce=0.05)
+    clock.now += 1
+    r.expire()  # what the setup's listings queued
+    r.client_connected(2)
+    names = iter(["x", "y"])
+    for step in steps:
+        if step == "init":
+            r.client_message(2, msg(id=0, method="initialize", params={}))
+        else:
+            r.server_items("b", "tools", [{"name": next(names)}])
+        clock.now += 0.01
+    clock.now += 0.05
+    assert notices(r.expire()) == expected

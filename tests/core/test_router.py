@@ -483,3 +483,27 @@ def test_the_initialize_result_names_this_running_proxy():
         ).encode(),
     )
     assert answer.message["result"]["_meta"] == {INSTANCE_KEY: one.instance}
+
+
+@pytest.mark.parametrize(
+    ("meta", "refused"),
+    [("mine", True), ("another-proxy", False), (None, False)],
+)
+def test_an_initialize_from_this_proxy_itself_is_refused_at_once(meta, refused):
+    """Refused before startup completes: startup waits for the very handshake that asks."""
+    from aggregator.core.router import INSTANCE_KEY
+
+    router = new_router(Catalog([], "__", 100), [])
+    router.client_connected(1)
+    params = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}
+    if meta is not None:
+        params["_meta"] = {INSTANCE_KEY: router.instance if meta == "mine" else meta}
+    [out] = router.client_message(
+        1, json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": params}).encode()
+    )
+    if refused:
+        error = out.message["error"]
+        assert out.message["id"] == 1 and "this aggregator itself" in error["message"]
+        assert error["data"] == {INSTANCE_KEY: router.instance}
+    else:
+        assert type(out).__name__ == "WaitForStartup"

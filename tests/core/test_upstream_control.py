@@ -11,7 +11,9 @@ import pytest
 
 from aggregator.config import ServerConfig
 from aggregator.core.catalog import Catalog
+from aggregator.core.commands import RequestEnded
 from aggregator.core.router import DropUpstream, Router, ToClient, ToServer, UpstreamServing
+from aggregator.core.state import cancelled
 from tests.core.helpers import Clock, connect, lifecycle_serves, msg, new_router, own_asks, unpack
 
 CAPS = {"tools": {"listChanged": True}, "resources": {"subscribe": True}, "tasks": {"list": {}}}
@@ -98,10 +100,10 @@ def test_a_relist_after_a_list_change(router, clock):
 
 def test_a_relist_that_times_out_keeps_the_listing_and_the_connection(router, clock, caplog):
     lifecycle_serves(router, "a", CAPS, {"tools": [{"name": "echo"}]})
-    own_asks(router.server_message("a", msg(method="notifications/tools/list_changed")))
+    [ask] = own_asks(router.server_message("a", msg(method="notifications/tools/list_changed")))
     clock.now += 5.0
     with caplog.at_level(logging.WARNING):
-        assert router.expire() == []
+        assert router.expire() == [ToServer("a", cancelled(ask["id"], "timed out"))]  # given up: told so
     assert "re-listing tools failed: no answer within 5.0s" in caplog.text
     assert router.links["a"].ready and [t["name"] for t in router.catalog.items_of("a", "tools")] == ["echo"]
 
@@ -176,8 +178,79 @@ def test_an_own_call_is_answered_to_its_caller(router, clock):
     assert (answer.caller, answer.result, answer.code, answer.message) == (caller, None, -32042, "no")
     [later] = router.own_call("a", "ping", None, caller)
     clock.now += 5.0
-    [late] = router.expire()
+    cancel, late = router.expire()
+    assert cancel == ToServer("a", cancelled(later.message["id"], "timed out"))  # the server is told
     assert (late.caller, late.error) == (caller, "ping: no answer in time")
     router.server_lost("a", "crashed")
     [ended] = router.own_call("a", "ping", None, caller)
     assert ended.error == "ping: the connection ended before an answer"
+
+
+# (how the client stops waiting for its tasks/list gather, the reason told upstream)
+GATHER_ENDS = [
+    pytest.param(lambda r: r.client_disconnected(1), "client disconnected", id="session ended"),
+    pytest.param(
+        lambda r: r.client_message(1, msg(method="notifications/cancelled", params={"requestId": "t"})),
+        "cancelled by the client",
+        id="cancelled",
+    ),
+]
+
+
+@pytest.mark.parametrize(("end", "why"), GATHER_ENDS)
+def test_a_gather_nobody_waits_for_is_cancelled_upstream_at_once(router, clock, end, why):
+    router.startup_completed()
+    lifecycle_serves(router, "a", CAPS)
+    lifecycle_serves(router, "b", CAPS)
+    connect(router, 1)
+    connect(router, 2)
+    by_server = {c.server: c.message for c in router.client_message(1, msg(id="t", method="tasks/list", params={}))}
+    # another session's gather (the same client id): kept
+    other = {c.server: c.message for c in router.client_message(2, msg(id="t", method="tasks/list", params={}))}
+    for asks in (by_server, other):
+        assert router.server_message("b", msg(id=asks["b"]["id"], result={"tasks": []})) == []  # a still owes
+    commands = end(router)
+    out = [c for c in commands if type(c) is ToServer and c.message.get("method") == "notifications/cancelled"]
+    assert out == [ToServer("a", cancelled(by_server["a"]["id"], why))]
+    if why == "cancelled by the client":  # its client still reads: the request's stream ends
+        assert RequestEnded(1, "t") in commands
+    assert len(router.links["a"].own) == 1  # only the other session's is left
+    assert router.server_message("a", msg(id=by_server["a"]["id"], result={"tasks": []})) == []  # late: dropped
+    clock.now += 5.0
+    assert router.expire() == [  # the other session's timed out as before; nothing more of the ended one
+        ToServer("a", cancelled(other["a"]["id"], "timed out")),
+        ToClient(2, {"jsonrpc": "2.0", "id": "t", "result": {"tasks": []}}),
+    ]
+
+
+# an own request the proxy makes: when it times out, the server hears of it
+GIVEN_UP = [
+    pytest.param(lambda r: r.own_call("a", "ping", None, object()), id="own call"),
+    pytest.param(lambda r: r.server_message("a", msg(method="notifications/tools/list_changed")), id="re-list"),
+    pytest.param(lambda r: [*r.client_message(1, msg(id="t", method="tasks/list", params={}))][:1], id="gather"),
+]
+
+
+@pytest.mark.parametrize("make", GIVEN_UP)
+def test_every_own_request_that_times_out_is_cancelled_upstream(router, clock, make):
+    router.startup_completed()
+    lifecycle_serves(router, "a", CAPS, {"tools": [{"name": "echo"}]})
+    connect(router, 1)
+    [ask] = own_asks(make(router))
+    clock.now += 5.0
+    cancels = [c for c in router.expire() if type(c) is ToServer]
+    assert cancels == [ToServer("a", cancelled(ask["id"], "timed out"))]
+
+
+def test_initialize_that_times_out_is_not_cancelled_and_a_hung_listing_is_named(router, clock):
+    init = started(router)
+    clock.now += 10.0
+    assert router.expire() == [DropUpstream("a", "no answer to initialize within 10.0s", None)]
+    init = started(router)
+    [ask] = own_asks(router.server_message("a", msg(id=init["id"], result=INIT)))
+    assert ask["method"] == "tools/list"
+    clock.now += 10.0
+    assert router.expire() == [  # initialize was answered: what hung is the listing
+        ToServer("a", cancelled(ask["id"], "timed out")),
+        DropUpstream("a", "no answer to tools/list within 10.0s", None),
+    ]

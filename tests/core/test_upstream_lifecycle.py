@@ -157,6 +157,22 @@ def test_an_unusable_initialize_result_fails_the_connection(result, problem):
 
 
 @pytest.mark.parametrize(
+    ("data", "loops"),
+    [({INSTANCE_KEY: INSTANCE}, True), ({INSTANCE_KEY: "another-proxy"}, False), (None, False)],
+)
+def test_a_server_that_refuses_our_own_initialize_is_this_proxy_itself(data, loops):
+    life = lifecycle()
+    (sent,) = life.connected(0.0, CAPS)
+    assert sent.message["params"]["_meta"] == {INSTANCE_KEY: INSTANCE}  # what tells it that it is us
+    error = {"code": -32600, "message": "Refused", **({"data": data} if data is not None else {})}
+    [failed] = life.answer({"jsonrpc": "2.0", "id": sent.message["id"], "error": error}, 0.0)
+    if loops:
+        assert failed.reason.startswith("it is this aggregator itself (fake-server --stdio leads back")
+    else:
+        assert failed.reason == "initialize failed: Refused (code -32600)"
+
+
+@pytest.mark.parametrize(
     ("meta", "loops"),
     [
         ({INSTANCE_KEY: INSTANCE}, True),
@@ -211,7 +227,8 @@ def test_the_initial_listing_shares_one_init_timeout():
     assert server.methods()[-1] == "prompts/list" and not life.serving
     assert life.next_deadline() == 14.0  # init_timeout from the end of the handshake, not per kind
     assert kinds_of(outcomes)[-1] == ("Items", "tools", [])
-    assert kinds_of(life.expire(14.0)) == [("Failed", "no answer to initialize within 10.0s", None)]
+    # initialize was answered: what failed is the listing, and its reason says so
+    assert kinds_of(life.expire(14.0)) == [("Failed", "no answer to prompts/list within 10.0s", None)]
 
 
 def test_a_failed_initial_listing_fails_the_connection_with_its_code():

@@ -23,7 +23,8 @@ import trio
 
 from aggregator.core.nesting import CHAIN_VARIABLE, MAX_DEPTH, chain_value
 from aggregator.transports import stdio
-from tests.e2e.conftest import FAKESRV
+from tests.e2e.conftest import FAKESRV, fake, post, write_config
+from tests.loopback import INIT, free_port, wait_listening
 
 pytestmark = pytest.mark.e2e
 MARK = "AGG_LOOP_TEST"
@@ -479,3 +480,34 @@ args = [{json.dumps(str(FAKESRV))}]
     finally:
         process.terminate()
         assert process.wait(timeout=15) == 0
+
+
+def test_a_config_that_lists_its_own_url_is_refused_at_once(tmp_path):
+    """The proxy's own initialize names it (``_meta``); the proxy refuses it at once rather
+    than holding it until its own startup completes, which waits for that very server."""
+    port = free_port()
+    config = write_config(
+        tmp_path,
+        f'[servers.me]\nurl = "http://127.0.0.1:{port}/mcp"\n' + fake("a"),
+        startup_timeout=20.0,
+    )
+    log = tmp_path / "proxy.log"
+    with open(log, "wb") as stderr:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "aggregator", "serve", "--http", f"127.0.0.1:{port}", "--config", str(config)],
+            stdin=subprocess.DEVNULL,
+            stderr=stderr,
+        )
+        try:
+            wait_listening(port, process)
+            start = time.monotonic()
+            status, _, body = post(port, INIT)  # answered once startup completes
+            assert status == 200 and b'"result"' in body, body
+            assert time.monotonic() - start < 5.0, log.read_text()  # not startup_timeout (20 s)
+        finally:
+            process.terminate()
+            code = process.wait(timeout=15)
+    text = log.read_text()
+    assert code == 0, text
+    assert f"server me did not start: it is this aggregator itself (http://127.0.0.1:{port}/mcp leads back" in text
+    assert "Traceback" not in text

@@ -35,6 +35,14 @@ class FakeUpstreams:
         task_status.started(Channel(ours, ours, tagged="streams" in server.modes))
         if "exit_at_start" in server.modes:
             return "the server exited with status 3"
+        try:
+            return await self._serve(server, theirs)
+        finally:
+            if "slow_stop" in server.modes:  # as a child that takes the stop ladder's 2 s to go
+                with trio.CancelScope(shield=True):
+                    await trio.sleep(2)
+
+    async def _serve(self, server: FakeServer, theirs: trio.abc.Stream) -> str:
         splitter = LineSplitter(1 << 24)
         async with trio.open_nursery() as nursery:
             while True:

@@ -238,3 +238,24 @@ async def test_a_flood_from_one_server_does_not_stall_another(autojump_clock):
             assert (await client.response("flood"))["result"]["content"][0]["text"] == "flooded"
             logs = [n for n in client.notifications if n["method"] == "notifications/message"]
             assert len(logs) == 20000 and logs[0]["params"]["logger"] == "noisy/flood"
+
+
+async def test_a_server_that_fails_its_handshake_is_reported_before_it_is_stopped(autojump_clock):
+    """Stopping a child may take seconds (the stop ladder; here 2 s): clients waiting for
+    the server hear of the failure at its init_timeout (2 s), not once it is stopped."""
+    async with running_proxy(
+        {"slow": ["hang_init", "slow_stop"], "ok": []},
+        startup_timeout=10.0,
+        restart_backoff_initial=0.1,
+        restart_backoff_max=0.1,
+    ) as proxy:
+        client = await proxy.connect()
+        with trio.fail_after(30):
+            start = trio.current_time()
+            await client.initialize()
+            assert 1.9 <= trio.current_time() - start <= 2.5  # startup settled at the failure
+            # Held for the next attempt (it starts once the first is stopped, at 4 s) and
+            # answered when that one fails (at 6 s), not when it is stopped (8 s).
+            answer = await client.request("tools/call", {"name": "slow__echo"})
+            assert answer["error"]["data"]["reason"] == "unavailable"
+            assert trio.current_time() - start <= 6.5
