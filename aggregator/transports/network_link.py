@@ -34,17 +34,25 @@ WAITING_POSTS_BYTES = 1024 * 1024
 USER_AGENT = f"mcp-aggregator/{__version__}"
 
 
-def _hide_url_credentials(record: logging.LogRecord) -> bool:
-    """httpx logs each request's URL (at info, shown with --log-level debug): without its
-    password and query values, which may be a server's credentials."""
-    if isinstance(record.args, tuple) and len(record.args) > 1:
-        url = str(record.args[1])
+def _shown_arg(arg: object) -> object:
+    if isinstance(arg, httpx.URL) or (isinstance(arg, str) and (arg[:1] == "/" or "://" in arg)):
+        url = str(arg)
         if "?" in url or "@" in url:
-            record.args = (record.args[0], shown_url(url), *record.args[2:])
+            return shown_url(url)
+    return arg
+
+
+def _hide_url_credentials(record: logging.LogRecord) -> bool:
+    """The HTTP and WebSocket clients log the URL they connect to (httpx each request's URL at
+    info, trio-websocket its ``Connecting to ws://host:port/path?query`` at debug): shown
+    without its password and query values, which may be a server's credentials."""
+    if isinstance(record.args, tuple):
+        record.args = tuple(_shown_arg(arg) for arg in record.args)
     return True
 
 
-logging.getLogger("httpx").addFilter(_hide_url_credentials)
+for _client_logger in ("httpx", "trio-websocket"):
+    logging.getLogger(_client_logger).addFilter(_hide_url_credentials)
 
 
 def _null_id_error_as_answer(raw: bytes, request: dict[str, Any], server: str) -> bytes | None:

@@ -54,8 +54,8 @@ def _log_text(caplog: pytest.LogCaptureFixture) -> str:
 @pytest.mark.parametrize("transport, scheme", [("streamable-http", "http"), ("sse", "http"), ("websocket", "ws")])
 @pytest.mark.parametrize("value", [f"Bearer {SECRET}\n", f"Bearer {SECRET}\r\nX-Api-Key: {ENV_SECRET}"])
 async def test_a_refused_header_value_is_masked_in_the_log_check_and_last_error(caplog, transport, scheme, value):
-    caplog.set_level(logging.DEBUG)
     caplog.set_level(logging.INFO, logger="httpcore")  # as ``aggregator.cli.main`` sets it: no traces
+    caplog.set_level(logging.DEBUG)  # last: it sets the capturing handler's level too
     with trio.fail_after(20):
         async with trio.open_nursery() as nursery:
             listeners = await nursery.start(partial(trio.serve_tcp, _accept_and_close, 0, host="127.0.0.1"))
@@ -98,8 +98,8 @@ URL_PASSWORD = "pw-51b2e8d"
 async def _failed_server(url: str, transport: str, handler, caplog) -> tuple[str, str, str]:
     """Run a hub whose server ``a`` has ``url`` (with {port}) on a real 127.0.0.1 socket served
     by ``handler``; a client calls it. Its lastError, the ``check`` lines and the log."""
-    caplog.set_level(logging.DEBUG)
-    caplog.set_level(logging.INFO, logger="httpcore")
+    caplog.set_level(logging.INFO, logger="httpcore")  # as ``aggregator.cli.main`` sets it: no traces
+    caplog.set_level(logging.DEBUG)  # last: it sets the capturing handler's level too
     with trio.fail_after(20):
         async with trio.open_nursery() as nursery:
             listeners = await nursery.start(partial(trio.serve_tcp, handler, 0, host="127.0.0.1"))
@@ -140,6 +140,9 @@ async def test_the_credentials_of_a_url_are_masked_in_the_log_check_and_last_err
     for text in (last_error, check, logged):
         assert URL_KEY not in text and URL_PASSWORD not in text, text
     assert "403" in last_error, last_error  # the failure is still told
+    # The clients' own lines name the URL too (httpx at info, trio-websocket at debug), masked.
+    client_line = "Connecting to ws://127.0.0.1:" if scheme == "ws" else "HTTP Request: "
+    assert client_line in logged and "=***" in logged.partition(client_line)[2].splitlines()[0], logged
     if transport != "streamable-http":  # (its refusal does not name the URL)
         assert "127.0.0.1" in last_error and "***" in last_error, last_error
 
