@@ -6,20 +6,26 @@ A server's secrets are the values of its ``env`` and ``headers`` (tokens, keys),
 credentials in its ``url`` (the password of its user info and every query value), and every
 value that ``${VAR}`` interpolation put anywhere in its config (``ServerConfig.interpolated``).
 The one rule for all of them: every secret of at least ``MIN_SECRET`` characters becomes
-``***``, as it is and as an exception's text shows it (escaped, percent-encoded, or a line
-of it). A URL shown to humans goes through ``shown_url``, which hides its credentials
-whatever their length.
+``***``, as it is, as an exception's text shows it (escaped, or a line of it), as JSON
+shows it (a value dumped in a message or a log line) and percent-encoded (wholly, or as an
+HTTP client encodes a query). A value the server itself transforms (base64, upper case,
+split across lines) cannot be recognised. A URL shown to humans goes through ``shown_url``,
+which hides its credentials whatever their length.
 """
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterable
 from typing import Any
-from urllib.parse import unquote, urlsplit, urlunsplit
+from urllib.parse import quote, quote_plus, unquote, urlsplit, urlunsplit
 
 MIN_SECRET = 4
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]+")
+# What an HTTP client leaves as it is when it percent-encodes a URL's query (WHATWG, as httpx
+# and browsers do): visible ASCII but ``"#<>``; spaces, controls and non-ASCII are encoded.
+_QUERY_SAFE = "".join(char for char in map(chr, range(0x21, 0x7F)) if char not in '"#<>')
 
 
 def _url_parts(url: str) -> tuple[str | None, list[str]]:
@@ -68,6 +74,10 @@ class SecretMask:
             forms.add(secret)
             forms.add(repr(secret)[1:-1])  # as an exception shows a str ('...\n')
             forms.add(repr(secret.encode("utf-8", "replace"))[2:-1])  # ... or bytes (b'...\n')
+            forms.add(json.dumps(secret)[1:-1])  # in JSON: a message, ``check``, ``tools --json``
+            forms.add(json.dumps(secret, ensure_ascii=False)[1:-1])
+            # Percent-encoded: wholly, as a form field, and as an HTTP client encodes a query.
+            forms.update((quote(secret, safe=""), quote_plus(secret, safe=""), quote(secret, safe=_QUERY_SAFE)))
             # A line of it (a message cut at its first line break, a value with a stray newline).
             forms.update(part for part in _CONTROL.split(secret) if len(part) >= MIN_SECRET)
         # Longest first: a form that holds another is replaced whole.

@@ -62,8 +62,8 @@ async def read_messages(
 
 
 class StderrLog:
-    """An upstream's stderr, logged line by line; its last lines kept in ``tail`` with the
-    server's secrets (the values of its env and headers: tokens, keys) replaced by *** (``mask``)."""
+    """An upstream's stderr, logged line by line and its last lines kept in ``tail``, each line
+    with the server's secrets (the values of its env and headers: tokens, keys) replaced by *** (``mask``)."""
 
     def __init__(self, log: logging.Logger, mask: SecretMask) -> None:
         self.log = log
@@ -83,7 +83,8 @@ class StderrLog:
                 if isinstance(line, OversizedLine):
                     self.log.info("[stderr] <%d bytes>", line.size)
                 else:
-                    text = line.decode("utf-8", "replace").rstrip()
+                    # Masked before it is logged: a server may print its argv or env.
+                    text = self.mask(line.decode("utf-8", "replace").rstrip())
                     self.log.info("[stderr] %s", text)
                     if text.strip():
-                        self.tail.append(self.mask(text[:300]))
+                        self.tail.append(text[:300])

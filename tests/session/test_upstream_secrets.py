@@ -8,17 +8,23 @@ and connect for real to a socket listening on 127.0.0.1.
 
 from __future__ import annotations
 
+import json
 import logging
+import os
+import subprocess
+import sys
 import traceback
 from functools import partial
+from urllib.parse import quote, quote_plus
 
 import attrs
+import httpx
 import pytest
 import trio
 import trio.testing
 
 from aggregator.cli.common import status_lines
-from aggregator.config import structure_config
+from aggregator.config import raw_to_toml, structure_config
 from aggregator.errors import ConfigError
 from aggregator.hub import Hub
 from aggregator.session import serve_stream_session
@@ -181,3 +187,87 @@ def test_every_interpolated_value_of_a_server_is_a_secret():
     # Loading sets it; a config cannot.
     with pytest.raises(ConfigError, match=r"servers\.a\.interpolated: unknown key"):
         structure_config({"servers": {"a": {"command": "srv", "interpolated": []}}}, environ={})
+
+
+# A stdio server that prints its secrets to stderr, spelt as it pleases, and exits.
+LEAKY_CHILD = r"""
+import json, os, sys, urllib.parse
+secret = os.environ["API_KEY"]
+print("plain", secret, file=sys.stderr)
+print("argv", sys.argv[1:], file=sys.stderr)
+print("urlenc", urllib.parse.quote(secret, safe=""), file=sys.stderr)
+print("json-utf8", json.dumps({"k": secret}, ensure_ascii=False), file=sys.stderr)
+print("json", json.dumps({"k": secret, "a": sys.argv[1:]}), file=sys.stderr)
+sys.exit(1)
+"""
+# With what JSON and repr escape (quote, backslash), a space, and non-ASCII; each holds S3CR3T.
+LEAKY_ENV = 'env"S3CR3T\\val%2F/9 é'
+LEAKY_ARG = 'arg"S3CR3T\\x 55'
+
+
+def _leaky_config(startup_timeout: float = 5.0) -> dict:
+    return {
+        "proxy": {"startup_timeout": startup_timeout},
+        "servers": {
+            "l": {"command": sys.executable, "args": ["-c", LEAKY_CHILD, "${ARG}"], "env": {"API_KEY": "${ENV}"}}
+        },
+    }
+
+
+async def test_every_stderr_line_of_a_stdio_server_is_masked_in_the_log_check_and_last_error(caplog):
+    caplog.set_level(logging.INFO)
+    config = structure_config(_leaky_config(), environ={"ARG": LEAKY_ARG, "ENV": LEAKY_ENV})
+    with trio.fail_after(20):
+        async with trio.open_nursery() as nursery:
+            hub = Hub(config)
+            await nursery.start(hub.run)
+            await hub.startup_done.wait()
+            upstream = hub.upstreams["l"]
+            for _ in range(200):  # it exits at once: its first failure is soon told
+                if upstream.last_error and upstream.last_stderr:
+                    break
+                await trio.sleep(0.05)
+            check = "\n".join(status_lines(hub))
+            last_error = upstream.last_error
+            nursery.cancel_scope.cancel()
+    logged = _log_text(caplog)
+    stderr_lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("[stderr] ")]
+    # Every line was logged live, each masked; the kept tail (check) too, the JSON dump included.
+    assert [line.split()[1] for line in stderr_lines[:5]] == ["plain", "argv", "urlenc", "json-utf8", "json"]
+    assert '[stderr] json {"k": "***", "a": ["***"]}' in check, check
+    assert "[stderr] plain ***" in logged and "[stderr] urlenc ***" in logged, logged
+    for text in (logged, check, last_error):
+        assert "S3CR3T" not in text, text
+
+
+def test_a_secret_spelt_in_json_is_masked_in_check_and_tools_json(tmp_path):
+    # The console script as a user runs it: the stderr tail of a server that did not start is
+    # shown by ``check`` and by ``tools --json`` (on its stderr), its JSON dump included.
+    path = tmp_path / "leaky.toml"
+    path.write_text(raw_to_toml(_leaky_config(startup_timeout=2.0)))
+    environ = {**os.environ, "ARG": LEAKY_ARG, "ENV": LEAKY_ENV}
+    for command in (["check"], ["tools", "--json"]):
+        out = subprocess.run(
+            [sys.executable, "-m", "aggregator", *command, "--config", str(path)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env=environ,
+            stdin=subprocess.DEVNULL,
+        )
+        shown = out.stdout + out.stderr
+        assert '[stderr] json {"k": "***", "a": ["***"]}' in shown, shown
+        assert "S3CR3T" not in shown, shown
+
+
+def test_the_mask_covers_a_value_as_json_and_percent_encoding_spell_it():
+    secret = 'p"w\\x é/?% 1'  # "&" would end a query value; the rest an HTTP client encodes or not
+    mask = SecretMask([secret])
+    for spelt in (
+        json.dumps(secret),
+        json.dumps(secret, ensure_ascii=False),
+        quote(secret, safe=""),
+        quote_plus(secret),
+        str(httpx.URL("http://h/x?k=" + secret)).partition("k=")[2],  # its spaces and quotes only
+    ):
+        assert mask(f"<{spelt}>").strip('<>"') == "***", spelt
