@@ -7,6 +7,7 @@ Each check returns its problems as ``key.path: message`` lines; it raises nothin
 from __future__ import annotations
 
 import re
+from urllib.parse import urlsplit
 
 from aggregator.config.model import HttpConfig, ProxyConfig, ServerConfig
 from aggregator.config.ranges import in_range, number_text
@@ -37,6 +38,35 @@ def header_problem(value: str) -> str | None:
     if not value.isascii():
         return "contains a character outside ASCII (HTTP sends header values as ASCII)"
     return "begins or ends with whitespace"
+
+
+def url_problem(url: str, transport: str) -> str | None:
+    """What is wrong with a server's URL (after ``${VAR}`` interpolation), quoting only its
+    scheme (the rest may hold a secret); None if nothing. The HTTP and WebSocket clients
+    refuse whitespace and control characters in a URL only when they connect."""
+    allowed = ("ws", "wss") if transport == "websocket" else ("http", "https")
+    scheme = url.split(":", 1)[0].lower() if ":" in url else ""
+    if scheme not in allowed:
+        shown = f"a {scheme!r} URL" if scheme.isascii() and scheme.isalnum() else "something else"
+        return f"a {transport} server needs an absolute {' or '.join(allowed)} URL, got {shown}"
+    if any(char.isspace() or ord(char) < 32 or ord(char) == 127 for char in url):
+        return (
+            "contains whitespace or a control character (a trailing newline in an environment variable?);"
+            " percent-encode the variable's value (a space is %20); the URL is not shown, as it may hold a secret"
+        )
+    if transport == "websocket" and not url.isascii():
+        return (
+            "contains a character outside ASCII; percent-encode it (the variable's value, if it comes from one);"
+            " the URL is not shown, as it may hold a secret"
+        )
+    try:
+        parts = urlsplit(url)
+        host, _ = parts.hostname, parts.port
+    except ValueError:
+        return "cannot be parsed as a URL (a bad port or [IPv6] address?); it is not shown, as it may hold a secret"
+    if not host:
+        return f"needs a host ({scheme}://host[:port]/path); the URL is not shown, as it may hold a secret"
+    return None
 
 
 def token_problem(token: str) -> str | None:
@@ -164,11 +194,8 @@ def check_server(server: ServerConfig, path: str) -> list[str]:
         problems.append(f"{path}.transport: stdio needs `command`")
     elif transport != "stdio" and server.url is None:
         problems.append(f"{path}.transport: {transport} needs `url`")
-    if server.url is not None:
-        scheme = server.url.split(":", 1)[0].lower()
-        allowed = ("ws", "wss") if transport == "websocket" else ("http", "https")
-        if scheme not in allowed:
-            problems.append(f"{path}.url: a {transport} server needs a {' or '.join(allowed)} URL, got {server.url!r}")
+    if server.url is not None and (problem := url_problem(server.url, transport)) is not None:
+        problems.append(f"{path}.url: {problem}")
     for header, value in server.headers.items():
         if not _HEADER_NAME.fullmatch(header):
             problems.append(f"{path}.headers.{header}: not a valid header name (letters, digits and !#$%&'*+-.^_`|~)")

@@ -432,3 +432,34 @@ def test_values_a_process_or_client_could_not_use_are_refused_at_load(raw, envir
 )
 def test_usable_values_are_accepted(raw):
     structure_config(raw, environ={})
+
+
+URL_SECRET = "url-sekrit-91"
+
+
+@pytest.mark.parametrize(
+    "url, value, expected",
+    [
+        ("ws://127.0.0.1:9/mcp?token=${TOK}", f"a {URL_SECRET}", "contains whitespace or a control character"),
+        ("http://127.0.0.1:9/mcp?token=${TOK}", f"{URL_SECRET}\n", "contains whitespace or a control character"),
+        ("wss://h.example/mcp?token=${TOK}", f"{URL_SECRET}\x7f", "contains whitespace or a control character"),
+        ("wss://h.example/mcp?token=${TOK}", f"{URL_SECRET}é", "contains a character outside ASCII"),
+        ("http://${TOK}/mcp", "", "needs a host"),
+        ("http://127.0.0.1:${TOK}/mcp", URL_SECRET, "cannot be parsed as a URL"),
+        ("${TOK}", f"127.0.0.1/{URL_SECRET}", "a streamable-http server needs an absolute http or https URL"),
+        ("http://127.0.0.1:9/mcp?token=${TOK}", f"{URL_SECRET}%20é", None),  # percent-encoded; httpx encodes é
+        ("ws://user:${TOK}@127.0.0.1:9/mcp", URL_SECRET, None),
+    ],
+)
+def test_a_server_url_is_checked_after_interpolation_without_showing_it(url, value, expected):
+    # An upstream URL the HTTP or WebSocket client would refuse only when it connects (with an
+    # "internal error" and a traceback) is refused at load, by its key path, never quoted.
+    raw = {"servers": {"w": {"url": url}}}
+    if expected is None:
+        assert structure_config(raw, environ={"TOK": value}).servers["w"].url == url.replace("${TOK}", value)
+        return
+    found = problems(raw, {"TOK": value})
+    assert len(found) == 1 and found[0].startswith(f"servers.w.url: {expected}"), found
+    assert URL_SECRET not in found[0]
+    if "whitespace" in expected:
+        assert "percent-encode the variable's value" in found[0]
