@@ -61,15 +61,19 @@ class HandshakeTap(trio.abc.Stream):
     The access check comes before the WebSocket library sees anything (a request that is no
     upgrade would otherwise get its 400 before a foreign Host its 421). The DNS-rebinding
     check needs the handshake's Host, which trio-websocket parses but does not expose (its
-    ``WebSocketRequest.headers`` leave Host out). Once the head is handed on,
-    ``receive_some`` is the stream's own: frames pass through no extra call.
+    ``WebSocketRequest.headers`` leave Host out). Bytes that came after the head (a first
+    frame sent with the handshake) are handed on only once the handshake is accepted
+    (``accepted``): wsproto drops what it holds when it accepts. Then ``receive_some`` is
+    the stream's own: frames pass through no extra call.
     """
 
     def __init__(self, stream: trio.abc.Stream) -> None:
         self.stream = stream
         self.socket = getattr(stream, "socket", None)  # for fd_of
         self.head = bytearray()
-        self.unread = bytearray()  # read by read_head, not yet by trio-websocket
+        self.unread = bytearray()  # read by read_head, not yet by trio-websocket: the head
+        self.after_head = bytearray()  # ... and what followed it, for after the handshake
+        self.accepted = trio.Event()
         self.read = False  # set when trio-websocket has read the whole handshake
         self.scope = trio.CancelScope()  # the library's handling of this connection
         self.send_all = stream.send_all  # type: ignore[method-assign]
@@ -84,10 +88,17 @@ class HandshakeTap(trio.abc.Stream):
             if not data:
                 break
             head += data
-            self.unread += data
+        ends = [i + n for i, n in ((head.find(b"\n\r\n"), 3), (head.find(b"\n\n"), 2)) if i >= 0]
+        end = min(ends, default=len(head))
+        self.unread = head[:end]
+        self.after_head = head[end:]
 
     async def receive_some(self, max_bytes: int | None = None) -> bytes | bytearray:
         unread = self.unread
+        if not unread and self.after_head:
+            await self.accepted.wait()
+            unread, self.after_head = self.after_head, bytearray()
+            self.unread = unread
         if not unread:
             self.receive_some = self.stream.receive_some  # type: ignore[method-assign]
             return await self.stream.receive_some(max_bytes)
@@ -276,6 +287,9 @@ class WebSocketEndpoint:
         """One admitted session, from accepting the handshake to the connection's end."""
         subprotocol = "mcp" if "mcp" in request.proposed_subprotocols else None
         socket = await request.accept(subprotocol=subprotocol)
+        tap = _handshake.get(None)
+        if tap is not None:
+            tap.accepted.set()  # a frame that came with the handshake may be read now
         connection = trio.CancelScope()
         key = 0
 

@@ -119,3 +119,31 @@ async def test_an_obs_fold_in_the_websocket_head_is_refused_with_400():
         )
         status, body, closed = await _status_then_end(port, raw)
         assert status == 400 and b"obs-fold" in body and closed
+
+
+async def test_a_first_frame_sent_with_the_handshake_is_read_after_it():
+    payload = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "ping"}).encode()
+    mask = b"\x01\x02\x03\x04"
+    frame = bytes([0x81, 0x80 | len(payload)]) + mask + bytes(b ^ mask[i % 4] for i, b in enumerate(payload))
+    async with running_fronts() as fronts:
+        port = fronts.ws_port
+        stream = await trio.open_tcp_stream("127.0.0.1", port)
+        try:
+            await stream.send_all(request_bytes("GET", "/mcp", {"host": f"127.0.0.1:{port}", **UPGRADE}) + frame)
+            received = b""
+            with trio.fail_after(5):
+                while True:
+                    data = await stream.receive_some(65536)
+                    assert data, received
+                    received += data
+                    head, _, frames = received.partition(b"\r\n\r\n")
+                    if len(frames) >= 2 and len(frames) >= 2 + frames[1]:
+                        break
+            assert head.startswith(b"HTTP/1.1 101 ")
+            assert frames[0] == 0x81 and json.loads(frames[2 : 2 + frames[1]]) == {
+                "jsonrpc": "2.0",
+                "id": 1,
+                "result": {},
+            }
+        finally:
+            await stream.aclose()
