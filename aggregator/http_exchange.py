@@ -169,9 +169,10 @@ class PostExchange(EventStreams):
             return False
         if answered or queue.final and not queue.waiting:
             session.streams.pop(queue.stream_id, None)
-        elif session.requests.get(id) is queue or queue.waiting:
+        elif session.requests.get(id) is queue or queue.waiting or queue.cancelled:
             # The client went away before its answer. It may resume the stream (GET with
-            # Last-Event-ID); if it does not within the grace period, cancel the request.
+            # Last-Event-ID); if it does not within the grace period, cancel the request
+            # (one its client cancelled is only forgotten).
             connection.closed = True
             self._start_grace(session, id, queue)
         return answered and self.hub.router.session_info(session.key) is not None

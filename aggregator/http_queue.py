@@ -61,6 +61,7 @@ class MessageQueue:
         self.resumed = False
         self.request_id: Any = None
         self.unanswered = False  # the client cancelled the request: the stream ends with no answer
+        self.cancelled = False  # ... after events: the stream stays open, idle, with no answer
         # The handler writing this stream, and set when it is done: a resumption takes the
         # stream over from it (one writer per queue). ``resumes`` counts takeovers.
         self.writer: trio.CancelScope | None = None

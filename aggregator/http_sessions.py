@@ -99,11 +99,17 @@ class HttpSession:
                 backlog.drop_oldest(BACKLOG_BYTES)
 
     def request_ended(self, id: Any) -> None:
-        """The client cancelled request ``id``: it gets no answer, its stream ends and the id
-        is free again."""
+        """The client cancelled request ``id``: it gets no answer and the id is free again.
+        A stream that carried nothing yet ends (an event stream with no event id). One that
+        did (its client holds a Last-Event-ID and would resume an ended one) stays open and
+        idle, resumable as any request's stream, until its client closes it (then the
+        grace period forgets it) or the session ends."""
         queue = self.requests.pop(id, None)
         if queue is not None:
-            queue.end_unanswered()
+            if queue.stream_id or queue.log.last:
+                queue.cancelled = True
+            else:
+                queue.end_unanswered()
 
     def open_stream(self, queue: MessageQueue) -> None:
         queue.stream_id = next(self._stream_ids)

@@ -116,15 +116,17 @@ async def _finish_in_flight(hub: Hub, key: int, seconds: float, label: str) -> N
 async def _read_client(
     hub: Hub, key: int, receive: trio.abc.ReceiveStream, outbox: Outbox, limit: int, label: str
 ) -> bool:
-    """Read and route the client's lines; True at its EOF, False after a failure handling one."""
+    """Read and route the client's lines; True at its EOF, False after a failure handling one.
+    At EOF a last line without its newline is still a message."""
     splitter = LineSplitter(limit)
-    while True:
+    at_eof = False
+    while not at_eof:
         try:
             data = await receive.receive_some(READ_SIZE)
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             return True
         if not data:
-            return True
+            data, at_eof = b"\n", True  # ends an unterminated last line, if any
         for line in splitter.feed(data):
             if isinstance(line, OversizedLine):
                 log.warning("client %d: refused a %d-byte message (limit %d)", key, line.size, limit)
@@ -143,3 +145,4 @@ async def _read_client(
                 outbox.flush()
                 return False
         await hub.flush(outbox)
+    return True

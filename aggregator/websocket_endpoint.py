@@ -12,7 +12,10 @@ Admission is shared with the HTTP endpoint (``hub.admission``): a connection ove
 handshake must arrive within ``http.header_timeout``.
 
 Containment: every connection runs inside a boundary. A handshake the WebSocket library
-cannot parse (bytes no header may hold) is a client's mistake: 400, one warning line. An
+cannot parse (bytes no header may hold) is a client's mistake: 400, one warning line. A
+head over ``http.max_header_bytes`` gets 431 and one with an obs-fold (a line continuing the
+previous header) 400 before the library reads it. A handshake refused at the library stage
+(wrong path, admission) is answered and its connection closed at once. An
 exception while the session runs is ours: logged with its traceback, the message being
 handled is answered with a JSON-RPC internal error, and the connection closes with 1011;
 other connections and the process go on.
@@ -46,8 +49,6 @@ BAD_HANDSHAKE = (
 )
 # Set by a connection's task, read by the handler it calls: the connection's HandshakeTap.
 _handshake: contextvars.ContextVar[HandshakeTap] = contextvars.ContextVar("handshake")
-# More than any head the WebSocket library accepts (its h11 stops at 16 KiB).
-HEAD_LIMIT = 64 * 1024
 _LINE_END = re.compile(rb"\r?\n")
 READ_SIZE = 65536
 
@@ -60,32 +61,44 @@ class HandshakeTap(trio.abc.Stream):
     The access check comes before the WebSocket library sees anything (a request that is no
     upgrade would otherwise get its 400 before a foreign Host its 421). The DNS-rebinding
     check needs the handshake's Host, which trio-websocket parses but does not expose (its
-    ``WebSocketRequest.headers`` leave Host out). Once the head is handed on,
-    ``receive_some`` is the stream's own: frames pass through no extra call.
+    ``WebSocketRequest.headers`` leave Host out). Bytes that came after the head (a first
+    frame sent with the handshake) are handed on only once the handshake is accepted
+    (``accepted``): wsproto drops what it holds when it accepts. Then ``receive_some`` is
+    the stream's own: frames pass through no extra call.
     """
 
     def __init__(self, stream: trio.abc.Stream) -> None:
         self.stream = stream
         self.socket = getattr(stream, "socket", None)  # for fd_of
         self.head = bytearray()
-        self.unread = bytearray()  # read by read_head, not yet by trio-websocket
+        self.unread = bytearray()  # read by read_head, not yet by trio-websocket: the head
+        self.after_head = bytearray()  # ... and what followed it, for after the handshake
+        self.accepted = trio.Event()
         self.read = False  # set when trio-websocket has read the whole handshake
+        self.scope = trio.CancelScope()  # the library's handling of this connection
         self.send_all = stream.send_all  # type: ignore[method-assign]
         self.wait_send_all_might_not_block = stream.wait_send_all_might_not_block  # type: ignore[method-assign]
         self.aclose = stream.aclose  # type: ignore[method-assign]
 
-    async def read_head(self) -> None:
-        """Read until the head is complete, the client stops sending, or HEAD_LIMIT."""
+    async def read_head(self, limit: int) -> None:
+        """Read until the head is complete, the client stops sending, or it holds over ``limit`` bytes."""
         head = self.head
-        while not (b"\n\r\n" in head or b"\n\n" in head or len(head) > HEAD_LIMIT):
+        while not (b"\n\r\n" in head or b"\n\n" in head or len(head) > limit):
             data = await self.stream.receive_some(READ_SIZE)
             if not data:
                 break
             head += data
-            self.unread += data
+        ends = [i + n for i, n in ((head.find(b"\n\r\n"), 3), (head.find(b"\n\n"), 2)) if i >= 0]
+        end = min(ends, default=len(head))
+        self.unread = head[:end]
+        self.after_head = head[end:]
 
     async def receive_some(self, max_bytes: int | None = None) -> bytes | bytearray:
         unread = self.unread
+        if not unread and self.after_head:
+            await self.accepted.wait()
+            unread, self.after_head = self.after_head, bytearray()
+            self.unread = unread
         if not unread:
             self.receive_some = self.stream.receive_some  # type: ignore[method-assign]
             return await self.stream.receive_some(max_bytes)
@@ -93,6 +106,18 @@ class HandshakeTap(trio.abc.Stream):
         data = bytes(unread[:size])
         del unread[:size]
         return data
+
+    def bad_head(self, limit: int) -> tuple[int, str] | None:
+        """The (status, reason) to refuse the head with before the WebSocket library reads
+        it: 431 over ``limit`` bytes, 400 for an obs-fold (which h11 and ``headers`` would
+        read differently)."""
+        head = bytes(self.head)
+        end = min((i for i in (head.find(b"\n\r\n"), head.find(b"\n\n")) if i >= 0), default=len(head))
+        if end > limit:
+            return 431, "request headers too large"
+        if b"\n " in head[:end] or b"\n\t" in head[:end]:
+            return 400, "a header line continues the previous one (obs-fold), which is not accepted"
+        return None
 
     def headers(self) -> tuple[str, dict[str, str]] | None:
         """The head's target and headers by lower-case name (repeated ones joined; Host
@@ -180,7 +205,8 @@ class WebSocketEndpoint:
         try:
             if not await self._access_checked(tap):
                 return
-            await serve(tap)
+            with tap.scope:
+                await serve(tap)
         except Exception as exc:
             leaves = _leaves(exc)
             what = "; ".join(f"{type(leaf).__name__}: {str(leaf)[:200]}" for leaf in leaves[:3])
@@ -210,19 +236,26 @@ class WebSocketEndpoint:
         library reads it (which answers 400 to a request that is no upgrade): False after
         refusing it, or when the head did not come within ``http.header_timeout``."""
         with trio.move_on_after(self.config.header_timeout):
-            await tap.read_head()
-            head = tap.headers()
-            if head is None:
-                return True
-            target, headers = head
-            denial = check_access(self.access, headers)
-            if denial is None:
-                return True
-            log.log(denial.level, "websocket: refused a request for %s: %s", target[:100], denial.reason)
-            body = denial.reason.encode()
-            lines = [f"HTTP/1.1 {denial.status} {HTTPStatus(denial.status).phrase}"]
+            await tap.read_head(self.config.max_header_bytes)
+            refusal = tap.bad_head(self.config.max_header_bytes)
+            if refusal is not None:
+                status, reason = refusal
+                log.warning("websocket: refused a handshake: %s", reason)
+                extra: list[tuple[str, str]] = []
+            else:
+                head = tap.headers()
+                if head is None:
+                    return True
+                target, headers = head
+                denial = check_access(self.access, headers)
+                if denial is None:
+                    return True
+                log.log(denial.level, "websocket: refused a request for %s: %s", target[:100], denial.reason)
+                status, reason, extra = denial.status, denial.reason, list(denial.headers)
+            body = reason.encode()
+            lines = [f"HTTP/1.1 {status} {HTTPStatus(status).phrase}"]
             lines += ["content-type: text/plain; charset=utf-8", "connection: close", f"content-length: {len(body)}"]
-            lines += [f"{name}: {value}" for name, value in denial.headers]
+            lines += [f"{name}: {value}" for name, value in extra]
             try:
                 await tap.stream.send_all("\r\n".join(lines).encode() + b"\r\n\r\n" + body)
             except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
@@ -234,7 +267,7 @@ class WebSocketEndpoint:
         if isinstance(admitted, Denial):
             log.log(admitted.level, "websocket: refused a handshake for %s: %s", request.path[:100], admitted.reason)
             extra = [(name.encode(), value.encode()) for name, value in admitted.headers]
-            await request.reject(admitted.status, extra_headers=extra, body=admitted.reason.encode())
+            await _reject(request, admitted.status, extra, admitted.reason)
             return
         session_refusal = self.admission.admit_session()
         if session_refusal is not None:
@@ -243,7 +276,7 @@ class WebSocketEndpoint:
                 if session_refusal.retry_after is None
                 else [(b"retry-after", str(session_refusal.retry_after).encode())]
             )
-            await request.reject(503, extra_headers=extra_headers, body=session_refusal.message.encode())
+            await _reject(request, 503, extra_headers, session_refusal.message)
             return
         try:
             await self._session(request, admitted.profile)
@@ -254,6 +287,9 @@ class WebSocketEndpoint:
         """One admitted session, from accepting the handshake to the connection's end."""
         subprotocol = "mcp" if "mcp" in request.proposed_subprotocols else None
         socket = await request.accept(subprotocol=subprotocol)
+        tap = _handshake.get(None)
+        if tap is not None:
+            tap.accepted.set()  # a frame that came with the handshake may be read now
         connection = trio.CancelScope()
         key = 0
 
@@ -299,6 +335,20 @@ class WebSocketEndpoint:
             sink.close()
             self.hub.remove_client(key)
             log.info("websocket session %d: closed", key)
+
+
+async def _reject(
+    request: trio_websocket.WebSocketRequest, status: int, headers: list[tuple[bytes, bytes]], reason: str
+) -> None:
+    """Answer a handshake with ``status`` and end its connection at once: trio-websocket
+    would otherwise keep it open (and its slot under ``http.max_connections`` taken) until
+    the client closes it."""
+    try:
+        await request.reject(status, extra_headers=headers, body=reason.encode())
+    finally:
+        tap = _handshake.get(None)
+        if tap is not None:
+            tap.scope.cancel()
 
 
 def _handshake_headers(request: trio_websocket.WebSocketRequest) -> dict[str, str]:

@@ -376,3 +376,35 @@ def test_end_of_input_answers_what_the_drain_did_not_finish(tmp_path):
     )
     assert "cancelling them" in done.stderr.decode()
     assert time.monotonic() - started < 30
+
+
+def test_a_last_line_without_its_newline_is_still_answered(tmp_path):
+    """`printf '<initialize>\\n<ping>' | aggregator serve --stdio`: the unterminated last line
+    is a message at end of input, answered before the proxy exits."""
+    config = write_config(tmp_path, fake("slow"), startup_timeout=20.0)
+    initialize = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "initialize",
+        "params": {
+            "protocolVersion": "2025-11-25",
+            "capabilities": {},
+            "clientInfo": {"name": "printf", "version": "0"},
+        },
+    }
+    tail = {
+        "jsonrpc": "2.0",
+        "id": 2,
+        "method": "tools/call",
+        "params": {"name": "slow__slow", "arguments": {"seconds": 0.2}},
+    }
+    done = subprocess.run(
+        proxy_argv(config),
+        input=(json.dumps(initialize) + "\n" + json.dumps(tail)).encode(),
+        capture_output=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr.decode()[-2000:]
+    answers = {message["id"]: message for message in map(json.loads, done.stdout.splitlines()) if "id" in message}
+    assert sorted(answers) == [1, 2], done.stdout.decode()[-2000:]
+    assert "result" in answers[2], answers[2]

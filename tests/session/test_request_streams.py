@@ -1,5 +1,6 @@
-"""A request's response stream on the Streamable HTTP front: it ends when its client cancels
-the request (no answer, the id free at once), and a resumption (GET with Last-Event-ID)
+"""A request's response stream on the Streamable HTTP front: when its client cancels the
+request it gets no answer and the id is free at once (the stream ends if it carried nothing
+yet, else stays open and idle), and a resumption (GET with Last-Event-ID)
 takes it over from a connection still writing it (one writer; every later event once).
 
 Real sockets on 127.0.0.1, the in-memory fake server ``a`` behind the hub. Every wait is
@@ -90,27 +91,57 @@ async def test_a_call_its_client_cancels_before_any_answer_ends_its_post_and_fre
         await hang.aclose()
 
 
-async def test_a_streaming_call_its_client_cancels_ends_its_event_stream():
-    async with running_fronts() as fronts:
+async def test_a_streaming_call_its_client_cancels_keeps_its_stream_open_and_idle():
+    """Its client holds a Last-Event-ID: an ended stream would make it resume (and fail), so
+    the stream stays open with no answer; the id is free at once; a GET with that
+    Last-Event-ID takes the stream over and stays idle; a closed one is forgotten."""
+    async with running_fronts(stream_drop_grace=0.3) as fronts:
         session_id = await fronts.initialize()
         with_session = fronts.headers(mcp_session_id=session_id)
         session = fronts.http.sessions[session_id]
+        get = await fronts.connect()
+        sse = fronts.headers(mcp_session_id=session_id, accept="text/event-stream")
+        assert (await fronts.send(get, "GET", headers=sse)).status == 200  # the session's GET stream
         progress = await fronts.connect()
         response = await fronts.send(
             progress, "POST", headers=with_session, body=call(12, "a__progress_forever", meta={"progressToken": "t"})
         )
         events = EventStream(progress, response)
-        with trio.fail_after(5):
-            [(_, message)] = await next_events(events, 1)
+        with trio.fail_after(10):
+            [(last, message)] = await next_events(events, 1)
             assert message["method"] == "notifications/progress"
+            stream_id = int(last.split("-")[0])
             response = await fronts.request("POST", headers=with_session, body=cancel(12))
             assert response.status == 202
-            await events.wait_closed()
-        assert events.ended  # the stream ended cleanly (last chunk), not by a dropped connection
-        assert all(b'"id":12' not in block for block in bytes(events.text).split(b"\n\n"))
-        assert 12 not in session.requests
-        await wait_until(lambda: not session.streams)  # nothing left to resume
+            await wait_until(lambda: len(cancels_seen(fronts)) == 1)
+            assert 12 not in session.requests
+            with trio.move_on_after(0.5):  # what was on its way may come; then nothing, and no end
+                while True:
+                    data = await progress.receive_some(65536)
+                    assert data, "the stream of a cancelled request closed"
+                    events.raw += data
+                    events._dechunk()
+            assert not events.ended and b'"id":12' not in bytes(events.text)
+            # The id is free again.
+            response = await fronts.request("POST", headers=with_session, body=call(12, "a__echo", {"again": 1}))
+            assert response.status == 200 and "result" in json.loads(response.body), response
+            # A resumption takes the stream over (no 409) and stays idle; the POST's connection ends.
+            resume = await fronts.connect()
+            headers = fronts.headers(mcp_session_id=session_id, accept="text/event-stream", last_event_id=last)
+            response = await fronts.send(resume, "GET", headers=headers)
+            assert response.status == 200, response
+            while await progress.receive_some(65536):
+                pass
+            resumed = EventStream(resume, response)
+            with trio.move_on_after(0.5):
+                assert await resume.receive_some(65536), "the resumed stream closed"
+            assert not resumed.ended and stream_id in session.streams
+            # Its client closes it: after the grace period it is forgotten.
+            await resume.aclose()
+            await wait_until(lambda: stream_id not in session.streams)
+        assert await fronts.ping(session_id) == {"jsonrpc": "2.0", "id": 2, "result": {}}
         await progress.aclose()
+        await get.aclose()
 
 
 async def test_the_newest_resumption_of_a_request_stream_takes_it_over():

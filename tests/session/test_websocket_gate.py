@@ -66,3 +66,84 @@ async def test_a_handshake_that_passes_the_check_still_opens_a_session():
                 fronts.ws_port, "GET", "/nope", {"host": "127.0.0.1", "authorization": f"Bearer {TOKEN}", **UPGRADE}
             )
             assert status == 404  # the path is checked after the access check, as before
+
+
+async def _status_then_end(port: int, raw: bytes) -> tuple[int, bytes, bool]:
+    """Send ``raw``; the answer's status and body, and whether the server closed the connection within 3 s."""
+    stream = await trio.open_tcp_stream("127.0.0.1", port)
+    try:
+        await stream.send_all(raw)
+        with trio.fail_after(5):
+            response = await read_response_async(stream)
+        closed = False
+        with trio.move_on_after(3):
+            while await stream.receive_some(65536):
+                pass
+            closed = True
+        return response.status, response.body, closed
+    finally:
+        await stream.aclose()
+
+
+async def test_a_handshake_refused_by_path_or_admission_is_closed_at_once():
+    async with running_fronts(max_connections=3, max_sessions=1, header_timeout=10.0) as fronts:
+        port = fronts.ws_port
+        upgrade = {"host": f"127.0.0.1:{port}", **UPGRADE}
+        for _ in range(4):  # more than max_connections: each slot is given back
+            status, _, closed = await _status_then_end(port, request_bytes("GET", "/nope", upgrade))
+            assert status == 404 and closed
+        with trio.fail_after(10):
+            async with fronts.websocket():  # the one session max_sessions allows
+                status, body, closed = await _status_then_end(port, request_bytes("GET", "/mcp", upgrade))
+                assert status == 503 and closed, body
+
+
+async def test_the_websocket_head_limit_is_max_header_bytes_with_431():
+    async with running_fronts(max_header_bytes=4096) as fronts:
+        port = fronts.ws_port
+        base = {"host": f"127.0.0.1:{port}", **UPGRADE}
+        status, body, closed = await _status_then_end(port, request_bytes("GET", "/mcp", {**base, "x-pad": "a" * 4200}))
+        assert status == 431 and b"too large" in body and closed
+        with trio.fail_after(10):  # a head just under the limit still gets its upgrade
+            stream = await trio.open_tcp_stream("127.0.0.1", port)
+            await stream.send_all(request_bytes("GET", "/mcp", {**base, "x-pad": "a" * 3800}))
+            assert (await stream.receive_some(100)).startswith(b"HTTP/1.1 101 ")
+            await stream.aclose()
+
+
+async def test_an_obs_fold_in_the_websocket_head_is_refused_with_400():
+    async with running_fronts() as fronts:
+        port = fronts.ws_port
+        raw = request_bytes("GET", "/mcp", {"host": f"127.0.0.1:{port}", **UPGRADE}).replace(
+            b"\r\nupgrade:", b"\r\n x-folded\r\nupgrade:", 1
+        )
+        status, body, closed = await _status_then_end(port, raw)
+        assert status == 400 and b"obs-fold" in body and closed
+
+
+async def test_a_first_frame_sent_with_the_handshake_is_read_after_it():
+    payload = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "ping"}).encode()
+    mask = b"\x01\x02\x03\x04"
+    frame = bytes([0x81, 0x80 | len(payload)]) + mask + bytes(b ^ mask[i % 4] for i, b in enumerate(payload))
+    async with running_fronts() as fronts:
+        port = fronts.ws_port
+        stream = await trio.open_tcp_stream("127.0.0.1", port)
+        try:
+            await stream.send_all(request_bytes("GET", "/mcp", {"host": f"127.0.0.1:{port}", **UPGRADE}) + frame)
+            received = b""
+            with trio.fail_after(5):
+                while True:
+                    data = await stream.receive_some(65536)
+                    assert data, received
+                    received += data
+                    head, _, frames = received.partition(b"\r\n\r\n")
+                    if len(frames) >= 2 and len(frames) >= 2 + frames[1]:
+                        break
+            assert head.startswith(b"HTTP/1.1 101 ")
+            assert frames[0] == 0x81 and json.loads(frames[2 : 2 + frames[1]]) == {
+                "jsonrpc": "2.0",
+                "id": 1,
+                "result": {},
+            }
+        finally:
+            await stream.aclose()
