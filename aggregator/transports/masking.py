@@ -7,9 +7,10 @@ credentials in its ``url`` (the password of its user info and every query value)
 value that ``${VAR}`` interpolation put anywhere in its config (``ServerConfig.interpolated``).
 The one rule for all of them: every secret of at least ``MIN_SECRET`` characters becomes
 ``***``, as it is, as an exception's text shows it (escaped, or a line of it), as JSON
-shows it (a value dumped in a message or a log line) and percent-encoded (wholly, or as an
-HTTP client encodes a query). A value the server itself transforms (base64, upper case,
-split across lines) cannot be recognised. A URL shown to humans goes through ``shown_url``,
+shows it (a value dumped in a message or a log line, or JSON dumped in that) and
+percent-encoded (wholly, with ``/`` kept as ``quote`` keeps it, or as an HTTP client encodes
+a query; with upper or lowercase hex digits). A value the server itself transforms (base64,
+upper case, split across lines) cannot be recognised. A URL shown to humans goes through ``shown_url``,
 which hides its credentials whatever their length.
 """
 
@@ -23,9 +24,14 @@ from urllib.parse import quote, quote_plus, unquote, urlsplit, urlunsplit
 
 MIN_SECRET = 4
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]+")
+_HEX_ESCAPE = re.compile(r"%[0-9A-F]{2}")
 # What an HTTP client leaves as it is when it percent-encodes a URL's query (WHATWG, as httpx
 # and browsers do): visible ASCII but ``"#<>``; spaces, controls and non-ASCII are encoded.
 _QUERY_SAFE = "".join(char for char in map(chr, range(0x21, 0x7F)) if char not in '"#<>')
+
+
+def _lower(match: re.Match[str]) -> str:
+    return match.group().lower()
 
 
 def _url_parts(url: str) -> tuple[str | None, list[str]]:
@@ -74,10 +80,15 @@ class SecretMask:
             forms.add(secret)
             forms.add(repr(secret)[1:-1])  # as an exception shows a str ('...\n')
             forms.add(repr(secret.encode("utf-8", "replace"))[2:-1])  # ... or bytes (b'...\n')
-            forms.add(json.dumps(secret)[1:-1])  # in JSON: a message, ``check``, ``tools --json``
-            forms.add(json.dumps(secret, ensure_ascii=False)[1:-1])
-            # Percent-encoded: wholly, as a form field, and as an HTTP client encodes a query.
-            forms.update((quote(secret, safe=""), quote_plus(secret, safe=""), quote(secret, safe=_QUERY_SAFE)))
+            for ascii_only in (True, False):
+                # In JSON: a message, ``check``, ``tools --json``; and JSON in a JSON string.
+                once = json.dumps(secret, ensure_ascii=ascii_only)[1:-1]
+                forms.update((once, json.dumps(once, ensure_ascii=ascii_only)[1:-1]))
+            # Percent-encoded: wholly, as ``quote`` does by default (``/`` kept), as a form field,
+            # and as an HTTP client encodes a query; each also with lowercase hex digits (%2f).
+            encoded = (quote(secret, safe=""), quote(secret), quote_plus(secret), quote(secret, safe=_QUERY_SAFE))
+            forms.update(encoded)
+            forms.update(_HEX_ESCAPE.sub(_lower, form) for form in encoded)
             # A line of it (a message cut at its first line break, a value with a stray newline).
             forms.update(part for part in _CONTROL.split(secret) if len(part) >= MIN_SECRET)
         # Longest first: a form that holds another is replaced whole.
@@ -92,6 +103,13 @@ class SecretMask:
         urls = [url] if url else []
         urls += [value for value in values if "://" in value]  # DATABASE_URL = "postgres://u:pw@..."
         return cls((*values, *(secret for each in urls for secret in url_secrets(each))))
+
+    @classmethod
+    def joined(cls, masks: Iterable[SecretMask]) -> SecretMask:
+        """One mask for the secrets of all of ``masks``."""
+        joined = cls(())
+        joined.forms = tuple(sorted({form for mask in masks for form in mask.forms}, key=len, reverse=True))
+        return joined
 
     def __call__(self, text: str) -> str:
         for form in self.forms:

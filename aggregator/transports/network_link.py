@@ -12,7 +12,8 @@ another host).
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import httpx
@@ -34,20 +35,49 @@ WAITING_POSTS_BYTES = 1024 * 1024
 USER_AGENT = f"mcp-aggregator/{__version__}"
 
 
-def _shown_arg(arg: object) -> object:
-    if isinstance(arg, httpx.URL) or (isinstance(arg, str) and (arg[:1] == "/" or "://" in arg)):
-        url = str(arg)
-        if "?" in url or "@" in url:
-            return shown_url(url)
+# The masks of the servers connected now (one per connection, while it runs), joined into the
+# one the clients' log lines go through (None: no secrets); rebuilt when one starts or ends.
+_client_masks: dict[int, SecretMask] = {}
+_client_mask: SecretMask | None = None
+
+
+def _join_client_masks() -> None:
+    global _client_mask
+    joined = SecretMask.joined(_client_masks.values())
+    _client_mask = joined if joined.forms else None
+
+
+@contextmanager
+def client_logs_masked(mask: SecretMask) -> Iterator[None]:
+    """While inside, the HTTP and WebSocket clients' log lines are masked with ``mask`` too."""
+    _client_masks[id(mask)] = mask
+    _join_client_masks()
+    try:
+        yield
+    finally:
+        del _client_masks[id(mask)]
+        _join_client_masks()
+
+
+def _shown_arg(arg: object, mask: SecretMask | None) -> object:
+    if isinstance(arg, httpx.URL):
+        arg = str(arg)
+    if isinstance(arg, str):
+        if (arg[:1] == "/" or "://" in arg) and ("?" in arg or "@" in arg):
+            arg = shown_url(arg)
+        if mask is not None:
+            arg = mask(arg)
     return arg
 
 
 def _hide_url_credentials(record: logging.LogRecord) -> bool:
     """The HTTP and WebSocket clients log the URL they connect to (httpx each request's URL at
     info, trio-websocket its ``Connecting to ws://host:port/path?query`` at debug): shown
-    without its password and query values, which may be a server's credentials."""
+    without its password and query values, which may be a server's credentials, and with
+    the secrets of the servers connected now masked (a ``${VAR}`` in its path, user name or
+    fragment)."""
     if isinstance(record.args, tuple):
-        record.args = tuple(_shown_arg(arg) for arg in record.args)
+        record.args = tuple(_shown_arg(arg, _client_mask) for arg in record.args)
     return True
 
 

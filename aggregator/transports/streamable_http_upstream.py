@@ -20,7 +20,7 @@ from aggregator.core.router import proxy_error
 from aggregator.jsonrpc.codec import dumps, loads
 from aggregator.mcp.constants import CANCELLED, INITIALIZE
 from aggregator.transports.masking import shown_url
-from aggregator.transports.network_link import MAX_CONCURRENT_POSTS, NetworkLink, http_client
+from aggregator.transports.network_link import MAX_CONCURRENT_POSTS, NetworkLink, client_logs_masked, http_client
 from aggregator.transports.pipe import PipeEnd, byte_pipe
 from aggregator.transports.resumption import MAX_EMPTY_RESUMES, UNRESUMABLE, is_answer, retry_delay
 from aggregator.transports.sse import SseParser
@@ -50,7 +50,8 @@ async def run_streamable_http_server(
     ours, theirs = byte_pipe()
     async with http_client(config) as client:
         connection = _StreamableHttp(config, limit, theirs, client)
-        await connection.run(ours, task_status)
+        with client_logs_masked(connection.link.mask):
+            await connection.run(ours, task_status)
     return connection.link.reason
 
 

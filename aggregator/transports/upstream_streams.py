@@ -71,20 +71,26 @@ class StderrLog:
         self.tail: collections.deque[str] = collections.deque(maxlen=STDERR_TAIL_LINES)
 
     async def read(self, stream: trio.abc.ReceiveStream) -> None:
+        """Log and keep each line until the stream ends, the last one also without its newline
+        (``printf 'fatal: why' >&2; exit 1`` says why a server did not start)."""
         splitter = LineSplitter(64 * 1024)
         while True:
             try:
                 chunk = await stream.receive_some(READ_SIZE)
             except (trio.BrokenResourceError, trio.ClosedResourceError):
-                return
+                chunk = b""
             if not chunk:
+                self._lines(splitter.feed(b"\n"))  # a newline ends the unfinished line, if any
                 return
-            for line in splitter.feed(chunk if type(chunk) is bytes else bytes(chunk)):
-                if isinstance(line, OversizedLine):
-                    self.log.info("[stderr] <%d bytes>", line.size)
-                else:
-                    # Masked before it is logged: a server may print its argv or env.
-                    text = self.mask(line.decode("utf-8", "replace").rstrip())
-                    self.log.info("[stderr] %s", text)
-                    if text.strip():
-                        self.tail.append(text[:300])
+            self._lines(splitter.feed(chunk if type(chunk) is bytes else bytes(chunk)))
+
+    def _lines(self, lines: list[bytes | OversizedLine]) -> None:
+        for line in lines:
+            if isinstance(line, OversizedLine):
+                self.log.info("[stderr] <%d bytes>", line.size)
+            else:
+                # Masked before it is logged: a server may print its argv or env.
+                text = self.mask(line.decode("utf-8", "replace").rstrip())
+                self.log.info("[stderr] %s", text)
+                if text.strip():
+                    self.tail.append(text[:300])

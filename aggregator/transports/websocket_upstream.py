@@ -9,7 +9,7 @@ import trio
 import trio_websocket
 
 from aggregator.transports.masking import shown_url
-from aggregator.transports.network_link import USER_AGENT, NetworkLink
+from aggregator.transports.network_link import USER_AGENT, NetworkLink, client_logs_masked
 from aggregator.transports.pipe import byte_pipe
 from aggregator.transports.stdio import Channel
 
@@ -20,38 +20,39 @@ async def run_websocket_server(
     """Talk to a server over WebSocket (subprotocol ``mcp``), one message per frame."""
     ours, theirs = byte_pipe()
     link = NetworkLink(theirs, limit, config)
-    headers = [("user-agent", USER_AGENT), *((k, v) for k, v in config.headers.items())]
-    try:
-        async with trio_websocket.open_websocket_url(
-            config.url,
-            subprotocols=["mcp"],
-            extra_headers=headers,
-            message_queue_size=64,
-            max_message_size=limit,
-            connect_timeout=30,
-        ) as socket:
+    with client_logs_masked(link.mask):
+        headers = [("user-agent", USER_AGENT), *((k, v) for k, v in config.headers.items())]
+        try:
+            async with trio_websocket.open_websocket_url(
+                config.url,
+                subprotocols=["mcp"],
+                extra_headers=headers,
+                message_queue_size=64,
+                max_message_size=limit,
+                connect_timeout=30,
+            ) as socket:
 
-            async def send(line: bytes) -> None:
-                try:
-                    await socket.send_message(line.decode("utf-8"))
-                except trio_websocket.ConnectionClosed:
-                    link.end("the WebSocket closed")
+                async def send(line: bytes) -> None:
+                    try:
+                        await socket.send_message(line.decode("utf-8"))
+                    except trio_websocket.ConnectionClosed:
+                        link.end("the WebSocket closed")
 
-            async def read() -> None:
-                try:
-                    while True:
-                        await link.deliver(await socket.get_message())
-                except trio_websocket.ConnectionClosed as exc:
-                    link.end(f"the WebSocket closed ({exc.reason.code if exc.reason else '?'})")
+                async def read() -> None:
+                    try:
+                        while True:
+                            await link.deliver(await socket.get_message())
+                    except trio_websocket.ConnectionClosed as exc:
+                        link.end(f"the WebSocket closed ({exc.reason.code if exc.reason else '?'})")
 
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(link.each_outgoing, send, nursery, False)
-                nursery.start_soon(read)
-                task_status.started(Channel(ours, ours))
-                await link.ended.wait()
-                nursery.cancel_scope.cancel()
-    except (trio_websocket.HandshakeError, OSError) as exc:
-        raise OSError(f"cannot connect to {shown_url(config.url)}: {_refusal(exc, link)}") from None
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(link.each_outgoing, send, nursery, False)
+                    nursery.start_soon(read)
+                    task_status.started(Channel(ours, ours))
+                    await link.ended.wait()
+                    nursery.cancel_scope.cancel()
+        except (trio_websocket.HandshakeError, OSError) as exc:
+            raise OSError(f"cannot connect to {shown_url(config.url)}: {_refusal(exc, link)}") from None
     return link.reason
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import subprocess
 import sys
 import traceback
@@ -28,6 +29,7 @@ from aggregator.config import raw_to_toml, structure_config
 from aggregator.errors import ConfigError
 from aggregator.hub import Hub
 from aggregator.session import serve_stream_session
+from aggregator.transports import network_link
 from aggregator.transports.masking import SecretMask, shown_url
 from tests.session.harness import Client
 
@@ -98,6 +100,7 @@ def test_the_mask_covers_a_value_as_an_exception_quotes_it():
 
 
 URL_KEY = "url-key-7f3a9c"
+TRANSPORTS = [("streamable-http", "http"), ("sse", "http"), ("websocket", "ws")]
 URL_PASSWORD = "pw-51b2e8d"
 
 
@@ -271,3 +274,98 @@ def test_the_mask_covers_a_value_as_json_and_percent_encoding_spell_it():
         str(httpx.URL("http://h/x?k=" + secret)).partition("k=")[2],  # its spaces and quotes only
     ):
         assert mask(f"<{spelt}>").strip('<>"') == "***", spelt
+
+
+@pytest.mark.parametrize(
+    "transport, url",
+    [
+        *(
+            (transport, f"{scheme}://127.0.0.1:{{port}}/mcp/${{{{KEY}}}}") for transport, scheme in TRANSPORTS
+        ),  # its path
+        # Its user name (without a password) and fragment: only httpx names them.
+        *((transport, "http://${{KEY}}@127.0.0.1:{port}/mcp") for transport in ("streamable-http", "sse")),
+        *((transport, "http://127.0.0.1:{port}/mcp#${{KEY}}") for transport in ("streamable-http", "sse")),
+    ],
+)
+async def test_a_secret_anywhere_in_a_url_is_masked_in_the_clients_log_lines(caplog, transport, url):
+    scheme = url.partition(":")[0]
+    last_error, check, logged = await _failed_server(url, transport, _refuse_handshake, caplog)
+    for text in (last_error, check, logged):
+        assert URL_KEY not in text, text
+    client_line = "Connecting to ws://127.0.0.1:" if scheme == "ws" else "HTTP Request: "
+    assert client_line in logged, logged
+    if "/mcp/" in url:
+        assert logged.partition(client_line)[2].splitlines()[0].split()[-1 if scheme == "ws" else 1].endswith("/***")
+    # The connection ended: its mask no longer applies to the clients' lines.
+    assert network_link._client_masks == {} and network_link._client_mask is None
+
+
+async def _stdio_failure(code: str, environ: dict[str, str], caplog) -> tuple[str, str, str, tuple[str, ...]]:
+    """A stdio server running ``code`` with env API_KEY=${ENV}, that exits: its lastError, the
+    ``check`` lines, the log and its stderr tail, once its failure is told."""
+    caplog.set_level(logging.INFO)
+    raw = {"proxy": {"startup_timeout": 5.0}, "servers": {"l": {"command": sys.executable, "args": ["-c", code]}}}
+    raw["servers"]["l"]["env"] = {"API_KEY": "${ENV}"}
+    config = structure_config(raw, environ=environ)
+    with trio.fail_after(20):
+        async with trio.open_nursery() as nursery:
+            hub = Hub(config)
+            await nursery.start(hub.run)
+            await hub.startup_done.wait()
+            upstream = hub.upstreams["l"]
+            for _ in range(200):  # it exits at once: its first failure is soon told
+                if upstream.last_error and upstream.last_stderr:
+                    break
+                await trio.sleep(0.05)
+            check = "\n".join(status_lines(hub))
+            last_error, last_stderr = upstream.last_error, upstream.last_stderr
+            nursery.cancel_scope.cancel()
+    return last_error, check, _log_text(caplog), last_stderr
+
+
+SPELLING_CHILD = r"""
+import json, os, re, sys, urllib.parse
+secret = os.environ["API_KEY"]
+lower_hex = lambda text: re.sub("%[0-9A-F]{2}", lambda m: m.group().lower(), text)
+print("quote", urllib.parse.quote(secret), file=sys.stderr)
+print("quote-lower", lower_hex(urllib.parse.quote(secret, safe="")), file=sys.stderr)
+print("plus-lower", lower_hex(urllib.parse.quote_plus(secret)), file=sys.stderr)
+print("jsonjson", json.dumps(json.dumps(secret)), file=sys.stderr)
+inner = json.dumps({"k": secret}, ensure_ascii=False)
+print("jsonjson-utf8", json.dumps({"m": inner}, ensure_ascii=False), file=sys.stderr)
+sys.exit(1)
+"""
+SPELT_SECRET = 'S3CR3T/é"\\ x+y'  # "/" (kept by quote), a hex escape with a letter (%C3%A9), JSON escapes
+
+
+async def test_a_secret_percent_encoded_with_slashes_or_lowercase_hex_or_json_in_json_is_masked(caplog):
+    last_error, check, logged, tail = await _stdio_failure(SPELLING_CHILD, {"ENV": SPELT_SECRET}, caplog)
+    labels = ["quote", "quote-lower", "plus-lower", "jsonjson", "jsonjson-utf8"]
+    assert [line.split()[0] for line in tail] == labels, tail
+    for text in (logged, check, last_error, *tail):
+        assert "S3CR3T" not in text, text
+    assert tail[0] == "quote ***" and tail[1] == "quote-lower ***" and tail[3] == 'jsonjson "\\"***\\""', tail
+
+
+def test_the_mask_covers_quote_lowercase_hex_and_json_in_json():
+    secret = 'p"w\\x é/?% 1'
+    mask = SecretMask([secret])
+    lower_hex = partial(re.sub, "%[0-9A-F]{2}", lambda match: match.group().lower())
+    for spelt in (
+        quote(secret),
+        lower_hex(quote(secret, safe="")),
+        lower_hex(quote(secret)),
+        lower_hex(quote_plus(secret)),
+        json.dumps(json.dumps(secret))[3:-3],
+        json.dumps(json.dumps(secret, ensure_ascii=False), ensure_ascii=False)[3:-3],
+    ):
+        assert mask(f"<{spelt}>") == "<***>", spelt
+
+
+async def test_the_last_stderr_line_without_a_newline_is_logged_and_kept_masked(caplog):
+    code = 'import os, sys; sys.stderr.write("first line\\nfatal: bad key " + os.environ["API_KEY"]); sys.exit(1)'
+    last_error, check, logged, tail = await _stdio_failure(code, {"ENV": "the-key-8d21"}, caplog)
+    assert tail == ("first line", "fatal: bad key ***"), tail
+    assert "[stderr] fatal: bad key ***" in check and "[stderr] fatal: bad key ***" in logged, (check, logged)
+    for text in (logged, check, last_error):
+        assert "the-key-8d21" not in text, text
