@@ -240,7 +240,8 @@ class SessionTable:
 
     def _end_session(self, session: HttpSession) -> None:
         """End a session: its work upstream is cancelled, and every stream still open on it
-        (a POST waiting for its answer, the GET stream) finishes now."""
+        (a POST waiting for its answer, a cancelled request's idle stream, the GET stream)
+        finishes now."""
         if session.closed:
             return
         session.closed = True
@@ -255,6 +256,9 @@ class SessionTable:
                 dumps(proxy_error(id, "The session ended before this request was answered", reason="unavailable")),
                 final=True,
             )
+        for queue in list(session.streams.values()):
+            if not queue.final:  # a cancelled request's idle stream (or a GET resuming it)
+                queue.end_unanswered()
         if session.get_stream is not None:
             session.get_stream.push(b"", final=True)  # wakes the GET handler, which ends
         log.info(

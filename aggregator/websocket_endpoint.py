@@ -13,9 +13,11 @@ handshake must arrive within ``http.header_timeout``.
 
 Containment: every connection runs inside a boundary. A handshake the WebSocket library
 cannot parse (bytes no header may hold) is a client's mistake: 400, one warning line. A
-head over ``http.max_header_bytes`` gets 431 and one with an obs-fold (a line continuing the
-previous header) 400 before the library reads it. A handshake refused at the library stage
-(wrong path, admission) is answered and its connection closed at once. An
+head (its first byte through the blank line) over ``http.max_header_bytes`` gets 431 and
+one with an obs-fold (a line continuing the previous header) 400 before the library reads
+it; one the client stops sending halfway is closed. A handshake refused at the library stage
+(wrong path, admission), or one the library refuses by itself (a POST, no key), is
+answered and its connection closed at once. An
 exception while the session runs is ours: logged with its traceback, the message being
 handled is answered with a JSON-RPC internal error, and the connection closes with 1011;
 other connections and the process go on.
@@ -75,13 +77,14 @@ class HandshakeTap(trio.abc.Stream):
         self.after_head = bytearray()  # ... and what followed it, for after the handshake
         self.accepted = trio.Event()
         self.read = False  # set when trio-websocket has read the whole handshake
+        self.complete = False  # set when read_head found the blank line that ends the head
         self.scope = trio.CancelScope()  # the library's handling of this connection
         self.send_all = stream.send_all  # type: ignore[method-assign]
         self.wait_send_all_might_not_block = stream.wait_send_all_might_not_block  # type: ignore[method-assign]
-        self.aclose = stream.aclose  # type: ignore[method-assign]
 
     async def read_head(self, limit: int) -> None:
-        """Read until the head is complete, the client stops sending, or it holds over ``limit`` bytes."""
+        """Read until the head is complete, the client stops sending, or it holds over ``limit``
+        bytes (then the head, blank line included, is over ``limit`` however it was split)."""
         head = self.head
         while not (b"\n\r\n" in head or b"\n\n" in head or len(head) > limit):
             data = await self.stream.receive_some(READ_SIZE)
@@ -89,6 +92,7 @@ class HandshakeTap(trio.abc.Stream):
                 break
             head += data
         ends = [i + n for i, n in ((head.find(b"\n\r\n"), 3), (head.find(b"\n\n"), 2)) if i >= 0]
+        self.complete = bool(ends)
         end = min(ends, default=len(head))
         self.unread = head[:end]
         self.after_head = head[end:]
@@ -109,10 +113,11 @@ class HandshakeTap(trio.abc.Stream):
 
     def bad_head(self, limit: int) -> tuple[int, str] | None:
         """The (status, reason) to refuse the head with before the WebSocket library reads
-        it: 431 over ``limit`` bytes, 400 for an obs-fold (which h11 and ``headers`` would
-        read differently)."""
+        it: 431 when the head, from its first byte through the blank line that ends it, is
+        over ``limit`` bytes; 400 for an obs-fold (which h11 and ``headers`` would read
+        differently)."""
         head = bytes(self.head)
-        end = min((i for i in (head.find(b"\n\r\n"), head.find(b"\n\n")) if i >= 0), default=len(head))
+        end = len(self.unread)  # the head, blank line included (read_head split it off)
         if end > limit:
             return 431, "request headers too large"
         if b"\n " in head[:end] or b"\n\t" in head[:end]:
@@ -149,7 +154,15 @@ class HandshakeTap(trio.abc.Stream):
         await self.stream.wait_send_all_might_not_block()
 
     async def aclose(self) -> None:
-        await self.stream.aclose()
+        """Close the stream. When trio-websocket closes it before handing the handshake to
+        the endpoint, the library refused the handshake itself (a POST, no key, a version
+        it does not speak) after answering it; its handling ends now, not after
+        ``connect_timeout`` (it would still wait for a handshake that cannot come)."""
+        try:
+            await self.stream.aclose()
+        finally:
+            if not self.read:
+                self.scope.cancel()
 
     def host(self) -> str | None:
         """The head's Host as the WebSocket library read it: the last one, IDNA-decoded."""
@@ -238,6 +251,8 @@ class WebSocketEndpoint:
         with trio.move_on_after(self.config.header_timeout):
             await tap.read_head(self.config.max_header_bytes)
             refusal = tap.bad_head(self.config.max_header_bytes)
+            if refusal is None and not tap.complete:
+                return False  # the client stopped sending before its head was complete
             if refusal is not None:
                 status, reason = refusal
                 log.warning("websocket: refused a handshake: %s", reason)

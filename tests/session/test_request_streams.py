@@ -193,3 +193,40 @@ async def test_the_newest_resumption_of_a_request_stream_takes_it_over():
         for connection, *_ in resumed:
             await connection.aclose()
         await post.aclose()
+
+
+async def test_deleting_a_session_ends_its_idle_streams_and_a_resumption_of_one():
+    """Ending a session ends every stream of it: a cancelled request's idle stream, and a
+    GET with Last-Event-ID that took another one over, end when DELETE returns."""
+    async with running_fronts() as fronts:
+        session_id = await fronts.initialize()
+        with_session = fronts.headers(mcp_session_id=session_id)
+        idle: list[tuple[trio.abc.Stream, EventStream, str]] = []
+        with trio.fail_after(10):
+            for id in (21, 22):
+                connection = await fronts.connect()
+                response = await fronts.send(
+                    connection,
+                    "POST",
+                    headers=with_session,
+                    body=call(id, "a__progress_forever", meta={"progressToken": id}),
+                )
+                events = EventStream(connection, response)
+                [(last, _)] = await next_events(events, 1)
+                assert (await fronts.request("POST", headers=with_session, body=cancel(id))).status == 202
+                idle.append((connection, events, last))
+            # The second idle stream is taken over by a GET with its Last-Event-ID.
+            resume = await fronts.connect()
+            headers = fronts.headers(mcp_session_id=session_id, accept="text/event-stream", last_event_id=idle[1][2])
+            resumed = EventStream(resume, await fronts.send(resume, "GET", headers=headers))
+            await idle[1][1].wait_closed()
+            with trio.move_on_after(0.3):
+                await idle[0][1].wait_closed()
+            assert not idle[0][1].ended  # still open and idle before DELETE
+            assert (await fronts.request("DELETE", headers=with_session)).status == 200
+        with trio.fail_after(3):
+            await idle[0][1].wait_closed()
+            await resumed.wait_closed()
+        for connection, _, _ in idle:
+            await connection.aclose()
+        await resume.aclose()

@@ -98,6 +98,60 @@ async def test_a_handshake_refused_by_path_or_admission_is_closed_at_once():
                 assert status == 503 and closed, body
 
 
+@pytest.mark.parametrize(
+    "change",
+    [
+        (b"GET /", b"POST /"),
+        (b"sec-websocket-key:", b"x-key:"),
+        (b"host:", b"x-host:"),
+        (b"sec-websocket-version: 13", b"sec-websocket-version: 99"),
+    ],
+    ids=["post", "no-key", "no-host", "version-99"],
+)
+async def test_a_handshake_the_library_refuses_gives_its_slot_back_at_once(change):
+    async with running_fronts(max_connections=2, header_timeout=10.0) as fronts:
+        port = fronts.ws_port
+        raw = request_bytes("GET", "/mcp", {"host": f"127.0.0.1:{port}", **UPGRADE}).replace(*change, 1)
+        with trio.fail_after(8):
+            for _ in range(4):  # more than max_connections: each slot is given back
+                status, _, closed = await _status_then_end(port, raw)
+                assert status in (400, 426) and closed, status
+            # A head the client stops sending halfway is closed, and its slot given back, too.
+            for _ in range(3):
+                stream = await trio.open_tcp_stream("127.0.0.1", port)
+                await stream.send_all(raw[:30])
+                await stream.send_eof()
+                assert await stream.receive_some(100) == b""
+                await stream.aclose()
+            async with fronts.websocket():
+                pass
+
+
+async def test_the_websocket_head_limit_is_exact_however_the_head_is_split():
+    """The head, from its first byte through the blank line, may hold max_header_bytes."""
+    limit = 4096
+    async with running_fronts(max_header_bytes=limit) as fronts:
+        port = fronts.ws_port
+        base = request_bytes("GET", "/mcp", {"host": f"127.0.0.1:{port}", **UPGRADE})
+        assert base.endswith(b"\r\n\r\n")
+        for size in (limit - 1, limit, limit + 1):
+            head = base[:-2] + b"x-pad: " + b"a" * (size - len(base) - 9) + b"\r\n\r\n"
+            assert len(head) == size
+            for parts in ([head], [head[:-1], head[-1:]], [head[:-3], head[-3:]]):
+                with trio.fail_after(5):
+                    stream = await trio.open_tcp_stream("127.0.0.1", port)
+                    try:
+                        for i, part in enumerate(parts):
+                            if i:
+                                await trio.sleep(0.05)
+                            await stream.send_all(part)
+                        answer = await stream.receive_some(100)
+                    finally:
+                        await stream.aclose()
+                expected = b"HTTP/1.1 101 " if size <= limit else b"HTTP/1.1 431 "
+                assert answer.startswith(expected), (size, len(parts), answer)
+
+
 async def test_the_websocket_head_limit_is_max_header_bytes_with_431():
     async with running_fronts(max_header_bytes=4096) as fronts:
         port = fronts.ws_port
