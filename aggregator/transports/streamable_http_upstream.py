@@ -22,7 +22,16 @@ from aggregator.mcp.constants import CANCELLED, INITIALIZE
 from aggregator.transports.masking import shown_url
 from aggregator.transports.network_link import MAX_CONCURRENT_POSTS, NetworkLink, client_logs_masked, http_client
 from aggregator.transports.pipe import PipeEnd, byte_pipe
-from aggregator.transports.resumption import MAX_EMPTY_RESUMES, UNRESUMABLE, is_answer, retry_delay
+from aggregator.transports.resumption import (
+    MAX_EMPTY_RESUMES,
+    UNRESUMABLE,
+    Reading,
+    answered_id,
+    cancelled_request,
+    is_answer,
+    retry_delay,
+    stop,
+)
 from aggregator.transports.sse import SseParser
 from aggregator.transports.stdio import Channel
 
@@ -30,17 +39,6 @@ log = logging.getLogger(__name__)
 _CANCELLED_BYTES = f'"{CANCELLED}"'.encode()  # as the router writes it (no spaces)
 # What one resumption says when the server still holds the broken stream (HTTP 409).
 _HELD = "is still held by the server (HTTP 409)"
-
-
-class _Reading:
-    """A request's POST, and the resumptions of its event stream: how to stop them, and why."""
-
-    __slots__ = ("scope", "resuming", "stopped")
-
-    def __init__(self, scope: trio.CancelScope) -> None:
-        self.scope = scope
-        self.resuming = False
-        self.stopped: str | None = None
 
 
 async def run_streamable_http_server(
@@ -69,7 +67,7 @@ class _StreamableHttp:
         self.get_started = False
         # request id -> its POST and the resumptions of its event stream, until it is answered:
         # stopped when the request is cancelled (or answered on the GET stream instead).
-        self.reading: dict[int | str, _Reading] = {}
+        self.reading: dict[int | str, Reading] = {}
         self.slots = trio.CapacityLimiter(MAX_CONCURRENT_POSTS)
         self.nursery: trio.Nursery | None = None
 
@@ -105,19 +103,8 @@ class _StreamableHttp:
         """The POST of a request failed: answer it now so nothing waits for it."""
         if type(message) is dict and "method" in message and "id" in message:
             name = self.config.name
-            await self.link.deliver(
-                dumps(
-                    {
-                        "jsonrpc": "2.0",
-                        "id": message["id"],
-                        "error": {
-                            "code": -32603,
-                            "message": f"Server {name!r} could not be reached: {reason}",
-                            "data": {"source": "aggregator", "reason": "unavailable", "server": name},
-                        },
-                    }
-                )
-            )
+            text = f"Server {name!r} could not be reached: {reason}"
+            await self.link.deliver(dumps(proxy_error(message["id"], text, reason="unavailable", server=name)))
 
     # --- a message to the server, and what comes back on its POST -------------------------
 
@@ -131,7 +118,7 @@ class _StreamableHttp:
         key = answers["id"] if answers is not None and type(answers["id"]) in (int, str) else None
         # Never longer than the request may last: a server that holds a stream open after
         # the request ended (cancelled, timed out) would otherwise hold a slot for ever.
-        this = _Reading(trio.CancelScope(deadline=trio.current_time() + self.config.max_request_timeout))
+        this = Reading(trio.CancelScope(deadline=trio.current_time() + self.config.max_request_timeout))
         with this.scope:
             if key is not None:
                 self.reading[key] = this
@@ -151,7 +138,7 @@ class _StreamableHttp:
                 this.stopped or "its time is up",
             )
 
-    async def post_and_read(self, line: bytes, message: Any, answers: dict[str, Any] | None, this: _Reading) -> None:
+    async def post_and_read(self, line: bytes, message: Any, answers: dict[str, Any] | None, this: Reading) -> None:
         is_initialize = type(message) is dict and message.get("method") == INITIALIZE
         try:
             async with self.client.stream(
@@ -344,40 +331,12 @@ class _StreamableHttp:
             )
         )
 
-    # --- stopping the reading of a request's stream ---------------------------------------
-
     def stop_reading(self, line: bytes) -> None:
         """A ``notifications/cancelled`` on its way: stop reading (or waiting to post, or
-        resuming) the event stream of the request it cancels. (The router writes
-        its messages without spaces.) A request cancelled before its task ran is missed,
-        and waits for the server to close its stream, or for its time."""
-        if not self.reading or _CANCELLED_BYTES not in line:
-            return
-        try:
-            message = loads(line)
-        except ValueError:
-            return
-        if type(message) is not dict or message.get("method") != CANCELLED:
-            return
-        params = message.get("params")
-        if type(params) is dict:
-            self.stop(params.get("requestId"), "the request was cancelled")
-
-    def stop(self, id: Any, why: str) -> None:
-        this = self.reading.get(id) if type(id) in (int, str) else None
-        if this is not None:
-            this.stopped = why
-            this.scope.cancel()
-
-    def answered_elsewhere(self, data: str) -> None:
-        """An answer on the GET stream (where a server must not send one): the request it
-        answers needs its own stream no longer."""
-        try:
-            message = loads(data.encode())
-        except ValueError:
-            return
-        if type(message) is dict:
-            self.stop(message.get("id"), "it was answered on the GET stream")
+        resuming) the event stream of the request it cancels. A request cancelled before
+        its task ran is missed, and waits for the server to close its stream, or for its time."""
+        if self.reading and _CANCELLED_BYTES in line:
+            stop(self.reading, cancelled_request(line), "the request was cancelled")
 
     # --- the GET stream ---------------------------------------------------------------------
 
@@ -413,6 +372,6 @@ class _StreamableHttp:
         async for chunk in response.aiter_bytes():
             for event in parser.feed(chunk):
                 if event.event == "message" and event.data:
-                    if self.reading and '"method"' not in event.data:
-                        self.answered_elsewhere(event.data)
+                    if self.reading and '"method"' not in event.data:  # an answer, here: its own stream may stop
+                        stop(self.reading, answered_id(event.data), "it was answered on the GET stream")
                     await self.link.deliver(event.data)

@@ -7,6 +7,8 @@ from aggregator.transports.resumption import (
     RESUME_DELAY,
     RESUME_DELAY_CAP,
     RESUME_DELAY_FLOOR,
+    answered_id,
+    cancelled_request,
 )
 from aggregator.transports.resumption import (
     is_answer as _is_answer,
@@ -147,3 +149,30 @@ def test_retry_delay(retry_ms, seconds):
 )
 def test_is_answer(data, answers):
     assert _is_answer(data) is answers
+
+
+@pytest.mark.parametrize(
+    ("line", "cancelled"),
+    [
+        (b'{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":7}}', 7),
+        (b'{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":"a"}}', "a"),
+        (b'{"jsonrpc":"2.0","method":"notifications/cancelled","params":[7]}', None),
+        (b'{"jsonrpc":"2.0","method":"notifications/progress","params":{"requestId":7}}', None),
+        (b'{"jsonrpc":"2.0","method":"notifications/cancelled"', None),
+    ],
+)
+def test_which_request_a_cancel_stops(line, cancelled):
+    assert cancelled_request(line) == cancelled
+
+
+@pytest.mark.parametrize(
+    ("data", "id"),
+    [
+        ('{"jsonrpc":"2.0","id":3,"result":{}}', 3),
+        ('{"jsonrpc":"2.0","id":"x","error":{}}', "x"),
+        ("[1]", None),
+        ("{", None),
+    ],
+)
+def test_which_request_an_answer_on_the_get_stream_belongs_to(data, id):
+    assert answered_id(data) == id
