@@ -296,44 +296,41 @@ def test_sigterm_drains_what_is_in_flight(tmp_path):
     assert not processes_with(marker)
 
 
+PRINTF_INITIALIZE = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "printf", "version": "0"}},
+}
+INITIALIZED = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+
+
+def call(id: int, name: str, arguments: dict) -> dict:
+    return {"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {"name": name, "arguments": arguments}}
+
+
+def piped(config, lines: list[dict], last_newline: bool = True) -> tuple[subprocess.CompletedProcess, dict]:
+    """`printf '<lines>' | aggregator serve --stdio`: the finished process (exit code 0) and
+    its answers by id."""
+    text = "\n".join(json.dumps(line) for line in lines) + ("\n" if last_newline else "")
+    done = subprocess.run(proxy_argv(config), input=text.encode(), capture_output=True, timeout=60)
+    assert done.returncode == 0, done.stderr.decode()[-2000:]
+    answers = {message["id"]: message for message in map(json.loads, done.stdout.splitlines()) if "id" in message}
+    return done, answers
+
+
 def test_end_of_input_finishes_what_was_received(tmp_path, git_repo):
     """`printf '<initialize>\\n<initialized>\\n<calls>\\n' | aggregator serve --stdio` answers
     every request it received before the end of its input, then exits."""
     config = write_config(tmp_path, time_and_git(git_repo) + fake("slow"), startup_timeout=20.0)
-    lines = [
-        {
-            "jsonrpc": "2.0",
-            "id": 1,
-            "method": "initialize",
-            "params": {
-                "protocolVersion": "2025-11-25",
-                "capabilities": {},
-                "clientInfo": {"name": "printf", "version": "0"},
-            },
-        },
-        {"jsonrpc": "2.0", "method": "notifications/initialized"},
-        {
-            "jsonrpc": "2.0",
-            "id": 2,
-            "method": "tools/call",
-            "params": {"name": "time__get_current_time", "arguments": {"timezone": "UTC"}},
-        },
-        {
-            "jsonrpc": "2.0",
-            "id": 3,
-            "method": "tools/call",
-            "params": {"name": "slow__slow", "arguments": {"seconds": 1}},
-        },
-    ]
     started = time.monotonic()
-    done = subprocess.run(
-        proxy_argv(config),
-        input="".join(json.dumps(line) + "\n" for line in lines).encode(),
-        capture_output=True,
-        timeout=60,
-    )
-    assert done.returncode == 0, done.stderr.decode()[-2000:]
-    answers = {message["id"]: message for message in map(json.loads, done.stdout.splitlines()) if "id" in message}
+    lines = [
+        PRINTF_INITIALIZE,
+        INITIALIZED,
+        call(2, "time__get_current_time", {"timezone": "UTC"}),
+        call(3, "slow__slow", {"seconds": 1}),
+    ]
+    done, answers = piped(config, lines)
     assert sorted(answers) == [1, 2, 3], done.stdout.decode()[-2000:]
     assert "UTC" in answers[2]["result"]["content"][0]["text"]
     assert "result" in answers[3], answers[3]
@@ -344,30 +341,9 @@ def test_end_of_input_answers_what_the_drain_did_not_finish(tmp_path):
     """A request still in flight when drain_timeout ends after end of input gets an error
     answer on stdout (cancelled upstream), as at shutdown; then the proxy exits."""
     config = write_config(tmp_path, fake("a"), drain_timeout=1.0)
-    lines = [
-        {
-            "jsonrpc": "2.0",
-            "id": 1,
-            "method": "initialize",
-            "params": {
-                "protocolVersion": "2025-11-25",
-                "capabilities": {},
-                "clientInfo": {"name": "printf", "version": "0"},
-            },
-        },
-        {"jsonrpc": "2.0", "method": "notifications/initialized"},
-        {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "a__hang", "arguments": {}}},
-        {"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "a__echo", "arguments": {"x": 1}}},
-    ]
     started = time.monotonic()
-    done = subprocess.run(
-        proxy_argv(config),
-        input="".join(json.dumps(line) + "\n" for line in lines).encode(),
-        capture_output=True,
-        timeout=60,
-    )
-    assert done.returncode == 0, done.stderr.decode()[-2000:]
-    answers = {message["id"]: message for message in map(json.loads, done.stdout.splitlines()) if "id" in message}
+    lines = [PRINTF_INITIALIZE, INITIALIZED, call(2, "a__hang", {}), call(3, "a__echo", {"x": 1})]
+    done, answers = piped(config, lines)
     assert sorted(answers) == [1, 2, 3], done.stdout.decode()[-2000:]
     assert "result" in answers[3]
     error = answers[2]["error"]
@@ -379,32 +355,9 @@ def test_end_of_input_answers_what_the_drain_did_not_finish(tmp_path):
 
 
 def test_a_last_line_without_its_newline_is_still_answered(tmp_path):
-    """`printf '<initialize>\\n<ping>' | aggregator serve --stdio`: the unterminated last line
+    """`printf '<initialize>\\n<call>' | aggregator serve --stdio`: the unterminated last line
     is a message at end of input, answered before the proxy exits."""
     config = write_config(tmp_path, fake("slow"), startup_timeout=20.0)
-    initialize = {
-        "jsonrpc": "2.0",
-        "id": 1,
-        "method": "initialize",
-        "params": {
-            "protocolVersion": "2025-11-25",
-            "capabilities": {},
-            "clientInfo": {"name": "printf", "version": "0"},
-        },
-    }
-    tail = {
-        "jsonrpc": "2.0",
-        "id": 2,
-        "method": "tools/call",
-        "params": {"name": "slow__slow", "arguments": {"seconds": 0.2}},
-    }
-    done = subprocess.run(
-        proxy_argv(config),
-        input=(json.dumps(initialize) + "\n" + json.dumps(tail)).encode(),
-        capture_output=True,
-        timeout=60,
-    )
-    assert done.returncode == 0, done.stderr.decode()[-2000:]
-    answers = {message["id"]: message for message in map(json.loads, done.stdout.splitlines()) if "id" in message}
+    done, answers = piped(config, [PRINTF_INITIALIZE, call(2, "slow__slow", {"seconds": 0.2})], last_newline=False)
     assert sorted(answers) == [1, 2], done.stdout.decode()[-2000:]
     assert "result" in answers[2], answers[2]
