@@ -159,12 +159,16 @@ class InFlight(RouterState):
         proxy's own fail too."""
         out: list[Command] = self._fail_own(link)
         for pending in list(link.pending.values()):
-            self._end(pending)
-            if pending.session not in self.clients:
-                continue
-            if pending.extra is not None and type(pending.extra) is tuple:
-                self.subscriptions.remove(pending.extra, pending.session)
-            out.append(
-                ToClient(pending.session, proxy_error(pending.client_id, message, reason=reason, server=link.server))
-            )
+            out += self._fail_one(pending, message, reason)
         return out
+
+    def _fail_one(self, pending: Pending, message: str, reason: str) -> list[Command]:
+        """End one forwarded request with an error of the proxy's (its client told, if it is
+        still there; a subscribe that failed is undone)."""
+        self._end(pending)
+        if pending.session not in self.clients:
+            return []
+        if pending.extra is not None and type(pending.extra) is tuple:
+            self.subscriptions.remove(pending.extra, pending.session)
+        server = self.links[pending.server].server or pending.server
+        return [ToClient(pending.session, proxy_error(pending.client_id, message, reason=reason, server=server))]

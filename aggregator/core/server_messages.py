@@ -17,7 +17,6 @@ from aggregator.core.state import (
     Pending,
     RouterState,
     UpstreamLink,
-    proxy_error,
     refusal_reason,
 )
 from aggregator.core.tasks import expose_task_ids
@@ -98,21 +97,8 @@ class ServerMessages(RouterState):
                 if type(id) is str and id.startswith(CONTROL_ID_PREFIX):
                     return self._control_answer(link, error_response(id, exc.code, exc.message))
                 return []
-            self._end(pending)
-            if pending.session not in self.clients:
-                return []
-            return [
-                ToClient(
-                    pending.session,
-                    proxy_error(
-                        pending.client_id,
-                        f"Server {server!r} sent an answer to {pending.method} that the aggregator"
-                        f" cannot forward ({exc.message})",
-                        reason=refusal_reason(exc),
-                        server=server,
-                    ),
-                )
-            ]
+            text = f"Server {server!r} sent an answer to {pending.method} that the aggregator cannot forward"
+            return self._fail_one(pending, f"{text} ({exc.message})", refusal_reason(exc))
         log.warning("server %s: dropping an unreadable message: %s", server, exc.message)
         if exc.id is not None and exc.answer:
             return [ToServer(server, exc.to_response())]
@@ -285,20 +271,7 @@ class ServerMessages(RouterState):
         pending = link.pending.get(int(match.group(1)))
         if pending is None:
             return []
-        self._end(pending)
-        if pending.session not in self.clients:
-            return []
-        return [
-            ToClient(
-                pending.session,
-                proxy_error(
-                    pending.client_id,
-                    f"Server {server!r} answered with more than {limit} bytes",
-                    reason="too_large",
-                    server=server,
-                ),
-            )
-        ]
+        return self._fail_one(pending, f"Server {server!r} answered with more than {limit} bytes", "too_large")
 
 
 # ids are integers (the proxy's own: "aggregator-N"); a response carries no "method", and

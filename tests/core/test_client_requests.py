@@ -89,3 +89,24 @@ def test_a_task_is_only_its_sessions(router):
     assert (kind, server) == ("ToServer", "a")
     [(kind, _, refused)] = unpack(router.client_message(2, msg(id=2, method="tasks/get", params={"taskId": task_id})))
     assert refused["error"]["code"] == -32602
+
+
+@pytest.mark.parametrize("fails", ["error answer", "oversized answer", "unreadable answer"])
+def test_a_subscription_whose_answer_fails_is_undone(router, fails):
+    """However the server's answer to resources/subscribe fails, the subscription is not
+    counted: the next subscribe to that URI goes to the server again."""
+    subscribe = msg(id=1, method="resources/subscribe", params={"uri": "a+demo://r/1"})
+    [(_, _, sent)] = unpack(router.client_message(1, subscribe))
+    head = b'{"jsonrpc":"2.0","id":' + str(sent["id"]).encode() + b',"result":'
+    if fails == "error answer":
+        out = router.server_message("a", msg(id=sent["id"], error={"code": -32603, "message": "no"}))
+    elif fails == "oversized answer":
+        out = router.server_oversized("a", head + b'{"x":"xxxx', 1000)
+    else:
+        out = router.server_message("a", head + b'{"x":NaN}}')
+    [(kind, to, answer)] = unpack(out)
+    assert (kind, to) == ("ToClient", 1) and "error" in answer
+    [(kind, server, again)] = unpack(
+        router.client_message(1, msg(id=2, method="resources/subscribe", params={"uri": "a+demo://r/1"}))
+    )
+    assert (kind, server, again["method"]) == ("ToServer", "a", "resources/subscribe")
