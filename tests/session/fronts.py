@@ -124,23 +124,36 @@ class EventStream:
 
     async def next(self) -> tuple[str, bytes]:
         """The next event with data, as (event name, data); AssertionError if the stream ends."""
+        _id, name, data = await self._next_event()
+        return name, data
+
+    async def next_message(self) -> tuple[str, Any]:
+        """The next event with data, as (its event id, the JSON message it carries)."""
+        id, _name, data = await self._next_event()
+        return id, json.loads(data)
+
+    async def _next_event(self) -> tuple[str, str, bytes]:
         while True:
             while b"\n\n" in self.text:
                 block, _, rest = bytes(self.text).partition(b"\n\n")
                 self.text = bytearray(rest)
-                name, data = "message", [line[6:] for line in block.split(b"\n") if line.startswith(b"data: ")]
+                id, name, data = "", "message", []
                 for line in block.split(b"\n"):
-                    if line.startswith(b"event: "):
+                    if line.startswith(b"data: "):
+                        data.append(line[6:])
+                    elif line.startswith(b"event: "):
                         name = line[7:].decode()
+                    elif line.startswith(b"id: "):
+                        id = line[4:].decode()
                 if any(data):
-                    return name, b"\n".join(data)
+                    return id, name, b"\n".join(data)
             self._dechunk()
             if b"\n\n" in self.text:
                 continue
             assert not self.ended, "the event stream ended"
-            data = await self.stream.receive_some(65536)
-            assert data, "the connection closed"
-            self.raw += data
+            data_in = await self.stream.receive_some(65536)
+            assert data_in, "the connection closed"
+            self.raw += data_in
 
     async def wait_closed(self) -> None:
         """Read until the server ends the stream (last chunk) or closes the connection."""

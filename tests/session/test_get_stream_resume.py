@@ -8,15 +8,10 @@ delivers them (``HttpSession.put_message``). Every wait is bounded by ``trio.fai
 
 from __future__ import annotations
 
-import json
-import re
-
 import trio
 
 from aggregator.transports.http_server import HttpConnection
 from tests.session.fronts import EventStream, running_fronts
-
-EVENT = re.compile(rb"id: (\d+-\d+)\nevent: message\ndata: (.*)")
 
 
 def note(n: int) -> dict:
@@ -24,26 +19,13 @@ def note(n: int) -> dict:
 
 
 async def events(stream: EventStream, count: int) -> list[tuple[str, int]]:
-    """The next ``count`` notes, as (event id, the number the note carries)."""
+    """The next ``count`` notes, as (event id, the number the note carries); the hub's own
+    list changes are passed over."""
     found: list[tuple[str, int]] = []
     while len(found) < count:
-        while b"\n\n" in stream.text:
-            block, _, rest = bytes(stream.text).partition(b"\n\n")
-            stream.text = bytearray(rest)
-            match = EVENT.fullmatch(block)
-            if match is not None:
-                message = json.loads(match[2])
-                if message["method"] == "notifications/message":  # not a list change of the hub's
-                    found.append((match[1].decode(), message["params"]["data"]))
-        if len(found) >= count:
-            break
-        stream._dechunk()
-        if b"\n\n" in stream.text:
-            continue
-        assert not stream.ended, "the event stream ended"
-        data = await stream.stream.receive_some(65536)
-        assert data, "the connection closed"
-        stream.raw += data
+        id, message = await stream.next_message()
+        if message["method"] == "notifications/message":
+            found.append((id, message["params"]["data"]))
     return found
 
 

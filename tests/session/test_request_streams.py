@@ -10,36 +10,16 @@ bounded by ``trio.fail_after``.
 from __future__ import annotations
 
 import json
-import re
 
 import trio
 
 from tests.rawhttp import ResponseReader, read_response_async, request_bytes
 from tests.session.fronts import EventStream, running_fronts
 
-EVENT = re.compile(rb"id: (\d+-\d+)\nevent: message\ndata: (.*)")
-
 
 async def next_events(stream: EventStream, count: int) -> list[tuple[str, dict]]:
     """The next ``count`` events with data on a stream, as (event id, message)."""
-    found: list[tuple[str, dict]] = []
-    while len(found) < count:
-        while b"\n\n" in stream.text and len(found) < count:
-            block, _, rest = bytes(stream.text).partition(b"\n\n")
-            stream.text = bytearray(rest)
-            match = EVENT.fullmatch(block)
-            if match is not None:
-                found.append((match[1].decode(), json.loads(match[2])))
-        if len(found) >= count:
-            break
-        stream._dechunk()
-        if b"\n\n" in stream.text:
-            continue
-        assert not stream.ended, "the event stream ended"
-        data = await stream.stream.receive_some(65536)
-        assert data, "the connection closed"
-        stream.raw += data
-    return found
+    return [await stream.next_message() for _ in range(count)]
 
 
 def call(id, name, arguments=None, meta=None):
