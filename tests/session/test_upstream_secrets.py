@@ -218,22 +218,8 @@ def _leaky_config(startup_timeout: float = 5.0) -> dict:
 
 
 async def test_every_stderr_line_of_a_stdio_server_is_masked_in_the_log_check_and_last_error(caplog):
-    caplog.set_level(logging.INFO)
-    config = structure_config(_leaky_config(), environ={"ARG": LEAKY_ARG, "ENV": LEAKY_ENV})
-    with trio.fail_after(20):
-        async with trio.open_nursery() as nursery:
-            hub = Hub(config)
-            await nursery.start(hub.run)
-            await hub.startup_done.wait()
-            upstream = hub.upstreams["l"]
-            for _ in range(200):  # it exits at once: its first failure is soon told
-                if upstream.last_error and upstream.last_stderr:
-                    break
-                await trio.sleep(0.05)
-            check = "\n".join(status_lines(hub))
-            last_error = upstream.last_error
-            nursery.cancel_scope.cancel()
-    logged = _log_text(caplog)
+    environ = {"ARG": LEAKY_ARG, "ENV": LEAKY_ENV}
+    last_error, check, logged, _tail = await _failure_of(_leaky_config(), environ, caplog)
     stderr_lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("[stderr] ")]
     # Every line was logged live, each masked; the kept tail (check) too, the JSON dump included.
     assert [line.split()[1] for line in stderr_lines[:5]] == ["plain", "argv", "urlenc", "json-utf8", "json"]
@@ -303,9 +289,15 @@ async def test_a_secret_anywhere_in_a_url_is_masked_in_the_clients_log_lines(cap
 async def _stdio_failure(code: str, environ: dict[str, str], caplog) -> tuple[str, str, str, tuple[str, ...]]:
     """A stdio server running ``code`` with env API_KEY=${ENV}, that exits: its lastError, the
     ``check`` lines, the log and its stderr tail, once its failure is told."""
-    caplog.set_level(logging.INFO)
     raw = {"proxy": {"startup_timeout": 5.0}, "servers": {"l": {"command": sys.executable, "args": ["-c", code]}}}
     raw["servers"]["l"]["env"] = {"API_KEY": "${ENV}"}
+    return await _failure_of(raw, environ, caplog)
+
+
+async def _failure_of(raw: dict, environ: dict[str, str], caplog) -> tuple[str, str, str, tuple[str, ...]]:
+    """Server ``l`` of ``raw`` exits at once: its lastError, the ``check`` lines, the log and
+    its stderr tail, once its failure is told."""
+    caplog.set_level(logging.INFO)
     config = structure_config(raw, environ=environ)
     with trio.fail_after(20):
         async with trio.open_nursery() as nursery:
