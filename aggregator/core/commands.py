@@ -39,12 +39,11 @@ class UpstreamServing(NamedTuple):
 
 class DropUpstream(NamedTuple):
     """Close the connection to ``server``: it cannot be used (``reason``, for the log and
-    its status; ``code``, the server's JSON-RPC error code when it answered with one). A
-    shared server is started again after its backoff, as after any loss."""
+    its status, names the server's JSON-RPC error code when it answered with one). A shared
+    server is started again after its backoff, as after any loss."""
 
     server: str
     reason: str
-    code: int | None = None
 
 
 class Answer(NamedTuple):

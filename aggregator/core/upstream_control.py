@@ -222,7 +222,7 @@ class UpstreamControl(RouterState):
             elif type(outcome) is Listing:
                 out += self.server_listing(name, outcome.listing)
             elif type(outcome) is Failed:
-                out.append(DropUpstream(name, outcome.reason, outcome.code))
+                out.append(DropUpstream(name, outcome.reason))
             elif type(outcome) is Answer:
                 out.append(outcome)
         return out

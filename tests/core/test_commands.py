@@ -30,7 +30,7 @@ FIELDS = [
     (ToClient, ("session", "message", "related")),
     (ToServer, ("server", "message")),
     (UpstreamServing, ("server",)),
-    (DropUpstream, ("server", "reason", "code")),
+    (DropUpstream, ("server", "reason")),
     (Answer, ("caller", "result", "error", "code", "message")),
     (StartUpstream, ("server", "name", "session", "capabilities")),
     (StopUpstream, ("name",)),

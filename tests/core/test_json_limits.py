@@ -113,10 +113,10 @@ def test_the_answer_to_the_proxys_own_request_fails_it_too(router):
     out = router.server_message("a", msg(id=init["id"], result=init_result))
     [ask] = [c.message for c in out if type(c).__name__ == "ToServer" and c.message.get("id")]
     assert ask["method"] == "tools/list"
-    [(kind, server, reason, code)] = [
+    [(kind, server, reason)] = [
         (type(c).__name__, *c) for c in router.server_message("a", msg(id=ask["id"], result={"tools": deep(LIMIT)}))
     ]
-    assert (kind, server, code) == ("DropUpstream", "a", -32600) and "tools/list failed" in reason
+    assert (kind, server) == ("DropUpstream", "a") and "tools/list failed" in reason and "-32600" in reason
 
 
 def test_deep_server_notifications_are_dropped_and_deep_requests_refused(router):
