@@ -56,6 +56,7 @@ class Pending:
         "hard_deadline",
         "done",
         "extra",
+        "meta",
     )
 
     def __init__(self, session: int, client_id: Any, method: str, server: str, upstream_id: int) -> None:
@@ -70,6 +71,9 @@ class Pending:
         self.hard_deadline = 0.0
         self.done = False
         self.extra: Any = None  # subscription key, or Held
+        # A modern caller's ``_meta`` for this request (its revision, capabilities, client
+        # info, log level: ``aggregator.mcp.modern``); None for a legacy session's request.
+        self.meta: dict[str, Any] | None = None
 
 
 class Gather:
@@ -135,6 +139,9 @@ class UpstreamLink:
     capabilities: dict[str, Any] = attrs.field(factory=dict)
     instructions: str | None = None
     protocol_version: str | None = None
+    # The current connection speaks a modern revision (no session: every request carries
+    # its ``_meta``), found by ``server/discover`` or pinned by the configuration.
+    modern: bool = False
     log_level: str | None = None  # what the proxy last asked this upstream for
     # It delivers what belongs to a request on that request's own stream (Streamable HTTP),
     # and the transport says which: a message that came any other way belongs to none.
@@ -165,6 +172,13 @@ class ClientState:
     in_flight: dict[Any, Pending] = attrs.field(factory=dict)
     log_level: str | None = None
     profile: str = "default"
+    # It speaks a modern revision: each request carries its own ``_meta`` (revision,
+    # capabilities, client info, log level) and no initialize opens it. A Streamable HTTP
+    # request of that era is a client of its own, for that one request.
+    modern: bool = False
+    # Who it is, as the front authenticated it (an HTTP bearer token's index; None on
+    # stdio or without tokens): what the proxy's own request state is bound to.
+    principal: Any = None
     # What this client sees: its profile's catalog, or its own view once a per-session
     # server of its own has listed (``Router.views``).
     catalog: Any = None

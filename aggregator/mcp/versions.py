@@ -1,9 +1,17 @@
-"""MCP protocol revisions the proxy speaks (handshake era) and how it negotiates them.
+"""MCP protocol revisions the proxy speaks, in both eras, and how it negotiates them. Sans-IO.
 
-The proxy negotiates separately with each side: a client gets the revision it proposed
-if we speak it, else our newest; each upstream is offered our newest and may answer any
-revision we speak. A client's ``server/discover`` (the probe of a later revision) is
-refused at once with the same answer on every front.
+Two eras (``2026-07-28/basic/versioning.mdx``):
+
+- **legacy** revisions (2025-11-25 and earlier) open with an ``initialize`` handshake that
+  fixes the revision for the stdio process or the HTTP session;
+- **modern** revisions (2026-07-28 and later) have no handshake: every request carries its
+  revision, the client's capabilities and identity in ``_meta``
+  (``aggregator.mcp.modern``), and a server answers ``server/discover``.
+
+The proxy is dual-era on each side. Downstream it serves a request according to how it
+opens: one with modern ``_meta`` statelessly, ``initialize`` selects legacy for the
+session. Upstream it finds each server's era (``server/discover``, falling back to
+``initialize``) unless the configuration pins it.
 """
 
 from __future__ import annotations
@@ -12,21 +20,35 @@ from typing import Any
 
 from aggregator.jsonrpc.errors import METHOD_NOT_FOUND, error_response
 
+# Legacy revisions, newest first: the ones ``initialize`` negotiates.
 LATEST = "2025-11-25"
 SUPPORTED = ("2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05")
+# Modern revisions, newest first: the ones a request's ``_meta`` may name.
+MODERN_LATEST = "2026-07-28"
+MODERN = ("2026-07-28",)
+# Every revision the proxy speaks, newest first (what ``server/discover`` and an
+# unsupported-version error list).
+ALL_VERSIONS = MODERN + SUPPORTED
 
 
 def negotiate(proposed: object) -> str:
+    """The legacy revision a client's ``initialize`` gets: the one it proposed if we speak
+    it, else our newest."""
     return proposed if proposed in SUPPORTED else LATEST  # type: ignore[return-value]
 
 
-# The stateless probe of the 2026 revision, which this proxy does not speak.
+def is_modern(version: object) -> bool:
+    """Whether ``version`` names a modern revision the proxy speaks."""
+    return version in MODERN
+
+
+# The request a modern server MUST answer, and a dual-era client probes with.
 DISCOVER = "server/discover"
 
 
 def discover_refused(id: Any) -> dict[str, Any]:
-    """The answer to ``server/discover`` on any front: method not found, at once, so the
-    client falls back to ``initialize`` without waiting (and never learns an upstream's answer)."""
+    """Method not found for ``server/discover``: what the proxy answered before it served
+    the modern revision (kept until every front answers ``server/discover`` itself)."""
     return error_response(
         id, METHOD_NOT_FOUND, "Method not found: server/discover (this server speaks the initialize handshake)"
     )
