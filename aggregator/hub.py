@@ -219,10 +219,15 @@ class Hub:
 
     # --- clients ------------------------------------------------------------------------
 
-    def add_client(self, outbox: ClientSink, profile: str = "default") -> int:
+    def add_client(
+        self, outbox: ClientSink, profile: str = "default", *, modern: bool = False, principal: Any = None
+    ) -> int:
+        """A new client: ``modern`` for one that speaks a modern revision from its first
+        message (a stateless HTTP request is a client of its own); ``principal`` is who the
+        front authenticated."""
         key = next(self._client_keys)
         self.clients[key] = outbox
-        self.router.client_connected(key, profile)
+        self.router.client_connected(key, profile, modern=modern, principal=principal)
         return key
 
     def _server_request_allowed(self, server: str, method: str, params: dict[str, Any]) -> bool:

@@ -19,10 +19,14 @@ log = logging.getLogger(__name__)
 class ClientEvents(RouterState):
     """A client session from connect to disconnect: each message checked, then handled."""
 
-    def client_connected(self, key: int, profile: str = "default") -> None:
+    def client_connected(
+        self, key: int, profile: str = "default", *, modern: bool = False, principal: Any = None
+    ) -> None:
         if profile not in self.catalogs:
             raise ValueError(f"no such profile: {profile!r}")
-        self.clients[key] = ClientState(key, profile=profile, catalog=self.catalogs[profile])
+        self.clients[key] = ClientState(
+            key, profile=profile, catalog=self.catalogs[profile], modern=modern, principal=principal
+        )
 
     def client_disconnected(self, key: int, answer: bool = False) -> list[Command]:
         """A client went away: cancel its work upstream, answer what it was asked, tidy up.
