@@ -107,10 +107,7 @@ class ModernCallers(RouterState):
         info = meta.get(CLIENT_INFO)
         client.client_info = info if type(info) is dict else {}
         out = self._want_log_level(level) if level is not None else []
-        answers = self._handle(client, message, self._requests[method])
-        pending = client.in_flight.get(id)
-        if pending is not None and pending.meta is None:
-            pending.meta = meta
+        answers = self._handle(client, message, self._requests[method])  # forwarding keeps its _meta
         depends = self._depends_on_caller(client)
         for command in answers:
             if type(command) is ToClient and type(command.message) is dict and command.message.get("id", ...) == id:

@@ -34,6 +34,7 @@ from aggregator.mcp.modern import (
     CACHE_SCOPE,
     CACHEABLE,
     COMPLETE,
+    ENVELOPE,
     INPUT_REQUIRED,
     MODERN_ERRORS,
     PRIVATE,
@@ -92,6 +93,22 @@ def stamp_answer(message: dict[str, Any], method: str, *, depends_on_caller: boo
         stamp_result(result, method, depends_on_caller=depends_on_caller)
     elif "error" in message:
         modern_error(message["error"])
+
+
+def strip_envelope(params: dict[str, Any]) -> dict[str, Any] | None:
+    """Take a modern caller's envelope (``modern.ENVELOPE``) out of the ``_meta`` of the
+    params about to be forwarded (ours to change); return that ``_meta`` as it came. A
+    legacy upstream must not see it (a dual-era server refuses it on a legacy connection);
+    a modern one is given its own envelope from what this returns."""
+    meta = params.get("_meta")
+    if type(meta) is not dict:
+        return None
+    rest = {key: value for key, value in meta.items() if key not in ENVELOPE}
+    if rest:
+        params["_meta"] = rest
+    else:
+        del params["_meta"]
+    return meta
 
 
 def list_page_suffix(*, depends_on_caller: bool) -> bytes:

@@ -131,6 +131,13 @@ def test_discover_answers_what_the_proxy_serves(router):
 # --- answers stamped -------------------------------------------------------------------
 
 
+def test_the_callers_envelope_stays_with_the_request_and_the_rest_of_its_meta_goes_on(router):
+    [(_, _, sent)] = modern(router, 7, 1, "tools/call", {"name": "a__slow"}, **{"x.example/trace": "t1"})
+    assert sent["params"] == {"name": "slow", "_meta": {"x.example/trace": "t1"}}
+    pending = router.clients[7].in_flight[1]
+    assert pending.meta == meta(**{"x.example/trace": "t1"})  # what a modern upstream is given
+
+
 def test_every_result_of_a_modern_caller_is_stamped(router):
     [(_, _, sent)] = modern(router, 7, 1, "tools/call", {"name": "a__slow", "arguments": {}})
     upstream = {"content": [{"type": "text", "text": "ok"}], "_meta": {"x": 1, SERVER_INFO: {"name": "a"}}}
@@ -264,7 +271,7 @@ def test_the_pure_rules():
 def test_progress_and_cancellation_work_as_for_a_legacy_session(router):
     [(_, _, sent)] = modern(router, 7, 1, "tools/call", {"name": "a__slow"}, progressToken="p")
     token = sent["params"]["_meta"]["progressToken"]
-    assert token != "p"
+    assert token != "p" and set(sent["params"]["_meta"]) == {"progressToken"}  # no envelope to a legacy server
     progress = msg(method="notifications/progress", params={"progressToken": token, "progress": 1})
     [(_, session, notice)] = unpack(router.server_message("a", progress))
     assert session == 7 and notice["params"]["progressToken"] == "p"
