@@ -114,6 +114,14 @@ class ModernCallers(RouterState):
                 stamp_answer(command.message, method, depends_on_caller=depends)
         return out + answers
 
+    def stamped(self, key: int, method: str, message: dict[str, Any]) -> dict[str, Any]:
+        """An answer made outside the router (a plugin's) for client ``key``'s request, as
+        the client's era wants it: stamped for a modern caller, untouched for a legacy one."""
+        client = self.clients.get(key)
+        if client is not None and client.modern:
+            stamp_answer(message, method, depends_on_caller=self._depends_on_caller(client))
+        return message
+
     def _depends_on_caller(self, client: ClientState, link: UpstreamLink | None = None) -> bool:
         """Whether what this caller is answered depends on who it is (``cacheScope``
         private): several profiles, or its own per-session view or connection."""
