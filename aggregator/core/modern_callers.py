@@ -41,7 +41,13 @@ from aggregator.core.log_levels import LEVELS, RANK, passes
 from aggregator.core.modern_results import IDENTITY, cache_hints, stamp_answer
 from aggregator.core.state import ClientState, Pending, RouterState, ServerDown, UpstreamLink
 from aggregator.core.subscriptions import Listen
-from aggregator.jsonrpc.errors import INVALID_PARAMS, METHOD_NOT_FOUND, RemoteProtocolError, error_response
+from aggregator.jsonrpc.errors import (
+    INVALID_PARAMS,
+    INVALID_REQUEST,
+    METHOD_NOT_FOUND,
+    RemoteProtocolError,
+    error_response,
+)
 from aggregator.mcp.constants import CAPABILITY_OF, INITIALIZE, LIST_CHANGED, PROMPTS, RESOURCES, TOOLS
 from aggregator.mcp.modern import (
     ACKNOWLEDGED,
@@ -187,6 +193,10 @@ class ModernCallers(RouterState):
         uris = wanted.get(_RESOURCE_SUBSCRIPTIONS, [])
         if type(uris) is not list or not all(type(uri) is str for uri in uris):
             raise RemoteProtocolError(INVALID_PARAMS, f"Invalid params: {_RESOURCE_SUBSCRIPTIONS} must be strings")
+        if self.listens.count(client.key) >= self.max_in_flight:  # each is held until it ends
+            raise RemoteProtocolError(
+                INVALID_REQUEST, f"Invalid request: too many open listens (limit {self.max_in_flight})"
+            )
         if len(uris) > self.max_in_flight:
             raise RemoteProtocolError(
                 INVALID_PARAMS, f"Invalid params: at most {self.max_in_flight} {_RESOURCE_SUBSCRIPTIONS}"

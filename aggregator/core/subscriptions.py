@@ -87,6 +87,9 @@ class Listens:
         own = self._by_session.get(session)
         return own.get(id) if own is not None else None
 
+    def count(self, session: int) -> int:
+        return len(self._by_session.get(session, ()))
+
     def of_session(self, session: int) -> list[Listen]:
         return list(self._by_session.get(session, {}).values())
 

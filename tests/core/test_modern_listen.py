@@ -136,3 +136,14 @@ def test_a_bad_filter_is_invalid_params(router, notifications):
     raw = msg(id=9, method="subscriptions/listen", params={"_meta": META, "notifications": notifications})
     [(_, _, refused)] = unpack(router.client_message(7, raw))
     assert refused["error"]["code"] == -32602 and not router.listens
+
+
+def test_a_client_holds_at_most_max_in_flight_listens(clock):
+    r = make_router(clock, max_in_flight=3)
+    r.client_connected(7)
+    for id in range(3):
+        assert to_clients(listen(r, 7, id, toolsListChanged=True))[0][1]["method"] == ACK
+    [(_, _, refused)] = unpack(listen(r, 7, 3, toolsListChanged=True))
+    assert refused["error"]["code"] == -32600 and "too many open listens" in refused["error"]["message"]
+    r.client_message(7, msg(method="notifications/cancelled", params={"requestId": 0}))
+    assert to_clients(listen(r, 7, 3, toolsListChanged=True))[0][1]["method"] == ACK
