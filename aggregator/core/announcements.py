@@ -36,15 +36,17 @@ class Announcements(RouterState):
         self._announce_at = None
         out: list[Command] = []
         for client in self.clients.values():
-            if not client.initialize_seen and not client.modern:
+            if client.modern:
+                if not self.listens.count(client.key):
+                    continue  # it hears of changes only on its listens
+            elif not client.initialize_seen:
                 continue
             methods = dict(due.get(client.key, ()))
             if client.key not in self.views:
                 for method, count in due.get(client.profile, {}).items():
                     methods[method] = max(count, methods.get(method, 0))
             if client.modern:  # only on its listens (``modern_callers``)
-                if self.listens:
-                    out += self._listen_notices(client, methods)
+                out += self._listen_notices(client, methods)
                 continue
             for method, count in methods.items():
                 if count <= client.announced_upto:
