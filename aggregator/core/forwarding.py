@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from aggregator.core.commands import Command, StartUpstream, ToClient, ToServer
+from aggregator.core.modern_results import strip_envelope
 from aggregator.core.state import (
     PROGRESS_TOKEN_PREFIX,
     ClientState,
@@ -47,6 +48,8 @@ class Forwarding(RouterState):
         upstream_id = link.next_id
         link.next_id = upstream_id + 1
         pending = Pending(client.key, client_id, method, server, upstream_id)
+        if client.modern:  # its envelope stays with the request (``modern_results.strip_envelope``)
+            pending.meta = strip_envelope(params)
         meta = params.get("_meta")
         if type(meta) is dict:
             token = meta.get("progressToken")

@@ -60,16 +60,21 @@ class ServerMessages(RouterState):
                 log.debug("server %s: dropping a response to unknown id %r", server, id)
                 return []
             self._end(pending)
-            if pending.session not in self.clients:
+            client = self.clients.get(pending.session)
+            if client is None:
                 return []
             message["id"] = pending.client_id
             if kind == RESPONSE:
                 self._expose_result(pending, message.get("result"), link)
+                if client.modern:
+                    self._modern_answer(client, pending, message, link)
             else:
                 if pending.extra is not None and type(pending.extra) is tuple:  # a failed subscribe
                     self.subscriptions.remove(pending.extra, pending.session)
                 if message["error"].get("code") == URL_ELICITATION_REQUIRED:
                     self._url_elicitations_required(link, pending.session, message["error"].get("data"))
+                if client.modern:
+                    self._modern_answer(client, pending, message, link)
             return [ToClient(pending.session, message)]
         if kind == NOTIFICATION:
             return self._server_notification(link, message, related)
@@ -174,7 +179,16 @@ class ServerMessages(RouterState):
             return []
         params = dict(params, uri=expose_uri(link.uri_prefix, uri))
         notice = {"jsonrpc": "2.0", "method": message["method"], "params": params}
-        return [ToClient(session, notice) for session in subscribers if session in self.clients]
+        out: list[Command] = []
+        for session in subscribers:
+            client = self.clients.get(session)
+            if client is None:
+                continue
+            if client.modern:  # on its listens, tagged
+                out += self._listen_updates(session, (link.name, str(uri)), params)
+            else:
+                out.append(ToClient(session, notice))
+        return out
 
     def _list_changed(
         self, link: UpstreamLink, message: dict[str, Any], params: dict[str, Any], related: int | None
@@ -231,7 +245,15 @@ class ServerMessages(RouterState):
             log.debug("server %s: a log line went to no client (%s)", server, owner.signal)
             return []
         level = params.get("level")
-        recipients = [c for c in recipients if "logging" in c.advertised and passes(level, c.log_level)]
+        recipients = [
+            c
+            for c in recipients
+            if (
+                self._modern_log_wanted(c, owner.related, level)
+                if c.modern
+                else "logging" in c.advertised and passes(level, c.log_level)
+            )
+        ]
         if not recipients:
             return []
         forwarded = dict(params)
