@@ -31,7 +31,6 @@ from aggregator.http_streams import EventStreams
 from aggregator.jsonrpc.codec import dumps
 from aggregator.jsonrpc.errors import INVALID_REQUEST
 from aggregator.jsonrpc.kinds import REQUEST
-from aggregator.mcp.modern import LISTEN
 from aggregator.mcp.versions import SUPPORTED
 from aggregator.transports.budget import ClientMemory, release_all
 from aggregator.transports.http_server import HttpConnection, Request
@@ -45,13 +44,12 @@ STREAM_HEADERS = [("x-accel-buffering", "no")]
 class StatelessRequest:
     """One modern request's hub client: what the router sends it goes to one response
     stream. Its answer ends the stream; a notification goes there if it belongs to the
-    request (or, for ``subscriptions/listen``, whatever notification the client is sent);
-    a server-to-client request never does (the modern revision has none on a stream).
+    request (progress, its log lines, a listen's notices: the router relates each); a
+    server-to-client request never does (the modern revision has none on a stream).
     Its budget is a client's (``proxy.client_buffer_bytes``)."""
 
-    def __init__(self, memory: ClientMemory, limit: int, id: Any, listen: bool) -> None:
+    def __init__(self, memory: ClientMemory, limit: int, id: Any) -> None:
         self.id = id
-        self.listen = listen
         self.key = 0
         self.ended = False  # removed from the hub: nothing more is queued
         self.waiting = 0
@@ -73,7 +71,7 @@ class StatelessRequest:
             if "id" in message:
                 log.debug("http request client %d: a server request is not sent on a modern stream", self.key)
                 return
-            if related != self.id and not self.listen:
+            if related != self.id:
                 return  # not this request's: a modern request's stream carries only its own
             data, response_to = dumps(message), None
         else:
@@ -83,9 +81,8 @@ class StatelessRequest:
             if response_to == self.id and not queue.final:
                 queue.push(data, final=True)
             return
-        if related is None and not self.listen:
-            return
-        queue.push(data)
+        if related == self.id:
+            queue.push(data)
 
     def request_ended(self, id: Any) -> None:
         if id == self.id:
@@ -167,9 +164,7 @@ class StatelessRequests(EventStreams):
             await self._refuse_session(connection, refusal, message["id"])
             return
         config = self.hub.config.proxy
-        client = StatelessRequest(
-            self.hub.client_memory, config.client_buffer_bytes, message["id"], message["method"] == LISTEN
-        )
+        client = StatelessRequest(self.hub.client_memory, config.client_buffer_bytes, message["id"])
         try:
             client.key = self.hub.add_client(client, profile, modern=True, principal=principal)
             await self._serve_stateless(connection, client, message)
