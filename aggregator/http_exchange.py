@@ -53,14 +53,16 @@ class PostExchange(StatelessRequests):
         if decoded is None:
             return
         kind, message = decoded
-        if kind == REQUEST and message["method"] == INITIALIZE:
-            await self._initialize(connection, request, message)
-            return
         if kind == REQUEST and "mcp-session-id" not in request.headers:
+            # Modern _meta (or a revision header no legacy session has) makes it a modern
+            # request, initialize too (a method that revision removed: 404).
             meta = request_meta(message)
             if self._is_modern_post(request, kind, message, meta):
                 await self._stateless(connection, request, message, meta)
                 return
+        if kind == REQUEST and message["method"] == INITIALIZE:
+            await self._initialize(connection, request, message)
+            return
         session, status, reason = self._session(request)
         if session is None:
             if kind == REQUEST and message["method"] == DISCOVER:

@@ -149,6 +149,7 @@ async def test_an_unsupported_revision_is_400_naming_the_supported_ones():
     ("message", "status", "code"),
     [
         (modern(8, "ping"), 404, -32601),  # removed in 2026-07-28
+        (modern(8, "initialize"), 404, -32601),  # ... with modern _meta: a modern request, not a session
         (modern(8, "no/such"), 404, -32601),
         (modern(8, "tools/list", {PROTOCOL_VERSION: REVISION}), 400, -32602),  # no clientCapabilities
         (modern(8, "tools/call", name="a__nope", arguments={}), 400, -32602),  # no such tool
