@@ -136,7 +136,7 @@ def check_headers(headers: Mapping[str, str], message: dict[str, Any], params: P
         return mismatch(id, "the Mcp-Name header is malformed (invalid characters or Base64)")
     if name != body:
         return mismatch(id, f"Mcp-Name header {name[:60]!r} does not match the body's {field} {str(body)[:60]!r}")
-    if not params and not any(key.startswith(PARAM_PREFIX) for key in headers):
+    if not params:  # an Mcp-Param-* header no parameter declares is ignored, as the spec says
         return None
     arguments = body_params.get("arguments") if type(body_params) is dict else None
     return _check_params(id, headers, params, arguments if type(arguments) is dict else {})
