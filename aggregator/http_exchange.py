@@ -21,12 +21,10 @@ from aggregator.admission import Denial, choose_profile
 from aggregator.http_modern import StatelessRequests
 from aggregator.http_queue import JSON, MessageQueue, until_client_leaves
 from aggregator.http_sessions import HttpSession
-from aggregator.jsonrpc.codec import dumps
 from aggregator.jsonrpc.errors import INVALID_REQUEST
-from aggregator.jsonrpc.kinds import REQUEST
+from aggregator.jsonrpc.kinds import NOTIFICATION, REQUEST
 from aggregator.mcp.constants import INITIALIZE
 from aggregator.mcp.modern import request_meta
-from aggregator.mcp.versions import DISCOVER, discover_refused
 from aggregator.transports.http_server import HttpConnection, Request
 
 log = logging.getLogger(__name__)
@@ -65,12 +63,12 @@ class PostExchange(StatelessRequests):
             return
         session, status, reason = self._session(request)
         if session is None:
-            if kind == REQUEST and message["method"] == DISCOVER:
-                await connection.respond(status, [JSON], dumps(discover_refused(message["id"])))
-            else:
-                await self._reject(
-                    connection, status, INVALID_REQUEST, reason, message.get("id") if kind == REQUEST else None
-                )
+            if kind == NOTIFICATION and self._modern_notification(request):
+                await connection.respond(202, [])  # accepted, and dropped: it has nothing to act on
+                return
+            await self._reject(
+                connection, status, INVALID_REQUEST, reason, message.get("id") if kind == REQUEST else None
+            )
             return
         if kind != REQUEST:
             self.hub.dispatch_now(await self.hub.client_event(session.key, kind, message))

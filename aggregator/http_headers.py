@@ -30,7 +30,7 @@ from aggregator.mcp.modern import (
     UNSUPPORTED_PROTOCOL_VERSION,
     unsupported_version,
 )
-from aggregator.mcp.versions import is_modern
+from aggregator.mcp.versions import MODERN_LATEST, is_modern
 
 SENTINEL_PREFIX = "=?base64?"
 SENTINEL_SUFFIX = "?="
@@ -97,10 +97,12 @@ def check_version(headers: Mapping[str, str], message: dict[str, Any], meta: Any
     the proxy serves statelessly, and ``_meta`` there at all. The error answer, or None."""
     id = message["id"]
     header = headers.get("mcp-protocol-version")
-    if meta is None:  # sent as modern by its header alone
-        if header is not None and is_modern(header):
+    if meta is None:  # modern by its header or its method alone
+        if header is None or is_modern(header):
             return error_response(
-                id, INVALID_PARAMS, f"Invalid params: a {header} request must carry _meta {PROTOCOL_VERSION}"
+                id,
+                INVALID_PARAMS,
+                f"Invalid params: a {header or MODERN_LATEST} request must carry _meta {PROTOCOL_VERSION}",
             )
         return unsupported_version(id, header)
     requested = meta.get(PROTOCOL_VERSION)

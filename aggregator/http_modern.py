@@ -1,7 +1,8 @@
 """Modern (2026-07-28) requests on the Streamable HTTP front: one POST, one stateless request.
 
 A POST without Mcp-Session-Id whose request carries modern ``_meta`` (or names a revision
-that is not a legacy one in MCP-Protocol-Version) is served without a session: its headers
+that is not a legacy one in MCP-Protocol-Version, or is ``server/discover``) is served
+without a session (a notification from a modern client is accepted, 202, and dropped): its headers
 are checked against its body (``http_headers``), the admission path chooses its principal
 and profile as for ``initialize``, and the request becomes a hub client of its own
 (``StatelessRequest``), removed when its answer is sent. The answer goes back as JSON, or as
@@ -31,7 +32,7 @@ from aggregator.http_streams import EventStreams
 from aggregator.jsonrpc.codec import dumps
 from aggregator.jsonrpc.errors import INVALID_REQUEST
 from aggregator.jsonrpc.kinds import REQUEST
-from aggregator.mcp.versions import SUPPORTED
+from aggregator.mcp.versions import DISCOVER, SUPPORTED, is_modern
 from aggregator.transports.budget import ClientMemory, release_all
 from aggregator.transports.http_server import HttpConnection, Request
 
@@ -132,10 +133,17 @@ class StatelessRequests(EventStreams):
         request with modern ``_meta`` or a revision header that no legacy session has."""
         if kind != REQUEST or "mcp-session-id" in request.headers:
             return False
-        if meta is not None:
+        if meta is not None or message["method"] == DISCOVER:  # only a modern request asks it
             return True
         header = request.headers.get("mcp-protocol-version")
         return header is not None and header not in SUPPORTED
+
+    def _modern_notification(self, request: Request) -> bool:
+        """Whether a sessionless notification comes from a modern client (its revision
+        header), which gets 202: it may send one, and the revision gives it no meaning
+        over HTTP (closing a stream is what cancels)."""
+        header = request.headers.get("mcp-protocol-version")
+        return header is not None and is_modern(header)
 
     async def _stateless(
         self, connection: HttpConnection, request: Request, message: dict[str, Any], meta: Any

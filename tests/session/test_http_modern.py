@@ -300,3 +300,46 @@ async def test_requests_in_flight_are_capped_per_token_and_overall():
         assert f.hub.admission.sessions == 0  # none of this counted as a session
         await held[1].aclose()
         await wait_until(lambda: f.http.stateless == 0 and f.http.stateless_by_principal == {})
+
+
+async def test_sessionless_discover_without_meta_and_notifications_of_a_modern_client():
+    async with running_fronts() as fronts:
+        bare = {"jsonrpc": "2.0", "id": 17, "method": "server/discover", "params": {}}
+        response = await fronts.request("POST", body=bare)
+        assert response.status == 400 and json.loads(response.body)["error"]["code"] == -32602, response
+        note = {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 1}}
+        response = await fronts.request("POST", headers=fronts.headers(mcp_protocol_version=REVISION), body=note)
+        assert response.status == 202 and response.body == b"", response
+        response = await fronts.request("POST", body=note)  # a legacy client without its session: as before
+        assert response.status == 400 and b"Mcp-Session-Id" in response.body, response
+
+
+async def test_while_shutting_down_a_modern_request_is_refused_with_503():
+    async with running_fronts() as fronts:
+        fronts.hub.router.start_draining()
+        message = modern(18, "tools/list")
+        response = await post(fronts, message)
+        assert response.status == 503 and "retry-after" not in response.headers, response
+        assert json.loads(response.body)["error"]["data"]["reason"] == "unavailable"
+        assert fronts.http.stateless == 0
+
+
+async def test_a_failure_while_serving_one_modern_request_ends_only_its_connection(monkeypatch):
+    async with running_fronts() as fronts:
+        clients = len(fronts.hub.clients)
+        routed = fronts.hub.client_event
+        failures = []
+
+        async def fail_once(key, kind, message):
+            if not failures:
+                failures.append(key)
+                raise RuntimeError("a bug")
+            return await routed(key, kind, message)
+
+        monkeypatch.setattr(fronts.hub, "client_event", fail_once)
+        message = modern(19, "tools/call", name="a__echo", arguments={})
+        response = await post(fronts, message)
+        assert response.status == 500 and json.loads(response.body)["error"]["code"] == -32603, response
+        assert len(fronts.hub.clients) == clients and fronts.http.stateless == 0
+        response = await post(fronts, message)
+        assert response.status == 200 and "result" in json.loads(response.body), response
