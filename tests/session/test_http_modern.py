@@ -343,3 +343,33 @@ async def test_a_failure_while_serving_one_modern_request_ends_only_its_connecti
         assert len(fronts.hub.clients) == clients and fronts.http.stateless == 0
         response = await post(fronts, message)
         assert response.status == 200 and "result" in json.loads(response.body), response
+
+
+async def test_the_token_and_path_choose_a_modern_requests_profile_as_for_initialize(monkeypatch):
+    token, work = "a-default-token-of-sixteen-characters", "a-work-token-of-sixteen-characters"
+    profiles = {"work": {"tokens": [work]}, "other": {}}
+    async with running_fronts(profiles=profiles, auth_tokens=[token]) as fronts:
+        added = []
+        add_client = fronts.hub.add_client
+
+        def recording(sink, profile="default", **kwargs):
+            added.append((profile, kwargs))
+            return add_client(sink, profile, **kwargs)
+
+        monkeypatch.setattr(fronts.hub, "add_client", recording)
+        message = modern(20, "tools/list")
+
+        async def post_as(bearer: str | None, path: str = "/mcp"):
+            headers = headers_for(fronts, message, **({"authorization": f"Bearer {bearer}"} if bearer else {}))
+            return await fronts.request("POST", path, headers=headers, body=message)
+
+        assert (await post_as(None)).status == 401
+        assert (await post_as(work, "/mcp/other")).status == 403
+        assert added == []  # refused before any client existed
+        assert (await post_as(work, "/mcp/work")).status == 200
+        assert (await post_as(work)).status == 200
+        assert (await post_as(token)).status == 200
+        principals = [kwargs["principal"] for _, kwargs in added]
+        assert [profile for profile, _ in added] == ["work", "work", "default"]
+        assert all(kwargs["modern"] for _, kwargs in added)
+        assert principals[0] == principals[1] != principals[2]
