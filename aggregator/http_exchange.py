@@ -18,14 +18,13 @@ from typing import Any
 import trio
 
 from aggregator.admission import Denial, choose_profile
+from aggregator.http_modern import StatelessRequests
 from aggregator.http_queue import JSON, MessageQueue, until_client_leaves
 from aggregator.http_sessions import HttpSession
-from aggregator.http_streams import EventStreams
-from aggregator.jsonrpc.codec import dumps
 from aggregator.jsonrpc.errors import INVALID_REQUEST
-from aggregator.jsonrpc.kinds import REQUEST
+from aggregator.jsonrpc.kinds import NOTIFICATION, REQUEST
 from aggregator.mcp.constants import INITIALIZE
-from aggregator.mcp.versions import DISCOVER, discover_refused
+from aggregator.mcp.modern import request_meta
 from aggregator.transports.http_server import HttpConnection, Request
 
 log = logging.getLogger(__name__)
@@ -33,8 +32,9 @@ log = logging.getLogger(__name__)
 QUICK_ANSWER = 0.02  # seconds a request waits for its answer before a watcher starts
 
 
-class PostExchange(EventStreams):
-    """POST on the MCP endpoint: ``initialize`` opens a session, anything else goes to one."""
+class PostExchange(StatelessRequests):
+    """POST on the MCP endpoint: ``initialize`` opens a session, a modern request is served
+    statelessly (``http_modern``), anything else goes to a session."""
 
     async def _post(self, connection: HttpConnection, request: Request) -> None:
         content_type = request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
@@ -51,17 +51,24 @@ class PostExchange(EventStreams):
         if decoded is None:
             return
         kind, message = decoded
+        if kind == REQUEST and "mcp-session-id" not in request.headers:
+            # Modern _meta (or a revision header no legacy session has) makes it a modern
+            # request, initialize too (a method that revision removed: 404).
+            meta = request_meta(message)
+            if self._is_modern_post(request, kind, message, meta):
+                await self._stateless(connection, request, message, meta)
+                return
         if kind == REQUEST and message["method"] == INITIALIZE:
             await self._initialize(connection, request, message)
             return
         session, status, reason = self._session(request)
         if session is None:
-            if kind == REQUEST and message["method"] == DISCOVER:
-                await connection.respond(status, [JSON], dumps(discover_refused(message["id"])))
-            else:
-                await self._reject(
-                    connection, status, INVALID_REQUEST, reason, message.get("id") if kind == REQUEST else None
-                )
+            if kind == NOTIFICATION and self._modern_notification(request):
+                await connection.respond(202, [])  # accepted, and dropped: it has nothing to act on
+                return
+            await self._reject(
+                connection, status, INVALID_REQUEST, reason, message.get("id") if kind == REQUEST else None
+            )
             return
         if kind != REQUEST:
             self.hub.dispatch_now(await self.hub.client_event(session.key, kind, message))

@@ -31,6 +31,9 @@ Modes
 - record:PATH   append every line received, byte for byte, to PATH.
 - bad_init:F    answer initialize with field F wrong: serverInfo (a string), capabilities
                 (an array), protocolVersion (missing), tools (capabilities.tools true).
+- param_headers a tool ``where`` (answers as ``echo``) whose schema mirrors arguments in
+                Streamable HTTP headers (``x-mcp-header``): ``region`` (string), ``count``
+                (integer), ``opts.deep`` (boolean, nested), and one on an array item (invalid).
 - linger        ignore the end of stdin: keep running for 60 s more (bounded, so that a
                 failed test leaves nothing behind for long).
 """
@@ -85,6 +88,14 @@ class FakeServer:
             {"name": "slow", "inputSchema": {"type": "object"}},
         ]
         tools += [{"name": f"t{i}", "inputSchema": {"type": "object"}} for i in range(self.extra)]
+        if "param_headers" in self.modes:
+            properties = {
+                "region": {"type": "string", "x-mcp-header": "Region"},
+                "count": {"type": "integer", "x-mcp-header": "Count"},
+                "opts": {"type": "object", "properties": {"deep": {"type": "boolean", "x-mcp-header": "Deep"}}},
+                "list": {"type": "array", "items": {"type": "string", "x-mcp-header": "Item"}},
+            }
+            tools.append({"name": "where", "inputSchema": {"type": "object", "properties": properties}})
         if "odd_json" in self.modes:
             tools += [
                 {"name": name, "inputSchema": {"type": "object"}}
@@ -318,7 +329,7 @@ class FakeServer:
                         "structuredContent": {"sum": arguments.get("a", 0) + arguments.get("b", 0)},
                     }
                 )
-            if name in ("echo",) or (name or "").startswith("t"):
+            if name in ("echo", "where") or (name or "").startswith("t"):
                 return ok(
                     {
                         "content": [{"type": "text", "text": json.dumps(arguments)}],
