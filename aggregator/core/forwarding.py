@@ -16,6 +16,7 @@ from aggregator.core.state import (
 )
 from aggregator.core.tasks import restore_related_task
 from aggregator.mcp.constants import SERVER_REQUEST_CAPABILITIES
+from aggregator.mcp.modern import INPUT_REQUIRED_METHODS, request_meta
 
 
 class Forwarding(RouterState):
@@ -57,6 +58,10 @@ class Forwarding(RouterState):
                 self.progress[pending.token] = pending
                 params["_meta"] = meta = dict(meta, progressToken=pending.token)
             restore_related_task(params, server)
+        if client.modern:  # its own _meta, and what a state the proxy mints is bound to
+            pending.meta = request_meta(message)
+            if method in INPUT_REQUIRED_METHODS:
+                pending.extra = params
         self._start(pending, link)
         client.in_flight[client_id] = pending
         return [ToServer(server, {"jsonrpc": "2.0", "id": upstream_id, "method": method, "params": params})]

@@ -2,7 +2,7 @@
 
 ``RouterState`` holds every field of the router, each annotated; the handler groups
 (``inflight``, ``handshake``, ``targets``, ``client_requests``, ``forwarding``,
-``client_events``, ``server_messages``, ``reverse_requests``, ``roots``,
+``client_events``, ``server_messages``, ``reverse_requests``, ``parked``, ``roots``,
 ``upstream_control``, ``upstream_events``, ``announcements``) are its subclasses, and ``router.Router``
 combines them. A group calls another's methods on ``self``, as one class would: no
 layer sits between an event and its handler. The methods one group offers the others
@@ -23,6 +23,7 @@ from aggregator.core.commands import Command, ToClient, ToServer
 from aggregator.core.deadlines import Deadlines
 from aggregator.core.outages import Outage
 from aggregator.core.own_requests import OwnRequests
+from aggregator.core.request_state import RequestStates
 from aggregator.core.session_catalog import SessionViews
 from aggregator.core.settings import LinkSettings, RouterSettings
 from aggregator.core.subscriptions import Subscriptions
@@ -70,10 +71,8 @@ class Pending:
         self.deadline = 0.0
         self.hard_deadline = 0.0
         self.done = False
-        self.extra: Any = None  # subscription key, or Held
-        # A modern caller's ``_meta`` for this request (its revision, capabilities, client
-        # info, log level: ``aggregator.mcp.modern``); None for a legacy session's request.
-        self.meta: dict[str, Any] | None = None
+        self.extra: Any = None  # subscription key, Held; a modern call's params sent, or Parked
+        self.meta: dict[str, Any] | None = None  # a modern caller's ``_meta`` for it; None: a legacy one
 
 
 class Gather:
@@ -313,6 +312,8 @@ class RouterState:
         self._announce_at: float | None = None
         # The earliest deadline of the proxy's own requests to any upstream (None: none waits).
         self.own_at: float | None = None
+        self.parked: dict[int, Any] = {}  # id -> a call waiting for a modern caller's input (core.parked)
+        self.request_states = RequestStates(settings.input_required_timeout)  # what resumes one
 
     if TYPE_CHECKING:  # what each group offers the others (defined in its own module)
         # inflight
@@ -342,6 +343,7 @@ class RouterState:
         def client_event(self, key: int, kind: int, message: dict[str, Any]) -> list[Command]: ...
         # server messages
         def _server_message(self, server: str, raw: bytes, related: int | None = None) -> list[Command]: ...
+        def _answered(self, pending: Pending, kind: int, message: dict[str, Any]) -> list[Command]: ...
         # reverse requests
         def _server_request(
             self, link: UpstreamLink, message: dict[str, Any], related: int | None = None
@@ -361,6 +363,9 @@ class RouterState:
         ) -> dict[str, Any]: ...
         def _remember_elicitation(self, server: str, eid: str, session: int) -> None: ...
         def _forget_elicitation(self, key: tuple[str, Any]) -> int | None: ...
+        def _ask_modern(self, link: UpstreamLink, session: int, related: Any, ask: dict[str, Any]) -> list[Command]: ...
+        def _resume(self, client: ClientState, message: dict[str, Any], params: dict[str, Any]) -> list[Command]: ...
+        def _expire_parked(self, parked: Any) -> list[Command]: ...
         # roots
         def _roots_request(
             self, link: UpstreamLink, id: Any, params: dict[str, Any], related: int | None
