@@ -1,4 +1,8 @@
-"""list_changed notices: queued per profile or session, sent together after the debounce. Sans-IO."""
+"""list_changed notices: queued per profile or session, sent together after the debounce. Sans-IO.
+
+A modern caller hears of them only on its open ``subscriptions/listen`` requests, tagged
+with the listen's id (``modern_callers``); a legacy session once it initialized.
+"""
 
 from __future__ import annotations
 
@@ -32,12 +36,16 @@ class Announcements(RouterState):
         self._announce_at = None
         out: list[Command] = []
         for client in self.clients.values():
-            if not client.initialize_seen:
+            if not client.initialize_seen and not client.modern:
                 continue
             methods = dict(due.get(client.key, ()))
             if client.key not in self.views:
                 for method, count in due.get(client.profile, {}).items():
                     methods[method] = max(count, methods.get(method, 0))
+            if client.modern:  # only on its listens (``modern_callers``)
+                if self.listens:
+                    out += self._listen_notices(client, methods)
+                continue
             for method, count in methods.items():
                 if count <= client.announced_upto:
                     continue  # changed before it was given the lists: nothing new to it

@@ -6,14 +6,28 @@ import logging
 from typing import Any
 
 from aggregator.core.commands import Command, RequestEnded, StopUpstream, ToClient, ToServer
-from aggregator.core.state import ClientState, Held, RouterState, ServerDown, cancelled, proxy_error, refusal_reason
+from aggregator.core.state import (
+    ClientState,
+    Held,
+    RequestHandler,
+    RouterState,
+    ServerDown,
+    cancelled,
+    proxy_error,
+    refusal_reason,
+)
 from aggregator.jsonrpc.codec import decode_message
 from aggregator.jsonrpc.errors import INVALID_REQUEST, METHOD_NOT_FOUND, RemoteProtocolError, error_response
 from aggregator.jsonrpc.kinds import NOTIFICATION, REQUEST
 from aggregator.mcp.constants import CANCELLED, INITIALIZE, INITIALIZED, PING, ROOTS_LIST_CHANGED
-from aggregator.mcp.versions import DISCOVER, discover_refused
+from aggregator.mcp.modern import request_meta
+from aggregator.mcp.versions import DISCOVER
 
 log = logging.getLogger(__name__)
+
+# What a legacy client may ask before its initialize: initialize itself, ping, and
+# server/discover (how a dual-era client finds out that the proxy is one too).
+_BEFORE_INITIALIZE = frozenset((INITIALIZE, PING, DISCOVER))
 
 
 class ClientEvents(RouterState):
@@ -46,6 +60,7 @@ class ClientEvents(RouterState):
                 message = f"Server {server!r} did not answer before the aggregator stopped"
                 out.append(ToClient(key, proxy_error(pending.client_id, message, reason="unavailable", server=server)))
         out += self._drop_gathers(key, "client disconnected")
+        out += self._drop_listens(key, answer)  # a modern client's open listens
         for (session, proxy_id), reverse in list(self.reverse.items()):
             if session == key:
                 self._end_reverse(session, proxy_id)
@@ -143,13 +158,18 @@ class ClientEvents(RouterState):
     def _client_event(self, key: int, kind: int, message: dict[str, Any]) -> list[Command]:
         client = self.clients[key]
         if kind == REQUEST:
+            # The era of a request (``core.modern_callers``): a modern connection's are all
+            # modern; a legacy session's, once initialized, all legacy (one attribute read
+            # on the legacy hot path); before that, modern ``_meta`` decides.
+            if client.modern or not client.initialize_seen:
+                meta = request_meta(message)
+                if meta is not None or client.modern:
+                    return self._modern_request(client, message, meta)
             method = message["method"]
             handler = self._requests.get(method)
             if handler is None:
-                if method == DISCOVER:
-                    return [ToClient(key, discover_refused(message["id"]))]
                 return [ToClient(key, error_response(message["id"], METHOD_NOT_FOUND, f"Method not found: {method}"))]
-            if not client.initialize_seen and method not in (INITIALIZE, PING):
+            if not client.initialize_seen and method not in _BEFORE_INITIALIZE:
                 return [
                     ToClient(
                         key,
@@ -160,30 +180,37 @@ class ClientEvents(RouterState):
                         ),
                     )
                 ]
-            if message["id"] in client.in_flight:
-                return [
-                    ToClient(
-                        key,
-                        error_response(
-                            message["id"],
-                            INVALID_REQUEST,
-                            "Invalid request: this id is already in use by a request in flight",
-                        ),
-                    )
-                ]
-            try:
-                return handler(client, message)
-            except RemoteProtocolError as exc:
-                exc.id = message["id"]
-                return [ToClient(key, exc.to_response())]
-            except ServerDown as down:
-                return self._server_down_answer(client, message, down.server)
+            return self._handle(client, message, handler)
         if kind == NOTIFICATION:
             return self._client_notification(client, message)
         return self._client_answer(client, message)
 
+    def _handle(self, client: ClientState, message: dict[str, Any], handler: RequestHandler) -> list[Command]:
+        """Run a request's handler: an id already in flight is refused; a user's mistake
+        is answered with its error; a server that is out, with its state."""
+        if message["id"] in client.in_flight or (self.listens and self.listens.get(client.key, message["id"])):
+            return [
+                ToClient(
+                    client.key,
+                    error_response(
+                        message["id"],
+                        INVALID_REQUEST,
+                        "Invalid request: this id is already in use by a request in flight",
+                    ),
+                )
+            ]
+        try:
+            return handler(client, message)
+        except RemoteProtocolError as exc:
+            exc.id = message["id"]
+            return [ToClient(client.key, exc.to_response())]
+        except ServerDown as down:
+            return self._server_down_answer(client, message, down.server)
+
     def _client_notification(self, client: ClientState, message: dict[str, Any]) -> list[Command]:
         method = message["method"]
+        if client.modern and method != CANCELLED:
+            return []  # the only notification of the modern revision's clients
         if method == INITIALIZED:
             was, client.initialized = client.initialized, client.initialize_seen
             return self._release_roots(client) if client.initialized and not was else []
@@ -193,7 +220,9 @@ class ClientEvents(RouterState):
             if type(request_id) not in (int, str):
                 return []
             pending = client.in_flight.get(request_id)
-            if pending is None:  # a gather's, or unknown, finished or never ours: ignored, as the spec says
+            if pending is None:  # a gather's, a listen, or unknown, finished or never ours: ignored, as the spec says
+                if client.modern and self.listens.get(client.key, request_id) is not None:
+                    return [*self._close_listen(client.key, request_id), RequestEnded(client.key, request_id)]
                 out = self._drop_gathers(client.key, "cancelled by the client", request_id)
                 return [*out, RequestEnded(client.key, request_id)] if out else []  # a gather's: its stream ends
             self._end(pending)

@@ -6,13 +6,15 @@ import logging
 from typing import Any
 
 from aggregator.core.commands import Command, ToClient
+from aggregator.core.modern_results import list_page_suffix, splice_page
 from aggregator.core.request_state import is_ours
 from aggregator.core.state import ClientState, Gather, Held, RequestHandler, RouterState, answer
 from aggregator.core.tasks import split_task_id
 from aggregator.jsonrpc.codec import dumps
 from aggregator.jsonrpc.errors import INVALID_PARAMS, RemoteProtocolError
 from aggregator.mcp.constants import LIST_METHODS
-from aggregator.mcp.modern import REQUEST_STATE
+from aggregator.mcp.modern import LISTEN, REQUEST_STATE
+from aggregator.mcp.versions import DISCOVER
 
 log = logging.getLogger(__name__)
 
@@ -25,6 +27,8 @@ class ClientRequests(RouterState):
         """The handler of each client request method the proxy serves."""
         return {
             "initialize": self._initialize,
+            DISCOVER: self._discover,
+            LISTEN: self._listen,
             "ping": self._ping,
             "tools/list": self._list,
             "prompts/list": self._list,
@@ -47,6 +51,8 @@ class ClientRequests(RouterState):
         kind = LIST_METHODS[message["method"]]
         params = message.get("params") or {}
         page = client.catalog.page(kind, params.get("cursor"))
+        if client.modern:
+            page = splice_page(page, list_page_suffix(depends_on_caller=self._depends_on_caller(client)))
         return [ToClient(client.key, _splice_result(message["id"], page), message["id"])]
 
     def _call_by_name(self, client: ClientState, message: dict[str, Any]) -> list[Command]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from aggregator.core.commands import Command, StartUpstream, ToClient, ToServer
+from aggregator.core.modern_results import strip_envelope
 from aggregator.core.state import (
     PROGRESS_TOKEN_PREFIX,
     ClientState,
@@ -16,7 +17,7 @@ from aggregator.core.state import (
 )
 from aggregator.core.tasks import restore_related_task
 from aggregator.mcp.constants import SERVER_REQUEST_CAPABILITIES
-from aggregator.mcp.modern import INPUT_REQUIRED_METHODS, request_meta
+from aggregator.mcp.modern import INPUT_REQUIRED_METHODS
 
 
 class Forwarding(RouterState):
@@ -48,6 +49,10 @@ class Forwarding(RouterState):
         upstream_id = link.next_id
         link.next_id = upstream_id + 1
         pending = Pending(client.key, client_id, method, server, upstream_id)
+        if client.modern:  # its envelope stays with the request (``modern_results.strip_envelope``)
+            pending.meta = strip_envelope(params)
+            if method in INPUT_REQUIRED_METHODS:  # what a state the proxy mints is bound to (``core.parked``)
+                pending.extra = params
         meta = params.get("_meta")
         if type(meta) is dict:
             token = meta.get("progressToken")
@@ -58,10 +63,6 @@ class Forwarding(RouterState):
                 self.progress[pending.token] = pending
                 params["_meta"] = meta = dict(meta, progressToken=pending.token)
             restore_related_task(params, server)
-        if client.modern:  # its own _meta, and what a state the proxy mints is bound to
-            pending.meta = request_meta(message)
-            if method in INPUT_REQUIRED_METHODS:
-                pending.extra = params
         self._start(pending, link)
         client.in_flight[client_id] = pending
         return [ToServer(server, {"jsonrpc": "2.0", "id": upstream_id, "method": method, "params": params})]

@@ -72,7 +72,7 @@ class Handshake(RouterState):
             return []
         out: list[Command] = []
         for name, link in self.links.items():
-            if link.ready and "logging" in link.capabilities and link.log_level != target:
+            if link.ready and not link.modern and "logging" in link.capabilities and link.log_level != target:
                 link.log_level = target
                 out += self._own_request(name, "logging/setLevel", {"level": target})
         return out

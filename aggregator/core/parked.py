@@ -31,6 +31,7 @@ import logging
 from typing import Any, NamedTuple
 
 from aggregator.core.commands import Command, ToClient, ToServer
+from aggregator.core.modern_results import stamp_result
 from aggregator.core.request_state import request_digest
 from aggregator.core.reverse_requests import _declares
 from aggregator.core.state import ClientState, Pending, RouterState, UpstreamLink, answer, cancelled, proxy_error
@@ -143,6 +144,7 @@ class ParkedCalls(RouterState):
         state = self.request_states.mint(number, client.principal, deadline, digest)
         requests = {key: {"method": ask.method, "params": _shown(ask.params)} for key, ask in asks.items()}
         result = {RESULT_TYPE: INPUT_REQUIRED, INPUT_REQUESTS: requests, REQUEST_STATE: state}
+        stamp_result(result, pending.method, depends_on_caller=False)  # the proxy's identity, as on every answer
         return [answer(client.key, client_id, result)]
 
     def _resume(self, client: ClientState, message: dict[str, Any], params: dict[str, Any]) -> list[Command]:

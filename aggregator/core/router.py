@@ -7,6 +7,8 @@ own one part of the rules, combined as one class over one typed state
 - ``commands``: what the methods return (``Command``);
 - ``client_events``: a client's messages, notifications, answers, connect, disconnect;
 - ``handshake``: initialize, merged capabilities and instructions, log levels;
+- ``modern_callers``: modern (2026-07-28) callers: admission, server/discover,
+  subscriptions/listen, their answers stamped (``modern_results``);
 - ``client_requests``: the handlers of client requests, by method;
 - ``targets``: what a request names (``resolve_target``, ``describe``);
 - ``forwarding``: a request sent upstream, or held for a connection that starts;
@@ -82,6 +84,7 @@ from aggregator.core.commands import (
 from aggregator.core.forwarding import Forwarding
 from aggregator.core.handshake import Handshake
 from aggregator.core.inflight import InFlight
+from aggregator.core.modern_callers import ModernCallers
 from aggregator.core.parked import ParkedCalls
 from aggregator.core.reverse_requests import ReverseRequests
 from aggregator.core.roots import Roots
@@ -128,6 +131,7 @@ __all__ = [
 
 class Router(
     ClientEvents,
+    ModernCallers,
     ClientRequests,
     Targets,
     Forwarding,

@@ -67,7 +67,8 @@ class ServerMessages(RouterState):
     def _answered(self, pending: Pending, kind: int, message: dict[str, Any]) -> list[Command]:
         """An upstream's answer to a forwarded request: to its client, under its own id."""
         self._end(pending)
-        if pending.session not in self.clients:
+        client = self.clients.get(pending.session)
+        if client is None:
             if pending.session < 0:  # parked: the answer waits for its caller's retry (``core.parked``)
                 pending.extra.final = message
             return []
@@ -75,11 +76,15 @@ class ServerMessages(RouterState):
         link = self.links[pending.server]
         if kind == RESPONSE:
             self._expose_result(pending, message.get("result"), link)
+            if client.modern:
+                self._modern_answer(client, pending, message, link)
         else:
             if pending.extra is not None and type(pending.extra) is tuple:  # a failed subscribe
                 self.subscriptions.remove(pending.extra, pending.session)
             if message["error"].get("code") == URL_ELICITATION_REQUIRED:
                 self._url_elicitations_required(link, pending.session, message["error"].get("data"))
+            if client.modern:
+                self._modern_answer(client, pending, message, link)
         return [ToClient(pending.session, message)]
 
     def _server_refused(self, link: UpstreamLink, exc: RemoteProtocolError) -> list[Command]:
@@ -181,7 +186,16 @@ class ServerMessages(RouterState):
             return []
         params = dict(params, uri=expose_uri(link.uri_prefix, uri))
         notice = {"jsonrpc": "2.0", "method": message["method"], "params": params}
-        return [ToClient(session, notice) for session in subscribers if session in self.clients]
+        out: list[Command] = []
+        for session in subscribers:
+            client = self.clients.get(session)
+            if client is None:
+                continue
+            if client.modern:  # on its listens, tagged
+                out += self._listen_updates(session, (link.name, str(uri)), params)
+            else:
+                out.append(ToClient(session, notice))
+        return out
 
     def _list_changed(
         self, link: UpstreamLink, message: dict[str, Any], params: dict[str, Any], related: int | None
@@ -238,7 +252,15 @@ class ServerMessages(RouterState):
             log.debug("server %s: a log line went to no client (%s)", server, owner.signal)
             return []
         level = params.get("level")
-        recipients = [c for c in recipients if "logging" in c.advertised and passes(level, c.log_level)]
+        recipients = [
+            c
+            for c in recipients
+            if (
+                self._modern_log_wanted(c, owner.related, level)
+                if c.modern
+                else "logging" in c.advertised and passes(level, c.log_level)
+            )
+        ]
         if not recipients:
             return []
         forwarded = dict(params)

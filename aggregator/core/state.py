@@ -2,8 +2,8 @@
 
 ``RouterState`` holds every field of the router, each annotated; the handler groups
 (``inflight``, ``handshake``, ``targets``, ``client_requests``, ``forwarding``,
-``client_events``, ``server_messages``, ``reverse_requests``, ``parked``, ``roots``,
-``upstream_control``, ``upstream_events``, ``announcements``) are its subclasses, and ``router.Router``
+``client_events``, ``modern_callers``, ``server_messages``, ``reverse_requests``, ``parked``,
+``roots``, ``upstream_control``, ``upstream_events``, ``announcements``) are its subclasses, and ``router.Router``
 combines them. A group calls another's methods on ``self``, as one class would: no
 layer sits between an event and its handler. The methods one group offers the others
 are declared here for the type checker.
@@ -21,12 +21,13 @@ from aggregator.core import defaults
 from aggregator.core.catalog import Catalog, Route
 from aggregator.core.commands import Command, ToClient, ToServer
 from aggregator.core.deadlines import Deadlines
+from aggregator.core.modern_hooks import ModernHooks
 from aggregator.core.outages import Outage
 from aggregator.core.own_requests import OwnRequests
 from aggregator.core.request_state import RequestStates
 from aggregator.core.session_catalog import SessionViews
 from aggregator.core.settings import LinkSettings, RouterSettings
-from aggregator.core.subscriptions import Subscriptions
+from aggregator.core.subscriptions import Listens, Subscriptions
 from aggregator.core.upstream_lifecycle import CONTROL_ID_PREFIX, UpstreamLifecycle
 from aggregator.jsonrpc.errors import INTERNAL_ERROR, RemoteProtocolError, error_response
 from aggregator.mcp.constants import CANCELLED
@@ -249,7 +250,7 @@ def _link(catalog: Catalog, server: LinkSettings) -> UpstreamLink:
     )
 
 
-class RouterState:
+class RouterState(ModernHooks):
     """Every field of the router. Only the router's own groups write them."""
 
     _requests: dict[str, RequestHandler]  # client request method -> its handler
@@ -297,6 +298,7 @@ class RouterState:
         self.progress: dict[str, Pending] = {}
         self.deadlines = Deadlines()
         self.subscriptions = Subscriptions()  # keyed by link: (server or server@session, URI)
+        self.listens = Listens()  # modern callers' open subscriptions/listen requests
         self.views = SessionViews()  # of the sessions whose own per-session connections listed
         self.tasks: dict[str, int] = {}  # exposed task id -> owning session
         self.reverse: dict[tuple[int, int], Reverse] = {}  # (session, proxy id) -> where back
@@ -363,9 +365,6 @@ class RouterState:
         ) -> dict[str, Any]: ...
         def _remember_elicitation(self, server: str, eid: str, session: int) -> None: ...
         def _forget_elicitation(self, key: tuple[str, Any]) -> int | None: ...
-        def _ask_modern(self, link: UpstreamLink, session: int, related: Any, ask: dict[str, Any]) -> list[Command]: ...
-        def _resume(self, client: ClientState, message: dict[str, Any], params: dict[str, Any]) -> list[Command]: ...
-        def _expire_parked(self, parked: Any) -> list[Command]: ...
         # roots
         def _roots_request(
             self, link: UpstreamLink, id: Any, params: dict[str, Any], related: int | None

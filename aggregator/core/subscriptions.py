@@ -3,6 +3,9 @@
 One upstream subscription per (server, upstream URI), however many clients asked: the
 first subscriber makes the proxy subscribe upstream, the last one leaving makes it
 unsubscribe. ``notifications/resources/updated`` goes only to the sessions subscribed.
+
+A modern caller subscribes through ``subscriptions/listen`` instead (``Listens``): the
+resources its open listens name count as its subscriptions here, once per client.
 """
 
 from __future__ import annotations
@@ -49,3 +52,57 @@ class Subscriptions:
     def of_server(self, server: str) -> list[str]:
         """The URIs someone is subscribed to on a server (to renew after a restart)."""
         return [uri for (name, uri) in self._sessions if name == server]
+
+
+class Listen:
+    """One modern caller's open ``subscriptions/listen`` request: what it asked for and
+    the proxy agreed to (``methods``: the list_changed notifications; ``keys``: the
+    resources, by (link, upstream URI)), and the announcement count when it opened (a
+    change queued before is not news to it)."""
+
+    __slots__ = ("session", "id", "methods", "keys", "since")
+
+    def __init__(self, session: int, id: object, methods: frozenset[str], keys: set[Key], since: int) -> None:
+        self.session = session
+        self.id = id
+        self.methods = methods
+        self.keys = keys
+        self.since = since
+
+
+class Listens:
+    """The open listen requests, by client and request id. Each resource key a listen holds
+    is one subscription of its client in ``Subscriptions`` (shared by the client's listens)."""
+
+    def __init__(self) -> None:
+        self._by_session: dict[int, dict[object, Listen]] = {}
+
+    def __bool__(self) -> bool:
+        return bool(self._by_session)
+
+    def open(self, listen: Listen) -> None:
+        self._by_session.setdefault(listen.session, {})[listen.id] = listen
+
+    def get(self, session: int, id: object) -> Listen | None:
+        own = self._by_session.get(session)
+        return own.get(id) if own is not None else None
+
+    def of_session(self, session: int) -> list[Listen]:
+        return list(self._by_session.get(session, {}).values())
+
+    def close(self, session: int, id: object) -> tuple[Listen | None, list[Key]]:
+        """End one listen: it, and the keys no other listen of its client still holds."""
+        own = self._by_session.get(session)
+        listen = own.pop(id, None) if own is not None else None
+        if listen is None or own is None:
+            return None, []
+        if not own:
+            del self._by_session[session]
+        still = set().union(*(other.keys for other in own.values())) if own else set()
+        return listen, [key for key in listen.keys if key not in still]
+
+    def drop_session(self, session: int) -> list[Listen]:
+        return list(self._by_session.pop(session, {}).values())
+
+    def all(self) -> list[Listen]:
+        return [listen for own in self._by_session.values() for listen in own.values()]

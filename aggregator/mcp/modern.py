@@ -21,6 +21,8 @@ CLIENT_INFO = "io.modelcontextprotocol/clientInfo"  # every request (SHOULD)
 LOG_LEVEL = "io.modelcontextprotocol/logLevel"  # a request that wants notifications/message
 SUBSCRIPTION_ID = "io.modelcontextprotocol/subscriptionId"  # on what a listen stream carries
 SERVER_INFO = "io.modelcontextprotocol/serverInfo"  # on results (SHOULD)
+# The keys of a modern request's envelope: the caller's own, never forwarded as they are.
+ENVELOPE = frozenset((PROTOCOL_VERSION, CLIENT_CAPABILITIES, CLIENT_INFO, LOG_LEVEL))
 
 # --- error codes the revision adds ----------------------------------------------------------
 

@@ -10,7 +10,7 @@ from tests.core.helpers import msg, unpack
 # (the request, the error code the client gets, a phrase of its message)
 REFUSED = [
     ({"method": "no/such"}, -32601, "Method not found: no/such"),
-    ({"method": "server/discover", "params": {}}, -32601, ""),
+    ({"method": "subscriptions/listen", "params": {"notifications": {}}}, -32601, ""),  # a legacy session's
 ]
 
 

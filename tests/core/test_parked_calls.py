@@ -7,10 +7,11 @@ from typing import Any
 
 import pytest
 
+from aggregator.core.modern_results import IDENTITY
 from aggregator.core.request_state import PREFIX
 from aggregator.core.router import Router
 from aggregator.jsonrpc.errors import INVALID_PARAMS, METHOD_NOT_FOUND
-from aggregator.mcp.modern import CLIENT_CAPABILITIES, CLIENT_INFO, PROTOCOL_VERSION
+from aggregator.mcp.modern import CLIENT_CAPABILITIES, CLIENT_INFO, PROTOCOL_VERSION, SERVER_INFO
 from tests.core.helpers import Clock, connect, make_router, msg, unpack
 
 ALL_CAPS = {"sampling": {}, "elicitation": {"form": {}}, "roots": {}}
@@ -26,9 +27,6 @@ def router(clock: Clock) -> Router:
 def connect_modern(router: Router, key: int, principal: Any = None) -> None:
     """A modern client (no handshake: each request carries its ``_meta``)."""
     router.client_connected(key, modern=True, principal=principal)
-    # The modern front admits requests without initialize; the router is told so here.
-    client = router.clients[key]
-    client.initialize_seen = client.initialized = True
 
 
 def call(id: Any, caps: dict[str, Any] = ALL_CAPS, name: str = "a__slow", **extra: Any) -> bytes:
@@ -48,11 +46,17 @@ def server_asks(router: Router, id: Any, method: str = "elicitation/create", par
     return unpack(router.server_message("a", msg(id=id, method=method, params=params)))
 
 
+def complete(content: list[Any]) -> dict[str, Any]:
+    """A tools/call result as a modern caller gets it: stamped complete, with the proxy's identity."""
+    return {"content": content, "resultType": "complete", "_meta": {SERVER_INFO: IDENTITY}}
+
+
 def input_required(commands: list[Any], key: int, id: Any) -> dict[str, Any]:
     [(kind, session, answer)] = commands
     assert (kind, session, answer["id"]) == ("ToClient", key, id)
     result = answer["result"]
     assert result["resultType"] == "input_required" and result["requestState"].startswith(PREFIX)
+    assert result["_meta"] == {SERVER_INFO: IDENTITY}
     return result
 
 
@@ -80,7 +84,7 @@ def test_the_retry_answers_the_server_and_gets_the_final_result(router):
         router.server_message("a", msg(id=upstream, result={"content": [{"type": "text", "text": "hi ada"}]}))
     )
     assert final == [
-        ("ToClient", 7, {"jsonrpc": "2.0", "id": "c2", "result": {"content": [{"type": "text", "text": "hi ada"}]}})
+        ("ToClient", 7, {"jsonrpc": "2.0", "id": "c2", "result": complete([{"type": "text", "text": "hi ada"}])})
     ]
     assert router.in_flight() == 0 and router.parked == {}
 
@@ -268,7 +272,7 @@ def test_the_servers_answer_while_parked_is_kept_for_the_retry(router):
     assert out[1] == (
         "ToClient",
         7,
-        {"jsonrpc": "2.0", "id": 2, "result": {"content": [{"type": "text", "text": "gave up"}]}},
+        {"jsonrpc": "2.0", "id": 2, "result": complete([{"type": "text", "text": "gave up"}])},
     )
 
 

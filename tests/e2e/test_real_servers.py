@@ -1,8 +1,8 @@
 """The proxy in stdio mode in front of three real third-party servers, driven by the SDK.
 
 mcp-server-time and mcp-server-git (PyPI) and @modelcontextprotocol/server-everything
-(npm) run behind `aggregator serve --stdio`; the official `mcp` client (2.x, which probes
-`server/discover` first) talks to it.
+(npm) run behind `aggregator serve --stdio`; the official `mcp` client (2.x, pinned to the
+legacy era) talks to it.
 """
 
 from __future__ import annotations
@@ -39,7 +39,8 @@ def client_for(config):
     return Client(
         StdioServerParameters(
             command=sys.executable, args=["-m", "aggregator", "serve", "--stdio", "--config", str(config)]
-        )
+        ),
+        mode="legacy",  # the legacy era; tests/e2e/test_modern_stdio.py drives the modern one
     )
 
 
@@ -60,8 +61,7 @@ def test_three_real_servers_through_one_endpoint(tmp_path, git_repo, everything_
     async def main():
         started = time.monotonic()
         async with client_for(config) as client:
-            # The 2.x client probes server/discover first; a prompt -32601 makes it fall back
-            # to initialize at once instead of waiting out its 10 s probe timeout.
+            # Pinned to the legacy era: initialize at once, no probe.
             assert time.monotonic() - started < 9
             assert client.server_info.name == "aggregator"
             assert client.protocol_version == "2025-11-25"

@@ -1,0 +1,290 @@
+"""Serving modern (2026-07-28) callers: admission, server/discover, subscriptions/listen,
+answers stamped, per-request log levels. Sans-IO.
+
+The proxy is a dual-era server (``basic/versioning.mdx``). A request whose
+``params._meta`` names a protocol version is modern and served without a session: no
+initialize, its capabilities, client info and log level read from its own ``_meta``.
+
+Rules
+-----
+1. The era of a connection. On Streamable HTTP a modern request is a client of its own
+   (the front connects it modern). On stdio the first modern request other than
+   ``server/discover`` makes the connection modern, and ``initialize`` makes it legacy;
+   a connection serves one era from then on: ``initialize`` on a modern connection is
+   -32022 naming the revision it serves; a legacy session's requests are legacy whatever
+   their ``_meta`` says (its ``_meta`` passes through as any other). ``server/discover`` may
+   come from either era, at any time, and decides nothing: a dual-era client probes with it.
+2. Admission of a modern request, in order: a revision the proxy does not speak is -32022
+   (``data.supported``); ``_meta`` without ``clientCapabilities`` as an object is -32602;
+   a log level that is not one is -32602; a method the revision removed or never had
+   (``modern.CLIENT_REQUESTS``) is -32601. A request of a modern connection without
+   ``_meta`` is -32602. Then it waits for startup, as initialize does, and is handled by
+   the same handlers as a legacy session's.
+3. Every answer to it is stamped (``core.modern_results``): answers the proxy makes here,
+   and upstream answers (``server_messages`` calls ``_modern_answer``).
+4. Log lines reach a modern caller only for a request that carried a log level, at or
+   above it, on that request's stream; legacy upstreams are told the most verbose level any
+   caller wants (``logging/setLevel`` is never sent to a modern upstream).
+5. A modern caller gets no unsolicited notification: list changes and resource updates
+   reach it only on an open ``subscriptions/listen`` (first the acknowledgement, each
+   tagged with the listen's id); it ends when the client cancels it or leaves, and a
+   shutdown answers it with a plain result.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from aggregator.core.commands import Command, ToClient, WaitForStartup
+from aggregator.core.log_levels import LEVELS, RANK, passes
+from aggregator.core.modern_results import IDENTITY, cache_hints, stamp_answer
+from aggregator.core.state import ClientState, Pending, RouterState, ServerDown, UpstreamLink
+from aggregator.core.subscriptions import Listen
+from aggregator.jsonrpc.errors import INVALID_PARAMS, METHOD_NOT_FOUND, RemoteProtocolError, error_response
+from aggregator.mcp.constants import CAPABILITY_OF, INITIALIZE, LIST_CHANGED, PROMPTS, RESOURCES, TOOLS
+from aggregator.mcp.modern import (
+    ACKNOWLEDGED,
+    CACHE_SCOPE,
+    CLIENT_CAPABILITIES,
+    CLIENT_INFO,
+    CLIENT_REQUESTS,
+    COMPLETE,
+    LOG_LEVEL,
+    PROTOCOL_VERSION,
+    REMOVED_REQUESTS,
+    RESULT_TYPE,
+    SERVER_INFO,
+    SUBSCRIPTION_ID,
+    TTL,
+    UNSUPPORTED_PROTOCOL_VERSION,
+    unsupported_version,
+)
+from aggregator.mcp.versions import ALL_VERSIONS, DISCOVER, MODERN, is_modern
+
+log = logging.getLogger(__name__)
+
+# The listen filter's flags, and the list_changed notification (and capability) of each.
+_LIST_FLAGS = (("toolsListChanged", TOOLS), ("promptsListChanged", PROMPTS), ("resourcesListChanged", RESOURCES))
+_RESOURCE_SUBSCRIPTIONS = "resourceSubscriptions"
+
+
+class ModernCallers(RouterState):
+    """What the proxy does for a modern caller that it does not for a legacy session."""
+
+    # --- admission (rules 1 and 2) -------------------------------------------------------
+
+    def _modern_request(
+        self, client: ClientState, message: dict[str, Any], meta: dict[str, Any] | None
+    ) -> list[Command]:
+        id = message["id"]
+        method = message["method"]
+        if meta is None:  # a request of a modern connection without its _meta
+            if method == INITIALIZE:
+                params = message.get("params")
+                requested = params.get("protocolVersion") if type(params) is dict else None
+                return [ToClient(client.key, _connection_is_modern(id, requested))]
+            return [ToClient(client.key, _missing_meta(id, method, f"_meta with {PROTOCOL_VERSION}"))]
+        version = meta[PROTOCOL_VERSION]
+        if not is_modern(version):
+            return [ToClient(client.key, unsupported_version(id, version))]
+        capabilities = meta.get(CLIENT_CAPABILITIES)
+        if type(capabilities) is not dict:
+            return [ToClient(client.key, _missing_meta(id, method, f"{CLIENT_CAPABILITIES} (an object)"))]
+        level = meta.get(LOG_LEVEL)
+        if level is not None and level not in LEVELS:
+            text = f"Invalid params: _meta {LOG_LEVEL} must be one of {', '.join(LEVELS)}"
+            return [ToClient(client.key, error_response(id, INVALID_PARAMS, text))]
+        if method not in CLIENT_REQUESTS:
+            why = " (removed in protocol revision 2026-07-28)" if method in REMOVED_REQUESTS else ""
+            return [ToClient(client.key, error_response(id, METHOD_NOT_FOUND, f"Method not found: {method}{why}"))]
+        if not self.startup_complete:
+            return [WaitForStartup(client.key)]
+        if method != DISCOVER:  # a probe decides no connection's era
+            client.modern = True
+        client.protocol_version = version
+        client.capabilities = capabilities
+        info = meta.get(CLIENT_INFO)
+        client.client_info = info if type(info) is dict else {}
+        out = self._want_log_level(level) if level is not None else []
+        answers = self._handle(client, message, self._requests[method])  # forwarding keeps its _meta
+        depends = self._depends_on_caller(client)
+        for command in answers:
+            if type(command) is ToClient and type(command.message) is dict and command.message.get("id", ...) == id:
+                stamp_answer(command.message, method, depends_on_caller=depends)
+        return out + answers
+
+    def _depends_on_caller(self, client: ClientState, link: UpstreamLink | None = None) -> bool:
+        """Whether what this caller is answered depends on who it is (``cacheScope``
+        private): several profiles, or its own per-session view or connection."""
+        return len(self.catalogs) > 1 or client.key in self.views or (link is not None and link.session is not None)
+
+    # --- answers (rule 3) -------------------------------------------------------------
+
+    def _modern_answer(
+        self, client: ClientState, pending: Pending, message: dict[str, Any], link: UpstreamLink
+    ) -> None:
+        """An upstream's answer to a modern caller, stamped in place."""
+        stamp_answer(message, pending.method, depends_on_caller=self._depends_on_caller(client, link))
+
+    def _discover(self, client: ClientState, message: dict[str, Any]) -> list[Command]:
+        """server/discover, from either era: the revisions the proxy speaks, and what it
+        serves (merged over its servers), as initialize would say it."""
+        ttl, scope = cache_hints([], [], depends_on_caller=self._depends_on_caller(client))
+        result: dict[str, Any] = {
+            RESULT_TYPE: COMPLETE,
+            "supportedVersions": list(ALL_VERSIONS),
+            "capabilities": self.merged_capabilities(),
+            TTL: ttl,
+            CACHE_SCOPE: scope,
+            "_meta": {SERVER_INFO: IDENTITY},
+        }
+        instructions = self.merged_instructions()
+        if instructions:
+            result["instructions"] = instructions
+        return [ToClient(client.key, {"jsonrpc": "2.0", "id": message["id"], "result": result})]
+
+    # --- log levels (rule 4) ----------------------------------------------------------
+
+    def _want_log_level(self, level: str) -> list[Command]:
+        """A modern request wants log lines at ``level``: legacy upstreams that log and were
+        told a less verbose level (or none) are told this one."""
+        out: list[Command] = []
+        for name, link in self.links.items():
+            if not link.ready or link.modern or "logging" not in link.capabilities:
+                continue
+            if link.log_level is None or RANK[level] < RANK.get(link.log_level, 0):
+                link.log_level = level
+                out += self._own_request(name, "logging/setLevel", {"level": level})
+        return out
+
+    def _modern_log_wanted(self, client: ClientState, related: Any, level: object) -> bool:
+        """Whether a log line of the modern caller's request ``related`` reaches it."""
+        pending = client.in_flight.get(related) if related is not None else None
+        wanted = pending.meta.get(LOG_LEVEL) if pending is not None and pending.meta is not None else None
+        return wanted in RANK and passes(level, wanted)
+
+    # --- subscriptions/listen (rule 5) --------------------------------------------------
+
+    def _listen(self, client: ClientState, message: dict[str, Any]) -> list[Command]:
+        if not client.modern:  # a legacy session has resources/subscribe and list_changed
+            raise RemoteProtocolError(METHOD_NOT_FOUND, f"Method not found: {message['method']}")
+        id = message["id"]
+        params: Any = message.get("params")
+        wanted = params.get("notifications") if type(params) is dict else None
+        if type(wanted) is not dict:
+            raise RemoteProtocolError(INVALID_PARAMS, "Invalid params: notifications must be an object")
+        uris = wanted.get(_RESOURCE_SUBSCRIPTIONS, [])
+        if type(uris) is not list or not all(type(uri) is str for uri in uris):
+            raise RemoteProtocolError(INVALID_PARAMS, f"Invalid params: {_RESOURCE_SUBSCRIPTIONS} must be strings")
+        if len(uris) > self.max_in_flight:
+            raise RemoteProtocolError(
+                INVALID_PARAMS, f"Invalid params: at most {self.max_in_flight} {_RESOURCE_SUBSCRIPTIONS}"
+            )
+        capabilities = self.merged_capabilities()
+        honoured: dict[str, Any] = {}
+        methods = set()
+        for flag, kind in _LIST_FLAGS:
+            if wanted.get(flag) is True and CAPABILITY_OF[kind] in capabilities:
+                honoured[flag] = True
+                methods.add(LIST_CHANGED[kind])
+        out: list[Command] = []
+        keys: set[tuple[str, str]] = set()
+        agreed: list[str] = []
+        for uri in uris:
+            try:
+                server, original = self._resource_route(client, {"uri": uri})
+            except (RemoteProtocolError, ServerDown):
+                continue  # not one it may see, or its server is out: not honoured
+            name = self._link_name(server, client.key)
+            link = self.links.get(name)
+            if link is None or not (link.capabilities.get("resources") or {}).get("subscribe"):
+                continue
+            key = (name, original)
+            agreed.append(uri)
+            if key in keys:
+                continue
+            keys.add(key)
+            if self.subscriptions.has(key, client.key):
+                continue  # another listen of this client holds it
+            if self.subscriptions.add(key, client.key) and not link.modern:
+                out += self._own_request(name, "resources/subscribe", {"uri": original})
+        if agreed:
+            honoured[_RESOURCE_SUBSCRIPTIONS] = agreed
+        self.listens.open(Listen(client.key, id, frozenset(methods), keys, self._announce_count))
+        ack = {
+            "jsonrpc": "2.0",
+            "method": ACKNOWLEDGED,
+            "params": {"_meta": {SUBSCRIPTION_ID: id}, "notifications": honoured},
+        }
+        return [ToClient(client.key, ack, id), *out]
+
+    def _close_listen(self, session: int, id: Any) -> list[Command]:
+        """A listen ended (its client cancelled it): its resources no other listen holds
+        are unsubscribed, upstream too when nobody else wants them."""
+        listen, keys = self.listens.close(session, id)
+        out: list[Command] = []
+        for key in keys:
+            link = self.links.get(key[0])
+            if self.subscriptions.remove(key, session) and link is not None and link.ready and not link.modern:
+                out += self._own_request(key[0], "resources/unsubscribe", {"uri": key[1]})
+        return out
+
+    def _drop_listens(self, session: int, answer: bool) -> list[Command]:
+        """A modern client left: its listens end (its subscriptions go with the client);
+        ``answer``: it may still read, and each listen gets its graceful end."""
+        listens = self.listens.drop_session(session) if self.listens else []
+        return [_listen_ended(listen) for listen in listens] if answer else []
+
+    def _end_listens(self) -> list[Command]:
+        """Shutting down: every listen gets its graceful end (a plain result)."""
+        out: list[Command] = []
+        for listen in self.listens.all():
+            out += self._close_listen(listen.session, listen.id)
+            out.append(_listen_ended(listen))
+        return out
+
+    def _listen_notices(self, client: ClientState, methods: dict[str, int]) -> list[Command]:
+        """The list_changed notices due to a modern client's listens, each tagged."""
+        out: list[Command] = []
+        for listen in self.listens.of_session(client.key):
+            for method, count in methods.items():
+                if count > listen.since and method in listen.methods:
+                    notice = {"jsonrpc": "2.0", "method": method, "params": {"_meta": {SUBSCRIPTION_ID: listen.id}}}
+                    out.append(ToClient(client.key, notice, listen.id))
+        return out
+
+    def _listen_updates(self, session: int, key: tuple[str, str], params: dict[str, Any]) -> list[Command]:
+        """A resource update for a modern client: on each of its listens that holds it."""
+        out: list[Command] = []
+        for listen in self.listens.of_session(session):
+            if key in listen.keys:
+                meta = dict(params.get("_meta") or {}, **{SUBSCRIPTION_ID: listen.id})
+                notice = {
+                    "jsonrpc": "2.0",
+                    "method": "notifications/resources/updated",
+                    "params": dict(params, _meta=meta),
+                }
+                out.append(ToClient(session, notice, listen.id))
+        return out
+
+
+def _listen_ended(listen: Listen) -> ToClient:
+    result = {RESULT_TYPE: COMPLETE, "_meta": {SUBSCRIPTION_ID: listen.id, SERVER_INFO: IDENTITY}}
+    return ToClient(listen.session, {"jsonrpc": "2.0", "id": listen.id, "result": result})
+
+
+def _missing_meta(id: Any, method: str, what: str) -> dict[str, Any]:
+    return error_response(
+        id, INVALID_PARAMS, f"Invalid params: a {MODERN[0]} request ({method}) must carry {what} in params._meta"
+    )
+
+
+def _connection_is_modern(id: Any, requested: object) -> dict[str, Any]:
+    shown = requested if type(requested) is str else repr(requested)
+    return error_response(
+        id,
+        UNSUPPORTED_PROTOCOL_VERSION,
+        f"This connection is serving protocol revision {MODERN[0]}; initialize ({shown[:40]}) needs a new connection",
+        {"supported": list(MODERN), "requested": requested},
+    )

@@ -1,0 +1,325 @@
+"""Modern (2026-07-28) callers (``aggregator.core.modern_callers``, ``modern_results``):
+admission by ``_meta``, server/discover, removed methods, the era of a stdio connection,
+every answer stamped, cache hints, -32002 rewritten, per-request log levels, no unsolicited
+notifications."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from aggregator import __version__
+from aggregator.config import ServerConfig
+from aggregator.core.catalog import Catalog
+from aggregator.core.modern_results import cache_hints, list_page_suffix, modern_error, splice_page
+from aggregator.jsonrpc import loads
+from aggregator.mcp.modern import CLIENT_CAPABILITIES, LOG_LEVEL, PROTOCOL_VERSION, SERVER_INFO
+from aggregator.mcp.versions import ALL_VERSIONS
+from tests.core.helpers import connect, make_router, msg, new_router, unpack
+
+IDENTITY = {"name": "aggregator", "version": __version__}
+
+
+def meta(**extra: Any) -> dict[str, Any]:
+    return {PROTOCOL_VERSION: "2026-07-28", CLIENT_CAPABILITIES: {}, **extra}
+
+
+def modern(router, key, id, method, params=None, **extra):
+    """Client ``key`` sends a modern request; its commands, unpacked."""
+    return unpack(
+        router.client_message(key, msg(id=id, method=method, params={**(params or {}), "_meta": meta(**extra)}))
+    )
+
+
+def only_answer(out, key):
+    [(kind, session, answer)] = [o for o in out if o[0] == "ToClient"]
+    assert (kind, session) == ("ToClient", key)
+    return answer
+
+
+@pytest.fixture
+def router(clock):
+    r = make_router(clock)
+    r.client_connected(7)  # no initialize: modern requests need none
+    return r
+
+
+# --- admission -------------------------------------------------------------------------
+
+# (the request's _meta, its method, the error code, a phrase of the message)
+REFUSED = [
+    ({PROTOCOL_VERSION: "2099-01-01", CLIENT_CAPABILITIES: {}}, "tools/list", -32022, "Unsupported protocol version"),
+    ({PROTOCOL_VERSION: "2025-11-25", CLIENT_CAPABILITIES: {}}, "tools/list", -32022, "2026-07-28"),
+    ({PROTOCOL_VERSION: 20260728, CLIENT_CAPABILITIES: {}}, "tools/list", -32022, "20260728"),
+    ({PROTOCOL_VERSION: "2026-07-28"}, "tools/list", -32602, "clientCapabilities"),
+    ({PROTOCOL_VERSION: "2026-07-28", CLIENT_CAPABILITIES: []}, "tools/list", -32602, "clientCapabilities"),
+    (meta(**{LOG_LEVEL: "loud"}), "tools/call", -32602, "logLevel"),
+    (meta(), "ping", -32601, "removed"),
+    (meta(), "logging/setLevel", -32601, "removed"),
+    (meta(), "resources/subscribe", -32601, "removed"),
+    (meta(), "initialize", -32601, "removed"),
+    (meta(), "tasks/list", -32601, "Method not found: tasks/list"),
+    (meta(), "no/such", -32601, "Method not found: no/such"),
+]
+
+
+@pytest.mark.parametrize(("request_meta", "method", "code", "phrase"), REFUSED)
+def test_a_modern_request_is_refused_with_the_revisions_error(router, request_meta, method, code, phrase):
+    out = unpack(router.client_message(7, msg(id="r", method=method, params={"_meta": request_meta})))
+    answer = only_answer(out, 7)
+    assert (answer["id"], answer["error"]["code"]) == ("r", code)
+    assert phrase in answer["error"]["message"]
+    if code == -32022:
+        assert answer["error"]["data"]["supported"] == list(ALL_VERSIONS)
+        assert answer["error"]["data"]["requested"] == request_meta[PROTOCOL_VERSION]
+    assert not router.clients[7].in_flight and not any(o[0] == "ToServer" for o in out)
+
+
+def test_a_modern_request_needs_no_initialize_and_makes_the_stdio_connection_modern(router):
+    answer = only_answer(modern(router, 7, 1, "tools/list"), 7)
+    assert [t["name"] for t in answer["result"]["tools"]] == ["a__slow", "a__fast", "b__slow", "b__fast"]
+    assert router.clients[7].modern and router.session_info(7).protocol_version == "2026-07-28"
+    # From now on a request without its _meta is refused, and initialize names the era served.
+    [(_, _, bare)] = unpack(router.client_message(7, msg(id=2, method="tools/list")))
+    assert bare["error"]["code"] == -32602 and "_meta" in bare["error"]["message"]
+    init = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "x"}}
+    [(_, _, refused)] = unpack(router.client_message(7, msg(id=3, method="initialize", params=init)))
+    assert refused["error"]["code"] == -32022 and "serving protocol revision 2026-07-28" in refused["error"]["message"]
+    assert refused["error"]["data"] == {"supported": ["2026-07-28"], "requested": "2025-11-25"}
+
+
+def test_discover_decides_no_era_and_an_initialized_session_stays_legacy(router):
+    answer = only_answer(modern(router, 7, 1, "server/discover"), 7)
+    assert answer["result"]["supportedVersions"] == list(ALL_VERSIONS)
+    assert not router.clients[7].modern  # a probe: the client may still choose initialize
+    init = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "x"}}
+    [(_, _, opened)] = unpack(router.client_message(7, msg(id=2, method="initialize", params=init)))
+    assert opened["result"]["protocolVersion"] == "2025-11-25"
+    # Legacy from now on: a modern _meta is passed along as any other, the answer unstamped.
+    [(kind, server, sent)] = modern(router, 7, 3, "tools/call", {"name": "a__fast"})
+    assert (kind, server) == ("ToServer", "a") and sent["params"]["_meta"][PROTOCOL_VERSION] == "2026-07-28"
+    [(_, _, back)] = unpack(router.server_message("a", msg(id=sent["id"], result={"content": []})))
+    assert back == {"jsonrpc": "2.0", "id": 3, "result": {"content": []}}
+    assert not router.clients[7].modern
+
+
+def test_a_modern_request_waits_for_startup_like_initialize():
+    servers = [ServerConfig(name="a", command="x")]
+    r = new_router(Catalog(servers, "__", 5), servers)
+    r.client_connected(1)
+    [waiting] = r.client_message(1, msg(id=1, method="tools/list", params={"_meta": meta()}))
+    assert type(waiting).__name__ == "WaitForStartup"
+    r.startup_completed()
+    [(_, _, answer)] = unpack(r.client_message(1, msg(id=1, method="tools/list", params={"_meta": meta()})))
+    assert answer["result"]["tools"] == [] and answer["result"]["resultType"] == "complete"
+
+
+def test_discover_answers_what_the_proxy_serves(router):
+    answer = only_answer(modern(router, 7, "d", "server/discover"), 7)
+    result = answer["result"]
+    assert result["resultType"] == "complete" and result["_meta"][SERVER_INFO] == IDENTITY
+    assert result["capabilities"] == router.merged_capabilities()
+    assert result["capabilities"]["resources"]["subscribe"] is True
+    assert (result["ttlMs"], result["cacheScope"]) == (0, "public")
+    # A legacy client probing before initialize gets the same answer (dual-era clients do).
+    router.client_connected(8)
+    [(_, _, legacy)] = unpack(router.client_message(8, msg(id="d", method="server/discover", params={})))
+    assert legacy == answer
+
+
+# --- answers stamped -------------------------------------------------------------------
+
+
+def test_the_callers_envelope_stays_with_the_request_and_the_rest_of_its_meta_goes_on(router):
+    [(_, _, sent)] = modern(router, 7, 1, "tools/call", {"name": "a__slow"}, **{"x.example/trace": "t1"})
+    assert sent["params"] == {"name": "slow", "_meta": {"x.example/trace": "t1"}}
+    pending = router.clients[7].in_flight[1]
+    assert pending.meta == meta(**{"x.example/trace": "t1"})  # what a modern upstream is given
+
+
+def test_every_result_of_a_modern_caller_is_stamped(router):
+    [(_, _, sent)] = modern(router, 7, 1, "tools/call", {"name": "a__slow", "arguments": {}})
+    upstream = {"content": [{"type": "text", "text": "ok"}], "_meta": {"x": 1, SERVER_INFO: {"name": "a"}}}
+    [(_, _, answer)] = unpack(router.server_message("a", msg(id=sent["id"], result=upstream)))
+    assert answer["result"] == {
+        "content": [{"type": "text", "text": "ok"}],
+        "resultType": "complete",
+        "_meta": {"x": 1, SERVER_INFO: IDENTITY},  # the proxy answers, not the server behind it
+    }
+    # A multi round-trip result passes through as it is (its bridging is not done here).
+    [(_, _, sent)] = modern(router, 7, 2, "tools/call", {"name": "a__slow"})
+    asked = {"resultType": "input_required", "inputRequests": {}, "requestState": "s"}
+    [(_, _, answer)] = unpack(router.server_message("a", msg(id=sent["id"], result=dict(asked))))
+    assert answer["result"] == {**asked, "_meta": {SERVER_INFO: IDENTITY}}
+
+
+@pytest.mark.parametrize(
+    ("upstream", "expected"),
+    [
+        ({}, (0, "public")),  # a legacy server gives no hints
+        ({"ttlMs": 5000, "cacheScope": "public"}, (5000, "public")),
+        ({"ttlMs": 5000, "cacheScope": "private"}, (5000, "private")),
+        ({"ttlMs": -3}, (0, "public")),  # invalid: stale at once
+        ({"ttlMs": "soon", "cacheScope": "shared"}, (0, "public")),
+    ],
+)
+def test_a_read_carries_the_upstreams_cache_hints_merged(router, upstream, expected):
+    [(_, _, sent)] = modern(router, 7, 1, "resources/read", {"uri": "a+demo://r/1"})
+    assert sent["params"]["uri"] == "demo://r/1"
+    result = {"contents": [{"uri": "demo://r/1", "text": "x"}], **upstream}
+    [(_, _, answer)] = unpack(router.server_message("a", msg(id=sent["id"], result=result)))
+    assert (answer["result"]["ttlMs"], answer["result"]["cacheScope"]) == expected
+    assert answer["result"]["contents"][0]["uri"] == "a+demo://r/1"
+
+
+def test_calls_carry_no_cache_hints(router):
+    [(_, _, sent)] = modern(router, 7, 1, "tools/call", {"name": "a__slow"})
+    [(_, _, answer)] = unpack(router.server_message("a", msg(id=sent["id"], result={"content": [], "ttlMs": 9})))
+    assert "cacheScope" not in answer["result"] and answer["result"]["ttlMs"] == 9  # passed through untouched
+
+
+def test_every_page_of_a_list_has_the_same_scope_and_the_proxys_identity(clock):
+    servers = [ServerConfig(name="a", command="x")]
+    r = new_router(Catalog(servers, "__", 2), servers, clock=clock, list_changed_debounce=0)
+    r.server_ready("a", {"protocolVersion": "2025-11-25", "capabilities": {"tools": {}}})
+    r.server_items("a", "tools", [{"name": f"t{i}"} for i in range(5)])
+    r.startup_completed()
+    r.client_connected(1)
+    cursor, pages = None, []
+    for id in range(5):
+        params = {} if cursor is None else {"cursor": cursor}
+        result = only_answer(modern(r, 1, id, "tools/list", params), 1)["result"]
+        pages.append(result)
+        cursor = result.get("nextCursor")
+        if cursor is None:
+            break
+    assert len(pages) == 3
+    assert {(p["resultType"], p["ttlMs"], p["cacheScope"]) for p in pages} == {("complete", 0, "public")}
+    assert all(p["_meta"] == {SERVER_INFO: IDENTITY} for p in pages)
+    assert [t["name"] for p in pages for t in p["tools"]] == [f"a__t{i}" for i in range(5)]
+
+
+def test_with_profiles_what_a_caller_is_answered_is_private(clock):
+    servers = [ServerConfig(name="a", command="x")]
+    r = new_router(
+        Catalog(servers, "__", 5),
+        servers,
+        clock=clock,
+        list_changed_debounce=0,
+        profiles={"reader": Catalog(servers, "__", 5)},
+    )
+    r.server_ready("a", {"protocolVersion": "2025-11-25", "capabilities": {"tools": {}, "resources": {}}})
+    r.server_items("a", "resources", [{"uri": "demo://r"}])
+    r.startup_completed()
+    r.client_connected(1, "reader", modern=True)
+    for method in ("tools/list", "resources/list", "server/discover"):
+        assert only_answer(modern(r, 1, method, method), 1)["result"]["cacheScope"] == "private"
+    [(_, _, sent)] = modern(r, 1, 9, "resources/read", {"uri": "a+demo://r"})
+    assert sent["method"] == "resources/read"
+    [(_, _, answer)] = unpack(
+        r.server_message("a", msg(id=sent["id"], result={"contents": [], "cacheScope": "public"}))
+    )
+    assert answer["result"]["cacheScope"] == "private"
+
+
+# --- errors ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("code", "expected"),
+    [(-32002, -32602), (-32042, -32603), (-32020, -32020), (-32022, -32022), (-32099, -32603), (-32019, -32019)],
+)
+def test_an_upstream_error_reaches_a_modern_caller_without_codes_it_must_not_see(router, code, expected):
+    [(_, _, sent)] = modern(router, 7, 1, "resources/read", {"uri": "a+demo://r/1"})
+    error = {"code": code, "message": "Resource not found", "data": {"uri": "demo://r/1"}}
+    [(_, _, answer)] = unpack(router.server_message("a", msg(id=sent["id"], error=error)))
+    assert answer["error"] == dict(error, code=expected)
+
+
+def test_a_legacy_sessions_answers_are_untouched(clock):
+    r = make_router(clock)
+    connect(r, 1)
+    [(_, _, sent)] = unpack(r.client_message(1, msg(id=1, method="resources/read", params={"uri": "a+demo://r/1"})))
+    raw = msg(id=sent["id"], error={"code": -32002, "message": "Resource not found"})
+    [(_, _, answer)] = unpack(r.server_message("a", raw))
+    assert answer["error"]["code"] == -32002 and "resultType" not in answer
+    [(_, _, page)] = unpack(r.client_message(1, msg(id=2, method="tools/list")))
+    assert set(page["result"]) == {"tools"}
+
+
+def test_the_pure_rules():
+    assert cache_hints([None, 10, 3], [None, "public"], depends_on_caller=False) == (0, "public")
+    assert cache_hints([10, 3], ["public", "private"], depends_on_caller=False) == (3, "private")
+    assert cache_hints([], [], depends_on_caller=True) == (0, "private")
+    error: dict[str, Any] = {"code": -32002, "message": "gone"}
+    modern_error(error)
+    assert error == {"code": -32602, "message": "gone"}
+    page = splice_page(b'{"tools":[]}', list_page_suffix(depends_on_caller=True))
+    assert loads(page) == {
+        "tools": [],
+        "resultType": "complete",
+        "ttlMs": 0,
+        "cacheScope": "private",
+        "_meta": {SERVER_INFO: IDENTITY},
+    }
+
+
+# --- progress, cancellation, log levels, notifications -------------------------------------
+
+
+def test_progress_and_cancellation_work_as_for_a_legacy_session(router):
+    [(_, _, sent)] = modern(router, 7, 1, "tools/call", {"name": "a__slow"}, progressToken="p")
+    token = sent["params"]["_meta"]["progressToken"]
+    assert token != "p" and set(sent["params"]["_meta"]) == {"progressToken"}  # no envelope to a legacy server
+    progress = msg(method="notifications/progress", params={"progressToken": token, "progress": 1})
+    [(_, session, notice)] = unpack(router.server_message("a", progress))
+    assert session == 7 and notice["params"]["progressToken"] == "p"
+    out = unpack(router.client_message(7, msg(method="notifications/cancelled", params={"requestId": 1})))
+    assert out[0][:2] == ("ToServer", "a") and out[0][2]["params"]["requestId"] == sent["id"]
+    assert not router.clients[7].in_flight
+
+
+def log_line(level: str) -> bytes:
+    return msg(method="notifications/message", params={"level": level, "logger": "db", "data": "x"})
+
+
+def test_log_lines_reach_a_modern_caller_only_for_a_request_that_asked(router):
+    out = modern(router, 7, 1, "tools/call", {"name": "a__slow"}, **{LOG_LEVEL: "warning"})
+    # Legacy upstreams that log are told the most verbose level wanted.
+    assert sorted((o[1], o[2]["params"]["level"]) for o in out if o[2].get("method") == "logging/setLevel") == [
+        ("a", "warning"),
+        ("b", "warning"),
+    ]
+    [sent] = [o[2] for o in out if o[2].get("method") == "tools/call"]
+    assert unpack(router.server_message("a", log_line("info"))) == []  # under its level
+    [(_, session, notice)] = unpack(router.server_message("a", log_line("error")))
+    assert session == 7 and notice["params"]["logger"] == "a/db"
+    router.server_message("a", msg(id=sent["id"], result={"content": []}))
+    # A request without a log level hears none.
+    [(_, _, sent)] = modern(router, 7, 2, "tools/call", {"name": "a__slow"})
+    assert unpack(router.server_message("a", log_line("emergency"))) == []
+
+
+def test_a_modern_caller_hears_no_unsolicited_notification(clock):
+    r = make_router(clock)
+    connect(r, 1)  # a legacy session, beside
+    r.client_connected(7)
+    modern(r, 7, 1, "tools/list")
+    out = unpack(r.server_items("a", "tools", [{"name": "new"}]))
+    assert [(o[1], o[2]["method"]) for o in out] == [(1, "notifications/tools/list_changed")]
+    assert unpack(r.server_message("b", log_line("emergency"))) == []  # no session asked for logs
+    assert unpack(r.client_message(7, msg(method="notifications/roots/list_changed"))) == []
+
+
+def test_tools_list_is_deterministic_across_calls_and_listing_orders(clock):
+    def names(order):
+        r = make_router(clock)
+        for name in order:
+            r.server_items(name, "tools", [{"name": "z"}, {"name": "m"}, {"name": "a"}])
+        r.client_connected(1)
+        return [t["name"] for t in only_answer(modern(r, 1, 1, "tools/list"), 1)["result"]["tools"]]
+
+    first = names(["a", "b"])
+    assert first == names(["b", "a"]) == names(["a", "b"])
+    assert first == ["a__z", "a__m", "a__a", "b__z", "b__m", "b__a"]  # config order, each server's own order
