@@ -1,0 +1,83 @@
+"""A modern (2026-07-28) client calling a legacy server that asks for input mid-call.
+
+The official Python SDK 2.x client, pinned to 2026-07-28, with elicitation, sampling and
+roots callbacks, through `aggregator serve --stdio`, in front of a server built with the
+SDK 1.x (tests/e2e/sdk1_asking_server.py) whose tool elicits, samples and lists roots
+during one call. The proxy parks the call and answers `input_required` three times; the
+SDK retries with each input, and the server gets every answer on its own request.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import anyio
+import mcp_types as types
+import pytest
+from mcp import Client, StdioServerParameters
+
+from tests.e2e.conftest import write_config
+
+pytestmark = pytest.mark.e2e
+
+ASKING = f"{__file__.rsplit('/', 1)[0]}/sdk1_asking_server.py"
+
+
+def config_for(tmp_path, python1):
+    body = f'''
+[servers.ask]
+command = "{python1}"
+args = ["{ASKING}"]
+'''
+    return write_config(tmp_path, body, startup_timeout=20.0)
+
+
+async def on_elicit(context, params):
+    assert params.message == "Your name?"
+    return types.ElicitResult(action="accept", content={"name": "ada"})
+
+
+async def on_sample(context, params):
+    [message] = params.messages
+    assert "tea" in message.content.text
+    text = types.TextContent(type="text", text="sampled-words")
+    return types.CreateMessageResult(role="assistant", content=text, model="test-model")
+
+
+async def on_roots(context):
+    return types.ListRootsResult(roots=[types.Root(uri="file:///work/here")])
+
+
+def client_for(config, **callbacks):
+    argv = ["-m", "aggregator", "serve", "--stdio", "--config", str(config)]
+    server = StdioServerParameters(command=sys.executable, args=argv)
+    return Client(server, mode="2026-07-28", cache=None, **callbacks)
+
+
+def test_a_legacy_servers_questions_reach_a_modern_client_as_input_required(tmp_path, python1):
+    config = config_for(tmp_path, python1)
+
+    async def main():
+        with anyio.fail_after(60):
+            callbacks = {"elicitation_callback": on_elicit, "sampling_callback": on_sample}
+            async with client_for(config, list_roots_callback=on_roots, **callbacks) as client:
+                assert client.protocol_version == "2026-07-28"
+                for topic in ("tea", "more tea"):  # a second call parks and resumes as well
+                    result = await client.call_tool("ask__interview", {"topic": topic})
+                    assert not result.is_error, result
+                    assert result.content[0].text == "name=ada; sampled=sampled-words; roots=file:///work/here"
+
+    anyio.run(main)
+
+
+def test_what_the_client_did_not_declare_is_refused_to_the_server(tmp_path, python1):
+    config = config_for(tmp_path, python1)
+
+    async def main():
+        with anyio.fail_after(60):
+            async with client_for(config, elicitation_callback=on_elicit) as client:
+                result = await client.call_tool("ask__interview", {"topic": "tea"})
+                # The server was told at once that sampling is not there; its tool failed with that.
+                assert result.is_error and "did not declare sampling" in result.content[0].text
+
+    anyio.run(main)
