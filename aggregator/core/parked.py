@@ -184,7 +184,9 @@ class ParkedCalls(RouterState):
             if link.ready:
                 out += [_refuse_ask(link.name, ask, "the call ended") for ask in parked.asks.values()]
             if parked.final is not None:
-                return out + self._answered(pending, RESPONSE if "result" in parked.final else ERROR, parked.final)
+                return out + self._answered(
+                    link, pending, RESPONSE if "result" in parked.final else ERROR, parked.final
+                )
             why = f"Server {link.server!r} ended {method} while it waited for input (it timed out or was lost)"
             return out + [
                 ToClient(client.key, proxy_error(message["id"], why, reason="unavailable", server=link.server))

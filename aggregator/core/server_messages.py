@@ -59,12 +59,12 @@ class ServerMessages(RouterState):
                     return self._control_answer(link, message)
                 log.debug("server %s: dropping a response to unknown id %r", server, id)
                 return []
-            return self._answered(pending, kind, message)
+            return self._answered(link, pending, kind, message)
         if kind == NOTIFICATION:
             return self._server_notification(link, message, related)
         return self._server_request(link, message, related)
 
-    def _answered(self, pending: Pending, kind: int, message: dict[str, Any]) -> list[Command]:
+    def _answered(self, link: UpstreamLink, pending: Pending, kind: int, message: dict[str, Any]) -> list[Command]:
         """An upstream's answer to a forwarded request: to its client, under its own id."""
         self._end(pending)
         client = self.clients.get(pending.session)
@@ -73,7 +73,6 @@ class ServerMessages(RouterState):
                 pending.extra.final = message
             return []
         message["id"] = pending.client_id
-        link = self.links[pending.server]
         if kind == RESPONSE:
             self._expose_result(pending, message.get("result"), link)
             if client.modern:
