@@ -11,7 +11,8 @@ from aggregator.core.commands import Command
 
 class ModernHooks:
     """A base of ``RouterState``: at run time nothing; to the type checker, the methods
-    ``ModernCallers`` and ``ClientEvents`` define and the other groups call."""
+    ``ModernCallers``, ``ClientEvents``, ``ServerMessages`` and ``ParkedCalls`` define and
+    the other groups call."""
 
     __slots__ = ()
 
