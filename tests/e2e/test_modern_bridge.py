@@ -2,13 +2,15 @@
 
 The official Python SDK 2.x client, pinned to 2026-07-28, with elicitation, sampling and
 roots callbacks, through `aggregator serve --stdio`, in front of a server built with the
-SDK 1.x (tests/e2e/sdk1_asking_server.py) whose tool elicits, samples and lists roots
+SDK 1.x (tests/e2e/sdk1_asking_server.py, over stdio and over Streamable HTTP, where its
+requests come on the call's own POST stream) whose tool elicits, samples and lists roots
 during one call. The proxy parks the call and answers `input_required` three times; the
 SDK retries with each input, and the server gets every answer on its own request.
 """
 
 from __future__ import annotations
 
+import subprocess
 import sys
 
 import anyio
@@ -17,19 +19,39 @@ import pytest
 from mcp import Client, StdioServerParameters
 
 from tests.e2e.conftest import write_config
+from tests.loopback import free_port, wait_listening
 
 pytestmark = pytest.mark.e2e
 
 ASKING = f"{__file__.rsplit('/', 1)[0]}/sdk1_asking_server.py"
 
 
-def config_for(tmp_path, python1):
-    body = f'''
+def config_for(tmp_path, python1, url=None):
+    if url is None:
+        body = f'''
 [servers.ask]
 command = "{python1}"
 args = ["{ASKING}"]
 '''
+    else:
+        body = f'''
+[servers.ask]
+url = "{url}"
+'''
     return write_config(tmp_path, body, startup_timeout=20.0)
+
+
+@pytest.fixture
+def asking_http(python1):
+    port = free_port()
+    argv = [str(python1), ASKING, str(port)]
+    process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_listening(port, process)
+        yield f"http://127.0.0.1:{port}/mcp"
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
 
 
 async def on_elicit(context, params):
@@ -54,8 +76,10 @@ def client_for(config, **callbacks):
     return Client(server, mode="2026-07-28", cache=None, **callbacks)
 
 
-def test_a_legacy_servers_questions_reach_a_modern_client_as_input_required(tmp_path, python1):
-    config = config_for(tmp_path, python1)
+@pytest.mark.parametrize("transport", ["stdio", "streamable-http"])
+def test_a_legacy_servers_questions_reach_a_modern_client_as_input_required(tmp_path, python1, transport, request):
+    url = request.getfixturevalue("asking_http") if transport == "streamable-http" else None
+    config = config_for(tmp_path, python1, url)
 
     async def main():
         with anyio.fail_after(60):
