@@ -62,14 +62,14 @@ class ClientRequests(RouterState):
         if arguments is not None and type(arguments) is not dict:  # MCP: an object (null tolerated)
             raise RemoteProtocolError(INVALID_PARAMS, "Invalid params: arguments must be an object")
         if params.get(REQUEST_STATE) is not None and is_ours(params[REQUEST_STATE]):  # a parked call's retry
-            return self._resume(client, message, dict(params, name=route.original))
+            return self._resume(client, message, route.server, dict(params, name=route.original))
         return self._forward(client, message, route.server, dict(params, name=route.original))
 
     def _read_resource(self, client: ClientState, message: dict[str, Any]) -> list[Command]:
         params: Any = message.get("params")
         server, original = self._resource_route(client, params)
         if params.get(REQUEST_STATE) is not None and is_ours(params[REQUEST_STATE]):  # a parked call's retry
-            return self._resume(client, message, dict(params, uri=original))
+            return self._resume(client, message, server, dict(params, uri=original))
         return self._forward(client, message, server, dict(params, uri=original))
 
     def _subscribe(self, client: ClientState, message: dict[str, Any]) -> list[Command]:

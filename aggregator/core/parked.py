@@ -140,18 +140,21 @@ class ParkedCalls(RouterState):
         pending.extra = parked
         self.parked[number] = parked
         self.deadlines.push(deadline, parked)
-        digest = request_digest(pending.method, params)
+        digest = request_digest(pending.method, params, self.links[pending.server].server)
         state = self.request_states.mint(number, client.principal, deadline, digest)
         requests = {key: {"method": ask.method, "params": _shown(ask.params)} for key, ask in asks.items()}
         result = {RESULT_TYPE: INPUT_REQUIRED, INPUT_REQUESTS: requests, REQUEST_STATE: state}
         stamp_result(result, pending.method, depends_on_caller=False)  # the proxy's identity, as on every answer
         return [answer(client.key, client_id, result)]
 
-    def _resume(self, client: ClientState, message: dict[str, Any], params: dict[str, Any]) -> list[Command]:
-        """A retry carrying a state of the proxy's: answer the server's waiting requests
-        and resume the call, or ask again for what is still missing."""
+    def _resume(
+        self, client: ClientState, message: dict[str, Any], server: str, params: dict[str, Any]
+    ) -> list[Command]:
+        """A retry (to ``server``, ``params`` as sent there) carrying a state of the proxy's:
+        answer the server's waiting requests and resume the call, or ask again for what is
+        still missing."""
         method = message["method"]
-        digest = request_digest(method, params)
+        digest = request_digest(method, params, server)
         number = self.request_states.verify(params[REQUEST_STATE], client.principal, self.clock(), digest)
         parked: Parked | None = self.parked.get(number)
         if parked is None:

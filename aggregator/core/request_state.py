@@ -8,8 +8,9 @@ attacker input), so the state is integrity-protected and bound to everything it 
 - the parked call it resumes (its id in the proxy's table, never reused in a process);
 - the caller's principal (who the front authenticated), so another caller cannot use it;
 - an expiry on the router's clock;
-- a digest of the request's method and params (without ``_meta``, ``inputResponses`` and
-  ``requestState``), so it cannot resume a call with other arguments.
+- a digest of the server the request goes to and its method and params (without
+  ``_meta``, ``inputResponses`` and ``requestState``), so it cannot resume a call with
+  other arguments, nor one that names another server's tool or resource of the same name.
 
 Shape: ``aggregator-rs1.<parked>.<expiry ms>.<digest>.<tag>``; the tag is HMAC-SHA256
 under a key made fresh for each proxy process (as ``core.cursor``'s), over the visible
@@ -45,13 +46,14 @@ def is_ours(state: object) -> bool:
     return type(state) is str and state.startswith(PREFIX)
 
 
-def request_digest(method: str, params: dict[str, Any]) -> bytes:
-    """What a state is bound to: the method and params, keys sorted, numbers as written."""
+def request_digest(method: str, params: dict[str, Any], server: str = "") -> bytes:
+    """What a state is bound to: the server the request goes to, its method and params
+    (keys sorted, numbers as written)."""
     bound = {key: value for key, value in params.items() if key not in _UNBOUND}
     try:
-        text = orjson.dumps([method, bound], default=_number_text, option=orjson.OPT_SORT_KEYS)
+        text = orjson.dumps([server, method, bound], default=_number_text, option=orjson.OPT_SORT_KEYS)
     except TypeError:  # beyond what orjson writes (huge integers, deep nesting): unsorted, exact
-        text = dumps([method, bound])
+        text = dumps([server, method, bound])
     return hashlib.sha256(text).digest()[:_DIGEST]
 
 

@@ -122,6 +122,7 @@ def test_another_principal_cannot_resume_the_call(router):
     ("change", "words"),
     [
         ({"name": "a__fast"}, "another request"),
+        ({"name": "b__slow"}, "another request"),  # the same tool name upstream, another server
         ({"arguments": {"x": 2}}, "another request"),
         ({"requestState": "TAMPER"}, "altered"),
     ],
@@ -336,3 +337,32 @@ def test_on_a_streaming_upstream_the_requests_stream_names_the_parked_call(route
         "elicitation/create",
         "sampling/createMessage",
     ]
+
+
+def request(id: Any, method: str, params: dict[str, Any]) -> bytes:
+    meta = {PROTOCOL_VERSION: "2026-07-28", CLIENT_CAPABILITIES: ALL_CAPS}
+    return msg(id=id, method=method, params={**params, "_meta": meta})
+
+
+@pytest.mark.parametrize(
+    ("method", "params", "sent"),
+    [("resources/read", {"uri": "a+demo://r/1"}, {"uri": "demo://r/1"})],
+)
+def test_a_resource_read_parks_and_resumes_the_same_way(router, method, params, sent):
+    connect_modern(router, 7)
+    [(_, _, out)] = unpack(router.client_message(7, request(1, method, params)))
+    assert out["method"] == method and out["params"]["uri"] == sent["uri"]
+    result = input_required(server_asks(router, "s1"), 7, 1)
+    [key] = result["inputRequests"]
+    # The state names this URI: another one is refused, the same one resumes.
+    other = request(2, method, {"uri": "b+demo://r/1", "requestState": result["requestState"]})
+    [(_, _, refused)] = unpack(router.client_message(7, other))
+    assert refused["error"]["code"] == INVALID_PARAMS and "another request" in refused["error"]["message"]
+    retry = request(
+        3, method, {**params, "inputResponses": {key: {"action": "decline"}}, "requestState": result["requestState"]}
+    )
+    assert unpack(router.client_message(7, retry)) == [
+        ("ToServer", "a", {"jsonrpc": "2.0", "id": "s1", "result": {"action": "decline"}})
+    ]
+    [(_, _, answer)] = unpack(router.server_message("a", msg(id=out["id"], result={"contents": []})))
+    assert answer["id"] == 3 and answer["result"]["contents"] == [] and answer["result"]["resultType"] == "complete"

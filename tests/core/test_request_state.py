@@ -124,3 +124,7 @@ def test_the_digest_sees_numbers_as_written():
     assert request_digest("tools/call", one) != request_digest("tools/call", other)
     huge = loads(b'{"name": "t", "arguments": {"x": 123456789012345678901234567890}}')
     assert len(request_digest("tools/call", huge)) == 16
+
+
+def test_the_digest_names_the_server():
+    assert request_digest("tools/call", PARAMS, "a") != request_digest("tools/call", PARAMS, "b")
