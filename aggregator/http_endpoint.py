@@ -1,9 +1,10 @@
-"""The HTTP endpoint (Streamable HTTP, MCP 2025-06-18 / 2025-11-25, and legacy HTTP+SSE), safe
-by default: its listener, each connection's boundary, and the routing table.
+"""The HTTP endpoint (Streamable HTTP, MCP 2026-07-28 and 2025-03-26 to 2025-11-25, and legacy
+HTTP+SSE), safe by default: its listener, each connection's boundary, and the routing table.
 
 One URL (``/mcp``, and ``/mcp/<profile>`` for each profile): POST carries one JSON-RPC
-message (``http_exchange``), GET opens or resumes an event stream (``http_streams``),
-DELETE ends the session (``http_sessions``). ``/sse`` and ``/messages`` serve the legacy
+message (``http_exchange``; a modern request without a session: ``http_modern``), GET
+opens or resumes an event stream (``http_streams``), DELETE ends the session
+(``http_sessions``); GET and DELETE without a session are 405. ``/sse`` and ``/messages`` serve the legacy
 transport (``legacy_sse``). Any other path is a 404; a method a path does not serve, 405.
 
 Every request is checked before anything else by the admission path shared with the
@@ -37,6 +38,7 @@ from aggregator.admission import check_access
 from aggregator.config import HttpConfig, parse_listen
 from aggregator.containment import internal_error
 from aggregator.http_exchange import PostExchange
+from aggregator.http_headers import ParamHeaders
 from aggregator.http_queue import JSON
 from aggregator.http_sessions import HttpSession
 from aggregator.hub import Hub
@@ -67,6 +69,8 @@ class StreamableHttpEndpoint(PostExchange, LegacySse):
         self.admission = hub.admission
         self._nursery: trio.Nursery | None = None
         self.access = AccessPolicy(config, hub.config.profiles)
+        self.stateless_by_principal = {}  # modern requests being served, per token
+        self.param_headers = ParamHeaders()
 
     # --- serving ------------------------------------------------------------------------
 

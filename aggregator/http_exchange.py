@@ -18,13 +18,14 @@ from typing import Any
 import trio
 
 from aggregator.admission import Denial, choose_profile
+from aggregator.http_modern import StatelessRequests
 from aggregator.http_queue import JSON, MessageQueue, until_client_leaves
 from aggregator.http_sessions import HttpSession
-from aggregator.http_streams import EventStreams
 from aggregator.jsonrpc.codec import dumps
 from aggregator.jsonrpc.errors import INVALID_REQUEST
 from aggregator.jsonrpc.kinds import REQUEST
 from aggregator.mcp.constants import INITIALIZE
+from aggregator.mcp.modern import request_meta
 from aggregator.mcp.versions import DISCOVER, discover_refused
 from aggregator.transports.http_server import HttpConnection, Request
 
@@ -33,8 +34,9 @@ log = logging.getLogger(__name__)
 QUICK_ANSWER = 0.02  # seconds a request waits for its answer before a watcher starts
 
 
-class PostExchange(EventStreams):
-    """POST on the MCP endpoint: ``initialize`` opens a session, anything else goes to one."""
+class PostExchange(StatelessRequests):
+    """POST on the MCP endpoint: ``initialize`` opens a session, a modern request is served
+    statelessly (``http_modern``), anything else goes to a session."""
 
     async def _post(self, connection: HttpConnection, request: Request) -> None:
         content_type = request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
@@ -54,6 +56,11 @@ class PostExchange(EventStreams):
         if kind == REQUEST and message["method"] == INITIALIZE:
             await self._initialize(connection, request, message)
             return
+        if kind == REQUEST and "mcp-session-id" not in request.headers:
+            meta = request_meta(message)
+            if self._is_modern_post(request, kind, message, meta):
+                await self._stateless(connection, request, message, meta)
+                return
         session, status, reason = self._session(request)
         if session is None:
             if kind == REQUEST and message["method"] == DISCOVER:

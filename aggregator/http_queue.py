@@ -98,22 +98,32 @@ class MessageQueue:
         owner.memory.total -= size
         owner.progress_at = trio.current_time()
 
-    async def respond(self, connection: HttpConnection, headers: list[tuple[str, str]]) -> bool:
-        """Send the next message as the whole (JSON) response."""
+    async def respond(
+        self,
+        connection: HttpConnection,
+        headers: list[tuple[str, str]],
+        status_of: Callable[[bytes], int] | None = None,
+    ) -> bool:
+        """Send the next message as the whole (JSON) response; its status is 200, or what
+        ``status_of`` says of it."""
         data = self.log.take()
         self.owner.waiting -= len(data)
         self._writing = connection
         try:
-            return await connection.respond(200, headers, data)
+            return await connection.respond(200 if status_of is None else status_of(data), headers, data)
         finally:
             self._writing = None
             self._written(len(data))
 
     async def send_events(self, connection: HttpConnection) -> bool:
-        """Send everything waiting as SSE events, in one chunk (built with one copy)."""
+        """Send everything waiting as SSE events, in one chunk (built with one copy). A
+        stream with no id (a modern request's: not resumable) has events with no id."""
         stream = self.stream_id
         chunk, size = self.log.take_all_framed(
-            lambda number, _: b"id: %d-%d\nevent: message\ndata: " % (stream, number), b"\n\n"
+            (lambda number, _: b"id: %d-%d\nevent: message\ndata: " % (stream, number))
+            if stream
+            else (lambda _number, _data: b"event: message\ndata: "),
+            b"\n\n",
         )
         self.owner.waiting -= size
         framing = len(chunk) - size  # while it is written, the chunk costs its framing too

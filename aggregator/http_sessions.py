@@ -190,6 +190,28 @@ class SessionTable:
         headers = [JSON] if refusal.retry_after is None else [JSON, ("retry-after", str(refusal.retry_after))]
         await connection.respond(503, headers, dumps(proxy_error(id, refusal.message, reason=refusal.reason)))
 
+    async def _no_session(self, connection: HttpConnection, request: Request) -> bool:
+        """GET or DELETE without Mcp-Session-Id: 405 (a modern client has no session; a
+        legacy one names its own). True if answered so."""
+        if "mcp-session-id" in request.headers:
+            return False
+        await connection.respond(
+            405,
+            [("allow", "POST"), JSON],
+            dumps(
+                {
+                    "jsonrpc": "2.0",
+                    "id": None,
+                    "error": {
+                        "code": INVALID_REQUEST,
+                        "message": f"Method not allowed: {request.method} needs the Mcp-Session-Id of a session "
+                        "(2025-11-25 and earlier); a 2026-07-28 client sends each request as a POST",
+                    },
+                }
+            ),
+        )
+        return True
+
     def _session(self, request: Request) -> tuple[HttpSession | None, int, str]:
         """The session a request names: (session, or None with an HTTP status and reason)."""
         session_id = request.headers.get("mcp-session-id")
@@ -231,6 +253,8 @@ class SessionTable:
             return None
 
     async def _delete(self, connection: HttpConnection, request: Request) -> None:
+        if await self._no_session(connection, request):
+            return
         session, status, reason = self._session(request)
         if session is None:
             await self._reject(connection, status, INVALID_REQUEST, reason)

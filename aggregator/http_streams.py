@@ -41,6 +41,8 @@ class EventStreams(SessionTable):
     """GET: a session's stream, or a request's stream resumed; the grace period of a lost one."""
 
     async def _get(self, connection: HttpConnection, request: Request) -> None:
+        if await self._no_session(connection, request):
+            return
         accept = request.headers.get("accept", "").lower()
         if "text/event-stream" not in accept and "*/*" not in accept:
             await self._reject(connection, 406, INVALID_REQUEST, "Not acceptable: GET opens a text/event-stream")

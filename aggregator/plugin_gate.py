@@ -155,7 +155,8 @@ class PluginGate:
             return [ToClient(key, answer)]
         if request.answer is not None:
             self.plugins.response(Response(request, request.answer, None, 0.0), self.background)
-            return [ToClient(key, {"jsonrpc": "2.0", "id": message["id"], "result": request.answer})]
+            answer = {"jsonrpc": "2.0", "id": message["id"], "result": dict(request.answer)}
+            return [ToClient(key, self.host.router.stamped(key, message["method"], answer))]
         message["params"] = request.params
         self.watched[(key, message["id"])] = request
         return None

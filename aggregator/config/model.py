@@ -194,6 +194,10 @@ class HttpConfig:
     max_connections: int = 512
     # Sessions across Streamable HTTP, legacy SSE and WebSocket together.
     max_sessions: int = 256
+    # Modern (2026-07-28) requests served without a session, in flight at once: in all,
+    # and per bearer token. Past either, 503 with Retry-After.
+    max_stateless_requests: int = 256
+    max_stateless_per_principal: int = 64
     session_idle_timeout: float = 1800.0
     # A client whose response stream drops has that request cancelled after this long,
     # unless it resumes the stream (GET with Last-Event-ID) first.

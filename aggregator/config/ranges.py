@@ -74,6 +74,8 @@ RANGES: dict[type, dict[str, Range]] = {
         "keepalive_timeout": Range(_MS, _DAY, "seconds"),
         "max_connections": Range(1, 1_000_000, "connections"),
         "max_sessions": Range(1, 1_000_000, "sessions"),
+        "max_stateless_requests": Range(1, 1_000_000, "requests"),
+        "max_stateless_per_principal": Range(1, 1_000_000, "requests"),
         "session_idle_timeout": Range(_MS, 30 * _DAY, "seconds"),
         "stream_drop_grace": Range(0.0, _DAY, "seconds"),  # 0: cancel at once
         "max_stream_buffer_bytes": Range(1024, _GIB, "bytes"),

@@ -188,7 +188,7 @@ class ClientEvents(RouterState):
     def _handle(self, client: ClientState, message: dict[str, Any], handler: RequestHandler) -> list[Command]:
         """Run a request's handler: an id already in flight is refused; a user's mistake
         is answered with its error; a server that is out, with its state."""
-        if message["id"] in client.in_flight or (self.listens and self.listens.get(client.key, message["id"])):
+        if message["id"] in client.in_flight or (client.modern and self.listens.get(client.key, message["id"])):
             return [
                 ToClient(
                     client.key,

@@ -46,6 +46,7 @@ from aggregator.mcp.constants import CAPABILITY_OF, INITIALIZE, LIST_CHANGED, PR
 from aggregator.mcp.modern import (
     ACKNOWLEDGED,
     CACHE_SCOPE,
+    CACHEABLE,
     CLIENT_CAPABILITIES,
     CLIENT_INFO,
     CLIENT_REQUESTS,
@@ -108,11 +109,19 @@ class ModernCallers(RouterState):
         client.client_info = info if type(info) is dict else {}
         out = self._want_log_level(level) if level is not None else []
         answers = self._handle(client, message, self._requests[method])  # forwarding keeps its _meta
-        depends = self._depends_on_caller(client)
         for command in answers:
             if type(command) is ToClient and type(command.message) is dict and command.message.get("id", ...) == id:
+                depends = method in CACHEABLE and self._depends_on_caller(client)
                 stamp_answer(command.message, method, depends_on_caller=depends)
-        return out + answers
+        return out + answers if out else answers
+
+    def stamped(self, key: int, method: str, message: dict[str, Any]) -> dict[str, Any]:
+        """An answer made outside the router (a plugin's) for client ``key``'s request, as
+        the client's era wants it: stamped for a modern caller, untouched for a legacy one."""
+        client = self.clients.get(key)
+        if client is not None and client.modern:
+            stamp_answer(message, method, depends_on_caller=self._depends_on_caller(client))
+        return message
 
     def _depends_on_caller(self, client: ClientState, link: UpstreamLink | None = None) -> bool:
         """Whether what this caller is answered depends on who it is (``cacheScope``
@@ -125,7 +134,8 @@ class ModernCallers(RouterState):
         self, client: ClientState, pending: Pending, message: dict[str, Any], link: UpstreamLink
     ) -> None:
         """An upstream's answer to a modern caller, stamped in place."""
-        stamp_answer(message, pending.method, depends_on_caller=self._depends_on_caller(client, link))
+        depends = pending.method in CACHEABLE and self._depends_on_caller(client, link)
+        stamp_answer(message, pending.method, depends_on_caller=depends)
 
     def _discover(self, client: ClientState, message: dict[str, Any]) -> list[Command]:
         """server/discover, from either era: the revisions the proxy speaks, and what it

@@ -103,11 +103,10 @@ def strip_envelope(params: dict[str, Any]) -> dict[str, Any] | None:
     meta = params.get("_meta")
     if type(meta) is not dict:
         return None
-    rest = {key: value for key, value in meta.items() if key not in ENVELOPE}
-    if rest:
-        params["_meta"] = rest
-    else:
+    if meta.keys() <= ENVELOPE:  # the common case, decided in C
         del params["_meta"]
+    else:
+        params["_meta"] = {key: value for key, value in meta.items() if key not in ENVELOPE}
     return meta
 
 

@@ -323,3 +323,13 @@ def test_tools_list_is_deterministic_across_calls_and_listing_orders(clock):
     first = names(["a", "b"])
     assert first == names(["b", "a"]) == names(["a", "b"])
     assert first == ["a__z", "a__m", "a__a", "b__z", "b__m", "b__a"]  # config order, each server's own order
+
+
+def test_an_answer_made_outside_the_router_is_stamped_for_a_modern_caller_only(router):
+    modern(router, 7, 1, "tools/list")  # 7 is modern now
+    connect(router, 8)
+    made = {"content": [{"type": "text", "text": "from a plugin"}]}
+    answer = router.stamped(7, "tools/call", {"jsonrpc": "2.0", "id": 2, "result": dict(made)})
+    assert answer["result"] == {**made, "resultType": "complete", "_meta": {SERVER_INFO: IDENTITY}}
+    answer = router.stamped(8, "tools/call", {"jsonrpc": "2.0", "id": 2, "result": dict(made)})
+    assert answer["result"] == made

@@ -16,7 +16,7 @@ import sys
 import anyio
 import pytest
 from mcp import Client, StdioServerParameters
-from mcp.shared.subscriptions import ToolsListChanged
+from mcp.shared.subscriptions import ResourceUpdated, ToolsListChanged
 
 from tests.e2e.conftest import fake, write_config
 
@@ -130,5 +130,29 @@ def test_a_dual_era_client_chooses_the_modern_revision(tmp_path, everything_js):
             assert "Server everything" in (client.instructions or "")
             result = await client.call_tool("fake__echo", {"said": "hi"})
             assert "hi" in result.content[0].text
+
+    anyio.run(main)
+
+
+def test_a_listen_hears_updates_of_the_resources_it_names(tmp_path, everything_js):
+    """server-everything, once told to, reports every subscribed resource as updated
+    every 5 s: the proxy subscribes upstream for the listen and tags what comes back."""
+    config = servers(tmp_path, everything_js)
+
+    async def main():
+        with anyio.fail_after(60):
+            await session()
+
+    async def session():
+        async with client_for(config, MODERN) as client:
+            resources = await all_pages(client.list_resources, "resources")
+            uri = next(r.uri for r in resources if r.uri.startswith("everything+demo://"))
+            async with client.listen(resource_subscriptions=[uri]) as subscription:
+                await client.call_tool("everything__toggle-subscriber-updates", {})
+                with anyio.fail_after(15):
+                    async for event in subscription:
+                        assert isinstance(event, ResourceUpdated), event
+                        assert event.uri == uri  # under the proxy's name for it
+                        break
 
     anyio.run(main)
