@@ -190,10 +190,15 @@ class ReverseRequests(RouterState):
             and "progress" not in facts
         ):
             in_flight: dict[int, list[Any]] = {}
+            parked: dict[int, list[Any]] = {}
             for pending in link.pending.values():
-                if pending.session in self.clients or (requests and pending.session < 0):
+                if pending.session in self.clients:
                     in_flight.setdefault(pending.session, []).append(pending.client_id)
-            facts["in_flight"] = in_flight
+                elif requests and pending.session < 0:
+                    parked.setdefault(pending.session, []).append(pending.client_id)
+            # A parked call's server waits for its answer: a request it sends is for a call
+            # that runs, if there is one (``core.parked``).
+            facts["in_flight"] = in_flight or parked
             if requests:
                 facts["clients"] = [c.key for c in self.clients.values() if c.initialized]
         return facts

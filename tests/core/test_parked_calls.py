@@ -366,3 +366,14 @@ def test_a_resource_read_parks_and_resumes_the_same_way(router, method, params, 
     ]
     [(_, _, answer)] = unpack(router.server_message("a", msg(id=out["id"], result={"contents": []})))
     assert answer["id"] == 3 and answer["result"]["contents"] == [] and answer["result"]["resultType"] == "complete"
+
+
+def test_a_parked_call_does_not_make_a_running_calls_requests_ambiguous(router):
+    connect_modern(router, 7)
+    connect_modern(router, 8)
+    start_call(router, 7)
+    input_required(server_asks(router, "s1"), 7, 1)  # parked; its client went on
+    start_call(router, 8, id=5)
+    # A stdio server's request names no call: it is for the one that runs, not the parked one.
+    result = input_required(server_asks(router, "s2"), 8, 5)
+    assert len(result["inputRequests"]) == 1 and len(router.parked) == 2

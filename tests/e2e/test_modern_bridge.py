@@ -1,7 +1,8 @@
 """A modern (2026-07-28) client calling a legacy server that asks for input mid-call.
 
 The official Python SDK 2.x client, pinned to 2026-07-28, with elicitation, sampling and
-roots callbacks, through `aggregator serve --stdio`, in front of a server built with the
+roots callbacks, through `aggregator serve --stdio` and `--http` (where each request, the
+retries too, is a client of its own), in front of a server built with the
 SDK 1.x (tests/e2e/sdk1_asking_server.py, over stdio and over Streamable HTTP, where its
 requests come on the call's own POST stream) whose tool elicits, samples and lists roots
 during one call. The proxy parks the call and answers `input_required` three times; the
@@ -18,7 +19,7 @@ import mcp_types as types
 import pytest
 from mcp import Client, StdioServerParameters
 
-from tests.e2e.conftest import write_config
+from tests.e2e.conftest import http_proxy, write_config
 from tests.loopback import free_port, wait_listening
 
 pytestmark = pytest.mark.e2e
@@ -105,3 +106,23 @@ def test_what_the_client_did_not_declare_is_refused_to_the_server(tmp_path, pyth
                 assert result.is_error and "did not declare sampling" in result.content[0].text
 
     anyio.run(main)
+
+
+def test_over_http_each_retry_is_a_request_of_its_own_and_resumes_the_call(tmp_path, python1):
+    config = config_for(tmp_path, python1)
+    with http_proxy(config) as (port, log):
+
+        async def main():
+            with anyio.fail_after(60):
+                callbacks = {"elicitation_callback": on_elicit, "list_roots_callback": on_roots}
+                url = f"http://127.0.0.1:{port}/mcp"
+                async with Client(
+                    url, mode="2026-07-28", cache=None, sampling_callback=on_sample, **callbacks
+                ) as client:
+                    assert client.protocol_version == "2026-07-28"
+                    result = await client.call_tool("ask__interview", {"topic": "tea"})
+                    assert not result.is_error, result
+                    # A shared server behind a network front sees the proxy's roots (none), not a caller's.
+                    assert result.content[0].text == "name=ada; sampled=sampled-words; roots="
+
+        anyio.run(main)
