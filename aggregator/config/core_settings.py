@@ -35,6 +35,7 @@ def router_settings(
         roots=proxy.roots,
         list_changed_debounce=proxy.list_changed_debounce,
         max_in_flight=proxy.max_in_flight_per_session,
+        input_required_timeout=proxy.input_required_timeout,
         max_json_depth=proxy.max_json_depth,
         single_client=single_client,
     )

@@ -128,6 +128,9 @@ class ProxyConfig:
     list_changed_debounce: float = defaults.LIST_CHANGED_DEBOUNCE
     # Requests one client session may have in flight; more are refused (reason overloaded).
     max_in_flight_per_session: int = defaults.MAX_IN_FLIGHT_PER_SESSION
+    # A legacy server's call that asked a modern client for input waits this long for the
+    # client's retry; then the call is cancelled upstream.
+    input_required_timeout: float = defaults.INPUT_REQUIRED_TIMEOUT
     # On SIGTERM/SIGINT: how long requests in flight may take to finish before they fail.
     drain_timeout: float = 10.0
     # Exposed tool and prompt names: at most this long, and made of this charset:

@@ -7,12 +7,13 @@ from typing import Any
 
 from aggregator.core.commands import Command, ToClient
 from aggregator.core.modern_results import list_page_suffix, splice_page
+from aggregator.core.request_state import is_ours
 from aggregator.core.state import ClientState, Gather, Held, RequestHandler, RouterState, answer
 from aggregator.core.tasks import split_task_id
 from aggregator.jsonrpc.codec import dumps
 from aggregator.jsonrpc.errors import INVALID_PARAMS, RemoteProtocolError
 from aggregator.mcp.constants import LIST_METHODS
-from aggregator.mcp.modern import LISTEN
+from aggregator.mcp.modern import LISTEN, REQUEST_STATE
 from aggregator.mcp.versions import DISCOVER
 
 log = logging.getLogger(__name__)
@@ -60,11 +61,15 @@ class ClientRequests(RouterState):
         arguments = params.get("arguments")
         if arguments is not None and type(arguments) is not dict:  # MCP: an object (null tolerated)
             raise RemoteProtocolError(INVALID_PARAMS, "Invalid params: arguments must be an object")
+        if params.get(REQUEST_STATE) is not None and is_ours(params[REQUEST_STATE]):  # a parked call's retry
+            return self._resume(client, message, route.server, dict(params, name=route.original))
         return self._forward(client, message, route.server, dict(params, name=route.original))
 
     def _read_resource(self, client: ClientState, message: dict[str, Any]) -> list[Command]:
         params: Any = message.get("params")
         server, original = self._resource_route(client, params)
+        if params.get(REQUEST_STATE) is not None and is_ours(params[REQUEST_STATE]):  # a parked call's retry
+            return self._resume(client, message, server, dict(params, uri=original))
         return self._forward(client, message, server, dict(params, uri=original))
 
     def _subscribe(self, client: ClientState, message: dict[str, Any]) -> list[Command]:

@@ -20,6 +20,9 @@ TIMEOUT_RESETS_ON_PROGRESS = True
 MAX_IN_FLIGHT_PER_SESSION = 128
 # Several list changes within this many seconds reach clients as one notification.
 LIST_CHANGED_DEBOUNCE = 0.05
+# A legacy server's call waiting for a modern client's input (an input_required answer):
+# if the client does not retry within this many seconds, the call is cancelled upstream.
+INPUT_REQUIRED_TIMEOUT = 60.0
 # Server-to-client requests the proxy routes to clients (and so declares upstream).
 SERVER_REQUESTS = SERVER_REQUEST_CAPABILITIES  # all of them
 # Deepest JSON nesting accepted in a message, either direction (the envelope is level 1).

@@ -17,6 +17,7 @@ from aggregator.core.state import (
 )
 from aggregator.core.tasks import restore_related_task
 from aggregator.mcp.constants import SERVER_REQUEST_CAPABILITIES
+from aggregator.mcp.modern import INPUT_REQUIRED_METHODS
 
 
 class Forwarding(RouterState):
@@ -50,6 +51,8 @@ class Forwarding(RouterState):
         pending = Pending(client.key, client_id, method, server, upstream_id)
         if client.modern:  # its envelope stays with the request (``modern_results.strip_envelope``)
             pending.meta = strip_envelope(params)
+            if method in INPUT_REQUIRED_METHODS:  # what a state the proxy mints is bound to (``core.parked``)
+                pending.extra = params
         meta = params.get("_meta")
         if type(meta) is dict:
             token = meta.get("progressToken")

@@ -119,8 +119,8 @@ class InFlight(RouterState):
         """Time out what is overdue, send notices that are due."""
         now = self.clock()
         out: list[Command] = []
-        for pending in self.deadlines.pop_due(now):
-            out += self._time_out(pending)
+        for pending in self.deadlines.pop_due(now):  # a Pending, or a Parked call (``core.parked``)
+            out += self._time_out(pending) if type(pending) is Pending else self._expire_parked(pending)
         if self._announce_at is not None and now >= self._announce_at:
             out += self._send_announcements()
         if self.held_roots:

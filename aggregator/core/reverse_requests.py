@@ -55,12 +55,24 @@ class ReverseRequests(RouterState):
             ]
         if method == "roots/list":
             link.roots_told = False
+            # A client's roots, when the caller is modern, are asked for as its input.
+            if affinity.roots_source(link.session, self.single_client, list(self.clients)) != affinity.FROM_PROXY:
+                owner = affinity.request_owner(**self._owner_facts(link, params, related, requests=True))
+                if owner.session is not None and self._modern_caller(owner.session):
+                    return self._ask_modern(link, owner.session, owner.related, message)
             return self._roots_request(link, id, params, related)
         owner = affinity.request_owner(**self._owner_facts(link, params, related, requests=True))
         if owner.session is None:
             why = affinity.unroutable(method, link.server, owner.signal, link.session is not None)
             return [ToServer(server, proxy_error(id, why, reason=owner.signal, server=server))]
         return self._ask_client(link, owner.session, id, method, params, capability, owner.related)
+
+    def _modern_caller(self, session: int) -> bool:
+        """Whether ``session`` is a modern client, or a parked call (``core.parked``)."""
+        if session < 0:
+            return True
+        client = self.clients.get(session)
+        return client is not None and client.modern
 
     def _ask_client(
         self,
@@ -72,7 +84,10 @@ class ReverseRequests(RouterState):
         capability: str,
         related: Any,
     ) -> list[Command]:
-        """Forward a server's request to client ``session`` under a proxy-minted id."""
+        """Forward a server's request to client ``session`` under a proxy-minted id; a
+        modern caller is asked by the result of its call instead (``core.parked``)."""
+        if self._modern_caller(session):
+            return self._ask_modern(link, session, related, {"id": id, "method": method, "params": params})
         server = link.name
         client = self.clients[session]
         if not _declares(client.capabilities, capability, params):
@@ -146,7 +161,7 @@ class ReverseRequests(RouterState):
             facts["streams"] = link.streams
         if related is not None:
             pending = link.pending.get(related)
-            if pending is not None and pending.session in self.clients:
+            if pending is not None and (pending.session in self.clients or (requests and pending.session < 0)):
                 facts["stream"] = (pending.session, pending.client_id)
             else:
                 facts["ended"] = True
@@ -159,7 +174,11 @@ class ReverseRequests(RouterState):
                 facts["task"] = owner
             token = meta.get("progressToken")
             pending = self.progress.get(token) if type(token) is str else None
-            if pending is not None and pending.server == link.name and pending.session in self.clients:
+            if (
+                pending is not None
+                and pending.server == link.name
+                and (pending.session in self.clients or (requests and pending.session < 0))
+            ):
                 facts["progress"] = (pending.session, pending.client_id)
         # The callers in flight matter only when no signal names the owner; a log line of a
         # link that streams belongs to no request then, whoever is in flight.
@@ -171,10 +190,15 @@ class ReverseRequests(RouterState):
             and "progress" not in facts
         ):
             in_flight: dict[int, list[Any]] = {}
+            parked: dict[int, list[Any]] = {}
             for pending in link.pending.values():
                 if pending.session in self.clients:
                     in_flight.setdefault(pending.session, []).append(pending.client_id)
-            facts["in_flight"] = in_flight
+                elif requests and pending.session < 0:
+                    parked.setdefault(pending.session, []).append(pending.client_id)
+            # A parked call's server waits for its answer: a request it sends is for a call
+            # that runs, if there is one (``core.parked``).
+            facts["in_flight"] = in_flight or parked
             if requests:
                 facts["clients"] = [c.key for c in self.clients.values() if c.initialized]
         return facts

@@ -15,6 +15,8 @@ own one part of the rules, combined as one class over one typed state
 - ``inflight``: the in-flight tables, timeouts, giving up;
 - ``server_messages``: an upstream's responses and notifications (a method table);
 - ``reverse_requests``: server-to-client requests (sampling, elicitation);
+- ``parked``: a legacy server's requests during a modern caller's call, asked of it by
+  an ``input_required`` result while the call waits upstream (``request_state``);
 - ``roots``: roots/list and roots changes;
 - ``upstream_control``: the proxy's own requests to each upstream, one table per link
   for its lifecycle (``upstream_lifecycle``: handshake, listing) and the router's own;
@@ -83,6 +85,7 @@ from aggregator.core.forwarding import Forwarding
 from aggregator.core.handshake import Handshake
 from aggregator.core.inflight import InFlight
 from aggregator.core.modern_callers import ModernCallers
+from aggregator.core.parked import ParkedCalls
 from aggregator.core.reverse_requests import ReverseRequests
 from aggregator.core.roots import Roots
 from aggregator.core.server_messages import ServerMessages
@@ -135,6 +138,7 @@ class Router(
     Handshake,
     ServerMessages,
     ReverseRequests,
+    ParkedCalls,
     Roots,
     UpstreamControl,
     UpstreamEvents,

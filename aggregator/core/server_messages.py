@@ -59,26 +59,32 @@ class ServerMessages(RouterState):
                     return self._control_answer(link, message)
                 log.debug("server %s: dropping a response to unknown id %r", server, id)
                 return []
-            self._end(pending)
-            client = self.clients.get(pending.session)
-            if client is None:
-                return []
-            message["id"] = pending.client_id
-            if kind == RESPONSE:
-                self._expose_result(pending, message.get("result"), link)
-                if client.modern:
-                    self._modern_answer(client, pending, message, link)
-            else:
-                if pending.extra is not None and type(pending.extra) is tuple:  # a failed subscribe
-                    self.subscriptions.remove(pending.extra, pending.session)
-                if message["error"].get("code") == URL_ELICITATION_REQUIRED:
-                    self._url_elicitations_required(link, pending.session, message["error"].get("data"))
-                if client.modern:
-                    self._modern_answer(client, pending, message, link)
-            return [ToClient(pending.session, message)]
+            return self._answered(link, pending, kind, message)
         if kind == NOTIFICATION:
             return self._server_notification(link, message, related)
         return self._server_request(link, message, related)
+
+    def _answered(self, link: UpstreamLink, pending: Pending, kind: int, message: dict[str, Any]) -> list[Command]:
+        """An upstream's answer to a forwarded request: to its client, under its own id."""
+        self._end(pending)
+        client = self.clients.get(pending.session)
+        if client is None:
+            if pending.session < 0:  # parked: the answer waits for its caller's retry (``core.parked``)
+                pending.extra.final = message
+            return []
+        message["id"] = pending.client_id
+        if kind == RESPONSE:
+            self._expose_result(pending, message.get("result"), link)
+            if client.modern:
+                self._modern_answer(client, pending, message, link)
+        else:
+            if pending.extra is not None and type(pending.extra) is tuple:  # a failed subscribe
+                self.subscriptions.remove(pending.extra, pending.session)
+            if message["error"].get("code") == URL_ELICITATION_REQUIRED:
+                self._url_elicitations_required(link, pending.session, message["error"].get("data"))
+            if client.modern:
+                self._modern_answer(client, pending, message, link)
+        return [ToClient(pending.session, message)]
 
     def _server_refused(self, link: UpstreamLink, exc: RemoteProtocolError) -> list[Command]:
         """A server's message could not be accepted (too deep, unreadable, malformed).

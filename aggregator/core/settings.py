@@ -38,6 +38,8 @@ class RouterSettings:
     roots: tuple[str, ...] | None = None
     list_changed_debounce: float = defaults.LIST_CHANGED_DEBOUNCE
     max_in_flight: int = defaults.MAX_IN_FLIGHT_PER_SESSION
+    # How long a call that asked a modern client for input waits for its retry.
+    input_required_timeout: float = defaults.INPUT_REQUIRED_TIMEOUT
     max_json_depth: int = defaults.MAX_JSON_DEPTH
     # The proxy can only ever have one client (stdio, no network front): shared servers
     # see that client's roots.

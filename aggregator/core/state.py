@@ -2,8 +2,8 @@
 
 ``RouterState`` holds every field of the router, each annotated; the handler groups
 (``inflight``, ``handshake``, ``targets``, ``client_requests``, ``forwarding``,
-``client_events``, ``modern_callers``, ``server_messages``, ``reverse_requests``, ``roots``,
-``upstream_control``, ``upstream_events``, ``announcements``) are its subclasses, and ``router.Router``
+``client_events``, ``modern_callers``, ``server_messages``, ``reverse_requests``, ``parked``,
+``roots``, ``upstream_control``, ``upstream_events``, ``announcements``) are its subclasses, and ``router.Router``
 combines them. A group calls another's methods on ``self``, as one class would: no
 layer sits between an event and its handler. The methods one group offers the others
 are declared here for the type checker.
@@ -24,6 +24,7 @@ from aggregator.core.deadlines import Deadlines
 from aggregator.core.modern_hooks import ModernHooks
 from aggregator.core.outages import Outage
 from aggregator.core.own_requests import OwnRequests
+from aggregator.core.request_state import RequestStates
 from aggregator.core.session_catalog import SessionViews
 from aggregator.core.settings import LinkSettings, RouterSettings
 from aggregator.core.subscriptions import Listens, Subscriptions
@@ -71,10 +72,8 @@ class Pending:
         self.deadline = 0.0
         self.hard_deadline = 0.0
         self.done = False
-        self.extra: Any = None  # subscription key, or Held
-        # A modern caller's ``_meta`` for this request (its revision, capabilities, client
-        # info, log level: ``aggregator.mcp.modern``); None for a legacy session's request.
-        self.meta: dict[str, Any] | None = None
+        self.extra: Any = None  # subscription key, Held; a modern call's params sent, or Parked
+        self.meta: dict[str, Any] | None = None  # a modern caller's ``_meta`` for it; None: a legacy one
 
 
 class Gather:
@@ -315,6 +314,8 @@ class RouterState(ModernHooks):
         self._announce_at: float | None = None
         # The earliest deadline of the proxy's own requests to any upstream (None: none waits).
         self.own_at: float | None = None
+        self.parked: dict[int, Any] = {}  # id -> a call waiting for a modern caller's input (core.parked)
+        self.request_states = RequestStates(settings.input_required_timeout)  # what resumes one
 
     if TYPE_CHECKING:  # what each group offers the others (defined in its own module)
         # inflight

@@ -161,6 +161,7 @@ NUMERIC_KEYS = [
     ("proxy", "list_changed_debounce", True, 0.5, 1e9),
     ("proxy", "max_in_flight_per_session", False, 16, 10**9),
     ("proxy", "drain_timeout", True, 5.0, 1e9),
+    ("proxy", "input_required_timeout", False, 5.0, 1e9),
     ("proxy", "max_name_length", False, 64, 10**6),
     ("proxy", "total_client_buffer_bytes", False, 65536, 2**40),
     ("proxy", "client_buffer_bytes", False, 65536, 2**40),

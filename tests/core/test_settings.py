@@ -36,6 +36,7 @@ def test_a_server_config_becomes_its_link_settings(server, expected):
         ({"max_in_flight_per_session": 7}, "max_in_flight", 7),
         ({"list_changed_debounce": 0.5}, "list_changed_debounce", 0.5),
         ({"max_json_depth": 40}, "max_json_depth", 40),
+        ({"input_required_timeout": 5.0}, "input_required_timeout", 5.0),
         ({"server_requests": ["sampling"]}, "server_requests", ("sampling",)),
         ({"roots": ["file:///srv"]}, "roots", ("file:///srv",)),
     ],
@@ -61,6 +62,7 @@ def test_the_adapter_takes_the_enabled_servers_and_the_one_client_flag():
         ("server_requests", "server_requests"),
         ("max_json_depth", "max_json_depth"),
         ("roots", "roots"),
+        ("input_required_timeout", "input_required_timeout"),
     ],
 )
 def test_default_settings_are_those_of_the_default_config(field, proxy_field):

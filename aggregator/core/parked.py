@@ -1,0 +1,250 @@
+"""A legacy server's call parked while its modern caller provides input. Sans-IO.
+
+A legacy (2025) server asks its client for sampling, elicitation or roots in the middle
+of a call, and waits. A modern (2026-07-28) client takes no requests: it is asked by an
+``input_required`` result and answers by retrying its request. The bridge between them:
+
+1. A legacy server's request during a modern caller's tools/call, prompts/get or
+   resources/read is checked against the capabilities that request declared in its
+   ``_meta``: what was not declared is never asked (the server gets an error at once and
+   decides). Otherwise the call is **parked**: the caller is answered
+   ``{"resultType": "input_required", "inputRequests": {key: request}, "requestState": s}``
+   and the upstream call stays in flight, taken off its client (an HTTP caller's client
+   lives for one request only): its ``Pending`` gets session ``-id`` until it resumes.
+2. Further requests of the server for the same call are queued; the server's final
+   answer, if it comes now, is kept.
+3. The retry (same method and params, a new id, ``inputResponses`` and the state, whose
+   tag ``core.request_state`` checks) answers each waiting server request under the
+   server's own id; the call becomes the retry's and the retry waits for the final answer.
+   What it did not answer (and what was queued meanwhile) is asked again in a new
+   ``input_required`` result; extra responses are ignored.
+4. No retry within ``input_required_timeout`` (the router's clock, in its deadlines
+   heap): the server's waiting requests get an error and the call is cancelled upstream.
+
+A parked call's id also names it in ``requestState``; ids and input keys come from the
+counter of proxy-minted server-to-client request ids, so none repeats in a process.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, NamedTuple
+
+from aggregator.core.commands import Command, ToClient, ToServer
+from aggregator.core.modern_results import stamp_result
+from aggregator.core.request_state import request_digest
+from aggregator.core.reverse_requests import _declares
+from aggregator.core.state import ClientState, Pending, RouterState, UpstreamLink, answer, cancelled, proxy_error
+from aggregator.jsonrpc.errors import INVALID_PARAMS, METHOD_NOT_FOUND, RemoteProtocolError
+from aggregator.jsonrpc.kinds import ERROR, RESPONSE
+from aggregator.mcp.constants import SERVER_REQUESTS
+from aggregator.mcp.modern import (
+    CLIENT_CAPABILITIES,
+    INPUT_REQUESTS,
+    INPUT_REQUIRED,
+    INPUT_REQUIRED_METHODS,
+    INPUT_RESPONSES,
+    REQUEST_STATE,
+    RESULT_TYPE,
+    request_meta,
+)
+
+log = logging.getLogger(__name__)
+
+# The key of each input request: its kind and a number unique in the process.
+_KEY_NAMES = {"sampling/createMessage": "sampling", "elicitation/create": "elicitation", "roots/list": "roots"}
+
+
+class Ask(NamedTuple):
+    """A server's request waiting for the caller's input."""
+
+    upstream_id: Any  # the server's own id for it
+    method: str
+    params: dict[str, Any]
+
+
+class Parked:
+    """One call off its client, waiting for the caller's retry (or its deadline)."""
+
+    __slots__ = ("id", "pending", "principal", "params", "asks", "final", "deadline", "done")
+
+    def __init__(self, id: int, pending: Pending, principal: Any, params: dict[str, Any], deadline: float) -> None:
+        self.id = id
+        self.pending = pending
+        self.principal = principal  # whose retry may resume it
+        self.params = params  # what was sent upstream: what the state is bound to
+        self.asks: dict[str, Ask] = {}  # by the key the caller answers under
+        self.final: dict[str, Any] | None = None  # the server's answer to the call, come meanwhile
+        self.deadline = deadline
+        self.done = False
+
+
+class ParkedCalls(RouterState):
+    """Server requests during a modern caller's call, turned into input_required results."""
+
+    def _ask_modern(self, link: UpstreamLink, session: int, related: Any, ask: dict[str, Any]) -> list[Command]:
+        """A server's request ``ask`` for caller ``session`` (a client, or ``-id`` of a
+        parked call) during its request ``related``: park the call and ask, queue, or refuse."""
+        id, method = ask["id"], ask["method"]
+        params = ask.get("params")
+        if type(params) is not dict:
+            params = {}
+        parked: Parked | None = self.parked.get(-session) if session < 0 else None
+        pending = parked.pending if parked is not None else self._modern_call(link, session, related)
+        if pending is None or pending.done:
+            why = f"{method} came outside any call of a modern client, which can only be asked during one"
+            return [_refuse(link, id, why, "no_request")]
+        if pending.method not in INPUT_REQUIRED_METHODS:
+            why = f"Method not found: a modern client cannot be asked for {method} during {pending.method}"
+            return [_refuse(link, id, why, "unsupported", METHOD_NOT_FOUND)]
+        capabilities = (pending.meta or {}).get(CLIENT_CAPABILITIES)
+        capability = SERVER_REQUESTS[method]
+        if type(capabilities) is not dict or not _declares(capabilities, capability, params):
+            mode = " in url mode" if params.get("mode") == "url" else ""
+            why = f"Method not found: the client did not declare {capability} for this request ({method}{mode})"
+            return [_refuse(link, id, why, "unsupported", METHOD_NOT_FOUND)]
+        if parked is not None:
+            if len(parked.asks) >= self.max_in_flight:
+                why = f"The client already has {len(parked.asks)} requests to answer (the limit); {method} refused"
+                return [_refuse(link, id, why, "overloaded")]
+            parked.asks[self._input_key(method)] = Ask(id, method, params)
+            return []  # asked with the next input_required, when the caller retries
+        client = self.clients[pending.session]
+        return self._park(pending, client, pending.client_id, {self._input_key(method): Ask(id, method, params)})
+
+    def _modern_call(self, link: UpstreamLink, session: int, related: Any) -> Pending | None:
+        """The call of modern client ``session`` on ``link`` that ``related`` names."""
+        client = self.clients.get(session)
+        pending = client.in_flight.get(related) if client is not None and related is not None else None
+        if pending is None or pending.server != link.name or pending.meta is None:
+            return None
+        return pending
+
+    def _input_key(self, method: str) -> str:
+        number = self._next_reverse_id
+        self._next_reverse_id += 1
+        return f"{_KEY_NAMES[method]}-{number}"
+
+    def _park(self, pending: Pending, client: ClientState, client_id: Any, asks: dict[str, Ask]) -> list[Command]:
+        """Take ``pending`` off ``client`` and answer its request ``client_id`` with an
+        input_required result asking ``asks``."""
+        params = pending.extra if type(pending.extra) is dict else {}
+        number = self._next_reverse_id
+        self._next_reverse_id += 1
+        deadline = self.clock() + self.request_states.ttl
+        parked = Parked(number, pending, client.principal, params, deadline)
+        parked.asks = asks
+        if client.in_flight.get(pending.client_id) is pending:
+            del client.in_flight[pending.client_id]
+        pending.session = -number
+        pending.extra = parked
+        self.parked[number] = parked
+        self.deadlines.push(deadline, parked)
+        digest = request_digest(pending.method, params, self.links[pending.server].server)
+        state = self.request_states.mint(number, client.principal, deadline, digest)
+        requests = {key: {"method": ask.method, "params": _shown(ask.params)} for key, ask in asks.items()}
+        result = {RESULT_TYPE: INPUT_REQUIRED, INPUT_REQUESTS: requests, REQUEST_STATE: state}
+        stamp_result(result, pending.method, depends_on_caller=False)  # the proxy's identity, as on every answer
+        return [answer(client.key, client_id, result)]
+
+    def _resume(
+        self, client: ClientState, message: dict[str, Any], server: str, params: dict[str, Any]
+    ) -> list[Command]:
+        """A retry (to ``server``, ``params`` as sent there) carrying a state of the proxy's:
+        answer the server's waiting requests and resume the call, or ask again for what is
+        still missing."""
+        method = message["method"]
+        digest = request_digest(method, params, server)
+        number = self.request_states.verify(params[REQUEST_STATE], client.principal, self.clock(), digest)
+        parked: Parked | None = self.parked.get(number)
+        if parked is None:
+            raise RemoteProtocolError(
+                INVALID_PARAMS,
+                "Invalid requestState: the call it continues is no longer waiting"
+                " (it was resumed already, or gave up); send the request again without it",
+            )
+        parked.done = True  # resumed: its deadline no longer applies
+        del self.parked[number]
+        self.deadlines.discard()
+        pending = parked.pending
+        pending.extra = parked.params
+        meta = request_meta(message)
+        if meta is not None:
+            pending.meta = meta
+        link = self.links[pending.server]
+        live = not pending.done and link.ready
+        responses = params.get(INPUT_RESPONSES)
+        if type(responses) is not dict:
+            responses = {}
+        out: list[Command] = []
+        for key in [key for key in parked.asks if type(responses.get(key)) is dict]:  # extra ones are ignored
+            ask = parked.asks.pop(key)
+            if live:
+                out.append(ToServer(link.name, _answer(ask, responses[key])))
+        pending.session = client.key
+        pending.client_id = message["id"]
+        if pending.done:  # the server answered meanwhile, or gave up
+            if link.ready:
+                out += [_refuse_ask(link.name, ask, "the call ended") for ask in parked.asks.values()]
+            if parked.final is not None:
+                return out + self._answered(
+                    link, pending, RESPONSE if "result" in parked.final else ERROR, parked.final
+                )
+            why = f"Server {link.server!r} ended {method} while it waited for input (it timed out or was lost)"
+            return out + [
+                ToClient(client.key, proxy_error(message["id"], why, reason="unavailable", server=link.server))
+            ]
+        if parked.asks:  # some were not answered, or were asked meanwhile: ask again
+            return out + self._park(pending, client, message["id"], parked.asks)
+        client.in_flight[message["id"]] = pending
+        token = meta.get("progressToken") if meta is not None else None
+        if pending.token is not None and (type(token) is int or type(token) is str):
+            pending.client_token = token
+        return out
+
+    def _expire_parked(self, parked: Parked) -> list[Command]:
+        """A call whose caller did not retry in time: its waiting requests fail, and it is
+        cancelled upstream."""
+        parked.done = True
+        self.parked.pop(parked.id, None)
+        pending = parked.pending
+        link = self.links.get(pending.server)
+        if link is None or not link.ready:
+            self._end(pending)
+            return []
+        why = "the client did not answer in time"
+        out: list[Command] = [_refuse_ask(link.name, ask, why, "timeout") for ask in parked.asks.values()]
+        if not pending.done:
+            log.info(
+                "server %s: no input for %s within %gs; cancelled", link.name, pending.method, self.request_states.ttl
+            )
+            self._end(pending)
+            out.append(ToServer(link.name, cancelled(pending.upstream_id, "the client gave no input in time")))
+        return out
+
+
+def _shown(params: dict[str, Any]) -> dict[str, Any]:
+    """A server request's params as the client sees them: the proxy's ``_meta`` (its
+    progress token) is not the client's business."""
+    if "_meta" not in params:
+        return params
+    return {key: value for key, value in params.items() if key != "_meta"}
+
+
+def _answer(ask: Ask, response: dict[str, Any]) -> dict[str, Any]:
+    """The client's input, as the answer to the server's request (a legacy result has no
+    ``resultType``)."""
+    if RESULT_TYPE in response:
+        response = {key: value for key, value in response.items() if key != RESULT_TYPE}
+    return {"jsonrpc": "2.0", "id": ask.upstream_id, "result": response}
+
+
+def _refuse(link: UpstreamLink, id: Any, why: str, reason: str, code: int | None = None) -> ToServer:
+    if code is None:
+        return ToServer(link.name, proxy_error(id, why, reason=reason, server=link.server))
+    return ToServer(link.name, proxy_error(id, why, reason=reason, server=link.server, code=code))
+
+
+def _refuse_ask(server: str, ask: Ask, why: str, reason: str = "ended") -> ToServer:
+    message = f"No answer to {ask.method}: {why}"
+    return ToServer(server, proxy_error(ask.upstream_id, message, reason=reason, server=server))

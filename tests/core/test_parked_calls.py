@@ -1,0 +1,379 @@
+"""A legacy server asks for input during a modern caller's call: the call is parked, the
+caller gets ``input_required``, its retry answers the server and resumes the call."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from aggregator.core.modern_results import IDENTITY
+from aggregator.core.request_state import PREFIX
+from aggregator.core.router import Router
+from aggregator.jsonrpc.errors import INVALID_PARAMS, METHOD_NOT_FOUND
+from aggregator.mcp.modern import CLIENT_CAPABILITIES, CLIENT_INFO, PROTOCOL_VERSION, SERVER_INFO
+from tests.core.helpers import Clock, connect, make_router, msg, unpack
+
+ALL_CAPS = {"sampling": {}, "elicitation": {"form": {}}, "roots": {}}
+ELICIT = {"message": "Your name?", "requestedSchema": {"type": "object", "properties": {"name": {"type": "string"}}}}
+TIMEOUT = 3.0  # shorter than the servers' request timeout (5 s)
+
+
+@pytest.fixture
+def router(clock: Clock) -> Router:
+    return make_router(clock, input_required_timeout=TIMEOUT)
+
+
+def connect_modern(router: Router, key: int, principal: Any = None) -> None:
+    """A modern client (no handshake: each request carries its ``_meta``)."""
+    router.client_connected(key, modern=True, principal=principal)
+
+
+def call(id: Any, caps: dict[str, Any] = ALL_CAPS, name: str = "a__slow", **extra: Any) -> bytes:
+    meta = {PROTOCOL_VERSION: "2026-07-28", CLIENT_CAPABILITIES: caps, CLIENT_INFO: {"name": "m", "version": "1"}}
+    return msg(id=id, method="tools/call", params={"name": name, "arguments": {"x": 1}, "_meta": meta, **extra})
+
+
+def start_call(router: Router, key: int, id: Any = 1, **kw: Any) -> int:
+    """Client ``key`` calls a__slow; the upstream id it went out under."""
+    [(kind, server, sent)] = unpack(router.client_message(key, call(id, **kw)))
+    assert (kind, server, sent["method"]) == ("ToServer", "a", "tools/call")
+    return sent["id"]
+
+
+def server_asks(router: Router, id: Any, method: str = "elicitation/create", params: Any = None) -> list[Any]:
+    params = ELICIT if params is None and method == "elicitation/create" else params or {}
+    return unpack(router.server_message("a", msg(id=id, method=method, params=params)))
+
+
+def complete(content: list[Any]) -> dict[str, Any]:
+    """A tools/call result as a modern caller gets it: stamped complete, with the proxy's identity."""
+    return {"content": content, "resultType": "complete", "_meta": {SERVER_INFO: IDENTITY}}
+
+
+def input_required(commands: list[Any], key: int, id: Any) -> dict[str, Any]:
+    [(kind, session, answer)] = commands
+    assert (kind, session, answer["id"]) == ("ToClient", key, id)
+    result = answer["result"]
+    assert result["resultType"] == "input_required" and result["requestState"].startswith(PREFIX)
+    assert result["_meta"] == {SERVER_INFO: IDENTITY}
+    return result
+
+
+def test_a_server_request_during_a_modern_call_becomes_input_required(router):
+    connect_modern(router, 7)
+    start_call(router, 7, id="c1")
+    result = input_required(server_asks(router, "s1"), 7, "c1")
+    [(key, request)] = result["inputRequests"].items()
+    assert key.startswith("elicitation-") and request == {"method": "elicitation/create", "params": ELICIT}
+    # The call is still in flight upstream, but no longer the client's.
+    assert router.in_flight() == 1 and router.clients[7].in_flight == {}
+
+
+def test_the_retry_answers_the_server_and_gets_the_final_result(router):
+    connect_modern(router, 7)
+    upstream = start_call(router, 7, id="c1")
+    result = input_required(server_asks(router, "s1"), 7, "c1")
+    [key] = result["inputRequests"]
+    reply = {"resultType": "complete", "action": "accept", "content": {"name": "ada"}}
+    out = unpack(router.client_message(7, call("c2", inputResponses={key: reply}, requestState=result["requestState"])))
+    assert out == [
+        ("ToServer", "a", {"jsonrpc": "2.0", "id": "s1", "result": {"action": "accept", "content": {"name": "ada"}}})
+    ]
+    final = unpack(
+        router.server_message("a", msg(id=upstream, result={"content": [{"type": "text", "text": "hi ada"}]}))
+    )
+    assert final == [
+        ("ToClient", 7, {"jsonrpc": "2.0", "id": "c2", "result": complete([{"type": "text", "text": "hi ada"}])})
+    ]
+    assert router.in_flight() == 0 and router.parked == {}
+
+
+def test_a_transient_caller_may_go_away_and_another_of_the_same_principal_resumes(router):
+    connect_modern(router, 7, principal=1)
+    upstream = start_call(router, 7, id=1)
+    result = input_required(server_asks(router, 9), 7, 1)
+    # An HTTP caller's client lasts one request: its going cancels nothing upstream.
+    assert router.client_disconnected(7) == []
+    connect_modern(router, 8, principal=1)
+    [key] = result["inputRequests"]
+    out = unpack(
+        router.client_message(
+            8, call(1, inputResponses={key: {"action": "decline"}}, requestState=result["requestState"])
+        )
+    )
+    assert out == [("ToServer", "a", {"jsonrpc": "2.0", "id": 9, "result": {"action": "decline"}})]
+    [(kind, session, answer)] = unpack(router.server_message("a", msg(id=upstream, result={"content": []})))
+    assert (kind, session, answer["id"]) == ("ToClient", 8, 1)
+
+
+def test_another_principal_cannot_resume_the_call(router):
+    connect_modern(router, 7, principal=1)
+    start_call(router, 7)
+    result = input_required(server_asks(router, 9), 7, 1)
+    connect_modern(router, 8, principal=2)
+    [(kind, session, answer)] = unpack(router.client_message(8, call(2, requestState=result["requestState"])))
+    assert (kind, session) == ("ToClient", 8)
+    assert answer["error"]["code"] == INVALID_PARAMS and "another caller" in answer["error"]["message"]
+    assert len(router.parked) == 1  # still waiting for its own caller
+
+
+@pytest.mark.parametrize(
+    ("change", "words"),
+    [
+        ({"name": "a__fast"}, "another request"),
+        ({"name": "b__slow"}, "another request"),  # the same tool name upstream, another server
+        ({"arguments": {"x": 2}}, "another request"),
+        ({"requestState": "TAMPER"}, "altered"),
+    ],
+)
+def test_a_state_used_for_another_request_or_edited_is_refused(router, change, words):
+    connect_modern(router, 7)
+    start_call(router, 7)
+    result = input_required(server_asks(router, 9), 7, 1)
+    params = {"name": "a__slow", "arguments": {"x": 1}, "requestState": result["requestState"]} | change
+    if params["requestState"] == "TAMPER":
+        params["requestState"] = result["requestState"] + "-TAMPERED"
+    meta = {PROTOCOL_VERSION: "2026-07-28", CLIENT_CAPABILITIES: ALL_CAPS}
+    [(_, _, answer)] = unpack(router.client_message(7, msg(id=2, method="tools/call", params=params | {"_meta": meta})))
+    assert answer["id"] == 2 and answer["error"]["code"] == INVALID_PARAMS and words in answer["error"]["message"]
+
+
+def test_an_undeclared_capability_is_never_asked(router):
+    connect_modern(router, 7)
+    start_call(router, 7, caps={"sampling": {}})
+    [(kind, server, error)] = server_asks(router, 9)
+    assert (kind, server, error["id"]) == ("ToServer", "a", 9)
+    assert error["error"]["code"] == METHOD_NOT_FOUND and "did not declare elicitation" in error["error"]["message"]
+    # The call goes on, still the client's.
+    assert router.parked == {} and list(router.clients[7].in_flight) == [1]
+    [(kind, server, _)] = server_asks(router, 10, "sampling/createMessage", {"messages": [], "maxTokens": 5})
+    assert (kind, server) == ("ToClient", 7) and len(router.parked) == 1
+
+
+def test_url_mode_needs_url_declared(router):
+    connect_modern(router, 7)
+    start_call(router, 7)
+    [(kind, _, error)] = server_asks(
+        router, 9, params={"mode": "url", "url": "https://x", "elicitationId": "e", "message": "m"}
+    )
+    assert kind == "ToServer" and "in url mode" in error["error"]["message"]
+
+
+def test_requests_while_parked_are_queued_and_a_missing_input_is_asked_again(router):
+    connect_modern(router, 7)
+    upstream = start_call(router, 7)
+    first = input_required(server_asks(router, "e"), 7, 1)
+    assert server_asks(router, "s", "sampling/createMessage", {"messages": [], "maxTokens": 5}) == []  # queued
+    [elicit_key] = first["inputRequests"]
+    # The retry answers the elicitation only: the server hears that, the client is asked again.
+    out = unpack(
+        router.client_message(
+            7,
+            call(2, inputResponses={elicit_key: {"action": "cancel"}, "junk": {}}, requestState=first["requestState"]),
+        )
+    )
+    assert out[0] == ("ToServer", "a", {"jsonrpc": "2.0", "id": "e", "result": {"action": "cancel"}})
+    second = input_required(out[1:], 7, 2)
+    [(sample_key, request)] = second["inputRequests"].items()
+    assert sample_key.startswith("sampling-") and request["method"] == "sampling/createMessage"
+    assert second["requestState"] != first["requestState"]
+    # A retry with nothing for it is asked the same again, not failed.
+    third = input_required(unpack(router.client_message(7, call(3, requestState=second["requestState"]))), 7, 3)
+    assert list(third["inputRequests"]) == [sample_key]
+    # The first state was used: it resumes nothing any more.
+    [(_, _, stale)] = unpack(router.client_message(7, call(4, requestState=first["requestState"])))
+    assert stale["error"]["code"] == INVALID_PARAMS and "no longer waiting" in stale["error"]["message"]
+    sampled = {"role": "assistant", "content": {"type": "text", "text": "ok"}, "model": "m"}
+    out = unpack(
+        router.client_message(7, call(5, inputResponses={sample_key: sampled}, requestState=third["requestState"]))
+    )
+    assert out == [("ToServer", "a", {"jsonrpc": "2.0", "id": "s", "result": sampled})]
+    [(_, _, answer)] = unpack(router.server_message("a", msg(id=upstream, result={"content": []})))
+    assert answer["id"] == 5
+
+
+def test_several_rounds(router):
+    connect_modern(router, 7)
+    upstream = start_call(router, 7)
+    state, id = None, 1
+    for round in range(3):
+        result = input_required(server_asks(router, f"s{round}"), 7, id)
+        [key] = result["inputRequests"]
+        id += 1
+        out = unpack(
+            router.client_message(
+                7,
+                call(
+                    id,
+                    inputResponses={key: {"action": "accept", "content": {"n": round}}},
+                    requestState=result["requestState"],
+                ),
+            )
+        )
+        assert out == [
+            (
+                "ToServer",
+                "a",
+                {"jsonrpc": "2.0", "id": f"s{round}", "result": {"action": "accept", "content": {"n": round}}},
+            )
+        ]
+        assert result["requestState"] != state
+        state = result["requestState"]
+    [(_, _, answer)] = unpack(router.server_message("a", msg(id=upstream, result={"content": []})))
+    assert answer["id"] == 4
+
+
+def test_a_shared_server_over_the_network_sees_the_proxys_roots_not_a_callers(router):
+    connect_modern(router, 7)
+    start_call(router, 7)
+    assert server_asks(router, 3, "roots/list") == [
+        ("ToServer", "a", {"jsonrpc": "2.0", "id": 3, "result": {"roots": []}})
+    ]
+
+
+def test_roots_of_a_modern_client_on_stdio_are_asked_as_input(clock):
+    router = make_router(clock, single_client=True)
+    connect_modern(router, 7)
+    start_call(router, 7)
+    result = input_required(server_asks(router, 3, "roots/list"), 7, 1)
+    assert [request["method"] for request in result["inputRequests"].values()] == ["roots/list"]
+
+
+def test_a_caller_that_never_retries_has_the_call_cancelled(router, clock):
+    connect_modern(router, 7)
+    upstream = start_call(router, 7)
+    result = input_required(server_asks(router, "s1"), 7, 1)
+    assert router.next_deadline() <= clock.now + TIMEOUT
+    clock.now += TIMEOUT - 1
+    assert router.expire() == []
+    clock.now += 1.5
+    out = unpack(router.expire())
+    assert [(kind, server) for kind, server, _ in out] == [("ToServer", "a"), ("ToServer", "a")]
+    assert out[0][2]["id"] == "s1" and out[0][2]["error"]["data"]["reason"] == "timeout"
+    assert out[1][2] == {
+        "jsonrpc": "2.0",
+        "method": "notifications/cancelled",
+        "params": {"requestId": upstream, "reason": "the client gave no input in time"},
+    }
+    assert router.in_flight() == 0 and router.parked == {}
+    # A late retry hears why.
+    [(_, _, late)] = unpack(router.client_message(7, call(2, requestState=result["requestState"])))
+    assert late["error"]["code"] == INVALID_PARAMS
+
+
+def test_the_servers_answer_while_parked_is_kept_for_the_retry(router):
+    connect_modern(router, 7)
+    upstream = start_call(router, 7)
+    result = input_required(server_asks(router, "s1"), 7, 1)
+    assert router.server_message("a", msg(id=upstream, result={"content": [{"type": "text", "text": "gave up"}]})) == []
+    out = unpack(router.client_message(7, call(2, requestState=result["requestState"])))
+    # The server's request is moot (it answered without it); the retry gets the answer.
+    assert out[0][:2] == ("ToServer", "a") and out[0][2]["id"] == "s1" and "error" in out[0][2]
+    assert out[1] == (
+        "ToClient",
+        7,
+        {"jsonrpc": "2.0", "id": 2, "result": complete([{"type": "text", "text": "gave up"}])},
+    )
+
+
+def test_a_state_that_is_not_the_proxys_goes_upstream(router):
+    connect_modern(router, 7)
+    [(kind, server, sent)] = unpack(
+        router.client_message(7, call(1, inputResponses={"k": {}}, requestState="v1.theirs"))
+    )
+    assert (kind, server) == ("ToServer", "a")
+    assert sent["params"]["requestState"] == "v1.theirs" and sent["params"]["inputResponses"] == {"k": {}}
+
+
+def test_a_server_request_outside_any_modern_call_is_refused(router):
+    connect_modern(router, 7)
+    start_call(router, 7, id=1)
+    start_call(router, 7, id=2)  # two calls: which one is unknown
+    [(kind, server, error)] = server_asks(router, 9)
+    assert (kind, server) == ("ToServer", "a") and error["error"]["data"]["reason"] == "no_request"
+
+
+def test_a_legacy_client_is_still_asked_directly(router):
+    connect(router, 3)
+    [(kind, server, sent)] = unpack(
+        router.client_message(3, msg(id=1, method="tools/call", params={"name": "a__slow"}))
+    )
+    router.client_disconnected(1)
+    router.client_disconnected(2)
+    [(kind, session, asked)] = server_asks(router, 9)
+    assert (kind, session, asked["method"]) == ("ToClient", 3, "elicitation/create") and router.parked == {}
+
+
+def test_a_call_that_times_out_upstream_while_parked_fails_its_retry(clock):
+    router = make_router(clock, input_required_timeout=60.0)
+    connect_modern(router, 7)
+    start_call(router, 7)
+    result = input_required(server_asks(router, "s1"), 7, 1)
+    clock.now += 5.5  # the server's request timeout
+    [(kind, _, cancel)] = unpack(router.expire())
+    assert kind == "ToServer" and cancel["method"] == "notifications/cancelled"
+    out = unpack(router.client_message(7, call(2, requestState=result["requestState"])))
+    assert out[-1][:2] == ("ToClient", 7)
+    assert out[-1][2]["id"] == 2 and "while it waited for input" in out[-1][2]["error"]["message"]
+    assert router.parked == {} and router.clients[7].in_flight == {}
+
+
+def test_on_a_streaming_upstream_the_requests_stream_names_the_parked_call(router):
+    router.server_streams("a", True)
+    connect_modern(router, 7)
+    upstream = start_call(router, 7)
+    raw = msg(id="s1", method="elicitation/create", params=ELICIT)
+    result = input_required(unpack(router.server_message("a", raw, related=upstream)), 7, 1)
+    # The next one on the same stream belongs to the same (parked) call: queued, not refused.
+    sampling = {"messages": [], "maxTokens": 5}
+    assert (
+        router.server_message("a", msg(id="s2", method="sampling/createMessage", params=sampling), related=upstream)
+        == []
+    )
+    out = unpack(router.client_message(7, call(2, requestState=result["requestState"])))
+    again = input_required(out, 7, 2)  # nothing answered: both asked again
+    assert sorted(r["method"] for r in again["inputRequests"].values()) == [
+        "elicitation/create",
+        "sampling/createMessage",
+    ]
+
+
+def request(id: Any, method: str, params: dict[str, Any]) -> bytes:
+    meta = {PROTOCOL_VERSION: "2026-07-28", CLIENT_CAPABILITIES: ALL_CAPS}
+    return msg(id=id, method=method, params={**params, "_meta": meta})
+
+
+@pytest.mark.parametrize(
+    ("method", "params", "sent"),
+    [("resources/read", {"uri": "a+demo://r/1"}, {"uri": "demo://r/1"})],
+)
+def test_a_resource_read_parks_and_resumes_the_same_way(router, method, params, sent):
+    connect_modern(router, 7)
+    [(_, _, out)] = unpack(router.client_message(7, request(1, method, params)))
+    assert out["method"] == method and out["params"]["uri"] == sent["uri"]
+    result = input_required(server_asks(router, "s1"), 7, 1)
+    [key] = result["inputRequests"]
+    # The state names this URI: another one is refused, the same one resumes.
+    other = request(2, method, {"uri": "b+demo://r/1", "requestState": result["requestState"]})
+    [(_, _, refused)] = unpack(router.client_message(7, other))
+    assert refused["error"]["code"] == INVALID_PARAMS and "another request" in refused["error"]["message"]
+    retry = request(
+        3, method, {**params, "inputResponses": {key: {"action": "decline"}}, "requestState": result["requestState"]}
+    )
+    assert unpack(router.client_message(7, retry)) == [
+        ("ToServer", "a", {"jsonrpc": "2.0", "id": "s1", "result": {"action": "decline"}})
+    ]
+    [(_, _, answer)] = unpack(router.server_message("a", msg(id=out["id"], result={"contents": []})))
+    assert answer["id"] == 3 and answer["result"]["contents"] == [] and answer["result"]["resultType"] == "complete"
+
+
+def test_a_parked_call_does_not_make_a_running_calls_requests_ambiguous(router):
+    connect_modern(router, 7)
+    connect_modern(router, 8)
+    start_call(router, 7)
+    input_required(server_asks(router, "s1"), 7, 1)  # parked; its client went on
+    start_call(router, 8, id=5)
+    # A stdio server's request names no call: it is for the one that runs, not the parked one.
+    result = input_required(server_asks(router, "s2"), 8, 5)
+    assert len(result["inputRequests"]) == 1 and len(router.parked) == 2
