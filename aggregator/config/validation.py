@@ -14,6 +14,7 @@ from aggregator.config.ranges import in_range, number_text
 from aggregator.core.naming import NAME_CHARS
 from aggregator.core.nesting import CHAIN_VARIABLE
 from aggregator.mcp.constants import SERVER_REQUEST_CAPABILITIES
+from aggregator.mcp.versions import ALL_VERSIONS
 
 # "sampling, elicitation or roots", as the messages name them.
 _SERVER_REQUEST_NAMES = ", ".join(SERVER_REQUEST_CAPABILITIES[:-1]) + " or " + SERVER_REQUEST_CAPABILITIES[-1]
@@ -228,6 +229,10 @@ def check_server(server: ServerConfig, path: str) -> list[str]:
         problems.append(
             f"{path}.max_request_timeout: must be at least request_timeout"
             f" ({number_text(server.request_timeout)}), got {number_text(server.max_request_timeout)}"
+        )
+    if server.protocol != "auto" and server.protocol not in ALL_VERSIONS:
+        problems.append(
+            f'{path}.protocol: expected "auto" or one of {", ".join(ALL_VERSIONS)}, got {server.protocol!r}'
         )
     for index, name in enumerate(server.server_requests or ()):
         if name not in SERVER_REQUEST_CAPABILITIES:

@@ -9,7 +9,7 @@ from aggregator import __version__
 from aggregator.core.commands import Command, ToClient, WaitForStartup
 from aggregator.core.log_levels import LEVELS, most_verbose
 from aggregator.core.state import ClientState, RouterState, answer
-from aggregator.core.upstream_lifecycle import INSTANCE_KEY
+from aggregator.core.upstream_era import INSTANCE_KEY
 from aggregator.jsonrpc.errors import INVALID_PARAMS, INVALID_REQUEST, RemoteProtocolError
 from aggregator.mcp.constants import CAPABILITY_OF, PROMPTS, RESOURCES, TOOLS
 from aggregator.mcp.versions import negotiate
@@ -72,7 +72,7 @@ class Handshake(RouterState):
             return []
         out: list[Command] = []
         for name, link in self.links.items():
-            if link.ready and "logging" in link.capabilities and link.log_level != target:
+            if link.ready and not link.modern and "logging" in link.capabilities and link.log_level != target:
                 link.log_level = target
                 out += self._own_request(name, "logging/setLevel", {"level": target})
         return out

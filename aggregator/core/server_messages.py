@@ -26,6 +26,7 @@ from aggregator.jsonrpc.codec import decode_message
 from aggregator.jsonrpc.errors import RemoteProtocolError, error_response
 from aggregator.jsonrpc.kinds import ERROR, NOTIFICATION, RESPONSE
 from aggregator.mcp.constants import LIST_CHANGED, PROMPTS, RESOURCES, TEMPLATES, TOOLS
+from aggregator.mcp.modern import COMPLETE, INPUT_REQUIRED, RESULT_TYPE
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +65,12 @@ class ServerMessages(RouterState):
                 return []
             message["id"] = pending.client_id
             if kind == RESPONSE:
+                if link.modern and _unknown_result_type(message.get("result")):
+                    return self._fail_one(
+                        pending,
+                        f"Server {link.server!r} answered {pending.method} with a result of unknown resultType",
+                        "malformed",
+                    )
                 self._expose_result(pending, message.get("result"), link)
             else:
                 if pending.extra is not None and type(pending.extra) is tuple:  # a failed subscribe
@@ -313,3 +320,9 @@ _KINDS_CHANGED = {
     LIST_CHANGED[PROMPTS]: (PROMPTS,),
     LIST_CHANGED[RESOURCES]: (RESOURCES, TEMPLATES),
 }
+
+
+def _unknown_result_type(result: Any) -> bool:
+    """A modern server's result is ``complete`` (also when it says nothing) or
+    ``input_required``; any other ``resultType`` makes it an invalid result."""
+    return type(result) is dict and result.get(RESULT_TYPE, COMPLETE) not in (COMPLETE, INPUT_REQUIRED)

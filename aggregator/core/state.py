@@ -142,6 +142,9 @@ class UpstreamLink:
     # The current connection speaks a modern revision (no session: every request carries
     # its ``_meta``), found by ``server/discover`` or pinned by the configuration.
     modern: bool = False
+    protocol: str = "auto"  # or a pinned revision; ``era``: what a connection learnt ("legacy", "modern")
+    discover_timeout: float = defaults.DISCOVER_TIMEOUT
+    era: str | None = None
     log_level: str | None = None  # what the proxy last asked this upstream for
     # It delivers what belongs to a request on that request's own stream (Streamable HTTP),
     # and the transport says which: a message that came any other way belongs to none.
@@ -247,6 +250,8 @@ def _link(catalog: Catalog, server: LinkSettings) -> UpstreamLink:
         max_request_timeout=server.max_request_timeout,
         timeout_resets_on_progress=server.timeout_resets_on_progress,
         server=server.name,
+        protocol=server.protocol,
+        discover_timeout=server.discover_timeout,
     )
 
 

@@ -22,16 +22,8 @@ from aggregator.core.commands import Answer, Command, DropUpstream, ToServer, Up
 from aggregator.core.own_requests import Waiting
 from aggregator.core.state import Gather, OwnWaiter, RouterState, UpstreamLink, answer, cancelled
 from aggregator.core.tasks import expose_task_ids
-from aggregator.core.upstream_lifecycle import (
-    Failed,
-    Items,
-    Listing,
-    Outcome,
-    Ready,
-    Send,
-    Serving,
-    UpstreamLifecycle,
-)
+from aggregator.core.upstream_lifecycle import UpstreamLifecycle
+from aggregator.core.upstream_outcomes import Failed, Items, Listing, Outcome, Ready, Send, Serving
 from aggregator.mcp.constants import INITIALIZE
 
 log = logging.getLogger(__name__)
@@ -49,6 +41,7 @@ class UpstreamControl(RouterState):
         if link is None:  # a per-session connection whose client just left
             return [DropUpstream(server, "its session ended")]
         link.own.drop_if(UpstreamLifecycle.owns)  # an ended connection's, if any were left
+        link.modern = False  # until this connection finds its era
         lifecycle = link.lifecycle = UpstreamLifecycle(
             server,
             instance=self.instance,
@@ -58,6 +51,9 @@ class UpstreamControl(RouterState):
             per_session=link.session is not None,
             log=logging.getLogger(f"aggregator.server.{link.server}"),
             requests=link.own,
+            protocol=link.protocol,
+            discover_timeout=link.discover_timeout,
+            era=link.era,
         )
         if capabilities is None:
             capabilities = self.upstream_client_capabilities()
@@ -80,6 +76,8 @@ class UpstreamControl(RouterState):
         link = self.links[server]
         if not link.ready:
             return []
+        if link.modern and link.lifecycle is not None:
+            params = dict(params, _meta=dict(params.get("_meta") or {}, **link.lifecycle.meta()))
         waiter = OwnWaiter(gather)
         message = link.own.open(method, params, waiter, self.clock() + link.request_timeout)
         waiter.id = message["id"]
@@ -222,23 +220,36 @@ class UpstreamControl(RouterState):
             elif type(outcome) is Listing:
                 out += self.server_listing(name, outcome.listing)
             elif type(outcome) is Failed:
+                self._learnt(link)
                 out.append(DropUpstream(name, outcome.reason))
             elif type(outcome) is Answer:
                 out.append(outcome)
         return out
 
     def _upstream_ready(self, link: UpstreamLink, result: dict[str, Any]) -> list[Command]:
+        assert link.lifecycle is not None
+        link.modern = link.lifecycle.modern  # before server_ready: nothing legacy is sent to a modern link
+        self._learnt(link)
         out = self.server_ready(link.name, result)
         info = result.get("serverInfo") or {}
-        assert link.lifecycle is not None
         link.lifecycle.log.info(
-            "server %s: initialized (%s %s, protocol %s)",
+            "server %s: %s (%s %s, protocol %s)",
             link.name,
+            "discovered, modern" if link.modern else "initialized",
             info.get("name"),
             info.get("version"),
             result["protocolVersion"],
         )
         return out
+
+    def _learnt(self, link: UpstreamLink) -> None:
+        """Keep what the link's connection learnt of its era for its next connection."""
+        lifecycle = link.lifecycle
+        if lifecycle is not None and lifecycle.learnt is not None:
+            link.era = lifecycle.learnt
+            base = self.links.get(link.server)
+            if base is not None and base is not link:  # a per-session link teaches its server's
+                base.era = lifecycle.learnt
 
 
 def _routers(waiter: object) -> bool:

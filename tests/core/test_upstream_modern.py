@@ -1,0 +1,309 @@
+"""Modern (2026-07-28) upstreams, pure: the era an upstream's answer to ``server/discover``
+shows (a table of probe outcomes), what a modern connection sends (``_meta`` on its own
+requests and on every forwarded one, nothing of the legacy session), and what the router
+keeps of an era for the next connection."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import pytest
+
+from aggregator.config import ServerConfig, mcp_servers_json_to_raw, structure_config
+from aggregator.config.core_settings import link_settings
+from aggregator.core.catalog import Catalog
+from aggregator.core.commands import ToClient, ToServer
+from aggregator.core.upstream_lifecycle import INSTANCE_KEY, Failed, Ready, Send, UpstreamLifecycle
+from aggregator.errors import ConfigError
+from aggregator.mcp import modern
+from aggregator.mcp.versions import LATEST, MODERN_LATEST
+from tests.core.helpers import Clock, connect, msg, new_router, own_asks, unpack
+
+INSTANCE = "this-proxy"
+CAPS = {"tools": {"listChanged": True}, "prompts": {}, "logging": {}}
+
+
+def discover_result(**changes: Any) -> dict[str, Any]:
+    result: dict[str, Any] = {
+        "resultType": "complete",
+        "supportedVersions": [MODERN_LATEST],
+        "capabilities": CAPS,
+        "instructions": "be kind",
+        "_meta": {modern.SERVER_INFO: {"name": "modern-srv", "version": "2"}},
+        "ttlMs": 0,
+        "cacheScope": "private",
+    }
+    result.update(changes)
+    return result
+
+
+def error(code: int, data: Any = None) -> dict[str, Any]:
+    body: dict[str, Any] = {"code": code, "message": "nope"}
+    if data is not None:
+        body["data"] = data
+    return {"error": body}
+
+
+def lifecycle(protocol: str = "auto", era: str | None = None) -> UpstreamLifecycle:
+    return UpstreamLifecycle(
+        "srv",
+        instance=INSTANCE,
+        target="srv --stdio",
+        init_timeout=10.0,
+        request_timeout=5.0,
+        protocol=protocol,
+        discover_timeout=2.0,
+        era=era,
+        log=logging.getLogger("test.upstream_modern"),
+    )
+
+
+def sent(outcomes: list[Any]) -> list[dict[str, Any]]:
+    return [o.message for o in outcomes if type(o) is Send]
+
+
+def reply(life: UpstreamLifecycle, request: dict[str, Any], answer: dict[str, Any], now: float = 0.0) -> list[Any]:
+    return life.answer({"jsonrpc": "2.0", "id": request["id"], **answer}, now)
+
+
+# (the probe's answer, or None: none in time; what follows: "initialize", "modern" or a failure's words)
+PROBES = [
+    pytest.param({"result": discover_result()}, "modern", id="DiscoverResult"),
+    pytest.param(error(-32601), "initialize", id="-32601 method not found"),
+    pytest.param(error(-32602), "initialize", id="-32602 invalid params"),
+    pytest.param(error(-32000), "initialize", id="other error"),
+    pytest.param({"error": "garbage"}, "initialize", id="unreadable error"),
+    pytest.param(None, "initialize", id="timeout"),
+    pytest.param(error(-32022, {"supported": ["2099-01-01"]}), "speaks only protocol 2099-01-01", id="-32022"),
+    pytest.param(error(-32022, {"supported": [MODERN_LATEST]}), "speaks only protocol", id="-32022 asked already"),
+    pytest.param(error(-32020), "a modern server refused it", id="-32020"),
+    pytest.param(error(-32021), "a modern server refused it", id="-32021"),
+    pytest.param({"result": discover_result(supportedVersions=[LATEST])}, "initialize", id="only legacy versions"),
+    pytest.param({"result": discover_result(supportedVersions=["2099-01-01"])}, "names no revision", id="unknown"),
+    pytest.param({"result": discover_result(capabilities=[])}, "capabilities must be an object", id="bad caps"),
+    pytest.param({"result": discover_result(resultType="input_required")}, "resultType", id="not complete"),
+    pytest.param(
+        {"result": discover_result(_meta={INSTANCE_KEY: INSTANCE})}, "it is this aggregator itself", id="ourselves"
+    ),
+]
+
+
+@pytest.mark.parametrize(("answer", "then"), PROBES)
+def test_the_probe_decides_the_era(answer, then):
+    life = lifecycle()
+    [probe] = sent(life.connected(0.0, {"sampling": {}}))
+    assert probe["method"] == "server/discover"
+    meta = probe["params"]["_meta"]
+    assert meta[modern.PROTOCOL_VERSION] == MODERN_LATEST and meta[modern.CLIENT_CAPABILITIES] == {}
+    assert meta[modern.CLIENT_INFO]["name"] == "aggregator" and meta[INSTANCE_KEY] == INSTANCE
+    if answer is None:
+        assert life.next_deadline() == 2.0  # the probe's own short wait
+        out = life.expire(2.0)
+    else:
+        out = reply(life, probe, answer)
+    if then == "initialize":
+        [init] = sent(out)
+        assert init["method"] == "initialize" and init["params"]["capabilities"] == {"sampling": {}}
+        assert not life.modern and not life.failed
+        assert life.learnt == ("legacy" if answer is not None else None)  # a slow server is probed again
+    elif then == "modern":
+        ready = [o for o in out if type(o) is Ready]
+        assert ready and ready[0].result["capabilities"] == CAPS
+        assert ready[0].result["instructions"] == "be kind"
+        assert ready[0].result["serverInfo"] == {"name": "modern-srv", "version": "2"}
+        assert life.modern and life.version == MODERN_LATEST and life.learnt == "modern"
+        asks = sent(out)
+        assert [m["method"] for m in asks] == ["tools/list"]  # no notifications/initialized
+        assert asks[0]["params"]["_meta"][modern.PROTOCOL_VERSION] == MODERN_LATEST
+    else:
+        [failed] = out
+        assert type(failed) is Failed and then in failed.reason and life.failed
+        assert not sent(out)  # never an initialize after a modern answer
+
+
+def test_a_modern_server_lists_with_meta_on_every_page_and_serves():
+    life = lifecycle()
+    [probe] = sent(life.connected(0.0, {}))
+    [page1] = sent(reply(life, probe, {"result": discover_result(capabilities={"tools": {}})}))
+    [page2] = sent(reply(life, page1, {"result": {"tools": [{"name": "a"}], "nextCursor": "c2"}}))
+    assert page2["params"]["cursor"] == "c2" and modern.PROTOCOL_VERSION in page2["params"]["_meta"]
+    out = reply(life, page2, {"result": {"resultType": "complete", "tools": [{"name": "b"}]}})
+    assert [type(o).__name__ for o in out] == ["Items", "Serving"] and out[0].items == [{"name": "a"}, {"name": "b"}]
+    own = life.request("tools/call", {"name": "x"}, "me", 1.0)
+    assert own.message["params"]["_meta"][modern.CLIENT_INFO]["name"] == "aggregator"
+
+
+def test_a_listing_page_of_another_result_type_fails_that_kind():
+    life = lifecycle()
+    [probe] = sent(life.connected(0.0, {}))
+    [page] = sent(reply(life, probe, {"result": discover_result(capabilities={"tools": {}})}))
+    [failed] = reply(life, page, {"result": {"resultType": "input_required", "inputRequests": {}}})
+    assert type(failed) is Failed and "input_required" in failed.reason
+
+
+def test_pinned_modern_never_initializes():
+    life = lifecycle(protocol=MODERN_LATEST)
+    [probe] = sent(life.connected(0.0, {}))
+    assert probe["method"] == "server/discover" and life.next_deadline() == 10.0  # the whole init_timeout
+    [failed] = reply(life, probe, error(-32601))
+    assert type(failed) is Failed and "pinned to protocol 2026-07-28" in failed.reason
+    life = lifecycle(protocol=MODERN_LATEST)
+    sent(life.connected(0.0, {}))
+    [failed] = life.expire(10.0)
+    assert type(failed) is Failed and "no answer to server/discover" in failed.reason
+
+
+@pytest.mark.parametrize(("protocol", "era"), [("2025-06-18", None), ("auto", "legacy")])
+def test_pinned_legacy_or_known_legacy_initializes_at_once(protocol, era):
+    life = lifecycle(protocol=protocol, era=era)
+    [init] = sent(life.connected(0.0, {}))
+    assert init["method"] == "initialize"
+    assert init["params"]["protocolVersion"] == (protocol if protocol != "auto" else LATEST)
+
+
+def test_a_known_modern_server_is_probed_with_the_whole_init_timeout():
+    life = lifecycle(era="modern")
+    sent(life.connected(0.0, {}))
+    assert life.next_deadline() == 10.0
+    [failed] = life.expire(10.0)
+    assert type(failed) is Failed
+
+
+def test_initialize_refused_with_a_modern_error_is_probed_next_time():
+    life = lifecycle(era="legacy")
+    [init] = sent(life.connected(0.0, {}))
+    [failed] = reply(life, init, error(-32022, {"supported": [MODERN_LATEST]}))
+    assert type(failed) is Failed and life.learnt == "modern"
+
+
+# --- through the router ------------------------------------------------------------------
+
+
+@pytest.fixture
+def router():
+    servers = [ServerConfig(name="m", command="x"), ServerConfig(name="old", command="x", protocol=LATEST)]
+    router = new_router(Catalog(servers, "__", 50), servers, clock=Clock(), list_changed_debounce=0)
+    return router
+
+
+def modern_serves(router, name="m", caps=None):
+    """Connect ``name`` as a modern server with tool ``t``; the commands that came out."""
+    [probe] = own_asks(router.upstream_connected(name, target="x", init_timeout=5.0))
+    out = router.server_message(name, msg(id=probe["id"], result=discover_result(capabilities=caps or CAPS)))
+    seen = list(out)
+    for _ in range(5):
+        asks = own_asks(out)
+        if not asks:
+            return seen
+        [ask] = asks
+        kind = ask["method"].split("/")[0]
+        out = router.server_message(name, msg(id=ask["id"], result={kind: [{"name": "t"}] if kind == "tools" else []}))
+        seen += out
+    raise AssertionError("kept asking")
+
+
+def call(router, key, id, **meta):
+    params: dict[str, Any] = {"name": "m__t", "arguments": {}}
+    if meta:
+        params["_meta"] = meta
+    [(kind, server, request)] = unpack(router.client_message(key, msg(id=id, method="tools/call", params=params)))
+    assert (kind, server) == ("ToServer", "m")
+    return request
+
+
+def test_a_legacy_callers_request_carries_its_session_in_meta(router):
+    modern_serves(router)
+    assert router.links["m"].modern and router.links["m"].protocol_version == MODERN_LATEST
+    router.startup_completed()
+    caps = {"sampling": {}, "elicitation": {"form": {}}, "experimental": {"x": {}}}
+    connect(router, 1, caps)
+    out = router.client_message(1, msg(id=9, method="logging/setLevel", params={"level": "debug"}))
+    assert not [c for c in out if type(c) is ToServer and c.server == "m"]  # no setLevel to a modern server
+    request = call(router, 1, 5, progressToken="p1")
+    meta = request["params"]["_meta"]
+    assert meta[modern.PROTOCOL_VERSION] == MODERN_LATEST
+    assert meta[modern.CLIENT_CAPABILITIES] == {"sampling": {}, "elicitation": {"form": {}}}  # as routed
+    assert meta[modern.CLIENT_INFO] == {"name": "c1"} and meta[modern.LOG_LEVEL] == "debug"
+    assert meta["progressToken"].startswith("aggregator-progress-")  # the proxy's token, as ever
+    # A result without resultType is complete and goes back as it came.
+    [(kind, key, answer)] = unpack(router.server_message("m", msg(id=request["id"], result={"content": []})))
+    assert (key, answer["id"], answer["result"]) == (1, 5, {"content": []})
+
+
+def test_a_modern_callers_own_meta_goes_upstream_filtered(router):
+    modern_serves(router)
+    router.startup_completed()
+    router.client_connected(2, modern=True)
+    # Admitted as its front admits a modern request (no initialize opens it).
+    router.clients[2].initialize_seen = router.clients[2].initialized = True
+    request = call(
+        router,
+        2,
+        "r",
+        **{
+            modern.PROTOCOL_VERSION: MODERN_LATEST,
+            modern.CLIENT_CAPABILITIES: {"roots": {}, "extensions": {"x": {}}},
+            modern.CLIENT_INFO: {"name": "sdk", "version": "2.3"},
+            modern.LOG_LEVEL: "warning",
+        },
+    )
+    meta = request["params"]["_meta"]
+    assert meta[modern.CLIENT_CAPABILITIES] == {"roots": {}}
+    assert meta[modern.CLIENT_INFO] == {"name": "sdk", "version": "2.3"} and meta[modern.LOG_LEVEL] == "warning"
+
+
+def test_an_unknown_result_type_is_an_error_for_the_caller(router):
+    modern_serves(router)
+    router.startup_completed()
+    connect(router, 1)
+    request = call(router, 1, 7)
+    [(kind, key, answer)] = unpack(router.server_message("m", msg(id=request["id"], result={"resultType": "maybe"})))
+    assert answer["id"] == 7 and "unknown resultType" in answer["error"]["message"]
+
+
+def test_a_legacy_link_gets_no_meta(router):
+    [init] = own_asks(router.upstream_connected("old", target="x", init_timeout=5.0))
+    assert init["method"] == "initialize"  # pinned: no probe
+
+
+def test_a_server_lost_during_its_probe_is_legacy_next_time(router, caplog):
+    [probe] = own_asks(router.upstream_connected("m", target="x", init_timeout=5.0))
+    assert probe["method"] == "server/discover"
+    with caplog.at_level(logging.WARNING):
+        router.server_lost("m", "the server closed its stdout")
+    assert "during its server/discover probe" in caplog.text
+    [init] = own_asks(router.upstream_connected("m", target="x", init_timeout=5.0))
+    assert init["method"] == "initialize"
+
+
+def test_a_modern_link_renews_no_subscription_upstream(router):
+    modern_serves(router, caps={"resources": {"subscribe": True}})
+    router.subscriptions.add(("m", "file:///x"), 1)
+    router.server_lost("m", "gone")
+    out = modern_serves(router, caps={"resources": {"subscribe": True}})
+    assert "resources/subscribe" not in [m["method"] for m in own_asks(out)]
+    assert not [c for c in out if type(c) is ToClient]
+
+
+# --- the configuration -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("value", ["2099-01-01", "legacy", ""])
+def test_an_unknown_protocol_is_a_config_error_naming_the_key_and_our_revisions(value):
+    with pytest.raises(ConfigError) as info:
+        structure_config({"servers": {"s": {"command": "x", "protocol": value}}}, environ={})
+    text = str(info.value)
+    assert "servers.s.protocol" in text and MODERN_LATEST in text and LATEST in text
+
+
+@pytest.mark.parametrize("value", ["auto", MODERN_LATEST, "2024-11-05"])
+def test_a_known_protocol_reaches_the_router(value):
+    config = structure_config({"servers": {"s": {"command": "x", "protocol": value, "discover_timeout": 1.5}}})
+    settings = link_settings(config.servers["s"])
+    assert (settings.protocol, settings.discover_timeout) == (value, 1.5)
+
+
+def test_a_client_json_import_leaves_the_protocol_auto():
+    raw = mcp_servers_json_to_raw('{"mcpServers": {"s": {"command": "x"}}}')
+    assert structure_config(raw).servers["s"].protocol == "auto"
