@@ -89,7 +89,10 @@ class Forwarding(RouterState):
             if type(capabilities) is dict
             else {}
         )
-        stamped[CLIENT_INFO] = info if type(info) is dict and info else PROXY_INFO
+        if type(info) is dict and type(info.get("name")) is str:  # an Implementation needs both
+            stamped[CLIENT_INFO] = info if type(info.get("version")) is str else dict(info, version="")
+        else:
+            stamped[CLIENT_INFO] = PROXY_INFO
         if type(level) is str:
             stamped[LOG_LEVEL] = level
         else:

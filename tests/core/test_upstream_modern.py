@@ -224,7 +224,7 @@ def test_a_legacy_callers_request_carries_its_session_in_meta(router):
     meta = request["params"]["_meta"]
     assert meta[modern.PROTOCOL_VERSION] == MODERN_LATEST
     assert meta[modern.CLIENT_CAPABILITIES] == {"sampling": {}, "elicitation": {"form": {}}}  # as routed
-    assert meta[modern.CLIENT_INFO] == {"name": "c1"} and meta[modern.LOG_LEVEL] == "debug"
+    assert meta[modern.CLIENT_INFO] == {"name": "c1", "version": ""} and meta[modern.LOG_LEVEL] == "debug"
     assert meta["progressToken"].startswith("aggregator-progress-")  # the proxy's token, as ever
     # A result without resultType is complete and goes back as it came.
     [(kind, key, answer)] = unpack(router.server_message("m", msg(id=request["id"], result={"content": []})))
