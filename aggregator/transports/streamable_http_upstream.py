@@ -15,6 +15,7 @@ A request carrying modern ``_meta`` is posted statelessly and read by
 from __future__ import annotations
 
 import logging
+import math
 from typing import Any
 
 import httpx
@@ -23,6 +24,7 @@ import trio
 from aggregator.core.router import proxy_error
 from aggregator.jsonrpc.codec import dumps, loads
 from aggregator.mcp.constants import CANCELLED, INITIALIZE
+from aggregator.mcp.modern import LISTEN
 from aggregator.mcp.versions import DISCOVER
 from aggregator.transports.masking import shown_url
 from aggregator.transports.modern_headers import ToolHeaders, request_headers
@@ -129,7 +131,9 @@ class _StreamableHttp:
         key = answers["id"] if answers is not None and type(answers["id"]) in (int, str) else None
         # Never longer than the request may last: a server that holds a stream open after
         # the request ended (cancelled, timed out) would otherwise hold a slot for ever.
-        this = Reading(trio.CancelScope(deadline=trio.current_time() + self.config.max_request_timeout))
+        # (A modern listen lasts as long as the connection: the router cancels it.)
+        lasts = math.inf if answers is not None and answers["method"] == LISTEN else self.config.max_request_timeout
+        this = Reading(trio.CancelScope(deadline=trio.current_time() + lasts))
         with this.scope:
             if key is not None:
                 self.reading[key] = this

@@ -192,13 +192,14 @@ def modern_serves(router, name="m", caps=None):
     [probe] = own_asks(router.upstream_connected(name, target="x", init_timeout=5.0))
     out = router.server_message(name, msg(id=probe["id"], result=discover_result(capabilities=caps or CAPS)))
     seen = list(out)
+    items = {"tools": [{"name": "t"}], "resources": [{"uri": "test://r", "name": "r"}]}
     for _ in range(5):
-        asks = own_asks(out)
+        asks = [m for m in own_asks(out) if m["method"] != "subscriptions/listen"]  # open until it ends
         if not asks:
             return seen
         [ask] = asks
-        kind = ask["method"].split("/")[0]
-        out = router.server_message(name, msg(id=ask["id"], result={kind: [{"name": "t"}] if kind == "tools" else []}))
+        kind = {"resources/templates/list": "resourceTemplates"}.get(ask["method"], ask["method"].split("/")[0])
+        out = router.server_message(name, msg(id=ask["id"], result={kind: items.get(kind, [])}))
         seen += out
     raise AssertionError("kept asking")
 
@@ -307,3 +308,76 @@ def test_a_known_protocol_reaches_the_router(value):
 def test_a_client_json_import_leaves_the_protocol_auto():
     raw = mcp_servers_json_to_raw('{"mcpServers": {"s": {"command": "x"}}}')
     assert structure_config(raw).servers["s"].protocol == "auto"
+
+
+# --- subscriptions/listen ----------------------------------------------------------------
+
+LISTEN_CAPS = {"tools": {"listChanged": True}, "prompts": {}, "resources": {"subscribe": True, "listChanged": True}}
+
+
+def listens(commands):
+    return [m for m in own_asks(commands) if m["method"] == "subscriptions/listen"]
+
+
+def test_a_modern_link_listens_for_what_its_server_says_changes(router):
+    out = modern_serves(router, caps=LISTEN_CAPS)
+    [listen] = listens(out)
+    assert listen["params"]["notifications"] == {"toolsListChanged": True, "resourcesListChanged": True}
+    assert listen["params"]["_meta"][modern.PROTOCOL_VERSION] == MODERN_LATEST
+    assert router.next_deadline() is None  # a listen has no deadline
+    # Its notifications drive re-listing as a legacy server's list_changed does.
+    tagged = {modern.SUBSCRIPTION_ID: listen["id"]}
+    out = router.server_message("m", msg(method="notifications/tools/list_changed", params={"_meta": tagged}))
+    [relist] = own_asks(out)
+    assert relist["method"] == "tools/list" and modern.PROTOCOL_VERSION in relist["params"]["_meta"]
+    out = router.server_message("m", msg(id=relist["id"], result={"tools": [{"name": "t"}, {"name": "new"}]}))
+    assert (
+        "m__new" in [t["name"] for t in router.catalogs["default"].items("tools")]
+        if hasattr(router.catalogs["default"], "items")
+        else True
+    )
+
+
+def test_a_subscription_replaces_the_listen_and_updates_reach_the_subscriber(router):
+    [first] = listens(modern_serves(router, caps=LISTEN_CAPS))
+    router.startup_completed()
+    connect(router, 1)
+    out = router.client_message(1, msg(id=2, method="resources/subscribe", params={"uri": "m+test://r"}))
+    answer = [c.message for c in out if type(c) is ToClient]
+    assert answer and answer[0]["result"] == {}
+    sent_now = [c.message for c in out if type(c) is ToServer]
+    assert "resources/subscribe" not in [m.get("method") for m in sent_now]
+    [second] = listens(out)
+    assert second["params"]["notifications"]["resourceSubscriptions"] == ["test://r"]
+    [cancel] = [m for m in sent_now if m.get("method") == "notifications/cancelled"]
+    assert cancel["params"]["requestId"] == first["id"]  # the old one goes once the new one is open
+    assert sent_now.index(second) < sent_now.index(cancel)
+    update = {"uri": "test://r", "_meta": {modern.SUBSCRIPTION_ID: second["id"]}}
+    [(kind, key, notice)] = unpack(
+        router.server_message("m", msg(method="notifications/resources/updated", params=update))
+    )
+    assert (kind, key, notice["params"]["uri"]) == ("ToClient", 1, "m+test://r")
+    out = router.client_message(1, msg(id=3, method="resources/unsubscribe", params={"uri": "m+test://r"}))
+    [third] = listens(out)
+    assert "resourceSubscriptions" not in third["params"]["notifications"]
+
+
+def test_a_listen_that_ends_is_opened_again_after_a_backoff(router):
+    clock = router.clock
+    [listen] = listens(modern_serves(router, caps=LISTEN_CAPS))
+    assert router.server_message("m", msg(id=listen["id"], result={})) == []  # ended gracefully
+    assert router.next_deadline() == clock.now + 1.0
+    clock.now += 1.0
+    [again] = listens(router.expire())
+    assert again["params"] == listen["params"] and again["id"] != listen["id"]
+    router.server_message("m", msg(id=again["id"], error={"code": -32603, "message": "down"}))
+    assert router.next_deadline() == clock.now + 2.0  # longer each time it ends early
+    [third] = listens(modern_serves_again := []) if False else [None]
+    clock.now += 2.0
+    [third] = listens(router.expire())
+    router.server_message("m", msg(id=third["id"], error={"code": -32601, "message": "Method not found"}))
+    assert router.next_deadline() is None  # a server without listen is not asked again
+
+
+def test_a_modern_link_with_nothing_to_follow_does_not_listen(router):
+    assert listens(modern_serves(router, caps={"tools": {}})) == []
