@@ -3,12 +3,14 @@ official Python SDK 2.x ``MCPServer`` (dual-era, as that SDK serves): ``python s
 serves stdio, ``python server.py http PORT`` Streamable HTTP on 127.0.0.1:PORT (``/mcp``).
 
 Tools: ``add`` (a + b), ``slow`` (reports progress ``steps`` times, 0.2 s apart: long
-enough to cancel), ``grow`` (adds tool ``extra`` and says the tool list changed), ``region``
-(an ``x-mcp-header`` argument, echoed with the header the request carried). Resource
+enough to cancel; each step is appended to the file ``FIXTURE_STEPS_FILE`` names, if
+set), ``grow`` (adds tool ``extra`` and says the tool list changed), ``region`` (an
+``x-mcp-header`` argument, echoed with the header the request carried). Resource
 ``test://hello``; prompt ``greet``."""
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import Annotated
 
@@ -16,6 +18,7 @@ import anyio
 from mcp.server.mcpserver import Context, MCPServer
 from pydantic import Field
 
+STEPS_FILE = os.environ.get("FIXTURE_STEPS_FILE")
 app = MCPServer("modern-fixture", instructions="A modern test server.")
 
 
@@ -25,11 +28,18 @@ def add(a: int, b: int) -> int:
     return a + b
 
 
+def _note_step(step: int) -> None:
+    if STEPS_FILE:  # what a test reads to see the call stop when it is cancelled
+        with open(STEPS_FILE, "a") as steps_file:
+            steps_file.write(f"{step}\n")
+
+
 @app.tool()
 async def slow(steps: int, ctx: Context) -> str:
     """Report progress ``steps`` times, 0.2 s apart."""
     for step in range(steps):
         await ctx.report_progress(step + 1, steps)
+        _note_step(step + 1)
         await anyio.sleep(0.2)
     return f"done after {steps} steps"
 
