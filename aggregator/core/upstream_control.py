@@ -84,6 +84,14 @@ class UpstreamControl(RouterState):
             capabilities = self.upstream_client_capabilities()
         return self._outcomes(link, lifecycle.connected(self.clock(), capabilities))
 
+    def server_era(self, server: str) -> tuple[str, str] | None:
+        """How the proxy speaks to ``server`` now: ("modern" or "legacy", the revision);
+        None while it is not connected."""
+        link = self.links.get(server)
+        if link is None or not link.ready or link.protocol_version is None:
+            return None
+        return ("modern" if link.modern else "legacy", link.protocol_version)
+
     def own_call(self, server: str, method: str, params: dict[str, Any] | None, caller: object) -> list[Command]:
         """A request of the trio layer's own to ``server``; its ``Answer`` names ``caller``
         (within the server's request timeout)."""

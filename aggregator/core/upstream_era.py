@@ -9,8 +9,9 @@ A dual-era client (``2026-07-28/basic/versioning.mdx``) probes a server with
 - a recognized modern error (``modern.MODERN_ERRORS``): modern, never a fall back to
   ``initialize``; -32022 is asked again in a revision its ``data.supported`` names that was
   not asked yet (and, when pinned, only in the pinned one), else the connection fails;
-- any other error (whatever its code: the fallback is not keyed on one code), or a
-  DiscoverResult naming only legacy revisions: legacy, unless the configuration pins the
+- any other error (whatever its code: the fallback is not keyed on one code), a result
+  that is no DiscoverResult (no ``supportedVersions``), or a DiscoverResult naming only
+  legacy revisions: legacy, unless the configuration pins the
   modern era (then the connection fails and says so).
 
 ``UpstreamLifecycle`` acts on the verdict; no answer in time is its business (legacy for
@@ -87,7 +88,9 @@ def judge(probe: Probe, message: dict[str, Any], *, pinned: bool, tried: set[str
     if type(result) is not dict:
         return Refused("server/discover: the result is not an object")
     versions = result.get("supportedVersions")
-    versions = [v for v in versions if type(v) is str] if type(versions) is list else []
+    if type(versions) is not list:  # an answer of a server that does not know the method
+        return Legacy("its answer to server/discover is not a DiscoverResult (no supportedVersions)")
+    versions = [v for v in versions if type(v) is str]
     speaks = [v for v in MODERN if v in versions]
     if not speaks:
         if not pinned and any(v in SUPPORTED for v in versions):

@@ -80,6 +80,7 @@ PROBES = [
     pytest.param(error(-32020), "a modern server refused it", id="-32020"),
     pytest.param(error(-32021), "a modern server refused it", id="-32021"),
     pytest.param({"result": discover_result(supportedVersions=[LATEST])}, "initialize", id="only legacy versions"),
+    pytest.param({"result": {"content": []}}, "initialize", id="not a DiscoverResult"),
     pytest.param({"result": discover_result(supportedVersions=["2099-01-01"])}, "names no revision", id="unknown"),
     pytest.param({"result": discover_result(capabilities=[])}, "capabilities must be an object", id="bad caps"),
     pytest.param({"result": discover_result(resultType="input_required")}, "resultType", id="not complete"),

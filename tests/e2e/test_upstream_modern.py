@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.conftest import ROOT, RawProxy, http_proxy, write_config
+from tests.e2e.conftest import ROOT, RawProxy, fake, http_proxy, write_config
 from tests.loopback import INIT, free_port, wait_listening
 
 pytestmark = pytest.mark.e2e
@@ -146,3 +146,19 @@ def test_a_modern_server_pinned_legacy_is_spoken_to_with_initialize(tmp_path):
     finally:
         code, log = proxy.close()
     assert code == 0 and "initialized (modern-fixture" in log and "protocol 2025-06-18" in log
+
+
+def test_check_and_tools_show_each_servers_era(tmp_path):
+    config = write_config(tmp_path, stdio_table() + fake("old", "echo"))
+    run = [sys.executable, "-m", "aggregator"]
+    out = subprocess.run([*run, "check", "--config", str(config)], capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert out.returncode == 0, out.stderr
+    lines = {line.split()[0]: line for line in out.stdout.splitlines() if line.startswith("  ")}
+    assert "modern 2026-07-28" in lines["m"] and "legacy 2025-11-25" in lines["old"]
+    out = subprocess.run(
+        [*run, "tools", "--json", "--config", str(config)], capture_output=True, text=True, timeout=60, cwd=ROOT
+    )
+    assert json.loads(out.stdout)["servers"] == {
+        "m": {"era": "modern", "protocol": "2026-07-28"},
+        "old": {"era": "legacy", "protocol": "2025-11-25"},
+    }
