@@ -26,6 +26,7 @@ from aggregator.core.commands import Answer, Command, DropUpstream, ToServer, Up
 from aggregator.core.own_requests import Waiting
 from aggregator.core.state import Gather, OwnWaiter, RouterState, UpstreamLink, answer, cancelled
 from aggregator.core.tasks import expose_task_ids
+from aggregator.core.upstream_era import LEGACY
 from aggregator.core.upstream_lifecycle import UpstreamLifecycle
 from aggregator.core.upstream_outcomes import Failed, Items, Listing, Outcome, Ready, Send, Serving
 from aggregator.jsonrpc.errors import METHOD_NOT_FOUND
@@ -58,10 +59,18 @@ class UpstreamControl(RouterState):
     """The own requests of each link: opened, answered, timed out, dropped with the link."""
 
     def upstream_connected(
-        self, server: str, *, target: str, init_timeout: float, capabilities: dict[str, Any] | None = None
+        self,
+        server: str,
+        *,
+        target: str,
+        init_timeout: float,
+        capabilities: dict[str, Any] | None = None,
+        modern_possible: bool = True,
     ) -> list[Command]:
         """A connection to ``server`` is up: its lifecycle starts the handshake, declaring
-        ``capabilities`` (a per-session connection's client's) or the proxy's own."""
+        ``capabilities`` (a per-session connection's client's) or the proxy's own.
+        ``modern_possible``: its transport has a modern binding (stdio, Streamable HTTP;
+        not legacy SSE or WebSocket, which are spoken to with ``initialize`` at once)."""
         link = self.links.get(server)
         if link is None:  # a per-session connection whose client just left
             return [DropUpstream(server, "its session ended")]
@@ -78,7 +87,7 @@ class UpstreamControl(RouterState):
             requests=link.own,
             protocol=link.protocol,
             discover_timeout=link.discover_timeout,
-            era=link.era,
+            era=link.era if modern_possible else LEGACY,
         )
         if capabilities is None:
             capabilities = self.upstream_client_capabilities()

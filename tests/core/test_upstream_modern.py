@@ -306,6 +306,18 @@ def test_a_known_protocol_reaches_the_router(value):
     assert (settings.protocol, settings.discover_timeout) == (value, 1.5)
 
 
+def test_the_modern_era_cannot_be_pinned_on_a_legacy_only_transport():
+    with pytest.raises(ConfigError, match="servers.s.protocol: 2026-07-28 has no sse transport"):
+        structure_config(
+            {"servers": {"s": {"url": "http://127.0.0.1:1/sse", "transport": "sse", "protocol": MODERN_LATEST}}}
+        )
+
+
+def test_a_legacy_only_transport_is_never_probed(router):
+    [init] = own_asks(router.upstream_connected("m", target="x", init_timeout=5.0, modern_possible=False))
+    assert init["method"] == "initialize"
+
+
 def test_a_client_json_import_leaves_the_protocol_auto():
     raw = mcp_servers_json_to_raw('{"mcpServers": {"s": {"command": "x"}}}')
     assert structure_config(raw).servers["s"].protocol == "auto"
