@@ -7,7 +7,7 @@ import re
 from typing import Any
 
 from aggregator.core import affinity
-from aggregator.core.commands import Command, ToClient, ToServer
+from aggregator.core.commands import Command, DropUpstream, ToClient, ToServer
 from aggregator.core.log_levels import passes
 from aggregator.core.own_requests import Waiting
 from aggregator.core.state import (
@@ -26,7 +26,7 @@ from aggregator.jsonrpc.codec import decode_message
 from aggregator.jsonrpc.errors import RemoteProtocolError, error_response
 from aggregator.jsonrpc.kinds import ERROR, NOTIFICATION, RESPONSE
 from aggregator.mcp.constants import LIST_CHANGED, PROMPTS, RESOURCES, TEMPLATES, TOOLS
-from aggregator.mcp.modern import COMPLETE, INPUT_REQUIRED, RESULT_TYPE
+from aggregator.mcp.modern import COMPLETE, INPUT_REQUIRED, RESULT_TYPE, UNSUPPORTED_PROTOCOL_VERSION
 
 log = logging.getLogger(__name__)
 
@@ -77,6 +77,10 @@ class ServerMessages(RouterState):
                     self.subscriptions.remove(pending.extra, pending.session)
                 if message["error"].get("code") == URL_ELICITATION_REQUIRED:
                     self._url_elicitations_required(link, pending.session, message["error"].get("data"))
+                elif link.modern and message["error"].get("code") == UNSUPPORTED_PROTOCOL_VERSION:
+                    link.era = None  # its revision changed under us: the next connection finds it again
+                    why = f"it no longer speaks protocol {link.protocol_version}; it is asked server/discover again"
+                    return [ToClient(pending.session, message), DropUpstream(link.name, why)]
             return [ToClient(pending.session, message)]
         if kind == NOTIFICATION:
             return self._server_notification(link, message, related)

@@ -394,3 +394,16 @@ def test_a_listen_that_ends_is_opened_again_after_a_backoff(router):
 
 def test_a_modern_link_with_nothing_to_follow_does_not_listen(router):
     assert listens(modern_serves(router, caps={"tools": {}})) == []
+
+
+def test_a_modern_server_that_stops_speaking_our_revision_is_discovered_again(router):
+    modern_serves(router)
+    router.startup_completed()
+    connect(router, 1)
+    request = call(router, 1, 4)
+    refusal = {"code": -32022, "message": "Unsupported", "data": {"supported": ["2027-01-01"]}}
+    out = router.server_message("m", msg(id=request["id"], error=refusal))
+    [answer] = [c.message for c in out if type(c) is ToClient]
+    assert answer["id"] == 4 and answer["error"]["code"] == -32022  # the caller hears it as it was said
+    [drop] = [c for c in out if type(c).__name__ == "DropUpstream"]
+    assert "asked server/discover again" in drop.reason and router.links["m"].era is None
