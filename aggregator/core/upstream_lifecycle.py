@@ -266,7 +266,7 @@ class UpstreamLifecycle:
             return [self._fail(f"its initialize result is unusable: {problem}")]
         if self._is_us(outcome.get("_meta")):  # through another proxy that did not know us
             return [self._itself()]
-        self.version = outcome["protocolVersion"]
+        self.version, self.learnt = outcome["protocolVersion"], LEGACY  # (a slow probe is not repeated)
         return self._ready(outcome, now, [Send({"jsonrpc": "2.0", "method": INITIALIZED})])
 
     def _ready(self, outcome: dict[str, Any], now: float, out: list[Outcome]) -> list[Outcome]:

@@ -107,7 +107,9 @@ def test_the_probe_decides_the_era(answer, then):
         [init] = sent(out)
         assert init["method"] == "initialize" and init["params"]["capabilities"] == {"sampling": {}}
         assert not life.modern and not life.failed
-        assert life.learnt == ("legacy" if answer is not None else None)  # a slow server is probed again
+        assert life.learnt == ("legacy" if answer is not None else None)
+        reply(life, init, {"result": {"protocolVersion": LATEST, "capabilities": {}}})
+        assert life.learnt == "legacy"  # initialized: not probed again, even after a probe that timed out
     elif then == "modern":
         ready = [o for o in out if type(o) is Ready]
         assert ready and ready[0].result["capabilities"] == CAPS
