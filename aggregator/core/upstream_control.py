@@ -284,12 +284,12 @@ class UpstreamControl(RouterState):
         out = self.server_ready(link.name, result)
         info = result.get("serverInfo") or {}
         link.lifecycle.log.info(
-            "server %s: %s (%s %s, protocol %s)",
+            "server %s: initialized (%s %s, protocol %s%s)",
             link.name,
-            "discovered, modern" if link.modern else "initialized",
             info.get("name"),
             info.get("version"),
             result["protocolVersion"],
+            "; modern: found by server/discover, spoken to statelessly" if link.modern else "",
         )
         return out
 

@@ -76,7 +76,7 @@ def test_sdk1_over_http_to_a_modern_http_server(python1, tmp_path):
         config = write_config(tmp_path, f'[servers.m]\nurl = "{url}"\n')
         with http_proxy(config) as (port, log):
             check(sdk1(python1, "http", f"http://127.0.0.1:{port}/mcp"))
-        assert "discovered, modern" in log.read_text()
+        assert "protocol 2026-07-28; modern" in log.read_text()
 
 
 def raw_session(proxy: RawProxy) -> None:
@@ -118,7 +118,7 @@ def test_raw_client_calls_and_cancels_through_stdio(tmp_path):
         cancelled_stops_upstream(proxy, steps_file)
     finally:
         code, log = proxy.close()
-    assert code == 0 and "discovered, modern" in log
+    assert code == 0 and "protocol 2026-07-28; modern" in log
 
 
 def test_raw_client_calls_and_cancels_through_http(tmp_path):
