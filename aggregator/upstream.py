@@ -322,6 +322,7 @@ class UpstreamSession:
                 target=shown_url(config.url) if config.url else f"{config.command}",
                 init_timeout=config.init_timeout,
                 capabilities=self.client_capabilities,
+                modern_possible=config.effective_transport in ("stdio", "streamable-http"),
             )
         )
 

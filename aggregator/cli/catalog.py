@@ -27,6 +27,7 @@ def run_tools(args: argparse.Namespace) -> int:
     catalog = trio.run(with_started_hub, config, lambda hub: _collect(hub, profile))
     hidden = catalog.pop("hidden")
     down = catalog.pop("down")
+    servers = catalog.pop("servers")
     if down and not any(catalog.values()):
         print("aggregator: no server is ready, so there is nothing to list:", file=sys.stderr)
         print("\n".join(down), file=sys.stderr)
@@ -36,11 +37,14 @@ def run_tools(args: argparse.Namespace) -> int:
     if args.json:
         if args.explain:
             catalog["hidden"] = hidden
+        catalog["servers"] = servers
         print(json.dumps(catalog, indent=2, ensure_ascii=False, default=str))  # JsonNumber: as its text
         return 0
     width = max(shutil.get_terminal_size((120, 20)).columns, 40)
     if profile != "default":
         print(f"profile {profile}\n")
+    eras = ", ".join(f"{name} ({about['era']} {about['protocol']})" for name, about in servers.items())
+    print(f"servers: {eras}\n")
     _print_table(catalog, width)
     if args.explain:
         _print_hidden(hidden)
@@ -67,6 +71,9 @@ def _collect(hub: Hub, profile: str) -> dict[str, Any]:
             )
         out[kind] = rows
     out["down"] = status_lines(hub, only_down=True)
+    # Each ready server's era and revision, as the proxy speaks to it now.
+    eras = {name: hub.router.server_era(name) for name in hub.upstreams}
+    out["servers"] = {name: {"era": known[0], "protocol": known[1]} for name, known in eras.items() if known}
     out["hidden"] = {
         kind: [
             {"server": server, "original": original, "rule": reason}

@@ -64,7 +64,7 @@ def status_lines(hub: Hub, *, only_down: bool = False) -> list[str]:
             continue
         counts = ", ".join(f"{len(hub.catalog.items_of(name, kind))} {label(kind)}" for kind in KINDS)
         if upstream.state == "ready":
-            lines.append(f"  {name:<20} ready    {counts}")
+            lines.append(f"  {name:<20} ready    {era(hub, name):<20} {counts}")
         else:
             lines.append(f"  {name:<20} {upstream.state:<8} {upstream.last_error or ''}")
             lines += [f"  {'':<20} [stderr] {line}" for line in upstream.last_stderr]
@@ -72,6 +72,12 @@ def status_lines(hub: Hub, *, only_down: bool = False) -> list[str]:
     for name in disabled:
         lines.append(f"  {name:<20} disabled")
     return lines
+
+
+def era(hub: Hub, name: str) -> str:
+    """How the proxy speaks to a server now: "modern 2026-07-28" or "legacy 2025-11-25"."""
+    known = hub.router.server_era(name)
+    return "" if known is None else " ".join(known)
 
 
 def label(kind: str) -> str:

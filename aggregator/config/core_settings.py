@@ -20,6 +20,8 @@ def link_settings(server: ServerConfig) -> LinkSettings:
         request_timeout=server.request_timeout,
         max_request_timeout=server.max_request_timeout,
         timeout_resets_on_progress=server.timeout_resets_on_progress,
+        protocol=server.protocol,
+        discover_timeout=server.discover_timeout,
     )
 
 

@@ -82,6 +82,12 @@ class ServerConfig:
     # its own (its own process, for stdio), started on first use, stopped with the session.
     isolation: Literal["shared", "per-session"] = "shared"
     init_timeout: float = 10.0
+    # Which protocol era to speak to it: "auto" finds out (``server/discover`` first, then
+    # ``initialize``); a legacy revision pins ``initialize`` proposing it; a modern revision
+    # pins the stateless protocol without falling back.
+    protocol: str = "auto"
+    # How long the ``server/discover`` probe of "auto" waits before taking the server for legacy.
+    discover_timeout: float = defaults.DISCOVER_TIMEOUT
     # A request without an answer after request_timeout fails (reason "timeout") and is
     # cancelled upstream. Progress can extend it, never past max_request_timeout.
     request_timeout: float = defaults.REQUEST_TIMEOUT

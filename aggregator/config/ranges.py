@@ -83,6 +83,7 @@ RANGES: dict[type, dict[str, Range]] = {
     },
     ServerConfig: {
         "init_timeout": Range(_MS, _DAY, "seconds"),
+        "discover_timeout": Range(_MS, _DAY, "seconds"),
         "request_timeout": Range(_MS, 7 * _DAY, "seconds"),
         "max_request_timeout": Range(_MS, 7 * _DAY, "seconds"),
     },

@@ -14,6 +14,7 @@ from aggregator.config.ranges import in_range, number_text
 from aggregator.core.naming import NAME_CHARS
 from aggregator.core.nesting import CHAIN_VARIABLE
 from aggregator.mcp.constants import SERVER_REQUEST_CAPABILITIES
+from aggregator.mcp.versions import ALL_VERSIONS, MODERN
 
 # "sampling, elicitation or roots", as the messages name them.
 _SERVER_REQUEST_NAMES = ", ".join(SERVER_REQUEST_CAPABILITIES[:-1]) + " or " + SERVER_REQUEST_CAPABILITIES[-1]
@@ -229,6 +230,12 @@ def check_server(server: ServerConfig, path: str) -> list[str]:
             f"{path}.max_request_timeout: must be at least request_timeout"
             f" ({number_text(server.request_timeout)}), got {number_text(server.max_request_timeout)}"
         )
+    if server.protocol != "auto" and server.protocol not in ALL_VERSIONS:
+        problems.append(
+            f'{path}.protocol: expected "auto" or one of {", ".join(ALL_VERSIONS)}, got {server.protocol!r}'
+        )
+    elif server.protocol in MODERN and transport in ("sse", "websocket"):
+        problems.append(f"{path}.protocol: {server.protocol} has no {transport} transport (stdio or streamable-http)")
     for index, name in enumerate(server.server_requests or ()):
         if name not in SERVER_REQUEST_CAPABILITIES:
             problems.append(f"{path}.server_requests[{index}]: expected {_SERVER_REQUEST_NAMES}, got {name!r}")

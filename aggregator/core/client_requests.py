@@ -80,6 +80,9 @@ class ClientRequests(RouterState):
         key = (name, original)
         if self.subscriptions.has(key, client.key):
             return [answer(client.key, message["id"], {})]
+        if name in self.links and self.links[name].modern:  # no resources/subscribe: its listen follows
+            self.subscriptions.add(key, client.key)
+            return [answer(client.key, message["id"], {}), *self._own_request(name, message["method"], {})]
         if server not in self.per_session and not self.links[server].ready:
             return self._forward(client, message, server, params)  # answers "unavailable"
         if not self.subscriptions.add(key, client.key):
@@ -99,6 +102,8 @@ class ClientRequests(RouterState):
         link = self.links.get(name)
         if not self.subscriptions.remove((name, original), client.key) or link is None or not link.ready:
             return [answer(client.key, message["id"], {})]
+        if link.modern:
+            return [answer(client.key, message["id"], {}), *self._own_request(name, message["method"], {})]
         return self._forward(client, message, server, dict(params, uri=original))
 
     def _complete(self, client: ClientState, message: dict[str, Any]) -> list[Command]:

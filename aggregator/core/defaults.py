@@ -15,6 +15,9 @@ from aggregator.mcp.constants import SERVER_REQUEST_CAPABILITIES
 # notifications extend it when TIMEOUT_RESETS_ON_PROGRESS, never past MAX_REQUEST_TIMEOUT.
 REQUEST_TIMEOUT = 60.0
 MAX_REQUEST_TIMEOUT = 600.0
+# How long an upstream's ``server/discover`` probe waits before the server is taken for a
+# legacy one (``initialize`` follows on the same connection).
+DISCOVER_TIMEOUT = 5.0
 TIMEOUT_RESETS_ON_PROGRESS = True
 # Requests one client session may have in flight; more are refused (reason overloaded).
 MAX_IN_FLIGHT_PER_SESSION = 128

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from aggregator import __version__
 from aggregator.core.commands import Command, StartUpstream, ToClient, ToServer
 from aggregator.core.modern_results import strip_envelope
 from aggregator.core.state import (
@@ -17,7 +18,17 @@ from aggregator.core.state import (
 )
 from aggregator.core.tasks import restore_related_task
 from aggregator.mcp.constants import SERVER_REQUEST_CAPABILITIES
-from aggregator.mcp.modern import INPUT_REQUIRED_METHODS
+from aggregator.mcp.modern import (
+    CLIENT_CAPABILITIES,
+    CLIENT_INFO,
+    INPUT_REQUIRED_METHODS,
+    LOG_LEVEL,
+    PROTOCOL_VERSION,
+)
+from aggregator.mcp.versions import MODERN_LATEST
+
+# The client info a request to a modern server carries when its caller gave none.
+PROXY_INFO = {"name": "aggregator", "version": __version__}
 
 
 class Forwarding(RouterState):
@@ -63,9 +74,45 @@ class Forwarding(RouterState):
                 self.progress[pending.token] = pending
                 params["_meta"] = meta = dict(meta, progressToken=pending.token)
             restore_related_task(params, server)
+        if link.modern:  # every request to a modern server carries its caller's _meta
+            params["_meta"] = self._modern_meta(client, link, meta, pending)
         self._start(pending, link)
         client.in_flight[client_id] = pending
         return [ToServer(server, {"jsonrpc": "2.0", "id": upstream_id, "method": method, "params": params})]
+
+    def _modern_meta(self, client: ClientState, link: UpstreamLink, meta: Any, pending: Pending) -> dict[str, Any]:
+        """The ``_meta`` of a request to a modern server: its revision, the caller's client
+        capabilities as far as the proxy routes server requests (a modern caller's for this
+        request, a legacy one's from its session), its client info (else the proxy's) and
+        its log level (per request, or the legacy session's ``logging/setLevel``)."""
+        if type(meta) is not dict:
+            meta = {}
+        if client.modern:  # its envelope was taken out of ``meta`` into ``pending.meta``
+            envelope = pending.meta or {}
+            capabilities, info, level = (
+                envelope.get(CLIENT_CAPABILITIES),
+                envelope.get(CLIENT_INFO),
+                envelope.get(LOG_LEVEL),
+            )
+        else:
+            capabilities, info, level = client.capabilities, client.client_info, client.log_level
+        allowed = self.server_requests
+        stamped = dict(meta)
+        stamped[PROTOCOL_VERSION] = link.protocol_version or MODERN_LATEST
+        stamped[CLIENT_CAPABILITIES] = (
+            {k: v for k, v in capabilities.items() if k in allowed and k in SERVER_REQUEST_CAPABILITIES}
+            if type(capabilities) is dict
+            else {}
+        )
+        if type(info) is dict and type(info.get("name")) is str:  # an Implementation needs both
+            stamped[CLIENT_INFO] = info if type(info.get("version")) is str else dict(info, version="")
+        else:
+            stamped[CLIENT_INFO] = PROXY_INFO
+        if type(level) is str:
+            stamped[LOG_LEVEL] = level
+        else:
+            stamped.pop(LOG_LEVEL, None)
+        return stamped
 
     def _refusal(self, client: ClientState, client_id: Any, link: UpstreamLink) -> dict[str, Any]:
         """Why a request cannot go to ``link`` now: it is not ready, the client has too many
@@ -108,6 +155,9 @@ class Forwarding(RouterState):
                 timeout_resets_on_progress=base.timeout_resets_on_progress,
                 server=server,
                 session=client.key,
+                protocol=base.protocol,
+                discover_timeout=base.discover_timeout,
+                era=base.era,
             )
             capabilities = {
                 k: v

@@ -9,7 +9,7 @@ from aggregator import __version__
 from aggregator.core.commands import Command, ToClient, WaitForStartup
 from aggregator.core.log_levels import LEVELS, most_verbose
 from aggregator.core.state import ClientState, RouterState, answer
-from aggregator.core.upstream_lifecycle import INSTANCE_KEY
+from aggregator.core.upstream_era import INSTANCE_KEY
 from aggregator.jsonrpc.errors import INVALID_PARAMS, INVALID_REQUEST, RemoteProtocolError
 from aggregator.mcp.constants import CAPABILITY_OF, PROMPTS, RESOURCES, TOOLS
 from aggregator.mcp.versions import negotiate

@@ -41,6 +41,7 @@ from aggregator.core.log_levels import LEVELS, RANK, passes
 from aggregator.core.modern_results import IDENTITY, cache_hints, stamp_answer
 from aggregator.core.state import ClientState, Pending, RouterState, ServerDown, UpstreamLink
 from aggregator.core.subscriptions import Listen
+from aggregator.core.upstream_era import INSTANCE_KEY
 from aggregator.jsonrpc.errors import (
     INVALID_PARAMS,
     INVALID_REQUEST,
@@ -153,7 +154,8 @@ class ModernCallers(RouterState):
             "capabilities": self.merged_capabilities(),
             TTL: ttl,
             CACHE_SCOPE: scope,
-            "_meta": {SERVER_INFO: IDENTITY},
+            # Its instance, as initialize says it: a proxy that probes itself knows it is itself.
+            "_meta": {SERVER_INFO: IDENTITY, INSTANCE_KEY: self.instance},
         }
         instructions = self.merged_instructions()
         if instructions:

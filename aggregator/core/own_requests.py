@@ -58,6 +58,10 @@ class OwnRequests(Generic[W]):
         """The request an answer with ``id`` would settle, left in the table."""
         return self._waiting.get(id) if type(id) is str else None
 
+    def find(self, test: Callable[[W], bool]) -> Waiting[W] | None:
+        """The first request whose waiter passes ``test``, left in the table."""
+        return next((waiting for waiting in self._waiting.values() if test(waiting.waiter)), None)
+
     def expire(self, now: float) -> list[Waiting[W]]:
         """The requests whose deadline has passed, forgotten now (a late answer is dropped)."""
         if not self._waiting:

@@ -101,8 +101,9 @@ from aggregator.core.state import (
 )
 from aggregator.core.targets import Targets
 from aggregator.core.upstream_control import UpstreamControl
+from aggregator.core.upstream_era import INSTANCE_KEY
 from aggregator.core.upstream_events import UpstreamEvents
-from aggregator.core.upstream_lifecycle import CONTROL_ID_PREFIX, INSTANCE_KEY
+from aggregator.core.upstream_lifecycle import CONTROL_ID_PREFIX
 
 __all__ = [
     "CONTROL_ID_PREFIX",

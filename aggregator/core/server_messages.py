@@ -7,7 +7,7 @@ import re
 from typing import Any
 
 from aggregator.core import affinity
-from aggregator.core.commands import Command, ToClient, ToServer
+from aggregator.core.commands import Command, DropUpstream, ToClient, ToServer
 from aggregator.core.log_levels import passes
 from aggregator.core.own_requests import Waiting
 from aggregator.core.state import (
@@ -26,6 +26,7 @@ from aggregator.jsonrpc.codec import decode_message
 from aggregator.jsonrpc.errors import RemoteProtocolError, error_response
 from aggregator.jsonrpc.kinds import ERROR, NOTIFICATION, RESPONSE
 from aggregator.mcp.constants import LIST_CHANGED, PROMPTS, RESOURCES, TEMPLATES, TOOLS
+from aggregator.mcp.modern import COMPLETE, INPUT_REQUIRED, RESULT_TYPE, UNSUPPORTED_PROTOCOL_VERSION
 
 log = logging.getLogger(__name__)
 
@@ -74,16 +75,27 @@ class ServerMessages(RouterState):
             return []
         message["id"] = pending.client_id
         if kind == RESPONSE:
+            if link.modern and _unknown_result_type(message.get("result")):
+                return self._fail_one(
+                    pending,
+                    f"Server {link.server!r} answered {pending.method} with a result of unknown resultType",
+                    "malformed",
+                )
             self._expose_result(pending, message.get("result"), link)
             if client.modern:
                 self._modern_answer(client, pending, message, link)
-        else:
-            if pending.extra is not None and type(pending.extra) is tuple:  # a failed subscribe
-                self.subscriptions.remove(pending.extra, pending.session)
-            if message["error"].get("code") == URL_ELICITATION_REQUIRED:
-                self._url_elicitations_required(link, pending.session, message["error"].get("data"))
-            if client.modern:
-                self._modern_answer(client, pending, message, link)
+            return [ToClient(pending.session, message)]
+        if pending.extra is not None and type(pending.extra) is tuple:  # a failed subscribe
+            self.subscriptions.remove(pending.extra, pending.session)
+        code = message["error"].get("code")
+        if code == URL_ELICITATION_REQUIRED:
+            self._url_elicitations_required(link, pending.session, message["error"].get("data"))
+        if client.modern:
+            self._modern_answer(client, pending, message, link)
+        if link.modern and code == UNSUPPORTED_PROTOCOL_VERSION:
+            link.era = None  # its revision changed under us: the next connection finds it again
+            why = f"it no longer speaks protocol {link.protocol_version}; it is asked server/discover again"
+            return [ToClient(pending.session, message), DropUpstream(link.name, why)]
         return [ToClient(pending.session, message)]
 
     def _server_refused(self, link: UpstreamLink, exc: RemoteProtocolError) -> list[Command]:
@@ -341,3 +353,9 @@ _KINDS_CHANGED = {
     LIST_CHANGED[PROMPTS]: (PROMPTS,),
     LIST_CHANGED[RESOURCES]: (RESOURCES, TEMPLATES),
 }
+
+
+def _unknown_result_type(result: Any) -> bool:
+    """A modern server's result is ``complete`` (also when it says nothing) or
+    ``input_required``; any other ``resultType`` makes it an invalid result."""
+    return type(result) is dict and result.get(RESULT_TYPE, COMPLETE) not in (COMPLETE, INPUT_REQUIRED)

@@ -25,6 +25,10 @@ class LinkSettings:
     request_timeout: float = defaults.REQUEST_TIMEOUT
     max_request_timeout: float = defaults.MAX_REQUEST_TIMEOUT
     timeout_resets_on_progress: bool = defaults.TIMEOUT_RESETS_ON_PROGRESS
+    # Its protocol era: "auto" (probe with ``server/discover``, else ``initialize``) or a
+    # revision that pins it (``aggregator.mcp.versions``).
+    protocol: str = "auto"
+    discover_timeout: float = defaults.DISCOVER_TIMEOUT
 
 
 @attrs.frozen(kw_only=True)

@@ -1,12 +1,9 @@
 """The router's state: its tables, the records in them, and the errors it makes. Sans-IO.
 
-``RouterState`` holds every field of the router, each annotated; the handler groups
-(``inflight``, ``handshake``, ``targets``, ``client_requests``, ``forwarding``,
-``client_events``, ``modern_callers``, ``server_messages``, ``reverse_requests``, ``parked``,
-``roots``, ``upstream_control``, ``upstream_events``, ``announcements``) are its subclasses, and ``router.Router``
-combines them. A group calls another's methods on ``self``, as one class would: no
-layer sits between an event and its handler. The methods one group offers the others
-are declared here for the type checker.
+``RouterState`` holds every field of the router, each annotated; the handler groups are
+its subclasses, and ``router.Router`` combines them. A group calls another's methods on
+``self``, as one class would: no layer sits between an event and its handler. The methods
+one group offers the others are declared here (and in ``modern_hooks``) for the type checker.
 """
 
 from __future__ import annotations
@@ -139,9 +136,12 @@ class UpstreamLink:
     capabilities: dict[str, Any] = attrs.field(factory=dict)
     instructions: str | None = None
     protocol_version: str | None = None
-    # The current connection speaks a modern revision (no session: every request carries
-    # its ``_meta``), found by ``server/discover`` or pinned by the configuration.
+    # Its era: ``protocol`` is "auto" or a pinned revision; ``era`` what a connection learnt
+    # ("legacy", "modern"); ``modern``: the current connection speaks it (no session).
     modern: bool = False
+    protocol: str = "auto"
+    discover_timeout: float = defaults.DISCOVER_TIMEOUT
+    era: str | None = None
     log_level: str | None = None  # what the proxy last asked this upstream for
     # It delivers what belongs to a request on that request's own stream (Streamable HTTP),
     # and the transport says which: a message that came any other way belongs to none.
@@ -247,6 +247,8 @@ def _link(catalog: Catalog, server: LinkSettings) -> UpstreamLink:
         max_request_timeout=server.max_request_timeout,
         timeout_resets_on_progress=server.timeout_resets_on_progress,
         server=server.name,
+        protocol=server.protocol,
+        discover_timeout=server.discover_timeout,
     )
 
 

@@ -36,7 +36,7 @@ class UpstreamEvents(RouterState):
         out = self._apply_log_level()
         waiting, link.waiting = link.waiting, []
         held = {params["uri"] for _, message, params in waiting if message["method"] == "resources/subscribe"}
-        for uri in self.subscriptions.of_server(server):
+        for uri in () if link.modern else self.subscriptions.of_server(server):
             if uri not in held:  # renewed; a held one goes as the client sent it
                 out += self._own_request(server, "resources/subscribe", {"uri": uri})
         for key, message, params in waiting:
@@ -126,6 +126,18 @@ class UpstreamEvents(RouterState):
             link, f"Server {link.server!r} is overloaded: {why}; the request failed", "overloaded"
         )
 
+    def _probe_lost(self, link: UpstreamLink) -> None:
+        """The connection ended while its ``server/discover`` was unanswered: a server that
+        exits (or closes) on the probe is taken for a legacy one from now on."""
+        lifecycle = link.lifecycle
+        if lifecycle is not None and lifecycle.probing and lifecycle.protocol == "auto":
+            link.era = "legacy"
+            lifecycle.log.warning(
+                "server %s: the connection ended during its server/discover probe; it is taken for"
+                " a legacy server and started again with initialize",
+                link.name,
+            )
+
     def server_lost(self, server: str, why: str) -> list[Command]:
         """The upstream is gone: fail its requests at once, hide its items, tell clients."""
         link = self.links.get(server)
@@ -133,6 +145,7 @@ class UpstreamEvents(RouterState):
             return []
         link.ready = False
         link.overloaded = None
+        self._probe_lost(link)
         out: list[Command] = self._own_link_lost(link) if link.session is not None else []
         waiting, link.waiting = link.waiting, []
         for key, message, _params in waiting:

@@ -6,10 +6,14 @@ listing of every kind, re-listing what changed, a per-session connection's own l
 outcomes. The trio layer (``aggregator.upstream``) only moves bytes, keeps the clock and
 hands the outcomes to the router. The rules:
 
+- Era: a legacy ``protocol`` pins ``initialize`` proposing it; a modern one pins
+  ``server/discover`` (never ``initialize``); "auto" probes with ``server/discover``
+  within ``discover_timeout`` and acts on ``upstream_era.judge``; no answer in time means
+  legacy. What a connection ``learnt`` is kept by the router for the next one. A modern
+  connection is ready with the DiscoverResult; its own requests carry modern ``_meta``.
 - Handshake: ``initialize`` with the capabilities given and this proxy's instance in its
-  ``_meta`` (an aggregator that finds its own there refuses it at once), its result checked
-  (``initialize_result_problem``), a result carrying this proxy's own instance in its
-  ``_meta`` refused (a config that leads back to the proxy through another), then
+  ``_meta`` (an aggregator that finds its own there refuses it; a result or DiscoverResult
+  carrying it is refused), its result checked (``initialize_result_problem``), then
   ``notifications/initialized``; all within ``init_timeout``.
 - Listing: each kind the server's capabilities name, page by page, at most
   ``MAX_LIST_PAGES`` pages, stopping at a cursor seen before; a resources server that
@@ -22,92 +26,33 @@ hands the outcomes to the router. The rules:
   before giving them to the router at once; if one kind fails its session keeps the shared
   listing until the server next says a list changed.
 
-Its requests are the proxy's own (``OwnRequests``: string ids, one deadline each); an
-error answer keeps its JSON-RPC code in ``Failed.code``. The router shares one table per
-upstream between a lifecycle and its own requests (``core.upstream_control``): it settles
-and expires the table itself and hands the lifecycle its waiters (``settled``,
-``expired``); a lifecycle alone (``answer``, ``expire``) does both itself.
+Its requests are the proxy's own (``OwnRequests``: string ids, one deadline each), in a
+table it may share with the router (``core.upstream_control``), which then settles and
+expires them and hands it its waiters (``settled``, ``expired``).
 """
 
 from __future__ import annotations
 
 import logging
 import math
-from typing import Any, NamedTuple
+from typing import Any
 
 from aggregator import __version__
-from aggregator.core.commands import Answer
+from aggregator.core import upstream_era as era
+from aggregator.core import upstream_outcomes as outcomes
+from aggregator.core.defaults import DISCOVER_TIMEOUT
 from aggregator.core.own_requests import OwnRequests, Waiting
+from aggregator.core.upstream_era import INSTANCE_KEY, LEGACY, MODERN_ERA, Probe
+from aggregator.core.upstream_outcomes import Failed, Items, Listing, Outcome, Ready, Send, Serving
 from aggregator.jsonrpc.errors import METHOD_NOT_FOUND
+from aggregator.mcp import modern
 from aggregator.mcp.constants import CAPABILITY_OF, INITIALIZE, INITIALIZED, KINDS, LIST_METHOD_OF, TEMPLATES
 from aggregator.mcp.initialize import initialize_result_problem
-from aggregator.mcp.versions import LATEST
+from aggregator.mcp.versions import DISCOVER, LATEST, MODERN, MODERN_LATEST, SUPPORTED
 
 MAX_LIST_PAGES = 100
 # The ids of the proxy's own requests to an upstream start with this (clients' are integers).
 CONTROL_ID_PREFIX = "aggregator-"
-# The ``_meta`` key of our initialize request and result that names this running proxy: an
-# initialize that carries our own instance comes from this proxy itself (a config that lists
-# its own URL), and so does an upstream that answers with it.
-INSTANCE_KEY = "dev.mcp-aggregator/instance"
-
-# --- what to do ------------------------------------------------------------------------
-
-
-class Send(NamedTuple):
-    """Send ``message`` (a request or notification of the proxy's own) to the server."""
-
-    message: dict[str, Any]
-
-
-class Ready(NamedTuple):
-    """The handshake is done; ``result`` is the server's checked initialize result."""
-
-    result: dict[str, Any]
-
-
-class Items(NamedTuple):
-    """Every item of ``kind`` the server lists now (initial listing or re-listing)."""
-
-    kind: str
-    items: list[dict[str, Any]]
-
-
-class Listing(NamedTuple):
-    """A per-session connection's items of every kind it has, listed together."""
-
-    listing: dict[str, list[dict[str, Any]]]
-
-
-class Serving(NamedTuple):
-    """The connection serves: a shared one has listed every kind, a per-session one has
-    finished its handshake."""
-
-
-class Failed(NamedTuple):
-    """The connection cannot be used: ``reason`` for the log and the status; ``code`` is
-    the JSON-RPC error code when the server answered with an error."""
-
-    reason: str
-    code: int | None = None
-
-
-Outcome = Send | Ready | Items | Listing | Serving | Failed | Answer
-
-
-class _Error(NamedTuple):
-    """An own request that did not give a usable result."""
-
-    text: str
-    code: int | None = None
-    message: str | None = None
-
-
-class _Caller(NamedTuple):
-    """What waits for the answer to a request made with ``request``."""
-
-    caller: object
-
 
 # --- listing jobs ------------------------------------------------------------------------
 
@@ -143,6 +88,9 @@ class UpstreamLifecycle:
         per_session: bool = False,
         log: logging.Logger | None = None,
         requests: OwnRequests[Any] | None = None,
+        protocol: str = "auto",
+        discover_timeout: float = DISCOVER_TIMEOUT,
+        era: str | None = None,
     ) -> None:
         self.name = name
         self.instance = instance  # this proxy's own, to recognise itself upstream
@@ -159,19 +107,48 @@ class UpstreamLifecycle:
         self.listed = False  # a per-session connection has given its own listing
         self._job: _Job | None = None
         self._wanted: set[str] = set()  # kinds whose list changed, not re-listed yet
+        self.protocol, self.discover_timeout = protocol, discover_timeout  # "auto", or a pinned revision
+        self.era = era  # what an earlier connection learnt: LEGACY, MODERN_ERA or None
+        self.modern = False  # this connection speaks a modern revision
+        self.version: str | None = None  # the revision it speaks, once ready
+        self.learnt: str | None = None  # what this connection learnt of the era, for the next
+        self.probing = False  # its server/discover is unanswered (a server that exits now is legacy)
+        self._tried: set[str] = set()  # revisions server/discover named
+        self._offered: dict[str, Any] = {}  # the capabilities initialize declares
 
     # --- what happened ----------------------------------------------------------------
 
     def connected(self, now: float, capabilities: dict[str, Any]) -> list[Outcome]:
-        """The connection is up: start the handshake, declaring ``capabilities``."""
+        """The connection is up: find its era or start the handshake of the pinned one,
+        declaring ``capabilities`` (to a legacy server, in ``initialize``)."""
+        self._offered = capabilities
+        if self.protocol in MODERN:
+            return [self._discover(self.protocol, now + self.init_timeout)]
+        if self.protocol in SUPPORTED or self.era == LEGACY:
+            return [self._initialize(now)]
+        timeout = self.init_timeout if self.era == MODERN_ERA else min(self.discover_timeout, self.init_timeout)
+        return [self._discover(MODERN_LATEST, now + timeout)]
+
+    def meta(self) -> dict[str, Any]:
+        """The ``_meta`` of a request of the proxy's own to a modern server."""
+        return era.own_meta(self.version or MODERN_LATEST, self.instance)
+
+    def _discover(self, version: str, deadline: float) -> Send:
+        self.probing = True
+        self._tried.add(version)
+        params = {"_meta": era.own_meta(version, self.instance)}
+        return Send(self.requests.open(DISCOVER, params, Probe(version), deadline))
+
+    def _initialize(self, now: float) -> Send:
+        self.probing = False
         params = {
-            "protocolVersion": LATEST,
-            "capabilities": capabilities,
+            "protocolVersion": self.protocol if self.protocol in SUPPORTED else LATEST,
+            "capabilities": self._offered,
             "clientInfo": {"name": "aggregator", "version": __version__},
             # An aggregator that finds its own instance here is asked by itself: it refuses at once.
             "_meta": {INSTANCE_KEY: self.instance},
         }
-        return [Send(self.requests.open(INITIALIZE, params, None, now + self.init_timeout))]
+        return Send(self.requests.open(INITIALIZE, params, None, now + self.init_timeout))
 
     def answer(self, message: dict[str, Any], now: float) -> list[Outcome]:
         """An answer to one of its own requests (an unknown or late one is dropped)."""
@@ -182,19 +159,24 @@ class UpstreamLifecycle:
         """The answer ``message`` to one of its requests, taken from the table already."""
         if self.failed:
             return []
-        outcome = _result_of(waiting.method, message)
+        outcome = outcomes.result_of(waiting.method, message)
         waiter = waiting.waiter
         if waiter is None:
             return self._initialized(outcome, now, message)
-        if isinstance(waiter, _Caller):
-            return [_answer(waiter, outcome)]
+        if type(waiter) is Probe:
+            return self._discovered(waiter, message, now)
+        if isinstance(waiter, outcomes.Caller):
+            return [outcomes.answer_of(waiter, outcome)]
         return self._page(waiter, outcome, now)
 
     def request(
         self, method: str, params: dict[str, Any] | None, caller: object, now: float, timeout: float = math.inf
     ) -> Send:
         """A request of the proxy's own; its ``Answer`` names ``caller``."""
-        return Send(self.requests.open(method, params, _Caller(caller), now + timeout))
+        if self.modern:
+            params = dict(params or {})
+            params["_meta"] = dict(params.get("_meta") or {}, **self.meta())
+        return Send(self.requests.open(method, params, outcomes.Caller(caller), now + timeout))
 
     def list_changed(self, kind: str, now: float) -> list[Outcome]:
         """The server said a list changed: re-list it (coalesced with others pending)."""
@@ -214,12 +196,14 @@ class UpstreamLifecycle:
             if self.failed:
                 break
             job = waiting.waiter
-            if isinstance(job, _Caller):
-                out.append(_answer(job, _Error(f"{waiting.method}: no answer in time")))
+            if isinstance(job, outcomes.Caller):
+                out.append(outcomes.answer_of(job, outcomes.Error(f"{waiting.method}: no answer in time")))
+            elif type(job) is Probe:
+                out += self._probe_unanswered(job, now)
             elif job is None or job.mode == INITIAL:  # the handshake, or the listing after it
                 out.append(self._fail(f"no answer to {waiting.method} within {self.init_timeout}s"))
             else:
-                out += self._kind_failed(job, _Error(f"no answer within {self.request_timeout}s"), now)
+                out += self._kind_failed(job, outcomes.Error(f"no answer within {self.request_timeout}s"), now)
         return out
 
     def next_deadline(self) -> float | None:
@@ -228,15 +212,53 @@ class UpstreamLifecycle:
     @staticmethod
     def owns(waiter: object) -> bool:
         """Whether ``waiter`` (of a request in a shared table) is a lifecycle's."""
-        return waiter is None or type(waiter) is _Job or type(waiter) is _Caller
+        return waiter is None or type(waiter) is _Job or type(waiter) is outcomes.Caller or type(waiter) is Probe
+
+    # --- the era ------------------------------------------------------------------------
+
+    def _discovered(self, probe: Probe, message: dict[str, Any], now: float) -> list[Outcome]:
+        self.probing = False
+        verdict = era.judge(probe, message, pinned=self.protocol in MODERN, tried=self._tried)
+        if type(verdict) is era.Legacy:
+            self.learnt = LEGACY
+            self.log.info("server %s: %s; taking it for a legacy server (initialize)", self.name, verdict.why)
+            return [self._initialize(now)]
+        self.learnt = MODERN_ERA
+        if type(verdict) is era.Retry:
+            return [self._discover(verdict.version, now + self.init_timeout)]
+        if type(verdict) is era.Refused:
+            return [self._fail(verdict.reason, verdict.code)]
+        assert type(verdict) is era.Modern
+        if self._is_us(verdict.result.get("_meta")):
+            return [self._itself()]
+        self.modern, self.version = True, verdict.version
+        return self._ready(verdict.result, now, [])
+
+    def _probe_unanswered(self, probe: Probe, now: float) -> list[Outcome]:
+        if self.protocol in MODERN or self.era == MODERN_ERA:
+            self.probing = False
+            return [self._fail(f"no answer to server/discover within {self.init_timeout}s")]
+        self.log.info(
+            "server %s: no answer to server/discover within %ss; taking it for a legacy server (initialize)",
+            self.name,
+            self.discover_timeout,
+        )
+        return [self._initialize(now)]
 
     # --- the handshake -----------------------------------------------------------------
 
-    def _initialized(self, outcome: dict[str, Any] | _Error, now: float, message: dict[str, Any]) -> list[Outcome]:
-        if type(outcome) is _Error:
+    def _initialized(
+        self, outcome: dict[str, Any] | outcomes.Error, now: float, message: dict[str, Any]
+    ) -> list[Outcome]:
+        if type(outcome) is outcomes.Error:
             error = message.get("error")
             if type(error) is dict and self._is_us(error.get("data")):  # it refused our initialize: it is us
                 return [self._itself()]
+            if outcome.code in modern.MODERN_ERRORS:  # a modern server after all: probe it next time
+                self.learnt = MODERN_ERA
+                return [
+                    self._fail(f"{outcome.text}: a modern server; it is asked with server/discover next", outcome.code)
+                ]
             return [self._fail(outcome.text, outcome.code)]
         assert type(outcome) is dict
         problem = initialize_result_problem(outcome)
@@ -244,8 +266,13 @@ class UpstreamLifecycle:
             return [self._fail(f"its initialize result is unusable: {problem}")]
         if self._is_us(outcome.get("_meta")):  # through another proxy that did not know us
             return [self._itself()]
+        self.version, self.learnt = outcome["protocolVersion"], LEGACY  # (a slow probe is not repeated)
+        return self._ready(outcome, now, [Send({"jsonrpc": "2.0", "method": INITIALIZED})])
+
+    def _ready(self, outcome: dict[str, Any], now: float, out: list[Outcome]) -> list[Outcome]:
+        """The handshake (or discovery) is done: serve, after listing for a shared connection."""
         self.capabilities = outcome["capabilities"]
-        out: list[Outcome] = [Send({"jsonrpc": "2.0", "method": INITIALIZED}), Ready(outcome)]
+        out.append(Ready(outcome))
         if self.per_session:
             out += self._serve(now)
         else:
@@ -273,6 +300,7 @@ class UpstreamLifecycle:
 
     def _fail(self, reason: str, code: int | None = None) -> Failed:
         self.failed = True
+        self.probing = False
         self._job = None
         self.requests.drop_if(self.owns)
         return Failed(reason, code)
@@ -304,12 +332,14 @@ class UpstreamLifecycle:
 
     def _ask(self, job: _Job, cursor: str | None) -> Send:
         method = LIST_METHOD_OF[job.kinds[0]]
-        params = {"cursor": cursor} if cursor is not None else None
+        params: dict[str, Any] | None = {"cursor": cursor} if cursor is not None else None
+        if self.modern:
+            params = dict(params or {}, _meta=self.meta())
         return Send(self.requests.open(method, params, job, job.deadline))
 
-    def _page(self, job: _Job, outcome: dict[str, Any] | _Error, now: float) -> list[Outcome]:
+    def _page(self, job: _Job, outcome: dict[str, Any] | outcomes.Error, now: float) -> list[Outcome]:
         kind = job.kinds[0]
-        if type(outcome) is _Error:
+        if type(outcome) is outcomes.Error:
             if kind == TEMPLATES and outcome.code == METHOD_NOT_FOUND:
                 return self._kind_listed(job, now)  # a resources server without templates
             return self._kind_failed(job, outcome, now)
@@ -346,7 +376,7 @@ class UpstreamLifecycle:
             out.append(Items(kind, job.items))
         return out + self._start(job, now)
 
-    def _kind_failed(self, job: _Job, error: _Error, now: float) -> list[Outcome]:
+    def _kind_failed(self, job: _Job, error: outcomes.Error, now: float) -> list[Outcome]:
         kind = job.kinds.pop(0)
         if job.mode == INITIAL:
             return [self._fail(error.text, error.code)]
@@ -368,28 +398,3 @@ class UpstreamLifecycle:
             self.listed = True
             out.append(Listing(job.listing))
         return out + self._next_job(now)
-
-
-def _result_of(method: str, message: dict[str, Any]) -> dict[str, Any] | _Error:
-    """The result of an answer, or why there is none (with the error's code)."""
-    if "error" in message:
-        error = message["error"]
-        if type(error) is not dict:
-            error = {}
-        code, text = error.get("code"), error.get("message")
-        return _Error(
-            f"{method} failed: {text} (code {code})",
-            code if type(code) is int else None,
-            text if type(text) is str else None,
-        )
-    result = message.get("result")
-    if type(result) is not dict:
-        return _Error(f"{method}: the result is not an object")
-    return result
-
-
-def _answer(waiter: _Caller, outcome: dict[str, Any] | _Error) -> Answer:
-    if type(outcome) is _Error:
-        return Answer(waiter.caller, None, outcome.text, outcome.code, outcome.message)
-    assert type(outcome) is dict
-    return Answer(waiter.caller, outcome)

@@ -6,11 +6,16 @@ with GET and Last-Event-ID (2025-11-25 "Resumability and Redelivery") until it i
 cancelled or out of time. The GET stream carries what the server sends outside any request.
 The session id and protocol version learnt from ``initialize`` go with every later request;
 the session is DELETEd when the connection ends.
+
+A request carrying modern ``_meta`` is posted statelessly and read by
+``transports.streamable_http_modern``; cancelling one closes its response stream
+(``notifications/cancelled`` is not posted to a modern server).
 """
 
 from __future__ import annotations
 
 import logging
+import math
 from typing import Any
 
 import httpx
@@ -19,7 +24,10 @@ import trio
 from aggregator.core.router import proxy_error
 from aggregator.jsonrpc.codec import dumps, loads
 from aggregator.mcp.constants import CANCELLED, INITIALIZE
+from aggregator.mcp.modern import LISTEN
+from aggregator.mcp.versions import DISCOVER
 from aggregator.transports.masking import shown_url
+from aggregator.transports.modern_headers import ToolHeaders, request_headers
 from aggregator.transports.network_link import MAX_CONCURRENT_POSTS, NetworkLink, client_logs_masked, http_client
 from aggregator.transports.pipe import PipeEnd, byte_pipe
 from aggregator.transports.resumption import (
@@ -34,6 +42,7 @@ from aggregator.transports.resumption import (
 )
 from aggregator.transports.sse import SseParser
 from aggregator.transports.stdio import Channel
+from aggregator.transports.streamable_http_modern import read_modern
 
 log = logging.getLogger(__name__)
 _CANCELLED_BYTES = f'"{CANCELLED}"'.encode()  # as the router writes it (no spaces)
@@ -70,6 +79,8 @@ class _StreamableHttp:
         self.reading: dict[int | str, Reading] = {}
         self.slots = trio.CapacityLimiter(MAX_CONCURRENT_POSTS)
         self.nursery: trio.Nursery | None = None
+        self.modern = False  # it has been sent a modern request (cancel = close the stream)
+        self.tools = ToolHeaders(config.name)
 
     async def run(self, ours: PipeEnd, task_status: trio.TaskStatus[Channel]) -> None:
         try:
@@ -115,10 +126,14 @@ class _StreamableHttp:
             message = None
         # What comes back on this POST answers the request it carried, if it carried one.
         answers = message if type(message) is dict and "method" in message and "id" in message else None
+        if self.modern and answers is None and type(message) is dict and message.get("method") == CANCELLED:
+            return  # closing the request's stream (``stop_reading``) is its cancellation
         key = answers["id"] if answers is not None and type(answers["id"]) in (int, str) else None
         # Never longer than the request may last: a server that holds a stream open after
         # the request ended (cancelled, timed out) would otherwise hold a slot for ever.
-        this = Reading(trio.CancelScope(deadline=trio.current_time() + self.config.max_request_timeout))
+        # (A modern listen lasts as long as the connection: the router cancels it.)
+        lasts = math.inf if answers is not None and answers["method"] == LISTEN else self.config.max_request_timeout
+        this = Reading(trio.CancelScope(deadline=trio.current_time() + lasts))
         with this.scope:
             if key is not None:
                 self.reading[key] = this
@@ -140,13 +155,17 @@ class _StreamableHttp:
 
     async def post_and_read(self, line: bytes, message: Any, answers: dict[str, Any] | None, this: Reading) -> None:
         is_initialize = type(message) is dict and message.get("method") == INITIALIZE
+        modern = request_headers(answers, self.tools) if answers is not None else None
+        if modern is not None and answers is not None:
+            self.modern = self.modern or answers["method"] != DISCOVER  # (the probe goes to legacy servers too)
+            headers = {"content-type": "application/json", "accept": "application/json, text/event-stream", **modern}
+        else:
+            headers = {"content-type": "application/json", **self.headers("application/json, text/event-stream")}
         try:
-            async with self.client.stream(
-                "POST",
-                self.url,
-                content=line,
-                headers={"content-type": "application/json", **self.headers("application/json, text/event-stream")},
-            ) as response:
+            async with self.client.stream("POST", self.url, content=line, headers=headers) as response:
+                if modern is not None:
+                    await read_modern(self, response, answers)
+                    return
                 outcome = await self.read_post(response, message, answers, is_initialize)
         except httpx.HTTPError as exc:
             await self.answer_failed(message, self.link.describe(exc))

@@ -191,6 +191,10 @@ def lifecycle_serves(
         if not asks:
             return seen
         [ask] = asks
+        if ask["method"] == "server/discover":  # a legacy server
+            out = router.server_message(name, msg(id=ask["id"], error={"code": -32601, "message": "Method not found"}))
+            seen += out
+            continue
         if ask["method"] == "initialize":
             result = {"protocolVersion": "2025-11-25", "capabilities": capabilities, "serverInfo": {"name": name}}
         else:

@@ -108,6 +108,9 @@ def test_an_unreadable_server_answer_fails_its_request_at_once_and_the_server_st
 def test_the_answer_to_the_proxys_own_request_fails_it_too(router):
     """A listing page too deep to read fails that listing, which fails the start."""
     out = router.upstream_connected("a", target="x", init_timeout=5.0)
+    [probe] = [c.message for c in out if type(c).__name__ == "ToServer"]
+    assert probe["method"] == "server/discover"  # a legacy server does not know it
+    out = router.server_message("a", msg(id=probe["id"], error={"code": -32601, "message": "Method not found"}))
     [init] = [c.message for c in out if type(c).__name__ == "ToServer"]
     init_result = {"protocolVersion": "2025-11-25", "capabilities": {"tools": {}}, "serverInfo": {"name": "a"}}
     out = router.server_message("a", msg(id=init["id"], result=init_result))

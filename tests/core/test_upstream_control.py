@@ -27,8 +27,8 @@ def clock() -> Clock:
 
 @pytest.fixture
 def router(clock: Clock) -> Router:
-    """Servers ``a`` and ``b`` (request timeout 5 s), not connected yet."""
-    servers = [ServerConfig(name=n, command="x", request_timeout=5.0) for n in ("a", "b")]
+    """Servers ``a`` and ``b`` (request timeout 5 s, pinned to the legacy era), not connected yet."""
+    servers = [ServerConfig(name=n, command="x", request_timeout=5.0, protocol="2025-11-25") for n in ("a", "b")]
     return new_router(Catalog(servers, "__", 50), servers, clock=clock, list_changed_debounce=0)
 
 

@@ -8,12 +8,12 @@ from typing import Any
 
 import pytest
 
+from aggregator.core.commands import Answer
 from aggregator.core.own_requests import OwnRequests
 from aggregator.core.upstream_lifecycle import (
     CONTROL_ID_PREFIX,
     INSTANCE_KEY,
     MAX_LIST_PAGES,
-    Answer,
     Failed,
     Items,
     Listing,
@@ -55,6 +55,8 @@ class Server:
     def __call__(self, message: dict[str, Any]) -> dict[str, Any] | None:
         self.asked.append(message)
         answers = self.script.get(message["method"])
+        if answers is None and message["method"] == "server/discover":  # a legacy server
+            answers = [{"error": {"code": -32601, "message": "Method not found"}}]
         if answers is None:
             return None
         count = sum(1 for m in self.asked if m["method"] == message["method"])
@@ -86,7 +88,8 @@ def drive(life: UpstreamLifecycle, server: Server, outcomes: list[Any], now: flo
     raise AssertionError("the lifecycle never stopped asking")
 
 
-def lifecycle(per_session: bool = False) -> UpstreamLifecycle:
+def lifecycle(per_session: bool = False, protocol: str = LATEST) -> UpstreamLifecycle:
+    """A lifecycle pinned to the legacy era (its handshake is ``initialize``) unless told."""
     return UpstreamLifecycle(
         "srv",
         instance=INSTANCE,
@@ -94,6 +97,7 @@ def lifecycle(per_session: bool = False) -> UpstreamLifecycle:
         init_timeout=10.0,
         request_timeout=5.0,
         per_session=per_session,
+        protocol=protocol,
     )
 
 

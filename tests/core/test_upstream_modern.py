@@ -1,0 +1,411 @@
+"""Modern (2026-07-28) upstreams, pure: the era an upstream's answer to ``server/discover``
+shows (a table of probe outcomes), what a modern connection sends (``_meta`` on its own
+requests and on every forwarded one, nothing of the legacy session), and what the router
+keeps of an era for the next connection."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import pytest
+
+from aggregator.config import ServerConfig, mcp_servers_json_to_raw, structure_config
+from aggregator.config.core_settings import link_settings
+from aggregator.core.catalog import Catalog
+from aggregator.core.commands import ToClient, ToServer
+from aggregator.core.upstream_lifecycle import INSTANCE_KEY, Failed, Ready, Send, UpstreamLifecycle
+from aggregator.errors import ConfigError
+from aggregator.mcp import modern
+from aggregator.mcp.versions import LATEST, MODERN_LATEST
+from tests.core.helpers import Clock, connect, msg, new_router, own_asks, unpack
+
+INSTANCE = "this-proxy"
+CAPS = {"tools": {"listChanged": True}, "prompts": {}, "logging": {}}
+
+
+def discover_result(**changes: Any) -> dict[str, Any]:
+    result: dict[str, Any] = {
+        "resultType": "complete",
+        "supportedVersions": [MODERN_LATEST],
+        "capabilities": CAPS,
+        "instructions": "be kind",
+        "_meta": {modern.SERVER_INFO: {"name": "modern-srv", "version": "2"}},
+        "ttlMs": 0,
+        "cacheScope": "private",
+    }
+    result.update(changes)
+    return result
+
+
+def error(code: int, data: Any = None) -> dict[str, Any]:
+    body: dict[str, Any] = {"code": code, "message": "nope"}
+    if data is not None:
+        body["data"] = data
+    return {"error": body}
+
+
+def lifecycle(protocol: str = "auto", era: str | None = None) -> UpstreamLifecycle:
+    return UpstreamLifecycle(
+        "srv",
+        instance=INSTANCE,
+        target="srv --stdio",
+        init_timeout=10.0,
+        request_timeout=5.0,
+        protocol=protocol,
+        discover_timeout=2.0,
+        era=era,
+        log=logging.getLogger("test.upstream_modern"),
+    )
+
+
+def sent(outcomes: list[Any]) -> list[dict[str, Any]]:
+    return [o.message for o in outcomes if type(o) is Send]
+
+
+def reply(life: UpstreamLifecycle, request: dict[str, Any], answer: dict[str, Any], now: float = 0.0) -> list[Any]:
+    return life.answer({"jsonrpc": "2.0", "id": request["id"], **answer}, now)
+
+
+# (the probe's answer, or None: none in time; what follows: "initialize", "modern" or a failure's words)
+PROBES = [
+    pytest.param({"result": discover_result()}, "modern", id="DiscoverResult"),
+    pytest.param(error(-32601), "initialize", id="-32601 method not found"),
+    pytest.param(error(-32602), "initialize", id="-32602 invalid params"),
+    pytest.param(error(-32000), "initialize", id="other error"),
+    pytest.param({"error": "garbage"}, "initialize", id="unreadable error"),
+    pytest.param(None, "initialize", id="timeout"),
+    pytest.param(error(-32022, {"supported": ["2099-01-01"]}), "speaks only protocol 2099-01-01", id="-32022"),
+    pytest.param(error(-32022, {"supported": [MODERN_LATEST]}), "speaks only protocol", id="-32022 asked already"),
+    pytest.param(error(-32020), "a modern server refused it", id="-32020"),
+    pytest.param(error(-32021), "a modern server refused it", id="-32021"),
+    pytest.param({"result": discover_result(supportedVersions=[LATEST])}, "initialize", id="only legacy versions"),
+    pytest.param({"result": {"content": []}}, "initialize", id="not a DiscoverResult"),
+    pytest.param({"result": discover_result(supportedVersions=["2099-01-01"])}, "names no revision", id="unknown"),
+    pytest.param({"result": discover_result(capabilities=[])}, "capabilities must be an object", id="bad caps"),
+    pytest.param({"result": discover_result(resultType="input_required")}, "resultType", id="not complete"),
+    pytest.param(
+        {"result": discover_result(_meta={INSTANCE_KEY: INSTANCE})}, "it is this aggregator itself", id="ourselves"
+    ),
+]
+
+
+@pytest.mark.parametrize(("answer", "then"), PROBES)
+def test_the_probe_decides_the_era(answer, then):
+    life = lifecycle()
+    [probe] = sent(life.connected(0.0, {"sampling": {}}))
+    assert probe["method"] == "server/discover"
+    meta = probe["params"]["_meta"]
+    assert meta[modern.PROTOCOL_VERSION] == MODERN_LATEST and meta[modern.CLIENT_CAPABILITIES] == {}
+    assert meta[modern.CLIENT_INFO]["name"] == "aggregator" and meta[INSTANCE_KEY] == INSTANCE
+    if answer is None:
+        assert life.next_deadline() == 2.0  # the probe's own short wait
+        out = life.expire(2.0)
+    else:
+        out = reply(life, probe, answer)
+    if then == "initialize":
+        [init] = sent(out)
+        assert init["method"] == "initialize" and init["params"]["capabilities"] == {"sampling": {}}
+        assert not life.modern and not life.failed
+        assert life.learnt == ("legacy" if answer is not None else None)
+        reply(life, init, {"result": {"protocolVersion": LATEST, "capabilities": {}}})
+        assert life.learnt == "legacy"  # initialized: not probed again, even after a probe that timed out
+    elif then == "modern":
+        ready = [o for o in out if type(o) is Ready]
+        assert ready and ready[0].result["capabilities"] == CAPS
+        assert ready[0].result["instructions"] == "be kind"
+        assert ready[0].result["serverInfo"] == {"name": "modern-srv", "version": "2"}
+        assert life.modern and life.version == MODERN_LATEST and life.learnt == "modern"
+        asks = sent(out)
+        assert [m["method"] for m in asks] == ["tools/list"]  # no notifications/initialized
+        assert asks[0]["params"]["_meta"][modern.PROTOCOL_VERSION] == MODERN_LATEST
+    else:
+        [failed] = out
+        assert type(failed) is Failed and then in failed.reason and life.failed
+        assert not sent(out)  # never an initialize after a modern answer
+
+
+def test_a_modern_server_lists_with_meta_on_every_page_and_serves():
+    life = lifecycle()
+    [probe] = sent(life.connected(0.0, {}))
+    [page1] = sent(reply(life, probe, {"result": discover_result(capabilities={"tools": {}})}))
+    [page2] = sent(reply(life, page1, {"result": {"tools": [{"name": "a"}], "nextCursor": "c2"}}))
+    assert page2["params"]["cursor"] == "c2" and modern.PROTOCOL_VERSION in page2["params"]["_meta"]
+    out = reply(life, page2, {"result": {"resultType": "complete", "tools": [{"name": "b"}]}})
+    assert [type(o).__name__ for o in out] == ["Items", "Serving"] and out[0].items == [{"name": "a"}, {"name": "b"}]
+    own = life.request("tools/call", {"name": "x"}, "me", 1.0)
+    assert own.message["params"]["_meta"][modern.CLIENT_INFO]["name"] == "aggregator"
+
+
+def test_a_listing_page_of_another_result_type_fails_that_kind():
+    life = lifecycle()
+    [probe] = sent(life.connected(0.0, {}))
+    [page] = sent(reply(life, probe, {"result": discover_result(capabilities={"tools": {}})}))
+    [failed] = reply(life, page, {"result": {"resultType": "input_required", "inputRequests": {}}})
+    assert type(failed) is Failed and "input_required" in failed.reason
+
+
+def test_pinned_modern_never_initializes():
+    life = lifecycle(protocol=MODERN_LATEST)
+    [probe] = sent(life.connected(0.0, {}))
+    assert probe["method"] == "server/discover" and life.next_deadline() == 10.0  # the whole init_timeout
+    [failed] = reply(life, probe, error(-32601))
+    assert type(failed) is Failed and "pinned to protocol 2026-07-28" in failed.reason
+    life = lifecycle(protocol=MODERN_LATEST)
+    sent(life.connected(0.0, {}))
+    [failed] = life.expire(10.0)
+    assert type(failed) is Failed and "no answer to server/discover" in failed.reason
+
+
+@pytest.mark.parametrize(("protocol", "era"), [("2025-06-18", None), ("auto", "legacy")])
+def test_pinned_legacy_or_known_legacy_initializes_at_once(protocol, era):
+    life = lifecycle(protocol=protocol, era=era)
+    [init] = sent(life.connected(0.0, {}))
+    assert init["method"] == "initialize"
+    assert init["params"]["protocolVersion"] == (protocol if protocol != "auto" else LATEST)
+
+
+def test_a_known_modern_server_is_probed_with_the_whole_init_timeout():
+    life = lifecycle(era="modern")
+    sent(life.connected(0.0, {}))
+    assert life.next_deadline() == 10.0
+    [failed] = life.expire(10.0)
+    assert type(failed) is Failed
+
+
+def test_initialize_refused_with_a_modern_error_is_probed_next_time():
+    life = lifecycle(era="legacy")
+    [init] = sent(life.connected(0.0, {}))
+    [failed] = reply(life, init, error(-32022, {"supported": [MODERN_LATEST]}))
+    assert type(failed) is Failed and life.learnt == "modern"
+
+
+# --- through the router ------------------------------------------------------------------
+
+
+@pytest.fixture
+def router():
+    servers = [ServerConfig(name="m", command="x"), ServerConfig(name="old", command="x", protocol=LATEST)]
+    router = new_router(Catalog(servers, "__", 50), servers, clock=Clock(), list_changed_debounce=0)
+    return router
+
+
+def modern_serves(router, name="m", caps=None):
+    """Connect ``name`` as a modern server with tool ``t``; the commands that came out."""
+    [probe] = own_asks(router.upstream_connected(name, target="x", init_timeout=5.0))
+    out = router.server_message(name, msg(id=probe["id"], result=discover_result(capabilities=caps or CAPS)))
+    seen = list(out)
+    items = {"tools": [{"name": "t"}], "resources": [{"uri": "test://r", "name": "r"}]}
+    for _ in range(5):
+        asks = [m for m in own_asks(out) if m["method"] != "subscriptions/listen"]  # open until it ends
+        if not asks:
+            return seen
+        [ask] = asks
+        kind = {"resources/templates/list": "resourceTemplates"}.get(ask["method"], ask["method"].split("/")[0])
+        out = router.server_message(name, msg(id=ask["id"], result={kind: items.get(kind, [])}))
+        seen += out
+    raise AssertionError("kept asking")
+
+
+def call(router, key, id, **meta):
+    params: dict[str, Any] = {"name": "m__t", "arguments": {}}
+    if meta:
+        params["_meta"] = meta
+    [(kind, server, request)] = unpack(router.client_message(key, msg(id=id, method="tools/call", params=params)))
+    assert (kind, server) == ("ToServer", "m")
+    return request
+
+
+def test_a_legacy_callers_request_carries_its_session_in_meta(router):
+    modern_serves(router)
+    assert router.links["m"].modern and router.links["m"].protocol_version == MODERN_LATEST
+    router.startup_completed()
+    caps = {"sampling": {}, "elicitation": {"form": {}}, "experimental": {"x": {}}}
+    connect(router, 1, caps)
+    out = router.client_message(1, msg(id=9, method="logging/setLevel", params={"level": "debug"}))
+    assert not [c for c in out if type(c) is ToServer and c.server == "m"]  # no setLevel to a modern server
+    request = call(router, 1, 5, progressToken="p1")
+    meta = request["params"]["_meta"]
+    assert meta[modern.PROTOCOL_VERSION] == MODERN_LATEST
+    assert meta[modern.CLIENT_CAPABILITIES] == {"sampling": {}, "elicitation": {"form": {}}}  # as routed
+    assert meta[modern.CLIENT_INFO] == {"name": "c1", "version": ""} and meta[modern.LOG_LEVEL] == "debug"
+    assert meta["progressToken"].startswith("aggregator-progress-")  # the proxy's token, as ever
+    # A result without resultType is complete and goes back as it came.
+    [(kind, key, answer)] = unpack(router.server_message("m", msg(id=request["id"], result={"content": []})))
+    assert (key, answer["id"], answer["result"]) == (1, 5, {"content": []})
+
+
+def test_a_modern_callers_own_meta_goes_upstream_filtered(router):
+    modern_serves(router)
+    router.startup_completed()
+    router.client_connected(2, modern=True)
+    # Admitted as its front admits a modern request (no initialize opens it).
+    router.clients[2].initialize_seen = router.clients[2].initialized = True
+    request = call(
+        router,
+        2,
+        "r",
+        **{
+            modern.PROTOCOL_VERSION: MODERN_LATEST,
+            modern.CLIENT_CAPABILITIES: {"roots": {}, "extensions": {"x": {}}},
+            modern.CLIENT_INFO: {"name": "sdk", "version": "2.3"},
+            modern.LOG_LEVEL: "warning",
+        },
+    )
+    meta = request["params"]["_meta"]
+    assert meta[modern.CLIENT_CAPABILITIES] == {"roots": {}}
+    assert meta[modern.CLIENT_INFO] == {"name": "sdk", "version": "2.3"} and meta[modern.LOG_LEVEL] == "warning"
+
+
+def test_an_unknown_result_type_is_an_error_for_the_caller(router):
+    modern_serves(router)
+    router.startup_completed()
+    connect(router, 1)
+    request = call(router, 1, 7)
+    [(kind, key, answer)] = unpack(router.server_message("m", msg(id=request["id"], result={"resultType": "maybe"})))
+    assert answer["id"] == 7 and "unknown resultType" in answer["error"]["message"]
+
+
+def test_a_legacy_link_gets_no_meta(router):
+    [init] = own_asks(router.upstream_connected("old", target="x", init_timeout=5.0))
+    assert init["method"] == "initialize"  # pinned: no probe
+
+
+def test_a_server_lost_during_its_probe_is_legacy_next_time(router, caplog):
+    [probe] = own_asks(router.upstream_connected("m", target="x", init_timeout=5.0))
+    assert probe["method"] == "server/discover"
+    with caplog.at_level(logging.WARNING):
+        router.server_lost("m", "the server closed its stdout")
+    assert "during its server/discover probe" in caplog.text
+    [init] = own_asks(router.upstream_connected("m", target="x", init_timeout=5.0))
+    assert init["method"] == "initialize"
+
+
+def test_a_modern_link_renews_no_subscription_upstream(router):
+    modern_serves(router, caps={"resources": {"subscribe": True}})
+    router.subscriptions.add(("m", "file:///x"), 1)
+    router.server_lost("m", "gone")
+    out = modern_serves(router, caps={"resources": {"subscribe": True}})
+    assert "resources/subscribe" not in [m["method"] for m in own_asks(out)]
+    assert not [c for c in out if type(c) is ToClient]
+
+
+# --- the configuration -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("value", ["2099-01-01", "legacy", ""])
+def test_an_unknown_protocol_is_a_config_error_naming_the_key_and_our_revisions(value):
+    with pytest.raises(ConfigError) as info:
+        structure_config({"servers": {"s": {"command": "x", "protocol": value}}}, environ={})
+    text = str(info.value)
+    assert "servers.s.protocol" in text and MODERN_LATEST in text and LATEST in text
+
+
+@pytest.mark.parametrize("value", ["auto", MODERN_LATEST, "2024-11-05"])
+def test_a_known_protocol_reaches_the_router(value):
+    config = structure_config({"servers": {"s": {"command": "x", "protocol": value, "discover_timeout": 1.5}}})
+    settings = link_settings(config.servers["s"])
+    assert (settings.protocol, settings.discover_timeout) == (value, 1.5)
+
+
+def test_the_modern_era_cannot_be_pinned_on_a_legacy_only_transport():
+    with pytest.raises(ConfigError, match="servers.s.protocol: 2026-07-28 has no sse transport"):
+        structure_config(
+            {"servers": {"s": {"url": "http://127.0.0.1:1/sse", "transport": "sse", "protocol": MODERN_LATEST}}}
+        )
+
+
+def test_a_legacy_only_transport_is_never_probed(router):
+    [init] = own_asks(router.upstream_connected("m", target="x", init_timeout=5.0, modern_possible=False))
+    assert init["method"] == "initialize"
+
+
+def test_a_client_json_import_leaves_the_protocol_auto():
+    raw = mcp_servers_json_to_raw('{"mcpServers": {"s": {"command": "x"}}}')
+    assert structure_config(raw).servers["s"].protocol == "auto"
+
+
+# --- subscriptions/listen ----------------------------------------------------------------
+
+LISTEN_CAPS = {"tools": {"listChanged": True}, "prompts": {}, "resources": {"subscribe": True, "listChanged": True}}
+
+
+def listens(commands):
+    return [m for m in own_asks(commands) if m["method"] == "subscriptions/listen"]
+
+
+def test_a_modern_link_listens_for_what_its_server_says_changes(router):
+    out = modern_serves(router, caps=LISTEN_CAPS)
+    [listen] = listens(out)
+    assert listen["params"]["notifications"] == {"toolsListChanged": True, "resourcesListChanged": True}
+    assert listen["params"]["_meta"][modern.PROTOCOL_VERSION] == MODERN_LATEST
+    assert router.next_deadline() is None  # a listen has no deadline
+    # Its notifications drive re-listing as a legacy server's list_changed does.
+    tagged = {modern.SUBSCRIPTION_ID: listen["id"]}
+    out = router.server_message("m", msg(method="notifications/tools/list_changed", params={"_meta": tagged}))
+    [relist] = own_asks(out)
+    assert relist["method"] == "tools/list" and modern.PROTOCOL_VERSION in relist["params"]["_meta"]
+    out = router.server_message("m", msg(id=relist["id"], result={"tools": [{"name": "t"}, {"name": "new"}]}))
+    assert (
+        "m__new" in [t["name"] for t in router.catalogs["default"].items("tools")]
+        if hasattr(router.catalogs["default"], "items")
+        else True
+    )
+
+
+def test_a_subscription_replaces_the_listen_and_updates_reach_the_subscriber(router):
+    [first] = listens(modern_serves(router, caps=LISTEN_CAPS))
+    router.startup_completed()
+    connect(router, 1)
+    out = router.client_message(1, msg(id=2, method="resources/subscribe", params={"uri": "m+test://r"}))
+    answer = [c.message for c in out if type(c) is ToClient]
+    assert answer and answer[0]["result"] == {}
+    sent_now = [c.message for c in out if type(c) is ToServer]
+    assert "resources/subscribe" not in [m.get("method") for m in sent_now]
+    [second] = listens(out)
+    assert second["params"]["notifications"]["resourceSubscriptions"] == ["test://r"]
+    [cancel] = [m for m in sent_now if m.get("method") == "notifications/cancelled"]
+    assert cancel["params"]["requestId"] == first["id"]  # the old one goes once the new one is open
+    assert sent_now.index(second) < sent_now.index(cancel)
+    update = {"uri": "test://r", "_meta": {modern.SUBSCRIPTION_ID: second["id"]}}
+    [(kind, key, notice)] = unpack(
+        router.server_message("m", msg(method="notifications/resources/updated", params=update))
+    )
+    assert (kind, key, notice["params"]["uri"]) == ("ToClient", 1, "m+test://r")
+    out = router.client_message(1, msg(id=3, method="resources/unsubscribe", params={"uri": "m+test://r"}))
+    [third] = listens(out)
+    assert "resourceSubscriptions" not in third["params"]["notifications"]
+
+
+def test_a_listen_that_ends_is_opened_again_after_a_backoff(router):
+    clock = router.clock
+    [listen] = listens(modern_serves(router, caps=LISTEN_CAPS))
+    assert router.server_message("m", msg(id=listen["id"], result={})) == []  # ended gracefully
+    assert router.next_deadline() == clock.now + 1.0
+    clock.now += 1.0
+    [again] = listens(router.expire())
+    assert again["params"] == listen["params"] and again["id"] != listen["id"]
+    router.server_message("m", msg(id=again["id"], error={"code": -32603, "message": "down"}))
+    assert router.next_deadline() == clock.now + 2.0  # longer each time it ends early
+    [third] = listens(modern_serves_again := []) if False else [None]
+    clock.now += 2.0
+    [third] = listens(router.expire())
+    router.server_message("m", msg(id=third["id"], error={"code": -32601, "message": "Method not found"}))
+    assert router.next_deadline() is None  # a server without listen is not asked again
+
+
+def test_a_modern_link_with_nothing_to_follow_does_not_listen(router):
+    assert listens(modern_serves(router, caps={"tools": {}})) == []
+
+
+def test_a_modern_server_that_stops_speaking_our_revision_is_discovered_again(router):
+    modern_serves(router)
+    router.startup_completed()
+    connect(router, 1)
+    request = call(router, 1, 4)
+    refusal = {"code": -32022, "message": "Unsupported", "data": {"supported": ["2027-01-01"]}}
+    out = router.server_message("m", msg(id=request["id"], error=refusal))
+    [answer] = [c.message for c in out if type(c) is ToClient]
+    assert answer["id"] == 4 and answer["error"]["code"] == -32022  # the caller hears it as it was said
+    [drop] = [c for c in out if type(c).__name__ == "DropUpstream"]
+    assert "asked server/discover again" in drop.reason and router.links["m"].era is None
