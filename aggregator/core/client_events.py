@@ -6,6 +6,7 @@ import logging
 from typing import Any
 
 from aggregator.core.commands import Command, RequestEnded, StopUpstream, ToClient, ToServer
+from aggregator.core.input_bridge import awaits_input, is_question
 from aggregator.core.state import ClientState, Held, RouterState, ServerDown, cancelled, proxy_error, refusal_reason
 from aggregator.jsonrpc.codec import decode_message
 from aggregator.jsonrpc.errors import INVALID_REQUEST, METHOD_NOT_FOUND, RemoteProtocolError, error_response
@@ -39,7 +40,7 @@ class ClientEvents(RouterState):
         out: list[Command] = []
         for pending in list(client.in_flight.values()):
             self._end(pending)
-            if self.links[pending.server].ready and type(pending.extra) is not Held:
+            if self.links[pending.server].ready and type(pending.extra) is not Held and not awaits_input(pending):
                 out.append(ToServer(pending.server, cancelled(pending.upstream_id, "client disconnected")))
             if answer:
                 server = self.links[pending.server].server or pending.server
@@ -49,17 +50,18 @@ class ClientEvents(RouterState):
         for (session, proxy_id), reverse in list(self.reverse.items()):
             if session == key:
                 self._end_reverse(session, proxy_id)
-                out.append(
-                    ToServer(
-                        reverse.server,
-                        proxy_error(
-                            reverse.upstream_id,
-                            f"The client that was asked for {reverse.method} disconnected",
-                            reason="unavailable",
-                            server=reverse.server,
-                        ),
+                if not is_question(reverse):  # a question of the proxy's own: no server waits for it
+                    out.append(
+                        ToServer(
+                            reverse.server,
+                            proxy_error(
+                                reverse.upstream_id,
+                                f"The client that was asked for {reverse.method} disconnected",
+                                reason="unavailable",
+                                server=reverse.server,
+                            ),
+                        )
                     )
-                )
         for name, id, _deadline in self._held_for(key):
             out.append(
                 ToServer(
@@ -110,6 +112,8 @@ class ClientEvents(RouterState):
         gets an error in its place now, rather than waiting for an answer that never comes."""
         answered = exc.response_to
         reverse = self._end_reverse(key, answered) if type(answered) is int else None
+        if reverse is not None and is_question(reverse):
+            return self._input_refused(reverse, exc.message, refusal_reason(exc))
         if reverse is None or not self.links[reverse.server].ready:
             return []
         return [
@@ -196,6 +200,8 @@ class ClientEvents(RouterState):
             if pending is None:  # a gather's, or unknown, finished or never ours: ignored, as the spec says
                 out = self._drop_gathers(client.key, "cancelled by the client", request_id)
                 return [*out, RequestEnded(client.key, request_id)] if out else []  # a gather's: its stream ends
+            if awaits_input(pending):  # nothing in flight upstream: its questions are withdrawn
+                return [*self._input_closed(pending, "the call was cancelled"), RequestEnded(client.key, request_id)]
             self._end(pending)
             ended = RequestEnded(client.key, request_id)  # it gets no answer: its stream ends
             if not self.links[pending.server].ready or type(pending.extra) is Held:
@@ -215,6 +221,8 @@ class ClientEvents(RouterState):
             log.debug("client %d: dropping an answer to unknown request %r", client.key, id)
             return []
         self._end_reverse(client.key, id)
+        if is_question(reverse):  # a question of the proxy's, for a modern server's call
+            return self._input_answered(client, reverse, message)
         if not self.links[reverse.server].ready:
             return []
         message["id"] = reverse.upstream_id

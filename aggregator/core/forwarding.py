@@ -17,7 +17,7 @@ from aggregator.core.state import (
 )
 from aggregator.core.tasks import restore_related_task
 from aggregator.mcp.constants import SERVER_REQUEST_CAPABILITIES
-from aggregator.mcp.modern import CLIENT_CAPABILITIES, CLIENT_INFO, LOG_LEVEL, PROTOCOL_VERSION
+from aggregator.mcp.modern import CLIENT_CAPABILITIES, CLIENT_INFO, INPUT_REQUIRED_METHODS, LOG_LEVEL, PROTOCOL_VERSION
 from aggregator.mcp.versions import MODERN_LATEST
 
 # The client info a request to a modern server carries when its caller gave none.
@@ -65,6 +65,8 @@ class Forwarding(RouterState):
             restore_related_task(params, server)
         if link.modern:  # every request to a modern server carries its caller's _meta
             params["_meta"] = self._modern_meta(client, link, meta, pending)
+            if not client.modern and method in INPUT_REQUIRED_METHODS:  # what a retry resends (``input_bridge``)
+                pending.extra = params
         self._start(pending, link)
         client.in_flight[client_id] = pending
         return [ToServer(server, {"jsonrpc": "2.0", "id": upstream_id, "method": method, "params": params})]

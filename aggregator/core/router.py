@@ -13,6 +13,8 @@ own one part of the rules, combined as one class over one typed state
 - ``inflight``: the in-flight tables, timeouts, giving up;
 - ``server_messages``: an upstream's responses and notifications (a method table);
 - ``reverse_requests``: server-to-client requests (sampling, elicitation);
+- ``input_bridge``: a modern server's ``input_required`` result for a legacy caller,
+  asked of it as server-to-client requests, then the call retried;
 - ``roots``: roots/list and roots changes;
 - ``upstream_control``: the proxy's own requests to each upstream, one table per link
   for its lifecycle (``upstream_lifecycle``: handshake, listing) and the router's own;
@@ -80,6 +82,7 @@ from aggregator.core.commands import (
 from aggregator.core.forwarding import Forwarding
 from aggregator.core.handshake import Handshake
 from aggregator.core.inflight import InFlight
+from aggregator.core.input_bridge import InputBridge
 from aggregator.core.reverse_requests import ReverseRequests
 from aggregator.core.roots import Roots
 from aggregator.core.server_messages import ServerMessages
@@ -132,6 +135,7 @@ class Router(
     Handshake,
     ServerMessages,
     ReverseRequests,
+    InputBridge,
     Roots,
     UpstreamControl,
     UpstreamEvents,

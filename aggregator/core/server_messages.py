@@ -60,6 +60,8 @@ class ServerMessages(RouterState):
                     return self._control_answer(link, message)
                 log.debug("server %s: dropping a response to unknown id %r", server, id)
                 return []
+            if kind == RESPONSE and link.modern and self._bridges_input(link, pending, message.get("result")):
+                return self._bridge_input(link, pending, message["result"])  # asks a legacy caller
             self._end(pending)
             if pending.session not in self.clients:
                 return []

@@ -1,12 +1,11 @@
 """The router's state: its tables, the records in them, and the errors it makes. Sans-IO.
 
-``RouterState`` holds every field of the router, each annotated; the handler groups
-(``inflight``, ``handshake``, ``targets``, ``client_requests``, ``forwarding``,
-``client_events``, ``server_messages``, ``reverse_requests``, ``roots``,
-``upstream_control``, ``upstream_events``, ``announcements``) are its subclasses, and ``router.Router``
-combines them. A group calls another's methods on ``self``, as one class would: no
-layer sits between an event and its handler. The methods one group offers the others
-are declared here for the type checker.
+``RouterState`` holds every field of the router, each annotated; the handler groups (``inflight``, ``handshake``,
+``targets``, ``client_requests``, ``forwarding``, ``client_events``, ``server_messages``, ``reverse_requests``,
+``input_bridge``, ``roots``, ``upstream_control``, ``upstream_events``, ``announcements``) are its subclasses, and
+``router.Router`` combines them. A group calls another's methods on ``self``, as one class would: no layer sits
+between an event and its handler. The methods one group offers the others are declared here (the input bridge's in
+``input_hooks``) for the type checker.
 """
 
 from __future__ import annotations
@@ -21,6 +20,7 @@ from aggregator.core import defaults
 from aggregator.core.catalog import Catalog, Route
 from aggregator.core.commands import Command, ToClient, ToServer
 from aggregator.core.deadlines import Deadlines
+from aggregator.core.input_hooks import InputHooks
 from aggregator.core.outages import Outage
 from aggregator.core.own_requests import OwnRequests
 from aggregator.core.session_catalog import SessionViews
@@ -255,7 +255,7 @@ def _link(catalog: Catalog, server: LinkSettings) -> UpstreamLink:
     )
 
 
-class RouterState:
+class RouterState(InputHooks):
     """Every field of the router. Only the router's own groups write them."""
 
     _requests: dict[str, RequestHandler]  # client request method -> its handler
