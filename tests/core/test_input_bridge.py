@@ -10,7 +10,8 @@ import pytest
 from aggregator.config import ServerConfig
 from aggregator.core.catalog import Catalog
 from aggregator.core.input_bridge import MAX_INPUT_ROUNDS
-from tests.core.helpers import CLIENT_CAPS, Clock, connect, msg, new_router, unpack
+from aggregator.jsonrpc import dumps
+from tests.core.helpers import CLIENT_CAPS, Clock, connect, decoded, msg, new_router, unpack
 
 MODERN_META = "io.modelcontextprotocol/protocolVersion"
 ELICIT = {"method": "elicitation/create", "params": {"mode": "form", "message": "Name?", "requestedSchema": {}}}
@@ -371,3 +372,15 @@ def test_a_modern_callers_input_required_result_passes_through_unchanged():
     [(kind, session, passed)] = unpack(r.server_message("a", msg(id=sent["id"], result=result)))
     assert (kind, session, passed["id"], passed["result"]) == ("ToClient", 2, 5, result)
     assert r.reverse == {}
+
+
+@pytest.mark.parametrize("literal", ["123456789012345678901234567890", "1e400", "0.10000000000000001", "-0"])
+def test_the_retry_resends_the_arguments_and_state_as_they_were(literal):
+    r, _ = bridged()
+    raw = '{"jsonrpc":"2.0","id":"call","method":"tools/call","params":{"name":"a__t","arguments":{"n":@}}}'
+    [sent] = r.client_message(1, raw.replace("@", literal).encode())
+    state = 'v1.\u00e9\u2028"\\/+=='
+    [(_, _, asked)] = input_required(r, decoded(sent.message), {"k": SAMPLE}, state=state)
+    [retry] = r.client_message(1, msg(id=asked["id"], result={"role": "assistant", "content": {}}))
+    assert f'"arguments":{{"n":{literal}}}'.encode() in dumps(retry.message)
+    assert decoded(retry.message)["params"]["requestState"] == state
