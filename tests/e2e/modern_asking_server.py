@@ -7,7 +7,8 @@ Each tool takes what it needs through ``Resolve(...)``: to a modern caller that 
 requests for a legacy client). ``name`` elicits a name, ``summarize`` samples the
 client's model, ``roots`` lists the client's roots, ``both`` asks for a name and a
 summary at once (two inputRequests in one round), ``twice`` asks for a name, then, on the
-retry, for a second one (two rounds)."""
+retry, for a second one (two rounds), ``steps`` asks for a name, then (on the retry)
+reports progress twice before it answers."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import sys
 from typing import Annotated
 
 import mcp_types as types
-from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.resolve import Elicit, ListRoots, Resolve, Sample
 from pydantic import BaseModel
 
@@ -70,6 +71,13 @@ def both(
 @app.tool()
 def twice(who: Annotated[Name, Resolve(ask_name)], other: Annotated[Name, Resolve(ask_other)]) -> str:
     return f"{who.name} and {other.name}"
+
+
+@app.tool()
+async def steps(who: Annotated[Name, Resolve(ask_name)], ctx: Context) -> str:
+    for step in (1, 2):
+        await ctx.report_progress(step, 2)
+    return f"{who.name} after 2 steps"
 
 
 if __name__ == "__main__":

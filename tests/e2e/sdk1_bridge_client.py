@@ -14,7 +14,7 @@ from mcp.client.streamable_http import streamablehttp_client
 from pydantic import FileUrl
 
 asked: list[str] = []
-names = iter(["ada", "grace", "alan", "edsger"])
+names = iter(["ada", "grace", "alan", "edsger", "barbara"])
 
 
 async def on_elicit(context, params: types.ElicitRequestParams) -> types.ElicitResult:
@@ -33,6 +33,13 @@ async def on_roots(context) -> types.ListRootsResult:
     return types.ListRootsResult(
         roots=[types.Root(uri=FileUrl("file:///work/one")), types.Root(uri=FileUrl("file:///work/two"))]
     )
+
+
+progress: list[float] = []
+
+
+async def on_progress(value: float, total: float | None, text: str | None) -> None:
+    progress.append(value)
 
 
 def connect(transport: str, target: str):
@@ -68,7 +75,10 @@ async def main(transport: str, target: str) -> None:
                 for tool, arguments in calls:
                     result = await session.call_tool(f"m__{tool}", arguments)
                     results[tool] = [result.isError, result.content[0].text]
-    print(json.dumps({"version": init.protocolVersion, "results": results, "asked": asked}))
+                result = await session.call_tool("m__steps", {}, progress_callback=on_progress)
+                results["steps"] = [result.isError, result.content[0].text]
+    seen = {"results": results, "asked": asked, "progress": progress}
+    print(json.dumps({"version": init.protocolVersion, **seen}))
 
 
 anyio.run(main, sys.argv[1], sys.argv[2])

@@ -58,7 +58,9 @@ def test_sdk1_over_stdio_answers_every_question_of_a_modern_server(python1, tmp_
         "roots": [False, "roots: file:///work/one, file:///work/two"],  # stdio alone: the client's roots
         "both": [False, "grace: TWO AT ONCE"],
         "twice": [False, "alan and edsger"],
+        "steps": [False, "barbara after 2 steps"],
     }
+    assert seen["progress"] == [1, 2]  # reported on the retry, under the client's own token
     assert seen["asked"] == [
         "elicit: Your name?",
         "sample: make it loud",
@@ -67,6 +69,7 @@ def test_sdk1_over_stdio_answers_every_question_of_a_modern_server(python1, tmp_
         "sample: two at once",
         "elicit: Your name?",
         "elicit: Who else, alan?",
+        "elicit: Your name?",
     ]
 
 
