@@ -384,3 +384,27 @@ def test_the_retry_resends_the_arguments_and_state_as_they_were(literal):
     [retry] = r.client_message(1, msg(id=asked["id"], result={"role": "assistant", "content": {}}))
     assert f'"arguments":{{"n":{literal}}}'.encode() in dumps(retry.message)
     assert decoded(retry.message)["params"]["requestState"] == state
+
+
+@pytest.mark.parametrize(
+    ("caps", "asked"), [(CLIENT_CAPS, True), ({"sampling": {}}, False)], ids=["declares-roots", "no-roots"]
+)
+def test_a_per_session_servers_roots_question_goes_to_its_client_if_it_has_roots(caps, asked):
+    servers = [ServerConfig(name="p", command="x", isolation="per-session")]
+    r = new_router(Catalog(servers, "__", 50), servers, clock=Clock(), list_changed_debounce=0, roots=("file:///px",))
+    r.server_ready("p", {"capabilities": {"tools": {}}})
+    r.server_items("p", "tools", [{"name": "t"}])
+    r.startup_completed()
+    connect(r, 1, caps)
+    [start] = r.client_message(1, msg(id="call", method="tools/call", params={"name": "p__t"}))
+    r.links[start.name].modern = True  # its connection found a modern server
+    [(_, _, sent)] = unpack(r.server_ready(start.name, {"capabilities": {"tools": {}}}))
+    result = {"resultType": "input_required", "inputRequests": {"r": ROOTS}}
+    [(kind, target, out)] = unpack(r.server_message(start.name, msg(id=sent["id"], result=result)))
+    if asked:
+        assert (kind, target, out["method"]) == ("ToClient", 1, "roots/list")
+        out = decoded(r.client_message(1, msg(id=out["id"], result={"roots": [{"uri": "file:///mine"}]}))[0].message)
+        assert out["params"]["inputResponses"] == {"r": {"roots": [{"uri": "file:///mine"}]}}
+    else:
+        assert (kind, target) == ("ToServer", start.name)
+        assert out["params"]["inputResponses"] == {"r": {"roots": [{"uri": "file:///px"}]}}
