@@ -6,6 +6,7 @@ import logging
 from typing import Any
 
 from aggregator.core.commands import Command, RequestEnded, StopUpstream, ToClient, ToServer
+from aggregator.core.input_bridge import awaits_input, is_question
 from aggregator.core.state import (
     ClientState,
     Held,
@@ -53,7 +54,7 @@ class ClientEvents(RouterState):
         out: list[Command] = []
         for pending in list(client.in_flight.values()):
             self._end(pending)
-            if self.links[pending.server].ready and type(pending.extra) is not Held:
+            if self.links[pending.server].ready and type(pending.extra) is not Held and not awaits_input(pending):
                 out.append(ToServer(pending.server, cancelled(pending.upstream_id, "client disconnected")))
             if answer:
                 server = self.links[pending.server].server or pending.server
@@ -61,46 +62,46 @@ class ClientEvents(RouterState):
                 out.append(ToClient(key, proxy_error(pending.client_id, message, reason="unavailable", server=server)))
         out += self._drop_gathers(key, "client disconnected")
         out += self._drop_listens(key, answer)  # a modern client's open listens
+        if self.reverse_count.get(key) or self.held_roots:
+            out += self._withdraw_server_requests(key)
+        out += self._release_session(key)
+        if client.log_level is not None:
+            out += self._apply_log_level()
+        return out
+
+    def _withdraw_server_requests(self, key: int) -> list[Command]:
+        """A client went away: the servers that asked it something hear it will not answer."""
+        out: list[Command] = []
         for (session, proxy_id), reverse in list(self.reverse.items()):
             if session == key:
                 self._end_reverse(session, proxy_id)
-                out.append(
-                    ToServer(
-                        reverse.server,
-                        proxy_error(
-                            reverse.upstream_id,
-                            f"The client that was asked for {reverse.method} disconnected",
-                            reason="unavailable",
-                            server=reverse.server,
-                        ),
-                    )
-                )
+                if not is_question(reverse):  # a question of the proxy's own: no server waits for it
+                    message = f"The client that was asked for {reverse.method} disconnected"
+                    error = proxy_error(reverse.upstream_id, message, reason="unavailable", server=reverse.server)
+                    out.append(ToServer(reverse.server, error))
         for name, id, _deadline in self._held_for(key):
-            out.append(
-                ToServer(
-                    name,
-                    proxy_error(
-                        id,
-                        "The client whose roots this server sees disconnected before it could be asked",
-                        reason="unavailable",
-                        server=name,
-                    ),
-                )
-            )
+            message = "The client whose roots this server sees disconnected before it could be asked"
+            out.append(ToServer(name, proxy_error(id, message, reason="unavailable", server=name)))
+        return out
+
+    def _release_session(self, key: int) -> list[Command]:
+        """A client went away: its subscriptions, its own connections, tasks and elicitations go."""
+        out: list[Command] = []
         for name, uri in self.subscriptions.drop_session(key):
             link = self.links.get(name)
             if link is not None and link.session is None:  # its own connections just stop
                 out += self._own_request(name, "resources/unsubscribe", {"uri": uri})
-        for name in [n for n, link in self.links.items() if link.session == key]:
-            out += self.server_lost(name, "its client disconnected")
-            del self.links[name]
-            out.append(StopUpstream(name))
-        for task_id in [t for t, owner in self.tasks.items() if owner == key]:
-            del self.tasks[task_id]
-        for eid in [e for e, owner in self.elicitations.items() if owner == key]:
-            self._forget_elicitation(eid)
-        if client.log_level is not None:
-            out += self._apply_log_level()
+        if self.per_session:
+            for name in [n for n, link in self.links.items() if link.session == key]:
+                out += self.server_lost(name, "its client disconnected")
+                del self.links[name]
+                out.append(StopUpstream(name))
+        if self.tasks:
+            for task_id in [t for t, owner in self.tasks.items() if owner == key]:
+                del self.tasks[task_id]
+        if self.elicitation_count.get(key):
+            for eid in [e for e, owner in self.elicitations.items() if owner == key]:
+                self._forget_elicitation(eid)
         return out
 
     def client_message(self, key: int, raw: bytes) -> list[Command]:
@@ -125,6 +126,8 @@ class ClientEvents(RouterState):
         gets an error in its place now, rather than waiting for an answer that never comes."""
         answered = exc.response_to
         reverse = self._end_reverse(key, answered) if type(answered) is int else None
+        if reverse is not None and is_question(reverse):
+            return self._input_refused(reverse, exc.message, refusal_reason(exc))
         if reverse is None or not self.links[reverse.server].ready:
             return []
         return [
@@ -225,6 +228,8 @@ class ClientEvents(RouterState):
                     return [*self._close_listen(client.key, request_id), RequestEnded(client.key, request_id)]
                 out = self._drop_gathers(client.key, "cancelled by the client", request_id)
                 return [*out, RequestEnded(client.key, request_id)] if out else []  # a gather's: its stream ends
+            if awaits_input(pending):  # nothing in flight upstream: its questions are withdrawn
+                return [*self._input_closed(pending, "the call was cancelled"), RequestEnded(client.key, request_id)]
             self._end(pending)
             ended = RequestEnded(client.key, request_id)  # it gets no answer: its stream ends
             if not self.links[pending.server].ready or type(pending.extra) is Held:
@@ -244,6 +249,8 @@ class ClientEvents(RouterState):
             log.debug("client %d: dropping an answer to unknown request %r", client.key, id)
             return []
         self._end_reverse(client.key, id)
+        if is_question(reverse):  # a question of the proxy's, for a modern server's call
+            return self._input_answered(client, reverse, message)
         if not self.links[reverse.server].ready:
             return []
         message["id"] = reverse.upstream_id

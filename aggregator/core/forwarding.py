@@ -76,6 +76,8 @@ class Forwarding(RouterState):
             restore_related_task(params, server)
         if link.modern:  # every request to a modern server carries its caller's _meta
             params["_meta"] = self._modern_meta(client, link, meta, pending)
+            if not client.modern and method in INPUT_REQUIRED_METHODS:  # what a retry resends (``input_bridge``)
+                pending.extra = params
         self._start(pending, link)
         client.in_flight[client_id] = pending
         return [ToServer(server, {"jsonrpc": "2.0", "id": upstream_id, "method": method, "params": params})]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 
 from aggregator.core.commands import Command, ToClient, ToServer
+from aggregator.core.input_bridge import awaits_input
 from aggregator.core.state import (
     Held,
     Pending,
@@ -96,7 +97,7 @@ class InFlight(RouterState):
                     )
                 )
         self.held.clear()
-        return out
+        return out + self._inputs_abandoned()
 
     def in_flight(self) -> int:
         """Client requests waiting for an upstream's answer (not the proxy's own)."""
@@ -132,6 +133,8 @@ class InFlight(RouterState):
     def _time_out(self, pending: Pending) -> list[Command]:
         if type(pending.extra) is Held:
             return self._held_timed_out(pending)
+        if awaits_input(pending):
+            return self._input_timed_out(pending)
         self._end(pending)
         link = self.links[pending.server]
         out: list[Command] = []
@@ -160,7 +163,7 @@ class InFlight(RouterState):
         out: list[Command] = self._fail_own(link)
         for pending in list(link.pending.values()):
             out += self._fail_one(pending, message, reason)
-        return out
+        return out + self._inputs_lost(link, message, reason)
 
     def _fail_one(self, pending: Pending, message: str, reason: str) -> list[Command]:
         """End one forwarded request with an error of the proxy's (its client told, if it is

@@ -17,6 +17,8 @@ own one part of the rules, combined as one class over one typed state
 - ``reverse_requests``: server-to-client requests (sampling, elicitation);
 - ``parked``: a legacy server's requests during a modern caller's call, asked of it by
   an ``input_required`` result while the call waits upstream (``request_state``);
+- ``input_bridge``: a modern server's ``input_required`` result for a legacy caller,
+  asked of it as server-to-client requests, then the call retried;
 - ``roots``: roots/list and roots changes;
 - ``upstream_control``: the proxy's own requests to each upstream, one table per link
   for its lifecycle (``upstream_lifecycle``: handshake, listing) and the router's own;
@@ -84,6 +86,7 @@ from aggregator.core.commands import (
 from aggregator.core.forwarding import Forwarding
 from aggregator.core.handshake import Handshake
 from aggregator.core.inflight import InFlight
+from aggregator.core.input_bridge import InputBridge
 from aggregator.core.modern_callers import ModernCallers
 from aggregator.core.parked import ParkedCalls
 from aggregator.core.reverse_requests import ReverseRequests
@@ -140,6 +143,7 @@ class Router(
     ServerMessages,
     ReverseRequests,
     ParkedCalls,
+    InputBridge,
     Roots,
     UpstreamControl,
     UpstreamEvents,

@@ -60,6 +60,8 @@ class ServerMessages(RouterState):
                     return self._control_answer(link, message)
                 log.debug("server %s: dropping a response to unknown id %r", server, id)
                 return []
+            if kind == RESPONSE and link.modern and self._bridges_input(link, pending, message.get("result")):
+                return self._bridge_input(link, pending, message["result"])  # asks a legacy caller
             return self._answered(link, pending, kind, message)
         if kind == NOTIFICATION:
             return self._server_notification(link, message, related)

@@ -2,8 +2,8 @@
 
 ``RouterState`` holds every field of the router, each annotated; the handler groups are
 its subclasses, and ``router.Router`` combines them. A group calls another's methods on
-``self``, as one class would: no layer sits between an event and its handler. The methods
-one group offers the others are declared here (and in ``modern_hooks``) for the type checker.
+``self``, as one class would. What groups offer each other is declared for the type
+checker here and in ``modern_hooks`` and ``input_hooks``.
 """
 
 from __future__ import annotations
@@ -14,18 +14,18 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import attrs
 
-from aggregator.core import defaults
 from aggregator.core.catalog import Catalog, Route
 from aggregator.core.commands import Command, ToClient, ToServer
 from aggregator.core.deadlines import Deadlines
+from aggregator.core.input_hooks import InputHooks
+from aggregator.core.links import Pending as Pending  # re-exported: where the groups look for them
+from aggregator.core.links import UpstreamLink as UpstreamLink
 from aggregator.core.modern_hooks import ModernHooks
 from aggregator.core.outages import Outage
-from aggregator.core.own_requests import OwnRequests
 from aggregator.core.request_state import RequestStates
 from aggregator.core.session_catalog import SessionViews
 from aggregator.core.settings import LinkSettings, RouterSettings
 from aggregator.core.subscriptions import Listens, Subscriptions
-from aggregator.core.upstream_lifecycle import CONTROL_ID_PREFIX, UpstreamLifecycle
 from aggregator.jsonrpc.errors import INTERNAL_ERROR, RemoteProtocolError, error_response
 from aggregator.mcp.constants import CANCELLED
 
@@ -38,39 +38,6 @@ URL_ELICITATION_REQUIRED = -32042
 # How long a roots/list waits for the client its roots come from to finish initializing;
 # then it is answered from proxy.roots (or with no roots).
 ROOTS_HOLD_SECONDS = 10.0
-
-
-class Pending:
-    """One request in flight to an upstream."""
-
-    __slots__ = (
-        "session",
-        "client_id",
-        "method",
-        "server",
-        "upstream_id",
-        "client_token",
-        "token",
-        "deadline",
-        "hard_deadline",
-        "done",
-        "extra",
-        "meta",
-    )
-
-    def __init__(self, session: int, client_id: Any, method: str, server: str, upstream_id: int) -> None:
-        self.session = session
-        self.client_id = client_id
-        self.method = method
-        self.server = server
-        self.upstream_id = upstream_id
-        self.client_token: Any = None
-        self.token: str | None = None  # the proxy's progress token upstream
-        self.deadline = 0.0
-        self.hard_deadline = 0.0
-        self.done = False
-        self.extra: Any = None  # subscription key, Held; a modern call's params sent, or Parked
-        self.meta: dict[str, Any] | None = None  # a modern caller's ``_meta`` for it; None: a legacy one
 
 
 class Gather:
@@ -118,46 +85,6 @@ class Reverse(NamedTuple):
     server: str
     upstream_id: Any
     method: str
-
-
-@attrs.define(eq=False)
-class UpstreamLink:
-    name: str
-    prefix: str
-    uri_prefix: str
-    server: str = ""  # the configured server; differs from name for per-session links
-    session: int | None = None  # the one client a per-session link belongs to
-    request_timeout: float = defaults.REQUEST_TIMEOUT
-    max_request_timeout: float = defaults.MAX_REQUEST_TIMEOUT
-    timeout_resets_on_progress: bool = defaults.TIMEOUT_RESETS_ON_PROGRESS
-    ready: bool = False
-    next_id: int = 1  # of clients' requests forwarded to it
-    pending: dict[int, Pending] = attrs.field(factory=dict)
-    capabilities: dict[str, Any] = attrs.field(factory=dict)
-    instructions: str | None = None
-    protocol_version: str | None = None
-    # Its era: ``protocol`` is "auto" or a pinned revision; ``era`` what a connection learnt
-    # ("legacy", "modern"); ``modern``: the current connection speaks it (no session).
-    modern: bool = False
-    protocol: str = "auto"
-    discover_timeout: float = defaults.DISCOVER_TIMEOUT
-    era: str | None = None
-    log_level: str | None = None  # what the proxy last asked this upstream for
-    # It delivers what belongs to a request on that request's own stream (Streamable HTTP),
-    # and the transport says which: a message that came any other way belongs to none.
-    streams: bool = False
-    # Why this upstream cannot take more input now (its queue is past its budget or it
-    # reads nothing), as the trio layer reports it; None when it can.
-    overloaded: str | None = None
-    # Requests held until a per-session link is ready: (client key, message, params).
-    waiting: list[tuple[int, dict[str, Any], dict[str, Any]]] = attrs.field(factory=list)
-    # It was told its roots changed and has not asked for them since: telling it again
-    # says nothing new (a client's flood of changes reaches it once).
-    roots_told: bool = False
-    # The proxy's own requests to it (string ids, its lifecycle's and the router's), for
-    # the link's whole life: ids never repeat, so an answer to an ended connection's is stale.
-    own: OwnRequests[Any] = attrs.field(factory=lambda: OwnRequests(CONTROL_ID_PREFIX))
-    lifecycle: UpstreamLifecycle | None = None  # the current connection's; None between connections
 
 
 @attrs.define(eq=False)
@@ -252,7 +179,7 @@ def _link(catalog: Catalog, server: LinkSettings) -> UpstreamLink:
     )
 
 
-class RouterState(ModernHooks):
+class RouterState(ModernHooks, InputHooks):
     """Every field of the router. Only the router's own groups write them."""
 
     _requests: dict[str, RequestHandler]  # client request method -> its handler
