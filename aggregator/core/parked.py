@@ -5,14 +5,20 @@ of a call, and waits. A modern (2026-07-28) client takes no requests: it is aske
 ``input_required`` result and answers by retrying its request. The bridge between them:
 
 1. A legacy server's request during a modern caller's tools/call, prompts/get or
-   resources/read is checked against the capabilities that request declared in its
-   ``_meta``: what was not declared is never asked (the server gets an error at once and
-   decides). Otherwise the call is **parked**: the caller is answered
+   resources/read is **gathered**: the requests the server sends for that call within
+   ``GATHER_SECONDS`` of the first (a server asking several things at once) are asked
+   together. Each is checked against the capabilities the request declared in its
+   ``_meta``; what was not declared is never asked. When the window closes, the call is
+   **parked** if anything can be asked: the caller is answered
    ``{"resultType": "input_required", "inputRequests": {key: request}, "requestState": s}``
-   and the upstream call stays in flight, taken off its client (an HTTP caller's client
-   lives for one request only): its ``Pending`` gets session ``-id`` until it resumes.
-2. Further requests of the server for the same call are queued; the server's final
-   answer, if it comes now, is kept.
+   (the undeclared requests get -32601 from the proxy, the server decides), and the
+   upstream call stays in flight, taken off its client (an HTTP caller's client lives for
+   one request only): its ``Pending`` gets session ``-id`` until it resumes. When nothing
+   can be asked, the call needs what the caller lacks: it is answered -32021
+   MissingRequiredClientCapability naming it (``data.requiredCapabilities``), the
+   server's requests get an error and the call is cancelled upstream.
+2. Further requests of the server for the same call, once parked, are queued; the
+   server's final answer, if it comes now, is kept.
 3. The retry (same method and params, a new id, ``inputResponses`` and the state, whose
    tag ``core.request_state`` checks) answers each waiting server request under the
    server's own id; the call becomes the retry's and the retry waits for the final answer.
@@ -21,8 +27,11 @@ of a call, and waits. A modern (2026-07-28) client takes no requests: it is aske
 4. No retry within ``input_required_timeout`` (the router's clock, in its deadlines
    heap): the server's waiting requests get an error and the call is cancelled upstream.
 
-A parked call's id also names it in ``requestState``; ids and input keys come from the
-counter of proxy-minted server-to-client request ids, so none repeats in a process.
+A parked call's id also names it in ``requestState`` and comes from the counter of
+proxy-minted server-to-client request ids, so none repeats in a process. The key of an
+input request is the server's own JSON-RPC id for it, as a string (``7`` -> ``"7"``),
+made unique within the result when two collide: a server can name its questions, and the
+key says which of its requests an answer is for.
 """
 
 from __future__ import annotations
@@ -44,6 +53,7 @@ from aggregator.mcp.modern import (
     INPUT_REQUIRED,
     INPUT_REQUIRED_METHODS,
     INPUT_RESPONSES,
+    MISSING_REQUIRED_CLIENT_CAPABILITY,
     REQUEST_STATE,
     RESULT_TYPE,
     request_meta,
@@ -51,8 +61,9 @@ from aggregator.mcp.modern import (
 
 log = logging.getLogger(__name__)
 
-# The key of each input request: its kind and a number unique in the process.
-_KEY_NAMES = {"sampling/createMessage": "sampling", "elicitation/create": "elicitation", "roots/list": "roots"}
+# How long the first request of a server for a running call waits for others of that call
+# sent with it, to be asked in the same input_required result (the router's clock).
+GATHER_SECONDS = 0.005
 
 
 class Ask(NamedTuple):
@@ -61,6 +72,19 @@ class Ask(NamedTuple):
     upstream_id: Any  # the server's own id for it
     method: str
     params: dict[str, Any]
+
+
+class Gathering:
+    """The requests a server sent for one running call within ``GATHER_SECONDS``."""
+
+    __slots__ = ("pending", "asks", "missing", "deadline", "done")
+
+    def __init__(self, pending: Pending, deadline: float) -> None:
+        self.pending = pending
+        self.asks: dict[str, Ask] = {}  # what the caller declared: to ask
+        self.missing: list[Ask] = []  # what it did not: refused, or the call fails -32021
+        self.deadline = deadline
+        self.done = False
 
 
 class Parked:
@@ -98,19 +122,66 @@ class ParkedCalls(RouterState):
             why = f"Method not found: a modern client cannot be asked for {method} during {pending.method}"
             return [_refuse(link, id, why, "unsupported", METHOD_NOT_FOUND)]
         capabilities = (pending.meta or {}).get(CLIENT_CAPABILITIES)
-        capability = SERVER_REQUESTS[method]
-        if type(capabilities) is not dict or not _declares(capabilities, capability, params):
-            mode = " in url mode" if params.get("mode") == "url" else ""
-            why = f"Method not found: the client did not declare {capability} for this request ({method}{mode})"
-            return [_refuse(link, id, why, "unsupported", METHOD_NOT_FOUND)]
+        declared = type(capabilities) is dict and _declares(capabilities, SERVER_REQUESTS[method], params)
         if parked is not None:
+            if not declared:
+                return [_refuse(link, id, _undeclared(Ask(id, method, params)), "unsupported", METHOD_NOT_FOUND)]
             if len(parked.asks) >= self.max_in_flight:
                 why = f"The client already has {len(parked.asks)} requests to answer (the limit); {method} refused"
                 return [_refuse(link, id, why, "overloaded")]
-            parked.asks[self._input_key(method)] = Ask(id, method, params)
+            parked.asks[_input_key(parked.asks, id)] = Ask(id, method, params)
             return []  # asked with the next input_required, when the caller retries
-        client = self.clients[pending.session]
-        return self._park(pending, client, pending.client_id, {self._input_key(method): Ask(id, method, params)})
+        key = (pending.server, pending.upstream_id)
+        gathering: Gathering | None = self.gathering.get(key)
+        if gathering is None:
+            gathering = self.gathering[key] = Gathering(pending, self.clock() + GATHER_SECONDS)
+            self.deadlines.push(gathering.deadline, gathering)
+        if not declared:
+            gathering.missing.append(Ask(id, method, params))
+        elif len(gathering.asks) >= self.max_in_flight:
+            why = f"The client already has {len(gathering.asks)} requests to answer (the limit); {method} refused"
+            return [_refuse(link, id, why, "overloaded")]
+        else:
+            gathering.asks[_input_key(gathering.asks, id)] = Ask(id, method, params)
+        return []  # asked when the window closes (``_gathered``)
+
+    def _gathered(self, gathering: Gathering) -> list[Command]:
+        """The window of a call's requests closed: park the call and ask what the caller
+        declared, or fail it -32021 when it declared none of what the server needs."""
+        gathering.done = True
+        pending = gathering.pending
+        self.gathering.pop((pending.server, pending.upstream_id), None)
+        link = self.links.get(pending.server)
+        if link is None or not link.ready:
+            return []  # the link's end failed the call and its requests
+        out: list[Command] = []
+        client = self.clients.get(pending.session)
+        if pending.done or client is None:
+            asks = list(gathering.asks.values()) + gathering.missing
+            return [_refuse_ask(link.name, ask, "the call ended") for ask in asks]
+        out += [
+            _refuse(link, ask.upstream_id, _undeclared(ask), "unsupported", METHOD_NOT_FOUND)
+            for ask in gathering.missing
+        ]
+        if gathering.asks:
+            return out + self._park(pending, client, pending.client_id, gathering.asks)
+        required: dict[str, Any] = {}
+        for ask in gathering.missing:
+            _merge_into(required, _required(ask))
+        names = ", ".join(sorted(required))
+        why = (
+            f"Server {link.server!r} needs the client capability {names} to answer {pending.method},"
+            " and this request did not declare it"
+        )
+        log.info("server %s: %s needs undeclared client capability %s; refused", link.name, pending.method, names)
+        self._end(pending)
+        error = proxy_error(
+            pending.client_id, why, reason="unsupported", server=link.server, code=MISSING_REQUIRED_CLIENT_CAPABILITY
+        )
+        error["error"]["data"]["requiredCapabilities"] = required
+        out.append(ToServer(link.name, cancelled(pending.upstream_id, "the client lacks a capability it needs")))
+        out.append(ToClient(client.key, error))
+        return out
 
     def _modern_call(self, link: UpstreamLink, session: int, related: Any) -> Pending | None:
         """The call of modern client ``session`` on ``link`` that ``related`` names."""
@@ -119,11 +190,6 @@ class ParkedCalls(RouterState):
         if pending is None or pending.server != link.name or pending.meta is None:
             return None
         return pending
-
-    def _input_key(self, method: str) -> str:
-        number = self._next_reverse_id
-        self._next_reverse_id += 1
-        return f"{_KEY_NAMES[method]}-{number}"
 
     def _park(self, pending: Pending, client: ClientState, client_id: Any, asks: dict[str, Ask]) -> list[Command]:
         """Take ``pending`` off ``client`` and answer its request ``client_id`` with an
@@ -202,9 +268,11 @@ class ParkedCalls(RouterState):
             pending.client_token = token
         return out
 
-    def _expire_parked(self, parked: Parked) -> list[Command]:
+    def _expire_parked(self, parked: Parked | Gathering) -> list[Command]:
         """A call whose caller did not retry in time: its waiting requests fail, and it is
-        cancelled upstream."""
+        cancelled upstream. (A gathering whose window closed is due here too.)"""
+        if isinstance(parked, Gathering):
+            return self._gathered(parked)
         parked.done = True
         self.parked.pop(parked.id, None)
         pending = parked.pending
@@ -221,6 +289,38 @@ class ParkedCalls(RouterState):
             self._end(pending)
             out.append(ToServer(link.name, cancelled(pending.upstream_id, "the client gave no input in time")))
         return out
+
+
+def _input_key(asks: dict[str, Ask], id: Any) -> str:
+    """The key a server's request ``id`` is asked under: the id as a string, unique in ``asks``."""
+    key = id if type(id) is str else str(id)
+    if key not in asks:
+        return key
+    n = 2
+    while f"{key}-{n}" in asks:
+        n += 1
+    return f"{key}-{n}"
+
+
+def _required(ask: Ask) -> dict[str, Any]:
+    """The client capability a server's request needs, as ``requiredCapabilities`` names it."""
+    capability = SERVER_REQUESTS[ask.method]
+    if capability == "elicitation":
+        return {"elicitation": {"url": {}} if ask.params.get("mode") == "url" else {"form": {}}}
+    if capability == "sampling" and ("tools" in ask.params or "toolChoice" in ask.params):
+        return {"sampling": {"tools": {}}}
+    return {capability: {}}
+
+
+def _merge_into(into: dict[str, Any], more: dict[str, Any]) -> None:
+    for name, value in more.items():
+        into.setdefault(name, {}).update(value)
+
+
+def _undeclared(ask: Ask) -> str:
+    mode = " in url mode" if ask.params.get("mode") == "url" else ""
+    capability = SERVER_REQUESTS[ask.method]
+    return f"Method not found: the client did not declare {capability} for this request ({ask.method}{mode})"
 
 
 def _shown(params: dict[str, Any]) -> dict[str, Any]:

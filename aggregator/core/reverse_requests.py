@@ -10,6 +10,7 @@ from aggregator.core.state import Reverse, RouterState, UpstreamLink, proxy_erro
 from aggregator.core.tasks import RELATED_TASK, expose_task_id, expose_task_ids
 from aggregator.jsonrpc.errors import INVALID_REQUEST, METHOD_NOT_FOUND
 from aggregator.mcp.constants import PING, SERVER_REQUESTS
+from aggregator.mcp.modern import CLIENT_CAPABILITIES
 
 
 class ReverseRequests(RouterState):
@@ -55,10 +56,11 @@ class ReverseRequests(RouterState):
             ]
         if method == "roots/list":
             link.roots_told = False
-            # A client's roots, when the caller is modern, are asked for as its input.
-            if affinity.roots_source(link.session, self.single_client, list(self.clients)) != affinity.FROM_PROXY:
-                owner = affinity.request_owner(**self._owner_facts(link, params, related, requests=True))
-                if owner.session is not None and self._modern_caller(owner.session):
+            # During a modern caller's call, its roots are that call's own question, asked as
+            # its input (shared server or not) when it declared roots (``core.parked``).
+            owner = affinity.request_owner(**self._owner_facts(link, params, related, requests=True))
+            if owner.session is not None and self._modern_caller(owner.session):
+                if self._caller_declares(link, owner.session, owner.related, "roots"):
                     return self._ask_modern(link, owner.session, owner.related, message)
             return self._roots_request(link, id, params, related)
         owner = affinity.request_owner(**self._owner_facts(link, params, related, requests=True))
@@ -73,6 +75,20 @@ class ReverseRequests(RouterState):
             return True
         client = self.clients.get(session)
         return client is not None and client.modern
+
+    def _caller_declares(self, link: UpstreamLink, session: int, related: Any, capability: str) -> bool:
+        """Whether the modern call ``related`` of ``session`` (or parked call ``-session``)
+        on ``link`` declared ``capability`` in its ``_meta``."""
+        if session < 0:
+            parked = self.parked.get(-session)
+            pending = parked.pending if parked is not None else None
+        else:
+            client = self.clients.get(session)
+            pending = client.in_flight.get(related) if client is not None and related is not None else None
+        if pending is None or pending.server != link.name or pending.meta is None:
+            return False
+        capabilities = pending.meta.get(CLIENT_CAPABILITIES)
+        return type(capabilities) is dict and type(capabilities.get(capability)) is dict
 
     def _ask_client(
         self,

@@ -241,9 +241,9 @@ class RouterState(ModernHooks, InputHooks):
         self._announce_methods: dict[str | int, dict[str, int]] = {}
         self._announce_count = 0
         self._announce_at: float | None = None
-        # The earliest deadline of the proxy's own requests to any upstream (None: none waits).
-        self.own_at: float | None = None
+        self.own_at: float | None = None  # the earliest deadline of the proxy's own requests upstream
         self.parked: dict[int, Any] = {}  # id -> a call waiting for a modern caller's input (core.parked)
+        self.gathering: dict[tuple[str, Any], Any] = {}  # (link, upstream id) -> requests for a call, gathered
         self.request_states = RequestStates(settings.input_required_timeout)  # what resumes one
 
     if TYPE_CHECKING:  # what each group offers the others (defined in its own module)

@@ -43,6 +43,26 @@ class Refused(Exception):
     """A request of ours to the client was answered with an error."""
 
 
+class Unsupported(Exception):
+    """The client did not declare a capability a request needs."""
+
+
+def elicit(message: str, field: str, kind: str = "string") -> dict[str, Any]:
+    return {
+        "message": message,
+        "requestedSchema": {"type": "object", "properties": {field: {"type": kind}}, "required": [field]},
+    }
+
+
+def sample(text: str, tokens: int = 100) -> dict[str, Any]:
+    return {"messages": [{"role": "user", "content": {"type": "text", "text": text}}], "maxTokens": tokens}
+
+
+def said(result: dict[str, Any]) -> Any:
+    """The text of a sampling result."""
+    return (result.get("content") or {}).get("text")
+
+
 TOOLS = [
     {"name": "test_simple_text", "description": "Returns simple text.", "inputSchema": {"type": "object"}},
     {"name": "test_image_content", "description": "Returns an image.", "inputSchema": {"type": "object"}},
@@ -83,12 +103,47 @@ TOOLS = [
             "$schema": "https://json-schema.org/draft/2020-12/schema",
             "type": "object",
             "$defs": {
-                "address": {"type": "object", "properties": {"street": {"type": "string"}, "city": {"type": "string"}}}
+                "address": {
+                    "$anchor": "addressDef",
+                    "type": "object",
+                    "properties": {"street": {"type": "string"}, "city": {"type": "string"}},
+                }
             },
-            "properties": {"name": {"type": "string"}, "address": {"$ref": "#/$defs/address"}},
+            "properties": {
+                "name": {"type": "string"},
+                "address": {"$ref": "#/$defs/address"},
+                "contactMethod": {"type": "string", "enum": ["phone", "email"]},
+                "phone": {"type": "string"},
+                "email": {"type": "string"},
+            },
+            "allOf": [{"anyOf": [{"required": ["phone"]}, {"required": ["email"]}]}],
+            "if": {"properties": {"contactMethod": {"const": "phone"}}, "required": ["contactMethod"]},
+            "then": {"required": ["phone"]},
+            "else": {"required": ["email"]},
             "additionalProperties": False,
         },
     },
+    # Legacy tools that ask their client mid-call (sampling, elicitation, roots), as a 2025
+    # server does; behind the proxy a 2026-07-28 caller sees each as an input_required
+    # result. The ids of the requests they send name the questions (the result's keys).
+    *(
+        {"name": name, "description": description, "inputSchema": {"type": "object"}}
+        for name, description in (
+            ("test_input_required_result_elicitation", "Asks the user's name."),
+            ("test_input_required_result_sampling", "Asks for a sampling."),
+            ("test_input_required_result_list_roots", "Lists the client's roots."),
+            ("test_input_required_result_request_state", "Asks for a confirmation."),
+            ("test_input_required_result_multiple_inputs", "Asks three things at once."),
+            ("test_input_required_result_multi_round", "Asks two things, one after the other."),
+            ("test_input_required_result_tampered_state", "Asks for a confirmation."),
+            ("test_input_required_result_capabilities", "Asks only what the client declared."),
+            ("test_missing_capability", "Needs sampling: fails when the client has none."),
+            ("test_streaming_elicitation", "Asks the user a question while it runs."),
+            ("test_logging_tool", "Logs while it runs."),
+            ("test_trigger_tool_change", "Announces that the tool list changed."),
+            ("test_trigger_prompt_change", "Announces that the prompt list changed."),
+        )
+    ),
 ]
 RESOURCES = [
     {"uri": "test://static-text", "name": "static-text", "description": "Static text", "mimeType": "text/plain"},
@@ -121,6 +176,7 @@ PROMPTS = [
         "arguments": [{"name": "resourceUri", "required": True}],
     },
     {"name": "test_prompt_with_image", "description": "A prompt with an image."},
+    {"name": "test_input_required_result_prompt", "description": "Asks the user for context first."},
 ]
 SEP1034 = {
     "type": "object",
@@ -171,13 +227,17 @@ class FixtureServer:
         self.ids = itertools.count(1)
         self.waiting: dict[int, trio.MemorySendChannel[dict[str, Any]]] = {}
         self.subscribed: set[str] = set()
+        self.client_capabilities: dict[str, Any] = {}  # what the client declared in initialize
 
     async def send(self, message: dict[str, Any]) -> None:
         async with self.lock:
             await self.out.send_all(json.dumps({"jsonrpc": "2.0", **message}).encode() + b"\n")
 
-    async def ask(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
-        id = next(self.ids)
+    async def ask(self, method: str, params: dict[str, Any], name: str | None = None) -> dict[str, Any]:
+        """Ask the client; ``name``: the request's id (made unique while one of that name waits)."""
+        id: int | str = next(self.ids)
+        if name is not None:
+            id = name if name not in self.waiting else f"{name}-{id}"
         send, receive = trio.open_memory_channel[dict[str, Any]](1)
         self.waiting[id] = send
         await self.send({"id": id, "method": method, "params": params})
@@ -202,7 +262,13 @@ class FixtureServer:
         except LookupError as exc:
             await self.send({"id": message["id"], "error": {"code": -32602, "message": str(exc)}})
             return
+        except Unsupported as exc:
+            await self.send({"id": message["id"], "error": {"code": -32601, "message": str(exc)}})
+            return
         except Refused as exc:  # what the client (or the proxy) answered instead: a failed call
+            if message["method"] != "tools/call":
+                await self.send({"id": message["id"], "error": {"code": -32603, "message": str(exc)}})
+                return
             await self.send(
                 {"id": message["id"], "result": {"content": [{"type": "text", "text": str(exc)}], "isError": True}}
             )
@@ -211,6 +277,8 @@ class FixtureServer:
 
     async def answer(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
         if method == "initialize":
+            capabilities = params.get("capabilities")
+            self.client_capabilities = capabilities if type(capabilities) is dict else {}
             return {
                 "protocolVersion": params.get("protocolVersion", "2025-11-25"),
                 "serverInfo": {"name": "conformance-fixtures", "version": "1.0.0"},
@@ -250,6 +318,12 @@ class FixtureServer:
         if method == "resources/read":
             return self.read(params["uri"])
         if method == "prompts/get":
+            if params["name"] == "test_input_required_result_prompt":
+                answer = await self.ask(
+                    "elicitation/create", elicit("What context should the prompt use?", "context"), "user_context"
+                )
+                context = (answer.get("content") or {}).get("context")
+                return {"messages": [{"role": "user", "content": {"type": "text", "text": f"Context: {context}"}}]}
             return self.prompt(params["name"], params.get("arguments") or {})
         if method == "tools/call":
             return await self.call(
@@ -415,6 +489,82 @@ class FixtureServer:
             )
         if name == "json_schema_2020_12_tool":
             return text(f"Received: {json.dumps(arguments)}")
+        if name == "test_logging_tool":
+            await self.log("test_logging_tool ran")
+            return text("logged")
+        if name in ("test_trigger_tool_change", "test_trigger_prompt_change"):
+            kind = "tools" if name == "test_trigger_tool_change" else "prompts"
+            await self.send({"method": f"notifications/{kind}/list_changed"})
+            return text(f"{kind} list changed")
+        if name.startswith("test_input_required_result_") or name in (
+            "test_missing_capability",
+            "test_streaming_elicitation",
+        ):
+            return await self.ask_and_answer(name, text)
+        raise LookupError(f"Unknown tool: {name}")
+
+    async def ask_and_answer(self, name: str, text: Any) -> dict[str, Any]:
+        """The tools that ask their client for input while they run."""
+        if name == "test_streaming_elicitation":
+            answer = await self.ask("elicitation/create", elicit("Keep going?", "ok", "boolean"), "streaming")
+            return text(f"action={answer.get('action')}")
+        if name == "test_input_required_result_elicitation":
+            answer = await self.ask("elicitation/create", elicit("What is your name?", "name"), "user_name")
+            return text(f"Hello, {(answer.get('content') or {}).get('name')}!")
+        if name == "test_input_required_result_sampling":
+            answer = await self.ask(
+                "sampling/createMessage", sample("What is the capital of France?"), "capital_question"
+            )
+            return text(f"LLM response: {said(answer)}")
+        if name == "test_input_required_result_list_roots":
+            answer = await self.ask("roots/list", {}, "client_roots")
+            return text(f"Roots: {', '.join(root.get('uri', '?') for root in answer.get('roots') or [])}")
+        if name in ("test_input_required_result_request_state", "test_input_required_result_tampered_state"):
+            answer = await self.ask("elicitation/create", elicit("Please confirm", "ok", "boolean"), "confirm")
+            # This server keeps the call's state itself (it waits): answered means validated.
+            return text(f"state-ok: confirmed={(answer.get('content') or {}).get('ok')}")
+        if name == "test_input_required_result_multiple_inputs":
+            answers: dict[str, dict[str, Any]] = {}
+
+            async def one(method: str, params: dict[str, Any], key: str) -> None:
+                answers[key] = await self.ask(method, params, key)
+
+            async with trio.open_nursery() as nursery:  # all three at once
+                nursery.start_soon(one, "elicitation/create", elicit("What is your name?", "name"), "user_name")
+                nursery.start_soon(one, "sampling/createMessage", sample("Generate a greeting", 50), "greeting")
+                nursery.start_soon(one, "roots/list", {}, "client_roots")
+            who = (answers["user_name"].get("content") or {}).get("name")
+            return text(f"{said(answers['greeting'])} {who} ({len(answers['client_roots'].get('roots') or [])} roots)")
+        if name == "test_input_required_result_multi_round":
+            first = await self.ask("elicitation/create", elicit("Step 1: What is your name?", "name"), "step1")
+            second = await self.ask(
+                "elicitation/create", elicit("Step 2: What is your favorite color?", "color"), "step2"
+            )
+            who, color = (first.get("content") or {}).get("name"), (second.get("content") or {}).get("color")
+            return text(f"{who} likes {color}")
+        if name == "test_input_required_result_capabilities":
+            # Only what the client declared; one it declared but cannot answer now is skipped.
+            asks = [("sampling/createMessage", sample("Say hi", 20), "capability_sampling", "sampling")]
+            asks.append(("elicitation/create", elicit("Your name?", "name"), "capability_elicitation", "elicitation"))
+            got: list[str] = []
+
+            async def maybe(method: str, params: dict[str, Any], key: str) -> None:
+                try:
+                    await self.ask(method, params, key)
+                    got.append(key)
+                except Refused:
+                    pass
+
+            async with trio.open_nursery() as nursery:
+                for method, params, key, capability in asks:
+                    if capability in self.client_capabilities:
+                        nursery.start_soon(maybe, method, params, key)
+            return text(f"answered: {', '.join(sorted(got)) or 'nothing'}")
+        if name == "test_missing_capability":
+            if "sampling" not in self.client_capabilities:
+                raise Unsupported("test_missing_capability needs the client's sampling capability")
+            answer = await self.ask("sampling/createMessage", sample("Say something"), "required_sampling")
+            return text(f"LLM response: {said(answer)}")
         raise LookupError(f"Unknown tool: {name}")
 
 

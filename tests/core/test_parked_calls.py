@@ -8,10 +8,17 @@ from typing import Any
 import pytest
 
 from aggregator.core.modern_results import IDENTITY
+from aggregator.core.parked import GATHER_SECONDS
 from aggregator.core.request_state import PREFIX
 from aggregator.core.router import Router
 from aggregator.jsonrpc.errors import INVALID_PARAMS, METHOD_NOT_FOUND
-from aggregator.mcp.modern import CLIENT_CAPABILITIES, CLIENT_INFO, PROTOCOL_VERSION, SERVER_INFO
+from aggregator.mcp.modern import (
+    CLIENT_CAPABILITIES,
+    CLIENT_INFO,
+    MISSING_REQUIRED_CLIENT_CAPABILITY,
+    PROTOCOL_VERSION,
+    SERVER_INFO,
+)
 from tests.core.helpers import Clock, connect, make_router, msg, unpack
 
 ALL_CAPS = {"sampling": {}, "elicitation": {"form": {}}, "roots": {}}
@@ -42,8 +49,20 @@ def start_call(router: Router, key: int, id: Any = 1, **kw: Any) -> int:
 
 
 def server_asks(router: Router, id: Any, method: str = "elicitation/create", params: Any = None) -> list[Any]:
+    """The server sends a request (alone): what the router does at once and when the window
+    for requests sent with it closes."""
+    out = send_request(router, id, method, params)
+    return out + window_closes(router)
+
+
+def send_request(router: Router, id: Any, method: str = "elicitation/create", params: Any = None) -> list[Any]:
     params = ELICIT if params is None and method == "elicitation/create" else params or {}
     return unpack(router.server_message("a", msg(id=id, method=method, params=params)))
+
+
+def window_closes(router: Router) -> list[Any]:
+    router.clock.now += GATHER_SECONDS  # type: ignore[attr-defined]
+    return unpack(router.expire())
 
 
 def complete(content: list[Any]) -> dict[str, Any]:
@@ -65,7 +84,8 @@ def test_a_server_request_during_a_modern_call_becomes_input_required(router):
     start_call(router, 7, id="c1")
     result = input_required(server_asks(router, "s1"), 7, "c1")
     [(key, request)] = result["inputRequests"].items()
-    assert key.startswith("elicitation-") and request == {"method": "elicitation/create", "params": ELICIT}
+    # Its key is the server's own id for the request.
+    assert key == "s1" and request == {"method": "elicitation/create", "params": ELICIT}
     # The call is still in flight upstream, but no longer the client's.
     assert router.in_flight() == 1 and router.clients[7].in_flight == {}
 
@@ -139,25 +159,68 @@ def test_a_state_used_for_another_request_or_edited_is_refused(router, change, w
     assert answer["id"] == 2 and answer["error"]["code"] == INVALID_PARAMS and words in answer["error"]["message"]
 
 
-def test_an_undeclared_capability_is_never_asked(router):
+def test_a_request_the_caller_cannot_be_asked_fails_the_call_with_missing_capability(router):
     connect_modern(router, 7)
-    start_call(router, 7, caps={"sampling": {}})
-    [(kind, server, error)] = server_asks(router, 9)
-    assert (kind, server, error["id"]) == ("ToServer", "a", 9)
-    assert error["error"]["code"] == METHOD_NOT_FOUND and "did not declare elicitation" in error["error"]["message"]
-    # The call goes on, still the client's.
-    assert router.parked == {} and list(router.clients[7].in_flight) == [1]
-    [(kind, server, _)] = server_asks(router, 10, "sampling/createMessage", {"messages": [], "maxTokens": 5})
-    assert (kind, server) == ("ToClient", 7) and len(router.parked) == 1
+    upstream = start_call(router, 7, caps={"sampling": {}})
+    assert send_request(router, 9) == []  # gathered with whatever comes with it
+    out = window_closes(router)
+    assert [(kind, to) for kind, to, _ in out] == [("ToServer", "a"), ("ToServer", "a"), ("ToClient", 7)]
+    refusal, cancel, answer = (message for _, _, message in out)
+    assert refusal["id"] == 9 and refusal["error"]["code"] == METHOD_NOT_FOUND
+    assert "did not declare elicitation" in refusal["error"]["message"]
+    assert cancel["method"] == "notifications/cancelled" and cancel["params"]["requestId"] == upstream
+    error = answer["error"]
+    assert answer["id"] == 1 and error["code"] == MISSING_REQUIRED_CLIENT_CAPABILITY
+    assert error["data"]["requiredCapabilities"] == {"elicitation": {"form": {}}}
+    assert "elicitation" in error["message"]
+    assert router.parked == {} and router.in_flight() == 0 and router.clients[7].in_flight == {}
+
+
+def test_requests_sent_together_are_asked_together_and_the_undeclared_refused(router):
+    connect_modern(router, 7)
+    start_call(router, 7, caps={"sampling": {}, "roots": {}})
+    assert send_request(router, 9) == []
+    assert send_request(router, 10, "sampling/createMessage", {"messages": [], "maxTokens": 5}) == []
+    assert send_request(router, "mine", "roots/list") == []
+    out = window_closes(router)
+    [(kind, server, refusal)] = out[:1]
+    assert (kind, server, refusal["id"]) == ("ToServer", "a", 9) and refusal["error"]["code"] == METHOD_NOT_FOUND
+    result = input_required(out[1:], 7, 1)
+    assert {key: request["method"] for key, request in result["inputRequests"].items()} == {
+        "10": "sampling/createMessage",
+        "mine": "roots/list",
+    }
+    assert len(router.parked) == 1 and router.clients[7].in_flight == {}
+
+
+def test_a_request_after_the_window_is_asked_in_the_next_round(router):
+    connect_modern(router, 7)
+    start_call(router, 7)
+    send_request(router, "e")
+    first = input_required(window_closes(router), 7, 1)
+    assert list(first["inputRequests"]) == ["e"]
+    assert send_request(router, "s", "sampling/createMessage", {"messages": [], "maxTokens": 5}) == []  # queued
+    again = input_required(unpack(router.client_message(7, call(2, requestState=first["requestState"]))), 7, 2)
+    assert sorted(again["inputRequests"]) == ["e", "s"]
+
+
+def test_colliding_ids_get_distinct_keys():
+    from aggregator.core.parked import Ask, _input_key
+
+    asks = {"7": Ask("7", "roots/list", {})}
+    assert _input_key(asks, 7) == "7-2"
+    asks["7-2"] = Ask(7, "roots/list", {})
+    assert _input_key(asks, "7") == "7-3" and _input_key(asks, 8) == "8" and _input_key({}, "x") == "x"
 
 
 def test_url_mode_needs_url_declared(router):
     connect_modern(router, 7)
     start_call(router, 7)
-    [(kind, _, error)] = server_asks(
-        router, 9, params={"mode": "url", "url": "https://x", "elicitationId": "e", "message": "m"}
-    )
-    assert kind == "ToServer" and "in url mode" in error["error"]["message"]
+    out = server_asks(router, 9, params={"mode": "url", "url": "https://x", "elicitationId": "e", "message": "m"})
+    assert out[0][0] == "ToServer" and "in url mode" in out[0][2]["error"]["message"]
+    error = out[-1][2]["error"]
+    assert error["code"] == MISSING_REQUIRED_CLIENT_CAPABILITY
+    assert error["data"]["requiredCapabilities"] == {"elicitation": {"url": {}}}
 
 
 def test_requests_while_parked_are_queued_and_a_missing_input_is_asked_again(router):
@@ -176,7 +239,7 @@ def test_requests_while_parked_are_queued_and_a_missing_input_is_asked_again(rou
     assert out[0] == ("ToServer", "a", {"jsonrpc": "2.0", "id": "e", "result": {"action": "cancel"}})
     second = input_required(out[1:], 7, 2)
     [(sample_key, request)] = second["inputRequests"].items()
-    assert sample_key.startswith("sampling-") and request["method"] == "sampling/createMessage"
+    assert sample_key == "s" and request["method"] == "sampling/createMessage"
     assert second["requestState"] != first["requestState"]
     # A retry with nothing for it is asked the same again, not failed.
     third = input_required(unpack(router.client_message(7, call(3, requestState=second["requestState"]))), 7, 3)
@@ -224,9 +287,26 @@ def test_several_rounds(router):
     assert answer["id"] == 4
 
 
-def test_a_shared_server_over_the_network_sees_the_proxys_roots_not_a_callers(router):
+def test_a_shared_server_over_the_network_asks_a_declaring_caller_for_its_roots_during_its_call(router):
     connect_modern(router, 7)
     start_call(router, 7)
+    result = input_required(server_asks(router, 3, "roots/list"), 7, 1)
+    assert result["inputRequests"] == {"3": {"method": "roots/list", "params": {}}}
+
+
+def test_a_caller_without_roots_leaves_the_server_the_proxys_roots(router):
+    connect_modern(router, 7)
+    start_call(router, 7, caps={"sampling": {}})
+    assert server_asks(router, 3, "roots/list") == [
+        ("ToServer", "a", {"jsonrpc": "2.0", "id": 3, "result": {"roots": []}})
+    ]
+    assert router.parked == {} and list(router.clients[7].in_flight) == [1]
+
+
+def test_a_roots_request_outside_a_modern_call_gets_the_proxys_roots(router):
+    connect_modern(router, 7)
+    start_call(router, 7, id=1)
+    start_call(router, 7, id=2)  # two calls: which one is unknown
     assert server_asks(router, 3, "roots/list") == [
         ("ToServer", "a", {"jsonrpc": "2.0", "id": 3, "result": {"roots": []}})
     ]
@@ -324,7 +404,8 @@ def test_on_a_streaming_upstream_the_requests_stream_names_the_parked_call(route
     connect_modern(router, 7)
     upstream = start_call(router, 7)
     raw = msg(id="s1", method="elicitation/create", params=ELICIT)
-    result = input_required(unpack(router.server_message("a", raw, related=upstream)), 7, 1)
+    assert router.server_message("a", raw, related=upstream) == []
+    result = input_required(window_closes(router), 7, 1)
     # The next one on the same stream belongs to the same (parked) call: queued, not refused.
     sampling = {"messages": [], "maxTokens": 5}
     assert (
@@ -377,3 +458,14 @@ def test_a_parked_call_does_not_make_a_running_calls_requests_ambiguous(router):
     # A stdio server's request names no call: it is for the one that runs, not the parked one.
     result = input_required(server_asks(router, "s2"), 8, 5)
     assert len(result["inputRequests"]) == 1 and len(router.parked) == 2
+
+
+def test_a_call_answered_within_the_window_goes_to_its_caller_and_its_requests_are_refused(router):
+    connect_modern(router, 7)
+    upstream = start_call(router, 7)
+    assert send_request(router, "s1") == []
+    [(kind, session, answer)] = unpack(router.server_message("a", msg(id=upstream, result={"content": []})))
+    assert (kind, session, answer["result"]["resultType"]) == ("ToClient", 7, "complete")
+    [(kind, server, refusal)] = window_closes(router)
+    assert (kind, server, refusal["id"]) == ("ToServer", "a", "s1") and "the call ended" in refusal["error"]["message"]
+    assert router.parked == {} and router.gathering == {}

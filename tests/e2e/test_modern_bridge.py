@@ -18,6 +18,7 @@ import anyio
 import mcp_types as types
 import pytest
 from mcp import Client, StdioServerParameters
+from mcp.shared.exceptions import MCPError
 
 from tests.e2e.conftest import http_proxy, write_config
 from tests.loopback import free_port, wait_listening
@@ -95,15 +96,19 @@ def test_a_legacy_servers_questions_reach_a_modern_client_as_input_required(tmp_
     anyio.run(main)
 
 
-def test_what_the_client_did_not_declare_is_refused_to_the_server(tmp_path, python1):
+def test_a_call_that_needs_what_the_client_did_not_declare_fails_with_missing_capability(tmp_path, python1):
     config = config_for(tmp_path, python1)
 
     async def main():
         with anyio.fail_after(60):
             async with client_for(config, elicitation_callback=on_elicit) as client:
-                result = await client.call_tool("ask__interview", {"topic": "tea"})
-                # The server was told at once that sampling is not there; its tool failed with that.
-                assert result.is_error and "did not declare sampling" in result.content[0].text
+                # The name is asked; then the server needs sampling, which the client lacks.
+                with pytest.raises(MCPError) as failed:
+                    await client.call_tool("ask__interview", {"topic": "tea"})
+                assert failed.value.code == -32021 and "sampling" in failed.value.message
+                assert failed.value.data["requiredCapabilities"] == {"sampling": {}}
+                # The call was cancelled upstream; the next one is served as usual.
+                assert (await client.list_tools()).tools
 
     anyio.run(main)
 
@@ -122,7 +127,7 @@ def test_over_http_each_retry_is_a_request_of_its_own_and_resumes_the_call(tmp_p
                     assert client.protocol_version == "2026-07-28"
                     result = await client.call_tool("ask__interview", {"topic": "tea"})
                     assert not result.is_error, result
-                    # A shared server behind a network front sees the proxy's roots (none), not a caller's.
-                    assert result.content[0].text == "name=ada; sampled=sampled-words; roots="
+                    # The roots asked during the caller's own call are the caller's, shared server or not.
+                    assert result.content[0].text == "name=ada; sampled=sampled-words; roots=file:///work/here"
 
         anyio.run(main)
