@@ -196,20 +196,43 @@ async def test_reconnection(ctx: Context) -> types.CallToolResult:
 
 
 @app.tool(description="Asks the client for a sampling (2025-11-25).")
-async def test_sampling(prompt: str, ctx: Context) -> types.CallToolResult:
+async def test_sampling(prompt: str, ctx: Context) -> types.CallToolResult | types.InputRequiredResult:
+    if is_modern(ctx):  # no server-to-client requests in this era: the client is asked by the result
+        found = answers(ctx).get("sampling")
+        if found is None:
+            return ask({"sampling": sample(prompt, 100)})
+        content = found.get("content")
+        said = (content[0] if isinstance(content, list) and content else content or {}).get("text")
+        return result(text(f"LLM response: {said}"))
     message = types.SamplingMessage.model_validate({"role": "user", "content": text(prompt)})
     answer = await ctx.session.create_message([message], max_tokens=100, related_request_id=ctx.request_id)
     content = answer.content if not isinstance(answer.content, list) else answer.content[0]
     return result(text(f"LLM response: {getattr(content, 'text', None)}"))
 
 
-async def legacy_elicit(ctx: Context, message: str, schema: dict[str, Any]) -> types.CallToolResult:
-    answer = await ctx.session.elicit_form(message, schema, related_request_id=ctx.request_id)
-    return result(text(f"Elicitation completed: action={answer.action}, content={json.dumps(answer.content)}"))
+def is_modern(ctx: Context) -> bool:
+    return ctx.protocol_version == "2026-07-28"
+
+
+async def legacy_elicit(
+    ctx: Context, message: str, schema: dict[str, Any]
+) -> types.CallToolResult | types.InputRequiredResult:
+    """An elicitation mid-call: a request to the client (2025-11-25), or an input_required
+    result and its retry (2026-07-28)."""
+    if is_modern(ctx):
+        found = answers(ctx).get("elicitation")
+        if found is None:
+            request = {"mode": "form", "message": message, "requestedSchema": schema}
+            return ask({"elicitation": {"method": "elicitation/create", "params": request}})
+        action, content = found.get("action"), found.get("content")
+    else:
+        answer = await ctx.session.elicit_form(message, schema, related_request_id=ctx.request_id)
+        action, content = answer.action, answer.content
+    return result(text(f"Elicitation completed: action={action}, content={json.dumps(content)}"))
 
 
 @app.tool(description="Asks the user for input (2025-11-25).")
-async def test_elicitation(message: str, ctx: Context) -> types.CallToolResult:
+async def test_elicitation(message: str, ctx: Context) -> types.CallToolResult | types.InputRequiredResult:
     properties = {
         "username": {"type": "string", "description": "User's response"},
         "email": {"type": "string", "description": "User's email address"},
@@ -261,12 +284,12 @@ SEP1330 = {
 
 
 @app.tool(description="Elicitation with defaults (2025-11-25).")
-async def test_elicitation_sep1034_defaults(ctx: Context) -> types.CallToolResult:
+async def test_elicitation_sep1034_defaults(ctx: Context) -> types.CallToolResult | types.InputRequiredResult:
     return await legacy_elicit(ctx, "Please review", SEP1034)
 
 
 @app.tool(description="Elicitation with enums (2025-11-25).")
-async def test_elicitation_sep1330_enums(ctx: Context) -> types.CallToolResult:
+async def test_elicitation_sep1330_enums(ctx: Context) -> types.CallToolResult | types.InputRequiredResult:
     return await legacy_elicit(ctx, "Please review", SEP1330)
 
 
