@@ -44,6 +44,7 @@ class FakeUpstreams:
 
     async def _serve(self, server: FakeServer, theirs: trio.abc.Stream) -> str:
         splitter = LineSplitter(1 << 24)
+        writing = trio.Lock()  # the answers and the progress task write one stream: one at a time
         async with trio.open_nursery() as nursery:
             while True:
                 data = await theirs.receive_some(65536)
@@ -52,30 +53,32 @@ class FakeUpstreams:
                     return "the server closed its stdout"
                 for line in splitter.feed(data):
                     for out in server.handle(line):
-                        await theirs.send_all(out + b"\n")
+                        async with writing:
+                            await theirs.send_all(out + b"\n")
                     if server.exit_code is not None:
                         nursery.cancel_scope.cancel()
                         return f"the server exited with status {server.exit_code}"
                     if server.progress_forever is not None:
-                        nursery.start_soon(self._progress_forever, theirs, server.progress_forever)
+                        nursery.start_soon(self._progress_forever, theirs, writing, server.progress_forever)
                         server.progress_forever = None
 
     @staticmethod
-    async def _progress_forever(stream: trio.abc.Stream, token: Any) -> None:
+    async def _progress_forever(stream: trio.abc.Stream, writing: trio.Lock, token: Any) -> None:
         sent = 0
         while True:
             await trio.sleep(0.5)
             sent += 1
-            await stream.send_all(
-                dumps(
-                    {
-                        "jsonrpc": "2.0",
-                        "method": "notifications/progress",
-                        "params": {"progressToken": token, "progress": sent},
-                    }
+            async with writing:
+                await stream.send_all(
+                    dumps(
+                        {
+                            "jsonrpc": "2.0",
+                            "method": "notifications/progress",
+                            "params": {"progressToken": token, "progress": sent},
+                        }
+                    )
+                    + b"\n"
                 )
-                + b"\n"
-            )
 
 
 def make_config(
