@@ -24,6 +24,8 @@ from aggregator.mcp.modern import (
     INPUT_REQUIRED_METHODS,
     LOG_LEVEL,
     PROTOCOL_VERSION,
+    TASKS_EXTENSION,
+    declares_tasks,
 )
 from aggregator.mcp.versions import MODERN_LATEST
 
@@ -106,6 +108,10 @@ class Forwarding(RouterState):
             if type(capabilities) is dict
             else {}
         )
+        # The tasks extension, where both the caller and the server declare it (``core.tasks``).
+        if client.modern and declares_tasks(capabilities) and declares_tasks(link.capabilities):
+            declared = capabilities["extensions"][TASKS_EXTENSION]  # type: ignore[index]
+            stamped[CLIENT_CAPABILITIES]["extensions"] = {TASKS_EXTENSION: declared}
         if type(info) is dict and type(info.get("name")) is str:  # an Implementation needs both
             stamped[CLIENT_INFO] = info if type(info.get("version")) is str else dict(info, version="")
         else:
