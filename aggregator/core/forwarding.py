@@ -64,6 +64,8 @@ class Forwarding(RouterState):
         pending = Pending(client.key, client_id, method, server, upstream_id)
         if client.modern:  # its envelope stays with the request (``modern_results.strip_envelope``)
             pending.meta = strip_envelope(params)
+            if "task" in params and not link.modern:  # a 2025-11-25 task it could not poll: run it at once
+                del params["task"]
             if method in INPUT_REQUIRED_METHODS:  # what a state the proxy mints is bound to (``core.parked``)
                 pending.extra = params
         meta = params.get("_meta")

@@ -182,6 +182,14 @@ def test_a_server_that_no_longer_declares_the_extension_has_no_tasks_to_route_to
     assert not r.links["m"].pending
 
 
+@pytest.mark.parametrize(("server", "kept"), [("l", False), ("m", True)])
+def test_a_modern_callers_2025_task_hint_reaches_a_modern_server_only(server, kept):
+    r = proxy()
+    hint = {"ttl": 1000}
+    _, _, sent = upstream(ask(r, "tools/call", {"name": f"{server}__job", "arguments": {}, "task": hint}))
+    assert (sent["params"].get("task") == hint) is kept  # a legacy server runs it at once
+
+
 def test_a_legacy_session_has_no_tasks_update():
     r = proxy()
     connect(r, 1)
