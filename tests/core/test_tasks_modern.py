@@ -13,7 +13,9 @@ import pytest
 from aggregator.config import ServerConfig
 from aggregator.core.catalog import Catalog
 from aggregator.core.tasks import TaskOwners
+from aggregator.http_headers import check_headers
 from aggregator.mcp.modern import CLIENT_CAPABILITIES, PROTOCOL_VERSION, TASKS_EXTENSION
+from aggregator.transports.modern_headers import ToolHeaders, request_headers
 from tests.core.helpers import Clock, connect, msg, new_router, unpack
 
 EXTENSION = {"extensions": {TASKS_EXTENSION: {}}}
@@ -204,3 +206,16 @@ def test_the_owners_of_modern_tasks_are_bounded_and_the_oldest_forgotten():
     assert len(owners) == 3
     assert not owners.owned_by("m/0", "alice") and not owners.owned_by("m/1", "alice")
     assert owners.owned_by("m/4", "alice") and not owners.owned_by("m/4", "bob") and not owners.owned_by(4, "alice")
+
+
+@pytest.mark.parametrize("method", ["tasks/get", "tasks/update", "tasks/cancel"])
+def test_a_tasks_request_names_its_task_in_mcp_name_both_ways(method):
+    meta = {PROTOCOL_VERSION: "2026-07-28", CLIENT_CAPABILITIES: EXTENSION}
+    message = {"jsonrpc": "2.0", "id": 1, "method": method, "params": {"taskId": "t-1", "_meta": meta}}
+    # Towards a modern server over HTTP: its own id.
+    assert request_headers(message, ToolHeaders("m"))["mcp-name"] == "t-1"
+    # From a caller: a missing or different Mcp-Name is -32020.
+    base = {"mcp-protocol-version": "2026-07-28", "mcp-method": method}
+    assert check_headers({**base, "mcp-name": "t-1"}, message, ()) is None
+    for headers in (base, {**base, "mcp-name": "t-2"}):
+        assert check_headers(headers, message, ())["error"]["code"] == -32020
