@@ -110,10 +110,12 @@ class Forwarding(RouterState):
             if type(capabilities) is dict
             else {}
         )
-        # The tasks extension, where both the caller and the server declare it (``core.tasks``).
-        if client.modern and declares_tasks(capabilities) and declares_tasks(link.capabilities):
-            declared = capabilities["extensions"][TASKS_EXTENSION]  # type: ignore[index]
-            stamped[CLIENT_CAPABILITIES]["extensions"] = {TASKS_EXTENSION: declared}
+        # The tasks extension, where both the caller and the server declare it (``core.tasks``);
+        # most callers declare no extension at all, which the C-level ``in`` tells first.
+        if type(capabilities) is dict and "extensions" in capabilities and client.modern:
+            if declares_tasks(capabilities) and declares_tasks(link.capabilities):
+                declared = capabilities["extensions"][TASKS_EXTENSION]
+                stamped[CLIENT_CAPABILITIES]["extensions"] = {TASKS_EXTENSION: declared}
         if type(info) is dict and type(info.get("name")) is str:  # an Implementation needs both
             stamped[CLIENT_INFO] = info if type(info.get("version")) is str else dict(info, version="")
         else:
