@@ -27,6 +27,8 @@ from aggregator.mcp.modern import (
     HEADER_MISMATCH,
     MISSING_REQUIRED_CLIENT_CAPABILITY,
     PROTOCOL_VERSION,
+    TASK_ID,
+    TASK_REQUESTS,
     UNSUPPORTED_PROTOCOL_VERSION,
     unsupported_version,
 )
@@ -37,7 +39,12 @@ SENTINEL_SUFFIX = "?="
 X_MCP_HEADER = "x-mcp-header"
 PARAM_PREFIX = "mcp-param-"
 # The body field ``Mcp-Name`` mirrors, by method.
-NAMED_BY = {"tools/call": "name", "prompts/get": "name", "resources/read": "uri"}
+NAMED_BY = {
+    "tools/call": "name",
+    "prompts/get": "name",
+    "resources/read": "uri",
+    **dict.fromkeys(TASK_REQUESTS, TASK_ID),
+}
 # The HTTP status of a modern request's error answer, by its code (the spec's MUSTs:
 # -32601 is 404; a malformed request, missing _meta fields, a header mismatch, a missing
 # client capability and an unsupported revision are 400). Anything else, results too: 200.

@@ -11,9 +11,9 @@ from aggregator.core.request_state import is_ours
 from aggregator.core.state import ClientState, Gather, Held, RequestHandler, RouterState, answer
 from aggregator.core.tasks import split_task_id
 from aggregator.jsonrpc.codec import dumps
-from aggregator.jsonrpc.errors import INVALID_PARAMS, RemoteProtocolError
+from aggregator.jsonrpc.errors import INVALID_PARAMS, METHOD_NOT_FOUND, RemoteProtocolError
 from aggregator.mcp.constants import LIST_METHODS
-from aggregator.mcp.modern import LISTEN, REQUEST_STATE
+from aggregator.mcp.modern import LISTEN, REQUEST_STATE, TASKS_EXTENSION, declares_tasks, tasks_required
 from aggregator.mcp.versions import DISCOVER
 
 log = logging.getLogger(__name__)
@@ -42,6 +42,7 @@ class ClientRequests(RouterState):
             "completion/complete": self._complete,
             "logging/setLevel": self._set_level,
             "tasks/get": self._task_request,
+            "tasks/update": self._task_request,
             "tasks/result": self._task_request,
             "tasks/cancel": self._task_request,
             "tasks/list": self._list_tasks,
@@ -120,6 +121,16 @@ class ClientRequests(RouterState):
         params: Any = message.get("params")
         task_id: Any = params.get("taskId") if type(params) is dict else None
         split = split_task_id(task_id)
+        if client.modern:  # the tasks extension: the task is its principal's (``core.tasks``)
+            if split is None or split[0] not in self.links or not self.task_owners.owned_by(task_id, client.principal):
+                raise RemoteProtocolError(INVALID_PARAMS, f"Unknown task: {task_id}")
+            link = self.links[split[0]]
+            if not link.modern or not declares_tasks(link.capabilities):  # it changed since
+                why = f"Server {split[0]!r} no longer declares the {TASKS_EXTENSION} extension: its tasks are gone"
+                return [ToClient(client.key, tasks_required(message["id"], why))]
+            return self._forward(client, message, split[0], dict(params, taskId=split[1]))
+        if message["method"] == "tasks/update":  # not a 2025-11-25 request
+            raise RemoteProtocolError(METHOD_NOT_FOUND, "Method not found: tasks/update")
         # Tasks belong to the session that created them: another session's task id is as
         # unknown as one that never existed.
         if split is None or self.tasks.get(task_id) != client.key or split[0] not in self.links:

@@ -24,6 +24,8 @@ from aggregator.mcp.modern import (
     INPUT_REQUIRED_METHODS,
     LOG_LEVEL,
     PROTOCOL_VERSION,
+    TASKS_EXTENSION,
+    declares_tasks,
 )
 from aggregator.mcp.versions import MODERN_LATEST
 
@@ -62,6 +64,8 @@ class Forwarding(RouterState):
         pending = Pending(client.key, client_id, method, server, upstream_id)
         if client.modern:  # its envelope stays with the request (``modern_results.strip_envelope``)
             pending.meta = strip_envelope(params)
+            if "task" in params and not link.modern:  # a 2025-11-25 task it could not poll: run it at once
+                del params["task"]
             if method in INPUT_REQUIRED_METHODS:  # what a state the proxy mints is bound to (``core.parked``)
                 pending.extra = params
         meta = params.get("_meta")
@@ -106,6 +110,12 @@ class Forwarding(RouterState):
             if type(capabilities) is dict
             else {}
         )
+        # The tasks extension, where both the caller and the server declare it (``core.tasks``);
+        # most callers declare no extension at all, which the C-level ``in`` tells first.
+        if type(capabilities) is dict and "extensions" in capabilities and client.modern:
+            if declares_tasks(capabilities) and declares_tasks(link.capabilities):
+                declared = capabilities["extensions"][TASKS_EXTENSION]
+                stamped[CLIENT_CAPABILITIES]["extensions"] = {TASKS_EXTENSION: declared}
         if type(info) is dict and type(info.get("name")) is str:  # an Implementation needs both
             stamped[CLIENT_INFO] = info if type(info.get("version")) is str else dict(info, version="")
         else:

@@ -12,6 +12,7 @@ from aggregator.core.state import ClientState, RouterState, answer
 from aggregator.core.upstream_era import INSTANCE_KEY
 from aggregator.jsonrpc.errors import INVALID_PARAMS, INVALID_REQUEST, RemoteProtocolError
 from aggregator.mcp.constants import CAPABILITY_OF, PROMPTS, RESOURCES, TOOLS
+from aggregator.mcp.modern import TASKS_EXTENSION, declares_tasks
 from aggregator.mcp.versions import negotiate
 
 log = logging.getLogger(__name__)
@@ -77,7 +78,10 @@ class Handshake(RouterState):
                 out += self._own_request(name, "logging/setLevel", {"level": target})
         return out
 
-    def merged_capabilities(self) -> dict[str, Any]:
+    def merged_capabilities(self, *, modern: bool = False) -> dict[str, Any]:
+        """What the proxy serves, merged over its shared servers: for initialize, or for
+        server/discover (``modern``), where 2025-11-25 tasks have no place and the tasks
+        extension is declared when a modern server declares it (``core.tasks``)."""
         shared = [link for link in self.links.values() if link.session is None]
         ready = [link for link in shared if link.ready]
         waiting = len(ready) < len(shared)
@@ -95,6 +99,10 @@ class Handshake(RouterState):
             capabilities["completions"] = {}
         if any("logging" in link.capabilities for link in ready):
             capabilities["logging"] = {}
+        if modern:
+            if any(link.modern and declares_tasks(link.capabilities) for link in ready):
+                capabilities["extensions"] = {TASKS_EXTENSION: {}}
+            return capabilities
         tasks: dict[str, Any] = {}
         for link in ready:
             upstream_tasks = link.capabilities.get("tasks")

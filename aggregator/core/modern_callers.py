@@ -17,7 +17,9 @@ Rules
 2. Admission of a modern request, in order: a revision the proxy does not speak is -32022
    (``data.supported``); ``_meta`` without ``clientCapabilities`` as an object is -32602;
    a log level that is not one is -32602; a method the revision removed or never had
-   (``modern.CLIENT_REQUESTS``) is -32601. A request of a modern connection without
+   (``modern.CLIENT_REQUESTS``) is -32601, but for the tasks extension's requests
+   (``modern.TASK_REQUESTS``), which are -32021 unless ``clientCapabilities`` declare it
+   (``core.tasks`` routes them). A request of a modern connection without
    ``_meta`` is -32602. Then it waits for startup, as initialize does, and is handled by
    the same handlers as a legacy session's.
 3. Every answer to it is stamped (``core.modern_results``): answers the proxy makes here,
@@ -64,8 +66,12 @@ from aggregator.mcp.modern import (
     RESULT_TYPE,
     SERVER_INFO,
     SUBSCRIPTION_ID,
+    TASK_REQUESTS,
+    TASKS_EXTENSION,
     TTL,
     UNSUPPORTED_PROTOCOL_VERSION,
+    declares_tasks,
+    tasks_required,
     unsupported_version,
 )
 from aggregator.mcp.versions import ALL_VERSIONS, DISCOVER, MODERN, is_modern
@@ -104,8 +110,12 @@ class ModernCallers(RouterState):
             text = f"Invalid params: _meta {LOG_LEVEL} must be one of {', '.join(LEVELS)}"
             return [ToClient(client.key, error_response(id, INVALID_PARAMS, text))]
         if method not in CLIENT_REQUESTS:
-            why = " (removed in protocol revision 2026-07-28)" if method in REMOVED_REQUESTS else ""
-            return [ToClient(client.key, error_response(id, METHOD_NOT_FOUND, f"Method not found: {method}{why}"))]
+            if method not in TASK_REQUESTS:
+                why = " (removed in protocol revision 2026-07-28)" if method in REMOVED_REQUESTS else ""
+                return [ToClient(client.key, error_response(id, METHOD_NOT_FOUND, f"Method not found: {method}{why}"))]
+            if not declares_tasks(capabilities):
+                why = f"{method} needs the {TASKS_EXTENSION} extension in _meta {CLIENT_CAPABILITIES}.extensions"
+                return [ToClient(client.key, tasks_required(id, why))]
         if not self.startup_complete:
             return [WaitForStartup(client.key)]
         if method != DISCOVER:  # a probe decides no connection's era
@@ -151,7 +161,7 @@ class ModernCallers(RouterState):
         result: dict[str, Any] = {
             RESULT_TYPE: COMPLETE,
             "supportedVersions": list(ALL_VERSIONS),
-            "capabilities": self.merged_capabilities(),
+            "capabilities": self.merged_capabilities(modern=True),
             TTL: ttl,
             CACHE_SCOPE: scope,
             # Its instance, as initialize says it: a proxy that probes itself knows it is itself.

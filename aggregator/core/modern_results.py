@@ -41,6 +41,7 @@ from aggregator.mcp.modern import (
     PUBLIC,
     RESULT_TYPE,
     SERVER_INFO,
+    TASK,
     TTL,
 )
 
@@ -65,7 +66,8 @@ def cache_hints(ttls: list[Any], scopes: list[Any], *, depends_on_caller: bool) 
 
 def stamp_result(result: dict[str, Any], method: str, *, depends_on_caller: bool) -> None:
     """Give a result for a modern caller what the revision asks of it, in place."""
-    if result.get(RESULT_TYPE) != INPUT_REQUIRED:
+    kind = result.get(RESULT_TYPE)
+    if kind != INPUT_REQUIRED and kind != TASK:  # those two pass as they are
         result[RESULT_TYPE] = COMPLETE
         if method in CACHEABLE:
             result[TTL], result[CACHE_SCOPE] = cache_hints(

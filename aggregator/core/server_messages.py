@@ -26,7 +26,16 @@ from aggregator.jsonrpc.codec import decode_message
 from aggregator.jsonrpc.errors import RemoteProtocolError, error_response
 from aggregator.jsonrpc.kinds import ERROR, NOTIFICATION, RESPONSE
 from aggregator.mcp.constants import LIST_CHANGED, PROMPTS, RESOURCES, TEMPLATES, TOOLS
-from aggregator.mcp.modern import COMPLETE, INPUT_REQUIRED, RESULT_TYPE, UNSUPPORTED_PROTOCOL_VERSION
+from aggregator.mcp.modern import (
+    CLIENT_CAPABILITIES,
+    COMPLETE,
+    INPUT_REQUIRED,
+    RESULT_TYPE,
+    TASK,
+    TASK_REQUESTS,
+    UNSUPPORTED_PROTOCOL_VERSION,
+    declares_tasks,
+)
 
 log = logging.getLogger(__name__)
 
@@ -77,7 +86,7 @@ class ServerMessages(RouterState):
             return []
         message["id"] = pending.client_id
         if kind == RESPONSE:
-            if link.modern and _unknown_result_type(message.get("result")):
+            if link.modern and _unknown_result_type(message.get("result"), pending):
                 return self._fail_one(
                     pending,
                     f"Server {link.server!r} answered {pending.method} with a result of unknown resultType",
@@ -136,7 +145,16 @@ class ServerMessages(RouterState):
         method = pending.method
         if link.uri_prefix:
             _expose_result_uris(method, result, link.uri_prefix)
-        if ("task" in result and method == "tools/call") or method.startswith("tasks/"):
+        if link.modern:  # the tasks extension: a handle, or a task polled (its result inlined)
+            if method == "tools/call" and result.get(RESULT_TYPE) == TASK:
+                client = self.clients.get(pending.session)
+                for task_id in expose_task_ids(link.name, result):
+                    self.task_owners.add(task_id, client.principal if client is not None else None)
+            elif method in TASK_REQUESTS:
+                expose_task_ids(link.name, result)
+                if link.uri_prefix and type(result.get("result")) is dict:
+                    _expose_result_uris("tools/call", result["result"], link.uri_prefix)
+        elif ("task" in result and method == "tools/call") or method.startswith("tasks/"):
             for task_id in expose_task_ids(link.name, result):
                 self.tasks.setdefault(task_id, pending.session)
 
@@ -357,7 +375,14 @@ _KINDS_CHANGED = {
 }
 
 
-def _unknown_result_type(result: Any) -> bool:
+def _unknown_result_type(result: Any, pending: Pending) -> bool:
     """A modern server's result is ``complete`` (also when it says nothing) or
-    ``input_required``; any other ``resultType`` makes it an invalid result."""
-    return type(result) is dict and result.get(RESULT_TYPE, COMPLETE) not in (COMPLETE, INPUT_REQUIRED)
+    ``input_required``, or a task handle for a ``tools/call`` whose caller declared the
+    tasks extension; any other ``resultType`` makes it an invalid result."""
+    if type(result) is not dict:
+        return False
+    kind = result.get(RESULT_TYPE, COMPLETE)
+    if kind == TASK:
+        meta = pending.meta
+        return pending.method != "tools/call" or meta is None or not declares_tasks(meta.get(CLIENT_CAPABILITIES))
+    return kind not in (COMPLETE, INPUT_REQUIRED)

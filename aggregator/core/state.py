@@ -26,6 +26,7 @@ from aggregator.core.request_state import RequestStates
 from aggregator.core.session_catalog import SessionViews
 from aggregator.core.settings import LinkSettings, RouterSettings
 from aggregator.core.subscriptions import Listens, Subscriptions
+from aggregator.core.tasks import TaskOwners
 from aggregator.jsonrpc.errors import INTERNAL_ERROR, RemoteProtocolError, error_response
 from aggregator.mcp.constants import CANCELLED
 
@@ -184,6 +185,8 @@ class RouterState(ModernHooks, InputHooks):
 
     _requests: dict[str, RequestHandler]  # client request method -> its handler
     _notifications: dict[str, NotificationHandler]  # server notification method -> its handler
+    tasks: dict[str, int]  # exposed 2025-11-25 task id -> owning session
+    task_owners: TaskOwners  # exposed modern (tasks extension) task id -> owning principal
 
     def __init__(
         self,
@@ -229,7 +232,7 @@ class RouterState(ModernHooks, InputHooks):
         self.subscriptions = Subscriptions()  # keyed by link: (server or server@session, URI)
         self.listens = Listens()  # modern callers' open subscriptions/listen requests
         self.views = SessionViews()  # of the sessions whose own per-session connections listed
-        self.tasks: dict[str, int] = {}  # exposed task id -> owning session
+        self.tasks, self.task_owners = {}, TaskOwners()  # whose each task is (``core.tasks``)
         self.reverse: dict[tuple[int, int], Reverse] = {}  # (session, proxy id) -> where back
         self.reverse_ids: dict[tuple[str, Any], tuple[int, int]] = {}  # (server, its id) -> ^
         self.reverse_count: dict[int, int] = {}  # session -> its server-to-client requests unanswered
@@ -257,7 +260,7 @@ class RouterState(ModernHooks, InputHooks):
         def _initialize(self, client: ClientState, message: dict[str, Any]) -> list[Command]: ...
         def _ping(self, client: ClientState, message: dict[str, Any]) -> list[Command]: ...
         def _set_level(self, client: ClientState, message: dict[str, Any]) -> list[Command]: ...
-        def merged_capabilities(self) -> dict[str, Any]: ...
+        def merged_capabilities(self, *, modern: bool = False) -> dict[str, Any]: ...
         def merged_instructions(self) -> str: ...
         def upstream_client_capabilities(self) -> dict[str, Any]: ...
         def _apply_log_level(self) -> list[Command]: ...

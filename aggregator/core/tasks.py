@@ -1,10 +1,17 @@
-"""Task ids (MCP 2025-11-25 tasks), mapped reversibly between upstreams and clients.
+"""Task ids, mapped reversibly between upstreams and clients, and who may name them.
 
 A client sees ``<server>/<upstream task id>``: server keys never contain "/", so the
 first "/" splits it back without a table. Every place a task id appears in a message is
 rewritten: ``task.taskId`` in a created-task result, ``taskId`` in tasks/get and
 tasks/cancel results and status notifications, ``tasks[].taskId`` in tasks/list, and the
 related-task entry in ``_meta``.
+
+Two eras of tasks. A 2025-11-25 task (``capabilities.tasks``) belongs to the session that
+created it (``RouterState.tasks``). A 2026-07-28 task (the ``io.modelcontextprotocol/tasks``
+extension: a ``tools/call`` answered with ``resultType: "task"``, then ``tasks/get``,
+``tasks/update``, ``tasks/cancel``) is created by a modern caller, who has no session: it
+belongs to the caller's principal (``TaskOwners``), so any request of that principal may
+poll it and no other's may.
 """
 
 from __future__ import annotations
@@ -12,6 +19,31 @@ from __future__ import annotations
 from typing import Any
 
 RELATED_TASK = "io.modelcontextprotocol/related-task"
+# The modern tasks remembered at most: past it the oldest is forgotten (unknown from then on).
+MAX_MODERN_TASKS = 10_000
+
+
+class TaskOwners:
+    """Exposed modern task id -> the principal whose request created it, the oldest
+    forgotten past ``limit`` (tasks expire upstream; this map must not grow without end)."""
+
+    __slots__ = ("_owners", "limit")
+
+    def __init__(self, limit: int = MAX_MODERN_TASKS) -> None:
+        self._owners: dict[str, Any] = {}
+        self.limit = limit
+
+    def add(self, task_id: str, principal: Any) -> None:
+        self._owners.pop(task_id, None)
+        self._owners[task_id] = principal
+        if len(self._owners) > self.limit:
+            del self._owners[next(iter(self._owners))]
+
+    def owned_by(self, task_id: Any, principal: Any) -> bool:
+        return type(task_id) is str and task_id in self._owners and self._owners[task_id] == principal
+
+    def __len__(self) -> int:
+        return len(self._owners)
 
 
 def expose_task_id(server: str, task_id: Any) -> Any:

@@ -76,6 +76,24 @@ PRIVATE = "private"
 # --- extensions ---------------------------------------------------------------------------
 
 TASKS_EXTENSION = "io.modelcontextprotocol/tasks"
+# Its requests, each naming a task by ``params.taskId`` (also its ``Mcp-Name`` on HTTP); a
+# caller that did not declare the extension is answered -32021. ``tasks/result`` and
+# ``tasks/list`` (2025-11-25) are not among them: removed, so method-not-found.
+TASK_REQUESTS = frozenset(("tasks/get", "tasks/update", "tasks/cancel"))
+TASK_ID = "taskId"
+TASK = "task"  # the resultType of a task handle (a tools/call answered by a task)
+
+
+def declares_tasks(capabilities: Any) -> bool:
+    """Whether client or server ``capabilities`` declare the tasks extension."""
+    extensions = capabilities.get("extensions") if type(capabilities) is dict else None
+    return type(extensions) is dict and TASKS_EXTENSION in extensions
+
+
+def tasks_required(id: Any, message: str) -> dict[str, Any]:
+    """The error for a tasks request the extension was not negotiated for (-32021)."""
+    data: dict[str, Any] = {"requiredCapabilities": {"extensions": {TASKS_EXTENSION: {}}}}
+    return error_response(id, MISSING_REQUIRED_CLIENT_CAPABILITY, message, data)
 
 
 def request_meta(message: dict[str, Any]) -> dict[str, Any] | None:

@@ -22,7 +22,12 @@ from aggregator.mcp import modern
 log = logging.getLogger(__name__)
 
 ANNOTATION = "x-mcp-header"
-NAMED = {"tools/call": "name", "prompts/get": "name", "resources/read": "uri"}
+NAMED = {
+    "tools/call": "name",
+    "prompts/get": "name",
+    "resources/read": "uri",
+    **dict.fromkeys(modern.TASK_REQUESTS, modern.TASK_ID),
+}
 _TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
 _PLAIN = re.compile(r"[\x21-\x7e]([\x20-\x7e]*[\x21-\x7e])?")
 _SAFE_INTEGER = 2**53 - 1

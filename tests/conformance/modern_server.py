@@ -21,7 +21,9 @@ from __future__ import annotations
 import base64
 import json
 import sys
+import time
 import uuid
+from datetime import UTC, datetime
 from typing import Any
 
 import anyio
@@ -543,6 +545,214 @@ def test_input_required_result_prompt(ctx: Context) -> list[dict[str, Any]] | ty
 async def complete(ref: Any, argument: types.CompletionArgument, context: Any) -> types.Completion:
     values = [v for v in ("paris", "park", "party") if v.startswith(argument.value)]
     return types.Completion(values=values, total=len(values), has_more=False)
+
+
+# ---- the tasks extension (io.modelcontextprotocol/tasks, SEP-2663) ---------------------------
+# The SDK has no server side for it, so a middleware serves it in the modern era: a task tool
+# called by a client that declared the extension answers a task handle (``resultType: "task"``)
+# at once, and ``tasks/get`` reports its progress by the clock (no background work to manage).
+
+TASKS = "io.modelcontextprotocol/tasks"
+TASK_TTL_MS = 60_000
+POLL_MS = 200
+# Task tools, and whether they work without the extension (run at once, as any tool).
+TASK_TOOLS = {
+    "slow_compute": False,
+    "failing_job": True,
+    "protocol_error_job": True,
+    "confirm_delete": True,
+    "multi_input": True,
+    "test_tool_with_task": True,
+}
+task_store: dict[str, dict[str, Any]] = {}
+
+
+def now_iso() -> str:
+    return datetime.now(UTC).isoformat()
+
+
+def wants_tasks(params: Any) -> bool:
+    meta = params.get("_meta") if isinstance(params, dict) else None
+    capabilities = meta.get("io.modelcontextprotocol/clientCapabilities") if isinstance(meta, dict) else None
+    extensions = capabilities.get("extensions") if isinstance(capabilities, dict) else None
+    return isinstance(extensions, dict) and TASKS in extensions
+
+
+def needs_tasks() -> MCPError:
+    return MCPError(
+        code=-32021,
+        message=f"This request needs the {TASKS} extension",
+        data={"requiredCapabilities": {"extensions": {TASKS: {}}}},
+    )
+
+
+def confirm(key: str) -> dict[str, Any]:
+    return elicit(f"Confirm {key}?", {"name": {"type": "string"}, "confirm": {"type": "boolean"}}, "confirm")
+
+
+def new_task(tool: str, *, seconds: float = 0.5, asks: dict[str, Any] | None = None, **facts: Any) -> dict[str, Any]:
+    task_id = uuid.uuid4().hex
+    stamp = now_iso()
+    task_store[task_id] = {
+        "tool": tool,
+        "start": time.monotonic(),
+        "seconds": seconds,
+        "asks": dict(asks or {}),
+        "answers": {},
+        "cancelled": False,
+        "createdAt": stamp,
+        "lastUpdatedAt": stamp,
+        **facts,
+    }
+    return {"resultType": "task", **task_view(task_id, detailed=False)}
+
+
+def task_view(task_id: str, *, detailed: bool = True) -> dict[str, Any]:
+    """A task as tasks/get shows it (``detailed``), or as its handle does."""
+    task = task_store[task_id]
+    view: dict[str, Any] = {
+        "taskId": task_id,
+        "createdAt": task["createdAt"],
+        "lastUpdatedAt": task["lastUpdatedAt"],
+        "ttlMs": TASK_TTL_MS,
+        "pollIntervalMs": POLL_MS,
+    }
+    if task["cancelled"]:
+        view["status"] = "cancelled"
+    elif task["asks"]:
+        view["status"] = "input_required"
+        if detailed:
+            view["inputRequests"] = dict(task["asks"])
+    elif time.monotonic() - task["start"] < task["seconds"]:
+        view["status"] = "working"
+    elif task["tool"] == "protocol_error_job":
+        view["status"] = "failed"
+        if detailed:
+            view["error"] = {"code": -32603, "message": "protocol_error_job failed inside the server"}
+    else:
+        view["status"] = "completed"
+        if detailed:
+            view["result"] = task_result(task)
+    return view
+
+
+def task_result(task: dict[str, Any]) -> dict[str, Any]:
+    tool = task["tool"]
+    if tool == "failing_job":
+        return {"content": [text("failing_job failed, as it always does")], "isError": True}
+    if tool == "slow_compute":
+        return {"content": [text(f"computed {task.get('label', '')} in {task['seconds']}s")]}
+    if tool == "test_tool_with_task":
+        return {"content": [text(f"Hello, {task.get('user_name', '')}!")]}
+    given = ", ".join(f"{key}={json.dumps(answer)}" for key, answer in sorted(task["answers"].items()))
+    return {"content": [text(f"{tool} done: {given}")]}
+
+
+def start_task_tool(name: str, params: dict[str, Any]) -> dict[str, Any]:
+    arguments = params.get("arguments") or {}
+    if name == "slow_compute":
+        seconds = arguments.get("seconds", 1)
+        return new_task(
+            name, seconds=float(seconds) if isinstance(seconds, (int, float)) else 1.0, label=arguments.get("label", "")
+        )
+    if name == "failing_job":
+        return new_task(name, seconds=1.0)
+    if name == "protocol_error_job":
+        return new_task(name, seconds=0.3)
+    if name == "confirm_delete":
+        return new_task(name, seconds=0, asks={"confirm": confirm(str(arguments.get("filename", "")))})
+    if name == "multi_input":
+        return new_task(name, seconds=0, asks={"first": confirm("first"), "second": confirm("second")})
+    # test_tool_with_task: a name by input_required first, then a task that greets it.
+    found = (params.get("inputResponses") or {}).get("user_name")
+    if not isinstance(found, dict):
+        return {
+            "resultType": "input_required",
+            "inputRequests": {"user_name": elicit("Your name?", {"name": {"type": "string"}}, "name")},
+        }
+    return new_task(name, seconds=0.3, user_name=field(found, "name"))
+
+
+def known_task(params: Any) -> str:
+    task_id = params.get("taskId") if isinstance(params, dict) else None
+    if not isinstance(task_id, str) or task_id not in task_store:
+        raise MCPError(code=-32602, message=f"Unknown task: {task_id}")
+    return task_id
+
+
+async def tasks_middleware(ctx: Any, call_next: Any) -> Any:
+    """The tasks extension in the modern era; everything else goes on to the SDK."""
+    method, params = ctx.method, ctx.params if isinstance(ctx.params, dict) else {}
+    if ctx.request_id is None or ctx.protocol_version != "2026-07-28":
+        return await call_next(ctx)
+    if method in ("tasks/result", "tasks/list"):
+        raise MCPError(code=-32601, message=f"Method not found: {method} (removed by the tasks extension)")
+    if method in ("tasks/get", "tasks/update", "tasks/cancel"):
+        if not wants_tasks(params):
+            raise needs_tasks()
+        headers = getattr(ctx.request, "headers", None)  # on Streamable HTTP: Mcp-Name names the task
+        if headers is not None and headers.get("mcp-name") != params.get("taskId"):
+            raise MCPError(code=-32020, message="The Mcp-Name header does not match params.taskId")
+        task_id = known_task(params)
+        task = task_store[task_id]
+        if method == "tasks/get":
+            return {"resultType": "complete", **task_view(task_id)}
+        if method == "tasks/update":
+            for key, answer in (params.get("inputResponses") or {}).items():
+                if key in task["asks"]:  # an answer to nothing asked is ignored
+                    del task["asks"][key]
+                    task["answers"][key] = answer
+        elif task_view(task_id, detailed=False)["status"] in ("working", "input_required"):
+            task["cancelled"] = True
+        task["lastUpdatedAt"] = now_iso()
+        return {"resultType": "complete"}
+    name = params.get("name") if method == "tools/call" else None
+    if name in TASK_TOOLS:
+        if wants_tasks(params):
+            return start_task_tool(name, params)
+        if TASK_TOOLS[name]:
+            raise needs_tasks()
+    return await call_next(ctx)
+
+
+app._lowlevel_server.extensions[TASKS] = {}
+app._lowlevel_server.middleware.append(tasks_middleware)
+
+
+@app.tool(description="Greets by name, at once (never a task).")
+def greet(name: str = "World") -> str:
+    return f"Hello, {name}!"
+
+
+@app.tool(description="A task: sleeps `seconds`, then answers (at once without the tasks extension).")
+async def slow_compute(seconds: float = 1, label: str = "") -> str:
+    await anyio.sleep(min(max(seconds, 0), 5))
+    return f"computed {label} in {seconds}s"
+
+
+@app.tool(description="A task (the tasks extension required): ends in a tool error.")
+def failing_job() -> str:
+    raise MCPError(code=-32021, message=f"This tool needs the {TASKS} extension")
+
+
+@app.tool(description="A task (the tasks extension required): fails with a protocol error.")
+def protocol_error_job() -> str:
+    raise MCPError(code=-32021, message=f"This tool needs the {TASKS} extension")
+
+
+@app.tool(description="A task (the tasks extension required): asks to confirm, then deletes.")
+def confirm_delete(filename: str = "") -> str:
+    raise MCPError(code=-32021, message=f"This tool needs the {TASKS} extension")
+
+
+@app.tool(description="A task (the tasks extension required): asks two questions at once.")
+def multi_input() -> str:
+    raise MCPError(code=-32021, message=f"This tool needs the {TASKS} extension")
+
+
+@app.tool(description="Asks a name by input_required, then becomes a task (the tasks extension required).")
+def test_tool_with_task() -> str:
+    raise MCPError(code=-32021, message=f"This tool needs the {TASKS} extension")
 
 
 class Events(EventStore):
