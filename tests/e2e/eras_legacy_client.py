@@ -143,6 +143,18 @@ class Legacy:
             "resource_event": ["ResourceUpdatedNotification", uris[0] if uris else None],
         }
 
+    async def chatter(self, tool):
+        """Ask for info and above, call ``tool``: the levels of its log lines that came."""
+        await self.session.set_logging_level("info")
+        said = await self.call(tool, {})
+        await self.seen.wait(
+            lambda: any(str(line.logger).endswith("chatter") and line.level == "warning" for line in self.seen.logs)
+        )
+        return {
+            "result": said,
+            "levels": [str(line.level) for line in self.seen.logs if str(line.logger).endswith("chatter")],
+        }
+
     async def logs(self, toggle):
         """Ask for every level, start the server's logging and wait for a line."""
         await self.session.set_logging_level("debug")

@@ -45,8 +45,9 @@ class Modern:
 
     era = "modern"
 
-    def __init__(self, client: Client) -> None:
+    def __init__(self, client: Client, logs: list[Any]) -> None:
         self.client = client
+        self.logs = logs
 
     async def tools(self) -> list[str]:
         return sorted(tool.name for tool in (await self.client.list_tools()).tools)
@@ -92,6 +93,11 @@ class Modern:
                 await started.wait()
             group.cancel_scope.cancel()
 
+    async def chatter(self, tool: str) -> dict[str, Any]:
+        """Call ``tool`` (every request carries log level info): the levels of its log lines."""
+        said = await self.call(tool, {})
+        return {"result": said, "levels": [str(p.level) for p in self.logs if str(p.logger).endswith("chatter")]}
+
     async def list_changes(self, prefix: str, grow: str, bump: str, uri: str) -> dict[str, Any]:
         """A tools list change and a resource update, each seen on a ``subscriptions/listen``."""
         async with self.client.listen(tools_list_changed=True) as sub:
@@ -116,6 +122,11 @@ async def main(front: str, target: str, servers: dict[str, Any]) -> None:
         argv = ["-m", "aggregator", "serve", "--stdio", "--config", target, "--log-level", "info"]
         server = StdioServerParameters(command=sys.executable, args=argv)
     out: dict[str, Any] = {}
+    logs: list[Any] = []
+
+    async def on_log(params: types.LoggingMessageNotificationParams) -> None:
+        logs.append(params)
+
     with anyio.fail_after(80):
         async with Client(
             server,
@@ -123,10 +134,12 @@ async def main(front: str, target: str, servers: dict[str, Any]) -> None:
             elicitation_callback=on_elicit,
             sampling_callback=on_sample,
             list_roots_callback=on_roots,
+            logging_callback=on_log,
+            log_level="info",  # stamped on every request: its own log lines at info and above
             cache=None,
         ) as client:
             out["version"] = client.protocol_version
-            peer = Modern(client)
+            peer = Modern(client, logs)
             for prefix, kind in servers.items():
                 for feature, step in steps_for(kind, prefix, "modern"):
                     try:

@@ -2,7 +2,7 @@
 
 ``steps_for(kind, prefix, era)`` lists ``(feature, step)`` for one server behind the proxy; a step
 takes the driver's peer (``tools``, ``call``, ``resources``, ``read``, ``prompts``, ``prompt``,
-``complete``, ``cancel_call``, ``list_changes``, and ``logs`` for a legacy peer) and returns what
+``complete``, ``cancel_call``, ``list_changes``, ``chatter``, and ``logs`` for a legacy peer) and returns what
 it saw, for tests/e2e/test_eras_matrix.py to judge. A feature a server lacks has no step.
 """
 
@@ -147,7 +147,18 @@ def git_server(p: str, era: str, repo: str) -> list[tuple[str, Step]]:
     return [("tools", tools)]
 
 
+def logging_server(p: str, era: str) -> list[tuple[str, Step]]:
+    """tests/e2e/eras_logging_server.py: a tool that logs at debug, info and warning."""
+
+    async def logging(peer: Any) -> Any:
+        return await peer.chatter(f"{p}__chatter")
+
+    return [("logging", logging)]
+
+
 def steps_for(kind: Any, prefix: str, era: str) -> list[tuple[str, Step]]:
+    if kind == "logging":
+        return logging_server(prefix, era)
     if kind == "modern_server":
         return modern_server(prefix, era)
     if kind == "everything":
