@@ -220,9 +220,27 @@ class ModernCallers(RouterState):
             if wanted.get(flag) is True and CAPABILITY_OF[kind] in capabilities:
                 honoured[flag] = True
                 methods.add(LIST_CHANGED[kind])
+        keys, agreed, out = self._listen_resources(client, uris)
+        if agreed:
+            honoured[_RESOURCE_SUBSCRIPTIONS] = agreed
+        self.listens.open(Listen(client.key, id, frozenset(methods), keys, self._announce_count))
+        ack = {
+            "jsonrpc": "2.0",
+            "method": ACKNOWLEDGED,
+            "params": {"_meta": {SUBSCRIPTION_ID: id}, "notifications": honoured},
+        }
+        return [ToClient(client.key, ack, id), *out]
+
+    def _listen_resources(
+        self, client: ClientState, uris: list[str]
+    ) -> tuple[set[tuple[str, str]], list[str], list[Command]]:
+        """The resources a listen may hold (keys, and the URIs agreed), each subscribed upstream
+        when nobody held it: ``resources/subscribe`` to a legacy server; a modern one's own
+        listen is opened again, once, with every resource it now follows."""
         out: list[Command] = []
         keys: set[tuple[str, str]] = set()
         agreed: list[str] = []
+        relisten: set[str] = set()
         for uri in uris:
             try:
                 server, original = self._resource_route(client, {"uri": uri})
@@ -234,32 +252,34 @@ class ModernCallers(RouterState):
                 continue
             key = (name, original)
             agreed.append(uri)
-            if key in keys:
-                continue
+            if key in keys or self.subscriptions.has(key, client.key):
+                keys.add(key)
+                continue  # named twice, or another listen of this client holds it
             keys.add(key)
-            if self.subscriptions.has(key, client.key):
-                continue  # another listen of this client holds it
-            if self.subscriptions.add(key, client.key) and not link.modern:
-                out += self._own_request(name, "resources/subscribe", {"uri": original})
-        if agreed:
-            honoured[_RESOURCE_SUBSCRIPTIONS] = agreed
-        self.listens.open(Listen(client.key, id, frozenset(methods), keys, self._announce_count))
-        ack = {
-            "jsonrpc": "2.0",
-            "method": ACKNOWLEDGED,
-            "params": {"_meta": {SUBSCRIPTION_ID: id}, "notifications": honoured},
-        }
-        return [ToClient(client.key, ack, id), *out]
+            if self.subscriptions.add(key, client.key):
+                if link.modern:
+                    relisten.add(name)
+                else:
+                    out += self._own_request(name, "resources/subscribe", {"uri": original})
+        for name in sorted(relisten):
+            out += self._own_request(name, "resources/subscribe", {})
+        return keys, agreed, out
 
     def _close_listen(self, session: int, id: Any) -> list[Command]:
         """A listen ended (its client cancelled it): its resources no other listen holds
         are unsubscribed, upstream too when nobody else wants them."""
         listen, keys = self.listens.close(session, id)
         out: list[Command] = []
+        relisten: set[str] = set()
         for key in keys:
             link = self.links.get(key[0])
-            if self.subscriptions.remove(key, session) and link is not None and link.ready and not link.modern:
-                out += self._own_request(key[0], "resources/unsubscribe", {"uri": key[1]})
+            if self.subscriptions.remove(key, session) and link is not None and link.ready:
+                if link.modern:
+                    relisten.add(key[0])
+                else:
+                    out += self._own_request(key[0], "resources/unsubscribe", {"uri": key[1]})
+        for name in sorted(relisten):  # its listen follows the resources still wanted
+            out += self._own_request(name, "resources/unsubscribe", {})
         return out
 
     def _drop_listens(self, session: int, answer: bool) -> list[Command]:

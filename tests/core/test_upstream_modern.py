@@ -377,6 +377,34 @@ def test_a_subscription_replaces_the_listen_and_updates_reach_the_subscriber(rou
     assert "resourceSubscriptions" not in third["params"]["notifications"]
 
 
+def test_a_modern_clients_listen_on_a_resource_replaces_the_servers_listen(router):
+    """A 2026-07-28 caller's ``subscriptions/listen`` naming a modern server's resource opens
+    that server's listen again with the resource (once for several), and its end drops it."""
+    [first] = listens(modern_serves(router, caps=LISTEN_CAPS))
+    router.startup_completed()
+    router.client_connected(1)
+    meta = {modern.PROTOCOL_VERSION: MODERN_LATEST, modern.CLIENT_CAPABILITIES: {}}
+    wanted = {"resourceSubscriptions": ["m+test://r", "m+test://s"]}
+    out = router.client_message(
+        1, msg(id="L", method="subscriptions/listen", params={"_meta": meta, "notifications": wanted})
+    )
+    [ack] = [c.message for c in out if type(c) is ToClient]
+    assert ack["params"]["notifications"]["resourceSubscriptions"] == ["m+test://r", "m+test://s"]
+    [second] = listens(out)
+    assert second["params"]["notifications"]["resourceSubscriptions"] == ["test://r", "test://s"]
+    sent_now = [c.message for c in out if type(c) is ToServer]
+    assert [m["params"]["requestId"] for m in sent_now if m.get("method") == "notifications/cancelled"] == [first["id"]]
+    update = {"uri": "test://r", "_meta": {modern.SUBSCRIPTION_ID: second["id"]}}
+    [(kind, key, notice)] = unpack(
+        router.server_message("m", msg(method="notifications/resources/updated", params=update))
+    )
+    assert (kind, key, notice["params"]["uri"]) == ("ToClient", 1, "m+test://r")
+    assert notice["params"]["_meta"][modern.SUBSCRIPTION_ID] == "L"
+    out = router.client_message(1, msg(method="notifications/cancelled", params={"requestId": "L"}))
+    [third] = listens(out)
+    assert "resourceSubscriptions" not in third["params"]["notifications"]
+
+
 def test_a_listen_that_ends_is_opened_again_after_a_backoff(router):
     clock = router.clock
     [listen] = listens(modern_serves(router, caps=LISTEN_CAPS))
