@@ -19,6 +19,7 @@ import sys
 from typing import Any
 
 import trio
+from scenario_schemas import JSON_SCHEMA_2020_12, SEP1034, SEP1330
 
 # A 1x1 red PNG and a tiny silent WAV.
 PNG = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8DwHwAFBQIAX8jx0gAAAABJRU5ErkJggg=="
@@ -99,29 +100,7 @@ TOOLS = [
     {
         "name": "json_schema_2020_12_tool",
         "description": "Tool with JSON Schema 2020-12 features",
-        "inputSchema": {
-            "$schema": "https://json-schema.org/draft/2020-12/schema",
-            "type": "object",
-            "$defs": {
-                "address": {
-                    "$anchor": "addressDef",
-                    "type": "object",
-                    "properties": {"street": {"type": "string"}, "city": {"type": "string"}},
-                }
-            },
-            "properties": {
-                "name": {"type": "string"},
-                "address": {"$ref": "#/$defs/address"},
-                "contactMethod": {"type": "string", "enum": ["phone", "email"]},
-                "phone": {"type": "string"},
-                "email": {"type": "string"},
-            },
-            "allOf": [{"anyOf": [{"required": ["phone"]}, {"required": ["email"]}]}],
-            "if": {"properties": {"contactMethod": {"const": "phone"}}, "required": ["contactMethod"]},
-            "then": {"required": ["phone"]},
-            "else": {"required": ["email"]},
-            "additionalProperties": False,
-        },
+        "inputSchema": JSON_SCHEMA_2020_12,
     },
     # Legacy tools that ask their client mid-call (sampling, elicitation, roots), as a 2025
     # server does; behind the proxy a 2026-07-28 caller sees each as an input_required
@@ -178,46 +157,6 @@ PROMPTS = [
     {"name": "test_prompt_with_image", "description": "A prompt with an image."},
     {"name": "test_input_required_result_prompt", "description": "Asks the user for context first."},
 ]
-SEP1034 = {
-    "type": "object",
-    "properties": {
-        "name": {"type": "string", "default": "John Doe"},
-        "age": {"type": "integer", "default": 30},
-        "score": {"type": "number", "default": 95.5},
-        "status": {"type": "string", "enum": ["active", "inactive", "pending"], "default": "active"},
-        "verified": {"type": "boolean", "default": True},
-    },
-}
-SEP1330 = {
-    "type": "object",
-    "properties": {
-        "untitledSingle": {"type": "string", "enum": ["option1", "option2", "option3"]},
-        "titledSingle": {
-            "type": "string",
-            "oneOf": [
-                {"const": "value1", "title": "First Option"},
-                {"const": "value2", "title": "Second Option"},
-                {"const": "value3", "title": "Third Option"},
-            ],
-        },
-        "legacyEnum": {
-            "type": "string",
-            "enum": ["opt1", "opt2", "opt3"],
-            "enumNames": ["Option One", "Option Two", "Option Three"],
-        },
-        "untitledMulti": {"type": "array", "items": {"type": "string", "enum": ["option1", "option2", "option3"]}},
-        "titledMulti": {
-            "type": "array",
-            "items": {
-                "anyOf": [
-                    {"const": "value1", "title": "First Choice"},
-                    {"const": "value2", "title": "Second Choice"},
-                    {"const": "value3", "title": "Third Choice"},
-                ]
-            },
-        },
-    },
-}
 
 
 class FixtureServer:

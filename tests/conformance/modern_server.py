@@ -33,6 +33,7 @@ from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.streamable_http import EventCallback, EventMessage, EventStore
 from mcp.shared.exceptions import MCPError
 from mcp_types import JSONRPCMessage
+from scenario_schemas import JSON_SCHEMA_2020_12, SEP1034, SEP1330
 
 # A 1x1 red PNG and a tiny silent WAV.
 PNG = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8DwHwAFBQIAX8jx0gAAAABJRU5ErkJggg=="
@@ -243,48 +244,6 @@ async def test_elicitation(message: str, ctx: Context) -> types.CallToolResult |
     return await legacy_elicit(ctx, message, schema)
 
 
-SEP1034 = {
-    "type": "object",
-    "properties": {
-        "name": {"type": "string", "default": "John Doe"},
-        "age": {"type": "integer", "default": 30},
-        "score": {"type": "number", "default": 95.5},
-        "status": {"type": "string", "enum": ["active", "inactive", "pending"], "default": "active"},
-        "verified": {"type": "boolean", "default": True},
-    },
-}
-SEP1330 = {
-    "type": "object",
-    "properties": {
-        "untitledSingle": {"type": "string", "enum": ["option1", "option2", "option3"]},
-        "titledSingle": {
-            "type": "string",
-            "oneOf": [
-                {"const": "value1", "title": "First Option"},
-                {"const": "value2", "title": "Second Option"},
-                {"const": "value3", "title": "Third Option"},
-            ],
-        },
-        "legacyEnum": {
-            "type": "string",
-            "enum": ["opt1", "opt2", "opt3"],
-            "enumNames": ["Option One", "Option Two", "Option Three"],
-        },
-        "untitledMulti": {"type": "array", "items": {"type": "string", "enum": ["option1", "option2", "option3"]}},
-        "titledMulti": {
-            "type": "array",
-            "items": {
-                "anyOf": [
-                    {"const": "value1", "title": "First Choice"},
-                    {"const": "value2", "title": "Second Choice"},
-                    {"const": "value3", "title": "Third Choice"},
-                ]
-            },
-        },
-    },
-}
-
-
 @app.tool(description="Elicitation with defaults (2025-11-25).")
 async def test_elicitation_sep1034_defaults(ctx: Context) -> types.CallToolResult | types.InputRequiredResult:
     return await legacy_elicit(ctx, "Please review", SEP1034)
@@ -421,32 +380,6 @@ async def test_trigger_tool_change(ctx: Context) -> types.CallToolResult:
 async def test_trigger_prompt_change(ctx: Context) -> types.CallToolResult:
     await ctx.notify_prompts_changed()
     return result(text("Mutation triggered"))
-
-
-# SEP-2106: the whole 2020-12 vocabulary may appear in an input schema, and must be listed as written.
-JSON_SCHEMA_2020_12 = {
-    "$schema": "https://json-schema.org/draft/2020-12/schema",
-    "type": "object",
-    "$defs": {
-        "address": {
-            "$anchor": "addressDef",
-            "type": "object",
-            "properties": {"street": {"type": "string"}, "city": {"type": "string"}},
-        }
-    },
-    "properties": {
-        "name": {"type": "string"},
-        "address": {"$ref": "#/$defs/address"},
-        "contactMethod": {"type": "string", "enum": ["phone", "email"]},
-        "phone": {"type": "string"},
-        "email": {"type": "string"},
-    },
-    "allOf": [{"anyOf": [{"required": ["phone"]}, {"required": ["email"]}]}],
-    "if": {"properties": {"contactMethod": {"const": "phone"}}, "required": ["contactMethod"]},
-    "then": {"required": ["phone"]},
-    "else": {"required": ["email"]},
-    "additionalProperties": False,
-}
 
 
 @app.tool(description="Tool with JSON Schema 2020-12 features")
