@@ -8,6 +8,8 @@ import socket
 import subprocess
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 INIT = {
@@ -35,6 +37,29 @@ def wait_listening(port: int, process: subprocess.Popen | None = None, seconds: 
         except OSError:
             time.sleep(0.05)
     raise AssertionError(f"nothing listens on port {port}")
+
+
+@contextmanager
+def mcp_over_http(
+    argv: list[str], env: dict[str, str] | None = None, stderr: object = subprocess.DEVNULL
+) -> Iterator[str]:
+    """A server started from ``argv`` (each ``PORT`` in it, and ``$PORT`` in its environment,
+    a free port of 127.0.0.1) until it listens; yields its MCP endpoint's URL, stops it after."""
+    port = free_port()
+    environment = None if env is None else {**env, "PORT": str(port)}
+    process = subprocess.Popen(
+        [part.replace("PORT", str(port)) for part in argv],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=stderr,  # type: ignore[arg-type]
+        env=environment,
+    )
+    try:
+        wait_listening(port, process)
+        yield f"http://127.0.0.1:{port}/mcp"
+    finally:
+        process.terminate()
+        process.wait(timeout=15)
 
 
 def serve_in_thread(handler: type[BaseHTTPRequestHandler]) -> ThreadingHTTPServer:

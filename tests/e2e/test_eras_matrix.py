@@ -25,13 +25,13 @@ import os
 import re
 import subprocess
 import sys
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack
 from pathlib import Path
 
 import pytest
 
 from tests.e2e.conftest import EVERYTHING, PYTHON1, ROOT, http_proxy, write_config
-from tests.loopback import free_port, wait_listening
+from tests.loopback import mcp_over_http
 
 pytestmark = pytest.mark.e2e
 HERE = Path(__file__).parent
@@ -79,22 +79,8 @@ CELLS = [
 ]
 
 
-@contextmanager
 def http_upstream(argv: list[str], env: dict[str, str] | None = None):
-    port = free_port()
-    process = subprocess.Popen(
-        [part.replace("PORT", str(port)) for part in argv],
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        env={**os.environ, "PORT": str(port), **(env or {})},
-    )
-    try:
-        wait_listening(port, process)
-        yield f"http://127.0.0.1:{port}/mcp"
-    finally:
-        process.terminate()
-        process.wait(timeout=15)
+    return mcp_over_http(argv, env={**os.environ, **(env or {})})
 
 
 def column_config(stack: ExitStack, directory: Path, column: str, front: str, repo: Path) -> Path:

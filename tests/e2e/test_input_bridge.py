@@ -15,7 +15,7 @@ from contextlib import contextmanager
 import pytest
 
 from tests.e2e.conftest import ROOT, RawProxy, http_proxy, write_config
-from tests.loopback import free_port, wait_listening
+from tests.loopback import mcp_over_http
 
 pytestmark = pytest.mark.e2e
 SERVER = ROOT / "tests" / "e2e" / "modern_asking_server.py"
@@ -31,22 +31,9 @@ def sdk1(python1, *args):
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-@contextmanager
 def modern_http_server():
     """The asking server over Streamable HTTP on 127.0.0.1; yields its URL."""
-    port = free_port()
-    process = subprocess.Popen(
-        [str(PYTHON2), str(SERVER), "http", str(port)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        env={"PATH": "/usr/bin:/bin"},
-    )
-    try:
-        wait_listening(port, process)
-        yield f"http://127.0.0.1:{port}/mcp"
-    finally:
-        process.terminate()
-        process.wait(timeout=15)
+    return mcp_over_http([str(PYTHON2), str(SERVER), "http", "PORT"], env={"PATH": "/usr/bin:/bin"})
 
 
 def test_sdk1_over_stdio_answers_every_question_of_a_modern_server(python1, tmp_path):

@@ -11,7 +11,6 @@ SDK retries with each input, and the server gets every answer on its own request
 
 from __future__ import annotations
 
-import subprocess
 import sys
 
 import anyio
@@ -21,7 +20,7 @@ from mcp import Client, StdioServerParameters
 from mcp.shared.exceptions import MCPError
 
 from tests.e2e.conftest import http_proxy, write_config
-from tests.loopback import free_port, wait_listening
+from tests.loopback import mcp_over_http
 
 pytestmark = pytest.mark.e2e
 
@@ -45,15 +44,8 @@ url = "{url}"
 
 @pytest.fixture
 def asking_http(python1):
-    port = free_port()
-    argv = [str(python1), ASKING, str(port)]
-    process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        wait_listening(port, process)
-        yield f"http://127.0.0.1:{port}/mcp"
-    finally:
-        process.terminate()
-        process.wait(timeout=10)
+    with mcp_over_http([str(python1), ASKING, "PORT"]) as url:
+        yield url
 
 
 async def on_elicit(context, params):

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.e2e.conftest import ROOT
-from tests.loopback import free_port, wait_listening
+from tests.loopback import mcp_over_http
 
 pytestmark = pytest.mark.e2e
 HERE = Path(__file__).parent
@@ -32,17 +32,8 @@ def drive(mode: str, target: str) -> dict:
 
 @contextmanager
 def server_over_http(log: Path):
-    port = free_port()
-    with open(log, "wb") as output:
-        process = subprocess.Popen(
-            [sys.executable, str(SERVER), "http", str(port)], stdin=subprocess.DEVNULL, stderr=output
-        )
-        try:
-            wait_listening(port, process)
-            yield f"http://127.0.0.1:{port}/mcp"
-        finally:
-            process.terminate()
-            process.wait(timeout=10)
+    with open(log, "wb") as output, mcp_over_http([sys.executable, str(SERVER), "http", "PORT"], stderr=output) as url:
+        yield url
 
 
 def check(seen: dict, mode: str) -> None:

@@ -9,13 +9,12 @@ import json
 import subprocess
 import sys
 import time
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
 from tests.e2e.conftest import ROOT, RawProxy, fake, http_proxy, write_config
-from tests.loopback import INIT, free_port, wait_listening
+from tests.loopback import INIT, mcp_over_http
 
 pytestmark = pytest.mark.e2e
 HERE = ROOT / "tests" / "upstream_modern"
@@ -31,22 +30,12 @@ def stdio_table(protocol: str = "auto", steps_file: Path | None = None) -> str:
     return table
 
 
-@contextmanager
 def modern_http_server(steps_file: Path | None = None):
     """The modern server over Streamable HTTP on 127.0.0.1; yields its URL."""
-    port = free_port()
     env = {"PATH": "/usr/bin:/bin"}
     if steps_file is not None:
         env["FIXTURE_STEPS_FILE"] = str(steps_file)
-    process = subprocess.Popen(
-        [str(PYTHON2), str(SERVER), "http", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env
-    )
-    try:
-        wait_listening(port, process)
-        yield f"http://127.0.0.1:{port}/mcp"
-    finally:
-        process.terminate()
-        process.wait(timeout=15)
+    return mcp_over_http([str(PYTHON2), str(SERVER), "http", "PORT"], env=env)
 
 
 def sdk1(python1, *args):
