@@ -232,8 +232,10 @@ def main() -> int:
     args = parser.parse_args()
     n_latency, n_calls, repeats = (300, 2000, 1) if args.quick else (2000, 20000, 5)
     if args.era:
+        repeats = 3 if args.quick else 11
+        print(f"{os.cpu_count()} cores, median of {repeats} interleaved runs")
         with tempfile.TemporaryDirectory() as tmp:
-            print_era(era_cost(Path(tmp), n_calls, 3 if args.quick else 11))
+            print_era(era_cost(Path(tmp), n_calls, repeats))
         return 0
     direct_port, proxy_port = free_port(), free_port()
     with tempfile.TemporaryDirectory() as tmp:

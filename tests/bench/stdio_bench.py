@@ -301,11 +301,13 @@ def main() -> int:
     parser.add_argument("--era", action="store_true", help="only the modern/legacy CPU row (more repeats)")
     args = parser.parse_args()
     n_latency, n_calls, n_list, repeats = (300, 3000, 100, 1) if args.quick else (2000, 20000, 500, 5)
+    if args.era:
+        repeats = 3 if args.quick else 11
     print(f"{os.cpu_count()} cores, Python {sys.version.split()[0]}, median of {repeats} interleaved runs\n")
     with tempfile.TemporaryDirectory() as tmp:
         directory = Path(tmp)
         if args.era:
-            print_era("stdio", era_cost(directory, n_calls, 3 if args.quick else 11))
+            print_era("stdio", era_cost(directory, n_calls, repeats))
             return 0
         era = era_cost(directory, n_calls, repeats)
         results = {
