@@ -197,6 +197,8 @@ class PluginGate:
 
     def forget_client(self, key: int) -> None:
         """A client left: stop deciding on its requests, forget the ones watched."""
+        if not self.hooking and not self.watched:  # no plugin watches anything (every stateless request ends here)
+            return
         for hooking in [h for h in self.hooking if h[0] == key]:
             self.hooking.pop(hooking).cancel()
         for watched in [w for w in self.watched if w[0] == key]:

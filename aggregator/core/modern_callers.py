@@ -74,7 +74,7 @@ from aggregator.mcp.modern import (
     tasks_required,
     unsupported_version,
 )
-from aggregator.mcp.versions import ALL_VERSIONS, DISCOVER, MODERN, is_modern
+from aggregator.mcp.versions import ALL_VERSIONS, DISCOVER, MODERN
 
 log = logging.getLogger(__name__)
 
@@ -100,7 +100,7 @@ class ModernCallers(RouterState):
                 return [ToClient(client.key, _connection_is_modern(id, requested))]
             return [ToClient(client.key, _missing_meta(id, method, f"_meta with {PROTOCOL_VERSION}"))]
         version = meta[PROTOCOL_VERSION]
-        if not is_modern(version):
+        if version not in MODERN:  # ``is_modern``, without a call on every request
             return [ToClient(client.key, unsupported_version(id, version))]
         capabilities = meta.get(CLIENT_CAPABILITIES)
         if type(capabilities) is not dict:
@@ -151,8 +151,15 @@ class ModernCallers(RouterState):
         self, client: ClientState, pending: Pending, message: dict[str, Any], link: UpstreamLink
     ) -> None:
         """An upstream's answer to a modern caller, stamped in place."""
-        depends = pending.method in CACHEABLE and self._depends_on_caller(client, link)
-        stamp_answer(message, pending.method, depends_on_caller=depends)
+        method = pending.method
+        if method not in CACHEABLE:  # a call's result: ``stamp_result`` without cache hints, inline
+            result = message.get("result")
+            if type(result) is dict and RESULT_TYPE not in result and "_meta" not in result:
+                result[RESULT_TYPE] = COMPLETE
+                result["_meta"] = {SERVER_INFO: IDENTITY}
+                return
+        depends = method in CACHEABLE and self._depends_on_caller(client, link)
+        stamp_answer(message, method, depends_on_caller=depends)
 
     def _discover(self, client: ClientState, message: dict[str, Any]) -> list[Command]:
         """server/discover, from either era: the revisions the proxy speaks, and what it

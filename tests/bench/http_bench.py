@@ -6,8 +6,12 @@ Direct: the echo server's own HTTP front (``http_echo_server``). Through the pro
 ``aggregator serve --http`` in front of the same echo server over stdio. A small driver
 on raw sockets (keep-alive, one request per connection at a time) measures the median
 latency at 1 in flight and the throughput at 16 in flight (16 connections), medians of
-interleaved runs; then what 200 idle sessions cost the proxy in memory. Every loop is
-bounded in count and time.
+interleaved runs; then what 200 idle sessions cost the proxy in memory. Then the
+protocol-era row: proxy CPU per ``tools/call`` for a legacy session against modern
+(2026-07-28) stateless calls (each a POST without a session, with its ``_meta`` envelope
+and the MCP-Protocol-Version, Mcp-Method and Mcp-Name headers), against one proxy in front
+of the fast (batched) echo server, interleaved (``--era`` runs that row alone). Every loop
+is bounded in count and time.
 """
 
 from __future__ import annotations
@@ -43,7 +47,9 @@ class Connection:
             f"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1:{self.port}\r\nContent-Type: application/json\r\n"
             f"Accept: application/json, text/event-stream\r\nContent-Length: {len(body)}\r\n"
         )
-        if session:
+        if session == MODERN:
+            head += MODERN_HEADERS
+        elif session:
             head += f"Mcp-Session-Id: {session}\r\nMCP-Protocol-Version: 2025-11-25\r\n"
         return head.encode() + b"\r\n" + body
 
@@ -86,10 +92,22 @@ INIT = orjson.dumps(
 )
 
 
-def call_body(tool: str, id: int) -> bytes:
-    return orjson.dumps(
-        {"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {"name": tool, "arguments": {"x": "hello"}}}
-    )
+# In place of a session id: the call is a modern (2026-07-28) stateless one, a POST with no
+# session whose body carries the `_meta` envelope and whose headers mirror the body.
+MODERN = "modern"
+MODERN_META = {
+    "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+    "io.modelcontextprotocol/clientCapabilities": {},
+    "io.modelcontextprotocol/clientInfo": {"name": "bench", "version": "0"},
+}
+MODERN_HEADERS = "MCP-Protocol-Version: 2026-07-28\r\nMcp-Method: tools/call\r\nMcp-Name: s0__tool0\r\n"
+
+
+def call_body(tool: str, id: int, session: str | None = None) -> bytes:
+    params: dict = {"name": tool, "arguments": {"x": "hello"}}
+    if session == MODERN:
+        params["_meta"] = MODERN_META
+    return orjson.dumps({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": params})
 
 
 def open_session(port: int) -> str:
@@ -103,7 +121,7 @@ def latency_ms(port: int, session: str, tool: str, count: int) -> float:
     deadline = time.monotonic() + TIME_LIMIT
     for i in range(count):
         start = time.perf_counter()
-        _, body = connection.call(call_body(tool, i), session)
+        _, body = connection.call(call_body(tool, i, session), session)
         samples.append(time.perf_counter() - start)
         assert b'"result"' in body, body
         if time.monotonic() > deadline:
@@ -111,7 +129,8 @@ def latency_ms(port: int, session: str, tool: str, count: int) -> float:
     return statistics.median(samples) * 1000
 
 
-def throughput(port: int, session: str, tool: str, count: int, in_flight: int = 16) -> float:
+def throughput(port: int, session: str, tool: str, count: int, in_flight: int = 16, counted: bool = False):
+    """Calls per second with `in_flight` connections; with `counted`, (rate, calls done)."""
     selector = selectors.DefaultSelector()
     connections = [Connection(port) for _ in range(in_flight)]
     sent = done = 0
@@ -120,7 +139,7 @@ def throughput(port: int, session: str, tool: str, count: int, in_flight: int = 
     for connection in connections:
         connection.sock.setblocking(False)
         selector.register(connection.sock, selectors.EVENT_READ, connection)
-        connection.sock.send(connection.request_bytes(call_body(tool, sent), session))
+        connection.sock.send(connection.request_bytes(call_body(tool, sent, session), session))
         sent += 1
     while done < sent:
         for key, _ in selector.select(timeout=5):
@@ -130,13 +149,13 @@ def throughput(port: int, session: str, tool: str, count: int, in_flight: int = 
                 assert b'"result"' in response[1], response
                 done += 1
                 if sent < count and time.monotonic() < deadline:
-                    connection.sock.send(connection.request_bytes(call_body(tool, sent), session))
+                    connection.sock.send(connection.request_bytes(call_body(tool, sent, session), session))
                     sent += 1
     elapsed = time.perf_counter() - start
     for connection in connections:
         selector.unregister(connection.sock)
         connection.sock.close()
-    return done / elapsed
+    return (done / elapsed, done) if counted else done / elapsed
 
 
 def rss_mb(pid: int) -> float:
@@ -146,11 +165,78 @@ def rss_mb(pid: int) -> float:
     return float("nan")
 
 
+def cpu_ns(pid: int) -> int:
+    """CPU time of all of a process's threads, in ns (``schedstat``)."""
+    total = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            total += int((task / "schedstat").read_text().split()[0])
+        except (FileNotFoundError, ProcessLookupError):
+            continue  # a thread that ended meanwhile
+    return total
+
+
+def start_proxy(config: Path, port: int) -> subprocess.Popen:
+    argv = [sys.executable, "-m", "aggregator", "serve", "--http", f"127.0.0.1:{port}", "--config", str(config)]
+    return subprocess.Popen([*argv, "--log-level", "warning"], cwd=ROOT, stdin=subprocess.DEVNULL)
+
+
+def era_cost(directory: Path, n_calls: int, repeats: int) -> dict:
+    """Proxy CPU per tools/call, 16 in flight, one proxy in front of the fast echo server:
+    a legacy session's calls and modern stateless calls, interleaved (alternating which
+    goes first). Returns the per-repeat figures (µs) and their ratios."""
+    config = directory / "era.toml"
+    config.write_text(
+        f'[proxy]\nmax_in_flight_per_session = 256\n[servers.s0]\ncommand = "{sys.executable}"\n'
+        f'args = ["-m", "tests.bench.echo_server", "--batched"]\ncwd = "{ROOT}"\n'
+    )
+    port = free_port()
+    proxy = start_proxy(config, port)
+    cpu: dict[str, list[float]] = {"legacy": [], "modern": []}
+    ratios = []
+    try:
+        wait_listening(port, seconds=30)
+        sessions = {"legacy": open_session(port), "modern": MODERN}
+        _, answer = Connection(port).call(call_body("s0__tool0", 1, MODERN), MODERN)
+        assert orjson.loads(answer)["result"]["resultType"] == "complete", answer
+        for session in sessions.values():
+            throughput(port, session, "s0__tool0", 2000)  # warm up
+        for i in range(repeats):
+            order = list(sessions.items())
+            for name, session in order if i % 2 == 0 else order[::-1]:
+                before = cpu_ns(proxy.pid)
+                _, calls = throughput(port, session, "s0__tool0", n_calls, counted=True)
+                cpu[name].append((cpu_ns(proxy.pid) - before) / calls / 1e3)
+            ratios.append(cpu["modern"][-1] / cpu["legacy"][-1])
+    finally:
+        proxy.terminate()
+        proxy.wait(timeout=15)
+    return {"cpu": cpu, "ratios": ratios}
+
+
+def print_era(era: dict) -> None:
+    legacy, modern = statistics.median(era["cpu"]["legacy"]), statistics.median(era["cpu"]["modern"])
+    ratios = era["ratios"]
+    ratio = statistics.median(ratios)
+    print(
+        f"proxy CPU per tools/call, 16 in flight: legacy session {legacy:.1f} us, modern stateless "
+        f"{modern:.1f} us, modern/legacy {ratio:.3f}x (spread {min(ratios):.3f}-{max(ratios):.3f} over "
+        f"{len(ratios)} runs)   target <= 1.02x {'ok' if ratio <= 1.02 else 'MISSED'}"
+    )
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--era", action="store_true", help="only the modern/legacy CPU row (more repeats)")
     args = parser.parse_args()
     n_latency, n_calls, repeats = (300, 2000, 1) if args.quick else (2000, 20000, 5)
+    if args.era:
+        repeats = 3 if args.quick else 11
+        print(f"{os.cpu_count()} cores, median of {repeats} interleaved runs")
+        with tempfile.TemporaryDirectory() as tmp:
+            print_era(era_cost(Path(tmp), n_calls, repeats))
+        return 0
     direct_port, proxy_port = free_port(), free_port()
     with tempfile.TemporaryDirectory() as tmp:
         config = Path(tmp) / "bench.toml"
@@ -209,6 +295,8 @@ def main() -> int:
         f"throughput, 16 in flight: direct {thr['direct']:,.0f}/s, proxy {thr['proxy']:,.0f}/s, "
         f"{ratio:.2f}x   target >= 0.25x {'ok' if ratio >= 0.25 else 'MISSED'}"
     )
+    with tempfile.TemporaryDirectory() as tmp:
+        print_era(era_cost(Path(tmp), n_calls, repeats))
     print(f"200 idle sessions: +{idle_cost:.1f} MB   target <= 20 MB {'ok' if idle_cost <= 20 else 'MISSED'}")
     return 0
 

@@ -8,7 +8,9 @@ the upstream behind `aggregator serve --stdio`. Runs are interleaved and repeate
 medians are reported as ratios against the direct upstream. Two upstreams: a typical one
 that answers line by line (as hand-written servers and the SDKs do), and a batched one
 so fast that the proxy's own cost dominates. Also: proxy CPU per call, tools/list with 50
-upstreams against 1 (same 500 tools in total), and the proxy's RSS with 10 upstreams.
+upstreams against 1 (same 500 tools in total), the proxy's RSS with 10 upstreams, and
+the protocol-era row: proxy CPU per call for a legacy session against modern (2026-07-28)
+stateless calls, each carrying its ``_meta`` envelope (``--era`` runs that row alone).
 Every loop is bounded in count and time. Not part of the default test run.
 """
 
@@ -82,6 +84,16 @@ class Peer:
         fields = Path(f"/proc/{self.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
         return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
+    def cpu_ns(self) -> int:
+        """CPU time of all its threads, in ns (``schedstat``: finer than ``cpu_seconds``' ticks)."""
+        total = 0
+        for task in Path(f"/proc/{self.process.pid}/task").iterdir():
+            try:
+                total += int((task / "schedstat").read_text().split()[0])
+            except (FileNotFoundError, ProcessLookupError):
+                continue  # a thread that ended meanwhile
+        return total
+
     def rss_mb(self) -> float:
         for line in Path(f"/proc/{self.process.pid}/status").read_text().splitlines():
             if line.startswith("VmRSS:"):
@@ -110,9 +122,20 @@ def latency_ms(peer: Peer, tool: str, count: int) -> float:
     return statistics.median(samples) * 1000
 
 
-def throughput(peer: Peer, tool: str, count: int, in_flight: int = 16) -> tuple[float, int]:
-    """Calls per second with `in_flight` outstanding; returns (rate, calls done)."""
+# What a modern (2026-07-28) client puts in every request instead of an initialize.
+MODERN_META = {
+    "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+    "io.modelcontextprotocol/clientCapabilities": {},
+    "io.modelcontextprotocol/clientInfo": {"name": "bench", "version": "0"},
+}
+
+
+def throughput(peer: Peer, tool: str, count: int, in_flight: int = 16, meta: dict | None = None) -> tuple[float, int]:
+    """Calls per second with `in_flight` outstanding; returns (rate, calls done). With
+    `meta`, each call carries it as its `_meta` (a modern stateless call)."""
     params = {"name": tool, "arguments": {"x": "hello"}}
+    if meta is not None:
+        params["_meta"] = meta
     sent = done = 0
     deadline = time.monotonic() + TIME_LIMIT
     start = time.perf_counter()
@@ -229,14 +252,64 @@ def policy_cost(directory: Path, n_latency: int, n_calls: int, repeats: int) -> 
     }
 
 
+def era_cost(directory: Path, n_calls: int, repeats: int) -> dict:
+    """Proxy CPU per tools/call, 16 in flight, against the same fast upstream: a legacy
+    session (initialize once, then calls) and a modern connection (no initialize, each
+    call with its own `_meta`), each its own proxy process (a stdio connection serves one
+    era), interleaved. Returns the per-repeat figures (µs) and their ratios."""
+    config = write_config(directory, 1, 10, "--batched")
+    legacy = aggregator(config)
+    modern = Peer(
+        [sys.executable, "-m", "aggregator", "serve", "--stdio", "--config", str(config), "--log-level", "warning"]
+    )
+    cpu: dict[str, list[float]] = {"legacy": [], "modern": []}
+    ratios = []
+    try:
+        answer = modern.call("tools/call", {"name": "s0__tool0", "arguments": {"x": "hello"}, "_meta": MODERN_META})
+        assert answer["result"]["resultType"] == "complete", answer
+        for peer, meta in ((legacy, None), (modern, MODERN_META)):
+            throughput(peer, "s0__tool0", 2000, meta=meta)  # warm up
+        for i in range(repeats):
+            order = [("legacy", legacy, None), ("modern", modern, MODERN_META)]
+            for name, peer, meta in order if i % 2 == 0 else order[::-1]:
+                before = peer.cpu_ns()
+                _, calls = throughput(peer, "s0__tool0", n_calls, meta=meta)
+                cpu[name].append((peer.cpu_ns() - before) / calls / 1e3)
+            ratios.append(cpu["modern"][-1] / cpu["legacy"][-1])
+    finally:
+        legacy.close()
+        modern.close()
+    return {"cpu": cpu, "ratios": ratios}
+
+
+def print_era(label: str, era: dict) -> None:
+    """The era row: medians, the ratio's median and its spread over the repeats."""
+    legacy, modern = statistics.median(era["cpu"]["legacy"]), statistics.median(era["cpu"]["modern"])
+    ratios = era["ratios"]
+    ratio = statistics.median(ratios)
+    print(
+        f"{label}: proxy CPU per tools/call, 16 in flight: legacy session {legacy:.1f} us, "
+        f"modern stateless {modern:.1f} us, modern/legacy {ratio:.3f}x "
+        f"(spread {min(ratios):.3f}-{max(ratios):.3f} over {len(ratios)} runs)   "
+        f"target <= 1.02x {'ok' if ratio <= 1.02 else 'MISSED'}"
+    )
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer calls and repeats (a smoke run)")
+    parser.add_argument("--era", action="store_true", help="only the modern/legacy CPU row (more repeats)")
     args = parser.parse_args()
     n_latency, n_calls, n_list, repeats = (300, 3000, 100, 1) if args.quick else (2000, 20000, 500, 5)
+    if args.era:
+        repeats = 3 if args.quick else 11
     print(f"{os.cpu_count()} cores, Python {sys.version.split()[0]}, median of {repeats} interleaved runs\n")
     with tempfile.TemporaryDirectory() as tmp:
         directory = Path(tmp)
+        if args.era:
+            print_era("stdio", era_cost(directory, n_calls, repeats))
+            return 0
+        era = era_cost(directory, n_calls, repeats)
         results = {
             "typical upstream (line by line)": compare(directory, [], n_latency, n_calls, repeats),
             "fast upstream (batched)": compare(directory, ["--batched"], n_latency, n_calls, repeats),
@@ -284,6 +357,7 @@ def main() -> int:
         f"{list_many:.3f} ms: {list_many / list_one:.2f}x   target <= 2x "
         f"{'ok' if list_many / list_one <= 2 else 'MISSED'}"
     )
+    print_era("protocol eras (fast upstream)", era)
     print(f"proxy RSS with 10 upstreams: {rss:.1f} MB   target <= 40 MB {'ok' if rss <= 40 else 'MISSED'}")
     plain, ruled = policy["rate"]["plain"], policy["rate"]["rules"]
     print(
