@@ -180,6 +180,30 @@ def test_initialize_refused_with_a_modern_error_is_probed_next_time():
     assert type(failed) is Failed and life.learnt == "modern"
 
 
+def test_initialize_unknown_after_a_timed_out_probe_is_probed_next_time_with_the_init_timeout():
+    """A modern-only server slower than discover_timeout answers initialize with -32601:
+    it is not taken for legacy for good; the next connection probes it again, longer."""
+    life = lifecycle()
+    sent(life.connected(0.0, {}))
+    [init] = sent(life.expire(2.0))
+    [failed] = reply(life, init, error(-32601), now=2.1)
+    assert type(failed) is Failed and life.learnt == "modern"
+    assert "discover_timeout" in failed.reason and f'protocol = "{MODERN_LATEST}"' in failed.reason
+    again = lifecycle(era=life.learnt)
+    [probe] = sent(again.connected(0.0, {}))
+    assert probe["method"] == "server/discover" and again.next_deadline() == 10.0
+    out = reply(again, probe, {"result": discover_result()}, now=6.0)
+    assert again.modern and [type(o) for o in out if type(o) is Ready]
+
+
+def test_initialize_unknown_after_an_answered_probe_stays_a_plain_failure():
+    life = lifecycle()
+    [probe] = sent(life.connected(0.0, {}))
+    [init] = sent(reply(life, probe, error(-32601)))
+    [failed] = reply(life, init, error(-32601))
+    assert type(failed) is Failed and life.learnt == "legacy" and "discover_timeout" not in failed.reason
+
+
 # --- through the router ------------------------------------------------------------------
 
 
