@@ -429,6 +429,41 @@ def test_a_modern_clients_listen_on_a_resource_replaces_the_servers_listen(route
     assert "resourceSubscriptions" not in third["params"]["notifications"]
 
 
+def test_a_legacy_subscriber_and_a_modern_listen_share_one_resource_of_a_modern_server(router):
+    """Two callers of both eras following one URI: the server's listen names it once, each
+    caller gets its update, and it stays followed until the last one lets it go."""
+    [first] = listens(modern_serves(router, caps=LISTEN_CAPS))
+    router.startup_completed()
+    connect(router, 1)
+    [second] = listens(router.client_message(1, msg(id=2, method="resources/subscribe", params={"uri": "m+test://r"})))
+    assert second["params"]["notifications"]["resourceSubscriptions"] == ["test://r"]
+    router.client_connected(5)
+    meta = {modern.PROTOCOL_VERSION: MODERN_LATEST, modern.CLIENT_CAPABILITIES: {}}
+    out = router.client_message(
+        5,
+        msg(
+            id="L",
+            method="subscriptions/listen",
+            params={"_meta": meta, "notifications": {"resourceSubscriptions": ["m+test://r"]}},
+        ),
+    )
+    [ack] = [c.message for c in out if type(c) is ToClient]
+    assert ack["params"]["notifications"]["resourceSubscriptions"] == ["m+test://r"]
+    assert not [c for c in out if type(c) is ToServer]  # followed already: the listen stays as it is
+
+    def updated():
+        update = {"uri": "test://r", "_meta": {modern.SUBSCRIPTION_ID: second["id"]}}
+        out = router.server_message("m", msg(method="notifications/resources/updated", params=update))
+        return sorted((key, notice["params"]["uri"]) for kind, key, notice in unpack(out) if kind == "ToClient")
+
+    assert updated() == [(1, "m+test://r"), (5, "m+test://r")]
+    out = router.client_message(1, msg(id=3, method="resources/unsubscribe", params={"uri": "m+test://r"}))
+    assert not listens(out)  # the modern caller still follows it
+    assert updated() == [(5, "m+test://r")]
+    [third] = listens(router.client_message(5, msg(method="notifications/cancelled", params={"requestId": "L"})))
+    assert "resourceSubscriptions" not in third["params"]["notifications"] and first["id"] != third["id"]
+
+
 def test_a_listen_that_ends_is_opened_again_after_a_backoff(router):
     clock = router.clock
     [listen] = listens(modern_serves(router, caps=LISTEN_CAPS))
