@@ -16,7 +16,9 @@ Rules
    come from either era, at any time, and decides nothing: a dual-era client probes with it.
 2. Admission of a modern request, in order: a revision the proxy does not speak is -32022
    (``data.supported``); ``_meta`` without ``clientCapabilities`` as an object is -32602;
-   a log level that is not one is -32602; a method the revision removed or never had
+   a ``clientInfo`` that is not an object with a string name, a log level that is not one,
+   and a ``requestState`` that is not a string (tools/call, prompts/get, resources/read)
+   are -32602 (null means absent); a method the revision removed or never had
    (``modern.CLIENT_REQUESTS``) is -32601, but for the tasks extension's requests
    (``modern.TASK_REQUESTS``), which are -32021 unless ``clientCapabilities`` declare it
    (``core.tasks`` routes them). A request of a modern connection without
@@ -29,8 +31,9 @@ Rules
    caller wants (``logging/setLevel`` is never sent to a modern upstream).
 5. A modern caller gets no unsolicited notification: list changes and resource updates
    reach it only on an open ``subscriptions/listen`` (first the acknowledgement, each
-   tagged with the listen's id); it ends when the client cancels it or leaves, and a
-   shutdown answers it with a plain result.
+   tagged with the listen's id; a filter flag that is not a boolean, or
+   ``resourceSubscriptions`` that is not a list of strings, is -32602); it ends when the
+   client cancels it or leaves, and a shutdown answers it with a plain result.
 """
 
 from __future__ import annotations
@@ -60,9 +63,11 @@ from aggregator.mcp.modern import (
     CLIENT_INFO,
     CLIENT_REQUESTS,
     COMPLETE,
+    INPUT_REQUIRED_METHODS,
     LOG_LEVEL,
     PROTOCOL_VERSION,
     REMOVED_REQUESTS,
+    REQUEST_STATE,
     RESULT_TYPE,
     SERVER_INFO,
     SUBSCRIPTION_ID,
@@ -71,6 +76,7 @@ from aggregator.mcp.modern import (
     TTL,
     UNSUPPORTED_PROTOCOL_VERSION,
     declares_tasks,
+    echoed,
     tasks_required,
     unsupported_version,
 )
@@ -105,10 +111,20 @@ class ModernCallers(RouterState):
         capabilities = meta.get(CLIENT_CAPABILITIES)
         if type(capabilities) is not dict:
             return [ToClient(client.key, _missing_meta(id, method, f"{CLIENT_CAPABILITIES} (an object)"))]
+        info = meta.get(CLIENT_INFO)
+        if info is not None and (type(info) is not dict or type(info.get("name")) is not str):
+            text = f"Invalid params: _meta {CLIENT_INFO} must be an object with a string name"
+            return [ToClient(client.key, error_response(id, INVALID_PARAMS, text))]
         level = meta.get(LOG_LEVEL)
         if level is not None and level not in LEVELS:
             text = f"Invalid params: _meta {LOG_LEVEL} must be one of {', '.join(LEVELS)}"
             return [ToClient(client.key, error_response(id, INVALID_PARAMS, text))]
+        if method in INPUT_REQUIRED_METHODS:
+            params = message.get("params")
+            state = params.get(REQUEST_STATE) if type(params) is dict else None
+            if state is not None and type(state) is not str:
+                text = f"Invalid params: {REQUEST_STATE} must be a string (the one an input_required result gave)"
+                return [ToClient(client.key, error_response(id, INVALID_PARAMS, text))]
         if method not in CLIENT_REQUESTS:
             if method not in TASK_REQUESTS:
                 why = " (removed in protocol revision 2026-07-28)" if method in REMOVED_REQUESTS else ""
@@ -122,8 +138,7 @@ class ModernCallers(RouterState):
             client.modern = True
         client.protocol_version = version
         client.capabilities = capabilities
-        info = meta.get(CLIENT_INFO)
-        client.client_info = info if type(info) is dict else {}
+        client.client_info = info if info is not None else {}
         out = self._want_log_level(level) if level is not None else []
         answers = self._handle(client, message, self._requests[method])  # forwarding keeps its _meta
         for command in answers:
@@ -209,9 +224,16 @@ class ModernCallers(RouterState):
         wanted = params.get("notifications") if type(params) is dict else None
         if type(wanted) is not dict:
             raise RemoteProtocolError(INVALID_PARAMS, "Invalid params: notifications must be an object")
-        uris = wanted.get(_RESOURCE_SUBSCRIPTIONS, [])
-        if type(uris) is not list or not all(type(uri) is str for uri in uris):
-            raise RemoteProtocolError(INVALID_PARAMS, f"Invalid params: {_RESOURCE_SUBSCRIPTIONS} must be strings")
+        for flag, _kind in _LIST_FLAGS:  # a flag given as null means what its absence means
+            if wanted.get(flag) is not None and type(wanted[flag]) is not bool:
+                raise RemoteProtocolError(INVALID_PARAMS, f"Invalid params: notifications.{flag} must be a boolean")
+        uris = wanted.get(_RESOURCE_SUBSCRIPTIONS)
+        if uris is None:
+            uris = []
+        elif type(uris) is not list or not all(type(uri) is str for uri in uris):
+            raise RemoteProtocolError(
+                INVALID_PARAMS, f"Invalid params: notifications.{_RESOURCE_SUBSCRIPTIONS} must be a list of strings"
+            )
         if self.listens.count(client.key) >= self.max_in_flight:  # each is held until it ends
             raise RemoteProtocolError(
                 INVALID_REQUEST, f"Invalid request: too many open listens (limit {self.max_in_flight})"
@@ -345,5 +367,5 @@ def _connection_is_modern(id: Any, requested: object) -> dict[str, Any]:
         id,
         UNSUPPORTED_PROTOCOL_VERSION,
         f"This connection is serving protocol revision {MODERN[0]}; initialize ({shown[:40]}) needs a new connection",
-        {"supported": list(MODERN), "requested": requested},
+        {"supported": list(MODERN), "requested": echoed(requested)},
     )

@@ -15,7 +15,8 @@ A dual-era client (``2026-07-28/basic/versioning.mdx``) probes a server with
   modern era (then the connection fails and says so).
 
 ``UpstreamLifecycle`` acts on the verdict; no answer in time is its business (legacy for
-"auto", a failure when pinned).
+"auto", a failure when pinned); ``slow_probe`` says why a server that then does not know
+``initialize`` is probed again.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from typing import Any, NamedTuple
 from aggregator import __version__
 from aggregator.mcp import modern
 from aggregator.mcp.initialize import READ_CAPABILITIES
-from aggregator.mcp.versions import ALL_VERSIONS, MODERN, SUPPORTED
+from aggregator.mcp.versions import ALL_VERSIONS, MODERN, MODERN_LATEST, SUPPORTED
 
 # The ``_meta`` key of the proxy's own requests (and an answer) that names this running
 # proxy: a server that carries it back is this proxy itself.
@@ -133,6 +134,20 @@ def _modern_refusal(code: int, data: Any, said: str, *, pinned: bool, tried: set
     return Refused(
         f"it speaks only protocol {_short(shown)}, none of which the aggregator speaks ({', '.join(ALL_VERSIONS)})",
         code,
+    )
+
+
+NEXT = "a modern server; it is asked with server/discover next"
+
+
+def slow_probe(name: str, discover_timeout: float, init_timeout: float) -> str:
+    """Why a server that did not answer the probe in time and does not know ``initialize``
+    is taken for a slow modern server, and what the configuration can do about it."""
+    return (
+        f"it does not know initialize and did not answer server/discover within {discover_timeout}s"
+        f" (discover_timeout): a slow modern server? It is asked with server/discover again next"
+        f' start, for up to {init_timeout}s; to skip the probe, pin protocol = "{MODERN_LATEST}" or raise'
+        f" discover_timeout in [servers.{name}]"
     )
 
 

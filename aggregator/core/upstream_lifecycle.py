@@ -9,8 +9,9 @@ hands the outcomes to the router. The rules:
 - Era: a legacy ``protocol`` pins ``initialize`` proposing it; a modern one pins
   ``server/discover`` (never ``initialize``); "auto" probes with ``server/discover``
   within ``discover_timeout`` and acts on ``upstream_era.judge``; no answer in time means
-  legacy. What a connection ``learnt`` is kept by the router for the next one. A modern
-  connection is ready with the DiscoverResult; its own requests carry modern ``_meta``.
+  legacy (but "method not found" for ``initialize`` then means a slow modern server: the
+  next connection probes for ``init_timeout``). What a connection ``learnt`` is kept by the
+  router for the next. A modern connection is ready with the DiscoverResult.
 - Handshake: ``initialize`` with the capabilities given and this proxy's instance in its
   ``_meta`` (an aggregator that finds its own there refuses it; a result or DiscoverResult
   carrying it is refused), its result checked (``initialize_result_problem``), then
@@ -113,6 +114,7 @@ class UpstreamLifecycle:
         self.version: str | None = None  # the revision it speaks, once ready
         self.learnt: str | None = None  # what this connection learnt of the era, for the next
         self.probing = False  # its server/discover is unanswered (a server that exits now is legacy)
+        self._probe_late = False  # its server/discover went unanswered within discover_timeout
         self._tried: set[str] = set()  # revisions server/discover named
         self._offered: dict[str, Any] = {}  # the capabilities initialize declares
 
@@ -238,11 +240,9 @@ class UpstreamLifecycle:
         if self.protocol in MODERN or self.era == MODERN_ERA:
             self.probing = False
             return [self._fail(f"no answer to server/discover within {self.init_timeout}s")]
-        self.log.info(
-            "server %s: no answer to server/discover within %ss; taking it for a legacy server (initialize)",
-            self.name,
-            self.discover_timeout,
-        )
+        self._probe_late = True
+        said = "server %s: no answer to server/discover within %ss; taking it for a legacy server (initialize)"
+        self.log.info(said, self.name, self.discover_timeout)
         return [self._initialize(now)]
 
     # --- the handshake -----------------------------------------------------------------
@@ -254,11 +254,11 @@ class UpstreamLifecycle:
             error = message.get("error")
             if type(error) is dict and self._is_us(error.get("data")):  # it refused our initialize: it is us
                 return [self._itself()]
-            if outcome.code in modern.MODERN_ERRORS:  # a modern server after all: probe it next time
+            late = outcome.code == METHOD_NOT_FOUND and self._probe_late  # modern, slower than the probe
+            if outcome.code in modern.MODERN_ERRORS or late:  # a modern server after all: probe it next time
                 self.learnt = MODERN_ERA
-                return [
-                    self._fail(f"{outcome.text}: a modern server; it is asked with server/discover next", outcome.code)
-                ]
+                why = era.slow_probe(self.name, self.discover_timeout, self.init_timeout) if late else era.NEXT
+                return [self._fail(f"{outcome.text}: {why}", outcome.code)]
             return [self._fail(outcome.text, outcome.code)]
         assert type(outcome) is dict
         problem = initialize_result_problem(outcome)

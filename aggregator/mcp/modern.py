@@ -116,5 +116,19 @@ def unsupported_version(id: Any, requested: object) -> dict[str, Any]:
         id,
         UNSUPPORTED_PROTOCOL_VERSION,
         f"Unsupported protocol version {shown[:40]!r} (supported: {', '.join(ALL_VERSIONS)})",
-        {"supported": list(ALL_VERSIONS), "requested": requested},
+        {"supported": list(ALL_VERSIONS), "requested": echoed(requested)},
     )
+
+
+ECHO_LIMIT = 256  # characters of a refused value an error's data gives back
+
+
+def echoed(value: object) -> object:
+    """A refused value as an error's ``data`` gives it back: itself when short, else its
+    first ``ECHO_LIMIT`` characters (a string; a long list or object as its repr)."""
+    if type(value) is str:
+        return value if len(value) <= ECHO_LIMIT else value[:ECHO_LIMIT]
+    if value is None or type(value) in (bool, int, float):  # (the JSON reader keeps integers to 64 bits)
+        return value
+    shown = repr(value)
+    return value if len(shown) <= ECHO_LIMIT else shown[:ECHO_LIMIT]

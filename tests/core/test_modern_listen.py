@@ -130,12 +130,27 @@ def test_shutdown_ends_each_listen_with_a_plain_result(router):
 
 @pytest.mark.parametrize(
     "notifications",
-    [None, [], {"resourceSubscriptions": "a+demo://r/1"}, {"resourceSubscriptions": [1]}],
+    [
+        None,
+        [],
+        {"resourceSubscriptions": "a+demo://r/1"},
+        {"resourceSubscriptions": [1]},
+        {"toolsListChanged": "yes"},
+        {"resourcesListChanged": 1},
+        {"promptsListChanged": {}},
+    ],
 )
 def test_a_bad_filter_is_invalid_params(router, notifications):
     raw = msg(id=9, method="subscriptions/listen", params={"_meta": META, "notifications": notifications})
     [(_, _, refused)] = unpack(router.client_message(7, raw))
     assert refused["error"]["code"] == -32602 and not router.listens
+    if type(notifications) is dict:  # the message names the key that is wrong
+        assert f"notifications.{next(iter(notifications))}" in refused["error"]["message"]
+
+
+def test_a_filter_flag_given_as_null_means_not_wanted(router):
+    [(_, ack)] = to_clients(listen(router, 7, "L", toolsListChanged=None, resourceSubscriptions=None))
+    assert ack["method"] == ACK and ack["params"]["notifications"] == {}
 
 
 def test_a_client_holds_at_most_max_in_flight_listens(clock):

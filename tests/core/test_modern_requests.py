@@ -14,7 +14,14 @@ from aggregator.config import ServerConfig
 from aggregator.core.catalog import Catalog
 from aggregator.core.modern_results import cache_hints, list_page_suffix, modern_error, splice_page
 from aggregator.jsonrpc import loads
-from aggregator.mcp.modern import CLIENT_CAPABILITIES, LOG_LEVEL, PROTOCOL_VERSION, SERVER_INFO
+from aggregator.mcp.modern import (
+    CLIENT_CAPABILITIES,
+    CLIENT_INFO,
+    LOG_LEVEL,
+    PROTOCOL_VERSION,
+    SERVER_INFO,
+    unsupported_version,
+)
 from aggregator.mcp.versions import ALL_VERSIONS
 from tests.core.helpers import connect, make_router, msg, new_router, unpack
 
@@ -55,6 +62,10 @@ REFUSED = [
     ({PROTOCOL_VERSION: "2026-07-28"}, "tools/list", -32602, "clientCapabilities"),
     ({PROTOCOL_VERSION: "2026-07-28", CLIENT_CAPABILITIES: []}, "tools/list", -32602, "clientCapabilities"),
     (meta(**{LOG_LEVEL: "loud"}), "tools/call", -32602, "logLevel"),
+    (meta(**{CLIENT_INFO: 5}), "tools/list", -32602, "clientInfo"),
+    (meta(**{CLIENT_INFO: "me"}), "tools/call", -32602, "clientInfo"),
+    (meta(**{CLIENT_INFO: {"version": "1"}}), "tools/list", -32602, "clientInfo"),
+    (meta(**{CLIENT_INFO: {"name": 5, "version": "1"}}), "tools/list", -32602, "clientInfo"),
     (meta(), "ping", -32601, "removed"),
     (meta(), "logging/setLevel", -32601, "removed"),
     (meta(), "resources/subscribe", -32601, "removed"),
@@ -74,6 +85,48 @@ def test_a_modern_request_is_refused_with_the_revisions_error(router, request_me
         assert answer["error"]["data"]["supported"] == list(ALL_VERSIONS)
         assert answer["error"]["data"]["requested"] == request_meta[PROTOCOL_VERSION]
     assert not router.clients[7].in_flight and not any(o[0] == "ToServer" for o in out)
+
+
+@pytest.mark.parametrize("method", ["tools/call", "prompts/get", "resources/read"])
+@pytest.mark.parametrize("state", [5, {"x": 1}, ["s"], True])
+def test_a_request_state_that_is_not_a_string_is_invalid_params(router, method, state):
+    params = {"name": "a__fast", "uri": "a+demo://r/1", "arguments": {}, "requestState": state, "_meta": meta()}
+    answer = only_answer(unpack(router.client_message(7, msg(id="r", method=method, params=params))), 7)
+    assert (answer["id"], answer["error"]["code"]) == ("r", -32602)
+    assert "requestState must be a string" in answer["error"]["message"]
+    assert not router.clients[7].in_flight
+
+
+def test_a_null_request_state_or_client_info_means_absent(router):
+    params = {"name": "a__fast", "arguments": {}, "requestState": None, "_meta": meta(**{CLIENT_INFO: None})}
+    out = unpack(router.client_message(7, msg(id="r", method="tools/call", params=params)))
+    [(kind, server, sent)] = out
+    assert (kind, server, sent["method"]) == ("ToServer", "a", "tools/call")
+
+
+@pytest.mark.parametrize(
+    ("requested", "echoed"),
+    [
+        ("2099-01-01", "2099-01-01"),
+        ("x" * 256, "x" * 256),
+        ("x" * 100_000, "x" * 256),
+        (["2026-07-28"], ["2026-07-28"]),
+        (["y" * 1000], repr(["y" * 1000])[:256]),
+        (20260728, 20260728),
+        (None, None),
+    ],
+)
+def test_the_unsupported_version_error_gives_back_a_short_value_exactly_and_a_long_one_cut(requested, echoed):
+    refused = unsupported_version(1, requested)
+    assert refused["error"]["data"]["requested"] == echoed
+    assert len(refused["error"]["message"]) < 200
+
+
+def test_initialize_on_a_modern_connection_cuts_a_long_requested_version(router):
+    modern(router, 7, 1, "tools/list")
+    raw = msg(id=2, method="initialize", params={"protocolVersion": "z" * 5000, "capabilities": {}})
+    refused = only_answer(unpack(router.client_message(7, raw)), 7)
+    assert refused["error"]["code"] == -32022 and refused["error"]["data"]["requested"] == "z" * 256
 
 
 def test_a_modern_request_needs_no_initialize_and_makes_the_stdio_connection_modern(router):

@@ -180,6 +180,30 @@ def test_initialize_refused_with_a_modern_error_is_probed_next_time():
     assert type(failed) is Failed and life.learnt == "modern"
 
 
+def test_initialize_unknown_after_a_timed_out_probe_is_probed_next_time_with_the_init_timeout():
+    """A modern-only server slower than discover_timeout answers initialize with -32601:
+    it is not taken for legacy for good; the next connection probes it again, longer."""
+    life = lifecycle()
+    sent(life.connected(0.0, {}))
+    [init] = sent(life.expire(2.0))
+    [failed] = reply(life, init, error(-32601), now=2.1)
+    assert type(failed) is Failed and life.learnt == "modern"
+    assert "discover_timeout" in failed.reason and f'protocol = "{MODERN_LATEST}"' in failed.reason
+    again = lifecycle(era=life.learnt)
+    [probe] = sent(again.connected(0.0, {}))
+    assert probe["method"] == "server/discover" and again.next_deadline() == 10.0
+    out = reply(again, probe, {"result": discover_result()}, now=6.0)
+    assert again.modern and [type(o) for o in out if type(o) is Ready]
+
+
+def test_initialize_unknown_after_an_answered_probe_stays_a_plain_failure():
+    life = lifecycle()
+    [probe] = sent(life.connected(0.0, {}))
+    [init] = sent(reply(life, probe, error(-32601)))
+    [failed] = reply(life, init, error(-32601))
+    assert type(failed) is Failed and life.learnt == "legacy" and "discover_timeout" not in failed.reason
+
+
 # --- through the router ------------------------------------------------------------------
 
 
@@ -403,6 +427,41 @@ def test_a_modern_clients_listen_on_a_resource_replaces_the_servers_listen(route
     out = router.client_message(1, msg(method="notifications/cancelled", params={"requestId": "L"}))
     [third] = listens(out)
     assert "resourceSubscriptions" not in third["params"]["notifications"]
+
+
+def test_a_legacy_subscriber_and_a_modern_listen_share_one_resource_of_a_modern_server(router):
+    """Two callers of both eras following one URI: the server's listen names it once, each
+    caller gets its update, and it stays followed until the last one lets it go."""
+    [first] = listens(modern_serves(router, caps=LISTEN_CAPS))
+    router.startup_completed()
+    connect(router, 1)
+    [second] = listens(router.client_message(1, msg(id=2, method="resources/subscribe", params={"uri": "m+test://r"})))
+    assert second["params"]["notifications"]["resourceSubscriptions"] == ["test://r"]
+    router.client_connected(5)
+    meta = {modern.PROTOCOL_VERSION: MODERN_LATEST, modern.CLIENT_CAPABILITIES: {}}
+    out = router.client_message(
+        5,
+        msg(
+            id="L",
+            method="subscriptions/listen",
+            params={"_meta": meta, "notifications": {"resourceSubscriptions": ["m+test://r"]}},
+        ),
+    )
+    [ack] = [c.message for c in out if type(c) is ToClient]
+    assert ack["params"]["notifications"]["resourceSubscriptions"] == ["m+test://r"]
+    assert not [c for c in out if type(c) is ToServer]  # followed already: the listen stays as it is
+
+    def updated():
+        update = {"uri": "test://r", "_meta": {modern.SUBSCRIPTION_ID: second["id"]}}
+        out = router.server_message("m", msg(method="notifications/resources/updated", params=update))
+        return sorted((key, notice["params"]["uri"]) for kind, key, notice in unpack(out) if kind == "ToClient")
+
+    assert updated() == [(1, "m+test://r"), (5, "m+test://r")]
+    out = router.client_message(1, msg(id=3, method="resources/unsubscribe", params={"uri": "m+test://r"}))
+    assert not listens(out)  # the modern caller still follows it
+    assert updated() == [(5, "m+test://r")]
+    [third] = listens(router.client_message(5, msg(method="notifications/cancelled", params={"requestId": "L"})))
+    assert "resourceSubscriptions" not in third["params"]["notifications"] and first["id"] != third["id"]
 
 
 def test_a_listen_that_ends_is_opened_again_after_a_backoff(router):
