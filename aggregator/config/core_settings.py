@@ -38,6 +38,8 @@ def router_settings(
         list_changed_debounce=proxy.list_changed_debounce,
         max_in_flight=proxy.max_in_flight_per_session,
         input_required_timeout=proxy.input_required_timeout,
+        max_parked_calls=proxy.max_parked_calls,
+        max_parked_per_principal=proxy.max_parked_per_principal,
         max_json_depth=proxy.max_json_depth,
         single_client=single_client,
     )

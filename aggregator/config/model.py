@@ -137,6 +137,10 @@ class ProxyConfig:
     # A legacy server's call that asked a modern client for input waits this long for the
     # client's retry; then the call is cancelled upstream.
     input_required_timeout: float = defaults.INPUT_REQUIRED_TIMEOUT
+    # How many such calls may wait at once, in all and per principal (bearer token); past
+    # either, the server's request is refused and the call fails (reason overloaded).
+    max_parked_calls: int = defaults.MAX_PARKED_CALLS
+    max_parked_per_principal: int = defaults.MAX_PARKED_PER_PRINCIPAL
     # On SIGTERM/SIGINT: how long requests in flight may take to finish before they fail.
     drain_timeout: float = 10.0
     # Exposed tool and prompt names: at most this long, and made of this charset:

@@ -57,6 +57,8 @@ RANGES: dict[type, dict[str, Range]] = {
         "list_changed_debounce": Range(0.0, 60.0, "seconds"),  # 0: announce at once
         "max_in_flight_per_session": Range(1, 1_000_000, "requests"),
         "input_required_timeout": Range(_MS, _DAY, "seconds"),
+        "max_parked_calls": Range(1, 1_000_000, "calls"),
+        "max_parked_per_principal": Range(1, 1_000_000, "calls"),
         "drain_timeout": Range(0.0, _DAY, "seconds"),  # 0: stop at once
         "max_name_length": Range(16, 128, "characters"),
         "max_json_depth": Range(16, MAX_DEPTH_LIMIT, "levels"),

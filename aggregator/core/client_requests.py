@@ -7,7 +7,7 @@ from typing import Any
 
 from aggregator.core.commands import Command, ToClient
 from aggregator.core.modern_results import list_page_suffix, splice_page
-from aggregator.core.request_state import is_ours
+from aggregator.core.request_state import is_ours, is_wrapped
 from aggregator.core.state import ClientState, Gather, Held, RequestHandler, RouterState, answer
 from aggregator.core.tasks import split_task_id
 from aggregator.jsonrpc.codec import dumps
@@ -62,16 +62,28 @@ class ClientRequests(RouterState):
         arguments = params.get("arguments")
         if arguments is not None and type(arguments) is not dict:  # MCP: an object (null tolerated)
             raise RemoteProtocolError(INVALID_PARAMS, "Invalid params: arguments must be an object")
-        if params.get(REQUEST_STATE) is not None and is_ours(params[REQUEST_STATE]):  # a parked call's retry
-            return self._resume(client, message, route.server, dict(params, name=route.original))
+        if params.get(REQUEST_STATE) is not None:
+            return self._retry(client, message, route.server, dict(params, name=route.original))
         return self._forward(client, message, route.server, dict(params, name=route.original))
 
     def _read_resource(self, client: ClientState, message: dict[str, Any]) -> list[Command]:
         params: Any = message.get("params")
         server, original = self._resource_route(client, params)
-        if params.get(REQUEST_STATE) is not None and is_ours(params[REQUEST_STATE]):  # a parked call's retry
-            return self._resume(client, message, server, dict(params, uri=original))
+        if params.get(REQUEST_STATE) is not None:
+            return self._retry(client, message, server, dict(params, uri=original))
         return self._forward(client, message, server, dict(params, uri=original))
+
+    def _retry(
+        self, client: ClientState, message: dict[str, Any], server: str, params: dict[str, Any]
+    ) -> list[Command]:
+        """A request with a ``requestState``: a parked call's retry, a wrapped upstream state
+        unwrapped (``core.modern_input``), or a state that is none of the proxy's, forwarded."""
+        state = params[REQUEST_STATE]
+        if is_ours(state):
+            return self._resume(client, message, server, params)
+        if is_wrapped(state):
+            return self._forward_with_state(client, message, server, params)
+        return self._forward(client, message, server, params)
 
     def _subscribe(self, client: ClientState, message: dict[str, Any]) -> list[Command]:
         params: Any = message.get("params")

@@ -26,6 +26,10 @@ LIST_CHANGED_DEBOUNCE = 0.05
 # A legacy server's call waiting for a modern client's input (an input_required answer):
 # if the client does not retry within this many seconds, the call is cancelled upstream.
 INPUT_REQUIRED_TIMEOUT = 60.0
+# Such calls parked at once, in all and per principal (bearer token); past either the
+# server's request is refused and the call fails (reason overloaded).
+MAX_PARKED_CALLS = 256
+MAX_PARKED_PER_PRINCIPAL = 64
 # Server-to-client requests the proxy routes to clients (and so declares upstream).
 SERVER_REQUESTS = SERVER_REQUEST_CAPABILITIES  # all of them
 # Deepest JSON nesting accepted in a message, either direction (the envelope is level 1).

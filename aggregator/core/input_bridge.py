@@ -50,8 +50,9 @@ from typing import Any
 
 from aggregator.core import affinity
 from aggregator.core.commands import Command, ToClient, ToServer
+from aggregator.core.modern_input import ModernInput
 from aggregator.core.reverse_requests import _declares
-from aggregator.core.state import ClientState, Pending, Reverse, RouterState, UpstreamLink, proxy_error
+from aggregator.core.state import ClientState, Pending, Reverse, UpstreamLink, proxy_error
 from aggregator.core.tasks import expose_task_ids
 from aggregator.mcp.constants import CANCELLED, SERVER_REQUESTS
 from aggregator.mcp.modern import (
@@ -114,7 +115,7 @@ def is_input_required(result: Any) -> bool:
     return type(result) is dict and result.get(RESULT_TYPE) == INPUT_REQUIRED
 
 
-class InputBridge(RouterState):
+class InputBridge(ModernInput):
     """``input_required`` results of modern servers, turned into questions to legacy callers."""
 
     def _bridges_input(self, link: UpstreamLink, pending: Pending, result: Any) -> bool:

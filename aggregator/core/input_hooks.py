@@ -11,7 +11,8 @@ from aggregator.core.commands import Command
 
 class InputHooks:
     """A base of ``RouterState``: at run time nothing; to the type checker, the methods
-    ``InputBridge`` defines and ``ServerMessages``, ``ClientEvents`` and ``InFlight`` call."""
+    ``InputBridge`` (and its base ``ModernInput``) defines and ``ServerMessages``,
+    ``ClientEvents`` and ``InFlight`` call."""
 
     __slots__ = ()
 
@@ -25,3 +26,8 @@ class InputHooks:
         def _input_timed_out(self, waiting: Any) -> list[Command]: ...
         def _inputs_lost(self, link: Any, message: str, reason: str) -> list[Command]: ...
         def _inputs_abandoned(self) -> list[Command]: ...
+        # ``modern_input``: a modern server's input_required for a modern caller
+        def _pass_input(self, link: Any, pending: Any, result: dict[str, Any]) -> list[Command] | None: ...
+        def _forward_with_state(
+            self, client: Any, message: dict[str, Any], server: str, params: dict[str, Any]
+        ) -> list[Command]: ...

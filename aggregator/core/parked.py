@@ -26,6 +26,7 @@ of a call, and waits. A modern (2026-07-28) client takes no requests: it is aske
    ``input_required`` result; extra responses are ignored.
 4. No retry within ``input_required_timeout`` (the router's clock, in its deadlines
    heap): the server's waiting requests get an error and the call is cancelled upstream.
+5. Parked calls are bounded, and expire spread out (``core.park_limits``).
 
 A parked call's id also names it in ``requestState`` and comes from the counter of
 proxy-minted server-to-client request ids, so none repeats in a process. The key of an
@@ -41,9 +42,10 @@ from typing import Any, NamedTuple
 
 from aggregator.core.commands import Command, ToClient, ToServer
 from aggregator.core.modern_results import stamp_result
+from aggregator.core.park_limits import ParkLimits
 from aggregator.core.request_state import request_digest
 from aggregator.core.reverse_requests import _declares
-from aggregator.core.state import ClientState, Pending, RouterState, UpstreamLink, answer, cancelled, proxy_error
+from aggregator.core.state import ClientState, Pending, UpstreamLink, answer, cancelled, proxy_error
 from aggregator.jsonrpc.errors import INVALID_PARAMS, METHOD_NOT_FOUND, RemoteProtocolError
 from aggregator.jsonrpc.kinds import ERROR, RESPONSE
 from aggregator.mcp.constants import SERVER_REQUESTS
@@ -103,7 +105,7 @@ class Parked:
         self.done = False
 
 
-class ParkedCalls(RouterState):
+class ParkedCalls(ParkLimits):
     """Server requests during a modern caller's call, turned into input_required results."""
 
     def _ask_modern(self, link: UpstreamLink, session: int, related: Any, ask: dict[str, Any]) -> list[Command]:
@@ -164,6 +166,10 @@ class ParkedCalls(RouterState):
             for ask in gathering.missing
         ]
         if gathering.asks:
+            full = self._parked_full(client.principal)
+            if full is not None:
+                ids = [ask.upstream_id for ask in gathering.asks.values()]
+                return out + self._park_refused(link, pending, client, ids, full)
             return out + self._park(pending, client, pending.client_id, gathering.asks)
         required: dict[str, Any] = {}
         for ask in gathering.missing:
@@ -197,8 +203,10 @@ class ParkedCalls(RouterState):
         params = pending.extra if type(pending.extra) is dict else {}
         number = self._next_reverse_id
         self._next_reverse_id += 1
-        deadline = self.clock() + self.request_states.ttl
+        deadline = self._parked_deadline(pending.server)
         parked = Parked(number, pending, client.principal, params, deadline)
+        if client.principal is not None:
+            self.parked.by_principal[client.principal] = self.parked.by_principal.get(client.principal, 0) + 1
         parked.asks = asks
         if client.in_flight.get(pending.client_id) is pending:
             del client.in_flight[pending.client_id]
@@ -230,7 +238,7 @@ class ParkedCalls(RouterState):
                 " (it was resumed already, or gave up); send the request again without it",
             )
         parked.done = True  # resumed: its deadline no longer applies
-        del self.parked[number]
+        self._unpark(parked)
         self.deadlines.discard()
         pending = parked.pending
         pending.extra = parked.params
@@ -274,7 +282,7 @@ class ParkedCalls(RouterState):
         if isinstance(parked, Gathering):
             return self._gathered(parked)
         parked.done = True
-        self.parked.pop(parked.id, None)
+        self._unpark(parked)
         pending = parked.pending
         link = self.links.get(pending.server)
         if link is None or not link.ready:

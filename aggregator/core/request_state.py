@@ -14,8 +14,15 @@ attacker input), so the state is integrity-protected and bound to everything it 
 
 Shape: ``aggregator-rs1.<parked>.<expiry ms>.<digest>.<tag>``; the tag is HMAC-SHA256
 under a key made fresh for each proxy process (as ``core.cursor``'s), over the visible
-fields and the principal. The prefix tells the proxy's own states from an upstream's,
-which pass through untouched. Every refusal is -32602 with the reason in words.
+fields and the principal. Every refusal is -32602 with the reason in words.
+
+A modern server's own ``requestState`` cannot be bound to a caller by that server: behind
+the proxy every caller reaches it as the same principal. So a modern caller never sees
+it bare: it is **wrapped**, ``aggregator-rw1.<expiry ms>.<digest>.<upstream state,
+base64url of its UTF-8>.<tag>``, bound as above (without a parked call), and the retry's
+wrapped state is verified and unwrapped, byte for byte, before it goes upstream. An
+upstream state longer than ``MAX_UPSTREAM_STATE`` bytes is not wrapped (the call fails).
+A state with neither prefix is no state of the proxy's and goes through untouched.
 """
 
 from __future__ import annotations
@@ -34,16 +41,25 @@ from aggregator.jsonrpc.writing import dumps
 from aggregator.mcp.modern import INPUT_RESPONSES, REQUEST_STATE
 
 PREFIX = "aggregator-rs1."
+WRAPPED = "aggregator-rw1."  # an upstream's state inside
+# The longest upstream requestState wrapped (UTF-8 bytes); a longer one fails the call.
+MAX_UPSTREAM_STATE = 16384
 _TAG = 16  # bytes of the HMAC kept
 _DIGEST = 16  # bytes of the request digest kept
 _LONGEST = 200  # a state of ours is far shorter; a longer one is refused unread
+_LONGEST_WRAPPED = len(WRAPPED) + 80 + (MAX_UPSTREAM_STATE + 2) // 3 * 4
 # What the digest leaves out: what changes between the original request and its retry.
 _UNBOUND = frozenset(("_meta", INPUT_RESPONSES, REQUEST_STATE))
 
 
 def is_ours(state: object) -> bool:
-    """Whether a ``requestState`` claims to be the proxy's (else an upstream's)."""
+    """Whether a ``requestState`` claims to be the proxy's, for a parked call."""
     return type(state) is str and state.startswith(PREFIX)
+
+
+def is_wrapped(state: object) -> bool:
+    """Whether a ``requestState`` claims to be an upstream's, wrapped by the proxy."""
+    return type(state) is str and state.startswith(WRAPPED)
 
 
 def request_digest(method: str, params: dict[str, Any], server: str = "") -> bytes:
@@ -93,6 +109,32 @@ class RequestStates:
             raise _invalid("it was issued for another request (the method or params differ)")
         return int(fields[0])
 
+    def wrap(self, upstream: str, principal: Any, expires: float, digest: bytes) -> str:
+        """An upstream's state for ``principal``'s retry, valid until ``expires``; ValueError
+        when it is longer than ``MAX_UPSTREAM_STATE``."""
+        raw = upstream.encode("utf-8", "surrogatepass")
+        if len(raw) > MAX_UPSTREAM_STATE:
+            raise ValueError(f"its requestState is {len(raw)} bytes long, over the {MAX_UPSTREAM_STATE} accepted")
+        body = f"{int(expires * 1000)}.{_b64(digest)}.{_b64(raw)}"
+        return f"{WRAPPED}{body}.{_b64(self._tag(WRAPPED + body, principal))}"
+
+    def unwrap(self, state: str, principal: Any, now: float, digest: bytes) -> str:
+        """The upstream's state a retry's wrapped state carries, exactly as it came;
+        RemoteProtocolError(-32602) as ``verify``."""
+        if len(state) > _LONGEST_WRAPPED or not state.isascii():
+            raise _invalid("it was not issued by this proxy")
+        fields = state[len(WRAPPED) :].split(".")
+        if len(fields) != 4 or not fields[0].isdigit():
+            raise _invalid("it was not issued by this proxy")
+        body = ".".join(fields[:3])
+        if not hmac.compare_digest(fields[3], _b64(self._tag(WRAPPED + body, principal))):
+            raise _invalid("it was altered, or issued to another caller")
+        if int(fields[0]) < now * 1000:
+            raise _invalid("it has expired; send the request again without it")
+        if not hmac.compare_digest(fields[1], _b64(digest)):
+            raise _invalid("it was issued for another request (the method or params differ)")
+        return _unb64(fields[2]).decode("utf-8", "surrogatepass")
+
     def _tag(self, body: str, principal: Any) -> bytes:
         message = f"{body}|{principal!r}".encode()
         return hmac.new(self._key, message, hashlib.sha256).digest()[:_TAG]
@@ -100,6 +142,10 @@ class RequestStates:
 
 def _b64(raw: bytes) -> str:
     return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def _unb64(text: str) -> bytes:
+    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
 
 
 def _invalid(reason: str) -> RemoteProtocolError:

@@ -8,6 +8,7 @@ from typing import Any
 
 from aggregator.core import affinity
 from aggregator.core.commands import Command, DropUpstream, ToClient, ToServer
+from aggregator.core.input_bridge import is_input_required
 from aggregator.core.log_levels import passes
 from aggregator.core.own_requests import Waiting
 from aggregator.core.state import (
@@ -69,8 +70,12 @@ class ServerMessages(RouterState):
                     return self._control_answer(link, message)
                 log.debug("server %s: dropping a response to unknown id %r", server, id)
                 return []
-            if kind == RESPONSE and link.modern and self._bridges_input(link, pending, message.get("result")):
-                return self._bridge_input(link, pending, message["result"])  # asks a legacy caller
+            if kind == RESPONSE and link.modern and is_input_required(message.get("result")):
+                if self._bridges_input(link, pending, message["result"]):
+                    return self._bridge_input(link, pending, message["result"])  # asks a legacy caller
+                failed = self._pass_input(link, pending, message["result"])  # checked for a modern one
+                if failed is not None:
+                    return failed
             return self._answered(link, pending, kind, message)
         if kind == NOTIFICATION:
             return self._server_notification(link, message, related)

@@ -44,6 +44,9 @@ class RouterSettings:
     max_in_flight: int = defaults.MAX_IN_FLIGHT_PER_SESSION
     # How long a call that asked a modern client for input waits for its retry.
     input_required_timeout: float = defaults.INPUT_REQUIRED_TIMEOUT
+    # How many such calls may wait at once, in all and per principal.
+    max_parked_calls: int = defaults.MAX_PARKED_CALLS
+    max_parked_per_principal: int = defaults.MAX_PARKED_PER_PRINCIPAL
     max_json_depth: int = defaults.MAX_JSON_DEPTH
     # The proxy can only ever have one client (stdio, no network front): shared servers
     # see that client's roots.

@@ -22,6 +22,7 @@ from aggregator.core.links import Pending as Pending  # re-exported: where the g
 from aggregator.core.links import UpstreamLink as UpstreamLink
 from aggregator.core.modern_hooks import ModernHooks
 from aggregator.core.outages import Outage
+from aggregator.core.parked_table import ParkedTable
 from aggregator.core.request_state import RequestStates
 from aggregator.core.session_catalog import SessionViews
 from aggregator.core.settings import LinkSettings, RouterSettings
@@ -245,7 +246,7 @@ class RouterState(ModernHooks, InputHooks):
         self._announce_count = 0
         self._announce_at: float | None = None
         self.own_at: float | None = None  # the earliest deadline of the proxy's own requests upstream
-        self.parked: dict[int, Any] = {}  # id -> a call waiting for a modern caller's input (core.parked)
+        self.parked = ParkedTable(settings.max_parked_calls, settings.max_parked_per_principal)  # core.parked
         self.gathering: dict[tuple[str, Any], Any] = {}  # (link, upstream id) -> requests for a call, gathered
         self.request_states = RequestStates(settings.input_required_timeout)  # what resumes one
 

@@ -11,6 +11,7 @@ from aggregator.config import ServerConfig
 from aggregator.core.catalog import Catalog
 from aggregator.core.input_bridge import MAX_INPUT_ROUNDS
 from aggregator.core.modern_results import IDENTITY
+from aggregator.core.request_state import WRAPPED
 from aggregator.jsonrpc import dumps
 from tests.core.helpers import CLIENT_CAPS, Clock, connect, decoded, msg, new_router, unpack
 
@@ -372,7 +373,11 @@ def test_a_modern_callers_input_required_result_passes_through_unchanged():
     result = {"resultType": "input_required", "inputRequests": {"k": ELICIT}, "requestState": "s"}
     [(kind, session, passed)] = unpack(r.server_message("a", msg(id=sent["id"], result=result)))
     assert (kind, session, passed["id"]) == ("ToClient", 2, 5)
-    # Unchanged but for the proxy's identity, which every result to a modern caller carries.
+    # Unchanged but for the proxy's identity, which every result to a modern caller carries,
+    # and the server's state, wrapped in one bound to the caller (``core.modern_input``).
+    state = passed["result"].pop("requestState")
+    assert state.startswith(WRAPPED)
+    del result["requestState"]
     assert passed["result"] == dict(result, _meta={"io.modelcontextprotocol/serverInfo": IDENTITY})
     assert r.reverse == {}
 

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from aggregator.core.modern_results import IDENTITY
+from aggregator.core.park_limits import EXPIRY_SPACING
 from aggregator.core.parked import GATHER_SECONDS
 from aggregator.core.request_state import PREFIX
 from aggregator.core.router import Router
@@ -469,3 +470,55 @@ def test_a_call_answered_within_the_window_goes_to_its_caller_and_its_requests_a
     [(kind, server, refusal)] = window_closes(router)
     assert (kind, server, refusal["id"]) == ("ToServer", "a", "s1") and "the call ended" in refusal["error"]["message"]
     assert router.parked == {} and router.gathering == {}
+
+
+def test_parked_calls_are_bounded_per_principal_and_in_all(clock):
+    router = make_router(clock, input_required_timeout=TIMEOUT, max_parked_calls=3, max_parked_per_principal=2)
+    ups = {}
+    for key, principal in ((1, "A"), (2, "A")):
+        connect_modern(router, key, principal=principal)
+        ups[key] = start_call(router, key, id=key)
+        input_required(server_asks(router, f"s{key}"), key, key)
+    # A third call of principal A needs input: it is refused rather than parked.
+    connect_modern(router, 3, principal="A")
+    upstream = start_call(router, 3, id=3)
+    out = server_asks(router, "s3")
+    assert [(kind, where) for kind, where, _ in out] == [("ToServer", "a"), ("ToServer", "a"), ("ToClient", 3)]
+    assert out[0][2]["id"] == "s3" and out[0][2]["error"]["data"]["reason"] == "overloaded"
+    assert out[1][2]["method"] == "notifications/cancelled" and out[1][2]["params"]["requestId"] == upstream
+    error = out[2][2]["error"]
+    assert error["data"]["reason"] == "overloaded" and "max_parked_per_principal" in error["message"]
+    assert len(router.parked) == 2 and router.in_flight() == 2
+    # Another principal may still park one, up to the total.
+    connect_modern(router, 4, principal="B")
+    start_call(router, 4, id=4)
+    input_required(server_asks(router, "s4"), 4, 4)
+    connect_modern(router, 5, principal="C")
+    start_call(router, 5, id=5)
+    out = server_asks(router, "s5")
+    assert (
+        out[-1][2]["error"]["data"]["reason"] == "overloaded" and "max_parked_calls" in out[-1][2]["error"]["message"]
+    )
+    assert len(router.parked) == 3
+    # A parked call that ends frees its place: A may park again.
+    clock.now += TIMEOUT + 1
+    router.expire()
+    assert router.parked == {} and router.parked.by_principal == {}
+    connect_modern(router, 6, principal="A")
+    start_call(router, 6, id=6)
+    input_required(server_asks(router, "s6"), 6, 6)
+
+
+def test_calls_parked_together_do_not_expire_together(router, clock):
+    for key in range(1, 4):
+        connect_modern(router, key)
+        upstream = start_call(router, key, id=key)
+        # A streaming upstream names the call each request is for: three at the same instant.
+        router.server_message("a", msg(id=f"s{key}", method="elicitation/create", params=ELICIT), upstream)
+    window_closes(router)
+    assert len(router.parked) == 3
+    deadlines = sorted(parked.deadline for parked in router.parked.values())
+    assert min(deadlines[1] - deadlines[0], deadlines[2] - deadlines[1]) >= EXPIRY_SPACING * 0.99
+    clock.now = deadlines[0]
+    cancels = [sent for _, _, sent in unpack(router.expire()) if sent.get("method") == "notifications/cancelled"]
+    assert len(cancels) == 1 and len(router.parked) == 2
