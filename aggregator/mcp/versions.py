@@ -16,10 +16,6 @@ session. Upstream it finds each server's era (``server/discover``, falling back 
 
 from __future__ import annotations
 
-from typing import Any
-
-from aggregator.jsonrpc.errors import METHOD_NOT_FOUND, error_response
-
 # Legacy revisions, newest first: the ones ``initialize`` negotiates.
 LATEST = "2025-11-25"
 SUPPORTED = ("2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05")
@@ -44,11 +40,3 @@ def is_modern(version: object) -> bool:
 
 # The request a modern server MUST answer, and a dual-era client probes with.
 DISCOVER = "server/discover"
-
-
-def discover_refused(id: Any) -> dict[str, Any]:
-    """Method not found for ``server/discover``: what the proxy answered before it served
-    the modern revision (kept until every front answers ``server/discover`` itself)."""
-    return error_response(
-        id, METHOD_NOT_FOUND, "Method not found: server/discover (this server speaks the initialize handshake)"
-    )
