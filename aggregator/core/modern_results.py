@@ -33,8 +33,8 @@ from aggregator.jsonrpc.errors import INTERNAL_ERROR, INVALID_PARAMS, RESOURCE_N
 from aggregator.mcp.modern import (
     CACHE_SCOPE,
     CACHEABLE,
+    CLIENT_CAPABILITIES,
     COMPLETE,
-    ENVELOPE,
     INPUT_REQUIRED,
     MODERN_ERRORS,
     PRIVATE,
@@ -43,6 +43,7 @@ from aggregator.mcp.modern import (
     SERVER_INFO,
     TASK,
     TTL,
+    declares_tasks,
 )
 
 # The proxy's identity, on every modern result.
@@ -97,21 +98,6 @@ def stamp_answer(message: dict[str, Any], method: str, *, depends_on_caller: boo
         modern_error(message["error"])
 
 
-def strip_envelope(params: dict[str, Any]) -> dict[str, Any] | None:
-    """Take a modern caller's envelope (``modern.ENVELOPE``) out of the ``_meta`` of the
-    params about to be forwarded (ours to change); return that ``_meta`` as it came. A
-    legacy upstream must not see it (a dual-era server refuses it on a legacy connection);
-    a modern one is given its own envelope from what this returns."""
-    meta = params.get("_meta")
-    if type(meta) is not dict:
-        return None
-    if meta.keys() <= ENVELOPE:  # the common case, decided in C
-        del params["_meta"]
-    else:
-        params["_meta"] = {key: value for key, value in meta.items() if key not in ENVELOPE}
-    return meta
-
-
 def list_page_suffix(*, depends_on_caller: bool) -> bytes:
     """What a serialized list page (a JSON object without these keys) gets before its
     closing brace, for a modern caller: the proxy's merged lists have no ttl of their own."""
@@ -123,3 +109,16 @@ def list_page_suffix(*, depends_on_caller: bool) -> bytes:
 def splice_page(page: bytes, suffix: bytes) -> bytes:
     """A serialized list page with ``list_page_suffix`` spliced in."""
     return page[:-1] + suffix
+
+
+def unknown_result_type(result: Any, method: str, meta: dict[str, Any] | None) -> bool:
+    """Whether a modern server's result (to ``method``, for a caller whose ``_meta`` was
+    ``meta``) has a ``resultType`` it may not: it may be ``complete`` (also when it says
+    nothing) or ``input_required``, or a task handle for a ``tools/call`` whose caller
+    declared the tasks extension."""
+    if type(result) is not dict:
+        return False
+    kind = result.get(RESULT_TYPE, COMPLETE)
+    if kind == TASK:
+        return method != "tools/call" or meta is None or not declares_tasks(meta.get(CLIENT_CAPABILITIES))
+    return kind not in (COMPLETE, INPUT_REQUIRED)

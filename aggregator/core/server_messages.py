@@ -10,6 +10,7 @@ from aggregator.core import affinity
 from aggregator.core.commands import Command, DropUpstream, ToClient, ToServer
 from aggregator.core.input_bridge import is_input_required
 from aggregator.core.log_levels import passes
+from aggregator.core.modern_results import IDENTITY, unknown_result_type
 from aggregator.core.own_requests import Waiting
 from aggregator.core.state import (
     URL_ELICITATION_REQUIRED,
@@ -28,14 +29,13 @@ from aggregator.jsonrpc.errors import RemoteProtocolError, error_response
 from aggregator.jsonrpc.kinds import ERROR, NOTIFICATION, RESPONSE
 from aggregator.mcp.constants import LIST_CHANGED, PROMPTS, RESOURCES, TEMPLATES, TOOLS
 from aggregator.mcp.modern import (
-    CLIENT_CAPABILITIES,
+    CACHEABLE,
     COMPLETE,
-    INPUT_REQUIRED,
     RESULT_TYPE,
+    SERVER_INFO,
     TASK,
     TASK_REQUESTS,
     UNSUPPORTED_PROTOCOL_VERSION,
-    declares_tasks,
 )
 
 log = logging.getLogger(__name__)
@@ -91,15 +91,29 @@ class ServerMessages(RouterState):
             return []
         message["id"] = pending.client_id
         if kind == RESPONSE:
-            if link.modern and _unknown_result_type(message.get("result"), pending):
+            result = message.get("result")
+            if link.modern and unknown_result_type(result, pending.method, pending.meta):
                 return self._fail_one(
                     pending,
                     f"Server {link.server!r} answered {pending.method} with a result of unknown resultType",
                     "malformed",
                 )
-            self._expose_result(pending, message.get("result"), link)
+            self._expose_result(pending, result, link)
             if client.modern:
-                self._modern_answer(client, pending, message, link)
+                if (
+                    type(result) is dict
+                    and pending.method not in CACHEABLE
+                    and RESULT_TYPE not in result
+                    and "_meta" not in result
+                ):  # a call's result: ``stamp_result`` without cache hints, inline
+                    result[RESULT_TYPE] = COMPLETE
+                    result["_meta"] = {SERVER_INFO: IDENTITY}
+                else:
+                    self._modern_answer(client, pending, message, link)
+            # What it carried goes now: the deadline heap keeps a finished Pending until it
+            # tidies up (lazy deletion), and a call's params left there would survive into
+            # the collector's old generations, to be scanned again and again.
+            pending.extra = pending.meta = None
             return [ToClient(pending.session, message)]
         if pending.extra is not None and type(pending.extra) is tuple:  # a failed subscribe
             self.subscriptions.remove(pending.extra, pending.session)
@@ -108,6 +122,7 @@ class ServerMessages(RouterState):
             self._url_elicitations_required(link, pending.session, message["error"].get("data"))
         if client.modern:
             self._modern_answer(client, pending, message, link)
+        pending.extra = pending.meta = None
         if link.modern and code == UNSUPPORTED_PROTOCOL_VERSION:
             link.era = None  # its revision changed under us: the next connection finds it again
             why = f"it no longer speaks protocol {link.protocol_version}; it is asked server/discover again"
@@ -378,16 +393,3 @@ _KINDS_CHANGED = {
     LIST_CHANGED[PROMPTS]: (PROMPTS,),
     LIST_CHANGED[RESOURCES]: (RESOURCES, TEMPLATES),
 }
-
-
-def _unknown_result_type(result: Any, pending: Pending) -> bool:
-    """A modern server's result is ``complete`` (also when it says nothing) or
-    ``input_required``, or a task handle for a ``tools/call`` whose caller declared the
-    tasks extension; any other ``resultType`` makes it an invalid result."""
-    if type(result) is not dict:
-        return False
-    kind = result.get(RESULT_TYPE, COMPLETE)
-    if kind == TASK:
-        meta = pending.meta
-        return pending.method != "tools/call" or meta is None or not declares_tasks(meta.get(CLIENT_CAPABILITIES))
-    return kind not in (COMPLETE, INPUT_REQUIRED)
