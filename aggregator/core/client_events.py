@@ -21,7 +21,7 @@ from aggregator.jsonrpc.codec import decode_message
 from aggregator.jsonrpc.errors import INVALID_REQUEST, METHOD_NOT_FOUND, RemoteProtocolError, error_response
 from aggregator.jsonrpc.kinds import NOTIFICATION, REQUEST
 from aggregator.mcp.constants import CANCELLED, INITIALIZE, INITIALIZED, PING, ROOTS_LIST_CHANGED
-from aggregator.mcp.modern import request_meta
+from aggregator.mcp.modern import PROTOCOL_VERSION
 from aggregator.mcp.versions import DISCOVER
 
 log = logging.getLogger(__name__)
@@ -68,6 +68,27 @@ class ClientEvents(RouterState):
         if client.log_level is not None:
             out += self._apply_log_level()
         return out
+
+    def client_idle(self, key: int) -> bool:
+        """Whether the router holds nothing of a connected client but the client itself:
+        no request in flight, no listen, subscription, question, task or elicitation of
+        its own, no per-session view or connection. Such a client may stay connected
+        between requests (a stateless HTTP client kept for its caller's next request,
+        once its request was answered, so that no gather of it is left either): leaving
+        would have changed nothing but its absence."""
+        client = self.clients.get(key)
+        return (
+            client is not None
+            and not client.in_flight
+            and client.log_level is None
+            and key not in self.listens.by_session
+            and not self.reverse_count.get(key)
+            and not self.subscriptions.holds(key)
+            and not self.elicitation_count.get(key)
+            and key not in self.views
+            and not (self.tasks and key in self.tasks.values())
+            and not (self.per_session and any(link.session == key for link in self.links.values()))
+        )
 
     def _withdraw_server_requests(self, key: int) -> list[Command]:
         """A client went away: the servers that asked it something hear it will not answer."""
@@ -165,7 +186,10 @@ class ClientEvents(RouterState):
             # modern; a legacy session's, once initialized, all legacy (one attribute read
             # on the legacy hot path); before that, modern ``_meta`` decides.
             if client.modern or not client.initialize_seen:
-                meta = request_meta(message)
+                params = message.get("params")  # ``request_meta``, inline: every modern request
+                meta = params.get("_meta") if type(params) is dict else None
+                if type(meta) is not dict or PROTOCOL_VERSION not in meta:
+                    meta = None
                 if meta is not None or client.modern:
                     return self._modern_request(client, message, meta)
             method = message["method"]
@@ -191,21 +215,22 @@ class ClientEvents(RouterState):
     def _handle(self, client: ClientState, message: dict[str, Any], handler: RequestHandler) -> list[Command]:
         """Run a request's handler: an id already in flight is refused; a user's mistake
         is answered with its error; a server that is out, with its state."""
-        if message["id"] in client.in_flight or (client.modern and self.listens.get(client.key, message["id"])):
+        id = message["id"]
+        if id in client.in_flight or (
+            client.modern and client.key in self.listens.by_session and self.listens.get(client.key, id)
+        ):
             return [
                 ToClient(
                     client.key,
                     error_response(
-                        message["id"],
-                        INVALID_REQUEST,
-                        "Invalid request: this id is already in use by a request in flight",
+                        id, INVALID_REQUEST, "Invalid request: this id is already in use by a request in flight"
                     ),
                 )
             ]
         try:
             return handler(client, message)
         except RemoteProtocolError as exc:
-            exc.id = message["id"]
+            exc.id = id
             return [ToClient(client.key, exc.to_response())]
         except ServerDown as down:
             return self._server_down_answer(client, message, down.server)

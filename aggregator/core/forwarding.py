@@ -6,7 +6,6 @@ from typing import Any
 
 from aggregator import __version__
 from aggregator.core.commands import Command, StartUpstream, ToClient, ToServer
-from aggregator.core.modern_results import strip_envelope
 from aggregator.core.state import (
     PROGRESS_TOKEN_PREFIX,
     ClientState,
@@ -21,6 +20,7 @@ from aggregator.mcp.constants import SERVER_REQUEST_CAPABILITIES
 from aggregator.mcp.modern import (
     CLIENT_CAPABILITIES,
     CLIENT_INFO,
+    ENVELOPE,
     INPUT_REQUIRED_METHODS,
     LOG_LEVEL,
     PROTOCOL_VERSION,
@@ -62,8 +62,18 @@ class Forwarding(RouterState):
         upstream_id = link.next_id
         link.next_id = upstream_id + 1
         pending = Pending(client.key, client_id, method, server, upstream_id)
-        if client.modern:  # its envelope stays with the request (``modern_results.strip_envelope``)
-            pending.meta = strip_envelope(params)
+        if client.modern:
+            # Its envelope (``modern.ENVELOPE``) is taken out of the params about to be sent
+            # (ours to change) and stays with the request: a legacy upstream must not see it
+            # (a dual-era server refuses it on a legacy connection); a modern one is given its
+            # own, made from it (``_modern_meta``).
+            envelope = params.get("_meta")
+            if type(envelope) is dict:
+                if envelope.keys() <= ENVELOPE:  # the common case, decided in C
+                    del params["_meta"]
+                else:
+                    params["_meta"] = {key: value for key, value in envelope.items() if key not in ENVELOPE}
+                pending.meta = envelope
             if "task" in params and not link.modern:  # a 2025-11-25 task it could not poll: run it at once
                 del params["task"]
             if method in INPUT_REQUIRED_METHODS:  # what a state the proxy mints is bound to (``core.parked``)

@@ -105,20 +105,16 @@ class ModernCallers(RouterState):
                 requested = params.get("protocolVersion") if type(params) is dict else None
                 return [ToClient(client.key, _connection_is_modern(id, requested))]
             return [ToClient(client.key, _missing_meta(id, method, f"_meta with {PROTOCOL_VERSION}"))]
-        version = meta[PROTOCOL_VERSION]
-        if version not in MODERN:  # ``is_modern``, without a call on every request
-            return [ToClient(client.key, unsupported_version(id, version))]
-        capabilities = meta.get(CLIENT_CAPABILITIES)
-        if type(capabilities) is not dict:
-            return [ToClient(client.key, _missing_meta(id, method, f"{CLIENT_CAPABILITIES} (an object)"))]
-        info = meta.get(CLIENT_INFO)
-        if info is not None and (type(info) is not dict or type(info.get("name")) is not str):
-            text = f"Invalid params: _meta {CLIENT_INFO} must be an object with a string name"
-            return [ToClient(client.key, error_response(id, INVALID_PARAMS, text))]
+        if meta != client.envelope:  # a new envelope is checked; the one it sent last, known good
+            refused = _refused_envelope(id, method, meta)
+            if refused is not None:
+                return [ToClient(client.key, refused)]
+            client.envelope = dict(meta)
+            client.protocol_version = meta[PROTOCOL_VERSION]
+            client.capabilities = meta[CLIENT_CAPABILITIES]
+            info = meta.get(CLIENT_INFO)
+            client.client_info = info if info is not None else {}
         level = meta.get(LOG_LEVEL)
-        if level is not None and level not in LEVELS:
-            text = f"Invalid params: _meta {LOG_LEVEL} must be one of {', '.join(LEVELS)}"
-            return [ToClient(client.key, error_response(id, INVALID_PARAMS, text))]
         if method in INPUT_REQUIRED_METHODS:
             params = message.get("params")
             state = params.get(REQUEST_STATE) if type(params) is dict else None
@@ -129,16 +125,13 @@ class ModernCallers(RouterState):
             if method not in TASK_REQUESTS:
                 why = " (removed in protocol revision 2026-07-28)" if method in REMOVED_REQUESTS else ""
                 return [ToClient(client.key, error_response(id, METHOD_NOT_FOUND, f"Method not found: {method}{why}"))]
-            if not declares_tasks(capabilities):
+            if not declares_tasks(meta[CLIENT_CAPABILITIES]):
                 why = f"{method} needs the {TASKS_EXTENSION} extension in _meta {CLIENT_CAPABILITIES}.extensions"
                 return [ToClient(client.key, tasks_required(id, why))]
         if not self.startup_complete:
             return [WaitForStartup(client.key)]
         if method != DISCOVER:  # a probe decides no connection's era
             client.modern = True
-        client.protocol_version = version
-        client.capabilities = capabilities
-        client.client_info = info if info is not None else {}
         out = self._want_log_level(level) if level is not None else []
         answers = self._handle(client, message, self._requests[method])  # forwarding keeps its _meta
         for command in answers:
@@ -165,14 +158,9 @@ class ModernCallers(RouterState):
     def _modern_answer(
         self, client: ClientState, pending: Pending, message: dict[str, Any], link: UpstreamLink
     ) -> None:
-        """An upstream's answer to a modern caller, stamped in place."""
+        """An upstream's answer to a modern caller, stamped in place (``_answered`` stamps
+        a plain call result itself, inline)."""
         method = pending.method
-        if method not in CACHEABLE:  # a call's result: ``stamp_result`` without cache hints, inline
-            result = message.get("result")
-            if type(result) is dict and RESULT_TYPE not in result and "_meta" not in result:
-                result[RESULT_TYPE] = COMPLETE
-                result["_meta"] = {SERVER_INFO: IDENTITY}
-                return
         depends = method in CACHEABLE and self._depends_on_caller(client, link)
         stamp_answer(message, method, depends_on_caller=depends)
 
@@ -353,6 +341,25 @@ class ModernCallers(RouterState):
 def _listen_ended(listen: Listen) -> ToClient:
     result = {RESULT_TYPE: COMPLETE, "_meta": {SUBSCRIPTION_ID: listen.id, SERVER_INFO: IDENTITY}}
     return ToClient(listen.session, {"jsonrpc": "2.0", "id": listen.id, "result": result})
+
+
+def _refused_envelope(id: Any, method: str, meta: dict[str, Any]) -> dict[str, Any] | None:
+    """The error for a modern request's ``_meta`` envelope (rule 2), or None when it is
+    good: its revision, client capabilities, client info and log level."""
+    version = meta[PROTOCOL_VERSION]
+    if version not in MODERN:  # ``is_modern``, without a call
+        return unsupported_version(id, version)
+    if type(meta.get(CLIENT_CAPABILITIES)) is not dict:
+        return _missing_meta(id, method, f"{CLIENT_CAPABILITIES} (an object)")
+    info = meta.get(CLIENT_INFO)
+    if info is not None and (type(info) is not dict or type(info.get("name")) is not str):
+        text = f"Invalid params: _meta {CLIENT_INFO} must be an object with a string name"
+        return error_response(id, INVALID_PARAMS, text)
+    level = meta.get(LOG_LEVEL)
+    if level is not None and level not in LEVELS:
+        text = f"Invalid params: _meta {LOG_LEVEL} must be one of {', '.join(LEVELS)}"
+        return error_response(id, INVALID_PARAMS, text)
+    return None
 
 
 def _missing_meta(id: Any, method: str, what: str) -> dict[str, Any]:

@@ -103,6 +103,9 @@ class ClientState:
     # capabilities, client info, log level) and no initialize opens it. A Streamable HTTP
     # request of that era is a client of its own, for that one request.
     modern: bool = False
+    # A modern client's last ``_meta`` that passed admission (a copy): the same again
+    # needs no checking (``modern_callers``).
+    envelope: dict[str, Any] | None = None
     # Who it is, as the front authenticated it (an HTTP bearer token's index; None on
     # stdio or without tokens): what the proxy's own request state is bound to.
     principal: Any = None

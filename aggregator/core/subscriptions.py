@@ -16,12 +16,17 @@ Key = tuple[str, str]  # (server, upstream URI)
 class Subscriptions:
     def __init__(self) -> None:
         self._sessions: dict[Key, set[int]] = {}
+        # The same, by session: a session that leaves is forgotten in what it holds, not by
+        # a scan of every subscription (a stateless request leaves after each answer).
+        # (A dict for its order: what a leaving session frees goes in the order it came.)
+        self._keys: dict[int, dict[Key, None]] = {}
 
     def add(self, key: Key, session: int) -> bool:
         """Subscribe a session; True if it is the first (subscribe upstream)."""
         sessions = self._sessions.setdefault(key, set())
         first = not sessions
         sessions.add(session)
+        self._keys.setdefault(session, {})[key] = None
         return first
 
     def remove(self, key: Key, session: int) -> bool:
@@ -30,10 +35,18 @@ class Subscriptions:
         if not sessions or session not in sessions:
             return False
         sessions.discard(session)
+        keys = self._keys[session]
+        keys.pop(key, None)
+        if not keys:
+            del self._keys[session]
         if sessions:
             return False
         del self._sessions[key]
         return True
+
+    def holds(self, session: int) -> bool:
+        """Whether a session is subscribed to anything."""
+        return session in self._keys
 
     def has(self, key: Key, session: int) -> bool:
         return session in self._sessions.get(key, ())
@@ -44,7 +57,7 @@ class Subscriptions:
     def drop_session(self, session: int) -> list[Key]:
         """Forget a session; return the keys nobody is subscribed to any more."""
         emptied = []
-        for key in [k for k, s in self._sessions.items() if session in s]:
+        for key in list(self._keys.get(session, ())):
             if self.remove(key, session):
                 emptied.append(key)
         return emptied
@@ -75,37 +88,39 @@ class Listens:
     is one subscription of its client in ``Subscriptions`` (shared by the client's listens)."""
 
     def __init__(self) -> None:
-        self._by_session: dict[int, dict[object, Listen]] = {}
+        # Read-only outside: ``client.key in listens.by_session`` is the hot path's test
+        # that a client has no listen open (a dict lookup, no call).
+        self.by_session: dict[int, dict[object, Listen]] = {}
 
     def __bool__(self) -> bool:
-        return bool(self._by_session)
+        return bool(self.by_session)
 
     def open(self, listen: Listen) -> None:
-        self._by_session.setdefault(listen.session, {})[listen.id] = listen
+        self.by_session.setdefault(listen.session, {})[listen.id] = listen
 
     def get(self, session: int, id: object) -> Listen | None:
-        own = self._by_session.get(session)
+        own = self.by_session.get(session)
         return own.get(id) if own is not None else None
 
     def count(self, session: int) -> int:
-        return len(self._by_session.get(session, ()))
+        return len(self.by_session.get(session, ()))
 
     def of_session(self, session: int) -> list[Listen]:
-        return list(self._by_session.get(session, {}).values())
+        return list(self.by_session.get(session, {}).values())
 
     def close(self, session: int, id: object) -> tuple[Listen | None, list[Key]]:
         """End one listen: it, and the keys no other listen of its client still holds."""
-        own = self._by_session.get(session)
+        own = self.by_session.get(session)
         listen = own.pop(id, None) if own is not None else None
         if listen is None or own is None:
             return None, []
         if not own:
-            del self._by_session[session]
+            del self.by_session[session]
         still = set().union(*(other.keys for other in own.values())) if own else set()
         return listen, [key for key in listen.keys if key not in still]
 
     def drop_session(self, session: int) -> list[Listen]:
-        return list(self._by_session.pop(session, {}).values())
+        return list(self.by_session.pop(session, {}).values())
 
     def all(self) -> list[Listen]:
-        return [listen for own in self._by_session.values() for listen in own.values()]
+        return [listen for own in self.by_session.values() for listen in own.values()]
