@@ -71,6 +71,7 @@ class StreamableHttpEndpoint(PostExchange, LegacySse):
         self.access = AccessPolicy(config, hub.config.profiles)
         self.stateless_by_principal = {}  # modern requests being served, per token
         self.param_headers = ParamHeaders()
+        self.resting = {}  # stateless clients kept between requests, per (token, profile)
 
     # --- serving ------------------------------------------------------------------------
 

@@ -5,7 +5,9 @@ that is not a legacy one in MCP-Protocol-Version, or is ``server/discover``) is 
 without a session (a notification from a modern client is accepted, 202, and dropped): its headers
 are checked against its body (``http_headers``), the admission path chooses its principal
 and profile as for ``initialize``, and the request becomes a hub client of its own
-(``StatelessRequest``), removed when its answer is sent. The answer goes back as JSON, or as
+(``StatelessRequest``). Once answered, that client is kept for the next request of the
+same token and profile if the router holds nothing of it (``Router.client_idle``), else
+removed; one whose caller left early is always removed. The answer goes back as JSON, or as
 an event stream (notifications that belong to the request, then the answer; never a server
 request) with no event ids: a modern stream cannot be resumed. A client that closes the
 stream before the answer cancels the request upstream at once, and hears nothing more of
@@ -40,6 +42,9 @@ log = logging.getLogger(__name__)
 
 QUICK_ANSWER = 0.02  # seconds a request waits for its answer before a watcher starts
 STREAM_HEADERS = [("x-accel-buffering", "no")]
+# Stateless clients kept connected between their callers' requests, per token and profile
+# (``_rest``): as many as were busy at once, up to this.
+RESTING = 64
 
 
 class StatelessRequest:
@@ -50,16 +55,20 @@ class StatelessRequest:
     Its budget is a client's (``proxy.client_buffer_bytes``)."""
 
     def __init__(self, memory: ClientMemory, limit: int, id: Any) -> None:
-        self.id = id
         self.key = 0
-        self.ended = False  # removed from the hub: nothing more is queued
+        self.dirty = False
+        self.begin(memory, limit, id)
+
+    def begin(self, memory: ClientMemory, limit: int, id: Any) -> None:
+        """Serve request ``id`` (a new client, or one kept from its caller's last request)."""
+        self.id = id
+        self.ended = False  # its request is over: nothing more is queued
         self.waiting = 0
         self.limit = limit
         self.over_limit = False
         self.held = 0
         self.progress_at = trio.current_time()
         self.memory = memory
-        self.dirty = False
         self.drop_reason = ""
         self.queue = MessageQueue(self, keep=0)
 
@@ -126,6 +135,7 @@ class StatelessRequests(EventStreams):
 
     stateless = 0  # modern requests being served now
     stateless_by_principal: dict[Any, int]
+    resting: dict[tuple[Any, str], list[StatelessRequest]]
     param_headers: ParamHeaders
 
     def _is_modern_post(self, request: Request, kind: int, message: dict[str, Any], meta: Any) -> bool:
@@ -172,9 +182,15 @@ class StatelessRequests(EventStreams):
             await self._refuse_session(connection, refusal, message["id"])
             return
         config = self.hub.config.proxy
-        client = StatelessRequest(self.hub.client_memory, config.client_buffer_bytes, message["id"])
+        kept = self.resting.get((principal, profile))
+        if kept:
+            client = kept.pop()
+            client.begin(self.hub.client_memory, config.client_buffer_bytes, message["id"])
+        else:
+            client = StatelessRequest(self.hub.client_memory, config.client_buffer_bytes, message["id"])
         try:
-            client.key = self.hub.add_client(client, profile, modern=True, principal=principal)
+            if not client.key:
+                client.key = self.hub.add_client(client, profile, modern=True, principal=principal)
             await self._serve_stateless(connection, client, message)
         finally:
             # Answered, or the client left (or this failed): the router cancels what is
@@ -183,12 +199,27 @@ class StatelessRequests(EventStreams):
             self._release_stateless(principal)
             if client.key:
                 release_all(client)
-                self.hub.remove_client(client.key)
-            # The request and its queue point at each other: unlinked here, both go with
-            # their last reference, not at the next garbage collection (one per request, a
-            # cycle costs the whole process a collection every few hundred requests).
-            # Nothing is queued after ``ended`` and nothing is being written any more.
-            client.queue.owner = None  # type: ignore[assignment]
+                if not self._rest(client, principal, profile):
+                    self.hub.remove_client(client.key)
+                    # The request and its queue point at each other: unlinked here, both go
+                    # with their last reference, not at the next garbage collection (one per
+                    # request, a cycle costs the whole process a collection every few
+                    # hundred requests). Nothing is queued after ``ended``, nothing written.
+                    client.queue.owner = None  # type: ignore[assignment]
+
+    def _rest(self, client: StatelessRequest, principal: Any, profile: str) -> bool:
+        """Keep an answered request's client for its caller's next request (same token, same
+        profile), as long as the router holds nothing of it: a request then costs no client
+        made and torn down. Up to ``RESTING`` are kept; one that was cut short (cancelled,
+        dropped, unanswered) or that anything still refers to is removed as before."""
+        queue = client.queue
+        if not queue.final or queue.overflowed or client.over_limit or self.hub.router.draining:
+            return False
+        kept = self.resting.setdefault((principal, profile), [])
+        if len(kept) >= RESTING or not self.hub.rest_client(client.key):
+            return False
+        kept.append(client)
+        return True
 
     async def _serve_stateless(
         self, connection: HttpConnection, client: StatelessRequest, message: dict[str, Any]

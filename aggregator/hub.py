@@ -266,6 +266,15 @@ class Hub:
             commands = self.router.client_event(key, kind, message)
         return commands
 
+    def rest_client(self, key: int) -> bool:
+        """Keep a client connected with nothing to do (a stateless HTTP client between its
+        caller's requests), if the router holds nothing of it (``client_idle``): True, and
+        no plugin watches anything of it any more; False, and the caller removes it."""
+        if not self.router.client_idle(key):
+            return False
+        self.gate.forget_client(key)
+        return True
+
     def remove_client(self, key: int) -> None:
         self.clients.pop(key, None)
         self.gate.forget_client(key)

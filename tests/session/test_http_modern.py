@@ -1,5 +1,5 @@
 """Modern (2026-07-28) requests on the Streamable HTTP front (``aggregator.http_modern``): served
-without a session as a client of their own, removed once answered; the headers checked
+without a session as a client of their own, kept once answered for the same caller's next; the headers checked
 against the body (-32020), revisions (-32022), HTTP statuses by error code, GET and DELETE
 without a session 405, a closed stream cancels the request upstream at once, the caps on
 requests in flight, and legacy sessions beside them unchanged.
@@ -54,7 +54,7 @@ def seen(fronts, method: str) -> list[dict[str, Any]]:
     return [m for m in fronts.upstreams.latest("a").seen if m.get("method") == method]
 
 
-async def test_a_modern_call_is_served_without_a_session_by_a_client_removed_once_answered():
+async def test_a_modern_call_is_served_without_a_session_by_a_client_kept_for_the_next_one():
     async with running_fronts() as fronts:
         clients = len(fronts.hub.clients)
         message = modern(1, "tools/call", name="a__echo", arguments={"x": 1})
@@ -64,10 +64,27 @@ async def test_a_modern_call_is_served_without_a_session_by_a_client_removed_onc
         answer = json.loads(response.body)
         assert answer["id"] == 1 and answer["result"]["content"][0]["text"] == '{"x": 1}'
         assert answer["result"]["resultType"] == "complete"
-        # The upstream got the call; no session was opened or counted; the client is gone.
+        # The upstream got the call; no session was opened or counted; the client rests,
+        # holding nothing, for the same caller's next request.
         assert len(seen(fronts, "tools/call")) == 1
         assert fronts.http.sessions == {} and fronts.hub.admission.sessions == 0
-        assert len(fronts.hub.clients) == clients and fronts.http.stateless == 0
+        assert len(fronts.hub.clients) == clients + 1 and fronts.http.stateless == 0
+        [[kept]] = fronts.http.resting.values()
+        assert kept.ended and fronts.hub.router.client_idle(kept.key)
+        # The next request (the same id, as another caller would send) is served by it.
+        again = await post(fronts, modern(1, "tools/call", name="a__echo", arguments={"x": 2}))
+        assert json.loads(again.body)["result"]["content"][0]["text"] == '{"x": 2}', again
+        assert len(fronts.hub.clients) == clients + 1 and [[kept]] == list(fronts.http.resting.values())
+
+
+async def test_no_client_is_kept_past_the_bound(monkeypatch):
+    monkeypatch.setattr("aggregator.http_modern.RESTING", 0)
+    async with running_fronts() as fronts:
+        clients = len(fronts.hub.clients)
+        for id in (1, 2):
+            response = await post(fronts, modern(id, "tools/call", name="a__echo", arguments={"x": id}))
+            assert json.loads(response.body)["result"]["content"][0]["text"] == f'{{"x": {id}}}', response
+            assert len(fronts.hub.clients) == clients and fronts.http.stateless == 0
 
 
 async def test_server_discover_is_answered_statelessly_for_a_valid_host():
@@ -370,6 +387,9 @@ async def test_the_token_and_path_choose_a_modern_requests_profile_as_for_initia
         assert (await post_as(work)).status == 200
         assert (await post_as(token)).status == 200
         principals = [kwargs["principal"] for _, kwargs in added]
-        assert [profile for profile, _ in added] == ["work", "work", "default"]
+        # The second request of the work token (its profile either way) is served by the
+        # client the first one left resting: no client is shared across tokens or profiles.
+        assert [profile for profile, _ in added] == ["work", "default"]
         assert all(kwargs["modern"] for _, kwargs in added)
-        assert principals[0] == principals[1] != principals[2]
+        assert principals[0] != principals[1]
+        assert sorted(fronts.http.resting) == sorted([(principals[0], "work"), (principals[1], "default")])
