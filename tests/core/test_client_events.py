@@ -94,3 +94,25 @@ def test_a_client_that_stops_sending_but_reads_hears_what_was_left_unanswered(ro
     assert answers[0]["error"]["data"]["reason"] == "unavailable"
     assert "did not answer before the aggregator stopped" in answers[0]["error"]["message"]
     assert router.server_message("a", msg(id=sent["id"], result={})) == []  # a late answer is dropped
+
+
+def test_a_client_is_idle_only_when_the_router_holds_nothing_of_it(router):
+    """``client_idle``: what lets a stateless client stay connected between requests."""
+    assert router.client_idle(1) and not router.client_idle(99)
+    [(_, _, sent)] = unpack(router.client_message(1, msg(id=1, method="tools/call", params={"name": "a__slow"})))
+    assert not router.client_idle(1)  # a request in flight
+    router.server_message("a", msg(id=sent["id"], result={"content": []}))
+    assert router.client_idle(1)
+    [(_, _, sent)] = unpack(
+        router.client_message(1, msg(id=2, method="resources/subscribe", params={"uri": "a+demo://r/1"}))
+    )
+    router.server_message("a", msg(id=sent["id"], result={}))
+    assert not router.client_idle(1)  # a subscription
+    router.client_message(1, msg(id=3, method="resources/unsubscribe", params={"uri": "a+demo://r/1"}))
+    assert not router.client_idle(1)  # its unsubscribe is in flight
+    for kind, _, message in unpack(
+        router.client_message(1, msg(id=4, method="logging/setLevel", params={"level": "debug"}))
+    ):
+        if kind == "ToServer" and "id" in message:
+            router.server_message("a", msg(id=message["id"], result={}))
+    assert not router.client_idle(1)  # it set a log level the upstreams follow

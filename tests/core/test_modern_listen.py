@@ -108,6 +108,9 @@ def test_a_listen_id_is_in_use_until_it_ends(router):
     listen(router, 7, 3, toolsListChanged=True)
     [(_, _, refused)] = unpack(listen(router, 7, 3, toolsListChanged=True))
     assert refused["error"]["code"] == -32600 and "in use" in refused["error"]["message"]
+    assert not router.client_idle(7)  # an open listen holds its client
+    router.client_message(7, msg(method="notifications/cancelled", params={"requestId": 3}))
+    assert router.client_idle(7) and not router.listens
 
 
 def test_the_client_leaving_ends_its_listens_and_their_subscriptions(router):

@@ -87,6 +87,33 @@ def test_a_modern_request_is_refused_with_the_revisions_error(router, request_me
     assert not router.clients[7].in_flight and not any(o[0] == "ToServer" for o in out)
 
 
+@pytest.mark.parametrize(("request_meta", "method", "code", "phrase"), [r for r in REFUSED if r[2] != -32601])
+def test_after_a_good_envelope_a_changed_one_is_checked_again(router, request_meta, method, code, phrase):
+    """The envelope a client sent last and that passed is not checked again; any other is."""
+    assert "result" in only_answer(modern(router, 7, "g1", "tools/list"), 7)
+    out = unpack(router.client_message(7, msg(id="r", method=method, params={"_meta": request_meta})))
+    answer = only_answer(out, 7)
+    assert (answer["error"]["code"], phrase in answer["error"]["message"]) == (code, True)
+    assert "result" in only_answer(modern(router, 7, "g2", "tools/list"), 7)
+
+
+def test_a_changed_envelope_is_what_the_client_is_known_by(router):
+    for name in ("first", "second", "first"):
+        assert "result" in only_answer(modern(router, 7, name, "tools/list", **{CLIENT_INFO: {"name": name}}), 7)
+        assert router.clients[7].client_info == {"name": name}
+
+
+def test_an_answered_call_leaves_nothing_it_carried_reachable_from_the_deadline_heap(router):
+    """The heap keeps a finished Pending until it tidies up: its params and envelope go at
+    once, so they do not linger into the collector's old generations."""
+    sent = [modern(router, 7, i, "tools/call", {"name": "a__slow", "arguments": {"n": i}})[0][2] for i in range(3)]
+    for request in sent:
+        router.server_message("a", msg(id=request["id"], result={"content": []}))
+    finished = [entry[2] for entry in router.deadlines._heap]
+    assert len(finished) == 3 and all(p.done for p in finished)
+    assert all(p.extra is None and p.meta is None for p in finished)
+
+
 @pytest.mark.parametrize("method", ["tools/call", "prompts/get", "resources/read"])
 @pytest.mark.parametrize("state", [5, {"x": 1}, ["s"], True])
 def test_a_request_state_that_is_not_a_string_is_invalid_params(router, method, state):
