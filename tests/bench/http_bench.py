@@ -29,6 +29,7 @@ from pathlib import Path
 
 import orjson
 
+from tests.bench.stdio_bench import envelope_parse_us
 from tests.loopback import free_port, wait_listening
 
 ROOT = Path(__file__).parents[2]
@@ -223,6 +224,7 @@ def print_era(era: dict) -> None:
         f"{modern:.1f} us, modern/legacy {ratio:.3f}x (spread {min(ratios):.3f}-{max(ratios):.3f} over "
         f"{len(ratios)} runs)   target <= 1.02x {'ok' if ratio <= 1.02 else 'MISSED'}"
     )
+    print(f"  of the difference, reading the longer body (its _meta envelope): {envelope_parse_us():.2f} us")
 
 
 def main() -> int:

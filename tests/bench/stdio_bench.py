@@ -282,6 +282,26 @@ def era_cost(directory: Path, n_calls: int, repeats: int) -> dict:
     return {"cpu": cpu, "ratios": ratios}
 
 
+def envelope_parse_us(repeats: int = 7, count: int = 50_000) -> float:
+    """What the longer request alone costs the proxy to read: its message decoding
+    (``decode_message``, the same code the proxy runs) on this benchmark's modern request
+    minus its legacy one, in this process (µs, median of ``repeats``)."""
+    from aggregator.jsonrpc.codec import decode_message
+
+    params = {"name": "s0__tool0", "arguments": {"x": "hello"}}
+    call = {"jsonrpc": "2.0", "id": 1, "method": "tools/call"}
+    legacy = orjson.dumps({**call, "params": params})
+    modern = orjson.dumps({**call, "params": {**params, "_meta": MODERN_META}})
+
+    def per_call(raw: bytes) -> float:
+        start = time.perf_counter_ns()
+        for _ in range(count):
+            decode_message(raw)
+        return (time.perf_counter_ns() - start) / count / 1e3
+
+    return statistics.median(per_call(modern) - per_call(legacy) for _ in range(repeats))
+
+
 def print_era(label: str, era: dict) -> None:
     """The era row: medians, the ratio's median and its spread over the repeats."""
     legacy, modern = statistics.median(era["cpu"]["legacy"]), statistics.median(era["cpu"]["modern"])
@@ -293,6 +313,7 @@ def print_era(label: str, era: dict) -> None:
         f"(spread {min(ratios):.3f}-{max(ratios):.3f} over {len(ratios)} runs)   "
         f"target <= 1.02x {'ok' if ratio <= 1.02 else 'MISSED'}"
     )
+    print(f"  of the difference, reading the longer request (its _meta envelope): {envelope_parse_us():.2f} us")
 
 
 def main() -> int:
