@@ -129,6 +129,8 @@ class ModernCallers(RouterState):
                 why = f"{method} needs the {TASKS_EXTENSION} extension in _meta {CLIENT_CAPABILITIES}.extensions"
                 return [ToClient(client.key, tasks_required(id, why))]
         if not self.startup_complete:
+            if meta.get(INSTANCE_KEY) == self.instance:  # startup waits for this very request
+                return [ToClient(client.key, _from_itself(id, self.instance))]
             return [WaitForStartup(client.key)]
         if method != DISCOVER:  # a probe decides no connection's era
             client.modern = True
@@ -376,3 +378,10 @@ def _connection_is_modern(id: Any, requested: object) -> dict[str, Any]:
         f"This connection is serving protocol revision {MODERN[0]}; initialize ({shown[:40]}) needs a new connection",
         {"supported": list(MODERN), "requested": echoed(requested)},
     )
+
+
+def _from_itself(id: Any, instance: str) -> dict[str, Any]:
+    """This aggregator's own request (its config lists its own address), refused before
+    startup completes, which waits for it; ``data`` names the instance, as for initialize."""
+    why = "Refused: this request comes from this aggregator itself (its config lists the aggregator's own address)"
+    return error_response(id, INVALID_REQUEST, why, {INSTANCE_KEY: instance})

@@ -12,10 +12,10 @@ hands the outcomes to the router. The rules:
   legacy (but "method not found" for ``initialize`` then means a slow modern server: the
   next connection probes for ``init_timeout``). What a connection ``learnt`` is kept by the
   router for the next. A modern connection is ready with the DiscoverResult.
-- Handshake: ``initialize`` with the capabilities given and this proxy's instance in its
-  ``_meta`` (an aggregator that finds its own there refuses it; a result or DiscoverResult
-  carrying it is refused), its result checked (``initialize_result_problem``), then
-  ``notifications/initialized``; all within ``init_timeout``.
+- Handshake: ``initialize`` (or ``server/discover``) with this proxy's instance in its
+  ``_meta``: an aggregator that finds its own there refuses it, and a refusal, result or
+  DiscoverResult naming it is this proxy itself. The result is checked
+  (``initialize_result_problem``), then ``notifications/initialized``; within ``init_timeout``.
 - Listing: each kind the server's capabilities name, page by page, at most
   ``MAX_LIST_PAGES`` pages, stopping at a cursor seen before; a resources server that
   answers ``resources/templates/list`` with "method not found" has no templates. A shared
@@ -103,8 +103,7 @@ class UpstreamLifecycle:
         # Its own table, or one it shares with the router (whose waiters it never touches).
         self.requests: OwnRequests[Any] = requests if requests is not None else OwnRequests(CONTROL_ID_PREFIX)
         self.capabilities: dict[str, Any] = {}
-        self.serving = False
-        self.failed = False
+        self.serving = self.failed = False
         self.listed = False  # a per-session connection has given its own listing
         self._job: _Job | None = None
         self._wanted: set[str] = set()  # kinds whose list changed, not re-listed yet
@@ -220,6 +219,9 @@ class UpstreamLifecycle:
 
     def _discovered(self, probe: Probe, message: dict[str, Any], now: float) -> list[Outcome]:
         self.probing = False
+        error = message.get("error")
+        if type(error) is dict and self._is_us(error.get("data")):  # it refused our probe: it is us
+            return [self._itself()]
         verdict = era.judge(probe, message, pinned=self.protocol in MODERN, tried=self._tried)
         if type(verdict) is era.Legacy:
             self.learnt = LEGACY
@@ -357,13 +359,8 @@ class UpstreamLifecycle:
             return self._kind_listed(job, now)
         job.seen.add(cursor)
         if job.pages >= MAX_LIST_PAGES:
-            self.log.warning(
-                "server %s: %s has more than %d pages; keeping %d items",
-                self.name,
-                method,
-                MAX_LIST_PAGES,
-                len(job.items),
-            )
+            said = "server %s: %s has more than %d pages; keeping %d items"
+            self.log.warning(said, self.name, method, MAX_LIST_PAGES, len(job.items))
             return self._kind_listed(job, now)
         return [self._ask(job, cursor)]
 

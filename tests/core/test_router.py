@@ -507,3 +507,31 @@ def test_an_initialize_from_this_proxy_itself_is_refused_at_once(meta, refused):
         assert error["data"] == {INSTANCE_KEY: router.instance}
     else:
         assert type(out).__name__ == "WaitForStartup"
+
+
+@pytest.mark.parametrize(
+    ("meta", "refused"),
+    [("mine", True), ("another-proxy", False)],
+)
+@pytest.mark.parametrize("method", ["server/discover", "tools/list"])
+def test_a_modern_request_from_this_proxy_itself_is_refused_before_startup(meta, refused, method):
+    """A 2026-07-28 probe naming this proxy's own instance is refused at once, as its
+    initialize is: startup waits for that very server; another proxy's waits for startup."""
+    from aggregator.core.router import INSTANCE_KEY
+    from aggregator.mcp import modern
+
+    router = new_router(Catalog([], "__", 100), [])
+    router.client_connected(1)
+    envelope = {
+        modern.PROTOCOL_VERSION: "2026-07-28",
+        modern.CLIENT_CAPABILITIES: {},
+        INSTANCE_KEY: router.instance if meta == "mine" else meta,
+    }
+    request = {"jsonrpc": "2.0", "id": 7, "method": method, "params": {"_meta": envelope}}
+    [out] = router.client_message(1, json.dumps(request).encode())
+    if refused:
+        error = out.message["error"]
+        assert out.message["id"] == 7 and "this aggregator itself" in error["message"]
+        assert error["code"] == -32600 and error["data"] == {INSTANCE_KEY: router.instance}
+    else:
+        assert type(out).__name__ == "WaitForStartup"

@@ -87,6 +87,9 @@ PROBES = [
     pytest.param(
         {"result": discover_result(_meta={INSTANCE_KEY: INSTANCE})}, "it is this aggregator itself", id="ourselves"
     ),
+    # refused before its startup completes (which waits for this very probe)
+    pytest.param(error(-32600, {INSTANCE_KEY: INSTANCE}), "it is this aggregator itself", id="refused by ourselves"),
+    pytest.param(error(-32600, {INSTANCE_KEY: "another-proxy"}), "initialize", id="refused by another proxy"),
 ]
 
 
