@@ -51,6 +51,8 @@ class PostExchange(StatelessRequests):
         if decoded is None:
             return
         kind, message = decoded
+        if self.hub.tracing is not None and kind == REQUEST:
+            self.hub.tracing.adopt_headers(message, request.headers)
         if kind == REQUEST and "mcp-session-id" not in request.headers:
             # Modern _meta (or a revision header no legacy session has) makes it a modern
             # request, initialize too (a method that revision removed: 404).

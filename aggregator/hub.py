@@ -42,14 +42,17 @@ from aggregator.core.router import (
     UpstreamServing,
     WaitForStartup,
 )
+from aggregator.draining import drain
 from aggregator.jsonrpc.codec import decode_message
 from aggregator.jsonrpc.errors import RemoteProtocolError
+from aggregator.jsonrpc.kinds import REQUEST
 from aggregator.plugin_gate import PluginGate
 from aggregator.plugins import (
     ServerRequest,
     load_plugins,
 )
 from aggregator.shedding import Shedder
+from aggregator.tracing import Tracing
 from aggregator.transports.sink import ClientSink
 from aggregator.upstream import Connector, OwnCall, UpstreamSession
 
@@ -59,6 +62,7 @@ log = logging.getLogger(__name__)
 class Hub:
     def __init__(self, config: Config, *, connector: Connector | None = None, single_client: bool = False) -> None:
         self.config = config
+        self.tracing: Tracing | None = None  # spans per request (``trace``), or none
         # How upstreams are reached; None means by their configured transport. Tests pass
         # an in-memory connector to run fake servers without processes. ``single_client``:
         # it serves stdio alone, so shared servers may see that one client's roots.
@@ -199,23 +203,7 @@ class Hub:
 
     async def drain(self, seconds: float) -> None:
         """Let requests in flight finish (up to ``seconds``) while refusing new ones."""
-        self.router.start_draining()
-        waiting = self.router.in_flight()
-        if waiting:
-            log.info("shutting down: waiting up to %.0fs for %d request(s) in flight", seconds, waiting)
-        with trio.move_on_after(seconds):
-            while self.router.in_flight():  # noqa: ASYNC110 - the router has no event to wait on
-                await trio.sleep(0.05)
-        left = self.router.in_flight()
-        if left:
-            log.warning("shutting down: %d request(s) still in flight after %.0fs; they fail now", left, seconds)
-        # Also what was held for a server between restarts (or a session's own connection
-        # still starting): never sent, it is answered now rather than left to the close.
-        self.dispatch_now(self.router.abandon("the aggregator is shutting down"))
-        # Let the answers reach the clients before the connections close.
-        with trio.move_on_after(1):
-            for client in list(self.clients.values()):
-                await client.wait_drained()
+        await drain(self.router, self.clients, self.dispatch_now, seconds)
 
     # --- clients ------------------------------------------------------------------------
 
@@ -240,7 +228,7 @@ class Hub:
 
     async def client_message(self, key: int, raw: bytes) -> list[Any]:
         """Route a client's message: plugins' request hooks, the startup gate, the router."""
-        if not self.plugins.watch_requests:
+        if not self.plugins.watch_requests and self.tracing is None:
             commands = self.router.client_message(key, raw)
             if commands and type(commands[0]) is WaitForStartup:
                 await self.startup_done.wait()
@@ -254,6 +242,10 @@ class Hub:
 
     async def client_event(self, key: int, kind: int, message: dict[str, Any]) -> list[Any]:
         """Route a decoded client message: plugins' request hooks, the startup gate, the router."""
+        if self.tracing is not None and kind == REQUEST:
+            return await self.tracing.traced(
+                key, message, self.gate.client_event if self.plugins.watch_requests else self.routed
+            )
         if self.plugins.watch_requests:
             return await self.gate.client_event(key, kind, message)
         return await self.routed(key, kind, message)  # no request hooks: nothing can be hooking
@@ -276,9 +268,16 @@ class Hub:
         return True
 
     def remove_client(self, key: int) -> None:
+        if self.tracing is not None:
+            self.tracing.client_gone(key)
         self.clients.pop(key, None)
         self.gate.forget_client(key)
         self.dispatch_now(self.router.client_disconnected(key))
+
+    def trace(self, tracing: Tracing) -> None:
+        """A span per request from now on; untraced, no ToClient checks for it."""
+        self.tracing = tracing
+        self._handlers.update(tracing.handlers(self._handlers))
 
     # --- commands -----------------------------------------------------------------------
 

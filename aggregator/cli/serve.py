@@ -21,6 +21,7 @@ from aggregator.cli.common import command_config, status_lines
 from aggregator.config import Config, same_listener
 from aggregator.errors import AggregatorError, ConfigError
 from aggregator.hub import Hub
+from aggregator.tracing import from_environment
 
 log = logging.getLogger("aggregator")
 
@@ -53,6 +54,9 @@ async def _serve_all(config: Config, path: Path, stdio: bool, listen: str | None
     interactive = stdio and os.isatty(0)
     # With no network front the stdio client is the only one there can ever be.
     hub = Hub(config, single_client=stdio and listen is None and ws_listen is None)
+    tracing = from_environment()
+    if tracing is not None:
+        hub.trace(tracing)
     cannot_listen: str | None = None
     try:
         async with trio.open_nursery() as nursery:
@@ -83,6 +87,8 @@ async def _serve_all(config: Config, path: Path, stdio: bool, listen: str | None
         if own is not None:
             with trio.CancelScope(shield=True):
                 await own.aclose()
+        if hub.tracing is not None:
+            hub.tracing.shutdown()  # (sends the spans still batched)
         if cannot_listen is not None:
             raise AggregatorError(cannot_listen)
 

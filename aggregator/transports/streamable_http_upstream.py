@@ -26,6 +26,7 @@ from aggregator.jsonrpc.codec import dumps, loads
 from aggregator.mcp.constants import CANCELLED, INITIALIZE
 from aggregator.mcp.modern import LISTEN
 from aggregator.mcp.versions import DISCOVER
+from aggregator.tracing import trace_headers
 from aggregator.transports.masking import shown_url
 from aggregator.transports.modern_headers import ToolHeaders, request_headers
 from aggregator.transports.network_link import MAX_CONCURRENT_POSTS, NetworkLink, client_logs_masked, http_client
@@ -161,6 +162,8 @@ class _StreamableHttp:
             headers = {"content-type": "application/json", "accept": "application/json, text/event-stream", **modern}
         else:
             headers = {"content-type": "application/json", **self.headers("application/json, text/event-stream")}
+        if answers is not None:
+            headers.update(trace_headers(answers))  # the request's W3C trace context, as headers too
         try:
             async with self.client.stream("POST", self.url, content=line, headers=headers) as response:
                 if modern is not None:

@@ -1,0 +1,91 @@
+"""Traces end to end: a client's trace context crosses two traced proxies (the second an
+HTTP upstream of the first) to a real server, and every span reaches an OTLP/HTTP
+collector as the OpenTelemetry SDK exports them."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from http.server import BaseHTTPRequestHandler
+
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+from tests.e2e.conftest import events, fake, http_proxy, initialize, post, write_config
+from tests.loopback import serve_in_thread, stop_serving
+
+TRACE_ID = "0af7651916cd43dd8448eb211c80319c"
+CALLER_SPAN = "b7ad6b7169203331"
+
+
+class Collector(BaseHTTPRequestHandler):
+    spans: list = []
+    lock = threading.Lock()
+
+    def do_POST(self):  # noqa: N802 - the http.server API
+        body = self.rfile.read(int(self.headers["content-length"]))
+        request = ExportTraceServiceRequest()
+        request.ParseFromString(body)
+        with self.lock:
+            for resource in request.resource_spans:
+                service = next(a.value.string_value for a in resource.resource.attributes if a.key == "service.name")
+                for scope in resource.scope_spans:
+                    self.spans.extend((service, span) for span in scope.spans)
+        self.send_response(200)
+        self.send_header("content-type", "application/x-protobuf")
+        self.send_header("content-length", "0")
+        self.end_headers()
+
+    def log_message(self, *args):
+        pass
+
+
+def test_a_trace_crosses_two_proxies_to_the_server(tmp_path, monkeypatch):
+    collector = serve_in_thread(Collector)
+    Collector.spans = []
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", f"http://127.0.0.1:{collector.server_port}")
+    monkeypatch.setenv("OTEL_BSP_SCHEDULE_DELAY", "100")  # export within a tenth of a second
+    try:
+        inner_dir = tmp_path / "inner"
+        inner_dir.mkdir()
+        monkeypatch.setenv("OTEL_SERVICE_NAME", "inner")
+        with http_proxy(write_config(inner_dir, fake("f"))) as (inner, _):
+            monkeypatch.setenv("OTEL_SERVICE_NAME", "outer")
+            outer_config = write_config(tmp_path, f'[servers.b]\nurl = "http://127.0.0.1:{inner}/mcp"\n')
+            with http_proxy(outer_config) as (outer, log):
+                session = initialize(outer)
+                call = {
+                    "jsonrpc": "2.0",
+                    "id": 2,
+                    "method": "tools/call",
+                    "params": {"name": "b__f__echo", "arguments": {"text": "hi"}},
+                }
+                headers = {"mcp-session-id": session, "traceparent": f"00-{TRACE_ID}-{CALLER_SPAN}-01"}
+                status, _, body = post(outer, call, headers)
+                assert status == 200, body
+                [answer] = events(body)
+                assert "result" in answer, answer
+                deadline = time.monotonic() + 15
+                while time.monotonic() < deadline and len(traced()) < 4:
+                    time.sleep(0.1)
+                spans = traced()
+                assert len(spans) == 4, (spans, log.read_text()[-2000:])
+    finally:
+        stop_serving(collector)
+    by_kind = {(service, span.kind): span for service, span in spans}
+    # SPAN_KIND_SERVER = 2, SPAN_KIND_CLIENT = 3
+    outer_server, outer_client = by_kind["outer", 2], by_kind["outer", 3]
+    inner_server, inner_client = by_kind["inner", 2], by_kind["inner", 3]
+    assert outer_server.parent_span_id.hex() == CALLER_SPAN  # the caller's, from its header
+    assert outer_client.parent_span_id == outer_server.span_id
+    assert inner_server.parent_span_id == outer_client.span_id  # across the hop, in _meta and headers
+    assert inner_client.parent_span_id == inner_server.span_id
+    assert outer_server.name == "tools/call b__f__echo" and inner_server.name == "tools/call f__echo"
+    assert outer_client.name == "tools/call b" and inner_client.name == "tools/call f"
+    assert '"hi"' not in json.dumps([str(span) for _, span in spans])  # no arguments in spans
+
+
+def traced() -> list:
+    """The tools/call spans of TRACE_ID collected so far (others: the upstreams' own listing)."""
+    with Collector.lock:
+        return [(s, span) for s, span in Collector.spans if span.trace_id.hex() == TRACE_ID]
