@@ -12,6 +12,7 @@ from typing import Any
 import attrs
 
 from aggregator.config.client_json import mcp_servers_json_to_raw
+from aggregator.config.env_file import parse_env_file
 from aggregator.config.interpolation import interpolate_sections
 from aggregator.config.model import Config, HttpConfig, PluginConfig, ProfileConfig, ProxyConfig, RuleSet, ServerConfig
 from aggregator.config.paths import PATH_OPTION, beside
@@ -30,7 +31,7 @@ def load_config(path: str | os.PathLike[str], *, environ: Mapping[str, str] | No
     except OSError as exc:
         raise ConfigError(f"cannot read {file}: {exc.strerror or exc}") from None
     if file.suffix.lower() == ".json":
-        raw = mcp_servers_json_to_raw(data, source=str(file))
+        raw = mcp_servers_json_to_raw(data, source=str(file), directory=file.resolve().parent)
     else:
         try:
             raw = tomllib.loads(data.decode("utf-8"))
@@ -43,9 +44,14 @@ def load_config(path: str | os.PathLike[str], *, environ: Mapping[str, str] | No
 
 
 def structure_config(
-    raw: Mapping[str, Any], *, environ: Mapping[str, str] | None = None, source: str | None = None
+    raw: Mapping[str, Any],
+    *,
+    environ: Mapping[str, str] | None = None,
+    source: str | None = None,
+    read_files: bool = True,
 ) -> Config:
-    """Build a Config from parsed TOML/JSON data; raise ConfigError naming every problem."""
+    """Build a Config from parsed TOML/JSON data; raise ConfigError naming every problem.
+    ``read_files`` false: servers' env files are not read nor their directories checked."""
     if environ is None:
         environ = os.environ
     problems: list[str] = []
@@ -67,7 +73,7 @@ def structure_config(
     http = tables.section("http", HttpConfig)
     tables.checked("http", check_ranges(http, "http") + check_http(http))
     proxy, http = _client_limits(proxy, http, raw.get("proxy"), raw.get("http"))
-    servers = _servers(tables, interpolated, directory, proxy.env_passthrough)
+    servers = _servers(tables, interpolated, directory if read_files else None, proxy.env_passthrough, read_files)
     if not any(problem.startswith("proxy.separator") for problem in problems):
         problems.extend(validate_server_naming(list(servers.values()), proxy.separator))
     named = set(raw["servers"]) if isinstance(raw.get("servers"), dict) else set()
@@ -86,7 +92,11 @@ def structure_config(
 
 
 def _servers(
-    tables: _Tables, interpolated: Mapping[str, tuple[str, ...]], directory: Path | None, passthrough: tuple[str, ...]
+    tables: _Tables,
+    interpolated: Mapping[str, tuple[str, ...]],
+    directory: Path | None,
+    passthrough: tuple[str, ...],
+    read_files: bool,
 ) -> dict[str, ServerConfig]:
     """The [servers.NAME] tables, structured and checked; each stdio server's ``cwd``
     resolved beside the config, its ``env_passthrough`` joined by the global one."""
@@ -99,10 +109,30 @@ def _servers(
         tables.checked(path, check_ranges(server, path) + check_server(server, path))
         if directory is not None and cwd is not None and "\0" not in cwd and not os.path.isdir(cwd):
             tables.problems.append(f"{path}.cwd: no such directory: {cwd}")
+        if server.env_file is not None and read_files:
+            servers[name] = server = _with_env_file(server, beside(directory, server.env_file), path, tables.problems)
         if stdio:  # checked on its own first, so that a global mistake is not repeated here
             joined = tuple(dict.fromkeys((*passthrough, *server.env_passthrough)))
             servers[name] = attrs.evolve(server, env_passthrough=joined)
     return servers
+
+
+def _with_env_file(server: ServerConfig, file: str | None, path: str, problems: list[str]) -> ServerConfig:
+    """A stdio server with its env_file's variables in ``env`` (under its own ``env``); a
+    file that cannot be read or parsed is a problem."""
+    if server.effective_transport != "stdio":
+        problems.append(f"{path}.env_file: only a stdio server (a `command`) has an environment")
+        return server
+    assert file is not None  # beside() keeps a path a path
+    try:
+        text = Path(file).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        reason = getattr(exc, "strerror", None) or ("not UTF-8 text" if isinstance(exc, UnicodeDecodeError) else exc)
+        problems.append(f"{path}.env_file: cannot read {file}: {reason}")
+        return server
+    values, found = parse_env_file(text)
+    problems.extend(f"{path}.env_file: {file}: {problem}" for problem in found)
+    return attrs.evolve(server, env={**values, **server.env}, env_file=file)  # env values are masked as secrets
 
 
 def _plugins(raw_plugins: Any, problems: list[str], directory: Path | None = None) -> list[PluginConfig]:

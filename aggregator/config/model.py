@@ -71,6 +71,9 @@ class ServerConfig:
     command: str | None = None
     args: tuple[str, ...] = ()
     env: Mapping[str, str] = attrs.field(factory=dict)
+    # A file of KEY=VALUE lines read at load into ``env`` (``env`` wins); relative: to the
+    # config file's directory. After loading ``env`` holds its values.
+    env_file: str | None = None
     # Variables of the proxy's environment this server also gets (names, or a prefix and
     # *: "AWS_*"), beyond those every server gets. After loading it holds proxy.env_passthrough too.
     env_passthrough: tuple[str, ...] = ()
