@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 import tomllib
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -22,8 +22,14 @@ from aggregator.config.validation import check_http, check_proxy, check_server, 
 from aggregator.core.naming import NAME_CHARS, validate_server_naming
 from aggregator.errors import ConfigError
 
+# Checks the [[plugins]] a config names (the plugin layer's, given by the caller: the config
+# does not import it), returning problems by key path, so that they come with the others.
+PluginCheck = Callable[[Sequence[PluginConfig], Path | None], list[str]]
 
-def load_config(path: str | os.PathLike[str], *, environ: Mapping[str, str] | None = None) -> Config:
+
+def load_config(
+    path: str | os.PathLike[str], *, environ: Mapping[str, str] | None = None, plugin_check: PluginCheck | None = None
+) -> Config:
     """Read aggregator.toml, or an mcpServers / VS Code `servers` JSON file."""
     file = Path(path)
     try:
@@ -37,7 +43,7 @@ def load_config(path: str | os.PathLike[str], *, environ: Mapping[str, str] | No
             raw = tomllib.loads(data.decode("utf-8"))
         except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
             raise ConfigError(f"not valid TOML: {exc}", source=str(file)) from None
-    return structure_config(raw, environ=environ, source=str(file))
+    return structure_config(raw, environ=environ, source=str(file), plugin_check=plugin_check)
 
 
 # --- structuring and checking ---------------------------------------------------------------
@@ -49,6 +55,7 @@ def structure_config(
     environ: Mapping[str, str] | None = None,
     source: str | None = None,
     read_files: bool = True,
+    plugin_check: PluginCheck | None = None,
 ) -> Config:
     """Build a Config from parsed TOML/JSON data; raise ConfigError naming every problem.
     ``read_files`` false: servers' env files are not read nor their directories checked."""
@@ -63,6 +70,8 @@ def structure_config(
     tables = _Tables(raw, problems)
     directory = Path(source).resolve().parent if source and not source.startswith("(") else None
     plugins = _plugins(raw.get("plugins", []), problems, directory)
+    if plugin_check is not None:
+        problems.extend(plugin_check(plugins, directory))
     policy = tables.section("policy", RuleSet)
     profiles: dict[str, ProfileConfig] = tables.keyed("profiles", ProfileConfig, "profiles")
     for name in profiles:
@@ -74,8 +83,9 @@ def structure_config(
     tables.checked("http", check_ranges(http, "http") + check_http(http))
     proxy, http = _client_limits(proxy, http, raw.get("proxy"), raw.get("http"))
     servers = _servers(tables, interpolated, directory if read_files else None, proxy.env_passthrough, read_files)
-    if not any(problem.startswith("proxy.separator") for problem in problems):
-        problems.extend(validate_server_naming(list(servers.values()), proxy.separator))
+    # With a broken separator, the keys are still checked, against one no key holds.
+    separator_broken = any(problem.startswith("proxy.separator") for problem in problems)
+    problems.extend(validate_server_naming(list(servers.values()), "\0" if separator_broken else proxy.separator))
     named = set(raw["servers"]) if isinstance(raw.get("servers"), dict) else set()
     problems.extend(_profile_problems(profiles, named, http.auth_tokens))
     if problems:

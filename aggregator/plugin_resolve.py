@@ -1,0 +1,90 @@
+"""Finding the plugins a config names (entry point, ``package.module:Name`` or
+``file.py:Name``) and checking their options against what each one takes, without
+building them: what config loading reports with the config's other problems."""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import inspect
+from collections.abc import Sequence
+from importlib.metadata import entry_points
+from pathlib import Path
+from typing import Any
+
+ENTRY_POINT_GROUP = "aggregator.plugins"
+
+
+def plugin_problems(specs: Sequence[Any], config_dir: Path | None = None) -> list[str]:
+    """What is wrong with the plugins a config names, found without building them (so with
+    the config's other problems): a ``use`` that does not load, options the plugin does not
+    take or lacks. What a plugin checks of its option values when built comes later."""
+    problems: list[str] = []
+    for index, spec in enumerate(specs):
+        path = f"plugins[{index}]"
+        try:
+            factory = resolve(spec.use, config_dir)
+        except Exception as exc:  # noqa: BLE001 - reported with its key path
+            problems.append(f"{path}.use: cannot load {spec.use!r}: {error_text(exc)}")
+            continue
+        problems.extend(option_problems(factory, spec.use, dict(spec.options), path))
+    return problems
+
+
+def option_problems(factory: Any, use: str, options: dict[str, Any], path: str) -> list[str]:
+    """Options ``factory`` does not take, and those it requires that are missing, by key path."""
+    try:
+        parameters = inspect.signature(factory).parameters.values()
+    except (TypeError, ValueError):  # no signature to read: the call will tell
+        return []
+    if not callable(factory):
+        return [f"{path}.use: {use!r} names something that cannot be called"]
+    named = {p.name: p for p in parameters if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
+    takes_any = any(p.kind is p.VAR_KEYWORD for p in parameters)
+    taken = ", ".join(named) or "none"
+    problems = [
+        f"{path}.options.{key}: unknown option ({use} takes: {taken})"
+        for key in options
+        if key not in named and not takes_any
+    ]
+    problems += [
+        f"{path}.options.{name}: required by {use}"
+        for name, parameter in named.items()
+        if parameter.default is parameter.empty and name not in options
+    ]
+    return problems
+
+
+def error_text(exc: BaseException) -> str:
+    """An exception as a user reads it: its message, and its type when the message alone
+    would not say what went wrong."""
+    text = str(exc)
+    if isinstance(exc, LookupError | ImportError | OSError) and text:
+        return text
+    if isinstance(exc, SyntaxError):
+        return f"a syntax error in {exc.filename} line {exc.lineno}: {exc.msg}"
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def resolve(use: str, config_dir: Path | None) -> Any:
+    if ":" not in use:
+        found = [ep for ep in entry_points(group=ENTRY_POINT_GROUP) if ep.name == use]
+        if not found:
+            known = sorted(ep.name for ep in entry_points(group=ENTRY_POINT_GROUP))
+            raise LookupError(f"no plugin named {use!r} (installed: {', '.join(known) or 'none'})")
+        return found[0].load()
+    where, _, attr = use.rpartition(":")
+    if where.endswith(".py"):
+        file = Path(where)
+        if not file.is_absolute() and config_dir is not None:
+            file = config_dir / file
+        spec = importlib.util.spec_from_file_location(f"aggregator_plugin_{file.stem}", file)
+        if spec is None or spec.loader is None:
+            raise LookupError(f"cannot import {file}")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    else:
+        module = importlib.import_module(where)
+    if not hasattr(module, attr):
+        raise LookupError(f"{where} has no {attr!r}")
+    return getattr(module, attr)
