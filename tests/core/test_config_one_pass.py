@@ -3,7 +3,7 @@ plugins', each by key path."""
 
 import pytest
 
-from aggregator.config import load_config
+from aggregator.config import load_config, structure_config
 from aggregator.errors import ConfigError
 from aggregator.plugin_resolve import plugin_problems
 
@@ -53,3 +53,19 @@ def test_plugins_are_checked_without_being_built(tmp_path):
     path.write_text('[servers.s]\ncommand = "srv"\n[[plugins]]\nuse = "p.py:P"\noptions = { path = "x" }\n')
     config = load_config(path, plugin_check=plugin_problems)
     assert config.plugins[0].options == {"path": str(tmp_path / "x")} and not marker.exists()
+
+
+def test_a_rule_table_of_the_wrong_type_is_said_so_not_as_a_python_error():
+    raw = {
+        "policy": {"tools": []},
+        "servers": {"a": {"command": "x", "tools": 5, "resources": {"rename": {"r": 4}}}},
+        "profiles": {"q": {"servers": {"a": {"prompts": "x"}}}},
+    }
+    with pytest.raises(ConfigError) as info:
+        structure_config(raw, environ={})
+    assert info.value.problems == [
+        "policy.tools: expected a table, got a list",
+        "profiles.q.servers.a.prompts: expected a table, got the string 'x'",
+        "servers.a.tools: expected a table, got a number (5)",
+        "servers.a.resources.rename.r: expected a table, got a number (4)",
+    ]
