@@ -4,13 +4,18 @@ building them: what config loading reports with the config's other problems."""
 
 from __future__ import annotations
 
+import collections.abc
 import importlib
 import importlib.util
 import inspect
+import types
+import typing
 from collections.abc import Sequence
 from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any
+
+from aggregator.config.structuring import describe
 
 ENTRY_POINT_GROUP = "aggregator.plugins"
 
@@ -31,8 +36,9 @@ def plugin_problems(specs: Sequence[Any], config_dir: Path | None = None) -> lis
     return problems
 
 
-def option_problems(factory: Any, use: str, options: dict[str, Any], path: str) -> list[str]:
-    """Options ``factory`` does not take, and those it requires that are missing, by key path."""
+def option_problems(factory: Any, use: str, options: dict[str, Any], path: str, *, types: bool = True) -> list[str]:
+    """Options ``factory`` does not take, those it requires that are missing and (``types``)
+    values not of the type its annotations say, by key path."""
     try:
         parameters = inspect.signature(factory).parameters.values()
     except (TypeError, ValueError):  # no signature to read: the call will tell
@@ -52,7 +58,60 @@ def option_problems(factory: Any, use: str, options: dict[str, Any], path: str) 
         for name, parameter in named.items()
         if parameter.default is parameter.empty and name not in options
     ]
+    hints = _hints(factory) if types else {}
+    for key, value in options.items():
+        wrong = _wrong(value, hints[key]) if key in named and key in hints else None
+        if wrong is not None:
+            where, expected, got = wrong
+            problems.append(f"{path}.options.{key}{where}: expected {expected}, got {describe(got)}")
     return problems
+
+
+def _hints(factory: Any) -> dict[str, Any]:
+    """The annotations of what builds a plugin (its ``__init__`` for a class), resolved;
+    none when they cannot be."""
+    target = factory.__init__ if inspect.isclass(factory) else factory
+    try:
+        return typing.get_type_hints(target)
+    except Exception:  # noqa: BLE001 - a name it cannot resolve: its values are not judged
+        return {}
+
+
+_NAMES: dict[Any, str] = {str: "a string", int: "an integer", float: "a number", bool: "true or false"}
+
+
+def _wrong(value: Any, hint: Any) -> tuple[str, str, Any] | None:
+    """Where a config value (TOML: strings, numbers, booleans, lists, tables) is not what
+    ``hint`` expects ("" or "[2]"), what it expects and the value there; None when it fits,
+    or when the hint is beyond these."""
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        found = [_wrong(value, member) for member in typing.get_args(hint)]
+        if None in found:
+            return None
+        inner = [w for w in found if w is not None and w[0]]  # a list whose item is wrong
+        if inner:
+            return inner[0]
+        return "", " or ".join(dict.fromkeys(w[1] for w in found if w is not None)), value
+    if hint is type(None):
+        return None if value is None else ("", "nothing", value)
+    if hint in _NAMES:
+        fits = isinstance(value, hint) and not (hint is int and isinstance(value, bool))
+        if hint is float:
+            fits = isinstance(value, int | float) and not isinstance(value, bool)
+        return None if fits else ("", _NAMES[hint], value)
+    if origin in (list, tuple, collections.abc.Sequence) or hint in (list, tuple):
+        if not isinstance(value, list):
+            return "", "a list", value
+        item = (typing.get_args(hint) or (Any,))[0]
+        for index, each in enumerate(value):
+            wrong = _wrong(each, item)
+            if wrong is not None:
+                return f"[{index}]{wrong[0]}", wrong[1], wrong[2]
+        return None
+    if origin in (dict, collections.abc.Mapping) or hint is dict:
+        return None if isinstance(value, dict) else ("", "a table", value)
+    return None
 
 
 def error_text(exc: BaseException) -> str:

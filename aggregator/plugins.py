@@ -328,7 +328,8 @@ def load_plugins(specs: list[Any], config_dir: Path | None = None) -> Plugins:
         except Exception as exc:  # noqa: BLE001 - reported with its key path
             problems.append(f"{path}.use: cannot load {spec.use!r}: {error_text(exc)}")
             continue
-        unknown = option_problems(factory, spec.use, dict(spec.options), path)
+        # Values are the plugin's to check when built, in its own words.
+        unknown = option_problems(factory, spec.use, dict(spec.options), path, types=False)
         if unknown:
             problems.extend(unknown)
             continue

@@ -69,3 +69,30 @@ def test_a_rule_table_of_the_wrong_type_is_said_so_not_as_a_python_error():
         "servers.a.tools: expected a table, got a number (5)",
         "servers.a.resources.rename.r: expected a table, got a number (4)",
     ]
+
+
+def test_plugin_option_types_are_checked_from_the_annotations(tmp_path):
+    (tmp_path / "typed.py").write_text(
+        "from typing import Callable\n"
+        "class P:\n"
+        "    def __init__(self, name: str, count: int = 1, rate: float = 1.0, on: bool = False,\n"
+        "                 words: list[str] | None = None, table: dict[str, int] | None = None,\n"
+        "                 hook: Callable[[], None] | None = None, free=None) -> None:\n"
+        "        pass\n"
+    )
+    path = tmp_path / "a.toml"
+    path.write_text(
+        '[[plugins]]\nuse = "typed.py:P"\n'
+        'options = { name = 3, count = true, rate = 2, on = "yes", words = ["a", 2], table = [], hook = 1, free = 1 }\n'
+        '[[plugins]]\nuse = "audit-log"\noptions = { path = 3 }\n'
+    )
+    with pytest.raises(ConfigError) as info:
+        load_config(path, plugin_check=plugin_problems)
+    assert info.value.problems == [
+        "plugins[0].options.name: expected a string, got a number (3)",
+        "plugins[0].options.count: expected an integer, got a boolean",
+        "plugins[0].options.on: expected true or false, got the string 'yes'",
+        "plugins[0].options.words[1]: expected a string, got a number (2)",
+        "plugins[0].options.table: expected a table or nothing, got a list",
+        "plugins[1].options.path: expected a string, got a number (3)",
+    ]
