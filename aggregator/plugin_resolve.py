@@ -15,6 +15,7 @@ from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any
 
+from aggregator.config.paths import PATH_OPTION, beside
 from aggregator.config.structuring import describe
 
 ENTRY_POINT_GROUP = "aggregator.plugins"
@@ -112,6 +113,22 @@ def _wrong(value: Any, hint: Any) -> tuple[str, str, Any] | None:
     if origin in (dict, collections.abc.Mapping) or hint is dict:
         return None if isinstance(value, dict) else ("", "a table", value)
     return None
+
+
+def with_path_defaults(factory: Any, options: dict[str, Any], config_dir: Path | None) -> dict[str, Any]:
+    """``options`` with each path-like option the config leaves out (``path``, ``file``,
+    ``..._dir``) set to the plugin's own relative default beside the config file, as a
+    given one would be: a plugin's default file is not where the proxy happens to start."""
+    try:
+        parameters = inspect.signature(factory).parameters
+    except (TypeError, ValueError):
+        return options
+    filled = dict(options)
+    for name, parameter in parameters.items():
+        default = parameter.default
+        if name not in filled and PATH_OPTION.fullmatch(name) and isinstance(default, str) and default:
+            filled[name] = beside(config_dir, default)
+    return filled
 
 
 def error_text(exc: BaseException) -> str:

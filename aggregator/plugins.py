@@ -64,7 +64,7 @@ import trio
 
 from aggregator.errors import ConfigError
 from aggregator.mcp.constants import TARGETED_METHODS
-from aggregator.plugin_resolve import error_text, option_problems, resolve
+from aggregator.plugin_resolve import error_text, option_problems, resolve, with_path_defaults
 
 log = logging.getLogger(__name__)
 HOOKED_METHODS = TARGETED_METHODS  # the requests request hooks see
@@ -334,7 +334,7 @@ def load_plugins(specs: list[Any], config_dir: Path | None = None) -> Plugins:
             problems.extend(unknown)
             continue
         try:
-            plugin = factory(**dict(spec.options))
+            plugin = factory(**with_path_defaults(factory, dict(spec.options), config_dir))
         except InvalidOptions as exc:
             problems.extend(f"{path}.options.{key}: {problem}" for key, problem in exc.problems.items())
             continue

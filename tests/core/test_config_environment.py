@@ -168,3 +168,14 @@ def test_the_shipped_config_runs_from_any_directory():
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "git " in result.stdout and "ready" in result.stdout.split("git ", 1)[1].splitlines()[0]
+
+
+def test_a_plugin_default_file_is_beside_the_config(tmp_path, monkeypatch):
+    from aggregator.config import PluginConfig
+    from aggregator.plugins import load_plugins
+
+    monkeypatch.chdir("/")
+    plugins = load_plugins([PluginConfig(use="pin-definitions")], tmp_path)
+    assert [str(p.path) for p in plugins.plugins] == [str(tmp_path / "aggregator-pins.json")]
+    given = load_plugins([PluginConfig(use="pin-definitions", options={"path": "/tmp/x.json"})], tmp_path)
+    assert [str(p.path) for p in given.plugins] == ["/tmp/x.json"]
