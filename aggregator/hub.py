@@ -30,7 +30,7 @@ from aggregator.config import Config
 from aggregator.config.core_settings import router_settings
 from aggregator.core.catalog import Catalog
 from aggregator.core.commands import RequestEnded
-from aggregator.core.policy import ProfilePolicy, server_request_allowed
+from aggregator.core.policy import ProfilePolicy, server_request_allowed, unmatched_rules
 from aggregator.core.router import (
     Answer,
     DropUpstream,
@@ -194,6 +194,9 @@ class Hub:
             log.warning("startup: serving without %s (not ready yet; they join when ready)", ", ".join(waiting))
         self.router.startup_completed()
         self.startup_done.set()
+        ready = [name for name, upstream in self.upstreams.items() if upstream.state == "ready"]
+        for warning in unmatched_rules(self.config, self.catalog.items_of, ready):
+            log.warning("policy: %s", warning)
 
     def server_settled(self, name: str) -> None:
         """An upstream is ready, or its first attempt failed: startup need not wait for it."""

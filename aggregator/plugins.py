@@ -52,13 +52,10 @@ ones are there too), by dotted path ``package.module:Name``, or by file path
 from __future__ import annotations
 
 import difflib
-import importlib
-import importlib.util
 import inspect
 import logging
 import time
 from collections.abc import Callable
-from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any
 
@@ -67,9 +64,9 @@ import trio
 
 from aggregator.errors import ConfigError
 from aggregator.mcp.constants import TARGETED_METHODS
+from aggregator.plugin_resolve import error_text, option_problems, resolve, with_path_defaults
 
 log = logging.getLogger(__name__)
-ENTRY_POINT_GROUP = "aggregator.plugins"
 HOOKED_METHODS = TARGETED_METHODS  # the requests request hooks see
 # Every hook a plugin may have; a public method named close to one of these is a misspelling.
 HOOKS = ("request", "response", "catalog", "notification", "server_request", "load", "after_catalog", "done")
@@ -327,12 +324,17 @@ def load_plugins(specs: list[Any], config_dir: Path | None = None) -> Plugins:
     for index, spec in enumerate(specs):
         path = f"plugins[{index}]"
         try:
-            factory = _resolve(spec.use, config_dir)
+            factory = resolve(spec.use, config_dir)
         except Exception as exc:  # noqa: BLE001 - reported with its key path
-            problems.append(f"{path}.use: cannot load {spec.use!r}: {exc}")
+            problems.append(f"{path}.use: cannot load {spec.use!r}: {error_text(exc)}")
+            continue
+        # Values are the plugin's to check when built, in its own words.
+        unknown = option_problems(factory, spec.use, dict(spec.options), path, types=False)
+        if unknown:
+            problems.extend(unknown)
             continue
         try:
-            plugin = factory(**dict(spec.options))
+            plugin = factory(**with_path_defaults(factory, dict(spec.options), config_dir))
         except InvalidOptions as exc:
             problems.extend(f"{path}.options.{key}: {problem}" for key, problem in exc.problems.items())
             continue
@@ -359,25 +361,3 @@ def load_plugins(specs: list[Any], config_dir: Path | None = None) -> Plugins:
                 ", ".join(paths),
             )
     return Plugins(plugins)
-
-
-def _resolve(use: str, config_dir: Path | None) -> Any:
-    if ":" not in use:
-        found = [ep for ep in entry_points(group=ENTRY_POINT_GROUP) if ep.name == use]
-        if not found:
-            known = sorted(ep.name for ep in entry_points(group=ENTRY_POINT_GROUP))
-            raise LookupError(f"no plugin named {use!r} (installed: {', '.join(known) or 'none'})")
-        return found[0].load()
-    where, _, attr = use.rpartition(":")
-    if where.endswith(".py"):
-        file = Path(where)
-        if not file.is_absolute() and config_dir is not None:
-            file = config_dir / file
-        spec = importlib.util.spec_from_file_location(f"aggregator_plugin_{file.stem}", file)
-        if spec is None or spec.loader is None:
-            raise LookupError(f"cannot import {file}")
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-    else:
-        module = importlib.import_module(where)
-    return getattr(module, attr)

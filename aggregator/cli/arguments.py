@@ -135,4 +135,10 @@ def _add_import(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         description="Print the aggregator.toml equivalent of a Claude Desktop, Cursor or VS Code server list.",
     )
     imp.add_argument("file", metavar="FILE.json")
+    imp.add_argument(
+        "-o",
+        "--output",
+        metavar="FILE.toml",
+        help="write FILE.toml (only once the conversion succeeded) instead of stdout",
+    )
     imp.set_defaults(command="import", run=run_import)

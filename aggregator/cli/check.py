@@ -9,6 +9,7 @@ import trio
 
 from aggregator.access import check_exposure
 from aggregator.cli.common import command_config, status_lines, with_started_hub
+from aggregator.core.policy import unmatched_rules
 from aggregator.mcp.constants import KINDS
 
 
@@ -21,17 +22,22 @@ def run_check(args: argparse.Namespace) -> int:
     ):
         if address is not None:
             check_exposure(config.http, address, option)
-    lines, collisions, ok = trio.run(
+    lines, collisions, ok, unmatched = trio.run(
         with_started_hub,
         config,
         lambda hub: (
             status_lines(hub),
             [c for kind in KINDS for c in hub.catalog.collisions[kind]],
             all(u.state == "ready" for u in hub.upstreams.values()),
+            unmatched_rules(
+                hub.config, hub.catalog.items_of, [n for n, u in hub.upstreams.items() if u.state == "ready"]
+            ),
         ),
         lambda: print(f"config {path}: ok ({len(config.servers)} servers)", flush=True),
     )
     print("\n".join(lines))
     for collision in collisions:
         print(f"  note: name collision: {collision}")
+    for warning in unmatched:  # a warning, not a failure: the rule may await a server's new item
+        print(f"  warning: {warning}")
     return 0 if ok else 1

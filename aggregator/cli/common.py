@@ -16,6 +16,7 @@ from aggregator.core.nesting import CHAIN_VARIABLE, NestingRefused, chain_value,
 from aggregator.errors import AggregatorError, ConfigError
 from aggregator.hub import Hub
 from aggregator.mcp.constants import CONFIG_KIND, KINDS
+from aggregator.plugin_resolve import plugin_problems
 
 DEFAULT_CONFIG = "aggregator.toml"
 
@@ -28,7 +29,7 @@ def command_config(args: argparse.Namespace) -> tuple[Config, Path]:
     if args.config is None and not path.exists():
         raise ConfigError(f"no {DEFAULT_CONFIG} here; pass --config PATH")
     _enter_chain(path)
-    return load_config(path), path
+    return load_config(path, plugin_check=plugin_problems), path
 
 
 def _enter_chain(path: Path) -> None:

@@ -1,15 +1,18 @@
 """``aggregator import``: print the aggregator.toml equivalent of an mcpServers JSON file
-(Claude Desktop, Cursor, VS Code), proved to load before it is printed."""
+(Claude Desktop, Cursor, VS Code), proved to load before anything is written. With
+``--output`` the file is written whole (through a temporary file beside it) or not at all."""
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+import tempfile
 import tomllib
 from pathlib import Path
 
 from aggregator.config import mcp_servers_json_to_raw, raw_to_toml, structure_config
-from aggregator.errors import ConfigError
+from aggregator.errors import AggregatorError, ConfigError
 
 
 def run_import(args: argparse.Namespace) -> int:
@@ -18,12 +21,37 @@ def run_import(args: argparse.Namespace) -> int:
         data = path.read_bytes()
     except OSError as exc:
         raise ConfigError(f"cannot read {path}: {exc.strerror or exc}") from None
-    raw = mcp_servers_json_to_raw(data, source=str(path))
-    text = raw_to_toml(raw)
-    # Prove the output loads before printing it (variables stay unexpanded).
-    structure_config(tomllib.loads(text), environ=_AnyEnviron(), source="(converted)")
-    sys.stdout.write(f"# converted from {path}\n{text}")
+    renamed: dict[str, str] = {}
+    raw = mcp_servers_json_to_raw(data, source=str(path), directory=path.resolve().parent, renamed=renamed)
+    comments = {
+        key: f"{original!r} in {path.name} (a server key is made of A-Z a-z 0-9 _ . -)"
+        for key, original in renamed.items()
+    }
+    text = f"# converted from {path}\n" + raw_to_toml(raw, comments)
+    # Prove the output loads before writing it (variables stay unexpanded; env files unread).
+    structure_config(tomllib.loads(text), environ=_AnyEnviron(), source="(converted)", read_files=False)
+    output = getattr(args, "output", None)
+    if output is None:
+        sys.stdout.write(text)
+    else:
+        _write_whole(Path(output), text)
     return 0
+
+
+def _write_whole(target: Path, text: str) -> None:
+    """Write ``text`` to ``target`` through a temporary file renamed over it: a reader never
+    sees half a file, and a failure leaves what was there."""
+    try:
+        descriptor, temporary = tempfile.mkstemp(dir=target.resolve().parent, prefix=f".{target.name}.", suffix=".tmp")
+    except OSError as exc:
+        raise AggregatorError(f"cannot write {target}: {exc.strerror or exc}") from None
+    try:
+        with os.fdopen(descriptor, "w", encoding="utf-8") as file:
+            file.write(text)
+        os.replace(temporary, target)
+    except OSError as exc:
+        os.unlink(temporary)
+        raise AggregatorError(f"cannot write {target}: {exc.strerror or exc}") from None
 
 
 class _AnyEnviron(dict[str, str]):

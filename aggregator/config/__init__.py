@@ -1,4 +1,5 @@
-"""Configuration: frozen attrs classes, strict cattrs structuring, ${VAR} interpolation.
+"""Configuration: frozen attrs classes, strict cattrs structuring, ${VAR} interpolation,
+paths relative to the config file.
 
 Owns reading ``aggregator.toml`` and the ``mcpServers`` JSON files that Claude Desktop,
 Cursor and VS Code use. Every problem is reported with its key path
@@ -11,7 +12,9 @@ One module per job, all re-exported here:
 - ``structuring``: raw data into the classes (cattrs), problems by key path;
 - ``ranges``: the range of every number;
 - ``validation``: what must agree across keys, listen addresses, paths and names;
-- ``loading``: reading a file, ${VAR} interpolation, all of the above in order;
+- ``interpolation``: ${VAR} and ${VAR:-default}, other ${...} forms refused;
+- ``paths``: relative paths resolved beside the config file;
+- ``loading``: reading a file, all of the above in order;
 - ``client_json``: MCP clients' JSON server lists (``mcpServers``, VS Code ``servers``);
 - ``toml_writer``: the raw form written back as TOML (``aggregator import``).
 """

@@ -4,10 +4,15 @@ Windsurf) and VS Code's ``servers``, translated into the raw form of aggregator.
 from __future__ import annotations
 
 import json
+import os
+import re
+import unicodedata
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from aggregator.config.structuring import describe
+from aggregator.core.naming import NAME_CHARS, URI_PREFIX
 from aggregator.errors import ConfigError
 
 _JSON_TYPES = {
@@ -19,14 +24,13 @@ _JSON_TYPES = {
     "ws": "websocket",
     "websocket": "websocket",
 }
-_JSON_KEYS = {"command", "args", "env", "cwd", "url", "headers"}
+_JSON_KEYS = {"command", "args", "env", "cwd", "url", "headers", "envFile"}
 # Client-specific keys that carry no meaning for a proxy; accepted and ignored.
 _JSON_IGNORED = {
     "alwaysAllow",
     "autoApprove",
     "timeout",
     "description",
-    "envFile",
     "dev",
     "gallery",
     "version",
@@ -38,8 +42,51 @@ _JSON_IGNORED = {
 }
 
 
-def mcp_servers_json_to_raw(data: bytes, *, source: str = "<json>") -> dict[str, Any]:
-    """Translate a client's JSON server list into the raw form of aggregator.toml."""
+def mcp_servers_json_to_raw(
+    data: bytes | str, *, source: str = "<json>", directory: Path | None = None, renamed: dict[str, str] | None = None
+) -> dict[str, Any]:
+    """Translate a client's JSON server list into the raw form of aggregator.toml.
+
+    A server name that is not a legal server key ("Brave Search") gets one derived from it
+    (``brave_search``); ``renamed`` receives each derived key with its original name.
+    ``directory`` is the JSON file's: ``envFile`` and ``cwd`` are made absolute against it,
+    and ``${workspaceFolder}`` is its workspace (the parent of a ``.vscode`` or ``.cursor``
+    directory, or the directory itself)."""
+    entries, key = _server_entries(data, source)
+    problems: list[str] = []
+    servers: dict[str, Any] = {}
+    keys = _server_keys(list(entries))
+    for name, entry in entries.items():
+        path = f"{key}.{name}"
+        if not isinstance(entry, dict):
+            problems.append(f"{path}: expected an object")
+            continue
+        table: dict[str, Any] = {_TOML_NAME[k] if k in _TOML_NAME else k: entry[k] for k in entry if k in _JSON_KEYS}
+        problems.extend(_json_shape_problems(table, path))
+        kind = entry.get("type", entry.get("transport"))
+        if kind is not None:
+            if kind not in _JSON_TYPES:
+                problems.append(f"{path}.type: unknown transport {kind!r}")
+            else:
+                table["transport"] = _JSON_TYPES[kind]
+        if entry.get("disabled") is True:
+            table["enabled"] = False
+        for extra in sorted(set(entry) - _JSON_KEYS - _JSON_IGNORED - {"type", "transport", "disabled"}):
+            problems.append(f"{path}.{extra}: unknown key")
+        servers[keys[name]] = _placed(table, directory) if directory is not None else table
+        if renamed is not None and keys[name] != name:
+            renamed[keys[name]] = name
+    if problems:
+        raise ConfigError(problems, source=source)
+    return {"servers": servers}
+
+
+# JSON keys whose aggregator.toml name differs.
+_TOML_NAME: dict[str, str] = {"envFile": "env_file"}
+
+
+def _server_entries(data: bytes | str, source: str) -> tuple[dict[str, Any], str]:
+    """The object of servers in a client's JSON document, and its key."""
     try:
         document = json.loads(data)
     except (ValueError, RecursionError) as exc:
@@ -52,29 +99,58 @@ def mcp_servers_json_to_raw(data: bytes, *, source: str = "<json>") -> dict[str,
     entries = document[key]
     if not isinstance(entries, dict):
         raise ConfigError(f"{key}: expected an object of servers", source=source)
-    problems: list[str] = []
-    servers: dict[str, Any] = {}
-    for name, entry in entries.items():
-        path = f"{key}.{name}"
-        if not isinstance(entry, dict):
-            problems.append(f"{path}: expected an object")
+    return entries, key
+
+
+def _legal_key(name: str) -> bool:
+    """Whether a client's server name can be a server key and prefix as it is."""
+    return bool(NAME_CHARS.fullmatch(name) and URI_PREFIX.fullmatch(name.replace("_", "-"))) and "__" not in name
+
+
+def _server_keys(names: list[str]) -> dict[str, str]:
+    """Each client server name's key: itself when legal, else derived from it (letters
+    without accents, lower case, other characters as one _; a letter first), unique."""
+    taken = {name for name in names if _legal_key(name)}
+    keys: dict[str, str] = {}
+    for name in names:
+        if name in taken:
+            keys[name] = name
             continue
-        table: dict[str, Any] = {k: entry[k] for k in _JSON_KEYS if k in entry}
-        problems.extend(_json_shape_problems(table, path))
-        kind = entry.get("type", entry.get("transport"))
-        if kind is not None:
-            if kind not in _JSON_TYPES:
-                problems.append(f"{path}.type: unknown transport {kind!r}")
-            else:
-                table["transport"] = _JSON_TYPES[kind]
-        if entry.get("disabled") is True:
-            table["enabled"] = False
-        for extra in sorted(set(entry) - _JSON_KEYS - _JSON_IGNORED - {"type", "transport", "disabled"}):
-            problems.append(f"{path}.{extra}: unknown key")
-        servers[name] = table
-    if problems:
-        raise ConfigError(problems, source=source)
-    return {"servers": servers}
+        plain = unicodedata.normalize("NFKD", name).encode("ascii", "ignore").decode()
+        base = re.sub(r"[^A-Za-z0-9]+", "_", plain).strip("_").lower()[:48] or "server"
+        if not base[0].isalpha():
+            base = f"server_{base}"
+        key, number = base, 2
+        while key in taken:
+            key, number = f"{base}_{number}", number + 1
+        taken.add(key)
+        keys[name] = key
+    return keys
+
+
+def _placed(table: dict[str, Any], directory: Path) -> dict[str, Any]:
+    """One server's table with ``${workspaceFolder}`` replaced and ``env_file`` and ``cwd``
+    made absolute against the JSON file's directory (they mean nothing beside a TOML file
+    written elsewhere)."""
+    workspace = directory.parent if directory.name in (".vscode", ".cursor") else directory
+    folder = str(workspace).replace("$", "$$")
+
+    def place(value: Any) -> Any:
+        if isinstance(value, str):
+            return value.replace("${workspaceFolder}", folder)
+        if isinstance(value, list):
+            return [place(item) for item in value]
+        if isinstance(value, dict):
+            return {key: place(item) for key, item in value.items()}
+        return value
+
+    table = place(table)
+    for key in ("env_file", "cwd"):
+        value = table.get(key)
+        if isinstance(value, str) and value and "${" not in value.replace("$$", ""):
+            absolute = os.path.join(str(directory).replace("$", "$$"), os.path.expanduser(value))
+            table[key] = os.path.normpath(absolute)
+    return table
 
 
 def _json_shape_problems(table: Mapping[str, Any], path: str) -> list[str]:
@@ -82,9 +158,9 @@ def _json_shape_problems(table: Mapping[str, Any], path: str) -> list[str]:
     (a number in `args` is refused rather than turned into a string: a client would not
     run it either)."""
     problems = []
-    for key in ("command", "cwd", "url"):
+    for key, shown in (("command", "command"), ("cwd", "cwd"), ("url", "url"), ("env_file", "envFile")):
         if key in table and not isinstance(table[key], str):
-            problems.append(f"{path}.{key}: expected a string, got {describe(table[key])}")
+            problems.append(f"{path}.{shown}: expected a string, got {describe(table[key])}")
     args = table.get("args", [])
     if not isinstance(args, list):
         problems.append(f"{path}.args: expected a list of strings, got {describe(args)}")

@@ -4,24 +4,32 @@ report all problems at once (``ConfigError``) with their key paths."""
 from __future__ import annotations
 
 import os
-import re
 import tomllib
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import attrs
 
 from aggregator.config.client_json import mcp_servers_json_to_raw
+from aggregator.config.env_file import parse_env_file
+from aggregator.config.interpolation import interpolate_sections
 from aggregator.config.model import Config, HttpConfig, PluginConfig, ProfileConfig, ProxyConfig, RuleSet, ServerConfig
+from aggregator.config.paths import PATH_OPTION, beside
 from aggregator.config.ranges import check_ranges
 from aggregator.config.structuring import describe, structure_table, without_follow_ons
 from aggregator.config.validation import check_http, check_proxy, check_server, token_problems
 from aggregator.core.naming import NAME_CHARS, validate_server_naming
 from aggregator.errors import ConfigError
 
+# Checks the [[plugins]] a config names (the plugin layer's, given by the caller: the config
+# does not import it), returning problems by key path, so that they come with the others.
+PluginCheck = Callable[[Sequence[PluginConfig], Path | None], list[str]]
 
-def load_config(path: str | os.PathLike[str], *, environ: Mapping[str, str] | None = None) -> Config:
+
+def load_config(
+    path: str | os.PathLike[str], *, environ: Mapping[str, str] | None = None, plugin_check: PluginCheck | None = None
+) -> Config:
     """Read aggregator.toml, or an mcpServers / VS Code `servers` JSON file."""
     file = Path(path)
     try:
@@ -29,77 +37,41 @@ def load_config(path: str | os.PathLike[str], *, environ: Mapping[str, str] | No
     except OSError as exc:
         raise ConfigError(f"cannot read {file}: {exc.strerror or exc}") from None
     if file.suffix.lower() == ".json":
-        raw = mcp_servers_json_to_raw(data, source=str(file))
+        raw = mcp_servers_json_to_raw(data, source=str(file), directory=file.resolve().parent)
     else:
         try:
             raw = tomllib.loads(data.decode("utf-8"))
         except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
             raise ConfigError(f"not valid TOML: {exc}", source=str(file)) from None
-    return structure_config(raw, environ=environ, source=str(file))
-
-
-# --- interpolation ------------------------------------------------------------------------
-
-_VAR = re.compile(r"\$\$|\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
-
-
-def _interpolate(
-    value: Any, path: str, environ: Mapping[str, str], problems: list[str], used: list[str] | None = None
-) -> Any:
-    """``value`` with ${VAR} replaced; each value put in is appended to ``used``."""
-    if isinstance(value, str):
-
-        def replace(match: re.Match[str]) -> str:
-            name = match.group(1)
-            if name is None:
-                return "$"
-            if name not in environ:
-                problems.append(f"{path}: environment variable {name} is not set")
-                return ""
-            if used is not None:
-                used.append(environ[name])
-            return environ[name]
-
-        return _VAR.sub(replace, value) if "$" in value else value
-    if isinstance(value, list):
-        return [_interpolate(item, f"{path}[{i}]", environ, problems, used) for i, item in enumerate(value)]
-    if isinstance(value, dict):
-        return {
-            key: _interpolate(item, f"{path}.{key}" if path else key, environ, problems, used)
-            for key, item in value.items()
-        }
-    return value
+    return structure_config(raw, environ=environ, source=str(file), plugin_check=plugin_check)
 
 
 # --- structuring and checking ---------------------------------------------------------------
 
 
 def structure_config(
-    raw: Mapping[str, Any], *, environ: Mapping[str, str] | None = None, source: str | None = None
+    raw: Mapping[str, Any],
+    *,
+    environ: Mapping[str, str] | None = None,
+    source: str | None = None,
+    read_files: bool = True,
+    plugin_check: PluginCheck | None = None,
 ) -> Config:
-    """Build a Config from parsed TOML/JSON data; raise ConfigError naming every problem."""
+    """Build a Config from parsed TOML/JSON data; raise ConfigError naming every problem.
+    ``read_files`` false: servers' env files are not read nor their directories checked."""
     if environ is None:
         environ = os.environ
     problems: list[str] = []
     sections = ("proxy", "http", "policy", "profiles", "plugins", "servers")
     unknown = sorted(set(raw) - set(sections))
     problems.extend(f"{key}: unknown key" for key in unknown)
-    data: dict[str, Any] = _interpolate(
-        {key: raw[key] for key in sections if key in raw and key != "servers"}, "", environ, problems
-    )
-    # Each server's tables on their own, to know what ${VAR} put into each (its secrets).
-    interpolated: dict[str, tuple[str, ...]] = {}
-    if isinstance(raw.get("servers"), dict):
-        data["servers"] = {}
-        for name, table in raw["servers"].items():
-            used: list[str] = []
-            data["servers"][name] = _interpolate(table, f"servers.{name}", environ, problems, used)
-            interpolated[name] = tuple(used)
-    elif "servers" in raw:
-        data["servers"] = raw["servers"]
+    data, interpolated = interpolate_sections(raw, sections, environ, problems)
     raw = data
     tables = _Tables(raw, problems)
-    plugins = _plugins(raw.get("plugins", []), problems)
+    directory = Path(source).resolve().parent if source and not source.startswith("(") else None
+    plugins = _plugins(raw.get("plugins", []), problems, directory)
+    if plugin_check is not None:
+        problems.extend(plugin_check(plugins, directory))
     policy = tables.section("policy", RuleSet)
     profiles: dict[str, ProfileConfig] = tables.keyed("profiles", ProfileConfig, "profiles")
     for name in profiles:
@@ -110,13 +82,10 @@ def structure_config(
     http = tables.section("http", HttpConfig)
     tables.checked("http", check_ranges(http, "http") + check_http(http))
     proxy, http = _client_limits(proxy, http, raw.get("proxy"), raw.get("http"))
-    servers: dict[str, ServerConfig] = tables.keyed("servers", ServerConfig, "servers")
-    servers = {name: attrs.evolve(server, interpolated=interpolated.get(name, ())) for name, server in servers.items()}
-    for name, server in servers.items():
-        path = f"servers.{name}"
-        tables.checked(path, check_ranges(server, path) + check_server(server, path))
-    if not any(problem.startswith("proxy.separator") for problem in problems):
-        problems.extend(validate_server_naming(list(servers.values()), proxy.separator))
+    servers = _servers(tables, interpolated, directory if read_files else None, proxy.env_passthrough, read_files)
+    # With a broken separator, the keys are still checked, against one no key holds.
+    separator_broken = any(problem.startswith("proxy.separator") for problem in problems)
+    problems.extend(validate_server_naming(list(servers.values()), "\0" if separator_broken else proxy.separator))
     named = set(raw["servers"]) if isinstance(raw.get("servers"), dict) else set()
     problems.extend(_profile_problems(profiles, named, http.auth_tokens))
     if problems:
@@ -128,12 +97,57 @@ def structure_config(
         profiles=profiles,
         plugins=tuple(plugins),
         servers=servers,
-        directory=str(Path(source).resolve().parent) if source and not source.startswith("(") else None,
+        directory=str(directory) if directory is not None else None,
     )
 
 
-def _plugins(raw_plugins: Any, problems: list[str]) -> list[PluginConfig]:
-    """The [[plugins]] tables, each a plugin to load and its options."""
+def _servers(
+    tables: _Tables,
+    interpolated: Mapping[str, tuple[str, ...]],
+    directory: Path | None,
+    passthrough: tuple[str, ...],
+    read_files: bool,
+) -> dict[str, ServerConfig]:
+    """The [servers.NAME] tables, structured and checked; each stdio server's ``cwd``
+    resolved beside the config, its ``env_passthrough`` joined by the global one."""
+    servers: dict[str, ServerConfig] = tables.keyed("servers", ServerConfig, "servers")
+    for name, server in servers.items():
+        stdio = server.effective_transport == "stdio"
+        cwd = beside(directory, server.cwd) if stdio else server.cwd
+        servers[name] = server = attrs.evolve(server, interpolated=interpolated.get(name, ()), cwd=cwd)
+        path = f"servers.{name}"
+        tables.checked(path, check_ranges(server, path) + check_server(server, path))
+        if directory is not None and cwd is not None and "\0" not in cwd and not os.path.isdir(cwd):
+            tables.problems.append(f"{path}.cwd: no such directory: {cwd}")
+        if server.env_file is not None and read_files:
+            servers[name] = server = _with_env_file(server, beside(directory, server.env_file), path, tables.problems)
+        if stdio:  # checked on its own first, so that a global mistake is not repeated here
+            joined = tuple(dict.fromkeys((*passthrough, *server.env_passthrough)))
+            servers[name] = attrs.evolve(server, env_passthrough=joined)
+    return servers
+
+
+def _with_env_file(server: ServerConfig, file: str | None, path: str, problems: list[str]) -> ServerConfig:
+    """A stdio server with its env_file's variables in ``env`` (under its own ``env``); a
+    file that cannot be read or parsed is a problem."""
+    if server.effective_transport != "stdio":
+        problems.append(f"{path}.env_file: only a stdio server (a `command`) has an environment")
+        return server
+    assert file is not None  # beside() keeps a path a path
+    try:
+        text = Path(file).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        reason = getattr(exc, "strerror", None) or ("not UTF-8 text" if isinstance(exc, UnicodeDecodeError) else exc)
+        problems.append(f"{path}.env_file: cannot read {file}: {reason}")
+        return server
+    values, found = parse_env_file(text)
+    problems.extend(f"{path}.env_file: {file}: {problem}" for problem in found)
+    return attrs.evolve(server, env={**values, **server.env}, env_file=file)  # env values are masked as secrets
+
+
+def _plugins(raw_plugins: Any, problems: list[str], directory: Path | None = None) -> list[PluginConfig]:
+    """The [[plugins]] tables, each a plugin to load and its options (those named ``path``,
+    ``file``, ``dir`` or ending in ``_path``, ``_file``, ``_dir``: relative to ``directory``)."""
     plugins: list[PluginConfig] = []
     if not isinstance(raw_plugins, list):
         problems.append("plugins: expected an array of tables ([[plugins]])")
@@ -150,6 +164,10 @@ def _plugins(raw_plugins: Any, problems: list[str]) -> list[PluginConfig]:
         if not isinstance(options, dict):
             problems.append(f"{path}.options: expected a table")
             continue
+        options = {
+            key: beside(directory, value) if PATH_OPTION.fullmatch(key) and isinstance(value, str) and value else value
+            for key, value in options.items()
+        }
         plugins.append(PluginConfig(use=table["use"], options=options))
     return plugins
 

@@ -71,6 +71,13 @@ class ServerConfig:
     command: str | None = None
     args: tuple[str, ...] = ()
     env: Mapping[str, str] = attrs.field(factory=dict)
+    # A file of KEY=VALUE lines read at load into ``env`` (``env`` wins); relative: to the
+    # config file's directory. After loading ``env`` holds its values.
+    env_file: str | None = None
+    # Variables of the proxy's environment this server also gets (names, or a prefix and
+    # *: "AWS_*"), beyond those every server gets. After loading it holds proxy.env_passthrough too.
+    env_passthrough: tuple[str, ...] = ()
+    # The directory it runs in; relative: to the config file's directory (the default).
     cwd: str | None = None
     url: str | None = None
     headers: Mapping[str, str] = attrs.field(factory=dict)
@@ -130,6 +137,9 @@ class ProxyConfig:
     server_requests: tuple[str, ...] = defaults.SERVER_REQUESTS
     # The roots shared servers see (and per-session ones whose client has none); None: no roots.
     roots: tuple[str, ...] | None = None
+    # Variables of the proxy's environment every stdio server gets, beyond the defaults
+    # (names, or a prefix and *: "AWS_*").
+    env_passthrough: tuple[str, ...] = ()
     # Several list changes within this many seconds reach clients as one notification.
     list_changed_debounce: float = defaults.LIST_CHANGED_DEBOUNCE
     # Requests one client session may have in flight; more are refused (reason overloaded).
@@ -235,7 +245,7 @@ class Config:
     profiles: Mapping[str, ProfileConfig] = attrs.field(factory=dict)
     plugins: tuple[PluginConfig, ...] = ()
     servers: Mapping[str, ServerConfig] = attrs.field(factory=dict)
-    directory: str | None = None  # where the config file is (relative plugin paths)
+    directory: str | None = None  # where the config file is (relative paths are resolved there)
 
     @property
     def enabled_servers(self) -> list[ServerConfig]:

@@ -14,7 +14,7 @@ from typing import Any, Literal
 import cattrs
 from cattrs.errors import ClassValidationError, ForbiddenExtraKeysError, IterableValidationError
 
-from aggregator.config.model import ItemOverride, RuleSet, Transport
+from aggregator.config.model import ItemOverride, KindPolicy, RuleSet, Transport
 
 
 def _structure_str(value: object, _: type) -> str:
@@ -120,7 +120,19 @@ def _make_converter() -> cattrs.Converter:
     converter.register_structure_hook_func(
         lambda t: t == Literal["shared", "per-session"], _one_of("shared", "per-session")
     )
+    # A nested table given as something else (`tools = 5`): said so, not as a Python error.
+    for cls in (ItemOverride, KindPolicy, RuleSet):  # each before those that hold it
+        converter.register_structure_hook(cls, _tables_only(converter.get_structure_hook(cls)))
     return converter
+
+
+def _tables_only(hook: Callable[[Any, type], Any]) -> Callable[[Any, type], Any]:
+    def structure(value: Any, cls: type) -> Any:
+        if not isinstance(value, dict):
+            raise TypeError(f"expected a table, got {describe(value)}")
+        return hook(value, cls)
+
+    return structure
 
 
 def structure_table(value: Any, cls: type, path: str) -> tuple[Any, list[str], set[str]]:

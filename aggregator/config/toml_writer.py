@@ -9,10 +9,13 @@ from collections.abc import Mapping
 from typing import Any
 
 
-def raw_to_toml(raw: Mapping[str, Any]) -> str:
-    """Write the raw config form as TOML (strings, numbers, booleans, lists, tables)."""
+def raw_to_toml(raw: Mapping[str, Any], comments: Mapping[str, str] | None = None) -> str:
+    """Write the raw config form as TOML (strings, numbers, booleans, lists, tables);
+    ``comments`` puts a comment line above a server's table."""
     lines: list[str] = []
     for name, table in raw.get("servers", {}).items():
+        if comments and name in comments:
+            lines.append("# " + " ".join(comments[name].splitlines()))
         lines.append(f"[servers.{_toml_key(name)}]")
         nested = []
         for key, value in table.items():

@@ -161,8 +161,24 @@ def check_http(http: HttpConfig) -> list[str]:
     return problems
 
 
-def check_proxy(proxy: ProxyConfig) -> list[str]:
+_PASSTHROUGH = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\*?|[A-Za-z_]*\*")
+
+
+def passthrough_problems(names: tuple[str, ...], path: str) -> list[str]:
+    """env_passthrough entries are variable names, or a prefix and * ("AWS_*")."""
     problems = []
+    for index, name in enumerate(names):
+        if name == "*":
+            problems.append(
+                f"{path}[{index}]: the whole environment is never passed (it holds secrets); name the variables"
+            )
+        elif not _PASSTHROUGH.fullmatch(name):
+            problems.append(f'{path}[{index}]: expected a variable name or a prefix and * ("AWS_*"), got {name!r}')
+    return problems
+
+
+def check_proxy(proxy: ProxyConfig) -> list[str]:
+    problems = passthrough_problems(proxy.env_passthrough, "proxy.env_passthrough")
     if not proxy.separator or not NAME_CHARS.fullmatch(proxy.separator):
         problems.append(f"proxy.separator: must be one or more of A-Z a-z 0-9 _ . - (got {proxy.separator!r})")
     if in_range(proxy, "restart_backoff_initial", "restart_backoff_max") and (
@@ -184,8 +200,28 @@ def check_proxy(proxy: ProxyConfig) -> list[str]:
     return problems
 
 
+def _environment_problems(server: ServerConfig, path: str) -> list[str]:
+    """A server's ``env`` and ``env_passthrough``."""
+    problems = passthrough_problems(server.env_passthrough, f"{path}.env_passthrough")
+    if server.env_passthrough and server.effective_transport != "stdio":
+        problems.append(f"{path}.env_passthrough: only a stdio server (a `command`) has an environment to pass")
+    for name, value in server.env.items():
+        if not name or "=" in name or "\0" in name:
+            problems.append(f"{path}.env.{name!r}: not a valid environment variable name (not empty, without = or NUL)")
+        elif "\0" in value:
+            problems.append(
+                f"{path}.env.{name}: the value contains a NUL character; it is not shown, as it may be a secret"
+            )
+    if CHAIN_VARIABLE in server.env:
+        problems.append(
+            f"{path}.env.{CHAIN_VARIABLE}: set by the aggregator itself for every server it starts"
+            " (its guard against serving itself); a config cannot set it"
+        )
+    return problems
+
+
 def check_server(server: ServerConfig, path: str) -> list[str]:
-    problems = []
+    problems = _environment_problems(server, path)
     transport = server.effective_transport
     if server.command is None and server.url is None:
         problems.append(f"{path}: needs either `command` (stdio) or `url` (HTTP)")
@@ -211,18 +247,6 @@ def check_server(server: ServerConfig, path: str) -> list[str]:
             problems.append(f"{path}.args[{index}]: contains a NUL character; it is not shown, as it may be a secret")
     if server.cwd is not None and "\0" in server.cwd:
         problems.append(f"{path}.cwd: contains a NUL character")
-    for name, value in server.env.items():
-        if not name or "=" in name or "\0" in name:
-            problems.append(f"{path}.env.{name!r}: not a valid environment variable name (not empty, without = or NUL)")
-        elif "\0" in value:
-            problems.append(
-                f"{path}.env.{name}: the value contains a NUL character; it is not shown, as it may be a secret"
-            )
-    if CHAIN_VARIABLE in server.env:
-        problems.append(
-            f"{path}.env.{CHAIN_VARIABLE}: set by the aggregator itself for every server it starts"
-            " (its guard against serving itself); a config cannot set it"
-        )
     if in_range(server, "request_timeout", "max_request_timeout") and (
         server.max_request_timeout < server.request_timeout
     ):

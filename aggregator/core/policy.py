@@ -18,13 +18,13 @@ past it. Messages quote a rule as the user wrote it.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from fnmatch import translate
 from functools import lru_cache
 from typing import Any
 
-from aggregator.core.uris import normalize_pattern, normalize_template
-from aggregator.mcp.constants import CONFIG_KIND, PROMPTS, RESOURCES, SERVER_REQUESTS, TEMPLATES, TOOLS
+from aggregator.core.uris import InvalidUri, normalize_pattern, normalize_template, normalize_uri
+from aggregator.mcp.constants import CONFIG_KIND, KEY_OF, KINDS, PROMPTS, RESOURCES, SERVER_REQUESTS, TEMPLATES, TOOLS
 
 
 @lru_cache(maxsize=4096)
@@ -122,3 +122,65 @@ def server_request_allowed(config: Any, server: str, method: str) -> bool:
     """Whether a server may make this server-to-client request (its ``server_requests``)."""
     allowed = config.servers[server].server_requests
     return allowed is None or SERVER_REQUESTS.get(method) in allowed
+
+
+# --- rules that match nothing --------------------------------------------------------------
+
+_SINGULAR = {TOOLS: "tool", PROMPTS: "prompt", RESOURCES: "resource", TEMPLATES: "resource template"}
+
+
+def _listed_keys(items: Mapping[str, list[dict[str, Any]]]) -> dict[str, list[str]]:
+    """One server's items of each kind as rules compare them (URIs and templates in normal form)."""
+    keys: dict[str, list[str]] = {}
+    for kind in KINDS:
+        for item in items.get(kind) or ():
+            original = item.get(KEY_OF[kind]) if type(item) is dict else None
+            if type(original) is not str or not original:
+                continue
+            try:
+                compared = normalize_uri(original) if kind == RESOURCES else original
+                compared = normalize_template(original) if kind == TEMPLATES else compared
+            except InvalidUri:
+                continue
+            keys.setdefault(kind, []).append(compared)
+    return keys
+
+
+def unmatched_rules(
+    config: Any, items_of: Callable[[str, str], list[dict[str, Any]]], listed: Iterable[str]
+) -> list[str]:
+    """The allow and deny patterns, and the rename keys, that match nothing the servers
+    listed: most often a misspelt name. ``listed``: the servers that listed their items,
+    ``items_of(server, kind)`` those items. A rule for every server (``[policy]``, a
+    profile's own) is judged only once every enabled server has listed; a server's rules
+    once it has."""
+    keys = {server: _listed_keys({kind: items_of(server, kind) for kind in KINDS}) for server in listed}
+    everyone = set(keys) >= {server.name for server in config.enabled_servers}
+    layers: list[tuple[str, Any, list[str], str]] = []  # (key path, rules, their servers, in words)
+    if everyone:
+        layers.append(("policy", config.policy, list(keys), "of any server"))
+        layers += [(f"profiles.{name}", p, list(keys), "of any server") for name, p in config.profiles.items()]
+    for name, server in config.servers.items():
+        if name in keys:
+            layers.append((f"servers.{name}", server, [name], f"of server {name}"))
+    for name, profile in config.profiles.items():
+        for server, rules in profile.servers.items():
+            if server in keys:
+                layers.append((f"profiles.{name}.servers.{server}", rules, [server], f"of server {server}"))
+    warnings = []
+    for label, owner, servers, scope in layers:
+        for kind in KINDS:
+            rules = getattr(owner, CONFIG_KIND[kind])
+            known = [key for server in servers for key in keys[server].get(kind, ())]
+            for which in ("allow", "deny"):
+                for pattern in getattr(rules, which):
+                    if not any(_GLOB_OF[kind](pattern).match(key) for key in known):
+                        what = _SINGULAR[kind]
+                        warnings.append(f"{label}.{CONFIG_KIND[kind]}.{which}: {pattern!r} matches no {what} {scope}")
+            if label.startswith("servers.") and kind in (TOOLS, PROMPTS):
+                warnings += [
+                    f"{label}.{CONFIG_KIND[kind]}.rename.{original}: the server lists no {_SINGULAR[kind]} {original!r}"
+                    for original in rules.rename
+                    if original not in known
+                ]
+    return warnings

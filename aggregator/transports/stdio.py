@@ -41,7 +41,9 @@ from aggregator.core.nesting import CHAIN_VARIABLE
 log = logging.getLogger(__name__)
 
 # What a child inherits from the proxy's environment when its config names no more: what
-# programs need to run (find binaries, a home, a locale), never the proxy's secrets.
+# programs need to run (find binaries, a home, a locale) and to reach the network as the
+# user does (proxies, CA certificates, the SSH agent), never the proxy's other variables,
+# which may be secrets. ``env_passthrough`` adds more.
 INHERITED_ENV = (
     "HOME",
     "LOGNAME",
@@ -58,12 +60,29 @@ INHERITED_ENV = (
     "VIRTUAL_ENV",
     "NODE_PATH",
     "PYTHONPATH",
+    "HTTP_PROXY",
+    "HTTPS_PROXY",
+    "NO_PROXY",
+    "ALL_PROXY",
+    "http_proxy",
+    "https_proxy",
+    "no_proxy",
+    "all_proxy",
+    "SSL_CERT_FILE",
+    "SSL_CERT_DIR",
+    "REQUESTS_CA_BUNDLE",
+    "NODE_EXTRA_CA_CERTS",
+    "SSH_AUTH_SOCK",
 )
 STOP_GRACE = 2.0
 
 
-def child_environment(extra: Mapping[str, str]) -> dict[str, str]:
-    env = {key: os.environ[key] for key in INHERITED_ENV if key in os.environ}
+def child_environment(extra: Mapping[str, str], passthrough: Sequence[str] = ()) -> dict[str, str]:
+    """A child's environment: the inherited variables, those ``passthrough`` names (a name,
+    or a prefix and ``*``), then the server's own ``env``; the loop guard's chain last."""
+    names = set(INHERITED_ENV).union(name for name in passthrough if not name.endswith("*"))
+    prefixes = tuple(name[:-1] for name in passthrough if name.endswith("*"))
+    env = {key: value for key, value in os.environ.items() if key in names or (prefixes and key.startswith(prefixes))}
     env.update(extra)
     # Last: a server's env cannot clear the loop guard's chain (config loading refuses
     # a server env that names it, and this holds whatever built the ServerConfig).
@@ -89,9 +108,9 @@ def resolve_command(command: str, env: Mapping[str, str]) -> str:
 
 
 async def open_child(
-    command: str, args: Sequence[str], env: Mapping[str, str], cwd: str | None
+    command: str, args: Sequence[str], env: Mapping[str, str], cwd: str | None, passthrough: Sequence[str] = ()
 ) -> trio.Process | TiedChild:
-    environment = child_environment(env)
+    environment = child_environment(env, passthrough)
     argv = [resolve_command(command, environment), *args]
     if _PRCTL is not None:
         return await _open_tied_child(argv, environment, cwd)
@@ -272,7 +291,7 @@ async def run_stdio_server(config: Any, *, task_status: trio.TaskStatus[Channel]
     Whenever this task ends (the child exited, or the caller was cancelled) the child is
     stopped with the full ladder: no orphans.
     """
-    process = await open_child(config.command, config.args, config.env, config.cwd)
+    process = await open_child(config.command, config.args, config.env, config.cwd, config.env_passthrough)
     try:
         stdin, stdout = process.stdin, process.stdout
         assert stdin is not None and stdout is not None  # both opened as pipes

@@ -3,6 +3,7 @@
 import json
 import tomllib
 
+import attrs
 import pytest
 
 from aggregator.config import load_config, mcp_servers_json_to_raw, raw_to_toml, structure_config
@@ -97,7 +98,11 @@ def test_claude_desktop_and_vscode_json(tmp_path):
     assert raw == {"servers": {"git": {"command": "mcp-server-git", "args": [], "transport": "stdio"}}}
     text = raw_to_toml(mcp_servers_json_to_raw(json.dumps(claude).encode()))
     again = structure_config(tomllib.loads(text), environ={})
-    assert again.servers == config.servers
+    # Loaded from a file, a stdio server runs in the file's directory; from text, where started.
+    assert config.servers["time"].cwd == str(tmp_path) and again.servers["time"].cwd is None
+    assert again.servers == {
+        name: attrs.evolve(server, cwd=None) if server.command else server for name, server in config.servers.items()
+    }
 
 
 def test_json_errors():

@@ -1,0 +1,82 @@
+"""Config files as a user meets them: `import` with any server name, writing its output
+whole or not at all, and a client's JSON file with its envFile served as it is."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+ROOT = Path(__file__).parents[2]
+
+
+def run(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    out = subprocess.run(
+        [sys.executable, "-m", "aggregator", *args],
+        capture_output=True,
+        text=True,
+        timeout=90,
+        cwd=cwd,
+        stdin=subprocess.DEVNULL,
+    )
+    assert "Traceback" not in out.stdout + out.stderr, out.stderr
+    return out
+
+
+def test_import_derives_keys_and_writes_its_output_only_on_success(tmp_path):
+    good = tmp_path / "claude.json"
+    good.write_text(
+        json.dumps(
+            {
+                "mcpServers": {
+                    "Brave Search": {"command": "npx", "args": ["-y", "brave"], "env": {"KEY": "${BRAVE_KEY}"}},
+                    "Zeit.Server ü": {"command": "mcp-server-time"},
+                }
+            }
+        )
+    )
+    out = run("import", str(good))
+    assert out.returncode == 0, out.stderr
+    loaded = tomllib.loads(out.stdout)
+    assert list(loaded["servers"]) == ["brave_search", "zeit_server_u"]
+    assert "# 'Brave Search' in claude.json" in out.stdout and "${BRAVE_KEY}" in out.stdout
+
+    target = tmp_path / "out.toml"
+    out = run("import", str(good), "--output", str(target))
+    assert out.returncode == 0 and out.stdout == "" and tomllib.loads(target.read_text()) == loaded
+
+    bad = tmp_path / "vscode.json"
+    bad.write_text(json.dumps({"servers": {"gh": {"url": "https://127.0.0.1:9/", "headers": {"A": "${input:tok}"}}}}))
+    before = target.read_text()
+    out = run("import", str(bad), "--output", str(target))
+    assert out.returncode == 2 and out.stdout == ""
+    assert "servers.gh.headers.A: ${input:...} is another program's syntax" in out.stderr
+    assert target.read_text() == before  # a failed import leaves the file as it was
+    missing = tmp_path / "never.toml"
+    assert run("import", str(bad), "-o", str(missing)).returncode == 2 and not missing.exists()
+    assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")] == []
+
+
+def test_a_cursor_file_with_an_env_file_serves_from_any_directory(tmp_path):
+    """The JSON file as Cursor keeps it: the server's variables in an envFile beside it."""
+    folder = tmp_path / ".cursor"
+    folder.mkdir()
+    (folder / "time.env").write_text("# the server's variables\nTZ_NAME='UTC'\n")
+    (folder / "mcp.json").write_text(
+        json.dumps(
+            {
+                "mcpServers": {
+                    "Time Server": {
+                        "command": "mcp-server-time",
+                        "args": ["--local-timezone", "UTC"],
+                        "envFile": "time.env",
+                    }
+                }
+            }
+        )
+    )
+    out = run("check", "--config", str(folder / "mcp.json"), cwd=Path("/"))
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "time_server" in out.stdout and "ready" in out.stdout
