@@ -94,12 +94,14 @@ def test_check_refuses_what_serve_refuses(tmp_path):
         out = run(command, "--config", str(config))
         assert out.returncode == 2 and "refusing to serve on 0.0.0.0 without authentication" in out.stderr
         assert "ok" not in out.stdout
-    plugin = write_config(
-        tmp_path, fake("a", "echo") + '[[plugins]]\nuse = "rate-limit"\noptions = { rate = "fast" }\n'
-    )
+    plugin = write_config(tmp_path, fake("a", "echo") + '[[plugins]]\nuse = "rate-limit"\noptions = { rate = -1 }\n')
     out = run("check", "--config", str(plugin))
     assert out.returncode == 2 and "ok" not in out.stdout
-    assert "plugins[0].options.rate: must be a finite number of requests a second > 0, got 'fast'" in out.stderr
+    assert "plugins[0].options.rate: must be a finite number of requests a second > 0, got -1" in out.stderr
+    typed = write_config(tmp_path, fake("a", "echo") + '[[plugins]]\nuse = "rate-limit"\noptions = { rate = "fast" }\n')
+    out = run("check", "--config", str(typed))
+    assert out.returncode == 2 and "ok" not in out.stdout
+    assert "plugins[0].options.rate: expected a number, got the string 'fast'" in out.stderr
 
 
 BROKEN = """import sys
