@@ -134,6 +134,18 @@ class UpstreamSession:
         server starts again after its backoff."""
         self._lose(reason)
 
+    def not_ready(self) -> tuple[str, tuple[str, ...]]:
+        """Why it is not ready and the last lines of its stderr (secrets masked): the reason
+        it was lost, or, while its first attempt is still starting, how long it has had."""
+        if self.state != "starting" or self.last_error is not None:
+            return self.last_error or "", self.last_stderr
+        waited = trio.current_time() - self._started
+        return (
+            f"no answer yet after {waited:.1f}s: it has not finished its handshake and first"
+            f" listing (servers.{self.config.name}.init_timeout = {self.config.init_timeout:g}s)",
+            tuple(self._stderr.tail),
+        )
+
     # --- the supervisor -----------------------------------------------------------------
 
     async def run(self) -> None:

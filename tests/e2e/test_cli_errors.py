@@ -217,3 +217,19 @@ def test_each_command_logs_at_the_level_its_help_names(tmp_path):
 def test_no_command_prints_the_usage():
     out = run()
     assert out.returncode == 2 and "usage: aggregator" in out.stderr and "serve" in out.stderr, out.stderr
+
+
+def test_a_server_that_never_answers_has_a_reason(tmp_path):
+    """Still starting when check reports: how long it has had and what its stderr said,
+    not an empty reason."""
+    config = write_config(
+        tmp_path, fake("slow", "hang_init", init_timeout="30.0") + fake("a", "echo"), startup_timeout=1.0
+    )
+    out = run("check", "--config", str(config))
+    assert out.returncode == 1, out.stdout + out.stderr
+    line = next(line for line in out.stdout.splitlines() if line.strip().startswith("slow"))
+    assert "starting no answer yet after 1." in " ".join(line.split()), line
+    assert "(servers.slow.init_timeout = 30s)" in line, line
+    assert "[stderr] fake server started with modes ['hang_init']" in out.stdout, out.stdout
+    out = run("tools", "--config", str(config))
+    assert out.returncode == 0 and "slow" in out.stderr and "no answer yet after" in out.stderr, out.stderr
