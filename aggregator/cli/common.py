@@ -18,6 +18,7 @@ from aggregator.hub import Hub
 from aggregator.mcp.constants import CONFIG_KIND, KINDS
 
 DEFAULT_CONFIG = "aggregator.toml"
+INTERRUPTED = 130  # the exit status after Ctrl-C: 128 + SIGINT, as shells report it
 
 T = TypeVar("T")
 
