@@ -25,6 +25,7 @@ from typing import Any
 
 import trio
 
+from aggregator import traffic
 from aggregator.admission import Admission
 from aggregator.config import Config
 from aggregator.config.core_settings import router_settings
@@ -105,6 +106,10 @@ class Hub:
             StopUpstream: self._stop_upstream,
             RequestEnded: self._request_ended,
         }
+        # --log-level debug: a line per message (``traffic``); nothing to pay otherwise.
+        self._traffic = traffic.enabled()
+        if self._traffic:
+            traffic.watch_commands(self._handlers)
         if not self.upstreams:
             self._all_settled.set()
 
@@ -240,6 +245,8 @@ class Hub:
 
     async def client_message(self, key: int, raw: bytes) -> list[Any]:
         """Route a client's message: plugins' request hooks, the startup gate, the router."""
+        if self._traffic:
+            traffic.note("in", f"client {key}", raw)
         if not self.plugins.watch_requests:
             commands = self.router.client_message(key, raw)
             if commands and type(commands[0]) is WaitForStartup:
@@ -250,10 +257,12 @@ class Hub:
             kind, message = decode_message(raw, self.router.max_json_depth)
         except RemoteProtocolError as exc:
             return self.router.client_refused(key, exc)
-        return await self.client_event(key, kind, message)
+        return await self.gate.client_event(key, kind, message)
 
     async def client_event(self, key: int, kind: int, message: dict[str, Any]) -> list[Any]:
         """Route a decoded client message: plugins' request hooks, the startup gate, the router."""
+        if self._traffic:
+            traffic.note("in", f"client {key}", message)
         if self.plugins.watch_requests:
             return await self.gate.client_event(key, kind, message)
         return await self.routed(key, kind, message)  # no request hooks: nothing can be hooking
