@@ -44,5 +44,15 @@ def _main(argv: list[str] | None) -> int:
         print(f"aggregator: {exc}", file=sys.stderr)
         return 1
     except BrokenPipeError:  # `aggregator tools | head`: the reader has seen enough
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        _drop_stdout()
         return 0
+    except OSError as exc:  # the output could not be written (`> /dev/full`, a full disk)
+        _drop_stdout()
+        where = f"{exc.filename}: " if exc.filename else "cannot write the output: "
+        print(f"aggregator: {where}{exc.strerror or exc}", file=sys.stderr)
+        return 1
+
+
+def _drop_stdout() -> None:
+    """Send what is left for stdout nowhere, so that exiting does not fail on it again."""
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
