@@ -193,6 +193,11 @@ class Hub:
         waiting = [name for name, up in self.upstreams.items() if up.state in ("starting", "down")]
         if waiting:
             log.warning("startup: serving without %s (not ready yet; they join when ready)", ", ".join(waiting))
+        for name in waiting:  # those down said why when they went down; these say it now
+            if self.upstreams[name].state == "starting":
+                reason, stderr = self.upstreams[name].not_ready()
+                tail = f"; its stderr so far: {' | '.join(stderr)}" if stderr else ""
+                self.upstreams[name].log.warning("server %s is not ready: %s%s", name, reason, tail)
         self.router.startup_completed()
         self.startup_done.set()
 

@@ -235,6 +235,28 @@ def test_a_server_that_never_answers_has_a_reason(tmp_path):
     assert "[stderr] fake server started with modes ['hang_init']" in out.stdout, out.stdout
     out = run("tools", "--config", str(config))
     assert out.returncode == 0 and "slow" in out.stderr and "no answer yet after" in out.stderr, out.stderr
+    # serve's log says it once startup_timeout has passed
+    serve = subprocess.Popen(
+        [sys.executable, "-m", "aggregator", "serve", "--config", str(config), "--log-level", "warning"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        seen = ""
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and "is not ready" not in seen:
+            line = serve.stderr.readline()
+            if not line:
+                break
+            seen += line
+    finally:
+        serve.stdin.close()
+        serve.wait(30)
+        serve.stderr.close()
+    assert "server slow is not ready: no answer yet after 1." in seen, seen
+    assert "its stderr so far: fake server started with modes ['hang_init']" in seen, seen
 
 
 def wait_for_line(process: subprocess.Popen[str], text: str, seconds: float = 30) -> str:
