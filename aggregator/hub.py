@@ -106,10 +106,7 @@ class Hub:
             StopUpstream: self._stop_upstream,
             RequestEnded: self._request_ended,
         }
-        # --log-level debug: a line per message (``traffic``); nothing to pay otherwise.
-        self._traffic = traffic.enabled()
-        if self._traffic:
-            traffic.watch_commands(self._handlers)
+        self._traffic = traffic.watch_commands(self._handlers)  # --log-level debug: a line per message
         if not self.upstreams:
             self._all_settled.set()
 
@@ -194,10 +191,7 @@ class Hub:
         if waiting:
             log.warning("startup: serving without %s (not ready yet; they join when ready)", ", ".join(waiting))
         for name in waiting:  # those down said why when they went down; these say it now
-            if self.upstreams[name].state == "starting":
-                reason, stderr = self.upstreams[name].not_ready()
-                tail = f"; its stderr so far: {' | '.join(stderr)}" if stderr else ""
-                self.upstreams[name].log.warning("server %s is not ready: %s%s", name, reason, tail)
+            self.upstreams[name].warn_if_starting()
         self.router.startup_completed()
         self.startup_done.set()
 

@@ -78,8 +78,11 @@ def _what(message: Any) -> tuple[str, str | None, int | str | None]:
     return "not JSON-RPC", None, shown_id
 
 
-def watch_commands(handlers: dict[type, Callable[[Any], None]]) -> None:
-    """Wrap the hub's handlers of ``ToClient`` and ``ToServer`` so each message they queue is noted."""
+def watch_commands(handlers: dict[type, Callable[[Any], None]]) -> bool:
+    """If traffic is logged, wrap the hub's handlers of ``ToClient`` and ``ToServer`` so each
+    message they queue is noted, and return True; else leave them as they are: False."""
+    if not enabled():
+        return False
     to_client = handlers[ToClient]
     to_server = handlers[ToServer]
 
@@ -93,3 +96,4 @@ def watch_commands(handlers: dict[type, Callable[[Any], None]]) -> None:
 
     handlers[ToClient] = noted_to_client
     handlers[ToServer] = noted_to_server
+    return True

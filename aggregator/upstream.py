@@ -146,6 +146,13 @@ class UpstreamSession:
             tuple(self._stderr.tail),
         )
 
+    def warn_if_starting(self) -> None:
+        """Log why it is not ready yet, if its first attempt is still starting."""
+        if self.state == "starting" and self.last_error is None:
+            reason, stderr = self.not_ready()
+            tail = f"; its stderr so far: {' | '.join(stderr)}" if stderr else ""
+            self.log.warning("server %s is not ready: %s%s", self.name, reason, tail)
+
     # --- the supervisor -----------------------------------------------------------------
 
     async def run(self) -> None:
