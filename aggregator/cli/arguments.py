@@ -37,6 +37,7 @@ def _command(
     # Each command its own --log-level: argparse shares a parent parser's actions between
     # its children, so one child's set_defaults would change every other's default.
     p = sub.add_parser(name, **kwargs)
+    p.set_defaults(parser=p)  # an unknown option is shown with this command's usage
     p.add_argument(
         "--log-level",
         default=log_level,

@@ -45,6 +45,8 @@ CASES = [
     ([], 2, "usage: aggregator"),
     (["bogus"], 2, "argument COMMAND: invalid choice: 'bogus'"),
     (["--bogus"], 2, "unrecognized arguments: --bogus"),
+    (["serve", "--config", "ok.toml", "--bogus"], 2, "aggregator serve: error: unrecognized arguments: --bogus"),
+    (["check", "--config", "ok.toml", "extra"], 2, "aggregator check: error: unrecognized arguments: extra"),
     *[
         ([command, *args], status, said)
         for command in ("serve", "tools", "check", "approve")
