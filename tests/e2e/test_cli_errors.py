@@ -323,9 +323,21 @@ def test_a_terminal_is_told_the_urls(tmp_path):
     import pty
 
     config = write_config(tmp_path, fake("a", "echo"))
+    with socket.socket() as first, socket.socket() as second:  # two distinct free ports
+        first.bind(("127.0.0.1", 0))
+        second.bind(("127.0.0.1", 0))
+        http_port, ws_port = first.getsockname()[1], second.getsockname()[1]
     leader, follower = pty.openpty()
     process = subprocess.Popen(
-        [*proxy_argv(config), "--http", free_address(), "--ws", free_address(), "--log-level", "error"],
+        [
+            *proxy_argv(config),
+            "--http",
+            f"127.0.0.1:{http_port}",
+            "--ws",
+            f"127.0.0.1:{ws_port}",
+            "--log-level",
+            "error",
+        ],
         stdin=follower,
         stdout=subprocess.PIPE,
         stderr=follower,
@@ -350,7 +362,7 @@ def test_a_terminal_is_told_the_urls(tmp_path):
         r"  http://127\.0\.0\.1:(\d+)/mcp  \(Streamable HTTP; HTTP\+SSE at http://127\.0\.0\.1:(\d+)/sse\)", text
     )
     ws = re.search(r"  ws://127\.0\.0\.1:(\d+)/mcp  \(WebSocket\)", text)
-    assert http and ws and http.group(1) == http.group(2) != ws.group(1), text
+    assert http and ws and http.group(1) == http.group(2) == str(http_port) and ws.group(1) == str(ws_port), text
     assert "  stdin/stdout\n" in text and "a                    ready" in text, text
     assert process.returncode == 130
 
