@@ -25,6 +25,7 @@ from typing import Any
 
 import trio
 
+from aggregator import traffic
 from aggregator.admission import Admission
 from aggregator.config import Config
 from aggregator.config.core_settings import router_settings
@@ -109,6 +110,7 @@ class Hub:
             StopUpstream: self._stop_upstream,
             RequestEnded: self._request_ended,
         }
+        self._traffic = traffic.watch_commands(self._handlers)  # --log-level debug: a line per message
         if not self.upstreams:
             self._all_settled.set()
 
@@ -192,6 +194,8 @@ class Hub:
         waiting = [name for name, up in self.upstreams.items() if up.state in ("starting", "down")]
         if waiting:
             log.warning("startup: serving without %s (not ready yet; they join when ready)", ", ".join(waiting))
+        for name in waiting:  # those down said why when they went down; these say it now
+            self.upstreams[name].warn_if_starting()
         self.router.startup_completed()
         self.startup_done.set()
         ready = [name for name, upstream in self.upstreams.items() if upstream.state == "ready"]
@@ -231,6 +235,8 @@ class Hub:
 
     async def client_message(self, key: int, raw: bytes) -> list[Any]:
         """Route a client's message: plugins' request hooks, the startup gate, the router."""
+        if self._traffic:
+            traffic.note("in", f"client {key}", raw)
         if not self.plugins.watch_requests and self.tracing is None:
             commands = self.router.client_message(key, raw)
             if commands and type(commands[0]) is WaitForStartup:
@@ -241,17 +247,19 @@ class Hub:
             kind, message = decode_message(raw, self.router.max_json_depth)
         except RemoteProtocolError as exc:
             return self.router.client_refused(key, exc)
-        return await self.client_event(key, kind, message)
+        return await self._hooked(key, kind, message)
 
     async def client_event(self, key: int, kind: int, message: dict[str, Any]) -> list[Any]:
         """Route a decoded client message: plugins' request hooks, the startup gate, the router."""
+        if self._traffic:
+            traffic.note("in", f"client {key}", message)
+        return await self._hooked(key, kind, message)
+
+    async def _hooked(self, key: int, kind: int, message: dict[str, Any]) -> list[Any]:
+        route = self.gate.client_event if self.plugins.watch_requests else self.routed
         if self.tracing is not None and kind == REQUEST:
-            return await self.tracing.traced(
-                key, message, self.gate.client_event if self.plugins.watch_requests else self.routed
-            )
-        if self.plugins.watch_requests:
-            return await self.gate.client_event(key, kind, message)
-        return await self.routed(key, kind, message)  # no request hooks: nothing can be hooking
+            return await self.tracing.traced(key, message, route)
+        return await route(key, kind, message)  # no request hooks: nothing can be hooking
 
     async def routed(self, key: int, kind: int, message: dict[str, Any]) -> list[Any]:
         """The router's commands for a message, past the startup gate."""

@@ -134,6 +134,25 @@ class UpstreamSession:
         server starts again after its backoff."""
         self._lose(reason)
 
+    def not_ready(self) -> tuple[str, tuple[str, ...]]:
+        """Why it is not ready and the last lines of its stderr (secrets masked): the reason
+        it was lost, or, while its first attempt is still starting, how long it has had."""
+        if self.state != "starting" or self.last_error is not None:
+            return self.last_error or "", self.last_stderr
+        waited = trio.current_time() - self._started
+        return (
+            f"no answer yet after {waited:.1f}s: it has not finished its handshake and first"
+            f" listing (servers.{self.config.name}.init_timeout = {self.config.init_timeout:g}s)",
+            tuple(self._stderr.tail),
+        )
+
+    def warn_if_starting(self) -> None:
+        """Log why it is not ready yet, if its first attempt is still starting."""
+        if self.state == "starting" and self.last_error is None:
+            reason, stderr = self.not_ready()
+            tail = f"; its stderr so far: {' | '.join(stderr)}" if stderr else ""
+            self.log.warning("server %s is not ready: %s%s", self.name, reason, tail)
+
     # --- the supervisor -----------------------------------------------------------------
 
     async def run(self) -> None:

@@ -11,6 +11,7 @@ from aggregator.cli.catalog import run_tools
 from aggregator.cli.check import run_check
 from aggregator.cli.common import DEFAULT_CONFIG
 from aggregator.cli.convert import run_import
+from aggregator.cli.logs import FORMATS, LEVELS
 from aggregator.cli.serve import run_serve
 
 
@@ -36,11 +37,19 @@ def _command(
     # Each command its own --log-level: argparse shares a parent parser's actions between
     # its children, so one child's set_defaults would change every other's default.
     p = sub.add_parser(name, **kwargs)
+    p.set_defaults(parser=p)  # an unknown option is shown with this command's usage
     p.add_argument(
         "--log-level",
         default=log_level,
-        choices=["debug", "info", "warning", "error"],
-        help=f"how much to log to stderr (default: {log_level})",
+        choices=LEVELS,
+        help=f"how much to log to stderr (default: {log_level}); debug adds a line per message (direction,"
+        " method, id, size)",
+    )
+    p.add_argument(
+        "--log-format",
+        default="text",
+        choices=FORMATS,
+        help="text lines, or one JSON object a line (default: text)",
     )
     return p
 

@@ -19,6 +19,7 @@ from aggregator.mcp.constants import CONFIG_KIND, KINDS
 from aggregator.plugin_resolve import plugin_problems
 
 DEFAULT_CONFIG = "aggregator.toml"
+INTERRUPTED = 130  # the exit status after Ctrl-C: 128 + SIGINT, as shells report it
 
 T = TypeVar("T")
 
@@ -67,8 +68,9 @@ def status_lines(hub: Hub, *, only_down: bool = False) -> list[str]:
         if upstream.state == "ready":
             lines.append(f"  {name:<20} ready    {era(hub, name):<20} {counts}")
         else:
-            lines.append(f"  {name:<20} {upstream.state:<8} {upstream.last_error or ''}")
-            lines += [f"  {'':<20} [stderr] {line}" for line in upstream.last_stderr]
+            reason, stderr = upstream.not_ready()
+            lines.append(f"  {name:<20} {upstream.state:<8} {reason}")
+            lines += [f"  {'':<20} [stderr] {line}" for line in stderr]
     disabled = [] if only_down else [s for s, c in hub.config.servers.items() if not c.enabled]
     for name in disabled:
         lines.append(f"  {name:<20} disabled")

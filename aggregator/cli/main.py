@@ -1,35 +1,41 @@
 """The entry point: parse the arguments, set up logging, run the command, and turn its
-outcome into an exit code (a user mistake is one line on stderr, never a traceback)."""
+outcome into an exit code (a user mistake is one line on stderr, never a traceback;
+Ctrl-C is exit status 130 whatever the command was doing)."""
 
 from __future__ import annotations
 
 import argparse
-import logging
 import os
 import sys
 from collections.abc import Callable
 
 from aggregator.cli.arguments import build_parser
+from aggregator.cli.common import INTERRUPTED
+from aggregator.cli.logs import setup_logging
 from aggregator.errors import AggregatorError, ConfigError
 
 
 def main(argv: list[str] | None = None) -> int:
+    try:
+        return _main(argv)
+    except KeyboardInterrupt:
+        return INTERRUPTED
+    except BaseExceptionGroup as group:
+        # Ctrl-C while trio runs arrives inside the group of the nursery it interrupted.
+        if group.subgroup(KeyboardInterrupt) is not None:
+            return INTERRUPTED
+        raise
+
+
+def _main(argv: list[str] | None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:  # argparse would name them with the usage of `aggregator`, not the command's
+        (getattr(args, "parser", None) or parser).error(f"unrecognized arguments: {' '.join(unknown)}")
     if args.command is None:
         parser.print_help(sys.stderr)
         return 2
-    logging.basicConfig(
-        stream=sys.stderr,
-        level=getattr(logging, args.log_level.upper()),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
-    if args.log_level != "debug":
-        # httpx logs every request it makes at info: one line per message to an HTTP server.
-        logging.getLogger("httpx").setLevel(logging.WARNING)
-    # httpcore's traces (debug) quote a failed request's exception, which may hold a header's
-    # value; what failed is logged by the proxy itself, its secrets masked.
-    logging.getLogger("httpcore").setLevel(logging.INFO)
+    setup_logging(args.log_level, args.log_format)
     run: Callable[[argparse.Namespace], int] = args.run
     try:
         return run(args)
@@ -39,8 +45,16 @@ def main(argv: list[str] | None = None) -> int:
     except AggregatorError as exc:  # the proxy could not start: one line, no traceback
         print(f"aggregator: {exc}", file=sys.stderr)
         return 1
-    except KeyboardInterrupt:
-        return 130
     except BrokenPipeError:  # `aggregator tools | head`: the reader has seen enough
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        _drop_stdout()
         return 0
+    except OSError as exc:  # the output could not be written (`> /dev/full`, a full disk)
+        _drop_stdout()
+        where = f"{exc.filename}: " if exc.filename else "cannot write the output: "
+        print(f"aggregator: {where}{exc.strerror or exc}", file=sys.stderr)
+        return 1
+
+
+def _drop_stdout() -> None:
+    """Send what is left for stdout nowhere, so that exiting does not fail on it again."""
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())

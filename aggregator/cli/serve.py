@@ -12,13 +12,14 @@ import shutil
 import signal
 import sys
 from pathlib import Path
+from typing import Any
 
 import trio
 
 from aggregator import __version__
 from aggregator.access import check_exposure
-from aggregator.cli.common import command_config, status_lines
-from aggregator.config import Config, same_listener
+from aggregator.cli.common import INTERRUPTED, command_config, status_lines
+from aggregator.config import Config, parse_listen, same_listener
 from aggregator.errors import AggregatorError, ConfigError
 from aggregator.hub import Hub
 from aggregator.tracing import from_environment
@@ -42,34 +43,45 @@ def run_serve(args: argparse.Namespace) -> int:
             " the WebSocket endpoint needs a port of its own"
         )
     stdio = args.stdio or (listen is None and ws_listen is None)
-    trio.run(_serve_all, config, path.resolve(), stdio, listen, ws_listen)
-    return 0
+    stopped_by = trio.run(_serve_all, config, path.resolve(), stdio, listen, ws_listen)
+    return INTERRUPTED if stopped_by == signal.SIGINT else 0
 
 
-async def _serve_all(config: Config, path: Path, stdio: bool, listen: str | None, ws_listen: str | None) -> None:
+async def _serve_all(
+    config: Config, path: Path, stdio: bool, listen: str | None, ws_listen: str | None
+) -> signal.Signals | None:
+    """Serve until the stdio client leaves or a signal comes; return the signal, if one did."""
     from aggregator.session import serve_stream_session
     from aggregator.transports.stdio import OwnStdio
 
+    # An address that cannot be used is found before any server starts (and again when
+    # the endpoint takes it, should another process take it meanwhile).
+    for address in (listen, ws_listen):
+        if address is not None:
+            await _probe_listener(address)
     own = OwnStdio() if stdio else None
-    interactive = stdio and os.isatty(0)
+    # A person reads the greeting: at stdin for stdio (they may type), else at stderr.
+    interactive = os.isatty(0) if stdio else os.isatty(2)
     # With no network front the stdio client is the only one there can ever be.
     hub = Hub(config, single_client=stdio and listen is None and ws_listen is None)
     tracing = from_environment()
     if tracing is not None:
         hub.trace(tracing)
     cannot_listen: str | None = None
+    stopped_by: list[signal.Signals] = []
     try:
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(_cancel_on_signals, nursery.cancel_scope, hub)
+            nursery.start_soon(_cancel_on_signals, nursery.cancel_scope, hub, stopped_by)
             await nursery.start(hub.run)
-            cannot_listen = await _start_endpoints(nursery, hub, config, listen, ws_listen)
+            urls, cannot_listen = await _start_endpoints(nursery, hub, config, listen, ws_listen)
             if cannot_listen is not None:
                 # Raised once the nursery has stopped the servers it started, so that the
                 # user reads one line and no server outlives the proxy.
                 nursery.cancel_scope.cancel()
-                return
+                return None
             if interactive:
-                nursery.start_soon(_greet, hub, path)
+                _print_urls(urls, stdio)
+                nursery.start_soon(_greet, hub, path, stdio)
             nursery.start_soon(_settle_memory, hub)
             if own is not None:
                 ended_by_client = await serve_stream_session(hub, own.receive, own.send, label="stdio")
@@ -91,37 +103,77 @@ async def _serve_all(config: Config, path: Path, stdio: bool, listen: str | None
             hub.tracing.shutdown()  # (sends the spans still batched)
         if cannot_listen is not None:
             raise AggregatorError(cannot_listen)
+    return stopped_by[0] if stopped_by else None
+
+
+async def _probe_listener(address: str) -> None:
+    """Raise AggregatorError if ``address`` cannot be listened on now (in use, a host that
+    does not resolve, a port that needs privileges); the listeners are closed at once."""
+    host, port = parse_listen(address)
+    try:
+        listeners = await trio.open_tcp_listeners(port, host=host)
+    except OSError as exc:
+        raise AggregatorError(f"cannot listen on {address}: {exc.strerror or exc}") from None
+    for listener in listeners:
+        await listener.aclose()
 
 
 async def _start_endpoints(
     nursery: trio.Nursery, hub: Hub, config: Config, listen: str | None, ws_listen: str | None
-) -> str | None:
-    """Start the network endpoints in the serve nursery; None, or why one cannot listen
-    (an address in use, a host that does not resolve, a port that needs privileges)."""
+) -> tuple[list[str], str | None]:
+    """Start the network endpoints in the serve nursery; return the URLs they serve at (each
+    with what speaks there) and None, or why one cannot listen (an address in use, a host that does not resolve, a port
+    that needs privileges)."""
     from aggregator.http_endpoint import StreamableHttpEndpoint
     from aggregator.websocket_endpoint import WebSocketEndpoint
 
+    urls: list[str] = []
     for address, endpoint in ((listen, StreamableHttpEndpoint), (ws_listen, WebSocketEndpoint)):
         if address is None:
             continue
         failure: BaseException | None = None
         try:
-            await nursery.start(endpoint(hub, config.http).serve, address)
+            started = await nursery.start(endpoint(hub, config.http).serve, address)
         except* OSError as group:
             failure = group
         while isinstance(failure, BaseExceptionGroup):
             failure = failure.exceptions[0]
         if failure is not None:
-            return f"cannot listen on {address}: {getattr(failure, 'strerror', None) or failure}"
-    return None
+            return urls, f"cannot listen on {address}: {getattr(failure, 'strerror', None) or failure}"
+        if endpoint is StreamableHttpEndpoint:
+            for sockname in started:
+                sse = _url("http", sockname, config.http.sse_path)
+                urls.append(f"{_url('http', sockname, config.http.path)}  (Streamable HTTP; HTTP+SSE at {sse})")
+        else:
+            urls.append(f"{_url('ws', (parse_listen(address)[0], started.port), config.http.path)}  (WebSocket)")
+    return urls, None
 
 
-async def _cancel_on_signals(scope: trio.CancelScope, hub: Hub | None = None) -> None:
+def _url(scheme: str, sockname: tuple[Any, ...], path: str) -> str:
+    host = str(sockname[0])
+    return f"{scheme}://{'[' + host + ']' if ':' in host else host}:{sockname[1]}{path}"
+
+
+def _print_urls(urls: list[str], stdio: bool) -> None:
+    """Where the proxy serves, for a person at a terminal, as soon as it listens."""
+    lines = [f"aggregator {__version__} is serving MCP at"]
+    lines += [f"  {url}" for url in urls]
+    if stdio:
+        lines.append("  stdin/stdout")
+    print("\n".join(lines), file=sys.stderr, flush=True)
+
+
+async def _cancel_on_signals(
+    scope: trio.CancelScope, hub: Hub | None = None, stopped_by: list[signal.Signals] | None = None
+) -> None:
     """SIGTERM, SIGINT or SIGHUP: finish what is in flight (up to proxy.drain_timeout,
-    taking nothing new), then stop everything. A second signal stops at once."""
+    taking nothing new), then stop everything. A second signal stops at once. The first
+    signal is appended to ``stopped_by`` (SIGINT, Ctrl-C, makes the exit status 130)."""
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
         async for signum in signals:
             log.info("received %s; shutting down", signal.Signals(signum).name)
+            if stopped_by is not None:
+                stopped_by.append(signal.Signals(signum))
             if hub is not None:
                 async with trio.open_nursery() as nursery:
 
@@ -151,27 +203,30 @@ async def _settle_memory(hub: Hub) -> None:
     gc.set_threshold(_GC_YOUNG, *gc.get_threshold()[1:])
 
 
-async def _greet(hub: Hub, path: Path) -> None:
-    """Tell a person at a terminal what is running and how to use it from a client."""
+async def _greet(hub: Hub, path: Path, stdio: bool) -> None:
+    """Tell a person at a terminal which servers run and how to use the proxy from a client."""
     await hub.startup_done.wait()
-    lines = ["", f"aggregator {__version__} is serving MCP on stdin/stdout.", "Servers:"]
+    lines = ["", "Servers:"]
     lines += status_lines(hub)
-    snippet = {
-        "mcpServers": {
-            "aggregator": {
-                "command": _own_command(),
-                "args": ["serve", "--stdio", "--config", str(path)],
+    if stdio:
+        snippet = {
+            "mcpServers": {
+                "aggregator": {
+                    "command": _own_command(),
+                    "args": ["serve", "--stdio", "--config", str(path)],
+                }
             }
         }
-    }
-    lines += [
-        "",
-        "An MCP client starts it itself. Paste this into its mcpServers config:",
-        json.dumps(snippet, indent=2),
-        "",
-        "Type JSON-RPC here to talk to it by hand; Ctrl-D stops it.",
-        "",
-    ]
+        lines += [
+            "",
+            "An MCP client starts it itself. Paste this into its mcpServers config:",
+            json.dumps(snippet, indent=2),
+            "",
+            "Type JSON-RPC here to talk to it by hand; Ctrl-D stops it.",
+            "",
+        ]
+    else:
+        lines += ["", "Give a client the URL above; Ctrl-C stops the proxy.", ""]
     print("\n".join(lines), file=sys.stderr, flush=True)
 
 

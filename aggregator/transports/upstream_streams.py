@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import trio
 
+from aggregator import traffic
 from aggregator.jsonrpc.framing import LineSplitter, OversizedLine
 from aggregator.transports.masking import SecretMask
 from aggregator.transports.stdio import STREAM_TAG, STREAM_TAG_ROOM, split_tag
@@ -41,6 +42,8 @@ async def read_messages(
     request it belongs to, when ``tagged``), one flush per read; return at its end."""
     splitter = LineSplitter(limit + STREAM_TAG_ROOM if tagged else limit)
     router = hub.router
+    peer = f"server {name}"
+    noted = traffic.enabled()  # --log-level debug: a line per message
     while True:
         try:
             chunk = await stream.receive_some(READ_SIZE)
@@ -55,8 +58,12 @@ async def read_messages(
                 continue
             if tagged and line[:1] == STREAM_TAG:
                 related, line = split_tag(line)
+                if noted:
+                    traffic.note("in", peer, line)
                 hub.dispatch(router.server_message(name, line, related))
                 continue
+            if noted:
+                traffic.note("in", peer, line)
             hub.dispatch(router.server_message(name, line))
         await hub.flush()
 

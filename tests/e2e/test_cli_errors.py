@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import signal
 import socket
 import subprocess
 import sys
@@ -13,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.conftest import fake, write_config
+from tests.e2e.conftest import fake, proxy_argv, write_config
 
 SCRIPT = Path(sys.executable).with_name("aggregator")
 
@@ -219,3 +221,160 @@ def test_each_command_logs_at_the_level_its_help_names(tmp_path):
 def test_no_command_prints_the_usage():
     out = run()
     assert out.returncode == 2 and "usage: aggregator" in out.stderr and "serve" in out.stderr, out.stderr
+
+
+def test_a_server_that_never_answers_has_a_reason(tmp_path):
+    """Still starting when check reports: how long it has had and what its stderr said,
+    not an empty reason."""
+    config = write_config(
+        tmp_path, fake("slow", "hang_init", init_timeout="30.0") + fake("a", "echo"), startup_timeout=1.0
+    )
+    out = run("check", "--config", str(config))
+    assert out.returncode == 1, out.stdout + out.stderr
+    line = next(line for line in out.stdout.splitlines() if line.strip().startswith("slow"))
+    assert "starting no answer yet after 1." in " ".join(line.split()), line
+    assert "(servers.slow.init_timeout = 30s)" in line, line
+    assert "[stderr] fake server started with modes ['hang_init']" in out.stdout, out.stdout
+    out = run("tools", "--config", str(config))
+    assert out.returncode == 0 and "slow" in out.stderr and "no answer yet after" in out.stderr, out.stderr
+    # serve's log says it once startup_timeout has passed
+    serve = subprocess.Popen(
+        [sys.executable, "-m", "aggregator", "serve", "--config", str(config), "--log-level", "warning"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        seen = ""
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and "is not ready" not in seen:
+            line = serve.stderr.readline()
+            if not line:
+                break
+            seen += line
+    finally:
+        serve.stdin.close()
+        serve.wait(30)
+        serve.stderr.close()
+    assert "server slow is not ready: no answer yet after 1." in seen, seen
+    assert "its stderr so far: fake server started with modes ['hang_init']" in seen, seen
+
+
+def wait_for_line(process: subprocess.Popen[str], text: str, seconds: float = 30) -> str:
+    """Read the process's stderr until a line holding text (bounded); return what was read."""
+    seen = ""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline and text not in seen:
+        line = process.stderr.readline()
+        if not line:
+            break
+        seen += line
+    return seen
+
+
+def free_address() -> str:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return f"127.0.0.1:{probe.getsockname()[1]}"
+
+
+@pytest.mark.parametrize(
+    "command", [["serve"], ["serve", "--http"], ["serve", "--ws"], ["check"], ["tools"], ["approve"]]
+)
+def test_ctrl_c_exits_130_without_a_traceback(tmp_path, command):
+    """Ctrl-C while the servers start (a server that never answers keeps every command waiting)."""
+    config = write_config(tmp_path, fake("slow", "hang_init", init_timeout="30.0"), startup_timeout=30.0)
+    if command[-1].startswith("--"):
+        command = [*command, free_address()]
+    process = subprocess.Popen(
+        [sys.executable, "-m", "aggregator", *command, "--config", str(config), "--log-level", "info"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        seen = wait_for_line(process, "fake server started")
+        assert "fake server started" in seen, seen
+        process.send_signal(signal.SIGINT)
+        _, rest = process.communicate(timeout=30)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(10)
+    assert process.returncode == 130, seen + rest
+    assert "Traceback" not in seen + rest, seen + rest
+
+
+def test_a_busy_port_is_found_before_any_server_starts(tmp_path):
+    config = write_config(tmp_path, fake("a", "echo"))
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        address = f"127.0.0.1:{busy.getsockname()[1]}"
+        out = run("serve", "--config", str(config), "--stdio", "--http", address, "--log-level", "debug")
+    assert out.returncode == 1, out.stderr
+    assert f"aggregator: cannot listen on {address}: Address already in use" in out.stderr
+    assert "started pid" not in out.stderr, out.stderr
+
+
+def test_a_terminal_is_told_the_urls(tmp_path):
+    """At a terminal serve prints where it listens (every front, real ports), whatever the
+    log level, and the servers once they started."""
+    import pty
+
+    config = write_config(tmp_path, fake("a", "echo"))
+    with socket.socket() as first, socket.socket() as second:  # two distinct free ports
+        first.bind(("127.0.0.1", 0))
+        second.bind(("127.0.0.1", 0))
+        http_port, ws_port = first.getsockname()[1], second.getsockname()[1]
+    leader, follower = pty.openpty()
+    process = subprocess.Popen(
+        [
+            *proxy_argv(config),
+            "--http",
+            f"127.0.0.1:{http_port}",
+            "--ws",
+            f"127.0.0.1:{ws_port}",
+            "--log-level",
+            "error",
+        ],
+        stdin=follower,
+        stdout=subprocess.PIPE,
+        stderr=follower,
+    )
+    os.close(follower)
+    seen = b""
+    try:
+        os.set_blocking(leader, False)
+        deadline = time.monotonic() + 30
+        while b"Ctrl-D stops it" not in seen and time.monotonic() < deadline:
+            try:
+                seen += os.read(leader, 65536)
+            except BlockingIOError:
+                time.sleep(0.05)
+    finally:
+        process.send_signal(signal.SIGINT)
+        process.wait(30)
+        os.close(leader)
+    text = seen.decode().replace("\r\n", "\n")
+    assert "is serving MCP at\n" in text, text
+    http = re.search(
+        r"  http://127\.0\.0\.1:(\d+)/mcp  \(Streamable HTTP; HTTP\+SSE at http://127\.0\.0\.1:(\d+)/sse\)", text
+    )
+    ws = re.search(r"  ws://127\.0\.0\.1:(\d+)/mcp  \(WebSocket\)", text)
+    assert http and ws and http.group(1) == http.group(2) == str(http_port) and ws.group(1) == str(ws_port), text
+    assert "  stdin/stdout\n" in text and "a                    ready" in text, text
+    assert process.returncode == 130
+
+
+def test_json_log_lines(tmp_path):
+    config = write_config(tmp_path, fake("a", "echo"))
+    out = run("check", "--config", str(config), "--log-format", "json", "--log-level", "info")
+    assert out.returncode == 0, out.stderr
+    lines = [json.loads(line) for line in out.stderr.splitlines()]
+    assert lines and all({"time", "level", "logger", "message"} <= set(line) for line in lines), lines
+    started = next(line for line in lines if line["message"].startswith("server a: started pid"))
+    assert started["level"] == "info" and started["logger"] == "aggregator.server.a", started
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", started["time"]), started

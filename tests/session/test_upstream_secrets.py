@@ -62,7 +62,7 @@ def _log_text(caplog: pytest.LogCaptureFixture) -> str:
 @pytest.mark.parametrize("transport, scheme", [("streamable-http", "http"), ("sse", "http"), ("websocket", "ws")])
 @pytest.mark.parametrize("value", [f"Bearer {SECRET}\n", f"Bearer {SECRET}\r\nX-Api-Key: {ENV_SECRET}"])
 async def test_a_refused_header_value_is_masked_in_the_log_check_and_last_error(caplog, transport, scheme, value):
-    caplog.set_level(logging.INFO, logger="httpcore")  # as ``aggregator.cli.main`` sets it: no traces
+    caplog.set_level(logging.INFO, logger="httpcore")  # as ``aggregator.cli.logs`` sets it: no traces
     caplog.set_level(logging.DEBUG)  # last: it sets the capturing handler's level too
     with trio.fail_after(20):
         async with trio.open_nursery() as nursery:
@@ -107,7 +107,7 @@ URL_PASSWORD = "pw-51b2e8d"
 async def _failed_server(url: str, transport: str, handler, caplog) -> tuple[str, str, str]:
     """Run a hub whose server ``a`` has ``url`` (with {port}) on a real 127.0.0.1 socket served
     by ``handler``; a client calls it. Its lastError, the ``check`` lines and the log."""
-    caplog.set_level(logging.INFO, logger="httpcore")  # as ``aggregator.cli.main`` sets it: no traces
+    caplog.set_level(logging.INFO, logger="httpcore")  # as ``aggregator.cli.logs`` sets it: no traces
     caplog.set_level(logging.DEBUG)  # last: it sets the capturing handler's level too
     with trio.fail_after(20):
         async with trio.open_nursery() as nursery:
