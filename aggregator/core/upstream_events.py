@@ -289,14 +289,14 @@ class UpstreamEvents(RouterState):
         for held in self.held.pop(server, ()):
             if held.done:
                 continue
-            self._end(held)
+            self._end(held, "error", "unavailable")
             if held.session in self.clients and outage is not None:
                 text, data = unavailable(outage, self.clock())
                 out.append(ToClient(held.session, error_response(held.client_id, INTERNAL_ERROR, text, data)))
         return out
 
     def _held_timed_out(self, held: Pending) -> list[Command]:
-        self._end(held)
+        self._end(held, "error", "timeout")
         if held.session not in self.clients:
             return []
         link = self.links[held.server]
