@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import collections
 import logging
+from time import perf_counter
 from typing import TYPE_CHECKING, Any, Protocol
 
 import trio
@@ -34,13 +35,32 @@ class Dispatcher(Protocol):
         """Write what the last batch queued."""
 
 
+class Traffic:
+    """Bytes read from one upstream, in all (its metrics)."""
+
+    __slots__ = ("received",)
+
+    def __init__(self) -> None:
+        self.received = 0
+
+
 async def read_messages(
-    stream: trio.abc.ReceiveStream, limit: int, tagged: bool, name: str, hub: Dispatcher, log: logging.Logger
+    stream: trio.abc.ReceiveStream,
+    limit: int,
+    tagged: bool,
+    name: str,
+    hub: Dispatcher,
+    log: logging.Logger,
+    traffic: Traffic | None = None,
 ) -> None:
     """Hand each line of server ``name``'s output to the router (a line tagged with the
-    request it belongs to, when ``tagged``), one flush per read; return at its end."""
+    request it belongs to, when ``tagged``), one flush per read; return at its end. What
+    is read is counted in ``traffic``; how long routing a message took, in the router's
+    ``tallies.proxy``."""
     splitter = LineSplitter(limit + STREAM_TAG_ROOM if tagged else limit)
     router = hub.router
+    traffic = traffic if traffic is not None else Traffic()
+    handling = router.tallies.proxy["server"]
     while True:
         try:
             chunk = await stream.receive_some(READ_SIZE)
@@ -48,16 +68,19 @@ async def read_messages(
             return
         if not chunk:
             return
+        traffic.received += len(chunk)
         for line in splitter.feed(chunk if type(chunk) is bytes else bytes(chunk)):
             if isinstance(line, OversizedLine):
                 log.error("server %s: dropped a %d-byte message (limit %d bytes)", name, line.size, limit)
                 hub.dispatch(router.server_oversized(name, line.head, limit))
                 continue
+            started = perf_counter()
             if tagged and line[:1] == STREAM_TAG:
                 related, line = split_tag(line)
                 hub.dispatch(router.server_message(name, line, related))
-                continue
-            hub.dispatch(router.server_message(name, line))
+            else:
+                hub.dispatch(router.server_message(name, line))
+            handling.observe(perf_counter() - started)
         await hub.flush()
 
 
