@@ -21,6 +21,7 @@ import logging
 import math
 from collections.abc import Callable
 from pathlib import Path
+from time import perf_counter
 from typing import Any
 
 import trio
@@ -30,7 +31,7 @@ from aggregator.config import Config
 from aggregator.config.core_settings import router_settings
 from aggregator.core.catalog import Catalog
 from aggregator.core.commands import RequestEnded
-from aggregator.core.policy import ProfilePolicy, server_request_allowed
+from aggregator.core.policy import ProfilePolicy
 from aggregator.core.router import (
     Answer,
     DropUpstream,
@@ -44,11 +45,9 @@ from aggregator.core.router import (
 )
 from aggregator.jsonrpc.codec import decode_message
 from aggregator.jsonrpc.errors import RemoteProtocolError
+from aggregator.metrics import Metrics
 from aggregator.plugin_gate import PluginGate
-from aggregator.plugins import (
-    ServerRequest,
-    load_plugins,
-)
+from aggregator.plugins import load_plugins
 from aggregator.shedding import Shedder
 from aggregator.transports.sink import ClientSink
 from aggregator.upstream import Connector, OwnCall, UpstreamSession
@@ -107,6 +106,8 @@ class Hub:
         }
         if not self.upstreams:
             self._all_settled.set()
+        self._handling = self.router.tallies.proxy["client"]  # how long routing took, per message
+        self.metrics = Metrics(self)  # GET /metrics: read from the tables above at each scrape
 
     def _make_router(self, single_client: bool) -> Router:
         """The router, with a catalog per profile over one store of every server's items."""
@@ -232,19 +233,19 @@ class Hub:
 
     def _server_request_allowed(self, server: str, method: str, params: dict[str, Any]) -> bool:
         """The per-server policy for sampling, elicitation and roots requests, then plugins."""
-        return server_request_allowed(self.config, server, method) and self.plugins.server_request(
-            ServerRequest(server, method, params)
-        )
+        return self.gate.server_request_allowed(server, method, params)
 
     # --- the one way in for clients' messages ---------------------------------------------
 
     async def client_message(self, key: int, raw: bytes) -> list[Any]:
         """Route a client's message: plugins' request hooks, the startup gate, the router."""
         if not self.plugins.watch_requests:
+            started = perf_counter()
             commands = self.router.client_message(key, raw)
             if commands and type(commands[0]) is WaitForStartup:
                 await self.startup_done.wait()
-                commands = self.router.client_message(key, raw)
+                return self.router.client_message(key, raw)
+            self._handling.observe(perf_counter() - started)
             return commands
         try:
             kind, message = decode_message(raw, self.router.max_json_depth)
@@ -260,7 +261,10 @@ class Hub:
 
     async def routed(self, key: int, kind: int, message: dict[str, Any]) -> list[Any]:
         """The router's commands for a message, past the startup gate."""
+        started = perf_counter()
         commands = self.router.client_event(key, kind, message)
+        if not commands or type(commands[0]) is not WaitForStartup:
+            self._handling.observe(perf_counter() - started)
         while commands and type(commands[0]) is WaitForStartup:
             await self.startup_done.wait()
             commands = self.router.client_event(key, kind, message)
@@ -355,6 +359,7 @@ class Hub:
         finally:
             if self.upstreams.get(upstream.name) is upstream:
                 del self.upstreams[upstream.name]
+                self.metrics.retire(upstream)
             # If it ended on its own (crashed, or could not start), the next request of its
             # client starts a fresh one.
             self.router.link_ended(upstream.name)
