@@ -61,10 +61,13 @@ class Tallies:
     def ended(self, method: str, server: str, outcome: str, reason: str, seconds: float | None) -> None:
         """A forwarded request ended (rule 1); ``seconds``: its upstream duration, if answered."""
         key = (method, server, outcome, reason)
-        requests = self.requests
-        requests[key] = requests.get(key, 0) + 1
+        try:
+            self.requests[key] += 1
+        except KeyError:
+            self.requests[key] = 1
         if seconds is not None:
-            histogram = self.upstream.get((method, server))
-            if histogram is None:
-                histogram = self.upstream[(method, server)] = Histogram(UPSTREAM_BUCKETS)
+            try:
+                histogram = self.upstream[method, server]
+            except KeyError:
+                histogram = self.upstream[method, server] = Histogram(UPSTREAM_BUCKETS)
             histogram.observe(seconds)
