@@ -6,11 +6,13 @@ library; ``aggregator.metrics`` reads these tables when it is scraped.
 
 Rules
 -----
-1. A request is counted once, when it ends (``Router._end``), with what ended it:
-   ``outcome`` is ``ok`` (the server's result), ``error`` (the server's error, or one the
-   proxy made: then ``reason`` is that error's ``data.reason``), ``cancelled`` (its client
-   cancelled it or went away) or ``other`` (it was taken over by another request: a held
-   request re-sent, a call retried for input).
+1. A request for a server is counted once, when it ends (``Router._end``), with what
+   ended it: ``outcome`` is ``ok`` (the server's result), ``error`` (the server's error,
+   or one the proxy made: then ``reason`` is that error's ``data.reason``) or
+   ``cancelled`` (its client cancelled it, or went away). A record another takes over (a
+   held request re-sent, a call retried for input) is not counted: the other one is.
+   One the proxy refuses before sending it (the server is out, overloaded, or the proxy
+   is shutting down) is counted then, as an ``error`` with that reason.
 2. Labels are bounded: ``method`` is one the router forwards (a fixed set), ``server`` a
    configured server's key (never a per-session connection's name), ``reason`` one of the
    proxy's own reasons or ``server_error``. No tool name, no argument, no id.

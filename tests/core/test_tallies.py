@@ -100,3 +100,43 @@ def test_histogram_buckets_hold_each_value_under_its_upper_bound():
         histogram.observe(value)
     assert histogram.counts == [2, 2, 1]  # an upper bound is inclusive, as in Prometheus ("le")
     assert histogram.total == pytest.approx(8.65)
+
+
+def _draining(r):
+    r.start_draining()
+
+
+def _congested(r):
+    r.server_congested("a", "its queue is full")
+
+
+def _lost_for_long(r):
+    r.server_lost("a", "crashed")
+    r.server_down("a", "crashed", 600.0)  # back long after the call's own timeout: not held
+
+
+@pytest.mark.parametrize(
+    ("before", "reason"),
+    [(_draining, "unavailable"), (_congested, "overloaded"), (_lost_for_long, "unavailable")],
+    ids=lambda v: getattr(v, "__name__", str(v)),
+)
+def test_a_request_refused_before_sending_is_counted_with_its_reason(router, before, reason):
+    before(router)
+    out = unpack(router.client_message(1, msg(id="c", method="tools/call", params={"name": "a__slow"})))
+    assert [kind for kind, _, _ in out] == ["ToClient"]  # nothing was sent
+    assert router.tallies.requests == {("tools/call", "a", "error", reason): 1}
+    assert router.tallies.upstream == {}
+
+
+def test_a_held_request_is_counted_once_when_it_is_finally_answered(router, clock):
+    router.server_lost("a", "crashed")
+    router.server_down("a", "crashed", 0.5)  # back soon: the call waits for it
+    assert unpack(router.client_message(1, msg(id="c", method="tools/call", params={"name": "a__slow"}))) == []
+    clock.now += 0.5
+    router.server_ready("a", {"protocolVersion": "2025-11-25", "capabilities": {"tools": {}}})
+    router.server_items("a", "tools", [{"name": "slow"}])
+    out = unpack(router.server_listed("a"))
+    [up] = [m["id"] for kind, _, m in out if kind == "ToServer" and m.get("method") == "tools/call"]
+    assert router.tallies.requests == {}
+    router.server_message("a", msg(id=up, result={"content": []}))
+    assert router.tallies.requests == {("tools/call", "a", "ok", ""): 1}
