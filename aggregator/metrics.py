@@ -108,7 +108,7 @@ class HubCollector(Collector):
         yield upstream
         proxy = HistogramMetricFamily(
             "aggregator_proxy_duration_seconds",
-            "The proxy's own handling of one message (routing it and queueing what it sends), by who sent it.",
+            "The router's work on one message, by who sent it: what the proxy adds on the way in and out.",
             labels=["direction"],
         )
         for direction, histogram in tallies.proxy.items():

@@ -56,8 +56,8 @@ class Tallies:
         self.requests: dict[tuple[str, str, str, str], int] = {}
         # (method, server) -> how long the server took to answer
         self.upstream: dict[tuple[str, str], Histogram] = {}
-        # who sent it (client, server) -> how long the proxy took over one message; the
-        # trio layer measures it (the router reads no clock of its own for it)
+        # who sent it (client, server) -> how long the router took over one message; the
+        # trio layer measures it around the call (the router reads no clock for it)
         self.proxy = {"client": Histogram(PROXY_BUCKETS), "server": Histogram(PROXY_BUCKETS)}
 
     def ended(self, method: str, server: str, outcome: str, reason: str, seconds: float | None) -> None:

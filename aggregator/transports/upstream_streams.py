@@ -55,7 +55,7 @@ async def read_messages(
 ) -> None:
     """Hand each line of server ``name``'s output to the router (a line tagged with the
     request it belongs to, when ``tagged``), one flush per read; return at its end. What
-    is read is counted in ``traffic``; how long routing a message took, in the router's
+    is read is counted in ``traffic``; how long the router took over each message, in its
     ``tallies.proxy``."""
     splitter = LineSplitter(limit + STREAM_TAG_ROOM if tagged else limit)
     router = hub.router
@@ -77,10 +77,11 @@ async def read_messages(
             started = perf_counter()
             if tagged and line[:1] == STREAM_TAG:
                 related, line = split_tag(line)
-                hub.dispatch(router.server_message(name, line, related))
+                commands = router.server_message(name, line, related)
             else:
-                hub.dispatch(router.server_message(name, line))
+                commands = router.server_message(name, line)
             handling.observe(perf_counter() - started)
+            hub.dispatch(commands)
         await hub.flush()
 
 
