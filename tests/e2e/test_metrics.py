@@ -72,6 +72,9 @@ def test_metrics_count_the_calls_made(tmp_path):
         assert call(port, session, 4, "b__hang")["error"]["data"]["reason"] == "timeout"
         assert call(port, session, 5, "c__crash")["error"]["data"]["reason"] == "unavailable"
         after = scrape_until(port, "c", "ready")  # started again after its backoff
+        # The same checks as every path: a foreign Host learns nothing.
+        status, _, body = post(port, None, {"host": "evil.example"}, path="/metrics", method="GET")
+        assert status == 421 and b"aggregator_" not in body
 
     def requests(server: str, outcome: str, reason: str) -> float:
         key = labels(method="tools/call", server=server, outcome=outcome, reason=reason)
