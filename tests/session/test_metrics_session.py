@@ -4,6 +4,8 @@ sessions, policy refusals and plugin decisions, read back through the exposition
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 import trio
 from prometheus_client.parser import text_string_to_metric_families
@@ -100,3 +102,20 @@ async def test_plugin_decisions_are_counted(autojump_clock):
             (("method", "tools/call"), ("outcome", "ok"), ("reason", ""), ("server", "a")): 3,
         }
         assert only(found, "aggregator_policy_denials_total") == {}  # the policy allows sampling
+
+
+def test_prometheus_client_is_imported_only_when_scraped():
+    """A proxy nobody scrapes (a desktop client's stdio proxy) pays nothing for the library."""
+    script = (
+        "import sys\n"
+        "from aggregator.config import structure_config\n"
+        "from aggregator.hub import Hub\n"
+        "import aggregator.cli.main\n"
+        "hub = Hub(structure_config({'servers': {}}, environ={}))\n"
+        "print('prometheus_client' in sys.modules)\n"
+        "hub.metrics.exposition()\n"
+        "print('prometheus_client' in sys.modules)\n"
+    )
+    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.split() == ["False", "True"]
