@@ -128,6 +128,10 @@ class StreamableHttpEndpoint(PostExchange, LegacySse):
             await connection.respond(denial.status, [JSON, *denial.headers], body)
             return
         known = (self.config.path, self.config.sse_path, self.config.messages_path)
+        if path == "/metrics" and request.method == "GET" and path not in known:
+            body, content_type = self.hub.metrics.exposition()
+            await connection.respond(200, [("content-type", content_type)], body)
+            return
         if path not in known and self.access.named_profile(path) is None:
             log.debug("http: refused %s %s: no such endpoint", request.method, path[:100])  # as on every front
             await connection.respond_error(404, f"not found; the MCP endpoint is {self.config.path}")

@@ -21,6 +21,7 @@ import logging
 import math
 from collections.abc import Callable
 from pathlib import Path
+from time import perf_counter
 from typing import Any
 
 import trio
@@ -31,7 +32,7 @@ from aggregator.config import Config
 from aggregator.config.core_settings import router_settings
 from aggregator.core.catalog import Catalog
 from aggregator.core.commands import RequestEnded
-from aggregator.core.policy import ProfilePolicy, server_request_allowed, unmatched_rules
+from aggregator.core.policy import ProfilePolicy, unmatched_rules
 from aggregator.core.router import (
     Answer,
     DropUpstream,
@@ -47,11 +48,9 @@ from aggregator.draining import drain
 from aggregator.jsonrpc.codec import decode_message
 from aggregator.jsonrpc.errors import RemoteProtocolError
 from aggregator.jsonrpc.kinds import REQUEST
+from aggregator.metrics import Metrics
 from aggregator.plugin_gate import PluginGate
-from aggregator.plugins import (
-    ServerRequest,
-    load_plugins,
-)
+from aggregator.plugins import load_plugins
 from aggregator.shedding import Shedder
 from aggregator.tracing import Tracing
 from aggregator.transports.sink import ClientSink
@@ -113,6 +112,8 @@ class Hub:
         self._traffic = traffic.watch_commands(self._handlers)  # --log-level debug: a line per message
         if not self.upstreams:
             self._all_settled.set()
+        self._handling = self.router.tallies.proxy["client"]  # how long routing took, per message
+        self.metrics = Metrics(self)  # GET /metrics: read from the tables above at each scrape
 
     def _make_router(self, single_client: bool) -> Router:
         """The router, with a catalog per profile over one store of every server's items."""
@@ -227,9 +228,7 @@ class Hub:
 
     def _server_request_allowed(self, server: str, method: str, params: dict[str, Any]) -> bool:
         """The per-server policy for sampling, elicitation and roots requests, then plugins."""
-        return server_request_allowed(self.config, server, method) and self.plugins.server_request(
-            ServerRequest(server, method, params)
-        )
+        return self.gate.server_request_allowed(server, method, params)
 
     # --- the one way in for clients' messages ---------------------------------------------
 
@@ -238,10 +237,12 @@ class Hub:
         if self._traffic:
             traffic.note("in", f"client {key}", raw)
         if not self.plugins.watch_requests and self.tracing is None:
+            started = perf_counter()
             commands = self.router.client_message(key, raw)
             if commands and type(commands[0]) is WaitForStartup:
                 await self.startup_done.wait()
-                commands = self.router.client_message(key, raw)
+                return self.router.client_message(key, raw)
+            self._handling.observe(perf_counter() - started)
             return commands
         try:
             kind, message = decode_message(raw, self.router.max_json_depth)
@@ -263,7 +264,10 @@ class Hub:
 
     async def routed(self, key: int, kind: int, message: dict[str, Any]) -> list[Any]:
         """The router's commands for a message, past the startup gate."""
+        started = perf_counter()
         commands = self.router.client_event(key, kind, message)
+        if not commands or type(commands[0]) is not WaitForStartup:
+            self._handling.observe(perf_counter() - started)
         while commands and type(commands[0]) is WaitForStartup:
             await self.startup_done.wait()
             commands = self.router.client_event(key, kind, message)
@@ -365,6 +369,7 @@ class Hub:
         finally:
             if self.upstreams.get(upstream.name) is upstream:
                 del self.upstreams[upstream.name]
+                self.metrics.retire(upstream)
             # If it ended on its own (crashed, or could not start), the next request of its
             # client starts a fresh one.
             self.router.link_ended(upstream.name)

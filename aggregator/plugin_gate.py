@@ -14,11 +14,12 @@ from typing import TYPE_CHECKING, Any, Protocol
 import trio
 
 from aggregator.config import Config
+from aggregator.core.policy import server_request_allowed
 from aggregator.core.router import ToClient, proxy_error
 from aggregator.jsonrpc.errors import INVALID_REQUEST
 from aggregator.jsonrpc.kinds import NOTIFICATION, REQUEST
 from aggregator.mcp.constants import CANCELLED
-from aggregator.plugins import HOOKED_METHODS, Deny, Notification, Plugins, Request, Response
+from aggregator.plugins import HOOKED_METHODS, Deny, Notification, Plugins, Request, Response, ServerRequest
 from aggregator.transports.sink import ClientSink
 
 if TYPE_CHECKING:
@@ -50,6 +51,15 @@ class PluginGate:
         self.nursery: trio.Nursery | None = None  # for hooks that may wait; set once running
         self.watched: dict[tuple[int, Any], Request] = {}  # requests plugins want answers of
         self.hooking: dict[tuple[int, Any], trio.CancelScope] = {}  # requests plugins decide on
+        # For the metrics: (hook, decision) -> how often; (server, method) -> server-to-client
+        # requests its policy refused.
+        self.decisions: dict[tuple[str, str], int] = {}
+        self.policy_denials: dict[tuple[str, str], int] = {}
+
+    def decided(self, hook: str, decision: str) -> None:
+        """Count what a hook decided (``denied``, ``answered``, ``allowed``, ``dropped``)."""
+        key = (hook, decision)
+        self.decisions[key] = self.decisions.get(key, 0) + 1
 
     async def client_event(self, key: int, kind: int, message: dict[str, Any]) -> list[Any]:
         """A client's decoded message: decided by request hooks, or routed."""
@@ -143,6 +153,7 @@ class PluginGate:
         try:
             await self.plugins.request(request)
         except Deny as denial:
+            self.decided("request", "denied")
             data: dict[str, Any] = {"source": "aggregator", "reason": denial.reason, "server": server}
             if denial.retry_after is not None:
                 data["retry_after"] = round(denial.retry_after, 3)
@@ -154,12 +165,26 @@ class PluginGate:
             self.plugins.response(Response(request, None, answer["error"], 0.0), self.background)
             return [ToClient(key, answer)]
         if request.answer is not None:
+            self.decided("request", "answered")
             self.plugins.response(Response(request, request.answer, None, 0.0), self.background)
             answer = {"jsonrpc": "2.0", "id": message["id"], "result": dict(request.answer)}
             return [ToClient(key, self.host.router.stamped(key, message["method"], answer))]
         message["params"] = request.params
         self.watched[(key, message["id"])] = request
+        self.decided("request", "allowed")
         return None
+
+    def server_request_allowed(self, server: str, method: str, params: dict[str, Any]) -> bool:
+        """The per-server policy for a sampling, elicitation or roots request, then the
+        plugins' server_request hooks; each refusal counted."""
+        if not server_request_allowed(self.host.config, server, method):
+            self.policy_denials[(server, method)] = self.policy_denials.get((server, method), 0) + 1
+            return False
+        if not self.plugins.watch_server_requests:
+            return True
+        allowed = self.plugins.server_request(ServerRequest(server, method, params))
+        self.decided("server_request", "allowed" if allowed else "denied")
+        return allowed
 
     def notify(self, command: ToClient) -> bool:
         message = command.message
@@ -168,6 +193,7 @@ class PluginGate:
         params = message.get("params")
         notification = Notification(command.session, message["method"], params if type(params) is dict else {})
         if not self.plugins.notification(notification):
+            self.decided("notification", "dropped")
             return False
         if notification.params is not params and notification.params:
             message["params"] = notification.params

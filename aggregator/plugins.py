@@ -188,6 +188,10 @@ class Plugins:
         return bool(self._notification)
 
     @property
+    def watch_server_requests(self) -> bool:
+        return bool(self._server_request)
+
+    @property
     def catalog_hook(self) -> Callable[[str, str, list[dict[str, Any]]], list[dict[str, Any]]] | None:
         """What the core calls to run every catalog hook; None when no plugin has one."""
         return self.catalog if self._catalog else None

@@ -30,7 +30,7 @@ from aggregator.errors import UpstreamError
 from aggregator.transports.masking import SecretMask, shown_url
 from aggregator.transports.outbox import Outbox
 from aggregator.transports.stdio import Channel, run_stdio_server
-from aggregator.transports.upstream_streams import StderrLog, read_messages
+from aggregator.transports.upstream_streams import StderrLog, Traffic, read_messages
 
 if TYPE_CHECKING:
     from aggregator.core.router import Router
@@ -119,6 +119,15 @@ class UpstreamSession:
         self._started = 0.0  # when the supervisor's current attempt started
         self._attempts = 0  # attempts since it last served a while (for the backoff)
         self._retry_at: float | None = None  # when the supervisor starts it again, once it is lost
+        # For the metrics: times it was lost and started again, bytes read and written.
+        self.restarts = 0
+        self.traffic = Traffic()
+        self._sent_before = 0  # written over its earlier connections
+
+    @property
+    def sent_bytes(self) -> int:
+        """Bytes written to the server over all its connections."""
+        return self._sent_before + (self.outbox.written if self.outbox is not None else 0)
 
     # --- called by the hub, synchronously -----------------------------------------------
 
@@ -188,6 +197,7 @@ class UpstreamSession:
             self._attempts = 0
         delay = random.uniform(0, min(proxy.restart_backoff_max, proxy.restart_backoff_initial * 2**self._attempts))
         self._attempts += 1
+        self.restarts += 1
         self._retry_at = now + delay
         self.log.warning(
             "server %s %s: %s; starting it again in %.1fs (attempt %d)%s",
@@ -253,6 +263,7 @@ class UpstreamSession:
                 call.event.set()  # the connection ended before an answer
             if self.outbox is not None:
                 self.outbox.closed = True
+                self._sent_before += self.outbox.written
                 self.outbox = None
             self._report_lost()
 
@@ -323,7 +334,7 @@ class UpstreamSession:
     # --- tasks --------------------------------------------------------------------------
 
     async def _read_stdout(self, stream: trio.abc.ReceiveStream, limit: int, tagged: bool = False) -> None:
-        await read_messages(stream, limit, tagged, self.name, self.hub, self.log)
+        await read_messages(stream, limit, tagged, self.name, self.hub, self.log, self.traffic)
         # Usually the server is exiting: give its exit status a moment to be the reason we
         # report (the transport task loses the link first if so).
         await trio.sleep(0.5)

@@ -53,7 +53,7 @@ class ClientEvents(RouterState):
         self.views.pop(key)
         out: list[Command] = []
         for pending in list(client.in_flight.values()):
-            self._end(pending)
+            self._end(pending, "cancelled", "disconnected")
             if self.links[pending.server].ready and type(pending.extra) is not Held and not awaits_input(pending):
                 out.append(ToServer(pending.server, cancelled(pending.upstream_id, "client disconnected")))
             if answer:
@@ -255,7 +255,7 @@ class ClientEvents(RouterState):
                 return [*out, RequestEnded(client.key, request_id)] if out else []  # a gather's: its stream ends
             if awaits_input(pending):  # nothing in flight upstream: its questions are withdrawn
                 return [*self._input_closed(pending, "the call was cancelled"), RequestEnded(client.key, request_id)]
-            self._end(pending)
+            self._end(pending, "cancelled", "cancelled")
             ended = RequestEnded(client.key, request_id)  # it gets no answer: its stream ends
             if not self.links[pending.server].ready or type(pending.extra) is Held:
                 return [ended]

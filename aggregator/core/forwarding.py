@@ -42,6 +42,7 @@ class Forwarding(RouterState):
     ) -> list[Command]:
         """Send a client's request upstream under a fresh id. ``params`` is ours to change."""
         if self.draining:
+            self.tallies.ended(message["method"], server, "error", "unavailable", None)
             return [
                 ToClient(
                     client.key,
@@ -58,7 +59,7 @@ class Forwarding(RouterState):
         client_id = message["id"]
         method = message["method"]
         if not link.ready or len(client.in_flight) >= self.max_in_flight or link.overloaded is not None:
-            return [ToClient(client.key, self._refusal(client, client_id, link))]
+            return [ToClient(client.key, self._refusal(client, client_id, link, method))]
         upstream_id = link.next_id
         link.next_id = upstream_id + 1
         pending = Pending(client.key, client_id, method, server, upstream_id)
@@ -136,13 +137,17 @@ class Forwarding(RouterState):
             stamped.pop(LOG_LEVEL, None)
         return stamped
 
-    def _refusal(self, client: ClientState, client_id: Any, link: UpstreamLink) -> dict[str, Any]:
-        """Why a request cannot go to ``link`` now: it is not ready, the client has too many
-        requests in flight, or the server takes no more input."""
+    def _refusal(self, client: ClientState, client_id: Any, link: UpstreamLink, method: str) -> dict[str, Any]:
+        """Why a request (for ``method``) cannot go to ``link`` now: it is not ready, the
+        client has too many requests in flight, or the server takes no more input. Counted
+        as an error with that reason (``core.tallies``)."""
+        server = link.server or link.name
         if not link.ready:
+            self.tallies.ended(method, server, "error", "unavailable", None)
             return proxy_error(
                 client_id, f"Server {link.name!r} is not available right now", reason="unavailable", server=link.name
             )
+        self.tallies.ended(method, server, "error", "overloaded", None)
         if len(client.in_flight) >= self.max_in_flight:
             return proxy_error(
                 client_id,
@@ -190,6 +195,7 @@ class Forwarding(RouterState):
                 capabilities["roots"] = {"listChanged": True}
             out.append(StartUpstream(server, name, client.key, capabilities))
         if len(link.waiting) >= self.max_in_flight:
+            self.tallies.ended(message["method"], server, "error", "overloaded", None)
             return [
                 ToClient(
                     client.key,

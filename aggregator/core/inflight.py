@@ -23,7 +23,7 @@ class InFlight(RouterState):
     """The tables of requests in flight (invariant 2) and the ways they end."""
 
     def _start(self, pending: Pending, link: UpstreamLink) -> None:
-        now = self.clock()
+        now = pending.sent_at = self.clock()
         pending.hard_deadline = now + link.max_request_timeout
         # tasks/result blocks until the task is done, by design: only the hard maximum applies.
         # (The config guarantees request_timeout <= max_request_timeout.)
@@ -34,12 +34,19 @@ class InFlight(RouterState):
         link.pending[pending.upstream_id] = pending
         self.deadlines.push(pending.deadline, pending)
 
-    def _end(self, pending: Pending) -> None:
-        """Forget a request everywhere (invariant 2). Safe to call twice."""
+    def _end(
+        self, pending: Pending, outcome: str | None = None, reason: str = "", seconds: float | None = None
+    ) -> None:
+        """Forget a request everywhere (invariant 2). Safe to call twice. ``outcome`` (and
+        ``reason``, ``seconds``) is what it is counted as (``core.tallies``); None: not
+        counted, another record of the same request takes over."""
         if pending.done:
             return
         pending.done = True
-        self.links[pending.server].pending.pop(pending.upstream_id, None)
+        link = self.links[pending.server]
+        link.pending.pop(pending.upstream_id, None)
+        if outcome is not None:
+            self.tallies.ended(pending.method, link.server or pending.server, outcome, reason, seconds)
         client = self.clients.get(pending.session)
         if client is not None:
             client.in_flight.pop(pending.client_id, None)
@@ -64,7 +71,7 @@ class InFlight(RouterState):
         out: list[Command] = self._end_listens() if self.listens else []
         for link in self.links.values():
             for pending in list(link.pending.values()):
-                self._end(pending)
+                self._end(pending, "error", "unavailable")
                 if link.ready:
                     out.append(ToServer(link.name, cancelled(pending.upstream_id, why)))
                 if pending.session in self.clients:
@@ -83,7 +90,7 @@ class InFlight(RouterState):
         # that is starting, were never sent: their clients hear it too.
         for client in self.clients.values():
             for pending in [p for p in client.in_flight.values() if type(p.extra) is Held]:
-                self._end(pending)
+                self._end(pending, "error", "unavailable")
                 server = self.links[pending.server].server or pending.server
                 out.append(
                     ToClient(
@@ -135,7 +142,7 @@ class InFlight(RouterState):
             return self._held_timed_out(pending)
         if awaits_input(pending):
             return self._input_timed_out(pending)
-        self._end(pending)
+        self._end(pending, "error", "timeout")
         link = self.links[pending.server]
         out: list[Command] = []
         if link.ready:
@@ -168,7 +175,7 @@ class InFlight(RouterState):
     def _fail_one(self, pending: Pending, message: str, reason: str) -> list[Command]:
         """End one forwarded request with an error of the proxy's (its client told, if it is
         still there; a subscribe that failed is undone)."""
-        self._end(pending)
+        self._end(pending, "error", reason)
         if pending.session not in self.clients:
             return []
         if pending.extra is not None and type(pending.extra) is tuple:

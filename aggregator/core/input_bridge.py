@@ -327,14 +327,18 @@ class InputBridge(ModernInput):
         retry = self._successor(waiting, upstream_id)
         retry.extra = bridge
         link.pending[upstream_id] = retry
+        retry.sent_at = self.clock()
         self.clients[retry.session].in_flight[retry.client_id] = retry
         self.deadlines.push(retry.deadline, retry)
         return [ToServer(link.name, {"jsonrpc": "2.0", "id": upstream_id, "method": retry.method, "params": params})]
 
-    def _input_closed(self, waiting: Pending, why: str) -> list[Command]:
-        """End a call that waits for input: its open questions are withdrawn from the client."""
+    def _input_closed(
+        self, waiting: Pending, why: str, outcome: str = "cancelled", reason: str = "cancelled"
+    ) -> list[Command]:
+        """End a call that waits for input: its open questions are withdrawn from the client
+        (counted as ``outcome`` for ``reason``)."""
         bridge: Bridge = waiting.extra
-        self._end(waiting)
+        self._end(waiting, outcome, reason)
         bridge.asking = False
         bridge.waiting = None
         out: list[Command] = []
@@ -348,7 +352,7 @@ class InputBridge(ModernInput):
 
     def _input_failed(self, waiting: Pending, message: str, reason: str) -> list[Command]:
         """End a call that waits for input with an error of the proxy's to its client."""
-        out = self._input_closed(waiting, message)
+        out = self._input_closed(waiting, message, "error", reason)
         if waiting.session not in self.clients:
             return out
         link = self.links.get(waiting.server)

@@ -25,6 +25,7 @@ class Pending:
         "token",
         "deadline",
         "hard_deadline",
+        "sent_at",
         "done",
         "extra",
         "meta",
@@ -40,6 +41,7 @@ class Pending:
         self.token: str | None = None  # the proxy's progress token upstream
         self.deadline = 0.0
         self.hard_deadline = 0.0
+        self.sent_at = 0.0  # when it was sent upstream (for its duration); 0: not sent
         self.done = False
         self.extra: Any = None  # subscription key, Held; a modern call's params sent, or Parked
         self.meta: dict[str, Any] | None = None  # a modern caller's ``_meta`` for it; None: a legacy one

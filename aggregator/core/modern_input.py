@@ -109,7 +109,7 @@ class ModernInput(RouterState):
         names = ", ".join(sorted(required))
         server = link.server or link.name
         log.info("server %s: %s asked for undeclared client capability %s; refused", link.name, pending.method, names)
-        self._end(pending)
+        self._end(pending, "error", "unsupported")
         why = (
             f"Server {server!r} needs the client capability {names} to answer {pending.method},"
             " and this request did not declare it"

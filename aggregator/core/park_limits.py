@@ -47,7 +47,7 @@ class ParkLimits(RouterState):
         """A call that needs input but cannot be parked: the server's requests are refused,
         the call cancelled upstream and failed ``overloaded`` to its caller."""
         log.warning("server %s: %s needs input but %s; refused", link.name, pending.method, full)
-        self._end(pending)
+        self._end(pending, "error", "overloaded")
         why = f"Server {link.server!r} needs input for {pending.method}, but {full}; try again later"
         out: list[Command] = [
             ToServer(link.name, proxy_error(id, why, reason="overloaded", server=link.server)) for id in ids

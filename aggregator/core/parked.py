@@ -180,7 +180,7 @@ class ParkedCalls(ParkLimits):
             " and this request did not declare it"
         )
         log.info("server %s: %s needs undeclared client capability %s; refused", link.name, pending.method, names)
-        self._end(pending)
+        self._end(pending, "error", "unsupported")
         error = proxy_error(
             pending.client_id, why, reason="unsupported", server=link.server, code=MISSING_REQUIRED_CLIENT_CAPABILITY
         )
@@ -286,7 +286,7 @@ class ParkedCalls(ParkLimits):
         pending = parked.pending
         link = self.links.get(pending.server)
         if link is None or not link.ready:
-            self._end(pending)
+            self._end(pending, "error", "timeout")
             return []
         why = "the client did not answer in time"
         out: list[Command] = [_refuse_ask(link.name, ask, why, "timeout") for ask in parked.asks.values()]
@@ -294,7 +294,7 @@ class ParkedCalls(ParkLimits):
             log.info(
                 "server %s: no input for %s within %gs; cancelled", link.name, pending.method, self.request_states.ttl
             )
-            self._end(pending)
+            self._end(pending, "error", "timeout")
             out.append(ToServer(link.name, cancelled(pending.upstream_id, "the client gave no input in time")))
         return out
 

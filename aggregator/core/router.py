@@ -215,6 +215,15 @@ class Router(
             return None
         return SessionInfo(client.profile, client.protocol_version, len(client.in_flight))
 
+    def in_flight_by_server(self) -> dict[str, int]:
+        """Client requests waiting for each server's answer (a snapshot; a per-session
+        connection's count under its server's key)."""
+        counts: dict[str, int] = {}
+        for link in self.links.values():
+            server = link.server or link.name
+            counts[server] = counts.get(server, 0) + len(link.pending)
+        return counts
+
     def request_in_flight(self, key: int, id: Any) -> bool:
         """Whether this client already has a request with this id in flight."""
         client = self.clients.get(key)

@@ -83,7 +83,8 @@ class ServerMessages(RouterState):
 
     def _answered(self, link: UpstreamLink, pending: Pending, kind: int, message: dict[str, Any]) -> list[Command]:
         """An upstream's answer to a forwarded request: to its client, under its own id."""
-        self._end(pending)
+        ok = kind == RESPONSE  # counted as the server answered (``core.tallies``)
+        self._end(pending, "ok" if ok else "error", "" if ok else "server_error", self.clock() - pending.sent_at)
         client = self.clients.get(pending.session)
         if client is None:
             if pending.session < 0:  # parked: the answer waits for its caller's retry (``core.parked``)

@@ -150,6 +150,7 @@ class UpstreamEvents(RouterState):
         waiting, link.waiting = link.waiting, []
         for key, message, _params in waiting:
             if self._still_waiting(self.clients.get(key), message):
+                self.tallies.ended(message["method"], link.server, "error", "unavailable", None)
                 out.append(
                     ToClient(
                         key,
@@ -252,6 +253,7 @@ class UpstreamEvents(RouterState):
         link = self.links[server]
         now = self.clock()
         if outage is None:  # not out (a lookup raced nothing here: events are sequential)
+            self.tallies.ended(message["method"], server, "error", "unavailable", None)
             return [
                 ToClient(
                     client.key,
@@ -281,6 +283,7 @@ class UpstreamEvents(RouterState):
             held.append(pending)
             return []
         text, data = unavailable(outage, now)
+        self.tallies.ended(message["method"], server, "error", "unavailable", None)
         return [ToClient(client.key, error_response(message["id"], INTERNAL_ERROR, text, data))]
 
     def _fail_held(self, server: str) -> list[Command]:
@@ -289,14 +292,14 @@ class UpstreamEvents(RouterState):
         for held in self.held.pop(server, ()):
             if held.done:
                 continue
-            self._end(held)
+            self._end(held, "error", "unavailable")
             if held.session in self.clients and outage is not None:
                 text, data = unavailable(outage, self.clock())
                 out.append(ToClient(held.session, error_response(held.client_id, INTERNAL_ERROR, text, data)))
         return out
 
     def _held_timed_out(self, held: Pending) -> list[Command]:
-        self._end(held)
+        self._end(held, "error", "timeout")
         if held.session not in self.clients:
             return []
         link = self.links[held.server]

@@ -124,6 +124,7 @@ class Outbox:
         self.dirty = False  # queued since the last flush (the hub's bookkeeping)
         self.memory = memory if memory is not None else ClientMemory()
         self.held = 0  # bytes waiting or being written, as counted in ``memory``
+        self.written = 0  # bytes written to the stream, in all
         self.progress_at = trio.current_time()  # when a write to it last took bytes
 
     # --- producers ----------------------------------------------------------------------
@@ -174,6 +175,7 @@ class Outbox:
             self._close()
             return
         self.held -= written
+        self.written += written
         self.memory.total -= written
         if written:
             self.progress_at = trio.current_time()
@@ -265,6 +267,7 @@ class Outbox:
                 log.debug("%s: stream closed while writing: %r", self.name, exc)
                 return
             self.held -= len(data)
+            self.written += len(data)
             self.memory.total -= len(data)
             self.progress_at = trio.current_time()
             del data

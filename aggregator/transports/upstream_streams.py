@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import collections
 import logging
+from time import perf_counter
 from typing import TYPE_CHECKING, Any, Protocol
 
 import trio
@@ -35,13 +36,32 @@ class Dispatcher(Protocol):
         """Write what the last batch queued."""
 
 
+class Traffic:
+    """Bytes read from one upstream, in all (its metrics)."""
+
+    __slots__ = ("received",)
+
+    def __init__(self) -> None:
+        self.received = 0
+
+
 async def read_messages(
-    stream: trio.abc.ReceiveStream, limit: int, tagged: bool, name: str, hub: Dispatcher, log: logging.Logger
+    stream: trio.abc.ReceiveStream,
+    limit: int,
+    tagged: bool,
+    name: str,
+    hub: Dispatcher,
+    log: logging.Logger,
+    counted: Traffic | None = None,
 ) -> None:
     """Hand each line of server ``name``'s output to the router (a line tagged with the
-    request it belongs to, when ``tagged``), one flush per read; return at its end."""
+    request it belongs to, when ``tagged``), one flush per read; return at its end. What
+    is read is counted in ``counted``; how long the router took over each message, in its
+    ``tallies.proxy``."""
     splitter = LineSplitter(limit + STREAM_TAG_ROOM if tagged else limit)
     router = hub.router
+    counted = counted if counted is not None else Traffic()
+    handling = router.tallies.proxy["server"]
     peer = f"server {name}"
     noted = traffic.enabled()  # --log-level debug: a line per message
     while True:
@@ -51,20 +71,24 @@ async def read_messages(
             return
         if not chunk:
             return
+        counted.received += len(chunk)
         for line in splitter.feed(chunk if type(chunk) is bytes else bytes(chunk)):
             if isinstance(line, OversizedLine):
                 log.error("server %s: dropped a %d-byte message (limit %d bytes)", name, line.size, limit)
                 hub.dispatch(router.server_oversized(name, line.head, limit))
                 continue
+            started = perf_counter()
             if tagged and line[:1] == STREAM_TAG:
                 related, line = split_tag(line)
                 if noted:
                     traffic.note("in", peer, line)
-                hub.dispatch(router.server_message(name, line, related))
-                continue
-            if noted:
-                traffic.note("in", peer, line)
-            hub.dispatch(router.server_message(name, line))
+                commands = router.server_message(name, line, related)
+            else:
+                if noted:
+                    traffic.note("in", peer, line)
+                commands = router.server_message(name, line)
+            handling.observe(perf_counter() - started)
+            hub.dispatch(commands)
         await hub.flush()
 
 

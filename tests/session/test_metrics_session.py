@@ -1,0 +1,121 @@
+"""The hub's metrics inside a running proxy (memory streams, fake servers, virtual clock):
+sessions, policy refusals and plugin decisions, read back through the exposition parser."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import trio
+from prometheus_client.parser import text_string_to_metric_families
+
+from aggregator.plugins import Deny
+from tests.session.harness import running_proxy
+
+
+def samples(hub) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    body, content_type = hub.metrics.exposition()
+    assert content_type.startswith("text/plain")
+    found = {}
+    for family in text_string_to_metric_families(body.decode()):
+        for sample in family.samples:
+            found[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
+    return found
+
+
+def only(found, name: str) -> dict[tuple[tuple[str, str], ...], float]:
+    return {labels: value for (sample, labels), value in found.items() if sample == name}
+
+
+class Decider:
+    """Denies ``a__fail``, answers ``a__links`` itself, lets the rest through; refuses
+    every sampling request."""
+
+    name = "decider"
+
+    def request(self, request):
+        if request.exposed == "a__fail":
+            raise Deny("not today")
+        if request.exposed == "a__links":
+            request.answer = {"content": []}
+
+    def server_request(self, request):
+        return False
+
+
+async def test_sessions_by_transport_and_profile(autojump_clock):
+    async with running_proxy({"a": []}) as proxy:
+        assert only(samples(proxy.hub), "aggregator_sessions") == {}
+        with trio.fail_after(10):
+            first, second = await proxy.connect(), await proxy.connect()
+            await first.initialize()
+            await second.initialize()
+            assert only(samples(proxy.hub), "aggregator_sessions") == {
+                (("profile", "default"), ("transport", "stdio")): 2
+            }
+            await first.stream.aclose()
+            for _ in range(100):  # the proxy notices the end of its input
+                if len(proxy.hub.clients) == 1:
+                    break
+                await trio.sleep(0.01)
+            assert only(samples(proxy.hub), "aggregator_sessions") == {
+                (("profile", "default"), ("transport", "stdio")): 1
+            }
+
+
+async def test_policy_refusals_are_counted(autojump_clock):
+    async with running_proxy({"a": ["odd_json"]}, server_settings={"server_requests": []}) as proxy:
+        client = await proxy.connect()
+        with trio.fail_after(10):
+            await client.initialize({"sampling": {}})
+            answer = await client.request("tools/call", {"name": "a__sample", "arguments": {}})
+        told = json.loads(answer["result"]["content"][0]["text"])
+        assert told["error"]["data"]["reason"] == "denied"
+        assert only(samples(proxy.hub), "aggregator_policy_denials_total") == {
+            (("method", "sampling/createMessage"), ("server", "a")): 1
+        }
+        assert only(samples(proxy.hub), "aggregator_plugin_decisions_total") == {}
+
+
+async def test_plugin_decisions_are_counted(autojump_clock):
+    plugins = [{"use": "tests.session.test_metrics_session:Decider"}]
+    async with running_proxy({"a": ["odd_json"]}, plugins=plugins) as proxy:
+        client = await proxy.connect()
+        with trio.fail_after(10):
+            await client.initialize({"sampling": {}})
+            assert "error" in await client.request("tools/call", {"name": "a__fail"})
+            assert "result" in await client.request("tools/call", {"name": "a__links"})
+            for n in range(2):
+                assert "result" in await client.request("tools/call", {"name": "a__echo", "arguments": {"n": n}})
+            await client.request("tools/call", {"name": "a__sample", "arguments": {}})
+        found = samples(proxy.hub)
+        assert only(found, "aggregator_plugin_decisions_total") == {
+            (("decision", "denied"), ("hook", "request")): 1,
+            (("decision", "answered"), ("hook", "request")): 1,
+            (("decision", "allowed"), ("hook", "request")): 3,  # two echoes and the sample call
+            (("decision", "denied"), ("hook", "server_request")): 1,
+        }
+        # What plugins decided never reached the server; what they let through did.
+        requests = only(found, "aggregator_requests_total")
+        assert requests == {
+            (("method", "tools/call"), ("outcome", "ok"), ("reason", ""), ("server", "a")): 3,
+        }
+        assert only(found, "aggregator_policy_denials_total") == {}  # the policy allows sampling
+
+
+def test_prometheus_client_is_imported_only_when_scraped():
+    """A proxy nobody scrapes (a desktop client's stdio proxy) pays nothing for the library."""
+    script = (
+        "import sys\n"
+        "from aggregator.config import structure_config\n"
+        "from aggregator.hub import Hub\n"
+        "import aggregator.cli.main\n"
+        "hub = Hub(structure_config({'servers': {}}, environ={}))\n"
+        "print('prometheus_client' in sys.modules)\n"
+        "hub.metrics.exposition()\n"
+        "print('prometheus_client' in sys.modules)\n"
+    )
+    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.split() == ["False", "True"]
