@@ -12,11 +12,13 @@ import shutil
 import signal
 import sys
 from pathlib import Path
+from typing import Any
 
 import trio
 
 from aggregator import __version__
 from aggregator.access import check_exposure
+from aggregator.admin import admin_exposure
 from aggregator.cli.common import command_config, status_lines
 from aggregator.config import Config, same_listener
 from aggregator.errors import AggregatorError, ConfigError
@@ -32,20 +34,28 @@ def run_serve(args: argparse.Namespace) -> int:
     config, path = command_config(args)
     listen = args.http or config.http.listen
     ws_listen = args.ws or config.http.websocket_listen
+    admin_listen = getattr(args, "admin", None) or config.http.admin_listen
     for option, address in (("--http", listen), ("--ws", ws_listen)):
         if address is not None:
             check_exposure(config.http, address, option)
+    if admin_listen is not None:
+        admin_exposure(config.http, admin_listen, "--admin")
+        for option, address in (("--http", listen), ("--ws", ws_listen)):
+            if address is not None and same_listener(admin_listen, address):
+                raise ConfigError(f"--admin {admin_listen} and {option} {address} name the same address")
     if listen is not None and ws_listen is not None and same_listener(listen, ws_listen):
         raise ConfigError(
             f"--http {listen} and --ws {ws_listen} name the same address;"
             " the WebSocket endpoint needs a port of its own"
         )
     stdio = args.stdio or (listen is None and ws_listen is None)
-    trio.run(_serve_all, config, path.resolve(), stdio, listen, ws_listen)
+    trio.run(_serve_all, config, path.resolve(), stdio, listen, ws_listen, admin_listen)
     return 0
 
 
-async def _serve_all(config: Config, path: Path, stdio: bool, listen: str | None, ws_listen: str | None) -> None:
+async def _serve_all(
+    config: Config, path: Path, stdio: bool, listen: str | None, ws_listen: str | None, admin_listen: str | None = None
+) -> None:
     from aggregator.session import serve_stream_session
     from aggregator.transports.stdio import OwnStdio
 
@@ -58,7 +68,7 @@ async def _serve_all(config: Config, path: Path, stdio: bool, listen: str | None
         async with trio.open_nursery() as nursery:
             nursery.start_soon(_cancel_on_signals, nursery.cancel_scope, hub)
             await nursery.start(hub.run)
-            cannot_listen = await _start_endpoints(nursery, hub, config, listen, ws_listen)
+            cannot_listen = await _start_endpoints(nursery, hub, config, listen, ws_listen, admin_listen)
             if cannot_listen is not None:
                 # Raised once the nursery has stopped the servers it started, so that the
                 # user reads one line and no server outlives the proxy.
@@ -88,14 +98,25 @@ async def _serve_all(config: Config, path: Path, stdio: bool, listen: str | None
 
 
 async def _start_endpoints(
-    nursery: trio.Nursery, hub: Hub, config: Config, listen: str | None, ws_listen: str | None
+    nursery: trio.Nursery,
+    hub: Hub,
+    config: Config,
+    listen: str | None,
+    ws_listen: str | None,
+    admin_listen: str | None = None,
 ) -> str | None:
     """Start the network endpoints in the serve nursery; None, or why one cannot listen
     (an address in use, a host that does not resolve, a port that needs privileges)."""
+    from aggregator.admin import AdminEndpoint
     from aggregator.http_endpoint import StreamableHttpEndpoint
     from aggregator.websocket_endpoint import WebSocketEndpoint
 
-    for address, endpoint in ((listen, StreamableHttpEndpoint), (ws_listen, WebSocketEndpoint)):
+    endpoints: tuple[tuple[str | None, Any], ...] = (
+        (listen, StreamableHttpEndpoint),
+        (ws_listen, WebSocketEndpoint),
+        (admin_listen, AdminEndpoint),
+    )
+    for address, endpoint in endpoints:
         if address is None:
             continue
         failure: BaseException | None = None
