@@ -30,7 +30,7 @@ h1 { font-size: 1.3rem; margin: 0 0 .3rem; }
 h2 { font-size: 1.05rem; margin: 1.6rem 0 .4rem; }
 table { border-collapse: collapse; width: 100%; }
 th, td { text-align: left; padding: .3rem .6rem; border-bottom: 1px solid #8884; vertical-align: top; }
-th { font-weight: 600; }
+th { font-weight: 600; white-space: nowrap; }
 code, pre, .mono { font-family: ui-monospace, monospace; font-size: 12.5px; }
 pre { margin: .2rem 0 0; white-space: pre-wrap; word-break: break-all; color: var(--dim); }
 .state { font-weight: 600; }
@@ -64,6 +64,7 @@ _SCRIPT = """<script>
 "use strict";
 const POLL_MS = __POLL__ * 1000;
 const SHOWN_ERRORS = 20;
+const KIND_LABELS = { tools: "tools", prompts: "prompts", resources: "resources", resourceTemplates: "templates" };
 const token = new URLSearchParams(location.hash.slice(1)).get("token");
 const $ = (id) => document.getElementById(id);
 function el(tag, text, cls) {
@@ -102,26 +103,21 @@ function serverRow(s) {
   const detail = el("td");
   if (s.last_error) detail.appendChild(el("div", s.last_error, s.state === "ready" ? "dim" : "bad"));
   if (s.stderr && s.stderr.length) detail.appendChild(el("pre", s.stderr.join("\\n")));
-  const items = s.items ? Object.entries(s.items).filter(([, n]) => n).map(([k, n]) => n + " " + k).join(", ") : "";
+  const items = s.items ? Object.entries(s.items).filter(([, n]) => n)
+    .map(([k, n]) => n + " " + (KIND_LABELS[k] || k)).join(", ") : "";
   const protocol = s.era ? s.era + " " + s.protocol : (s.transport || "");
   const tr = row([el("td", s.name, "mono"), state, duration(s.uptime), s.restarts ?? "", protocol, items, detail]);
   tr.dataset.server = s.name;
   tr.dataset.state = s.state;
   return tr;
 }
-function catalogSection(name, view) {
+function catalogSection(name, view, wasOpen) {
   const box = el("details");
-  if (name === "default") box.open = true;
+  box.dataset.profile = name;
   let shown = 0, hidden = 0;
   const table = el("table");
   table.appendChild(row([el("th", "kind"), el("th", "name"), el("th", "server"), el("th", "original"),
     el("th", "hidden by")]));
-  for (const [kind, items] of Object.entries(view.exposed)) {
-    for (const item of items) {
-      shown++;
-      table.appendChild(row([kind, el("td", item.name, "mono"), item.server, el("td", item.original, "mono"), ""]));
-    }
-  }
   for (const [kind, items] of Object.entries(view.hidden)) {
     for (const item of items) {
       hidden++;
@@ -131,6 +127,13 @@ function catalogSection(name, view) {
       table.appendChild(tr);
     }
   }
+  for (const [kind, items] of Object.entries(view.exposed)) {
+    for (const item of items) {
+      shown++;
+      table.appendChild(row([kind, el("td", item.name, "mono"), item.server, el("td", item.original, "mono"), ""]));
+    }
+  }
+  box.open = name in wasOpen ? wasOpen[name] : name === "default" || hidden > 0;
   box.appendChild(el("summary", "profile " + name + ": " + shown + " shown, " + hidden + " hidden"));
   box.appendChild(table);
   return box;
@@ -151,7 +154,9 @@ function render(data) {
   fill("errors", data.errors.slice(0, SHOWN_ERRORS).map((e) => row([when(e), el("td", e.level, e.level),
     el("td", e.logger, "mono"), e.message])), "none since it started", 4);
   const catalog = $("catalog");
-  catalog.replaceChildren(...Object.entries(data.catalog).map(([name, view]) => catalogSection(name, view)));
+  const wasOpen = {};  // what the reader opened or closed stays so across refreshes
+  for (const box of catalog.querySelectorAll("details")) wasOpen[box.dataset.profile] = box.open;
+  catalog.replaceChildren(...Object.entries(data.catalog).map(([name, view]) => catalogSection(name, view, wasOpen)));
   document.body.dataset.updated = String(Date.now());
 }
 async function poll() {
