@@ -51,7 +51,7 @@ def admin_exposure(config: HttpConfig, listen: str, option: str) -> None:
     """Refuse an admin listener beyond loopback without a token (admin or MCP), unless the
     network is trusted (``http.allow_unauthenticated_remote``); raises ConfigError."""
     tokens = (config.admin_token,) if config.admin_token else config.auth_tokens
-    check_exposure(attrs.evolve(config, auth_tokens=tokens), listen, option)
+    check_exposure(attrs.evolve(config, auth_tokens=tokens), listen, option, "http.admin_token (or http.auth_tokens)")
 
 
 class AdminRoutes:

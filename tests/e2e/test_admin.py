@@ -171,12 +171,17 @@ def test_admin_listener_mistakes(tmp_path):
     # The same port as --http, and beyond loopback without a token: one line each, nothing started.
     for extra, expected in (
         (["--http", f"127.0.0.1:{port}", "--admin", f"127.0.0.1:{port}"], "name the same address"),
-        (["--admin", f"0.0.0.0:{port}"], "refusing to serve on 0.0.0.0 without authentication"),
+        (["--admin", f"0.0.0.0:{port}"], "refusing to serve on 0.0.0.0 without authentication: set http.admin_token"),
     ):
         done = run_cli("serve", "--config", str(config), *extra)
         assert done.returncode == 2 and expected in done.stderr, done.stderr
         assert "Traceback" not in done.stderr
-    config.write_text(config.read_text() + f'[http]\nlisten = "127.0.0.1:{port}"\nadmin_listen = "127.0.0.1:{port}"\n')
+    # check refuses what serve would.
+    text = config.read_text()
+    config.write_text(text + f'[http]\nadmin_listen = "0.0.0.0:{port}"\n')
+    done = run_cli("check", "--config", str(config))
+    assert done.returncode == 2 and "set http.admin_token" in done.stderr, done.stderr
+    config.write_text(text + f'[http]\nlisten = "127.0.0.1:{port}"\nadmin_listen = "127.0.0.1:{port}"\n')
     config.write_text(config.read_text() + 'admin_token = "short"\n')
     done = run_cli("check", "--config", str(config))
     assert done.returncode == 2
