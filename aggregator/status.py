@@ -108,13 +108,15 @@ def _servers(hub: Hub, now: float) -> list[dict[str, Any]]:
 def _sessions(hub: Hub, now: float) -> list[dict[str, Any]]:
     rows = []
     for key, sink in list(hub.clients.items()):
-        client = hub.router.clients.get(key)
+        info = hub.router.session_info(key)
         since = hub.client_since.get(key, now)
         rows.append(
             {
                 "id": key,
                 "transport": _TRANSPORTS.get(type(sink).__name__, type(sink).__name__),
-                "profile": client.profile if client is not None else None,
+                "profile": info.profile if info is not None else None,
+                "protocol": info.protocol_version if info is not None else None,
+                "in_flight": info.in_flight if info is not None else 0,
                 "age": round(now - since, 3),
             }
         )

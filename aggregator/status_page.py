@@ -51,7 +51,8 @@ summary { cursor: pointer; }
 <table><thead><tr><th>server</th><th>state</th><th>up for</th><th>restarts</th><th>protocol</th><th>items</th>
 <th>last error and stderr</th></tr></thead><tbody id="servers"></tbody></table>
 <h2>Sessions <span id="session-count" class="dim"></span></h2>
-<table><thead><tr><th>#</th><th>transport</th><th>profile</th><th>connected for</th></tr></thead>
+<table><thead><tr><th>#</th><th>transport</th><th>profile</th><th>protocol</th><th>in flight</th>
+<th>connected for</th></tr></thead>
 <tbody id="sessions"></tbody></table>
 <h2>Recent warnings and errors</h2>
 <table><thead><tr><th>time</th><th>level</th><th>logger</th><th>message</th></tr></thead>
@@ -148,8 +149,8 @@ function render(data) {
     " needed), up for " + duration(data.uptime);
   fill("servers", data.servers.map(serverRow), "no servers configured", 7);
   $("session-count").textContent = "(" + data.sessions.length + ")";
-  fill("sessions", data.sessions.map((s) => row([s.id, s.transport, s.profile ?? "", duration(s.age)])),
-    "no client is connected", 4);
+  fill("sessions", data.sessions.map((s) => row([s.id, s.transport, s.profile ?? "", s.protocol ?? "",
+    s.in_flight, duration(s.age)])), "no client is connected", 6);
   const when = (e) => new Date(e.time * 1000).toISOString().replace("T", " ").slice(0, 19);
   fill("errors", data.errors.slice(0, SHOWN_ERRORS).map((e) => row([when(e), el("td", e.level, e.level),
     el("td", e.logger, "mono"), e.message])), "none since it started", 4);

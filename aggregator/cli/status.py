@@ -99,7 +99,11 @@ def status_text(data: dict[str, Any]) -> list[str]:
             lines += [f"  {'':<20} [stderr] {line}" for line in server.get("stderr", [])]
     sessions = data.get("sessions", [])
     lines += ["", f"SESSIONS ({len(sessions)})"]
-    lines += [f"  {s['transport']:<28} {s.get('profile') or '':<12} {duration(s['age'])}" for s in sessions]
+    for session in sessions:
+        lines.append(
+            f"  {session['transport']:<28} {session.get('profile') or '':<12} {session.get('protocol') or '':<11}"
+            f" {session.get('in_flight', 0):>3} in flight  {duration(session['age'])}"
+        )
     errors = data.get("errors", [])
     if errors:
         lines += ["", f"RECENT WARNINGS AND ERRORS ({len(errors)}, newest first)"]
