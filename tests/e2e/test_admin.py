@@ -8,37 +8,14 @@ import json
 import os
 import subprocess
 import sys
-import time
 
 import pytest
 
+from tests.e2e.admin_client import ADMIN_TOKEN, get, wait_for
 from tests.e2e.conftest import TOKEN, fake, http_proxy, initialize, post, write_config
 from tests.loopback import free_port, wait_listening
 
 pytestmark = pytest.mark.e2e
-
-ADMIN_TOKEN = "admin-token-for-tests-0123456789"
-
-
-def get(port, path, headers=None, method="GET"):
-    """One request with no body; status, headers and the body (JSON decoded when it is)."""
-    status, response_headers, body = post(
-        port, None, {"content-type": None, **(headers or {})}, path=path, method=method
-    )
-    if response_headers.get("content-type", "").startswith("application/json") and body:
-        return status, response_headers, json.loads(body)
-    return status, response_headers, body
-
-
-def wait_for(check, seconds=20.0):
-    """Poll ``check()`` until it returns something true (at most ``seconds``, every 0.1 s)."""
-    deadline = time.monotonic() + seconds
-    while True:
-        value = check()
-        if value:
-            return value
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.1)
 
 
 def two_servers(tmp_path, **proxy):

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.e2e.admin_client import ADMIN_TOKEN, get, wait_for
 from tests.e2e.conftest import HERE, fake, http_proxy, write_config
-from tests.e2e.test_admin import ADMIN_TOKEN, get, wait_for
 from tests.loopback import free_port, wait_listening
 
 pytestmark = pytest.mark.e2e
