@@ -26,7 +26,7 @@ TIMEOUT = 10.0  # seconds
 
 
 def run_status(args: argparse.Namespace) -> int:
-    base = _admin_url(args)
+    base = admin_url(args)
     token = args.token or os.environ.get(TOKEN_VARIABLE) or None
     data = fetch_status(base, token)
     if args.json:
@@ -36,7 +36,9 @@ def run_status(args: argparse.Namespace) -> int:
     return 0 if data.get("ready") else 1
 
 
-def _admin_url(args: argparse.Namespace) -> str:
+def admin_url(args: argparse.Namespace) -> str:
+    """The admin endpoint's base URL from ``--admin`` (``args.admin``) or the config
+    (``args.config``); AggregatorError when there is none."""
     address: str | None = args.admin
     if address is None:
         path = Path(args.config or DEFAULT_CONFIG)

@@ -12,7 +12,7 @@ import attrs
 import pytest
 import trio
 
-from aggregator.admin import AdminEndpoint
+from aggregator.admin import MAX_ADMIN_CONNECTIONS, AdminEndpoint
 from aggregator.status_page import page
 from tests.loopback import free_port
 from tests.rawhttp import read_response_async, request_bytes
@@ -104,3 +104,40 @@ def test_embedded_data_cannot_end_its_script_element(hostile: str):
     assert b"<" not in embedded and b">" not in embedded and b"&" not in embedded
     assert json.loads(embedded)["servers"][0]["stderr"] == [hostile]
     assert b'id="initial"' not in page(None)
+
+
+async def test_the_admin_listener_has_its_own_connection_cap():
+    async with running_fronts() as fronts, trio.open_nursery() as nursery:
+        admin = free_port()
+        endpoint = AdminEndpoint(fronts.hub, fronts.hub.config.http)
+        await nursery.start(endpoint.serve, f"127.0.0.1:{admin}")
+        held = []
+        try:
+            for _ in range(MAX_ADMIN_CONNECTIONS):
+                held.append(await trio.open_tcp_stream("127.0.0.1", admin))
+            with trio.fail_after(5):
+                while endpoint.connections < MAX_ADMIN_CONNECTIONS:  # noqa: ASYNC110 - bounded above
+                    await trio.sleep(0.01)
+            response = await ask(admin, "GET", "/healthz")
+            assert response.status == 503
+            # The MCP listener's connections are counted apart: it still answers.
+            assert (await ask(fronts.http_port, "GET", "/healthz")).status == 200
+        finally:
+            for stream in held:
+                await stream.aclose()
+        with trio.fail_after(5):
+            while endpoint.connections:  # noqa: ASYNC110 - bounded above
+                await trio.sleep(0.01)
+        assert (await ask(admin, "GET", "/healthz")).status == 200
+        nursery.cancel_scope.cancel()
+
+
+async def test_the_recent_errors_handler_leaves_with_the_hub():
+    aggregator_log = logging.getLogger("aggregator")
+    async with running_fronts() as fronts:
+        assert fronts.hub.recent_errors in aggregator_log.handlers
+        logging.getLogger("aggregator.test").warning("a warning for the page %d", 7)
+        data = json.loads((await ask(fronts.http_port, "GET", "/status.json")).body)
+        assert data["errors"][0]["message"] == "a warning for the page 7"
+        assert data["errors"][0]["level"] == "warning"
+    assert fronts.hub.recent_errors not in aggregator_log.handlers
