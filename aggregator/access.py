@@ -21,11 +21,14 @@ from aggregator.config import HttpConfig, parse_listen
 from aggregator.errors import ConfigError
 
 
-def check_exposure(config: HttpConfig, listen: str, option: str = "--http") -> None:
+def check_exposure(
+    config: HttpConfig, listen: str, option: str = "--http", token_keys: str = "http.auth_tokens"
+) -> None:
     """Refuse to serve beyond loopback without authentication, unless told to.
 
     ``option`` names where ``listen`` came from (``--http``, ``http.listen``) for the
-    message; raises ConfigError for an address that cannot be parsed or may not be used.
+    message, ``token_keys`` the keys that would set tokens for it; raises ConfigError for
+    an address that cannot be parsed or may not be used.
     """
     try:
         host, _ = parse_listen(listen)
@@ -37,7 +40,7 @@ def check_exposure(config: HttpConfig, listen: str, option: str = "--http") -> N
         loopback = False
     if not loopback and not config.auth_tokens and not config.allow_unauthenticated_remote:
         raise ConfigError(
-            f"refusing to serve on {host} without authentication: set http.auth_tokens, or"
+            f"refusing to serve on {host} without authentication: set {token_keys}, or"
             " http.allow_unauthenticated_remote = true if the network is trusted"
         )
 

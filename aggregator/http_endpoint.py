@@ -5,7 +5,8 @@ One URL (``/mcp``, and ``/mcp/<profile>`` for each profile): POST carries one JS
 message (``http_exchange``; a modern request without a session: ``http_modern``), GET
 opens or resumes an event stream (``http_streams``), DELETE ends the session
 (``http_sessions``); GET and DELETE without a session are 405. ``/sse`` and ``/messages`` serve the legacy
-transport (``legacy_sse``). Any other path is a 404; a method a path does not serve, 405.
+transport (``legacy_sse``). ``/healthz``, ``/readyz``, ``/status``, ``/status.json`` and
+``/metrics`` are the admin paths (``aggregator.admin``). Any other path is a 404; a method a path does not serve, 405.
 
 Every request is checked before anything else by the admission path shared with the
 WebSocket front (``aggregator.admission``): Host against an allowlist (DNS rebinding),
@@ -34,6 +35,7 @@ from typing import Any
 import trio
 
 from aggregator.access import AccessPolicy
+from aggregator.admin import AdminRoutes
 from aggregator.admission import check_access
 from aggregator.config import HttpConfig, parse_listen
 from aggregator.containment import internal_error
@@ -72,6 +74,7 @@ class StreamableHttpEndpoint(PostExchange, LegacySse):
         self.stateless_by_principal = {}  # modern requests being served, per token
         self.param_headers = ParamHeaders()
         self.resting = {}  # stateless clients kept between requests, per (token, profile)
+        self.admin = AdminRoutes(hub, config, reload=False)  # /healthz, /readyz, /status, /metrics
 
     # --- serving ------------------------------------------------------------------------
 
@@ -119,6 +122,10 @@ class StreamableHttpEndpoint(PostExchange, LegacySse):
 
     async def _handle(self, connection: HttpConnection, request: Request) -> None:
         path, _, query = request.path.partition("?")
+        known = (self.config.path, self.config.sse_path, self.config.messages_path)
+        if path not in known and self.admin.serves(path):
+            await self.admin.handle(connection, request, path)  # checks access itself, its own way
+            return
         # Host, Origin and token first, as on every front: nothing, not even which paths
         # exist, is told to a request that fails them.
         denial = check_access(self.access, request.headers)
@@ -126,11 +133,6 @@ class StreamableHttpEndpoint(PostExchange, LegacySse):
             log.log(denial.level, "http: refused %s %s: %s", request.method, path[:100], denial.reason)
             body = dumps(error_response(None, INVALID_REQUEST, denial.reason))
             await connection.respond(denial.status, [JSON, *denial.headers], body)
-            return
-        known = (self.config.path, self.config.sse_path, self.config.messages_path)
-        if path == "/metrics" and request.method == "GET" and path not in known:
-            body, content_type = self.hub.metrics.exposition()
-            await connection.respond(200, [("content-type", content_type)], body)
             return
         if path not in known and self.access.named_profile(path) is None:
             log.debug("http: refused %s %s: no such endpoint", request.method, path[:100])  # as on every front

@@ -19,6 +19,7 @@ from __future__ import annotations
 import itertools
 import logging
 import math
+import time
 from collections.abc import Callable
 from pathlib import Path
 from time import perf_counter
@@ -51,6 +52,7 @@ from aggregator.jsonrpc.kinds import REQUEST
 from aggregator.metrics import Metrics
 from aggregator.plugin_gate import PluginGate
 from aggregator.plugins import load_plugins
+from aggregator.recent_errors import RecentErrors
 from aggregator.shedding import Shedder
 from aggregator.tracing import Tracing
 from aggregator.transports.sink import ClientSink
@@ -90,6 +92,9 @@ class Hub:
         self._settled: set[str] = set()
         self._all_settled = trio.Event()
         self._client_keys = itertools.count(1)
+        self.started_at = time.monotonic()
+        self.client_since: dict[int, float] = {}  # when each client connected (time.monotonic())
+        self.recent_errors = RecentErrors()  # warnings and errors logged while it runs
         self._dirty: list[ClientSink] = []
         self._nursery: trio.Nursery | None = None
         # The plugins' request, response and notification hooks around the router.
@@ -148,6 +153,7 @@ class Hub:
     async def run(self, *, task_status: trio.TaskStatus[Hub] = trio.TASK_STATUS_IGNORED) -> None:
         """Run the plugins' load hooks, start every upstream concurrently and supervise them
         until cancelled; then (also after an error) the plugins' done hooks."""
+        self.recent_errors.attach()
         try:
             await self.plugins.load()
             async with trio.open_nursery() as nursery:
@@ -160,6 +166,7 @@ class Hub:
                     nursery.start_soon(self._after_catalog)
                 task_status.started(self)
         finally:
+            self.recent_errors.detach()
             await self.plugins.done()
 
     async def _after_catalog(self) -> None:
@@ -223,6 +230,7 @@ class Hub:
         front authenticated."""
         key = next(self._client_keys)
         self.clients[key] = outbox
+        self.client_since[key] = time.monotonic()
         self.router.client_connected(key, profile, modern=modern, principal=principal)
         return key
 
@@ -286,6 +294,7 @@ class Hub:
         if self.tracing is not None:
             self.tracing.client_gone(key)
         self.clients.pop(key, None)
+        self.client_since.pop(key, None)
         self.gate.forget_client(key)
         self.dispatch_now(self.router.client_disconnected(key))
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import random
+import time
 import traceback
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Protocol
@@ -108,6 +109,9 @@ class UpstreamSession:
         self.last_error: str | None = None
         # The last stderr lines of the attempt that set last_error (secrets masked).
         self.last_stderr: tuple[str, ...] = ()
+        self.restarts = 0  # times it was lost or did not start (each is followed by a restart)
+        self.ready_since: float | None = None  # time.monotonic() when it last became ready
+        self.pid: int | None = None  # its process's, while it runs (stdio)
         # Why a connection ended may quote a header's value (an exception's text): every reason
         # is masked here, before it is logged, shown by check or told to callers (lastError).
         self.mask = SecretMask.of(config)
@@ -135,6 +139,7 @@ class UpstreamSession:
         """The router says its connection serves (listed, or a per-session handshake done)."""
         self.state = "ready"
         self.last_error = None
+        self.ready_since = time.monotonic()
         if not self.per_session:
             self.hub.server_settled(self.name)
 
@@ -161,6 +166,11 @@ class UpstreamSession:
             reason, stderr = self.not_ready()
             tail = f"; its stderr so far: {' | '.join(stderr)}" if stderr else ""
             self.log.warning("server %s is not ready: %s%s", self.name, reason, tail)
+
+    def stderr_tail(self) -> list[str]:
+        """The last lines of its stderr (secrets masked): of the connection now, or of the
+        attempt that failed last when this one said nothing yet."""
+        return list(self._stderr.tail) or list(self.last_stderr)
 
     # --- the supervisor -----------------------------------------------------------------
 
@@ -190,6 +200,8 @@ class UpstreamSession:
         was_ready = self.state == "ready"
         self.state = "down"
         self.last_error = reason
+        self.ready_since = None
+        self.restarts += 1
         self.last_stderr = tuple(self._stderr.tail) if not was_ready else ()
         self.hub.server_settled(self.name)
         now = trio.current_time()
@@ -241,6 +253,7 @@ class UpstreamSession:
                         return f"cannot start {config.command!r}: {exc.strerror or exc}"
                     return self.mask(str(exc))
                 if channel.pid is not None:
+                    self.pid = channel.pid
                     self.log.info("server %s: started pid %d", self.name, channel.pid)
                 proxy = self.hub.config.proxy
                 self.outbox = Outbox(
@@ -259,6 +272,7 @@ class UpstreamSession:
             return self._lost or "connection ended"
         finally:
             self._cancel = None
+            self.pid = None
             for call in self._calls:
                 call.event.set()  # the connection ended before an answer
             if self.outbox is not None:

@@ -13,6 +13,7 @@ from aggregator.cli.common import DEFAULT_CONFIG
 from aggregator.cli.convert import run_import
 from aggregator.cli.logs import FORMATS, LEVELS
 from aggregator.cli.serve import run_serve
+from aggregator.cli.status import run_status
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -28,6 +29,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_check(sub)
     _add_approve(sub)
     _add_import(sub)
+    _add_status(sub)
     return parser
 
 
@@ -90,6 +92,13 @@ def _add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         default=None,
         help="serve MCP over WebSocket at ws://HOST:PORT/mcp (default: http.websocket_listen from the config)",
     )
+    serve.add_argument(
+        "--admin",
+        metavar="[HOST:]PORT",
+        default=None,
+        help="serve /healthz, /readyz, /status, /metrics and POST /reload at http://HOST:PORT"
+        " (default: http.admin_listen from the config)",
+    )
     serve.set_defaults(command="serve", run=run_serve)
 
 
@@ -151,3 +160,29 @@ def _add_import(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         help="write FILE.toml (only once the conversion succeeded) instead of stdout",
     )
     imp.set_defaults(command="import", run=run_import)
+
+
+def _add_status(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    status = _command(
+        sub,
+        "status",
+        help="show how a running proxy is",
+        description="Ask a running proxy's admin endpoint for its status: servers, sessions,"
+        " recent errors and what each profile hides. Exit 0 when it is ready, 1 otherwise.",
+    )
+    _with_config(status)
+    status.add_argument(
+        "--admin",
+        metavar="URL",
+        default=None,
+        help="the admin endpoint, http://HOST:PORT or HOST:PORT"
+        " (default: http.admin_listen, else http.listen, from the config)",
+    )
+    status.add_argument(
+        "--token",
+        metavar="TOKEN",
+        default=None,
+        help="the bearer token (default: $AGGREGATOR_ADMIN_TOKEN); prefer the variable: options show in ps",
+    )
+    status.add_argument("--json", action="store_true", help="print status.json as it came")
+    status.set_defaults(command="status", run=run_status)

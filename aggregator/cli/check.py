@@ -8,6 +8,7 @@ import argparse
 import trio
 
 from aggregator.access import check_exposure
+from aggregator.admin import admin_exposure
 from aggregator.cli.common import command_config, status_lines, with_started_hub
 from aggregator.core.policy import unmatched_rules
 from aggregator.mcp.constants import KINDS
@@ -22,6 +23,8 @@ def run_check(args: argparse.Namespace) -> int:
     ):
         if address is not None:
             check_exposure(config.http, address, option)
+    if config.http.admin_listen is not None:
+        admin_exposure(config.http, config.http.admin_listen, "http.admin_listen")
     lines, collisions, ok, unmatched = trio.run(
         with_started_hub,
         config,

@@ -18,6 +18,7 @@ import trio
 
 from aggregator import __version__
 from aggregator.access import check_exposure
+from aggregator.admin import admin_exposure
 from aggregator.cli.common import INTERRUPTED, command_config, status_lines
 from aggregator.config import Config, parse_listen, same_listener
 from aggregator.errors import AggregatorError, ConfigError
@@ -34,21 +35,32 @@ def run_serve(args: argparse.Namespace) -> int:
     config, path = command_config(args)
     listen = args.http or config.http.listen
     ws_listen = args.ws or config.http.websocket_listen
+    admin_listen = getattr(args, "admin", None) or config.http.admin_listen
     for option, address in (("--http", listen), ("--ws", ws_listen)):
         if address is not None:
             check_exposure(config.http, address, option)
+    if admin_listen is not None:
+        admin_exposure(config.http, admin_listen, "--admin")
+        for option, address in (("--http", listen), ("--ws", ws_listen)):
+            if address is not None and same_listener(admin_listen, address):
+                raise ConfigError(f"--admin {admin_listen} and {option} {address} name the same address")
     if listen is not None and ws_listen is not None and same_listener(listen, ws_listen):
         raise ConfigError(
             f"--http {listen} and --ws {ws_listen} name the same address;"
             " the WebSocket endpoint needs a port of its own"
         )
     stdio = args.stdio or (listen is None and ws_listen is None)
-    stopped_by = trio.run(_serve_all, config, path.resolve(), stdio, listen, ws_listen)
+    stopped_by = trio.run(_serve_all, config, path.resolve(), stdio, listen, ws_listen, admin_listen)
     return INTERRUPTED if stopped_by == signal.SIGINT else 0
 
 
 async def _serve_all(
-    config: Config, path: Path, stdio: bool, listen: str | None, ws_listen: str | None
+    config: Config,
+    path: Path,
+    stdio: bool,
+    listen: str | None,
+    ws_listen: str | None,
+    admin_listen: str | None = None,
 ) -> signal.Signals | None:
     """Serve until the stdio client leaves or a signal comes; return the signal, if one did."""
     from aggregator.session import serve_stream_session
@@ -56,7 +68,7 @@ async def _serve_all(
 
     # An address that cannot be used is found before any server starts (and again when
     # the endpoint takes it, should another process take it meanwhile).
-    for address in (listen, ws_listen):
+    for address in (listen, ws_listen, admin_listen):
         if address is not None:
             await _probe_listener(address)
     own = OwnStdio() if stdio else None
@@ -73,7 +85,7 @@ async def _serve_all(
         async with trio.open_nursery() as nursery:
             nursery.start_soon(_cancel_on_signals, nursery.cancel_scope, hub, stopped_by)
             await nursery.start(hub.run)
-            urls, cannot_listen = await _start_endpoints(nursery, hub, config, listen, ws_listen)
+            urls, cannot_listen = await _start_endpoints(nursery, hub, config, listen, ws_listen, admin_listen)
             if cannot_listen is not None:
                 # Raised once the nursery has stopped the servers it started, so that the
                 # user reads one line and no server outlives the proxy.
@@ -119,16 +131,27 @@ async def _probe_listener(address: str) -> None:
 
 
 async def _start_endpoints(
-    nursery: trio.Nursery, hub: Hub, config: Config, listen: str | None, ws_listen: str | None
+    nursery: trio.Nursery,
+    hub: Hub,
+    config: Config,
+    listen: str | None,
+    ws_listen: str | None,
+    admin_listen: str | None = None,
 ) -> tuple[list[str], str | None]:
     """Start the network endpoints in the serve nursery; return the URLs they serve at (each
     with what speaks there) and None, or why one cannot listen (an address in use, a host that does not resolve, a port
     that needs privileges)."""
+    from aggregator.admin import AdminEndpoint
     from aggregator.http_endpoint import StreamableHttpEndpoint
     from aggregator.websocket_endpoint import WebSocketEndpoint
 
     urls: list[str] = []
-    for address, endpoint in ((listen, StreamableHttpEndpoint), (ws_listen, WebSocketEndpoint)):
+    endpoints: tuple[tuple[str | None, Any], ...] = (
+        (listen, StreamableHttpEndpoint),
+        (ws_listen, WebSocketEndpoint),
+        (admin_listen, AdminEndpoint),
+    )
+    for address, endpoint in endpoints:
         if address is None:
             continue
         failure: BaseException | None = None
@@ -144,6 +167,11 @@ async def _start_endpoints(
             for sockname in started:
                 sse = _url("http", sockname, config.http.sse_path)
                 urls.append(f"{_url('http', sockname, config.http.path)}  (Streamable HTTP; HTTP+SSE at {sse})")
+        elif endpoint is AdminEndpoint:
+            urls += [
+                f"{_url('http', sockname, '/status')}  (status page; /healthz, /readyz, /metrics)"
+                for sockname in started
+            ]
         else:
             urls.append(f"{_url('ws', (parse_listen(address)[0], started.port), config.http.path)}  (WebSocket)")
     return urls, None

@@ -127,6 +127,8 @@ class ProxyConfig:
     separator: str = "__"
     # How long the first client's `initialize` waits for every server to be ready.
     startup_timeout: float = 10.0
+    # /readyz says ready once this many enabled servers are ready; None: all of them.
+    min_ready: int | None = None
     page_size: int = 100
     max_message_bytes: int = 16 * 1024 * 1024
     # Deepest JSON nesting accepted in a message, either direction (the envelope is level 1).
@@ -188,6 +190,11 @@ class HttpConfig:
     messages_path: str = "/messages"
     # A WebSocket endpoint (one MCP session per connection) on its own listener.
     websocket_listen: str | None = None
+    # The admin endpoint (health, readiness, status, metrics, reload) on its own listener;
+    # health, readiness, status and metrics are also served on http.listen.
+    admin_listen: str | None = None
+    # The bearer token the admin paths require, on both listeners, instead of auth_tokens.
+    admin_token: str | None = None
     # Host header names accepted (any port); DNS rebinding defence. Add your own names
     # when you listen beyond loopback.
     allowed_hosts: tuple[str, ...] = LOCAL_HOSTS

@@ -51,6 +51,7 @@ RANGES: dict[type, dict[str, Range]] = {
     ProxyConfig: {
         "startup_timeout": Range(0.0, _DAY, "seconds"),  # 0: do not wait for slow servers
         "page_size": Range(1, 100_000, "items"),
+        "min_ready": Range(0, 1_000_000, "servers"),
         "max_message_bytes": Range(1024, _GIB, "bytes"),
         "restart_backoff_initial": Range(_MS, 3600.0, "seconds"),
         "restart_backoff_max": Range(_MS, _DAY, "seconds"),

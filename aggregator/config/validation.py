@@ -137,7 +137,7 @@ def same_listener(first: str, second: str) -> bool:
 
 def check_http(http: HttpConfig) -> list[str]:
     problems = []
-    for name in ("listen", "websocket_listen"):
+    for name in ("listen", "websocket_listen", "admin_listen"):
         value = getattr(http, name)
         if value is not None:
             try:
@@ -150,6 +150,10 @@ def check_http(http: HttpConfig) -> list[str]:
         and same_listener(http.listen, http.websocket_listen)
     ):
         problems.append("http.websocket_listen: must be another port than http.listen")
+    for other in ("listen", "websocket_listen"):
+        address = getattr(http, other)
+        if http.admin_listen is not None and address is not None and same_listener(http.admin_listen, address):
+            problems.append(f"http.admin_listen: must be another port than http.{other}")
     paths = {"path": http.path, "sse_path": http.sse_path, "messages_path": http.messages_path}
     for name, value in paths.items():
         if not value.startswith("/"):
@@ -157,6 +161,10 @@ def check_http(http: HttpConfig) -> list[str]:
     if len(set(paths.values())) < len(paths):
         problems.append("http: path, sse_path and messages_path must differ")
     problems += token_problems(http.auth_tokens, "http.auth_tokens")
+    if http.admin_token is not None and (problem := token_problem(http.admin_token)) is not None:
+        problems.append(
+            f"http.admin_token: {problem}" + ("" if problem.startswith("too short") else "; it is not shown")
+        )
     problems += _allowlist_problems(http)
     return problems
 

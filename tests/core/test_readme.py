@@ -25,7 +25,13 @@ def test_opens_with_the_two_commands_and_ci_runs_the_second():
 def test_configuration_examples_load():
     blocks = re.findall(r"```toml\n(.*?)\n```", README, re.S)
     assert len(blocks) >= 2
-    environ = {"HOME": "/home/u", "AGGREGATOR_TOKEN": "t" * 32, "REMOTE_TOKEN": "r", "READER_TOKEN": "q" * 32}
+    environ = {
+        "HOME": "/home/u",
+        "AGGREGATOR_TOKEN": "t" * 32,
+        "REMOTE_TOKEN": "r",
+        "READER_TOKEN": "q" * 32,
+        "AGGREGATOR_ADMIN_TOKEN": "a" * 32,
+    }
     configs = [structure_config(tomllib.loads(block), environ=environ) for block in blocks]
     full = next(c for c in configs if "git" in c.servers)
     assert full.servers["git"].args == ("--repository", "/home/u/src/project")
