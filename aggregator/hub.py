@@ -49,6 +49,7 @@ from aggregator.plugins import (
     ServerRequest,
     load_plugins,
 )
+from aggregator.reload import ReloadResult, reload_hub
 from aggregator.shedding import Shedder
 from aggregator.transports.sink import ClientSink
 from aggregator.upstream import Connector, OwnCall, UpstreamSession
@@ -59,6 +60,7 @@ log = logging.getLogger(__name__)
 class Hub:
     def __init__(self, config: Config, *, connector: Connector | None = None, single_client: bool = False) -> None:
         self.config = config
+        self.config_path: Path | None = None  # the file it came from: what ``reload`` reads
         # How upstreams are reached; None means by their configured transport. Tests pass
         # an in-memory connector to run fake servers without processes. ``single_client``:
         # it serves stdio alone, so shared servers may see that one client's roots.
@@ -154,6 +156,10 @@ class Hub:
                 task_status.started(self)
         finally:
             await self.plugins.done()
+
+    async def reload(self) -> ReloadResult:
+        """Read ``config_path`` again and apply what changed, clients staying connected."""
+        return await reload_hub(self)
 
     async def _after_catalog(self) -> None:
         """Run the plugins' after_catalog hooks, outside the core, once catalog hooks ran."""
