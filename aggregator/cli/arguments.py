@@ -11,6 +11,7 @@ from aggregator.cli.catalog import run_tools
 from aggregator.cli.check import run_check
 from aggregator.cli.common import DEFAULT_CONFIG
 from aggregator.cli.convert import run_import
+from aggregator.cli.reload import run_reload
 from aggregator.cli.serve import run_serve
 
 
@@ -27,6 +28,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_check(sub)
     _add_approve(sub)
     _add_import(sub)
+    _add_reload(sub)
     return parser
 
 
@@ -80,6 +82,17 @@ def _add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         metavar="[HOST:]PORT",
         default=None,
         help="serve MCP over WebSocket at ws://HOST:PORT/mcp (default: http.websocket_listen from the config)",
+    )
+    serve.add_argument(
+        "--watch",
+        action="store_true",
+        help="reload the config whenever the file changes (looked at every second), as on SIGHUP",
+    )
+    serve.add_argument(
+        "--pid-file",
+        metavar="PATH",
+        default=None,
+        help="write the proxy's process id here (for `aggregator reload --pid-file PATH`); removed on exit",
     )
     serve.set_defaults(command="serve", run=run_serve)
 
@@ -136,3 +149,23 @@ def _add_import(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     )
     imp.add_argument("file", metavar="FILE.json")
     imp.set_defaults(command="import", run=run_import)
+
+
+def _add_reload(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    reload = _command(
+        sub,
+        "reload",
+        help="make a running proxy read its config again",
+        description="Make a running proxy reload its config file, as SIGHUP does: servers added,"
+        " removed or changed are started, stopped or restarted; clients stay connected.",
+    )
+    reload.add_argument(
+        "--pid-file", metavar="PATH", default=None, help="the file `serve --pid-file PATH` wrote: send it SIGHUP"
+    )
+    reload.add_argument(
+        "--admin",
+        metavar="URL",
+        default=None,
+        help="the proxy's admin listener (http://127.0.0.1:PORT): POST /reload and print what changed",
+    )
+    reload.set_defaults(command="reload", run=run_reload)

@@ -21,6 +21,7 @@ from aggregator.cli.common import command_config, status_lines
 from aggregator.config import Config, same_listener
 from aggregator.errors import AggregatorError, ConfigError
 from aggregator.hub import Hub
+from aggregator.reload import remove_pid_file, watch_config, write_pid_file
 
 log = logging.getLogger("aggregator")
 
@@ -41,11 +42,20 @@ def run_serve(args: argparse.Namespace) -> int:
             " the WebSocket endpoint needs a port of its own"
         )
     stdio = args.stdio or (listen is None and ws_listen is None)
-    trio.run(_serve_all, config, path.resolve(), stdio, listen, ws_listen)
+    pid_file = Path(args.pid_file) if args.pid_file else None
+    if pid_file is not None:
+        write_pid_file(pid_file)
+    try:
+        trio.run(_serve_all, config, path.resolve(), stdio, listen, ws_listen, args.watch)
+    finally:
+        if pid_file is not None:
+            remove_pid_file(pid_file)
     return 0
 
 
-async def _serve_all(config: Config, path: Path, stdio: bool, listen: str | None, ws_listen: str | None) -> None:
+async def _serve_all(
+    config: Config, path: Path, stdio: bool, listen: str | None, ws_listen: str | None, watch: bool = False
+) -> None:
     from aggregator.session import serve_stream_session
     from aggregator.transports.stdio import OwnStdio
 
@@ -53,11 +63,15 @@ async def _serve_all(config: Config, path: Path, stdio: bool, listen: str | None
     interactive = stdio and os.isatty(0)
     # With no network front the stdio client is the only one there can ever be.
     hub = Hub(config, single_client=stdio and listen is None and ws_listen is None)
+    hub.config_path = path
     cannot_listen: str | None = None
     try:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(_cancel_on_signals, nursery.cancel_scope, hub)
+            nursery.start_soon(_reload_on_sighup, hub)
             await nursery.start(hub.run)
+            if watch:
+                nursery.start_soon(watch_config, hub, path)
             cannot_listen = await _start_endpoints(nursery, hub, config, listen, ws_listen)
             if cannot_listen is not None:
                 # Raised once the nursery has stopped the servers it started, so that the
@@ -110,10 +124,19 @@ async def _start_endpoints(
     return None
 
 
+async def _reload_on_sighup(hub: Hub) -> None:
+    """SIGHUP: reload the config file (``Hub.reload``); the proxy goes on either way."""
+    with trio.open_signal_receiver(signal.SIGHUP) as signals:
+        async for _ in signals:
+            log.info("received SIGHUP; reloading %s", hub.config_path)
+            await hub.reload()
+
+
 async def _cancel_on_signals(scope: trio.CancelScope, hub: Hub | None = None) -> None:
-    """SIGTERM, SIGINT or SIGHUP: finish what is in flight (up to proxy.drain_timeout,
-    taking nothing new), then stop everything. A second signal stops at once."""
-    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
+    """SIGTERM or SIGINT: finish what is in flight (up to proxy.drain_timeout, taking
+    nothing new), then stop everything. A second signal stops at once. (SIGHUP reloads
+    the config: ``_reload_on_sighup``.)"""
+    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
         async for signum in signals:
             log.info("received %s; shutting down", signal.Signals(signum).name)
             if hub is not None:

@@ -1,0 +1,158 @@
+"""Live reload with a real proxy (``serve --http --watch --pid-file``), real stdio servers
+and an official SDK 1.x client that keeps its session throughout: ``aggregator reload``
+(SIGHUP) adds one server and removes another while the unchanged one keeps its process;
+a broken file is rejected with its key path and the old config goes on serving; a policy
+change picked up by ``--watch`` hides a tool without restarting anything."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.conftest import HERE, ROOT, fake, http_proxy, write_config
+
+pytestmark = pytest.mark.e2e
+
+DEBOUNCE = {"list_changed_debounce": 0.05}
+
+
+def server_pids(proxy: int, marker: str) -> list[int]:
+    """The proxy's children whose command line contains ``marker``."""
+    found = []
+    for task in Path(f"/proc/{proxy}/task").iterdir():
+        for child in (task / "children").read_text().split():
+            try:
+                command = Path(f"/proc/{child}/cmdline").read_bytes()
+            except OSError:
+                continue
+            if marker.encode() in command:
+                found.append(int(child))
+    return found
+
+
+class Client:
+    """The SDK client script, one command and one JSON answer at a time."""
+
+    def __init__(self, python1: Path, url: str) -> None:
+        self.process = subprocess.Popen(
+            [str(python1), str(HERE / "sdk1_reload_client.py"), url, "90"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            cwd=ROOT,
+            text=True,
+        )
+        self.first = self._answer()
+
+    def _answer(self) -> dict:
+        line = self.process.stdout.readline()
+        assert line, "the client ended"
+        return json.loads(line)
+
+    def ask(self, command: str) -> dict:
+        self.process.stdin.write(command + "\n")
+        self.process.stdin.flush()
+        return self._answer()
+
+    def wait_list(self, condition, seconds: float, what: str) -> dict:
+        deadline = time.monotonic() + seconds
+        seen: dict = {}
+        while time.monotonic() < deadline:
+            seen = self.ask("list")
+            if condition(seen):
+                return seen
+            time.sleep(0.1)
+        raise AssertionError(f"timed out waiting for {what}; last listing: {seen}")
+
+    def close(self) -> None:
+        if self.process.poll() is None:
+            self.process.stdin.write("quit\n")
+            self.process.stdin.close()
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(timeout=5)
+
+
+def wait_for(condition, seconds: float, what: str) -> None:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if condition():
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def test_reload_keeps_the_session_and_applies_only_what_changed(tmp_path, python1):
+    keep = fake("keep", f"record:{tmp_path / 'keep.rec'}")
+    gone = fake("gone", f"record:{tmp_path / 'gone.rec'}")
+    new = fake("new", "many:2", f"record:{tmp_path / 'new.rec'}")
+    config = write_config(tmp_path, keep + gone, **DEBOUNCE)
+    pid_file = tmp_path / "proxy.pid"
+    with http_proxy(config, "--watch", "--pid-file", str(pid_file)) as (port, log):
+        proxy = int(pid_file.read_text())
+        client = Client(python1, f"http://127.0.0.1:{port}/mcp")
+        try:
+            session = client.first["session"]
+            assert session
+            assert {"keep__echo", "gone__echo"} <= set(client.first["tools"])
+            [keep_pid] = server_pids(proxy, "keep.rec")
+            [gone_pid] = server_pids(proxy, "gone.rec")
+
+            # 1. SIGHUP through `aggregator reload`: one server added, one removed.
+            config.write_text(config.read_text().replace(gone, new))
+            reload = subprocess.run(
+                [sys.executable, "-m", "aggregator", "reload", "--pid-file", str(pid_file)],
+                capture_output=True,
+                text=True,
+                timeout=30,
+                cwd=ROOT,
+            )
+            assert reload.returncode == 0, reload.stderr
+            # It is told its list changed, and sees the new server's tools, not the removed one's.
+            listing = client.wait_list(
+                lambda s: "new__t0" in s["tools"] and "gone__echo" not in s["tools"] and s["changed"] >= 1,
+                20,
+                "the new server's tools",
+            )
+            assert listing["session"] == session  # the same session throughout
+            assert "keep__echo" in listing["tools"]
+            assert server_pids(proxy, "keep.rec") == [keep_pid]  # unchanged: not restarted
+            wait_for(lambda: not server_pids(proxy, "gone.rec"), 10, "the removed server to stop")
+            assert not Path(f"/proc/{gone_pid}/cmdline").exists() or gone_pid not in server_pids(proxy, "gone.rec")
+            assert client.ask("call new__t0")["ok"]
+            assert client.ask("call keep__echo")["ok"]
+            gone_call = client.ask("call gone__echo")
+            assert not gone_call["ok"]
+
+            # 2. A broken file (seen by --watch) is rejected with its key path; nothing changes.
+            good = config.read_text()
+            config.write_text(good.replace("[servers.keep]", "[servers.keep]\ncomand = 1", 1))
+            wait_for(lambda: "servers.keep.comand" in log.read_text(), 10, "the rejection in the log")
+            assert "rejected" in log.read_text()
+            assert client.ask("call keep__echo")["ok"]
+            assert client.ask("list")["tools"] == listing["tools"]
+            assert server_pids(proxy, "keep.rec") == [keep_pid]
+
+            # 3. A policy change (seen by --watch) hides a tool; no server restarts.
+            changed_before = client.ask("list")["changed"]
+            config.write_text(good + '\n[policy.tools]\ndeny = ["t1"]\n')
+            after = client.wait_list(
+                lambda s: "new__t1" not in s["tools"] and s["changed"] > changed_before, 10, "the policy to apply"
+            )
+            assert "new__t0" in after["tools"]
+            assert after["session"] == session
+            assert server_pids(proxy, "keep.rec") == [keep_pid]
+            denied = client.ask("call new__t1")
+            assert not denied["ok"]
+        finally:
+            client.close()
+    text = log.read_text()
+    assert "Traceback" not in text, text
+    assert "servers.new: added" in text and "servers.gone: removed" in text
+    assert not pid_file.exists()  # removed on exit
