@@ -104,29 +104,37 @@ async def reload_hub(hub: ReloadHost) -> ReloadResult:
         lock = _locks[hub] = trio.Lock()
     async with lock:
         try:
-            loaded = await trio.to_thread.run_sync(load_config, path)
+            return await _reload(hub, path)
+        except Exception as exc:  # noqa: BLE001 - a bug in a reload must not stop the proxy
+            log.exception("reload: internal error; what was applied before it stays")
+            return ReloadResult(False, [f"internal error: {exc!r}"])
+
+
+async def _reload(hub: ReloadHost, path: Path) -> ReloadResult:
+    try:
+        loaded = await trio.to_thread.run_sync(load_config, path)
+    except ConfigError as exc:
+        log.error("reload: %s is rejected; the running config stays:\n%s", path, _indented(exc.problems))
+        return ReloadResult(False, list(exc.problems))
+    changes = plan_changes(hub.config, attrs.evolve(loaded, directory=hub.config.directory))
+    lines = changes.describe()
+    restart = set(lines[len(lines) - len(changes.needs_restart) :])
+    if not changes.anything:
+        for line in lines:
+            log.warning("reload: %s", line)
+        log.info("reload: %s: nothing to apply", path)
+        return ReloadResult(True, [], lines)
+    plugins: Plugins | None = None
+    if changes.plugins_changed:
+        try:
+            plugins = _build_plugins(changes.effective)
         except ConfigError as exc:
             log.error("reload: %s is rejected; the running config stays:\n%s", path, _indented(exc.problems))
             return ReloadResult(False, list(exc.problems))
-        changes = plan_changes(hub.config, attrs.evolve(loaded, directory=hub.config.directory))
-        lines = changes.describe()
-        restart = set(lines[len(lines) - len(changes.needs_restart) :])
-        if not changes.anything:
-            for line in lines:
-                log.warning("reload: %s", line)
-            log.info("reload: %s: nothing to apply", path)
-            return ReloadResult(True, [], lines)
-        plugins: Plugins | None = None
-        if changes.plugins_changed:
-            try:
-                plugins = _build_plugins(changes.effective)
-            except ConfigError as exc:
-                log.error("reload: %s is rejected; the running config stays:\n%s", path, _indented(exc.problems))
-                return ReloadResult(False, list(exc.problems))
-        await _apply(hub, changes, plugins)
-        for line in lines:
-            log.log(logging.WARNING if line in restart else logging.INFO, "reload: %s", line)
-        return ReloadResult(True, [], lines)
+    await _apply(hub, changes, plugins)
+    for line in lines:
+        log.log(logging.WARNING if line in restart else logging.INFO, "reload: %s", line)
+    return ReloadResult(True, [], lines)
 
 
 def _indented(problems: list[str]) -> str:
@@ -152,6 +160,7 @@ async def _apply(hub: ReloadHost, changes: ConfigChanges, plugins: Plugins | Non
                 del hub.upstreams[key]
                 upstream.cancel_scope.cancel()
                 stopping.append(upstream)
+        hub.server_settled(name)  # startup, if not over yet, waits for it no more
     with trio.move_on_after(STOP_WAIT) as waited:
         for upstream in stopping:
             await upstream.ended.wait()
