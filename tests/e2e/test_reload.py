@@ -6,9 +6,11 @@ change picked up by ``--watch`` hides a tool without restarting anything."""
 
 from __future__ import annotations
 
+import http.server
 import json
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -127,8 +129,8 @@ def test_reload_keeps_the_session_and_applies_only_what_changed(tmp_path, python
             assert not Path(f"/proc/{gone_pid}/cmdline").exists() or gone_pid not in server_pids(proxy, "gone.rec")
             assert client.ask("call new__t0")["ok"]
             assert client.ask("call keep__echo")["ok"]
-            gone_call = client.ask("call gone__echo")
-            assert not gone_call["ok"]
+            assert client.ask("call gone__echo")["code"] == -32602  # unknown now
+            [new_pid] = server_pids(proxy, "new.rec")
 
             # 2. A broken file (seen by --watch) is rejected with its key path; nothing changes.
             good = config.read_text()
@@ -148,11 +150,106 @@ def test_reload_keeps_the_session_and_applies_only_what_changed(tmp_path, python
             assert "new__t0" in after["tools"]
             assert after["session"] == session
             assert server_pids(proxy, "keep.rec") == [keep_pid]
-            denied = client.ask("call new__t1")
-            assert not denied["ok"]
+            assert client.ask("call new__t1")["code"] == -32602
+
+            # 4. A changed server restarts with its new settings; the others keep their processes.
+            config.write_text(config.read_text().replace('"many:2"', '"many:4"'))
+            client.wait_list(lambda s: "new__t3" in s["tools"], 15, "the changed server's new tools")
+            assert server_pids(proxy, "new.rec") not in ([], [new_pid])
+            assert server_pids(proxy, "keep.rec") == [keep_pid]
+            assert client.ask("list")["session"] == session
         finally:
             client.close()
     text = log.read_text()
     assert "Traceback" not in text, text
     assert "servers.new: added" in text and "servers.gone: removed" in text
+    assert "servers.new: changed; restarted" in text
     assert not pid_file.exists()  # removed on exit
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "aggregator", *args], capture_output=True, text=True, timeout=30, cwd=ROOT
+    )
+
+
+def test_reload_says_in_one_line_why_it_cannot(tmp_path):
+    pid_file = tmp_path / "proxy.pid"
+    outcomes = [run_cli("reload"), run_cli("reload", "--pid-file", str(pid_file))]
+    pid_file.write_text("not a pid\n")
+    outcomes.append(run_cli("reload", "--pid-file", str(pid_file)))
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        pid_file.write_text(f"{other.pid}\n")
+        outcomes.append(run_cli("reload", "--pid-file", str(pid_file)))
+        assert other.poll() is None  # not an aggregator: not signalled
+        # serve refuses a pid file that names a live process.
+        config = write_config(tmp_path, fake("a"))
+        refused = run_cli("serve", "--http", "127.0.0.1:1", "--config", str(config), "--pid-file", str(pid_file))
+        assert refused.returncode == 1
+        assert f"process {other.pid} is running with it already" in refused.stderr
+    finally:
+        other.kill()
+        other.wait(timeout=10)
+    pid_file.write_text(f"{other.pid}\n")  # a process that has ended: a stale file
+    outcomes.append(run_cli("reload", "--pid-file", str(pid_file)))
+    outcomes.append(run_cli("reload", "--admin", "ftp://127.0.0.1:1"))
+    expected = [
+        "say which proxy",
+        "cannot read",
+        "does not hold a process id",
+        "is not a running aggregator",
+        "is not a running aggregator; a stale pid file?",
+        "expected an http:// or https:// URL",
+    ]
+    for outcome, words in zip(outcomes, expected, strict=True):
+        assert outcome.returncode == 1, outcome.stderr
+        assert words in outcome.stderr
+        assert "Traceback" not in outcome.stderr
+        assert len(outcome.stderr.strip().splitlines()) == 1, outcome.stderr
+
+
+class ReloadAnswers(http.server.BaseHTTPRequestHandler):
+    """An admin listener's POST /reload, answering what the test put in ``answers``."""
+
+    answers: list[tuple[int, bytes]] = []
+    paths: list[str] = []
+
+    def do_POST(self) -> None:
+        self.paths.append(self.path)
+        status, body = self.answers.pop(0)
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args) -> None:
+        pass
+
+
+def test_reload_through_an_admin_listener_prints_what_it_answers():
+    server = http.server.HTTPServer(("127.0.0.1", 0), ReloadAnswers)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    ReloadAnswers.answers = [
+        (200, json.dumps({"ok": True, "errors": [], "changes": ["servers.a: added"]}).encode()),
+        (200, json.dumps({"ok": False, "errors": ["servers.a.comand: unknown key"], "changes": []}).encode()),
+        (200, b"<html>"),
+        (404, b"{}"),
+    ]
+    ReloadAnswers.paths = []
+    url = f"http://127.0.0.1:{server.server_address[1]}/"
+    try:
+        applied, refused, garbled, missing = (run_cli("reload", "--admin", url) for _ in range(4))
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=10)
+    assert ReloadAnswers.paths == ["/reload"] * 4
+    assert (applied.returncode, applied.stdout) == (0, "servers.a: added\n")
+    assert refused.returncode == 1 and "error: servers.a.comand: unknown key" in refused.stderr
+    assert garbled.returncode == 1 and "not a reload answer" in garbled.stderr
+    assert missing.returncode == 1 and "HTTP 404" in missing.stderr
+    for outcome in (applied, refused, garbled, missing):
+        assert "Traceback" not in outcome.stderr
