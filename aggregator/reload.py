@@ -54,6 +54,8 @@ log = logging.getLogger(__name__)
 # How long a reload waits for a removed or changed server's connection to stop (its stop
 # ladder: stdin closed, 2 s, SIGTERM, 2 s, SIGKILL).
 STOP_WAIT = 10.0
+# Why a changed server's requests in flight failed, and what a call held for it hears.
+CHANGED = "its configuration changed"
 # How often ``watch_config`` looks at the file.
 WATCH_INTERVAL = 1.0
 
@@ -151,12 +153,18 @@ async def _apply(hub: ReloadHost, changes: ConfigChanges, plugins: Plugins | Non
     config = changes.effective
     if plugins is not None:
         await _swap_plugins(hub, plugins)
-    hub.config = config
+    running, hub.config = hub.config, config
     router = hub.router
     stopping: list[UpstreamSession] = []
+    # Changed servers restart in place (calls naming them wait for the new connection),
+    # unless their isolation changed: those are removed and added.
+    restarting = {n for n in changes.changed if running.servers[n].isolation == config.servers[n].isolation}
     for name in changes.restarts:
-        why = "it was removed from the configuration" if name in changes.removed else "its configuration changed"
-        hub.dispatch_now(router.server_removed(name, why))
+        if name in restarting:
+            hub.dispatch_now(router.server_restarting(name, CHANGED))
+        else:
+            why = CHANGED if name in changes.changed else "it was removed from the configuration"
+            hub.dispatch_now(router.server_removed(name, why))
         for key, upstream in list(hub.upstreams.items()):
             if upstream.config.name == name:
                 del hub.upstreams[key]
@@ -172,7 +180,10 @@ async def _apply(hub: ReloadHost, changes: ConfigChanges, plugins: Plugins | Non
     hub.dispatch_now(router.catalogs_renewed(config.enabled_servers, policies, hub.plugins.catalog_hook))
     for name in changes.starts:
         server = config.servers[name]
-        router.server_added(link_settings(server))
+        if name in restarting:
+            router.server_replaced(link_settings(server), CHANGED)
+        else:
+            router.server_added(link_settings(server))
         upstream = UpstreamSession(hub, server)
         hub.upstreams[name] = upstream
         assert hub._nursery is not None

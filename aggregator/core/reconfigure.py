@@ -14,8 +14,11 @@ Rules of a live reconfiguration:
    never their identity, so every session keeps its catalog and its cursor checks (a page
    cursor of a catalog that changed is stale, as after any listing). Each profile whose
    clients see something different is told, once, after the debounce.
-4. A server that changed is removed and then added (its connection is started again with
-   the new settings): between the two, its name is unknown.
+4. A server whose settings changed (its isolation aside: that one is removed and added)
+   restarts as if it had been lost (``server_restarting``): its requests in flight are
+   answered, what it listed is remembered, and a request naming it waits for the new
+   connection (``aggregator.core.outages``). Once the old connection has ended, its link
+   takes the new settings (``server_replaced``); the new connection starts as at startup.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from typing import Any
 from aggregator.core.catalog import Catalog, ServerNaming
 from aggregator.core.commands import Command, StopUpstream
 from aggregator.core.naming import tool_prefix, uri_prefix
-from aggregator.core.outages import Outage
+from aggregator.core.outages import RESTARTING, Outage
 from aggregator.core.settings import LinkSettings
 from aggregator.core.state import _link
 from aggregator.core.upstream_events import UpstreamEvents
@@ -38,12 +41,7 @@ class Reconfigure(UpstreamEvents):
 
     def server_removed(self, server: str, why: str) -> list[Command]:
         """Forget a configured server (rule 1). The trio layer stops its shared connection."""
-        out: list[Command] = []
-        for name in [n for n, link in self.links.items() if link.session is not None and link.server == server]:
-            out += self.server_lost(name, why)
-            self._forget_subscriptions(name)
-            del self.links[name]
-            out.append(StopUpstream(name))
+        out = self._stop_session_links(server, why)
         if server not in self.links:
             return out
         out += self.server_lost(server, why)
@@ -57,6 +55,30 @@ class Reconfigure(UpstreamEvents):
         self.start_takes.pop(server, None)
         self.per_session.discard(server)
         del self.links[server]
+        return out
+
+    def server_restarting(self, server: str, why: str) -> list[Command]:
+        """A server whose settings changed is stopped, to start again (rule 4). The trio
+        layer stops its shared connection, then calls ``server_replaced``."""
+        out = self._stop_session_links(server, why)
+        return out + self.server_lost(server, why) if server in self.links else out
+
+    def server_replaced(self, server: LinkSettings, why: str) -> None:
+        """The old connection of a restarting server has ended: its link takes the new
+        settings; requests held for it go on waiting for the new connection (rule 4)."""
+        self.links[server.name] = _link(self.catalog, server)
+        outage = self.outages.setdefault(server.name, Outage(server.name))
+        # As told when it was stopped: the old connection's own report of its end came after.
+        outage.state, outage.reason, outage.retry_at = RESTARTING, why, None
+
+    def _stop_session_links(self, server: str, why: str) -> list[Command]:
+        """Stop the sessions' own connections to a per-session server."""
+        out: list[Command] = []
+        for name in [n for n, link in self.links.items() if link.session is not None and link.server == server]:
+            out += self.server_lost(name, why)
+            self._forget_subscriptions(name)
+            del self.links[name]
+            out.append(StopUpstream(name))
         return out
 
     def _forget_subscriptions(self, name: str) -> None:

@@ -205,3 +205,48 @@ def test_a_new_prefix_renames_a_servers_items() -> None:
     renamed = [servers[0], attrs.evolve(servers[1], prefix="bee")]
     router.catalogs_renewed(renamed, {"default": None})
     assert tool_names(router) == ["a__echo", "a__other", "bee__echo", "bee__other"]
+
+
+def test_a_changed_server_restarts_in_place_and_calls_meanwhile_wait() -> None:
+    router, clock, servers = two_servers()
+    [(_, _, sent)] = unpack(
+        router.client_message(1, msg(id=7, method="tools/call", params={"name": "b__echo", "arguments": {}}))
+    )
+    out = unpack(router.server_restarting("b", "its configuration changed"))
+    [error] = [m for k, s, m in out if k == "ToClient" and m.get("id") == 7]
+    assert "its configuration changed" in error["error"]["message"]
+    # The old connection's own report of its end comes later, and changes nothing more.
+    router.server_lost("b", "stopped")
+    assert router.client_message(1, msg(id=8, method="tools/call", params={"name": "b__echo", "arguments": {}})) == []
+    changed = attrs.evolve(servers[1], request_timeout=30.0)
+    router.catalogs_renewed([servers[0], changed], {"default": None})
+    router.server_replaced(link_settings(changed), "its configuration changed")
+    assert router.links["b"].request_timeout == 30.0
+    [(_, _, status)] = unpack(
+        router.client_message(1, msg(id=9, method="tools/call", params={"name": "b__nope", "arguments": {}}))
+    )
+    assert status["error"]["code"] == -32602  # a name it never listed is unknown, restart or not
+    router.server_ready("b", {"protocolVersion": "2025-11-25", "capabilities": {"tools": {}}})
+    router.server_items("b", "tools", [{"name": "echo"}])
+    [(kind, server, held)] = unpack(router.server_listed("b"))
+    assert (kind, server, held["params"]["name"]) == ("ToServer", "b", "echo")  # the held call goes now
+    [(_, _, answer)] = unpack(router.server_message("b", msg(id=held["id"], result={"content": []})))
+    assert answer["id"] == 8 and "result" in answer
+    assert router.server_message("b", msg(id=sent["id"], result={})) == []  # the old call's late answer
+
+
+def test_a_removed_per_session_server_stops_every_sessions_connection() -> None:
+    servers = [ServerConfig(name="a", command="x"), ServerConfig(name="p", command="x", isolation="per-session")]
+    router = new_router(Catalog(servers, "__", 50), servers, clock=Clock(), list_changed_debounce=0)
+    for name in ("a", "p"):
+        router.server_ready(name, {"protocolVersion": "2025-11-25", "capabilities": {"tools": {}}})
+        router.server_items(name, "tools", [{"name": "echo"}])
+    router.startup_completed()
+    connect(router, 1, {})
+    [start] = router.client_message(1, msg(id=5, method="tools/call", params={"name": "p__echo", "arguments": {}}))
+    assert type(start).__name__ == "StartUpstream" and start.name == "p@1"
+    out = unpack(router.server_removed("p", "it was removed from the configuration"))
+    assert ("StopUpstream", "p@1", ()) in out
+    [held] = [m for k, s, m in out if k == "ToClient" and m.get("id") == 5]
+    assert held["error"]["data"]["reason"] == "unavailable"
+    assert set(router.links) == {"a"} and router.per_session == set()

@@ -180,3 +180,29 @@ async def test_plugins_are_replaced_live(autojump_clock, tmp_path):
             answer = await client.request("tools/call", {"name": "a__add", "arguments": {"a": 1, "b": 2}})
             assert "result" in answer
             assert len(proxy.upstreams.servers["a"]) == 1
+
+
+async def test_a_changed_server_restarts_and_a_call_meanwhile_waits_for_it(autojump_clock, tmp_path):
+    path = tmp_path / "aggregator.toml"
+    write(path, {"a": "", "h": ""})
+    async with proxy_of(path, {"a": ["slow_stop"], "h": ["hang_call"]}) as proxy:
+        client = await proxy.connect()
+        with trio.fail_after(30):
+            await client.initialize()
+            await client.send({"id": "hung", "method": "tools/call", "params": {"name": "h__hang", "arguments": {}}})
+            await client.request("ping")
+            write(path, {"a": "request_timeout = 30.0", "h": ""})
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(proxy.hub.reload)
+                await trio.sleep(0.5)  # a's old connection takes 2 s to stop
+                # A call to a while it restarts waits for the new connection.
+                answer = await client.request("tools/call", {"name": "a__echo", "arguments": {"x": 1}})
+            assert "result" in answer, answer
+            assert len(proxy.upstreams.servers["a"]) == 2  # started again
+            assert len(proxy.upstreams.servers["h"]) == 1  # unchanged: untouched
+            assert proxy.hub.upstreams["a"].config.request_timeout == 30.0
+            assert proxy.hub.router.links["a"].request_timeout == 30.0
+            answer = await client.request("tools/call", {"name": "h__echo", "arguments": {}})
+            assert "result" in answer
+            # The unchanged server's call in flight goes on.
+            assert "hung" not in [m.get("id") for m in client.inbox]
