@@ -97,10 +97,10 @@ _after_catalog_tasks: weakref.WeakSet[Any] = weakref.WeakSet()
 async def reload_hub(hub: ReloadHost) -> ReloadResult:
     """Reload ``hub``'s config file and apply what changed (one reload at a time per hub)."""
     path = hub.config_path
-    if path is None:
-        return ReloadResult(False, ["this proxy was not started from a config file; nothing to reload"])
-    if hub._nursery is None:
-        return ReloadResult(False, ["the proxy is not running; nothing to reload"])
+    if path is None or hub._nursery is None:
+        why = "this proxy was not started from a config file" if path is None else "the proxy is not running yet"
+        log.warning("reload: %s; nothing to reload", why)
+        return ReloadResult(False, [f"{why}; nothing to reload"])
     lock = _locks.get(hub)
     if lock is None:
         lock = _locks[hub] = trio.Lock()
@@ -176,7 +176,8 @@ async def _apply(hub: ReloadHost, changes: ConfigChanges, plugins: Plugins | Non
             await upstream.ended.wait()
     if waited.cancelled_caught:
         log.warning("reload: some stopped servers did not end within %.0fs; going on", STOP_WAIT)
-    policies = {name: ProfilePolicy(config, None if name == "default" else name) for name in router.catalogs}
+    # The running profiles (``effective`` keeps their set), each with its new rules.
+    policies = {"default": ProfilePolicy(config), **{name: ProfilePolicy(config, name) for name in config.profiles}}
     hub.dispatch_now(router.catalogs_renewed(config.enabled_servers, policies, hub.plugins.catalog_hook))
     for name in changes.starts:
         server = config.servers[name]

@@ -206,3 +206,12 @@ async def test_a_changed_server_restarts_and_a_call_meanwhile_waits_for_it(autoj
             assert "result" in answer
             # The unchanged server's call in flight goes on.
             assert "hung" not in [m.get("id") for m in client.inbox]
+
+
+async def test_a_hub_without_a_config_file_has_nothing_to_reload(autojump_clock, tmp_path):
+    path = tmp_path / "aggregator.toml"
+    write(path, {"a": ""})
+    async with proxy_of(path, {"a": []}) as proxy:
+        proxy.hub.config_path = None
+        result = await proxy.hub.reload()
+        assert not result.ok and result.errors == ["this proxy was not started from a config file; nothing to reload"]
