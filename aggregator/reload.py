@@ -97,8 +97,8 @@ _after_catalog_tasks: weakref.WeakSet[Any] = weakref.WeakSet()
 async def reload_hub(hub: ReloadHost) -> ReloadResult:
     """Reload ``hub``'s config file and apply what changed (one reload at a time per hub)."""
     path = hub.config_path
-    if path is None or hub._nursery is None:
-        why = "this proxy was not started from a config file" if path is None else "the proxy is not running yet"
+    why = _cannot_reload(hub)
+    if why is not None or path is None:
         log.warning("reload: %s; nothing to reload", why)
         return ReloadResult(False, [f"{why}; nothing to reload"])
     lock = _locks.get(hub)
@@ -110,6 +110,16 @@ async def reload_hub(hub: ReloadHost) -> ReloadResult:
         except Exception as exc:  # noqa: BLE001 - a bug in a reload must not stop the proxy
             log.exception("reload: internal error; what was applied before it stays")
             return ReloadResult(False, [f"internal error: {exc!r}"])
+
+
+def _cannot_reload(hub: ReloadHost) -> str | None:
+    if hub.config_path is None:
+        return "this proxy was not started from a config file"
+    if hub._nursery is None:
+        return "the proxy is not running yet"
+    if hub.router.draining:
+        return "the proxy is shutting down"
+    return None
 
 
 async def _reload(hub: ReloadHost, path: Path) -> ReloadResult:
