@@ -103,26 +103,12 @@ class Reconfigure(UpstreamEvents):
         naming = {s.name: ServerNaming(s.name, tool_prefix(s), uri_prefix(s)) for s in servers}
         out: list[Command] = []
         for profile, catalog in self.catalogs.items():
+            # Sessions with a view of their own (per-session servers) are told of it alone.
+            seen = self.views.seen_over(catalog) if self.views else {}
             kinds = renew_catalog(catalog, naming, policies.get(profile, catalog.policy), catalog_hook)
             out += self._announce(kinds, profile)
-            if self.views:
-                out += self._views_renewed(catalog, kinds)
-        return out
-
-    def _views_renewed(self, catalog: Catalog, kinds: list[str]) -> list[Command]:
-        """The sessions whose own view is over ``catalog`` see its new names and order."""
-        out: list[Command] = []
-        for session in list(self.clients):
-            view = self.views.get(session)
-            if view is None or view.shared is not catalog:
-                continue
-            view.naming = catalog.naming
-            view.uri_prefixes = catalog.uri_prefixes
-            view._order = {name: index for index, name in enumerate(catalog.naming)}
-        for server in catalog.naming:
-            for kind in kinds:
-                for session, changed in self.views.shared_changed(catalog, server, kind, True):
-                    out += self._announce(changed, session)
+            for session, changed in self.views.renewed(catalog, seen) if seen else ():
+                out += self._announce(changed, session)
         return out
 
 

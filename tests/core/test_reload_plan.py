@@ -250,3 +250,32 @@ def test_a_removed_per_session_server_stops_every_sessions_connection() -> None:
     [held] = [m for k, s, m in out if k == "ToClient" and m.get("id") == 5]
     assert held["error"]["data"]["reason"] == "unavailable"
     assert set(router.links) == {"a"} and router.per_session == set()
+
+
+def test_a_sessions_own_listing_takes_the_new_rules_too() -> None:
+    servers = [ServerConfig(name="a", command="x"), ServerConfig(name="p", command="x", isolation="per-session")]
+    router = new_router(Catalog(servers, "__", 50), servers, clock=Clock(), list_changed_debounce=0)
+    for name in ("a", "p"):
+        router.server_ready(name, {"protocolVersion": "2025-11-25", "capabilities": {"tools": {}}})
+        router.server_items(name, "tools", [{"name": "echo"}])
+    router.startup_completed()
+    connect(router, 1, {})
+    connect(router, 2, {})
+    [start] = router.client_message(1, msg(id=5, method="tools/call", params={"name": "p__echo", "arguments": {}}))
+    assert start.name == "p@1"
+    [(_, _, sent)] = unpack(
+        router.server_ready("p@1", {"protocolVersion": "2025-11-25", "capabilities": {"tools": {}}})
+    )
+    router.server_message("p@1", msg(id=sent["id"], result={"content": []}))
+    router.server_listing("p@1", {"tools": [{"name": "echo"}, {"name": "gzip"}]})
+    assert tool_names(router, 1) == ["a__echo", "p__echo", "p__gzip"]  # its own listing
+    rules = Config(servers={s.name: s for s in servers}, policy=RuleSet(tools=KindPolicy(deny=("gzip",))))
+    out = unpack(router.catalogs_renewed(servers, {"default": ProfilePolicy(rules)}))
+    # Only session 1 saw gzip: only it is told.
+    assert out == [("ToClient", 1, {"jsonrpc": "2.0", "method": "notifications/tools/list_changed"})]
+    assert tool_names(router, 1) == ["a__echo", "p__echo"]
+    assert tool_names(router, 2) == ["a__echo", "p__echo"]
+    [(_, _, denied)] = unpack(
+        router.client_message(1, msg(id=6, method="tools/call", params={"name": "p__gzip", "arguments": {}}))
+    )
+    assert denied["error"]["code"] == -32602
