@@ -160,12 +160,16 @@ def _add_reload(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         " removed or changed are started, stopped or restarted; clients stay connected.",
     )
     reload.add_argument(
-        "--pid-file", metavar="PATH", default=None, help="the file `serve --pid-file PATH` wrote: send it SIGHUP"
+        "--pid-file",
+        metavar="PATH",
+        default=None,
+        help="the file `serve --pid-file PATH` wrote: send SIGHUP to the process it names",
     )
     reload.add_argument(
         "--admin",
         metavar="URL",
         default=None,
-        help="the proxy's admin listener (http://127.0.0.1:PORT): POST /reload and print what changed",
+        help="the proxy's admin listener (http://127.0.0.1:PORT): POST /reload and print what changed;"
+        " the token, if the listener wants one, is taken from $AGGREGATOR_ADMIN_TOKEN",
     )
     reload.set_defaults(command="reload", run=run_reload)

@@ -2,13 +2,15 @@
 
 With ``--pid-file PATH`` (the file ``serve --pid-file PATH`` writes) it sends the proxy
 SIGHUP; the proxy's log says what changed. With ``--admin URL`` it posts to the admin
-listener's ``/reload`` and prints what the proxy answers.
+listener's ``/reload`` (with ``$AGGREGATOR_ADMIN_TOKEN`` as its bearer token, if set)
+and prints what the proxy answers.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import urllib.error
 import urllib.request
@@ -18,6 +20,7 @@ from typing import Any
 from aggregator.errors import AggregatorError
 from aggregator.reload import signal_reload
 
+TOKEN_VARIABLE = "AGGREGATOR_ADMIN_TOKEN"
 TIMEOUT = 60.0  # a reload waits for stopped servers to end: seconds, not minutes
 
 
@@ -36,6 +39,9 @@ def _reload_by_admin(url: str) -> int:
         raise AggregatorError(f"--admin {url}: expected an http:// or https:// URL")
     target = url.rstrip("/") + "/reload"
     request = urllib.request.Request(target, data=b"", method="POST")
+    token = os.environ.get(TOKEN_VARIABLE)
+    if token:  # from the environment, never the command line (which `ps` shows)
+        request.add_header("Authorization", f"Bearer {token}")
     try:
         with urllib.request.urlopen(request, timeout=TIMEOUT) as response:  # noqa: S310 - the scheme is checked
             body = response.read()

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import http.server
 import json
+import os
 import subprocess
 import sys
 import threading
@@ -167,9 +168,15 @@ def test_reload_keeps_the_session_and_applies_only_what_changed(tmp_path, python
     assert not pid_file.exists()  # removed on exit
 
 
-def run_cli(*args: str) -> subprocess.CompletedProcess:
+def run_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    environment = {k: v for k, v in os.environ.items() if k != "AGGREGATOR_ADMIN_TOKEN"}
     return subprocess.run(
-        [sys.executable, "-m", "aggregator", *args], capture_output=True, text=True, timeout=30, cwd=ROOT
+        [sys.executable, "-m", "aggregator", *args],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        cwd=ROOT,
+        env={**environment, **(env or {})},
     )
 
 
@@ -214,9 +221,11 @@ class ReloadAnswers(http.server.BaseHTTPRequestHandler):
 
     answers: list[tuple[int, bytes]] = []
     paths: list[str] = []
+    tokens: list[str | None] = []
 
     def do_POST(self) -> None:
         self.paths.append(self.path)
+        self.tokens.append(self.headers.get("Authorization"))
         status, body = self.answers.pop(0)
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
@@ -238,15 +247,17 @@ def test_reload_through_an_admin_listener_prints_what_it_answers():
         (200, b"<html>"),
         (404, b"{}"),
     ]
-    ReloadAnswers.paths = []
+    ReloadAnswers.paths, ReloadAnswers.tokens = [], []
     url = f"http://127.0.0.1:{server.server_address[1]}/"
     try:
-        applied, refused, garbled, missing = (run_cli("reload", "--admin", url) for _ in range(4))
+        applied = run_cli("reload", "--admin", url, env={"AGGREGATOR_ADMIN_TOKEN": "a" * 32})
+        refused, garbled, missing = (run_cli("reload", "--admin", url) for _ in range(3))
     finally:
         server.shutdown()
         server.server_close()
         thread.join(timeout=10)
     assert ReloadAnswers.paths == ["/reload"] * 4
+    assert ReloadAnswers.tokens == ["Bearer " + "a" * 32, None, None, None]
     assert (applied.returncode, applied.stdout) == (0, "servers.a: added\n")
     assert refused.returncode == 1 and "error: servers.a.comand: unknown key" in refused.stderr
     assert garbled.returncode == 1 and "not a reload answer" in garbled.stderr
