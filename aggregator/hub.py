@@ -29,15 +29,13 @@ import trio
 
 from aggregator import traffic
 from aggregator.admission import Admission
+from aggregator.catalogs import make_router
 from aggregator.config import Config
-from aggregator.config.core_settings import router_settings
-from aggregator.core.catalog import Catalog
 from aggregator.core.commands import RequestEnded
-from aggregator.core.policy import ProfilePolicy, unmatched_rules
+from aggregator.core.policy import unmatched_rules
 from aggregator.core.router import (
     Answer,
     DropUpstream,
-    Router,
     StartUpstream,
     StopUpstream,
     ToClient,
@@ -53,6 +51,7 @@ from aggregator.metrics import Metrics
 from aggregator.plugin_gate import PluginGate
 from aggregator.plugins import load_plugins
 from aggregator.recent_errors import RecentErrors
+from aggregator.reload import ReloadResult, reload_hub
 from aggregator.shedding import Shedder
 from aggregator.tracing import Tracing
 from aggregator.transports.sink import ClientSink
@@ -65,6 +64,7 @@ class Hub:
     def __init__(self, config: Config, *, connector: Connector | None = None, single_client: bool = False) -> None:
         self.config = config
         self.tracing: Tracing | None = None  # spans per request (``trace``), or none
+        self.config_path: Path | None = None  # the file it came from: what ``reload`` reads
         # How upstreams are reached; None means by their configured transport. Tests pass
         # an in-memory connector to run fake servers without processes. ``single_client``:
         # it serves stdio alone, so shared servers may see that one client's roots.
@@ -75,7 +75,7 @@ class Hub:
         # Catalog hooks run inside the core; what they leave to do (I/O) runs in a task here.
         self._catalog_hooks_ran = trio.Event()
         self.plugins.catalog_changed = lambda: self._catalog_hooks_ran.set()
-        self.router = self._make_router(single_client)
+        self.router, self.catalog = make_router(config, self.plugins, single_client, self._server_request_allowed)
         self.upstreams = {server.name: UpstreamSession(self, server) for server in servers}
         # The network endpoints' shared caps (connections, sessions); none while draining.
         self.admission = Admission(
@@ -120,34 +120,6 @@ class Hub:
         self._handling = self.router.tallies.proxy["client"]  # how long routing took, per message
         self.metrics = Metrics(self)  # GET /metrics: read from the tables above at each scrape
 
-    def _make_router(self, single_client: bool) -> Router:
-        """The router, with a catalog per profile over one store of every server's items."""
-        config = self.config
-        servers = config.enabled_servers
-        proxy = config.proxy
-        store: dict[str, Any] = {}  # every server's items, shared by the profiles' catalogs
-
-        def catalog_for(profile: str | None) -> Catalog:
-            return Catalog(
-                servers,
-                proxy.separator,
-                proxy.page_size,
-                store=store,
-                policy=ProfilePolicy(config, profile),
-                max_name_length=proxy.max_name_length,
-                charset=proxy.name_charset,
-                catalog_hook=self.plugins.catalog_hook,
-            )
-
-        self.catalog = catalog_for(None)
-        return Router(
-            self.catalog,
-            router_settings(config, servers=servers, single_client=single_client),
-            clock=trio.current_time,
-            profiles={name: catalog_for(name) for name in config.profiles},
-            server_request_policy=self._server_request_allowed,
-        )
-
     # --- lifetime -----------------------------------------------------------------------
 
     async def run(self, *, task_status: trio.TaskStatus[Hub] = trio.TASK_STATUS_IGNORED) -> None:
@@ -168,6 +140,10 @@ class Hub:
         finally:
             self.recent_errors.detach()
             await self.plugins.done()
+
+    async def reload(self) -> ReloadResult:
+        """Read ``config_path`` again and apply what changed, clients staying connected."""
+        return await reload_hub(self)
 
     async def _after_catalog(self) -> None:
         """Run the plugins' after_catalog hooks, outside the core, once catalog hooks ran."""

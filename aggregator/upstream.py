@@ -104,6 +104,7 @@ class UpstreamSession:
         self.client_capabilities = client_capabilities
         self.log = logging.getLogger(f"aggregator.server.{config.name}")
         self.cancel_scope = trio.CancelScope()
+        self.ended = trio.Event()  # its supervisor returned: its process is stopped
         self.outbox: Outbox | None = None
         self.state = "starting"  # starting, ready, down (starting again soon)
         self.last_error: str | None = None
@@ -176,12 +177,15 @@ class UpstreamSession:
 
     async def run(self) -> None:
         """Run this upstream until cancelled, restarting it whenever it is lost."""
-        with self.cancel_scope:
-            if self.per_session:
-                reason = await self._attempt()
-                self.log.info("server %s: session connection ended: %s", self.name, reason)
-                return
-            await self._supervise()
+        try:
+            with self.cancel_scope:
+                if self.per_session:
+                    reason = await self._attempt()
+                    self.log.info("server %s: session connection ended: %s", self.name, reason)
+                    return
+                await self._supervise()
+        finally:
+            self.ended.set()
 
     async def _supervise(self) -> None:
         while True:

@@ -12,6 +12,7 @@ from aggregator.cli.check import run_check
 from aggregator.cli.common import DEFAULT_CONFIG
 from aggregator.cli.convert import run_import
 from aggregator.cli.logs import FORMATS, LEVELS
+from aggregator.cli.reload import run_reload
 from aggregator.cli.serve import run_serve
 from aggregator.cli.status import run_status
 
@@ -30,6 +31,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_approve(sub)
     _add_import(sub)
     _add_status(sub)
+    _add_reload(sub)
     return parser
 
 
@@ -98,6 +100,17 @@ def _add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         default=None,
         help="serve /healthz, /readyz, /status, /metrics and POST /reload at http://HOST:PORT"
         " (default: http.admin_listen from the config)",
+    )
+    serve.add_argument(
+        "--watch",
+        action="store_true",
+        help="reload the config whenever the file changes (looked at every second), as on SIGHUP",
+    )
+    serve.add_argument(
+        "--pid-file",
+        metavar="PATH",
+        default=None,
+        help="write the proxy's process id here (for `aggregator reload --pid-file PATH`); removed on exit",
     )
     serve.set_defaults(command="serve", run=run_serve)
 
@@ -186,3 +199,27 @@ def _add_status(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     )
     status.add_argument("--json", action="store_true", help="print status.json as it came")
     status.set_defaults(command="status", run=run_status)
+
+
+def _add_reload(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    reload = _command(
+        sub,
+        "reload",
+        help="make a running proxy read its config again",
+        description="Make a running proxy reload its config file, as SIGHUP does: servers added,"
+        " removed or changed are started, stopped or restarted; clients stay connected.",
+    )
+    reload.add_argument(
+        "--pid-file",
+        metavar="PATH",
+        default=None,
+        help="the file `serve --pid-file PATH` wrote: send SIGHUP to the process it names",
+    )
+    reload.add_argument(
+        "--admin",
+        metavar="URL",
+        default=None,
+        help="the proxy's admin listener (http://127.0.0.1:PORT): POST /reload and print what changed;"
+        " the token, if the listener wants one, is taken from $AGGREGATOR_ADMIN_TOKEN",
+    )
+    reload.set_defaults(command="reload", run=run_reload)

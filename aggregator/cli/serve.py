@@ -23,6 +23,7 @@ from aggregator.cli.common import INTERRUPTED, command_config, status_lines
 from aggregator.config import Config, parse_listen, same_listener
 from aggregator.errors import AggregatorError, ConfigError
 from aggregator.hub import Hub
+from aggregator.reload import remove_pid_file, watch_config, write_pid_file
 from aggregator.tracing import from_environment
 
 log = logging.getLogger("aggregator")
@@ -50,7 +51,14 @@ def run_serve(args: argparse.Namespace) -> int:
             " the WebSocket endpoint needs a port of its own"
         )
     stdio = args.stdio or (listen is None and ws_listen is None)
-    stopped_by = trio.run(_serve_all, config, path.resolve(), stdio, listen, ws_listen, admin_listen)
+    pid_file = Path(args.pid_file) if args.pid_file else None
+    if pid_file is not None:
+        write_pid_file(pid_file)
+    try:
+        stopped_by = trio.run(_serve_all, config, path.resolve(), stdio, listen, ws_listen, admin_listen, args.watch)
+    finally:
+        if pid_file is not None:
+            remove_pid_file(pid_file)
     return INTERRUPTED if stopped_by == signal.SIGINT else 0
 
 
@@ -61,9 +69,9 @@ async def _serve_all(
     listen: str | None,
     ws_listen: str | None,
     admin_listen: str | None = None,
+    watch: bool = False,
 ) -> signal.Signals | None:
     """Serve until the stdio client leaves or a signal comes; return the signal, if one did."""
-    from aggregator.session import serve_stream_session
     from aggregator.transports.stdio import OwnStdio
 
     # An address that cannot be used is found before any server starts (and again when
@@ -75,16 +83,16 @@ async def _serve_all(
     # A person reads the greeting: at stdin for stdio (they may type), else at stderr.
     interactive = os.isatty(0) if stdio else os.isatty(2)
     # With no network front the stdio client is the only one there can ever be.
-    hub = Hub(config, single_client=stdio and listen is None and ws_listen is None)
-    tracing = from_environment()
-    if tracing is not None:
-        hub.trace(tracing)
+    hub = _hub(config, path, single_client=stdio and listen is None and ws_listen is None)
     cannot_listen: str | None = None
     stopped_by: list[signal.Signals] = []
     try:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(_cancel_on_signals, nursery.cancel_scope, hub, stopped_by)
+            nursery.start_soon(_reload_on_sighup, hub)
             await nursery.start(hub.run)
+            if watch:
+                nursery.start_soon(watch_config, hub, path)
             urls, cannot_listen = await _start_endpoints(nursery, hub, config, listen, ws_listen, admin_listen)
             if cannot_listen is not None:
                 # Raised once the nursery has stopped the servers it started, so that the
@@ -95,18 +103,8 @@ async def _serve_all(
                 _print_urls(urls, stdio)
                 nursery.start_soon(_greet, hub, path, stdio)
             nursery.start_soon(_settle_memory, hub)
-            if own is not None:
-                ended_by_client = await serve_stream_session(hub, own.receive, own.send, label="stdio")
-                if ended_by_client or (listen is None and ws_listen is None):
-                    log.info("the stdio session ended; shutting down")
-                    nursery.cancel_scope.cancel()
-                else:
-                    # A failure in the stdio client's session ends that session, not the
-                    # network clients': close stdout so the stdio client sees the end.
-                    log.error("the stdio session failed; still serving the network endpoints")
-                    with trio.CancelScope(shield=True):
-                        await own.aclose()
-                    own = None
+            if own is not None and await _serve_stdio(hub, own, nursery, listen is None and ws_listen is None):
+                own = None
     finally:
         if own is not None:
             with trio.CancelScope(shield=True):
@@ -116,6 +114,34 @@ async def _serve_all(
         if cannot_listen is not None:
             raise AggregatorError(cannot_listen)
     return stopped_by[0] if stopped_by else None
+
+
+async def _serve_stdio(hub: Hub, own: Any, nursery: trio.Nursery, alone: bool) -> bool:
+    """Serve the stdio client until it leaves (then, or if it is ``alone``, stop the proxy);
+    True if its session failed and stdout was closed while the network endpoints go on."""
+    from aggregator.session import serve_stream_session
+
+    ended_by_client = await serve_stream_session(hub, own.receive, own.send, label="stdio")
+    if ended_by_client or alone:
+        log.info("the stdio session ended; shutting down")
+        nursery.cancel_scope.cancel()
+        return False
+    # A failure in the stdio client's session ends that session, not the network
+    # clients': close stdout so the stdio client sees the end.
+    log.error("the stdio session failed; still serving the network endpoints")
+    with trio.CancelScope(shield=True):
+        await own.aclose()
+    return True
+
+
+def _hub(config: Config, path: Path, *, single_client: bool) -> Hub:
+    """The hub, traced if the environment asks for it, reloading from ``path``."""
+    hub = Hub(config, single_client=single_client)
+    tracing = from_environment()
+    if tracing is not None:
+        hub.trace(tracing)
+    hub.config_path = path
+    return hub
 
 
 async def _probe_listener(address: str) -> None:
@@ -191,13 +217,22 @@ def _print_urls(urls: list[str], stdio: bool) -> None:
     print("\n".join(lines), file=sys.stderr, flush=True)
 
 
+async def _reload_on_sighup(hub: Hub) -> None:
+    """SIGHUP: reload the config file (``Hub.reload``); the proxy goes on either way."""
+    with trio.open_signal_receiver(signal.SIGHUP) as signals:
+        async for _ in signals:
+            log.info("received SIGHUP; reloading %s", hub.config_path)
+            await hub.reload()
+
+
 async def _cancel_on_signals(
     scope: trio.CancelScope, hub: Hub | None = None, stopped_by: list[signal.Signals] | None = None
 ) -> None:
-    """SIGTERM, SIGINT or SIGHUP: finish what is in flight (up to proxy.drain_timeout,
-    taking nothing new), then stop everything. A second signal stops at once. The first
-    signal is appended to ``stopped_by`` (SIGINT, Ctrl-C, makes the exit status 130)."""
-    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
+    """SIGTERM or SIGINT: finish what is in flight (up to proxy.drain_timeout, taking
+    nothing new), then stop everything. A second signal stops at once. The first signal is
+    appended to ``stopped_by`` (SIGINT, Ctrl-C, makes the exit status 130). (SIGHUP
+    reloads the config: ``_reload_on_sighup``.)"""
+    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
         async for signum in signals:
             log.info("received %s; shutting down", signal.Signals(signum).name)
             if stopped_by is not None:

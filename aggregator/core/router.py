@@ -23,7 +23,8 @@ own one part of the rules, combined as one class over one typed state
 - ``upstream_control``: the proxy's own requests to each upstream, one table per link
   for its lifecycle (``upstream_lifecycle``: handshake, listing) and the router's own;
 - ``upstream_events``: upstreams ready, listed, overloaded, lost, out between starts;
-- ``announcements``: list_changed notices and their debounce.
+- ``announcements``: list_changed notices and their debounce;
+- ``reconfigure``: servers removed and added, catalogs renewed, on a live reload.
 
 Theory of operation
 -------------------
@@ -89,6 +90,7 @@ from aggregator.core.inflight import InFlight
 from aggregator.core.input_bridge import InputBridge
 from aggregator.core.modern_callers import ModernCallers
 from aggregator.core.parked import ParkedCalls
+from aggregator.core.reconfigure import Reconfigure
 from aggregator.core.reverse_requests import ReverseRequests
 from aggregator.core.roots import Roots
 from aggregator.core.server_messages import ServerMessages
@@ -146,6 +148,7 @@ class Router(
     InputBridge,
     Roots,
     UpstreamControl,
+    Reconfigure,
     UpstreamEvents,
     Announcements,
     InFlight,

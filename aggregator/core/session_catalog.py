@@ -325,6 +325,31 @@ class SessionViews:
                     out.append((session, kinds))
         return out
 
+    def seen_over(self, profile: Catalog) -> dict[int, dict[str, Items]]:
+        """What each session with a view over ``profile`` sees now (before a renewal)."""
+        return {session: view._snapshot() for session, view in self._views.items() if view.shared is profile}
+
+    def renewed(self, profile: Catalog, seen: dict[int, dict[str, Items]]) -> list[tuple[int, list[str]]]:
+        """``profile`` was renewed in place (a reload: servers, names, rules): each view over
+        it takes its names, order and rules, for the session's own listings too. Returns
+        (session, kinds) for each view whose visible lists changed since ``seen``."""
+        out = []
+        for session, before in seen.items():
+            view = self._views[session]
+            view.naming, view.uri_prefixes = profile.naming, profile.uri_prefixes
+            view._order = {name: index for index, name in enumerate(profile.naming)}
+            for server, own in view.own.items():
+                own.naming = {server: profile.naming[server]}
+                own.uri_prefixes = {n.uri_prefix.lower(): n.name for n in own.naming.values() if n.uri_prefix}
+                own.policy = profile.policy
+                for kind in KINDS:
+                    own.rebuild(kind)
+            view._settle(rebuild=True)
+            kinds = view._changed_since(before)
+            if kinds:
+                out.append((session, kinds))
+        return out
+
     def lost(self, session: int, server: str) -> tuple[list[str], bool]:
         """A session's own connection to ``server`` ended: (the kinds that changed for it,
         whether it has no view any more)."""

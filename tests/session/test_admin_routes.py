@@ -46,20 +46,22 @@ async def test_metrics_and_reload_when_the_hub_has_them(caplog):
     async with running_fronts() as fronts, trio.open_nursery() as nursery:
         admin = free_port()
         await nursery.start(AdminEndpoint(fronts.hub, fronts.hub.config.http).serve, f"127.0.0.1:{admin}")
-        for port in (fronts.http_port, admin):
-            assert (await ask(port, "GET", "/metrics")).status == 404
-        fronts.hub.metrics = Exposition()  # type: ignore[attr-defined]
+        for port in (fronts.http_port, admin):  # the hub's own metrics, on both listeners
+            response = await ask(port, "GET", "/metrics")
+            assert response.status == 200 and b"aggregator_" in response.body
+        fronts.hub.metrics = Exposition()  # type: ignore[assignment]
         for port in (fronts.http_port, admin):
             response = await ask(port, "GET", "/metrics")
             assert response.status == 200 and response.body == b"aggregator_up 1\n"
             assert response.headers["content-type"].startswith("text/plain; version=0.0.4")
-        assert (await ask(admin, "POST", "/reload")).status == 404
+        response = await ask(admin, "POST", "/reload")  # the hub's own: it has no file to read again
+        assert response.status == 422 and json.loads(response.body)["ok"] is False
         outcomes = [Reloaded(True, [], ["servers.b: added"]), Reloaded(False, ["servers.b.command: required"], [])]
 
         async def reload() -> Reloaded:
             return outcomes.pop(0)
 
-        fronts.hub.reload = reload  # type: ignore[attr-defined]
+        fronts.hub.reload = reload  # type: ignore[method-assign,assignment]
         response = await ask(admin, "POST", "/reload")
         assert response.status == 200
         assert json.loads(response.body) == {"ok": True, "errors": [], "changes": ["servers.b: added"]}
@@ -71,7 +73,7 @@ async def test_metrics_and_reload_when_the_hub_has_them(caplog):
         async def broken() -> Reloaded:
             raise RuntimeError("reload blew up")
 
-        fronts.hub.reload = broken  # type: ignore[attr-defined]
+        fronts.hub.reload = broken  # type: ignore[method-assign,assignment]
         with caplog.at_level(logging.ERROR, logger="aggregator"):
             response = await ask(admin, "POST", "/reload")
         assert response.status == 500 and json.loads(response.body)["error"]["data"]["reason"] == "internal"

@@ -1,0 +1,67 @@
+"""``aggregator reload``: tell a running proxy to read its config file again.
+
+With ``--pid-file PATH`` (the file ``serve --pid-file PATH`` writes) it sends the proxy
+SIGHUP; the proxy's log says what changed. With ``--admin URL`` it posts to the admin
+listener's ``/reload`` (with ``$AGGREGATOR_ADMIN_TOKEN`` as its bearer token, if set)
+and prints what the proxy answers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from aggregator.errors import AggregatorError
+from aggregator.reload import signal_reload
+
+TOKEN_VARIABLE = "AGGREGATOR_ADMIN_TOKEN"
+TIMEOUT = 60.0  # a reload waits for stopped servers to end: seconds, not minutes
+
+
+def run_reload(args: argparse.Namespace) -> int:
+    if args.admin:
+        return _reload_by_admin(args.admin)
+    if not args.pid_file:
+        raise AggregatorError("say which proxy: --pid-file PATH (as given to serve) or --admin URL")
+    pid = signal_reload(Path(args.pid_file))
+    print(f"sent SIGHUP to the aggregator (pid {pid}); its log says what changed", file=sys.stderr)
+    return 0
+
+
+def _reload_by_admin(url: str) -> int:
+    if not url.startswith(("http://", "https://")):
+        raise AggregatorError(f"--admin {url}: expected an http:// or https:// URL")
+    target = url.rstrip("/") + "/reload"
+    request = urllib.request.Request(target, data=b"", method="POST")
+    token = os.environ.get(TOKEN_VARIABLE)
+    if token:  # from the environment, never the command line (which `ps` shows)
+        request.add_header("Authorization", f"Bearer {token}")
+    try:
+        with urllib.request.urlopen(request, timeout=TIMEOUT) as response:  # noqa: S310 - the scheme is checked
+            body = response.read()
+    except urllib.error.HTTPError as exc:
+        raise AggregatorError(f"{target}: HTTP {exc.code} {exc.reason}") from None
+    except (urllib.error.URLError, OSError) as exc:
+        reason = getattr(exc, "reason", exc)
+        raise AggregatorError(f"{target}: {reason}") from None
+    try:
+        answer: Any = json.loads(body)
+        ok, errors, changes = bool(answer["ok"]), list(answer["errors"]), list(answer["changes"])
+    except (ValueError, KeyError, TypeError):
+        raise AggregatorError(f"{target}: not a reload answer: {body[:200]!r}") from None
+    for line in changes:
+        print(line)
+    for line in errors:
+        print(f"error: {line}", file=sys.stderr)
+    if not ok:
+        print("the config was rejected; the running one stays", file=sys.stderr)
+        return 1
+    if not changes:
+        print("nothing changed")
+    return 0

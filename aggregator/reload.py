@@ -1,0 +1,322 @@
+"""Live reload: read the config file again and apply what changed while clients stay connected.
+
+``reload_hub(hub)`` (``Hub.reload``) loads and validates the file the hub was started with.
+A file that does not load changes nothing: its problems come back, each with its key path,
+and the running configuration stays. Otherwise ``config.changes`` says what changed and it
+is applied in this order, one reload at a time:
+
+1. plugins, if their config changed: the new ones are built and their load hooks run
+   (one that cannot be built rejects the whole reload), then they replace the old ones,
+   whose done hooks run;
+2. removed and changed servers leave the router (what is in flight to them is answered,
+   their items leave the catalogs) and their connections are stopped, waited for;
+3. every profile's catalog is renewed with the new servers and rules (clients whose lists
+   changed hear ``notifications/*/list_changed``);
+4. added and changed servers start, as at startup; clients hear of their items once listed.
+
+Unchanged servers are not touched: their connections and processes go on. What cannot change
+live (``[proxy]``, ``[http]``, which profiles exist and their tokens) is reported as needing a
+restart and otherwise ignored.
+
+``watch_config`` polls the file once a second and reloads when its contents change
+(``serve --watch``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import logging
+import os
+import signal
+import weakref
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+import attrs
+import trio
+
+from aggregator.config import Config, load_config
+from aggregator.config.changes import ConfigChanges, plan_changes
+from aggregator.config.core_settings import link_settings
+from aggregator.core.policy import ProfilePolicy
+from aggregator.errors import AggregatorError, ConfigError
+from aggregator.plugin_gate import GateHost, PluginGate
+from aggregator.plugins import Plugins, load_plugins
+from aggregator.upstream import UpstreamHost, UpstreamSession
+
+if TYPE_CHECKING:
+    from aggregator.core.router import Router
+
+log = logging.getLogger(__name__)
+
+# How long a reload waits for a removed or changed server's connection to stop (its stop
+# ladder: stdin closed, 2 s, SIGTERM, 2 s, SIGKILL).
+STOP_WAIT = 10.0
+# Why a changed server's requests in flight failed, and what a call held for it hears.
+CHANGED = "its configuration changed"
+# How often ``watch_config`` looks at the file.
+WATCH_INTERVAL = 1.0
+
+
+@attrs.define
+class ReloadResult:
+    """What a reload did: ``ok`` False when the new config was rejected (``errors`` say
+    why, each with its key path); ``changes``: one line per change applied or ignored."""
+
+    ok: bool
+    errors: list[str] = attrs.field(factory=list)
+    changes: list[str] = attrs.field(factory=list)
+
+
+class ReloadHost(UpstreamHost, GateHost, Protocol):
+    """What a reload needs of the hub (the hub is one; this module does not import it),
+    including the wiring of the plugins' hooks it replaces."""
+
+    config: Config
+    config_path: Path | None
+    router: Router
+    upstreams: dict[str, UpstreamSession]
+    plugins: Plugins
+    gate: PluginGate
+    _nursery: trio.Nursery | None
+    _catalog_hooks_ran: trio.Event
+    _watched: dict[tuple[int, Any], Any]
+    _notification_hooks: bool
+
+    async def _after_catalog(self) -> None:
+        """Run the plugins' after_catalog hooks whenever catalog hooks ran (forever)."""
+
+
+# Per hub: one reload at a time; whether its after_catalog task runs.
+_locks: weakref.WeakKeyDictionary[Any, trio.Lock] = weakref.WeakKeyDictionary()
+_after_catalog_tasks: weakref.WeakSet[Any] = weakref.WeakSet()
+
+
+async def reload_hub(hub: ReloadHost) -> ReloadResult:
+    """Reload ``hub``'s config file and apply what changed (one reload at a time per hub)."""
+    path = hub.config_path
+    why = _cannot_reload(hub)
+    if why is not None or path is None:
+        log.warning("reload: %s; nothing to reload", why)
+        return ReloadResult(False, [f"{why}; nothing to reload"])
+    lock = _locks.get(hub)
+    if lock is None:
+        lock = _locks[hub] = trio.Lock()
+    async with lock:
+        try:
+            return await _reload(hub, path)
+        except Exception as exc:  # noqa: BLE001 - a bug in a reload must not stop the proxy
+            log.exception("reload: internal error; what was applied before it stays")
+            return ReloadResult(False, [f"internal error: {exc!r}"])
+
+
+def _cannot_reload(hub: ReloadHost) -> str | None:
+    if hub.config_path is None:
+        return "this proxy was not started from a config file"
+    if hub._nursery is None:
+        return "the proxy is not running yet"
+    if hub.router.draining:
+        return "the proxy is shutting down"
+    return None
+
+
+async def _reload(hub: ReloadHost, path: Path) -> ReloadResult:
+    try:
+        # Read in the event loop: a config file is small, and a thread would let a virtual
+        # clock (the tests') jump past every deadline while it reads.
+        loaded = load_config(path)
+    except ConfigError as exc:
+        log.error("reload: %s is rejected; the running config stays:\n%s", path, _indented(exc.problems))
+        return ReloadResult(False, list(exc.problems))
+    changes = plan_changes(hub.config, attrs.evolve(loaded, directory=hub.config.directory))
+    lines = changes.describe()
+    restart = set(lines[len(lines) - len(changes.needs_restart) :])
+    if not changes.anything:
+        for line in lines:
+            log.warning("reload: %s", line)
+        log.info("reload: %s: nothing to apply", path)
+        return ReloadResult(True, [], lines)
+    plugins: Plugins | None = None
+    if changes.plugins_changed:
+        try:
+            plugins = _build_plugins(changes.effective)
+        except ConfigError as exc:
+            log.error("reload: %s is rejected; the running config stays:\n%s", path, _indented(exc.problems))
+            return ReloadResult(False, list(exc.problems))
+    await _apply(hub, changes, plugins)
+    for line in lines:
+        log.log(logging.WARNING if line in restart else logging.INFO, "reload: %s", line)
+    return ReloadResult(True, [], lines)
+
+
+def _indented(problems: list[str]) -> str:
+    return "\n".join(f"  {problem}" for problem in problems)
+
+
+def _build_plugins(config: Config) -> Plugins:
+    return load_plugins(list(config.plugins), Path(config.directory) if config.directory else None)
+
+
+async def _apply(hub: ReloadHost, changes: ConfigChanges, plugins: Plugins | None) -> None:
+    config = changes.effective
+    if plugins is not None:
+        await _swap_plugins(hub, plugins)
+    running, hub.config = hub.config, config
+    router = hub.router
+    stopping: list[UpstreamSession] = []
+    # Changed servers restart in place (calls naming them wait for the new connection),
+    # unless their isolation changed: those are removed and added.
+    restarting = {n for n in changes.changed if running.servers[n].isolation == config.servers[n].isolation}
+    for name in changes.restarts:
+        if name in restarting:
+            hub.dispatch_now(router.server_restarting(name, CHANGED))
+        else:
+            why = CHANGED if name in changes.changed else "it was removed from the configuration"
+            hub.dispatch_now(router.server_removed(name, why))
+        for key, upstream in list(hub.upstreams.items()):
+            if upstream.config.name == name:
+                del hub.upstreams[key]
+                upstream.cancel_scope.cancel()
+                stopping.append(upstream)
+        hub.server_settled(name)  # startup, if not over yet, waits for it no more
+    with trio.move_on_after(STOP_WAIT) as waited:
+        for upstream in stopping:
+            await upstream.ended.wait()
+    if waited.cancelled_caught:
+        log.warning("reload: some stopped servers did not end within %.0fs; going on", STOP_WAIT)
+    # The running profiles (``effective`` keeps their set), each with its new rules.
+    policies = {"default": ProfilePolicy(config), **{name: ProfilePolicy(config, name) for name in config.profiles}}
+    hub.dispatch_now(router.catalogs_renewed(config.enabled_servers, policies, hub.plugins.catalog_hook))
+    for name in changes.starts:
+        server = config.servers[name]
+        if name in restarting:
+            router.server_replaced(link_settings(server), CHANGED)
+        else:
+            router.server_added(link_settings(server))
+        upstream = UpstreamSession(hub, server)
+        hub.upstreams[name] = upstream
+        assert hub._nursery is not None
+        hub._nursery.start_soon(upstream.run, name=f"upstream {name}")
+
+
+async def _swap_plugins(hub: ReloadHost, plugins: Plugins) -> None:
+    """Run the new plugins' load hooks, put them in place of the old ones (in the hub's
+    wiring of hooks, as ``Hub.__init__`` and ``Hub.run`` set it), run the old ones' done
+    hooks. A request a hook of the old ones is deciding on finishes with them."""
+    await plugins.load()
+    old = hub.plugins
+    if old.after_catalog_hooks:
+        _after_catalog_tasks.add(hub)  # started by ``Hub.run``
+    hub.plugins = plugins
+    hub.plugins.catalog_changed = _setter(hub)
+    hub.gate = PluginGate(hub, plugins)
+    hub.gate.nursery = hub._nursery
+    hub._watched = hub.gate.watched
+    hub._notification_hooks = plugins.watch_notifications
+    if plugins.after_catalog_hooks and hub not in _after_catalog_tasks and hub._nursery is not None:
+        _after_catalog_tasks.add(hub)
+        hub._nursery.start_soon(hub._after_catalog)
+    await old.done()
+
+
+def _setter(hub: ReloadHost) -> Callable[[], None]:
+    """What the plugins call when their catalog hooks ran: wake the hub's after_catalog task."""
+    return lambda: hub._catalog_hooks_ran.set()
+
+
+async def watch_config(hub: ReloadHost, path: Path, interval: float = WATCH_INTERVAL) -> None:
+    """Reload ``hub`` whenever ``path``'s contents change (looked at every ``interval``
+    seconds; a file being written is read again at the next look)."""
+    seen = _digest(path)
+    while True:
+        await trio.sleep(interval)
+        now = _digest(path)
+        if now is None or now == seen:
+            continue
+        seen = now
+        log.info("the config file %s changed; reloading", path)
+        await reload_hub(hub)
+
+
+def _digest(path: Path) -> bytes | None:
+    """The file's contents' hash, or None while it cannot be read."""
+    try:
+        return hashlib.sha256(path.read_bytes()).digest()
+    except OSError:
+        return None
+
+
+# --- the pid file (``serve --pid-file``, ``aggregator reload --pid-file``) -----------------
+
+
+def write_pid_file(path: Path) -> None:
+    """Write this process's id to ``path`` (refused while another live process's is there)."""
+    other = _pid_in(path)
+    if other is not None and other != os.getpid() and _alive(other):
+        raise AggregatorError(f"--pid-file {path}: process {other} is running with it already")
+    try:
+        temporary = path.with_name(path.name + ".tmp")
+        temporary.write_text(f"{os.getpid()}\n")
+        temporary.replace(path)
+    except OSError as exc:
+        raise AggregatorError(f"--pid-file {path}: cannot write it: {exc.strerror or exc}") from None
+
+
+def remove_pid_file(path: Path) -> None:
+    """Remove ``path`` if it still holds this process's id."""
+    if _pid_in(path) == os.getpid():
+        with contextlib.suppress(OSError):
+            path.unlink()
+
+
+def signal_reload(path: Path) -> int:
+    """Send SIGHUP to the proxy whose id ``path`` holds; return that id."""
+    try:
+        text = path.read_text().strip()
+    except OSError as exc:
+        raise AggregatorError(
+            f"cannot read {path}: {exc.strerror or exc} (is the proxy running with --pid-file {path}?)"
+        ) from None
+    if not text.isdigit() or int(text) <= 1:
+        raise AggregatorError(f"{path} does not hold a process id")
+    pid = int(text)
+    if not _is_aggregator(pid):
+        raise AggregatorError(f"process {pid} (from {path}) is not a running aggregator; a stale pid file?")
+    try:
+        os.kill(pid, signal.SIGHUP)
+    except ProcessLookupError:
+        raise AggregatorError(f"no process {pid} (from {path}); a stale pid file?") from None
+    except PermissionError:
+        raise AggregatorError(f"not allowed to signal process {pid} (from {path})") from None
+    return pid
+
+
+def _pid_in(path: Path) -> int | None:
+    try:
+        text = path.read_text().strip()
+    except OSError:
+        return None
+    return int(text) if text.isdigit() else None
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _is_aggregator(pid: int) -> bool:
+    """Whether ``pid`` runs an aggregator (its command line says so, where /proc tells)."""
+    if not _alive(pid):
+        return False
+    try:
+        command = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return True  # no /proc here: the id is all there is to go by
+    return b"aggregator" in command

@@ -1,0 +1,217 @@
+"""``Hub.reload`` inside a running proxy (memory streams, fake servers, virtual clock): the
+file is read again and only what changed is applied while a client stays connected."""
+
+from __future__ import annotations
+
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from aggregator.config import load_config
+from aggregator.hub import Hub
+from tests.session.harness import Client, FakeUpstreams, Proxy
+
+
+def write(path: Path, servers: dict[str, str], extra: str = "") -> None:
+    """A config of fake servers (each with its own extra TOML lines) and more tables."""
+    text = "[proxy]\nstartup_timeout = 5.0\nlist_changed_debounce = 0\n"
+    for name, lines in servers.items():
+        text += f'\n[servers.{name}]\ncommand = "fake"\ninit_timeout = 2.0\n{lines}\n'
+    path.write_text(text + extra)
+
+
+@asynccontextmanager
+async def proxy_of(path: Path, modes: dict[str, list[str]]) -> Any:
+    upstreams = FakeUpstreams(modes)
+    hub = Hub(load_config(path), connector=upstreams)
+    hub.config_path = path
+    async with trio.open_nursery() as nursery:
+        await nursery.start(hub.run)
+        yield Proxy(hub, upstreams, nursery)
+        nursery.cancel_scope.cancel()
+
+
+async def names(client: Client) -> list[str]:
+    return sorted(tool["name"] for tool in await client.list_all("tools/list", "tools"))
+
+
+async def changed_lists(client: Client) -> list[str]:
+    """The list_changed notifications that came since the last look (a ping flushes them in)."""
+    await client.request("ping")
+    seen = [n["method"] for n in client.notifications]
+    client.notifications.clear()
+    return seen
+
+
+async def test_servers_added_removed_and_ruled_while_the_client_stays(autojump_clock, tmp_path):
+    path = tmp_path / "aggregator.toml"
+    write(path, {"a": "", "b": ""})
+    async with proxy_of(path, {"a": [], "b": [], "c": ["many:2"]}) as proxy:
+        client = await proxy.connect()
+        with trio.fail_after(30):
+            await client.initialize()
+            assert {"a__add", "a__echo", "b__echo"} <= set(await names(client))
+            write(path, {"a": '[servers.a.tools]\ndeny = ["add"]', "c": ""})
+            result = await proxy.hub.reload()
+            assert result.ok and result.errors == []
+            assert result.changes == ["servers.c: added", "servers.b: removed", "policy: changed; catalogs rebuilt"]
+            assert "notifications/tools/list_changed" in await changed_lists(client)
+            await proxy.hub.startup_done.wait()
+            for _ in range(100):  # c lists a moment after it starts
+                if "c__t0" in await names(client):
+                    break
+                await trio.sleep(0.1)
+            tools = await names(client)
+            assert "c__t1" in tools and "a__echo" in tools
+            assert "a__add" not in tools and not any(name.startswith("b__") for name in tools)
+            assert "notifications/tools/list_changed" in await changed_lists(client)
+            assert len(proxy.upstreams.servers["a"]) == 1  # a was never restarted
+            assert set(proxy.hub.upstreams) == {"a", "c"}
+            answer = await client.request("tools/call", {"name": "c__t0", "arguments": {}})
+            assert "result" in answer
+            answer = await client.request("tools/call", {"name": "a__add", "arguments": {"a": 1, "b": 2}})
+            assert answer["error"]["code"] == -32602  # hidden now: as absent as a name never listed
+
+
+async def test_a_bad_file_is_rejected_and_the_running_config_stays(autojump_clock, tmp_path):
+    path = tmp_path / "aggregator.toml"
+    write(path, {"a": ""})
+    async with proxy_of(path, {"a": []}) as proxy:
+        client = await proxy.connect()
+        with trio.fail_after(30):
+            await client.initialize()
+            before = proxy.hub.config
+            write(path, {"a": "comand = 1", "b": "request_timeout = -1"})
+            result = await proxy.hub.reload()
+            assert not result.ok and result.changes == []
+            assert any(e.startswith("servers.a.comand") for e in result.errors)
+            assert any(e.startswith("servers.b.request_timeout") for e in result.errors)
+            assert proxy.hub.config is before
+            assert "a__echo" in await names(client)
+            path.write_text("not toml [")
+            result = await proxy.hub.reload()
+            assert not result.ok and "not valid TOML" in result.errors[0]
+            answer = await client.request("tools/call", {"name": "a__echo", "arguments": {"x": 1}})
+            assert "result" in answer
+
+
+async def test_what_needs_a_restart_is_reported_and_ignored(autojump_clock, tmp_path):
+    path = tmp_path / "aggregator.toml"
+    write(path, {"a": ""})
+    async with proxy_of(path, {"a": []}) as proxy:
+        with trio.fail_after(30):
+            await proxy.hub.startup_done.wait()
+            path.write_text(path.read_text().replace("[proxy]\n", "[proxy]\npage_size = 7\n"))
+            result = await proxy.hub.reload()
+            assert result.ok and result.changes == ["proxy: changed; takes a restart (ignored until then)"]
+            assert proxy.hub.config.proxy.page_size == 100
+            assert len(proxy.upstreams.servers["a"]) == 1
+
+
+async def test_a_removed_servers_calls_in_flight_are_answered(autojump_clock, tmp_path):
+    path = tmp_path / "aggregator.toml"
+    write(path, {"a": "", "h": ""})
+    async with proxy_of(path, {"a": [], "h": ["hang_call"]}) as proxy:
+        client = await proxy.connect()
+        with trio.fail_after(30):
+            await client.initialize()
+            await client.send({"id": "hung", "method": "tools/call", "params": {"name": "h__hang", "arguments": {}}})
+            await client.request("ping")
+            write(path, {"a": ""})
+            result = await proxy.hub.reload()
+            assert result.changes == ["servers.h: removed"]
+            answer = await client.response("hung")
+            assert answer["error"]["data"]["reason"] == "unavailable"
+            assert "removed from the configuration" in answer["error"]["message"]
+            assert "h" not in proxy.hub.upstreams
+
+
+class HideEcho:
+    """A plugin that hides every ``echo`` and refuses calls to ``add``."""
+
+    name = "hide-echo"
+    events: list[str] = []
+
+    def load(self) -> None:
+        HideEcho.events.append("load")
+
+    def done(self) -> None:
+        HideEcho.events.append("done")
+
+    def catalog(self, profile: str, kind: str, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return [item for item in items if not str(item.get("name", "")).endswith("echo")]
+
+    def request(self, request: Any) -> None:
+        from aggregator.plugins import Deny
+
+        if request.exposed == "a__add":
+            raise Deny("no adding")
+
+
+async def test_plugins_are_replaced_live(autojump_clock, tmp_path):
+    path = tmp_path / "aggregator.toml"
+    plugin = '\n[[plugins]]\nuse = "tests.session.test_reload_session:HideEcho"\n'
+    write(path, {"a": ""})
+    HideEcho.events.clear()
+    async with proxy_of(path, {"a": []}) as proxy:
+        client = await proxy.connect()
+        with trio.fail_after(30):
+            await client.initialize()
+            assert "a__echo" in await names(client)
+            write(path, {"a": ""}, plugin)
+            result = await proxy.hub.reload()
+            assert result.changes == ["plugins: changed; reloaded"]
+            assert HideEcho.events == ["load"]
+            assert "notifications/tools/list_changed" in await changed_lists(client)
+            assert "a__echo" not in await names(client)
+            answer = await client.request("tools/call", {"name": "a__add", "arguments": {"a": 1, "b": 2}})
+            assert answer["error"]["message"] == "no adding"
+            # A plugin that cannot be built refuses the whole reload.
+            write(path, {"a": "", "b": ""}, '\n[[plugins]]\nuse = "tests.session.nowhere:Nothing"\n')
+            result = await proxy.hub.reload()
+            assert not result.ok and result.errors[0].startswith("plugins[0].use: cannot load")
+            assert set(proxy.hub.upstreams) == {"a"}
+            write(path, {"a": ""})
+            result = await proxy.hub.reload()
+            assert result.ok and HideEcho.events == ["load", "done"]
+            assert "a__echo" in await names(client)
+            answer = await client.request("tools/call", {"name": "a__add", "arguments": {"a": 1, "b": 2}})
+            assert "result" in answer
+            assert len(proxy.upstreams.servers["a"]) == 1
+
+
+async def test_a_changed_server_restarts_and_a_call_meanwhile_waits_for_it(autojump_clock, tmp_path):
+    path = tmp_path / "aggregator.toml"
+    write(path, {"a": "", "h": ""})
+    async with proxy_of(path, {"a": ["slow_stop"], "h": ["hang_call"]}) as proxy:
+        client = await proxy.connect()
+        with trio.fail_after(30):
+            await client.initialize()
+            await client.send({"id": "hung", "method": "tools/call", "params": {"name": "h__hang", "arguments": {}}})
+            await client.request("ping")
+            write(path, {"a": "request_timeout = 30.0", "h": ""})
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(proxy.hub.reload)
+                await trio.sleep(0.5)  # a's old connection takes 2 s to stop
+                # A call to a while it restarts waits for the new connection.
+                answer = await client.request("tools/call", {"name": "a__echo", "arguments": {"x": 1}})
+            assert "result" in answer, answer
+            assert len(proxy.upstreams.servers["a"]) == 2  # started again
+            assert len(proxy.upstreams.servers["h"]) == 1  # unchanged: untouched
+            assert proxy.hub.upstreams["a"].config.request_timeout == 30.0
+            assert proxy.hub.router.links["a"].request_timeout == 30.0
+            answer = await client.request("tools/call", {"name": "h__echo", "arguments": {}})
+            assert "result" in answer
+            # The unchanged server's call in flight goes on.
+            assert "hung" not in [m.get("id") for m in client.inbox]
+
+
+async def test_a_hub_without_a_config_file_has_nothing_to_reload(autojump_clock, tmp_path):
+    path = tmp_path / "aggregator.toml"
+    write(path, {"a": ""})
+    async with proxy_of(path, {"a": []}) as proxy:
+        proxy.hub.config_path = None
+        result = await proxy.hub.reload()
+        assert not result.ok and result.errors == ["this proxy was not started from a config file; nothing to reload"]
