@@ -124,8 +124,7 @@ class UpstreamSession:
         self._started = 0.0  # when the supervisor's current attempt started
         self._attempts = 0  # attempts since it last served a while (for the backoff)
         self._retry_at: float | None = None  # when the supervisor starts it again, once it is lost
-        # For the metrics: times it was lost and started again, bytes read and written.
-        self.restarts = 0
+        # For the metrics: bytes read and written (``restarts`` is above).
         self.traffic = Traffic()
         self._sent_before = 0  # written over its earlier connections
 
@@ -213,7 +212,6 @@ class UpstreamSession:
             self._attempts = 0
         delay = random.uniform(0, min(proxy.restart_backoff_max, proxy.restart_backoff_initial * 2**self._attempts))
         self._attempts += 1
-        self.restarts += 1
         self._retry_at = now + delay
         self.log.warning(
             "server %s %s: %s; starting it again in %.1fs (attempt %d)%s",
