@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import logging
 import os
+import re
+import threading
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -36,6 +38,28 @@ TRACE_KEYS = ("traceparent", "tracestate", "baggage")
 # The exposed name a request asks for, by method (a span's name and an attribute).
 _NAMED = {"tools/call": "name", "prompts/get": "name", "resources/read": "uri", "resources/subscribe": "uri"}
 _EXPORTERS = ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+# A W3C traceparent (version, trace id, parent id, flags; a later version may add fields).
+_TRACEPARENT = re.compile(r"[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}(-[ -~]*)?")
+_LONGEST = 8192  # characters of a tracestate or baggage value passed on (W3C: 512 and 8192)
+SHUTDOWN_WAIT = 2.0  # seconds the spans still batched may take to leave at exit
+
+
+def _legal(name: str, value: object) -> bool:
+    """Whether a caller's trace value may be read and passed on (as an HTTP header too):
+    a well-formed traceparent; printable ASCII of bounded length for the others. Anything
+    else is dropped, never passed on: one caller's bytes must not break a shared
+    connection's request, nor reach the log."""
+    if type(value) is not str or len(value) > _LONGEST or not value.isascii() or not value.isprintable():
+        return False
+    return name != "traceparent" or _TRACEPARENT.fullmatch(value) is not None
+
+
+def _carrier(meta: object) -> dict[str, str]:
+    """The legal trace values of a ``_meta`` (or of headers); none without a traceparent
+    but baggage alone."""
+    if not isinstance(meta, dict):
+        return {}
+    return {name: meta[name] for name in TRACE_KEYS if name in meta and _legal(name, meta[name])}
 
 
 def wanted() -> bool:
@@ -70,7 +94,13 @@ def from_environment() -> Tracing | None:
     from aggregator import __version__
 
     name = os.environ.get("OTEL_SERVICE_NAME") or "aggregator"
-    provider = TracerProvider(resource=Resource.create({"service.name": name, "service.version": __version__}))
+    resource = Resource.create({"service.name": name, "service.version": __version__})
+    # Shut down by ``shutdown``, bounded; not at interpreter exit, where a collector that
+    # never answers would hold the exit for the exporter's whole timeout.
+    provider = TracerProvider(resource=resource, shutdown_on_exit=False)
+    # The propagators warn about a caller's malformed baggage quoting it: its bytes are the
+    # caller's, and the values are checked here (``_legal``) before they are read.
+    logging.getLogger("opentelemetry.baggage").setLevel(logging.ERROR)
     provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
     return Tracing(provider, owned=True)
 
@@ -116,7 +146,7 @@ class Tracing:
         method = method if type(method) is str else "?"
         params = message.get("params")
         meta = params.get("_meta") if type(params) is dict else None
-        carrier = {k: meta[k] for k in TRACE_KEYS if type(meta.get(k)) is str} if type(meta) is dict else {}
+        carrier = _carrier(meta)
         parent = self._propagator.extract(carrier)
         attributes: dict[str, Any] = {"mcp.method.name": method, "jsonrpc.request.id": str(id)}
         named = _NAMED.get(method)
@@ -234,7 +264,7 @@ class Tracing:
     def adopt_headers(message: dict[str, Any], headers: dict[str, str]) -> None:
         """A request over HTTP whose ``_meta`` has no trace context takes its headers'
         (``headers``: lower-cased names)."""
-        carrier = {name: headers[name] for name in TRACE_KEYS if name in headers}
+        carrier = _carrier(headers)
         if not carrier:
             return
         params = message.get("params")
@@ -254,16 +284,23 @@ class Tracing:
         for key in list(self._open):
             self.client_gone(key)
         if self._owned:
-            self.provider.shutdown()
+            # In a thread, waited for a while: a collector that is slow or gone must not
+            # hold the exit (or a second signal) for the exporter's timeout.
+            done = threading.Thread(target=self.provider.shutdown, name="otel shutdown", daemon=True)
+            done.start()
+            done.join(SHUTDOWN_WAIT)
+            if done.is_alive():
+                log.warning("tracing: the spans still batched could not be sent within %.0fs", SHUTDOWN_WAIT)
 
 
 def trace_headers(message: Any) -> dict[str, str]:
     """The W3C trace context a request to an HTTP upstream carries in its ``_meta``, as
-    headers too."""
+    headers too: only legal values (``_legal``), only with a well-formed traceparent."""
     if type(message) is not dict:
         return {}
     params = message.get("params")
     meta = params.get("_meta") if type(params) is dict else None
     if type(meta) is not dict or "traceparent" not in meta:
         return {}
-    return {k: meta[k] for k in TRACE_KEYS if type(meta.get(k)) is str}
+    carrier = _carrier(meta)
+    return carrier if "traceparent" in carrier else {}

@@ -9,6 +9,7 @@ with the traceback's text when there is one. Nothing else of the record is writt
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
 import sys
@@ -22,6 +23,34 @@ TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
 # What every LogRecord has: the rest of its attributes came from ``extra``.
 _STANDARD = frozenset(logging.makeLogRecord({}).__dict__) | {"message", "asctime", "taskName"}
+
+
+# Control characters (C0, DEL, C1) as escapes: what a peer sent (an id, a method, a server's
+# stderr) cannot end a log line early, forge the next one or drive the reader's terminal.
+_ESCAPES = {code: f"\\x{code:02x}" for code in (*range(0x20), *range(0x7F, 0xA0))}
+
+
+class TextFormatter(logging.Formatter):
+    """The text format, one line per record: the values a message quotes (its ``args``)
+    have their control characters escaped (the message's own text is the proxy's)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        args = record.args
+        if args:
+            record = copy.copy(record)
+            if isinstance(args, tuple):
+                record.args = tuple(_escaped(arg) for arg in args)
+            elif isinstance(args, dict):
+                record.args = {key: _escaped(value) for key, value in args.items()}
+        return super().format(record)
+
+
+def _escaped(value: object) -> object:
+    if isinstance(value, str):
+        return value.translate(_ESCAPES)
+    if isinstance(value, BaseException):  # its text may quote what a peer sent
+        return str(value).translate(_ESCAPES)
+    return value  # (bytes show as their repr, escaped already; numbers as numbers)
 
 
 class JsonFormatter(logging.Formatter):
@@ -55,7 +84,7 @@ def _utc(created: float) -> str:
 def setup_logging(level: str, log_format: str = "text") -> None:
     """Log to stderr at ``level`` (one of ``LEVELS``) in ``log_format`` (one of ``FORMATS``)."""
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(JsonFormatter() if log_format == "json" else logging.Formatter(TEXT_FORMAT))
+    handler.setFormatter(JsonFormatter() if log_format == "json" else TextFormatter(TEXT_FORMAT))
     root = logging.getLogger()
     for old in list(root.handlers):
         root.removeHandler(old)

@@ -82,3 +82,20 @@ def test_debug_traffic_over_http(tmp_path):
     assert re.search(r"from client \d+: request tools/call id=9 \(\d+ bytes\)", text), text
     assert re.search(r"to client \d+: response id=9 \(\d+ bytes\)", text), text
     assert SECRET_ARGUMENT not in text
+
+
+def test_a_peers_control_characters_cannot_forge_a_log_line(tmp_path):
+    """An id with a newline and a terminal escape, as a hostile client sends it: the debug
+    line shows them escaped, so no line of the log starts with the forged record."""
+    config = write_config(tmp_path, fake("a", "echo"))
+    proxy = RawProxy(config, "--log-level", "debug")
+    forged = "a\n2026-12-02 01:02:03,456 ERROR aggregator.server.a: FORGED\x1b]0;TITLE\x07"
+    try:
+        assert "result" in proxy.request(1, "initialize", INIT_PARAMS)
+        assert proxy.request(forged, "ping") == {"jsonrpc": "2.0", "id": forged, "result": {}}
+    finally:
+        code, log = proxy.close()
+    assert code == 0, log
+    assert not any(line.startswith("2026-12-02 01:02:03,456") for line in log.splitlines()), log
+    assert "\x1b" not in log and "\x07" not in log
+    assert "request ping id=a\\x0a2026-12-02 01:02:03,456 ERROR aggregator.server.a: FORGED\\x1b]0;TITLE\\x07" in log

@@ -131,3 +131,54 @@ def test_the_environment_turns_tracing_on(monkeypatch, caplog, environment, on):
         made.shutdown()
     if environment.get("OTEL_TRACES_EXPORTER") == "console":
         assert "not supported" in caplog.text
+
+
+@pytest.mark.parametrize(
+    "meta",
+    [
+        {"traceparent": "00-x\r\nX-Evil: 1"},
+        {"traceparent": "\u00e9t\u00e9"},
+        {"traceparent": PARENT[:-1]},
+        {"traceparent": PARENT, "tracestate": "k=v\r\nX-Evil: 1", "baggage": "b=\u00e9"},
+        {"traceparent": PARENT, "baggage": "x" * 9000},
+    ],
+)
+def test_only_legal_trace_values_become_headers(meta):
+    """What a caller put in ``_meta`` goes to an HTTP upstream as headers only if it is a
+    legal header value (a malformed one would end the shared connection's request)."""
+    headers = trace_headers(call(1, meta=meta))
+    assert all(value.isascii() and value.isprintable() and len(value) <= 8192 for value in headers.values())
+    if meta.get("traceparent") == PARENT:
+        assert headers == {"traceparent": PARENT}
+    else:
+        assert headers == {}
+
+
+def test_malformed_caller_values_are_not_read(traced):
+    tracing, exporter = traced
+    tracing.request(1, call(1, meta={"traceparent": "00-x\r\nX: 1", "baggage": "bad key=x\nFORGED"}))
+    tracing.answered(1, {"jsonrpc": "2.0", "id": 1, "result": {}})
+    [span] = exporter.get_finished_spans()
+    assert span.parent is None  # a trace of its own, as without a context
+
+
+def test_shutdown_does_not_wait_for_a_collector_that_never_answers(monkeypatch):
+    """A provider whose shutdown hangs (a collector that accepts and never answers) holds
+    the exit for SHUTDOWN_WAIT at most."""
+    import threading
+    import time
+
+    release = threading.Event()
+
+    class Hanging:
+        def get_tracer(self, name):
+            return TracerProvider().get_tracer(name)
+
+        def shutdown(self):
+            release.wait(30)
+
+    monkeypatch.setattr(tracing_module, "SHUTDOWN_WAIT", 0.3)
+    started = time.monotonic()
+    Tracing(Hanging(), owned=True).shutdown()
+    assert time.monotonic() - started < 2
+    release.set()
