@@ -170,6 +170,11 @@ class _StreamableHttp:
                     await read_modern(self, response, answers)
                     return
                 outcome = await self.read_post(response, message, answers, is_initialize)
+        except (httpx.LocalProtocolError, UnicodeEncodeError) as exc:
+            # This request's own headers cannot be sent: it fails alone; the connection,
+            # which other callers share, goes on.
+            await self.answer_failed(message, f"the request cannot be sent: {self.link.describe(exc)}")
+            return
         except httpx.HTTPError as exc:
             await self.answer_failed(message, self.link.describe(exc))
             self.link.end(f"cannot reach {shown_url(self.url)}: {self.link.describe(exc)}")
