@@ -246,21 +246,51 @@ def test_reload_through_an_admin_listener_prints_what_it_answers():
         (200, json.dumps({"ok": False, "errors": ["servers.a.comand: unknown key"], "changes": []}).encode()),
         (200, b"<html>"),
         (404, b"{}"),
+        (422, json.dumps({"ok": False, "errors": ["servers.b.args: expected a list"], "changes": []}).encode()),
     ]
     ReloadAnswers.paths, ReloadAnswers.tokens = [], []
     url = f"http://127.0.0.1:{server.server_address[1]}/"
     try:
         applied = run_cli("reload", "--admin", url, env={"AGGREGATOR_ADMIN_TOKEN": "a" * 32})
-        refused, garbled, missing = (run_cli("reload", "--admin", url) for _ in range(3))
+        refused, garbled, missing, unprocessable = (run_cli("reload", "--admin", url) for _ in range(4))
     finally:
         server.shutdown()
         server.server_close()
         thread.join(timeout=10)
-    assert ReloadAnswers.paths == ["/reload"] * 4
-    assert ReloadAnswers.tokens == ["Bearer " + "a" * 32, None, None, None]
+    assert ReloadAnswers.paths == ["/reload"] * 5
+    assert ReloadAnswers.tokens == ["Bearer " + "a" * 32, None, None, None, None]
     assert (applied.returncode, applied.stdout) == (0, "servers.a: added\n")
     assert refused.returncode == 1 and "error: servers.a.comand: unknown key" in refused.stderr
     assert garbled.returncode == 1 and "not a reload answer" in garbled.stderr
     assert missing.returncode == 1 and "HTTP 404" in missing.stderr
-    for outcome in (applied, refused, garbled, missing):
+    # The admin listener answers a refused config 422, with its errors: each is printed.
+    assert unprocessable.returncode == 1
+    assert unprocessable.stderr.splitlines() == [
+        "error: servers.b.args: expected a list",
+        "the config was rejected; the running one stays",
+    ]
+    for outcome in (applied, refused, garbled, missing, unprocessable):
         assert "Traceback" not in outcome.stderr
+
+
+@pytest.mark.parametrize(
+    ("address", "words"),
+    [
+        ("http://[::1", "not a valid URL"),
+        ("http://127.0.0.1:19000/x y", "cannot hold spaces or control characters"),
+        ("http://127.0.0.1:19000\n", "cannot hold spaces or control characters"),
+        ("127.0.0.1:99999", "not a valid URL (Port out of range"),
+        ("http://127.0.0.1:99999", "not a valid URL (Port out of range"),
+        ("http://bob:hunter22@127.0.0.1:1", "http://bob:***@127.0.0.1:1: a user or password in the URL is not used"),
+        ("http://bob:hunter22@[::1", "http://bob:***@[::1: not a valid URL"),
+        ("ftp://127.0.0.1:1", "expected an http:// or https:// URL"),
+    ],
+)
+@pytest.mark.parametrize("command", ["status", "reload"])
+def test_an_admin_url_that_cannot_be_used_is_refused_in_one_line(command, address, words):
+    outcome = run_cli(command, "--admin", address)
+    assert outcome.returncode == 1, outcome.stderr
+    assert outcome.stderr.startswith("aggregator: --admin "), outcome.stderr
+    assert words in outcome.stderr, outcome.stderr
+    assert len(outcome.stderr.strip().splitlines()) == 1, outcome.stderr
+    assert "Traceback" not in outcome.stderr and "hunter22" not in outcome.stderr
