@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from aggregator.cli.common import DEFAULT_CONFIG
-from aggregator.cli.terminal import admin_base
+from aggregator.cli.terminal import admin_base, printable
 from aggregator.config import load_config
 from aggregator.errors import AggregatorError
 
@@ -33,7 +33,8 @@ def run_status(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(data, indent=2, ensure_ascii=False))
     else:
-        print("\n".join(status_text(data)))
+        # What servers and clients wrote (stderr, errors, names) reaches the terminal as text.
+        print("\n".join(printable(line) for line in status_text(data)))
     return 0 if data.get("ready") else 1
 
 
