@@ -215,3 +215,18 @@ async def test_a_hub_without_a_config_file_has_nothing_to_reload(autojump_clock,
         proxy.hub.config_path = None
         result = await proxy.hub.reload()
         assert not result.ok and result.errors == ["this proxy was not started from a config file; nothing to reload"]
+
+
+async def test_a_reload_that_leaves_fewer_servers_than_min_ready_is_rejected(autojump_clock, tmp_path):
+    path = tmp_path / "aggregator.toml"
+    write(path, {"a": "", "b": ""})
+    path.write_text(path.read_text().replace("[proxy]\n", "[proxy]\nmin_ready = 2\n", 1))
+    async with proxy_of(path, {"a": [], "b": []}) as proxy:
+        with trio.fail_after(30):
+            before = proxy.hub.config
+            write(path, {"a": ""})
+            path.write_text(path.read_text().replace("[proxy]\n", "[proxy]\nmin_ready = 2\n", 1))
+            result = await proxy.hub.reload()
+            assert not result.ok and result.changes == []
+            assert [e for e in result.errors if e.startswith("proxy.min_ready: 2 servers must be ready")], result
+            assert proxy.hub.config is before and set(proxy.hub.upstreams) == {"a", "b"}
