@@ -190,11 +190,6 @@ def test_reload_says_in_one_line_why_it_cannot(tmp_path):
         pid_file.write_text(f"{other.pid}\n")
         outcomes.append(run_cli("reload", "--pid-file", str(pid_file)))
         assert other.poll() is None  # not an aggregator: not signalled
-        # serve refuses a pid file that names a live process.
-        config = write_config(tmp_path, fake("a"))
-        refused = run_cli("serve", "--http", "127.0.0.1:1", "--config", str(config), "--pid-file", str(pid_file))
-        assert refused.returncode == 1
-        assert f"process {other.pid} is running with it already" in refused.stderr
     finally:
         other.kill()
         other.wait(timeout=10)
@@ -294,3 +289,30 @@ def test_an_admin_url_that_cannot_be_used_is_refused_in_one_line(command, addres
     assert words in outcome.stderr, outcome.stderr
     assert len(outcome.stderr.strip().splitlines()) == 1, outcome.stderr
     assert "Traceback" not in outcome.stderr and "hunter22" not in outcome.stderr
+
+
+def test_serve_replaces_a_pid_file_of_a_process_that_is_no_aggregator(tmp_path):
+    # After a crash the id in the file may belong to another program by now: the file is
+    # stale, as `reload` also decides. A running aggregator's file is refused.
+    pid_file = tmp_path / "proxy.pid"
+    config = write_config(tmp_path, fake("a"))
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        pid_file.write_text(f"{other.pid}\n")
+        with http_proxy(config, "--pid-file", str(pid_file)):
+            wait_for(lambda: pid_file.read_text().strip() != str(other.pid), 20, "the pid file rewritten")
+            proxy_pid = int(pid_file.read_text())
+            assert b"aggregator" in Path(f"/proc/{proxy_pid}/cmdline").read_bytes()
+            refused = run_cli("serve", "--http", "127.0.0.1:1", "--config", str(config), "--pid-file", str(pid_file))
+            assert refused.returncode == 1, refused.stderr
+            assert (
+                refused.stderr == f"aggregator: --pid-file {pid_file}: process {proxy_pid} is running with it already\n"
+            )
+            assert int(pid_file.read_text()) == proxy_pid
+        assert other.poll() is None  # never signalled
+    finally:
+        other.kill()
+        other.wait(timeout=10)
+    pid_file.write_text("0\n")  # not a process of its own: stale too
+    with http_proxy(config, "--pid-file", str(pid_file)):
+        wait_for(lambda: pid_file.read_text().strip() not in ("0", ""), 20, "the pid file rewritten")
