@@ -25,7 +25,8 @@ plain functions.
     A server asks a client for sampling, elicitation or roots. Return False to refuse.
 
 Lifecycle hooks (plain functions or coroutines; they run outside the routing core, so they
-may do I/O):
+may do I/O; a plain one must not block, since the event loop waits for it: on a reload every
+client would; a coroutine does blocking work in ``trio.to_thread.run_sync``):
 
 ``load()``
     Once, after the config is known and before any server starts or client is served.
@@ -71,6 +72,10 @@ HOOKED_METHODS = TARGETED_METHODS  # the requests request hooks see
 # Every hook a plugin may have; a public method named close to one of these is a misspelling.
 HOOKS = ("request", "response", "catalog", "notification", "server_request", "load", "after_catalog", "done")
 DONE_TIMEOUT = 5.0  # seconds each plugin's done hook may take at shutdown
+# A plain lifecycle hook runs on the proxy's one event loop: while it runs, no message moves
+# (at startup nothing is served yet; on a reload every client waits). One that takes longer
+# than this is named in a warning.
+SLOW_PLAIN_HOOK = 0.5  # seconds
 _HOOK_PREFIXES = ("on_", "handle_", "hook_")
 
 
@@ -311,12 +316,27 @@ async def _lifecycle(plugin: Any, hook: str) -> None:
     method = getattr(plugin, hook, None)
     if not callable(method):
         return
+    started = time.perf_counter()
     try:
-        outcome = method()
+        try:
+            outcome = method()  # a plain hook runs whole here; a coroutine function only starts
+        finally:
+            _warn_if_slow(plugin, hook, time.perf_counter() - started)
         if inspect.isawaitable(outcome):
             await outcome
     except Exception:  # noqa: BLE001 - a plugin never takes the proxy down
         log.exception("plugin %s: %s hook failed", _name(plugin), hook)
+
+
+def _warn_if_slow(plugin: Any, hook: str, blocked: float) -> None:
+    if blocked > SLOW_PLAIN_HOOK:
+        log.warning(
+            "plugin %s: its plain %s hook held up the proxy for %.1fs (no message moved meanwhile);"
+            " make it async and run blocking work in trio.to_thread.run_sync",
+            _name(plugin),
+            hook,
+            blocked,
+        )
 
 
 def load_plugins(specs: list[Any], config_dir: Path | None = None) -> Plugins:

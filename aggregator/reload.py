@@ -252,9 +252,11 @@ def _digest(path: Path) -> bytes | None:
 
 
 def write_pid_file(path: Path) -> None:
-    """Write this process's id to ``path`` (refused while another live process's is there)."""
+    """Write this process's id to ``path``, refused while another running aggregator's is
+    there. An id of a process that ended, or that is no aggregator (the id was reused after
+    a crash), is stale and replaced."""
     other = _pid_in(path)
-    if other is not None and other != os.getpid() and _alive(other):
+    if other is not None and other != os.getpid() and _is_aggregator(other):
         raise AggregatorError(f"--pid-file {path}: process {other} is running with it already")
     try:
         temporary = path.with_name(path.name + ".tmp")
@@ -313,7 +315,7 @@ def _alive(pid: int) -> bool:
 
 def _is_aggregator(pid: int) -> bool:
     """Whether ``pid`` runs an aggregator (its command line says so, where /proc tells)."""
-    if not _alive(pid):
+    if pid <= 1 or not _alive(pid):  # 0 would ask about our own process group; 1 is init
         return False
     try:
         command = Path(f"/proc/{pid}/cmdline").read_bytes()

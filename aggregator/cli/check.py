@@ -10,6 +10,7 @@ import trio
 from aggregator.access import check_exposure
 from aggregator.admin import admin_exposure
 from aggregator.cli.common import command_config, status_lines, with_started_hub
+from aggregator.cli.terminal import printable
 from aggregator.core.policy import unmatched_rules
 from aggregator.mcp.constants import KINDS
 
@@ -38,9 +39,9 @@ def run_check(args: argparse.Namespace) -> int:
         ),
         lambda: print(f"config {path}: ok ({len(config.servers)} servers)", flush=True),
     )
-    print("\n".join(lines))
+    print("\n".join(lines))  # status_lines escapes what the servers wrote; names too:
     for collision in collisions:
-        print(f"  note: name collision: {collision}")
+        print(printable(f"  note: name collision: {collision}"))
     for warning in unmatched:  # a warning, not a failure: the rule may await a server's new item
-        print(f"  warning: {warning}")
+        print(printable(f"  warning: {warning}"))
     return 0 if ok else 1

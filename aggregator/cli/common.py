@@ -11,6 +11,7 @@ from typing import TypeVar
 
 import trio
 
+from aggregator.cli.terminal import printable
 from aggregator.config import Config, load_config
 from aggregator.core.nesting import CHAIN_VARIABLE, NestingRefused, chain_value, enter, parse_chain
 from aggregator.errors import AggregatorError, ConfigError
@@ -59,7 +60,8 @@ async def with_started_hub(config: Config, work: Callable[[Hub], T], built: Call
 
 def status_lines(hub: Hub, *, only_down: bool = False) -> list[str]:
     """One line per server (its state, counts or last error, and the last stderr lines of
-    one that did not start); ``only_down``: just the servers that are not ready."""
+    one that did not start, control characters shown as ``\\x1b``); ``only_down``: just the
+    servers that are not ready."""
     lines = []
     for name, upstream in hub.upstreams.items():
         if only_down and upstream.state == "ready":
@@ -74,7 +76,8 @@ def status_lines(hub: Hub, *, only_down: bool = False) -> list[str]:
     disabled = [] if only_down else [s for s, c in hub.config.servers.items() if not c.enabled]
     for name in disabled:
         lines.append(f"  {name:<20} disabled")
-    return lines
+    # For a terminal: a server's stderr and errors are shown as text, never as escape sequences.
+    return [printable(line) for line in lines]
 
 
 def era(hub: Hub, name: str) -> str:

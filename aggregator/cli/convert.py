@@ -17,6 +17,9 @@ from aggregator.errors import AggregatorError, ConfigError
 
 def run_import(args: argparse.Namespace) -> int:
     path = Path(args.file)
+    output = getattr(args, "output", None)
+    if output is not None and _same_file(path, Path(output)):
+        raise AggregatorError(f"--output {output} is the file being imported; name another file (aggregator.toml)")
     try:
         data = path.read_bytes()
     except OSError as exc:
@@ -30,12 +33,19 @@ def run_import(args: argparse.Namespace) -> int:
     text = f"# converted from {path}\n" + raw_to_toml(raw, comments)
     # Prove the output loads before writing it (variables stay unexpanded; env files unread).
     structure_config(tomllib.loads(text), environ=_AnyEnviron(), source="(converted)", read_files=False)
-    output = getattr(args, "output", None)
     if output is None:
         sys.stdout.write(text)
     else:
         _write_whole(Path(output), text)
     return 0
+
+
+def _same_file(source: Path, target: Path) -> bool:
+    """Whether ``target`` names ``source`` (the same path, or through a link or ``..``)."""
+    try:
+        return source.resolve() == target.resolve() or os.path.samefile(source, target)
+    except (OSError, ValueError):  # one of them does not exist (yet): not the same file
+        return False
 
 
 def _write_whole(target: Path, text: str) -> None:

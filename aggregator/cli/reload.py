@@ -17,6 +17,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from aggregator.cli.terminal import admin_base, printable
 from aggregator.errors import AggregatorError
 from aggregator.reload import signal_reload
 
@@ -35,9 +36,7 @@ def run_reload(args: argparse.Namespace) -> int:
 
 
 def _reload_by_admin(url: str) -> int:
-    if not url.startswith(("http://", "https://")):
-        raise AggregatorError(f"--admin {url}: expected an http:// or https:// URL")
-    target = url.rstrip("/") + "/reload"
+    target = admin_base(url) + "/reload"
     request = urllib.request.Request(target, data=b"", method="POST")
     token = os.environ.get(TOKEN_VARIABLE)
     if token:  # from the environment, never the command line (which `ps` shows)
@@ -46,22 +45,41 @@ def _reload_by_admin(url: str) -> int:
         with urllib.request.urlopen(request, timeout=TIMEOUT) as response:  # noqa: S310 - the scheme is checked
             body = response.read()
     except urllib.error.HTTPError as exc:
-        raise AggregatorError(f"{target}: HTTP {exc.code} {exc.reason}") from None
+        # A refused config is answered 422 with the same JSON as an applied one: its errors.
+        body = _error_body(exc)
+        if _reload_answer(body) is None:
+            raise AggregatorError(f"{target}: HTTP {exc.code} {exc.reason}") from None
     except (urllib.error.URLError, OSError) as exc:
         reason = getattr(exc, "reason", exc)
         raise AggregatorError(f"{target}: {reason}") from None
-    try:
-        answer: Any = json.loads(body)
-        ok, errors, changes = bool(answer["ok"]), list(answer["errors"]), list(answer["changes"])
-    except (ValueError, KeyError, TypeError):
-        raise AggregatorError(f"{target}: not a reload answer: {body[:200]!r}") from None
+    answer = _reload_answer(body)
+    if answer is None:
+        raise AggregatorError(f"{target}: not a reload answer: {body[:200]!r}")
+    ok, errors, changes = answer
     for line in changes:
-        print(line)
+        print(printable(str(line)))
     for line in errors:
-        print(f"error: {line}", file=sys.stderr)
+        print(f"error: {printable(str(line))}", file=sys.stderr)
     if not ok:
         print("the config was rejected; the running one stays", file=sys.stderr)
         return 1
     if not changes:
         print("nothing changed")
     return 0
+
+
+def _error_body(error: urllib.error.HTTPError) -> bytes:
+    """What an error answer says (empty when it cannot be read)."""
+    try:
+        return error.read(65536)
+    except (OSError, ValueError):
+        return b""
+
+
+def _reload_answer(body: bytes) -> tuple[bool, list[Any], list[Any]] | None:
+    """``(ok, errors, changes)`` of a POST /reload answer; None when ``body`` is not one."""
+    try:
+        answer: Any = json.loads(body)
+        return bool(answer["ok"]), list(answer["errors"]), list(answer["changes"])
+    except (ValueError, KeyError, TypeError):
+        return None

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from aggregator.cli.common import DEFAULT_CONFIG
+from aggregator.cli.terminal import admin_base, printable
 from aggregator.config import load_config
 from aggregator.errors import AggregatorError
 
@@ -32,7 +33,8 @@ def run_status(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(data, indent=2, ensure_ascii=False))
     else:
-        print("\n".join(status_text(data)))
+        # What servers and clients wrote (stderr, errors, names) reaches the terminal as text.
+        print("\n".join(printable(line) for line in status_text(data)))
     return 0 if data.get("ready") else 1
 
 
@@ -48,11 +50,8 @@ def admin_url(args: argparse.Namespace) -> str:
         address = http.admin_listen or http.listen
         if address is None:
             raise AggregatorError(f"{path} sets neither http.admin_listen nor http.listen; pass --admin URL")
-    if "://" not in address:
-        address = f"http://{address if not address.isdigit() else '127.0.0.1:' + address}"
-    if not address.startswith(("http://", "https://")):
-        raise AggregatorError(f"--admin: expected an http:// URL or HOST:PORT, got {address!r}")
-    return address.rstrip("/")
+        return admin_base(address, "http.admin_listen" if http.admin_listen else "http.listen")
+    return admin_base(address)
 
 
 def fetch_status(base: str, token: str | None) -> dict[str, Any]:

@@ -88,6 +88,7 @@ def structure_config(
     problems.extend(validate_server_naming(list(servers.values()), "\0" if separator_broken else proxy.separator))
     named = set(raw["servers"]) if isinstance(raw.get("servers"), dict) else set()
     problems.extend(_profile_problems(profiles, named, http.auth_tokens))
+    problems.extend(_min_ready_problems(proxy.min_ready, named, servers))
     if problems:
         raise ConfigError(problems, source=source)
     return Config(
@@ -125,6 +126,20 @@ def _servers(
             joined = tuple(dict.fromkeys((*passthrough, *server.env_passthrough)))
             servers[name] = attrs.evolve(server, env_passthrough=joined)
     return servers
+
+
+def _min_ready_problems(min_ready: int | None, named: set[str], servers: Mapping[str, ServerConfig]) -> list[str]:
+    """``proxy.min_ready`` cannot ask for more servers than are enabled: /readyz would never
+    say ready. (A server whose table has a mistake counts as enabled: its mistake is told.)"""
+    if min_ready is None or not isinstance(min_ready, int):
+        return []
+    enabled = sum(1 for name in named if name not in servers or servers[name].enabled)
+    if min_ready <= enabled:
+        return []
+    return [
+        f"proxy.min_ready: {min_ready} servers must be ready, but {enabled} enabled"
+        f" {'server is' if enabled == 1 else 'servers are'} configured; /readyz would never say ready"
+    ]
 
 
 def _with_env_file(server: ServerConfig, file: str | None, path: str, problems: list[str]) -> ServerConfig:

@@ -4,7 +4,8 @@ request gets when the server cannot be reached).
 
 A server's secrets are the values of its ``env`` and ``headers`` (tokens, keys), the
 credentials in its ``url`` (the password of its user info and every query value), and every
-value that ``${VAR}`` interpolation put anywhere in its config (``ServerConfig.interpolated``).
+value that ``${VAR}`` interpolation put anywhere in its config (``ServerConfig.interpolated``),
+and the value of every variable its ``env_passthrough`` (with ``proxy.env_passthrough``) hands it.
 The one rule for all of them: every secret of at least ``MIN_SECRET`` characters becomes
 ``***``, as it is, as an exception's text shows it (escaped, or a line of it), as JSON
 shows it (a value dumped in a message or a log line, or JSON dumped in that) and
@@ -17,8 +18,9 @@ which hides its credentials whatever their length.
 from __future__ import annotations
 
 import json
+import os
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 from urllib.parse import quote, quote_plus, unquote, urlsplit, urlunsplit
 
@@ -67,6 +69,14 @@ def shown_url(url: str) -> str:
     return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
 
 
+def passed_through(names: Sequence[str], environ: Mapping[str, str] | None = None) -> list[str]:
+    """The values of the variables ``names`` (a name, or a prefix and ``*``) pass to a child."""
+    environ = os.environ if environ is None else environ
+    exact = {name for name in names if not name.endswith("*")}
+    prefixes = tuple(name[:-1] for name in names if name.endswith("*"))
+    return [value for key, value in environ.items() if key in exact or (prefixes and key.startswith(prefixes))]
+
+
 class SecretMask:
     """Replaces the given secrets in a text by ***."""
 
@@ -97,9 +107,15 @@ class SecretMask:
     @classmethod
     def of(cls, config: Any) -> SecretMask:
         """The secrets of a server's config: its ``env`` and ``headers`` values, its URL's
-        credentials, and what ``${VAR}`` interpolation put in it."""
+        credentials, what ``${VAR}`` interpolation put in it, and the values of the
+        variables its ``env_passthrough`` passes."""
         url = getattr(config, "url", None)
-        values = (*config.env.values(), *config.headers.values(), *getattr(config, "interpolated", ()))
+        values = (
+            *config.env.values(),
+            *config.headers.values(),
+            *getattr(config, "interpolated", ()),
+            *passed_through(getattr(config, "env_passthrough", ())),
+        )
         urls = [url] if url else []
         urls += [value for value in values if "://" in value]  # DATABASE_URL = "postgres://u:pw@..."
         return cls((*values, *(secret for each in urls for secret in url_secrets(each))))

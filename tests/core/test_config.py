@@ -469,3 +469,24 @@ def test_a_server_url_is_checked_after_interpolation_without_showing_it(url, val
     assert URL_SECRET not in found[0]
     if "whitespace" in expected:
         assert "percent-encode the variable's value" in found[0]
+
+
+def test_min_ready_beyond_the_enabled_servers_is_refused_by_key_path():
+    def servers(count: int, disabled: int = 0) -> dict:
+        tables = {f"s{i}": {"command": "x"} for i in range(count)}
+        tables.update({f"off{i}": {"command": "x", "enabled": False} for i in range(disabled)})
+        return tables
+
+    found = problems({"proxy": {"min_ready": 3}, "servers": servers(1, disabled=1)})
+    assert found == [
+        "proxy.min_ready: 3 servers must be ready, but 1 enabled server is configured; /readyz would never say ready"
+    ]
+    # As many as are enabled, fewer, none (ready when startup ends) and the default (all) are fine.
+    for min_ready in (2, 1, 0, None):
+        proxy = {} if min_ready is None else {"min_ready": min_ready}
+        config = structure_config({"proxy": proxy, "servers": servers(2, disabled=1)}, environ={})
+        assert config.proxy.min_ready == min_ready
+    assert structure_config({"proxy": {"min_ready": 0}}, environ={}).proxy.min_ready == 0
+    # A server whose table has a mistake still counts: only its mistake is told.
+    found = problems({"proxy": {"min_ready": 2}, "servers": {**servers(1), "bad": {"comand": "x"}}})
+    assert not any(problem.startswith("proxy.min_ready") for problem in found), found

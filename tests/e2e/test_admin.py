@@ -164,3 +164,22 @@ def test_admin_listener_mistakes(tmp_path):
     assert done.returncode == 2
     assert "http.admin_listen: must be another port than http.listen" in done.stderr
     assert "http.admin_token: too short" in done.stderr and "short\n" not in done.stderr.replace("too short", "")
+
+
+ESCAPES = r"printf 'hello \033]0;TITLE\007\033[31mRED\033[0m\tx\r\n' >&2; exit 1"
+
+
+def test_status_and_check_show_what_a_server_wrote_as_text_not_terminal_escapes(tmp_path):
+    body = f'[servers.esc]\ncommand = "sh"\nargs = ["-c", {json.dumps(ESCAPES)}]\n'
+    config = write_config(tmp_path, fake("good") + body, startup_timeout=5.0, restart_backoff_initial=0.2)
+    checked = run_cli("check", "--config", str(config))
+    admin = free_port()
+    with http_proxy(config, "--admin", f"127.0.0.1:{admin}") as (port, _):
+        wait_listening(admin)
+        wait_for(lambda: any(s["stderr"] for s in get(port, "/status.json")[2]["servers"] if s["name"] == "esc"))
+        status = run_cli("status", "--admin", f"127.0.0.1:{admin}")
+    expected = r"[stderr] hello \x1b]0;TITLE\x07\x1b[31mRED\x1b[0m\x09x"
+    for done in (checked, status):
+        assert done.returncode == 1, done.stderr
+        assert expected in done.stdout, done.stdout
+        assert "\x1b" not in done.stdout and "\x07" not in done.stdout and "\r" not in done.stdout

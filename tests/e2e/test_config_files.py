@@ -80,3 +80,30 @@ def test_a_cursor_file_with_an_env_file_serves_from_any_directory(tmp_path):
     out = run("check", "--config", str(folder / "mcp.json"), cwd=Path("/"))
     assert out.returncode == 0, out.stdout + out.stderr
     assert "time_server" in out.stdout and "ready" in out.stdout
+
+
+def test_import_refuses_to_write_over_the_file_it_imports(tmp_path):
+    source = tmp_path / "claude.json"
+    text = json.dumps({"mcpServers": {"time": {"command": "mcp-server-time"}}})
+    source.write_text(text)
+    (tmp_path / "sub").mkdir()
+    link = tmp_path / "link.json"
+    link.symlink_to(source)
+    hard = tmp_path / "hard.json"
+    hard.hardlink_to(source)
+    for output, cwd in (
+        (str(source), None),
+        ("claude.json", tmp_path),
+        ("sub/../claude.json", tmp_path),
+        (str(link), None),
+        (str(hard), None),
+    ):
+        out = run("import", str(source), "--output", output, cwd=cwd)
+        assert out.returncode == 1, (output, out.stderr)
+        assert (
+            out.stderr
+            == f"aggregator: --output {output} is the file being imported; name another file (aggregator.toml)\n"
+        )
+        assert source.read_text() == text and link.is_symlink()
+    out = run("import", "link.json", "--output", "claude.json", cwd=tmp_path)
+    assert out.returncode == 1 and "is the file being imported" in out.stderr and source.read_text() == text

@@ -190,11 +190,6 @@ def test_reload_says_in_one_line_why_it_cannot(tmp_path):
         pid_file.write_text(f"{other.pid}\n")
         outcomes.append(run_cli("reload", "--pid-file", str(pid_file)))
         assert other.poll() is None  # not an aggregator: not signalled
-        # serve refuses a pid file that names a live process.
-        config = write_config(tmp_path, fake("a"))
-        refused = run_cli("serve", "--http", "127.0.0.1:1", "--config", str(config), "--pid-file", str(pid_file))
-        assert refused.returncode == 1
-        assert f"process {other.pid} is running with it already" in refused.stderr
     finally:
         other.kill()
         other.wait(timeout=10)
@@ -246,21 +241,78 @@ def test_reload_through_an_admin_listener_prints_what_it_answers():
         (200, json.dumps({"ok": False, "errors": ["servers.a.comand: unknown key"], "changes": []}).encode()),
         (200, b"<html>"),
         (404, b"{}"),
+        (422, json.dumps({"ok": False, "errors": ["servers.b.args: expected a list"], "changes": []}).encode()),
     ]
     ReloadAnswers.paths, ReloadAnswers.tokens = [], []
     url = f"http://127.0.0.1:{server.server_address[1]}/"
     try:
         applied = run_cli("reload", "--admin", url, env={"AGGREGATOR_ADMIN_TOKEN": "a" * 32})
-        refused, garbled, missing = (run_cli("reload", "--admin", url) for _ in range(3))
+        refused, garbled, missing, unprocessable = (run_cli("reload", "--admin", url) for _ in range(4))
     finally:
         server.shutdown()
         server.server_close()
         thread.join(timeout=10)
-    assert ReloadAnswers.paths == ["/reload"] * 4
-    assert ReloadAnswers.tokens == ["Bearer " + "a" * 32, None, None, None]
+    assert ReloadAnswers.paths == ["/reload"] * 5
+    assert ReloadAnswers.tokens == ["Bearer " + "a" * 32, None, None, None, None]
     assert (applied.returncode, applied.stdout) == (0, "servers.a: added\n")
     assert refused.returncode == 1 and "error: servers.a.comand: unknown key" in refused.stderr
     assert garbled.returncode == 1 and "not a reload answer" in garbled.stderr
     assert missing.returncode == 1 and "HTTP 404" in missing.stderr
-    for outcome in (applied, refused, garbled, missing):
+    # The admin listener answers a refused config 422, with its errors: each is printed.
+    assert unprocessable.returncode == 1
+    assert unprocessable.stderr.splitlines() == [
+        "error: servers.b.args: expected a list",
+        "the config was rejected; the running one stays",
+    ]
+    for outcome in (applied, refused, garbled, missing, unprocessable):
         assert "Traceback" not in outcome.stderr
+
+
+@pytest.mark.parametrize(
+    ("address", "words"),
+    [
+        ("http://[::1", "not a valid URL"),
+        ("http://127.0.0.1:19000/x y", "cannot hold spaces or control characters"),
+        ("http://127.0.0.1:19000\n", "cannot hold spaces or control characters"),
+        ("127.0.0.1:99999", "not a valid URL (Port out of range"),
+        ("http://127.0.0.1:99999", "not a valid URL (Port out of range"),
+        ("http://bob:hunter22@127.0.0.1:1", "http://bob:***@127.0.0.1:1: a user or password in the URL is not used"),
+        ("http://bob:hunter22@[::1", "http://bob:***@[::1: not a valid URL"),
+        ("ftp://127.0.0.1:1", "expected an http:// or https:// URL"),
+    ],
+)
+@pytest.mark.parametrize("command", ["status", "reload"])
+def test_an_admin_url_that_cannot_be_used_is_refused_in_one_line(command, address, words):
+    outcome = run_cli(command, "--admin", address)
+    assert outcome.returncode == 1, outcome.stderr
+    assert outcome.stderr.startswith("aggregator: --admin "), outcome.stderr
+    assert words in outcome.stderr, outcome.stderr
+    assert len(outcome.stderr.strip().splitlines()) == 1, outcome.stderr
+    assert "Traceback" not in outcome.stderr and "hunter22" not in outcome.stderr
+
+
+def test_serve_replaces_a_pid_file_of_a_process_that_is_no_aggregator(tmp_path):
+    # After a crash the id in the file may belong to another program by now: the file is
+    # stale, as `reload` also decides. A running aggregator's file is refused.
+    pid_file = tmp_path / "proxy.pid"
+    config = write_config(tmp_path, fake("a"))
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        pid_file.write_text(f"{other.pid}\n")
+        with http_proxy(config, "--pid-file", str(pid_file)):
+            wait_for(lambda: pid_file.read_text().strip() != str(other.pid), 20, "the pid file rewritten")
+            proxy_pid = int(pid_file.read_text())
+            assert b"aggregator" in Path(f"/proc/{proxy_pid}/cmdline").read_bytes()
+            refused = run_cli("serve", "--http", "127.0.0.1:1", "--config", str(config), "--pid-file", str(pid_file))
+            assert refused.returncode == 1, refused.stderr
+            assert (
+                refused.stderr == f"aggregator: --pid-file {pid_file}: process {proxy_pid} is running with it already\n"
+            )
+            assert int(pid_file.read_text()) == proxy_pid
+        assert other.poll() is None  # never signalled
+    finally:
+        other.kill()
+        other.wait(timeout=10)
+    pid_file.write_text("0\n")  # not a process of its own: stale too
+    with http_proxy(config, "--pid-file", str(pid_file)):
+        wait_for(lambda: pid_file.read_text().strip() not in ("0", ""), 20, "the pid file rewritten")

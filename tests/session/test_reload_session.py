@@ -3,12 +3,14 @@ file is read again and only what changed is applied while a client stays connect
 
 from __future__ import annotations
 
+import time
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
 import trio
 
+from aggregator import plugins
 from aggregator.config import load_config
 from aggregator.hub import Hub
 from tests.session.harness import Client, FakeUpstreams, Proxy
@@ -215,3 +217,53 @@ async def test_a_hub_without_a_config_file_has_nothing_to_reload(autojump_clock,
         proxy.hub.config_path = None
         result = await proxy.hub.reload()
         assert not result.ok and result.errors == ["this proxy was not started from a config file; nothing to reload"]
+
+
+async def test_a_reload_that_leaves_fewer_servers_than_min_ready_is_rejected(autojump_clock, tmp_path):
+    path = tmp_path / "aggregator.toml"
+    write(path, {"a": "", "b": ""})
+    path.write_text(path.read_text().replace("[proxy]\n", "[proxy]\nmin_ready = 2\n", 1))
+    async with proxy_of(path, {"a": [], "b": []}) as proxy:
+        with trio.fail_after(30):
+            before = proxy.hub.config
+            write(path, {"a": ""})
+            path.write_text(path.read_text().replace("[proxy]\n", "[proxy]\nmin_ready = 2\n", 1))
+            result = await proxy.hub.reload()
+            assert not result.ok and result.changes == []
+            assert [e for e in result.errors if e.startswith("proxy.min_ready: 2 servers must be ready")], result
+            assert proxy.hub.config is before and set(proxy.hub.upstreams) == {"a", "b"}
+
+
+class SlowLoads:
+    """A plugin whose plain load blocks (as a sync network call would); ``AsyncSlowLoads``
+    waits as long in a coroutine, which holds up nothing else."""
+
+    name = "slow-loads"
+
+    def load(self) -> None:
+        time.sleep(0.2)  # the blocking this test is about: the event loop cannot run meanwhile
+
+
+class AsyncSlowLoads:
+    name = "async-slow-loads"
+
+    async def load(self) -> None:
+        await trio.sleep(10)
+        raise RuntimeError("loaded late and failed")
+
+
+async def test_a_plain_load_hook_that_blocks_a_reload_is_named_in_a_warning(
+    autojump_clock, tmp_path, caplog, monkeypatch
+):
+    monkeypatch.setattr(plugins, "SLOW_PLAIN_HOOK", 0.1)
+    path = tmp_path / "aggregator.toml"
+    write(path, {"a": ""})
+    async with proxy_of(path, {"a": []}) as proxy:
+        with trio.fail_after(30):
+            caplog.clear()
+            for use in ("SlowLoads", "AsyncSlowLoads"):
+                write(path, {"a": ""}, f'\n[[plugins]]\nuse = "tests.session.test_reload_session:{use}"\n')
+                assert (await proxy.hub.reload()).ok
+    slow = [r.getMessage() for r in caplog.records if "held up the proxy" in r.getMessage()]
+    assert len(slow) == 1 and slow[0].startswith("plugin slow-loads: its plain load hook held up the proxy for"), slow
+    assert any("plugin async-slow-loads: load hook failed" in r.getMessage() for r in caplog.records)

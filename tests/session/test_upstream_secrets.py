@@ -361,3 +361,30 @@ async def test_the_last_stderr_line_without_a_newline_is_logged_and_kept_masked(
     assert "[stderr] fatal: bad key ***" in check and "[stderr] fatal: bad key ***" in logged, (check, logged)
     for text in (logged, check, last_error):
         assert "the-key-8d21" not in text, text
+
+
+@pytest.mark.parametrize(
+    ("server_list", "global_list", "variable"),
+    [(["GH_TOKEN"], [], "GH_TOKEN"), ([], ["GH_*"], "GH_TOKEN"), ([], ["OPENAI_*"], "OPENAI_API_KEY")],
+)
+def test_a_value_passed_through_the_environment_is_masked_in_check(tmp_path, server_list, global_list, variable):
+    # A variable the proxy passes through to a server (its own list or proxy.env_passthrough,
+    # names or prefixes) is a secret like its env: the stderr tail check shows hides it.
+    secret = "ghp_passthroughsecret123"
+    path = tmp_path / "pt.toml"
+    path.write_text(
+        f"[proxy]\nstartup_timeout = 2.0\nenv_passthrough = {json.dumps(global_list)}\n"
+        f'[servers.leak]\ncommand = "sh"\nargs = ["-c", "echo my token is ${variable} >&2; exit 1"]\n'
+        f"env_passthrough = {json.dumps(server_list)}\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-m", "aggregator", "check", "--config", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, variable: secret},
+        stdin=subprocess.DEVNULL,
+    )
+    shown = out.stdout + out.stderr
+    assert "[stderr] my token is ***" in shown, shown
+    assert "passthroughsecret" not in shown, shown
