@@ -12,9 +12,7 @@ from aggregator.cli.check import run_check
 from aggregator.cli.common import DEFAULT_CONFIG
 from aggregator.cli.convert import run_import
 from aggregator.cli.logs import FORMATS, LEVELS
-from aggregator.cli.reload import run_reload
 from aggregator.cli.serve import run_serve
-from aggregator.cli.status import run_status
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -223,3 +221,16 @@ def _add_reload(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         " the token, if the listener wants one, is taken from $AGGREGATOR_ADMIN_TOKEN",
     )
     reload.set_defaults(command="reload", run=run_reload)
+
+
+# status and reload speak HTTP (urllib): imported when they run, not by every command.
+def run_status(args: argparse.Namespace) -> int:
+    from aggregator.cli.status import run_status as run
+
+    return run(args)
+
+
+def run_reload(args: argparse.Namespace) -> int:
+    from aggregator.cli.reload import run_reload as run
+
+    return run(args)
