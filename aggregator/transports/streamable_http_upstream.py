@@ -145,14 +145,9 @@ class _StreamableHttp:
                 if key is not None and self.reading.get(key) is this:
                     del self.reading[key]
         if this.scope.cancelled_caught and answers is not None:
-            log.info(
-                "server %s: stopped %s the answer to %s (id %s): %s",
-                self.config.name,
-                "resuming" if this.resuming else "reading",
-                answers.get("method"),
-                answers["id"],
-                this.stopped or "its time is up",
-            )
+            how, why = "resuming" if this.resuming else "reading", this.stopped or "its time is up"
+            said = "server %s: stopped %s the answer to %s (id %s): %s"
+            log.info(said, self.config.name, how, answers.get("method"), answers["id"], why)
 
     async def post_and_read(self, line: bytes, message: Any, answers: dict[str, Any] | None, this: Reading) -> None:
         is_initialize = type(message) is dict and message.get("method") == INITIALIZE
@@ -170,9 +165,7 @@ class _StreamableHttp:
                     await read_modern(self, response, answers)
                     return
                 outcome = await self.read_post(response, message, answers, is_initialize)
-        except (httpx.LocalProtocolError, UnicodeEncodeError) as exc:
-            # This request's own headers cannot be sent: it fails alone; the connection,
-            # which other callers share, goes on.
+        except (httpx.LocalProtocolError, UnicodeEncodeError) as exc:  # its own headers: it alone fails
             await self.answer_failed(message, f"the request cannot be sent: {self.link.describe(exc)}")
             return
         except httpx.HTTPError as exc:
