@@ -83,8 +83,12 @@ class ServerMessages(RouterState):
 
     def _answered(self, link: UpstreamLink, pending: Pending, kind: int, message: dict[str, Any]) -> list[Command]:
         """An upstream's answer to a forwarded request: to its client, under its own id."""
-        ok = kind == RESPONSE  # counted as the server answered (``core.tallies``)
-        self._end(pending, "ok" if ok else "error", "" if ok else "server_error", self.clock() - pending.sent_at)
+        if kind == RESPONSE:  # counted as the server answered (``core.tallies``), once
+            if not pending.done:
+                self.tallies.answered(pending.method, link.server or pending.server, self.clock() - pending.sent_at)
+            self._end(pending)
+        else:
+            self._end(pending, "error", "server_error", self.clock() - pending.sent_at)
         client = self.clients.get(pending.session)
         if client is None:
             if pending.session < 0:  # parked: the answer waits for its caller's retry (``core.parked``)

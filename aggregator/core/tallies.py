@@ -49,27 +49,65 @@ class Histogram:
 
 
 class Tallies:
-    """The router's counts (see the rules above). Only the router writes them."""
+    """The router's counts (see the rules above). Only the router writes them.
+
+    A server's result (the common case) is one histogram observation, under the server,
+    then the method (``answered``): its count is the ``ok`` requests' count, read at a
+    scrape (``requests``, ``upstream`` merge the tables)."""
 
     def __init__(self) -> None:
-        # (method, server, outcome, reason) -> requests ended so
-        self.requests: dict[tuple[str, str, str, str], int] = {}
-        # (method, server) -> how long the server took to answer
-        self.upstream: dict[tuple[str, str], Histogram] = {}
+        # (method, server, outcome, reason) -> requests ended so, but for a server's result
+        self._requests: dict[tuple[str, str, str, str], int] = {}
+        # (method, server) -> how long the server took to answer with an error
+        self._errors: dict[tuple[str, str], Histogram] = {}
+        # server -> method -> how long the server took to answer with a result
+        self._ok: dict[str, dict[str, Histogram]] = {}
         # who sent it (client, server) -> how long the router took over one message; the
         # trio layer measures it around the call (the router reads no clock for it)
         self.proxy = {"client": Histogram(PROXY_BUCKETS), "server": Histogram(PROXY_BUCKETS)}
 
-    def ended(self, method: str, server: str, outcome: str, reason: str, seconds: float | None) -> None:
-        """A forwarded request ended (rule 1); ``seconds``: its upstream duration, if answered."""
-        key = (method, server, outcome, reason)
+    def answered(self, method: str, server: str, seconds: float) -> None:
+        """A forwarded request the server answered with a result, after ``seconds``."""
         try:
-            self.requests[key] += 1
+            histogram = self._ok[server][method]
         except KeyError:
-            self.requests[key] = 1
+            histogram = self._ok.setdefault(server, {}).setdefault(method, Histogram(UPSTREAM_BUCKETS))
+        histogram.counts[bisect_left(histogram.bounds, seconds)] += 1
+        histogram.total += seconds
+
+    def ended(self, method: str, server: str, outcome: str, reason: str, seconds: float | None) -> None:
+        """A forwarded request ended otherwise (rule 1); ``seconds``: its upstream duration,
+        if the server answered (with an error)."""
+        if outcome == "ok" and seconds is not None:
+            self.answered(method, server, seconds)
+            return
+        key = (method, server, outcome, reason)
+        self._requests[key] = self._requests.get(key, 0) + 1
         if seconds is not None:
-            try:
-                histogram = self.upstream[method, server]
-            except KeyError:
-                histogram = self.upstream[method, server] = Histogram(UPSTREAM_BUCKETS)
+            histogram = self._errors.get((method, server))
+            if histogram is None:
+                histogram = self._errors[method, server] = Histogram(UPSTREAM_BUCKETS)
             histogram.observe(seconds)
+
+    @property
+    def requests(self) -> dict[tuple[str, str, str, str], int]:
+        """Requests ended, by (method, server, outcome, reason) (a snapshot)."""
+        merged = dict(self._requests)
+        for server, methods in self._ok.items():
+            for method, histogram in methods.items():
+                merged[method, server, "ok", ""] = sum(histogram.counts)
+        return merged
+
+    @property
+    def upstream(self) -> dict[tuple[str, str], Histogram]:
+        """How long the server took to answer, by (method, server), results and errors
+        together (a snapshot)."""
+        merged: dict[tuple[str, str], Histogram] = {}
+        tables = [((method, server), h) for server, methods in self._ok.items() for method, h in methods.items()]
+        for key, histogram in [*tables, *self._errors.items()]:
+            into = merged.get(key)
+            if into is None:
+                into = merged[key] = Histogram(histogram.bounds)
+            into.counts = [a + b for a, b in zip(into.counts, histogram.counts, strict=True)]
+            into.total += histogram.total
+        return merged
