@@ -378,3 +378,13 @@ def test_json_log_lines(tmp_path):
     started = next(line for line in lines if line["message"].startswith("server a: started pid"))
     assert started["level"] == "info" and started["logger"] == "aggregator.server.a", started
     assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", started["time"]), started
+
+
+@pytest.mark.parametrize("command", ["serve", "check"])
+def test_a_control_character_in_a_key_name_is_shown_escaped(tmp_path, command):
+    config = tmp_path / "aggregator.toml"
+    config.write_text('[servers."x\\u001b[31mRED\\u0007\\r"]\ncommand = 5\n')
+    out = run(command, "--config", str(config))
+    assert out.returncode == 2, out.stderr
+    assert not re.search(r"[\x00-\x09\x0b-\x1f\x7f]", out.stderr), repr(out.stderr)
+    assert "servers.x\\x1b[31mRED\\x07\\x0d.command: expected a string, got a number (5)" in out.stderr
