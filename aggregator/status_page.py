@@ -164,7 +164,8 @@ function render(data) {
     s.in_flight, duration(s.age)])), "no client is connected", 6);
   const when = (e) => new Date(e.time * 1000).toISOString().replace("T", " ").slice(0, 19);
   fill("errors", data.errors.slice(0, SHOWN_ERRORS).map((e) => row([when(e), el("td", e.level, e.level),
-    el("td", e.logger, "mono"), e.message])), "none since it started", 4);
+    el("td", e.logger, "mono"), e.count > 1 ? e.message + " (" + e.count + " times since "
+    + when({ time: e.first }).slice(11) + ")" : e.message])), "none since it started", 4);
   const catalog = $("catalog");
   const wasOpen = {};  // what the reader opened or closed stays so across refreshes
   for (const box of catalog.querySelectorAll("details")) wasOpen[box.dataset.profile] = box.open;

@@ -117,7 +117,8 @@ def status_text(data: dict[str, Any]) -> list[str]:
         lines += ["", f"RECENT WARNINGS AND ERRORS ({len(errors)}, newest first)"]
         for error in errors[:10]:
             when = time.strftime("%H:%M:%S", time.localtime(error["time"]))
-            lines.append(f"  {when} {error['level']:<8} {error['message']}")
+            repeats = f" ({error['count']} times)" if error.get("count", 1) > 1 else ""
+            lines.append(f"  {when} {error['level']:<8} {error['message']}{repeats}")
     for profile, view in data.get("catalog", {}).items():
         shown = sum(len(items) for items in view.get("exposed", {}).values())
         hidden = [(kind, item) for kind, items in view.get("hidden", {}).items() for item in items]
