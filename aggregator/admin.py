@@ -35,6 +35,7 @@ from aggregator.config import HttpConfig, parse_listen
 from aggregator.containment import internal_error
 from aggregator.hub import Hub
 from aggregator.jsonrpc.codec import dumps
+from aggregator.recent_errors import REFUSAL
 from aggregator.status import health, readiness, snapshot
 from aggregator.status_page import page
 from aggregator.transports.http_server import HttpConnection, HttpLimits, Request, refuse_connection
@@ -101,7 +102,7 @@ class AdminRoutes:
             await self._reload(connection)
 
     async def refuse(self, connection: HttpConnection, request: Request, path: str, denial: Denial) -> None:
-        log.log(denial.level, "admin: refused %s %s: %s", request.method, path, denial.reason)
+        log.log(denial.level, "admin: refused %s %s: %s", request.method, path, denial.reason, extra=REFUSAL)
         await connection.respond(denial.status, [JSON_TYPE, NO_STORE, *denial.headers], dumps({"error": denial.reason}))
 
     async def _json(self, connection: HttpConnection, status: int, body: Any) -> None:

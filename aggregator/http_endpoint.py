@@ -47,6 +47,7 @@ from aggregator.hub import Hub
 from aggregator.jsonrpc.codec import dumps
 from aggregator.jsonrpc.errors import INVALID_REQUEST, error_response
 from aggregator.legacy_sse import LegacySession, LegacySse
+from aggregator.recent_errors import REFUSAL
 from aggregator.transports.http_server import HttpConnection, HttpLimits, Request, refuse_connection
 
 log = logging.getLogger(__name__)
@@ -130,7 +131,7 @@ class StreamableHttpEndpoint(PostExchange, LegacySse):
         # exist, is told to a request that fails them.
         denial = check_access(self.access, request.headers)
         if denial is not None:
-            log.log(denial.level, "http: refused %s %s: %s", request.method, path[:100], denial.reason)
+            log.log(denial.level, "http: refused %s %s: %s", request.method, path[:100], denial.reason, extra=REFUSAL)
             body = dumps(error_response(None, INVALID_REQUEST, denial.reason))
             await connection.respond(denial.status, [JSON, *denial.headers], body)
             return

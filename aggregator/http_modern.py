@@ -35,6 +35,7 @@ from aggregator.jsonrpc.codec import dumps
 from aggregator.jsonrpc.errors import INVALID_REQUEST
 from aggregator.jsonrpc.kinds import REQUEST
 from aggregator.mcp.versions import DISCOVER, SUPPORTED, is_modern
+from aggregator.recent_errors import REFUSAL
 from aggregator.transports.budget import ClientMemory, release_all
 from aggregator.transports.http_server import HttpConnection, Request
 
@@ -162,7 +163,12 @@ class StatelessRequests(EventStreams):
         admitted = choose_profile(self.access, headers, self.access.named_profile(request.path) or "")
         if isinstance(admitted, Denial):
             log.log(
-                admitted.level, "http: refused %s on %s: %s", message["method"], request.path[:100], admitted.reason
+                admitted.level,
+                "http: refused %s on %s: %s",
+                message["method"],
+                request.path[:100],
+                admitted.reason,
+                extra=REFUSAL,
             )
             await self._reject(connection, admitted.status, INVALID_REQUEST, admitted.reason, message["id"])
             return

@@ -66,7 +66,18 @@ _SCRIPT = """<script>
 const POLL_MS = __POLL__ * 1000;
 const SHOWN_ERRORS = 20;
 const KIND_LABELS = { tools: "tools", prompts: "prompts", resources: "resources", resourceTemplates: "templates" };
-const token = new URLSearchParams(location.hash.slice(1)).get("token");
+// The token is all the fragment holds after "token=", as it is: a token may hold "+", "%"
+// or "&", which form decoding would change. Should that be refused, the same text
+// percent-decoded is tried (a browser encodes '"', "<", ">" and "`" in an address).
+const tokens = fragmentTokens(location.hash.slice(1));
+let tokenIndex = 0;
+function fragmentTokens(fragment) {
+  if (!fragment.startsWith("token=") || fragment.length === 6) return [];
+  const raw = fragment.slice(6);
+  let decoded = raw;
+  try { decoded = decodeURIComponent(raw); } catch (error) { /* not percent-encoding: raw only */ }
+  return decoded === raw ? [raw] : [raw, decoded];
+}
 const $ = (id) => document.getElementById(id);
 function el(tag, text, cls) {
   const node = document.createElement(tag);
@@ -153,7 +164,8 @@ function render(data) {
     s.in_flight, duration(s.age)])), "no client is connected", 6);
   const when = (e) => new Date(e.time * 1000).toISOString().replace("T", " ").slice(0, 19);
   fill("errors", data.errors.slice(0, SHOWN_ERRORS).map((e) => row([when(e), el("td", e.level, e.level),
-    el("td", e.logger, "mono"), e.message])), "none since it started", 4);
+    el("td", e.logger, "mono"), e.count > 1 ? e.message + " (" + e.count + " times since "
+    + when({ time: e.first }).slice(11) + ")" : e.message])), "none since it started", 4);
   const catalog = $("catalog");
   const wasOpen = {};  // what the reader opened or closed stays so across refreshes
   for (const box of catalog.querySelectorAll("details")) wasOpen[box.dataset.profile] = box.open;
@@ -161,11 +173,18 @@ function render(data) {
   document.body.dataset.updated = String(Date.now());
 }
 async function poll() {
+  const token = tokens[tokenIndex];
   const headers = token ? { Authorization: "Bearer " + token } : {};
   try {
     const answer = await fetch("status.json", { headers, cache: "no-store" });
-    if (answer.status === 401) {
-      $("connection").textContent = "a token is required: open this page as /status#token=YOUR_TOKEN";
+    if (answer.status === 401 && tokenIndex + 1 < tokens.length) {
+      tokenIndex += 1;  // the raw text was refused: try it percent-decoded, now
+      setTimeout(poll, 0);
+      return;
+    } else if (answer.status === 401) {
+      $("connection").textContent = token
+        ? "token refused: the token after #token= in this address is not the admin token"
+        : "a token is required: open this page as /status#token=YOUR_TOKEN";
       $("connection").className = "bad";
     } else if (!answer.ok) {
       $("connection").textContent = "status.json answered " + answer.status;

@@ -39,6 +39,7 @@ from aggregator.config import HttpConfig, parse_listen
 from aggregator.containment import internal_error
 from aggregator.hub import Hub
 from aggregator.jsonrpc.codec import dumps
+from aggregator.recent_errors import REFUSAL
 from aggregator.transports.http_server import refuse_connection
 from aggregator.websocket_handshake import HandshakeTap, current_tap, handshake_headers, reject
 from aggregator.websocket_sink import WebSocketSink
@@ -131,7 +132,9 @@ class WebSocketEndpoint:
                 denial = check_access(self.access, headers)
                 if denial is None:
                     return True
-                log.log(denial.level, "websocket: refused a request for %s: %s", target[:100], denial.reason)
+                log.log(
+                    denial.level, "websocket: refused a request for %s: %s", target[:100], denial.reason, extra=REFUSAL
+                )
                 status, reason, extra = denial.status, denial.reason, list(denial.headers)
             body = reason.encode()
             lines = [f"HTTP/1.1 {status} {HTTPStatus(status).phrase}"]

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from aggregator.cli.arguments import build_parser
 from aggregator.cli.common import INTERRUPTED
 from aggregator.cli.logs import setup_logging
+from aggregator.cli.terminal import printable
 from aggregator.errors import AggregatorError, ConfigError
 
 
@@ -40,10 +41,10 @@ def _main(argv: list[str] | None) -> int:
     try:
         return run(args)
     except ConfigError as exc:
-        print(f"aggregator: {exc}", file=sys.stderr)
+        print(f"aggregator: {_shown(exc)}", file=sys.stderr)
         return 2
     except AggregatorError as exc:  # the proxy could not start: one line, no traceback
-        print(f"aggregator: {exc}", file=sys.stderr)
+        print(f"aggregator: {_shown(exc)}", file=sys.stderr)
         return 1
     except BrokenPipeError:  # `aggregator tools | head`: the reader has seen enough
         _drop_stdout()
@@ -53,6 +54,15 @@ def _main(argv: list[str] | None) -> int:
         where = f"{exc.filename}: " if exc.filename else "cannot write the output: "
         print(f"aggregator: {where}{exc.strerror or exc}", file=sys.stderr)
         return 1
+
+
+def _shown(exc: AggregatorError) -> str:
+    """The message of ``exc`` for a terminal: a control character that came from a key
+    name, a path or an answer is shown as ``\\x1b``; a config error keeps one problem a line."""
+    if isinstance(exc, ConfigError):
+        head = f"invalid configuration in {printable(exc.source)}" if exc.source else "invalid configuration"
+        return head + ":\n" + "\n".join(f"  {printable(problem)}" for problem in exc.problems)
+    return "\n".join(printable(line) for line in str(exc).split("\n"))
 
 
 def _drop_stdout() -> None:

@@ -17,7 +17,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from aggregator.cli.terminal import admin_base, printable
+from aggregator.cli.terminal import admin_base, bearer, printable
 from aggregator.errors import AggregatorError
 from aggregator.reload import signal_reload
 
@@ -40,7 +40,7 @@ def _reload_by_admin(url: str) -> int:
     request = urllib.request.Request(target, data=b"", method="POST")
     token = os.environ.get(TOKEN_VARIABLE)
     if token:  # from the environment, never the command line (which `ps` shows)
-        request.add_header("Authorization", f"Bearer {token}")
+        request.add_header("Authorization", bearer(token, TOKEN_VARIABLE))
     try:
         with urllib.request.urlopen(request, timeout=TIMEOUT) as response:  # noqa: S310 - the scheme is checked
             body = response.read()

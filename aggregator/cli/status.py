@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from aggregator.cli.common import DEFAULT_CONFIG
-from aggregator.cli.terminal import admin_base, printable
+from aggregator.cli.terminal import admin_base, bearer, printable
 from aggregator.config import load_config
 from aggregator.errors import AggregatorError
 
@@ -33,8 +33,15 @@ def run_status(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(data, indent=2, ensure_ascii=False))
     else:
+        try:
+            lines = status_text(data)
+        except (LookupError, TypeError, AttributeError, ValueError, OverflowError, OSError) as exc:
+            # A field missing or of another type: something else answers there, or another version.
+            raise AggregatorError(
+                f"{base}/status.json: not a status answer this version can read ({type(exc).__name__}: {exc})"
+            ) from None
         # What servers and clients wrote (stderr, errors, names) reaches the terminal as text.
-        print("\n".join(printable(line) for line in status_text(data)))
+        print("\n".join(printable(line) for line in lines))
     return 0 if data.get("ready") else 1
 
 
@@ -58,7 +65,7 @@ def fetch_status(base: str, token: str | None) -> dict[str, Any]:
     """``base``/status.json as JSON; AggregatorError (one line) when it cannot be had."""
     request = urllib.request.Request(f"{base}/status.json", headers={"accept": "application/json"})
     if token:
-        request.add_header("authorization", f"Bearer {token}")
+        request.add_header("authorization", bearer(token, f"--token or {TOKEN_VARIABLE}"))
     try:
         with urllib.request.urlopen(request, timeout=TIMEOUT) as answer:  # noqa: S310 - http(s) only, checked above
             data = json.loads(answer.read())
@@ -110,7 +117,8 @@ def status_text(data: dict[str, Any]) -> list[str]:
         lines += ["", f"RECENT WARNINGS AND ERRORS ({len(errors)}, newest first)"]
         for error in errors[:10]:
             when = time.strftime("%H:%M:%S", time.localtime(error["time"]))
-            lines.append(f"  {when} {error['level']:<8} {error['message']}")
+            repeats = f" ({error['count']} times)" if error.get("count", 1) > 1 else ""
+            lines.append(f"  {when} {error['level']:<8} {error['message']}{repeats}")
     for profile, view in data.get("catalog", {}).items():
         shown = sum(len(items) for items in view.get("exposed", {}).values())
         hidden = [(kind, item) for kind, items in view.get("hidden", {}).items() for item in items]

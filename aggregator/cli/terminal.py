@@ -22,6 +22,17 @@ def printable(text: str) -> str:
     return _CONTROL.sub(lambda match: f"\\x{ord(match.group()):02x}", text)
 
 
+def bearer(token: str, source: str) -> str:
+    """The ``Authorization`` header value for ``token`` (which came from ``source``);
+    AggregatorError, one line that does not show the token, when a header cannot carry it."""
+    if any(ord(char) < 33 or ord(char) > 126 for char in token):
+        raise AggregatorError(
+            f"the admin token ({source}) cannot be sent in an HTTP header: it holds a space, a control"
+            " character or a character outside ASCII (it is not shown)"
+        )
+    return f"Bearer {token}"
+
+
 def admin_base(address: str, option: str = "--admin") -> str:
     """The admin endpoint's base URL (no trailing ``/``) from ``address``: an http(s) URL,
     ``HOST:PORT`` or a bare port (on 127.0.0.1). AggregatorError, one line naming

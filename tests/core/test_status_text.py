@@ -60,3 +60,12 @@ def test_status_text_when_draining():
 )
 def test_duration(seconds, text):
     assert duration(seconds) == text
+
+
+def test_a_repeated_error_says_how_often() -> None:
+    errors = [
+        {"time": 0, "first": 0, "level": "warning", "logger": "aggregator.admin", "message": "refused", "count": 3},
+        {"time": 0, "first": 0, "level": "error", "logger": "aggregator.upstream", "message": "down", "count": 1},
+    ]
+    text = "\n".join(status_text({**STATUS, "errors": errors}))
+    assert "warning  refused (3 times)" in text and "error    down\n" in text + "\n"

@@ -378,3 +378,47 @@ def test_json_log_lines(tmp_path):
     started = next(line for line in lines if line["message"].startswith("server a: started pid"))
     assert started["level"] == "info" and started["logger"] == "aggregator.server.a", started
     assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", started["time"]), started
+
+
+@pytest.mark.parametrize("command", ["serve", "check"])
+def test_a_control_character_in_a_key_name_is_shown_escaped(tmp_path, command):
+    config = tmp_path / "aggregator.toml"
+    config.write_text('[servers."x\\u001b[31mRED\\u0007\\r"]\ncommand = 5\n')
+    out = run(command, "--config", str(config))
+    assert out.returncode == 2, out.stderr
+    assert not re.search(r"[\x00-\x09\x0b-\x1f\x7f]", out.stderr), repr(out.stderr)
+    assert "servers.x\\x1b[31mRED\\x07\\x0d.command: expected a string, got a number (5)" in out.stderr
+
+
+def test_ctrl_c_while_the_command_line_loads_is_quiet():
+    # Ctrl-C arriving exactly while the parser's module is imported, made certain by a finder.
+    script = (
+        "import sys\n"
+        "class Interrupting:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name == 'aggregator.cli.arguments':\n"
+        "            raise KeyboardInterrupt\n"
+        "sys.meta_path.insert(0, Interrupting())\n"
+        "import aggregator.cli\n"
+        "raise SystemExit(aggregator.cli.main(['check']))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert (done.returncode, done.stdout, done.stderr) == (130, "", "")
+
+
+@pytest.mark.skipif(not SCRIPT.exists(), reason="needs the installed console script")
+def test_ctrl_c_in_the_first_moments_of_a_command_is_exit_130():
+    for delay in (0.15, 0.3):  # while the proxy's modules load (Python itself has started by then)
+        started = subprocess.Popen(
+            [str(SCRIPT), "check", "--config", "missing.toml"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            stdin=subprocess.DEVNULL,
+            text=True,
+        )
+        time.sleep(delay)
+        started.send_signal(signal.SIGINT)
+        _, stderr = started.communicate(timeout=30)
+        assert "Traceback" not in stderr, stderr
+        # 130 once Python handles SIGINT; 2 if it came too late (the command had ended).
+        assert started.returncode in (130, 2), (delay, started.returncode, stderr)

@@ -62,6 +62,13 @@ def server_row(dom: str, name: str) -> str:
     return found.group(0)
 
 
+def connection(dom: str) -> str:
+    """What the page says of its connection to the proxy (its last poll)."""
+    found = re.search(r'<span id="connection" class="[a-z]+">([^<]*)</span>', dom)
+    assert found, dom[-3000:]
+    return found.group(1)
+
+
 @needs_chromium
 def test_status_page_shows_a_server_going_down_and_coming_back(tmp_path):
     hold = tmp_path / "hold"
@@ -123,5 +130,25 @@ def test_status_page_polls_with_the_token_from_its_address(tmp_path):
         assert "data-updated=" in dom
         dom = render(f"http://127.0.0.1:{admin}/status", tmp_path / "b2", budget)
         assert 'data-server="steady"' not in dom
-        assert "a token is required" in dom
+        assert connection(dom).startswith("a token is required: ")
     assert ADMIN_TOKEN not in log.read_text()
+
+
+@needs_chromium
+def test_status_page_takes_a_token_with_plus_percent_and_ampersand_as_written(tmp_path):
+    plain = "plus+pct%41&and=more-0123456789"  # form decoding would make "+" a space
+    quoted = 'quote"and+plus-0123456789'  # the browser sends '"' as %22 in the address
+    config = write_config(tmp_path, fake("steady") + f"[http]\nauth_tokens = ['{plain}', '{quoted}']\n")
+    admin = free_port()
+    with http_proxy(config, "--admin", f"127.0.0.1:{admin}") as (port, log):
+        wait_listening(admin)
+        wait_for(lambda: get(admin, "/readyz", {"authorization": f"Bearer {plain}"})[0] == 200)
+        budget = "--virtual-time-budget=5000"
+        for index, token in enumerate([plain, quoted]):
+            dom = render(f"http://127.0.0.1:{admin}/status#token={token}", tmp_path / f"b{index}", budget)
+            assert 'data-server="steady" data-state="ready"' in dom, token
+            assert connection(dom).startswith("updated "), token
+        dom = render(f"http://127.0.0.1:{admin}/status#token=not-{plain}", tmp_path / "wrong", budget)
+        assert 'data-server="steady"' not in dom
+        assert connection(dom).startswith("token refused: ")
+    assert plain not in log.read_text()

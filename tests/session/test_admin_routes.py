@@ -143,3 +143,17 @@ async def test_the_recent_errors_handler_leaves_with_the_hub():
         assert data["errors"][0]["message"] == "a warning for the page 7"
         assert data["errors"][0]["level"] == "warning"
     assert fronts.hub.recent_errors not in aggregator_log.handlers
+
+
+async def test_a_flood_of_refused_requests_leaves_the_other_errors_on_the_page():
+    token = "a-token-for-the-page-0123456789"
+    async with running_fronts(auth_tokens=[token]) as fronts:
+        logging.getLogger("aggregator.upstream").error("server %s: the server exited with status %d", "a", 1)
+        for _ in range(120):
+            assert (await ask(fronts.http_port, "GET", "/metrics")).status == 401
+        auth = {"authorization": f"Bearer {token}"}
+        errors = json.loads((await ask(fronts.http_port, "GET", "/status.json", auth)).body)["errors"]
+        assert [(e["message"], e["count"]) for e in errors] == [
+            ("admin: refused GET /metrics: a valid bearer token is required", 120),
+            ("server a: the server exited with status 1", 1),
+        ]
