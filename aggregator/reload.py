@@ -40,6 +40,7 @@ import trio
 from aggregator.config import Config, load_config
 from aggregator.config.changes import ConfigChanges, plan_changes
 from aggregator.config.core_settings import link_settings
+from aggregator.config.loading import min_ready_problems
 from aggregator.core.policy import ProfilePolicy
 from aggregator.errors import AggregatorError, ConfigError
 from aggregator.plugin_gate import GateHost, PluginGate
@@ -128,9 +129,11 @@ async def _reload(hub: ReloadHost, path: Path) -> ReloadResult:
         # clock (the tests') jump past every deadline while it reads.
         loaded = load_config(path)
     except ConfigError as exc:
-        log.error("reload: %s is rejected; the running config stays:\n%s", path, _indented(exc.problems))
-        return ReloadResult(False, list(exc.problems))
+        return _rejected(path, list(exc.problems))
     changes = plan_changes(hub.config, attrs.evolve(loaded, directory=hub.config.directory))
+    problems = min_ready_problems(hub.config, changes.effective.servers)
+    if problems:
+        return _rejected(path, problems)
     lines = changes.describe()
     restart = set(lines[len(lines) - len(changes.needs_restart) :])
     if not changes.anything:
@@ -143,16 +146,19 @@ async def _reload(hub: ReloadHost, path: Path) -> ReloadResult:
         try:
             plugins = _build_plugins(changes.effective)
         except ConfigError as exc:
-            log.error("reload: %s is rejected; the running config stays:\n%s", path, _indented(exc.problems))
-            return ReloadResult(False, list(exc.problems))
+            return _rejected(path, list(exc.problems))
     await _apply(hub, changes, plugins)
     for line in lines:
         log.log(logging.WARNING if line in restart else logging.INFO, "reload: %s", line)
     return ReloadResult(True, [], lines)
 
 
-def _indented(problems: list[str]) -> str:
-    return "\n".join(f"  {problem}" for problem in problems)
+def _rejected(path: Path, problems: list[str]) -> ReloadResult:
+    """Log a refused reload: a header, then one record per problem (each on its own line)."""
+    log.error("reload: %s is rejected; the running config stays:", path)
+    for problem in problems:
+        log.error("reload:   %s", problem)
+    return ReloadResult(False, problems)
 
 
 def _build_plugins(config: Config) -> Plugins:

@@ -234,6 +234,40 @@ async def test_a_reload_that_leaves_fewer_servers_than_min_ready_is_rejected(aut
             assert proxy.hub.config is before and set(proxy.hub.upstreams) == {"a", "b"}
 
 
+async def test_a_reload_is_checked_against_the_running_min_ready(autojump_clock, tmp_path):
+    # The file lowers min_ready and disables b: [proxy] waits for a restart, so the running
+    # min_ready of 2 would be in force with one server, and /readyz would never say ready.
+    path = tmp_path / "aggregator.toml"
+    write(path, {"a": "", "b": ""})
+    path.write_text(path.read_text().replace("[proxy]\n", "[proxy]\nmin_ready = 2\n", 1))
+    async with proxy_of(path, {"a": [], "b": []}) as proxy:
+        with trio.fail_after(30):
+            before = proxy.hub.config
+            write(path, {"a": "", "b": "enabled = false"})
+            path.write_text(path.read_text().replace("[proxy]\n", "[proxy]\nmin_ready = 1\n", 1))
+            result = await proxy.hub.reload()
+            assert not result.ok and result.changes == []
+            assert result.errors == [
+                "proxy.min_ready: 2 servers must be ready (the running value: [proxy] changes take a restart),"
+                " but 1 enabled server is configured; /readyz would never say ready"
+            ]
+            assert proxy.hub.config is before and set(proxy.hub.upstreams) == {"a", "b"}
+
+
+async def test_each_problem_of_a_refused_reload_is_a_record_of_its_own(autojump_clock, tmp_path, caplog):
+    path = tmp_path / "aggregator.toml"
+    write(path, {"a": ""})
+    async with proxy_of(path, {"a": []}) as proxy:
+        with trio.fail_after(30):
+            caplog.clear()
+            write(path, {"a": "comand = 1", "b": "request_timeout = -1"})
+            assert not (await proxy.hub.reload()).ok
+    lines = [r.getMessage() for r in caplog.records if r.name == "aggregator.reload"]
+    assert lines[0] == f"reload: {path} is rejected; the running config stays:"
+    assert len(lines) == 3 and all("\n" not in line for line in lines), lines
+    assert lines[1].startswith("reload:   servers.a.comand") and lines[2].startswith("reload:   servers.b.request")
+
+
 class SlowLoads:
     """A plugin whose plain load blocks (as a sync network call would); ``AsyncSlowLoads``
     waits as long in a coroutine, which holds up nothing else."""
