@@ -57,6 +57,8 @@ log = logging.getLogger(__name__)
 STOP_WAIT = 10.0
 # Why a changed server's requests in flight failed, and what a call held for it hears.
 CHANGED = "its configuration changed"
+# The largest process id there can be (a pid_t is a 32-bit signed number).
+MAX_PID = 2**31 - 1
 # How often ``watch_config`` looks at the file.
 WATCH_INTERVAL = 1.0
 
@@ -287,9 +289,9 @@ def signal_reload(path: Path) -> int:
         raise AggregatorError(
             f"cannot read {path}: {exc.strerror or exc} (is the proxy running with --pid-file {path}?)"
         ) from None
-    if not text.isdigit() or int(text) <= 1:
+    pid = _process_id(text)
+    if pid is None:
         raise AggregatorError(f"{path} does not hold a process id")
-    pid = int(text)
     if not _is_aggregator(pid):
         raise AggregatorError(f"process {pid} (from {path}) is not a running aggregator; a stale pid file?")
     try:
@@ -306,7 +308,16 @@ def _pid_in(path: Path) -> int | None:
         text = path.read_text().strip()
     except OSError:
         return None
-    return int(text) if text.isdigit() else None
+    return _process_id(text)
+
+
+def _process_id(text: str) -> int | None:
+    """``text`` as a process id other than 0 and 1, or None (a number no process id can be,
+    as 2147483648, is none either)."""
+    if not text.isdigit() or len(text) > 10:
+        return None
+    pid = int(text)
+    return pid if 1 < pid <= MAX_PID else None
 
 
 def _alive(pid: int) -> bool:
