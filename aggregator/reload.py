@@ -97,8 +97,10 @@ _locks: weakref.WeakKeyDictionary[Any, trio.Lock] = weakref.WeakKeyDictionary()
 _after_catalog_tasks: weakref.WeakSet[Any] = weakref.WeakSet()
 
 
-async def reload_hub(hub: ReloadHost) -> ReloadResult:
-    """Reload ``hub``'s config file and apply what changed (one reload at a time per hub)."""
+async def reload_hub(hub: ReloadHost, *, keep_servers: bool = False) -> ReloadResult:
+    """Reload ``hub``'s config file and apply what changed (one reload at a time per hub).
+    ``keep_servers`` (the watcher's): a file with no servers is not applied over a running
+    config that has some (it is more likely a file being written than meant)."""
     path = hub.config_path
     why = _cannot_reload(hub)
     if why is not None or path is None:
@@ -109,7 +111,7 @@ async def reload_hub(hub: ReloadHost) -> ReloadResult:
         lock = _locks[hub] = trio.Lock()
     async with lock:
         try:
-            return await _reload(hub, path)
+            return await _reload(hub, path, keep_servers)
         except Exception as exc:  # noqa: BLE001 - a bug in a reload must not stop the proxy
             log.exception("reload: internal error; what was applied before it stays")
             return ReloadResult(False, [f"internal error: {exc!r}"])
@@ -125,13 +127,17 @@ def _cannot_reload(hub: ReloadHost) -> str | None:
     return None
 
 
-async def _reload(hub: ReloadHost, path: Path) -> ReloadResult:
+async def _reload(hub: ReloadHost, path: Path, keep_servers: bool = False) -> ReloadResult:
     try:
         # Read in the event loop: a config file is small, and a thread would let a virtual
         # clock (the tests') jump past every deadline while it reads.
         loaded = load_config(path)
     except ConfigError as exc:
         return _rejected(path, list(exc.problems))
+    if keep_servers and not loaded.servers and hub.config.servers:
+        why = f"{path} has no servers; not applied by --watch (reload it by hand to mean it)"
+        log.warning("reload: %s", why)
+        return ReloadResult(False, [why])
     changes = plan_changes(hub.config, attrs.evolve(loaded, directory=hub.config.directory))
     problems = min_ready_problems(hub.config, changes.effective.servers)
     if problems:
@@ -236,16 +242,20 @@ def _setter(hub: ReloadHost) -> Callable[[], None]:
 
 async def watch_config(hub: ReloadHost, path: Path, interval: float = WATCH_INTERVAL) -> None:
     """Reload ``hub`` whenever ``path``'s contents change (looked at every ``interval``
-    seconds; a file being written is read again at the next look)."""
+    seconds). New contents are applied once two looks in a row saw them (a file being
+    written is not), and not at all if they have no servers while the running config has
+    some (``reload_hub``'s ``keep_servers``): the next change is waited for."""
     seen = _digest(path)
+    settling: bytes | None = None
     while True:
         await trio.sleep(interval)
         now = _digest(path)
-        if now is None or now == seen:
+        if now is None or now == seen or now != settling:
+            settling = None if now == seen else now
             continue
-        seen = now
+        seen, settling = now, None
         log.info("the config file %s changed; reloading", path)
-        await reload_hub(hub)
+        await reload_hub(hub, keep_servers=True)
 
 
 def _digest(path: Path) -> bytes | None:

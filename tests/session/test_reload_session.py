@@ -3,6 +3,7 @@ file is read again and only what changed is applied while a client stays connect
 
 from __future__ import annotations
 
+import logging
 import time
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -13,6 +14,7 @@ import trio
 from aggregator import plugins
 from aggregator.config import load_config
 from aggregator.hub import Hub
+from aggregator.reload import watch_config
 from tests.session.harness import Client, FakeUpstreams, Proxy
 
 
@@ -266,6 +268,35 @@ async def test_each_problem_of_a_refused_reload_is_a_record_of_its_own(autojump_
     assert lines[0] == f"reload: {path} is rejected; the running config stays:"
     assert len(lines) == 3 and all("\n" not in line for line in lines), lines
     assert lines[1].startswith("reload:   servers.a.comand") and lines[2].startswith("reload:   servers.b.request")
+
+
+async def test_the_watcher_applies_a_file_once_it_is_written_and_never_one_without_servers(
+    autojump_clock, tmp_path, caplog
+):
+    caplog.set_level(logging.INFO, logger="aggregator.reload")
+    path = tmp_path / "aggregator.toml"
+    write(path, {"a": ""})
+    async with proxy_of(path, {"a": [], "b": []}) as proxy:
+        with trio.fail_after(60):
+            await proxy.hub.startup_done.wait()
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(watch_config, proxy.hub, path, 1.0)
+                await trio.sleep(0.5)
+                caplog.clear()
+                path.write_text("")  # truncated: a file being written
+                await trio.sleep(1.0)  # one look saw it
+                write(path, {"a": "", "b": ""})  # written in full after that look
+                await trio.sleep(5.0)
+                assert set(proxy.hub.upstreams) == {"a", "b"}
+                assert len(proxy.upstreams.servers["a"]) == 1  # a was never removed
+                path.write_text("")  # emptied, and left so
+                await trio.sleep(5.0)
+                assert set(proxy.hub.upstreams) == {"a", "b"}
+                nursery.cancel_scope.cancel()
+    reloads = [r.getMessage() for r in caplog.records if r.getMessage().startswith("the config file")]
+    assert len(reloads) == 2, reloads
+    refused = [r.getMessage() for r in caplog.records if "has no servers" in r.getMessage()]
+    assert refused == [f"reload: {path} has no servers; not applied by --watch (reload it by hand to mean it)"]
 
 
 class SlowLoads:
