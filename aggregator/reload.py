@@ -225,14 +225,33 @@ async def _swap_plugins(hub: ReloadHost, plugins: Plugins) -> None:
         _after_catalog_tasks.add(hub)  # started by ``Hub.run``
     hub.plugins = plugins
     hub.plugins.catalog_changed = _setter(hub)
-    hub.gate = PluginGate(hub, plugins)
+    before = hub.gate
+    hub.gate = PluginGate(hub, plugins, before)
     hub.gate.nursery = hub._nursery
     hub._watched = hub.gate.watched
     hub._notification_hooks = plugins.watch_notifications
     if plugins.after_catalog_hooks and hub not in _after_catalog_tasks and hub._nursery is not None:
         _after_catalog_tasks.add(hub)
         hub._nursery.start_soon(hub._after_catalog)
+    if before.in_flight(old) and hub._nursery is not None:
+        hub._nursery.start_soon(_retire, hub.gate, before, old, _longest_request(hub.config))
+    else:
+        await old.done()
+
+
+async def _retire(gate: PluginGate, before: PluginGate, old: Plugins, seconds: float) -> None:
+    """Run replaced plugins' done hooks once the requests they decided on or watch are
+    answered (they see them through), or after ``seconds``, the longest a request lasts."""
+    with trio.move_on_after(seconds) as waited:
+        await before.answered_all(old)
+    if waited.cancelled_caught:
+        log.warning("reload: requests the replaced plugins watch were not answered within %.0fs", seconds)
+    gate.forget(old)
     await old.done()
+
+
+def _longest_request(config: Config) -> float:
+    return max((max(s.request_timeout, s.max_request_timeout) for s in config.servers.values()), default=60.0)
 
 
 def _setter(hub: ReloadHost) -> Callable[[], None]:

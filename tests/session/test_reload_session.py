@@ -299,6 +299,44 @@ async def test_the_watcher_applies_a_file_once_it_is_written_and_never_one_witho
     assert refused == [f"reload: {path} has no servers; not applied by --watch (reload it by hand to mean it)"]
 
 
+class Tagged:
+    """A plugin that records, under its tag, each answer it sees and when it is done."""
+
+    name = "tagged"
+    seen: list[tuple[str, str]] = []
+
+    def __init__(self, tag: str) -> None:
+        self.tag = tag
+
+    def response(self, response: Any) -> None:
+        Tagged.seen.append((self.tag, response.request.exposed))
+
+    def done(self) -> None:
+        Tagged.seen.append((self.tag, "done"))
+
+
+async def test_requests_in_flight_finish_with_the_plugins_they_started_under(autojump_clock, tmp_path):
+    path = tmp_path / "aggregator.toml"
+    tagged = '\n[[plugins]]\nuse = "tests.session.test_reload_session:Tagged"\noptions = {{ tag = "{}" }}\n'
+    write(path, {"h": "request_timeout = 3.0"}, tagged.format("one"))
+    Tagged.seen.clear()
+    async with proxy_of(path, {"h": ["hang_call"]}) as proxy:
+        client = await proxy.connect()
+        with trio.fail_after(30):
+            await client.initialize()
+            await client.send({"id": "slow", "method": "tools/call", "params": {"name": "h__hang", "arguments": {}}})
+            await client.request("ping")
+            write(path, {"h": "request_timeout = 3.0"}, tagged.format("two"))
+            assert (await proxy.hub.reload()).changes == ["plugins: changed; reloaded"]
+            assert Tagged.seen == []  # the old plugins wait for the call they watch
+            answer = await client.request("tools/call", {"name": "h__echo", "arguments": {}})
+            assert "result" in answer
+            assert (await client.response("slow"))["error"]["data"]["reason"] == "timeout"
+            await trio.sleep(1)
+            assert Tagged.seen == [("two", "h__echo"), ("one", "h__hang"), ("one", "done")]
+            assert proxy.hub.gate.watched == {} and proxy.hub.gate.retired == {}
+
+
 class SlowLoads:
     """A plugin whose plain load blocks (as a sync network call would); ``AsyncSlowLoads``
     waits as long in a coroutine, which holds up nothing else."""
