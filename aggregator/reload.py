@@ -49,6 +49,7 @@ from aggregator.upstream import UpstreamHost, UpstreamSession
 
 if TYPE_CHECKING:
     from aggregator.core.router import Router
+    from aggregator.metrics import Metrics
 
 log = logging.getLogger(__name__)
 
@@ -83,6 +84,7 @@ class ReloadHost(UpstreamHost, GateHost, Protocol):
     upstreams: dict[str, UpstreamSession]
     plugins: Plugins
     gate: PluginGate
+    metrics: Metrics
     _nursery: trio.Nursery | None
     _catalog_hooks_ran: trio.Event
     _watched: dict[tuple[int, Any], Any]
@@ -192,6 +194,7 @@ async def _apply(hub: ReloadHost, changes: ConfigChanges, plugins: Plugins | Non
         for key, upstream in list(hub.upstreams.items()):
             if upstream.config.name == name:
                 del hub.upstreams[key]
+                hub.metrics.retire(upstream)  # its counters go on under its name
                 upstream.cancel_scope.cancel()
                 stopping.append(upstream)
         hub.server_settled(name)  # startup, if not over yet, waits for it no more

@@ -16,6 +16,7 @@ from aggregator.config import load_config
 from aggregator.hub import Hub
 from aggregator.reload import watch_config
 from tests.session.harness import Client, FakeUpstreams, Proxy
+from tests.session.test_metrics_session import only, samples
 
 
 def write(path: Path, servers: dict[str, str], extra: str = "") -> None:
@@ -180,6 +181,7 @@ async def test_plugins_are_replaced_live(autojump_clock, tmp_path):
             write(path, {"a": ""})
             result = await proxy.hub.reload()
             assert result.ok and HideEcho.events == ["load", "done"]
+            assert proxy.hub.gate.decisions[("request", "denied")] == 1  # counted before still counts
             assert "a__echo" in await names(client)
             answer = await client.request("tools/call", {"name": "a__add", "arguments": {"a": 1, "b": 2}})
             assert "result" in answer
@@ -335,6 +337,32 @@ async def test_requests_in_flight_finish_with_the_plugins_they_started_under(aut
             await trio.sleep(1)
             assert Tagged.seen == [("two", "h__echo"), ("one", "h__hang"), ("one", "done")]
             assert proxy.hub.gate.watched == {} and proxy.hub.gate.retired == {}
+
+
+async def test_a_changed_servers_counters_go_on_after_its_restart(autojump_clock, tmp_path):
+    path = tmp_path / "aggregator.toml"
+    write(path, {"a": ""})
+    async with proxy_of(path, {"a": ["crash_on_call"]}) as proxy:
+        client = await proxy.connect()
+        with trio.fail_after(60):
+            await client.initialize()
+            answer = await client.request("tools/call", {"name": "a__crash", "arguments": {}})
+            assert "error" in answer
+            for _ in range(100):  # it is started again a moment later
+                if proxy.hub.upstreams["a"].state == "ready":
+                    break
+                await trio.sleep(0.1)
+            assert "result" in await client.request("tools/call", {"name": "a__echo", "arguments": {"x": 1}})
+            before = samples(proxy.hub)
+            restarts = only(before, "aggregator_server_restarts_total")[(("server", "a"),)]
+            received = only(before, "aggregator_server_received_bytes_total")[(("server", "a"),)]
+            assert restarts == 1 and received > 0
+            write(path, {"a": "request_timeout = 30.0"})
+            assert (await proxy.hub.reload()).changes == ["servers.a: changed; restarted"]
+            assert "result" in await client.request("tools/call", {"name": "a__echo", "arguments": {"x": 1}})
+            after = samples(proxy.hub)
+            assert only(after, "aggregator_server_restarts_total")[(("server", "a"),)] == restarts
+            assert only(after, "aggregator_server_received_bytes_total")[(("server", "a"),)] > received
 
 
 class SlowLoads:
