@@ -16,7 +16,7 @@ from aggregator.config import load_config
 from aggregator.hub import Hub
 from aggregator.reload import watch_config
 from tests.session.harness import Client, FakeUpstreams, Proxy
-from tests.session.test_metrics_session import only, samples
+from tests.session.scrape import only, samples
 
 
 def write(path: Path, servers: dict[str, str], extra: str = "") -> None:
