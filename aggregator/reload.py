@@ -244,13 +244,16 @@ async def _swap_plugins(hub: ReloadHost, plugins: Plugins) -> None:
 
 async def _retire(gate: PluginGate, before: PluginGate, old: Plugins, seconds: float) -> None:
     """Run replaced plugins' done hooks once the requests they decided on or watch are
-    answered (they see them through), or after ``seconds``, the longest a request lasts."""
-    with trio.move_on_after(seconds) as waited:
-        await before.answered_all(old)
-    if waited.cancelled_caught:
-        log.warning("reload: requests the replaced plugins watch were not answered within %.0fs", seconds)
-    gate.forget(old)
-    await old.done()
+    answered (they see them through), or after ``seconds``, the longest a request lasts, or
+    when the proxy stops meanwhile (``Plugins.done`` shields itself)."""
+    try:
+        with trio.move_on_after(seconds) as waited:
+            await before.answered_all(old)
+        if waited.cancelled_caught:
+            log.warning("reload: requests the replaced plugins watch were not answered within %.0fs", seconds)
+    finally:
+        gate.forget(old)
+        await old.done()
 
 
 def _longest_request(config: Config) -> float:

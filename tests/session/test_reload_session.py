@@ -337,6 +337,12 @@ async def test_requests_in_flight_finish_with_the_plugins_they_started_under(aut
             await trio.sleep(1)
             assert Tagged.seen == [("two", "h__echo"), ("one", "h__hang"), ("one", "done")]
             assert proxy.hub.gate.watched == {} and proxy.hub.gate.retired == {}
+            # Replaced while a call they watch is in flight, and the proxy stops: they are done too.
+            await client.send({"id": "last", "method": "tools/call", "params": {"name": "h__hang", "arguments": {}}})
+            await client.request("ping")
+            write(path, {"h": "request_timeout = 3.0"}, tagged.format("three"))
+            assert (await proxy.hub.reload()).ok
+    assert Tagged.seen[-2:] == [("two", "done"), ("three", "done")], Tagged.seen
 
 
 async def test_a_changed_servers_counters_go_on_after_its_restart(autojump_clock, tmp_path):
