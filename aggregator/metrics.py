@@ -33,6 +33,8 @@ class Metrics:
         self.hub = hub
         # server -> [bytes received, bytes sent] of its per-session connections that ended
         self.retired: dict[str, list[int]] = {}
+        # server -> restarts of its shared connections that a reload stopped (changed, removed)
+        self.restarts: dict[str, int] = {}
         self._registry: CollectorRegistry | None = None
 
     @property
@@ -44,7 +46,7 @@ class Metrics:
             from aggregator.metrics_collector import HubCollector
 
             self._registry = CollectorRegistry(auto_describe=False)
-            self._registry.register(HubCollector(self.hub, self.retired))
+            self._registry.register(HubCollector(self.hub, self.retired, self.restarts))
         return self._registry
 
     def exposition(self) -> tuple[bytes, str]:
@@ -54,7 +56,12 @@ class Metrics:
         return generate_latest(self.registry), CONTENT_TYPE_PLAIN_0_0_4
 
     def retire(self, upstream: UpstreamSession) -> None:
-        """A per-session connection ended: what it moved stays counted under its server."""
-        moved = self.retired.setdefault(upstream.config.name, [0, 0])
+        """A per-session connection ended, or a reload stopped a connection: what it moved
+        (and a shared one's restarts) stays counted under its server, so that no counter
+        goes back while the process lives."""
+        name = upstream.config.name
+        moved = self.retired.setdefault(name, [0, 0])
         moved[0] += upstream.traffic.received
         moved[1] += upstream.sent_bytes
+        if not upstream.per_session:
+            self.restarts[name] = self.restarts.get(name, 0) + upstream.restarts

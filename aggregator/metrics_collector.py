@@ -45,9 +45,10 @@ class MetricsHost(Protocol):
 class HubCollector(Collector):
     """Builds the families from the hub's tables at each scrape."""
 
-    def __init__(self, hub: MetricsHost, retired: dict[str, list[int]]) -> None:
+    def __init__(self, hub: MetricsHost, retired: dict[str, list[int]], restarts: dict[str, int]) -> None:
         self.hub = hub
-        self._retired = retired  # server -> [received, sent] of its ended per-session connections
+        self._retired = retired  # server -> [received, sent] of its ended connections
+        self._restarts = restarts  # server -> restarts of its shared connections a reload stopped
 
     def collect(self) -> Iterator[Metric]:
         yield from self._requests()
@@ -126,6 +127,7 @@ class HubCollector(Collector):
             "aggregator_server_queue_bytes", "Bytes queued for a server, not yet written.", labels=["server"]
         )
         traffic = {server: list(moved) for server, moved in self._retired.items()}
+        lost = dict(self._restarts)
         waiting: dict[str, int] = {}
         for upstream in sorted(self.hub.upstreams.values(), key=lambda u: u.name):
             server = upstream.config.name
@@ -138,7 +140,9 @@ class HubCollector(Collector):
                 continue
             for name in SERVER_STATES:
                 state.add_metric([server, name], 1 if upstream.state == name else 0)
-            restarts.add_metric([server], upstream.restarts)
+            lost[server] = lost.get(server, 0) + upstream.restarts
+        for server, count in sorted(lost.items()):
+            restarts.add_metric([server], count)
         for server, (read, written) in sorted(traffic.items()):
             received.add_metric([server], read)
             sent.add_metric([server], written)

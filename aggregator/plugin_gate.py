@@ -45,16 +45,51 @@ class GateHost(Protocol):
 class PluginGate:
     """The plugins' hooks for one hub: the requests they decide on and those they watch."""
 
-    def __init__(self, host: GateHost, plugins: Plugins) -> None:
+    def __init__(self, host: GateHost, plugins: Plugins, before: PluginGate | None = None) -> None:
+        """``before``: the gate of the plugins a reload replaces; what it watches and counts
+        carries over (its requests in flight are answered with its plugins)."""
         self.host = host
         self.plugins = plugins
         self.nursery: trio.Nursery | None = None  # for hooks that may wait; set once running
-        self.watched: dict[tuple[int, Any], Request] = {}  # requests plugins want answers of
         self.hooking: dict[tuple[int, Any], trio.CancelScope] = {}  # requests plugins decide on
-        # For the metrics: (hook, decision) -> how often; (server, method) -> server-to-client
-        # requests its policy refused.
-        self.decisions: dict[tuple[str, str], int] = {}
-        self.policy_denials: dict[tuple[str, str], int] = {}
+        self.replaced = False  # set by a reload: what this gate still decides on is the old plugins'
+        if before is None:
+            self.watched: dict[tuple[int, Any], Request] = {}  # requests plugins want answers of
+            # Of those, the ones replaced plugins watch: answered with them.
+            self.retired: dict[tuple[int, Any], Plugins] = {}
+            # For the metrics: (hook, decision) -> how often; (server, method) -> server-to-client
+            # requests its policy refused.
+            self.decisions: dict[tuple[str, str], int] = {}
+            self.policy_denials: dict[tuple[str, str], int] = {}
+            self.waiters: list[trio.Event] = []  # set when a replaced plugins' request ends
+        else:
+            before.replaced = True
+            self.watched, self.retired = before.watched, before.retired
+            self.decisions, self.policy_denials = before.decisions, before.policy_denials
+            self.waiters = before.waiters
+            self.retired.update(dict.fromkeys(set(self.watched) - set(self.retired), before.plugins))
+
+    def in_flight(self, plugins: Plugins) -> bool:
+        """Whether requests ``plugins`` decide on or watch are in flight (after a reload)."""
+        return bool(self.hooking) or any(owner is plugins for owner in self.retired.values())
+
+    async def answered_all(self, plugins: Plugins) -> None:
+        """Wait until no request ``plugins`` decide on or watch is in flight."""
+        while self.in_flight(plugins):
+            event = trio.Event()
+            self.waiters.append(event)
+            await event.wait()
+
+    def _wake(self) -> None:
+        for event in self.waiters:
+            event.set()
+        self.waiters.clear()
+
+    def forget(self, plugins: Plugins) -> None:
+        """Forget the requests ``plugins`` watch (replaced, they wait for them no longer)."""
+        for key in [key for key, owner in self.retired.items() if owner is plugins]:
+            del self.retired[key]
+            self.watched.pop(key, None)
 
     def decided(self, hook: str, decision: str) -> None:
         """Count what a hook decided (``denied``, ``answered``, ``allowed``, ``dropped``)."""
@@ -141,6 +176,8 @@ class PluginGate:
                 )
         finally:
             self.hooking.pop((key, id), None)
+            if self.waiters:
+                self._wake()
 
     async def _decide(self, key: int, message: dict[str, Any]) -> list[Any] | None:
         target = self.host.router.describe(key, message)
@@ -171,6 +208,8 @@ class PluginGate:
             return [ToClient(key, self.host.router.stamped(key, message["method"], answer))]
         message["params"] = request.params
         self.watched[(key, message["id"])] = request
+        if self.replaced:  # decided on by plugins a reload replaced meanwhile: they see it through
+            self.retired[(key, message["id"])] = self.plugins
         self.decided("request", "allowed")
         return None
 
@@ -213,11 +252,16 @@ class PluginGate:
         """A client gets an answer: run response hooks if plugins watched its request."""
         if type(message) is bytes or "method" in message:
             return
-        request = self.watched.pop((session, message.get("id")), None)
+        key = (session, message.get("id"))
+        request = self.watched.pop(key, None)
         if request is None:
             return
+        plugins = self.plugins
+        if self.retired:
+            plugins = self.retired.pop(key, plugins)
+            self._wake()
         response = Response(request, message.get("result"), message.get("error"), time.monotonic() - request.started)
-        self.plugins.response(response, self.background)
+        plugins.response(response, self.background)
         if response.result is not None and "result" in message:
             message["result"] = response.result
 
@@ -229,6 +273,9 @@ class PluginGate:
             self.hooking.pop(hooking).cancel()
         for watched in [w for w in self.watched if w[0] == key]:
             del self.watched[watched]
+            self.retired.pop(watched, None)
+        if self.waiters:
+            self._wake()
 
 
 def _already_in_flight(key: int, id: Any) -> ToClient:

@@ -40,6 +40,7 @@ import trio
 from aggregator.config import Config, load_config
 from aggregator.config.changes import ConfigChanges, plan_changes
 from aggregator.config.core_settings import link_settings
+from aggregator.config.loading import min_ready_problems
 from aggregator.core.policy import ProfilePolicy
 from aggregator.errors import AggregatorError, ConfigError
 from aggregator.plugin_gate import GateHost, PluginGate
@@ -48,6 +49,7 @@ from aggregator.upstream import UpstreamHost, UpstreamSession
 
 if TYPE_CHECKING:
     from aggregator.core.router import Router
+    from aggregator.metrics import Metrics
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +58,8 @@ log = logging.getLogger(__name__)
 STOP_WAIT = 10.0
 # Why a changed server's requests in flight failed, and what a call held for it hears.
 CHANGED = "its configuration changed"
+# The largest process id there can be (a pid_t is a 32-bit signed number).
+MAX_PID = 2**31 - 1
 # How often ``watch_config`` looks at the file.
 WATCH_INTERVAL = 1.0
 
@@ -80,6 +84,7 @@ class ReloadHost(UpstreamHost, GateHost, Protocol):
     upstreams: dict[str, UpstreamSession]
     plugins: Plugins
     gate: PluginGate
+    metrics: Metrics
     _nursery: trio.Nursery | None
     _catalog_hooks_ran: trio.Event
     _watched: dict[tuple[int, Any], Any]
@@ -94,8 +99,10 @@ _locks: weakref.WeakKeyDictionary[Any, trio.Lock] = weakref.WeakKeyDictionary()
 _after_catalog_tasks: weakref.WeakSet[Any] = weakref.WeakSet()
 
 
-async def reload_hub(hub: ReloadHost) -> ReloadResult:
-    """Reload ``hub``'s config file and apply what changed (one reload at a time per hub)."""
+async def reload_hub(hub: ReloadHost, *, keep_servers: bool = False) -> ReloadResult:
+    """Reload ``hub``'s config file and apply what changed (one reload at a time per hub).
+    ``keep_servers`` (the watcher's): a file with no servers is not applied over a running
+    config that has some (it is more likely a file being written than meant)."""
     path = hub.config_path
     why = _cannot_reload(hub)
     if why is not None or path is None:
@@ -106,7 +113,7 @@ async def reload_hub(hub: ReloadHost) -> ReloadResult:
         lock = _locks[hub] = trio.Lock()
     async with lock:
         try:
-            return await _reload(hub, path)
+            return await _reload(hub, path, keep_servers)
         except Exception as exc:  # noqa: BLE001 - a bug in a reload must not stop the proxy
             log.exception("reload: internal error; what was applied before it stays")
             return ReloadResult(False, [f"internal error: {exc!r}"])
@@ -122,15 +129,21 @@ def _cannot_reload(hub: ReloadHost) -> str | None:
     return None
 
 
-async def _reload(hub: ReloadHost, path: Path) -> ReloadResult:
+async def _reload(hub: ReloadHost, path: Path, keep_servers: bool = False) -> ReloadResult:
     try:
         # Read in the event loop: a config file is small, and a thread would let a virtual
         # clock (the tests') jump past every deadline while it reads.
         loaded = load_config(path)
     except ConfigError as exc:
-        log.error("reload: %s is rejected; the running config stays:\n%s", path, _indented(exc.problems))
-        return ReloadResult(False, list(exc.problems))
+        return _rejected(path, list(exc.problems))
+    if keep_servers and not loaded.servers and hub.config.servers:
+        why = f"{path} has no servers; not applied by --watch (reload it by hand to mean it)"
+        log.warning("reload: %s", why)
+        return ReloadResult(False, [why])
     changes = plan_changes(hub.config, attrs.evolve(loaded, directory=hub.config.directory))
+    problems = min_ready_problems(hub.config, changes.effective.servers)
+    if problems:
+        return _rejected(path, problems)
     lines = changes.describe()
     restart = set(lines[len(lines) - len(changes.needs_restart) :])
     if not changes.anything:
@@ -143,16 +156,19 @@ async def _reload(hub: ReloadHost, path: Path) -> ReloadResult:
         try:
             plugins = _build_plugins(changes.effective)
         except ConfigError as exc:
-            log.error("reload: %s is rejected; the running config stays:\n%s", path, _indented(exc.problems))
-            return ReloadResult(False, list(exc.problems))
+            return _rejected(path, list(exc.problems))
     await _apply(hub, changes, plugins)
     for line in lines:
         log.log(logging.WARNING if line in restart else logging.INFO, "reload: %s", line)
     return ReloadResult(True, [], lines)
 
 
-def _indented(problems: list[str]) -> str:
-    return "\n".join(f"  {problem}" for problem in problems)
+def _rejected(path: Path, problems: list[str]) -> ReloadResult:
+    """Log a refused reload: a header, then one record per problem (each on its own line)."""
+    log.error("reload: %s is rejected; the running config stays:", path)
+    for problem in problems:
+        log.error("reload:   %s", problem)
+    return ReloadResult(False, problems)
 
 
 def _build_plugins(config: Config) -> Plugins:
@@ -178,6 +194,7 @@ async def _apply(hub: ReloadHost, changes: ConfigChanges, plugins: Plugins | Non
         for key, upstream in list(hub.upstreams.items()):
             if upstream.config.name == name:
                 del hub.upstreams[key]
+                hub.metrics.retire(upstream)  # its counters go on under its name
                 upstream.cancel_scope.cancel()
                 stopping.append(upstream)
         hub.server_settled(name)  # startup, if not over yet, waits for it no more
@@ -211,14 +228,36 @@ async def _swap_plugins(hub: ReloadHost, plugins: Plugins) -> None:
         _after_catalog_tasks.add(hub)  # started by ``Hub.run``
     hub.plugins = plugins
     hub.plugins.catalog_changed = _setter(hub)
-    hub.gate = PluginGate(hub, plugins)
+    before = hub.gate
+    hub.gate = PluginGate(hub, plugins, before)
     hub.gate.nursery = hub._nursery
     hub._watched = hub.gate.watched
     hub._notification_hooks = plugins.watch_notifications
     if plugins.after_catalog_hooks and hub not in _after_catalog_tasks and hub._nursery is not None:
         _after_catalog_tasks.add(hub)
         hub._nursery.start_soon(hub._after_catalog)
-    await old.done()
+    if before.in_flight(old) and hub._nursery is not None:
+        hub._nursery.start_soon(_retire, hub.gate, before, old, _longest_request(hub.config))
+    else:
+        await old.done()
+
+
+async def _retire(gate: PluginGate, before: PluginGate, old: Plugins, seconds: float) -> None:
+    """Run replaced plugins' done hooks once the requests they decided on or watch are
+    answered (they see them through), or after ``seconds``, the longest a request lasts, or
+    when the proxy stops meanwhile (``Plugins.done`` shields itself)."""
+    try:
+        with trio.move_on_after(seconds) as waited:
+            await before.answered_all(old)
+        if waited.cancelled_caught:
+            log.warning("reload: requests the replaced plugins watch were not answered within %.0fs", seconds)
+    finally:
+        gate.forget(old)
+        await old.done()
+
+
+def _longest_request(config: Config) -> float:
+    return max((max(s.request_timeout, s.max_request_timeout) for s in config.servers.values()), default=60.0)
 
 
 def _setter(hub: ReloadHost) -> Callable[[], None]:
@@ -228,16 +267,20 @@ def _setter(hub: ReloadHost) -> Callable[[], None]:
 
 async def watch_config(hub: ReloadHost, path: Path, interval: float = WATCH_INTERVAL) -> None:
     """Reload ``hub`` whenever ``path``'s contents change (looked at every ``interval``
-    seconds; a file being written is read again at the next look)."""
+    seconds). New contents are applied once two looks in a row saw them (a file being
+    written is not), and not at all if they have no servers while the running config has
+    some (``reload_hub``'s ``keep_servers``): the next change is waited for."""
     seen = _digest(path)
+    settling: bytes | None = None
     while True:
         await trio.sleep(interval)
         now = _digest(path)
-        if now is None or now == seen:
+        if now is None or now == seen or now != settling:
+            settling = None if now == seen else now
             continue
-        seen = now
+        seen, settling = now, None
         log.info("the config file %s changed; reloading", path)
-        await reload_hub(hub)
+        await reload_hub(hub, keep_servers=True)
 
 
 def _digest(path: Path) -> bytes | None:
@@ -281,9 +324,9 @@ def signal_reload(path: Path) -> int:
         raise AggregatorError(
             f"cannot read {path}: {exc.strerror or exc} (is the proxy running with --pid-file {path}?)"
         ) from None
-    if not text.isdigit() or int(text) <= 1:
+    pid = _process_id(text)
+    if pid is None:
         raise AggregatorError(f"{path} does not hold a process id")
-    pid = int(text)
     if not _is_aggregator(pid):
         raise AggregatorError(f"process {pid} (from {path}) is not a running aggregator; a stale pid file?")
     try:
@@ -300,7 +343,16 @@ def _pid_in(path: Path) -> int | None:
         text = path.read_text().strip()
     except OSError:
         return None
-    return int(text) if text.isdigit() else None
+    return _process_id(text)
+
+
+def _process_id(text: str) -> int | None:
+    """``text`` as a process id other than 0 and 1, or None (a number no process id can be,
+    as 2147483648, is none either)."""
+    if not text.isdigit() or len(text) > 10:
+        return None
+    pid = int(text)
+    return pid if 1 < pid <= MAX_PID else None
 
 
 def _alive(pid: int) -> bool:

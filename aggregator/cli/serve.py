@@ -52,6 +52,7 @@ def run_serve(args: argparse.Namespace) -> int:
         )
     stdio = args.stdio or (listen is None and ws_listen is None)
     pid_file = Path(args.pid_file) if args.pid_file else None
+    _HELD_SIGHUP.install()  # a reload asked for as soon as the pid file is there is not fatal
     if pid_file is not None:
         write_pid_file(pid_file)
     try:
@@ -89,8 +90,10 @@ async def _serve_all(
     try:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(_cancel_on_signals, nursery.cancel_scope, hub, stopped_by)
-            nursery.start_soon(_reload_on_sighup, hub)
+            running = trio.Event()
+            nursery.start_soon(_reload_on_sighup, hub, running)
             await nursery.start(hub.run)
+            running.set()
             if watch:
                 nursery.start_soon(watch_config, hub, path)
             urls, cannot_listen = await _start_endpoints(nursery, hub, config, listen, ws_listen, admin_listen)
@@ -217,9 +220,38 @@ def _print_urls(urls: list[str], stdio: bool) -> None:
     print("\n".join(lines), file=sys.stderr, flush=True)
 
 
-async def _reload_on_sighup(hub: Hub) -> None:
-    """SIGHUP: reload the config file (``Hub.reload``); the proxy goes on either way."""
+class _HeldSighup:
+    """A SIGHUP that comes before ``_reload_on_sighup`` listens (``serve --pid-file`` writes
+    the file first, and a reload may be asked for at once): noted, not fatal, and the
+    reload is done once the hub runs."""
+
+    def __init__(self) -> None:
+        self.came = False
+
+    def install(self) -> None:
+        if hasattr(signal, "SIGHUP"):
+            signal.signal(signal.SIGHUP, self._note)
+
+    def _note(self, signum: int, frame: object) -> None:
+        self.came = True
+
+    def take(self) -> bool:
+        came, self.came = self.came, False
+        return came
+
+
+_HELD_SIGHUP = _HeldSighup()
+
+
+async def _reload_on_sighup(hub: Hub, running: trio.Event | None = None) -> None:
+    """SIGHUP: reload the config file (``Hub.reload``) once the hub runs (``running``); the
+    proxy goes on either way."""
     with trio.open_signal_receiver(signal.SIGHUP) as signals:
+        if running is not None:
+            await running.wait()
+        if _HELD_SIGHUP.take():
+            log.info("received SIGHUP while starting; reloading %s", hub.config_path)
+            await hub.reload()
         async for _ in signals:
             log.info("received SIGHUP; reloading %s", hub.config_path)
             await hub.reload()

@@ -128,18 +128,28 @@ def _servers(
     return servers
 
 
-def _min_ready_problems(min_ready: int | None, named: set[str], servers: Mapping[str, ServerConfig]) -> list[str]:
+def _min_ready_problems(
+    min_ready: int | None, named: set[str], servers: Mapping[str, ServerConfig], running: str = ""
+) -> list[str]:
     """``proxy.min_ready`` cannot ask for more servers than are enabled: /readyz would never
-    say ready. (A server whose table has a mistake counts as enabled: its mistake is told.)"""
+    say ready. (A server whose table has a mistake counts as enabled: its mistake is told.)
+    ``running``: words saying the value is the running one (a reload checks against it)."""
     if min_ready is None or not isinstance(min_ready, int):
         return []
     enabled = sum(1 for name in named if name not in servers or servers[name].enabled)
     if min_ready <= enabled:
         return []
     return [
-        f"proxy.min_ready: {min_ready} servers must be ready, but {enabled} enabled"
+        f"proxy.min_ready: {min_ready} servers must be ready{running}, but {enabled} enabled"
         f" {'server is' if enabled == 1 else 'servers are'} configured; /readyz would never say ready"
     ]
+
+
+def min_ready_problems(running: Config, servers: Mapping[str, ServerConfig]) -> list[str]:
+    """A reload's ``servers`` checked against the running ``proxy.min_ready`` (a change to
+    ``[proxy]`` waits for a restart, so the running value is the one in force)."""
+    why = " (the running value: [proxy] changes take a restart)"
+    return _min_ready_problems(running.proxy.min_ready, set(servers), servers, why)
 
 
 def _with_env_file(server: ServerConfig, file: str | None, path: str, problems: list[str]) -> ServerConfig:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import http.server
 import json
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -17,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.conftest import HERE, ROOT, fake, http_proxy, write_config
+from tests.e2e.conftest import HERE, ROOT, fake, free_port, http_proxy, write_config
 
 pytestmark = pytest.mark.e2e
 
@@ -316,3 +317,39 @@ def test_serve_replaces_a_pid_file_of_a_process_that_is_no_aggregator(tmp_path):
     pid_file.write_text("0\n")  # not a process of its own: stale too
     with http_proxy(config, "--pid-file", str(pid_file)):
         wait_for(lambda: pid_file.read_text().strip() not in ("0", ""), 20, "the pid file rewritten")
+
+
+@pytest.mark.parametrize("number", ["99999999999999999999", "2147483648"])
+def test_a_number_no_process_id_can_be_is_no_pid(tmp_path, number):
+    # `reload` says so in one line; `serve` takes the file as stale and replaces it.
+    pid_file = tmp_path / "proxy.pid"
+    pid_file.write_text(f"{number}\n")
+    outcome = run_cli("reload", "--pid-file", str(pid_file))
+    assert outcome.returncode == 1 and outcome.stderr == f"aggregator: {pid_file} does not hold a process id\n"
+    config = write_config(tmp_path, fake("a"))
+    with http_proxy(config, "--pid-file", str(pid_file)):
+        wait_for(lambda: pid_file.read_text().strip() not in (number, ""), 20, "the pid file rewritten")
+
+
+def test_a_sighup_as_soon_as_the_pid_file_is_there_reloads_and_is_not_fatal(tmp_path):
+    pid_file = tmp_path / "proxy.pid"
+    config = write_config(tmp_path, fake("a"))
+    log = tmp_path / "early.log"
+    with open(log, "wb") as stderr:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "aggregator", "serve", "--http", f"127.0.0.1:{free_port()}", "--config", str(config)]
+            + ["--pid-file", str(pid_file)],
+            stdin=subprocess.DEVNULL,
+            stderr=stderr,
+        )
+        try:
+            deadline = time.monotonic() + 20
+            while not pid_file.exists() and time.monotonic() < deadline and process.poll() is None:
+                time.sleep(0.001)
+            os.kill(process.pid, signal.SIGHUP)
+            wait_for(lambda: "reloading" in log.read_text() and "nothing to apply" in log.read_text(), 20, "a reload")
+            assert process.poll() is None
+        finally:
+            process.terminate()
+            assert process.wait(timeout=15) == 0, log.read_text()
+    assert "received SIGHUP" in log.read_text() and not pid_file.exists()

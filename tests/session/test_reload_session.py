@@ -3,6 +3,7 @@ file is read again and only what changed is applied while a client stays connect
 
 from __future__ import annotations
 
+import logging
 import time
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -13,7 +14,9 @@ import trio
 from aggregator import plugins
 from aggregator.config import load_config
 from aggregator.hub import Hub
+from aggregator.reload import watch_config
 from tests.session.harness import Client, FakeUpstreams, Proxy
+from tests.session.scrape import only, samples
 
 
 def write(path: Path, servers: dict[str, str], extra: str = "") -> None:
@@ -178,6 +181,7 @@ async def test_plugins_are_replaced_live(autojump_clock, tmp_path):
             write(path, {"a": ""})
             result = await proxy.hub.reload()
             assert result.ok and HideEcho.events == ["load", "done"]
+            assert proxy.hub.gate.decisions[("request", "denied")] == 1  # counted before still counts
             assert "a__echo" in await names(client)
             answer = await client.request("tools/call", {"name": "a__add", "arguments": {"a": 1, "b": 2}})
             assert "result" in answer
@@ -232,6 +236,139 @@ async def test_a_reload_that_leaves_fewer_servers_than_min_ready_is_rejected(aut
             assert not result.ok and result.changes == []
             assert [e for e in result.errors if e.startswith("proxy.min_ready: 2 servers must be ready")], result
             assert proxy.hub.config is before and set(proxy.hub.upstreams) == {"a", "b"}
+
+
+async def test_a_reload_is_checked_against_the_running_min_ready(autojump_clock, tmp_path):
+    # The file lowers min_ready and disables b: [proxy] waits for a restart, so the running
+    # min_ready of 2 would be in force with one server, and /readyz would never say ready.
+    path = tmp_path / "aggregator.toml"
+    write(path, {"a": "", "b": ""})
+    path.write_text(path.read_text().replace("[proxy]\n", "[proxy]\nmin_ready = 2\n", 1))
+    async with proxy_of(path, {"a": [], "b": []}) as proxy:
+        with trio.fail_after(30):
+            before = proxy.hub.config
+            write(path, {"a": "", "b": "enabled = false"})
+            path.write_text(path.read_text().replace("[proxy]\n", "[proxy]\nmin_ready = 1\n", 1))
+            result = await proxy.hub.reload()
+            assert not result.ok and result.changes == []
+            assert result.errors == [
+                "proxy.min_ready: 2 servers must be ready (the running value: [proxy] changes take a restart),"
+                " but 1 enabled server is configured; /readyz would never say ready"
+            ]
+            assert proxy.hub.config is before and set(proxy.hub.upstreams) == {"a", "b"}
+
+
+async def test_each_problem_of_a_refused_reload_is_a_record_of_its_own(autojump_clock, tmp_path, caplog):
+    path = tmp_path / "aggregator.toml"
+    write(path, {"a": ""})
+    async with proxy_of(path, {"a": []}) as proxy:
+        with trio.fail_after(30):
+            caplog.clear()
+            write(path, {"a": "comand = 1", "b": "request_timeout = -1"})
+            assert not (await proxy.hub.reload()).ok
+    lines = [r.getMessage() for r in caplog.records if r.name == "aggregator.reload"]
+    assert lines[0] == f"reload: {path} is rejected; the running config stays:"
+    assert len(lines) == 3 and all("\n" not in line for line in lines), lines
+    assert lines[1].startswith("reload:   servers.a.comand") and lines[2].startswith("reload:   servers.b.request")
+
+
+async def test_the_watcher_applies_a_file_once_it_is_written_and_never_one_without_servers(
+    autojump_clock, tmp_path, caplog
+):
+    caplog.set_level(logging.INFO, logger="aggregator.reload")
+    path = tmp_path / "aggregator.toml"
+    write(path, {"a": ""})
+    async with proxy_of(path, {"a": [], "b": []}) as proxy:
+        with trio.fail_after(60):
+            await proxy.hub.startup_done.wait()
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(watch_config, proxy.hub, path, 1.0)
+                await trio.sleep(0.5)
+                caplog.clear()
+                path.write_text("")  # truncated: a file being written
+                await trio.sleep(1.0)  # one look saw it
+                write(path, {"a": "", "b": ""})  # written in full after that look
+                await trio.sleep(5.0)
+                assert set(proxy.hub.upstreams) == {"a", "b"}
+                assert len(proxy.upstreams.servers["a"]) == 1  # a was never removed
+                path.write_text("")  # emptied, and left so
+                await trio.sleep(5.0)
+                assert set(proxy.hub.upstreams) == {"a", "b"}
+                nursery.cancel_scope.cancel()
+    reloads = [r.getMessage() for r in caplog.records if r.getMessage().startswith("the config file")]
+    assert len(reloads) == 2, reloads
+    refused = [r.getMessage() for r in caplog.records if "has no servers" in r.getMessage()]
+    assert refused == [f"reload: {path} has no servers; not applied by --watch (reload it by hand to mean it)"]
+
+
+class Tagged:
+    """A plugin that records, under its tag, each answer it sees and when it is done."""
+
+    name = "tagged"
+    seen: list[tuple[str, str]] = []
+
+    def __init__(self, tag: str) -> None:
+        self.tag = tag
+
+    def response(self, response: Any) -> None:
+        Tagged.seen.append((self.tag, response.request.exposed))
+
+    def done(self) -> None:
+        Tagged.seen.append((self.tag, "done"))
+
+
+async def test_requests_in_flight_finish_with_the_plugins_they_started_under(autojump_clock, tmp_path):
+    path = tmp_path / "aggregator.toml"
+    tagged = '\n[[plugins]]\nuse = "tests.session.test_reload_session:Tagged"\noptions = {{ tag = "{}" }}\n'
+    write(path, {"h": "request_timeout = 3.0"}, tagged.format("one"))
+    Tagged.seen.clear()
+    async with proxy_of(path, {"h": ["hang_call"]}) as proxy:
+        client = await proxy.connect()
+        with trio.fail_after(30):
+            await client.initialize()
+            await client.send({"id": "slow", "method": "tools/call", "params": {"name": "h__hang", "arguments": {}}})
+            await client.request("ping")
+            write(path, {"h": "request_timeout = 3.0"}, tagged.format("two"))
+            assert (await proxy.hub.reload()).changes == ["plugins: changed; reloaded"]
+            assert Tagged.seen == []  # the old plugins wait for the call they watch
+            answer = await client.request("tools/call", {"name": "h__echo", "arguments": {}})
+            assert "result" in answer
+            assert (await client.response("slow"))["error"]["data"]["reason"] == "timeout"
+            await trio.sleep(1)
+            assert Tagged.seen == [("two", "h__echo"), ("one", "h__hang"), ("one", "done")]
+            assert proxy.hub.gate.watched == {} and proxy.hub.gate.retired == {}
+            # Replaced while a call they watch is in flight, and the proxy stops: they are done too.
+            await client.send({"id": "last", "method": "tools/call", "params": {"name": "h__hang", "arguments": {}}})
+            await client.request("ping")
+            write(path, {"h": "request_timeout = 3.0"}, tagged.format("three"))
+            assert (await proxy.hub.reload()).ok
+    assert Tagged.seen[-2:] == [("two", "done"), ("three", "done")], Tagged.seen
+
+
+async def test_a_changed_servers_counters_go_on_after_its_restart(autojump_clock, tmp_path):
+    path = tmp_path / "aggregator.toml"
+    write(path, {"a": ""})
+    async with proxy_of(path, {"a": ["crash_on_call"]}) as proxy:
+        client = await proxy.connect()
+        with trio.fail_after(60):
+            await client.initialize()
+            answer = await client.request("tools/call", {"name": "a__crash", "arguments": {}})
+            assert "error" in answer
+            for _ in range(100):  # it is started again a moment later
+                if proxy.hub.upstreams["a"].state == "ready":
+                    break
+                await trio.sleep(0.1)
+            assert "result" in await client.request("tools/call", {"name": "a__echo", "arguments": {"x": 1}})
+            before = samples(proxy.hub)
+            restarts = only(before, "aggregator_server_restarts_total")[(("server", "a"),)]
+            received = only(before, "aggregator_server_received_bytes_total")[(("server", "a"),)]
+            assert restarts == 1 and received > 0
+            write(path, {"a": "request_timeout = 30.0"})
+            assert (await proxy.hub.reload()).changes == ["servers.a: changed; restarted"]
+            assert "result" in await client.request("tools/call", {"name": "a__echo", "arguments": {"x": 1}})
+            after = samples(proxy.hub)
+            assert only(after, "aggregator_server_restarts_total")[(("server", "a"),)] == restarts
+            assert only(after, "aggregator_server_received_bytes_total")[(("server", "a"),)] > received
 
 
 class SlowLoads:
