@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.conftest import HERE, MANY, ROOT, http_proxy, write_config
+from tests.e2e.conftest import HERE, MANY, ROOT, http_proxy, post, write_config
 from tests.loopback import free_port, wait_listening
 
 pytestmark = pytest.mark.e2e
@@ -165,7 +165,8 @@ request_timeout = 60.0
     clients = None
     try:
         wait_listening(port, proxy)
-        wait_for(lambda: "server time: initialized" in log.read_text(), 30, "the server to start")
+        # Ready (listed), not merely initialized: killed while it lists, it "did not start".
+        wait_for(lambda: post(port, None, path="/readyz", method="GET")[0] == 200, 30, "the server to be ready")
         [server_pid] = children(proxy.pid)
         flag.touch()
         os.kill(server_pid, signal.SIGKILL)
