@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import logging
+from functools import partial
 from typing import Any
 
 import attrs
@@ -174,16 +175,10 @@ class AdminEndpoint:
             return
         self.connections += 1
         connection = HttpConnection(stream, self.limits)
-        request: Request | None = None
         try:
-            while True:
-                request = await connection.next_request()
-                if request is None:
-                    return
-                await self._handle(connection, request)
-                if not connection.next_cycle():
-                    return
+            await connection.serve(partial(self._handle, connection))
         except Exception:
+            request = connection.current
             where = f"{request.method} {request.path[:100]}" if request is not None else "reading a request"
             log.exception("admin: internal error in %s; closing this connection only", where)
             if request is not None and connection.response_pending():

@@ -41,7 +41,7 @@ from aggregator.config import HttpConfig, parse_listen
 from aggregator.containment import internal_error
 from aggregator.http_exchange import PostExchange
 from aggregator.http_headers import ParamHeaders
-from aggregator.http_queue import JSON
+from aggregator.http_queue import JSON, QUICK_ANSWER, QuickWaits
 from aggregator.http_sessions import HttpSession
 from aggregator.hub import Hub
 from aggregator.jsonrpc.codec import dumps
@@ -75,6 +75,7 @@ class StreamableHttpEndpoint(PostExchange, LegacySse):
         self.stateless_by_principal = {}  # modern requests being served, per token
         self.param_headers = ParamHeaders()
         self.resting = {}  # stateless clients kept between requests, per (token, profile)
+        self.quick = QuickWaits(QUICK_ANSWER)  # how long a request's answer is waited for as JSON
         self.admin = AdminRoutes(hub, config, reload=False)  # /healthz, /readyz, /status, /metrics
 
     # --- serving ------------------------------------------------------------------------
@@ -92,6 +93,7 @@ class StreamableHttpEndpoint(PostExchange, LegacySse):
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
             nursery.start_soon(self._expire_idle_sessions)
+            nursery.start_soon(self.quick.run)
             await nursery.start(trio.serve_listeners, self._connection, listeners)
             task_status.started(addresses)
 
@@ -101,16 +103,10 @@ class StreamableHttpEndpoint(PostExchange, LegacySse):
             await refuse_connection(stream)
             return
         connection = HttpConnection(stream, self.limits)
-        request: Request | None = None
         try:
-            while True:
-                request = await connection.next_request()
-                if request is None:
-                    return
-                await self._handle(connection, request)
-                if not connection.next_cycle():
-                    return
+            await connection.serve(partial(self._handle, connection))
         except Exception:
+            request = connection.current
             where = f"{request.method} {request.path[:100]}" if request is not None else "reading a request"
             log.exception("http: internal error in %s; closing this connection only", where)
             if request is not None and connection.response_pending():

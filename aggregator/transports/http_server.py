@@ -1,69 +1,51 @@
-"""HTTP/1.1 server connections: h11 does the framing, this module the connection loop.
+"""HTTP/1.1 server connections: the connection loop over ``http_parse``'s request reader.
 
-One ``HttpConnection`` per TCP connection. It reads one request at a time and answers
-with a whole response or a stream of Server-Sent Events (chunked). Everything h11 or the
-socket can raise is turned into one of three outcomes at this edge: a request, an error
-response already sent (400, 408, 413, 431), or the end of the connection. Nothing above
-this module sees h11.
+One ``HttpConnection`` per TCP connection. It reads one request at a time (pipelined ones
+wait their turn, parsed) and answers with a whole response, written in one send, or a
+stream of Server-Sent Events (chunked). Everything the parser or the socket can raise is
+turned into one of three outcomes at this edge: a request, an error response already sent
+(400, 408, 413, 431, 501), or the end of the connection. Nothing above this module sees
+the parser.
 
 Deadlines are totals, never reset by a byte that arrives (a client dripping one byte a
 second must not hold a connection for ever): a request's headers are due
 ``header_timeout`` after its first byte (after the connection opened, for the first
 request), its body ``body_timeout`` after the headers; between requests a keep-alive
-connection may stay idle for ``keepalive_timeout``. Headers that may appear once and
-arrive twice are refused (400) rather than joined into a value nobody sent.
+connection may stay idle for ``keepalive_timeout``.
 
 Writes are made by the one task that handles the connection; ``watch_disconnect`` may
 read at the same time (to notice a client that goes away while its answer is pending)
-and feeds whatever it reads to h11, so pipelined requests are not lost.
+and feeds whatever it reads to the parser, so pipelined requests are not lost. A write
+is first tried on the socket directly; only what the kernel does not take at once is
+waited for, under ``write_timeout``.
 """
 
 from __future__ import annotations
 
 import logging
-from http import HTTPStatus
-from typing import Any, NamedTuple
+import math
+import os
+from collections.abc import Awaitable, Callable
+from typing import NamedTuple
 
-import h11
 import trio
 
+from aggregator.transports.http_parse import Refusal, Request, RequestReader
+from aggregator.transports.http_wire import BUSY_RESPONSE, STATUS_LINES, refuse_connection, sse_event, status_line
 from aggregator.transports.outbox import cannot_take_more, fd_of, send_in_steps
 
 log = logging.getLogger(__name__)
+
+__all__ = ["BUSY_RESPONSE", "HttpConnection", "HttpLimits", "Request", "refuse_connection", "sse_event"]
+
 READ_SIZE = 65536
 LARGE = 65536  # a body longer than this is written without being copied into one buffer
-# Headers whose repetition has no agreed meaning: two Hosts (RFC 9112 3.2), two session
-# ids, two event ids. Any other repeated header is joined with ", " (RFC 9110 5.3).
-SINGLE_VALUED = frozenset(
-    {
-        "host",
-        "content-type",
-        "authorization",
-        "origin",
-        "mcp-session-id",
-        "mcp-protocol-version",
-        "last-event-id",
-    }
-)
-# The body of the answer to a request h11 refuses, by the status h11 suggests.
-_H11_REFUSALS = {
-    400: "malformed HTTP request",
-    431: "request headers too large",
-    501: "unsupported Transfer-Encoding: only one, chunked, is understood",
-}
-# What a connection over the cap gets before it is closed: small enough for any socket buffer.
-_BUSY_BODY = b"too many connections; try again in a moment\n"
-BUSY_RESPONSE = (
-    b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: text/plain; charset=utf-8\r\n"
-    b"retry-after: 1\r\nconnection: close\r\ncontent-length: %d\r\n\r\n%s" % (len(_BUSY_BODY), _BUSY_BODY)
-)
-
-
-class Request(NamedTuple):
-    method: str
-    path: str
-    headers: dict[str, str]  # lower-cased names; repeated headers joined with ", "
-    body: bytes
+_CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
+_STREAM_HEADERS = [("content-type", "text/event-stream"), ("cache-control", "no-cache")]
+# Where a connection is in answering its request.
+_NO_REQUEST, _UNANSWERED, _STREAMING, _ANSWERED = range(4)
+# What a read waits for: the next request's first byte, the rest of its head, its body.
+_IDLE, _HEAD, _BODY = range(3)
 
 
 class HttpLimits(NamedTuple):
@@ -80,150 +62,232 @@ class HttpConnection:
         self.progressed_at = trio.current_time()  # when a write last got bytes out
         self.stream = stream
         self.limits = limits
-        self.conn = h11.Connection(h11.SERVER, max_incomplete_event_size=limits.max_header)
+        self.reader = RequestReader(limits.max_body, limits.max_header)
         self.closed = False
         self.requests = 0  # requests read so far on this connection
         self.head = False  # the request being answered is a HEAD: its response has no body
         self._write: trio.CancelScope | None = None  # the write in progress
         self._fd = fd_of(stream)
         self.aborted = False
+        self._phase = _NO_REQUEST
+        self._keep_alive = True  # of the request being answered
+        self._chunked = True  # whether its client reads chunked bodies (HTTP/1.1)
+        self._eof = False  # the client closed its side
+        self._deadlines: trio.CancelScope | None = None  # what serve() reads under
+        self._reading = _HEAD  # what the read in progress waits for
+        self._timeouts = {_IDLE: limits.keepalive_timeout, _HEAD: limits.header_timeout, _BODY: limits.body_timeout}
+        self.current: Request | None = None  # the request being handled (by serve())
+        # Reads go straight to the socket when there is one (see _receive).
+        self._socket = stream.socket if isinstance(stream, trio.SocketStream) and self._fd is not None else None
 
     # --- reading ------------------------------------------------------------------------
 
+    async def serve(self, handle: Callable[[Request], Awaitable[None]]) -> None:
+        """Read requests and ``handle`` each, in turn, while the connection lasts.
+
+        One cancel scope serves every read's deadline (moved, not made anew, per read):
+        a scope per read would cost more than parsing the request does."""
+        scope = self._deadlines = trio.CancelScope()
+        with scope:
+            while True:
+                request = await self.next_request()
+                if request is None:
+                    return
+                self.current = request
+                await handle(request)
+                if not self.next_cycle():
+                    return
+        if scope.cancelled_caught:
+            await self._late(self._reading)
+
     async def next_request(self) -> Request | None:
         """The next complete request, or None when the connection is over."""
-        method = path = ""
-        headers: dict[str, str] = {}
-        body = bytearray()
-        started = False
-        limits = self.limits
+        reader = self.reader
         # The first request is due from the connection's opening; a later one may wait
-        # keepalive_timeout for its first byte. The body's deadline is set when the body
-        # is first waited for (most arrive with their headers, and cost no clock read).
-        idle = self.requests > 0
-        deadline: float | None = trio.current_time() + (limits.keepalive_timeout if idle else limits.header_timeout)
+        # keepalive_timeout for its first byte, then has header_timeout for its head, then
+        # body_timeout for its body.
+        self._reading = _IDLE if self.requests > 0 and not reader.in_message else _HEAD
+        if reader.head_complete:
+            self._reading = _BODY
+        deadline: float | None = None
+        continued = False
+        while not reader.ready:
+            if reader.finished:
+                return None
+            reading = self._reading
+            if deadline is None:
+                deadline = trio.current_time() + self._timeouts[reading]
+            if reading == _BODY and reader.expects_continue and not continued:
+                continued = True  # the client waits to be told to send its body
+                if not await self._send_bytes(_CONTINUE):
+                    return None
+            if self._deadlines is not None:
+                self._deadlines.deadline = deadline
+                data = await self._receive()
+            else:
+                data = None
+                with trio.move_on_at(deadline):
+                    data = await self._receive()
+                if data is None:
+                    await self._late(reading)
+                    return None
+            if not data:
+                self._eof = True
+                reader.end()
+                continue
+            reader.feed(data)
+            if reading == _IDLE:
+                self._reading = _HEAD
+                deadline = None
+            if self._reading == _HEAD and reader.head_complete:
+                self._reading = _BODY
+                deadline = None
+        if self._deadlines is not None:
+            self._deadlines.deadline = math.inf
+        item = reader.ready.popleft()
+        if type(item) is Refusal:
+            await self.respond_error(item.status, item.reason)
+            return None
+        assert type(item) is Request
+        self.requests += 1
+        self.head = item.head_only
+        self._keep_alive = item.keep_alive
+        self._chunked = item.version11
+        self._phase = _UNANSWERED
+        return item
+
+    async def _receive(self) -> bytes | bytearray:
+        """What the client sent next (b"" when it closed its side or the connection broke)."""
+        sock = self._socket
         try:
+            if sock is None:
+                return await self.stream.receive_some(READ_SIZE)
             while True:
-                event = self.conn.next_event()
-                if event is h11.NEED_DATA:
-                    if deadline is None:
-                        deadline = trio.current_time() + limits.body_timeout
-                    with trio.move_on_at(deadline):
-                        data = await self.stream.receive_some(READ_SIZE)
-                        if idle and data:
-                            idle = False
-                            deadline = trio.current_time() + limits.header_timeout
-                        self.conn.receive_data(data)  # type: ignore[arg-type]  # h11 takes any bytes-like
-                        continue
-                    if started:
-                        await self.respond_error(408, f"request body not complete within {limits.body_timeout:g}s")
-                    elif not idle:
-                        log.debug(
-                            "http: closed a connection whose request headers took over %gs", limits.header_timeout
-                        )
-                    return None
-                if type(event) is h11.Request:
-                    started = True
-                    self.requests += 1
-                    self.head = event.method == b"HEAD"
-                    deadline = None
-                    method = event.method.decode("ascii", "replace")
-                    path = event.target.decode("ascii", "replace")
-                    refusal = _read_head(event, headers, limits)
-                    if refusal is not None:
-                        await self.respond_error(*refusal)
-                        return None
-                elif type(event) is h11.Data:
-                    body += event.data
-                    if len(body) > limits.max_body:
-                        await self.respond_error(413, f"request body larger than {limits.max_body} bytes")
-                        return None
-                elif type(event) is h11.EndOfMessage:
-                    return Request(method, path, headers, bytes(body))
-                else:  # ConnectionClosed, or PAUSED after a response we could not finish
-                    return None
-        except h11.RemoteProtocolError as exc:
-            # h11 says which status fits: 431 for headers over max_incomplete_event_size,
-            # 501 for a transfer coding other than chunked, 400 for anything else.
-            status = exc.error_status_hint
-            await self.respond_error(status, _H11_REFUSALS.get(status, "malformed HTTP request"))
-            return None
-        except (trio.BrokenResourceError, trio.ClosedResourceError):
-            return None
+                # Straight to the socket: trio's receive_some would first try a read that
+                # finds nothing (the client sends once it has our answer), then wait.
+                await trio.lowlevel.wait_readable(sock)
+                try:
+                    return os.read(self._fd, READ_SIZE)  # type: ignore[arg-type]
+                except BlockingIOError:
+                    continue
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+            return b""
+
+    async def _late(self, reading: int) -> None:
+        """A read's deadline passed: answer 408 to a body that stalled, drop the rest."""
+        if reading == _BODY:
+            await self.respond_error(408, f"request body not complete within {self.limits.body_timeout:g}s")
+        elif reading == _HEAD:
+            log.debug("http: closed a connection whose request headers took over %gs", self.limits.header_timeout)
 
     async def watch_disconnect(self) -> None:
         """Return when the client closes its side (or the connection breaks)."""
         buffered = 0
         while True:
-            try:
-                data = await self.stream.receive_some(READ_SIZE)
-            except (trio.BrokenResourceError, trio.ClosedResourceError):
-                return
+            data = await self._receive()
             if not data:
+                self._eof = True
+                self.reader.end()
                 return
+            self.reader.feed(data)
             buffered += len(data)
             if buffered > self.limits.max_body + self.limits.max_header:
                 await trio.sleep_forever()  # enough pipelined input held; stop reading
-            self.conn.receive_data(data)  # type: ignore[arg-type]  # h11 takes any bytes-like
 
     def next_cycle(self) -> bool:
         """Prepare for the next request on this connection; False if it cannot be reused."""
-        if self.closed or self.conn.our_state is not h11.DONE or self.conn.their_state is not h11.DONE:
+        if self.closed or self._phase != _ANSWERED or not self._keep_alive:
             return False
-        try:
-            self.conn.start_next_cycle()
-        except h11.LocalProtocolError:
-            return False
+        self._phase = _NO_REQUEST
+        self.current = None
         return True
 
     # --- writing ------------------------------------------------------------------------
 
-    async def _send(self, *events: h11.Event, large: bool = False) -> bool:
+    async def _send_bytes(self, data: bytes | bytearray | memoryview, *more: bytes | bytearray) -> bool:
+        """Write ``data`` (and ``more``, not copied into it): directly while the socket
+        takes it, then waiting (at most ``write_timeout``) for a client that reads."""
         if self.closed:
             return False
+        fd = self._fd
+        if fd is not None and not more and self._write is None:
+            try:
+                sent = os.write(fd, data)
+            except BlockingIOError:
+                sent = 0
+            except OSError:
+                self.closed = True
+                return False
+            if sent == len(data):
+                self.progressed_at = trio.current_time()
+                return True
+            if sent:
+                data = memoryview(data)[sent:]
         try:
-            if large:  # a large body goes out as it is, between h11's framing: not copied
-                parts: list[Any] = []
-                for event in events:
-                    parts += self.conn.send_with_data_passthrough(event) or []
-            else:
-                parts = [b"".join(self.conn.send(event) or b"" for event in events)]
             with trio.move_on_after(self.limits.write_timeout) as scope:
                 self._write = scope
                 try:
-                    for part in parts:
+                    for part in (data, *more):
                         await send_in_steps(self.stream, part, self._progressed)
                 finally:
                     self._write = None
-            if scope.cancelled_caught:
-                # The client stopped reading (or its session was dropped); a half-written
-                # response cannot be resumed.
-                if not self.aborted:
-                    log.warning(
-                        "http: a client stopped reading for %.0fs; closing its connection", self.limits.write_timeout
-                    )
-                self.closed = True
-                await self.stream.aclose()
-                return False
-            return True
-        except (trio.BrokenResourceError, trio.ClosedResourceError, h11.LocalProtocolError):
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
             self.closed = True
             return False
+        if scope.cancelled_caught:
+            # The client stopped reading (or its session was dropped); a half-written
+            # response cannot be resumed.
+            if not self.aborted:
+                log.warning(
+                    "http: a client stopped reading for %.0fs; closing its connection", self.limits.write_timeout
+                )
+            self.closed = True
+            await self.stream.aclose()
+            return False
+        return True
+
+    def _head(self, status: int, headers: list[tuple[str, str]], framing: bytes) -> bytearray | None:
+        """A response's head, or None (and the connection closed) if a header cannot be sent."""
+        head = bytearray(STATUS_LINES.get(status) or status_line(status))
+        close = not self._keep_alive
+        for name, value in headers:
+            if "\n" in value or "\r" in value or "\n" in name or "\r" in name:
+                log.error("http: refused to send a %s header holding a line break", name[:40])
+                self.closed = True
+                return None
+            if name == "connection" and value == "close":
+                close = True
+                continue
+            head += f"{name}: {value}\r\n".encode("latin-1", "replace")
+        if close:
+            self._keep_alive = False
+            head += b"connection: close\r\n"
+        elif not self._chunked:  # an HTTP/1.0 client that asked to keep the connection
+            head += b"connection: keep-alive\r\n"
+        head += framing
+        return head
 
     async def respond(self, status: int, headers: list[tuple[str, str]], body: bytes = b"") -> bool:
-        all_headers = [*headers, ("content-length", str(len(body)))]
-        events: list[h11.Event] = [h11.Response(status_code=status, headers=all_headers, reason=_reason(status))]
-        if body and not self.head:
-            events.append(h11.Data(data=body))
-        events.append(h11.EndOfMessage())
-        return await self._send(*events, large=len(body) > LARGE)
+        if self._phase not in (_NO_REQUEST, _UNANSWERED):
+            self.closed = True  # a response was already begun: this one cannot be sent
+            return False
+        head = self._head(status, headers, b"content-length: %d\r\n\r\n" % len(body))
+        if head is None:
+            return False
+        self._phase = _ANSWERED
+        if not body or self.head:
+            return await self._send_bytes(head)
+        if len(body) > LARGE:
+            return await self._send_bytes(head, body)
+        head += body
+        return await self._send_bytes(head)
 
     def response_pending(self) -> bool:
         """True while a request is read and nothing of its response was sent yet."""
-        return not self.closed and self.conn.our_state is h11.SEND_RESPONSE
+        return not self.closed and self._phase == _UNANSWERED
 
     async def respond_error(self, status: int, reason: str) -> bool:
-        if self.conn.our_state is not h11.IDLE and self.conn.our_state is not h11.SEND_RESPONSE:
+        if self._phase not in (_NO_REQUEST, _UNANSWERED):
             self.closed = True
             return False
         body = (reason + "\n").encode()
@@ -232,14 +296,19 @@ class HttpConnection:
         )
 
     async def start_stream(self, headers: list[tuple[str, str]]) -> bool:
-        """Start a 200 text/event-stream response (chunked)."""
-        return await self._send(
-            h11.Response(
-                status_code=200,
-                reason=b"OK",
-                headers=[("content-type", "text/event-stream"), ("cache-control", "no-cache"), *headers],
-            )
-        )
+        """Start a 200 text/event-stream response (chunked; to an HTTP/1.0 client, ended by
+        closing the connection)."""
+        if self._phase != _UNANSWERED:
+            self.closed = True
+            return False
+        if not self._chunked:
+            self._keep_alive = False
+        framing = b"transfer-encoding: chunked\r\n\r\n" if self._chunked and not self.head else b"\r\n"
+        head = self._head(200, [*_STREAM_HEADERS, *headers], framing)
+        if head is None:
+            return False
+        self._phase = _STREAMING
+        return await self._send_bytes(head)
 
     def _progressed(self) -> None:
         self.progressed_at = trio.current_time()
@@ -256,10 +325,26 @@ class HttpConnection:
             self._write.cancel()
 
     async def send_chunk(self, data: bytes | bytearray) -> bool:
-        return await self._send(h11.Data(data=data), large=len(data) > LARGE)  # type: ignore[arg-type]
+        if self._phase != _STREAMING or self.head:
+            self.closed = True
+            return False
+        if not data:
+            return True  # an empty chunk would end the body
+        if not self._chunked:
+            return await self._send_bytes(data)
+        size = b"%x\r\n" % len(data)
+        if len(data) > LARGE:
+            return await self._send_bytes(size, data, b"\r\n")
+        return await self._send_bytes(size + data + b"\r\n")
 
     async def end_stream(self) -> bool:
-        return await self._send(h11.EndOfMessage())
+        if self._phase != _STREAMING:
+            self.closed = True
+            return False
+        self._phase = _ANSWERED
+        if not self._chunked or self.head:
+            return not self.closed
+        return await self._send_bytes(b"0\r\n\r\n")
 
     async def aclose(self) -> None:
         """Close, lingering briefly if the client may still be sending.
@@ -271,7 +356,7 @@ class HttpConnection:
         self.closed = True
         with trio.CancelScope(shield=True):
             try:
-                if self.conn.their_state not in (h11.DONE, h11.CLOSED, h11.IDLE, h11.MUST_CLOSE):
+                if not self._eof and (self.reader.in_message or self.reader.refused):
                     send_eof = getattr(self.stream, "send_eof", None)
                     if send_eof is not None:
                         await send_eof()
@@ -285,62 +370,3 @@ class HttpConnection:
                 await self.stream.aclose()
             except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
                 pass
-
-
-async def refuse_connection(stream: trio.abc.Stream) -> None:
-    """Answer a connection over the cap with 503 and close it, parsing nothing it sends.
-
-    What the client already sent is read and dropped for a moment (64 KiB, 0.1 s at most):
-    closing on unread input makes the kernel send a reset, which would discard the 503."""
-    with trio.move_on_after(0.1):  # fits in any socket buffer; a client that does not read is not waited for
-        try:
-            await stream.send_all(BUSY_RESPONSE)
-            send_eof = getattr(stream, "send_eof", None)
-            if send_eof is not None:
-                await send_eof()
-            discarded = 0
-            while discarded < 65536:
-                data = await stream.receive_some(READ_SIZE)
-                if not data:
-                    break
-                discarded += len(data)
-        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
-            pass
-    await trio.aclose_forcefully(stream)
-
-
-def _reason(status: int) -> bytes:
-    try:
-        return HTTPStatus(status).phrase.encode()
-    except ValueError:
-        return b""
-
-
-def sse_event(data: bytes, event_id: str | None = None) -> bytes:
-    """One SSE event carrying one JSON-RPC message (which never holds a raw newline)."""
-    head = f"id: {event_id}\n".encode() if event_id is not None else b""
-    return head + b"event: message\ndata: " + data + b"\n\n"
-
-
-def _read_head(event: h11.Request, headers: dict[str, str], limits: HttpLimits) -> tuple[int, str] | None:
-    """Fill ``headers`` from a request head; the (status, reason) to refuse it with, if any."""
-    size = len(event.target) + sum(len(name) + len(value) + 4 for name, value in event.headers)
-    if size > limits.max_header:
-        return 431, "request headers too large"
-    for name, value in event.headers:
-        key = name.decode("ascii", "replace")
-        text = value.decode("latin-1")
-        if key in headers:
-            if key in SINGLE_VALUED:
-                return 400, f"the {key} header may appear only once"
-            text = f"{headers[key]}, {text}"
-        headers[key] = text
-    length = headers.get("content-length")
-    if (
-        length is not None
-        and length.isascii()
-        and length.isdigit()
-        and (len(length) > 18 or int(length) > limits.max_body)
-    ):
-        return 413, f"request body larger than {limits.max_body} bytes"
-    return None

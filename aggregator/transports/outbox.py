@@ -77,7 +77,9 @@ def fd_of(stream: Any) -> int | None:
 PROGRESS_STEP = 256 * 1024
 
 
-async def send_in_steps(stream: trio.abc.SendStream, data: bytes | bytearray, progressed: Callable[[], None]) -> None:
+async def send_in_steps(
+    stream: trio.abc.SendStream, data: bytes | bytearray | memoryview, progressed: Callable[[], None]
+) -> None:
     """``stream.send_all(data)``, calling ``progressed`` after every ``PROGRESS_STEP`` bytes."""
     if len(data) <= PROGRESS_STEP:
         await stream.send_all(data)
