@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import hmac
 import ipaddress
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from aggregator.config import HttpConfig, parse_listen
@@ -57,19 +57,33 @@ class AccessPolicy:
         self._origins = {_origin(origin) for origin in config.allowed_origins}
         self.endpoint = config.path  # the MCP endpoint's path, under which profiles have theirs
         self._profile_names = frozenset(profiles or ())
+        self._seen: dict[tuple[str, int], bool] = {}  # (Host or Origin value, list) -> allowed
 
     def refusal(self, headers: Mapping[str, str]) -> tuple[int, str, list[tuple[str, str]]] | None:
         """Why a request may not proceed (status, reason, extra headers), or None."""
         host = headers.get("host", "")
-        if _hostname(host) not in self._hosts:
+        if not self._allowed(host, self._hosts, _hostname):
             return 421, f"this Host is not served here: {host[:100]!r}", []
         origin = headers.get("origin")
         if origin is not None:
-            if _origin(origin) not in self._origins:
+            if not self._allowed(origin, self._origins, _origin):
                 return 403, f"this Origin may not use this server: {origin[:100]!r}", []
         if self._tokens and self.principal(headers) is None:
             return 401, "a valid bearer token is required", [("www-authenticate", 'Bearer realm="aggregator"')]
         return None
+
+    def _allowed(self, value: str, allowed: Any, normal: Callable[[str], str]) -> bool:
+        """Whether ``value`` (a Host or Origin) is allowed; the answers for the last few
+        values seen are kept (a client sends the same ones with every request)."""
+        seen = self._seen
+        key = (value, id(allowed))
+        known = seen.get(key)
+        if known is None:
+            known = normal(value) in allowed
+            if len(seen) >= 64:
+                seen.clear()
+            seen[key] = known
+        return known
 
     def principal(self, headers: Mapping[str, str]) -> int | None:
         """Which configured token the request carries, or None (also when none are set)."""

@@ -15,8 +15,6 @@ import logging
 import secrets
 from typing import Any
 
-import trio
-
 from aggregator.admission import Denial, choose_profile
 from aggregator.http_modern import StatelessRequests
 from aggregator.http_queue import JSON, MessageQueue, until_client_leaves
@@ -28,8 +26,6 @@ from aggregator.mcp.modern import request_meta
 from aggregator.transports.http_server import HttpConnection, Request
 
 log = logging.getLogger(__name__)
-
-QUICK_ANSWER = 0.02  # seconds a request waits for its answer before a watcher starts
 
 
 class PostExchange(StatelessRequests):
@@ -73,7 +69,7 @@ class PostExchange(StatelessRequests):
             )
             return
         if kind != REQUEST:
-            self.hub.dispatch_now(await self.hub.client_event(session.key, kind, message))
+            self.hub.dispatch_soon(await self.hub.client_event(session.key, kind, message))
             await connection.respond(202, [])
             return
         await self._exchange(connection, session, message)
@@ -150,12 +146,11 @@ class PostExchange(StatelessRequests):
         headers: list[tuple[str, str]],
     ) -> bool:
         id = message["id"]
-        self.hub.dispatch_now(await self.hub.client_event(session.key, REQUEST, message))
+        self.hub.dispatch_soon(await self.hub.client_event(session.key, REQUEST, message))
         # Most answers come back within milliseconds and alone: send them as JSON without
         # starting a task to watch the connection. Only a slower or chattier request gets
         # the watcher (to notice a client that leaves) and, if need be, an event stream.
-        with trio.move_on_after(QUICK_ANSWER):
-            await queue.wait()
+        await self.quick.wait(queue)
         if queue.final and queue.waiting == 1 and not queue.unanswered:
             answered = await queue.respond(connection, [JSON, *headers])
             return answered and self.hub.router.session_info(session.key) is not None

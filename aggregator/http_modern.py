@@ -29,7 +29,7 @@ import trio
 from aggregator.admission import Denial, Refusal, choose_profile
 from aggregator.core.router import proxy_error
 from aggregator.http_headers import ParamHeaders, answer_status, check_headers, check_version
-from aggregator.http_queue import JSON, KEEPALIVE, MessageQueue, until_client_leaves
+from aggregator.http_queue import JSON, KEEPALIVE, MessageQueue, QuickWaits, until_client_leaves
 from aggregator.http_streams import EventStreams
 from aggregator.jsonrpc.codec import dumps
 from aggregator.jsonrpc.errors import INVALID_REQUEST
@@ -41,7 +41,6 @@ from aggregator.transports.http_server import HttpConnection, Request
 
 log = logging.getLogger(__name__)
 
-QUICK_ANSWER = 0.02  # seconds a request waits for its answer before a watcher starts
 STREAM_HEADERS = [("x-accel-buffering", "no")]
 # Stateless clients kept connected between their callers' requests, per token and profile
 # (``_rest``): as many as were busy at once, up to this.
@@ -138,6 +137,7 @@ class StatelessRequests(EventStreams):
     stateless_by_principal: dict[Any, int]
     resting: dict[tuple[Any, str], list[StatelessRequest]]
     param_headers: ParamHeaders
+    quick: QuickWaits  # a request's answer, waited for as JSON before a watcher starts
 
     def _is_modern_post(self, request: Request, kind: int, message: dict[str, Any], meta: Any) -> bool:
         """Whether a sessionless POST is to be served (or refused) as a modern request: a
@@ -231,11 +231,10 @@ class StatelessRequests(EventStreams):
         self, connection: HttpConnection, client: StatelessRequest, message: dict[str, Any]
     ) -> None:
         queue = client.queue
-        self.hub.dispatch_now(await self.hub.client_event(client.key, REQUEST, message))
+        self.hub.dispatch_soon(await self.hub.client_event(client.key, REQUEST, message))
         # Most answers come back within milliseconds and alone: JSON, with no task to
         # watch the connection, as for a session's request.
-        with trio.move_on_after(QUICK_ANSWER):
-            await queue.wait()
+        await self.quick.wait(queue)
         if queue.final and queue.waiting == 1 and not queue.unanswered:
             await queue.respond(connection, [JSON], answer_status)
             return

@@ -20,6 +20,7 @@ from aggregator.transports.buffer import MessageLog
 from aggregator.transports.http_server import HttpConnection, sse_event
 
 KEEPALIVE = 25.0  # seconds between SSE comments on an idle GET stream
+QUICK_ANSWER = 0.02  # seconds a request waits for its answer before a watcher starts
 # Kept per event stream, oldest dropped first: the events already written (a client that
 # lost the connection resumes with Last-Event-ID; the last event is kept whatever its size).
 HISTORY_BYTES = 256 * 1024
@@ -54,6 +55,7 @@ class MessageQueue:
         self.final = False
         self.overflowed = False
         self._lot = trio.lowlevel.ParkingLot()
+        self._poked = False
         self._writing: HttpConnection | None = None  # the connection a write of ours is on
         # As an event stream: its id in the session (event ids are "<stream>-<message
         # number>"), whether a client resumed it, and the request it answers.
@@ -198,9 +200,62 @@ class MessageQueue:
                 self._writing.abort()
         self._lot.unpark_all()
 
-    async def wait(self) -> None:
+    async def wait(self, quick: bool = False) -> None:
+        """Until there is something to write (or the stream ends); ``quick``: or until
+        ``poke()`` (``QuickWaits``)."""
         while self.log.last == self.log.sent and not self.overflowed and not self.unanswered:
+            if quick and self._poked:
+                break
             await self._lot.park()
+        self._poked = False
+
+    def poke(self) -> None:
+        self._poked = True
+        self._lot.unpark_all()
+
+
+class QuickWaits:
+    """Waits of at most ``delay`` for a request's answer, without a cancel scope each (one
+    costs more than the rest of what the proxy does for a request): the waits are kept in
+    the order they began, and one task (``run``) pokes each that is due."""
+
+    def __init__(self, delay: float) -> None:
+        self.delay = delay
+        self._due: dict[MessageQueue, float] = {}
+        self._lot = trio.lowlevel.ParkingLot()
+        self._running = False
+
+    async def wait(self, queue: MessageQueue) -> None:
+        """Until something is pushed to ``queue`` or ``delay`` has passed."""
+        if not self._running:  # no sweeper (an endpoint not serving): a scope of its own
+            with trio.move_on_after(self.delay):
+                await queue.wait()
+            return
+        self._due[queue] = trio.current_time() + self.delay
+        if len(self._due) == 1:
+            self._lot.unpark_all()
+        try:
+            await queue.wait(quick=True)
+        finally:
+            self._due.pop(queue, None)
+
+    async def run(self) -> None:
+        self._running = True
+        try:
+            while True:
+                if not self._due:
+                    await self._lot.park()
+                    continue
+                now = trio.current_time()
+                for queue, at in list(self._due.items()):
+                    if at > now:
+                        break
+                    del self._due[queue]
+                    queue.poke()
+                if self._due:
+                    await trio.sleep_until(next(iter(self._due.values())))
+        finally:
+            self._running = False
 
 
 @asynccontextmanager

@@ -3,9 +3,9 @@
 It is also the one place that executes the router's commands: ``dispatch`` turns
 ``ToClient`` / ``ToServer`` into queued writes, and what the router says of an upstream's
 connection (``UpstreamServing``, ``DropUpstream``, an ``Answer`` to its own request) into
-calls of its ``UpstreamSession``. ``dispatch`` never blocks and never writes; readers call ``flush`` once per
-read, which writes every queue the batch touched. A reader waits only on its own
-party's queue (``flush(own)``): nothing shared ever waits for one slow client or server.
+calls of its ``UpstreamSession``. ``dispatch`` never blocks or writes; readers call ``flush`` per read
+(a task per request: ``dispatch_soon``, written once per scheduler turn by ``soon.SoonWriter``).
+A reader waits only on its party's queue (``flush(own)``): nothing shared waits for one slow party.
 Each queue enforces its own byte budget and deadline and tells its owner when one is
 passed (a client is dropped, a server's requests fail); see ``transports.outbox``. What
 all clients' queues hold together is counted in ``client_memory``; past its limit the
@@ -53,6 +53,7 @@ from aggregator.plugins import load_plugins
 from aggregator.recent_errors import RecentErrors
 from aggregator.reload import ReloadResult, reload_hub
 from aggregator.shedding import Shedder
+from aggregator.soon import SoonWriter
 from aggregator.tracing import Tracing
 from aggregator.transports.sink import ClientSink
 from aggregator.upstream import Connector, OwnCall, UpstreamSession
@@ -96,9 +97,9 @@ class Hub:
         self.client_since: dict[int, float] = {}  # when each client connected (time.monotonic())
         self.recent_errors = RecentErrors()  # warnings and errors logged while it runs
         self._dirty: list[ClientSink] = []
+        self.soon = SoonWriter(self._write_dirty)  # dispatch_soon's writes, once per scheduler turn
         self._nursery: trio.Nursery | None = None
-        # The plugins' request, response and notification hooks around the router.
-        self.gate = PluginGate(self, self.plugins)
+        self.gate = PluginGate(self, self.plugins)  # the plugins' hooks around the router
         self._watched = self.gate.watched  # requests plugins want answers of (checked per answer)
         self._timer_at = math.inf
         self._timer_poke = trio.Event()
@@ -134,6 +135,7 @@ class Hub:
                     nursery.start_soon(upstream.run, name=f"upstream {upstream.name}")
                 nursery.start_soon(self._startup_gate)
                 nursery.start_soon(self._timer)
+                nursery.start_soon(self.soon.run)
                 if self.plugins.after_catalog_hooks:
                     nursery.start_soon(self._after_catalog)
                 task_status.started(self)
@@ -364,6 +366,13 @@ class Hub:
         self.dispatch(commands)
         self._write_dirty()
         self._check_timer()
+
+    def dispatch_soon(self, commands: list[Any]) -> None:
+        """Dispatch; write with what else this turn of the scheduler queues."""
+        self.dispatch(commands)
+        self._check_timer()
+        if self._dirty:
+            self.soon.request()
 
     async def flush(self, own: Any = None) -> None:
         """Write what the last batch queued; then, if ``own`` (the queue of the reader's

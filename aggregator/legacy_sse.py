@@ -133,5 +133,5 @@ class LegacySse(SessionTable):
             return
         decoded = await self._decode(connection, request, session)
         if decoded is not None:
-            self.hub.dispatch_now(await self.hub.client_event(session.key, *decoded))
+            self.hub.dispatch_soon(await self.hub.client_event(session.key, *decoded))
             await connection.respond(202, [("content-type", "text/plain")], b"Accepted")
