@@ -29,6 +29,7 @@ from aggregator.transports.stdio import STREAM_TAG
 
 log = logging.getLogger(__name__)
 MAX_CONCURRENT_POSTS = 64
+CONNECT_TIMEOUT = 30.0  # seconds to connect (and to write); reading waits for ever
 # What may wait for one of those POSTs, in bytes of messages (at least one of the largest):
 # past it the session's messages are not read, so its own budget for the server holds.
 WAITING_POSTS_BYTES = 1024 * 1024
@@ -81,7 +82,7 @@ def _hide_url_credentials(record: logging.LogRecord) -> bool:
     return True
 
 
-for _client_logger in ("httpx", "trio-websocket"):
+for _client_logger in ("httpx", "aggregator.transports.http_client", "trio-websocket"):
     logging.getLogger(_client_logger).addFilter(_hide_url_credentials)
 
 
@@ -251,4 +252,4 @@ class _ByteBudget:
 def http_client(config: Any) -> httpx.AsyncClient:
     """A client that sends the server's own headers, follows no redirect and waits for ever to read."""
     headers = {"user-agent": USER_AGENT, **dict(config.headers)}
-    return httpx.AsyncClient(headers=headers, follow_redirects=False, timeout=httpx.Timeout(30.0, read=None))
+    return httpx.AsyncClient(headers=headers, follow_redirects=False, timeout=httpx.Timeout(CONNECT_TIMEOUT, read=None))

@@ -41,7 +41,7 @@ class _Connection(Protocol):
     async def unresumable(self, request: dict[str, Any], problem: str) -> None: ...
 
 
-async def read_modern(conn: _Connection, response: httpx.Response, request: Any) -> None:
+async def read_modern(conn: _Connection, response: Any, request: Any) -> None:
     """Read what came back on a modern POST: its answer (JSON or an event stream), or
     the JSON-RPC error of a 4xx, which answers it too."""
     status = response.status_code

@@ -27,6 +27,7 @@ from aggregator.mcp.constants import CANCELLED, INITIALIZE
 from aggregator.mcp.modern import LISTEN
 from aggregator.mcp.versions import DISCOVER
 from aggregator.tracing import trace_headers
+from aggregator.transports.http_client import UpstreamClient
 from aggregator.transports.masking import shown_url
 from aggregator.transports.modern_headers import ToolHeaders, request_headers
 from aggregator.transports.network_link import MAX_CONCURRENT_POSTS, NetworkLink, client_logs_masked, http_client
@@ -56,8 +57,8 @@ async def run_streamable_http_server(
 ) -> str:
     """Talk to a Streamable HTTP server (MCP 2025-03-26 and later)."""
     ours, theirs = byte_pipe()
-    async with http_client(config) as client:
-        connection = _StreamableHttp(config, limit, theirs, client)
+    async with http_client(config) as client, UpstreamClient.for_server(client, config) as upstream:
+        connection = _StreamableHttp(config, limit, theirs, upstream)
         with client_logs_masked(connection.link.mask):
             await connection.run(ours, task_status)
     return connection.link.reason
@@ -66,7 +67,7 @@ async def run_streamable_http_server(
 class _StreamableHttp:
     """One connection to a Streamable HTTP server: its session, and the requests being read."""
 
-    def __init__(self, config: Any, limit: int, pipe: PipeEnd, client: httpx.AsyncClient) -> None:
+    def __init__(self, config: Any, limit: int, pipe: PipeEnd, client: UpstreamClient) -> None:
         self.config = config
         self.limit = limit
         self.link = NetworkLink(pipe, limit, config)
@@ -180,7 +181,7 @@ class _StreamableHttp:
             await self.resume_until_answered(answers, parser, is_initialize, how)
 
     async def read_post(
-        self, response: httpx.Response, message: Any, answers: dict[str, Any] | None, is_initialize: bool
+        self, response: Any, message: Any, answers: dict[str, Any] | None, is_initialize: bool
     ) -> tuple[SseParser, str] | None:
         """Read what came back on a POST; None when that is all, else the event stream's
         parser and how it ended before its answer (to resume it)."""
@@ -215,7 +216,7 @@ class _StreamableHttp:
         return parser, how
 
     async def read_events(
-        self, response: httpx.Response, parser: SseParser, is_initialize: bool, answers: dict[str, Any] | None
+        self, response: Any, parser: SseParser, is_initialize: bool, answers: dict[str, Any] | None
     ) -> bool:
         """Deliver the messages of one event stream (not a priming event's empty data);
         whether the answer to ``answers`` was among them (True when it answers nothing)."""

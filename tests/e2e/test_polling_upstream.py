@@ -97,7 +97,7 @@ def test_a_broken_connection_is_resumed_too(tmp_path):
     assert sum(1 for r in found if "dropped" in r) == 1
     assert sum(1 for r in found if "get" in r and r["lastEventId"]) == 1
     text = log.read_text()
-    assert ") broke (peer closed connection" in text and "resuming it in 0.30s" in text, text[-3000:]
+    assert ") broke (the server closed the connection" in text and "resuming it in 0.30s" in text, text[-3000:]
     assert "Traceback" not in text and "cannot reach" not in text  # the connection to the server went on
 
 

@@ -1,0 +1,180 @@
+"""The upstream HTTP client's own path (plain-HTTP POSTs): connections kept and reused,
+a connection the server closed while idle not used, a request never sent twice, and
+failures raised as httpx's errors. Against a real server on 127.0.0.1 that counts what it
+gets."""
+
+from __future__ import annotations
+
+import contextlib
+from functools import partial
+
+import httpx
+import pytest
+import trio
+
+from aggregator.transports.http_client import UpstreamClient
+
+BODY = b'{"jsonrpc":"2.0","id":1,"method":"ping"}'
+JSON = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n%s"
+
+
+class Server:
+    """Answers each POST as ``behaviour`` says; counts connections and requests."""
+
+    def __init__(self, behaviour: str = "json") -> None:
+        self.behaviour = behaviour
+        self.connections = 0
+        self.requests = 0
+        self.streams: list[trio.SocketStream] = []
+
+    async def handle(self, stream: trio.SocketStream) -> None:
+        self.connections += 1
+        self.streams.append(stream)
+        buffer = b""
+        while True:
+            try:
+                data = await stream.receive_some(65536)
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                return  # (the test closed this connection itself)
+            if not data:
+                return
+            buffer += data
+            while b"\r\n\r\n" in buffer:
+                head, _, rest = buffer.partition(b"\r\n\r\n")
+                length = int(head.lower().split(b"content-length: ")[1].split(b"\r\n")[0])
+                if len(rest) < length:
+                    break
+                buffer = rest[length:]
+                self.requests += 1
+                if self.behaviour == "hang up":
+                    await stream.aclose()
+                    return
+                if self.behaviour == "stream":
+                    await stream.send_all(
+                        b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
+                    )
+                    for event in (b"data: 1\n\n", b"data: 2\n\n"):
+                        await stream.send_all(b"%x\r\n%s\r\n" % (len(event), event))
+                        await trio.sleep(0.01)
+                    await stream.send_all(b"0\r\n\r\n")
+                    continue
+                answer = b'{"jsonrpc":"2.0","id":1,"result":{}}'
+                if self.behaviour == "interim":
+                    await stream.send_all(b"HTTP/1.1 100 Continue\r\n\r\n")
+                    await trio.sleep(0.05)
+                    await stream.send_all(
+                        b"HTTP/1.1 103 Early Hints\r\nlink: </x>\r\n\r\n" + JSON % (len(answer), answer)
+                    )
+                    continue
+                if self.behaviour == "until close":
+                    await stream.send_all(b"HTTP/1.0 200 OK\r\ncontent-type: application/json\r\n\r\n" + answer)
+                    await stream.aclose()
+                    return
+                if self.behaviour == "huge head":
+                    with contextlib.suppress(trio.BrokenResourceError):  # the client gives up reading it
+                        await stream.send_all(b"HTTP/1.1 200 OK\r\nx-big: " + b"a" * 300_000 + b"\r\n")
+                    continue
+                await stream.send_all(JSON % (len(answer), answer))
+
+
+@pytest.fixture
+async def served(nursery):
+    async def start(behaviour: str = "json") -> tuple[Server, str]:
+        server = Server(behaviour)
+        listeners = await nursery.start(partial(trio.serve_tcp, server.handle, 0, host="127.0.0.1"))
+        port = listeners[0].socket.getsockname()[1]
+        return server, f"http://127.0.0.1:{port}/mcp"
+
+    return start
+
+
+async def post(client: UpstreamClient, url: str, headers: dict[str, str] | None = None) -> tuple[int, bytes]:
+    async with client.stream("POST", url, content=BODY, headers=headers or {"content-type": "application/json"}) as r:
+        return r.status_code, await r.aread()
+
+
+async def test_posts_share_one_kept_alive_connection(served):
+    server, url = await served()
+    async with httpx.AsyncClient() as theirs, UpstreamClient(theirs, url, {"x-token": "t"}, 5.0) as client:
+        assert client.fast
+        for _ in range(5):
+            assert await post(client, url) == (200, b'{"jsonrpc":"2.0","id":1,"result":{}}')
+    assert server.connections == 1 and server.requests == 5
+
+
+async def test_a_connection_the_server_closed_while_idle_is_not_used(served):
+    server, url = await served()
+    async with httpx.AsyncClient() as theirs, UpstreamClient(theirs, url, {}, 5.0) as client:
+        assert (await post(client, url))[0] == 200
+        await server.streams[0].aclose()  # the server drops the idle connection
+        await trio.sleep(0.05)
+        assert (await post(client, url))[0] == 200
+    assert server.connections == 2 and server.requests == 2
+
+
+async def test_a_request_is_never_sent_twice_when_the_server_hangs_up_without_answering(served):
+    server, url = await served("hang up")
+    async with httpx.AsyncClient() as theirs, UpstreamClient(theirs, url, {}, 5.0) as client:
+        with pytest.raises(httpx.HTTPError):
+            await post(client, url)
+    assert server.requests == 1
+
+
+async def test_an_event_stream_arrives_as_it_is_sent(served):
+    server, url = await served("stream")
+    async with httpx.AsyncClient() as theirs, UpstreamClient(theirs, url, {}, 5.0) as client:
+        async with client.stream("POST", url, content=BODY, headers={}) as response:
+            assert response.headers["content-type"] == "text/event-stream"
+            chunks = [chunk async for chunk in response.aiter_bytes()]
+        assert b"".join(chunks) == b"data: 1\n\ndata: 2\n\n" and len(chunks) == 2
+        assert (await post(client, url))[0] == 200  # and the connection is reused after it
+    assert server.connections == 1
+
+
+async def test_a_header_with_a_line_break_fails_that_request_without_showing_its_value(served):
+    server, url = await served()
+    async with httpx.AsyncClient() as theirs, UpstreamClient(theirs, url, {}, 5.0) as client:
+        with pytest.raises(httpx.LocalProtocolError) as caught:
+            await post(client, url, {"authorization": "Bearer secret\r\nx: y"})
+        assert "secret" not in str(caught.value)
+        assert (await post(client, url))[0] == 200
+    assert server.requests == 1
+
+
+async def test_nothing_listening_is_a_connect_error():
+    async with httpx.AsyncClient() as theirs, UpstreamClient(theirs, "http://127.0.0.1:1/mcp", {}, 5.0) as client:
+        with pytest.raises(httpx.ConnectError):
+            await post(client, "http://127.0.0.1:1/mcp")
+
+
+def test_tls_and_proxied_urls_are_left_to_httpx(monkeypatch):
+    client = httpx.AsyncClient()
+    assert not UpstreamClient(client, "https://127.0.0.1:8443/mcp", {}, 5.0).fast
+    monkeypatch.setenv("HTTP_PROXY", "http://127.0.0.1:3128")
+    assert not UpstreamClient(client, "http://127.0.0.1:8000/mcp", {}, 5.0).fast
+
+
+async def test_interim_responses_are_skipped_and_the_connection_stays_in_step(served):
+    server, url = await served("interim")
+    async with httpx.AsyncClient() as theirs, UpstreamClient(theirs, url, {}, 5.0) as client:
+        for _ in range(3):
+            async with client.stream("POST", url, content=BODY, headers={}) as response:
+                assert response.status_code == 200 and response.headers["content-type"] == "application/json"
+                assert "link" not in response.headers
+                assert await response.aread() == b'{"jsonrpc":"2.0","id":1,"result":{}}'
+    assert server.connections == 1 and server.requests == 3
+
+
+async def test_a_body_that_ends_when_the_server_closes_is_whole(served):
+    server, url = await served("until close")
+    async with httpx.AsyncClient() as theirs, UpstreamClient(theirs, url, {}, 5.0) as client:
+        for _ in range(2):  # and the closed connection is not used again
+            assert await post(client, url) == (200, b'{"jsonrpc":"2.0","id":1,"result":{}}')
+    assert server.connections == 2
+
+
+async def test_headers_past_the_limit_fail_the_request(served):
+    server, url = await served("huge head")
+    async with httpx.AsyncClient() as theirs, UpstreamClient(theirs, url, {}, 5.0) as client:
+        with pytest.raises(httpx.RemoteProtocolError, match="headers are larger"):
+            await post(client, url)
