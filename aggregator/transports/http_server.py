@@ -356,7 +356,8 @@ class HttpConnection:
         self.closed = True
         with trio.CancelScope(shield=True):
             try:
-                if not self._eof and (self.reader.in_message or self.reader.refused):
+                # (A head that never ended was answered nothing: nothing to linger for.)
+                if not self._eof and (self.reader.head_complete or self.reader.refused):
                     send_eof = getattr(self.stream, "send_eof", None)
                     if send_eof is not None:
                         await send_eof()
