@@ -34,7 +34,7 @@ from aggregator.transports.network_link import CONNECT_TIMEOUT, USER_AGENT
 log = logging.getLogger(__name__)
 READ_SIZE = 65536
 MAX_IDLE = 16  # connections kept between requests, per upstream
-KEEP = 2  # ... of which this many however few requests are going
+IDLE_FOR = 2.0  # seconds an idle connection is kept
 MAX_HEAD = 64 * 1024  # bytes of a response's status line and headers
 _PROXY_VARIABLES = ("http_proxy", "HTTP_PROXY", "all_proxy", "ALL_PROXY")
 
@@ -80,6 +80,7 @@ class _Connection:
         self.keep_alive = False
         self.headers_done = False
         self.interim = False  # the response being parsed is a 1xx: skipped
+        self.idle_since = 0.0  # when it last went back to the pool
         self.head_bytes = 0
 
     def begin(self, response: FastResponse) -> None:
@@ -190,7 +191,6 @@ class UpstreamClient:
         self._url = url
         self._connect_timeout = connect_timeout
         self._idle: list[_Connection] = []
-        self._active = 0  # requests going on our connections
 
     @classmethod
     def for_server(cls, client: httpx.AsyncClient, config: Any) -> UpstreamClient:
@@ -206,22 +206,25 @@ class UpstreamClient:
                 yield theirs
             return
         head = self._head(content, headers or {})
-        self._active += 1
+        connection, response = await self._send(head, content)
+        if log.isEnabledFor(logging.INFO):  # as httpx does (the proxy shows it at debug only)
+            log.info('HTTP Request: POST %s "HTTP/1.1 %d"', url, response.status_code)
         try:
-            connection, response = await self._send(head, content)
-            if log.isEnabledFor(logging.INFO):  # as httpx does (the proxy shows it at debug only)
-                log.info('HTTP Request: POST %s "HTTP/1.1 %d"', url, response.status_code)
-            try:
-                yield response
-            finally:
-                if connection.reusable():
-                    self._idle.append(connection)
-                else:
-                    await trio.aclose_forcefully(connection.stream)
+            yield response
         finally:
-            self._active -= 1
-            # Kept for the requests still going: once a burst is over, its connections close.
-            while len(self._idle) > min(MAX_IDLE, max(KEEP, self._active)):
+            if connection.reusable() and len(self._idle) < MAX_IDLE:
+                connection.idle_since = trio.current_time()
+                self._idle.append(connection)
+            else:
+                await trio.aclose_forcefully(connection.stream)
+
+    async def tidy(self) -> None:
+        """Close the connections left idle for ``IDLE_FOR`` seconds (a burst over, its
+        connections go), checking every second; run it beside the requests."""
+        while True:
+            await trio.sleep(1.0)
+            old = trio.current_time() - IDLE_FOR
+            while self._idle and self._idle[0].idle_since < old:  # the oldest first
                 await trio.aclose_forcefully(self._idle.pop(0).stream)
 
     async def delete(self, url: str, *, headers: Mapping[str, str] | None = None) -> Any:

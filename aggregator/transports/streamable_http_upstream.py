@@ -89,6 +89,7 @@ class _StreamableHttp:
             async with trio.open_nursery() as nursery:
                 self.nursery = nursery
                 nursery.start_soon(self.link.each_outgoing, self.post, nursery, True, self.stop_reading)
+                nursery.start_soon(self.client.tidy)
                 task_status.started(Channel(ours, ours, tagged=True))
                 await self.link.ended.wait()
                 nursery.cancel_scope.cancel()
