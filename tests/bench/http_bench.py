@@ -1,162 +1,49 @@
-"""Benchmark: tools/call over Streamable HTTP, through the proxy and direct, in one run.
+"""Benchmark: the network fronts and the HTTP upstream leg, against fast direct servers, in one run.
 
-    python -m tests.bench.http_bench [--quick]
+    python -m tests.bench.http_bench [--quick] [--against TREE] [--era]
 
-Direct: the echo server's own HTTP front (``http_echo_server``). Through the proxy:
-``aggregator serve --http`` in front of the same echo server over stdio. A small driver
-on raw sockets (keep-alive, one request per connection at a time) measures the median
-latency at 1 in flight and the throughput at 16 in flight (16 connections), medians of
-interleaved runs; then what 200 idle sessions cost the proxy in memory. Then the
-protocol-era row: proxy CPU per ``tools/call`` for a legacy session against modern
-(2026-07-28) stateless calls (each a POST without a session, with its ``_meta`` envelope
-and the MCP-Protocol-Version, Mcp-Method and Mcp-Name headers), against one proxy in front
-of the fast (batched) echo server, interleaved (``--era`` runs that row alone). Every loop
-is bounded in count and time.
+The direct baseline is ``fast_http_echo``: the echo server behind a plain asyncio HTTP/1.1
+front parsed by httptools, with no framework; a slow baseline would flatter any proxy.
+In one run, interleaved and repeated (medians reported), one driver on raw keep-alive
+sockets (``http_load``) measures:
+
+- the HTTP front: that fast server directly, against ``aggregator serve --http`` in front
+  of the same echo server over stdio (the batched one: it costs the proxy least);
+- the HTTP upstream leg: the fast server directly, against the proxy's HTTP front in front
+  of it as a Streamable HTTP upstream; and the proxy's CPU per call for the leg alone:
+  ``aggregator serve --stdio`` driven over stdio with the HTTP upstream, against the same
+  with the stdio upstream;
+- the WebSocket front and the legacy HTTP+SSE transport, through the same proxy;
+- with ``--against TREE`` (another checkout of this project, for example the last
+  release): every front of the proxy built from TREE too, in the same run.
+
+For each: median and p99 latency at 1 in flight, calls per second at 1 and at 16 in flight
+(16 connections), and the proxy's CPU per call at 16 in flight (``schedstat`` of all its
+threads). Then the proxy's RSS. ``--era`` measures only the protocol-era row: proxy CPU per
+``tools/call`` for a legacy session against modern (2026-07-28) stateless calls.
+Every loop is bounded in count and time.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
-import selectors
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
-import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import orjson
 
-from tests.bench.stdio_bench import envelope_parse_us
+from tests.bench import http_load as load
+from tests.bench.stdio_bench import Peer, envelope_parse_us
+from tests.bench.stdio_bench import throughput as stdio_throughput
 from tests.loopback import free_port, wait_listening
 
 ROOT = Path(__file__).parents[2]
-TIME_LIMIT = 20.0
-
-
-class Connection:
-    def __init__(self, port: int) -> None:
-        self.port = port
-        self.sock = socket.create_connection(("127.0.0.1", port))
-        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self.buffer = b""
-
-    def request_bytes(self, body: bytes, session: str | None) -> bytes:
-        head = (
-            f"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1:{self.port}\r\nContent-Type: application/json\r\n"
-            f"Accept: application/json, text/event-stream\r\nContent-Length: {len(body)}\r\n"
-        )
-        if session == MODERN:
-            head += MODERN_HEADERS
-        elif session:
-            head += f"Mcp-Session-Id: {session}\r\nMCP-Protocol-Version: 2025-11-25\r\n"
-        return head.encode() + b"\r\n" + body
-
-    def try_response(self) -> tuple[dict[str, str], bytes] | None:
-        end = self.buffer.find(b"\r\n\r\n")
-        if end == -1:
-            return None
-        lines = self.buffer[:end].decode("latin-1").split("\r\n")
-        headers = {k.lower(): v.strip() for k, _, v in (line.partition(":") for line in lines[1:])}
-        length = int(headers.get("content-length", "0"))
-        if len(self.buffer) < end + 4 + length:
-            return None
-        body = self.buffer[end + 4 : end + 4 + length]
-        self.buffer = self.buffer[end + 4 + length :]
-        return headers, body
-
-    def call(self, body: bytes, session: str | None) -> tuple[dict[str, str], bytes]:
-        self.sock.sendall(self.request_bytes(body, session))
-        while True:
-            response = self.try_response()
-            if response is not None:
-                return response
-            data = self.sock.recv(65536)
-            if not data:
-                raise RuntimeError("connection closed")
-            self.buffer += data
-
-
-INIT = orjson.dumps(
-    {
-        "jsonrpc": "2.0",
-        "id": 0,
-        "method": "initialize",
-        "params": {
-            "protocolVersion": "2025-11-25",
-            "capabilities": {},
-            "clientInfo": {"name": "bench", "version": "0"},
-        },
-    }
-)
-
-
-# In place of a session id: the call is a modern (2026-07-28) stateless one, a POST with no
-# session whose body carries the `_meta` envelope and whose headers mirror the body.
-MODERN = "modern"
-MODERN_META = {
-    "io.modelcontextprotocol/protocolVersion": "2026-07-28",
-    "io.modelcontextprotocol/clientCapabilities": {},
-    "io.modelcontextprotocol/clientInfo": {"name": "bench", "version": "0"},
-}
-MODERN_HEADERS = "MCP-Protocol-Version: 2026-07-28\r\nMcp-Method: tools/call\r\nMcp-Name: s0__tool0\r\n"
-
-
-def call_body(tool: str, id: int, session: str | None = None) -> bytes:
-    params: dict = {"name": tool, "arguments": {"x": "hello"}}
-    if session == MODERN:
-        params["_meta"] = MODERN_META
-    return orjson.dumps({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": params})
-
-
-def open_session(port: int) -> str:
-    headers, _ = Connection(port).call(INIT, None)
-    return headers["mcp-session-id"]
-
-
-def latency_ms(port: int, session: str, tool: str, count: int) -> float:
-    connection = Connection(port)
-    samples = []
-    deadline = time.monotonic() + TIME_LIMIT
-    for i in range(count):
-        start = time.perf_counter()
-        _, body = connection.call(call_body(tool, i, session), session)
-        samples.append(time.perf_counter() - start)
-        assert b'"result"' in body, body
-        if time.monotonic() > deadline:
-            break
-    return statistics.median(samples) * 1000
-
-
-def throughput(port: int, session: str, tool: str, count: int, in_flight: int = 16, counted: bool = False):
-    """Calls per second with `in_flight` connections; with `counted`, (rate, calls done)."""
-    selector = selectors.DefaultSelector()
-    connections = [Connection(port) for _ in range(in_flight)]
-    sent = done = 0
-    deadline = time.monotonic() + TIME_LIMIT
-    start = time.perf_counter()
-    for connection in connections:
-        connection.sock.setblocking(False)
-        selector.register(connection.sock, selectors.EVENT_READ, connection)
-        connection.sock.send(connection.request_bytes(call_body(tool, sent, session), session))
-        sent += 1
-    while done < sent:
-        for key, _ in selector.select(timeout=5):
-            connection = key.data
-            connection.buffer += connection.sock.recv(65536)
-            while (response := connection.try_response()) is not None:
-                assert b'"result"' in response[1], response
-                done += 1
-                if sent < count and time.monotonic() < deadline:
-                    connection.sock.send(connection.request_bytes(call_body(tool, sent, session), session))
-                    sent += 1
-    elapsed = time.perf_counter() - start
-    for connection in connections:
-        selector.unregister(connection.sock)
-        connection.sock.close()
-    return (done / elapsed, done) if counted else done / elapsed
 
 
 def rss_mb(pid: int) -> float:
@@ -177,41 +64,199 @@ def cpu_ns(pid: int) -> int:
     return total
 
 
-def start_proxy(config: Path, port: int) -> subprocess.Popen:
+def upstream_config(directory: Path, name: str, http_url: str | None = None) -> Path:
+    """A proxy config with one server: the batched echo server over stdio, or ``http_url``."""
+    config = directory / f"{name}.toml"
+    args = '["-m", "tests.bench.echo_server", "--batched"]'
+    server = f'url = "{http_url}"' if http_url else f'command = "{sys.executable}"\nargs = {args}\ncwd = "{ROOT}"'
+    config.write_text(f"[proxy]\nmax_in_flight_per_session = 256\n[servers.s0]\n{server}\n")
+    return config
+
+
+def start_proxy(config: Path, port: int, ws_port: int | None = None, tree: Path = ROOT) -> subprocess.Popen:
     argv = [sys.executable, "-m", "aggregator", "serve", "--http", f"127.0.0.1:{port}", "--config", str(config)]
-    return subprocess.Popen([*argv, "--log-level", "warning"], cwd=ROOT, stdin=subprocess.DEVNULL)
+    if ws_port is not None:
+        argv += ["--ws", f"127.0.0.1:{ws_port}"]
+    env = {**os.environ, "PYTHONPATH": str(tree)}
+    return subprocess.Popen([*argv, "--log-level", "warning"], cwd=tree, stdin=subprocess.DEVNULL, env=env)
+
+
+class Target:
+    """One thing driven: a server directly, or the proxy over one of its fronts."""
+
+    def __init__(self, name: str, process: subprocess.Popen, port: int, tool: str, kind: str = "http") -> None:
+        self.name, self.process, self.port, self.tool, self.kind = name, process, port, tool, kind
+        self.session: str | None = None
+        self.samples: list[float] = []
+        self.rates: list[float] = []
+        self.cpu: list[float] = []
+
+    def ready(self) -> None:
+        wait_listening(self.port, seconds=30)
+        if self.kind == "http":
+            self.session = load.open_session(self.port)
+
+    def measure(self, n_latency: int, n_calls: int) -> None:
+        if self.kind == "http":
+            self.samples += load.http_latencies(self.port, self.session, self.tool, n_latency)
+        before = cpu_ns(self.process.pid)
+        if self.kind == "http":
+            rate, calls = load.http_throughput(self.port, self.session, self.tool, n_calls)
+        elif self.kind == "ws":
+            rate, calls = load.ws_throughput(self.port, self.tool, n_calls)
+        else:
+            rate, calls = load.sse_throughput(self.port, self.tool, n_calls)
+        self.cpu.append((cpu_ns(self.process.pid) - before) / calls / 1e3)
+        self.rates.append(rate)
+
+    def p(self, q: float) -> float:
+        ordered = sorted(self.samples)
+        return ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1000
+
+
+@contextlib.contextmanager
+def processes() -> Iterator[Callable[[subprocess.Popen], subprocess.Popen]]:
+    started: list[subprocess.Popen] = []
+    try:
+        yield lambda process: started.append(process) or process
+    finally:
+        for process in started:
+            process.terminate()
+        for process in started:
+            try:
+                process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+
+
+def run_fronts(directory: Path, against: Path | None, n_latency: int, n_calls: int, repeats: int) -> list[Target]:
+    with processes() as keep:
+        fast_port = free_port()
+        fast = keep(subprocess.Popen([sys.executable, "-m", "tests.bench.fast_http_echo", str(fast_port)], cwd=ROOT))
+        targets = [Target("direct (asyncio + httptools)", fast, fast_port, "tool0")]
+        plain_port = free_port()
+        argv = [sys.executable, "-m", "tests.bench.fast_http_echo", str(plain_port), "--streams"]
+        targets.append(
+            Target("direct (plain asyncio streams)", keep(subprocess.Popen(argv, cwd=ROOT)), plain_port, "tool0")
+        )
+        trees = [("proxy", ROOT)] + ([(f"proxy from {against}", against)] if against else [])
+        stdio_up = upstream_config(directory, "front")
+        for label, tree in trees:
+            port, ws_port = free_port(), free_port()
+            proxy = keep(start_proxy(stdio_up, port, ws_port, tree))
+            targets.append(Target(f"{label}: HTTP front", proxy, port, "s0__tool0"))
+            targets.append(Target(f"{label}: WebSocket front", proxy, ws_port, "s0__tool0", "ws"))
+            targets.append(Target(f"{label}: legacy SSE front", proxy, port, "s0__tool0", "sse"))
+        http_up = upstream_config(directory, "leg", http_url=f"http://127.0.0.1:{fast_port}/mcp")
+        port = free_port()
+        targets.append(Target("proxy: HTTP front, HTTP upstream", keep(start_proxy(http_up, port)), port, "s0__tool0"))
+        for target in targets:
+            target.ready()
+        for target in targets:
+            target.measure(200, 2000)  # warm up
+            target.samples.clear(), target.rates.clear(), target.cpu.clear()
+        for i in range(repeats):
+            for target in targets if i % 2 == 0 else targets[::-1]:
+                target.measure(n_latency, n_calls)
+        front = targets[2]
+        front.rss = rss_mb(front.process.pid)  # type: ignore[attr-defined]
+        for _ in range(200):
+            load.open_session(front.port)
+        front.idle_cost = rss_mb(front.process.pid) - front.rss  # type: ignore[attr-defined]
+    return targets
+
+
+def run_leg(directory: Path, n_calls: int, repeats: int, against: Path | None = None) -> dict[str, list[float]]:
+    """Proxy CPU per call over stdio (16 in flight) with the HTTP upstream and with the stdio
+    one (and with the HTTP upstream, the proxy of ``against``)."""
+    with processes() as keep:
+        fast_port = free_port()
+        keep(subprocess.Popen([sys.executable, "-m", "tests.bench.fast_http_echo", str(fast_port)], cwd=ROOT))
+        wait_listening(fast_port, seconds=30)
+        configs = {
+            "HTTP upstream": upstream_config(directory, "leg-http", http_url=f"http://127.0.0.1:{fast_port}/mcp"),
+            "stdio upstream": upstream_config(directory, "leg-stdio"),
+        }
+        runs = [(name, config, ROOT) for name, config in configs.items()]
+        if against is not None:
+            runs.append((f"HTTP upstream, proxy from {against}", configs["HTTP upstream"], against))
+        peers = {}
+        for name, config, tree in runs:
+            argv = ["env", "-C", str(tree), f"PYTHONPATH={tree}", sys.executable, "-m", "aggregator", "serve"]
+            peers[name] = Peer([*argv, "--stdio", "--config", str(config), "--log-level", "warning"]).initialize()
+        cpu: dict[str, list[float]] = {name: [] for name in peers}
+        try:
+            for peer in peers.values():
+                stdio_throughput(peer, "s0__tool0", 2000)
+            for i in range(repeats):
+                for name, peer in list(peers.items())[:: 1 if i % 2 == 0 else -1]:
+                    before = peer.cpu_ns()
+                    _, calls = stdio_throughput(peer, "s0__tool0", n_calls)
+                    cpu[name].append((peer.cpu_ns() - before) / calls / 1e3)
+        finally:
+            for peer in peers.values():
+                peer.close()
+    return cpu
+
+
+def report(targets: list[Target], leg: dict[str, list[float]], repeats: int) -> None:
+    med = statistics.median
+    direct = targets[0]
+    print(f"{os.cpu_count()} cores; medians of {repeats} interleaved runs; 16 in flight = 16 connections")
+    print(f"{'':46} {'p50 ms':>8} {'p99 ms':>8} {'1 in flight/s':>14} {'16 in flight/s':>15} {'CPU us/call':>12}")
+    for target in targets:
+        p50 = f"{target.p(0.5):.3f}" if target.samples else "-"
+        p99 = f"{target.p(0.99):.3f}" if target.samples else "-"
+        one = f"{len(target.samples) / sum(target.samples):,.0f}" if target.samples else "-"
+        ratio = med(target.rates) / med(direct.rates)
+        many = f"{med(target.rates):,.0f} ({ratio:.2f}x)"
+        print(f"{target.name:46} {p50:>8} {p99:>8} {one:>14} {many:>15} {med(target.cpu):>12.1f}")
+    plain, front, upstream = targets[1], targets[2], targets[-1]
+    added, added99 = front.p(0.5) - direct.p(0.5), front.p(0.99) - direct.p(0.99)
+    print(f"HTTP front: added latency at 1 in flight p50 {added:.3f} ms, p99 {added99:.3f} ms (target p50 <= 0.15 ms)")
+    ratio, plain_ratio = med(front.rates) / med(direct.rates), med(front.rates) / med(plain.rates)
+    print(
+        f"HTTP front, 16 in flight: {ratio:.2f}x direct with httptools, {plain_ratio:.2f}x plain asyncio "
+        f"(target >= 0.5x), proxy CPU {med(front.cpu):.1f} us/call (target <= 100)"
+    )
+    print(
+        f"HTTP upstream: added p50 {upstream.p(0.5) - direct.p(0.5):.3f} ms; 16 in flight "
+        f"{med(upstream.rates) / med(direct.rates):.2f}x direct"
+    )
+    http_leg, stdio_leg = med(leg["HTTP upstream"]), med(leg["stdio upstream"])
+    print(
+        f"proxy CPU per call over stdio, 16 in flight: HTTP upstream {http_leg:.1f} us, stdio upstream "
+        f"{stdio_leg:.1f} us: the HTTP leg costs {http_leg - stdio_leg:+.1f} us more than the stdio one"
+        f" (whole proxy with it: target <= 100 us)"
+    )
+    for name, figures in leg.items():
+        if name.startswith("HTTP upstream, proxy from"):
+            print(f"proxy CPU per call over stdio, 16 in flight, {name}: {med(figures):.1f} us")
+    print(f"proxy RSS after the run: {front.rss:.1f} MB; 200 idle sessions: +{front.idle_cost:.1f} MB (<= 20 MB)")  # type: ignore[attr-defined]
 
 
 def era_cost(directory: Path, n_calls: int, repeats: int) -> dict:
     """Proxy CPU per tools/call, 16 in flight, one proxy in front of the fast echo server:
-    a legacy session's calls and modern stateless calls, interleaved (alternating which
-    goes first). Returns the per-repeat figures (µs) and their ratios."""
-    config = directory / "era.toml"
-    config.write_text(
-        f'[proxy]\nmax_in_flight_per_session = 256\n[servers.s0]\ncommand = "{sys.executable}"\n'
-        f'args = ["-m", "tests.bench.echo_server", "--batched"]\ncwd = "{ROOT}"\n'
-    )
+    a legacy session's calls and modern stateless calls, interleaved."""
     port = free_port()
-    proxy = start_proxy(config, port)
     cpu: dict[str, list[float]] = {"legacy": [], "modern": []}
     ratios = []
-    try:
+    with processes() as keep:
+        proxy = keep(start_proxy(upstream_config(directory, "era"), port))
         wait_listening(port, seconds=30)
-        sessions = {"legacy": open_session(port), "modern": MODERN}
-        _, answer = Connection(port).call(call_body("s0__tool0", 1, MODERN), MODERN)
+        sessions = {"legacy": load.open_session(port), "modern": load.MODERN}
+        _, answer = load.HttpClient(port, load.MODERN, "s0__tool0").post(load.call_body("s0__tool0", 1, load.MODERN))
         assert orjson.loads(answer)["result"]["resultType"] == "complete", answer
         for session in sessions.values():
-            throughput(port, session, "s0__tool0", 2000)  # warm up
+            load.http_throughput(port, session, "s0__tool0", 2000)  # warm up
         for i in range(repeats):
             order = list(sessions.items())
             for name, session in order if i % 2 == 0 else order[::-1]:
                 before = cpu_ns(proxy.pid)
-                _, calls = throughput(port, session, "s0__tool0", n_calls, counted=True)
+                _, calls = load.http_throughput(port, session, "s0__tool0", n_calls)
                 cpu[name].append((cpu_ns(proxy.pid) - before) / calls / 1e3)
             ratios.append(cpu["modern"][-1] / cpu["legacy"][-1])
-    finally:
-        proxy.terminate()
-        proxy.wait(timeout=15)
     return {"cpu": cpu, "ratios": ratios}
 
 
@@ -222,84 +267,28 @@ def print_era(era: dict) -> None:
     print(
         f"proxy CPU per tools/call, 16 in flight: legacy session {legacy:.1f} us, modern stateless "
         f"{modern:.1f} us, modern/legacy {ratio:.3f}x (spread {min(ratios):.3f}-{max(ratios):.3f} over "
-        f"{len(ratios)} runs)   target <= 1.02x {'ok' if ratio <= 1.02 else 'MISSED'}"
+        f"{len(ratios)} runs)"
     )
     print(f"  of the difference, reading the longer body (its _meta envelope): {envelope_parse_us():.2f} us")
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--quick", action="store_true", help="fewer calls and repeats (a smoke run)")
     parser.add_argument("--era", action="store_true", help="only the modern/legacy CPU row (more repeats)")
+    parser.add_argument("--against", type=Path, help="another checkout whose proxy is measured in the same run")
     args = parser.parse_args()
     n_latency, n_calls, repeats = (300, 2000, 1) if args.quick else (2000, 20000, 5)
-    if args.era:
-        repeats = 3 if args.quick else 11
-        print(f"{os.cpu_count()} cores, median of {repeats} interleaved runs")
-        with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory() as tmp:
+        if args.era:
+            repeats = 3 if args.quick else 11
+            print(f"{os.cpu_count()} cores, median of {repeats} interleaved runs")
             print_era(era_cost(Path(tmp), n_calls, repeats))
-        return 0
-    direct_port, proxy_port = free_port(), free_port()
-    with tempfile.TemporaryDirectory() as tmp:
-        config = Path(tmp) / "bench.toml"
-        config.write_text(
-            f'[proxy]\nmax_in_flight_per_session = 256\n[servers.s0]\ncommand = "{sys.executable}"\n'
-            f'args = ["-m", "tests.bench.echo_server"]\ncwd = "{ROOT}"\n'
-        )
-        direct = subprocess.Popen([sys.executable, "-m", "tests.bench.http_echo_server", str(direct_port)], cwd=ROOT)
-        proxy = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "aggregator",
-                "serve",
-                "--http",
-                f"127.0.0.1:{proxy_port}",
-                "--config",
-                str(config),
-                "--log-level",
-                "warning",
-            ],
-            cwd=ROOT,
-            stdin=subprocess.DEVNULL,
-        )
-        try:
-            wait_listening(direct_port, seconds=30)
-            wait_listening(proxy_port, seconds=30)
-            sessions = {"direct": open_session(direct_port), "proxy": open_session(proxy_port)}
-            targets = {"direct": (direct_port, "tool0"), "proxy": (proxy_port, "s0__tool0")}
-            latency = {k: [] for k in targets}
-            rate = {k: [] for k in targets}
-            for name, (port, tool) in targets.items():
-                latency_ms(port, sessions[name], tool, 200)  # warm up
-            for _ in range(repeats):
-                for name, (port, tool) in targets.items():
-                    latency[name].append(latency_ms(port, sessions[name], tool, n_latency))
-                    rate[name].append(throughput(port, sessions[name], tool, n_calls))
-            before = rss_mb(proxy.pid)
-            for _ in range(200):
-                open_session(proxy_port)
-            idle_cost = rss_mb(proxy.pid) - before
-        finally:
-            for process in (direct, proxy):
-                process.terminate()
-                process.wait(timeout=15)
-    lat = {k: statistics.median(v) for k, v in latency.items()}
-    thr = {k: statistics.median(v) for k, v in rate.items()}
-    added = lat["proxy"] - lat["direct"]
-    ratio = thr["proxy"] / thr["direct"]
-    print(f"{os.cpu_count()} cores, median of {repeats} interleaved runs")
-    print(
-        f"median latency, 1 in flight: direct {lat['direct']:.3f} ms, proxy {lat['proxy']:.3f} ms, "
-        f"added {added:.3f} ms   target <= 0.15 ms {'ok' if added <= 0.15 else 'MISSED'}"
-    )
-    print(
-        f"throughput, 16 in flight: direct {thr['direct']:,.0f}/s, proxy {thr['proxy']:,.0f}/s, "
-        f"{ratio:.2f}x   target >= 0.25x {'ok' if ratio >= 0.25 else 'MISSED'}"
-    )
-    with tempfile.TemporaryDirectory() as tmp:
-        print_era(era_cost(Path(tmp), n_calls, repeats))
-    print(f"200 idle sessions: +{idle_cost:.1f} MB   target <= 20 MB {'ok' if idle_cost <= 20 else 'MISSED'}")
+            return 0
+        against = args.against.resolve() if args.against else None
+        targets = run_fronts(Path(tmp), against, n_latency, n_calls, repeats)
+        leg = run_leg(Path(tmp), n_calls, repeats, against)
+    report(targets, leg, repeats)
     return 0
 
 
