@@ -7,7 +7,18 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).parents[2] / "aggregator"
-FORBIDDEN = {"trio", "trio_websocket", "h11", "wsproto", "httpx", "socket", "subprocess", "asyncio", "anyio"}
+FORBIDDEN = {
+    "trio",
+    "trio_websocket",
+    "h11",
+    "wsproto",
+    "httpx",
+    "httptools",
+    "socket",
+    "subprocess",
+    "asyncio",
+    "anyio",
+}
 SANS_IO = sorted(p for d in ("core", "jsonrpc", "mcp") for p in (ROOT / d).rglob("*.py"))
 
 

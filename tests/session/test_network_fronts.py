@@ -106,12 +106,12 @@ async def test_hostile_header_values_get_a_4xx_and_the_proxy_lives_on():
         assert await fronts.initialize()
 
 
-async def test_a_request_h11_refuses_gets_the_status_h11_suggests_and_says_why():
+async def test_a_request_the_parser_refuses_gets_the_right_status_and_says_why():
     async with running_fronts(max_header_bytes=4096) as fronts:
         head = b"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\n"
         cases = [  # (what, raw request, status, words its body must hold)
             (
-                "a transfer coding h11 does not implement",
+                "a transfer coding the proxy does not implement",
                 head + b"Transfer-Encoding: gzip\r\n\r\n",
                 501,
                 "Transfer-Encoding",
@@ -322,7 +322,7 @@ async def test_a_websocket_handshake_passes_the_host_check_with_the_host_it_sent
             ("a served name", b"Host: localhost:" + port + b"\r\n", 101),
             ("a name in capitals, under a name in capitals", b"HOST:  LOCALHOST:" + port + b" \r\n", 101),
             ("an IDNA name that is not served", b"Host: xn--bcher-kva.example\r\n", 421),
-            ("two (h11 refuses them)", b"Host: localhost\r\nHost: evil.example\r\n", 400),
+            ("two (refused, not joined)", b"Host: localhost\r\nHost: evil.example\r\n", 400),
             ("none", b"", 400),
         ]
         for what, host, status in cases:
