@@ -39,6 +39,11 @@ MAX_HEAD = 64 * 1024  # bytes of a response's status line and headers
 _PROXY_VARIABLES = ("http_proxy", "HTTP_PROXY", "all_proxy", "ALL_PROXY")
 
 
+class BadResponse(httpx.RemoteProtocolError):
+    """A response that fails its request only (malformed, too large a head, a 101): the
+    server may answer the next one well."""
+
+
 def _plain(text: str) -> bool:
     return text.isascii() and "\r" not in text and "\n" not in text
 
@@ -126,12 +131,14 @@ class _Connection:
             raise httpx.RemoteProtocolError("the server closed the connection before its answer ended")
         if not self.headers_done:
             if self.head_bytes > MAX_HEAD:
-                raise httpx.RemoteProtocolError(f"the response's headers are larger than {MAX_HEAD} bytes")
+                raise BadResponse(f"the response's headers are larger than {MAX_HEAD} bytes")
             self.head_bytes += len(data)
         try:
             self.parser.feed_data(data)
+        except httptools.HttpParserUpgrade as exc:  # a 101: no protocol was asked to switch to
+            raise BadResponse("the server switched protocols (HTTP 101) on a POST") from exc
         except httptools.HttpParserError as exc:
-            raise httpx.RemoteProtocolError(f"malformed HTTP response: {exc}") from exc
+            raise BadResponse(f"malformed HTTP response: {exc}") from exc
 
     def _ends_at_close(self) -> bool:
         headers = self.response.headers if self.response is not None else {}
@@ -140,7 +147,12 @@ class _Connection:
     def reusable(self) -> bool:
         return self.complete and self.keep_alive
 
-    # llhttp's callbacks
+    # llhttp's callbacks. Whatever follows a whole response on the connection is not read
+    # into it: the connection is not used again.
+    def on_message_begin(self) -> None:
+        if self.complete:
+            self.keep_alive = False
+
     def on_header(self, name: bytes, value: bytes) -> None:
         if not self.headers_done and self.response is not None:
             key = name.decode("latin-1").lower()
@@ -149,6 +161,8 @@ class _Connection:
             headers[key] = f"{headers[key]}, {text}" if key in headers else text
 
     def on_headers_complete(self) -> None:
+        if self.complete:
+            return
         status = self.parser.get_status_code()
         if 100 <= status < 200:  # an interim response (100 Continue, 103 Early Hints): skipped
             self.interim = True
@@ -160,9 +174,12 @@ class _Connection:
             self.response.status_code = status
 
     def on_body(self, body: bytes) -> None:
-        self.body.append(body)
+        if not self.complete:
+            self.body.append(body)
 
     def on_message_complete(self) -> None:
+        if self.complete:
+            return
         if self.interim:
             self.interim = False
             return

@@ -27,7 +27,7 @@ from aggregator.mcp.constants import CANCELLED, INITIALIZE
 from aggregator.mcp.modern import LISTEN
 from aggregator.mcp.versions import DISCOVER
 from aggregator.tracing import trace_headers
-from aggregator.transports.http_client import UpstreamClient
+from aggregator.transports.http_client import BadResponse, UpstreamClient
 from aggregator.transports.masking import shown_url
 from aggregator.transports.modern_headers import ToolHeaders, request_headers
 from aggregator.transports.network_link import MAX_CONCURRENT_POSTS, NetworkLink, client_logs_masked, http_client
@@ -167,8 +167,9 @@ class _StreamableHttp:
                     await read_modern(self, response, answers)
                     return
                 outcome = await self.read_post(response, message, answers, is_initialize)
-        except (httpx.LocalProtocolError, UnicodeEncodeError) as exc:  # its own headers: it alone fails
-            await self.answer_failed(message, f"the request cannot be sent: {self.link.describe(exc)}")
+        except (httpx.LocalProtocolError, UnicodeEncodeError, BadResponse) as exc:  # it alone fails
+            said = "" if isinstance(exc, BadResponse) else "the request cannot be sent: "
+            await self.answer_failed(message, said + self.link.describe(exc))
             return
         except httpx.HTTPError as exc:
             await self.answer_failed(message, self.link.describe(exc))

@@ -6,13 +6,18 @@ gets."""
 from __future__ import annotations
 
 import contextlib
+import json
 from functools import partial
 
 import httpx
 import pytest
 import trio
 
-from aggregator.transports.http_client import UpstreamClient
+from aggregator.config import structure_config
+from aggregator.hub import Hub
+from aggregator.session import serve_stream_session
+from aggregator.transports.http_client import BadResponse, UpstreamClient
+from tests.session.harness import Client
 
 BODY = b'{"jsonrpc":"2.0","id":1,"method":"ping"}'
 JSON = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n%s"
@@ -70,6 +75,15 @@ class Server:
                     await stream.send_all(b"HTTP/1.0 200 OK\r\ncontent-type: application/json\r\n\r\n" + answer)
                     await stream.aclose()
                     return
+                if self.behaviour == "switch":
+                    await stream.send_all(
+                        b"HTTP/1.1 101 Switching Protocols\r\nupgrade: h2c\r\nconnection: upgrade\r\n\r\n"
+                    )
+                    continue
+                if self.behaviour == "extra":
+                    extra = b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\nstale"
+                    await stream.send_all(JSON % (len(answer), answer) + extra)
+                    continue
                 if self.behaviour == "huge head":
                     with contextlib.suppress(trio.BrokenResourceError):  # the client gives up reading it
                         await stream.send_all(b"HTTP/1.1 200 OK\r\nx-big: " + b"a" * 300_000 + b"\r\n")
@@ -176,5 +190,108 @@ async def test_a_body_that_ends_when_the_server_closes_is_whole(served):
 async def test_headers_past_the_limit_fail_the_request(served):
     server, url = await served("huge head")
     async with httpx.AsyncClient() as theirs, UpstreamClient(theirs, url, {}, 5.0) as client:
-        with pytest.raises(httpx.RemoteProtocolError, match="headers are larger"):
+        with pytest.raises(BadResponse, match="headers are larger"):  # this request's failure alone
             await post(client, url)
+
+
+async def test_a_101_fails_its_request_alone(served):
+    server, url = await served("switch")
+    async with httpx.AsyncClient() as theirs, UpstreamClient(theirs, url, {}, 5.0) as client:
+        with pytest.raises(BadResponse, match="101"):
+            await post(client, url)
+
+
+async def test_bytes_after_a_whole_response_are_not_read_into_it_nor_into_the_next(served):
+    server, url = await served("extra")
+    async with httpx.AsyncClient() as theirs, UpstreamClient(theirs, url, {}, 5.0) as client:
+        for _ in range(2):
+            assert await post(client, url) == (200, b'{"jsonrpc":"2.0","id":1,"result":{}}')
+    assert server.connections == 2  # the first connection was not used again
+
+
+# --- through the proxy: a bad answer fails its call, and the server stays up ---------------
+
+
+class McpServer:
+    """A minimal Streamable HTTP MCP server whose tool ``bad`` answers with ``answer``."""
+
+    def __init__(self, answer: bytes) -> None:
+        self.answer = answer
+
+    async def handle(self, stream: trio.SocketStream) -> None:
+        buffer = b""
+        while True:
+            try:
+                data = await stream.receive_some(65536)
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                return
+            if not data:
+                return
+            buffer += data
+            while b"\r\n\r\n" in buffer:
+                head, _, rest = buffer.partition(b"\r\n\r\n")
+                if not head.startswith(b"POST"):  # the GET stream, the DELETE: not served
+                    buffer = rest
+                    await stream.send_all(b"HTTP/1.1 405 Method Not Allowed\r\ncontent-length: 0\r\n\r\n")
+                    continue
+                length = int(head.lower().split(b"content-length: ")[1].split(b"\r\n")[0])
+                if len(rest) < length:
+                    break
+                body, buffer = rest[:length], rest[length:]
+                try:
+                    await stream.send_all(self.reply(json.loads(body)))
+                except trio.BrokenResourceError:
+                    return  # the proxy stopped reading a bad answer: as it should
+
+    def reply(self, message: dict) -> bytes:
+        if "id" not in message:
+            return b"HTTP/1.1 202 Accepted\r\ncontent-length: 0\r\n\r\n"
+        method = message["method"]
+        if method == "tools/call" and message["params"]["name"] == "bad":
+            return self.answer
+        result: dict = {}
+        if method == "initialize":
+            result = {"protocolVersion": "2025-11-25", "capabilities": {"tools": {}}, "serverInfo": {"name": "m"}}
+        elif method == "tools/list":
+            result = {"tools": [{"name": n, "inputSchema": {"type": "object"}} for n in ("bad", "good")]}
+        elif method == "tools/call":
+            result = {"content": [{"type": "text", "text": "fine"}]}
+        elif method == "server/discover":  # a legacy server: the proxy then initializes
+            error = {"jsonrpc": "2.0", "id": message["id"], "error": {"code": -32601, "message": "no"}}
+            answer = json.dumps(error).encode()
+            return JSON % (len(answer), answer)
+        answer = json.dumps({"jsonrpc": "2.0", "id": message["id"], "result": result}).encode()
+        return JSON % (len(answer), answer)
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        b"HTTP/1.1 101 Switching Protocols\r\nupgrade: h2c\r\nconnection: upgrade\r\n\r\n",
+        b"HTTP/1.1 200 OK\r\nx-big: " + b"a" * 300_000 + b"\r\ncontent-length: 0\r\n\r\n",
+        b"HTTP/1.1 200 OK\r\ncontent-length: x\r\n\r\n",
+    ],
+    ids=["101", "a huge head", "malformed"],
+)
+async def test_a_bad_answer_fails_its_call_alone_and_the_server_stays_up(nursery, answer):
+    server = McpServer(answer)
+    listeners = await nursery.start(partial(trio.serve_tcp, server.handle, 0, host="127.0.0.1"))
+    port = listeners[0].socket.getsockname()[1]
+    config = structure_config(
+        {"proxy": {"startup_timeout": 5.0}, "servers": {"m": {"url": f"http://127.0.0.1:{port}/mcp"}}}, environ={}
+    )
+    hub = Hub(config)
+    await nursery.start(hub.run)
+    await hub.startup_done.wait()
+    ours, theirs = trio.testing.memory_stream_pair()
+    nursery.start_soon(serve_stream_session, hub, theirs, theirs)
+    client = Client(ours)
+    with trio.fail_after(10):
+        await client.initialize()
+        bad = await client.request("tools/call", {"name": "m__bad", "arguments": {}})
+        good = await client.request("tools/call", {"name": "m__good", "arguments": {}})
+    assert "error" in bad and "Traceback" not in json.dumps(bad), bad
+    assert good["result"]["content"][0]["text"] == "fine", good
+    upstream = hub.upstreams["m"]
+    assert upstream.state == "ready" and upstream.restarts == 0, upstream.last_error  # never lost
+    nursery.cancel_scope.cancel()
