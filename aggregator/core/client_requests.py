@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from aggregator.core.commands import Command, ToClient
+from aggregator.core.commands import Command, ToClient, ToServer
 from aggregator.core.modern_results import list_page_suffix, splice_page
 from aggregator.core.request_state import is_ours, is_wrapped
 from aggregator.core.state import ClientState, Gather, Held, RequestHandler, RouterState, answer
@@ -95,7 +95,13 @@ class ClientRequests(RouterState):
             return [answer(client.key, message["id"], {})]
         if name in self.links and self.links[name].modern:  # no resources/subscribe: its listen follows
             self.subscriptions.add(key, client.key)
-            return [answer(client.key, message["id"], {}), *self._own_request(name, message["method"], {})]
+            out = self._own_request(name, message["method"], {})
+            opened = [c.message["id"] for c in out if type(c) is ToServer and c.message.get("method") == LISTEN]
+            if opened:  # answered once the server acknowledges it (``listen_acks``)
+                self.links[name].acks.append((client.key, message["id"]))
+                self._wait_for_ack(self.links[name], opened[0])
+                return out
+            return [answer(client.key, message["id"], {}), *out]
         if server not in self.per_session and not self.links[server].ready:
             return self._forward(client, message, server, params)  # answers "unavailable"
         if not self.subscriptions.add(key, client.key):

@@ -78,6 +78,9 @@ class UpstreamLink:
     overloaded: str | None = None
     # Requests held until a per-session link is ready: (client key, message, params).
     waiting: list[tuple[int, dict[str, Any], dict[str, Any]]] = attrs.field(factory=list)
+    # Clients' resources/subscribe to a modern server, answered once its new listen is
+    # acknowledged (so an update right after the answer is not missed): (client, request id).
+    acks: list[tuple[int, Any]] = attrs.field(factory=list)
     # It was told its roots changed and has not asked for them since: telling it again
     # says nothing new (a client's flood of changes reaches it once).
     roots_told: bool = False

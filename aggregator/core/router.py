@@ -88,6 +88,7 @@ from aggregator.core.forwarding import Forwarding
 from aggregator.core.handshake import Handshake
 from aggregator.core.inflight import InFlight
 from aggregator.core.input_bridge import InputBridge
+from aggregator.core.listen_acks import ListenAcks
 from aggregator.core.modern_callers import ModernCallers
 from aggregator.core.parked import ParkedCalls
 from aggregator.core.reconfigure import Reconfigure
@@ -148,6 +149,7 @@ class Router(
     InputBridge,
     Roots,
     UpstreamControl,
+    ListenAcks,
     Reconfigure,
     UpstreamEvents,
     Announcements,

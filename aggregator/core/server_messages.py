@@ -29,6 +29,7 @@ from aggregator.jsonrpc.errors import RemoteProtocolError, error_response
 from aggregator.jsonrpc.kinds import ERROR, NOTIFICATION, RESPONSE
 from aggregator.mcp.constants import LIST_CHANGED, PROMPTS, RESOURCES, TEMPLATES, TOOLS
 from aggregator.mcp.modern import (
+    ACKNOWLEDGED,
     CACHEABLE,
     COMPLETE,
     RESULT_TYPE,
@@ -135,12 +136,10 @@ class ServerMessages(RouterState):
         return [ToClient(pending.session, message)]
 
     def _server_refused(self, link: UpstreamLink, exc: RemoteProtocolError) -> list[Command]:
-        """A server's message could not be accepted (too deep, unreadable, malformed).
-
-        An answer whose id is readable fails the request it answers, at once and with the
+        """A server's message could not be accepted (too deep, unreadable, malformed). An
+        answer whose id is readable fails the request it answers, at once and with the
         reason, instead of leaving it to time out; the server stays up. A request is
-        answered with the error; anything else is dropped. All of it is logged.
-        """
+        answered with the error; anything else is dropped. All of it is logged."""
         server = link.name
         id = exc.response_to
         if id is not None:
@@ -206,6 +205,7 @@ class ServerMessages(RouterState):
             "notifications/cancelled": self._server_cancelled,
             "notifications/elicitation/complete": self._elicitation_complete,
             "notifications/tasks/status": self._task_status,
+            ACKNOWLEDGED: self._listen_acknowledged,
         }
 
     def _server_notification(self, link: UpstreamLink, message: dict[str, Any], related: int | None) -> list[Command]:

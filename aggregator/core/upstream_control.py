@@ -23,6 +23,7 @@ import math
 from typing import Any, NamedTuple
 
 from aggregator.core.commands import Answer, Command, DropUpstream, ToServer, UpstreamServing
+from aggregator.core.listen_acks import AckWait
 from aggregator.core.own_requests import Waiting
 from aggregator.core.state import Gather, OwnWaiter, RouterState, UpstreamLink, answer, cancelled
 from aggregator.core.tasks import expose_task_ids
@@ -182,6 +183,9 @@ class UpstreamControl(RouterState):
                 if type(waiting.waiter) is ListenAgain:
                     out += self._listen_upstream(link, waiting.waiter.attempt)
                     continue
+                if type(waiting.waiter) is AckWait:
+                    out += self._release_acks(link)
+                    continue
                 out += self._give_up(link, waiting, "timed out")
                 if type(waiting.waiter) is OwnWaiter:
                     log.warning("server %s: %s timed out (upstream id %s)", link.name, waiting.method, waiting.id)
@@ -336,11 +340,12 @@ class UpstreamControl(RouterState):
     def _listen_ended(self, link: UpstreamLink, waiter: Listening, message: dict[str, Any]) -> list[Command]:
         """The server answered a listen (it ended it): open it again after a backoff;
         not when the server has no ``subscriptions/listen``."""
+        out = self._release_acks(link)
         error = message.get("error")
         code = error.get("code") if type(error) is dict else None
         if code == METHOD_NOT_FOUND:
             log.warning("server %s: it has no subscriptions/listen; its changes are not followed", link.name)
-            return []
+            return out
         first, longest = LISTEN_BACKOFF
         delay = min(longest, first * 2**waiter.attempt)
         log.info(
@@ -351,7 +356,7 @@ class UpstreamControl(RouterState):
         )
         link.own.open(LISTEN, None, ListenAgain(waiter.attempt + 1), self.clock() + delay)
         self._note_own(link)
-        return []
+        return out
 
     def _learnt(self, link: UpstreamLink) -> None:
         """Keep what the link's connection learnt of its era for its next connection."""

@@ -164,6 +164,7 @@ class UpstreamEvents(RouterState):
                 )
         out += self._fail_pending(link, f"Server {link.server!r} stopped before answering: {why}", "unavailable")
         link.lifecycle = None  # its own requests failed with the others; its lifecycle's are stale
+        out += self._release_acks(link)  # (their subscriptions are kept: the next listen has them)
         link.own.clear()
         self._reset_own_at()
         for (session, proxy_id), reverse in list(self.reverse.items()):

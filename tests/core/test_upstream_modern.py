@@ -385,12 +385,15 @@ def test_a_subscription_replaces_the_listen_and_updates_reach_the_subscriber(rou
     router.startup_completed()
     connect(router, 1)
     out = router.client_message(1, msg(id=2, method="resources/subscribe", params={"uri": "m+test://r"}))
-    answer = [c.message for c in out if type(c) is ToClient]
-    assert answer and answer[0]["result"] == {}
+    assert not [c for c in out if type(c) is ToClient]  # answered once the server has the subscription
     sent_now = [c.message for c in out if type(c) is ToServer]
     assert "resources/subscribe" not in [m.get("method") for m in sent_now]
     [second] = listens(out)
     assert second["params"]["notifications"]["resourceSubscriptions"] == ["test://r"]
+    acknowledged = {"_meta": {modern.SUBSCRIPTION_ID: second["id"]}, "notifications": {}}
+    out = router.server_message("m", msg(method="notifications/subscriptions/acknowledged", params=acknowledged))
+    [answer] = [c.message for c in out if type(c) is ToClient]
+    assert answer["id"] == 2 and answer["result"] == {}
     [cancel] = [m for m in sent_now if m.get("method") == "notifications/cancelled"]
     assert cancel["params"]["requestId"] == first["id"]  # the old one goes once the new one is open
     assert sent_now.index(second) < sent_now.index(cancel)
@@ -499,3 +502,21 @@ def test_a_modern_server_that_stops_speaking_our_revision_is_discovered_again(ro
     assert answer["id"] == 4 and answer["error"]["code"] == -32022  # the caller hears it as it was said
     [drop] = [c for c in out if type(c).__name__ == "DropUpstream"]
     assert "asked server/discover again" in drop.reason and router.links["m"].era is None
+
+
+def test_a_subscribe_waits_for_the_listen_to_be_acknowledged_at_most_ack_wait(router):
+    """A server that never acknowledges its listen delays a subscribe by ACK_WAIT, no more;
+    an acknowledgment of an older listen releases nothing."""
+    [first] = listens(modern_serves(router, caps=LISTEN_CAPS))
+    router.startup_completed()
+    connect(router, 1)
+    out = router.client_message(1, msg(id=2, method="resources/subscribe", params={"uri": "m+test://r"}))
+    assert not [c for c in out if type(c) is ToClient]
+    old = {"_meta": {modern.SUBSCRIPTION_ID: first["id"]}, "notifications": {}}
+    out = router.server_message("m", msg(method="notifications/subscriptions/acknowledged", params=old))
+    assert not [c for c in out if type(c) is ToClient]
+    assert router.next_deadline() == router.clock.now + 2.0  # ACK_WAIT
+    router.clock.now += 2.0
+    out = router.expire()
+    [answer] = [c.message for c in out if type(c) is ToClient and c.message.get("id") == 2]
+    assert answer["result"] == {}
