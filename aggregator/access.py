@@ -57,7 +57,7 @@ class AccessPolicy:
         self._origins = {_origin(origin) for origin in config.allowed_origins}
         self.endpoint = config.path  # the MCP endpoint's path, under which profiles have theirs
         self._profile_names = frozenset(profiles or ())
-        self._seen: dict[tuple[str, int], bool] = {}  # (Host or Origin value, list) -> allowed
+        self._seen: dict[tuple[str, Callable[[str], str]], bool] = {}  # (value, its check) -> allowed
 
     def refusal(self, headers: Mapping[str, str]) -> tuple[int, str, list[tuple[str, str]]] | None:
         """Why a request may not proceed (status, reason, extra headers), or None."""
@@ -76,7 +76,7 @@ class AccessPolicy:
         """Whether ``value`` (a Host or Origin) is allowed; the answers for the last few
         values seen are kept (a client sends the same ones with every request)."""
         seen = self._seen
-        key = (value, id(allowed))
+        key = (value, normal)  # (a Host and an Origin of the same spelling are not the same)
         known = seen.get(key)
         if known is None:
             known = normal(value) in allowed

@@ -215,9 +215,9 @@ class MessageQueue:
 
 
 class QuickWaits:
-    """Waits of at most ``delay`` for a request's answer, without a cancel scope each (one
-    costs more than the rest of what the proxy does for a request): the waits are kept in
-    the order they began, and one task (``run``) pokes each that is due."""
+    """Waits of at most ``delay`` for a request's answer, without a cancel scope each (trio's
+    scopes are among the dearest things on a request's way): the waits are kept in the
+    order they began, and one task (``run``) pokes each that is due."""
 
     def __init__(self, delay: float) -> None:
         self.delay = delay

@@ -30,9 +30,9 @@ import httpx
 import trio
 
 from aggregator.transports.network_link import CONNECT_TIMEOUT, USER_AGENT
+from aggregator.transports.socket_io import read_when_ready, write_now
 
 log = logging.getLogger(__name__)
-READ_SIZE = 65536
 MAX_IDLE = 16  # connections kept between requests, per upstream
 IDLE_FOR = 2.0  # seconds an idle connection is kept
 MAX_HEAD = 64 * 1024  # bytes of a response's status line and headers
@@ -104,9 +104,7 @@ class _Connection:
     async def send(self, data: bytes) -> None:
         """Write ``data``: straight to the socket while it takes it, then by waiting."""
         try:
-            sent = os.write(self.fd, data)
-        except BlockingIOError:
-            sent = 0
+            sent = write_now(self.fd, data)
         except OSError as exc:
             raise trio.BrokenResourceError(str(exc)) from exc
         if sent < len(data):
@@ -115,13 +113,7 @@ class _Connection:
 
     async def receive(self) -> None:
         try:
-            while True:  # straight to the socket: the answer is never there before we wait
-                await trio.lowlevel.wait_readable(self.socket)
-                try:
-                    data = os.read(self.fd, READ_SIZE)
-                    break
-                except BlockingIOError:
-                    continue
+            data = await read_when_ready(self.socket, self.fd)
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
             raise httpx.ReadError(f"the connection broke: {exc}") from exc
         if not data:

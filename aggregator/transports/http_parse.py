@@ -121,28 +121,28 @@ class RequestReader:
         except httptools.HttpParserError as exc:
             self._refuse(*_refusal_for(str(exc)))
         if self._refusal is None and self._in_message:
+            # Trailing: a whole feed came after a chunk's size and none of its data (the
+            # trailers after the last chunk, which the parser holds until each line ends).
             self._count(len(data), was_after and self._after_chunk_size and not self._trailer_reset)
         self._trailer_reset = False
         if self._refusal is not None:
             self.ready.append(self._refusal)
             self.done = True
 
-    def _count(self, size: int, was_after: bool) -> None:
+    def _count(self, size: int, trailing: bool) -> None:
         """Bound what a request still arriving has taken, parsed or held by the parser (a
         header line is held whole before it is seen): its head at most ``max_header``
-        bytes, the whole of it (chunk sizes and trailers too) at most twice ``max_body``
-        plus ``max_header``. A feed in which the request began is not counted (it may hold
-        the end of the one before): the bound is loose by one read, never wrong."""
+        bytes, its trailers too, and the whole of it (chunk sizes included) at most twice
+        ``max_body`` plus ``max_header``. A feed in which a request ended and this one began
+        is not counted (part of it was the one before): the bound is loose by one read then,
+        never too tight."""
         if not self._began:
             self._fed += size
-        else:  # began in this feed: all of it, unless a request ended in it too (then a bound)
+        else:
             self._fed = 0 if self._ended else size
-        self._began = self._ended = False
         if self._in_head and self._fed > self.max_header:
             self._refuse(431, "request headers too large")
-        elif self._after_chunk_size and was_after:
-            # A whole feed after a chunk's size and none of its data: the trailers (after
-            # the last chunk) arriving, which the parser holds until each line ends.
+        elif trailing:
             self._trailer += size
             if self._trailer > self.max_header:
                 self._refuse(431, "request trailers too large")

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import logging
 import math
-import os
 from collections.abc import Awaitable, Callable
 from typing import NamedTuple
 
@@ -33,12 +32,12 @@ import trio
 from aggregator.transports.http_parse import Refusal, Request, RequestReader
 from aggregator.transports.http_wire import BUSY_RESPONSE, STATUS_LINES, refuse_connection, sse_event, status_line
 from aggregator.transports.outbox import cannot_take_more, fd_of, send_in_steps
+from aggregator.transports.socket_io import READ_SIZE, read_when_ready, write_now
 
 log = logging.getLogger(__name__)
 
 __all__ = ["BUSY_RESPONSE", "HttpConnection", "HttpLimits", "Request", "refuse_connection", "sse_event"]
 
-READ_SIZE = 65536
 LARGE = 65536  # a body longer than this is written without being copied into one buffer
 _CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
 _STREAM_HEADERS = [("content-type", "text/event-stream"), ("cache-control", "no-cache")]
@@ -85,8 +84,7 @@ class HttpConnection:
     async def serve(self, handle: Callable[[Request], Awaitable[None]]) -> None:
         """Read requests and ``handle`` each, in turn, while the connection lasts.
 
-        One cancel scope serves every read's deadline (moved, not made anew, per read):
-        a scope per read would cost more than parsing the request does."""
+        One cancel scope serves every read's deadline (moved, not made anew, per read)."""
         scope = self._deadlines = trio.CancelScope()
         with scope:
             while True:
@@ -162,14 +160,7 @@ class HttpConnection:
         try:
             if sock is None:
                 return await self.stream.receive_some(READ_SIZE)
-            while True:
-                # Straight to the socket: trio's receive_some would first try a read that
-                # finds nothing (the client sends once it has our answer), then wait.
-                await trio.lowlevel.wait_readable(sock)
-                try:
-                    return os.read(self._fd, READ_SIZE)  # type: ignore[arg-type]
-                except BlockingIOError:
-                    continue
+            return await read_when_ready(sock, self._fd)  # type: ignore[arg-type]
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
             return b""
 
@@ -212,9 +203,7 @@ class HttpConnection:
         fd = self._fd
         if fd is not None and not more and self._write is None:
             try:
-                sent = os.write(fd, data)
-            except BlockingIOError:
-                sent = 0
+                sent = write_now(fd, data)
             except OSError:
                 self.closed = True
                 return False

@@ -31,6 +31,7 @@ class Server:
         self.connections = 0
         self.requests = 0
         self.streams: list[trio.SocketStream] = []
+        self.first_read = trio.Event()  # ("stream") the client read the first event
 
     async def handle(self, stream: trio.SocketStream) -> None:
         self.connections += 1
@@ -58,10 +59,9 @@ class Server:
                     await stream.send_all(
                         b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
                     )
-                    for event in (b"data: 1\n\n", b"data: 2\n\n"):
-                        await stream.send_all(b"%x\r\n%s\r\n" % (len(event), event))
-                        await trio.sleep(0.01)
-                    await stream.send_all(b"0\r\n\r\n")
+                    await stream.send_all(b"9\r\ndata: 1\n\n\r\n")
+                    await self.first_read.wait()  # the second only once the first was read
+                    await stream.send_all(b"9\r\ndata: 2\n\n\r\n0\r\n\r\n")
                     continue
                 answer = b'{"jsonrpc":"2.0","id":1,"result":{}}'
                 if self.behaviour == "interim":
@@ -139,8 +139,11 @@ async def test_an_event_stream_arrives_as_it_is_sent(served):
     async with httpx.AsyncClient() as theirs, UpstreamClient(theirs, url, {}, 5.0) as client:
         async with client.stream("POST", url, content=BODY, headers={}) as response:
             assert response.headers["content-type"] == "text/event-stream"
-            chunks = [chunk async for chunk in response.aiter_bytes()]
-        assert b"".join(chunks) == b"data: 1\n\ndata: 2\n\n" and len(chunks) == 2
+            chunks = []
+            async for chunk in response.aiter_bytes():
+                chunks.append(chunk)
+                server.first_read.set()
+        assert chunks[0] == b"data: 1\n\n" and b"".join(chunks) == b"data: 1\n\ndata: 2\n\n"
         assert (await post(client, url))[0] == 200  # and the connection is reused after it
     assert server.connections == 1
 
