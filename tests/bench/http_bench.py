@@ -44,6 +44,7 @@ from tests.bench.stdio_bench import throughput as stdio_throughput
 from tests.loopback import free_port, wait_listening
 
 ROOT = Path(__file__).parents[2]
+FRONT = 4  # the proxy's HTTP front, in the targets of run_fronts
 
 
 def rss_mb(pid: int) -> float:
@@ -140,6 +141,11 @@ def run_fronts(directory: Path, against: Path | None, n_latency: int, n_calls: i
         targets.append(
             Target("direct (plain asyncio streams)", keep(subprocess.Popen(argv, cwd=ROOT)), plain_port, "tool0")
         )
+        floors = (("floor: trio + httptools, answering", []), ("floor: trio + httptools, to stdio", ["--forward"]))
+        for label, extra in floors:
+            floor_port = free_port()
+            argv = [sys.executable, "-m", "tests.bench.trio_floor", str(floor_port), *extra]
+            targets.append(Target(label, keep(subprocess.Popen(argv, cwd=ROOT)), floor_port, "tool0"))
         trees = [("proxy", ROOT)] + ([(f"proxy from {against}", against)] if against else [])
         stdio_up = upstream_config(directory, "front")
         for label, tree in trees:
@@ -159,7 +165,7 @@ def run_fronts(directory: Path, against: Path | None, n_latency: int, n_calls: i
         for i in range(repeats):
             for target in targets if i % 2 == 0 else targets[::-1]:
                 target.measure(n_latency, n_calls)
-        front = targets[2]
+        front = targets[FRONT]
         front.rss = rss_mb(front.process.pid)  # type: ignore[attr-defined]
         for _ in range(200):
             load.open_session(front.port)
@@ -212,13 +218,19 @@ def report(targets: list[Target], leg: dict[str, list[float]], repeats: int) -> 
         ratio = med(target.rates) / med(direct.rates)
         many = f"{med(target.rates):,.0f} ({ratio:.2f}x)"
         print(f"{target.name:46} {p50:>8} {p99:>8} {one:>14} {many:>15} {med(target.cpu):>12.1f}")
-    plain, front, upstream = targets[1], targets[2], targets[-1]
+    plain, front, upstream = targets[1], targets[FRONT], targets[-1]
+    floor, floor_proxy = targets[2], targets[3]
     added, added99 = front.p(0.5) - direct.p(0.5), front.p(0.99) - direct.p(0.99)
     print(f"HTTP front: added latency at 1 in flight p50 {added:.3f} ms, p99 {added99:.3f} ms (target p50 <= 0.15 ms)")
     ratio, plain_ratio = med(front.rates) / med(direct.rates), med(front.rates) / med(plain.rates)
     print(
         f"HTTP front, 16 in flight: {ratio:.2f}x direct with httptools, {plain_ratio:.2f}x plain asyncio "
         f"(target >= 0.5x), proxy CPU {med(front.cpu):.1f} us/call (target <= 100)"
+    )
+    print(
+        f"the floor (trio + httptools, nothing else): answering {med(floor.rates) / med(direct.rates):.2f}x direct, "
+        f"forwarding to stdio {med(floor_proxy.rates) / med(direct.rates):.2f}x direct, "
+        f"{med(floor_proxy.cpu):.1f} us/call, added p50 {floor_proxy.p(0.5) - direct.p(0.5):.3f} ms"
     )
     print(
         f"HTTP upstream: added p50 {upstream.p(0.5) - direct.p(0.5):.3f} ms; 16 in flight "
