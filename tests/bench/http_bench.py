@@ -9,6 +9,8 @@ sockets (``http_load``) measures:
 
 - the HTTP front: that fast server directly, against ``aggregator serve --http`` in front
   of the same echo server over stdio (the batched one: it costs the proxy least);
+- the floor under any trio proxy (``trio_floor``): trio and httptools answering each call,
+  and forwarding it to the batched echo server over stdio, nothing else;
 - the HTTP upstream leg: the fast server directly, against the proxy's HTTP front in front
   of it as a Streamable HTTP upstream; and the proxy's CPU per call for the leg alone:
   ``aggregator serve --stdio`` driven over stdio with the HTTP upstream, against the same
