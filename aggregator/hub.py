@@ -4,14 +4,13 @@ It is also the one place that executes the router's commands: ``dispatch`` turns
 ``ToClient`` / ``ToServer`` into queued writes, and what the router says of an upstream's
 connection (``UpstreamServing``, ``DropUpstream``, an ``Answer`` to its own request) into
 calls of its ``UpstreamSession``. ``dispatch`` never blocks or writes; readers call ``flush`` per read
-(a task per request: ``dispatch_soon``, written once per scheduler turn by ``soon.SoonWriter``).
-A reader waits only on its party's queue (``flush(own)``): nothing shared waits for one slow party.
+(a task per request: ``dispatch_soon``, written once per scheduler turn by ``soon.SoonWriter``),
+and wait only on their party's queue (``flush(own)``): nothing shared waits for one slow party.
 Each queue enforces its own byte budget and deadline and tells its owner when one is
 passed (a client is dropped, a server's requests fail); see ``transports.outbox``. What
 all clients' queues hold together is counted in ``client_memory``; past its limit the
 clients that have stopped reading are dropped, the longest stalled first, until under it
-(``shedding``). The plugins' request, response and notification hooks run in
-``plugin_gate``, between the clients and the router.
+(``shedding``). The plugins' hooks run in ``plugin_gate``, between the clients and the router.
 """
 
 from __future__ import annotations
@@ -66,9 +65,8 @@ class Hub:
         self.config = config
         self.tracing: Tracing | None = None  # spans per request (``trace``), or none
         self.config_path: Path | None = None  # the file it came from: what ``reload`` reads
-        # How upstreams are reached; None means by their configured transport. Tests pass
-        # an in-memory connector to run fake servers without processes. ``single_client``:
-        # it serves stdio alone, so shared servers may see that one client's roots.
+        # How upstreams are reached (None: their configured transport; tests pass an in-memory
+        # connector). ``single_client``: it serves stdio alone (shared servers see its roots).
         self.connector = connector
         servers = config.enabled_servers
         proxy = config.proxy
@@ -243,6 +241,8 @@ class Hub:
         return await self._hooked(key, kind, message)
 
     async def _hooked(self, key: int, kind: int, message: dict[str, Any]) -> list[Any]:
+        if kind == REQUEST and message["method"] == "tools/call":
+            self.router.unwrap_call_tool(key, message)  # plugins and traces see the tool it names
         route = self.gate.client_event if self.plugins.watch_requests else self.routed
         if self.tracing is not None and kind == REQUEST:
             return await self.tracing.traced(key, message, route)

@@ -7,9 +7,24 @@ itself never reads a ``Config``.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 
-from aggregator.config.model import Config, ServerConfig
-from aggregator.core.settings import LinkSettings, RouterSettings
+import attrs
+
+from aggregator.config.model import Config, DiscoveryConfig, ServerConfig
+from aggregator.core.settings import Discovery, LinkSettings, RouterSettings
+
+
+def _given(table: DiscoveryConfig) -> dict[str, Any]:
+    return {key: value for key, value in attrs.asdict(table).items() if value is not None}
+
+
+def discovery_settings(config: Config) -> dict[str, Discovery]:
+    """Each profile's discovery settings ("default" too): [proxy.discovery] over the
+    built-in defaults, then the profile's own [profiles.NAME.discovery] over that."""
+    default = Discovery(**_given(config.proxy.discovery))
+    profiles = {name: attrs.evolve(default, **_given(p.discovery)) for name, p in config.profiles.items()}
+    return {"default": default, **profiles}
 
 
 def link_settings(server: ServerConfig) -> LinkSettings:
@@ -42,4 +57,5 @@ def router_settings(
         max_parked_per_principal=proxy.max_parked_per_principal,
         max_json_depth=proxy.max_json_depth,
         single_client=single_client,
+        discovery=discovery_settings(config),
     )

@@ -53,6 +53,22 @@ class RuleSet:
 
 
 @attrs.frozen(kw_only=True)
+class DiscoveryConfig:
+    """How clients find tools, and how much of a tool's result they get (``core.discovery``,
+    ``core.result_budget``). In [proxy.discovery] for every profile; a profile's
+    [profiles.NAME.discovery] overrides what it gives. None: not given here."""
+
+    # "all": every tool in tools/list; "search": find_tools and call_tool only; "auto":
+    # "all" while the whole list fits in budget_tokens (estimated), else "search".
+    mode: Literal["all", "search", "auto"] | None = None
+    budget_tokens: int | None = None  # default 8000
+    # A tool result larger than this (estimated tokens) is cut: the client gets its first
+    # part and a resource_link to the rest, readable by that caller alone. 0: never cut.
+    max_result_tokens: int | None = None  # default 0
+    keep_results_for: float | None = None  # seconds the rest stays readable; default 600
+
+
+@attrs.frozen(kw_only=True)
 class ProfileConfig:
     """A named policy: what the clients that use it see, on top of the server rules."""
 
@@ -63,6 +79,7 @@ class ProfileConfig:
     resources: KindPolicy = attrs.field(factory=KindPolicy)
     templates: KindPolicy = attrs.field(factory=KindPolicy)
     servers: Mapping[str, RuleSet] = attrs.field(factory=dict)
+    discovery: DiscoveryConfig = attrs.field(factory=DiscoveryConfig)
 
 
 @attrs.frozen(kw_only=True)
@@ -125,6 +142,7 @@ class ServerConfig:
 @attrs.frozen(kw_only=True)
 class ProxyConfig:
     separator: str = "__"
+    discovery: DiscoveryConfig = attrs.field(factory=DiscoveryConfig)  # every profile's defaults
     # How long the first client's `initialize` waits for every server to be ready.
     startup_timeout: float = 10.0
     # /readyz says ready once this many enabled servers are ready; None: all of them.

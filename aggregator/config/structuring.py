@@ -14,7 +14,7 @@ from typing import Any, Literal
 import cattrs
 from cattrs.errors import ClassValidationError, ForbiddenExtraKeysError, IterableValidationError
 
-from aggregator.config.model import ItemOverride, KindPolicy, RuleSet, Transport
+from aggregator.config.model import DiscoveryConfig, ItemOverride, KindPolicy, RuleSet, Transport
 
 
 def _structure_str(value: object, _: type) -> str:
@@ -111,6 +111,10 @@ def _make_converter() -> cattrs.Converter:
         lambda t: t == Transport, _one_of("stdio", "streamable-http", "sse", "websocket")
     )
     converter.register_structure_hook_func(lambda t: t == Literal["mcp", "llm"], _one_of("mcp", "llm"))
+    modes = _one_of("all", "search", "auto")
+    converter.register_structure_hook_func(
+        lambda t: t == Literal["all", "search", "auto"] | None, lambda v, _: None if v is None else modes(v, _)
+    )
     converter.register_structure_hook_func(
         lambda t: t == Mapping[str, ItemOverride], _table_of(converter, ItemOverride, "overrides")
     )
@@ -121,7 +125,7 @@ def _make_converter() -> cattrs.Converter:
         lambda t: t == Literal["shared", "per-session"], _one_of("shared", "per-session")
     )
     # A nested table given as something else (`tools = 5`): said so, not as a Python error.
-    for cls in (ItemOverride, KindPolicy, RuleSet):  # each before those that hold it
+    for cls in (ItemOverride, KindPolicy, RuleSet, DiscoveryConfig):  # each before those that hold it
         converter.register_structure_hook(cls, _tables_only(converter.get_structure_hook(cls)))
     return converter
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 import re
 from urllib.parse import urlsplit
 
-from aggregator.config.model import HttpConfig, ProxyConfig, ServerConfig
-from aggregator.config.ranges import in_range, number_text
+from aggregator.config.model import DiscoveryConfig, HttpConfig, ProxyConfig, ServerConfig
+from aggregator.config.ranges import Range, in_range, number_text
 from aggregator.core.naming import NAME_CHARS
 from aggregator.core.nesting import CHAIN_VARIABLE
 from aggregator.mcp.constants import SERVER_REQUEST_CAPABILITIES
@@ -205,6 +205,24 @@ def check_proxy(proxy: ProxyConfig) -> list[str]:
             problems.append(f"proxy.roots[{index}]: expected a URI such as file:///home/me/project")
     if proxy.name_charset == "llm" and "." in proxy.separator:
         problems.append("proxy.separator: the llm name charset has no '.'")
+    return problems + check_discovery(proxy.discovery, "proxy.discovery")
+
+
+def check_discovery(discovery: DiscoveryConfig, path: str) -> list[str]:
+    """A [proxy.discovery] or [profiles.NAME.discovery] table's numbers."""
+    checks = (
+        ("budget_tokens", Range(100, 100_000_000, "tokens")),
+        ("max_result_tokens", Range(0, 100_000_000, "tokens")),
+        ("keep_results_for", Range(1.0, 86_400.0, "seconds")),
+    )
+    problems = []
+    for key, valid in checks:
+        value = getattr(discovery, key)
+        problem = valid.problem(value) if value is not None else None
+        if problem is None and key == "max_result_tokens" and value is not None and 0 < value < 100:
+            problem = f"must be 0 (never cut) or at least 100, got {value!r}"
+        if problem:
+            problems.append(f"{path}.{key}: {problem}")
     return problems
 
 

@@ -174,6 +174,7 @@ class Catalog(CatalogLookups):
         self.bounds: dict[str, dict[str, tuple[int, int]]] = {kind: {} for kind in KINDS}
         self._cursors = CursorCodec()
         self._page_cache: dict[tuple[str, int], bytes] = {}
+        self.search_cache: Any = None  # ``core.discovery``: its size in tokens and search index
 
     # --- updates ---------------------------------------------------------------------
 
@@ -361,6 +362,9 @@ class Catalog(CatalogLookups):
         return bounds
 
     # --- queries ---------------------------------------------------------------------
+
+    def visible(self, kind: str) -> list[dict[str, Any]]:
+        return self.exposed[kind]
 
     def page(self, kind: str, cursor: object) -> bytes:
         """The serialized result of one `*/list` page; raises on a bad cursor."""

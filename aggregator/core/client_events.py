@@ -182,6 +182,8 @@ class ClientEvents(RouterState):
     def _client_event(self, key: int, kind: int, message: dict[str, Any]) -> list[Command]:
         client = self.clients[key]
         if kind == REQUEST:
+            if message["method"] == "tools/call":
+                self.unwrap_call_tool(key, message)  # search mode's call_tool: the call it names
             # The era of a request (``core.modern_callers``): a modern connection's are all
             # modern; a legacy session's, once initialized, all legacy (one attribute read
             # on the legacy hot path); before that, modern ``_meta`` decides.

@@ -6,13 +6,14 @@ import logging
 from typing import Any
 
 from aggregator.core.commands import Command, ToClient, ToServer
+from aggregator.core.discovery import META_PAGE
 from aggregator.core.modern_results import list_page_suffix, splice_page
 from aggregator.core.request_state import is_ours, is_wrapped
 from aggregator.core.state import ClientState, Gather, Held, RequestHandler, RouterState, answer
 from aggregator.core.tasks import split_task_id
 from aggregator.jsonrpc.codec import dumps
 from aggregator.jsonrpc.errors import INVALID_PARAMS, METHOD_NOT_FOUND, RemoteProtocolError
-from aggregator.mcp.constants import LIST_METHODS
+from aggregator.mcp.constants import LIST_METHODS, TOOLS
 from aggregator.mcp.modern import LISTEN, REQUEST_STATE, TASKS_EXTENSION, declares_tasks, tasks_required
 from aggregator.mcp.versions import DISCOVER
 
@@ -51,13 +52,22 @@ class ClientRequests(RouterState):
     def _list(self, client: ClientState, message: dict[str, Any]) -> list[Command]:
         kind = LIST_METHODS[message["method"]]
         params = message.get("params") or {}
-        page = client.catalog.page(kind, params.get("cursor"))
+        if kind == TOOLS and self._searching(client):
+            if params.get("cursor") is not None:
+                raise RemoteProtocolError(INVALID_PARAMS, "Invalid params: this list has one page; the cursor is stale")
+            page = META_PAGE
+        else:
+            page = client.catalog.page(kind, params.get("cursor"))
         if client.modern:
             page = splice_page(page, list_page_suffix(depends_on_caller=self._depends_on_caller(client)))
         return [ToClient(client.key, _splice_result(message["id"], page), message["id"])]
 
     def _call_by_name(self, client: ClientState, message: dict[str, Any]) -> list[Command]:
         params: Any = message.get("params")
+        if type(params) is dict and message["method"] == "tools/call":
+            searched = self._search_call(client, message)
+            if searched is not None:
+                return searched
         route = self.resolve_target(client, message["method"], params)
         arguments = params.get("arguments")
         if arguments is not None and type(arguments) is not dict:  # MCP: an object (null tolerated)

@@ -10,6 +10,7 @@ own one part of the rules, combined as one class over one typed state
 - ``modern_callers``: modern (2026-07-28) callers: admission, server/discover,
   subscriptions/listen, their answers stamped (``modern_results``);
 - ``client_requests``: the handlers of client requests, by method;
+- ``discovery``: search mode's two tools (``find_tools``, ``call_tool``), per profile;
 - ``targets``: what a request names (``resolve_target``, ``describe``);
 - ``forwarding``: a request sent upstream, or held for a connection that starts;
 - ``inflight``: the in-flight tables, timeouts, giving up;
@@ -84,6 +85,7 @@ from aggregator.core.commands import (
     UpstreamServing,
     WaitForStartup,
 )
+from aggregator.core.discovery import Searching
 from aggregator.core.forwarding import Forwarding
 from aggregator.core.handshake import Handshake
 from aggregator.core.inflight import InFlight
@@ -140,6 +142,7 @@ class Router(
     ClientEvents,
     ModernCallers,
     ClientRequests,
+    Searching,
     Targets,
     Forwarding,
     Handshake,

@@ -77,6 +77,7 @@ class SessionCatalog(CatalogLookups):
         self._full: Catalog | None = None
         self._order = {name: index for index, name in enumerate(shared.naming)}
         self.generation = f"s{next(_STAMPS)}"
+        self.search_cache: Any = None  # ``core.discovery``: its size in tokens and search index
         self._tools = _Routes(self, "tools")
         self._prompts = _Routes(self, "prompts")
         self._resources = _Routes(self, "resources")

@@ -8,11 +8,23 @@ with no settings behaves like one built from the default configuration.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Literal
 
 import attrs
 
 from aggregator.core import defaults
+
+
+@attrs.frozen(kw_only=True)
+class Discovery:
+    """One profile's discovery settings (``core.discovery``; ``[proxy.discovery]`` and
+    ``[profiles.NAME.discovery]``)."""
+
+    mode: Literal["all", "search", "auto"] = "all"
+    budget_tokens: int = 8000
+    max_result_tokens: int = 0  # 0: results are never cut (``core.result_budget``)
+    keep_results_for: float = 600.0  # seconds the rest of a cut result stays readable
 
 
 @attrs.frozen
@@ -48,6 +60,8 @@ class RouterSettings:
     max_parked_calls: int = defaults.MAX_PARKED_CALLS
     max_parked_per_principal: int = defaults.MAX_PARKED_PER_PRINCIPAL
     max_json_depth: int = defaults.MAX_JSON_DEPTH
+    # Each profile's discovery settings ("default" too); a profile not named: "default"'s.
+    discovery: Mapping[str, Discovery] = attrs.field(factory=dict)
     # The proxy can only ever have one client (stdio, no network front): shared servers
     # see that client's roots.
     single_client: bool = False
