@@ -55,6 +55,7 @@ class HubCollector(Collector):
         yield from self._sessions()
         yield from self._servers()
         yield from self._decisions()
+        yield from self._context()
 
     def _requests(self) -> Iterator[Metric]:
         tallies = self.hub.router.tallies
@@ -167,6 +168,18 @@ class HubCollector(Collector):
         for labels, count in sorted(self.hub.gate.decisions.items()):
             decisions.add_metric(list(labels), count)
         yield decisions
+
+    def _context(self) -> Iterator[Metric]:
+        tokens = GaugeMetricFamily(
+            "aggregator_tools_list_tokens",
+            "A profile's tools/list in estimated tokens (UTF-8 bytes / 4): every tool, and what it lists now.",
+            labels=["profile", "listing"],
+        )
+        for profile, row in self.hub.router.context_report().items():
+            everything = row["tools_list_tokens"]
+            tokens.add_metric([profile, "all"], everything)
+            tokens.add_metric([profile, "current"], everything if row["lists"] == "all" else row["search_list_tokens"])
+        yield tokens
 
 
 def _buckets(histogram: Histogram) -> list[tuple[str, float]]:

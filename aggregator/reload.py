@@ -39,7 +39,7 @@ import trio
 
 from aggregator.config import Config, load_config
 from aggregator.config.changes import ConfigChanges, plan_changes
-from aggregator.config.core_settings import link_settings
+from aggregator.config.core_settings import discovery_settings, link_settings
 from aggregator.config.loading import min_ready_problems
 from aggregator.core.policy import ProfilePolicy
 from aggregator.errors import AggregatorError, ConfigError
@@ -206,6 +206,7 @@ async def _apply(hub: ReloadHost, changes: ConfigChanges, plugins: Plugins | Non
     # The running profiles (``effective`` keeps their set), each with its new rules.
     policies = {"default": ProfilePolicy(config), **{name: ProfilePolicy(config, name) for name in config.profiles}}
     hub.dispatch_now(router.catalogs_renewed(config.enabled_servers, policies, hub.plugins.catalog_hook))
+    hub.dispatch_now(router.discovery_renewed(discovery_settings(config)))
     for name in changes.starts:
         server = config.servers[name]
         if name in restarting:

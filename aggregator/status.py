@@ -133,4 +133,4 @@ def _catalog(hub: Hub, profile: str) -> dict[str, Any]:
         kind: [{"name": row["name"], "server": row["server"], "original": row["original"]} for row in view[kind]]
         for kind in KINDS
     }
-    return {"exposed": exposed, "hidden": view["hidden"]}
+    return {"exposed": exposed, "hidden": view["hidden"], "discovery": hub.router.context_report()[profile]}

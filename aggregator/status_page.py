@@ -146,7 +146,10 @@ function catalogSection(name, view, wasOpen) {
     }
   }
   box.open = name in wasOpen ? wasOpen[name] : name === "default" || hidden > 0;
-  box.appendChild(el("summary", "profile " + name + ": " + shown + " shown, " + hidden + " hidden"));
+  const d = view.discovery;
+  const lists = d ? "; tools/list " + (d.lists === "all" ? "all " + d.tools_list_tokens : "2 search tools " +
+    d.search_list_tokens + " of " + d.tools_list_tokens) + " tokens (" + d.mode + ")" : "";
+  box.appendChild(el("summary", "profile " + name + ": " + shown + " shown, " + hidden + " hidden" + lists));
   box.appendChild(table);
   return box;
 }

@@ -129,6 +129,11 @@ def _add_tools(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         help="show what clients of this profile see (default: the default profile)",
     )
     tools.add_argument("--explain", action="store_true", help="also list each hidden item and the rule that hid it")
+    tools.add_argument(
+        "--tokens",
+        action="store_true",
+        help="show each profile's tools/list size in tokens (estimated), in all and in search mode",
+    )
     tools.set_defaults(command="tools", run=run_tools)
 
 

@@ -17,6 +17,8 @@ from aggregator.errors import ConfigError
 from aggregator.hub import Hub
 from aggregator.mcp.constants import KEY_OF, KINDS
 
+ESTIMATE = "estimated as the compact JSON's UTF-8 bytes / 4, rounded up (aggregator.core.tokens)"
+
 
 def run_tools(args: argparse.Namespace) -> int:
     config, _ = command_config(args)
@@ -24,6 +26,9 @@ def run_tools(args: argparse.Namespace) -> int:
     if profile != "default" and profile not in config.profiles:
         known = ", ".join(["default", *config.profiles])
         raise ConfigError(f"--profile: no profile {profile!r} (known: {known})")
+    if args.tokens:
+        names = [profile] if args.profile else ["default", *config.profiles]
+        return _print_tokens(trio.run(with_started_hub, config, lambda hub: _token_rows(hub, names)), args.json)
     catalog = trio.run(with_started_hub, config, lambda hub: _collect(hub, profile))
     hidden = catalog.pop("hidden")
     down = catalog.pop("down")
@@ -82,6 +87,34 @@ def _collect(hub: Hub, profile: str) -> dict[str, Any]:
         for kind in KINDS
     }
     return out
+
+
+def _token_rows(hub: Hub, profiles: list[str]) -> dict[str, Any]:
+    """Each profile's tools/list in estimated tokens, in each discovery mode, and its mode now."""
+    report = hub.router.context_report()
+    rows = [{"profile": name, **report[name]} for name in profiles]
+    return {"profiles": rows, "down": status_lines(hub, only_down=True), "estimate": ESTIMATE}
+
+
+def _print_tokens(collected: dict[str, Any], as_json: bool) -> int:
+    for line in collected["down"]:
+        print(line, file=sys.stderr)
+    if as_json:
+        print(json.dumps({"profiles": collected["profiles"], "estimate": collected["estimate"]}, indent=2))
+        return 0
+    head = f"{'profile':<16} {'mode':<7} {'lists':<7} {'tools':>5} {'all':>9} {'search':>7} {'search saves':>14}"
+    print(head)
+    for row in collected["profiles"]:
+        everything, search = row["tools_list_tokens"], row["search_list_tokens"]
+        saved = everything - search
+        share = f"{saved / everything:.0%}" if everything else "-"
+        auto = f"   (auto: all while <= {row['budget_tokens']:,})" if row["mode"] == "auto" else ""
+        print(
+            f"{row['profile']:<16} {row['mode']:<7} {row['lists']:<7} {row['tools']:>5} {everything:>9,} "
+            f"{search:>7,} {saved:>8,} ({share}){auto}"
+        )
+    print(f"\ntokens of tools/list: {collected['estimate']}")
+    return 0
 
 
 def _route_of(catalog: Catalog, kind: str, exposed: str | None) -> Route | None:

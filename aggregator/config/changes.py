@@ -104,10 +104,12 @@ def _profiles(
 
 def plan_changes(running: Config, loaded: Config) -> ConfigChanges:
     """What reloading ``loaded`` over ``running`` changes, and what it must leave alone."""
-    restart = [key for key in ("proxy", "http") if getattr(running, key) != getattr(loaded, key)]
+    # [proxy.discovery] applies live; the rest of [proxy] needs a restart.
+    proxy = attrs.evolve(running.proxy, discovery=loaded.proxy.discovery)
+    restart = [key for key, now in (("proxy", proxy), ("http", running.http)) if now != getattr(loaded, key)]
     profiles, profile_restart = _profiles(running.profiles, loaded.profiles)
     restart += profile_restart
-    effective = attrs.evolve(loaded, proxy=running.proxy, http=running.http, profiles=profiles)
+    effective = attrs.evolve(loaded, proxy=proxy, http=running.http, profiles=profiles)
     before = {server.name: server for server in running.enabled_servers}
     after = {server.name: server for server in effective.enabled_servers}
     added = tuple(name for name in after if name not in before)
@@ -117,6 +119,7 @@ def plan_changes(running: Config, loaded: Config) -> ConfigChanges:
     policy_changed = (
         running.policy != effective.policy
         or running.profiles != effective.profiles
+        or running.proxy.discovery != effective.proxy.discovery
         or any(_policy_of(before[name]) != _policy_of(after[name]) for name in unchanged)
         # The servers' order decides who keeps a name both list.
         or [name for name in before if name in after] != [name for name in after if name in before]

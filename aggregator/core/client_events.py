@@ -51,6 +51,8 @@ class ClientEvents(RouterState):
         if client is None:
             return []
         self.views.pop(key)
+        if self.kept.items:  # what its calls left for it alone (``core.result_budget``)
+            self.kept.drop_owner(("session", key))
         out: list[Command] = []
         for pending in list(client.in_flight.values()):
             self._end(pending, "cancelled", "disconnected")

@@ -9,6 +9,7 @@ from aggregator.core.commands import Command, ToClient, ToServer
 from aggregator.core.discovery import META_PAGE
 from aggregator.core.modern_results import list_page_suffix, splice_page
 from aggregator.core.request_state import is_ours, is_wrapped
+from aggregator.core.result_budget import RESULTS
 from aggregator.core.state import ClientState, Gather, Held, RequestHandler, RouterState, answer
 from aggregator.core.tasks import split_task_id
 from aggregator.jsonrpc.codec import dumps
@@ -78,6 +79,9 @@ class ClientRequests(RouterState):
 
     def _read_resource(self, client: ClientState, message: dict[str, Any]) -> list[Command]:
         params: Any = message.get("params")
+        uri = params.get("uri") if type(params) is dict else None
+        if type(uri) is str and uri.startswith(RESULTS):  # the rest of a cut result (``result_budget``)
+            return self._read_kept(client, message, uri)
         server, original = self._resource_route(client, params)
         if params.get(REQUEST_STATE) is not None:
             return self._retry(client, message, server, dict(params, uri=original))

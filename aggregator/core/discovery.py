@@ -152,6 +152,35 @@ class Searching(RouterState):
     def discovery_of(self, profile: str) -> Discovery:
         return self.discovery.get(profile) or self.discovery.get("default") or _ALL
 
+    def discovery_renewed(self, discovery: dict[str, Discovery]) -> list[Command]:
+        """New discovery settings (a reload): each profile whose clients now see another
+        tools/list is told so."""
+        out: list[Command] = []
+        old, self.discovery = self.discovery, dict(discovery)
+        self.budgets_on = any(d.max_result_tokens for d in self.discovery.values())
+        for profile, catalog in self.catalogs.items():
+            before = lists_all(old.get(profile) or old.get("default") or _ALL, catalog)
+            if lists_all(self.discovery_of(profile), catalog) != before:
+                out += self._announce([TOOLS], profile)
+        return out
+
+    def context_report(self) -> dict[str, dict[str, Any]]:
+        """Per profile: its discovery mode, what tools/list holds now ("all" or "search"),
+        and the estimated tokens of every tool's listing and of the search listing."""
+        report = {}
+        for profile, catalog in self.catalogs.items():
+            discovery = self.discovery_of(profile)
+            report[profile] = {
+                "mode": discovery.mode,
+                "lists": "all" if lists_all(discovery, catalog) else "search",
+                "tools": len(catalog.visible(TOOLS)),
+                "tools_list_tokens": catalog_tokens(catalog),
+                "search_list_tokens": SEARCH_LIST_TOKENS,
+                "budget_tokens": discovery.budget_tokens,
+                "max_result_tokens": discovery.max_result_tokens,
+            }
+        return report
+
     def _searching(self, client: ClientState) -> bool:
         return not lists_all(self.discovery_of(client.profile), client.catalog)
 

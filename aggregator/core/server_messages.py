@@ -43,12 +43,11 @@ log = logging.getLogger(__name__)
 
 
 class ServerMessages(RouterState):
-    """What an upstream sends: a response goes to the client of its request (invariants 1
-    and 3), a notification to its handler by method, a request to ``reverse_requests``."""
+    """A response goes to the client of its request (invariants 1 and 3), a notification to
+    its handler by method, a request to ``reverse_requests``."""
 
     def server_message(self, server: str, raw: bytes, related: int | None = None) -> list[Command]:
-        """A message from an upstream; ``related``: the upstream id of the request on whose
-        own stream it arrived (Streamable HTTP), when the transport knows it."""
+        """A message from an upstream; ``related``: the upstream id of the request on whose own stream it came."""
         try:
             return self._server_message(server, raw, related)
         except Exception:  # noqa: BLE001 - the last line of defence, logged in full
@@ -116,9 +115,8 @@ class ServerMessages(RouterState):
                     result["_meta"] = {SERVER_INFO: IDENTITY}
                 else:
                     self._modern_answer(client, pending, message, link)
-            # What it carried goes now: the deadline heap keeps a finished Pending until it
-            # tidies up (lazy deletion), and a call's params left there would survive into
-            # the collector's old generations, to be scanned again and again.
+            # What it carried goes now: the deadline heap keeps a finished Pending until it tidies
+            # up, and a call's params left there would be scanned by the collector again and again.
             pending.extra = pending.meta = None
             return [ToClient(pending.session, message)]
         if pending.extra is not None and type(pending.extra) is tuple:  # a failed subscribe
@@ -181,6 +179,8 @@ class ServerMessages(RouterState):
         elif ("task" in result and method == "tools/call") or method.startswith("tasks/"):
             for task_id in expose_task_ids(link.name, result):
                 self.tasks.setdefault(task_id, pending.session)
+        if self.budgets_on and method == "tools/call":
+            self._budget_result(pending, result)  # cut to the caller's budget (``core.result_budget``)
 
     def _url_elicitations_required(self, link: UpstreamLink, session: int, data: Any) -> None:
         """A -32042 answer names URL elicitations the client must complete first: their

@@ -17,13 +17,14 @@ import attrs
 from aggregator.core.catalog import Catalog, Route
 from aggregator.core.commands import Command, ToClient, ToServer
 from aggregator.core.deadlines import Deadlines
+from aggregator.core.kept_results import KeptResults
 from aggregator.core.links import Pending as Pending  # re-exported: where the groups look for them
 from aggregator.core.links import UpstreamLink as UpstreamLink
 from aggregator.core.outages import Outage
 from aggregator.core.parked_table import ParkedTable
 from aggregator.core.request_state import RequestStates
 from aggregator.core.session_catalog import SessionViews
-from aggregator.core.settings import LinkSettings, RouterSettings
+from aggregator.core.settings import Discovery, LinkSettings, RouterSettings
 from aggregator.core.subscriptions import Listens, Subscriptions
 from aggregator.core.tallies import Tallies
 from aggregator.core.tasks import TaskOwners
@@ -202,8 +203,7 @@ class RouterState:
         server_request_policy: ServerRequestPolicy | None = None,
     ) -> None:
         servers = settings.servers
-        # One catalog per profile (what its clients see), all over one store of items.
-        self.catalog = catalog
+        self.catalog = catalog  # and one per profile (what its clients see), over one store of items:
         self.catalogs: dict[str, Catalog] = {"default": catalog, **(profiles or {})}
         self.clock = clock
         self.instance = instance if instance is not None else secrets.token_hex(8)
@@ -218,7 +218,9 @@ class RouterState:
         self.draining = False  # shutting down: finish what is in flight, take nothing new
         self.max_in_flight = settings.max_in_flight
         self.max_json_depth = settings.max_json_depth  # enforced where messages are decoded
-        self.discovery = dict(settings.discovery)  # profile -> its discovery settings (``core.discovery``)
+        self.discovery = dict(settings.discovery)  # profile -> its settings (``core.discovery``)
+        # Whether any profile cuts results, and the rests cut off (``core.result_budget``).
+        self.budgets_on, self.kept = any(d.max_result_tokens for d in self.discovery.values()), KeptResults()
         self.server_requests = settings.server_requests
         self.roots = None if settings.roots is None else [{"uri": uri} for uri in settings.roots]
         # Only ever one client (stdio, no network front): shared servers see its roots, else ``roots``.
@@ -345,6 +347,9 @@ class RouterState:
         def unwrap_call_tool(self, key: int, message: dict[str, Any]) -> None: ...
         def _search_call(self, client: ClientState, message: dict[str, Any]) -> list[Command] | None: ...
         def _searching(self, client: ClientState) -> bool: ...
+        def discovery_of(self, profile: str) -> Discovery: ...
+        def _budget_result(self, pending: Pending, result: dict[str, Any]) -> None: ...
+        def _read_kept(self, client: ClientState, message: dict[str, Any], uri: str) -> list[Command]: ...
         def _discover(self, client: ClientState, message: dict[str, Any]) -> list[Command]: ...
         def _listen(self, client: ClientState, message: dict[str, Any]) -> list[Command]: ...
         def _depends_on_caller(self, client: ClientState, link: UpstreamLink | None = None) -> bool: ...
