@@ -243,8 +243,7 @@ class RouterState:
         self.reverse_count: dict[int, int] = {}  # session -> its server-to-client requests unanswered
         self.elicitations: dict[tuple[str, Any], int] = {}  # (server, elicitationId) -> session
         self.elicitation_count: dict[int, int] = {}  # session -> its entries in ``elicitations``
-        self._next_token = 1
-        self._next_reverse_id = 1
+        self._next_token = self._next_reverse_id = 1
         # profile, or session -> notice due -> the count of its latest change (see ``_announce``)
         self._announce_methods: dict[str | int, dict[str, int]] = {}
         self._announce_count = 0
