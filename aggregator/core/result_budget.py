@@ -1,22 +1,22 @@
 """Result budgets: a tool result larger than its profile's ``max_result_tokens`` is cut, and
 the rest kept for the caller to page through. Sans-IO.
 
-What counts is what a model reads: the text of the result's text content and embedded
-text resources, and its ``structuredContent`` (estimated as ``core.tokens`` does). Past
-the budget the client gets, in order, the text up to the budget (the item where it runs
-out is cut, the text items after it are taken out; images, audio, blobs and links stay
-where they are), ``structuredContent`` if it fits the budget on its own (it cannot be cut
-and stay valid JSON; a larger one is taken out and kept with the rest), then a text note
-of what was left out and a ``resource_link`` to it (``aggregator://results/<token>``; the
-note alone for clients older than 2025-06-18, which know no resource links).
+What counts is the text a model reads in the result's ``content``: its text items and
+embedded text resources (estimated as ``core.tokens`` does). Past the budget the client
+gets, in order, the text up to the budget (the item where it runs out is cut, the text
+items after it are taken out; images, audio, blobs and links stay where they are), then a
+text note of what was left out and a ``resource_link`` to it
+(``aggregator://results/<token>``; the note alone for clients older than 2025-06-18,
+which know no resource links). ``structuredContent`` passes whole: it cannot be cut and
+stay valid against the tool's output schema, which the official SDKs check (a client
+that drops it would fail the call).
 
 The rest is kept by the proxy for ``keep_results_for`` seconds, readable only by its
 owner: the bearer token (principal) that made the call, or without one the session.
 ``resources/read`` of its URI gives the first page of ``max_result_tokens``;
 ``?page=N`` the others, each ending with where the next is. A URI that is unknown,
 expired or another caller's gets the same "Unknown resource" (no oracle). Memory is
-bounded: at most ``MAX_KEPT_BYTES`` in all and ``MAX_KEPT_PER_OWNER`` per owner, the
-oldest dropped first.
+bounded (``core.kept_results``).
 """
 
 from __future__ import annotations
@@ -27,7 +27,6 @@ from aggregator.core.commands import Command
 from aggregator.core.kept_results import Kept, cut_utf8, page_of
 from aggregator.core.state import ClientState, Pending, RouterState, answer
 from aggregator.core.tokens import BYTES_PER_TOKEN, tokens_of, tokens_of_bytes
-from aggregator.jsonrpc.codec import dumps
 from aggregator.jsonrpc.errors import INVALID_PARAMS, RemoteProtocolError
 
 RESULTS = "aggregator://results/"
@@ -56,7 +55,7 @@ def _with_text(item: dict[str, Any], text: str) -> dict[str, Any]:
 def over_budget(result: dict[str, Any], budget: int) -> bool:
     """Whether the text a model reads of ``result`` is over ``budget`` tokens (cheap when far under)."""
     content = result.get("content")
-    total = tokens_of(result["structuredContent"]) if "structuredContent" in result else 0
+    total = 0
     for item in content if type(content) is list else ():
         text = _text_of(item)
         if text is not None:
@@ -89,13 +88,6 @@ def cut_result(result: dict[str, Any], budget: int) -> tuple[str, int, int]:
             shown.append(_with_text(item, head) if tail else item)
         if tail:
             rest.append(tail)
-    if "structuredContent" in result:
-        structured = tokens_of(result["structuredContent"])
-        total += structured
-        if structured > budget - NOTE_TOKENS:
-            rest.append("structuredContent:\n" + dumps(result.pop("structuredContent")).decode())
-        else:
-            shown_tokens += structured
     result["content"] = shown
     return "\n\n".join(rest), shown_tokens, total
 

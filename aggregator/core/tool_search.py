@@ -7,11 +7,13 @@ and descriptions of its parameters, and its server's name and instructions. Word
 lower-cased and cut to a crude stem (``entities`` and ``entity``, ``created`` and
 ``create`` meet). A query's words reach, at a lower weight, the common synonyms of
 everyday software verbs and nouns (``remove`` finds ``delete``, ``folder`` finds
-``directory``) and the longer indexed words they begin (``repo`` finds ``repository``).
+``directory``) and, when the word itself is not indexed, the longer indexed words it
+begins (``reposit`` finds ``repository``).
 
-Scoring is BM25 over the weighted term counts (Robertson and Zaragoza's BM25F, with one
-length normalisation per tool): a word that many tools share counts for little, one that
-few have counts for much, and a long description does not win by length alone. Ties keep
+Scoring is BM25F (Robertson and Zaragoza): each field's word counts are normalised by
+that field's length against its average, weighted, summed and saturated; a word that
+many tools share counts for little, one that few have counts for much, and a long
+description does not win by length alone. Ties keep
 the catalog's order, so results are deterministic.
 
 The index is built from exactly the tools a caller may see (policy and plugins have
@@ -24,7 +26,7 @@ from __future__ import annotations
 import bisect
 import math
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 K1 = 1.2
@@ -32,7 +34,7 @@ B = 0.75
 # Field weights: a word in the name says more about a tool than one in its description.
 NAME, TITLE, DESCRIPTION, PARAMETERS, SERVER = 3.0, 2.0, 1.0, 0.6, 0.4
 SYNONYM_WEIGHT = 0.5  # a synonym of a query word counts this much of the word
-PREFIX_WEIGHT = 0.4  # an indexed word the query word begins (at least 4 letters)
+PREFIX_WEIGHT = 0.4  # an indexed word that a query word not indexed begins (at least 4 letters)
 MAX_PREFIX_EXPANSIONS = 8
 MAX_QUERY_WORDS = 32
 MAX_TEXT = 4096  # characters of one field taken from one tool (descriptions can be huge)
@@ -57,7 +59,7 @@ _SYNONYM_GROUPS = (
     "directory folder dir",
     "file document",
     "content contents text body",
-    "time clock hour date now timestamp",
+    "time clock hour date now",
     "timezone zone tz",
     "convert translate transform",
     "url web webpage page website http link internet download",
@@ -148,64 +150,75 @@ class ToolIndex:
     def __init__(self, tools: list[dict[str, Any]], servers: list[str], about: dict[str, str]) -> None:
         """``servers[i]`` owns ``tools[i]``; ``about`` has each server's name and instructions."""
         self.tools = tools
-        postings: dict[str, dict[int, float]] = {}
-        lengths: list[float] = []
         server_words = {name: list(words(f"{name} {text}")) for name, text in about.items()}
+        weights = (NAME, TITLE, DESCRIPTION, PARAMETERS, SERVER)
+        fields: list[list[list[str]]] = []  # per tool, per field: its words
         for index, tool in enumerate(tools):
-            counts: dict[str, float] = {}
-            length = 0.0
             annotations = tool.get("annotations")
             title = _text(tool.get("title")) or (_text(annotations.get("title")) if type(annotations) is dict else "")
-            fields: list[tuple[float, Iterable[str]]] = [
-                (NAME, words(_text(tool.get("name")))),
-                (TITLE, words(title)),
-                (DESCRIPTION, words(_text(tool.get("description")))),
-                (PARAMETERS, words(_parameter_text(tool.get("inputSchema")))),
-                (SERVER, server_words.get(servers[index], ())),
-            ]
-            for weight, field in fields:
+            fields.append(
+                [
+                    list(words(_text(tool.get("name")))),
+                    list(words(title)),
+                    list(words(_text(tool.get("description")))),
+                    list(words(_parameter_text(tool.get("inputSchema")))),
+                    server_words.get(servers[index], []),
+                ]
+            )
+        count = max(len(tools), 1)
+        averages = [max(sum(len(f[i]) for f in fields) / count, 1.0) for i in range(len(weights))]
+        # BM25F: each field's counts normalised by its own length against that field's average
+        # (a server's long instructions do not make its tools' names count for less), then
+        # weighted and summed into one count per word and tool, saturated at query time.
+        postings: dict[str, dict[int, float]] = {}
+        for index, tool_fields in enumerate(fields):
+            counts: dict[str, float] = {}
+            for weight, average, field in zip(weights, averages, tool_fields, strict=True):
+                if not field:
+                    continue
+                share = weight / (1.0 - B + B * len(field) / average)
                 for word in field:
-                    counts[word] = counts.get(word, 0.0) + weight
-                    length += weight
-            lengths.append(length)
-            for word, count in counts.items():
-                postings.setdefault(word, {})[index] = count
+                    counts[word] = counts.get(word, 0.0) + share
+            for word, value in counts.items():
+                postings.setdefault(word, {})[index] = value
         self.postings = postings
-        self.lengths = lengths
-        self.average = (sum(lengths) / len(lengths)) if lengths else 1.0
         self.vocabulary = sorted(postings)
         total = len(tools)
         self.idf = {w: math.log(1.0 + (total - len(p) + 0.5) / (len(p) + 0.5)) for w, p in postings.items()}
 
     def query_terms(self, query: str) -> dict[str, float]:
-        """Each indexed word the query reaches, with how much it counts."""
+        """Each indexed word the query reaches, with how much a match of it is worth (its
+        idf, times its weight). A synonym or a longer word reached from a query word is
+        never worth more than that word itself when it is indexed: a rare synonym must
+        not outweigh what was asked."""
         terms: dict[str, float] = {}
         asked = list(dict.fromkeys(words(query)))[:MAX_QUERY_WORDS]
         for word in asked:
-            terms[word] = 1.0
+            if word in self.idf:
+                terms[word] = self.idf[word]
         for word in asked:
-            for other in SYNONYMS.get(word, ()):
-                if terms.get(other, 0.0) < SYNONYM_WEIGHT:
-                    terms[other] = SYNONYM_WEIGHT
-            if len(word) >= 4:
+            cap = self.idf.get(word, math.inf)
+            reached = [(other, SYNONYM_WEIGHT) for other in SYNONYMS.get(word, ())]
+            if len(word) >= 4 and word not in self.postings:  # a word cut short: the longer ones
                 start = bisect.bisect_left(self.vocabulary, word)
                 for longer in self.vocabulary[start : start + MAX_PREFIX_EXPANSIONS + 1]:
                     if not longer.startswith(word):
                         break
-                    if terms.get(longer, 0.0) < PREFIX_WEIGHT:
-                        terms[longer] = PREFIX_WEIGHT
-        return {word: weight for word, weight in terms.items() if word in self.postings}
+                    reached.append((longer, PREFIX_WEIGHT))
+            for other, weight in reached:
+                if other in self.idf:
+                    worth = weight * min(self.idf[other], cap)
+                    if terms.get(other, 0.0) < worth:
+                        terms[other] = worth
+        return terms
 
     def search(self, query: str, limit: int) -> list[int]:
         """The indexes of the best ``limit`` tools for ``query``, best first; only tools that
         match at least one of its words."""
         scores: dict[int, float] = {}
-        average = self.average or 1.0
-        lengths = self.lengths
-        for word, weight in self.query_terms(query).items():
-            idf = self.idf[word] * weight
+        for word, worth in self.query_terms(query).items():
+            idf = worth * (K1 + 1.0)
             for index, count in self.postings[word].items():
-                norm = K1 * (1.0 - B + B * lengths[index] / average)
-                scores[index] = scores.get(index, 0.0) + idf * count * (K1 + 1.0) / (count + norm)
+                scores[index] = scores.get(index, 0.0) + idf * count / (count + K1)
         ranked = sorted(scores, key=lambda i: (-scores[i], i))
         return ranked[:limit]

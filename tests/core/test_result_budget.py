@@ -9,7 +9,7 @@ from typing import Any
 from aggregator.config import ServerConfig
 from aggregator.core.catalog import Catalog
 from aggregator.core.kept_results import KeptResults
-from aggregator.core.result_budget import RESULTS, cut_result
+from aggregator.core.result_budget import RESULTS, cut_result, over_budget
 from aggregator.core.settings import Discovery
 from aggregator.core.tokens import tokens_of
 from tests.core.helpers import Clock, connect, msg, new_router, unpack
@@ -127,13 +127,11 @@ def test_images_stay_and_later_text_moves_to_the_rest():
     assert rest.endswith("tail") and shown <= BUDGET < total
 
 
-def test_large_structured_content_moves_to_the_rest_small_stays():
-    small = {"content": [{"type": "text", "text": words(2000)}], "structuredContent": {"ok": True}}
-    cut_result(small, BUDGET)
-    assert small["structuredContent"] == {"ok": True}
-    large = {"content": [], "structuredContent": {"rows": [words(10) for _ in range(300)]}}
-    rest, _, _ = cut_result(large, BUDGET)
-    assert "structuredContent" not in large and rest.startswith("structuredContent:")
+def test_structured_content_passes_whole_and_does_not_count():
+    result = {"content": [{"type": "text", "text": words(2000)}], "structuredContent": {"rows": [words(300)]}}
+    rest, _, _ = cut_result(result, BUDGET)
+    assert result["structuredContent"] == {"rows": [words(300)]} and "rows" not in rest
+    assert not over_budget({"content": [], "structuredContent": {"rows": [words(3000)]}}, BUDGET)
 
 
 def test_kept_memory_is_bounded_oldest_first():
