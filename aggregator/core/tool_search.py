@@ -115,6 +115,20 @@ def words(text: str) -> Iterator[str]:
                 yield stem(lowered)
 
 
+_SEEN: dict[str, list[str]] = {}  # text -> its words: a rebuild re-reads only what changed
+_SEEN_MAX = 65536
+
+
+def words_of(text: str) -> list[str]:
+    """``words(text)``, remembered (bounded): most of a catalog is the same after a change."""
+    found = _SEEN.get(text)
+    if found is None:
+        if len(_SEEN) >= _SEEN_MAX:
+            _SEEN.clear()
+        found = _SEEN[text] = list(words(text))
+    return found
+
+
 def _synonyms() -> dict[str, tuple[str, ...]]:
     table: dict[str, set[str]] = {}
     for group in _SYNONYM_GROUPS:
@@ -158,10 +172,10 @@ class ToolIndex:
             title = _text(tool.get("title")) or (_text(annotations.get("title")) if type(annotations) is dict else "")
             fields.append(
                 [
-                    list(words(_text(tool.get("name")))),
-                    list(words(title)),
-                    list(words(_text(tool.get("description")))),
-                    list(words(_parameter_text(tool.get("inputSchema")))),
+                    words_of(_text(tool.get("name"))),
+                    words_of(title),
+                    words_of(_text(tool.get("description"))),
+                    words_of(_parameter_text(tool.get("inputSchema"))),
                     server_words.get(servers[index], []),
                 ]
             )

@@ -1,13 +1,14 @@
 """Stdio MCP servers for benchmarks: answer initialize, tools/list and tools/call.
 
-``python -m tests.bench.echo_server [TOOLS] [--batched]``
+``python -m tests.bench.echo_server [TOOLS] [--batched] [--tools-from FILE]``
 
 By default the server works like a typical hand-written server: the stdlib ``json``
 module, one line at a time, each answer written and flushed on its own (the official SDKs
 work the same way, only slower, through pydantic). With ``--batched`` it uses orjson,
 reads whatever the pipe holds and answers all of it in one write: an upstream that fast
 leaves the proxy's own cost nowhere to hide (the stress case). TOOLS is how many tools
-it lists.
+it lists; with ``--tools-from`` a JSON file of tools is cycled to make TOOLS of them (each
+copy's name numbered): a large catalog of realistic tools.
 """
 
 import json
@@ -50,6 +51,10 @@ def main() -> int:
         }
         for i in range(count)
     ]
+    if "--tools-from" in sys.argv:
+        with open(sys.argv[sys.argv.index("--tools-from") + 1]) as file:
+            real = json.load(file)
+        tools = [{**real[i % len(real)], "name": f"{real[i % len(real)]['name']}_{i}"} for i in range(count)]
     if "--batched" not in sys.argv:
         stdout = sys.stdout.buffer
         for line in sys.stdin.buffer:
