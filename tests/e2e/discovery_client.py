@@ -2,8 +2,8 @@
 ``python discovery_client.py MODE TARGET BIGFILE [REPO]``.
 
 The SDK 2.x ``Client`` (MODE ``legacy`` or ``2026-07-28``; TARGET a URL or a command line
-run over stdio), or with MODE ``ws`` the SDK 1.x ``ClientSession`` over WebSocket (run it
-with the 1.x interpreter). The proxy must front the real servers of
+run over stdio), or with MODE ``ws`` or ``sse`` the SDK 1.x ``ClientSession`` over
+WebSocket or the legacy HTTP+SSE transport (run it with the 1.x interpreter). The proxy must front the real servers of
 ``tests/real_servers.py``. Prints one JSON object with what each step saw; every wait is
 bounded.
 """
@@ -81,18 +81,21 @@ async def run_sdk2(mode: str, target: str, bigfile: str, repo: str) -> dict[str,
         return {"version": client.protocol_version, **await steps(client, bigfile, repo)}
 
 
-async def run_ws(target: str, bigfile: str, repo: str) -> dict[str, Any]:
+async def run_sdk1(mode: str, target: str, bigfile: str, repo: str) -> dict[str, Any]:
     from mcp import ClientSession
+    from mcp.client.sse import sse_client
     from mcp.client.websocket import websocket_client
 
-    async with websocket_client(target) as (read, write), ClientSession(read, write) as session:
+    connect = websocket_client(target) if mode == "ws" else sse_client(target)
+    async with connect as (read, write), ClientSession(read, write) as session:
         init = await session.initialize()
         return {"version": init.protocolVersion, **await steps(session, bigfile, repo)}
 
 
 async def main(mode: str, target: str, bigfile: str, repo: str) -> None:
     with anyio.fail_after(90):
-        out = await (run_ws(target, bigfile, repo) if mode == "ws" else run_sdk2(mode, target, bigfile, repo))
+        sdk1 = mode in ("ws", "sse")
+        out = await (run_sdk1(mode, target, bigfile, repo) if sdk1 else run_sdk2(mode, target, bigfile, repo))
     print(json.dumps(out))
 
 

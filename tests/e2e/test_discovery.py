@@ -94,14 +94,16 @@ def test_search_mode_over_streamable_http(setup, era):
     check_budget(seen, bigfile)
 
 
-def test_search_mode_over_websocket(setup):
+@pytest.mark.parametrize("front", ["ws", "sse"])
+def test_search_mode_over_websocket_and_legacy_sse(setup, front):
     if not PYTHON1.exists():
         pytest.fail(f"{PYTHON1} is missing: the README's test command creates it (mcp==1.30.0)")
     tmp_path, body, bigfile = setup
     ws = free_port()
-    with http_proxy(config_for(tmp_path, body, "search"), "--ws", f"127.0.0.1:{ws}"):
+    with http_proxy(config_for(tmp_path, body, "search"), "--ws", f"127.0.0.1:{ws}") as (port, _):
         wait_listening(ws)
-        seen = drive("ws", f"ws://127.0.0.1:{ws}/mcp", bigfile, tmp_path / "repo", PYTHON1)
+        target = f"ws://127.0.0.1:{ws}/mcp" if front == "ws" else f"http://127.0.0.1:{port}/sse"
+        seen = drive(front, target, bigfile, tmp_path / "repo", PYTHON1)
     check_search(seen)
     check_budget(seen, bigfile)
 

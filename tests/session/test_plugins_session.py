@@ -221,3 +221,30 @@ async def test_load_before_serving_done_at_shutdown_even_after_an_error(autojump
     assert Lifecycle.events[0] == "load" and Lifecycle.events[-1] == "done" and Lifecycle.events.count("done") == 1
     assert audit_log._file.closed  # the audit log's done closed it
     assert [json.loads(line)["exposed"] for line in audit.read_text().splitlines()] == ["a__echo"]
+
+
+async def test_plugins_see_the_tool_behind_call_tool(autojump_clock):
+    """In search mode a call_tool call is the call it names, for plugins as for the router:
+    they see the real tool and its arguments, may change or deny them, and rate limits count it."""
+    Recorder.instances.clear()
+    plugins = [
+        {"use": "tests.session.test_plugins_session:Recorder"},
+        {"use": "rate-limit", "options": {"rate": 1.0, "burst": 1}},
+    ]
+    async with running_proxy({"a": []}, plugins=plugins, discovery={"mode": "search"}) as proxy:
+        client = await proxy.connect()
+        recorder = Recorder.instances[-1]
+        with trio.fail_after(10):
+            await client.initialize()
+            listed = await client.list_all("tools/list", "tools")
+            assert [tool["name"] for tool in listed] == ["find_tools", "call_tool"]
+            wrapped = {"name": "a__add", "arguments": {"a": 1, "b": 1}}
+            answer = await client.request("tools/call", {"name": "call_tool", "arguments": wrapped})
+            assert answer["result"]["structuredContent"] == {"sum": 42}  # the plugin changed its arguments
+            assert [(r.exposed, r.name) for r in recorder.requests] == [("a__add", "add")]
+            limited = await client.request("tools/call", {"name": "call_tool", "arguments": wrapped})
+            assert limited["error"]["data"]["reason"] == "rate_limited"  # the same bucket as a direct call
+            await trio.sleep(1.0)
+            denied = await client.request("tools/call", {"name": "call_tool", "arguments": {"name": "a__fail"}})
+            assert denied["error"]["message"] == "not today"
+            assert [r.request.exposed for r in recorder.responses][-1] == "a__fail"
