@@ -90,6 +90,22 @@ async def test_plugin_decisions_are_counted(autojump_clock):
         assert only(found, "aggregator_policy_denials_total") == {}  # the policy allows sampling
 
 
+async def test_tools_list_tokens_per_profile_and_in_the_status(autojump_clock):
+    from aggregator.core.discovery import SEARCH_LIST_TOKENS
+    from aggregator.status import snapshot
+
+    async with running_proxy({"a": []}, discovery={"mode": "search"}) as proxy:
+        client = await proxy.connect()
+        with trio.fail_after(10):
+            await client.initialize()
+        tokens = only(samples(proxy.hub), "aggregator_tools_list_tokens")
+        everything = tokens[(("listing", "all"), ("profile", "default"))]
+        assert everything > 0 and everything != SEARCH_LIST_TOKENS
+        assert tokens[(("listing", "current"), ("profile", "default"))] == SEARCH_LIST_TOKENS
+        shown = snapshot(proxy.hub)["catalog"]["default"]["discovery"]
+        assert (shown["mode"], shown["lists"], shown["tools_list_tokens"]) == ("search", "search", everything)
+
+
 def test_prometheus_client_is_imported_only_when_scraped():
     """A proxy nobody scrapes (a desktop client's stdio proxy) pays nothing for the library."""
     script = (
