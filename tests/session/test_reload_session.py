@@ -404,3 +404,22 @@ async def test_a_plain_load_hook_that_blocks_a_reload_is_named_in_a_warning(
     slow = [r.getMessage() for r in caplog.records if "held up the proxy" in r.getMessage()]
     assert len(slow) == 1 and slow[0].startswith("plugin slow-loads: its plain load hook held up the proxy for"), slow
     assert any("plugin async-slow-loads: load hook failed" in r.getMessage() for r in caplog.records)
+
+
+async def test_discovery_settings_change_live(autojump_clock, tmp_path):
+    """[proxy.discovery] applies on reload (the rest of [proxy] needs a restart): the client
+    is told its tool list changed, and lists the two search tools from then on."""
+    path = tmp_path / "aggregator.toml"
+    write(path, {"a": ""})
+    async with proxy_of(path, {"a": []}) as proxy:
+        client = await proxy.connect()
+        with trio.fail_after(30):
+            await client.initialize()
+            assert "a__echo" in await names(client)
+            write(path, {"a": ""}, '\n[proxy.discovery]\nmode = "search"\n')
+            result = await proxy.hub.reload()
+            assert result.ok and not any("restart" in line for line in result.changes), result.changes
+            assert "notifications/tools/list_changed" in await changed_lists(client)
+            assert await names(client) == ["call_tool", "find_tools"]
+            found = await client.request("tools/call", {"name": "find_tools", "arguments": {"query": "echo"}})
+            assert [t["name"] for t in found["result"]["structuredContent"]["tools"]][0] == "a__echo"
