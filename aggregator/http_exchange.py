@@ -97,7 +97,7 @@ class PostExchange(StatelessRequests):
         # Admitted: from here the session exists, and _end_session releases its place.
         session = HttpSession(self, secrets.token_urlsafe(24), principal)
         session.profile = profile
-        session.key = self.hub.add_client(session, profile)
+        session.key = self.hub.add_client(session, profile, principal=principal)
         self.sessions[session.id] = session
         log.info("http session %d: opened", session.key)
         ok = False

@@ -196,7 +196,7 @@ class StatelessRequests(EventStreams):
             client = StatelessRequest(self.hub.client_memory, config.client_buffer_bytes, message["id"])
         try:
             if not client.key:
-                client.key = self.hub.add_client(client, profile, modern=True, principal=principal)
+                client.key = self.hub.add_client(client, profile, modern=True, principal=principal, stateless=True)
             await self._serve_stateless(connection, client, message)
         finally:
             # Answered, or the client left (or this failed): the router cancels what is

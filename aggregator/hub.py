@@ -198,16 +198,13 @@ class Hub:
 
     # --- clients ------------------------------------------------------------------------
 
-    def add_client(
-        self, outbox: ClientSink, profile: str = "default", *, modern: bool = False, principal: Any = None
-    ) -> int:
-        """A new client: ``modern`` for one that speaks a modern revision from its first
-        message (a stateless HTTP request is a client of its own); ``principal`` is who the
-        front authenticated."""
+    def add_client(self, outbox: ClientSink, profile: str = "default", **kind: Any) -> int:
+        """A new client. ``kind``: ``modern`` (it speaks a modern revision from its first message),
+        ``principal`` (who the front authenticated), ``stateless`` (a stateless HTTP request's own)."""
         key = next(self._client_keys)
         self.clients[key] = outbox
         self.client_since[key] = time.monotonic()
-        self.router.client_connected(key, profile, modern=modern, principal=principal)
+        self.router.client_connected(key, profile, **kind)
         return key
 
     def _server_request_allowed(self, server: str, method: str, params: dict[str, Any]) -> bool:

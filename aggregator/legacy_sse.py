@@ -102,7 +102,7 @@ class LegacySse(SessionTable):
         try:
             limit = self.config.max_stream_buffer_bytes
             session = LegacySession(secrets.token_urlsafe(24), admitted.principal, limit, self)
-            session.key = self.hub.add_client(session, admitted.profile)
+            session.key = self.hub.add_client(session, admitted.profile, principal=admitted.principal)
         except BaseException:
             self.admission.release_session()
             raise

@@ -163,11 +163,11 @@ class WebSocketEndpoint:
             await reject(request, 503, extra_headers, session_refusal.message)
             return
         try:
-            await self._session(request, admitted.profile)
+            await self._session(request, admitted.profile, admitted.principal)
         finally:
             self.admission.release_session()
 
-    async def _session(self, request: trio_websocket.WebSocketRequest, profile: str) -> None:
+    async def _session(self, request: trio_websocket.WebSocketRequest, profile: str, principal: Any = None) -> None:
         """One admitted session, from accepting the handshake to the connection's end."""
         subprotocol = "mcp" if "mcp" in request.proposed_subprotocols else None
         socket = await request.accept(subprotocol=subprotocol)
@@ -189,7 +189,7 @@ class WebSocketEndpoint:
         sink = WebSocketSink(
             proxy.client_buffer_bytes, proxy.client_write_timeout, on_drop=dropped, memory=self.hub.client_memory
         )
-        key = self.hub.add_client(sink, profile)
+        key = self.hub.add_client(sink, profile, principal=principal)
         log.info("websocket session %d: opened", key)
         try:
             with connection:

@@ -22,6 +22,8 @@ ESTIMATE = "estimated as the compact JSON's UTF-8 bytes / 4, rounded up (aggrega
 
 def run_tools(args: argparse.Namespace) -> int:
     config, _ = command_config(args)
+    if args.profile == "":
+        raise ConfigError("--profile: expected a profile's name, got an empty string")
     profile = args.profile or "default"
     if profile != "default" and profile not in config.profiles:
         known = ", ".join(["default", *config.profiles])
@@ -107,7 +109,7 @@ def _print_tokens(collected: dict[str, Any], as_json: bool) -> int:
     for row in collected["profiles"]:
         everything, search = row["tools_list_tokens"], row["search_list_tokens"]
         saved = everything - search
-        share = f"{saved / everything:.0%}" if everything else "-"
+        share = f"{saved / everything:.0%}" if everything and saved > 0 else "none: this list is smaller"
         auto = f"   (auto: all while <= {row['budget_tokens']:,})" if row["mode"] == "auto" else ""
         print(
             f"{row['profile']:<16} {row['mode']:<7} {row['lists']:<7} {row['tools']:>5} {everything:>9,} "

@@ -22,7 +22,7 @@ def _given(table: DiscoveryConfig) -> dict[str, Any]:
 def discovery_settings(config: Config) -> dict[str, Discovery]:
     """Each profile's discovery settings ("default" too): [proxy.discovery] over the
     built-in defaults, then the profile's own [profiles.NAME.discovery] over that."""
-    default = Discovery(**_given(config.proxy.discovery))
+    default = Discovery(**_given(config.proxy.discovery))  # (mode: checked at load to be one of Discovery's)
     profiles = {name: attrs.evolve(default, **_given(p.discovery)) for name, p in config.profiles.items()}
     return {"default": default, **profiles}
 

@@ -60,7 +60,7 @@ class DiscoveryConfig:
 
     # "all": every tool in tools/list; "search": find_tools and call_tool only; "auto":
     # "all" while the whole list fits in budget_tokens (estimated), else "search".
-    mode: Literal["all", "search", "auto"] | None = None
+    mode: str | None = None
     budget_tokens: int | None = None  # default 8000
     # A tool result larger than this (estimated tokens) is cut: the client gets its first
     # part and a resource_link to the rest, readable by that caller alone. 0: never cut.

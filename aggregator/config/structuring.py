@@ -111,10 +111,6 @@ def _make_converter() -> cattrs.Converter:
         lambda t: t == Transport, _one_of("stdio", "streamable-http", "sse", "websocket")
     )
     converter.register_structure_hook_func(lambda t: t == Literal["mcp", "llm"], _one_of("mcp", "llm"))
-    modes = _one_of("all", "search", "auto")
-    converter.register_structure_hook_func(
-        lambda t: t == Literal["all", "search", "auto"] | None, lambda v, _: None if v is None else modes(v, _)
-    )
     converter.register_structure_hook_func(
         lambda t: t == Mapping[str, ItemOverride], _table_of(converter, ItemOverride, "overrides")
     )

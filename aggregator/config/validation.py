@@ -208,6 +208,9 @@ def check_proxy(proxy: ProxyConfig) -> list[str]:
     return problems + check_discovery(proxy.discovery, "proxy.discovery")
 
 
+MIN_RESULT_TOKENS = 500
+
+
 def check_discovery(discovery: DiscoveryConfig, path: str) -> list[str]:
     """A [proxy.discovery] or [profiles.NAME.discovery] table's numbers."""
     checks = (
@@ -216,11 +219,15 @@ def check_discovery(discovery: DiscoveryConfig, path: str) -> list[str]:
         ("keep_results_for", Range(1.0, 86_400.0, "seconds")),
     )
     problems = []
+    if discovery.mode is not None and discovery.mode not in ("all", "search", "auto"):
+        problems.append(f"{path}.mode: expected one of all, search, auto, got {discovery.mode!r}")
     for key, valid in checks:
         value = getattr(discovery, key)
         problem = valid.problem(value) if value is not None else None
-        if problem is None and key == "max_result_tokens" and value is not None and 0 < value < 100:
-            problem = f"must be 0 (never cut) or at least 100, got {value!r}"
+        if problem is None and key == "max_result_tokens" and value is not None and 0 < value < MIN_RESULT_TOKENS:
+            problem = (
+                f"must be 0 (never cut) or at least {MIN_RESULT_TOKENS} (the note and link take ~120), got {value!r}"
+            )
         if problem:
             problems.append(f"{path}.{key}: {problem}")
     return problems

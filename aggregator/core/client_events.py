@@ -35,12 +35,23 @@ class ClientEvents(RouterState):
     """A client session from connect to disconnect: each message checked, then handled."""
 
     def client_connected(
-        self, key: int, profile: str = "default", *, modern: bool = False, principal: Any = None
+        self,
+        key: int,
+        profile: str = "default",
+        *,
+        modern: bool = False,
+        principal: Any = None,
+        stateless: bool = False,
     ) -> None:
         if profile not in self.catalogs:
             raise ValueError(f"no such profile: {profile!r}")
         self.clients[key] = ClientState(
-            key, profile=profile, catalog=self.catalogs[profile], modern=modern, principal=principal
+            key,
+            profile=profile,
+            catalog=self.catalogs[profile],
+            modern=modern,
+            principal=principal,
+            stateless=stateless,
         )
 
     def client_disconnected(self, key: int, answer: bool = False) -> list[Command]:

@@ -14,7 +14,7 @@ policy decides what a client may call, discovery only what it is shown. ``call_t
 unwrapped into the call it names before plugins, policy or the router look at it
 (``unwrap_call_tool``), so audit, rate limits, pinning and errors are those of a direct
 call. In search mode the two names are the proxy's: a server tool exposed under either
-is reachable only through ``call_tool``... which names it, and so is that tool's call.
+is reached through ``call_tool``, whose ``name`` always means a tool of the catalog.
 """
 
 from __future__ import annotations
@@ -36,7 +36,8 @@ MODES = ("all", "search", "auto")
 DEFAULT_LIMIT = 5
 MAX_LIMIT = 50
 MAX_QUERY_CHARS = 1000
-MAX_UNWRAP = 4  # call_tool naming call_tool naming ...: unwrapped this deep at most
+# A client request made from a ``call_tool`` call (a key no JSON-RPC message has; never sent on).
+UNWRAPPED = "aggregator/unwrapped"
 
 
 _TOOL_ITEM = {
@@ -186,44 +187,56 @@ class Searching(RouterState):
 
     def unwrap_call_tool(self, key: int, message: dict[str, Any]) -> None:
         """A ``call_tool`` call of a searching client becomes the call it names, in place,
-        before anything looks at it. One whose arguments name no tool is left as it is (and
-        answered with its mistake)."""
+        before anything looks at it, and is marked so (``UNWRAPPED``): the name it carries
+        then means the catalog's tool of that name, never the proxy's two (a server tool
+        exposed as ``find_tools`` or ``call_tool`` is reached so). One whose arguments name
+        no tool is left as it is, and answered with its mistake."""
         params = message.get("params")
-        if type(params) is not dict or params.get("name") != CALL_TOOL:
+        if type(params) is not dict or params.get("name") != CALL_TOOL or UNWRAPPED in message:
             return
         client = self.clients.get(key)
         if client is None or not self._searching(client):
             return
-        for _ in range(MAX_UNWRAP):
-            inner = params.get("arguments")
-            if type(inner) is not dict or type(inner.get("name")) is not str:
-                break
-            params = {k: v for k, v in params.items() if k != "arguments"}  # _meta, task: kept
-            params["name"] = inner["name"]
-            if "arguments" in inner:
-                params["arguments"] = inner["arguments"]
-            if params["name"] != CALL_TOOL:
-                break
-        message["params"] = params
+        inner = params.get("arguments")
+        if type(inner) is not dict or type(inner.get("name")) is not str:
+            return
+        unwrapped = {k: v for k, v in params.items() if k != "arguments"}  # _meta, task: kept
+        unwrapped["name"] = inner["name"]
+        if "arguments" in inner:
+            unwrapped["arguments"] = inner["arguments"]
+        message["params"] = unwrapped
+        message[UNWRAPPED] = True
+
+    def answers_itself(self, key: int, message: dict[str, Any]) -> bool:
+        """Whether a request is one of search mode's own calls (``find_tools``, or a
+        ``call_tool`` that names no tool), which the proxy answers: it names no server tool."""
+        params = message.get("params")
+        client = self.clients.get(key)
+        return (
+            message.get("method") == "tools/call"
+            and UNWRAPPED not in message
+            and type(params) is dict
+            and params.get("name") in (FIND_TOOLS, CALL_TOOL)
+            and client is not None
+            and self._searching(client)
+        )
 
     def _search_call(self, client: ClientState, message: dict[str, Any]) -> list[Command] | None:
         """A searching client's call of ``find_tools``, or of a ``call_tool`` that names no
         tool: answered here. None for any other call (it goes its way)."""
-        params = message["params"]
-        name = params.get("name")
-        if name not in (FIND_TOOLS, CALL_TOOL) or not self._searching(client):
+        if not self.answers_itself(client.key, message):
             return None
+        params = message["params"]
         id = message["id"]
         arguments = params.get("arguments")
-        if name == CALL_TOOL:
-            inner = arguments.get("name") if type(arguments) is dict else None
-            if inner == CALL_TOOL:
-                return [_tool_error(id, client.key, f"call_tool: nested more than {MAX_UNWRAP} deep")]
+        if params.get("name") == CALL_TOOL:
             text = "call_tool needs a tool's name (a string) and its arguments (an object)"
             return [_tool_error(id, client.key, text)]
         arguments = arguments if type(arguments) is dict else {}
         query = arguments.get("query")
         limit = arguments.get("limit", DEFAULT_LIMIT)
+        if type(limit) is float and limit.is_integer():
+            limit = int(limit)  # 5.0 is an integer to JSON Schema
         if type(query) is not str or not query.strip():
             return [_tool_error(id, client.key, "find_tools needs a query: what you want to do, in a few words")]
         if type(limit) is not int or not 1 <= limit <= MAX_LIMIT:

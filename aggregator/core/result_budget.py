@@ -111,13 +111,13 @@ def note_and_link(
     return added
 
 
-def owner_of(client: ClientState, single_client: bool) -> Any:
+def owner_of(client: ClientState) -> Any:
     """Who may read what a client's calls left: its bearer token's principal; without one,
     its session (a stateless 2026-07-28 HTTP caller without a token has none: anyone
     without a token who holds the link)."""
     if client.principal is not None:
         return ("principal", client.principal)
-    if client.modern and not single_client:
+    if client.stateless:
         return ("anonymous",)
     return ("session", client.key)
 
@@ -135,7 +135,7 @@ class ResultBudgets(RouterState):
             return
         now = self.clock()
         rest, shown, total = cut_result(result, budget)
-        owner = owner_of(client, self.single_client)
+        owner = owner_of(client)
         ttl = discovery.keep_results_for
         token, kept = self.kept.keep(owner, rest, budget * BYTES_PER_TOKEN, now + ttl, now)
         added = note_and_link(RESULTS + token, kept, shown, total, ttl, client.protocol_version)
@@ -144,8 +144,9 @@ class ResultBudgets(RouterState):
     def _read_kept(self, client: ClientState, message: dict[str, Any], uri: str) -> list[Command]:
         """``resources/read`` of a kept rest: the page asked for, if it is this caller's."""
         token, _, query = uri[len(RESULTS) :].partition("?")
-        page = int(query[5:]) if query.startswith("page=") and query[5:].isdigit() else (1 if not query else 0)
-        kept = self.kept.get(owner_of(client, self.single_client), token, self.clock())
+        digits = query[5:] if query.startswith("page=") else ""
+        page = int(digits) if digits.isascii() and digits.isdigit() and len(digits) <= 9 else (0 if query else 1)
+        kept = self.kept.get(owner_of(client), token, self.clock())
         if kept is None or not 1 <= page <= len(kept.pages):
             raise RemoteProtocolError(
                 INVALID_PARAMS,

@@ -113,7 +113,7 @@ class Targets(RouterState):
         client = self.clients.get(key)
         params = message.get("params")
         method = message["method"]
-        if client is None or type(params) is not dict or method not in _DESCRIBED:
+        if client is None or type(params) is not dict or method not in _DESCRIBED or self.answers_itself(key, message):
             return None
         try:
             route = self.resolve_target(client, method, params)

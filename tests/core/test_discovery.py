@@ -79,7 +79,7 @@ def test_search_mode_lists_exactly_the_two_tools():
 def test_find_tools_returns_tools_as_listed_in_text_and_structured_content():
     router = build({"default": Discovery(mode="search")})
     connect(router, 1)
-    [(kind, to, answer)] = call(router, 1, FIND_TOOLS, {"query": "what time is it in Tokyo", "limit": 2})
+    [(kind, to, answer)] = call(router, 1, FIND_TOOLS, {"query": "the current time, please", "limit": 2})
     assert (kind, to) == ("ToClient", 1)
     found = answer["result"]["structuredContent"]["tools"]
     assert [tool["name"] for tool in found][0] == "time__get_current_time"
@@ -178,3 +178,32 @@ def test_per_profile_modes_and_policy_before_ranking():
 def test_meta_tools_are_valid_tool_definitions():
     for tool in META_TOOLS:
         assert tool["inputSchema"]["type"] == "object" and tool["description"]
+
+
+def test_a_server_tool_named_like_the_proxys_is_reached_through_call_tool():
+    servers = [ServerConfig(name="w", command="x", prefix="")]
+    router = new_router(
+        Catalog(servers, "__", 50), servers, clock=Clock(), discovery={"default": Discovery(mode="search")}
+    )
+    router.server_ready("w", {"protocolVersion": "2025-11-25", "capabilities": {"tools": {}}})
+    own = [{"name": FIND_TOOLS, "description": "the server's own"}, {"name": CALL_TOOL, "description": "also"}]
+    router.server_items("w", "tools", own)
+    router.startup_completed()
+    connect(router, 1)
+    [(_, _, found)] = call(router, 1, FIND_TOOLS, {"query": "own"})  # the proxy's find_tools
+    assert [t["description"] for t in found["result"]["structuredContent"]["tools"]][0] == "the server's own"
+    for name in (FIND_TOOLS, CALL_TOOL):
+        [(kind, server, sent)] = call(router, 1, CALL_TOOL, {"name": name, "arguments": {"x": 1}}, id=name)
+        assert (kind, server, sent["params"]["name"], sent["params"]["arguments"]) == ("ToServer", "w", name, {"x": 1})
+    # What plugins are told: the proxy's own calls name no server tool; an unwrapped one names it.
+    assert router.describe(1, {"id": 9, "method": "tools/call", "params": {"name": FIND_TOOLS}}) is None
+    message = {"id": 9, "method": "tools/call", "params": {"name": CALL_TOOL, "arguments": {"name": FIND_TOOLS}}}
+    router.unwrap_call_tool(1, message)
+    assert router.describe(1, message) == ("w", FIND_TOOLS, FIND_TOOLS)
+
+
+def test_a_limit_of_five_point_zero_is_five():
+    router = build({"default": Discovery(mode="search")})
+    connect(router, 1)
+    [(_, _, answer)] = call(router, 1, FIND_TOOLS, {"query": "time", "limit": 1.0})
+    assert len(answer["result"]["structuredContent"]["tools"]) == 1

@@ -14,7 +14,7 @@ from aggregator.core.settings import Discovery
 from aggregator.core.tokens import tokens_of
 from tests.core.helpers import Clock, connect, msg, new_router, unpack
 
-BUDGET = 300
+BUDGET = 500
 
 
 def build(budget: int = BUDGET, ttl: float = 60.0):
@@ -84,6 +84,9 @@ def test_only_the_caller_reads_the_rest_and_it_expires():
     assert other["error"]["code"] == -32602 and "Unknown resource" in other["error"]["message"]
     assert "result" in read(router, 1, uri)
     assert "error" in read(router, 1, uri + "?page=999")
+    for odd in ("?page=\u00b2", "?page=" + "9" * 5000, "?page=\u0663", "?page=-1", "?x=1"):
+        refused = read(router, 1, uri + odd)
+        assert refused["error"]["code"] == -32602, (odd, refused)
     clock.now += 31
     assert "Unknown resource" in read(router, 1, uri)["error"]["message"]
 
@@ -151,3 +154,17 @@ def test_pages_never_split_a_character():
     _, rest = kept.keep("a", "é" * 1001, 7, 100.0, 0.0)
     assert "".join(rest.pages) == "é" * 1001
     assert all(len(page.encode()) <= 7 for page in rest.pages)
+
+
+def test_keeping_is_linear_in_size_and_count():
+    import time
+
+    kept = KeptResults(max_bytes=1 << 20, per_owner=1 << 19)
+    started = time.perf_counter()
+    for i in range(20_000):
+        kept.keep("a", "x" * 800, 100, 1000.0 + i, 0.0)
+    token, big = kept.keep("a", "y" * (4 << 20), 500, 5000.0, 0.0)  # cut to the owner's share, the rest dropped
+    assert time.perf_counter() - started < 5.0  # (quadratic: minutes)
+    assert big.size == 1 << 19 and kept.bytes <= 1 << 20 and len(kept.items) == 1
+    kept.expire(6000.0)
+    assert not kept.items and kept.bytes == 0
