@@ -126,3 +126,31 @@ def test_auto_mode_lists_all_while_it_fits(setup, budget, lists_all):
         assert len(seen["tools"]) >= 50
     else:
         check_search(seen)
+
+
+def test_a_kept_result_belongs_to_its_bearer_token(setup):
+    """Over HTTP with tokens, the rest of a cut result is read by any session of the token
+    that made the call, and by no session (HTTP or WebSocket) of another token."""
+    from tests.e2e.conftest import TOKEN, events, initialize, post
+
+    tmp_path, body, bigfile = setup
+    config = config_for(tmp_path, body, "all")
+    config.write_text(config.read_text() + f'\n[http]\nauth_tokens = ["{TOKEN}", "{TOKEN}-other"]\n')
+    mine, other = {"authorization": f"Bearer {TOKEN}"}, {"authorization": f"Bearer {TOKEN}-other"}
+
+    def ask(port, headers, session, method, params):
+        request = {"jsonrpc": "2.0", "id": 5, "method": method, "params": params}
+        status, _, payload = post(port, request, {**headers, "mcp-session-id": session})
+        assert status == 200, payload
+        return [m for m in events(payload) if m.get("id") == 5][0]
+
+    with http_proxy(config) as (port, _):
+        first = initialize(port, mine)
+        called = ask(
+            port, mine, first, "tools/call", {"name": "filesystem__read_text_file", "arguments": {"path": str(bigfile)}}
+        )
+        uri = [item["uri"] for item in called["result"]["content"] if item["type"] == "resource_link"][0]
+        again = ask(port, mine, initialize(port, mine), "resources/read", {"uri": uri})
+        assert "line" in again["result"]["contents"][0]["text"]
+        refused = ask(port, other, initialize(port, other), "resources/read", {"uri": uri})
+        assert refused["error"]["code"] == -32602 and "Unknown resource" in refused["error"]["message"]
