@@ -109,11 +109,11 @@ def _print_tokens(collected: dict[str, Any], as_json: bool) -> int:
     for row in collected["profiles"]:
         everything, search = row["tools_list_tokens"], row["search_list_tokens"]
         saved = everything - search
-        share = f"{saved / everything:.0%}" if everything and saved > 0 else "none: this list is smaller"
+        saves = f"{saved:>8,} ({saved / everything:.0%})" if saved > 0 else "    none (it is the larger list)"
         auto = f"   (auto: all while <= {row['budget_tokens']:,})" if row["mode"] == "auto" else ""
         print(
             f"{row['profile']:<16} {row['mode']:<7} {row['lists']:<7} {row['tools']:>5} {everything:>9,} "
-            f"{search:>7,} {saved:>8,} ({share}){auto}"
+            f"{search:>7,} {saves}{auto}"
         )
     print(f"\ntokens of tools/list: {collected['estimate']}")
     return 0

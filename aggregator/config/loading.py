@@ -18,7 +18,7 @@ from aggregator.config.model import Config, HttpConfig, PluginConfig, ProfileCon
 from aggregator.config.paths import PATH_OPTION, beside
 from aggregator.config.ranges import check_ranges
 from aggregator.config.structuring import describe, structure_table, without_follow_ons
-from aggregator.config.validation import check_discovery, check_http, check_proxy, check_server, token_problems
+from aggregator.config.validation import check_http, check_proxy, check_server, token_problems
 from aggregator.core.naming import NAME_CHARS, validate_server_naming
 from aggregator.errors import ConfigError
 
@@ -74,10 +74,9 @@ def structure_config(
         problems.extend(plugin_check(plugins, directory))
     policy = tables.section("policy", RuleSet)
     profiles: dict[str, ProfileConfig] = tables.keyed("profiles", ProfileConfig, "profiles")
-    for name, profile in profiles.items():
+    for name in profiles:
         if name == "default" or not NAME_CHARS.fullmatch(name):
             problems.append(f'profiles.{name}: a profile name is made of A-Z a-z 0-9 _ . - and is not "default"')
-        problems.extend(check_discovery(profile.discovery, f"profiles.{name}.discovery"))
     proxy = tables.section("proxy", ProxyConfig)
     tables.checked("proxy", check_ranges(proxy, "proxy") + check_proxy(proxy))
     http = tables.section("http", HttpConfig)

@@ -15,6 +15,7 @@ import cattrs
 from cattrs.errors import ClassValidationError, ForbiddenExtraKeysError, IterableValidationError
 
 from aggregator.config.model import DiscoveryConfig, ItemOverride, KindPolicy, RuleSet, Transport
+from aggregator.config.validation import check_discovery
 
 
 def _structure_str(value: object, _: type) -> str:
@@ -121,9 +122,44 @@ def _make_converter() -> cattrs.Converter:
         lambda t: t == Literal["shared", "per-session"], _one_of("shared", "per-session")
     )
     # A nested table given as something else (`tools = 5`): said so, not as a Python error.
-    for cls in (ItemOverride, KindPolicy, RuleSet, DiscoveryConfig):  # each before those that hold it
+    converter.register_structure_hook(DiscoveryConfig, _discovery_of(converter))
+    for cls in (ItemOverride, KindPolicy, RuleSet):  # each before those that hold it
         converter.register_structure_hook(cls, _tables_only(converter.get_structure_hook(cls)))
     return converter
+
+
+def _discovery_of(converter: cattrs.Converter) -> Callable[[object, type], DiscoveryConfig]:
+    """A hook for a discovery table: every problem in it at once (unknown keys, types and
+    ranges), each with its key."""
+
+    def structure(value: object, _: type) -> DiscoveryConfig:
+        if not isinstance(value, dict):
+            raise TypeError(f"expected a table, got {describe(value)}")
+        problems: list[str] = []
+        given: dict[str, Any] = {}
+        for key, item in value.items():
+            if key not in _DISCOVERY_KEYS:
+                problems.append(f".{key}: unknown key")
+                continue
+            try:
+                given[key] = converter.structure(item, _DISCOVERY_KEYS[key])
+            except Exception as exc:  # noqa: BLE001 - every problem is reported
+                problems += _flatten(exc, f".{key}")
+        table = DiscoveryConfig(**given)
+        problems += check_discovery(table, "")
+        if problems:
+            raise _PathErrors(problems)
+        return table
+
+    return structure
+
+
+_DISCOVERY_KEYS: dict[str, type] = {
+    "mode": str,
+    "budget_tokens": int,
+    "max_result_tokens": int,
+    "keep_results_for": float,
+}
 
 
 def _tables_only(hook: Callable[[Any, type], Any]) -> Callable[[Any, type], Any]:

@@ -205,7 +205,7 @@ def check_proxy(proxy: ProxyConfig) -> list[str]:
             problems.append(f"proxy.roots[{index}]: expected a URI such as file:///home/me/project")
     if proxy.name_charset == "llm" and "." in proxy.separator:
         problems.append("proxy.separator: the llm name charset has no '.'")
-    return problems + check_discovery(proxy.discovery, "proxy.discovery")
+    return problems
 
 
 MIN_RESULT_TOKENS = 500
@@ -224,7 +224,7 @@ def check_discovery(discovery: DiscoveryConfig, path: str) -> list[str]:
     for key, valid in checks:
         value = getattr(discovery, key)
         problem = valid.problem(value) if value is not None else None
-        if problem is None and key == "max_result_tokens" and value is not None and 0 < value < MIN_RESULT_TOKENS:
+        if key == "max_result_tokens" and type(value) is int and (value < 0 or 0 < value < MIN_RESULT_TOKENS):
             problem = (
                 f"must be 0 (never cut) or at least {MIN_RESULT_TOKENS} (the note and link take ~120), got {value!r}"
             )

@@ -25,7 +25,7 @@ from aggregator.core.catalog import Route
 from aggregator.core.commands import Command, ToClient
 from aggregator.core.settings import Discovery
 from aggregator.core.state import ClientState, RouterState, answer
-from aggregator.core.tokens import tools_list_tokens
+from aggregator.core.tokens import tokens_of, tools_list_tokens
 from aggregator.core.tool_search import ToolIndex
 from aggregator.jsonrpc.codec import dumps
 from aggregator.mcp.constants import TOOLS
@@ -140,7 +140,8 @@ def lists_all(discovery: Discovery, catalog: Any) -> bool:
         return True
     if discovery.mode == "search":
         return False
-    return catalog_tokens(catalog) <= discovery.budget_tokens
+    # (never the search listing when it is the larger one)
+    return catalog_tokens(catalog) <= max(discovery.budget_tokens, SEARCH_LIST_TOKENS)
 
 
 def _tool_error(id: Any, key: int, text: str) -> ToClient:
@@ -179,11 +180,21 @@ class Searching(RouterState):
                 "search_list_tokens": SEARCH_LIST_TOKENS,
                 "budget_tokens": discovery.budget_tokens,
                 "max_result_tokens": discovery.max_result_tokens,
+                "keep_results_for": discovery.keep_results_for,
             }
         return report
 
     def _searching(self, client: ClientState) -> bool:
         return not lists_all(self.discovery_of(client.profile), client.catalog)
+
+    def _meta_on(self, client: ClientState, name: str) -> bool:
+        """Whether ``name`` (find_tools, call_tool) is the proxy's tool for this client: in
+        search mode; in auto mode also while it lists everything (a model that learnt them
+        still finds them), unless a tool of the catalog is exposed under that name."""
+        discovery = self.discovery_of(client.profile)
+        if discovery.mode == "all":
+            return False
+        return discovery.mode == "search" or self._searching(client) or client.catalog.tools.get(name) is None
 
     def unwrap_call_tool(self, key: int, message: dict[str, Any]) -> None:
         """A ``call_tool`` call of a searching client becomes the call it names, in place,
@@ -195,7 +206,7 @@ class Searching(RouterState):
         if type(params) is not dict or params.get("name") != CALL_TOOL or UNWRAPPED in message:
             return
         client = self.clients.get(key)
-        if client is None or not self._searching(client):
+        if client is None or not self._meta_on(client, CALL_TOOL):
             return
         inner = params.get("arguments")
         if type(inner) is not dict or type(inner.get("name")) is not str:
@@ -218,7 +229,7 @@ class Searching(RouterState):
             and type(params) is dict
             and params.get("name") in (FIND_TOOLS, CALL_TOOL)
             and client is not None
-            and self._searching(client)
+            and self._meta_on(client, params["name"])
         )
 
     def _search_call(self, client: ClientState, message: dict[str, Any]) -> list[Command] | None:
@@ -242,6 +253,9 @@ class Searching(RouterState):
         if type(limit) is not int or not 1 <= limit <= MAX_LIMIT:
             return [_tool_error(id, client.key, f"find_tools: limit must be an integer from 1 to {MAX_LIMIT}")]
         found = self.find_tools(client.catalog, query[:MAX_QUERY_CHARS], limit)
+        budget = self.discovery_of(client.profile).max_result_tokens
+        while budget and len(found) > 1 and tokens_of({TOOLS: found}) > budget:
+            found.pop()  # fewer whole tools rather than a cut list
         result = {TOOLS: found}
         content = [{"type": "text", "text": dumps(result).decode()}]
         return [answer(client.key, id, {"content": content, "structuredContent": result})]

@@ -84,8 +84,10 @@ def cut_result(result: dict[str, Any], budget: int) -> tuple[str, int, int]:
         head, tail = cut_utf8(text, room)
         room -= len(head.encode("utf-8", "surrogatepass"))
         shown_tokens += tokens_of(head)
-        if head:
-            shown.append(_with_text(item, head) if tail else item)
+        if not tail:
+            shown.append(item)  # whole (an empty one too)
+        elif head:
+            shown.append(_with_text(item, head))
         if tail:
             rest.append(tail)
     result["content"] = shown

@@ -96,3 +96,28 @@ def test_plugin_option_types_are_checked_from_the_annotations(tmp_path):
         "plugins[0].options.table: expected a table or nothing, got a list",
         "plugins[1].options.path: expected a string, got a number (3)",
     ]
+
+
+def test_every_problem_of_the_discovery_tables_at_once(tmp_path):
+    path = tmp_path / "a.toml"
+    path.write_text(
+        '[proxy.discovery]\nmode = "bogus"\nbudget_tokens = -1\n'
+        '[profiles.agent.discovery]\nmode = "everything"\nkeep_results_for = 0\nmax_result_tokens = 100\nextra = 1\n'
+        "[profiles.d.discovery]\nbudget_tokens = 1e400\nkeep_results_for = nan\nmax_result_tokens = -5\n"
+        '[servers.t]\ncommand = "srv"\n'
+    )
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    found = "\n".join(info.value.problems)
+    for expected in (
+        "proxy.discovery.mode: expected one of all, search, auto, got 'bogus'",
+        "proxy.discovery.budget_tokens: must be an integer (tokens) from 100 to 100000000, got -1",
+        "profiles.agent.discovery.extra: unknown key",
+        "profiles.agent.discovery.mode: expected one of all, search, auto, got 'everything'",
+        "profiles.agent.discovery.keep_results_for: must be a finite number of seconds from 1 to 86400",
+        "profiles.agent.discovery.max_result_tokens: must be 0 (never cut) or at least 500",
+        "profiles.d.discovery.budget_tokens: expected an integer",
+        "profiles.d.discovery.keep_results_for: must be a finite number",
+        "profiles.d.discovery.max_result_tokens: must be 0 (never cut) or at least 500",
+    ):
+        assert expected in found, (expected, found)

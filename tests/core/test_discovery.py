@@ -144,10 +144,35 @@ def test_auto_mode_lists_all_while_it_fits_then_searches():
     router = build({"default": Discovery(mode="auto", budget_tokens=size)})
     connect(router, 1)
     assert len(tool_names(router)) == 5
-    router.server_items("time", "tools", [*TOOLS["time"], {"name": "more", "description": "x" * 400}])
+    router.server_items("time", "tools", [*TOOLS["time"], {"name": "more", "description": "x" * 4000}])
     assert tool_names(router) == [FIND_TOOLS, CALL_TOOL]
     router.server_items("time", "tools", TOOLS["time"])
     assert len(tool_names(router)) == 5
+    # Listing everything, auto mode still answers its two tools (a model may have learnt them).
+    [(_, _, found)] = call(router, 1, FIND_TOOLS, {"query": "convert"}, id="f")
+    assert found["result"]["structuredContent"]["tools"][0]["name"] == "time__convert_time"
+    [(kind, server, _)] = call(router, 1, CALL_TOOL, {"name": "git__git_log"}, id="c")
+    assert (kind, server) == ("ToServer", "git")
+
+
+def test_auto_never_picks_the_larger_listing():
+    router = build({"default": Discovery(mode="auto", budget_tokens=100)})  # every tool: ~200 tokens
+    connect(router, 1)
+    assert len(tool_names(router)) == 5
+
+
+def test_find_tools_gives_fewer_whole_tools_within_the_result_budget():
+    big = [{"name": f"t{i}", "description": "time " * 400, "inputSchema": {"type": "object"}} for i in range(5)]
+    servers = [ServerConfig(name="s", command="x")]
+    discovery = {"default": Discovery(mode="search", max_result_tokens=1200)}
+    router = new_router(Catalog(servers, "__", 50), servers, clock=Clock(), discovery=discovery)
+    router.server_ready("s", {"protocolVersion": "2025-11-25", "capabilities": {"tools": {}}})
+    router.server_items("s", "tools", big)
+    router.startup_completed()
+    connect(router, 1)
+    [(_, _, found)] = call(router, 1, FIND_TOOLS, {"query": "time", "limit": 5})
+    tools = found["result"]["structuredContent"]["tools"]
+    assert 1 <= len(tools) < 5 and all(t["description"] == "time " * 400 for t in tools)
 
 
 def test_per_profile_modes_and_policy_before_ranking():

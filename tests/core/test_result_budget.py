@@ -168,3 +168,9 @@ def test_keeping_is_linear_in_size_and_count():
     assert big.size == 1 << 19 and kept.bytes <= 1 << 20 and len(kept.items) == 1
     kept.expire(6000.0)
     assert not kept.items and kept.bytes == 0
+
+
+def test_an_empty_text_before_the_cut_stays():
+    result = {"content": [{"type": "text", "text": ""}, {"type": "text", "text": words(2000)}]}
+    cut_result(result, BUDGET)
+    assert result["content"][0] == {"type": "text", "text": ""}
