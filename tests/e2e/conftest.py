@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.loopback import INIT, free_port, wait_listening
+from tests.real_servers import make_git_repo
 
 HERE = Path(__file__).parent
 ROOT = HERE.parents[1]
@@ -47,20 +48,7 @@ def filesystem_js() -> Path:
 
 @pytest.fixture
 def git_repo(tmp_path: Path) -> Path:
-    repo = tmp_path / "repo"
-    repo.mkdir()
-    env = {
-        **os.environ,
-        "GIT_AUTHOR_NAME": "t",
-        "GIT_AUTHOR_EMAIL": "t@example.invalid",
-        "GIT_COMMITTER_NAME": "t",
-        "GIT_COMMITTER_EMAIL": "t@example.invalid",
-    }
-    subprocess.run(["git", "init", "-q", "-b", "main", str(repo)], check=True, env=env)
-    (repo / "hello.txt").write_text("hello\n")
-    subprocess.run(["git", "-C", str(repo), "add", "hello.txt"], check=True, env=env)
-    subprocess.run(["git", "-C", str(repo), "commit", "-q", "-m", "first"], check=True, env=env)
-    return repo
+    return make_git_repo(tmp_path / "repo")
 
 
 def fake(name: str, *modes: str, **extra: str) -> str:
