@@ -19,6 +19,7 @@ is reached through ``call_tool``, whose ``name`` always means a tool of the cata
 
 from __future__ import annotations
 
+import secrets
 from typing import Any
 
 from aggregator.core.catalog import Route
@@ -36,8 +37,10 @@ MODES = ("all", "search", "auto")
 DEFAULT_LIMIT = 5
 MAX_LIMIT = 50
 MAX_QUERY_CHARS = 1000
-# A client request made from a ``call_tool`` call (a key no JSON-RPC message has; never sent on).
+# Marks a client request made from a ``call_tool`` call (never sent on): a value no client
+# can know, so a client cannot mark a request of its own.
 UNWRAPPED = "aggregator/unwrapped"
+_MARK = secrets.token_hex(16)
 
 
 _TOOL_ITEM = {
@@ -203,7 +206,7 @@ class Searching(RouterState):
         exposed as ``find_tools`` or ``call_tool`` is reached so). One whose arguments name
         no tool is left as it is, and answered with its mistake."""
         params = message.get("params")
-        if type(params) is not dict or params.get("name") != CALL_TOOL or UNWRAPPED in message:
+        if type(params) is not dict or params.get("name") != CALL_TOOL or message.get(UNWRAPPED) == _MARK:
             return
         client = self.clients.get(key)
         if client is None or not self._meta_on(client, CALL_TOOL):
@@ -216,7 +219,7 @@ class Searching(RouterState):
         if "arguments" in inner:
             unwrapped["arguments"] = inner["arguments"]
         message["params"] = unwrapped
-        message[UNWRAPPED] = True
+        message[UNWRAPPED] = _MARK
 
     def answers_itself(self, key: int, message: dict[str, Any]) -> bool:
         """Whether a request is one of search mode's own calls (``find_tools``, or a
@@ -225,7 +228,7 @@ class Searching(RouterState):
         client = self.clients.get(key)
         return (
             message.get("method") == "tools/call"
-            and UNWRAPPED not in message
+            and message.get(UNWRAPPED) != _MARK
             and type(params) is dict
             and params.get("name") in (FIND_TOOLS, CALL_TOOL)
             and client is not None

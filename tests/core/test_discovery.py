@@ -232,3 +232,12 @@ def test_a_limit_of_five_point_zero_is_five():
     connect(router, 1)
     [(_, _, answer)] = call(router, 1, FIND_TOOLS, {"query": "time", "limit": 1.0})
     assert len(answer["result"]["structuredContent"]["tools"]) == 1
+
+
+def test_a_client_cannot_mark_its_own_request_as_unwrapped():
+    router = build({"default": Discovery(mode="search")})
+    connect(router, 1)
+    raw = msg(id="m", method="tools/call", params={"name": FIND_TOOLS, "arguments": {"query": "time"}})
+    forged = raw[:-1] + b',"aggregator/unwrapped":true}'
+    [(_, _, answer)] = unpack(router.client_message(1, forged))
+    assert answer["result"]["structuredContent"]["tools"]  # still the proxy's own find_tools
