@@ -304,3 +304,32 @@ def test_a_new_session_uses_its_own_connection_while_the_listing_connection_rest
     router.server_down("a", "gone", 600.0)
     [(_, _, refused)] = request(router, 2, 10, "tools/call", name="a__time")
     assert refused["error"]["data"]["reason"] == "unavailable"
+
+
+def test_find_tools_searches_a_sessions_own_listing(clock):
+    """In search mode, a session with its own per-session connection finds its own tools
+    (gzip), and the other session does not."""
+    from aggregator.core.settings import Discovery
+
+    servers = [ServerConfig(name="a", command="x"), ServerConfig(name="p", command="x", isolation="per-session")]
+    router = new_router(
+        Catalog(servers, "__", 50), servers, clock=clock, discovery={"default": Discovery(mode="search")}
+    )
+    router.server_ready("a", CAPS)
+    router.server_items("a", "tools", [{"name": "time"}])
+    router.server_ready("p", CAPS)
+    for kind, items in SHARED_P.items():
+        router.server_items("p", kind, items)
+    router.startup_complete = True
+    connect(router, 1)
+    connect(router, 2)
+    assert names(router, 1) == ["find_tools", "call_tool"]
+
+    def found(session, query):
+        [(_, _, answer)] = request(router, session, 7, "tools/call", name="find_tools", arguments={"query": query})
+        return [tool["name"] for tool in answer["result"]["structuredContent"]["tools"]]
+
+    assert "p__gzip" not in found(1, "gzip")
+    own_connection(router, 1)
+    assert found(1, "gzip") == ["p__gzip"]
+    assert found(2, "gzip") == []
