@@ -65,6 +65,7 @@ def snapshot(hub: Hub) -> dict[str, Any]:
     """Everything the status page shows, as JSON-ready values."""
     now = time.monotonic()
     ready, readyz = readiness(hub)
+    context = hub.router.context_report()
     return {
         "version": __version__,
         "uptime": round(now - hub.started_at, 3),
@@ -74,7 +75,7 @@ def snapshot(hub: Hub) -> dict[str, Any]:
         "servers": _servers(hub, now),
         "sessions": _sessions(hub, now),
         "errors": hub.recent_errors.snapshot(),
-        "catalog": {profile: _catalog(hub, profile) for profile in ["default", *hub.config.profiles]},
+        "catalog": {profile: _catalog(hub, profile, context) for profile in ["default", *hub.config.profiles]},
     }
 
 
@@ -123,7 +124,7 @@ def _sessions(hub: Hub, now: float) -> list[dict[str, Any]]:
     return rows
 
 
-def _catalog(hub: Hub, profile: str) -> dict[str, Any]:
+def _catalog(hub: Hub, profile: str, context: dict[str, Any]) -> dict[str, Any]:
     """A profile's exposed items (name, server, original name) and its hidden ones, each
     with the rule that hid it."""
     from aggregator.cli.catalog import _collect as catalog_view  # here: the CLI imports the fronts
@@ -133,4 +134,4 @@ def _catalog(hub: Hub, profile: str) -> dict[str, Any]:
         kind: [{"name": row["name"], "server": row["server"], "original": row["original"]} for row in view[kind]]
         for kind in KINDS
     }
-    return {"exposed": exposed, "hidden": view["hidden"], "discovery": hub.router.context_report()[profile]}
+    return {"exposed": exposed, "hidden": view["hidden"], "discovery": context[profile]}

@@ -13,6 +13,7 @@ from aggregator.config.model import DiscoveryConfig, HttpConfig, ProxyConfig, Se
 from aggregator.config.ranges import Range, in_range, number_text
 from aggregator.core.naming import NAME_CHARS
 from aggregator.core.nesting import CHAIN_VARIABLE
+from aggregator.core.settings import MODES
 from aggregator.mcp.constants import SERVER_REQUEST_CAPABILITIES
 from aggregator.mcp.versions import ALL_VERSIONS, MODERN
 
@@ -219,8 +220,8 @@ def check_discovery(discovery: DiscoveryConfig, path: str) -> list[str]:
         ("keep_results_for", Range(1.0, 86_400.0, "seconds")),
     )
     problems = []
-    if discovery.mode is not None and discovery.mode not in ("all", "search", "auto"):
-        problems.append(f"{path}.mode: expected one of all, search, auto, got {discovery.mode!r}")
+    if discovery.mode is not None and discovery.mode not in MODES:
+        problems.append(f"{path}.mode: expected one of {', '.join(MODES)}, got {discovery.mode!r}")
     for key, valid in checks:
         value = getattr(discovery, key)
         problem = valid.problem(value) if value is not None else None

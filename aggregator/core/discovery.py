@@ -33,7 +33,6 @@ from aggregator.mcp.constants import TOOLS
 
 FIND_TOOLS = "find_tools"
 CALL_TOOL = "call_tool"
-MODES = ("all", "search", "auto")
 DEFAULT_LIMIT = 5
 MAX_LIMIT = 50
 MAX_QUERY_CHARS = 1000
@@ -101,6 +100,11 @@ SEARCH_LIST_TOKENS = tools_list_tokens(META_TOOLS)
 _ALL = Discovery()
 
 
+def _settings_of(table: dict[str, Discovery], profile: str) -> Discovery:
+    """A profile's settings in ``table``: its own, else the default profile's, else the built-in ones."""
+    return table.get(profile) or table.get("default") or _ALL
+
+
 class _Cache:
     """What one catalog's searches reuse until it changes: its size in tokens, its index."""
 
@@ -155,7 +159,7 @@ class Searching(RouterState):
     """The two search-mode tools, and the choice of mode per client."""
 
     def discovery_of(self, profile: str) -> Discovery:
-        return self.discovery.get(profile) or self.discovery.get("default") or _ALL
+        return _settings_of(self.discovery, profile)
 
     def discovery_renewed(self, discovery: dict[str, Discovery]) -> list[Command]:
         """New discovery settings (a reload): each profile whose clients now see another
@@ -164,7 +168,7 @@ class Searching(RouterState):
         old, self.discovery = self.discovery, dict(discovery)
         self.budgets_on = any(d.max_result_tokens for d in self.discovery.values())
         for profile, catalog in self.catalogs.items():
-            before = lists_all(old.get(profile) or old.get("default") or _ALL, catalog)
+            before = lists_all(_settings_of(old, profile), catalog)
             if lists_all(self.discovery_of(profile), catalog) != before:
                 out += self._announce([TOOLS], profile)
         return out

@@ -53,14 +53,14 @@ def _with_text(item: dict[str, Any], text: str) -> dict[str, Any]:
 
 
 def over_budget(result: dict[str, Any], budget: int) -> bool:
-    """Whether the text a model reads of ``result`` is over ``budget`` tokens (cheap when far under)."""
+    """Whether the text a model reads of ``result`` is over ``budget`` tokens. A character is
+    at most four UTF-8 bytes, one token: text of no more characters than the budget fits
+    without being encoded (the common case costs a ``len`` per item)."""
     content = result.get("content")
-    total = 0
-    for item in content if type(content) is list else ():
-        text = _text_of(item)
-        if text is not None:
-            total += tokens_of(text)
-    return total > budget
+    texts = [text for item in (content if type(content) is list else ()) if (text := _text_of(item)) is not None]
+    if sum(len(text) for text in texts) <= budget:
+        return False
+    return sum(tokens_of(text) for text in texts) > budget
 
 
 def cut_result(result: dict[str, Any], budget: int) -> tuple[str, int, int]:

@@ -15,13 +15,15 @@ import attrs
 
 from aggregator.core import defaults
 
+MODES = ("all", "search", "auto")  # discovery modes (``core.discovery``)
+
 
 @attrs.frozen(kw_only=True)
 class Discovery:
     """One profile's discovery settings (``core.discovery``; ``[proxy.discovery]`` and
     ``[profiles.NAME.discovery]``)."""
 
-    mode: str = "all"  # "all", "search" or "auto" (checked at load)
+    mode: str = "all"  # one of MODES (checked at load)
     budget_tokens: int = 8000
     max_result_tokens: int = 0  # 0: results are never cut (``core.result_budget``)
     keep_results_for: float = 600.0  # seconds the rest of a cut result stays readable

@@ -241,3 +241,15 @@ def test_a_client_cannot_mark_its_own_request_as_unwrapped():
     forged = raw[:-1] + b',"aggregator/unwrapped":true}'
     [(_, _, answer)] = unpack(router.client_message(1, forged))
     assert answer["result"]["structuredContent"]["tools"]  # still the proxy's own find_tools
+
+
+def test_only_the_first_words_of_a_query_count():
+    router = build({"default": Discovery(mode="search")})
+    connect(router, 1)
+    padding = " ".join(f"filler{i}" for i in range(32))
+    [(_, _, late)] = call(router, 1, FIND_TOOLS, {"query": f"{padding} timezone"}, id="a")
+    [(_, _, early)] = call(router, 1, FIND_TOOLS, {"query": f"timezone {padding}"}, id="b")
+    assert late["result"]["structuredContent"]["tools"] == []  # the 33rd word is not read
+    assert early["result"]["structuredContent"]["tools"]
+    [(_, _, long)] = call(router, 1, FIND_TOOLS, {"query": "x" * 1000 + " timezone"}, id="c")
+    assert long["result"]["structuredContent"]["tools"] == []  # past the first 1,000 characters

@@ -22,9 +22,9 @@ OWN_P = {
 CAPS = {"capabilities": {"tools": {"listChanged": True}, "prompts": {}, "resources": {"subscribe": True}}}
 
 
-def make_router(clock, debounce=0.0):
+def make_router(clock, debounce=0.0, **settings):
     servers = [ServerConfig(name="a", command="x"), ServerConfig(name="p", command="x", isolation="per-session")]
-    router = new_router(Catalog(servers, "__", 50), servers, clock=clock, list_changed_debounce=debounce)
+    router = new_router(Catalog(servers, "__", 50), servers, clock=clock, list_changed_debounce=debounce, **settings)
     router.server_ready("a", CAPS)
     router.server_items("a", "tools", [{"name": "time"}])
     router.server_ready("p", CAPS)
@@ -311,18 +311,7 @@ def test_find_tools_searches_a_sessions_own_listing(clock):
     (gzip), and the other session does not."""
     from aggregator.core.settings import Discovery
 
-    servers = [ServerConfig(name="a", command="x"), ServerConfig(name="p", command="x", isolation="per-session")]
-    router = new_router(
-        Catalog(servers, "__", 50), servers, clock=clock, discovery={"default": Discovery(mode="search")}
-    )
-    router.server_ready("a", CAPS)
-    router.server_items("a", "tools", [{"name": "time"}])
-    router.server_ready("p", CAPS)
-    for kind, items in SHARED_P.items():
-        router.server_items("p", kind, items)
-    router.startup_complete = True
-    connect(router, 1)
-    connect(router, 2)
+    router = make_router(clock, discovery={"default": Discovery(mode="search")})
     assert names(router, 1) == ["find_tools", "call_tool"]
 
     def found(session, query):

@@ -38,7 +38,7 @@ def setup(tmp_path: Path):
 def config_for(tmp_path: Path, body: str, mode: str, budget_tokens: int = 8000) -> Path:
     table = f'[proxy.discovery]\nmode = "{mode}"\nbudget_tokens = {budget_tokens}\nmax_result_tokens = {BUDGET}\n'
     path = write_config(tmp_path, body, startup_timeout=30.0)
-    path.write_text(path.read_text().replace("[proxy]\n", "[proxy]\n", 1) + "\n" + table)
+    path.write_text(path.read_text() + "\n" + table)
     return path
 
 
