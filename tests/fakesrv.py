@@ -34,6 +34,9 @@ Modes
 - param_headers a tool ``where`` (answers as ``echo``) whose schema mirrors arguments in
                 Streamable HTTP headers (``x-mcp-header``): ``region`` (string), ``count``
                 (integer), ``opts.deep`` (boolean, nested), and one on an array item (invalid).
+- decodes_uris  like many servers, percent-decode a URI before parsing it; list
+                ``secret://x`` and ``secret://t/{id}`` too, and read any ``secret:`` URI
+                (however it is spelt once decoded) as ``THE SECRET``.
 - linger        ignore the end of stdin: keep running for 60 s more (bounded, so that a
                 failed test leaves nothing behind for long).
 """
@@ -44,6 +47,7 @@ import json
 import os
 import sys
 from typing import Any
+from urllib.parse import unquote
 
 
 class FakeServer:
@@ -225,6 +229,8 @@ class FakeServer:
                 "serverInfo": {"name": "server", "version": "1.0"},
                 "instructions": "Fake server for tests.",
             }
+            if "decodes_uris" in self.modes:
+                result["capabilities"]["resources"] = {"subscribe": True}
             if self.bad_init == "serverInfo":
                 result["serverInfo"] = "fake server 1.0"
             elif self.bad_init == "capabilities":
@@ -249,12 +255,21 @@ class FakeServer:
             return ok({"tools": tools})
         if method == "prompts/list":
             return ok({"prompts": [{"name": "greet", "arguments": [{"name": "who"}]}]})
+        decodes = "decodes_uris" in self.modes
         if method == "resources/list":
-            return ok({"resources": [{"uri": "fake://doc/1", "name": "doc1", "mimeType": "text/plain"}]})
+            resources = [{"uri": "fake://doc/1", "name": "doc1", "mimeType": "text/plain"}]
+            return ok({"resources": resources + ([{"uri": "secret://x", "name": "secret"}] if decodes else [])})
         if method == "resources/templates/list":
-            return ok({"resourceTemplates": [{"uriTemplate": "fake://doc/{id}", "name": "doc"}]})
+            templates = [{"uriTemplate": "fake://doc/{id}", "name": "doc"}]
+            if decodes:
+                templates.append({"uriTemplate": "secret://t/{id}", "name": "secrets"})
+            return ok({"resourceTemplates": templates})
+        if decodes and method in ("resources/subscribe", "resources/unsubscribe"):
+            return ok({})
         if method == "resources/read":
             uri = params.get("uri")
+            if decodes and unquote(unquote(str(uri))).partition(":")[0].lower() == "secret":
+                return ok({"contents": [{"uri": uri, "text": "THE SECRET"}]})
             return ok({"contents": [{"uri": uri, "text": f"contents of {uri}"}]})
         if method == "prompts/get":
             who = (params.get("arguments") or {}).get("who", "world")

@@ -29,6 +29,7 @@ from aggregator.core.uris import (
     expose_uri,
     normalize_template,
     normalize_uri,
+    readings,
     split_uri,
     template_matches,
 )
@@ -385,9 +386,10 @@ class Catalog(CatalogLookups):
         """Whether this profile may read (or subscribe to) a server's URI (in normal form)."""
         if self.policy is None:
             return True
-        if (server, uri) in self._hidden_uris:
+        every = readings(uri)  # a hidden URI or template holds however the server reads it
+        if any((server, each) in self._hidden_uris for each in every):
             return False
         for owner, template in self._hidden_templates:
-            if owner == server and template_matches(template, uri):
+            if owner == server and any(template_matches(template, each) for each in every):
                 return False
         return self.policy.uri_reason(server, uri) is None

@@ -23,7 +23,14 @@ from fnmatch import translate
 from functools import lru_cache
 from typing import Any
 
-from aggregator.core.uris import InvalidUri, normalize_pattern, normalize_template, normalize_uri
+from aggregator.core.uris import (
+    InvalidUri,
+    decoded_readings,
+    normalize_pattern,
+    normalize_template,
+    normalize_uri,
+    readings,
+)
 from aggregator.mcp.constants import CONFIG_KIND, KEY_OF, KINDS, PROMPTS, RESOURCES, SERVER_REQUESTS, TEMPLATES, TOOLS
 
 
@@ -84,6 +91,8 @@ class ProfilePolicy:
     def hidden_reason(self, server: str, kind: str, key: str, item: dict[str, Any]) -> str | None:
         """Why an item is hidden from this profile, or None if it is visible. ``key`` is a
         name, or for resources and templates the server's URI or template in normal form."""
+        if kind == RESOURCES:
+            return self.uri_reason(server, key)
         glob = _GLOB_OF[kind]
         for label, rules in self._layers(server, kind):
             if rules.allow and _matches(key, rules.allow, glob) is None:
@@ -100,14 +109,22 @@ class ProfilePolicy:
         return None
 
     def uri_reason(self, server: str, uri: str) -> str | None:
-        """Why reading a URI no list names is refused (resource rules on the URI itself,
-        which the caller gives in normal form)."""
-        for label, rules in self._layers(server, "resources"):
-            if rules.allow and _matches(uri, rules.allow, _uri_glob) is None:
+        """Why a resource URI (given in normal form) is refused, or None. The rules fail
+        closed whichever way the server reads the URI (``aggregator.core.uris.readings``):
+        a deny glob refuses it if it matches any reading, an allow list admits it only if
+        the normal form and every decoding of it match."""
+        layers = self._layers(server, RESOURCES)
+        if not layers:
+            return None
+        decoded = decoded_readings(uri)
+        every = readings(uri)
+        for label, rules in layers:
+            if rules.allow and any(_matches(each, rules.allow, _uri_glob) is None for each in decoded):
                 return f"{label}.allow (matched by none of its patterns)"
-            denied = _matches(uri, rules.deny, _uri_glob)
-            if denied is not None:
-                return f"{label}.deny {denied!r}"
+            for each in every:
+                denied = _matches(each, rules.deny, _uri_glob)
+                if denied is not None:
+                    return f"{label}.deny {denied!r}"
         return None
 
     def override(self, server: str, kind: str, original: str) -> Any:

@@ -58,6 +58,18 @@ differently); no scheme; or a ``.``/``..`` segment hidden behind an encoded slas
 backslash (``..%2F..%2Fetc``), which a server that decodes before resolving would walk
 up through.
 
+Readings, for deny rules
+------------------------
+A server may read a URI in ways its normal form does not show: many percent-decode it
+before parsing (``secret:%2F%2Fx`` is then ``secret://x``), and a scheme-wide rule such as
+``secret://*`` means every URI of the scheme, with an authority or without
+(``secret:x``, ``secret:/x``). ``readings`` lists those ways: the normal form, each
+decoding of it (up to three rounds, every one normalised again), and for each of those
+the same path after ``scheme:``, ``scheme:/``, ``scheme://`` and ``scheme:///``. A deny
+rule refuses a URI when it matches *any* reading, and an allow rule admits one only when
+it matches the normal form and every decoding: the rules fail closed, whichever way the
+server reads.
+
 Cost: a URI that needs no change (the usual case) is recognised by a handful of
 C-level checks (``isascii``, ``isprintable``, ``in``) and returned as it is.
 """
@@ -115,6 +127,43 @@ def normalize_uri(uri: str) -> str:
     if ("%" in normal or "\\" in normal) and _hides_dot_segment(normal):
         raise InvalidUri("uri hides a '.' or '..' path segment behind an encoded '/' or a '\\'")
     return normal
+
+
+def readings(normal: str) -> tuple[str, ...]:
+    """The ways a server might read a URI in normal form (see "Readings" above): the normal
+    form first, then its decodings, then every spelling of the slashes after the scheme.
+    ``decoded_readings`` is the first two groups alone."""
+    found = decoded_readings(normal)
+    slashed: list[str] = []
+    for reading in found:
+        colon = reading.find(":")
+        if colon > 0 and not reading.startswith("//", colon + 1):
+            head, path = reading[: colon + 1], reading[colon + 1 :].lstrip("/")
+            slashed.extend(head + slashes + path for slashes in _SLASHES)
+    return tuple(dict.fromkeys((*found, *slashed))) if slashed else found
+
+
+def decoded_readings(normal: str) -> tuple[str, ...]:
+    """The normal form, then each round of percent-decoding it, normalised again."""
+    if "%" not in normal:
+        return (normal,)
+    found = [normal]
+    text = normal
+    for _ in range(_DECODE_ROUNDS):
+        decoded = unquote(text)
+        if decoded == text:
+            break
+        text = decoded
+        again = _normalize(decoded, dots=True)
+        found.append(decoded if again is None else again)
+        if "%" not in text:
+            break
+    return tuple(dict.fromkeys(found))
+
+
+# How many times a server might decode a URI it is given (a deny rule holds for each).
+_DECODE_ROUNDS = 3
+_SLASHES = ("", "/", "//", "///")
 
 
 def normalize_pattern(pattern: str) -> str:

@@ -298,6 +298,23 @@ DENIED = [
     "s+demo://host:/Secret.md",
     "s+vault://k:/1",
     "s+vault://@k/1",
+    # Other spellings of a denied scheme: without an authority, or with its slashes encoded
+    # (a server that percent-decodes before parsing reads secret://x), once or twice.
+    "s+secret:%2F%2Fx",
+    "S+secret:/%2Fx",
+    "s+secret:x",
+    "s+secret:/x",
+    "s+secret:///x",
+    "S+secret:%2F%2Ft/1",
+    "s+secret:%252F%252Fx",
+    "s+secret%3A%2F%2Fx",
+    "s+vault:%2F%2Fk/1",
+    "s+vault:k/1",
+    "s+demo:%2F%2Fhost/Secret.md",
+    "file:/home/me/private/key",
+    "file:home/me/private/key",
+    "file:%2F%2F%2Fhome/me/private/key",
+    "file:///home/me%2Fprivate%2Fkey",
 ]
 # Visible to the default profile: (what the client sends, what the server gets).
 ALLOWED = [
@@ -334,6 +351,8 @@ NARROW_DENIED = [
     "file:///home/me/public/%2e%2e/%2E%2E/x",
     "file:///home/me/publicity/x",
     "s+opened://a",
+    "s+opened:%2F%2Fa",
+    "file:///home/me/public%2F%2E%2E%2Fprivate/key",
 ]
 # completion/complete refs: (ref uri, the server's template) or refused.
 REFS_ALLOWED = [
@@ -351,6 +370,10 @@ REFS_DENIED = [
     "s+vault://k/{id} ",
     "s+vault://k/7",
     "file:///home/me/private/{x}",
+    "s+secret:%2F%2Ft/{id}",
+    "S+secret:%2F%2Ft/1",
+    "s+vault:k/{id}",
+    "s+vault:%2F%2Fk/7",
 ]
 
 

@@ -7,6 +7,7 @@ the allowed ones still work in any spelling."""
 
 from __future__ import annotations
 
+import json
 import sys
 
 import anyio
@@ -14,7 +15,10 @@ import pytest
 from mcp import ClientSession, MCPError, StdioServerParameters, stdio_client
 from mcp import types as t
 
-from tests.e2e.conftest import write_config
+from tests.e2e.conftest import RawProxy, fake, write_config
+from tests.fakesrv import FakeServer
+
+INFO = {"name": "test", "version": "1"}
 
 # The 2.x SDK warns that subscribe and logging are gone in the 2026 revision; they are the
 # 2025 features under test here.
@@ -144,3 +148,61 @@ def test_denied_spellings_are_refused_and_allowed_ones_work(tmp_path, everything
         assert not any("architecture" in line or "blob" in line for line in said), said
 
     anyio.run(main)
+
+
+# Spellings of a denied scheme that a server which percent-decodes before parsing (as many
+# do) reads as a URI of that scheme, and spellings without an authority.
+SCHEME_SPELLINGS = [
+    "S+secret:%2F%2Fx",
+    "S+secret:/%2Fx",
+    "S+secret:x",
+    "S+secret:%2F%2Ft/1",
+    "s+SECRET:%252F%252Fx",
+    "s+secret%3A%2F%2Fx",
+]
+
+
+def test_a_scheme_wide_deny_holds_against_a_server_that_decodes(tmp_path):
+    record = tmp_path / "received.jsonl"
+    config = write_config(
+        tmp_path,
+        fake("S", "decodes_uris", f"record:{record}") + '[servers.S.resources]\ndeny = ["secret://*"]\n',
+    )
+    # The server really does serve the secret for these spellings when asked directly.
+    server = FakeServer(["decodes_uris"])
+    for uri in SCHEME_SPELLINGS:
+        own = uri.partition("+")[2]
+        [line] = server.handle(
+            json.dumps({"jsonrpc": "2.0", "id": 1, "method": "resources/read", "params": {"uri": own}}).encode()
+        )
+        assert json.loads(line)["result"]["contents"][0]["text"] == "THE SECRET", own
+
+    proxy = RawProxy(config)
+    try:
+        proxy.request(0, "initialize", {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": INFO})
+        proxy.send(b'{"jsonrpc":"2.0","method":"notifications/initialized"}\n')
+        listed = proxy.request(1, "resources/list")["result"]["resources"]
+        assert [r["uri"] for r in listed] == ["S+fake://doc/1"]
+        next_id = 2
+        for uri in SCHEME_SPELLINGS:
+            for method, params in (
+                ("resources/read", {"uri": uri}),
+                ("resources/subscribe", {"uri": uri}),
+                (
+                    "completion/complete",
+                    {"ref": {"type": "ref/resource", "uri": uri}, "argument": {"name": "id", "value": ""}},
+                ),
+            ):
+                answer = proxy.request(next_id, method, params)
+                next_id += 1
+                assert answer["error"]["code"] == -32602, (method, uri, answer)
+                assert "THE SECRET" not in json.dumps(answer)
+        # An allowed read still reaches the server, after every refused one.
+        assert proxy.request(next_id, "resources/read", {"uri": "S+fake://doc/1"})["result"]["contents"]
+    finally:
+        code, log = proxy.close()
+    assert code == 0, log
+    received = [json.loads(line) for line in record.read_text().splitlines()]
+    uris = [str(m.get("params", {}).get("uri") or m.get("params", {}).get("ref", {}).get("uri")) for m in received]
+    assert not any("secret" in uri.lower() for uri in uris), uris
+    assert "fake://doc/1" in uris
