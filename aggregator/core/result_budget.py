@@ -30,6 +30,7 @@ from aggregator.core.tokens import BYTES_PER_TOKEN, tokens_of, tokens_of_bytes
 from aggregator.jsonrpc.errors import INVALID_PARAMS, RemoteProtocolError
 
 RESULTS = "aggregator://results/"
+RESULTS_SCHEME = "aggregator:"
 NOTE_TOKENS = 120  # what the note and the link take of the budget
 _LINKS_FROM = "2025-06-18"  # the first revision with resource_link content
 

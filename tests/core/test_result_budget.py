@@ -91,6 +91,23 @@ def test_only_the_caller_reads_the_rest_and_it_expires():
     assert "Unknown resource" in read(router, 1, uri)["error"]["message"]
 
 
+def test_the_owner_reads_the_rest_under_any_spelling_of_its_scheme_and_host():
+    router, _ = build()
+    connect(router, 1)
+    connect(router, 2)
+    uri = call_with_result(router, 1, {"content": [{"type": "text", "text": words(2000)}]})["result"]["content"][-1][
+        "uri"
+    ]
+    token = uri[len(RESULTS) :]
+    first = read(router, 1, uri)["result"]["contents"][0]["text"]
+    for spelling in ("AGGREGATOR://results/", "Aggregator://RESULTS/", "aggregator://Results/"):
+        assert read(router, 1, spelling + token)["result"]["contents"][0]["text"] == first, spelling
+        assert "Unknown resource" in read(router, 2, spelling + token)["error"]["message"]
+    # The token is a path: its case is its own, as in every URI.
+    assert "Unknown resource" in read(router, 1, RESULTS + token.swapcase())["error"]["message"]
+    assert read(router, 1, "AGGREGATOR://results/ x")["error"]["code"] == -32602
+
+
 def test_a_session_owned_rest_goes_with_its_session():
     router, _ = build()
     connect(router, 1)
