@@ -22,8 +22,8 @@ import trio
 
 from aggregator.containment import internal_error
 from aggregator.hub import Hub
-from aggregator.jsonrpc.errors import INVALID_REQUEST, error_response
 from aggregator.jsonrpc.framing import LineSplitter, OversizedLine
+from aggregator.jsonrpc.refusals import oversized
 from aggregator.transports.outbox import Outbox
 
 log = logging.getLogger(__name__)
@@ -128,12 +128,8 @@ async def _read_client(
         if not data:
             data, at_eof = b"\n", True  # ends an unterminated last line, if any
         for line in splitter.feed(data):
-            if isinstance(line, OversizedLine):
-                log.warning("client %d: refused a %d-byte message (limit %d)", key, line.size, limit)
-                outbox.put_message(
-                    error_response(None, INVALID_REQUEST, f"Invalid request: message larger than {limit} bytes")
-                )
-                outbox.flush()
+            if isinstance(line, OversizedLine):  # answered under its id when its first bytes show it
+                hub.dispatch(hub.router.client_refused(key, oversized(line.head, line.size, limit)))
                 continue
             try:
                 hub.dispatch(await hub.client_message(key, line))

@@ -49,6 +49,18 @@ def too_deep(exc: NestingTooDeep, raw: bytes) -> RemoteProtocolError:
     )
 
 
+def oversized(head: bytes, size: int, limit: int) -> RemoteProtocolError:
+    """A message over the size limit, of which only ``head`` (its first bytes) was kept:
+    answered under its id when the head shows it, as any other refused request."""
+    kind, id = salvage_envelope(head)
+    return RemoteProtocolError(
+        INVALID_REQUEST,
+        f"Invalid request: message of {size} bytes, larger than the limit of {limit}",
+        data={"source": "aggregator", "reason": "too_large", "max_bytes": limit},
+        **_who(kind, id),
+    )
+
+
 def _who(kind: int | None, id: Any) -> dict[str, Any]:
     """Whom a refusal answers: a request (or what cannot be told apart) by its id; never a
     notification; a response not at all (it names the refused answer's request instead)."""
@@ -86,6 +98,8 @@ def refusal(message: dict[str, Any], id: Any, method: Any) -> RemoteProtocolErro
     error.kind, envelope_id = envelope(message)
     if error.kind == RESPONSE:
         error.response_to = envelope_id
+    elif error.kind == NOTIFICATION:
+        error.answer = False  # a notification is never answered, however malformed
     return error
 
 

@@ -361,3 +361,36 @@ def test_a_last_line_without_its_newline_is_still_answered(tmp_path):
     done, answers = piped(config, [PRINTF_INITIALIZE, call(2, "slow__slow", {"seconds": 0.2})], last_newline=False)
     assert sorted(answers) == [1, 2], done.stdout.decode()[-2000:]
     assert "result" in answers[2], answers[2]
+
+
+def test_malformed_notifications_go_unanswered_and_oversized_requests_keep_their_id(tmp_path):
+    config = write_config(tmp_path, fake("a"), startup_timeout=10.0)
+    proxy = RawProxy(config, "--log-level", "info")
+    try:
+        init = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "raw", "version": "0"}}
+        assert proxy.request(1, "initialize", init)["result"]
+        proxy.send(b'{"jsonrpc":"2.0","method":"notifications/initialized"}\n')
+        # Malformed notifications: never answered (the next line out is the ping's answer).
+        for line in (
+            b'{"jsonrpc":"2.0","method":"notifications/cancelled","params":"x"}',
+            b'{"jsonrpc":"2.0","method":"notifications/progress","params":7}',
+            b'{"jsonrpc":"2.0","method":"notifications/cancelled","params":[1]}',
+            b'{"jsonrpc":"1.0","method":"notifications/initialized"}',
+        ):
+            proxy.send(line + b"\n")
+        assert proxy.request(2, "ping") == {"jsonrpc": "2.0", "id": 2, "result": {}}
+        # A request over the 16 MiB line limit whose id comes first: answered with that id.
+        head = b'{"jsonrpc":"2.0","id":"big","method":"tools/call","params":{"name":"a__echo","arguments":{"x":"'
+        proxy.send(head + b"a" * (20 << 20) + b'"}}}\n')
+        answer = proxy.receive()
+        assert answer["id"] == "big" and answer["error"]["code"] == -32600, answer
+        assert answer["error"]["data"]["reason"] == "too_large"
+        assert "20971" in answer["error"]["message"] and "16777216" in answer["error"]["message"]
+        # One whose id cannot be seen in its first bytes: id null, as JSON-RPC says.
+        proxy.send(b'{"jsonrpc":"2.0","method":"tools/call","params":{"x":"' + b"a" * (17 << 20) + b'"},"id":5}\n')
+        assert proxy.receive()["id"] is None
+        assert proxy.request(3, "ping") == {"jsonrpc": "2.0", "id": 3, "result": {}}
+    finally:
+        code, log = proxy.close()
+    assert code == 0, log
+    assert "Traceback" not in log
