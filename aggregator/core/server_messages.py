@@ -26,7 +26,7 @@ from aggregator.core.upstream_lifecycle import CONTROL_ID_PREFIX
 from aggregator.core.uris import expose_uri, rewrite_content_uris
 from aggregator.jsonrpc.codec import decode_message
 from aggregator.jsonrpc.errors import RemoteProtocolError, error_response
-from aggregator.jsonrpc.kinds import ERROR, NOTIFICATION, RESPONSE
+from aggregator.jsonrpc.kinds import ERROR, NOTIFICATION, REQUEST, RESPONSE
 from aggregator.mcp.constants import LIST_CHANGED, PROMPTS, RESOURCES, TEMPLATES, TOOLS
 from aggregator.mcp.modern import (
     ACKNOWLEDGED,
@@ -61,7 +61,7 @@ class ServerMessages(RouterState):
         try:
             kind, message = decode_message(raw, self.max_json_depth)
         except RemoteProtocolError as exc:
-            return self._server_refused(link, exc)
+            return self._server_refused(link, exc, related)
         if kind == RESPONSE or kind == ERROR:
             id = message["id"]
             pending = link.pending.get(id) if type(id) is int else None
@@ -133,13 +133,13 @@ class ServerMessages(RouterState):
             return [ToClient(pending.session, message), DropUpstream(link.name, why)]
         return [ToClient(pending.session, message)]
 
-    def _server_refused(self, link: UpstreamLink, exc: RemoteProtocolError) -> list[Command]:
+    def _server_refused(self, link: UpstreamLink, exc: RemoteProtocolError, related: int | None) -> list[Command]:
         """A server's message could not be accepted (too deep, unreadable, malformed). An
         answer whose id is readable fails the request it answers, at once and with the
-        reason, instead of leaving it to time out; the server stays up. A request is
-        answered with the error; anything else is dropped. All of it is logged."""
-        server = link.name
-        id = exc.response_to
+        reason; so does anything but an answerable request on a request's own stream
+        (``related``: two JSON texts in one body). Requests get the error; all is logged."""
+        server, answerable = link.name, exc.kind == REQUEST and exc.id is not None and exc.answer
+        id = exc.response_to if exc.response_to is not None or answerable else related
         if id is not None:
             pending = link.pending.get(id) if type(id) is int else None
             own = link.own.peek(id)

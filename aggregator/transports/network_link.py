@@ -25,6 +25,7 @@ from aggregator.jsonrpc.codec import dumps, loads, nameless_refusal
 from aggregator.jsonrpc.framing import LineSplitter, OversizedLine
 from aggregator.transports.masking import SecretMask, shown_url
 from aggregator.transports.pipe import PipeEnd
+from aggregator.transports.resumption import is_answer
 from aggregator.transports.stdio import STREAM_TAG
 
 log = logging.getLogger(__name__)
@@ -176,6 +177,17 @@ class NetworkLink:
             await self.pipe.send_all(line)
         except trio.BrokenResourceError:
             self.end("the session closed")
+
+    async def deliver_body(self, body: bytes, answers: dict[str, Any] | None, *, delivered: bool = False) -> None:
+        """Pass on (unless ``delivered``) a POST's ``application/json`` body, which is the
+        whole of what answers the request it carried: a body that holds a message of the
+        server's own and no answer (a notification alone) fails that request at once,
+        rather than leaving it to its timeout. (What cannot be read fails it in the router.)"""
+        if not delivered:
+            await self.deliver(body, answers)
+        if answers is not None and not is_answer(body.decode("utf-8", "replace")):
+            problem = "its JSON body held a message of its own and no answer"
+            await self.deliver(self.refused_answer(answers, problem, {"reason": "malformed"}), answers)
 
     def refused_answer(self, request: dict[str, Any], problem: str, data: Any) -> bytes:
         method = request.get("method")

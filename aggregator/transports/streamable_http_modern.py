@@ -57,7 +57,7 @@ async def read_modern(conn: _Connection, response: Any, request: Any) -> None:
             await conn.link.deliver(dumps({"jsonrpc": "2.0", "id": request["id"], "error": error}), request)
         return
     if kind != "text/event-stream":
-        await _deliver(conn, await response.aread(), request)
+        await _deliver(conn, await response.aread(), request, body=True)
         return
     parser = SseParser(conn.limit)
     answered = False
@@ -76,9 +76,9 @@ async def read_modern(conn: _Connection, response: Any, request: Any) -> None:
         await conn.unresumable(request, "it closed the response stream before the answer")
 
 
-async def _deliver(conn: _Connection, data: bytes | str, request: dict[str, Any]) -> None:
-    """Deliver one message of a modern POST; a ``tools/list`` page's annotations are
-    learnt on the way (and its invalid tools dropped)."""
+async def _deliver(conn: _Connection, data: bytes | str, request: dict[str, Any], *, body: bool = False) -> None:
+    """Deliver one message of a modern POST (``body``: its whole JSON body); a
+    ``tools/list`` page's annotations are learnt on the way (and its invalid tools dropped)."""
     if request.get("method") == "tools/list" and (
         "x-mcp-header" in data if type(data) is str else b"x-mcp-header" in data
     ):
@@ -89,7 +89,10 @@ async def _deliver(conn: _Connection, data: bytes | str, request: dict[str, Any]
         result = message.get("result") if type(message) is dict else None
         if type(result) is dict and conn.tools.listed(result):
             data = dumps(message)
-    await conn.link.deliver(data, request)
+    if body:
+        await conn.link.deliver_body(data.encode() if isinstance(data, str) else data, request)
+    else:
+        await conn.link.deliver(data, request)
 
 
 def _error_of(body: bytes) -> dict[str, Any] | None:

@@ -132,9 +132,8 @@ class _StreamableHttp:
         if self.modern and answers is None and type(message) is dict and message.get("method") == CANCELLED:
             return  # closing the request's stream (``stop_reading``) is its cancellation
         key = answers["id"] if answers is not None and type(answers["id"]) in (int, str) else None
-        # Never longer than the request may last: a server that holds a stream open after
-        # the request ended (cancelled, timed out) would otherwise hold a slot for ever.
-        # (A modern listen lasts as long as the connection: the router cancels it.)
+        # Never longer than the request may last: a server that holds a stream open after the request
+        # ended would otherwise hold a slot for ever (a modern listen lasts as long as the connection).
         lasts = math.inf if answers is not None and answers["method"] == LISTEN else self.config.max_request_timeout
         this = Reading(trio.CancelScope(deadline=trio.current_time() + lasts))
         with this.scope:
@@ -203,8 +202,9 @@ class _StreamableHttp:
         if is_initialize:
             self.session = response.headers.get("mcp-session-id")
         kind = response.headers.get("content-type", "").split(";")[0].strip().lower()
-        if kind != "text/event-stream":
-            await self.note_and_deliver(await response.aread(), is_initialize, answers)
+        if kind != "text/event-stream":  # the whole answer (``deliver_body``)
+            await self.note_and_deliver(body := await response.aread(), is_initialize, answers)
+            await self.link.deliver_body(body, answers, delivered=True)
             return None
         parser = SseParser(self.limit)
         try:

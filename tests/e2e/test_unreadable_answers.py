@@ -123,10 +123,10 @@ def test_a_stdio_server_answer_past_every_parser_fails_its_call_at_once(tmp_path
     assert log.count("server a: refused its answer to tools/call") == 3
 
 
-def call_hostile(tmp_path, tool: str, **proxy_settings) -> tuple[dict, float, str]:
+def call_hostile(tmp_path, tool: str, *, modern: bool = False, **proxy_settings) -> tuple[dict, float, str]:
     """Call one tool of a ``Hostile`` server through the proxy over stdio; then check that
     the server still answers and the proxy exits cleanly. The answer, its time, the log."""
-    hostile = Hostile()
+    hostile = Hostile(modern=modern)
     config = write_config(
         tmp_path,
         f"""
@@ -166,6 +166,15 @@ request_timeout = {REQUEST_TIMEOUT}
 def test_an_http_server_answer_no_parser_reads_fails_its_call_at_once(tmp_path, tool, reason):
     answer, took, log = call_hostile(tmp_path, tool)
     check_failed_at_once(answer, took, 2, reason, "e")
+    assert "server e: refused its answer to tools/call" in log
+
+
+@pytest.mark.parametrize("modern", [False, True], ids=["legacy", "modern"])
+@pytest.mark.parametrize("tool", ["two_answers", "note_then_answer", "note_only", "bad_note_sse"])
+def test_an_http_server_body_that_is_not_one_answer_fails_its_call_at_once(tmp_path, tool, modern):
+    answer, took, log = call_hostile(tmp_path, tool, modern=modern)
+    check_failed_at_once(answer, took, 2, "malformed", "e")
+    assert ("protocol 2026-07-28; modern" in log) is modern, log
     assert "server e: refused its answer to tools/call" in log
 
 

@@ -34,6 +34,25 @@ class Hostile:
             b'event: message\ndata: {"jsonrpc":"2.0","id":%,"result":{"x":' + b"[" * 100_000 + b"\n\n",
         ),
         "garbage_sse": ("text/event-stream", b"event: message\ndata: {\xff\xfe not json\n\n"),
+        # Content after the answer, or before it, in one JSON body: two JSON texts.
+        "two_answers": (
+            "application/json",
+            b'{"jsonrpc":"2.0","id":%,"result":{}}{"jsonrpc":"2.0","id":%,"result":{}}',
+        ),
+        "note_then_answer": (
+            "application/json",
+            b'{"jsonrpc":"2.0","method":"notifications/message","params":{"level":"info","data":"x"}}'
+            b'{"jsonrpc":"2.0","id":%,"result":{"content":[]}}',
+        ),
+        # A notification alone, and an unreadable one alone on the request's event stream.
+        "note_only": (
+            "application/json",
+            b'{"jsonrpc":"2.0","method":"notifications/message","params":{"level":"info","data":"x"}}',
+        ),
+        "bad_note_sse": (
+            "text/event-stream",
+            b'event: message\ndata: {"jsonrpc":"2.0","method":"notifications/message","params":{"data":NaN}}\n\n',
+        ),
         # The server could not read what it was sent, and says so without an id.
         "null_id": ("application/json", b'{"jsonrpc":"2.0","id":null,"error":{"code":-32700,"message":"Parse error"}}'),
         # More than the max_message_bytes of the test that calls it (64 KiB).
@@ -44,7 +63,9 @@ class Hostile:
         ),
     }
 
-    def __init__(self) -> None:
+    def __init__(self, *, modern: bool = False) -> None:
+        """``modern``: answer ``server/discover`` as a 2026-07-28 server does (else as a
+        legacy server that does not know it, with a result of no DiscoverResult's shape)."""
         answers = self.ANSWERS
 
         class Handler(BaseHTTPRequestHandler):
@@ -72,7 +93,9 @@ class Hostile:
                 if "id" not in message:
                     return self.reply(202)
                 id, method = message["id"], message.get("method")
-                if method == "initialize":
+                if method == "server/discover" and modern:
+                    result = {"supportedVersions": ["2026-07-28"], "capabilities": {"tools": {}}}
+                elif method == "initialize":
                     result = {
                         "protocolVersion": message["params"]["protocolVersion"],
                         "capabilities": {"tools": {}},
