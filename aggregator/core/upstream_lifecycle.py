@@ -146,9 +146,7 @@ class UpstreamLifecycle:
             "protocolVersion": self.protocol if self.protocol in SUPPORTED else LATEST,
             "capabilities": self._offered,
             "clientInfo": {"name": "aggregator", "version": __version__},
-            # An aggregator that finds its own instance here is asked by itself: it refuses at once.
-            "_meta": {INSTANCE_KEY: self.instance},
-        }
+        }  # and no _meta: a dual-era server takes a session-less POST with _meta for a modern one
         return Send(self.requests.open(INITIALIZE, params, None, now + self.init_timeout))
 
     def answer(self, message: dict[str, Any], now: float) -> list[Outcome]:

@@ -47,14 +47,7 @@ async def read_modern(conn: _Connection, response: Any, request: Any) -> None:
     status = response.status_code
     kind = response.headers.get("content-type", "").split(";")[0].strip().lower()
     if status != 200:
-        body = (await response.aread())[: conn.limit]
-        error = _error_of(body) if 400 <= status < 500 else None
-        if error is None:
-            text = body[:300].decode("utf-8", "replace")
-            log.info("server %s: HTTP %d for a modern POST: %s", conn.config.name, status, conn.link.mask(text))
-            await conn.answer_failed(request, f"HTTP {status}")
-        else:
-            await conn.link.deliver(dumps({"jsonrpc": "2.0", "id": request["id"], "error": error}), request)
+        await answer_refusal(conn, response, request)
         return
     if kind != "text/event-stream":
         await _deliver(conn, await response.aread(), request, body=True)
@@ -74,6 +67,23 @@ async def read_modern(conn: _Connection, response: Any, request: Any) -> None:
         return
     if not answered:
         await conn.unresumable(request, "it closed the response stream before the answer")
+
+
+async def answer_refusal(conn: _Connection, response: Any, request: Any) -> str | None:
+    """A POST answered with an HTTP error: a 4xx with a JSON-RPC error in its body is the
+    answer to the request it carried (``request``, if it is one: a refused ``initialize``
+    is then named by the server's own words); else the request fails with "unavailable".
+    What failed it, or None when the server's error answered it."""
+    status = response.status_code
+    body = (await response.aread())[: conn.limit]
+    error = _error_of(body) if 400 <= status < 500 and type(request) is dict and "id" in request else None
+    if error is not None:
+        await conn.link.deliver(dumps({"jsonrpc": "2.0", "id": request["id"], "error": error}), request)
+        return None
+    text = body[:300].decode("utf-8", "replace")
+    log.warning("server %s: HTTP %d for a POST: %s", conn.config.name, status, conn.link.mask(text))
+    await conn.answer_failed(request, f"HTTP {status}")
+    return f"HTTP {status}"
 
 
 async def _deliver(conn: _Connection, data: bytes | str, request: dict[str, Any], *, body: bool = False) -> None:

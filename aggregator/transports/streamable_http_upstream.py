@@ -44,7 +44,7 @@ from aggregator.transports.resumption import (
 )
 from aggregator.transports.sse import SseParser
 from aggregator.transports.stdio import Channel
-from aggregator.transports.streamable_http_modern import read_modern
+from aggregator.transports.streamable_http_modern import answer_refusal, read_modern
 
 log = logging.getLogger(__name__)
 _CANCELLED_BYTES = f'"{CANCELLED}"'.encode()  # as the router writes it (no spaces)
@@ -192,12 +192,10 @@ class _StreamableHttp:
             return None
         if status == 202:
             return None
-        if status != 200:
-            body = (await response.aread())[:300].decode("utf-8", "replace")
-            log.warning("server %s: HTTP %d for a POST: %s", self.config.name, status, self.link.mask(body))
-            await self.answer_failed(message, f"HTTP {status}")
-            if is_initialize:
-                self.link.end(f"initialize was refused with HTTP {status}")
+        if status != 200:  # a JSON-RPC error in a 4xx answers the request (a refused initialize too)
+            said = await answer_refusal(self, response, answers)
+            if is_initialize and said is not None:
+                self.link.end(f"initialize was refused with {said}")
             return None
         if is_initialize:
             self.session = response.headers.get("mcp-session-id")

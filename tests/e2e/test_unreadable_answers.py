@@ -8,6 +8,8 @@ serves on."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import time
 
 import pytest
@@ -188,3 +190,54 @@ def test_an_http_server_error_without_an_id_answers_the_request_its_post_carried
 def test_an_http_server_answer_over_the_size_limit_fails_its_call_at_once(tmp_path, tool):
     answer, took, _ = call_hostile(tmp_path, tool, max_message_bytes=65536)
     check_failed_at_once(answer, took, 2, "too_large", "e")
+
+
+def test_a_pinned_legacy_handshake_carries_nothing_private(tmp_path):
+    """A dual-era server takes a session-less POST with ``_meta`` for a 2026-07-28 request and
+    refuses it when it is not one: the proxy's legacy initialize must look like one."""
+    hostile = Hostile(dual=True)
+    config = write_config(
+        tmp_path,
+        f'[servers.e]\nurl = "http://127.0.0.1:{hostile.port}/mcp"\nprotocol = "2025-11-25"\n',
+        startup_timeout=10.0,
+    )
+    proxy = RawProxy(config)
+    try:
+        assert "result" in proxy.request(1, "initialize", INIT)
+        proxy.send(b'{"jsonrpc":"2.0","method":"notifications/initialized"}\n')
+        answer = proxy.request(2, "tools/call", {"name": "e__ok", "arguments": {}})
+        assert answer["result"]["content"][0]["text"] == "ok", answer
+    finally:
+        code, log = proxy.close()
+        hostile.close()
+    assert code == 0 and "Traceback" not in log, log
+    assert "server e: initialized (hostile 1, protocol 2025-11-25" in log, log
+    assert "refused" not in log and "-32020" not in log, log
+
+
+def test_a_refused_initialize_is_named_in_the_log_and_by_check(tmp_path):
+    hostile = Hostile(refuse_initialize=True)
+    config = write_config(
+        tmp_path,
+        f'[servers.e]\nurl = "http://127.0.0.1:{hostile.port}/mcp"\nprotocol = "2025-11-25"\n' + fake("a"),
+        startup_timeout=10.0,
+    )
+    said = "initialize failed: Bad Request: no MCP-Protocol-Version header for a modern request (code -32020)"
+    try:
+        proxy = RawProxy(config)
+        try:
+            assert "result" in proxy.request(1, "initialize", INIT)
+        finally:
+            code, log = proxy.close()
+        assert code == 0 and "Traceback" not in log, log
+        assert said in log, log
+        check = subprocess.run(
+            [sys.executable, "-m", "aggregator", "check", "--config", str(config)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    finally:
+        hostile.close()
+    assert said in check.stdout + check.stderr, check.stdout + check.stderr
+    assert "Traceback" not in check.stderr

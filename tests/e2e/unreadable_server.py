@@ -63,9 +63,12 @@ class Hostile:
         ),
     }
 
-    def __init__(self, *, modern: bool = False) -> None:
+    def __init__(self, *, modern: bool = False, dual: bool = False, refuse_initialize: bool = False) -> None:
         """``modern``: answer ``server/discover`` as a 2026-07-28 server does (else as a
-        legacy server that does not know it, with a result of no DiscoverResult's shape)."""
+        legacy server that does not know it, with a result of no DiscoverResult's shape).
+        ``dual``: as a dual-era server that takes a session-less POST carrying ``_meta`` for
+        a modern request, refuse it (400, -32020) when it is not one. ``refuse_initialize``:
+        refuse every ``initialize`` that way."""
         answers = self.ANSWERS
 
         class Handler(BaseHTTPRequestHandler):
@@ -93,6 +96,19 @@ class Hostile:
                 if "id" not in message:
                     return self.reply(202)
                 id, method = message["id"], message.get("method")
+                carries_meta = "_meta" in (message.get("params") or {}) and "mcp-session-id" not in self.headers
+                if (
+                    dual
+                    and carries_meta
+                    and method != "server/discover"
+                    or refuse_initialize
+                    and method == "initialize"
+                ):
+                    error = {
+                        "code": -32020,
+                        "message": "Bad Request: no MCP-Protocol-Version header for a modern request",
+                    }
+                    return self.reply(400, json.dumps({"jsonrpc": "2.0", "id": id, "error": error}).encode())
                 if method == "server/discover" and modern:
                     result = {"supportedVersions": ["2026-07-28"], "capabilities": {"tools": {}}}
                 elif method == "initialize":
