@@ -6,6 +6,7 @@ from typing import Any
 
 from aggregator import __version__
 from aggregator.core.commands import Command, StartUpstream, ToClient, ToServer
+from aggregator.core.log_levels import DEFAULT as DEFAULT_LEVEL
 from aggregator.core.state import (
     PROGRESS_TOKEN_PREFIX,
     ClientState,
@@ -112,7 +113,8 @@ class Forwarding(RouterState):
                 envelope.get(LOG_LEVEL),
             )
         else:
-            capabilities, info, level = client.capabilities, client.client_info, client.log_level
+            # A legacy session that set no level gets the default, from servers of either era.
+            capabilities, info, level = client.capabilities, client.client_info, client.log_level or DEFAULT_LEVEL
         allowed = self.server_requests
         stamped = dict(meta)
         stamped[PROTOCOL_VERSION] = link.protocol_version or MODERN_LATEST

@@ -97,8 +97,8 @@ class Handshake(RouterState):
             capabilities["resources"]["subscribe"] = True
         if any("completions" in link.capabilities for link in ready):
             capabilities["completions"] = {}
-        if any("logging" in link.capabilities for link in ready):
-            capabilities["logging"] = {}
+        # Always: every server's log lines are forwarded, declared or not (``core.log_levels``).
+        capabilities["logging"] = {}
         if modern:
             if any(link.modern and declares_tasks(link.capabilities) for link in ready):
                 capabilities["extensions"] = {TASKS_EXTENSION: {}}

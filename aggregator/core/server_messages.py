@@ -311,11 +311,7 @@ class ServerMessages(RouterState):
         recipients = [
             c
             for c in recipients
-            if (
-                self._modern_log_wanted(c, owner.related, level)
-                if c.modern
-                else "logging" in c.advertised and passes(level, c.log_level)
-            )
+            if (self._modern_log_wanted(c, owner.related, level) if c.modern else passes(level, c.log_level))
         ]
         if not recipients:
             return []

@@ -10,14 +10,19 @@ from aggregator.config import ServerConfig
 from aggregator.core.catalog import Catalog
 from tests.core.helpers import Clock, connect, make_router, msg, new_router, unpack
 
-# (capabilities of server a, of server b) -> what clients are told
+# (capabilities of server a, of server b) -> what clients are told (always logging: every
+# server's log lines are forwarded, whether it declared logging or not)
 MERGED = [
-    ({}, {}, {}),
-    ({"tools": {}}, {}, {"tools": {"listChanged": True}}),
-    ({"resources": {}}, {"resources": {"subscribe": True}}, {"resources": {"listChanged": True, "subscribe": True}}),
+    ({}, {}, {"logging": {}}),
+    ({"tools": {}}, {}, {"tools": {"listChanged": True}, "logging": {}}),
+    (
+        {"resources": {}},
+        {"resources": {"subscribe": True}},
+        {"resources": {"listChanged": True, "subscribe": True}, "logging": {}},
+    ),
     ({"logging": {}}, {"completions": {}}, {"logging": {}, "completions": {}}),
-    ({"tasks": {"list": {}}}, {"tasks": {"cancel": {}}}, {"tasks": {"list": {}, "cancel": {}}}),
-    ({"prompts": {"listChanged": False}}, {"experimental": {}}, {"prompts": {"listChanged": True}}),
+    ({"tasks": {"list": {}}}, {"tasks": {"cancel": {}}}, {"tasks": {"list": {}, "cancel": {}}, "logging": {}}),
+    ({"prompts": {"listChanged": False}}, {"experimental": {}}, {"prompts": {"listChanged": True}, "logging": {}}),
 ]
 
 
@@ -37,7 +42,7 @@ def test_capabilities_are_merged_from_the_ready_servers(a, b, merged):
 def test_while_a_server_starts_every_kind_is_advertised():
     r = two_servers()
     r.server_ready("a", {"capabilities": {}})
-    assert set(r.merged_capabilities()) == {"tools", "prompts", "resources"}
+    assert set(r.merged_capabilities()) == {"tools", "prompts", "resources", "logging"}
 
 
 @pytest.mark.parametrize(

@@ -88,7 +88,7 @@ def test_initialize_result():
     )
     result = answer["result"]
     assert result["protocolVersion"] == "2025-11-25"  # unknown proposal: our newest
-    assert result["capabilities"] == {"tools": {"listChanged": True}}
+    assert result["capabilities"] == {"tools": {"listChanged": True}, "logging": {}}
     assert result["serverInfo"]["name"] == "aggregator"
     assert "Be nice." in result["instructions"] and "a__" in result["instructions"]
     _, again = only(r.client_message(1, msg(id=2, method="initialize", params={})), ToClient)

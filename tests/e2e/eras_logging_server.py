@@ -2,7 +2,8 @@
 
 ``chatter`` logs one line at debug, info and warning, each tied to its request, then answers
 ``logged``. A 2026-07-28 caller hears the lines its request's ``_meta`` log level lets through,
-a legacy one those its ``logging/setLevel`` does. Run: ``python eras_logging_server.py`` (stdio).
+a legacy one those its ``logging/setLevel`` does (info and above before it sets one). Run:
+``python eras_logging_server.py [--undeclared]`` (stdio).
 """
 
 from __future__ import annotations
@@ -31,8 +32,10 @@ async def set_level(ctx: Any, params: types.SetLevelRequestParams) -> types.Empt
     return types.EmptyResult()
 
 
-app._lowlevel_server.add_request_handler("logging/setLevel", types.SetLevelRequestParams, set_level)
-
-
 if __name__ == "__main__":
+    import sys
+
+    # ``--undeclared``: no logging/setLevel, so no ``logging`` capability, and it logs all the same.
+    if "--undeclared" not in sys.argv[1:]:
+        app._lowlevel_server.add_request_handler("logging/setLevel", types.SetLevelRequestParams, set_level)
     app.run("stdio")
