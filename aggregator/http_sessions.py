@@ -245,12 +245,17 @@ class SessionTable:
         try:
             return decode_message(request.body, self.hub.router.max_json_depth)
         except RemoteProtocolError as exc:
-            if exc.response_to is not None:  # a refused answer to a server's request: it hears so
+            if exc.response_to is not None:
                 session = session or self._session(request)[0]
-                if session is not None:
-                    self.hub.dispatch_now(self.hub.router.refused_answer(session.key, exc))
-            await connection.respond(400, [JSON], dumps(exc.to_response()))
+            await self._refuse_message(connection, exc, session)
             return None
+
+    async def _refuse_message(self, connection: HttpConnection, exc: RemoteProtocolError, session: Any) -> None:
+        """400 with the error of a message refused; if it was the answer to a server's
+        request, that server hears so (when the message's session is known)."""
+        if exc.response_to is not None and session is not None:
+            self.hub.dispatch_now(self.hub.router.refused_answer(session.key, exc))
+        await connection.respond(400, [JSON], dumps(exc.to_response()))
 
     async def _delete(self, connection: HttpConnection, request: Request) -> None:
         if await self._no_session(connection, request):

@@ -2,7 +2,12 @@
 
 GET on ``http.sse_path`` opens a session whose every message travels on that one event
 stream; its first event names the URL (``http.messages_path?session_id=...``) to which the
-client POSTs its messages, each answered 202. The session is bound to the token that
+client POSTs its messages, each answered 202. A request refused for what it holds (nested
+too deep, unreadable, ``params`` not an object) whose id can be read is answered there
+too, on the stream, and its POST is 202: the stream is where such a client reads every
+answer, and a client (the official SDKs') takes a POST that fails for a broken transport.
+What names no request to answer (no readable id, a notification, an answer to a
+server's request) keeps its 400 with the error. The session is bound to the token that
 opened it, admitted through the same path as every front (``aggregator.admission``), and
 counted in the session cap; it ends when its stream closes.
 """
@@ -18,8 +23,8 @@ import trio
 from aggregator.admission import Denial, choose_profile
 from aggregator.http_queue import MessageQueue, pump
 from aggregator.http_sessions import SessionTable
-from aggregator.jsonrpc.codec import dumps
-from aggregator.jsonrpc.errors import INVALID_REQUEST
+from aggregator.jsonrpc.codec import decode_message, dumps
+from aggregator.jsonrpc.errors import INVALID_REQUEST, RemoteProtocolError
 from aggregator.transports.budget import ClientMemory, release_all
 from aggregator.transports.http_server import HttpConnection, Request
 
@@ -131,7 +136,14 @@ class LegacySse(SessionTable):
         if session is None or session.principal != self.access.principal(request.headers):
             await self._reject(connection, 404, INVALID_REQUEST, "Session not found: open the SSE stream again")
             return
-        decoded = await self._decode(connection, request, session)
-        if decoded is not None:
+        try:
+            decoded = decode_message(request.body, self.hub.router.max_json_depth)
+        except RemoteProtocolError as exc:
+            if not (exc.answer and exc.id is not None):
+                await self._refuse_message(connection, exc, session)
+                return
+            # A request: its error goes where its client reads every answer, the stream.
+            self.hub.dispatch_now(self.hub.router.client_refused(session.key, exc))
+        else:
             self.hub.dispatch_soon(await self.hub.client_event(session.key, *decoded))
-            await connection.respond(202, [("content-type", "text/plain")], b"Accepted")
+        await connection.respond(202, [("content-type", "text/plain")], b"Accepted")

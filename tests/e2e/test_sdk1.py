@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.conftest import ROOT, fake, write_config
+from tests.e2e.conftest import ROOT, fake, http_proxy, write_config
 from tests.loopback import free_port, wait_listening
 
 pytestmark = pytest.mark.e2e
@@ -66,3 +66,20 @@ def test_http_sse_and_websocket(python1, tmp_path):
         finally:
             process.terminate()
             assert process.wait(timeout=15) == 0
+
+
+def test_a_refused_call_over_sse_is_answered_on_the_stream(python1, tmp_path):
+    """A request the proxy refuses (nested past the depth limit) but whose id it reads is
+    answered on the session's event stream, where a 2024-11-05 client reads every answer:
+    the SDK's call fails at once, and its session goes on."""
+    config = write_config(tmp_path, fake("a"))
+    with http_proxy(config) as (port, log):
+        script = Path(__file__).parent / "sdk1_refused_sse.py"
+        argv = [str(python1), str(script), f"http://127.0.0.1:{port}/sse"]
+        out = subprocess.run(argv, capture_output=True, text=True, timeout=90, cwd=ROOT)
+        assert out.returncode == 0, out.stderr[-3000:]
+        seen = json.loads(out.stdout.strip().splitlines()[-1])
+    assert seen["code"] == -32600 and "nested deeper than 128" in seen["message"], seen
+    assert seen["seconds"] < 5, seen
+    assert json.loads(seen["after"]) == {"n": 7}
+    assert "Traceback" not in log.read_text()

@@ -253,6 +253,50 @@ async def test_a_fault_in_one_legacy_sse_stream_ends_only_that_session(monkeypat
     assert len(internal_errors(caplog, "aggregator.http_endpoint")) == 1
 
 
+# (what, body) of requests refused for what they hold, whose id can be read
+REFUSED_WITH_ID = [
+    (
+        "nested 200 deep",
+        b'{"jsonrpc":"2.0","id":"c5","method":"tools/call","params":{"name":"a__echo",'
+        b'"arguments":{"x":' + b"[" * 200 + b"]" * 200 + b"}}}",
+        -32600,
+    ),
+    (
+        "NaN",
+        b'{"jsonrpc":"2.0","id":"c5","method":"tools/call","params":{"name":"a__echo","arguments":{"x":NaN}}}',
+        -32700,
+    ),
+    ("a lone surrogate", b'{"jsonrpc":"2.0","id":"c5","method":"tools/call","params":{"name":"\\ud800"}}', -32700),
+    ("params not an object", b'{"jsonrpc":"2.0","id":"c5","method":"tools/list","params":7}', -32600),
+]
+
+
+async def test_a_refused_legacy_sse_request_is_answered_on_its_stream():
+    """What its client reads: the error, with the request's id, on the session's stream
+    (the POST is accepted); a message with no id to read keeps its 400."""
+    async with running_fronts() as fronts:
+        stream = await fronts.connect()
+        response = await fronts.send(stream, "GET", "/sse", headers=fronts.headers(accept="text/event-stream"))
+        events = EventStream(stream, response)
+        with trio.fail_after(5):
+            _, endpoint = await events.next()
+        for what, body, code in REFUSED_WITH_ID:
+            response = await fronts.request("POST", endpoint.decode(), body=body)
+            assert (response.status, response.body) == (202, b"Accepted"), what
+            with trio.fail_after(5):
+                _, data = await events.next()
+            answer = json.loads(data)
+            assert (answer["id"], answer["error"]["code"]) == ("c5", code), (what, answer)
+        for body in (b'{"jsonrpc":"2.0","id":', b'{"jsonrpc":"2.0","id":[1],"method":"ping"}'):
+            response = await fronts.request("POST", endpoint.decode(), body=body)
+            assert response.status == 400 and json.loads(response.body)["id"] is None, response
+        await fronts.request("POST", endpoint.decode(), body=PING)
+        with trio.fail_after(5):
+            _, data = await events.next()
+        assert json.loads(data) == {"jsonrpc": "2.0", "id": 2, "result": {}}  # nothing else was sent
+        await stream.aclose()
+
+
 def inject_fault(monkeypatch, hub) -> None:
     """Make the hub fail on any client message that holds the word "fault"."""
     original = hub.client_message
