@@ -6,7 +6,8 @@ server-to-client request for it comes first. ``initialize`` (without Mcp-Session
 starts a session, once the admission path has chosen its profile and the session cap
 admits it; every other message names its session. A request whose handling fails is
 cancelled upstream; a client that leaves before its answer may resume the stream
-(``http_streams``).
+(``http_streams``). A POST whose Accept header does not list both types an answer may
+come as (``unaccepted``) is 406, whatever it carries.
 """
 
 from __future__ import annotations
@@ -27,6 +28,9 @@ from aggregator.transports.http_server import HttpConnection, Request
 
 log = logging.getLogger(__name__)
 
+# What the answer to a POST may come as, so what its Accept header must list (every revision).
+ANSWER_TYPES = ("application/json", "text/event-stream")
+
 
 class PostExchange(StatelessRequests):
     """POST on the MCP endpoint: ``initialize`` opens a session, a modern request is served
@@ -37,10 +41,14 @@ class PostExchange(StatelessRequests):
         if content_type != "application/json":
             await self._reject(connection, 415, INVALID_REQUEST, "Unsupported media type: send application/json")
             return
-        accept = request.headers.get("accept", "*/*").lower()
-        if not any(kind in accept for kind in ("application/json", "text/event-stream", "*/*")):
+        missing = unaccepted(request.headers.get("accept"))
+        if missing:
             await self._reject(
-                connection, 406, INVALID_REQUEST, "Not acceptable: accept application/json and text/event-stream"
+                connection,
+                406,
+                INVALID_REQUEST,
+                "Not acceptable: the Accept header must list both application/json and text/event-stream"
+                f" (missing: {' and '.join(missing)})",
             )
             return
         decoded = await self._decode(connection, request)
@@ -229,3 +237,15 @@ class PostExchange(StatelessRequests):
             retry = min(1000, int(self.config.stream_drop_grace * 500))
             return await connection.send_chunk(f"id: {queue.stream_id}-0\nretry: {retry}\ndata: \n\n".encode())
         return True
+
+
+def unaccepted(accept: str | None) -> list[str]:
+    """The types of ``ANSWER_TYPES`` an Accept header does not list, none if it lists both.
+    ``*/*`` covers both, ``application/*`` and ``text/*`` one each, as in the official SDKs'
+    servers; no header lists nothing. Parameters (``q``) are not read, as there."""
+    if accept is None:
+        return list(ANSWER_TYPES)
+    listed = {part.split(";", 1)[0].strip().lower() for part in accept.split(",")}
+    if "*/*" in listed:
+        return []
+    return [kind for kind in ANSWER_TYPES if kind not in listed and kind.split("/")[0] + "/*" not in listed]

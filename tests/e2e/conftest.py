@@ -229,3 +229,10 @@ def events(body: bytes) -> list[dict]:
     if body.startswith(b"{"):
         return [json.loads(body)]
     return [json.loads(line[6:]) for line in body.split(b"\n") if line.startswith(b"data: ") and line[6:].strip()]
+
+
+def stateless(id, method, params=None):
+    """A 2026-07-28 request without a session, and the headers it must carry: (body, headers)."""
+    meta = {"io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": {}}
+    body = {"jsonrpc": "2.0", "id": id, "method": method, "params": {**(params or {}), "_meta": meta}}
+    return body, {"mcp-protocol-version": "2026-07-28", "mcp-method": method}

@@ -17,7 +17,7 @@ from mcp import Client, ClientSession
 from mcp import types as t
 from mcp.client.streamable_http import streamable_http_client
 
-from tests.e2e.conftest import TOKEN, fake, http_proxy, initialize, post, write_config
+from tests.e2e.conftest import TOKEN, fake, http_proxy, initialize, post, stateless, write_config
 from tests.loopback import INIT, free_port, wait_listening
 
 pytestmark = [pytest.mark.e2e, pytest.mark.filterwarnings("ignore:.*2026-07-28")]
@@ -144,6 +144,48 @@ def test_origin_host_and_headers(fake_config):
         status, _, body = post(port, {"jsonrpc": "2.0", "method": "notifications/initialized"}, with_session)
         assert (status, body) == (202, b"")
     assert "evil.example" in log.read_text()
+
+
+# (Accept header, or None for none, whether a POST with it is served)
+ACCEPTS = [
+    (None, False),
+    ("application/json", False),
+    ("text/event-stream", False),
+    ("text/html", False),
+    ("application/*", False),
+    ("application/json, text/*; q=0.5", True),
+    ("text/event-stream, application/*", True),
+    ("APPLICATION/JSON ; q=0.9 , Text/Event-Stream", True),
+    ("*/*", True),
+    ("text/html, */*;q=0.1", True),
+]
+
+
+def test_a_post_must_accept_json_and_event_streams(fake_config):
+    """Its answer may come as either: an Accept header that does not list both (by name
+    or wildcard) is 406, with a JSON-RPC error saying what it must hold; sessions and
+    requests without one alike."""
+    modern, modern_headers = stateless(3, "tools/list")
+    with http_proxy(fake_config) as (port, log):
+        session = initialize(port)
+        ping = {"jsonrpc": "2.0", "id": 2, "method": "ping"}
+        for accept, served in ACCEPTS:
+            for body, headers in ((ping, {"mcp-session-id": session}), (modern, modern_headers)):
+                status, response_headers, answer = post(port, body, {**headers, "accept": accept})
+                if served:
+                    assert status == 200 and "result" in json.loads(answer), (accept, body, answer)
+                    continue
+                error = json.loads(answer)
+                assert status == 406 and response_headers["content-type"] == "application/json", (accept, answer)
+                assert error["id"] is None and error["error"]["code"] == -32600, error
+                assert "must list both application/json and text/event-stream" in error["error"]["message"]
+        status, _, answer = post(port, INIT, {"accept": None})
+        assert (
+            status == 406
+            and "(missing: application/json and text/event-stream)" in json.loads(answer)["error"]["message"]
+        )
+        assert post(port, ping, {"mcp-session-id": session})[0] == 200  # the session was not harmed
+    assert "Traceback" not in log.read_text()
 
 
 def test_sessions_lifecycle(fake_config):
@@ -490,7 +532,7 @@ def test_hostile_header_bytes_get_4xx_and_the_process_lives_on(tmp_path):
                     {
                         **headers,
                         "mcp-protocol-version": value,
-                        "accept": "application/json",
+                        "accept": "application/json, text/event-stream",
                         "content-type": "application/json",
                     },
                     b'{"jsonrpc":"2.0","id":1,"method":"ping"}',

@@ -47,7 +47,11 @@ def head(port: int, extra: dict[str, str] | None) -> dict[str, str]:
 
 
 async def refused_over_http(fronts, path: str, extra: dict[str, str] | None) -> int:
-    headers = {**head(fronts.http_port, extra), "content-type": "application/json", "accept": "application/json"}
+    headers = {
+        **head(fronts.http_port, extra),
+        "content-type": "application/json",
+        "accept": "application/json, text/event-stream",
+    }
     response = await fronts.request("POST", path, headers, INIT)
     return response.status
 
