@@ -25,7 +25,6 @@ if TYPE_CHECKING:
 TRANSPORTS = {
     "Outbox": "stdio",
     "HttpSession": "http",
-    "StatelessRequest": "http",
     "LegacySession": "sse",
     "WebSocketSink": "websocket",
 }
@@ -100,6 +99,8 @@ class HubCollector(Collector):
         counts: dict[tuple[str, str], int] = {}
         for key, sink in list(hub.clients.items()):
             info = hub.router.session_info(key)
+            if info is not None and info.stateless:
+                continue  # a stateless HTTP request's client: no session
             label = (TRANSPORTS.get(type(sink).__name__, "other"), info.profile if info else "default")
             counts[label] = counts.get(label, 0) + 1
         for label, count in sorted(counts.items()):

@@ -4,8 +4,9 @@
 ready (``proxy.min_ready``, all enabled servers by default) and the proxy is not
 draining; ``snapshot`` is everything the status page (``/status``, ``/status.json``) and
 ``aggregator status`` show: each server's state, last error, stderr tail, uptime and
-restarts; the sessions; the recent warnings and errors; the catalog of each profile with
-the rule that hid each hidden item (the view ``aggregator tools --explain`` prints).
+restarts; the sessions (a 2026-07-28 request without a session is none); the recent
+warnings and errors; the catalog of each profile with the rule that hid each hidden item
+(the view ``aggregator tools --explain`` prints).
 
 Everything here is read from the hub at the moment of the call and returned as plain
 JSON-ready values; nothing is changed. What it shows of a server was masked where it was
@@ -25,7 +26,6 @@ from aggregator.mcp.constants import KINDS
 _TRANSPORTS = {
     "Outbox": "stdio",
     "HttpSession": "streamable-http",
-    "StatelessRequest": "streamable-http (no session)",
     "LegacySession": "sse",
     "WebSocketSink": "websocket",
 }
@@ -107,9 +107,12 @@ def _servers(hub: Hub, now: float) -> list[dict[str, Any]]:
 
 
 def _sessions(hub: Hub, now: float) -> list[dict[str, Any]]:
+    """The client sessions: a stateless HTTP request's client (2026-07-28) is none."""
     rows = []
     for key, sink in list(hub.clients.items()):
         info = hub.router.session_info(key)
+        if info is not None and info.stateless:
+            continue
         since = hub.client_since.get(key, now)
         rows.append(
             {

@@ -126,6 +126,7 @@ class SessionInfo(NamedTuple):
     profile: str
     protocol_version: str | None  # agreed at initialize; None before
     in_flight: int  # its requests not answered yet
+    stateless: bool = False  # a stateless HTTP request's client: no session at all
 
 
 # A client request's handler: (the client, the request) -> commands.

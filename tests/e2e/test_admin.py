@@ -10,9 +10,10 @@ import subprocess
 import sys
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from tests.e2e.admin_client import ADMIN_TOKEN, get, wait_for
-from tests.e2e.conftest import TOKEN, fake, http_proxy, initialize, post, write_config
+from tests.e2e.conftest import TOKEN, fake, http_proxy, initialize, post, stateless, write_config
 from tests.loopback import free_port, wait_listening
 
 pytestmark = pytest.mark.e2e
@@ -103,6 +104,42 @@ def test_host_origin_and_tokens(tmp_path):
         assert get(admin, "/unknown")[0] == 401  # a request that fails the checks learns no paths
         assert get(port, "/mcp", {"authorization": f"Bearer {ADMIN_TOKEN}"}, method="POST")[0] == 401
     assert ADMIN_TOKEN not in log.read_text()
+
+
+def sessions_counted(admin: int, auth: dict) -> tuple[list, float]:
+    """The sessions ``/status.json`` lists (transports), and ``aggregator_sessions`` summed."""
+    status, _, data = get(admin, "/status.json", auth)
+    assert status == 200, data
+    status, _, body = get(admin, "/metrics", auth)
+    assert status == 200, body
+    gauge = [
+        sample.value
+        for family in text_string_to_metric_families(body.decode())
+        for sample in family.samples
+        if sample.name == "aggregator_sessions"
+    ]
+    return [session["transport"] for session in data["sessions"]], sum(gauge)
+
+
+def test_requests_without_a_session_open_and_count_none(tmp_path):
+    """2026-07-28 requests without a session are not sessions: after three of them the
+    status and the metrics show none; a session opened then is the one they show."""
+    config = write_config(tmp_path, fake("a"), startup_timeout=10.0)
+    config.write_text(config.read_text() + f'[http]\nauth_tokens = ["{TOKEN}"]\nadmin_token = "{ADMIN_TOKEN}"\n')
+    admin = free_port()
+    with http_proxy(config, "--admin", f"127.0.0.1:{admin}") as (port, log):
+        wait_listening(admin)
+        auth = {"authorization": f"Bearer {ADMIN_TOKEN}"}
+        wait_for(lambda: get(admin, "/readyz", auth)[0] == 200)
+        caller = {"authorization": f"Bearer {TOKEN}"}
+        for id in (1, 2, 3):
+            body, headers = stateless(id, "tools/list")
+            status, _, answer = post(port, body, {**headers, **caller})
+            assert status == 200 and "a__echo" in [tool["name"] for tool in json.loads(answer)["result"]["tools"]]
+        assert sessions_counted(admin, auth) == ([], 0)
+        initialize(port, caller)
+        assert sessions_counted(admin, auth) == (["streamable-http"], 1)
+    assert "Traceback" not in log.read_text()
 
 
 def run_cli(*args, env=None):
