@@ -283,7 +283,10 @@ def free_address() -> str:
     "command", [["serve"], ["serve", "--http"], ["serve", "--ws"], ["check"], ["tools"], ["approve"]]
 )
 def test_ctrl_c_exits_130_without_a_traceback(tmp_path, command):
-    """Ctrl-C while the servers start (a server that never answers keeps every command waiting)."""
+    """Ctrl-C while the servers start (a server that never answers keeps every command waiting).
+
+    The command is started with SIGINT ignored, as a shell starts a background job (`cmd &`)
+    and as whatever ran these tests may have: every command must stop on it all the same."""
     config = write_config(tmp_path, fake("slow", "hang_init", init_timeout="30.0"), startup_timeout=30.0)
     if command[-1].startswith("--"):
         command = [*command, free_address()]
@@ -293,6 +296,7 @@ def test_ctrl_c_exits_130_without_a_traceback(tmp_path, command):
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
     )
     try:
         seen = wait_for_line(process, "fake server started")
