@@ -37,9 +37,10 @@ _JSON_IGNORED = {
     "name",
     "icon",
     "trust",
-    "includeTools",
-    "excludeTools",
 }
+# Which tools a client uses of a server (Gemini CLI, Cursor-style files): exact tool names,
+# kept as the server's tool allow and deny lists.
+_TOOL_FILTERS = {"includeTools": "allow", "excludeTools": "deny"}
 
 
 def mcp_servers_json_to_raw(
@@ -71,9 +72,13 @@ def mcp_servers_json_to_raw(
                 table["transport"] = _JSON_TYPES[kind]
         if entry.get("disabled") is True:
             table["enabled"] = False
-        for extra in sorted(set(entry) - _JSON_KEYS - _JSON_IGNORED - {"type", "transport", "disabled"}):
+        known = _JSON_KEYS | _JSON_IGNORED | set(_TOOL_FILTERS) | {"type", "transport", "disabled"}
+        for extra in sorted(set(entry) - known):
             problems.append(f"{path}.{extra}: unknown key")
-        servers[keys[name]] = _placed(table, directory) if directory is not None else table
+        servers[keys[name]] = table = _placed(table, directory) if directory is not None else table
+        tools = _tool_rules(entry, path, problems)  # names, placed as they are
+        if tools:
+            table["tools"] = tools
         if renamed is not None and keys[name] != name:
             renamed[keys[name]] = name
     if problems:
@@ -151,6 +156,39 @@ def _placed(table: dict[str, Any], directory: Path) -> dict[str, Any]:
             absolute = os.path.join(str(directory).replace("$", "$$"), os.path.expanduser(value))
             table[key] = os.path.normpath(absolute)
     return table
+
+
+def _tool_rules(entry: Mapping[str, Any], path: str, problems: list[str]) -> dict[str, list[str]]:
+    """A server's ``includeTools`` and ``excludeTools`` as its ``tools`` policy: ``allow``
+    and ``deny`` lists of exact names (a glob character or ``$`` in a name is escaped, so it
+    matches only itself). A tool must be included, when ``includeTools`` is given, and not
+    excluded; an empty ``includeTools`` includes no tool, which is ``deny = ["*"]``."""
+    rules: dict[str, list[str]] = {}
+    for key, rule in _TOOL_FILTERS.items():
+        if key not in entry:
+            continue
+        names = entry[key]
+        if not isinstance(names, list):
+            problems.append(f"{path}.{key}: expected a list of tool names, got {describe(names)}")
+            continue
+        wrong = [
+            f"{path}.{key}[{index}]: expected a string, got {describe(name)}"
+            for index, name in enumerate(names)
+            if not isinstance(name, str)
+        ]
+        problems.extend(wrong)
+        if not wrong:
+            rules[rule] = [_exact_glob(name) for name in names]
+    if rules.get("allow") == []:
+        del rules["allow"]
+        rules["deny"] = ["*"]
+    return rules
+
+
+def _exact_glob(name: str) -> str:
+    """A policy glob that matches ``name`` and nothing else, as a config value (``$`` doubled
+    so that it is not read as a variable)."""
+    return re.sub(r"[*?[]", lambda match: f"[{match.group()}]", name).replace("$", "$$")
 
 
 def _json_shape_problems(table: Mapping[str, Any], path: str) -> list[str]:

@@ -87,3 +87,46 @@ def test_env_file_syntax():
         "F": "",
         "G": "g",
     }
+
+
+def test_include_and_exclude_tools_are_the_servers_tool_policy(tmp_path):
+    document = {
+        "mcpServers": {
+            "git": {"command": "x", "excludeTools": ["git_push", "odd*[name]?$"]},
+            "time": {
+                "command": "x",
+                "includeTools": ["get_current_time", "convert_time"],
+                "excludeTools": ["convert_time"],
+            },
+            "none": {"command": "x", "includeTools": []},
+        }
+    }
+    path = tmp_path / "mcp.json"
+    path.write_text(json.dumps(document))
+    servers = load_config(path, environ={}).servers
+    assert servers["git"].tools.deny == ("git_push", "odd[*][[]name][?]$") and servers["git"].tools.allow == ()
+    assert servers["time"].tools.allow == ("get_current_time", "convert_time")
+    assert servers["time"].tools.deny == ("convert_time",)
+    assert servers["none"].tools.deny == ("*",) and servers["none"].tools.allow == ()
+    # `import` writes them as the same policy, and the TOML loads to the same config.
+    text = raw_to_toml(mcp_servers_json_to_raw(json.dumps(document)))
+    assert 'tools = { deny = ["git_push", "odd[*][[]name][?]$$"] }' in text
+    assert (
+        structure_config(tomllib.loads(text), environ={}).servers
+        == structure_config(mcp_servers_json_to_raw(json.dumps(document)), environ={}).servers
+    )
+
+
+@pytest.mark.parametrize(
+    ("value", "problem"),
+    [
+        (["a", 3], "mcpServers.git.excludeTools[1]: expected a string, got a number (3)"),
+        ("git_push", "mcpServers.git.excludeTools: expected a list of tool names, got the string 'git_push'"),
+        ({"a": 1}, "mcpServers.git.excludeTools: expected a list of tool names, got a table"),
+    ],
+)
+def test_a_tool_filter_that_is_not_a_list_of_names_is_refused_by_its_json_path(value, problem):
+    document = {"mcpServers": {"git": {"command": "x", "excludeTools": value, "includeTools": [None]}}}
+    with pytest.raises(ConfigError) as caught:
+        mcp_servers_json_to_raw(json.dumps(document))
+    assert sorted(caught.value.problems) == [problem, "mcpServers.git.includeTools[0]: expected a string, got nothing"]

@@ -1,13 +1,18 @@
 """Config files as a user meets them: `import` with any server name, writing its output
-whole or not at all, and a client's JSON file with its envFile served as it is."""
+whole or not at all, and a client's JSON file with its envFile and tool filters served as
+it is."""
 
 from __future__ import annotations
 
 import json
 import subprocess
 import sys
+import threading
 import tomllib
 from pathlib import Path
+
+from tests.e2e.conftest import RawProxy
+from tests.loopback import INIT
 
 ROOT = Path(__file__).parents[2]
 
@@ -107,3 +112,44 @@ def test_import_refuses_to_write_over_the_file_it_imports(tmp_path):
         assert source.read_text() == text and link.is_symlink()
     out = run("import", "link.json", "--output", "claude.json", cwd=tmp_path)
     assert out.returncode == 1 and "is the file being imported" in out.stderr and source.read_text() == text
+
+
+def test_a_client_files_excluded_tool_is_hidden_and_refused(tmp_path):
+    """excludeTools / includeTools of a Cursor-style file, served as they are and imported."""
+    source = tmp_path / "mcp.json"
+    source.write_text(
+        json.dumps(
+            {
+                "mcpServers": {
+                    "time": {
+                        "command": "mcp-server-time",
+                        "args": ["--local-timezone", "UTC"],
+                        "includeTools": ["get_current_time", "convert_time"],
+                        "excludeTools": ["convert_time"],
+                    }
+                }
+            }
+        )
+    )
+    proxy = RawProxy(source)
+    watchdog = threading.Timer(60, proxy.process.kill)  # bounds every read below: a hang ends in EOF
+    watchdog.start()
+    try:
+        assert "result" in proxy.request(1, INIT["method"], INIT["params"])
+        proxy.send(b'{"jsonrpc":"2.0","method":"notifications/initialized"}\n')
+        tools = [tool["name"] for tool in proxy.request(2, "tools/list")["result"]["tools"]]
+        assert tools == ["time__get_current_time"], tools
+        arguments = {"source_timezone": "UTC", "time": "12:00", "target_timezone": "Europe/Paris"}
+        refused = proxy.request(3, "tools/call", {"name": "time__convert_time", "arguments": arguments})
+        assert refused["error"]["code"] == -32602, refused
+        allowed = proxy.request(4, "tools/call", {"name": "time__get_current_time", "arguments": {"timezone": "UTC"}})
+        assert "result" in allowed and not allowed["result"].get("isError"), allowed
+    finally:
+        code, log = proxy.close()
+        watchdog.cancel()
+    assert code == 0, log
+
+    out = run("import", str(source))
+    assert out.returncode == 0, out.stderr
+    table = tomllib.loads(out.stdout)["servers"]["time"]
+    assert table["tools"] == {"allow": ["get_current_time", "convert_time"], "deny": ["convert_time"]}
