@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from aggregator.config.structuring import describe
+from aggregator.config.structuring import describe, unknown_key
 from aggregator.core.naming import NAME_CHARS, URI_PREFIX
 from aggregator.errors import ConfigError
 
@@ -74,7 +74,7 @@ def mcp_servers_json_to_raw(
             table["enabled"] = False
         known = _JSON_KEYS | _JSON_IGNORED | set(_TOOL_FILTERS) | {"type", "transport", "disabled"}
         for extra in sorted(set(entry) - known):
-            problems.append(f"{path}.{extra}: unknown key")
+            problems.append(unknown_key(path, extra, known))
         servers[keys[name]] = table = _placed(table, directory) if directory is not None else table
         tools = _tool_rules(entry, path, problems)  # names, placed as they are
         if tools:

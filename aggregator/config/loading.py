@@ -17,7 +17,7 @@ from aggregator.config.interpolation import interpolate_sections
 from aggregator.config.model import Config, HttpConfig, PluginConfig, ProfileConfig, ProxyConfig, RuleSet, ServerConfig
 from aggregator.config.paths import PATH_OPTION, beside
 from aggregator.config.ranges import check_ranges
-from aggregator.config.structuring import describe, structure_table, without_follow_ons
+from aggregator.config.structuring import describe, structure_table, unknown_key, without_follow_ons
 from aggregator.config.validation import check_http, check_proxy, check_server, token_problems
 from aggregator.core.naming import NAME_CHARS, validate_server_naming
 from aggregator.errors import ConfigError
@@ -64,7 +64,7 @@ def structure_config(
     problems: list[str] = []
     sections = ("proxy", "http", "policy", "profiles", "plugins", "servers")
     unknown = sorted(set(raw) - set(sections))
-    problems.extend(f"{key}: unknown key" for key in unknown)
+    problems.extend(unknown_key("", key, sections) for key in unknown)
     data, interpolated = interpolate_sections(raw, sections, environ, problems)
     raw = data
     tables = _Tables(raw, problems)
@@ -183,7 +183,9 @@ def _plugins(raw_plugins: Any, problems: list[str], directory: Path | None = Non
             problems.append(f"{path}.use: required: the plugin to load")
             continue
         if set(table) - {"use", "options"}:
-            problems.extend(f"{path}.{key}: unknown key" for key in sorted(set(table) - {"use", "options"}))
+            problems.extend(
+                unknown_key(path, key, ("use", "options")) for key in sorted(set(table) - {"use", "options"})
+            )
             continue
         options = table.get("options", {})
         if not isinstance(options, dict):

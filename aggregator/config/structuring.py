@@ -7,14 +7,24 @@ flattened into one ``key.path: message`` line per problem.
 
 from __future__ import annotations
 
+import difflib
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Literal
 
+import attrs
 import cattrs
 from cattrs.errors import ClassValidationError, ForbiddenExtraKeysError, IterableValidationError
 
-from aggregator.config.model import DiscoveryConfig, ItemOverride, KindPolicy, RuleSet, Transport
+from aggregator.config.model import (
+    DiscoveryConfig,
+    ItemOverride,
+    KindPolicy,
+    ProfileConfig,
+    RuleSet,
+    ServerConfig,
+    Transport,
+)
 from aggregator.config.validation import check_discovery
 
 
@@ -139,7 +149,7 @@ def _discovery_of(converter: cattrs.Converter) -> Callable[[object, type], Disco
         given: dict[str, Any] = {}
         for key, item in value.items():
             if key not in _DISCOVERY_KEYS:
-                problems.append(f".{key}: unknown key")
+                problems.append("." + unknown_key("", key, _DISCOVERY_KEYS))  # relative to the table
                 continue
             try:
                 given[key] = converter.structure(item, _DISCOVERY_KEYS[key])
@@ -225,6 +235,25 @@ class _PathErrors(Exception):
 _converter = _make_converter()
 
 
+def unknown_key(path: str, key: str, valid: Iterable[str]) -> str:
+    """The problem of ``key`` in the table at ``path``, which takes only ``valid`` keys,
+    naming the valid one it is nearest to when one is near (a misspelling):
+    ``proxy.seperator: unknown key; did you mean `separator`?``."""
+    near = difflib.get_close_matches(key, sorted(valid), n=1)
+    where = f"{path}.{key}" if path else key
+    return f"{where}: unknown key" + (f"; did you mean `{near[0]}`?" if near else "")
+
+
+def config_keys(cls: type) -> list[str]:
+    """The keys a table structured into ``cls`` may have (not those loading fills in)."""
+    return [field.name for field in attrs.fields(cls) if (cls, field.name) not in _FILLED_BY_LOADING]
+
+
+# Fields set by loading, not by the config: the [servers.NAME] / [profiles.NAME] key, and
+# what ${VAR} put into a server's keys.
+_FILLED_BY_LOADING = {(ServerConfig, "name"), (ServerConfig, "interpolated"), (ProfileConfig, "name")}
+
+
 def describe(value: Any) -> str:
     if value is None:
         return "nothing"
@@ -244,7 +273,7 @@ def describe(value: Any) -> str:
 def _flatten(exc: BaseException, path: str) -> list[str]:
     """Turn a cattrs exception tree into `path: message` lines."""
     if isinstance(exc, ForbiddenExtraKeysError):
-        return [f"{path}.{key}: unknown key" if path else f"{key}: unknown key" for key in sorted(exc.extra_fields)]
+        return [unknown_key(path, key, config_keys(exc.cl)) for key in sorted(exc.extra_fields)]
     if isinstance(exc, ClassValidationError | IterableValidationError):
         lines: list[str] = []
         for sub in exc.exceptions:

@@ -130,3 +130,14 @@ def test_a_tool_filter_that_is_not_a_list_of_names_is_refused_by_its_json_path(v
     with pytest.raises(ConfigError) as caught:
         mcp_servers_json_to_raw(json.dumps(document))
     assert sorted(caught.value.problems) == [problem, "mcpServers.git.includeTools[0]: expected a string, got nothing"]
+
+
+def test_a_misspelt_key_in_a_client_file_names_the_key_meant():
+    document = {"mcpServers": {"git": {"comand": "x", "excludeTool": ["a"], "bogus": 1}}}
+    with pytest.raises(ConfigError) as caught:
+        mcp_servers_json_to_raw(json.dumps(document))
+    assert caught.value.problems == [
+        "mcpServers.git.bogus: unknown key",
+        "mcpServers.git.comand: unknown key; did you mean `command`?",
+        "mcpServers.git.excludeTool: unknown key; did you mean `excludeTools`?",
+    ]

@@ -43,7 +43,7 @@ enabled = false
     ("raw", "expected"),
     [
         ({"servers": {"git": {"command": "g", "args": ["a", "b", 3]}}}, "servers.git.args[2]: expected a string"),
-        ({"servers": {"git": {"command": "g", "argz": []}}}, "servers.git.argz: unknown key"),
+        ({"servers": {"git": {"command": "g", "argz": []}}}, "servers.git.argz: unknown key; did you mean `args`?"),
         ({"servers": {"git": {"command": 5}}}, "servers.git.command: expected a string"),
         ({"servers": {"git": {"command": "g", "env": {"A": 1}}}}, "servers.git.env.A: expected a string"),
         ({"servers": {"git": {"command": "g", "enabled": "yes"}}}, "servers.git.enabled: expected true or false"),
@@ -57,14 +57,37 @@ enabled = false
         ({"servers": {"x": {"command": "g", "prefix": "p__q"}}}, "servers.x.prefix: must not contain the separator"),
         ({"proxy": {"separator": "/"}}, "proxy.separator: must be one or more of"),
         ({"proxy": {"page_size": 0}}, "proxy.page_size: must be an integer (items) from 1 to 100000, got 0"),
-        ({"proxy": {"pagesize": 3}}, "proxy.pagesize: unknown key"),
-        ({"serverz": {}}, "serverz: unknown key"),
+        ({"proxy": {"pagesize": 3}}, "proxy.pagesize: unknown key; did you mean `page_size`?"),
+        ({"serverz": {}}, "serverz: unknown key; did you mean `servers`?"),
         ({"servers": {"git": {"command": "${NOPE}"}}}, "servers.git.command: environment variable NOPE is not set"),
     ],
 )
 def test_problems_name_their_key_path(raw, expected):
     found = problems(raw)
     assert any(p.startswith(expected) or expected in p for p in found), found
+
+
+def test_an_unknown_key_names_the_nearest_valid_key_at_its_path():
+    found = problems(
+        {
+            "proxy": {"seperator": "__", "discovery": {"mdoe": "all"}},
+            "servers": {"a": {"comand": "x", "nme": "a", "tools": {"alow": ["x"], "zzz": 1}}},
+            "profiles": {"p": {"servers": {"a": {"tolls": {}}}}},
+            "plugins": [{"use": "x", "opts": {}}],
+            "polcy": {},
+        }
+    )
+    assert sorted(found) == [
+        "plugins[0].opts: unknown key; did you mean `options`?",
+        "polcy: unknown key; did you mean `policy`?",
+        "profiles.p.servers.a.tolls: unknown key; did you mean `tools`?",
+        "proxy.discovery.mdoe: unknown key; did you mean `mode`?",
+        "proxy.seperator: unknown key; did you mean `separator`?",
+        "servers.a.comand: unknown key; did you mean `command`?",
+        "servers.a.nme: unknown key",  # `name` is the table's key, never a key in it
+        "servers.a.tools.alow: unknown key; did you mean `allow`?",
+        "servers.a.tools.zzz: unknown key",
+    ], found
 
 
 def test_all_problems_at_once():
