@@ -92,6 +92,7 @@ class Hub:
         self._all_settled = trio.Event()
         self._client_keys = itertools.count(1)
         self.started_at = time.monotonic()
+        self.looking = False  # a command's one look (check, tools): it serves nobody, reports each server
         self.client_since: dict[int, float] = {}  # when each client connected (time.monotonic())
         self.recent_errors = RecentErrors()  # warnings and errors logged while it runs
         self._dirty: list[ClientSink] = []
@@ -176,10 +177,10 @@ class Hub:
         with trio.move_on_after(self.config.proxy.startup_timeout):
             await self._all_settled.wait()
         waiting = [name for name, up in self.upstreams.items() if up.state in ("starting", "down")]
-        if waiting:
+        if waiting and not self.looking:
             log.warning("startup: serving without %s (not ready yet; they join when ready)", ", ".join(waiting))
-        for name in waiting:  # those down said why when they went down; these say it now
-            self.upstreams[name].warn_if_starting()
+            for name in waiting:  # those down said why when they went down; these say it now
+                self.upstreams[name].warn_if_starting()
         self.router.startup_completed()
         self.startup_done.set()
         ready = [name for name, upstream in self.upstreams.items() if upstream.state == "ready"]

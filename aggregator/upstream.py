@@ -52,6 +52,7 @@ class UpstreamHost(Protocol):
 
     config: Config
     router: Router
+    looking: bool  # a command's one look at the servers, which reports their failures itself
     # How upstreams are reached; None means by their configured transport.
     connector: Connector | None
 
@@ -213,7 +214,8 @@ class UpstreamSession:
         delay = random.uniform(0, min(proxy.restart_backoff_max, proxy.restart_backoff_initial * 2**self._attempts))
         self._attempts += 1
         self._retry_at = now + delay
-        self.log.warning(
+        self.log.log(
+            logging.INFO if self.hub.looking else logging.WARNING,
             "server %s %s: %s; starting it again in %.1fs (attempt %d)%s",
             self.name,
             "lost" if was_ready else "did not start",

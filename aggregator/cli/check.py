@@ -1,5 +1,6 @@
 """``aggregator check``: validate the config (refusing what ``serve`` would refuse), start
-every server, print each one's status and the name collisions; non-zero on any failure."""
+every server, print each one's status (once, however often it was retried) and the name
+collisions; non-zero on any failure."""
 
 from __future__ import annotations
 

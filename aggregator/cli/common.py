@@ -46,8 +46,10 @@ def _enter_chain(path: Path) -> None:
 
 async def with_started_hub(config: Config, work: Callable[[Hub], T], built: Callable[[], object] | None = None) -> T:
     """Start the hub (its plugins, then its servers), wait for startup, run ``work(hub)``.
-    ``built()`` is called once the plugins are loaded, before any server starts."""
+    ``built()`` is called once the plugins are loaded, before any server starts. The hub
+    only looks: the command reports each server itself, so their failures are logged at info."""
     hub = Hub(config)
+    hub.looking = True
     if built is not None:
         built()
     async with trio.open_nursery() as nursery:

@@ -126,16 +126,18 @@ class UpstreamEvents(RouterState):
             link, f"Server {link.server!r} is overloaded: {why}; the request failed", "overloaded"
         )
 
-    def _probe_lost(self, link: UpstreamLink) -> None:
-        """The connection ended while its ``server/discover`` was unanswered: a server that
-        exits (or closes) on the probe is taken for a legacy one from now on."""
+    def _probe_lost(self, link: UpstreamLink, why: str) -> None:
+        """The connection ended (``why``: the server exited, closed its output...) while its
+        ``server/discover`` was unanswered: a legacy server may exit on a method it does not
+        know, so the next start sends ``initialize``. What happened is the supervisor's to
+        report (once, as a server that did not start); this only notes the change of plan."""
         lifecycle = link.lifecycle
         if lifecycle is not None and lifecycle.probing and lifecycle.protocol == "auto":
             link.era = "legacy"
-            lifecycle.log.warning(
-                "server %s: the connection ended during its server/discover probe; it is taken for"
-                " a legacy server and started again with initialize",
+            lifecycle.log.info(
+                "server %s: %s before answering server/discover; its next start sends initialize instead",
                 link.name,
+                why,
             )
 
     def server_lost(self, server: str, why: str) -> list[Command]:
@@ -145,7 +147,7 @@ class UpstreamEvents(RouterState):
             return []
         link.ready = False
         link.overloaded = None
-        self._probe_lost(link)
+        self._probe_lost(link, why)
         out: list[Command] = self._own_link_lost(link) if link.session is not None else []
         waiting, link.waiting = link.waiting, []
         for key, message, _params in waiting:

@@ -160,6 +160,37 @@ def test_check_and_tools_say_why_a_server_did_not_start(tmp_path):
     assert "broken" in out.stderr and "s3cr3t" not in out.stderr
 
 
+def test_a_server_that_exits_at_start_is_reported_once_as_having_exited(tmp_path):
+    """It is retried while another server keeps startup waiting; check says what happened
+    once, on stdout, and the log does not call it a legacy server."""
+    pins = tmp_path / "pins.json"
+    config = write_config(
+        tmp_path,
+        fake("dead", "exit_at_start")
+        + fake("slow", "hang_init", init_timeout="3.0")
+        + f'[[plugins]]\nuse = "pin-definitions"\noptions = {{ path = "{pins}" }}\n',
+        restart_backoff_initial=0.1,
+        restart_backoff_max=0.2,
+    )
+    out = run("check", "--config", str(config))
+    assert out.returncode == 1
+    assert out.stderr == "", out.stderr  # no warning per retry, no "serving without"
+    [line] = [line for line in out.stdout.splitlines() if "dead" in line]
+    assert line.split() == ["dead", "down", "the", "server", "exited", "with", "status", "3"], out.stdout
+    assert "[stderr] fake server: exiting at start on purpose" in out.stdout
+    # What the log says of it (at info) is what happened, plainly.
+    out = run("check", "--config", str(config), "--log-level", "info")
+    assert "server dead: the server exited with status 3 before answering server/discover" in out.stderr
+    about_dead = [line for line in out.stderr.splitlines() if "server dead" in line]
+    assert not [line for line in about_dead if "legacy" in line], out.stderr
+    assert len([line for line in about_dead if "server dead did not start" in line]) > 1, out.stderr
+    # approve, quiet too, names it on stderr instead
+    out = run("approve", "--config", str(config))
+    assert out.returncode == 0 and "approved: nothing" in out.stdout
+    [line] = out.stderr.splitlines()[:1]
+    assert line.split()[:3] == ["dead", "down", "the"] and "did not start" not in out.stderr, out.stderr
+
+
 def test_approve_of_an_unknown_tool(tmp_path):
     pins = tmp_path / "pins.json"
     config = write_config(
