@@ -1,6 +1,6 @@
-"""``aggregator check``: validate the config (refusing what ``serve`` would refuse), start
-every server, print each one's status (once, however often it was retried) and the name
-collisions; non-zero on any failure."""
+"""``aggregator check``: validate the config (refusing what ``serve`` would refuse, and a
+config with nothing to serve), start every server, print each one's status (once, however
+often it was retried) and the name collisions; non-zero on any failure."""
 
 from __future__ import annotations
 
@@ -10,9 +10,10 @@ import trio
 
 from aggregator.access import check_exposure
 from aggregator.admin import admin_exposure
-from aggregator.cli.common import command_config, status_lines, with_started_hub
+from aggregator.cli.common import command_config, nothing_to_serve, status_lines, with_started_hub
 from aggregator.cli.terminal import printable
 from aggregator.core.policy import unmatched_rules
+from aggregator.errors import AggregatorError
 from aggregator.mcp.constants import KINDS
 
 
@@ -27,6 +28,9 @@ def run_check(args: argparse.Namespace) -> int:
             check_exposure(config.http, address, option)
     if config.http.admin_listen is not None:
         admin_exposure(config.http, config.http.admin_listen, "http.admin_listen")
+    reason = nothing_to_serve(config)
+    if reason is not None:  # serve only warns (a reload may add servers); a check fails
+        raise AggregatorError(f"config {path} has nothing to serve: {reason}")
     lines, collisions, ok, unmatched = trio.run(
         with_started_hub,
         config,

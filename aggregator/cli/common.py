@@ -44,6 +44,15 @@ def _enter_chain(path: Path) -> None:
     os.environ[CHAIN_VARIABLE] = chain_value(chain)
 
 
+def nothing_to_serve(config: Config) -> str | None:
+    """Why ``config`` serves nothing (it has no server, or none enabled); None if it serves."""
+    if config.enabled_servers:
+        return None
+    if not config.servers:
+        return "it lists no servers"
+    return f"every server in it is disabled ({', '.join(config.servers)})"
+
+
 async def with_started_hub(config: Config, work: Callable[[Hub], T], built: Callable[[], object] | None = None) -> T:
     """Start the hub (its plugins, then its servers), wait for startup, run ``work(hub)``.
     ``built()`` is called once the plugins are loaded, before any server starts. The hub

@@ -19,7 +19,7 @@ import trio
 from aggregator import __version__
 from aggregator.access import check_exposure
 from aggregator.admin import admin_exposure
-from aggregator.cli.common import INTERRUPTED, command_config, status_lines
+from aggregator.cli.common import INTERRUPTED, command_config, nothing_to_serve, status_lines
 from aggregator.config import Config, parse_listen, same_listener
 from aggregator.errors import AggregatorError, ConfigError
 from aggregator.hub import Hub
@@ -49,6 +49,11 @@ def run_serve(args: argparse.Namespace) -> int:
         raise ConfigError(
             f"--http {listen} and --ws {ws_listen} name the same address;"
             " the WebSocket endpoint needs a port of its own"
+        )
+    reason = nothing_to_serve(config)
+    if reason is not None:  # served all the same: a reload may add servers (check refuses it)
+        log.warning(
+            "config %s has nothing to serve: %s; clients see nothing until a reload adds a server", path, reason
         )
     stdio = args.stdio or (listen is None and ws_listen is None)
     pid_file = Path(args.pid_file) if args.pid_file else None

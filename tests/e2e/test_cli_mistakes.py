@@ -22,6 +22,8 @@ FILES = {
     "good.json": '{"mcpServers": {"a": {"command": "x"}}}',
     "unknown-key.toml": "[proxy]\nbogus = 1\n" + SERVER,
     "misspelt.toml": '[proxy]\nseperator = "__"\n[servers.a]\ncomand = "x"\n',
+    "empty.toml": "[proxy]\n",
+    "disabled.toml": SERVER + "enabled = false\n",
     "unknown-server.toml": '[profiles.p.servers.nosuch.tools]\nallow = ["x"]\n' + SERVER,
     "no-command.toml": '[servers.a]\ncommand = "no-such-command-for-the-aggregator"\n',
     "ok.toml": SERVER,
@@ -72,6 +74,17 @@ CASES = [
     (["tools", "--config", "ok.toml", "--profile", "nosuch"], 2, "--profile: no profile 'nosuch' (known: default)"),
     (["tools", "--config", "no-command.toml"], 1, "command not found: 'no-such-command-for-the-aggregator'"),
     (["check", "--config", "no-command.toml"], 1, ""),
+    (
+        ["check", "--config", "empty.toml"],
+        1,
+        "aggregator: config empty.toml has nothing to serve: it lists no servers\n",
+    ),
+    (["check", "--config", "disabled.toml"], 1, "has nothing to serve: every server in it is disabled (a)\n"),
+    (
+        ["serve", "--config", "empty.toml"],
+        0,
+        "config empty.toml has nothing to serve: it lists no servers; clients see",
+    ),
     (
         ["approve", "--config", "ok.toml"],
         2,
