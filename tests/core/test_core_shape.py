@@ -1,7 +1,7 @@
-"""The code stays readable: no module of ``aggregator/core`` over 400 lines, no function
-in it over 60, and every module says what it owns in its docstring; elsewhere (the trio
-layer, the command line, the plugins) no module over 400 lines and no function over 60
-either."""
+"""The code stays readable: no function over 60 lines, and every module says what it owns
+in its docstring, in the core and outside it (the trio layer, the command line, the
+plugins). A module is as long as its one idea: there is no cap on its lines, which only
+made files be trimmed to fit a number."""
 
 from __future__ import annotations
 
@@ -17,7 +17,6 @@ OUTSIDE_CORE = sorted(
     for path in [*(ROOT / "aggregator").rglob("*.py"), *(ROOT / "plugins").glob("*.py")]
     if (ROOT / "aggregator" / "core") not in path.parents
 )
-MAX_MODULE_LINES = 400
 MAX_FUNCTION_LINES = 60
 
 
@@ -32,17 +31,15 @@ def long_functions(source: str) -> list[str]:
 
 
 @pytest.mark.parametrize("path", CORE, ids=lambda p: p.name)
-def test_a_core_module_is_short_and_says_what_it_owns(path):
+def test_a_core_module_has_short_functions_and_says_what_it_owns(path):
     source = path.read_text()
-    assert len(source.splitlines()) <= MAX_MODULE_LINES
     assert long_functions(source) == []
     assert path.name == "__init__.py" or ast.get_docstring(ast.parse(source))
 
 
 @pytest.mark.parametrize("path", OUTSIDE_CORE, ids=lambda p: str(p.relative_to(ROOT)))
-def test_a_module_outside_the_core_is_short_too(path):
+def test_a_module_outside_the_core_does_too(path):
     source = path.read_text()
-    assert len(source.splitlines()) <= MAX_MODULE_LINES
     assert long_functions(source) == []
     assert path.name == "__init__.py" or ast.get_docstring(ast.parse(source))
 
