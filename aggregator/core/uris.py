@@ -103,6 +103,11 @@ _EXPRESSION = re.compile(r"(\{[^}]*\})")
 _ASCII = "".join(chr(code) for code in range(0x21, 0x7F))
 
 
+# The longest URI the proxy looks up or forwards: far above any resource URI in use, far
+# below what would let one request hold the event loop (normal form and readings are linear).
+MAX_URI_LENGTH = 16384
+
+
 class InvalidUri(ValueError):
     """A URI the proxy refuses to look up or forward; the message says why, for a human."""
 
@@ -112,6 +117,8 @@ def normalize_uri(uri: str) -> str:
     ``InvalidUri`` when it must be refused."""
     if not uri:
         raise InvalidUri("uri is empty")
+    if len(uri) > MAX_URI_LENGTH:  # what follows is linear in the length, and blocks everyone
+        raise InvalidUri(f"uri is longer than {MAX_URI_LENGTH} characters")
     if not uri.isprintable():
         bad = next(char for char in uri if not char.isprintable())
         raise InvalidUri(f"uri contains U+{ord(bad):04X}, a control, whitespace or invisible character")
@@ -131,16 +138,29 @@ def normalize_uri(uri: str) -> str:
 
 def readings(normal: str) -> tuple[str, ...]:
     """The ways a server might read a URI in normal form (see "Readings" above): the normal
-    form first, then its decodings, then every spelling of the slashes after the scheme.
-    ``decoded_readings`` is the first two groups alone."""
+    form first, then its decodings, each also without its query and fragment (a server that
+    parses a URL reads ``secret://x?y`` and ``file:///etc/passwd#`` as the resource itself),
+    ``file://localhost/`` as ``file:///``, then every spelling of the slashes after the
+    scheme. ``decoded_readings`` is the first two alone."""
     found = decoded_readings(normal)
+    if len(found) == 1 and "?" not in normal and "#" not in normal and normal.find("://") == normal.find(":"):
+        return found if not normal.startswith("file://localhost/") else (normal, "file://" + normal[16:])
+    cut = [reading[: _query_start(reading)] for reading in found]
+    local = ["file://" + r[16:] for r in (*found, *cut) if r.startswith("file://localhost/")]
+    plain = (*found, *cut, *local)
     slashed: list[str] = []
-    for reading in found:
+    for reading in plain:
         colon = reading.find(":")
         if colon > 0 and not reading.startswith("//", colon + 1):
             head, path = reading[: colon + 1], reading[colon + 1 :].lstrip("/")
             slashed.extend(head + slashes + path for slashes in _SLASHES)
-    return tuple(dict.fromkeys((*found, *slashed))) if slashed else found
+    return tuple(dict.fromkeys((*plain, *slashed)))
+
+
+def _query_start(uri: str) -> int:
+    """Where the query or fragment of ``uri`` starts (its length if it has neither)."""
+    ends = [at for at in (uri.find("?"), uri.find("#")) if at != -1]
+    return min(ends) if ends else len(uri)
 
 
 def decoded_readings(normal: str) -> tuple[str, ...]:

@@ -15,7 +15,7 @@ from aggregator.config import structure_config
 from aggregator.core.catalog import Catalog
 from aggregator.core.policy import ProfilePolicy
 from aggregator.core.router import ToServer
-from aggregator.core.uris import InvalidUri, normalize_pattern, normalize_template, normalize_uri
+from aggregator.core.uris import MAX_URI_LENGTH, InvalidUri, normalize_pattern, normalize_template, normalize_uri
 from tests.core.helpers import decoded, msg, new_router
 
 # --- the function ------------------------------------------------------------------------
@@ -315,6 +315,18 @@ DENIED = [
     "file:home/me/private/key",
     "file:%2F%2F%2Fhome/me/private/key",
     "file:///home/me%2Fprivate%2Fkey",
+    # A query or fragment a server that parses URLs drops, raw or encoded; file://localhost.
+    "s+demo://host/Secret.md?x",
+    "s+demo://host/Secret.md#x",
+    "s+demo://host/Secret.md%3Fx",
+    "s+demo://host/Secret.md%23x",
+    "s+demo://host/Secret.md%253Fx",
+    "s+demo:%2F%2Fhost/Secret.md%3F",
+    "file:///home/me/private/key?",
+    "file:///home/me/private/key#",
+    "file://localhost/home/me/private/key",
+    "FILE://LOCALHOST/home/me/private/key",
+    "file://localhost/home/me/private/key?x",
 ]
 # Visible to the default profile: (what the client sends, what the server gets).
 ALLOWED = [
@@ -480,6 +492,14 @@ def test_completion_refs_to_hidden_templates_are_refused(router, key, ref):
     )
     assert_refused(router, key, answer, ref)
     assert all(not link.pending for link in router.links.values())
+
+
+def test_a_uri_longer_than_the_limit_is_refused_at_once(router):
+    for uri in ("s+secret:" + "%252525" * 600_000, "s+open://a/" + "b" * MAX_URI_LENGTH):
+        answer = ask(router, DEFAULT, "resources/read", {"uri": uri})
+        assert answer["code"] == -32602 and f"longer than {MAX_URI_LENGTH}" in answer["message"]
+    server, params = ask(router, DEFAULT, "resources/read", {"uri": "s+open://a/" + "b" * (MAX_URI_LENGTH - 11)})
+    assert server == "s" and len(params["uri"]) == MAX_URI_LENGTH - 2
 
 
 def test_refusals_name_the_problem_and_keep_the_id(router):
