@@ -64,6 +64,8 @@ class ServerMessages(RouterState):
             return self._server_refused(link, exc, related)
         if kind == RESPONSE or kind == ERROR:
             id = message["id"]
+            if related is not None and id != related:  # rare: a C-level compare decides the rest
+                return self._stray_answer(link, message, related) + self._server_message(server, raw)
             pending = link.pending.get(id) if type(id) is int else None
             if pending is None:
                 if type(id) is str and id.startswith(CONTROL_ID_PREFIX):
@@ -132,6 +134,21 @@ class ServerMessages(RouterState):
             why = f"it no longer speaks protocol {link.protocol_version}; it is asked server/discover again"
             return [ToClient(pending.session, message), DropUpstream(link.name, why)]
         return [ToClient(pending.session, message)]
+
+    def _stray_answer(self, link: UpstreamLink, message: dict[str, Any], related: int) -> list[Command]:
+        """An answer to another id on a request's own stream (an HTTP POST's body or event
+        stream answers that request alone): the request whose stream it is fails at once, as
+        no answer of its own will come there; the stray answer goes where its id says."""
+        pending = link.pending.get(related)
+        if pending is None:
+            return []
+        said = "server %s: refused its answer to %s: it answered another request (id %r) on that request's stream"
+        log.warning(said, link.name, pending.method, message["id"])
+        text = (
+            f"Server {link.name!r} sent an answer to {pending.method} that the aggregator cannot forward"
+            f" (it answered another request, id {message['id']!r})"
+        )
+        return self._fail_one(pending, text, "malformed")
 
     def _server_refused(self, link: UpstreamLink, exc: RemoteProtocolError, related: int | None) -> list[Command]:
         """A server's message could not be accepted (too deep, unreadable, malformed). An

@@ -185,8 +185,16 @@ class NetworkLink:
         rather than leaving it to its timeout. (What cannot be read fails it in the router.)"""
         if not delivered:
             await self.deliver(body, answers)
-        if answers is not None and not is_answer(body.decode("utf-8", "replace")):
-            problem = "its JSON body held a message of its own and no answer"
+        if answers is None:
+            return
+        if not body.strip():
+            await self.no_answer(answers, "its JSON body was empty")
+        elif b'"method"' in body and not is_answer(body.decode("utf-8", "replace")):  # C-level first
+            await self.no_answer(answers, "its JSON body held a message of its own and no answer")
+
+    async def no_answer(self, answers: dict[str, Any] | None, problem: str) -> None:
+        """The request a POST carried got ``problem`` instead of an answer: it fails now."""
+        if answers is not None:
             await self.deliver(self.refused_answer(answers, problem, {"reason": "malformed"}), answers)
 
     def refused_answer(self, request: dict[str, Any], problem: str, data: Any) -> bytes:

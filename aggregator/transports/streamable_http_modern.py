@@ -46,6 +46,9 @@ async def read_modern(conn: _Connection, response: Any, request: Any) -> None:
     the JSON-RPC error of a 4xx, which answers it too."""
     status = response.status_code
     kind = response.headers.get("content-type", "").split(";")[0].strip().lower()
+    if status == 202:  # for a notification or an answer; a request must be answered
+        await conn.link.no_answer(request, "HTTP 202 Accepted, with no answer")
+        return
     if status != 200:
         await answer_refusal(conn, response, request)
         return

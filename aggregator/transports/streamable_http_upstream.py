@@ -190,7 +190,8 @@ class _StreamableHttp:
         if status == 404 and self.session is not None:
             self.session_ended()
             return None
-        if status == 202:
+        if status == 202:  # for a notification or an answer; a request must be answered
+            await self.link.no_answer(answers, "HTTP 202 Accepted, with no answer")
             return None
         if status != 200:  # a JSON-RPC error in a 4xx answers the request (a refused initialize too)
             said = await answer_refusal(self, response, answers)

@@ -172,7 +172,19 @@ def test_an_http_server_answer_no_parser_reads_fails_its_call_at_once(tmp_path, 
 
 
 @pytest.mark.parametrize("modern", [False, True], ids=["legacy", "modern"])
-@pytest.mark.parametrize("tool", ["two_answers", "note_then_answer", "note_only", "bad_note_sse"])
+@pytest.mark.parametrize(
+    "tool",
+    [
+        "two_answers",
+        "note_then_answer",
+        "note_only",
+        "bad_note_sse",
+        "other_id",
+        "other_id_sse",
+        "empty_body",
+        "accepted",
+    ],
+)
 def test_an_http_server_body_that_is_not_one_answer_fails_its_call_at_once(tmp_path, tool, modern):
     answer, took, log = call_hostile(tmp_path, tool, modern=modern)
     check_failed_at_once(answer, took, 2, "malformed", "e")

@@ -49,6 +49,11 @@ class Hostile:
             "application/json",
             b'{"jsonrpc":"2.0","method":"notifications/message","params":{"level":"info","data":"x"}}',
         ),
+        # An answer to another id (as a body, and as the only event of a stream), nothing at all.
+        "other_id": ("application/json", b'{"jsonrpc":"2.0","id":"another","result":{}}'),
+        "other_id_sse": ("text/event-stream", b'event: message\ndata: {"jsonrpc":"2.0","id":987654,"result":{}}\n\n'),
+        "empty_body": ("application/json", b""),
+        "accepted": ("202", b""),
         "bad_note_sse": (
             "text/event-stream",
             b'event: message\ndata: {"jsonrpc":"2.0","method":"notifications/message","params":{"data":NaN}}\n\n',
@@ -121,6 +126,8 @@ class Hostile:
                     result = {"tools": [{"name": name, "inputSchema": {"type": "object"}} for name in [*answers, "ok"]]}
                 elif method == "tools/call" and message["params"]["name"] in answers:
                     kind, body = answers[message["params"]["name"]]
+                    if kind == "202":
+                        return self.reply(202)
                     return self.reply(200, body.replace(b"%", json.dumps(id).encode()), kind)
                 else:
                     result = {"content": [{"type": "text", "text": "ok"}]}
