@@ -25,8 +25,7 @@ class Handshake(RouterState):
         if client.initialize_seen:
             raise RemoteProtocolError(INVALID_REQUEST, "Invalid request: already initialized")
         params = message.get("params") or {}
-        meta = params.get("_meta") if type(params) is dict else None
-        if type(meta) is dict and meta.get(INSTANCE_KEY) == self.instance:
+        if type(params) is dict and self._asked_by_itself(params):
             # Refused before waiting for startup, which waits for this very handshake.
             raise RemoteProtocolError(
                 INVALID_REQUEST,
@@ -54,6 +53,16 @@ class Handshake(RouterState):
         if instructions:
             result["instructions"] = instructions
         return [ToClient(client.key, {"jsonrpc": "2.0", "id": message["id"], "result": result})]
+
+    def _asked_by_itself(self, params: dict[str, Any]) -> bool:
+        """Whether an initialize names this very proxy: in the experimental capabilities
+        (the proxy's own legacy handshake) or in ``_meta`` (as a modern request would)."""
+        meta, capabilities = params.get("_meta"), params.get("capabilities")
+        if type(meta) is dict and meta.get(INSTANCE_KEY) == self.instance:
+            return True
+        experimental = capabilities.get("experimental") if type(capabilities) is dict else None
+        mark = experimental.get(INSTANCE_KEY) if type(experimental) is dict else None
+        return type(mark) is dict and mark.get("instance") == self.instance
 
     def _ping(self, client: ClientState, message: dict[str, Any]) -> list[Command]:
         return [answer(client.key, message["id"], {})]

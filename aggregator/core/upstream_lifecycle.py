@@ -142,11 +142,16 @@ class UpstreamLifecycle:
 
     def _initialize(self, now: float) -> Send:
         self.probing = False
+        # It looks like a legacy handshake and nothing else: no _meta (a dual-era server takes a
+        # session-less POST with _meta for a modern request). An aggregator that finds its own
+        # instance among the experimental capabilities is asked by itself: it refuses at once.
+        experimental = self._offered.get("experimental")
+        marked = {**(experimental if type(experimental) is dict else {}), INSTANCE_KEY: {"instance": self.instance}}
         params = {
             "protocolVersion": self.protocol if self.protocol in SUPPORTED else LATEST,
-            "capabilities": self._offered,
+            "capabilities": {**self._offered, "experimental": marked},
             "clientInfo": {"name": "aggregator", "version": __version__},
-        }  # and no _meta: a dual-era server takes a session-less POST with _meta for a modern one
+        }
         return Send(self.requests.open(INITIALIZE, params, None, now + self.init_timeout))
 
     def answer(self, message: dict[str, Any], now: float) -> list[Outcome]:

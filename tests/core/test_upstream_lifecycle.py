@@ -131,7 +131,8 @@ def test_the_handshake_initializes_lists_every_kind_it_has_then_serves():
     life, server, outcomes = start(SERVES)
     first = outcomes[0].message
     assert first["method"] == "initialize" and first["id"] == f"{CONTROL_ID_PREFIX}1"
-    assert first["params"]["capabilities"] is CAPS and first["params"]["protocolVersion"] == LATEST
+    offered = {k: v for k, v in first["params"]["capabilities"].items() if k != "experimental"}
+    assert offered == CAPS and first["params"]["protocolVersion"] == LATEST
     assert first["params"]["clientInfo"]["name"] == "aggregator"
     assert outcomes[1] == Send({"jsonrpc": "2.0", "method": "notifications/initialized"})
     assert type(outcomes[2]) is Ready and outcomes[2].result["serverInfo"]["name"] == "fake"
@@ -167,9 +168,10 @@ def test_an_unusable_initialize_result_fails_the_connection(result, problem):
 def test_a_server_that_refuses_our_own_initialize_is_this_proxy_itself(data, loops):
     life = lifecycle()
     (sent,) = life.connected(0.0, CAPS)
-    # A legacy handshake looks like one: nothing private (a dual-era server takes a
-    # session-less request with _meta for a modern one); an error that names us still tells.
+    # A legacy handshake looks like one: no _meta (a dual-era server takes a session-less
+    # request with _meta for a modern one); the instance rides in the experimental capabilities.
     assert "_meta" not in sent.message["params"]
+    assert sent.message["params"]["capabilities"]["experimental"] == {INSTANCE_KEY: {"instance": INSTANCE}}
     error = {"code": -32600, "message": "Refused", **({"data": data} if data is not None else {})}
     [failed] = life.answer({"jsonrpc": "2.0", "id": sent.message["id"], "error": error}, 0.0)
     if loops:

@@ -108,7 +108,11 @@ def test_the_probe_decides_the_era(answer, then):
         out = reply(life, probe, answer)
     if then == "initialize":
         [init] = sent(out)
-        assert init["method"] == "initialize" and init["params"]["capabilities"] == {"sampling": {}}
+        assert init["method"] == "initialize" and "_meta" not in init["params"]
+        assert init["params"]["capabilities"] == {
+            "sampling": {},
+            "experimental": {INSTANCE_KEY: {"instance": INSTANCE}},
+        }
         assert not life.modern and not life.failed
         assert life.learnt == ("legacy" if answer is not None else None)
         reply(life, init, {"result": {"protocolVersion": LATEST, "capabilities": {}}})

@@ -482,13 +482,15 @@ args = [{json.dumps(str(FAKESRV))}]
         assert process.wait(timeout=15) == 0
 
 
-def test_a_config_that_lists_its_own_url_is_refused_at_once(tmp_path):
-    """The proxy's own initialize names it (``_meta``); the proxy refuses it at once rather
-    than holding it until its own startup completes, which waits for that very server."""
+@pytest.mark.parametrize("pin", ["", 'protocol = "2025-11-25"\n', 'protocol = "2025-03-26"\n'])
+def test_a_config_that_lists_its_own_url_is_refused_at_once(tmp_path, pin):
+    """The proxy's own requests name it (a probe's ``_meta``; a legacy initialize's
+    experimental capabilities, which carries no ``_meta``); the proxy refuses them at once
+    rather than holding them until its own startup completes, which waits for that server."""
     port = free_port()
     config = write_config(
         tmp_path,
-        f'[servers.me]\nurl = "http://127.0.0.1:{port}/mcp"\n' + fake("a"),
+        f'[servers.me]\nurl = "http://127.0.0.1:{port}/mcp"\n{pin}' + fake("a"),
         startup_timeout=20.0,
     )
     log = tmp_path / "proxy.log"
