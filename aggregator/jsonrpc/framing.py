@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-_HEAD = 4096
+_HEAD = 64 * 1024  # what ``salvage_envelope`` scans at most
 
 
 class OversizedLine(NamedTuple):

@@ -52,7 +52,7 @@ def too_deep(exc: NestingTooDeep, raw: bytes) -> RemoteProtocolError:
 def oversized(head: bytes, size: int, limit: int) -> RemoteProtocolError:
     """A message over the size limit, of which only ``head`` (its first bytes) was kept:
     answered under its id when the head shows it, as any other refused request."""
-    kind, id = salvage_envelope(head)
+    kind, id = salvage_envelope(head, whole=False)
     return RemoteProtocolError(
         INVALID_REQUEST,
         f"Invalid request: message of {size} bytes, larger than the limit of {limit}",

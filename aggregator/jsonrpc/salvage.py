@@ -29,9 +29,14 @@ _SALVAGE_ID = re.compile(rb'\s*(?:("[^"\\]*(?:\\.[^"\\]*)*")|(-?(?:0|[1-9][0-9]{
 _OPEN = frozenset(b"[{")
 
 
-def salvage_envelope(raw: bytes) -> tuple[int | None, Any]:
+def salvage_envelope(raw: bytes, *, whole: bool = True) -> tuple[int | None, Any]:
     """What an unparseable message is meant to be and its id, from its text: ``(kind, id)``
     as ``_envelope`` gives them, ``(None, None)`` when they cannot be told.
+
+    ``whole=False``: ``raw`` is only the head of a message too large to keep, and what the
+    head shows is taken as the whole story: a ``"method"`` and no ``"id"`` is a
+    notification, a ``"result"`` or ``"error"`` and no ``"id"`` an answer to no one known
+    (the SDKs write the id before params and result, so a later one is rare).
 
     A bounded scan (the first ``_SALVAGE_BYTES``) that follows strings, escapes and
     nesting, and looks only at the keys of the message's own object: an ``"id"`` inside
@@ -74,9 +79,16 @@ def salvage_envelope(raw: bytes) -> tuple[int | None, Any]:
             method = True
         elif key == b'"result"' or key == b'"error"':
             answer = True
+    return _verdict(id, method=method, answer=answer, closed=closed, whole=whole)
+
+
+def _verdict(id: Any, *, method: bool, answer: bool, closed: bool, whole: bool) -> tuple[int | None, Any]:
+    """What the keys seen make of a message (``closed``: its whole object was seen)."""
     if id is _MISSING:
-        if method and closed:
+        if method and (closed or not whole):
             return NOTIFICATION, None
+        if answer and not whole:
+            return RESPONSE, None
         return None, None
     if method:
         return REQUEST, id

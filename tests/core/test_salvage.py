@@ -194,3 +194,19 @@ def test_a_refusal_that_names_no_one(raw, reason):
     refusal = nameless_refusal(raw)
     named = None if refusal is None else (refusal.data or {}).get("reason", "malformed")
     assert named == reason
+
+
+@pytest.mark.parametrize(
+    ("head", "expected"),
+    [
+        (b'{"jsonrpc":"2.0","id":"big","method":"tools/call","params":{"x":"aaa', (REQUEST, "big")),
+        (b'{"jsonrpc":"2.0","id":"big","params":{"x":"aaa', (None, "big")),  # answered under its id
+        (b'{"jsonrpc":"2.0","method":"notifications/message","params":{"x":"aaa', (NOTIFICATION, None)),
+        (b'{"jsonrpc":"2.0","result":{"x":"aaa', (RESPONSE, None)),
+        (b'{"jsonrpc":"2.0","params":{"x":"aaa', (None, None)),
+    ],
+)
+def test_the_head_of_a_message_too_large_to_keep_is_taken_for_the_whole(head, expected):
+    assert salvage_envelope(head, whole=False) == expected
+    if expected[0] in (NOTIFICATION, RESPONSE) and expected[1] is None:
+        assert salvage_envelope(head) == (None, None)  # a cut-short message proves nothing

@@ -386,10 +386,16 @@ def test_malformed_notifications_go_unanswered_and_oversized_requests_keep_their
         assert answer["id"] == "big" and answer["error"]["code"] == -32600, answer
         assert answer["error"]["data"]["reason"] == "too_large"
         assert "20971" in answer["error"]["message"] and "16777216" in answer["error"]["message"]
-        # One whose id cannot be seen in its first bytes: id null, as JSON-RPC says.
-        proxy.send(b'{"jsonrpc":"2.0","method":"tools/call","params":{"x":"' + b"a" * (17 << 20) + b'"},"id":5}\n')
-        assert proxy.receive()["id"] is None
+        # A method and no id in its first 64 KiB: taken for a notification, never answered;
+        # nor is an oversized answer of the client's (a result and no id); the ping's answer
+        # is the next line out.
+        proxy.send(b'{"jsonrpc":"2.0","method":"notifications/message","params":{"x":"' + b"a" * (17 << 20) + b'"}}\n')
+        proxy.send(b'{"jsonrpc":"2.0","result":{"x":"' + b"a" * (17 << 20) + b'"},"id":5}\n')
         assert proxy.request(3, "ping") == {"jsonrpc": "2.0", "id": 3, "result": {}}
+        # Neither method nor id nor result in its first 64 KiB: id null, as JSON-RPC says.
+        proxy.send(b'{"jsonrpc":"2.0","params":{"x":"' + b"a" * (17 << 20) + b'"},"id":5,"method":"ping"}\n')
+        assert proxy.receive()["id"] is None
+        assert proxy.request(4, "ping") == {"jsonrpc": "2.0", "id": 4, "result": {}}
     finally:
         code, log = proxy.close()
     assert code == 0, log
