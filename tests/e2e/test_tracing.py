@@ -70,6 +70,9 @@ def test_a_trace_crosses_two_proxies_to_the_server(tmp_path, monkeypatch):
                     time.sleep(0.1)
                 spans = traced()
                 assert len(spans) == 4, (spans, log.read_text()[-2000:])
+                with Collector.lock:
+                    others = {span.name for _, span in Collector.spans if span.trace_id.hex() == TRACE_ID}
+                assert others - {span.name for _, span in spans} <= {"logging/setLevel f"}, others
     finally:
         stop_serving(collector)
     by_kind = {(service, span.kind): span for service, span in spans}
@@ -86,6 +89,11 @@ def test_a_trace_crosses_two_proxies_to_the_server(tmp_path, monkeypatch):
 
 
 def traced() -> list:
-    """The tools/call spans of TRACE_ID collected so far (others: the upstreams' own listing)."""
+    """The tools/call spans of TRACE_ID collected so far (others: the upstreams' own listing,
+    and the inner proxy's logging/setLevel to its server, which the call's log level caused)."""
     with Collector.lock:
-        return [(s, span) for s, span in Collector.spans if span.trace_id.hex() == TRACE_ID]
+        return [
+            (s, span)
+            for s, span in Collector.spans
+            if span.trace_id.hex() == TRACE_ID and span.name.startswith("tools/call")
+        ]
