@@ -9,7 +9,7 @@ from aggregator.core.commands import Command, ToClient, ToServer
 from aggregator.core.discovery import META_PAGE
 from aggregator.core.modern_results import list_page_suffix, splice_page
 from aggregator.core.request_state import is_ours, is_wrapped
-from aggregator.core.result_budget import RESULTS, RESULTS_SCHEME
+from aggregator.core.result_budget import RESULTS_SCHEME
 from aggregator.core.state import ClientState, Gather, Held, RequestHandler, RouterState, answer
 from aggregator.core.tasks import split_task_id
 from aggregator.core.uris import InvalidUri, normalize_uri
@@ -82,14 +82,14 @@ class ClientRequests(RouterState):
         params: Any = message.get("params")
         uri = params.get("uri") if type(params) is dict else None
         # The rest of a cut result (``result_budget``), in any spelling of its URI: the scheme
-        # and host without case, as for every other URI (``core.uris``).
+        # and host without case, as for every other URI (``core.uris``). The scheme is the
+        # proxy's own: none of its URIs goes to a server (an unprefixed one would get the token).
         if type(uri) is str and uri[: len(RESULTS_SCHEME)].lower() == RESULTS_SCHEME:
             try:
                 normal = normalize_uri(uri)
             except InvalidUri as exc:
                 raise RemoteProtocolError(INVALID_PARAMS, f"Invalid params: {exc}") from None
-            if normal.startswith(RESULTS):
-                return self._read_kept(client, message, normal)
+            return self._read_kept(client, message, normal)
         server, original = self._resource_route(client, params)
         if params.get(REQUEST_STATE) is not None:
             return self._retry(client, message, server, dict(params, uri=original))

@@ -146,7 +146,7 @@ class ResultBudgets(RouterState):
 
     def _read_kept(self, client: ClientState, message: dict[str, Any], uri: str) -> list[Command]:
         """``resources/read`` of a kept rest: the page asked for, if it is this caller's."""
-        token, _, query = uri[len(RESULTS) :].partition("?")
+        token, _, query = uri[len(RESULTS) :].partition("?") if uri.startswith(RESULTS) else ("", "", "")
         digits = query[5:] if query.startswith("page=") else ""
         page = int(digits) if digits.isascii() and digits.isdigit() and len(digits) <= 9 else (0 if query else 1)
         kept = self.kept.get(owner_of(client), token, self.clock())

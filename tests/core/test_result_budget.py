@@ -106,6 +106,9 @@ def test_the_owner_reads_the_rest_under_any_spelling_of_its_scheme_and_host():
     # The token is a path: its case is its own, as in every URI.
     assert "Unknown resource" in read(router, 1, RESULTS + token.swapcase())["error"]["message"]
     assert read(router, 1, "AGGREGATOR://results/ x")["error"]["code"] == -32602
+    # The scheme is the proxy's own: no other spelling reaches a server, even with the token.
+    for other in ("aggregator://results:0/", "aggregator://results./", "aggregator:/results/", "aggregator:x/"):
+        assert "Unknown resource" in read(router, 1, other + token)["error"]["message"], other
 
 
 def test_a_session_owned_rest_goes_with_its_session():
