@@ -87,6 +87,8 @@ class CatalogLookups:
         spelling of a URI it listed, else the normal form. None if no server owns it or this
         profile may not read it; ``InvalidUri`` if it is refused whoever owns it."""
         normal = normalize_uri(uri)
+        if normal.startswith("aggregator:"):
+            return None  # the proxy's own scheme (kept results): never a server's
         route: Route | None = self.resources.get(normal)
         if route is not None:
             return route

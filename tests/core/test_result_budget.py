@@ -109,6 +109,8 @@ def test_the_owner_reads_the_rest_under_any_spelling_of_its_scheme_and_host():
     # The scheme is the proxy's own: no other spelling reaches a server, even with the token.
     for other in ("aggregator://results:0/", "aggregator://results./", "aggregator:/results/", "aggregator:x/"):
         assert "Unknown resource" in read(router, 1, other + token)["error"]["message"], other
+    [(_, _, answer)] = unpack(router.client_message(1, msg(id="s", method="resources/subscribe", params={"uri": uri})))
+    assert "Unknown resource" in answer["error"]["message"]
 
 
 def test_a_session_owned_rest_goes_with_its_session():
