@@ -3,7 +3,7 @@
 ``ServerConfig`` and ``ProxyConfig`` take their defaults from here, and so do the
 ``Router`` and ``UpstreamLink`` when built without them (as the core's tests build
 them): a router built from the default configuration and one built with no settings at
-all behave alike. Change a default here, and the README where it documents it.
+all behave alike. Change a default here, and the documentation (docs/) where it says it.
 """
 
 from __future__ import annotations

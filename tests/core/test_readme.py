@@ -1,4 +1,4 @@
-"""The README's promises that a test can hold it to."""
+"""The README's and the documentation pages' promises that a test can hold them to."""
 
 import re
 import tomllib
@@ -8,6 +8,9 @@ from aggregator.config import structure_config
 
 ROOT = Path(__file__).parents[2]
 README = (ROOT / "README.md").read_text()
+PAGES = sorted((ROOT / "docs").glob("*.md"))
+# Everything a reader is shown: the README, then every page of the documentation site.
+DOCUMENTS = README + "".join(page.read_text() for page in PAGES)
 
 
 def sh_blocks() -> list[str]:
@@ -17,23 +20,40 @@ def sh_blocks() -> list[str]:
 def test_opens_with_the_two_commands_and_ci_runs_the_second():
     serve, test = sh_blocks()[:2]
     assert "aggregator serve" in serve and "aggregator.toml" in serve
-    assert "pytest" in test
+    assert "pytest" in test and "mkdocs build --strict" in test
     ci = (ROOT / ".ci" / "run").read_text().splitlines()
     assert test in ci, "`.ci/run` must run the README's test command exactly"
 
 
+def test_the_sites_front_page_is_the_readme():
+    """docs/index.md is the README with its links made relative to docs/ (no drift)."""
+    expected = README.replace("](docs/", "](")
+    expected = re.sub(r"\[([^\]]+)\]\(LICENSE\)", r"\1 (the `LICENSE` file)", expected)
+    assert (ROOT / "docs" / "index.md").read_text() == expected
+
+
+def test_every_page_is_in_the_sites_navigation_and_linked_from_the_readme():
+    config = (ROOT / "mkdocs.yml").read_text()
+    for page in PAGES:
+        assert f": {page.name}\n" in config, page.name
+        assert page.name == "index.md" or f"](docs/{page.name})" in README, page.name
+
+
 def test_configuration_examples_load():
-    blocks = re.findall(r"```toml\n(.*?)\n```", README, re.S)
-    assert len(blocks) >= 2
+    blocks = re.findall(r"```toml\n(.*?)\n```", DOCUMENTS, re.S)
+    assert len(blocks) >= 3
     environ = {
         "HOME": "/home/u",
         "AGGREGATOR_TOKEN": "t" * 32,
         "REMOTE_TOKEN": "r",
         "READER_TOKEN": "q" * 32,
         "AGGREGATOR_ADMIN_TOKEN": "a" * 32,
+        "DOCS_TOKEN": "d",
     }
     configs = [structure_config(tomllib.loads(block), environ=environ) for block in blocks]
-    full = next(c for c in configs if "git" in c.servers)
+    front = configs[0]  # the README's own example
+    assert front.servers["git"].tools.deny == ("git_reset", "git_commit")
+    full = next(c for c in configs if "git" in c.servers and c.http.auth_tokens)
     assert full.servers["git"].args == ("--repository", "/home/u/src/project")
     assert full.http.auth_tokens == ("t" * 32,)
     network = next(c for c in configs if "remote" in c.servers)
@@ -44,7 +64,7 @@ def test_configuration_examples_load():
         "stdio",
     ]
     assert network.servers["notebook"].isolation == "per-session"
-    policy = next(c for c in configs if c.profiles)
+    policy = next(c for c in configs if "reader" in c.profiles)
     assert policy.profiles["reader"].tools.read_only and policy.servers["everything"].server_requests == ("roots",)
 
 
@@ -58,6 +78,6 @@ def test_error_example_is_what_the_proxy_says():
         )
     except ConfigError as exc:
         for problem in exc.problems:
-            assert f"  {problem}" in README
+            assert f"  {problem}" in DOCUMENTS
     else:
         raise AssertionError("expected a ConfigError")

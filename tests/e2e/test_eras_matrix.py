@@ -67,7 +67,7 @@ LACKS = {
 # Known limits of a client era, whatever the server.
 CLIENT_LIMITS = {
     ("modern", "everything", "logging"): "server-everything logs outside any request; a 2026-07-28 caller hears "
-    "only log lines of its own requests (README, Protocol revisions)",
+    "only log lines of its own requests (docs/protocol-revisions.md)",
 }
 # Which servers each column puts behind the proxy: prefix -> kind.
 COLUMNS = {
@@ -204,7 +204,7 @@ def test_feature(cells, cell, prefix, kind, feature):
 
 
 def roots_seen(cell: tuple[str, str, str], prefix: str) -> tuple[str, ...]:
-    """Whose roots a server gets (README, "Server-to-client requests, roots and logs" and the
+    """Whose roots a server gets (docs/many-clients.md, "Server-to-client requests, roots and logs" and the
     bridges): the client's over stdio (``--stdio`` alone) and when a 2026-07-28 caller is asked
     as input; ``proxy.roots`` for a legacy client on the network front (a shared server there
     cannot know whose call asks), and for server-everything over Streamable HTTP, whose
