@@ -388,10 +388,11 @@ class Catalog(CatalogLookups):
         """Whether this profile may read (or subscribe to) a server's URI (in normal form)."""
         if self.policy is None:
             return True
-        every = readings(uri)  # a hidden URI or template holds however the server reads it
-        if any((server, each) in self._hidden_uris for each in every):
-            return False
-        for owner, template in self._hidden_templates:
-            if owner == server and any(template_matches(template, each) for each in every):
+        if self._hidden_uris or self._hidden_templates:  # they hold however the server reads it
+            every = readings(uri)
+            if any((server, each) in self._hidden_uris for each in every):
                 return False
+            for owner, template in self._hidden_templates:
+                if owner == server and any(template_matches(template, each) for each in every):
+                    return False
         return self.policy.uri_reason(server, uri) is None

@@ -138,29 +138,56 @@ def normalize_uri(uri: str) -> str:
 
 def readings(normal: str) -> tuple[str, ...]:
     """The ways a server might read a URI in normal form (see "Readings" above): the normal
-    form first, then its decodings, each also without its query and fragment (a server that
-    parses a URL reads ``secret://x?y`` and ``file:///etc/passwd#`` as the resource itself),
-    ``file://localhost/`` as ``file:///``, then every spelling of the slashes after the
-    scheme. ``decoded_readings`` is the first two alone."""
-    found = decoded_readings(normal)
-    if len(found) == 1 and "?" not in normal and "#" not in normal and normal.find("://") == normal.find(":"):
-        return found if not normal.startswith("file://localhost/") else (normal, "file://" + normal[16:])
-    cut = [reading[: _query_start(reading)] for reading in found]
-    local = ["file://" + r[16:] for r in (*found, *cut) if r.startswith("file://localhost/")]
-    plain = (*found, *cut, *local)
-    slashed: list[str] = []
-    for reading in plain:
+    form first, then its decodings, then, for each, what URL parsers and servers make of
+    it: ASCII tab, CR and LF dropped (WHATWG and ``urlsplit`` drop them anywhere); the query
+    and fragment dropped; the authority's user info and port dropped, and a ``file:`` URI's
+    host (a server that reads files goes by the path); trailing slashes dropped; and the
+    part after ``scheme:`` with none to three slashes before it. ``decoded_readings`` is the
+    first two alone."""
+    found = dict.fromkeys(decoded_readings(normal))
+    for step in (_without_controls, _without_query, _bare_authority, _without_trailing_slashes):
+        for reading in list(found):
+            found.setdefault(step(reading))
+    for reading in list(found):
         colon = reading.find(":")
-        if colon > 0 and not reading.startswith("//", colon + 1):
+        if colon > 0:
             head, path = reading[: colon + 1], reading[colon + 1 :].lstrip("/")
-            slashed.extend(head + slashes + path for slashes in _SLASHES)
-    return tuple(dict.fromkeys((*plain, *slashed)))
+            for slashes in _SLASHES:
+                found.setdefault(head + slashes + path)
+    return tuple(found)
 
 
-def _query_start(uri: str) -> int:
-    """Where the query or fragment of ``uri`` starts (its length if it has neither)."""
+def _without_controls(uri: str) -> str:
+    return uri.translate(_TAB_AND_NEWLINES) if "\t" in uri or "\n" in uri or "\r" in uri else uri
+
+
+def _without_query(uri: str) -> str:
+    """``uri`` up to its query or fragment."""
     ends = [at for at in (uri.find("?"), uri.find("#")) if at != -1]
-    return min(ends) if ends else len(uri)
+    return uri[: min(ends)] if ends else uri
+
+
+def _bare_authority(uri: str) -> str:
+    """``uri`` with no user info or port in its authority, and no host at all for ``file:``."""
+    colon = uri.find(":")
+    if colon <= 0 or not uri.startswith("//", colon + 1):
+        return uri
+    start = colon + 3
+    end = _authority_end(uri, start)
+    if uri[:colon] == "file":
+        return uri[:start] + uri[end:]
+    host = uri[start:end].rpartition("@")[2]
+    bracket = host.rfind("]")
+    port = host.rfind(":")
+    return uri[:start] + (host[:port] if port > bracket else host) + uri[end:]
+
+
+def _without_trailing_slashes(uri: str) -> str:
+    stripped = uri.rstrip("/")
+    return stripped if stripped and not stripped.endswith(":") else uri
+
+
+_TAB_AND_NEWLINES = {9: None, 10: None, 13: None}
 
 
 def decoded_readings(normal: str) -> tuple[str, ...]:

@@ -327,6 +327,24 @@ DENIED = [
     "file://localhost/home/me/private/key",
     "FILE://LOCALHOST/home/me/private/key",
     "file://localhost/home/me/private/key?x",
+    # Encoded tab, CR and LF (URL parsers drop them), more slashes, user info, ports, hosts.
+    "s+demo://host/Secret.md%09",
+    "s+demo://host/Sec%0Aret.md",
+    "file:///home/me/pri%0Dvate/key",
+    "file:%09///home/me/private/key",
+    "file:////home/me/private/key",
+    "s+secret:///x",
+    "s+secret:////x",
+    "s+secret://x/",
+    "s+secret://x/.",
+    "s+secret://x%2F",
+    "s+secret://u@x",
+    "s+secret://u%40x",
+    "s+secret://x:1",
+    "file://u@localhost/home/me/private/key",
+    "file://localhost:1/home/me/private/key",
+    "file://127.0.0.1/home/me/private/key",
+    "file://./home/me/private/key",
 ]
 # Visible to the default profile: (what the client sends, what the server gets).
 ALLOWED = [
