@@ -194,8 +194,12 @@ class UpstreamSession:
             reason = await self._attempt()
             if self._retry_at is None:  # not told when it was lost (it did not start)
                 self._went_down(reason)
-            assert self._retry_at is not None
-            await trio.sleep_until(self._retry_at)
+            await trio.sleep_until(self._next_start())
+
+    def _next_start(self) -> float:
+        """When the supervisor starts the server again (set once it was lost)."""
+        assert self._retry_at is not None
+        return self._retry_at
 
     def _went_down(self, reason: str) -> None:
         """The connection is lost (``reason``): note it, log it and tell the router when it

@@ -26,8 +26,8 @@ _GIB = 1 << 30
 class Range:
     """The valid values of one numeric key: ``low <= value <= high``."""
 
-    low: float
-    high: float
+    low: int | float  # an int low makes an integer key; a float, a number of ``unit``
+    high: int | float
     unit: str = ""  # "seconds", "bytes", ... for the message
 
     def problem(self, value: float) -> str | None:
