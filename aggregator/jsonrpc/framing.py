@@ -3,8 +3,9 @@
 Split on b"\\n" only: U+2028, U+0085 and a lone "\\r" are legal inside JSON strings and
 must never end a message (``str.splitlines`` would split on them). A trailing "\\r" is
 JSON whitespace and harmless. A line longer than ``max_line`` is never held in memory
-whole: the splitter reports an ``OversizedLine`` with the first bytes (enough to find the
-request id) and discards the rest up to the next newline.
+whole: the splitter reports an ``OversizedLine`` with its first and last bytes (enough to
+find the request id, which SDKs write first or last) and discards the rest up to the next
+newline.
 """
 
 from __future__ import annotations
@@ -12,11 +13,13 @@ from __future__ import annotations
 from typing import NamedTuple
 
 _HEAD = 64 * 1024  # what ``salvage_envelope`` scans at most
+_TAIL = 1024
 
 
 class OversizedLine(NamedTuple):
     head: bytes
     size: int
+    tail: bytes = b""  # its last bytes: where SDKs that write the id last put it
 
 
 class LineSplitter:
@@ -34,8 +37,8 @@ class LineSplitter:
         last = pieces.pop()  # bytes after the final newline: the start of a partial line
         for piece in pieces:
             if self._discarding is not None:
-                head, size = self._discarding
-                out.append(OversizedLine(head, size + len(piece)))
+                head, size, tail = self._discarding
+                out.append(OversizedLine(head, size + len(piece), (tail + piece)[-_TAIL:]))
                 self._discarding = None
                 continue
             if self._partial:
@@ -45,17 +48,18 @@ class LineSplitter:
             else:
                 line = piece
             if len(line) > self.max_line:
-                out.append(OversizedLine(line[:_HEAD], len(line)))
+                out.append(OversizedLine(line[:_HEAD], len(line), line[-_TAIL:]))
             elif line.strip():
                 out.append(line)
         if last:
             if self._discarding is not None:
-                head, size = self._discarding
-                self._discarding = OversizedLine(head, size + len(last))
+                head, size, tail = self._discarding
+                self._discarding = OversizedLine(head, size + len(last), (tail + last)[-_TAIL:])
             else:
                 self._partial += last
                 if len(self._partial) > self.max_line:
-                    self._discarding = OversizedLine(bytes(self._partial[:_HEAD]), len(self._partial))
+                    partial = self._partial
+                    self._discarding = OversizedLine(bytes(partial[:_HEAD]), len(partial), bytes(partial[-_TAIL:]))
                     self._partial.clear()
         return out
 

@@ -11,6 +11,7 @@ already refused, so they cost nothing to the messages that pass.
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from aggregator.jsonrpc.errors import INVALID_PARAMS, INVALID_REQUEST, PARSE_ERROR, RemoteProtocolError
@@ -49,16 +50,35 @@ def too_deep(exc: NestingTooDeep, raw: bytes) -> RemoteProtocolError:
     )
 
 
-def oversized(head: bytes, size: int, limit: int) -> RemoteProtocolError:
-    """A message over the size limit, of which only ``head`` (its first bytes) was kept:
-    answered under its id when the head shows it, as any other refused request."""
+def oversized(head: bytes, size: int, limit: int, tail: bytes = b"") -> RemoteProtocolError:
+    """A message over the size limit, of which only ``head`` and ``tail`` (its first and last
+    bytes) were kept: answered under its id when either shows it, as any other refused
+    request. An id the message ends with (``..., "id": 7}``) is the message's own: its
+    closing brace follows."""
     kind, id = salvage_envelope(head, whole=False)
+    last = _LAST_ID.search(tail) if id is None else None
+    if last is not None and _id_value(last.group(1)) is not None:
+        id = _id_value(last.group(1))
+        if kind == NOTIFICATION:  # a method, and the id after all: a request
+            kind = REQUEST
     return RemoteProtocolError(
         INVALID_REQUEST,
         f"Invalid request: message of {size} bytes, larger than the limit of {limit}",
         data={"source": "aggregator", "reason": "too_large", "max_bytes": limit},
         **_who(kind, id),
     )
+
+
+# The id a message ends with: a string or an integer, then the top-level object's closing brace.
+_LAST_ID = re.compile(rb'[{,]\s*"id"\s*:\s*("(?:[^"\\]|\\.){0,200}"|-?(?:0|[1-9][0-9]{0,99}))\s*\}\s*$')
+
+
+def _id_value(text: bytes) -> Any:
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return None
+    return value if type(value) in (int, str) else None
 
 
 def _who(kind: int | None, id: Any) -> dict[str, Any]:

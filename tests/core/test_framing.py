@@ -1,5 +1,6 @@
 """stdio framing: split on \\n only, at any byte boundary, with a bounded line."""
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -56,3 +57,18 @@ def test_oversized_line_is_reported_and_the_next_one_still_arrives():
 def test_oversized_complete_line():
     out = LineSplitter(10).feed(b"x" * 11 + b"\n{}\n")
     assert type(out[0]) is OversizedLine and out[1] == b"{}"
+
+
+@pytest.mark.parametrize("chunk", [1, 7, 1000, 5000, 100_000])
+def test_an_oversized_line_keeps_its_first_and_last_bytes_however_it_arrives(chunk):
+    line = b'{"method":"m","params":{"x":"' + bytes(range(97, 123)) * 4000 + b'"},"jsonrpc":"2.0","id":"last"}'
+    splitter = LineSplitter(1000)
+    data = line + b"\n" + b'{"id":1}\n'
+    out = []
+    for start in range(0, len(data), chunk):
+        out += splitter.feed(data[start : start + chunk])
+    [oversized, after] = out
+    head, size, tail = oversized
+    # The head is what was held when the line passed the limit (at least that much of it).
+    assert line.startswith(head) and len(head) > 1000 and (size, tail) == (len(line), line[-1024:])
+    assert after == b'{"id":1}'

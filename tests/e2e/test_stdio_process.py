@@ -392,6 +392,11 @@ def test_malformed_notifications_go_unanswered_and_oversized_requests_keep_their
         proxy.send(b'{"jsonrpc":"2.0","method":"notifications/message","params":{"x":"' + b"a" * (17 << 20) + b'"}}\n')
         proxy.send(b'{"jsonrpc":"2.0","result":{"x":"' + b"a" * (17 << 20) + b'"},"id":5}\n')
         assert proxy.request(3, "ping") == {"jsonrpc": "2.0", "id": 3, "result": {}}
+        # The official SDKs write the id last ({"method", "params", "jsonrpc", "id"}): it is
+        # read from the line's end, whatever its size.
+        proxy.send(b'{"method":"tools/call","params":{"x":"' + b"a" * (17 << 20) + b'"},"jsonrpc":"2.0","id":"last"}\n')
+        answer = proxy.receive()
+        assert answer["id"] == "last" and answer["error"]["data"]["reason"] == "too_large", answer
         # Neither method nor id nor result in its first 64 KiB: id null, as JSON-RPC says.
         proxy.send(b'{"jsonrpc":"2.0","params":{"x":"' + b"a" * (17 << 20) + b'"},"id":5,"method":"ping"}\n')
         assert proxy.receive()["id"] is None
