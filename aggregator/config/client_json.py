@@ -7,7 +7,7 @@ import json
 import os
 import re
 import unicodedata
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -54,7 +54,9 @@ def mcp_servers_json_to_raw(
     and ``${workspaceFolder}`` is its workspace (the parent of a ``.vscode`` or ``.cursor``
     directory, or the directory itself)."""
     entries, key = _server_entries(data, source)
-    problems: list[str] = []
+    problems: list[str] = list(_unencodable(entries, key))
+    if problems:  # such a string can be neither written to TOML nor given to a process
+        raise ConfigError(problems, source=source)
     servers: dict[str, Any] = {}
     keys = _server_keys(list(entries))
     for name, entry in entries.items():
@@ -84,6 +86,31 @@ def mcp_servers_json_to_raw(
     if problems:
         raise ConfigError(problems, source=source)
     return {"servers": servers}
+
+
+def _unencodable(value: Any, path: str) -> Iterator[str]:
+    """Where ``value`` holds a string with a lone surrogate (JSON's ``"\\ud800"``): no
+    character, so it cannot be encoded as UTF-8 for a file, an argument or the environment."""
+    if isinstance(value, str):
+        if not _encodes(value):
+            yield f"{path}: holds a lone surrogate (a \\uD800-\\uDFFF escape alone), which is no character"
+    elif isinstance(value, dict):
+        for name, item in value.items():
+            shown = name if _encodes(name) else name.encode("utf-8", "backslashreplace").decode()
+            yield from _unencodable(item, f"{path}.{shown}")
+            if not _encodes(name):
+                yield f"{path}.{shown}: the key holds a lone surrogate, which is no character"
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            yield from _unencodable(item, f"{path}[{index}]")
+
+
+def _encodes(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 # JSON keys whose aggregator.toml name differs.

@@ -153,3 +153,18 @@ def test_a_client_files_excluded_tool_is_hidden_and_refused(tmp_path):
     assert out.returncode == 0, out.stderr
     table = tomllib.loads(out.stdout)["servers"]["time"]
     assert table["tools"] == {"allow": ["get_current_time", "convert_time"], "deny": ["convert_time"]}
+
+
+def test_a_lone_surrogate_in_a_client_file_is_refused_by_its_path(tmp_path):
+    """JSON can spell "\\ud800", which is no character: no file, argument or environment can
+    carry it, so every command refuses it by path instead of failing on it later."""
+    source = tmp_path / "client.json"
+    source.write_text('{"mcpServers": {"a": {"command": "x", "args": ["\\ud800"], "excludeTools": ["\\udc00"]}}}')
+    output = tmp_path / "out.toml"
+    for args in (["import", str(source), "--output", str(output)], ["check", "--config", str(source)]):
+        result = run(*args)
+        assert result.returncode == 2, result
+        assert "mcpServers.a.args[0]: holds a lone surrogate" in result.stderr, result.stderr
+        assert "mcpServers.a.excludeTools[0]: holds a lone surrogate" in result.stderr, result.stderr
+        assert "Traceback" not in result.stderr + result.stdout
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["client.json"]  # no output, no temporary file
