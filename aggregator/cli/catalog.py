@@ -11,9 +11,9 @@ from typing import Any
 
 import trio
 
-from aggregator.cli.common import command_config, label, status_lines, with_started_hub
+from aggregator.cli.common import command_config, label, nothing_to_serve, status_lines, with_started_hub
 from aggregator.core.catalog import Catalog, Route
-from aggregator.errors import ConfigError
+from aggregator.errors import AggregatorError, ConfigError
 from aggregator.hub import Hub
 from aggregator.mcp.constants import KEY_OF, KINDS
 
@@ -21,13 +21,16 @@ ESTIMATE = "estimated as the compact JSON's UTF-8 bytes / 4, rounded up (aggrega
 
 
 def run_tools(args: argparse.Namespace) -> int:
-    config, _ = command_config(args)
+    config, path = command_config(args)
     if args.profile == "":
         raise ConfigError("--profile: expected a profile's name, got an empty string")
     profile = args.profile or "default"
     if profile != "default" and profile not in config.profiles:
         known = ", ".join(["default", *config.profiles])
         raise ConfigError(f"--profile: no profile {profile!r} (known: {known})")
+    reason = nothing_to_serve(config)
+    if reason is not None:  # as check: nothing would be listed
+        raise AggregatorError(f"config {path} has nothing to serve: {reason}")
     if args.tokens:
         names = [profile] if args.profile else ["default", *config.profiles]
         return _print_tokens(trio.run(with_started_hub, config, lambda hub: _token_rows(hub, names)), args.json)

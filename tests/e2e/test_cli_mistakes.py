@@ -81,6 +81,11 @@ CASES = [
     ),
     (["check", "--config", "disabled.toml"], 1, "has nothing to serve: every server in it is disabled (a)\n"),
     (
+        ["tools", "--config", "empty.toml"],
+        1,
+        "aggregator: config empty.toml has nothing to serve: it lists no servers\n",
+    ),
+    (
         ["serve", "--config", "empty.toml"],
         0,
         "config empty.toml has nothing to serve: it lists no servers; clients see",
