@@ -145,7 +145,13 @@ def readings(normal: str) -> tuple[str, ...]:
     part after ``scheme:`` with none to three slashes before it. ``decoded_readings`` is the
     first two alone."""
     found = dict.fromkeys(decoded_readings(normal))
-    for step in (_without_controls, _without_query, _bare_authority, _without_trailing_slashes):
+    for step in (
+        _without_controls,
+        _without_query,
+        _slashes_resolved,
+        _bare_authority,
+        _without_trailing_slashes,
+    ):
         for reading in list(found):
             found.setdefault(step(reading))
     for reading in list(found):
@@ -158,7 +164,31 @@ def readings(normal: str) -> tuple[str, ...]:
 
 
 def _without_controls(uri: str) -> str:
-    return uri.translate(_TAB_AND_NEWLINES) if "\t" in uri or "\n" in uri or "\r" in uri else uri
+    """``uri`` as WHATWG URL parsers take it: no tab, CR or LF anywhere, no C0 control or
+    space at either end (here, decoded ones: ``%09``, ``%20``)."""
+    if "\t" in uri or "\n" in uri or "\r" in uri:
+        uri = uri.translate(_TAB_AND_NEWLINES)
+    stripped = uri.strip(_C0_AND_SPACE)
+    while stripped.endswith(("%20", "%00")) or (stripped[-3:-2] == "%" and stripped[-2:-1] in "01"):
+        stripped = stripped[:-3].rstrip(_C0_AND_SPACE)
+    return stripped
+
+
+def _slashes_resolved(uri: str) -> str:
+    """``uri`` as a file system or a WHATWG parser reads what follows its scheme: ``\\``
+    (or its escape) as ``/``, runs of ``/`` as one past the leading ones, then ``.`` and
+    ``..`` segments resolved (the query and fragment are left as they are)."""
+    colon = uri.find(":")
+    if colon <= 0:
+        return uri
+    end = colon + 1 + len(_without_query(uri[colon + 1 :]))
+    rest = uri[colon + 1 : end]
+    if "\\" not in rest and "%5C" not in rest and "//" not in rest.lstrip("/") and "." not in rest:
+        return uri
+    rest = rest.replace("%5C", "/").replace("\\", "/")
+    body = rest.lstrip("/")
+    body = _remove_dot_segments("/" + re.sub(r"/{2,}", "/", body))[1:]
+    return uri[: colon + 1] + "/" * (len(rest) - len(rest.lstrip("/"))) + body + uri[end:]
 
 
 def _without_query(uri: str) -> str:
@@ -188,6 +218,7 @@ def _without_trailing_slashes(uri: str) -> str:
 
 
 _TAB_AND_NEWLINES = {9: None, 10: None, 13: None}
+_C0_AND_SPACE = "".join(chr(code) for code in range(0x21))
 
 
 def decoded_readings(normal: str) -> tuple[str, ...]:
@@ -354,14 +385,21 @@ def _remove_dot_segments(path: str) -> str:
 
 
 def _hides_dot_segment(uri: str) -> bool:
-    """Whether decoding every escape and reading ``\\`` as ``/`` turns up a dot segment."""
+    """Whether decoding the escapes (up to one round more than ``readings`` follows: a
+    server that decodes twice reads ``..%255C`` as ``..\\``) and reading ``\\`` as ``/``
+    turns up a dot segment."""
     colon = uri.index(":")
     start, end = _path_bounds(uri, colon)
     path = uri[start:end]
-    if "%2F" not in path and "%5C" not in path and "\\" not in path:
-        return False
-    decoded = unquote(path).replace("\\", "/")
-    return any(segment in (".", "..") for segment in decoded.split("/"))
+    for _ in range(_DECODE_ROUNDS + 1):
+        if "%2F" in path or "%5C" in path or "%2f" in path or "%5c" in path or "\\" in path:
+            decoded = unquote(path).replace("\\", "/")
+            if any(segment in (".", "..") for segment in decoded.split("/")):
+                return True
+        if "%" not in path:
+            return False
+        path = unquote(path)
+    return False
 
 
 def expose_uri(prefix: str, uri: Any) -> Any:

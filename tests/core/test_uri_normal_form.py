@@ -345,6 +345,17 @@ DENIED = [
     "file://localhost:1/home/me/private/key",
     "file://127.0.0.1/home/me/private/key",
     "file://./home/me/private/key",
+    # What a file system or a WHATWG parser makes of it: doubled slashes, backslashes (or
+    # their escapes) as slashes, controls and spaces at the ends dropped.
+    "file:///home//me/private/key",
+    "file:////home//me//private/key",
+    "file:///home/me%5Cprivate%5Ckey",
+    "file://%5Chome/me/private/key",
+    "file:%5C%5C%5Chome%5Cme%5Cprivate%5Ckey",
+    "s+demo://host/Secret.md%20",
+    "s+demo://host/Secret.md%00",
+    "s+demo://host/Secret.md%1F",
+    "s+demo://host/Secret.md%2520",
 ]
 # Visible to the default profile: (what the client sends, what the server gets).
 ALLOWED = [
@@ -383,6 +394,8 @@ NARROW_DENIED = [
     "s+opened://a",
     "s+opened:%2F%2Fa",
     "file:///home/me/public%2F%2E%2E%2Fprivate/key",
+    "file:///home/me/public/..%255C..%255Cprivate%255Ckey",
+    "file:///home/me/public/..%25255Cprivate",
 ]
 # completion/complete refs: (ref uri, the server's template) or refused.
 REFS_ALLOWED = [
