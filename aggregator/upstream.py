@@ -258,7 +258,7 @@ class UpstreamSession:
                     channel = await nursery.start(self._transport)
                 except OSError as exc:
                     if config.effective_transport == "stdio":
-                        return f"cannot start {config.command!r}: {exc.strerror or exc}"
+                        return self.mask(f"cannot start {config.command!r}: {exc.strerror or exc}")
                     return self.mask(str(exc))
                 if channel.pid is not None:
                     self.pid = channel.pid

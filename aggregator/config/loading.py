@@ -119,7 +119,10 @@ def _servers(
         path = f"servers.{name}"
         tables.checked(path, check_ranges(server, path) + check_server(server, path))
         if directory is not None and cwd is not None and "\0" not in cwd and not os.path.isdir(cwd):
-            tables.problems.append(f"{path}.cwd: no such directory: {cwd}")
+            shown = cwd
+            for value in sorted(server.interpolated, key=len, reverse=True):  # a ${VAR} may be a secret
+                shown = shown.replace(value, "***") if value else shown
+            tables.problems.append(f"{path}.cwd: no such directory: {shown}")
         if server.env_file is not None and read_files:
             servers[name] = server = _with_env_file(server, beside(directory, server.env_file), path, tables.problems)
         if stdio:  # checked on its own first, so that a global mistake is not repeated here

@@ -5,6 +5,7 @@ it is."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import threading
@@ -168,3 +169,27 @@ def test_a_lone_surrogate_in_a_client_file_is_refused_by_its_path(tmp_path):
         assert "mcpServers.a.excludeTools[0]: holds a lone surrogate" in result.stderr, result.stderr
         assert "Traceback" not in result.stderr + result.stdout
     assert sorted(p.name for p in tmp_path.iterdir()) == ["client.json"]  # no output, no temporary file
+
+
+def test_a_secret_put_into_command_or_cwd_is_masked_in_errors(tmp_path):
+    secret = "hunter2-not-for-logs"
+    cwd_config = tmp_path / "cwd.toml"
+    cwd_config.write_text('[servers.t]\ncommand = "x"\ncwd = "/tmp/${BAD}"\n')
+    command_config = tmp_path / "command.toml"
+    command_config.write_text('[servers.s]\ncommand = "/nonexistent/${BAD}"\n')
+    env = {**os.environ, "BAD": secret}
+    for config, code, said in (
+        (cwd_config, 2, "servers.t.cwd: no such directory: /tmp/***"),
+        (command_config, 1, "cannot start '/nonexistent/***'"),
+    ):
+        result = subprocess.run(
+            [sys.executable, "-m", "aggregator", "check", "--config", str(config)],
+            capture_output=True,
+            text=True,
+            timeout=90,
+            env=env,
+            stdin=subprocess.DEVNULL,
+        )
+        assert result.returncode == code, result
+        assert said in result.stdout + result.stderr, result.stdout + result.stderr
+        assert secret not in result.stdout + result.stderr
