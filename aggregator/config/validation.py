@@ -56,10 +56,10 @@ def url_problem(url: str, transport: str) -> str | None:
             "contains whitespace or a control character (a trailing newline in an environment variable?);"
             " percent-encode the variable's value (a space is %20); the URL is not shown, as it may hold a secret"
         )
-    if transport == "websocket" and not url.isascii():
+    if not url.isascii():  # no client of ours sends one: say so at load, not at every connection
         return (
-            "contains a character outside ASCII; percent-encode it (the variable's value, if it comes from one);"
-            " the URL is not shown, as it may hold a secret"
+            "contains a character outside ASCII; percent-encode it (é is %C3%A9; a host's xn-- form), or the"
+            " variable's value if it comes from one; the URL is not shown, as it may hold a secret"
         )
     try:
         parts = urlsplit(url)

@@ -476,7 +476,9 @@ URL_SECRET = "url-sekrit-91"
         ("http://${TOK}/mcp", "", "needs a host"),
         ("http://127.0.0.1:${TOK}/mcp", URL_SECRET, "cannot be parsed as a URL"),
         ("${TOK}", f"127.0.0.1/{URL_SECRET}", "a streamable-http server needs an absolute http or https URL"),
-        ("http://127.0.0.1:9/mcp?token=${TOK}", f"{URL_SECRET}%20é", None),  # percent-encoded; httpx encodes é
+        # No client of the proxy's sends a URL outside ASCII (its own HTTP client writes the request line as is).
+        ("http://127.0.0.1:9/mcp?token=${TOK}", f"{URL_SECRET}%20é", "contains a character outside ASCII"),
+        ("http://127.0.0.1:9/caf\u00e9", "", "contains a character outside ASCII"),
         ("ws://user:${TOK}@127.0.0.1:9/mcp", URL_SECRET, None),
     ],
 )
