@@ -57,9 +57,9 @@ def oversized(head: bytes, size: int, limit: int, tail: bytes = b"") -> RemotePr
     closing brace follows."""
     kind, id = salvage_envelope(head, whole=False)
     last = _LAST_ID.search(tail) if id is None else None
-    if last is not None and _id_value(last.group(1)) is not None:
-        id = _id_value(last.group(1))
-        if kind == NOTIFICATION:  # a method, and the id after all: a request
+    if last is not None:
+        id = _id_value(last.group(1))  # None for one no answer could carry (5.5): id null
+        if kind == NOTIFICATION:  # a method, and an id after all: a request
             kind = REQUEST
     return RemoteProtocolError(
         INVALID_REQUEST,
@@ -70,7 +70,7 @@ def oversized(head: bytes, size: int, limit: int, tail: bytes = b"") -> RemotePr
 
 
 # The id a message ends with: a string or an integer, then the top-level object's closing brace.
-_LAST_ID = re.compile(rb'[{,]\s*"id"\s*:\s*("(?:[^"\\]|\\.){0,200}"|-?(?:0|[1-9][0-9]{0,99}))\s*\}\s*$')
+_LAST_ID = re.compile(rb'[{,]\s*"id"\s*:\s*("(?:[^"\\]|\\.){0,1000}"|[-+.0-9eE]{1,300}|null)\s*\}\s*$')
 
 
 def _id_value(text: bytes) -> Any:
@@ -78,7 +78,7 @@ def _id_value(text: bytes) -> Any:
         value = json.loads(text)
     except ValueError:
         return None
-    return value if type(value) in (int, str) else None
+    return value if type(value) is str or type(value) is int and len(text) <= 100 else None
 
 
 def _who(kind: int | None, id: Any) -> dict[str, Any]:

@@ -13,6 +13,7 @@ from aggregator.jsonrpc import dumps
 from aggregator.jsonrpc.codec import NOTIFICATION, REQUEST, RESPONSE, nameless_refusal
 from aggregator.jsonrpc.errors import PARSE_ERROR
 from aggregator.jsonrpc.refusals import envelope as _envelope
+from aggregator.jsonrpc.refusals import oversized
 from aggregator.jsonrpc.salvage import salvage_envelope
 from tests.core.helpers import make_depth_limited_router, refused, still_serves, unpack
 
@@ -210,3 +211,23 @@ def test_the_head_of_a_message_too_large_to_keep_is_taken_for_the_whole(head, ex
     assert salvage_envelope(head, whole=False) == expected
     if expected[0] in (NOTIFICATION, RESPONSE) and expected[1] is None:
         assert salvage_envelope(head) == (None, None)  # a cut-short message proves nothing
+
+
+HEAD = b'{"method":"tools/call","params":{"x":"aaaa'
+
+
+@pytest.mark.parametrize(
+    ("tail", "kind", "id", "answered"),
+    [
+        (b'aa"},"jsonrpc":"2.0","id":5}', REQUEST, 5, True),  # as the official SDKs write it
+        (b'aa"},"jsonrpc":"2.0","id" : "a\\"b" }\r\n', REQUEST, 'a"b', True),
+        (b'aa"},"id":"' + b"q" * 300 + b'"}', REQUEST, "q" * 300, True),
+        (b'aa"},"id":5.5}', REQUEST, None, True),  # an id no answer can carry: id null
+        (b'aa"},"id":' + b"9" * 150 + b"}", REQUEST, None, True),
+        (b'aa","id":5}}', NOTIFICATION, None, False),  # params' own id: not the message's
+        (b'aa"}}', NOTIFICATION, None, False),
+    ],
+)
+def test_an_oversized_message_is_answered_by_the_id_it_ends_with(tail, kind, id, answered):
+    error = oversized(HEAD, 10**7, 65536, tail)
+    assert (error.kind, error.id, error.answer) == (kind, id, answered)
