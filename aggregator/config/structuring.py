@@ -239,7 +239,9 @@ def unknown_key(path: str, key: str, valid: Iterable[str]) -> str:
     """The problem of ``key`` in the table at ``path``, which takes only ``valid`` keys,
     naming the valid one it is nearest to when one is near (a misspelling):
     ``proxy.seperator: unknown key; did you mean `separator`?``."""
-    near = difflib.get_close_matches(key, sorted(valid), n=1)
+    keys = sorted(valid)
+    # Keys are lower case: a key in another case (MAX_JSON_DEPTH) is compared as such too.
+    near = difflib.get_close_matches(key, keys, n=1) or difflib.get_close_matches(key.lower(), keys, n=1)
     where = f"{path}.{key}" if path else key
     return f"{where}: unknown key" + (f"; did you mean `{near[0]}`?" if near else "")
 

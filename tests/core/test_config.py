@@ -59,6 +59,7 @@ enabled = false
         ({"proxy": {"page_size": 0}}, "proxy.page_size: must be an integer (items) from 1 to 100000, got 0"),
         ({"proxy": {"pagesize": 3}}, "proxy.pagesize: unknown key; did you mean `page_size`?"),
         ({"serverz": {}}, "serverz: unknown key; did you mean `servers`?"),
+        ({"proxy": {"MAX_JSON_DEPTH": 3}}, "proxy.MAX_JSON_DEPTH: unknown key; did you mean `max_json_depth`?"),
         ({"servers": {"git": {"command": "${NOPE}"}}}, "servers.git.command: environment variable NOPE is not set"),
     ],
 )
