@@ -61,14 +61,16 @@ up through.
 Readings, for deny rules
 ------------------------
 A server may read a URI in ways its normal form does not show: many percent-decode it
-before parsing (``secret:%2F%2Fx`` is then ``secret://x``), and a scheme-wide rule such as
-``secret://*`` means every URI of the scheme, with an authority or without
+before parsing (``secret:%2F%2Fx`` is then ``secret://x``), URL parsers and file systems
+drop or fold parts of it (``secret://x?y``, ``file:///etc//passwd``), and a scheme-wide
+rule such as ``secret://*`` means every URI of the scheme, with an authority or without
 (``secret:x``, ``secret:/x``). ``readings`` lists those ways: the normal form, each
 decoding of it (up to three rounds, every one normalised again), and for each of those
-the same path after ``scheme:``, ``scheme:/``, ``scheme://`` and ``scheme:///``. A deny
-rule refuses a URI when it matches *any* reading, and an allow rule admits one only when
-it matches the normal form and every decoding: the rules fail closed, whichever way the
-server reads.
+what a parser or a file system would make of it (see ``readings``). A deny rule refuses a
+URI when it matches *any* reading, and an allow rule admits one only when it matches the
+normal form and every decoding (``decoded_readings``): the rules fail closed, whichever
+way the server reads. A dot segment hidden behind an encoded slash is refused outright,
+in any of the decodings, since no glob can tell where it leads.
 
 Cost: a URI that needs no change (the usual case) is recognised by a handful of
 C-level checks (``isascii``, ``isprintable``, ``in``) and returned as it is.
@@ -139,11 +141,12 @@ def normalize_uri(uri: str) -> str:
 def readings(normal: str) -> tuple[str, ...]:
     """The ways a server might read a URI in normal form (see "Readings" above): the normal
     form first, then its decodings, then, for each, what URL parsers and servers make of
-    it: ASCII tab, CR and LF dropped (WHATWG and ``urlsplit`` drop them anywhere); the query
-    and fragment dropped; the authority's user info and port dropped, and a ``file:`` URI's
-    host (a server that reads files goes by the path); trailing slashes dropped; and the
-    part after ``scheme:`` with none to three slashes before it. ``decoded_readings`` is the
-    first two alone."""
+    it: tab, CR and LF dropped, and controls and spaces at its ends (WHATWG, ``urlsplit``);
+    the query and fragment dropped; ``\\`` as ``/``, runs of ``/`` folded and dot segments
+    resolved (file systems, WHATWG); the authority's user info and port dropped, and a
+    ``file:`` URI's host (a server that reads files goes by the path); trailing slashes
+    dropped; and the part after ``scheme:`` with none to three slashes before it.
+    ``decoded_readings`` is the first two alone."""
     found = dict.fromkeys(decoded_readings(normal))
     for step in (
         _without_controls,
@@ -169,8 +172,8 @@ def _without_controls(uri: str) -> str:
     if "\t" in uri or "\n" in uri or "\r" in uri:
         uri = uri.translate(_TAB_AND_NEWLINES)
     stripped = uri.strip(_C0_AND_SPACE)
-    while stripped.endswith(("%20", "%00")) or (stripped[-3:-2] == "%" and stripped[-2:-1] in "01"):
-        stripped = stripped[:-3].rstrip(_C0_AND_SPACE)
+    while len(stripped) >= 3 and stripped[-3] == "%" and (stripped[-2] in "01" or stripped[-2:] == "20"):
+        stripped = stripped[:-3].rstrip(_C0_AND_SPACE)  # an escaped one: %00-%1F, %20
     return stripped
 
 
