@@ -28,9 +28,10 @@ import trio
 from aggregator.config import Config, ServerConfig
 from aggregator.core.commands import Answer
 from aggregator.errors import UpstreamError
+from aggregator.transports.channel import Channel
+from aggregator.transports.child_process import run_stdio_server
 from aggregator.transports.masking import SecretMask, shown_url
 from aggregator.transports.outbox import Outbox
-from aggregator.transports.stdio import Channel, run_stdio_server
 from aggregator.transports.upstream_streams import StderrLog, Traffic, read_messages
 
 if TYPE_CHECKING:

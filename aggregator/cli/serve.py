@@ -78,7 +78,7 @@ async def _serve_all(
     watch: bool = False,
 ) -> signal.Signals | None:
     """Serve until the stdio client leaves or a signal comes; return the signal, if one did."""
-    from aggregator.transports.stdio import OwnStdio
+    from aggregator.transports.own_stdio import OwnStdio
 
     # An address that cannot be used is found before any server starts (and again when
     # the endpoint takes it, should another process take it meanwhile).

@@ -23,10 +23,10 @@ from aggregator import __version__
 from aggregator.core.router import proxy_error
 from aggregator.jsonrpc.codec import dumps, loads, nameless_refusal
 from aggregator.jsonrpc.framing import LineSplitter, OversizedLine
+from aggregator.transports.channel import STREAM_TAG
 from aggregator.transports.masking import SecretMask, shown_url
 from aggregator.transports.pipe import PipeEnd
 from aggregator.transports.resumption import is_answer
-from aggregator.transports.stdio import STREAM_TAG
 
 log = logging.getLogger(__name__)
 MAX_CONCURRENT_POSTS = 64

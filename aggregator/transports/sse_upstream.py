@@ -9,11 +9,11 @@ from urllib.parse import urljoin, urlsplit
 import httpx
 import trio
 
+from aggregator.transports.channel import Channel
 from aggregator.transports.masking import shown_url
 from aggregator.transports.network_link import MAX_CONCURRENT_POSTS, NetworkLink, client_logs_masked, http_client
 from aggregator.transports.pipe import byte_pipe
 from aggregator.transports.sse import SseParser
-from aggregator.transports.stdio import Channel
 
 
 async def run_sse_server(

@@ -27,6 +27,7 @@ from aggregator.mcp.constants import CANCELLED, INITIALIZE
 from aggregator.mcp.modern import LISTEN
 from aggregator.mcp.versions import DISCOVER
 from aggregator.tracing import trace_headers
+from aggregator.transports.channel import Channel
 from aggregator.transports.http_client import BadResponse, UpstreamClient
 from aggregator.transports.masking import shown_url
 from aggregator.transports.modern_headers import ToolHeaders, request_headers
@@ -43,7 +44,6 @@ from aggregator.transports.resumption import (
     stop,
 )
 from aggregator.transports.sse import SseParser
-from aggregator.transports.stdio import Channel
 from aggregator.transports.streamable_http_modern import answer_refusal, read_modern
 
 log = logging.getLogger(__name__)

@@ -14,8 +14,8 @@ import trio
 
 from aggregator import traffic
 from aggregator.jsonrpc.framing import LineSplitter, OversizedLine
+from aggregator.transports.channel import STREAM_TAG, STREAM_TAG_ROOM, split_tag
 from aggregator.transports.masking import SecretMask
-from aggregator.transports.stdio import STREAM_TAG, STREAM_TAG_ROOM, split_tag
 
 if TYPE_CHECKING:
     from aggregator.core.router import Router

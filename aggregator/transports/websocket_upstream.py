@@ -8,10 +8,10 @@ from typing import Any
 import trio
 import trio_websocket
 
+from aggregator.transports.channel import Channel
 from aggregator.transports.masking import shown_url
 from aggregator.transports.network_link import USER_AGENT, NetworkLink, client_logs_masked
 from aggregator.transports.pipe import byte_pipe
-from aggregator.transports.stdio import Channel
 
 
 async def run_websocket_server(

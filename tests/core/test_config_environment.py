@@ -11,7 +11,7 @@ import trio
 
 from aggregator.config import load_config, structure_config
 from aggregator.errors import ConfigError
-from aggregator.transports import stdio
+from aggregator.transports import child_process
 
 ROOT = Path(__file__).parents[2]
 
@@ -93,7 +93,7 @@ def test_a_child_gets_network_settings_and_what_passes_through_never_other_varia
         "OTHER_SECRET": "s",
     }.items():
         monkeypatch.setenv(name, value)
-    env = stdio.child_environment({"OWN": "1", "AWS_REGION": "us"}, ["AWS_*", "GH_TOKEN"])
+    env = child_process.child_environment({"OWN": "1", "AWS_REGION": "us"}, ["AWS_*", "GH_TOKEN"])
     assert {k: env.get(k) for k in ("HTTPS_PROXY", "NO_PROXY", "SSL_CERT_FILE", "SSH_AUTH_SOCK")} == {
         "HTTPS_PROXY": "http://127.0.0.1:3128",
         "NO_PROXY": "127.0.0.1",
@@ -102,8 +102,8 @@ def test_a_child_gets_network_settings_and_what_passes_through_never_other_varia
     }
     assert env["AWS_PROFILE"] == "p" and env["GH_TOKEN"] == "gh-secret" and env["OWN"] == "1"
     assert env["AWS_REGION"] == "us"  # the server's own env wins
-    assert "OTHER_SECRET" not in env and "OTHER_SECRET" not in stdio.child_environment({})
-    assert "GH_TOKEN" not in stdio.child_environment({})
+    assert "OTHER_SECRET" not in env and "OTHER_SECRET" not in child_process.child_environment({})
+    assert "GH_TOKEN" not in child_process.child_environment({})
 
 
 async def test_a_started_server_sees_the_passed_variables_and_runs_in_the_config_directory(tmp_path, monkeypatch):
@@ -118,7 +118,9 @@ async def test_a_started_server_sees_the_passed_variables_and_runs_in_the_config
     )
     server = load_config(config_path).servers["s"]
     with trio.fail_after(20):
-        process = await stdio.open_child(server.command, server.args, server.env, server.cwd, server.env_passthrough)
+        process = await child_process.open_child(
+            server.command, server.args, server.env, server.cwd, server.env_passthrough
+        )
         try:
             out = b""
             for _ in range(100):  # bounded: the child writes one short line and exits
@@ -127,7 +129,7 @@ async def test_a_started_server_sees_the_passed_variables_and_runs_in_the_config
                     break
                 out += chunk
         finally:
-            await stdio.stop_child(process, "s", grace=2)
+            await child_process.stop_child(process, "s", grace=2)
     assert out.decode() == f"{tmp_path}|yes|"
 
 

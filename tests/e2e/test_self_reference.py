@@ -22,7 +22,7 @@ import pytest
 import trio
 
 from aggregator.core.nesting import CHAIN_VARIABLE, MAX_DEPTH, chain_value
-from aggregator.transports import stdio
+from aggregator.transports import child_process
 from tests.e2e.conftest import FAKESRV, fake, post, write_config
 from tests.loopback import INIT, free_port, wait_listening
 
@@ -394,7 +394,7 @@ def test_end_of_input_during_startup_stops_the_proxy_and_its_servers(tmp_path):
     assert not left and not leftovers
 
 
-@pytest.mark.skipif(stdio._PRCTL is None, reason="children are tied to the proxy only on Linux")
+@pytest.mark.skipif(child_process._PRCTL is None, reason="children are tied to the proxy only on Linux")
 async def test_a_child_outlives_the_threads_that_forked_nothing(monkeypatch):
     """The parent-death signal follows the thread that forked the child. trio's worker
     threads exit when idle (ten seconds; here a twentieth of one): a child forked by one of
@@ -403,22 +403,22 @@ async def test_a_child_outlives_the_threads_that_forked_nothing(monkeypatch):
 
     monkeypatch.setattr(_thread_cache, "IDLE_TIMEOUT", 0.05)
     with trio.fail_after(20):
-        process = await stdio.open_child(sys.executable, [str(FAKESRV)], {}, None)
+        process = await child_process.open_child(sys.executable, [str(FAKESRV)], {}, None)
         try:
             for _ in range(3):  # worker threads come and go meanwhile
                 await trio.to_thread.run_sync(time.sleep, 0.01)
                 await trio.sleep(0.4)
             assert process.returncode is None, "the child died with an idle worker thread"
         finally:
-            await stdio.stop_child(process, "t", grace=2)
+            await child_process.stop_child(process, "t", grace=2)
         assert process.returncode == 0  # it stopped at the end of its stdin
 
 
 def test_a_server_env_never_replaces_the_chain(monkeypatch):
     monkeypatch.setenv(CHAIN_VARIABLE, '["/a.toml"]')
-    assert stdio.child_environment({CHAIN_VARIABLE: "[]", "X": "1"})[CHAIN_VARIABLE] == '["/a.toml"]'
+    assert child_process.child_environment({CHAIN_VARIABLE: "[]", "X": "1"})[CHAIN_VARIABLE] == '["/a.toml"]'
     monkeypatch.delenv(CHAIN_VARIABLE)
-    assert CHAIN_VARIABLE not in stdio.child_environment({CHAIN_VARIABLE: "[]"})
+    assert CHAIN_VARIABLE not in child_process.child_environment({CHAIN_VARIABLE: "[]"})
 
 
 def test_a_config_that_lists_its_own_url_is_refused_and_the_rest_serves(tmp_path):

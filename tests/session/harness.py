@@ -12,7 +12,7 @@ from aggregator.config import structure_config
 from aggregator.hub import Hub
 from aggregator.jsonrpc import LineSplitter, dumps, loads
 from aggregator.session import serve_stream_session
-from aggregator.transports.stdio import Channel
+from aggregator.transports.channel import Channel
 from tests.fakesrv import FakeServer
 
 

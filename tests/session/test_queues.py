@@ -19,8 +19,8 @@ from aggregator.hub import Hub
 from aggregator.jsonrpc import LineSplitter, dumps
 from aggregator.session import serve_stream_session
 from aggregator.transports.buffer import MessageLog
+from aggregator.transports.channel import Channel
 from aggregator.transports.outbox import Outbox
-from aggregator.transports.stdio import Channel
 from aggregator.websocket_endpoint import WebSocketEndpoint
 from tests.fakesrv import FakeServer
 from tests.session.harness import Client, FakeUpstreams, make_config, running_proxy

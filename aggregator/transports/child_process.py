@@ -1,4 +1,6 @@
-"""stdio: child processes for upstream servers, and the proxy's own stdin/stdout.
+"""Child processes for stdio servers: started, tied to the proxy, and stopped. (The proxy's
+own stdin and stdout: ``transports.own_stdio``; what a server connection talks through:
+``transports.channel``.)
 
 Children are started without a shell, in their own process group (a new session), with
 stdin/stdout as the MCP channel and stderr as a log. Stopping follows the spec's ladder:
@@ -33,10 +35,10 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-import attrs
 import trio
 
 from aggregator.core.nesting import CHAIN_VARIABLE
+from aggregator.transports.channel import Channel
 
 log = logging.getLogger(__name__)
 
@@ -256,35 +258,6 @@ class TiedChild:
             os.close(pidfd)
 
 
-# On a tagged channel, a message that arrived on the own stream of a request the proxy sent
-# (a Streamable HTTP POST) comes as STREAM_TAG + that request's upstream id + STREAM_TAG +
-# the message, so the router knows which request it belongs to without the JSON changing.
-STREAM_TAG = b"\x1f"
-STREAM_TAG_ROOM = 24  # bytes a tag may add to a line
-
-
-@attrs.frozen
-class Channel:
-    """What an upstream session talks through: a byte stream each way, maybe a log.
-
-    ``tagged``: lines it receives may carry a STREAM_TAG prefix (see above).
-    """
-
-    send: trio.abc.SendStream
-    receive: trio.abc.ReceiveStream
-    stderr: trio.abc.ReceiveStream | None = None
-    pid: int | None = None
-    tagged: bool = False
-
-
-def split_tag(line: bytes) -> tuple[int | None, bytes]:
-    """(the upstream request id a tagged line names, the message); (None, line) if none."""
-    end = line.find(STREAM_TAG, 1, STREAM_TAG_ROOM)
-    if end < 0 or not line[1:end].isdigit():
-        return None, line
-    return int(line[1:end]), line[end + 1 :]
-
-
 async def run_stdio_server(config: Any, *, task_status: trio.TaskStatus[Channel] = trio.TASK_STATUS_IGNORED) -> str:
     """Start a stdio server, report its Channel, return why it ended.
 
@@ -335,23 +308,3 @@ def _signal_group(pgid: int, signum: int) -> None:
         os.killpg(pgid, signum)
     except (ProcessLookupError, PermissionError):
         pass
-
-
-class OwnStdio:
-    """The proxy's own stdin/stdout as trio streams.
-
-    stdout is taken for MCP alone: its fd is duplicated for our use and fd 1 is pointed at
-    stderr, so a stray print from anywhere in the process can never corrupt the protocol.
-    """
-
-    def __init__(self) -> None:
-        self._in_fd = os.dup(0)
-        self._out_fd = os.dup(1)
-        os.dup2(2, 1)
-        sys.stdout = sys.stderr
-        self.receive = trio.lowlevel.FdStream(self._in_fd)
-        self.send = trio.lowlevel.FdStream(self._out_fd)
-
-    async def aclose(self) -> None:
-        await self.send.aclose()
-        await self.receive.aclose()
