@@ -21,6 +21,7 @@ from aggregator.config.structuring import describe, structure_table, unknown_key
 from aggregator.config.validation import check_http, check_proxy, check_server, token_problems
 from aggregator.core.naming import NAME_CHARS, validate_server_naming
 from aggregator.errors import ConfigError
+from aggregator.transports.masking import SecretMask
 
 # Checks the [[plugins]] a config names (the plugin layer's, given by the caller: the config
 # does not import it), returning problems by key path, so that they come with the others.
@@ -119,9 +120,7 @@ def _servers(
         path = f"servers.{name}"
         tables.checked(path, check_ranges(server, path) + check_server(server, path))
         if directory is not None and cwd is not None and "\0" not in cwd and not os.path.isdir(cwd):
-            shown = cwd
-            for value in sorted(server.interpolated, key=len, reverse=True):  # a ${VAR} may be a secret
-                shown = shown.replace(value, "***") if value else shown
+            shown = SecretMask.of(server)(cwd)  # masked as the server's errors are (a ${VAR} in it)
             tables.problems.append(f"{path}.cwd: no such directory: {shown}")
         if server.env_file is not None and read_files:
             servers[name] = server = _with_env_file(server, beside(directory, server.env_file), path, tables.problems)
