@@ -35,6 +35,7 @@ from aggregator.core.policy import unmatched_rules
 from aggregator.core.router import (
     Answer,
     DropUpstream,
+    SessionInfo,
     StartUpstream,
     StopUpstream,
     ToClient,
@@ -265,6 +266,17 @@ class Hub:
             return False
         self.gate.forget_client(key)
         return True
+
+    def sessions(self) -> list[tuple[int, ClientSink, SessionInfo | None]]:
+        """The client sessions now, each with what the router knows of it: the clients
+        less those of stateless 2026-07-28 HTTP requests, which are no session (status,
+        metrics)."""
+        found = []
+        for key, sink in list(self.clients.items()):
+            info = self.router.session_info(key)
+            if info is None or not info.stateless:
+                found.append((key, sink, info))
+        return found
 
     def remove_client(self, key: int) -> None:
         if self.tracing is not None:

@@ -16,7 +16,7 @@ from prometheus_client.registry import Collector
 from aggregator.core.tallies import Histogram
 
 if TYPE_CHECKING:
-    from aggregator.core.router import Router
+    from aggregator.core.router import Router, SessionInfo
     from aggregator.plugin_gate import PluginGate
     from aggregator.transports.budget import ClientMemory
     from aggregator.upstream import UpstreamSession
@@ -39,6 +39,8 @@ class MetricsHost(Protocol):
     clients: dict[int, Any]
     client_memory: ClientMemory
     gate: PluginGate
+
+    def sessions(self) -> list[tuple[int, Any, SessionInfo | None]]: ...
 
 
 class HubCollector(Collector):
@@ -97,10 +99,7 @@ class HubCollector(Collector):
             labels=["transport", "profile"],
         )
         counts: dict[tuple[str, str], int] = {}
-        for key, sink in list(hub.clients.items()):
-            info = hub.router.session_info(key)
-            if info is not None and info.stateless:
-                continue  # a stateless HTTP request's client: no session
+        for _, sink, info in hub.sessions():
             label = (TRANSPORTS.get(type(sink).__name__, "other"), info.profile if info else "default")
             counts[label] = counts.get(label, 0) + 1
         for label, count in sorted(counts.items()):

@@ -128,7 +128,7 @@ async def _read_client(
         if not data:
             data, at_eof = b"\n", True  # ends an unterminated last line, if any
         for line in splitter.feed(data):
-            if isinstance(line, OversizedLine):  # answered under its id when its first bytes show it
+            if isinstance(line, OversizedLine):  # answered under its id when its first or last bytes show it
                 hub.dispatch(hub.router.client_refused(key, oversized(line.head, line.size, limit, line.tail)))
                 continue
             try:

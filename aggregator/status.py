@@ -107,12 +107,9 @@ def _servers(hub: Hub, now: float) -> list[dict[str, Any]]:
 
 
 def _sessions(hub: Hub, now: float) -> list[dict[str, Any]]:
-    """The client sessions: a stateless HTTP request's client (2026-07-28) is none."""
+    """The client sessions (``Hub.sessions``: a stateless HTTP request's client is none)."""
     rows = []
-    for key, sink in list(hub.clients.items()):
-        info = hub.router.session_info(key)
-        if info is not None and info.stateless:
-            continue
+    for key, sink, info in hub.sessions():
         since = hub.client_since.get(key, now)
         rows.append(
             {
