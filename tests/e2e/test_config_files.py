@@ -18,13 +18,14 @@ from tests.loopback import INIT
 ROOT = Path(__file__).parents[2]
 
 
-def run(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+def run(*args: str, cwd: Path | None = None, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     out = subprocess.run(
         [sys.executable, "-m", "aggregator", *args],
         capture_output=True,
         text=True,
         timeout=90,
         cwd=cwd,
+        env=env,
         stdin=subprocess.DEVNULL,
     )
     assert "Traceback" not in out.stdout + out.stderr, out.stderr
@@ -182,14 +183,7 @@ def test_a_secret_put_into_command_or_cwd_is_masked_in_errors(tmp_path):
         (cwd_config, 2, "servers.t.cwd: no such directory: /tmp/***"),
         (command_config, 1, "cannot start '/nonexistent/***'"),
     ):
-        result = subprocess.run(
-            [sys.executable, "-m", "aggregator", "check", "--config", str(config)],
-            capture_output=True,
-            text=True,
-            timeout=90,
-            env=env,
-            stdin=subprocess.DEVNULL,
-        )
+        result = run("check", "--config", str(config), env=env)
         assert result.returncode == code, result
         assert said in result.stdout + result.stderr, result.stdout + result.stderr
         assert secret not in result.stdout + result.stderr
