@@ -106,11 +106,26 @@ def test_the_owner_reads_the_rest_under_any_spelling_of_its_scheme_and_host():
     # The token is a path: its case is its own, as in every URI.
     assert "Unknown resource" in read(router, 1, RESULTS + token.swapcase())["error"]["message"]
     assert read(router, 1, "AGGREGATOR://results/ x")["error"]["code"] == -32602
-    # The scheme is the proxy's own: no other spelling reaches a server, even with the token.
+
+
+def test_no_uri_of_the_proxys_own_scheme_reaches_a_server_that_keeps_its_uris():
+    """A server with an empty prefix owns every URI no other server claims: not these."""
+    servers = [ServerConfig(name="u", command="x", prefix="")]
+    router = new_router(Catalog(servers, "__", 50), servers, clock=Clock())
+    router.server_ready("u", {"protocolVersion": "2025-11-25", "capabilities": {"resources": {"subscribe": True}}})
+    router.server_items("u", "resources", [{"uri": "file:///a"}])
+    router.startup_completed()
+    connect(router, 1)
+    assert unpack(router.client_message(1, msg(id=1, method="resources/read", params={"uri": "file:///b"})))[0][0] == (
+        "ToServer"
+    )  # the server's own, unlisted: routed to it
+    token = "t" * 24
     for other in ("aggregator://results:0/", "aggregator://results./", "aggregator:/results/", "aggregator:x/"):
-        assert "Unknown resource" in read(router, 1, other + token)["error"]["message"], other
-    [(_, _, answer)] = unpack(router.client_message(1, msg(id="s", method="resources/subscribe", params={"uri": uri})))
-    assert "Unknown resource" in answer["error"]["message"]
+        for method in ("resources/read", "resources/subscribe"):
+            [(kind, _, answer)] = unpack(
+                router.client_message(1, msg(id=2, method=method, params={"uri": other + token}))
+            )
+            assert kind == "ToClient" and "Unknown resource" in answer["error"]["message"], (method, other)
 
 
 def test_a_session_owned_rest_goes_with_its_session():
