@@ -10,7 +10,7 @@ import trio
 
 from aggregator.cli.common import command_config, status_lines, with_started_hub
 from aggregator.errors import ConfigError
-from aggregator.hub import Hub
+from aggregator.hub.hub import Hub
 
 
 def run_approve(args: argparse.Namespace) -> int:

@@ -8,13 +8,13 @@ import argparse
 
 import trio
 
-from aggregator.access import check_exposure
-from aggregator.admin import admin_exposure
 from aggregator.cli.common import command_config, nothing_to_serve, status_lines, with_started_hub
 from aggregator.cli.terminal import printable
 from aggregator.core.policy import unmatched_rules
 from aggregator.errors import AggregatorError
+from aggregator.fronts.access import check_exposure
 from aggregator.mcp.constants import KINDS
+from aggregator.ops.admin import admin_exposure
 
 
 def run_check(args: argparse.Namespace) -> int:

@@ -15,9 +15,9 @@ from aggregator.cli.terminal import printable
 from aggregator.config import Config, load_config
 from aggregator.core.nesting import CHAIN_VARIABLE, NestingRefused, chain_value, enter, parse_chain
 from aggregator.errors import AggregatorError, ConfigError
-from aggregator.hub import Hub
+from aggregator.hub.hub import Hub
 from aggregator.mcp.constants import CONFIG_KIND, KINDS
-from aggregator.plugin_resolve import plugin_problems
+from aggregator.plugins.resolve import plugin_problems
 
 DEFAULT_CONFIG = "aggregator.toml"
 INTERRUPTED = 130  # the exit status after Ctrl-C: 128 + SIGINT, as shells report it

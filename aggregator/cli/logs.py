@@ -94,7 +94,7 @@ def setup_logging(level: str, log_format: str = "text") -> None:
         # httpx logs every request it makes at info: one line per message to an HTTP server
         # (and so does the proxy's own client, for the POSTs it makes instead).
         logging.getLogger("httpx").setLevel(logging.WARNING)
-        logging.getLogger("aggregator.transports.http_client").setLevel(logging.WARNING)
+        logging.getLogger("aggregator.upstreams.http_client").setLevel(logging.WARNING)
     # httpcore's traces (debug) quote a failed request's exception, which may hold a header's
     # value; what failed is logged by the proxy itself, its secrets masked.
     logging.getLogger("httpcore").setLevel(logging.INFO)

@@ -19,7 +19,7 @@ from typing import Any
 
 from aggregator.cli.terminal import admin_base, bearer, printable
 from aggregator.errors import AggregatorError
-from aggregator.reload import signal_reload
+from aggregator.hub.reload import signal_reload
 
 TOKEN_VARIABLE = "AGGREGATOR_ADMIN_TOKEN"
 TIMEOUT = 60.0  # a reload waits for stopped servers to end: seconds, not minutes

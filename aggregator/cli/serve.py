@@ -17,14 +17,14 @@ from typing import Any
 import trio
 
 from aggregator import __version__
-from aggregator.access import check_exposure
-from aggregator.admin import admin_exposure
 from aggregator.cli.common import INTERRUPTED, command_config, nothing_to_serve, status_lines
 from aggregator.config import Config, parse_listen, same_listener
 from aggregator.errors import AggregatorError, ConfigError
-from aggregator.hub import Hub
-from aggregator.reload import remove_pid_file, watch_config, write_pid_file
-from aggregator.tracing import from_environment
+from aggregator.fronts.access import check_exposure
+from aggregator.hub.hub import Hub
+from aggregator.hub.reload import remove_pid_file, watch_config, write_pid_file
+from aggregator.ops.admin import admin_exposure
+from aggregator.ops.tracing import from_environment
 
 log = logging.getLogger("aggregator")
 
@@ -78,7 +78,7 @@ async def _serve_all(
     watch: bool = False,
 ) -> signal.Signals | None:
     """Serve until the stdio client leaves or a signal comes; return the signal, if one did."""
-    from aggregator.transports.own_stdio import OwnStdio
+    from aggregator.fronts.own_stdio import OwnStdio
 
     # An address that cannot be used is found before any server starts (and again when
     # the endpoint takes it, should another process take it meanwhile).
@@ -127,7 +127,7 @@ async def _serve_all(
 async def _serve_stdio(hub: Hub, own: Any, nursery: trio.Nursery, alone: bool) -> bool:
     """Serve the stdio client until it leaves (then, or if it is ``alone``, stop the proxy);
     True if its session failed and stdout was closed while the network endpoints go on."""
-    from aggregator.session import serve_stream_session
+    from aggregator.fronts.session import serve_stream_session
 
     ended_by_client = await serve_stream_session(hub, own.receive, own.send, label="stdio")
     if ended_by_client or alone:
@@ -175,9 +175,9 @@ async def _start_endpoints(
     """Start the network endpoints in the serve nursery; return the URLs they serve at (each
     with what speaks there) and None, or why one cannot listen (an address in use, a host that does not resolve, a port
     that needs privileges)."""
-    from aggregator.admin import AdminEndpoint
-    from aggregator.http_endpoint import StreamableHttpEndpoint
-    from aggregator.websocket_endpoint import WebSocketEndpoint
+    from aggregator.fronts.http.endpoint import StreamableHttpEndpoint
+    from aggregator.fronts.websocket.endpoint import WebSocketEndpoint
+    from aggregator.ops.admin import AdminEndpoint
 
     urls: list[str] = []
     endpoints: tuple[tuple[str | None, Any], ...] = (

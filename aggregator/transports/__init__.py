@@ -1,1 +1,12 @@
-"""Thin trio transports: bytes in and out of pipes and sockets. No MCP semantics here."""
+"""The byte-level pieces both sides share: bytes in and out of pipes and sockets, and the
+queues in front of them. No MCP semantics here.
+
+Owns what a client's and a server's connection alike are built from: write queues with
+byte budgets (``outbox``, ``buffer``, ``budget``, the hub's view of a client's queue in
+``sink``), an in-memory byte pipe (``pipe``) and an upstream session's ``channel``, direct
+socket reads and writes (``socket_io``), the HTTP/1.1 server connection (``http_parse``,
+``http_server``, ``http_wire``), Server-Sent Events parsing (``sse``), and masking a
+server's secrets in text others see (``masking``).
+
+Imports of the project's packages: ``jsonrpc`` only.
+"""

@@ -1,8 +1,8 @@
 """What an upstream session talks through (``Channel``: a byte stream each way, maybe a
 log), whatever the transport, and the tag that names the request a message came back on.
 
-A stdio server's channel is its pipes (``transports.child_process``); a network server's
-is an in-memory pipe fed by its connection (``transports.network_link``), whose lines may
+A stdio server's channel is its pipes (``upstreams.child_process``); a network server's
+is an in-memory pipe fed by its connection (``upstreams.network_link``), whose lines may
 be tagged.
 """
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from aggregator.access import AccessPolicy
 from aggregator.config import structure_config
+from aggregator.fronts.access import AccessPolicy
 
 
 def policy(path: str = "/mcp") -> AccessPolicy:

@@ -9,9 +9,9 @@ import logging
 
 import pytest
 
-from aggregator.access import AccessPolicy
-from aggregator.admission import Admitted, Denial, admit, check_access, choose_profile
 from aggregator.config import structure_config
+from aggregator.fronts.access import AccessPolicy
+from aggregator.fronts.admission import Admitted, Denial, admit, check_access, choose_profile
 
 DEFAULT_TOKEN = "a-default-token-of-sixteen-characters"
 WORK_TOKEN = "a-work-token-of-sixteen-characters"
@@ -112,7 +112,12 @@ def test_every_front_takes_this_path():
     from pathlib import Path
 
     root = Path(__file__).parents[2] / "aggregator"
-    fronts = ["http_endpoint.py", "http_exchange.py", "legacy_sse.py", "websocket_endpoint.py"]
+    fronts = [
+        "fronts/http/endpoint.py",
+        "fronts/http/exchange.py",
+        "fronts/http/legacy_sse.py",
+        "fronts/websocket/endpoint.py",
+    ]
     for name in fronts:
         source = (root / name).read_text()
         assert ".refusal(" not in source and ".profile(" not in source, name

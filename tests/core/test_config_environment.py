@@ -11,7 +11,7 @@ import trio
 
 from aggregator.config import load_config, structure_config
 from aggregator.errors import ConfigError
-from aggregator.transports import child_process
+from aggregator.upstreams import child_process
 
 ROOT = Path(__file__).parents[2]
 
@@ -174,7 +174,7 @@ def test_the_shipped_config_runs_from_any_directory():
 
 def test_a_plugin_default_file_is_beside_the_config(tmp_path, monkeypatch):
     from aggregator.config import PluginConfig
-    from aggregator.plugins import load_plugins
+    from aggregator.plugins.api import load_plugins
 
     monkeypatch.chdir("/")
     plugins = load_plugins([PluginConfig(use="pin-definitions")], tmp_path)

@@ -5,7 +5,7 @@ import pytest
 
 from aggregator.config import load_config, structure_config
 from aggregator.errors import ConfigError
-from aggregator.plugin_resolve import plugin_problems
+from aggregator.plugins.resolve import plugin_problems
 
 
 def test_plugin_proxy_profile_and_server_problems_come_together(tmp_path):

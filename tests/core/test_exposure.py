@@ -1,13 +1,13 @@
 """The rule checked before any listener opens: nothing beyond loopback without tokens,
-unless the config says the network is trusted (``aggregator.access.check_exposure``)."""
+unless the config says the network is trusted (``aggregator.fronts.access.check_exposure``)."""
 
 from __future__ import annotations
 
 import pytest
 
-from aggregator.access import check_exposure
 from aggregator.config import HttpConfig
 from aggregator.errors import ConfigError
+from aggregator.fronts.access import check_exposure
 
 TOKEN = "a-token-of-sixteen-or-more-characters"
 OPEN = HttpConfig()

@@ -241,11 +241,10 @@ def test_fuzz_deep_messages_one_answer_per_readable_request_none_to_notification
 
 
 def test_the_shipped_plugins_handle_exact_numbers(tmp_path):
-    from aggregator_plugins.example import ExamplePlugin
-    from aggregator_plugins.pinning import PinDefinitions
-
     from aggregator.jsonrpc import JsonNumber, decode_message
-    from aggregator.plugins import Deny, Request
+    from aggregator.plugins.api import Deny, Request
+    from aggregator.plugins.bundled.example import ExamplePlugin
+    from aggregator.plugins.bundled.pinning import PinDefinitions
 
     _, listing = decode_message(
         b'{"jsonrpc":"2.0","id":1,"result":{"tools":[{"name":"t","inputSchema":'

@@ -89,11 +89,11 @@ def test_imports_run_one_way(path):
 def test_the_direction_check_catches_a_wrong_way_import(tmp_path):
     wrong = tmp_path / "wrong.py"
     wrong.write_text(
-        "from aggregator import __version__\nfrom aggregator.hub import Hub\n"
+        "from aggregator import __version__\nfrom aggregator.hub.hub import Hub\n"
         "from aggregator.jsonrpc.codec import dumps\n"
         "if True:\n    from aggregator.core.router import Router\n"
         "from . import sibling\n"
     )
-    assert sorted(_wrong_way(wrong, "mcp")) == ["<relative>", "aggregator.core.router", "aggregator.hub"]
-    assert sorted(_wrong_way(wrong, "core")) == ["<relative>", "aggregator.hub"]
-    assert sorted(_wrong_way(wrong, "jsonrpc")) == ["<relative>", "aggregator.core.router", "aggregator.hub"]
+    assert sorted(_wrong_way(wrong, "mcp")) == ["<relative>", "aggregator.core.router", "aggregator.hub.hub"]
+    assert sorted(_wrong_way(wrong, "core")) == ["<relative>", "aggregator.hub.hub"]
+    assert sorted(_wrong_way(wrong, "jsonrpc")) == ["<relative>", "aggregator.core.router", "aggregator.hub.hub"]

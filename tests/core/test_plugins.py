@@ -10,15 +10,15 @@ from pathlib import Path
 import pytest
 import trio
 import trio.lowlevel
-from aggregator_plugins.audit import AuditLog
-from aggregator_plugins.example import ExamplePlugin
-from aggregator_plugins.pinning import PinDefinitions
-from aggregator_plugins.rate_limit import RateLimit
 
-from aggregator import plugins as plugin_api
 from aggregator.config import PluginConfig
 from aggregator.errors import ConfigError
-from aggregator.plugins import Deny, Plugins, Request, Response, ServerRequest, load_plugins
+from aggregator.plugins import api as plugin_api
+from aggregator.plugins.api import Deny, Plugins, Request, Response, ServerRequest, load_plugins
+from aggregator.plugins.bundled.audit import AuditLog
+from aggregator.plugins.bundled.example import ExamplePlugin
+from aggregator.plugins.bundled.pinning import PinDefinitions
+from aggregator.plugins.bundled.rate_limit import RateLimit
 
 
 def request(name="git__git_log", arguments=None, client=1, profile="default"):
@@ -184,7 +184,7 @@ def test_loading(tmp_path):
     loaded = load_plugins(
         [
             PluginConfig(use="rate-limit", options={"rate": 1}),
-            PluginConfig(use="aggregator_plugins.example:ExamplePlugin"),
+            PluginConfig(use="aggregator.plugins.bundled.example:ExamplePlugin"),
         ]
     )
     assert [type(p).__name__ for p in loaded.plugins] == ["RateLimit", "ExamplePlugin"]
@@ -193,7 +193,7 @@ def test_loading(tmp_path):
     assert load_plugins([PluginConfig(use="mine.py:Mine")], tmp_path).plugins[0].name == "mine"
     for use, expected in [
         ("nope", "plugins[0].use: cannot load 'nope': no plugin named 'nope'"),
-        ("aggregator_plugins.example:Missing", "plugins[0].use"),
+        ("aggregator.plugins.bundled.example:Missing", "plugins[0].use"),
         ("rate-limit", "plugins[0].options.rate: must be a finite number of requests a second > 0, got -1"),
     ]:
         with pytest.raises(ConfigError, match=expected.replace("[", r"\[").replace("]", r"\]")):
@@ -211,7 +211,7 @@ def test_rate_limit_options_are_checked_with_their_key_paths():
     with pytest.raises(ConfigError) as info:
         load_plugins(
             [
-                PluginConfig(use="aggregator_plugins.example:ExamplePlugin"),
+                PluginConfig(use="aggregator.plugins.bundled.example:ExamplePlugin"),
                 PluginConfig(use="rate-limit", options={"rate": "fast", "burst": 0.5, "per": "ip"}),
                 PluginConfig(use="rate-limit", options={"rate": float("nan")}),
                 PluginConfig(use="nope"),
@@ -354,7 +354,7 @@ def test_a_plugin_listed_twice_with_the_same_options_is_named_once(caplog):
         [
             PluginConfig(use="example", options={"blocked_words": ["x"]}),
             PluginConfig(use="rate-limit", options={"rate": 1, "per": "session"}),
-            PluginConfig(use="aggregator_plugins.example:ExamplePlugin", options={"blocked_words": ["x"]}),
+            PluginConfig(use="aggregator.plugins.bundled.example:ExamplePlugin", options={"blocked_words": ["x"]}),
             PluginConfig(use="rate-limit", options={"rate": 5, "per": "profile"}),
             PluginConfig(use="example", options={"blocked_words": ["x"]}),
             PluginConfig(use="example", options={"blocked_words": ["y"]}),
@@ -367,9 +367,9 @@ def test_a_plugin_listed_twice_with_the_same_options_is_named_once(caplog):
     ]
 
 
-def test_the_built_in_plugins_install_as_aggregator_plugins(tmp_path):
+def test_the_built_in_plugins_install_under_the_aggregator_package(tmp_path):
     """Outside the checkout no top-level ``plugins`` package is importable; the entry
-    points name aggregator_plugins, load, and the plugin API carries py.typed."""
+    points name aggregator.plugins.bundled, load, and the plugin API carries py.typed."""
     script = """
 import importlib.metadata, importlib.resources, importlib.util, json
 points = {ep.name: ep for ep in importlib.metadata.entry_points(group="aggregator.plugins")
@@ -377,7 +377,7 @@ points = {ep.name: ep for ep in importlib.metadata.entry_points(group="aggregato
 print(json.dumps({
     "plugins": importlib.util.find_spec("plugins") is not None,
     "points": {name: [ep.value, ep.load().__module__] for name, ep in points.items()},
-    "location": importlib.util.find_spec("aggregator_plugins").submodule_search_locations[0],
+    "location": importlib.util.find_spec("aggregator.plugins.bundled").submodule_search_locations[0],
     "typed": importlib.resources.files("aggregator").joinpath("py.typed").is_file(),
 }))
 """
@@ -387,13 +387,13 @@ print(json.dumps({
     found = json.loads(out.stdout)
     assert found["plugins"] is False
     assert found["points"] == {
-        "audit-log": ["aggregator_plugins.audit:AuditLog", "aggregator_plugins.audit"],
-        "rate-limit": ["aggregator_plugins.rate_limit:RateLimit", "aggregator_plugins.rate_limit"],
-        "pin-definitions": ["aggregator_plugins.pinning:PinDefinitions", "aggregator_plugins.pinning"],
-        "example": ["aggregator_plugins.example:ExamplePlugin", "aggregator_plugins.example"],
+        "audit-log": ["aggregator.plugins.bundled.audit:AuditLog", "aggregator.plugins.bundled.audit"],
+        "rate-limit": ["aggregator.plugins.bundled.rate_limit:RateLimit", "aggregator.plugins.bundled.rate_limit"],
+        "pin-definitions": ["aggregator.plugins.bundled.pinning:PinDefinitions", "aggregator.plugins.bundled.pinning"],
+        "example": ["aggregator.plugins.bundled.example:ExamplePlugin", "aggregator.plugins.bundled.example"],
     }
     installed = Path(found["location"])
-    assert installed.name in ("plugins", "aggregator_plugins") and (installed / "pinning.py").is_file()
+    assert installed.name == "bundled" and installed.parent.name == "plugins" and (installed / "pinning.py").is_file()
     assert found["typed"] is True
 
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import pytest
 
-from aggregator import plugins
 from aggregator.config import structure_config
 from aggregator.core import announcements, catalog, defaults, policy, reverse_requests, targets, upstream_lifecycle
 from aggregator.errors import ConfigError
@@ -22,6 +21,7 @@ from aggregator.mcp.constants import (
     SERVER_REQUEST_CAPABILITIES,
     SERVER_REQUESTS,
 )
+from aggregator.plugins import api as plugins
 
 # What the MCP specification names, written out here by hand so that the table can be wrong.
 SPEC = [

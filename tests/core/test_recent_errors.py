@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 
-from aggregator.recent_errors import REFUSAL, RecentErrors
+from aggregator.ops.recent_errors import REFUSAL, RecentErrors
 
 
 def record(message: str, *args: object, name: str = "aggregator.x", refusal: bool = False) -> logging.LogRecord:
@@ -36,11 +36,11 @@ def test_different_messages_stay_apart_and_the_oldest_goes_first() -> None:
 
 def test_refusals_of_any_path_are_one_entry_and_evict_nothing() -> None:
     kept = RecentErrors(size=3)
-    kept.emit(record("server %s: down", "a", name="aggregator.upstream"))
+    kept.emit(record("server %s: down", "a", name="aggregator.upstreams.session"))
     for index in range(120):
         path = f"/metrics{'x' * (index % 7)}?{chr(97 + index % 26)}"
         kept.emit(
-            record("admin: refused %s %s: %s", "GET", path, "missing token", name="aggregator.admin", refusal=True)
+            record("admin: refused %s %s: %s", "GET", path, "missing token", name="aggregator.ops.admin", refusal=True)
         )
     entries = kept.snapshot()
     assert len(entries) == 2

@@ -21,7 +21,7 @@ from aggregator.core.session_catalog import SessionCatalog
 from aggregator.core.uris import InvalidUri
 from aggregator.jsonrpc import loads
 from aggregator.jsonrpc.errors import RemoteProtocolError
-from aggregator.plugins import Plugins
+from aggregator.plugins.api import Plugins
 
 PAGE = 2
 

@@ -3,20 +3,20 @@ upstream applies with it: how long to wait before resuming, and which message an
 
 import pytest
 
-from aggregator.transports.resumption import (
+from aggregator.transports.sse import SseEvent, SseParser
+from aggregator.upstreams.resumption import (
     RESUME_DELAY,
     RESUME_DELAY_CAP,
     RESUME_DELAY_FLOOR,
     answered_id,
     cancelled_request,
 )
-from aggregator.transports.resumption import (
+from aggregator.upstreams.resumption import (
     is_answer as _is_answer,
 )
-from aggregator.transports.resumption import (
+from aggregator.upstreams.resumption import (
     retry_delay as _retry_delay,
 )
-from aggregator.transports.sse import SseEvent, SseParser
 
 # What a 2025-11-25 server sends on a POST: a priming event (id, retry, empty data), a
 # notification, then the answer; with CRLF and CR line ends mixed in.

@@ -13,9 +13,9 @@ import pytest
 from aggregator.config import ServerConfig
 from aggregator.core.catalog import Catalog
 from aggregator.core.tasks import TaskOwners
-from aggregator.http_headers import check_headers
+from aggregator.fronts.http.headers import check_headers
 from aggregator.mcp.modern import CLIENT_CAPABILITIES, PROTOCOL_VERSION, TASKS_EXTENSION
-from aggregator.transports.modern_headers import ToolHeaders, request_headers
+from aggregator.upstreams.modern_headers import ToolHeaders, request_headers
 from tests.core.helpers import Clock, connect, msg, new_router, unpack
 
 EXTENSION = {"extensions": {TASKS_EXTENSION: {}}}

@@ -9,7 +9,7 @@ import logging
 import pytest
 
 from aggregator.mcp import modern
-from aggregator.transports.modern_headers import ToolHeaders, header_value, request_headers
+from aggregator.upstreams.modern_headers import ToolHeaders, header_value, request_headers
 
 # The spec's own encoding examples (basic/transports/streamable-http.mdx, "Value Encoding").
 ENCODINGS = [

@@ -22,7 +22,7 @@ import pytest
 import trio
 
 from aggregator.core.nesting import CHAIN_VARIABLE, MAX_DEPTH, chain_value
-from aggregator.transports import child_process
+from aggregator.upstreams import child_process
 from tests.e2e.conftest import FAKESRV, fake, post, write_config
 from tests.loopback import INIT, free_port, wait_listening
 

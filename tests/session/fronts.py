@@ -13,9 +13,9 @@ import trio
 import trio_websocket
 
 from aggregator.config import structure_config
-from aggregator.http_endpoint import StreamableHttpEndpoint
-from aggregator.hub import Hub
-from aggregator.websocket_endpoint import WebSocketEndpoint
+from aggregator.fronts.http.endpoint import StreamableHttpEndpoint
+from aggregator.fronts.websocket.endpoint import WebSocketEndpoint
+from aggregator.hub.hub import Hub
 from tests.loopback import INIT, free_port
 from tests.rawhttp import Response, ResponseReader, read_response_async, request_bytes
 from tests.session.harness import FakeUpstreams

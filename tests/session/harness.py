@@ -9,9 +9,9 @@ import trio
 import trio.testing
 
 from aggregator.config import structure_config
-from aggregator.hub import Hub
+from aggregator.fronts.session import serve_stream_session
+from aggregator.hub.hub import Hub
 from aggregator.jsonrpc import LineSplitter, dumps, loads
-from aggregator.session import serve_stream_session
 from aggregator.transports.channel import Channel
 from tests.fakesrv import FakeServer
 

@@ -12,8 +12,8 @@ import attrs
 import pytest
 import trio
 
-from aggregator.admin import MAX_ADMIN_CONNECTIONS, AdminEndpoint
-from aggregator.status_page import page
+from aggregator.ops.admin import MAX_ADMIN_CONNECTIONS, AdminEndpoint
+from aggregator.ops.status_page import page
 from tests.loopback import free_port
 from tests.rawhttp import read_response_async, request_bytes
 from tests.session.fronts import running_fronts
@@ -148,7 +148,7 @@ async def test_the_recent_errors_handler_leaves_with_the_hub():
 async def test_a_flood_of_refused_requests_leaves_the_other_errors_on_the_page():
     token = "a-token-for-the-page-0123456789"
     async with running_fronts(auth_tokens=[token]) as fronts:
-        logging.getLogger("aggregator.upstream").error("server %s: the server exited with status %d", "a", 1)
+        logging.getLogger("aggregator.upstreams.session").error("server %s: the server exited with status %d", "a", 1)
         for _ in range(120):
             assert (await ask(fronts.http_port, "GET", "/metrics")).status == 401
         auth = {"authorization": f"Bearer {token}"}

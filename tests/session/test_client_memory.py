@@ -7,7 +7,7 @@ from __future__ import annotations
 import trio
 import trio.testing
 
-from aggregator.session import serve_stream_session
+from aggregator.fronts.session import serve_stream_session
 from aggregator.transports.budget import ClientMemory, release_all
 from aggregator.transports.buffer import MessageLog
 from tests.session.harness import Client, running_proxy

@@ -13,12 +13,12 @@ import trio.testing
 
 from aggregator.core import router as core_router
 from aggregator.core.router import ToClient, ToServer, UpstreamServing
-from aggregator.http_sessions import HttpSession
-from aggregator.legacy_sse import LegacySession
+from aggregator.fronts.http.legacy_sse import LegacySession
+from aggregator.fronts.http.sessions import HttpSession
+from aggregator.fronts.websocket.sink import WebSocketSink
 from aggregator.transports.budget import ClientMemory
 from aggregator.transports.outbox import Outbox
 from aggregator.transports.sink import ClientSink
-from aggregator.websocket_sink import WebSocketSink
 from tests.session.harness import running_proxy
 
 SINKS = [Outbox, HttpSession, LegacySession, WebSocketSink]
@@ -99,7 +99,7 @@ async def test_dispatch_queues_messages_for_the_client_and_the_server(autojump_c
 
 
 async def test_the_hub_is_what_an_upstream_needs_of_it():
-    from aggregator.upstream import UpstreamHost
+    from aggregator.upstreams.session import UpstreamHost
 
     async with running_proxy({"a": []}) as proxy:
         hub = proxy.hub

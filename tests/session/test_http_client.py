@@ -14,9 +14,9 @@ import pytest
 import trio
 
 from aggregator.config import structure_config
-from aggregator.hub import Hub
-from aggregator.session import serve_stream_session
-from aggregator.transports.http_client import BadResponse, UpstreamClient
+from aggregator.fronts.session import serve_stream_session
+from aggregator.hub.hub import Hub
+from aggregator.upstreams.http_client import BadResponse, UpstreamClient
 from tests.session.harness import Client
 
 BODY = b'{"jsonrpc":"2.0","id":1,"method":"ping"}'

@@ -1,4 +1,4 @@
-"""Modern (2026-07-28) requests on the Streamable HTTP front (``aggregator.http_modern``): served
+"""Modern (2026-07-28) requests on the Streamable HTTP front (``aggregator.fronts.http.modern``): served
 without a session as a client of their own, kept once answered for the same caller's next; the headers checked
 against the body (-32020), revisions (-32022), HTTP statuses by error code, GET and DELETE
 without a session 405, a closed stream cancels the request upstream at once, the caps on
@@ -78,7 +78,7 @@ async def test_a_modern_call_is_served_without_a_session_by_a_client_kept_for_th
 
 
 async def test_no_client_is_kept_past_the_bound(monkeypatch):
-    monkeypatch.setattr("aggregator.http_modern.RESTING", 0)
+    monkeypatch.setattr("aggregator.fronts.http.modern.RESTING", 0)
     async with running_fronts() as fronts:
         clients = len(fronts.hub.clients)
         for id in (1, 2):

@@ -33,7 +33,7 @@ async def test_a_bug_while_expiring_requests_does_not_stop_the_clock(autojump_cl
 
 
 async def test_a_bug_in_a_per_session_connection_ends_only_that_connection(autojump_clock, monkeypatch, caplog):
-    from aggregator.upstream import UpstreamSession
+    from aggregator.upstreams.session import UpstreamSession
 
     async with running_proxy({"a": [], "b": []}, {"isolation": "per-session"}) as proxy:
         one, two = await proxy.connect(), await proxy.connect()

@@ -9,7 +9,7 @@ import sys
 
 import trio
 
-from aggregator.plugins import Deny
+from aggregator.plugins.api import Deny
 from tests.session.harness import running_proxy
 from tests.session.scrape import only, samples
 
@@ -92,7 +92,7 @@ async def test_plugin_decisions_are_counted(autojump_clock):
 
 async def test_tools_list_tokens_per_profile_and_in_the_status(autojump_clock):
     from aggregator.core.discovery import SEARCH_LIST_TOKENS
-    from aggregator.status import snapshot
+    from aggregator.ops.status import snapshot
 
     async with running_proxy({"a": []}, discovery={"mode": "search"}) as proxy:
         client = await proxy.connect()
@@ -111,7 +111,7 @@ def test_prometheus_client_is_imported_only_when_scraped():
     script = (
         "import sys\n"
         "from aggregator.config import structure_config\n"
-        "from aggregator.hub import Hub\n"
+        "from aggregator.hub.hub import Hub\n"
         "import aggregator.cli.main\n"
         "hub = Hub(structure_config({'servers': {}}, environ={}))\n"
         "print('prometheus_client' in sys.modules)\n"

@@ -207,7 +207,7 @@ async def test_a_fault_in_one_http_request_ends_only_its_connection(monkeypatch,
         assert await fronts.initialize()
         assert 4 not in fronts.http.sessions[session].requests  # the failed request is not left behind
         await keep.aclose()
-    assert len(internal_errors(caplog, "aggregator.http_endpoint")) == 1
+    assert len(internal_errors(caplog, "aggregator.fronts.http.endpoint")) == 1
 
 
 async def test_a_fault_in_one_legacy_sse_stream_ends_only_that_session(monkeypatch, caplog):
@@ -250,7 +250,7 @@ async def test_a_fault_in_one_legacy_sse_stream_ends_only_that_session(monkeypat
         assert json.loads(data) == {"jsonrpc": "2.0", "id": 2, "result": {}}
         await one_stream.aclose()
         await two_stream.aclose()
-    assert len(internal_errors(caplog, "aggregator.http_endpoint")) == 1
+    assert len(internal_errors(caplog, "aggregator.fronts.http.endpoint")) == 1
 
 
 # (what, body) of requests refused for what they hold, whose id can be read
@@ -331,7 +331,7 @@ async def test_a_fault_in_one_websocket_session_ends_only_its_connection(monkeyp
                 await again.send_message(json.dumps(PING))
                 assert json.loads(await again.get_message()) == {"jsonrpc": "2.0", "id": 2, "result": {}}
         assert fronts.hub.admission.sessions == 0
-    assert len(internal_errors(caplog, "aggregator.websocket_endpoint")) == 1
+    assert len(internal_errors(caplog, "aggregator.fronts.websocket.endpoint")) == 1
 
 
 async def test_a_hostile_websocket_handshake_is_a_400_not_a_crash(caplog):
@@ -400,7 +400,7 @@ async def test_a_fault_in_one_stdio_session_ends_only_that_session(monkeypatch, 
             assert await bad.stream.receive_some(100) == b""  # its session ended
             answer = await good.request("tools/call", {"name": "a__echo", "arguments": {"z": 3}})
             assert answer["result"]["content"][0]["text"] == '{"z": 3}'
-    assert len(internal_errors(caplog, "aggregator.session")) == 1
+    assert len(internal_errors(caplog, "aggregator.fronts.session")) == 1
 
 
 # --- total deadlines -----------------------------------------------------------------------------

@@ -5,7 +5,7 @@ import json
 import trio
 import trio.lowlevel
 
-from aggregator.plugins import Deny
+from aggregator.plugins.api import Deny
 from tests.session.harness import running_proxy
 
 

@@ -15,13 +15,13 @@ import trio.testing
 import trio_websocket
 
 from aggregator.config import structure_config
-from aggregator.hub import Hub
+from aggregator.fronts.session import serve_stream_session
+from aggregator.fronts.websocket.endpoint import WebSocketEndpoint
+from aggregator.hub.hub import Hub
 from aggregator.jsonrpc import LineSplitter, dumps
-from aggregator.session import serve_stream_session
 from aggregator.transports.buffer import MessageLog
 from aggregator.transports.channel import Channel
 from aggregator.transports.outbox import Outbox
-from aggregator.websocket_endpoint import WebSocketEndpoint
 from tests.fakesrv import FakeServer
 from tests.session.harness import Client, FakeUpstreams, make_config, running_proxy
 

@@ -11,10 +11,10 @@ from typing import Any
 
 import trio
 
-from aggregator import plugins
 from aggregator.config import load_config
-from aggregator.hub import Hub
-from aggregator.reload import watch_config
+from aggregator.hub.hub import Hub
+from aggregator.hub.reload import watch_config
+from aggregator.plugins import api as plugins
 from tests.session.harness import Client, FakeUpstreams, Proxy
 from tests.session.scrape import only, samples
 
@@ -149,7 +149,7 @@ class HideEcho:
         return [item for item in items if not str(item.get("name", "")).endswith("echo")]
 
     def request(self, request: Any) -> None:
-        from aggregator.plugins import Deny
+        from aggregator.plugins.api import Deny
 
         if request.exposed == "a__add":
             raise Deny("no adding")

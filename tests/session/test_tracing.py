@@ -1,4 +1,4 @@
-"""The spans of ``aggregator.tracing``, collected in memory: one per client request, a
+"""The spans of ``aggregator.ops.tracing``, collected in memory: one per client request, a
 child per request sent upstream, the trace context passed on in ``_meta``."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
 
-from aggregator import tracing as tracing_module
 from aggregator.core.commands import ToServer
-from aggregator.tracing import Tracing, trace_headers
+from aggregator.ops import tracing as tracing_module
+from aggregator.ops.tracing import Tracing, trace_headers
 
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
 PARENT = f"00-{TRACE_ID}-00f067aa0ba902b7-01"

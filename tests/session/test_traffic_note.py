@@ -6,7 +6,7 @@ import logging
 
 import pytest
 
-from aggregator import traffic
+from aggregator.ops import traffic
 
 
 @pytest.mark.parametrize(

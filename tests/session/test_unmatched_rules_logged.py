@@ -8,7 +8,7 @@ from tests.session.harness import running_proxy
 
 
 async def test_a_rule_matching_no_listed_tool_is_logged_once_startup_is_done(autojump_clock, caplog):
-    caplog.set_level(logging.WARNING, logger="aggregator.hub")
+    caplog.set_level(logging.WARNING, logger="aggregator.hub.hub")
     settings = {"tools": {"deny": ["ech0", "hang"]}}
     async with running_proxy({"a": [], "b": ["hang_init"]}, settings, startup_timeout=3.0) as proxy:
         with trio.fail_after(30):

@@ -1,0 +1,251 @@
+"""The Streamable HTTP exchange: one POST, one JSON-RPC message.
+
+A notification or response gets 202. A request gets ``application/json`` when its answer
+is the first thing to send, and switches to ``text/event-stream`` when progress or a
+server-to-client request for it comes first. ``initialize`` (without Mcp-Session-Id)
+starts a session, once the admission path has chosen its profile and the session cap
+admits it; every other message names its session. A request whose handling fails is
+cancelled upstream; a client that leaves before its answer may resume the stream
+(``streams``). A POST whose Accept header does not list both types an answer may
+come as (``unaccepted``) is 406, whatever it carries.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+from typing import Any
+
+from aggregator.fronts.admission import Denial, choose_profile
+from aggregator.fronts.http.modern import StatelessRequests
+from aggregator.fronts.http.queue import JSON, MessageQueue, until_client_leaves
+from aggregator.fronts.http.sessions import HttpSession
+from aggregator.jsonrpc.errors import INVALID_REQUEST
+from aggregator.jsonrpc.kinds import NOTIFICATION, REQUEST
+from aggregator.mcp.constants import INITIALIZE
+from aggregator.mcp.modern import request_meta
+from aggregator.transports.http_server import HttpConnection, Request
+
+log = logging.getLogger(__name__)
+
+# What the answer to a POST may come as, so what its Accept header must list (every revision).
+ANSWER_TYPES = ("application/json", "text/event-stream")
+
+
+class PostExchange(StatelessRequests):
+    """POST on the MCP endpoint: ``initialize`` opens a session, a modern request is served
+    statelessly (``modern``), anything else goes to a session."""
+
+    async def _post(self, connection: HttpConnection, request: Request) -> None:
+        content_type = request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
+        if content_type != "application/json":
+            await self._reject(connection, 415, INVALID_REQUEST, "Unsupported media type: send application/json")
+            return
+        missing = unaccepted(request.headers.get("accept"))
+        if missing:
+            await self._reject(
+                connection,
+                406,
+                INVALID_REQUEST,
+                "Not acceptable: the Accept header must list both application/json and text/event-stream"
+                f" (missing: {' and '.join(missing)})",
+            )
+            return
+        decoded = await self._decode(connection, request)
+        if decoded is None:
+            return
+        kind, message = decoded
+        if self.hub.tracing is not None and kind == REQUEST:
+            self.hub.tracing.adopt_headers(message, request.headers)
+        if kind == REQUEST and "mcp-session-id" not in request.headers:
+            # Modern _meta (or a revision header no legacy session has) makes it a modern
+            # request, initialize too (a method that revision removed: 404).
+            meta = request_meta(message)
+            if self._is_modern_post(request, kind, message, meta):
+                await self._stateless(connection, request, message, meta)
+                return
+        if kind == REQUEST and message["method"] == INITIALIZE:
+            await self._initialize(connection, request, message)
+            return
+        session, status, reason = self._session(request)
+        if session is None:
+            if kind == NOTIFICATION and self._modern_notification(request):
+                await connection.respond(202, [])  # accepted, and dropped: it has nothing to act on
+                return
+            await self._reject(
+                connection, status, INVALID_REQUEST, reason, message.get("id") if kind == REQUEST else None
+            )
+            return
+        if kind != REQUEST:
+            self.hub.dispatch_soon(await self.hub.client_event(session.key, kind, message))
+            await connection.respond(202, [])
+            return
+        await self._exchange(connection, session, message)
+
+    async def _initialize(self, connection: HttpConnection, request: Request, message: dict[str, Any]) -> None:
+        if "mcp-session-id" in request.headers:
+            await self._reject(
+                connection,
+                400,
+                INVALID_REQUEST,
+                "Bad request: initialize starts a session; send it without Mcp-Session-Id",
+                message["id"],
+            )
+            return
+        admitted = choose_profile(self.access, request.headers, self.access.named_profile(request.path) or "")
+        if isinstance(admitted, Denial):
+            log.log(admitted.level, "http: refused initialize on %s: %s", request.path[:100], admitted.reason)
+            await self._reject(connection, admitted.status, INVALID_REQUEST, admitted.reason, message["id"])
+            return
+        principal, profile = admitted
+        refusal = self.admission.admit_session()
+        if refusal is not None:
+            await self._refuse_session(connection, refusal, message["id"])
+            return
+        # Admitted: from here the session exists, and _end_session releases its place.
+        session = HttpSession(self, secrets.token_urlsafe(24), principal)
+        session.profile = profile
+        session.key = self.hub.add_client(session, profile, principal=principal)
+        self.sessions[session.id] = session
+        log.info("http session %d: opened", session.key)
+        ok = False
+        try:
+            ok = await self._exchange(connection, session, message, [("mcp-session-id", session.id)])
+        finally:
+            if not ok:
+                self._end_session(session)
+
+    async def _exchange(
+        self,
+        connection: HttpConnection,
+        session: HttpSession,
+        message: dict[str, Any],
+        headers: list[tuple[str, str]] | None = None,
+    ) -> bool:
+        """Feed one request to the router and send what belongs to it; True if answered OK."""
+        id = message["id"]
+        if id in session.requests:
+            await self._reject(
+                connection,
+                400,
+                INVALID_REQUEST,
+                "Invalid request: this id is already in use by a request in flight",
+                id,
+            )
+            return False
+        queue = session.new_queue()
+        queue.request_id = id
+        session.requests[id] = queue
+        try:
+            return await self._answer(connection, session, queue, message, headers or [])
+        except Exception:
+            # This request's handling failed: it will not be answered here, so it must
+            # not go on upstream either. The connection's boundary logs and answers.
+            session.streams.pop(queue.stream_id, None)
+            self._abandon(session, id, queue, "the aggregator failed while handling it")
+            raise
+
+    async def _answer(
+        self,
+        connection: HttpConnection,
+        session: HttpSession,
+        queue: MessageQueue,
+        message: dict[str, Any],
+        headers: list[tuple[str, str]],
+    ) -> bool:
+        id = message["id"]
+        self.hub.dispatch_soon(await self.hub.client_event(session.key, REQUEST, message))
+        # Most answers come back within milliseconds and alone: send them as JSON without
+        # starting a task to watch the connection. Only a slower or chattier request gets
+        # the watcher (to notice a client that leaves) and, if need be, an event stream.
+        await self.quick.wait(queue)
+        if queue.final and queue.waiting == 1 and not queue.unanswered:
+            answered = await queue.respond(connection, [JSON, *headers])
+            return answered and self.hub.router.session_info(session.key) is not None
+        resumes = queue.resumes
+        answered, streaming = await self._send_answer(connection, session, queue, headers)
+        if queue.resumes != resumes:  # a GET with Last-Event-ID took the stream over
+            connection.closed = True
+            return False
+        if queue.overflowed:  # the session was dropped: it did not read what it was sent
+            if not streaming:
+                await self._reject(
+                    connection,
+                    404,
+                    INVALID_REQUEST,
+                    "Session ended: more was waiting for it than the aggregator holds for one client; initialize again",
+                    id,
+                )
+            else:
+                connection.closed = True
+            return False
+        if answered or queue.final and not queue.waiting:
+            session.streams.pop(queue.stream_id, None)
+        elif session.requests.get(id) is queue or queue.waiting or queue.cancelled:
+            # The client went away before its answer. It may resume the stream (GET with
+            # Last-Event-ID); if it does not within the grace period, cancel the request
+            # (one its client cancelled is only forgotten).
+            connection.closed = True
+            self._start_grace(session, id, queue)
+        return answered and self.hub.router.session_info(session.key) is not None
+
+    async def _send_answer(
+        self, connection: HttpConnection, session: HttpSession, queue: MessageQueue, headers: list[tuple[str, str]]
+    ) -> tuple[bool, bool]:
+        """Send a request's answer as JSON if it comes alone, else as an event stream; whether
+        it was answered, and whether an event stream was started."""
+        answered = False
+        streaming = False
+        async with queue.writing(), until_client_leaves(connection):
+            while True:
+                await queue.wait()
+                if queue.overflowed:
+                    break
+                if not streaming and queue.final and not queue.unanswered and queue.waiting == 1:
+                    answered = await queue.respond(connection, [JSON, *headers])
+                    break
+                if not streaming and queue.unanswered and not queue.waiting:
+                    # Cancelled by its client before anything was sent: an event stream
+                    # that ends at once, with no answer (a cancelled request gets none).
+                    if await connection.start_stream(headers):
+                        await connection.end_stream()
+                    break
+                if not streaming:
+                    streaming = True
+                    if not await self._start_event_stream(connection, session, queue, headers):
+                        break
+                # Everything that waits goes in one write: a client that reads promptly
+                # keeps up with any burst.
+                last = queue.final
+                if not await queue.send_events(connection):
+                    break
+                if last:
+                    answered = await connection.end_stream()
+                    break
+        return answered, streaming
+
+    async def _start_event_stream(
+        self, connection: HttpConnection, session: HttpSession, queue: MessageQueue, headers: list[tuple[str, str]]
+    ) -> bool:
+        session.open_stream(queue)
+        if not await connection.start_stream(headers):
+            return False
+        if self._primes(session):
+            # An id before anything else: a client that loses the stream at once can still
+            # resume it (2025-11-25), and the delay to resume after: half the grace period
+            # it has to, at most a second.
+            retry = min(1000, int(self.config.stream_drop_grace * 500))
+            return await connection.send_chunk(f"id: {queue.stream_id}-0\nretry: {retry}\ndata: \n\n".encode())
+        return True
+
+
+def unaccepted(accept: str | None) -> list[str]:
+    """The types of ``ANSWER_TYPES`` an Accept header does not list, none if it lists both.
+    ``*/*`` covers both, ``application/*`` and ``text/*`` one each, as in the official SDKs'
+    servers; no header lists nothing. Parameters (``q``) are not read, as there."""
+    if accept is None:
+        return list(ANSWER_TYPES)
+    listed = {part.split(";", 1)[0].strip().lower() for part in accept.split(",")}
+    if "*/*" in listed:
+        return []
+    return [kind for kind in ANSWER_TYPES if kind not in listed and kind.split("/")[0] + "/*" not in listed]

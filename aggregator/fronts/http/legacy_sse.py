@@ -1,0 +1,149 @@
+"""The legacy HTTP+SSE front (MCP 2024-11-05): ``GET /sse`` and ``POST /messages``.
+
+GET on ``http.sse_path`` opens a session whose every message travels on that one event
+stream; its first event names the URL (``http.messages_path?session_id=...``) to which the
+client POSTs its messages, each answered 202. A request refused for what it holds (nested
+too deep, unreadable, ``params`` not an object) whose id can be read is answered there
+too, on the stream, and its POST is 202: the stream is where such a client reads every
+answer, and a client (the official SDKs') takes a POST that fails for a broken transport.
+What names no request to answer (no readable id, a notification, an answer to a
+server's request) keeps its 400 with the error. The session is bound to the token that
+opened it, admitted through the same path as every front (``aggregator.fronts.admission``), and
+counted in the session cap; it ends when its stream closes.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+from typing import Any
+
+import trio
+
+from aggregator.fronts.admission import Denial, choose_profile
+from aggregator.fronts.http.queue import MessageQueue, pump
+from aggregator.fronts.http.sessions import SessionTable
+from aggregator.jsonrpc.codec import decode_message, dumps
+from aggregator.jsonrpc.errors import INVALID_REQUEST, RemoteProtocolError
+from aggregator.transports.budget import ClientMemory, release_all
+from aggregator.transports.http_server import HttpConnection, Request
+
+log = logging.getLogger(__name__)
+
+
+class LegacySession:
+    """A 2024-11-05 HTTP+SSE session: everything goes on its one event stream."""
+
+    def __init__(self, session_id: str, principal: int | None, limit: int, endpoint: LegacySse | None = None) -> None:
+        self.endpoint = endpoint
+        self.id = session_id
+        self.principal = principal
+        self.key = 0
+        self.waiting = 0
+        self.limit = limit
+        self.held = 0
+        self.progress_at = trio.current_time()
+        self.memory: ClientMemory = endpoint.hub.client_memory if endpoint is not None else ClientMemory()
+        self.queue = MessageQueue(self, keep=0)
+        self.dirty = False
+        self.over_limit = False
+        self.drop_reason = ""
+
+    def put_message(self, message: Any, related: Any = None) -> None:
+        self.queue.push(message if type(message) is bytes else dumps(message))
+
+    def flush(self) -> None:
+        self.dirty = False
+        if self.over_limit and self.endpoint is not None and self.id in self.endpoint.legacy:
+            log.error(
+                "legacy sse session %d dropped: %s (it does not read its stream); its requests are cancelled",
+                self.key,
+                self.drop_reason or f"more than {self.limit} bytes are waiting for it",
+            )
+            self.shed("")  # wakes its handler, which ends the stream
+            # Gone at once, even while a write to it hangs.
+            self.endpoint.legacy.pop(self.id, None)
+            self.endpoint.hub.remove_client(self.key)
+
+    def blocked(self) -> bool:
+        return self.queue.blocked()
+
+    def last_progress(self) -> float:
+        return self.queue.last_progress()
+
+    def request_ended(self, id: Any) -> None:
+        """Nothing to end: one event stream carries every answer (``ClientSink``)."""
+
+    def shed(self, reason: str) -> None:
+        """Drop this session to free memory: its queue closes now, it ends at ``flush``."""
+        self.over_limit = True
+        self.drop_reason = self.drop_reason or reason
+        self.queue.close()
+        release_all(self)
+
+    async def wait_writable(self) -> None:
+        return
+
+    async def wait_drained(self) -> None:
+        """Returns at once: at shutdown nothing waits for an HTTP session's streams."""
+        return
+
+
+class LegacySse(SessionTable):
+    """The handlers of the legacy front's two URLs, and its sessions by id."""
+
+    legacy: dict[str, LegacySession]
+
+    async def _legacy_stream(self, connection: HttpConnection, request: Request) -> None:
+        """GET /sse: one session whose every message travels on this one stream."""
+        admitted = choose_profile(self.access, request.headers, "")  # no profile path here
+        if isinstance(admitted, Denial):
+            await self._reject(connection, admitted.status, INVALID_REQUEST, admitted.reason)
+            return
+        refusal = self.admission.admit_session()
+        if refusal is not None:
+            await self._refuse_session(connection, refusal)
+            return
+        try:
+            limit = self.config.max_stream_buffer_bytes
+            session = LegacySession(secrets.token_urlsafe(24), admitted.principal, limit, self)
+            session.key = self.hub.add_client(session, admitted.profile, principal=admitted.principal)
+        except BaseException:
+            self.admission.release_session()
+            raise
+        self.legacy[session.id] = session
+        log.info("legacy sse session %d: opened", session.key)
+        try:
+            if not await connection.start_stream([]):
+                return
+            endpoint = f"{self.config.messages_path}?session_id={session.id}".encode()
+            if not await connection.send_chunk(b"event: endpoint\ndata: " + endpoint + b"\n\n"):
+                return
+            await pump(connection, session.queue, lambda: False)
+        finally:
+            connection.closed = True
+            release_all(session)
+            self.legacy.pop(session.id, None)
+            self.admission.release_session()
+            self.hub.remove_client(session.key)
+            log.info("legacy sse session %d: closed", session.key)
+
+    async def _legacy_post(self, connection: HttpConnection, request: Request, *, query: str) -> None:
+        session_id = next(
+            (value for key, _, value in (part.partition("=") for part in query.split("&")) if key == "session_id"), None
+        )
+        session = self.legacy.get(session_id or "")
+        if session is None or session.principal != self.access.principal(request.headers):
+            await self._reject(connection, 404, INVALID_REQUEST, "Session not found: open the SSE stream again")
+            return
+        try:
+            decoded = decode_message(request.body, self.hub.router.max_json_depth)
+        except RemoteProtocolError as exc:
+            if not (exc.answer and exc.id is not None):
+                await self._refuse_message(connection, exc, session)
+                return
+            # A request: its error goes where its client reads every answer, the stream.
+            self.hub.dispatch_now(self.hub.router.client_refused(session.key, exc))
+        else:
+            self.hub.dispatch_soon(await self.hub.client_event(session.key, *decoded))
+        await connection.respond(202, [("content-type", "text/plain")], b"Accepted")

@@ -1,0 +1,317 @@
+"""The session table of the Streamable HTTP front: ``HttpSession`` and ``SessionTable``.
+
+A session is a hub client whose messages go to several streams (``HttpSession``). The
+table finds the session a request names (its id, bound to the token that created it and
+to the profile its path names), ends sessions (DELETE, expiry, a budget overrun: every
+request still open on it is answered at once), and expires idle ones. Sessions get ids
+from ``secrets`` and count against the cap shared with every front (``hub.admission``).
+
+``SessionTable`` is also the base of the HTTP front's handlers (``streams``,
+``exchange``, ``legacy_sse``): the state they share and the answers they all give
+(an error response, a 503 refusal, a body's one JSON-RPC message or a 400).
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+from typing import Any
+
+import trio
+
+from aggregator.config import HttpConfig
+from aggregator.core.router import proxy_error
+from aggregator.fronts.access import AccessPolicy
+from aggregator.fronts.admission import Admission, Refusal
+from aggregator.fronts.http.queue import JSON, MessageQueue
+from aggregator.hub.hub import Hub
+from aggregator.jsonrpc.codec import decode_message, dumps
+from aggregator.jsonrpc.errors import INVALID_REQUEST, RemoteProtocolError, error_response
+from aggregator.mcp.versions import SUPPORTED
+from aggregator.transports.budget import ClientMemory, release_all
+from aggregator.transports.buffer import MessageLog
+from aggregator.transports.http_server import HttpConnection, Request
+
+log = logging.getLogger(__name__)
+
+# Kept per session, oldest dropped first: messages for a GET stream while none is open.
+BACKLOG_BYTES = 256 * 1024
+
+
+class HttpSession:
+    """One MCP session over HTTP: a hub client whose messages go to several streams.
+
+    Its budget (``proxy.client_buffer_bytes``) covers what waits in all its streams
+    together; the backlog for a GET stream not open is a ring of ``BACKLOG_BYTES``. What
+    waits and what is being written count in ``held`` and in the budget of all clients.
+    """
+
+    def __init__(self, endpoint: SessionTable, session_id: str, principal: int | None) -> None:
+        self.endpoint = endpoint
+        self.id = session_id
+        self.principal = principal
+        self.key = 0
+        self.profile = "default"
+        self.requests: dict[Any, MessageQueue] = {}  # client request id -> its stream
+        self.get_stream: MessageQueue | None = None
+        # The handler writing the GET stream: cancelled when another GET resumes the stream.
+        self.get_handler = trio.CancelScope()
+        self.get_ended = trio.Event()
+        self.streams: dict[int, MessageQueue] = {}  # event streams a client may resume
+        self._stream_ids = itertools.count(1)
+        self.backlog = MessageLog()
+        self.last_seen = trio.current_time()
+        self.closed = False
+        self.waiting = 0  # bytes waiting in this session's streams
+        self.limit = endpoint.hub.config.proxy.client_buffer_bytes
+        self.held = 0  # waiting, or being written
+        self.progress_at = trio.current_time()  # when a write to it last finished
+        self.memory: ClientMemory = endpoint.hub.client_memory
+        # The hub's bookkeeping, as for an Outbox.
+        self.dirty = False
+        self.over_limit = False
+        self.drop_reason = ""
+
+    def put_message(self, message: Any, related: Any = None) -> None:
+        if type(message) is bytes:
+            data, response_to = message, related
+        else:
+            data = dumps(message)
+            response_to = message.get("id") if "method" not in message else None
+            if response_to is None and "method" not in message:
+                response_to = related
+        if response_to is not None:
+            queue = self.requests.pop(response_to, None)
+            if queue is not None:
+                queue.push(data, final=True)
+            return
+        if related is not None:
+            queue = self.requests.get(related)
+            if queue is not None:
+                queue.push(data)
+                return
+        if self.get_stream is not None:
+            self.get_stream.push(data)
+        else:
+            backlog = self.backlog
+            backlog.append(data)
+            if backlog.retained_bytes > BACKLOG_BYTES:
+                backlog.drop_oldest(BACKLOG_BYTES)
+
+    def request_ended(self, id: Any) -> None:
+        """The client cancelled request ``id``: it gets no answer and the id is free again.
+        A stream that carried nothing yet ends (an event stream with no event id). One that
+        did (its client holds a Last-Event-ID and would resume an ended one) stays open and
+        idle, resumable as any request's stream, until its client closes it (then the
+        grace period forgets it) or the session ends."""
+        queue = self.requests.pop(id, None)
+        if queue is not None:
+            if queue.stream_id or queue.log.last:
+                queue.cancelled = True
+            else:
+                queue.end_unanswered()
+
+    def open_stream(self, queue: MessageQueue) -> None:
+        queue.stream_id = next(self._stream_ids)
+        self.streams[queue.stream_id] = queue
+
+    def new_queue(self) -> MessageQueue:
+        return MessageQueue(self)
+
+    def flush(self) -> None:
+        """Pushing a message wakes its stream's handler; here only a session past its
+        budget is dropped (after the hub's batch, never in the middle of it)."""
+        self.dirty = False
+        if self.over_limit and not self.closed:
+            log.error(
+                "http session %d dropped: %s (it does not read its streams); its requests are cancelled",
+                self.key,
+                self.drop_reason or f"more than {self.limit} bytes are waiting for it",
+            )
+            self._close_queues()
+            self.endpoint._end_session(self)
+
+    def blocked(self) -> bool:
+        """Whether a write to one of its streams waits for the client to read."""
+        return any(
+            queue.blocked()
+            for queue in {*self.requests.values(), *self.streams.values(), self.get_stream}
+            if queue is not None
+        )
+
+    def last_progress(self) -> float:
+        """When a write to any of its streams last got bytes out."""
+        return max(
+            (
+                queue.last_progress()
+                for queue in {*self.requests.values(), *self.streams.values(), self.get_stream}
+                if queue is not None
+            ),
+            default=self.progress_at,
+        )
+
+    def shed(self, reason: str) -> None:
+        """Drop this session to free memory: its queues close now, it ends at ``flush``."""
+        if self.over_limit or self.closed:
+            return
+        self.over_limit = True
+        self.drop_reason = reason
+        self._close_queues()
+
+    def _close_queues(self) -> None:
+        for queue in {*self.requests.values(), *self.streams.values(), self.get_stream}:
+            if queue is not None:
+                queue.close()
+        release_all(self)
+
+    async def wait_writable(self) -> None:
+        return
+
+    async def wait_drained(self) -> None:
+        """Returns at once: at shutdown nothing waits for an HTTP session's streams."""
+        return
+
+
+class SessionTable:
+    """The sessions of one endpoint, and what every handler of the HTTP front shares."""
+
+    hub: Hub
+    config: HttpConfig
+    access: AccessPolicy
+    admission: Admission
+    sessions: dict[str, HttpSession]
+    _nursery: trio.Nursery | None
+
+    async def _reject(self, connection: HttpConnection, status: int, code: int, message: str, id: Any = None) -> None:
+        await connection.respond(status, [JSON], dumps(error_response(id, code, message)))
+
+    async def _refuse_session(self, connection: HttpConnection, refusal: Refusal, id: Any = None) -> None:
+        """503: the session cap is reached, or the aggregator is shutting down."""
+        headers = [JSON] if refusal.retry_after is None else [JSON, ("retry-after", str(refusal.retry_after))]
+        await connection.respond(503, headers, dumps(proxy_error(id, refusal.message, reason=refusal.reason)))
+
+    async def _no_session(self, connection: HttpConnection, request: Request) -> bool:
+        """GET or DELETE without Mcp-Session-Id: 405 (a modern client has no session; a
+        legacy one names its own). True if answered so."""
+        if "mcp-session-id" in request.headers:
+            return False
+        await connection.respond(
+            405,
+            [("allow", "POST"), JSON],
+            dumps(
+                {
+                    "jsonrpc": "2.0",
+                    "id": None,
+                    "error": {
+                        "code": INVALID_REQUEST,
+                        "message": f"Method not allowed: {request.method} needs the Mcp-Session-Id of a session "
+                        "(2025-11-25 and earlier); a 2026-07-28 client sends each request as a POST",
+                    },
+                }
+            ),
+        )
+        return True
+
+    def _session(self, request: Request) -> tuple[HttpSession | None, int, str]:
+        """The session a request names: (session, or None with an HTTP status and reason)."""
+        session_id = request.headers.get("mcp-session-id")
+        if session_id is None:
+            return None, 400, "Bad request: Mcp-Session-Id header is required after initialize"
+        session = self.sessions.get(session_id)
+        if session is None and not _is_session_id(session_id):
+            return None, 400, "Bad request: Mcp-Session-Id must be 1 to 128 visible ASCII characters"
+        named = self.access.named_profile(request.path)
+        if (
+            session is None
+            or session.closed
+            or session.principal != self.access.principal(request.headers)
+            or (named and named != session.profile)
+        ):
+            return None, 404, "Session not found: it ended or never existed; initialize again"
+        version = request.headers.get("mcp-protocol-version")
+        if version is not None and version not in SUPPORTED:
+            return (
+                None,
+                400,
+                (f"Bad request: unsupported MCP-Protocol-Version {version[:40]!r} (supported: {', '.join(SUPPORTED)})"),
+            )
+        session.last_seen = trio.current_time()
+        return session, 200, ""
+
+    async def _decode(
+        self, connection: HttpConnection, request: Request, session: Any = None
+    ) -> tuple[int, dict[str, Any]] | None:
+        """The body's one JSON-RPC message, or None after answering 400 with the error."""
+        try:
+            return decode_message(request.body, self.hub.router.max_json_depth)
+        except RemoteProtocolError as exc:
+            if exc.response_to is not None:
+                session = session or self._session(request)[0]
+            await self._refuse_message(connection, exc, session)
+            return None
+
+    async def _refuse_message(self, connection: HttpConnection, exc: RemoteProtocolError, session: Any) -> None:
+        """400 with the error of a message refused; if it was the answer to a server's
+        request, that server hears so (when the message's session is known)."""
+        if exc.response_to is not None and session is not None:
+            self.hub.dispatch_now(self.hub.router.refused_answer(session.key, exc))
+        await connection.respond(400, [JSON], dumps(exc.to_response()))
+
+    async def _delete(self, connection: HttpConnection, request: Request) -> None:
+        if await self._no_session(connection, request):
+            return
+        session, status, reason = self._session(request)
+        if session is None:
+            await self._reject(connection, status, INVALID_REQUEST, reason)
+            return
+        self._end_session(session)
+        await connection.respond(200, [])
+
+    def _end_session(self, session: HttpSession) -> None:
+        """End a session: its work upstream is cancelled, and every stream still open on it
+        (a POST waiting for its answer, a cancelled request's idle stream, the GET stream)
+        finishes now."""
+        if session.closed:
+            return
+        session.closed = True
+        release_all(session)  # what its streams still send counts no more
+        self.sessions.pop(session.id, None)
+        self.admission.release_session()
+        self.hub.remove_client(session.key)  # the router cancels what it had in flight upstream
+        open_requests = list(session.requests.items())
+        session.requests.clear()
+        for id, queue in open_requests:
+            queue.push(
+                dumps(proxy_error(id, "The session ended before this request was answered", reason="unavailable")),
+                final=True,
+            )
+        for queue in list(session.streams.values()):
+            if not queue.final:  # a cancelled request's idle stream (or a GET resuming it)
+                queue.end_unanswered()
+        if session.get_stream is not None:
+            session.get_stream.push(b"", final=True)  # wakes the GET handler, which ends
+        log.info(
+            "http session %d: closed%s",
+            session.key,
+            f"; answered {len(open_requests)} request(s) still open" if open_requests else "",
+        )
+
+    async def _expire_idle_sessions(self) -> None:
+        while True:
+            await trio.sleep(min(60.0, self.config.session_idle_timeout / 2))
+            now = trio.current_time()
+            for session in list(self.sessions.values()):
+                idle = not session.requests and session.get_stream is None
+                if idle and now - session.last_seen > self.config.session_idle_timeout:
+                    log.info("http session %s: expired after %.0fs idle", session.key, now - session.last_seen)
+                    try:
+                        self._end_session(session)
+                    except Exception:
+                        log.exception("http session %s: internal error while expiring it", session.key)
+
+    # --- requests -----------------------------------------------------------------------
+
+
+def _is_session_id(value: str) -> bool:
+    """Could this be a session id (MCP: visible ASCII, 0x21 to 0x7E)?"""
+    return 0 < len(value) <= 128 and value.isascii() and value.isprintable() and " " not in value

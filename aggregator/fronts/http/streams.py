@@ -1,0 +1,218 @@
+"""The event streams of the Streamable HTTP front: the GET stream, event ids, resumption.
+
+GET opens a session's stream for everything not tied to a request (list changes,
+subscription updates, log messages); what came while none was open waits in the
+session's backlog. Every event stream has an id in its session, and its events are
+``<stream>-<message number>``: a client that lost a stream (its GET stream or a request's
+answer) resumes it with GET and Last-Event-ID, which replays what followed that event; a
+GET resuming the session's GET stream while its old connection still looks open (the
+client lost it first) takes the stream over and that connection ends; so does a GET
+resuming a request's stream that its POST or an earlier resumption still writes (one
+writer per stream, the newest). A
+request's stream not resumed within ``http.stream_drop_grace`` is cancelled upstream. A
+Last-Event-ID that is not two ASCII numbers is a 400, never an exception.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from typing import Any
+
+import trio
+
+from aggregator.fronts.containment import contained
+from aggregator.fronts.http.queue import MessageQueue, pump, until_client_leaves
+from aggregator.fronts.http.sessions import BACKLOG_BYTES, HttpSession, SessionTable
+from aggregator.jsonrpc.codec import dumps
+from aggregator.jsonrpc.errors import INVALID_REQUEST
+from aggregator.mcp.constants import CANCELLED
+from aggregator.transports.http_server import HttpConnection, Request
+
+log = logging.getLogger(__name__)
+
+PRIMING_SINCE = "2025-11-25"  # event streams open with an id-only event from this revision
+# An SSE event id as this endpoint writes them: "<stream>-<seq>", ASCII digits only (a
+# Unicode digit such as "\xb2" passes str.isdigit() and fails int()).
+EVENT_ID = re.compile(r"([0-9]{1,15})-([0-9]{1,15})")
+
+
+class EventStreams(SessionTable):
+    """GET: a session's stream, or a request's stream resumed; the grace period of a lost one."""
+
+    async def _get(self, connection: HttpConnection, request: Request) -> None:
+        if await self._no_session(connection, request):
+            return
+        accept = request.headers.get("accept", "").lower()
+        if "text/event-stream" not in accept and "*/*" not in accept:
+            await self._reject(connection, 406, INVALID_REQUEST, "Not acceptable: GET opens a text/event-stream")
+            return
+        session, status, reason = self._session(request)
+        if session is None:
+            await self._reject(connection, status, INVALID_REQUEST, reason)
+            return
+        last_event_id = request.headers.get("last-event-id")
+        resume = None
+        if last_event_id is not None:
+            position = EVENT_ID.fullmatch(last_event_id.strip())
+            if position is None:
+                await self._reject(
+                    connection,
+                    400,
+                    INVALID_REQUEST,
+                    "Bad request: Last-Event-ID must be the id of an event this server sent, like 3-17",
+                )
+                return
+            resume = self._resumable(session, int(position[1]), int(position[2]))
+        if resume is not None and resume[0].request_id is not None:
+            await self._resume_request_stream(connection, session, *resume)
+            return
+        if session.get_stream is not None and resume is not None and resume[0] is session.get_stream:
+            await self._take_over(session)  # the client lost it before this end noticed
+        if session.get_stream is not None:
+            await self._reject(connection, 409, INVALID_REQUEST, "Conflict: this session already has a GET stream")
+            return
+        if session.closed:
+            await self._reject(connection, 404, INVALID_REQUEST, "Session not found: it ended; initialize again")
+            return
+        if resume is not None:  # the session's own GET stream, back after a drop
+            await self._serve_get_stream(connection, session, *resume)
+            return
+        queue = session.new_queue()
+        session.open_stream(queue)
+        await self._serve_get_stream(connection, session, queue, None)
+
+    async def _serve_get_stream(
+        self, connection: HttpConnection, session: HttpSession, queue: MessageQueue, after: int | None
+    ) -> None:
+        """Write the session's GET stream on this connection (first the replay of what
+        followed event ``after``, when resumed) until either side ends it or another GET
+        takes it over."""
+        for data in session.backlog.take_all():
+            queue.push(data)
+        session.get_stream = queue
+        session.get_handler = handler = trio.CancelScope()
+        session.get_ended = ended = trio.Event()
+        self.hub.dispatch_now([])  # if that passed the budget of all clients, whoever was dropped ends now
+        try:
+            with handler:
+                if not await connection.start_stream([]):
+                    return
+                if after is not None:
+                    if not await connection.send_chunk(queue.replay_after(after)):
+                        return
+                elif self._primes(session):
+                    if not await connection.send_chunk(f"id: {queue.stream_id}-0\ndata: \n\n".encode()):
+                        return
+                await pump(connection, queue, lambda: session.closed)
+                if session.closed:
+                    await connection.end_stream()
+            if handler.cancelled_caught:
+                log.info("http session %d: its GET stream was resumed on another connection", session.key)
+        finally:
+            if session.get_stream is queue:
+                session.get_stream = None
+                for data in queue.remove_waiting():
+                    session.backlog.append(data)
+                session.backlog.drop_oldest(BACKLOG_BYTES)
+            connection.closed = True
+            ended.set()
+
+    async def _take_over(self, session: HttpSession) -> None:
+        """End the connection of the session's GET stream, which a GET with Last-Event-ID
+        resumes: its client lost it, though this end has not noticed yet. What it had not
+        written goes back to the backlog; what it had is in the stream's history, which the
+        new connection replays from the Last-Event-ID on. Waits until that handler is done,
+        so that one queue never has two writers."""
+        ended = session.get_ended
+        session.get_handler.cancel()
+        await ended.wait()
+
+    # --- the legacy HTTP+SSE transport (2024-11-05) ------------------------------------
+
+    def _resumable(self, session: HttpSession, stream: int, seq: int) -> tuple[MessageQueue, int] | None:
+        """The stream and position a Last-Event-ID names in this session, if any."""
+        queue = session.streams.get(stream)
+        return (queue, seq) if queue is not None else None
+
+    async def _resume_request_stream(
+        self, connection: HttpConnection, session: HttpSession, queue: MessageQueue, after: int
+    ) -> None:
+        """Continue a request's event stream that the client lost, where it left off. A
+        connection still writing it (its POST, or an earlier resumption: the client lost it
+        before this end noticed) ends first: the newest takes the stream over, and every
+        event after Last-Event-ID is sent once, on this connection."""
+        queue.resumed = True
+        log.info(
+            "http session %d: resuming the stream of request %r after event %d", session.key, queue.request_id, after
+        )
+        await queue.take_over()
+        resumes = queue.resumes
+        if not await connection.start_stream([]) or not await connection.send_chunk(queue.replay_after(after)):
+            connection.closed = True
+            if queue.resumes == resumes and queue.stream_id in session.streams:  # the grace period starts over
+                queue.resumed = False
+                self._start_grace(session, queue.request_id, queue)
+            return
+        async with queue.writing(), until_client_leaves(connection):
+            while True:
+                if not queue.waiting and queue.final:
+                    await connection.end_stream()
+                    session.streams.pop(queue.stream_id, None)
+                    break
+                await queue.wait()
+                if queue.overflowed or not await queue.send_events(connection):
+                    break
+        connection.closed = True
+        if queue.resumes != resumes:
+            log.info(
+                "http session %d: the stream of request %r was resumed on another connection",
+                session.key,
+                queue.request_id,
+            )
+        elif queue.stream_id in session.streams:  # lost again: the grace period starts over
+            queue.resumed = False
+            self._start_grace(session, queue.request_id, queue)
+
+    def _primes(self, session: HttpSession) -> bool:
+        client = self.hub.router.session_info(session.key)
+        return client is not None and (client.protocol_version or "") >= PRIMING_SINCE
+
+    def _start_grace(self, session: HttpSession, id: Any, queue: MessageQueue) -> None:
+        assert self._nursery is not None
+        self._nursery.start_soon(
+            contained,
+            f"http session {session.key}: the grace period of request {id!r}",
+            self._cancel_after_grace,
+            session,
+            id,
+            queue,
+        )
+
+    async def _cancel_after_grace(self, session: HttpSession, id: Any, queue: MessageQueue) -> None:
+        resumes = queue.resumes
+        await trio.sleep(self.config.stream_drop_grace)
+        if queue.resumed or queue.resumes != resumes:  # resumed meanwhile: its own loss starts another
+            return
+        session.streams.pop(queue.stream_id, None)
+        if session.requests.get(id) is queue and not session.closed:
+            log.info("http session %d: stream for request %r dropped; cancelling it", session.key, id)
+            self._abandon(session, id, queue, "the client's stream closed")
+
+    def _abandon(self, session: HttpSession, id: Any, queue: MessageQueue, reason: str) -> None:
+        """Forget a request nobody will receive the answer of, and cancel it upstream."""
+        if session.requests.get(id) is not queue or session.closed:
+            return
+        del session.requests[id]
+        self.hub.dispatch_now(
+            self.hub.router.client_message(
+                session.key,
+                dumps(
+                    {
+                        "jsonrpc": "2.0",
+                        "method": CANCELLED,
+                        "params": {"requestId": id, "reason": reason},
+                    }
+                ),
+            )
+        )

@@ -1,0 +1,50 @@
+"""The hub's router, with a catalog per profile over one store of every server's items."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import trio
+
+from aggregator.config import Config
+from aggregator.config.core_settings import router_settings
+from aggregator.core.catalog import Catalog
+from aggregator.core.policy import ProfilePolicy
+from aggregator.core.router import Router
+from aggregator.plugins.api import Plugins
+
+
+def make_router(
+    config: Config,
+    plugins: Plugins,
+    single_client: bool,
+    server_request_policy: Callable[[str, str, dict[str, Any]], bool],
+) -> tuple[Router, Catalog]:
+    """The router and its default catalog; each profile's catalog, and that one, share one
+    store of every server's items (``single_client``: it serves stdio alone)."""
+    servers = config.enabled_servers
+    proxy = config.proxy
+    store: dict[str, Any] = {}  # every server's items, shared by the profiles' catalogs
+
+    def catalog_for(profile: str | None) -> Catalog:
+        return Catalog(
+            servers,
+            proxy.separator,
+            proxy.page_size,
+            store=store,
+            policy=ProfilePolicy(config, profile),
+            max_name_length=proxy.max_name_length,
+            charset=proxy.name_charset,
+            catalog_hook=plugins.catalog_hook,
+        )
+
+    catalog = catalog_for(None)
+    router = Router(
+        catalog,
+        router_settings(config, servers=servers, single_client=single_client),
+        clock=trio.current_time,
+        profiles={name: catalog_for(name) for name in config.profiles},
+        server_request_policy=server_request_policy,
+    )
+    return router, catalog

@@ -1,0 +1,192 @@
+"""The collector behind ``GET /metrics``: the hub's counters as Prometheus metric families,
+built at each scrape (see ``aggregator.ops.metrics``, which imports this module only then).
+
+Must not import the hub, nor ``aggregator.ops.metrics``; it reads the hub through ``MetricsHost``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any, Protocol
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from aggregator.core.tallies import Histogram
+
+if TYPE_CHECKING:
+    from aggregator.core.router import Router, SessionInfo
+    from aggregator.plugins.gate import PluginGate
+    from aggregator.transports.budget import ClientMemory
+    from aggregator.upstreams.session import UpstreamSession
+
+# A client session's transport, by the type of its sink (``transports.sink``).
+TRANSPORTS = {
+    "Outbox": "stdio",
+    "HttpSession": "http",
+    "LegacySession": "sse",
+    "WebSocketSink": "websocket",
+}
+SERVER_STATES = ("starting", "ready", "down")
+
+
+class MetricsHost(Protocol):
+    """What the metrics read of the hub (the hub is one)."""
+
+    router: Router
+    upstreams: dict[str, UpstreamSession]
+    clients: dict[int, Any]
+    client_memory: ClientMemory
+    gate: PluginGate
+
+    def sessions(self) -> list[tuple[int, Any, SessionInfo | None]]: ...
+
+
+class HubCollector(Collector):
+    """Builds the families from the hub's tables at each scrape."""
+
+    def __init__(self, hub: MetricsHost, retired: dict[str, list[int]], restarts: dict[str, int]) -> None:
+        self.hub = hub
+        self._retired = retired  # server -> [received, sent] of its ended connections
+        self._restarts = restarts  # server -> restarts of its shared connections a reload stopped
+
+    def collect(self) -> Iterator[Metric]:
+        yield from self._requests()
+        yield from self._sessions()
+        yield from self._servers()
+        yield from self._decisions()
+        yield from self._context()
+
+    def _requests(self) -> Iterator[Metric]:
+        tallies = self.hub.router.tallies
+        requests = CounterMetricFamily(
+            "aggregator_requests",
+            "Client requests for a server, by how they ended (refused before sending too).",
+            labels=["method", "server", "outcome", "reason"],
+        )
+        for labels, count in sorted(tallies.requests.items()):
+            requests.add_metric(list(labels), count)
+        yield requests
+        upstream = HistogramMetricFamily(
+            "aggregator_upstream_request_duration_seconds",
+            "From sending a request to a server to its answer.",
+            labels=["method", "server"],
+        )
+        for pair, histogram in sorted(tallies.upstream.items()):
+            upstream.add_metric(list(pair), _buckets(histogram), histogram.total)
+        yield upstream
+        proxy = HistogramMetricFamily(
+            "aggregator_proxy_duration_seconds",
+            "The router's work on one message, by who sent it: what the proxy adds on the way in and out.",
+            labels=["direction"],
+        )
+        for direction, histogram in tallies.proxy.items():
+            proxy.add_metric([direction], _buckets(histogram), histogram.total)
+        yield proxy
+        in_flight = GaugeMetricFamily(
+            "aggregator_requests_in_flight", "Requests sent to a server and not answered yet.", labels=["server"]
+        )
+        for server, count in sorted(self.hub.router.in_flight_by_server().items()):
+            in_flight.add_metric([server], count)
+        yield in_flight
+
+    def _sessions(self) -> Iterator[Metric]:
+        hub = self.hub
+        sessions = GaugeMetricFamily(
+            "aggregator_sessions",
+            "Client sessions connected, by transport and profile.",
+            labels=["transport", "profile"],
+        )
+        counts: dict[tuple[str, str], int] = {}
+        for _, sink, info in hub.sessions():
+            label = (TRANSPORTS.get(type(sink).__name__, "other"), info.profile if info else "default")
+            counts[label] = counts.get(label, 0) + 1
+        for label, count in sorted(counts.items()):
+            sessions.add_metric(list(label), count)
+        yield sessions
+        queued = GaugeMetricFamily(
+            "aggregator_client_queue_bytes", "Bytes queued for all clients together, not yet written."
+        )
+        queued.add_metric([], hub.client_memory.total)
+        yield queued
+
+    def _servers(self) -> Iterator[Metric]:
+        state = GaugeMetricFamily(
+            "aggregator_server_state",
+            "1 for the state each shared server is in, 0 for the others.",
+            labels=["server", "state"],
+        )
+        restarts = CounterMetricFamily(
+            "aggregator_server_restarts", "Times a shared server was lost and is started again.", labels=["server"]
+        )
+        received = CounterMetricFamily(
+            "aggregator_server_received_bytes", "Bytes read from a server's output.", labels=["server"]
+        )
+        sent = CounterMetricFamily("aggregator_server_sent_bytes", "Bytes written to a server.", labels=["server"])
+        queued = GaugeMetricFamily(
+            "aggregator_server_queue_bytes", "Bytes queued for a server, not yet written.", labels=["server"]
+        )
+        traffic = {server: list(moved) for server, moved in self._retired.items()}
+        lost = dict(self._restarts)
+        waiting: dict[str, int] = {}
+        for upstream in sorted(self.hub.upstreams.values(), key=lambda u: u.name):
+            server = upstream.config.name
+            moved = traffic.setdefault(server, [0, 0])
+            moved[0] += upstream.traffic.received
+            moved[1] += upstream.sent_bytes
+            outbox = upstream.outbox
+            waiting[server] = waiting.get(server, 0) + (outbox.held if outbox is not None else 0)
+            if upstream.per_session:
+                continue
+            for name in SERVER_STATES:
+                state.add_metric([server, name], 1 if upstream.state == name else 0)
+            lost[server] = lost.get(server, 0) + upstream.restarts
+        for server, count in sorted(lost.items()):
+            restarts.add_metric([server], count)
+        for server, (read, written) in sorted(traffic.items()):
+            received.add_metric([server], read)
+            sent.add_metric([server], written)
+        for server, count in sorted(waiting.items()):
+            queued.add_metric([server], count)
+        yield from (state, restarts, received, sent, queued)
+
+    def _decisions(self) -> Iterator[Metric]:
+        denials = CounterMetricFamily(
+            "aggregator_policy_denials",
+            "Server-to-client requests (sampling, elicitation, roots) refused by a server's policy.",
+            labels=["server", "method"],
+        )
+        for labels, count in sorted(self.hub.gate.policy_denials.items()):
+            denials.add_metric(list(labels), count)
+        yield denials
+        decisions = CounterMetricFamily(
+            "aggregator_plugin_decisions",
+            "What plugins' hooks decided, by hook and decision.",
+            labels=["hook", "decision"],
+        )
+        for labels, count in sorted(self.hub.gate.decisions.items()):
+            decisions.add_metric(list(labels), count)
+        yield decisions
+
+    def _context(self) -> Iterator[Metric]:
+        tokens = GaugeMetricFamily(
+            "aggregator_tools_list_tokens",
+            "A profile's tools/list in estimated tokens (UTF-8 bytes / 4): every tool, and what it lists now.",
+            labels=["profile", "listing"],
+        )
+        for profile, row in self.hub.router.context_report().items():
+            everything = row["tools_list_tokens"]
+            tokens.add_metric([profile, "all"], everything)
+            tokens.add_metric([profile, "current"], everything if row["lists"] == "all" else row["search_list_tokens"])
+        yield tokens
+
+
+def _buckets(histogram: Histogram) -> list[tuple[str, float]]:
+    """Cumulative bucket counts, as the exposition format has them, ending with +Inf."""
+    out: list[tuple[str, float]] = []
+    running = 0
+    for bound, count in zip((*histogram.bounds, math.inf), histogram.counts, strict=True):
+        running += count
+        out.append(("+Inf" if bound == math.inf else repr(bound), running))
+    return out

@@ -1,0 +1,275 @@
+"""What every network upstream connector shares: the ``NetworkLink`` that passes the
+server's messages to the session as lines (flattened, size-checked, tagged with the request
+they answer) and the session's messages to the server, the budget of messages waiting to be
+sent, the HTTP client with the server's own headers, and how a failure is described (with
+the server's secrets masked: an exception's text may hold a header's value).
+
+Credentials: each server gets only its own configured ``headers``; nothing from a client
+is ever forwarded. Redirects are not followed (a redirect could carry credentials to
+another host).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import httpx
+import trio
+
+from aggregator import __version__
+from aggregator.core.router import proxy_error
+from aggregator.jsonrpc.codec import dumps, loads, nameless_refusal
+from aggregator.jsonrpc.framing import LineSplitter, OversizedLine
+from aggregator.transports.channel import STREAM_TAG
+from aggregator.transports.masking import SecretMask, shown_url
+from aggregator.transports.pipe import PipeEnd
+from aggregator.upstreams.resumption import is_answer
+
+log = logging.getLogger(__name__)
+MAX_CONCURRENT_POSTS = 64
+CONNECT_TIMEOUT = 30.0  # seconds to connect (and to write); reading waits for ever
+# What may wait for one of those POSTs, in bytes of messages (at least one of the largest):
+# past it the session's messages are not read, so its own budget for the server holds.
+WAITING_POSTS_BYTES = 1024 * 1024
+USER_AGENT = f"mcp-aggregator/{__version__}"
+
+
+# The masks of the servers connected now (one per connection, while it runs), joined into the
+# one the clients' log lines go through (None: no secrets); rebuilt when one starts or ends.
+_client_masks: dict[int, SecretMask] = {}
+_client_mask: SecretMask | None = None
+
+
+def _join_client_masks() -> None:
+    global _client_mask
+    joined = SecretMask.joined(_client_masks.values())
+    _client_mask = joined if joined.forms else None
+
+
+@contextmanager
+def client_logs_masked(mask: SecretMask) -> Iterator[None]:
+    """While inside, the HTTP and WebSocket clients' log lines are masked with ``mask`` too."""
+    _client_masks[id(mask)] = mask
+    _join_client_masks()
+    try:
+        yield
+    finally:
+        del _client_masks[id(mask)]
+        _join_client_masks()
+
+
+def _shown_arg(arg: object, mask: SecretMask | None) -> object:
+    if isinstance(arg, httpx.URL):
+        arg = str(arg)
+    if isinstance(arg, str):
+        if (arg[:1] == "/" or "://" in arg) and ("?" in arg or "@" in arg):
+            arg = shown_url(arg)
+        if mask is not None:
+            arg = mask(arg)
+    return arg
+
+
+def _hide_url_credentials(record: logging.LogRecord) -> bool:
+    """The HTTP and WebSocket clients log the URL they connect to (httpx each request's URL at
+    info, trio-websocket its ``Connecting to ws://host:port/path?query`` at debug): shown
+    without its password and query values, which may be a server's credentials, and with
+    the secrets of the servers connected now masked (a ``${VAR}`` in its path, user name or
+    fragment)."""
+    if isinstance(record.args, tuple):
+        record.args = tuple(_shown_arg(arg, _client_mask) for arg in record.args)
+    return True
+
+
+for _client_logger in ("httpx", "aggregator.upstreams.http_client", "trio-websocket"):
+    logging.getLogger(_client_logger).addFilter(_hide_url_credentials)
+
+
+def _null_id_error_as_answer(raw: bytes, request: dict[str, Any], server: str) -> bytes | None:
+    """A JSON-RPC error with ``"id": null`` on a POST's body or event stream is the
+    server saying it could not read the request that POST carried: it answers that
+    request (the server's error as it gave it, under the request's id). None otherwise."""
+    try:
+        message = loads(raw)
+    except ValueError:
+        return None
+    if (
+        type(message) is not dict
+        or "method" in message
+        or message.get("id", 0) is not None
+        or type(message.get("error")) is not dict
+    ):
+        return None
+    log.warning(
+        "server %s: answered a %s it could not read: %s",
+        server,
+        request.get("method"),
+        str(message["error"].get("message"))[:200],
+    )
+    message["id"] = request["id"]
+    return dumps(message)
+
+
+class NetworkLink:
+    """What a connector shares with its tasks: the pipe end, and how it ends."""
+
+    def __init__(self, pipe: PipeEnd, limit: int, config: Any) -> None:
+        self.pipe = pipe
+        self.limit = limit
+        self.name: str = config.name
+        self.mask = SecretMask.of(config)
+        self.ended = trio.Event()
+        self.reason = "the connection ended"
+
+    def describe(self, exc: BaseException) -> str:
+        """A failure in one short line, the server's secrets masked (for logs, the reason a
+        connection ended, and the error a request gets)."""
+        text = self.mask(str(exc) or type(exc).__name__)
+        return text.splitlines()[0][:300] if text else type(exc).__name__
+
+    def end(self, reason: str) -> None:
+        if not self.ended.is_set():
+            self.reason = reason
+            self.ended.set()
+
+    async def deliver(self, data: bytes | str, answers: dict[str, Any] | None = None) -> None:
+        """Pass one JSON-RPC message to the session, as one line.
+
+        ``answers``: the request whose POST this message came back on. A message that
+        cannot be read and does not name whom it answers is taken as that request's
+        answer, and the request fails at once with the refusal rather than timing out.
+        """
+        raw = data.encode() if isinstance(data, str) else data
+        raw = raw.strip()
+        if not raw:
+            return
+        if b"\n" in raw or b"\r" in raw:
+            # Pretty-printed JSON (legal in an HTTP body or across SSE data lines): make it
+            # one line. Parsing keeps numbers exact; a bad message goes through as it is,
+            # flattened, for the router to refuse.
+            try:
+                raw = dumps(loads(raw))
+            except ValueError:
+                raw = raw.replace(b"\r", b" ").replace(b"\n", b" ")
+        if len(raw) > self.limit:
+            log.error("server %s: dropped a %d-byte message (limit %d bytes)", self.name, len(raw), self.limit)
+            if answers is None:
+                return
+            # On a POST's body or event stream it answers the request that POST carried:
+            # that request fails now, as for a stdio server, rather than at its timeout.
+            raw = self.refused_answer(answers, f"more than {self.limit} bytes", {"reason": "too_large"})
+        if answers is not None:
+            refusal = nameless_refusal(raw)
+            if refusal is not None:
+                raw = self.refused_answer(answers, refusal.message, refusal.data)
+            elif b"null" in raw and b'"error"' in raw:  # C-level: most answers are not parsed twice
+                raw = _null_id_error_as_answer(raw, answers, self.name) or raw
+        if answers is not None and type(answers.get("id")) is int:
+            # Its request is named beside it, not in it (``stdio.STREAM_TAG``); one copy with the line end.
+            line = b"%s%d%s%s\n" % (STREAM_TAG, answers["id"], STREAM_TAG, raw)
+        elif raw[:1] == STREAM_TAG:
+            line = b" " + raw + b"\n"  # never taken for a tag (and no JSON either: refused as such)
+        else:
+            line = raw + b"\n"
+        try:
+            await self.pipe.send_all(line)
+        except trio.BrokenResourceError:
+            self.end("the session closed")
+
+    async def deliver_body(self, body: bytes, answers: dict[str, Any] | None, *, delivered: bool = False) -> None:
+        """Pass on (unless ``delivered``) a POST's ``application/json`` body, which is the
+        whole of what answers the request it carried: a body that holds a message of the
+        server's own and no answer (a notification alone) fails that request at once,
+        rather than leaving it to its timeout. (What cannot be read fails it in the router.)"""
+        if not delivered:
+            await self.deliver(body, answers)
+        if answers is None:
+            return
+        if not body.strip():
+            await self.no_answer(answers, "its JSON body was empty")
+        elif b'"method"' in body and not is_answer(body.decode("utf-8", "replace")):  # C-level first
+            await self.no_answer(answers, "its JSON body held a message of its own and no answer")
+
+    async def no_answer(self, answers: dict[str, Any] | None, problem: str) -> None:
+        """The request a POST carried got ``problem`` instead of an answer: it fails now."""
+        if answers is not None:
+            await self.deliver(self.refused_answer(answers, problem, {"reason": "malformed"}), answers)
+
+    def refused_answer(self, request: dict[str, Any], problem: str, data: Any) -> bytes:
+        method = request.get("method")
+        log.warning("server %s: refused its answer to %s: %s", self.name, method, problem)
+        reason = data["reason"] if type(data) is dict and "reason" in data else "malformed"
+        return dumps(
+            proxy_error(
+                request["id"],
+                f"Server {self.name!r} sent an answer to {method} that the aggregator cannot forward ({problem})",
+                reason=reason,
+                server=self.name,
+            )
+        )
+
+    async def each_outgoing(
+        self,
+        send: Callable[[bytes], Awaitable[None]],
+        nursery: trio.Nursery,
+        concurrent: bool,
+        inspect: Callable[[bytes], None] | None = None,
+    ) -> None:
+        """Read what the session writes and hand each message to ``send``.
+
+        ``concurrent``: each message in a task of its own (``send`` limits how many talk to the
+        server at once); reading goes on while messages wait for that, up to
+        ``WAITING_POSTS_BYTES``, so that a message that frees a slot (a cancel) is never stuck
+        behind one that waits for it. ``inspect`` sees each message as it is read."""
+        splitter = LineSplitter(self.limit)
+        waiting = _ByteBudget(max(self.limit, WAITING_POSTS_BYTES))
+
+        async def in_task(line: bytes) -> None:
+            try:
+                await send(line)
+            finally:
+                waiting.release(len(line))
+
+        while True:
+            data = await self.pipe.receive_some(65536)
+            if not data:
+                self.end("the session closed")
+                return
+            for line in splitter.feed(data):
+                if isinstance(line, OversizedLine):
+                    continue
+                if inspect is not None:
+                    inspect(line)
+                if concurrent:
+                    await waiting.acquire(len(line))  # backpressure before starting another task
+                    nursery.start_soon(in_task, line)
+                else:
+                    await send(line)
+
+
+class _ByteBudget:
+    """Bytes held by messages that wait: ``acquire`` waits while the budget is spent (one
+    message larger than the whole budget is let through alone)."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self.held = 0
+        self._freed = trio.Event()
+
+    async def acquire(self, amount: int) -> None:
+        while self.held and self.held + amount > self.size:
+            await self._freed.wait()
+            self._freed = trio.Event()
+        self.held += amount
+
+    def release(self, amount: int) -> None:
+        self.held -= amount
+        self._freed.set()
+
+
+def http_client(config: Any) -> httpx.AsyncClient:
+    """A client that sends the server's own headers, follows no redirect and waits for ever to read."""
+    headers = {"user-agent": USER_AGENT, **dict(config.headers)}
+    return httpx.AsyncClient(headers=headers, follow_redirects=False, timeout=httpx.Timeout(CONNECT_TIMEOUT, read=None))

@@ -1,0 +1,399 @@
+"""One upstream server: its process, its connection, and the supervisor that restarts it.
+
+``UpstreamSession.run`` owns the whole lifetime: start the child, initialize, list its
+catalog, serve, and when anything ends the connection (exit, stdout EOF, a failed
+handshake) fail every pending request at once, stop the child with the full ladder, and
+start again after an exponential, full-jitter backoff. One upstream never takes another
+down: everything that can go wrong here ends here.
+
+What to say to the server and when (handshake, listing, re-listing, the proxy's own
+requests) is the core's (``core.upstream_lifecycle``, driven by the router in
+``core.upstream_control``, its deadlines kept by the hub's clock): this module tells the
+router the connection is up (``upstream_connected``) or lost (``server_lost``), and does
+what the router says of it: serving (``serving``), drop it (``drop``). The server's
+output is read in ``upstreams.upstream_streams``.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+import traceback
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any, Protocol
+
+import trio
+
+from aggregator.config import Config, ServerConfig
+from aggregator.core.commands import Answer
+from aggregator.errors import UpstreamError
+from aggregator.transports.channel import Channel
+from aggregator.transports.masking import SecretMask, shown_url
+from aggregator.transports.outbox import Outbox
+from aggregator.upstreams.child_process import run_stdio_server
+from aggregator.upstreams.upstream_streams import StderrLog, Traffic, read_messages
+
+if TYPE_CHECKING:
+    from aggregator.core.router import Router
+
+log = logging.getLogger(__name__)
+
+HEALTHY_RESET = 60.0
+
+
+# async def connector(server_config, *, task_status) -> str: report a Channel through
+# task_status, run until the server is gone, return why.
+Connector = Callable[..., Awaitable[str]]
+
+
+class UpstreamHost(Protocol):
+    """What an upstream needs of the hub that supervises it (the hub is one; this module
+    does not import the hub, which imports it)."""
+
+    config: Config
+    router: Router
+    looking: bool  # a command's one look at the servers, which reports their failures itself
+    # How upstreams are reached; None means by their configured transport.
+    connector: Connector | None
+
+    def dispatch(self, commands: list[Any]) -> None:
+        """Queue the router's commands; written at the next ``flush``."""
+
+    def dispatch_now(self, commands: list[Any]) -> None:
+        """Dispatch the router's commands and start writing at once."""
+
+    async def flush(self, own: Any = None) -> None:
+        """Write what the last batch queued."""
+
+    def server_settled(self, name: str) -> None:
+        """This upstream is ready, or its first attempt failed."""
+
+
+class OwnCall:
+    """A request of the proxy's own made with ``UpstreamSession.request``, waiting."""
+
+    __slots__ = ("event", "answer")
+
+    def __init__(self) -> None:
+        self.event = trio.Event()
+        self.answer: Answer | None = None
+
+    def settle(self, answer: Answer) -> None:
+        """Its answer came (the hub executes the router's ``Answer``)."""
+        if self.answer is None:
+            self.answer = answer
+            self.event.set()
+
+
+class UpstreamSession:
+    def __init__(
+        self,
+        hub: UpstreamHost,
+        config: ServerConfig,
+        *,
+        name: str | None = None,
+        client_capabilities: dict[str, Any] | None = None,
+    ) -> None:
+        self.hub = hub
+        self.config = config
+        # A per-session connection has its own name (server@session), declares its one
+        # client's capabilities and is not restarted: the next request of its client starts
+        # it again. It lists after its handshake, all kinds before it tells the router, so
+        # its session switches from the shared listing to its own in one step.
+        self.name = name or config.name
+        self.per_session = name is not None
+        self.client_capabilities = client_capabilities
+        self.log = logging.getLogger(f"aggregator.server.{config.name}")
+        self.cancel_scope = trio.CancelScope()
+        self.ended = trio.Event()  # its supervisor returned: its process is stopped
+        self.outbox: Outbox | None = None
+        self.state = "starting"  # starting, ready, down (starting again soon)
+        self.last_error: str | None = None
+        # The last stderr lines of the attempt that set last_error (secrets masked).
+        self.last_stderr: tuple[str, ...] = ()
+        self.restarts = 0  # times it was lost or did not start (each is followed by a restart)
+        self.ready_since: float | None = None  # time.monotonic() when it last became ready
+        self.pid: int | None = None  # its process's, while it runs (stdio)
+        # Why a connection ended may quote a header's value (an exception's text): every reason
+        # is masked here, before it is logged, shown by check or told to callers (lastError).
+        self.mask = SecretMask.of(config)
+        self._stderr = StderrLog(self.log, self.mask)
+        self._calls: set[OwnCall] = set()  # waiting in ``request``
+        self._lost: str | None = None
+        self._cancel: trio.CancelScope | None = None
+        self._reported = False  # the router was told this connection is lost
+        self._started = 0.0  # when the supervisor's current attempt started
+        self._attempts = 0  # attempts since it last served a while (for the backoff)
+        self._retry_at: float | None = None  # when the supervisor starts it again, once it is lost
+        # For the metrics: bytes read and written (``restarts`` is above).
+        self.traffic = Traffic()
+        self._sent_before = 0  # written over its earlier connections
+
+    @property
+    def sent_bytes(self) -> int:
+        """Bytes written to the server over all its connections."""
+        return self._sent_before + (self.outbox.written if self.outbox is not None else 0)
+
+    # --- called by the hub, synchronously -----------------------------------------------
+
+    def serving(self) -> None:
+        """The router says its connection serves (listed, or a per-session handshake done)."""
+        self.state = "ready"
+        self.last_error = None
+        self.ready_since = time.monotonic()
+        if not self.per_session:
+            self.hub.server_settled(self.name)
+
+    def drop(self, reason: str) -> None:
+        """The router says its connection cannot be used (``reason``): close it; a shared
+        server starts again after its backoff."""
+        self._lose(reason)
+
+    def not_ready(self) -> tuple[str, tuple[str, ...]]:
+        """Why it is not ready and the last lines of its stderr (secrets masked): the reason
+        it was lost, or, while its first attempt is still starting, how long it has had."""
+        if self.state != "starting" or self.last_error is not None:
+            return self.last_error or "", self.last_stderr
+        waited = trio.current_time() - self._started
+        return (
+            f"no answer yet after {waited:.1f}s: it has not finished its handshake and first"
+            f" listing (servers.{self.config.name}.init_timeout = {self.config.init_timeout:g}s)",
+            tuple(self._stderr.tail),
+        )
+
+    def warn_if_starting(self) -> None:
+        """Log why it is not ready yet, if its first attempt is still starting."""
+        if self.state == "starting" and self.last_error is None:
+            reason, stderr = self.not_ready()
+            tail = f"; its stderr so far: {' | '.join(stderr)}" if stderr else ""
+            self.log.warning("server %s is not ready: %s%s", self.name, reason, tail)
+
+    def stderr_tail(self) -> list[str]:
+        """The last lines of its stderr (secrets masked): of the connection now, or of the
+        attempt that failed last when this one said nothing yet."""
+        return list(self._stderr.tail) or list(self.last_stderr)
+
+    # --- the supervisor -----------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Run this upstream until cancelled, restarting it whenever it is lost."""
+        try:
+            with self.cancel_scope:
+                if self.per_session:
+                    reason = await self._attempt()
+                    self.log.info("server %s: session connection ended: %s", self.name, reason)
+                    return
+                await self._supervise()
+        finally:
+            self.ended.set()
+
+    async def _supervise(self) -> None:
+        while True:
+            self._started = trio.current_time()
+            self._retry_at = None
+            reason = await self._attempt()
+            if self._retry_at is None:  # not told when it was lost (it did not start)
+                self._went_down(reason)
+            await trio.sleep_until(self._next_start())
+
+    def _next_start(self) -> float:
+        """When the supervisor starts the server again (set once it was lost)."""
+        assert self._retry_at is not None
+        return self._retry_at
+
+    def _went_down(self, reason: str) -> None:
+        """The connection is lost (``reason``): note it, log it and tell the router when it
+        starts again (the requests held for it learn that now)."""
+        proxy = self.hub.config.proxy
+        was_ready = self.state == "ready"
+        self.state = "down"
+        self.last_error = reason
+        self.ready_since = None
+        self.restarts += 1
+        self.last_stderr = tuple(self._stderr.tail) if not was_ready else ()
+        self.hub.server_settled(self.name)
+        now = trio.current_time()
+        if now - self._started > HEALTHY_RESET:
+            self._attempts = 0
+        delay = random.uniform(0, min(proxy.restart_backoff_max, proxy.restart_backoff_initial * 2**self._attempts))
+        self._attempts += 1
+        self._retry_at = now + delay
+        self.log.log(
+            logging.INFO if self.hub.looking else logging.WARNING,
+            "server %s %s: %s; starting it again in %.1fs (attempt %d)%s",
+            self.name,
+            "lost" if was_ready else "did not start",
+            reason,
+            delay,
+            self._attempts,
+            f"; its stderr ended: {' | '.join(self.last_stderr)}" if self.last_stderr else "",
+        )
+        # Its callers meanwhile hear when it is tried again (or wait for it, if that is soon).
+        self.hub.dispatch_now(self.hub.router.server_down(self.name, reason, delay))
+
+    async def _attempt(self) -> str:
+        """One connection; return why it ended. A bug in it ends only it: logged (its
+        traceback's text masked too: an exception may quote a header's value) and its reason."""
+        try:
+            return await self._connect_once()
+        except Exception as exc:  # noqa: BLE001 - a bug here must not stop the others
+            self.log.error(
+                "server %s: internal error in its connection\n%s",
+                self.name,
+                self.mask("".join(traceback.format_exception(exc)).rstrip()),
+            )
+            return self.mask(f"internal error: {exc!r}")[:300]
+
+    async def _connect_once(self) -> str:
+        """Start, initialize, serve; return why the connection ended."""
+        config = self.config
+        self._lost = None
+        self._reported = False
+        self._stderr.tail.clear()
+        limit = self.hub.config.proxy.max_message_bytes
+        try:
+            async with trio.open_nursery() as nursery:
+                self._cancel = nursery.cancel_scope
+                try:
+                    channel = await nursery.start(self._transport)
+                except OSError as exc:
+                    if config.effective_transport == "stdio":
+                        return self.mask(f"cannot start {config.command!r}: {exc.strerror or exc}")
+                    return self.mask(str(exc))
+                if channel.pid is not None:
+                    self.pid = channel.pid
+                    self.log.info("server %s: started pid %d", self.name, channel.pid)
+                proxy = self.hub.config.proxy
+                self.outbox = Outbox(
+                    channel.send,
+                    limit=proxy.server_buffer_bytes,
+                    name=f"server {self.name}",
+                    write_timeout=proxy.server_write_timeout,
+                    on_congestion=self._congested,
+                )
+                nursery.start_soon(self.outbox.run)
+                self.hub.router.server_streams(self.name, channel.tagged)
+                nursery.start_soon(self._read_stdout, channel.receive, limit, channel.tagged)
+                if channel.stderr is not None:
+                    nursery.start_soon(self._stderr.read, channel.stderr)
+                await self._handshake()
+            return self._lost or "connection ended"
+        finally:
+            self._cancel = None
+            self.pid = None
+            for call in self._calls:
+                call.event.set()  # the connection ended before an answer
+            if self.outbox is not None:
+                self.outbox.closed = True
+                self._sent_before += self.outbox.written
+                self.outbox = None
+            self._report_lost()
+
+    async def _transport(self, *, task_status: trio.TaskStatus[Channel]) -> None:
+        """Run the connector (a child process by default) and lose the link when it ends."""
+        transport = self.config.effective_transport
+        limit = self.hub.config.proxy.max_message_bytes
+        if self.hub.connector is not None:
+            reason = await self.hub.connector(self.config, task_status=task_status)
+        elif transport == "stdio":
+            reason = await run_stdio_server(self.config, task_status=task_status)
+        else:
+            # Imported here: httpx and trio-websocket cost memory a stdio-only proxy need not pay.
+            from aggregator.upstreams import network_upstream
+
+            connect = {
+                "streamable-http": network_upstream.run_streamable_http_server,
+                "sse": network_upstream.run_sse_server,
+                "websocket": network_upstream.run_websocket_server,
+            }[transport]
+            reason = await connect(self.config, limit, task_status=task_status)
+        self._lose(reason)
+
+    def _congested(self, reason: str | None) -> None:
+        """Its input is backed up (``reason``) or flowing again (None). Nothing waits for it:
+        while backed up, new requests to it are refused; once it has read nothing for the
+        deadline, its requests in flight fail too. Both with reason ``overloaded``."""
+        router = self.hub.router
+        in_flight = router.server_congested(self.name, reason)
+        if in_flight is None:
+            return
+        if reason is None:
+            self.log.info("server %s: reading its input again; taking requests", self.name)
+            return
+        if self.outbox is not None and self.outbox.stalled:
+            self.log.error(
+                "server %s: not reading its input (%s); its %d request(s) in flight fail, new ones"
+                " are refused until it reads again",
+                self.name,
+                reason,
+                in_flight,
+            )
+            self.hub.dispatch_now(router.server_overloaded(self.name, reason))
+        else:
+            self.log.warning(
+                "server %s: not keeping up with its input (%s); new requests are refused until it catches up",
+                self.name,
+                reason,
+            )
+
+    def _lose(self, reason: str) -> None:
+        if self._lost is None:
+            self._lost = self.mask(reason)
+        if self._cancel is not None:
+            self._cancel.cancel()
+            # The router hears it now, not once the child is stopped (that may take
+            # seconds): requests waiting for this connection fail at once.
+            self._report_lost()
+            if not self.per_session and self._retry_at is None:
+                self._went_down(self._lost)
+
+    def _report_lost(self) -> None:
+        """Tell the router the connection is lost, once per connection."""
+        if not self._reported:
+            self._reported = True
+            self.hub.dispatch_now(self.hub.router.server_lost(self.name, self._lost or "stopped"))
+
+    # --- tasks --------------------------------------------------------------------------
+
+    async def _read_stdout(self, stream: trio.abc.ReceiveStream, limit: int, tagged: bool = False) -> None:
+        await read_messages(stream, limit, tagged, self.name, self.hub, self.log, self.traffic)
+        # Usually the server is exiting: give its exit status a moment to be the reason we
+        # report (the transport task loses the link first if so).
+        await trio.sleep(0.5)
+        self._lose("the server closed its stdout")
+
+    # --- the proxy's own requests -----------------------------------------------------
+
+    async def _handshake(self) -> None:
+        """Tell the router the connection is up: its lifecycle sends ``initialize`` now and
+        the router takes it from there (answers, listing, deadlines)."""
+        config = self.config
+        self.hub.dispatch_now(
+            self.hub.router.upstream_connected(
+                self.name,
+                target=shown_url(config.url) if config.url else f"{config.command}",
+                init_timeout=config.init_timeout,
+                capabilities=self.client_capabilities,
+                modern_possible=config.effective_transport in ("stdio", "streamable-http"),
+            )
+        )
+
+    async def request(self, method: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Send a request of the proxy's own; return its result or raise UpstreamError
+        (with the server's error code and message when it answered with an error, or when
+        no answer came within the server's request timeout)."""
+        call = OwnCall()
+        if self.outbox is not None:
+            self._calls.add(call)
+            try:
+                self.hub.dispatch_now(self.hub.router.own_call(self.name, method, params, call))
+                await call.event.wait()
+            finally:
+                self._calls.discard(call)
+        answer = call.answer
+        if answer is None:
+            raise UpstreamError(f"{method}: the connection ended before an answer")
+        if answer.result is None:
+            raise UpstreamError(answer.error, code=answer.code, message=answer.message)
+        return answer.result

@@ -1,0 +1,127 @@
+"""Reading an upstream's output: its stdout (messages, handed to the router line by line)
+and its stderr (to the log, with its last lines kept, secrets masked, for the reason a
+server did not start).
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+from time import perf_counter
+from typing import TYPE_CHECKING, Any, Protocol
+
+import trio
+
+from aggregator.jsonrpc.framing import LineSplitter, OversizedLine
+from aggregator.ops import traffic
+from aggregator.transports.channel import STREAM_TAG, STREAM_TAG_ROOM, split_tag
+from aggregator.transports.masking import SecretMask
+
+if TYPE_CHECKING:
+    from aggregator.core.router import Router
+
+READ_SIZE = 65536
+STDERR_TAIL_LINES = 5  # of a server that did not start: shown by check, tools and the log
+
+
+class Dispatcher(Protocol):
+    """Where an upstream's messages go (the hub)."""
+
+    router: Router
+
+    def dispatch(self, commands: list[Any]) -> None:
+        """Queue the router's commands; written at the next ``flush``."""
+
+    async def flush(self, own: Any = None) -> None:
+        """Write what the last batch queued."""
+
+
+class Traffic:
+    """Bytes read from one upstream, in all (its metrics)."""
+
+    __slots__ = ("received",)
+
+    def __init__(self) -> None:
+        self.received = 0
+
+
+async def read_messages(
+    stream: trio.abc.ReceiveStream,
+    limit: int,
+    tagged: bool,
+    name: str,
+    hub: Dispatcher,
+    log: logging.Logger,
+    counted: Traffic | None = None,
+) -> None:
+    """Hand each line of server ``name``'s output to the router (a line tagged with the
+    request it belongs to, when ``tagged``), one flush per read; return at its end. What
+    is read is counted in ``counted``; how long the router took over each message, in its
+    ``tallies.proxy``."""
+    splitter = LineSplitter(limit + STREAM_TAG_ROOM if tagged else limit)
+    router = hub.router
+    counted = counted if counted is not None else Traffic()
+    handling = router.tallies.proxy["server"]
+    peer = f"server {name}"
+    noted = traffic.enabled()  # --log-level debug: a line per message
+    while True:
+        try:
+            chunk = await stream.receive_some(READ_SIZE)
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            return
+        if not chunk:
+            return
+        counted.received += len(chunk)
+        for line in splitter.feed(chunk if type(chunk) is bytes else bytes(chunk)):
+            if isinstance(line, OversizedLine):
+                log.error("server %s: dropped a %d-byte message (limit %d bytes)", name, line.size, limit)
+                hub.dispatch(router.server_oversized(name, line.head, limit))
+                continue
+            started = perf_counter()
+            if tagged and line[:1] == STREAM_TAG:
+                related, line = split_tag(line)
+                if noted:
+                    traffic.note("in", peer, line)
+                commands = router.server_message(name, line, related)
+            else:
+                if noted:
+                    traffic.note("in", peer, line)
+                commands = router.server_message(name, line)
+            handling.observe(perf_counter() - started)
+            hub.dispatch(commands)
+        await hub.flush()
+
+
+class StderrLog:
+    """An upstream's stderr, logged line by line and its last lines kept in ``tail``, each line
+    with the server's secrets (the values of its env and headers: tokens, keys) replaced by *** (``mask``)."""
+
+    def __init__(self, log: logging.Logger, mask: SecretMask) -> None:
+        self.log = log
+        self.mask = mask
+        self.tail: collections.deque[str] = collections.deque(maxlen=STDERR_TAIL_LINES)
+
+    async def read(self, stream: trio.abc.ReceiveStream) -> None:
+        """Log and keep each line until the stream ends, the last one also without its newline
+        (``printf 'fatal: why' >&2; exit 1`` says why a server did not start)."""
+        splitter = LineSplitter(64 * 1024)
+        while True:
+            try:
+                chunk = await stream.receive_some(READ_SIZE)
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                chunk = b""
+            if not chunk:
+                self._lines(splitter.feed(b"\n"))  # a newline ends the unfinished line, if any
+                return
+            self._lines(splitter.feed(chunk if type(chunk) is bytes else bytes(chunk)))
+
+    def _lines(self, lines: list[bytes | OversizedLine]) -> None:
+        for line in lines:
+            if isinstance(line, OversizedLine):
+                self.log.info("[stderr] <%d bytes>", line.size)
+            else:
+                # Masked before it is logged: a server may print its argv or env.
+                text = self.mask(line.decode("utf-8", "replace").rstrip())
+                self.log.info("[stderr] %s", text)
+                if text.strip():
+                    self.tail.append(text[:300])
