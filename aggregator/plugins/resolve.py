@@ -8,6 +8,7 @@ import collections.abc
 import importlib
 import importlib.util
 import inspect
+import logging
 import types
 import typing
 from collections.abc import Sequence
@@ -18,7 +19,13 @@ from typing import Any
 from aggregator.config.paths import PATH_OPTION, beside
 from aggregator.config.structuring import describe
 
+log = logging.getLogger(__name__)
 ENTRY_POINT_GROUP = "aggregator.plugins"
+# Where the built-in plugins' modules were before they moved into the aggregator package: a
+# config that still names a module there (``aggregator_plugins.audit:AuditLog``) loads it
+# from where it is now, with a warning that names the new spelling.
+OLD_BUNDLED = "aggregator_plugins"
+BUNDLED = "aggregator.plugins.bundled"
 
 
 def plugin_problems(specs: Sequence[Any], config_dir: Path | None = None) -> list[str]:
@@ -160,7 +167,16 @@ def resolve(use: str, config_dir: Path | None) -> Any:
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
     else:
-        module = importlib.import_module(where)
+        module = importlib.import_module(_moved(where, attr))
     if not hasattr(module, attr):
         raise LookupError(f"{where} has no {attr!r}")
     return getattr(module, attr)
+
+
+def _moved(where: str, attr: str) -> str:
+    """The module ``where`` names, under the built-in plugins' new path if it names the old."""
+    if where != OLD_BUNDLED and not where.startswith(OLD_BUNDLED + "."):
+        return where
+    now = BUNDLED + where.removeprefix(OLD_BUNDLED)
+    log.warning("plugin %s:%s has moved: write use = %r", where, attr, f"{now}:{attr}")
+    return now

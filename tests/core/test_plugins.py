@@ -19,6 +19,7 @@ from aggregator.plugins.bundled.audit import AuditLog
 from aggregator.plugins.bundled.example import ExamplePlugin
 from aggregator.plugins.bundled.pinning import PinDefinitions
 from aggregator.plugins.bundled.rate_limit import RateLimit
+from aggregator.plugins.resolve import plugin_problems
 
 
 def request(name="git__git_log", arguments=None, client=1, profile="default"):
@@ -205,6 +206,25 @@ def test_loading(tmp_path):
                 return items
 
         Plugins([AsyncCatalog()])
+
+
+def test_the_built_in_plugins_old_module_path_still_loads_with_a_warning(caplog):
+    """A config written when the built-in plugins installed as ``aggregator_plugins`` keeps
+    working: the old path loads the same class, and the warning names the new spelling."""
+    old = "aggregator_plugins.example:ExamplePlugin"
+    with caplog.at_level(logging.WARNING, logger="aggregator.plugins"):
+        assert plugin_problems([PluginConfig(use=old)]) == []
+        loaded = load_plugins([PluginConfig(use=old, options={"blocked_words": ["x"]})])
+    assert type(loaded.plugins[0]) is ExamplePlugin
+    warning = (
+        "plugin aggregator_plugins.example:ExamplePlugin has moved:"
+        " write use = 'aggregator.plugins.bundled.example:ExamplePlugin'"
+    )
+    assert [r.getMessage() for r in caplog.records] == [warning, warning]
+    with pytest.raises(ConfigError, match="cannot load 'aggregator_plugins.nope:X'"):
+        load_plugins([PluginConfig(use="aggregator_plugins.nope:X")])
+    with pytest.raises(ConfigError, match="cannot load 'aggregator_pluginsx.example:ExamplePlugin'"):
+        load_plugins([PluginConfig(use="aggregator_pluginsx.example:ExamplePlugin")])
 
 
 def test_rate_limit_options_are_checked_with_their_key_paths():
