@@ -1,6 +1,6 @@
 """Benchmark: the network fronts and the HTTP upstream leg, against fast direct servers, in one run.
 
-    python -m tests.bench.http_bench [--quick] [--against TREE] [--era]
+    python -m tests.bench.http_bench [--quick] [--against TREE] [--era | --leg]
 
 The direct baseline is ``fast_http_echo``: the echo server behind a plain asyncio HTTP/1.1
 front parsed by httptools, with no framework; a slow baseline would flatter any proxy.
@@ -22,7 +22,8 @@ sockets (``http_load``) measures:
 For each: median and p99 latency at 1 in flight, calls per second at 1 and at 16 in flight
 (16 connections), and the proxy's CPU per call at 16 in flight (``schedstat`` of all its
 threads). Then the proxy's RSS. ``--era`` measures only the protocol-era row: proxy CPU per
-``tools/call`` for a legacy session against modern (2026-07-28) stateless calls.
+``tools/call`` for a legacy session against modern (2026-07-28) stateless calls; ``--leg``
+only the HTTP upstream leg's CPU rows (with ``--against``, that tree's leg too).
 Every loop is bounded in count and time.
 """
 
@@ -238,6 +239,12 @@ def report(targets: list[Target], leg: dict[str, list[float]], repeats: int) -> 
         f"HTTP upstream: added p50 {upstream.p(0.5) - direct.p(0.5):.3f} ms; 16 in flight "
         f"{med(upstream.rates) / med(direct.rates):.2f}x direct"
     )
+    print_leg(leg)
+    print(f"proxy RSS after the run: {front.rss:.1f} MB; 200 idle sessions: +{front.idle_cost:.1f} MB (<= 20 MB)")  # type: ignore[attr-defined]
+
+
+def print_leg(leg: dict[str, list[float]]) -> None:
+    med = statistics.median
     http_leg, stdio_leg = med(leg["HTTP upstream"]), med(leg["stdio upstream"])
     print(
         f"proxy CPU per call over stdio, 16 in flight: HTTP upstream {http_leg:.1f} us, stdio upstream "
@@ -247,7 +254,6 @@ def report(targets: list[Target], leg: dict[str, list[float]], repeats: int) -> 
     for name, figures in leg.items():
         if name.startswith("HTTP upstream, proxy from"):
             print(f"proxy CPU per call over stdio, 16 in flight, {name}: {med(figures):.1f} us")
-    print(f"proxy RSS after the run: {front.rss:.1f} MB; 200 idle sessions: +{front.idle_cost:.1f} MB (<= 20 MB)")  # type: ignore[attr-defined]
 
 
 def era_cost(directory: Path, n_calls: int, repeats: int) -> dict:
@@ -290,6 +296,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer calls and repeats (a smoke run)")
     parser.add_argument("--era", action="store_true", help="only the modern/legacy CPU row (more repeats)")
+    parser.add_argument("--leg", action="store_true", help="only the HTTP upstream leg's CPU rows")
     parser.add_argument("--against", type=Path, help="another checkout whose proxy is measured in the same run")
     args = parser.parse_args()
     n_latency, n_calls, repeats = (300, 2000, 1) if args.quick else (2000, 20000, 5)
@@ -300,6 +307,10 @@ def main() -> int:
             print_era(era_cost(Path(tmp), n_calls, repeats))
             return 0
         against = args.against.resolve() if args.against else None
+        if args.leg:
+            print(f"{os.cpu_count()} cores, median of {repeats} interleaved runs of {n_calls} calls")
+            print_leg(run_leg(Path(tmp), n_calls, repeats, against))
+            return 0
         targets = run_fronts(Path(tmp), against, n_latency, n_calls, repeats)
         leg = run_leg(Path(tmp), n_calls, repeats, against)
     report(targets, leg, repeats)
