@@ -47,9 +47,28 @@ class ServerMessages(RouterState):
     its handler by method, a request to ``reverse_requests``."""
 
     def server_message(self, server: str, raw: bytes, related: int | None = None) -> list[Command]:
-        """A message from an upstream; ``related``: the upstream id of the request on whose own stream it came."""
+        """A message from an upstream, as it came (a line of a stdio server's output);
+        ``related``: the upstream id of the request on whose own stream it came."""
         try:
             return self._server_message(server, raw, related)
+        except Exception:  # noqa: BLE001 - the last line of defence, logged in full
+            log.exception("server %s: internal error handling a message from it", server)
+            return []
+
+    def server_decoded(
+        self, server: str, decoded: tuple[int, dict[str, Any]] | RemoteProtocolError, related: int | None = None
+    ) -> list[Command]:
+        """A message from an upstream that its transport has read already (a network
+        server's, decoded once as it came off the wire, under the same limits): ``decoded``
+        is what ``decode_message`` returned for it, or the RemoteProtocolError it raised.
+        Handled as ``server_message`` handles a line."""
+        try:
+            link = self.links.get(server)
+            if link is None:
+                return []  # a per-session connection whose client just left
+            if isinstance(decoded, RemoteProtocolError):
+                return self._server_refused(link, decoded, related)
+            return self._server_decoded(link, decoded[0], decoded[1], related)
         except Exception:  # noqa: BLE001 - the last line of defence, logged in full
             log.exception("server %s: internal error handling a message from it", server)
             return []
@@ -62,15 +81,20 @@ class ServerMessages(RouterState):
             kind, message = decode_message(raw, self.max_json_depth)
         except RemoteProtocolError as exc:
             return self._server_refused(link, exc, related)
+        return self._server_decoded(link, kind, message, related)
+
+    def _server_decoded(
+        self, link: UpstreamLink, kind: int, message: dict[str, Any], related: int | None
+    ) -> list[Command]:
         if kind == RESPONSE or kind == ERROR:
             id = message["id"]
             if related is not None and id != related:  # rare: a C-level compare decides the rest
-                return self._stray_answer(link, message, related) + self._server_message(server, raw)
+                return self._stray_answer(link, message, related) + self._server_decoded(link, kind, message, None)
             pending = link.pending.get(id) if type(id) is int else None
             if pending is None:
                 if type(id) is str and id.startswith(CONTROL_ID_PREFIX):
                     return self._control_answer(link, message)
-                log.debug("server %s: dropping a response to unknown id %r", server, id)
+                log.debug("server %s: dropping a response to unknown id %r", link.name, id)
                 return []
             if kind == RESPONSE and link.modern and is_input_required(message.get("result")):
                 if self._bridges_input(link, pending, message["result"]):
