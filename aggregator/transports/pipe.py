@@ -1,8 +1,9 @@
-"""An in-memory byte pipe: a trio SendStream and ReceiveStream joined by a bounded queue.
+"""An in-memory byte pipe, one way: a trio SendStream and ReceiveStream joined by a bounded queue.
 
-It lets a message-oriented transport (HTTP, SSE, WebSocket) look like the NDJSON byte
-stream an upstream session reads and writes, so the session has one shape whatever the
-transport. Bounded: a writer waits while the reader is behind.
+What an upstream session writes to a network server goes through one: the session's
+``Outbox`` writes lines to a byte stream whatever the transport (its budget and deadline
+are the same for every server), and the server's connection reads them off the other end
+(``upstreams.network_link``). Bounded: a writer waits while the reader is behind.
 """
 
 from __future__ import annotations
@@ -10,11 +11,9 @@ from __future__ import annotations
 import trio
 
 
-class PipeEnd(trio.abc.SendStream, trio.abc.ReceiveStream):
-    def __init__(self, send: trio.MemorySendChannel[bytes], receive: trio.MemoryReceiveChannel[bytes]) -> None:
+class PipeSend(trio.abc.SendStream):
+    def __init__(self, send: trio.MemorySendChannel[bytes]) -> None:
         self._send = send
-        self._receive = receive
-        self._pending = b""
 
     async def send_all(self, data: bytes | bytearray | memoryview) -> None:
         if data:
@@ -25,6 +24,15 @@ class PipeEnd(trio.abc.SendStream, trio.abc.ReceiveStream):
 
     async def wait_send_all_might_not_block(self) -> None:
         await trio.lowlevel.checkpoint()
+
+    async def aclose(self) -> None:
+        await self._send.aclose()
+
+
+class PipeReceive(trio.abc.ReceiveStream):
+    def __init__(self, receive: trio.MemoryReceiveChannel[bytes]) -> None:
+        self._receive = receive
+        self._pending = b""
 
     async def receive_some(self, max_bytes: int | None = None) -> bytes:
         if not self._pending:
@@ -41,12 +49,10 @@ class PipeEnd(trio.abc.SendStream, trio.abc.ReceiveStream):
         return data
 
     async def aclose(self) -> None:
-        await self._send.aclose()
         await self._receive.aclose()
 
 
-def byte_pipe(capacity: int = 64) -> tuple[PipeEnd, PipeEnd]:
-    """Two connected ends: what one sends, the other receives."""
-    a_send, b_receive = trio.open_memory_channel[bytes](capacity)
-    b_send, a_receive = trio.open_memory_channel[bytes](capacity)
-    return PipeEnd(a_send, a_receive), PipeEnd(b_send, b_receive)
+def byte_pipe(capacity: int = 64) -> tuple[PipeSend, PipeReceive]:
+    """Two connected ends: what is sent to the first, the second receives."""
+    send, receive = trio.open_memory_channel[bytes](capacity)
+    return PipeSend(send), PipeReceive(receive)

@@ -1,8 +1,9 @@
 """What every network upstream connector shares: the ``NetworkLink`` that passes the
-server's messages to the session as lines (flattened, size-checked, tagged with the request
-they answer) and the session's messages to the server, the budget of messages waiting to be
-sent, the HTTP client with the server's own headers, and how a failure is described (with
-the server's secrets masked: an exception's text may hold a header's value).
+server's messages to the session (each decoded once, here, under the proxy's size and
+depth limits, with the request it belongs to) and the session's messages to the server,
+the budget of messages waiting to be sent, the HTTP client with the server's own headers,
+and how a failure is described (with the server's secrets masked: an exception's text may
+hold a header's value).
 
 Credentials: each server gets only its own configured ``headers``; nothing from a client
 is ever forwarded. Redirects are not followed (a redirect could carry credentials to
@@ -21,11 +22,12 @@ import trio
 
 from aggregator import __version__
 from aggregator.core.router import proxy_error
-from aggregator.jsonrpc.codec import dumps, loads, nameless_refusal
+from aggregator.jsonrpc.codec import ERROR, decode_message, dumps, loads, nameless_refusal
+from aggregator.jsonrpc.errors import RemoteProtocolError
 from aggregator.jsonrpc.framing import LineSplitter, OversizedLine
-from aggregator.transports.channel import STREAM_TAG
+from aggregator.transports.channel import Channel, ServerMessage
 from aggregator.transports.masking import SecretMask, shown_url
-from aggregator.transports.pipe import PipeEnd
+from aggregator.transports.pipe import byte_pipe
 from aggregator.upstreams.resumption import is_answer
 
 log = logging.getLogger(__name__)
@@ -113,15 +115,25 @@ def _null_id_error_as_answer(raw: bytes, request: dict[str, Any], server: str) -
 
 
 class NetworkLink:
-    """What a connector shares with its tasks: the pipe end, and how it ends."""
+    """What a connector shares with its tasks: the way to the session and back, and how it ends.
 
-    def __init__(self, pipe: PipeEnd, limit: int, config: Any) -> None:
-        self.pipe = pipe
+    ``limit`` and ``depth``: the size (bytes) and JSON nesting a server's message may
+    have (``proxy.max_message_bytes`` and ``max_json_depth``, as for a stdio server's lines).
+    """
+
+    def __init__(self, config: Any, limit: int, depth: int) -> None:
         self.limit = limit
+        self.depth = depth
         self.name: str = config.name
         self.mask = SecretMask.of(config)
         self.ended = trio.Event()
         self.reason = "the connection ended"
+        self._to_session, self._messages = trio.open_memory_channel[ServerMessage](64)
+        self._session_writes, self._outgoing = byte_pipe()
+
+    def channel(self, *, streams: bool = False) -> Channel:
+        """What the session talks through (``streams``: see ``Channel``)."""
+        return Channel(self._session_writes, messages=self._messages, streams=streams)
 
     def describe(self, exc: BaseException) -> str:
         """A failure in one short line, the server's secrets masked (for logs, the reason a
@@ -134,8 +146,14 @@ class NetworkLink:
             self.reason = reason
             self.ended.set()
 
+    def _decode(self, raw: bytes) -> tuple[int, dict[str, Any]] | RemoteProtocolError:
+        try:
+            return decode_message(raw, self.depth)
+        except RemoteProtocolError as exc:
+            return exc
+
     async def deliver(self, data: bytes | str, answers: dict[str, Any] | None = None) -> None:
-        """Pass one JSON-RPC message to the session, as one line.
+        """Pass one JSON-RPC message to the session, decoded.
 
         ``answers``: the request whose POST this message came back on. A message that
         cannot be read and does not name whom it answers is taken as that request's
@@ -146,9 +164,10 @@ class NetworkLink:
         if not raw:
             return
         if b"\n" in raw or b"\r" in raw:
-            # Pretty-printed JSON (legal in an HTTP body or across SSE data lines): make it
-            # one line. Parsing keeps numbers exact; a bad message goes through as it is,
-            # flattened, for the router to refuse.
+            # Pretty-printed JSON (legal in an HTTP body or across SSE data lines): made one
+            # line, as a stdio server's would be, so that it is measured and read as one.
+            # Parsing keeps numbers exact; a bad message is flattened as it is, for the
+            # router to refuse.
             try:
                 raw = dumps(loads(raw))
             except ValueError:
@@ -160,23 +179,37 @@ class NetworkLink:
             # On a POST's body or event stream it answers the request that POST carried:
             # that request fails now, as for a stdio server, rather than at its timeout.
             raw = self.refused_answer(answers, f"more than {self.limit} bytes", {"reason": "too_large"})
+        decoded = self._decode(raw)
+        related = None
         if answers is not None:
-            refusal = nameless_refusal(raw)
-            if refusal is not None:
-                raw = self.refused_answer(answers, refusal.message, refusal.data)
-            elif b"null" in raw and b'"error"' in raw:  # C-level: most answers are not parsed twice
-                raw = _null_id_error_as_answer(raw, answers, self.name) or raw
-        if answers is not None and type(answers.get("id")) is int:
-            # Its request is named beside it, not in it (``stdio.STREAM_TAG``); one copy with the line end.
-            line = b"%s%d%s%s\n" % (STREAM_TAG, answers["id"], STREAM_TAG, raw)
-        elif raw[:1] == STREAM_TAG:
-            line = b" " + raw + b"\n"  # never taken for a tag (and no JSON either: refused as such)
-        else:
-            line = raw + b"\n"
+            # Refused and naming no party (a message read always names one): the request's
+            # answer, which fails it with the refusal. An error for "the unreadable" (id
+            # null) answers the request too: C-level tests first, most answers go by.
+            if isinstance(decoded, RemoteProtocolError):
+                refusal = nameless_refusal(raw)
+                if refusal is not None:
+                    raw = self.refused_answer(answers, refusal.message, refusal.data)
+                    decoded = self._decode(raw)
+                elif b"null" in raw and b'"error"' in raw:
+                    raw, decoded = self._null_id_answer(raw, decoded, answers)
+            elif decoded[0] == ERROR and decoded[1]["id"] is None and b"null" in raw and b'"error"' in raw:
+                raw, decoded = self._null_id_answer(raw, decoded, answers)
+            if type(answers.get("id")) is int:
+                related = answers["id"]  # its request is named beside it, not in it
         try:
-            await self.pipe.send_all(line)
-        except trio.BrokenResourceError:
+            await self._to_session.send(ServerMessage(decoded, related, raw))
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
             self.end("the session closed")
+
+    def _null_id_answer(
+        self, raw: bytes, decoded: tuple[int, dict[str, Any]] | RemoteProtocolError, request: dict[str, Any]
+    ) -> tuple[bytes, tuple[int, dict[str, Any]] | RemoteProtocolError]:
+        """``raw`` (and what it decoded to), or the answer to ``request`` it is (see
+        ``_null_id_error_as_answer``), decoded."""
+        answer = _null_id_error_as_answer(raw, request, self.name)
+        if answer is None:
+            return raw, decoded
+        return answer, self._decode(answer)
 
     async def deliver_body(self, body: bytes, answers: dict[str, Any] | None, *, delivered: bool = False) -> None:
         """Pass on (unless ``delivered``) a POST's ``application/json`` body, which is the
@@ -233,7 +266,7 @@ class NetworkLink:
                 waiting.release(len(line))
 
         while True:
-            data = await self.pipe.receive_some(65536)
+            data = await self._outgoing.receive_some(65536)
             if not data:
                 self.end("the session closed")
                 return

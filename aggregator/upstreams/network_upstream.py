@@ -1,8 +1,9 @@
 """Upstream servers over the network: Streamable HTTP, legacy HTTP+SSE, WebSocket.
 
-Each connector has the shape of ``run_stdio_server``: it reports a ``Channel`` (an NDJSON
-byte stream each way, through an in-memory pipe) and returns why the connection ended.
-So an upstream session reads and writes the same way whatever the transport, and a lost
+Each connector has the shape of ``run_stdio_server``: it reports a ``Channel`` (lines to
+the server through an in-memory pipe, the server's messages back as it decoded them) and
+returns why the connection ended. So an upstream session writes the same way whatever the
+transport, the router handles every server's messages the same way, and a lost
 connection is handled exactly like a crashed child process: pending requests fail at
 once, the supervisor reconnects with backoff.
 

@@ -32,7 +32,7 @@ from aggregator.transports.channel import Channel
 from aggregator.transports.masking import SecretMask, shown_url
 from aggregator.transports.outbox import Outbox
 from aggregator.upstreams.child_process import run_stdio_server
-from aggregator.upstreams.upstream_streams import StderrLog, Traffic, read_messages
+from aggregator.upstreams.upstream_streams import StderrLog, Traffic, read_decoded, read_messages
 
 if TYPE_CHECKING:
     from aggregator.core.router import Router
@@ -273,8 +273,8 @@ class UpstreamSession:
                     on_congestion=self._congested,
                 )
                 nursery.start_soon(self.outbox.run)
-                self.hub.router.server_streams(self.name, channel.tagged)
-                nursery.start_soon(self._read_stdout, channel.receive, limit, channel.tagged)
+                self.hub.router.server_streams(self.name, channel.streams)
+                nursery.start_soon(self._read_output, channel, limit)
                 if channel.stderr is not None:
                     nursery.start_soon(self._stderr.read, channel.stderr)
                 await self._handshake()
@@ -307,7 +307,8 @@ class UpstreamSession:
                 "sse": network_upstream.run_sse_server,
                 "websocket": network_upstream.run_websocket_server,
             }[transport]
-            reason = await connect(self.config, limit, task_status=task_status)
+            depth = self.hub.router.max_json_depth
+            reason = await connect(self.config, limit, depth, task_status=task_status)
         self._lose(reason)
 
     def _congested(self, reason: str | None) -> None:
@@ -356,8 +357,13 @@ class UpstreamSession:
 
     # --- tasks --------------------------------------------------------------------------
 
-    async def _read_stdout(self, stream: trio.abc.ReceiveStream, limit: int, tagged: bool = False) -> None:
-        await read_messages(stream, limit, tagged, self.name, self.hub, self.log, self.traffic)
+    async def _read_output(self, channel: Channel, limit: int) -> None:
+        """Hand what the server says to the router: its messages as its connection read them,
+        or the lines of its output."""
+        if channel.messages is not None:
+            await read_decoded(channel.messages, self.name, self.hub, self.traffic)
+        elif channel.receive is not None:
+            await read_messages(channel.receive, limit, self.name, self.hub, self.log, self.traffic)
         # Usually the server is exiting: give its exit status a moment to be the reason we
         # report (the transport task loses the link first if so).
         await trio.sleep(0.5)

@@ -11,17 +11,15 @@ import trio
 
 from aggregator.transports.channel import Channel
 from aggregator.transports.masking import shown_url
-from aggregator.transports.pipe import byte_pipe
 from aggregator.transports.sse import SseParser
 from aggregator.upstreams.network_link import MAX_CONCURRENT_POSTS, NetworkLink, client_logs_masked, http_client
 
 
 async def run_sse_server(
-    config: Any, limit: int, *, task_status: trio.TaskStatus[Channel] = trio.TASK_STATUS_IGNORED
+    config: Any, limit: int, depth: int, *, task_status: trio.TaskStatus[Channel] = trio.TASK_STATUS_IGNORED
 ) -> str:
     """Talk to a 2024-11-05 HTTP+SSE server: GET an event stream, POST to the endpoint it names."""
-    ours, theirs = byte_pipe()
-    link = NetworkLink(theirs, limit, config)
+    link = NetworkLink(config, limit, depth)
     with client_logs_masked(link.mask):
         async with http_client(config) as client:
             endpoint: list[str] = []
@@ -56,7 +54,7 @@ async def run_sse_server(
                                             return
                                         endpoint.append(target)
                                         nursery.start_soon(link.each_outgoing, post, nursery, True)
-                                        task_status.started(Channel(ours, ours))
+                                        task_status.started(link.channel())
                                     elif event.event == "message" and endpoint:
                                         await link.deliver(event.data)
                             link.end("the server closed its event stream")

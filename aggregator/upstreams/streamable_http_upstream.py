@@ -29,7 +29,6 @@ from aggregator.mcp.versions import DISCOVER
 from aggregator.ops.tracing import trace_headers
 from aggregator.transports.channel import Channel
 from aggregator.transports.masking import shown_url
-from aggregator.transports.pipe import PipeEnd, byte_pipe
 from aggregator.transports.sse import SseParser
 from aggregator.upstreams.http_client import BadResponse, UpstreamClient
 from aggregator.upstreams.modern_headers import ToolHeaders, request_headers
@@ -53,24 +52,24 @@ _HELD = "is still held by the server (HTTP 409)"
 
 
 async def run_streamable_http_server(
-    config: Any, limit: int, *, task_status: trio.TaskStatus[Channel] = trio.TASK_STATUS_IGNORED
+    config: Any, limit: int, depth: int, *, task_status: trio.TaskStatus[Channel] = trio.TASK_STATUS_IGNORED
 ) -> str:
-    """Talk to a Streamable HTTP server (MCP 2025-03-26 and later)."""
-    ours, theirs = byte_pipe()
+    """Talk to a Streamable HTTP server (MCP 2025-03-26 and later); ``limit`` and ``depth``:
+    the size and nesting a message of it may have."""
     async with http_client(config) as client, UpstreamClient.for_server(client, config) as upstream:
-        connection = _StreamableHttp(config, limit, theirs, upstream)
+        connection = _StreamableHttp(config, NetworkLink(config, limit, depth), upstream)
         with client_logs_masked(connection.link.mask):
-            await connection.run(ours, task_status)
+            await connection.run(task_status)
     return connection.link.reason
 
 
 class _StreamableHttp:
     """One connection to a Streamable HTTP server: its session, and the requests being read."""
 
-    def __init__(self, config: Any, limit: int, pipe: PipeEnd, client: UpstreamClient) -> None:
+    def __init__(self, config: Any, link: NetworkLink, client: UpstreamClient) -> None:
         self.config = config
-        self.limit = limit
-        self.link = NetworkLink(pipe, limit, config)
+        self.limit = link.limit
+        self.link = link
         self.client = client
         self.url = config.url
         self.session: str | None = None
@@ -84,13 +83,13 @@ class _StreamableHttp:
         self.modern = False  # it has been sent a modern request (cancel = close the stream)
         self.tools = ToolHeaders(config.name)
 
-    async def run(self, ours: PipeEnd, task_status: trio.TaskStatus[Channel]) -> None:
+    async def run(self, task_status: trio.TaskStatus[Channel]) -> None:
         try:
             async with trio.open_nursery() as nursery:
                 self.nursery = nursery
                 nursery.start_soon(self.link.each_outgoing, self.post, nursery, True, self.stop_reading)
                 nursery.start_soon(self.client.tidy)
-                task_status.started(Channel(ours, ours, tagged=True))
+                task_status.started(self.link.channel(streams=True))
                 await self.link.ended.wait()
                 nursery.cancel_scope.cancel()
         finally:

@@ -1,4 +1,5 @@
-"""Reading an upstream's output: its stdout (messages, handed to the router line by line)
+"""Reading an upstream's output: its stdout (messages, handed to the router line by line),
+a network server's messages (read by its connection, handed over as they were decoded),
 and its stderr (to the log, with its last lines kept, secrets masked, for the reason a
 server did not start).
 """
@@ -14,13 +15,14 @@ import trio
 
 from aggregator.jsonrpc.framing import LineSplitter, OversizedLine
 from aggregator.ops import traffic
-from aggregator.transports.channel import STREAM_TAG, STREAM_TAG_ROOM, split_tag
+from aggregator.transports.channel import ServerMessage
 from aggregator.transports.masking import SecretMask
 
 if TYPE_CHECKING:
     from aggregator.core.router import Router
 
 READ_SIZE = 65536
+BATCH = 64  # messages of a network server handled between two flushes, at most
 STDERR_TAIL_LINES = 5  # of a server that did not start: shown by check, tools and the log
 
 
@@ -48,17 +50,15 @@ class Traffic:
 async def read_messages(
     stream: trio.abc.ReceiveStream,
     limit: int,
-    tagged: bool,
     name: str,
     hub: Dispatcher,
     log: logging.Logger,
     counted: Traffic | None = None,
 ) -> None:
-    """Hand each line of server ``name``'s output to the router (a line tagged with the
-    request it belongs to, when ``tagged``), one flush per read; return at its end. What
-    is read is counted in ``counted``; how long the router took over each message, in its
-    ``tallies.proxy``."""
-    splitter = LineSplitter(limit + STREAM_TAG_ROOM if tagged else limit)
+    """Hand each line of server ``name``'s output to the router, one flush per read;
+    return at its end. What is read is counted in ``counted``; how long the router took
+    over each message, in its ``tallies.proxy``."""
+    splitter = LineSplitter(limit)
     router = hub.router
     counted = counted if counted is not None else Traffic()
     handling = router.tallies.proxy["server"]
@@ -77,16 +77,43 @@ async def read_messages(
                 log.error("server %s: dropped a %d-byte message (limit %d bytes)", name, line.size, limit)
                 hub.dispatch(router.server_oversized(name, line.head, limit))
                 continue
+            if noted:
+                traffic.note("in", peer, line)
             started = perf_counter()
-            if tagged and line[:1] == STREAM_TAG:
-                related, line = split_tag(line)
-                if noted:
-                    traffic.note("in", peer, line)
-                commands = router.server_message(name, line, related)
-            else:
-                if noted:
-                    traffic.note("in", peer, line)
-                commands = router.server_message(name, line)
+            commands = router.server_message(name, line)
+            handling.observe(perf_counter() - started)
+            hub.dispatch(commands)
+        await hub.flush()
+
+
+async def read_decoded(
+    messages: trio.MemoryReceiveChannel[ServerMessage], name: str, hub: Dispatcher, counted: Traffic | None = None
+) -> None:
+    """Hand each message of network server ``name`` (decoded by its connection) to the
+    router, with the request it belongs to; those already waiting with it in one batch,
+    one flush. Return at its end. Counted and timed as ``read_messages``."""
+    router = hub.router
+    counted = counted if counted is not None else Traffic()
+    handling = router.tallies.proxy["server"]
+    peer = f"server {name}"
+    noted = traffic.enabled()  # --log-level debug: a line per message
+    ended = (trio.EndOfChannel, trio.BrokenResourceError, trio.ClosedResourceError)
+    while True:
+        try:
+            batch = [await messages.receive()]
+        except ended:
+            return
+        while len(batch) < BATCH:
+            try:
+                batch.append(messages.receive_nowait())
+            except (trio.WouldBlock, *ended):
+                break  # (its end is seen by the next receive)
+        for item in batch:
+            counted.received += len(item.raw)
+            if noted:
+                traffic.note("in", peer, item.raw)
+            started = perf_counter()
+            commands = router.server_decoded(name, item.decoded, item.related)
             handling.observe(perf_counter() - started)
             hub.dispatch(commands)
         await hub.flush()

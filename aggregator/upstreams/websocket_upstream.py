@@ -10,16 +10,14 @@ import trio_websocket
 
 from aggregator.transports.channel import Channel
 from aggregator.transports.masking import shown_url
-from aggregator.transports.pipe import byte_pipe
 from aggregator.upstreams.network_link import USER_AGENT, NetworkLink, client_logs_masked
 
 
 async def run_websocket_server(
-    config: Any, limit: int, *, task_status: trio.TaskStatus[Channel] = trio.TASK_STATUS_IGNORED
+    config: Any, limit: int, depth: int, *, task_status: trio.TaskStatus[Channel] = trio.TASK_STATUS_IGNORED
 ) -> str:
     """Talk to a server over WebSocket (subprotocol ``mcp``), one message per frame."""
-    ours, theirs = byte_pipe()
-    link = NetworkLink(theirs, limit, config)
+    link = NetworkLink(config, limit, depth)
     with client_logs_masked(link.mask):
         headers = [("user-agent", USER_AGENT), *((k, v) for k, v in config.headers.items())]
         try:
@@ -48,7 +46,7 @@ async def run_websocket_server(
                 async with trio.open_nursery() as nursery:
                     nursery.start_soon(link.each_outgoing, send, nursery, False)
                     nursery.start_soon(read)
-                    task_status.started(Channel(ours, ours))
+                    task_status.started(link.channel())
                     await link.ended.wait()
                     nursery.cancel_scope.cancel()
         except (trio_websocket.HandshakeError, OSError) as exc:

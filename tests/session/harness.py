@@ -30,9 +30,10 @@ class FakeUpstreams:
         server = FakeServer(self.modes[config.name])
         self.servers[config.name].append(server)
         ours, theirs = trio.testing.memory_stream_pair()
-        # "streams": the channel is tagged, as a Streamable HTTP upstream's is; the fake
-        # tags nothing, so all it sends arrives as if on its GET stream (of no request).
-        task_status.started(Channel(ours, ours, tagged="streams" in server.modes))
+        # "streams": the channel says what belongs to a request comes on that request's own
+        # stream, as a Streamable HTTP upstream's does; the fake writes lines, of no request,
+        # so all it sends arrives as if on its GET stream.
+        task_status.started(Channel(ours, ours, streams="streams" in server.modes))
         if "exit_at_start" in server.modes:
             return "the server exited with status 3"
         try:
