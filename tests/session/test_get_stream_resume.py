@@ -38,7 +38,7 @@ async def open_get(fronts, session: str, **extra: str) -> tuple[trio.SocketStrea
 async def test_a_get_with_last_event_id_takes_over_the_stream_its_client_lost():
     async with running_fronts() as fronts:
         session_id = await fronts.initialize()
-        session = fronts.http.sessions[session_id]
+        session = fronts.http.sessions.by_id[session_id]
         with trio.fail_after(10):
             first_connection, response = await open_get(fronts, session_id)
             first = EventStream(first_connection, response)
@@ -80,7 +80,7 @@ async def test_a_get_with_last_event_id_takes_over_the_stream_its_client_lost():
 async def test_a_last_event_id_of_another_stream_does_not_take_over_the_get_stream():
     async with running_fronts() as fronts:
         session_id = await fronts.initialize()
-        session = fronts.http.sessions[session_id]
+        session = fronts.http.sessions.by_id[session_id]
         with trio.fail_after(10):
             first_connection, response = await open_get(fronts, session_id)
             first = EventStream(first_connection, response)
@@ -111,7 +111,7 @@ async def test_a_take_over_while_the_old_connection_is_stuck_in_a_write_loses_an
     monkeypatch.setattr(HttpConnection, "send_chunk", stalling)
     async with running_fronts() as fronts:
         session_id = await fronts.initialize()
-        session = fronts.http.sessions[session_id]
+        session = fronts.http.sessions.by_id[session_id]
         with trio.fail_after(10):
             first_connection, response = await open_get(fronts, session_id)
             first = EventStream(first_connection, response)

@@ -67,14 +67,14 @@ async def test_a_modern_call_is_served_without_a_session_by_a_client_kept_for_th
         # The upstream got the call; no session was opened or counted; the client rests,
         # holding nothing, for the same caller's next request.
         assert len(seen(fronts, "tools/call")) == 1
-        assert fronts.http.sessions == {} and fronts.hub.admission.sessions == 0
-        assert len(fronts.hub.clients) == clients + 1 and fronts.http.stateless == 0
-        [[kept]] = fronts.http.resting.values()
+        assert fronts.http.sessions.by_id == {} and fronts.hub.admission.sessions == 0
+        assert len(fronts.hub.clients) == clients + 1 and fronts.http.stateless.in_flight == 0
+        [[kept]] = fronts.http.stateless.resting.values()
         assert kept.ended and fronts.hub.router.client_idle(kept.key)
         # The next request (the same id, as another caller would send) is served by it.
         again = await post(fronts, modern(1, "tools/call", name="a__echo", arguments={"x": 2}))
         assert json.loads(again.body)["result"]["content"][0]["text"] == '{"x": 2}', again
-        assert len(fronts.hub.clients) == clients + 1 and [[kept]] == list(fronts.http.resting.values())
+        assert len(fronts.hub.clients) == clients + 1 and [[kept]] == list(fronts.http.stateless.resting.values())
 
 
 async def test_no_client_is_kept_past_the_bound(monkeypatch):
@@ -84,7 +84,7 @@ async def test_no_client_is_kept_past_the_bound(monkeypatch):
         for id in (1, 2):
             response = await post(fronts, modern(id, "tools/call", name="a__echo", arguments={"x": id}))
             assert json.loads(response.body)["result"]["content"][0]["text"] == f'{{"x": {id}}}', response
-            assert len(fronts.hub.clients) == clients and fronts.http.stateless == 0
+            assert len(fronts.hub.clients) == clients and fronts.http.stateless.in_flight == 0
 
 
 async def test_server_discover_is_answered_statelessly_for_a_valid_host():
@@ -129,7 +129,7 @@ async def test_headers_that_do_not_match_the_body_are_400_header_mismatch(extra,
         assert error["code"] == -32020 and fragment in error["message"], error
         assert json.loads(response.body)["id"] == 3
         assert seen(fronts, "tools/call") == []  # nothing went upstream
-        assert fronts.http.stateless == 0
+        assert fronts.http.stateless.in_flight == 0
 
 
 async def test_header_names_are_case_insensitive_and_a_base64_name_is_decoded():
@@ -221,7 +221,7 @@ async def test_get_and_delete_without_a_session_are_405_and_legacy_sessions_work
         message = modern(11, "tools/call", name="a__echo", arguments={"y": 2})
         assert (await post(fronts, message)).status == 200
         response = await fronts.request("DELETE", headers=fronts.headers(mcp_session_id=session))
-        assert response.status == 200 and fronts.http.sessions == {}
+        assert response.status == 200 and fronts.http.sessions.by_id == {}
 
 
 async def test_a_client_that_closes_before_the_answer_cancels_the_call_upstream_at_once():
@@ -231,11 +231,11 @@ async def test_a_client_that_closes_before_the_answer_cancels_the_call_upstream_
         stream = await fronts.connect()
         await stream.send_all(request_bytes("POST", "/mcp", headers_for(fronts, message), json.dumps(message).encode()))
         await wait_until(lambda: len(seen(fronts, "tools/call")) == 1)
-        assert fronts.http.stateless == 1 and len(fronts.hub.clients) == clients + 1
+        assert fronts.http.stateless.in_flight == 1 and len(fronts.hub.clients) == clients + 1
         await stream.aclose()
         # No grace period (30 s here): the server hears of it within the test's bound.
         await wait_until(lambda: len(seen(fronts, "notifications/cancelled")) == 1, 3.0)
-        await wait_until(lambda: len(fronts.hub.clients) == clients and fronts.http.stateless == 0)
+        await wait_until(lambda: len(fronts.hub.clients) == clients and fronts.http.stateless.in_flight == 0)
 
 
 async def test_a_streamed_answer_carries_its_progress_without_event_ids_and_ends_on_close():
@@ -258,7 +258,7 @@ async def test_a_streamed_answer_carries_its_progress_without_event_ids_and_ends
             assert note["params"]["progressToken"] == "p1"
         await stream.aclose()
         await wait_until(lambda: len(seen(fronts, "notifications/cancelled")) == 1, 3.0)
-        await wait_until(lambda: fronts.http.stateless == 0)
+        await wait_until(lambda: fronts.http.stateless.in_flight == 0)
 
 
 async def test_a_listen_stream_stays_open_until_its_client_closes_it():
@@ -279,9 +279,9 @@ async def test_a_listen_stream_stays_open_until_its_client_closes_it():
             _, changed = await events.next_message()
         assert changed["method"] == "notifications/tools/list_changed"
         assert changed["params"]["_meta"][SUBSCRIPTION_ID] == "L1"
-        assert fronts.http.stateless == 1 and not events.ended
+        assert fronts.http.stateless.in_flight == 1 and not events.ended
         await stream.aclose()
-        await wait_until(lambda: fronts.http.stateless == 0 and not fronts.hub.router.listens)
+        await wait_until(lambda: fronts.http.stateless.in_flight == 0 and not fronts.hub.router.listens)
 
 
 async def test_requests_in_flight_are_capped_per_token_and_overall():
@@ -300,7 +300,7 @@ async def test_requests_in_flight_are_capped_per_token_and_overall():
             stream = await f.connect()
             await stream.send_all(request_bytes("POST", "/mcp", as_(token, hang), json.dumps(hang).encode()))
             held.append(stream)
-            await wait_until(lambda: f.http.stateless == len(held))
+            await wait_until(lambda: f.http.stateless.in_flight == len(held))
 
         await hold(t1)
         response = await post(f, echo, as_(t1, echo))
@@ -311,12 +311,12 @@ async def test_requests_in_flight_are_capped_per_token_and_overall():
         assert response.status == 503 and response.headers["retry-after"] == "1", response
         assert "Too many requests in flight (limit 2)" in json.loads(response.body)["error"]["message"]
         await held[0].aclose()
-        await wait_until(lambda: f.http.stateless == 1)
+        await wait_until(lambda: f.http.stateless.in_flight == 1)
         response = await post(f, echo, as_(t1, echo))
         assert response.status == 200, response
         assert f.hub.admission.sessions == 0  # none of this counted as a session
         await held[1].aclose()
-        await wait_until(lambda: f.http.stateless == 0 and f.http.stateless_by_principal == {})
+        await wait_until(lambda: f.http.stateless.in_flight == 0 and f.http.stateless.by_principal == {})
 
 
 async def test_sessionless_discover_without_meta_and_notifications_of_a_modern_client():
@@ -338,7 +338,7 @@ async def test_while_shutting_down_a_modern_request_is_refused_with_503():
         response = await post(fronts, message)
         assert response.status == 503 and "retry-after" not in response.headers, response
         assert json.loads(response.body)["error"]["data"]["reason"] == "unavailable"
-        assert fronts.http.stateless == 0
+        assert fronts.http.stateless.in_flight == 0
 
 
 async def test_a_failure_while_serving_one_modern_request_ends_only_its_connection(monkeypatch):
@@ -357,7 +357,7 @@ async def test_a_failure_while_serving_one_modern_request_ends_only_its_connecti
         message = modern(19, "tools/call", name="a__echo", arguments={})
         response = await post(fronts, message)
         assert response.status == 500 and json.loads(response.body)["error"]["code"] == -32603, response
-        assert len(fronts.hub.clients) == clients and fronts.http.stateless == 0
+        assert len(fronts.hub.clients) == clients and fronts.http.stateless.in_flight == 0
         response = await post(fronts, message)
         assert response.status == 200 and "result" in json.loads(response.body), response
 
@@ -392,4 +392,4 @@ async def test_the_token_and_path_choose_a_modern_requests_profile_as_for_initia
         assert [profile for profile, _ in added] == ["work", "default"]
         assert all(kwargs["modern"] for _, kwargs in added)
         assert principals[0] != principals[1]
-        assert sorted(fronts.http.resting) == sorted([(principals[0], "work"), (principals[1], "default")])
+        assert sorted(fronts.http.stateless.resting) == sorted([(principals[0], "work"), (principals[1], "default")])

@@ -205,7 +205,7 @@ async def test_a_fault_in_one_http_request_ends_only_its_connection(monkeypatch,
         assert response.status == 200 and json.loads(response.body)["result"]["content"][0]["text"] == '{"x": 1}'
         assert await fronts.ping(session, 6) == {"jsonrpc": "2.0", "id": 6, "result": {}}
         assert await fronts.initialize()
-        assert 4 not in fronts.http.sessions[session].requests  # the failed request is not left behind
+        assert 4 not in fronts.http.sessions.by_id[session].requests  # the failed request is not left behind
         await keep.aclose()
     assert len(internal_errors(caplog, "aggregator.fronts.http.endpoint")) == 1
 
@@ -228,7 +228,7 @@ async def test_a_fault_in_one_legacy_sse_stream_ends_only_that_session(monkeypat
         one_stream, one_events, one_endpoint = await open_legacy()
         two_stream, two_events, two_endpoint = await open_legacy()
         assert fronts.hub.admission.sessions == 2
-        one = fronts.http.legacy[one_endpoint.split("session_id=")[1]]
+        one = fronts.http.legacy.by_id[one_endpoint.split("session_id=")[1]]
 
         async def faulty_send_events(connection):
             raise RuntimeError("injected fault")
@@ -237,7 +237,7 @@ async def test_a_fault_in_one_legacy_sse_stream_ends_only_that_session(monkeypat
         await post(one_endpoint, INIT)
         with trio.fail_after(5):
             await one_events.wait_closed()
-        await wait_until(lambda: one.id not in fronts.http.legacy)
+        await wait_until(lambda: one.id not in fronts.http.legacy.by_id)
         assert fronts.hub.admission.sessions == 1
         # The other legacy session is untouched.
         await post(two_endpoint, INIT)

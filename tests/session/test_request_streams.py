@@ -48,7 +48,7 @@ async def test_a_call_its_client_cancels_before_any_answer_ends_its_post_and_fre
     async with running_fronts() as fronts:
         session_id = await fronts.initialize()
         with_session = fronts.headers(mcp_session_id=session_id)
-        session = fronts.http.sessions[session_id]
+        session = fronts.http.sessions.by_id[session_id]
         hang = await fronts.connect()
         await hang.send_all(request_bytes("POST", "/mcp", with_session, json.dumps(call(11, "a__hang")).encode()))
         with trio.fail_after(5):
@@ -78,7 +78,7 @@ async def test_a_streaming_call_its_client_cancels_keeps_its_stream_open_and_idl
     async with running_fronts(stream_drop_grace=0.3) as fronts:
         session_id = await fronts.initialize()
         with_session = fronts.headers(mcp_session_id=session_id)
-        session = fronts.http.sessions[session_id]
+        session = fronts.http.sessions.by_id[session_id]
         get = await fronts.connect()
         sse = fronts.headers(mcp_session_id=session_id, accept="text/event-stream")
         assert (await fronts.send(get, "GET", headers=sse)).status == 200  # the session's GET stream
@@ -128,7 +128,7 @@ async def test_the_newest_resumption_of_a_request_stream_takes_it_over():
     async with running_fronts(stream_drop_grace=30.0) as fronts:
         session_id = await fronts.initialize()
         with_session = fronts.headers(mcp_session_id=session_id)
-        session = fronts.http.sessions[session_id]
+        session = fronts.http.sessions.by_id[session_id]
         post = await fronts.connect()
         response = await fronts.send(
             post, "POST", headers=with_session, body=call(13, "a__progress_forever", meta={"progressToken": "p"})

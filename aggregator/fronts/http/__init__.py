@@ -1,10 +1,11 @@
 """The HTTP fronts: Streamable HTTP (legacy sessions and modern stateless requests) and
 legacy HTTP+SSE, on one listener.
 
-Owns the listener and routing table (``endpoint``), one POST's exchange (``exchange``),
-modern stateless requests and their headers (``modern``, ``headers``), the session table
-(``sessions``), response streams (``queue``), GET streams and resumption (``streams``), and
-the 2024-11-05 HTTP+SSE front (``legacy_sse``).
+The endpoint (``endpoint``) owns the listener, the routing table and one object per part,
+none of which inherits another: the session table (``sessions``), GET streams and
+resumption (``streams``), modern stateless requests and their headers (``modern``,
+``headers``), one POST's exchange (``exchange``) and the 2024-11-05 HTTP+SSE front
+(``legacy_sse``). Shared by all: response streams (``queue``) and refusals (``answers``).
 
 Imports of the project's packages: as ``fronts`` (of which it is part).
 """

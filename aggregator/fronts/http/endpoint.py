@@ -24,6 +24,19 @@ and only that connection closes; the session, other connections and the process 
 
 Each session is a client of the hub like a stdio client: ``HttpSession`` receives the
 router's messages through ``put_message`` and hands each to the stream it belongs to.
+
+The endpoint owns its listener, the limits and access policy of its connections, and its
+parts, each with its own state, built here with what each needs and nothing more:
+
+- ``sessions``: the session table (``sessions.SessionTable``), which DELETE goes to;
+- ``streams``: GET event streams and the grace periods of lost ones (``streams.EventStreams``);
+- ``stateless``: modern stateless requests (``modern.StatelessRequests``);
+- ``exchange``: POST (``exchange.PostExchange``), which hands a request to the three above;
+- ``legacy``: the HTTP+SSE transport and its sessions (``legacy_sse.LegacySse``);
+- ``quick``: the short waits for a request's answer, shared by ``exchange`` and ``stateless``.
+
+A request goes to its part by path and method through one table built once (``routes``);
+on the MCP endpoint a GET or DELETE without Mcp-Session-Id is answered here (405).
 """
 
 from __future__ import annotations
@@ -39,11 +52,13 @@ from aggregator.config import HttpConfig, parse_listen
 from aggregator.fronts.access import AccessPolicy
 from aggregator.fronts.admission import check_access
 from aggregator.fronts.containment import internal_error
+from aggregator.fronts.http.answers import no_session
 from aggregator.fronts.http.exchange import PostExchange
-from aggregator.fronts.http.headers import ParamHeaders
 from aggregator.fronts.http.legacy_sse import LegacySession, LegacySse
+from aggregator.fronts.http.modern import StatelessRequests
 from aggregator.fronts.http.queue import JSON, QUICK_ANSWER, QuickWaits
-from aggregator.fronts.http.sessions import HttpSession
+from aggregator.fronts.http.sessions import HttpSession, SessionTable
+from aggregator.fronts.http.streams import EventStreams
 from aggregator.hub.hub import Hub
 from aggregator.jsonrpc.codec import dumps
 from aggregator.jsonrpc.errors import INVALID_REQUEST, error_response
@@ -56,12 +71,18 @@ log = logging.getLogger(__name__)
 __all__ = ["HttpSession", "LegacySession", "StreamableHttpEndpoint"]
 
 
-class StreamableHttpEndpoint(PostExchange, LegacySse):
+Handler = Callable[[HttpConnection, Request], Awaitable[None]]
+# Methods of the MCP endpoint that name a session: without Mcp-Session-Id, a 405.
+NAME_A_SESSION = frozenset({"GET", "DELETE"})
+
+
+class StreamableHttpEndpoint:
+    """The HTTP endpoint: its listener, each connection's boundary, and the routing of each
+    request to the part that serves it."""
+
     def __init__(self, hub: Hub, config: HttpConfig) -> None:
         self.hub = hub
         self.config = config
-        self.sessions: dict[str, HttpSession] = {}
-        self.legacy: dict[str, LegacySession] = {}
         self.limits = HttpLimits(
             config.max_body_bytes,
             config.max_header_bytes,
@@ -71,13 +92,36 @@ class StreamableHttpEndpoint(PostExchange, LegacySse):
             keepalive_timeout=config.keepalive_timeout,
         )
         self.admission = hub.admission
-        self._nursery: trio.Nursery | None = None
         self.access = AccessPolicy(config, hub.config.profiles)
-        self.stateless_by_principal = {}  # modern requests being served, per token
-        self.param_headers = ParamHeaders()
-        self.resting = {}  # stateless clients kept between requests, per (token, profile)
-        self.quick = QuickWaits(QUICK_ANSWER)  # how long a request's answer is waited for as JSON
         self.admin = AdminRoutes(hub, config, reload=False)  # /healthz, /readyz, /status, /metrics
+        self.quick = QuickWaits(QUICK_ANSWER)  # how long a request's answer is waited for as JSON
+        self.sessions = SessionTable(hub, config, self.access, self.admission)
+        self.streams = EventStreams(hub, config, self.sessions)
+        self.stateless = StatelessRequests(hub, config, self.access, self.quick)
+        self.exchange = PostExchange(
+            hub,
+            config,
+            access=self.access,
+            admission=self.admission,
+            sessions=self.sessions,
+            streams=self.streams,
+            stateless=self.stateless,
+            quick=self.quick,
+        )
+        self.legacy = LegacySse(hub, config, self.access, self.admission)
+        # Path, then method, to the part that serves it; a profile's path (``/mcp/<profile>``)
+        # is served as the MCP endpoint. Should two paths be configured alike, the legacy
+        # transport's take them, as they always did.
+        self._mcp: dict[str, Handler] = {
+            "POST": self.exchange.post,
+            "GET": self.streams.get,
+            "DELETE": self.sessions.delete,
+        }
+        self.routes: dict[str, dict[str, Handler]] = {
+            config.path: self._mcp,
+            config.messages_path: {"POST": self.legacy.post},
+            config.sse_path: {"GET": self.legacy.stream},
+        }
 
     # --- serving ------------------------------------------------------------------------
 
@@ -92,8 +136,8 @@ class StreamableHttpEndpoint(PostExchange, LegacySse):
             ),
         )
         async with trio.open_nursery() as nursery:
-            self._nursery = nursery
-            nursery.start_soon(self._expire_idle_sessions)
+            self.streams.grace_nursery = nursery
+            nursery.start_soon(self.sessions.expire_idle)
             nursery.start_soon(self.quick.run)
             await nursery.start(trio.serve_listeners, self._connection, listeners)
             task_status.started(addresses)
@@ -119,9 +163,9 @@ class StreamableHttpEndpoint(PostExchange, LegacySse):
                 self.admission.release_connection()
 
     async def _handle(self, connection: HttpConnection, request: Request) -> None:
-        path, _, query = request.path.partition("?")
-        known = (self.config.path, self.config.sse_path, self.config.messages_path)
-        if path not in known and self.admin.serves(path):
+        path = request.path.partition("?")[0]
+        routes = self.routes.get(path)
+        if routes is None and self.admin.serves(path):
             await self.admin.handle(connection, request, path)  # checks access itself, its own way
             return
         # Host, Origin and token first, as on every front: nothing, not even which paths
@@ -132,23 +176,21 @@ class StreamableHttpEndpoint(PostExchange, LegacySse):
             body = dumps(error_response(None, INVALID_REQUEST, denial.reason))
             await connection.respond(denial.status, [JSON, *denial.headers], body)
             return
-        if path not in known and self.access.named_profile(path) is None:
-            log.debug("http: refused %s %s: no such endpoint", request.method, path[:100])  # as on every front
-            await connection.respond_error(404, f"not found; the MCP endpoint is {self.config.path}")
-            return
-        handlers: dict[str, Callable[[HttpConnection, Request], Awaitable[None]]]
-        if path == self.config.sse_path:
-            handlers = {"GET": self._legacy_stream}
-        elif path == self.config.messages_path:
-            handlers = {"POST": partial(self._legacy_post, query=query)}
-        else:  # the MCP endpoint, or a profile's
-            handlers = {"POST": self._post, "GET": self._get, "DELETE": self._delete}
-        handler = handlers.get(request.method)
+        if routes is None:
+            if self.access.named_profile(path) is None:
+                log.debug("http: refused %s %s: no such endpoint", request.method, path[:100])  # as on every front
+                await connection.respond_error(404, f"not found; the MCP endpoint is {self.config.path}")
+                return
+            routes = self._mcp  # a profile's
+        handler = routes.get(request.method)
         if handler is None:
             await connection.respond(
                 405,
-                [("allow", ", ".join(handlers)), JSON],
+                [("allow", ", ".join(routes)), JSON],
                 dumps(error_response(None, INVALID_REQUEST, "method not allowed")),
             )
+            return
+        if routes is self._mcp and request.method in NAME_A_SESSION and "mcp-session-id" not in request.headers:
+            await no_session(connection, request)
             return
         await handler(connection, request)

@@ -8,6 +8,12 @@ admits it; every other message names its session. A request whose handling fails
 cancelled upstream; a client that leaves before its answer may resume the stream
 (``streams``). A POST whose Accept header does not list both types an answer may
 come as (``unaccepted``) is 406, whatever it carries.
+
+``PostExchange`` owns no state of its own: it opens sessions in the ``SessionTable``,
+hands a modern request to ``StatelessRequests`` and a lost stream to ``EventStreams``
+(its grace period), all passed in.
+
+Imports of the HTTP front: ``answers``, ``modern``, ``queue``, ``sessions`` and ``streams``.
 """
 
 from __future__ import annotations
@@ -16,10 +22,15 @@ import logging
 import secrets
 from typing import Any
 
-from aggregator.fronts.admission import Denial, choose_profile
-from aggregator.fronts.http.modern import StatelessRequests
-from aggregator.fronts.http.queue import JSON, MessageQueue, until_client_leaves
-from aggregator.fronts.http.sessions import HttpSession
+from aggregator.config import HttpConfig
+from aggregator.fronts.access import AccessPolicy
+from aggregator.fronts.admission import Admission, Denial, choose_profile
+from aggregator.fronts.http.answers import refuse_session, reject
+from aggregator.fronts.http.modern import StatelessRequests, is_modern_notification, is_modern_post
+from aggregator.fronts.http.queue import JSON, MessageQueue, QuickWaits, until_client_leaves
+from aggregator.fronts.http.sessions import HttpSession, SessionTable
+from aggregator.fronts.http.streams import EventStreams
+from aggregator.hub.hub import Hub
 from aggregator.jsonrpc.errors import INVALID_REQUEST
 from aggregator.jsonrpc.kinds import NOTIFICATION, REQUEST
 from aggregator.mcp.constants import INITIALIZE
@@ -32,18 +43,39 @@ log = logging.getLogger(__name__)
 ANSWER_TYPES = ("application/json", "text/event-stream")
 
 
-class PostExchange(StatelessRequests):
+class PostExchange:
     """POST on the MCP endpoint: ``initialize`` opens a session, a modern request is served
     statelessly (``modern``), anything else goes to a session."""
 
-    async def _post(self, connection: HttpConnection, request: Request) -> None:
+    def __init__(
+        self,
+        hub: Hub,
+        config: HttpConfig,
+        *,
+        access: AccessPolicy,
+        admission: Admission,
+        sessions: SessionTable,
+        streams: EventStreams,
+        stateless: StatelessRequests,
+        quick: QuickWaits,
+    ) -> None:
+        self.hub = hub
+        self.config = config
+        self.access = access
+        self.admission = admission
+        self.sessions = sessions
+        self.streams = streams
+        self.stateless = stateless
+        self.quick = quick
+
+    async def post(self, connection: HttpConnection, request: Request) -> None:
         content_type = request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
         if content_type != "application/json":
-            await self._reject(connection, 415, INVALID_REQUEST, "Unsupported media type: send application/json")
+            await reject(connection, 415, INVALID_REQUEST, "Unsupported media type: send application/json")
             return
         missing = unaccepted(request.headers.get("accept"))
         if missing:
-            await self._reject(
+            await reject(
                 connection,
                 406,
                 INVALID_REQUEST,
@@ -51,7 +83,7 @@ class PostExchange(StatelessRequests):
                 f" (missing: {' and '.join(missing)})",
             )
             return
-        decoded = await self._decode(connection, request)
+        decoded = await self.sessions.decode(connection, request)
         if decoded is None:
             return
         kind, message = decoded
@@ -61,20 +93,18 @@ class PostExchange(StatelessRequests):
             # Modern _meta (or a revision header no legacy session has) makes it a modern
             # request, initialize too (a method that revision removed: 404).
             meta = request_meta(message)
-            if self._is_modern_post(request, kind, message, meta):
-                await self._stateless(connection, request, message, meta)
+            if is_modern_post(request, kind, message, meta):
+                await self.stateless.serve(connection, request, message, meta)
                 return
         if kind == REQUEST and message["method"] == INITIALIZE:
             await self._initialize(connection, request, message)
             return
-        session, status, reason = self._session(request)
+        session, status, reason = self.sessions.find(request)
         if session is None:
-            if kind == NOTIFICATION and self._modern_notification(request):
+            if kind == NOTIFICATION and is_modern_notification(request):
                 await connection.respond(202, [])  # accepted, and dropped: it has nothing to act on
                 return
-            await self._reject(
-                connection, status, INVALID_REQUEST, reason, message.get("id") if kind == REQUEST else None
-            )
+            await reject(connection, status, INVALID_REQUEST, reason, message.get("id") if kind == REQUEST else None)
             return
         if kind != REQUEST:
             self.hub.dispatch_soon(await self.hub.client_event(session.key, kind, message))
@@ -84,7 +114,7 @@ class PostExchange(StatelessRequests):
 
     async def _initialize(self, connection: HttpConnection, request: Request, message: dict[str, Any]) -> None:
         if "mcp-session-id" in request.headers:
-            await self._reject(
+            await reject(
                 connection,
                 400,
                 INVALID_REQUEST,
@@ -95,25 +125,25 @@ class PostExchange(StatelessRequests):
         admitted = choose_profile(self.access, request.headers, self.access.named_profile(request.path) or "")
         if isinstance(admitted, Denial):
             log.log(admitted.level, "http: refused initialize on %s: %s", request.path[:100], admitted.reason)
-            await self._reject(connection, admitted.status, INVALID_REQUEST, admitted.reason, message["id"])
+            await reject(connection, admitted.status, INVALID_REQUEST, admitted.reason, message["id"])
             return
         principal, profile = admitted
         refusal = self.admission.admit_session()
         if refusal is not None:
-            await self._refuse_session(connection, refusal, message["id"])
+            await refuse_session(connection, refusal, message["id"])
             return
-        # Admitted: from here the session exists, and _end_session releases its place.
-        session = HttpSession(self, secrets.token_urlsafe(24), principal)
+        # Admitted: from here the session exists, and ending it releases its place.
+        session = HttpSession(self.sessions, secrets.token_urlsafe(24), principal)
         session.profile = profile
         session.key = self.hub.add_client(session, profile, principal=principal)
-        self.sessions[session.id] = session
+        self.sessions.add(session)
         log.info("http session %d: opened", session.key)
         ok = False
         try:
             ok = await self._exchange(connection, session, message, [("mcp-session-id", session.id)])
         finally:
             if not ok:
-                self._end_session(session)
+                self.sessions.end(session)
 
     async def _exchange(
         self,
@@ -125,7 +155,7 @@ class PostExchange(StatelessRequests):
         """Feed one request to the router and send what belongs to it; True if answered OK."""
         id = message["id"]
         if id in session.requests:
-            await self._reject(
+            await reject(
                 connection,
                 400,
                 INVALID_REQUEST,
@@ -142,7 +172,7 @@ class PostExchange(StatelessRequests):
             # This request's handling failed: it will not be answered here, so it must
             # not go on upstream either. The connection's boundary logs and answers.
             session.streams.pop(queue.stream_id, None)
-            self._abandon(session, id, queue, "the aggregator failed while handling it")
+            self.streams.abandon(session, id, queue, "the aggregator failed while handling it")
             raise
 
     async def _answer(
@@ -169,7 +199,7 @@ class PostExchange(StatelessRequests):
             return False
         if queue.overflowed:  # the session was dropped: it did not read what it was sent
             if not streaming:
-                await self._reject(
+                await reject(
                     connection,
                     404,
                     INVALID_REQUEST,
@@ -186,7 +216,7 @@ class PostExchange(StatelessRequests):
             # Last-Event-ID); if it does not within the grace period, cancel the request
             # (one its client cancelled is only forgotten).
             connection.closed = True
-            self._start_grace(session, id, queue)
+            self.streams.start_grace(session, id, queue)
         return answered and self.hub.router.session_info(session.key) is not None
 
     async def _send_answer(
@@ -230,7 +260,7 @@ class PostExchange(StatelessRequests):
         session.open_stream(queue)
         if not await connection.start_stream(headers):
             return False
-        if self._primes(session):
+        if self.streams.primes(session):
             # An id before anything else: a client that loses the stream at once can still
             # resume it (2025-11-25), and the delay to resume after: half the grace period
             # it has to, at most a second.

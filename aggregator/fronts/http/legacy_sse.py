@@ -10,6 +10,11 @@ What names no request to answer (no readable id, a notification, an answer to a
 server's request) keeps its 400 with the error. The session is bound to the token that
 opened it, admitted through the same path as every front (``aggregator.fronts.admission``), and
 counted in the session cap; it ends when its stream closes.
+
+``LegacySse`` owns the legacy sessions by id and the handlers of the two URLs; it shares
+no state with the Streamable HTTP parts.
+
+Imports of the HTTP front: ``answers``, ``queue`` and ``sessions`` (``refuse_message``).
 """
 
 from __future__ import annotations
@@ -20,9 +25,13 @@ from typing import Any
 
 import trio
 
-from aggregator.fronts.admission import Denial, choose_profile
+from aggregator.config import HttpConfig
+from aggregator.fronts.access import AccessPolicy
+from aggregator.fronts.admission import Admission, Denial, choose_profile
+from aggregator.fronts.http.answers import refuse_session, reject
 from aggregator.fronts.http.queue import MessageQueue, pump
-from aggregator.fronts.http.sessions import SessionTable
+from aggregator.fronts.http.sessions import refuse_message
+from aggregator.hub.hub import Hub
 from aggregator.jsonrpc.codec import decode_message, dumps
 from aggregator.jsonrpc.errors import INVALID_REQUEST, RemoteProtocolError
 from aggregator.transports.budget import ClientMemory, release_all
@@ -34,8 +43,8 @@ log = logging.getLogger(__name__)
 class LegacySession:
     """A 2024-11-05 HTTP+SSE session: everything goes on its one event stream."""
 
-    def __init__(self, session_id: str, principal: int | None, limit: int, endpoint: LegacySse | None = None) -> None:
-        self.endpoint = endpoint
+    def __init__(self, session_id: str, principal: int | None, limit: int, front: LegacySse | None = None) -> None:
+        self.front = front  # forgets it when it is dropped
         self.id = session_id
         self.principal = principal
         self.key = 0
@@ -43,7 +52,7 @@ class LegacySession:
         self.limit = limit
         self.held = 0
         self.progress_at = trio.current_time()
-        self.memory: ClientMemory = endpoint.hub.client_memory if endpoint is not None else ClientMemory()
+        self.memory: ClientMemory = front.hub.client_memory if front is not None else ClientMemory()
         self.queue = MessageQueue(self, keep=0)
         self.dirty = False
         self.over_limit = False
@@ -54,7 +63,7 @@ class LegacySession:
 
     def flush(self) -> None:
         self.dirty = False
-        if self.over_limit and self.endpoint is not None and self.id in self.endpoint.legacy:
+        if self.over_limit and self.front is not None and self.id in self.front.by_id:
             log.error(
                 "legacy sse session %d dropped: %s (it does not read its stream); its requests are cancelled",
                 self.key,
@@ -62,8 +71,8 @@ class LegacySession:
             )
             self.shed("")  # wakes its handler, which ends the stream
             # Gone at once, even while a write to it hangs.
-            self.endpoint.legacy.pop(self.id, None)
-            self.endpoint.hub.remove_client(self.key)
+            self.front.by_id.pop(self.id, None)
+            self.front.hub.remove_client(self.key)
 
     def blocked(self) -> bool:
         return self.queue.blocked()
@@ -89,20 +98,25 @@ class LegacySession:
         return
 
 
-class LegacySse(SessionTable):
+class LegacySse:
     """The handlers of the legacy front's two URLs, and its sessions by id."""
 
-    legacy: dict[str, LegacySession]
+    def __init__(self, hub: Hub, config: HttpConfig, access: AccessPolicy, admission: Admission) -> None:
+        self.hub = hub
+        self.config = config
+        self.access = access
+        self.admission = admission
+        self.by_id: dict[str, LegacySession] = {}
 
-    async def _legacy_stream(self, connection: HttpConnection, request: Request) -> None:
+    async def stream(self, connection: HttpConnection, request: Request) -> None:
         """GET /sse: one session whose every message travels on this one stream."""
         admitted = choose_profile(self.access, request.headers, "")  # no profile path here
         if isinstance(admitted, Denial):
-            await self._reject(connection, admitted.status, INVALID_REQUEST, admitted.reason)
+            await reject(connection, admitted.status, INVALID_REQUEST, admitted.reason)
             return
         refusal = self.admission.admit_session()
         if refusal is not None:
-            await self._refuse_session(connection, refusal)
+            await refuse_session(connection, refusal)
             return
         try:
             limit = self.config.max_stream_buffer_bytes
@@ -111,7 +125,7 @@ class LegacySse(SessionTable):
         except BaseException:
             self.admission.release_session()
             raise
-        self.legacy[session.id] = session
+        self.by_id[session.id] = session
         log.info("legacy sse session %d: opened", session.key)
         try:
             if not await connection.start_stream([]):
@@ -123,24 +137,26 @@ class LegacySse(SessionTable):
         finally:
             connection.closed = True
             release_all(session)
-            self.legacy.pop(session.id, None)
+            self.by_id.pop(session.id, None)
             self.admission.release_session()
             self.hub.remove_client(session.key)
             log.info("legacy sse session %d: closed", session.key)
 
-    async def _legacy_post(self, connection: HttpConnection, request: Request, *, query: str) -> None:
+    async def post(self, connection: HttpConnection, request: Request) -> None:
+        """POST /messages?session_id=...: one message of that session."""
+        query = request.path.partition("?")[2]
         session_id = next(
             (value for key, _, value in (part.partition("=") for part in query.split("&")) if key == "session_id"), None
         )
-        session = self.legacy.get(session_id or "")
+        session = self.by_id.get(session_id or "")
         if session is None or session.principal != self.access.principal(request.headers):
-            await self._reject(connection, 404, INVALID_REQUEST, "Session not found: open the SSE stream again")
+            await reject(connection, 404, INVALID_REQUEST, "Session not found: open the SSE stream again")
             return
         try:
             decoded = decode_message(request.body, self.hub.router.max_json_depth)
         except RemoteProtocolError as exc:
             if not (exc.answer and exc.id is not None):
-                await self._refuse_message(connection, exc, session)
+                await refuse_message(self.hub, connection, exc, session)
                 return
             # A request: its error goes where its client reads every answer, the stream.
             self.hub.dispatch_now(self.hub.router.client_refused(session.key, exc))

@@ -17,6 +17,12 @@ No session is opened or counted. Concurrent stateless requests are capped overal
 (``http.max_stateless_requests``) and per token (``http.max_stateless_per_principal``);
 past a cap, or while the aggregator shuts down, a request gets 503 (with Retry-After when
 it may come back).
+
+``StatelessRequests`` owns the count of stateless requests in flight (overall and per
+token), the clients kept between requests and the ``x-mcp-header`` parameters read off
+the catalog; the POST exchange hands it each modern request (``is_modern_post``).
+
+Imports of the HTTP front: ``answers``, ``headers`` and ``queue``.
 """
 
 from __future__ import annotations
@@ -26,11 +32,14 @@ from typing import Any
 
 import trio
 
+from aggregator.config import HttpConfig
 from aggregator.core.router import proxy_error
+from aggregator.fronts.access import AccessPolicy
 from aggregator.fronts.admission import Denial, Refusal, choose_profile
+from aggregator.fronts.http.answers import refuse_session, reject
 from aggregator.fronts.http.headers import ParamHeaders, answer_status, check_headers, check_version
 from aggregator.fronts.http.queue import JSON, KEEPALIVE, MessageQueue, QuickWaits, until_client_leaves
-from aggregator.fronts.http.streams import EventStreams
+from aggregator.hub.hub import Hub
 from aggregator.jsonrpc.codec import dumps
 from aggregator.jsonrpc.errors import INVALID_REQUEST
 from aggregator.jsonrpc.kinds import REQUEST
@@ -130,35 +139,40 @@ class StatelessRequest:
         return
 
 
-class StatelessRequests(EventStreams):
+def is_modern_post(request: Request, kind: int, message: dict[str, Any], meta: Any) -> bool:
+    """Whether a sessionless POST is to be served (or refused) as a modern request: a
+    request with modern ``_meta`` or a revision header that no legacy session has."""
+    if kind != REQUEST or "mcp-session-id" in request.headers:
+        return False
+    if meta is not None or message["method"] == DISCOVER:  # only a modern request asks it
+        return True
+    header = request.headers.get("mcp-protocol-version")
+    return header is not None and header not in SUPPORTED
+
+
+def is_modern_notification(request: Request) -> bool:
+    """Whether a sessionless notification comes from a modern client (its revision
+    header), which gets 202: it may send one, and the revision gives it no meaning
+    over HTTP (closing a stream is what cancels)."""
+    header = request.headers.get("mcp-protocol-version")
+    return header is not None and is_modern(header)
+
+
+class StatelessRequests:
     """POST of a modern request without a session."""
 
-    stateless = 0  # modern requests being served now
-    stateless_by_principal: dict[Any, int]
-    resting: dict[tuple[Any, str], list[StatelessRequest]]
-    param_headers: ParamHeaders
-    quick: QuickWaits  # a request's answer, waited for as JSON before a watcher starts
+    def __init__(self, hub: Hub, config: HttpConfig, access: AccessPolicy, quick: QuickWaits) -> None:
+        self.hub = hub
+        self.config = config
+        self.access = access
+        self.quick = quick  # a request's answer, waited for as JSON before a watcher starts
+        self.in_flight = 0  # modern requests being served now
+        self.by_principal: dict[Any, int] = {}  # ... of each token
+        self.resting: dict[tuple[Any, str], list[StatelessRequest]] = {}  # clients kept, per (token, profile)
+        self.param_headers = ParamHeaders()
 
-    def _is_modern_post(self, request: Request, kind: int, message: dict[str, Any], meta: Any) -> bool:
-        """Whether a sessionless POST is to be served (or refused) as a modern request: a
-        request with modern ``_meta`` or a revision header that no legacy session has."""
-        if kind != REQUEST or "mcp-session-id" in request.headers:
-            return False
-        if meta is not None or message["method"] == DISCOVER:  # only a modern request asks it
-            return True
-        header = request.headers.get("mcp-protocol-version")
-        return header is not None and header not in SUPPORTED
-
-    def _modern_notification(self, request: Request) -> bool:
-        """Whether a sessionless notification comes from a modern client (its revision
-        header), which gets 202: it may send one, and the revision gives it no meaning
-        over HTTP (closing a stream is what cancels)."""
-        header = request.headers.get("mcp-protocol-version")
-        return header is not None and is_modern(header)
-
-    async def _stateless(
-        self, connection: HttpConnection, request: Request, message: dict[str, Any], meta: Any
-    ) -> None:
+    async def serve(self, connection: HttpConnection, request: Request, message: dict[str, Any], meta: Any) -> None:
+        """Serve one modern request (``message``, its ``_meta``) as a hub client of its own."""
         headers = request.headers
         admitted = choose_profile(self.access, headers, self.access.named_profile(request.path) or "")
         if isinstance(admitted, Denial):
@@ -170,7 +184,7 @@ class StatelessRequests(EventStreams):
                 admitted.reason,
                 extra=REFUSAL,
             )
-            await self._reject(connection, admitted.status, INVALID_REQUEST, admitted.reason, message["id"])
+            await reject(connection, admitted.status, INVALID_REQUEST, admitted.reason, message["id"])
             return
         principal, profile = admitted
         error = check_version(headers, message, meta)
@@ -183,9 +197,9 @@ class StatelessRequests(EventStreams):
             data = dumps(error)
             await connection.respond(answer_status(data), [JSON], data)
             return
-        refusal = self._admit_stateless(principal)
+        refusal = self._admit(principal)
         if refusal is not None:
-            await self._refuse_session(connection, refusal, message["id"])
+            await refuse_session(connection, refusal, message["id"])
             return
         config = self.hub.config.proxy
         kept = self.resting.get((principal, profile))
@@ -197,12 +211,12 @@ class StatelessRequests(EventStreams):
         try:
             if not client.key:
                 client.key = self.hub.add_client(client, profile, modern=True, principal=principal, stateless=True)
-            await self._serve_stateless(connection, client, message)
+            await self._answer(connection, client, message)
         finally:
             # Answered, or the client left (or this failed): the router cancels what is
             # still in flight upstream, and the client hears nothing more of it.
             client.ended = True
-            self._release_stateless(principal)
+            self._release(principal)
             if client.key:
                 release_all(client)
                 if not self._rest(client, principal, profile):
@@ -227,9 +241,7 @@ class StatelessRequests(EventStreams):
         kept.append(client)
         return True
 
-    async def _serve_stateless(
-        self, connection: HttpConnection, client: StatelessRequest, message: dict[str, Any]
-    ) -> None:
+    async def _answer(self, connection: HttpConnection, client: StatelessRequest, message: dict[str, Any]) -> None:
         queue = client.queue
         self.hub.dispatch_soon(await self.hub.client_event(client.key, REQUEST, message))
         # Most answers come back within milliseconds and alone: JSON, with no task to
@@ -272,18 +284,18 @@ class StatelessRequests(EventStreams):
         if not queue.final:
             connection.closed = True  # the client left, or its stream was cut: it is cancelled
 
-    def _admit_stateless(self, principal: Any) -> Refusal | None:
+    def _admit(self, principal: Any) -> Refusal | None:
         """Count a stateless request in, or say why not (nothing counted then)."""
         http = self.config
         if self.hub.router.draining:
             return Refusal("The aggregator is shutting down and accepts no new requests", "unavailable", None)
-        if self.stateless >= http.max_stateless_requests:
-            log.warning("http: refused a stateless request: %d in flight, the limit", self.stateless)
+        if self.in_flight >= http.max_stateless_requests:
+            log.warning("http: refused a stateless request: %d in flight, the limit", self.in_flight)
             return Refusal(
                 f"Too many requests in flight (limit {http.max_stateless_requests}); try again later", "overloaded", 1
             )
         if principal is not None:
-            mine = self.stateless_by_principal.get(principal, 0)
+            mine = self.by_principal.get(principal, 0)
             if mine >= http.max_stateless_per_principal:
                 log.warning("http: refused a stateless request of token %d: %d in flight, its limit", principal, mine)
                 return Refusal(
@@ -292,13 +304,13 @@ class StatelessRequests(EventStreams):
                     "overloaded",
                     1,
                 )
-            self.stateless_by_principal[principal] = mine + 1
-        self.stateless += 1
+            self.by_principal[principal] = mine + 1
+        self.in_flight += 1
         return None
 
-    def _release_stateless(self, principal: Any) -> None:
-        self.stateless -= 1
+    def _release(self, principal: Any) -> None:
+        self.in_flight -= 1
         if principal is not None:
-            left = self.stateless_by_principal.pop(principal, 1) - 1
+            left = self.by_principal.pop(principal, 1) - 1
             if left:
-                self.stateless_by_principal[principal] = left
+                self.by_principal[principal] = left

@@ -1,14 +1,15 @@
 """The session table of the Streamable HTTP front: ``HttpSession`` and ``SessionTable``.
 
 A session is a hub client whose messages go to several streams (``HttpSession``). The
-table finds the session a request names (its id, bound to the token that created it and
-to the profile its path names), ends sessions (DELETE, expiry, a budget overrun: every
-request still open on it is answered at once), and expires idle ones. Sessions get ids
-from ``secrets`` and count against the cap shared with every front (``hub.admission``).
+table owns the sessions of one endpoint by id: it finds the session a request names (its
+id, bound to the token that created it and to the profile its path names), ends sessions
+(DELETE, expiry, a budget overrun: every request still open on it is answered at once),
+and expires idle ones. Sessions get ids from ``secrets`` (``exchange``, which opens them)
+and count against the cap shared with every front (``hub.admission``). Also here: a body's
+one JSON-RPC message, or the 400 that refuses it (``refuse_message``, shared with
+``legacy_sse``).
 
-``SessionTable`` is also the base of the HTTP front's handlers (``streams``,
-``exchange``, ``legacy_sse``): the state they share and the answers they all give
-(an error response, a 503 refusal, a body's one JSON-RPC message or a 400).
+Imports of the HTTP front: ``answers`` and ``queue`` only.
 """
 
 from __future__ import annotations
@@ -22,11 +23,12 @@ import trio
 from aggregator.config import HttpConfig
 from aggregator.core.router import proxy_error
 from aggregator.fronts.access import AccessPolicy
-from aggregator.fronts.admission import Admission, Refusal
+from aggregator.fronts.admission import Admission
+from aggregator.fronts.http.answers import reject
 from aggregator.fronts.http.queue import JSON, MessageQueue
 from aggregator.hub.hub import Hub
 from aggregator.jsonrpc.codec import decode_message, dumps
-from aggregator.jsonrpc.errors import INVALID_REQUEST, RemoteProtocolError, error_response
+from aggregator.jsonrpc.errors import INVALID_REQUEST, RemoteProtocolError
 from aggregator.mcp.versions import SUPPORTED
 from aggregator.transports.budget import ClientMemory, release_all
 from aggregator.transports.buffer import MessageLog
@@ -46,8 +48,8 @@ class HttpSession:
     waits and what is being written count in ``held`` and in the budget of all clients.
     """
 
-    def __init__(self, endpoint: SessionTable, session_id: str, principal: int | None) -> None:
-        self.endpoint = endpoint
+    def __init__(self, table: SessionTable, session_id: str, principal: int | None) -> None:
+        self.table = table  # ends it when it is dropped
         self.id = session_id
         self.principal = principal
         self.key = 0
@@ -63,10 +65,10 @@ class HttpSession:
         self.last_seen = trio.current_time()
         self.closed = False
         self.waiting = 0  # bytes waiting in this session's streams
-        self.limit = endpoint.hub.config.proxy.client_buffer_bytes
+        self.limit = table.hub.config.proxy.client_buffer_bytes
         self.held = 0  # waiting, or being written
         self.progress_at = trio.current_time()  # when a write to it last finished
-        self.memory: ClientMemory = endpoint.hub.client_memory
+        self.memory: ClientMemory = table.hub.client_memory
         # The hub's bookkeeping, as for an Outbox.
         self.dirty = False
         self.over_limit = False
@@ -129,7 +131,7 @@ class HttpSession:
                 self.drop_reason or f"more than {self.limit} bytes are waiting for it",
             )
             self._close_queues()
-            self.endpoint._end_session(self)
+            self.table.end(self)
 
     def blocked(self) -> bool:
         """Whether a write to one of its streams waits for the client to read."""
@@ -173,51 +175,26 @@ class HttpSession:
 
 
 class SessionTable:
-    """The sessions of one endpoint, and what every handler of the HTTP front shares."""
+    """The Streamable HTTP sessions of one endpoint, by id: finds the one a request names,
+    ends them, expires idle ones."""
 
-    hub: Hub
-    config: HttpConfig
-    access: AccessPolicy
-    admission: Admission
-    sessions: dict[str, HttpSession]
-    _nursery: trio.Nursery | None
+    def __init__(self, hub: Hub, config: HttpConfig, access: AccessPolicy, admission: Admission) -> None:
+        self.hub = hub
+        self.config = config
+        self.access = access
+        self.admission = admission
+        self.by_id: dict[str, HttpSession] = {}
 
-    async def _reject(self, connection: HttpConnection, status: int, code: int, message: str, id: Any = None) -> None:
-        await connection.respond(status, [JSON], dumps(error_response(id, code, message)))
+    def add(self, session: HttpSession) -> None:
+        """Count in a session admitted (``admission.admit_session``) and known to the hub."""
+        self.by_id[session.id] = session
 
-    async def _refuse_session(self, connection: HttpConnection, refusal: Refusal, id: Any = None) -> None:
-        """503: the session cap is reached, or the aggregator is shutting down."""
-        headers = [JSON] if refusal.retry_after is None else [JSON, ("retry-after", str(refusal.retry_after))]
-        await connection.respond(503, headers, dumps(proxy_error(id, refusal.message, reason=refusal.reason)))
-
-    async def _no_session(self, connection: HttpConnection, request: Request) -> bool:
-        """GET or DELETE without Mcp-Session-Id: 405 (a modern client has no session; a
-        legacy one names its own). True if answered so."""
-        if "mcp-session-id" in request.headers:
-            return False
-        await connection.respond(
-            405,
-            [("allow", "POST"), JSON],
-            dumps(
-                {
-                    "jsonrpc": "2.0",
-                    "id": None,
-                    "error": {
-                        "code": INVALID_REQUEST,
-                        "message": f"Method not allowed: {request.method} needs the Mcp-Session-Id of a session "
-                        "(2025-11-25 and earlier); a 2026-07-28 client sends each request as a POST",
-                    },
-                }
-            ),
-        )
-        return True
-
-    def _session(self, request: Request) -> tuple[HttpSession | None, int, str]:
+    def find(self, request: Request) -> tuple[HttpSession | None, int, str]:
         """The session a request names: (session, or None with an HTTP status and reason)."""
         session_id = request.headers.get("mcp-session-id")
         if session_id is None:
             return None, 400, "Bad request: Mcp-Session-Id header is required after initialize"
-        session = self.sessions.get(session_id)
+        session = self.by_id.get(session_id)
         if session is None and not _is_session_id(session_id):
             return None, 400, "Bad request: Mcp-Session-Id must be 1 to 128 visible ASCII characters"
         named = self.access.named_profile(request.path)
@@ -238,36 +215,25 @@ class SessionTable:
         session.last_seen = trio.current_time()
         return session, 200, ""
 
-    async def _decode(
-        self, connection: HttpConnection, request: Request, session: Any = None
-    ) -> tuple[int, dict[str, Any]] | None:
+    async def decode(self, connection: HttpConnection, request: Request) -> tuple[int, dict[str, Any]] | None:
         """The body's one JSON-RPC message, or None after answering 400 with the error."""
         try:
             return decode_message(request.body, self.hub.router.max_json_depth)
         except RemoteProtocolError as exc:
-            if exc.response_to is not None:
-                session = session or self._session(request)[0]
-            await self._refuse_message(connection, exc, session)
+            session = self.find(request)[0] if exc.response_to is not None else None
+            await refuse_message(self.hub, connection, exc, session)
             return None
 
-    async def _refuse_message(self, connection: HttpConnection, exc: RemoteProtocolError, session: Any) -> None:
-        """400 with the error of a message refused; if it was the answer to a server's
-        request, that server hears so (when the message's session is known)."""
-        if exc.response_to is not None and session is not None:
-            self.hub.dispatch_now(self.hub.router.refused_answer(session.key, exc))
-        await connection.respond(400, [JSON], dumps(exc.to_response()))
-
-    async def _delete(self, connection: HttpConnection, request: Request) -> None:
-        if await self._no_session(connection, request):
-            return
-        session, status, reason = self._session(request)
+    async def delete(self, connection: HttpConnection, request: Request) -> None:
+        """DELETE: end the session the request names."""
+        session, status, reason = self.find(request)
         if session is None:
-            await self._reject(connection, status, INVALID_REQUEST, reason)
+            await reject(connection, status, INVALID_REQUEST, reason)
             return
-        self._end_session(session)
+        self.end(session)
         await connection.respond(200, [])
 
-    def _end_session(self, session: HttpSession) -> None:
+    def end(self, session: HttpSession) -> None:
         """End a session: its work upstream is cancelled, and every stream still open on it
         (a POST waiting for its answer, a cancelled request's idle stream, the GET stream)
         finishes now."""
@@ -275,7 +241,7 @@ class SessionTable:
             return
         session.closed = True
         release_all(session)  # what its streams still send counts no more
-        self.sessions.pop(session.id, None)
+        self.by_id.pop(session.id, None)
         self.admission.release_session()
         self.hub.remove_client(session.key)  # the router cancels what it had in flight upstream
         open_requests = list(session.requests.items())
@@ -296,20 +262,27 @@ class SessionTable:
             f"; answered {len(open_requests)} request(s) still open" if open_requests else "",
         )
 
-    async def _expire_idle_sessions(self) -> None:
+    async def expire_idle(self) -> None:
+        """End the sessions idle past ``http.session_idle_timeout``, forever."""
         while True:
             await trio.sleep(min(60.0, self.config.session_idle_timeout / 2))
             now = trio.current_time()
-            for session in list(self.sessions.values()):
+            for session in list(self.by_id.values()):
                 idle = not session.requests and session.get_stream is None
                 if idle and now - session.last_seen > self.config.session_idle_timeout:
                     log.info("http session %s: expired after %.0fs idle", session.key, now - session.last_seen)
                     try:
-                        self._end_session(session)
+                        self.end(session)
                     except Exception:
                         log.exception("http session %s: internal error while expiring it", session.key)
 
-    # --- requests -----------------------------------------------------------------------
+
+async def refuse_message(hub: Hub, connection: HttpConnection, exc: RemoteProtocolError, session: Any) -> None:
+    """400 with the error of a message refused; if it was the answer to a server's request,
+    that server hears so (when the message's session, of either HTTP transport, is known)."""
+    if exc.response_to is not None and session is not None:
+        hub.dispatch_now(hub.router.refused_answer(session.key, exc))
+    await connection.respond(400, [JSON], dumps(exc.to_response()))
 
 
 def _is_session_id(value: str) -> bool:

@@ -11,6 +11,12 @@ resuming a request's stream that its POST or an earlier resumption still writes 
 writer per stream, the newest). A
 request's stream not resumed within ``http.stream_drop_grace`` is cancelled upstream. A
 Last-Event-ID that is not two ASCII numbers is a 400, never an exception.
+
+``EventStreams`` owns the handling of GET (the sessions it finds in the ``SessionTable``
+passed in) and the grace periods of lost request streams, which run in the endpoint's nursery
+(``grace_nursery``); the POST exchange starts them and abandons requests through it.
+
+Imports of the HTTP front: ``answers``, ``queue`` and ``sessions``.
 """
 
 from __future__ import annotations
@@ -21,9 +27,12 @@ from typing import Any
 
 import trio
 
+from aggregator.config import HttpConfig
 from aggregator.fronts.containment import contained
+from aggregator.fronts.http.answers import reject
 from aggregator.fronts.http.queue import MessageQueue, pump, until_client_leaves
 from aggregator.fronts.http.sessions import BACKLOG_BYTES, HttpSession, SessionTable
+from aggregator.hub.hub import Hub
 from aggregator.jsonrpc.codec import dumps
 from aggregator.jsonrpc.errors import INVALID_REQUEST
 from aggregator.mcp.constants import CANCELLED
@@ -37,26 +46,33 @@ PRIMING_SINCE = "2025-11-25"  # event streams open with an id-only event from th
 EVENT_ID = re.compile(r"([0-9]{1,15})-([0-9]{1,15})")
 
 
-class EventStreams(SessionTable):
+class EventStreams:
     """GET: a session's stream, or a request's stream resumed; the grace period of a lost one."""
 
-    async def _get(self, connection: HttpConnection, request: Request) -> None:
-        if await self._no_session(connection, request):
-            return
+    def __init__(self, hub: Hub, config: HttpConfig, sessions: SessionTable) -> None:
+        self.hub = hub
+        self.config = config
+        self.sessions = sessions
+        # Where grace periods run: the endpoint's nursery, set when it serves, so that they
+        # outlive every connection that starts one.
+        self.grace_nursery: trio.Nursery | None = None
+
+    async def get(self, connection: HttpConnection, request: Request) -> None:
+        """GET with Mcp-Session-Id: open the session's stream, or resume one it lost."""
         accept = request.headers.get("accept", "").lower()
         if "text/event-stream" not in accept and "*/*" not in accept:
-            await self._reject(connection, 406, INVALID_REQUEST, "Not acceptable: GET opens a text/event-stream")
+            await reject(connection, 406, INVALID_REQUEST, "Not acceptable: GET opens a text/event-stream")
             return
-        session, status, reason = self._session(request)
+        session, status, reason = self.sessions.find(request)
         if session is None:
-            await self._reject(connection, status, INVALID_REQUEST, reason)
+            await reject(connection, status, INVALID_REQUEST, reason)
             return
         last_event_id = request.headers.get("last-event-id")
         resume = None
         if last_event_id is not None:
             position = EVENT_ID.fullmatch(last_event_id.strip())
             if position is None:
-                await self._reject(
+                await reject(
                     connection,
                     400,
                     INVALID_REQUEST,
@@ -70,10 +86,10 @@ class EventStreams(SessionTable):
         if session.get_stream is not None and resume is not None and resume[0] is session.get_stream:
             await self._take_over(session)  # the client lost it before this end noticed
         if session.get_stream is not None:
-            await self._reject(connection, 409, INVALID_REQUEST, "Conflict: this session already has a GET stream")
+            await reject(connection, 409, INVALID_REQUEST, "Conflict: this session already has a GET stream")
             return
         if session.closed:
-            await self._reject(connection, 404, INVALID_REQUEST, "Session not found: it ended; initialize again")
+            await reject(connection, 404, INVALID_REQUEST, "Session not found: it ended; initialize again")
             return
         if resume is not None:  # the session's own GET stream, back after a drop
             await self._serve_get_stream(connection, session, *resume)
@@ -101,7 +117,7 @@ class EventStreams(SessionTable):
                 if after is not None:
                     if not await connection.send_chunk(queue.replay_after(after)):
                         return
-                elif self._primes(session):
+                elif self.primes(session):
                     if not await connection.send_chunk(f"id: {queue.stream_id}-0\ndata: \n\n".encode()):
                         return
                 await pump(connection, queue, lambda: session.closed)
@@ -128,8 +144,6 @@ class EventStreams(SessionTable):
         session.get_handler.cancel()
         await ended.wait()
 
-    # --- the legacy HTTP+SSE transport (2024-11-05) ------------------------------------
-
     def _resumable(self, session: HttpSession, stream: int, seq: int) -> tuple[MessageQueue, int] | None:
         """The stream and position a Last-Event-ID names in this session, if any."""
         queue = session.streams.get(stream)
@@ -152,7 +166,7 @@ class EventStreams(SessionTable):
             connection.closed = True
             if queue.resumes == resumes and queue.stream_id in session.streams:  # the grace period starts over
                 queue.resumed = False
-                self._start_grace(session, queue.request_id, queue)
+                self.start_grace(session, queue.request_id, queue)
             return
         async with queue.writing(), until_client_leaves(connection):
             while True:
@@ -172,15 +186,18 @@ class EventStreams(SessionTable):
             )
         elif queue.stream_id in session.streams:  # lost again: the grace period starts over
             queue.resumed = False
-            self._start_grace(session, queue.request_id, queue)
+            self.start_grace(session, queue.request_id, queue)
 
-    def _primes(self, session: HttpSession) -> bool:
+    def primes(self, session: HttpSession) -> bool:
+        """Whether the session's event streams open with an id-only event (its revision)."""
         client = self.hub.router.session_info(session.key)
         return client is not None and (client.protocol_version or "") >= PRIMING_SINCE
 
-    def _start_grace(self, session: HttpSession, id: Any, queue: MessageQueue) -> None:
-        assert self._nursery is not None
-        self._nursery.start_soon(
+    def start_grace(self, session: HttpSession, id: Any, queue: MessageQueue) -> None:
+        """Request ``id``'s stream was lost: cancel the request unless it is resumed within
+        ``http.stream_drop_grace``."""
+        assert self.grace_nursery is not None
+        self.grace_nursery.start_soon(
             contained,
             f"http session {session.key}: the grace period of request {id!r}",
             self._cancel_after_grace,
@@ -197,9 +214,9 @@ class EventStreams(SessionTable):
         session.streams.pop(queue.stream_id, None)
         if session.requests.get(id) is queue and not session.closed:
             log.info("http session %d: stream for request %r dropped; cancelling it", session.key, id)
-            self._abandon(session, id, queue, "the client's stream closed")
+            self.abandon(session, id, queue, "the client's stream closed")
 
-    def _abandon(self, session: HttpSession, id: Any, queue: MessageQueue, reason: str) -> None:
+    def abandon(self, session: HttpSession, id: Any, queue: MessageQueue, reason: str) -> None:
         """Forget a request nobody will receive the answer of, and cancel it upstream."""
         if session.requests.get(id) is not queue or session.closed:
             return
