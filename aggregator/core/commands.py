@@ -1,16 +1,21 @@
 """What the core asks the trio layer to do: the commands its methods return. Sans-IO.
 
-Every event method of the router returns a ``list[Command]``; the hub executes them in
-order. Each command is a small named tuple, so building one costs no more than a tuple
-and the hub can dispatch on its type.
+``Router.handle`` returns a ``list[Command]`` for each event; the hub executes them in
+order, dispatching on each command's type (one dict lookup). A command is an attrs record
+in the same style as the events (``core.events``): slots, no weakref slot, not frozen,
+which builds in about 140 ns where a named tuple takes 230 and a frozen record 360
+(measured); several are built per call on the hot path.
 """
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple, TypeAlias
+from typing import Any, TypeAlias
+
+import attrs
 
 
-class ToClient(NamedTuple):
+@attrs.define(weakref_slot=False)
+class ToClient:
     """Send ``message`` (a dict, or bytes already serialized) to client session ``session``.
 
     ``related`` names the client request the message belongs to, when it is not itself
@@ -23,21 +28,24 @@ class ToClient(NamedTuple):
     related: Any = None
 
 
-class ToServer(NamedTuple):
+@attrs.define(weakref_slot=False)
+class ToServer:
     """Send ``message`` to upstream ``server``."""
 
     server: str
     message: Any
 
 
-class UpstreamServing(NamedTuple):
+@attrs.define(weakref_slot=False)
+class UpstreamServing:
     """The connection to ``server`` serves: a shared server is listed, a per-session one
     has finished its handshake (its supervisor marks it ready)."""
 
     server: str
 
 
-class DropUpstream(NamedTuple):
+@attrs.define(weakref_slot=False)
+class DropUpstream:
     """Close the connection to ``server``: it cannot be used (``reason``, for the log and
     its status, names the server's JSON-RPC error code when it answered with one). A shared
     server is started again after its backoff, as after any loss."""
@@ -46,7 +54,8 @@ class DropUpstream(NamedTuple):
     reason: str
 
 
-class Answer(NamedTuple):
+@attrs.define(weakref_slot=False)
+class Answer:
     """The answer to a request of the trio layer's own (``Router.own_call``), for the
     ``caller`` it named: its ``result``, or ``error`` (why there is none) with the server's
     error ``code`` and ``message``. Also what ``UpstreamLifecycle.request`` answers."""
@@ -58,7 +67,8 @@ class Answer(NamedTuple):
     message: str | None = None
 
 
-class StartUpstream(NamedTuple):
+@attrs.define(weakref_slot=False)
+class StartUpstream:
     """Start a session's own connection to a per-session server, named ``name``.
 
     ``capabilities`` are the client's, so the server sees exactly what its client can do.
@@ -70,19 +80,22 @@ class StartUpstream(NamedTuple):
     capabilities: dict[str, Any]
 
 
-class StopUpstream(NamedTuple):
+@attrs.define(weakref_slot=False)
+class StopUpstream:
     """Stop the per-session connection ``name`` (its client went away)."""
 
     name: str
 
 
-class WaitForStartup(NamedTuple):
+@attrs.define(weakref_slot=False)
+class WaitForStartup:
     """Hold this client's `initialize` until startup is complete, then feed it again."""
 
     session: int
 
 
-class RequestEnded(NamedTuple):
+@attrs.define(weakref_slot=False)
+class RequestEnded:
     """Client session ``session``'s request ``id`` ended without an answer: the client
     cancelled it. A front with a response stream per request (Streamable HTTP) ends that
     stream; the id is free again."""

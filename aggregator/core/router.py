@@ -30,11 +30,12 @@ own one part of the rules, combined as one class over one typed state
 
 Theory of operation
 -------------------
-Events go in as method calls (a client sent these bytes; server S sent these bytes; S is
-ready with this catalog; S was lost; a client went away; time passed) and commands come
-out as lists (send this message to client session C; send that one to server S; re-list
-S's tools). The trio layer executes the commands; nothing here awaits or blocks. Time is
-read from an injected clock, so tests drive timeouts without sleeping.
+Events go in through ``Router.handle`` as records (``core.events``: a client sent these
+bytes; server S sent these bytes; S is ready with this catalog; S was lost; a client went
+away; time passed) and commands come out as lists (send this message to client session
+C; send that one to server S; re-list S's tools). The trio layer executes the commands;
+nothing here awaits or blocks. Time is read from an injected clock, so tests drive
+timeouts without sleeping.
 
 Invariants
 ----------
@@ -71,6 +72,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from aggregator.core import events
 from aggregator.core.announcements import Announcements
 from aggregator.core.catalog import Catalog
 from aggregator.core.client_events import ClientEvents
@@ -87,6 +89,7 @@ from aggregator.core.commands import (
     WaitForStartup,
 )
 from aggregator.core.discovery import Searching
+from aggregator.core.events import Event
 from aggregator.core.forwarding import Forwarding
 from aggregator.core.handshake import Handshake
 from aggregator.core.inflight import InFlight
@@ -161,7 +164,7 @@ class Router(
     Announcements,
     InFlight,
 ):
-    """The router: events in as method calls, commands out as lists."""
+    """The router: events in through ``handle``, commands out as lists."""
 
     def __init__(
         self,
@@ -183,41 +186,103 @@ class Router(
         )
         self._requests = self._request_handlers()
         self._notifications = self._notification_handlers()
+        self._events = self._event_handlers()
+
+    def handle(self, event: Event) -> list[Command]:
+        """The one way in: what the trio layer saw happen (``core.events``), and the
+        commands it must now execute, in order."""
+        return self._events[type(event)](event)
+
+    def _event_handlers(self) -> dict[type, Callable[[Any], list[Command]]]:
+        """Each event's handler, by its type (the events' fields are the handlers' arguments)."""
+
+        def quietly(act: Callable[[Any], object]) -> Callable[[Any], list[Command]]:
+            def handler(event: Any) -> list[Command]:
+                act(event)
+                return []
+
+            return handler
+
+        return {
+            events.ClientConnected: quietly(
+                lambda e: self.client_connected(
+                    e.key, e.profile, modern=e.modern, principal=e.principal, stateless=e.stateless
+                )
+            ),
+            events.ClientMessage: lambda e: self.client_message(e.key, e.raw),
+            events.ClientDecoded: lambda e: self.client_event(e.key, e.kind, e.message),
+            events.ClientRefused: lambda e: self.client_refused(e.key, e.exc),
+            events.ClientAnswerRefused: lambda e: self.refused_answer(e.key, e.exc),
+            events.ClientDisconnected: lambda e: self.client_disconnected(e.key, e.answer),
+            events.UpstreamConnected: lambda e: self.upstream_connected(
+                e.server,
+                target=e.target,
+                init_timeout=e.init_timeout,
+                capabilities=e.capabilities,
+                modern_possible=e.modern_possible,
+            ),
+            events.ServerMessage: lambda e: self.server_message(e.server, e.raw, e.related),
+            events.ServerOversized: lambda e: self.server_oversized(e.server, e.head, e.limit),
+            events.ServerReady: lambda e: self.server_ready(e.server, e.init_result),
+            events.ServerItems: lambda e: self.server_items(e.server, e.kind, e.items),
+            events.ServerListing: lambda e: self.server_listing(e.server, e.listing),
+            events.ServerListed: lambda e: self.server_listed(e.server),
+            events.ServerStreams: quietly(lambda e: self._server_streams(e.server, e.streams)),
+            events.ServerCongested: quietly(lambda e: self._server_congested(e.server, e.reason)),
+            events.ServerOverloaded: lambda e: self.server_overloaded(e.server, e.why),
+            events.ServerLost: lambda e: self.server_lost(e.server, e.why),
+            events.ServerDown: lambda e: self.server_down(e.server, e.reason, e.retry_in),
+            events.LinkEnded: quietly(lambda e: self._link_ended(e.name)),
+            events.OwnCallStarted: lambda e: self.own_call(e.server, e.method, e.params, e.caller),
+            events.TimePassed: lambda e: self.expire(),
+            events.StartupCompleted: quietly(lambda e: self._startup_completed()),
+            events.DrainingStarted: quietly(lambda e: self._start_draining()),
+            events.Abandoned: lambda e: self.abandon(e.why),
+            events.ServerRemoved: lambda e: self.server_removed(e.server, e.why),
+            events.ServerRestarting: lambda e: self.server_restarting(e.server, e.why),
+            events.ServerReplaced: quietly(lambda e: self.server_replaced(e.server, e.why)),
+            events.ServerAdded: quietly(lambda e: self.server_added(e.server)),
+            events.CatalogsRenewed: lambda e: self.catalogs_renewed(e.servers, e.policies, e.catalog_hook),
+            events.DiscoveryRenewed: lambda e: self.discovery_renewed(e.discovery),
+        }
 
     # --- what the trio layer tells and asks (it never writes the router's fields) ------
 
-    def startup_completed(self) -> None:
+    def _startup_completed(self) -> None:
         """Startup is over (every server listed, or the wait for them timed out): requests
         no longer wait for servers that have not listed yet."""
         self.startup_complete = True
 
-    def start_draining(self) -> None:
+    def _start_draining(self) -> None:
         """Shutting down: what is in flight finishes, nothing new is taken."""
         self.draining = True
 
-    def link_ended(self, name: str) -> None:
+    def _link_ended(self, name: str) -> None:
         """A per-session connection ended on its own (crashed, or could not start) before it
         was ready: forget it, so that its client's next request starts a fresh one."""
         link = self.links.get(name)
         if link is not None and link.session is not None and not link.ready:
             del self.links[name]
 
-    def server_streams(self, name: str, streams: bool) -> None:
+    def _server_streams(self, name: str, streams: bool) -> None:
         """Whether this upstream's transport delivers what belongs to a request on that
         request's own stream (Streamable HTTP)."""
         link = self.links.get(name)
         if link is not None:
             link.streams = streams
 
-    def server_congested(self, name: str, reason: str | None) -> int | None:
+    def _server_congested(self, name: str, reason: str | None) -> None:
         """This upstream cannot take more input (``reason``) or can again (None): while it
-        cannot, new requests to it are refused. Returns how many of its requests are in
-        flight, or None if it is not known (any more)."""
+        cannot, new requests to it are refused."""
         link = self.links.get(name)
-        if link is None:
-            return None
-        link.overloaded = reason
-        return len(link.pending)
+        if link is not None:
+            link.overloaded = reason
+
+    def in_flight_on(self, name: str) -> int | None:
+        """How many client requests upstream connection ``name`` has in flight, or None if
+        it is not known (any more)."""
+        link = self.links.get(name)
+        return None if link is None else len(link.pending)
 
     def session_info(self, key: int) -> SessionInfo | None:
         """What is known of a client session, or None if it is not connected (any more)."""

@@ -20,6 +20,7 @@ import logging
 
 import trio
 
+from aggregator.core.events import ClientDisconnected, ClientRefused
 from aggregator.fronts.containment import internal_error
 from aggregator.hub.hub import Hub
 from aggregator.jsonrpc.framing import LineSplitter, OversizedLine
@@ -110,7 +111,7 @@ async def _finish_in_flight(hub: Hub, key: int, seconds: float, label: str) -> N
             "%s: %d request(s) still in flight %gs after end of input; cancelling them", label, waiting, seconds
         )
         # Cancelled upstream and answered with an error, as at shutdown; a late answer is dropped.
-        hub.dispatch_now(hub.router.client_disconnected(key, answer=True))
+        hub.dispatch_now(hub.router.handle(ClientDisconnected(key, answer=True)))
 
 
 async def _read_client(
@@ -129,7 +130,7 @@ async def _read_client(
             data, at_eof = b"\n", True  # ends an unterminated last line, if any
         for line in splitter.feed(data):
             if isinstance(line, OversizedLine):  # answered under its id when its first or last bytes show it
-                hub.dispatch(hub.router.client_refused(key, oversized(line.head, line.size, limit, line.tail)))
+                hub.dispatch(hub.router.handle(ClientRefused(key, oversized(line.head, line.size, limit, line.tail))))
                 continue
             try:
                 hub.dispatch(await hub.client_message(key, line))

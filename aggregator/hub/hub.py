@@ -27,7 +27,17 @@ from typing import Any
 import trio
 
 from aggregator.config import Config
-from aggregator.core.commands import RequestEnded
+from aggregator.core.commands import Command, RequestEnded
+from aggregator.core.events import (
+    ClientConnected,
+    ClientDecoded,
+    ClientDisconnected,
+    ClientMessage,
+    ClientRefused,
+    LinkEnded,
+    StartupCompleted,
+    TimePassed,
+)
 from aggregator.core.policy import unmatched_rules
 from aggregator.core.router import (
     Answer,
@@ -163,7 +173,7 @@ class Hub:
                 await self._timer_poke.wait()
             self._timer_poke = trio.Event()
             try:
-                self.dispatch_now(self.router.expire())
+                self.dispatch_now(self.router.handle(TimePassed()))
             except Exception:  # noqa: BLE001 - a bug in one expiry must not stop the clock for all
                 log.exception("internal error expiring requests and notices; the clock goes on")
 
@@ -182,7 +192,7 @@ class Hub:
             log.warning("startup: serving without %s (not ready yet; they join when ready)", ", ".join(waiting))
             for name in waiting:  # those down said why when they went down; these say it now
                 self.upstreams[name].warn_if_starting()
-        self.router.startup_completed()
+        self.router.handle(StartupCompleted())
         self.startup_done.set()
         ready = [name for name, upstream in self.upstreams.items() if upstream.state == "ready"]
         for warning in unmatched_rules(self.config, self.catalog.items_of, ready):
@@ -206,7 +216,7 @@ class Hub:
         key = next(self._client_keys)
         self.clients[key] = outbox
         self.client_since[key] = time.monotonic()
-        self.router.client_connected(key, profile, **kind)
+        self.router.handle(ClientConnected(key, profile, **kind))
         return key
 
     def _server_request_allowed(self, server: str, method: str, params: dict[str, Any]) -> bool:
@@ -215,31 +225,31 @@ class Hub:
 
     # --- the one way in for clients' messages ---------------------------------------------
 
-    async def client_message(self, key: int, raw: bytes) -> list[Any]:
+    async def client_message(self, key: int, raw: bytes) -> list[Command]:
         """Route a client's message: plugins' request hooks, the startup gate, the router."""
         if self._traffic:
             traffic.note("in", f"client {key}", raw)
         if not self.plugins.watch_requests and self.tracing is None:
             started = perf_counter()
-            commands = self.router.client_message(key, raw)
+            commands = self.router.handle(ClientMessage(key, raw))
             if commands and type(commands[0]) is WaitForStartup:
                 await self.startup_done.wait()
-                return self.router.client_message(key, raw)
+                return self.router.handle(ClientMessage(key, raw))
             self._handling.observe(perf_counter() - started)
             return commands
         try:
             kind, message = decode_message(raw, self.router.max_json_depth)
         except RemoteProtocolError as exc:
-            return self.router.client_refused(key, exc)
+            return self.router.handle(ClientRefused(key, exc))
         return await self._hooked(key, kind, message)
 
-    async def client_event(self, key: int, kind: int, message: dict[str, Any]) -> list[Any]:
+    async def client_event(self, key: int, kind: int, message: dict[str, Any]) -> list[Command]:
         """Route a decoded client message: plugins' request hooks, the startup gate, the router."""
         if self._traffic:
             traffic.note("in", f"client {key}", message)
         return await self._hooked(key, kind, message)
 
-    async def _hooked(self, key: int, kind: int, message: dict[str, Any]) -> list[Any]:
+    async def _hooked(self, key: int, kind: int, message: dict[str, Any]) -> list[Command]:
         if kind == REQUEST and message["method"] == "tools/call":
             self.router.unwrap_call_tool(key, message)  # plugins and traces see the tool it names
         route = self.gate.client_event if self.plugins.watch_requests else self.routed
@@ -247,15 +257,15 @@ class Hub:
             return await self.tracing.traced(key, message, route)
         return await route(key, kind, message)  # no request hooks: nothing can be hooking
 
-    async def routed(self, key: int, kind: int, message: dict[str, Any]) -> list[Any]:
+    async def routed(self, key: int, kind: int, message: dict[str, Any]) -> list[Command]:
         """The router's commands for a message, past the startup gate."""
         started = perf_counter()
-        commands = self.router.client_event(key, kind, message)
+        commands = self.router.handle(ClientDecoded(key, kind, message))
         if not commands or type(commands[0]) is not WaitForStartup:
             self._handling.observe(perf_counter() - started)
         while commands and type(commands[0]) is WaitForStartup:
             await self.startup_done.wait()
-            commands = self.router.client_event(key, kind, message)
+            commands = self.router.handle(ClientDecoded(key, kind, message))
         return commands
 
     def rest_client(self, key: int) -> bool:
@@ -284,7 +294,7 @@ class Hub:
         self.clients.pop(key, None)
         self.client_since.pop(key, None)
         self.gate.forget_client(key)
-        self.dispatch_now(self.router.client_disconnected(key))
+        self.dispatch_now(self.router.handle(ClientDisconnected(key)))
 
     def trace(self, tracing: Tracing) -> None:
         """A span per request from now on; untraced, no ToClient checks for it."""
@@ -293,7 +303,7 @@ class Hub:
 
     # --- commands -----------------------------------------------------------------------
 
-    def dispatch(self, commands: list[Any]) -> None:
+    def dispatch(self, commands: list[Command]) -> None:
         """Queue the commands' messages; they are written at the next ``flush``. Each
         command goes to its handler in ``_handlers``, by its type."""
         handlers = self._handlers
@@ -369,15 +379,15 @@ class Hub:
                 self.metrics.retire(upstream)
             # If it ended on its own (crashed, or could not start), the next request of its
             # client starts a fresh one.
-            self.router.link_ended(upstream.name)
+            self.router.handle(LinkEnded(upstream.name))
 
-    def dispatch_now(self, commands: list[Any]) -> None:
+    def dispatch_now(self, commands: list[Command]) -> None:
         """Dispatch and start writing at once (for events outside a reader's batch)."""
         self.dispatch(commands)
         self._write_dirty()
         self._check_timer()
 
-    def dispatch_soon(self, commands: list[Any]) -> None:
+    def dispatch_soon(self, commands: list[Command]) -> None:
         """Dispatch; write with what else this turn of the scheduler queues."""
         self.dispatch(commands)
         self._check_timer()

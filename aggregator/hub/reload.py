@@ -41,6 +41,14 @@ from aggregator.config import Config, load_config
 from aggregator.config.changes import ConfigChanges, plan_changes
 from aggregator.config.core_settings import discovery_settings, link_settings
 from aggregator.config.loading import min_ready_problems
+from aggregator.core.events import (
+    CatalogsRenewed,
+    DiscoveryRenewed,
+    ServerAdded,
+    ServerRemoved,
+    ServerReplaced,
+    ServerRestarting,
+)
 from aggregator.core.policy import ProfilePolicy
 from aggregator.errors import AggregatorError, ConfigError
 from aggregator.plugins.api import Plugins, load_plugins
@@ -187,10 +195,10 @@ async def _apply(hub: ReloadHost, changes: ConfigChanges, plugins: Plugins | Non
     restarting = {n for n in changes.changed if running.servers[n].isolation == config.servers[n].isolation}
     for name in changes.restarts:
         if name in restarting:
-            hub.dispatch_now(router.server_restarting(name, CHANGED))
+            hub.dispatch_now(router.handle(ServerRestarting(name, CHANGED)))
         else:
             why = CHANGED if name in changes.changed else "it was removed from the configuration"
-            hub.dispatch_now(router.server_removed(name, why))
+            hub.dispatch_now(router.handle(ServerRemoved(name, why)))
         for key, upstream in list(hub.upstreams.items()):
             if upstream.config.name == name:
                 del hub.upstreams[key]
@@ -205,14 +213,14 @@ async def _apply(hub: ReloadHost, changes: ConfigChanges, plugins: Plugins | Non
         log.warning("reload: some stopped servers did not end within %.0fs; going on", STOP_WAIT)
     # The running profiles (``effective`` keeps their set), each with its new rules.
     policies = {"default": ProfilePolicy(config), **{name: ProfilePolicy(config, name) for name in config.profiles}}
-    hub.dispatch_now(router.catalogs_renewed(config.enabled_servers, policies, hub.plugins.catalog_hook))
-    hub.dispatch_now(router.discovery_renewed(discovery_settings(config)))
+    hub.dispatch_now(router.handle(CatalogsRenewed(config.enabled_servers, policies, hub.plugins.catalog_hook)))
+    hub.dispatch_now(router.handle(DiscoveryRenewed(discovery_settings(config))))
     for name in changes.starts:
         server = config.servers[name]
         if name in restarting:
-            router.server_replaced(link_settings(server), CHANGED)
+            router.handle(ServerReplaced(link_settings(server), CHANGED))
         else:
-            router.server_added(link_settings(server))
+            router.handle(ServerAdded(link_settings(server)))
         upstream = UpstreamSession(hub, server)
         hub.upstreams[name] = upstream
         assert hub._nursery is not None

@@ -29,6 +29,8 @@ import threading
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import attrs
+
 from aggregator.core.commands import RequestEnded, ToClient, ToServer
 from aggregator.jsonrpc.kinds import REQUEST
 
@@ -194,7 +196,7 @@ class Tracing:
             meta = {k: v for k, v in meta.items() if k not in TRACE_KEYS} if type(meta) is dict else {}
             meta.update(carrier)
             params["_meta"] = meta
-            commands[index] = command._replace(message={**message, "params": params})
+            commands[index] = attrs.evolve(command, message={**message, "params": params})
 
     def answered(self, key: int, message: dict[str, Any]) -> None:
         """A message queued for client ``key``: if it answers a traced request, its spans end."""

@@ -15,7 +15,7 @@ import trio
 
 from aggregator.config import Config
 from aggregator.core.policy import server_request_allowed
-from aggregator.core.router import ToClient, proxy_error
+from aggregator.core.router import Command, ToClient, proxy_error
 from aggregator.jsonrpc.errors import INVALID_REQUEST
 from aggregator.jsonrpc.kinds import NOTIFICATION, REQUEST
 from aggregator.mcp.constants import CANCELLED
@@ -35,10 +35,10 @@ class GateHost(Protocol):
     router: Router
     clients: dict[int, ClientSink]
 
-    def dispatch_now(self, commands: list[Any]) -> None:
+    def dispatch_now(self, commands: list[Command]) -> None:
         """Dispatch the router's commands and start writing at once."""
 
-    async def routed(self, key: int, kind: int, message: dict[str, Any]) -> list[Any]:
+    async def routed(self, key: int, kind: int, message: dict[str, Any]) -> list[Command]:
         """The router's commands for a client's message, past the startup gate."""
 
 
@@ -96,7 +96,7 @@ class PluginGate:
         key = (hook, decision)
         self.decisions[key] = self.decisions.get(key, 0) + 1
 
-    async def client_event(self, key: int, kind: int, message: dict[str, Any]) -> list[Any]:
+    async def client_event(self, key: int, kind: int, message: dict[str, Any]) -> list[Command]:
         """A client's decoded message: decided by request hooks, or routed."""
         if self.hooking and kind == REQUEST and (key, message["id"]) in self.hooking:
             return [_already_in_flight(key, message["id"])]
@@ -117,7 +117,7 @@ class PluginGate:
                 return []
         return await self.host.routed(key, kind, message)
 
-    def _start(self, key: int, message: dict[str, Any]) -> list[Any] | None:
+    def _start(self, key: int, message: dict[str, Any]) -> list[Command] | None:
         """Run request hooks that may wait in a task of their own, bounded by the server's
         request timeout; the client's reader goes on at once. None: the router answers."""
         target = self.host.router.describe(key, message)
@@ -179,7 +179,7 @@ class PluginGate:
             if self.waiters:
                 self._wake()
 
-    async def _decide(self, key: int, message: dict[str, Any]) -> list[Any] | None:
+    async def _decide(self, key: int, message: dict[str, Any]) -> list[Command] | None:
         target = self.host.router.describe(key, message)
         client = self.host.router.session_info(key)
         if target is None or client is None or self.host.router.request_in_flight(key, message["id"]):

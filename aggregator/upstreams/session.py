@@ -27,6 +27,15 @@ import trio
 
 from aggregator.config import Config, ServerConfig
 from aggregator.core.commands import Answer
+from aggregator.core.events import (
+    OwnCallStarted,
+    ServerCongested,
+    ServerDown,
+    ServerLost,
+    ServerOverloaded,
+    ServerStreams,
+    UpstreamConnected,
+)
 from aggregator.errors import UpstreamError
 from aggregator.transports.channel import Channel
 from aggregator.transports.masking import SecretMask, shown_url
@@ -230,7 +239,7 @@ class UpstreamSession:
             f"; its stderr ended: {' | '.join(self.last_stderr)}" if self.last_stderr else "",
         )
         # Its callers meanwhile hear when it is tried again (or wait for it, if that is soon).
-        self.hub.dispatch_now(self.hub.router.server_down(self.name, reason, delay))
+        self.hub.dispatch_now(self.hub.router.handle(ServerDown(self.name, reason, delay)))
 
     async def _attempt(self) -> str:
         """One connection; return why it ended. A bug in it ends only it: logged (its
@@ -316,7 +325,8 @@ class UpstreamSession:
         while backed up, new requests to it are refused; once it has read nothing for the
         deadline, its requests in flight fail too. Both with reason ``overloaded``."""
         router = self.hub.router
-        in_flight = router.server_congested(self.name, reason)
+        router.handle(ServerCongested(self.name, reason))
+        in_flight = router.in_flight_on(self.name)
         if in_flight is None:
             return
         if reason is None:
@@ -330,7 +340,7 @@ class UpstreamSession:
                 reason,
                 in_flight,
             )
-            self.hub.dispatch_now(router.server_overloaded(self.name, reason))
+            self.hub.dispatch_now(router.handle(ServerOverloaded(self.name, reason)))
         else:
             self.log.warning(
                 "server %s: not keeping up with its input (%s); new requests are refused until it catches up",
@@ -353,7 +363,7 @@ class UpstreamSession:
         """Tell the router the connection is lost, once per connection."""
         if not self._reported:
             self._reported = True
-            self.hub.dispatch_now(self.hub.router.server_lost(self.name, self._lost or "stopped"))
+            self.hub.dispatch_now(self.hub.router.handle(ServerLost(self.name, self._lost or "stopped")))
 
     # --- tasks --------------------------------------------------------------------------
 
@@ -376,12 +386,14 @@ class UpstreamSession:
         the router takes it from there (answers, listing, deadlines)."""
         config = self.config
         self.hub.dispatch_now(
-            self.hub.router.upstream_connected(
-                self.name,
-                target=shown_url(config.url) if config.url else f"{config.command}",
-                init_timeout=config.init_timeout,
-                capabilities=self.client_capabilities,
-                modern_possible=config.effective_transport in ("stdio", "streamable-http"),
+            self.hub.router.handle(
+                UpstreamConnected(
+                    self.name,
+                    target=shown_url(config.url) if config.url else f"{config.command}",
+                    init_timeout=config.init_timeout,
+                    capabilities=self.client_capabilities,
+                    modern_possible=config.effective_transport in ("stdio", "streamable-http"),
+                )
             )
         )
 
@@ -393,7 +405,7 @@ class UpstreamSession:
         if self.outbox is not None:
             self._calls.add(call)
             try:
-                self.hub.dispatch_now(self.hub.router.own_call(self.name, method, params, call))
+                self.hub.dispatch_now(self.hub.router.handle(OwnCallStarted(self.name, method, params, call)))
                 await call.event.wait()
             finally:
                 self._calls.discard(call)

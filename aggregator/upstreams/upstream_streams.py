@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import trio
 
+from aggregator.core.events import ServerMessage, ServerOversized
 from aggregator.jsonrpc.framing import LineSplitter, OversizedLine
 from aggregator.ops import traffic
 from aggregator.transports.channel import ServerMessage
@@ -75,7 +76,7 @@ async def read_messages(
         for line in splitter.feed(chunk if type(chunk) is bytes else bytes(chunk)):
             if isinstance(line, OversizedLine):
                 log.error("server %s: dropped a %d-byte message (limit %d bytes)", name, line.size, limit)
-                hub.dispatch(router.server_oversized(name, line.head, limit))
+                hub.dispatch(router.handle(ServerOversized(name, line.head, limit)))
                 continue
             if noted:
                 traffic.note("in", peer, line)

@@ -8,11 +8,21 @@ from __future__ import annotations
 
 from typing import Any
 
+import attrs
 import pytest
 
 from aggregator.config import ServerConfig
 from aggregator.config.core_settings import link_settings
 from aggregator.core.catalog import Catalog
+from aggregator.core.events import (
+    ClientConnected,
+    ClientMessage,
+    ServerItems,
+    ServerMessage,
+    ServerReady,
+    StartupCompleted,
+    UpstreamConnected,
+)
 from aggregator.core.router import Router, RouterSettings
 from aggregator.core.upstream_lifecycle import CONTROL_ID_PREFIX
 from aggregator.jsonrpc import RemoteProtocolError, decode_message, dumps, loads
@@ -93,7 +103,11 @@ def refused(raw: bytes) -> RemoteProtocolError:
 def unpack(commands: list[Any]) -> list[tuple[str, Any, Any]]:
     """Commands as (type name, session or server, decoded message); a command without a
     message (``RequestEnded``) gives its other fields instead."""
-    return [(type(c).__name__, c[0], decoded(c.message) if hasattr(c, "message") else c[1:]) for c in commands]
+    fields = [attrs.astuple(c, recurse=False) for c in commands]
+    return [
+        (type(c).__name__, f[0], decoded(c.message) if hasattr(c, "message") else f[1:])
+        for c, f in zip(commands, fields, strict=True)
+    ]
 
 
 def make_router(clock: Clock, debounce: float = 0.0, **kw: Any) -> Router:
@@ -106,25 +120,27 @@ def make_router(clock: Clock, debounce: float = 0.0, **kw: Any) -> Router:
     router = new_router(Catalog(servers, "__", 50), servers, clock=clock, list_changed_debounce=debounce, **kw)
     caps = {"tools": {}, "resources": {"subscribe": True}, "logging": {}, "tasks": {"list": {}, "cancel": {}}}
     for name in ("a", "b"):
-        router.server_ready(name, {"protocolVersion": "2025-11-25", "capabilities": caps})
-        router.server_items(name, "tools", [{"name": "slow"}, {"name": "fast"}])
-        router.server_items(name, "resources", [{"uri": "demo://r/1"}])
-    router.startup_completed()
+        router.handle(ServerReady(name, {"protocolVersion": "2025-11-25", "capabilities": caps}))
+        router.handle(ServerItems(name, "tools", [{"name": "slow"}, {"name": "fast"}]))
+        router.handle(ServerItems(name, "resources", [{"uri": "demo://r/1"}]))
+    router.handle(StartupCompleted())
     return router
 
 
 def connect(router: Router, key: int, caps: dict[str, Any] = CLIENT_CAPS) -> None:
     """Client ``key`` connects and completes the handshake with these capabilities."""
-    router.client_connected(key)
-    router.client_message(
-        key,
-        msg(
-            id=0,
-            method="initialize",
-            params={"protocolVersion": "2025-11-25", "capabilities": caps, "clientInfo": {"name": f"c{key}"}},
-        ),
+    router.handle(ClientConnected(key))
+    router.handle(
+        ClientMessage(
+            key,
+            msg(
+                id=0,
+                method="initialize",
+                params={"protocolVersion": "2025-11-25", "capabilities": caps, "clientInfo": {"name": f"c{key}"}},
+            ),
+        )
     )
-    router.client_message(key, msg(method="notifications/initialized"))
+    router.handle(ClientMessage(key, msg(method="notifications/initialized")))
 
 
 def make_depth_limited_router(limit: int = JSON_DEPTH_LIMIT) -> Router:
@@ -135,34 +151,36 @@ def make_depth_limited_router(limit: int = JSON_DEPTH_LIMIT) -> Router:
         Catalog(servers, "__", 50), servers, clock=Clock(), list_changed_debounce=0, max_json_depth=limit
     )
     for name in ("a", "b"):
-        router.server_ready(name, {"protocolVersion": "2025-11-25", "capabilities": {"tools": {}}})
-        router.server_items(name, "tools", [{"name": "echo"}])
-    router.startup_completed()
-    router.client_connected(1)
-    router.client_message(
-        1,
-        msg(
-            id=0,
-            method="initialize",
-            params={"protocolVersion": "2025-11-25", "capabilities": {"sampling": {}}, "clientInfo": {"name": "c"}},
-        ),
+        router.handle(ServerReady(name, {"protocolVersion": "2025-11-25", "capabilities": {"tools": {}}}))
+        router.handle(ServerItems(name, "tools", [{"name": "echo"}]))
+    router.handle(StartupCompleted())
+    router.handle(ClientConnected(1))
+    router.handle(
+        ClientMessage(
+            1,
+            msg(
+                id=0,
+                method="initialize",
+                params={"protocolVersion": "2025-11-25", "capabilities": {"sampling": {}}, "clientInfo": {"name": "c"}},
+            ),
+        )
     )
-    router.client_message(1, msg(method="notifications/initialized"))
+    router.handle(ClientMessage(1, msg(method="notifications/initialized")))
     return router
 
 
 def still_serves(router: Router) -> None:
     """Client 1 of a depth-limited router still gets a ping answered and a call through."""
-    assert unpack(router.client_message(1, msg(id="p", method="ping"))) == [
+    assert unpack(router.handle(ClientMessage(1, msg(id="p", method="ping")))) == [
         ("ToClient", 1, {"jsonrpc": "2.0", "id": "p", "result": {}})
     ]
     [(kind, server, sent)] = unpack(
-        router.client_message(
-            1, msg(id="c", method="tools/call", params={"name": "a__echo", "arguments": {"ok": True}})
+        router.handle(
+            ClientMessage(1, msg(id="c", method="tools/call", params={"name": "a__echo", "arguments": {"ok": True}}))
         )
     )
     assert (kind, server) == ("ToServer", "a")
-    [(kind, _, answer)] = unpack(router.server_message("a", msg(id=sent["id"], result={"ok": 1})))
+    [(kind, _, answer)] = unpack(router.handle(ServerMessage("a", msg(id=sent["id"], result={"ok": 1}))))
     assert answer == {"jsonrpc": "2.0", "id": "c", "result": {"ok": 1}}
 
 
@@ -184,7 +202,7 @@ def lifecycle_serves(
     ``capabilities``, each list request with ``items`` of its kind (one page). Every command
     that came out, in order."""
     kind_of = {method: kind for kind, method in LIST_METHOD_OF.items()}
-    out = router.upstream_connected(name, target="x", init_timeout=5.0)
+    out = router.handle(UpstreamConnected(name, target="x", init_timeout=5.0))
     seen = list(out)
     for _ in range(20):
         asks = own_asks(out)
@@ -192,7 +210,9 @@ def lifecycle_serves(
             return seen
         [ask] = asks
         if ask["method"] == "server/discover":  # a legacy server
-            out = router.server_message(name, msg(id=ask["id"], error={"code": -32601, "message": "Method not found"}))
+            out = router.handle(
+                ServerMessage(name, msg(id=ask["id"], error={"code": -32601, "message": "Method not found"}))
+            )
             seen += out
             continue
         if ask["method"] == "initialize":
@@ -200,6 +220,6 @@ def lifecycle_serves(
         else:
             kind = kind_of[ask["method"]]
             result = {kind: (items or {}).get(kind, [])}
-        out = router.server_message(name, msg(id=ask["id"], result=result))
+        out = router.handle(ServerMessage(name, msg(id=ask["id"], result=result)))
         seen += out
     raise AssertionError("the lifecycle kept asking")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from aggregator.core.events import ClientConnected, ClientMessage, ServerItems, TimePassed
 from tests.core.helpers import connect, make_router, msg, unpack
 
 
@@ -29,9 +30,9 @@ def notices(out):
 def test_changes_within_the_debounce_reach_each_client_once(clock, changes, expected):
     r = make_router(clock, debounce=0.05)
     connect(r, 1)
-    r.server_items("a", "prompts", [])  # listed, empty: nothing to announce
+    r.handle(ServerItems("a", "prompts", []))  # listed, empty: nothing to announce
     clock.now += 1
-    r.expire()  # what the setup's listings queued
+    r.handle(TimePassed())  # what the setup's listings queued
     assert r.next_deadline() is None
     out = []
     for server, kind in changes:
@@ -39,33 +40,33 @@ def test_changes_within_the_debounce_reach_each_client_once(clock, changes, expe
         items = (
             [item] if item else [{"name": f"n{server}"} if kind in ("tools", "prompts") else {"uri": f"x://{server}"}]
         )
-        out += r.server_items(server, kind, items)
+        out += r.handle(ServerItems(server, kind, items))
     assert out == []  # nothing before the debounce
     assert r.next_deadline() == pytest.approx(clock.now + 0.05)
     clock.now += 0.05
-    assert notices(r.expire()) == [(1, method) for method in expected]
-    assert r.expire() == []
+    assert notices(r.handle(TimePassed())) == [(1, method) for method in expected]
+    assert r.handle(TimePassed()) == []
 
 
 def test_without_a_debounce_a_change_goes_out_at_once(clock):
     r = make_router(clock, debounce=0)
     connect(r, 1)
-    assert notices(r.server_items("a", "tools", [{"name": "new"}])) == [(1, "notifications/tools/list_changed")]
+    assert notices(r.handle(ServerItems("a", "tools", [{"name": "new"}]))) == [(1, "notifications/tools/list_changed")]
 
 
 def test_a_listing_that_changes_nothing_is_not_announced(clock):
     r = make_router(clock, debounce=0)
     connect(r, 1)
-    assert r.server_items("a", "tools", [{"name": "slow"}, {"name": "fast"}]) == []
+    assert r.handle(ServerItems("a", "tools", [{"name": "slow"}, {"name": "fast"}])) == []
 
 
 def test_a_client_before_initialize_is_not_told(clock):
     r = make_router(clock, debounce=0)
     connect(r, 1)
-    r.client_connected(2)
-    assert notices(r.server_items("b", "tools", [])) == [(1, "notifications/tools/list_changed")]
-    r.client_message(2, msg(id=0, method="initialize", params={}))
-    assert notices(r.server_items("b", "tools", [{"name": "x"}])) == [
+    r.handle(ClientConnected(2))
+    assert notices(r.handle(ServerItems("b", "tools", []))) == [(1, "notifications/tools/list_changed")]
+    r.handle(ClientMessage(2, msg(id=0, method="initialize", params={})))
+    assert notices(r.handle(ServerItems("b", "tools", [{"name": "x"}]))) == [
         (1, "notifications/tools/list_changed"),
         (2, "notifications/tools/list_changed"),
     ]
@@ -84,14 +85,14 @@ def test_a_client_before_initialize_is_not_told(clock):
 def test_a_client_is_told_only_of_changes_after_its_initialize_answer(clock, steps, expected):
     r = make_router(clock, debounce=0.05)
     clock.now += 1
-    r.expire()  # what the setup's listings queued
-    r.client_connected(2)
+    r.handle(TimePassed())  # what the setup's listings queued
+    r.handle(ClientConnected(2))
     names = iter(["x", "y"])
     for step in steps:
         if step == "init":
-            r.client_message(2, msg(id=0, method="initialize", params={}))
+            r.handle(ClientMessage(2, msg(id=0, method="initialize", params={})))
         else:
-            r.server_items("b", "tools", [{"name": next(names)}])
+            r.handle(ServerItems("b", "tools", [{"name": next(names)}]))
         clock.now += 0.01
     clock.now += 0.05
-    assert notices(r.expire()) == expected
+    assert notices(r.handle(TimePassed())) == expected

@@ -7,6 +7,7 @@ import ast
 import typing
 from pathlib import Path
 
+import attrs
 import pytest
 
 from aggregator.core import commands
@@ -22,6 +23,7 @@ from aggregator.core.commands import (
     UpstreamServing,
     WaitForStartup,
 )
+from aggregator.core.events import ClientMessage
 from tests.core.helpers import msg
 
 CORE = Path(__file__).parents[2] / "aggregator" / "core"
@@ -40,8 +42,8 @@ FIELDS = [
 
 
 @pytest.mark.parametrize(("command", "fields"), FIELDS, ids=lambda c: getattr(c, "__name__", ""))
-def test_each_command_is_a_named_tuple_with_its_fields(command, fields):
-    assert command._fields == fields
+def test_each_command_is_an_attrs_record_with_its_fields(command, fields):
+    assert tuple(field.name for field in attrs.fields(command)) == fields
     assert command in typing.get_args(Command)
 
 
@@ -79,7 +81,7 @@ def test_the_return_check_sees_a_list_of_any(tmp_path):
 
 
 def test_what_the_router_returns_is_of_the_union(router):
-    out = router.client_message(1, msg(id=1, method="tools/call", params={"name": "a__slow"}))
-    out += router.client_message(1, msg(id=2, method="ping"))
+    out = router.handle(ClientMessage(1, msg(id=1, method="tools/call", params={"name": "a__slow"})))
+    out += router.handle(ClientMessage(1, msg(id=2, method="ping")))
     assert [type(c) for c in out] == [ToServer, ToClient]
     assert all(isinstance(c, typing.get_args(Command)) for c in out)

@@ -11,6 +11,7 @@ import pytest
 
 from aggregator.config import ProxyConfig, ServerConfig, structure_config
 from aggregator.core.catalog import Catalog
+from aggregator.core.events import ClientConnected, ClientMessage, ServerItems, ServerReady
 from aggregator.core.router import LinkSettings, Router, RouterSettings, UpstreamLink
 from aggregator.jsonrpc import dumps, loads
 from tests.core.helpers import new_router
@@ -53,28 +54,34 @@ def test_a_server_that_names_no_settings_gets_those_of_the_default_server_config
 def test_a_session_past_the_default_limit_of_requests_in_flight_is_refused():
     servers = [ServerConfig(name="a", command="x")]
     router = bare_router(servers)
-    router.server_ready("a", {"protocolVersion": "2025-11-25", "capabilities": {"tools": {}}})
-    router.server_items("a", "tools", [{"name": "slow"}])
+    router.handle(ServerReady("a", {"protocolVersion": "2025-11-25", "capabilities": {"tools": {}}}))
+    router.handle(ServerItems("a", "tools", [{"name": "slow"}]))
     router.startup_complete = True
-    router.client_connected(1)
-    router.client_message(
-        1,
-        dumps(
-            {
-                "jsonrpc": "2.0",
-                "id": 0,
-                "method": "initialize",
-                "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "c"}},
-            }
-        ),
+    router.handle(ClientConnected(1))
+    router.handle(
+        ClientMessage(
+            1,
+            dumps(
+                {
+                    "jsonrpc": "2.0",
+                    "id": 0,
+                    "method": "initialize",
+                    "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "c"}},
+                }
+            ),
+        )
     )
-    router.client_message(1, dumps({"jsonrpc": "2.0", "method": "notifications/initialized"}))
+    router.handle(ClientMessage(1, dumps({"jsonrpc": "2.0", "method": "notifications/initialized"})))
     limit = ProxyConfig().max_in_flight_per_session
     kinds = []
     for id in range(1, limit + 2):
-        [command] = router.client_message(
-            1,
-            dumps({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {"name": "a__slow", "arguments": {}}}),
+        [command] = router.handle(
+            ClientMessage(
+                1,
+                dumps(
+                    {"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {"name": "a__slow", "arguments": {}}}
+                ),
+            )
         )
         kinds.append(type(command).__name__)
     assert kinds == ["ToServer"] * limit + ["ToClient"]

@@ -12,6 +12,14 @@ from aggregator.config import Config, ServerConfig
 from aggregator.config.model import KindPolicy, ProfileConfig
 from aggregator.core.catalog import Catalog
 from aggregator.core.discovery import CALL_TOOL, FIND_TOOLS, META_TOOLS
+from aggregator.core.events import (
+    ClientConnected,
+    ClientMessage,
+    ServerItems,
+    ServerMessage,
+    ServerReady,
+    StartupCompleted,
+)
 from aggregator.core.policy import ProfilePolicy
 from aggregator.core.settings import Discovery
 from aggregator.core.tokens import tools_list_tokens
@@ -42,9 +50,9 @@ def build(discovery: dict[str, Discovery], config: Any = None, **kw: Any):
         Catalog(servers, "__", 50), servers, clock=Clock(), discovery=discovery, profiles=profiles, **kw
     )
     for name, tools in TOOLS.items():
-        router.server_ready(name, {"protocolVersion": "2025-11-25", "capabilities": {"tools": {}}})
-        router.server_items(name, "tools", tools)
-    router.startup_completed()
+        router.handle(ServerReady(name, {"protocolVersion": "2025-11-25", "capabilities": {"tools": {}}}))
+        router.handle(ServerItems(name, "tools", tools))
+    router.handle(StartupCompleted())
     return router
 
 
@@ -52,11 +60,11 @@ def call(router, key: int, name: str, arguments: Any = None, id: Any = "q", **ex
     params: dict[str, Any] = {"name": name, **extra}
     if arguments is not None:
         params["arguments"] = arguments
-    return unpack(router.client_message(key, msg(id=id, method="tools/call", params=params)))
+    return unpack(router.handle(ClientMessage(key, msg(id=id, method="tools/call", params=params))))
 
 
 def tool_names(router, key: int = 1) -> list[str]:
-    [(_, _, answer)] = unpack(router.client_message(key, msg(id="l", method="tools/list")))
+    [(_, _, answer)] = unpack(router.handle(ClientMessage(key, msg(id="l", method="tools/list"))))
     return [tool["name"] for tool in answer["result"]["tools"]]
 
 
@@ -72,7 +80,7 @@ def test_search_mode_lists_exactly_the_two_tools():
     router = build({"default": Discovery(mode="search")})
     connect(router, 1)
     assert tool_names(router) == [FIND_TOOLS, CALL_TOOL]
-    [(_, _, stale)] = unpack(router.client_message(1, msg(id="l", method="tools/list", params={"cursor": "x"})))
+    [(_, _, stale)] = unpack(router.handle(ClientMessage(1, msg(id="l", method="tools/list", params={"cursor": "x"}))))
     assert stale["error"]["code"] == -32602
 
 
@@ -113,7 +121,7 @@ def test_call_tool_goes_upstream_exactly_as_the_direct_call():
     assert sent["params"]["name"] == "git_log" and sent["params"]["arguments"] == {"max_count": 3}
     assert set(sent["params"]) == set(sent_direct["params"])  # the same shape: progress token kept
     # The answer reaches the client under its own id.
-    out = unpack(router.server_message("git", msg(id=sent["id"], result={"content": []})))
+    out = unpack(router.handle(ServerMessage("git", msg(id=sent["id"], result={"content": []}))))
     assert out[0][:2] == ("ToClient", 1) and out[0][2]["id"] == "q"
 
 
@@ -144,9 +152,9 @@ def test_auto_mode_lists_all_while_it_fits_then_searches():
     router = build({"default": Discovery(mode="auto", budget_tokens=size)})
     connect(router, 1)
     assert len(tool_names(router)) == 5
-    router.server_items("time", "tools", [*TOOLS["time"], {"name": "more", "description": "x" * 4000}])
+    router.handle(ServerItems("time", "tools", [*TOOLS["time"], {"name": "more", "description": "x" * 4000}]))
     assert tool_names(router) == [FIND_TOOLS, CALL_TOOL]
-    router.server_items("time", "tools", TOOLS["time"])
+    router.handle(ServerItems("time", "tools", TOOLS["time"]))
     assert len(tool_names(router)) == 5
     # Listing everything, auto mode still answers its two tools (a model may have learnt them).
     [(_, _, found)] = call(router, 1, FIND_TOOLS, {"query": "convert"}, id="f")
@@ -166,9 +174,9 @@ def test_find_tools_gives_fewer_whole_tools_within_the_result_budget():
     servers = [ServerConfig(name="s", command="x")]
     discovery = {"default": Discovery(mode="search", max_result_tokens=1200)}
     router = new_router(Catalog(servers, "__", 50), servers, clock=Clock(), discovery=discovery)
-    router.server_ready("s", {"protocolVersion": "2025-11-25", "capabilities": {"tools": {}}})
-    router.server_items("s", "tools", big)
-    router.startup_completed()
+    router.handle(ServerReady("s", {"protocolVersion": "2025-11-25", "capabilities": {"tools": {}}}))
+    router.handle(ServerItems("s", "tools", big))
+    router.handle(StartupCompleted())
     connect(router, 1)
     [(_, _, found)] = call(router, 1, FIND_TOOLS, {"query": "time", "limit": 5})
     tools = found["result"]["structuredContent"]["tools"]
@@ -182,9 +190,9 @@ def test_per_profile_modes_and_policy_before_ranking():
     )
     router = build({"default": Discovery(mode="all"), "narrow": Discovery(mode="search")}, config)
     connect(router, 1)
-    router.client_connected(2, profile="narrow")
-    router.client_message(
-        2, msg(id=0, method="initialize", params={"protocolVersion": "2025-11-25", "capabilities": {}})
+    router.handle(ClientConnected(2, profile="narrow"))
+    router.handle(
+        ClientMessage(2, msg(id=0, method="initialize", params={"protocolVersion": "2025-11-25", "capabilities": {}}))
     )
     assert len(tool_names(router, 1)) == 5
     assert tool_names(router, 2) == [FIND_TOOLS, CALL_TOOL]
@@ -210,10 +218,10 @@ def test_a_server_tool_named_like_the_proxys_is_reached_through_call_tool():
     router = new_router(
         Catalog(servers, "__", 50), servers, clock=Clock(), discovery={"default": Discovery(mode="search")}
     )
-    router.server_ready("w", {"protocolVersion": "2025-11-25", "capabilities": {"tools": {}}})
+    router.handle(ServerReady("w", {"protocolVersion": "2025-11-25", "capabilities": {"tools": {}}}))
     own = [{"name": FIND_TOOLS, "description": "the server's own"}, {"name": CALL_TOOL, "description": "also"}]
-    router.server_items("w", "tools", own)
-    router.startup_completed()
+    router.handle(ServerItems("w", "tools", own))
+    router.handle(StartupCompleted())
     connect(router, 1)
     [(_, _, found)] = call(router, 1, FIND_TOOLS, {"query": "own"})  # the proxy's find_tools
     assert [t["description"] for t in found["result"]["structuredContent"]["tools"]][0] == "the server's own"
@@ -239,7 +247,7 @@ def test_a_client_cannot_mark_its_own_request_as_unwrapped():
     connect(router, 1)
     raw = msg(id="m", method="tools/call", params={"name": FIND_TOOLS, "arguments": {"query": "time"}})
     forged = raw[:-1] + b',"aggregator/unwrapped":true}'
-    [(_, _, answer)] = unpack(router.client_message(1, forged))
+    [(_, _, answer)] = unpack(router.handle(ClientMessage(1, forged)))
     assert answer["result"]["structuredContent"]["tools"]  # still the proxy's own find_tools
 
 

@@ -5,15 +5,16 @@ from __future__ import annotations
 
 import pytest
 
+from aggregator.core.events import ClientMessage, DrainingStarted, ServerCongested, ServerMessage
 from tests.core.helpers import connect, make_router, msg, unpack
 
 
 def call(router, id, name="a__slow", **params):
-    return unpack(router.client_message(1, msg(id=id, method="tools/call", params={"name": name, **params})))
+    return unpack(router.handle(ClientMessage(1, msg(id=id, method="tools/call", params={"name": name, **params}))))
 
 
 def _draining(r):
-    r.start_draining()
+    r.handle(DrainingStarted())
 
 
 def _full(r):
@@ -22,7 +23,7 @@ def _full(r):
 
 
 def _congested(r):
-    r.server_congested("a", "its queue is full")
+    r.handle(ServerCongested("a", "its queue is full"))
 
 
 # (what happens first, the reason of the refusal, a phrase of its message)
@@ -47,7 +48,7 @@ def test_a_request_that_cannot_be_sent_is_refused_with_why(clock, before, reason
 
 def test_upstream_ids_are_fresh_per_upstream_whatever_the_client_ids(router):
     sent = [call(router, "same", "a__slow")[0], call(router, "other", "b__slow")[0]]
-    sent += unpack(router.client_message(2, msg(id="same", method="tools/call", params={"name": "a__fast"})))
+    sent += unpack(router.handle(ClientMessage(2, msg(id="same", method="tools/call", params={"name": "a__fast"}))))
     assert [(server, m["id"]) for _, server, m in sent] == [("a", 1), ("b", 1), ("a", 2)]
 
 
@@ -57,7 +58,9 @@ def test_a_progress_token_goes_up_as_the_proxys_own(router, token):
     ours = sent["params"]["_meta"]["progressToken"]
     assert ours != token and ours.startswith("aggregator-progress-")
     [(kind, session, notice)] = unpack(
-        router.server_message("a", msg(method="notifications/progress", params={"progressToken": ours, "progress": 1}))
+        router.handle(
+            ServerMessage("a", msg(method="notifications/progress", params={"progressToken": ours, "progress": 1}))
+        )
     )
     assert (kind, session, notice["params"]["progressToken"]) == ("ToClient", 1, token)
 

@@ -8,6 +8,7 @@ import pytest
 
 from aggregator.config import ServerConfig
 from aggregator.core.catalog import Catalog
+from aggregator.core.events import ClientConnected, ClientMessage, ServerReady, StartupCompleted
 from tests.core.helpers import Clock, connect, make_router, msg, new_router, unpack
 
 # (capabilities of server a, of server b) -> what clients are told (always logging: every
@@ -34,14 +35,14 @@ def two_servers(**kw):
 @pytest.mark.parametrize(("a", "b", "merged"), MERGED)
 def test_capabilities_are_merged_from_the_ready_servers(a, b, merged):
     r = two_servers()
-    r.server_ready("a", {"capabilities": a})
-    r.server_ready("b", {"capabilities": b})
+    r.handle(ServerReady("a", {"capabilities": a}))
+    r.handle(ServerReady("b", {"capabilities": b}))
     assert r.merged_capabilities() == merged
 
 
 def test_while_a_server_starts_every_kind_is_advertised():
     r = two_servers()
-    r.server_ready("a", {"capabilities": {}})
+    r.handle(ServerReady("a", {"capabilities": {}}))
     assert set(r.merged_capabilities()) == {"tools", "prompts", "resources", "logging"}
 
 
@@ -59,8 +60,8 @@ def test_upstreams_are_told_what_the_proxy_can_route_to_clients(server_requests,
 
 def test_instructions_name_their_server_and_its_prefix():
     r = two_servers()
-    r.server_ready("a", {"capabilities": {}, "instructions": " Be brief. "})
-    r.server_ready("b", {"capabilities": {}, "instructions": "   "})
+    r.handle(ServerReady("a", {"capabilities": {}, "instructions": " Be brief. "}))
+    r.handle(ServerReady("b", {"capabilities": {}, "instructions": "   "}))
     assert r.merged_instructions() == "## Server a (its tools and prompts are prefixed a__)\nBe brief."
 
 
@@ -73,7 +74,7 @@ def test_instructions_name_their_server_and_its_prefix():
     ],
 )
 def test_handshake_mistakes_are_refused(router, asked, code):
-    [(kind, _, answer)] = unpack(router.client_message(1, msg(id=3, **asked)))
+    [(kind, _, answer)] = unpack(router.handle(ClientMessage(1, msg(id=3, **asked))))
     assert (kind, answer["id"], answer["error"]["code"]) == ("ToClient", 3, code)
 
 
@@ -86,7 +87,7 @@ def test_upstreams_log_at_the_most_verbose_level_any_client_asked(clock, levels,
     sent = []
     for key, level in enumerate(levels, 1):
         connect(r, key)
-        sent += unpack(r.client_message(key, msg(id=1, method="logging/setLevel", params={"level": level})))
+        sent += unpack(r.handle(ClientMessage(key, msg(id=1, method="logging/setLevel", params={"level": level}))))
     last = {server: m["params"]["level"] for kind, server, m in sent if kind == "ToServer"}
     assert last == {"a": asked, "b": asked}
     assert r.links["a"].log_level == asked
@@ -95,9 +96,11 @@ def test_upstreams_log_at_the_most_verbose_level_any_client_asked(clock, levels,
 def test_initialize_waits_for_startup_and_answers_after():
     servers = [ServerConfig(name="a", command="x")]
     r = new_router(Catalog(servers, "__", 3), servers)
-    r.client_connected(1)
-    [(kind, session, _)] = [(type(c).__name__, c[0], None) for c in r.client_message(1, msg(id=1, method="initialize"))]
+    r.handle(ClientConnected(1))
+    [(kind, session, _)] = [
+        (type(c).__name__, c.session, None) for c in r.handle(ClientMessage(1, msg(id=1, method="initialize")))
+    ]
     assert (kind, session) == ("WaitForStartup", 1)
-    r.startup_completed()
-    [(kind, _, answer)] = unpack(r.client_message(1, msg(id=1, method="initialize", params={})))
+    r.handle(StartupCompleted())
+    [(kind, _, answer)] = unpack(r.handle(ClientMessage(1, msg(id=1, method="initialize", params={}))))
     assert answer["result"]["serverInfo"]["name"] == "aggregator"

@@ -9,6 +9,18 @@ import pytest
 
 from aggregator.config import ServerConfig
 from aggregator.core.catalog import Catalog
+from aggregator.core.events import (
+    Abandoned,
+    ClientConnected,
+    ClientDisconnected,
+    ClientMessage,
+    ServerItems,
+    ServerLost,
+    ServerMessage,
+    ServerReady,
+    StartupCompleted,
+    TimePassed,
+)
 from aggregator.core.input_bridge import MAX_INPUT_ROUNDS
 from aggregator.core.modern_results import IDENTITY
 from aggregator.core.request_state import WRAPPED
@@ -27,11 +39,11 @@ def bridged(caps=CLIENT_CAPS, **settings):
     clock = Clock()
     servers = [ServerConfig(name="a", command="x", request_timeout=5.0, max_request_timeout=20.0)]
     r = new_router(Catalog(servers, "__", 50), servers, clock=clock, list_changed_debounce=0, **settings)
-    r.server_ready("a", {"protocolVersion": "2026-07-28", "capabilities": {"tools": {}, "logging": {}}})
+    r.handle(ServerReady("a", {"protocolVersion": "2026-07-28", "capabilities": {"tools": {}, "logging": {}}}))
     r.links["a"].modern = True
-    r.server_items("a", "tools", [{"name": "t"}])
-    r.server_items("a", "prompts", [{"name": "p", "arguments": [{"name": "x"}]}])
-    r.startup_completed()
+    r.handle(ServerItems("a", "tools", [{"name": "t"}]))
+    r.handle(ServerItems("a", "prompts", [{"name": "p", "arguments": [{"name": "x"}]}]))
+    r.handle(StartupCompleted())
     connect(r, 1, caps)
     return r, clock
 
@@ -41,7 +53,7 @@ def call(r, id="call", token=None):
     params = {"name": "a__t", "arguments": {"x": 1}}
     if token is not None:
         params["_meta"] = {"progressToken": token}
-    [(kind, server, sent)] = unpack(r.client_message(1, msg(id=id, method="tools/call", params=params)))
+    [(kind, server, sent)] = unpack(r.handle(ClientMessage(1, msg(id=id, method="tools/call", params=params))))
     assert (kind, server) == ("ToServer", "a")
     return sent
 
@@ -52,7 +64,7 @@ def input_required(r, sent, requests=None, state="opaque-state-1"):
         result["inputRequests"] = requests
     if state is not None:
         result["requestState"] = state
-    return unpack(r.server_message("a", msg(id=sent["id"], result=result)))
+    return unpack(r.handle(ServerMessage("a", msg(id=sent["id"], result=result))))
 
 
 def empty(r):
@@ -70,7 +82,7 @@ def test_an_elicitation_goes_to_the_client_and_its_answer_is_retried_upstream_on
     [(kind, session, asked)] = input_required(r, sent, {"who": ELICIT})
     assert (kind, session, asked["method"], asked["params"]) == ("ToClient", 1, ELICIT["method"], ELICIT["params"])
     answer = {"action": "accept", "content": {"name": "ada"}}
-    [(kind, server, retry)] = unpack(r.client_message(1, msg(id=asked["id"], result=answer)))
+    [(kind, server, retry)] = unpack(r.handle(ClientMessage(1, msg(id=asked["id"], result=answer))))
     assert (kind, server) == ("ToServer", "a")
     assert retry["id"] != sent["id"] and retry["method"] == "tools/call"
     assert retry["params"]["inputResponses"] == {"who": answer}
@@ -78,7 +90,7 @@ def test_an_elicitation_goes_to_the_client_and_its_answer_is_retried_upstream_on
     assert retry["params"]["name"] == "t" and retry["params"]["arguments"] == {"x": 1}
     assert retry["params"]["_meta"] == sent["params"]["_meta"]  # the same progress token and _meta
     done = {"content": [{"type": "text", "text": "hello ada"}], "resultType": "complete"}
-    out = unpack(r.server_message("a", msg(id=retry["id"], result=done)))
+    out = unpack(r.handle(ServerMessage("a", msg(id=retry["id"], result=done))))
     assert out == [("ToClient", 1, {"jsonrpc": "2.0", "id": "call", "result": done})]
     empty(r)
 
@@ -86,8 +98,8 @@ def test_an_elicitation_goes_to_the_client_and_its_answer_is_retried_upstream_on
 def test_the_question_travels_on_the_calls_stream():
     r, _ = bridged()
     sent = call(r)
-    [command] = r.server_message(
-        "a", msg(id=sent["id"], result={"resultType": "input_required", "inputRequests": {"k": SAMPLE}})
+    [command] = r.handle(
+        ServerMessage("a", msg(id=sent["id"], result={"resultType": "input_required", "inputRequests": {"k": SAMPLE}}))
     )
     assert command.related == "call"
 
@@ -104,10 +116,15 @@ def test_several_questions_are_asked_at_once_and_retried_when_the_last_is_answer
         "sampling/createMessage": {"role": "assistant", "content": {"type": "text", "text": "hi"}, "model": "m"},
         "roots/list": {"roots": [{"uri": "file:///client"}]},
     }
-    assert r.client_message(1, msg(id=asked["roots/list"]["id"], result=answers["roots/list"])) == []
-    assert r.client_message(1, msg(id=asked["elicitation/create"]["id"], result=answers["elicitation/create"])) == []
+    assert r.handle(ClientMessage(1, msg(id=asked["roots/list"]["id"], result=answers["roots/list"]))) == []
+    assert (
+        r.handle(ClientMessage(1, msg(id=asked["elicitation/create"]["id"], result=answers["elicitation/create"])))
+        == []
+    )
     [(_, _, retry)] = unpack(
-        r.client_message(1, msg(id=asked["sampling/createMessage"]["id"], result=answers["sampling/createMessage"]))
+        r.handle(
+            ClientMessage(1, msg(id=asked["sampling/createMessage"]["id"], result=answers["sampling/createMessage"]))
+        )
     )
     assert retry["params"]["inputResponses"] == {
         "e": answers["elicitation/create"],
@@ -144,23 +161,29 @@ def test_no_request_state_means_none_on_the_retry():
     r, _ = bridged()
     sent = call(r)
     [(_, _, asked)] = input_required(r, sent, {"k": SAMPLE}, state=None)
-    [(_, _, retry)] = unpack(r.client_message(1, msg(id=asked["id"], result={"role": "assistant", "content": {}})))
+    [(_, _, retry)] = unpack(
+        r.handle(ClientMessage(1, msg(id=asked["id"], result={"role": "assistant", "content": {}})))
+    )
     assert "requestState" not in retry["params"] and retry["params"]["inputResponses"]["k"]["role"] == "assistant"
 
 
 def test_progress_and_log_lines_of_the_retry_reach_the_caller_under_its_own_token():
     r, _ = bridged()
-    r.client_message(1, msg(id="lv", method="logging/setLevel", params={"level": "debug"}))
+    r.handle(ClientMessage(1, msg(id="lv", method="logging/setLevel", params={"level": "debug"})))
     sent = call(r, token=77)
     [(_, _, asked)] = input_required(r, sent, {"k": SAMPLE})
-    [(_, _, retry)] = unpack(r.client_message(1, msg(id=asked["id"], result={"role": "assistant", "content": {}})))
+    [(_, _, retry)] = unpack(
+        r.handle(ClientMessage(1, msg(id=asked["id"], result={"role": "assistant", "content": {}})))
+    )
     token = retry["params"]["_meta"]["progressToken"]
     [(_, session, progress)] = unpack(
-        r.server_message("a", msg(method="notifications/progress", params={"progressToken": token, "progress": 1}))
+        r.handle(
+            ServerMessage("a", msg(method="notifications/progress", params={"progressToken": token, "progress": 1}))
+        )
     )
     assert session == 1 and progress["params"]["progressToken"] == 77
     [(_, session, line)] = unpack(
-        r.server_message("a", msg(method="notifications/message", params={"level": "info", "data": "x"}))
+        r.handle(ServerMessage("a", msg(method="notifications/message", params={"level": "info", "data": "x"})))
     )
     assert session == 1 and line["params"]["logger"] == "a"
 
@@ -177,9 +200,11 @@ def test_rounds_are_bounded(rounds):
             empty(r)
             return
         [(_, _, asked)] = out
-        [(_, _, sent)] = unpack(r.client_message(1, msg(id=asked["id"], result={"role": "assistant", "content": {}})))
+        [(_, _, sent)] = unpack(
+            r.handle(ClientMessage(1, msg(id=asked["id"], result={"role": "assistant", "content": {}})))
+        )
         assert sent["params"]["requestState"] == f"s{round}"
-    out = unpack(r.server_message("a", msg(id=sent["id"], result={"content": []})))
+    out = unpack(r.handle(ServerMessage("a", msg(id=sent["id"], result={"content": []}))))
     assert out == [("ToClient", 1, {"jsonrpc": "2.0", "id": "call", "result": {"content": []}})]
     empty(r)
 
@@ -219,7 +244,7 @@ def test_a_question_the_client_cannot_be_asked_fails_the_call_and_asks_nothing(c
 def test_an_invalid_input_required_result_fails_the_call(result):
     r, _ = bridged()
     sent = call(r)
-    [(_, _, failed)] = unpack(r.server_message("a", msg(id=sent["id"], result=result)))
+    [(_, _, failed)] = unpack(r.handle(ServerMessage("a", msg(id=sent["id"], result=result))))
     assert failed["error"]["data"]["reason"] == "malformed"
     empty(r)
 
@@ -227,10 +252,10 @@ def test_an_invalid_input_required_result_fails_the_call(result):
 def test_input_required_on_a_request_that_cannot_have_it_fails_it():
     r, _ = bridged()
     params = {"ref": {"type": "ref/prompt", "name": "a__p"}, "argument": {"name": "x", "value": ""}}
-    [(_, _, sent)] = unpack(r.client_message(1, msg(id="c", method="completion/complete", params=params)))
+    [(_, _, sent)] = unpack(r.handle(ClientMessage(1, msg(id="c", method="completion/complete", params=params))))
     assert sent["method"] == "completion/complete"
     [(_, _, failed)] = unpack(
-        r.server_message("a", msg(id=sent["id"], result={"resultType": "input_required", "requestState": "s"}))
+        r.handle(ServerMessage("a", msg(id=sent["id"], result={"resultType": "input_required", "requestState": "s"})))
     )
     assert failed["error"]["data"]["reason"] == "malformed"
 
@@ -241,14 +266,16 @@ def test_a_client_error_answer_fails_the_call_and_withdraws_the_other_questions(
     out = input_required(r, sent, {"e": ELICIT, "s": SAMPLE})
     ids = {m["method"]: m["id"] for _, _, m in out}
     out = unpack(
-        r.client_message(1, msg(id=ids["sampling/createMessage"], error={"code": -1, "message": "User rejected"}))
+        r.handle(
+            ClientMessage(1, msg(id=ids["sampling/createMessage"], error={"code": -1, "message": "User rejected"}))
+        )
     )
     assert [kind for kind, _, _ in out] == ["ToClient", "ToClient"]  # nothing upstream
     cancel, failed = (m for _, _, m in out)
     assert cancel["method"] == "notifications/cancelled" and cancel["params"]["requestId"] == ids["elicitation/create"]
     assert failed["id"] == "call" and failed["error"]["data"]["reason"] == "input_failed"
     assert "User rejected" in failed["error"]["message"]
-    assert r.client_message(1, msg(id=ids["elicitation/create"], result={"action": "accept"})) == []  # too late
+    assert r.handle(ClientMessage(1, msg(id=ids["elicitation/create"], result={"action": "accept"}))) == []  # too late
     empty(r)
 
 
@@ -259,7 +286,7 @@ def test_an_answer_the_proxy_refuses_fails_the_call():
     deep = {"content": 1}
     for _ in range(20):
         deep = {"x": deep}
-    [(_, _, failed)] = unpack(r.client_message(1, msg(id=asked["id"], result=deep)))
+    [(_, _, failed)] = unpack(r.handle(ClientMessage(1, msg(id=asked["id"], result=deep))))
     assert failed["id"] == "call" and failed["error"]["data"]["reason"] == "too_large"
     empty(r)
 
@@ -268,10 +295,10 @@ def test_a_cancel_while_the_client_is_asked_withdraws_its_questions_and_sends_no
     r, _ = bridged()
     sent = call(r)
     [(_, _, asked)] = input_required(r, sent, {"k": ELICIT})
-    out = unpack(r.client_message(1, msg(method="notifications/cancelled", params={"requestId": "call"})))
+    out = unpack(r.handle(ClientMessage(1, msg(method="notifications/cancelled", params={"requestId": "call"}))))
     assert [(kind, target) for kind, target, _ in out] == [("ToClient", 1), ("RequestEnded", 1)]
     assert out[0][2]["params"]["requestId"] == asked["id"]
-    assert r.client_message(1, msg(id=asked["id"], result={"action": "accept"})) == []
+    assert r.handle(ClientMessage(1, msg(id=asked["id"], result={"action": "accept"}))) == []
     empty(r)
 
 
@@ -279,10 +306,10 @@ def test_a_cancel_during_the_retry_cancels_the_retry_upstream():
     r, _ = bridged()
     sent = call(r)
     [(_, _, asked)] = input_required(r, sent, {"k": ELICIT})
-    [(_, _, retry)] = unpack(r.client_message(1, msg(id=asked["id"], result={"action": "cancel"})))
-    out = unpack(r.client_message(1, msg(method="notifications/cancelled", params={"requestId": "call"})))
+    [(_, _, retry)] = unpack(r.handle(ClientMessage(1, msg(id=asked["id"], result={"action": "cancel"}))))
+    out = unpack(r.handle(ClientMessage(1, msg(method="notifications/cancelled", params={"requestId": "call"}))))
     assert out[0][:2] == ("ToServer", "a") and out[0][2]["params"]["requestId"] == retry["id"]
-    assert r.server_message("a", msg(id=retry["id"], result={"content": []})) == []  # late: dropped
+    assert r.handle(ServerMessage("a", msg(id=retry["id"], result={"content": []}))) == []  # late: dropped
     empty(r)
 
 
@@ -293,7 +320,7 @@ def test_the_exchange_stays_within_the_calls_timeout():
     [(_, _, asked)] = input_required(r, sent, {"k": ELICIT})
     assert r.next_deadline() == pytest.approx(clock.now + 2)
     clock.now += 2
-    out = unpack(r.expire())
+    out = unpack(r.handle(TimePassed()))
     assert [kind for kind, _, _ in out] == ["ToClient", "ToClient"]  # nothing upstream: nothing in flight there
     cancel, failed = (m for _, _, m in out)
     assert cancel["params"]["requestId"] == asked["id"]
@@ -306,9 +333,9 @@ def test_a_retry_keeps_the_calls_deadline():
     sent = call(r)
     [(_, _, asked)] = input_required(r, sent, {"k": ELICIT})
     clock.now += 4
-    [(_, _, retry)] = unpack(r.client_message(1, msg(id=asked["id"], result={"action": "decline"})))
+    [(_, _, retry)] = unpack(r.handle(ClientMessage(1, msg(id=asked["id"], result={"action": "decline"}))))
     clock.now += 1
-    out = unpack(r.expire())
+    out = unpack(r.handle(TimePassed()))
     assert out[0] == (
         "ToServer",
         "a",
@@ -326,7 +353,7 @@ def test_the_upstream_lost_while_the_client_is_asked_fails_the_call():
     r, _ = bridged()
     sent = call(r)
     [(_, _, asked)] = input_required(r, sent, {"k": ELICIT})
-    out = unpack(r.server_lost("a", "crashed"))
+    out = unpack(r.handle(ServerLost("a", "crashed")))
     to_client = [m for kind, session, m in out if kind == "ToClient" and session == 1]
     assert any(
         m.get("method") == "notifications/cancelled" and m["params"]["requestId"] == asked["id"] for m in to_client
@@ -340,7 +367,7 @@ def test_a_client_that_leaves_while_asked_leaves_nothing_and_tells_no_server():
     r, _ = bridged()
     sent = call(r)
     input_required(r, sent, {"e": ELICIT, "s": SAMPLE})
-    assert [c for c in r.client_disconnected(1) if type(c).__name__ == "ToServer"] == []
+    assert [c for c in r.handle(ClientDisconnected(1)) if type(c).__name__ == "ToServer"] == []
     empty(r)
 
 
@@ -348,7 +375,9 @@ def test_shutdown_answers_a_call_whose_client_is_asked():
     r, _ = bridged()
     sent = call(r)
     input_required(r, sent, {"e": ELICIT})
-    failed = [m for kind, _, m in unpack(r.abandon("stopping")) if kind == "ToClient" and m.get("id") == "call"]
+    failed = [
+        m for kind, _, m in unpack(r.handle(Abandoned("stopping"))) if kind == "ToClient" and m.get("id") == "call"
+    ]
     assert [m["error"]["data"]["reason"] for m in failed] == ["unavailable"]
     empty(r)
 
@@ -358,20 +387,20 @@ def test_a_legacy_servers_result_is_never_bridged():
     r.links["a"].modern = False
     sent = call(r)
     result = {"resultType": "input_required", "requestState": "s"}
-    assert unpack(r.server_message("a", msg(id=sent["id"], result=result))) == [
+    assert unpack(r.handle(ServerMessage("a", msg(id=sent["id"], result=result)))) == [
         ("ToClient", 1, {"jsonrpc": "2.0", "id": "call", "result": result})
     ]
 
 
 def test_a_modern_callers_input_required_result_passes_through_unchanged():
     r, _ = bridged()
-    r.client_connected(2, modern=True)
+    r.handle(ClientConnected(2, modern=True))
     r.clients[2].initialize_seen = r.clients[2].initialized = True  # served without a handshake
     meta = {MODERN_META: "2026-07-28", "io.modelcontextprotocol/clientCapabilities": {"elicitation": {}}}
     params = {"name": "a__t", "arguments": {}, "_meta": meta}
-    [(_, _, sent)] = unpack(r.client_message(2, msg(id=5, method="tools/call", params=params)))
+    [(_, _, sent)] = unpack(r.handle(ClientMessage(2, msg(id=5, method="tools/call", params=params))))
     result = {"resultType": "input_required", "inputRequests": {"k": ELICIT}, "requestState": "s"}
-    [(kind, session, passed)] = unpack(r.server_message("a", msg(id=sent["id"], result=result)))
+    [(kind, session, passed)] = unpack(r.handle(ServerMessage("a", msg(id=sent["id"], result=result))))
     assert (kind, session, passed["id"]) == ("ToClient", 2, 5)
     # Unchanged but for the proxy's identity, which every result to a modern caller carries,
     # and the server's state, wrapped in one bound to the caller (``core.modern_input``).
@@ -386,10 +415,10 @@ def test_a_modern_callers_input_required_result_passes_through_unchanged():
 def test_the_retry_resends_the_arguments_and_state_as_they_were(literal):
     r, _ = bridged()
     raw = '{"jsonrpc":"2.0","id":"call","method":"tools/call","params":{"name":"a__t","arguments":{"n":@}}}'
-    [sent] = r.client_message(1, raw.replace("@", literal).encode())
+    [sent] = r.handle(ClientMessage(1, raw.replace("@", literal).encode()))
     state = 'v1.\u00e9\u2028"\\/+=='
     [(_, _, asked)] = input_required(r, decoded(sent.message), {"k": SAMPLE}, state=state)
-    [retry] = r.client_message(1, msg(id=asked["id"], result={"role": "assistant", "content": {}}))
+    [retry] = r.handle(ClientMessage(1, msg(id=asked["id"], result={"role": "assistant", "content": {}})))
     assert f'"arguments":{{"n":{literal}}}'.encode() in dumps(retry.message)
     assert decoded(retry.message)["params"]["requestState"] == state
 
@@ -400,18 +429,20 @@ def test_the_retry_resends_the_arguments_and_state_as_they_were(literal):
 def test_a_per_session_servers_roots_question_goes_to_its_client_if_it_has_roots(caps, asked):
     servers = [ServerConfig(name="p", command="x", isolation="per-session")]
     r = new_router(Catalog(servers, "__", 50), servers, clock=Clock(), list_changed_debounce=0, roots=("file:///px",))
-    r.server_ready("p", {"capabilities": {"tools": {}}})
-    r.server_items("p", "tools", [{"name": "t"}])
-    r.startup_completed()
+    r.handle(ServerReady("p", {"capabilities": {"tools": {}}}))
+    r.handle(ServerItems("p", "tools", [{"name": "t"}]))
+    r.handle(StartupCompleted())
     connect(r, 1, caps)
-    [start] = r.client_message(1, msg(id="call", method="tools/call", params={"name": "p__t"}))
+    [start] = r.handle(ClientMessage(1, msg(id="call", method="tools/call", params={"name": "p__t"})))
     r.links[start.name].modern = True  # its connection found a modern server
-    [(_, _, sent)] = unpack(r.server_ready(start.name, {"capabilities": {"tools": {}}}))
+    [(_, _, sent)] = unpack(r.handle(ServerReady(start.name, {"capabilities": {"tools": {}}})))
     result = {"resultType": "input_required", "inputRequests": {"r": ROOTS}}
-    [(kind, target, out)] = unpack(r.server_message(start.name, msg(id=sent["id"], result=result)))
+    [(kind, target, out)] = unpack(r.handle(ServerMessage(start.name, msg(id=sent["id"], result=result))))
     if asked:
         assert (kind, target, out["method"]) == ("ToClient", 1, "roots/list")
-        out = decoded(r.client_message(1, msg(id=out["id"], result={"roots": [{"uri": "file:///mine"}]}))[0].message)
+        out = decoded(
+            r.handle(ClientMessage(1, msg(id=out["id"], result={"roots": [{"uri": "file:///mine"}]})))[0].message
+        )
         assert out["params"]["inputResponses"] == {"r": {"roots": [{"uri": "file:///mine"}]}}
     else:
         assert (kind, target) == ("ToServer", start.name)

@@ -5,6 +5,7 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
+from aggregator.core.events import ClientMessage, ServerMessage, UpstreamConnected
 from aggregator.core.router import ToClient, ToServer
 from aggregator.jsonrpc import dumps, loads
 from tests.core.helpers import JSON_DEPTH_LIMIT as LIMIT
@@ -34,7 +35,7 @@ def router():
     ],
 )
 def test_a_deep_client_request_gets_its_error_and_reaches_no_server(router, params):
-    out = unpack(router.client_message(1, msg(id=41, method="tools/call", params=params)))
+    out = unpack(router.handle(ClientMessage(1, msg(id=41, method="tools/call", params=params))))
     [(kind, session, error)] = out
     assert (kind, session, error["id"], error["error"]["code"]) == ("ToClient", 1, 41, -32600)
     assert error["error"]["data"] == {"source": "aggregator", "reason": "too_large", "max_depth": LIMIT}
@@ -45,8 +46,10 @@ def test_a_deep_client_request_gets_its_error_and_reaches_no_server(router, para
 def test_at_the_limit_a_request_is_forwarded_whole(router):
     arguments = deep(LIMIT - 3)  # envelope, params, arguments object
     [(kind, server, sent)] = unpack(
-        router.client_message(
-            1, msg(id=1, method="tools/call", params={"name": "a__echo", "arguments": {"doc": arguments}})
+        router.handle(
+            ClientMessage(
+                1, msg(id=1, method="tools/call", params={"name": "a__echo", "arguments": {"doc": arguments}})
+            )
         )
     )
     assert (kind, server, sent["params"]["arguments"]) == ("ToServer", "a", {"doc": arguments})
@@ -54,31 +57,35 @@ def test_at_the_limit_a_request_is_forwarded_whole(router):
 
 def test_a_deep_cancel_is_dropped_without_an_answer(router):
     [(_, _, sent)] = unpack(
-        router.client_message(1, msg(id=5, method="tools/call", params={"name": "a__echo", "arguments": {}}))
+        router.handle(ClientMessage(1, msg(id=5, method="tools/call", params={"name": "a__echo", "arguments": {}})))
     )
     assert (
-        router.client_message(1, msg(method="notifications/cancelled", params={"requestId": 5, "reason": deep(LIMIT)}))
+        router.handle(
+            ClientMessage(1, msg(method="notifications/cancelled", params={"requestId": 5, "reason": deep(LIMIT)}))
+        )
         == []
     )
     # The request is still in flight and is answered normally.
-    [(_, _, answer)] = unpack(router.server_message("a", msg(id=sent["id"], result={})))
+    [(_, _, answer)] = unpack(router.handle(ServerMessage("a", msg(id=sent["id"], result={}))))
     assert answer["id"] == 5 and "result" in answer
 
 
 def test_a_deep_answer_to_a_server_request_fails_that_request_upstream(router):
     [(_, _, sent)] = unpack(
-        router.client_message(1, msg(id=5, method="tools/call", params={"name": "a__echo", "arguments": {}}))
+        router.handle(ClientMessage(1, msg(id=5, method="tools/call", params={"name": "a__echo", "arguments": {}})))
     )
     [(kind, session, asked)] = unpack(
-        router.server_message("a", msg(id=77, method="sampling/createMessage", params={"messages": [], "maxTokens": 5}))
+        router.handle(
+            ServerMessage("a", msg(id=77, method="sampling/createMessage", params={"messages": [], "maxTokens": 5}))
+        )
     )
     assert (kind, session) == ("ToClient", 1)
-    out = unpack(router.client_message(1, msg(id=asked["id"], result={"content": deep(LIMIT)})))
+    out = unpack(router.handle(ClientMessage(1, msg(id=asked["id"], result={"content": deep(LIMIT)}))))
     [(kind, server, error)] = out  # the client hears nothing: it sent a response
     assert (kind, server, error["id"]) == ("ToServer", "a", 77)
     assert error["error"]["data"]["reason"] == "too_large" and "sampling/createMessage" in error["error"]["message"]
     assert router.reverse == {} and router.reverse_ids == {}
-    [(_, _, answer)] = unpack(router.server_message("a", msg(id=sent["id"], result={})))
+    [(_, _, answer)] = unpack(router.handle(ServerMessage("a", msg(id=sent["id"], result={}))))
     assert answer["id"] == 5
 
 
@@ -93,10 +100,10 @@ def test_a_deep_answer_to_a_server_request_fails_that_request_upstream(router):
 )
 def test_an_unreadable_server_answer_fails_its_request_at_once_and_the_server_stays(router, raw_result):
     [(_, _, sent)] = unpack(
-        router.client_message(1, msg(id="q", method="tools/call", params={"name": "a__echo", "arguments": {}}))
+        router.handle(ClientMessage(1, msg(id="q", method="tools/call", params={"name": "a__echo", "arguments": {}})))
     )
     raw = b'{"jsonrpc":"2.0","id":' + str(sent["id"]).encode() + b',"result":' + raw_result() + b"}"
-    [(kind, session, error)] = unpack(router.server_message("a", raw))
+    [(kind, session, error)] = unpack(router.handle(ServerMessage("a", raw)))
     assert (kind, session, error["id"]) == ("ToClient", 1, "q")
     data = error["error"]["data"]
     assert data["source"] == "aggregator" and data["server"] == "a"
@@ -107,28 +114,31 @@ def test_an_unreadable_server_answer_fails_its_request_at_once_and_the_server_st
 
 def test_the_answer_to_the_proxys_own_request_fails_it_too(router):
     """A listing page too deep to read fails that listing, which fails the start."""
-    out = router.upstream_connected("a", target="x", init_timeout=5.0)
+    out = router.handle(UpstreamConnected("a", target="x", init_timeout=5.0))
     [probe] = [c.message for c in out if type(c).__name__ == "ToServer"]
     assert probe["method"] == "server/discover"  # a legacy server does not know it
-    out = router.server_message("a", msg(id=probe["id"], error={"code": -32601, "message": "Method not found"}))
+    out = router.handle(ServerMessage("a", msg(id=probe["id"], error={"code": -32601, "message": "Method not found"})))
     [init] = [c.message for c in out if type(c).__name__ == "ToServer"]
     init_result = {"protocolVersion": "2025-11-25", "capabilities": {"tools": {}}, "serverInfo": {"name": "a"}}
-    out = router.server_message("a", msg(id=init["id"], result=init_result))
+    out = router.handle(ServerMessage("a", msg(id=init["id"], result=init_result)))
     [ask] = [c.message for c in out if type(c).__name__ == "ToServer" and c.message.get("id")]
     assert ask["method"] == "tools/list"
     [(kind, server, reason)] = [
-        (type(c).__name__, *c) for c in router.server_message("a", msg(id=ask["id"], result={"tools": deep(LIMIT)}))
+        (type(c).__name__, c.server, c.reason)
+        for c in router.handle(ServerMessage("a", msg(id=ask["id"], result={"tools": deep(LIMIT)})))
     ]
     assert (kind, server) == ("DropUpstream", "a") and "tools/list failed" in reason and "-32600" in reason
 
 
 def test_deep_server_notifications_are_dropped_and_deep_requests_refused(router):
     assert (
-        router.server_message("a", msg(method="notifications/message", params={"level": "info", "data": deep(LIMIT)}))
+        router.handle(
+            ServerMessage("a", msg(method="notifications/message", params={"level": "info", "data": deep(LIMIT)}))
+        )
         == []
     )
     [(kind, server, error)] = unpack(
-        router.server_message("a", msg(id=9, method="sampling/createMessage", params={"messages": deep(LIMIT)}))
+        router.handle(ServerMessage("a", msg(id=9, method="sampling/createMessage", params={"messages": deep(LIMIT)})))
     )
     assert (kind, server, error["id"], error["error"]["code"]) == ("ToServer", "a", 9, -32600)
 
@@ -209,7 +219,7 @@ def test_fuzz_deep_messages_one_answer_per_readable_request_none_to_notification
     depth = depth_of(raw)
     too_deep = depth > LIMIT
     event("past orjson's limit" if depth > 1024 else "too deep" if too_deep else "within the limit")
-    out = router.client_message(1, raw)  # must not raise
+    out = router.handle(ClientMessage(1, raw))  # must not raise
     # Everything the router emits can be written and read back.
     written = [(c, loads(c.message if type(c.message) is bytes else dumps(c.message))) for c in out]
     answers = [message for c, message in written if type(c) is ToClient]
@@ -231,7 +241,7 @@ def test_fuzz_deep_messages_one_answer_per_readable_request_none_to_notification
     # Forwarded: the server answers (echoing the payload, or too deep to forward back).
     sent = upstream_requests[0].message
     result = {"echo": sent["params"]["arguments"]} if server_echoes else {"echo": deep(LIMIT)}
-    back = router.server_message(upstream_requests[0].server, msg(id=sent["id"], result=result))
+    back = router.handle(ServerMessage(upstream_requests[0].server, msg(id=sent["id"], result=result)))
     [(kind, session, answer)] = unpack(back)
     assert (kind, session, answer["id"]) == ("ToClient", 1, message["id"])
     assert ("result" in answer) is server_echoes

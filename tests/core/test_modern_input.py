@@ -9,6 +9,14 @@ import pytest
 
 from aggregator.config import ServerConfig
 from aggregator.core.catalog import Catalog
+from aggregator.core.events import (
+    ClientConnected,
+    ClientMessage,
+    ServerItems,
+    ServerMessage,
+    ServerReady,
+    StartupCompleted,
+)
 from aggregator.core.request_state import MAX_UPSTREAM_STATE, WRAPPED
 from aggregator.core.router import Router
 from aggregator.jsonrpc.errors import INTERNAL_ERROR, INVALID_PARAMS
@@ -32,25 +40,25 @@ def modern_router(**settings: Any) -> tuple[Router, Clock]:
         input_required_timeout=TTL,
         **settings,
     )
-    r.server_ready("a", {"protocolVersion": "2026-07-28", "capabilities": {"tools": {}}})
+    r.handle(ServerReady("a", {"protocolVersion": "2026-07-28", "capabilities": {"tools": {}}}))
     r.links["a"].modern = True
-    r.server_items("a", "tools", [{"name": "t"}])
-    r.startup_completed()
+    r.handle(ServerItems("a", "tools", [{"name": "t"}]))
+    r.handle(StartupCompleted())
     return r, clock
 
 
 def modern_call(r: Router, key: int, id: Any, caps: dict[str, Any] = CAPS, **extra: Any) -> list[Any]:
     if key not in r.clients:
-        r.client_connected(key, modern=True, principal=f"p{key % 10}")
+        r.handle(ClientConnected(key, modern=True, principal=f"p{key % 10}"))
     meta = {PROTOCOL_VERSION: "2026-07-28", CLIENT_CAPABILITIES: caps}
     params = {"name": "a__t", "arguments": {"x": 1}, "_meta": meta, **extra}
-    return unpack(r.client_message(key, msg(id=id, method="tools/call", params=params)))
+    return unpack(r.handle(ClientMessage(key, msg(id=id, method="tools/call", params=params))))
 
 
 def upstream_answers(r: Router, caps: dict[str, Any], result: dict[str, Any], key: int = 2) -> dict[str, Any]:
     """Client ``key`` calls a__t, the server answers ``result``: what the client gets."""
     [(_, _, sent)] = modern_call(r, key, 5, caps)
-    [(kind, session, answer)] = unpack(r.server_message("a", msg(id=sent["id"], result=result)))
+    [(kind, session, answer)] = unpack(r.handle(ServerMessage("a", msg(id=sent["id"], result=result))))
     assert (kind, session, answer["id"]) == ("ToClient", key, 5)
     return answer
 
@@ -108,10 +116,10 @@ def test_the_upstream_state_is_wrapped_for_its_caller_and_unwrapped_exactly_on_t
     assert (kind, session) == ("ToClient", 3)
     assert refused["error"]["code"] == INVALID_PARAMS and "another caller" in refused["error"]["message"]
     # Nor for other arguments.
-    r.client_connected(12, modern=True, principal="p2")
+    r.handle(ClientConnected(12, modern=True, principal="p2"))
     meta = {PROTOCOL_VERSION: "2026-07-28", CLIENT_CAPABILITIES: CAPS}
     other = {"name": "a__t", "arguments": {"x": 2}, "_meta": meta, "requestState": state}
-    [(_, _, refused)] = unpack(r.client_message(12, msg(id=7, method="tools/call", params=other)))
+    [(_, _, refused)] = unpack(r.handle(ClientMessage(12, msg(id=7, method="tools/call", params=other))))
     assert refused["error"]["code"] == INVALID_PARAMS and "another request" in refused["error"]["message"]
     # Its own principal's retry reaches the server with the server's state, byte for byte.
     [(kind, server, sent)] = modern_call(r, 22, 8, requestState=state, inputResponses={"k": {"action": "decline"}})

@@ -12,6 +12,14 @@ import pytest
 from aggregator import __version__
 from aggregator.config import ServerConfig
 from aggregator.core.catalog import Catalog
+from aggregator.core.events import (
+    ClientConnected,
+    ClientMessage,
+    ServerItems,
+    ServerMessage,
+    ServerReady,
+    StartupCompleted,
+)
 from aggregator.core.modern_results import cache_hints, list_page_suffix, modern_error, splice_page
 from aggregator.jsonrpc import loads
 from aggregator.mcp.modern import (
@@ -35,7 +43,7 @@ def meta(**extra: Any) -> dict[str, Any]:
 def modern(router, key, id, method, params=None, **extra):
     """Client ``key`` sends a modern request; its commands, unpacked."""
     return unpack(
-        router.client_message(key, msg(id=id, method=method, params={**(params or {}), "_meta": meta(**extra)}))
+        router.handle(ClientMessage(key, msg(id=id, method=method, params={**(params or {}), "_meta": meta(**extra)})))
     )
 
 
@@ -48,7 +56,7 @@ def only_answer(out, key):
 @pytest.fixture
 def router(clock):
     r = make_router(clock)
-    r.client_connected(7)  # no initialize: modern requests need none
+    r.handle(ClientConnected(7))  # no initialize: modern requests need none
     return r
 
 
@@ -77,7 +85,7 @@ REFUSED = [
 
 @pytest.mark.parametrize(("request_meta", "method", "code", "phrase"), REFUSED)
 def test_a_modern_request_is_refused_with_the_revisions_error(router, request_meta, method, code, phrase):
-    out = unpack(router.client_message(7, msg(id="r", method=method, params={"_meta": request_meta})))
+    out = unpack(router.handle(ClientMessage(7, msg(id="r", method=method, params={"_meta": request_meta}))))
     answer = only_answer(out, 7)
     assert (answer["id"], answer["error"]["code"]) == ("r", code)
     assert phrase in answer["error"]["message"]
@@ -91,7 +99,7 @@ def test_a_modern_request_is_refused_with_the_revisions_error(router, request_me
 def test_after_a_good_envelope_a_changed_one_is_checked_again(router, request_meta, method, code, phrase):
     """The envelope a client sent last and that passed is not checked again; any other is."""
     assert "result" in only_answer(modern(router, 7, "g1", "tools/list"), 7)
-    out = unpack(router.client_message(7, msg(id="r", method=method, params={"_meta": request_meta})))
+    out = unpack(router.handle(ClientMessage(7, msg(id="r", method=method, params={"_meta": request_meta}))))
     answer = only_answer(out, 7)
     assert (answer["error"]["code"], phrase in answer["error"]["message"]) == (code, True)
     assert "result" in only_answer(modern(router, 7, "g2", "tools/list"), 7)
@@ -108,7 +116,7 @@ def test_an_answered_call_leaves_nothing_it_carried_reachable_from_the_deadline_
     once, so they do not linger into the collector's old generations."""
     sent = [modern(router, 7, i, "tools/call", {"name": "a__slow", "arguments": {"n": i}})[0][2] for i in range(3)]
     for request in sent:
-        router.server_message("a", msg(id=request["id"], result={"content": []}))
+        router.handle(ServerMessage("a", msg(id=request["id"], result={"content": []})))
     finished = [entry[2] for entry in router.deadlines._heap]
     assert len(finished) == 3 and all(p.done for p in finished)
     assert all(p.extra is None and p.meta is None for p in finished)
@@ -118,7 +126,7 @@ def test_an_answered_call_leaves_nothing_it_carried_reachable_from_the_deadline_
 @pytest.mark.parametrize("state", [5, {"x": 1}, ["s"], True])
 def test_a_request_state_that_is_not_a_string_is_invalid_params(router, method, state):
     params = {"name": "a__fast", "uri": "a+demo://r/1", "arguments": {}, "requestState": state, "_meta": meta()}
-    answer = only_answer(unpack(router.client_message(7, msg(id="r", method=method, params=params))), 7)
+    answer = only_answer(unpack(router.handle(ClientMessage(7, msg(id="r", method=method, params=params)))), 7)
     assert (answer["id"], answer["error"]["code"]) == ("r", -32602)
     assert "requestState must be a string" in answer["error"]["message"]
     assert not router.clients[7].in_flight
@@ -126,7 +134,7 @@ def test_a_request_state_that_is_not_a_string_is_invalid_params(router, method, 
 
 def test_a_null_request_state_or_client_info_means_absent(router):
     params = {"name": "a__fast", "arguments": {}, "requestState": None, "_meta": meta(**{CLIENT_INFO: None})}
-    out = unpack(router.client_message(7, msg(id="r", method="tools/call", params=params)))
+    out = unpack(router.handle(ClientMessage(7, msg(id="r", method="tools/call", params=params))))
     [(kind, server, sent)] = out
     assert (kind, server, sent["method"]) == ("ToServer", "a", "tools/call")
 
@@ -152,7 +160,7 @@ def test_the_unsupported_version_error_gives_back_a_short_value_exactly_and_a_lo
 def test_initialize_on_a_modern_connection_cuts_a_long_requested_version(router):
     modern(router, 7, 1, "tools/list")
     raw = msg(id=2, method="initialize", params={"protocolVersion": "z" * 5000, "capabilities": {}})
-    refused = only_answer(unpack(router.client_message(7, raw)), 7)
+    refused = only_answer(unpack(router.handle(ClientMessage(7, raw))), 7)
     assert refused["error"]["code"] == -32022 and refused["error"]["data"]["requested"] == "z" * 256
 
 
@@ -161,10 +169,10 @@ def test_a_modern_request_needs_no_initialize_and_makes_the_stdio_connection_mod
     assert [t["name"] for t in answer["result"]["tools"]] == ["a__slow", "a__fast", "b__slow", "b__fast"]
     assert router.clients[7].modern and router.session_info(7).protocol_version == "2026-07-28"
     # From now on a request without its _meta is refused, and initialize names the era served.
-    [(_, _, bare)] = unpack(router.client_message(7, msg(id=2, method="tools/list")))
+    [(_, _, bare)] = unpack(router.handle(ClientMessage(7, msg(id=2, method="tools/list"))))
     assert bare["error"]["code"] == -32602 and "_meta" in bare["error"]["message"]
     init = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "x"}}
-    [(_, _, refused)] = unpack(router.client_message(7, msg(id=3, method="initialize", params=init)))
+    [(_, _, refused)] = unpack(router.handle(ClientMessage(7, msg(id=3, method="initialize", params=init))))
     assert refused["error"]["code"] == -32022 and "serving protocol revision 2026-07-28" in refused["error"]["message"]
     assert refused["error"]["data"] == {"supported": ["2026-07-28"], "requested": "2025-11-25"}
 
@@ -174,12 +182,12 @@ def test_discover_decides_no_era_and_an_initialized_session_stays_legacy(router)
     assert answer["result"]["supportedVersions"] == list(ALL_VERSIONS)
     assert not router.clients[7].modern  # a probe: the client may still choose initialize
     init = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "x"}}
-    [(_, _, opened)] = unpack(router.client_message(7, msg(id=2, method="initialize", params=init)))
+    [(_, _, opened)] = unpack(router.handle(ClientMessage(7, msg(id=2, method="initialize", params=init))))
     assert opened["result"]["protocolVersion"] == "2025-11-25"
     # Legacy from now on: a modern _meta is passed along as any other, the answer unstamped.
     [(kind, server, sent)] = modern(router, 7, 3, "tools/call", {"name": "a__fast"})
     assert (kind, server) == ("ToServer", "a") and sent["params"]["_meta"][PROTOCOL_VERSION] == "2026-07-28"
-    [(_, _, back)] = unpack(router.server_message("a", msg(id=sent["id"], result={"content": []})))
+    [(_, _, back)] = unpack(router.handle(ServerMessage("a", msg(id=sent["id"], result={"content": []}))))
     assert back == {"jsonrpc": "2.0", "id": 3, "result": {"content": []}}
     assert not router.clients[7].modern
 
@@ -187,11 +195,11 @@ def test_discover_decides_no_era_and_an_initialized_session_stays_legacy(router)
 def test_a_modern_request_waits_for_startup_like_initialize():
     servers = [ServerConfig(name="a", command="x")]
     r = new_router(Catalog(servers, "__", 5), servers)
-    r.client_connected(1)
-    [waiting] = r.client_message(1, msg(id=1, method="tools/list", params={"_meta": meta()}))
+    r.handle(ClientConnected(1))
+    [waiting] = r.handle(ClientMessage(1, msg(id=1, method="tools/list", params={"_meta": meta()})))
     assert type(waiting).__name__ == "WaitForStartup"
-    r.startup_completed()
-    [(_, _, answer)] = unpack(r.client_message(1, msg(id=1, method="tools/list", params={"_meta": meta()})))
+    r.handle(StartupCompleted())
+    [(_, _, answer)] = unpack(r.handle(ClientMessage(1, msg(id=1, method="tools/list", params={"_meta": meta()}))))
     assert answer["result"]["tools"] == [] and answer["result"]["resultType"] == "complete"
 
 
@@ -205,8 +213,8 @@ def test_discover_answers_what_the_proxy_serves(router):
     assert result["capabilities"]["resources"]["subscribe"] is True
     assert (result["ttlMs"], result["cacheScope"]) == (0, "public")
     # A legacy client probing before initialize gets the same answer (dual-era clients do).
-    router.client_connected(8)
-    [(_, _, legacy)] = unpack(router.client_message(8, msg(id="d", method="server/discover", params={})))
+    router.handle(ClientConnected(8))
+    [(_, _, legacy)] = unpack(router.handle(ClientMessage(8, msg(id="d", method="server/discover", params={}))))
     assert legacy == answer
 
 
@@ -223,7 +231,7 @@ def test_the_callers_envelope_stays_with_the_request_and_the_rest_of_its_meta_go
 def test_every_result_of_a_modern_caller_is_stamped(router):
     [(_, _, sent)] = modern(router, 7, 1, "tools/call", {"name": "a__slow", "arguments": {}})
     upstream = {"content": [{"type": "text", "text": "ok"}], "_meta": {"x": 1, SERVER_INFO: {"name": "a"}}}
-    [(_, _, answer)] = unpack(router.server_message("a", msg(id=sent["id"], result=upstream)))
+    [(_, _, answer)] = unpack(router.handle(ServerMessage("a", msg(id=sent["id"], result=upstream))))
     assert answer["result"] == {
         "content": [{"type": "text", "text": "ok"}],
         "resultType": "complete",
@@ -232,7 +240,7 @@ def test_every_result_of_a_modern_caller_is_stamped(router):
     # A multi round-trip result passes through as it is (its bridging is not done here).
     [(_, _, sent)] = modern(router, 7, 2, "tools/call", {"name": "a__slow"})
     asked = {"resultType": "input_required", "inputRequests": {}, "requestState": "s"}
-    [(_, _, answer)] = unpack(router.server_message("a", msg(id=sent["id"], result=dict(asked))))
+    [(_, _, answer)] = unpack(router.handle(ServerMessage("a", msg(id=sent["id"], result=dict(asked)))))
     assert answer["result"] == {**asked, "_meta": {SERVER_INFO: IDENTITY}}
 
 
@@ -250,24 +258,24 @@ def test_a_read_carries_the_upstreams_cache_hints_merged(router, upstream, expec
     [(_, _, sent)] = modern(router, 7, 1, "resources/read", {"uri": "a+demo://r/1"})
     assert sent["params"]["uri"] == "demo://r/1"
     result = {"contents": [{"uri": "demo://r/1", "text": "x"}], **upstream}
-    [(_, _, answer)] = unpack(router.server_message("a", msg(id=sent["id"], result=result)))
+    [(_, _, answer)] = unpack(router.handle(ServerMessage("a", msg(id=sent["id"], result=result))))
     assert (answer["result"]["ttlMs"], answer["result"]["cacheScope"]) == expected
     assert answer["result"]["contents"][0]["uri"] == "a+demo://r/1"
 
 
 def test_calls_carry_no_cache_hints(router):
     [(_, _, sent)] = modern(router, 7, 1, "tools/call", {"name": "a__slow"})
-    [(_, _, answer)] = unpack(router.server_message("a", msg(id=sent["id"], result={"content": [], "ttlMs": 9})))
+    [(_, _, answer)] = unpack(router.handle(ServerMessage("a", msg(id=sent["id"], result={"content": [], "ttlMs": 9}))))
     assert "cacheScope" not in answer["result"] and answer["result"]["ttlMs"] == 9  # passed through untouched
 
 
 def test_every_page_of_a_list_has_the_same_scope_and_the_proxys_identity(clock):
     servers = [ServerConfig(name="a", command="x")]
     r = new_router(Catalog(servers, "__", 2), servers, clock=clock, list_changed_debounce=0)
-    r.server_ready("a", {"protocolVersion": "2025-11-25", "capabilities": {"tools": {}}})
-    r.server_items("a", "tools", [{"name": f"t{i}"} for i in range(5)])
-    r.startup_completed()
-    r.client_connected(1)
+    r.handle(ServerReady("a", {"protocolVersion": "2025-11-25", "capabilities": {"tools": {}}}))
+    r.handle(ServerItems("a", "tools", [{"name": f"t{i}"} for i in range(5)]))
+    r.handle(StartupCompleted())
+    r.handle(ClientConnected(1))
     cursor, pages = None, []
     for id in range(5):
         params = {} if cursor is None else {"cursor": cursor}
@@ -291,16 +299,16 @@ def test_with_profiles_what_a_caller_is_answered_is_private(clock):
         list_changed_debounce=0,
         profiles={"reader": Catalog(servers, "__", 5)},
     )
-    r.server_ready("a", {"protocolVersion": "2025-11-25", "capabilities": {"tools": {}, "resources": {}}})
-    r.server_items("a", "resources", [{"uri": "demo://r"}])
-    r.startup_completed()
-    r.client_connected(1, "reader", modern=True)
+    r.handle(ServerReady("a", {"protocolVersion": "2025-11-25", "capabilities": {"tools": {}, "resources": {}}}))
+    r.handle(ServerItems("a", "resources", [{"uri": "demo://r"}]))
+    r.handle(StartupCompleted())
+    r.handle(ClientConnected(1, "reader", modern=True))
     for method in ("tools/list", "resources/list", "server/discover"):
         assert only_answer(modern(r, 1, method, method), 1)["result"]["cacheScope"] == "private"
     [(_, _, sent)] = modern(r, 1, 9, "resources/read", {"uri": "a+demo://r"})
     assert sent["method"] == "resources/read"
     [(_, _, answer)] = unpack(
-        r.server_message("a", msg(id=sent["id"], result={"contents": [], "cacheScope": "public"}))
+        r.handle(ServerMessage("a", msg(id=sent["id"], result={"contents": [], "cacheScope": "public"})))
     )
     assert answer["result"]["cacheScope"] == "private"
 
@@ -315,18 +323,20 @@ def test_with_profiles_what_a_caller_is_answered_is_private(clock):
 def test_an_upstream_error_reaches_a_modern_caller_without_codes_it_must_not_see(router, code, expected):
     [(_, _, sent)] = modern(router, 7, 1, "resources/read", {"uri": "a+demo://r/1"})
     error = {"code": code, "message": "Resource not found", "data": {"uri": "demo://r/1"}}
-    [(_, _, answer)] = unpack(router.server_message("a", msg(id=sent["id"], error=error)))
+    [(_, _, answer)] = unpack(router.handle(ServerMessage("a", msg(id=sent["id"], error=error))))
     assert answer["error"] == dict(error, code=expected)
 
 
 def test_a_legacy_sessions_answers_are_untouched(clock):
     r = make_router(clock)
     connect(r, 1)
-    [(_, _, sent)] = unpack(r.client_message(1, msg(id=1, method="resources/read", params={"uri": "a+demo://r/1"})))
+    [(_, _, sent)] = unpack(
+        r.handle(ClientMessage(1, msg(id=1, method="resources/read", params={"uri": "a+demo://r/1"})))
+    )
     raw = msg(id=sent["id"], error={"code": -32002, "message": "Resource not found"})
-    [(_, _, answer)] = unpack(r.server_message("a", raw))
+    [(_, _, answer)] = unpack(r.handle(ServerMessage("a", raw)))
     assert answer["error"]["code"] == -32002 and "resultType" not in answer
-    [(_, _, page)] = unpack(r.client_message(1, msg(id=2, method="tools/list")))
+    [(_, _, page)] = unpack(r.handle(ClientMessage(1, msg(id=2, method="tools/list"))))
     assert set(page["result"]) == {"tools"}
 
 
@@ -355,9 +365,9 @@ def test_progress_and_cancellation_work_as_for_a_legacy_session(router):
     token = sent["params"]["_meta"]["progressToken"]
     assert token != "p" and set(sent["params"]["_meta"]) == {"progressToken"}  # no envelope to a legacy server
     progress = msg(method="notifications/progress", params={"progressToken": token, "progress": 1})
-    [(_, session, notice)] = unpack(router.server_message("a", progress))
+    [(_, session, notice)] = unpack(router.handle(ServerMessage("a", progress)))
     assert session == 7 and notice["params"]["progressToken"] == "p"
-    out = unpack(router.client_message(7, msg(method="notifications/cancelled", params={"requestId": 1})))
+    out = unpack(router.handle(ClientMessage(7, msg(method="notifications/cancelled", params={"requestId": 1}))))
     assert out[0][:2] == ("ToServer", "a") and out[0][2]["params"]["requestId"] == sent["id"]
     assert not router.clients[7].in_flight
 
@@ -374,32 +384,32 @@ def test_log_lines_reach_a_modern_caller_only_for_a_request_that_asked(router):
         ("b", "warning"),
     ]
     [sent] = [o[2] for o in out if o[2].get("method") == "tools/call"]
-    assert unpack(router.server_message("a", log_line("info"))) == []  # under its level
-    [(_, session, notice)] = unpack(router.server_message("a", log_line("error")))
+    assert unpack(router.handle(ServerMessage("a", log_line("info")))) == []  # under its level
+    [(_, session, notice)] = unpack(router.handle(ServerMessage("a", log_line("error"))))
     assert session == 7 and notice["params"]["logger"] == "a/db"
-    router.server_message("a", msg(id=sent["id"], result={"content": []}))
+    router.handle(ServerMessage("a", msg(id=sent["id"], result={"content": []})))
     # A request without a log level hears none.
     [(_, _, sent)] = modern(router, 7, 2, "tools/call", {"name": "a__slow"})
-    assert unpack(router.server_message("a", log_line("emergency"))) == []
+    assert unpack(router.handle(ServerMessage("a", log_line("emergency")))) == []
 
 
 def test_a_modern_caller_hears_no_unsolicited_notification(clock):
     r = make_router(clock)
     connect(r, 1)  # a legacy session, beside
-    r.client_connected(7)
+    r.handle(ClientConnected(7))
     modern(r, 7, 1, "tools/list")
-    out = unpack(r.server_items("a", "tools", [{"name": "new"}]))
+    out = unpack(r.handle(ServerItems("a", "tools", [{"name": "new"}])))
     assert [(o[1], o[2]["method"]) for o in out] == [(1, "notifications/tools/list_changed")]
-    assert unpack(r.server_message("b", log_line("emergency"))) == []  # no session asked for logs
-    assert unpack(r.client_message(7, msg(method="notifications/roots/list_changed"))) == []
+    assert unpack(r.handle(ServerMessage("b", log_line("emergency")))) == []  # no session asked for logs
+    assert unpack(r.handle(ClientMessage(7, msg(method="notifications/roots/list_changed")))) == []
 
 
 def test_tools_list_is_deterministic_across_calls_and_listing_orders(clock):
     def names(order):
         r = make_router(clock)
         for name in order:
-            r.server_items(name, "tools", [{"name": "z"}, {"name": "m"}, {"name": "a"}])
-        r.client_connected(1)
+            r.handle(ServerItems(name, "tools", [{"name": "z"}, {"name": "m"}, {"name": "a"}]))
+        r.handle(ClientConnected(1))
         return [t["name"] for t in only_answer(modern(r, 1, 1, "tools/list"), 1)["result"]["tools"]]
 
     first = names(["a", "b"])

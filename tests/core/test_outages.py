@@ -9,6 +9,19 @@ import pytest
 from aggregator.config import structure_config
 from aggregator.core.catalog import PROMPTS, TOOLS, Catalog
 from aggregator.core.commands import RequestEnded
+from aggregator.core.events import (
+    Abandoned,
+    ClientConnected,
+    ClientDisconnected,
+    ClientMessage,
+    ServerDown,
+    ServerItems,
+    ServerListed,
+    ServerLost,
+    ServerMessage,
+    ServerReady,
+    TimePassed,
+)
 from aggregator.core.outages import (
     Outage,
     name_owner,
@@ -63,15 +76,15 @@ def config():
 
 def start(router, server, tools=(), prompts=(), resources=(), templates=()):
     """What the supervisor reports when a server comes up: ready, listed."""
-    out = router.server_ready(server, READY)
+    out = router.handle(ServerReady(server, READY))
     for kind, items in (
         ("tools", tools),
         ("prompts", prompts),
         ("resources", resources),
         ("resourceTemplates", templates),
     ):
-        out += router.server_items(server, kind, list(items))
-    return out + router.server_listed(server)
+        out += router.handle(ServerItems(server, kind, list(items)))
+    return out + router.handle(ServerListed(server))
 
 
 @pytest.fixture
@@ -95,19 +108,21 @@ def router(config, clock):
     start(r, "other", [{"name": "ping"}])
     r.startup_complete = True
     for key, profile in ((1, "default"), (2, "reader")):
-        r.client_connected(key, profile)
-        r.client_message(
-            key, msg(id=0, method="initialize", params={"protocolVersion": "2025-06-18", "capabilities": {}})
+        r.handle(ClientConnected(key, profile))
+        r.handle(
+            ClientMessage(
+                key, msg(id=0, method="initialize", params={"protocolVersion": "2025-06-18", "capabilities": {}})
+            )
         )
     return r
 
 
 def call(router, key, id, name, method="tools/call"):
-    return unpack(router.client_message(key, msg(id=id, method=method, params={"name": name})))
+    return unpack(router.handle(ClientMessage(key, msg(id=id, method=method, params={"name": name}))))
 
 
 def read(router, key, id, uri):
-    return unpack(router.client_message(key, msg(id=id, method="resources/read", params={"uri": uri})))
+    return unpack(router.handle(ClientMessage(key, msg(id=id, method="resources/read", params={"uri": uri}))))
 
 
 def error_of(out):
@@ -117,8 +132,8 @@ def error_of(out):
 
 
 def lose(router, clock, server="git", why="the server exited with status 1", retry_in=1.0):
-    router.server_lost(server, why)
-    return router.server_down(server, why, retry_in)
+    router.handle(ServerLost(server, why))
+    return router.handle(ServerDown(server, why, retry_in))
 
 
 # --- the rules, as tables ----------------------------------------------------------------
@@ -263,7 +278,7 @@ def test_held_then_forwarded_when_listed(router, clock):
     assert (kind, server, sent["method"], sent["params"]["name"]) == ("ToServer", "git", "tools/call", "status")
     pending = router.links["git"].pending[sent["id"]]
     assert pending.deadline == 1005.0  # the request's own deadline, not one restarted at the release
-    back = unpack(router.server_message("git", msg(id=sent["id"], result={"ok": True})))
+    back = unpack(router.handle(ServerMessage("git", msg(id=sent["id"], result={"ok": True}))))
     assert back == [("ToClient", 1, {"jsonrpc": "2.0", "id": 7, "result": {"ok": True}})]
     assert router.start_takes["git"] == pytest.approx(1.0)  # attempt at 1001, listed at 1002
 
@@ -273,8 +288,8 @@ def test_held_then_failed_when_the_attempt_fails(router, clock):
     assert call(router, 1, 7, "git__status") == []
     assert read(router, 2, 8, "git+file:///repo/README") == []
     clock.now += 1.0
-    assert router.server_lost("git", "cannot start 'x': No such file") == []  # the next report says when
-    out = unpack(router.server_down("git", "cannot start 'x': No such file", 12.0))
+    assert router.handle(ServerLost("git", "cannot start 'x': No such file")) == []  # the next report says when
+    out = unpack(router.handle(ServerDown("git", "cannot start 'x': No such file", 12.0)))
     assert sorted((o[1], o[2]["id"]) for o in out) == [(1, 7), (2, 8)]
     error = out[0][2]["error"]
     assert error["code"] == -32603
@@ -304,27 +319,34 @@ def test_answered_at_once_with_retry_after(router, clock):
     # The same for a prompt, a completion, a resource and a template's URI.
     assert error_of(call(router, 1, 8, "git__greet", "prompts/get"))["data"]["server"] == "git"
     completion = unpack(
-        router.client_message(
-            1,
-            msg(
-                id=9,
-                method="completion/complete",
-                params={"ref": {"type": "ref/prompt", "name": "git__greet"}, "argument": {"name": "a", "value": ""}},
-            ),
+        router.handle(
+            ClientMessage(
+                1,
+                msg(
+                    id=9,
+                    method="completion/complete",
+                    params={
+                        "ref": {"type": "ref/prompt", "name": "git__greet"},
+                        "argument": {"name": "a", "value": ""},
+                    },
+                ),
+            )
         )
     )
     assert error_of(completion)["data"]["reason"] == "unavailable"
     completion = unpack(
-        router.client_message(
-            1,
-            msg(
-                id=10,
-                method="completion/complete",
-                params={
-                    "ref": {"type": "ref/resource", "uri": "git+file:///repo/{path}"},
-                    "argument": {"name": "path", "value": ""},
-                },
-            ),
+        router.handle(
+            ClientMessage(
+                1,
+                msg(
+                    id=10,
+                    method="completion/complete",
+                    params={
+                        "ref": {"type": "ref/resource", "uri": "git+file:///repo/{path}"},
+                        "argument": {"name": "path", "value": ""},
+                    },
+                ),
+            )
         )
     )
     assert error_of(completion)["data"]["reason"] == "unavailable"
@@ -356,10 +378,10 @@ def test_never_ready_server_names_by_prefix(config, clock):
     start(r, "other", [{"name": "ping"}])
     r.startup_complete = True
     for key, profile in ((1, "default"), (2, "reader")):
-        r.client_connected(key, profile)
-        r.client_message(key, msg(id=0, method="initialize", params={"capabilities": {}}))
-    r.server_lost("git", "cannot start 'mcp-server-git': No such file or directory")
-    r.server_down("git", "cannot start 'mcp-server-git': No such file or directory", 20.0)
+        r.handle(ClientConnected(key, profile))
+        r.handle(ClientMessage(key, msg(id=0, method="initialize", params={"capabilities": {}})))
+    r.handle(ServerLost("git", "cannot start 'mcp-server-git': No such file or directory"))
+    r.handle(ServerDown("git", "cannot start 'mcp-server-git': No such file or directory", 20.0))
     error = error_of(call(r, 1, 1, "git__anything"))
     assert error["data"]["state"] == "failed" and "could not be started" in error["message"]
     assert error_of(call(r, 2, 2, "git__commit"))["code"] == -32602  # the reader's rules hide it
@@ -392,9 +414,9 @@ def test_held_request_times_out_with_its_own_timeout(router, clock):
     lose(router, clock, retry_in=4.0)
     assert call(router, 1, 1, "git__status") == []
     clock.now += 4.9
-    assert router.expire() == []
+    assert router.handle(TimePassed()) == []
     clock.now += 0.2
-    error = error_of(unpack(router.expire()))
+    error = error_of(unpack(router.handle(TimePassed())))
     assert error["message"] == (
         "Server 'git' did not become ready within 5 s; it is starting (the server exited with status 1)"
     )
@@ -414,12 +436,12 @@ def test_held_requests_are_bounded_cancelled_and_forgotten_with_their_client(rou
     # A held id is in flight: reusing it is refused, cancelling it sends nothing anywhere
     # (only its front hears that it ended).
     assert error_of(call(router, 1, 0, "git__status"))["code"] == -32600
-    assert router.client_message(1, msg(method="notifications/cancelled", params={"requestId": 0})) == [
+    assert router.handle(ClientMessage(1, msg(method="notifications/cancelled", params={"requestId": 0}))) == [
         RequestEnded(1, 0)
     ]
     # Client 2 waits too, then leaves: nothing goes upstream for it.
     assert call(router, 2, 5, "git__log") == []
-    assert router.client_disconnected(2) == []
+    assert router.handle(ClientDisconnected(2)) == []
     clock.now += 1.5
     out = unpack(start(router, "git", GIT_TOOLS))
     sent = sorted(o[2]["id"] for o in out if o[0] == "ToServer" and o[2].get("method") == "tools/call")
@@ -453,7 +475,7 @@ def test_a_server_that_keeps_its_uris(router, clock):
     assert read(router, 1, 2, "note://zz") == []  # its template's: held
     assert error_of(read(router, 1, 3, "other://x"))["code"] == -32602
     # Unsubscribing from a server that is out is answered here, at once.
-    out = unpack(router.client_message(1, msg(id=4, method="resources/unsubscribe", params={"uri": "note://a"})))
+    out = unpack(router.handle(ClientMessage(1, msg(id=4, method="resources/unsubscribe", params={"uri": "note://a"}))))
     assert out == [("ToClient", 1, {"jsonrpc": "2.0", "id": 4, "result": {}})]
     clock.now += 2.0
     out = unpack(
@@ -486,7 +508,7 @@ def test_shutting_down_answers_the_requests_held_for_a_restarting_server(router,
     assert call(router, 1, 7, "git__status") == []
     assert call(router, 2, 8, "git__log") == []
     router.draining = True
-    out = unpack(router.abandon("the aggregator is shutting down"))
+    out = unpack(router.handle(Abandoned("the aggregator is shutting down")))
     answered = sorted(
         (o[1], o[2]["id"], o[2]["error"]["data"]["reason"], o[2]["error"]["data"]["server"])
         for o in out

@@ -7,6 +7,14 @@ from typing import Any
 
 import pytest
 
+from aggregator.core.events import (
+    ClientConnected,
+    ClientDisconnected,
+    ClientMessage,
+    ServerMessage,
+    ServerStreams,
+    TimePassed,
+)
 from aggregator.core.modern_results import IDENTITY
 from aggregator.core.park_limits import EXPIRY_SPACING
 from aggregator.core.parked import GATHER_SECONDS
@@ -34,7 +42,7 @@ def router(clock: Clock) -> Router:
 
 def connect_modern(router: Router, key: int, principal: Any = None) -> None:
     """A modern client (no handshake: each request carries its ``_meta``)."""
-    router.client_connected(key, modern=True, principal=principal)
+    router.handle(ClientConnected(key, modern=True, principal=principal))
 
 
 def call(id: Any, caps: dict[str, Any] = ALL_CAPS, name: str = "a__slow", **extra: Any) -> bytes:
@@ -44,7 +52,7 @@ def call(id: Any, caps: dict[str, Any] = ALL_CAPS, name: str = "a__slow", **extr
 
 def start_call(router: Router, key: int, id: Any = 1, **kw: Any) -> int:
     """Client ``key`` calls a__slow; the upstream id it went out under."""
-    [(kind, server, sent)] = unpack(router.client_message(key, call(id, **kw)))
+    [(kind, server, sent)] = unpack(router.handle(ClientMessage(key, call(id, **kw))))
     assert (kind, server, sent["method"]) == ("ToServer", "a", "tools/call")
     return sent["id"]
 
@@ -58,12 +66,12 @@ def server_asks(router: Router, id: Any, method: str = "elicitation/create", par
 
 def send_request(router: Router, id: Any, method: str = "elicitation/create", params: Any = None) -> list[Any]:
     params = ELICIT if params is None and method == "elicitation/create" else params or {}
-    return unpack(router.server_message("a", msg(id=id, method=method, params=params)))
+    return unpack(router.handle(ServerMessage("a", msg(id=id, method=method, params=params))))
 
 
 def window_closes(router: Router) -> list[Any]:
     router.clock.now += GATHER_SECONDS  # type: ignore[attr-defined]
-    return unpack(router.expire())
+    return unpack(router.handle(TimePassed()))
 
 
 def complete(content: list[Any]) -> dict[str, Any]:
@@ -97,12 +105,14 @@ def test_the_retry_answers_the_server_and_gets_the_final_result(router):
     result = input_required(server_asks(router, "s1"), 7, "c1")
     [key] = result["inputRequests"]
     reply = {"resultType": "complete", "action": "accept", "content": {"name": "ada"}}
-    out = unpack(router.client_message(7, call("c2", inputResponses={key: reply}, requestState=result["requestState"])))
+    out = unpack(
+        router.handle(ClientMessage(7, call("c2", inputResponses={key: reply}, requestState=result["requestState"])))
+    )
     assert out == [
         ("ToServer", "a", {"jsonrpc": "2.0", "id": "s1", "result": {"action": "accept", "content": {"name": "ada"}}})
     ]
     final = unpack(
-        router.server_message("a", msg(id=upstream, result={"content": [{"type": "text", "text": "hi ada"}]}))
+        router.handle(ServerMessage("a", msg(id=upstream, result={"content": [{"type": "text", "text": "hi ada"}]})))
     )
     assert final == [
         ("ToClient", 7, {"jsonrpc": "2.0", "id": "c2", "result": complete([{"type": "text", "text": "hi ada"}])})
@@ -115,16 +125,16 @@ def test_a_transient_caller_may_go_away_and_another_of_the_same_principal_resume
     upstream = start_call(router, 7, id=1)
     result = input_required(server_asks(router, 9), 7, 1)
     # An HTTP caller's client lasts one request: its going cancels nothing upstream.
-    assert router.client_disconnected(7) == []
+    assert router.handle(ClientDisconnected(7)) == []
     connect_modern(router, 8, principal=1)
     [key] = result["inputRequests"]
     out = unpack(
-        router.client_message(
-            8, call(1, inputResponses={key: {"action": "decline"}}, requestState=result["requestState"])
+        router.handle(
+            ClientMessage(8, call(1, inputResponses={key: {"action": "decline"}}, requestState=result["requestState"]))
         )
     )
     assert out == [("ToServer", "a", {"jsonrpc": "2.0", "id": 9, "result": {"action": "decline"}})]
-    [(kind, session, answer)] = unpack(router.server_message("a", msg(id=upstream, result={"content": []})))
+    [(kind, session, answer)] = unpack(router.handle(ServerMessage("a", msg(id=upstream, result={"content": []}))))
     assert (kind, session, answer["id"]) == ("ToClient", 8, 1)
 
 
@@ -133,7 +143,7 @@ def test_another_principal_cannot_resume_the_call(router):
     start_call(router, 7)
     result = input_required(server_asks(router, 9), 7, 1)
     connect_modern(router, 8, principal=2)
-    [(kind, session, answer)] = unpack(router.client_message(8, call(2, requestState=result["requestState"])))
+    [(kind, session, answer)] = unpack(router.handle(ClientMessage(8, call(2, requestState=result["requestState"]))))
     assert (kind, session) == ("ToClient", 8)
     assert answer["error"]["code"] == INVALID_PARAMS and "another caller" in answer["error"]["message"]
     assert len(router.parked) == 1  # still waiting for its own caller
@@ -156,7 +166,9 @@ def test_a_state_used_for_another_request_or_edited_is_refused(router, change, w
     if params["requestState"] == "TAMPER":
         params["requestState"] = result["requestState"] + "-TAMPERED"
     meta = {PROTOCOL_VERSION: "2026-07-28", CLIENT_CAPABILITIES: ALL_CAPS}
-    [(_, _, answer)] = unpack(router.client_message(7, msg(id=2, method="tools/call", params=params | {"_meta": meta})))
+    [(_, _, answer)] = unpack(
+        router.handle(ClientMessage(7, msg(id=2, method="tools/call", params=params | {"_meta": meta})))
+    )
     assert answer["id"] == 2 and answer["error"]["code"] == INVALID_PARAMS and words in answer["error"]["message"]
 
 
@@ -201,7 +213,7 @@ def test_a_request_after_the_window_is_asked_in_the_next_round(router):
     first = input_required(window_closes(router), 7, 1)
     assert list(first["inputRequests"]) == ["e"]
     assert send_request(router, "s", "sampling/createMessage", {"messages": [], "maxTokens": 5}) == []  # queued
-    again = input_required(unpack(router.client_message(7, call(2, requestState=first["requestState"]))), 7, 2)
+    again = input_required(unpack(router.handle(ClientMessage(7, call(2, requestState=first["requestState"])))), 7, 2)
     assert sorted(again["inputRequests"]) == ["e", "s"]
 
 
@@ -232,9 +244,13 @@ def test_requests_while_parked_are_queued_and_a_missing_input_is_asked_again(rou
     [elicit_key] = first["inputRequests"]
     # The retry answers the elicitation only: the server hears that, the client is asked again.
     out = unpack(
-        router.client_message(
-            7,
-            call(2, inputResponses={elicit_key: {"action": "cancel"}, "junk": {}}, requestState=first["requestState"]),
+        router.handle(
+            ClientMessage(
+                7,
+                call(
+                    2, inputResponses={elicit_key: {"action": "cancel"}, "junk": {}}, requestState=first["requestState"]
+                ),
+            )
         )
     )
     assert out[0] == ("ToServer", "a", {"jsonrpc": "2.0", "id": "e", "result": {"action": "cancel"}})
@@ -243,17 +259,19 @@ def test_requests_while_parked_are_queued_and_a_missing_input_is_asked_again(rou
     assert sample_key == "s" and request["method"] == "sampling/createMessage"
     assert second["requestState"] != first["requestState"]
     # A retry with nothing for it is asked the same again, not failed.
-    third = input_required(unpack(router.client_message(7, call(3, requestState=second["requestState"]))), 7, 3)
+    third = input_required(unpack(router.handle(ClientMessage(7, call(3, requestState=second["requestState"])))), 7, 3)
     assert list(third["inputRequests"]) == [sample_key]
     # The first state was used: it resumes nothing any more.
-    [(_, _, stale)] = unpack(router.client_message(7, call(4, requestState=first["requestState"])))
+    [(_, _, stale)] = unpack(router.handle(ClientMessage(7, call(4, requestState=first["requestState"]))))
     assert stale["error"]["code"] == INVALID_PARAMS and "no longer waiting" in stale["error"]["message"]
     sampled = {"role": "assistant", "content": {"type": "text", "text": "ok"}, "model": "m"}
     out = unpack(
-        router.client_message(7, call(5, inputResponses={sample_key: sampled}, requestState=third["requestState"]))
+        router.handle(
+            ClientMessage(7, call(5, inputResponses={sample_key: sampled}, requestState=third["requestState"]))
+        )
     )
     assert out == [("ToServer", "a", {"jsonrpc": "2.0", "id": "s", "result": sampled})]
-    [(_, _, answer)] = unpack(router.server_message("a", msg(id=upstream, result={"content": []})))
+    [(_, _, answer)] = unpack(router.handle(ServerMessage("a", msg(id=upstream, result={"content": []}))))
     assert answer["id"] == 5
 
 
@@ -266,13 +284,15 @@ def test_several_rounds(router):
         [key] = result["inputRequests"]
         id += 1
         out = unpack(
-            router.client_message(
-                7,
-                call(
-                    id,
-                    inputResponses={key: {"action": "accept", "content": {"n": round}}},
-                    requestState=result["requestState"],
-                ),
+            router.handle(
+                ClientMessage(
+                    7,
+                    call(
+                        id,
+                        inputResponses={key: {"action": "accept", "content": {"n": round}}},
+                        requestState=result["requestState"],
+                    ),
+                )
             )
         )
         assert out == [
@@ -284,7 +304,7 @@ def test_several_rounds(router):
         ]
         assert result["requestState"] != state
         state = result["requestState"]
-    [(_, _, answer)] = unpack(router.server_message("a", msg(id=upstream, result={"content": []})))
+    [(_, _, answer)] = unpack(router.handle(ServerMessage("a", msg(id=upstream, result={"content": []}))))
     assert answer["id"] == 4
 
 
@@ -327,9 +347,9 @@ def test_a_caller_that_never_retries_has_the_call_cancelled(router, clock):
     result = input_required(server_asks(router, "s1"), 7, 1)
     assert router.next_deadline() <= clock.now + TIMEOUT
     clock.now += TIMEOUT - 1
-    assert router.expire() == []
+    assert router.handle(TimePassed()) == []
     clock.now += 1.5
-    out = unpack(router.expire())
+    out = unpack(router.handle(TimePassed()))
     assert [(kind, server) for kind, server, _ in out] == [("ToServer", "a"), ("ToServer", "a")]
     assert out[0][2]["id"] == "s1" and out[0][2]["error"]["data"]["reason"] == "timeout"
     assert out[1][2] == {
@@ -339,7 +359,7 @@ def test_a_caller_that_never_retries_has_the_call_cancelled(router, clock):
     }
     assert router.in_flight() == 0 and router.parked == {}
     # A late retry hears why.
-    [(_, _, late)] = unpack(router.client_message(7, call(2, requestState=result["requestState"])))
+    [(_, _, late)] = unpack(router.handle(ClientMessage(7, call(2, requestState=result["requestState"]))))
     assert late["error"]["code"] == INVALID_PARAMS
 
 
@@ -347,8 +367,11 @@ def test_the_servers_answer_while_parked_is_kept_for_the_retry(router):
     connect_modern(router, 7)
     upstream = start_call(router, 7)
     result = input_required(server_asks(router, "s1"), 7, 1)
-    assert router.server_message("a", msg(id=upstream, result={"content": [{"type": "text", "text": "gave up"}]})) == []
-    out = unpack(router.client_message(7, call(2, requestState=result["requestState"])))
+    assert (
+        router.handle(ServerMessage("a", msg(id=upstream, result={"content": [{"type": "text", "text": "gave up"}]})))
+        == []
+    )
+    out = unpack(router.handle(ClientMessage(7, call(2, requestState=result["requestState"]))))
     # The server's request is moot (it answered without it); the retry gets the answer.
     assert out[0][:2] == ("ToServer", "a") and out[0][2]["id"] == "s1" and "error" in out[0][2]
     assert out[1] == (
@@ -361,7 +384,7 @@ def test_the_servers_answer_while_parked_is_kept_for_the_retry(router):
 def test_a_state_that_is_not_the_proxys_goes_upstream(router):
     connect_modern(router, 7)
     [(kind, server, sent)] = unpack(
-        router.client_message(7, call(1, inputResponses={"k": {}}, requestState="v1.theirs"))
+        router.handle(ClientMessage(7, call(1, inputResponses={"k": {}}, requestState="v1.theirs")))
     )
     assert (kind, server) == ("ToServer", "a")
     assert sent["params"]["requestState"] == "v1.theirs" and sent["params"]["inputResponses"] == {"k": {}}
@@ -378,10 +401,10 @@ def test_a_server_request_outside_any_modern_call_is_refused(router):
 def test_a_legacy_client_is_still_asked_directly(router):
     connect(router, 3)
     [(kind, server, sent)] = unpack(
-        router.client_message(3, msg(id=1, method="tools/call", params={"name": "a__slow"}))
+        router.handle(ClientMessage(3, msg(id=1, method="tools/call", params={"name": "a__slow"})))
     )
-    router.client_disconnected(1)
-    router.client_disconnected(2)
+    router.handle(ClientDisconnected(1))
+    router.handle(ClientDisconnected(2))
     [(kind, session, asked)] = server_asks(router, 9)
     assert (kind, session, asked["method"]) == ("ToClient", 3, "elicitation/create") and router.parked == {}
 
@@ -392,28 +415,30 @@ def test_a_call_that_times_out_upstream_while_parked_fails_its_retry(clock):
     start_call(router, 7)
     result = input_required(server_asks(router, "s1"), 7, 1)
     clock.now += 5.5  # the server's request timeout
-    [(kind, _, cancel)] = unpack(router.expire())
+    [(kind, _, cancel)] = unpack(router.handle(TimePassed()))
     assert kind == "ToServer" and cancel["method"] == "notifications/cancelled"
-    out = unpack(router.client_message(7, call(2, requestState=result["requestState"])))
+    out = unpack(router.handle(ClientMessage(7, call(2, requestState=result["requestState"]))))
     assert out[-1][:2] == ("ToClient", 7)
     assert out[-1][2]["id"] == 2 and "while it waited for input" in out[-1][2]["error"]["message"]
     assert router.parked == {} and router.clients[7].in_flight == {}
 
 
 def test_on_a_streaming_upstream_the_requests_stream_names_the_parked_call(router):
-    router.server_streams("a", True)
+    router.handle(ServerStreams("a", True))
     connect_modern(router, 7)
     upstream = start_call(router, 7)
     raw = msg(id="s1", method="elicitation/create", params=ELICIT)
-    assert router.server_message("a", raw, related=upstream) == []
+    assert router.handle(ServerMessage("a", raw, related=upstream)) == []
     result = input_required(window_closes(router), 7, 1)
     # The next one on the same stream belongs to the same (parked) call: queued, not refused.
     sampling = {"messages": [], "maxTokens": 5}
     assert (
-        router.server_message("a", msg(id="s2", method="sampling/createMessage", params=sampling), related=upstream)
+        router.handle(
+            ServerMessage("a", msg(id="s2", method="sampling/createMessage", params=sampling), related=upstream)
+        )
         == []
     )
-    out = unpack(router.client_message(7, call(2, requestState=result["requestState"])))
+    out = unpack(router.handle(ClientMessage(7, call(2, requestState=result["requestState"]))))
     again = input_required(out, 7, 2)  # nothing answered: both asked again
     assert sorted(r["method"] for r in again["inputRequests"].values()) == [
         "elicitation/create",
@@ -432,21 +457,21 @@ def request(id: Any, method: str, params: dict[str, Any]) -> bytes:
 )
 def test_a_resource_read_parks_and_resumes_the_same_way(router, method, params, sent):
     connect_modern(router, 7)
-    [(_, _, out)] = unpack(router.client_message(7, request(1, method, params)))
+    [(_, _, out)] = unpack(router.handle(ClientMessage(7, request(1, method, params))))
     assert out["method"] == method and out["params"]["uri"] == sent["uri"]
     result = input_required(server_asks(router, "s1"), 7, 1)
     [key] = result["inputRequests"]
     # The state names this URI: another one is refused, the same one resumes.
     other = request(2, method, {"uri": "b+demo://r/1", "requestState": result["requestState"]})
-    [(_, _, refused)] = unpack(router.client_message(7, other))
+    [(_, _, refused)] = unpack(router.handle(ClientMessage(7, other)))
     assert refused["error"]["code"] == INVALID_PARAMS and "another request" in refused["error"]["message"]
     retry = request(
         3, method, {**params, "inputResponses": {key: {"action": "decline"}}, "requestState": result["requestState"]}
     )
-    assert unpack(router.client_message(7, retry)) == [
+    assert unpack(router.handle(ClientMessage(7, retry))) == [
         ("ToServer", "a", {"jsonrpc": "2.0", "id": "s1", "result": {"action": "decline"}})
     ]
-    [(_, _, answer)] = unpack(router.server_message("a", msg(id=out["id"], result={"contents": []})))
+    [(_, _, answer)] = unpack(router.handle(ServerMessage("a", msg(id=out["id"], result={"contents": []}))))
     assert answer["id"] == 3 and answer["result"]["contents"] == [] and answer["result"]["resultType"] == "complete"
 
 
@@ -465,7 +490,7 @@ def test_a_call_answered_within_the_window_goes_to_its_caller_and_its_requests_a
     connect_modern(router, 7)
     upstream = start_call(router, 7)
     assert send_request(router, "s1") == []
-    [(kind, session, answer)] = unpack(router.server_message("a", msg(id=upstream, result={"content": []})))
+    [(kind, session, answer)] = unpack(router.handle(ServerMessage("a", msg(id=upstream, result={"content": []}))))
     assert (kind, session, answer["result"]["resultType"]) == ("ToClient", 7, "complete")
     [(kind, server, refusal)] = window_closes(router)
     assert (kind, server, refusal["id"]) == ("ToServer", "a", "s1") and "the call ended" in refusal["error"]["message"]
@@ -502,7 +527,7 @@ def test_parked_calls_are_bounded_per_principal_and_in_all(clock):
     assert len(router.parked) == 3
     # A parked call that ends frees its place: A may park again.
     clock.now += TIMEOUT + 1
-    router.expire()
+    router.handle(TimePassed())
     assert router.parked == {} and router.parked.by_principal == {}
     connect_modern(router, 6, principal="A")
     start_call(router, 6, id=6)
@@ -514,11 +539,13 @@ def test_calls_parked_together_do_not_expire_together(router, clock):
         connect_modern(router, key)
         upstream = start_call(router, key, id=key)
         # A streaming upstream names the call each request is for: three at the same instant.
-        router.server_message("a", msg(id=f"s{key}", method="elicitation/create", params=ELICIT), upstream)
+        router.handle(ServerMessage("a", msg(id=f"s{key}", method="elicitation/create", params=ELICIT), upstream))
     window_closes(router)
     assert len(router.parked) == 3
     deadlines = sorted(parked.deadline for parked in router.parked.values())
     assert min(deadlines[1] - deadlines[0], deadlines[2] - deadlines[1]) >= EXPIRY_SPACING * 0.99
     clock.now = deadlines[0]
-    cancels = [sent for _, _, sent in unpack(router.expire()) if sent.get("method") == "notifications/cancelled"]
+    cancels = [
+        sent for _, _, sent in unpack(router.handle(TimePassed())) if sent.get("method") == "notifications/cancelled"
+    ]
     assert len(cancels) == 1 and len(router.parked) == 2

@@ -6,6 +6,19 @@ import pytest
 from aggregator.config import ServerConfig
 from aggregator.core.catalog import Catalog
 from aggregator.core.commands import RequestEnded
+from aggregator.core.events import (
+    ClientConnected,
+    ClientDisconnected,
+    ClientMessage,
+    LinkEnded,
+    ServerDown,
+    ServerItems,
+    ServerListing,
+    ServerLost,
+    ServerMessage,
+    ServerReady,
+    TimePassed,
+)
 from aggregator.core.router import StartUpstream, StopUpstream
 from tests.core.helpers import connect, lifecycle_serves, msg, new_router, own_asks, unpack
 
@@ -25,11 +38,11 @@ CAPS = {"capabilities": {"tools": {"listChanged": True}, "prompts": {}, "resourc
 def make_router(clock, debounce=0.0, **settings):
     servers = [ServerConfig(name="a", command="x"), ServerConfig(name="p", command="x", isolation="per-session")]
     router = new_router(Catalog(servers, "__", 50), servers, clock=clock, list_changed_debounce=debounce, **settings)
-    router.server_ready("a", CAPS)
-    router.server_items("a", "tools", [{"name": "time"}])
-    router.server_ready("p", CAPS)
+    router.handle(ServerReady("a", CAPS))
+    router.handle(ServerItems("a", "tools", [{"name": "time"}]))
+    router.handle(ServerReady("p", CAPS))
     for kind, items in SHARED_P.items():
-        router.server_items("p", kind, items)
+        router.handle(ServerItems("p", kind, items))
     router.startup_complete = True
     connect(router, 1)
     connect(router, 2)
@@ -42,7 +55,7 @@ def router(clock):
 
 
 def request(router, session, id, method, **params):
-    return unpack(router.client_message(session, msg(id=id, method=method, params=params)))
+    return unpack(router.handle(ClientMessage(session, msg(id=id, method=method, params=params))))
 
 
 def names(router, session, method="tools/list", kind="tools", key="name"):
@@ -52,12 +65,12 @@ def names(router, session, method="tools/list", kind="tools", key="name"):
 
 def own_connection(router, session, listing=OWN_P):
     """The session's first request to p starts its connection, which then lists."""
-    out = router.client_message(session, msg(id=50, method="tools/call", params={"name": "p__echo"}))
+    out = router.handle(ClientMessage(session, msg(id=50, method="tools/call", params={"name": "p__echo"})))
     assert [type(c) for c in out] == [StartUpstream] and out[0].name == f"p@{session}"
-    sent = unpack(router.server_ready(f"p@{session}", CAPS))
+    sent = unpack(router.handle(ServerReady(f"p@{session}", CAPS)))
     assert [(kind, server, m["method"]) for kind, server, m in sent] == [("ToServer", f"p@{session}", "tools/call")]
-    router.server_message(f"p@{session}", msg(id=sent[0][2]["id"], result={"content": []}))
-    return unpack(router.server_listing(f"p@{session}", listing))
+    router.handle(ServerMessage(f"p@{session}", msg(id=sent[0][2]["id"], result={"content": []})))
+    return unpack(router.handle(ServerListing(f"p@{session}", listing)))
 
 
 def notices(out):
@@ -69,9 +82,9 @@ def notices(out):
 def test_sessions_without_own_servers_use_their_profiles_catalog(router):
     assert router.clients[1].catalog is router.catalogs["default"] and not router.views
     # The own connection's first answer is no listing: nothing changes until it lists.
-    router.client_message(1, msg(id=1, method="tools/call", params={"name": "p__echo"}))
-    router.server_ready("p@1", CAPS)
-    assert router.server_items("p@1", "tools", [{"name": "other"}]) == []
+    router.handle(ClientMessage(1, msg(id=1, method="tools/call", params={"name": "p__echo"})))
+    router.handle(ServerReady("p@1", CAPS))
+    assert router.handle(ServerItems("p@1", "tools", [{"name": "other"}])) == []
     assert router.clients[1].catalog is router.catalogs["default"]
 
 
@@ -108,32 +121,32 @@ def test_list_changed_from_an_own_connection_relists_it_and_tells_its_session_on
     router = make_router(clock, debounce=0.05)
     own_connection(router, 1)
     clock.now += 1
-    router.expire()
+    router.handle(TimePassed())
     lifecycle_serves(router, "p@1", CAPS["capabilities"], OWN_P)  # its connection, through its lifecycle
-    relist = router.server_message("p@1", msg(method="notifications/tools/list_changed"))
+    relist = router.handle(ServerMessage("p@1", msg(method="notifications/tools/list_changed")))
     assert [(c.server, m["method"]) for c, m in zip(relist, own_asks(relist), strict=True)] == [("p@1", "tools/list")]
     more = [*OWN_P["resources"], {"uri": "demo://session/b.gz"}]
-    assert router.server_items("p@1", "resources", more) == []  # debounced
-    assert router.server_items("p@1", "resources", more) == []
-    assert router.server_items("p@1", "tools", OWN_P["tools"]) == []  # unchanged: nothing due
+    assert router.handle(ServerItems("p@1", "resources", more)) == []  # debounced
+    assert router.handle(ServerItems("p@1", "resources", more)) == []
+    assert router.handle(ServerItems("p@1", "tools", OWN_P["tools"])) == []  # unchanged: nothing due
     clock.now += 0.05
-    assert notices(unpack(router.expire())) == [(1, "notifications/resources/list_changed")]
+    assert notices(unpack(router.handle(TimePassed()))) == [(1, "notifications/resources/list_changed")]
     assert "p+demo://session/b.gz" in names(router, 1, "resources/list", "resources", "uri")
 
 
 def test_a_change_of_a_shared_server_reaches_every_session_that_sees_it(router):
     own_connection(router, 1)
-    assert notices(unpack(router.server_items("a", "tools", [{"name": "time"}, {"name": "zone"}]))) == [
+    assert notices(unpack(router.handle(ServerItems("a", "tools", [{"name": "time"}, {"name": "zone"}])))) == [
         (1, "notifications/tools/list_changed"),
         (2, "notifications/tools/list_changed"),
     ]
     assert "a__zone" in names(router, 1) and "a__zone" in names(router, 2)
     # The shared listing of p is what session 2 sees; session 1 sees its own.
-    assert notices(unpack(router.server_items("p", "tools", [{"name": "echo"}]))) == [
+    assert notices(unpack(router.handle(ServerItems("p", "tools", [{"name": "echo"}])))) == [
         (2, "notifications/tools/list_changed")
     ]
     assert names(router, 1) == ["a__time", "a__zone", "p__echo", "p__gzip"]
-    assert notices(unpack(router.server_lost("a", "crashed"))) == [
+    assert notices(unpack(router.handle(ServerLost("a", "crashed")))) == [
         (1, "notifications/tools/list_changed"),
         (2, "notifications/tools/list_changed"),
     ]
@@ -143,12 +156,12 @@ def test_a_change_of_a_shared_server_reaches_every_session_that_sees_it(router):
 def test_a_notice_due_to_a_profile_still_reaches_a_session_that_gets_its_own_view(clock):
     router = make_router(clock, debounce=0.05)
     clock.now += 1
-    router.expire()
-    router.server_items("a", "tools", [{"name": "zone"}])  # due to every session in 50 ms
+    router.handle(TimePassed())
+    router.handle(ServerItems("a", "tools", [{"name": "zone"}]))  # due to every session in 50 ms
     out = own_connection(router, 1)
     assert out == []
     clock.now += 0.05
-    assert notices(unpack(router.expire())) == [
+    assert notices(unpack(router.handle(TimePassed()))) == [
         (1, "notifications/resources/list_changed"),
         (1, "notifications/tools/list_changed"),
         (2, "notifications/tools/list_changed"),
@@ -158,57 +171,57 @@ def test_a_notice_due_to_a_profile_still_reaches_a_session_that_gets_its_own_vie
 def test_subscriptions_are_per_connection_and_updates_go_to_their_session(router):
     uri = "p+demo://static/1"
     # Session 1's first request to p is a subscribe: held while its connection starts.
-    [start] = router.client_message(1, msg(id=1, method="resources/subscribe", params={"uri": uri}))
+    [start] = router.handle(ClientMessage(1, msg(id=1, method="resources/subscribe", params={"uri": uri})))
     assert type(start) is StartUpstream
-    [(_, server, sent)] = unpack(router.server_ready("p@1", CAPS))
+    [(_, server, sent)] = unpack(router.handle(ServerReady("p@1", CAPS)))
     assert (server, sent["method"], sent["params"]["uri"]) == ("p@1", "resources/subscribe", "demo://static/1")
-    [(_, session, answer)] = unpack(router.server_message("p@1", msg(id=sent["id"], result={})))
+    [(_, session, answer)] = unpack(router.handle(ServerMessage("p@1", msg(id=sent["id"], result={}))))
     assert (session, answer) == (1, {"jsonrpc": "2.0", "id": 1, "result": {}})
     # Session 2 subscribes to the same URI: on its own connection, not counted as done.
-    [start] = router.client_message(2, msg(id=1, method="resources/subscribe", params={"uri": uri}))
-    [(_, server, sent)] = unpack(router.server_ready("p@2", CAPS))
+    [start] = router.handle(ClientMessage(2, msg(id=1, method="resources/subscribe", params={"uri": uri})))
+    [(_, server, sent)] = unpack(router.handle(ServerReady("p@2", CAPS)))
     assert (server, sent["method"]) == ("p@2", "resources/subscribe")
-    router.server_message("p@2", msg(id=sent["id"], result={}))
+    router.handle(ServerMessage("p@2", msg(id=sent["id"], result={})))
     update = msg(method="notifications/resources/updated", params={"uri": "demo://static/1"})
-    assert unpack(router.server_message("p@1", update)) == [
+    assert unpack(router.handle(ServerMessage("p@1", update))) == [
         ("ToClient", 1, {"jsonrpc": "2.0", "method": "notifications/resources/updated", "params": {"uri": uri}})
     ]
-    assert [s for _, s, _ in unpack(router.server_message("p@2", update))] == [2]
+    assert [s for _, s, _ in unpack(router.handle(ServerMessage("p@2", update)))] == [2]
     # Unsubscribing goes to the session's own connection; its updates stop.
     [(_, server, sent)] = request(router, 1, 2, "resources/unsubscribe", uri=uri)
     assert (server, sent["method"]) == ("p@1", "resources/unsubscribe")
-    assert router.server_message("p@1", update) == []
+    assert router.handle(ServerMessage("p@1", update)) == []
     # The shared listing connection never hears of them.
     assert router.subscriptions.of_server("p") == []
 
 
 def test_a_subscribe_that_never_reached_its_connection_is_not_kept(router):
     uri = "p+demo://static/1"
-    router.client_message(1, msg(id=1, method="resources/subscribe", params={"uri": uri}))
-    [(_, session, error)] = unpack(router.server_lost("p@1", "cannot start 'x'"))
+    router.handle(ClientMessage(1, msg(id=1, method="resources/subscribe", params={"uri": uri})))
+    [(_, session, error)] = unpack(router.handle(ServerLost("p@1", "cannot start 'x'")))
     assert (session, error["error"]["data"]["reason"]) == (1, "unavailable")
-    router.link_ended("p@1")  # as the hub does for a connection that ended before it was ready
+    router.handle(LinkEnded("p@1"))  # as the hub does for a connection that ended before it was ready
     assert "p@1" not in router.links
     # Asked again, it is really made (not answered "already subscribed").
-    [start] = router.client_message(1, msg(id=2, method="resources/subscribe", params={"uri": uri}))
+    [start] = router.handle(ClientMessage(1, msg(id=2, method="resources/subscribe", params={"uri": uri})))
     assert type(start) is StartUpstream
-    [(_, server, sent)] = unpack(router.server_ready("p@1", CAPS))
+    [(_, server, sent)] = unpack(router.handle(ServerReady("p@1", CAPS)))
     assert (server, sent["method"]) == ("p@1", "resources/subscribe")
 
 
 def test_a_restarted_own_connection_renews_its_sessions_subscriptions(router):
     own_connection(router, 1)
     [(_, _, sent)] = request(router, 1, 1, "resources/subscribe", uri="p+demo://static/1")
-    router.server_message("p@1", msg(id=sent["id"], result={}))
-    out = unpack(router.server_lost("p@1", "crashed"))
+    router.handle(ServerMessage("p@1", msg(id=sent["id"], result={})))
+    out = unpack(router.handle(ServerLost("p@1", "crashed")))
     # It sees the shared listing again, and is told so.
     assert notices(out) == [(1, "notifications/resources/list_changed"), (1, "notifications/tools/list_changed")]
     assert 1 not in router.views and router.clients[1].catalog is router.catalogs["default"]
     assert names(router, 1) == names(router, 2)
-    router.link_ended("p@1")
+    router.handle(LinkEnded("p@1"))
     assert "p@1" not in router.links
-    router.client_message(1, msg(id=2, method="tools/call", params={"name": "p__echo"}))
-    sent = unpack(router.server_ready("p@1", CAPS))
+    router.handle(ClientMessage(1, msg(id=2, method="tools/call", params={"name": "p__echo"})))
+    sent = unpack(router.handle(ServerReady("p@1", CAPS)))
     assert [(m["method"], m["params"].get("uri")) for _, _, m in sent] == [
         ("resources/subscribe", "demo://static/1"),
         ("tools/call", None),
@@ -219,23 +232,25 @@ def test_a_session_that_leaves_takes_its_view_and_connection_with_it(router):
     own_connection(router, 1)
     own_connection(router, 2, {"tools": [{"name": "only-two"}]})
     request(router, 1, 1, "resources/subscribe", uri="p+demo://static/1")
-    out = router.client_disconnected(1)
+    out = router.handle(ClientDisconnected(1))
     assert StopUpstream("p@1") in out and "p@1" not in router.links
     assert not any(type(c).__name__ == "ToClient" for c in out)  # nobody else is told anything
     assert 1 not in router.views and 2 in router.views and router.subscriptions.of_server("p@1") == []
     assert names(router, 2) == ["a__time", "p__only-two"]
-    assert router.server_listing("p@1", OWN_P) == [] and router.server_items("p@1", "tools", []) == []
+    assert router.handle(ServerListing("p@1", OWN_P)) == [] and router.handle(ServerItems("p@1", "tools", [])) == []
 
 
 def test_instructions_name_each_configured_server_once_never_a_sessions_connection(clock):
     router = make_router(clock)
-    router.server_ready("p", dict(CAPS, instructions="Use p for demos."))
+    router.handle(ServerReady("p", dict(CAPS, instructions="Use p for demos.")))
     own_connection(router, 1)
     router.links["p@1"].instructions = "Use p for demos."  # its own connection says the same
-    router.client_connected(3)
+    router.handle(ClientConnected(3))
     [(_, _, answer)] = unpack(
-        router.client_message(
-            3, msg(id=0, method="initialize", params={"protocolVersion": "2025-11-25", "capabilities": {}})
+        router.handle(
+            ClientMessage(
+                3, msg(id=0, method="initialize", params={"protocolVersion": "2025-11-25", "capabilities": {}})
+            )
         )
     )
     instructions = answer["result"]["instructions"]
@@ -245,11 +260,11 @@ def test_instructions_name_each_configured_server_once_never_a_sessions_connecti
 def test_tasks_list_asks_the_shared_servers_and_the_sessions_own_connections_only(clock):
     router = make_router(clock)
     tasks = dict(CAPS["capabilities"], tasks={"list": {}})
-    router.server_ready("a", {"capabilities": tasks})
-    router.server_ready("p", {"capabilities": tasks})
+    router.handle(ServerReady("a", {"capabilities": tasks}))
+    router.handle(ServerReady("p", {"capabilities": tasks}))
     for session in (1, 2):
         own_connection(router, session)
-        router.server_ready(f"p@{session}", {"capabilities": tasks})
+        router.handle(ServerReady(f"p@{session}", {"capabilities": tasks}))
     asked = sorted(server for kind, server, _ in request(router, 1, 7, "tasks/list") if kind == "ToServer")
     # Not session 2's connection (its tasks are never session 1's), nor p's shared listing
     # connection (no client's request ever runs there).
@@ -257,21 +272,23 @@ def test_tasks_list_asks_the_shared_servers_and_the_sessions_own_connections_onl
 
 
 def test_a_request_held_while_its_sessions_connection_starts_is_in_flight(router):
-    [start] = router.client_message(1, msg(id=1, method="tools/call", params={"name": "p__echo"}))
+    [start] = router.handle(ClientMessage(1, msg(id=1, method="tools/call", params={"name": "p__echo"})))
     assert type(start) is StartUpstream
     # Its id is taken: a second request with it is refused, not dropped unanswered later.
     [(_, _, refused)] = request(router, 1, 1, "tools/call", name="p__echo")
     assert refused["error"]["code"] == -32600 and "already in use" in refused["error"]["message"]
     # Cancelled while it waits: it never reaches the server.
-    router.client_message(1, msg(id=2, method="tools/call", params={"name": "p__echo", "arguments": {"n": 2}}))
-    assert router.client_message(1, msg(method="notifications/cancelled", params={"requestId": 2})) == [
+    router.handle(ClientMessage(1, msg(id=2, method="tools/call", params={"name": "p__echo", "arguments": {"n": 2}})))
+    assert router.handle(ClientMessage(1, msg(method="notifications/cancelled", params={"requestId": 2}))) == [
         RequestEnded(1, 2)
     ]
-    sent = unpack(router.server_ready("p@1", CAPS))
+    sent = unpack(router.handle(ServerReady("p@1", CAPS)))
     assert [(server, m["method"], m["params"].get("arguments")) for _, server, m in sent] == [
         ("p@1", "tools/call", None)
     ]
-    [(_, session, answer)] = unpack(router.server_message("p@1", msg(id=sent[0][2]["id"], result={"content": []})))
+    [(_, session, answer)] = unpack(
+        router.handle(ServerMessage("p@1", msg(id=sent[0][2]["id"], result={"content": []})))
+    )
     assert (session, answer["id"]) == (1, 1)
     # The id is free again once answered.
     [(_, server, _)] = request(router, 1, 2, "tools/call", name="p__echo")
@@ -282,26 +299,28 @@ def test_a_new_session_uses_its_own_connection_while_the_listing_connection_rest
     # The shared connection that lists p is lost: p's items leave the catalog, but p is a
     # per-session server, so a new session's call by name still starts its own connection
     # (not "restarting, next attempt in ..."), under the server's own name.
-    router.server_lost("p", "the server exited with status 1")
-    router.server_down("p", "the server exited with status 1", 28.0)
-    out = router.client_message(2, msg(id=7, method="tools/call", params={"name": "p__echo"}))
+    router.handle(ServerLost("p", "the server exited with status 1"))
+    router.handle(ServerDown("p", "the server exited with status 1", 28.0))
+    out = router.handle(ClientMessage(2, msg(id=7, method="tools/call", params={"name": "p__echo"})))
     assert [type(c) for c in out] == [StartUpstream] and out[0].name == "p@2"
-    sent = unpack(router.server_ready("p@2", CAPS))
+    sent = unpack(router.handle(ServerReady("p@2", CAPS)))
     assert [(server, m["method"], m["params"]["name"]) for _, server, m in sent] == [("p@2", "tools/call", "echo")]
     # Its resources and prompt completions too.
-    out = router.client_message(2, msg(id=8, method="resources/read", params={"uri": "p+demo://static/1"}))
-    out += router.client_message(
-        2,
-        msg(
-            id=9,
-            method="completion/complete",
-            params={"ref": {"type": "ref/prompt", "name": "p__hello"}, "argument": {"name": "x", "value": ""}},
-        ),
+    out = router.handle(ClientMessage(2, msg(id=8, method="resources/read", params={"uri": "p+demo://static/1"})))
+    out += router.handle(
+        ClientMessage(
+            2,
+            msg(
+                id=9,
+                method="completion/complete",
+                params={"ref": {"type": "ref/prompt", "name": "p__hello"}, "argument": {"name": "x", "value": ""}},
+            ),
+        )
     )
     assert [(c.server, c.message["method"]) for c in out] == [("p@2", "resources/read"), ("p@2", "completion/complete")]
     # A shared server that is out (for longer than a request may wait) still answers unavailable.
-    router.server_lost("a", "gone")
-    router.server_down("a", "gone", 600.0)
+    router.handle(ServerLost("a", "gone"))
+    router.handle(ServerDown("a", "gone", 600.0))
     [(_, _, refused)] = request(router, 2, 10, "tools/call", name="a__time")
     assert refused["error"]["data"]["reason"] == "unavailable"
 

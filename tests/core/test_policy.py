@@ -8,6 +8,7 @@ import pytest
 
 from aggregator.config import structure_config
 from aggregator.core.catalog import Catalog
+from aggregator.core.events import ClientConnected, ClientMessage, ServerItems, ServerMessage, ServerReady
 from aggregator.core.policy import ProfilePolicy, server_request_allowed
 from aggregator.jsonrpc import loads
 from tests.core.helpers import msg, new_router
@@ -74,31 +75,38 @@ def router(config):
 
     r = new_router(catalog(None), servers, list_changed_debounce=0, profiles={"reader": catalog("reader")})
     for name in ("e", "g"):
-        r.server_ready(
-            name, {"capabilities": {"tools": {}, "resources": {"subscribe": True}, "prompts": {}, "completions": {}}}
+        r.handle(
+            ServerReady(
+                name,
+                {"capabilities": {"tools": {}, "resources": {"subscribe": True}, "prompts": {}, "completions": {}}},
+            )
         )
-    r.server_items("e", "tools", E_TOOLS)
-    r.server_items("e", "resources", [{"uri": "demo://a"}, {"uri": "demo://secret/1"}])
-    r.server_items(
-        "e", "resourceTemplates", [{"uriTemplate": "demo://open/{id}"}, {"uriTemplate": "demo://hidden/{id}"}]
+    r.handle(ServerItems("e", "tools", E_TOOLS))
+    r.handle(ServerItems("e", "resources", [{"uri": "demo://a"}, {"uri": "demo://secret/1"}]))
+    r.handle(
+        ServerItems(
+            "e", "resourceTemplates", [{"uriTemplate": "demo://open/{id}"}, {"uriTemplate": "demo://hidden/{id}"}]
+        )
     )
-    r.server_items("g", "tools", G_TOOLS)
+    r.handle(ServerItems("g", "tools", G_TOOLS))
     r.startup_complete = True
     for key, profile in ((1, "default"), (2, "reader")):
-        r.client_connected(key, profile)
-        r.client_message(key, msg(id=0, method="initialize", params={"capabilities": {"roots": {}, "sampling": {}}}))
+        r.handle(ClientConnected(key, profile))
+        r.handle(
+            ClientMessage(key, msg(id=0, method="initialize", params={"capabilities": {"roots": {}, "sampling": {}}}))
+        )
     return r
 
 
 def names(router, key):
-    _, page = answer(router.client_message(key, msg(id=5, method="tools/list")))
+    _, page = answer(router.handle(ClientMessage(key, msg(id=5, method="tools/list"))))
     return [t["name"] for t in page["result"]["tools"]]
 
 
 def test_each_profile_sees_its_own_catalog(router):
     assert names(router, 1) == ["e__sum", "e__write", "g__git_status", "g__git_log", "g__git_commit"]
     assert names(router, 2) == ["e__sum", "g__git_status", "g__git_log"]
-    _, page = answer(router.client_message(1, msg(id=5, method="tools/list")))
+    _, page = answer(router.handle(ClientMessage(1, msg(id=5, method="tools/list"))))
     summed = page["result"]["tools"][0]
     assert (summed["title"], summed["description"]) == ("Add two numbers", "Adds a and b.")
 
@@ -120,22 +128,24 @@ def test_each_profile_sees_its_own_catalog(router):
     ],
 )
 def test_hidden_and_variant_names_are_unknown_and_reach_nothing(router, name):
-    kind, reply = answer(router.client_message(1, msg(id=9, method="tools/call", params={"name": name})))
-    _, absent = answer(router.client_message(1, msg(id=9, method="tools/call", params={"name": "never-was"})))
+    kind, reply = answer(router.handle(ClientMessage(1, msg(id=9, method="tools/call", params={"name": name}))))
+    _, absent = answer(router.handle(ClientMessage(1, msg(id=9, method="tools/call", params={"name": "never-was"}))))
     assert kind == "ToClient" and reply["error"]["code"] == absent["error"]["code"] == -32602
     assert reply["error"]["message"].startswith("Unknown tool")
     assert all(not link.pending for link in router.links.values())
 
 
 def test_profile_hidden_tool_is_callable_by_nobody_in_that_profile(router):
-    kind, _ = answer(router.client_message(1, msg(id=1, method="tools/call", params={"name": "g__git_commit"})))
+    kind, _ = answer(router.handle(ClientMessage(1, msg(id=1, method="tools/call", params={"name": "g__git_commit"}))))
     assert kind == "ToServer"  # the default profile may
-    kind, reply = answer(router.client_message(2, msg(id=1, method="tools/call", params={"name": "g__git_commit"})))
+    kind, reply = answer(
+        router.handle(ClientMessage(2, msg(id=1, method="tools/call", params={"name": "g__git_commit"})))
+    )
     assert kind == "ToClient" and reply["error"]["code"] == -32602
 
 
 def test_renamed_tool_calls_the_upstream_name(router):
-    kind, sent = answer(router.client_message(1, msg(id=1, method="tools/call", params={"name": "e__sum"})))
+    kind, sent = answer(router.handle(ClientMessage(1, msg(id=1, method="tools/call", params={"name": "e__sum"}))))
     assert (kind, sent["params"]["name"]) == ("ToServer", "get-sum")
 
 
@@ -152,19 +162,21 @@ def test_renamed_tool_calls_the_upstream_name(router):
 )
 def test_hidden_resources_and_templates_cannot_be_read_or_subscribed(router, uri):
     for method in ("resources/read", "resources/subscribe"):
-        kind, reply = answer(router.client_message(1, msg(id=3, method=method, params={"uri": uri})))
+        kind, reply = answer(router.handle(ClientMessage(1, msg(id=3, method=method, params={"uri": uri}))))
         assert kind == "ToClient" and reply["error"]["code"] == -32602, (method, uri)
     kind, reply = answer(
-        router.client_message(
-            1,
-            msg(
-                id=4,
-                method="completion/complete",
-                params={
-                    "ref": {"type": "ref/resource", "uri": "e+demo://hidden/{id}"},
-                    "argument": {"name": "id", "value": ""},
-                },
-            ),
+        router.handle(
+            ClientMessage(
+                1,
+                msg(
+                    id=4,
+                    method="completion/complete",
+                    params={
+                        "ref": {"type": "ref/resource", "uri": "e+demo://hidden/{id}"},
+                        "argument": {"name": "id", "value": ""},
+                    },
+                ),
+            )
         )
     )
     assert kind == "ToClient" and reply["error"]["code"] == -32602
@@ -172,29 +184,29 @@ def test_hidden_resources_and_templates_cannot_be_read_or_subscribed(router, uri
 
 
 def test_visible_resources_still_work(router):
-    _, page = answer(router.client_message(1, msg(id=1, method="resources/list")))
+    _, page = answer(router.handle(ClientMessage(1, msg(id=1, method="resources/list"))))
     assert [r["uri"] for r in page["result"]["resources"]] == ["e+demo://a"]
-    _, page = answer(router.client_message(1, msg(id=2, method="resources/templates/list")))
+    _, page = answer(router.handle(ClientMessage(1, msg(id=2, method="resources/templates/list"))))
     assert [t["uriTemplate"] for t in page["result"]["resourceTemplates"]] == ["e+demo://open/{id}"]
     for id, uri in enumerate(("e+demo://a", "e+demo://open/3")):
-        kind, sent = answer(router.client_message(1, msg(id=id, method="resources/read", params={"uri": uri})))
+        kind, sent = answer(router.handle(ClientMessage(1, msg(id=id, method="resources/read", params={"uri": uri}))))
         assert kind == "ToServer", uri
 
 
 def test_list_changes_reach_only_the_profiles_that_see_a_change(router):
-    out = router.server_items("g", "tools", [*G_TOOLS, {"name": "git_push", "annotations": {}}])
+    out = router.handle(ServerItems("g", "tools", [*G_TOOLS, {"name": "git_push", "annotations": {}}]))
     assert [c.session for c in out] == [1]  # the reader profile cannot see git_push
-    out = router.server_items("g", "tools", [*G_TOOLS[:1], *G_TOOLS[2:], {"name": "git_push"}])
+    out = router.handle(ServerItems("g", "tools", [*G_TOOLS[:1], *G_TOOLS[2:], {"name": "git_push"}]))
     assert sorted(c.session for c in out) == [1, 2]
 
 
 def test_server_requests_can_be_limited_per_server(router, config):
     router.server_request_policy = lambda server, method, params: server_request_allowed(config, server, method)
-    router.client_message(1, msg(id=1, method="tools/call", params={"name": "g__git_status"}))
-    kind, refused = answer(router.server_message("g", msg(id=1, method="sampling/createMessage", params={})))
+    router.handle(ClientMessage(1, msg(id=1, method="tools/call", params={"name": "g__git_status"})))
+    kind, refused = answer(router.handle(ServerMessage("g", msg(id=1, method="sampling/createMessage", params={}))))
     assert kind == "ToServer" and refused["error"]["data"]["reason"] == "denied"
     # roots/list is allowed: a shared server gets the proxy's roots (none configured here).
-    kind, roots = answer(router.server_message("g", msg(id=2, method="roots/list")))
+    kind, roots = answer(router.handle(ServerMessage("g", msg(id=2, method="roots/list"))))
     assert kind == "ToServer" and roots["result"] == {"roots": []}
 
 
@@ -205,7 +217,7 @@ def test_explain_reasons(router):
     assert reasons[("e", "delete-all")] == "policy.tools.deny '*delete*'"
     assert reasons[("e", "write")].startswith("profiles.reader.tools.read_only")
     assert reasons[("g", "git_commit")].startswith("profiles.reader.tools.read_only")  # the first rule that hid it
-    router.server_items("g", "tools", [*G_TOOLS, {"name": "git_show", "annotations": {"readOnlyHint": True}}])
+    router.handle(ServerItems("g", "tools", [*G_TOOLS, {"name": "git_show", "annotations": {"readOnlyHint": True}}]))
     reasons = {(s, o): r for s, o, r in reader.hidden["tools"]}
     assert reasons[("g", "git_show")] == "profiles.reader.servers.g.tools.allow (matched by none of its patterns)"
 

@@ -11,6 +11,21 @@ from aggregator.config import Config, KindPolicy, ProfileConfig, ProxyConfig, Ru
 from aggregator.config.changes import plan_changes
 from aggregator.config.core_settings import link_settings
 from aggregator.core.catalog import Catalog
+from aggregator.core.events import (
+    CatalogsRenewed,
+    ClientMessage,
+    ServerAdded,
+    ServerItems,
+    ServerListed,
+    ServerListing,
+    ServerLost,
+    ServerMessage,
+    ServerReady,
+    ServerRemoved,
+    ServerReplaced,
+    ServerRestarting,
+    StartupCompleted,
+)
 from aggregator.core.policy import ProfilePolicy
 from aggregator.core.router import Router
 from tests.core.helpers import Clock, connect, msg, new_router, unpack
@@ -133,53 +148,56 @@ def two_servers() -> tuple[Router, Clock, list[ServerConfig]]:
     clock = Clock()
     router = new_router(Catalog(servers, "__", 50), servers, clock=clock, list_changed_debounce=0)
     for name in ("a", "b"):
-        router.server_ready(name, {"protocolVersion": "2025-11-25", "capabilities": {"tools": {}}})
-        router.server_items(name, "tools", [{"name": "echo"}, {"name": "other"}])
-    router.startup_completed()
+        router.handle(ServerReady(name, {"protocolVersion": "2025-11-25", "capabilities": {"tools": {}}}))
+        router.handle(ServerItems(name, "tools", [{"name": "echo"}, {"name": "other"}]))
+    router.handle(StartupCompleted())
     connect(router, 1, {})
     return router, clock, servers
 
 
 def tool_names(router: Router, key: int = 1) -> list[str]:
-    [(_, _, answer)] = unpack(router.client_message(key, msg(id="l", method="tools/list")))
+    [(_, _, answer)] = unpack(router.handle(ClientMessage(key, msg(id="l", method="tools/list"))))
     return [tool["name"] for tool in answer["result"]["tools"]]
 
 
 def test_a_removed_server_answers_its_calls_and_leaves_the_catalog() -> None:
     router, _, servers = two_servers()
     [(kind, server, sent)] = unpack(
-        router.client_message(1, msg(id=7, method="tools/call", params={"name": "b__echo", "arguments": {}}))
+        router.handle(ClientMessage(1, msg(id=7, method="tools/call", params={"name": "b__echo", "arguments": {}})))
     )
     assert (kind, server) == ("ToServer", "b")
-    out = unpack(router.server_removed("b", "it was removed from the configuration"))
+    out = unpack(router.handle(ServerRemoved("b", "it was removed from the configuration")))
     errors = [m for k, s, m in out if k == "ToClient" and m.get("id") == 7]
     assert len(errors) == 1
     assert errors[0]["error"]["data"]["reason"] == "unavailable"
     assert "removed from the configuration" in errors[0]["error"]["message"]
     assert ("ToClient", 1, {"jsonrpc": "2.0", "method": "notifications/tools/list_changed"}) in out
     assert "b" not in router.links and "b" not in router.outages
-    router.catalogs_renewed(servers[:1], {"default": None})
+    router.handle(CatalogsRenewed(servers[:1], {"default": None}))
     assert tool_names(router) == ["a__echo", "a__other"]
     [(_, _, unknown)] = unpack(
-        router.client_message(1, msg(id=8, method="tools/call", params={"name": "b__echo", "arguments": {}}))
+        router.handle(ClientMessage(1, msg(id=8, method="tools/call", params={"name": "b__echo", "arguments": {}})))
     )
     assert unknown["error"]["code"] == -32602
     # Its late answer goes nowhere.
-    assert router.server_message("b", msg(id=sent["id"], result={})) == []
+    assert router.handle(ServerMessage("b", msg(id=sent["id"], result={}))) == []
 
 
 def test_an_added_server_is_starting_until_listed_then_announced() -> None:
     router, _, servers = two_servers()
     c = ServerConfig(name="c", command="x")
-    assert router.catalogs_renewed([*servers, c], {"default": None}) == []  # nothing visible changed yet
-    router.server_added(link_settings(c))
+    assert router.handle(CatalogsRenewed([*servers, c], {"default": None})) == []  # nothing visible changed yet
+    router.handle(ServerAdded(link_settings(c)))
     assert router.links["c"].prefix == "c"
     # A call naming it waits for it (held), it is not "Unknown".
-    assert router.client_message(1, msg(id=9, method="tools/call", params={"name": "c__echo", "arguments": {}})) == []
-    router.server_ready("c", {"protocolVersion": "2025-11-25", "capabilities": {"tools": {}}})
-    out = unpack(router.server_items("c", "tools", [{"name": "echo"}]))
+    assert (
+        router.handle(ClientMessage(1, msg(id=9, method="tools/call", params={"name": "c__echo", "arguments": {}})))
+        == []
+    )
+    router.handle(ServerReady("c", {"protocolVersion": "2025-11-25", "capabilities": {"tools": {}}}))
+    out = unpack(router.handle(ServerItems("c", "tools", [{"name": "echo"}])))
     assert ("ToClient", 1, {"jsonrpc": "2.0", "method": "notifications/tools/list_changed"}) in out
-    out = unpack(router.server_listed("c"))
+    out = unpack(router.handle(ServerListed("c")))
     assert [(k, s) for k, s, _ in out] == [("ToServer", "c")]  # the held call goes now
     assert tool_names(router) == ["a__echo", "a__other", "b__echo", "b__other", "c__echo"]
 
@@ -188,64 +206,69 @@ def test_renewed_rules_hide_what_they_deny_and_tell_the_clients() -> None:
     router, _, servers = two_servers()
     cursor_catalog = router.catalogs["default"]
     rules = Config(servers={s.name: s for s in servers}, policy=RuleSet(tools=KindPolicy(deny=("other",))))
-    out = unpack(router.catalogs_renewed(servers, {"default": ProfilePolicy(rules)}))
+    out = unpack(router.handle(CatalogsRenewed(servers, {"default": ProfilePolicy(rules)})))
     assert out == [("ToClient", 1, {"jsonrpc": "2.0", "method": "notifications/tools/list_changed"})]
     assert router.catalogs["default"] is cursor_catalog  # the same catalog, renewed in place
     assert tool_names(router) == ["a__echo", "b__echo"]
     [(_, _, denied)] = unpack(
-        router.client_message(1, msg(id=3, method="tools/call", params={"name": "a__other", "arguments": {}}))
+        router.handle(ClientMessage(1, msg(id=3, method="tools/call", params={"name": "a__other", "arguments": {}})))
     )
     assert denied["error"]["code"] == -32602
     # The same rules again: nothing to tell.
-    assert router.catalogs_renewed(servers, {"default": ProfilePolicy(rules)}) == []
+    assert router.handle(CatalogsRenewed(servers, {"default": ProfilePolicy(rules)})) == []
 
 
 def test_a_new_prefix_renames_a_servers_items() -> None:
     router, _, servers = two_servers()
     renamed = [servers[0], attrs.evolve(servers[1], prefix="bee")]
-    router.catalogs_renewed(renamed, {"default": None})
+    router.handle(CatalogsRenewed(renamed, {"default": None}))
     assert tool_names(router) == ["a__echo", "a__other", "bee__echo", "bee__other"]
 
 
 def test_a_changed_server_restarts_in_place_and_calls_meanwhile_wait() -> None:
     router, clock, servers = two_servers()
     [(_, _, sent)] = unpack(
-        router.client_message(1, msg(id=7, method="tools/call", params={"name": "b__echo", "arguments": {}}))
+        router.handle(ClientMessage(1, msg(id=7, method="tools/call", params={"name": "b__echo", "arguments": {}})))
     )
-    out = unpack(router.server_restarting("b", "its configuration changed"))
+    out = unpack(router.handle(ServerRestarting("b", "its configuration changed")))
     [error] = [m for k, s, m in out if k == "ToClient" and m.get("id") == 7]
     assert "its configuration changed" in error["error"]["message"]
     # The old connection's own report of its end comes later, and changes nothing more.
-    router.server_lost("b", "stopped")
-    assert router.client_message(1, msg(id=8, method="tools/call", params={"name": "b__echo", "arguments": {}})) == []
+    router.handle(ServerLost("b", "stopped"))
+    assert (
+        router.handle(ClientMessage(1, msg(id=8, method="tools/call", params={"name": "b__echo", "arguments": {}})))
+        == []
+    )
     changed = attrs.evolve(servers[1], request_timeout=30.0)
-    router.catalogs_renewed([servers[0], changed], {"default": None})
-    router.server_replaced(link_settings(changed), "its configuration changed")
+    router.handle(CatalogsRenewed([servers[0], changed], {"default": None}))
+    router.handle(ServerReplaced(link_settings(changed), "its configuration changed"))
     assert router.links["b"].request_timeout == 30.0
     [(_, _, status)] = unpack(
-        router.client_message(1, msg(id=9, method="tools/call", params={"name": "b__nope", "arguments": {}}))
+        router.handle(ClientMessage(1, msg(id=9, method="tools/call", params={"name": "b__nope", "arguments": {}})))
     )
     assert status["error"]["code"] == -32602  # a name it never listed is unknown, restart or not
-    router.server_ready("b", {"protocolVersion": "2025-11-25", "capabilities": {"tools": {}}})
-    router.server_items("b", "tools", [{"name": "echo"}])
-    [(kind, server, held)] = unpack(router.server_listed("b"))
+    router.handle(ServerReady("b", {"protocolVersion": "2025-11-25", "capabilities": {"tools": {}}}))
+    router.handle(ServerItems("b", "tools", [{"name": "echo"}]))
+    [(kind, server, held)] = unpack(router.handle(ServerListed("b")))
     assert (kind, server, held["params"]["name"]) == ("ToServer", "b", "echo")  # the held call goes now
-    [(_, _, answer)] = unpack(router.server_message("b", msg(id=held["id"], result={"content": []})))
+    [(_, _, answer)] = unpack(router.handle(ServerMessage("b", msg(id=held["id"], result={"content": []}))))
     assert answer["id"] == 8 and "result" in answer
-    assert router.server_message("b", msg(id=sent["id"], result={})) == []  # the old call's late answer
+    assert router.handle(ServerMessage("b", msg(id=sent["id"], result={}))) == []  # the old call's late answer
 
 
 def test_a_removed_per_session_server_stops_every_sessions_connection() -> None:
     servers = [ServerConfig(name="a", command="x"), ServerConfig(name="p", command="x", isolation="per-session")]
     router = new_router(Catalog(servers, "__", 50), servers, clock=Clock(), list_changed_debounce=0)
     for name in ("a", "p"):
-        router.server_ready(name, {"protocolVersion": "2025-11-25", "capabilities": {"tools": {}}})
-        router.server_items(name, "tools", [{"name": "echo"}])
-    router.startup_completed()
+        router.handle(ServerReady(name, {"protocolVersion": "2025-11-25", "capabilities": {"tools": {}}}))
+        router.handle(ServerItems(name, "tools", [{"name": "echo"}]))
+    router.handle(StartupCompleted())
     connect(router, 1, {})
-    [start] = router.client_message(1, msg(id=5, method="tools/call", params={"name": "p__echo", "arguments": {}}))
+    [start] = router.handle(
+        ClientMessage(1, msg(id=5, method="tools/call", params={"name": "p__echo", "arguments": {}}))
+    )
     assert type(start).__name__ == "StartUpstream" and start.name == "p@1"
-    out = unpack(router.server_removed("p", "it was removed from the configuration"))
+    out = unpack(router.handle(ServerRemoved("p", "it was removed from the configuration")))
     assert ("StopUpstream", "p@1", ()) in out
     [held] = [m for k, s, m in out if k == "ToClient" and m.get("id") == 5]
     assert held["error"]["data"]["reason"] == "unavailable"
@@ -256,26 +279,28 @@ def test_a_sessions_own_listing_takes_the_new_rules_too() -> None:
     servers = [ServerConfig(name="a", command="x"), ServerConfig(name="p", command="x", isolation="per-session")]
     router = new_router(Catalog(servers, "__", 50), servers, clock=Clock(), list_changed_debounce=0)
     for name in ("a", "p"):
-        router.server_ready(name, {"protocolVersion": "2025-11-25", "capabilities": {"tools": {}}})
-        router.server_items(name, "tools", [{"name": "echo"}])
-    router.startup_completed()
+        router.handle(ServerReady(name, {"protocolVersion": "2025-11-25", "capabilities": {"tools": {}}}))
+        router.handle(ServerItems(name, "tools", [{"name": "echo"}]))
+    router.handle(StartupCompleted())
     connect(router, 1, {})
     connect(router, 2, {})
-    [start] = router.client_message(1, msg(id=5, method="tools/call", params={"name": "p__echo", "arguments": {}}))
+    [start] = router.handle(
+        ClientMessage(1, msg(id=5, method="tools/call", params={"name": "p__echo", "arguments": {}}))
+    )
     assert start.name == "p@1"
     [(_, _, sent)] = unpack(
-        router.server_ready("p@1", {"protocolVersion": "2025-11-25", "capabilities": {"tools": {}}})
+        router.handle(ServerReady("p@1", {"protocolVersion": "2025-11-25", "capabilities": {"tools": {}}}))
     )
-    router.server_message("p@1", msg(id=sent["id"], result={"content": []}))
-    router.server_listing("p@1", {"tools": [{"name": "echo"}, {"name": "gzip"}]})
+    router.handle(ServerMessage("p@1", msg(id=sent["id"], result={"content": []})))
+    router.handle(ServerListing("p@1", {"tools": [{"name": "echo"}, {"name": "gzip"}]}))
     assert tool_names(router, 1) == ["a__echo", "p__echo", "p__gzip"]  # its own listing
     rules = Config(servers={s.name: s for s in servers}, policy=RuleSet(tools=KindPolicy(deny=("gzip",))))
-    out = unpack(router.catalogs_renewed(servers, {"default": ProfilePolicy(rules)}))
+    out = unpack(router.handle(CatalogsRenewed(servers, {"default": ProfilePolicy(rules)})))
     # Only session 1 saw gzip: only it is told.
     assert out == [("ToClient", 1, {"jsonrpc": "2.0", "method": "notifications/tools/list_changed"})]
     assert tool_names(router, 1) == ["a__echo", "p__echo"]
     assert tool_names(router, 2) == ["a__echo", "p__echo"]
     [(_, _, denied)] = unpack(
-        router.client_message(1, msg(id=6, method="tools/call", params={"name": "p__gzip", "arguments": {}}))
+        router.handle(ClientMessage(1, msg(id=6, method="tools/call", params={"name": "p__gzip", "arguments": {}})))
     )
     assert denied["error"]["code"] == -32602

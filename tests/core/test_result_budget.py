@@ -8,6 +8,15 @@ from typing import Any
 
 from aggregator.config import ServerConfig
 from aggregator.core.catalog import Catalog
+from aggregator.core.events import (
+    ClientConnected,
+    ClientDisconnected,
+    ClientMessage,
+    ServerItems,
+    ServerMessage,
+    ServerReady,
+    StartupCompleted,
+)
 from aggregator.core.kept_results import KeptResults
 from aggregator.core.result_budget import RESULTS, cut_result, over_budget
 from aggregator.core.settings import Discovery
@@ -22,21 +31,25 @@ def build(budget: int = BUDGET, ttl: float = 60.0):
     clock = Clock()
     discovery = {"default": Discovery(max_result_tokens=budget, keep_results_for=ttl)}
     router = new_router(Catalog(servers, "__", 50), servers, clock=clock, discovery=discovery)
-    router.server_ready("s", {"protocolVersion": "2025-11-25", "capabilities": {"tools": {}}})
-    router.server_items("s", "tools", [{"name": "big", "inputSchema": {"type": "object"}}])
-    router.startup_completed()
+    router.handle(ServerReady("s", {"protocolVersion": "2025-11-25", "capabilities": {"tools": {}}}))
+    router.handle(ServerItems("s", "tools", [{"name": "big", "inputSchema": {"type": "object"}}]))
+    router.handle(StartupCompleted())
     return router, clock
 
 
 def call_with_result(router, key: int, result: dict[str, Any], id: Any = "q") -> dict[str, Any]:
-    [(_, _, sent)] = unpack(router.client_message(key, msg(id=id, method="tools/call", params={"name": "s__big"})))
-    [(kind, to, answer)] = unpack(router.server_message("s", msg(id=sent["id"], result=result)))
+    [(_, _, sent)] = unpack(
+        router.handle(ClientMessage(key, msg(id=id, method="tools/call", params={"name": "s__big"})))
+    )
+    [(kind, to, answer)] = unpack(router.handle(ServerMessage("s", msg(id=sent["id"], result=result))))
     assert (kind, to) == ("ToClient", key)
     return answer
 
 
 def read(router, key: int, uri: str) -> dict[str, Any]:
-    [(_, _, answer)] = unpack(router.client_message(key, msg(id="r", method="resources/read", params={"uri": uri})))
+    [(_, _, answer)] = unpack(
+        router.handle(ClientMessage(key, msg(id="r", method="resources/read", params={"uri": uri})))
+    )
     return answer
 
 
@@ -112,18 +125,20 @@ def test_no_uri_of_the_proxys_own_scheme_reaches_a_server_that_keeps_its_uris():
     """A server with an empty prefix owns every URI no other server claims: not these."""
     servers = [ServerConfig(name="u", command="x", prefix="")]
     router = new_router(Catalog(servers, "__", 50), servers, clock=Clock())
-    router.server_ready("u", {"protocolVersion": "2025-11-25", "capabilities": {"resources": {"subscribe": True}}})
-    router.server_items("u", "resources", [{"uri": "file:///a"}])
-    router.startup_completed()
+    router.handle(
+        ServerReady("u", {"protocolVersion": "2025-11-25", "capabilities": {"resources": {"subscribe": True}}})
+    )
+    router.handle(ServerItems("u", "resources", [{"uri": "file:///a"}]))
+    router.handle(StartupCompleted())
     connect(router, 1)
-    assert unpack(router.client_message(1, msg(id=1, method="resources/read", params={"uri": "file:///b"})))[0][0] == (
-        "ToServer"
-    )  # the server's own, unlisted: routed to it
+    assert unpack(router.handle(ClientMessage(1, msg(id=1, method="resources/read", params={"uri": "file:///b"}))))[0][
+        0
+    ] == ("ToServer")  # the server's own, unlisted: routed to it
     token = "t" * 24
     for other in ("aggregator://results:0/", "aggregator://results./", "aggregator:/results/", "aggregator:x/"):
         for method in ("resources/read", "resources/subscribe"):
             [(kind, _, answer)] = unpack(
-                router.client_message(1, msg(id=2, method=method, params={"uri": other + token}))
+                router.handle(ClientMessage(1, msg(id=2, method=method, params={"uri": other + token})))
             )
             assert kind == "ToClient" and "Unknown resource" in answer["error"]["message"], (method, other)
 
@@ -133,16 +148,18 @@ def test_a_session_owned_rest_goes_with_its_session():
     connect(router, 1)
     call_with_result(router, 1, {"content": [{"type": "text", "text": words(2000)}]})
     assert router.kept.items
-    router.client_disconnected(1)
+    router.handle(ClientDisconnected(1))
     assert not router.kept.items and router.kept.bytes == 0
 
 
 def test_a_principal_reads_its_rest_from_another_session():
     router, _ = build()
     for key in (1, 2, 3):
-        router.client_connected(key, principal=7 if key < 3 else 8)
-        router.client_message(
-            key, msg(id=0, method="initialize", params={"protocolVersion": "2025-11-25", "capabilities": {}})
+        router.handle(ClientConnected(key, principal=7 if key < 3 else 8))
+        router.handle(
+            ClientMessage(
+                key, msg(id=0, method="initialize", params={"protocolVersion": "2025-11-25", "capabilities": {}})
+            )
         )
     uri = call_with_result(router, 1, {"content": [{"type": "text", "text": words(2000)}]})["result"]["content"][-1]
     assert "result" in read(router, 2, uri["uri"])  # the same bearer token
@@ -151,9 +168,9 @@ def test_a_principal_reads_its_rest_from_another_session():
 
 def test_older_clients_get_the_note_without_a_resource_link():
     router, _ = build()
-    router.client_connected(1)
-    router.client_message(
-        1, msg(id=0, method="initialize", params={"protocolVersion": "2025-03-26", "capabilities": {}})
+    router.handle(ClientConnected(1))
+    router.handle(
+        ClientMessage(1, msg(id=0, method="initialize", params={"protocolVersion": "2025-03-26", "capabilities": {}}))
     )
     content = call_with_result(router, 1, {"content": [{"type": "text", "text": words(2000)}]})["result"]["content"]
     assert [item["type"] for item in content] == ["text", "text"]

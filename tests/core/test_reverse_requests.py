@@ -7,17 +7,18 @@ import pytest
 
 from aggregator.config import ServerConfig
 from aggregator.core.catalog import Catalog
+from aggregator.core.events import ClientMessage, ServerItems, ServerMessage, ServerReady, StartupCompleted
 from tests.core.helpers import Clock, connect, msg, new_router, unpack
 
 
 def one_client(caps, **kw):
     servers = [ServerConfig(name="a", command="x")]
     r = new_router(Catalog(servers, "__", 50), servers, clock=Clock(), list_changed_debounce=0, **kw)
-    r.server_ready("a", {"capabilities": {"tools": {}}})
-    r.server_items("a", "tools", [{"name": "t"}])
-    r.startup_completed()
+    r.handle(ServerReady("a", {"capabilities": {"tools": {}}}))
+    r.handle(ServerItems("a", "tools", [{"name": "t"}]))
+    r.handle(StartupCompleted())
     connect(r, 1, caps)
-    r.client_message(1, msg(id="call", method="tools/call", params={"name": "a__t"}))
+    r.handle(ClientMessage(1, msg(id="call", method="tools/call", params={"name": "a__t"})))
     return r
 
 
@@ -41,11 +42,11 @@ CASES = [
 @pytest.mark.parametrize(("caps", "method", "params", "settings", "reason"), CASES)
 def test_a_server_request_goes_to_its_client_or_is_refused_with_why(caps, method, params, settings, reason):
     r = one_client(caps, **settings)
-    out = unpack(r.server_message("a", msg(id=41, method=method, params=params)))
+    out = unpack(r.handle(ServerMessage("a", msg(id=41, method=method, params=params))))
     if reason is None:
         [(kind, session, asked)] = out
         assert (kind, session, asked["method"], asked["params"]) == ("ToClient", 1, method, params)
-        back = unpack(r.client_message(1, msg(id=asked["id"], result={"ok": True})))
+        back = unpack(r.handle(ClientMessage(1, msg(id=asked["id"], result={"ok": True}))))
         assert back == [("ToServer", "a", {"jsonrpc": "2.0", "id": 41, "result": {"ok": True}})]
     else:
         [(kind, server, refused)] = out
@@ -56,7 +57,7 @@ def test_a_server_request_goes_to_its_client_or_is_refused_with_why(caps, method
 
 def test_ping_is_answered_by_the_proxy():
     r = one_client(ALL)
-    assert unpack(r.server_message("a", msg(id=1, method="ping"))) == [
+    assert unpack(r.handle(ServerMessage("a", msg(id=1, method="ping")))) == [
         ("ToServer", "a", {"jsonrpc": "2.0", "id": 1, "result": {}})
     ]
 
@@ -65,24 +66,24 @@ def test_a_client_that_answers_nothing_is_asked_no_more_than_the_limit():
     r = one_client(ALL, max_in_flight=2)
     reasons = []
     for id in range(3):
-        [(kind, _, m)] = unpack(r.server_message("a", msg(id=id, method="sampling/createMessage", params={})))
+        [(kind, _, m)] = unpack(r.handle(ServerMessage("a", msg(id=id, method="sampling/createMessage", params={}))))
         reasons.append(m["error"]["data"]["reason"] if kind == "ToServer" else "asked")
     assert reasons == ["asked", "asked", "overloaded"]
 
 
 def test_the_server_cancelling_its_request_tells_the_client_under_the_proxy_id():
     r = one_client(ALL)
-    [(_, _, asked)] = unpack(r.server_message("a", msg(id="s1", method="sampling/createMessage", params={})))
-    out = unpack(r.server_message("a", msg(method="notifications/cancelled", params={"requestId": "s1"})))
+    [(_, _, asked)] = unpack(r.handle(ServerMessage("a", msg(id="s1", method="sampling/createMessage", params={}))))
+    out = unpack(r.handle(ServerMessage("a", msg(method="notifications/cancelled", params={"requestId": "s1"}))))
     assert out == [
         ("ToClient", 1, {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": asked["id"]}})
     ]
-    assert r.client_message(1, msg(id=asked["id"], result={})) == []  # too late: nobody waits
+    assert r.handle(ClientMessage(1, msg(id=asked["id"], result={}))) == []  # too late: nobody waits
 
 
 def test_a_url_elicitation_completion_goes_to_its_client_once():
     r = one_client(ALL)
-    r.server_message("a", msg(id=2, method="elicitation/create", params={"mode": "url", "elicitationId": "e1"}))
+    r.handle(ServerMessage("a", msg(id=2, method="elicitation/create", params={"mode": "url", "elicitationId": "e1"})))
     done = msg(method="notifications/elicitation/complete", params={"elicitationId": "e1"})
-    assert [c[0] for c in r.server_message("a", done)] == [1]
-    assert r.server_message("a", done) == []
+    assert [c.session for c in r.handle(ServerMessage("a", done))] == [1]
+    assert r.handle(ServerMessage("a", done)) == []

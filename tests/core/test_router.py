@@ -9,6 +9,17 @@ from hypothesis import strategies as st
 from aggregator.config import ServerConfig
 from aggregator.core.catalog import Catalog
 from aggregator.core.commands import RequestEnded
+from aggregator.core.events import (
+    ClientConnected,
+    ClientDisconnected,
+    ClientMessage,
+    ServerDown,
+    ServerItems,
+    ServerLost,
+    ServerMessage,
+    ServerOversized,
+    ServerReady,
+)
 from aggregator.core.router import ToClient, ToServer, WaitForStartup
 from aggregator.jsonrpc import dumps
 from tests.core.helpers import decoded, msg, new_router
@@ -36,37 +47,41 @@ def router(clock):
         ),
         ("b", {"tools": {}, "logging": {}}),
     ):
-        r.server_ready(
-            name,
-            {
-                "protocolVersion": "2025-06-18",
-                "capabilities": caps,
-                "serverInfo": {"name": "server"},
-                "instructions": f"use {name}",
-            },
+        r.handle(
+            ServerReady(
+                name,
+                {
+                    "protocolVersion": "2025-06-18",
+                    "capabilities": caps,
+                    "serverInfo": {"name": "server"},
+                    "instructions": f"use {name}",
+                },
+            )
         )
-    r.server_items("a", "tools", [{"name": "echo", "x-new": 1}, {"name": "slow"}])
-    r.server_items("a", "prompts", [{"name": "greet"}])
-    r.server_items("a", "resources", [{"uri": "fake://doc/1"}])
-    r.server_items("a", "resourceTemplates", [{"uriTemplate": "fake://doc/{id}"}])
-    r.server_items("b", "tools", [{"name": "echo"}])
+    r.handle(ServerItems("a", "tools", [{"name": "echo", "x-new": 1}, {"name": "slow"}]))
+    r.handle(ServerItems("a", "prompts", [{"name": "greet"}]))
+    r.handle(ServerItems("a", "resources", [{"uri": "fake://doc/1"}]))
+    r.handle(ServerItems("a", "resourceTemplates", [{"uriTemplate": "fake://doc/{id}"}]))
+    r.handle(ServerItems("b", "tools", [{"name": "echo"}]))
     r.startup_complete = True
     for key in (1, 2):
-        r.client_connected(key)
-        out = r.client_message(
-            key,
-            msg(
-                id=0,
-                method="initialize",
-                params={
-                    "protocolVersion": "2025-06-18",
-                    "capabilities": {"sampling": {}, "roots": {}, "elicitation": {}},
-                    "clientInfo": {"name": "t"},
-                },
-            ),
+        r.handle(ClientConnected(key))
+        out = r.handle(
+            ClientMessage(
+                key,
+                msg(
+                    id=0,
+                    method="initialize",
+                    params={
+                        "protocolVersion": "2025-06-18",
+                        "capabilities": {"sampling": {}, "roots": {}, "elicitation": {}},
+                        "clientInfo": {"name": "t"},
+                    },
+                ),
+            )
         )
         assert decoded(out[0].message)["result"]["protocolVersion"] == "2025-06-18"
-        r.client_message(key, msg(method="notifications/initialized"))
+        r.handle(ClientMessage(key, msg(method="notifications/initialized")))
     return r
 
 
@@ -79,71 +94,73 @@ def only(commands, kind):
 def test_initialize_result():
     servers = [ServerConfig(name="a", command="x")]
     r = new_router(Catalog(servers, "__", 3), servers)
-    r.client_connected(1)
-    assert r.client_message(1, msg(id=1, method="initialize", params={})) == [WaitForStartup(1)]
-    r.server_ready("a", {"capabilities": {"tools": {}}, "instructions": "Be nice."})
+    r.handle(ClientConnected(1))
+    assert r.handle(ClientMessage(1, msg(id=1, method="initialize", params={}))) == [WaitForStartup(1)]
+    r.handle(ServerReady("a", {"capabilities": {"tools": {}}, "instructions": "Be nice."}))
     r.startup_complete = True
     _, answer = only(
-        r.client_message(1, msg(id=1, method="initialize", params={"protocolVersion": "1999-01-01"})), ToClient
+        r.handle(ClientMessage(1, msg(id=1, method="initialize", params={"protocolVersion": "1999-01-01"}))), ToClient
     )
     result = answer["result"]
     assert result["protocolVersion"] == "2025-11-25"  # unknown proposal: our newest
     assert result["capabilities"] == {"tools": {"listChanged": True}, "logging": {}}
     assert result["serverInfo"]["name"] == "aggregator"
     assert "Be nice." in result["instructions"] and "a__" in result["instructions"]
-    _, again = only(r.client_message(1, msg(id=2, method="initialize", params={})), ToClient)
+    _, again = only(r.handle(ClientMessage(1, msg(id=2, method="initialize", params={}))), ToClient)
     assert again["error"]["code"] == -32600
 
 
 def test_before_initialize_and_discover():
     servers = [ServerConfig(name="a", command="x")]
     r = new_router(Catalog(servers, "__", 3), servers)
-    r.client_connected(1)
-    _, answer = only(r.client_message(1, msg(id=5, method="tools/list")), ToClient)
+    r.handle(ClientConnected(1))
+    _, answer = only(r.handle(ClientMessage(1, msg(id=5, method="tools/list"))), ToClient)
     assert answer["id"] == 5 and answer["error"]["code"] == -32600
-    _, answer = only(r.client_message(1, msg(id=6, method="server/discover", params={})), ToClient)
+    _, answer = only(r.handle(ClientMessage(1, msg(id=6, method="server/discover", params={}))), ToClient)
     assert answer["result"]["supportedVersions"][-1] == "2024-11-05"  # a dual-era client's probe
-    _, answer = only(r.client_message(1, msg(id=7, method="ping")), ToClient)
+    _, answer = only(r.handle(ClientMessage(1, msg(id=7, method="ping"))), ToClient)
     assert answer == {"jsonrpc": "2.0", "id": 7, "result": {}}
-    assert r.client_message(1, msg(method="notifications/whatever")) == []
-    _, answer = only(r.client_message(1, b'{"jsonrpc":"2.0","method":'), ToClient)
+    assert r.handle(ClientMessage(1, msg(method="notifications/whatever"))) == []
+    _, answer = only(r.handle(ClientMessage(1, b'{"jsonrpc":"2.0","method":')), ToClient)
     assert answer["id"] is None and answer["error"]["code"] == -32700
 
 
 def test_two_clients_same_id_are_never_cross_wired(router):
     ((s1, m1),) = [
         (c, decoded(c.message))
-        for c in router.client_message(
-            1, msg(id=7, method="tools/call", params={"name": "a__echo", "arguments": {"n": 1}})
+        for c in router.handle(
+            ClientMessage(1, msg(id=7, method="tools/call", params={"name": "a__echo", "arguments": {"n": 1}}))
         )
     ]
     ((s2, m2),) = [
         (c, decoded(c.message))
-        for c in router.client_message(
-            2, msg(id=7, method="tools/call", params={"name": "a__echo", "arguments": {"n": 2}})
+        for c in router.handle(
+            ClientMessage(2, msg(id=7, method="tools/call", params={"name": "a__echo", "arguments": {"n": 2}}))
         )
     ]
     assert s1.server == s2.server == "a"
     assert m1["id"] != m2["id"] and m1["params"]["name"] == "echo"
     # Answer the second first.
-    _, back2 = only(router.server_message("a", msg(id=m2["id"], result={"n": 2})), ToClient)
-    back1_cmd, back1 = only(router.server_message("a", msg(id=m1["id"], result={"n": 1})), ToClient)
+    _, back2 = only(router.handle(ServerMessage("a", msg(id=m2["id"], result={"n": 2}))), ToClient)
+    back1_cmd, back1 = only(router.handle(ServerMessage("a", msg(id=m1["id"], result={"n": 1}))), ToClient)
     assert back1 == {"jsonrpc": "2.0", "id": 7, "result": {"n": 1}} and back1_cmd.session == 1
     assert back2["result"] == {"n": 2}
-    assert router.server_message("a", msg(id=m1["id"], result={})) == []  # duplicate: dropped
+    assert router.handle(ServerMessage("a", msg(id=m1["id"], result={}))) == []  # duplicate: dropped
     assert router.clients[1].in_flight == {} and router.links["a"].pending == {}
 
 
 def test_duplicate_in_flight_id_is_refused(router):
-    router.client_message(1, msg(id="x", method="tools/call", params={"name": "a__slow"}))
-    _, answer = only(router.client_message(1, msg(id="x", method="tools/call", params={"name": "echo"})), ToClient)
+    router.handle(ClientMessage(1, msg(id="x", method="tools/call", params={"name": "a__slow"})))
+    _, answer = only(
+        router.handle(ClientMessage(1, msg(id="x", method="tools/call", params={"name": "echo"}))), ToClient
+    )
     assert answer["id"] == "x" and answer["error"]["code"] == -32600
     assert len(router.links["a"].pending) == 1 and router.links["b"].pending == {}
 
 
 @pytest.mark.parametrize("name", ["nope", "a__nope", "A__echo", " a__echo", "a__echo\u200b", "slow", 5])
 def test_unknown_names_never_reach_a_server(router, name):
-    _, answer = only(router.client_message(1, msg(id=1, method="tools/call", params={"name": name})), ToClient)
+    _, answer = only(router.handle(ClientMessage(1, msg(id=1, method="tools/call", params={"name": name}))), ToClient)
     assert answer["error"]["code"] == -32602
     assert router.links["a"].pending == {} and router.links["b"].pending == {}
 
@@ -159,50 +176,56 @@ def test_unprefixed_server_and_passthrough_of_everything_else(router):
             "newField": [1],
         },
     )
-    command, sent = only(router.client_message(1, raw), ToServer)
+    command, sent = only(router.handle(ClientMessage(1, raw)), ToServer)
     assert command.server == "b" and sent["params"]["_meta"] == {"x": 1} and sent["params"]["newField"] == [1]
     assert b"123456789012345678901234567890" in dumps(command.message)
     reply = msg(id=sent["id"], error={"code": -32042, "message": "no", "data": {"d": 1}})
-    _, back = only(router.server_message("b", reply), ToClient)
+    _, back = only(router.handle(ServerMessage("b", reply)), ToClient)
     assert back == {"jsonrpc": "2.0", "id": 3, "error": {"code": -32042, "message": "no", "data": {"d": 1}}}
 
 
 def test_lists_are_paged_from_the_catalog(router):
-    _, page = only(router.client_message(1, msg(id=1, method="tools/list")), ToClient)
+    _, page = only(router.handle(ClientMessage(1, msg(id=1, method="tools/list"))), ToClient)
     assert [t["name"] for t in page["result"]["tools"]] == ["a__echo", "a__slow", "echo"]
     assert page["result"]["tools"][0]["x-new"] == 1
     assert "nextCursor" not in page["result"]
-    _, forged = only(router.client_message(1, msg(id=2, method="tools/list", params={"cursor": "zz"})), ToClient)
+    _, forged = only(router.handle(ClientMessage(1, msg(id=2, method="tools/list", params={"cursor": "zz"}))), ToClient)
     assert forged["id"] == 2 and forged["error"]["code"] == -32602
 
 
 def test_resources_and_uris_both_ways(router):
-    _, page = only(router.client_message(1, msg(id=1, method="resources/list")), ToClient)
+    _, page = only(router.handle(ClientMessage(1, msg(id=1, method="resources/list"))), ToClient)
     assert page["result"]["resources"] == [{"uri": "a+fake://doc/1"}]
     command, sent = only(
-        router.client_message(1, msg(id=2, method="resources/read", params={"uri": "a+fake://doc/9"})), ToServer
+        router.handle(ClientMessage(1, msg(id=2, method="resources/read", params={"uri": "a+fake://doc/9"}))), ToServer
     )
     assert sent["params"]["uri"] == "fake://doc/9"
     _, back = only(
-        router.server_message("a", msg(id=sent["id"], result={"contents": [{"uri": "fake://doc/9", "text": "t"}]})),
+        router.handle(
+            ServerMessage("a", msg(id=sent["id"], result={"contents": [{"uri": "fake://doc/9", "text": "t"}]}))
+        ),
         ToClient,
     )
     assert back["result"]["contents"][0]["uri"] == "a+fake://doc/9"
     # Links in tool results and prompts.
-    _, sent = only(router.client_message(1, msg(id=3, method="tools/call", params={"name": "a__echo"})), ToServer)
+    _, sent = only(
+        router.handle(ClientMessage(1, msg(id=3, method="tools/call", params={"name": "a__echo"}))), ToServer
+    )
     _, back = only(
-        router.server_message(
-            "a",
-            msg(
-                id=sent["id"],
-                result={
-                    "content": [
-                        {"type": "resource_link", "uri": "fake://doc/1"},
-                        {"type": "resource", "resource": {"uri": "fake://doc/2"}},
-                        {"type": "text", "text": "fake://doc/3"},
-                    ]
-                },
-            ),
+        router.handle(
+            ServerMessage(
+                "a",
+                msg(
+                    id=sent["id"],
+                    result={
+                        "content": [
+                            {"type": "resource_link", "uri": "fake://doc/1"},
+                            {"type": "resource", "resource": {"uri": "fake://doc/2"}},
+                            {"type": "text", "text": "fake://doc/3"},
+                        ]
+                    },
+                ),
+            )
         ),
         ToClient,
     )
@@ -211,56 +234,70 @@ def test_resources_and_uris_both_ways(router):
         "a+fake://doc/2",
         "fake://doc/3",
     ]
-    _, sent = only(router.client_message(1, msg(id=4, method="prompts/get", params={"name": "a__greet"})), ToServer)
+    _, sent = only(
+        router.handle(ClientMessage(1, msg(id=4, method="prompts/get", params={"name": "a__greet"}))), ToServer
+    )
     assert sent["params"]["name"] == "greet"
     _, back = only(
-        router.server_message(
-            "a",
-            msg(
-                id=sent["id"],
-                result={"messages": [{"role": "user", "content": {"type": "resource_link", "uri": "fake://x"}}]},
-            ),
+        router.handle(
+            ServerMessage(
+                "a",
+                msg(
+                    id=sent["id"],
+                    result={"messages": [{"role": "user", "content": {"type": "resource_link", "uri": "fake://x"}}]},
+                ),
+            )
         ),
         ToClient,
     )
     assert back["result"]["messages"][0]["content"]["uri"] == "a+fake://x"
     _, unknown = only(
-        router.client_message(1, msg(id=5, method="resources/read", params={"uri": "file:///etc/passwd"})), ToClient
+        router.handle(ClientMessage(1, msg(id=5, method="resources/read", params={"uri": "file:///etc/passwd"}))),
+        ToClient,
     )
     assert unknown["error"]["code"] == -32602
 
 
 def test_completion_refs(router):
     _, sent = only(
-        router.client_message(
-            1,
-            msg(
-                id=1,
-                method="completion/complete",
-                params={"ref": {"type": "ref/prompt", "name": "a__greet"}, "argument": {"name": "who", "value": ""}},
-            ),
+        router.handle(
+            ClientMessage(
+                1,
+                msg(
+                    id=1,
+                    method="completion/complete",
+                    params={
+                        "ref": {"type": "ref/prompt", "name": "a__greet"},
+                        "argument": {"name": "who", "value": ""},
+                    },
+                ),
+            )
         ),
         ToServer,
     )
     assert sent["params"]["ref"] == {"type": "ref/prompt", "name": "greet"}
     _, sent = only(
-        router.client_message(
-            1,
-            msg(
-                id=2,
-                method="completion/complete",
-                params={
-                    "ref": {"type": "ref/resource", "uri": "a+fake://doc/{id}"},
-                    "argument": {"name": "id", "value": ""},
-                },
-            ),
+        router.handle(
+            ClientMessage(
+                1,
+                msg(
+                    id=2,
+                    method="completion/complete",
+                    params={
+                        "ref": {"type": "ref/resource", "uri": "a+fake://doc/{id}"},
+                        "argument": {"name": "id", "value": ""},
+                    },
+                ),
+            )
         ),
         ToServer,
     )
     assert sent["params"]["ref"]["uri"] == "fake://doc/{id}"
     _, bad = only(
-        router.client_message(
-            1, msg(id=3, method="completion/complete", params={"ref": {"type": "ref/prompt", "name": "nope"}})
+        router.handle(
+            ClientMessage(
+                1, msg(id=3, method="completion/complete", params={"ref": {"type": "ref/prompt", "name": "nope"}})
+            )
         ),
         ToClient,
     )
@@ -268,8 +305,10 @@ def test_completion_refs(router):
 
 
 def test_server_lost_fails_pending_at_once_and_hides_items(router):
-    _, sent = only(router.client_message(1, msg(id=1, method="tools/call", params={"name": "a__slow"})), ToServer)
-    out = router.server_lost("a", "the server exited with status 1")
+    _, sent = only(
+        router.handle(ClientMessage(1, msg(id=1, method="tools/call", params={"name": "a__slow"}))), ToServer
+    )
+    out = router.handle(ServerLost("a", "the server exited with status 1"))
     errors = [decoded(c.message) for c in out if "id" in decoded(c.message)]
     assert errors == [
         {
@@ -286,73 +325,83 @@ def test_server_lost_fails_pending_at_once_and_hides_items(router):
     assert (1, "notifications/tools/list_changed") in notices and (2, "notifications/prompts/list_changed") in notices
     assert "a__echo" not in router.catalog.tools
     # Its names are not unknown while it restarts (aggregator.core.outages; more in test_outages).
-    assert router.server_down("a", "the server exited with status 1", 30.0) == []
-    _, answer = only(router.client_message(1, msg(id=2, method="tools/call", params={"name": "a__echo"})), ToClient)
+    assert router.handle(ServerDown("a", "the server exited with status 1", 30.0)) == []
+    _, answer = only(
+        router.handle(ClientMessage(1, msg(id=2, method="tools/call", params={"name": "a__echo"}))), ToClient
+    )
     assert answer["error"]["data"]["reason"] == "unavailable"
-    assert router.server_message("a", msg(id=sent["id"], result={})) == []  # late: dropped
+    assert router.handle(ServerMessage("a", msg(id=sent["id"], result={}))) == []  # late: dropped
 
 
 def test_cancellation_is_routed_with_the_upstream_id(router):
-    _, sent = only(router.client_message(2, msg(id=9, method="tools/call", params={"name": "a__slow"})), ToServer)
-    *forwarded, ended = router.client_message(
-        2, msg(method="notifications/cancelled", params={"requestId": 9, "reason": "user"})
+    _, sent = only(
+        router.handle(ClientMessage(2, msg(id=9, method="tools/call", params={"name": "a__slow"}))), ToServer
+    )
+    *forwarded, ended = router.handle(
+        ClientMessage(2, msg(method="notifications/cancelled", params={"requestId": 9, "reason": "user"}))
     )
     assert ended == RequestEnded(2, 9)  # no answer: the client's front is told it ended
     command, cancel = only(forwarded, ToServer)
     assert command.server == "a" and cancel["params"] == {"requestId": sent["id"], "reason": "user"}
-    assert router.server_message("a", msg(id=sent["id"], result={})) == []  # late response dropped
+    assert router.handle(ServerMessage("a", msg(id=sent["id"], result={}))) == []  # late response dropped
     # Unknown, finished or malformed cancels are ignored.
     for params in ({"requestId": 9}, {"requestId": 12345}, {}, {"requestId": None}):
-        assert router.client_message(2, msg(method="notifications/cancelled", params=params)) == []
-    assert router.client_message(2, msg(method="notifications/cancelled")) == []
+        assert router.handle(ClientMessage(2, msg(method="notifications/cancelled", params=params))) == []
+    assert router.handle(ClientMessage(2, msg(method="notifications/cancelled"))) == []
 
 
 def test_client_gone_cancels_its_work(router):
-    _, sent = only(router.client_message(1, msg(id=1, method="tools/call", params={"name": "a__slow"})), ToServer)
-    router.client_message(2, msg(id=1, method="tools/call", params={"name": "a__slow"}))
-    command, cancel = only(router.client_disconnected(1), ToServer)
+    _, sent = only(
+        router.handle(ClientMessage(1, msg(id=1, method="tools/call", params={"name": "a__slow"}))), ToServer
+    )
+    router.handle(ClientMessage(2, msg(id=1, method="tools/call", params={"name": "a__slow"})))
+    command, cancel = only(router.handle(ClientDisconnected(1)), ToServer)
     assert cancel["method"] == "notifications/cancelled" and cancel["params"]["requestId"] == sent["id"]
     assert len(router.links["a"].pending) == 1  # client 2's call is untouched
-    assert router.server_message("a", msg(id=sent["id"], result={})) == []
+    assert router.handle(ServerMessage("a", msg(id=sent["id"], result={}))) == []
 
 
 def test_upstream_messages(router):
-    assert router.server_message("a", b"garbage") == []
-    assert router.server_message("a", msg(id=99999, result={})) == []
-    _, pong = only(router.server_message("a", msg(id="s1", method="ping")), ToServer)
+    assert router.handle(ServerMessage("a", b"garbage")) == []
+    assert router.handle(ServerMessage("a", msg(id=99999, result={}))) == []
+    _, pong = only(router.handle(ServerMessage("a", msg(id="s1", method="ping"))), ToServer)
     assert pong == {"jsonrpc": "2.0", "id": "s1", "result": {}}
-    _, refused = only(router.server_message("a", msg(id="s2", method="foo/bar", params={})), ToServer)
+    _, refused = only(router.handle(ServerMessage("a", msg(id="s2", method="foo/bar", params={}))), ToServer)
     assert refused["id"] == "s2" and refused["error"]["code"] == -32601
     assert refused["error"]["data"]["source"] == "aggregator"
 
 
 def test_list_changed_only_when_visible_change(router):
-    assert router.server_items("a", "tools", [{"name": "echo", "x-new": 1}, {"name": "slow"}]) == []
-    out = router.server_items("a", "tools", [{"name": "echo"}])
+    assert router.handle(ServerItems("a", "tools", [{"name": "echo", "x-new": 1}, {"name": "slow"}])) == []
+    out = router.handle(ServerItems("a", "tools", [{"name": "echo"}]))
     assert sorted(c.session for c in out) == [1, 2]
     assert {decoded(c.message)["method"] for c in out} == {"notifications/tools/list_changed"}
 
 
 def test_numbers_in_results_are_unchanged(router):
-    _, sent = only(router.client_message(1, msg(id=1, method="tools/call", params={"name": "a__echo"})), ToServer)
+    _, sent = only(
+        router.handle(ClientMessage(1, msg(id=1, method="tools/call", params={"name": "a__echo"}))), ToServer
+    )
     raw = (
         b'{"jsonrpc":"2.0","id":'
         + str(sent["id"]).encode()
         + b',"result":{"content":[],"structuredContent":{"n":123456789012345678901234567890,"f":1.10}}}'
     )
-    command, _ = only(router.server_message("a", raw), ToClient)
+    command, _ = only(router.handle(ServerMessage("a", raw)), ToClient)
     assert b'"n":123456789012345678901234567890' in dumps(command.message)
     assert json.loads(dumps(command.message))["id"] == 1
 
 
 def test_oversized_answer_fails_its_request(router):
-    _, sent = only(router.client_message(1, msg(id="big", method="tools/call", params={"name": "a__echo"})), ToServer)
+    _, sent = only(
+        router.handle(ClientMessage(1, msg(id="big", method="tools/call", params={"name": "a__echo"}))), ToServer
+    )
     head = b'{"jsonrpc":"2.0","id":' + str(sent["id"]).encode() + b',"result":{"content":[{"type":"text","text":"xx'
-    _, error = only(router.server_oversized("a", head, 1000), ToClient)
+    _, error = only(router.handle(ServerOversized("a", head, 1000)), ToClient)
     assert error["id"] == "big" and error["error"]["data"]["reason"] == "too_large"
     assert router.clients[1].in_flight == {} and router.links["a"].pending == {}
-    assert router.server_oversized("a", head, 1000) == []  # already failed
-    assert router.server_oversized("a", b'{"method":"notifications/message","params":{"id":1,', 1000) == []
+    assert router.handle(ServerOversized("a", head, 1000)) == []  # already failed
+    assert router.handle(ServerOversized("a", b'{"method":"notifications/message","params":{"id":1,', 1000)) == []
 
 
 json_values = st.recursive(
@@ -408,7 +457,7 @@ def test_fuzz_one_answer_per_request_none_to_notifications(router, raw):
         value = json.loads(raw)
     except ValueError:
         value = None
-    out = router.client_message(1, raw)
+    out = router.handle(ClientMessage(1, raw))
     answers = [decoded(c.message) for c in out if type(c) is ToClient]
     for answer in answers:
         assert answer["jsonrpc"] == "2.0" and ("result" in answer) != ("error" in answer)
@@ -439,7 +488,7 @@ def test_fuzz_one_answer_per_request_none_to_notifications(router, raw):
             assert answers[0]["id"] == value["id"]
         else:  # answer it, so in-flight tables stay small across examples
             sent = decoded(forwarded[0].message)
-            router.server_message(forwarded[0].server, msg(id=sent["id"], result={}))
+            router.handle(ServerMessage(forwarded[0].server, msg(id=sent["id"], result={})))
 
 
 def test_an_internal_error_is_a_plain_error_and_the_session_lives(router, monkeypatch, caplog):
@@ -447,14 +496,16 @@ def test_an_internal_error_is_a_plain_error_and_the_session_lives(router, monkey
         raise ZeroDivisionError("secret detail /etc/aggregator")
 
     monkeypatch.setitem(router._requests, "tools/call", broken)
-    _, answer = only(router.client_message(1, msg(id=4, method="tools/call", params={"name": "a__echo"})), ToClient)
+    _, answer = only(
+        router.handle(ClientMessage(1, msg(id=4, method="tools/call", params={"name": "a__echo"}))), ToClient
+    )
     assert answer["error"] == {
         "code": -32603,
         "message": "Internal error in the aggregator",
         "data": {"source": "aggregator", "reason": "internal"},
     }
     assert "secret detail" not in json.dumps(answer) and "ZeroDivisionError" in caplog.text
-    _, pong = only(router.client_message(1, msg(id=5, method="ping")), ToClient)
+    _, pong = only(router.handle(ClientMessage(1, msg(id=5, method="ping"))), ToClient)
     assert pong["result"] == {}
 
 
@@ -466,21 +517,23 @@ def test_the_initialize_result_names_this_running_proxy():
     one, two = new_router(catalog, []), new_router(catalog, [])
     assert one.instance != two.instance and len(one.instance) == 16
     one.startup_complete = True
-    one.client_connected(1)
-    [answer] = one.client_message(
-        1,
-        json.dumps(
-            {
-                "jsonrpc": "2.0",
-                "id": 1,
-                "method": "initialize",
-                "params": {
-                    "protocolVersion": "2025-11-25",
-                    "capabilities": {},
-                    "clientInfo": {"name": "t", "version": "1"},
-                },
-            }
-        ).encode(),
+    one.handle(ClientConnected(1))
+    [answer] = one.handle(
+        ClientMessage(
+            1,
+            json.dumps(
+                {
+                    "jsonrpc": "2.0",
+                    "id": 1,
+                    "method": "initialize",
+                    "params": {
+                        "protocolVersion": "2025-11-25",
+                        "capabilities": {},
+                        "clientInfo": {"name": "t", "version": "1"},
+                    },
+                }
+            ).encode(),
+        )
     )
     assert answer.message["result"]["_meta"] == {INSTANCE_KEY: one.instance}
 
@@ -494,12 +547,12 @@ def test_an_initialize_from_this_proxy_itself_is_refused_at_once(meta, refused):
     from aggregator.core.router import INSTANCE_KEY
 
     router = new_router(Catalog([], "__", 100), [])
-    router.client_connected(1)
+    router.handle(ClientConnected(1))
     params = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}
     if meta is not None:
         params["_meta"] = {INSTANCE_KEY: router.instance if meta == "mine" else meta}
-    [out] = router.client_message(
-        1, json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": params}).encode()
+    [out] = router.handle(
+        ClientMessage(1, json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": params}).encode())
     )
     if refused:
         error = out.message["error"]
@@ -521,14 +574,14 @@ def test_a_modern_request_from_this_proxy_itself_is_refused_before_startup(meta,
     from aggregator.mcp import modern
 
     router = new_router(Catalog([], "__", 100), [])
-    router.client_connected(1)
+    router.handle(ClientConnected(1))
     envelope = {
         modern.PROTOCOL_VERSION: "2026-07-28",
         modern.CLIENT_CAPABILITIES: {},
         INSTANCE_KEY: router.instance if meta == "mine" else meta,
     }
     request = {"jsonrpc": "2.0", "id": 7, "method": method, "params": {"_meta": envelope}}
-    [out] = router.client_message(1, json.dumps(request).encode())
+    [out] = router.handle(ClientMessage(1, json.dumps(request).encode()))
     if refused:
         error = out.message["error"]
         assert out.message["id"] == 7 and "this aggregator itself" in error["message"]

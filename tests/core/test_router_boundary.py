@@ -9,6 +9,20 @@ import pytest
 
 from aggregator.config import ServerConfig
 from aggregator.core.catalog import Catalog
+from aggregator.core.events import (
+    ClientConnected,
+    ClientDisconnected,
+    ClientMessage,
+    DrainingStarted,
+    LinkEnded,
+    ServerCongested,
+    ServerItems,
+    ServerLost,
+    ServerMessage,
+    ServerReady,
+    ServerStreams,
+    StartupCompleted,
+)
 from aggregator.core.router import SessionInfo, StartUpstream, WaitForStartup
 from tests.core.helpers import Clock, connect, msg, new_router, unpack
 
@@ -32,7 +46,7 @@ def test_the_trio_layer_only_calls_the_router(path):
 def test_the_poke_check_sees_a_poke():
     lines = ["self.router.draining = True", "del self.router.links[name]", "hub.router.clients.get(key)"]
     assert all(any(p.search(line) for p in POKES) for line in lines)
-    assert not any(p.search("self.router.start_draining()") for p in POKES)
+    assert not any(p.search("self.router.handle(DrainingStarted())") for p in POKES)
     assert len(TRIO_LAYER) >= 10 and any(p.name == "hub.py" for p in TRIO_LAYER)
 
 
@@ -40,22 +54,22 @@ def per_session_router(clock):
     servers = [ServerConfig(name="a", command="x"), ServerConfig(name="p", command="x", isolation="per-session")]
     router = new_router(Catalog(servers, "__", 50), servers, clock=clock, list_changed_debounce=0)
     for name in ("a", "p"):
-        router.server_ready(name, {"capabilities": {"tools": {}}})
-        router.server_items(name, "tools", [{"name": "echo"}])
-    router.startup_completed()
+        router.handle(ServerReady(name, {"capabilities": {"tools": {}}}))
+        router.handle(ServerItems(name, "tools", [{"name": "echo"}]))
+    router.handle(StartupCompleted())
     connect(router, 1)
     return router
 
 
 def started(router):
     """Client 1's first call to p starts its own connection p@1 (not ready yet)."""
-    [start] = router.client_message(1, msg(id=1, method="tools/call", params={"name": "p__echo"}))
+    [start] = router.handle(ClientMessage(1, msg(id=1, method="tools/call", params={"name": "p__echo"})))
     assert type(start) is StartUpstream and start.name == "p@1"
 
 
 def ready(router):
     started(router)
-    router.server_ready("p@1", {"capabilities": {"tools": {}}})
+    router.handle(ServerReady("p@1", {"capabilities": {"tools": {}}}))
 
 
 # (what happened to the link before it ended, which link, whether the router still knows it)
@@ -71,65 +85,76 @@ LINK_ENDED = [
 def test_link_ended_forgets_only_a_per_session_link_that_never_got_ready(case, before, name, kept):
     router = per_session_router(Clock())
     before(router)
-    router.link_ended(name)
+    router.handle(LinkEnded(name))
     assert (name in router.links) is kept
 
 
 def test_a_forgotten_link_is_started_afresh():
     router = per_session_router(Clock())
     started(router)
-    router.server_lost("p@1", "cannot start 'x'")
-    router.link_ended("p@1")
-    [start] = router.client_message(1, msg(id=2, method="tools/call", params={"name": "p__echo"}))
+    router.handle(ServerLost("p@1", "cannot start 'x'"))
+    router.handle(LinkEnded("p@1"))
+    [start] = router.handle(ClientMessage(1, msg(id=2, method="tools/call", params={"name": "p__echo"})))
     assert type(start) is StartUpstream and start.name == "p@1"
 
 
 def test_session_info_and_request_in_flight(router):
     assert router.session_info(1) == SessionInfo("default", "2025-11-25", 0)
     assert router.session_info(99) is None
-    [(_, server, sent)] = unpack(router.client_message(1, msg(id="x", method="tools/call", params={"name": "a__slow"})))
+    [(_, server, sent)] = unpack(
+        router.handle(ClientMessage(1, msg(id="x", method="tools/call", params={"name": "a__slow"})))
+    )
     assert server == "a"
     assert router.session_info(1).in_flight == 1 and router.session_info(2).in_flight == 0
     assert router.request_in_flight(1, "x") and not router.request_in_flight(2, "x")
     assert not router.request_in_flight(99, "x")
-    router.server_message("a", msg(id=sent["id"], result={}))
+    router.handle(ServerMessage("a", msg(id=sent["id"], result={})))
     assert router.session_info(1).in_flight == 0 and not router.request_in_flight(1, "x")
-    router.client_disconnected(1)
+    router.handle(ClientDisconnected(1))
     assert router.session_info(1) is None
 
 
 def test_a_congested_server_refuses_new_requests_until_it_reads_again(router):
-    router.client_message(1, msg(id=1, method="tools/call", params={"name": "a__slow"}))
-    assert router.server_congested("a", "more than 10 bytes wait for it") == 1
-    [(_, _, refused)] = unpack(router.client_message(1, msg(id=2, method="tools/call", params={"name": "a__fast"})))
+    router.handle(ClientMessage(1, msg(id=1, method="tools/call", params={"name": "a__slow"})))
+    assert router.handle(ServerCongested("a", "more than 10 bytes wait for it")) == []
+    assert router.in_flight_on("a") == 1
+    [(_, _, refused)] = unpack(
+        router.handle(ClientMessage(1, msg(id=2, method="tools/call", params={"name": "a__fast"})))
+    )
     assert refused["error"]["data"]["reason"] == "overloaded"
     assert "more than 10 bytes wait for it" in refused["error"]["message"]
-    assert router.server_congested("a", None) == 1
-    [(kind, server, _)] = unpack(router.client_message(1, msg(id=3, method="tools/call", params={"name": "a__fast"})))
+    assert router.handle(ServerCongested("a", None)) == []
+    assert router.in_flight_on("a") == 1
+    [(kind, server, _)] = unpack(
+        router.handle(ClientMessage(1, msg(id=3, method="tools/call", params={"name": "a__fast"})))
+    )
     assert (kind, server) == ("ToServer", "a")
-    assert router.server_congested("nothing", "x") is None
+    assert router.handle(ServerCongested("nothing", "x")) == []
+    assert router.in_flight_on("nothing") is None
 
 
 def test_server_streams_is_remembered_for_the_link(router):
-    router.server_streams("a", True)
+    router.handle(ServerStreams("a", True))
     assert router.links["a"].streams and not router.links["b"].streams
-    router.server_streams("nothing", True)  # a link gone meanwhile: nothing to remember
+    router.handle(ServerStreams("nothing", True))  # a link gone meanwhile: nothing to remember
 
 
 def test_the_handshake_waits_for_startup_until_it_completes(clock):
     servers = [ServerConfig(name="a", command="x")]
     router = new_router(Catalog(servers, "__", 50), servers, clock=clock)
-    router.client_connected(1)
+    router.handle(ClientConnected(1))
     initialize = msg(id=1, method="initialize", params={"protocolVersion": "2025-11-25", "capabilities": {}})
-    assert [type(c) for c in router.client_message(1, initialize)] == [WaitForStartup]
-    router.startup_completed()
-    [(_, _, answer)] = unpack(router.client_message(1, initialize))
+    assert [type(c) for c in router.handle(ClientMessage(1, initialize))] == [WaitForStartup]
+    router.handle(StartupCompleted())
+    [(_, _, answer)] = unpack(router.handle(ClientMessage(1, initialize)))
     assert answer["result"]["protocolVersion"] == "2025-11-25"
 
 
 def test_draining_refuses_new_requests(router):
-    router.start_draining()
-    [(_, _, answer)] = unpack(router.client_message(1, msg(id=1, method="tools/call", params={"name": "a__fast"})))
+    router.handle(DrainingStarted())
+    [(_, _, answer)] = unpack(
+        router.handle(ClientMessage(1, msg(id=1, method="tools/call", params={"name": "a__fast"})))
+    )
     assert "error" in answer and router.in_flight() == 0
 
 
@@ -142,11 +167,11 @@ def test_the_server_request_policy_is_given_at_construction(clock):
 
     servers = [ServerConfig(name="a", command="x")]
     router = new_router(Catalog(servers, "__", 50), servers, clock=clock, server_request_policy=policy)
-    router.server_ready("a", {"capabilities": {}})
-    router.startup_completed()
+    router.handle(ServerReady("a", {"capabilities": {}}))
+    router.handle(StartupCompleted())
     connect(router, 1)
     [(kind, server, answer)] = unpack(
-        router.server_message("a", msg(id=7, method="sampling/createMessage", params={"messages": []}))
+        router.handle(ServerMessage("a", msg(id=7, method="sampling/createMessage", params={"messages": []})))
     )
     assert (kind, server, asked) == ("ToServer", "a", [("a", "sampling/createMessage")])
     assert answer["id"] == 7 and "error" in answer

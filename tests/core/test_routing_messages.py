@@ -5,6 +5,17 @@ import pytest
 
 from aggregator.config import ServerConfig
 from aggregator.core.catalog import Catalog
+from aggregator.core.events import (
+    Abandoned,
+    ClientConnected,
+    ClientDisconnected,
+    ClientMessage,
+    ServerItems,
+    ServerLost,
+    ServerMessage,
+    ServerReady,
+    TimePassed,
+)
 from tests.core.helpers import CLIENT_CAPS, connect, make_router, msg, new_router, unpack
 
 
@@ -12,7 +23,7 @@ def call(router, key, id, tool="a__slow", token=None):
     params = {"name": tool, "arguments": {}}
     if token is not None:
         params["_meta"] = {"progressToken": token}
-    [(kind, server, sent)] = unpack(router.client_message(key, msg(id=id, method="tools/call", params=params)))
+    [(kind, server, sent)] = unpack(router.handle(ClientMessage(key, msg(id=id, method="tools/call", params=params))))
     assert kind == "ToServer"
     return server, sent
 
@@ -26,12 +37,14 @@ def test_same_token_from_two_sessions_never_crosses(router):
     t1, t2 = one["params"]["_meta"]["progressToken"], two["params"]["_meta"]["progressToken"]
     assert t1 != t2
     progress = unpack(
-        router.server_message(
-            "a",
-            msg(
-                method="notifications/progress",
-                params={"progressToken": t2, "progress": 3, "total": 10, "message": "m"},
-            ),
+        router.handle(
+            ServerMessage(
+                "a",
+                msg(
+                    method="notifications/progress",
+                    params={"progressToken": t2, "progress": 3, "total": 10, "message": "m"},
+                ),
+            )
         )
     )
     assert progress == [
@@ -47,13 +60,17 @@ def test_same_token_from_two_sessions_never_crosses(router):
     ]
     # Another server cannot report progress on a's request.
     assert (
-        router.server_message("b", msg(method="notifications/progress", params={"progressToken": t1, "progress": 1}))
+        router.handle(
+            ServerMessage("b", msg(method="notifications/progress", params={"progressToken": t1, "progress": 1}))
+        )
         == []
     )
     # After the response, progress for that token is dropped.
-    router.server_message("a", msg(id=two["id"], result={}))
+    router.handle(ServerMessage("a", msg(id=two["id"], result={})))
     assert (
-        router.server_message("a", msg(method="notifications/progress", params={"progressToken": t2, "progress": 4}))
+        router.handle(
+            ServerMessage("a", msg(method="notifications/progress", params={"progressToken": t2, "progress": 4}))
+        )
         == []
     )
     assert router.progress.keys() == {t1}
@@ -63,12 +80,14 @@ def test_integer_tokens_and_meta_kept(router):
     _, sent = call(router, 1, 9, token=0)
     assert sent["params"]["_meta"]["progressToken"] != 0
     [(_, _, note)] = unpack(
-        router.server_message(
-            "a",
-            msg(
-                method="notifications/progress",
-                params={"progressToken": sent["params"]["_meta"]["progressToken"], "progress": 1},
-            ),
+        router.handle(
+            ServerMessage(
+                "a",
+                msg(
+                    method="notifications/progress",
+                    params={"progressToken": sent["params"]["_meta"]["progressToken"], "progress": 1},
+                ),
+            )
         )
     )
     assert note["params"]["progressToken"] == 0
@@ -80,24 +99,24 @@ def test_integer_tokens_and_meta_kept(router):
 def test_cancel_races(router):
     _, sent = call(router, 1, 5)
     # Twice: the second is ignored.
-    first = unpack(router.client_message(1, msg(method="notifications/cancelled", params={"requestId": 5})))
+    first = unpack(router.handle(ClientMessage(1, msg(method="notifications/cancelled", params={"requestId": 5}))))
     assert first == [
         ("ToServer", "a", {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": sent["id"]}}),
         ("RequestEnded", 1, (5,)),
     ]
-    assert router.client_message(1, msg(method="notifications/cancelled", params={"requestId": 5})) == []
+    assert router.handle(ClientMessage(1, msg(method="notifications/cancelled", params={"requestId": 5}))) == []
     # The upstream answers anyway: dropped.
-    assert router.server_message("a", msg(id=sent["id"], result={})) == []
+    assert router.handle(ServerMessage("a", msg(id=sent["id"], result={}))) == []
     # Cancel after the answer: ignored.
     _, sent = call(router, 1, 6)
-    router.server_message("a", msg(id=sent["id"], result={}))
-    assert router.client_message(1, msg(method="notifications/cancelled", params={"requestId": 6})) == []
+    router.handle(ServerMessage("a", msg(id=sent["id"], result={})))
+    assert router.handle(ClientMessage(1, msg(method="notifications/cancelled", params={"requestId": 6}))) == []
     # Cancelling another session's id is ignored: ids are per session.
     _, sent = call(router, 2, 7)
-    assert router.client_message(1, msg(method="notifications/cancelled", params={"requestId": 7})) == []
+    assert router.handle(ClientMessage(1, msg(method="notifications/cancelled", params={"requestId": 7}))) == []
     assert sent["id"] in router.links["a"].pending
     # initialize can never be cancelled (it is not in flight upstream).
-    assert router.client_message(1, msg(method="notifications/cancelled", params={"requestId": 0})) == []
+    assert router.handle(ClientMessage(1, msg(method="notifications/cancelled", params={"requestId": 0}))) == []
 
 
 # --- timeouts ---------------------------------------------------------------------------
@@ -107,9 +126,9 @@ def test_timeout_answers_the_client_and_cancels_upstream(router, clock):
     _, sent = call(router, 1, "t", tool="b__slow")
     assert router.next_deadline() == clock.now + 5.0
     clock.now += 4.9
-    assert router.expire() == []
+    assert router.handle(TimePassed()) == []
     clock.now += 0.2
-    out = unpack(router.expire())
+    out = unpack(router.handle(TimePassed()))
     assert (
         "ToServer",
         "b",
@@ -123,7 +142,7 @@ def test_timeout_answers_the_client_and_cancels_upstream(router, clock):
     assert session == 1 and error["id"] == "t"
     assert error["error"]["data"] == {"source": "aggregator", "reason": "timeout", "server": "b"}
     assert "within 5s" in error["error"]["message"]
-    assert router.server_message("b", msg(id=sent["id"], result={})) == []  # late: dropped
+    assert router.handle(ServerMessage("b", msg(id=sent["id"], result={}))) == []  # late: dropped
     assert router.next_deadline() is None
 
 
@@ -134,20 +153,20 @@ def test_progress_extends_up_to_the_hard_maximum(router, clock):
     progress = msg(method="notifications/progress", params={"progressToken": token, "progress": 1})
     for _ in range(30):  # progress every 4 s: never idle for 5 s
         clock.now += 4
-        out = router.expire()
+        out = router.handle(TimePassed())
         if out:
             break
-        router.server_message("a", progress)
+        router.handle(ServerMessage("a", progress))
     assert clock.now - start == pytest.approx(20, abs=4.01)
     errors = [o for o in unpack(out) if o[0] == "ToClient"]
     assert errors and "within 20s" in errors[0][2]["error"]["message"]
-    assert router.server_message("a", progress) == []  # no progress after the end
+    assert router.handle(ServerMessage("a", progress)) == []  # no progress after the end
 
 
 def test_many_finished_requests_do_not_pile_up(router, clock):
     for i in range(5000):
         _, sent = call(router, 1, i, tool="a__fast")
-        router.server_message("a", msg(id=sent["id"], result={}))
+        router.handle(ServerMessage("a", msg(id=sent["id"], result={})))
     assert len(router.deadlines) < 3000
     assert router.next_deadline() is None
 
@@ -159,11 +178,11 @@ def test_lost_upstream_fails_everything_pending_once(router):
     call(router, 1, 1)
     call(router, 2, 1)
     call(router, 2, 2, tool="b__slow")
-    out = unpack(router.server_lost("a", "gone"))
+    out = unpack(router.handle(ServerLost("a", "gone")))
     errors = sorted((o[1], o[2]["id"]) for o in out if o[0] == "ToClient" and "error" in o[2])
     assert errors == [(1, 1), (2, 1)]
     assert router.links["a"].pending == {} and len(router.links["b"].pending) == 1
-    again = unpack(router.server_lost("a", "gone"))
+    again = unpack(router.handle(ServerLost("a", "gone")))
     assert not [o for o in again if "error" in o[2]]  # nothing is failed twice
 
 
@@ -171,55 +190,62 @@ def test_lost_upstream_fails_everything_pending_once(router):
 
 
 def test_subscriptions_are_refcounted(router):
-    out = unpack(router.client_message(1, msg(id=1, method="resources/subscribe", params={"uri": "a+demo://r/1"})))
+    out = unpack(
+        router.handle(ClientMessage(1, msg(id=1, method="resources/subscribe", params={"uri": "a+demo://r/1"})))
+    )
     [(_, _, sub)] = out
     assert sub["method"] == "resources/subscribe" and sub["params"] == {"uri": "demo://r/1"}
-    router.server_message("a", msg(id=sub["id"], result={}))
+    router.handle(ServerMessage("a", msg(id=sub["id"], result={})))
     # The second session subscribes: answered here, nothing upstream.
     assert unpack(
-        router.client_message(2, msg(id=1, method="resources/subscribe", params={"uri": "a+demo://r/1"}))
+        router.handle(ClientMessage(2, msg(id=1, method="resources/subscribe", params={"uri": "a+demo://r/1"})))
     ) == [("ToClient", 2, {"jsonrpc": "2.0", "id": 1, "result": {}})]
     updated = unpack(
-        router.server_message("a", msg(method="notifications/resources/updated", params={"uri": "demo://r/1"}))
+        router.handle(ServerMessage("a", msg(method="notifications/resources/updated", params={"uri": "demo://r/1"})))
     )
     assert sorted(o[1] for o in updated) == [1, 2]
     assert updated[0][2]["params"]["uri"] == "a+demo://r/1"
     # b's resource with the same URI is another subscription: nobody gets a's updates for it.
-    assert router.server_message("b", msg(method="notifications/resources/updated", params={"uri": "demo://r/1"})) == []
+    assert (
+        router.handle(ServerMessage("b", msg(method="notifications/resources/updated", params={"uri": "demo://r/1"})))
+        == []
+    )
     # One leaves: no upstream unsubscribe yet. The last leaves: unsubscribe upstream.
     assert (
-        unpack(router.client_message(1, msg(id=2, method="resources/unsubscribe", params={"uri": "a+demo://r/1"})))[0][
-            0
-        ]
+        unpack(
+            router.handle(ClientMessage(1, msg(id=2, method="resources/unsubscribe", params={"uri": "a+demo://r/1"})))
+        )[0][0]
         == "ToClient"
     )
     assert [
         o[1]
         for o in unpack(
-            router.server_message("a", msg(method="notifications/resources/updated", params={"uri": "demo://r/1"}))
+            router.handle(
+                ServerMessage("a", msg(method="notifications/resources/updated", params={"uri": "demo://r/1"}))
+            )
         )
     ] == [2]
-    out = unpack(router.client_disconnected(2))
+    out = unpack(router.handle(ClientDisconnected(2)))
     assert ("ToServer", "a") == out[0][:2] and out[0][2]["method"] == "resources/unsubscribe"
-    assert router.server_message("a", msg(id=out[0][2]["id"], result={})) == []
+    assert router.handle(ServerMessage("a", msg(id=out[0][2]["id"], result={}))) == []
 
 
 def test_subscriptions_are_renewed_after_a_restart(router):
     [(_, _, sub)] = unpack(
-        router.client_message(1, msg(id=1, method="resources/subscribe", params={"uri": "a+demo://r/1"}))
+        router.handle(ClientMessage(1, msg(id=1, method="resources/subscribe", params={"uri": "a+demo://r/1"})))
     )
-    router.server_message("a", msg(id=sub["id"], result={}))
-    router.server_lost("a", "crash")
-    out = unpack(router.server_ready("a", {"capabilities": {"resources": {"subscribe": True}, "logging": {}}}))
+    router.handle(ServerMessage("a", msg(id=sub["id"], result={})))
+    router.handle(ServerLost("a", "crash"))
+    out = unpack(router.handle(ServerReady("a", {"capabilities": {"resources": {"subscribe": True}, "logging": {}}})))
     assert [o[2]["method"] for o in out] == ["resources/subscribe"]
     assert out[0][2]["params"] == {"uri": "demo://r/1"}
 
 
 def test_a_failed_subscribe_does_not_count(router):
     [(_, _, sub)] = unpack(
-        router.client_message(1, msg(id=1, method="resources/subscribe", params={"uri": "a+demo://r/1"}))
+        router.handle(ClientMessage(1, msg(id=1, method="resources/subscribe", params={"uri": "a+demo://r/1"})))
     )
-    router.server_message("a", msg(id=sub["id"], error={"code": -32602, "message": "no"}))
+    router.handle(ServerMessage("a", msg(id=sub["id"], error={"code": -32602, "message": "no"})))
     assert router.subscriptions.subscribers(("a", "demo://r/1")) == set()
 
 
@@ -227,25 +253,29 @@ def test_a_failed_subscribe_does_not_count(router):
 
 
 def test_log_levels(router):
-    out = unpack(router.client_message(1, msg(id=1, method="logging/setLevel", params={"level": "warning"})))
+    out = unpack(router.handle(ClientMessage(1, msg(id=1, method="logging/setLevel", params={"level": "warning"}))))
     assert out[0] == ("ToClient", 1, {"jsonrpc": "2.0", "id": 1, "result": {}})
     assert sorted((o[1], o[2]["params"]["level"]) for o in out[1:]) == [("a", "warning"), ("b", "warning")]
-    out = unpack(router.client_message(2, msg(id=1, method="logging/setLevel", params={"level": "debug"})))
+    out = unpack(router.handle(ClientMessage(2, msg(id=1, method="logging/setLevel", params={"level": "debug"}))))
     assert sorted((o[1], o[2]["params"]["level"]) for o in out[1:]) == [("a", "debug"), ("b", "debug")]
     note = msg(method="notifications/message", params={"level": "info", "logger": "db", "data": {"x": 1}})
-    out = unpack(router.server_message("a", note))
+    out = unpack(router.handle(ServerMessage("a", note)))
     assert [(o[1], o[2]["params"]["logger"]) for o in out] == [(2, "a/db")]  # 1 wants warning+
     out = unpack(
-        router.server_message("b", msg(method="notifications/message", params={"level": "error", "data": "boom"}))
+        router.handle(
+            ServerMessage("b", msg(method="notifications/message", params={"level": "error", "data": "boom"}))
+        )
     )
     assert sorted((o[1], o[2]["params"]["logger"]) for o in out) == [(1, "b"), (2, "b")]
     # The debug session leaves: upstreams go back to warning.
-    out = unpack(router.client_disconnected(2))
+    out = unpack(router.handle(ClientDisconnected(2)))
     assert sorted((o[1], o[2]["params"]["level"]) for o in out if o[2].get("method") == "logging/setLevel") == [
         ("a", "warning"),
         ("b", "warning"),
     ]
-    [(_, _, bad)] = unpack(router.client_message(1, msg(id=3, method="logging/setLevel", params={"level": "loud"})))
+    [(_, _, bad)] = unpack(
+        router.handle(ClientMessage(1, msg(id=3, method="logging/setLevel", params={"level": "loud"})))
+    )
     assert bad["error"]["code"] == -32602
 
 
@@ -256,21 +286,21 @@ def test_reverse_request_goes_to_the_session_with_a_call_in_flight(router):
     _, call_one = call(router, 1, 1)
     sampling = {"messages": [], "maxTokens": 10}
     [(kind, session, forwarded)] = unpack(
-        router.server_message("a", msg(id=1, method="sampling/createMessage", params=sampling))
+        router.handle(ServerMessage("a", msg(id=1, method="sampling/createMessage", params=sampling)))
     )
     assert (kind, session) == ("ToClient", 1) and forwarded["params"] == sampling
     # b asks with the same id at the same time; with nobody in flight on b and two sessions
     # connected, no signal names a client: b gets an error at once that says why and what to do.
     [(kind, server, refused)] = unpack(
-        router.server_message("b", msg(id=1, method="sampling/createMessage", params=sampling))
+        router.handle(ServerMessage("b", msg(id=1, method="sampling/createMessage", params=sampling)))
     )
     assert (kind, server, refused["id"]) == ("ToServer", "b", 1)
     assert refused["error"]["data"]["reason"] == "ambiguous"
     assert "several clients" in refused["error"]["message"] and "per-session" in refused["error"]["message"]
     # The client answers under the proxy's id; a gets it under its own.
-    back = unpack(router.client_message(1, msg(id=forwarded["id"], result={"role": "assistant"})))
+    back = unpack(router.handle(ClientMessage(1, msg(id=forwarded["id"], result={"role": "assistant"}))))
     assert back == [("ToServer", "a", {"jsonrpc": "2.0", "id": 1, "result": {"role": "assistant"}})]
-    assert router.client_message(1, msg(id=forwarded["id"], result={})) == []  # answered already
+    assert router.handle(ClientMessage(1, msg(id=forwarded["id"], result={}))) == []  # answered already
     assert router.reverse == {} and router.reverse_ids == {}
 
 
@@ -279,11 +309,11 @@ def test_two_servers_same_reverse_id_get_distinct_proxy_ids(clock):
     connect(router, 1)
     call(router, 1, 1, tool="a__slow")
     call(router, 1, 2, tool="b__slow")
-    [(_, _, from_a)] = unpack(router.server_message("a", msg(id=1, method="sampling/createMessage", params={})))
-    [(_, _, from_b)] = unpack(router.server_message("b", msg(id=1, method="sampling/createMessage", params={})))
+    [(_, _, from_a)] = unpack(router.handle(ServerMessage("a", msg(id=1, method="sampling/createMessage", params={}))))
+    [(_, _, from_b)] = unpack(router.handle(ServerMessage("b", msg(id=1, method="sampling/createMessage", params={}))))
     assert from_a["id"] != from_b["id"]
-    assert unpack(router.client_message(1, msg(id=from_b["id"], result={"role": "b"})))[0][1] == "b"
-    assert unpack(router.client_message(1, msg(id=from_a["id"], error={"code": 1, "message": "x"})))[0][:2] == (
+    assert unpack(router.handle(ClientMessage(1, msg(id=from_b["id"], result={"role": "b"}))))[0][1] == "b"
+    assert unpack(router.handle(ClientMessage(1, msg(id=from_a["id"], error={"code": 1, "message": "x"}))))[0][:2] == (
         "ToServer",
         "a",
     )
@@ -292,55 +322,69 @@ def test_two_servers_same_reverse_id_get_distinct_proxy_ids(clock):
 def test_reverse_request_errors(clock):
     router = make_router(clock, roots=("file:///work",))
     # Nobody connected: roots from the config; sampling refused at once.
-    [(_, _, roots)] = unpack(router.server_message("a", msg(id=7, method="roots/list")))
+    [(_, _, roots)] = unpack(router.handle(ServerMessage("a", msg(id=7, method="roots/list"))))
     assert roots["result"] == {"roots": [{"uri": "file:///work"}]}
-    [(_, _, refused)] = unpack(router.server_message("a", msg(id=8, method="sampling/createMessage", params={})))
+    [(_, _, refused)] = unpack(router.handle(ServerMessage("a", msg(id=8, method="sampling/createMessage", params={}))))
     assert "error" in refused
     # A client without sampling: -32601, nothing reaches it.
     connect(router, 1, caps={"elicitation": {}})
-    [(kind, _, refused)] = unpack(router.server_message("a", msg(id=9, method="sampling/createMessage", params={})))
+    [(kind, _, refused)] = unpack(
+        router.handle(ServerMessage("a", msg(id=9, method="sampling/createMessage", params={})))
+    )
     assert kind == "ToServer" and refused["error"]["code"] == -32601
     # Form-only elicitation client: url mode refused, form mode delivered.
     [(kind, _, refused)] = unpack(
-        router.server_message(
-            "a",
-            msg(
-                id=10,
-                method="elicitation/create",
-                params={"mode": "url", "url": "https://example.invalid", "elicitationId": "e1", "message": "go"},
-            ),
+        router.handle(
+            ServerMessage(
+                "a",
+                msg(
+                    id=10,
+                    method="elicitation/create",
+                    params={"mode": "url", "url": "https://example.invalid", "elicitationId": "e1", "message": "go"},
+                ),
+            )
         )
     )
     assert kind == "ToServer" and "url mode" in refused["error"]["message"]
     [(kind, session, _)] = unpack(
-        router.server_message(
-            "a",
-            msg(id=11, method="elicitation/create", params={"message": "name?", "requestedSchema": {"type": "object"}}),
+        router.handle(
+            ServerMessage(
+                "a",
+                msg(
+                    id=11,
+                    method="elicitation/create",
+                    params={"message": "name?", "requestedSchema": {"type": "object"}},
+                ),
+            )
         )
     )
     assert (kind, session) == ("ToClient", 1)
     # Policy can deny.
     router.server_request_policy = lambda server, method, params: server != "b"
-    [(kind, _, denied)] = unpack(router.server_message("b", msg(id=12, method="elicitation/create", params={})))
+    [(kind, _, denied)] = unpack(router.handle(ServerMessage("b", msg(id=12, method="elicitation/create", params={}))))
     assert denied["error"]["data"]["reason"] == "denied"
 
 
 def test_url_elicitation_complete_and_upstream_cancel(router):
     call(router, 2, 1)
     [(_, session, forwarded)] = unpack(
-        router.server_message(
-            "a",
-            msg(
-                id=3,
-                method="elicitation/create",
-                params={"mode": "url", "url": "https://example.invalid/x", "elicitationId": "E", "message": "open"},
-            ),
+        router.handle(
+            ServerMessage(
+                "a",
+                msg(
+                    id=3,
+                    method="elicitation/create",
+                    params={"mode": "url", "url": "https://example.invalid/x", "elicitationId": "E", "message": "open"},
+                ),
+            )
         )
     )
     assert session == 2
-    router.client_message(2, msg(id=forwarded["id"], result={"action": "accept"}))
+    router.handle(ClientMessage(2, msg(id=forwarded["id"], result={"action": "accept"})))
     done = unpack(
-        router.server_message("a", msg(method="notifications/elicitation/complete", params={"elicitationId": "E"}))
+        router.handle(
+            ServerMessage("a", msg(method="notifications/elicitation/complete", params={"elicitationId": "E"}))
+        )
     )
     assert done == [
         (
@@ -350,8 +394,10 @@ def test_url_elicitation_complete_and_upstream_cancel(router):
         )
     ]
     # The upstream cancels its own request: the client hears of it under the proxy id.
-    [(_, _, forwarded)] = unpack(router.server_message("a", msg(id=4, method="sampling/createMessage", params={})))
-    out = unpack(router.server_message("a", msg(method="notifications/cancelled", params={"requestId": 4})))
+    [(_, _, forwarded)] = unpack(
+        router.handle(ServerMessage("a", msg(id=4, method="sampling/createMessage", params={})))
+    )
+    out = unpack(router.handle(ServerMessage("a", msg(method="notifications/cancelled", params={"requestId": 4}))))
     assert out == [
         (
             "ToClient",
@@ -359,13 +405,13 @@ def test_url_elicitation_complete_and_upstream_cancel(router):
             {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": forwarded["id"]}},
         )
     ]
-    assert router.client_message(2, msg(id=forwarded["id"], result={"role": "assistant"})) == []
+    assert router.handle(ClientMessage(2, msg(id=forwarded["id"], result={"role": "assistant"}))) == []
 
 
 def test_client_leaving_answers_pending_reverse_requests(router):
     call(router, 1, 1)
-    router.server_message("a", msg(id=5, method="sampling/createMessage", params={}))
-    out = unpack(router.client_disconnected(1))
+    router.handle(ServerMessage("a", msg(id=5, method="sampling/createMessage", params={})))
+    out = unpack(router.handle(ClientDisconnected(1)))
     answers = [o for o in out if o[2].get("id") == 5]
     assert answers and answers[0][1] == "a" and answers[0][2]["error"]["data"]["reason"] == "unavailable"
 
@@ -373,16 +419,16 @@ def test_client_leaving_answers_pending_reverse_requests(router):
 def test_roots_list_changed_reaches_only_servers_that_see_that_clients_roots(router, clock):
     # Shared servers of a proxy that may have many clients see proxy.roots, not a client's:
     # a client's roots changing is nothing to them.
-    assert router.client_message(1, msg(method="notifications/roots/list_changed")) == []
+    assert router.handle(ClientMessage(1, msg(method="notifications/roots/list_changed"))) == []
     # Serving one client only, the shared servers see its roots and are told.
     single = make_router(clock, single_client=True)
     connect(single, 1)
-    out = unpack(single.client_message(1, msg(method="notifications/roots/list_changed")))
+    out = unpack(single.handle(ClientMessage(1, msg(method="notifications/roots/list_changed"))))
     assert sorted(o[1] for o in out) == ["a", "b"]
     # A client without the roots capability has no roots to change.
-    single.client_disconnected(1)
+    single.handle(ClientDisconnected(1))
     connect(single, 2, caps={"sampling": {}})
-    assert single.client_message(2, msg(method="notifications/roots/list_changed")) == []
+    assert single.handle(ClientMessage(2, msg(method="notifications/roots/list_changed"))) == []
 
 
 def test_the_stream_a_request_came_on_names_its_client(router):
@@ -394,64 +440,74 @@ def test_the_stream_a_request_came_on_names_its_client(router):
     [(kind, session, forwarded)] = unpack(
         [
             c
-            for c in router.server_message(
-                "a", msg(id=40, method="sampling/createMessage", params=sampling), related=two["id"]
+            for c in router.handle(
+                ServerMessage("a", msg(id=40, method="sampling/createMessage", params=sampling), related=two["id"])
             )
         ]
     )
     assert (kind, session) == ("ToClient", 2)
-    [command] = router.server_message(
-        "a",
-        msg(id=41, method="elicitation/create", params={"message": "?", "requestedSchema": {"type": "object"}}),
-        related=one["id"],
+    [command] = router.handle(
+        ServerMessage(
+            "a",
+            msg(id=41, method="elicitation/create", params={"message": "?", "requestedSchema": {"type": "object"}}),
+            related=one["id"],
+        )
     )
     assert (command.session, command.related) == (1, "one")  # on the POST stream of client 1's call
     # Without the stream: ambiguous, answered at once.
     [(kind, server, refused)] = unpack(
-        router.server_message("a", msg(id=42, method="sampling/createMessage", params=sampling))
+        router.handle(ServerMessage("a", msg(id=42, method="sampling/createMessage", params=sampling)))
     )
     assert (kind, refused["error"]["data"]["reason"]) == ("ToServer", "ambiguous")
     # On the stream of a request no longer in flight, it belongs to nobody: the one session
     # still in flight there is not asked in its place, and a log line there reaches no one.
-    router.server_message("a", msg(id=two["id"], result={}))
+    router.handle(ServerMessage("a", msg(id=two["id"], result={})))
     [(kind, _, refused)] = unpack(
-        router.server_message("a", msg(id=43, method="sampling/createMessage", params=sampling), related=two["id"])
+        router.handle(
+            ServerMessage("a", msg(id=43, method="sampling/createMessage", params=sampling), related=two["id"])
+        )
     )
     assert (kind, refused["error"]["data"]["reason"]) == ("ToServer", "ended")
     assert "has ended" in refused["error"]["message"]
     line = {"level": "error", "data": "late"}
-    assert router.server_message("a", msg(method="notifications/message", params=line), related=two["id"]) == []
-    [to_one] = router.server_message("a", msg(method="notifications/message", params=line))  # untagged: stdio rule
+    assert router.handle(ServerMessage("a", msg(method="notifications/message", params=line), related=two["id"])) == []
+    [to_one] = router.handle(
+        ServerMessage("a", msg(method="notifications/message", params=line))
+    )  # untagged: stdio rule
     assert to_one.session == 1
 
 
 def test_related_task_and_progress_token_name_the_client(router):
     [(_, _, sent)] = unpack(
-        router.client_message(2, msg(id=1, method="tools/call", params={"name": "a__slow", "task": {}}))
+        router.handle(ClientMessage(2, msg(id=1, method="tools/call", params={"name": "a__slow", "task": {}})))
     )
-    router.server_message("a", msg(id=sent["id"], result={"task": {"taskId": "T1", "status": "working"}}))
+    router.handle(ServerMessage("a", msg(id=sent["id"], result={"task": {"taskId": "T1", "status": "working"}})))
     call(router, 1, 1)
     _, two = call(router, 2, 2, token="mine")
     token = two["params"]["_meta"]["progressToken"]
     assert type(token) is str and token.startswith("aggregator-progress-")  # never a server's own by chance
     related = {"_meta": {"io.modelcontextprotocol/related-task": {"taskId": "T1"}}}
     [(_, session, forwarded)] = unpack(
-        router.server_message("a", msg(id=1, method="sampling/createMessage", params=related))
+        router.handle(ServerMessage("a", msg(id=1, method="sampling/createMessage", params=related)))
     )
     assert session == 2 and forwarded["params"]["_meta"]["io.modelcontextprotocol/related-task"]["taskId"] == "a/T1"
-    [command] = router.server_message(
-        "a", msg(id=2, method="sampling/createMessage", params={"_meta": {"progressToken": token}})
+    [command] = router.handle(
+        ServerMessage("a", msg(id=2, method="sampling/createMessage", params={"_meta": {"progressToken": token}}))
     )
     assert (command.session, command.related) == (2, 2)
     # Another server naming a's task or token names nothing: b has no calls, two clients.
     [(_, _, refused)] = unpack(
-        router.server_message(
-            "b",
-            msg(
-                id=3,
-                method="sampling/createMessage",
-                params={"_meta": {"progressToken": token, "io.modelcontextprotocol/related-task": {"taskId": "T1"}}},
-            ),
+        router.handle(
+            ServerMessage(
+                "b",
+                msg(
+                    id=3,
+                    method="sampling/createMessage",
+                    params={
+                        "_meta": {"progressToken": token, "io.modelcontextprotocol/related-task": {"taskId": "T1"}}
+                    },
+                ),
+            )
         )
     )
     assert refused["error"]["data"]["reason"] == "ambiguous"
@@ -459,7 +515,7 @@ def test_related_task_and_progress_token_name_the_client(router):
 
 def test_no_client_connected_is_unavailable(clock):
     router = make_router(clock)
-    [(_, _, refused)] = unpack(router.server_message("a", msg(id=1, method="elicitation/create", params={})))
+    [(_, _, refused)] = unpack(router.handle(ServerMessage("a", msg(id=1, method="elicitation/create", params={}))))
     assert refused["error"]["data"]["reason"] == "unavailable"
     assert "no client is connected" in refused["error"]["message"]
     assert "outside any one client" not in refused["error"]["message"]
@@ -467,7 +523,7 @@ def test_no_client_connected_is_unavailable(clock):
 
 def log_line(router, server, data, level="info", related=None):
     note = msg(method="notifications/message", params={"level": level, "data": data})
-    return sorted((c.session, c.related) for c in router.server_message(server, note, related=related))
+    return sorted((c.session, c.related) for c in router.handle(ServerMessage(server, note, related=related)))
 
 
 def test_log_lines_go_to_their_requests_client_only(router):
@@ -478,10 +534,10 @@ def test_log_lines_go_to_their_requests_client_only(router):
     # A shared stdio server with both sessions' calls in flight: the line may be either's,
     # so it goes to neither.
     assert log_line(router, "a", "z") == []
-    router.server_message("a", msg(id=two["id"], result={}))
+    router.handle(ServerMessage("a", msg(id=two["id"], result={})))
     assert log_line(router, "a", "z") == [(1, "one")]  # the one session in flight there
     # Still subject to that client's level.
-    router.client_message(1, msg(id=9, method="logging/setLevel", params={"level": "error"}))
+    router.handle(ClientMessage(1, msg(id=9, method="logging/setLevel", params={"level": "error"})))
     assert log_line(router, "a", "z") == []
     assert log_line(router, "a", "z", level="critical") == [(1, "one")]
 
@@ -489,7 +545,7 @@ def test_log_lines_go_to_their_requests_client_only(router):
 def test_log_lines_of_no_request_go_to_sessions_that_asked(router):
     # Nothing in flight: only sessions that sent logging/setLevel, each at its level.
     assert log_line(router, "a", "idle") == []
-    router.client_message(2, msg(id=9, method="logging/setLevel", params={"level": "warning"}))
+    router.handle(ClientMessage(2, msg(id=9, method="logging/setLevel", params={"level": "warning"})))
     assert log_line(router, "a", "idle") == []
     assert log_line(router, "a", "idle", level="error") == [(2, None)]
     # An HTTP upstream: a line not on a request's stream belongs to no request, even while
@@ -503,11 +559,11 @@ def test_shared_servers_see_proxy_roots_not_a_clients(clock):
     router = make_router(clock, roots=("file:///srv",))
     connect(router, 1)
     call(router, 1, 1)  # a call in flight: still not this client's roots
-    [(kind, server, answer)] = unpack(router.server_message("a", msg(id=7, method="roots/list")))
+    [(kind, server, answer)] = unpack(router.handle(ServerMessage("a", msg(id=7, method="roots/list"))))
     assert (kind, server, answer["result"]) == ("ToServer", "a", {"roots": [{"uri": "file:///srv"}]})
     bare = make_router(clock)
     connect(bare, 1)
-    [(_, _, answer)] = unpack(bare.server_message("a", msg(id=7, method="roots/list"), related=None))
+    [(_, _, answer)] = unpack(bare.handle(ServerMessage("a", msg(id=7, method="roots/list"), related=None)))
     assert answer["result"] == {"roots": []}
     assert bare.next_deadline() is None  # nothing held
 
@@ -515,19 +571,21 @@ def test_shared_servers_see_proxy_roots_not_a_clients(clock):
 def test_one_client_proxy_holds_roots_until_its_client_is_initialized(clock):
     router = make_router(clock, single_client=True)
     # Asked at startup, before any client: held, not refused.
-    assert router.server_message("a", msg(id=1, method="roots/list")) == []
-    router.client_connected(1)
-    router.client_message(
-        1,
-        msg(
-            id=0,
-            method="initialize",
-            params={"protocolVersion": "2025-11-25", "capabilities": CLIENT_CAPS, "clientInfo": {"name": "c"}},
-        ),
+    assert router.handle(ServerMessage("a", msg(id=1, method="roots/list"))) == []
+    router.handle(ClientConnected(1))
+    router.handle(
+        ClientMessage(
+            1,
+            msg(
+                id=0,
+                method="initialize",
+                params={"protocolVersion": "2025-11-25", "capabilities": CLIENT_CAPS, "clientInfo": {"name": "c"}},
+            ),
+        )
     )
-    assert router.server_message("b", msg(id=2, method="roots/list")) == []  # initialize is not enough
+    assert router.handle(ServerMessage("b", msg(id=2, method="roots/list"))) == []  # initialize is not enough
     assert router.next_deadline() == pytest.approx(clock.now + 10.0)
-    out = unpack(router.client_message(1, msg(method="notifications/initialized")))
+    out = unpack(router.handle(ClientMessage(1, msg(method="notifications/initialized"))))
     assert sorted((o[0], o[1], o[2]["method"]) for o in out) == [
         ("ToClient", 1, "roots/list"),
         ("ToClient", 1, "roots/list"),
@@ -535,7 +593,7 @@ def test_one_client_proxy_holds_roots_until_its_client_is_initialized(clock):
     back = {}
     for _, _, forwarded in out:
         [(_, server, answer)] = unpack(
-            router.client_message(1, msg(id=forwarded["id"], result={"roots": [{"uri": "file:///mine"}]}))
+            router.handle(ClientMessage(1, msg(id=forwarded["id"], result={"roots": [{"uri": "file:///mine"}]})))
         )
         back[server] = answer["id"]
     assert back == {"a": 1, "b": 2}
@@ -544,11 +602,11 @@ def test_one_client_proxy_holds_roots_until_its_client_is_initialized(clock):
 
 def test_held_roots_fall_back_after_the_bound_and_the_late_client_is_announced(clock):
     router = make_router(clock, single_client=True, roots=("file:///srv",))
-    assert router.server_message("a", msg(id=1, method="roots/list")) == []
+    assert router.handle(ServerMessage("a", msg(id=1, method="roots/list"))) == []
     clock.now += 9.9
-    assert router.expire() == []
+    assert router.handle(TimePassed()) == []
     clock.now += 0.2
-    [(kind, server, answer)] = unpack(router.expire())
+    [(kind, server, answer)] = unpack(router.handle(TimePassed()))
     assert (kind, server, answer) == (
         "ToServer",
         "a",
@@ -557,33 +615,35 @@ def test_held_roots_fall_back_after_the_bound_and_the_late_client_is_announced(c
     assert router.next_deadline() is None
     # The client arrives with roots of its own: a (answered in its place) is told to ask again.
     connect_out = []
-    router.client_connected(1)
-    router.client_message(
-        1,
-        msg(
-            id=0,
-            method="initialize",
-            params={"protocolVersion": "2025-11-25", "capabilities": CLIENT_CAPS, "clientInfo": {"name": "c"}},
-        ),
+    router.handle(ClientConnected(1))
+    router.handle(
+        ClientMessage(
+            1,
+            msg(
+                id=0,
+                method="initialize",
+                params={"protocolVersion": "2025-11-25", "capabilities": CLIENT_CAPS, "clientInfo": {"name": "c"}},
+            ),
+        )
     )
-    connect_out = unpack(router.client_message(1, msg(method="notifications/initialized")))
+    connect_out = unpack(router.handle(ClientMessage(1, msg(method="notifications/initialized"))))
     assert connect_out == [("ToServer", "a", {"jsonrpc": "2.0", "method": "notifications/roots/list_changed"})]
-    [(_, session, _)] = unpack(router.server_message("a", msg(id=2, method="roots/list")))
+    [(_, session, _)] = unpack(router.handle(ServerMessage("a", msg(id=2, method="roots/list"))))
     assert session == 1
 
 
 def test_held_roots_for_a_client_without_roots_or_one_that_leaves(clock):
     router = make_router(clock, single_client=True)
-    router.server_message("a", msg(id=1, method="roots/list"))
+    router.handle(ServerMessage("a", msg(id=1, method="roots/list")))
     connect(router, 1, caps={"sampling": {}})  # no roots capability: the proxy answers, nothing to announce
     assert router.held_roots == []
-    [(kind, _, answer)] = unpack(router.server_message("b", msg(id=2, method="roots/list")))
+    [(kind, _, answer)] = unpack(router.handle(ServerMessage("b", msg(id=2, method="roots/list"))))
     assert (kind, answer["result"]) == ("ToServer", {"roots": []})
     # A client that leaves before it initializes: what was held for it is answered (error).
     router = make_router(clock, single_client=True)
-    router.client_connected(1)
-    router.server_message("a", msg(id=3, method="roots/list"))
-    out = unpack(router.client_disconnected(1))
+    router.handle(ClientConnected(1))
+    router.handle(ServerMessage("a", msg(id=3, method="roots/list")))
+    out = unpack(router.handle(ClientDisconnected(1)))
     assert [(o[1], o[2]["id"], o[2]["error"]["data"]["reason"]) for o in out] == [("a", 3, "unavailable")]
     assert router.next_deadline() is None
 
@@ -594,18 +654,18 @@ def test_held_roots_for_a_client_without_roots_or_one_that_leaves(clock):
 def test_list_changes_are_debounced_into_one_notice(clock):
     router = make_router(clock, debounce=0.1)
     connect(router, 1)
-    assert router.server_items("a", "tools", [{"name": "x"}]) == []
-    assert router.server_items("b", "tools", [{"name": "y"}]) == []
-    assert router.server_items("a", "resources", []) == []
+    assert router.handle(ServerItems("a", "tools", [{"name": "x"}])) == []
+    assert router.handle(ServerItems("b", "tools", [{"name": "y"}])) == []
+    assert router.handle(ServerItems("a", "resources", [])) == []
     assert router.next_deadline() == pytest.approx(clock.now + 0.1)
     clock.now += 0.1
-    out = unpack(router.expire())
+    out = unpack(router.handle(TimePassed()))
     assert sorted(o[2]["method"] for o in out) == [
         "notifications/resources/list_changed",
         "notifications/tools/list_changed",
     ]
-    assert router.expire() == [] and router.next_deadline() is None
-    assert router.server_items("a", "tools", [{"name": "x"}]) == []  # no visible change
+    assert router.handle(TimePassed()) == [] and router.next_deadline() is None
+    assert router.handle(ServerItems("a", "tools", [{"name": "x"}])) == []  # no visible change
     assert router.next_deadline() is None
 
 
@@ -614,50 +674,64 @@ def test_list_changes_are_debounced_into_one_notice(clock):
 
 def test_task_ids_are_mapped_and_owned(router):
     [(_, _, sent)] = unpack(
-        router.client_message(
-            1, msg(id=1, method="tools/call", params={"name": "a__slow", "arguments": {}, "task": {"ttl": 60000}})
+        router.handle(
+            ClientMessage(
+                1, msg(id=1, method="tools/call", params={"name": "a__slow", "arguments": {}, "task": {"ttl": 60000}})
+            )
         )
     )
     assert sent["params"]["task"] == {"ttl": 60000}
     [(_, _, created)] = unpack(
-        router.server_message(
-            "a",
-            msg(
-                id=sent["id"],
-                result={
-                    "task": {"taskId": "T1", "status": "working", "ttl": 60000, "createdAt": "x", "lastUpdatedAt": "x"}
-                },
-            ),
+        router.handle(
+            ServerMessage(
+                "a",
+                msg(
+                    id=sent["id"],
+                    result={
+                        "task": {
+                            "taskId": "T1",
+                            "status": "working",
+                            "ttl": 60000,
+                            "createdAt": "x",
+                            "lastUpdatedAt": "x",
+                        }
+                    },
+                ),
+            )
         )
     )
     assert created["result"]["task"]["taskId"] == "a/T1"
-    [(_, _, get)] = unpack(router.client_message(1, msg(id=2, method="tasks/get", params={"taskId": "a/T1"})))
+    [(_, _, get)] = unpack(router.handle(ClientMessage(1, msg(id=2, method="tasks/get", params={"taskId": "a/T1"}))))
     assert get["params"] == {"taskId": "T1"}
     [(_, _, status)] = unpack(
-        router.server_message("a", msg(id=get["id"], result={"taskId": "T1", "status": "completed"}))
+        router.handle(ServerMessage("a", msg(id=get["id"], result={"taskId": "T1", "status": "completed"})))
     )
     assert status["result"]["taskId"] == "a/T1"
     # Status notifications reach the owner only.
     out = unpack(
-        router.server_message(
-            "a", msg(method="notifications/tasks/status", params={"taskId": "T1", "status": "completed"})
+        router.handle(
+            ServerMessage("a", msg(method="notifications/tasks/status", params={"taskId": "T1", "status": "completed"}))
         )
     )
     assert [(o[1], o[2]["params"]["taskId"]) for o in out] == [(1, "a/T1")]
     # Another session cannot touch it, nor can anyone name a task that never existed.
     for key, task in ((2, "a/T1"), (1, "a/T9"), (1, "T1"), (1, "zz/T1")):
         [(_, _, refused)] = unpack(
-            router.client_message(key, msg(id=3, method="tasks/cancel", params={"taskId": task}))
+            router.handle(ClientMessage(key, msg(id=3, method="tasks/cancel", params={"taskId": task})))
         )
         assert refused["error"]["code"] == -32602
-    [(_, _, result)] = unpack(router.client_message(1, msg(id=4, method="tasks/result", params={"taskId": "a/T1"})))
+    [(_, _, result)] = unpack(
+        router.handle(ClientMessage(1, msg(id=4, method="tasks/result", params={"taskId": "a/T1"})))
+    )
     out = unpack(
-        router.server_message(
-            "a",
-            msg(
-                id=result["id"],
-                result={"content": [], "_meta": {"io.modelcontextprotocol/related-task": {"taskId": "T1"}}},
-            ),
+        router.handle(
+            ServerMessage(
+                "a",
+                msg(
+                    id=result["id"],
+                    result={"content": [], "_meta": {"io.modelcontextprotocol/related-task": {"taskId": "T1"}}},
+                ),
+            )
         )
     )
     assert out[0][2]["result"]["_meta"]["io.modelcontextprotocol/related-task"]["taskId"] == "a/T1"
@@ -665,24 +739,26 @@ def test_task_ids_are_mapped_and_owned(router):
 
 def test_tasks_list_gathers_only_the_sessions_own(router):
     [(_, _, sent)] = unpack(
-        router.client_message(1, msg(id=1, method="tools/call", params={"name": "a__slow", "task": {}}))
+        router.handle(ClientMessage(1, msg(id=1, method="tools/call", params={"name": "a__slow", "task": {}})))
     )
-    router.server_message("a", msg(id=sent["id"], result={"task": {"taskId": "T1", "status": "working"}}))
-    out = unpack(router.client_message(1, msg(id=2, method="tasks/list", params={})))
+    router.handle(ServerMessage("a", msg(id=sent["id"], result={"task": {"taskId": "T1", "status": "working"}})))
+    out = unpack(router.handle(ClientMessage(1, msg(id=2, method="tasks/list", params={}))))
     assert sorted(o[1] for o in out) == ["a", "b"]
     ids = {o[1]: o[2]["id"] for o in out}
     assert (
-        router.server_message(
-            "a",
-            msg(
-                id=ids["a"],
-                result={"tasks": [{"taskId": "T1", "status": "working"}, {"taskId": "OTHER", "status": "working"}]},
-            ),
+        router.handle(
+            ServerMessage(
+                "a",
+                msg(
+                    id=ids["a"],
+                    result={"tasks": [{"taskId": "T1", "status": "working"}, {"taskId": "OTHER", "status": "working"}]},
+                ),
+            )
         )
         == []
     )
     failed = msg(id=ids["b"], error={"code": -32601, "message": "x"})
-    [(_, session, answer)] = unpack(router.server_message("b", failed))
+    [(_, session, answer)] = unpack(router.handle(ServerMessage("b", failed)))
     assert session == 1 and answer == {
         "jsonrpc": "2.0",
         "id": 2,
@@ -707,8 +783,8 @@ def test_capabilities_merge(router):
 def per_session_router(clock):
     servers = [ServerConfig(name="p", command="x", isolation="per-session")]
     router = new_router(Catalog(servers, "__", 50), servers, clock=clock, list_changed_debounce=0)
-    router.server_ready("p", {"capabilities": {"tools": {}}})
-    router.server_items("p", "tools", [{"name": "t"}])
+    router.handle(ServerReady("p", {"capabilities": {"tools": {}}}))
+    router.handle(ServerItems("p", "tools", [{"name": "t"}]))
     router.startup_complete = True
     return router
 
@@ -718,7 +794,7 @@ def test_per_session_servers_get_a_connection_per_client(clock):
     connect(router, 1)
     connect(router, 2, caps={"roots": {}})
     # First use starts the session's own connection and holds the request.
-    out = router.client_message(1, msg(id=1, method="tools/call", params={"name": "p__t", "arguments": {}}))
+    out = router.handle(ClientMessage(1, msg(id=1, method="tools/call", params={"name": "p__t", "arguments": {}})))
     [start] = out
     assert type(start).__name__ == "StartUpstream" and (start.server, start.name, start.session) == ("p", "p@1", 1)
     assert start.capabilities == {
@@ -726,29 +802,29 @@ def test_per_session_servers_get_a_connection_per_client(clock):
         "roots": {"listChanged": True},
         "elicitation": {"form": {}, "url": {}},
     }
-    assert router.client_message(1, msg(id=2, method="tools/call", params={"name": "p__t"})) == []
+    assert router.handle(ClientMessage(1, msg(id=2, method="tools/call", params={"name": "p__t"}))) == []
     # Ready: the held requests go out on that connection, in order.
-    sent = unpack(router.server_ready("p@1", {"capabilities": {"tools": {}}}))
+    sent = unpack(router.handle(ServerReady("p@1", {"capabilities": {"tools": {}}})))
     assert [(o[1], o[2]["params"]["name"]) for o in sent] == [("p@1", "t"), ("p@1", "t")]
     # Its listing does not touch what clients see; its requests go only to its client.
-    assert router.server_items("p@1", "tools", [{"name": "other"}]) == []
-    [(_, session, forwarded)] = unpack(router.server_message("p@1", msg(id=9, method="roots/list")))
+    assert router.handle(ServerItems("p@1", "tools", [{"name": "other"}])) == []
+    [(_, session, forwarded)] = unpack(router.handle(ServerMessage("p@1", msg(id=9, method="roots/list"))))
     assert session == 1
     # The other client gets its own connection, with its own capabilities.
-    [start2] = router.client_message(2, msg(id=1, method="tools/call", params={"name": "p__t"}))
+    [start2] = router.handle(ClientMessage(2, msg(id=1, method="tools/call", params={"name": "p__t"})))
     assert start2.name == "p@2" and start2.capabilities == {"roots": {"listChanged": True}}
     # The client leaves: its connection is stopped, what it had in flight is cancelled.
-    out = router.client_disconnected(1)
+    out = router.handle(ClientDisconnected(1))
     kinds = [type(o).__name__ for o in out]
     assert kinds[-1] == "StopUpstream" and out[-1].name == "p@1" and "p@1" not in router.links
-    assert router.server_message("p@1", msg(id=1, result={})) == []
+    assert router.handle(ServerMessage("p@1", msg(id=1, result={}))) == []
 
 
 def test_per_session_start_failure_answers_the_held_requests(clock):
     router = per_session_router(clock)
     connect(router, 1)
-    router.client_message(1, msg(id=1, method="tools/call", params={"name": "p__t"}))
-    out = unpack(router.server_lost("p@1", "cannot start 'x'"))
+    router.handle(ClientMessage(1, msg(id=1, method="tools/call", params={"name": "p__t"})))
+    out = unpack(router.handle(ServerLost("p@1", "cannot start 'x'")))
     assert [(o[1], o[2]["id"], o[2]["error"]["data"]["reason"]) for o in out] == [(1, 1, "unavailable")]
     assert "p__t" in router.catalog.tools  # the shared listing is untouched
 
@@ -756,9 +832,9 @@ def test_per_session_start_failure_answers_the_held_requests(clock):
 def test_shutting_down_answers_the_requests_waiting_for_a_per_session_start(clock):
     router = per_session_router(clock)
     connect(router, 1)
-    router.client_message(1, msg(id=1, method="tools/call", params={"name": "p__t"}))
+    router.handle(ClientMessage(1, msg(id=1, method="tools/call", params={"name": "p__t"})))
     router.draining = True
-    out = unpack(router.abandon("stopping"))
+    out = unpack(router.handle(Abandoned("stopping")))
     assert [
         (o[0], o[1], o[2]["id"], o[2]["error"]["data"]["reason"], o[2]["error"]["data"]["server"]) for o in out
     ] == [("ToClient", 1, 1, "unavailable", "p")]
@@ -771,7 +847,9 @@ def test_in_flight_requests_per_session_are_capped(clock):
     connect(router, 2)
     for id in range(8):
         call(router, 1, id)
-    [(kind, _, refused)] = unpack(router.client_message(1, msg(id=99, method="tools/call", params={"name": "a__slow"})))
+    [(kind, _, refused)] = unpack(
+        router.handle(ClientMessage(1, msg(id=99, method="tools/call", params={"name": "a__slow"})))
+    )
     assert kind == "ToClient" and refused["error"]["data"]["reason"] == "overloaded"
     call(router, 2, 0)  # another session is not affected
 
@@ -780,10 +858,12 @@ def test_draining_takes_nothing_new_and_abandon_answers_everyone(router):
     call(router, 1, 1)
     call(router, 2, 1, tool="b__slow")
     router.draining = True
-    [(kind, _, refused)] = unpack(router.client_message(1, msg(id=2, method="tools/call", params={"name": "a__fast"})))
+    [(kind, _, refused)] = unpack(
+        router.handle(ClientMessage(1, msg(id=2, method="tools/call", params={"name": "a__fast"})))
+    )
     assert kind == "ToClient" and refused["error"]["message"] == "The aggregator is shutting down"
     assert router.in_flight() == 2
-    out = unpack(router.abandon("stopping"))
+    out = unpack(router.handle(Abandoned("stopping")))
     assert sorted((o[1], o[2].get("id")) for o in out if o[0] == "ToClient") == [(1, 1), (2, 1)]
     assert sorted(o[1] for o in out if o[0] == "ToServer") == ["a", "b"]
     assert router.in_flight() == 0

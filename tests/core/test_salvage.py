@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from aggregator.core.events import ClientMessage, ServerMessage
 from aggregator.jsonrpc import dumps
 from aggregator.jsonrpc.codec import NOTIFICATION, REQUEST, RESPONSE, nameless_refusal
 from aggregator.jsonrpc.errors import PARSE_ERROR
@@ -158,15 +159,22 @@ def test_a_server_answer_past_every_parser_names_the_request_it_answers():
 def test_the_router_fails_the_request_at_once_and_the_server_stays(tail):
     router = make_depth_limited_router()
     [(_, _, sent)] = unpack(
-        router.client_message(
-            1,
-            dumps(
-                {"jsonrpc": "2.0", "id": "q", "method": "tools/call", "params": {"name": "a__echo", "arguments": {}}}
-            ),
+        router.handle(
+            ClientMessage(
+                1,
+                dumps(
+                    {
+                        "jsonrpc": "2.0",
+                        "id": "q",
+                        "method": "tools/call",
+                        "params": {"name": "a__echo", "arguments": {}},
+                    }
+                ),
+            )
         )
     )
     raw = b'{"jsonrpc":"2.0","id":' + str(sent["id"]).encode() + b',"result":{"content":[],"structuredContent":' + tail
-    [(kind, session, error)] = unpack(router.server_message("a", raw))
+    [(kind, session, error)] = unpack(router.handle(ServerMessage("a", raw)))
     assert (kind, session, error["id"]) == ("ToClient", 1, "q")
     assert error["error"]["data"]["reason"] == ("malformed" if b"\xff" in tail else "too_large")
     assert error["error"]["data"]["server"] == "a" and router.links["a"].pending == {}

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from aggregator.core.events import ClientMessage, ServerMessage
 from aggregator.mcp.constants import LIST_CHANGED
 from tests.core.helpers import lifecycle_serves, msg, own_asks, unpack
 
@@ -27,12 +28,12 @@ LIST_CHANGES = [
 @pytest.mark.parametrize(("method", "asked"), LIST_CHANGES)
 def test_a_list_change_relists_what_changed(router, method, asked):
     lifecycle_serves(router, "a", {"tools": {}, "prompts": {}, "resources": {}})
-    assert [m["method"] for m in own_asks(router.server_message("a", msg(method=method)))] == asked
+    assert [m["method"] for m in own_asks(router.handle(ServerMessage("a", msg(method=method))))] == asked
 
 
 def test_a_list_change_between_connections_asks_nothing(router):
     """No lifecycle (the next connection lists every kind anyway)."""
-    assert router.server_message("a", msg(method="notifications/tools/list_changed")) == []
+    assert router.handle(ServerMessage("a", msg(method="notifications/tools/list_changed"))) == []
 
 
 # Notifications that name nothing the proxy has in flight are dropped.
@@ -50,30 +51,32 @@ def test_a_list_change_between_connections_asks_nothing(router):
 )
 def test_a_notification_that_names_nothing_in_flight_is_dropped(router, method, params):
     fields = {"params": params} if params is not None else {}
-    assert router.server_message("a", msg(method=method, **fields)) == []
+    assert router.handle(ServerMessage("a", msg(method=method, **fields))) == []
 
 
 def test_progress_of_another_server_is_not_its_to_report(router):
     [(_, _, sent)] = unpack(
-        router.client_message(
-            1, msg(id=1, method="tools/call", params={"name": "a__slow", "_meta": {"progressToken": 1}})
+        router.handle(
+            ClientMessage(1, msg(id=1, method="tools/call", params={"name": "a__slow", "_meta": {"progressToken": 1}}))
         )
     )
     token = sent["params"]["_meta"]["progressToken"]
-    assert router.server_message("b", msg(method="notifications/progress", params={"progressToken": token})) == []
+    assert (
+        router.handle(ServerMessage("b", msg(method="notifications/progress", params={"progressToken": token}))) == []
+    )
     [(kind, session, notice)] = unpack(
-        router.server_message("a", msg(method="notifications/progress", params={"progressToken": token}))
+        router.handle(ServerMessage("a", msg(method="notifications/progress", params={"progressToken": token})))
     )
     assert (kind, session, notice["params"]["progressToken"]) == ("ToClient", 1, 1)
 
 
 def test_an_update_goes_to_the_subscribers_under_the_exposed_uri(router):
     [(_, _, sent)] = unpack(
-        router.client_message(2, msg(id=1, method="resources/subscribe", params={"uri": "a+demo://r/1"}))
+        router.handle(ClientMessage(2, msg(id=1, method="resources/subscribe", params={"uri": "a+demo://r/1"})))
     )
-    router.server_message("a", msg(id=sent["id"], result={}))
+    router.handle(ServerMessage("a", msg(id=sent["id"], result={})))
     out = unpack(
-        router.server_message("a", msg(method="notifications/resources/updated", params={"uri": "demo://r/1"}))
+        router.handle(ServerMessage("a", msg(method="notifications/resources/updated", params={"uri": "demo://r/1"})))
     )
     assert out == [
         (
@@ -95,19 +98,23 @@ RESPONSES = [
 
 @pytest.mark.parametrize("response", RESPONSES)
 def test_a_response_to_no_request_of_a_client(router, response):
-    assert router.server_message("a", msg(**response)) == []
+    assert router.handle(ServerMessage("a", msg(**response))) == []
 
 
 def test_a_response_goes_back_under_the_clients_id(router):
-    [(_, _, sent)] = unpack(router.client_message(2, msg(id="mine", method="tools/call", params={"name": "b__fast"})))
-    out = unpack(router.server_message("b", msg(id=sent["id"], result={"content": []})))
+    [(_, _, sent)] = unpack(
+        router.handle(ClientMessage(2, msg(id="mine", method="tools/call", params={"name": "b__fast"})))
+    )
+    out = unpack(router.handle(ServerMessage("b", msg(id=sent["id"], result={"content": []}))))
     assert out == [("ToClient", 2, {"jsonrpc": "2.0", "id": "mine", "result": {"content": []}})]
 
 
 def test_an_unreadable_answer_fails_its_request_at_once(router):
-    [(_, _, sent)] = unpack(router.client_message(1, msg(id="r", method="tools/call", params={"name": "a__slow"})))
+    [(_, _, sent)] = unpack(
+        router.handle(ClientMessage(1, msg(id="r", method="tools/call", params={"name": "a__slow"})))
+    )
     raw = b'{"jsonrpc":"2.0","id":' + str(sent["id"]).encode() + b',"result":' + b"[" * 200 + b"]" * 200 + b"}"
-    [(kind, session, answer)] = unpack(router.server_message("a", raw))
+    [(kind, session, answer)] = unpack(router.handle(ServerMessage("a", raw)))
     assert (kind, session, answer["id"]) == ("ToClient", 1, "r")
     assert answer["error"]["data"]["reason"] in ("too_large", "malformed")
     assert router.in_flight() == 0

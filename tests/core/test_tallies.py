@@ -5,48 +5,63 @@ from __future__ import annotations
 
 import pytest
 
+from aggregator.core.events import (
+    Abandoned,
+    ClientDisconnected,
+    ClientMessage,
+    DrainingStarted,
+    ServerCongested,
+    ServerDown,
+    ServerItems,
+    ServerListed,
+    ServerLost,
+    ServerMessage,
+    ServerOverloaded,
+    ServerReady,
+    TimePassed,
+)
 from aggregator.core.tallies import UPSTREAM_BUCKETS, Histogram
 from tests.core.helpers import msg, unpack
 
 
 def _send(router, id="c", name="a__slow"):
-    [(_, _, sent)] = unpack(router.client_message(1, msg(id=id, method="tools/call", params={"name": name})))
+    [(_, _, sent)] = unpack(router.handle(ClientMessage(1, msg(id=id, method="tools/call", params={"name": name}))))
     return sent["id"]
 
 
 def _answered(r, up):
     r.clock.now += 0.3
-    return r.server_message("a", msg(id=up, result={"content": []}))
+    return r.handle(ServerMessage("a", msg(id=up, result={"content": []})))
 
 
 def _failed(r, up):
     r.clock.now += 0.3
-    return r.server_message("a", msg(id=up, error={"code": -1, "message": "no"}))
+    return r.handle(ServerMessage("a", msg(id=up, error={"code": -1, "message": "no"})))
 
 
 def _cancelled(r, up):
-    return r.client_message(1, msg(method="notifications/cancelled", params={"requestId": "c"}))
+    return r.handle(ClientMessage(1, msg(method="notifications/cancelled", params={"requestId": "c"})))
 
 
 def _timed_out(r, up):
     r.clock.now += 5.01
-    return r.expire()
+    return r.handle(TimePassed())
 
 
 def _client_gone(r, up):
-    return r.client_disconnected(1)
+    return r.handle(ClientDisconnected(1))
 
 
 def _server_lost(r, up):
-    return r.server_lost("a", "crashed")
+    return r.handle(ServerLost("a", "crashed"))
 
 
 def _overloaded(r, up):
-    return r.server_overloaded("a", "reads nothing")
+    return r.handle(ServerOverloaded("a", "reads nothing"))
 
 
 def _abandoned(r, up):
-    return r.abandon("stopping")
+    return r.handle(Abandoned("stopping"))
 
 
 EXITS = [
@@ -68,8 +83,8 @@ def test_every_exit_is_counted_once_with_its_outcome(router, end, counted):
     end(router, up)
     outcome, reason = counted
     assert router.tallies.requests == {("tools/call", "a", outcome, reason): 1}
-    router.server_message("a", msg(id=up, result={}))  # a late answer counts nothing more
-    router.expire()
+    router.handle(ServerMessage("a", msg(id=up, result={})))  # a late answer counts nothing more
+    router.handle(TimePassed())
     assert router.tallies.requests == {("tools/call", "a", outcome, reason): 1}
     timed = router.tallies.upstream
     if outcome in ("ok",) or reason == "server_error":
@@ -83,13 +98,13 @@ def test_every_exit_is_counted_once_with_its_outcome(router, end, counted):
 
 def test_counts_add_up_per_method_and_server(router):
     for n in range(3):
-        router.server_message("a", msg(id=_send(router, id=n), result={}))
-    router.server_message("b", msg(id=_send(router, id="x", name="b__fast"), result={}))
+        router.handle(ServerMessage("a", msg(id=_send(router, id=n), result={})))
+    router.handle(ServerMessage("b", msg(id=_send(router, id="x", name="b__fast"), result={})))
     assert router.tallies.requests == {("tools/call", "a", "ok", ""): 3, ("tools/call", "b", "ok", ""): 1}
 
 
 def test_what_never_reached_a_server_is_not_a_forwarded_request(router):
-    out = unpack(router.client_message(1, msg(id=9, method="tools/call", params={"name": "a__nope"})))
+    out = unpack(router.handle(ClientMessage(1, msg(id=9, method="tools/call", params={"name": "a__nope"}))))
     assert [m["error"]["code"] for kind, _, m in out if kind == "ToClient"] == [-32602]
     assert router.tallies.requests == {}
 
@@ -103,16 +118,16 @@ def test_histogram_buckets_hold_each_value_under_its_upper_bound():
 
 
 def _draining(r):
-    r.start_draining()
+    r.handle(DrainingStarted())
 
 
 def _congested(r):
-    r.server_congested("a", "its queue is full")
+    r.handle(ServerCongested("a", "its queue is full"))
 
 
 def _lost_for_long(r):
-    r.server_lost("a", "crashed")
-    r.server_down("a", "crashed", 600.0)  # back long after the call's own timeout: not held
+    r.handle(ServerLost("a", "crashed"))
+    r.handle(ServerDown("a", "crashed", 600.0))  # back long after the call's own timeout: not held
 
 
 @pytest.mark.parametrize(
@@ -122,21 +137,21 @@ def _lost_for_long(r):
 )
 def test_a_request_refused_before_sending_is_counted_with_its_reason(router, before, reason):
     before(router)
-    out = unpack(router.client_message(1, msg(id="c", method="tools/call", params={"name": "a__slow"})))
+    out = unpack(router.handle(ClientMessage(1, msg(id="c", method="tools/call", params={"name": "a__slow"}))))
     assert [kind for kind, _, _ in out] == ["ToClient"]  # nothing was sent
     assert router.tallies.requests == {("tools/call", "a", "error", reason): 1}
     assert router.tallies.upstream == {}
 
 
 def test_a_held_request_is_counted_once_when_it_is_finally_answered(router, clock):
-    router.server_lost("a", "crashed")
-    router.server_down("a", "crashed", 0.5)  # back soon: the call waits for it
-    assert unpack(router.client_message(1, msg(id="c", method="tools/call", params={"name": "a__slow"}))) == []
+    router.handle(ServerLost("a", "crashed"))
+    router.handle(ServerDown("a", "crashed", 0.5))  # back soon: the call waits for it
+    assert unpack(router.handle(ClientMessage(1, msg(id="c", method="tools/call", params={"name": "a__slow"})))) == []
     clock.now += 0.5
-    router.server_ready("a", {"protocolVersion": "2025-11-25", "capabilities": {"tools": {}}})
-    router.server_items("a", "tools", [{"name": "slow"}])
-    out = unpack(router.server_listed("a"))
+    router.handle(ServerReady("a", {"protocolVersion": "2025-11-25", "capabilities": {"tools": {}}}))
+    router.handle(ServerItems("a", "tools", [{"name": "slow"}]))
+    out = unpack(router.handle(ServerListed("a")))
     [up] = [m["id"] for kind, _, m in out if kind == "ToServer" and m.get("method") == "tools/call"]
     assert router.tallies.requests == {}
-    router.server_message("a", msg(id=up, result={"content": []}))
+    router.handle(ServerMessage("a", msg(id=up, result={"content": []})))
     assert router.tallies.requests == {("tools/call", "a", "ok", ""): 1}

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from aggregator.core.events import ClientMessage, ServerItems, ServerListed, ServerLost, ServerReady
 from aggregator.core.state import ServerDown
 from tests.core.helpers import connect, make_router, msg, unpack
 
@@ -41,9 +42,9 @@ CASES = [
 @pytest.fixture
 def router(clock):
     r = make_router(clock)
-    r.server_ready("a", {"protocolVersion": "2025-11-25", "capabilities": {"tools": {}, **PROMPT_CAPS}})
-    r.server_items("a", "prompts", [{"name": "greet"}])
-    r.server_items("a", "resourceTemplates", [{"uriTemplate": "file:///{path}"}])
+    r.handle(ServerReady("a", {"protocolVersion": "2025-11-25", "capabilities": {"tools": {}, **PROMPT_CAPS}}))
+    r.handle(ServerItems("a", "prompts", [{"name": "greet"}]))
+    r.handle(ServerItems("a", "resourceTemplates", [{"uriTemplate": "file:///{path}"}]))
     connect(r, 1)
     return r
 
@@ -58,7 +59,7 @@ def _params(method, params):
 def test_describe_tells_where_the_request_goes(router, method, params, target):
     message = {"jsonrpc": "2.0", "id": 9, "method": method, "params": _params(method, params)}
     assert router.describe(1, message) == target
-    out = unpack(router.client_message(1, msg(id=9, method=method, params=_params(method, params))))
+    out = unpack(router.handle(ClientMessage(1, msg(id=9, method=method, params=_params(method, params)))))
     if target is None:
         [(kind, session, answer)] = out
         assert (kind, session, answer["error"]["code"]) == ("ToClient", 1, -32602)
@@ -97,8 +98,8 @@ def test_describe_of_an_unknown_session_is_none(router):
     ],
 )
 def test_a_target_of_a_server_between_starts_is_known_and_out(router, method, params, server_out):
-    router.server_listed("a")
-    router.server_lost("a", "crashed")
+    router.handle(ServerListed("a"))
+    router.handle(ServerLost("a", "crashed"))
     if server_out:
         with pytest.raises(ServerDown) as down:
             router.resolve_target(router.clients[1], method, params)

@@ -12,6 +12,14 @@ import pytest
 
 from aggregator.config import ServerConfig
 from aggregator.core.catalog import Catalog
+from aggregator.core.events import (
+    ClientConnected,
+    ClientMessage,
+    ServerItems,
+    ServerMessage,
+    ServerReady,
+    StartupCompleted,
+)
 from aggregator.core.tasks import TaskOwners
 from aggregator.fronts.http.headers import check_headers
 from aggregator.mcp.modern import CLIENT_CAPABILITIES, PROTOCOL_VERSION, TASKS_EXTENSION
@@ -41,10 +49,10 @@ def proxy(m_declares: bool = True) -> Any:
         ("l", {"tools": {}, "tasks": {"list": {}, "cancel": {}}}),
     ):
         modern = name != "l"
-        r.server_ready(name, {"protocolVersion": "2026-07-28" if modern else "2025-11-25", "capabilities": caps})
+        r.handle(ServerReady(name, {"protocolVersion": "2026-07-28" if modern else "2025-11-25", "capabilities": caps}))
         r.links[name].modern = modern
-        r.server_items(name, "tools", [{"name": "job"}])
-    r.startup_completed()
+        r.handle(ServerItems(name, "tools", [{"name": "job"}]))
+    r.handle(StartupCompleted())
     return r
 
 
@@ -54,10 +62,11 @@ _keys = iter(range(100, 10_000))
 def ask(r: Any, method: str, params: dict[str, Any], *, caps: Any = EXTENSION, principal: Any = "alice") -> list:
     """One modern request, as Streamable HTTP makes it: a caller of its own for ``principal``."""
     key = next(_keys)
-    r.client_connected(key, modern=True, principal=principal)
+    r.handle(ClientConnected(key, modern=True, principal=principal))
     meta = {PROTOCOL_VERSION: "2026-07-28", CLIENT_CAPABILITIES: caps}
     return [
-        (key, *o) for o in unpack(r.client_message(key, msg(id=7, method=method, params={**params, "_meta": meta})))
+        (key, *o)
+        for o in unpack(r.handle(ClientMessage(key, msg(id=7, method=method, params={**params, "_meta": meta}))))
     ]
 
 
@@ -76,7 +85,7 @@ def answered(out: list) -> dict[str, Any]:
 def created(r: Any, principal: Any = "alice") -> str:
     """A task ``m`` creates for ``principal``'s call of ``m__job``; its exposed id."""
     key, _, sent = upstream(ask(r, "tools/call", {"name": "m__job", "arguments": {}}, principal=principal))
-    [(kind, session, handle)] = unpack(r.server_message("m", msg(id=sent["id"], result=dict(HANDLE))))
+    [(kind, session, handle)] = unpack(r.handle(ServerMessage("m", msg(id=sent["id"], result=dict(HANDLE)))))
     assert (kind, session) == ("ToClient", key)
     return handle["result"]["taskId"]
 
@@ -137,7 +146,7 @@ def test_a_task_handle_passes_through_under_an_exposed_id_and_polls_route_back_u
         result = {"resultType": "complete"}
         if method == "tasks/get":
             result = {**HANDLE, "resultType": "complete", "status": "completed", "result": {"content": []}}
-        answer = answered([(key, *o) for o in unpack(r.server_message("m", msg(id=sent["id"], result=result)))])
+        answer = answered([(key, *o) for o in unpack(r.handle(ServerMessage("m", msg(id=sent["id"], result=result))))])
         if method == "tasks/get":
             assert (answer["result"]["taskId"], answer["result"]["status"]) == ("m/t-1", "completed")
     key, server, sent = upstream(ask(r, "tasks/cancel", {"taskId": task_id}))
@@ -147,7 +156,7 @@ def test_a_task_handle_passes_through_under_an_exposed_id_and_polls_route_back_u
 def test_the_handle_keeps_its_result_type_and_is_stamped():
     r = proxy()
     key, _, sent = upstream(ask(r, "tools/call", {"name": "m__job", "arguments": {}}))
-    [(_, _, handle)] = unpack(r.server_message("m", msg(id=sent["id"], result=dict(HANDLE))))
+    [(_, _, handle)] = unpack(r.handle(ServerMessage("m", msg(id=sent["id"], result=dict(HANDLE)))))
     assert (
         handle["result"]["resultType"] == "task" and "io.modelcontextprotocol/serverInfo" in handle["result"]["_meta"]
     )
@@ -170,7 +179,7 @@ def test_a_task_is_its_principals_only(principal):
 def test_a_task_handle_for_a_caller_that_did_not_declare_the_extension_fails_the_call():
     r = proxy()
     key, _, sent = upstream(ask(r, "tools/call", {"name": "m__job", "arguments": {}}, caps={}))
-    [(kind, session, answer)] = unpack(r.server_message("m", msg(id=sent["id"], result=dict(HANDLE))))
+    [(kind, session, answer)] = unpack(r.handle(ServerMessage("m", msg(id=sent["id"], result=dict(HANDLE)))))
     assert (kind, session) == ("ToClient", key)
     assert "resultType" in answer["error"]["message"] and len(r.task_owners) == 0
 
@@ -195,7 +204,9 @@ def test_a_modern_callers_2025_task_hint_reaches_a_modern_server_only(server, ke
 def test_a_legacy_session_has_no_tasks_update():
     r = proxy()
     connect(r, 1)
-    [(kind, session, answer)] = unpack(r.client_message(1, msg(id=3, method="tasks/update", params={"taskId": "l/x"})))
+    [(kind, session, answer)] = unpack(
+        r.handle(ClientMessage(1, msg(id=3, method="tasks/update", params={"taskId": "l/x"})))
+    )
     assert (kind, session, answer["error"]["code"]) == ("ToClient", 1, -32601)
 
 

@@ -14,6 +14,15 @@ from aggregator.config import ServerConfig, mcp_servers_json_to_raw, structure_c
 from aggregator.config.core_settings import link_settings
 from aggregator.core.catalog import Catalog
 from aggregator.core.commands import ToClient, ToServer
+from aggregator.core.events import (
+    ClientConnected,
+    ClientMessage,
+    ServerLost,
+    ServerMessage,
+    StartupCompleted,
+    TimePassed,
+    UpstreamConnected,
+)
 from aggregator.core.upstream_lifecycle import INSTANCE_KEY, Failed, Ready, Send, UpstreamLifecycle
 from aggregator.errors import ConfigError
 from aggregator.mcp import modern
@@ -223,8 +232,8 @@ def router():
 
 def modern_serves(router, name="m", caps=None):
     """Connect ``name`` as a modern server with tool ``t``; the commands that came out."""
-    [probe] = own_asks(router.upstream_connected(name, target="x", init_timeout=5.0))
-    out = router.server_message(name, msg(id=probe["id"], result=discover_result(capabilities=caps or CAPS)))
+    [probe] = own_asks(router.handle(UpstreamConnected(name, target="x", init_timeout=5.0)))
+    out = router.handle(ServerMessage(name, msg(id=probe["id"], result=discover_result(capabilities=caps or CAPS))))
     seen = list(out)
     items = {"tools": [{"name": "t"}], "resources": [{"uri": "test://r", "name": "r"}]}
     for _ in range(5):
@@ -233,7 +242,7 @@ def modern_serves(router, name="m", caps=None):
             return seen
         [ask] = asks
         kind = {"resources/templates/list": "resourceTemplates"}.get(ask["method"], ask["method"].split("/")[0])
-        out = router.server_message(name, msg(id=ask["id"], result={kind: items.get(kind, [])}))
+        out = router.handle(ServerMessage(name, msg(id=ask["id"], result={kind: items.get(kind, [])})))
         seen += out
     raise AssertionError("kept asking")
 
@@ -242,7 +251,9 @@ def call(router, key, id, **meta):
     params: dict[str, Any] = {"name": "m__t", "arguments": {}}
     if meta:
         params["_meta"] = meta
-    [(kind, server, request)] = unpack(router.client_message(key, msg(id=id, method="tools/call", params=params)))
+    [(kind, server, request)] = unpack(
+        router.handle(ClientMessage(key, msg(id=id, method="tools/call", params=params)))
+    )
     assert (kind, server) == ("ToServer", "m")
     return request
 
@@ -250,10 +261,10 @@ def call(router, key, id, **meta):
 def test_a_legacy_callers_request_carries_its_session_in_meta(router):
     modern_serves(router)
     assert router.links["m"].modern and router.links["m"].protocol_version == MODERN_LATEST
-    router.startup_completed()
+    router.handle(StartupCompleted())
     caps = {"sampling": {}, "elicitation": {"form": {}}, "experimental": {"x": {}}}
     connect(router, 1, caps)
-    out = router.client_message(1, msg(id=9, method="logging/setLevel", params={"level": "debug"}))
+    out = router.handle(ClientMessage(1, msg(id=9, method="logging/setLevel", params={"level": "debug"})))
     assert not [c for c in out if type(c) is ToServer and c.server == "m"]  # no setLevel to a modern server
     request = call(router, 1, 5, progressToken="p1")
     meta = request["params"]["_meta"]
@@ -262,14 +273,14 @@ def test_a_legacy_callers_request_carries_its_session_in_meta(router):
     assert meta[modern.CLIENT_INFO] == {"name": "c1", "version": ""} and meta[modern.LOG_LEVEL] == "debug"
     assert meta["progressToken"].startswith("aggregator-progress-")  # the proxy's token, as ever
     # A result without resultType is complete and goes back as it came.
-    [(kind, key, answer)] = unpack(router.server_message("m", msg(id=request["id"], result={"content": []})))
+    [(kind, key, answer)] = unpack(router.handle(ServerMessage("m", msg(id=request["id"], result={"content": []}))))
     assert (key, answer["id"], answer["result"]) == (1, 5, {"content": []})
 
 
 def test_a_modern_callers_own_meta_goes_upstream_filtered(router):
     modern_serves(router)
-    router.startup_completed()
-    router.client_connected(2, modern=True)
+    router.handle(StartupCompleted())
+    router.handle(ClientConnected(2, modern=True))
     # Admitted as its front admits a modern request (no initialize opens it).
     router.clients[2].initialize_seen = router.clients[2].initialized = True
     request = call(
@@ -290,23 +301,25 @@ def test_a_modern_callers_own_meta_goes_upstream_filtered(router):
 
 def test_an_unknown_result_type_is_an_error_for_the_caller(router):
     modern_serves(router)
-    router.startup_completed()
+    router.handle(StartupCompleted())
     connect(router, 1)
     request = call(router, 1, 7)
-    [(kind, key, answer)] = unpack(router.server_message("m", msg(id=request["id"], result={"resultType": "maybe"})))
+    [(kind, key, answer)] = unpack(
+        router.handle(ServerMessage("m", msg(id=request["id"], result={"resultType": "maybe"})))
+    )
     assert answer["id"] == 7 and "unknown resultType" in answer["error"]["message"]
 
 
 def test_a_legacy_link_gets_no_meta(router):
-    [init] = own_asks(router.upstream_connected("old", target="x", init_timeout=5.0))
+    [init] = own_asks(router.handle(UpstreamConnected("old", target="x", init_timeout=5.0)))
     assert init["method"] == "initialize"  # pinned: no probe
 
 
 def test_a_server_lost_during_its_probe_is_legacy_next_time(router, caplog):
-    [probe] = own_asks(router.upstream_connected("m", target="x", init_timeout=5.0))
+    [probe] = own_asks(router.handle(UpstreamConnected("m", target="x", init_timeout=5.0)))
     assert probe["method"] == "server/discover"
     with caplog.at_level(logging.INFO):
-        router.server_lost("m", "the server exited with status 3")
+        router.handle(ServerLost("m", "the server exited with status 3"))
     # Said as what happened, at info: the supervisor warns of the exit itself, once.
     [record] = caplog.records
     assert record.levelno == logging.INFO and "legacy" not in record.getMessage()
@@ -314,14 +327,14 @@ def test_a_server_lost_during_its_probe_is_legacy_next_time(router, caplog):
         "server m: the server exited with status 3 before answering server/discover;"
         " its next start sends initialize instead"
     )
-    [init] = own_asks(router.upstream_connected("m", target="x", init_timeout=5.0))
+    [init] = own_asks(router.handle(UpstreamConnected("m", target="x", init_timeout=5.0)))
     assert init["method"] == "initialize"
 
 
 def test_a_modern_link_renews_no_subscription_upstream(router):
     modern_serves(router, caps={"resources": {"subscribe": True}})
     router.subscriptions.add(("m", "file:///x"), 1)
-    router.server_lost("m", "gone")
+    router.handle(ServerLost("m", "gone"))
     out = modern_serves(router, caps={"resources": {"subscribe": True}})
     assert "resources/subscribe" not in [m["method"] for m in own_asks(out)]
     assert not [c for c in out if type(c) is ToClient]
@@ -353,7 +366,7 @@ def test_the_modern_era_cannot_be_pinned_on_a_legacy_only_transport():
 
 
 def test_a_legacy_only_transport_is_never_probed(router):
-    [init] = own_asks(router.upstream_connected("m", target="x", init_timeout=5.0, modern_possible=False))
+    [init] = own_asks(router.handle(UpstreamConnected("m", target="x", init_timeout=5.0, modern_possible=False)))
     assert init["method"] == "initialize"
 
 
@@ -379,10 +392,10 @@ def test_a_modern_link_listens_for_what_its_server_says_changes(router):
     assert router.next_deadline() is None  # a listen has no deadline
     # Its notifications drive re-listing as a legacy server's list_changed does.
     tagged = {modern.SUBSCRIPTION_ID: listen["id"]}
-    out = router.server_message("m", msg(method="notifications/tools/list_changed", params={"_meta": tagged}))
+    out = router.handle(ServerMessage("m", msg(method="notifications/tools/list_changed", params={"_meta": tagged})))
     [relist] = own_asks(out)
     assert relist["method"] == "tools/list" and modern.PROTOCOL_VERSION in relist["params"]["_meta"]
-    out = router.server_message("m", msg(id=relist["id"], result={"tools": [{"name": "t"}, {"name": "new"}]}))
+    out = router.handle(ServerMessage("m", msg(id=relist["id"], result={"tools": [{"name": "t"}, {"name": "new"}]})))
     assert (
         "m__new" in [t["name"] for t in router.catalogs["default"].items("tools")]
         if hasattr(router.catalogs["default"], "items")
@@ -392,16 +405,16 @@ def test_a_modern_link_listens_for_what_its_server_says_changes(router):
 
 def test_a_subscription_replaces_the_listen_and_updates_reach_the_subscriber(router):
     [first] = listens(modern_serves(router, caps=LISTEN_CAPS))
-    router.startup_completed()
+    router.handle(StartupCompleted())
     connect(router, 1)
-    out = router.client_message(1, msg(id=2, method="resources/subscribe", params={"uri": "m+test://r"}))
+    out = router.handle(ClientMessage(1, msg(id=2, method="resources/subscribe", params={"uri": "m+test://r"})))
     assert not [c for c in out if type(c) is ToClient]  # answered once the server has the subscription
     sent_now = [c.message for c in out if type(c) is ToServer]
     assert "resources/subscribe" not in [m.get("method") for m in sent_now]
     [second] = listens(out)
     assert second["params"]["notifications"]["resourceSubscriptions"] == ["test://r"]
     acknowledged = {"_meta": {modern.SUBSCRIPTION_ID: second["id"]}, "notifications": {}}
-    out = router.server_message("m", msg(method="notifications/subscriptions/acknowledged", params=acknowledged))
+    out = router.handle(ServerMessage("m", msg(method="notifications/subscriptions/acknowledged", params=acknowledged)))
     [answer] = [c.message for c in out if type(c) is ToClient]
     assert answer["id"] == 2 and answer["result"] == {}
     [cancel] = [m for m in sent_now if m.get("method") == "notifications/cancelled"]
@@ -409,10 +422,10 @@ def test_a_subscription_replaces_the_listen_and_updates_reach_the_subscriber(rou
     assert sent_now.index(second) < sent_now.index(cancel)
     update = {"uri": "test://r", "_meta": {modern.SUBSCRIPTION_ID: second["id"]}}
     [(kind, key, notice)] = unpack(
-        router.server_message("m", msg(method="notifications/resources/updated", params=update))
+        router.handle(ServerMessage("m", msg(method="notifications/resources/updated", params=update)))
     )
     assert (kind, key, notice["params"]["uri"]) == ("ToClient", 1, "m+test://r")
-    out = router.client_message(1, msg(id=3, method="resources/unsubscribe", params={"uri": "m+test://r"}))
+    out = router.handle(ClientMessage(1, msg(id=3, method="resources/unsubscribe", params={"uri": "m+test://r"})))
     [third] = listens(out)
     assert "resourceSubscriptions" not in third["params"]["notifications"]
 
@@ -421,12 +434,12 @@ def test_a_modern_clients_listen_on_a_resource_replaces_the_servers_listen(route
     """A 2026-07-28 caller's ``subscriptions/listen`` naming a modern server's resource opens
     that server's listen again with the resource (once for several), and its end drops it."""
     [first] = listens(modern_serves(router, caps=LISTEN_CAPS))
-    router.startup_completed()
-    router.client_connected(1)
+    router.handle(StartupCompleted())
+    router.handle(ClientConnected(1))
     meta = {modern.PROTOCOL_VERSION: MODERN_LATEST, modern.CLIENT_CAPABILITIES: {}}
     wanted = {"resourceSubscriptions": ["m+test://r", "m+test://s"]}
-    out = router.client_message(
-        1, msg(id="L", method="subscriptions/listen", params={"_meta": meta, "notifications": wanted})
+    out = router.handle(
+        ClientMessage(1, msg(id="L", method="subscriptions/listen", params={"_meta": meta, "notifications": wanted}))
     )
     [ack] = [c.message for c in out if type(c) is ToClient]
     assert ack["params"]["notifications"]["resourceSubscriptions"] == ["m+test://r", "m+test://s"]
@@ -436,11 +449,11 @@ def test_a_modern_clients_listen_on_a_resource_replaces_the_servers_listen(route
     assert [m["params"]["requestId"] for m in sent_now if m.get("method") == "notifications/cancelled"] == [first["id"]]
     update = {"uri": "test://r", "_meta": {modern.SUBSCRIPTION_ID: second["id"]}}
     [(kind, key, notice)] = unpack(
-        router.server_message("m", msg(method="notifications/resources/updated", params=update))
+        router.handle(ServerMessage("m", msg(method="notifications/resources/updated", params=update)))
     )
     assert (kind, key, notice["params"]["uri"]) == ("ToClient", 1, "m+test://r")
     assert notice["params"]["_meta"][modern.SUBSCRIPTION_ID] == "L"
-    out = router.client_message(1, msg(method="notifications/cancelled", params={"requestId": "L"}))
+    out = router.handle(ClientMessage(1, msg(method="notifications/cancelled", params={"requestId": "L"})))
     [third] = listens(out)
     assert "resourceSubscriptions" not in third["params"]["notifications"]
 
@@ -449,19 +462,23 @@ def test_a_legacy_subscriber_and_a_modern_listen_share_one_resource_of_a_modern_
     """Two callers of both eras following one URI: the server's listen names it once, each
     caller gets its update, and it stays followed until the last one lets it go."""
     [first] = listens(modern_serves(router, caps=LISTEN_CAPS))
-    router.startup_completed()
+    router.handle(StartupCompleted())
     connect(router, 1)
-    [second] = listens(router.client_message(1, msg(id=2, method="resources/subscribe", params={"uri": "m+test://r"})))
+    [second] = listens(
+        router.handle(ClientMessage(1, msg(id=2, method="resources/subscribe", params={"uri": "m+test://r"})))
+    )
     assert second["params"]["notifications"]["resourceSubscriptions"] == ["test://r"]
-    router.client_connected(5)
+    router.handle(ClientConnected(5))
     meta = {modern.PROTOCOL_VERSION: MODERN_LATEST, modern.CLIENT_CAPABILITIES: {}}
-    out = router.client_message(
-        5,
-        msg(
-            id="L",
-            method="subscriptions/listen",
-            params={"_meta": meta, "notifications": {"resourceSubscriptions": ["m+test://r"]}},
-        ),
+    out = router.handle(
+        ClientMessage(
+            5,
+            msg(
+                id="L",
+                method="subscriptions/listen",
+                params={"_meta": meta, "notifications": {"resourceSubscriptions": ["m+test://r"]}},
+            ),
+        )
     )
     [ack] = [c.message for c in out if type(c) is ToClient]
     assert ack["params"]["notifications"]["resourceSubscriptions"] == ["m+test://r"]
@@ -469,31 +486,31 @@ def test_a_legacy_subscriber_and_a_modern_listen_share_one_resource_of_a_modern_
 
     def updated():
         update = {"uri": "test://r", "_meta": {modern.SUBSCRIPTION_ID: second["id"]}}
-        out = router.server_message("m", msg(method="notifications/resources/updated", params=update))
+        out = router.handle(ServerMessage("m", msg(method="notifications/resources/updated", params=update)))
         return sorted((key, notice["params"]["uri"]) for kind, key, notice in unpack(out) if kind == "ToClient")
 
     assert updated() == [(1, "m+test://r"), (5, "m+test://r")]
-    out = router.client_message(1, msg(id=3, method="resources/unsubscribe", params={"uri": "m+test://r"}))
+    out = router.handle(ClientMessage(1, msg(id=3, method="resources/unsubscribe", params={"uri": "m+test://r"})))
     assert not listens(out)  # the modern caller still follows it
     assert updated() == [(5, "m+test://r")]
-    [third] = listens(router.client_message(5, msg(method="notifications/cancelled", params={"requestId": "L"})))
+    [third] = listens(router.handle(ClientMessage(5, msg(method="notifications/cancelled", params={"requestId": "L"}))))
     assert "resourceSubscriptions" not in third["params"]["notifications"] and first["id"] != third["id"]
 
 
 def test_a_listen_that_ends_is_opened_again_after_a_backoff(router):
     clock = router.clock
     [listen] = listens(modern_serves(router, caps=LISTEN_CAPS))
-    assert router.server_message("m", msg(id=listen["id"], result={})) == []  # ended gracefully
+    assert router.handle(ServerMessage("m", msg(id=listen["id"], result={}))) == []  # ended gracefully
     assert router.next_deadline() == clock.now + 1.0
     clock.now += 1.0
-    [again] = listens(router.expire())
+    [again] = listens(router.handle(TimePassed()))
     assert again["params"] == listen["params"] and again["id"] != listen["id"]
-    router.server_message("m", msg(id=again["id"], error={"code": -32603, "message": "down"}))
+    router.handle(ServerMessage("m", msg(id=again["id"], error={"code": -32603, "message": "down"})))
     assert router.next_deadline() == clock.now + 2.0  # longer each time it ends early
     [third] = listens(modern_serves_again := []) if False else [None]
     clock.now += 2.0
-    [third] = listens(router.expire())
-    router.server_message("m", msg(id=third["id"], error={"code": -32601, "message": "Method not found"}))
+    [third] = listens(router.handle(TimePassed()))
+    router.handle(ServerMessage("m", msg(id=third["id"], error={"code": -32601, "message": "Method not found"})))
     assert router.next_deadline() is None  # a server without listen is not asked again
 
 
@@ -503,11 +520,11 @@ def test_a_modern_link_with_nothing_to_follow_does_not_listen(router):
 
 def test_a_modern_server_that_stops_speaking_our_revision_is_discovered_again(router):
     modern_serves(router)
-    router.startup_completed()
+    router.handle(StartupCompleted())
     connect(router, 1)
     request = call(router, 1, 4)
     refusal = {"code": -32022, "message": "Unsupported", "data": {"supported": ["2027-01-01"]}}
-    out = router.server_message("m", msg(id=request["id"], error=refusal))
+    out = router.handle(ServerMessage("m", msg(id=request["id"], error=refusal)))
     [answer] = [c.message for c in out if type(c) is ToClient]
     assert answer["id"] == 4 and answer["error"]["code"] == -32022  # the caller hears it as it was said
     [drop] = [c for c in out if type(c).__name__ == "DropUpstream"]
@@ -518,15 +535,15 @@ def test_a_subscribe_waits_for_the_listen_to_be_acknowledged_at_most_ack_wait(ro
     """A server that never acknowledges its listen delays a subscribe by ACK_WAIT, no more;
     an acknowledgment of an older listen releases nothing."""
     [first] = listens(modern_serves(router, caps=LISTEN_CAPS))
-    router.startup_completed()
+    router.handle(StartupCompleted())
     connect(router, 1)
-    out = router.client_message(1, msg(id=2, method="resources/subscribe", params={"uri": "m+test://r"}))
+    out = router.handle(ClientMessage(1, msg(id=2, method="resources/subscribe", params={"uri": "m+test://r"})))
     assert not [c for c in out if type(c) is ToClient]
     old = {"_meta": {modern.SUBSCRIPTION_ID: first["id"]}, "notifications": {}}
-    out = router.server_message("m", msg(method="notifications/subscriptions/acknowledged", params=old))
+    out = router.handle(ServerMessage("m", msg(method="notifications/subscriptions/acknowledged", params=old)))
     assert not [c for c in out if type(c) is ToClient]
     assert router.next_deadline() == router.clock.now + 2.0  # ACK_WAIT
     router.clock.now += 2.0
-    out = router.expire()
+    out = router.handle(TimePassed())
     [answer] = [c.message for c in out if type(c) is ToClient and c.message.get("id") == 2]
     assert answer["result"] == {}

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from aggregator.config import structure_config
 from aggregator.core.catalog import Catalog
+from aggregator.core.events import ClientConnected, ClientMessage, ServerItems, ServerMessage, ServerReady
 from aggregator.core.policy import ProfilePolicy
 from aggregator.core.router import ToServer
 from aggregator.core.uris import MAX_URI_LENGTH, InvalidUri, normalize_pattern, normalize_template, normalize_uri
@@ -431,21 +432,21 @@ def router():
 
     r = new_router(catalog(None), servers, list_changed_debounce=0, profiles={"narrow": catalog("narrow")})
     for name in ("s", "f"):
-        r.server_ready(name, {"capabilities": {"resources": {"subscribe": True}, "completions": {}}})
-    r.server_items("s", "resources", S_RESOURCES)
-    r.server_items("s", "resourceTemplates", S_TEMPLATES)
-    r.server_items("f", "resources", F_RESOURCES)
-    r.server_items("f", "resourceTemplates", [])
+        r.handle(ServerReady(name, {"capabilities": {"resources": {"subscribe": True}, "completions": {}}}))
+    r.handle(ServerItems("s", "resources", S_RESOURCES))
+    r.handle(ServerItems("s", "resourceTemplates", S_TEMPLATES))
+    r.handle(ServerItems("f", "resources", F_RESOURCES))
+    r.handle(ServerItems("f", "resourceTemplates", []))
     r.startup_complete = True
     for key, profile in ((DEFAULT, "default"), (NARROW, "narrow")):
-        r.client_connected(key, profile)
-        r.client_message(key, msg(id=0, method="initialize", params={"capabilities": {}}))
+        r.handle(ClientConnected(key, profile))
+        r.handle(ClientMessage(key, msg(id=0, method="initialize", params={"capabilities": {}})))
     return r
 
 
 def ask(router, key, method, params, id=7):
     """Send one request; return (server, params) if it went upstream, else the error."""
-    out = router.client_message(key, msg(id=id, method=method, params=params))
+    out = router.handle(ClientMessage(key, msg(id=id, method=method, params=params)))
     sent = [c for c in out if isinstance(c, ToServer)]
     if sent:
         [command] = sent
@@ -491,9 +492,11 @@ def test_allow_lists_hold_for_every_spelling(router, uri):
 def test_one_subscription_whatever_the_spelling(router):
     server, params = ask(router, DEFAULT, "resources/subscribe", {"uri": "s+open://t/7"}, id=1)
     assert (server, params["uri"]) == ("s", "open://t/7")
-    router.server_message("s", msg(id=next(iter(router.links["s"].pending)), result={}))
+    router.handle(ServerMessage("s", msg(id=next(iter(router.links["s"].pending)), result={})))
     # Another spelling of the same URI: already subscribed, answered without the server.
-    out = router.client_message(DEFAULT, msg(id=2, method="resources/subscribe", params={"uri": "S+OPEN://T/%37"}))
+    out = router.handle(
+        ClientMessage(DEFAULT, msg(id=2, method="resources/subscribe", params={"uri": "S+OPEN://T/%37"}))
+    )
     assert not [c for c in out if isinstance(c, ToServer)] and "result" in decoded(out[0].message)
     server, params = ask(router, DEFAULT, "resources/unsubscribe", {"uri": "s+open://t/./%37"}, id=3)
     assert (server, params["uri"]) == ("s", "open://t/7")
@@ -534,11 +537,11 @@ def test_a_uri_longer_than_the_limit_is_refused_at_once(router):
 
 
 def test_refusals_name_the_problem_and_keep_the_id(router):
-    out = router.client_message(DEFAULT, msg(id="r1", method="resources/read", params={"uri": "s+open://a "}))
+    out = router.handle(ClientMessage(DEFAULT, msg(id="r1", method="resources/read", params={"uri": "s+open://a "})))
     error = decoded(out[0].message)
     assert error["id"] == "r1" and error["error"]["code"] == -32602
     assert error["error"]["message"] == "Invalid params: uri has leading or trailing whitespace"
-    out = router.client_message(DEFAULT, msg(id="r2", method="resources/read", params={"uri": "s+secret://X"}))
+    out = router.handle(ClientMessage(DEFAULT, msg(id="r2", method="resources/read", params={"uri": "s+secret://X"})))
     assert decoded(out[0].message)["error"]["message"] == "Unknown resource: s+secret://X"
 
 
@@ -553,7 +556,7 @@ def test_explain_shows_the_rule_as_written(router):
 
 
 def test_listed_uris_that_no_client_could_read_are_not_listed(router):
-    router.server_items("f", "resources", [*F_RESOURCES, {"uri": "file:///x\n"}, {"uri": "no-scheme"}])
-    out = router.client_message(DEFAULT, msg(id=1, method="resources/list"))
+    router.handle(ServerItems("f", "resources", [*F_RESOURCES, {"uri": "file:///x\n"}, {"uri": "no-scheme"}]))
+    out = router.handle(ClientMessage(DEFAULT, msg(id=1, method="resources/list")))
     uris = [r["uri"] for r in decoded(out[0].message)["result"]["resources"]]
     assert "file:///x\n" not in uris and "no-scheme" not in uris and "file:///home/me/public/a.txt" in uris

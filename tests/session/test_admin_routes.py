@@ -12,6 +12,7 @@ import attrs
 import pytest
 import trio
 
+from aggregator.core.events import DrainingStarted
 from aggregator.ops.admin import MAX_ADMIN_CONNECTIONS, AdminEndpoint
 from aggregator.ops.status_page import page
 from tests.loopback import free_port
@@ -91,7 +92,7 @@ async def test_readiness_while_draining_and_the_sessions_listed():
         assert [(s["transport"], s["profile"]) for s in data["sessions"]] == [("streamable-http", "default")]
         assert data["servers"][0]["name"] == "a" and data["servers"][0]["state"] == "ready"
         assert session
-        fronts.hub.router.start_draining()
+        fronts.hub.router.handle(DrainingStarted())
         response = await ask(fronts.http_port, "GET", "/readyz")
         body = json.loads(response.body)
         assert response.status == 503 and body["draining"] is True and body["status"] == "not ready"

@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 import trio
 
+from aggregator.core.events import DrainingStarted
 from aggregator.mcp.modern import CLIENT_CAPABILITIES, PROTOCOL_VERSION, SUBSCRIPTION_ID
 from tests.rawhttp import ResponseReader, read_response_async, request_bytes
 from tests.session.fronts import EventStream, running_fronts
@@ -333,7 +334,7 @@ async def test_sessionless_discover_without_meta_and_notifications_of_a_modern_c
 
 async def test_while_shutting_down_a_modern_request_is_refused_with_503():
     async with running_fronts() as fronts:
-        fronts.hub.router.start_draining()
+        fronts.hub.router.handle(DrainingStarted())
         message = modern(18, "tools/list")
         response = await post(fronts, message)
         assert response.status == 503 and "retry-after" not in response.headers, response

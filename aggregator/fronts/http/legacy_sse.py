@@ -159,7 +159,7 @@ class LegacySse:
                 await refuse_message(self.hub, connection, exc, session)
                 return
             # A request: its error goes where its client reads every answer, the stream.
-            self.hub.dispatch_now(self.hub.router.client_refused(session.key, exc))
+            self.hub.dispatch_now(self.hub.router.handle(ClientRefused(session.key, exc)))
         else:
             self.hub.dispatch_soon(await self.hub.client_event(session.key, *decoded))
         await connection.respond(202, [("content-type", "text/plain")], b"Accepted")

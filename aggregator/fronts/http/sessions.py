@@ -21,6 +21,7 @@ from typing import Any
 import trio
 
 from aggregator.config import HttpConfig
+from aggregator.core.events import ClientAnswerRefused
 from aggregator.core.router import proxy_error
 from aggregator.fronts.access import AccessPolicy
 from aggregator.fronts.admission import Admission

@@ -222,14 +222,16 @@ class EventStreams:
             return
         del session.requests[id]
         self.hub.dispatch_now(
-            self.hub.router.client_message(
-                session.key,
-                dumps(
-                    {
-                        "jsonrpc": "2.0",
-                        "method": CANCELLED,
-                        "params": {"requestId": id, "reason": reason},
-                    }
-                ),
+            self.hub.router.handle(
+                ClientMessage(
+                    session.key,
+                    dumps(
+                        {
+                            "jsonrpc": "2.0",
+                            "method": CANCELLED,
+                            "params": {"requestId": id, "reason": reason},
+                        }
+                    ),
+                )
             )
         )
