@@ -34,7 +34,7 @@ Nothing here does I/O or keeps state: the router gathers the facts and acts on t
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Hashable, Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 # Why a message went nowhere (also the ``data.reason`` of the error a server gets).
@@ -47,14 +47,15 @@ ENDED = "ended"  # it came on the stream of a request that is no longer in fligh
 class Owner(NamedTuple):
     """Where a server's message goes: ``session`` (None: nobody), ``related`` (the
     client's request it belongs to, if known) and ``signal`` (what decided, or why
-    nobody: AMBIGUOUS, UNAVAILABLE, NO_REQUEST)."""
+    nobody: AMBIGUOUS, UNAVAILABLE, NO_REQUEST). A session is whatever names a caller
+    here: a client's key, or for a server's request, a call parked off its client."""
 
-    session: int | None
+    session: Hashable | None
     related: Any = None
     signal: str = ""
 
 
-Request = tuple[int, Any]  # (session, the client's request id)
+Request = tuple[Hashable, Any]  # (session, the client's request id)
 
 
 def _signalled(
@@ -84,7 +85,7 @@ def _signalled(
     return None
 
 
-def _only_caller(in_flight: Mapping[int, Sequence[Any]]) -> Owner | None:
+def _only_caller(in_flight: Mapping[Hashable, Sequence[Any]]) -> Owner | None:
     """Signal e: the one session with requests in flight, or None if not exactly one."""
     if len(in_flight) != 1:
         return None
@@ -99,7 +100,7 @@ def request_owner(
     stream: Request | None = None,
     task: int | None = None,
     progress: Request | None = None,
-    in_flight: Mapping[int, Sequence[Any]] | None = None,
+    in_flight: Mapping[Hashable, Sequence[Any]] | None = None,
     clients: Sequence[int] = (),
     ended: bool = False,
 ) -> Owner:
@@ -129,7 +130,7 @@ def log_owner(
     stream: Request | None = None,
     task: int | None = None,
     progress: Request | None = None,
-    in_flight: Mapping[int, Sequence[Any]] | None = None,
+    in_flight: Mapping[Hashable, Sequence[Any]] | None = None,
     streams: bool = False,
     ended: bool = False,
 ) -> Owner:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from aggregator.core.commands import Command, ToClient
 from aggregator.core.state import RouterState
+from aggregator.core.upstream_era import Era
 from aggregator.mcp.constants import LIST_CHANGED
 
 
@@ -36,7 +37,7 @@ class Announcements(RouterState):
         self._announce_at = None
         out: list[Command] = []
         for client in self.clients.values():
-            if client.modern:
+            if client.era is Era.MODERN:
                 if not self.listens.count(client.key):
                     continue  # it hears of changes only on its listens
             elif not client.initialize_seen:
@@ -45,7 +46,7 @@ class Announcements(RouterState):
             if client.key not in self.views:
                 for method, count in due.get(client.profile, {}).items():
                     methods[method] = max(count, methods.get(method, 0))
-            if client.modern:  # only on its listens (``modern_callers``)
+            if client.era is Era.MODERN:  # only on its listens (``modern_callers``)
                 out += self._listen_notices(client, methods)
                 continue
             for method, count in methods.items():

@@ -7,9 +7,9 @@ from typing import Any
 
 from aggregator.core.commands import Command, RequestEnded, StopUpstream, ToClient, ToServer
 from aggregator.core.input_bridge import awaits_input, is_question
+from aggregator.core.links import UNSENT, Phase
 from aggregator.core.state import (
     ClientState,
-    Held,
     RequestHandler,
     RouterState,
     ServerDown,
@@ -17,6 +17,7 @@ from aggregator.core.state import (
     proxy_error,
     refusal_reason,
 )
+from aggregator.core.upstream_era import Era
 from aggregator.jsonrpc.codec import decode_message
 from aggregator.jsonrpc.errors import INVALID_REQUEST, METHOD_NOT_FOUND, RemoteProtocolError, error_response
 from aggregator.jsonrpc.kinds import NOTIFICATION, REQUEST
@@ -39,7 +40,7 @@ class ClientEvents(RouterState):
         key: int,
         profile: str = "default",
         *,
-        modern: bool = False,
+        era: Era = Era.LEGACY,
         principal: Any = None,
         stateless: bool = False,
     ) -> None:
@@ -49,7 +50,7 @@ class ClientEvents(RouterState):
             key,
             profile=profile,
             catalog=self.catalogs[profile],
-            modern=modern,
+            era=era,
             principal=principal,
             stateless=stateless,
         )
@@ -67,7 +68,7 @@ class ClientEvents(RouterState):
         out: list[Command] = []
         for pending in list(client.in_flight.values()):
             self._end(pending, "cancelled", "disconnected")
-            if self.links[pending.server].ready and type(pending.extra) is not Held and not awaits_input(pending):
+            if self.links[pending.server].ready and pending.phase is Phase.SENT:
                 out.append(ToServer(pending.server, cancelled(pending.upstream_id, "client disconnected")))
             if answer:
                 server = self.links[pending.server].server or pending.server
@@ -200,12 +201,12 @@ class ClientEvents(RouterState):
             # The era of a request (``core.modern_callers``): a modern connection's are all
             # modern; a legacy session's, once initialized, all legacy (one attribute read
             # on the legacy hot path); before that, modern ``_meta`` decides.
-            if client.modern or not client.initialize_seen:
+            if client.era is Era.MODERN or not client.initialize_seen:
                 params = message.get("params")  # ``request_meta``, inline: every modern request
                 meta = params.get("_meta") if type(params) is dict else None
                 if type(meta) is not dict or PROTOCOL_VERSION not in meta:
                     meta = None
-                if meta is not None or client.modern:
+                if meta is not None or client.era is Era.MODERN:
                     return self._modern_request(client, message, meta)
             method = message["method"]
             handler = self._requests.get(method)
@@ -232,7 +233,7 @@ class ClientEvents(RouterState):
         is answered with its error; a server that is out, with its state."""
         id = message["id"]
         if id in client.in_flight or (
-            client.modern and client.key in self.listens.by_session and self.listens.get(client.key, id)
+            client.era is Era.MODERN and client.key in self.listens.by_session and self.listens.get(client.key, id)
         ):
             return [
                 ToClient(
@@ -252,7 +253,7 @@ class ClientEvents(RouterState):
 
     def _client_notification(self, client: ClientState, message: dict[str, Any]) -> list[Command]:
         method = message["method"]
-        if client.modern and method != CANCELLED:
+        if client.era is Era.MODERN and method != CANCELLED:
             return []  # the only notification of the modern revision's clients
         if method == INITIALIZED:
             was, client.initialized = client.initialized, client.initialize_seen
@@ -264,7 +265,7 @@ class ClientEvents(RouterState):
                 return []
             pending = client.in_flight.get(request_id)
             if pending is None:  # a gather's, a listen, or unknown, finished or never ours: ignored, as the spec says
-                if client.modern and self.listens.get(client.key, request_id) is not None:
+                if client.era is Era.MODERN and self.listens.get(client.key, request_id) is not None:
                     return [*self._close_listen(client.key, request_id), RequestEnded(client.key, request_id)]
                 out = self._drop_gathers(client.key, "cancelled by the client", request_id)
                 return [*out, RequestEnded(client.key, request_id)] if out else []  # a gather's: its stream ends
@@ -272,7 +273,7 @@ class ClientEvents(RouterState):
                 return [*self._input_closed(pending, "the call was cancelled"), RequestEnded(client.key, request_id)]
             self._end(pending, "cancelled", "cancelled")
             ended = RequestEnded(client.key, request_id)  # it gets no answer: its stream ends
-            if not self.links[pending.server].ready or type(pending.extra) is Held:
+            if not self.links[pending.server].ready or pending.phase in UNSENT:
                 return [ended]
             forwarded = dict(params, requestId=pending.upstream_id)
             return [ToServer(pending.server, {"jsonrpc": "2.0", "method": method, "params": forwarded}), ended]

@@ -7,11 +7,13 @@ from typing import Any
 
 from aggregator.core.commands import Command, ToClient, ToServer
 from aggregator.core.discovery import META_PAGE
+from aggregator.core.links import UNSENT
 from aggregator.core.modern_results import list_page_suffix, splice_page
 from aggregator.core.request_state import is_ours, is_wrapped
 from aggregator.core.result_budget import RESULTS_SCHEME
-from aggregator.core.state import ClientState, Gather, Held, RequestHandler, RouterState, answer
+from aggregator.core.state import ClientState, Gather, RequestHandler, RouterState, answer
 from aggregator.core.tasks import split_task_id
+from aggregator.core.upstream_era import Era
 from aggregator.core.uris import InvalidUri, normalize_uri
 from aggregator.jsonrpc.codec import dumps
 from aggregator.jsonrpc.errors import INVALID_PARAMS, METHOD_NOT_FOUND, RemoteProtocolError
@@ -60,7 +62,7 @@ class ClientRequests(RouterState):
             page = META_PAGE
         else:
             page = client.catalog.page(kind, params.get("cursor"))
-        if client.modern:
+        if client.era is Era.MODERN:
             page = splice_page(page, list_page_suffix(depends_on_caller=self._depends_on_caller(client)))
         return [ToClient(client.key, _splice_result(message["id"], page), message["id"])]
 
@@ -115,7 +117,7 @@ class ClientRequests(RouterState):
         key = (name, original)
         if self.subscriptions.has(key, client.key):
             return [answer(client.key, message["id"], {})]
-        if name in self.links and self.links[name].modern:  # no resources/subscribe: its listen follows
+        if name in self.links and self.links[name].speaks is Era.MODERN:  # no resources/subscribe: its listen follows
             self.subscriptions.add(key, client.key)
             out = self._own_request(name, message["method"], {})
             opened = [c.message["id"] for c in out if type(c) is ToServer and c.message.get("method") == LISTEN]
@@ -132,8 +134,8 @@ class ClientRequests(RouterState):
         pending = client.in_flight.get(message["id"])
         if pending is None:  # refused (overloaded): undo
             self.subscriptions.remove(key, client.key)
-        elif type(pending.extra) is not Held:  # sent (else it waits for its connection)
-            pending.extra = key
+        elif pending.phase not in UNSENT:  # sent (else it waits for its connection)
+            pending.subscription = key
         return out
 
     def _unsubscribe(self, client: ClientState, message: dict[str, Any]) -> list[Command]:
@@ -143,7 +145,7 @@ class ClientRequests(RouterState):
         link = self.links.get(name)
         if not self.subscriptions.remove((name, original), client.key) or link is None or not link.ready:
             return [answer(client.key, message["id"], {})]
-        if link.modern:
+        if link.speaks is Era.MODERN:
             return [answer(client.key, message["id"], {}), *self._own_request(name, message["method"], {})]
         return self._forward(client, message, server, dict(params, uri=original))
 
@@ -161,11 +163,11 @@ class ClientRequests(RouterState):
         params: Any = message.get("params")
         task_id: Any = params.get("taskId") if type(params) is dict else None
         split = split_task_id(task_id)
-        if client.modern:  # the tasks extension: the task is its principal's (``core.tasks``)
+        if client.era is Era.MODERN:  # the tasks extension: the task is its principal's (``core.tasks``)
             if split is None or split[0] not in self.links or not self.task_owners.owned_by(task_id, client.principal):
                 raise RemoteProtocolError(INVALID_PARAMS, f"Unknown task: {task_id}")
             link = self.links[split[0]]
-            if not link.modern or not declares_tasks(link.capabilities):  # it changed since
+            if link.speaks is Era.LEGACY or not declares_tasks(link.capabilities):  # it changed since
                 why = f"Server {split[0]!r} no longer declares the {TASKS_EXTENSION} extension: its tasks are gone"
                 return [ToClient(client.key, tasks_required(message["id"], why))]
             return self._forward(client, message, split[0], dict(params, taskId=split[1]))

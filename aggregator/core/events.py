@@ -22,6 +22,7 @@ from typing import Any, TypeAlias
 import attrs
 
 from aggregator.core.settings import Discovery, LinkSettings
+from aggregator.core.upstream_era import Era
 from aggregator.jsonrpc.errors import RemoteProtocolError
 
 # --- clients ----------------------------------------------------------------------------
@@ -29,13 +30,14 @@ from aggregator.jsonrpc.errors import RemoteProtocolError
 
 @attrs.define(weakref_slot=False)
 class ClientConnected:
-    """Client session ``key`` connected, for ``profile``'s catalog. ``modern``: it speaks a
-    modern revision from its first message; ``principal``: who the front authenticated;
+    """Client session ``key`` connected, for ``profile``'s catalog. ``era``: MODERN when its
+    front knows it speaks a modern revision from its first message (else it may still turn
+    out to, ``core.modern_callers``); ``principal``: who the front authenticated;
     ``stateless``: a stateless HTTP request's own client."""
 
     key: int
     profile: str = "default"
-    modern: bool = False
+    era: Era = Era.LEGACY
     principal: Any = None
     stateless: bool = False
 

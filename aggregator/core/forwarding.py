@@ -6,17 +6,18 @@ from typing import Any
 
 from aggregator import __version__
 from aggregator.core.commands import Command, StartUpstream, ToClient, ToServer
+from aggregator.core.links import UNSENT, Phase
 from aggregator.core.log_levels import DEFAULT as DEFAULT_LEVEL
 from aggregator.core.state import (
     PROGRESS_TOKEN_PREFIX,
     ClientState,
-    Held,
     Pending,
     RouterState,
     UpstreamLink,
     proxy_error,
 )
 from aggregator.core.tasks import restore_related_task
+from aggregator.core.upstream_era import Era
 from aggregator.mcp.constants import SERVER_REQUEST_CAPABILITIES
 from aggregator.mcp.modern import (
     CLIENT_CAPABILITIES,
@@ -64,7 +65,7 @@ class Forwarding(RouterState):
         upstream_id = link.next_id
         link.next_id = upstream_id + 1
         pending = Pending(client.key, client_id, method, server, upstream_id)
-        if client.modern:
+        if client.era is Era.MODERN:
             # Its envelope (``modern.ENVELOPE``) is taken out of the params about to be sent
             # (ours to change) and stays with the request: a legacy upstream must not see it
             # (a dual-era server refuses it on a legacy connection); a modern one is given its
@@ -76,10 +77,10 @@ class Forwarding(RouterState):
                 else:
                     params["_meta"] = {key: value for key, value in envelope.items() if key not in ENVELOPE}
                 pending.meta = envelope
-            if "task" in params and not link.modern:  # a 2025-11-25 task it could not poll: run it at once
+            if "task" in params and link.speaks is Era.LEGACY:  # a 2025-11-25 task it could not poll: run it at once
                 del params["task"]
             if method in INPUT_REQUIRED_METHODS:  # what a state the proxy mints is bound to (``core.parked``)
-                pending.extra = params
+                pending.params = params
         meta = params.get("_meta")
         if type(meta) is dict:
             token = meta.get("progressToken")
@@ -90,10 +91,10 @@ class Forwarding(RouterState):
                 self.progress[pending.token] = pending
                 params["_meta"] = meta = dict(meta, progressToken=pending.token)
             restore_related_task(params, server)
-        if link.modern:  # every request to a modern server carries its caller's _meta
+        if link.speaks is Era.MODERN:  # every request to a modern server carries its caller's _meta
             params["_meta"] = self._modern_meta(client, link, meta, pending)
-            if not client.modern and method in INPUT_REQUIRED_METHODS:  # what a retry resends (``input_bridge``)
-                pending.extra = params
+            if client.era is Era.LEGACY and method in INPUT_REQUIRED_METHODS:  # what a retry resends (``input_bridge``)
+                pending.params = params
         self._start(pending, link)
         client.in_flight[client_id] = pending
         return [ToServer(server, {"jsonrpc": "2.0", "id": upstream_id, "method": method, "params": params})]
@@ -105,7 +106,7 @@ class Forwarding(RouterState):
         its log level (per request, or the legacy session's ``logging/setLevel``)."""
         if type(meta) is not dict:
             meta = {}
-        if client.modern:  # its envelope was taken out of ``meta`` into ``pending.meta``
+        if client.era is Era.MODERN:  # its envelope was taken out of ``meta`` into ``pending.meta``
             envelope = pending.meta or {}
             capabilities, info, level = (
                 envelope.get(CLIENT_CAPABILITIES),
@@ -125,7 +126,7 @@ class Forwarding(RouterState):
         )
         # The tasks extension, where both the caller and the server declare it (``core.tasks``);
         # most callers declare no extension at all, which the C-level ``in`` tells first.
-        if type(capabilities) is dict and "extensions" in capabilities and client.modern:
+        if type(capabilities) is dict and "extensions" in capabilities and client.era is Era.MODERN:
             if declares_tasks(capabilities) and declares_tasks(link.capabilities):
                 declared = capabilities["extensions"][TASKS_EXTENSION]
                 stamped[CLIENT_CAPABILITIES]["extensions"] = {TASKS_EXTENSION: declared}
@@ -186,7 +187,7 @@ class Forwarding(RouterState):
                 session=client.key,
                 protocol=base.protocol,
                 discover_timeout=base.discover_timeout,
-                era=base.era,
+                learnt=base.learnt,
             )
             capabilities = {
                 k: v
@@ -212,7 +213,7 @@ class Forwarding(RouterState):
         link.waiting.append((client.key, message, params))
         # In flight from now on (its id taken, a cancel ends it), though nothing was sent.
         placeholder = Pending(client.key, message["id"], message["method"], name, 0)
-        placeholder.extra = Held(message)
+        placeholder.hold(Phase.STARTING, message)
         client.in_flight[message["id"]] = placeholder
         return out
 
@@ -222,7 +223,7 @@ class Forwarding(RouterState):
         if client is None:
             return False
         placeholder = client.in_flight.get(message["id"])
-        if placeholder is None or type(placeholder.extra) is not Held or placeholder.extra.message is not message:
+        if placeholder is None or placeholder.phase not in UNSENT or placeholder.held is not message:
             return False
         self._end(placeholder)
         return True

@@ -9,7 +9,7 @@ from aggregator import __version__
 from aggregator.core.commands import Command, ToClient, WaitForStartup
 from aggregator.core.log_levels import LEVELS, most_verbose
 from aggregator.core.state import ClientState, RouterState, answer
-from aggregator.core.upstream_era import INSTANCE_KEY
+from aggregator.core.upstream_era import INSTANCE_KEY, Era
 from aggregator.jsonrpc.errors import INVALID_PARAMS, INVALID_REQUEST, RemoteProtocolError
 from aggregator.mcp.constants import CAPABILITY_OF, PROMPTS, RESOURCES, TOOLS
 from aggregator.mcp.modern import TASKS_EXTENSION, declares_tasks
@@ -82,7 +82,7 @@ class Handshake(RouterState):
             return []
         out: list[Command] = []
         for name, link in self.links.items():
-            if link.ready and not link.modern and "logging" in link.capabilities and link.log_level != target:
+            if link.ready and link.speaks is Era.LEGACY and "logging" in link.capabilities and link.log_level != target:
                 link.log_level = target
                 out += self._own_request(name, "logging/setLevel", {"level": target})
         return out
@@ -109,7 +109,7 @@ class Handshake(RouterState):
         # Always: every server's log lines are forwarded, declared or not (``core.log_levels``).
         capabilities["logging"] = {}
         if modern:
-            if any(link.modern and declares_tasks(link.capabilities) for link in ready):
+            if any(link.speaks is Era.MODERN and declares_tasks(link.capabilities) for link in ready):
                 capabilities["extensions"] = {TASKS_EXTENSION: {}}
             return capabilities
         tasks: dict[str, Any] = {}

@@ -6,8 +6,8 @@ import logging
 
 from aggregator.core.commands import Command, ToClient, ToServer
 from aggregator.core.input_bridge import awaits_input
+from aggregator.core.links import UNSENT
 from aggregator.core.state import (
-    Held,
     Pending,
     Reverse,
     RouterState,
@@ -47,7 +47,7 @@ class InFlight(RouterState):
         link.pending.pop(pending.upstream_id, None)
         if outcome is not None:
             self.tallies.ended(pending.method, link.server or pending.server, outcome, reason, seconds)
-        client = self.clients.get(pending.session)
+        client = self._client_of(pending)
         if client is not None:
             client.in_flight.pop(pending.client_id, None)
         if pending.token is not None:
@@ -89,7 +89,7 @@ class InFlight(RouterState):
         # Requests held for a server that is restarting, or for a session's own connection
         # that is starting, were never sent: their clients hear it too.
         for client in self.clients.values():
-            for pending in [p for p in client.in_flight.values() if type(p.extra) is Held]:
+            for pending in [p for p in client.in_flight.values() if p.phase in UNSENT]:
                 self._end(pending, "error", "unavailable")
                 server = self.links[pending.server].server or pending.server
                 out.append(
@@ -138,7 +138,7 @@ class InFlight(RouterState):
         return out
 
     def _time_out(self, pending: Pending) -> list[Command]:
-        if type(pending.extra) is Held:
+        if pending.phase in UNSENT:
             return self._held_timed_out(pending)
         if awaits_input(pending):
             return self._input_timed_out(pending)
@@ -178,7 +178,7 @@ class InFlight(RouterState):
         self._end(pending, "error", reason)
         if pending.session not in self.clients:
             return []
-        if pending.extra is not None and type(pending.extra) is tuple:
-            self.subscriptions.remove(pending.extra, pending.session)
+        if pending.subscription is not None:
+            self.subscriptions.remove(pending.subscription, pending.session)
         server = self.links[pending.server].server or pending.server
         return [ToClient(pending.session, proxy_error(pending.client_id, message, reason=reason, server=server))]

@@ -50,10 +50,12 @@ from typing import Any
 
 from aggregator.core import affinity
 from aggregator.core.commands import Command, ToClient, ToServer
+from aggregator.core.links import Bridge, Phase
 from aggregator.core.modern_input import ModernInput
 from aggregator.core.reverse_requests import _declares
 from aggregator.core.state import ClientState, Pending, Reverse, UpstreamLink, proxy_error
 from aggregator.core.tasks import expose_task_ids
+from aggregator.core.upstream_era import Era
 from aggregator.mcp.constants import CANCELLED, SERVER_REQUESTS
 from aggregator.mcp.modern import (
     INPUT_REQUESTS,
@@ -70,21 +72,6 @@ log = logging.getLogger(__name__)
 MAX_INPUT_ROUNDS = 8
 # A question for the client: its key in ``inputRequests``, its method and params.
 Ask = tuple[str, str, dict[str, Any]]
-
-
-class Bridge:
-    """One legacy caller's call to a modern server across its rounds of input."""
-
-    __slots__ = ("params", "rounds", "asking", "waiting", "asks", "answers", "state")
-
-    def __init__(self, params: dict[str, Any]) -> None:
-        self.params = params  # as first sent upstream (name, URI, progress token, _meta)
-        self.rounds = 0
-        self.asking = False  # its client is being asked; nothing is in flight upstream
-        self.waiting: Pending | None = None  # the call, while its client is asked
-        self.asks: dict[str, int] = {}  # key -> the proxy id of the question not answered yet
-        self.answers: dict[str, Any] | None = None  # key -> the client's result (None: nothing asked)
-        self.state: str | None = None  # the server's requestState, echoed on the retry
 
 
 class Question:
@@ -107,8 +94,7 @@ def is_question(reverse: Reverse) -> bool:
 
 def awaits_input(pending: Pending) -> bool:
     """Whether this call waits for its client's input (nothing of it in flight upstream)."""
-    extra = pending.extra
-    return type(extra) is Bridge and extra.asking
+    return pending.phase is Phase.ASKING
 
 
 def is_input_required(result: Any) -> bool:
@@ -123,17 +109,16 @@ class InputBridge(ModernInput):
         legacy caller that is still there: the bridge's to handle."""
         if not is_input_required(result):
             return False
-        client = self.clients.get(pending.session)
-        return client is not None and not client.modern
+        client = self._client_of(pending)
+        return client is not None and client.era is Era.LEGACY
 
     def _bridge_input(self, link: UpstreamLink, pending: Pending, result: dict[str, Any]) -> list[Command]:
         """The server needs input for ``pending``: ask its client, or retry at once."""
         server = link.server or link.name
-        extra = pending.extra
-        if type(extra) is Bridge:
-            bridge = extra
-        elif type(extra) is dict and pending.method in INPUT_REQUIRED_METHODS:
-            bridge = Bridge(extra)
+        if pending.bridge is not None:
+            bridge = pending.bridge
+        elif pending.params is not None and pending.method in INPUT_REQUIRED_METHODS:
+            bridge = Bridge(pending.params)
         else:
             log.warning("server %s: answered %s with input_required, which it may not", link.name, pending.method)
             return self._fail_one(
@@ -179,7 +164,7 @@ class InputBridge(ModernInput):
         answers the proxy gives itself; when one cannot be asked, the call is failed (the
         commands that say so come third, else None)."""
         server = link.server or link.name
-        client = self.clients[pending.session]
+        client = self.clients[pending.key()]
         asks: list[Ask] = []
         answers: dict[str, Any] = {}
         for key, entry in requests.items():
@@ -235,10 +220,10 @@ class InputBridge(ModernInput):
         """End ``pending`` upstream; the call waits for its client's input, under its own
         deadlines and progress token."""
         waiting = self._successor(pending, 0)  # 0: no upstream id (nothing in flight there)
-        waiting.extra = bridge
-        bridge.asking = True
+        waiting.phase = Phase.ASKING
+        waiting.bridge = bridge
         bridge.waiting = waiting
-        self.clients[waiting.session].in_flight[waiting.client_id] = waiting
+        self.clients[waiting.key()].in_flight[waiting.client_id] = waiting
         self.deadlines.push(waiting.deadline, waiting)
         return waiting
 
@@ -260,7 +245,7 @@ class InputBridge(ModernInput):
         self, link: UpstreamLink, waiting: Pending, bridge: Bridge, key: str, method: str, params: dict[str, Any]
     ) -> ToClient:
         """One question to the client, under a proxy-minted id, on the call's stream."""
-        session = waiting.session
+        session = waiting.key()
         proxy_id = self._next_reverse_id
         self._next_reverse_id += 1
         self.reverse_count[session] = self.reverse_count.get(session, 0) + 1
@@ -278,7 +263,7 @@ class InputBridge(ModernInput):
         question: Question = reverse.upstream_id
         bridge, key = question.bridge, question.key
         waiting = bridge.waiting
-        if waiting is None or waiting.done or not bridge.asking or bridge.asks.get(key) != question.proxy_id:
+        if waiting is None or waiting.done or bridge.asks.get(key) != question.proxy_id:
             return []  # the call ended meanwhile
         del bridge.asks[key]
         result = message.get("result")
@@ -319,16 +304,15 @@ class InputBridge(ModernInput):
             params[INPUT_RESPONSES] = bridge.answers
         if bridge.state is not None:
             params[REQUEST_STATE] = bridge.state
-        bridge.asking = False
         bridge.waiting = None
         bridge.answers = None
         upstream_id = link.next_id
         link.next_id = upstream_id + 1
         retry = self._successor(waiting, upstream_id)
-        retry.extra = bridge
+        retry.bridge = bridge
         link.pending[upstream_id] = retry
         retry.sent_at = self.clock()
-        self.clients[retry.session].in_flight[retry.client_id] = retry
+        self.clients[retry.key()].in_flight[retry.client_id] = retry
         self.deadlines.push(retry.deadline, retry)
         return [ToServer(link.name, {"jsonrpc": "2.0", "id": upstream_id, "method": retry.method, "params": params})]
 
@@ -337,16 +321,17 @@ class InputBridge(ModernInput):
     ) -> list[Command]:
         """End a call that waits for input: its open questions are withdrawn from the client
         (counted as ``outcome`` for ``reason``)."""
-        bridge: Bridge = waiting.extra
+        bridge = waiting.bridge
+        assert bridge is not None  # a call in phase ASKING has its bridge
         self._end(waiting, outcome, reason)
-        bridge.asking = False
         bridge.waiting = None
         out: list[Command] = []
-        live = waiting.session in self.clients
+        session = waiting.key()
+        live = session in self.clients
         for proxy_id in bridge.asks.values():
-            if self._end_reverse(waiting.session, proxy_id) is not None and live:
+            if self._end_reverse(session, proxy_id) is not None and live:
                 notice = {"jsonrpc": "2.0", "method": CANCELLED, "params": {"requestId": proxy_id, "reason": why}}
-                out.append(ToClient(waiting.session, notice, waiting.client_id))
+                out.append(ToClient(session, notice, waiting.client_id))
         bridge.asks.clear()
         return out
 

@@ -29,7 +29,8 @@ import logging
 from typing import Any
 
 from aggregator.core.commands import Command, ToClient
-from aggregator.core.parked import Ask, _merge_into, _required
+from aggregator.core.links import Ask
+from aggregator.core.parked import _merge_into, _required
 from aggregator.core.request_state import request_digest
 from aggregator.core.reverse_requests import _declares
 from aggregator.core.state import ClientState, Pending, RouterState, UpstreamLink, proxy_error
@@ -51,7 +52,7 @@ class ModernInput(RouterState):
     def _pass_input(self, link: UpstreamLink, pending: Pending, result: dict[str, Any]) -> list[Command] | None:
         """Check an ``input_required`` result for modern caller ``pending.session`` and wrap
         its state in place; None when it may go on, else what fails the call."""
-        client = self.clients.get(pending.session)
+        client = self._client_of(pending)
         if client is None:
             return None  # nobody to answer: dropped as any late answer
         server = link.server or link.name
@@ -89,7 +90,7 @@ class ModernInput(RouterState):
         if required:
             return self._input_undeclared(link, pending, client, required)
         if state is not None:
-            digest = request_digest(pending.method, pending.extra if type(pending.extra) is dict else {}, link.server)
+            digest = request_digest(pending.method, pending.params if pending.params is not None else {}, link.server)
             expires = self.clock() + self.request_states.ttl
             try:
                 result[REQUEST_STATE] = self.request_states.wrap(state, client.principal, expires, digest)

@@ -13,7 +13,7 @@ of a call, and waits. A modern (2026-07-28) client takes no requests: it is aske
    ``{"resultType": "input_required", "inputRequests": {key: request}, "requestState": s}``
    (the undeclared requests get -32601 from the proxy, the server decides), and the
    upstream call stays in flight, taken off its client (an HTTP caller's client lives for
-   one request only): its ``Pending`` gets session ``-id`` until it resumes. When nothing
+   one request only): its ``Pending`` is in phase PARKED, on no session, until it resumes. When nothing
    can be asked, the call needs what the caller lacks: it is answered -32021
    MissingRequiredClientCapability naming it (``data.requiredCapabilities``), the
    server's requests get an error and the call is cancelled upstream.
@@ -26,7 +26,16 @@ of a call, and waits. A modern (2026-07-28) client takes no requests: it is aske
    ``input_required`` result; extra responses are ignored.
 4. No retry within ``input_required_timeout`` (the router's clock, in its deadlines
    heap): the server's waiting requests get an error and the call is cancelled upstream.
-5. Parked calls are bounded, and expire spread out (``core.park_limits``).
+5. Parked calls are bounded (``ParkedTable``): ``proxy.max_parked_calls`` in all and
+   ``proxy.max_parked_per_principal`` per caller's principal (none for a caller without
+   one: its front has no principal to tell callers apart). Each ``input_required`` answer
+   ends an HTTP caller's request, so no in-flight limit of the fronts counts a parked
+   call: these do. A call that would go past either is not parked: the server's requests
+   are refused, the call is cancelled upstream and fails ``overloaded`` to its caller.
+6. The parked calls of one server expire at least ``EXPIRY_SPACING`` apart: calls parked
+   in a burst are not all cancelled on their server in one burst when their callers never
+   retry (a server given hundreds of cancels and error answers at once may not survive
+   them).
 
 A parked call's id also names it in ``requestState`` and comes from the counter of
 proxy-minted server-to-client request ids, so none repeats in a process. The key of an
@@ -38,14 +47,14 @@ key says which of its requests an answer is for.
 from __future__ import annotations
 
 import logging
-from typing import Any, NamedTuple
+from typing import Any
 
 from aggregator.core.commands import Command, ToClient, ToServer
+from aggregator.core.links import Ask, Parked, Phase
 from aggregator.core.modern_results import stamp_result
-from aggregator.core.park_limits import ParkLimits
 from aggregator.core.request_state import request_digest
 from aggregator.core.reverse_requests import _declares
-from aggregator.core.state import ClientState, Pending, UpstreamLink, answer, cancelled, proxy_error
+from aggregator.core.state import ClientState, Pending, RouterState, UpstreamLink, answer, cancelled, proxy_error
 from aggregator.jsonrpc.errors import INVALID_PARAMS, METHOD_NOT_FOUND, RemoteProtocolError
 from aggregator.jsonrpc.kinds import ERROR, RESPONSE
 from aggregator.mcp.constants import SERVER_REQUESTS
@@ -66,14 +75,60 @@ log = logging.getLogger(__name__)
 # How long the first request of a server for a running call waits for others of that call
 # sent with it, to be asked in the same input_required result (the router's clock).
 GATHER_SECONDS = 0.005
+# Parked calls of one server expire at least this far apart (at most 200 a second).
+EXPIRY_SPACING = 0.005
 
 
-class Ask(NamedTuple):
-    """A server's request waiting for the caller's input."""
+class ParkedTable(dict[int, Parked]):
+    """Parked call id -> its ``Parked`` record, within its bounds (rules 5 and 6): the
+    count of each principal's calls in the table and the latest deadline of each server's."""
 
-    upstream_id: Any  # the server's own id for it
-    method: str
-    params: dict[str, Any]
+    def __init__(self, max_calls: int, max_per_principal: int) -> None:
+        super().__init__()
+        self.max_calls = max_calls
+        self.max_per_principal = max_per_principal
+        self.by_principal: dict[Any, int] = {}  # principal -> its calls in the table
+        self.expiry: dict[str, float] = {}  # link -> the latest deadline of its parked calls
+
+    def full(self, principal: Any) -> str | None:
+        """Why one more call of ``principal`` cannot be parked (a limit is reached), or None."""
+        if len(self) >= self.max_calls:
+            return f"{len(self)} calls already wait for their callers' input (proxy.max_parked_calls)"
+        if principal is not None and self.by_principal.get(principal, 0) >= self.max_per_principal:
+            return (
+                f"{self.max_per_principal} calls of this caller already wait for its input"
+                " (proxy.max_parked_per_principal)"
+            )
+        return None
+
+    def add(self, parked: Parked) -> None:
+        """Put ``parked`` in the table and its principal's count."""
+        self[parked.id] = parked
+        principal = parked.principal
+        if principal is not None:
+            self.by_principal[principal] = self.by_principal.get(principal, 0) + 1
+
+    def remove(self, parked: Parked) -> None:
+        """Take ``parked`` out of the table and its principal's count."""
+        self.pop(parked.id, None)
+        principal = parked.principal
+        if principal is not None:
+            left = self.by_principal.get(principal, 0) - 1
+            if left > 0:
+                self.by_principal[principal] = left
+            else:
+                self.by_principal.pop(principal, None)
+
+    def deadline(self, server: str, now: float, ttl: float) -> float:
+        """When a call parked now on ``server`` expires: ``ttl`` from now, but at least
+        ``EXPIRY_SPACING`` after the previous one of that server (rule 6)."""
+        expiries = self.expiry
+        deadline = max(now + ttl, expiries.get(server, 0.0) + EXPIRY_SPACING)
+        if len(expiries) > 1024 and server not in expiries:  # per-session links come and go
+            for name in [name for name, at in expiries.items() if at < now]:
+                del expiries[name]
+        expiries[server] = deadline
+        return deadline
 
 
 class Gathering:
@@ -89,34 +144,20 @@ class Gathering:
         self.done = False
 
 
-class Parked:
-    """One call off its client, waiting for the caller's retry (or its deadline)."""
-
-    __slots__ = ("id", "pending", "principal", "params", "asks", "final", "deadline", "done")
-
-    def __init__(self, id: int, pending: Pending, principal: Any, params: dict[str, Any], deadline: float) -> None:
-        self.id = id
-        self.pending = pending
-        self.principal = principal  # whose retry may resume it
-        self.params = params  # what was sent upstream: what the state is bound to
-        self.asks: dict[str, Ask] = {}  # by the key the caller answers under
-        self.final: dict[str, Any] | None = None  # the server's answer to the call, come meanwhile
-        self.deadline = deadline
-        self.done = False
-
-
-class ParkedCalls(ParkLimits):
+class ParkedCalls(RouterState):
     """Server requests during a modern caller's call, turned into input_required results."""
 
-    def _ask_modern(self, link: UpstreamLink, session: int, related: Any, ask: dict[str, Any]) -> list[Command]:
-        """A server's request ``ask`` for caller ``session`` (a client, or ``-id`` of a
-        parked call) during its request ``related``: park the call and ask, queue, or refuse."""
+    parked: ParkedTable  # made with the router, from its settings
+
+    def _ask_modern(self, link: UpstreamLink, caller: int | Parked, related: Any, ask: dict[str, Any]) -> list[Command]:
+        """A server's request ``ask`` for ``caller`` (a client's session, or a parked call)
+        during its request ``related``: park the call and ask, queue, or refuse."""
         id, method = ask["id"], ask["method"]
         params = ask.get("params")
         if type(params) is not dict:
             params = {}
-        parked: Parked | None = self.parked.get(-session) if session < 0 else None
-        pending = parked.pending if parked is not None else self._modern_call(link, session, related)
+        parked = caller if type(caller) is Parked else None
+        pending = parked.pending if parked is not None else self._modern_call(link, caller, related)
         if pending is None or pending.done:
             why = f"{method} came outside any call of a modern client, which can only be asked during one"
             return [_refuse(link, id, why, "no_request")]
@@ -157,7 +198,7 @@ class ParkedCalls(ParkLimits):
         if link is None or not link.ready:
             return []  # the link's end failed the call and its requests
         out: list[Command] = []
-        client = self.clients.get(pending.session)
+        client = self._client_of(pending)
         if pending.done or client is None:
             asks = list(gathering.asks.values()) + gathering.missing
             return [_refuse_ask(link.name, ask, "the call ended") for ask in asks]
@@ -166,7 +207,7 @@ class ParkedCalls(ParkLimits):
             for ask in gathering.missing
         ]
         if gathering.asks:
-            full = self._parked_full(client.principal)
+            full = self.parked.full(client.principal)
             if full is not None:
                 ids = [ask.upstream_id for ask in gathering.asks.values()]
                 return out + self._park_refused(link, pending, client, ids, full)
@@ -189,9 +230,24 @@ class ParkedCalls(ParkLimits):
         out.append(ToClient(client.key, error))
         return out
 
-    def _modern_call(self, link: UpstreamLink, session: int, related: Any) -> Pending | None:
-        """The call of modern client ``session`` on ``link`` that ``related`` names."""
-        client = self.clients.get(session)
+    def _park_refused(
+        self, link: UpstreamLink, pending: Pending, client: ClientState, ids: list[Any], full: str
+    ) -> list[Command]:
+        """A call that needs input but cannot be parked (rule 5): the server's requests are
+        refused, the call cancelled upstream and failed ``overloaded`` to its caller."""
+        log.warning("server %s: %s needs input but %s; refused", link.name, pending.method, full)
+        self._end(pending, "error", "overloaded")
+        why = f"Server {link.server!r} needs input for {pending.method}, but {full}; try again later"
+        out: list[Command] = [
+            ToServer(link.name, proxy_error(id, why, reason="overloaded", server=link.server)) for id in ids
+        ]
+        out.append(ToServer(link.name, cancelled(pending.upstream_id, "the aggregator holds too many parked calls")))
+        out.append(ToClient(client.key, proxy_error(pending.client_id, why, reason="overloaded", server=link.server)))
+        return out
+
+    def _modern_call(self, link: UpstreamLink, caller: int | Parked, related: Any) -> Pending | None:
+        """The call of modern client ``caller`` on ``link`` that ``related`` names."""
+        client = self.clients.get(caller) if type(caller) is int else None
         pending = client.in_flight.get(related) if client is not None and related is not None else None
         if pending is None or pending.server != link.name or pending.meta is None:
             return None
@@ -200,19 +256,18 @@ class ParkedCalls(ParkLimits):
     def _park(self, pending: Pending, client: ClientState, client_id: Any, asks: dict[str, Ask]) -> list[Command]:
         """Take ``pending`` off ``client`` and answer its request ``client_id`` with an
         input_required result asking ``asks``."""
-        params = pending.extra if type(pending.extra) is dict else {}
+        params = pending.params if pending.params is not None else {}
         number = self._next_reverse_id
         self._next_reverse_id += 1
-        deadline = self._parked_deadline(pending.server)
+        deadline = self.parked.deadline(pending.server, self.clock(), self.request_states.ttl)
         parked = Parked(number, pending, client.principal, params, deadline)
-        if client.principal is not None:
-            self.parked.by_principal[client.principal] = self.parked.by_principal.get(client.principal, 0) + 1
         parked.asks = asks
         if client.in_flight.get(pending.client_id) is pending:
             del client.in_flight[pending.client_id]
-        pending.session = -number
-        pending.extra = parked
-        self.parked[number] = parked
+        pending.session = None
+        pending.phase = Phase.PARKED
+        pending.parked = parked
+        self.parked.add(parked)
         self.deadlines.push(deadline, parked)
         digest = request_digest(pending.method, params, self.links[pending.server].server)
         state = self.request_states.mint(number, client.principal, deadline, digest)
@@ -238,10 +293,12 @@ class ParkedCalls(ParkLimits):
                 " (it was resumed already, or gave up); send the request again without it",
             )
         parked.done = True  # resumed: its deadline no longer applies
-        self._unpark(parked)
+        self.parked.remove(parked)
         self.deadlines.discard()
         pending = parked.pending
-        pending.extra = parked.params
+        pending.phase = Phase.SENT
+        pending.parked = None
+        pending.params = parked.params
         meta = request_meta(message)
         if meta is not None:
             pending.meta = meta
@@ -282,7 +339,7 @@ class ParkedCalls(ParkLimits):
         if isinstance(parked, Gathering):
             return self._gathered(parked)
         parked.done = True
-        self._unpark(parked)
+        self.parked.remove(parked)
         pending = parked.pending
         link = self.links.get(pending.server)
         if link is None or not link.ready:

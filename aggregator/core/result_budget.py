@@ -129,7 +129,7 @@ class ResultBudgets(RouterState):
     """Cutting tool results to their profile's budget, and reading back the rest."""
 
     def _budget_result(self, pending: Pending, result: dict[str, Any]) -> None:
-        client = self.clients.get(pending.session)
+        client = self._client_of(pending)
         if client is None:
             return
         discovery = self.discovery_of(client.profile)

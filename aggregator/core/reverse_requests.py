@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Hashable, Mapping
 from typing import Any
 
 from aggregator.core import affinity
 from aggregator.core.commands import Command, ToClient, ToServer
+from aggregator.core.links import Caller, Parked, Pending
 from aggregator.core.state import Reverse, RouterState, UpstreamLink, proxy_error
 from aggregator.core.tasks import RELATED_TASK, expose_task_id, expose_task_ids
+from aggregator.core.upstream_era import Era
 from aggregator.jsonrpc.errors import INVALID_REQUEST, METHOD_NOT_FOUND
 from aggregator.mcp.constants import PING, SERVER_REQUESTS
 from aggregator.mcp.modern import CLIENT_CAPABILITIES
@@ -59,31 +62,32 @@ class ReverseRequests(RouterState):
             # During a modern caller's call, its roots are that call's own question, asked as
             # its input (shared server or not) when it declared roots (``core.parked``).
             owner = affinity.request_owner(**self._owner_facts(link, params, related, requests=True))
-            if owner.session is not None and self._modern_caller(owner.session):
-                if self._caller_declares(link, owner.session, owner.related, "roots"):
-                    return self._ask_modern(link, owner.session, owner.related, message)
+            caller = _as_caller(owner.session)
+            if caller is not None and self._modern_caller(caller):
+                if self._caller_declares(link, caller, owner.related, "roots"):
+                    return self._ask_modern(link, caller, owner.related, message)
             return self._roots_request(link, id, params, related)
         owner = affinity.request_owner(**self._owner_facts(link, params, related, requests=True))
-        if owner.session is None:
+        caller = _as_caller(owner.session)
+        if caller is None:
             why = affinity.unroutable(method, link.server, owner.signal, link.session is not None)
             return [ToServer(server, proxy_error(id, why, reason=owner.signal, server=server))]
-        return self._ask_client(link, owner.session, id, method, params, capability, owner.related)
+        return self._ask_client(link, caller, id, method, params, capability, owner.related)
 
-    def _modern_caller(self, session: int) -> bool:
-        """Whether ``session`` is a modern client, or a parked call (``core.parked``)."""
-        if session < 0:
+    def _modern_caller(self, caller: Caller) -> bool:
+        """Whether ``caller`` is a modern client, or a parked call (``core.parked``)."""
+        if isinstance(caller, Parked):
             return True
-        client = self.clients.get(session)
-        return client is not None and client.modern
+        client = self.clients.get(caller)
+        return client is not None and client.era is Era.MODERN
 
-    def _caller_declares(self, link: UpstreamLink, session: int, related: Any, capability: str) -> bool:
-        """Whether the modern call ``related`` of ``session`` (or parked call ``-session``)
-        on ``link`` declared ``capability`` in its ``_meta``."""
-        if session < 0:
-            parked = self.parked.get(-session)
-            pending = parked.pending if parked is not None else None
+    def _caller_declares(self, link: UpstreamLink, caller: Caller, related: Any, capability: str) -> bool:
+        """Whether the modern call ``related`` of ``caller`` (a client's session, or a parked
+        call) on ``link`` declared ``capability`` in its ``_meta``."""
+        if isinstance(caller, Parked):
+            pending: Pending | None = caller.pending
         else:
-            client = self.clients.get(session)
+            client = self.clients.get(caller)
             pending = client.in_flight.get(related) if client is not None and related is not None else None
         if pending is None or pending.server != link.name or pending.meta is None:
             return False
@@ -93,17 +97,19 @@ class ReverseRequests(RouterState):
     def _ask_client(
         self,
         link: UpstreamLink,
-        session: int,
+        caller: Caller,
         id: Any,
         method: str,
         params: dict[str, Any],
         capability: str,
         related: Any,
     ) -> list[Command]:
-        """Forward a server's request to client ``session`` under a proxy-minted id; a
-        modern caller is asked by the result of its call instead (``core.parked``)."""
-        if self._modern_caller(session):
-            return self._ask_modern(link, session, related, {"id": id, "method": method, "params": params})
+        """Forward a server's request to client ``caller`` under a proxy-minted id; a
+        modern caller (or a parked call) is asked by the result of its call instead
+        (``core.parked``)."""
+        if isinstance(caller, Parked) or self._modern_caller(caller):
+            return self._ask_modern(link, caller, related, {"id": id, "method": method, "params": params})
+        session = caller
         server = link.name
         client = self.clients[session]
         if not _declares(client.capabilities, capability, params):
@@ -177,8 +183,9 @@ class ReverseRequests(RouterState):
             facts["streams"] = link.streams
         if related is not None:
             pending = link.pending.get(related)
-            if pending is not None and (pending.session in self.clients or (requests and pending.session < 0)):
-                facts["stream"] = (pending.session, pending.client_id)
+            caller = _caller(pending, self.clients, requests) if pending is not None else None
+            if pending is not None and caller is not None:
+                facts["stream"] = (caller, pending.client_id)
             else:
                 facts["ended"] = True
         meta = params.get("_meta")
@@ -190,12 +197,10 @@ class ReverseRequests(RouterState):
                 facts["task"] = owner
             token = meta.get("progressToken")
             pending = self.progress.get(token) if type(token) is str else None
-            if (
-                pending is not None
-                and pending.server == link.name
-                and (pending.session in self.clients or (requests and pending.session < 0))
-            ):
-                facts["progress"] = (pending.session, pending.client_id)
+            if pending is not None and pending.server == link.name:
+                caller = _caller(pending, self.clients, requests)
+                if caller is not None:
+                    facts["progress"] = (caller, pending.client_id)
         # The callers in flight matter only when no signal names the owner; a log line of a
         # link that streams belongs to no request then, whoever is in flight.
         if (
@@ -205,19 +210,36 @@ class ReverseRequests(RouterState):
             and "task" not in facts
             and "progress" not in facts
         ):
-            in_flight: dict[int, list[Any]] = {}
-            parked: dict[int, list[Any]] = {}
+            in_flight: dict[Caller, list[Any]] = {}
+            parked: dict[Caller, list[Any]] = {}
             for pending in link.pending.values():
                 if pending.session in self.clients:
                     in_flight.setdefault(pending.session, []).append(pending.client_id)
-                elif requests and pending.session < 0:
-                    parked.setdefault(pending.session, []).append(pending.client_id)
+                elif requests and pending.parked is not None:
+                    parked.setdefault(pending.parked, []).append(pending.client_id)
             # A parked call's server waits for its answer: a request it sends is for a call
             # that runs, if there is one (``core.parked``).
             facts["in_flight"] = in_flight or parked
             if requests:
                 facts["clients"] = [c.key for c in self.clients.values() if c.initialized]
         return facts
+
+
+def _as_caller(session: Hashable | None) -> Caller | None:
+    """What ``core.affinity`` named as a server request's owner: the facts it decided from
+    name clients by session and parked calls by their record, nothing else."""
+    assert session is None or type(session) is int or type(session) is Parked, session
+    return session
+
+
+def _caller(pending: Pending, clients: Mapping[int, Any], requests: bool) -> Caller | None:
+    """Who a server's message about ``pending`` is for: its client if still connected; for a
+    server's request (``requests``), its parked call while it is parked; else nobody."""
+    if pending.session in clients:
+        return pending.session
+    if requests and pending.parked is not None:
+        return pending.parked
+    return None
 
 
 def _declares(capabilities: dict[str, Any], capability: str, params: dict[str, Any]) -> bool:

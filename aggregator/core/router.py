@@ -96,7 +96,7 @@ from aggregator.core.inflight import InFlight
 from aggregator.core.input_bridge import InputBridge
 from aggregator.core.listen_acks import ListenAcks
 from aggregator.core.modern_callers import ModernCallers
-from aggregator.core.parked import ParkedCalls
+from aggregator.core.parked import ParkedCalls, ParkedTable
 from aggregator.core.reconfigure import Reconfigure
 from aggregator.core.result_budget import ResultBudgets
 from aggregator.core.reverse_requests import ReverseRequests
@@ -176,14 +176,16 @@ class Router(
         instance: str | None = None,
         server_request_policy: ServerRequestPolicy | None = None,
     ) -> None:
+        settings = settings if settings is not None else RouterSettings()
         super().__init__(
             catalog,
-            settings if settings is not None else RouterSettings(),
+            settings,
             clock=clock,
             profiles=profiles,
             instance=instance,
             server_request_policy=server_request_policy,
         )
+        self.parked = ParkedTable(settings.max_parked_calls, settings.max_parked_per_principal)
         self._requests = self._request_handlers()
         self._notifications = self._notification_handlers()
         self._events = self._event_handlers()
@@ -206,7 +208,7 @@ class Router(
         return {
             events.ClientConnected: quietly(
                 lambda e: self.client_connected(
-                    e.key, e.profile, modern=e.modern, principal=e.principal, stateless=e.stateless
+                    e.key, e.profile, era=e.era, principal=e.principal, stateless=e.stateless
                 )
             ),
             events.ClientMessage: lambda e: self.client_message(e.key, e.raw),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import re
-from typing import Any
+from typing import Any, cast
 
 from aggregator.core import affinity
 from aggregator.core.commands import Command, DropUpstream, ToClient, ToServer
@@ -22,6 +22,7 @@ from aggregator.core.state import (
     refusal_reason,
 )
 from aggregator.core.tasks import expose_task_ids
+from aggregator.core.upstream_era import Era
 from aggregator.core.upstream_lifecycle import CONTROL_ID_PREFIX
 from aggregator.core.uris import expose_uri, rewrite_content_uris
 from aggregator.jsonrpc.codec import decode_message
@@ -96,7 +97,7 @@ class ServerMessages(RouterState):
                     return self._control_answer(link, message)
                 log.debug("server %s: dropping a response to unknown id %r", link.name, id)
                 return []
-            if kind == RESPONSE and link.modern and is_input_required(message.get("result")):
+            if kind == RESPONSE and link.speaks is Era.MODERN and is_input_required(message.get("result")):
                 if self._bridges_input(link, pending, message["result"]):
                     return self._bridge_input(link, pending, message["result"])  # asks a legacy caller
                 failed = self._pass_input(link, pending, message["result"])  # checked for a modern one
@@ -115,22 +116,22 @@ class ServerMessages(RouterState):
             self._end(pending)
         else:
             self._end(pending, "error", "server_error", self.clock() - pending.sent_at)
-        client = self.clients.get(pending.session)
+        client = self._client_of(pending)
         if client is None:
-            if pending.session < 0:  # parked: the answer waits for its caller's retry (``core.parked``)
-                pending.extra.final = message
+            if pending.parked is not None:  # the answer waits for its caller's retry (``core.parked``)
+                pending.parked.final = message
             return []
         message["id"] = pending.client_id
         if kind == RESPONSE:
             result = message.get("result")
-            if link.modern and unknown_result_type(result, pending.method, pending.meta):
+            if link.speaks is Era.MODERN and unknown_result_type(result, pending.method, pending.meta):
                 return self._fail_one(
                     pending,
                     f"Server {link.server!r} answered {pending.method} with a result of unknown resultType",
                     "malformed",
                 )
             self._expose_result(pending, result, link)
-            if client.modern:
+            if client.era is Era.MODERN:
                 if (
                     type(result) is dict
                     and pending.method not in CACHEABLE
@@ -143,21 +144,21 @@ class ServerMessages(RouterState):
                     self._modern_answer(client, pending, message, link)
             # What it carried goes now: the deadline heap keeps a finished Pending until it tidies
             # up, and a call's params left there would be scanned by the collector again and again.
-            pending.extra = pending.meta = None
-            return [ToClient(pending.session, message)]
-        if pending.extra is not None and type(pending.extra) is tuple:  # a failed subscribe
-            self.subscriptions.remove(pending.extra, pending.session)
+            pending.params = pending.bridge = pending.subscription = pending.meta = None
+            return [ToClient(client.key, message)]
+        if pending.subscription is not None:  # a failed subscribe
+            self.subscriptions.remove(pending.subscription, client.key)
         code = message["error"].get("code")
         if code == URL_ELICITATION_REQUIRED:
-            self._url_elicitations_required(link, pending.session, message["error"].get("data"))
-        if client.modern:
+            self._url_elicitations_required(link, client.key, message["error"].get("data"))
+        if client.era is Era.MODERN:
             self._modern_answer(client, pending, message, link)
-        pending.extra = pending.meta = None
-        if link.modern and code == UNSUPPORTED_PROTOCOL_VERSION:
-            link.era = None  # its revision changed under us: the next connection finds it again
+        pending.params = pending.bridge = pending.subscription = pending.meta = None
+        if link.speaks is Era.MODERN and code == UNSUPPORTED_PROTOCOL_VERSION:
+            link.learnt = None  # its revision changed under us: the next connection finds it again
             why = f"it no longer speaks protocol {link.protocol_version}; it is asked server/discover again"
-            return [ToClient(pending.session, message), DropUpstream(link.name, why)]
-        return [ToClient(pending.session, message)]
+            return [ToClient(client.key, message), DropUpstream(link.name, why)]
+        return [ToClient(client.key, message)]
 
     def _stray_answer(self, link: UpstreamLink, message: dict[str, Any], related: int) -> list[Command]:
         """An answer to another id on a request's own stream (an HTTP POST's body or event
@@ -208,9 +209,9 @@ class ServerMessages(RouterState):
         method = pending.method
         if link.uri_prefix:
             _expose_result_uris(method, result, link.uri_prefix)
-        if link.modern:  # the tasks extension: a handle, or a task polled (its result inlined)
+        if link.speaks is Era.MODERN:  # the tasks extension: a handle, or a task polled (its result inlined)
             if method == "tools/call" and result.get(RESULT_TYPE) == TASK:
-                client = self.clients.get(pending.session)
+                client = self._client_of(pending)
                 for task_id in expose_task_ids(link.name, result):
                     self.task_owners.add(task_id, client.principal if client is not None else None)
             elif method in TASK_REQUESTS:
@@ -219,7 +220,7 @@ class ServerMessages(RouterState):
                     _expose_result_uris("tools/call", result["result"], link.uri_prefix)
         elif ("task" in result and method == "tools/call") or method.startswith("tasks/"):
             for task_id in expose_task_ids(link.name, result):
-                self.tasks.setdefault(task_id, pending.session)
+                self.tasks.setdefault(task_id, pending.key())
         if self.budgets_on and method == "tools/call":
             self._budget_result(pending, result)  # cut to the caller's budget (``core.result_budget``)
 
@@ -288,7 +289,7 @@ class ServerMessages(RouterState):
             client = self.clients.get(session)
             if client is None:
                 continue
-            if client.modern:  # on its listens, tagged
+            if client.era is Era.MODERN:  # on its listens, tagged
                 out += self._listen_updates(session, (link.name, str(uri)), params)
             else:
                 out.append(ToClient(session, notice))
@@ -342,7 +343,7 @@ class ServerMessages(RouterState):
         server = link.name
         owner = affinity.log_owner(**self._owner_facts(link, params, related, requests=False))
         if owner.session is not None:
-            recipients = [self.clients[owner.session]]
+            recipients = [self.clients[cast(int, owner.session)]]  # a log line's owner is a session
         elif owner.signal == affinity.NO_REQUEST:
             recipients = [c for c in self.clients.values() if c.log_level is not None]
         else:
@@ -352,7 +353,7 @@ class ServerMessages(RouterState):
         recipients = [
             c
             for c in recipients
-            if (self._modern_log_wanted(c, owner.related, level) if c.modern else passes(level, c.log_level))
+            if (self._modern_log_wanted(c, owner.related, level) if c.era is Era.MODERN else passes(level, c.log_level))
         ]
         if not recipients:
             return []

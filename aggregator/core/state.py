@@ -18,16 +18,17 @@ from aggregator.core.catalog import Catalog, Route
 from aggregator.core.commands import Command, ToClient, ToServer
 from aggregator.core.deadlines import Deadlines
 from aggregator.core.kept_results import KeptResults
+from aggregator.core.links import Caller
 from aggregator.core.links import Pending as Pending  # re-exported: where the groups look for them
 from aggregator.core.links import UpstreamLink as UpstreamLink
 from aggregator.core.outages import Outage
-from aggregator.core.parked_table import ParkedTable
 from aggregator.core.request_state import RequestStates
 from aggregator.core.session_catalog import SessionViews
 from aggregator.core.settings import Discovery, LinkSettings, RouterSettings
 from aggregator.core.subscriptions import Listens, Subscriptions
 from aggregator.core.tallies import Tallies
 from aggregator.core.tasks import TaskOwners
+from aggregator.core.upstream_era import Era
 from aggregator.jsonrpc.errors import INTERNAL_ERROR, RemoteProtocolError, error_response
 from aggregator.mcp.constants import CANCELLED
 
@@ -65,12 +66,6 @@ class OwnWaiter:
         self.id = ""  # the request's id, once sent
 
 
-class Held(NamedTuple):
-    """The ``extra`` of a ``Pending`` that waits for its server to be listed again."""
-
-    message: dict[str, Any]
-
-
 class ServerDown(Exception):
     """A lookup found that what a request names (``route``) belongs to ``server``, which is
     out: the request waits for it or is answered with its state."""
@@ -101,10 +96,10 @@ class ClientState:
     in_flight: dict[Any, Pending] = attrs.field(factory=dict)
     log_level: str | None = None
     profile: str = "default"
-    # It speaks a modern revision: each request carries its own ``_meta`` (revision,
+    # The era it speaks: a modern one's requests each carry their own ``_meta`` (revision,
     # capabilities, client info, log level) and no initialize opens it. A Streamable HTTP
     # request of that era is a client of its own, for that one request.
-    modern: bool = False
+    era: Era = Era.LEGACY
     # A modern client's last ``_meta`` that passed admission (a copy): the same again
     # needs no checking (``modern_callers``).
     envelope: dict[str, Any] | None = None
@@ -251,9 +246,13 @@ class RouterState:
         self._announce_count = 0
         self._announce_at: float | None = None
         self.own_at: float | None = None  # the earliest deadline of the proxy's own requests upstream
-        self.parked = ParkedTable(settings.max_parked_calls, settings.max_parked_per_principal)  # core.parked
         self.gathering: dict[tuple[str, Any], Any] = {}  # (link, upstream id) -> requests for a call, gathered
         self.request_states = RequestStates(settings.input_required_timeout)  # what resumes one
+
+    def _client_of(self, pending: Pending) -> ClientState | None:
+        """The client a request is for, if it is still connected (a parked call's is none)."""
+        session = pending.session
+        return None if session is None else self.clients.get(session)
 
     if TYPE_CHECKING:  # what each group offers the others (defined in its own module)
         # inflight
@@ -370,7 +369,9 @@ class RouterState:
             self, link: UpstreamLink, pending: Pending, kind: int, message: dict[str, Any]
         ) -> list[Command]: ...
         # parked calls (``parked``: a legacy server's requests asked of a modern caller)
-        def _ask_modern(self, link: UpstreamLink, session: int, related: Any, ask: dict[str, Any]) -> list[Command]: ...
+        def _ask_modern(
+            self, link: UpstreamLink, caller: Caller, related: Any, ask: dict[str, Any]
+        ) -> list[Command]: ...
         def _resume(
             self, client: ClientState, message: dict[str, Any], server: str, params: dict[str, Any]
         ) -> list[Command]: ...

@@ -27,7 +27,7 @@ from aggregator.core.listen_acks import AckWait
 from aggregator.core.own_requests import Waiting
 from aggregator.core.state import Gather, OwnWaiter, RouterState, UpstreamLink, answer, cancelled
 from aggregator.core.tasks import expose_task_ids
-from aggregator.core.upstream_era import LEGACY
+from aggregator.core.upstream_era import Era
 from aggregator.core.upstream_lifecycle import UpstreamLifecycle
 from aggregator.core.upstream_outcomes import Failed, Items, Listing, Outcome, Ready, Send, Serving
 from aggregator.jsonrpc.errors import METHOD_NOT_FOUND
@@ -76,7 +76,7 @@ class UpstreamControl(RouterState):
         if link is None:  # a per-session connection whose client just left
             return [DropUpstream(server, "its session ended")]
         link.own.drop_if(UpstreamLifecycle.owns)  # an ended connection's, if any were left
-        link.modern = False  # until this connection finds its era
+        link.speaks = Era.LEGACY  # until this connection finds its era
         lifecycle = link.lifecycle = UpstreamLifecycle(
             server,
             instance=self.instance,
@@ -88,7 +88,7 @@ class UpstreamControl(RouterState):
             requests=link.own,
             protocol=link.protocol,
             discover_timeout=link.discover_timeout,
-            era=link.era if modern_possible else LEGACY,
+            era=link.learnt if modern_possible else Era.LEGACY,
         )
         if capabilities is None:
             capabilities = self.upstream_client_capabilities()
@@ -100,7 +100,7 @@ class UpstreamControl(RouterState):
         link = self.links.get(server)
         if link is None or not link.ready or link.protocol_version is None:
             return None
-        return ("modern" if link.modern else "legacy", link.protocol_version)
+        return (link.speaks.value, link.protocol_version)
 
     def own_call(self, server: str, method: str, params: dict[str, Any] | None, caller: object) -> list[Command]:
         """A request of the trio layer's own to ``server``; its ``Answer`` names ``caller``
@@ -119,7 +119,7 @@ class UpstreamControl(RouterState):
         link = self.links[server]
         if not link.ready:
             return []
-        if link.modern and link.lifecycle is not None:
+        if link.speaks is Era.MODERN and link.lifecycle is not None:
             if method in LEGACY_ONLY:  # a modern server's listen follows subscriptions; log levels go per request
                 return self._listen_upstream(link) if method != SET_LEVEL else []
             params = dict(params, _meta=dict(params.get("_meta") or {}, **link.lifecycle.meta()))
@@ -283,7 +283,7 @@ class UpstreamControl(RouterState):
 
     def _upstream_ready(self, link: UpstreamLink, result: dict[str, Any]) -> list[Command]:
         assert link.lifecycle is not None
-        link.modern = link.lifecycle.modern  # before server_ready: nothing legacy is sent to a modern link
+        link.speaks = link.lifecycle.speaks  # before server_ready: nothing legacy is sent to a modern link
         self._learnt(link)
         out = self.server_ready(link.name, result)
         info = result.get("serverInfo") or {}
@@ -293,7 +293,7 @@ class UpstreamControl(RouterState):
             info.get("name"),
             info.get("version"),
             result["protocolVersion"],
-            "; modern: found by server/discover, spoken to statelessly" if link.modern else "",
+            "; modern: found by server/discover, spoken to statelessly" if link.speaks is Era.MODERN else "",
         )
         return out
 
@@ -302,7 +302,7 @@ class UpstreamControl(RouterState):
     def _listen_upstream(self, link: UpstreamLink, attempt: int = 0) -> list[Command]:
         """Keep one ``subscriptions/listen`` open on a modern link for what is wanted now:
         a new one when that changed (the old one cancelled after it), none when nothing is."""
-        if not link.modern or not link.ready or link.lifecycle is None:
+        if link.speaks is Era.LEGACY or not link.ready or link.lifecycle is None:
             return []
         wanted = self._listen_wanted(link)
         key = tuple(sorted((k, tuple(v) if type(v) is list else v) for k, v in wanted.items()))
@@ -362,10 +362,10 @@ class UpstreamControl(RouterState):
         """Keep what the link's connection learnt of its era for its next connection."""
         lifecycle = link.lifecycle
         if lifecycle is not None and lifecycle.learnt is not None:
-            link.era = lifecycle.learnt
+            link.learnt = lifecycle.learnt
             base = self.links.get(link.server)
             if base is not None and base is not link:  # a per-session link teaches its server's
-                base.era = lifecycle.learnt
+                base.learnt = lifecycle.learnt
 
 
 def _routers(waiter: object) -> bool:

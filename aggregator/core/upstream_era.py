@@ -21,6 +21,7 @@ A dual-era client (``2026-07-28/basic/versioning.mdx``) probes a server with
 
 from __future__ import annotations
 
+import enum
 from typing import Any, NamedTuple
 
 from aggregator import __version__
@@ -31,8 +32,17 @@ from aggregator.mcp.versions import ALL_VERSIONS, MODERN, MODERN_LATEST, SUPPORT
 # The ``_meta`` key of the proxy's own requests (and an answer) that names this running
 # proxy: a server that carries it back is this proxy itself.
 INSTANCE_KEY = "dev.mcp-aggregator/instance"
-# What a connection learnt of its server's era, kept for the next connection.
-LEGACY, MODERN_ERA = "legacy", "modern"
+
+
+class Era(enum.Enum):
+    """The two protocol eras (``DESIGN.md``, "Two protocol eras"): LEGACY (2025-11-25 and
+    earlier: a session opened by ``initialize``, server-to-client requests) and MODERN
+    (2026-07-28: no session, each request carries its ``_meta``, input asked by
+    ``input_required`` results). Each client and each upstream connection speaks one;
+    what a connection learnt of its server's is kept for the next."""
+
+    LEGACY = "legacy"
+    MODERN = "modern"
 
 
 class Probe(NamedTuple):

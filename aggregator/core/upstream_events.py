@@ -7,8 +7,10 @@ from typing import Any
 
 from aggregator.core.catalog import Catalog
 from aggregator.core.commands import Command, ToClient
+from aggregator.core.links import UNSENT, Phase
 from aggregator.core.outages import FAILED, RESTARTING, Outage, remember, should_hold, unavailable
-from aggregator.core.state import ClientState, Held, Pending, RouterState, UpstreamLink, proxy_error
+from aggregator.core.state import ClientState, Pending, RouterState, UpstreamLink, proxy_error
+from aggregator.core.upstream_era import Era
 from aggregator.jsonrpc.errors import INTERNAL_ERROR, error_response
 from aggregator.jsonrpc.kinds import REQUEST
 from aggregator.mcp.constants import CANCELLED
@@ -36,7 +38,7 @@ class UpstreamEvents(RouterState):
         out = self._apply_log_level()
         waiting, link.waiting = link.waiting, []
         held = {params["uri"] for _, message, params in waiting if message["method"] == "resources/subscribe"}
-        for uri in () if link.modern else self.subscriptions.of_server(server):
+        for uri in () if link.speaks is Era.MODERN else self.subscriptions.of_server(server):
             if uri not in held:  # renewed; a held one goes as the client sent it
                 out += self._own_request(server, "resources/subscribe", {"uri": uri})
         for key, message, params in waiting:
@@ -53,7 +55,7 @@ class UpstreamEvents(RouterState):
     def _held_subscribe_sent(self, client: ClientState, message: dict[str, Any], key: tuple[str, str]) -> None:
         pending = client.in_flight.get(message["id"])
         if pending is not None:
-            pending.extra = key  # a failure answered undoes it
+            pending.subscription = key  # a failure answered undoes it
         else:
             self.subscriptions.remove(key, client.key)  # refused (overloaded)
 
@@ -133,7 +135,7 @@ class UpstreamEvents(RouterState):
         report (once, as a server that did not start); this only notes the change of plan."""
         lifecycle = link.lifecycle
         if lifecycle is not None and lifecycle.probing and lifecycle.protocol == "auto":
-            link.era = "legacy"
+            link.learnt = Era.LEGACY
             lifecycle.log.info(
                 "server %s: %s before answering server/discover; its next start sends initialize instead",
                 link.name,
@@ -242,9 +244,10 @@ class UpstreamEvents(RouterState):
             self._end(held)
             if held.session not in self.clients:
                 continue
-            out += self.client_event(held.session, REQUEST, held.extra.message)
+            assert held.held is not None  # held: its request is kept
+            out += self.client_event(held.session, REQUEST, held.held)
             sent = self.clients[held.session].in_flight.get(held.client_id)
-            if sent is not None and type(sent.extra) is not Held and sent.deadline > held.deadline:
+            if sent is not None and sent.phase not in UNSENT and sent.deadline > held.deadline:
                 sent.deadline = held.deadline  # the request's own deadline, as if never held
                 sent.hard_deadline = min(sent.hard_deadline, held.hard_deadline)
                 self.deadlines.move(sent.deadline, sent)
@@ -278,7 +281,7 @@ class UpstreamEvents(RouterState):
             and should_hold(outage, now, link.request_timeout, self.start_takes.get(server, 0.0))
         ):
             pending = Pending(client.key, message["id"], message["method"], server, 0)
-            pending.extra = Held(message)
+            pending.hold(Phase.LISTING, message)
             pending.hard_deadline = now + link.max_request_timeout
             pending.deadline = now + link.request_timeout
             self.deadlines.push(pending.deadline, pending)

@@ -43,7 +43,7 @@ from aggregator.core import upstream_era as era
 from aggregator.core import upstream_outcomes as outcomes
 from aggregator.core.defaults import DISCOVER_TIMEOUT
 from aggregator.core.own_requests import OwnRequests, Waiting
-from aggregator.core.upstream_era import INSTANCE_KEY, LEGACY, MODERN_ERA, Probe
+from aggregator.core.upstream_era import INSTANCE_KEY, Era, Probe
 from aggregator.core.upstream_outcomes import Failed, Items, Listing, Outcome, Ready, Send, Serving
 from aggregator.jsonrpc.errors import METHOD_NOT_FOUND
 from aggregator.mcp import modern
@@ -91,7 +91,7 @@ class UpstreamLifecycle:
         requests: OwnRequests[Any] | None = None,
         protocol: str = "auto",
         discover_timeout: float = DISCOVER_TIMEOUT,
-        era: str | None = None,
+        era: Era | None = None,
     ) -> None:
         self.name = name
         self.instance = instance  # this proxy's own, to recognise itself upstream
@@ -108,10 +108,10 @@ class UpstreamLifecycle:
         self._job: _Job | None = None
         self._wanted: set[str] = set()  # kinds whose list changed, not re-listed yet
         self.protocol, self.discover_timeout = protocol, discover_timeout  # "auto", or a pinned revision
-        self.era = era  # what an earlier connection learnt: LEGACY, MODERN_ERA or None
-        self.modern = False  # this connection speaks a modern revision
+        self.era = era  # what an earlier connection learnt, or None
+        self.speaks = Era.LEGACY  # the era this connection speaks (modern once its probe says so)
         self.version: str | None = None  # the revision it speaks, once ready
-        self.learnt: str | None = None  # what this connection learnt of the era, for the next
+        self.learnt: Era | None = None  # what this connection learnt of the era, for the next
         self.probing = False  # its server/discover is unanswered (a server that exits now is legacy)
         self._probe_late = False  # its server/discover went unanswered within discover_timeout
         self._tried: set[str] = set()  # revisions server/discover named
@@ -125,9 +125,9 @@ class UpstreamLifecycle:
         self._offered = capabilities
         if self.protocol in MODERN:
             return [self._discover(self.protocol, now + self.init_timeout)]
-        if self.protocol in SUPPORTED or self.era == LEGACY:
+        if self.protocol in SUPPORTED or self.era is Era.LEGACY:
             return [self._initialize(now)]
-        timeout = self.init_timeout if self.era == MODERN_ERA else min(self.discover_timeout, self.init_timeout)
+        timeout = self.init_timeout if self.era is Era.MODERN else min(self.discover_timeout, self.init_timeout)
         return [self._discover(MODERN_LATEST, now + timeout)]
 
     def meta(self) -> dict[str, Any]:
@@ -177,7 +177,7 @@ class UpstreamLifecycle:
         self, method: str, params: dict[str, Any] | None, caller: object, now: float, timeout: float = math.inf
     ) -> Send:
         """A request of the proxy's own; its ``Answer`` names ``caller``."""
-        if self.modern:
+        if self.speaks is Era.MODERN:
             params = dict(params or {})
             params["_meta"] = dict(params.get("_meta") or {}, **self.meta())
         return Send(self.requests.open(method, params, outcomes.Caller(caller), now + timeout))
@@ -227,10 +227,10 @@ class UpstreamLifecycle:
             return [self._itself()]
         verdict = era.judge(probe, message, pinned=self.protocol in MODERN, tried=self._tried)
         if type(verdict) is era.Legacy:
-            self.learnt = LEGACY
+            self.learnt = Era.LEGACY
             self.log.info("server %s: %s; taking it for a legacy server (initialize)", self.name, verdict.why)
             return [self._initialize(now)]
-        self.learnt = MODERN_ERA
+        self.learnt = Era.MODERN
         if type(verdict) is era.Retry:
             return [self._discover(verdict.version, now + self.init_timeout)]
         if type(verdict) is era.Refused:
@@ -238,11 +238,11 @@ class UpstreamLifecycle:
         assert type(verdict) is era.Modern
         if self._is_us(verdict.result.get("_meta")):
             return [self._itself()]
-        self.modern, self.version = True, verdict.version
+        self.speaks, self.version = Era.MODERN, verdict.version
         return self._ready(verdict.result, now, [])
 
     def _probe_unanswered(self, probe: Probe, now: float) -> list[Outcome]:
-        if self.protocol in MODERN or self.era == MODERN_ERA:
+        if self.protocol in MODERN or self.era is Era.MODERN:
             self.probing = False
             return [self._fail(f"no answer to server/discover within {self.init_timeout}s")]
         self._probe_late = True
@@ -261,7 +261,7 @@ class UpstreamLifecycle:
                 return [self._itself()]
             late = outcome.code == METHOD_NOT_FOUND and self._probe_late  # modern, slower than the probe
             if outcome.code in modern.MODERN_ERRORS or late:  # a modern server after all: probe it next time
-                self.learnt = MODERN_ERA
+                self.learnt = Era.MODERN
                 why = era.slow_probe(self.name, self.discover_timeout, self.init_timeout) if late else era.NEXT
                 return [self._fail(f"{outcome.text}: {why}", outcome.code)]
             return [self._fail(outcome.text, outcome.code)]
@@ -271,7 +271,7 @@ class UpstreamLifecycle:
             return [self._fail(f"its initialize result is unusable: {problem}")]
         if self._is_us(outcome.get("_meta")):  # through another proxy that did not know us
             return [self._itself()]
-        self.version, self.learnt = outcome["protocolVersion"], LEGACY  # (a slow probe is not repeated)
+        self.version, self.learnt = outcome["protocolVersion"], Era.LEGACY  # (a slow probe is not repeated)
         return self._ready(outcome, now, [Send({"jsonrpc": "2.0", "method": INITIALIZED})])
 
     def _ready(self, outcome: dict[str, Any], now: float, out: list[Outcome]) -> list[Outcome]:
@@ -338,7 +338,7 @@ class UpstreamLifecycle:
     def _ask(self, job: _Job, cursor: str | None) -> Send:
         method = LIST_METHOD_OF[job.kinds[0]]
         params: dict[str, Any] | None = {"cursor": cursor} if cursor is not None else None
-        if self.modern:
+        if self.speaks is Era.MODERN:
             params = dict(params or {}, _meta=self.meta())
         return Send(self.requests.open(method, params, job, job.deadline))
 

@@ -211,7 +211,7 @@ class Hub:
     # --- clients ------------------------------------------------------------------------
 
     def add_client(self, outbox: ClientSink, profile: str = "default", **kind: Any) -> int:
-        """A new client. ``kind``: ``modern`` (it speaks a modern revision from its first message),
+        """A new client. ``kind``: ``era`` (MODERN: it speaks a modern revision from its first message),
         ``principal`` (who the front authenticated), ``stateless`` (a stateless HTTP request's own)."""
         key = next(self._client_keys)
         self.clients[key] = outbox

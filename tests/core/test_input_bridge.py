@@ -22,8 +22,10 @@ from aggregator.core.events import (
     TimePassed,
 )
 from aggregator.core.input_bridge import MAX_INPUT_ROUNDS
+from aggregator.core.links import Phase
 from aggregator.core.modern_results import IDENTITY
 from aggregator.core.request_state import WRAPPED
+from aggregator.core.upstream_era import Era
 from aggregator.jsonrpc import dumps
 from tests.core.helpers import CLIENT_CAPS, Clock, connect, decoded, msg, new_router, unpack
 
@@ -40,7 +42,7 @@ def bridged(caps=CLIENT_CAPS, **settings):
     servers = [ServerConfig(name="a", command="x", request_timeout=5.0, max_request_timeout=20.0)]
     r = new_router(Catalog(servers, "__", 50), servers, clock=clock, list_changed_debounce=0, **settings)
     r.handle(ServerReady("a", {"protocolVersion": "2026-07-28", "capabilities": {"tools": {}, "logging": {}}}))
-    r.links["a"].modern = True
+    r.links["a"].speaks = Era.MODERN
     r.handle(ServerItems("a", "tools", [{"name": "t"}]))
     r.handle(ServerItems("a", "prompts", [{"name": "p", "arguments": [{"name": "x"}]}]))
     r.handle(StartupCompleted())
@@ -81,9 +83,11 @@ def test_an_elicitation_goes_to_the_client_and_its_answer_is_retried_upstream_on
     assert MODERN_META in sent["params"]["_meta"]
     [(kind, session, asked)] = input_required(r, sent, {"who": ELICIT})
     assert (kind, session, asked["method"], asked["params"]) == ("ToClient", 1, ELICIT["method"], ELICIT["params"])
+    assert r.clients[1].in_flight["call"].phase is Phase.ASKING and r.links["a"].pending == {}
     answer = {"action": "accept", "content": {"name": "ada"}}
     [(kind, server, retry)] = unpack(r.handle(ClientMessage(1, msg(id=asked["id"], result=answer))))
     assert (kind, server) == ("ToServer", "a")
+    assert r.clients[1].in_flight["call"].phase is Phase.SENT  # the retry, in flight upstream
     assert retry["id"] != sent["id"] and retry["method"] == "tools/call"
     assert retry["params"]["inputResponses"] == {"who": answer}
     assert retry["params"]["requestState"] == "opaque-state-1"
@@ -384,7 +388,7 @@ def test_shutdown_answers_a_call_whose_client_is_asked():
 
 def test_a_legacy_servers_result_is_never_bridged():
     r, _ = bridged()
-    r.links["a"].modern = False
+    r.links["a"].speaks = Era.LEGACY
     sent = call(r)
     result = {"resultType": "input_required", "requestState": "s"}
     assert unpack(r.handle(ServerMessage("a", msg(id=sent["id"], result=result)))) == [
@@ -394,7 +398,7 @@ def test_a_legacy_servers_result_is_never_bridged():
 
 def test_a_modern_callers_input_required_result_passes_through_unchanged():
     r, _ = bridged()
-    r.handle(ClientConnected(2, modern=True))
+    r.handle(ClientConnected(2, era=Era.MODERN))
     r.clients[2].initialize_seen = r.clients[2].initialized = True  # served without a handshake
     meta = {MODERN_META: "2026-07-28", "io.modelcontextprotocol/clientCapabilities": {"elicitation": {}}}
     params = {"name": "a__t", "arguments": {}, "_meta": meta}
@@ -434,7 +438,7 @@ def test_a_per_session_servers_roots_question_goes_to_its_client_if_it_has_roots
     r.handle(StartupCompleted())
     connect(r, 1, caps)
     [start] = r.handle(ClientMessage(1, msg(id="call", method="tools/call", params={"name": "p__t"})))
-    r.links[start.name].modern = True  # its connection found a modern server
+    r.links[start.name].speaks = Era.MODERN  # its connection found a modern server
     [(_, _, sent)] = unpack(r.handle(ServerReady(start.name, {"capabilities": {"tools": {}}})))
     result = {"resultType": "input_required", "inputRequests": {"r": ROOTS}}
     [(kind, target, out)] = unpack(r.handle(ServerMessage(start.name, msg(id=sent["id"], result=result))))

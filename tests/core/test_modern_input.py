@@ -19,6 +19,7 @@ from aggregator.core.events import (
 )
 from aggregator.core.request_state import MAX_UPSTREAM_STATE, WRAPPED
 from aggregator.core.router import Router
+from aggregator.core.upstream_era import Era
 from aggregator.jsonrpc.errors import INTERNAL_ERROR, INVALID_PARAMS
 from aggregator.mcp.modern import CLIENT_CAPABILITIES, MISSING_REQUIRED_CLIENT_CAPABILITY, PROTOCOL_VERSION
 from tests.core.helpers import Clock, msg, new_router, unpack
@@ -41,7 +42,7 @@ def modern_router(**settings: Any) -> tuple[Router, Clock]:
         **settings,
     )
     r.handle(ServerReady("a", {"protocolVersion": "2026-07-28", "capabilities": {"tools": {}}}))
-    r.links["a"].modern = True
+    r.links["a"].speaks = Era.MODERN
     r.handle(ServerItems("a", "tools", [{"name": "t"}]))
     r.handle(StartupCompleted())
     return r, clock
@@ -49,7 +50,7 @@ def modern_router(**settings: Any) -> tuple[Router, Clock]:
 
 def modern_call(r: Router, key: int, id: Any, caps: dict[str, Any] = CAPS, **extra: Any) -> list[Any]:
     if key not in r.clients:
-        r.handle(ClientConnected(key, modern=True, principal=f"p{key % 10}"))
+        r.handle(ClientConnected(key, era=Era.MODERN, principal=f"p{key % 10}"))
     meta = {PROTOCOL_VERSION: "2026-07-28", CLIENT_CAPABILITIES: caps}
     params = {"name": "a__t", "arguments": {"x": 1}, "_meta": meta, **extra}
     return unpack(r.handle(ClientMessage(key, msg(id=id, method="tools/call", params=params))))
@@ -116,7 +117,7 @@ def test_the_upstream_state_is_wrapped_for_its_caller_and_unwrapped_exactly_on_t
     assert (kind, session) == ("ToClient", 3)
     assert refused["error"]["code"] == INVALID_PARAMS and "another caller" in refused["error"]["message"]
     # Nor for other arguments.
-    r.handle(ClientConnected(12, modern=True, principal="p2"))
+    r.handle(ClientConnected(12, era=Era.MODERN, principal="p2"))
     meta = {PROTOCOL_VERSION: "2026-07-28", CLIENT_CAPABILITIES: CAPS}
     other = {"name": "a__t", "arguments": {"x": 2}, "_meta": meta, "requestState": state}
     [(_, _, refused)] = unpack(r.handle(ClientMessage(12, msg(id=7, method="tools/call", params=other))))

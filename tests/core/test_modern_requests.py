@@ -21,6 +21,7 @@ from aggregator.core.events import (
     StartupCompleted,
 )
 from aggregator.core.modern_results import cache_hints, list_page_suffix, modern_error, splice_page
+from aggregator.core.upstream_era import Era
 from aggregator.jsonrpc import loads
 from aggregator.mcp.modern import (
     CLIENT_CAPABILITIES,
@@ -119,7 +120,7 @@ def test_an_answered_call_leaves_nothing_it_carried_reachable_from_the_deadline_
         router.handle(ServerMessage("a", msg(id=request["id"], result={"content": []})))
     finished = [entry[2] for entry in router.deadlines._heap]
     assert len(finished) == 3 and all(p.done for p in finished)
-    assert all(p.extra is None and p.meta is None for p in finished)
+    assert all(p.params is None and p.bridge is None and p.subscription is None and p.meta is None for p in finished)
 
 
 @pytest.mark.parametrize("method", ["tools/call", "prompts/get", "resources/read"])
@@ -167,7 +168,7 @@ def test_initialize_on_a_modern_connection_cuts_a_long_requested_version(router)
 def test_a_modern_request_needs_no_initialize_and_makes_the_stdio_connection_modern(router):
     answer = only_answer(modern(router, 7, 1, "tools/list"), 7)
     assert [t["name"] for t in answer["result"]["tools"]] == ["a__slow", "a__fast", "b__slow", "b__fast"]
-    assert router.clients[7].modern and router.session_info(7).protocol_version == "2026-07-28"
+    assert router.clients[7].era is Era.MODERN and router.session_info(7).protocol_version == "2026-07-28"
     # From now on a request without its _meta is refused, and initialize names the era served.
     [(_, _, bare)] = unpack(router.handle(ClientMessage(7, msg(id=2, method="tools/list"))))
     assert bare["error"]["code"] == -32602 and "_meta" in bare["error"]["message"]
@@ -180,7 +181,7 @@ def test_a_modern_request_needs_no_initialize_and_makes_the_stdio_connection_mod
 def test_discover_decides_no_era_and_an_initialized_session_stays_legacy(router):
     answer = only_answer(modern(router, 7, 1, "server/discover"), 7)
     assert answer["result"]["supportedVersions"] == list(ALL_VERSIONS)
-    assert not router.clients[7].modern  # a probe: the client may still choose initialize
+    assert router.clients[7].era is Era.LEGACY  # a probe: the client may still choose initialize
     init = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "x"}}
     [(_, _, opened)] = unpack(router.handle(ClientMessage(7, msg(id=2, method="initialize", params=init))))
     assert opened["result"]["protocolVersion"] == "2025-11-25"
@@ -189,7 +190,7 @@ def test_discover_decides_no_era_and_an_initialized_session_stays_legacy(router)
     assert (kind, server) == ("ToServer", "a") and sent["params"]["_meta"][PROTOCOL_VERSION] == "2026-07-28"
     [(_, _, back)] = unpack(router.handle(ServerMessage("a", msg(id=sent["id"], result={"content": []}))))
     assert back == {"jsonrpc": "2.0", "id": 3, "result": {"content": []}}
-    assert not router.clients[7].modern
+    assert router.clients[7].era is Era.LEGACY
 
 
 def test_a_modern_request_waits_for_startup_like_initialize():
@@ -302,7 +303,7 @@ def test_with_profiles_what_a_caller_is_answered_is_private(clock):
     r.handle(ServerReady("a", {"protocolVersion": "2025-11-25", "capabilities": {"tools": {}, "resources": {}}}))
     r.handle(ServerItems("a", "resources", [{"uri": "demo://r"}]))
     r.handle(StartupCompleted())
-    r.handle(ClientConnected(1, "reader", modern=True))
+    r.handle(ClientConnected(1, "reader", era=Era.MODERN))
     for method in ("tools/list", "resources/list", "server/discover"):
         assert only_answer(modern(r, 1, method, method), 1)["result"]["cacheScope"] == "private"
     [(_, _, sent)] = modern(r, 1, 9, "resources/read", {"uri": "a+demo://r"})

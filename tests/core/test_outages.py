@@ -22,6 +22,7 @@ from aggregator.core.events import (
     ServerReady,
     TimePassed,
 )
+from aggregator.core.links import Phase
 from aggregator.core.outages import (
     Outage,
     name_owner,
@@ -272,11 +273,13 @@ def test_held_then_forwarded_when_listed(router, clock):
     assert lose(router, clock, retry_in=1.0) == []
     assert call(router, 1, 7, "git__status") == []  # held: the next attempt is due in 1 s
     assert router.clients[1].in_flight and not router.links["git"].pending
+    assert router.clients[1].in_flight[7].phase is Phase.LISTING  # held for the listing, nothing sent
     clock.now += 2.0
     out = start(router, "git", GIT_TOOLS)
     [(kind, server, sent)] = [o for o in unpack(out) if o[0] == "ToServer"]
     assert (kind, server, sent["method"], sent["params"]["name"]) == ("ToServer", "git", "tools/call", "status")
     pending = router.links["git"].pending[sent["id"]]
+    assert pending.phase is Phase.SENT
     assert pending.deadline == 1005.0  # the request's own deadline, not one restarted at the release
     back = unpack(router.handle(ServerMessage("git", msg(id=sent["id"], result={"ok": True}))))
     assert back == [("ToClient", 1, {"jsonrpc": "2.0", "id": 7, "result": {"ok": True}})]

@@ -15,11 +15,12 @@ from aggregator.core.events import (
     ServerStreams,
     TimePassed,
 )
+from aggregator.core.links import Phase
 from aggregator.core.modern_results import IDENTITY
-from aggregator.core.park_limits import EXPIRY_SPACING
-from aggregator.core.parked import GATHER_SECONDS
+from aggregator.core.parked import EXPIRY_SPACING, GATHER_SECONDS
 from aggregator.core.request_state import PREFIX
 from aggregator.core.router import Router
+from aggregator.core.upstream_era import Era
 from aggregator.jsonrpc.errors import INVALID_PARAMS, METHOD_NOT_FOUND
 from aggregator.mcp.modern import (
     CLIENT_CAPABILITIES,
@@ -42,7 +43,7 @@ def router(clock: Clock) -> Router:
 
 def connect_modern(router: Router, key: int, principal: Any = None) -> None:
     """A modern client (no handshake: each request carries its ``_meta``)."""
-    router.handle(ClientConnected(key, modern=True, principal=principal))
+    router.handle(ClientConnected(key, era=Era.MODERN, principal=principal))
 
 
 def call(id: Any, caps: dict[str, Any] = ALL_CAPS, name: str = "a__slow", **extra: Any) -> bytes:
@@ -97,6 +98,8 @@ def test_a_server_request_during_a_modern_call_becomes_input_required(router):
     assert key == "s1" and request == {"method": "elicitation/create", "params": ELICIT}
     # The call is still in flight upstream, but no longer the client's.
     assert router.in_flight() == 1 and router.clients[7].in_flight == {}
+    [pending] = router.links["a"].pending.values()
+    assert (pending.phase, pending.session) == (Phase.PARKED, None) and pending.parked is not None
 
 
 def test_the_retry_answers_the_server_and_gets_the_final_result(router):
@@ -111,6 +114,8 @@ def test_the_retry_answers_the_server_and_gets_the_final_result(router):
     assert out == [
         ("ToServer", "a", {"jsonrpc": "2.0", "id": "s1", "result": {"action": "accept", "content": {"name": "ada"}}})
     ]
+    resumed = router.clients[7].in_flight["c2"]  # the retry's again, sent
+    assert (resumed.phase, resumed.session, resumed.parked) == (Phase.SENT, 7, None)
     final = unpack(
         router.handle(ServerMessage("a", msg(id=upstream, result={"content": [{"type": "text", "text": "hi ada"}]})))
     )

@@ -21,6 +21,7 @@ from aggregator.core.events import (
     StartupCompleted,
 )
 from aggregator.core.tasks import TaskOwners
+from aggregator.core.upstream_era import Era
 from aggregator.fronts.http.headers import check_headers
 from aggregator.mcp.modern import CLIENT_CAPABILITIES, PROTOCOL_VERSION, TASKS_EXTENSION
 from aggregator.upstreams.modern_headers import ToolHeaders, request_headers
@@ -50,7 +51,7 @@ def proxy(m_declares: bool = True) -> Any:
     ):
         modern = name != "l"
         r.handle(ServerReady(name, {"protocolVersion": "2026-07-28" if modern else "2025-11-25", "capabilities": caps}))
-        r.links[name].modern = modern
+        r.links[name].speaks = Era.MODERN if modern else Era.LEGACY
         r.handle(ServerItems(name, "tools", [{"name": "job"}]))
     r.handle(StartupCompleted())
     return r
@@ -62,7 +63,7 @@ _keys = iter(range(100, 10_000))
 def ask(r: Any, method: str, params: dict[str, Any], *, caps: Any = EXTENSION, principal: Any = "alice") -> list:
     """One modern request, as Streamable HTTP makes it: a caller of its own for ``principal``."""
     key = next(_keys)
-    r.handle(ClientConnected(key, modern=True, principal=principal))
+    r.handle(ClientConnected(key, era=Era.MODERN, principal=principal))
     meta = {PROTOCOL_VERSION: "2026-07-28", CLIENT_CAPABILITIES: caps}
     return [
         (key, *o)

@@ -23,6 +23,7 @@ from aggregator.core.events import (
     TimePassed,
     UpstreamConnected,
 )
+from aggregator.core.upstream_era import Era
 from aggregator.core.upstream_lifecycle import INSTANCE_KEY, Failed, Ready, Send, UpstreamLifecycle
 from aggregator.errors import ConfigError
 from aggregator.mcp import modern
@@ -54,7 +55,7 @@ def error(code: int, data: Any = None) -> dict[str, Any]:
     return {"error": body}
 
 
-def lifecycle(protocol: str = "auto", era: str | None = None) -> UpstreamLifecycle:
+def lifecycle(protocol: str = "auto", era: Era | None = None) -> UpstreamLifecycle:
     return UpstreamLifecycle(
         "srv",
         instance=INSTANCE,
@@ -122,16 +123,16 @@ def test_the_probe_decides_the_era(answer, then):
             "sampling": {},
             "experimental": {INSTANCE_KEY: {"instance": INSTANCE}},
         }
-        assert not life.modern and not life.failed
-        assert life.learnt == ("legacy" if answer is not None else None)
+        assert life.speaks is not Era.MODERN and not life.failed
+        assert life.learnt is (Era.LEGACY if answer is not None else None)
         reply(life, init, {"result": {"protocolVersion": LATEST, "capabilities": {}}})
-        assert life.learnt == "legacy"  # initialized: not probed again, even after a probe that timed out
+        assert life.learnt is Era.LEGACY  # initialized: not probed again, even after a probe that timed out
     elif then == "modern":
         ready = [o for o in out if type(o) is Ready]
         assert ready and ready[0].result["capabilities"] == CAPS
         assert ready[0].result["instructions"] == "be kind"
         assert ready[0].result["serverInfo"] == {"name": "modern-srv", "version": "2"}
-        assert life.modern and life.version == MODERN_LATEST and life.learnt == "modern"
+        assert life.speaks is Era.MODERN and life.version == MODERN_LATEST and life.learnt is Era.MODERN
         asks = sent(out)
         assert [m["method"] for m in asks] == ["tools/list"]  # no notifications/initialized
         assert asks[0]["params"]["_meta"][modern.PROTOCOL_VERSION] == MODERN_LATEST
@@ -173,7 +174,7 @@ def test_pinned_modern_never_initializes():
     assert type(failed) is Failed and "no answer to server/discover" in failed.reason
 
 
-@pytest.mark.parametrize(("protocol", "era"), [("2025-06-18", None), ("auto", "legacy")])
+@pytest.mark.parametrize(("protocol", "era"), [("2025-06-18", None), ("auto", Era.LEGACY)])
 def test_pinned_legacy_or_known_legacy_initializes_at_once(protocol, era):
     life = lifecycle(protocol=protocol, era=era)
     [init] = sent(life.connected(0.0, {}))
@@ -182,7 +183,7 @@ def test_pinned_legacy_or_known_legacy_initializes_at_once(protocol, era):
 
 
 def test_a_known_modern_server_is_probed_with_the_whole_init_timeout():
-    life = lifecycle(era="modern")
+    life = lifecycle(era=Era.MODERN)
     sent(life.connected(0.0, {}))
     assert life.next_deadline() == 10.0
     [failed] = life.expire(10.0)
@@ -190,10 +191,10 @@ def test_a_known_modern_server_is_probed_with_the_whole_init_timeout():
 
 
 def test_initialize_refused_with_a_modern_error_is_probed_next_time():
-    life = lifecycle(era="legacy")
+    life = lifecycle(era=Era.LEGACY)
     [init] = sent(life.connected(0.0, {}))
     [failed] = reply(life, init, error(-32022, {"supported": [MODERN_LATEST]}))
-    assert type(failed) is Failed and life.learnt == "modern"
+    assert type(failed) is Failed and life.learnt is Era.MODERN
 
 
 def test_initialize_unknown_after_a_timed_out_probe_is_probed_next_time_with_the_init_timeout():
@@ -203,13 +204,13 @@ def test_initialize_unknown_after_a_timed_out_probe_is_probed_next_time_with_the
     sent(life.connected(0.0, {}))
     [init] = sent(life.expire(2.0))
     [failed] = reply(life, init, error(-32601), now=2.1)
-    assert type(failed) is Failed and life.learnt == "modern"
+    assert type(failed) is Failed and life.learnt is Era.MODERN
     assert "discover_timeout" in failed.reason and f'protocol = "{MODERN_LATEST}"' in failed.reason
     again = lifecycle(era=life.learnt)
     [probe] = sent(again.connected(0.0, {}))
     assert probe["method"] == "server/discover" and again.next_deadline() == 10.0
     out = reply(again, probe, {"result": discover_result()}, now=6.0)
-    assert again.modern and [type(o) for o in out if type(o) is Ready]
+    assert again.speaks is Era.MODERN and [type(o) for o in out if type(o) is Ready]
 
 
 def test_initialize_unknown_after_an_answered_probe_stays_a_plain_failure():
@@ -217,7 +218,7 @@ def test_initialize_unknown_after_an_answered_probe_stays_a_plain_failure():
     [probe] = sent(life.connected(0.0, {}))
     [init] = sent(reply(life, probe, error(-32601)))
     [failed] = reply(life, init, error(-32601))
-    assert type(failed) is Failed and life.learnt == "legacy" and "discover_timeout" not in failed.reason
+    assert type(failed) is Failed and life.learnt is Era.LEGACY and "discover_timeout" not in failed.reason
 
 
 # --- through the router ------------------------------------------------------------------
@@ -260,7 +261,7 @@ def call(router, key, id, **meta):
 
 def test_a_legacy_callers_request_carries_its_session_in_meta(router):
     modern_serves(router)
-    assert router.links["m"].modern and router.links["m"].protocol_version == MODERN_LATEST
+    assert router.links["m"].speaks is Era.MODERN and router.links["m"].protocol_version == MODERN_LATEST
     router.handle(StartupCompleted())
     caps = {"sampling": {}, "elicitation": {"form": {}}, "experimental": {"x": {}}}
     connect(router, 1, caps)
@@ -280,7 +281,7 @@ def test_a_legacy_callers_request_carries_its_session_in_meta(router):
 def test_a_modern_callers_own_meta_goes_upstream_filtered(router):
     modern_serves(router)
     router.handle(StartupCompleted())
-    router.handle(ClientConnected(2, modern=True))
+    router.handle(ClientConnected(2, era=Era.MODERN))
     # Admitted as its front admits a modern request (no initialize opens it).
     router.clients[2].initialize_seen = router.clients[2].initialized = True
     request = call(
@@ -528,7 +529,7 @@ def test_a_modern_server_that_stops_speaking_our_revision_is_discovered_again(ro
     [answer] = [c.message for c in out if type(c) is ToClient]
     assert answer["id"] == 4 and answer["error"]["code"] == -32022  # the caller hears it as it was said
     [drop] = [c for c in out if type(c).__name__ == "DropUpstream"]
-    assert "asked server/discover again" in drop.reason and router.links["m"].era is None
+    assert "asked server/discover again" in drop.reason and router.links["m"].learnt is None
 
 
 def test_a_subscribe_waits_for_the_listen_to_be_acknowledged_at_most_ack_wait(router):

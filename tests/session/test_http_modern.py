@@ -18,6 +18,7 @@ import pytest
 import trio
 
 from aggregator.core.events import DrainingStarted
+from aggregator.core.upstream_era import Era
 from aggregator.mcp.modern import CLIENT_CAPABILITIES, PROTOCOL_VERSION, SUBSCRIPTION_ID
 from tests.rawhttp import ResponseReader, read_response_async, request_bytes
 from tests.session.fronts import EventStream, running_fronts
@@ -391,6 +392,6 @@ async def test_the_token_and_path_choose_a_modern_requests_profile_as_for_initia
         # The second request of the work token (its profile either way) is served by the
         # client the first one left resting: no client is shared across tokens or profiles.
         assert [profile for profile, _ in added] == ["work", "default"]
-        assert all(kwargs["modern"] for _, kwargs in added)
+        assert all(kwargs["era"] is Era.MODERN for _, kwargs in added)
         assert principals[0] != principals[1]
         assert sorted(fronts.http.stateless.resting) == sorted([(principals[0], "work"), (principals[1], "default")])
