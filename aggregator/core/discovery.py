@@ -170,7 +170,7 @@ class Searching(RouterState):
         for profile, catalog in self.catalogs.items():
             before = lists_all(_settings_of(old, profile), catalog)
             if lists_all(self.discovery_of(profile), catalog) != before:
-                out += self._announce([TOOLS], profile)
+                out += self.announcements.announce([TOOLS], profile)
         return out
 
     def context_report(self) -> dict[str, dict[str, Any]]:

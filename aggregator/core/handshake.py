@@ -42,7 +42,7 @@ class Handshake(RouterState):
         info = params.get("clientInfo")
         client.client_info = info if type(info) is dict else {}
         client.advertised = self.merged_capabilities()
-        client.announced_upto = self._announce_count
+        client.announced_upto = self.announcements.count
         result: dict[str, Any] = {
             "protocolVersion": client.protocol_version,
             "capabilities": client.advertised,

@@ -115,8 +115,8 @@ class InFlight(RouterState):
         deadline = self.deadlines.next()
         if self.own_at is not None and (deadline is None or self.own_at < deadline):
             deadline = self.own_at
-        if self._announce_at is not None and (deadline is None or self._announce_at < deadline):
-            deadline = self._announce_at
+        if self.announcements.at is not None and (deadline is None or self.announcements.at < deadline):
+            deadline = self.announcements.at
         if self.held_roots:
             held = min(h[2] for h in self.held_roots)
             if deadline is None or held < deadline:
@@ -129,8 +129,8 @@ class InFlight(RouterState):
         out: list[Command] = []
         for pending in self.deadlines.pop_due(now):  # a Pending, or a Parked call (``core.parked``)
             out += self._time_out(pending) if type(pending) is Pending else self._expire_parked(pending)
-        if self._announce_at is not None and now >= self._announce_at:
-            out += self._send_announcements()
+        if self.announcements.at is not None and now >= self.announcements.at:
+            out += self.announcements.send()
         if self.held_roots:
             out += self._expire_roots(now)
         if self.own_at is not None and now >= self.own_at:

@@ -242,7 +242,7 @@ class ModernCallers(RouterState):
         keys, agreed, out = self._listen_resources(client, uris)
         if agreed:
             honoured[_RESOURCE_SUBSCRIPTIONS] = agreed
-        self.listens.open(Listen(client.key, id, frozenset(methods), keys, self._announce_count))
+        self.listens.open(Listen(client.key, id, frozenset(methods), keys, self.announcements.count))
         ack = {
             "jsonrpc": "2.0",
             "method": ACKNOWLEDGED,
@@ -313,16 +313,6 @@ class ModernCallers(RouterState):
         for listen in self.listens.all():
             out += self._close_listen(listen.session, listen.id)
             out.append(_listen_ended(listen))
-        return out
-
-    def _listen_notices(self, client: ClientState, methods: dict[str, int]) -> list[Command]:
-        """The list_changed notices due to a modern client's listens, each tagged."""
-        out: list[Command] = []
-        for listen in self.listens.of_session(client.key):
-            for method, count in methods.items():
-                if count > listen.since and method in listen.methods:
-                    notice = {"jsonrpc": "2.0", "method": method, "params": {"_meta": {SUBSCRIPTION_ID: listen.id}}}
-                    out.append(ToClient(client.key, notice, listen.id))
         return out
 
     def _listen_updates(self, session: int, key: tuple[str, str], params: dict[str, Any]) -> list[Command]:

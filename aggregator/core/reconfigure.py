@@ -106,9 +106,9 @@ class Reconfigure(UpstreamEvents):
             # Sessions with a view of their own (per-session servers) are told of it alone.
             seen = self.views.seen_over(catalog) if self.views else {}
             kinds = renew_catalog(catalog, naming, policies.get(profile, catalog.policy), catalog_hook)
-            out += self._announce(kinds, profile)
+            out += self.announcements.announce(kinds, profile)
             for session, changed in self.views.renewed(catalog, seen) if seen else ():
-                out += self._announce(changed, session)
+                out += self.announcements.announce(changed, session)
         return out
 
 

@@ -25,7 +25,7 @@ own one part of the rules, combined as one class over one typed state
 - ``upstream_control``: the proxy's own requests to each upstream, one table per link
   for its lifecycle (``upstream_lifecycle``: handshake, listing) and the router's own;
 - ``upstream_events``: upstreams ready, listed, overloaded, lost, out between starts;
-- ``announcements``: list_changed notices and their debounce;
+- ``announcements``: list_changed notices and their debounce (``Announcements``, owned);
 - ``reconfigure``: servers removed and added, catalogs renewed, on a live reload.
 
 Theory of operation
@@ -73,7 +73,6 @@ from collections.abc import Callable
 from typing import Any
 
 from aggregator.core import events
-from aggregator.core.announcements import Announcements
 from aggregator.core.catalog import Catalog
 from aggregator.core.client_events import ClientEvents
 from aggregator.core.client_requests import ClientRequests
@@ -161,7 +160,6 @@ class Router(
     ListenAcks,
     Reconfigure,
     UpstreamEvents,
-    Announcements,
     InFlight,
 ):
     """The router: events in through ``handle``, commands out as lists."""

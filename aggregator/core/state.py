@@ -12,9 +12,10 @@ import secrets
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-import attrs
-
+from aggregator.core.announcements import Announcements
 from aggregator.core.catalog import Catalog, Route
+from aggregator.core.clients import ClientState as ClientState  # re-exported: where the groups look
+from aggregator.core.clients import SessionInfo as SessionInfo
 from aggregator.core.commands import Command, ToClient, ToServer
 from aggregator.core.deadlines import Deadlines
 from aggregator.core.kept_results import KeptResults
@@ -28,7 +29,6 @@ from aggregator.core.settings import Discovery, LinkSettings, RouterSettings
 from aggregator.core.subscriptions import Listens, Subscriptions
 from aggregator.core.tallies import Tallies
 from aggregator.core.tasks import TaskOwners
-from aggregator.core.upstream_era import Era
 from aggregator.jsonrpc.errors import INTERNAL_ERROR, RemoteProtocolError, error_response
 from aggregator.mcp.constants import CANCELLED
 
@@ -82,46 +82,6 @@ class Reverse(NamedTuple):
     server: str
     upstream_id: Any
     method: str
-
-
-@attrs.define(eq=False)
-class ClientState:
-    key: int
-    initialize_seen: bool = False
-    initialized: bool = False
-    protocol_version: str | None = None
-    capabilities: dict[str, Any] = attrs.field(factory=dict)
-    client_info: dict[str, Any] = attrs.field(factory=dict)
-    advertised: dict[str, Any] = attrs.field(factory=dict)
-    in_flight: dict[Any, Pending] = attrs.field(factory=dict)
-    log_level: str | None = None
-    profile: str = "default"
-    # The era it speaks: a modern one's requests each carry their own ``_meta`` (revision,
-    # capabilities, client info, log level) and no initialize opens it. A Streamable HTTP
-    # request of that era is a client of its own, for that one request.
-    era: Era = Era.LEGACY
-    # A modern client's last ``_meta`` that passed admission (a copy): the same again
-    # needs no checking (``modern_callers``).
-    envelope: dict[str, Any] | None = None
-    # Who it is, as the front authenticated it (an HTTP bearer token's index; None on
-    # stdio or without tokens): what the proxy's own request state is bound to.
-    principal: Any = None
-    stateless: bool = False  # a stateless HTTP request's client: no session outlives it
-    # What this client sees: its profile's catalog, or its own view once a per-session
-    # server of its own has listed (``Router.views``).
-    catalog: Any = None
-    # The announcement count when it was given the lists (its initialize answer): a
-    # list_changed notice queued up to then is already in what it was given.
-    announced_upto: int = 0
-
-
-class SessionInfo(NamedTuple):
-    """What the trio layer may know of a client session: a snapshot, read-only."""
-
-    profile: str
-    protocol_version: str | None  # agreed at initialize; None before
-    in_flight: int  # its requests not answered yet
-    stateless: bool = False  # a stateless HTTP request's client: no session at all
 
 
 # A client request's handler: (the client, the request) -> commands.
@@ -228,7 +188,6 @@ class RouterState:
         self.server_request_policy: ServerRequestPolicy = (
             server_request_policy if server_request_policy is not None else lambda server, method, params: True
         )
-        self.list_changed_debounce = settings.list_changed_debounce
         self.progress: dict[str, Pending] = {}
         self.deadlines, self.tallies = Deadlines(), Tallies()  # timeouts; what ended how (``core.tallies``)
         self.subscriptions = Subscriptions()  # keyed by link: (server or server@session, URI)
@@ -241,10 +200,10 @@ class RouterState:
         self.elicitations: dict[tuple[str, Any], int] = {}  # (server, elicitationId) -> session
         self.elicitation_count: dict[int, int] = {}  # session -> its entries in ``elicitations``
         self._next_token = self._next_reverse_id = 1
-        # profile, or session -> notice due -> the count of its latest change (see ``_announce``)
-        self._announce_methods: dict[str | int, dict[str, int]] = {}
-        self._announce_count = 0
-        self._announce_at: float | None = None
+        # list_changed notices due, and when (``core.announcements``)
+        self.announcements = Announcements(
+            clock, settings.list_changed_debounce, self.clients, self.views, self.listens
+        )
         self.own_at: float | None = None  # the earliest deadline of the proxy's own requests upstream
         self.gathering: dict[tuple[str, Any], Any] = {}  # (link, upstream id) -> requests for a call, gathered
         self.request_states = RequestStates(settings.input_required_timeout)  # what resumes one
@@ -337,9 +296,6 @@ class RouterState:
         def server_listed(self, server: str) -> list[Command]: ...
         def _server_down_answer(self, client: ClientState, message: dict[str, Any], server: str) -> list[Command]: ...
         def _held_timed_out(self, held: Pending) -> list[Command]: ...
-        # announcements
-        def _announce(self, kinds: list[str], profile: str | int = "default") -> list[Command]: ...
-        def _send_announcements(self) -> list[Command]: ...
         # client events
         def _handle(self, client: ClientState, message: dict[str, Any], handler: Any) -> list[Command]: ...
         # modern callers
@@ -362,7 +318,6 @@ class RouterState:
         def _close_listen(self, session: int, id: Any) -> list[Command]: ...
         def _drop_listens(self, session: int, answer: bool) -> list[Command]: ...
         def _end_listens(self) -> list[Command]: ...
-        def _listen_notices(self, client: ClientState, methods: dict[str, int]) -> list[Command]: ...
         def _listen_updates(self, session: int, key: tuple[str, str], params: dict[str, Any]) -> list[Command]: ...
         # server messages: an upstream's answer on its way to the caller (a resumed call's too)
         def _answered(

@@ -65,12 +65,14 @@ class UpstreamEvents(RouterState):
         if link is None or not link.ready:
             return []
         if link.session is not None:  # a session's own connection: its view, announced to it
-            return self._announce(self.views.own_items(link.session, link.server, kind, items), link.session)
+            return self.announcements.announce(
+                self.views.own_items(link.session, link.server, kind, items), link.session
+            )
         out: list[Command] = []
         for profile, catalog in self.catalogs.items():
             changed = catalog.set_items(server, kind, items)
             if changed:
-                out += self._announce([kind], profile)
+                out += self.announcements.announce([kind], profile)
             if self.views:
                 out += self._views_see(catalog, server, kind, changed)
         return out
@@ -90,19 +92,16 @@ class UpstreamEvents(RouterState):
         client.catalog, changed, made = self.views.listed(
             client.key, self.catalogs[client.profile], link.server, listing
         )
-        inherited = self._announce_methods.get(client.profile) if made else None
-        if inherited:  # what its profile has due goes to it now by its own key
-            mine = self._announce_methods.setdefault(client.key, {})
-            for method, count in inherited.items():
-                mine[method] = max(count, mine.get(method, 0))
-        return self._announce(changed, client.key)
+        if made:  # what its profile has due goes to it now by its own key
+            self.announcements.inherit(client.profile, client.key)
+        return self.announcements.announce(changed, client.key)
 
     def _views_see(self, catalog: Catalog, server: str, kind: str, changed: bool) -> list[Command]:
         """Announce to each session whose view over ``catalog`` changed with its listing of ``server``."""
         return [
             command
             for session, kinds in self.views.shared_changed(catalog, server, kind, changed)
-            for command in self._announce(kinds, session)
+            for command in self.announcements.announce(kinds, session)
         ]
 
     def _own_link_lost(self, link: UpstreamLink) -> list[Command]:
@@ -116,7 +115,7 @@ class UpstreamEvents(RouterState):
         client = self.clients.get(link.session)
         if gone and client is not None:
             client.catalog = self.catalogs[client.profile]
-        return self._announce(changed, link.session)
+        return self.announcements.announce(changed, link.session)
 
     def server_overloaded(self, server: str, why: str) -> list[Command]:
         """The upstream reads nothing of its input: fail its requests in flight at once
@@ -194,7 +193,7 @@ class UpstreamEvents(RouterState):
             for profile, catalog in self.catalogs.items():
                 for kind in kinds:
                     changed = catalog.rebuild(kind)
-                    out += self._announce([kind] if changed else [], profile)
+                    out += self.announcements.announce([kind] if changed else [], profile)
                     if self.views:
                         out += self._views_see(catalog, server, kind, changed)
         return out

@@ -6,8 +6,13 @@ from __future__ import annotations
 
 import pytest
 
+from aggregator.core.announcements import Announcements
+from aggregator.core.clients import ClientState
+from aggregator.core.commands import ToClient
 from aggregator.core.events import ClientConnected, ClientMessage, ServerItems, TimePassed
-from tests.core.helpers import connect, make_router, msg, unpack
+from aggregator.core.session_catalog import SessionViews
+from aggregator.core.subscriptions import Listens
+from tests.core.helpers import Clock, connect, make_router, msg, unpack
 
 
 def notices(out):
@@ -96,3 +101,17 @@ def test_a_client_is_told_only_of_changes_after_its_initialize_answer(clock, ste
         clock.now += 0.01
     clock.now += 0.05
     assert notices(r.handle(TimePassed())) == expected
+
+
+def test_the_announcements_own_what_is_due_and_when_without_a_router():
+    clock = Clock()
+    client = ClientState(1, initialize_seen=True, advertised={"tools": {}})
+    clients = {1: client}
+    announcements = Announcements(clock, 0.05, clients, SessionViews(), Listens())
+    assert announcements.announce(["tools"]) == [] and announcements.at == clock.now + 0.05
+    assert announcements.announce(["tools"], "other") == []  # another profile's: not this client's
+    assert announcements.send() == [ToClient(1, {"jsonrpc": "2.0", "method": "notifications/tools/list_changed"})]
+    assert announcements.at is None and announcements.due == {}
+    client.announced_upto = announcements.count  # given the lists after the change: nothing new to it
+    announcements.debounce = 0
+    assert announcements.announce(["prompts"]) == []  # not advertised to it
