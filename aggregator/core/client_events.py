@@ -76,7 +76,7 @@ class ClientEvents(RouterState):
                 out.append(ToClient(key, proxy_error(pending.client_id, message, reason="unavailable", server=server)))
         out += self._drop_gathers(key, "client disconnected")
         out += self._drop_listens(key, answer)  # a modern client's open listens
-        if self.reverse_count.get(key) or self.held_roots:
+        if self.reverse.asked.get(key) or self.held_roots:
             out += self._withdraw_server_requests(key)
         out += self._release_session(key)
         if client.log_level is not None:
@@ -96,9 +96,9 @@ class ClientEvents(RouterState):
             and not client.in_flight
             and client.log_level is None
             and key not in self.listens.by_session
-            and not self.reverse_count.get(key)
+            and not self.reverse.asked.get(key)
             and not self.subscriptions.holds(key)
-            and not self.elicitation_count.get(key)
+            and not self.reverse.elicitation_count.get(key)
             and key not in self.views
             and not (self.tasks and key in self.tasks.values())
             and not (self.per_session and any(link.session == key for link in self.links.values()))
@@ -107,9 +107,9 @@ class ClientEvents(RouterState):
     def _withdraw_server_requests(self, key: int) -> list[Command]:
         """A client went away: the servers that asked it something hear it will not answer."""
         out: list[Command] = []
-        for (session, proxy_id), reverse in list(self.reverse.items()):
+        for (session, proxy_id), reverse in list(self.reverse.requests.items()):
             if session == key:
-                self._end_reverse(session, proxy_id)
+                self.reverse.end(session, proxy_id)
                 if not is_question(reverse):  # a question of the proxy's own: no server waits for it
                     message = f"The client that was asked for {reverse.method} disconnected"
                     error = proxy_error(reverse.upstream_id, message, reason="unavailable", server=reverse.server)
@@ -134,9 +134,9 @@ class ClientEvents(RouterState):
         if self.tasks:
             for task_id in [t for t, owner in self.tasks.items() if owner == key]:
                 del self.tasks[task_id]
-        if self.elicitation_count.get(key):
-            for eid in [e for e, owner in self.elicitations.items() if owner == key]:
-                self._forget_elicitation(eid)
+        if self.reverse.elicitation_count.get(key):
+            for eid in [e for e, owner in self.reverse.elicitations.items() if owner == key]:
+                self.reverse.forget_elicitation(eid)
         return out
 
     def client_message(self, key: int, raw: bytes) -> list[Command]:
@@ -160,7 +160,7 @@ class ClientEvents(RouterState):
         """If a client's refused message was its answer to a server's request, that server
         gets an error in its place now, rather than waiting for an answer that never comes."""
         answered = exc.response_to
-        reverse = self._end_reverse(key, answered) if type(answered) is int else None
+        reverse = self.reverse.end(key, answered) if type(answered) is int else None
         if reverse is not None and is_question(reverse):
             return self._input_refused(reverse, exc.message, refusal_reason(exc))
         if reverse is None or not self.links[reverse.server].ready:
@@ -285,11 +285,11 @@ class ClientEvents(RouterState):
     def _client_answer(self, client: ClientState, message: dict[str, Any]) -> list[Command]:
         """A response or error from a client: the answer to a server-to-client request."""
         id = message["id"]
-        reverse = self.reverse.get((client.key, id)) if type(id) is int else None
+        reverse = self.reverse.requests.get((client.key, id)) if type(id) is int else None
         if reverse is None:
             log.debug("client %d: dropping an answer to unknown request %r", client.key, id)
             return []
-        self._end_reverse(client.key, id)
+        self.reverse.end(client.key, id)
         if is_question(reverse):  # a question of the proxy's, for a modern server's call
             return self._input_answered(client, reverse, message)
         if not self.links[reverse.server].ready:

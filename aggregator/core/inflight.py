@@ -9,7 +9,6 @@ from aggregator.core.input_bridge import awaits_input
 from aggregator.core.links import UNSENT
 from aggregator.core.state import (
     Pending,
-    Reverse,
     RouterState,
     UpstreamLink,
     cancelled,
@@ -53,17 +52,6 @@ class InFlight(RouterState):
         if pending.token is not None:
             self.progress.pop(pending.token, None)
         self.deadlines.discard()
-
-    def _end_reverse(self, session: int, proxy_id: int) -> Reverse | None:
-        reverse = self.reverse.pop((session, proxy_id), None)
-        if reverse is not None:
-            self.reverse_ids.pop((reverse.server, reverse.upstream_id), None)
-            left = self.reverse_count.get(session, 1) - 1
-            if left > 0:
-                self.reverse_count[session] = left
-            else:
-                self.reverse_count.pop(session, None)
-        return reverse
 
     def abandon(self, why: str) -> list[Command]:
         """Fail every client request still in flight (shutting down): the client hears it,

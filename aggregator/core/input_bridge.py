@@ -76,7 +76,7 @@ Ask = tuple[str, str, dict[str, Any]]
 
 class Question:
     """The ``upstream_id`` of a ``Reverse`` entry for one of a bridge's questions: which
-    question of which bridge (no server's id is one of these, so ``reverse_ids`` and the
+    question of which bridge (no server's id is one of these, so ``ReverseTable.ids`` and the
     servers' answers never mix with it)."""
 
     __slots__ = ("proxy_id", "key", "bridge")
@@ -183,7 +183,7 @@ class InputBridge(ModernInput):
                 answers[key] = {"roots": self.roots or []}
             else:
                 asks.append((key, method, params))
-        asked = self.reverse_count.get(client.key, 0)
+        asked = self.reverse.asked.get(client.key, 0)
         if asked + len(asks) > self.max_in_flight:
             why = (
                 f"Server {server!r} asked {len(asks)} questions for {pending.method}; the client already has "
@@ -246,13 +246,11 @@ class InputBridge(ModernInput):
     ) -> ToClient:
         """One question to the client, under a proxy-minted id, on the call's stream."""
         session = waiting.key()
-        proxy_id = self._next_reverse_id
-        self._next_reverse_id += 1
-        self.reverse_count[session] = self.reverse_count.get(session, 0) + 1
-        self.reverse[(session, proxy_id)] = Reverse(link.name, Question(proxy_id, key, bridge), method)
+        proxy_id = self.reverse.mint()
+        self.reverse.add(session, proxy_id, Reverse(link.name, Question(proxy_id, key, bridge), method))
         bridge.asks[key] = proxy_id
         if method == "elicitation/create" and type(params.get("elicitationId")) is str:
-            self._remember_elicitation(link.name, params["elicitationId"], session)
+            self.reverse.remember_elicitation(link.name, params["elicitationId"], session)
         forwarded = dict(params)
         expose_task_ids(link.name, forwarded)
         request = {"jsonrpc": "2.0", "id": proxy_id, "method": method, "params": forwarded}
@@ -329,7 +327,7 @@ class InputBridge(ModernInput):
         session = waiting.key()
         live = session in self.clients
         for proxy_id in bridge.asks.values():
-            if self._end_reverse(session, proxy_id) is not None and live:
+            if self.reverse.end(session, proxy_id) is not None and live:
                 notice = {"jsonrpc": "2.0", "method": CANCELLED, "params": {"requestId": proxy_id, "reason": why}}
                 out.append(ToClient(session, notice, waiting.client_id))
         bridge.asks.clear()

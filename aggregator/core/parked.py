@@ -257,8 +257,7 @@ class ParkedCalls(RouterState):
         """Take ``pending`` off ``client`` and answer its request ``client_id`` with an
         input_required result asking ``asks``."""
         params = pending.params if pending.params is not None else {}
-        number = self._next_reverse_id
-        self._next_reverse_id += 1
+        number = self.reverse.mint()
         deadline = self.parked.deadline(pending.server, self.clock(), self.request_states.ttl)
         parked = Parked(number, pending, client.principal, params, deadline)
         parked.asks = asks

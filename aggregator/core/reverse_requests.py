@@ -128,7 +128,7 @@ class ReverseRequests(RouterState):
                     ),
                 )
             ]
-        asked = self.reverse_count.get(session, 0)
+        asked = self.reverse.asked.get(session, 0)
         if asked >= self.max_in_flight:  # a client that answers nothing holds nothing more
             return [
                 ToServer(
@@ -141,38 +141,12 @@ class ReverseRequests(RouterState):
                     ),
                 )
             ]
-        self.reverse_count[session] = asked + 1
-        proxy_id = self._next_reverse_id
-        self._next_reverse_id += 1
-        self.reverse[(session, proxy_id)] = Reverse(server, id, method)
-        self.reverse_ids[(server, id)] = (session, proxy_id)
+        proxy_id = self.reverse.open(session, Reverse(server, id, method))
         if method == "elicitation/create" and type(params.get("elicitationId")) is str:
-            self._remember_elicitation(server, params["elicitationId"], session)
+            self.reverse.remember_elicitation(server, params["elicitationId"], session)
         forwarded = dict(params)
         expose_task_ids(server, forwarded)
         return [ToClient(session, {"jsonrpc": "2.0", "id": proxy_id, "method": method, "params": forwarded}, related)]
-
-    def _remember_elicitation(self, server: str, eid: str, session: int) -> None:
-        """A URL-mode elicitation of ``server`` is ``session``'s: its completion goes there.
-        A server may never complete one; past ``max_in_flight`` per session the oldest
-        is forgotten (only then is the table searched)."""
-        elicitations = self.elicitations
-        elicitations.pop((server, eid), None)
-        elicitations[(server, eid)] = session
-        count = self.elicitation_count[session] = self.elicitation_count.get(session, 0) + 1
-        if count > self.max_in_flight:
-            oldest = next(key for key, owner in elicitations.items() if owner == session)
-            self._forget_elicitation(oldest)
-
-    def _forget_elicitation(self, key: tuple[str, Any]) -> int | None:
-        session = self.elicitations.pop(key, None)
-        if session is not None:
-            left = self.elicitation_count.get(session, 1) - 1
-            if left > 0:
-                self.elicitation_count[session] = left
-            else:
-                self.elicitation_count.pop(session, None)
-        return session
 
     def _owner_facts(
         self, link: UpstreamLink, params: dict[str, Any], related: int | None, requests: bool

@@ -233,7 +233,7 @@ class ServerMessages(RouterState):
         for elicitation in elicitations[: self.max_in_flight]:
             eid = elicitation.get("elicitationId") if type(elicitation) is dict else None
             if type(eid) is str:
-                self._remember_elicitation(link.name, eid, session)
+                self.reverse.remember_elicitation(link.name, eid, session)
 
     def _notification_handlers(self) -> dict[str, NotificationHandler]:
         """The handler of each server notification the proxy routes; others are dropped."""
@@ -306,10 +306,10 @@ class ServerMessages(RouterState):
     ) -> list[Command]:
         """The server gave up on one of its own requests to a client."""
         request_id = params.get("requestId")
-        entry = self.reverse_ids.get((link.name, request_id)) if type(request_id) in (int, str) else None
+        entry = self.reverse.ids.get((link.name, request_id)) if type(request_id) in (int, str) else None
         if entry is None:
             return []
-        self._end_reverse(*entry)
+        self.reverse.end(*entry)
         forwarded = dict(params, requestId=entry[1])
         return [ToClient(entry[0], {"jsonrpc": "2.0", "method": message["method"], "params": forwarded})]
 
@@ -318,7 +318,7 @@ class ServerMessages(RouterState):
     ) -> list[Command]:
         """A URL-mode elicitation completed: to the client it was for."""
         eid = params.get("elicitationId")
-        session = self._forget_elicitation((link.name, eid)) if type(eid) is str else None
+        session = self.reverse.forget_elicitation((link.name, eid)) if type(eid) is str else None
         if session is None or session not in self.clients:
             return []
         return [ToClient(session, message)]

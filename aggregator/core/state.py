@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any
 
 from aggregator.core.announcements import Announcements
 from aggregator.core.catalog import Catalog, Route
@@ -24,6 +24,8 @@ from aggregator.core.links import Pending as Pending  # re-exported: where the g
 from aggregator.core.links import UpstreamLink as UpstreamLink
 from aggregator.core.outages import Outage
 from aggregator.core.request_state import RequestStates
+from aggregator.core.reverse_table import Reverse as Reverse  # re-exported: where the groups look
+from aggregator.core.reverse_table import ReverseTable
 from aggregator.core.session_catalog import SessionViews
 from aggregator.core.settings import Discovery, LinkSettings, RouterSettings
 from aggregator.core.subscriptions import Listens, Subscriptions
@@ -74,14 +76,6 @@ class ServerDown(Exception):
         super().__init__(route.server)
         self.route = route
         self.server = route.server
-
-
-class Reverse(NamedTuple):
-    """A server-to-client request in flight: where its answer goes back to."""
-
-    server: str
-    upstream_id: Any
-    method: str
 
 
 # A client request's handler: (the client, the request) -> commands.
@@ -194,12 +188,8 @@ class RouterState:
         self.listens = Listens()  # modern callers' open subscriptions/listen requests
         self.views = SessionViews()  # of the sessions whose own per-session connections listed
         self.tasks, self.task_owners = {}, TaskOwners()  # whose each task is (``core.tasks``)
-        self.reverse: dict[tuple[int, int], Reverse] = {}  # (session, proxy id) -> where back
-        self.reverse_ids: dict[tuple[str, Any], tuple[int, int]] = {}  # (server, its id) -> ^
-        self.reverse_count: dict[int, int] = {}  # session -> its server-to-client requests unanswered
-        self.elicitations: dict[tuple[str, Any], int] = {}  # (server, elicitationId) -> session
-        self.elicitation_count: dict[int, int] = {}  # session -> its entries in ``elicitations``
-        self._next_token = self._next_reverse_id = 1
+        self.reverse = ReverseTable(settings.max_in_flight)  # server-to-client requests (``core.reverse_table``)
+        self._next_token = 1
         # list_changed notices due, and when (``core.announcements``)
         self.announcements = Announcements(
             clock, settings.list_changed_debounce, self.clients, self.views, self.listens
@@ -219,7 +209,6 @@ class RouterState:
         def _end(
             self, pending: Pending, outcome: str | None = None, reason: str = "", seconds: float | None = None
         ) -> None: ...
-        def _end_reverse(self, session: int, proxy_id: int) -> Reverse | None: ...
         def _fail_pending(self, link: UpstreamLink, message: str, reason: str) -> list[Command]: ...
         def _fail_one(self, pending: Pending, message: str, reason: str) -> list[Command]: ...
         # handshake
@@ -260,8 +249,6 @@ class RouterState:
         def _owner_facts(
             self, link: UpstreamLink, params: dict[str, Any], related: int | None, requests: bool
         ) -> dict[str, Any]: ...
-        def _remember_elicitation(self, server: str, eid: str, session: int) -> None: ...
-        def _forget_elicitation(self, key: tuple[str, Any]) -> int | None: ...
         # roots
         def _roots_request(
             self, link: UpstreamLink, id: Any, params: dict[str, Any], related: int | None

@@ -170,9 +170,9 @@ class UpstreamEvents(RouterState):
         out += self._release_acks(link)  # (their subscriptions are kept: the next listen has them)
         link.own.clear()
         self._reset_own_at()
-        for (session, proxy_id), reverse in list(self.reverse.items()):
+        for (session, proxy_id), reverse in list(self.reverse.requests.items()):
             if reverse.server == server:
-                self._end_reverse(session, proxy_id)
+                self.reverse.end(session, proxy_id)
                 out.append(
                     ToClient(
                         session,
@@ -183,8 +183,8 @@ class UpstreamEvents(RouterState):
                         },
                     )
                 )
-        for entry in [k for k in self.elicitations if k[0] == server]:
-            self._forget_elicitation(entry)
+        for entry in [k for k in self.reverse.elicitations if k[0] == server]:
+            self.reverse.forget_elicitation(entry)
         self.held_roots = [held for held in self.held_roots if held[0] != server]
         self.roots_fallback.discard(server)
         if link.session is None:

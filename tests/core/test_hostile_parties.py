@@ -135,7 +135,7 @@ def test_a_client_holds_a_bounded_number_of_unanswered_server_requests(clock=Non
     assert (kind, party) == ("ToClient", 1)
     # Leaving clears the count with the requests.
     r.handle(ClientDisconnected(1))
-    assert r.reverse == {} and r.reverse_ids == {} and r.reverse_count == {}
+    assert r.reverse.requests == {} and r.reverse.ids == {} and r.reverse.asked == {}
 
 
 def test_a_url_elicitation_required_error_routes_its_completion_to_that_client(router):
@@ -190,7 +190,7 @@ def test_elicitations_a_server_never_completes_are_bounded_per_client():
             )
         )
         r.handle(ClientMessage(1, msg(id=asked["id"], result={"action": "accept"})))
-    assert len(r.elicitations) <= 4 + 1
+    assert len(r.reverse.elicitations) <= 4 + 1
     # The newest still complete; another session's is untouched by session 1's excess.
     done = msg(method="notifications/elicitation/complete", params={"elicitationId": "E99"})
     assert [party for _, party, _ in unpack(r.handle(ServerMessage("a", done)))] == [1]

@@ -71,7 +71,7 @@ def input_required(r, sent, requests=None, state="opaque-state-1"):
 
 def empty(r):
     """Nothing of the exchange is left in any table."""
-    assert r.reverse == {} and r.reverse_count == {} and r.progress == {}
+    assert r.reverse.requests == {} and r.reverse.asked == {} and r.progress == {}
     assert r.links["a"].pending == {}
     assert 1 not in r.clients or r.clients[1].in_flight == {}
     assert r.next_deadline() is None
@@ -412,7 +412,7 @@ def test_a_modern_callers_input_required_result_passes_through_unchanged():
     assert state.startswith(WRAPPED)
     del result["requestState"]
     assert passed["result"] == dict(result, _meta={"io.modelcontextprotocol/serverInfo": IDENTITY})
-    assert r.reverse == {}
+    assert r.reverse.requests == {}
 
 
 @pytest.mark.parametrize("literal", ["123456789012345678901234567890", "1e400", "0.10000000000000001", "-0"])

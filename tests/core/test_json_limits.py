@@ -84,7 +84,7 @@ def test_a_deep_answer_to_a_server_request_fails_that_request_upstream(router):
     [(kind, server, error)] = out  # the client hears nothing: it sent a response
     assert (kind, server, error["id"]) == ("ToServer", "a", 77)
     assert error["error"]["data"]["reason"] == "too_large" and "sampling/createMessage" in error["error"]["message"]
-    assert router.reverse == {} and router.reverse_ids == {}
+    assert router.reverse.requests == {} and router.reverse.ids == {}
     [(_, _, answer)] = unpack(router.handle(ServerMessage("a", msg(id=sent["id"], result={}))))
     assert answer["id"] == 5
 

@@ -52,7 +52,7 @@ def test_a_server_request_goes_to_its_client_or_is_refused_with_why(caps, method
         [(kind, server, refused)] = out
         assert (kind, server, refused["id"]) == ("ToServer", "a", 41)
         assert refused["error"]["data"]["reason"] == reason
-    assert r.reverse == {} and r.reverse_count == {}
+    assert r.reverse.requests == {} and r.reverse.asked == {}
 
 
 def test_ping_is_answered_by_the_proxy():

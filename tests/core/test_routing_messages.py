@@ -301,7 +301,7 @@ def test_reverse_request_goes_to_the_session_with_a_call_in_flight(router):
     back = unpack(router.handle(ClientMessage(1, msg(id=forwarded["id"], result={"role": "assistant"}))))
     assert back == [("ToServer", "a", {"jsonrpc": "2.0", "id": 1, "result": {"role": "assistant"}})]
     assert router.handle(ClientMessage(1, msg(id=forwarded["id"], result={}))) == []  # answered already
-    assert router.reverse == {} and router.reverse_ids == {}
+    assert router.reverse.requests == {} and router.reverse.ids == {}
 
 
 def test_two_servers_same_reverse_id_get_distinct_proxy_ids(clock):
