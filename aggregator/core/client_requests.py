@@ -72,7 +72,7 @@ class ClientRequests(RouterState):
             searched = self._search_call(client, message)
             if searched is not None:
                 return searched
-        route = self.resolve_target(client, message["method"], params)
+        route = self.targets.resolve(client, message["method"], params)
         arguments = params.get("arguments")
         if arguments is not None and type(arguments) is not dict:  # MCP: an object (null tolerated)
             raise RemoteProtocolError(INVALID_PARAMS, "Invalid params: arguments must be an object")
@@ -92,7 +92,7 @@ class ClientRequests(RouterState):
             except InvalidUri as exc:
                 raise RemoteProtocolError(INVALID_PARAMS, f"Invalid params: {exc}") from None
             return self._read_kept(client, message, normal)
-        server, original = self._resource_route(client, params)
+        server, original = self.targets.resource_route(client, params)
         if params.get(REQUEST_STATE) is not None:
             return self._retry(client, message, server, dict(params, uri=original))
         return self._forward(client, message, server, dict(params, uri=original))
@@ -111,7 +111,7 @@ class ClientRequests(RouterState):
 
     def _subscribe(self, client: ClientState, message: dict[str, Any]) -> list[Command]:
         params: Any = message.get("params")
-        server, original = self._resource_route(client, params)
+        server, original = self.targets.resource_route(client, params)
         # One subscription per connection: a per-session server's is its session's own.
         name = self._link_name(server, client.key)
         key = (name, original)
@@ -140,7 +140,7 @@ class ClientRequests(RouterState):
 
     def _unsubscribe(self, client: ClientState, message: dict[str, Any]) -> list[Command]:
         params: Any = message.get("params")
-        server, original = self._resource_route(client, params, while_out=True)
+        server, original = self.targets.resource_route(client, params, while_out=True)
         name = self._link_name(server, client.key)
         link = self.links.get(name)
         if not self.subscriptions.remove((name, original), client.key) or link is None or not link.ready:
@@ -151,7 +151,7 @@ class ClientRequests(RouterState):
 
     def _complete(self, client: ClientState, message: dict[str, Any]) -> list[Command]:
         params: Any = message.get("params")
-        route = self.resolve_target(client, "completion/complete", params)
+        route = self.targets.resolve(client, "completion/complete", params)
         ref = params["ref"]
         if ref["type"] == "ref/prompt":
             new_ref = dict(ref, name=route.original)

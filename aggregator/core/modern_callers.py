@@ -262,7 +262,7 @@ class ModernCallers(RouterState):
         relisten: set[str] = set()
         for uri in uris:
             try:
-                server, original = self._resource_route(client, {"uri": uri})
+                server, original = self.targets.resource_route(client, {"uri": uri})
             except (RemoteProtocolError, ServerDown):
                 continue  # not one it may see, or its server is out: not honoured
             name = self._link_name(server, client.key)

@@ -12,7 +12,7 @@ own one part of the rules, combined as one class over one typed state
 - ``client_requests``: the handlers of client requests, by method;
 - ``discovery``: search mode's two tools (``find_tools``, ``call_tool``), per profile;
 - ``result_budget``: tool results cut to a profile's budget, the rest read back;
-- ``targets``: what a request names (``resolve_target``, ``describe``);
+- ``targets``: what a request names (``Targets``, owned: ``resolve``, ``describe``);
 - ``forwarding``: a request sent upstream, or held for a connection that starts;
 - ``inflight``: the in-flight tables, timeouts, giving up;
 - ``server_messages``: an upstream's responses and notifications (a method table);
@@ -111,7 +111,6 @@ from aggregator.core.state import (
     UpstreamLink,
     proxy_error,
 )
-from aggregator.core.targets import Targets
 from aggregator.core.upstream_control import UpstreamControl
 from aggregator.core.upstream_era import INSTANCE_KEY
 from aggregator.core.upstream_events import UpstreamEvents
@@ -148,7 +147,6 @@ class Router(
     ClientRequests,
     Searching,
     ResultBudgets,
-    Targets,
     Forwarding,
     Handshake,
     ServerMessages,
@@ -304,6 +302,15 @@ class Router(
         """Whether this client already has a request with this id in flight."""
         client = self.clients.get(key)
         return client is not None and id in client.in_flight
+
+    def describe(self, key: int, message: dict[str, Any]) -> tuple[str, str, str] | None:
+        """(server, its own name or URI, the exposed one) client ``key``'s request is for, or
+        None when it names nothing that client may use or the proxy answers it itself.
+        Changes nothing (for plugins)."""
+        client = self.clients.get(key)
+        if client is None or self.answers_itself(key, message):
+            return None
+        return self.targets.describe(client, message)
 
     def profile_catalog(self, profile: str) -> Catalog:
         """What the clients of ``profile`` see (read it, never change it)."""

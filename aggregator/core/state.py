@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from aggregator.core.announcements import Announcements
-from aggregator.core.catalog import Catalog, Route
+from aggregator.core.catalog import Catalog
 from aggregator.core.clients import ClientState as ClientState  # re-exported: where the groups look
 from aggregator.core.clients import SessionInfo as SessionInfo
 from aggregator.core.commands import Command, ToClient, ToServer
@@ -30,6 +30,8 @@ from aggregator.core.session_catalog import SessionViews
 from aggregator.core.settings import Discovery, LinkSettings, RouterSettings
 from aggregator.core.subscriptions import Listens, Subscriptions
 from aggregator.core.tallies import Tallies
+from aggregator.core.targets import ServerDown as ServerDown  # re-exported: where the groups look
+from aggregator.core.targets import Targets
 from aggregator.core.tasks import TaskOwners
 from aggregator.jsonrpc.errors import INTERNAL_ERROR, RemoteProtocolError, error_response
 from aggregator.mcp.constants import CANCELLED
@@ -66,16 +68,6 @@ class OwnWaiter:
     def __init__(self, gather: Gather | None) -> None:
         self.gather = gather
         self.id = ""  # the request's id, once sent
-
-
-class ServerDown(Exception):
-    """A lookup found that what a request names (``route``) belongs to ``server``, which is
-    out: the request waits for it or is answered with its state."""
-
-    def __init__(self, route: Route) -> None:
-        super().__init__(route.server)
-        self.route = route
-        self.server = route.server
 
 
 # A client request's handler: (the client, the request) -> commands.
@@ -162,6 +154,7 @@ class RouterState:
         self.per_session = {s.name for s in servers if s.isolation == "per-session"}
         # Shared servers not listed (yet, or again): their state and what was seen of them.
         self.outages: dict[str, Outage] = {s.name: Outage(s.name) for s in servers}
+        self.targets = Targets(self.catalogs, self.links, self.outages, self.per_session)  # what requests name
         self.held: dict[str, list[Pending]] = {}  # server -> requests waiting for its listing
         self.start_takes: dict[str, float] = {}  # server -> how long its last start took
         self.clients: dict[int, ClientState] = {}
@@ -219,9 +212,6 @@ class RouterState:
         def merged_instructions(self) -> str: ...
         def upstream_client_capabilities(self) -> dict[str, Any]: ...
         def _apply_log_level(self) -> list[Command]: ...
-        # targets
-        def resolve_target(self, client: ClientState, method: str, params: Any) -> Route: ...
-        def _resource_route(self, client: ClientState, params: Any, *, while_out: bool = False) -> Route: ...
         # forwarding
         def _forward(
             self, client: ClientState, message: dict[str, Any], server: str, params: dict[str, Any]

@@ -1,13 +1,27 @@
-"""What a client request names: the server and its own name or URI. Sans-IO."""
+"""What a client request names: the server and its own name or URI. Sans-IO.
+
+``Targets`` answers one question for every request that names a tool, prompt, resource or
+template, from the tables it is given (the catalogs, links, servers that are out and the
+per-session servers; read, never changed here):
+
+1. A name or URI the client's catalog routes is that route.
+2. One the catalog does not route but a shared server between starts owns
+   (``core.outages``) raises ``ServerDown`` with the route: the request waits for that
+   server or is answered with its state, never "Unknown" (invariant 7). A per-session
+   server whose listing connection is out is the session's own: not out.
+3. Anything else is -32602 from the proxy, and nothing is sent (invariant 4). URIs are
+   compared in normal form, so no spelling of a hidden URI finds it.
+"""
 
 from __future__ import annotations
 
 import logging
 from typing import Any
 
-from aggregator.core.catalog import Route
-from aggregator.core.outages import name_owner, template_key, template_owner, uri_owner
-from aggregator.core.state import ClientState, RouterState, ServerDown
+from aggregator.core.catalog import Catalog, Route
+from aggregator.core.clients import ClientState
+from aggregator.core.links import UpstreamLink
+from aggregator.core.outages import Outage, name_owner, template_key, template_owner, uri_owner
 from aggregator.core.uris import InvalidUri, normalize_uri
 from aggregator.jsonrpc.errors import INVALID_PARAMS, RemoteProtocolError
 from aggregator.mcp.constants import PROMPTS, TARGETED_METHODS, TOOLS
@@ -15,10 +29,32 @@ from aggregator.mcp.constants import PROMPTS, TARGETED_METHODS, TOOLS
 log = logging.getLogger(__name__)
 
 
-class Targets(RouterState):
+class ServerDown(Exception):
+    """A lookup found that what a request names (``route``) belongs to ``server``, which is
+    out: the request waits for it or is answered with its state."""
+
+    def __init__(self, route: Route) -> None:
+        super().__init__(route.server)
+        self.route = route
+        self.server = route.server
+
+
+class Targets:
     """One lookup for every request that names a tool, prompt, resource or template."""
 
-    def resolve_target(self, client: ClientState, method: str, params: Any) -> Route:
+    def __init__(
+        self,
+        catalogs: dict[str, Catalog],
+        links: dict[str, UpstreamLink],
+        outages: dict[str, Outage],
+        per_session: set[str],
+    ) -> None:
+        self.catalogs = catalogs  # by profile
+        self.links = links
+        self.outages = outages  # shared servers not listed (yet, or again)
+        self.per_session = per_session  # the servers each session has a connection of its own to
+
+    def resolve(self, client: ClientState, method: str, params: Any) -> Route:
         """(server, its own name or URI) of what a client request names, read as its
         handler reads it.
 
@@ -107,16 +143,15 @@ class Targets(RouterState):
             raise ServerDown(route)
         return route
 
-    def describe(self, key: int, message: dict[str, Any]) -> tuple[str, str, str] | None:
+    def describe(self, client: ClientState, message: dict[str, Any]) -> tuple[str, str, str] | None:
         """(server, its own name or URI, the exposed one) a client's request is for, or None
         when it names nothing this client may use. Changes nothing (for plugins)."""
-        client = self.clients.get(key)
         params = message.get("params")
         method = message["method"]
-        if client is None or type(params) is not dict or method not in _DESCRIBED or self.answers_itself(key, message):
+        if type(params) is not dict or method not in _DESCRIBED:
             return None
         try:
-            route = self.resolve_target(client, method, params)
+            route = self.resolve(client, method, params)
         except RemoteProtocolError:
             return None
         except ServerDown as down:
@@ -127,7 +162,7 @@ class Targets(RouterState):
             exposed = params["name" if method in ("tools/call", "prompts/get") else "uri"]
         return route.server, route.original, exposed
 
-    def _resource_route(self, client: ClientState, params: Any, *, while_out: bool = False) -> Route:
+    def resource_route(self, client: ClientState, params: Any, *, while_out: bool = False) -> Route:
         """(server, the URI to send it) for a client's resource URI. One of a server that is
         out raises ``ServerDown``, unless ``while_out`` takes it as is."""
         try:

@@ -1,4 +1,4 @@
-"""What a client request names (``aggregator.core.targets``): one ``resolve_target`` serves
+"""What a client request names (``aggregator.core.targets``): one ``Targets.resolve`` serves
 the request handlers and ``describe``, so what ``describe`` tells a plugin is where the
 request goes, and what it cannot tell is refused with -32602 before anything is sent."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from aggregator.core.events import ClientMessage, ServerItems, ServerListed, ServerLost, ServerReady
-from aggregator.core.state import ServerDown
+from aggregator.core.targets import ServerDown
 from tests.core.helpers import connect, make_router, msg, unpack
 
 PROMPT_CAPS = {"prompts": {}, "completions": {}, "resources": {}}
@@ -102,9 +102,9 @@ def test_a_target_of_a_server_between_starts_is_known_and_out(router, method, pa
     router.handle(ServerLost("a", "crashed"))
     if server_out:
         with pytest.raises(ServerDown) as down:
-            router.resolve_target(router.clients[1], method, params)
+            router.targets.resolve(router.clients[1], method, params)
         route = down.value.route
     else:
-        route = router.resolve_target(router.clients[1], method, params)
+        route = router.targets.resolve(router.clients[1], method, params)
     assert route.server == ("a" if server_out else "b")
     assert router.describe(1, {"jsonrpc": "2.0", "id": 1, "method": method, "params": params})[0] == route.server
