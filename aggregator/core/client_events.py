@@ -63,8 +63,7 @@ class ClientEvents(RouterState):
         if client is None:
             return []
         self.views.pop(key)
-        if self.kept.items:  # what its calls left for it alone (``core.result_budget``)
-            self.kept.drop_owner(("session", key))
+        self.budgets.forget(key)  # what its calls left for it alone (``core.result_budget``)
         out: list[Command] = []
         for pending in list(client.in_flight.values()):
             self._end(pending, "cancelled", "disconnected")

@@ -91,7 +91,7 @@ class ClientRequests(RouterState):
                 normal = normalize_uri(uri)
             except InvalidUri as exc:
                 raise RemoteProtocolError(INVALID_PARAMS, f"Invalid params: {exc}") from None
-            return self._read_kept(client, message, normal)
+            return self.budgets.read(client, message, normal)
         server, original = self.targets.resource_route(client, params)
         if params.get(REQUEST_STATE) is not None:
             return self._retry(client, message, server, dict(params, uri=original))

@@ -24,7 +24,7 @@ from typing import Any
 
 from aggregator.core.catalog import Route
 from aggregator.core.commands import Command, ToClient
-from aggregator.core.settings import Discovery
+from aggregator.core.settings import Discovery, discovery_of
 from aggregator.core.state import ClientState, RouterState, answer
 from aggregator.core.tokens import tokens_of, tools_list_tokens
 from aggregator.core.tool_search import ToolIndex
@@ -97,14 +97,6 @@ META_PAGE = dumps({TOOLS: META_TOOLS})  # the tools/list result in search mode
 SEARCH_LIST_TOKENS = tools_list_tokens(META_TOOLS)
 
 
-_ALL = Discovery()
-
-
-def _settings_of(table: dict[str, Discovery], profile: str) -> Discovery:
-    """A profile's settings in ``table``: its own, else the default profile's, else the built-in ones."""
-    return table.get(profile) or table.get("default") or _ALL
-
-
 class _Cache:
     """What one catalog's searches reuse until it changes: its size in tokens, its index."""
 
@@ -159,16 +151,16 @@ class Searching(RouterState):
     """The two search-mode tools, and the choice of mode per client."""
 
     def discovery_of(self, profile: str) -> Discovery:
-        return _settings_of(self.discovery, profile)
+        return discovery_of(self.discovery, profile)
 
     def discovery_renewed(self, discovery: dict[str, Discovery]) -> list[Command]:
         """New discovery settings (a reload): each profile whose clients now see another
         tools/list is told so."""
         out: list[Command] = []
         old, self.discovery = self.discovery, dict(discovery)
-        self.budgets_on = any(d.max_result_tokens for d in self.discovery.values())
+        self.budgets.renew(self.discovery)
         for profile, catalog in self.catalogs.items():
-            before = lists_all(_settings_of(old, profile), catalog)
+            before = lists_all(discovery_of(old, profile), catalog)
             if lists_all(self.discovery_of(profile), catalog) != before:
                 out += self.announcements.announce([TOOLS], profile)
         return out

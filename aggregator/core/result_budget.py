@@ -21,11 +21,13 @@ bounded (``core.kept_results``).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
-from aggregator.core.commands import Command
-from aggregator.core.kept_results import Kept, cut_utf8, page_of
-from aggregator.core.state import ClientState, Pending, RouterState, answer
+from aggregator.core.clients import ClientState
+from aggregator.core.commands import Command, ToClient
+from aggregator.core.kept_results import Kept, KeptResults, cut_utf8, page_of
+from aggregator.core.settings import Discovery, discovery_of
 from aggregator.core.tokens import BYTES_PER_TOKEN, tokens_of, tokens_of_bytes
 from aggregator.jsonrpc.errors import INVALID_PARAMS, RemoteProtocolError
 
@@ -125,14 +127,23 @@ def owner_of(client: ClientState) -> Any:
     return ("session", client.key)
 
 
-class ResultBudgets(RouterState):
-    """Cutting tool results to their profile's budget, and reading back the rest."""
+class ResultBudgets:
+    """Cutting tool results to their profile's budget, and reading back the rest (kept in
+    ``kept`` until then)."""
 
-    def _budget_result(self, pending: Pending, result: dict[str, Any]) -> None:
-        client = self._client_of(pending)
-        if client is None:
-            return
-        discovery = self.discovery_of(client.profile)
+    def __init__(self, clock: Callable[[], float], discovery: dict[str, Discovery]) -> None:
+        self.clock = clock
+        self.kept = KeptResults()
+        self.renew(discovery)
+
+    def renew(self, discovery: dict[str, Discovery]) -> None:
+        """Each profile's settings (``discovery``: profile -> them), new or renewed."""
+        self.discovery = discovery
+        self.on = any(d.max_result_tokens for d in discovery.values())  # whether any profile cuts
+
+    def cut(self, client: ClientState, result: dict[str, Any]) -> None:
+        """Cut ``client``'s tool result to its profile's budget in place, keeping the rest."""
+        discovery = discovery_of(self.discovery, client.profile)
         budget = discovery.max_result_tokens
         if not budget or not over_budget(result, budget):
             return
@@ -144,7 +155,12 @@ class ResultBudgets(RouterState):
         added = note_and_link(RESULTS + token, kept, shown, total, ttl, client.protocol_version)
         result["content"] = [*result["content"], *added]
 
-    def _read_kept(self, client: ClientState, message: dict[str, Any], uri: str) -> list[Command]:
+    def forget(self, key: int) -> None:
+        """Client session ``key`` went away: what its calls left for it alone goes."""
+        if self.kept.items:
+            self.kept.drop_owner(("session", key))
+
+    def read(self, client: ClientState, message: dict[str, Any], uri: str) -> list[Command]:
         """``resources/read`` of a kept rest: the page asked for, if it is this caller's."""
         token, _, query = uri[len(RESULTS) :].partition("?") if uri.startswith(RESULTS) else ("", "", "")
         digits = query[5:] if query.startswith("page=") else ""
@@ -156,4 +172,5 @@ class ResultBudgets(RouterState):
                 f"Unknown resource: {uri[:200]} (the rest of a cut result is kept for a while, "
                 "and only its caller may read it)",
             )
-        return [answer(client.key, message["id"], page_of(kept, uri, page))]
+        result = page_of(kept, uri, page)
+        return [ToClient(client.key, {"jsonrpc": "2.0", "id": message["id"], "result": result})]

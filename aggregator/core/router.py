@@ -11,7 +11,8 @@ own one part of the rules, combined as one class over one typed state
   subscriptions/listen, their answers stamped (``modern_results``);
 - ``client_requests``: the handlers of client requests, by method;
 - ``discovery``: search mode's two tools (``find_tools``, ``call_tool``), per profile;
-- ``result_budget``: tool results cut to a profile's budget, the rest read back;
+- ``result_budget``: tool results cut to a profile's budget, the rest read back
+  (``ResultBudgets``, owned);
 - ``targets``: what a request names (``Targets``, owned: ``resolve``, ``describe``);
 - ``forwarding``: a request sent upstream, or held for a connection that starts;
 - ``inflight``: the in-flight tables, timeouts, giving up;
@@ -97,7 +98,6 @@ from aggregator.core.listen_acks import ListenAcks
 from aggregator.core.modern_callers import ModernCallers
 from aggregator.core.parked import ParkedCalls, ParkedTable
 from aggregator.core.reconfigure import Reconfigure
-from aggregator.core.result_budget import ResultBudgets
 from aggregator.core.reverse_requests import ReverseRequests
 from aggregator.core.roots import Roots
 from aggregator.core.server_messages import ServerMessages
@@ -146,7 +146,6 @@ class Router(
     ModernCallers,
     ClientRequests,
     Searching,
-    ResultBudgets,
     Forwarding,
     Handshake,
     ServerMessages,

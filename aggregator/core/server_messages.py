@@ -221,8 +221,10 @@ class ServerMessages(RouterState):
         elif ("task" in result and method == "tools/call") or method.startswith("tasks/"):
             for task_id in expose_task_ids(link.name, result):
                 self.tasks.setdefault(task_id, pending.key())
-        if self.budgets_on and method == "tools/call":
-            self._budget_result(pending, result)  # cut to the caller's budget (``core.result_budget``)
+        if self.budgets.on and method == "tools/call":
+            client = self._client_of(pending)
+            if client is not None:
+                self.budgets.cut(client, result)  # cut to the caller's budget (``core.result_budget``)
 
     def _url_elicitations_required(self, link: UpstreamLink, session: int, data: Any) -> None:
         """A -32042 answer names URL elicitations the client must complete first: their

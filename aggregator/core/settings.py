@@ -29,6 +29,14 @@ class Discovery:
     keep_results_for: float = 600.0  # seconds the rest of a cut result stays readable
 
 
+_ALL = Discovery()  # the built-in settings: every tool listed, no result cut
+
+
+def discovery_of(table: Mapping[str, Discovery], profile: str) -> Discovery:
+    """A profile's settings in ``table``: its own, else the default profile's, else the built-in ones."""
+    return table.get(profile) or table.get("default") or _ALL
+
+
 @attrs.frozen
 class LinkSettings:
     """One configured server, as the router sees it."""

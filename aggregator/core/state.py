@@ -18,12 +18,12 @@ from aggregator.core.clients import ClientState as ClientState  # re-exported: w
 from aggregator.core.clients import SessionInfo as SessionInfo
 from aggregator.core.commands import Command, ToClient, ToServer
 from aggregator.core.deadlines import Deadlines
-from aggregator.core.kept_results import KeptResults
 from aggregator.core.links import Caller
 from aggregator.core.links import Pending as Pending  # re-exported: where the groups look for them
 from aggregator.core.links import UpstreamLink as UpstreamLink
 from aggregator.core.outages import Outage
 from aggregator.core.request_state import RequestStates
+from aggregator.core.result_budget import ResultBudgets
 from aggregator.core.reverse_table import Reverse as Reverse  # re-exported: where the groups look
 from aggregator.core.reverse_table import ReverseTable
 from aggregator.core.session_catalog import SessionViews
@@ -164,7 +164,7 @@ class RouterState:
         self.max_json_depth = settings.max_json_depth  # enforced where messages are decoded
         self.discovery = dict(settings.discovery)  # profile -> its settings (``core.discovery``)
         # Whether any profile cuts results, and the rests cut off (``core.result_budget``).
-        self.budgets_on, self.kept = any(d.max_result_tokens for d in self.discovery.values()), KeptResults()
+        self.budgets = ResultBudgets(clock, self.discovery)  # tool results cut, their rest kept
         self.server_requests = settings.server_requests
         self.roots = None if settings.roots is None else [{"uri": uri} for uri in settings.roots]
         # Only ever one client (stdio, no network front): shared servers see its roots, else ``roots``.
@@ -283,8 +283,6 @@ class RouterState:
         def answers_itself(self, key: int, message: dict[str, Any]) -> bool: ...
         def _meta_on(self, client: ClientState, name: str) -> bool: ...
         def discovery_of(self, profile: str) -> Discovery: ...
-        def _budget_result(self, pending: Pending, result: dict[str, Any]) -> None: ...
-        def _read_kept(self, client: ClientState, message: dict[str, Any], uri: str) -> list[Command]: ...
         def _discover(self, client: ClientState, message: dict[str, Any]) -> list[Command]: ...
         def _listen(self, client: ClientState, message: dict[str, Any]) -> list[Command]: ...
         def _depends_on_caller(self, client: ClientState, link: UpstreamLink | None = None) -> bool: ...

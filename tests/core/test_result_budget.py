@@ -147,9 +147,9 @@ def test_a_session_owned_rest_goes_with_its_session():
     router, _ = build()
     connect(router, 1)
     call_with_result(router, 1, {"content": [{"type": "text", "text": words(2000)}]})
-    assert router.kept.items
+    assert router.budgets.kept.items
     router.handle(ClientDisconnected(1))
-    assert not router.kept.items and router.kept.bytes == 0
+    assert not router.budgets.kept.items and router.budgets.kept.bytes == 0
 
 
 def test_a_principal_reads_its_rest_from_another_session():
