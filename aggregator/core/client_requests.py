@@ -8,6 +8,7 @@ from typing import Any
 from aggregator.core.commands import Command, ToClient, ToServer
 from aggregator.core.discovery import META_PAGE
 from aggregator.core.links import UNSENT
+from aggregator.core.log_levels import LEVELS
 from aggregator.core.modern_results import list_page_suffix, splice_page
 from aggregator.core.request_state import is_ours, is_wrapped
 from aggregator.core.result_budget import RESULTS_SCHEME
@@ -27,6 +28,20 @@ log = logging.getLogger(__name__)
 class ClientRequests(RouterState):
     """A client request's handler, by its method: each looks up what the request names
     (``resolve_target``) and forwards it, or answers it from the proxy's own state."""
+
+    def _initialize(self, client: ClientState, message: dict[str, Any]) -> list[Command]:
+        return self.handshake.initialize(client, message, self.startup_complete)
+
+    def _ping(self, client: ClientState, message: dict[str, Any]) -> list[Command]:
+        return [answer(client.key, message["id"], {})]
+
+    def _set_level(self, client: ClientState, message: dict[str, Any]) -> list[Command]:
+        params = message.get("params") or {}
+        level = params.get("level")
+        if level not in LEVELS:
+            raise RemoteProtocolError(INVALID_PARAMS, f"Invalid params: level must be one of {', '.join(LEVELS)}")
+        client.log_level = level
+        return [answer(client.key, message["id"], {}), *self._apply_log_level()]
 
     def _request_handlers(self) -> dict[str, RequestHandler]:
         """The handler of each client request method the proxy serves."""

@@ -1,16 +1,35 @@
-"""The client handshake and what the proxy says about itself: capabilities, instructions, log levels. Sans-IO."""
+"""The client handshake and what the proxy says about itself: capabilities, instructions, log levels. Sans-IO.
+
+``Handshake`` answers a legacy client's ``initialize`` and says what the proxy serves,
+merged over the links it is given (read; only each link's ``log_level``, what the proxy
+last asked it for, is written here):
+
+- Capabilities: a kind is advertised if a ready shared server has it, or while any shared
+  server is still starting (it may bring any kind; announced later). Logging always.
+  Legacy tasks are merged from the servers; the modern tasks extension is declared when
+  a modern server declares it.
+- Instructions: each ready shared server's, once, under its name and prefix; never a
+  session's own connection's (another session must not even learn of it).
+- An initialize that carries this proxy's own instance id (its config names itself) is
+  refused before anything waits for startup, which would wait for that very handshake.
+- Log levels: every legacy upstream that logs is set to the most verbose level any client
+  asked for (``log_levels``, the changes to make).
+"""
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
 from typing import Any
 
 from aggregator import __version__
+from aggregator.core.announcements import Announcements
+from aggregator.core.clients import ClientState
 from aggregator.core.commands import Command, ToClient, WaitForStartup
-from aggregator.core.log_levels import LEVELS, most_verbose
-from aggregator.core.state import ClientState, RouterState, answer
+from aggregator.core.links import UpstreamLink
+from aggregator.core.log_levels import most_verbose
 from aggregator.core.upstream_era import INSTANCE_KEY, Era
-from aggregator.jsonrpc.errors import INVALID_PARAMS, INVALID_REQUEST, RemoteProtocolError
+from aggregator.jsonrpc.errors import INVALID_REQUEST, RemoteProtocolError
 from aggregator.mcp.constants import CAPABILITY_OF, PROMPTS, RESOURCES, TOOLS
 from aggregator.mcp.modern import TASKS_EXTENSION, declares_tasks
 from aggregator.mcp.versions import negotiate
@@ -18,14 +37,29 @@ from aggregator.mcp.versions import negotiate
 log = logging.getLogger(__name__)
 
 
-class Handshake(RouterState):
+class Handshake:
     """initialize, and what the proxy says about itself to clients and to upstreams."""
 
-    def _initialize(self, client: ClientState, message: dict[str, Any]) -> list[Command]:
+    def __init__(
+        self,
+        links: dict[str, UpstreamLink],
+        separator: str,
+        server_requests: Iterable[str],
+        instance: str,
+        announcements: Announcements,
+    ) -> None:
+        self.links = links
+        self.separator = separator  # between a server's prefix and its names
+        self.server_requests = server_requests  # the client capabilities the proxy routes
+        self.instance = instance  # this running proxy's id
+        self.announcements = announcements  # whose count a client is given the lists at
+
+    def initialize(self, client: ClientState, message: dict[str, Any], startup_complete: bool) -> list[Command]:
+        """A legacy client's initialize: answered, or held until startup is complete."""
         if client.initialize_seen:
             raise RemoteProtocolError(INVALID_REQUEST, "Invalid request: already initialized")
         params = message.get("params") or {}
-        if type(params) is dict and self._asked_by_itself(params):
+        if type(params) is dict and self.asked_by_itself(params):
             # Refused before waiting for startup, which waits for this very handshake.
             raise RemoteProtocolError(
                 INVALID_REQUEST,
@@ -33,7 +67,7 @@ class Handshake(RouterState):
                 " aggregator's own address)",
                 data={INSTANCE_KEY: self.instance},  # how the asking side knows it is itself
             )
-        if not self.startup_complete:
+        if not startup_complete:
             return [WaitForStartup(client.key)]
         client.initialize_seen = True
         client.protocol_version = negotiate(params.get("protocolVersion"))
@@ -54,7 +88,7 @@ class Handshake(RouterState):
             result["instructions"] = instructions
         return [ToClient(client.key, {"jsonrpc": "2.0", "id": message["id"], "result": result})]
 
-    def _asked_by_itself(self, params: dict[str, Any]) -> bool:
+    def asked_by_itself(self, params: dict[str, Any]) -> bool:
         """Whether an initialize names this very proxy: in the experimental capabilities
         (the proxy's own legacy handshake) or in ``_meta`` (as a modern request would)."""
         meta, capabilities = params.get("_meta"), params.get("capabilities")
@@ -64,28 +98,18 @@ class Handshake(RouterState):
         mark = experimental.get(INSTANCE_KEY) if type(experimental) is dict else None
         return type(mark) is dict and mark.get("instance") == self.instance
 
-    def _ping(self, client: ClientState, message: dict[str, Any]) -> list[Command]:
-        return [answer(client.key, message["id"], {})]
-
-    def _set_level(self, client: ClientState, message: dict[str, Any]) -> list[Command]:
-        params = message.get("params") or {}
-        level = params.get("level")
-        if level not in LEVELS:
-            raise RemoteProtocolError(INVALID_PARAMS, f"Invalid params: level must be one of {', '.join(LEVELS)}")
-        client.log_level = level
-        return [answer(client.key, message["id"], {}), *self._apply_log_level()]
-
-    def _apply_log_level(self) -> list[Command]:
-        """Set every upstream that logs to the most verbose level any client asked for."""
-        target = most_verbose([c.log_level for c in self.clients.values() if c.log_level is not None])
+    def log_levels(self, clients: Iterable[ClientState]) -> list[tuple[str, str]]:
+        """(link, level) for every ready legacy upstream that logs and must be set to the most
+        verbose level any client asked for; each is taken as set from now on."""
+        target = most_verbose([c.log_level for c in clients if c.log_level is not None])
         if target is None:
             return []
-        out: list[Command] = []
+        changes = []
         for name, link in self.links.items():
             if link.ready and link.speaks is Era.LEGACY and "logging" in link.capabilities and link.log_level != target:
                 link.log_level = target
-                out += self._own_request(name, "logging/setLevel", {"level": target})
-        return out
+                changes.append((name, target))
+        return changes
 
     def merged_capabilities(self, *, modern: bool = False) -> dict[str, Any]:
         """What the proxy serves, merged over its shared servers: for initialize, or for
@@ -141,7 +165,7 @@ class Handshake(RouterState):
             if link.ready and link.instructions and link.session is None:
                 head = f"## Server {link.name}"
                 if link.prefix:
-                    head += f" (its tools and prompts are prefixed {link.prefix}{self.catalog.separator})"
+                    head += f" (its tools and prompts are prefixed {link.prefix}{self.separator})"
                 parts.append(f"{head}\n{link.instructions.strip()}")
         return "\n\n".join(parts)
 

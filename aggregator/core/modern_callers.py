@@ -173,13 +173,13 @@ class ModernCallers(RouterState):
         result: dict[str, Any] = {
             RESULT_TYPE: COMPLETE,
             "supportedVersions": list(ALL_VERSIONS),
-            "capabilities": self.merged_capabilities(modern=True),
+            "capabilities": self.handshake.merged_capabilities(modern=True),
             TTL: ttl,
             CACHE_SCOPE: scope,
             # Its instance, as initialize says it: a proxy that probes itself knows it is itself.
             "_meta": {SERVER_INFO: IDENTITY, INSTANCE_KEY: self.instance},
         }
-        instructions = self.merged_instructions()
+        instructions = self.handshake.merged_instructions()
         if instructions:
             result["instructions"] = instructions
         return [ToClient(client.key, {"jsonrpc": "2.0", "id": message["id"], "result": result})]
@@ -232,7 +232,7 @@ class ModernCallers(RouterState):
             raise RemoteProtocolError(
                 INVALID_PARAMS, f"Invalid params: at most {self.max_in_flight} {_RESOURCE_SUBSCRIPTIONS}"
             )
-        capabilities = self.merged_capabilities()
+        capabilities = self.handshake.merged_capabilities()
         honoured: dict[str, Any] = {}
         methods = set()
         for flag, kind in _LIST_FLAGS:

@@ -6,7 +6,7 @@ own one part of the rules, combined as one class over one typed state
 
 - ``commands``: what the methods return (``Command``);
 - ``client_events``: a client's messages, notifications, answers, connect, disconnect;
-- ``handshake``: initialize, merged capabilities and instructions, log levels;
+- ``handshake``: initialize, merged capabilities and instructions, log levels (``Handshake``, owned);
 - ``modern_callers``: modern (2026-07-28) callers: admission, server/discover,
   subscriptions/listen, their answers stamped (``modern_results``);
 - ``client_requests``: the handlers of client requests, by method;
@@ -91,7 +91,6 @@ from aggregator.core.commands import (
 from aggregator.core.discovery import Searching
 from aggregator.core.events import Event
 from aggregator.core.forwarding import Forwarding
-from aggregator.core.handshake import Handshake
 from aggregator.core.inflight import InFlight
 from aggregator.core.input_bridge import InputBridge
 from aggregator.core.listen_acks import ListenAcks
@@ -147,7 +146,6 @@ class Router(
     ClientRequests,
     Searching,
     Forwarding,
-    Handshake,
     ServerMessages,
     ReverseRequests,
     ParkedCalls,

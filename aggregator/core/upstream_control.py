@@ -91,7 +91,7 @@ class UpstreamControl(RouterState):
             era=link.learnt if modern_possible else Era.LEGACY,
         )
         if capabilities is None:
-            capabilities = self.upstream_client_capabilities()
+            capabilities = self.handshake.upstream_client_capabilities()
         return self._outcomes(link, lifecycle.connected(self.clock(), capabilities))
 
     def server_era(self, server: str) -> tuple[str, str] | None:
@@ -111,6 +111,13 @@ class UpstreamControl(RouterState):
         send = link.lifecycle.request(method, params, caller, self.clock(), link.request_timeout)
         self._note_own(link)
         return [ToServer(server, send.message)]
+
+    def _apply_log_level(self) -> list[Command]:
+        """Set every upstream that logs to the most verbose level any client asked for."""
+        out: list[Command] = []
+        for name, level in self.handshake.log_levels(self.clients.values()):
+            out += self._own_request(name, "logging/setLevel", {"level": level})
+        return out
 
     def _own_request(
         self, server: str, method: str, params: dict[str, Any], gather: Gather | None = None

@@ -37,13 +37,13 @@ def test_capabilities_are_merged_from_the_ready_servers(a, b, merged):
     r = two_servers()
     r.handle(ServerReady("a", {"capabilities": a}))
     r.handle(ServerReady("b", {"capabilities": b}))
-    assert r.merged_capabilities() == merged
+    assert r.handshake.merged_capabilities() == merged
 
 
 def test_while_a_server_starts_every_kind_is_advertised():
     r = two_servers()
     r.handle(ServerReady("a", {"capabilities": {}}))
-    assert set(r.merged_capabilities()) == {"tools", "prompts", "resources", "logging"}
+    assert set(r.handshake.merged_capabilities()) == {"tools", "prompts", "resources", "logging"}
 
 
 @pytest.mark.parametrize(
@@ -55,14 +55,14 @@ def test_while_a_server_starts_every_kind_is_advertised():
     ],
 )
 def test_upstreams_are_told_what_the_proxy_can_route_to_clients(server_requests, declared):
-    assert two_servers(server_requests=server_requests).upstream_client_capabilities() == declared
+    assert two_servers(server_requests=server_requests).handshake.upstream_client_capabilities() == declared
 
 
 def test_instructions_name_their_server_and_its_prefix():
     r = two_servers()
     r.handle(ServerReady("a", {"capabilities": {}, "instructions": " Be brief. "}))
     r.handle(ServerReady("b", {"capabilities": {}, "instructions": "   "}))
-    assert r.merged_instructions() == "## Server a (its tools and prompts are prefixed a__)\nBe brief."
+    assert r.handshake.merged_instructions() == "## Server a (its tools and prompts are prefixed a__)\nBe brief."
 
 
 @pytest.mark.parametrize(

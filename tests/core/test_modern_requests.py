@@ -209,7 +209,7 @@ def test_discover_answers_what_the_proxy_serves(router):
     result = answer["result"]
     assert result["resultType"] == "complete" and result["_meta"][SERVER_INFO] == IDENTITY
     # As initialize says it, but for 2025-11-25 tasks: no place in the modern era (``core.tasks``).
-    legacy = router.merged_capabilities()
+    legacy = router.handshake.merged_capabilities()
     assert "tasks" in legacy and result["capabilities"] == {k: v for k, v in legacy.items() if k != "tasks"}
     assert result["capabilities"]["resources"]["subscribe"] is True
     assert (result["ttlMs"], result["cacheScope"]) == (0, "public")

@@ -770,7 +770,7 @@ def test_capabilities_merge(router):
     caps = router.clients[1].advertised
     assert caps["resources"]["subscribe"] is True and "logging" in caps
     assert caps["tasks"] == {"list": {}, "cancel": {}}
-    assert router.upstream_client_capabilities() == {
+    assert router.handshake.upstream_client_capabilities() == {
         "sampling": {},
         "elicitation": {"form": {}, "url": {}},
         "roots": {"listChanged": True},
