@@ -66,7 +66,7 @@ class ClientEvents(RouterState):
         self.budgets.forget(key)  # what its calls left for it alone (``core.result_budget``)
         out: list[Command] = []
         for pending in list(client.in_flight.values()):
-            self._end(pending, "cancelled", "disconnected")
+            self.requests.end(pending, "cancelled", "disconnected")
             if self.links[pending.server].ready and pending.phase is Phase.SENT:
                 out.append(ToServer(pending.server, cancelled(pending.upstream_id, "client disconnected")))
             if answer:
@@ -270,7 +270,7 @@ class ClientEvents(RouterState):
                 return [*out, RequestEnded(client.key, request_id)] if out else []  # a gather's: its stream ends
             if awaits_input(pending):  # nothing in flight upstream: its questions are withdrawn
                 return [*self._input_closed(pending, "the call was cancelled"), RequestEnded(client.key, request_id)]
-            self._end(pending, "cancelled", "cancelled")
+            self.requests.end(pending, "cancelled", "cancelled")
             ended = RequestEnded(client.key, request_id)  # it gets no answer: its stream ends
             if not self.links[pending.server].ready or pending.phase in UNSENT:
                 return [ended]

@@ -9,7 +9,6 @@ from aggregator.core.commands import Command, StartUpstream, ToClient, ToServer
 from aggregator.core.links import UNSENT, Phase
 from aggregator.core.log_levels import DEFAULT as DEFAULT_LEVEL
 from aggregator.core.state import (
-    PROGRESS_TOKEN_PREFIX,
     ClientState,
     Pending,
     RouterState,
@@ -86,16 +85,15 @@ class Forwarding(RouterState):
             token = meta.get("progressToken")
             if type(token) is int or type(token) is str:
                 pending.client_token = token
-                pending.token = f"{PROGRESS_TOKEN_PREFIX}{self._next_token}"
-                self._next_token += 1
-                self.progress[pending.token] = pending
+                pending.token = self.requests.token()
+                self.requests.progress[pending.token] = pending
                 params["_meta"] = meta = dict(meta, progressToken=pending.token)
             restore_related_task(params, server)
         if link.speaks is Era.MODERN:  # every request to a modern server carries its caller's _meta
             params["_meta"] = self._modern_meta(client, link, meta, pending)
             if client.era is Era.LEGACY and method in INPUT_REQUIRED_METHODS:  # what a retry resends (``input_bridge``)
                 pending.params = params
-        self._start(pending, link)
+        self.requests.start(pending, link)
         client.in_flight[client_id] = pending
         return [ToServer(server, {"jsonrpc": "2.0", "id": upstream_id, "method": method, "params": params})]
 
@@ -225,5 +223,5 @@ class Forwarding(RouterState):
         placeholder = client.in_flight.get(message["id"])
         if placeholder is None or placeholder.phase not in UNSENT or placeholder.held is not message:
             return False
-        self._end(placeholder)
+        self.requests.end(placeholder)
         return True

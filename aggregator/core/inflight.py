@@ -1,4 +1,4 @@
-"""The in-flight tables: start, end, give up on and time out requests (invariant 2). Sans-IO."""
+"""Requests in flight given up on and timed out (their table: ``core.request_table``). Sans-IO."""
 
 from __future__ import annotations
 
@@ -21,45 +21,13 @@ log = logging.getLogger(__name__)
 class InFlight(RouterState):
     """The tables of requests in flight (invariant 2) and the ways they end."""
 
-    def _start(self, pending: Pending, link: UpstreamLink) -> None:
-        now = pending.sent_at = self.clock()
-        pending.hard_deadline = now + link.max_request_timeout
-        # tasks/result blocks until the task is done, by design: only the hard maximum applies.
-        # (The config guarantees request_timeout <= max_request_timeout.)
-        if pending.method == "tasks/result":
-            pending.deadline = pending.hard_deadline
-        else:
-            pending.deadline = now + link.request_timeout
-        link.pending[pending.upstream_id] = pending
-        self.deadlines.push(pending.deadline, pending)
-
-    def _end(
-        self, pending: Pending, outcome: str | None = None, reason: str = "", seconds: float | None = None
-    ) -> None:
-        """Forget a request everywhere (invariant 2). Safe to call twice. ``outcome`` (and
-        ``reason``, ``seconds``) is what it is counted as (``core.tallies``); None: not
-        counted, another record of the same request takes over."""
-        if pending.done:
-            return
-        pending.done = True
-        link = self.links[pending.server]
-        link.pending.pop(pending.upstream_id, None)
-        if outcome is not None:
-            self.tallies.ended(pending.method, link.server or pending.server, outcome, reason, seconds)
-        client = self._client_of(pending)
-        if client is not None:
-            client.in_flight.pop(pending.client_id, None)
-        if pending.token is not None:
-            self.progress.pop(pending.token, None)
-        self.deadlines.discard()
-
     def abandon(self, why: str) -> list[Command]:
         """Fail every client request still in flight (shutting down): the client hears it,
         the server is told to stop."""
         out: list[Command] = self._end_listens() if self.listens else []
         for link in self.links.values():
             for pending in list(link.pending.values()):
-                self._end(pending, "error", "unavailable")
+                self.requests.end(pending, "error", "unavailable")
                 if link.ready:
                     out.append(ToServer(link.name, cancelled(pending.upstream_id, why)))
                 if pending.session in self.clients:
@@ -78,7 +46,7 @@ class InFlight(RouterState):
         # that is starting, were never sent: their clients hear it too.
         for client in self.clients.values():
             for pending in [p for p in client.in_flight.values() if p.phase in UNSENT]:
-                self._end(pending, "error", "unavailable")
+                self.requests.end(pending, "error", "unavailable")
                 server = self.links[pending.server].server or pending.server
                 out.append(
                     ToClient(
@@ -91,7 +59,7 @@ class InFlight(RouterState):
                         ),
                     )
                 )
-        self.held.clear()
+        self.requests.held.clear()
         return out + self._inputs_abandoned()
 
     def in_flight(self) -> int:
@@ -100,7 +68,7 @@ class InFlight(RouterState):
 
     def next_deadline(self) -> float | None:
         """When ``expire`` has work next (a request times out, a notice is due)."""
-        deadline = self.deadlines.next()
+        deadline = self.requests.deadlines.next()
         if self.own_at is not None and (deadline is None or self.own_at < deadline):
             deadline = self.own_at
         if self.announcements.at is not None and (deadline is None or self.announcements.at < deadline):
@@ -115,7 +83,7 @@ class InFlight(RouterState):
         """Time out what is overdue, send notices that are due."""
         now = self.clock()
         out: list[Command] = []
-        for pending in self.deadlines.pop_due(now):  # a Pending, or a Parked call (``core.parked``)
+        for pending in self.requests.deadlines.pop_due(now):  # a Pending, or a Parked call (``core.parked``)
             out += self._time_out(pending) if type(pending) is Pending else self._expire_parked(pending)
         if self.announcements.at is not None and now >= self.announcements.at:
             out += self.announcements.send()
@@ -130,7 +98,7 @@ class InFlight(RouterState):
             return self._held_timed_out(pending)
         if awaits_input(pending):
             return self._input_timed_out(pending)
-        self._end(pending, "error", "timeout")
+        self.requests.end(pending, "error", "timeout")
         link = self.links[pending.server]
         out: list[Command] = []
         if link.ready:
@@ -163,7 +131,7 @@ class InFlight(RouterState):
     def _fail_one(self, pending: Pending, message: str, reason: str) -> list[Command]:
         """End one forwarded request with an error of the proxy's (its client told, if it is
         still there; a subscribe that failed is undone)."""
-        self._end(pending, "error", reason)
+        self.requests.end(pending, "error", reason)
         if pending.session not in self.clients:
             return []
         if pending.subscription is not None:

@@ -109,7 +109,7 @@ class InputBridge(ModernInput):
         legacy caller that is still there: the bridge's to handle."""
         if not is_input_required(result):
             return False
-        client = self._client_of(pending)
+        client = self.requests.client_of(pending)
         return client is not None and client.era is Era.LEGACY
 
     def _bridge_input(self, link: UpstreamLink, pending: Pending, result: dict[str, Any]) -> list[Command]:
@@ -224,21 +224,21 @@ class InputBridge(ModernInput):
         waiting.bridge = bridge
         bridge.waiting = waiting
         self.clients[waiting.key()].in_flight[waiting.client_id] = waiting
-        self.deadlines.push(waiting.deadline, waiting)
+        self.requests.deadlines.push(waiting.deadline, waiting)
         return waiting
 
     def _successor(self, pending: Pending, upstream_id: int) -> Pending:
         """A new record of the same call, ``pending`` ended (its progress token kept)."""
         token = pending.token
         pending.token = None  # the call's token stays the same across its rounds
-        self._end(pending)
+        self.requests.end(pending)
         after = Pending(pending.session, pending.client_id, pending.method, pending.server, upstream_id)
         after.client_token = pending.client_token
         after.token = token
         after.deadline = pending.deadline
         after.hard_deadline = pending.hard_deadline
         if token is not None:
-            self.progress[token] = after
+            self.requests.progress[token] = after
         return after
 
     def _ask_input(
@@ -311,7 +311,7 @@ class InputBridge(ModernInput):
         link.pending[upstream_id] = retry
         retry.sent_at = self.clock()
         self.clients[retry.key()].in_flight[retry.client_id] = retry
-        self.deadlines.push(retry.deadline, retry)
+        self.requests.deadlines.push(retry.deadline, retry)
         return [ToServer(link.name, {"jsonrpc": "2.0", "id": upstream_id, "method": retry.method, "params": params})]
 
     def _input_closed(
@@ -321,7 +321,7 @@ class InputBridge(ModernInput):
         (counted as ``outcome`` for ``reason``)."""
         bridge = waiting.bridge
         assert bridge is not None  # a call in phase ASKING has its bridge
-        self._end(waiting, outcome, reason)
+        self.requests.end(waiting, outcome, reason)
         bridge.waiting = None
         out: list[Command] = []
         session = waiting.key()

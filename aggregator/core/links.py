@@ -130,7 +130,7 @@ class Pending:
         self.sent_at = 0.0  # when it was sent upstream (for its duration); 0: not sent
         self.done = False
         self.phase = Phase.SENT
-        self.held: dict[str, Any] | None = None  # LISTING, STARTING: the request, to route once its server can take it
+        self.held: dict[str, Any] | None = None  # LISTING, STARTING: the request, routed once it can be
         # A call that may need input (tools/call, prompts/get, resources/read): its params as
         # sent upstream, what a state the proxy mints is bound to and what a retry resends.
         self.params: dict[str, Any] | None = None

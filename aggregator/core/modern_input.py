@@ -52,7 +52,7 @@ class ModernInput(RouterState):
     def _pass_input(self, link: UpstreamLink, pending: Pending, result: dict[str, Any]) -> list[Command] | None:
         """Check an ``input_required`` result for modern caller ``pending.session`` and wrap
         its state in place; None when it may go on, else what fails the call."""
-        client = self._client_of(pending)
+        client = self.requests.client_of(pending)
         if client is None:
             return None  # nobody to answer: dropped as any late answer
         server = link.server or link.name
@@ -110,7 +110,7 @@ class ModernInput(RouterState):
         names = ", ".join(sorted(required))
         server = link.server or link.name
         log.info("server %s: %s asked for undeclared client capability %s; refused", link.name, pending.method, names)
-        self._end(pending, "error", "unsupported")
+        self.requests.end(pending, "error", "unsupported")
         why = (
             f"Server {server!r} needs the client capability {names} to answer {pending.method},"
             " and this request did not declare it"

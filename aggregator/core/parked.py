@@ -178,7 +178,7 @@ class ParkedCalls(RouterState):
         gathering: Gathering | None = self.gathering.get(key)
         if gathering is None:
             gathering = self.gathering[key] = Gathering(pending, self.clock() + GATHER_SECONDS)
-            self.deadlines.push(gathering.deadline, gathering)
+            self.requests.deadlines.push(gathering.deadline, gathering)
         if not declared:
             gathering.missing.append(Ask(id, method, params))
         elif len(gathering.asks) >= self.max_in_flight:
@@ -198,7 +198,7 @@ class ParkedCalls(RouterState):
         if link is None or not link.ready:
             return []  # the link's end failed the call and its requests
         out: list[Command] = []
-        client = self._client_of(pending)
+        client = self.requests.client_of(pending)
         if pending.done or client is None:
             asks = list(gathering.asks.values()) + gathering.missing
             return [_refuse_ask(link.name, ask, "the call ended") for ask in asks]
@@ -221,7 +221,7 @@ class ParkedCalls(RouterState):
             " and this request did not declare it"
         )
         log.info("server %s: %s needs undeclared client capability %s; refused", link.name, pending.method, names)
-        self._end(pending, "error", "unsupported")
+        self.requests.end(pending, "error", "unsupported")
         error = proxy_error(
             pending.client_id, why, reason="unsupported", server=link.server, code=MISSING_REQUIRED_CLIENT_CAPABILITY
         )
@@ -236,7 +236,7 @@ class ParkedCalls(RouterState):
         """A call that needs input but cannot be parked (rule 5): the server's requests are
         refused, the call cancelled upstream and failed ``overloaded`` to its caller."""
         log.warning("server %s: %s needs input but %s; refused", link.name, pending.method, full)
-        self._end(pending, "error", "overloaded")
+        self.requests.end(pending, "error", "overloaded")
         why = f"Server {link.server!r} needs input for {pending.method}, but {full}; try again later"
         out: list[Command] = [
             ToServer(link.name, proxy_error(id, why, reason="overloaded", server=link.server)) for id in ids
@@ -267,7 +267,7 @@ class ParkedCalls(RouterState):
         pending.phase = Phase.PARKED
         pending.parked = parked
         self.parked.add(parked)
-        self.deadlines.push(deadline, parked)
+        self.requests.deadlines.push(deadline, parked)
         digest = request_digest(pending.method, params, self.links[pending.server].server)
         state = self.request_states.mint(number, client.principal, deadline, digest)
         requests = {key: {"method": ask.method, "params": _shown(ask.params)} for key, ask in asks.items()}
@@ -293,7 +293,7 @@ class ParkedCalls(RouterState):
             )
         parked.done = True  # resumed: its deadline no longer applies
         self.parked.remove(parked)
-        self.deadlines.discard()
+        self.requests.deadlines.discard()
         pending = parked.pending
         pending.phase = Phase.SENT
         pending.parked = None
@@ -342,7 +342,7 @@ class ParkedCalls(RouterState):
         pending = parked.pending
         link = self.links.get(pending.server)
         if link is None or not link.ready:
-            self._end(pending, "error", "timeout")
+            self.requests.end(pending, "error", "timeout")
             return []
         why = "the client did not answer in time"
         out: list[Command] = [_refuse_ask(link.name, ask, why, "timeout") for ask in parked.asks.values()]
@@ -350,7 +350,7 @@ class ParkedCalls(RouterState):
             log.info(
                 "server %s: no input for %s within %gs; cancelled", link.name, pending.method, self.request_states.ttl
             )
-            self._end(pending, "error", "timeout")
+            self.requests.end(pending, "error", "timeout")
             out.append(ToServer(link.name, cancelled(pending.upstream_id, "the client gave no input in time")))
         return out
 

@@ -51,7 +51,7 @@ class Reconfigure(UpstreamEvents):
         out += self._fail_held(server)
         self._forget_subscriptions(server)
         self.outages.pop(server, None)
-        self.held.pop(server, None)
+        self.requests.held.pop(server, None)
         self.start_takes.pop(server, None)
         self.per_session.discard(server)
         del self.links[server]

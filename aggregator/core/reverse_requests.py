@@ -170,7 +170,7 @@ class ReverseRequests(RouterState):
             if owner in self.clients:
                 facts["task"] = owner
             token = meta.get("progressToken")
-            pending = self.progress.get(token) if type(token) is str else None
+            pending = self.requests.progress.get(token) if type(token) is str else None
             if pending is not None and pending.server == link.name:
                 caller = _caller(pending, self.clients, requests)
                 if caller is not None:

@@ -48,7 +48,7 @@ Invariants
 2. Every forwarded request is one ``Pending``, in ``link.pending`` (by upstream id) and in
    ``client.in_flight`` (by client id), and in ``progress`` if it asked for progress.
    Every exit (response, error, cancellation, timeout, client gone, upstream lost) goes
-   through ``_end``, which removes it from all of them: the tables hold exactly what is
+   through ``RequestTable.end``, which removes it from all of them: the tables hold exactly what is
    in flight.
 3. A response whose id is not pending (late after a cancel or timeout, foreign, repeated)
    is dropped; so is progress for a token not in flight or from another server.

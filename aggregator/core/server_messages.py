@@ -113,10 +113,10 @@ class ServerMessages(RouterState):
         if kind == RESPONSE:  # counted as the server answered (``core.tallies``), once
             if not pending.done:
                 self.tallies.answered(pending.method, link.server or pending.server, self.clock() - pending.sent_at)
-            self._end(pending)
+            self.requests.end(pending)
         else:
-            self._end(pending, "error", "server_error", self.clock() - pending.sent_at)
-        client = self._client_of(pending)
+            self.requests.end(pending, "error", "server_error", self.clock() - pending.sent_at)
+        client = self.requests.client_of(pending)
         if client is None:
             if pending.parked is not None:  # the answer waits for its caller's retry (``core.parked``)
                 pending.parked.final = message
@@ -211,7 +211,7 @@ class ServerMessages(RouterState):
             _expose_result_uris(method, result, link.uri_prefix)
         if link.speaks is Era.MODERN:  # the tasks extension: a handle, or a task polled (its result inlined)
             if method == "tools/call" and result.get(RESULT_TYPE) == TASK:
-                client = self._client_of(pending)
+                client = self.requests.client_of(pending)
                 for task_id in expose_task_ids(link.name, result):
                     self.task_owners.add(task_id, client.principal if client is not None else None)
             elif method in TASK_REQUESTS:
@@ -222,7 +222,7 @@ class ServerMessages(RouterState):
             for task_id in expose_task_ids(link.name, result):
                 self.tasks.setdefault(task_id, pending.key())
         if self.budgets.on and method == "tools/call":
-            client = self._client_of(pending)
+            client = self.requests.client_of(pending)
             if client is not None:
                 self.budgets.cut(client, result)  # cut to the caller's budget (``core.result_budget``)
 
@@ -266,12 +266,12 @@ class ServerMessages(RouterState):
         """Progress of a forwarded request: to its client under its own token; it may extend
         the request's timeout."""
         token = params.get("progressToken")
-        pending = self.progress.get(token) if type(token) is str else None
+        pending = self.requests.progress.get(token) if type(token) is str else None
         if pending is None or pending.server != link.name or pending.session not in self.clients:
             return []  # not in flight (any more), or not this server's to report on
         if link.timeout_resets_on_progress and pending.deadline < pending.hard_deadline:
             pending.deadline = min(self.clock() + link.request_timeout, pending.hard_deadline)
-            self.deadlines.move(pending.deadline, pending)
+            self.requests.deadlines.move(pending.deadline, pending)
         forwarded = dict(params, progressToken=pending.client_token)
         notice = {"jsonrpc": "2.0", "method": message["method"], "params": forwarded}
         return [ToClient(pending.session, notice, pending.client_id)]
@@ -366,10 +366,10 @@ class ServerMessages(RouterState):
             forwarded["_meta"] = meta = dict(params["_meta"])
             expose_task_ids(server, {"_meta": meta})
             token = meta.get("progressToken")
-            if type(token) is str and token in self.progress:
+            if type(token) is str and token in self.requests.progress:
                 # The proxy's token names one client's request: only that client gets its
                 # own token back; to anyone else it is dropped (it would tell them another's).
-                pending = self.progress[token]
+                pending = self.requests.progress[token]
                 if pending.server == server and [c.key for c in recipients] == [pending.session]:
                     meta["progressToken"] = pending.client_token
                 else:

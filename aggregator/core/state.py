@@ -17,13 +17,13 @@ from aggregator.core.catalog import Catalog
 from aggregator.core.clients import ClientState as ClientState  # re-exported: where the groups look
 from aggregator.core.clients import SessionInfo as SessionInfo
 from aggregator.core.commands import Command, ToClient, ToServer
-from aggregator.core.deadlines import Deadlines
 from aggregator.core.handshake import Handshake
 from aggregator.core.links import Caller
 from aggregator.core.links import Pending as Pending  # re-exported: where the groups look for them
 from aggregator.core.links import UpstreamLink as UpstreamLink
 from aggregator.core.outages import Outage
 from aggregator.core.request_state import RequestStates
+from aggregator.core.request_table import RequestTable
 from aggregator.core.result_budget import ResultBudgets
 from aggregator.core.reverse_table import Reverse as Reverse  # re-exported: where the groups look
 from aggregator.core.reverse_table import ReverseTable
@@ -37,9 +37,6 @@ from aggregator.core.tasks import TaskOwners
 from aggregator.jsonrpc.errors import INTERNAL_ERROR, RemoteProtocolError, error_response
 from aggregator.mcp.constants import CANCELLED
 
-# The progress tokens the proxy sends upstream: strings no server would pick by chance, so
-# one in a server's request names the proxy's request in flight and nothing else.
-PROGRESS_TOKEN_PREFIX = "aggregator-progress-"
 # The error a server answers when a URL-mode elicitation must be completed first (its
 # data.elicitations name them; their completion notifications go to that client).
 URL_ELICITATION_REQUIRED = -32042
@@ -156,7 +153,6 @@ class RouterState:
         # Shared servers not listed (yet, or again): their state and what was seen of them.
         self.outages: dict[str, Outage] = {s.name: Outage(s.name) for s in servers}
         self.targets = Targets(self.catalogs, self.links, self.outages, self.per_session)  # what requests name
-        self.held: dict[str, list[Pending]] = {}  # server -> requests waiting for its listing
         self.start_takes: dict[str, float] = {}  # server -> how long its last start took
         self.clients: dict[int, ClientState] = {}
         self.startup_complete = False
@@ -176,14 +172,14 @@ class RouterState:
         self.server_request_policy: ServerRequestPolicy = (
             server_request_policy if server_request_policy is not None else lambda server, method, params: True
         )
-        self.progress: dict[str, Pending] = {}
-        self.deadlines, self.tallies = Deadlines(), Tallies()  # timeouts; what ended how (``core.tallies``)
+        self.tallies = Tallies()  # what ended how (``core.tallies``)
+        # Every client request in flight, its progress token and deadlines (``core.request_table``).
+        self.requests = RequestTable(clock, self.links, self.clients, self.tallies)
         self.subscriptions = Subscriptions()  # keyed by link: (server or server@session, URI)
         self.listens = Listens()  # modern callers' open subscriptions/listen requests
         self.views = SessionViews()  # of the sessions whose own per-session connections listed
         self.tasks, self.task_owners = {}, TaskOwners()  # whose each task is (``core.tasks``)
         self.reverse = ReverseTable(settings.max_in_flight)  # server-to-client requests (``core.reverse_table``)
-        self._next_token = 1
         # list_changed notices due, and when (``core.announcements``)
         self.announcements = Announcements(
             clock, settings.list_changed_debounce, self.clients, self.views, self.listens
@@ -195,17 +191,8 @@ class RouterState:
         self.gathering: dict[tuple[str, Any], Any] = {}  # (link, upstream id) -> requests for a call, gathered
         self.request_states = RequestStates(settings.input_required_timeout)  # what resumes one
 
-    def _client_of(self, pending: Pending) -> ClientState | None:
-        """The client a request is for, if it is still connected (a parked call's is none)."""
-        session = pending.session
-        return None if session is None else self.clients.get(session)
-
     if TYPE_CHECKING:  # what each group offers the others (defined in its own module)
         # inflight
-        def _start(self, pending: Pending, link: UpstreamLink) -> None: ...
-        def _end(
-            self, pending: Pending, outcome: str | None = None, reason: str = "", seconds: float | None = None
-        ) -> None: ...
         def _fail_pending(self, link: UpstreamLink, message: str, reason: str) -> list[Command]: ...
         def _fail_one(self, pending: Pending, message: str, reason: str) -> list[Command]: ...
         def _apply_log_level(self) -> list[Command]: ...

@@ -6,7 +6,7 @@ library; ``aggregator.metrics`` reads these tables when it is scraped.
 
 Rules
 -----
-1. A request for a server is counted once, when it ends (``Router._end``), with what
+1. A request for a server is counted once, when it ends (``RequestTable.end``), with what
    ended it: ``outcome`` is ``ok`` (the server's result), ``error`` (the server's error,
    or one the proxy made: then ``reason`` is that error's ``data.reason``) or
    ``cancelled`` (its client cancelled it, or went away). A record another takes over (a

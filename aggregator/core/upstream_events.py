@@ -237,10 +237,10 @@ class UpstreamEvents(RouterState):
         if outage.attempt_at is not None:
             self.start_takes[server] = max(0.0, now - outage.attempt_at)
         out: list[Command] = []
-        for held in self.held.pop(server, ()):
+        for held in self.requests.held.pop(server, ()):
             if held.done:
                 continue
-            self._end(held)
+            self.requests.end(held)
             if held.session not in self.clients:
                 continue
             assert held.held is not None  # held: its request is kept
@@ -249,7 +249,7 @@ class UpstreamEvents(RouterState):
             if sent is not None and sent.phase not in UNSENT and sent.deadline > held.deadline:
                 sent.deadline = held.deadline  # the request's own deadline, as if never held
                 sent.hard_deadline = min(sent.hard_deadline, held.hard_deadline)
-                self.deadlines.move(sent.deadline, sent)
+                self.requests.deadlines.move(sent.deadline, sent)
         return out
 
     def _server_down_answer(self, client: ClientState, message: dict[str, Any], server: str) -> list[Command]:
@@ -270,7 +270,7 @@ class UpstreamEvents(RouterState):
                     ),
                 )
             ]
-        held = self.held.setdefault(server, [])
+        held = self.requests.held.setdefault(server, [])
         if len(held) >= self.max_in_flight:
             held[:] = [p for p in held if not p.done]
         if (
@@ -283,7 +283,7 @@ class UpstreamEvents(RouterState):
             pending.hold(Phase.LISTING, message)
             pending.hard_deadline = now + link.max_request_timeout
             pending.deadline = now + link.request_timeout
-            self.deadlines.push(pending.deadline, pending)
+            self.requests.deadlines.push(pending.deadline, pending)
             client.in_flight[pending.client_id] = pending
             held.append(pending)
             return []
@@ -294,17 +294,17 @@ class UpstreamEvents(RouterState):
     def _fail_held(self, server: str) -> list[Command]:
         outage = self.outages.get(server)
         out: list[Command] = []
-        for held in self.held.pop(server, ()):
+        for held in self.requests.held.pop(server, ()):
             if held.done:
                 continue
-            self._end(held, "error", "unavailable")
+            self.requests.end(held, "error", "unavailable")
             if held.session in self.clients and outage is not None:
                 text, data = unavailable(outage, self.clock())
                 out.append(ToClient(held.session, error_response(held.client_id, INTERNAL_ERROR, text, data)))
         return out
 
     def _held_timed_out(self, held: Pending) -> list[Command]:
-        self._end(held, "error", "timeout")
+        self.requests.end(held, "error", "timeout")
         if held.session not in self.clients:
             return []
         link = self.links[held.server]

@@ -72,10 +72,10 @@ def test_every_exit_empties_every_table(router, end, client_gets, server_told):
             )
         )
     )
-    assert router.in_flight() == 1 and router.request_in_flight(1, "c") and router.progress
+    assert router.in_flight() == 1 and router.request_in_flight(1, "c") and router.requests.progress
     out = unpack(end(router, sent["id"]))
     assert router.in_flight() == 0 and not router.request_in_flight(1, "c")
-    assert router.progress == {} and router.links["a"].pending == {}
+    assert router.requests.progress == {} and router.links["a"].pending == {}
     to_client = [m for kind, who, m in out if kind == "ToClient" and who == 1 and "id" in m]
     if client_gets is None:
         assert to_client == []

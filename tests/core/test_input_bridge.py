@@ -71,7 +71,7 @@ def input_required(r, sent, requests=None, state="opaque-state-1"):
 
 def empty(r):
     """Nothing of the exchange is left in any table."""
-    assert r.reverse.requests == {} and r.reverse.asked == {} and r.progress == {}
+    assert r.reverse.requests == {} and r.reverse.asked == {} and r.requests.progress == {}
     assert r.links["a"].pending == {}
     assert 1 not in r.clients or r.clients[1].in_flight == {}
     assert r.next_deadline() is None

@@ -118,7 +118,7 @@ def test_an_answered_call_leaves_nothing_it_carried_reachable_from_the_deadline_
     sent = [modern(router, 7, i, "tools/call", {"name": "a__slow", "arguments": {"n": i}})[0][2] for i in range(3)]
     for request in sent:
         router.handle(ServerMessage("a", msg(id=request["id"], result={"content": []})))
-    finished = [entry[2] for entry in router.deadlines._heap]
+    finished = [entry[2] for entry in router.requests.deadlines._heap]
     assert len(finished) == 3 and all(p.done for p in finished)
     assert all(p.params is None and p.bridge is None and p.subscription is None and p.meta is None for p in finished)
 

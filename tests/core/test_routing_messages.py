@@ -73,7 +73,7 @@ def test_same_token_from_two_sessions_never_crosses(router):
         )
         == []
     )
-    assert router.progress.keys() == {t1}
+    assert router.requests.progress.keys() == {t1}
 
 
 def test_integer_tokens_and_meta_kept(router):
@@ -167,7 +167,7 @@ def test_many_finished_requests_do_not_pile_up(router, clock):
     for i in range(5000):
         _, sent = call(router, 1, i, tool="a__fast")
         router.handle(ServerMessage("a", msg(id=sent["id"], result={})))
-    assert len(router.deadlines) < 3000
+    assert len(router.requests.deadlines) < 3000
     assert router.next_deadline() is None
 
 
