@@ -12,12 +12,12 @@ from typing import Any
 import trio
 
 from aggregator.cli.common import command_config, label, nothing_to_serve, status_lines, with_started_hub
-from aggregator.core.catalog import Catalog, Route
+from aggregator.core.catalogs.catalog import Catalog, Route
 from aggregator.errors import AggregatorError, ConfigError
 from aggregator.hub.hub import Hub
 from aggregator.mcp.constants import KEY_OF, KINDS
 
-ESTIMATE = "estimated as the compact JSON's UTF-8 bytes / 4, rounded up (aggregator.core.tokens)"
+ESTIMATE = "estimated as the compact JSON's UTF-8 bytes / 4, rounded up (aggregator.core.catalogs.tokens)"
 
 
 def run_tools(args: argparse.Namespace) -> int:

@@ -10,7 +10,7 @@ import trio
 
 from aggregator.cli.common import command_config, nothing_to_serve, status_lines, with_started_hub
 from aggregator.cli.terminal import printable
-from aggregator.core.policy import unmatched_rules
+from aggregator.core.catalogs.policy import unmatched_rules
 from aggregator.errors import AggregatorError
 from aggregator.fronts.access import check_exposure
 from aggregator.mcp.constants import KINDS

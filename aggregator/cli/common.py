@@ -13,7 +13,7 @@ import trio
 
 from aggregator.cli.terminal import printable
 from aggregator.config import Config, load_config
-from aggregator.core.nesting import CHAIN_VARIABLE, NestingRefused, chain_value, enter, parse_chain
+from aggregator.core.catalogs.nesting import CHAIN_VARIABLE, NestingRefused, chain_value, enter, parse_chain
 from aggregator.errors import AggregatorError, ConfigError
 from aggregator.hub.hub import Hub
 from aggregator.mcp.constants import CONFIG_KIND, KINDS

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from aggregator.config.structuring import describe, unknown_key
-from aggregator.core.naming import NAME_CHARS, URI_PREFIX
+from aggregator.core.catalogs.naming import NAME_CHARS, URI_PREFIX
 from aggregator.errors import ConfigError
 
 _JSON_TYPES = {

@@ -19,7 +19,7 @@ from aggregator.config.paths import PATH_OPTION, beside
 from aggregator.config.ranges import check_ranges
 from aggregator.config.structuring import describe, structure_table, unknown_key, without_follow_ons
 from aggregator.config.validation import check_http, check_proxy, check_server, token_problems
-from aggregator.core.naming import NAME_CHARS, validate_server_naming
+from aggregator.core.catalogs.naming import NAME_CHARS, validate_server_naming
 from aggregator.errors import ConfigError
 from aggregator.transports.masking import SecretMask
 

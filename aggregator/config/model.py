@@ -54,8 +54,8 @@ class RuleSet:
 
 @attrs.frozen(kw_only=True)
 class DiscoveryConfig:
-    """How clients find tools, and how much of a tool's result they get (``core.discovery``,
-    ``core.result_budget``). In [proxy.discovery] for every profile; a profile's
+    """How clients find tools, and how much of a tool's result they get (``core.catalogs.discovery``,
+    ``core.catalogs.result_budget``). In [proxy.discovery] for every profile; a profile's
     [profiles.NAME.discovery] overrides what it gives. None: not given here."""
 
     # "all": every tool in tools/list; "search": find_tools and call_tool only; "auto":

@@ -11,8 +11,8 @@ from urllib.parse import urlsplit
 
 from aggregator.config.model import DiscoveryConfig, HttpConfig, ProxyConfig, ServerConfig
 from aggregator.config.ranges import Range, in_range, number_text
-from aggregator.core.naming import NAME_CHARS
-from aggregator.core.nesting import CHAIN_VARIABLE
+from aggregator.core.catalogs.naming import NAME_CHARS
+from aggregator.core.catalogs.nesting import CHAIN_VARIABLE
 from aggregator.core.settings import MODES
 from aggregator.mcp.constants import SERVER_REQUEST_CAPABILITIES
 from aggregator.mcp.versions import ALL_VERSIONS, MODERN

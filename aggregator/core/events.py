@@ -21,8 +21,8 @@ from typing import Any, TypeAlias
 
 import attrs
 
+from aggregator.core.era.upstream_era import Era
 from aggregator.core.settings import Discovery, LinkSettings
-from aggregator.core.upstream_era import Era
 from aggregator.jsonrpc.errors import RemoteProtocolError
 
 # --- clients ----------------------------------------------------------------------------
@@ -32,7 +32,7 @@ from aggregator.jsonrpc.errors import RemoteProtocolError
 class ClientConnected:
     """Client session ``key`` connected, for ``profile``'s catalog. ``era``: MODERN when its
     front knows it speaks a modern revision from its first message (else it may still turn
-    out to, ``core.modern_callers``); ``principal``: who the front authenticated;
+    out to, ``core.era.modern_callers``); ``principal``: who the front authenticated;
     ``stateless``: a stateless HTTP request's own client."""
 
     key: int

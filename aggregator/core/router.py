@@ -55,13 +55,13 @@ Invariants
 4. Names, URIs and task ids are looked up before anything is sent; an unknown one is
    -32602 from the proxy and reaches no upstream.
 5. Server-to-client requests get proxy-minted ids per client, and the answer goes back
-   under the upstream's own id. One that cannot be routed (``core.affinity``) is answered
+   under the upstream's own id. One that cannot be routed (``core.reverse.affinity``) is answered
    with an error at once; only a roots/list waits, for its client to initialize, within
    ``ROOTS_HOLD_SECONDS``.
 6. Errors the proxy makes itself carry ``data.source = "aggregator"``, the server and a
    reason, so nobody mistakes them for an upstream's.
 7. A name or URI that misses the catalog but belongs to a shared server between starts
-   (``aggregator.core.outages``) is never "Unknown": the request waits for the server
+   (``aggregator.core.upstreams.outages``) is never "Unknown": the request waits for the server
    within its own timeout (a held ``Pending``, in ``client.in_flight`` and the deadlines,
    never in ``link.pending``: nothing was sent) or is answered ``unavailable`` with the
    server's state. Held requests are looked up again once the server is listed.
@@ -74,9 +74,10 @@ from collections.abc import Callable
 from typing import Any
 
 from aggregator.core import events
-from aggregator.core.catalog import Catalog
-from aggregator.core.client_events import ClientEvents
-from aggregator.core.client_requests import ClientRequests
+from aggregator.core.catalogs.catalog import Catalog
+from aggregator.core.catalogs.discovery import Searching
+from aggregator.core.clients.client_events import ClientEvents
+from aggregator.core.clients.client_requests import ClientRequests
 from aggregator.core.commands import (
     Answer,
     Command,
@@ -88,18 +89,16 @@ from aggregator.core.commands import (
     UpstreamServing,
     WaitForStartup,
 )
-from aggregator.core.discovery import Searching
+from aggregator.core.era.input_bridge import InputBridge
+from aggregator.core.era.listen_acks import ListenAcks
+from aggregator.core.era.modern_callers import ModernCallers
+from aggregator.core.era.parked import ParkedCalls, ParkedTable
+from aggregator.core.era.upstream_era import INSTANCE_KEY
 from aggregator.core.events import Event
-from aggregator.core.forwarding import Forwarding
-from aggregator.core.inflight import InFlight
-from aggregator.core.input_bridge import InputBridge
-from aggregator.core.listen_acks import ListenAcks
-from aggregator.core.modern_callers import ModernCallers
-from aggregator.core.parked import ParkedCalls, ParkedTable
-from aggregator.core.reconfigure import Reconfigure
-from aggregator.core.reverse_requests import ReverseRequests
-from aggregator.core.roots import Roots
-from aggregator.core.server_messages import ServerMessages
+from aggregator.core.requests.forwarding import Forwarding
+from aggregator.core.requests.inflight import InFlight
+from aggregator.core.reverse.reverse_requests import ReverseRequests
+from aggregator.core.reverse.roots import Roots
 from aggregator.core.settings import LinkSettings, RouterSettings
 from aggregator.core.state import (
     ROOTS_HOLD_SECONDS,
@@ -110,10 +109,11 @@ from aggregator.core.state import (
     UpstreamLink,
     proxy_error,
 )
-from aggregator.core.upstream_control import UpstreamControl
-from aggregator.core.upstream_era import INSTANCE_KEY
-from aggregator.core.upstream_events import UpstreamEvents
-from aggregator.core.upstream_lifecycle import CONTROL_ID_PREFIX
+from aggregator.core.upstreams.reconfigure import Reconfigure
+from aggregator.core.upstreams.server_messages import ServerMessages
+from aggregator.core.upstreams.upstream_control import UpstreamControl
+from aggregator.core.upstreams.upstream_events import UpstreamEvents
+from aggregator.core.upstreams.upstream_lifecycle import CONTROL_ID_PREFIX
 
 __all__ = [
     "CONTROL_ID_PREFIX",

@@ -15,17 +15,17 @@ import attrs
 
 from aggregator.core import defaults
 
-MODES = ("all", "search", "auto")  # discovery modes (``core.discovery``)
+MODES = ("all", "search", "auto")  # discovery modes (``core.catalogs.discovery``)
 
 
 @attrs.frozen(kw_only=True)
 class Discovery:
-    """One profile's discovery settings (``core.discovery``; ``[proxy.discovery]`` and
+    """One profile's discovery settings (``core.catalogs.discovery``; ``[proxy.discovery]`` and
     ``[profiles.NAME.discovery]``)."""
 
     mode: str = "all"  # one of MODES (checked at load)
     budget_tokens: int = 8000
-    max_result_tokens: int = 0  # 0: results are never cut (``core.result_budget``)
+    max_result_tokens: int = 0  # 0: results are never cut (``core.catalogs.result_budget``)
     keep_results_for: float = 600.0  # seconds the rest of a cut result stays readable
 
 

@@ -12,28 +12,28 @@ import secrets
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from aggregator.core.announcements import Announcements
-from aggregator.core.catalog import Catalog
-from aggregator.core.clients import ClientState as ClientState  # re-exported: where the groups look
-from aggregator.core.clients import SessionInfo as SessionInfo
+from aggregator.core.catalogs.catalog import Catalog
+from aggregator.core.catalogs.result_budget import ResultBudgets
+from aggregator.core.catalogs.session_catalog import SessionViews
+from aggregator.core.catalogs.targets import ServerDown as ServerDown  # re-exported: where the groups look
+from aggregator.core.catalogs.targets import Targets
+from aggregator.core.clients.clients import ClientState as ClientState  # re-exported: where the groups look
+from aggregator.core.clients.clients import SessionInfo as SessionInfo
+from aggregator.core.clients.handshake import Handshake
 from aggregator.core.commands import Command, ToClient, ToServer
-from aggregator.core.handshake import Handshake
-from aggregator.core.links import Caller
-from aggregator.core.links import Pending as Pending  # re-exported: where the groups look for them
-from aggregator.core.links import UpstreamLink as UpstreamLink
-from aggregator.core.outages import Outage
-from aggregator.core.request_state import RequestStates
-from aggregator.core.request_table import RequestTable
-from aggregator.core.result_budget import ResultBudgets
-from aggregator.core.reverse_table import Reverse as Reverse  # re-exported: where the groups look
-from aggregator.core.reverse_table import ReverseTable
-from aggregator.core.session_catalog import SessionViews
+from aggregator.core.era.request_state import RequestStates
+from aggregator.core.notices.announcements import Announcements
+from aggregator.core.notices.subscriptions import Listens, Subscriptions
+from aggregator.core.requests.request_table import RequestTable
+from aggregator.core.requests.tallies import Tallies
+from aggregator.core.requests.tasks import TaskOwners
+from aggregator.core.reverse.reverse_table import Reverse as Reverse  # re-exported: where the groups look
+from aggregator.core.reverse.reverse_table import ReverseTable
 from aggregator.core.settings import Discovery, LinkSettings, RouterSettings
-from aggregator.core.subscriptions import Listens, Subscriptions
-from aggregator.core.tallies import Tallies
-from aggregator.core.targets import ServerDown as ServerDown  # re-exported: where the groups look
-from aggregator.core.targets import Targets
-from aggregator.core.tasks import TaskOwners
+from aggregator.core.upstreams.links import Caller
+from aggregator.core.upstreams.links import Pending as Pending  # re-exported: where the groups look for them
+from aggregator.core.upstreams.links import UpstreamLink as UpstreamLink
+from aggregator.core.upstreams.outages import Outage
 from aggregator.jsonrpc.errors import INTERNAL_ERROR, RemoteProtocolError, error_response
 from aggregator.mcp.constants import CANCELLED
 
@@ -159,8 +159,8 @@ class RouterState:
         self.draining = False  # shutting down: finish what is in flight, take nothing new
         self.max_in_flight = settings.max_in_flight
         self.max_json_depth = settings.max_json_depth  # enforced where messages are decoded
-        self.discovery = dict(settings.discovery)  # profile -> its settings (``core.discovery``)
-        # Whether any profile cuts results, and the rests cut off (``core.result_budget``).
+        self.discovery = dict(settings.discovery)  # profile -> its settings (``core.catalogs.discovery``)
+        # Whether any profile cuts results, and the rests cut off (``core.catalogs.result_budget``).
         self.budgets = ResultBudgets(clock, self.discovery)  # tool results cut, their rest kept
         self.server_requests = settings.server_requests
         self.roots = None if settings.roots is None else [{"uri": uri} for uri in settings.roots]
@@ -172,15 +172,17 @@ class RouterState:
         self.server_request_policy: ServerRequestPolicy = (
             server_request_policy if server_request_policy is not None else lambda server, method, params: True
         )
-        self.tallies = Tallies()  # what ended how (``core.tallies``)
-        # Every client request in flight, its progress token and deadlines (``core.request_table``).
+        self.tallies = Tallies()  # what ended how (``core.requests.tallies``)
+        # Every client request in flight, its progress token and deadlines (``core.requests.request_table``).
         self.requests = RequestTable(clock, self.links, self.clients, self.tallies)
         self.subscriptions = Subscriptions()  # keyed by link: (server or server@session, URI)
         self.listens = Listens()  # modern callers' open subscriptions/listen requests
         self.views = SessionViews()  # of the sessions whose own per-session connections listed
-        self.tasks, self.task_owners = {}, TaskOwners()  # whose each task is (``core.tasks``)
-        self.reverse = ReverseTable(settings.max_in_flight)  # server-to-client requests (``core.reverse_table``)
-        # list_changed notices due, and when (``core.announcements``)
+        self.tasks, self.task_owners = {}, TaskOwners()  # whose each task is (``core.requests.tasks``)
+        self.reverse = ReverseTable(
+            settings.max_in_flight
+        )  # server-to-client requests (``core.reverse.reverse_table``)
+        # list_changed notices due, and when (``core.notices.announcements``)
         self.announcements = Announcements(
             clock, settings.list_changed_debounce, self.clients, self.views, self.listens
         )

@@ -9,8 +9,8 @@ import trio
 
 from aggregator.config import Config
 from aggregator.config.core_settings import router_settings
-from aggregator.core.catalog import Catalog
-from aggregator.core.policy import ProfilePolicy
+from aggregator.core.catalogs.catalog import Catalog
+from aggregator.core.catalogs.policy import ProfilePolicy
 from aggregator.core.router import Router
 from aggregator.plugins.api import Plugins
 

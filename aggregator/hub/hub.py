@@ -27,6 +27,7 @@ from typing import Any
 import trio
 
 from aggregator.config import Config
+from aggregator.core.catalogs.policy import unmatched_rules
 from aggregator.core.commands import Command, RequestEnded
 from aggregator.core.events import (
     ClientConnected,
@@ -38,7 +39,6 @@ from aggregator.core.events import (
     StartupCompleted,
     TimePassed,
 )
-from aggregator.core.policy import unmatched_rules
 from aggregator.core.router import (
     Answer,
     DropUpstream,

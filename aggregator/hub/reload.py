@@ -41,6 +41,7 @@ from aggregator.config import Config, load_config
 from aggregator.config.changes import ConfigChanges, plan_changes
 from aggregator.config.core_settings import discovery_settings, link_settings
 from aggregator.config.loading import min_ready_problems
+from aggregator.core.catalogs.policy import ProfilePolicy
 from aggregator.core.events import (
     CatalogsRenewed,
     DiscoveryRenewed,
@@ -49,7 +50,6 @@ from aggregator.core.events import (
     ServerReplaced,
     ServerRestarting,
 )
-from aggregator.core.policy import ProfilePolicy
 from aggregator.errors import AggregatorError, ConfigError
 from aggregator.plugins.api import Plugins, load_plugins
 from aggregator.plugins.gate import GateHost, PluginGate

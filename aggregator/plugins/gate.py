@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import trio
 
 from aggregator.config import Config
-from aggregator.core.policy import server_request_allowed
+from aggregator.core.catalogs.policy import server_request_allowed
 from aggregator.core.router import Command, ToClient, proxy_error
 from aggregator.jsonrpc.errors import INVALID_REQUEST
 from aggregator.jsonrpc.kinds import NOTIFICATION, REQUEST

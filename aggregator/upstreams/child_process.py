@@ -18,7 +18,7 @@ children are started by trio and learn of the proxy's death from the end of thei
 only: a server that ignores it outlives a killed proxy.
 
 Every child's environment carries the loop guard's chain of configs
-(``aggregator.core.nesting``), set after the server's own ``env``.
+(``aggregator.core.catalogs.nesting``), set after the server's own ``env``.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ from typing import Any
 
 import trio
 
-from aggregator.core.nesting import CHAIN_VARIABLE
+from aggregator.core.catalogs.nesting import CHAIN_VARIABLE
 from aggregator.transports.channel import Channel
 
 log = logging.getLogger(__name__)

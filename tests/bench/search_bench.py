@@ -28,9 +28,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from aggregator.core.discovery import SEARCH_LIST_TOKENS
-from aggregator.core.tokens import tools_list_tokens
-from aggregator.core.tool_search import ToolIndex
+from aggregator.core.catalogs.discovery import SEARCH_LIST_TOKENS
+from aggregator.core.catalogs.tokens import tools_list_tokens
+from aggregator.core.catalogs.tool_search import ToolIndex
 from tests.bench.stdio_bench import Peer
 from tests.real_servers import missing, servers_toml
 

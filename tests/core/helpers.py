@@ -13,7 +13,7 @@ import pytest
 
 from aggregator.config import ServerConfig
 from aggregator.config.core_settings import link_settings
-from aggregator.core.catalog import Catalog
+from aggregator.core.catalogs.catalog import Catalog
 from aggregator.core.events import (
     ClientConnected,
     ClientMessage,
@@ -24,7 +24,7 @@ from aggregator.core.events import (
     UpstreamConnected,
 )
 from aggregator.core.router import Router, RouterSettings
-from aggregator.core.upstream_lifecycle import CONTROL_ID_PREFIX
+from aggregator.core.upstreams.upstream_lifecycle import CONTROL_ID_PREFIX
 from aggregator.jsonrpc import RemoteProtocolError, decode_message, dumps, loads
 from aggregator.mcp.constants import LIST_METHOD_OF
 

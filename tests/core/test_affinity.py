@@ -1,9 +1,9 @@
 """The rules for which client a server's request, log line or roots belong to
-(``core.affinity``), one table row per case."""
+(``core.reverse.affinity``), one table row per case."""
 
 import pytest
 
-from aggregator.core.affinity import (
+from aggregator.core.reverse.affinity import (
     AMBIGUOUS,
     ANSWER,
     ENDED,

@@ -1,4 +1,4 @@
-"""list_changed notices (``aggregator.core.announcements``): queued per profile or session,
+"""list_changed notices (``aggregator.core.notices.announcements``): queued per profile or session,
 sent together once the debounce passes, only to initialized clients that were told the
 capability."""
 
@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import pytest
 
-from aggregator.core.announcements import Announcements
-from aggregator.core.clients import ClientState
+from aggregator.core.catalogs.session_catalog import SessionViews
+from aggregator.core.clients.clients import ClientState
 from aggregator.core.commands import ToClient
 from aggregator.core.events import ClientConnected, ClientMessage, ServerItems, TimePassed
-from aggregator.core.session_catalog import SessionViews
-from aggregator.core.subscriptions import Listens
+from aggregator.core.notices.announcements import Announcements
+from aggregator.core.notices.subscriptions import Listens
 from tests.core.helpers import Clock, connect, make_router, msg, unpack
 
 

@@ -62,7 +62,7 @@ def _list_any_returns(path: Path) -> list[str]:
 
 
 # The modules that make commands: the router's groups.
-MAKERS = sorted(p for p in CORE.glob("*.py") if "aggregator.core.commands import" in p.read_text())
+MAKERS = sorted(p for p in CORE.rglob("*.py") if "aggregator.core.commands import" in p.read_text())
 
 
 def test_the_groups_make_commands():

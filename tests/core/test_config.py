@@ -98,7 +98,7 @@ def test_all_problems_at_once():
 
 def test_underscore_keys_get_a_uri_prefix():
     config = structure_config({"servers": {"my_db": {"command": "g"}}}, environ={})
-    from aggregator.core.naming import uri_prefix
+    from aggregator.core.catalogs.naming import uri_prefix
 
     assert uri_prefix(config.servers["my_db"]) == "my-db"
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).parents[2]
-CORE = sorted((ROOT / "aggregator" / "core").glob("*.py"))
+CORE = sorted((ROOT / "aggregator" / "core").rglob("*.py"))
 OUTSIDE_CORE = sorted(
     path for path in (ROOT / "aggregator").rglob("*.py") if (ROOT / "aggregator" / "core") not in path.parents
 )
@@ -28,7 +28,7 @@ def long_functions(source: str) -> list[str]:
     ]
 
 
-@pytest.mark.parametrize("path", CORE, ids=lambda p: p.name)
+@pytest.mark.parametrize("path", CORE, ids=lambda p: str(p.relative_to(ROOT)))
 def test_a_core_module_has_short_functions_and_says_what_it_owns(path):
     source = path.read_text()
     assert long_functions(source) == []

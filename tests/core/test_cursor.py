@@ -1,8 +1,8 @@
 import pytest
 
 from aggregator.config import ServerConfig
-from aggregator.core.catalog import Catalog
-from aggregator.core.cursor import CursorCodec
+from aggregator.core.catalogs.catalog import Catalog
+from aggregator.core.catalogs.cursor import CursorCodec
 from aggregator.jsonrpc import INVALID_PARAMS, RemoteProtocolError, loads
 
 

@@ -10,7 +10,7 @@ import attrs
 import pytest
 
 from aggregator.config import ProxyConfig, ServerConfig, structure_config
-from aggregator.core.catalog import Catalog
+from aggregator.core.catalogs.catalog import Catalog
 from aggregator.core.events import ClientConnected, ClientMessage, ServerItems, ServerReady
 from aggregator.core.router import LinkSettings, Router, RouterSettings, UpstreamLink
 from aggregator.jsonrpc import dumps, loads

@@ -1,4 +1,4 @@
-"""Discovery modes (``aggregator.core.discovery``): what tools/list shows, find_tools,
+"""Discovery modes (``aggregator.core.catalogs.discovery``): what tools/list shows, find_tools,
 call_tool unwrapped into the call it names, auto mode's budget, policy before ranking."""
 
 from __future__ import annotations
@@ -10,8 +10,10 @@ import pytest
 
 from aggregator.config import Config, ServerConfig
 from aggregator.config.model import KindPolicy, ProfileConfig
-from aggregator.core.catalog import Catalog
-from aggregator.core.discovery import CALL_TOOL, FIND_TOOLS, META_TOOLS
+from aggregator.core.catalogs.catalog import Catalog
+from aggregator.core.catalogs.discovery import CALL_TOOL, FIND_TOOLS, META_TOOLS
+from aggregator.core.catalogs.policy import ProfilePolicy
+from aggregator.core.catalogs.tokens import tools_list_tokens
 from aggregator.core.events import (
     ClientConnected,
     ClientMessage,
@@ -20,9 +22,7 @@ from aggregator.core.events import (
     ServerReady,
     StartupCompleted,
 )
-from aggregator.core.policy import ProfilePolicy
 from aggregator.core.settings import Discovery
-from aggregator.core.tokens import tools_list_tokens
 from tests.core.helpers import Clock, connect, msg, new_router, unpack
 
 TOOLS = {

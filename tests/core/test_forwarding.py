@@ -1,4 +1,4 @@
-"""A client request on its way upstream (``aggregator.core.forwarding``): a fresh id per
+"""A client request on its way upstream (``aggregator.core.requests.forwarding``): a fresh id per
 upstream, the proxy's own progress token, or a refusal that says why it was not sent."""
 
 from __future__ import annotations

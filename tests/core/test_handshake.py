@@ -1,4 +1,4 @@
-"""The client handshake and what the proxy says about itself (``aggregator.core.handshake``):
+"""The client handshake and what the proxy says about itself (``aggregator.core.clients.handshake``):
 capabilities merged from the ready servers, the ones it declares upstream, instructions,
 and the log level it asks of upstreams."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from aggregator.config import ServerConfig
-from aggregator.core.catalog import Catalog
+from aggregator.core.catalogs.catalog import Catalog
 from aggregator.core.events import ClientConnected, ClientMessage, ServerReady, StartupCompleted
 from tests.core.helpers import Clock, connect, make_router, msg, new_router, unpack
 

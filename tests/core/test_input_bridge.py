@@ -1,4 +1,4 @@
-"""A modern server's ``input_required`` result for a legacy client (``core.input_bridge``):
+"""A modern server's ``input_required`` result for a legacy client (``core.era.input_bridge``):
 its questions go to the client as server-to-client requests, the answers come back in a
 retry under a new id with ``inputResponses`` and the ``requestState``, and the client sees
 one ordinary result; every way the exchange can end leaves the tables empty."""
@@ -8,7 +8,11 @@ from __future__ import annotations
 import pytest
 
 from aggregator.config import ServerConfig
-from aggregator.core.catalog import Catalog
+from aggregator.core.catalogs.catalog import Catalog
+from aggregator.core.era.input_bridge import MAX_INPUT_ROUNDS
+from aggregator.core.era.modern_results import IDENTITY
+from aggregator.core.era.request_state import WRAPPED
+from aggregator.core.era.upstream_era import Era
 from aggregator.core.events import (
     Abandoned,
     ClientConnected,
@@ -21,11 +25,7 @@ from aggregator.core.events import (
     StartupCompleted,
     TimePassed,
 )
-from aggregator.core.input_bridge import MAX_INPUT_ROUNDS
-from aggregator.core.links import Phase
-from aggregator.core.modern_results import IDENTITY
-from aggregator.core.request_state import WRAPPED
-from aggregator.core.upstream_era import Era
+from aggregator.core.upstreams.links import Phase
 from aggregator.jsonrpc import dumps
 from tests.core.helpers import CLIENT_CAPS, Clock, connect, decoded, msg, new_router, unpack
 
@@ -407,7 +407,7 @@ def test_a_modern_callers_input_required_result_passes_through_unchanged():
     [(kind, session, passed)] = unpack(r.handle(ServerMessage("a", msg(id=sent["id"], result=result))))
     assert (kind, session, passed["id"]) == ("ToClient", 2, 5)
     # Unchanged but for the proxy's identity, which every result to a modern caller carries,
-    # and the server's state, wrapped in one bound to the caller (``core.modern_input``).
+    # and the server's state, wrapped in one bound to the caller (``core.era.modern_input``).
     state = passed["result"].pop("requestState")
     assert state.startswith(WRAPPED)
     del result["requestState"]

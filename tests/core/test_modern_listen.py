@@ -1,4 +1,4 @@
-"""subscriptions/listen (``aggregator.core.modern_callers``, ``subscriptions.Listens``): the
+"""subscriptions/listen (``aggregator.core.era.modern_callers``, ``subscriptions.Listens``): the
 acknowledgement first, the honoured subset, list changes and resource updates fanned in
 from every upstream and tagged with the listen's id, refcounted upstream subscriptions,
 cancel, disconnect and the graceful end at shutdown."""

@@ -1,4 +1,4 @@
-"""Modern (2026-07-28) callers (``aggregator.core.modern_callers``, ``modern_results``):
+"""Modern (2026-07-28) callers (``aggregator.core.era.modern_callers``, ``modern_results``):
 admission by ``_meta``, server/discover, removed methods, the era of a stdio connection,
 every answer stamped, cache hints, -32002 rewritten, per-request log levels, no unsolicited
 notifications."""
@@ -11,7 +11,9 @@ import pytest
 
 from aggregator import __version__
 from aggregator.config import ServerConfig
-from aggregator.core.catalog import Catalog
+from aggregator.core.catalogs.catalog import Catalog
+from aggregator.core.era.modern_results import cache_hints, list_page_suffix, modern_error, splice_page
+from aggregator.core.era.upstream_era import Era
 from aggregator.core.events import (
     ClientConnected,
     ClientMessage,
@@ -20,8 +22,6 @@ from aggregator.core.events import (
     ServerReady,
     StartupCompleted,
 )
-from aggregator.core.modern_results import cache_hints, list_page_suffix, modern_error, splice_page
-from aggregator.core.upstream_era import Era
 from aggregator.jsonrpc import loads
 from aggregator.mcp.modern import (
     CLIENT_CAPABILITIES,
@@ -208,7 +208,7 @@ def test_discover_answers_what_the_proxy_serves(router):
     answer = only_answer(modern(router, 7, "d", "server/discover"), 7)
     result = answer["result"]
     assert result["resultType"] == "complete" and result["_meta"][SERVER_INFO] == IDENTITY
-    # As initialize says it, but for 2025-11-25 tasks: no place in the modern era (``core.tasks``).
+    # As initialize says it, but for 2025-11-25 tasks: no place in the modern era (``core.requests.tasks``).
     legacy = router.handshake.merged_capabilities()
     assert "tasks" in legacy and result["capabilities"] == {k: v for k, v in legacy.items() if k != "tasks"}
     assert result["capabilities"]["resources"]["subscribe"] is True

@@ -6,9 +6,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from aggregator.config import ServerConfig
-from aggregator.core.catalog import Catalog
-from aggregator.core.naming import MAX_NAME, expose_name
-from aggregator.core.uris import expose_uri, split_uri, template_matches
+from aggregator.core.catalogs.catalog import Catalog
+from aggregator.core.catalogs.naming import MAX_NAME, expose_name
+from aggregator.core.catalogs.uris import expose_uri, split_uri, template_matches
 
 LEGAL = re.compile(r"[A-Za-z0-9_.-]{1,128}")
 # RFC 3986: scheme = ALPHA *( ALPHA / DIGIT / "+" / "-" / "." )

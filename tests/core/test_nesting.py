@@ -3,7 +3,7 @@
 import pytest
 
 from aggregator.config import structure_config
-from aggregator.core.nesting import CHAIN_VARIABLE, MAX_DEPTH, NestingRefused, chain_value, enter, parse_chain
+from aggregator.core.catalogs.nesting import CHAIN_VARIABLE, MAX_DEPTH, NestingRefused, chain_value, enter, parse_chain
 from aggregator.errors import ConfigError
 
 

@@ -1,4 +1,4 @@
-"""Servers between starts: the pure rules (aggregator.core.outages) as tables, then the
+"""Servers between starts: the pure rules (aggregator.core.upstreams.outages) as tables, then the
 router with an injected clock: held then forwarded, held then failed, answered at once,
 policy-hidden names, names gone after a restart."""
 
@@ -7,7 +7,8 @@ import tomllib
 import pytest
 
 from aggregator.config import structure_config
-from aggregator.core.catalog import PROMPTS, TOOLS, Catalog
+from aggregator.core.catalogs.catalog import PROMPTS, TOOLS, Catalog
+from aggregator.core.catalogs.policy import ProfilePolicy
 from aggregator.core.commands import RequestEnded
 from aggregator.core.events import (
     Abandoned,
@@ -22,8 +23,8 @@ from aggregator.core.events import (
     ServerReady,
     TimePassed,
 )
-from aggregator.core.links import Phase
-from aggregator.core.outages import (
+from aggregator.core.upstreams.links import Phase
+from aggregator.core.upstreams.outages import (
     Outage,
     name_owner,
     remember,
@@ -35,7 +36,6 @@ from aggregator.core.outages import (
     unavailable,
     uri_owner,
 )
-from aggregator.core.policy import ProfilePolicy
 from tests.core.helpers import msg, new_router, unpack
 
 CONFIG = """

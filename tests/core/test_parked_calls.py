@@ -7,6 +7,10 @@ from typing import Any
 
 import pytest
 
+from aggregator.core.era.modern_results import IDENTITY
+from aggregator.core.era.parked import EXPIRY_SPACING, GATHER_SECONDS
+from aggregator.core.era.request_state import PREFIX
+from aggregator.core.era.upstream_era import Era
 from aggregator.core.events import (
     ClientConnected,
     ClientDisconnected,
@@ -15,12 +19,8 @@ from aggregator.core.events import (
     ServerStreams,
     TimePassed,
 )
-from aggregator.core.links import Phase
-from aggregator.core.modern_results import IDENTITY
-from aggregator.core.parked import EXPIRY_SPACING, GATHER_SECONDS
-from aggregator.core.request_state import PREFIX
 from aggregator.core.router import Router
-from aggregator.core.upstream_era import Era
+from aggregator.core.upstreams.links import Phase
 from aggregator.jsonrpc.errors import INVALID_PARAMS, METHOD_NOT_FOUND
 from aggregator.mcp.modern import (
     CLIENT_CAPABILITIES,
@@ -223,7 +223,7 @@ def test_a_request_after_the_window_is_asked_in_the_next_round(router):
 
 
 def test_colliding_ids_get_distinct_keys():
-    from aggregator.core.parked import Ask, _input_key
+    from aggregator.core.era.parked import Ask, _input_key
 
     asks = {"7": Ask("7", "roots/list", {})}
     assert _input_key(asks, 7) == "7-2"

@@ -4,7 +4,7 @@ is subscribed to for that session only. Pure: a fake clock, no I/O."""
 import pytest
 
 from aggregator.config import ServerConfig
-from aggregator.core.catalog import Catalog
+from aggregator.core.catalogs.catalog import Catalog
 from aggregator.core.commands import RequestEnded
 from aggregator.core.events import (
     ClientConnected,

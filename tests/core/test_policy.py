@@ -7,9 +7,9 @@ import tomllib
 import pytest
 
 from aggregator.config import structure_config
-from aggregator.core.catalog import Catalog
+from aggregator.core.catalogs.catalog import Catalog
+from aggregator.core.catalogs.policy import ProfilePolicy, server_request_allowed
 from aggregator.core.events import ClientConnected, ClientMessage, ServerItems, ServerMessage, ServerReady
-from aggregator.core.policy import ProfilePolicy, server_request_allowed
 from aggregator.jsonrpc import loads
 from tests.core.helpers import msg, new_router
 

@@ -10,7 +10,8 @@ import pytest
 from aggregator.config import Config, KindPolicy, ProfileConfig, ProxyConfig, RuleSet, ServerConfig, structure_config
 from aggregator.config.changes import plan_changes
 from aggregator.config.core_settings import link_settings
-from aggregator.core.catalog import Catalog
+from aggregator.core.catalogs.catalog import Catalog
+from aggregator.core.catalogs.policy import ProfilePolicy
 from aggregator.core.events import (
     CatalogsRenewed,
     ClientMessage,
@@ -26,7 +27,6 @@ from aggregator.core.events import (
     ServerRestarting,
     StartupCompleted,
 )
-from aggregator.core.policy import ProfilePolicy
 from aggregator.core.router import Router
 from tests.core.helpers import Clock, connect, msg, new_router, unpack
 

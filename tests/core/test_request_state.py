@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from aggregator.core.request_state import PREFIX, RequestStates, is_ours, request_digest
+from aggregator.core.era.request_state import PREFIX, RequestStates, is_ours, request_digest
 from aggregator.jsonrpc import RemoteProtocolError, loads
 from aggregator.jsonrpc.errors import INVALID_PARAMS
 

@@ -1,4 +1,4 @@
-"""Result budgets (``aggregator.core.result_budget``): a tool result over its profile's
+"""Result budgets (``aggregator.core.catalogs.result_budget``): a tool result over its profile's
 ``max_result_tokens`` is cut, the rest kept for its caller alone, paged back with
 resources/read, gone when it expires or its session ends; memory bounded."""
 
@@ -7,7 +7,10 @@ from __future__ import annotations
 from typing import Any
 
 from aggregator.config import ServerConfig
-from aggregator.core.catalog import Catalog
+from aggregator.core.catalogs.catalog import Catalog
+from aggregator.core.catalogs.kept_results import KeptResults
+from aggregator.core.catalogs.result_budget import RESULTS, cut_result, over_budget
+from aggregator.core.catalogs.tokens import tokens_of
 from aggregator.core.events import (
     ClientConnected,
     ClientDisconnected,
@@ -17,10 +20,7 @@ from aggregator.core.events import (
     ServerReady,
     StartupCompleted,
 )
-from aggregator.core.kept_results import KeptResults
-from aggregator.core.result_budget import RESULTS, cut_result, over_budget
 from aggregator.core.settings import Discovery
-from aggregator.core.tokens import tokens_of
 from tests.core.helpers import Clock, connect, msg, new_router, unpack
 
 BUDGET = 500
@@ -214,7 +214,7 @@ def test_a_rest_is_paged_in_one_pass_and_the_books_stay_balanced(monkeypatch):
     """Paging a rest encodes it once (not once per page), and many rests keep the per-owner
     and expiry bookkeeping exact: what made a 16 MB result freeze the proxy, and calls slow
     down with the number of rests kept."""
-    from aggregator.core import kept_results
+    from aggregator.core.catalogs import kept_results
 
     encoded = []
     real = kept_results.cut_utf8

@@ -1,4 +1,4 @@
-"""Server-to-client requests (``aggregator.core.reverse_requests``): routed under a proxy id
+"""Server-to-client requests (``aggregator.core.reverse.reverse_requests``): routed under a proxy id
 to the one client they are for, answered back under the server's id, or refused at once."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from aggregator.config import ServerConfig
-from aggregator.core.catalog import Catalog
+from aggregator.core.catalogs.catalog import Catalog
 from aggregator.core.events import ClientMessage, ServerItems, ServerMessage, ServerReady, StartupCompleted
 from tests.core.helpers import Clock, connect, msg, new_router, unpack
 

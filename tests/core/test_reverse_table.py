@@ -1,9 +1,9 @@
-"""The table of server-to-client requests in flight (``aggregator.core.reverse_table``): ids
+"""The table of server-to-client requests in flight (``aggregator.core.reverse.reverse_table``): ids
 minted once, counts that match the entries, elicitations bounded per session."""
 
 from __future__ import annotations
 
-from aggregator.core.reverse_table import Reverse, ReverseTable
+from aggregator.core.reverse.reverse_table import Reverse, ReverseTable
 
 
 def test_a_request_is_found_both_ways_and_leaves_no_trace():

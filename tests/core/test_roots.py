@@ -1,4 +1,4 @@
-"""roots/list and roots changes (``aggregator.core.roots``): asked of the client the roots
+"""roots/list and roots changes (``aggregator.core.reverse.roots``): asked of the client the roots
 come from, held while it initializes (at most ``ROOTS_HOLD_SECONDS``), or answered by the
 proxy; a change is told once until the server asks again."""
 

@@ -4,7 +4,7 @@ with two clients sharing one upstream. Pure: a fake clock, no I/O."""
 import pytest
 
 from aggregator.config import ServerConfig
-from aggregator.core.catalog import Catalog
+from aggregator.core.catalogs.catalog import Catalog
 from aggregator.core.events import (
     Abandoned,
     ClientConnected,

@@ -1,4 +1,4 @@
-"""The per-session view of the catalog (``aggregator.core.session_catalog``): what a session
+"""The per-session view of the catalog (``aggregator.core.catalogs.session_catalog``): what a session
 sees once its own per-session connections have listed. Table-driven, pure.
 
 The reference for every case is a catalog built from scratch over the session's store (its
@@ -15,10 +15,10 @@ from collections import ChainMap
 import pytest
 
 from aggregator.config import structure_config
-from aggregator.core.catalog import KINDS, RESOURCES, TEMPLATES, TOOLS, Catalog
-from aggregator.core.policy import ProfilePolicy
-from aggregator.core.session_catalog import SessionCatalog
-from aggregator.core.uris import InvalidUri
+from aggregator.core.catalogs.catalog import KINDS, RESOURCES, TEMPLATES, TOOLS, Catalog
+from aggregator.core.catalogs.policy import ProfilePolicy
+from aggregator.core.catalogs.session_catalog import SessionCatalog
+from aggregator.core.catalogs.uris import InvalidUri
 from aggregator.jsonrpc import loads
 from aggregator.jsonrpc.errors import RemoteProtocolError
 from aggregator.plugins.api import Plugins

@@ -1,8 +1,8 @@
-"""Resource subscriptions refcounted across sessions (``aggregator.core.subscriptions``). Pure."""
+"""Resource subscriptions refcounted across sessions (``aggregator.core.notices.subscriptions``). Pure."""
 
 from __future__ import annotations
 
-from aggregator.core.subscriptions import Subscriptions
+from aggregator.core.notices.subscriptions import Subscriptions
 
 
 def test_a_leaving_session_frees_what_only_it_held_in_the_order_it_came():

@@ -1,4 +1,4 @@
-"""What a client request names (``aggregator.core.targets``): one ``Targets.resolve`` serves
+"""What a client request names (``aggregator.core.catalogs.targets``): one ``Targets.resolve`` serves
 the request handlers and ``describe``, so what ``describe`` tells a plugin is where the
 request goes, and what it cannot tell is refused with -32602 before anything is sent."""
 
@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
+from aggregator.core.catalogs.targets import ServerDown
 from aggregator.core.events import ClientMessage, ServerItems, ServerListed, ServerLost, ServerReady
-from aggregator.core.targets import ServerDown
 from tests.core.helpers import connect, make_router, msg, unpack
 
 PROMPT_CAPS = {"prompts": {}, "completions": {}, "resources": {}}

@@ -1,5 +1,5 @@
 """The tasks extension (``io.modelcontextprotocol/tasks``) for modern callers of modern
-servers (``core.tasks``): declared in server/discover where a server declares it, forwarded in
+servers (``core.requests.tasks``): declared in server/discover where a server declares it, forwarded in
 ``_meta`` where both sides declare it, a task handle exposed under the server's name and bound
 to the caller's principal, ``tasks/get|update|cancel`` routed back un-namespaced, -32021 where
 the extension was not negotiated."""
@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 
 from aggregator.config import ServerConfig
-from aggregator.core.catalog import Catalog
+from aggregator.core.catalogs.catalog import Catalog
+from aggregator.core.era.upstream_era import Era
 from aggregator.core.events import (
     ClientConnected,
     ClientMessage,
@@ -20,8 +21,7 @@ from aggregator.core.events import (
     ServerReady,
     StartupCompleted,
 )
-from aggregator.core.tasks import TaskOwners
-from aggregator.core.upstream_era import Era
+from aggregator.core.requests.tasks import TaskOwners
 from aggregator.fronts.http.headers import check_headers
 from aggregator.mcp.modern import CLIENT_CAPABILITIES, PROTOCOL_VERSION, TASKS_EXTENSION
 from aggregator.upstreams.modern_headers import ToolHeaders, request_headers

@@ -4,7 +4,7 @@ servers' lists can tell, and a server may add the item later."""
 import tomllib
 
 from aggregator.config import structure_config
-from aggregator.core.policy import unmatched_rules
+from aggregator.core.catalogs.policy import unmatched_rules
 
 CONFIG = structure_config(
     tomllib.loads("""

@@ -1,5 +1,5 @@
 """The proxy's own requests to an upstream, one way through the router
-(``aggregator.core.upstream_control``): the link's lifecycle (handshake, listing) and the
+(``aggregator.core.upstreams.upstream_control``): the link's lifecycle (handshake, listing) and the
 router's own requests (gathers, renewed subscriptions) share the link's table, answered
 through ``server_message`` and timed out through ``next_deadline``/``expire``."""
 
@@ -10,7 +10,7 @@ import logging
 import pytest
 
 from aggregator.config import ServerConfig
-from aggregator.core.catalog import Catalog
+from aggregator.core.catalogs.catalog import Catalog
 from aggregator.core.commands import RequestEnded
 from aggregator.core.events import (
     ClientDisconnected,

@@ -12,8 +12,9 @@ import pytest
 
 from aggregator.config import ServerConfig, mcp_servers_json_to_raw, structure_config
 from aggregator.config.core_settings import link_settings
-from aggregator.core.catalog import Catalog
+from aggregator.core.catalogs.catalog import Catalog
 from aggregator.core.commands import ToClient, ToServer
+from aggregator.core.era.upstream_era import Era
 from aggregator.core.events import (
     ClientConnected,
     ClientMessage,
@@ -23,8 +24,7 @@ from aggregator.core.events import (
     TimePassed,
     UpstreamConnected,
 )
-from aggregator.core.upstream_era import Era
-from aggregator.core.upstream_lifecycle import INSTANCE_KEY, Failed, Ready, Send, UpstreamLifecycle
+from aggregator.core.upstreams.upstream_lifecycle import INSTANCE_KEY, Failed, Ready, Send, UpstreamLifecycle
 from aggregator.errors import ConfigError
 from aggregator.mcp import modern
 from aggregator.mcp.versions import LATEST, MODERN_LATEST

@@ -12,11 +12,17 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from aggregator.config import structure_config
-from aggregator.core.catalog import Catalog
+from aggregator.core.catalogs.catalog import Catalog
+from aggregator.core.catalogs.policy import ProfilePolicy
+from aggregator.core.catalogs.uris import (
+    MAX_URI_LENGTH,
+    InvalidUri,
+    normalize_pattern,
+    normalize_template,
+    normalize_uri,
+)
 from aggregator.core.events import ClientConnected, ClientMessage, ServerItems, ServerMessage, ServerReady
-from aggregator.core.policy import ProfilePolicy
 from aggregator.core.router import ToServer
-from aggregator.core.uris import MAX_URI_LENGTH, InvalidUri, normalize_pattern, normalize_template, normalize_uri
 from tests.core.helpers import decoded, msg, new_router
 
 # --- the function ------------------------------------------------------------------------

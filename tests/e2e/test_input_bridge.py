@@ -1,4 +1,4 @@
-"""A legacy client in front of a modern server that asks for input (``core.input_bridge``):
+"""A legacy client in front of a modern server that asks for input (``core.era.input_bridge``):
 the official Python SDK 1.x's elicitation, sampling and roots callbacks answer what the
 official SDK 2.x server asks through ``Resolve(...)``, and each call returns their values;
 a raw legacy client sees an error answer fail its call and a cancel withdraw the question.

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 import trio
 
-from aggregator.core.nesting import CHAIN_VARIABLE, MAX_DEPTH, chain_value
+from aggregator.core.catalogs.nesting import CHAIN_VARIABLE, MAX_DEPTH, chain_value
 from aggregator.upstreams import child_process
 from tests.e2e.conftest import FAKESRV, fake, post, write_config
 from tests.loopback import INIT, free_port, wait_listening

@@ -91,7 +91,7 @@ async def test_plugin_decisions_are_counted(autojump_clock):
 
 
 async def test_tools_list_tokens_per_profile_and_in_the_status(autojump_clock):
-    from aggregator.core.discovery import SEARCH_LIST_TOKENS
+    from aggregator.core.catalogs.discovery import SEARCH_LIST_TOKENS
     from aggregator.ops.status import snapshot
 
     async with running_proxy({"a": []}, discovery={"mode": "search"}) as proxy:

@@ -1,0 +1,90 @@
+"""Every client request in flight through the proxy, and the one way out of every table
+(invariant 2 of the router). Sans-IO.
+
+A request is one ``Pending`` (``core.upstreams.links``), in the tables its ``Phase`` names: the
+link's ``pending`` (by upstream id) once sent, its client's ``in_flight`` (by the
+client's id) while it is on a session, ``progress`` (by the proxy's progress token) if
+it asked for progress, ``held`` (by server) while it waits for that server's listing, and
+the ``deadlines`` heap while anything may time it out. ``start`` puts a sent request in
+the link's table and the heap; ``end`` takes it out of every table at once, whatever its
+phase, and counts how it ended (``core.requests.tallies``). Nothing else removes one, so the
+tables hold exactly what is in flight.
+
+The table reads the links and the clients it is given (the router's own dicts); it
+writes only their in-flight entries.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from aggregator.core.clients.clients import ClientState
+from aggregator.core.requests.deadlines import Deadlines
+from aggregator.core.requests.tallies import Tallies
+from aggregator.core.upstreams.links import Pending, UpstreamLink
+
+# The progress tokens the proxy sends upstream: strings no server would pick by chance, so
+# one in a server's request names the proxy's request in flight and nothing else.
+PROGRESS_TOKEN_PREFIX = "aggregator-progress-"
+
+
+class RequestTable:
+    """The requests in flight, by every key they are found by, and their deadlines."""
+
+    def __init__(
+        self,
+        clock: Callable[[], float],
+        links: dict[str, UpstreamLink],
+        clients: dict[int, ClientState],
+        tallies: Tallies,
+    ) -> None:
+        self.clock = clock
+        self.links = links
+        self.clients = clients
+        self.tallies = tallies  # what ended how
+        self.progress: dict[str, Pending] = {}  # the proxy's progress token -> its request
+        self.deadlines = Deadlines()  # timeouts (of parked calls and gatherings too, ``core.era.parked``)
+        self.held: dict[str, list[Pending]] = {}  # server -> requests waiting for its listing
+        self._next_token = 1
+
+    def token(self) -> str:
+        """A progress token of the proxy's, never used before."""
+        token = f"{PROGRESS_TOKEN_PREFIX}{self._next_token}"
+        self._next_token += 1
+        return token
+
+    def client_of(self, pending: Pending) -> ClientState | None:
+        """The client a request is for, if it is still connected (a parked call's is none)."""
+        session = pending.session
+        return None if session is None else self.clients.get(session)
+
+    def start(self, pending: Pending, link: UpstreamLink) -> None:
+        """``pending`` was sent to ``link`` now: in its table, under its deadlines."""
+        now = pending.sent_at = self.clock()
+        pending.hard_deadline = now + link.max_request_timeout
+        # tasks/result blocks until the task is done, by design: only the hard maximum applies.
+        # (The config guarantees request_timeout <= max_request_timeout.)
+        if pending.method == "tasks/result":
+            pending.deadline = pending.hard_deadline
+        else:
+            pending.deadline = now + link.request_timeout
+        link.pending[pending.upstream_id] = pending
+        self.deadlines.push(pending.deadline, pending)
+
+    def end(self, pending: Pending, outcome: str | None = None, reason: str = "", seconds: float | None = None) -> None:
+        """Forget a request everywhere. Safe to call twice. ``outcome`` (and ``reason``,
+        ``seconds``) is what it is counted as (``core.requests.tallies``); None: not counted, another
+        record of the same request takes over."""
+        if pending.done:
+            return
+        pending.done = True
+        link = self.links[pending.server]
+        link.pending.pop(pending.upstream_id, None)
+        if outcome is not None:
+            self.tallies.ended(pending.method, link.server or pending.server, outcome, reason, seconds)
+        client = self.client_of(pending)
+        if client is not None:
+            client.in_flight.pop(pending.client_id, None)
+        if pending.token is not None:
+            self.progress.pop(pending.token, None)
+        self.deadlines.discard()

@@ -1,0 +1,13 @@
+"""Upstream connections as the router sees them. Sans-IO.
+
+Owns the link and request records (``links``: ``UpstreamLink``, ``Pending`` in its
+``Phase``), each connection's lifecycle (``upstream_lifecycle``: handshake, era probe,
+listing, its own requests in ``own_requests``, its ``upstream_outcomes``), the proxy's own
+requests to an upstream (``upstream_control``), an upstream's life as the trio layer
+reports it (``upstream_events``) and its messages (``server_messages``), shared servers
+between starts (``outages``) and a live reload's changes (``reconfigure``).
+
+May import: ``core.era.upstream_era`` (the ``Era``), ``core.defaults``, the catalogs,
+``core.commands``, ``aggregator.mcp`` and ``aggregator.jsonrpc``; its router groups also
+``core.state`` and the packages whose work an upstream's message starts.
+"""

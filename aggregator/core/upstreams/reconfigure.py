@@ -1,0 +1,125 @@
+"""A new configuration applied while clients stay connected: servers removed and added,
+catalogs renewed with new rules and names. Sans-IO.
+
+Rules of a live reconfiguration:
+
+1. A removed server leaves no trace: everything in flight to it or held for it is
+   answered (reason ``unavailable``), its server-to-client requests are cancelled at the
+   client, its items leave every catalog (clients are told their lists changed), its
+   subscriptions are forgotten, and its name is unknown from then on. Its per-session
+   connections are stopped (``StopUpstream``); the trio layer stops its shared one.
+2. A server is added with a fresh link and outage, as at startup: a request naming it
+   (by its prefix) waits for its first listing or hears that it is starting.
+3. Catalogs are renewed in place: their servers (names, order, prefixes) and rules change,
+   never their identity, so every session keeps its catalog and its cursor checks (a page
+   cursor of a catalog that changed is stale, as after any listing). Each profile whose
+   clients see something different is told, once, after the debounce.
+4. A server whose settings changed (its isolation aside: that one is removed and added)
+   restarts as if it had been lost (``server_restarting``): its requests in flight are
+   answered, what it listed is remembered, and a request naming it waits for the new
+   connection (``aggregator.core.upstreams.outages``). Once the old connection has ended, its link
+   takes the new settings (``server_replaced``); the new connection starts as at startup.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from aggregator.core.catalogs.catalog import Catalog, ServerNaming
+from aggregator.core.catalogs.naming import tool_prefix, uri_prefix
+from aggregator.core.commands import Command, StopUpstream
+from aggregator.core.settings import LinkSettings
+from aggregator.core.state import _link
+from aggregator.core.upstreams.outages import RESTARTING, Outage
+from aggregator.core.upstreams.upstream_events import UpstreamEvents
+from aggregator.mcp.constants import KINDS
+
+
+class Reconfigure(UpstreamEvents):
+    """Servers removed and added, and catalogs renewed, while clients stay connected."""
+
+    def server_removed(self, server: str, why: str) -> list[Command]:
+        """Forget a configured server (rule 1). The trio layer stops its shared connection."""
+        out = self._stop_session_links(server, why)
+        if server not in self.links:
+            return out
+        out += self.server_lost(server, why)
+        outage = self.outages.get(server)
+        if outage is not None:
+            outage.reason = why
+        out += self._fail_held(server)
+        self._forget_subscriptions(server)
+        self.outages.pop(server, None)
+        self.requests.held.pop(server, None)
+        self.start_takes.pop(server, None)
+        self.per_session.discard(server)
+        del self.links[server]
+        return out
+
+    def server_restarting(self, server: str, why: str) -> list[Command]:
+        """A server whose settings changed is stopped, to start again (rule 4). The trio
+        layer stops its shared connection, then calls ``server_replaced``."""
+        out = self._stop_session_links(server, why)
+        return out + self.server_lost(server, why) if server in self.links else out
+
+    def server_replaced(self, server: LinkSettings, why: str) -> None:
+        """The old connection of a restarting server has ended: its link takes the new
+        settings; requests held for it go on waiting for the new connection (rule 4)."""
+        self.links[server.name] = _link(self.catalog, server)
+        outage = self.outages.setdefault(server.name, Outage(server.name))
+        # As told when it was stopped: the old connection's own report of its end came after.
+        outage.state, outage.reason, outage.retry_at = RESTARTING, why, None
+
+    def _stop_session_links(self, server: str, why: str) -> list[Command]:
+        """Stop the sessions' own connections to a per-session server."""
+        out: list[Command] = []
+        for name in [n for n, link in self.links.items() if link.session is not None and link.server == server]:
+            out += self.server_lost(name, why)
+            self._forget_subscriptions(name)
+            del self.links[name]
+            out.append(StopUpstream(name))
+        return out
+
+    def _forget_subscriptions(self, name: str) -> None:
+        for uri in self.subscriptions.of_server(name):
+            for session in list(self.subscriptions.subscribers((name, uri))):
+                self.subscriptions.remove((name, uri), session)
+
+    def server_added(self, server: LinkSettings) -> None:
+        """A configured server, new to the router (rule 2); the catalogs name it already
+        (``catalogs_renewed`` first)."""
+        self.links[server.name] = _link(self.catalog, server)
+        self.outages[server.name] = Outage(server.name)
+        if server.isolation == "per-session":
+            self.per_session.add(server.name)
+
+    def catalogs_renewed(
+        self, servers: Iterable[Any], policies: dict[str, Any], catalog_hook: Any = None
+    ) -> list[Command]:
+        """Renew every profile's catalog in place (rule 3): ``servers`` (anything with
+        ``name``, ``prefix`` and ``uri_prefix``, in config order), each profile's policy
+        (``policies``, by profile name; "default" too) and the plugins' catalog hook."""
+        naming = {s.name: ServerNaming(s.name, tool_prefix(s), uri_prefix(s)) for s in servers}
+        out: list[Command] = []
+        for profile, catalog in self.catalogs.items():
+            # Sessions with a view of their own (per-session servers) are told of it alone.
+            seen = self.views.seen_over(catalog) if self.views else {}
+            kinds = renew_catalog(catalog, naming, policies.get(profile, catalog.policy), catalog_hook)
+            out += self.announcements.announce(kinds, profile)
+            for session, changed in self.views.renewed(catalog, seen) if seen else ():
+                out += self.announcements.announce(changed, session)
+        return out
+
+
+def renew_catalog(
+    catalog: Catalog, naming: dict[str, ServerNaming], policy: Any, catalog_hook: Any = None
+) -> list[str]:
+    """Give ``catalog`` new servers and rules and rebuild it: the kinds clients see
+    differently now. Items of servers no longer named stay in the (shared) store until
+    ``Catalog.forget`` drops them; they are not exposed."""
+    catalog.naming = dict(naming)
+    catalog.uri_prefixes = {n.uri_prefix.lower(): n.name for n in naming.values() if n.uri_prefix}
+    catalog.policy = policy
+    catalog.catalog_hook = catalog_hook
+    return [kind for kind in KINDS if catalog.rebuild(kind)]

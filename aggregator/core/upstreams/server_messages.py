@@ -1,0 +1,440 @@
+"""What an upstream says: responses, notifications (a method table), requests. Sans-IO."""
+
+from __future__ import annotations
+
+import logging
+import re
+from typing import Any, cast
+
+from aggregator.core.catalogs.uris import expose_uri, rewrite_content_uris
+from aggregator.core.clients.log_levels import passes
+from aggregator.core.commands import Command, DropUpstream, ToClient, ToServer
+from aggregator.core.era.input_bridge import is_input_required
+from aggregator.core.era.modern_results import IDENTITY, unknown_result_type
+from aggregator.core.era.upstream_era import Era
+from aggregator.core.requests.tasks import expose_task_ids
+from aggregator.core.reverse import affinity
+from aggregator.core.state import (
+    URL_ELICITATION_REQUIRED,
+    NotificationHandler,
+    OwnWaiter,
+    Pending,
+    RouterState,
+    UpstreamLink,
+    refusal_reason,
+)
+from aggregator.core.upstreams.own_requests import Waiting
+from aggregator.core.upstreams.upstream_lifecycle import CONTROL_ID_PREFIX
+from aggregator.jsonrpc.codec import decode_message
+from aggregator.jsonrpc.errors import RemoteProtocolError, error_response
+from aggregator.jsonrpc.kinds import ERROR, NOTIFICATION, REQUEST, RESPONSE
+from aggregator.mcp.constants import LIST_CHANGED, PROMPTS, RESOURCES, TEMPLATES, TOOLS
+from aggregator.mcp.modern import (
+    ACKNOWLEDGED,
+    CACHEABLE,
+    COMPLETE,
+    RESULT_TYPE,
+    SERVER_INFO,
+    TASK,
+    TASK_REQUESTS,
+    UNSUPPORTED_PROTOCOL_VERSION,
+)
+
+log = logging.getLogger(__name__)
+
+
+class ServerMessages(RouterState):
+    """A response goes to the client of its request (invariants 1 and 3), a notification to
+    its handler by method, a request to ``reverse_requests``."""
+
+    def server_message(self, server: str, raw: bytes, related: int | None = None) -> list[Command]:
+        """A message from an upstream, as it came (a line of a stdio server's output);
+        ``related``: the upstream id of the request on whose own stream it came."""
+        try:
+            return self._server_message(server, raw, related)
+        except Exception:  # noqa: BLE001 - the last line of defence, logged in full
+            log.exception("server %s: internal error handling a message from it", server)
+            return []
+
+    def server_decoded(
+        self, server: str, decoded: tuple[int, dict[str, Any]] | RemoteProtocolError, related: int | None = None
+    ) -> list[Command]:
+        """A message from an upstream that its transport has read already (a network
+        server's, decoded once as it came off the wire, under the same limits): ``decoded``
+        is what ``decode_message`` returned for it, or the RemoteProtocolError it raised.
+        Handled as ``server_message`` handles a line."""
+        try:
+            link = self.links.get(server)
+            if link is None:
+                return []  # a per-session connection whose client just left
+            if isinstance(decoded, RemoteProtocolError):
+                return self._server_refused(link, decoded, related)
+            return self._server_decoded(link, decoded[0], decoded[1], related)
+        except Exception:  # noqa: BLE001 - the last line of defence, logged in full
+            log.exception("server %s: internal error handling a message from it", server)
+            return []
+
+    def _server_message(self, server: str, raw: bytes, related: int | None = None) -> list[Command]:
+        link = self.links.get(server)
+        if link is None:
+            return []  # a per-session connection whose client just left
+        try:
+            kind, message = decode_message(raw, self.max_json_depth)
+        except RemoteProtocolError as exc:
+            return self._server_refused(link, exc, related)
+        return self._server_decoded(link, kind, message, related)
+
+    def _server_decoded(
+        self, link: UpstreamLink, kind: int, message: dict[str, Any], related: int | None
+    ) -> list[Command]:
+        if kind == RESPONSE or kind == ERROR:
+            id = message["id"]
+            if related is not None and id != related:  # rare: a C-level compare decides the rest
+                return self._stray_answer(link, message, related) + self._server_decoded(link, kind, message, None)
+            pending = link.pending.get(id) if type(id) is int else None
+            if pending is None:
+                if type(id) is str and id.startswith(CONTROL_ID_PREFIX):
+                    return self._control_answer(link, message)
+                log.debug("server %s: dropping a response to unknown id %r", link.name, id)
+                return []
+            if kind == RESPONSE and link.speaks is Era.MODERN and is_input_required(message.get("result")):
+                if self._bridges_input(link, pending, message["result"]):
+                    return self._bridge_input(link, pending, message["result"])  # asks a legacy caller
+                failed = self._pass_input(link, pending, message["result"])  # checked for a modern one
+                if failed is not None:
+                    return failed
+            return self._answered(link, pending, kind, message)
+        if kind == NOTIFICATION:
+            return self._server_notification(link, message, related)
+        return self._server_request(link, message, related)
+
+    def _answered(self, link: UpstreamLink, pending: Pending, kind: int, message: dict[str, Any]) -> list[Command]:
+        """An upstream's answer to a forwarded request: to its client, under its own id."""
+        if kind == RESPONSE:  # counted as the server answered (``core.requests.tallies``), once
+            if not pending.done:
+                self.tallies.answered(pending.method, link.server or pending.server, self.clock() - pending.sent_at)
+            self.requests.end(pending)
+        else:
+            self.requests.end(pending, "error", "server_error", self.clock() - pending.sent_at)
+        client = self.requests.client_of(pending)
+        if client is None:
+            if pending.parked is not None:  # the answer waits for its caller's retry (``core.era.parked``)
+                pending.parked.final = message
+            return []
+        message["id"] = pending.client_id
+        if kind == RESPONSE:
+            result = message.get("result")
+            if link.speaks is Era.MODERN and unknown_result_type(result, pending.method, pending.meta):
+                return self._fail_one(
+                    pending,
+                    f"Server {link.server!r} answered {pending.method} with a result of unknown resultType",
+                    "malformed",
+                )
+            self._expose_result(pending, result, link)
+            if client.era is Era.MODERN:
+                if (
+                    type(result) is dict
+                    and pending.method not in CACHEABLE
+                    and RESULT_TYPE not in result
+                    and "_meta" not in result
+                ):  # a call's result: ``stamp_result`` without cache hints, inline
+                    result[RESULT_TYPE] = COMPLETE
+                    result["_meta"] = {SERVER_INFO: IDENTITY}
+                else:
+                    self._modern_answer(client, pending, message, link)
+            # What it carried goes now: the deadline heap keeps a finished Pending until it tidies
+            # up, and a call's params left there would be scanned by the collector again and again.
+            pending.params = pending.bridge = pending.subscription = pending.meta = None
+            return [ToClient(client.key, message)]
+        if pending.subscription is not None:  # a failed subscribe
+            self.subscriptions.remove(pending.subscription, client.key)
+        code = message["error"].get("code")
+        if code == URL_ELICITATION_REQUIRED:
+            self._url_elicitations_required(link, client.key, message["error"].get("data"))
+        if client.era is Era.MODERN:
+            self._modern_answer(client, pending, message, link)
+        pending.params = pending.bridge = pending.subscription = pending.meta = None
+        if link.speaks is Era.MODERN and code == UNSUPPORTED_PROTOCOL_VERSION:
+            link.learnt = None  # its revision changed under us: the next connection finds it again
+            why = f"it no longer speaks protocol {link.protocol_version}; it is asked server/discover again"
+            return [ToClient(client.key, message), DropUpstream(link.name, why)]
+        return [ToClient(client.key, message)]
+
+    def _stray_answer(self, link: UpstreamLink, message: dict[str, Any], related: int) -> list[Command]:
+        """An answer to another id on a request's own stream (an HTTP POST's body or event
+        stream answers that request alone): the request whose stream it is fails at once, as
+        no answer of its own will come there; the stray answer goes where its id says."""
+        pending = link.pending.get(related)
+        if pending is None:
+            return []
+        said = "server %s: refused its answer to %s: it answered another request (id %r) on that request's stream"
+        log.warning(said, link.name, pending.method, message["id"])
+        text = (
+            f"Server {link.name!r} sent an answer to {pending.method} that the aggregator cannot forward"
+            f" (it answered another request, id {message['id']!r})"
+        )
+        return self._fail_one(pending, text, "malformed")
+
+    def _server_refused(self, link: UpstreamLink, exc: RemoteProtocolError, related: int | None) -> list[Command]:
+        """A server's message could not be accepted (too deep, unreadable, malformed). An
+        answer whose id is readable fails the request it answers, at once and with the
+        reason; so does anything but an answerable request on a request's own stream
+        (``related``: two JSON texts in one body). Requests get the error; all is logged."""
+        server, answerable = link.name, exc.kind == REQUEST and exc.id is not None and exc.answer
+        id = exc.response_to if exc.response_to is not None or answerable else related
+        if id is not None:
+            pending = link.pending.get(id) if type(id) is int else None
+            own = link.own.peek(id)
+            log.warning(
+                "server %s: refused its answer to %s: %s",
+                server,
+                pending.method if pending is not None else _own_method(own) or f"id {id!r}",
+                exc.message,
+            )
+            if pending is None:
+                if type(id) is str and id.startswith(CONTROL_ID_PREFIX):
+                    return self._control_answer(link, error_response(id, exc.code, exc.message))
+                return []
+            text = f"Server {server!r} sent an answer to {pending.method} that the aggregator cannot forward"
+            return self._fail_one(pending, f"{text} ({exc.message})", refusal_reason(exc))
+        log.warning("server %s: dropping an unreadable message: %s", server, exc.message)
+        if exc.id is not None and exc.answer:
+            return [ToServer(server, exc.to_response())]
+        return []
+
+    def _expose_result(self, pending: Pending, result: Any, link: UpstreamLink) -> None:
+        """Rewrite what the proxy owns in an upstream result, in place."""
+        if type(result) is not dict:
+            return
+        method = pending.method
+        if link.uri_prefix:
+            _expose_result_uris(method, result, link.uri_prefix)
+        if link.speaks is Era.MODERN:  # the tasks extension: a handle, or a task polled (its result inlined)
+            if method == "tools/call" and result.get(RESULT_TYPE) == TASK:
+                client = self.requests.client_of(pending)
+                for task_id in expose_task_ids(link.name, result):
+                    self.task_owners.add(task_id, client.principal if client is not None else None)
+            elif method in TASK_REQUESTS:
+                expose_task_ids(link.name, result)
+                if link.uri_prefix and type(result.get("result")) is dict:
+                    _expose_result_uris("tools/call", result["result"], link.uri_prefix)
+        elif ("task" in result and method == "tools/call") or method.startswith("tasks/"):
+            for task_id in expose_task_ids(link.name, result):
+                self.tasks.setdefault(task_id, pending.key())
+        if self.budgets.on and method == "tools/call":
+            client = self.requests.client_of(pending)
+            if client is not None:
+                self.budgets.cut(client, result)  # cut to the caller's budget (``core.catalogs.result_budget``)
+
+    def _url_elicitations_required(self, link: UpstreamLink, session: int, data: Any) -> None:
+        """A -32042 answer names URL elicitations the client must complete first: their
+        ``notifications/elicitation/complete`` belong to that client."""
+        elicitations = data.get("elicitations") if type(data) is dict else None
+        if type(elicitations) is not list:
+            return
+        for elicitation in elicitations[: self.max_in_flight]:
+            eid = elicitation.get("elicitationId") if type(elicitation) is dict else None
+            if type(eid) is str:
+                self.reverse.remember_elicitation(link.name, eid, session)
+
+    def _notification_handlers(self) -> dict[str, NotificationHandler]:
+        """The handler of each server notification the proxy routes; others are dropped."""
+        return {
+            "notifications/progress": self._progress,
+            "notifications/message": self._log_line,
+            "notifications/resources/updated": self._resource_updated,
+            LIST_CHANGED[TOOLS]: self._list_changed,
+            LIST_CHANGED[PROMPTS]: self._list_changed,
+            LIST_CHANGED[RESOURCES]: self._list_changed,
+            "notifications/cancelled": self._server_cancelled,
+            "notifications/elicitation/complete": self._elicitation_complete,
+            "notifications/tasks/status": self._task_status,
+            ACKNOWLEDGED: self._listen_acknowledged,
+        }
+
+    def _server_notification(self, link: UpstreamLink, message: dict[str, Any], related: int | None) -> list[Command]:
+        handler = self._notifications.get(message["method"])
+        if handler is None:
+            log.debug("server %s: notification %s not routed", link.name, message["method"])
+            return []
+        params = message.get("params")
+        return handler(link, message, params if type(params) is dict else {}, related)
+
+    def _progress(
+        self, link: UpstreamLink, message: dict[str, Any], params: dict[str, Any], related: int | None
+    ) -> list[Command]:
+        """Progress of a forwarded request: to its client under its own token; it may extend
+        the request's timeout."""
+        token = params.get("progressToken")
+        pending = self.requests.progress.get(token) if type(token) is str else None
+        if pending is None or pending.server != link.name or pending.session not in self.clients:
+            return []  # not in flight (any more), or not this server's to report on
+        if link.timeout_resets_on_progress and pending.deadline < pending.hard_deadline:
+            pending.deadline = min(self.clock() + link.request_timeout, pending.hard_deadline)
+            self.requests.deadlines.move(pending.deadline, pending)
+        forwarded = dict(params, progressToken=pending.client_token)
+        notice = {"jsonrpc": "2.0", "method": message["method"], "params": forwarded}
+        return [ToClient(pending.session, notice, pending.client_id)]
+
+    def _resource_updated(
+        self, link: UpstreamLink, message: dict[str, Any], params: dict[str, Any], related: int | None
+    ) -> list[Command]:
+        """A subscribed resource changed: to its subscribers, under its exposed URI."""
+        uri = params.get("uri")
+        subscribers = self.subscriptions.subscribers((link.name, uri)) if type(uri) is str else ()
+        if not subscribers:
+            return []
+        params = dict(params, uri=expose_uri(link.uri_prefix, uri))
+        notice = {"jsonrpc": "2.0", "method": message["method"], "params": params}
+        out: list[Command] = []
+        for session in subscribers:
+            client = self.clients.get(session)
+            if client is None:
+                continue
+            if client.era is Era.MODERN:  # on its listens, tagged
+                out += self._listen_updates(session, (link.name, str(uri)), params)
+            else:
+                out.append(ToClient(session, notice))
+        return out
+
+    def _list_changed(
+        self, link: UpstreamLink, message: dict[str, Any], params: dict[str, Any], related: int | None
+    ) -> list[Command]:
+        """A list changed upstream: re-list it (clients hear of it if the catalog changes)."""
+        return self._relist(link, _KINDS_CHANGED[message["method"]])
+
+    def _server_cancelled(
+        self, link: UpstreamLink, message: dict[str, Any], params: dict[str, Any], related: int | None
+    ) -> list[Command]:
+        """The server gave up on one of its own requests to a client."""
+        request_id = params.get("requestId")
+        entry = self.reverse.ids.get((link.name, request_id)) if type(request_id) in (int, str) else None
+        if entry is None:
+            return []
+        self.reverse.end(*entry)
+        forwarded = dict(params, requestId=entry[1])
+        return [ToClient(entry[0], {"jsonrpc": "2.0", "method": message["method"], "params": forwarded})]
+
+    def _elicitation_complete(
+        self, link: UpstreamLink, message: dict[str, Any], params: dict[str, Any], related: int | None
+    ) -> list[Command]:
+        """A URL-mode elicitation completed: to the client it was for."""
+        eid = params.get("elicitationId")
+        session = self.reverse.forget_elicitation((link.name, eid)) if type(eid) is str else None
+        if session is None or session not in self.clients:
+            return []
+        return [ToClient(session, message)]
+
+    def _task_status(
+        self, link: UpstreamLink, message: dict[str, Any], params: dict[str, Any], related: int | None
+    ) -> list[Command]:
+        """A task's status: to the session that owns the task, under its exposed id."""
+        forwarded = dict(params)
+        expose_task_ids(link.name, forwarded)
+        task_id = forwarded.get("taskId")
+        owner = self.tasks.get(task_id) if type(task_id) is str else None
+        if owner is None or owner not in self.clients:
+            return []
+        return [ToClient(owner, {"jsonrpc": "2.0", "method": message["method"], "params": forwarded})]
+
+    def _log_line(
+        self, link: UpstreamLink, message: dict[str, Any], params: dict[str, Any], related: int | None
+    ) -> list[Command]:
+        """A server's log line: to the client of the request it belongs to, else to the
+        sessions that asked for logs (``core.reverse.affinity``); each at its own level."""
+        server = link.name
+        owner = affinity.log_owner(**self._owner_facts(link, params, related, requests=False))
+        if owner.session is not None:
+            recipients = [self.clients[cast(int, owner.session)]]  # a log line's owner is a session
+        elif owner.signal == affinity.NO_REQUEST:
+            recipients = [c for c in self.clients.values() if c.log_level is not None]
+        else:
+            log.debug("server %s: a log line went to no client (%s)", server, owner.signal)
+            return []
+        level = params.get("level")
+        recipients = [
+            c
+            for c in recipients
+            if (self._modern_log_wanted(c, owner.related, level) if c.era is Era.MODERN else passes(level, c.log_level))
+        ]
+        if not recipients:
+            return []
+        forwarded = dict(params)
+        logger = params.get("logger")
+        forwarded["logger"] = f"{link.server}/{logger}" if type(logger) is str and logger else link.server
+        if type(params.get("_meta")) is dict:
+            forwarded["_meta"] = meta = dict(params["_meta"])
+            expose_task_ids(server, {"_meta": meta})
+            token = meta.get("progressToken")
+            if type(token) is str and token in self.requests.progress:
+                # The proxy's token names one client's request: only that client gets its
+                # own token back; to anyone else it is dropped (it would tell them another's).
+                pending = self.requests.progress[token]
+                if pending.server == server and [c.key for c in recipients] == [pending.session]:
+                    meta["progressToken"] = pending.client_token
+                else:
+                    del meta["progressToken"]
+        notice = {"jsonrpc": "2.0", "method": message["method"], "params": forwarded}
+        return [ToClient(c.key, notice, owner.related) for c in recipients]
+
+    def server_oversized(self, server: str, head: bytes, limit: int) -> list[Command]:
+        """A message from the server was over the size limit and was dropped unread.
+
+        If its first bytes name a pending request's id, that request fails now with
+        reason ``too_large`` instead of waiting for an answer that will never come.
+        """
+        match = _HEAD_ID.search(head)
+        if match is None:
+            return []
+        link = self.links[server]
+        if match.group(2) is not None:  # the proxy's own: a gather's fails; a lifecycle's waits
+            own = link.own.peek(match.group(2).decode())
+            if own is None or type(own.waiter) is not OwnWaiter:
+                return []
+            link.own.settle(own.waiter.id)
+            return self._gather_step(link, own.waiter, None)
+        pending = link.pending.get(int(match.group(1)))
+        if pending is None:
+            return []
+        return self._fail_one(pending, f"Server {server!r} answered with more than {limit} bytes", "too_large")
+
+
+# ids are integers (the proxy's own: "aggregator-N"); a response carries no "method", and
+# "id" precedes "result" in what servers write (when it does not, the request simply waits
+# for its timeout).
+_HEAD_ID = re.compile(
+    rb'^\s*\{\s*(?:"jsonrpc"\s*:\s*"2\.0"\s*,\s*)?"id"\s*:\s*(?:(\d{1,18})|"(aggregator-\d{1,18})")\s*,'
+)
+
+
+def _own_method(own: Waiting[Any] | None) -> str | None:
+    """The method of one of the router's own requests (a lifecycle's is named by its id)."""
+    return own.method if own is not None and type(own.waiter) is OwnWaiter else None
+
+
+def _expose_result_uris(method: str, result: dict[str, Any], prefix: str) -> None:
+    """Rewrite the URIs in an upstream result to their exposed form, in place."""
+    if method == "tools/call" or method == "tasks/result":
+        rewrite_content_uris(result.get("content"), prefix)
+    elif method == "resources/read":
+        contents = result.get("contents")
+        if type(contents) is list:
+            for item in contents:
+                if type(item) is dict and "uri" in item:
+                    item["uri"] = expose_uri(prefix, item["uri"])
+    elif method == "prompts/get":
+        messages = result.get("messages")
+        if type(messages) is list:
+            for prompt_message in messages:
+                if type(prompt_message) is not dict:
+                    continue
+                content = prompt_message.get("content")
+                rewrite_content_uris([content] if type(content) is dict else content, prefix)
+
+
+# The kinds to re-list for each list_changed notification (templates come with resources).
+_KINDS_CHANGED = {
+    LIST_CHANGED[TOOLS]: (TOOLS,),
+    LIST_CHANGED[PROMPTS]: (PROMPTS,),
+    LIST_CHANGED[RESOURCES]: (RESOURCES, TEMPLATES),
+}

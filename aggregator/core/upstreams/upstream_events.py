@@ -1,0 +1,320 @@
+"""What happens to an upstream: ready, listed, overloaded, lost, down between starts. Sans-IO."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from aggregator.core.catalogs.catalog import Catalog
+from aggregator.core.commands import Command, ToClient
+from aggregator.core.era.upstream_era import Era
+from aggregator.core.state import ClientState, Pending, RouterState, UpstreamLink, proxy_error
+from aggregator.core.upstreams.links import UNSENT, Phase
+from aggregator.core.upstreams.outages import FAILED, RESTARTING, Outage, remember, should_hold, unavailable
+from aggregator.jsonrpc.errors import INTERNAL_ERROR, error_response
+from aggregator.jsonrpc.kinds import REQUEST
+from aggregator.mcp.constants import CANCELLED
+
+log = logging.getLogger(__name__)
+
+
+class UpstreamEvents(RouterState):
+    """An upstream's life as the trio layer reports it, and the requests held while it is out (invariant 7)."""
+
+    def server_ready(self, server: str, init_result: dict[str, Any]) -> list[Command]:
+        """The upstream finished its handshake; renew what clients asked of it before."""
+        link = self.links[server]
+        link.ready = True
+        capabilities = init_result.get("capabilities")
+        link.capabilities = capabilities if type(capabilities) is dict else {}
+        instructions = init_result.get("instructions")
+        link.instructions = instructions if type(instructions) is str and instructions.strip() else None
+        link.protocol_version = init_result.get("protocolVersion")
+        link.log_level = None
+        link.roots_told = False
+        outage = self.outages.get(server)
+        if outage is not None:  # out until listed; its names are known from now on
+            outage.ever_ready = True
+        out = self._apply_log_level()
+        waiting, link.waiting = link.waiting, []
+        held = {params["uri"] for _, message, params in waiting if message["method"] == "resources/subscribe"}
+        for uri in () if link.speaks is Era.MODERN else self.subscriptions.of_server(server):
+            if uri not in held:  # renewed; a held one goes as the client sent it
+                out += self._own_request(server, "resources/subscribe", {"uri": uri})
+        for key, message, params in waiting:
+            client = self.clients.get(key)
+            if self._still_waiting(client, message):
+                assert client is not None
+                out += self._forward(client, message, link.server, params)
+                if message["method"] == "resources/subscribe":
+                    self._held_subscribe_sent(client, message, (server, params["uri"]))
+            elif client is not None and message["method"] == "resources/subscribe":
+                self.subscriptions.remove((server, params["uri"]), key)  # cancelled: never made
+        return out
+
+    def _held_subscribe_sent(self, client: ClientState, message: dict[str, Any], key: tuple[str, str]) -> None:
+        pending = client.in_flight.get(message["id"])
+        if pending is not None:
+            pending.subscription = key  # a failure answered undoes it
+        else:
+            self.subscriptions.remove(key, client.key)  # refused (overloaded)
+
+    def server_items(self, server: str, kind: str, items: list[dict[str, Any]]) -> list[Command]:
+        """A fresh listing of one kind from a server; announce a change to clients."""
+        link = self.links.get(server)
+        if link is None or not link.ready:
+            return []
+        if link.session is not None:  # a session's own connection: its view, announced to it
+            return self.announcements.announce(
+                self.views.own_items(link.session, link.server, kind, items), link.session
+            )
+        out: list[Command] = []
+        for profile, catalog in self.catalogs.items():
+            changed = catalog.set_items(server, kind, items)
+            if changed:
+                out += self.announcements.announce([kind], profile)
+            if self.views:
+                out += self._views_see(catalog, server, kind, changed)
+        return out
+
+    def server_listing(self, server: str, listing: dict[str, list[dict[str, Any]]]) -> list[Command]:
+        """Every kind a server lists, at once. For a session's own connection to a
+        per-session server this is the moment its session switches from the shared listing
+        to its own: announced to that session for what it changed."""
+        link = self.links.get(server)
+        if link is None or not link.ready:
+            return []
+        if link.session is None:
+            return [command for kind, items in listing.items() for command in self.server_items(server, kind, items)]
+        client = self.clients.get(link.session)
+        if client is None:
+            return []
+        client.catalog, changed, made = self.views.listed(
+            client.key, self.catalogs[client.profile], link.server, listing
+        )
+        if made:  # what its profile has due goes to it now by its own key
+            self.announcements.inherit(client.profile, client.key)
+        return self.announcements.announce(changed, client.key)
+
+    def _views_see(self, catalog: Catalog, server: str, kind: str, changed: bool) -> list[Command]:
+        """Announce to each session whose view over ``catalog`` changed with its listing of ``server``."""
+        return [
+            command
+            for session, kinds in self.views.shared_changed(catalog, server, kind, changed)
+            for command in self.announcements.announce(kinds, session)
+        ]
+
+    def _own_link_lost(self, link: UpstreamLink) -> list[Command]:
+        """A session's own connection is gone: its held subscriptions were never made, and
+        the session sees the server's shared listing again (announced if that differs)."""
+        for key, message, params in link.waiting:
+            if message["method"] == "resources/subscribe":
+                self.subscriptions.remove((link.name, params["uri"]), key)
+        assert link.session is not None
+        changed, gone = self.views.lost(link.session, link.server)
+        client = self.clients.get(link.session)
+        if gone and client is not None:
+            client.catalog = self.catalogs[client.profile]
+        return self.announcements.announce(changed, link.session)
+
+    def server_overloaded(self, server: str, why: str) -> list[Command]:
+        """The upstream reads nothing of its input: fail its requests in flight at once
+        (reason overloaded). It stays connected; its late answers are dropped."""
+        link = self.links.get(server)
+        if link is None:
+            return []
+        return self._fail_pending(
+            link, f"Server {link.server!r} is overloaded: {why}; the request failed", "overloaded"
+        )
+
+    def _probe_lost(self, link: UpstreamLink, why: str) -> None:
+        """The connection ended (``why``: the server exited, closed its output...) while its
+        ``server/discover`` was unanswered: a legacy server may exit on a method it does not
+        know, so the next start sends ``initialize``. What happened is the supervisor's to
+        report (once, as a server that did not start); this only notes the change of plan."""
+        lifecycle = link.lifecycle
+        if lifecycle is not None and lifecycle.probing and lifecycle.protocol == "auto":
+            link.learnt = Era.LEGACY
+            lifecycle.log.info(
+                "server %s: %s before answering server/discover; its next start sends initialize instead",
+                link.name,
+                why,
+            )
+
+    def server_lost(self, server: str, why: str) -> list[Command]:
+        """The upstream is gone: fail its requests at once, hide its items, tell clients."""
+        link = self.links.get(server)
+        if link is None:
+            return []
+        link.ready = False
+        link.overloaded = None
+        self._probe_lost(link, why)
+        out: list[Command] = self._own_link_lost(link) if link.session is not None else []
+        waiting, link.waiting = link.waiting, []
+        for key, message, _params in waiting:
+            if self._still_waiting(self.clients.get(key), message):
+                self.tallies.ended(message["method"], link.server, "error", "unavailable", None)
+                out.append(
+                    ToClient(
+                        key,
+                        proxy_error(
+                            message["id"],
+                            f"Server {link.server!r} could not be started: {why}",
+                            reason="unavailable",
+                            server=link.server,
+                        ),
+                    )
+                )
+        out += self._fail_pending(link, f"Server {link.server!r} stopped before answering: {why}", "unavailable")
+        link.lifecycle = None  # its own requests failed with the others; its lifecycle's are stale
+        out += self._release_acks(link)  # (their subscriptions are kept: the next listen has them)
+        link.own.clear()
+        self._reset_own_at()
+        for (session, proxy_id), reverse in list(self.reverse.requests.items()):
+            if reverse.server == server:
+                self.reverse.end(session, proxy_id)
+                out.append(
+                    ToClient(
+                        session,
+                        {
+                            "jsonrpc": "2.0",
+                            "method": CANCELLED,
+                            "params": {"requestId": proxy_id, "reason": f"server {server!r} stopped"},
+                        },
+                    )
+                )
+        for entry in [k for k in self.reverse.elicitations if k[0] == server]:
+            self.reverse.forget_elicitation(entry)
+        self.held_roots = [held for held in self.held_roots if held[0] != server]
+        self.roots_fallback.discard(server)
+        if link.session is None:
+            out += self._server_out(server, why)
+            kinds = self.catalog.forget(server)
+            for profile, catalog in self.catalogs.items():
+                for kind in kinds:
+                    changed = catalog.rebuild(kind)
+                    out += self.announcements.announce([kind] if changed else [], profile)
+                    if self.views:
+                        out += self._views_see(catalog, server, kind, changed)
+        return out
+
+    def _server_out(self, server: str, why: str) -> list[Command]:
+        """A shared server is lost: remember what each profile saw of it, before it goes."""
+        outage = self.outages.get(server)
+        if outage is None:  # it was serving
+            outage = self.outages[server] = Outage(server, state=RESTARTING, ever_ready=True)
+        else:  # a start attempt failed (or the listing after it)
+            outage.state = FAILED
+        outage.reason = why
+        outage.retry_at = None
+        for profile, catalog in self.catalogs.items():
+            seen = remember(catalog, server)
+            if profile in outage.memory:
+                outage.memory[profile].merge(seen)
+            else:
+                outage.memory[profile] = seen
+        # Held requests are answered by ``server_down``, which follows at once with the time
+        # of the next attempt; when shutting down, none follows.
+        return self._fail_held(server) if self.draining else []
+
+    def server_down(self, server: str, reason: str, retry_in: float) -> list[Command]:
+        """The supervisor of a shared server that was lost (or did not start) starts it again
+        in ``retry_in`` seconds. Requests that waited for the attempt that failed fail now."""
+        outage = self.outages.get(server)
+        if outage is None or server not in self.links:
+            return []
+        outage.retry_at = outage.attempt_at = self.clock() + max(0.0, retry_in)
+        outage.reason = reason
+        return self._fail_held(server)
+
+    def server_listed(self, server: str) -> list[Command]:
+        """A shared server is ready and listed: it is out no more. Held requests are looked
+        up again (a name it no longer has is unknown now) and sent within their deadline."""
+        outage = self.outages.pop(server, None)
+        if outage is None:
+            return []
+        now = self.clock()
+        if outage.attempt_at is not None:
+            self.start_takes[server] = max(0.0, now - outage.attempt_at)
+        out: list[Command] = []
+        for held in self.requests.held.pop(server, ()):
+            if held.done:
+                continue
+            self.requests.end(held)
+            if held.session not in self.clients:
+                continue
+            assert held.held is not None  # held: its request is kept
+            out += self.client_event(held.session, REQUEST, held.held)
+            sent = self.clients[held.session].in_flight.get(held.client_id)
+            if sent is not None and sent.phase not in UNSENT and sent.deadline > held.deadline:
+                sent.deadline = held.deadline  # the request's own deadline, as if never held
+                sent.hard_deadline = min(sent.hard_deadline, held.hard_deadline)
+                self.requests.deadlines.move(sent.deadline, sent)
+        return out
+
+    def _server_down_answer(self, client: ClientState, message: dict[str, Any], server: str) -> list[Command]:
+        """Hold a request for a server that is out, or tell its client how the server is."""
+        outage = self.outages.get(server)
+        link = self.links[server]
+        now = self.clock()
+        if outage is None:  # not out (a lookup raced nothing here: events are sequential)
+            self.tallies.ended(message["method"], server, "error", "unavailable", None)
+            return [
+                ToClient(
+                    client.key,
+                    proxy_error(
+                        message["id"],
+                        f"Server {server!r} is not available right now",
+                        reason="unavailable",
+                        server=server,
+                    ),
+                )
+            ]
+        held = self.requests.held.setdefault(server, [])
+        if len(held) >= self.max_in_flight:
+            held[:] = [p for p in held if not p.done]
+        if (
+            not self.draining
+            and len(held) < self.max_in_flight
+            and len(client.in_flight) < self.max_in_flight
+            and should_hold(outage, now, link.request_timeout, self.start_takes.get(server, 0.0))
+        ):
+            pending = Pending(client.key, message["id"], message["method"], server, 0)
+            pending.hold(Phase.LISTING, message)
+            pending.hard_deadline = now + link.max_request_timeout
+            pending.deadline = now + link.request_timeout
+            self.requests.deadlines.push(pending.deadline, pending)
+            client.in_flight[pending.client_id] = pending
+            held.append(pending)
+            return []
+        text, data = unavailable(outage, now)
+        self.tallies.ended(message["method"], server, "error", "unavailable", None)
+        return [ToClient(client.key, error_response(message["id"], INTERNAL_ERROR, text, data))]
+
+    def _fail_held(self, server: str) -> list[Command]:
+        outage = self.outages.get(server)
+        out: list[Command] = []
+        for held in self.requests.held.pop(server, ()):
+            if held.done:
+                continue
+            self.requests.end(held, "error", "unavailable")
+            if held.session in self.clients and outage is not None:
+                text, data = unavailable(outage, self.clock())
+                out.append(ToClient(held.session, error_response(held.client_id, INTERNAL_ERROR, text, data)))
+        return out
+
+    def _held_timed_out(self, held: Pending) -> list[Command]:
+        self.requests.end(held, "error", "timeout")
+        if held.session not in self.clients:
+            return []
+        link = self.links[held.server]
+        outage = self.outages.get(held.server)
+        if outage is None:
+            text, data = (
+                f"Server {held.server!r} did not become ready within {link.request_timeout:g} s",
+                {"source": "aggregator", "reason": "unavailable", "server": held.server},
+            )
+        else:
+            text, data = unavailable(outage, self.clock(), waited=link.request_timeout)
+        log.info("server %s: %s waited %gs for the server and failed", held.server, held.method, link.request_timeout)
+        return [ToClient(held.session, error_response(held.client_id, INTERNAL_ERROR, text, data))]
