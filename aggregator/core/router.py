@@ -10,7 +10,7 @@ own one part of the rules, combined as one class over one typed state
 - ``modern_callers``: modern (2026-07-28) callers: admission, server/discover,
   subscriptions/listen, their answers stamped (``modern_results``);
 - ``client_requests``: the handlers of client requests, by method;
-- ``discovery``: search mode's two tools (``find_tools``, ``call_tool``), per profile;
+- ``discovery``: search mode's two tools (``find_tools``, ``call_tool``), per profile (``Search``, owned);
 - ``result_budget``: tool results cut to a profile's budget, the rest read back
   (``ResultBudgets``, owned);
 - ``targets``: what a request names (``Targets``, owned: ``resolve``, ``describe``);
@@ -75,7 +75,6 @@ from typing import Any
 
 from aggregator.core import events
 from aggregator.core.catalogs.catalog import Catalog
-from aggregator.core.catalogs.discovery import Searching
 from aggregator.core.clients.client_events import ClientEvents
 from aggregator.core.clients.client_requests import ClientRequests
 from aggregator.core.commands import (
@@ -144,7 +143,6 @@ class Router(
     ClientEvents,
     ModernCallers,
     ClientRequests,
-    Searching,
     Forwarding,
     ServerMessages,
     ReverseRequests,
@@ -238,7 +236,7 @@ class Router(
             events.ServerReplaced: quietly(lambda e: self.server_replaced(e.server, e.why)),
             events.ServerAdded: quietly(lambda e: self.server_added(e.server)),
             events.CatalogsRenewed: lambda e: self.catalogs_renewed(e.servers, e.policies, e.catalog_hook),
-            events.DiscoveryRenewed: lambda e: self.discovery_renewed(e.discovery),
+            events.DiscoveryRenewed: lambda e: self.search.renew(e.discovery),
         }
 
     # --- what the trio layer tells and asks (it never writes the router's fields) ------
@@ -305,9 +303,18 @@ class Router(
         None when it names nothing that client may use or the proxy answers it itself.
         Changes nothing (for plugins)."""
         client = self.clients.get(key)
-        if client is None or self.answers_itself(key, message):
+        if client is None or self.search.answers_itself(key, message):
             return None
         return self.targets.describe(client, message)
+
+    def unwrap_call_tool(self, key: int, message: dict[str, Any]) -> None:
+        """Search mode's ``call_tool`` call of client ``key`` becomes the call it names, in
+        place, before anything looks at it (``core.catalogs.discovery``)."""
+        self.search.unwrap_call_tool(key, message)
+
+    def context_report(self) -> dict[str, dict[str, Any]]:
+        """Per profile: its discovery mode, what tools/list holds now and its estimated tokens."""
+        return self.search.context_report()
 
     def profile_catalog(self, profile: str) -> Catalog:
         """What the clients of ``profile`` see (read it, never change it)."""

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from aggregator.core.catalogs.catalog import Catalog
+from aggregator.core.catalogs.discovery import Search
 from aggregator.core.catalogs.result_budget import ResultBudgets
 from aggregator.core.catalogs.session_catalog import SessionViews
 from aggregator.core.catalogs.targets import ServerDown as ServerDown  # re-exported: where the groups look
@@ -29,7 +30,7 @@ from aggregator.core.requests.tallies import Tallies
 from aggregator.core.requests.tasks import TaskOwners
 from aggregator.core.reverse.reverse_table import Reverse as Reverse  # re-exported: where the groups look
 from aggregator.core.reverse.reverse_table import ReverseTable
-from aggregator.core.settings import Discovery, LinkSettings, RouterSettings
+from aggregator.core.settings import LinkSettings, RouterSettings
 from aggregator.core.upstreams.links import Caller
 from aggregator.core.upstreams.links import Pending as Pending  # re-exported: where the groups look for them
 from aggregator.core.upstreams.links import UpstreamLink as UpstreamLink
@@ -152,16 +153,12 @@ class RouterState:
         self.per_session = {s.name for s in servers if s.isolation == "per-session"}
         # Shared servers not listed (yet, or again): their state and what was seen of them.
         self.outages: dict[str, Outage] = {s.name: Outage(s.name) for s in servers}
-        self.targets = Targets(self.catalogs, self.links, self.outages, self.per_session)  # what requests name
         self.start_takes: dict[str, float] = {}  # server -> how long its last start took
         self.clients: dict[int, ClientState] = {}
         self.startup_complete = False
         self.draining = False  # shutting down: finish what is in flight, take nothing new
         self.max_in_flight = settings.max_in_flight
         self.max_json_depth = settings.max_json_depth  # enforced where messages are decoded
-        self.discovery = dict(settings.discovery)  # profile -> its settings (``core.catalogs.discovery``)
-        # Whether any profile cuts results, and the rests cut off (``core.catalogs.result_budget``).
-        self.budgets = ResultBudgets(clock, self.discovery)  # tool results cut, their rest kept
         self.server_requests = settings.server_requests
         self.roots = None if settings.roots is None else [{"uri": uri} for uri in settings.roots]
         # Only ever one client (stdio, no network front): shared servers see its roots, else ``roots``.
@@ -172,26 +169,36 @@ class RouterState:
         self.server_request_policy: ServerRequestPolicy = (
             server_request_policy if server_request_policy is not None else lambda server, method, params: True
         )
-        self.tallies = Tallies()  # what ended how (``core.requests.tallies``)
-        # Every client request in flight, its progress token and deadlines (``core.requests.request_table``).
-        self.requests = RequestTable(clock, self.links, self.clients, self.tallies)
         self.subscriptions = Subscriptions()  # keyed by link: (server or server@session, URI)
         self.listens = Listens()  # modern callers' open subscriptions/listen requests
         self.views = SessionViews()  # of the sessions whose own per-session connections listed
         self.tasks, self.task_owners = {}, TaskOwners()  # whose each task is (``core.requests.tasks``)
-        self.reverse = ReverseTable(
-            settings.max_in_flight
-        )  # server-to-client requests (``core.reverse.reverse_table``)
-        # list_changed notices due, and when (``core.notices.announcements``)
-        self.announcements = Announcements(
-            clock, settings.list_changed_debounce, self.clients, self.views, self.listens
-        )
-        self.handshake = Handshake(
-            self.links, catalog.separator, self.server_requests, self.instance, self.announcements
-        )
         self.own_at: float | None = None  # the earliest deadline of the proxy's own requests upstream
         self.gathering: dict[tuple[str, Any], Any] = {}  # (link, upstream id) -> requests for a call, gathered
         self.request_states = RequestStates(settings.input_required_timeout)  # what resumes one
+        self._own_objects(settings)
+
+    def _own_objects(self, settings: RouterSettings) -> None:
+        """The objects that own a part of the state and its rules, each given the tables
+        it reads (wired once, here)."""
+        clock = self.clock
+        self.targets = Targets(self.catalogs, self.links, self.outages, self.per_session)  # what requests name
+        self.tallies = Tallies()  # what ended how (``core.requests.tallies``)
+        # Every client request in flight, its progress token and deadlines.
+        self.requests = RequestTable(clock, self.links, self.clients, self.tallies)
+        self.reverse = ReverseTable(settings.max_in_flight)  # server-to-client requests in flight
+        # list_changed notices due, and when.
+        self.announcements = Announcements(
+            clock, settings.list_changed_debounce, self.clients, self.views, self.listens
+        )
+        discovery = dict(settings.discovery)  # profile -> its discovery settings
+        self.budgets = ResultBudgets(clock, discovery)  # tool results cut, their rest kept
+        self.search = Search(  # search mode, by the same settings
+            discovery, self.clients, self.catalogs, self.links, self.announcements, self.budgets
+        )
+        self.handshake = Handshake(  # what the proxy says of itself
+            self.links, self.catalog.separator, self.server_requests, self.instance, self.announcements
+        )
 
     if TYPE_CHECKING:  # what each group offers the others (defined in its own module)
         # inflight
@@ -263,12 +270,6 @@ class RouterState:
         def _handle(self, client: ClientState, message: dict[str, Any], handler: Any) -> list[Command]: ...
         # modern callers
         def _modern_request(self, client: ClientState, message: dict[str, Any], meta: Any) -> list[Command]: ...
-        def unwrap_call_tool(self, key: int, message: dict[str, Any]) -> None: ...
-        def _search_call(self, client: ClientState, message: dict[str, Any]) -> list[Command] | None: ...
-        def _searching(self, client: ClientState) -> bool: ...
-        def answers_itself(self, key: int, message: dict[str, Any]) -> bool: ...
-        def _meta_on(self, client: ClientState, name: str) -> bool: ...
-        def discovery_of(self, profile: str) -> Discovery: ...
         def _discover(self, client: ClientState, message: dict[str, Any]) -> list[Command]: ...
         def _listen(self, client: ClientState, message: dict[str, Any]) -> list[Command]: ...
         def _depends_on_caller(self, client: ClientState, link: UpstreamLink | None = None) -> bool: ...

@@ -200,7 +200,7 @@ def test_per_profile_modes_and_policy_before_ranking():
     names = [t["name"] for t in answer["result"]["structuredContent"]["tools"]]
     assert names and not any(n.startswith("git__") for n in names)
     # Ranked as if the hidden tools were not there at all: the same scores, the same order.
-    alone = router.find_tools(router.catalogs["narrow"], "git status log of the time", 10)
+    alone = router.search.find_tools(router.catalogs["narrow"], "git status log of the time", 10)
     index = router.catalogs["narrow"].search_cache.index
     assert len(index.tools) == 2 and [t["name"] for t in alone] == names
     # A hidden tool stays hidden behind call_tool too.

@@ -22,12 +22,15 @@ from __future__ import annotations
 import secrets
 from typing import Any
 
-from aggregator.core.catalogs.catalog import Route
+from aggregator.core.catalogs.catalog import Catalog, Route
+from aggregator.core.catalogs.result_budget import ResultBudgets
 from aggregator.core.catalogs.tokens import tokens_of, tools_list_tokens
 from aggregator.core.catalogs.tool_search import ToolIndex
+from aggregator.core.clients.clients import ClientState
 from aggregator.core.commands import Command, ToClient
+from aggregator.core.notices.announcements import Announcements
 from aggregator.core.settings import Discovery, discovery_of
-from aggregator.core.state import ClientState, RouterState, answer
+from aggregator.core.upstreams.links import UpstreamLink
 from aggregator.jsonrpc.codec import dumps
 from aggregator.mcp.constants import TOOLS
 
@@ -144,16 +147,37 @@ def lists_all(discovery: Discovery, catalog: Any) -> bool:
 
 
 def _tool_error(id: Any, key: int, text: str) -> ToClient:
-    return answer(key, id, {"content": [{"type": "text", "text": text}], "isError": True})
+    return _answer(key, id, {"content": [{"type": "text", "text": text}], "isError": True})
 
 
-class Searching(RouterState):
-    """The two search-mode tools, and the choice of mode per client."""
+def _answer(key: int, id: Any, result: dict[str, Any]) -> ToClient:
+    return ToClient(key, {"jsonrpc": "2.0", "id": id, "result": result})
+
+
+class Search:
+    """The two search-mode tools, and the choice of mode per client, by each profile's
+    discovery settings (which it owns: a reload renews them here)."""
+
+    def __init__(
+        self,
+        discovery: dict[str, Discovery],
+        clients: dict[int, ClientState],
+        catalogs: dict[str, Catalog],
+        links: dict[str, UpstreamLink],
+        announcements: Announcements,
+        budgets: ResultBudgets,
+    ) -> None:
+        self.discovery = discovery  # profile -> its settings
+        self.clients = clients
+        self.catalogs = catalogs
+        self.links = links  # their instructions describe their tools to the search
+        self.announcements = announcements  # a profile whose tools/list changes is told
+        self.budgets = budgets  # which cut results by the same settings
 
     def discovery_of(self, profile: str) -> Discovery:
         return discovery_of(self.discovery, profile)
 
-    def discovery_renewed(self, discovery: dict[str, Discovery]) -> list[Command]:
+    def renew(self, discovery: dict[str, Discovery]) -> list[Command]:
         """New discovery settings (a reload): each profile whose clients now see another
         tools/list is told so."""
         out: list[Command] = []
@@ -183,17 +207,18 @@ class Searching(RouterState):
             }
         return report
 
-    def _searching(self, client: ClientState) -> bool:
+    def searching(self, client: ClientState) -> bool:
+        """Whether ``client`` is listed the two search tools (not every tool)."""
         return not lists_all(self.discovery_of(client.profile), client.catalog)
 
-    def _meta_on(self, client: ClientState, name: str) -> bool:
+    def meta_on(self, client: ClientState, name: str) -> bool:
         """Whether ``name`` (find_tools, call_tool) is the proxy's tool for this client: in
         search mode; in auto mode also while it lists everything (a model that learnt them
         still finds them), unless a tool of the catalog is exposed under that name."""
         discovery = self.discovery_of(client.profile)
         if discovery.mode == "all":
             return False
-        return discovery.mode == "search" or self._searching(client) or client.catalog.tools.get(name) is None
+        return discovery.mode == "search" or self.searching(client) or client.catalog.tools.get(name) is None
 
     def unwrap_call_tool(self, key: int, message: dict[str, Any]) -> None:
         """A ``call_tool`` call of a searching client becomes the call it names, in place,
@@ -205,7 +230,7 @@ class Searching(RouterState):
         if type(params) is not dict or params.get("name") != CALL_TOOL or message.get(UNWRAPPED) == _MARK:
             return
         client = self.clients.get(key)
-        if client is None or not self._meta_on(client, CALL_TOOL):
+        if client is None or not self.meta_on(client, CALL_TOOL):
             return
         inner = params.get("arguments")
         if type(inner) is not dict or type(inner.get("name")) is not str:
@@ -228,10 +253,10 @@ class Searching(RouterState):
             and type(params) is dict
             and params.get("name") in (FIND_TOOLS, CALL_TOOL)
             and client is not None
-            and self._meta_on(client, params["name"])
+            and self.meta_on(client, params["name"])
         )
 
-    def _search_call(self, client: ClientState, message: dict[str, Any]) -> list[Command] | None:
+    def call(self, client: ClientState, message: dict[str, Any]) -> list[Command] | None:
         """A searching client's call of ``find_tools``, or of a ``call_tool`` that names no
         tool: answered here. None for any other call (it goes its way)."""
         if not self.answers_itself(client.key, message):
@@ -257,7 +282,7 @@ class Searching(RouterState):
             found.pop()  # fewer whole tools rather than a cut list
         result = {TOOLS: found}
         content = [{"type": "text", "text": dumps(result).decode()}]
-        return [answer(client.key, id, {"content": content, "structuredContent": result})]
+        return [_answer(client.key, id, {"content": content, "structuredContent": result})]
 
     def find_tools(self, catalog: Any, query: str, limit: int) -> list[dict[str, Any]]:
         """The best ``limit`` tools of ``catalog`` for ``query``, as tools/list shows them."""

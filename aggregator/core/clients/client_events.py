@@ -196,7 +196,7 @@ class ClientEvents(RouterState):
         client = self.clients[key]
         if kind == REQUEST:
             if message["method"] == "tools/call":
-                self.unwrap_call_tool(key, message)  # search mode's call_tool: the call it names
+                self.search.unwrap_call_tool(key, message)  # search mode's call_tool: the call it names
             # The era of a request (``core.era.modern_callers``): a modern connection's are all
             # modern; a legacy session's, once initialized, all legacy (one attribute read
             # on the legacy hot path); before that, modern ``_meta`` decides.

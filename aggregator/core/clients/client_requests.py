@@ -71,7 +71,7 @@ class ClientRequests(RouterState):
     def _list(self, client: ClientState, message: dict[str, Any]) -> list[Command]:
         kind = LIST_METHODS[message["method"]]
         params = message.get("params") or {}
-        if kind == TOOLS and self._searching(client):
+        if kind == TOOLS and self.search.searching(client):
             if params.get("cursor") is not None:
                 raise RemoteProtocolError(INVALID_PARAMS, "Invalid params: this list has one page; the cursor is stale")
             page = META_PAGE
@@ -84,7 +84,7 @@ class ClientRequests(RouterState):
     def _call_by_name(self, client: ClientState, message: dict[str, Any]) -> list[Command]:
         params: Any = message.get("params")
         if type(params) is dict and message["method"] == "tools/call":
-            searched = self._search_call(client, message)
+            searched = self.search.call(client, message)
             if searched is not None:
                 return searched
         route = self.targets.resolve(client, message["method"], params)
