@@ -89,7 +89,6 @@ from aggregator.core.commands import (
     WaitForStartup,
 )
 from aggregator.core.era.input_bridge import InputBridge
-from aggregator.core.era.listen_acks import ListenAcks
 from aggregator.core.era.modern_callers import ModernCallers
 from aggregator.core.era.parked import ParkedCalls, ParkedTable
 from aggregator.core.era.upstream_era import INSTANCE_KEY
@@ -150,7 +149,6 @@ class Router(
     InputBridge,
     Roots,
     UpstreamControl,
-    ListenAcks,
     Reconfigure,
     UpstreamEvents,
     InFlight,

@@ -7,14 +7,18 @@ update would be lost. So the answer waits for the server's
 ``notifications/subscriptions/acknowledged`` of that listen, at most ``ACK_WAIT`` seconds
 (a server that never acknowledges delays its clients' subscribes by that much, no more),
 or until the listen ends or the connection is lost.
+
+Functions over a link's ``acks`` (the answers held) and its own table (the wait's deadline,
+``AckWait``); the router's own-request group calls them and keeps its clock in step.
 """
 
 from __future__ import annotations
 
+from collections.abc import Container
 from typing import Any, NamedTuple
 
-from aggregator.core.commands import Command
-from aggregator.core.state import RouterState, UpstreamLink, answer
+from aggregator.core.commands import Command, ToClient
+from aggregator.core.upstreams.links import UpstreamLink
 from aggregator.mcp.modern import LISTEN, SUBSCRIPTION_ID
 
 ACK_WAIT = 2.0  # seconds subscribe answers wait for the server to acknowledge its listen
@@ -27,30 +31,27 @@ class AckWait(NamedTuple):
     listen: str
 
 
-class ListenAcks(RouterState):
-    def _wait_for_ack(self, link: UpstreamLink, listen: str) -> None:
-        """Hold subscribe answers for the listen ``listen`` (the newest: an older one's
-        acknowledgment no longer counts)."""
-        link.own.drop_if(_ack_wait)
-        link.own.open(LISTEN, None, AckWait(listen), self.clock() + ACK_WAIT)
-        self._reset_own_at()  # the router's clock wakes for it
+def wait(link: UpstreamLink, listen: str, now: float) -> None:
+    """Hold subscribe answers for the listen ``listen`` (the newest: an older one's
+    acknowledgment no longer counts), at most ``ACK_WAIT`` from ``now``. The caller's
+    clock must wake for the link's own table's new deadline."""
+    link.own.drop_if(_ack_wait)
+    link.own.open(LISTEN, None, AckWait(listen), now + ACK_WAIT)
 
-    def _listen_acknowledged(
-        self, link: UpstreamLink, message: dict[str, Any], params: dict[str, Any], related: int | None
-    ) -> list[Command]:
-        """The server acknowledged a listen: if it is the newest, the answers held for it go out."""
-        meta = params.get("_meta")
-        waiting = link.own.find(_ack_wait)
-        if type(meta) is dict and waiting is not None and meta.get(SUBSCRIPTION_ID) == waiting.waiter.listen:
-            return self._release_acks(link)
-        return []
 
-    def _release_acks(self, link: UpstreamLink) -> list[Command]:
-        """Answer the held subscribes (of the clients still here), and stop waiting."""
-        held, link.acks = link.acks, []
-        link.own.drop_if(_ack_wait)
-        self._reset_own_at()
-        return [answer(session, id, {}) for session, id in held if session in self.clients]
+def acknowledged(link: UpstreamLink, params: dict[str, Any]) -> bool:
+    """Whether the server's acknowledgment (``params``) is of the newest listen held for."""
+    meta = params.get("_meta")
+    waiting = link.own.find(_ack_wait)
+    return type(meta) is dict and waiting is not None and meta.get(SUBSCRIPTION_ID) == waiting.waiter.listen
+
+
+def release(link: UpstreamLink, clients: Container[int]) -> list[Command]:
+    """Answer the held subscribes (of the clients still here, ``clients``), and stop
+    waiting (the link's own table changed: the caller's clock must know)."""
+    held, link.acks = link.acks, []
+    link.own.drop_if(_ack_wait)
+    return [ToClient(session, {"jsonrpc": "2.0", "id": id, "result": {}}) for session, id in held if session in clients]
 
 
 def _ack_wait(waiter: object) -> bool:

@@ -23,6 +23,7 @@ import math
 from typing import Any, NamedTuple
 
 from aggregator.core.commands import Answer, Command, DropUpstream, ToServer, UpstreamServing
+from aggregator.core.era import listen_acks
 from aggregator.core.era.listen_acks import AckWait
 from aggregator.core.era.upstream_era import Era
 from aggregator.core.requests.tasks import expose_task_ids
@@ -111,6 +112,23 @@ class UpstreamControl(RouterState):
         send = link.lifecycle.request(method, params, caller, self.clock(), link.request_timeout)
         self._note_own(link)
         return [ToServer(server, send.message)]
+
+    def _wait_for_ack(self, link: UpstreamLink, listen: str) -> None:
+        """Hold subscribe answers until the server acknowledges ``listen`` (``listen_acks``)."""
+        listen_acks.wait(link, listen, self.clock())
+        self._reset_own_at()  # the router's clock wakes for it
+
+    def _release_acks(self, link: UpstreamLink) -> list[Command]:
+        """Answer the subscribes held for a listen, and stop waiting (``listen_acks``)."""
+        out = listen_acks.release(link, self.clients)
+        self._reset_own_at()
+        return out
+
+    def _listen_acknowledged(
+        self, link: UpstreamLink, message: dict[str, Any], params: dict[str, Any], related: int | None
+    ) -> list[Command]:
+        """The server acknowledged a listen: if it is the newest, the answers held for it go out."""
+        return self._release_acks(link) if listen_acks.acknowledged(link, params) else []
 
     def _apply_log_level(self) -> list[Command]:
         """Set every upstream that logs to the most verbose level any client asked for."""
