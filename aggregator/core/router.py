@@ -1,33 +1,40 @@
 """Routing between downstream sessions (clients) and upstreams (servers). Sans-IO.
 
-``Router`` is a facade: the methods the trio layer calls, over handler groups that each
-own one part of the rules, combined as one class over one typed state
-(``aggregator.core.state``):
+``Router`` is the one entry (``handle``) and the queries the trio layer may ask. Its
+state is kept by objects that own their part and its rules, wired once in its state
+(``aggregator.core.state``), and by handler groups still combined with it as one class:
 
-- ``commands``: what the methods return (``Command``);
-- ``client_events``: a client's messages, notifications, answers, connect, disconnect;
-- ``handshake``: initialize, merged capabilities and instructions, log levels (``Handshake``, owned);
-- ``modern_callers``: modern (2026-07-28) callers: admission, server/discover,
-  subscriptions/listen, their answers stamped (``modern_results``);
-- ``client_requests``: the handlers of client requests, by method;
-- ``discovery``: search mode's two tools (``find_tools``, ``call_tool``), per profile (``Search``, owned);
-- ``result_budget``: tool results cut to a profile's budget, the rest read back
-  (``ResultBudgets``, owned);
-- ``targets``: what a request names (``Targets``, owned: ``resolve``, ``describe``);
-- ``forwarding``: a request sent upstream, or held for a connection that starts;
-- ``inflight``: the in-flight tables, timeouts, giving up;
-- ``server_messages``: an upstream's responses and notifications (a method table);
-- ``reverse_requests``: server-to-client requests (sampling, elicitation);
-- ``parked``: a legacy server's requests during a modern caller's call, asked of it by
-  an ``input_required`` result while the call waits upstream (``request_state``);
-- ``input_bridge``: a modern server's ``input_required`` result for a legacy caller,
-  asked of it as server-to-client requests, then the call retried;
-- ``roots``: roots/list and roots changes;
-- ``upstream_control``: the proxy's own requests to each upstream, one table per link
-  for its lifecycle (``upstream_lifecycle``: handshake, listing) and the router's own;
-- ``upstream_events``: upstreams ready, listed, overloaded, lost, out between starts;
-- ``announcements``: list_changed notices and their debounce (``Announcements``, owned);
-- ``reconfigure``: servers removed and added, catalogs renewed, on a live reload.
+Owned objects (each given the tables it reads):
+
+- ``requests.request_table.RequestTable``: every request in flight, its progress token
+  and deadlines, and the one way out of every table (invariant 2);
+- ``reverse.reverse_table.ReverseTable``: server-to-client requests in flight, URL-mode
+  elicitations, the proxy-minted ids;
+- ``catalogs.targets.Targets``: what a request names (``resolve``, ``describe``);
+- ``catalogs.discovery.Search``: search mode's two tools, per profile's settings;
+- ``catalogs.result_budget.ResultBudgets``: tool results cut, the rest kept and read back;
+- ``clients.handshake.Handshake``: initialize, merged capabilities and instructions,
+  the log levels to set upstream;
+- ``notices.announcements.Announcements``: list_changed notices and their debounce;
+- ``era.parked.ParkedTable``: calls parked for their modern callers, within bounds.
+
+Handler groups (mixins over the shared state, by package):
+
+- ``clients``: a client's messages, notifications, answers, connect, disconnect
+  (``client_events``); the handlers of its requests, by method (``client_requests``);
+- ``era``: modern (2026-07-28) callers' admission, server/discover, subscriptions/listen
+  (``modern_callers``); a legacy server's requests asked of a modern caller by an
+  ``input_required`` result while the call is parked (``parked``); a modern server's
+  ``input_required`` asked of a legacy caller, then the call retried (``input_bridge``,
+  ``modern_input``);
+- ``requests``: a request sent upstream, or held for a connection that starts
+  (``forwarding``); timeouts and giving up (``inflight``);
+- ``reverse``: server-to-client requests (``reverse_requests``), roots (``roots``);
+- ``upstreams``: an upstream's responses and notifications (``server_messages``, a method
+  table); the proxy's own requests to each upstream, one table per link for its lifecycle
+  and the router's own (``upstream_control``); upstreams ready, listed, overloaded, lost,
+  out between starts (``upstream_events``); servers removed and added on a live reload
+  (``reconfigure``).
 
 Theory of operation
 -------------------
