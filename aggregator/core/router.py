@@ -103,7 +103,6 @@ from aggregator.core.events import Event
 from aggregator.core.requests.forwarding import Forwarding
 from aggregator.core.requests.inflight import InFlight
 from aggregator.core.reverse.reverse_requests import ReverseRequests
-from aggregator.core.reverse.roots import Roots
 from aggregator.core.settings import LinkSettings, RouterSettings
 from aggregator.core.state import (
     ROOTS_HOLD_SECONDS,
@@ -154,7 +153,6 @@ class Router(
     ReverseRequests,
     ParkedCalls,
     InputBridge,
-    Roots,
     UpstreamControl,
     Reconfigure,
     UpstreamEvents,

@@ -21,7 +21,7 @@ from aggregator.core.catalogs.targets import Targets
 from aggregator.core.clients.clients import ClientState as ClientState  # re-exported: where the groups look
 from aggregator.core.clients.clients import SessionInfo as SessionInfo
 from aggregator.core.clients.handshake import Handshake
-from aggregator.core.commands import Command, ToClient, ToServer
+from aggregator.core.commands import Command, ToClient
 from aggregator.core.era.request_state import RequestStates
 from aggregator.core.notices.announcements import Announcements
 from aggregator.core.notices.subscriptions import Listens, Subscriptions
@@ -30,6 +30,8 @@ from aggregator.core.requests.tallies import Tallies
 from aggregator.core.requests.tasks import TaskOwners
 from aggregator.core.reverse.reverse_table import Reverse as Reverse  # re-exported: where the groups look
 from aggregator.core.reverse.reverse_table import ReverseTable
+from aggregator.core.reverse.roots import ROOTS_HOLD_SECONDS as ROOTS_HOLD_SECONDS  # re-exported
+from aggregator.core.reverse.roots import Roots
 from aggregator.core.settings import LinkSettings, RouterSettings
 from aggregator.core.upstreams.links import Caller
 from aggregator.core.upstreams.links import Pending as Pending  # re-exported: where the groups look for them
@@ -41,9 +43,6 @@ from aggregator.mcp.constants import CANCELLED
 # The error a server answers when a URL-mode elicitation must be completed first (its
 # data.elicitations name them; their completion notifications go to that client).
 URL_ELICITATION_REQUIRED = -32042
-# How long a roots/list waits for the client its roots come from to finish initializing;
-# then it is answered from proxy.roots (or with no roots).
-ROOTS_HOLD_SECONDS = 10.0
 
 
 class Gather:
@@ -160,12 +159,6 @@ class RouterState:
         self.max_in_flight = settings.max_in_flight
         self.max_json_depth = settings.max_json_depth  # enforced where messages are decoded
         self.server_requests = settings.server_requests
-        self.roots = None if settings.roots is None else [{"uri": uri} for uri in settings.roots]
-        # Only ever one client (stdio, no network front): shared servers see its roots, else ``roots``.
-        self.single_client = settings.single_client
-        # roots/list requests waiting for their client to initialize: (link, id, deadline).
-        self.held_roots: list[tuple[str, Any, float]] = []
-        self.roots_fallback: set[str] = set()  # links answered from ``roots`` in their client's place
         self.server_request_policy: ServerRequestPolicy = (
             server_request_policy if server_request_policy is not None else lambda server, method, params: True
         )
@@ -187,6 +180,9 @@ class RouterState:
         # Every client request in flight, its progress token and deadlines.
         self.requests = RequestTable(clock, self.links, self.clients, self.tallies)
         self.reverse = ReverseTable(settings.max_in_flight)  # server-to-client requests in flight
+        self.roots = Roots(  # whose roots each server sees, and roots/list held for a client
+            settings.roots, settings.single_client, self.server_requests, self.links, self.clients, clock
+        )
         # list_changed notices due, and when.
         self.announcements = Announcements(
             clock, settings.list_changed_debounce, self.clients, self.views, self.listens
@@ -236,12 +232,7 @@ class RouterState:
         def _roots_request(
             self, link: UpstreamLink, id: Any, params: dict[str, Any], related: int | None
         ) -> list[Command]: ...
-        def _roots_answer(self, link: UpstreamLink, id: Any) -> ToServer: ...
         def _release_roots(self, client: ClientState) -> list[Command]: ...
-        def _roots_changed(self, names: list[str]) -> list[Command]: ...
-        def _roots_followers(self, client: ClientState) -> list[str]: ...
-        def _held_for(self, key: int) -> list[tuple[str, Any, float]]: ...
-        def _expire_roots(self, now: float) -> list[Command]: ...
         # upstream control
         def _own_request(
             self, server: str, method: str, params: dict[str, Any], gather: Gather | None = None

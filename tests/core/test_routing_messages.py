@@ -597,7 +597,7 @@ def test_one_client_proxy_holds_roots_until_its_client_is_initialized(clock):
         )
         back[server] = answer["id"]
     assert back == {"a": 1, "b": 2}
-    assert router.held_roots == []
+    assert router.roots.held == []
 
 
 def test_held_roots_fall_back_after_the_bound_and_the_late_client_is_announced(clock):
@@ -636,7 +636,7 @@ def test_held_roots_for_a_client_without_roots_or_one_that_leaves(clock):
     router = make_router(clock, single_client=True)
     router.handle(ServerMessage("a", msg(id=1, method="roots/list")))
     connect(router, 1, caps={"sampling": {}})  # no roots capability: the proxy answers, nothing to announce
-    assert router.held_roots == []
+    assert router.roots.held == []
     [(kind, _, answer)] = unpack(router.handle(ServerMessage("b", msg(id=2, method="roots/list"))))
     assert (kind, answer["result"]) == ("ToServer", {"roots": []})
     # A client that leaves before it initializes: what was held for it is answered (error).

@@ -75,7 +75,7 @@ class ClientEvents(RouterState):
                 out.append(ToClient(key, proxy_error(pending.client_id, message, reason="unavailable", server=server)))
         out += self._drop_gathers(key, "client disconnected")
         out += self._drop_listens(key, answer)  # a modern client's open listens
-        if self.reverse.asked.get(key) or self.held_roots:
+        if self.reverse.asked.get(key) or self.roots.held:
             out += self._withdraw_server_requests(key)
         out += self._release_session(key)
         if client.log_level is not None:
@@ -113,7 +113,7 @@ class ClientEvents(RouterState):
                     message = f"The client that was asked for {reverse.method} disconnected"
                     error = proxy_error(reverse.upstream_id, message, reason="unavailable", server=reverse.server)
                     out.append(ToServer(reverse.server, error))
-        for name, id, _deadline in self._held_for(key):
+        for name, id, _deadline in self.roots.held_for(key):
             message = "The client whose roots this server sees disconnected before it could be asked"
             out.append(ToServer(name, proxy_error(id, message, reason="unavailable", server=name)))
         return out
@@ -278,7 +278,7 @@ class ClientEvents(RouterState):
             return [ToServer(pending.server, {"jsonrpc": "2.0", "method": method, "params": forwarded}), ended]
         if method == ROOTS_LIST_CHANGED:
             # Only the servers that see this client's roots: a shared server sees the proxy's.
-            return self._roots_changed(self._roots_followers(client))
+            return self.roots.changed(self.roots.followers(client))
         return []
 
     def _client_answer(self, client: ClientState, message: dict[str, Any]) -> list[Command]:

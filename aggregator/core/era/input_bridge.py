@@ -180,7 +180,7 @@ class InputBridge(ModernInput):
                 )
                 return asks, answers, self._fail_one(pending, *refusal)
             if method == "roots/list" and not self._asks_for_roots(link, client):
-                answers[key] = {"roots": self.roots or []}
+                answers[key] = {"roots": self.roots.roots or []}
             else:
                 asks.append((key, method, params))
         asked = self.reverse.asked.get(client.key, 0)
@@ -213,7 +213,7 @@ class InputBridge(ModernInput):
     def _asks_for_roots(self, link: UpstreamLink, client: ClientState) -> bool:
         """Whether a ``roots/list`` of this server is the client's to answer, as for a legacy
         server's (``core.reverse.roots``); if not, ``proxy.roots`` answer it."""
-        source = affinity.roots_source(link.session, self.single_client, [client.key])
+        source = affinity.roots_source(link.session, self.roots.single_client, [client.key])
         return source == client.key and "roots" in client.capabilities
 
     def _input_wait(self, pending: Pending, bridge: Bridge) -> Pending:

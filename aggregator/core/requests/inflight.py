@@ -73,10 +73,9 @@ class InFlight(RouterState):
             deadline = self.own_at
         if self.announcements.at is not None and (deadline is None or self.announcements.at < deadline):
             deadline = self.announcements.at
-        if self.held_roots:
-            held = min(h[2] for h in self.held_roots)
-            if deadline is None or held < deadline:
-                deadline = held
+        held = self.roots.next_deadline()
+        if held is not None and (deadline is None or held < deadline):
+            deadline = held
         return deadline
 
     def expire(self) -> list[Command]:
@@ -87,8 +86,8 @@ class InFlight(RouterState):
             out += self._time_out(pending) if type(pending) is Pending else self._expire_parked(pending)
         if self.announcements.at is not None and now >= self.announcements.at:
             out += self.announcements.send()
-        if self.held_roots:
-            out += self._expire_roots(now)
+        if self.roots.held:
+            out += self.roots.expire(now)
         if self.own_at is not None and now >= self.own_at:
             out += self._expire_own(now)
         return out

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Hashable, Mapping
 from typing import Any
 
+from aggregator.core.clients.clients import ClientState
 from aggregator.core.commands import Command, ToClient, ToServer
 from aggregator.core.era.upstream_era import Era
 from aggregator.core.requests.tasks import RELATED_TASK, expose_task_id, expose_task_ids
@@ -74,6 +75,25 @@ class ReverseRequests(RouterState):
             return [ToServer(server, proxy_error(id, why, reason=owner.signal, server=server))]
         return self._ask_client(link, caller, id, method, params, capability, owner.related)
 
+    def _roots_request(self, link: UpstreamLink, id: Any, params: dict[str, Any], related: int | None) -> list[Command]:
+        """roots/list: answered by the proxy, held, or asked of the client the roots come
+        from (``core.reverse.roots``)."""
+        decided = self.roots.decide(link, id)
+        if not isinstance(decided, ClientState):
+            return [] if decided is None else [decided]
+        owner = affinity.request_owner(**self._owner_facts(link, params, related, requests=True))
+        related_id = owner.related if owner.session == decided.key else None
+        return self._ask_client(link, decided.key, id, "roots/list", params, "roots", related_id)
+
+    def _release_roots(self, client: ClientState) -> list[Command]:
+        """A client finished initializing: the roots/list requests held for it go on, and the
+        servers answered in its place hear its roots changed."""
+        ready, told = self.roots.release(client)
+        out: list[Command] = []
+        for link, id in ready:
+            out += self._roots_request(link, id, {}, None)
+        return out + self.roots.changed(told)
+
     def _modern_caller(self, caller: Caller) -> bool:
         """Whether ``caller`` is a modern client, or a parked call (``core.era.parked``)."""
         if isinstance(caller, Parked):
@@ -114,7 +134,7 @@ class ReverseRequests(RouterState):
         client = self.clients[session]
         if not _declares(client.capabilities, capability, params):
             if method == "roots/list":
-                return [self._roots_answer(link, id)]
+                return [self.roots.answer(link, id)]
             mode = " in url mode" if params.get("mode") == "url" else ""
             return [
                 ToServer(

@@ -1,67 +1,102 @@
-"""roots/list and roots changes: asked of the client the roots come from, held, or answered by the proxy. Sans-IO."""
+"""roots/list and roots changes: asked of the client the roots come from, held, or answered by the proxy. Sans-IO.
+
+``Roots`` owns the configured roots (``proxy.roots``), the roots/list requests held for a
+client that is still initializing, and the links answered from ``proxy.roots`` in their
+client's place. Its rules (whose roots a server sees: ``affinity.roots_source``):
+
+1. A roots/list is answered by the proxy (``proxy.roots``, or none), held for the client
+   the roots come from while it initializes (at most ``ROOTS_HOLD_SECONDS``), or asked of
+   that client: ``decide`` says which; asking is the caller's (a server-to-client request).
+2. A link answered in its client's place is told its roots changed once that client has
+   roots of its own (``release``).
+3. A link told its roots changed is not told again until it asks (``changed``).
+
+It reads the links and clients it is given; it writes only each link's ``roots_told``.
+"""
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Iterable
 from typing import Any
 
+from aggregator.core.clients.clients import ClientState
 from aggregator.core.commands import Command, ToServer
 from aggregator.core.reverse import affinity
-from aggregator.core.state import ROOTS_HOLD_SECONDS, ClientState, RouterState, UpstreamLink
+from aggregator.core.upstreams.links import UpstreamLink
 from aggregator.mcp.constants import ROOTS_LIST_CHANGED
 
 log = logging.getLogger(__name__)
 
+# How long a roots/list waits for the client its roots come from to finish initializing;
+# then it is answered from proxy.roots (or with no roots).
+ROOTS_HOLD_SECONDS = 10.0
 
-class Roots(RouterState):
-    """Whose roots each upstream sees, and telling it when they change."""
 
-    def _roots_request(self, link: UpstreamLink, id: Any, params: dict[str, Any], related: int | None) -> list[Command]:
-        """roots/list: from the client the server's roots come from, or from the proxy;
-        held while that client is still initializing (``core.reverse.affinity.roots_source``)."""
+class Roots:
+    """Whose roots each upstream sees, what waits for them, and telling it when they change."""
+
+    def __init__(
+        self,
+        roots: Iterable[str] | None,
+        single_client: bool,
+        server_requests: Iterable[str],
+        links: dict[str, UpstreamLink],
+        clients: dict[int, ClientState],
+        clock: Callable[[], float],
+    ) -> None:
+        self.roots = None if roots is None else [{"uri": uri} for uri in roots]  # proxy.roots
+        # Only ever one client (stdio, no network front): shared servers see its roots, else ``roots``.
+        self.single_client = single_client
+        self.server_requests = server_requests
+        self.links = links
+        self.clients = clients
+        self.clock = clock
+        self.held: list[tuple[str, Any, float]] = []  # (link, id, deadline) waiting for a client to initialize
+        self.fallback: set[str] = set()  # links answered from ``roots`` in their client's place
+
+    def decide(self, link: UpstreamLink, id: Any) -> ToServer | ClientState | None:
+        """roots/list ``id`` of ``link`` (rule 1): the proxy's answer, the client to ask,
+        or None (held)."""
         source = affinity.roots_source(link.session, self.single_client, list(self.clients))
         client = self.clients.get(source) if type(source) is int else None
         action = affinity.roots_action(
             source, client is not None and client.initialized, client is not None and "roots" in client.capabilities
         )
         if action == affinity.ANSWER:
-            return [self._roots_answer(link, id)]
+            return self.answer(link, id)
         if action == affinity.HOLD:
-            self.held_roots.append((link.name, id, self.clock() + ROOTS_HOLD_SECONDS))
-            return []
+            self.held.append((link.name, id, self.clock() + ROOTS_HOLD_SECONDS))
+            return None
         assert client is not None  # forwarded only to a client that initialized: ``source``
-        owner = affinity.request_owner(**self._owner_facts(link, params, related, requests=True))
-        return self._ask_client(
-            link, client.key, id, "roots/list", params, "roots", owner.related if owner.session == source else None
-        )
+        return client
 
-    def _roots_answer(self, link: UpstreamLink, id: Any) -> ToServer:
+    def answer(self, link: UpstreamLink, id: Any) -> ToServer:
         """The proxy's own answer to roots/list: proxy.roots, or no roots."""
         if affinity.roots_source(link.session, self.single_client, list(self.clients)) != affinity.FROM_PROXY:
-            self.roots_fallback.add(link.name)  # its client's roots may differ: tell it when they come
+            self.fallback.add(link.name)  # its client's roots may differ: tell it when they come
         return ToServer(link.name, {"jsonrpc": "2.0", "id": id, "result": {"roots": self.roots or []}})
 
-    def _release_roots(self, client: ClientState) -> list[Command]:
-        """A client finished initializing: the roots/list requests held for it go on."""
-        out: list[Command] = []
-        held, self.held_roots = self.held_roots, []
+    def release(self, client: ClientState) -> tuple[list[tuple[UpstreamLink, Any]], list[str]]:
+        """A client finished initializing: the held roots/list requests that are now its to
+        answer (link, id), and the links answered in its place, to be told (rule 2)."""
+        ready: list[tuple[UpstreamLink, Any]] = []
+        held, self.held = self.held, []
         for name, id, deadline in held:
             link = self.links.get(name)
             if link is None or not link.ready:
                 continue
             source = affinity.roots_source(link.session, self.single_client, list(self.clients))
             if source != client.key:
-                self.held_roots.append((name, id, deadline))
+                self.held.append((name, id, deadline))
                 continue
-            out += self._roots_request(link, id, {}, None)
-        # It has roots of its own: those answered in its place ask again.
-        told = [name for name in self._roots_followers(client) if name in self.roots_fallback]
-        self.roots_fallback.difference_update(told)
-        return out + self._roots_changed(told)
+            ready.append((link, id))
+        told = [name for name in self.followers(client) if name in self.fallback]
+        self.fallback.difference_update(told)
+        return ready, told
 
-    def _roots_changed(self, names: list[str]) -> list[Command]:
-        """Tell these links their roots changed; one that was told and has not asked since
-        is not told again (it will read the roots as they are when it asks)."""
+    def changed(self, names: list[str]) -> list[Command]:
+        """Tell these links their roots changed (rule 3)."""
         out: list[Command] = []
         for name in names:
             link = self.links[name]
@@ -70,7 +105,7 @@ class Roots(RouterState):
                 out.append(ToServer(name, {"jsonrpc": "2.0", "method": ROOTS_LIST_CHANGED}))
         return out
 
-    def _roots_followers(self, client: ClientState) -> list[str]:
+    def followers(self, client: ClientState) -> list[str]:
         """The ready links whose roots are this client's (none if it declares no roots)."""
         if "roots" not in client.capabilities or "roots" not in self.server_requests:
             return []
@@ -78,21 +113,31 @@ class Roots(RouterState):
             client.key, ((name, link.session) for name, link in self.links.items() if link.ready), self.single_client
         )
 
-    def _held_for(self, key: int) -> list[tuple[str, Any, float]]:
+    def held_for(self, key: int) -> list[tuple[str, Any, float]]:
         """Take the held roots/list requests whose roots come from client ``key``."""
         mine = [
             held
-            for held in self.held_roots
+            for held in self.held
             if held[0] in self.links
             and affinity.roots_source(self.links[held[0]].session, self.single_client, [key]) == key
         ]
-        self.held_roots = [held for held in self.held_roots if held not in mine]
+        self.held = [held for held in self.held if held not in mine]
         return mine
 
-    def _expire_roots(self, now: float) -> list[Command]:
+    def forget(self, server: str) -> None:
+        """``server``'s connection is lost: nothing of it is held or owed a notice."""
+        self.held = [held for held in self.held if held[0] != server]
+        self.fallback.discard(server)
+
+    def next_deadline(self) -> float | None:
+        """When the first held request falls back (None: none is held)."""
+        return min(held[2] for held in self.held) if self.held else None
+
+    def expire(self, now: float) -> list[Command]:
+        """The held requests past their bound, answered from ``proxy.roots``."""
         out: list[Command] = []
         kept = []
-        for name, id, deadline in self.held_roots:
+        for name, id, deadline in self.held:
             if deadline > now:
                 kept.append((name, id, deadline))
                 continue
@@ -103,6 +148,6 @@ class Roots(RouterState):
                     name,
                     ROOTS_HOLD_SECONDS,
                 )
-                out.append(self._roots_answer(link, id))
-        self.held_roots = kept
+                out.append(self.answer(link, id))
+        self.held = kept
         return out

@@ -185,8 +185,7 @@ class UpstreamEvents(RouterState):
                 )
         for entry in [k for k in self.reverse.elicitations if k[0] == server]:
             self.reverse.forget_elicitation(entry)
-        self.held_roots = [held for held in self.held_roots if held[0] != server]
-        self.roots_fallback.discard(server)
+        self.roots.forget(server)
         if link.session is None:
             out += self._server_out(server, why)
             kinds = self.catalog.forget(server)
