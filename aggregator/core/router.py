@@ -205,7 +205,7 @@ class Router(
                     e.key, e.profile, era=e.era, principal=e.principal, stateless=e.stateless
                 )
             ),
-            events.ClientMessage: lambda e: self.client_message(e.key, e.raw),
+            events.ClientMessage: self.client_message,
             events.ClientDecoded: lambda e: self.client_event(e.key, e.kind, e.message),
             events.ClientRefused: lambda e: self.client_refused(e.key, e.exc),
             events.ClientAnswerRefused: lambda e: self.refused_answer(e.key, e.exc),

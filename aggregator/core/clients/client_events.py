@@ -7,7 +7,8 @@ from typing import Any
 
 from aggregator.core.commands import Command, RequestEnded, StopUpstream, ToClient, ToServer
 from aggregator.core.era.input_bridge import awaits_input, is_question
-from aggregator.core.era.upstream_era import Era
+from aggregator.core.era.upstream_era import MODERN_ERA, Era
+from aggregator.core.events import ClientMessage
 from aggregator.core.state import (
     ClientState,
     RequestHandler,
@@ -138,12 +139,13 @@ class ClientEvents(RouterState):
                 self.reverse.forget_elicitation(eid)
         return out
 
-    def client_message(self, key: int, raw: bytes) -> list[Command]:
+    def client_message(self, event: ClientMessage) -> list[Command]:
+        """A client sent bytes: decoded (refused if they cannot be), then handled."""
         try:
-            kind, message = decode_message(raw, self.max_json_depth)
+            kind, message = decode_message(event.raw, self.max_json_depth)
         except RemoteProtocolError as exc:
-            return self.client_refused(key, exc)
-        return self.client_event(key, kind, message)
+            return self.client_refused(event.key, exc)
+        return self.client_event(event.key, kind, message)
 
     def client_refused(self, key: int, exc: RemoteProtocolError) -> list[Command]:
         """A client's message could not be accepted: answer it if it was a request, and if
@@ -200,12 +202,12 @@ class ClientEvents(RouterState):
             # The era of a request (``core.era.modern_callers``): a modern connection's are all
             # modern; a legacy session's, once initialized, all legacy (one attribute read
             # on the legacy hot path); before that, modern ``_meta`` decides.
-            if client.era is Era.MODERN or not client.initialize_seen:
+            if client.era is MODERN_ERA or not client.initialize_seen:
                 params = message.get("params")  # ``request_meta``, inline: every modern request
                 meta = params.get("_meta") if type(params) is dict else None
                 if type(meta) is not dict or PROTOCOL_VERSION not in meta:
                     meta = None
-                if meta is not None or client.era is Era.MODERN:
+                if meta is not None or client.era is MODERN_ERA:
                     return self._modern_request(client, message, meta)
             method = message["method"]
             handler = self._requests.get(method)
@@ -232,7 +234,7 @@ class ClientEvents(RouterState):
         is answered with its error; a server that is out, with its state."""
         id = message["id"]
         if id in client.in_flight or (
-            client.era is Era.MODERN and client.key in self.listens.by_session and self.listens.get(client.key, id)
+            client.era is MODERN_ERA and client.key in self.listens.by_session and self.listens.get(client.key, id)
         ):
             return [
                 ToClient(
@@ -252,7 +254,7 @@ class ClientEvents(RouterState):
 
     def _client_notification(self, client: ClientState, message: dict[str, Any]) -> list[Command]:
         method = message["method"]
-        if client.era is Era.MODERN and method != CANCELLED:
+        if client.era is MODERN_ERA and method != CANCELLED:
             return []  # the only notification of the modern revision's clients
         if method == INITIALIZED:
             was, client.initialized = client.initialized, client.initialize_seen
@@ -264,7 +266,7 @@ class ClientEvents(RouterState):
                 return []
             pending = client.in_flight.get(request_id)
             if pending is None:  # a gather's, a listen, or unknown, finished or never ours: ignored, as the spec says
-                if client.era is Era.MODERN and self.listens.get(client.key, request_id) is not None:
+                if client.era is MODERN_ERA and self.listens.get(client.key, request_id) is not None:
                     return [*self._close_listen(client.key, request_id), RequestEnded(client.key, request_id)]
                 out = self._drop_gathers(client.key, "cancelled by the client", request_id)
                 return [*out, RequestEnded(client.key, request_id)] if out else []  # a gather's: its stream ends

@@ -12,7 +12,7 @@ from aggregator.core.clients.log_levels import LEVELS
 from aggregator.core.commands import Command, ToClient, ToServer
 from aggregator.core.era.modern_results import list_page_suffix, splice_page
 from aggregator.core.era.request_state import is_ours, is_wrapped
-from aggregator.core.era.upstream_era import Era
+from aggregator.core.era.upstream_era import LEGACY_ERA, MODERN_ERA
 from aggregator.core.requests.tasks import split_task_id
 from aggregator.core.state import ClientState, Gather, RequestHandler, RouterState, answer
 from aggregator.core.upstreams.links import UNSENT
@@ -77,7 +77,7 @@ class ClientRequests(RouterState):
             page = META_PAGE
         else:
             page = client.catalog.page(kind, params.get("cursor"))
-        if client.era is Era.MODERN:
+        if client.era is MODERN_ERA:
             page = splice_page(page, list_page_suffix(depends_on_caller=self._depends_on_caller(client)))
         return [ToClient(client.key, _splice_result(message["id"], page), message["id"])]
 
@@ -132,7 +132,7 @@ class ClientRequests(RouterState):
         key = (name, original)
         if self.subscriptions.has(key, client.key):
             return [answer(client.key, message["id"], {})]
-        if name in self.links and self.links[name].speaks is Era.MODERN:  # no resources/subscribe: its listen follows
+        if name in self.links and self.links[name].speaks is MODERN_ERA:  # no resources/subscribe: its listen follows
             self.subscriptions.add(key, client.key)
             out = self._own_request(name, message["method"], {})
             opened = [c.message["id"] for c in out if type(c) is ToServer and c.message.get("method") == LISTEN]
@@ -160,7 +160,7 @@ class ClientRequests(RouterState):
         link = self.links.get(name)
         if not self.subscriptions.remove((name, original), client.key) or link is None or not link.ready:
             return [answer(client.key, message["id"], {})]
-        if link.speaks is Era.MODERN:
+        if link.speaks is MODERN_ERA:
             return [answer(client.key, message["id"], {}), *self._own_request(name, message["method"], {})]
         return self._forward(client, message, server, dict(params, uri=original))
 
@@ -178,11 +178,11 @@ class ClientRequests(RouterState):
         params: Any = message.get("params")
         task_id: Any = params.get("taskId") if type(params) is dict else None
         split = split_task_id(task_id)
-        if client.era is Era.MODERN:  # the tasks extension: the task is its principal's (``core.requests.tasks``)
+        if client.era is MODERN_ERA:  # the tasks extension: the task is its principal's (``core.requests.tasks``)
             if split is None or split[0] not in self.links or not self.task_owners.owned_by(task_id, client.principal):
                 raise RemoteProtocolError(INVALID_PARAMS, f"Unknown task: {task_id}")
             link = self.links[split[0]]
-            if link.speaks is Era.LEGACY or not declares_tasks(link.capabilities):  # it changed since
+            if link.speaks is LEGACY_ERA or not declares_tasks(link.capabilities):  # it changed since
                 why = f"Server {split[0]!r} no longer declares the {TASKS_EXTENSION} extension: its tasks are gone"
                 return [ToClient(client.key, tasks_required(message["id"], why))]
             return self._forward(client, message, split[0], dict(params, taskId=split[1]))

@@ -26,7 +26,7 @@ from aggregator import __version__
 from aggregator.core.clients.clients import ClientState
 from aggregator.core.clients.log_levels import most_verbose
 from aggregator.core.commands import Command, ToClient, WaitForStartup
-from aggregator.core.era.upstream_era import INSTANCE_KEY, Era
+from aggregator.core.era.upstream_era import INSTANCE_KEY, LEGACY_ERA, MODERN_ERA
 from aggregator.core.notices.announcements import Announcements
 from aggregator.core.upstreams.links import UpstreamLink
 from aggregator.jsonrpc.errors import INVALID_REQUEST, RemoteProtocolError
@@ -106,7 +106,7 @@ class Handshake:
             return []
         changes = []
         for name, link in self.links.items():
-            if link.ready and link.speaks is Era.LEGACY and "logging" in link.capabilities and link.log_level != target:
+            if link.ready and link.speaks is LEGACY_ERA and "logging" in link.capabilities and link.log_level != target:
                 link.log_level = target
                 changes.append((name, target))
         return changes
@@ -133,7 +133,7 @@ class Handshake:
         # Always: every server's log lines are forwarded, declared or not (``core.clients.log_levels``).
         capabilities["logging"] = {}
         if modern:
-            if any(link.speaks is Era.MODERN and declares_tasks(link.capabilities) for link in ready):
+            if any(link.speaks is MODERN_ERA and declares_tasks(link.capabilities) for link in ready):
                 capabilities["extensions"] = {TASKS_EXTENSION: {}}
             return capabilities
         tasks: dict[str, Any] = {}

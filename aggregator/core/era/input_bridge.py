@@ -50,7 +50,7 @@ from typing import Any
 
 from aggregator.core.commands import Command, ToClient, ToServer
 from aggregator.core.era.modern_input import ModernInput
-from aggregator.core.era.upstream_era import Era
+from aggregator.core.era.upstream_era import LEGACY_ERA
 from aggregator.core.requests.tasks import expose_task_ids
 from aggregator.core.reverse import affinity
 from aggregator.core.reverse.reverse_requests import _declares
@@ -110,7 +110,7 @@ class InputBridge(ModernInput):
         if not is_input_required(result):
             return False
         client = self.requests.client_of(pending)
-        return client is not None and client.era is Era.LEGACY
+        return client is not None and client.era is LEGACY_ERA
 
     def _bridge_input(self, link: UpstreamLink, pending: Pending, result: dict[str, Any]) -> list[Command]:
         """The server needs input for ``pending``: ask its client, or retry at once."""

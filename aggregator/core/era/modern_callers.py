@@ -44,7 +44,7 @@ from typing import Any
 from aggregator.core.clients.log_levels import LEVELS, RANK, passes
 from aggregator.core.commands import Command, ToClient, WaitForStartup
 from aggregator.core.era.modern_results import IDENTITY, cache_hints, stamp_answer
-from aggregator.core.era.upstream_era import INSTANCE_KEY, Era
+from aggregator.core.era.upstream_era import INSTANCE_KEY, LEGACY_ERA, MODERN_ERA
 from aggregator.core.notices.subscriptions import Listen
 from aggregator.core.state import ClientState, Pending, RouterState, ServerDown, UpstreamLink
 from aggregator.jsonrpc.errors import (
@@ -133,7 +133,7 @@ class ModernCallers(RouterState):
                 return [ToClient(client.key, _from_itself(id, self.instance))]
             return [WaitForStartup(client.key)]
         if method != DISCOVER:  # a probe decides no connection's era
-            client.era = Era.MODERN
+            client.era = MODERN_ERA
         out = self._want_log_level(level) if level is not None else []
         answers = self._handle(client, message, self._requests[method])  # forwarding keeps its _meta
         for command in answers:
@@ -146,7 +146,7 @@ class ModernCallers(RouterState):
         """An answer made outside the router (a plugin's) for client ``key``'s request, as
         the client's era wants it: stamped for a modern caller, untouched for a legacy one."""
         client = self.clients.get(key)
-        if client is not None and client.era is Era.MODERN:
+        if client is not None and client.era is MODERN_ERA:
             stamp_answer(message, method, depends_on_caller=self._depends_on_caller(client))
         return message
 
@@ -191,7 +191,7 @@ class ModernCallers(RouterState):
         told a less verbose level (or none) are told this one."""
         out: list[Command] = []
         for name, link in self.links.items():
-            if not link.ready or link.speaks is Era.MODERN or "logging" not in link.capabilities:
+            if not link.ready or link.speaks is MODERN_ERA or "logging" not in link.capabilities:
                 continue
             if link.log_level is None or RANK[level] < RANK.get(link.log_level, 0):
                 link.log_level = level
@@ -207,7 +207,7 @@ class ModernCallers(RouterState):
     # --- subscriptions/listen (rule 5) --------------------------------------------------
 
     def _listen(self, client: ClientState, message: dict[str, Any]) -> list[Command]:
-        if client.era is Era.LEGACY:  # a legacy session has resources/subscribe and list_changed
+        if client.era is LEGACY_ERA:  # a legacy session has resources/subscribe and list_changed
             raise RemoteProtocolError(METHOD_NOT_FOUND, f"Method not found: {message['method']}")
         id = message["id"]
         params: Any = message.get("params")
@@ -276,7 +276,7 @@ class ModernCallers(RouterState):
                 continue  # named twice, or another listen of this client holds it
             keys.add(key)
             if self.subscriptions.add(key, client.key):
-                if link.speaks is Era.MODERN:
+                if link.speaks is MODERN_ERA:
                     relisten.add(name)
                 else:
                     out += self._own_request(name, "resources/subscribe", {"uri": original})
@@ -293,7 +293,7 @@ class ModernCallers(RouterState):
         for key in keys:
             link = self.links.get(key[0])
             if self.subscriptions.remove(key, session) and link is not None and link.ready:
-                if link.speaks is Era.MODERN:
+                if link.speaks is MODERN_ERA:
                     relisten.add(key[0])
                 else:
                     out += self._own_request(key[0], "resources/unsubscribe", {"uri": key[1]})

@@ -45,6 +45,12 @@ class Era(enum.Enum):
     MODERN = "modern"
 
 
+# The members as plain module names, for the tests on a request's path: reading
+# ``Era.MODERN`` is an enum class lookup (about 160 ns on Python 3.11, five times a
+# plain global), and a call tests its caller's and its server's era several times.
+LEGACY_ERA, MODERN_ERA = Era.LEGACY, Era.MODERN
+
+
 class Probe(NamedTuple):
     """What waits for the answer to ``server/discover``: the revision it named."""
 

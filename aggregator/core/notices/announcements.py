@@ -25,7 +25,7 @@ from collections.abc import Callable
 from aggregator.core.catalogs.session_catalog import SessionViews
 from aggregator.core.clients.clients import ClientState
 from aggregator.core.commands import Command, ToClient
-from aggregator.core.era.upstream_era import Era
+from aggregator.core.era.upstream_era import MODERN_ERA
 from aggregator.core.notices.subscriptions import Listens
 from aggregator.mcp.constants import LIST_CHANGED
 from aggregator.mcp.modern import SUBSCRIPTION_ID
@@ -84,7 +84,7 @@ class Announcements:
         self.at = None
         out: list[Command] = []
         for client in self.clients.values():
-            if client.era is Era.MODERN:
+            if client.era is MODERN_ERA:
                 if not self.listens.count(client.key):
                     continue  # it hears of changes only on its listens
             elif not client.initialize_seen:
@@ -93,7 +93,7 @@ class Announcements:
             if client.key not in self.views:
                 for method, count in due.get(client.profile, {}).items():
                     methods[method] = max(count, methods.get(method, 0))
-            if client.era is Era.MODERN:  # only on its listens
+            if client.era is MODERN_ERA:  # only on its listens
                 out += self._on_listens(client, methods)
                 continue
             for method, count in methods.items():

@@ -7,7 +7,7 @@ from typing import Any
 from aggregator import __version__
 from aggregator.core.clients.log_levels import DEFAULT as DEFAULT_LEVEL
 from aggregator.core.commands import Command, StartUpstream, ToClient, ToServer
-from aggregator.core.era.upstream_era import Era
+from aggregator.core.era.upstream_era import LEGACY_ERA, MODERN_ERA
 from aggregator.core.requests.tasks import restore_related_task
 from aggregator.core.state import (
     ClientState,
@@ -64,7 +64,7 @@ class Forwarding(RouterState):
         upstream_id = link.next_id
         link.next_id = upstream_id + 1
         pending = Pending(client.key, client_id, method, server, upstream_id)
-        if client.era is Era.MODERN:
+        if client.era is MODERN_ERA:
             # Its envelope (``modern.ENVELOPE``) is taken out of the params about to be sent
             # (ours to change) and stays with the request: a legacy upstream must not see it
             # (a dual-era server refuses it on a legacy connection); a modern one is given its
@@ -76,7 +76,7 @@ class Forwarding(RouterState):
                 else:
                     params["_meta"] = {key: value for key, value in envelope.items() if key not in ENVELOPE}
                 pending.meta = envelope
-            if "task" in params and link.speaks is Era.LEGACY:  # a 2025-11-25 task it could not poll: run it at once
+            if "task" in params and link.speaks is LEGACY_ERA:  # a 2025-11-25 task it could not poll: run it at once
                 del params["task"]
             if method in INPUT_REQUIRED_METHODS:  # what a state the proxy mints is bound to (``core.era.parked``)
                 pending.params = params
@@ -89,9 +89,9 @@ class Forwarding(RouterState):
                 self.requests.progress[pending.token] = pending
                 params["_meta"] = meta = dict(meta, progressToken=pending.token)
             restore_related_task(params, server)
-        if link.speaks is Era.MODERN:  # every request to a modern server carries its caller's _meta
+        if link.speaks is MODERN_ERA:  # every request to a modern server carries its caller's _meta
             params["_meta"] = self._modern_meta(client, link, meta, pending)
-            if client.era is Era.LEGACY and method in INPUT_REQUIRED_METHODS:  # what a retry resends (``input_bridge``)
+            if client.era is LEGACY_ERA and method in INPUT_REQUIRED_METHODS:  # what a retry resends (``input_bridge``)
                 pending.params = params
         self.requests.start(pending, link)
         client.in_flight[client_id] = pending
@@ -104,7 +104,7 @@ class Forwarding(RouterState):
         its log level (per request, or the legacy session's ``logging/setLevel``)."""
         if type(meta) is not dict:
             meta = {}
-        if client.era is Era.MODERN:  # its envelope was taken out of ``meta`` into ``pending.meta``
+        if client.era is MODERN_ERA:  # its envelope was taken out of ``meta`` into ``pending.meta``
             envelope = pending.meta or {}
             capabilities, info, level = (
                 envelope.get(CLIENT_CAPABILITIES),
@@ -124,7 +124,7 @@ class Forwarding(RouterState):
         )
         # The tasks extension, where both the caller and the server declare it (``core.requests.tasks``);
         # most callers declare no extension at all, which the C-level ``in`` tells first.
-        if type(capabilities) is dict and "extensions" in capabilities and client.era is Era.MODERN:
+        if type(capabilities) is dict and "extensions" in capabilities and client.era is MODERN_ERA:
             if declares_tasks(capabilities) and declares_tasks(link.capabilities):
                 declared = capabilities["extensions"][TASKS_EXTENSION]
                 stamped[CLIENT_CAPABILITIES]["extensions"] = {TASKS_EXTENSION: declared}

@@ -82,7 +82,8 @@ class RequestTable:
         link.pending.pop(pending.upstream_id, None)
         if outcome is not None:
             self.tallies.ended(pending.method, link.server or pending.server, outcome, reason, seconds)
-        client = self.client_of(pending)
+        session = pending.session  # (``client_of``, inline: every request ends here)
+        client = self.clients.get(session) if session is not None else None
         if client is not None:
             client.in_flight.pop(pending.client_id, None)
         if pending.token is not None:

@@ -7,7 +7,7 @@ from typing import Any
 
 from aggregator.core.clients.clients import ClientState
 from aggregator.core.commands import Command, ToClient, ToServer
-from aggregator.core.era.upstream_era import Era
+from aggregator.core.era.upstream_era import MODERN_ERA
 from aggregator.core.requests.tasks import RELATED_TASK, expose_task_id, expose_task_ids
 from aggregator.core.reverse import affinity
 from aggregator.core.state import Reverse, RouterState, UpstreamLink, proxy_error
@@ -99,7 +99,7 @@ class ReverseRequests(RouterState):
         if isinstance(caller, Parked):
             return True
         client = self.clients.get(caller)
-        return client is not None and client.era is Era.MODERN
+        return client is not None and client.era is MODERN_ERA
 
     def _caller_declares(self, link: UpstreamLink, caller: Caller, related: Any, capability: str) -> bool:
         """Whether the modern call ``related`` of ``caller`` (a client's session, or a parked

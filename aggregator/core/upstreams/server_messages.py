@@ -11,7 +11,7 @@ from aggregator.core.clients.log_levels import passes
 from aggregator.core.commands import Command, DropUpstream, ToClient, ToServer
 from aggregator.core.era.input_bridge import is_input_required
 from aggregator.core.era.modern_results import IDENTITY, unknown_result_type
-from aggregator.core.era.upstream_era import Era
+from aggregator.core.era.upstream_era import MODERN_ERA
 from aggregator.core.requests.tasks import expose_task_ids
 from aggregator.core.reverse import affinity
 from aggregator.core.state import (
@@ -97,7 +97,7 @@ class ServerMessages(RouterState):
                     return self._control_answer(link, message)
                 log.debug("server %s: dropping a response to unknown id %r", link.name, id)
                 return []
-            if kind == RESPONSE and link.speaks is Era.MODERN and is_input_required(message.get("result")):
+            if kind == RESPONSE and link.speaks is MODERN_ERA and is_input_required(message.get("result")):
                 if self._bridges_input(link, pending, message["result"]):
                     return self._bridge_input(link, pending, message["result"])  # asks a legacy caller
                 failed = self._pass_input(link, pending, message["result"])  # checked for a modern one
@@ -116,7 +116,7 @@ class ServerMessages(RouterState):
             self.requests.end(pending)
         else:
             self.requests.end(pending, "error", "server_error", self.clock() - pending.sent_at)
-        client = self.requests.client_of(pending)
+        client = self.clients.get(session) if (session := pending.session) is not None else None
         if client is None:
             if pending.parked is not None:  # the answer waits for its caller's retry (``core.era.parked``)
                 pending.parked.final = message
@@ -124,14 +124,14 @@ class ServerMessages(RouterState):
         message["id"] = pending.client_id
         if kind == RESPONSE:
             result = message.get("result")
-            if link.speaks is Era.MODERN and unknown_result_type(result, pending.method, pending.meta):
+            if link.speaks is MODERN_ERA and unknown_result_type(result, pending.method, pending.meta):
                 return self._fail_one(
                     pending,
                     f"Server {link.server!r} answered {pending.method} with a result of unknown resultType",
                     "malformed",
                 )
             self._expose_result(pending, result, link)
-            if client.era is Era.MODERN:
+            if client.era is MODERN_ERA:
                 if (
                     type(result) is dict
                     and pending.method not in CACHEABLE
@@ -151,10 +151,10 @@ class ServerMessages(RouterState):
         code = message["error"].get("code")
         if code == URL_ELICITATION_REQUIRED:
             self._url_elicitations_required(link, client.key, message["error"].get("data"))
-        if client.era is Era.MODERN:
+        if client.era is MODERN_ERA:
             self._modern_answer(client, pending, message, link)
         pending.params = pending.bridge = pending.subscription = pending.meta = None
-        if link.speaks is Era.MODERN and code == UNSUPPORTED_PROTOCOL_VERSION:
+        if link.speaks is MODERN_ERA and code == UNSUPPORTED_PROTOCOL_VERSION:
             link.learnt = None  # its revision changed under us: the next connection finds it again
             why = f"it no longer speaks protocol {link.protocol_version}; it is asked server/discover again"
             return [ToClient(client.key, message), DropUpstream(link.name, why)]
@@ -209,7 +209,7 @@ class ServerMessages(RouterState):
         method = pending.method
         if link.uri_prefix:
             _expose_result_uris(method, result, link.uri_prefix)
-        if link.speaks is Era.MODERN:  # the tasks extension: a handle, or a task polled (its result inlined)
+        if link.speaks is MODERN_ERA:  # the tasks extension: a handle, or a task polled (its result inlined)
             if method == "tools/call" and result.get(RESULT_TYPE) == TASK:
                 client = self.requests.client_of(pending)
                 for task_id in expose_task_ids(link.name, result):
@@ -291,7 +291,7 @@ class ServerMessages(RouterState):
             client = self.clients.get(session)
             if client is None:
                 continue
-            if client.era is Era.MODERN:  # on its listens, tagged
+            if client.era is MODERN_ERA:  # on its listens, tagged
                 out += self._listen_updates(session, (link.name, str(uri)), params)
             else:
                 out.append(ToClient(session, notice))
@@ -355,7 +355,7 @@ class ServerMessages(RouterState):
         recipients = [
             c
             for c in recipients
-            if (self._modern_log_wanted(c, owner.related, level) if c.era is Era.MODERN else passes(level, c.log_level))
+            if (self._modern_log_wanted(c, owner.related, level) if c.era is MODERN_ERA else passes(level, c.log_level))
         ]
         if not recipients:
             return []

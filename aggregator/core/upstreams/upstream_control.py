@@ -25,7 +25,7 @@ from typing import Any, NamedTuple
 from aggregator.core.commands import Answer, Command, DropUpstream, ToServer, UpstreamServing
 from aggregator.core.era import listen_acks
 from aggregator.core.era.listen_acks import AckWait
-from aggregator.core.era.upstream_era import Era
+from aggregator.core.era.upstream_era import LEGACY_ERA, MODERN_ERA, Era
 from aggregator.core.requests.tasks import expose_task_ids
 from aggregator.core.state import Gather, OwnWaiter, RouterState, UpstreamLink, answer, cancelled
 from aggregator.core.upstreams.own_requests import Waiting
@@ -144,7 +144,7 @@ class UpstreamControl(RouterState):
         link = self.links[server]
         if not link.ready:
             return []
-        if link.speaks is Era.MODERN and link.lifecycle is not None:
+        if link.speaks is MODERN_ERA and link.lifecycle is not None:
             if method in LEGACY_ONLY:  # a modern server's listen follows subscriptions; log levels go per request
                 return self._listen_upstream(link) if method != SET_LEVEL else []
             params = dict(params, _meta=dict(params.get("_meta") or {}, **link.lifecycle.meta()))
@@ -318,7 +318,7 @@ class UpstreamControl(RouterState):
             info.get("name"),
             info.get("version"),
             result["protocolVersion"],
-            "; modern: found by server/discover, spoken to statelessly" if link.speaks is Era.MODERN else "",
+            "; modern: found by server/discover, spoken to statelessly" if link.speaks is MODERN_ERA else "",
         )
         return out
 
@@ -327,7 +327,7 @@ class UpstreamControl(RouterState):
     def _listen_upstream(self, link: UpstreamLink, attempt: int = 0) -> list[Command]:
         """Keep one ``subscriptions/listen`` open on a modern link for what is wanted now:
         a new one when that changed (the old one cancelled after it), none when nothing is."""
-        if link.speaks is Era.LEGACY or not link.ready or link.lifecycle is None:
+        if link.speaks is LEGACY_ERA or not link.ready or link.lifecycle is None:
             return []
         wanted = self._listen_wanted(link)
         key = tuple(sorted((k, tuple(v) if type(v) is list else v) for k, v in wanted.items()))

@@ -7,7 +7,7 @@ from typing import Any
 
 from aggregator.core.catalogs.catalog import Catalog
 from aggregator.core.commands import Command, ToClient
-from aggregator.core.era.upstream_era import Era
+from aggregator.core.era.upstream_era import MODERN_ERA, Era
 from aggregator.core.state import ClientState, Pending, RouterState, UpstreamLink, proxy_error
 from aggregator.core.upstreams.links import UNSENT, Phase
 from aggregator.core.upstreams.outages import FAILED, RESTARTING, Outage, remember, should_hold, unavailable
@@ -38,7 +38,7 @@ class UpstreamEvents(RouterState):
         out = self._apply_log_level()
         waiting, link.waiting = link.waiting, []
         held = {params["uri"] for _, message, params in waiting if message["method"] == "resources/subscribe"}
-        for uri in () if link.speaks is Era.MODERN else self.subscriptions.of_server(server):
+        for uri in () if link.speaks is MODERN_ERA else self.subscriptions.of_server(server):
             if uri not in held:  # renewed; a held one goes as the client sent it
                 out += self._own_request(server, "resources/subscribe", {"uri": uri})
         for key, message, params in waiting:

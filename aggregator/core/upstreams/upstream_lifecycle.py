@@ -41,7 +41,7 @@ from typing import Any
 from aggregator import __version__
 from aggregator.core.defaults import DISCOVER_TIMEOUT
 from aggregator.core.era import upstream_era as era
-from aggregator.core.era.upstream_era import INSTANCE_KEY, Era, Probe
+from aggregator.core.era.upstream_era import INSTANCE_KEY, LEGACY_ERA, MODERN_ERA, Era, Probe
 from aggregator.core.upstreams import upstream_outcomes as outcomes
 from aggregator.core.upstreams.own_requests import OwnRequests, Waiting
 from aggregator.core.upstreams.upstream_outcomes import Failed, Items, Listing, Outcome, Ready, Send, Serving
@@ -125,9 +125,9 @@ class UpstreamLifecycle:
         self._offered = capabilities
         if self.protocol in MODERN:
             return [self._discover(self.protocol, now + self.init_timeout)]
-        if self.protocol in SUPPORTED or self.era is Era.LEGACY:
+        if self.protocol in SUPPORTED or self.era is LEGACY_ERA:
             return [self._initialize(now)]
-        timeout = self.init_timeout if self.era is Era.MODERN else min(self.discover_timeout, self.init_timeout)
+        timeout = self.init_timeout if self.era is MODERN_ERA else min(self.discover_timeout, self.init_timeout)
         return [self._discover(MODERN_LATEST, now + timeout)]
 
     def meta(self) -> dict[str, Any]:
@@ -177,7 +177,7 @@ class UpstreamLifecycle:
         self, method: str, params: dict[str, Any] | None, caller: object, now: float, timeout: float = math.inf
     ) -> Send:
         """A request of the proxy's own; its ``Answer`` names ``caller``."""
-        if self.speaks is Era.MODERN:
+        if self.speaks is MODERN_ERA:
             params = dict(params or {})
             params["_meta"] = dict(params.get("_meta") or {}, **self.meta())
         return Send(self.requests.open(method, params, outcomes.Caller(caller), now + timeout))
@@ -242,7 +242,7 @@ class UpstreamLifecycle:
         return self._ready(verdict.result, now, [])
 
     def _probe_unanswered(self, probe: Probe, now: float) -> list[Outcome]:
-        if self.protocol in MODERN or self.era is Era.MODERN:
+        if self.protocol in MODERN or self.era is MODERN_ERA:
             self.probing = False
             return [self._fail(f"no answer to server/discover within {self.init_timeout}s")]
         self._probe_late = True
@@ -338,7 +338,7 @@ class UpstreamLifecycle:
     def _ask(self, job: _Job, cursor: str | None) -> Send:
         method = LIST_METHOD_OF[job.kinds[0]]
         params: dict[str, Any] | None = {"cursor": cursor} if cursor is not None else None
-        if self.speaks is Era.MODERN:
+        if self.speaks is MODERN_ERA:
             params = dict(params or {}, _meta=self.meta())
         return Send(self.requests.open(method, params, job, job.deadline))
 
