@@ -97,3 +97,30 @@ def test_the_direction_check_catches_a_wrong_way_import(tmp_path):
     assert sorted(_wrong_way(wrong, "mcp")) == ["<relative>", "aggregator.core.router", "aggregator.hub.hub"]
     assert sorted(_wrong_way(wrong, "core")) == ["<relative>", "aggregator.hub.hub"]
     assert sorted(_wrong_way(wrong, "jsonrpc")) == ["<relative>", "aggregator.core.router", "aggregator.hub.hub"]
+
+
+# The core's objects that own their state (and the records and wire types they use): each
+# is given its collaborators, so none reaches for the router or its shared state.
+OWNERS = [
+    "requests/request_table.py",
+    "reverse/reverse_table.py",
+    "reverse/roots.py",
+    "reverse/affinity.py",
+    "catalogs/targets.py",
+    "catalogs/discovery.py",
+    "catalogs/result_budget.py",
+    "clients/handshake.py",
+    "clients/clients.py",
+    "notices/announcements.py",
+    "era/listen_acks.py",
+    "upstreams/links.py",
+    "events.py",
+    "commands.py",
+]
+
+
+@pytest.mark.parametrize("name", OWNERS)
+def test_an_owner_of_state_never_imports_the_routers_shared_state(name):
+    path = ROOT / "core" / name
+    shared = [m for m in _own_imports(path) if m in ("aggregator.core.state", "aggregator.core.router")]
+    assert shared == [], f"{name} imports {shared}"
