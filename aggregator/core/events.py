@@ -114,6 +114,17 @@ class ServerMessage:
 
 
 @attrs.define(weakref_slot=False)
+class ServerDecoded:
+    """Upstream ``server`` sent a message its transport read and decoded already (a network
+    server's, decoded once as it came off the wire, under the same limits): ``decoded`` is
+    what ``decode_message`` returned for it, or the RemoteProtocolError it raised."""
+
+    server: str
+    decoded: tuple[int, dict[str, Any]] | RemoteProtocolError
+    related: int | None = None
+
+
+@attrs.define(weakref_slot=False)
 class ServerOversized:
     """Upstream ``server`` sent a message over ``limit`` bytes; ``head`` is its start."""
 
@@ -300,6 +311,7 @@ Event: TypeAlias = (
     | ClientDisconnected
     | UpstreamConnected
     | ServerMessage
+    | ServerDecoded
     | ServerOversized
     | ServerReady
     | ServerItems

@@ -282,7 +282,7 @@ class UpstreamSession:
                     on_congestion=self._congested,
                 )
                 nursery.start_soon(self.outbox.run)
-                self.hub.router.server_streams(self.name, channel.streams)
+                self.hub.router.handle(ServerStreams(self.name, channel.streams))
                 nursery.start_soon(self._read_output, channel, limit)
                 if channel.stderr is not None:
                     nursery.start_soon(self._stderr.read, channel.stderr)

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import trio
 
-from aggregator.core.events import ServerMessage, ServerOversized
+from aggregator.core import events
 from aggregator.jsonrpc.framing import LineSplitter, OversizedLine
 from aggregator.ops import traffic
 from aggregator.transports.channel import ServerMessage
@@ -76,12 +76,12 @@ async def read_messages(
         for line in splitter.feed(chunk if type(chunk) is bytes else bytes(chunk)):
             if isinstance(line, OversizedLine):
                 log.error("server %s: dropped a %d-byte message (limit %d bytes)", name, line.size, limit)
-                hub.dispatch(router.handle(ServerOversized(name, line.head, limit)))
+                hub.dispatch(router.handle(events.ServerOversized(name, line.head, limit)))
                 continue
             if noted:
                 traffic.note("in", peer, line)
             started = perf_counter()
-            commands = router.server_message(name, line)
+            commands = router.handle(events.ServerMessage(name, line))
             handling.observe(perf_counter() - started)
             hub.dispatch(commands)
         await hub.flush()
@@ -114,7 +114,7 @@ async def read_decoded(
             if noted:
                 traffic.note("in", peer, item.raw)
             started = perf_counter()
-            commands = router.server_decoded(name, item.decoded, item.related)
+            commands = router.handle(events.ServerDecoded(name, item.decoded, item.related))
             handling.observe(perf_counter() - started)
             hub.dispatch(commands)
         await hub.flush()

@@ -26,6 +26,7 @@ from typing import Any
 import trio
 
 from aggregator.config import HttpConfig
+from aggregator.core.events import ClientRefused
 from aggregator.fronts.access import AccessPolicy
 from aggregator.fronts.admission import Admission, Denial, choose_profile
 from aggregator.fronts.http.answers import refuse_session, reject

@@ -33,6 +33,7 @@ from typing import Any
 import trio
 
 from aggregator.config import HttpConfig
+from aggregator.core.era.upstream_era import Era
 from aggregator.core.router import proxy_error
 from aggregator.fronts.access import AccessPolicy
 from aggregator.fronts.admission import Denial, Refusal, choose_profile
@@ -210,7 +211,7 @@ class StatelessRequests:
             client = StatelessRequest(self.hub.client_memory, config.client_buffer_bytes, message["id"])
         try:
             if not client.key:
-                client.key = self.hub.add_client(client, profile, modern=True, principal=principal, stateless=True)
+                client.key = self.hub.add_client(client, profile, era=Era.MODERN, principal=principal, stateless=True)
             await self._answer(connection, client, message)
         finally:
             # Answered, or the client left (or this failed): the router cancels what is

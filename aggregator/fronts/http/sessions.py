@@ -282,7 +282,7 @@ async def refuse_message(hub: Hub, connection: HttpConnection, exc: RemoteProtoc
     """400 with the error of a message refused; if it was the answer to a server's request,
     that server hears so (when the message's session, of either HTTP transport, is known)."""
     if exc.response_to is not None and session is not None:
-        hub.dispatch_now(hub.router.refused_answer(session.key, exc))
+        hub.dispatch_now(hub.router.handle(ClientAnswerRefused(session.key, exc)))
     await connection.respond(400, [JSON], dumps(exc.to_response()))
 
 

@@ -28,6 +28,7 @@ from typing import Any
 import trio
 
 from aggregator.config import HttpConfig
+from aggregator.core.events import ClientMessage
 from aggregator.fronts.containment import contained
 from aggregator.fronts.http.answers import reject
 from aggregator.fronts.http.queue import MessageQueue, pump, until_client_leaves
