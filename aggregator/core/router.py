@@ -217,7 +217,7 @@ class Router(
                 capabilities=e.capabilities,
                 modern_possible=e.modern_possible,
             ),
-            events.ServerMessage: lambda e: self.server_message(e.server, e.raw, e.related),
+            events.ServerMessage: self.server_message_event,
             events.ServerDecoded: lambda e: self.server_decoded(e.server, e.decoded, e.related),
             events.ServerOversized: lambda e: self.server_oversized(e.server, e.head, e.limit),
             events.ServerReady: lambda e: self.server_ready(e.server, e.init_result),

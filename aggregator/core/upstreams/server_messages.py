@@ -12,6 +12,7 @@ from aggregator.core.commands import Command, DropUpstream, ToClient, ToServer
 from aggregator.core.era.input_bridge import is_input_required
 from aggregator.core.era.modern_results import IDENTITY, unknown_result_type
 from aggregator.core.era.upstream_era import MODERN_ERA
+from aggregator.core.events import ServerMessage
 from aggregator.core.requests.tasks import expose_task_ids
 from aggregator.core.reverse import affinity
 from aggregator.core.state import (
@@ -54,6 +55,15 @@ class ServerMessages(RouterState):
             return self._server_message(server, raw, related)
         except Exception:  # noqa: BLE001 - the last line of defence, logged in full
             log.exception("server %s: internal error handling a message from it", server)
+            return []
+
+    def server_message_event(self, event: ServerMessage) -> list[Command]:
+        """``server_message`` for its event (what ``Router.handle`` calls: one call less on
+        every server's message)."""
+        try:
+            return self._server_message(event.server, event.raw, event.related)
+        except Exception:  # noqa: BLE001 - the last line of defence, logged in full
+            log.exception("server %s: internal error handling a message from it", event.server)
             return []
 
     def server_decoded(
