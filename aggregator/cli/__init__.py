@@ -6,6 +6,9 @@ The work is split by job: ``main`` turns a command's outcome into an exit code,
 for one look, and one module per command (``serve``, ``catalog``, ``check``, ``approve``,
 ``convert``).
 
+Floor 9, the top (tests/core/test_layering.py): it may import every package, and none
+imports it.
+
 The entry point imports the rest itself: loading the proxy takes a good part of a second,
 and Ctrl-C in that time ends the command quietly with status 130, as later.
 

@@ -12,10 +12,9 @@ from typing import Any
 import trio
 
 from aggregator.cli.common import command_config, label, nothing_to_serve, status_lines, with_started_hub
-from aggregator.core.catalogs.catalog import Catalog, Route
 from aggregator.errors import AggregatorError, ConfigError
 from aggregator.hub.hub import Hub
-from aggregator.mcp.constants import KEY_OF, KINDS
+from aggregator.ops.catalog_view import catalog_view
 
 ESTIMATE = "estimated as the compact JSON's UTF-8 bytes / 4, rounded up (aggregator.core.catalogs.tokens)"
 
@@ -63,34 +62,11 @@ def run_tools(args: argparse.Namespace) -> int:
 
 def _collect(hub: Hub, profile: str) -> dict[str, Any]:
     """What the profile's clients see, per kind; the servers that are down; what is hidden."""
-    catalog = hub.router.profile_catalog(profile)
-    out: dict[str, Any] = {}
-    for kind in KINDS:
-        rows = []
-        for item in catalog.exposed[kind]:
-            exposed = item.get(KEY_OF[kind])
-            route = _route_of(catalog, kind, exposed)
-            rows.append(
-                {
-                    "name": exposed,
-                    "server": route.server if route else None,
-                    "original": route.original if route else None,
-                    "title": item.get("title") or (item.get("annotations") or {}).get("title"),
-                    "description": item.get("description"),
-                }
-            )
-        out[kind] = rows
+    out = catalog_view(hub.router.profile_catalog(profile))
     out["down"] = status_lines(hub, only_down=True)
     # Each ready server's era and revision, as the proxy speaks to it now.
     eras = {name: hub.router.server_era(name) for name in hub.upstreams}
     out["servers"] = {name: {"era": known[0], "protocol": known[1]} for name, known in eras.items() if known}
-    out["hidden"] = {
-        kind: [
-            {"server": server, "original": original, "rule": reason}
-            for server, original, reason in catalog.hidden[kind]
-        ]
-        for kind in KINDS
-    }
     return out
 
 
@@ -120,21 +96,6 @@ def _print_tokens(collected: dict[str, Any], as_json: bool) -> int:
         )
     print(f"\ntokens of tools/list: {collected['estimate']}")
     return 0
-
-
-def _route_of(catalog: Catalog, kind: str, exposed: str | None) -> Route | None:
-    if exposed is None:  # every listed item has its key; nothing routes without one
-        return None
-    route: Route | None
-    if kind == "tools":
-        route = catalog.tools.get(exposed)
-    elif kind == "prompts":
-        route = catalog.prompts.get(exposed)
-    elif kind == "resources":
-        route = catalog.route_uri(exposed)
-    else:
-        route = catalog.route_template(exposed)
-    return route
 
 
 def _print_table(catalog: dict[str, Any], width: int) -> None:

@@ -24,7 +24,7 @@ from aggregator.fronts.access import check_exposure
 from aggregator.hub.hub import Hub
 from aggregator.hub.reload import remove_pid_file, watch_config, write_pid_file
 from aggregator.ops.admin import admin_exposure
-from aggregator.ops.tracing import from_environment
+from aggregator.telemetry.tracing import from_environment
 
 log = logging.getLogger("aggregator")
 
@@ -177,7 +177,7 @@ async def _start_endpoints(
     that needs privileges)."""
     from aggregator.fronts.http.endpoint import StreamableHttpEndpoint
     from aggregator.fronts.websocket.endpoint import WebSocketEndpoint
-    from aggregator.ops.admin import AdminEndpoint
+    from aggregator.ops.admin import AdminEndpoint, AdminRoutes
 
     urls: list[str] = []
     endpoints: tuple[tuple[str | None, Any], ...] = (
@@ -188,9 +188,13 @@ async def _start_endpoints(
     for address, endpoint in endpoints:
         if address is None:
             continue
+        if endpoint is StreamableHttpEndpoint:  # it serves the read-only admin paths too
+            serving = endpoint(hub, config.http, admin=AdminRoutes(hub, config.http, reload=False))
+        else:
+            serving = endpoint(hub, config.http)
         failure: BaseException | None = None
         try:
-            started = await nursery.start(endpoint(hub, config.http).serve, address)
+            started = await nursery.start(serving.serve, address)
         except* OSError as group:
             failure = group
         while isinstance(failure, BaseExceptionGroup):

@@ -16,7 +16,11 @@ One module per job, all re-exported here:
 - ``paths``: relative paths resolved beside the config file;
 - ``loading``: reading a file, all of the above in order;
 - ``client_json``: MCP clients' JSON server lists (``mcpServers``, VS Code ``servers``);
-- ``toml_writer``: the raw form written back as TOML (``aggregator import``).
+- ``toml_writer``: the raw form written back as TOML (``aggregator import``);
+- ``masking``: a server's secrets (its env, headers, URL credentials, interpolated values)
+  masked in text others see.
+
+Floor 3 (tests/core/test_layering.py). May import ``core``, ``mcp``, ``jsonrpc``, ``errors``.
 """
 
 from __future__ import annotations

@@ -14,6 +14,7 @@ import attrs
 from aggregator.config.client_json import mcp_servers_json_to_raw
 from aggregator.config.env_file import parse_env_file
 from aggregator.config.interpolation import interpolate_sections
+from aggregator.config.masking import SecretMask
 from aggregator.config.model import Config, HttpConfig, PluginConfig, ProfileConfig, ProxyConfig, RuleSet, ServerConfig
 from aggregator.config.paths import PATH_OPTION, beside
 from aggregator.config.ranges import check_ranges
@@ -21,7 +22,6 @@ from aggregator.config.structuring import describe, structure_table, unknown_key
 from aggregator.config.validation import check_http, check_proxy, check_server, token_problems
 from aggregator.core.catalogs.naming import NAME_CHARS, validate_server_naming
 from aggregator.errors import ConfigError
-from aggregator.transports.masking import SecretMask
 
 # Checks the [[plugins]] a config names (the plugin layer's, given by the caller: the config
 # does not import it), returning problems by key path, so that they come with the others.

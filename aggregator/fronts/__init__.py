@@ -6,8 +6,8 @@ token; ``admission``: principal, profile, connection and session caps), the boun
 front's task runs inside (``containment``), the HTTP fronts (``fronts.http``) and the
 WebSocket front (``fronts.websocket``).
 
-Imports of the project's packages: ``hub`` (the ``Hub`` a front hands its clients to),
-``transports``, ``core``, ``config``, ``mcp``, ``jsonrpc``, ``errors``; and ``ops``
-(``http.endpoint`` serves the admin paths; several fronts count refusals in
-``ops.recent_errors``).
+Floor 7 (tests/core/test_layering.py). May import ``hub`` (the ``Hub`` a front hands its
+clients to, and its caps), ``telemetry`` (refusals are marked for ``recent_errors``),
+``transports``, ``config``, ``core``, ``mcp``, ``jsonrpc``, ``errors``; never ``ops`` (the
+admin paths the HTTP front serves are handed to it) or ``cli``.
 """

@@ -1,4 +1,4 @@
-"""Who gets in: the admission path of every network front, the connection and session caps.
+"""Who gets in: the admission path of every network front.
 
 The path a client takes in, the same on the Streamable HTTP, legacy SSE and WebSocket
 fronts: Host and Origin against their allowlists, then the bearer token
@@ -8,18 +8,7 @@ request that also names a path. A front only turns a ``Denial`` into its own kin
 answer (an HTTP response, a rejected WebSocket handshake). The rules themselves are the
 ``AccessPolicy``'s (``aggregator.fronts.access``).
 
-One ``Admission`` per hub, shared by the Streamable HTTP, legacy SSE and WebSocket
-endpoints, so each cap is one number however a client arrives (a cap counted per
-transport would let in three times as many). While the hub drains for shutdown no new
-session is admitted; connections are, so that clients can still reach the sessions they
-have. stdio clients are not counted: there is one, and it started the process.
-
-Every admission that succeeds must be released exactly once on every exit path; the
-counters never go below zero, so a double release shows up as a warning, not as a cap
-that silently grows.
-
-Refusals are logged at WARNING at most once per ``WARN_EVERY`` seconds with a count, so
-a flood of refused connections cannot also flood the log.
+The caps every front counts against are the hub's (``aggregator.hub.caps.Admission``).
 
 Pure bookkeeping: no trio, no I/O.
 """
@@ -27,17 +16,12 @@ Pure bookkeeping: no trio, no I/O.
 from __future__ import annotations
 
 import logging
-import time
-from collections.abc import Callable
 from typing import TYPE_CHECKING, NamedTuple
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
     from aggregator.fronts.access import AccessPolicy
-
-log = logging.getLogger(__name__)
-WARN_EVERY = 10.0  # seconds
 
 
 class Admitted(NamedTuple):
@@ -91,65 +75,3 @@ def admit(access: AccessPolicy, headers: Mapping[str, str], target: str) -> Admi
     if named is None:
         return Denial(404, f"not found; the MCP endpoint is {access.endpoint}", [], logging.DEBUG)
     return choose_profile(access, headers, named)
-
-
-class Refusal(NamedTuple):
-    """Why a new session may not start: what to tell the client, and when to come back."""
-
-    message: str
-    reason: str  # "overloaded" (full) or "unavailable" (shutting down): data.reason of the error
-    retry_after: int | None  # seconds, for a Retry-After header; None: do not come back here
-
-
-class Admission:
-    def __init__(self, max_connections: int, max_sessions: int, draining: Callable[[], bool]) -> None:
-        self.max_connections = max_connections
-        self.max_sessions = max_sessions
-        self._draining = draining
-        self.connections = 0
-        self.sessions = 0
-        self._refused = {"connection": 0, "session": 0}  # since the last warning
-        self._next_warning = {"connection": 0.0, "session": 0.0}
-
-    # --- connections ----------------------------------------------------------------------
-
-    def admit_connection(self) -> bool:
-        """Count a new connection in; False (nothing counted) when the cap is reached."""
-        if self.connections >= self.max_connections:
-            self._note_refusal("connection", f"{self.connections} open, the limit (http.max_connections)")
-            return False
-        self.connections += 1
-        return True
-
-    def release_connection(self) -> None:
-        if self.connections <= 0:
-            log.warning("admission: a connection was released twice")
-            return
-        self.connections -= 1
-
-    # --- sessions -------------------------------------------------------------------------
-
-    def admit_session(self) -> Refusal | None:
-        """Count a new session in, or say why not (nothing counted then)."""
-        if self._draining():
-            self._note_refusal("session", "shutting down")
-            return Refusal("The aggregator is shutting down and accepts no new sessions", "unavailable", None)
-        if self.sessions >= self.max_sessions:
-            self._note_refusal("session", f"{self.sessions} open, the limit (http.max_sessions)")
-            return Refusal(f"Too many sessions (limit {self.max_sessions}); try again later", "overloaded", 5)
-        self.sessions += 1
-        return None
-
-    def release_session(self) -> None:
-        if self.sessions <= 0:
-            log.warning("admission: a session was released twice")
-            return
-        self.sessions -= 1
-
-    def _note_refusal(self, what: str, why: str) -> None:
-        self._refused[what] += 1
-        now = time.monotonic()
-        if now >= self._next_warning[what]:
-            log.warning("admission: refused %d new %s(s): %s", self._refused[what], what, why)
-            self._refused[what] = 0
-            self._next_warning[what] = now + WARN_EVERY

@@ -5,8 +5,12 @@ it builds from config (``catalogs``), live reload (``reload``), a gentle shutdow
 (``draining``), dropping clients past the total memory budget (``shedding``), and writing
 once per scheduler turn what many tasks queued (``soon``).
 
-Imports of the project's packages: ``upstreams``, ``plugins``, ``transports``, ``core``,
-``config``, ``jsonrpc``, ``errors``; and ``ops`` (metrics, tracing, traffic log, recent
-errors, which the hub builds and feeds) and ``fronts`` (``hub`` -> ``fronts.admission``:
-the connection and session caps every front shares).
+It also owns the connection and session caps every network front counts against
+(``caps``): how many clients the hub takes.
+
+Floor 6 (tests/core/test_layering.py). May import ``upstreams`` (the hub is their
+``UpstreamPort``), ``plugins``, ``telemetry`` (metrics, tracing, traffic log, recent
+errors, which the hub builds and feeds), ``transports``, ``config``, ``core``, ``mcp``,
+``jsonrpc``, ``errors``; never ``fronts`` (which reach the hub through their
+``ClientPort``), ``ops`` or ``cli``, which are above it.
 """

@@ -50,7 +50,7 @@ from aggregator.core.router import (
     UpstreamServing,
     WaitForStartup,
 )
-from aggregator.fronts.admission import Admission
+from aggregator.hub.caps import Admission
 from aggregator.hub.catalogs import make_router
 from aggregator.hub.draining import drain
 from aggregator.hub.reload import ReloadResult, reload_hub
@@ -59,12 +59,12 @@ from aggregator.hub.soon import SoonWriter
 from aggregator.jsonrpc.codec import decode_message
 from aggregator.jsonrpc.errors import RemoteProtocolError
 from aggregator.jsonrpc.kinds import REQUEST
-from aggregator.ops import traffic
-from aggregator.ops.metrics import Metrics
-from aggregator.ops.recent_errors import RecentErrors
-from aggregator.ops.tracing import Tracing
 from aggregator.plugins.api import load_plugins
 from aggregator.plugins.gate import PluginGate
+from aggregator.telemetry import traffic
+from aggregator.telemetry.metrics import Metrics
+from aggregator.telemetry.recent_errors import RecentErrors
+from aggregator.telemetry.tracing import Tracing
 from aggregator.transports.sink import ClientSink
 from aggregator.upstreams.session import Connector, OwnCall, UpstreamSession
 

@@ -57,7 +57,7 @@ from aggregator.upstreams.session import UpstreamHost, UpstreamSession
 
 if TYPE_CHECKING:
     from aggregator.core.router import Router
-    from aggregator.ops.metrics import Metrics
+    from aggregator.telemetry.metrics import Metrics
 
 log = logging.getLogger("aggregator.reload")  # the logger name the manual shows
 

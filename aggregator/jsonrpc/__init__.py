@@ -1,6 +1,8 @@
 """JSON-RPC 2.0 for MCP, without I/O: the codec, message kinds, framing and error codes.
 
 Must not import trio or any I/O library (tests/core/test_layering.py checks).
+
+Floor 0: imports nothing of the project.
 """
 
 from aggregator.jsonrpc.codec import (

@@ -1,13 +1,12 @@
-"""Operating the proxy: the admin paths and what they report, and the hub's instruments.
+"""Operating the proxy: the admin paths and what they report.
 
 Owns the admin listener and paths (``admin``), health, readiness and the status snapshot
-(``status``) and its page (``status_page``), Prometheus metrics (``metrics``,
-``metrics_collector``), OpenTelemetry traces (``tracing``), the debug line per message
-(``traffic``), and the last warnings and errors logged (``recent_errors``).
+(``status``), its page (``status_page``), and a profile's catalog as people read it
+(``catalog_view``, which ``aggregator tools`` prints too). The instruments they read are
+below, in ``telemetry``.
 
-Imports of the project's packages: ``hub`` (``admin``, ``status`` read the ``Hub``),
-``fronts`` (``admin`` takes the admission path and boundary every front shares),
-``cli`` (``status`` -> ``cli.catalog`` for the catalog view), ``transports``, ``core``,
-``config``, ``mcp``, ``jsonrpc``; and, for type checking only, ``upstreams`` and
-``plugins``.
+Floor 8 (tests/core/test_layering.py). May import ``fronts`` (``admin`` takes the
+admission path and boundary every front shares), ``hub`` (``admin``, ``status`` read the
+``Hub``), and every floor below; never ``cli``. The HTTP front serves the read-only
+admin paths on its own port too: ``cli.serve`` hands them to it (``AdminPaths``).
 """

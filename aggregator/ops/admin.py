@@ -36,9 +36,9 @@ from aggregator.fronts.admission import Denial, check_access
 from aggregator.fronts.containment import internal_error
 from aggregator.hub.hub import Hub
 from aggregator.jsonrpc.codec import dumps
-from aggregator.ops.recent_errors import REFUSAL
 from aggregator.ops.status import health, readiness, snapshot
 from aggregator.ops.status_page import page
+from aggregator.telemetry.recent_errors import REFUSAL
 from aggregator.transports.http_server import HttpConnection, HttpLimits, Request, refuse_connection
 
 log = logging.getLogger(__name__)

@@ -21,6 +21,7 @@ from typing import Any
 from aggregator import __version__
 from aggregator.hub.hub import Hub
 from aggregator.mcp.constants import KINDS
+from aggregator.ops.catalog_view import catalog_view
 
 # The transport of a client session, by the class of the hub's sink for it.
 _TRANSPORTS = {
@@ -127,9 +128,7 @@ def _sessions(hub: Hub, now: float) -> list[dict[str, Any]]:
 def _catalog(hub: Hub, profile: str, context: dict[str, Any]) -> dict[str, Any]:
     """A profile's exposed items (name, server, original name) and its hidden ones, each
     with the rule that hid it."""
-    from aggregator.cli.catalog import _collect as catalog_view  # here: the CLI imports the fronts
-
-    view = catalog_view(hub, profile)
+    view = catalog_view(hub.router.profile_catalog(profile))
     exposed = {
         kind: [{"name": row["name"], "server": row["server"], "original": row["original"]} for row in view[kind]]
         for kind in KINDS

@@ -8,8 +8,9 @@ finding a plugin by entry point, module path or file and checking its options.
 A plugin imports what it needs from here (``from aggregator.plugins import Deny,
 Request``): the names below are the public API; the rest of the package is the proxy's.
 
-Imports of the project's packages: ``transports`` (``gate`` -> ``transports.sink``),
-``core``, ``config``, ``mcp``, ``jsonrpc``, ``errors``.
+Floor 5 (tests/core/test_layering.py). May import ``transports`` (``gate`` ->
+``transports.sink``), ``config``, ``core``, ``mcp``, ``jsonrpc``, ``errors``; never the hub,
+which is above: the gate reaches it through the ``GateHost`` it is given.
 """
 
 from aggregator.plugins.api import Deny, InvalidOptions, Notification, Request, Response, ServerRequest

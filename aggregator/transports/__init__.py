@@ -5,8 +5,7 @@ Owns what a client's and a server's connection alike are built from: write queue
 byte budgets (``outbox``, ``buffer``, ``budget``, the hub's view of a client's queue in
 ``sink``), an in-memory byte pipe (``pipe``) and an upstream session's ``channel``, direct
 socket reads and writes (``socket_io``), the HTTP/1.1 server connection (``http_parse``,
-``http_server``, ``http_wire``), Server-Sent Events parsing (``sse``), and masking a
-server's secrets in text others see (``masking``).
+``http_server``, ``http_wire``) and Server-Sent Events parsing (``sse``).
 
-Imports of the project's packages: ``jsonrpc`` only.
+Floor 3 (tests/core/test_layering.py). May import ``jsonrpc`` only.
 """

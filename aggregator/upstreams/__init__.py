@@ -7,7 +7,7 @@ and the network connectors (``network_upstream``, ``network_link``, Streamable H
 ``resumption``, legacy HTTP+SSE in ``sse_upstream``, WebSocket in ``websocket_upstream``)
 over the upstream HTTP client (``http_client``).
 
-Imports of the project's packages: ``transports``, ``core``, ``config``, ``mcp``,
-``jsonrpc``, ``errors``; and ``ops`` for the traffic log and trace headers
-(``upstream_streams`` -> ``ops.traffic``, ``streamable_http_upstream`` -> ``ops.tracing``).
+Floor 5 (tests/core/test_layering.py). May import ``telemetry`` (the traffic log, trace
+headers), ``transports``, ``config``, ``core``, ``mcp``, ``jsonrpc``, ``errors``; never the
+hub, which is above: what a session needs of it is the ``UpstreamPort`` it is given.
 """

@@ -21,12 +21,12 @@ import httpx
 import trio
 
 from aggregator import __version__
+from aggregator.config.masking import SecretMask, shown_url
 from aggregator.core.router import proxy_error
 from aggregator.jsonrpc.codec import ERROR, decode_message, dumps, loads, nameless_refusal
 from aggregator.jsonrpc.errors import RemoteProtocolError
 from aggregator.jsonrpc.framing import LineSplitter, OversizedLine
 from aggregator.transports.channel import Channel, ServerMessage
-from aggregator.transports.masking import SecretMask, shown_url
 from aggregator.transports.pipe import byte_pipe
 from aggregator.upstreams.resumption import is_answer
 

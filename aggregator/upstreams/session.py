@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import trio
 
 from aggregator.config import Config, ServerConfig
+from aggregator.config.masking import SecretMask, shown_url
 from aggregator.core.commands import Answer
 from aggregator.core.events import (
     OwnCallStarted,
@@ -38,7 +39,6 @@ from aggregator.core.events import (
 )
 from aggregator.errors import UpstreamError
 from aggregator.transports.channel import Channel
-from aggregator.transports.masking import SecretMask, shown_url
 from aggregator.transports.outbox import Outbox
 from aggregator.upstreams.child_process import run_stdio_server
 from aggregator.upstreams.upstream_streams import StderrLog, Traffic, read_decoded, read_messages

@@ -9,8 +9,8 @@ from urllib.parse import urljoin, urlsplit
 import httpx
 import trio
 
+from aggregator.config.masking import shown_url
 from aggregator.transports.channel import Channel
-from aggregator.transports.masking import shown_url
 from aggregator.transports.sse import SseParser
 from aggregator.upstreams.network_link import MAX_CONCURRENT_POSTS, NetworkLink, client_logs_masked, http_client
 

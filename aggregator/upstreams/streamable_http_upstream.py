@@ -21,14 +21,14 @@ from typing import Any
 import httpx
 import trio
 
+from aggregator.config.masking import shown_url
 from aggregator.core.router import proxy_error
 from aggregator.jsonrpc.codec import dumps, loads
 from aggregator.mcp.constants import CANCELLED, INITIALIZE
 from aggregator.mcp.modern import LISTEN
 from aggregator.mcp.versions import DISCOVER
-from aggregator.ops.tracing import trace_headers
+from aggregator.telemetry.tracing import trace_headers
 from aggregator.transports.channel import Channel
-from aggregator.transports.masking import shown_url
 from aggregator.transports.sse import SseParser
 from aggregator.upstreams.http_client import BadResponse, UpstreamClient
 from aggregator.upstreams.modern_headers import ToolHeaders, request_headers

@@ -13,11 +13,11 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import trio
 
+from aggregator.config.masking import SecretMask
 from aggregator.core import events
 from aggregator.jsonrpc.framing import LineSplitter, OversizedLine
-from aggregator.ops import traffic
+from aggregator.telemetry import traffic
 from aggregator.transports.channel import ServerMessage
-from aggregator.transports.masking import SecretMask
 
 if TYPE_CHECKING:
     from aggregator.core.router import Router

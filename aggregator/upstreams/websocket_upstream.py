@@ -8,8 +8,8 @@ from typing import Any
 import trio
 import trio_websocket
 
+from aggregator.config.masking import shown_url
 from aggregator.transports.channel import Channel
-from aggregator.transports.masking import shown_url
 from aggregator.upstreams.network_link import USER_AGENT, NetworkLink, client_logs_masked
 
 

@@ -1,5 +1,24 @@
-"""The sans-IO core must not do I/O (no trio, sockets, subprocesses or HTTP libraries), and its
-layers import one way: core -> mcp -> jsonrpc, never back and never out to the trio layer."""
+"""The sans-IO core must not do I/O (no trio, sockets, subprocesses or HTTP libraries), and every
+package imports only packages on a lower floor: arrows point down, never up or sideways.
+
+The floors, lowest first (a package may import the packages of every floor below its own):
+
+    0  errors, jsonrpc     the wire and the error hierarchy
+    1  mcp                 protocol facts
+    2  core                the sans-IO router (core -> mcp -> jsonrpc only, checked on its own too)
+    3  config, transports  the config model (with secret masking); byte-level queues and HTTP
+    4  telemetry           the instruments: metrics, tracing, traffic log, recent errors
+    5  upstreams, plugins  the servers side (``UpstreamPort``); the plugin API and its gate
+    6  hub                 the top nursery, the one place commands are carried out
+    7  fronts              the clients side (``ClientPort``, which the hub is)
+    8  ops                 the admin pages: health, status, its page, the admin listener
+    9  cli                 the commands
+   10  __main__
+
+``aggregator`` itself (its ``__version__``) may be imported from anywhere. Imports made for
+type checking only count too: a package that needs to name something above it describes it
+as a protocol of its own.
+"""
 
 import ast
 from pathlib import Path
@@ -124,3 +143,92 @@ def test_an_owner_of_state_never_imports_the_routers_shared_state(name):
     path = ROOT / "core" / name
     shared = [m for m in _own_imports(path) if m in ("aggregator.core.state", "aggregator.core.router")]
     assert shared == [], f"{name} imports {shared}"
+
+
+FLOORS = {
+    "errors": 0,
+    "jsonrpc": 0,
+    "mcp": 1,
+    "core": 2,
+    "config": 3,
+    "transports": 3,
+    "telemetry": 4,
+    "upstreams": 5,
+    "plugins": 5,
+    "hub": 6,
+    "fronts": 7,
+    "ops": 8,
+    "cli": 9,
+    "__main__": 10,
+}
+MODULES = sorted(ROOT.rglob("*.py"))
+
+
+def _package(path: Path) -> str:
+    """The package a file belongs to (a top-level module is its own: ``errors``, ``__main__``)."""
+    parts = path.relative_to(ROOT).parts
+    return parts[0] if len(parts) > 1 else parts[0].removesuffix(".py")
+
+
+def _module(path: Path) -> str:
+    """``aggregator.hub.hub`` for ``aggregator/hub/hub.py`` (a file elsewhere: its own name)."""
+    if not path.is_relative_to(ROOT):
+        return path.stem
+    return ".".join(("aggregator", *path.relative_to(ROOT).with_suffix("").parts)).removesuffix(".__init__")
+
+
+def upward_imports(path: Path, package: str) -> list[str]:
+    """Each import of ``path`` (in ``package``) that does not point to a lower floor, said as
+    'importer -> imported: rule'."""
+    found = []
+    for name in _own_imports(path):
+        if name == "aggregator":
+            continue
+        if name == "<relative>":
+            found.append(f"{_module(path)} -> a relative import: name the module, so its floor can be checked")
+            continue
+        target = name.split(".")[1]
+        if target == package:
+            continue
+        if target not in FLOORS:
+            found.append(f"{_module(path)} -> {name}: package {target!r} has no floor (add it to FLOORS)")
+        elif FLOORS[target] >= FLOORS[package]:
+            found.append(
+                f"{_module(path)} -> {name}: {package} (floor {FLOORS[package]}) may import only lower floors,"
+                f" and {target} is on floor {FLOORS[target]}"
+            )
+    return found
+
+
+def test_every_package_has_a_floor():
+    packages = {_package(path) for path in MODULES} - {"__init__"}
+    assert packages - set(FLOORS) == set(), "a package without a floor"
+    assert set(FLOORS) - packages == set(), "a floor for no package"
+
+
+@pytest.mark.parametrize("path", MODULES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_arrows_point_down(path):
+    package = _package(path)
+    if package == "__init__":
+        return  # ``aggregator`` itself: its version, imported by anyone
+    assert upward_imports(path, package) == []
+
+
+def test_the_floor_check_names_both_modules_and_the_rule(tmp_path):
+    hub = tmp_path / "hub"
+    hub.mkdir()
+    wrong = hub / "wrong.py"
+    wrong.write_text(
+        "from aggregator import __version__\n"
+        "from aggregator.upstreams.session import UpstreamSession\n"
+        "if True:\n    from aggregator.fronts.session import serve_client\n"
+        "from aggregator.hub.soon import SoonWriter\n"
+        "import aggregator.ops.status\n"
+    )
+    assert sorted(upward_imports(wrong, "hub")) == [
+        "wrong -> aggregator.fronts.session: hub (floor 6) may import only lower floors, and fronts is on floor 7",
+        "wrong -> aggregator.ops.status: hub (floor 6) may import only lower floors, and ops is on floor 8",
+    ]
+    sideways = upward_imports(wrong, "upstreams")
+    assert any("upstreams (floor 5) may import only lower floors, and hub is on floor 6" in line for line in sideways)
+    assert upward_imports(wrong, "cli") == []

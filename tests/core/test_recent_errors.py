@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 
-from aggregator.ops.recent_errors import REFUSAL, RecentErrors
+from aggregator.telemetry.recent_errors import REFUSAL, RecentErrors
 
 
 def record(message: str, *args: object, name: str = "aggregator.x", refusal: bool = False) -> logging.LogRecord:

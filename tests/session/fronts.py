@@ -16,6 +16,7 @@ from aggregator.config import structure_config
 from aggregator.fronts.http.endpoint import StreamableHttpEndpoint
 from aggregator.fronts.websocket.endpoint import WebSocketEndpoint
 from aggregator.hub.hub import Hub
+from aggregator.ops.admin import AdminRoutes
 from tests.loopback import INIT, free_port
 from tests.rawhttp import Response, ResponseReader, read_response_async, request_bytes
 from tests.session.harness import FakeUpstreams
@@ -102,7 +103,7 @@ async def running_fronts(modes: list[str] | None = None, profiles: dict[str, Any
         await nursery.start(hub.run)
         with trio.fail_after(5):
             await hub.startup_done.wait()
-        endpoint = StreamableHttpEndpoint(hub, config.http)
+        endpoint = StreamableHttpEndpoint(hub, config.http, admin=AdminRoutes(hub, config.http, reload=False))
         http_port = free_port()
         await nursery.start(endpoint.serve, f"127.0.0.1:{http_port}")
         ws = WebSocketEndpoint(hub, config.http)

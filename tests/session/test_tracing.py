@@ -1,4 +1,4 @@
-"""The spans of ``aggregator.ops.tracing``, collected in memory: one per client request, a
+"""The spans of ``aggregator.telemetry.tracing``, collected in memory: one per client request, a
 child per request sent upstream, the trace context passed on in ``_meta``."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import SpanKind, StatusCode
 
 from aggregator.core.commands import ToServer
-from aggregator.ops import tracing as tracing_module
-from aggregator.ops.tracing import Tracing, trace_headers
+from aggregator.telemetry import tracing as tracing_module
+from aggregator.telemetry.tracing import Tracing, trace_headers
 
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
 PARENT = f"00-{TRACE_ID}-00f067aa0ba902b7-01"

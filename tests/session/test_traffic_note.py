@@ -6,7 +6,7 @@ import logging
 
 import pytest
 
-from aggregator.ops import traffic
+from aggregator.telemetry import traffic
 
 
 @pytest.mark.parametrize(

@@ -26,10 +26,10 @@ import trio.testing
 
 from aggregator.cli.common import status_lines
 from aggregator.config import raw_to_toml, structure_config
+from aggregator.config.masking import SecretMask, shown_url
 from aggregator.errors import ConfigError
 from aggregator.fronts.session import serve_stream_session
 from aggregator.hub.hub import Hub
-from aggregator.transports.masking import SecretMask, shown_url
 from aggregator.upstreams import network_link
 from tests.session.harness import Client
 

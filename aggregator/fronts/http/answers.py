@@ -10,8 +10,8 @@ from __future__ import annotations
 from typing import Any
 
 from aggregator.core.router import proxy_error
-from aggregator.fronts.admission import Refusal
 from aggregator.fronts.http.queue import JSON
+from aggregator.hub.caps import Refusal
 from aggregator.jsonrpc.codec import dumps
 from aggregator.jsonrpc.errors import INVALID_REQUEST, error_response
 from aggregator.transports.http_server import HttpConnection, Request

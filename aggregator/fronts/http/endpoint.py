@@ -6,7 +6,8 @@ message (``exchange``; a modern request without a session: ``modern``), GET
 opens or resumes an event stream (``streams``), DELETE ends the session
 (``sessions``); GET and DELETE without a session are 405. ``/sse`` and ``/messages`` serve the
 legacy transport (``legacy_sse``). ``/healthz``, ``/readyz``, ``/status``, ``/status.json`` and
-``/metrics`` are the admin paths (``aggregator.ops.admin``). Any other path is a 404; a method a
+``/metrics`` are the admin paths, when the endpoint is given them (``AdminPaths``: the
+admin pages are above the fronts, so ``serve`` builds them and hands them in). Any other path is a 404; a method a
 path does not serve, 405.
 
 Every request is checked before anything else by the admission path shared with the
@@ -44,7 +45,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable
 from functools import partial
-from typing import Any
+from typing import Any, Protocol
 
 import trio
 
@@ -62,8 +63,7 @@ from aggregator.fronts.http.streams import EventStreams
 from aggregator.hub.hub import Hub
 from aggregator.jsonrpc.codec import dumps
 from aggregator.jsonrpc.errors import INVALID_REQUEST, error_response
-from aggregator.ops.admin import AdminRoutes
-from aggregator.ops.recent_errors import REFUSAL
+from aggregator.telemetry.recent_errors import REFUSAL
 from aggregator.transports.http_server import HttpConnection, HttpLimits, Request, refuse_connection
 
 log = logging.getLogger(__name__)
@@ -76,11 +76,21 @@ Handler = Callable[[HttpConnection, Request], Awaitable[None]]
 NAME_A_SESSION = frozenset({"GET", "DELETE"})
 
 
+class AdminPaths(Protocol):
+    """The admin paths an endpoint also serves (``ops.admin.AdminRoutes``, given by whoever
+    builds the endpoint: they read the hub from above it)."""
+
+    def serves(self, path: str) -> bool: ...
+
+    async def handle(self, connection: HttpConnection, request: Request, path: str) -> None:
+        """Answer one request on an admin path (``serves(path)`` is true); checks access itself."""
+
+
 class StreamableHttpEndpoint:
     """The HTTP endpoint: its listener, each connection's boundary, and the routing of each
     request to the part that serves it."""
 
-    def __init__(self, hub: Hub, config: HttpConfig) -> None:
+    def __init__(self, hub: Hub, config: HttpConfig, *, admin: AdminPaths | None = None) -> None:
         self.hub = hub
         self.config = config
         self.limits = HttpLimits(
@@ -93,7 +103,7 @@ class StreamableHttpEndpoint:
         )
         self.admission = hub.admission
         self.access = AccessPolicy(config, hub.config.profiles)
-        self.admin = AdminRoutes(hub, config, reload=False)  # /healthz, /readyz, /status, /metrics
+        self.admin = admin  # /healthz, /readyz, /status, /metrics, if given
         self.quick = QuickWaits(QUICK_ANSWER)  # how long a request's answer is waited for as JSON
         self.sessions = SessionTable(hub, config, self.access, self.admission)
         self.streams = EventStreams(hub, config, self.sessions)
@@ -165,7 +175,7 @@ class StreamableHttpEndpoint:
     async def _handle(self, connection: HttpConnection, request: Request) -> None:
         path = request.path.partition("?")[0]
         routes = self.routes.get(path)
-        if routes is None and self.admin.serves(path):
+        if routes is None and self.admin is not None and self.admin.serves(path):
             await self.admin.handle(connection, request, path)  # checks access itself, its own way
             return
         # Host, Origin and token first, as on every front: nothing, not even which paths

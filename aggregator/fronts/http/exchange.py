@@ -24,12 +24,13 @@ from typing import Any
 
 from aggregator.config import HttpConfig
 from aggregator.fronts.access import AccessPolicy
-from aggregator.fronts.admission import Admission, Denial, choose_profile
+from aggregator.fronts.admission import Denial, choose_profile
 from aggregator.fronts.http.answers import refuse_session, reject
 from aggregator.fronts.http.modern import StatelessRequests, is_modern_notification, is_modern_post
 from aggregator.fronts.http.queue import JSON, MessageQueue, QuickWaits, until_client_leaves
 from aggregator.fronts.http.sessions import HttpSession, SessionTable
 from aggregator.fronts.http.streams import EventStreams
+from aggregator.hub.caps import Admission
 from aggregator.hub.hub import Hub
 from aggregator.jsonrpc.errors import INVALID_REQUEST
 from aggregator.jsonrpc.kinds import NOTIFICATION, REQUEST

@@ -28,10 +28,11 @@ import trio
 from aggregator.config import HttpConfig
 from aggregator.core.events import ClientRefused
 from aggregator.fronts.access import AccessPolicy
-from aggregator.fronts.admission import Admission, Denial, choose_profile
+from aggregator.fronts.admission import Denial, choose_profile
 from aggregator.fronts.http.answers import refuse_session, reject
 from aggregator.fronts.http.queue import MessageQueue, pump
 from aggregator.fronts.http.sessions import refuse_message
+from aggregator.hub.caps import Admission
 from aggregator.hub.hub import Hub
 from aggregator.jsonrpc.codec import decode_message, dumps
 from aggregator.jsonrpc.errors import INVALID_REQUEST, RemoteProtocolError

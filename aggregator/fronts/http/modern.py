@@ -36,16 +36,17 @@ from aggregator.config import HttpConfig
 from aggregator.core.era.upstream_era import Era
 from aggregator.core.router import proxy_error
 from aggregator.fronts.access import AccessPolicy
-from aggregator.fronts.admission import Denial, Refusal, choose_profile
+from aggregator.fronts.admission import Denial, choose_profile
 from aggregator.fronts.http.answers import refuse_session, reject
 from aggregator.fronts.http.headers import ParamHeaders, answer_status, check_headers, check_version
 from aggregator.fronts.http.queue import JSON, KEEPALIVE, MessageQueue, QuickWaits, until_client_leaves
+from aggregator.hub.caps import Refusal
 from aggregator.hub.hub import Hub
 from aggregator.jsonrpc.codec import dumps
 from aggregator.jsonrpc.errors import INVALID_REQUEST
 from aggregator.jsonrpc.kinds import REQUEST
 from aggregator.mcp.versions import DISCOVER, SUPPORTED, is_modern
-from aggregator.ops.recent_errors import REFUSAL
+from aggregator.telemetry.recent_errors import REFUSAL
 from aggregator.transports.budget import ClientMemory, release_all
 from aggregator.transports.http_server import HttpConnection, Request
 

@@ -24,9 +24,9 @@ from aggregator.config import HttpConfig
 from aggregator.core.events import ClientAnswerRefused
 from aggregator.core.router import proxy_error
 from aggregator.fronts.access import AccessPolicy
-from aggregator.fronts.admission import Admission
 from aggregator.fronts.http.answers import reject
 from aggregator.fronts.http.queue import JSON, MessageQueue
+from aggregator.hub.caps import Admission
 from aggregator.hub.hub import Hub
 from aggregator.jsonrpc.codec import decode_message, dumps
 from aggregator.jsonrpc.errors import INVALID_REQUEST, RemoteProtocolError

@@ -41,7 +41,7 @@ from aggregator.fronts.websocket.handshake import HandshakeTap, current_tap, han
 from aggregator.fronts.websocket.sink import WebSocketSink
 from aggregator.hub.hub import Hub
 from aggregator.jsonrpc.codec import dumps
-from aggregator.ops.recent_errors import REFUSAL
+from aggregator.telemetry.recent_errors import REFUSAL
 from aggregator.transports.http_server import refuse_connection
 
 log = logging.getLogger(__name__)

@@ -11,8 +11,8 @@ a process may run several hubs (the tests do), each scraped for its own numbers.
 made at the first scrape: ``prometheus_client`` (and the HTTP modules it imports) cost a
 proxy that is never scraped nothing, so this module must not import it at its top.
 
-Must not import the hub (the hub imports this module); it reads the hub through
-``metrics_collector.MetricsHost``.
+Must not import the hub or the upstreams (they are above the instruments); it reads the
+hub through ``metrics_collector.MetricsHost``, a server's connection through ``ServerCounts``.
 """
 
 from __future__ import annotations
@@ -22,8 +22,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from prometheus_client.registry import CollectorRegistry
 
-    from aggregator.ops.metrics_collector import MetricsHost
-    from aggregator.upstreams.session import UpstreamSession
+    from aggregator.telemetry.metrics_collector import MetricsHost, ServerCounts
 
 
 class Metrics:
@@ -43,7 +42,7 @@ class Metrics:
         if self._registry is None:
             from prometheus_client.registry import CollectorRegistry
 
-            from aggregator.ops.metrics_collector import HubCollector
+            from aggregator.telemetry.metrics_collector import HubCollector
 
             self._registry = CollectorRegistry(auto_describe=False)
             self._registry.register(HubCollector(self.hub, self.retired, self.restarts))
@@ -55,7 +54,7 @@ class Metrics:
 
         return generate_latest(self.registry), CONTENT_TYPE_PLAIN_0_0_4
 
-    def retire(self, upstream: UpstreamSession) -> None:
+    def retire(self, upstream: ServerCounts) -> None:
         """A per-session connection ended, or a reload stopped a connection: what it moved
         (and a shared one's restarts) stays counted under its server, so that no counter
         goes back while the process lives."""

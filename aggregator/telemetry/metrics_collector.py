@@ -1,13 +1,15 @@
 """The collector behind ``GET /metrics``: the hub's counters as Prometheus metric families,
-built at each scrape (see ``aggregator.ops.metrics``, which imports this module only then).
+built at each scrape (see ``aggregator.telemetry.metrics``, which imports this module only then).
 
-Must not import the hub, nor ``aggregator.ops.metrics``; it reads the hub through ``MetricsHost``.
+Must not import the hub, the upstreams or the plugins (they are above the instruments), nor
+``aggregator.telemetry.metrics``; it reads the hub through ``MetricsHost``, each server's
+connection through ``ServerCounts`` and the plugin gate through ``DecisionCounts``.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
@@ -17,9 +19,7 @@ from aggregator.core.requests.tallies import Histogram
 
 if TYPE_CHECKING:
     from aggregator.core.router import Router, SessionInfo
-    from aggregator.plugins.gate import PluginGate
     from aggregator.transports.budget import ClientMemory
-    from aggregator.upstreams.session import UpstreamSession
 
 # A client session's transport, by the type of its sink (``transports.sink``).
 TRANSPORTS = {
@@ -31,14 +31,67 @@ TRANSPORTS = {
 SERVER_STATES = ("starting", "ready", "down")
 
 
+class Received(Protocol):
+    """What a server's reader counted (``upstreams.upstream_streams.Traffic``)."""
+
+    @property
+    def received(self) -> int: ...
+
+
+class QueueBytes(Protocol):
+    """A server's write queue (``transports.outbox.Outbox``): what it holds now."""
+
+    @property
+    def held(self) -> int: ...
+
+
+class ServerName(Protocol):
+    @property
+    def name(self) -> str: ...
+
+
+class ServerCounts(Protocol):
+    """What the metrics read of one server's connection (an ``UpstreamSession`` is one)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def config(self) -> ServerName: ...
+    @property
+    def traffic(self) -> Received: ...
+    @property
+    def sent_bytes(self) -> int: ...
+    @property
+    def outbox(self) -> QueueBytes | None: ...
+    @property
+    def per_session(self) -> bool: ...
+    @property
+    def state(self) -> str: ...
+    @property
+    def restarts(self) -> int: ...
+
+
+class DecisionCounts(Protocol):
+    """What the plugin gate counted (``plugins.gate.PluginGate``): by (server, method), the
+    server-to-client requests a policy refused; by (hook, decision), the plugins' decisions."""
+
+    @property
+    def policy_denials(self) -> dict[tuple[str, str], int]: ...
+    @property
+    def decisions(self) -> dict[tuple[str, str], int]: ...
+
+
 class MetricsHost(Protocol):
     """What the metrics read of the hub (the hub is one)."""
 
-    router: Router
-    upstreams: dict[str, UpstreamSession]
-    clients: dict[int, Any]
-    client_memory: ClientMemory
-    gate: PluginGate
+    @property
+    def router(self) -> Router: ...
+    @property
+    def upstreams(self) -> Mapping[str, ServerCounts]: ...
+    @property
+    def client_memory(self) -> ClientMemory: ...
+    @property
+    def gate(self) -> DecisionCounts: ...
 
     def sessions(self) -> list[tuple[int, Any, SessionInfo | None]]: ...
 
