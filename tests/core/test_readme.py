@@ -32,6 +32,25 @@ def test_the_sites_front_page_is_the_readme():
     assert (ROOT / "docs" / "index.md").read_text() == expected
 
 
+def test_the_sites_architecture_page_is_the_codemap():
+    """docs/architecture.md is ARCHITECTURE.md with its links made relative to docs/."""
+    expected = (ROOT / "ARCHITECTURE.md").read_text().replace("](docs/", "](")
+    assert (ROOT / "docs" / "architecture.md").read_text() == expected
+
+
+def test_every_path_the_codemap_names_exists():
+    """A module or package ARCHITECTURE.md names by its path in backticks
+    (``core/router.py``, ``fronts/http/``; a bare file name belongs to its section) is
+    there: under ``aggregator/``, or from the root for tests and docs."""
+    text = (ROOT / "ARCHITECTURE.md").read_text()
+    names = set(re.findall(r"`([a-z_]+/(?:[a-z_]+/)*(?:[a-z_]+\.py)?)`", text))
+    assert len(names) > 30
+    missing = [
+        name for name in sorted(names) if not (ROOT / "aggregator" / name).exists() and not (ROOT / name).exists()
+    ]
+    assert not missing, f"ARCHITECTURE.md names paths that do not exist: {missing}"
+
+
 def test_every_page_is_in_the_sites_navigation_and_linked_from_the_readme():
     config = (ROOT / "mkdocs.yml").read_text()
     for page in PAGES:
