@@ -6,9 +6,12 @@ from __future__ import annotations
 
 import collections.abc
 import importlib
+import importlib.abc
+import importlib.machinery
 import importlib.util
 import inspect
 import logging
+import sys
 import types
 import typing
 from collections.abc import Sequence
@@ -150,6 +153,7 @@ def error_text(exc: BaseException) -> str:
 
 
 def resolve(use: str, config_dir: Path | None) -> Any:
+    _OldBundled.install()
     if ":" not in use:
         found = [ep for ep in entry_points(group=ENTRY_POINT_GROUP) if ep.name == use]
         if not found:
@@ -171,6 +175,42 @@ def resolve(use: str, config_dir: Path | None) -> Any:
     if not hasattr(module, attr):
         raise LookupError(f"{where} has no {attr!r}")
     return getattr(module, attr)
+
+
+class _OldBundled(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Imports of ``aggregator_plugins`` and ``aggregator_plugins.X``, in a plugin written when the
+    built-in plugins installed under that name (one that builds on ``RateLimit``), get the modules
+    of ``aggregator.plugins.bundled`` themselves, not copies, with a warning naming the new path.
+    Installed once, when a plugin is first resolved: no top-level package is installed for it."""
+
+    def __init__(self) -> None:
+        self.specs: dict[str, importlib.machinery.ModuleSpec | None] = {}  # a module's own, while aliased
+
+    @classmethod
+    def install(cls) -> None:
+        if not any(isinstance(finder, cls) for finder in sys.meta_path):
+            sys.meta_path.insert(0, cls())  # before the path finder, which would load copies
+
+    def find_spec(
+        self, fullname: str, path: Sequence[str] | None = None, target: types.ModuleType | None = None
+    ) -> importlib.machinery.ModuleSpec | None:
+        if fullname != OLD_BUNDLED and not fullname.startswith(OLD_BUNDLED + "."):
+            return None
+        now = BUNDLED + fullname.removeprefix(OLD_BUNDLED)
+        if importlib.util.find_spec(now) is None:
+            return None
+        return importlib.util.spec_from_loader(fullname, self, is_package=fullname == OLD_BUNDLED)
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> types.ModuleType:
+        now = BUNDLED + spec.name.removeprefix(OLD_BUNDLED)
+        log.warning("a plugin imports %s, which has moved: import %s instead", spec.name, now)
+        module = importlib.import_module(now)
+        self.specs[module.__name__] = module.__spec__
+        return module
+
+    def exec_module(self, module: types.ModuleType) -> None:
+        # The import system set the old name's spec on the module: give it its own back.
+        module.__spec__ = self.specs.pop(module.__name__)
 
 
 def _moved(where: str, attr: str) -> str:

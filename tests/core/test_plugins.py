@@ -227,6 +227,30 @@ def test_the_built_in_plugins_old_module_path_still_loads_with_a_warning(caplog)
         load_plugins([PluginConfig(use="aggregator_pluginsx.example:ExamplePlugin")])
 
 
+def test_a_plugin_of_ones_own_may_still_import_the_built_in_ones_by_their_old_package(tmp_path, caplog):
+    """A plugin written when the built-in plugins installed as the package ``aggregator_plugins``
+    (``from aggregator_plugins.rate_limit import RateLimit``, to build on one) keeps loading: the
+    old package name gives the very modules of ``aggregator.plugins.bundled``, with a warning."""
+    (tmp_path / "strict.py").write_text(
+        "import aggregator_plugins\n"
+        "from aggregator_plugins.rate_limit import RateLimit\n"
+        "from aggregator_plugins import audit\n"
+        "\n"
+        "class Strict(RateLimit):\n"
+        "    LOG = audit.AuditLog\n"
+    )
+    with caplog.at_level(logging.WARNING, logger="aggregator.plugins"):
+        loaded = load_plugins([PluginConfig(use="strict.py:Strict", options={"rate": 1.0})], tmp_path)
+    strict = loaded.plugins[0]
+    assert isinstance(strict, RateLimit) and type(strict).LOG is AuditLog
+    assert sys.modules["aggregator_plugins.rate_limit"] is sys.modules["aggregator.plugins.bundled.rate_limit"]
+    assert sys.modules["aggregator.plugins.bundled.rate_limit"].__spec__.name == "aggregator.plugins.bundled.rate_limit"
+    assert "import aggregator.plugins.bundled.rate_limit instead" in caplog.text
+    with pytest.raises(ConfigError, match="No module named 'aggregator_plugins.nope'"):
+        (tmp_path / "nope.py").write_text("import aggregator_plugins.nope\nclass X: pass\n")
+        load_plugins([PluginConfig(use="nope.py:X")], tmp_path)
+
+
 def test_rate_limit_options_are_checked_with_their_key_paths():
     with pytest.raises(ConfigError) as info:
         load_plugins(
