@@ -8,6 +8,8 @@ Owned objects (each given the tables it reads):
 
 - ``requests.request_table.RequestTable``: every request in flight, its progress token
   and deadlines, and the one way out of every table (invariant 2);
+- ``requests.forwarding.Forwarding``: a request on its way upstream, or held for its
+  per-session connection to start; whether new requests are still taken (``draining``);
 - ``reverse.reverse_table.ReverseTable``: server-to-client requests in flight, URL-mode
   elicitations, the proxy-minted ids;
 - ``catalogs.targets.Targets``: what a request names (``resolve``, ``describe``);
@@ -27,8 +29,7 @@ Handler groups (mixins over the shared state, by package):
   ``input_required`` result while the call is parked (``parked``); a modern server's
   ``input_required`` asked of a legacy caller, then the call retried (``input_bridge``,
   ``modern_input``);
-- ``requests``: a request sent upstream, or held for a connection that starts
-  (``forwarding``); timeouts and giving up (``inflight``);
+- ``requests``: timeouts and giving up (``inflight``);
 - ``reverse``: server-to-client requests (``reverse_requests``), roots (``roots``);
 - ``upstreams``: an upstream's responses and notifications (``server_messages``, a method
   table); the proxy's own requests to each upstream, one table per link for its lifecycle
@@ -100,7 +101,6 @@ from aggregator.core.era.modern_callers import ModernCallers
 from aggregator.core.era.parked import ParkedCalls, ParkedTable
 from aggregator.core.era.upstream_era import INSTANCE_KEY
 from aggregator.core.events import Event
-from aggregator.core.requests.forwarding import Forwarding
 from aggregator.core.requests.inflight import InFlight
 from aggregator.core.reverse.reverse_requests import ReverseRequests
 from aggregator.core.settings import LinkSettings, RouterSettings
@@ -148,7 +148,6 @@ class Router(
     ClientEvents,
     ModernCallers,
     ClientRequests,
-    Forwarding,
     ServerMessages,
     ReverseRequests,
     ParkedCalls,
@@ -252,7 +251,12 @@ class Router(
 
     def _start_draining(self) -> None:
         """Shutting down: what is in flight finishes, nothing new is taken."""
-        self.draining = True
+        self.forwarding.draining = True
+
+    @property
+    def draining(self) -> bool:
+        """Whether the proxy is shutting down (it takes nothing new)."""
+        return self.forwarding.draining
 
     def _link_ended(self, name: str) -> None:
         """A per-session connection ended on its own (crashed, or could not start) before it

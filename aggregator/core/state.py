@@ -21,10 +21,15 @@ from aggregator.core.catalogs.targets import Targets
 from aggregator.core.clients.clients import ClientState as ClientState  # re-exported: where the groups look
 from aggregator.core.clients.clients import SessionInfo as SessionInfo
 from aggregator.core.clients.handshake import Handshake
-from aggregator.core.commands import Command, ToClient
+from aggregator.core.commands import Command
 from aggregator.core.era.request_state import RequestStates
 from aggregator.core.notices.announcements import Announcements
 from aggregator.core.notices.subscriptions import Listens, Subscriptions
+from aggregator.core.replies import answer as answer  # re-exported: where the groups look
+from aggregator.core.replies import cancelled as cancelled
+from aggregator.core.replies import proxy_error as proxy_error
+from aggregator.core.replies import refusal_reason as refusal_reason
+from aggregator.core.requests.forwarding import Forwarding
 from aggregator.core.requests.request_table import RequestTable
 from aggregator.core.requests.tallies import Tallies
 from aggregator.core.requests.tasks import TaskOwners
@@ -37,8 +42,6 @@ from aggregator.core.upstreams.links import Caller
 from aggregator.core.upstreams.links import Pending as Pending  # re-exported: where the groups look for them
 from aggregator.core.upstreams.links import UpstreamLink as UpstreamLink
 from aggregator.core.upstreams.outages import Outage
-from aggregator.jsonrpc.errors import INTERNAL_ERROR, RemoteProtocolError, error_response
-from aggregator.mcp.constants import CANCELLED
 
 # The error a server answers when a URL-mode elicitation must be completed first (its
 # data.elicitations name them; their completion notifications go to that client).
@@ -77,37 +80,6 @@ NotificationHandler = Callable[[UpstreamLink, dict[str, Any], dict[str, Any], in
 # Allow or deny a server-to-client request: (server, method, params) -> bool. The policy
 # layer plugs in here; the default allows everything the client declared.
 ServerRequestPolicy = Callable[[str, str, dict[str, Any]], bool]
-
-
-def proxy_error(
-    id: Any, message: str, *, reason: str, server: str | None = None, code: int = INTERNAL_ERROR
-) -> dict[str, Any]:
-    """An error the proxy makes itself (invariant 6): ``data.source`` says so."""
-    data: dict[str, Any] = {"source": "aggregator", "reason": reason}
-    if server is not None:
-        data["server"] = server
-    return error_response(id, code, message, data)
-
-
-def refusal_reason(exc: RemoteProtocolError) -> str:
-    """The reason a refused message gives the party waiting for it: ``too_large`` past a
-    limit (depth), ``malformed`` for what could not be read."""
-    data = exc.data
-    return data["reason"] if type(data) is dict and "reason" in data else "malformed"
-
-
-def answer(session: int, id: Any, result: dict[str, Any]) -> ToClient:
-    """A result for client ``session``'s request ``id``."""
-    return ToClient(session, {"jsonrpc": "2.0", "id": id, "result": result})
-
-
-def cancelled(upstream_id: int | str, reason: str) -> dict[str, Any]:
-    """The notification that tells a server the proxy gave up on its request."""
-    return {
-        "jsonrpc": "2.0",
-        "method": CANCELLED,
-        "params": {"requestId": upstream_id, "reason": reason},
-    }
 
 
 def _link(catalog: Catalog, server: LinkSettings) -> UpstreamLink:
@@ -155,7 +127,6 @@ class RouterState:
         self.start_takes: dict[str, float] = {}  # server -> how long its last start took
         self.clients: dict[int, ClientState] = {}
         self.startup_complete = False
-        self.draining = False  # shutting down: finish what is in flight, take nothing new
         self.max_in_flight = settings.max_in_flight
         self.max_json_depth = settings.max_json_depth  # enforced where messages are decoded
         self.server_requests = settings.server_requests
@@ -179,6 +150,10 @@ class RouterState:
         self.tallies = Tallies()  # what ended how (``core.requests.tallies``)
         # Every client request in flight, its progress token and deadlines.
         self.requests = RequestTable(clock, self.links, self.clients, self.tallies)
+        # A request on its way upstream, or held for its per-session connection to start.
+        self.forwarding = Forwarding(
+            self.links, self.per_session, self.requests, self.server_requests, settings.max_in_flight
+        )
         self.reverse = ReverseTable(settings.max_in_flight)  # server-to-client requests in flight
         self.roots = Roots(  # whose roots each server sees, and roots/list held for a client
             settings.roots, settings.single_client, self.server_requests, self.links, self.clients, clock
@@ -201,12 +176,6 @@ class RouterState:
         def _fail_pending(self, link: UpstreamLink, message: str, reason: str) -> list[Command]: ...
         def _fail_one(self, pending: Pending, message: str, reason: str) -> list[Command]: ...
         def _apply_log_level(self) -> list[Command]: ...
-        # forwarding
-        def _forward(
-            self, client: ClientState, message: dict[str, Any], server: str, params: dict[str, Any]
-        ) -> list[Command]: ...
-        def _link_name(self, server: str, session: int) -> str: ...
-        def _still_waiting(self, client: ClientState | None, message: dict[str, Any]) -> bool: ...
         # client events
         def client_event(self, key: int, kind: int, message: dict[str, Any]) -> list[Command]: ...
         # server messages

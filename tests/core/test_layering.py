@@ -122,6 +122,7 @@ def test_the_direction_check_catches_a_wrong_way_import(tmp_path):
 # is given its collaborators, so none reaches for the router or its shared state.
 OWNERS = [
     "requests/request_table.py",
+    "requests/forwarding.py",
     "reverse/reverse_table.py",
     "reverse/roots.py",
     "reverse/affinity.py",
@@ -133,6 +134,7 @@ OWNERS = [
     "notices/announcements.py",
     "era/listen_acks.py",
     "upstreams/links.py",
+    "replies.py",
     "events.py",
     "commands.py",
 ]

@@ -15,6 +15,7 @@ from aggregator.core.events import (
     ClientConnected,
     ClientDisconnected,
     ClientMessage,
+    DrainingStarted,
     ServerDown,
     ServerItems,
     ServerListed,
@@ -510,7 +511,7 @@ def test_shutting_down_answers_the_requests_held_for_a_restarting_server(router,
     lose(router, clock, retry_in=3.0)
     assert call(router, 1, 7, "git__status") == []
     assert call(router, 2, 8, "git__log") == []
-    router.draining = True
+    router.handle(DrainingStarted())
     out = unpack(router.handle(Abandoned("the aggregator is shutting down")))
     answered = sorted(
         (o[1], o[2]["id"], o[2]["error"]["data"]["reason"], o[2]["error"]["data"]["server"])

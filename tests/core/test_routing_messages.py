@@ -10,6 +10,7 @@ from aggregator.core.events import (
     ClientConnected,
     ClientDisconnected,
     ClientMessage,
+    DrainingStarted,
     ServerItems,
     ServerLost,
     ServerMessage,
@@ -833,7 +834,7 @@ def test_shutting_down_answers_the_requests_waiting_for_a_per_session_start(cloc
     router = per_session_router(clock)
     connect(router, 1)
     router.handle(ClientMessage(1, msg(id=1, method="tools/call", params={"name": "p__t"})))
-    router.draining = True
+    router.handle(DrainingStarted())
     out = unpack(router.handle(Abandoned("stopping")))
     assert [
         (o[0], o[1], o[2]["id"], o[2]["error"]["data"]["reason"], o[2]["error"]["data"]["server"]) for o in out
@@ -857,7 +858,7 @@ def test_in_flight_requests_per_session_are_capped(clock):
 def test_draining_takes_nothing_new_and_abandon_answers_everyone(router):
     call(router, 1, 1)
     call(router, 2, 1, tool="b__slow")
-    router.draining = True
+    router.handle(DrainingStarted())
     [(kind, _, refused)] = unpack(
         router.handle(ClientMessage(1, msg(id=2, method="tools/call", params={"name": "a__fast"})))
     )

@@ -93,7 +93,7 @@ class ClientRequests(RouterState):
             raise RemoteProtocolError(INVALID_PARAMS, "Invalid params: arguments must be an object")
         if params.get(REQUEST_STATE) is not None:
             return self._retry(client, message, route.server, dict(params, name=route.original))
-        return self._forward(client, message, route.server, dict(params, name=route.original))
+        return self.forwarding.forward(client, message, route.server, dict(params, name=route.original))
 
     def _read_resource(self, client: ClientState, message: dict[str, Any]) -> list[Command]:
         params: Any = message.get("params")
@@ -110,7 +110,7 @@ class ClientRequests(RouterState):
         server, original = self.targets.resource_route(client, params)
         if params.get(REQUEST_STATE) is not None:
             return self._retry(client, message, server, dict(params, uri=original))
-        return self._forward(client, message, server, dict(params, uri=original))
+        return self.forwarding.forward(client, message, server, dict(params, uri=original))
 
     def _retry(
         self, client: ClientState, message: dict[str, Any], server: str, params: dict[str, Any]
@@ -122,13 +122,13 @@ class ClientRequests(RouterState):
             return self._resume(client, message, server, params)
         if is_wrapped(state):
             return self._forward_with_state(client, message, server, params)
-        return self._forward(client, message, server, params)
+        return self.forwarding.forward(client, message, server, params)
 
     def _subscribe(self, client: ClientState, message: dict[str, Any]) -> list[Command]:
         params: Any = message.get("params")
         server, original = self.targets.resource_route(client, params)
         # One subscription per connection: a per-session server's is its session's own.
-        name = self._link_name(server, client.key)
+        name = self.forwarding.link_name(server, client.key)
         key = (name, original)
         if self.subscriptions.has(key, client.key):
             return [answer(client.key, message["id"], {})]
@@ -142,10 +142,10 @@ class ClientRequests(RouterState):
                 return out
             return [answer(client.key, message["id"], {}), *out]
         if server not in self.per_session and not self.links[server].ready:
-            return self._forward(client, message, server, params)  # answers "unavailable"
+            return self.forwarding.forward(client, message, server, params)  # answers "unavailable"
         if not self.subscriptions.add(key, client.key):
             return [answer(client.key, message["id"], {})]  # already subscribed upstream
-        out = self._forward(client, message, server, dict(params, uri=original))
+        out = self.forwarding.forward(client, message, server, dict(params, uri=original))
         pending = client.in_flight.get(message["id"])
         if pending is None:  # refused (overloaded): undo
             self.subscriptions.remove(key, client.key)
@@ -156,13 +156,13 @@ class ClientRequests(RouterState):
     def _unsubscribe(self, client: ClientState, message: dict[str, Any]) -> list[Command]:
         params: Any = message.get("params")
         server, original = self.targets.resource_route(client, params, while_out=True)
-        name = self._link_name(server, client.key)
+        name = self.forwarding.link_name(server, client.key)
         link = self.links.get(name)
         if not self.subscriptions.remove((name, original), client.key) or link is None or not link.ready:
             return [answer(client.key, message["id"], {})]
         if link.speaks is MODERN_ERA:
             return [answer(client.key, message["id"], {}), *self._own_request(name, message["method"], {})]
-        return self._forward(client, message, server, dict(params, uri=original))
+        return self.forwarding.forward(client, message, server, dict(params, uri=original))
 
     def _complete(self, client: ClientState, message: dict[str, Any]) -> list[Command]:
         params: Any = message.get("params")
@@ -172,7 +172,7 @@ class ClientRequests(RouterState):
             new_ref = dict(ref, name=route.original)
         else:
             new_ref = dict(ref, uri=route.original)
-        return self._forward(client, message, route.server, dict(params, ref=new_ref))
+        return self.forwarding.forward(client, message, route.server, dict(params, ref=new_ref))
 
     def _task_request(self, client: ClientState, message: dict[str, Any]) -> list[Command]:
         params: Any = message.get("params")
@@ -185,14 +185,14 @@ class ClientRequests(RouterState):
             if link.speaks is LEGACY_ERA or not declares_tasks(link.capabilities):  # it changed since
                 why = f"Server {split[0]!r} no longer declares the {TASKS_EXTENSION} extension: its tasks are gone"
                 return [ToClient(client.key, tasks_required(message["id"], why))]
-            return self._forward(client, message, split[0], dict(params, taskId=split[1]))
+            return self.forwarding.forward(client, message, split[0], dict(params, taskId=split[1]))
         if message["method"] == "tasks/update":  # not a 2025-11-25 request
             raise RemoteProtocolError(METHOD_NOT_FOUND, "Method not found: tasks/update")
         # Tasks belong to the session that created them: another session's task id is as
         # unknown as one that never existed.
         if split is None or self.tasks.get(task_id) != client.key or split[0] not in self.links:
             raise RemoteProtocolError(INVALID_PARAMS, f"Unknown task: {task_id}")
-        return self._forward(client, message, split[0], dict(params, taskId=split[1]))
+        return self.forwarding.forward(client, message, split[0], dict(params, taskId=split[1]))
 
     def _list_tasks(self, client: ClientState, message: dict[str, Any]) -> list[Command]:
         # The connections this session's requests run on: the shared servers and its own

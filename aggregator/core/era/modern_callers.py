@@ -265,7 +265,7 @@ class ModernCallers(RouterState):
                 server, original = self.targets.resource_route(client, {"uri": uri})
             except (RemoteProtocolError, ServerDown):
                 continue  # not one it may see, or its server is out: not honoured
-            name = self._link_name(server, client.key)
+            name = self.forwarding.link_name(server, client.key)
             link = self.links.get(name)
             if link is None or not (link.capabilities.get("resources") or {}).get("subscribe"):
                 continue

@@ -129,4 +129,4 @@ class ModernInput(RouterState):
         params[REQUEST_STATE] = self.request_states.unwrap(
             params[REQUEST_STATE], client.principal, self.clock(), digest
         )
-        return self._forward(client, message, server, params)
+        return self.forwarding.forward(client, message, server, params)

@@ -1,22 +1,34 @@
-"""Sending a client request upstream, or holding it for a connection that starts. Sans-IO."""
+"""Sending a client request upstream, or holding it for a connection that starts. Sans-IO.
+
+``Forwarding`` owns whether the proxy still takes new requests (``draining``) and the
+rules of a request's way upstream:
+
+1. A request gets a fresh upstream id of its link's and, if it asked for progress, a
+   progress token of the proxy's; it is then in the request table (invariants 1 and 2).
+2. A request to a per-session server whose connection is not ready waits in that link's
+   ``waiting`` list (the connection started if need be) as a placeholder in its client's
+   ``in_flight``: its id is taken and a cancel ends it, though nothing was sent.
+3. Nothing new goes upstream while draining, to a link that is not ready or overloaded,
+   or past the client's ``max_in_flight``: the client is answered at once, counted.
+
+It reads the links and the per-session servers it is given; it writes the links' ids and
+``waiting`` lists, creates per-session links, and puts requests in the request table.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import Any
 
 from aggregator import __version__
+from aggregator.core.clients.clients import ClientState
 from aggregator.core.clients.log_levels import DEFAULT as DEFAULT_LEVEL
 from aggregator.core.commands import Command, StartUpstream, ToClient, ToServer
 from aggregator.core.era.upstream_era import LEGACY_ERA, MODERN_ERA
+from aggregator.core.replies import proxy_error
+from aggregator.core.requests.request_table import RequestTable
 from aggregator.core.requests.tasks import restore_related_task
-from aggregator.core.state import (
-    ClientState,
-    Pending,
-    RouterState,
-    UpstreamLink,
-    proxy_error,
-)
-from aggregator.core.upstreams.links import UNSENT, Phase
+from aggregator.core.upstreams.links import UNSENT, Pending, Phase, UpstreamLink
 from aggregator.mcp.constants import SERVER_REQUEST_CAPABILITIES
 from aggregator.mcp.modern import (
     CLIENT_CAPABILITIES,
@@ -34,11 +46,27 @@ from aggregator.mcp.versions import MODERN_LATEST
 PROXY_INFO = {"name": "aggregator", "version": __version__}
 
 
-class Forwarding(RouterState):
+class Forwarding:
     """A client request on its way upstream: a fresh id, a progress token of the proxy's,
     its deadline (invariants 1 and 2); or held while a per-session connection starts."""
 
-    def _forward(
+    def __init__(
+        self,
+        links: dict[str, UpstreamLink],
+        per_session: set[str],
+        requests: RequestTable,
+        server_requests: Collection[str],
+        max_in_flight: int,
+    ) -> None:
+        self.links = links
+        self.per_session = per_session  # servers with a connection per client session
+        self.requests = requests
+        self.tallies = requests.tallies  # what ended how
+        self.server_requests = server_requests  # the server-to-client requests the proxy routes
+        self.max_in_flight = max_in_flight  # per client
+        self.draining = False  # shutting down: finish what is in flight, take nothing new
+
+    def forward(
         self, client: ClientState, message: dict[str, Any], server: str, params: dict[str, Any]
     ) -> list[Command]:
         """Send a client's request upstream under a fresh id. ``params`` is ours to change."""
@@ -51,7 +79,7 @@ class Forwarding(RouterState):
                 )
             ]
         if server in self.per_session:
-            name = self._link_name(server, client.key)
+            name = self.link_name(server, client.key)
             link = self.links.get(name)
             if link is None or not link.ready:
                 return self._hold(client, message, server, params, name)
@@ -163,7 +191,9 @@ class Forwarding(RouterState):
             server=link.server,
         )
 
-    def _link_name(self, server: str, session: int) -> str:
+    def link_name(self, server: str, session: int) -> str:
+        """The link a request of client ``session`` to ``server`` goes on (its own, for a
+        per-session server)."""
         return f"{server}@{session}" if server in self.per_session else server
 
     def _hold(
@@ -215,7 +245,7 @@ class Forwarding(RouterState):
         client.in_flight[message["id"]] = placeholder
         return out
 
-    def _still_waiting(self, client: ClientState | None, message: dict[str, Any]) -> bool:
+    def still_waiting(self, client: ClientState | None, message: dict[str, Any]) -> bool:
         """Take a request off its wait for a per-session connection to start: False if its
         client is gone or cancelled it meanwhile."""
         if client is None:

@@ -43,9 +43,9 @@ class UpstreamEvents(RouterState):
                 out += self._own_request(server, "resources/subscribe", {"uri": uri})
         for key, message, params in waiting:
             client = self.clients.get(key)
-            if self._still_waiting(client, message):
+            if self.forwarding.still_waiting(client, message):
                 assert client is not None
-                out += self._forward(client, message, link.server, params)
+                out += self.forwarding.forward(client, message, link.server, params)
                 if message["method"] == "resources/subscribe":
                     self._held_subscribe_sent(client, message, (server, params["uri"]))
             elif client is not None and message["method"] == "resources/subscribe":
@@ -152,7 +152,7 @@ class UpstreamEvents(RouterState):
         out: list[Command] = self._own_link_lost(link) if link.session is not None else []
         waiting, link.waiting = link.waiting, []
         for key, message, _params in waiting:
-            if self._still_waiting(self.clients.get(key), message):
+            if self.forwarding.still_waiting(self.clients.get(key), message):
                 self.tallies.ended(message["method"], link.server, "error", "unavailable", None)
                 out.append(
                     ToClient(
@@ -214,7 +214,7 @@ class UpstreamEvents(RouterState):
                 outage.memory[profile] = seen
         # Held requests are answered by ``server_down``, which follows at once with the time
         # of the next attempt; when shutting down, none follows.
-        return self._fail_held(server) if self.draining else []
+        return self._fail_held(server) if self.forwarding.draining else []
 
     def server_down(self, server: str, reason: str, retry_in: float) -> list[Command]:
         """The supervisor of a shared server that was lost (or did not start) starts it again
@@ -273,7 +273,7 @@ class UpstreamEvents(RouterState):
         if len(held) >= self.max_in_flight:
             held[:] = [p for p in held if not p.done]
         if (
-            not self.draining
+            not self.forwarding.draining
             and len(held) < self.max_in_flight
             and len(client.in_flight) < self.max_in_flight
             and should_hold(outage, now, link.request_timeout, self.start_takes.get(server, 0.0))
