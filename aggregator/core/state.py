@@ -149,7 +149,7 @@ class RouterState:
         self.targets = Targets(self.catalogs, self.links, self.outages, self.per_session)  # what requests name
         self.tallies = Tallies()  # what ended how (``core.requests.tallies``)
         # Every client request in flight, its progress token and deadlines.
-        self.requests = RequestTable(clock, self.links, self.clients, self.tallies)
+        self.requests = RequestTable(clock, self.links, self.clients, self.tallies, self.subscriptions)
         # A request on its way upstream, or held for its per-session connection to start.
         self.forwarding = Forwarding(
             self.links, self.per_session, self.requests, self.server_requests, settings.max_in_flight
@@ -174,7 +174,6 @@ class RouterState:
     if TYPE_CHECKING:  # what each group offers the others (defined in its own module)
         # inflight
         def _fail_pending(self, link: UpstreamLink, message: str, reason: str) -> list[Command]: ...
-        def _fail_one(self, pending: Pending, message: str, reason: str) -> list[Command]: ...
         def _apply_log_level(self) -> list[Command]: ...
         # client events
         def client_event(self, key: int, kind: int, message: dict[str, Any]) -> list[Command]: ...

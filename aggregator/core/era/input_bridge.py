@@ -121,7 +121,7 @@ class InputBridge(ModernInput):
             bridge = Bridge(pending.params)
         else:
             log.warning("server %s: answered %s with input_required, which it may not", link.name, pending.method)
-            return self._fail_one(
+            return self.requests.fail(
                 pending,
                 f"Server {server!r} answered {pending.method} with input_required, which it may not",
                 "malformed",
@@ -129,7 +129,7 @@ class InputBridge(ModernInput):
         bridge.rounds += 1
         if bridge.rounds > MAX_INPUT_ROUNDS:
             log.warning("server %s: %s asked for input %d times; given up", link.name, pending.method, bridge.rounds)
-            return self._fail_one(
+            return self.requests.fail(
                 pending,
                 f"Server {server!r} asked for input more than {MAX_INPUT_ROUNDS} times for one {pending.method}",
                 "too_many_rounds",
@@ -141,7 +141,7 @@ class InputBridge(ModernInput):
             or (state is not None and type(state) is not str)
             or (not requests and state is None)
         ):
-            return self._fail_one(
+            return self.requests.fail(
                 pending,
                 f"Server {server!r} answered {pending.method} with an invalid input_required result",
                 "malformed",
@@ -172,13 +172,13 @@ class InputBridge(ModernInput):
             params = entry.get("params", {}) if type(entry) is dict else None
             if type(method) is not str or type(params) is not dict:
                 why = f"Server {server!r} asked for input {key!r} with an invalid request"
-                return asks, answers, self._fail_one(pending, why, "malformed")
+                return asks, answers, self.requests.fail(pending, why, "malformed")
             refusal = self._input_refusal(link, client, method, params)
             if refusal is not None:
                 log.info(
                     "server %s: %s needs %s of client %d: %s", link.name, pending.method, method, client.key, refusal[1]
                 )
-                return asks, answers, self._fail_one(pending, *refusal)
+                return asks, answers, self.requests.fail(pending, *refusal)
             if method == "roots/list" and not self._asks_for_roots(link, client):
                 answers[key] = {"roots": self.roots.roots or []}
             else:
@@ -189,7 +189,7 @@ class InputBridge(ModernInput):
                 f"Server {server!r} asked {len(asks)} questions for {pending.method}; the client already has "
                 f"{asked} to answer (limit {self.max_in_flight})"
             )
-            return asks, answers, self._fail_one(pending, why, "overloaded")
+            return asks, answers, self.requests.fail(pending, why, "overloaded")
         return asks, answers, None
 
     def _input_refusal(

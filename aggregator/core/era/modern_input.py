@@ -80,9 +80,9 @@ class ModernInput(RouterState):
                 capability = SERVER_REQUESTS[method]
                 if capability not in self.server_requests:
                     why = f"Server {server!r} needs {method}, which the aggregator does not route to clients"
-                    return self._fail_one(pending, why, "unroutable")
+                    return self.requests.fail(pending, why, "unroutable")
                 if not self.server_request_policy(link.server, method, params):
-                    return self._fail_one(
+                    return self.requests.fail(
                         pending, f"{method} from server {server!r} is not allowed by policy", "denied"
                     )
                 if not _declares(capabilities, capability, params):
@@ -101,7 +101,7 @@ class ModernInput(RouterState):
     def _input_malformed(self, link: UpstreamLink, pending: Pending, what: str) -> list[Command]:
         server = link.server or link.name
         log.warning("server %s: answered %s with %s", link.name, pending.method, what)
-        return self._fail_one(pending, f"Server {server!r} answered {pending.method} with {what}", "malformed")
+        return self.requests.fail(pending, f"Server {server!r} answered {pending.method} with {what}", "malformed")
 
     def _input_undeclared(
         self, link: UpstreamLink, pending: Pending, client: ClientState, required: dict[str, Any]

@@ -124,16 +124,5 @@ class InFlight(RouterState):
         proxy's own fail too."""
         out: list[Command] = self._fail_own(link)
         for pending in list(link.pending.values()):
-            out += self._fail_one(pending, message, reason)
+            out += self.requests.fail(pending, message, reason)
         return out + self._inputs_lost(link, message, reason)
-
-    def _fail_one(self, pending: Pending, message: str, reason: str) -> list[Command]:
-        """End one forwarded request with an error of the proxy's (its client told, if it is
-        still there; a subscribe that failed is undone)."""
-        self.requests.end(pending, "error", reason)
-        if pending.session not in self.clients:
-            return []
-        if pending.subscription is not None:
-            self.subscriptions.remove(pending.subscription, pending.session)
-        server = self.links[pending.server].server or pending.server
-        return [ToClient(pending.session, proxy_error(pending.client_id, message, reason=reason, server=server))]

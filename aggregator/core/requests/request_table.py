@@ -8,10 +8,10 @@ it asked for progress, ``held`` (by server) while it waits for that server's lis
 the ``deadlines`` heap while anything may time it out. ``start`` puts a sent request in
 the link's table and the heap; ``end`` takes it out of every table at once, whatever its
 phase, and counts how it ended (``core.requests.tallies``). Nothing else removes one, so the
-tables hold exactly what is in flight.
+tables hold exactly what is in flight. ``fail`` ends one with an error of the proxy's.
 
 The table reads the links and the clients it is given (the router's own dicts); it
-writes only their in-flight entries.
+writes only their in-flight entries, and undoes a subscription whose request failed.
 """
 
 from __future__ import annotations
@@ -19,6 +19,9 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from aggregator.core.clients.clients import ClientState
+from aggregator.core.commands import Command, ToClient
+from aggregator.core.notices.subscriptions import Subscriptions
+from aggregator.core.replies import proxy_error
 from aggregator.core.requests.deadlines import Deadlines
 from aggregator.core.requests.tallies import Tallies
 from aggregator.core.upstreams.links import Pending, UpstreamLink
@@ -37,11 +40,13 @@ class RequestTable:
         links: dict[str, UpstreamLink],
         clients: dict[int, ClientState],
         tallies: Tallies,
+        subscriptions: Subscriptions,
     ) -> None:
         self.clock = clock
         self.links = links
         self.clients = clients
         self.tallies = tallies  # what ended how
+        self.subscriptions = subscriptions  # a subscribe that fails is undone
         self.progress: dict[str, Pending] = {}  # the proxy's progress token -> its request
         self.deadlines = Deadlines()  # timeouts (of parked calls and gatherings too, ``core.era.parked``)
         self.held: dict[str, list[Pending]] = {}  # server -> requests waiting for its listing
@@ -89,3 +94,14 @@ class RequestTable:
         if pending.token is not None:
             self.progress.pop(pending.token, None)
         self.deadlines.discard()
+
+    def fail(self, pending: Pending, message: str, reason: str) -> list[Command]:
+        """End one forwarded request with an error of the proxy's (its client told, if it is
+        still there; a subscribe that failed is undone)."""
+        self.end(pending, "error", reason)
+        if pending.session not in self.clients:
+            return []
+        if pending.subscription is not None:
+            self.subscriptions.remove(pending.subscription, pending.session)
+        server = self.links[pending.server].server or pending.server
+        return [ToClient(pending.session, proxy_error(pending.client_id, message, reason=reason, server=server))]

@@ -135,7 +135,7 @@ class ServerMessages(RouterState):
         if kind == RESPONSE:
             result = message.get("result")
             if link.speaks is MODERN_ERA and unknown_result_type(result, pending.method, pending.meta):
-                return self._fail_one(
+                return self.requests.fail(
                     pending,
                     f"Server {link.server!r} answered {pending.method} with a result of unknown resultType",
                     "malformed",
@@ -183,7 +183,7 @@ class ServerMessages(RouterState):
             f"Server {link.name!r} sent an answer to {pending.method} that the aggregator cannot forward"
             f" (it answered another request, id {message['id']!r})"
         )
-        return self._fail_one(pending, text, "malformed")
+        return self.requests.fail(pending, text, "malformed")
 
     def _server_refused(self, link: UpstreamLink, exc: RemoteProtocolError, related: int | None) -> list[Command]:
         """A server's message could not be accepted (too deep, unreadable, malformed). An
@@ -206,7 +206,7 @@ class ServerMessages(RouterState):
                     return self._control_answer(link, error_response(id, exc.code, exc.message))
                 return []
             text = f"Server {server!r} sent an answer to {pending.method} that the aggregator cannot forward"
-            return self._fail_one(pending, f"{text} ({exc.message})", refusal_reason(exc))
+            return self.requests.fail(pending, f"{text} ({exc.message})", refusal_reason(exc))
         log.warning("server %s: dropping an unreadable message: %s", server, exc.message)
         if exc.id is not None and exc.answer:
             return [ToServer(server, exc.to_response())]
@@ -406,7 +406,7 @@ class ServerMessages(RouterState):
         pending = link.pending.get(int(match.group(1)))
         if pending is None:
             return []
-        return self._fail_one(pending, f"Server {server!r} answered with more than {limit} bytes", "too_large")
+        return self.requests.fail(pending, f"Server {server!r} answered with more than {limit} bytes", "too_large")
 
 
 # ids are integers (the proxy's own: "aggregator-N"); a response carries no "method", and
