@@ -126,6 +126,7 @@ OWNERS = [
     "reverse/reverse_table.py",
     "reverse/roots.py",
     "reverse/affinity.py",
+    "reverse/declared.py",
     "catalogs/targets.py",
     "catalogs/discovery.py",
     "catalogs/result_budget.py",

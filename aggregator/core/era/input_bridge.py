@@ -53,7 +53,7 @@ from aggregator.core.era.modern_input import ModernInput
 from aggregator.core.era.upstream_era import LEGACY_ERA
 from aggregator.core.requests.tasks import expose_task_ids
 from aggregator.core.reverse import affinity
-from aggregator.core.reverse.reverse_requests import _declares
+from aggregator.core.reverse.declared import declares
 from aggregator.core.state import ClientState, Pending, Reverse, UpstreamLink, proxy_error
 from aggregator.core.upstreams.links import Bridge, Phase
 from aggregator.mcp.constants import CANCELLED, SERVER_REQUESTS
@@ -205,7 +205,7 @@ class InputBridge(ModernInput):
             return f"Server {server!r} needs {method}, which the aggregator does not route to clients", "unroutable"
         if not self.server_request_policy(link.server, method, params):
             return f"{method} from server {server!r} is not allowed by policy", "denied"
-        if method != "roots/list" and not _declares(client.capabilities, capability, params):
+        if method != "roots/list" and not declares(client.capabilities, capability, params):
             mode = " in url mode" if params.get("mode") == "url" else ""
             return f"Server {server!r} needs {method}{mode}, which the client does not support", "unsupported"
         return None

@@ -29,9 +29,8 @@ import logging
 from typing import Any
 
 from aggregator.core.commands import Command, ToClient
-from aggregator.core.era.parked import _merge_into, _required
 from aggregator.core.era.request_state import request_digest
-from aggregator.core.reverse.reverse_requests import _declares
+from aggregator.core.reverse.declared import declares, merge_required, required_of
 from aggregator.core.state import ClientState, Pending, RouterState, UpstreamLink, proxy_error
 from aggregator.core.upstreams.links import Ask
 from aggregator.mcp.constants import SERVER_REQUESTS
@@ -85,8 +84,8 @@ class ModernInput(RouterState):
                     return self.requests.fail(
                         pending, f"{method} from server {server!r} is not allowed by policy", "denied"
                     )
-                if not _declares(capabilities, capability, params):
-                    _merge_into(required, _required(Ask(key, method, params)))
+                if not declares(capabilities, capability, params):
+                    merge_required(required, required_of(Ask(key, method, params)))
         if required:
             return self._input_undeclared(link, pending, client, required)
         if state is not None:

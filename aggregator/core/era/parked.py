@@ -52,7 +52,7 @@ from typing import Any
 from aggregator.core.commands import Command, ToClient, ToServer
 from aggregator.core.era.modern_results import stamp_result
 from aggregator.core.era.request_state import request_digest
-from aggregator.core.reverse.reverse_requests import _declares
+from aggregator.core.reverse.declared import declares, merge_required, required_of
 from aggregator.core.state import ClientState, Pending, RouterState, UpstreamLink, answer, cancelled, proxy_error
 from aggregator.core.upstreams.links import Ask, Parked, Phase
 from aggregator.jsonrpc.errors import INVALID_PARAMS, METHOD_NOT_FOUND, RemoteProtocolError
@@ -165,7 +165,7 @@ class ParkedCalls(RouterState):
             why = f"Method not found: a modern client cannot be asked for {method} during {pending.method}"
             return [_refuse(link, id, why, "unsupported", METHOD_NOT_FOUND)]
         capabilities = (pending.meta or {}).get(CLIENT_CAPABILITIES)
-        declared = type(capabilities) is dict and _declares(capabilities, SERVER_REQUESTS[method], params)
+        declared = type(capabilities) is dict and declares(capabilities, SERVER_REQUESTS[method], params)
         if parked is not None:
             if not declared:
                 return [_refuse(link, id, _undeclared(Ask(id, method, params)), "unsupported", METHOD_NOT_FOUND)]
@@ -214,7 +214,7 @@ class ParkedCalls(RouterState):
             return out + self._park(pending, client, pending.client_id, gathering.asks)
         required: dict[str, Any] = {}
         for ask in gathering.missing:
-            _merge_into(required, _required(ask))
+            merge_required(required, required_of(ask))
         names = ", ".join(sorted(required))
         why = (
             f"Server {link.server!r} needs the client capability {names} to answer {pending.method},"
@@ -364,21 +364,6 @@ def _input_key(asks: dict[str, Ask], id: Any) -> str:
     while f"{key}-{n}" in asks:
         n += 1
     return f"{key}-{n}"
-
-
-def _required(ask: Ask) -> dict[str, Any]:
-    """The client capability a server's request needs, as ``requiredCapabilities`` names it."""
-    capability = SERVER_REQUESTS[ask.method]
-    if capability == "elicitation":
-        return {"elicitation": {"url": {}} if ask.params.get("mode") == "url" else {"form": {}}}
-    if capability == "sampling" and ("tools" in ask.params or "toolChoice" in ask.params):
-        return {"sampling": {"tools": {}}}
-    return {capability: {}}
-
-
-def _merge_into(into: dict[str, Any], more: dict[str, Any]) -> None:
-    for name, value in more.items():
-        into.setdefault(name, {}).update(value)
 
 
 def _undeclared(ask: Ask) -> str:

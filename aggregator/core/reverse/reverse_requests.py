@@ -10,6 +10,7 @@ from aggregator.core.commands import Command, ToClient, ToServer
 from aggregator.core.era.upstream_era import MODERN_ERA
 from aggregator.core.requests.tasks import RELATED_TASK, expose_task_id, expose_task_ids
 from aggregator.core.reverse import affinity
+from aggregator.core.reverse.declared import declares
 from aggregator.core.state import Reverse, RouterState, UpstreamLink, proxy_error
 from aggregator.core.upstreams.links import Caller, Parked, Pending
 from aggregator.jsonrpc.errors import INVALID_REQUEST, METHOD_NOT_FOUND
@@ -65,7 +66,7 @@ class ReverseRequests(RouterState):
             owner = affinity.request_owner(**self._owner_facts(link, params, related, requests=True))
             caller = _as_caller(owner.session)
             if caller is not None and self._modern_caller(caller):
-                if self._caller_declares(link, caller, owner.related, "roots"):
+                if self._callerdeclares(link, caller, owner.related, "roots"):
                     return self._ask_modern(link, caller, owner.related, message)
             return self._roots_request(link, id, params, related)
         owner = affinity.request_owner(**self._owner_facts(link, params, related, requests=True))
@@ -101,7 +102,7 @@ class ReverseRequests(RouterState):
         client = self.clients.get(caller)
         return client is not None and client.era is MODERN_ERA
 
-    def _caller_declares(self, link: UpstreamLink, caller: Caller, related: Any, capability: str) -> bool:
+    def _callerdeclares(self, link: UpstreamLink, caller: Caller, related: Any, capability: str) -> bool:
         """Whether the modern call ``related`` of ``caller`` (a client's session, or a parked
         call) on ``link`` declared ``capability`` in its ``_meta``."""
         if isinstance(caller, Parked):
@@ -132,7 +133,7 @@ class ReverseRequests(RouterState):
         session = caller
         server = link.name
         client = self.clients[session]
-        if not _declares(client.capabilities, capability, params):
+        if not declares(client.capabilities, capability, params):
             if method == "roots/list":
                 return [self.roots.answer(link, id)]
             mode = " in url mode" if params.get("mode") == "url" else ""
@@ -234,18 +235,3 @@ def _caller(pending: Pending, clients: Mapping[int, Any], requests: bool) -> Cal
     if requests and pending.parked is not None:
         return pending.parked
     return None
-
-
-def _declares(capabilities: dict[str, Any], capability: str, params: dict[str, Any]) -> bool:
-    """Whether a client declared what a server-to-client request needs."""
-    declared = capabilities.get(capability)
-    if type(declared) is not dict:
-        return False
-    if capability == "elicitation":
-        # 2025-11-25: {} or {"form": {}} is form mode; URL mode needs "url".
-        if params.get("mode") == "url":
-            return "url" in declared
-        return not declared or "form" in declared
-    if capability == "sampling" and ("tools" in params or "toolChoice" in params):
-        return "tools" in declared
-    return True
