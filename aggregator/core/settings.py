@@ -8,12 +8,16 @@ with no settings behaves like one built from the default configuration.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Literal
+from collections.abc import Callable, Mapping
+from typing import Any, Literal
 
 import attrs
 
 from aggregator.core import defaults
+
+# Allow or deny a server-to-client request: (server, method, params) -> bool. The policy
+# layer plugs in here; the default allows everything the client declared.
+ServerRequestPolicy = Callable[[str, str, dict[str, Any]], bool]
 
 MODES = ("all", "search", "auto")  # discovery modes (``core.catalogs.discovery``)
 

@@ -22,6 +22,7 @@ from aggregator.core.clients.clients import ClientState as ClientState  # re-exp
 from aggregator.core.clients.clients import SessionInfo as SessionInfo
 from aggregator.core.clients.handshake import Handshake
 from aggregator.core.commands import Command
+from aggregator.core.era.modern_input import ModernInput
 from aggregator.core.era.request_state import RequestStates
 from aggregator.core.notices.announcements import Announcements
 from aggregator.core.notices.subscriptions import Listens, Subscriptions
@@ -38,6 +39,7 @@ from aggregator.core.reverse.reverse_table import ReverseTable
 from aggregator.core.reverse.roots import ROOTS_HOLD_SECONDS as ROOTS_HOLD_SECONDS  # re-exported
 from aggregator.core.reverse.roots import Roots
 from aggregator.core.settings import LinkSettings, RouterSettings
+from aggregator.core.settings import ServerRequestPolicy as ServerRequestPolicy  # re-exported
 from aggregator.core.upstreams.links import Caller
 from aggregator.core.upstreams.links import Pending as Pending  # re-exported: where the groups look for them
 from aggregator.core.upstreams.links import UpstreamLink as UpstreamLink
@@ -76,10 +78,6 @@ RequestHandler = Callable[[ClientState, dict[str, Any]], list[Command]]
 # A server notification's handler: (its link, the message, its params, the upstream id of
 # the request on whose stream it came, if known) -> commands.
 NotificationHandler = Callable[[UpstreamLink, dict[str, Any], dict[str, Any], int | None], list[Command]]
-
-# Allow or deny a server-to-client request: (server, method, params) -> bool. The policy
-# layer plugs in here; the default allows everything the client declared.
-ServerRequestPolicy = Callable[[str, str, dict[str, Any]], bool]
 
 
 def _link(catalog: Catalog, server: LinkSettings) -> UpstreamLink:
@@ -153,6 +151,10 @@ class RouterState:
         # A request on its way upstream, or held for its per-session connection to start.
         self.forwarding = Forwarding(
             self.links, self.per_session, self.requests, self.server_requests, settings.max_in_flight
+        )
+        # A modern server's input_required for a modern caller, and the caller's retry.
+        self.modern_input = ModernInput(
+            self.requests, self.forwarding, self.request_states, self.server_requests, self.server_request_policy, clock
         )
         self.reverse = ReverseTable(settings.max_in_flight)  # server-to-client requests in flight
         self.roots = Roots(  # whose roots each server sees, and roots/list held for a client
@@ -261,8 +263,3 @@ class RouterState:
         def _input_timed_out(self, waiting: Any) -> list[Command]: ...
         def _inputs_lost(self, link: UpstreamLink, message: str, reason: str) -> list[Command]: ...
         def _inputs_abandoned(self) -> list[Command]: ...
-        # ``modern_input``: a modern server's input_required for a modern caller
-        def _pass_input(self, link: UpstreamLink, pending: Pending, result: dict[str, Any]) -> list[Command] | None: ...
-        def _forward_with_state(
-            self, client: ClientState, message: dict[str, Any], server: str, params: dict[str, Any]
-        ) -> list[Command]: ...

@@ -134,6 +134,7 @@ OWNERS = [
     "clients/clients.py",
     "notices/announcements.py",
     "era/listen_acks.py",
+    "era/modern_input.py",
     "upstreams/links.py",
     "replies.py",
     "events.py",

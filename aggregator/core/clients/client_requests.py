@@ -121,7 +121,7 @@ class ClientRequests(RouterState):
         if is_ours(state):
             return self._resume(client, message, server, params)
         if is_wrapped(state):
-            return self._forward_with_state(client, message, server, params)
+            return self.modern_input.forward_with_state(client, message, server, params)
         return self.forwarding.forward(client, message, server, params)
 
     def _subscribe(self, client: ClientState, message: dict[str, Any]) -> list[Command]:

@@ -28,6 +28,7 @@ legacy (subscribe)          modern            ``listen_acks``: the answer held u
 ``upstream_era`` holds the ``Era`` enum and how a connection finds its server's era.
 
 May import: the records of ``core.upstreams.links`` and ``core.clients.clients``,
-``core.reverse`` and ``core.catalogs`` for the rules they share, ``core.commands``,
+``core.reverse`` and ``core.catalogs`` for the rules they share, the request table and
+forwarding (``core.requests``), ``core.commands``, ``core.replies``,
 ``aggregator.mcp`` and ``aggregator.jsonrpc``; its router groups also ``core.state``.
 """

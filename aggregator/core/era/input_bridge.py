@@ -49,12 +49,11 @@ import logging
 from typing import Any
 
 from aggregator.core.commands import Command, ToClient, ToServer
-from aggregator.core.era.modern_input import ModernInput
 from aggregator.core.era.upstream_era import LEGACY_ERA
 from aggregator.core.requests.tasks import expose_task_ids
 from aggregator.core.reverse import affinity
 from aggregator.core.reverse.declared import declares
-from aggregator.core.state import ClientState, Pending, Reverse, UpstreamLink, proxy_error
+from aggregator.core.state import ClientState, Pending, Reverse, RouterState, UpstreamLink, proxy_error
 from aggregator.core.upstreams.links import Bridge, Phase
 from aggregator.mcp.constants import CANCELLED, SERVER_REQUESTS
 from aggregator.mcp.modern import (
@@ -101,7 +100,7 @@ def is_input_required(result: Any) -> bool:
     return type(result) is dict and result.get(RESULT_TYPE) == INPUT_REQUIRED
 
 
-class InputBridge(ModernInput):
+class InputBridge(RouterState):
     """``input_required`` results of modern servers, turned into questions to legacy callers."""
 
     def _bridges_input(self, link: UpstreamLink, pending: Pending, result: Any) -> bool:

@@ -15,24 +15,32 @@ forwards the retry), but not unexamined:
   ask it, and the caller could not answer).
 - The server's ``requestState`` is wrapped in one of the proxy's (``core.era.request_state``),
   bound to the caller's principal, an expiry (``proxy.input_required_timeout``) and the
-  request; the retry's is unwrapped (``_forward_with_state``) byte for byte before it goes
+  request; the retry's is unwrapped (``forward_with_state``) byte for byte before it goes
   upstream. Behind the proxy every caller reaches the server as one principal, so only
   the proxy can keep one caller from completing another's call with its state.
 
 A valid result costs a few dict lookups per input request; the common result without
 ``resultType`` never comes here.
+
+``ModernInput`` is given the request table, forwarding, the request states and the
+gates; it owns no table of its own (the state travels with the caller).
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Collection
 from typing import Any
 
+from aggregator.core.clients.clients import ClientState
 from aggregator.core.commands import Command, ToClient
-from aggregator.core.era.request_state import request_digest
+from aggregator.core.era.request_state import RequestStates, request_digest
+from aggregator.core.replies import proxy_error
+from aggregator.core.requests.forwarding import Forwarding
+from aggregator.core.requests.request_table import RequestTable
 from aggregator.core.reverse.declared import declares, merge_required, required_of
-from aggregator.core.state import ClientState, Pending, RouterState, UpstreamLink, proxy_error
-from aggregator.core.upstreams.links import Ask
+from aggregator.core.settings import ServerRequestPolicy
+from aggregator.core.upstreams.links import Ask, Pending, UpstreamLink
 from aggregator.mcp.constants import SERVER_REQUESTS
 from aggregator.mcp.modern import (
     CLIENT_CAPABILITIES,
@@ -45,10 +53,26 @@ from aggregator.mcp.modern import (
 log = logging.getLogger(__name__)
 
 
-class ModernInput(RouterState):
+class ModernInput:
     """A modern server's ``input_required`` result on its way to a modern caller."""
 
-    def _pass_input(self, link: UpstreamLink, pending: Pending, result: dict[str, Any]) -> list[Command] | None:
+    def __init__(
+        self,
+        requests: RequestTable,
+        forwarding: Forwarding,
+        request_states: RequestStates,
+        server_requests: Collection[str],
+        server_request_policy: ServerRequestPolicy,
+        clock: Callable[[], float],
+    ) -> None:
+        self.requests = requests
+        self.forwarding = forwarding  # where a verified retry goes
+        self.request_states = request_states  # wraps and unwraps the server's state
+        self.server_requests = server_requests  # the server-to-client requests the proxy routes
+        self.server_request_policy = server_request_policy
+        self.clock = clock
+
+    def pass_input(self, link: UpstreamLink, pending: Pending, result: dict[str, Any]) -> list[Command] | None:
         """Check an ``input_required`` result for modern caller ``pending.session`` and wrap
         its state in place; None when it may go on, else what fails the call."""
         client = self.requests.client_of(pending)
@@ -120,7 +144,7 @@ class ModernInput(RouterState):
         error["error"]["data"]["requiredCapabilities"] = required
         return [ToClient(client.key, error)]
 
-    def _forward_with_state(
+    def forward_with_state(
         self, client: ClientState, message: dict[str, Any], server: str, params: dict[str, Any]
     ) -> list[Command]:
         """A retry carrying a wrapped upstream state: verified and unwrapped, then forwarded."""

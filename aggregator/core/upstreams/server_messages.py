@@ -110,7 +110,7 @@ class ServerMessages(RouterState):
             if kind == RESPONSE and link.speaks is MODERN_ERA and is_input_required(message.get("result")):
                 if self._bridges_input(link, pending, message["result"]):
                     return self._bridge_input(link, pending, message["result"])  # asks a legacy caller
-                failed = self._pass_input(link, pending, message["result"])  # checked for a modern one
+                failed = self.modern_input.pass_input(link, pending, message["result"])  # checked for a modern one
                 if failed is not None:
                     return failed
             return self._answered(link, pending, kind, message)
