@@ -18,6 +18,8 @@ Owned objects (each given the tables it reads):
 - ``clients.handshake.Handshake``: initialize, merged capabilities and instructions,
   the log levels to set upstream;
 - ``notices.announcements.Announcements``: list_changed notices and their debounce;
+- ``era.input_bridge.InputBridge``: a modern server's ``input_required`` asked of a
+  legacy caller, then the call retried;
 - ``era.modern_input.ModernInput``: a modern server's ``input_required`` for a modern
   caller, checked and its state wrapped; the caller's retry unwrapped and forwarded;
 - ``era.parked.ParkedTable``: calls parked for their modern callers, within bounds.
@@ -28,8 +30,7 @@ Handler groups (mixins over the shared state, by package):
   (``client_events``); the handlers of its requests, by method (``client_requests``);
 - ``era``: modern (2026-07-28) callers' admission, server/discover, subscriptions/listen
   (``modern_callers``); a legacy server's requests asked of a modern caller by an
-  ``input_required`` result while the call is parked (``parked``); a modern server's
-  ``input_required`` asked of a legacy caller, then the call retried (``input_bridge``);
+  ``input_required`` result while the call is parked (``parked``);
 - ``requests``: timeouts and giving up (``inflight``);
 - ``reverse``: server-to-client requests (``reverse_requests``), roots (``roots``);
 - ``upstreams``: an upstream's responses and notifications (``server_messages``, a method
@@ -97,7 +98,6 @@ from aggregator.core.commands import (
     UpstreamServing,
     WaitForStartup,
 )
-from aggregator.core.era.input_bridge import InputBridge
 from aggregator.core.era.modern_callers import ModernCallers
 from aggregator.core.era.parked import ParkedCalls, ParkedTable
 from aggregator.core.era.upstream_era import INSTANCE_KEY
@@ -152,7 +152,6 @@ class Router(
     ServerMessages,
     ReverseRequests,
     ParkedCalls,
-    InputBridge,
     UpstreamControl,
     Reconfigure,
     UpstreamEvents,

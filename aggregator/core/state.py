@@ -22,6 +22,7 @@ from aggregator.core.clients.clients import ClientState as ClientState  # re-exp
 from aggregator.core.clients.clients import SessionInfo as SessionInfo
 from aggregator.core.clients.handshake import Handshake
 from aggregator.core.commands import Command
+from aggregator.core.era.input_bridge import InputBridge
 from aggregator.core.era.modern_input import ModernInput
 from aggregator.core.era.request_state import RequestStates
 from aggregator.core.notices.announcements import Announcements
@@ -160,6 +161,18 @@ class RouterState:
         self.roots = Roots(  # whose roots each server sees, and roots/list held for a client
             settings.roots, settings.single_client, self.server_requests, self.links, self.clients, clock
         )
+        # A modern server's input_required asked of a legacy caller, then the call retried.
+        self.input_bridge = InputBridge(
+            self.clients,
+            self.links,
+            self.requests,
+            self.reverse,
+            self.roots,
+            self.server_requests,
+            self.server_request_policy,
+            settings.max_in_flight,
+            clock,
+        )
         # list_changed notices due, and when.
         self.announcements = Announcements(
             clock, settings.list_changed_debounce, self.clients, self.views, self.listens
@@ -254,12 +267,3 @@ class RouterState:
             self, client: ClientState, message: dict[str, Any], server: str, params: dict[str, Any]
         ) -> list[Command]: ...
         def _expire_parked(self, parked: Any) -> list[Command]: ...
-        # input bridge (``input_bridge``, ``modern_input``)
-        def _bridges_input(self, link: UpstreamLink, pending: Pending, result: Any) -> bool: ...
-        def _bridge_input(self, link: UpstreamLink, pending: Pending, result: dict[str, Any]) -> list[Command]: ...
-        def _input_answered(self, client: ClientState, reverse: Any, message: dict[str, Any]) -> list[Command]: ...
-        def _input_refused(self, reverse: Any, why: str, reason: str) -> list[Command]: ...
-        def _input_closed(self, waiting: Any, why: str, outcome: str = ..., reason: str = ...) -> list[Command]: ...
-        def _input_timed_out(self, waiting: Any) -> list[Command]: ...
-        def _inputs_lost(self, link: UpstreamLink, message: str, reason: str) -> list[Command]: ...
-        def _inputs_abandoned(self) -> list[Command]: ...

@@ -135,6 +135,7 @@ OWNERS = [
     "notices/announcements.py",
     "era/listen_acks.py",
     "era/modern_input.py",
+    "era/input_bridge.py",
     "upstreams/links.py",
     "replies.py",
     "events.py",

@@ -10,7 +10,7 @@ from aggregator.core.state import RouterState
 
 def test_no_two_handler_groups_define_the_same_method():
     groups = [cls for cls in Router.__mro__[1:] if cls is not RouterState and issubclass(cls, RouterState)]
-    assert len(groups) > 10  # the groups are there to check
+    assert len(groups) >= 2  # the groups that remain are there to check
     owners = defaultdict(list)
     for group in groups:
         for name, value in vars(group).items():

@@ -163,7 +163,7 @@ class ClientEvents(RouterState):
         answered = exc.response_to
         reverse = self.reverse.end(key, answered) if type(answered) is int else None
         if reverse is not None and is_question(reverse):
-            return self._input_refused(reverse, exc.message, refusal_reason(exc))
+            return self.input_bridge.refused(reverse, exc.message, refusal_reason(exc))
         if reverse is None or not self.links[reverse.server].ready:
             return []
         return [
@@ -271,7 +271,10 @@ class ClientEvents(RouterState):
                 out = self._drop_gathers(client.key, "cancelled by the client", request_id)
                 return [*out, RequestEnded(client.key, request_id)] if out else []  # a gather's: its stream ends
             if awaits_input(pending):  # nothing in flight upstream: its questions are withdrawn
-                return [*self._input_closed(pending, "the call was cancelled"), RequestEnded(client.key, request_id)]
+                return [
+                    *self.input_bridge.closed(pending, "the call was cancelled"),
+                    RequestEnded(client.key, request_id),
+                ]
             self.requests.end(pending, "cancelled", "cancelled")
             ended = RequestEnded(client.key, request_id)  # it gets no answer: its stream ends
             if not self.links[pending.server].ready or pending.phase in UNSENT:
@@ -292,7 +295,7 @@ class ClientEvents(RouterState):
             return []
         self.reverse.end(client.key, id)
         if is_question(reverse):  # a question of the proxy's, for a modern server's call
-            return self._input_answered(client, reverse, message)
+            return self.input_bridge.answered(client, reverse, message)
         if not self.links[reverse.server].ready:
             return []
         message["id"] = reverse.upstream_id

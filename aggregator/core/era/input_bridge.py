@@ -28,7 +28,7 @@ Rules (each exit is one of these, so nothing is left behind):
 - While the client is being asked, the call is a ``Pending`` in ``client.in_flight`` and
   in the deadlines, not in ``link.pending``: nothing is in flight upstream. Its deadline
   and hard deadline are the call's own, carried across rounds and retries: the whole
-  exchange stays within the request's timeout (``_time_out`` -> ``_input_timed_out``).
+  exchange stays within the request's timeout (``_time_out`` -> ``InputBridge.timed_out``).
 - At most ``MAX_INPUT_ROUNDS`` rounds per call; past them the call fails.
 - A request the client cannot be asked (not routed, denied by policy, a capability it did
   not declare, an unknown method) fails the call at once, before anything is asked: the
@@ -41,20 +41,30 @@ Rules (each exit is one of these, so nothing is left behind):
   upstream (nothing is in flight there while it is asked; a retry in flight is
   cancelled as any request). A client that leaves takes it along. An upstream lost fails
   it as any pending request of that upstream.
+
+``InputBridge`` keeps no table of its own: a bridge travels with its call (``Pending.bridge``)
+and its questions are entries of the reverse table. It is given the clients, the links, the
+request table, the reverse table, roots and the gates for server requests.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Collection
 from typing import Any
 
+from aggregator.core.clients.clients import ClientState
 from aggregator.core.commands import Command, ToClient, ToServer
 from aggregator.core.era.upstream_era import LEGACY_ERA
+from aggregator.core.replies import proxy_error
+from aggregator.core.requests.request_table import RequestTable
 from aggregator.core.requests.tasks import expose_task_ids
 from aggregator.core.reverse import affinity
 from aggregator.core.reverse.declared import declares
-from aggregator.core.state import ClientState, Pending, Reverse, RouterState, UpstreamLink, proxy_error
-from aggregator.core.upstreams.links import Bridge, Phase
+from aggregator.core.reverse.reverse_table import Reverse, ReverseTable
+from aggregator.core.reverse.roots import Roots
+from aggregator.core.settings import ServerRequestPolicy
+from aggregator.core.upstreams.links import Bridge, Pending, Phase, UpstreamLink
 from aggregator.mcp.constants import CANCELLED, SERVER_REQUESTS
 from aggregator.mcp.modern import (
     INPUT_REQUESTS,
@@ -100,10 +110,32 @@ def is_input_required(result: Any) -> bool:
     return type(result) is dict and result.get(RESULT_TYPE) == INPUT_REQUIRED
 
 
-class InputBridge(RouterState):
+class InputBridge:
     """``input_required`` results of modern servers, turned into questions to legacy callers."""
 
-    def _bridges_input(self, link: UpstreamLink, pending: Pending, result: Any) -> bool:
+    def __init__(
+        self,
+        clients: dict[int, ClientState],
+        links: dict[str, UpstreamLink],
+        requests: RequestTable,
+        reverse: ReverseTable,
+        roots: Roots,
+        server_requests: Collection[str],
+        server_request_policy: ServerRequestPolicy,
+        max_in_flight: int,
+        clock: Callable[[], float],
+    ) -> None:
+        self.clients = clients
+        self.links = links
+        self.requests = requests
+        self.reverse = reverse  # the questions asked, beside the servers' own requests
+        self.roots = roots  # a roots/list the proxy answers itself
+        self.server_requests = server_requests  # the server-to-client requests the proxy routes
+        self.server_request_policy = server_request_policy
+        self.max_in_flight = max_in_flight  # questions one client may have to answer
+        self.clock = clock
+
+    def bridges(self, link: UpstreamLink, pending: Pending, result: Any) -> bool:
         """Whether this answer (from a modern link) is an ``input_required`` result for a
         legacy caller that is still there: the bridge's to handle."""
         if not is_input_required(result):
@@ -111,7 +143,7 @@ class InputBridge(RouterState):
         client = self.requests.client_of(pending)
         return client is not None and client.era is LEGACY_ERA
 
-    def _bridge_input(self, link: UpstreamLink, pending: Pending, result: dict[str, Any]) -> list[Command]:
+    def bridge(self, link: UpstreamLink, pending: Pending, result: dict[str, Any]) -> list[Command]:
         """The server needs input for ``pending``: ask its client, or retry at once."""
         server = link.server or link.name
         if pending.bridge is not None:
@@ -255,7 +287,7 @@ class InputBridge(RouterState):
         request = {"jsonrpc": "2.0", "id": proxy_id, "method": method, "params": forwarded}
         return ToClient(session, request, waiting.client_id)
 
-    def _input_answered(self, client: ClientState, reverse: Reverse, message: dict[str, Any]) -> list[Command]:
+    def answered(self, client: ClientState, reverse: Reverse, message: dict[str, Any]) -> list[Command]:
         """The client answered one of the bridge's questions (its ``Reverse`` is ended)."""
         question: Question = reverse.upstream_id
         bridge, key = question.bridge, question.key
@@ -279,7 +311,7 @@ class InputBridge(RouterState):
             return []
         return self._input_retry(waiting, bridge)
 
-    def _input_refused(self, reverse: Reverse, why: str, reason: str) -> list[Command]:
+    def refused(self, reverse: Reverse, why: str, reason: str) -> list[Command]:
         """The client's answer to one of the bridge's questions could not be accepted."""
         question: Question = reverse.upstream_id
         waiting = question.bridge.waiting
@@ -313,7 +345,7 @@ class InputBridge(RouterState):
         self.requests.deadlines.push(retry.deadline, retry)
         return [ToServer(link.name, {"jsonrpc": "2.0", "id": upstream_id, "method": retry.method, "params": params})]
 
-    def _input_closed(
+    def closed(
         self, waiting: Pending, why: str, outcome: str = "cancelled", reason: str = "cancelled"
     ) -> list[Command]:
         """End a call that waits for input: its open questions are withdrawn from the client
@@ -334,14 +366,14 @@ class InputBridge(RouterState):
 
     def _input_failed(self, waiting: Pending, message: str, reason: str) -> list[Command]:
         """End a call that waits for input with an error of the proxy's to its client."""
-        out = self._input_closed(waiting, message, "error", reason)
+        out = self.closed(waiting, message, "error", reason)
         if waiting.session not in self.clients:
             return out
         link = self.links.get(waiting.server)
         server = (link.server if link is not None else "") or waiting.server
         return [*out, ToClient(waiting.session, proxy_error(waiting.client_id, message, reason=reason, server=server))]
 
-    def _input_timed_out(self, waiting: Pending) -> list[Command]:
+    def timed_out(self, waiting: Pending) -> list[Command]:
         link = self.links.get(waiting.server)
         hard = waiting.deadline >= waiting.hard_deadline
         limit = (link.max_request_timeout if hard else link.request_timeout) if link is not None else 0.0
@@ -351,7 +383,7 @@ class InputBridge(RouterState):
             waiting, f"Server {server!r} did not get the input {waiting.method} needs within {limit:g}s", "timeout"
         )
 
-    def _inputs_lost(self, link: UpstreamLink, message: str, reason: str) -> list[Command]:
+    def lost(self, link: UpstreamLink, message: str, reason: str) -> list[Command]:
         """``link`` is lost: the calls of its that wait for input fail as its pending ones."""
         out: list[Command] = []
         for client in list(self.clients.values()):
@@ -359,7 +391,7 @@ class InputBridge(RouterState):
                 out += self._input_failed(pending, message, reason)
         return out
 
-    def _inputs_abandoned(self) -> list[Command]:
+    def abandoned(self) -> list[Command]:
         """Shutting down: the calls that wait for input are answered, as pending ones are."""
         out: list[Command] = []
         for client in list(self.clients.values()):

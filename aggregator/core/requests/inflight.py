@@ -60,7 +60,7 @@ class InFlight(RouterState):
                     )
                 )
         self.requests.held.clear()
-        return out + self._inputs_abandoned()
+        return out + self.input_bridge.abandoned()
 
     def in_flight(self) -> int:
         """Client requests waiting for an upstream's answer (not the proxy's own)."""
@@ -96,7 +96,7 @@ class InFlight(RouterState):
         if pending.phase in UNSENT:
             return self._held_timed_out(pending)
         if awaits_input(pending):
-            return self._input_timed_out(pending)
+            return self.input_bridge.timed_out(pending)
         self.requests.end(pending, "error", "timeout")
         link = self.links[pending.server]
         out: list[Command] = []
@@ -125,4 +125,4 @@ class InFlight(RouterState):
         out: list[Command] = self._fail_own(link)
         for pending in list(link.pending.values()):
             out += self.requests.fail(pending, message, reason)
-        return out + self._inputs_lost(link, message, reason)
+        return out + self.input_bridge.lost(link, message, reason)

@@ -108,8 +108,8 @@ class ServerMessages(RouterState):
                 log.debug("server %s: dropping a response to unknown id %r", link.name, id)
                 return []
             if kind == RESPONSE and link.speaks is MODERN_ERA and is_input_required(message.get("result")):
-                if self._bridges_input(link, pending, message["result"]):
-                    return self._bridge_input(link, pending, message["result"])  # asks a legacy caller
+                if self.input_bridge.bridges(link, pending, message["result"]):
+                    return self.input_bridge.bridge(link, pending, message["result"])  # asks a legacy caller
                 failed = self.modern_input.pass_input(link, pending, message["result"])  # checked for a modern one
                 if failed is not None:
                     return failed
