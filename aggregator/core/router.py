@@ -22,15 +22,16 @@ Owned objects (each given the tables it reads):
   legacy caller, then the call retried;
 - ``era.modern_input.ModernInput``: a modern server's ``input_required`` for a modern
   caller, checked and its state wrapped; the caller's retry unwrapped and forwarded;
-- ``era.parked.ParkedTable``: calls parked for their modern callers, within bounds.
+- ``era.parked.ParkedCalls``: a legacy server's requests gathered and asked of a modern
+  caller by an ``input_required`` result, the call parked (within the bounds of its
+  ``ParkedTable``) until the caller's retry resumes it.
 
 Handler groups (mixins over the shared state, by package):
 
 - ``clients``: a client's messages, notifications, answers, connect, disconnect
   (``client_events``); the handlers of its requests, by method (``client_requests``);
 - ``era``: modern (2026-07-28) callers' admission, server/discover, subscriptions/listen
-  (``modern_callers``); a legacy server's requests asked of a modern caller by an
-  ``input_required`` result while the call is parked (``parked``);
+  (``modern_callers``);
 - ``requests``: timeouts and giving up (``inflight``);
 - ``reverse``: server-to-client requests (``reverse_requests``), roots (``roots``);
 - ``upstreams``: an upstream's responses and notifications (``server_messages``, a method
@@ -99,7 +100,6 @@ from aggregator.core.commands import (
     WaitForStartup,
 )
 from aggregator.core.era.modern_callers import ModernCallers
-from aggregator.core.era.parked import ParkedCalls, ParkedTable
 from aggregator.core.era.upstream_era import INSTANCE_KEY
 from aggregator.core.events import Event
 from aggregator.core.requests.inflight import InFlight
@@ -151,7 +151,6 @@ class Router(
     ClientRequests,
     ServerMessages,
     ReverseRequests,
-    ParkedCalls,
     UpstreamControl,
     Reconfigure,
     UpstreamEvents,
@@ -178,7 +177,6 @@ class Router(
             instance=instance,
             server_request_policy=server_request_policy,
         )
-        self.parked = ParkedTable(settings.max_parked_calls, settings.max_parked_per_principal)
         self._requests = self._request_handlers()
         self._notifications = self._notification_handlers()
         self._events = self._event_handlers()

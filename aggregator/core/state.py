@@ -24,6 +24,7 @@ from aggregator.core.clients.handshake import Handshake
 from aggregator.core.commands import Command
 from aggregator.core.era.input_bridge import InputBridge
 from aggregator.core.era.modern_input import ModernInput
+from aggregator.core.era.parked import ParkedCalls, ParkedTable
 from aggregator.core.era.request_state import RequestStates
 from aggregator.core.notices.announcements import Announcements
 from aggregator.core.notices.subscriptions import Listens, Subscriptions
@@ -41,7 +42,6 @@ from aggregator.core.reverse.roots import ROOTS_HOLD_SECONDS as ROOTS_HOLD_SECON
 from aggregator.core.reverse.roots import Roots
 from aggregator.core.settings import LinkSettings, RouterSettings
 from aggregator.core.settings import ServerRequestPolicy as ServerRequestPolicy  # re-exported
-from aggregator.core.upstreams.links import Caller
 from aggregator.core.upstreams.links import Pending as Pending  # re-exported: where the groups look for them
 from aggregator.core.upstreams.links import UpstreamLink as UpstreamLink
 from aggregator.core.upstreams.outages import Outage
@@ -137,7 +137,6 @@ class RouterState:
         self.views = SessionViews()  # of the sessions whose own per-session connections listed
         self.tasks, self.task_owners = {}, TaskOwners()  # whose each task is (``core.requests.tasks``)
         self.own_at: float | None = None  # the earliest deadline of the proxy's own requests upstream
-        self.gathering: dict[tuple[str, Any], Any] = {}  # (link, upstream id) -> requests for a call, gathered
         self.request_states = RequestStates(settings.input_required_timeout)  # what resumes one
         self._own_objects(settings)
 
@@ -160,6 +159,17 @@ class RouterState:
         self.reverse = ReverseTable(settings.max_in_flight)  # server-to-client requests in flight
         self.roots = Roots(  # whose roots each server sees, and roots/list held for a client
             settings.roots, settings.single_client, self.server_requests, self.links, self.clients, clock
+        )
+        # Calls parked while their modern callers provide what a legacy server asks.
+        self.parked = ParkedCalls(
+            ParkedTable(settings.max_parked_calls, settings.max_parked_per_principal),
+            self.clients,
+            self.links,
+            self.requests,
+            self.reverse,
+            self.request_states,
+            settings.max_in_flight,
+            clock,
         )
         # A modern server's input_required asked of a legacy caller, then the call retried.
         self.input_bridge = InputBridge(
@@ -259,11 +269,3 @@ class RouterState:
         def _answered(
             self, link: UpstreamLink, pending: Pending, kind: int, message: dict[str, Any]
         ) -> list[Command]: ...
-        # parked calls (``parked``: a legacy server's requests asked of a modern caller)
-        def _ask_modern(
-            self, link: UpstreamLink, caller: Caller, related: Any, ask: dict[str, Any]
-        ) -> list[Command]: ...
-        def _resume(
-            self, client: ClientState, message: dict[str, Any], server: str, params: dict[str, Any]
-        ) -> list[Command]: ...
-        def _expire_parked(self, parked: Any) -> list[Command]: ...

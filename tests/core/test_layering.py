@@ -136,6 +136,7 @@ OWNERS = [
     "era/listen_acks.py",
     "era/modern_input.py",
     "era/input_bridge.py",
+    "era/parked.py",
     "upstreams/links.py",
     "replies.py",
     "events.py",

@@ -122,7 +122,7 @@ def test_the_retry_answers_the_server_and_gets_the_final_result(router):
     assert final == [
         ("ToClient", 7, {"jsonrpc": "2.0", "id": "c2", "result": complete([{"type": "text", "text": "hi ada"}])})
     ]
-    assert router.in_flight() == 0 and router.parked == {}
+    assert router.in_flight() == 0 and router.parked.table == {}
 
 
 def test_a_transient_caller_may_go_away_and_another_of_the_same_principal_resumes(router):
@@ -151,7 +151,7 @@ def test_another_principal_cannot_resume_the_call(router):
     [(kind, session, answer)] = unpack(router.handle(ClientMessage(8, call(2, requestState=result["requestState"]))))
     assert (kind, session) == ("ToClient", 8)
     assert answer["error"]["code"] == INVALID_PARAMS and "another caller" in answer["error"]["message"]
-    assert len(router.parked) == 1  # still waiting for its own caller
+    assert len(router.parked.table) == 1  # still waiting for its own caller
 
 
 @pytest.mark.parametrize(
@@ -191,7 +191,7 @@ def test_a_request_the_caller_cannot_be_asked_fails_the_call_with_missing_capabi
     assert answer["id"] == 1 and error["code"] == MISSING_REQUIRED_CLIENT_CAPABILITY
     assert error["data"]["requiredCapabilities"] == {"elicitation": {"form": {}}}
     assert "elicitation" in error["message"]
-    assert router.parked == {} and router.in_flight() == 0 and router.clients[7].in_flight == {}
+    assert router.parked.table == {} and router.in_flight() == 0 and router.clients[7].in_flight == {}
 
 
 def test_requests_sent_together_are_asked_together_and_the_undeclared_refused(router):
@@ -208,7 +208,7 @@ def test_requests_sent_together_are_asked_together_and_the_undeclared_refused(ro
         "10": "sampling/createMessage",
         "mine": "roots/list",
     }
-    assert len(router.parked) == 1 and router.clients[7].in_flight == {}
+    assert len(router.parked.table) == 1 and router.clients[7].in_flight == {}
 
 
 def test_a_request_after_the_window_is_asked_in_the_next_round(router):
@@ -326,7 +326,7 @@ def test_a_caller_without_roots_leaves_the_server_the_proxys_roots(router):
     assert server_asks(router, 3, "roots/list") == [
         ("ToServer", "a", {"jsonrpc": "2.0", "id": 3, "result": {"roots": []}})
     ]
-    assert router.parked == {} and list(router.clients[7].in_flight) == [1]
+    assert router.parked.table == {} and list(router.clients[7].in_flight) == [1]
 
 
 def test_a_roots_request_outside_a_modern_call_gets_the_proxys_roots(router):
@@ -362,7 +362,7 @@ def test_a_caller_that_never_retries_has_the_call_cancelled(router, clock):
         "method": "notifications/cancelled",
         "params": {"requestId": upstream, "reason": "the client gave no input in time"},
     }
-    assert router.in_flight() == 0 and router.parked == {}
+    assert router.in_flight() == 0 and router.parked.table == {}
     # A late retry hears why.
     [(_, _, late)] = unpack(router.handle(ClientMessage(7, call(2, requestState=result["requestState"]))))
     assert late["error"]["code"] == INVALID_PARAMS
@@ -411,7 +411,7 @@ def test_a_legacy_client_is_still_asked_directly(router):
     router.handle(ClientDisconnected(1))
     router.handle(ClientDisconnected(2))
     [(kind, session, asked)] = server_asks(router, 9)
-    assert (kind, session, asked["method"]) == ("ToClient", 3, "elicitation/create") and router.parked == {}
+    assert (kind, session, asked["method"]) == ("ToClient", 3, "elicitation/create") and router.parked.table == {}
 
 
 def test_a_call_that_times_out_upstream_while_parked_fails_its_retry(clock):
@@ -425,7 +425,7 @@ def test_a_call_that_times_out_upstream_while_parked_fails_its_retry(clock):
     out = unpack(router.handle(ClientMessage(7, call(2, requestState=result["requestState"]))))
     assert out[-1][:2] == ("ToClient", 7)
     assert out[-1][2]["id"] == 2 and "while it waited for input" in out[-1][2]["error"]["message"]
-    assert router.parked == {} and router.clients[7].in_flight == {}
+    assert router.parked.table == {} and router.clients[7].in_flight == {}
 
 
 def test_on_a_streaming_upstream_the_requests_stream_names_the_parked_call(router):
@@ -488,7 +488,7 @@ def test_a_parked_call_does_not_make_a_running_calls_requests_ambiguous(router):
     start_call(router, 8, id=5)
     # A stdio server's request names no call: it is for the one that runs, not the parked one.
     result = input_required(server_asks(router, "s2"), 8, 5)
-    assert len(result["inputRequests"]) == 1 and len(router.parked) == 2
+    assert len(result["inputRequests"]) == 1 and len(router.parked.table) == 2
 
 
 def test_a_call_answered_within_the_window_goes_to_its_caller_and_its_requests_are_refused(router):
@@ -499,7 +499,7 @@ def test_a_call_answered_within_the_window_goes_to_its_caller_and_its_requests_a
     assert (kind, session, answer["result"]["resultType"]) == ("ToClient", 7, "complete")
     [(kind, server, refusal)] = window_closes(router)
     assert (kind, server, refusal["id"]) == ("ToServer", "a", "s1") and "the call ended" in refusal["error"]["message"]
-    assert router.parked == {} and router.gathering == {}
+    assert router.parked.table == {} and router.parked.gathering == {}
 
 
 def test_parked_calls_are_bounded_per_principal_and_in_all(clock):
@@ -518,7 +518,7 @@ def test_parked_calls_are_bounded_per_principal_and_in_all(clock):
     assert out[1][2]["method"] == "notifications/cancelled" and out[1][2]["params"]["requestId"] == upstream
     error = out[2][2]["error"]
     assert error["data"]["reason"] == "overloaded" and "max_parked_per_principal" in error["message"]
-    assert len(router.parked) == 2 and router.in_flight() == 2
+    assert len(router.parked.table) == 2 and router.in_flight() == 2
     # Another principal may still park one, up to the total.
     connect_modern(router, 4, principal="B")
     start_call(router, 4, id=4)
@@ -529,11 +529,11 @@ def test_parked_calls_are_bounded_per_principal_and_in_all(clock):
     assert (
         out[-1][2]["error"]["data"]["reason"] == "overloaded" and "max_parked_calls" in out[-1][2]["error"]["message"]
     )
-    assert len(router.parked) == 3
+    assert len(router.parked.table) == 3
     # A parked call that ends frees its place: A may park again.
     clock.now += TIMEOUT + 1
     router.handle(TimePassed())
-    assert router.parked == {} and router.parked.by_principal == {}
+    assert router.parked.table == {} and router.parked.table.by_principal == {}
     connect_modern(router, 6, principal="A")
     start_call(router, 6, id=6)
     input_required(server_asks(router, "s6"), 6, 6)
@@ -546,11 +546,11 @@ def test_calls_parked_together_do_not_expire_together(router, clock):
         # A streaming upstream names the call each request is for: three at the same instant.
         router.handle(ServerMessage("a", msg(id=f"s{key}", method="elicitation/create", params=ELICIT), upstream))
     window_closes(router)
-    assert len(router.parked) == 3
-    deadlines = sorted(parked.deadline for parked in router.parked.values())
+    assert len(router.parked.table) == 3
+    deadlines = sorted(parked.deadline for parked in router.parked.table.values())
     assert min(deadlines[1] - deadlines[0], deadlines[2] - deadlines[1]) >= EXPIRY_SPACING * 0.99
     clock.now = deadlines[0]
     cancels = [
         sent for _, _, sent in unpack(router.handle(TimePassed())) if sent.get("method") == "notifications/cancelled"
     ]
-    assert len(cancels) == 1 and len(router.parked) == 2
+    assert len(cancels) == 1 and len(router.parked.table) == 2

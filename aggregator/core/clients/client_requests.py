@@ -18,6 +18,7 @@ from aggregator.core.state import ClientState, Gather, RequestHandler, RouterSta
 from aggregator.core.upstreams.links import UNSENT
 from aggregator.jsonrpc.codec import dumps
 from aggregator.jsonrpc.errors import INVALID_PARAMS, METHOD_NOT_FOUND, RemoteProtocolError
+from aggregator.jsonrpc.kinds import ERROR, RESPONSE
 from aggregator.mcp.constants import LIST_METHODS, TOOLS
 from aggregator.mcp.modern import LISTEN, REQUEST_STATE, TASKS_EXTENSION, declares_tasks, tasks_required
 from aggregator.mcp.versions import DISCOVER
@@ -119,7 +120,11 @@ class ClientRequests(RouterState):
         unwrapped (``core.era.modern_input``), or a state that is none of the proxy's, forwarded."""
         state = params[REQUEST_STATE]
         if is_ours(state):
-            return self._resume(client, message, server, params)
+            out, late = self.parked.resume(client, message, server, params)
+            if late is not None:  # the server's final answer came meanwhile: the caller's now
+                link, pending, final = late
+                out += self._answered(link, pending, RESPONSE if "result" in final else ERROR, final)
+            return out
         if is_wrapped(state):
             return self.modern_input.forward_with_state(client, message, server, params)
         return self.forwarding.forward(client, message, server, params)

@@ -42,21 +42,30 @@ proxy-minted server-to-client request ids, so none repeats in a process. The key
 input request is the server's own JSON-RPC id for it, as a string (``7`` -> ``"7"``),
 made unique within the result when two collide: a server can name its questions, and the
 key says which of its requests an answer is for.
+
+``ParkedCalls`` owns the parked calls (``table``, a ``ParkedTable``) and the gatherings of a
+running call's requests (``gathering``); it is given the clients, the links, the request
+table, the reverse table (for its ids), the request states and the clock. A retry that
+finds the server's final answer already in (rule 2) hands that answer back (``resume``):
+it reaches the caller the way every upstream answer does.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
+from aggregator.core.clients.clients import ClientState
 from aggregator.core.commands import Command, ToClient, ToServer
 from aggregator.core.era.modern_results import stamp_result
-from aggregator.core.era.request_state import request_digest
+from aggregator.core.era.request_state import RequestStates, request_digest
+from aggregator.core.replies import answer, cancelled, proxy_error
+from aggregator.core.requests.request_table import RequestTable
 from aggregator.core.reverse.declared import declares, merge_required, required_of
-from aggregator.core.state import ClientState, Pending, RouterState, UpstreamLink, answer, cancelled, proxy_error
-from aggregator.core.upstreams.links import Ask, Parked, Phase
+from aggregator.core.reverse.reverse_table import ReverseTable
+from aggregator.core.upstreams.links import Ask, Parked, Pending, Phase, UpstreamLink
 from aggregator.jsonrpc.errors import INVALID_PARAMS, METHOD_NOT_FOUND, RemoteProtocolError
-from aggregator.jsonrpc.kinds import ERROR, RESPONSE
 from aggregator.mcp.constants import SERVER_REQUESTS
 from aggregator.mcp.modern import (
     CLIENT_CAPABILITIES,
@@ -144,12 +153,36 @@ class Gathering:
         self.done = False
 
 
-class ParkedCalls(RouterState):
+# A server's final answer that came while its call was parked, for the retry's caller:
+# (its link, the call, the answer).
+LateAnswer = tuple[UpstreamLink, Pending, dict[str, Any]]
+
+
+class ParkedCalls:
     """Server requests during a modern caller's call, turned into input_required results."""
 
-    parked: ParkedTable  # made with the router, from its settings
+    def __init__(
+        self,
+        table: ParkedTable,
+        clients: dict[int, ClientState],
+        links: dict[str, UpstreamLink],
+        requests: RequestTable,
+        reverse: ReverseTable,
+        request_states: RequestStates,
+        max_in_flight: int,
+        clock: Callable[[], float],
+    ) -> None:
+        self.table = table  # the parked calls, within their bounds
+        self.gathering: dict[tuple[str, Any], Gathering] = {}  # (link, upstream id) -> a call's requests, gathered
+        self.clients = clients
+        self.links = links
+        self.requests = requests
+        self.reverse = reverse  # mints the parked calls' ids
+        self.request_states = request_states  # signs what resumes a call
+        self.max_in_flight = max_in_flight  # requests one call may have its caller asked
+        self.clock = clock
 
-    def _ask_modern(self, link: UpstreamLink, caller: int | Parked, related: Any, ask: dict[str, Any]) -> list[Command]:
+    def ask(self, link: UpstreamLink, caller: int | Parked, related: Any, ask: dict[str, Any]) -> list[Command]:
         """A server's request ``ask`` for ``caller`` (a client's session, or a parked call)
         during its request ``related``: park the call and ask, queue, or refuse."""
         id, method = ask["id"], ask["method"]
@@ -207,7 +240,7 @@ class ParkedCalls(RouterState):
             for ask in gathering.missing
         ]
         if gathering.asks:
-            full = self.parked.full(client.principal)
+            full = self.table.full(client.principal)
             if full is not None:
                 ids = [ask.upstream_id for ask in gathering.asks.values()]
                 return out + self._park_refused(link, pending, client, ids, full)
@@ -258,7 +291,7 @@ class ParkedCalls(RouterState):
         input_required result asking ``asks``."""
         params = pending.params if pending.params is not None else {}
         number = self.reverse.mint()
-        deadline = self.parked.deadline(pending.server, self.clock(), self.request_states.ttl)
+        deadline = self.table.deadline(pending.server, self.clock(), self.request_states.ttl)
         parked = Parked(number, pending, client.principal, params, deadline)
         parked.asks = asks
         if client.in_flight.get(pending.client_id) is pending:
@@ -266,7 +299,7 @@ class ParkedCalls(RouterState):
         pending.session = None
         pending.phase = Phase.PARKED
         pending.parked = parked
-        self.parked.add(parked)
+        self.table.add(parked)
         self.requests.deadlines.push(deadline, parked)
         digest = request_digest(pending.method, params, self.links[pending.server].server)
         state = self.request_states.mint(number, client.principal, deadline, digest)
@@ -275,16 +308,17 @@ class ParkedCalls(RouterState):
         stamp_result(result, pending.method, depends_on_caller=False)  # the proxy's identity, as on every answer
         return [answer(client.key, client_id, result)]
 
-    def _resume(
+    def resume(
         self, client: ClientState, message: dict[str, Any], server: str, params: dict[str, Any]
-    ) -> list[Command]:
+    ) -> tuple[list[Command], LateAnswer | None]:
         """A retry (to ``server``, ``params`` as sent there) carrying a state of the proxy's:
         answer the server's waiting requests and resume the call, or ask again for what is
-        still missing."""
+        still missing. Second: the server's final answer that came meanwhile, for the
+        caller's answer to take its usual way."""
         method = message["method"]
         digest = request_digest(method, params, server)
         number = self.request_states.verify(params[REQUEST_STATE], client.principal, self.clock(), digest)
-        parked: Parked | None = self.parked.get(number)
+        parked: Parked | None = self.table.get(number)
         if parked is None:
             raise RemoteProtocolError(
                 INVALID_PARAMS,
@@ -292,7 +326,7 @@ class ParkedCalls(RouterState):
                 " (it was resumed already, or gave up); send the request again without it",
             )
         parked.done = True  # resumed: its deadline no longer applies
-        self.parked.remove(parked)
+        self.table.remove(parked)
         self.requests.deadlines.discard()
         pending = parked.pending
         pending.phase = Phase.SENT
@@ -317,28 +351,26 @@ class ParkedCalls(RouterState):
             if link.ready:
                 out += [_refuse_ask(link.name, ask, "the call ended") for ask in parked.asks.values()]
             if parked.final is not None:
-                return out + self._answered(
-                    link, pending, RESPONSE if "result" in parked.final else ERROR, parked.final
-                )
+                return out, (link, pending, parked.final)
             why = f"Server {link.server!r} ended {method} while it waited for input (it timed out or was lost)"
             return out + [
                 ToClient(client.key, proxy_error(message["id"], why, reason="unavailable", server=link.server))
-            ]
+            ], None
         if parked.asks:  # some were not answered, or were asked meanwhile: ask again
-            return out + self._park(pending, client, message["id"], parked.asks)
+            return out + self._park(pending, client, message["id"], parked.asks), None
         client.in_flight[message["id"]] = pending
         token = meta.get("progressToken") if meta is not None else None
         if pending.token is not None and (type(token) is int or type(token) is str):
             pending.client_token = token
-        return out
+        return out, None
 
-    def _expire_parked(self, parked: Parked | Gathering) -> list[Command]:
+    def expire(self, parked: Parked | Gathering) -> list[Command]:
         """A call whose caller did not retry in time: its waiting requests fail, and it is
         cancelled upstream. (A gathering whose window closed is due here too.)"""
         if isinstance(parked, Gathering):
             return self._gathered(parked)
         parked.done = True
-        self.parked.remove(parked)
+        self.table.remove(parked)
         pending = parked.pending
         link = self.links.get(pending.server)
         if link is None or not link.ready:

@@ -83,7 +83,7 @@ class InFlight(RouterState):
         now = self.clock()
         out: list[Command] = []
         for pending in self.requests.deadlines.pop_due(now):  # a Pending, or a Parked call (``core.era.parked``)
-            out += self._time_out(pending) if type(pending) is Pending else self._expire_parked(pending)
+            out += self._time_out(pending) if type(pending) is Pending else self.parked.expire(pending)
         if self.announcements.at is not None and now >= self.announcements.at:
             out += self.announcements.send()
         if self.roots.held:

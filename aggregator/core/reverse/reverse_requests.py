@@ -67,7 +67,7 @@ class ReverseRequests(RouterState):
             caller = _as_caller(owner.session)
             if caller is not None and self._modern_caller(caller):
                 if self._callerdeclares(link, caller, owner.related, "roots"):
-                    return self._ask_modern(link, caller, owner.related, message)
+                    return self.parked.ask(link, caller, owner.related, message)
             return self._roots_request(link, id, params, related)
         owner = affinity.request_owner(**self._owner_facts(link, params, related, requests=True))
         caller = _as_caller(owner.session)
@@ -129,7 +129,7 @@ class ReverseRequests(RouterState):
         modern caller (or a parked call) is asked by the result of its call instead
         (``core.era.parked``)."""
         if isinstance(caller, Parked) or self._modern_caller(caller):
-            return self._ask_modern(link, caller, related, {"id": id, "method": method, "params": params})
+            return self.parked.ask(link, caller, related, {"id": id, "method": method, "params": params})
         session = caller
         server = link.name
         client = self.clients[session]
