@@ -12,6 +12,9 @@ Owned objects (each given the tables it reads):
   per-session connection to start; whether new requests are still taken (``draining``);
 - ``reverse.reverse_table.ReverseTable``: server-to-client requests in flight, URL-mode
   elicitations, the proxy-minted ids;
+- ``reverse.reverse_requests.ReverseRequests``: a server's request routed to the one
+  client it is for (or the call it came during), or answered at once;
+- ``reverse.roots.Roots``: whose roots each server sees, and roots/list held for a client;
 - ``catalogs.targets.Targets``: what a request names (``resolve``, ``describe``);
 - ``catalogs.discovery.Search``: search mode's two tools, per profile's settings;
 - ``catalogs.result_budget.ResultBudgets``: tool results cut, the rest kept and read back;
@@ -33,7 +36,6 @@ Handler groups (mixins over the shared state, by package):
 - ``era``: modern (2026-07-28) callers' admission, server/discover, subscriptions/listen
   (``modern_callers``);
 - ``requests``: timeouts and giving up (``inflight``);
-- ``reverse``: server-to-client requests (``reverse_requests``), roots (``roots``);
 - ``upstreams``: an upstream's responses and notifications (``server_messages``, a method
   table); the proxy's own requests to each upstream, one table per link for its lifecycle
   and the router's own (``upstream_control``); upstreams ready, listed, overloaded, lost,
@@ -103,7 +105,6 @@ from aggregator.core.era.modern_callers import ModernCallers
 from aggregator.core.era.upstream_era import INSTANCE_KEY
 from aggregator.core.events import Event
 from aggregator.core.requests.inflight import InFlight
-from aggregator.core.reverse.reverse_requests import ReverseRequests
 from aggregator.core.settings import LinkSettings, RouterSettings
 from aggregator.core.state import (
     ROOTS_HOLD_SECONDS,
@@ -150,7 +151,6 @@ class Router(
     ModernCallers,
     ClientRequests,
     ServerMessages,
-    ReverseRequests,
     UpstreamControl,
     Reconfigure,
     UpstreamEvents,

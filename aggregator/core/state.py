@@ -36,6 +36,7 @@ from aggregator.core.requests.forwarding import Forwarding
 from aggregator.core.requests.request_table import RequestTable
 from aggregator.core.requests.tallies import Tallies
 from aggregator.core.requests.tasks import TaskOwners
+from aggregator.core.reverse.reverse_requests import ReverseRequests
 from aggregator.core.reverse.reverse_table import Reverse as Reverse  # re-exported: where the groups look
 from aggregator.core.reverse.reverse_table import ReverseTable
 from aggregator.core.reverse.roots import ROOTS_HOLD_SECONDS as ROOTS_HOLD_SECONDS  # re-exported
@@ -152,6 +153,24 @@ class RouterState:
         self.forwarding = Forwarding(
             self.links, self.per_session, self.requests, self.server_requests, settings.max_in_flight
         )
+        # list_changed notices due, and when.
+        self.announcements = Announcements(
+            clock, settings.list_changed_debounce, self.clients, self.views, self.listens
+        )
+        discovery = dict(settings.discovery)  # profile -> its discovery settings
+        self.budgets = ResultBudgets(clock, discovery)  # tool results cut, their rest kept
+        self.search = Search(  # search mode, by the same settings
+            discovery, self.clients, self.catalogs, self.links, self.announcements, self.budgets
+        )
+        self.handshake = Handshake(  # what the proxy says of itself
+            self.links, self.catalog.separator, self.server_requests, self.instance, self.announcements
+        )
+        self._input_objects(settings)
+
+    def _input_objects(self, settings: RouterSettings) -> None:
+        """The objects that carry what a server asks of a client (server-to-client
+        requests, input_required in either era), wired as ``_own_objects``'s are."""
+        clock = self.clock
         # A modern server's input_required for a modern caller, and the caller's retry.
         self.modern_input = ModernInput(
             self.requests, self.forwarding, self.request_states, self.server_requests, self.server_request_policy, clock
@@ -171,6 +190,18 @@ class RouterState:
             settings.max_in_flight,
             clock,
         )
+        # Server-to-client requests, routed to the one client they are for, or answered.
+        self.reverse_requests = ReverseRequests(
+            self.clients,
+            self.requests,
+            self.reverse,
+            self.roots,
+            self.parked,
+            self.tasks,
+            self.server_requests,
+            self.server_request_policy,
+            settings.max_in_flight,
+        )
         # A modern server's input_required asked of a legacy caller, then the call retried.
         self.input_bridge = InputBridge(
             self.clients,
@@ -183,18 +214,6 @@ class RouterState:
             settings.max_in_flight,
             clock,
         )
-        # list_changed notices due, and when.
-        self.announcements = Announcements(
-            clock, settings.list_changed_debounce, self.clients, self.views, self.listens
-        )
-        discovery = dict(settings.discovery)  # profile -> its discovery settings
-        self.budgets = ResultBudgets(clock, discovery)  # tool results cut, their rest kept
-        self.search = Search(  # search mode, by the same settings
-            discovery, self.clients, self.catalogs, self.links, self.announcements, self.budgets
-        )
-        self.handshake = Handshake(  # what the proxy says of itself
-            self.links, self.catalog.separator, self.server_requests, self.instance, self.announcements
-        )
 
     if TYPE_CHECKING:  # what each group offers the others (defined in its own module)
         # inflight
@@ -204,28 +223,6 @@ class RouterState:
         def client_event(self, key: int, kind: int, message: dict[str, Any]) -> list[Command]: ...
         # server messages
         def _server_message(self, server: str, raw: bytes, related: int | None = None) -> list[Command]: ...
-        # reverse requests
-        def _server_request(
-            self, link: UpstreamLink, message: dict[str, Any], related: int | None = None
-        ) -> list[Command]: ...
-        def _ask_client(
-            self,
-            link: UpstreamLink,
-            session: int,
-            id: Any,
-            method: str,
-            params: dict[str, Any],
-            capability: str,
-            related: Any,
-        ) -> list[Command]: ...
-        def _owner_facts(
-            self, link: UpstreamLink, params: dict[str, Any], related: int | None, requests: bool
-        ) -> dict[str, Any]: ...
-        # roots
-        def _roots_request(
-            self, link: UpstreamLink, id: Any, params: dict[str, Any], related: int | None
-        ) -> list[Command]: ...
-        def _release_roots(self, client: ClientState) -> list[Command]: ...
         # upstream control
         def _own_request(
             self, server: str, method: str, params: dict[str, Any], gather: Gather | None = None

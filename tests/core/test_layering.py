@@ -127,6 +127,7 @@ OWNERS = [
     "reverse/roots.py",
     "reverse/affinity.py",
     "reverse/declared.py",
+    "reverse/reverse_requests.py",
     "catalogs/targets.py",
     "catalogs/discovery.py",
     "catalogs/result_budget.py",

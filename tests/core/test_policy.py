@@ -67,13 +67,18 @@ def config():
 
 @pytest.fixture
 def router(config):
+    return policy_router(config)
+
+
+def policy_router(config, **kw):
+    """Servers e and g listed, clients 1 (default profile) and 2 (reader) initialized."""
     servers = list(config.servers.values())
     store = {}
 
     def catalog(profile):
         return Catalog(servers, "__", 50, store=store, policy=ProfilePolicy(config, profile))
 
-    r = new_router(catalog(None), servers, list_changed_debounce=0, profiles={"reader": catalog("reader")})
+    r = new_router(catalog(None), servers, list_changed_debounce=0, profiles={"reader": catalog("reader")}, **kw)
     for name in ("e", "g"):
         r.handle(
             ServerReady(
@@ -200,8 +205,10 @@ def test_list_changes_reach_only_the_profiles_that_see_a_change(router):
     assert sorted(c.session for c in out) == [1, 2]
 
 
-def test_server_requests_can_be_limited_per_server(router, config):
-    router.server_request_policy = lambda server, method, params: server_request_allowed(config, server, method)
+def test_server_requests_can_be_limited_per_server(config):
+    router = policy_router(
+        config, server_request_policy=lambda server, method, params: server_request_allowed(config, server, method)
+    )
     router.handle(ClientMessage(1, msg(id=1, method="tools/call", params={"name": "g__git_status"})))
     kind, refused = answer(router.handle(ServerMessage("g", msg(id=1, method="sampling/createMessage", params={}))))
     assert kind == "ToServer" and refused["error"]["data"]["reason"] == "denied"

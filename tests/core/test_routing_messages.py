@@ -321,7 +321,12 @@ def test_two_servers_same_reverse_id_get_distinct_proxy_ids(clock):
 
 
 def test_reverse_request_errors(clock):
-    router = make_router(clock, roots=("file:///work",))
+    deny_b = []  # the policy, given at construction, denies server b's requests once this is set
+    router = make_router(
+        clock,
+        roots=("file:///work",),
+        server_request_policy=lambda server, method, params: not (deny_b and server == "b"),
+    )
     # Nobody connected: roots from the config; sampling refused at once.
     [(_, _, roots)] = unpack(router.handle(ServerMessage("a", msg(id=7, method="roots/list"))))
     assert roots["result"] == {"roots": [{"uri": "file:///work"}]}
@@ -361,7 +366,7 @@ def test_reverse_request_errors(clock):
     )
     assert (kind, session) == ("ToClient", 1)
     # Policy can deny.
-    router.server_request_policy = lambda server, method, params: server != "b"
+    deny_b.append(True)
     [(kind, _, denied)] = unpack(router.handle(ServerMessage("b", msg(id=12, method="elicitation/create", params={}))))
     assert denied["error"]["data"]["reason"] == "denied"
 

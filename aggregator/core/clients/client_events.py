@@ -258,7 +258,7 @@ class ClientEvents(RouterState):
             return []  # the only notification of the modern revision's clients
         if method == INITIALIZED:
             was, client.initialized = client.initialized, client.initialize_seen
-            return self._release_roots(client) if client.initialized and not was else []
+            return self.reverse_requests.release_roots(client) if client.initialized and not was else []
         if method == CANCELLED:
             params: Any = message.get("params")
             request_id = params.get("requestId") if type(params) is dict else None

@@ -1,27 +1,61 @@
-"""Server-to-client requests: routed to the one client they are for, or answered. Sans-IO."""
+"""Server-to-client requests: routed to the one client they are for, or answered. Sans-IO.
+
+``ReverseRequests`` keeps no table of its own: what it asks is in the reverse table
+(``reverse_table.ReverseTable``), what waits for roots is ``roots.Roots``'s, and a modern
+caller is asked through the parked calls (``core.era.parked``). It is given those, the
+clients, the request table (progress tokens name a server message's request), whose each
+task is, and the gates for server requests (``proxy.server_requests``, the policy).
+"""
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Mapping
+from collections.abc import Collection, Hashable, Mapping
 from typing import Any
 
 from aggregator.core.clients.clients import ClientState
 from aggregator.core.commands import Command, ToClient, ToServer
+from aggregator.core.era.parked import ParkedCalls
 from aggregator.core.era.upstream_era import MODERN_ERA
+from aggregator.core.replies import proxy_error
+from aggregator.core.requests.request_table import RequestTable
 from aggregator.core.requests.tasks import RELATED_TASK, expose_task_id, expose_task_ids
 from aggregator.core.reverse import affinity
 from aggregator.core.reverse.declared import declares
-from aggregator.core.state import Reverse, RouterState, UpstreamLink, proxy_error
-from aggregator.core.upstreams.links import Caller, Parked, Pending
+from aggregator.core.reverse.reverse_table import Reverse, ReverseTable
+from aggregator.core.reverse.roots import Roots
+from aggregator.core.settings import ServerRequestPolicy
+from aggregator.core.upstreams.links import Caller, Parked, Pending, UpstreamLink
 from aggregator.jsonrpc.errors import INVALID_REQUEST, METHOD_NOT_FOUND
 from aggregator.mcp.constants import PING, SERVER_REQUESTS
 from aggregator.mcp.modern import CLIENT_CAPABILITIES
 
 
-class ReverseRequests(RouterState):
+class ReverseRequests:
     """Requests from upstreams to clients, under proxy-minted ids (invariant 5)."""
 
-    def _server_request(self, link: UpstreamLink, message: dict[str, Any], related: int | None = None) -> list[Command]:
+    def __init__(
+        self,
+        clients: dict[int, ClientState],
+        requests: RequestTable,
+        reverse: ReverseTable,
+        roots: Roots,
+        parked: ParkedCalls,
+        tasks: dict[str, int],
+        server_requests: Collection[str],
+        server_request_policy: ServerRequestPolicy,
+        max_in_flight: int,
+    ) -> None:
+        self.clients = clients
+        self.requests = requests  # progress tokens name a request in flight
+        self.reverse = reverse  # the requests clients were asked, under the proxy's ids
+        self.roots = roots  # roots/list: answered, held, or asked
+        self.parked = parked  # a modern caller is asked by its call's result
+        self.tasks = tasks  # exposed task id -> owning session
+        self.server_requests = server_requests  # the server-to-client requests the proxy routes
+        self.server_request_policy = server_request_policy
+        self.max_in_flight = max_in_flight  # requests one client may have to answer
+
+    def server_request(self, link: UpstreamLink, message: dict[str, Any], related: int | None = None) -> list[Command]:
         """A request from an upstream to its client: route it to the one client it is for
         (``core.reverse.affinity``), or answer it at once with why it cannot be."""
         server = link.name
@@ -63,13 +97,13 @@ class ReverseRequests(RouterState):
             link.roots_told = False
             # During a modern caller's call, its roots are that call's own question, asked as
             # its input (shared server or not) when it declared roots (``core.era.parked``).
-            owner = affinity.request_owner(**self._owner_facts(link, params, related, requests=True))
+            owner = affinity.request_owner(**self.owner_facts(link, params, related, requests=True))
             caller = _as_caller(owner.session)
             if caller is not None and self._modern_caller(caller):
-                if self._callerdeclares(link, caller, owner.related, "roots"):
+                if self._caller_declares(link, caller, owner.related, "roots"):
                     return self.parked.ask(link, caller, owner.related, message)
             return self._roots_request(link, id, params, related)
-        owner = affinity.request_owner(**self._owner_facts(link, params, related, requests=True))
+        owner = affinity.request_owner(**self.owner_facts(link, params, related, requests=True))
         caller = _as_caller(owner.session)
         if caller is None:
             why = affinity.unroutable(method, link.server, owner.signal, link.session is not None)
@@ -82,11 +116,11 @@ class ReverseRequests(RouterState):
         decided = self.roots.decide(link, id)
         if not isinstance(decided, ClientState):
             return [] if decided is None else [decided]
-        owner = affinity.request_owner(**self._owner_facts(link, params, related, requests=True))
+        owner = affinity.request_owner(**self.owner_facts(link, params, related, requests=True))
         related_id = owner.related if owner.session == decided.key else None
         return self._ask_client(link, decided.key, id, "roots/list", params, "roots", related_id)
 
-    def _release_roots(self, client: ClientState) -> list[Command]:
+    def release_roots(self, client: ClientState) -> list[Command]:
         """A client finished initializing: the roots/list requests held for it go on, and the
         servers answered in its place hear its roots changed."""
         ready, told = self.roots.release(client)
@@ -102,7 +136,7 @@ class ReverseRequests(RouterState):
         client = self.clients.get(caller)
         return client is not None and client.era is MODERN_ERA
 
-    def _callerdeclares(self, link: UpstreamLink, caller: Caller, related: Any, capability: str) -> bool:
+    def _caller_declares(self, link: UpstreamLink, caller: Caller, related: Any, capability: str) -> bool:
         """Whether the modern call ``related`` of ``caller`` (a client's session, or a parked
         call) on ``link`` declared ``capability`` in its ``_meta``."""
         if isinstance(caller, Parked):
@@ -169,7 +203,7 @@ class ReverseRequests(RouterState):
         expose_task_ids(server, forwarded)
         return [ToClient(session, {"jsonrpc": "2.0", "id": proxy_id, "method": method, "params": forwarded}, related)]
 
-    def _owner_facts(
+    def owner_facts(
         self, link: UpstreamLink, params: dict[str, Any], related: int | None, requests: bool
     ) -> dict[str, Any]:
         """What ``core.reverse.affinity`` decides from, read off this link and the message."""

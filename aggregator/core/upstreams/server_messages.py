@@ -116,7 +116,7 @@ class ServerMessages(RouterState):
             return self._answered(link, pending, kind, message)
         if kind == NOTIFICATION:
             return self._server_notification(link, message, related)
-        return self._server_request(link, message, related)
+        return self.reverse_requests.server_request(link, message, related)
 
     def _answered(self, link: UpstreamLink, pending: Pending, kind: int, message: dict[str, Any]) -> list[Command]:
         """An upstream's answer to a forwarded request: to its client, under its own id."""
@@ -353,7 +353,7 @@ class ServerMessages(RouterState):
         """A server's log line: to the client of the request it belongs to, else to the
         sessions that asked for logs (``core.reverse.affinity``); each at its own level."""
         server = link.name
-        owner = affinity.log_owner(**self._owner_facts(link, params, related, requests=False))
+        owner = affinity.log_owner(**self.reverse_requests.owner_facts(link, params, related, requests=False))
         if owner.session is not None:
             recipients = [self.clients[cast(int, owner.session)]]  # a log line's owner is a session
         elif owner.signal == affinity.NO_REQUEST:
