@@ -21,6 +21,10 @@ Owned objects (each given the tables it reads):
 - ``clients.handshake.Handshake``: initialize, merged capabilities and instructions,
   the log levels to set upstream;
 - ``notices.announcements.Announcements``: list_changed notices and their debounce;
+- ``upstreams.upstream_control.UpstreamControl``: the proxy's own requests to each
+  upstream (one table per link, for its lifecycle and the router's own: gathers,
+  renewed subscriptions, log levels, a modern link's listen) and their earliest deadline;
+  what a lifecycle says to do is handed back to the upstream events;
 - ``era.input_bridge.InputBridge``: a modern server's ``input_required`` asked of a
   legacy caller, then the call retried;
 - ``era.modern_input.ModernInput``: a modern server's ``input_required`` for a modern
@@ -37,9 +41,8 @@ Handler groups (mixins over the shared state, by package):
   (``modern_callers``);
 - ``requests``: timeouts and giving up (``inflight``);
 - ``upstreams``: an upstream's responses and notifications (``server_messages``, a method
-  table); the proxy's own requests to each upstream, one table per link for its lifecycle
-  and the router's own (``upstream_control``); upstreams ready, listed, overloaded, lost,
-  out between starts (``upstream_events``); servers removed and added on a live reload
+  table); upstreams connected, ready, listed (what their lifecycles say, done), overloaded,
+  lost, out between starts (``upstream_events``); servers removed and added on a live reload
   (``reconfigure``).
 
 Theory of operation
@@ -117,7 +120,6 @@ from aggregator.core.state import (
 )
 from aggregator.core.upstreams.reconfigure import Reconfigure
 from aggregator.core.upstreams.server_messages import ServerMessages
-from aggregator.core.upstreams.upstream_control import UpstreamControl
 from aggregator.core.upstreams.upstream_events import UpstreamEvents
 from aggregator.core.upstreams.upstream_lifecycle import CONTROL_ID_PREFIX
 
@@ -151,7 +153,6 @@ class Router(
     ModernCallers,
     ClientRequests,
     ServerMessages,
-    UpstreamControl,
     Reconfigure,
     UpstreamEvents,
     InFlight,
@@ -227,7 +228,7 @@ class Router(
             events.ServerLost: lambda e: self.server_lost(e.server, e.why),
             events.ServerDown: lambda e: self.server_down(e.server, e.reason, e.retry_in),
             events.LinkEnded: quietly(lambda e: self._link_ended(e.name)),
-            events.OwnCallStarted: lambda e: self.own_call(e.server, e.method, e.params, e.caller),
+            events.OwnCallStarted: lambda e: self.control.own_call(e.server, e.method, e.params, e.caller),
             events.TimePassed: lambda e: self.expire(),
             events.StartupCompleted: quietly(lambda e: self._startup_completed()),
             events.DrainingStarted: quietly(lambda e: self._start_draining()),
@@ -321,6 +322,11 @@ class Router(
     def context_report(self) -> dict[str, dict[str, Any]]:
         """Per profile: its discovery mode, what tools/list holds now and its estimated tokens."""
         return self.search.context_report()
+
+    def server_era(self, server: str) -> tuple[str, str] | None:
+        """How the proxy speaks to ``server`` now: ("modern" or "legacy", the revision);
+        None while it is not connected."""
+        return self.control.server_era(server)
 
     def profile_catalog(self, profile: str) -> Catalog:
         """What the clients of ``profile`` see (read it, never change it)."""

@@ -46,33 +46,14 @@ from aggregator.core.settings import ServerRequestPolicy as ServerRequestPolicy 
 from aggregator.core.upstreams.links import Pending as Pending  # re-exported: where the groups look for them
 from aggregator.core.upstreams.links import UpstreamLink as UpstreamLink
 from aggregator.core.upstreams.outages import Outage
+from aggregator.core.upstreams.upstream_control import Gather as Gather  # re-exported: where the groups look
+from aggregator.core.upstreams.upstream_control import OwnWaiter as OwnWaiter
+from aggregator.core.upstreams.upstream_control import UpstreamControl
+from aggregator.core.upstreams.upstream_outcomes import Outcome
 
 # The error a server answers when a URL-mode elicitation must be completed first (its
 # data.elicitations name them; their completion notifications go to that client).
 URL_ELICITATION_REQUIRED = -32042
-
-
-class Gather:
-    """A client request answered from several upstreams (tasks/list)."""
-
-    __slots__ = ("session", "client_id", "remaining", "items")
-
-    def __init__(self, session: int, client_id: Any, remaining: int) -> None:
-        self.session = session
-        self.client_id = client_id
-        self.remaining = remaining
-        self.items: list[Any] = []
-
-
-class OwnWaiter:
-    """What waits for the answer to one of the router's own requests to an upstream (in
-    the link's ``own`` table, beside its lifecycle's): a ``Gather``, or nothing."""
-
-    __slots__ = ("gather", "id")
-
-    def __init__(self, gather: Gather | None) -> None:
-        self.gather = gather
-        self.id = ""  # the request's id, once sent
 
 
 # A client request's handler: (the client, the request) -> commands.
@@ -137,7 +118,6 @@ class RouterState:
         self.listens = Listens()  # modern callers' open subscriptions/listen requests
         self.views = SessionViews()  # of the sessions whose own per-session connections listed
         self.tasks, self.task_owners = {}, TaskOwners()  # whose each task is (``core.requests.tasks``)
-        self.own_at: float | None = None  # the earliest deadline of the proxy's own requests upstream
         self.request_states = RequestStates(settings.input_required_timeout)  # what resumes one
         self._own_objects(settings)
 
@@ -164,6 +144,10 @@ class RouterState:
         )
         self.handshake = Handshake(  # what the proxy says of itself
             self.links, self.catalog.separator, self.server_requests, self.instance, self.announcements
+        )
+        # The proxy's own requests to each upstream: its lifecycle's and the router's.
+        self.control = UpstreamControl(
+            self.links, self.clients, self.handshake, self.subscriptions, self.tasks, self.instance, clock
         )
         self._input_objects(settings)
 
@@ -223,23 +207,10 @@ class RouterState:
         def client_event(self, key: int, kind: int, message: dict[str, Any]) -> list[Command]: ...
         # server messages
         def _server_message(self, server: str, raw: bytes, related: int | None = None) -> list[Command]: ...
-        # upstream control
-        def _own_request(
-            self, server: str, method: str, params: dict[str, Any], gather: Gather | None = None
-        ) -> list[Command]: ...
-        def _control_answer(self, link: UpstreamLink, message: dict[str, Any]) -> list[Command]: ...
-        def _relist(self, link: UpstreamLink, kinds: tuple[str, ...]) -> list[Command]: ...
-        def _gather_step(self, link: UpstreamLink, waiter: OwnWaiter, result: Any) -> list[Command]: ...
-        def _fail_own(self, link: UpstreamLink) -> list[Command]: ...
-        def _drop_gathers(self, session: int, why: str, client_id: Any = None) -> list[Command]: ...
-        def _expire_own(self, now: float) -> list[Command]: ...
-        def _reset_own_at(self) -> None: ...
-        def _wait_for_ack(self, link: UpstreamLink, listen: str) -> None: ...
-        def _release_acks(self, link: UpstreamLink) -> list[Command]: ...
-        def _listen_acknowledged(
-            self, link: UpstreamLink, message: dict[str, Any], params: dict[str, Any], related: int | None
-        ) -> list[Command]: ...
         # upstream events
+        def _lifecycle(self, link: UpstreamLink, outcomes: list[Outcome]) -> list[Command]: ...
+        def _own_answer(self, link: UpstreamLink, message: dict[str, Any]) -> list[Command]: ...
+        def _relist(self, link: UpstreamLink, kinds: tuple[str, ...]) -> list[Command]: ...
         def server_lost(self, server: str, why: str) -> list[Command]: ...
         def server_ready(self, server: str, init_result: dict[str, Any]) -> list[Command]: ...
         def server_items(self, server: str, kind: str, items: list[dict[str, Any]]) -> list[Command]: ...

@@ -138,6 +138,7 @@ OWNERS = [
     "era/modern_input.py",
     "era/input_bridge.py",
     "era/parked.py",
+    "upstreams/upstream_control.py",
     "upstreams/links.py",
     "replies.py",
     "events.py",

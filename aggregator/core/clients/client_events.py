@@ -74,13 +74,13 @@ class ClientEvents(RouterState):
                 server = self.links[pending.server].server or pending.server
                 message = f"Server {server!r} did not answer before the aggregator stopped"
                 out.append(ToClient(key, proxy_error(pending.client_id, message, reason="unavailable", server=server)))
-        out += self._drop_gathers(key, "client disconnected")
+        out += self.control.drop_gathers(key, "client disconnected")
         out += self._drop_listens(key, answer)  # a modern client's open listens
         if self.reverse.asked.get(key) or self.roots.held:
             out += self._withdraw_server_requests(key)
         out += self._release_session(key)
         if client.log_level is not None:
-            out += self._apply_log_level()
+            out += self.control.apply_log_level()
         return out
 
     def client_idle(self, key: int) -> bool:
@@ -125,7 +125,7 @@ class ClientEvents(RouterState):
         for name, uri in self.subscriptions.drop_session(key):
             link = self.links.get(name)
             if link is not None and link.session is None:  # its own connections just stop
-                out += self._own_request(name, "resources/unsubscribe", {"uri": uri})
+                out += self.control.own_request(name, "resources/unsubscribe", {"uri": uri})
         if self.per_session:
             for name in [n for n, link in self.links.items() if link.session == key]:
                 out += self.server_lost(name, "its client disconnected")
@@ -268,7 +268,7 @@ class ClientEvents(RouterState):
             if pending is None:  # a gather's, a listen, or unknown, finished or never ours: ignored, as the spec says
                 if client.era is MODERN_ERA and self.listens.get(client.key, request_id) is not None:
                     return [*self._close_listen(client.key, request_id), RequestEnded(client.key, request_id)]
-                out = self._drop_gathers(client.key, "cancelled by the client", request_id)
+                out = self.control.drop_gathers(client.key, "cancelled by the client", request_id)
                 return [*out, RequestEnded(client.key, request_id)] if out else []  # a gather's: its stream ends
             if awaits_input(pending):  # nothing in flight upstream: its questions are withdrawn
                 return [

@@ -42,7 +42,7 @@ class ClientRequests(RouterState):
         if level not in LEVELS:
             raise RemoteProtocolError(INVALID_PARAMS, f"Invalid params: level must be one of {', '.join(LEVELS)}")
         client.log_level = level
-        return [answer(client.key, message["id"], {}), *self._apply_log_level()]
+        return [answer(client.key, message["id"], {}), *self.control.apply_log_level()]
 
     def _request_handlers(self) -> dict[str, RequestHandler]:
         """The handler of each client request method the proxy serves."""
@@ -139,11 +139,11 @@ class ClientRequests(RouterState):
             return [answer(client.key, message["id"], {})]
         if name in self.links and self.links[name].speaks is MODERN_ERA:  # no resources/subscribe: its listen follows
             self.subscriptions.add(key, client.key)
-            out = self._own_request(name, message["method"], {})
+            out = self.control.own_request(name, message["method"], {})
             opened = [c.message["id"] for c in out if type(c) is ToServer and c.message.get("method") == LISTEN]
             if opened:  # answered once the server acknowledges it (``listen_acks``)
                 self.links[name].acks.append((client.key, message["id"]))
-                self._wait_for_ack(self.links[name], opened[0])
+                self.control.wait_for_ack(self.links[name], opened[0])
                 return out
             return [answer(client.key, message["id"], {}), *out]
         if server not in self.per_session and not self.links[server].ready:
@@ -166,7 +166,7 @@ class ClientRequests(RouterState):
         if not self.subscriptions.remove((name, original), client.key) or link is None or not link.ready:
             return [answer(client.key, message["id"], {})]
         if link.speaks is MODERN_ERA:
-            return [answer(client.key, message["id"], {}), *self._own_request(name, message["method"], {})]
+            return [answer(client.key, message["id"], {}), *self.control.own_request(name, message["method"], {})]
         return self.forwarding.forward(client, message, server, dict(params, uri=original))
 
     def _complete(self, client: ClientState, message: dict[str, Any]) -> list[Command]:
@@ -215,7 +215,7 @@ class ClientRequests(RouterState):
         gather = Gather(client.key, message["id"], len(servers))
         out: list[Command] = []
         for server in servers:
-            out += self._own_request(server, "tasks/list", {}, gather)
+            out += self.control.own_request(server, "tasks/list", {}, gather)
         return out
 
 

@@ -195,7 +195,7 @@ class ModernCallers(RouterState):
                 continue
             if link.log_level is None or RANK[level] < RANK.get(link.log_level, 0):
                 link.log_level = level
-                out += self._own_request(name, "logging/setLevel", {"level": level})
+                out += self.control.own_request(name, "logging/setLevel", {"level": level})
         return out
 
     def _modern_log_wanted(self, client: ClientState, related: Any, level: object) -> bool:
@@ -279,9 +279,9 @@ class ModernCallers(RouterState):
                 if link.speaks is MODERN_ERA:
                     relisten.add(name)
                 else:
-                    out += self._own_request(name, "resources/subscribe", {"uri": original})
+                    out += self.control.own_request(name, "resources/subscribe", {"uri": original})
         for name in sorted(relisten):
-            out += self._own_request(name, "resources/subscribe", {})
+            out += self.control.own_request(name, "resources/subscribe", {})
         return keys, agreed, out
 
     def _close_listen(self, session: int, id: Any) -> list[Command]:
@@ -296,9 +296,9 @@ class ModernCallers(RouterState):
                 if link.speaks is MODERN_ERA:
                     relisten.add(key[0])
                 else:
-                    out += self._own_request(key[0], "resources/unsubscribe", {"uri": key[1]})
+                    out += self.control.own_request(key[0], "resources/unsubscribe", {"uri": key[1]})
         for name in sorted(relisten):  # its listen follows the resources still wanted
-            out += self._own_request(name, "resources/unsubscribe", {})
+            out += self.control.own_request(name, "resources/unsubscribe", {})
         return out
 
     def _drop_listens(self, session: int, answer: bool) -> list[Command]:

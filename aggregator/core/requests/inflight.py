@@ -69,8 +69,9 @@ class InFlight(RouterState):
     def next_deadline(self) -> float | None:
         """When ``expire`` has work next (a request times out, a notice is due)."""
         deadline = self.requests.deadlines.next()
-        if self.own_at is not None and (deadline is None or self.own_at < deadline):
-            deadline = self.own_at
+        own_at = self.control.own_at
+        if own_at is not None and (deadline is None or own_at < deadline):
+            deadline = own_at
         if self.announcements.at is not None and (deadline is None or self.announcements.at < deadline):
             deadline = self.announcements.at
         held = self.roots.next_deadline()
@@ -88,8 +89,9 @@ class InFlight(RouterState):
             out += self.announcements.send()
         if self.roots.held:
             out += self.roots.expire(now)
-        if self.own_at is not None and now >= self.own_at:
-            out += self._expire_own(now)
+        if self.control.own_at is not None and now >= self.control.own_at:
+            for link, commands, outcomes in self.control.expire(now):
+                out += commands if outcomes is None else commands + self._lifecycle(link, outcomes)
         return out
 
     def _time_out(self, pending: Pending) -> list[Command]:
@@ -122,7 +124,7 @@ class InFlight(RouterState):
     def _fail_pending(self, link: UpstreamLink, message: str, reason: str) -> list[Command]:
         """End every request in flight on ``link``, each client told ``message``; the
         proxy's own fail too."""
-        out: list[Command] = self._fail_own(link)
+        out: list[Command] = self.control.fail_own(link)
         for pending in list(link.pending.values()):
             out += self.requests.fail(pending, message, reason)
         return out + self.input_bridge.lost(link, message, reason)

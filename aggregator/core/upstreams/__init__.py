@@ -3,11 +3,13 @@
 Owns the link and request records (``links``: ``UpstreamLink``, ``Pending`` in its
 ``Phase``), each connection's lifecycle (``upstream_lifecycle``: handshake, era probe,
 listing, its own requests in ``own_requests``, its ``upstream_outcomes``), the proxy's own
-requests to an upstream (``upstream_control``), an upstream's life as the trio layer
-reports it (``upstream_events``) and its messages (``server_messages``), shared servers
-between starts (``outages``) and a live reload's changes (``reconfigure``).
+requests to an upstream (``upstream_control.UpstreamControl``), an upstream's life as the
+trio layer reports it and what its lifecycle says to do (``upstream_events``) and its
+messages (``server_messages``), shared servers between starts (``outages``) and a live
+reload's changes (``reconfigure``).
 
 May import: ``core.era.upstream_era`` (the ``Era``), ``core.defaults``, the catalogs,
-``core.commands``, ``aggregator.mcp`` and ``aggregator.jsonrpc``; its router groups also
+``core.commands``, ``core.replies``, the client record and the handshake, the
+subscriptions, ``aggregator.mcp`` and ``aggregator.jsonrpc``; its router groups also
 ``core.state`` and the packages whose work an upstream's message starts.
 """

@@ -104,7 +104,7 @@ class ServerMessages(RouterState):
             pending = link.pending.get(id) if type(id) is int else None
             if pending is None:
                 if type(id) is str and id.startswith(CONTROL_ID_PREFIX):
-                    return self._control_answer(link, message)
+                    return self._own_answer(link, message)
                 log.debug("server %s: dropping a response to unknown id %r", link.name, id)
                 return []
             if kind == RESPONSE and link.speaks is MODERN_ERA and is_input_required(message.get("result")):
@@ -203,7 +203,7 @@ class ServerMessages(RouterState):
             )
             if pending is None:
                 if type(id) is str and id.startswith(CONTROL_ID_PREFIX):
-                    return self._control_answer(link, error_response(id, exc.code, exc.message))
+                    return self._own_answer(link, error_response(id, exc.code, exc.message))
                 return []
             text = f"Server {server!r} sent an answer to {pending.method} that the aggregator cannot forward"
             return self.requests.fail(pending, f"{text} ({exc.message})", refusal_reason(exc))
@@ -259,7 +259,7 @@ class ServerMessages(RouterState):
             "notifications/cancelled": self._server_cancelled,
             "notifications/elicitation/complete": self._elicitation_complete,
             "notifications/tasks/status": self._task_status,
-            ACKNOWLEDGED: self._listen_acknowledged,
+            ACKNOWLEDGED: self.control.listen_acknowledged,
         }
 
     def _server_notification(self, link: UpstreamLink, message: dict[str, Any], related: int | None) -> list[Command]:
@@ -402,7 +402,7 @@ class ServerMessages(RouterState):
             if own is None or type(own.waiter) is not OwnWaiter:
                 return []
             link.own.settle(own.waiter.id)
-            return self._gather_step(link, own.waiter, None)
+            return self.control.gather_step(link, own.waiter, None)
         pending = link.pending.get(int(match.group(1)))
         if pending is None:
             return []

@@ -5,32 +5,41 @@ repeated while the link lives) and, while connected, its ``UpstreamLifecycle``
 (handshake, listing, re-listing). The router's own requests go through the same table:
 a ``tasks/list`` of a gather, a subscription renewed after a restart, a log level. An
 answer with such an id is settled here and goes by its waiter: the router's
-(``OwnWaiter``) to the gather, the lifecycle's to the lifecycle, whose outcomes become
-calls of the router (``server_ready``, ``server_items``, ``server_listing``,
-``server_listed``) and commands for the trio layer (``UpstreamServing``,
-``DropUpstream``). A modern link has one ``subscriptions/listen`` of the router's open
+(``OwnWaiter``) to the gather, the lifecycle's to the lifecycle, whose outcomes are
+handed back to the caller (``core.upstreams.upstream_events`` acts on them: ready,
+items, listed). A modern link has one ``subscriptions/listen`` of the router's open
 while it serves (``_listen_upstream``): for the lists its server says change and the resources
 clients subscribed to there; a changed set opens a new listen, then cancels the old one;
 one that ends is opened again after a backoff. Their deadlines are the router's (``next_deadline``/``expire``), so
 the hub's one clock keeps them; the trio layer only says ``upstream_connected`` and
 ``server_lost``.
+
+``UpstreamControl`` owns the earliest deadline of the own requests (``own_at``); each
+link's table is the link's. It is given the links, the clients, the handshake (what the
+proxy declares and the log levels to set), the subscriptions (what a listen asks for),
+whose each task is (what a gather keeps), the proxy's instance id and the clock.
 """
 
 from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
-from aggregator.core.commands import Answer, Command, DropUpstream, ToServer, UpstreamServing
+from aggregator.core.clients.clients import ClientState
+from aggregator.core.clients.handshake import Handshake
+from aggregator.core.commands import Answer, Command, ToServer
 from aggregator.core.era import listen_acks
 from aggregator.core.era.listen_acks import AckWait
 from aggregator.core.era.upstream_era import LEGACY_ERA, MODERN_ERA, Era
+from aggregator.core.notices.subscriptions import Subscriptions
+from aggregator.core.replies import answer, cancelled
 from aggregator.core.requests.tasks import expose_task_ids
-from aggregator.core.state import Gather, OwnWaiter, RouterState, UpstreamLink, answer, cancelled
+from aggregator.core.upstreams.links import UpstreamLink
 from aggregator.core.upstreams.own_requests import Waiting
 from aggregator.core.upstreams.upstream_lifecycle import UpstreamLifecycle
-from aggregator.core.upstreams.upstream_outcomes import Failed, Items, Listing, Outcome, Ready, Send, Serving
+from aggregator.core.upstreams.upstream_outcomes import Outcome
 from aggregator.jsonrpc.errors import METHOD_NOT_FOUND
 from aggregator.mcp.constants import INITIALIZE
 from aggregator.mcp.modern import LISTEN
@@ -41,6 +50,34 @@ SET_LEVEL = "logging/setLevel"
 # What the proxy asks a legacy server for itself that a modern one has no request for.
 LEGACY_ONLY = frozenset(("resources/subscribe", "resources/unsubscribe", SET_LEVEL))
 LISTEN_BACKOFF = (1.0, 60.0)  # first and longest wait before a listen that ended is opened again
+
+
+class Gather:
+    """A client request answered from several upstreams (tasks/list)."""
+
+    __slots__ = ("session", "client_id", "remaining", "items")
+
+    def __init__(self, session: int, client_id: Any, remaining: int) -> None:
+        self.session = session
+        self.client_id = client_id
+        self.remaining = remaining
+        self.items: list[Any] = []
+
+
+class OwnWaiter:
+    """What waits for the answer to one of the router's own requests to an upstream (in
+    the link's ``own`` table, beside its lifecycle's): a ``Gather``, or nothing."""
+
+    __slots__ = ("gather", "id")
+
+    def __init__(self, gather: Gather | None) -> None:
+        self.gather = gather
+        self.id = ""  # the request's id, once sent
+
+
+# Per link, what expiring its own requests came to: the commands, then what its lifecycle
+# said (None: its lifecycle had nothing expire), for the caller to act on in that order.
+Expired = tuple[UpstreamLink, list[Command], list[Outcome] | None]
 
 
 class Listening(NamedTuple):
@@ -57,25 +94,43 @@ class ListenAgain(NamedTuple):
     attempt: int
 
 
-class UpstreamControl(RouterState):
+class UpstreamControl:
     """The own requests of each link: opened, answered, timed out, dropped with the link."""
 
-    def upstream_connected(
+    def __init__(
         self,
-        server: str,
+        links: dict[str, UpstreamLink],
+        clients: dict[int, ClientState],
+        handshake: Handshake,
+        subscriptions: Subscriptions,
+        tasks: dict[str, int],
+        instance: str,
+        clock: Callable[[], float],
+    ) -> None:
+        self.links = links
+        self.clients = clients
+        self.handshake = handshake  # what the proxy declares upstream, the log levels to set
+        self.subscriptions = subscriptions  # what a modern link's listen asks for
+        self.tasks = tasks  # exposed task id -> owning session (what a gather keeps)
+        self.instance = instance
+        self.clock = clock
+        self.own_at: float | None = None  # the earliest deadline of the own requests upstream
+
+    def connect(
+        self,
+        link: UpstreamLink,
         *,
         target: str,
         init_timeout: float,
         capabilities: dict[str, Any] | None = None,
         modern_possible: bool = True,
-    ) -> list[Command]:
-        """A connection to ``server`` is up: its lifecycle starts the handshake, declaring
-        ``capabilities`` (a per-session connection's client's) or the proxy's own.
-        ``modern_possible``: its transport has a modern binding (stdio, Streamable HTTP;
-        not legacy SSE or WebSocket, which are spoken to with ``initialize`` at once)."""
-        link = self.links.get(server)
-        if link is None:  # a per-session connection whose client just left
-            return [DropUpstream(server, "its session ended")]
+    ) -> list[Outcome]:
+        """A connection of ``link`` is up: its lifecycle starts the handshake, declaring
+        ``capabilities`` (a per-session connection's client's) or the proxy's own; what
+        it says to do is the caller's to act on. ``modern_possible``: its transport has a
+        modern binding (stdio, Streamable HTTP; not legacy SSE or WebSocket, which are
+        spoken to with ``initialize`` at once)."""
+        server = link.name
         link.own.drop_if(UpstreamLifecycle.owns)  # an ended connection's, if any were left
         link.speaks = Era.LEGACY  # until this connection finds its era
         lifecycle = link.lifecycle = UpstreamLifecycle(
@@ -93,7 +148,7 @@ class UpstreamControl(RouterState):
         )
         if capabilities is None:
             capabilities = self.handshake.upstream_client_capabilities()
-        return self._outcomes(link, lifecycle.connected(self.clock(), capabilities))
+        return lifecycle.connected(self.clock(), capabilities)
 
     def server_era(self, server: str) -> tuple[str, str] | None:
         """How the proxy speaks to ``server`` now: ("modern" or "legacy", the revision);
@@ -110,34 +165,34 @@ class UpstreamControl(RouterState):
         if link is None or link.lifecycle is None:
             return [Answer(caller, None, f"{method}: the connection ended before an answer")]
         send = link.lifecycle.request(method, params, caller, self.clock(), link.request_timeout)
-        self._note_own(link)
+        self.note_own(link)
         return [ToServer(server, send.message)]
 
-    def _wait_for_ack(self, link: UpstreamLink, listen: str) -> None:
+    def wait_for_ack(self, link: UpstreamLink, listen: str) -> None:
         """Hold subscribe answers until the server acknowledges ``listen`` (``listen_acks``)."""
         listen_acks.wait(link, listen, self.clock())
-        self._reset_own_at()  # the router's clock wakes for it
+        self.reset_own_at()  # the router's clock wakes for it
 
-    def _release_acks(self, link: UpstreamLink) -> list[Command]:
+    def release_acks(self, link: UpstreamLink) -> list[Command]:
         """Answer the subscribes held for a listen, and stop waiting (``listen_acks``)."""
         out = listen_acks.release(link, self.clients)
-        self._reset_own_at()
+        self.reset_own_at()
         return out
 
-    def _listen_acknowledged(
+    def listen_acknowledged(
         self, link: UpstreamLink, message: dict[str, Any], params: dict[str, Any], related: int | None
     ) -> list[Command]:
         """The server acknowledged a listen: if it is the newest, the answers held for it go out."""
-        return self._release_acks(link) if listen_acks.acknowledged(link, params) else []
+        return self.release_acks(link) if listen_acks.acknowledged(link, params) else []
 
-    def _apply_log_level(self) -> list[Command]:
+    def apply_log_level(self) -> list[Command]:
         """Set every upstream that logs to the most verbose level any client asked for."""
         out: list[Command] = []
         for name, level in self.handshake.log_levels(self.clients.values()):
-            out += self._own_request(name, "logging/setLevel", {"level": level})
+            out += self.own_request(name, "logging/setLevel", {"level": level})
         return out
 
-    def _own_request(
+    def own_request(
         self, server: str, method: str, params: dict[str, Any], gather: Gather | None = None
     ) -> list[Command]:
         """A request the proxy makes for its own bookkeeping; the answer is not forwarded."""
@@ -146,79 +201,72 @@ class UpstreamControl(RouterState):
             return []
         if link.speaks is MODERN_ERA and link.lifecycle is not None:
             if method in LEGACY_ONLY:  # a modern server's listen follows subscriptions; log levels go per request
-                return self._listen_upstream(link) if method != SET_LEVEL else []
+                return self.listen_upstream(link) if method != SET_LEVEL else []
             params = dict(params, _meta=dict(params.get("_meta") or {}, **link.lifecycle.meta()))
         waiter = OwnWaiter(gather)
         message = link.own.open(method, params, waiter, self.clock() + link.request_timeout)
         waiter.id = message["id"]
-        self._note_own(link)
+        self.note_own(link)
         return [ToServer(server, message)]
 
-    def _control_answer(self, link: UpstreamLink, message: dict[str, Any]) -> list[Command]:
-        """An answer whose id is one of the proxy's own (an unknown or late one is dropped)."""
+    def settle(self, link: UpstreamLink, message: dict[str, Any]) -> tuple[list[Command], list[Outcome] | None]:
+        """An answer whose id is one of the proxy's own (an unknown or late one is dropped):
+        the commands it comes to, and what the link's lifecycle says to do when the answer
+        was its own (else None), for the caller to act on."""
         waiting = link.own.settle(message["id"])
         if waiting is None:
             log.debug("server %s: dropping a response to unknown id %r", link.name, message["id"])
-            return []
-        self._reset_own_at()
+            return [], None
+        self.reset_own_at()
         waiter = waiting.waiter
         if type(waiter) is Listening:
-            return self._listen_ended(link, waiter, message)
+            return self._listen_ended(link, waiter, message), None
         if type(waiter) is OwnWaiter:
             if "error" in message:
                 error = message["error"]
                 log.info("server %s: %s failed: %s", link.name, waiting.method, error.get("message"))
-                return self._gather_step(link, waiter, None)
-            return self._gather_step(link, waiter, message.get("result"))
+                return self.gather_step(link, waiter, None), None
+            return self.gather_step(link, waiter, message.get("result")), None
         if link.lifecycle is None:
-            return []
-        out = self._outcomes(link, link.lifecycle.settled(waiting, message, self.clock()))
+            return [], None
+        outcomes = link.lifecycle.settled(waiting, message, self.clock())
         if link.lifecycle.failed:
-            self._reset_own_at()
-        return out
+            self.reset_own_at()
+        return [], outcomes
 
-    def _relist(self, link: UpstreamLink, kinds: tuple[str, ...]) -> list[Command]:
-        """The server said these lists changed: its lifecycle re-lists them (coalesced)."""
-        lifecycle = link.lifecycle
-        if lifecycle is None:  # between connections: the next one lists every kind anyway
-            return []
-        now = self.clock()
-        out: list[Command] = []
-        for kind in kinds:
-            out += self._outcomes(link, lifecycle.list_changed(kind, now))
-        return out
-
-    def _fail_own(self, link: UpstreamLink) -> list[Command]:
+    def fail_own(self, link: UpstreamLink) -> list[Command]:
         """The router's own requests on ``link`` fail (its requests in flight failed)."""
         out: list[Command] = []
         for waiting in link.own.drop_if(_routers):
-            out += self._gather_step(link, waiting.waiter, None)
-        self._reset_own_at()
+            out += self.gather_step(link, waiting.waiter, None)
+        self.reset_own_at()
         return out
 
-    def _expire_own(self, now: float) -> list[Command]:
-        """Time out the own requests (the router's and the lifecycles') past their deadline."""
-        out: list[Command] = []
+    def expire(self, now: float) -> list[Expired]:
+        """Time out the own requests (the router's and the lifecycles') past their deadline:
+        per link, the commands and what its lifecycle says to do (``Expired``)."""
+        expired: list[Expired] = []
         for link in list(self.links.values()):
             if not len(link.own):
                 continue
+            out: list[Command] = []
             late = link.own.expire(now)
             theirs = [waiting for waiting in late if UpstreamLifecycle.owns(waiting.waiter)]
             for waiting in late:
                 if type(waiting.waiter) is ListenAgain:
-                    out += self._listen_upstream(link, waiting.waiter.attempt)
+                    out += self.listen_upstream(link, waiting.waiter.attempt)
                     continue
                 if type(waiting.waiter) is AckWait:
-                    out += self._release_acks(link)
+                    out += self.release_acks(link)
                     continue
                 out += self._give_up(link, waiting, "timed out")
                 if type(waiting.waiter) is OwnWaiter:
                     log.warning("server %s: %s timed out (upstream id %s)", link.name, waiting.method, waiting.id)
-                    out += self._gather_step(link, waiting.waiter, None)
-            if theirs and link.lifecycle is not None:
-                out += self._outcomes(link, link.lifecycle.expired(theirs, now))
-        self._reset_own_at()
-        return out
+                    out += self.gather_step(link, waiting.waiter, None)
+            outcomes = link.lifecycle.expired(theirs, now) if theirs and link.lifecycle is not None else None
+            expired.append((link, out, outcomes))
+        self.reset_own_at()
+        return expired
 
     def _give_up(self, link: UpstreamLink, waiting: Waiting[Any], why: str) -> list[Command]:
         """The one rule for an own request the proxy stops waiting for (timed out, or
@@ -228,7 +276,7 @@ class UpstreamControl(RouterState):
             return [ToServer(link.name, cancelled(waiting.id, why))]
         return []
 
-    def _drop_gathers(self, session: int, why: str, client_id: Any = None) -> list[Command]:
+    def drop_gathers(self, session: int, why: str, client_id: Any = None) -> list[Command]:
         """Nobody waits for the gathers of ``session`` (of its request ``client_id``, or all
         of them): their own requests are cancelled upstream now and never answered."""
 
@@ -248,23 +296,23 @@ class UpstreamControl(RouterState):
                     dropped = True
                     out += self._give_up(link, waiting, why)
         if dropped:
-            self._reset_own_at()
+            self.reset_own_at()
         return out
 
-    def _note_own(self, link: UpstreamLink) -> None:
+    def note_own(self, link: UpstreamLink) -> None:
         """The link's own requests changed: the router's clock wakes for the earliest."""
         deadline = link.own.next_deadline()  # (a listen's is infinite: it never wakes the clock)
         if deadline is not None and deadline < math.inf and (self.own_at is None or deadline < self.own_at):
             self.own_at = deadline
 
-    def _reset_own_at(self) -> None:
+    def reset_own_at(self) -> None:
         """The earliest deadline of any link's own requests, exactly (not on the hot path:
         own requests are answered a few at a time)."""
         deadlines = [d for link in self.links.values() if len(link.own) and (d := link.own.next_deadline()) is not None]
         earliest = min(deadlines, default=None)
         self.own_at = earliest if earliest is not None and earliest < math.inf else None
 
-    def _gather_step(self, link: UpstreamLink, waiter: OwnWaiter, result: Any) -> list[Command]:
+    def gather_step(self, link: UpstreamLink, waiter: OwnWaiter, result: Any) -> list[Command]:
         gather = waiter.gather
         if gather is None:
             return []
@@ -280,51 +328,9 @@ class UpstreamControl(RouterState):
             return []
         return [answer(gather.session, gather.client_id, {"tasks": gather.items})]
 
-    def _outcomes(self, link: UpstreamLink, outcomes: list[Outcome]) -> list[Command]:
-        """What the link's lifecycle said to do, done: sends, the router's own calls, commands."""
-        self._note_own(link)
-        name = link.name
-        out: list[Command] = []
-        for outcome in outcomes:
-            if type(outcome) is Send:
-                out.append(ToServer(name, outcome.message))
-            elif type(outcome) is Items:
-                out += self.server_items(name, outcome.kind, outcome.items)
-            elif type(outcome) is Ready:
-                out += self._upstream_ready(link, outcome.result)
-            elif type(outcome) is Serving:
-                out.append(UpstreamServing(name))
-                out += self._listen_upstream(link)
-                if link.session is None:  # listed: requests that waited for it go now
-                    out += self.server_listed(name)
-            elif type(outcome) is Listing:
-                out += self.server_listing(name, outcome.listing)
-            elif type(outcome) is Failed:
-                self._learnt(link)
-                out.append(DropUpstream(name, outcome.reason))
-            elif type(outcome) is Answer:
-                out.append(outcome)
-        return out
-
-    def _upstream_ready(self, link: UpstreamLink, result: dict[str, Any]) -> list[Command]:
-        assert link.lifecycle is not None
-        link.speaks = link.lifecycle.speaks  # before server_ready: nothing legacy is sent to a modern link
-        self._learnt(link)
-        out = self.server_ready(link.name, result)
-        info = result.get("serverInfo") or {}
-        link.lifecycle.log.info(
-            "server %s: initialized (%s %s, protocol %s%s)",
-            link.name,
-            info.get("name"),
-            info.get("version"),
-            result["protocolVersion"],
-            "; modern: found by server/discover, spoken to statelessly" if link.speaks is MODERN_ERA else "",
-        )
-        return out
-
     # --- subscriptions/listen ----------------------------------------------------------
 
-    def _listen_upstream(self, link: UpstreamLink, attempt: int = 0) -> list[Command]:
+    def listen_upstream(self, link: UpstreamLink, attempt: int = 0) -> list[Command]:
         """Keep one ``subscriptions/listen`` open on a modern link for what is wanted now:
         a new one when that changed (the old one cancelled after it), none when nothing is."""
         if link.speaks is LEGACY_ERA or not link.ready or link.lifecycle is None:
@@ -342,7 +348,7 @@ class UpstreamControl(RouterState):
             link.own.settle(current.id)
             if type(current.waiter) is Listening:
                 out.append(ToServer(link.name, cancelled(current.id, "replaced by a new listen")))
-        self._reset_own_at()
+        self.reset_own_at()
         return out
 
     def _listen_wanted(self, link: UpstreamLink) -> dict[str, Any]:
@@ -365,7 +371,7 @@ class UpstreamControl(RouterState):
     def _listen_ended(self, link: UpstreamLink, waiter: Listening, message: dict[str, Any]) -> list[Command]:
         """The server answered a listen (it ended it): open it again after a backoff;
         not when the server has no ``subscriptions/listen``."""
-        out = self._release_acks(link)
+        out = self.release_acks(link)
         error = message.get("error")
         code = error.get("code") if type(error) is dict else None
         if code == METHOD_NOT_FOUND:
@@ -380,10 +386,10 @@ class UpstreamControl(RouterState):
             delay,
         )
         link.own.open(LISTEN, None, ListenAgain(waiter.attempt + 1), self.clock() + delay)
-        self._note_own(link)
+        self.note_own(link)
         return out
 
-    def _learnt(self, link: UpstreamLink) -> None:
+    def learnt(self, link: UpstreamLink) -> None:
         """Keep what the link's connection learnt of its era for its next connection."""
         lifecycle = link.lifecycle
         if lifecycle is not None and lifecycle.learnt is not None:

@@ -1,4 +1,9 @@
-"""What happens to an upstream: ready, listed, overloaded, lost, down between starts. Sans-IO."""
+"""What happens to an upstream: connected, ready, listed, overloaded, lost, down between starts. Sans-IO.
+
+A connection's lifecycle (``core.upstreams.upstream_lifecycle``, driven through
+``upstream_control.UpstreamControl``) says what to do as outcomes; they are done here, in
+their order (``_lifecycle``): sends, the upstream ready, its items, listed, failed.
+"""
 
 from __future__ import annotations
 
@@ -6,11 +11,12 @@ import logging
 from typing import Any
 
 from aggregator.core.catalogs.catalog import Catalog
-from aggregator.core.commands import Command, ToClient
+from aggregator.core.commands import Answer, Command, DropUpstream, ToClient, ToServer, UpstreamServing
 from aggregator.core.era.upstream_era import MODERN_ERA, Era
 from aggregator.core.state import ClientState, Pending, RouterState, UpstreamLink, proxy_error
 from aggregator.core.upstreams.links import UNSENT, Phase
 from aggregator.core.upstreams.outages import FAILED, RESTARTING, Outage, remember, should_hold, unavailable
+from aggregator.core.upstreams.upstream_outcomes import Failed, Items, Listing, Outcome, Ready, Send, Serving
 from aggregator.jsonrpc.errors import INTERNAL_ERROR, error_response
 from aggregator.jsonrpc.kinds import REQUEST
 from aggregator.mcp.constants import CANCELLED
@@ -20,6 +26,89 @@ log = logging.getLogger(__name__)
 
 class UpstreamEvents(RouterState):
     """An upstream's life as the trio layer reports it, and the requests held while it is out (invariant 7)."""
+
+    def upstream_connected(
+        self,
+        server: str,
+        *,
+        target: str,
+        init_timeout: float,
+        capabilities: dict[str, Any] | None = None,
+        modern_possible: bool = True,
+    ) -> list[Command]:
+        """A connection to ``server`` is up: its lifecycle starts the handshake
+        (``core.upstreams.upstream_control``)."""
+        link = self.links.get(server)
+        if link is None:  # a per-session connection whose client just left
+            return [DropUpstream(server, "its session ended")]
+        outcomes = self.control.connect(
+            link,
+            target=target,
+            init_timeout=init_timeout,
+            capabilities=capabilities,
+            modern_possible=modern_possible,
+        )
+        return self._lifecycle(link, outcomes)
+
+    def _own_answer(self, link: UpstreamLink, message: dict[str, Any]) -> list[Command]:
+        """An answer to one of the proxy's own requests, settled; what the link's lifecycle
+        says to do then, done."""
+        out, outcomes = self.control.settle(link, message)
+        return out if outcomes is None else out + self._lifecycle(link, outcomes)
+
+    def _relist(self, link: UpstreamLink, kinds: tuple[str, ...]) -> list[Command]:
+        """The server said these lists changed: its lifecycle re-lists them (coalesced)."""
+        lifecycle = link.lifecycle
+        if lifecycle is None:  # between connections: the next one lists every kind anyway
+            return []
+        now = self.clock()
+        out: list[Command] = []
+        for kind in kinds:
+            out += self._lifecycle(link, lifecycle.list_changed(kind, now))
+        return out
+
+    def _lifecycle(self, link: UpstreamLink, outcomes: list[Outcome]) -> list[Command]:
+        """What the link's lifecycle said to do, done in order: sends, what the router makes
+        of an upstream ready, listed or failed, commands for the trio layer."""
+        self.control.note_own(link)
+        name = link.name
+        out: list[Command] = []
+        for outcome in outcomes:
+            if type(outcome) is Send:
+                out.append(ToServer(name, outcome.message))
+            elif type(outcome) is Items:
+                out += self.server_items(name, outcome.kind, outcome.items)
+            elif type(outcome) is Ready:
+                out += self._upstream_ready(link, outcome.result)
+            elif type(outcome) is Serving:
+                out.append(UpstreamServing(name))
+                out += self.control.listen_upstream(link)
+                if link.session is None:  # listed: requests that waited for it go now
+                    out += self.server_listed(name)
+            elif type(outcome) is Listing:
+                out += self.server_listing(name, outcome.listing)
+            elif type(outcome) is Failed:
+                self.control.learnt(link)
+                out.append(DropUpstream(name, outcome.reason))
+            elif type(outcome) is Answer:
+                out.append(outcome)
+        return out
+
+    def _upstream_ready(self, link: UpstreamLink, result: dict[str, Any]) -> list[Command]:
+        assert link.lifecycle is not None
+        link.speaks = link.lifecycle.speaks  # before server_ready: nothing legacy is sent to a modern link
+        self.control.learnt(link)
+        out = self.server_ready(link.name, result)
+        info = result.get("serverInfo") or {}
+        link.lifecycle.log.info(
+            "server %s: initialized (%s %s, protocol %s%s)",
+            link.name,
+            info.get("name"),
+            info.get("version"),
+            result["protocolVersion"],
+            "; modern: found by server/discover, spoken to statelessly" if link.speaks is MODERN_ERA else "",
+        )
+        return out
 
     def server_ready(self, server: str, init_result: dict[str, Any]) -> list[Command]:
         """The upstream finished its handshake; renew what clients asked of it before."""
@@ -35,12 +124,12 @@ class UpstreamEvents(RouterState):
         outage = self.outages.get(server)
         if outage is not None:  # out until listed; its names are known from now on
             outage.ever_ready = True
-        out = self._apply_log_level()
+        out = self.control.apply_log_level()
         waiting, link.waiting = link.waiting, []
         held = {params["uri"] for _, message, params in waiting if message["method"] == "resources/subscribe"}
         for uri in () if link.speaks is MODERN_ERA else self.subscriptions.of_server(server):
             if uri not in held:  # renewed; a held one goes as the client sent it
-                out += self._own_request(server, "resources/subscribe", {"uri": uri})
+                out += self.control.own_request(server, "resources/subscribe", {"uri": uri})
         for key, message, params in waiting:
             client = self.clients.get(key)
             if self.forwarding.still_waiting(client, message):
@@ -167,9 +256,9 @@ class UpstreamEvents(RouterState):
                 )
         out += self._fail_pending(link, f"Server {link.server!r} stopped before answering: {why}", "unavailable")
         link.lifecycle = None  # its own requests failed with the others; its lifecycle's are stale
-        out += self._release_acks(link)  # (their subscriptions are kept: the next listen has them)
+        out += self.control.release_acks(link)  # (their subscriptions are kept: the next listen has them)
         link.own.clear()
-        self._reset_own_at()
+        self.control.reset_own_at()
         for (session, proxy_id), reverse in list(self.reverse.requests.items()):
             if reverse.server == server:
                 self.reverse.end(session, proxy_id)
