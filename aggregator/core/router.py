@@ -25,6 +25,8 @@ Owned objects (each given the tables it reads):
   upstream (one table per link, for its lifecycle and the router's own: gathers,
   renewed subscriptions, log levels, a modern link's listen) and their earliest deadline;
   what a lifecycle says to do is handed back to the upstream events;
+- ``era.modern_callers.ModernCallers``: modern (2026-07-28) callers' admission,
+  server/discover, subscriptions/listen, answers stamped, per-request log levels;
 - ``era.input_bridge.InputBridge``: a modern server's ``input_required`` asked of a
   legacy caller, then the call retried;
 - ``era.modern_input.ModernInput``: a modern server's ``input_required`` for a modern
@@ -37,8 +39,6 @@ Handler groups (mixins over the shared state, by package):
 
 - ``clients``: a client's messages, notifications, answers, connect, disconnect
   (``client_events``); the handlers of its requests, by method (``client_requests``);
-- ``era``: modern (2026-07-28) callers' admission, server/discover, subscriptions/listen
-  (``modern_callers``);
 - ``requests``: timeouts and giving up (``inflight``);
 - ``upstreams``: an upstream's responses and notifications (``server_messages``, a method
   table); upstreams connected, ready, listed (what their lifecycles say, done), overloaded,
@@ -104,7 +104,6 @@ from aggregator.core.commands import (
     UpstreamServing,
     WaitForStartup,
 )
-from aggregator.core.era.modern_callers import ModernCallers
 from aggregator.core.era.upstream_era import INSTANCE_KEY
 from aggregator.core.events import Event
 from aggregator.core.requests.inflight import InFlight
@@ -150,7 +149,6 @@ __all__ = [
 
 class Router(
     ClientEvents,
-    ModernCallers,
     ClientRequests,
     ServerMessages,
     Reconfigure,
@@ -322,6 +320,11 @@ class Router(
     def context_report(self) -> dict[str, dict[str, Any]]:
         """Per profile: its discovery mode, what tools/list holds now and its estimated tokens."""
         return self.search.context_report()
+
+    def stamped(self, key: int, method: str, message: dict[str, Any]) -> dict[str, Any]:
+        """An answer made outside the router (a plugin's) for client ``key``'s request, as
+        the client's era wants it: stamped for a modern caller, untouched for a legacy one."""
+        return self.modern.stamped(key, method, message)
 
     def server_era(self, server: str) -> tuple[str, str] | None:
         """How the proxy speaks to ``server`` now: ("modern" or "legacy", the revision);

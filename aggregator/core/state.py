@@ -23,6 +23,7 @@ from aggregator.core.clients.clients import SessionInfo as SessionInfo
 from aggregator.core.clients.handshake import Handshake
 from aggregator.core.commands import Command
 from aggregator.core.era.input_bridge import InputBridge
+from aggregator.core.era.modern_callers import ModernCallers
 from aggregator.core.era.modern_input import ModernInput
 from aggregator.core.era.parked import ParkedCalls, ParkedTable
 from aggregator.core.era.request_state import RequestStates
@@ -149,6 +150,22 @@ class RouterState:
         self.control = UpstreamControl(
             self.links, self.clients, self.handshake, self.subscriptions, self.tasks, self.instance, clock
         )
+        # What the proxy does for modern (2026-07-28) callers that it does not for legacy sessions.
+        self.modern = ModernCallers(
+            self.clients,
+            self.links,
+            self.catalogs,
+            self.views,
+            self.listens,
+            self.subscriptions,
+            self.targets,
+            self.forwarding,
+            self.control,
+            self.handshake,
+            self.announcements,
+            self.instance,
+            settings.max_in_flight,
+        )
         self._input_objects(settings)
 
     def _input_objects(self, settings: RouterSettings) -> None:
@@ -220,19 +237,6 @@ class RouterState:
         def _held_timed_out(self, held: Pending) -> list[Command]: ...
         # client events
         def _handle(self, client: ClientState, message: dict[str, Any], handler: Any) -> list[Command]: ...
-        # modern callers
-        def _modern_request(self, client: ClientState, message: dict[str, Any], meta: Any) -> list[Command]: ...
-        def _discover(self, client: ClientState, message: dict[str, Any]) -> list[Command]: ...
-        def _listen(self, client: ClientState, message: dict[str, Any]) -> list[Command]: ...
-        def _depends_on_caller(self, client: ClientState, link: UpstreamLink | None = None) -> bool: ...
-        def _modern_answer(
-            self, client: ClientState, pending: Pending, message: dict[str, Any], link: UpstreamLink
-        ) -> None: ...
-        def _modern_log_wanted(self, client: ClientState, related: Any, level: object) -> bool: ...
-        def _close_listen(self, session: int, id: Any) -> list[Command]: ...
-        def _drop_listens(self, session: int, answer: bool) -> list[Command]: ...
-        def _end_listens(self) -> list[Command]: ...
-        def _listen_updates(self, session: int, key: tuple[str, str], params: dict[str, Any]) -> list[Command]: ...
         # server messages: an upstream's answer on its way to the caller (a resumed call's too)
         def _answered(
             self, link: UpstreamLink, pending: Pending, kind: int, message: dict[str, Any]

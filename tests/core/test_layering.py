@@ -136,6 +136,7 @@ OWNERS = [
     "notices/announcements.py",
     "era/listen_acks.py",
     "era/modern_input.py",
+    "era/modern_callers.py",
     "era/input_bridge.py",
     "era/parked.py",
     "upstreams/upstream_control.py",

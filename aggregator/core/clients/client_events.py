@@ -75,7 +75,7 @@ class ClientEvents(RouterState):
                 message = f"Server {server!r} did not answer before the aggregator stopped"
                 out.append(ToClient(key, proxy_error(pending.client_id, message, reason="unavailable", server=server)))
         out += self.control.drop_gathers(key, "client disconnected")
-        out += self._drop_listens(key, answer)  # a modern client's open listens
+        out += self.modern.drop_listens(key, answer)  # a modern client's open listens
         if self.reverse.asked.get(key) or self.roots.held:
             out += self._withdraw_server_requests(key)
         out += self._release_session(key)
@@ -229,6 +229,18 @@ class ClientEvents(RouterState):
             return self._client_notification(client, message)
         return self._client_answer(client, message)
 
+    def _modern_request(
+        self, client: ClientState, message: dict[str, Any], meta: dict[str, Any] | None
+    ) -> list[Command]:
+        """A modern caller's request: admitted (``core.era.modern_callers``), then handled as a
+        legacy session's is (forwarding keeps its ``_meta``), its answers stamped."""
+        out, admitted = self.modern.admit(client, message, meta, self.startup_complete)
+        if not admitted:
+            return out
+        answers = self._handle(client, message, self._requests[message["method"]])
+        self.modern.stamp_answers(client, message, answers)
+        return out + answers if out else answers
+
     def _handle(self, client: ClientState, message: dict[str, Any], handler: RequestHandler) -> list[Command]:
         """Run a request's handler: an id already in flight is refused; a user's mistake
         is answered with its error; a server that is out, with its state."""
@@ -267,7 +279,7 @@ class ClientEvents(RouterState):
             pending = client.in_flight.get(request_id)
             if pending is None:  # a gather's, a listen, or unknown, finished or never ours: ignored, as the spec says
                 if client.era is MODERN_ERA and self.listens.get(client.key, request_id) is not None:
-                    return [*self._close_listen(client.key, request_id), RequestEnded(client.key, request_id)]
+                    return [*self.modern.close_listen(client.key, request_id), RequestEnded(client.key, request_id)]
                 out = self.control.drop_gathers(client.key, "cancelled by the client", request_id)
                 return [*out, RequestEnded(client.key, request_id)] if out else []  # a gather's: its stream ends
             if awaits_input(pending):  # nothing in flight upstream: its questions are withdrawn

@@ -48,8 +48,8 @@ class ClientRequests(RouterState):
         """The handler of each client request method the proxy serves."""
         return {
             "initialize": self._initialize,
-            DISCOVER: self._discover,
-            LISTEN: self._listen,
+            DISCOVER: self.modern.discover,
+            LISTEN: self.modern.listen,
             "ping": self._ping,
             "tools/list": self._list,
             "prompts/list": self._list,
@@ -79,7 +79,7 @@ class ClientRequests(RouterState):
         else:
             page = client.catalog.page(kind, params.get("cursor"))
         if client.era is MODERN_ERA:
-            page = splice_page(page, list_page_suffix(depends_on_caller=self._depends_on_caller(client)))
+            page = splice_page(page, list_page_suffix(depends_on_caller=self.modern.depends_on_caller(client)))
         return [ToClient(client.key, _splice_result(message["id"], page), message["id"])]
 
     def _call_by_name(self, client: ClientState, message: dict[str, Any]) -> list[Command]:

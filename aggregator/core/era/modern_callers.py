@@ -34,6 +34,13 @@ Rules
    tagged with the listen's id; a filter flag that is not a boolean, or
    ``resourceSubscriptions`` that is not a list of strings, is -32602); it ends when the
    client cancels it or leaves, and a shutdown answers it with a plain result.
+
+``ModernCallers`` keeps no table of its own (the open listens are ``Listens``'s); it is
+given the clients, links, catalogs and per-session views, the listens and subscriptions,
+what requests name (``Targets``), forwarding (a per-session link's name), the proxy's own
+requests upstream, the handshake, the announcements, the instance id and
+``max_in_flight``. Admission (``admit``) decides; running the request's handler is the
+caller's (``core.clients.client_events``), and its answers come back to be stamped.
 """
 
 from __future__ import annotations
@@ -41,12 +48,20 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from aggregator.core.catalogs.catalog import Catalog
+from aggregator.core.catalogs.session_catalog import SessionViews
+from aggregator.core.catalogs.targets import ServerDown, Targets
+from aggregator.core.clients.clients import ClientState
+from aggregator.core.clients.handshake import Handshake
 from aggregator.core.clients.log_levels import LEVELS, RANK, passes
 from aggregator.core.commands import Command, ToClient, WaitForStartup
 from aggregator.core.era.modern_results import IDENTITY, cache_hints, stamp_answer
 from aggregator.core.era.upstream_era import INSTANCE_KEY, LEGACY_ERA, MODERN_ERA
-from aggregator.core.notices.subscriptions import Listen
-from aggregator.core.state import ClientState, Pending, RouterState, ServerDown, UpstreamLink
+from aggregator.core.notices.announcements import Announcements
+from aggregator.core.notices.subscriptions import Listen, Listens, Subscriptions
+from aggregator.core.requests.forwarding import Forwarding
+from aggregator.core.upstreams.links import Pending, UpstreamLink
+from aggregator.core.upstreams.upstream_control import UpstreamControl
 from aggregator.jsonrpc.errors import (
     INVALID_PARAMS,
     INVALID_REQUEST,
@@ -89,26 +104,58 @@ _LIST_FLAGS = (("toolsListChanged", TOOLS), ("promptsListChanged", PROMPTS), ("r
 _RESOURCE_SUBSCRIPTIONS = "resourceSubscriptions"
 
 
-class ModernCallers(RouterState):
+class ModernCallers:
     """What the proxy does for a modern caller that it does not for a legacy session."""
+
+    def __init__(
+        self,
+        clients: dict[int, ClientState],
+        links: dict[str, UpstreamLink],
+        catalogs: dict[str, Catalog],
+        views: SessionViews,
+        listens: Listens,
+        subscriptions: Subscriptions,
+        targets: Targets,
+        forwarding: Forwarding,
+        control: UpstreamControl,
+        handshake: Handshake,
+        announcements: Announcements,
+        instance: str,
+        max_in_flight: int,
+    ) -> None:
+        self.clients = clients
+        self.links = links
+        self.catalogs = catalogs  # several profiles: what a caller is answered depends on who it is
+        self.views = views  # so does a session's own view
+        self.listens = listens  # the open subscriptions/listen requests
+        self.subscriptions = subscriptions
+        self.targets = targets  # the resources a listen names
+        self.forwarding = forwarding  # a per-session server's link name
+        self.control = control  # the proxy's own requests upstream (log levels, subscriptions)
+        self.handshake = handshake  # what the proxy serves, merged
+        self.announcements = announcements  # a listen hears the notices from its opening on
+        self.instance = instance
+        self.max_in_flight = max_in_flight  # listens per client, and resources per listen
 
     # --- admission (rules 1 and 2) -------------------------------------------------------
 
-    def _modern_request(
-        self, client: ClientState, message: dict[str, Any], meta: dict[str, Any] | None
-    ) -> list[Command]:
+    def admit(
+        self, client: ClientState, message: dict[str, Any], meta: dict[str, Any] | None, startup_complete: bool
+    ) -> tuple[list[Command], bool]:
+        """Admit a modern request (rules 1 and 2): the commands so far, and whether its
+        handler is to run now (then its answers go through ``stamp_answers``)."""
         id = message["id"]
         method = message["method"]
         if meta is None:  # a request of a modern connection without its _meta
             if method == INITIALIZE:
                 params = message.get("params")
                 requested = params.get("protocolVersion") if type(params) is dict else None
-                return [ToClient(client.key, _connection_is_modern(id, requested))]
-            return [ToClient(client.key, _missing_meta(id, method, f"_meta with {PROTOCOL_VERSION}"))]
+                return [ToClient(client.key, _connection_is_modern(id, requested))], False
+            return [ToClient(client.key, _missing_meta(id, method, f"_meta with {PROTOCOL_VERSION}"))], False
         if meta != client.envelope:  # a new envelope is checked; the one it sent last, known good
             refused = _refused_envelope(id, method, meta)
             if refused is not None:
-                return [ToClient(client.key, refused)]
+                return [ToClient(client.key, refused)], False
             client.envelope = dict(meta)
             client.protocol_version = meta[PROTOCOL_VERSION]
             client.capabilities = meta[CLIENT_CAPABILITIES]
@@ -120,56 +167,59 @@ class ModernCallers(RouterState):
             state = params.get(REQUEST_STATE) if type(params) is dict else None
             if state is not None and type(state) is not str:
                 text = f"Invalid params: {REQUEST_STATE} must be a string (the one an input_required result gave)"
-                return [ToClient(client.key, error_response(id, INVALID_PARAMS, text))]
+                return [ToClient(client.key, error_response(id, INVALID_PARAMS, text))], False
         if method not in CLIENT_REQUESTS:
             if method not in TASK_REQUESTS:
                 why = " (removed in protocol revision 2026-07-28)" if method in REMOVED_REQUESTS else ""
-                return [ToClient(client.key, error_response(id, METHOD_NOT_FOUND, f"Method not found: {method}{why}"))]
+                return [
+                    ToClient(client.key, error_response(id, METHOD_NOT_FOUND, f"Method not found: {method}{why}"))
+                ], False
             if not declares_tasks(meta[CLIENT_CAPABILITIES]):
                 why = f"{method} needs the {TASKS_EXTENSION} extension in _meta {CLIENT_CAPABILITIES}.extensions"
-                return [ToClient(client.key, tasks_required(id, why))]
-        if not self.startup_complete:
+                return [ToClient(client.key, tasks_required(id, why))], False
+        if not startup_complete:
             if meta.get(INSTANCE_KEY) == self.instance:  # startup waits for this very request
-                return [ToClient(client.key, _from_itself(id, self.instance))]
-            return [WaitForStartup(client.key)]
+                return [ToClient(client.key, _from_itself(id, self.instance))], False
+            return [WaitForStartup(client.key)], False
         if method != DISCOVER:  # a probe decides no connection's era
             client.era = MODERN_ERA
-        out = self._want_log_level(level) if level is not None else []
-        answers = self._handle(client, message, self._requests[method])  # forwarding keeps its _meta
+        return (self._want_log_level(level) if level is not None else []), True
+
+    def stamp_answers(self, client: ClientState, message: dict[str, Any], answers: list[Command]) -> None:
+        """The answers the handler of an admitted request made to it, stamped (rule 3)."""
+        id = message["id"]
+        method = message["method"]
         for command in answers:
             if type(command) is ToClient and type(command.message) is dict and command.message.get("id", ...) == id:
-                depends = method in CACHEABLE and self._depends_on_caller(client)
+                depends = method in CACHEABLE and self.depends_on_caller(client)
                 stamp_answer(command.message, method, depends_on_caller=depends)
-        return out + answers if out else answers
 
     def stamped(self, key: int, method: str, message: dict[str, Any]) -> dict[str, Any]:
         """An answer made outside the router (a plugin's) for client ``key``'s request, as
         the client's era wants it: stamped for a modern caller, untouched for a legacy one."""
         client = self.clients.get(key)
         if client is not None and client.era is MODERN_ERA:
-            stamp_answer(message, method, depends_on_caller=self._depends_on_caller(client))
+            stamp_answer(message, method, depends_on_caller=self.depends_on_caller(client))
         return message
 
-    def _depends_on_caller(self, client: ClientState, link: UpstreamLink | None = None) -> bool:
+    def depends_on_caller(self, client: ClientState, link: UpstreamLink | None = None) -> bool:
         """Whether what this caller is answered depends on who it is (``cacheScope``
         private): several profiles, or its own per-session view or connection."""
         return len(self.catalogs) > 1 or client.key in self.views or (link is not None and link.session is not None)
 
     # --- answers (rule 3) -------------------------------------------------------------
 
-    def _modern_answer(
-        self, client: ClientState, pending: Pending, message: dict[str, Any], link: UpstreamLink
-    ) -> None:
+    def answer(self, client: ClientState, pending: Pending, message: dict[str, Any], link: UpstreamLink) -> None:
         """An upstream's answer to a modern caller, stamped in place (``_answered`` stamps
         a plain call result itself, inline)."""
         method = pending.method
-        depends = method in CACHEABLE and self._depends_on_caller(client, link)
+        depends = method in CACHEABLE and self.depends_on_caller(client, link)
         stamp_answer(message, method, depends_on_caller=depends)
 
-    def _discover(self, client: ClientState, message: dict[str, Any]) -> list[Command]:
+    def discover(self, client: ClientState, message: dict[str, Any]) -> list[Command]:
         """server/discover, from either era: the revisions the proxy speaks, and what it
         serves (merged over its servers), as initialize would say it."""
-        ttl, scope = cache_hints([], [], depends_on_caller=self._depends_on_caller(client))
+        ttl, scope = cache_hints([], [], depends_on_caller=self.depends_on_caller(client))
         result: dict[str, Any] = {
             RESULT_TYPE: COMPLETE,
             "supportedVersions": list(ALL_VERSIONS),
@@ -198,7 +248,7 @@ class ModernCallers(RouterState):
                 out += self.control.own_request(name, "logging/setLevel", {"level": level})
         return out
 
-    def _modern_log_wanted(self, client: ClientState, related: Any, level: object) -> bool:
+    def log_wanted(self, client: ClientState, related: Any, level: object) -> bool:
         """Whether a log line of the modern caller's request ``related`` reaches it."""
         pending = client.in_flight.get(related) if related is not None else None
         wanted = pending.meta.get(LOG_LEVEL) if pending is not None and pending.meta is not None else None
@@ -206,7 +256,7 @@ class ModernCallers(RouterState):
 
     # --- subscriptions/listen (rule 5) --------------------------------------------------
 
-    def _listen(self, client: ClientState, message: dict[str, Any]) -> list[Command]:
+    def listen(self, client: ClientState, message: dict[str, Any]) -> list[Command]:
         if client.era is LEGACY_ERA:  # a legacy session has resources/subscribe and list_changed
             raise RemoteProtocolError(METHOD_NOT_FOUND, f"Method not found: {message['method']}")
         id = message["id"]
@@ -284,7 +334,7 @@ class ModernCallers(RouterState):
             out += self.control.own_request(name, "resources/subscribe", {})
         return keys, agreed, out
 
-    def _close_listen(self, session: int, id: Any) -> list[Command]:
+    def close_listen(self, session: int, id: Any) -> list[Command]:
         """A listen ended (its client cancelled it): its resources no other listen holds
         are unsubscribed, upstream too when nobody else wants them."""
         listen, keys = self.listens.close(session, id)
@@ -301,21 +351,21 @@ class ModernCallers(RouterState):
             out += self.control.own_request(name, "resources/unsubscribe", {})
         return out
 
-    def _drop_listens(self, session: int, answer: bool) -> list[Command]:
+    def drop_listens(self, session: int, answer: bool) -> list[Command]:
         """A modern client left: its listens end (its subscriptions go with the client);
         ``answer``: it may still read, and each listen gets its graceful end."""
         listens = self.listens.drop_session(session) if self.listens else []
         return [_listen_ended(listen) for listen in listens] if answer else []
 
-    def _end_listens(self) -> list[Command]:
+    def end_listens(self) -> list[Command]:
         """Shutting down: every listen gets its graceful end (a plain result)."""
         out: list[Command] = []
         for listen in self.listens.all():
-            out += self._close_listen(listen.session, listen.id)
+            out += self.close_listen(listen.session, listen.id)
             out.append(_listen_ended(listen))
         return out
 
-    def _listen_updates(self, session: int, key: tuple[str, str], params: dict[str, Any]) -> list[Command]:
+    def listen_updates(self, session: int, key: tuple[str, str], params: dict[str, Any]) -> list[Command]:
         """A resource update for a modern client: on each of its listens that holds it."""
         out: list[Command] = []
         for listen in self.listens.of_session(session):

@@ -24,7 +24,7 @@ class InFlight(RouterState):
     def abandon(self, why: str) -> list[Command]:
         """Fail every client request still in flight (shutting down): the client hears it,
         the server is told to stop."""
-        out: list[Command] = self._end_listens() if self.listens else []
+        out: list[Command] = self.modern.end_listens() if self.listens else []
         for link in self.links.values():
             for pending in list(link.pending.values()):
                 self.requests.end(pending, "error", "unavailable")

@@ -151,7 +151,7 @@ class ServerMessages(RouterState):
                     result[RESULT_TYPE] = COMPLETE
                     result["_meta"] = {SERVER_INFO: IDENTITY}
                 else:
-                    self._modern_answer(client, pending, message, link)
+                    self.modern.answer(client, pending, message, link)
             # What it carried goes now: the deadline heap keeps a finished Pending until it tidies
             # up, and a call's params left there would be scanned by the collector again and again.
             pending.params = pending.bridge = pending.subscription = pending.meta = None
@@ -162,7 +162,7 @@ class ServerMessages(RouterState):
         if code == URL_ELICITATION_REQUIRED:
             self._url_elicitations_required(link, client.key, message["error"].get("data"))
         if client.era is MODERN_ERA:
-            self._modern_answer(client, pending, message, link)
+            self.modern.answer(client, pending, message, link)
         pending.params = pending.bridge = pending.subscription = pending.meta = None
         if link.speaks is MODERN_ERA and code == UNSUPPORTED_PROTOCOL_VERSION:
             link.learnt = None  # its revision changed under us: the next connection finds it again
@@ -302,7 +302,7 @@ class ServerMessages(RouterState):
             if client is None:
                 continue
             if client.era is MODERN_ERA:  # on its listens, tagged
-                out += self._listen_updates(session, (link.name, str(uri)), params)
+                out += self.modern.listen_updates(session, (link.name, str(uri)), params)
             else:
                 out.append(ToClient(session, notice))
         return out
@@ -365,7 +365,7 @@ class ServerMessages(RouterState):
         recipients = [
             c
             for c in recipients
-            if (self._modern_log_wanted(c, owner.related, level) if c.era is MODERN_ERA else passes(level, c.log_level))
+            if (self.modern.log_wanted(c, owner.related, level) if c.era is MODERN_ERA else passes(level, c.log_level))
         ]
         if not recipients:
             return []
