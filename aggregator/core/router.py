@@ -8,6 +8,8 @@ Owned objects (each given the tables it reads):
 
 - ``requests.request_table.RequestTable``: every request in flight, its progress token
   and deadlines, and the one way out of every table (invariant 2);
+- ``requests.inflight.InFlight``: requests given up on and timed out, and when the
+  router's clock has work next;
 - ``requests.forwarding.Forwarding``: a request on its way upstream, or held for its
   per-session connection to start; whether new requests are still taken (``draining``);
 - ``reverse.reverse_table.ReverseTable``: server-to-client requests in flight, URL-mode
@@ -39,7 +41,6 @@ Handler groups (mixins over the shared state, by package):
 
 - ``clients``: a client's messages, notifications, answers, connect, disconnect
   (``client_events``); the handlers of its requests, by method (``client_requests``);
-- ``requests``: timeouts and giving up (``inflight``);
 - ``upstreams``: an upstream's responses and notifications (``server_messages``, a method
   table); upstreams connected, ready, listed (what their lifecycles say, done), overloaded,
   lost, out between starts (``upstream_events``); servers removed and added on a live reload
@@ -106,7 +107,6 @@ from aggregator.core.commands import (
 )
 from aggregator.core.era.upstream_era import INSTANCE_KEY
 from aggregator.core.events import Event
-from aggregator.core.requests.inflight import InFlight
 from aggregator.core.settings import LinkSettings, RouterSettings
 from aggregator.core.state import (
     ROOTS_HOLD_SECONDS,
@@ -153,7 +153,6 @@ class Router(
     ServerMessages,
     Reconfigure,
     UpstreamEvents,
-    InFlight,
 ):
     """The router: events in through ``handle``, commands out as lists."""
 
@@ -176,6 +175,9 @@ class Router(
             instance=instance,
             server_request_policy=server_request_policy,
         )
+        # The trio layer's clock asks these after every batch: the owner's own methods, bound.
+        self.next_deadline = self.inflight.next_deadline  # when ``TimePassed`` has work next
+        self.in_flight = self.inflight.in_flight  # client requests waiting for a server's answer
         self._requests = self._request_handlers()
         self._notifications = self._notification_handlers()
         self._events = self._event_handlers()
@@ -227,10 +229,10 @@ class Router(
             events.ServerDown: lambda e: self.server_down(e.server, e.reason, e.retry_in),
             events.LinkEnded: quietly(lambda e: self._link_ended(e.name)),
             events.OwnCallStarted: lambda e: self.control.own_call(e.server, e.method, e.params, e.caller),
-            events.TimePassed: lambda e: self.expire(),
+            events.TimePassed: lambda e: self._time_passed(),
             events.StartupCompleted: quietly(lambda e: self._startup_completed()),
             events.DrainingStarted: quietly(lambda e: self._start_draining()),
-            events.Abandoned: lambda e: self.abandon(e.why),
+            events.Abandoned: lambda e: self.inflight.abandon(e.why),
             events.ServerRemoved: lambda e: self.server_removed(e.server, e.why),
             events.ServerRestarting: lambda e: self.server_restarting(e.server, e.why),
             events.ServerReplaced: quietly(lambda e: self.server_replaced(e.server, e.why)),
@@ -240,6 +242,12 @@ class Router(
         }
 
     # --- what the trio layer tells and asks (it never writes the router's fields) ------
+
+    def _time_passed(self) -> list[Command]:
+        """Time out what is overdue and send the notices that are due; the proxy's own
+        requests upstream last."""
+        now = self.clock()
+        return self.inflight.expire(now) + self.expire_own(now)
 
     def _startup_completed(self) -> None:
         """Startup is over (every server listed, or the wait for them timed out): requests

@@ -34,6 +34,7 @@ from aggregator.core.replies import cancelled as cancelled
 from aggregator.core.replies import proxy_error as proxy_error
 from aggregator.core.replies import refusal_reason as refusal_reason
 from aggregator.core.requests.forwarding import Forwarding
+from aggregator.core.requests.inflight import InFlight
 from aggregator.core.requests.request_table import RequestTable
 from aggregator.core.requests.tallies import Tallies
 from aggregator.core.requests.tasks import TaskOwners
@@ -50,7 +51,6 @@ from aggregator.core.upstreams.outages import Outage
 from aggregator.core.upstreams.upstream_control import Gather as Gather  # re-exported: where the groups look
 from aggregator.core.upstreams.upstream_control import OwnWaiter as OwnWaiter
 from aggregator.core.upstreams.upstream_control import UpstreamControl
-from aggregator.core.upstreams.upstream_outcomes import Outcome
 
 # The error a server answers when a URL-mode elicitation must be completed first (its
 # data.elicitations name them; their completion notifications go to that client).
@@ -167,6 +167,21 @@ class RouterState:
             settings.max_in_flight,
         )
         self._input_objects(settings)
+        # Requests in flight given up on and timed out, and what else shares the one clock.
+        self.inflight = InFlight(
+            self.links,
+            self.clients,
+            self.requests,
+            self.outages,
+            self.control,
+            self.parked,
+            self.announcements,
+            self.roots,
+            self.input_bridge,
+            self.modern,
+            self.listens,
+            clock,
+        )
 
     def _input_objects(self, settings: RouterSettings) -> None:
         """The objects that carry what a server asks of a client (server-to-client
@@ -217,15 +232,11 @@ class RouterState:
         )
 
     if TYPE_CHECKING:  # what each group offers the others (defined in its own module)
-        # inflight
-        def _fail_pending(self, link: UpstreamLink, message: str, reason: str) -> list[Command]: ...
-        def _apply_log_level(self) -> list[Command]: ...
         # client events
         def client_event(self, key: int, kind: int, message: dict[str, Any]) -> list[Command]: ...
         # server messages
         def _server_message(self, server: str, raw: bytes, related: int | None = None) -> list[Command]: ...
         # upstream events
-        def _lifecycle(self, link: UpstreamLink, outcomes: list[Outcome]) -> list[Command]: ...
         def _own_answer(self, link: UpstreamLink, message: dict[str, Any]) -> list[Command]: ...
         def _relist(self, link: UpstreamLink, kinds: tuple[str, ...]) -> list[Command]: ...
         def server_lost(self, server: str, why: str) -> list[Command]: ...
@@ -234,7 +245,6 @@ class RouterState:
         def server_listing(self, server: str, listing: dict[str, list[dict[str, Any]]]) -> list[Command]: ...
         def server_listed(self, server: str) -> list[Command]: ...
         def _server_down_answer(self, client: ClientState, message: dict[str, Any], server: str) -> list[Command]: ...
-        def _held_timed_out(self, held: Pending) -> list[Command]: ...
         # client events
         def _handle(self, client: ClientState, message: dict[str, Any], handler: Any) -> list[Command]: ...
         # server messages: an upstream's answer on its way to the caller (a resumed call's too)

@@ -123,6 +123,7 @@ def test_the_direction_check_catches_a_wrong_way_import(tmp_path):
 OWNERS = [
     "requests/request_table.py",
     "requests/forwarding.py",
+    "requests/inflight.py",
     "reverse/reverse_table.py",
     "reverse/roots.py",
     "reverse/affinity.py",

@@ -1,25 +1,66 @@
-"""Requests in flight given up on and timed out (their table: ``core.requests.request_table``). Sans-IO."""
+"""Requests in flight given up on and timed out (their table: ``core.requests.request_table``). Sans-IO.
+
+``InFlight`` keeps no table of its own: it is given the links, the clients, the request
+table, the shared servers' outages (what a request held for one is told), and the
+objects whose deadlines share the router's one clock (the proxy's own requests upstream,
+parked calls, notices, held roots/list requests) or whose calls end with the others (the
+input bridge, modern callers' listens). Expiring the proxy's own requests upstream is
+the upstream events' (their lifecycles may speak); ``next_deadline`` counts them.
+"""
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
+from aggregator.core.clients.clients import ClientState
 from aggregator.core.commands import Command, ToClient, ToServer
-from aggregator.core.era.input_bridge import awaits_input
-from aggregator.core.state import (
-    Pending,
-    RouterState,
-    UpstreamLink,
-    cancelled,
-    proxy_error,
-)
-from aggregator.core.upstreams.links import UNSENT
+from aggregator.core.era.input_bridge import InputBridge, awaits_input
+from aggregator.core.era.modern_callers import ModernCallers
+from aggregator.core.era.parked import ParkedCalls
+from aggregator.core.notices.announcements import Announcements
+from aggregator.core.notices.subscriptions import Listens
+from aggregator.core.replies import cancelled, proxy_error
+from aggregator.core.requests.request_table import RequestTable
+from aggregator.core.reverse.roots import Roots
+from aggregator.core.upstreams.links import UNSENT, Pending, UpstreamLink
+from aggregator.core.upstreams.outages import Outage, unavailable
+from aggregator.core.upstreams.upstream_control import UpstreamControl
+from aggregator.jsonrpc.errors import INTERNAL_ERROR, error_response
 
 log = logging.getLogger(__name__)
 
 
-class InFlight(RouterState):
+class InFlight:
     """The tables of requests in flight (invariant 2) and the ways they end."""
+
+    def __init__(
+        self,
+        links: dict[str, UpstreamLink],
+        clients: dict[int, ClientState],
+        requests: RequestTable,
+        outages: dict[str, Outage],
+        control: UpstreamControl,
+        parked: ParkedCalls,
+        announcements: Announcements,
+        roots: Roots,
+        input_bridge: InputBridge,
+        modern: ModernCallers,
+        listens: Listens,
+        clock: Callable[[], float],
+    ) -> None:
+        self.links = links
+        self.clients = clients
+        self.requests = requests
+        self.outages = outages  # what a request held for a shared server between starts is told
+        self.control = control  # the own requests upstream: theirs fail with the link's
+        self.parked = parked  # parked calls and gatherings share the deadline heap
+        self.announcements = announcements  # notices due
+        self.roots = roots  # roots/list requests held for a client
+        self.input_bridge = input_bridge  # calls waiting for a legacy caller's input
+        self.modern = modern  # modern callers' listens end at shutdown
+        self.listens = listens
+        self.clock = clock
 
     def abandon(self, why: str) -> list[Command]:
         """Fail every client request still in flight (shutting down): the client hears it,
@@ -79,9 +120,9 @@ class InFlight(RouterState):
             deadline = held
         return deadline
 
-    def expire(self) -> list[Command]:
-        """Time out what is overdue, send notices that are due."""
-        now = self.clock()
+    def expire(self, now: float) -> list[Command]:
+        """Time out what is overdue, send notices that are due (the proxy's own requests
+        upstream aside)."""
         out: list[Command] = []
         for pending in self.requests.deadlines.pop_due(now):  # a Pending, or a Parked call (``core.era.parked``)
             out += self._time_out(pending) if type(pending) is Pending else self.parked.expire(pending)
@@ -89,9 +130,6 @@ class InFlight(RouterState):
             out += self.announcements.send()
         if self.roots.held:
             out += self.roots.expire(now)
-        if self.control.own_at is not None and now >= self.control.own_at:
-            for link, commands, outcomes in self.control.expire(now):
-                out += commands if outcomes is None else commands + self._lifecycle(link, outcomes)
         return out
 
     def _time_out(self, pending: Pending) -> list[Command]:
@@ -121,10 +159,28 @@ class InFlight(RouterState):
             )
         return out
 
-    def _fail_pending(self, link: UpstreamLink, message: str, reason: str) -> list[Command]:
+    def fail_pending(self, link: UpstreamLink, message: str, reason: str) -> list[Command]:
         """End every request in flight on ``link``, each client told ``message``; the
         proxy's own fail too."""
         out: list[Command] = self.control.fail_own(link)
         for pending in list(link.pending.values()):
             out += self.requests.fail(pending, message, reason)
         return out + self.input_bridge.lost(link, message, reason)
+
+    def _held_timed_out(self, held: Pending) -> list[Command]:
+        """A request held for a server that is out (invariant 7) or for its own connection
+        to start waited its whole timeout: its client hears the server's state."""
+        self.requests.end(held, "error", "timeout")
+        if held.session not in self.clients:
+            return []
+        link = self.links[held.server]
+        outage = self.outages.get(held.server)
+        if outage is None:
+            text, data = (
+                f"Server {held.server!r} did not become ready within {link.request_timeout:g} s",
+                {"source": "aggregator", "reason": "unavailable", "server": held.server},
+            )
+        else:
+            text, data = unavailable(outage, self.clock(), waited=link.request_timeout)
+        log.info("server %s: %s waited %gs for the server and failed", held.server, held.method, link.request_timeout)
+        return [ToClient(held.session, error_response(held.client_id, INTERNAL_ERROR, text, data))]

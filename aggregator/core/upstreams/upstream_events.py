@@ -50,6 +50,16 @@ class UpstreamEvents(RouterState):
         )
         return self._lifecycle(link, outcomes)
 
+    def expire_own(self, now: float) -> list[Command]:
+        """Time out the proxy's own requests upstream past their deadline; what their links'
+        lifecycles say to do then, done."""
+        if self.control.own_at is None or now < self.control.own_at:
+            return []
+        out: list[Command] = []
+        for link, commands, outcomes in self.control.expire(now):
+            out += commands if outcomes is None else commands + self._lifecycle(link, outcomes)
+        return out
+
     def _own_answer(self, link: UpstreamLink, message: dict[str, Any]) -> list[Command]:
         """An answer to one of the proxy's own requests, settled; what the link's lifecycle
         says to do then, done."""
@@ -212,7 +222,7 @@ class UpstreamEvents(RouterState):
         link = self.links.get(server)
         if link is None:
             return []
-        return self._fail_pending(
+        return self.inflight.fail_pending(
             link, f"Server {link.server!r} is overloaded: {why}; the request failed", "overloaded"
         )
 
@@ -254,7 +264,9 @@ class UpstreamEvents(RouterState):
                         ),
                     )
                 )
-        out += self._fail_pending(link, f"Server {link.server!r} stopped before answering: {why}", "unavailable")
+        out += self.inflight.fail_pending(
+            link, f"Server {link.server!r} stopped before answering: {why}", "unavailable"
+        )
         link.lifecycle = None  # its own requests failed with the others; its lifecycle's are stale
         out += self.control.release_acks(link)  # (their subscriptions are kept: the next listen has them)
         link.own.clear()
@@ -390,19 +402,3 @@ class UpstreamEvents(RouterState):
                 text, data = unavailable(outage, self.clock())
                 out.append(ToClient(held.session, error_response(held.client_id, INTERNAL_ERROR, text, data)))
         return out
-
-    def _held_timed_out(self, held: Pending) -> list[Command]:
-        self.requests.end(held, "error", "timeout")
-        if held.session not in self.clients:
-            return []
-        link = self.links[held.server]
-        outage = self.outages.get(held.server)
-        if outage is None:
-            text, data = (
-                f"Server {held.server!r} did not become ready within {link.request_timeout:g} s",
-                {"source": "aggregator", "reason": "unavailable", "server": held.server},
-            )
-        else:
-            text, data = unavailable(outage, self.clock(), waited=link.request_timeout)
-        log.info("server %s: %s waited %gs for the server and failed", held.server, held.method, link.request_timeout)
-        return [ToClient(held.session, error_response(held.client_id, INTERNAL_ERROR, text, data))]
