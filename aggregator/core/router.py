@@ -8,6 +8,8 @@ Owned objects (each given the tables it reads):
 
 - ``requests.request_table.RequestTable``: every request in flight, its progress token
   and deadlines, and the one way out of every table (invariant 2);
+- ``clients.client_requests.ClientRequests``: the handlers of a client's requests, by
+  method, and whether startup is complete;
 - ``requests.inflight.InFlight``: requests given up on and timed out, and when the
   router's clock has work next;
 - ``requests.forwarding.Forwarding``: a request on its way upstream, or held for its
@@ -23,6 +25,8 @@ Owned objects (each given the tables it reads):
 - ``clients.handshake.Handshake``: initialize, merged capabilities and instructions,
   the log levels to set upstream;
 - ``notices.announcements.Announcements``: list_changed notices and their debounce;
+- ``upstreams.answers.Answers``: an upstream's answer to a forwarded request, on its way
+  to its caller (rewritten, stamped, counted);
 - ``upstreams.upstream_control.UpstreamControl``: the proxy's own requests to each
   upstream (one table per link, for its lifecycle and the router's own: gathers,
   renewed subscriptions, log levels, a modern link's listen) and their earliest deadline;
@@ -40,11 +44,11 @@ Owned objects (each given the tables it reads):
 Handler groups (mixins over the shared state, by package):
 
 - ``clients``: a client's messages, notifications, answers, connect, disconnect
-  (``client_events``); the handlers of its requests, by method (``client_requests``);
-- ``upstreams``: an upstream's responses and notifications (``server_messages``, a method
-  table); upstreams connected, ready, listed (what their lifecycles say, done), overloaded,
-  lost, out between starts (``upstream_events``); servers removed and added on a live reload
-  (``reconfigure``).
+  (``client_events``);
+- ``upstreams``: an upstream's messages, its answers handed to ``Answers``, its
+  notifications by a method table (``server_messages``); upstreams connected, ready,
+  listed (what their lifecycles say, done), overloaded, lost, out between starts
+  (``upstream_events``); servers removed and added on a live reload (``reconfigure``).
 
 Theory of operation
 -------------------
@@ -93,7 +97,6 @@ from typing import Any
 from aggregator.core import events
 from aggregator.core.catalogs.catalog import Catalog
 from aggregator.core.clients.client_events import ClientEvents
-from aggregator.core.clients.client_requests import ClientRequests
 from aggregator.core.commands import (
     Answer,
     Command,
@@ -149,7 +152,6 @@ __all__ = [
 
 class Router(
     ClientEvents,
-    ClientRequests,
     ServerMessages,
     Reconfigure,
     UpstreamEvents,
@@ -178,7 +180,6 @@ class Router(
         # The trio layer's clock asks these after every batch: the owner's own methods, bound.
         self.next_deadline = self.inflight.next_deadline  # when ``TimePassed`` has work next
         self.in_flight = self.inflight.in_flight  # client requests waiting for a server's answer
-        self._requests = self._request_handlers()
         self._notifications = self._notification_handlers()
         self._events = self._event_handlers()
 
@@ -252,7 +253,7 @@ class Router(
     def _startup_completed(self) -> None:
         """Startup is over (every server listed, or the wait for them timed out): requests
         no longer wait for servers that have not listed yet."""
-        self.startup_complete = True
+        self.client_requests.startup_complete = True
 
     def _start_draining(self) -> None:
         """Shutting down: what is in flight finishes, nothing new is taken."""

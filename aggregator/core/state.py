@@ -18,6 +18,7 @@ from aggregator.core.catalogs.result_budget import ResultBudgets
 from aggregator.core.catalogs.session_catalog import SessionViews
 from aggregator.core.catalogs.targets import ServerDown as ServerDown  # re-exported: where the groups look
 from aggregator.core.catalogs.targets import Targets
+from aggregator.core.clients.client_requests import ClientRequests
 from aggregator.core.clients.clients import ClientState as ClientState  # re-exported: where the groups look
 from aggregator.core.clients.clients import SessionInfo as SessionInfo
 from aggregator.core.clients.handshake import Handshake
@@ -45,6 +46,7 @@ from aggregator.core.reverse.roots import ROOTS_HOLD_SECONDS as ROOTS_HOLD_SECON
 from aggregator.core.reverse.roots import Roots
 from aggregator.core.settings import LinkSettings, RouterSettings
 from aggregator.core.settings import ServerRequestPolicy as ServerRequestPolicy  # re-exported
+from aggregator.core.upstreams.answers import Answers
 from aggregator.core.upstreams.links import Pending as Pending  # re-exported: where the groups look for them
 from aggregator.core.upstreams.links import UpstreamLink as UpstreamLink
 from aggregator.core.upstreams.outages import Outage
@@ -52,13 +54,6 @@ from aggregator.core.upstreams.upstream_control import Gather as Gather  # re-ex
 from aggregator.core.upstreams.upstream_control import OwnWaiter as OwnWaiter
 from aggregator.core.upstreams.upstream_control import UpstreamControl
 
-# The error a server answers when a URL-mode elicitation must be completed first (its
-# data.elicitations name them; their completion notifications go to that client).
-URL_ELICITATION_REQUIRED = -32042
-
-
-# A client request's handler: (the client, the request) -> commands.
-RequestHandler = Callable[[ClientState, dict[str, Any]], list[Command]]
 # A server notification's handler: (its link, the message, its params, the upstream id of
 # the request on whose stream it came, if known) -> commands.
 NotificationHandler = Callable[[UpstreamLink, dict[str, Any], dict[str, Any], int | None], list[Command]]
@@ -82,7 +77,6 @@ def _link(catalog: Catalog, server: LinkSettings) -> UpstreamLink:
 class RouterState:
     """Every field of the router. Only the router's own groups write them."""
 
-    _requests: dict[str, RequestHandler]  # client request method -> its handler
     _notifications: dict[str, NotificationHandler]  # server notification method -> its handler
     tasks: dict[str, int]  # exposed 2025-11-25 task id -> owning session
     task_owners: TaskOwners  # exposed modern (tasks extension) task id -> owning principal
@@ -108,7 +102,6 @@ class RouterState:
         self.outages: dict[str, Outage] = {s.name: Outage(s.name) for s in servers}
         self.start_takes: dict[str, float] = {}  # server -> how long its last start took
         self.clients: dict[int, ClientState] = {}
-        self.startup_complete = False
         self.max_in_flight = settings.max_in_flight
         self.max_json_depth = settings.max_json_depth  # enforced where messages are decoded
         self.server_requests = settings.server_requests
@@ -130,6 +123,7 @@ class RouterState:
         self.tallies = Tallies()  # what ended how (``core.requests.tallies``)
         # Every client request in flight, its progress token and deadlines.
         self.requests = RequestTable(clock, self.links, self.clients, self.tallies, self.subscriptions)
+        self.reverse = ReverseTable(settings.max_in_flight)  # server-to-client requests in flight
         # A request on its way upstream, or held for its per-session connection to start.
         self.forwarding = Forwarding(
             self.links, self.per_session, self.requests, self.server_requests, settings.max_in_flight
@@ -150,6 +144,50 @@ class RouterState:
         self.control = UpstreamControl(
             self.links, self.clients, self.handshake, self.subscriptions, self.tasks, self.instance, clock
         )
+        self._message_objects(settings)
+        self._input_objects(settings)
+        self._handling_objects()
+
+    def _handling_objects(self) -> None:
+        """The objects given most of the others: the handlers of client requests, and the
+        timeouts over every table, wired last."""
+        # The handlers of client requests, by method; whether startup is complete.
+        self.client_requests = ClientRequests(
+            links=self.links,
+            per_session=self.per_session,
+            targets=self.targets,
+            forwarding=self.forwarding,
+            handshake=self.handshake,
+            search=self.search,
+            budgets=self.budgets,
+            modern=self.modern,
+            modern_input=self.modern_input,
+            parked=self.parked,
+            answers=self.answers,
+            control=self.control,
+            subscriptions=self.subscriptions,
+            tasks=self.tasks,
+            task_owners=self.task_owners,
+        )
+        # Requests in flight given up on and timed out, and what else shares the one clock.
+        self.inflight = InFlight(
+            self.links,
+            self.clients,
+            self.requests,
+            self.outages,
+            self.control,
+            self.parked,
+            self.announcements,
+            self.roots,
+            self.input_bridge,
+            self.modern,
+            self.listens,
+            self.clock,
+        )
+
+    def _message_objects(self, settings: RouterSettings) -> None:
+        """The objects a caller's request and its answer go through by era, wired as
+        ``_own_objects``'s are."""
         # What the proxy does for modern (2026-07-28) callers that it does not for legacy sessions.
         self.modern = ModernCallers(
             self.clients,
@@ -166,21 +204,18 @@ class RouterState:
             self.instance,
             settings.max_in_flight,
         )
-        self._input_objects(settings)
-        # Requests in flight given up on and timed out, and what else shares the one clock.
-        self.inflight = InFlight(
-            self.links,
-            self.clients,
+        # An upstream's answer to a forwarded request, on its way to its caller.
+        self.answers = Answers(
             self.requests,
-            self.outages,
-            self.control,
-            self.parked,
-            self.announcements,
-            self.roots,
-            self.input_bridge,
+            self.clients,
+            self.tasks,
+            self.task_owners,
+            self.budgets,
+            self.subscriptions,
+            self.reverse,
             self.modern,
-            self.listens,
-            clock,
+            settings.max_in_flight,
+            self.clock,
         )
 
     def _input_objects(self, settings: RouterSettings) -> None:
@@ -191,7 +226,6 @@ class RouterState:
         self.modern_input = ModernInput(
             self.requests, self.forwarding, self.request_states, self.server_requests, self.server_request_policy, clock
         )
-        self.reverse = ReverseTable(settings.max_in_flight)  # server-to-client requests in flight
         self.roots = Roots(  # whose roots each server sees, and roots/list held for a client
             settings.roots, settings.single_client, self.server_requests, self.links, self.clients, clock
         )
@@ -247,7 +281,3 @@ class RouterState:
         def _server_down_answer(self, client: ClientState, message: dict[str, Any], server: str) -> list[Command]: ...
         # client events
         def _handle(self, client: ClientState, message: dict[str, Any], handler: Any) -> list[Command]: ...
-        # server messages: an upstream's answer on its way to the caller (a resumed call's too)
-        def _answered(
-            self, link: UpstreamLink, pending: Pending, kind: int, message: dict[str, Any]
-        ) -> list[Command]: ...

@@ -69,7 +69,7 @@ def test_a_bug_in_a_handler_is_an_internal_error_for_that_request_only(router, m
     def broken(client, message):
         raise RuntimeError("bug")
 
-    monkeypatch.setitem(router._requests, "ping", broken)
+    monkeypatch.setitem(router.client_requests.handlers, "ping", broken)
     [(_, _, answer)] = unpack(router.handle(ClientMessage(1, msg(id=1, method="ping"))))
     assert answer["error"]["code"] == -32603 and answer["error"]["data"]["reason"] == "internal"
     assert unpack(router.handle(ClientMessage(1, msg(id=2, method="tools/list"))))[0][2]["result"]["tools"]

@@ -42,9 +42,9 @@ INVALID = [
 
 
 def test_every_method_has_one_handler(router):
-    assert set(LIST_METHODS) <= set(router._requests)
+    assert set(LIST_METHODS) <= set(router.client_requests.handlers)
     assert {"initialize", "ping", "tools/call", "prompts/get", "completion/complete", "tasks/list"} <= set(
-        router._requests
+        router.client_requests.handlers
     )
 
 

@@ -11,7 +11,7 @@ import pytest
 
 from aggregator.config import ProxyConfig, ServerConfig, structure_config
 from aggregator.core.catalogs.catalog import Catalog
-from aggregator.core.events import ClientConnected, ClientMessage, ServerItems, ServerReady
+from aggregator.core.events import ClientConnected, ClientMessage, ServerItems, ServerReady, StartupCompleted
 from aggregator.core.router import LinkSettings, Router, RouterSettings, UpstreamLink
 from aggregator.jsonrpc import dumps, loads
 from tests.core.helpers import new_router
@@ -61,7 +61,7 @@ def test_a_session_past_the_default_limit_of_requests_in_flight_is_refused():
     router = bare_router(servers)
     router.handle(ServerReady("a", {"protocolVersion": "2025-11-25", "capabilities": {"tools": {}}}))
     router.handle(ServerItems("a", "tools", [{"name": "slow"}]))
-    router.startup_complete = True
+    router.handle(StartupCompleted())
     router.handle(ClientConnected(1))
     router.handle(
         ClientMessage(

@@ -22,6 +22,7 @@ from aggregator.core.events import (
     ServerLost,
     ServerMessage,
     ServerReady,
+    StartupCompleted,
     TimePassed,
 )
 from aggregator.core.upstreams.links import Phase
@@ -108,7 +109,7 @@ def router(config, clock):
     start(r, "git", GIT_TOOLS, [{"name": "greet"}], GIT_RESOURCES, GIT_TEMPLATES)
     start(r, "plain", [{"name": "echo"}], (), [{"uri": "note://a"}], [{"uriTemplate": "note://{id}"}])
     start(r, "other", [{"name": "ping"}])
-    r.startup_complete = True
+    r.handle(StartupCompleted())
     for key, profile in ((1, "default"), (2, "reader")):
         r.handle(ClientConnected(key, profile))
         r.handle(
@@ -380,7 +381,7 @@ def test_never_ready_server_names_by_prefix(config, clock):
         catalogs["default"], servers, clock=clock, list_changed_debounce=0, profiles={"reader": catalogs["reader"]}
     )
     start(r, "other", [{"name": "ping"}])
-    r.startup_complete = True
+    r.handle(StartupCompleted())
     for key, profile in ((1, "default"), (2, "reader")):
         r.handle(ClientConnected(key, profile))
         r.handle(ClientMessage(key, msg(id=0, method="initialize", params={"capabilities": {}})))

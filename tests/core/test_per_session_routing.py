@@ -17,6 +17,7 @@ from aggregator.core.events import (
     ServerLost,
     ServerMessage,
     ServerReady,
+    StartupCompleted,
     TimePassed,
 )
 from aggregator.core.router import StartUpstream, StopUpstream
@@ -43,7 +44,7 @@ def make_router(clock, debounce=0.0, **settings):
     router.handle(ServerReady("p", CAPS))
     for kind, items in SHARED_P.items():
         router.handle(ServerItems("p", kind, items))
-    router.startup_complete = True
+    router.handle(StartupCompleted())
     connect(router, 1)
     connect(router, 2)
     return router

@@ -9,7 +9,14 @@ import pytest
 from aggregator.config import structure_config
 from aggregator.core.catalogs.catalog import Catalog
 from aggregator.core.catalogs.policy import ProfilePolicy, server_request_allowed
-from aggregator.core.events import ClientConnected, ClientMessage, ServerItems, ServerMessage, ServerReady
+from aggregator.core.events import (
+    ClientConnected,
+    ClientMessage,
+    ServerItems,
+    ServerMessage,
+    ServerReady,
+    StartupCompleted,
+)
 from aggregator.jsonrpc import loads
 from tests.core.helpers import msg, new_router
 
@@ -94,7 +101,7 @@ def policy_router(config, **kw):
         )
     )
     r.handle(ServerItems("g", "tools", G_TOOLS))
-    r.startup_complete = True
+    r.handle(StartupCompleted())
     for key, profile in ((1, "default"), (2, "reader")):
         r.handle(ClientConnected(key, profile))
         r.handle(

@@ -19,6 +19,7 @@ from aggregator.core.events import (
     ServerMessage,
     ServerOversized,
     ServerReady,
+    StartupCompleted,
 )
 from aggregator.core.router import ToClient, ToServer, WaitForStartup
 from aggregator.jsonrpc import dumps
@@ -63,7 +64,7 @@ def router(clock):
     r.handle(ServerItems("a", "resources", [{"uri": "fake://doc/1"}]))
     r.handle(ServerItems("a", "resourceTemplates", [{"uriTemplate": "fake://doc/{id}"}]))
     r.handle(ServerItems("b", "tools", [{"name": "echo"}]))
-    r.startup_complete = True
+    r.handle(StartupCompleted())
     for key in (1, 2):
         r.handle(ClientConnected(key))
         out = r.handle(
@@ -97,7 +98,7 @@ def test_initialize_result():
     r.handle(ClientConnected(1))
     assert r.handle(ClientMessage(1, msg(id=1, method="initialize", params={}))) == [WaitForStartup(1)]
     r.handle(ServerReady("a", {"capabilities": {"tools": {}}, "instructions": "Be nice."}))
-    r.startup_complete = True
+    r.handle(StartupCompleted())
     _, answer = only(
         r.handle(ClientMessage(1, msg(id=1, method="initialize", params={"protocolVersion": "1999-01-01"}))), ToClient
     )
@@ -495,7 +496,7 @@ def test_an_internal_error_is_a_plain_error_and_the_session_lives(router, monkey
     def broken(client, message):
         raise ZeroDivisionError("secret detail /etc/aggregator")
 
-    monkeypatch.setitem(router._requests, "tools/call", broken)
+    monkeypatch.setitem(router.client_requests.handlers, "tools/call", broken)
     _, answer = only(
         router.handle(ClientMessage(1, msg(id=4, method="tools/call", params={"name": "a__echo"}))), ToClient
     )
@@ -516,7 +517,7 @@ def test_the_initialize_result_names_this_running_proxy():
     catalog = Catalog([], "__", 100)
     one, two = new_router(catalog, []), new_router(catalog, [])
     assert one.instance != two.instance and len(one.instance) == 16
-    one.startup_complete = True
+    one.handle(StartupCompleted())
     one.handle(ClientConnected(1))
     [answer] = one.handle(
         ClientMessage(

@@ -15,6 +15,7 @@ from aggregator.core.events import (
     ServerLost,
     ServerMessage,
     ServerReady,
+    StartupCompleted,
     TimePassed,
 )
 from tests.core.helpers import CLIENT_CAPS, connect, make_router, msg, new_router, unpack
@@ -791,7 +792,7 @@ def per_session_router(clock):
     router = new_router(Catalog(servers, "__", 50), servers, clock=clock, list_changed_debounce=0)
     router.handle(ServerReady("p", {"capabilities": {"tools": {}}}))
     router.handle(ServerItems("p", "tools", [{"name": "t"}]))
-    router.startup_complete = True
+    router.handle(StartupCompleted())
     return router
 
 

@@ -21,7 +21,14 @@ from aggregator.core.catalogs.uris import (
     normalize_template,
     normalize_uri,
 )
-from aggregator.core.events import ClientConnected, ClientMessage, ServerItems, ServerMessage, ServerReady
+from aggregator.core.events import (
+    ClientConnected,
+    ClientMessage,
+    ServerItems,
+    ServerMessage,
+    ServerReady,
+    StartupCompleted,
+)
 from aggregator.core.router import ToServer
 from tests.core.helpers import decoded, msg, new_router
 
@@ -443,7 +450,7 @@ def router():
     r.handle(ServerItems("s", "resourceTemplates", S_TEMPLATES))
     r.handle(ServerItems("f", "resources", F_RESOURCES))
     r.handle(ServerItems("f", "resourceTemplates", []))
-    r.startup_complete = True
+    r.handle(StartupCompleted())
     for key, profile in ((DEFAULT, "default"), (NARROW, "narrow")):
         r.handle(ClientConnected(key, profile))
         r.handle(ClientMessage(key, msg(id=0, method="initialize", params={"capabilities": {}})))

@@ -5,13 +5,13 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from aggregator.core.clients.client_requests import RequestHandler
 from aggregator.core.commands import Command, RequestEnded, StopUpstream, ToClient, ToServer
 from aggregator.core.era.input_bridge import awaits_input, is_question
 from aggregator.core.era.upstream_era import MODERN_ERA, Era
 from aggregator.core.events import ClientMessage
 from aggregator.core.state import (
     ClientState,
-    RequestHandler,
     RouterState,
     ServerDown,
     cancelled,
@@ -210,7 +210,7 @@ class ClientEvents(RouterState):
                 if meta is not None or client.era is MODERN_ERA:
                     return self._modern_request(client, message, meta)
             method = message["method"]
-            handler = self._requests.get(method)
+            handler = self.client_requests.handlers.get(method)
             if handler is None:
                 return [ToClient(key, error_response(message["id"], METHOD_NOT_FOUND, f"Method not found: {method}"))]
             if not client.initialize_seen and method not in _BEFORE_INITIALIZE:
@@ -234,10 +234,10 @@ class ClientEvents(RouterState):
     ) -> list[Command]:
         """A modern caller's request: admitted (``core.era.modern_callers``), then handled as a
         legacy session's is (forwarding keeps its ``_meta``), its answers stamped."""
-        out, admitted = self.modern.admit(client, message, meta, self.startup_complete)
+        out, admitted = self.modern.admit(client, message, meta, self.client_requests.startup_complete)
         if not admitted:
             return out
-        answers = self._handle(client, message, self._requests[message["method"]])
+        answers = self._handle(client, message, self.client_requests.handlers[message["method"]])
         self.modern.stamp_answers(client, message, answers)
         return out + answers if out else answers
 

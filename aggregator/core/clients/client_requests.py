@@ -1,21 +1,41 @@
-"""The handlers of client requests, each looked up by its method. Sans-IO."""
+"""The handlers of client requests, each looked up by its method. Sans-IO.
+
+``ClientRequests`` owns whether startup is complete (until it is, an initialize waits;
+so does a modern request, ``core.era.modern_callers``) and the table of handlers
+(``handlers``, by method). It is given what a request names (``Targets``), forwarding,
+the objects that answer what it does not forward (the handshake, search mode, result
+budgets, modern callers, parked calls, a modern server's input, the answers of a parked
+call's server), the proxy's own requests upstream, the links, the per-session servers,
+the subscriptions and whose each task is.
+"""
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
-from aggregator.core.catalogs.discovery import META_PAGE
-from aggregator.core.catalogs.result_budget import RESULTS_SCHEME
+from aggregator.core.catalogs.discovery import META_PAGE, Search
+from aggregator.core.catalogs.result_budget import RESULTS_SCHEME, ResultBudgets
+from aggregator.core.catalogs.targets import Targets
 from aggregator.core.catalogs.uris import InvalidUri, normalize_uri
+from aggregator.core.clients.clients import ClientState
+from aggregator.core.clients.handshake import Handshake
 from aggregator.core.clients.log_levels import LEVELS
 from aggregator.core.commands import Command, ToClient, ToServer
+from aggregator.core.era.modern_callers import ModernCallers
+from aggregator.core.era.modern_input import ModernInput
 from aggregator.core.era.modern_results import list_page_suffix, splice_page
+from aggregator.core.era.parked import ParkedCalls
 from aggregator.core.era.request_state import is_ours, is_wrapped
 from aggregator.core.era.upstream_era import LEGACY_ERA, MODERN_ERA
-from aggregator.core.requests.tasks import split_task_id
-from aggregator.core.state import ClientState, Gather, RequestHandler, RouterState, answer
-from aggregator.core.upstreams.links import UNSENT
+from aggregator.core.notices.subscriptions import Subscriptions
+from aggregator.core.replies import answer
+from aggregator.core.requests.forwarding import Forwarding
+from aggregator.core.requests.tasks import TaskOwners, split_task_id
+from aggregator.core.upstreams.answers import Answers
+from aggregator.core.upstreams.links import UNSENT, UpstreamLink
+from aggregator.core.upstreams.upstream_control import Gather, UpstreamControl
 from aggregator.jsonrpc.codec import dumps
 from aggregator.jsonrpc.errors import INVALID_PARAMS, METHOD_NOT_FOUND, RemoteProtocolError
 from aggregator.jsonrpc.kinds import ERROR, RESPONSE
@@ -26,9 +46,50 @@ from aggregator.mcp.versions import DISCOVER
 log = logging.getLogger(__name__)
 
 
-class ClientRequests(RouterState):
+# A client request's handler: (the client, the request) -> commands.
+RequestHandler = Callable[[ClientState, dict[str, Any]], list[Command]]
+
+
+class ClientRequests:
     """A client request's handler, by its method: each looks up what the request names
     (``resolve_target``) and forwards it, or answers it from the proxy's own state."""
+
+    def __init__(
+        self,
+        *,
+        links: dict[str, UpstreamLink],
+        per_session: set[str],
+        targets: Targets,
+        forwarding: Forwarding,
+        handshake: Handshake,
+        search: Search,
+        budgets: ResultBudgets,
+        modern: ModernCallers,
+        modern_input: ModernInput,
+        parked: ParkedCalls,
+        answers: Answers,
+        control: UpstreamControl,
+        subscriptions: Subscriptions,
+        tasks: dict[str, int],
+        task_owners: TaskOwners,
+    ) -> None:
+        self.links = links
+        self.per_session = per_session
+        self.targets = targets  # what a request names
+        self.forwarding = forwarding
+        self.handshake = handshake  # initialize
+        self.search = search  # search mode's tools and pages
+        self.budgets = budgets  # the rest of a cut result, read back
+        self.modern = modern  # server/discover, subscriptions/listen
+        self.modern_input = modern_input  # a retry with a wrapped upstream state
+        self.parked = parked  # a retry that resumes a parked call
+        self.answers = answers  # the answer a parked call's server gave meanwhile
+        self.control = control  # the proxy's own requests upstream (log levels, gathers, listens)
+        self.subscriptions = subscriptions
+        self.tasks = tasks  # exposed 2025-11-25 task id -> owning session
+        self.task_owners = task_owners  # exposed modern task id -> owning principal
+        self.startup_complete = False  # until then, an initialize waits (so does a modern request)
+        self.handlers = self._request_handlers()  # by method
 
     def _initialize(self, client: ClientState, message: dict[str, Any]) -> list[Command]:
         return self.handshake.initialize(client, message, self.startup_complete)
@@ -123,7 +184,7 @@ class ClientRequests(RouterState):
             out, late = self.parked.resume(client, message, server, params)
             if late is not None:  # the server's final answer came meanwhile: the caller's now
                 link, pending, final = late
-                out += self._answered(link, pending, RESPONSE if "result" in final else ERROR, final)
+                out += self.answers.answered(link, pending, RESPONSE if "result" in final else ERROR, final)
             return out
         if is_wrapped(state):
             return self.modern_input.forward_with_state(client, message, server, params)
