@@ -27,6 +27,8 @@ Owned objects (each given the tables it reads):
 - ``notices.announcements.Announcements``: list_changed notices and their debounce;
 - ``upstreams.answers.Answers``: an upstream's answer to a forwarded request, on its way
   to its caller (rewritten, stamped, counted);
+- ``upstreams.held_requests.HeldRequests``: a request for a shared server that is out,
+  held for it or answered with its state (invariant 7);
 - ``upstreams.upstream_control.UpstreamControl``: the proxy's own requests to each
   upstream (one table per link, for its lifecycle and the router's own: gathers,
   renewed subscriptions, log levels, a modern link's listen) and their earliest deadline;

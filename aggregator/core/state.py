@@ -47,6 +47,7 @@ from aggregator.core.reverse.roots import Roots
 from aggregator.core.settings import LinkSettings, RouterSettings
 from aggregator.core.settings import ServerRequestPolicy as ServerRequestPolicy  # re-exported
 from aggregator.core.upstreams.answers import Answers
+from aggregator.core.upstreams.held_requests import HeldRequests
 from aggregator.core.upstreams.links import Pending as Pending  # re-exported: where the groups look for them
 from aggregator.core.upstreams.links import UpstreamLink as UpstreamLink
 from aggregator.core.upstreams.outages import Outage
@@ -127,6 +128,17 @@ class RouterState:
         # A request on its way upstream, or held for its per-session connection to start.
         self.forwarding = Forwarding(
             self.links, self.per_session, self.requests, self.server_requests, settings.max_in_flight
+        )
+        # Requests for a shared server that is out: held for it, or answered with its state.
+        self.held_requests = HeldRequests(
+            self.links,
+            self.clients,
+            self.requests,
+            self.outages,
+            self.start_takes,
+            self.forwarding,
+            settings.max_in_flight,
+            clock,
         )
         # list_changed notices due, and when.
         self.announcements = Announcements(
@@ -278,6 +290,5 @@ class RouterState:
         def server_items(self, server: str, kind: str, items: list[dict[str, Any]]) -> list[Command]: ...
         def server_listing(self, server: str, listing: dict[str, list[dict[str, Any]]]) -> list[Command]: ...
         def server_listed(self, server: str) -> list[Command]: ...
-        def _server_down_answer(self, client: ClientState, message: dict[str, Any], server: str) -> list[Command]: ...
         # client events
         def _handle(self, client: ClientState, message: dict[str, Any], handler: Any) -> list[Command]: ...

@@ -143,6 +143,7 @@ OWNERS = [
     "era/parked.py",
     "upstreams/upstream_control.py",
     "upstreams/answers.py",
+    "upstreams/held_requests.py",
     "upstreams/links.py",
     "replies.py",
     "events.py",

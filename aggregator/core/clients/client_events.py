@@ -262,7 +262,7 @@ class ClientEvents(RouterState):
             exc.id = id
             return [ToClient(client.key, exc.to_response())]
         except ServerDown as down:
-            return self._server_down_answer(client, message, down.server)
+            return self.held_requests.hold_or_answer(client, message, down.server)
 
     def _client_notification(self, client: ClientState, message: dict[str, Any]) -> list[Command]:
         method = message["method"]

@@ -6,7 +6,8 @@ listing, its own requests in ``own_requests``, its ``upstream_outcomes``), the p
 requests to an upstream (``upstream_control.UpstreamControl``), an upstream's life as the
 trio layer reports it and what its lifecycle says to do (``upstream_events``), its
 messages (``server_messages``) and an answer on its way to its caller (``answers``),
-shared servers between starts (``outages``) and a live reload's changes (``reconfigure``).
+shared servers between starts (``outages``) and the requests held for them
+(``held_requests``), and a live reload's changes (``reconfigure``).
 
 May import: ``core.era.upstream_era`` (the ``Era``), ``core.defaults``, the catalogs,
 ``core.commands``, ``core.replies``, the client record and the handshake, the

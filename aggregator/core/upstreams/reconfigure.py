@@ -48,7 +48,7 @@ class Reconfigure(UpstreamEvents):
         outage = self.outages.get(server)
         if outage is not None:
             outage.reason = why
-        out += self._fail_held(server)
+        out += self.held_requests.fail(server)
         self._forget_subscriptions(server)
         self.outages.pop(server, None)
         self.requests.held.pop(server, None)

@@ -13,11 +13,10 @@ from typing import Any
 from aggregator.core.catalogs.catalog import Catalog
 from aggregator.core.commands import Answer, Command, DropUpstream, ToClient, ToServer, UpstreamServing
 from aggregator.core.era.upstream_era import MODERN_ERA, Era
-from aggregator.core.state import ClientState, Pending, RouterState, UpstreamLink, proxy_error
-from aggregator.core.upstreams.links import UNSENT, Phase
-from aggregator.core.upstreams.outages import FAILED, RESTARTING, Outage, remember, should_hold, unavailable
+from aggregator.core.state import ClientState, RouterState, UpstreamLink, proxy_error
+from aggregator.core.upstreams.links import UNSENT
+from aggregator.core.upstreams.outages import FAILED, RESTARTING, Outage, remember
 from aggregator.core.upstreams.upstream_outcomes import Failed, Items, Listing, Outcome, Ready, Send, Serving
-from aggregator.jsonrpc.errors import INTERNAL_ERROR, error_response
 from aggregator.jsonrpc.kinds import REQUEST
 from aggregator.mcp.constants import CANCELLED
 
@@ -315,7 +314,7 @@ class UpstreamEvents(RouterState):
                 outage.memory[profile] = seen
         # Held requests are answered by ``server_down``, which follows at once with the time
         # of the next attempt; when shutting down, none follows.
-        return self._fail_held(server) if self.forwarding.draining else []
+        return self.held_requests.fail(server) if self.forwarding.draining else []
 
     def server_down(self, server: str, reason: str, retry_in: float) -> list[Command]:
         """The supervisor of a shared server that was lost (or did not start) starts it again
@@ -325,7 +324,7 @@ class UpstreamEvents(RouterState):
             return []
         outage.retry_at = outage.attempt_at = self.clock() + max(0.0, retry_in)
         outage.reason = reason
-        return self._fail_held(server)
+        return self.held_requests.fail(server)
 
     def server_listed(self, server: str) -> list[Command]:
         """A shared server is ready and listed: it is out no more. Held requests are looked
@@ -350,55 +349,4 @@ class UpstreamEvents(RouterState):
                 sent.deadline = held.deadline  # the request's own deadline, as if never held
                 sent.hard_deadline = min(sent.hard_deadline, held.hard_deadline)
                 self.requests.deadlines.move(sent.deadline, sent)
-        return out
-
-    def _server_down_answer(self, client: ClientState, message: dict[str, Any], server: str) -> list[Command]:
-        """Hold a request for a server that is out, or tell its client how the server is."""
-        outage = self.outages.get(server)
-        link = self.links[server]
-        now = self.clock()
-        if outage is None:  # not out (a lookup raced nothing here: events are sequential)
-            self.tallies.ended(message["method"], server, "error", "unavailable", None)
-            return [
-                ToClient(
-                    client.key,
-                    proxy_error(
-                        message["id"],
-                        f"Server {server!r} is not available right now",
-                        reason="unavailable",
-                        server=server,
-                    ),
-                )
-            ]
-        held = self.requests.held.setdefault(server, [])
-        if len(held) >= self.max_in_flight:
-            held[:] = [p for p in held if not p.done]
-        if (
-            not self.forwarding.draining
-            and len(held) < self.max_in_flight
-            and len(client.in_flight) < self.max_in_flight
-            and should_hold(outage, now, link.request_timeout, self.start_takes.get(server, 0.0))
-        ):
-            pending = Pending(client.key, message["id"], message["method"], server, 0)
-            pending.hold(Phase.LISTING, message)
-            pending.hard_deadline = now + link.max_request_timeout
-            pending.deadline = now + link.request_timeout
-            self.requests.deadlines.push(pending.deadline, pending)
-            client.in_flight[pending.client_id] = pending
-            held.append(pending)
-            return []
-        text, data = unavailable(outage, now)
-        self.tallies.ended(message["method"], server, "error", "unavailable", None)
-        return [ToClient(client.key, error_response(message["id"], INTERNAL_ERROR, text, data))]
-
-    def _fail_held(self, server: str) -> list[Command]:
-        outage = self.outages.get(server)
-        out: list[Command] = []
-        for held in self.requests.held.pop(server, ()):
-            if held.done:
-                continue
-            self.requests.end(held, "error", "unavailable")
-            if held.session in self.clients and outage is not None:
-                text, data = unavailable(outage, self.clock())
-                out.append(ToClient(held.session, error_response(held.client_id, INTERNAL_ERROR, text, data)))
         return out

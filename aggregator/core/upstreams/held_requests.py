@@ -1,0 +1,108 @@
+"""Requests held for a shared server between starts (invariant 7 of the router). Sans-IO.
+
+A request whose name or URI belongs to a shared server that is out (``outages``) is held
+for it, within its own timeout, while the server is expected back in time
+(``should_hold``), or answered ``unavailable`` with the server's state. ``HeldRequests``
+decides which (``hold_or_answer``) and answers those held when the server will not come
+back (``fail``). A held request is a ``Pending`` in phase LISTING, in its client's
+``in_flight``, the request table's ``held`` and its deadlines, never in ``link.pending``:
+nothing was sent. Sending them once the server is listed is the upstream events'
+(``upstream_events.server_listed``), and a held request that times out is the timeouts'
+(``core.requests.inflight``).
+
+It keeps no table of its own (``held`` is the request table's); it is given the links,
+the clients' requests, the outages, how long each server's last start took, forwarding
+(whether the proxy still takes new requests) and the clock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from aggregator.core.clients.clients import ClientState
+from aggregator.core.commands import Command, ToClient
+from aggregator.core.replies import proxy_error
+from aggregator.core.requests.forwarding import Forwarding
+from aggregator.core.requests.request_table import RequestTable
+from aggregator.core.upstreams.links import Pending, Phase, UpstreamLink
+from aggregator.core.upstreams.outages import Outage, should_hold, unavailable
+from aggregator.jsonrpc.errors import INTERNAL_ERROR, error_response
+
+
+class HeldRequests:
+    """Requests for a shared server that is out: held for it, or answered with its state."""
+
+    def __init__(
+        self,
+        links: dict[str, UpstreamLink],
+        clients: dict[int, ClientState],
+        requests: RequestTable,
+        outages: dict[str, Outage],
+        start_takes: dict[str, float],
+        forwarding: Forwarding,
+        max_in_flight: int,
+        clock: Callable[[], float],
+    ) -> None:
+        self.links = links
+        self.clients = clients
+        self.requests = requests  # its ``held`` and deadlines
+        self.tallies = requests.tallies  # what ended how
+        self.outages = outages  # shared servers not listed (yet, or again)
+        self.start_takes = start_takes  # server -> how long its last start took
+        self.forwarding = forwarding  # draining: nothing new is held
+        self.max_in_flight = max_in_flight  # held per server, and per client
+        self.clock = clock
+
+    def hold_or_answer(self, client: ClientState, message: dict[str, Any], server: str) -> list[Command]:
+        """Hold a request for a server that is out, or tell its client how the server is."""
+        outage = self.outages.get(server)
+        link = self.links[server]
+        now = self.clock()
+        if outage is None:  # not out (a lookup raced nothing here: events are sequential)
+            self.tallies.ended(message["method"], server, "error", "unavailable", None)
+            return [
+                ToClient(
+                    client.key,
+                    proxy_error(
+                        message["id"],
+                        f"Server {server!r} is not available right now",
+                        reason="unavailable",
+                        server=server,
+                    ),
+                )
+            ]
+        held = self.requests.held.setdefault(server, [])
+        if len(held) >= self.max_in_flight:
+            held[:] = [p for p in held if not p.done]
+        if (
+            not self.forwarding.draining
+            and len(held) < self.max_in_flight
+            and len(client.in_flight) < self.max_in_flight
+            and should_hold(outage, now, link.request_timeout, self.start_takes.get(server, 0.0))
+        ):
+            pending = Pending(client.key, message["id"], message["method"], server, 0)
+            pending.hold(Phase.LISTING, message)
+            pending.hard_deadline = now + link.max_request_timeout
+            pending.deadline = now + link.request_timeout
+            self.requests.deadlines.push(pending.deadline, pending)
+            client.in_flight[pending.client_id] = pending
+            held.append(pending)
+            return []
+        text, data = unavailable(outage, now)
+        self.tallies.ended(message["method"], server, "error", "unavailable", None)
+        return [ToClient(client.key, error_response(message["id"], INTERNAL_ERROR, text, data))]
+
+    def fail(self, server: str) -> list[Command]:
+        """The requests held for ``server`` are answered with its state (it will not be
+        listed: removed, or shutting down)."""
+        outage = self.outages.get(server)
+        out: list[Command] = []
+        for held in self.requests.held.pop(server, ()):
+            if held.done:
+                continue
+            self.requests.end(held, "error", "unavailable")
+            if held.session in self.clients and outage is not None:
+                text, data = unavailable(outage, self.clock())
+                out.append(ToClient(held.session, error_response(held.client_id, INTERNAL_ERROR, text, data)))
+        return out
