@@ -11,8 +11,8 @@ async def test_a_bug_while_expiring_requests_does_not_stop_the_clock(autojump_cl
         client = await proxy.connect()
         with trio.fail_after(30):
             await client.initialize()
-            router = proxy.hub.router
-            real = router._time_out
+            timeouts = proxy.hub.router.inflight  # what times requests out
+            real = timeouts._time_out
             calls = []
 
             def broken_once(pending):
@@ -21,7 +21,7 @@ async def test_a_bug_while_expiring_requests_does_not_stop_the_clock(autojump_cl
                     raise RuntimeError("injected fault")
                 return real(pending)
 
-            monkeypatch.setattr(router, "_time_out", broken_once)
+            monkeypatch.setattr(timeouts, "_time_out", broken_once)
             await client.send({"id": "first", "method": "tools/call", "params": {"name": "a__hang"}})
             await trio.sleep(3)  # its expiry failed: logged, and the proxy goes on
             assert "injected fault" in caplog.text
