@@ -33,7 +33,7 @@ import trio
 from aggregator.config import HttpConfig, parse_listen
 from aggregator.fronts.access import AccessPolicy, check_exposure
 from aggregator.fronts.admission import Denial, check_access
-from aggregator.fronts.containment import internal_error
+from aggregator.fronts.containment import serve_contained
 from aggregator.hub.hub import Hub
 from aggregator.jsonrpc.codec import dumps
 from aggregator.ops.status import health, readiness, snapshot
@@ -176,13 +176,7 @@ class AdminEndpoint:
         self.connections += 1
         connection = HttpConnection(stream, self.limits)
         try:
-            await connection.serve(partial(self._handle, connection))
-        except Exception:
-            request = connection.current
-            where = f"{request.method} {request.path[:100]}" if request is not None else "reading a request"
-            log.exception("admin: internal error in %s; closing this connection only", where)
-            if request is not None and connection.response_pending():
-                await connection.respond(500, [JSON_TYPE, ("connection", "close")], dumps(internal_error(request.body)))
+            await serve_contained(connection, partial(self._handle, connection), "admin", log)
         finally:
             self.connections -= 1
             await connection.aclose()

@@ -52,7 +52,7 @@ import trio
 from aggregator.config import HttpConfig, parse_listen
 from aggregator.fronts.access import AccessPolicy
 from aggregator.fronts.admission import check_access
-from aggregator.fronts.containment import internal_error
+from aggregator.fronts.containment import serve_contained
 from aggregator.fronts.http.answers import no_session
 from aggregator.fronts.http.exchange import PostExchange
 from aggregator.fronts.http.legacy_sse import LegacySession, LegacySse
@@ -159,13 +159,7 @@ class StreamableHttpEndpoint:
             return
         connection = HttpConnection(stream, self.limits)
         try:
-            await connection.serve(partial(self._handle, connection))
-        except Exception:
-            request = connection.current
-            where = f"{request.method} {request.path[:100]}" if request is not None else "reading a request"
-            log.exception("http: internal error in %s; closing this connection only", where)
-            if request is not None and connection.response_pending():
-                await connection.respond(500, [JSON, ("connection", "close")], dumps(internal_error(request.body)))
+            await serve_contained(connection, partial(self._handle, connection), "http", log)
         finally:
             try:
                 await connection.aclose()
