@@ -188,7 +188,7 @@ class CodeGrant(UsesIssuer, grants.AuthorizationCodeGrant):
                 code=code,
                 client_id=request.client.client_id,
                 user_name=request.user.name,
-                redirect_uri=request.payload.redirect_uri or request.client.get_default_redirect_uri(),
+                redirect_uri=request.payload.redirect_uri,  # the token request repeats it if it was sent
                 scope=request.scope or "",
                 resource=requested_target(request, "resource"),
                 code_challenge=data["code_challenge"],

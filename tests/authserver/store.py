@@ -97,14 +97,14 @@ class AuthorizationCode(AuthorizationCodeMixin):
     code: str = attrs.field(repr=False)
     client_id: str
     user_name: str
-    redirect_uri: str
+    redirect_uri: str | None
     scope: str
     resource: str | None
     code_challenge: str
     code_challenge_method: str
     expires_at: float
 
-    def get_redirect_uri(self) -> str:
+    def get_redirect_uri(self) -> str | None:
         return self.redirect_uri
 
     def get_scope(self) -> str:

@@ -135,6 +135,13 @@ def test_codes_are_single_use_and_bound_to_the_exact_redirect_uri(authserver: Au
     assert authserver.token(client, **form).status_code == 200
     again = authserver.token(client, **form)
     assert again.status_code == 400 and again.json()["error"] == "invalid_grant"
+    # Without a redirect_uri the one registered is used, and the token request need not name it.
+    params = authserver.authorize_request(client, challenge=challenge, resource=RESOURCE)
+    del params["redirect_uri"]
+    approved = authserver.login(params, user="alice", password="alice-password")
+    assert approved.headers["location"].startswith(client.redirect_uri + "?")
+    form = {"grant_type": "authorization_code", "code": redirected_query(approved)["code"], "code_verifier": verifier}
+    assert authserver.token(client, **form).status_code == 200
 
 
 def test_login_form_refuses_a_wrong_password_and_passes_state_on_deny(authserver: AuthServer) -> None:
