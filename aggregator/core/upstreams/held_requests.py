@@ -6,8 +6,11 @@ for it, within its own timeout, while the server is expected back in time
 decides which (``hold_or_answer``) and answers those held when the server will not come
 back (``fail``). A held request is a ``Pending`` in phase LISTING, in its client's
 ``in_flight``, the request table's ``held`` and its deadlines, never in ``link.pending``:
-nothing was sent. Sending them once the server is listed is the upstream events'
-(``upstream_events.server_listed``), and a held request that times out is the timeouts'
+nothing was sent. Once the server is listed they are released (``release``): each is
+ended and handed back as a ``Resend``, an outcome of the upstream event that listed the
+server, which the router hands to the client events to handle the request again as its
+client sent it (its name looked up anew), and the request it became keeps the held one's
+deadline (``keep_deadline``). A held request that times out is the timeouts'
 (``core.requests.inflight``).
 
 It keeps no table of its own (``held`` is the request table's); it is given the links,
@@ -18,16 +21,23 @@ the clients' requests, the outages, how long each server's last start took, forw
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 from aggregator.core.clients.clients import ClientState
 from aggregator.core.commands import Command, ToClient
 from aggregator.core.replies import proxy_error
 from aggregator.core.requests.forwarding import Forwarding
 from aggregator.core.requests.request_table import RequestTable
-from aggregator.core.upstreams.links import Pending, Phase, UpstreamLink
+from aggregator.core.upstreams.links import UNSENT, Pending, Phase, UpstreamLink
 from aggregator.core.upstreams.outages import Outage, should_hold, unavailable
 from aggregator.jsonrpc.errors import INTERNAL_ERROR, error_response
+
+
+class Resend(NamedTuple):
+    """A request held for a server that is listed now, ended as held: its client's request
+    (``held.held``) is to be handled again, as its client sent it (``HeldRequests.release``)."""
+
+    held: Pending
 
 
 class HeldRequests:
@@ -106,3 +116,26 @@ class HeldRequests:
                 text, data = unavailable(outage, self.clock())
                 out.append(ToClient(held.session, error_response(held.client_id, INTERNAL_ERROR, text, data)))
         return out
+
+    def release(self, server: str) -> list[Resend]:
+        """``server`` is listed: the requests held for it end as held, and those whose
+        clients are still connected are handed back to be handled again, in order."""
+        out: list[Resend] = []
+        for held in self.requests.held.pop(server, ()):
+            if held.done:
+                continue
+            self.requests.end(held)
+            if held.session in self.clients:
+                assert held.held is not None  # held: its request is kept
+                out.append(Resend(held))
+        return out
+
+    def keep_deadline(self, held: Pending) -> None:
+        """A released request was handled again: the request it became upstream keeps the
+        held one's deadlines, as if it had never been held."""
+        assert held.session is not None  # held for a client's request
+        sent = self.clients[held.session].in_flight.get(held.client_id)
+        if sent is not None and sent.phase not in UNSENT and sent.deadline > held.deadline:
+            sent.deadline = held.deadline
+            sent.hard_deadline = min(sent.hard_deadline, held.hard_deadline)
+            self.requests.deadlines.move(sent.deadline, sent)

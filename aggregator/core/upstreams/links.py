@@ -11,6 +11,7 @@ import attrs
 
 from aggregator.core import defaults
 from aggregator.core.era.upstream_era import Era
+from aggregator.core.settings import LinkSettings
 from aggregator.core.upstreams.own_requests import OwnRequests
 from aggregator.core.upstreams.upstream_lifecycle import CONTROL_ID_PREFIX, UpstreamLifecycle
 
@@ -194,3 +195,19 @@ class UpstreamLink:
     # the link's whole life: ids never repeat, so an answer to an ended connection's is stale.
     own: OwnRequests[Any] = attrs.field(factory=lambda: OwnRequests(CONTROL_ID_PREFIX))
     lifecycle: UpstreamLifecycle | None = None  # the current connection's; None between connections
+
+
+def configured_link(server: LinkSettings, prefix: str, uri_prefix: str) -> UpstreamLink:
+    """A fresh link to a configured (shared) server, under its catalog's names for it
+    (at startup, and when a reload adds or restarts it)."""
+    return UpstreamLink(
+        server.name,
+        prefix,
+        uri_prefix,
+        request_timeout=server.request_timeout,
+        max_request_timeout=server.max_request_timeout,
+        timeout_resets_on_progress=server.timeout_resets_on_progress,
+        server=server.name,
+        protocol=server.protocol,
+        discover_timeout=server.discover_timeout,
+    )
