@@ -1,8 +1,11 @@
 """Routing between downstream sessions (clients) and upstreams (servers). Sans-IO.
 
-``Router`` is the one entry (``handle``) and the queries the trio layer may ask. Its
-state is kept by objects that own their part and its rules, wired once in its state
-(``aggregator.core.state``), and by handler groups still combined with it as one class:
+``Router`` is the one entry (``handle``) and the queries the trio layer may ask. It is one
+class (its MRO is ``(Router, object)``): it holds the tables that several objects read
+(links, clients, catalogs, outages, subscriptions, tasks, ...) and composes the objects
+that own their part of the state and its rules, each given what it reads, wired once in
+its constructor. None of them calls back into the router: what one needs of another above
+it comes back as an outcome that the router (or the object above) acts on.
 
 Owned objects (each given the tables it reads):
 
@@ -43,14 +46,19 @@ Owned objects (each given the tables it reads):
   caller by an ``input_required`` result, the call parked (within the bounds of its
   ``ParkedTable``) until the caller's retry resumes it.
 
-Handler groups (mixins over the shared state, by package):
+Event handlers (objects over the tables above, composed by the router, lowest first):
 
-- ``clients``: a client's messages, notifications, answers, connect, disconnect
-  (``client_events``);
-- ``upstreams``: an upstream's messages, its answers handed to ``Answers``, its
-  notifications by a method table (``server_messages``); upstreams connected, ready,
-  listed (what their lifecycles say, done), overloaded, lost, out between starts
-  (``upstream_events``); servers removed and added on a live reload (``reconfigure``).
+- ``upstreams.upstream_events.UpstreamEvents``: an upstream connected, ready, listed
+  (what its lifecycle says, done), overloaded, lost, out between starts; a shared server
+  listed releases the requests held for it as ``Resend`` outcomes;
+- ``upstreams.reconfigure.Reconfigure``: servers removed and added, catalogs renewed on a
+  live reload (a server stopped through the upstream events, as if lost);
+- ``clients.client_events.ClientEvents``: a client's messages, notifications, answers,
+  connect, disconnect; the requests an upstream event released, handled again
+  (``resend``);
+- ``upstreams.server_messages.ServerMessages``: an upstream's messages, its answers
+  handed to ``Answers``, its notifications by a method table; its own answers and lists
+  changed, to the upstream events.
 
 Theory of operation
 -------------------
@@ -92,13 +100,21 @@ Invariants
 
 from __future__ import annotations
 
+import secrets
 import time
 from collections.abc import Callable
 from typing import Any
 
 from aggregator.core import events
 from aggregator.core.catalogs.catalog import Catalog
+from aggregator.core.catalogs.discovery import Search
+from aggregator.core.catalogs.result_budget import ResultBudgets
+from aggregator.core.catalogs.session_catalog import SessionViews
+from aggregator.core.catalogs.targets import Targets
 from aggregator.core.clients.client_events import ClientEvents
+from aggregator.core.clients.client_requests import ClientRequests
+from aggregator.core.clients.clients import ClientState, SessionInfo
+from aggregator.core.clients.handshake import Handshake
 from aggregator.core.commands import (
     Answer,
     Command,
@@ -110,20 +126,32 @@ from aggregator.core.commands import (
     UpstreamServing,
     WaitForStartup,
 )
+from aggregator.core.era.input_bridge import InputBridge
+from aggregator.core.era.modern_callers import ModernCallers
+from aggregator.core.era.modern_input import ModernInput
+from aggregator.core.era.parked import ParkedCalls, ParkedTable
+from aggregator.core.era.request_state import RequestStates
 from aggregator.core.era.upstream_era import INSTANCE_KEY
 from aggregator.core.events import Event
-from aggregator.core.settings import LinkSettings, RouterSettings
-from aggregator.core.state import (
-    ROOTS_HOLD_SECONDS,
-    ClientState,
-    Pending,
-    ServerRequestPolicy,
-    SessionInfo,
-    UpstreamLink,
-    proxy_error,
-)
+from aggregator.core.notices.announcements import Announcements
+from aggregator.core.notices.subscriptions import Listens, Subscriptions
+from aggregator.core.replies import proxy_error
+from aggregator.core.requests.forwarding import Forwarding
+from aggregator.core.requests.inflight import InFlight
+from aggregator.core.requests.request_table import RequestTable
+from aggregator.core.requests.tallies import Tallies
+from aggregator.core.requests.tasks import TaskOwners
+from aggregator.core.reverse.reverse_requests import ReverseRequests
+from aggregator.core.reverse.reverse_table import ReverseTable
+from aggregator.core.reverse.roots import ROOTS_HOLD_SECONDS, Roots
+from aggregator.core.settings import LinkSettings, RouterSettings, ServerRequestPolicy
+from aggregator.core.upstreams.answers import Answers
+from aggregator.core.upstreams.held_requests import HeldRequests
+from aggregator.core.upstreams.links import Pending, UpstreamLink, configured_link
+from aggregator.core.upstreams.outages import Outage
 from aggregator.core.upstreams.reconfigure import Reconfigure
 from aggregator.core.upstreams.server_messages import ServerMessages
+from aggregator.core.upstreams.upstream_control import UpstreamControl
 from aggregator.core.upstreams.upstream_events import UpstreamEvents
 from aggregator.core.upstreams.upstream_lifecycle import CONTROL_ID_PREFIX
 
@@ -152,13 +180,12 @@ __all__ = [
 ]
 
 
-class Router(
-    ClientEvents,
-    ServerMessages,
-    Reconfigure,
-    UpstreamEvents,
-):
-    """The router: events in through ``handle``, commands out as lists."""
+class Router:
+    """The router: events in through ``handle``, commands out as lists. It holds the tables
+    its objects share and composes the objects; only they and it write those tables."""
+
+    tasks: dict[str, int]  # exposed 2025-11-25 task id -> owning session
+    task_owners: TaskOwners  # exposed modern (tasks extension) task id -> owning principal
 
     def __init__(
         self,
@@ -171,18 +198,37 @@ class Router(
         server_request_policy: ServerRequestPolicy | None = None,
     ) -> None:
         settings = settings if settings is not None else RouterSettings()
-        super().__init__(
-            catalog,
-            settings,
-            clock=clock,
-            profiles=profiles,
-            instance=instance,
-            server_request_policy=server_request_policy,
+        servers = settings.servers
+        self.catalog = catalog  # and one per profile (what its clients see), over one store of items:
+        self.catalogs: dict[str, Catalog] = {"default": catalog, **(profiles or {})}
+        self.clock = clock
+        self.instance = instance if instance is not None else secrets.token_hex(8)
+        self.links: dict[str, UpstreamLink] = {
+            s.name: configured_link(s, catalog.naming[s.name].prefix, catalog.naming[s.name].uri_prefix)
+            for s in servers
+        }
+        self.per_session = {s.name for s in servers if s.isolation == "per-session"}
+        # Shared servers not listed (yet, or again): their state and what was seen of them.
+        self.outages: dict[str, Outage] = {s.name: Outage(s.name) for s in servers}
+        self.start_takes: dict[str, float] = {}  # server -> how long its last start took
+        self.clients: dict[int, ClientState] = {}
+        self.max_in_flight = settings.max_in_flight
+        self.max_json_depth = settings.max_json_depth  # enforced where messages are decoded
+        self.server_requests = settings.server_requests
+        self.server_request_policy: ServerRequestPolicy = (
+            server_request_policy if server_request_policy is not None else lambda server, method, params: True
         )
-        # The trio layer's clock asks these after every batch: the owner's own methods, bound.
+        self.subscriptions = Subscriptions()  # keyed by link: (server or server@session, URI)
+        self.listens = Listens()  # modern callers' open subscriptions/listen requests
+        self.views = SessionViews()  # of the sessions whose own per-session connections listed
+        self.tasks, self.task_owners = {}, TaskOwners()  # whose each task is (``core.requests.tasks``)
+        self.request_states = RequestStates(settings.input_required_timeout)  # what resumes one
+        self._own_objects(settings)
+        self._event_objects()
+        # The trio layer asks these: the owners' own methods, bound (the clock's after every batch).
         self.next_deadline = self.inflight.next_deadline  # when ``TimePassed`` has work next
         self.in_flight = self.inflight.in_flight  # client requests waiting for a server's answer
-        self._notifications = self._notification_handlers()
+        self.client_idle = self.client_events.client_idle  # whether a client may stay between requests
         self._events = self._event_handlers()
 
     def handle(self, event: Event) -> list[Command]:
@@ -192,6 +238,8 @@ class Router(
 
     def _event_handlers(self) -> dict[type, Callable[[Any], list[Command]]]:
         """Each event's handler, by its type (the events' fields are the handlers' arguments)."""
+        clients, servers, upstreams, reload = self.client_events, self.server_messages, self.upstreams, self.reconfigure
+        resend = clients.resend  # what an upstream event released, handled again
 
         def quietly(act: Callable[[Any], object]) -> Callable[[Any], list[Command]]:
             def handler(event: Any) -> list[Command]:
@@ -202,55 +250,300 @@ class Router(
 
         return {
             events.ClientConnected: quietly(
-                lambda e: self.client_connected(
+                lambda e: clients.client_connected(
                     e.key, e.profile, era=e.era, principal=e.principal, stateless=e.stateless
                 )
             ),
-            events.ClientMessage: self.client_message,
-            events.ClientDecoded: lambda e: self.client_event(e.key, e.kind, e.message),
-            events.ClientRefused: lambda e: self.client_refused(e.key, e.exc),
-            events.ClientAnswerRefused: lambda e: self.refused_answer(e.key, e.exc),
-            events.ClientDisconnected: lambda e: self.client_disconnected(e.key, e.answer),
-            events.UpstreamConnected: lambda e: self.upstream_connected(
-                e.server,
-                target=e.target,
-                init_timeout=e.init_timeout,
-                capabilities=e.capabilities,
-                modern_possible=e.modern_possible,
+            events.ClientMessage: clients.client_message,
+            events.ClientDecoded: lambda e: clients.client_event(e.key, e.kind, e.message),
+            events.ClientRefused: lambda e: clients.client_refused(e.key, e.exc),
+            events.ClientAnswerRefused: lambda e: clients.refused_answer(e.key, e.exc),
+            events.ClientDisconnected: lambda e: clients.client_disconnected(e.key, e.answer),
+            events.UpstreamConnected: lambda e: resend(
+                upstreams.upstream_connected(
+                    e.server,
+                    target=e.target,
+                    init_timeout=e.init_timeout,
+                    capabilities=e.capabilities,
+                    modern_possible=e.modern_possible,
+                )
             ),
-            events.ServerMessage: self.server_message_event,
-            events.ServerDecoded: lambda e: self.server_decoded(e.server, e.decoded, e.related),
-            events.ServerOversized: lambda e: self.server_oversized(e.server, e.head, e.limit),
-            events.ServerReady: lambda e: self.server_ready(e.server, e.init_result),
-            events.ServerItems: lambda e: self.server_items(e.server, e.kind, e.items),
-            events.ServerListing: lambda e: self.server_listing(e.server, e.listing),
-            events.ServerListed: lambda e: self.server_listed(e.server),
+            events.ServerMessage: servers.server_message_event,
+            events.ServerDecoded: lambda e: servers.server_decoded(e.server, e.decoded, e.related),
+            events.ServerOversized: lambda e: servers.server_oversized(e.server, e.head, e.limit),
+            events.ServerReady: lambda e: upstreams.server_ready(e.server, e.init_result),
+            events.ServerItems: lambda e: upstreams.server_items(e.server, e.kind, e.items),
+            events.ServerListing: lambda e: upstreams.server_listing(e.server, e.listing),
+            events.ServerListed: lambda e: resend(upstreams.server_listed(e.server)),
             events.ServerStreams: quietly(lambda e: self._server_streams(e.server, e.streams)),
             events.ServerCongested: quietly(lambda e: self._server_congested(e.server, e.reason)),
-            events.ServerOverloaded: lambda e: self.server_overloaded(e.server, e.why),
-            events.ServerLost: lambda e: self.server_lost(e.server, e.why),
-            events.ServerDown: lambda e: self.server_down(e.server, e.reason, e.retry_in),
+            events.ServerOverloaded: lambda e: upstreams.server_overloaded(e.server, e.why),
+            events.ServerLost: lambda e: upstreams.server_lost(e.server, e.why),
+            events.ServerDown: lambda e: upstreams.server_down(e.server, e.reason, e.retry_in),
             events.LinkEnded: quietly(lambda e: self._link_ended(e.name)),
             events.OwnCallStarted: lambda e: self.control.own_call(e.server, e.method, e.params, e.caller),
             events.TimePassed: lambda e: self._time_passed(),
             events.StartupCompleted: quietly(lambda e: self._startup_completed()),
             events.DrainingStarted: quietly(lambda e: self._start_draining()),
             events.Abandoned: lambda e: self.inflight.abandon(e.why),
-            events.ServerRemoved: lambda e: self.server_removed(e.server, e.why),
-            events.ServerRestarting: lambda e: self.server_restarting(e.server, e.why),
-            events.ServerReplaced: quietly(lambda e: self.server_replaced(e.server, e.why)),
-            events.ServerAdded: quietly(lambda e: self.server_added(e.server)),
-            events.CatalogsRenewed: lambda e: self.catalogs_renewed(e.servers, e.policies, e.catalog_hook),
+            events.ServerRemoved: lambda e: reload.server_removed(e.server, e.why),
+            events.ServerRestarting: lambda e: reload.server_restarting(e.server, e.why),
+            events.ServerReplaced: quietly(lambda e: reload.server_replaced(e.server, e.why)),
+            events.ServerAdded: quietly(lambda e: reload.server_added(e.server)),
+            events.CatalogsRenewed: lambda e: reload.catalogs_renewed(e.servers, e.policies, e.catalog_hook),
             events.DiscoveryRenewed: lambda e: self.search.renew(e.discovery),
         }
+
+    def _own_objects(self, settings: RouterSettings) -> None:
+        """The objects that own a part of the state and its rules, each given the tables
+        it reads (wired once, here)."""
+        clock = self.clock
+        self.targets = Targets(self.catalogs, self.links, self.outages, self.per_session)  # what requests name
+        self.tallies = Tallies()  # what ended how (``core.requests.tallies``)
+        # Every client request in flight, its progress token and deadlines.
+        self.requests = RequestTable(clock, self.links, self.clients, self.tallies, self.subscriptions)
+        self.reverse = ReverseTable(settings.max_in_flight)  # server-to-client requests in flight
+        # A request on its way upstream, or held for its per-session connection to start.
+        self.forwarding = Forwarding(
+            self.links, self.per_session, self.requests, self.server_requests, settings.max_in_flight
+        )
+        # Requests for a shared server that is out: held for it, or answered with its state.
+        self.held_requests = HeldRequests(
+            self.links,
+            self.clients,
+            self.requests,
+            self.outages,
+            self.start_takes,
+            self.forwarding,
+            settings.max_in_flight,
+            clock,
+        )
+        # list_changed notices due, and when.
+        self.announcements = Announcements(
+            clock, settings.list_changed_debounce, self.clients, self.views, self.listens
+        )
+        discovery = dict(settings.discovery)  # profile -> its discovery settings
+        self.budgets = ResultBudgets(clock, discovery)  # tool results cut, their rest kept
+        self.search = Search(  # search mode, by the same settings
+            discovery, self.clients, self.catalogs, self.links, self.announcements, self.budgets
+        )
+        self.handshake = Handshake(  # what the proxy says of itself
+            self.links, self.catalog.separator, self.server_requests, self.instance, self.announcements
+        )
+        # The proxy's own requests to each upstream: its lifecycle's and the router's.
+        self.control = UpstreamControl(
+            self.links, self.clients, self.handshake, self.subscriptions, self.tasks, self.instance, clock
+        )
+        self._message_objects(settings)
+        self._input_objects(settings)
+        self._handling_objects()
+
+    def _handling_objects(self) -> None:
+        """The objects given most of the others: the handlers of client requests, and the
+        timeouts over every table, wired last."""
+        # The handlers of client requests, by method; whether startup is complete.
+        self.client_requests = ClientRequests(
+            links=self.links,
+            per_session=self.per_session,
+            targets=self.targets,
+            forwarding=self.forwarding,
+            handshake=self.handshake,
+            search=self.search,
+            budgets=self.budgets,
+            modern=self.modern,
+            modern_input=self.modern_input,
+            parked=self.parked,
+            answers=self.answers,
+            control=self.control,
+            subscriptions=self.subscriptions,
+            tasks=self.tasks,
+            task_owners=self.task_owners,
+        )
+        # Requests in flight given up on and timed out, and what else shares the one clock.
+        self.inflight = InFlight(
+            self.links,
+            self.clients,
+            self.requests,
+            self.outages,
+            self.control,
+            self.parked,
+            self.announcements,
+            self.roots,
+            self.input_bridge,
+            self.modern,
+            self.listens,
+            self.clock,
+        )
+
+    def _message_objects(self, settings: RouterSettings) -> None:
+        """The objects a caller's request and its answer go through by era, wired as
+        ``_own_objects``'s are."""
+        # What the proxy does for modern (2026-07-28) callers that it does not for legacy sessions.
+        self.modern = ModernCallers(
+            self.clients,
+            self.links,
+            self.catalogs,
+            self.views,
+            self.listens,
+            self.subscriptions,
+            self.targets,
+            self.forwarding,
+            self.control,
+            self.handshake,
+            self.announcements,
+            self.instance,
+            settings.max_in_flight,
+        )
+        # An upstream's answer to a forwarded request, on its way to its caller.
+        self.answers = Answers(
+            self.requests,
+            self.clients,
+            self.tasks,
+            self.task_owners,
+            self.budgets,
+            self.subscriptions,
+            self.reverse,
+            self.modern,
+            settings.max_in_flight,
+            self.clock,
+        )
+
+    def _input_objects(self, settings: RouterSettings) -> None:
+        """The objects that carry what a server asks of a client (server-to-client
+        requests, input_required in either era), wired as ``_own_objects``'s are."""
+        clock = self.clock
+        # A modern server's input_required for a modern caller, and the caller's retry.
+        self.modern_input = ModernInput(
+            self.requests, self.forwarding, self.request_states, self.server_requests, self.server_request_policy, clock
+        )
+        self.roots = Roots(  # whose roots each server sees, and roots/list held for a client
+            settings.roots, settings.single_client, self.server_requests, self.links, self.clients, clock
+        )
+        # Calls parked while their modern callers provide what a legacy server asks.
+        self.parked = ParkedCalls(
+            ParkedTable(settings.max_parked_calls, settings.max_parked_per_principal),
+            self.clients,
+            self.links,
+            self.requests,
+            self.reverse,
+            self.request_states,
+            settings.max_in_flight,
+            clock,
+        )
+        # Server-to-client requests, routed to the one client they are for, or answered.
+        self.reverse_requests = ReverseRequests(
+            self.clients,
+            self.requests,
+            self.reverse,
+            self.roots,
+            self.parked,
+            self.tasks,
+            self.server_requests,
+            self.server_request_policy,
+            settings.max_in_flight,
+        )
+        # A modern server's input_required asked of a legacy caller, then the call retried.
+        self.input_bridge = InputBridge(
+            self.clients,
+            self.links,
+            self.requests,
+            self.reverse,
+            self.roots,
+            self.server_requests,
+            self.server_request_policy,
+            settings.max_in_flight,
+            clock,
+        )
+
+    def _event_objects(self) -> None:
+        """The handlers of events, lowest first: each is given the tables and objects it
+        uses, and the ones below it."""
+        # An upstream's life: connected, ready, listed, lost, out between starts.
+        self.upstreams = UpstreamEvents(
+            links=self.links,
+            outages=self.outages,
+            start_takes=self.start_takes,
+            clients=self.clients,
+            catalogs=self.catalogs,
+            views=self.views,
+            subscriptions=self.subscriptions,
+            announcements=self.announcements,
+            control=self.control,
+            forwarding=self.forwarding,
+            inflight=self.inflight,
+            tallies=self.tallies,
+            held_requests=self.held_requests,
+            reverse=self.reverse,
+            roots=self.roots,
+            clock=self.clock,
+        )
+        # A live reload: servers removed, added, restarted; catalogs renewed.
+        self.reconfigure = Reconfigure(
+            links=self.links,
+            outages=self.outages,
+            start_takes=self.start_takes,
+            per_session=self.per_session,
+            catalogs=self.catalogs,
+            views=self.views,
+            subscriptions=self.subscriptions,
+            announcements=self.announcements,
+            requests=self.requests,
+            held_requests=self.held_requests,
+            upstreams=self.upstreams,
+        )
+        # A client session from connect to disconnect.
+        self.client_events = ClientEvents(
+            clients=self.clients,
+            links=self.links,
+            per_session=self.per_session,
+            catalogs=self.catalogs,
+            views=self.views,
+            subscriptions=self.subscriptions,
+            listens=self.listens,
+            tasks=self.tasks,
+            max_json_depth=self.max_json_depth,
+            requests=self.requests,
+            client_requests=self.client_requests,
+            search=self.search,
+            budgets=self.budgets,
+            modern=self.modern,
+            input_bridge=self.input_bridge,
+            reverse=self.reverse,
+            reverse_requests=self.reverse_requests,
+            roots=self.roots,
+            control=self.control,
+            held_requests=self.held_requests,
+            upstreams=self.upstreams,
+        )
+        # What an upstream says.
+        self.server_messages = ServerMessages(
+            links=self.links,
+            clients=self.clients,
+            subscriptions=self.subscriptions,
+            tasks=self.tasks,
+            max_json_depth=self.max_json_depth,
+            requests=self.requests,
+            answers=self.answers,
+            input_bridge=self.input_bridge,
+            modern_input=self.modern_input,
+            modern=self.modern,
+            reverse=self.reverse,
+            reverse_requests=self.reverse_requests,
+            control=self.control,
+            upstreams=self.upstreams,
+            client_events=self.client_events,
+            clock=self.clock,
+        )
 
     # --- what the trio layer tells and asks (it never writes the router's fields) ------
 
     def _time_passed(self) -> list[Command]:
         """Time out what is overdue and send the notices that are due; the proxy's own
-        requests upstream last."""
+        requests upstream last (what their lifecycles say, done)."""
         now = self.clock()
-        return self.inflight.expire(now) + self.expire_own(now)
+        out = self.inflight.expire(now)
+        own = self.upstreams.expire_own(now)
+        return out + self.client_events.resend(own) if own else out
 
     def _startup_completed(self) -> None:
         """Startup is over (every server listed, or the wait for them timed out): requests

@@ -1,20 +1,26 @@
-"""The router's handler groups never define the same method twice: one would silently win."""
+"""The router is one class: it composes the objects that own the core's state and handle
+its events, and inherits from none of them (no mixins sharing its fields)."""
 
 from __future__ import annotations
 
-from collections import defaultdict
-
+from aggregator.core.clients.client_events import ClientEvents
 from aggregator.core.router import Router
-from aggregator.core.state import RouterState
+from aggregator.core.upstreams.reconfigure import Reconfigure
+from aggregator.core.upstreams.server_messages import ServerMessages
+from aggregator.core.upstreams.upstream_events import UpstreamEvents
 
 
-def test_no_two_handler_groups_define_the_same_method():
-    groups = [cls for cls in Router.__mro__[1:] if cls is not RouterState and issubclass(cls, RouterState)]
-    assert len(groups) >= 2  # the groups that remain are there to check
-    owners = defaultdict(list)
-    for group in groups:
-        for name, value in vars(group).items():
-            if callable(value) and not name.startswith("__"):
-                owners[name].append(group.__name__)
-    clashes = {name: where for name, where in owners.items() if len(where) > 1}
-    assert not clashes, clashes
+def test_the_router_is_one_class():
+    assert Router.__mro__ == (Router, object)
+
+
+def test_the_event_handlers_are_objects_the_router_composes(router):
+    for name, kind in (
+        ("upstreams", UpstreamEvents),
+        ("reconfigure", Reconfigure),
+        ("client_events", ClientEvents),
+        ("server_messages", ServerMessages),
+    ):
+        handler = getattr(router, name)
+        assert type(handler) is kind
+        assert type(handler).__mro__ == (kind, object)

@@ -12,7 +12,7 @@ from tests.core.helpers import lifecycle_serves, msg, own_asks, unpack
 
 
 def test_the_table_has_a_handler_for_each_list_change(router):
-    assert set(LIST_CHANGED.values()) <= set(router._notifications)
+    assert set(LIST_CHANGED.values()) <= set(router.server_messages._notifications)
 
 
 # (notification from a, what its lifecycle asks a for: one kind at a time)

@@ -22,8 +22,8 @@ from aggregator.core.events import (
     TimePassed,
     UpstreamConnected,
 )
+from aggregator.core.replies import cancelled
 from aggregator.core.router import DropUpstream, Router, ToClient, ToServer, UpstreamServing
-from aggregator.core.state import cancelled
 from tests.core.helpers import Clock, connect, lifecycle_serves, msg, new_router, own_asks, unpack
 
 CAPS = {"tools": {"listChanged": True}, "resources": {"subscribe": True}, "tasks": {"list": {}}}

@@ -7,6 +7,6 @@ what a request names (``targets.Targets``), search mode (``discovery``, ``tool_s
 ``kept_results``).
 
 May import: ``core.clients.clients`` and ``core.upstreams`` records (links, outages),
-``core.settings``, ``core.commands``, ``aggregator.mcp`` and ``aggregator.jsonrpc``; the
-search group also ``core.state``. Nothing here routes a message.
+``core.settings``, ``core.commands``, ``aggregator.mcp`` and ``aggregator.jsonrpc``.
+Nothing here routes a message.
 """

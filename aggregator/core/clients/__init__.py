@@ -7,5 +7,6 @@ from connect to disconnect (``client_events``), the handlers of its requests by 
 
 May import: ``core.upstreams.links`` (records), ``core.notices``, the catalogs,
 ``core.era`` for a modern caller's rules, ``core.commands``, ``aggregator.mcp`` and
-``aggregator.jsonrpc``; its router groups also ``core.state``.
+``aggregator.jsonrpc``; its client events also ``core.upstreams`` (a leaving
+client's own connections are lost through the upstream events; held requests released).
 """

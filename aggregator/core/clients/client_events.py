@@ -1,24 +1,42 @@
-"""What a client session says: its messages, answers and notifications, connect and disconnect. Sans-IO."""
+"""What a client session says: its messages, answers and notifications, connect and disconnect. Sans-IO.
+
+``ClientEvents`` owns no table: it is given the router's tables (clients, links, the
+catalogs, tasks, ...) and the objects that own the rest, and checks each message before
+handing it to its owner (a request to its handler in ``client_requests``, an answer to
+the server-to-client request it answers). A client that leaves takes its per-session
+connections with it, lost through the upstream events (``server_lost``); the requests
+held for a shared server come back from the upstream events as ``Resend`` outcomes, and
+are handled here again as their clients sent them (``resend``).
+"""
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from typing import Any
 
-from aggregator.core.clients.client_requests import RequestHandler
+from aggregator.core.catalogs.catalog import Catalog
+from aggregator.core.catalogs.discovery import Search
+from aggregator.core.catalogs.result_budget import ResultBudgets
+from aggregator.core.catalogs.session_catalog import SessionViews
+from aggregator.core.catalogs.targets import ServerDown
+from aggregator.core.clients.client_requests import ClientRequests, RequestHandler
+from aggregator.core.clients.clients import ClientState
 from aggregator.core.commands import Command, RequestEnded, StopUpstream, ToClient, ToServer
-from aggregator.core.era.input_bridge import awaits_input, is_question
+from aggregator.core.era.input_bridge import InputBridge, awaits_input, is_question
+from aggregator.core.era.modern_callers import ModernCallers
 from aggregator.core.era.upstream_era import MODERN_ERA, Era
 from aggregator.core.events import ClientMessage
-from aggregator.core.state import (
-    ClientState,
-    RouterState,
-    ServerDown,
-    cancelled,
-    proxy_error,
-    refusal_reason,
-)
-from aggregator.core.upstreams.links import UNSENT, Phase
+from aggregator.core.notices.subscriptions import Listens, Subscriptions
+from aggregator.core.replies import cancelled, proxy_error, refusal_reason
+from aggregator.core.requests.request_table import RequestTable
+from aggregator.core.reverse.reverse_requests import ReverseRequests
+from aggregator.core.reverse.reverse_table import ReverseTable
+from aggregator.core.reverse.roots import Roots
+from aggregator.core.upstreams.held_requests import HeldRequests, Resend
+from aggregator.core.upstreams.links import UNSENT, Phase, UpstreamLink
+from aggregator.core.upstreams.upstream_control import UpstreamControl
+from aggregator.core.upstreams.upstream_events import UpstreamEvents
 from aggregator.jsonrpc.codec import decode_message
 from aggregator.jsonrpc.errors import INVALID_REQUEST, METHOD_NOT_FOUND, RemoteProtocolError, error_response
 from aggregator.jsonrpc.kinds import NOTIFICATION, REQUEST
@@ -33,8 +51,55 @@ log = logging.getLogger(__name__)
 _BEFORE_INITIALIZE = frozenset((INITIALIZE, PING, DISCOVER))
 
 
-class ClientEvents(RouterState):
+class ClientEvents:
     """A client session from connect to disconnect: each message checked, then handled."""
+
+    def __init__(
+        self,
+        *,
+        clients: dict[int, ClientState],
+        links: dict[str, UpstreamLink],
+        per_session: set[str],
+        catalogs: dict[str, Catalog],
+        views: SessionViews,
+        subscriptions: Subscriptions,
+        listens: Listens,
+        tasks: dict[str, int],
+        max_json_depth: int,
+        requests: RequestTable,
+        client_requests: ClientRequests,
+        search: Search,
+        budgets: ResultBudgets,
+        modern: ModernCallers,
+        input_bridge: InputBridge,
+        reverse: ReverseTable,
+        reverse_requests: ReverseRequests,
+        roots: Roots,
+        control: UpstreamControl,
+        held_requests: HeldRequests,
+        upstreams: UpstreamEvents,
+    ) -> None:
+        self.clients = clients
+        self.links = links
+        self.per_session = per_session  # servers with a connection per client
+        self.catalogs = catalogs  # one per profile
+        self.views = views  # of the sessions whose own per-session connections listed
+        self.subscriptions = subscriptions
+        self.listens = listens  # modern callers' open subscriptions/listen requests
+        self.tasks = tasks  # exposed task id -> owning session
+        self.max_json_depth = max_json_depth  # enforced where messages are decoded
+        self.requests = requests
+        self.client_requests = client_requests  # a request's handler, by method
+        self.search = search
+        self.budgets = budgets
+        self.modern = modern
+        self.input_bridge = input_bridge
+        self.reverse = reverse
+        self.reverse_requests = reverse_requests
+        self.roots = roots
+        self.control = control
+        self.held_requests = held_requests
+        self.upstreams = upstreams  # a leaving client's own connections are lost there
 
     def client_connected(
         self,
@@ -128,7 +193,7 @@ class ClientEvents(RouterState):
                 out += self.control.own_request(name, "resources/unsubscribe", {"uri": uri})
         if self.per_session:
             for name in [n for n, link in self.links.items() if link.session == key]:
-                out += self.server_lost(name, "its client disconnected")
+                out += self.upstreams.server_lost(name, "its client disconnected")
                 del self.links[name]
                 out.append(StopUpstream(name))
         if self.tasks:
@@ -193,6 +258,21 @@ class ClientEvents(RouterState):
                     ToClient(key, proxy_error(message["id"], "Internal error in the aggregator", reason="internal"))
                 ]
             return []
+
+    def resend(self, out: Sequence[Command | Resend]) -> list[Command]:
+        """What an upstream event returned, with each request it released (``Resend``: held
+        for a shared server now listed) handled again in its place, as its client sent it,
+        keeping its deadline (``core.upstreams.held_requests``)."""
+        done: list[Command] = []
+        for command in out:
+            if isinstance(command, Resend):
+                held = command.held
+                assert held.session is not None and held.held is not None  # released: its client's request
+                done += self.client_event(held.session, REQUEST, held.held)
+                self.held_requests.keep_deadline(held)
+            else:
+                done.append(command)
+        return done
 
     def _client_event(self, key: int, kind: int, message: dict[str, Any]) -> list[Command]:
         client = self.clients[key]

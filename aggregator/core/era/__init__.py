@@ -31,5 +31,5 @@ May import: the records of ``core.upstreams.links`` and ``core.clients.clients``
 ``core.reverse`` and ``core.catalogs`` for the rules they share, the request table and
 forwarding (``core.requests``), the proxy's own requests upstream
 (``core.upstreams.upstream_control``), the handshake, the notices, ``core.commands``, ``core.replies``,
-``aggregator.mcp`` and ``aggregator.jsonrpc``; its router groups also ``core.state``.
+``aggregator.mcp`` and ``aggregator.jsonrpc``.
 """

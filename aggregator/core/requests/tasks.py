@@ -7,7 +7,7 @@ tasks/cancel results and status notifications, ``tasks[].taskId`` in tasks/list,
 related-task entry in ``_meta``.
 
 Two eras of tasks. A 2025-11-25 task (``capabilities.tasks``) belongs to the session that
-created it (``RouterState.tasks``). A 2026-07-28 task (the ``io.modelcontextprotocol/tasks``
+created it (the router's ``tasks``). A 2026-07-28 task (the ``io.modelcontextprotocol/tasks``
 extension: a ``tools/call`` answered with ``resultType: "task"``, then ``tasks/get``,
 ``tasks/update``, ``tasks/cancel``) is created by a modern caller, who has no session: it
 belongs to the caller's principal (``TaskOwners``), so any request of that principal may

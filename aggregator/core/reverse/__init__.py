@@ -8,5 +8,5 @@ roots (``roots``).
 
 May import: the records of ``core.upstreams.links`` and ``core.clients.clients``,
 ``core.era`` (a modern caller is asked by its call's result), ``core.commands``,
-``aggregator.mcp`` and ``aggregator.jsonrpc``; its router groups also ``core.state``.
+``aggregator.mcp`` and ``aggregator.jsonrpc``.
 """

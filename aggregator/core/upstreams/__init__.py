@@ -11,6 +11,7 @@ shared servers between starts (``outages``) and the requests held for them
 
 May import: ``core.era.upstream_era`` (the ``Era``), ``core.defaults``, the catalogs,
 ``core.commands``, ``core.replies``, the client record and the handshake, the
-subscriptions, ``aggregator.mcp`` and ``aggregator.jsonrpc``; its router groups also
-``core.state`` and the packages whose work an upstream's message starts.
+subscriptions, ``aggregator.mcp`` and ``aggregator.jsonrpc``; its event handlers also
+the packages whose work an upstream's message starts, and ``server_messages`` the client
+events (the requests a server listed releases).
 """

@@ -28,23 +28,60 @@ from typing import Any
 
 from aggregator.core.catalogs.catalog import Catalog, ServerNaming
 from aggregator.core.catalogs.naming import tool_prefix, uri_prefix
+from aggregator.core.catalogs.session_catalog import SessionViews
 from aggregator.core.commands import Command, StopUpstream
+from aggregator.core.notices.announcements import Announcements
+from aggregator.core.notices.subscriptions import Subscriptions
+from aggregator.core.requests.request_table import RequestTable
 from aggregator.core.settings import LinkSettings
-from aggregator.core.state import _link
+from aggregator.core.upstreams.held_requests import HeldRequests
+from aggregator.core.upstreams.links import UpstreamLink, configured_link
 from aggregator.core.upstreams.outages import RESTARTING, Outage
 from aggregator.core.upstreams.upstream_events import UpstreamEvents
 from aggregator.mcp.constants import KINDS
 
 
-class Reconfigure(UpstreamEvents):
-    """Servers removed and added, and catalogs renewed, while clients stay connected."""
+class Reconfigure:
+    """Servers removed and added, and catalogs renewed, while clients stay connected.
+
+    It changes the router's tables it is given (links, outages, per-session servers) and
+    stops a server through the upstream events (``server_lost``), as if it had been lost.
+    """
+
+    def __init__(
+        self,
+        *,
+        links: dict[str, UpstreamLink],
+        outages: dict[str, Outage],
+        start_takes: dict[str, float],
+        per_session: set[str],
+        catalogs: dict[str, Catalog],
+        views: SessionViews,
+        subscriptions: Subscriptions,
+        announcements: Announcements,
+        requests: RequestTable,
+        held_requests: HeldRequests,
+        upstreams: UpstreamEvents,
+    ) -> None:
+        self.links = links
+        self.outages = outages
+        self.start_takes = start_takes
+        self.per_session = per_session
+        self.catalog = catalogs["default"]  # its naming names every server
+        self.catalogs = catalogs
+        self.views = views
+        self.subscriptions = subscriptions
+        self.announcements = announcements
+        self.requests = requests  # its ``held``
+        self.held_requests = held_requests
+        self.upstreams = upstreams
 
     def server_removed(self, server: str, why: str) -> list[Command]:
         """Forget a configured server (rule 1). The trio layer stops its shared connection."""
         out = self._stop_session_links(server, why)
         if server not in self.links:
             return out
-        out += self.server_lost(server, why)
+        out += self.upstreams.server_lost(server, why)
         outage = self.outages.get(server)
         if outage is not None:
             outage.reason = why
@@ -61,21 +98,25 @@ class Reconfigure(UpstreamEvents):
         """A server whose settings changed is stopped, to start again (rule 4). The trio
         layer stops its shared connection, then calls ``server_replaced``."""
         out = self._stop_session_links(server, why)
-        return out + self.server_lost(server, why) if server in self.links else out
+        return out + self.upstreams.server_lost(server, why) if server in self.links else out
 
     def server_replaced(self, server: LinkSettings, why: str) -> None:
         """The old connection of a restarting server has ended: its link takes the new
         settings; requests held for it go on waiting for the new connection (rule 4)."""
-        self.links[server.name] = _link(self.catalog, server)
+        self.links[server.name] = self._link(server)
         outage = self.outages.setdefault(server.name, Outage(server.name))
         # As told when it was stopped: the old connection's own report of its end came after.
         outage.state, outage.reason, outage.retry_at = RESTARTING, why, None
+
+    def _link(self, server: LinkSettings) -> UpstreamLink:
+        naming = self.catalog.naming[server.name]
+        return configured_link(server, naming.prefix, naming.uri_prefix)
 
     def _stop_session_links(self, server: str, why: str) -> list[Command]:
         """Stop the sessions' own connections to a per-session server."""
         out: list[Command] = []
         for name in [n for n, link in self.links.items() if link.session is not None and link.server == server]:
-            out += self.server_lost(name, why)
+            out += self.upstreams.server_lost(name, why)
             self._forget_subscriptions(name)
             del self.links[name]
             out.append(StopUpstream(name))
@@ -89,7 +130,7 @@ class Reconfigure(UpstreamEvents):
     def server_added(self, server: LinkSettings) -> None:
         """A configured server, new to the router (rule 2); the catalogs name it already
         (``catalogs_renewed`` first)."""
-        self.links[server.name] = _link(self.catalog, server)
+        self.links[server.name] = self._link(server)
         self.outages[server.name] = Outage(server.name)
         if server.isolation == "per-session":
             self.per_session.add(server.name)

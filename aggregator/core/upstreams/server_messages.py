@@ -1,27 +1,44 @@
-"""What an upstream says: responses, notifications (a method table), requests. Sans-IO."""
+"""What an upstream says: responses, notifications (a method table), requests. Sans-IO.
+
+``ServerMessages`` owns the table of the notifications it routes; the rest it is given:
+the links and clients, and the objects an upstream's message goes to (an answer to
+``answers``, an ``input_required`` to the era's bridges, a request to
+``reverse_requests``). An answer to one of the proxy's own requests, and a list that
+changed, go to the upstream events (``own_answer``, ``relist``): what the link's
+lifecycle then says is done there, and a server listed by it releases the requests held
+for it, which the client events handle again (``ClientEvents.resend``). These are the
+rare paths; an answer to a client's request never takes them.
+"""
 
 from __future__ import annotations
 
 import logging
 import re
+from collections.abc import Callable
 from typing import Any, cast
 
 from aggregator.core.catalogs.uris import expose_uri
+from aggregator.core.clients.client_events import ClientEvents
+from aggregator.core.clients.clients import ClientState
 from aggregator.core.clients.log_levels import passes
 from aggregator.core.commands import Command, ToClient, ToServer
-from aggregator.core.era.input_bridge import is_input_required
+from aggregator.core.era.input_bridge import InputBridge, is_input_required
+from aggregator.core.era.modern_callers import ModernCallers
+from aggregator.core.era.modern_input import ModernInput
 from aggregator.core.era.upstream_era import MODERN_ERA
 from aggregator.core.events import ServerMessage
+from aggregator.core.notices.subscriptions import Subscriptions
+from aggregator.core.replies import refusal_reason
+from aggregator.core.requests.request_table import RequestTable
 from aggregator.core.requests.tasks import expose_task_ids
 from aggregator.core.reverse import affinity
-from aggregator.core.state import (
-    NotificationHandler,
-    OwnWaiter,
-    RouterState,
-    UpstreamLink,
-    refusal_reason,
-)
+from aggregator.core.reverse.reverse_requests import ReverseRequests
+from aggregator.core.reverse.reverse_table import ReverseTable
+from aggregator.core.upstreams.answers import Answers
+from aggregator.core.upstreams.links import UpstreamLink
 from aggregator.core.upstreams.own_requests import Waiting
+from aggregator.core.upstreams.upstream_control import OwnWaiter, UpstreamControl
+from aggregator.core.upstreams.upstream_events import UpstreamEvents
 from aggregator.core.upstreams.upstream_lifecycle import CONTROL_ID_PREFIX
 from aggregator.jsonrpc.codec import decode_message
 from aggregator.jsonrpc.errors import RemoteProtocolError, error_response
@@ -33,10 +50,52 @@ from aggregator.mcp.modern import (
 
 log = logging.getLogger(__name__)
 
+# A server notification's handler: (its link, the message, its params, the upstream id of
+# the request on whose stream it came, if known) -> commands.
+NotificationHandler = Callable[[UpstreamLink, dict[str, Any], dict[str, Any], int | None], list[Command]]
 
-class ServerMessages(RouterState):
+
+class ServerMessages:
     """A response goes to the client of its request (invariants 1 and 3), a notification to
     its handler by method, a request to ``reverse_requests``."""
+
+    def __init__(
+        self,
+        *,
+        links: dict[str, UpstreamLink],
+        clients: dict[int, ClientState],
+        subscriptions: Subscriptions,
+        tasks: dict[str, int],
+        max_json_depth: int,
+        requests: RequestTable,
+        answers: Answers,
+        input_bridge: InputBridge,
+        modern_input: ModernInput,
+        modern: ModernCallers,
+        reverse: ReverseTable,
+        reverse_requests: ReverseRequests,
+        control: UpstreamControl,
+        upstreams: UpstreamEvents,
+        client_events: ClientEvents,
+        clock: Callable[[], float],
+    ) -> None:
+        self.links = links
+        self.clients = clients
+        self.subscriptions = subscriptions
+        self.tasks = tasks  # exposed task id -> owning session
+        self.max_json_depth = max_json_depth  # enforced where messages are decoded
+        self.requests = requests  # in flight, by upstream id and progress token
+        self.answers = answers
+        self.input_bridge = input_bridge
+        self.modern_input = modern_input
+        self.modern = modern
+        self.reverse = reverse
+        self.reverse_requests = reverse_requests
+        self.control = control
+        self.upstreams = upstreams  # the proxy's own answers, lists changed
+        self.client_events = client_events  # the requests a server listed releases
+        self.clock = clock
+        self._notifications = self._notification_handlers()
 
     def server_message(self, server: str, raw: bytes, related: int | None = None) -> list[Command]:
         """A message from an upstream, as it came (a line of a stdio server's output);
@@ -107,6 +166,10 @@ class ServerMessages(RouterState):
         if kind == NOTIFICATION:
             return self._server_notification(link, message, related)
         return self.reverse_requests.server_request(link, message, related)
+
+    def _own_answer(self, link: UpstreamLink, message: dict[str, Any]) -> list[Command]:
+        """An answer to one of the proxy's own requests: the upstream events settle it."""
+        return self.client_events.resend(self.upstreams.own_answer(link, message))
 
     def _stray_answer(self, link: UpstreamLink, message: dict[str, Any], related: int) -> list[Command]:
         """An answer to another id on a request's own stream (an HTTP POST's body or event
@@ -214,7 +277,7 @@ class ServerMessages(RouterState):
         self, link: UpstreamLink, message: dict[str, Any], params: dict[str, Any], related: int | None
     ) -> list[Command]:
         """A list changed upstream: re-list it (clients hear of it if the catalog changes)."""
-        return self._relist(link, _KINDS_CHANGED[message["method"]])
+        return self.client_events.resend(self.upstreams.relist(link, _KINDS_CHANGED[message["method"]]))
 
     def _server_cancelled(
         self, link: UpstreamLink, message: dict[str, Any], params: dict[str, Any], related: int | None

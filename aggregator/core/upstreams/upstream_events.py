@@ -3,28 +3,89 @@
 A connection's lifecycle (``core.upstreams.upstream_lifecycle``, driven through
 ``upstream_control.UpstreamControl``) says what to do as outcomes; they are done here, in
 their order (``_lifecycle``): sends, the upstream ready, its items, listed, failed.
+
+``UpstreamEvents`` owns no table: it is given the links, the outages, the clients, the
+catalogs and the per-session views, and the objects whose rules an upstream's life moves
+(the proxy's own requests, forwarding, the timeouts, the requests held for a server that
+is out, the server-to-client requests, roots, notices). It never calls back into the
+router: a shared server listed releases the requests held for it as ``Resend`` outcomes,
+in the returned list where their commands belong, and the router hands them to the client
+events (``core.clients.client_events``), which handle each as its client sent it.
 """
 
 from __future__ import annotations
 
 import logging
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, TypeAlias
 
 from aggregator.core.catalogs.catalog import Catalog
+from aggregator.core.catalogs.session_catalog import SessionViews
+from aggregator.core.clients.clients import ClientState
 from aggregator.core.commands import Answer, Command, DropUpstream, ToClient, ToServer, UpstreamServing
 from aggregator.core.era.upstream_era import MODERN_ERA, Era
-from aggregator.core.state import ClientState, RouterState, UpstreamLink, proxy_error
-from aggregator.core.upstreams.links import UNSENT
+from aggregator.core.notices.announcements import Announcements
+from aggregator.core.notices.subscriptions import Subscriptions
+from aggregator.core.replies import proxy_error
+from aggregator.core.requests.forwarding import Forwarding
+from aggregator.core.requests.inflight import InFlight
+from aggregator.core.requests.tallies import Tallies
+from aggregator.core.reverse.reverse_table import ReverseTable
+from aggregator.core.reverse.roots import Roots
+from aggregator.core.upstreams.held_requests import HeldRequests, Resend
+from aggregator.core.upstreams.links import UpstreamLink
 from aggregator.core.upstreams.outages import FAILED, RESTARTING, Outage, remember
+from aggregator.core.upstreams.upstream_control import UpstreamControl
 from aggregator.core.upstreams.upstream_outcomes import Failed, Items, Listing, Outcome, Ready, Send, Serving
-from aggregator.jsonrpc.kinds import REQUEST
 from aggregator.mcp.constants import CANCELLED
 
 log = logging.getLogger(__name__)
 
+# What an upstream event returns when a shared server may be listed by it: commands, and
+# the requests held for that server to handle again (``Resend``), in their order.
+Released: TypeAlias = Sequence[Command | Resend]
 
-class UpstreamEvents(RouterState):
+
+class UpstreamEvents:
     """An upstream's life as the trio layer reports it, and the requests held while it is out (invariant 7)."""
+
+    def __init__(
+        self,
+        *,
+        links: dict[str, UpstreamLink],
+        outages: dict[str, Outage],
+        start_takes: dict[str, float],
+        clients: dict[int, ClientState],
+        catalogs: dict[str, Catalog],
+        views: SessionViews,
+        subscriptions: Subscriptions,
+        announcements: Announcements,
+        control: UpstreamControl,
+        forwarding: Forwarding,
+        inflight: InFlight,
+        tallies: Tallies,
+        held_requests: HeldRequests,
+        reverse: ReverseTable,
+        roots: Roots,
+        clock: Callable[[], float],
+    ) -> None:
+        self.links = links
+        self.outages = outages  # shared servers not listed (yet, or again)
+        self.start_takes = start_takes  # server -> how long its last start took
+        self.clients = clients
+        self.catalog = catalogs["default"]  # the store of every server's items
+        self.catalogs = catalogs  # one per profile, over that store
+        self.views = views  # of the sessions whose own per-session connections listed
+        self.subscriptions = subscriptions
+        self.announcements = announcements
+        self.control = control  # the proxy's own requests to each upstream, and its lifecycles
+        self.forwarding = forwarding
+        self.inflight = inflight  # requests failed at once when their server is lost
+        self.tallies = tallies  # what ended how
+        self.held_requests = held_requests
+        self.reverse = reverse  # server-to-client requests, cancelled when their server is lost
+        self.roots = roots
+        self.clock = clock
 
     def upstream_connected(
         self,
@@ -34,7 +95,7 @@ class UpstreamEvents(RouterState):
         init_timeout: float,
         capabilities: dict[str, Any] | None = None,
         modern_possible: bool = True,
-    ) -> list[Command]:
+    ) -> Released:
         """A connection to ``server`` is up: its lifecycle starts the handshake
         (``core.upstreams.upstream_control``)."""
         link = self.links.get(server)
@@ -49,39 +110,43 @@ class UpstreamEvents(RouterState):
         )
         return self._lifecycle(link, outcomes)
 
-    def expire_own(self, now: float) -> list[Command]:
+    def expire_own(self, now: float) -> Released:
         """Time out the proxy's own requests upstream past their deadline; what their links'
         lifecycles say to do then, done."""
         if self.control.own_at is None or now < self.control.own_at:
             return []
-        out: list[Command] = []
+        out: list[Command | Resend] = []
         for link, commands, outcomes in self.control.expire(now):
-            out += commands if outcomes is None else commands + self._lifecycle(link, outcomes)
+            out += commands
+            if outcomes is not None:
+                out += self._lifecycle(link, outcomes)
         return out
 
-    def _own_answer(self, link: UpstreamLink, message: dict[str, Any]) -> list[Command]:
+    def own_answer(self, link: UpstreamLink, message: dict[str, Any]) -> Released:
         """An answer to one of the proxy's own requests, settled; what the link's lifecycle
         says to do then, done."""
         out, outcomes = self.control.settle(link, message)
-        return out if outcomes is None else out + self._lifecycle(link, outcomes)
+        if outcomes is None:
+            return out
+        return [*out, *self._lifecycle(link, outcomes)]
 
-    def _relist(self, link: UpstreamLink, kinds: tuple[str, ...]) -> list[Command]:
+    def relist(self, link: UpstreamLink, kinds: tuple[str, ...]) -> Released:
         """The server said these lists changed: its lifecycle re-lists them (coalesced)."""
         lifecycle = link.lifecycle
         if lifecycle is None:  # between connections: the next one lists every kind anyway
             return []
         now = self.clock()
-        out: list[Command] = []
+        out: list[Command | Resend] = []
         for kind in kinds:
             out += self._lifecycle(link, lifecycle.list_changed(kind, now))
         return out
 
-    def _lifecycle(self, link: UpstreamLink, outcomes: list[Outcome]) -> list[Command]:
+    def _lifecycle(self, link: UpstreamLink, outcomes: list[Outcome]) -> list[Command | Resend]:
         """What the link's lifecycle said to do, done in order: sends, what the router makes
         of an upstream ready, listed or failed, commands for the trio layer."""
         self.control.note_own(link)
         name = link.name
-        out: list[Command] = []
+        out: list[Command | Resend] = []
         for outcome in outcomes:
             if type(outcome) is Send:
                 out.append(ToServer(name, outcome.message))
@@ -326,27 +391,14 @@ class UpstreamEvents(RouterState):
         outage.reason = reason
         return self.held_requests.fail(server)
 
-    def server_listed(self, server: str) -> list[Command]:
-        """A shared server is ready and listed: it is out no more. Held requests are looked
-        up again (a name it no longer has is unknown now) and sent within their deadline."""
+    def server_listed(self, server: str) -> list[Resend]:
+        """A shared server is ready and listed: it is out no more. Held requests are
+        released, to be looked up again (a name it no longer has is unknown now) and sent
+        within their deadline."""
         outage = self.outages.pop(server, None)
         if outage is None:
             return []
         now = self.clock()
         if outage.attempt_at is not None:
             self.start_takes[server] = max(0.0, now - outage.attempt_at)
-        out: list[Command] = []
-        for held in self.requests.held.pop(server, ()):
-            if held.done:
-                continue
-            self.requests.end(held)
-            if held.session not in self.clients:
-                continue
-            assert held.held is not None  # held: its request is kept
-            out += self.client_event(held.session, REQUEST, held.held)
-            sent = self.clients[held.session].in_flight.get(held.client_id)
-            if sent is not None and sent.phase not in UNSENT and sent.deadline > held.deadline:
-                sent.deadline = held.deadline  # the request's own deadline, as if never held
-                sent.hard_deadline = min(sent.hard_deadline, held.hard_deadline)
-                self.requests.deadlines.move(sent.deadline, sent)
-        return out
+        return self.held_requests.release(server)
