@@ -134,6 +134,31 @@ def test_nothing_in_the_core_imports_the_router(name):
     assert shared == [], f"{name} imports {shared}"
 
 
+# The event handlers the router composes, lowest first. Each may import those before it,
+# never one after it: what a lower one needs of a higher one comes back as an outcome (a
+# shared server listed hands back the requests held for it, ``Resend``, for the client
+# events to handle again). Nothing else in the core imports them; the router composes them.
+EVENT_HANDLERS = [
+    "upstreams/upstream_events.py",
+    "upstreams/reconfigure.py",
+    "clients/client_events.py",
+    "upstreams/server_messages.py",
+]
+
+
+def test_the_event_handlers_import_only_those_below_them():
+    modules = [_module(ROOT / "core" / name) for name in EVENT_HANDLERS]
+    for place, name in enumerate(EVENT_HANDLERS):
+        above = [m for m in _own_imports(ROOT / "core" / name) if m in modules[place:]]
+        assert above == [], f"{name} imports {above}"
+
+
+@pytest.mark.parametrize("name", [n for n in CORE_BELOW_THE_ROUTER if n not in EVENT_HANDLERS])
+def test_only_the_router_composes_the_event_handlers(name):
+    handlers = {_module(ROOT / "core" / n) for n in EVENT_HANDLERS}
+    assert [m for m in _own_imports(ROOT / "core" / name) if m in handlers] == []
+
+
 FLOORS = {
     "errors": 0,
     "jsonrpc": 0,
