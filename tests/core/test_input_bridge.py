@@ -140,8 +140,8 @@ def test_several_questions_are_asked_at_once_and_retried_when_the_last_is_answer
 @pytest.mark.parametrize(
     ("settings", "caps", "expected"),
     [
-        ({"roots": ("file:///proxy",)}, CLIENT_CAPS, [{"uri": "file:///proxy"}]),  # a shared server: the proxy's roots
-        ({}, CLIENT_CAPS, []),  # ... none configured: no roots
+        ({"roots": ("file:///proxy",)}, {"sampling": {}}, [{"uri": "file:///proxy"}]),  # no roots declared
+        ({}, {"sampling": {}}, []),  # ... and none configured: no roots
         ({"single_client": True, "roots": ("file:///proxy",)}, {"sampling": {}}, [{"uri": "file:///proxy"}]),
     ],
 )
@@ -151,6 +151,22 @@ def test_roots_the_client_is_not_asked_for_are_answered_by_the_proxy(settings, c
     [(kind, server, retry)] = input_required(r, sent, {"r": ROOTS})
     assert (kind, server) == ("ToServer", "a")
     assert retry["params"]["inputResponses"] == {"r": {"roots": expected}}
+
+
+@pytest.mark.parametrize("settings", [{}, {"roots": ("file:///proxy",)}], ids=["no-proxy-roots", "proxy-roots"])
+def test_a_shared_servers_roots_question_is_the_calls_own_and_goes_to_its_caller(settings):
+    # The answer serves this call only, so the caller's roots are not shown to another
+    # client: a shared server is asked like a per-session one, and like a legacy server
+    # asking during a modern caller's call.
+    r, _ = bridged(CLIENT_CAPS, **settings)
+    sent = call(r)
+    [(kind, target, asked)] = input_required(r, sent, {"r": ROOTS})
+    assert (kind, target, asked["method"]) == ("ToClient", 1, "roots/list")
+    [(kind, server, retry)] = unpack(
+        r.handle(ClientMessage(1, msg(id=asked["id"], result={"roots": [{"uri": "file:///mine"}]})))
+    )
+    assert (kind, server) == ("ToServer", "a")
+    assert retry["params"]["inputResponses"] == {"r": {"roots": [{"uri": "file:///mine"}]}}
 
 
 def test_a_state_only_answer_is_retried_at_once_without_input_responses():

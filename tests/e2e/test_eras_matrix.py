@@ -205,12 +205,12 @@ def test_feature(cells, cell, prefix, kind, feature):
 
 def roots_seen(cell: tuple[str, str, str], prefix: str) -> tuple[str, ...]:
     """Whose roots a server gets (docs/many-clients.md, "Server-to-client requests, roots and logs" and the
-    bridges): the client's over stdio (``--stdio`` alone) and when a 2026-07-28 caller is asked
-    as input; ``proxy.roots`` for a legacy client on the network front (a shared server there
-    cannot know whose call asks), and for server-everything over Streamable HTTP, whose
-    ``roots/list`` comes on its standalone stream, tied to no call."""
+    bridges): the client's over stdio (``--stdio`` alone) and whenever the question is a call's
+    own, asked as input across either bridge; ``proxy.roots`` for server-everything on the
+    network front, whose ``roots/list`` comes on its standalone stream, tied to no call, and a
+    shared legacy server asking a legacy client (a shared server's roots are not one client's)."""
     client, column, front = cell
-    if front == "http" and (client == "legacy" or prefix == "e"):
+    if front == "http" and (prefix == "e" or (client == "legacy" and column == "legacy")):
         return SHARED_ROOTS
     return ROOTS
 

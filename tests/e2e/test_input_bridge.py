@@ -60,17 +60,18 @@ def test_sdk1_over_stdio_answers_every_question_of_a_modern_server(python1, tmp_
     ]
 
 
-def test_sdk1_over_http_to_a_modern_http_server_sees_the_proxys_roots(python1, tmp_path):
+def test_sdk1_over_http_to_a_modern_http_server_is_asked_for_its_own_roots(python1, tmp_path):
     with modern_http_server() as url:
         config = write_config(tmp_path, f'[servers.m]\nurl = "{url}"\n', roots=["file:///proxy/root"])
         with http_proxy(config) as (port, _log):
             seen = sdk1(python1, "http", f"http://127.0.0.1:{port}/mcp")
     assert seen["results"]["name"] == [False, "hello ada"]
     assert seen["results"]["summarize"] == [False, "summary: MAKE IT LOUD"]
-    # A shared server behind a network front sees proxy.roots, never a client's.
-    assert seen["results"]["roots"] == [False, "roots: file:///proxy/root"]
+    # A modern server's roots question is its call's own: the caller answers it, even of a
+    # shared server behind a network front (the answer serves that call only).
+    assert seen["results"]["roots"] == [False, "roots: file:///work/one, file:///work/two"]
     assert seen["results"]["twice"] == [False, "alan and edsger"]
-    assert "roots" not in seen["asked"]
+    assert "roots" in seen["asked"]
 
 
 @contextmanager

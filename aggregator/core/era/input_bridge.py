@@ -10,9 +10,10 @@ requests. So, for a legacy caller, the proxy plays the modern client's part:
    request under a proxy-minted id (invariant 5), related to the call (so a Streamable
    HTTP session gets it on the call's own stream), through the same gates as a legacy
    server's request: ``proxy.server_requests``, the server-request policy, the
-   capabilities the client declared. ``roots/list`` follows the roots rules
-   (``core.reverse.affinity.roots_source``): the client's own roots where a server may see them
-   and the client declared roots, else ``proxy.roots`` answered by the proxy.
+   capabilities the client declared. A ``roots/list`` here is the call's own question
+   (the answer serves that call only, shared server or not): it goes to the caller when it
+   declared roots, else ``proxy.roots`` answer it; the same rule as a legacy server's
+   roots/list during a modern caller's call (``core.reverse.reverse_requests``).
 2. The answers are collected in a ``Bridge`` (the ``Reverse`` entry of each question
    holds a ``Question`` where a server's request id would be: its answer goes to the
    bridge, never to the server). When the last one is in, the call is retried upstream under a NEW
@@ -59,7 +60,6 @@ from aggregator.core.era.upstream_era import LEGACY_ERA
 from aggregator.core.replies import proxy_error
 from aggregator.core.requests.request_table import RequestTable
 from aggregator.core.requests.tasks import expose_task_ids
-from aggregator.core.reverse import affinity
 from aggregator.core.reverse.declared import declares
 from aggregator.core.reverse.reverse_table import Reverse, ReverseTable
 from aggregator.core.reverse.roots import Roots
@@ -242,10 +242,11 @@ class InputBridge:
         return None
 
     def _asks_for_roots(self, link: UpstreamLink, client: ClientState) -> bool:
-        """Whether a ``roots/list`` of this server is the client's to answer, as for a legacy
-        server's (``core.reverse.roots``); if not, ``proxy.roots`` answer it."""
-        source = affinity.roots_source(link.session, self.roots.single_client, [client.key])
-        return source == client.key and "roots" in client.capabilities
+        """Whether a ``roots/list`` asked as a call's input is its caller's to answer: it is
+        that call's own question, shared server or not (the rule of the opposite bridge,
+        ``core.reverse.reverse_requests``), when the caller declared roots; if not,
+        ``proxy.roots`` answer it."""
+        return "roots" in client.capabilities
 
     def _input_wait(self, pending: Pending, bridge: Bridge) -> Pending:
         """End ``pending`` upstream; the call waits for its client's input, under its own
