@@ -19,6 +19,7 @@ from aggregator.config.model import Config, HttpConfig, PluginConfig, ProfileCon
 from aggregator.config.paths import PATH_OPTION, beside
 from aggregator.config.ranges import check_ranges
 from aggregator.config.structuring import describe, structure_table, unknown_key, without_follow_ons
+from aggregator.config.upstream_auth import PER_USER, CredentialsConfig, check_credentials, check_upstream_auth
 from aggregator.config.validation import check_http, check_proxy, check_server, token_problems
 from aggregator.core.catalogs.naming import NAME_CHARS, validate_server_naming
 from aggregator.errors import ConfigError
@@ -63,7 +64,7 @@ def structure_config(
     if environ is None:
         environ = os.environ
     problems: list[str] = []
-    sections = ("proxy", "http", "policy", "profiles", "plugins", "servers")
+    sections = ("proxy", "http", "policy", "profiles", "plugins", "servers", "credentials")
     unknown = sorted(set(raw) - set(sections))
     problems.extend(unknown_key("", key, sections) for key in unknown)
     data, interpolated = interpolate_sections(raw, sections, environ, problems)
@@ -84,6 +85,12 @@ def structure_config(
     tables.checked("http", check_ranges(http, "http") + check_http(http))
     proxy, http = _client_limits(proxy, http, raw.get("proxy"), raw.get("http"))
     servers = _servers(tables, interpolated, directory if read_files else None, proxy.env_passthrough, read_files)
+    credentials = tables.section("credentials", CredentialsConfig)
+    tables.checked(
+        "credentials", check_ranges(credentials, "credentials") + check_credentials(credentials, servers, environ)
+    )
+    if directory is not None and read_files:
+        credentials = attrs.evolve(credentials, vault=beside(directory, credentials.vault) or credentials.vault)
     # With a broken separator, the keys are still checked, against one no key holds.
     separator_broken = any(problem.startswith("proxy.separator") for problem in problems)
     problems.extend(validate_server_naming(list(servers.values()), "\0" if separator_broken else proxy.separator))
@@ -99,6 +106,7 @@ def structure_config(
         profiles=profiles,
         plugins=tuple(plugins),
         servers=servers,
+        credentials=credentials,
         directory=str(directory) if directory is not None else None,
     )
 
@@ -118,7 +126,12 @@ def _servers(
         cwd = beside(directory, server.cwd) if stdio else server.cwd
         servers[name] = server = attrs.evolve(server, interpolated=interpolated.get(name, ()), cwd=cwd)
         path = f"servers.{name}"
-        tables.checked(path, check_ranges(server, path) + check_server(server, path))
+        raw = tables.raw["servers"][name]
+        tables.checked(
+            path, check_ranges(server, path) + check_server(server, path) + check_upstream_auth(server, path, raw)
+        )
+        if server.auth in PER_USER:  # one user's credential never serves another
+            servers[name] = server = attrs.evolve(server, isolation="per-session")
         if directory is not None and cwd is not None and "\0" not in cwd and not os.path.isdir(cwd):
             shown = SecretMask.of(server)(cwd)  # masked as the server's errors are (a ${VAR} in it)
             tables.problems.append(f"{path}.cwd: no such directory: {shown}")

@@ -11,6 +11,7 @@ from typing import Any, Literal
 
 import attrs
 
+from aggregator.config.upstream_auth import CredentialsConfig, UpstreamAuth, UpstreamOAuthConfig
 from aggregator.core import defaults
 from aggregator.jsonrpc.codec import DEFAULT_MAX_DEPTH
 
@@ -98,6 +99,10 @@ class ServerConfig:
     cwd: str | None = None
     url: str | None = None
     headers: Mapping[str, str] = attrs.field(factory=dict)
+    # How it is authenticated: "static" (``headers``, the same for every client),
+    # "token-exchange" or "oauth" (each user's own token; ``config.upstream_auth``).
+    auth: UpstreamAuth = "static"
+    oauth: UpstreamOAuthConfig = attrs.field(factory=UpstreamOAuthConfig)
     transport: Transport | None = None
     prefix: str | None = None  # None: the server's key; "": no prefix
     uri_prefix: str | None = None  # None: derived from the prefix; "": URIs unchanged
@@ -270,6 +275,7 @@ class Config:
     profiles: Mapping[str, ProfileConfig] = attrs.field(factory=dict)
     plugins: tuple[PluginConfig, ...] = ()
     servers: Mapping[str, ServerConfig] = attrs.field(factory=dict)
+    credentials: CredentialsConfig = attrs.field(factory=CredentialsConfig)  # users' tokens for servers
     directory: str | None = None  # where the config file is (relative paths are resolved there)
 
     @property

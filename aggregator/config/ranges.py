@@ -8,6 +8,7 @@ from typing import Any
 import attrs
 
 from aggregator.config.model import HttpConfig, ProxyConfig, ServerConfig
+from aggregator.config.upstream_auth import CredentialsConfig
 from aggregator.jsonrpc.codec import MAX_DEPTH_LIMIT
 
 # --- value ranges -------------------------------------------------------------------------
@@ -89,6 +90,12 @@ RANGES: dict[type, dict[str, Range]] = {
         "discover_timeout": Range(_MS, _DAY, "seconds"),
         "request_timeout": Range(_MS, 7 * _DAY, "seconds"),
         "max_request_timeout": Range(_MS, 7 * _DAY, "seconds"),
+    },
+    CredentialsConfig: {
+        "fetch_timeout": Range(0.1, 600.0, "seconds"),
+        "max_response_bytes": Range(1024, 16 << 20, "bytes"),
+        "consent_timeout": Range(10.0, _DAY, "seconds"),
+        "refresh_margin": Range(0.0, 3600.0, "seconds"),
     },
 }
 

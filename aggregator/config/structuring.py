@@ -25,6 +25,7 @@ from aggregator.config.model import (
     ServerConfig,
     Transport,
 )
+from aggregator.config.upstream_auth import UpstreamAuth, UpstreamOAuthConfig
 from aggregator.config.validation import check_discovery
 
 
@@ -131,9 +132,10 @@ def _make_converter() -> cattrs.Converter:
     converter.register_structure_hook_func(
         lambda t: t == Literal["shared", "per-session"], _one_of("shared", "per-session")
     )
+    converter.register_structure_hook_func(lambda t: t == UpstreamAuth, _one_of("static", "token-exchange", "oauth"))
     # A nested table given as something else (`tools = 5`): said so, not as a Python error.
     converter.register_structure_hook(DiscoveryConfig, _discovery_of(converter))
-    for cls in (ItemOverride, KindPolicy, RuleSet):  # each before those that hold it
+    for cls in (ItemOverride, KindPolicy, RuleSet, UpstreamOAuthConfig):  # each before those that hold it
         converter.register_structure_hook(cls, _tables_only(converter.get_structure_hook(cls)))
     return converter
 
