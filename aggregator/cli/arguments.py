@@ -30,6 +30,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_import(sub)
     _add_status(sub)
     _add_reload(sub)
+    _add_auth(sub)
     return parser
 
 
@@ -226,6 +227,44 @@ def _add_reload(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         " the token, if the listener wants one, is taken from $AGGREGATOR_ADMIN_TOKEN",
     )
     reload.set_defaults(command="reload", run=run_reload)
+
+
+def _add_auth(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    auth = _command(
+        sub,
+        "auth",
+        help="list or revoke users' tokens for servers",
+        description='The token vault: users\' own tokens for servers with auth = "oauth".',
+    )
+    actions = auth.add_subparsers(title="actions", metavar="ACTION", required=True)
+    listing = _command(actions, "list", help="who granted access to which server (never a token)")
+    _with_config(listing)
+    listing.set_defaults(command="auth", run=run_auth_list)
+    revoke = _command(
+        actions,
+        "revoke",
+        help="remove a user's tokens and revoke them at the authorization server",
+        description="Remove USER's tokens (for SERVER, or every server) from the vault and revoke them"
+        " where the authorization server has a revocation endpoint (RFC 7009).",
+    )
+    _with_config(revoke)
+    revoke.add_argument("user", metavar="USER", help="the user's subject (sub) at their issuer")
+    revoke.add_argument("server", metavar="SERVER", nargs="?", default=None, help="one server (default: all)")
+    revoke.add_argument("--issuer", default=None, help="only the user of this issuer (subjects are unique per issuer)")
+    revoke.set_defaults(command="auth", run=run_auth_revoke)
+
+
+# The vault's commands import sqlite and cryptography when they run, not with every command.
+def run_auth_list(args: argparse.Namespace) -> int:
+    from aggregator.cli.auth import run_auth_list as run
+
+    return run(args)
+
+
+def run_auth_revoke(args: argparse.Namespace) -> int:
+    from aggregator.cli.auth import run_auth_revoke as run
+
+    return run(args)
 
 
 # status and reload speak HTTP (urllib): imported when they run, not by every command.

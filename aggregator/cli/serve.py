@@ -101,7 +101,10 @@ async def _serve_all(
             running.set()
             if watch:
                 nursery.start_soon(watch_config, hub, path)
-            urls, cannot_listen = await _start_endpoints(nursery, hub, config, listen, ws_listen, admin_listen)
+            callback = await _user_credentials(nursery, config, listen)
+            urls, cannot_listen = await _start_endpoints(
+                nursery, hub, config, listen, ws_listen, admin_listen, callback=callback
+            )
             if cannot_listen is not None:
                 # Raised once the nursery has stopped the servers it started, so that the
                 # user reads one line and no server outlives the proxy.
@@ -164,6 +167,32 @@ async def _probe_listener(address: str) -> None:
         await listener.aclose()
 
 
+async def _user_credentials(nursery: trio.Nursery, config: Config, listen: str | None) -> Any:
+    """Users' own credentials for servers (the vault opened, the OAuth client ready), when a
+    server takes them; the callback path the HTTP endpoint serves, or None."""
+    if all(server.auth == "static" for server in config.enabled_servers):
+        return None
+    from aggregator.credentials import UserCredentials
+    from aggregator.credentials.fetching import oauth_http_client
+
+    credentials = await nursery.start(_hold_credentials, config, listen, UserCredentials, oauth_http_client)
+    return credentials.callback
+
+
+async def _hold_credentials(
+    config: Config, listen: str | None, opener: Any, client_factory: Any, *, task_status: Any
+) -> None:
+    """Keep the credentials (and their HTTP client and vault) open while the proxy serves."""
+    async with client_factory() as client:
+        credentials = await opener.open(config, client, listen=listen, environ=os.environ)
+        try:
+            task_status.started(credentials)
+            await trio.sleep_forever()
+        finally:
+            with trio.CancelScope(shield=True):
+                await credentials.aclose()
+
+
 async def _start_endpoints(
     nursery: trio.Nursery,
     hub: Hub,
@@ -171,6 +200,8 @@ async def _start_endpoints(
     listen: str | None,
     ws_listen: str | None,
     admin_listen: str | None = None,
+    *,
+    callback: Any = None,
 ) -> tuple[list[str], str | None]:
     """Start the network endpoints in the serve nursery; return the URLs they serve at (each
     with what speaks there) and None, or why one cannot listen (an address in use, a host that does not resolve, a port
@@ -189,7 +220,7 @@ async def _start_endpoints(
         if address is None:
             continue
         if endpoint is StreamableHttpEndpoint:  # it serves the read-only admin paths too
-            serving = endpoint(hub, config.http, admin=AdminRoutes(hub, config.http, reload=False))
+            serving = endpoint(hub, config.http, admin=AdminRoutes(hub, config.http, reload=False), callback=callback)
         else:
             serving = endpoint(hub, config.http)
         failure: BaseException | None = None

@@ -7,7 +7,10 @@ opens or resumes an event stream (``streams``), DELETE ends the session
 (``sessions``); GET and DELETE without a session are 405. ``/sse`` and ``/messages`` serve the
 legacy transport (``legacy_sse``). ``/healthz``, ``/readyz``, ``/status``, ``/status.json`` and
 ``/metrics`` are the admin paths, when the endpoint is given them (``AdminPaths``: the
-admin pages are above the fronts, so ``serve`` builds them and hands them in). Any other path is a 404; a method a
+admin pages are above the fronts, so ``serve`` builds them and hands them in). The OAuth
+callback path (``credentials.callback_path``) is served when the endpoint is given it (the
+same shape, ``credentials.callback.OAuthCallback``): a browser coming back from an
+authorization server has no bearer token, its single-use ``state`` is its check. Any other path is a 404; a method a
 path does not serve, 405.
 
 Every request is checked before anything else by the admission path shared with the
@@ -90,7 +93,9 @@ class StreamableHttpEndpoint:
     """The HTTP endpoint: its listener, each connection's boundary, and the routing of each
     request to the part that serves it."""
 
-    def __init__(self, hub: Hub, config: HttpConfig, *, admin: AdminPaths | None = None) -> None:
+    def __init__(
+        self, hub: Hub, config: HttpConfig, *, admin: AdminPaths | None = None, callback: AdminPaths | None = None
+    ) -> None:
         self.hub = hub
         self.config = config
         self.limits = HttpLimits(
@@ -104,6 +109,7 @@ class StreamableHttpEndpoint:
         self.admission = hub.admission
         self.access = AccessPolicy(config, hub.config.profiles)
         self.admin = admin  # /healthz, /readyz, /status, /metrics, if given
+        self.callback = callback  # the OAuth callback path, if given
         self.quick = QuickWaits(QUICK_ANSWER)  # how long a request's answer is waited for as JSON
         self.sessions = SessionTable(hub, config, self.access, self.admission)
         self.streams = EventStreams(hub, config, self.sessions)
@@ -171,6 +177,9 @@ class StreamableHttpEndpoint:
         routes = self.routes.get(path)
         if routes is None and self.admin is not None and self.admin.serves(path):
             await self.admin.handle(connection, request, path)  # checks access itself, its own way
+            return
+        if routes is None and self.callback is not None and self.callback.serves(path):
+            await self.callback.handle(connection, request, path)  # checked by its state
             return
         # Host, Origin and token first, as on every front: nothing, not even which paths
         # exist, is told to a request that fails them.

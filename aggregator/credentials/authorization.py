@@ -1,0 +1,249 @@
+"""The authorization code flow with PKCE that gets a user's own grant for a server that
+requires it (MCP authorization; OAuth 2.1).
+
+``begin`` runs when the proxy has no usable token of a user for a server (its 401, or none
+in the vault): it finds the server's authorization server (``discovery``), makes sure the
+proxy is a client there (a configured client id; else its client ID metadata document when
+the authorization server takes them; else dynamic registration, RFC 7591), and returns the
+URL the user must open. ``complete`` runs when the user's browser comes back to the
+callback path with ``code`` and ``state``: it checks the state and the issuer (RFC 9207),
+trades the code and the PKCE verifier for tokens and keeps them in the vault.
+
+A ``state`` is 256 random bits, used once, and bound to the user and the server it was made
+for: the tokens it brings are kept for that user and server only, whoever's browser brings
+it. It expires after ``consent_timeout``; at most ``MAX_PENDING`` wait at once (per user:
+``MAX_PENDING_PER_USER``), so nobody can fill the table. Codes, verifiers and tokens are
+never logged.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import logging
+import secrets
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Mapping
+from urllib.parse import urlencode, urlsplit
+
+import attrs
+
+from aggregator.config import ServerConfig
+from aggregator.config.upstream_auth import CredentialsConfig
+from aggregator.credentials.discovery import (
+    ServerMetadata,
+    authorization_server,
+    canonical_resource,
+    parse_challenge,
+    protected_resource,
+)
+from aggregator.credentials.fetching import Fetcher
+from aggregator.credentials.principal import Principal
+from aggregator.credentials.problems import ConsentRequired, CredentialError, UnsafeUrl
+from aggregator.credentials.tokens import ClientCredentials, request_tokens
+from aggregator.credentials.urls import url_refusal
+from aggregator.credentials.vault import Grant, TokenVault
+
+log = logging.getLogger(__name__)
+MAX_PENDING = 1024
+MAX_PENDING_PER_USER = 8
+CLIENT_NAME = "mcp-aggregator"
+
+
+@attrs.frozen(kw_only=True)
+class Pending:
+    """One authorization on its way: what the callback needs to finish it."""
+
+    principal: Principal
+    server: str
+    verifier: str = attrs.field(repr=False)
+    issuer: str
+    iss_parameter: bool
+    token_endpoint: str
+    revocation_endpoint: str | None
+    client: ClientCredentials
+    resource: str
+    scope: str
+    expires_at: float
+
+
+def pkce_pair() -> tuple[str, str]:
+    """A PKCE code verifier (RFC 7636, 43-128 characters) and its S256 challenge."""
+    verifier = secrets.token_urlsafe(64)
+    digest = hashlib.sha256(verifier.encode("ascii")).digest()
+    return verifier, base64.urlsafe_b64encode(digest).rstrip(b"=").decode("ascii")
+
+
+class AuthorizationFlows:
+    def __init__(
+        self,
+        vault: TokenVault,
+        fetcher: Fetcher,
+        settings: CredentialsConfig,
+        redirect_uri: str,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        wall_clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.vault = vault
+        self.fetcher = fetcher
+        self.settings = settings
+        self.redirect_uri = redirect_uri
+        self.clock = clock
+        self.wall_clock = wall_clock
+        self._pending: OrderedDict[str, Pending] = OrderedDict()  # state -> its flow, oldest first
+        self._registered: dict[str, ClientCredentials] = {}  # issuer -> the client registered there
+
+    # --- the URL a user opens --------------------------------------------------------------
+
+    async def begin(self, principal: Principal, server: ServerConfig, challenge: str | None = None) -> ConsentRequired:
+        """Start an authorization of ``principal`` for ``server``; what to tell the user
+        (the URL to open). ``challenge``: the server's ``WWW-Authenticate``, if it sent one."""
+        assert server.url is not None
+        params = parse_challenge(challenge)
+        resource = await protected_resource(self.fetcher, server.url, params)
+        issuer = resource.authorization_servers[0]
+        metadata = await authorization_server(self.fetcher, issuer)
+        if metadata.authorization_endpoint is None:
+            raise CredentialError(f"server {server.name!r}: its authorization server has no authorization_endpoint")
+        if "S256" not in metadata.code_challenge_methods:
+            raise CredentialError(
+                f"server {server.name!r}: its authorization server does not say it supports PKCE with S256"
+                " (code_challenge_methods_supported), so it is not used"
+            )
+        client = await self._client(server, metadata)
+        scope = " ".join(server.oauth.scopes) or params.get("scope") or " ".join(resource.scopes_supported)
+        verifier, code_challenge = pkce_pair()
+        state = secrets.token_urlsafe(32)
+        self._admit(principal)
+        self._pending[state] = Pending(
+            principal=principal,
+            server=server.name,
+            verifier=verifier,
+            issuer=metadata.issuer,
+            iss_parameter=metadata.iss_parameter,
+            token_endpoint=metadata.token_endpoint,
+            revocation_endpoint=metadata.revocation_endpoint,
+            client=client,
+            resource=canonical_resource(server.url),
+            scope=scope,
+            expires_at=self.clock() + self.settings.consent_timeout,
+        )
+        query = {
+            "response_type": "code",
+            "client_id": client.client_id,
+            "redirect_uri": self.redirect_uri,
+            "code_challenge": code_challenge,
+            "code_challenge_method": "S256",
+            "state": state,
+            "resource": canonical_resource(server.url),
+        }
+        if scope:
+            query["scope"] = scope
+        endpoint = metadata.authorization_endpoint
+        url = endpoint + ("&" if urlsplit(endpoint).query else "?") + urlencode(query)
+        if (refusal := url_refusal(url)) is not None:
+            raise UnsafeUrl(f"server {server.name!r}: the authorization URL {refusal}")
+        log.info("server %s: %s is asked to grant access", server.name, principal)
+        return ConsentRequired(server.name, url)
+
+    def _admit(self, principal: Principal) -> None:
+        """Room for one more pending authorization: the expired ones go, then the user's
+        oldest past their share, then the oldest of all past the total."""
+        now = self.clock()
+        for state in [s for s, pending in self._pending.items() if pending.expires_at <= now]:
+            del self._pending[state]
+        mine = [s for s, pending in self._pending.items() if pending.principal == principal]
+        for state in mine[: max(0, len(mine) - MAX_PENDING_PER_USER + 1)]:
+            del self._pending[state]
+        while len(self._pending) >= MAX_PENDING:
+            self._pending.popitem(last=False)
+
+    async def _client(self, server: ServerConfig, metadata: ServerMetadata) -> ClientCredentials:
+        """The proxy's client at this authorization server, in the spec's order of preference."""
+        if server.oauth.client_id is not None:
+            return ClientCredentials(client_id=server.oauth.client_id, client_secret=server.oauth.client_secret)
+        if self.settings.client_metadata_url is not None and metadata.client_id_metadata_documents:
+            return ClientCredentials(client_id=self.settings.client_metadata_url)
+        known = self._registered.get(metadata.issuer)
+        if known is not None:
+            return known
+        if metadata.registration_endpoint is None:
+            raise CredentialError(
+                f"server {server.name!r}: its authorization server offers no way to register the proxy"
+                " (no client ID metadata documents, no registration_endpoint);"
+                f" set servers.{server.name}.oauth.client_id"
+            )
+        answer = await self.fetcher.post_json(
+            metadata.registration_endpoint,
+            {
+                "client_name": CLIENT_NAME,
+                "redirect_uris": [self.redirect_uri],
+                "grant_types": ["authorization_code", "refresh_token"],
+                "response_types": ["code"],
+                "token_endpoint_auth_method": "none",
+            },
+            "dynamic client registration",
+        )
+        client_id = answer.body.get("client_id")
+        if answer.status not in (200, 201) or not isinstance(client_id, str) or not client_id:
+            raise CredentialError(f"server {server.name!r}: dynamic client registration failed (HTTP {answer.status})")
+        secret = answer.body.get("client_secret")
+        client = ClientCredentials(client_id=client_id, client_secret=secret if isinstance(secret, str) else None)
+        self._registered[metadata.issuer] = client
+        return client
+
+    # --- the user comes back -----------------------------------------------------------------
+
+    async def complete(self, query: Mapping[str, str]) -> Pending:
+        """Finish the authorization the callback's ``query`` answers: tokens in the vault;
+        the authorization it was. A state not pending (made up, used, expired) is refused."""
+        state = query.get("state", "")
+        pending = self._pending.pop(state, None)
+        if pending is None:
+            raise CredentialError("this authorization is unknown, already used or expired; start again")
+        if pending.expires_at <= self.clock():
+            raise CredentialError("this authorization has expired; start again")
+        iss = query.get("iss")
+        if iss is not None and iss != pending.issuer:  # RFC 9207 2.4, compared as strings
+            raise CredentialError("the answer does not come from the authorization server it was sent to")
+        if iss is None and pending.iss_parameter:
+            raise CredentialError("the authorization server's answer lacks its iss parameter")
+        if "error" in query:
+            code = query["error"] if query["error"].isascii() and len(query["error"]) < 64 else "error"
+            raise CredentialError(f"server {pending.server!r}: access was not granted ({code})")
+        code = query.get("code", "")
+        if not code:
+            raise CredentialError("the authorization server's answer has no code")
+        tokens = await request_tokens(
+            self.fetcher,
+            pending.token_endpoint,
+            {
+                "grant_type": "authorization_code",
+                "code": code,
+                "redirect_uri": self.redirect_uri,
+                "code_verifier": pending.verifier,
+                "resource": pending.resource,
+            },
+            pending.client,
+            f"server {pending.server!r}: exchanging the authorization code",
+            now=self.wall_clock(),
+        )
+        await self.vault.put(
+            Grant(
+                principal=pending.principal,
+                server=pending.server,
+                tokens=tokens if tokens.scope or not pending.scope else attrs.evolve(tokens, scope=pending.scope),
+                token_endpoint=pending.token_endpoint,
+                revocation_endpoint=pending.revocation_endpoint,
+                client=pending.client,
+                resource=pending.resource,
+            )
+        )
+        log.info("server %s: %s granted access", pending.server, pending.principal)
+        return pending
+
+    @property
+    def pending_count(self) -> int:
+        return len(self._pending)

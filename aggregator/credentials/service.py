@@ -1,0 +1,154 @@
+"""``UserCredentials``: what the rest of the proxy asks of this package, one object built
+from the config at start (``open``).
+
+- ``authorization(principal, server, subject_token)``: the ``Authorization`` header value
+  to send ``server`` for that user, or ``ConsentRequired`` (the URL the user must open)
+  when there is no token yet;
+- ``unauthorized(...)``: the server answered 401 anyway: what it held is dropped and a new
+  grant is begun;
+- ``bearer(...)``: both, as an ``httpx.Auth`` for an upstream's HTTP client;
+- ``callback``: the callback path the HTTP endpoint serves;
+- ``tokens.revoke`` and ``vault.entries``: ``aggregator auth revoke`` and ``auth list``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncGenerator, Generator, Mapping
+
+import httpx
+
+from aggregator.config import Config, ServerConfig
+from aggregator.config.upstream_auth import vault_key_bytes
+from aggregator.config.validation import parse_listen
+from aggregator.credentials.authorization import AuthorizationFlows
+from aggregator.credentials.callback import OAuthCallback
+from aggregator.credentials.exchange import TokenExchange
+from aggregator.credentials.fetching import Fetcher
+from aggregator.credentials.keeper import UserTokens
+from aggregator.credentials.principal import Principal
+from aggregator.credentials.problems import ConsentRequired, CredentialError
+from aggregator.credentials.vault import TokenVault
+from aggregator.errors import ConfigError
+
+
+def redirect_uri(config: Config, listen: str | None) -> str:
+    """Where the authorization server sends users back: ``credentials.redirect_uri``, or
+    the callback path on the HTTP listener."""
+    settings = config.credentials
+    if settings.redirect_uri is not None:
+        return settings.redirect_uri
+    listen = listen or config.http.listen
+    if listen is None:
+        raise ConfigError(
+            "credentials.redirect_uri: required when the proxy has no HTTP listener (http.listen or --http):"
+            f" the authorization server sends users back to its {settings.callback_path}"
+        )
+    host, port = parse_listen(listen)
+    host = "127.0.0.1" if host in ("0.0.0.0", "") else "[::1]" if host == "::" else host
+    host = f"[{host}]" if ":" in host and not host.startswith("[") else host
+    return f"http://{host}:{port}{settings.callback_path}"
+
+
+class UserCredentials:
+    def __init__(
+        self,
+        fetcher: Fetcher,
+        exchange: TokenExchange,
+        vault: TokenVault | None = None,
+        tokens: UserTokens | None = None,
+        flows: AuthorizationFlows | None = None,
+    ) -> None:
+        self.fetcher = fetcher
+        self.exchange = exchange
+        self.vault = vault
+        self.tokens = tokens
+        self.flows = flows
+        self.callback = OAuthCallback(flows, flows.settings.callback_path) if flows is not None else None
+
+    @classmethod
+    async def open(
+        cls,
+        config: Config,
+        client: httpx.AsyncClient,
+        *,
+        listen: str | None = None,
+        environ: Mapping[str, str],
+        resolve: bool = True,
+    ) -> UserCredentials:
+        """Built from the config; the vault opened when a server keeps tokens in it."""
+        settings = config.credentials
+        fetcher = Fetcher(
+            client, timeout=settings.fetch_timeout, max_bytes=settings.max_response_bytes, resolve=resolve
+        )
+        exchange = TokenExchange(fetcher, margin=settings.refresh_margin)
+        if not any(server.auth == "oauth" for server in config.enabled_servers):
+            return cls(fetcher, exchange)
+        key = vault_key_bytes(settings, environ)
+        if key is None:  # (refused at load; the environment may have changed since)
+            raise ConfigError("credentials.vault_key: required (or AGGREGATOR_VAULT_KEY): 32 bytes in base64")
+        vault = await TokenVault.open(settings.vault, key)
+        tokens = UserTokens(vault, fetcher, margin=settings.refresh_margin)
+        flows = AuthorizationFlows(vault, fetcher, settings, redirect_uri(config, listen))
+        return cls(fetcher, exchange, vault, tokens, flows)
+
+    async def aclose(self) -> None:
+        if self.vault is not None:
+            await self.vault.aclose()
+
+    async def authorization(self, principal: Principal, server: ServerConfig, subject_token: str | None = None) -> str:
+        """The ``Authorization`` value for ``server`` on behalf of ``principal``."""
+        if server.auth == "token-exchange":
+            if subject_token is None:
+                raise CredentialError(f"server {server.name!r} needs the caller's own access token to exchange")
+            return "Bearer " + await self.exchange.token_for(principal, subject_token, server)
+        if server.auth != "oauth" or self.tokens is None or self.flows is None:
+            raise CredentialError(f"server {server.name!r} does not take users' own credentials")
+        token = await self.tokens.access_token(principal, server.name)
+        if token is None:
+            raise await self.flows.begin(principal, server)
+        return "Bearer " + token
+
+    async def unauthorized(self, principal: Principal, server: ServerConfig, challenge: str | None) -> CredentialError:
+        """The server refused what was sent (401): forget it; what to tell the user."""
+        if server.auth == "token-exchange":
+            self.exchange.forget(principal, server.name)
+            return CredentialError(f"server {server.name!r} refused the exchanged token")
+        if self.vault is None or self.flows is None:
+            return CredentialError(f"server {server.name!r} refused the credential")
+        await self.vault.forget(principal, server.name)
+        try:
+            return await self.flows.begin(principal, server, challenge)
+        except CredentialError as exc:
+            return exc
+
+    def bearer(self, principal: Principal, server: ServerConfig, subject_token: str | None = None) -> UserBearer:
+        return UserBearer(self, principal, server, subject_token)
+
+
+class UserBearer(httpx.Auth):
+    """An upstream HTTP client's ``auth``: each request carries the user's token; a 401
+    raises what to tell the user (``ConsentRequired`` with the URL to open, most often)."""
+
+    def __init__(
+        self, credentials: UserCredentials, principal: Principal, server: ServerConfig, subject_token: str | None
+    ) -> None:
+        self.credentials = credentials
+        self.principal = principal
+        self.server = server
+        self.subject_token = subject_token
+
+    def sync_auth_flow(self, request: httpx.Request) -> Generator[httpx.Request, httpx.Response, None]:
+        raise RuntimeError("UserBearer works with httpx.AsyncClient only")
+
+    async def async_auth_flow(self, request: httpx.Request) -> AsyncGenerator[httpx.Request, httpx.Response]:
+        request.headers["authorization"] = await self.credentials.authorization(
+            self.principal, self.server, self.subject_token
+        )
+        response = yield request
+        if response.status_code == 401:
+            raise await self.credentials.unauthorized(
+                self.principal, self.server, response.headers.get("www-authenticate")
+            )
+
+
+__all__ = ["ConsentRequired", "CredentialError", "UserBearer", "UserCredentials", "redirect_uri"]

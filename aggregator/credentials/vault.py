@@ -1,0 +1,263 @@
+"""The token vault: each user's tokens for each server, in an SQLite file, their secrets
+encrypted.
+
+One row per (principal, server): the issuer and subject of the user, the server's name, and
+what the tokens came with (expiry, scope, the token and revocation endpoints, the client id,
+the resource). The access token, refresh token and client secret of a row are sealed
+together with AES-256-GCM under the vault key, with the row's identity as associated data:
+a sealed value copied into another row does not open. What ``entries`` lists (for
+``aggregator auth list``) is never secret.
+
+SQLite blocks, so every call runs in a worker thread (``trio.to_thread.run_sync``), one at
+a time (a limiter of one): the event loop never waits on the disk. The file is created
+readable by its owner only.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sqlite3
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import attrs
+import orjson
+import trio
+from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+from aggregator.credentials.principal import Principal
+from aggregator.credentials.problems import CredentialError
+from aggregator.credentials.tokens import ClientCredentials, TokenSet
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS grants (
+    issuer TEXT NOT NULL,
+    subject TEXT NOT NULL,
+    server TEXT NOT NULL,
+    sealed BLOB NOT NULL,
+    expires_at REAL,
+    scope TEXT NOT NULL,
+    token_endpoint TEXT NOT NULL,
+    revocation_endpoint TEXT,
+    client_id TEXT NOT NULL,
+    resource TEXT NOT NULL,
+    updated_at REAL NOT NULL,
+    PRIMARY KEY (issuer, subject, server)
+)
+"""
+_COLUMNS = (
+    "issuer, subject, server, sealed, expires_at, scope, token_endpoint, revocation_endpoint, client_id, resource"
+)
+
+
+@attrs.frozen(kw_only=True)
+class Grant:
+    """What a user granted the proxy for one server, and where its tokens are renewed."""
+
+    principal: Principal
+    server: str
+    tokens: TokenSet
+    token_endpoint: str
+    revocation_endpoint: str | None = None
+    client: ClientCredentials
+    resource: str
+
+
+@attrs.frozen(kw_only=True)
+class Entry:
+    """A row as ``aggregator auth list`` shows it: nothing secret."""
+
+    principal: Principal
+    server: str
+    expires_at: float | None
+    scope: str
+    refreshable: bool
+    updated_at: float
+
+
+class Sealer:
+    """AES-256-GCM over a row's secrets, bound to the row's identity."""
+
+    def __init__(self, key: bytes) -> None:
+        if len(key) != 32:
+            raise ValueError("the vault key must be 32 bytes")
+        self._aead = AESGCM(key)
+
+    @staticmethod
+    def _identity(principal: Principal, server: str) -> bytes:
+        return orjson.dumps([principal.issuer, principal.subject, server])
+
+    def seal(self, principal: Principal, server: str, secrets: dict[str, str | None]) -> bytes:
+        nonce = os.urandom(12)
+        return nonce + self._aead.encrypt(nonce, orjson.dumps(secrets), self._identity(principal, server))
+
+    def open(self, principal: Principal, server: str, sealed: bytes) -> dict[str, Any]:
+        try:
+            plain = self._aead.decrypt(sealed[:12], sealed[12:], self._identity(principal, server))
+        except InvalidTag:
+            raise CredentialError(
+                f"the vault's tokens of {principal} for server {server!r} do not open with this vault key"
+                " (another key, or the file was changed)"
+            ) from None
+        value = orjson.loads(plain)
+        assert isinstance(value, dict)
+        return value
+
+
+class TokenVault:
+    """The vault file. Open it with ``TokenVault.open`` (async); ``aclose`` when done."""
+
+    def __init__(self, connection: sqlite3.Connection, sealer: Sealer, path: str) -> None:
+        self._db = connection
+        self._sealer = sealer
+        self.path = path
+        self._limiter = trio.CapacityLimiter(1)  # one statement at a time, in order
+
+    @classmethod
+    async def open(cls, path: str, key: bytes) -> TokenVault:
+        sealer = Sealer(key)
+        connection = await trio.to_thread.run_sync(_connect, path)
+        return cls(connection, sealer, path)
+
+    async def _run(self, work: Callable[[], T]) -> T:
+        return await trio.to_thread.run_sync(work, limiter=self._limiter)
+
+    async def aclose(self) -> None:
+        await self._run(self._db.close)
+
+    async def get(self, principal: Principal, server: str) -> Grant | None:
+        def read() -> Any:
+            return self._db.execute(
+                f"SELECT {_COLUMNS} FROM grants WHERE issuer = ? AND subject = ? AND server = ?",
+                (principal.issuer, principal.subject, server),
+            ).fetchone()
+
+        row = await self._run(read)
+        return None if row is None else self._grant(row)
+
+    async def put(self, grant: Grant) -> None:
+        secrets = {
+            "access_token": grant.tokens.access_token,
+            "refresh_token": grant.tokens.refresh_token,
+            "client_secret": grant.client.client_secret,
+        }
+        sealed = self._sealer.seal(grant.principal, grant.server, secrets)
+        values = (
+            grant.principal.issuer,
+            grant.principal.subject,
+            grant.server,
+            sealed,
+            grant.tokens.expires_at,
+            grant.tokens.scope,
+            grant.token_endpoint,
+            grant.revocation_endpoint,
+            grant.client.client_id,
+            grant.resource,
+            time.time(),
+        )
+
+        def write() -> None:
+            with self._db:
+                self._db.execute(
+                    f"INSERT OR REPLACE INTO grants ({_COLUMNS}, updated_at) VALUES ({'?, ' * 10}?)", values
+                )
+
+        await self._run(write)
+
+    async def take(self, subject: str, server: str | None = None, issuer: str | None = None) -> list[Grant]:
+        """Remove the rows of users named ``subject`` (at ``issuer``, if given), for
+        ``server`` or all servers; the grants they held (to revoke them)."""
+        where = (
+            "subject = ?" + (" AND server = ?" if server is not None else "") + (" AND issuer = ?" if issuer else "")
+        )
+        args = (subject, *((server,) if server is not None else ()), *((issuer,) if issuer else ()))
+
+        def remove() -> list[Any]:
+            with self._db:
+                rows = self._db.execute(f"SELECT {_COLUMNS} FROM grants WHERE {where}", args).fetchall()
+                self._db.execute(f"DELETE FROM grants WHERE {where}", args)
+            return rows
+
+        grants = []
+        for row in await self._run(remove):
+            try:
+                grants.append(self._grant(row))
+            except CredentialError as exc:  # removed all the same; it cannot be revoked
+                log.warning("vault: %s", exc)
+        return grants
+
+    async def forget(self, principal: Principal, server: str) -> None:
+        """Remove one row (its tokens no longer work)."""
+
+        def remove() -> None:
+            with self._db:
+                self._db.execute(
+                    "DELETE FROM grants WHERE issuer = ? AND subject = ? AND server = ?",
+                    (principal.issuer, principal.subject, server),
+                )
+
+        await self._run(remove)
+
+    async def entries(self) -> list[Entry]:
+        def read() -> list[Any]:
+            return self._db.execute(
+                "SELECT issuer, subject, server, expires_at, scope, sealed, updated_at FROM grants"
+                " ORDER BY subject, issuer, server"
+            ).fetchall()
+
+        entries = []
+        for issuer, subject, server, expires_at, scope, sealed, updated_at in await self._run(read):
+            principal = Principal(issuer=issuer, subject=subject)
+            try:
+                refreshable = self._sealer.open(principal, server, sealed).get("refresh_token") is not None
+            except CredentialError:
+                refreshable = False
+            entries.append(
+                Entry(
+                    principal=principal,
+                    server=server,
+                    expires_at=expires_at,
+                    scope=scope,
+                    refreshable=refreshable,
+                    updated_at=updated_at,
+                )
+            )
+        return entries
+
+    def _grant(self, row: Any) -> Grant:
+        issuer, subject, server, sealed, expires_at, scope, token_endpoint, revocation, client_id, resource = row
+        principal = Principal(issuer=issuer, subject=subject)
+        secrets = self._sealer.open(principal, server, sealed)
+        return Grant(
+            principal=principal,
+            server=server,
+            tokens=TokenSet(
+                access_token=secrets["access_token"],
+                refresh_token=secrets.get("refresh_token"),
+                expires_at=expires_at,
+                scope=scope,
+            ),
+            token_endpoint=token_endpoint,
+            revocation_endpoint=revocation,
+            client=ClientCredentials(client_id=client_id, client_secret=secrets.get("client_secret")),
+            resource=resource,
+        )
+
+
+def _connect(path: str) -> sqlite3.Connection:
+    """Open (creating, owner-only) the vault file and its table."""
+    try:
+        descriptor = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+        os.close(descriptor)
+        connection = sqlite3.connect(path, check_same_thread=False, isolation_level="DEFERRED")
+        connection.execute(_SCHEMA)
+        connection.commit()
+    except (OSError, sqlite3.Error) as exc:
+        raise CredentialError(f"cannot open the token vault {path}: {exc}") from None
+    return connection
