@@ -11,14 +11,23 @@ from __future__ import annotations
 import argparse
 import os
 import time
+from pathlib import Path
 
 import trio
 
-from aggregator.cli.common import command_config
+from aggregator.cli.common import DEFAULT_CONFIG
 from aggregator.cli.terminal import printable
-from aggregator.config import Config
+from aggregator.config import Config, load_config
 from aggregator.config.upstream_auth import VAULT_KEY_VARIABLE, vault_key_bytes
 from aggregator.errors import ConfigError
+
+
+def _config(args: argparse.Namespace) -> Config:
+    """The config (these commands start no server, so the guard against serving oneself is not needed)."""
+    path = Path(args.config or DEFAULT_CONFIG)
+    if args.config is None and not path.exists():
+        raise ConfigError(f"no {DEFAULT_CONFIG} here; pass --config PATH")
+    return load_config(path)
 
 
 def _key(config: Config) -> bytes:
@@ -39,7 +48,7 @@ def _until(expires_at: float | None) -> str:
 
 
 def run_auth_list(args: argparse.Namespace) -> int:
-    config, _ = command_config(args)
+    config = _config(args)
     from aggregator.credentials.vault import TokenVault
 
     async def entries() -> list[str]:
@@ -74,7 +83,7 @@ def run_auth_list(args: argparse.Namespace) -> int:
 
 
 def run_auth_revoke(args: argparse.Namespace) -> int:
-    config, _ = command_config(args)
+    config = _config(args)
     if args.server is not None and args.server not in config.servers:
         raise ConfigError(f"servers.{args.server}: no such server")
     from aggregator.credentials.fetching import Fetcher, oauth_http_client

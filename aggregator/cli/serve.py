@@ -172,8 +172,8 @@ async def _user_credentials(nursery: trio.Nursery, config: Config, listen: str |
     server takes them; the callback path the HTTP endpoint serves, or None."""
     if all(server.auth == "static" for server in config.enabled_servers):
         return None
-    from aggregator.credentials import UserCredentials
     from aggregator.credentials.fetching import oauth_http_client
+    from aggregator.credentials.service import UserCredentials
 
     credentials = await nursery.start(_hold_credentials, config, listen, UserCredentials, oauth_http_client)
     return credentials.callback

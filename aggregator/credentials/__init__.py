@@ -18,18 +18,12 @@ per-session (``isolation``), so one user's token never serves another.
 
 Floor 4 (tests/core/test_layering.py): may import ``errors``, ``jsonrpc``, ``mcp``,
 ``config`` and ``transports``; ``upstreams`` and ``cli`` use it.
+
+Importing the package costs nothing: the vault (sqlite, cryptography) and the OAuth client
+are imported from their modules by whoever uses them (``service.UserCredentials``).
 """
 
 from aggregator.credentials.principal import Principal
 from aggregator.credentials.problems import ConsentRequired, CredentialError, UnsafeUrl
-from aggregator.credentials.service import UserBearer, UserCredentials, redirect_uri
 
-__all__ = [
-    "ConsentRequired",
-    "CredentialError",
-    "Principal",
-    "UnsafeUrl",
-    "UserBearer",
-    "UserCredentials",
-    "redirect_uri",
-]
+__all__ = ["ConsentRequired", "CredentialError", "Principal", "UnsafeUrl"]

@@ -202,9 +202,12 @@ class UpstreamClient:
         self._idle: list[_Connection] = []
 
     @classmethod
-    def for_server(cls, client: httpx.AsyncClient, config: Any) -> UpstreamClient:
-        """The client for a configured server (its URL and headers), around httpx's."""
-        return cls(client, config.url, {"user-agent": USER_AGENT, **dict(config.headers)}, CONNECT_TIMEOUT)
+    def for_server(cls, client: httpx.AsyncClient, config: Any, *, per_user: bool = False) -> UpstreamClient:
+        """The client for a configured server (its URL and headers), around httpx's;
+        ``per_user``: every request goes through httpx, which adds the user's credential."""
+        upstream = cls(client, config.url, {"user-agent": USER_AGENT, **dict(config.headers)}, CONNECT_TIMEOUT)
+        upstream.fast = upstream.fast and not per_user
+        return upstream
 
     @asynccontextmanager
     async def stream(

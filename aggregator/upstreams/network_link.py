@@ -302,7 +302,10 @@ class _ByteBudget:
         self._freed.set()
 
 
-def http_client(config: Any) -> httpx.AsyncClient:
-    """A client that sends the server's own headers, follows no redirect and waits for ever to read."""
+def http_client(config: Any, auth: httpx.Auth | None = None) -> httpx.AsyncClient:
+    """A client that sends the server's own headers, follows no redirect and waits for ever
+    to read; ``auth``: a user's own credential for it (``credentials.service.UserBearer``)."""
     headers = {"user-agent": USER_AGENT, **dict(config.headers)}
-    return httpx.AsyncClient(headers=headers, follow_redirects=False, timeout=httpx.Timeout(CONNECT_TIMEOUT, read=None))
+    return httpx.AsyncClient(
+        headers=headers, auth=auth, follow_redirects=False, timeout=httpx.Timeout(CONNECT_TIMEOUT, read=None)
+    )

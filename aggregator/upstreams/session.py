@@ -311,11 +311,12 @@ class UpstreamSession:
             # Imported here: httpx and trio-websocket cost memory a stdio-only proxy need not pay.
             from aggregator.upstreams import network_upstream
 
-            connect = {
+            connectors: dict[str, Connector] = {
                 "streamable-http": network_upstream.run_streamable_http_server,
                 "sse": network_upstream.run_sse_server,
                 "websocket": network_upstream.run_websocket_server,
-            }[transport]
+            }
+            connect = connectors[transport]
             depth = self.hub.router.max_json_depth
             reason = await connect(self.config, limit, depth, task_status=task_status)
         self._lose(reason)

@@ -23,6 +23,7 @@ import trio
 
 from aggregator.config.masking import shown_url
 from aggregator.core.router import proxy_error
+from aggregator.credentials.problems import ConsentRequired, CredentialError
 from aggregator.jsonrpc.codec import dumps, loads
 from aggregator.mcp.constants import CANCELLED, INITIALIZE
 from aggregator.mcp.modern import LISTEN
@@ -52,11 +53,20 @@ _HELD = "is still held by the server (HTTP 409)"
 
 
 async def run_streamable_http_server(
-    config: Any, limit: int, depth: int, *, task_status: trio.TaskStatus[Channel] = trio.TASK_STATUS_IGNORED
+    config: Any,
+    limit: int,
+    depth: int,
+    *,
+    auth: httpx.Auth | None = None,
+    task_status: trio.TaskStatus[Channel] = trio.TASK_STATUS_IGNORED,
 ) -> str:
     """Talk to a Streamable HTTP server (MCP 2025-03-26 and later); ``limit`` and ``depth``:
-    the size and nesting a message of it may have."""
-    async with http_client(config) as client, UpstreamClient.for_server(client, config) as upstream:
+    the size and nesting a message of it may have; ``auth``: one user's own credential for
+    it (a server with ``auth = "oauth"`` or ``"token-exchange"``; per-session)."""
+    async with (
+        http_client(config, auth) as client,
+        UpstreamClient.for_server(client, config, per_user=auth is not None) as upstream,
+    ):
         connection = _StreamableHttp(config, NetworkLink(config, limit, depth), upstream)
         with client_logs_masked(connection.link.mask):
             await connection.run(task_status)
@@ -119,6 +129,16 @@ class _StreamableHttp:
             text = f"Server {name!r} could not be reached: {reason}"
             await self.link.deliver(dumps(proxy_error(message["id"], text, reason="unavailable", server=name)))
 
+    async def answer_unauthorized(self, message: Any, problem: CredentialError) -> None:
+        """No credential of the user's could be sent: answer the request with what to do
+        (the URL to open, when the user must grant access). Nothing was sent to the server."""
+        if type(message) is dict and "method" in message and "id" in message:
+            name = self.config.name
+            error = proxy_error(message["id"], str(problem), reason="unauthorized", server=name)
+            if isinstance(problem, ConsentRequired):
+                error["error"]["data"]["url"] = problem.url
+            await self.link.deliver(dumps(error))
+
     # --- a message to the server, and what comes back on its POST -------------------------
 
     async def post(self, line: bytes) -> None:
@@ -168,6 +188,9 @@ class _StreamableHttp:
         except (httpx.LocalProtocolError, UnicodeEncodeError, BadResponse) as exc:  # it alone fails
             said = "" if isinstance(exc, BadResponse) else "the request cannot be sent: "
             await self.answer_failed(message, said + self.link.describe(exc))
+            return
+        except CredentialError as exc:  # no credential of the user's for it (yet): it alone fails
+            await self.answer_unauthorized(message, exc)
             return
         except httpx.HTTPError as exc:
             await self.answer_failed(message, self.link.describe(exc))

@@ -1,0 +1,109 @@
+"""A server's ``auth`` and ``[servers.NAME.oauth]``, and the ``[credentials]`` table: every
+problem named by its key path, and a per-user credential always per-session."""
+
+from __future__ import annotations
+
+import base64
+
+import pytest
+
+from aggregator.config import structure_config
+from aggregator.errors import ConfigError
+
+KEY = base64.b64encode(b"k" * 32).decode()
+URL = "https://docs.example/mcp"
+
+
+def problems(raw, environ=None):
+    with pytest.raises(ConfigError) as caught:
+        structure_config(raw, environ=environ or {})
+    return caught.value.problems
+
+
+def test_static_is_the_default_and_changes_nothing():
+    server = structure_config({"servers": {"docs": {"url": URL}}}, environ={}).servers["docs"]
+    assert server.auth == "static" and server.isolation == "shared"
+
+
+@pytest.mark.parametrize("auth", ["oauth", "token-exchange"])
+def test_a_per_user_credential_makes_the_server_per_session(auth):
+    oauth = {"issuer": "https://idp.example", "client_id": "proxy"} if auth == "token-exchange" else {}
+    raw = {"credentials": {"vault_key": KEY}, "servers": {"docs": {"url": URL, "auth": auth, "oauth": oauth}}}
+    assert structure_config(raw, environ={}).servers["docs"].isolation == "per-session"
+    raw["servers"]["docs"]["isolation"] = "shared"
+    assert any(p.startswith("servers.docs.isolation: a server with auth") for p in problems(raw))
+
+
+def test_the_vault_key_is_required_for_oauth_and_named_by_its_path():
+    raw = {"servers": {"docs": {"url": URL, "auth": "oauth"}}}
+    assert problems(raw) == [
+        'credentials.vault_key: required, as servers.docs (auth = "oauth") keeps users\' tokens in the vault: set it,'
+        " or the AGGREGATOR_VAULT_KEY environment variable, to 32 random bytes in base64"
+    ]
+    assert structure_config(raw, environ={"AGGREGATOR_VAULT_KEY": KEY}).credentials.vault_key is None
+    assert problems(raw, {"AGGREGATOR_VAULT_KEY": "c2hvcnQ="}) == [
+        "credentials.vault_key: the AGGREGATOR_VAULT_KEY variable must be 32 bytes (AES-256) in base64, got 5 bytes;"
+        " it is not shown"
+    ]
+    raw["credentials"] = {"vault_key": "not base64!"}
+    assert problems(raw)[0].startswith("credentials.vault_key: is not base64")
+
+
+@pytest.mark.parametrize(
+    "server,expected",
+    [
+        ({"command": "x", "auth": "oauth"}, "servers.docs.auth: a stdio server takes its credentials"),
+        ({"url": URL, "oauth": {"client_id": "x"}}, 'servers.docs.oauth: only for auth = "oauth" or "token-exchange"'),
+        ({"url": URL, "auth": "token-exchange"}, 'servers.docs.oauth: auth = "token-exchange" needs'),
+        (
+            {"url": URL, "auth": "token-exchange", "oauth": {"issuer": "https://idp.example"}},
+            "servers.docs.oauth.client_id",
+        ),
+        (
+            {"url": URL, "auth": "oauth", "oauth": {"issuer": "https://idp.example"}},
+            "servers.docs.oauth.issuer: only for",
+        ),
+        (
+            {"url": URL, "auth": "oauth", "oauth": {"client_secret": "x"}},
+            "servers.docs.oauth.client_secret: given without",
+        ),
+        ({"url": URL, "auth": "oauth", "oauth": {"scopes": ["a b"]}}, "servers.docs.oauth.scopes[0]:"),
+        ({"url": URL, "auth": "oauth", "oauth": {"secret": "x"}}, "servers.docs.oauth.secret: unknown key"),
+        (
+            {"url": URL, "auth": "oauth", "headers": {"Authorization": "Bearer x"}},
+            "servers.docs.headers.Authorization:",
+        ),
+        ({"url": URL, "auth": "basic"}, "servers.docs.auth: expected one of static, token-exchange, oauth"),
+        (
+            {
+                "url": URL,
+                "auth": "token-exchange",
+                "oauth": {"client_id": "p", "token_endpoint": "http://idp.example/t"},
+            },
+            "servers.docs.oauth.token_endpoint: must be an https URL (http only on loopback)",
+        ),
+    ],
+)
+def test_server_problems_by_key_path(server, expected):
+    found = problems({"credentials": {"vault_key": KEY}, "servers": {"docs": server}})
+    assert any(p.startswith(expected) for p in found), found
+
+
+def test_credentials_table_problems():
+    found = problems(
+        {
+            "credentials": {
+                "vault_key": KEY,
+                "callback_path": "oauth",
+                "redirect_uri": "http://proxy.example/cb",
+                "client_metadata_url": "http://127.0.0.1/client.json",
+                "fetch_timeout": 0,
+            }
+        }
+    )
+    assert sorted(found) == [
+        "credentials.callback_path: must start with /",
+        "credentials.client_metadata_url: a client ID metadata document is served over https",
+        "credentials.fetch_timeout: must be a finite number of seconds from 0.1 to 600, got 0.0",
+        "credentials.redirect_uri: must be an https URL (http only on loopback)",
+    ]

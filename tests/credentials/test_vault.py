@@ -1,0 +1,196 @@
+"""The token vault: encrypted at rest, refreshed once however many ask, revoked at the
+authorization server, and the commands that list and revoke."""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+
+import attrs
+import pytest
+import trio
+
+from aggregator.cli.main import main
+from aggregator.credentials import CredentialError, Principal
+from aggregator.credentials.fetching import Fetcher
+from aggregator.credentials.keeper import UserTokens
+from aggregator.credentials.tokens import ClientCredentials, TokenSet
+from aggregator.credentials.vault import Grant, TokenVault
+from tests.credentials.conftest import KEY
+from tests.credentials.peers import AuthServer
+
+ALICE = Principal(issuer="https://idp.example", subject="alice")
+OTHER_KEY = b"k" * 32
+
+
+def _key() -> bytes:
+    import base64
+
+    return base64.b64decode(KEY)
+
+
+def _grant(auth: AuthServer, resource: str = "https://docs.example/mcp", expires_in: float = 3600) -> Grant:
+    """A grant as the flow leaves it, with tokens the authorization server knows."""
+    issued = auth._issue("alice", resource, "mcp", "configured-client")
+    return Grant(
+        principal=ALICE,
+        server="docs",
+        tokens=TokenSet(
+            access_token=issued["access_token"],
+            refresh_token=issued["refresh_token"],
+            expires_at=time.time() + expires_in,
+            scope="mcp",
+        ),
+        token_endpoint=f"{auth.issuer}/token",
+        revocation_endpoint=f"{auth.issuer}/revoke",
+        client=ClientCredentials(client_id="configured-client"),
+        resource=resource,
+    )
+
+
+async def test_no_token_is_stored_in_plain_text(tmp_path, auth_server):
+    path = str(tmp_path / "tokens.db")
+    vault = await TokenVault.open(path, _key())
+    grant = _grant(auth_server)
+    secret_client = attrs.evolve(
+        grant, server="other", client=ClientCredentials(client_id="c", client_secret="sekrit-value")
+    )
+    await vault.put(grant)
+    await vault.put(secret_client)
+    assert await vault.get(ALICE, "docs") == grant
+    await vault.aclose()
+    raw = (tmp_path / "tokens.db").read_bytes()
+    for secret in (grant.tokens.access_token, grant.tokens.refresh_token, "sekrit-value"):
+        assert secret.encode() not in raw
+    assert b"alice" in raw and b"docs" in raw  # who and which server are not secret
+    assert (tmp_path / "tokens.db").stat().st_mode & 0o077 == 0
+
+
+async def test_another_key_or_a_moved_value_does_not_open(tmp_path, auth_server):
+    path = str(tmp_path / "tokens.db")
+    vault = await TokenVault.open(path, _key())
+    await vault.put(_grant(auth_server))
+    await vault.aclose()
+    wrong = await TokenVault.open(path, OTHER_KEY)
+    with pytest.raises(CredentialError, match="do not open with this vault key"):
+        await wrong.get(ALICE, "docs")
+    await wrong.aclose()
+    with sqlite3.connect(path) as db:  # a row's sealed tokens copied under another user
+        db.execute("UPDATE grants SET subject = 'mallory'")
+    vault = await TokenVault.open(path, _key())
+    with pytest.raises(CredentialError):
+        await vault.get(Principal(issuer=ALICE.issuer, subject="mallory"), "docs")
+    await vault.aclose()
+
+
+async def test_two_callers_at_once_refresh_once(tmp_path):
+    auth = AuthServer(refresh_delay=0.3)
+    try:
+        vault = await TokenVault.open(str(tmp_path / "tokens.db"), _key())
+        stale = _grant(auth, expires_in=10)  # within the refresh margin
+        await vault.put(stale)
+        async with _fetcher() as fetcher:
+            tokens = UserTokens(vault, fetcher, margin=60)
+            got: list[str | None] = []
+
+            async def ask() -> None:
+                got.append(await tokens.access_token(ALICE, "docs"))
+
+            with trio.fail_after(10):
+                async with trio.open_nursery() as nursery:
+                    for _ in range(3):
+                        nursery.start_soon(ask)
+            assert auth.counts["refresh_token"] == 1 and tokens.refreshes == 1
+            assert len(set(got)) == 1 and got[0] != stale.tokens.access_token
+            stored = await vault.get(ALICE, "docs")
+            assert stored is not None and stored.tokens.access_token == got[0]
+            assert stored.tokens.refresh_token != stale.tokens.refresh_token  # rotated, and kept
+            # Fresh now: asked again, no refresh.
+            assert await tokens.access_token(ALICE, "docs") == got[0]
+            assert auth.counts["refresh_token"] == 1
+        await vault.aclose()
+    finally:
+        auth.close()
+
+
+async def test_a_refused_refresh_forgets_the_grant(tmp_path, auth_server):
+    vault = await TokenVault.open(str(tmp_path / "tokens.db"), _key())
+    stale = _grant(auth_server, expires_in=-5)
+    auth_server.refresh.clear()  # revoked at the authorization server
+    await vault.put(stale)
+    async with _fetcher() as fetcher:
+        assert await UserTokens(vault, fetcher, margin=60).access_token(ALICE, "docs") is None
+    assert await vault.get(ALICE, "docs") is None
+    await vault.aclose()
+
+
+async def test_revoke_removes_and_revokes_at_the_authorization_server(tmp_path, auth_server):
+    vault = await TokenVault.open(str(tmp_path / "tokens.db"), _key())
+    grant = _grant(auth_server)
+    await vault.put(grant)
+    await vault.put(attrs.evolve(grant, server="wiki", revocation_endpoint=None))
+    async with _fetcher() as fetcher:
+        done = await UserTokens(vault, fetcher, margin=60).revoke("alice", "docs")
+    assert [(g.server, outcome) for g, outcome in done] == [("docs", "removed and revoked")]
+    assert auth_server.revoked == [grant.tokens.refresh_token, grant.tokens.access_token]
+    assert await vault.get(ALICE, "docs") is None and await vault.get(ALICE, "wiki") is not None
+    await vault.aclose()
+
+
+def _fetcher():
+    import httpx
+
+    class Opened:
+        async def __aenter__(self) -> Fetcher:
+            self.client = httpx.AsyncClient()
+            return Fetcher(self.client, timeout=5, max_bytes=65536)
+
+        async def __aexit__(self, *exc: object) -> None:
+            await self.client.aclose()
+
+    return Opened()
+
+
+def _config_file(tmp_path, auth: AuthServer) -> str:
+    path = tmp_path / "aggregator.toml"
+    path.write_text(
+        f'[credentials]\nvault = "tokens.db"\nvault_key = "{KEY}"\n'
+        '[servers.docs]\nurl = "https://docs.example/mcp"\nauth = "oauth"\n'
+        '[servers.wiki]\nurl = "https://wiki.example/mcp"\nauth = "oauth"\n'
+    )
+    return str(path)
+
+
+def test_auth_list_shows_no_secret_and_revoke_empties_it(tmp_path, auth_server, capsys):
+    config = _config_file(tmp_path, auth_server)
+    grant = _grant(auth_server)
+
+    async def fill() -> None:
+        vault = await TokenVault.open(str(tmp_path / "tokens.db"), _key())
+        await vault.put(grant)
+        await vault.put(attrs.evolve(grant, server="wiki"))
+        await vault.aclose()
+
+    trio.run(fill)
+    assert main(["auth", "list", "--config", config]) == 0
+    listed = capsys.readouterr().out
+    assert "alice" in listed and "docs" in listed and "wiki" in listed and "refreshable" in listed
+    assert grant.tokens.access_token not in listed and grant.tokens.refresh_token not in listed
+    assert main(["auth", "revoke", "alice", "docs", "--config", config]) == 0
+    assert "server docs: removed and revoked" in capsys.readouterr().out
+    assert main(["auth", "list", "--config", config]) == 0
+    listed = capsys.readouterr().out
+    assert "wiki" in listed and "\tdocs\t" not in listed
+    assert main(["auth", "revoke", "alice", "--config", config]) == 0
+    assert main(["auth", "revoke", "alice", "--config", config]) == 1
+    assert "nothing to revoke" in capsys.readouterr().out
+    assert main(["auth", "revoke", "alice", "nosuch", "--config", config]) == 2
+
+
+def test_a_config_with_an_oauth_server_and_no_vault_key_is_refused(tmp_path, capsys, monkeypatch):
+    monkeypatch.delenv("AGGREGATOR_VAULT_KEY", raising=False)
+    path = tmp_path / "aggregator.toml"
+    path.write_text('[servers.docs]\nurl = "https://docs.example/mcp"\nauth = "oauth"\n')
+    assert main(["check", "--config", str(path)]) == 2
+    said = capsys.readouterr().err
+    assert "credentials.vault_key: required" in said and "AGGREGATOR_VAULT_KEY" in said
