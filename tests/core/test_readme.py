@@ -68,6 +68,8 @@ def test_configuration_examples_load():
         "READER_TOKEN": "q" * 32,
         "AGGREGATOR_ADMIN_TOKEN": "a" * 32,
         "DOCS_TOKEN": "d",
+        "AGGREGATOR_VAULT_KEY": "a2V5LWtleS1rZXkta2V5LWtleS1rZXkta2V5LWtleS0=",
+        "EXCHANGE_SECRET": "e",
     }
     configs = [structure_config(tomllib.loads(block), environ=environ) for block in blocks]
     front = configs[0]  # the README's own example
