@@ -9,8 +9,9 @@
   restart it: the catalogs are rebuilt with the new rules;
 - whether the policy (``[policy]``, profile rules, server rules) or the plugins changed;
 - what cannot change while the proxy runs: ``[proxy]``, ``[http]`` (listen addresses,
-  tokens, limits), and which profiles exist and which tokens select them (the listeners
-  choose a session's profile when it opens). These are reported as needing a restart and
+  tokens, limits), ``[credentials]`` (the vault and its key, the callback), and which
+  profiles exist and which tokens select them (the listeners choose a session's profile
+  when it opens). These are reported as needing a restart and
   otherwise ignored: ``effective`` is the loaded configuration with the running values of
   those keys, the configuration the proxy runs after the reload.
 """
@@ -106,10 +107,11 @@ def plan_changes(running: Config, loaded: Config) -> ConfigChanges:
     """What reloading ``loaded`` over ``running`` changes, and what it must leave alone."""
     # [proxy.discovery] applies live; the rest of [proxy] needs a restart.
     proxy = attrs.evolve(running.proxy, discovery=loaded.proxy.discovery)
-    restart = [key for key, now in (("proxy", proxy), ("http", running.http)) if now != getattr(loaded, key)]
+    kept = (("proxy", proxy), ("http", running.http), ("credentials", running.credentials))
+    restart = [key for key, now in kept if now != getattr(loaded, key)]
     profiles, profile_restart = _profiles(running.profiles, loaded.profiles)
     restart += profile_restart
-    effective = attrs.evolve(loaded, proxy=proxy, http=running.http, profiles=profiles)
+    effective = attrs.evolve(loaded, proxy=proxy, http=running.http, credentials=running.credentials, profiles=profiles)
     before = {server.name: server for server in running.enabled_servers}
     after = {server.name: server for server in effective.enabled_servers}
     added = tuple(name for name in after if name not in before)

@@ -304,3 +304,16 @@ def test_a_sessions_own_listing_takes_the_new_rules_too() -> None:
         router.handle(ClientMessage(1, msg(id=6, method="tools/call", params={"name": "p__gzip", "arguments": {}})))
     )
     assert denied["error"]["code"] == -32602
+
+
+def test_the_credentials_table_takes_a_restart():
+    import base64
+
+    key = base64.b64encode(b"k" * 32).decode()
+    running = structure_config({"credentials": {"vault_key": key}, "servers": {"a": {"command": "a"}}}, environ={})
+    loaded = structure_config(
+        {"credentials": {"vault_key": key, "vault": "elsewhere.db"}, "servers": {"a": {"command": "a"}}}, environ={}
+    )
+    changes = plan_changes(running, loaded)
+    assert changes.needs_restart == ("credentials",) and changes.effective.credentials == running.credentials
+    assert not changes.anything
