@@ -12,7 +12,7 @@ import shutil
 import signal
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import trio
 
@@ -25,6 +25,10 @@ from aggregator.hub.hub import Hub
 from aggregator.hub.reload import remove_pid_file, watch_config, write_pid_file
 from aggregator.ops.admin import admin_exposure
 from aggregator.telemetry.tracing import from_environment
+
+if TYPE_CHECKING:
+    from aggregator.credentials.callback import OAuthCallback
+    from aggregator.credentials.service import UserCredentials
 
 log = logging.getLogger("aggregator")
 
@@ -167,24 +171,25 @@ async def _probe_listener(address: str) -> None:
         await listener.aclose()
 
 
-async def _user_credentials(nursery: trio.Nursery, config: Config, listen: str | None) -> Any:
+async def _user_credentials(nursery: trio.Nursery, config: Config, listen: str | None) -> OAuthCallback | None:
     """Users' own credentials for servers (the vault opened, the OAuth client ready), when a
     server takes them; the callback path the HTTP endpoint serves, or None."""
     if all(server.auth == "static" for server in config.enabled_servers):
         return None
-    from aggregator.credentials.fetching import oauth_http_client
-    from aggregator.credentials.service import UserCredentials
-
-    credentials = await nursery.start(_hold_credentials, config, listen, UserCredentials, oauth_http_client)
+    credentials: UserCredentials = await nursery.start(_hold_credentials, config, listen)
     return credentials.callback
 
 
 async def _hold_credentials(
-    config: Config, listen: str | None, opener: Any, client_factory: Any, *, task_status: Any
+    config: Config, listen: str | None, *, task_status: trio.TaskStatus[UserCredentials]
 ) -> None:
-    """Keep the credentials (and their HTTP client and vault) open while the proxy serves."""
-    async with client_factory() as client:
-        credentials = await opener.open(config, client, listen=listen, environ=os.environ)
+    """Keep the credentials (their HTTP client and vault) open while the proxy serves."""
+    # Imported here: sqlite and cryptography cost a proxy without such servers nothing.
+    from aggregator.credentials.fetching import oauth_http_client
+    from aggregator.credentials.service import UserCredentials
+
+    async with oauth_http_client() as client:
+        credentials = await UserCredentials.open(config, client, listen=listen, environ=os.environ)
         try:
             task_status.started(credentials)
             await trio.sleep_forever()
@@ -201,7 +206,7 @@ async def _start_endpoints(
     ws_listen: str | None,
     admin_listen: str | None = None,
     *,
-    callback: Any = None,
+    callback: OAuthCallback | None = None,
 ) -> tuple[list[str], str | None]:
     """Start the network endpoints in the serve nursery; return the URLs they serve at (each
     with what speaks there) and None, or why one cannot listen (an address in use, a host that does not resolve, a port

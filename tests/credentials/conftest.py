@@ -1,30 +1,11 @@
-"""Fixtures of the credentials tests: the peers (an authorization server and a protected
-MCP server, real HTTP on 127.0.0.1), a config naming them, and the proxy's HTTP listener
-serving the OAuth callback."""
+"""The peers of the credentials tests, real HTTP on 127.0.0.1: an authorization server and
+an MCP server that wants its tokens (``peers``)."""
 
 from __future__ import annotations
 
-import base64
-import json
-import os
-from contextlib import asynccontextmanager
-from functools import partial
-from typing import Any
-
-import httpx
 import pytest
-import trio
 
-from aggregator.config import Config, structure_config
-from aggregator.credentials.service import UserCredentials
-from aggregator.fronts.http.endpoint import StreamableHttpEndpoint
-from aggregator.hub.hub import Hub
-from aggregator.upstreams.streamable_http_upstream import run_streamable_http_server
 from tests.credentials.peers import AuthServer, ProtectedMcp
-from tests.loopback import INIT, free_port
-from tests.session.harness import FakeUpstreams
-
-KEY = base64.b64encode(os.urandom(32)).decode()
 
 
 @pytest.fixture
@@ -39,88 +20,3 @@ def mcp(auth_server):
     server = ProtectedMcp(auth_server)
     yield server
     server.close()
-
-
-def make_config(tmp_path: Any, servers: dict[str, Any], port: int | None = None, **credentials: Any) -> Config:
-    return structure_config(
-        {
-            "http": {"listen": f"127.0.0.1:{port or free_port()}"},
-            "credentials": {"vault": str(tmp_path / "tokens.db"), "vault_key": KEY, **credentials},
-            "servers": servers,
-        },
-        environ={},
-    )
-
-
-@asynccontextmanager
-async def opened(config: Config, transport: httpx.AsyncBaseTransport | None = None):
-    """UserCredentials for ``config`` (its vault open), closed after."""
-    async with httpx.AsyncClient(transport=transport, follow_redirects=False) as client:
-        credentials = await UserCredentials.open(config, client, environ={})
-        try:
-            yield credentials
-        finally:
-            await credentials.aclose()
-
-
-@asynccontextmanager
-async def proxy_listener(config: Config, credentials: UserCredentials):
-    """The proxy's HTTP listener at ``config.http.listen``, serving the OAuth callback (a hub
-    with one in-memory server behind it)."""
-    hub_config = structure_config(
-        {"proxy": {"startup_timeout": 5.0}, "servers": {"a": {"command": "fake"}}}, environ={}
-    )
-    hub = Hub(hub_config, connector=FakeUpstreams({"a": []}))
-    async with trio.open_nursery() as nursery:
-        await nursery.start(hub.run)
-        endpoint = StreamableHttpEndpoint(hub, config.http, callback=credentials.callback)
-        assert config.http.listen is not None
-        await nursery.start(endpoint.serve, config.http.listen)
-        yield endpoint
-        nursery.cancel_scope.cancel()
-
-
-async def consent(url: str, *, username: str = "alice") -> httpx.Response:
-    """What a person does with an authorization URL, done by a program: open it, fill the
-    login form, post it, follow the redirect to the proxy's callback; the callback's answer."""
-    async with httpx.AsyncClient(follow_redirects=False) as browser:
-        page = await browser.get(url)
-        assert page.status_code == 200, page.text
-        hidden = page.text.split('name="request" value="', 1)[1].split('"', 1)[0]
-        import html
-
-        form = {"request": html.unescape(hidden), "username": username, "password": "wonderland"}
-        base = url.split("/authorize", 1)[0]
-        redirect = await browser.post(f"{base}/authorize", data=form)
-        assert redirect.status_code == 302, redirect.text
-        return await browser.get(redirect.headers["location"])
-
-
-class Upstream:
-    """The proxy's Streamable HTTP connection to a server, driven line by line."""
-
-    def __init__(self, channel: Any) -> None:
-        self.channel = channel
-        self.next_id = 1
-
-    async def request(self, method: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
-        message: dict[str, Any] = {"jsonrpc": "2.0", "id": self.next_id, "method": method}
-        if params is not None:
-            message["params"] = params
-        self.next_id += 1
-        await self.channel.send.send_all(json.dumps(message).encode() + b"\n")
-        with trio.fail_after(10):
-            got = await self.channel.messages.receive()
-        assert not isinstance(got.decoded, Exception), got
-        return got.decoded[1]
-
-
-@asynccontextmanager
-async def upstream(server_config: Any, auth: httpx.Auth):
-    async with trio.open_nursery() as nursery:
-        channel = await nursery.start(partial(run_streamable_http_server, server_config, 1 << 20, 64, auth=auth))
-        yield Upstream(channel)
-        nursery.cancel_scope.cancel()
-
-
-INITIALIZE = INIT["params"]

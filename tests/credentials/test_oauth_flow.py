@@ -12,7 +12,7 @@ import pytest
 import trio
 
 from aggregator.credentials import ConsentRequired, CredentialError, Principal
-from tests.credentials.conftest import INITIALIZE, consent, make_config, opened, proxy_listener, upstream
+from tests.credentials.harness import INITIALIZE, consent, make_config, opened, proxy_listener, upstream
 
 ALICE = Principal(issuer="https://idp.example", subject="alice")
 BOB = Principal(issuer="https://idp.example", subject="bob")

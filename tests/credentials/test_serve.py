@@ -8,7 +8,7 @@ import urllib.request
 
 import pytest
 
-from tests.credentials.conftest import KEY
+from tests.credentials.harness import KEY
 from tests.e2e.conftest import http_proxy, write_config
 
 pytestmark = pytest.mark.e2e

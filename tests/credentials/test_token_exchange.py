@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from aggregator.credentials import CredentialError, Principal
-from tests.credentials.conftest import INITIALIZE, make_config, opened, upstream
+from tests.credentials.harness import INITIALIZE, make_config, opened, upstream
 
 ALICE = Principal(issuer="https://idp.example", subject="alice")
 

@@ -3,20 +3,22 @@ authorization server, and the commands that list and revoke."""
 
 from __future__ import annotations
 
+import os
 import sqlite3
+import subprocess
+import sys
 import time
 
 import attrs
 import pytest
 import trio
 
-from aggregator.cli.main import main
 from aggregator.credentials import CredentialError, Principal
 from aggregator.credentials.fetching import Fetcher
 from aggregator.credentials.keeper import UserTokens
 from aggregator.credentials.tokens import ClientCredentials, TokenSet
 from aggregator.credentials.vault import Grant, TokenVault
-from tests.credentials.conftest import KEY
+from tests.credentials.harness import KEY
 from tests.credentials.peers import AuthServer
 
 ALICE = Principal(issuer="https://idp.example", subject="alice")
@@ -161,7 +163,14 @@ def _config_file(tmp_path, auth: AuthServer) -> str:
     return str(path)
 
 
-def test_auth_list_shows_no_secret_and_revoke_empties_it(tmp_path, auth_server, capsys):
+def aggregator(*args: str) -> subprocess.CompletedProcess[str]:
+    """The command, as a user runs it."""
+    env = {key: value for key, value in os.environ.items() if key != "AGGREGATOR_VAULT_KEY"}
+    argv = [sys.executable, "-m", "aggregator", *args]
+    return subprocess.run(argv, capture_output=True, text=True, timeout=60, env=env)
+
+
+def test_auth_list_shows_no_secret_and_revoke_empties_it(tmp_path, auth_server):
     config = _config_file(tmp_path, auth_server)
     grant = _grant(auth_server)
 
@@ -172,25 +181,26 @@ def test_auth_list_shows_no_secret_and_revoke_empties_it(tmp_path, auth_server, 
         await vault.aclose()
 
     trio.run(fill)
-    assert main(["auth", "list", "--config", config]) == 0
-    listed = capsys.readouterr().out
-    assert "alice" in listed and "docs" in listed and "wiki" in listed and "refreshable" in listed
-    assert grant.tokens.access_token not in listed and grant.tokens.refresh_token not in listed
-    assert main(["auth", "revoke", "alice", "docs", "--config", config]) == 0
-    assert "server docs: removed and revoked" in capsys.readouterr().out
-    assert main(["auth", "list", "--config", config]) == 0
-    listed = capsys.readouterr().out
-    assert "wiki" in listed and "\tdocs\t" not in listed
-    assert main(["auth", "revoke", "alice", "--config", config]) == 0
-    assert main(["auth", "revoke", "alice", "--config", config]) == 1
-    assert "nothing to revoke" in capsys.readouterr().out
-    assert main(["auth", "revoke", "alice", "nosuch", "--config", config]) == 2
+    listed = aggregator("auth", "list", "--config", config)
+    assert listed.returncode == 0, listed.stderr
+    assert "alice" in listed.stdout and "docs" in listed.stdout and "wiki" in listed.stdout
+    assert "refreshable" in listed.stdout
+    assert grant.tokens.access_token not in listed.stdout and grant.tokens.refresh_token not in listed.stdout
+    revoked = aggregator("auth", "revoke", "alice", "docs", "--config", config)
+    assert revoked.returncode == 0 and "server docs: removed and revoked" in revoked.stdout, revoked.stderr
+    listed = aggregator("auth", "list", "--config", config)
+    assert "wiki" in listed.stdout and "\tdocs\t" not in listed.stdout
+    assert aggregator("auth", "revoke", "alice", "--config", config).returncode == 0
+    again = aggregator("auth", "revoke", "alice", "--config", config)
+    assert again.returncode == 1 and "nothing to revoke" in again.stdout
+    unknown = aggregator("auth", "revoke", "alice", "nosuch", "--config", config)
+    assert unknown.returncode == 2 and "servers.nosuch: no such server" in unknown.stderr
 
 
-def test_a_config_with_an_oauth_server_and_no_vault_key_is_refused(tmp_path, capsys, monkeypatch):
-    monkeypatch.delenv("AGGREGATOR_VAULT_KEY", raising=False)
+def test_a_config_with_an_oauth_server_and_no_vault_key_is_refused(tmp_path):
     path = tmp_path / "aggregator.toml"
     path.write_text('[servers.docs]\nurl = "https://docs.example/mcp"\nauth = "oauth"\n')
-    assert main(["check", "--config", str(path)]) == 2
-    said = capsys.readouterr().err
-    assert "credentials.vault_key: required" in said and "AGGREGATOR_VAULT_KEY" in said
+    for command in ("check", "serve"):
+        refused = aggregator(command, "--config", str(path))
+        assert refused.returncode == 2, refused.stderr
+        assert "credentials.vault_key: required" in refused.stderr and "AGGREGATOR_VAULT_KEY" in refused.stderr
