@@ -242,12 +242,29 @@ class AuthServer:
             request.send(400, {"error": "unsupported_grant_type"})
 
 
+class JwtIssuer:
+    """The in-repo authorization server (``tests/authserver``) as ``ProtectedMcp`` trusts it:
+    its tokens are JWTs; one whose ``iss``, ``aud`` and ``exp`` fit is taken (the signature is
+    the resource server's business, tested there; this server only echoes what it got)."""
+
+    def __init__(self, issuer: str) -> None:
+        self.issuer = issuer
+
+    def valid(self, token: str, audience: str) -> bool:
+        try:
+            payload = token.split(".")[1]
+            claims = json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
+        except (IndexError, ValueError):
+            return False
+        return claims.get("iss") == self.issuer and claims.get("aud") == audience and claims.get("exp", 0) > time.time()
+
+
 class ProtectedMcp:
     """An MCP server over Streamable HTTP (JSON answers, no session) that takes only tokens
     its authorization server issued for it, and whose tool ``whoami`` answers with the
     bearer token it received."""
 
-    def __init__(self, auth: AuthServer) -> None:
+    def __init__(self, auth: AuthServer | JwtIssuer) -> None:
         self.auth = auth
         self.server = _serve(self)
         self.base = f"http://127.0.0.1:{self.server.server_address[1]}"
