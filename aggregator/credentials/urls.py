@@ -53,15 +53,15 @@ def url_refusal(url: object) -> str | None:
     """Why ``url`` may not be fetched nor shown to a user as a link; None if it may. The
     reason never quotes the URL past its scheme (it came from a stranger)."""
     if not isinstance(url, str):
-        return "not a string"
+        return "is not a string"
     if len(url) > MAX_URL:
         return f"longer than {MAX_URL} characters"
     if not url.isascii() or any(char.isspace() or ord(char) < 32 or ord(char) == 127 for char in url):
         return "holds whitespace, a control character or a character outside ASCII"
     scheme = url.split(":", 1)[0].lower() if ":" in url else ""
     if scheme not in ("http", "https"):
-        shown = repr(scheme) if scheme.isalnum() and len(scheme) < 20 else "no usable"
-        return f"only http and https URLs are used, this has {shown} scheme"
+        shown = f"the {scheme!r} scheme" if scheme.isalnum() and len(scheme) < 20 else "no usable scheme"
+        return f"has {shown} (only http and https are used)"
     try:
         parts = urlsplit(url)
         host, _ = parts.hostname, parts.port
