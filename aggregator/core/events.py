@@ -21,7 +21,7 @@ from typing import Any, TypeAlias
 
 import attrs
 
-from aggregator.core.era.upstream_era import Era
+from aggregator.core.lifecycle.upstream_era import Era
 from aggregator.core.settings import Discovery, LinkSettings
 from aggregator.jsonrpc.errors import RemoteProtocolError
 

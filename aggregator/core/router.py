@@ -11,15 +11,15 @@ Owned objects (each given the tables it reads):
 
 - ``requests.request_table.RequestTable``: every request in flight, its progress token
   and deadlines, and the one way out of every table (invariant 2);
-- ``clients.client_requests.ClientRequests``: the handlers of a client's requests, by
+- ``handlers.client_requests.ClientRequests``: the handlers of a client's requests, by
   method, and whether startup is complete;
-- ``requests.inflight.InFlight``: requests given up on and timed out, and when the
+- ``handlers.inflight.InFlight``: requests given up on and timed out, and when the
   router's clock has work next;
 - ``requests.forwarding.Forwarding``: a request on its way upstream, or held for its
   per-session connection to start; whether new requests are still taken (``draining``);
 - ``reverse.reverse_table.ReverseTable``: server-to-client requests in flight, URL-mode
   elicitations, the proxy-minted ids;
-- ``reverse.reverse_requests.ReverseRequests``: a server's request routed to the one
+- ``handlers.reverse_requests.ReverseRequests``: a server's request routed to the one
   client it is for (or the call it came during), or answered at once;
 - ``reverse.roots.Roots``: whose roots each server sees, and roots/list held for a client;
 - ``catalogs.targets.Targets``: what a request names (``resolve``, ``describe``);
@@ -28,7 +28,7 @@ Owned objects (each given the tables it reads):
 - ``clients.handshake.Handshake``: initialize, merged capabilities and instructions,
   the log levels to set upstream;
 - ``notices.announcements.Announcements``: list_changed notices and their debounce;
-- ``upstreams.answers.Answers``: an upstream's answer to a forwarded request, on its way
+- ``handlers.answers.Answers``: an upstream's answer to a forwarded request, on its way
   to its caller (rewritten, stamped, counted);
 - ``upstreams.held_requests.HeldRequests``: a request for a shared server that is out,
   held for it or answered with its state (invariant 7);
@@ -48,15 +48,15 @@ Owned objects (each given the tables it reads):
 
 Event handlers (objects over the tables above, composed by the router, lowest first):
 
-- ``upstreams.upstream_events.UpstreamEvents``: an upstream connected, ready, listed
+- ``handlers.upstream_events.UpstreamEvents``: an upstream connected, ready, listed
   (what its lifecycle says, done), overloaded, lost, out between starts; a shared server
   listed releases the requests held for it as ``Resend`` outcomes;
-- ``upstreams.reconfigure.Reconfigure``: servers removed and added, catalogs renewed on a
+- ``handlers.reconfigure.Reconfigure``: servers removed and added, catalogs renewed on a
   live reload (a server stopped through the upstream events, as if lost);
-- ``clients.client_events.ClientEvents``: a client's messages, notifications, answers,
+- ``handlers.client_events.ClientEvents``: a client's messages, notifications, answers,
   connect, disconnect; the requests an upstream event released, handled again
   (``resend``);
-- ``upstreams.server_messages.ServerMessages``: an upstream's messages, its answers
+- ``handlers.server_messages.ServerMessages``: an upstream's messages, its answers
   handed to ``Answers``, its notifications by a method table; its own answers and lists
   changed, to the upstream events.
 
@@ -92,7 +92,7 @@ Invariants
 6. Errors the proxy makes itself carry ``data.source = "aggregator"``, the server and a
    reason, so nobody mistakes them for an upstream's.
 7. A name or URI that misses the catalog but belongs to a shared server between starts
-   (``aggregator.core.upstreams.outages``) is never "Unknown": the request waits for the server
+   (``aggregator.core.catalogs.outages``) is never "Unknown": the request waits for the server
    within its own timeout (a held ``Pending``, in ``client.in_flight`` and the deadlines,
    never in ``link.pending``: nothing was sent) or is answered ``unavailable`` with the
    server's state. Held requests are looked up again once the server is listed.
@@ -108,12 +108,10 @@ from typing import Any
 from aggregator.core import events
 from aggregator.core.catalogs.catalog import Catalog
 from aggregator.core.catalogs.discovery import Search
+from aggregator.core.catalogs.outages import Outage
 from aggregator.core.catalogs.result_budget import ResultBudgets
 from aggregator.core.catalogs.session_catalog import SessionViews
 from aggregator.core.catalogs.targets import Targets
-from aggregator.core.clients.client_events import ClientEvents
-from aggregator.core.clients.client_requests import ClientRequests
-from aggregator.core.clients.clients import ClientState, SessionInfo
 from aggregator.core.clients.handshake import Handshake
 from aggregator.core.commands import (
     Answer,
@@ -131,29 +129,32 @@ from aggregator.core.era.modern_callers import ModernCallers
 from aggregator.core.era.modern_input import ModernInput
 from aggregator.core.era.parked import ParkedCalls, ParkedTable
 from aggregator.core.era.request_state import RequestStates
-from aggregator.core.era.upstream_era import INSTANCE_KEY
 from aggregator.core.events import Event
+from aggregator.core.handlers.answers import Answers
+from aggregator.core.handlers.client_events import ClientEvents
+from aggregator.core.handlers.client_requests import ClientRequests
+from aggregator.core.handlers.inflight import InFlight
+from aggregator.core.handlers.reconfigure import Reconfigure
+from aggregator.core.handlers.reverse_requests import ReverseRequests
+from aggregator.core.handlers.server_messages import ServerMessages
+from aggregator.core.handlers.upstream_events import UpstreamEvents
+from aggregator.core.lifecycle.upstream_era import INSTANCE_KEY
+from aggregator.core.lifecycle.upstream_lifecycle import CONTROL_ID_PREFIX
 from aggregator.core.notices.announcements import Announcements
 from aggregator.core.notices.subscriptions import Listens, Subscriptions
+from aggregator.core.records.clients import ClientState, SessionInfo
+from aggregator.core.records.links import Pending, UpstreamLink, configured_link
 from aggregator.core.replies import proxy_error
 from aggregator.core.requests.forwarding import Forwarding
-from aggregator.core.requests.inflight import InFlight
 from aggregator.core.requests.request_table import RequestTable
 from aggregator.core.requests.tallies import Tallies
 from aggregator.core.requests.tasks import TaskOwners
-from aggregator.core.reverse.reverse_requests import ReverseRequests
 from aggregator.core.reverse.reverse_table import ReverseTable
 from aggregator.core.reverse.roots import ROOTS_HOLD_SECONDS, Roots
-from aggregator.core.settings import LinkSettings, RouterSettings, ServerRequestPolicy
-from aggregator.core.upstreams.answers import Answers
+from aggregator.core.settings import Discovery, LinkSettings, RouterSettings, ServerRequestPolicy
 from aggregator.core.upstreams.held_requests import HeldRequests
-from aggregator.core.upstreams.links import Pending, UpstreamLink, configured_link
-from aggregator.core.upstreams.outages import Outage
-from aggregator.core.upstreams.reconfigure import Reconfigure
-from aggregator.core.upstreams.server_messages import ServerMessages
 from aggregator.core.upstreams.upstream_control import UpstreamControl
-from aggregator.core.upstreams.upstream_events import UpstreamEvents
-from aggregator.core.upstreams.upstream_lifecycle import CONTROL_ID_PREFIX
+from aggregator.mcp.constants import TOOLS
 
 __all__ = [
     "CONTROL_ID_PREFIX",
@@ -291,7 +292,7 @@ class Router:
             events.ServerReplaced: quietly(lambda e: reload.server_replaced(e.server, e.why)),
             events.ServerAdded: quietly(lambda e: reload.server_added(e.server)),
             events.CatalogsRenewed: lambda e: reload.catalogs_renewed(e.servers, e.policies, e.catalog_hook),
-            events.DiscoveryRenewed: lambda e: self.search.renew(e.discovery),
+            events.DiscoveryRenewed: lambda e: self._discovery_renewed(e.discovery),
         }
 
     def _own_objects(self, settings: RouterSettings) -> None:
@@ -325,7 +326,7 @@ class Router:
         discovery = dict(settings.discovery)  # profile -> its discovery settings
         self.budgets = ResultBudgets(clock, discovery)  # tool results cut, their rest kept
         self.search = Search(  # search mode, by the same settings
-            discovery, self.clients, self.catalogs, self.links, self.announcements, self.budgets
+            discovery, self.clients, self.catalogs, self.links, self.budgets
         )
         self.handshake = Handshake(  # what the proxy says of itself
             self.links, self.catalog.separator, self.server_requests, self.instance, self.announcements
@@ -544,6 +545,14 @@ class Router:
         out = self.inflight.expire(now)
         own = self.upstreams.expire_own(now)
         return out + self.client_events.resend(own) if own else out
+
+    def _discovery_renewed(self, discovery: dict[str, Discovery]) -> list[Command]:
+        """New discovery settings (a reload): each profile whose clients now see another
+        tools/list is told so."""
+        out: list[Command] = []
+        for profile in self.search.renew(discovery):
+            out += self.announcements.announce([TOOLS], profile)
+        return out
 
     def _startup_completed(self) -> None:
         """Startup is over (every server listed, or the wait for them timed out): requests

@@ -7,7 +7,7 @@ start again after an exponential, full-jitter backoff. One upstream never takes 
 down: everything that can go wrong here ends here.
 
 What to say to the server and when (handshake, listing, re-listing, the proxy's own
-requests) is the core's (``core.upstreams.upstream_lifecycle``, driven by the router in
+requests) is the core's (``core.lifecycle.upstream_lifecycle``, driven by the router in
 ``core.upstreams.upstream_control``, its deadlines kept by the hub's clock): this module tells the
 router the connection is up (``upstream_connected``) or lost (``server_lost``), and does
 what the router says of it: serving (``serving``), drop it (``drop``). The server's

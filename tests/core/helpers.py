@@ -23,8 +23,8 @@ from aggregator.core.events import (
     StartupCompleted,
     UpstreamConnected,
 )
+from aggregator.core.lifecycle.upstream_lifecycle import CONTROL_ID_PREFIX
 from aggregator.core.router import Router, RouterSettings
-from aggregator.core.upstreams.upstream_lifecycle import CONTROL_ID_PREFIX
 from aggregator.jsonrpc import RemoteProtocolError, decode_message, dumps, loads
 from aggregator.mcp.constants import LIST_METHOD_OF
 

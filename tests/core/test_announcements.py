@@ -7,11 +7,11 @@ from __future__ import annotations
 import pytest
 
 from aggregator.core.catalogs.session_catalog import SessionViews
-from aggregator.core.clients.clients import ClientState
 from aggregator.core.commands import ToClient
 from aggregator.core.events import ClientConnected, ClientMessage, ServerItems, TimePassed
 from aggregator.core.notices.announcements import Announcements
 from aggregator.core.notices.subscriptions import Listens
+from aggregator.core.records.clients import ClientState
 from tests.core.helpers import Clock, connect, make_router, msg, unpack
 
 

@@ -1,4 +1,4 @@
-"""What a client session says (``aggregator.core.clients.client_events``): requests checked before
+"""What a client session says (``aggregator.core.handlers.client_events``): requests checked before
 their handler runs, notifications, answers to server requests, and what its going away ends."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The handlers of client requests (``aggregator.core.clients.client_requests``): one per method,
+"""The handlers of client requests (``aggregator.core.handlers.client_requests``): one per method,
 each either answered from the proxy's own state or forwarded to the server it names."""
 
 from __future__ import annotations

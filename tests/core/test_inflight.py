@@ -1,4 +1,4 @@
-"""The in-flight tables (``aggregator.core.requests.inflight``): every way a request can end takes
+"""The in-flight tables (``aggregator.core.handlers.inflight``): every way a request can end takes
 it out of every table (invariant 2), and the client hears of the ones it did not answer."""
 
 from __future__ import annotations

@@ -12,7 +12,6 @@ from aggregator.core.catalogs.catalog import Catalog
 from aggregator.core.era.input_bridge import MAX_INPUT_ROUNDS
 from aggregator.core.era.modern_results import IDENTITY
 from aggregator.core.era.request_state import WRAPPED
-from aggregator.core.era.upstream_era import Era
 from aggregator.core.events import (
     Abandoned,
     ClientConnected,
@@ -25,7 +24,8 @@ from aggregator.core.events import (
     StartupCompleted,
     TimePassed,
 )
-from aggregator.core.upstreams.links import Phase
+from aggregator.core.lifecycle.upstream_era import Era
+from aggregator.core.records.links import Phase
 from aggregator.jsonrpc import dumps
 from tests.core.helpers import CLIENT_CAPS, Clock, connect, decoded, msg, new_router, unpack
 

@@ -140,10 +140,10 @@ def test_nothing_in_the_core_imports_the_router(name):
 # shared server listed hands back the requests held for it, ``Resend``, for the client
 # events to handle again). Nothing else in the core imports them; the router composes them.
 EVENT_HANDLERS = [
-    "upstreams/upstream_events.py",
-    "upstreams/reconfigure.py",
-    "clients/client_events.py",
-    "upstreams/server_messages.py",
+    "handlers/upstream_events.py",
+    "handlers/reconfigure.py",
+    "handlers/client_events.py",
+    "handlers/server_messages.py",
 ]
 
 

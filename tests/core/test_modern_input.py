@@ -10,7 +10,6 @@ import pytest
 from aggregator.config import ServerConfig
 from aggregator.core.catalogs.catalog import Catalog
 from aggregator.core.era.request_state import MAX_UPSTREAM_STATE, WRAPPED
-from aggregator.core.era.upstream_era import Era
 from aggregator.core.events import (
     ClientConnected,
     ClientMessage,
@@ -19,6 +18,7 @@ from aggregator.core.events import (
     ServerReady,
     StartupCompleted,
 )
+from aggregator.core.lifecycle.upstream_era import Era
 from aggregator.core.router import Router
 from aggregator.jsonrpc.errors import INTERNAL_ERROR, INVALID_PARAMS
 from aggregator.mcp.modern import CLIENT_CAPABILITIES, MISSING_REQUIRED_CLIENT_CAPABILITY, PROTOCOL_VERSION

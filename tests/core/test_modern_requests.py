@@ -13,7 +13,6 @@ from aggregator import __version__
 from aggregator.config import ServerConfig
 from aggregator.core.catalogs.catalog import Catalog
 from aggregator.core.era.modern_results import cache_hints, list_page_suffix, modern_error, splice_page
-from aggregator.core.era.upstream_era import Era
 from aggregator.core.events import (
     ClientConnected,
     ClientMessage,
@@ -22,6 +21,7 @@ from aggregator.core.events import (
     ServerReady,
     StartupCompleted,
 )
+from aggregator.core.lifecycle.upstream_era import Era
 from aggregator.jsonrpc import loads
 from aggregator.mcp.modern import (
     CLIENT_CAPABILITIES,

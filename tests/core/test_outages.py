@@ -1,4 +1,4 @@
-"""Servers between starts: the pure rules (aggregator.core.upstreams.outages) as tables, then the
+"""Servers between starts: the pure rules (aggregator.core.catalogs.outages) as tables, then the
 router with an injected clock: held then forwarded, held then failed, answered at once,
 policy-hidden names, names gone after a restart."""
 
@@ -8,6 +8,18 @@ import pytest
 
 from aggregator.config import structure_config
 from aggregator.core.catalogs.catalog import PROMPTS, TOOLS, Catalog
+from aggregator.core.catalogs.outages import (
+    Outage,
+    name_owner,
+    remember,
+    retry_after,
+    should_hold,
+    state_at,
+    template_key,
+    template_owner,
+    unavailable,
+    uri_owner,
+)
 from aggregator.core.catalogs.policy import ProfilePolicy
 from aggregator.core.commands import RequestEnded
 from aggregator.core.events import (
@@ -25,19 +37,7 @@ from aggregator.core.events import (
     StartupCompleted,
     TimePassed,
 )
-from aggregator.core.upstreams.links import Phase
-from aggregator.core.upstreams.outages import (
-    Outage,
-    name_owner,
-    remember,
-    retry_after,
-    should_hold,
-    state_at,
-    template_key,
-    template_owner,
-    unavailable,
-    uri_owner,
-)
+from aggregator.core.records.links import Phase
 from tests.core.helpers import msg, new_router, unpack
 
 CONFIG = """

@@ -10,7 +10,6 @@ import pytest
 from aggregator.core.era.modern_results import IDENTITY
 from aggregator.core.era.parked import EXPIRY_SPACING, GATHER_SECONDS
 from aggregator.core.era.request_state import PREFIX
-from aggregator.core.era.upstream_era import Era
 from aggregator.core.events import (
     ClientConnected,
     ClientDisconnected,
@@ -19,8 +18,9 @@ from aggregator.core.events import (
     ServerStreams,
     TimePassed,
 )
+from aggregator.core.lifecycle.upstream_era import Era
+from aggregator.core.records.links import Phase
 from aggregator.core.router import Router
-from aggregator.core.upstreams.links import Phase
 from aggregator.jsonrpc.errors import INVALID_PARAMS, METHOD_NOT_FOUND
 from aggregator.mcp.modern import (
     CLIENT_CAPABILITIES,

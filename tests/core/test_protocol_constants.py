@@ -9,9 +9,9 @@ import pytest
 from aggregator.config import structure_config
 from aggregator.core import defaults
 from aggregator.core.catalogs import catalog, policy, targets
+from aggregator.core.handlers import reverse_requests
+from aggregator.core.lifecycle import upstream_lifecycle
 from aggregator.core.notices import announcements
-from aggregator.core.reverse import reverse_requests
-from aggregator.core.upstreams import upstream_lifecycle
 from aggregator.errors import ConfigError
 from aggregator.mcp import constants
 from aggregator.mcp.constants import (

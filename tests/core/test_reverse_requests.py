@@ -1,4 +1,4 @@
-"""Server-to-client requests (``aggregator.core.reverse.reverse_requests``): routed under a proxy id
+"""Server-to-client requests (``aggregator.core.handlers.reverse_requests``): routed under a proxy id
 to the one client they are for, answered back under the server's id, or refused at once."""
 
 from __future__ import annotations

@@ -325,7 +325,7 @@ def test_server_lost_fails_pending_at_once_and_hides_items(router):
     notices = sorted((c.session, decoded(c.message)["method"]) for c in out if "id" not in decoded(c.message))
     assert (1, "notifications/tools/list_changed") in notices and (2, "notifications/prompts/list_changed") in notices
     assert "a__echo" not in router.catalog.tools
-    # Its names are not unknown while it restarts (aggregator.core.upstreams.outages; more in test_outages).
+    # Its names are not unknown while it restarts (aggregator.core.catalogs.outages; more in test_outages).
     assert router.handle(ServerDown("a", "the server exited with status 1", 30.0)) == []
     _, answer = only(
         router.handle(ClientMessage(1, msg(id=2, method="tools/call", params={"name": "a__echo"}))), ToClient

@@ -3,11 +3,11 @@ its events, and inherits from none of them (no mixins sharing its fields)."""
 
 from __future__ import annotations
 
-from aggregator.core.clients.client_events import ClientEvents
+from aggregator.core.handlers.client_events import ClientEvents
+from aggregator.core.handlers.reconfigure import Reconfigure
+from aggregator.core.handlers.server_messages import ServerMessages
+from aggregator.core.handlers.upstream_events import UpstreamEvents
 from aggregator.core.router import Router
-from aggregator.core.upstreams.reconfigure import Reconfigure
-from aggregator.core.upstreams.server_messages import ServerMessages
-from aggregator.core.upstreams.upstream_events import UpstreamEvents
 
 
 def test_the_router_is_one_class():

@@ -1,4 +1,4 @@
-"""What an upstream sends (``aggregator.core.upstreams.server_messages``): responses to the client of
+"""What an upstream sends (``aggregator.core.handlers.server_messages``): responses to the client of
 their request, answers to the proxy's own requests to its table, and notifications by a
 method table."""
 

@@ -12,7 +12,6 @@ import pytest
 
 from aggregator.config import ServerConfig
 from aggregator.core.catalogs.catalog import Catalog
-from aggregator.core.era.upstream_era import Era
 from aggregator.core.events import (
     ClientConnected,
     ClientMessage,
@@ -21,6 +20,7 @@ from aggregator.core.events import (
     ServerReady,
     StartupCompleted,
 )
+from aggregator.core.lifecycle.upstream_era import Era
 from aggregator.core.requests.tasks import TaskOwners
 from aggregator.fronts.http.headers import check_headers
 from aggregator.mcp.modern import CLIENT_CAPABILITIES, PROTOCOL_VERSION, TASKS_EXTENSION

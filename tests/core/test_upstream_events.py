@@ -1,4 +1,4 @@
-"""What happens to an upstream (``aggregator.core.upstreams.upstream_events``): ready, listed,
+"""What happens to an upstream (``aggregator.core.handlers.upstream_events``): ready, listed,
 overloaded, lost, down between starts; and the requests held for it meanwhile."""
 
 from __future__ import annotations

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from aggregator.core.commands import Answer
-from aggregator.core.upstreams.own_requests import OwnRequests
-from aggregator.core.upstreams.upstream_lifecycle import (
+from aggregator.core.lifecycle.own_requests import OwnRequests
+from aggregator.core.lifecycle.upstream_lifecycle import (
     CONTROL_ID_PREFIX,
     INSTANCE_KEY,
     MAX_LIST_PAGES,

@@ -14,7 +14,6 @@ from aggregator.config import ServerConfig, mcp_servers_json_to_raw, structure_c
 from aggregator.config.core_settings import link_settings
 from aggregator.core.catalogs.catalog import Catalog
 from aggregator.core.commands import ToClient, ToServer
-from aggregator.core.era.upstream_era import Era
 from aggregator.core.events import (
     ClientConnected,
     ClientMessage,
@@ -24,7 +23,8 @@ from aggregator.core.events import (
     TimePassed,
     UpstreamConnected,
 )
-from aggregator.core.upstreams.upstream_lifecycle import INSTANCE_KEY, Failed, Ready, Send, UpstreamLifecycle
+from aggregator.core.lifecycle.upstream_era import Era
+from aggregator.core.lifecycle.upstream_lifecycle import INSTANCE_KEY, Failed, Ready, Send, UpstreamLifecycle
 from aggregator.errors import ConfigError
 from aggregator.mcp import modern
 from aggregator.mcp.versions import LATEST, MODERN_LATEST

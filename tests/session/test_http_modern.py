@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 import trio
 
-from aggregator.core.era.upstream_era import Era
 from aggregator.core.events import DrainingStarted
+from aggregator.core.lifecycle.upstream_era import Era
 from aggregator.mcp.modern import CLIENT_CAPABILITIES, PROTOCOL_VERSION, SUBSCRIPTION_ID
 from tests.rawhttp import ResponseReader, read_response_async, request_bytes
 from tests.session.fronts import EventStream, running_fronts

@@ -26,11 +26,10 @@ from aggregator.core.catalogs.catalog import Catalog, Route
 from aggregator.core.catalogs.result_budget import ResultBudgets
 from aggregator.core.catalogs.tokens import tokens_of, tools_list_tokens
 from aggregator.core.catalogs.tool_search import ToolIndex
-from aggregator.core.clients.clients import ClientState
 from aggregator.core.commands import Command, ToClient
-from aggregator.core.notices.announcements import Announcements
+from aggregator.core.records.clients import ClientState
+from aggregator.core.records.links import UpstreamLink
 from aggregator.core.settings import Discovery, discovery_of
-from aggregator.core.upstreams.links import UpstreamLink
 from aggregator.jsonrpc.codec import dumps
 from aggregator.mcp.constants import TOOLS
 
@@ -164,30 +163,27 @@ class Search:
         clients: dict[int, ClientState],
         catalogs: dict[str, Catalog],
         links: dict[str, UpstreamLink],
-        announcements: Announcements,
         budgets: ResultBudgets,
     ) -> None:
         self.discovery = discovery  # profile -> its settings
         self.clients = clients
         self.catalogs = catalogs
         self.links = links  # their instructions describe their tools to the search
-        self.announcements = announcements  # a profile whose tools/list changes is told
         self.budgets = budgets  # which cut results by the same settings
 
     def discovery_of(self, profile: str) -> Discovery:
         return discovery_of(self.discovery, profile)
 
-    def renew(self, discovery: dict[str, Discovery]) -> list[Command]:
-        """New discovery settings (a reload): each profile whose clients now see another
-        tools/list is told so."""
-        out: list[Command] = []
+    def renew(self, discovery: dict[str, Discovery]) -> list[str]:
+        """New discovery settings (a reload): the profiles whose clients now see another
+        tools/list (theirs to be told so, by the announcements)."""
         old, self.discovery = self.discovery, dict(discovery)
         self.budgets.renew(self.discovery)
-        for profile, catalog in self.catalogs.items():
-            before = lists_all(discovery_of(old, profile), catalog)
-            if lists_all(self.discovery_of(profile), catalog) != before:
-                out += self.announcements.announce([TOOLS], profile)
-        return out
+        return [
+            profile
+            for profile, catalog in self.catalogs.items()
+            if lists_all(self.discovery_of(profile), catalog) != lists_all(discovery_of(old, profile), catalog)
+        ]
 
     def context_report(self) -> dict[str, dict[str, Any]]:
         """Per profile: its discovery mode, what tools/list holds now ("all" or "search"),

@@ -26,8 +26,8 @@ from typing import Any
 
 from aggregator.core.catalogs.kept_results import Kept, KeptResults, cut_utf8, page_of
 from aggregator.core.catalogs.tokens import BYTES_PER_TOKEN, tokens_of, tokens_of_bytes
-from aggregator.core.clients.clients import ClientState
 from aggregator.core.commands import Command, ToClient
+from aggregator.core.records.clients import ClientState
 from aggregator.core.settings import Discovery, discovery_of
 from aggregator.jsonrpc.errors import INVALID_PARAMS, RemoteProtocolError
 

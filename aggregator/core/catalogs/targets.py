@@ -6,7 +6,7 @@ per-session servers; read, never changed here):
 
 1. A name or URI the client's catalog routes is that route.
 2. One the catalog does not route but a shared server between starts owns
-   (``core.upstreams.outages``) raises ``ServerDown`` with the route: the request waits for that
+   (``core.catalogs.outages``) raises ``ServerDown`` with the route: the request waits for that
    server or is answered with its state, never "Unknown" (invariant 7). A per-session
    server whose listing connection is out is the session's own: not out.
 3. Anything else is -32602 from the proxy, and nothing is sent (invariant 4). URIs are
@@ -19,10 +19,10 @@ import logging
 from typing import Any
 
 from aggregator.core.catalogs.catalog import Catalog, Route
+from aggregator.core.catalogs.outages import Outage, name_owner, template_key, template_owner, uri_owner
 from aggregator.core.catalogs.uris import InvalidUri, normalize_uri
-from aggregator.core.clients.clients import ClientState
-from aggregator.core.upstreams.links import UpstreamLink
-from aggregator.core.upstreams.outages import Outage, name_owner, template_key, template_owner, uri_owner
+from aggregator.core.records.clients import ClientState
+from aggregator.core.records.links import UpstreamLink
 from aggregator.jsonrpc.errors import INVALID_PARAMS, RemoteProtocolError
 from aggregator.mcp.constants import PROMPTS, TARGETED_METHODS, TOOLS
 

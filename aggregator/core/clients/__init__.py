@@ -1,12 +1,11 @@
-"""Client sessions as the router knows them. Sans-IO.
+"""What the proxy says of itself to a client. Sans-IO.
 
-Owns the client record (``clients.ClientState``, ``SessionInfo``), a client's messages
-from connect to disconnect (``client_events``), the handlers of its requests by method
-(``client_requests``), the legacy handshake and what the proxy says of itself
-(``handshake.Handshake``) and log levels (``log_levels``).
+Owns the legacy handshake and what the proxy declares (``handshake.Handshake``: the
+merged capabilities and instructions, what it declares upstream, the log levels to set).
+A client's events and its requests are handled above (``core.handlers``); the client
+record is in ``core.records``.
 
-May import: ``core.upstreams.links`` (records), ``core.notices``, the catalogs,
-``core.era`` for a modern caller's rules, ``core.commands``, ``aggregator.mcp`` and
-``aggregator.jsonrpc``; its client events also ``core.upstreams`` (a leaving
-client's own connections are lost through the upstream events; held requests released).
+May import: the packages below it: the records, ``core.lifecycle``, ``core.catalogs``,
+``core.notices``, ``core.requests``, ``core.reverse``, ``core.commands``,
+``core.replies``, ``aggregator.mcp`` and ``aggregator.jsonrpc``.
 """

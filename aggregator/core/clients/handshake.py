@@ -23,12 +23,12 @@ from collections.abc import Iterable
 from typing import Any
 
 from aggregator import __version__
-from aggregator.core.clients.clients import ClientState
-from aggregator.core.clients.log_levels import most_verbose
 from aggregator.core.commands import Command, ToClient, WaitForStartup
-from aggregator.core.era.upstream_era import INSTANCE_KEY, LEGACY_ERA, MODERN_ERA
+from aggregator.core.lifecycle.upstream_era import INSTANCE_KEY, LEGACY_ERA, MODERN_ERA
 from aggregator.core.notices.announcements import Announcements
-from aggregator.core.upstreams.links import UpstreamLink
+from aggregator.core.records.clients import ClientState
+from aggregator.core.records.links import UpstreamLink
+from aggregator.core.records.log_levels import most_verbose
 from aggregator.jsonrpc.errors import INVALID_REQUEST, RemoteProtocolError
 from aggregator.mcp.constants import CAPABILITY_OF, PROMPTS, RESOURCES, TOOLS
 from aggregator.mcp.modern import TASKS_EXTENSION, declares_tasks
@@ -130,7 +130,7 @@ class Handshake:
             capabilities["resources"]["subscribe"] = True
         if any("completions" in link.capabilities for link in ready):
             capabilities["completions"] = {}
-        # Always: every server's log lines are forwarded, declared or not (``core.clients.log_levels``).
+        # Always: every server's log lines are forwarded, declared or not (``core.records.log_levels``).
         capabilities["logging"] = {}
         if modern:
             if any(link.speaks is MODERN_ERA and declares_tasks(link.capabilities) for link in ready):

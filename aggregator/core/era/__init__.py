@@ -25,11 +25,13 @@ legacy (subscribe)          modern            ``listen_acks``: the answer held u
                                               the server acknowledges its listen
 ==========================  ================  ========================================
 
-``upstream_era`` holds the ``Era`` enum and how a connection finds its server's era.
+The ``Era`` enum and how a connection finds its server's era are the connection's
+(``core.lifecycle.upstream_era``); how a modern server acknowledges a listen is the
+proxy's own requests' (``core.upstreams.listen_acks``).
 
-May import: the records of ``core.upstreams.links`` and ``core.clients.clients``,
-``core.reverse`` and ``core.catalogs`` for the rules they share, the request table and
-forwarding (``core.requests``), the proxy's own requests upstream
-(``core.upstreams.upstream_control``), the handshake, the notices, ``core.commands``, ``core.replies``,
-``aggregator.mcp`` and ``aggregator.jsonrpc``.
+May import: the packages below it: the records (``core.records``), ``core.lifecycle``,
+``core.catalogs``, ``core.notices``, the request table and forwarding (``core.requests``),
+``core.reverse`` for the rules they share, the handshake (``core.clients``), the proxy's
+own requests upstream (``core.upstreams``), ``core.commands``, ``core.replies``,
+``core.settings``, ``aggregator.mcp`` and ``aggregator.jsonrpc``.
 """

@@ -13,7 +13,7 @@ requests. So, for a legacy caller, the proxy plays the modern client's part:
    capabilities the client declared. A ``roots/list`` here is the call's own question
    (the answer serves that call only, shared server or not): it goes to the caller when it
    declared roots, else ``proxy.roots`` answer it; the same rule as a legacy server's
-   roots/list during a modern caller's call (``core.reverse.reverse_requests``).
+   roots/list during a modern caller's call (``core.handlers.reverse_requests``).
 2. The answers are collected in a ``Bridge`` (the ``Reverse`` entry of each question
    holds a ``Question`` where a server's request id would be: its answer goes to the
    bridge, never to the server). When the last one is in, the call is retried upstream under a NEW
@@ -54,9 +54,10 @@ import logging
 from collections.abc import Callable, Collection
 from typing import Any
 
-from aggregator.core.clients.clients import ClientState
 from aggregator.core.commands import Command, ToClient, ToServer
-from aggregator.core.era.upstream_era import LEGACY_ERA
+from aggregator.core.lifecycle.upstream_era import LEGACY_ERA
+from aggregator.core.records.clients import ClientState
+from aggregator.core.records.links import Bridge, Pending, Phase, UpstreamLink
 from aggregator.core.replies import proxy_error
 from aggregator.core.requests.request_table import RequestTable
 from aggregator.core.requests.tasks import expose_task_ids
@@ -64,7 +65,6 @@ from aggregator.core.reverse.declared import declares
 from aggregator.core.reverse.reverse_table import Reverse, ReverseTable
 from aggregator.core.reverse.roots import Roots
 from aggregator.core.settings import ServerRequestPolicy
-from aggregator.core.upstreams.links import Bridge, Pending, Phase, UpstreamLink
 from aggregator.mcp.constants import CANCELLED, SERVER_REQUESTS
 from aggregator.mcp.modern import (
     INPUT_REQUESTS,
@@ -244,7 +244,7 @@ class InputBridge:
     def _asks_for_roots(self, link: UpstreamLink, client: ClientState) -> bool:
         """Whether a ``roots/list`` asked as a call's input is its caller's to answer: it is
         that call's own question, shared server or not (the rule of the opposite bridge,
-        ``core.reverse.reverse_requests``), when the caller declared roots; if not,
+        ``core.handlers.reverse_requests``), when the caller declared roots; if not,
         ``proxy.roots`` answer it."""
         return "roots" in client.capabilities
 

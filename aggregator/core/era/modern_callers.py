@@ -40,7 +40,7 @@ given the clients, links, catalogs and per-session views, the listens and subscr
 what requests name (``Targets``), forwarding (a per-session link's name), the proxy's own
 requests upstream, the handshake, the announcements, the instance id and
 ``max_in_flight``. Admission (``admit``) decides; running the request's handler is the
-caller's (``core.clients.client_events``), and its answers come back to be stamped.
+caller's (``core.handlers.client_events``), and its answers come back to be stamped.
 """
 
 from __future__ import annotations
@@ -51,16 +51,16 @@ from typing import Any
 from aggregator.core.catalogs.catalog import Catalog
 from aggregator.core.catalogs.session_catalog import SessionViews
 from aggregator.core.catalogs.targets import ServerDown, Targets
-from aggregator.core.clients.clients import ClientState
 from aggregator.core.clients.handshake import Handshake
-from aggregator.core.clients.log_levels import LEVELS, RANK, passes
 from aggregator.core.commands import Command, ToClient, WaitForStartup
 from aggregator.core.era.modern_results import IDENTITY, cache_hints, stamp_answer
-from aggregator.core.era.upstream_era import INSTANCE_KEY, LEGACY_ERA, MODERN_ERA
+from aggregator.core.lifecycle.upstream_era import INSTANCE_KEY, LEGACY_ERA, MODERN_ERA
 from aggregator.core.notices.announcements import Announcements
 from aggregator.core.notices.subscriptions import Listen, Listens, Subscriptions
+from aggregator.core.records.clients import ClientState
+from aggregator.core.records.links import Pending, UpstreamLink
+from aggregator.core.records.log_levels import LEVELS, RANK, passes
 from aggregator.core.requests.forwarding import Forwarding
-from aggregator.core.upstreams.links import Pending, UpstreamLink
 from aggregator.core.upstreams.upstream_control import UpstreamControl
 from aggregator.jsonrpc.errors import (
     INVALID_PARAMS,

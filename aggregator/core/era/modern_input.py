@@ -32,15 +32,15 @@ import logging
 from collections.abc import Callable, Collection
 from typing import Any
 
-from aggregator.core.clients.clients import ClientState
 from aggregator.core.commands import Command, ToClient
 from aggregator.core.era.request_state import RequestStates, request_digest
+from aggregator.core.records.clients import ClientState
+from aggregator.core.records.links import Ask, Pending, UpstreamLink
 from aggregator.core.replies import proxy_error
 from aggregator.core.requests.forwarding import Forwarding
 from aggregator.core.requests.request_table import RequestTable
 from aggregator.core.reverse.declared import declares, merge_required, required_of
 from aggregator.core.settings import ServerRequestPolicy
-from aggregator.core.upstreams.links import Ask, Pending, UpstreamLink
 from aggregator.mcp.constants import SERVER_REQUESTS
 from aggregator.mcp.modern import (
     CLIENT_CAPABILITIES,

@@ -56,15 +56,15 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from aggregator.core.clients.clients import ClientState
 from aggregator.core.commands import Command, ToClient, ToServer
 from aggregator.core.era.modern_results import stamp_result
 from aggregator.core.era.request_state import RequestStates, request_digest
+from aggregator.core.records.clients import ClientState
+from aggregator.core.records.links import Ask, Parked, Pending, Phase, UpstreamLink
 from aggregator.core.replies import answer, cancelled, proxy_error
 from aggregator.core.requests.request_table import RequestTable
 from aggregator.core.reverse.declared import declares, merge_required, required_of
 from aggregator.core.reverse.reverse_table import ReverseTable
-from aggregator.core.upstreams.links import Ask, Parked, Pending, Phase, UpstreamLink
 from aggregator.jsonrpc.errors import INVALID_PARAMS, METHOD_NOT_FOUND, RemoteProtocolError
 from aggregator.mcp.constants import SERVER_REQUESTS
 from aggregator.mcp.modern import (

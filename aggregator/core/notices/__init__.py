@@ -4,6 +4,6 @@ Owns the resource subscriptions, refcounted across sessions, and modern callers'
 ``subscriptions/listen`` requests (``subscriptions``), and the list_changed notices due
 with their debounce (``announcements.Announcements``).
 
-May import: ``core.clients.clients`` (records), ``core.catalogs.session_catalog``,
-``core.era.upstream_era`` (the ``Era``), ``core.commands`` and ``aggregator.mcp``.
+May import: ``core.records.clients`` (records), ``core.catalogs.session_catalog``,
+``core.lifecycle.upstream_era`` (the ``Era``), ``core.commands`` and ``aggregator.mcp``.
 """

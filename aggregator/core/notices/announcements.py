@@ -23,10 +23,10 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from aggregator.core.catalogs.session_catalog import SessionViews
-from aggregator.core.clients.clients import ClientState
 from aggregator.core.commands import Command, ToClient
-from aggregator.core.era.upstream_era import MODERN_ERA
+from aggregator.core.lifecycle.upstream_era import MODERN_ERA
 from aggregator.core.notices.subscriptions import Listens
+from aggregator.core.records.clients import ClientState
 from aggregator.mcp.constants import LIST_CHANGED
 from aggregator.mcp.modern import SUBSCRIPTION_ID
 

@@ -21,14 +21,14 @@ from collections.abc import Collection
 from typing import Any
 
 from aggregator import __version__
-from aggregator.core.clients.clients import ClientState
-from aggregator.core.clients.log_levels import DEFAULT as DEFAULT_LEVEL
 from aggregator.core.commands import Command, StartUpstream, ToClient, ToServer
-from aggregator.core.era.upstream_era import LEGACY_ERA, MODERN_ERA
+from aggregator.core.lifecycle.upstream_era import LEGACY_ERA, MODERN_ERA
+from aggregator.core.records.clients import ClientState
+from aggregator.core.records.links import UNSENT, Pending, Phase, UpstreamLink
+from aggregator.core.records.log_levels import DEFAULT as DEFAULT_LEVEL
 from aggregator.core.replies import proxy_error
 from aggregator.core.requests.request_table import RequestTable
 from aggregator.core.requests.tasks import restore_related_task
-from aggregator.core.upstreams.links import UNSENT, Pending, Phase, UpstreamLink
 from aggregator.mcp.constants import SERVER_REQUEST_CAPABILITIES
 from aggregator.mcp.modern import (
     CLIENT_CAPABILITIES,

@@ -1,7 +1,7 @@
 """Every client request in flight through the proxy, and the one way out of every table
 (invariant 2 of the router). Sans-IO.
 
-A request is one ``Pending`` (``core.upstreams.links``), in the tables its ``Phase`` names: the
+A request is one ``Pending`` (``core.records.links``), in the tables its ``Phase`` names: the
 link's ``pending`` (by upstream id) once sent, its client's ``in_flight`` (by the
 client's id) while it is on a session, ``progress`` (by the proxy's progress token) if
 it asked for progress, ``held`` (by server) while it waits for that server's listing, and
@@ -18,13 +18,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from aggregator.core.clients.clients import ClientState
 from aggregator.core.commands import Command, ToClient
 from aggregator.core.notices.subscriptions import Subscriptions
+from aggregator.core.records.clients import ClientState
+from aggregator.core.records.links import Pending, UpstreamLink
 from aggregator.core.replies import proxy_error
 from aggregator.core.requests.deadlines import Deadlines
 from aggregator.core.requests.tallies import Tallies
-from aggregator.core.upstreams.links import Pending, UpstreamLink
 
 # The progress tokens the proxy sends upstream: strings no server would pick by chance, so
 # one in a server's request names the proxy's request in flight and nothing else.

@@ -3,10 +3,10 @@
 Owns the table of those in flight and the open URL-mode elicitations
 (``reverse_table.ReverseTable``), the rules of which client a server's message belongs
 to (``affinity``, pure functions), what a request needs of a client's capabilities
-(``declared``, pure functions), routing a server's request (``reverse_requests``) and
-roots (``roots``).
+(``declared``, pure functions) and roots (``roots``). Routing a server's request to its
+client is the handlers' (``core.handlers.reverse_requests``).
 
-May import: the records of ``core.upstreams.links`` and ``core.clients.clients``,
-``core.era`` (a modern caller is asked by its call's result), ``core.commands``,
-``aggregator.mcp`` and ``aggregator.jsonrpc``.
+May import: the records (``core.records``), ``core.lifecycle``, ``core.catalogs``,
+``core.notices``, ``core.requests``, ``core.commands``, ``core.replies``,
+``core.settings``, ``aggregator.mcp`` and ``aggregator.jsonrpc``.
 """

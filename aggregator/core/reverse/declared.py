@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from aggregator.core.upstreams.links import Ask
+from aggregator.core.records.links import Ask
 from aggregator.mcp.constants import SERVER_REQUESTS
 
 

@@ -20,10 +20,10 @@ import logging
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from aggregator.core.clients.clients import ClientState
 from aggregator.core.commands import Command, ToServer
+from aggregator.core.records.clients import ClientState
+from aggregator.core.records.links import UpstreamLink
 from aggregator.core.reverse import affinity
-from aggregator.core.upstreams.links import UpstreamLink
 from aggregator.mcp.constants import ROOTS_LIST_CHANGED
 
 log = logging.getLogger(__name__)

@@ -11,7 +11,7 @@ ended and handed back as a ``Resend``, an outcome of the upstream event that lis
 server, which the router hands to the client events to handle the request again as its
 client sent it (its name looked up anew), and the request it became keeps the held one's
 deadline (``keep_deadline``). A held request that times out is the timeouts'
-(``core.requests.inflight``).
+(``core.handlers.inflight``).
 
 It keeps no table of its own (``held`` is the request table's); it is given the links,
 the clients' requests, the outages, how long each server's last start took, forwarding
@@ -23,13 +23,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
-from aggregator.core.clients.clients import ClientState
+from aggregator.core.catalogs.outages import Outage, should_hold, unavailable
 from aggregator.core.commands import Command, ToClient
+from aggregator.core.records.clients import ClientState
+from aggregator.core.records.links import UNSENT, Pending, Phase, UpstreamLink
 from aggregator.core.replies import proxy_error
 from aggregator.core.requests.forwarding import Forwarding
 from aggregator.core.requests.request_table import RequestTable
-from aggregator.core.upstreams.links import UNSENT, Pending, Phase, UpstreamLink
-from aggregator.core.upstreams.outages import Outage, should_hold, unavailable
 from aggregator.jsonrpc.errors import INTERNAL_ERROR, error_response
 
 

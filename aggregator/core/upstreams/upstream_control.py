@@ -6,7 +6,7 @@ repeated while the link lives) and, while connected, its ``UpstreamLifecycle``
 a ``tasks/list`` of a gather, a subscription renewed after a restart, a log level. An
 answer with such an id is settled here and goes by its waiter: the router's
 (``OwnWaiter``) to the gather, the lifecycle's to the lifecycle, whose outcomes are
-handed back to the caller (``core.upstreams.upstream_events`` acts on them: ready,
+handed back to the caller (``core.handlers.upstream_events`` acts on them: ready,
 items, listed). A modern link has one ``subscriptions/listen`` of the router's open
 while it serves (``_listen_upstream``): for the lists its server says change and the resources
 clients subscribed to there; a changed set opens a new listen, then cancels the old one;
@@ -27,19 +27,19 @@ import math
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
-from aggregator.core.clients.clients import ClientState
 from aggregator.core.clients.handshake import Handshake
 from aggregator.core.commands import Answer, Command, ToServer
-from aggregator.core.era import listen_acks
-from aggregator.core.era.listen_acks import AckWait
-from aggregator.core.era.upstream_era import LEGACY_ERA, MODERN_ERA, Era
+from aggregator.core.lifecycle.own_requests import Waiting
+from aggregator.core.lifecycle.upstream_era import LEGACY_ERA, MODERN_ERA, Era
+from aggregator.core.lifecycle.upstream_lifecycle import UpstreamLifecycle
+from aggregator.core.lifecycle.upstream_outcomes import Outcome
 from aggregator.core.notices.subscriptions import Subscriptions
+from aggregator.core.records.clients import ClientState
+from aggregator.core.records.links import UpstreamLink
 from aggregator.core.replies import answer, cancelled
 from aggregator.core.requests.tasks import expose_task_ids
-from aggregator.core.upstreams.links import UpstreamLink
-from aggregator.core.upstreams.own_requests import Waiting
-from aggregator.core.upstreams.upstream_lifecycle import UpstreamLifecycle
-from aggregator.core.upstreams.upstream_outcomes import Outcome
+from aggregator.core.upstreams import listen_acks
+from aggregator.core.upstreams.listen_acks import AckWait
 from aggregator.jsonrpc.errors import METHOD_NOT_FOUND
 from aggregator.mcp.constants import INITIALIZE
 from aggregator.mcp.modern import LISTEN

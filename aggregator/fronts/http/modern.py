@@ -33,7 +33,7 @@ from typing import Any
 import trio
 
 from aggregator.config import HttpConfig
-from aggregator.core.era.upstream_era import Era
+from aggregator.core.lifecycle.upstream_era import Era
 from aggregator.core.router import proxy_error
 from aggregator.fronts.access import AccessPolicy
 from aggregator.fronts.admission import Denial, choose_profile

@@ -40,11 +40,11 @@ from typing import Any
 
 from aggregator import __version__
 from aggregator.core.defaults import DISCOVER_TIMEOUT
-from aggregator.core.era import upstream_era as era
-from aggregator.core.era.upstream_era import INSTANCE_KEY, LEGACY_ERA, MODERN_ERA, Era, Probe
-from aggregator.core.upstreams import upstream_outcomes as outcomes
-from aggregator.core.upstreams.own_requests import OwnRequests, Waiting
-from aggregator.core.upstreams.upstream_outcomes import Failed, Items, Listing, Outcome, Ready, Send, Serving
+from aggregator.core.lifecycle import upstream_era as era
+from aggregator.core.lifecycle import upstream_outcomes as outcomes
+from aggregator.core.lifecycle.own_requests import OwnRequests, Waiting
+from aggregator.core.lifecycle.upstream_era import INSTANCE_KEY, LEGACY_ERA, MODERN_ERA, Era, Probe
+from aggregator.core.lifecycle.upstream_outcomes import Failed, Items, Listing, Outcome, Ready, Send, Serving
 from aggregator.jsonrpc.errors import METHOD_NOT_FOUND
 from aggregator.mcp import modern
 from aggregator.mcp.constants import CAPABILITY_OF, INITIALIZE, INITIALIZED, KINDS, LIST_METHOD_OF, TEMPLATES

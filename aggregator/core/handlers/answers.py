@@ -21,16 +21,16 @@ from typing import Any
 
 from aggregator.core.catalogs.result_budget import ResultBudgets
 from aggregator.core.catalogs.uris import expose_uri, rewrite_content_uris
-from aggregator.core.clients.clients import ClientState
 from aggregator.core.commands import Command, DropUpstream, ToClient
 from aggregator.core.era.modern_callers import ModernCallers
 from aggregator.core.era.modern_results import IDENTITY, unknown_result_type
-from aggregator.core.era.upstream_era import MODERN_ERA
+from aggregator.core.lifecycle.upstream_era import MODERN_ERA
 from aggregator.core.notices.subscriptions import Subscriptions
+from aggregator.core.records.clients import ClientState
+from aggregator.core.records.links import Pending, UpstreamLink
 from aggregator.core.requests.request_table import RequestTable
 from aggregator.core.requests.tasks import TaskOwners, expose_task_ids
 from aggregator.core.reverse.reverse_table import ReverseTable
-from aggregator.core.upstreams.links import Pending, UpstreamLink
 from aggregator.jsonrpc.kinds import RESPONSE
 from aggregator.mcp.modern import (
     CACHEABLE,

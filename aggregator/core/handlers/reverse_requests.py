@@ -12,10 +12,11 @@ from __future__ import annotations
 from collections.abc import Collection, Hashable, Mapping
 from typing import Any
 
-from aggregator.core.clients.clients import ClientState
 from aggregator.core.commands import Command, ToClient, ToServer
 from aggregator.core.era.parked import ParkedCalls
-from aggregator.core.era.upstream_era import MODERN_ERA
+from aggregator.core.lifecycle.upstream_era import MODERN_ERA
+from aggregator.core.records.clients import ClientState
+from aggregator.core.records.links import Caller, Parked, Pending, UpstreamLink
 from aggregator.core.replies import proxy_error
 from aggregator.core.requests.request_table import RequestTable
 from aggregator.core.requests.tasks import RELATED_TASK, expose_task_id, expose_task_ids
@@ -24,7 +25,6 @@ from aggregator.core.reverse.declared import declares
 from aggregator.core.reverse.reverse_table import Reverse, ReverseTable
 from aggregator.core.reverse.roots import Roots
 from aggregator.core.settings import ServerRequestPolicy
-from aggregator.core.upstreams.links import Caller, Parked, Pending, UpstreamLink
 from aggregator.jsonrpc.errors import INVALID_REQUEST, METHOD_NOT_FOUND
 from aggregator.mcp.constants import PING, SERVER_REQUESTS
 from aggregator.mcp.modern import CLIENT_CAPABILITIES

@@ -10,10 +10,10 @@ from typing import Any, NamedTuple, TypeAlias
 import attrs
 
 from aggregator.core import defaults
-from aggregator.core.era.upstream_era import Era
+from aggregator.core.lifecycle.own_requests import OwnRequests
+from aggregator.core.lifecycle.upstream_era import Era
+from aggregator.core.lifecycle.upstream_lifecycle import CONTROL_ID_PREFIX, UpstreamLifecycle
 from aggregator.core.settings import LinkSettings
-from aggregator.core.upstreams.own_requests import OwnRequests
-from aggregator.core.upstreams.upstream_lifecycle import CONTROL_ID_PREFIX, UpstreamLifecycle
 
 
 class Phase(enum.Enum):

@@ -13,18 +13,18 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from aggregator.core.clients.clients import ClientState
+from aggregator.core.catalogs.outages import Outage, unavailable
 from aggregator.core.commands import Command, ToClient, ToServer
 from aggregator.core.era.input_bridge import InputBridge, awaits_input
 from aggregator.core.era.modern_callers import ModernCallers
 from aggregator.core.era.parked import ParkedCalls
 from aggregator.core.notices.announcements import Announcements
 from aggregator.core.notices.subscriptions import Listens
+from aggregator.core.records.clients import ClientState
+from aggregator.core.records.links import UNSENT, Pending, UpstreamLink
 from aggregator.core.replies import cancelled, proxy_error
 from aggregator.core.requests.request_table import RequestTable
 from aggregator.core.reverse.roots import Roots
-from aggregator.core.upstreams.links import UNSENT, Pending, UpstreamLink
-from aggregator.core.upstreams.outages import Outage, unavailable
 from aggregator.core.upstreams.upstream_control import UpstreamControl
 from aggregator.jsonrpc.errors import INTERNAL_ERROR, error_response
 

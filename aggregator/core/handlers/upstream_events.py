@@ -1,6 +1,6 @@
 """What happens to an upstream: connected, ready, listed, overloaded, lost, down between starts. Sans-IO.
 
-A connection's lifecycle (``core.upstreams.upstream_lifecycle``, driven through
+A connection's lifecycle (``core.lifecycle.upstream_lifecycle``, driven through
 ``upstream_control.UpstreamControl``) says what to do as outcomes; they are done here, in
 their order (``_lifecycle``): sends, the upstream ready, its items, listed, failed.
 
@@ -10,7 +10,7 @@ catalogs and the per-session views, and the objects whose rules an upstream's li
 is out, the server-to-client requests, roots, notices). It never calls back into the
 router: a shared server listed releases the requests held for it as ``Resend`` outcomes,
 in the returned list where their commands belong, and the router hands them to the client
-events (``core.clients.client_events``), which handle each as its client sent it.
+events (``core.handlers.client_events``), which handle each as its client sent it.
 """
 
 from __future__ import annotations
@@ -20,23 +20,23 @@ from collections.abc import Callable, Sequence
 from typing import Any, TypeAlias
 
 from aggregator.core.catalogs.catalog import Catalog
+from aggregator.core.catalogs.outages import FAILED, RESTARTING, Outage, remember
 from aggregator.core.catalogs.session_catalog import SessionViews
-from aggregator.core.clients.clients import ClientState
 from aggregator.core.commands import Answer, Command, DropUpstream, ToClient, ToServer, UpstreamServing
-from aggregator.core.era.upstream_era import MODERN_ERA, Era
+from aggregator.core.handlers.inflight import InFlight
+from aggregator.core.lifecycle.upstream_era import MODERN_ERA, Era
+from aggregator.core.lifecycle.upstream_outcomes import Failed, Items, Listing, Outcome, Ready, Send, Serving
 from aggregator.core.notices.announcements import Announcements
 from aggregator.core.notices.subscriptions import Subscriptions
+from aggregator.core.records.clients import ClientState
+from aggregator.core.records.links import UpstreamLink
 from aggregator.core.replies import proxy_error
 from aggregator.core.requests.forwarding import Forwarding
-from aggregator.core.requests.inflight import InFlight
 from aggregator.core.requests.tallies import Tallies
 from aggregator.core.reverse.reverse_table import ReverseTable
 from aggregator.core.reverse.roots import Roots
 from aggregator.core.upstreams.held_requests import HeldRequests, Resend
-from aggregator.core.upstreams.links import UpstreamLink
-from aggregator.core.upstreams.outages import FAILED, RESTARTING, Outage, remember
 from aggregator.core.upstreams.upstream_control import UpstreamControl
-from aggregator.core.upstreams.upstream_outcomes import Failed, Items, Listing, Outcome, Ready, Send, Serving
 from aggregator.mcp.constants import CANCELLED
 
 log = logging.getLogger(__name__)

@@ -20,23 +20,23 @@ from aggregator.core.catalogs.discovery import Search
 from aggregator.core.catalogs.result_budget import ResultBudgets
 from aggregator.core.catalogs.session_catalog import SessionViews
 from aggregator.core.catalogs.targets import ServerDown
-from aggregator.core.clients.client_requests import ClientRequests, RequestHandler
-from aggregator.core.clients.clients import ClientState
 from aggregator.core.commands import Command, RequestEnded, StopUpstream, ToClient, ToServer
 from aggregator.core.era.input_bridge import InputBridge, awaits_input, is_question
 from aggregator.core.era.modern_callers import ModernCallers
-from aggregator.core.era.upstream_era import MODERN_ERA, Era
 from aggregator.core.events import ClientMessage
+from aggregator.core.handlers.client_requests import ClientRequests, RequestHandler
+from aggregator.core.handlers.reverse_requests import ReverseRequests
+from aggregator.core.handlers.upstream_events import UpstreamEvents
+from aggregator.core.lifecycle.upstream_era import MODERN_ERA, Era
 from aggregator.core.notices.subscriptions import Listens, Subscriptions
+from aggregator.core.records.clients import ClientState
+from aggregator.core.records.links import UNSENT, Phase, UpstreamLink
 from aggregator.core.replies import cancelled, proxy_error, refusal_reason
 from aggregator.core.requests.request_table import RequestTable
-from aggregator.core.reverse.reverse_requests import ReverseRequests
 from aggregator.core.reverse.reverse_table import ReverseTable
 from aggregator.core.reverse.roots import Roots
 from aggregator.core.upstreams.held_requests import HeldRequests, Resend
-from aggregator.core.upstreams.links import UNSENT, Phase, UpstreamLink
 from aggregator.core.upstreams.upstream_control import UpstreamControl
-from aggregator.core.upstreams.upstream_events import UpstreamEvents
 from aggregator.jsonrpc.codec import decode_message
 from aggregator.jsonrpc.errors import INVALID_REQUEST, METHOD_NOT_FOUND, RemoteProtocolError, error_response
 from aggregator.jsonrpc.kinds import NOTIFICATION, REQUEST

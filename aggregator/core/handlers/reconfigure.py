@@ -17,7 +17,7 @@ Rules of a live reconfiguration:
 4. A server whose settings changed (its isolation aside: that one is removed and added)
    restarts as if it had been lost (``server_restarting``): its requests in flight are
    answered, what it listed is remembered, and a request naming it waits for the new
-   connection (``aggregator.core.upstreams.outages``). Once the old connection has ended, its link
+   connection (``aggregator.core.catalogs.outages``). Once the old connection has ended, its link
    takes the new settings (``server_replaced``); the new connection starts as at startup.
 """
 
@@ -28,16 +28,16 @@ from typing import Any
 
 from aggregator.core.catalogs.catalog import Catalog, ServerNaming
 from aggregator.core.catalogs.naming import tool_prefix, uri_prefix
+from aggregator.core.catalogs.outages import RESTARTING, Outage
 from aggregator.core.catalogs.session_catalog import SessionViews
 from aggregator.core.commands import Command, StopUpstream
+from aggregator.core.handlers.upstream_events import UpstreamEvents
 from aggregator.core.notices.announcements import Announcements
 from aggregator.core.notices.subscriptions import Subscriptions
+from aggregator.core.records.links import UpstreamLink, configured_link
 from aggregator.core.requests.request_table import RequestTable
 from aggregator.core.settings import LinkSettings
 from aggregator.core.upstreams.held_requests import HeldRequests
-from aggregator.core.upstreams.links import UpstreamLink, configured_link
-from aggregator.core.upstreams.outages import RESTARTING, Outage
-from aggregator.core.upstreams.upstream_events import UpstreamEvents
 from aggregator.mcp.constants import KINDS
 
 

@@ -1,6 +1,6 @@
 """What an upstream's lifecycle tells the router to do, and how it reads its answers. Sans-IO.
 
-``UpstreamLifecycle`` (``core.upstreams.upstream_lifecycle``) returns these outcomes; the router acts
+``UpstreamLifecycle`` (``core.lifecycle.upstream_lifecycle``) returns these outcomes; the router acts
 on them (``core.upstreams.upstream_control``). An answer to one of its requests is a result object
 or an ``Error`` (its text for the log, the server's code and message); a result whose
 ``resultType`` is anything but ``complete`` (absent means complete) is an error there.

@@ -19,22 +19,22 @@ from aggregator.core.catalogs.discovery import META_PAGE, Search
 from aggregator.core.catalogs.result_budget import RESULTS_SCHEME, ResultBudgets
 from aggregator.core.catalogs.targets import Targets
 from aggregator.core.catalogs.uris import InvalidUri, normalize_uri
-from aggregator.core.clients.clients import ClientState
 from aggregator.core.clients.handshake import Handshake
-from aggregator.core.clients.log_levels import LEVELS
 from aggregator.core.commands import Command, ToClient, ToServer
 from aggregator.core.era.modern_callers import ModernCallers
 from aggregator.core.era.modern_input import ModernInput
 from aggregator.core.era.modern_results import list_page_suffix, splice_page
 from aggregator.core.era.parked import ParkedCalls
 from aggregator.core.era.request_state import is_ours, is_wrapped
-from aggregator.core.era.upstream_era import LEGACY_ERA, MODERN_ERA
+from aggregator.core.handlers.answers import Answers
+from aggregator.core.lifecycle.upstream_era import LEGACY_ERA, MODERN_ERA
 from aggregator.core.notices.subscriptions import Subscriptions
+from aggregator.core.records.clients import ClientState
+from aggregator.core.records.links import UNSENT, UpstreamLink
+from aggregator.core.records.log_levels import LEVELS
 from aggregator.core.replies import answer
 from aggregator.core.requests.forwarding import Forwarding
 from aggregator.core.requests.tasks import TaskOwners, split_task_id
-from aggregator.core.upstreams.answers import Answers
-from aggregator.core.upstreams.links import UNSENT, UpstreamLink
 from aggregator.core.upstreams.upstream_control import Gather, UpstreamControl
 from aggregator.jsonrpc.codec import dumps
 from aggregator.jsonrpc.errors import INVALID_PARAMS, METHOD_NOT_FOUND, RemoteProtocolError

@@ -8,8 +8,8 @@ from typing import Any, NamedTuple
 
 import attrs
 
-from aggregator.core.era.upstream_era import Era
-from aggregator.core.upstreams.links import Pending
+from aggregator.core.lifecycle.upstream_era import Era
+from aggregator.core.records.links import Pending
 
 
 @attrs.define(eq=False)

@@ -18,7 +18,7 @@ from collections.abc import Container
 from typing import Any, NamedTuple
 
 from aggregator.core.commands import Command, ToClient
-from aggregator.core.upstreams.links import UpstreamLink
+from aggregator.core.records.links import UpstreamLink
 from aggregator.mcp.modern import LISTEN, SUBSCRIPTION_ID
 
 ACK_WAIT = 2.0  # seconds subscribe answers wait for the server to acknowledge its listen

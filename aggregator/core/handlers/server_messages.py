@@ -18,28 +18,28 @@ from collections.abc import Callable
 from typing import Any, cast
 
 from aggregator.core.catalogs.uris import expose_uri
-from aggregator.core.clients.client_events import ClientEvents
-from aggregator.core.clients.clients import ClientState
-from aggregator.core.clients.log_levels import passes
 from aggregator.core.commands import Command, ToClient, ToServer
 from aggregator.core.era.input_bridge import InputBridge, is_input_required
 from aggregator.core.era.modern_callers import ModernCallers
 from aggregator.core.era.modern_input import ModernInput
-from aggregator.core.era.upstream_era import MODERN_ERA
 from aggregator.core.events import ServerMessage
+from aggregator.core.handlers.answers import Answers
+from aggregator.core.handlers.client_events import ClientEvents
+from aggregator.core.handlers.reverse_requests import ReverseRequests
+from aggregator.core.handlers.upstream_events import UpstreamEvents
+from aggregator.core.lifecycle.own_requests import Waiting
+from aggregator.core.lifecycle.upstream_era import MODERN_ERA
+from aggregator.core.lifecycle.upstream_lifecycle import CONTROL_ID_PREFIX
 from aggregator.core.notices.subscriptions import Subscriptions
+from aggregator.core.records.clients import ClientState
+from aggregator.core.records.links import UpstreamLink
+from aggregator.core.records.log_levels import passes
 from aggregator.core.replies import refusal_reason
 from aggregator.core.requests.request_table import RequestTable
 from aggregator.core.requests.tasks import expose_task_ids
 from aggregator.core.reverse import affinity
-from aggregator.core.reverse.reverse_requests import ReverseRequests
 from aggregator.core.reverse.reverse_table import ReverseTable
-from aggregator.core.upstreams.answers import Answers
-from aggregator.core.upstreams.links import UpstreamLink
-from aggregator.core.upstreams.own_requests import Waiting
 from aggregator.core.upstreams.upstream_control import OwnWaiter, UpstreamControl
-from aggregator.core.upstreams.upstream_events import UpstreamEvents
-from aggregator.core.upstreams.upstream_lifecycle import CONTROL_ID_PREFIX
 from aggregator.jsonrpc.codec import decode_message
 from aggregator.jsonrpc.errors import RemoteProtocolError, error_response
 from aggregator.jsonrpc.kinds import ERROR, NOTIFICATION, REQUEST, RESPONSE
