@@ -19,6 +19,26 @@ The floors, lowest first (a package may import the packages of every floor below
 ``aggregator`` itself (its ``__version__``) may be imported from anywhere. Imports made for
 type checking only count too: a package that needs to name something above it describes it
 as a protocol of its own.
+
+Inside the core the same holds between its own packages (a top-level module is its own),
+lowest first:
+
+    0  commands, defaults     what the router says to do; the defaults
+    1  replies, settings      what the proxy says itself; what the core is told of the config
+    2  lifecycle              one upstream connection: its era, handshake, listing, own requests
+    3  records, events        the shared records (link, request, client, log levels); the events
+    4  catalogs               what clients see: catalogs, names, URIs, targets, outages, search
+    5  notices                subscriptions and listens, list_changed notices
+    6  requests               the request table, forwarding, deadlines, tasks, tallies
+    7  reverse                server-to-client requests' table, affinity, roots
+    8  clients                the handshake: what the proxy says of itself
+    9  upstreams              the proxy's own requests upstream, listen acks, held requests
+   10  era                    the era bridges: modern callers, input bridge, parked calls
+   11  handlers               the event handlers and what they dispatch to, in-flight timeouts
+   12  router                 the one class that composes them
+
+What one needs of another above it comes back as an outcome (a reload's search settings
+return the profiles whose tools/list changed; the router has them announced).
 """
 
 import ast
@@ -193,25 +213,29 @@ def _module(path: Path) -> str:
     return ".".join(("aggregator", *path.relative_to(ROOT).with_suffix("").parts)).removesuffix(".__init__")
 
 
-def upward_imports(path: Path, package: str) -> list[str]:
+def upward_imports(path: Path, package: str, floors: dict[str, int] = FLOORS, within: str = "aggregator") -> list[str]:
     """Each import of ``path`` (in ``package``) that does not point to a lower floor, said as
-    'importer -> imported: rule'."""
+    'importer -> imported: rule'. ``within`` is whose packages ``floors`` orders (the
+    project's, or ``aggregator.core``'s: imports outside it are the project check's)."""
     found = []
+    depth = within.count(".") + 1
     for name in _own_imports(path):
-        if name == "aggregator":
+        if name == within or name == "aggregator":
             continue
         if name == "<relative>":
             found.append(f"{_module(path)} -> a relative import: name the module, so its floor can be checked")
             continue
-        target = name.split(".")[1]
+        if not name.startswith(within + "."):
+            continue
+        target = name.split(".")[depth]
         if target == package:
             continue
-        if target not in FLOORS:
-            found.append(f"{_module(path)} -> {name}: package {target!r} has no floor (add it to FLOORS)")
-        elif FLOORS[target] >= FLOORS[package]:
+        if target not in floors:
+            found.append(f"{_module(path)} -> {name}: package {target!r} has no floor (add it to the floors)")
+        elif floors[target] >= floors[package]:
             found.append(
-                f"{_module(path)} -> {name}: {package} (floor {FLOORS[package]}) may import only lower floors,"
-                f" and {target} is on floor {FLOORS[target]}"
+                f"{_module(path)} -> {name}: {package} (floor {floors[package]}) may import only lower floors,"
+                f" and {target} is on floor {floors[target]}"
             )
     return found
 
@@ -248,3 +272,70 @@ def test_the_floor_check_names_both_modules_and_the_rule(tmp_path):
     sideways = upward_imports(wrong, "upstreams")
     assert any("upstreams (floor 5) may import only lower floors, and hub is on floor 6" in line for line in sideways)
     assert upward_imports(wrong, "cli") == []
+
+
+# The core's own packages in floors (the module docstring says what each holds): arrows
+# point down inside the core too, so its objects form no cycle and each is built from
+# those below it. A top-level module (``commands``, ``router``) is its own package.
+CORE = ROOT / "core"
+CORE_FLOORS = {
+    "commands": 0,
+    "defaults": 0,
+    "replies": 1,
+    "settings": 1,
+    "lifecycle": 2,
+    "records": 3,
+    "events": 3,
+    "catalogs": 4,
+    "notices": 5,
+    "requests": 6,
+    "reverse": 7,
+    "clients": 8,
+    "upstreams": 9,
+    "era": 10,
+    "handlers": 11,
+    "router": 12,
+}
+CORE_MODULES = sorted(p for p in CORE.rglob("*.py") if p != CORE / "__init__.py")
+
+
+def _core_package(path: Path) -> str:
+    """The core package a file belongs to (a top-level module is its own: ``router``)."""
+    parts = path.relative_to(CORE).parts
+    return parts[0] if len(parts) > 1 else parts[0].removesuffix(".py")
+
+
+def test_every_core_package_has_a_floor():
+    packages = {_core_package(path) for path in CORE_MODULES}
+    assert packages - set(CORE_FLOORS) == set(), "a core package without a floor"
+    assert set(CORE_FLOORS) - packages == set(), "a floor for no core package"
+
+
+@pytest.mark.parametrize("path", CORE_MODULES, ids=lambda p: str(p.relative_to(CORE)))
+def test_arrows_point_down_inside_the_core(path):
+    assert upward_imports(path, _core_package(path), CORE_FLOORS, "aggregator.core") == []
+
+
+def test_the_core_floor_check_names_both_modules_and_the_rule(tmp_path):
+    requests = tmp_path / "requests"
+    requests.mkdir()
+    wrong = requests / "wrong.py"
+    wrong.write_text(
+        "from aggregator.core.commands import ToClient\n"
+        "from aggregator.core.requests.tasks import TaskOwners\n"
+        "from aggregator.mcp.constants import TOOLS\n"
+        "if True:\n    from aggregator.core.era.parked import ParkedCalls\n"
+        "from aggregator.core.notices import subscriptions\n"
+        "import aggregator.core.router\n"
+        "from aggregator.core.requests.somewhere import Else\n"
+        "from aggregator.core.ahead import Nothing\n"
+    )
+    assert sorted(upward_imports(wrong, "requests", CORE_FLOORS, "aggregator.core")) == [
+        "wrong -> aggregator.core.ahead: package 'ahead' has no floor (add it to the floors)",
+        "wrong -> aggregator.core.era.parked: requests (floor 6) may import only lower floors, and era is on floor 10",
+        "wrong -> aggregator.core.router: requests (floor 6) may import only lower floors, and router is on floor 12",
+    ]
+    assert upward_imports(wrong, "handlers", CORE_FLOORS, "aggregator.core") == [
+        "wrong -> aggregator.core.router: handlers (floor 11) may import only lower floors, and router is on floor 12",
+        "wrong -> aggregator.core.ahead: package 'ahead' has no floor (add it to the floors)",
+    ]
