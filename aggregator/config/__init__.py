@@ -29,8 +29,10 @@ from aggregator.config.client_json import mcp_servers_json_to_raw
 from aggregator.config.loading import load_config, structure_config
 from aggregator.config.model import (
     LOCAL_HOSTS,
+    AuthConfig,
     Config,
     HttpConfig,
+    IssuerConfig,
     ItemOverride,
     KindPolicy,
     PluginConfig,
@@ -47,8 +49,10 @@ from aggregator.config.validation import check_http, parse_listen, same_listener
 __all__ = [
     "LOCAL_HOSTS",
     "RANGES",
+    "AuthConfig",
     "Config",
     "HttpConfig",
+    "IssuerConfig",
     "ItemOverride",
     "KindPolicy",
     "PluginConfig",

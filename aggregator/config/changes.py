@@ -9,9 +9,10 @@
   restart it: the catalogs are rebuilt with the new rules;
 - whether the policy (``[policy]``, profile rules, server rules) or the plugins changed;
 - what cannot change while the proxy runs: ``[proxy]``, ``[http]`` (listen addresses,
-  tokens, limits), ``[credentials]`` (the vault and its key, the callback), and which
-  profiles exist and which tokens select them (the listeners choose a session's profile
-  when it opens). These are reported as needing a restart and
+  tokens, limits), ``[credentials]`` (the vault and its key, the callback), ``[auth]``, and
+  which profiles exist and which tokens or claims select them (``tokens``, ``match``,
+  ``scopes``: the listeners choose a session's profile when it opens). These are reported
+  as needing a restart and
   otherwise ignored: ``effective`` is the loaded configuration with the running values of
   those keys, the configuration the proxy runs after the reload.
 """
@@ -96,9 +97,10 @@ def _profiles(
             restart.append(f"profiles.{name} (removed)")
             effective[name] = profile
             continue
-        if new.tokens != profile.tokens:
-            restart.append(f"profiles.{name}.tokens")
-        effective[name] = attrs.evolve(new, tokens=profile.tokens)
+        for key in ("tokens", "match", "scopes"):  # what chooses a session's profile
+            if getattr(new, key) != getattr(profile, key):
+                restart.append(f"profiles.{name}.{key}")
+        effective[name] = attrs.evolve(new, tokens=profile.tokens, match=profile.match, scopes=profile.scopes)
     restart += [f"profiles.{name} (added)" for name in loaded if name not in running]
     return effective, restart
 
@@ -107,11 +109,13 @@ def plan_changes(running: Config, loaded: Config) -> ConfigChanges:
     """What reloading ``loaded`` over ``running`` changes, and what it must leave alone."""
     # [proxy.discovery] applies live; the rest of [proxy] needs a restart.
     proxy = attrs.evolve(running.proxy, discovery=loaded.proxy.discovery)
-    kept = (("proxy", proxy), ("http", running.http), ("credentials", running.credentials))
+    kept = (("proxy", proxy), ("http", running.http), ("credentials", running.credentials), ("auth", running.auth))
     restart = [key for key, now in kept if now != getattr(loaded, key)]
     profiles, profile_restart = _profiles(running.profiles, loaded.profiles)
     restart += profile_restart
-    effective = attrs.evolve(loaded, proxy=proxy, http=running.http, credentials=running.credentials, profiles=profiles)
+    effective = attrs.evolve(
+        loaded, proxy=proxy, http=running.http, credentials=running.credentials, auth=running.auth, profiles=profiles
+    )
     before = {server.name: server for server in running.enabled_servers}
     after = {server.name: server for server in effective.enabled_servers}
     added = tuple(name for name in after if name not in before)

@@ -15,12 +15,21 @@ from aggregator.config.client_json import mcp_servers_json_to_raw
 from aggregator.config.env_file import parse_env_file
 from aggregator.config.interpolation import interpolate_sections
 from aggregator.config.masking import SecretMask
-from aggregator.config.model import Config, HttpConfig, PluginConfig, ProfileConfig, ProxyConfig, RuleSet, ServerConfig
+from aggregator.config.model import (
+    AuthConfig,
+    Config,
+    HttpConfig,
+    PluginConfig,
+    ProfileConfig,
+    ProxyConfig,
+    RuleSet,
+    ServerConfig,
+)
 from aggregator.config.paths import PATH_OPTION, beside
 from aggregator.config.ranges import check_ranges
 from aggregator.config.structuring import describe, structure_table, unknown_key, without_follow_ons
 from aggregator.config.upstream_auth import PER_USER, CredentialsConfig, check_credentials, check_upstream_auth
-from aggregator.config.validation import check_http, check_proxy, check_server, token_problems
+from aggregator.config.validation import check_auth, check_http, check_proxy, check_server, token_problems
 from aggregator.core.catalogs.naming import NAME_CHARS, validate_server_naming
 from aggregator.errors import ConfigError
 
@@ -64,7 +73,7 @@ def structure_config(
     if environ is None:
         environ = os.environ
     problems: list[str] = []
-    sections = ("proxy", "http", "policy", "profiles", "plugins", "servers", "credentials")
+    sections = ("proxy", "http", "auth", "policy", "profiles", "plugins", "servers", "credentials")
     unknown = sorted(set(raw) - set(sections))
     problems.extend(unknown_key("", key, sections) for key in unknown)
     data, interpolated = interpolate_sections(raw, sections, environ, problems)
@@ -84,6 +93,8 @@ def structure_config(
     http = tables.section("http", HttpConfig)
     tables.checked("http", check_ranges(http, "http") + check_http(http))
     proxy, http = _client_limits(proxy, http, raw.get("proxy"), raw.get("http"))
+    auth = tables.section("auth", AuthConfig)
+    tables.checked("auth", check_ranges(auth, "auth") + check_auth(auth, profiles))
     servers = _servers(tables, interpolated, directory if read_files else None, proxy.env_passthrough, read_files)
     credentials = tables.section("credentials", CredentialsConfig)
     tables.checked(
@@ -102,6 +113,7 @@ def structure_config(
     return Config(
         proxy=proxy,
         http=http,
+        auth=auth,
         policy=policy,
         profiles=profiles,
         plugins=tuple(plugins),

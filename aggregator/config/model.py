@@ -75,6 +75,13 @@ class ProfileConfig:
 
     name: str = ""
     tokens: tuple[str, ...] = ()  # HTTP bearer tokens that select this profile
+    # An OAuth access token ([auth]) selects this profile when its claims match: each key
+    # a claim, each value the list of which the claim must hold one (a claim that is a list
+    # must share one); ``scopes``: the scopes the token must all carry. The first profile
+    # (in the file's order) whose ``match`` or ``scopes`` is given and holds wins; a token
+    # no profile matches gets the default profile.
+    match: Mapping[str, tuple[str, ...]] = attrs.field(factory=dict)
+    scopes: tuple[str, ...] = ()
     tools: KindPolicy = attrs.field(factory=KindPolicy)
     prompts: KindPolicy = attrs.field(factory=KindPolicy)
     resources: KindPolicy = attrs.field(factory=KindPolicy)
@@ -259,6 +266,48 @@ class HttpConfig:
 
 
 @attrs.frozen(kw_only=True)
+class IssuerConfig:
+    """An authorization server whose access tokens the proxy accepts ([[auth.issuers]])."""
+
+    issuer: str = ""  # its issuer identifier (a token's ``iss``), an https URL
+    # Its signing keys (JWKS); None: found in its metadata (RFC 8414, then OpenID Connect).
+    jwks_uri: str | None = None
+    # The JWS algorithms its tokens may be signed with: asymmetric ones only.
+    algorithms: tuple[str, ...] = ("RS256", "ES256", "PS256", "EdDSA")
+    # Token introspection (RFC 7662), for tokens that are no JWT; the client's credentials
+    # are best given as ${VAR}.
+    introspection_endpoint: str | None = None
+    client_id: str | None = None
+    client_secret: str | None = attrs.field(default=None, repr=False)  # never in a log line
+
+
+@attrs.frozen(kw_only=True)
+class AuthConfig:
+    """The proxy as an OAuth 2.1 resource server (``fronts.authorization``); off while
+    ``resource`` is empty. Static tokens (http.auth_tokens, profiles' tokens) work beside it."""
+
+    # This endpoint's canonical URI (RFC 8707): the audience every token must carry, and
+    # where its metadata (RFC 9728) is said to be.
+    resource: str = ""
+    issuers: tuple[IssuerConfig, ...] = ()
+    scopes_supported: tuple[str, ...] = ()  # told in the metadata
+    required_scopes: tuple[str, ...] = ()  # every token must carry all of them (else 403)
+    leeway: float = 30.0  # seconds of clock skew allowed on exp and nbf
+    # Signing keys are fetched again after this long, and on a token signed with a key
+    # not known, at most once per jwks_refresh_interval (a flood of made-up key ids
+    # cannot make the proxy fetch in a loop).
+    jwks_cache_seconds: float = 600.0
+    jwks_refresh_interval: float = 30.0
+    fetch_timeout: float = 5.0  # a key set, metadata or introspection answer, in all
+    # How long an introspection answer is trusted (never past the token's exp).
+    introspection_cache_seconds: float = 60.0
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.resource)
+
+
+@attrs.frozen(kw_only=True)
 class PluginConfig:
     """One plugin: what to load (an entry point name, package.module:Name, or
     file.py:Name) and the keyword arguments to build it with."""
@@ -271,6 +320,7 @@ class PluginConfig:
 class Config:
     proxy: ProxyConfig = attrs.field(factory=ProxyConfig)
     http: HttpConfig = attrs.field(factory=HttpConfig)
+    auth: AuthConfig = attrs.field(factory=AuthConfig)
     policy: RuleSet = attrs.field(factory=RuleSet)  # for every client and server
     profiles: Mapping[str, ProfileConfig] = attrs.field(factory=dict)
     plugins: tuple[PluginConfig, ...] = ()

@@ -7,7 +7,7 @@ from typing import Any
 
 import attrs
 
-from aggregator.config.model import HttpConfig, ProxyConfig, ServerConfig
+from aggregator.config.model import AuthConfig, HttpConfig, ProxyConfig, ServerConfig
 from aggregator.config.upstream_auth import CredentialsConfig
 from aggregator.jsonrpc.codec import MAX_DEPTH_LIMIT
 
@@ -84,6 +84,13 @@ RANGES: dict[type, dict[str, Range]] = {
         "stream_drop_grace": Range(0.0, _DAY, "seconds"),  # 0: cancel at once
         "max_stream_buffer_bytes": Range(1024, _GIB, "bytes"),
         "write_timeout": Range(_MS, _DAY, "seconds"),
+    },
+    AuthConfig: {
+        "leeway": Range(0.0, 3600.0, "seconds"),
+        "jwks_cache_seconds": Range(1.0, _DAY, "seconds"),
+        "jwks_refresh_interval": Range(0.0, _DAY, "seconds"),  # 0: on every unknown key id
+        "fetch_timeout": Range(_MS, 120.0, "seconds"),
+        "introspection_cache_seconds": Range(0.0, _DAY, "seconds"),  # 0: ask every time
     },
     ServerConfig: {
         "init_timeout": Range(_MS, _DAY, "seconds"),

@@ -18,6 +18,7 @@ from cattrs.errors import ClassValidationError, ForbiddenExtraKeysError, Iterabl
 
 from aggregator.config.model import (
     DiscoveryConfig,
+    IssuerConfig,
     ItemOverride,
     KindPolicy,
     ProfileConfig,
@@ -76,6 +77,24 @@ def _structure_str_map(value: object, _: type) -> dict[str, str]:
     return dict(value)
 
 
+def _structure_claim_match(value: object, _: type) -> dict[str, tuple[str, ...]]:
+    """A profile's ``match``: claim -> the values of which it must hold one."""
+    if not isinstance(value, dict):
+        raise TypeError(f"expected a table of claims, each a list of strings, got {describe(value)}")
+    out: dict[str, tuple[str, ...]] = {}
+    problems = []
+    for key, item in value.items():
+        if isinstance(item, str):
+            item = [item]
+        if not isinstance(item, list) or not item or not all(isinstance(each, str) for each in item):
+            problems.append(f".{key}: expected a string or a non-empty list of strings, got {describe(item)}")
+            continue
+        out[key] = tuple(item)
+    if problems:
+        raise _PathErrors(problems)
+    return out
+
+
 def _one_of(*allowed: str) -> Callable[[object, type], str]:
     """A hook for a ``Literal`` of strings: the value, if it is one of ``allowed``."""
     expected = f"{', '.join(allowed[:-1])} or {allowed[-1]}" if len(allowed) == 2 else ", ".join(allowed)
@@ -119,6 +138,7 @@ def _make_converter() -> cattrs.Converter:
         lambda t: t == tuple[str, ...] | None, lambda v, _: None if v is None else _structure_args(v, _)
     )
     converter.register_structure_hook_func(lambda t: t == Mapping[str, str], _structure_str_map)
+    converter.register_structure_hook_func(lambda t: t == Mapping[str, tuple[str, ...]], _structure_claim_match)
     converter.register_structure_hook_func(
         lambda t: t == Transport, _one_of("stdio", "streamable-http", "sse", "websocket")
     )
@@ -135,7 +155,7 @@ def _make_converter() -> cattrs.Converter:
     converter.register_structure_hook_func(lambda t: t == UpstreamAuth, _one_of("static", "token-exchange", "oauth"))
     # A nested table given as something else (`tools = 5`): said so, not as a Python error.
     converter.register_structure_hook(DiscoveryConfig, _discovery_of(converter))
-    for cls in (ItemOverride, KindPolicy, RuleSet, UpstreamOAuthConfig):  # each before those that hold it
+    for cls in (ItemOverride, KindPolicy, RuleSet, UpstreamOAuthConfig, IssuerConfig):  # each before those that hold it
         converter.register_structure_hook(cls, _tables_only(converter.get_structure_hook(cls)))
     return converter
 

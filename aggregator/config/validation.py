@@ -6,10 +6,12 @@ Each check returns its problems as ``key.path: message`` lines; it raises nothin
 
 from __future__ import annotations
 
+import ipaddress
 import re
+from collections.abc import Mapping
 from urllib.parse import urlsplit
 
-from aggregator.config.model import DiscoveryConfig, HttpConfig, ProxyConfig, ServerConfig
+from aggregator.config.model import AuthConfig, DiscoveryConfig, HttpConfig, ProfileConfig, ProxyConfig, ServerConfig
 from aggregator.config.ranges import Range, in_range, number_text
 from aggregator.core.catalogs.naming import NAME_CHARS
 from aggregator.core.catalogs.nesting import CHAIN_VARIABLE
@@ -301,4 +303,105 @@ def check_server(server: ServerConfig, path: str) -> list[str]:
         for original, override in getattr(server, kind).rename.items():
             if override.name is not None and not NAME_CHARS.fullmatch(override.name):
                 problems.append(f"{path}.{kind}.rename.{original}.name: may only contain A-Z a-z 0-9 _ . -")
+    return problems
+
+
+# The JWS algorithms a token may be signed with (RFC 7518, RFC 8037): asymmetric only, so
+# that a public key can never be used as an HMAC secret, and never "none".
+ASYMMETRIC_ALGORITHMS = ("RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "ES512", "EdDSA")
+
+
+def oauth_url_problem(url: str, *, resource: bool = False) -> str | None:
+    """What is wrong with an authorization server's or this resource's URL; None if nothing.
+    https, or http to a loopback host (a test's, a sidecar's); no fragment (RFC 8414, RFC 8707)."""
+    try:
+        parts = urlsplit(url)
+        host = parts.hostname
+        _ = parts.port
+    except ValueError:
+        return f"cannot be parsed as a URL: {url[:100]!r}"
+    if parts.scheme not in ("http", "https") or not host:
+        return f"expected an absolute https URL, got {url[:100]!r}"
+    if parts.scheme == "http" and not is_loopback(host):
+        return f"must be https (http only to a loopback host), got {url[:100]!r}"
+    if parts.fragment or url.endswith("#"):
+        return f"must not have a fragment, got {url[:100]!r}"
+    if resource and parts.query:
+        return f"must not have a query, got {url[:100]!r}"
+    if any(char.isspace() or ord(char) < 32 for char in url):
+        return "contains whitespace or a control character"
+    return None
+
+
+def is_loopback(host: str) -> bool:
+    """Whether a URL's host names this machine."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def _scope_problems(scopes: tuple[str, ...], path: str) -> list[str]:
+    """A scope is visible ASCII other than a quote or backslash (RFC 6749 section 3.3)."""
+    return [
+        f'{path}[{index}]: a scope is one or more visible ASCII characters other than " and \\, got {scope[:40]!r}'
+        for index, scope in enumerate(scopes)
+        if not scope or not all(33 <= ord(char) <= 126 and char not in '"\\' for char in scope)
+    ]
+
+
+def check_auth(auth: AuthConfig, profiles: Mapping[str, ProfileConfig]) -> list[str]:
+    """[auth] and the profiles' ``match`` and ``scopes``, which only an access token can satisfy."""
+    problems: list[str] = []
+    if not auth.enabled:
+        if auth.issuers:
+            problems.append("auth.resource: required with auth.issuers (this endpoint's canonical URI)")
+        for name, profile in profiles.items():
+            for key in ("match", "scopes"):
+                if getattr(profile, key):
+                    problems.append(f"profiles.{name}.{key}: chooses by an access token; needs [auth] (auth.resource)")
+        return problems
+    if (problem := oauth_url_problem(auth.resource, resource=True)) is not None:
+        problems.append(f"auth.resource: {problem}")
+    if not auth.issuers:
+        problems.append("auth.issuers: at least one [[auth.issuers]] is needed")
+    seen: set[str] = set()
+    for index, issuer in enumerate(auth.issuers):
+        path = f"auth.issuers[{index}]"
+        if not issuer.issuer:
+            problems.append(f"{path}.issuer: required")
+        elif (problem := oauth_url_problem(issuer.issuer)) is not None:
+            problems.append(f"{path}.issuer: {problem}")
+        elif issuer.issuer in seen:
+            problems.append(f"{path}.issuer: given twice")
+        seen.add(issuer.issuer)
+        for key in ("jwks_uri", "introspection_endpoint"):
+            value = getattr(issuer, key)
+            if value is not None and (problem := oauth_url_problem(value)) is not None:
+                problems.append(f"{path}.{key}: {problem}")
+        if not issuer.algorithms:
+            problems.append(f"{path}.algorithms: at least one algorithm")
+        for at, algorithm in enumerate(issuer.algorithms):
+            if algorithm not in ASYMMETRIC_ALGORITHMS:
+                why = (
+                    " (never: it would accept unsigned tokens)"
+                    if algorithm.lower() == "none"
+                    else " (a shared secret, never used with a public key)"
+                    if algorithm.upper().startswith("HS")
+                    else ""
+                )
+                problems.append(
+                    f"{path}.algorithms[{at}]: {algorithm[:20]!r} is not accepted{why};"
+                    f" expected one of {', '.join(ASYMMETRIC_ALGORITHMS)}"
+                )
+        if (issuer.client_id is None) != (issuer.client_secret is None):
+            problems.append(f"{path}: client_id and client_secret go together (introspection's credentials)")
+        elif issuer.client_id is not None and issuer.introspection_endpoint is None:
+            problems.append(f"{path}.introspection_endpoint: required with client_id and client_secret")
+    problems += _scope_problems(auth.scopes_supported, "auth.scopes_supported")
+    problems += _scope_problems(auth.required_scopes, "auth.required_scopes")
+    for name, profile in profiles.items():
+        problems += _scope_problems(profile.scopes, f"profiles.{name}.scopes")
     return problems
