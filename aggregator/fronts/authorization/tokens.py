@@ -1,0 +1,260 @@
+"""Whether an access token is good for this resource, and whose it is: ``TokenVerifier``.
+
+A token of three dot-separated parts is a JWT (RFC 9068): its ``iss`` picks the configured
+issuer, its header's ``alg`` must be one that issuer allows (asymmetric only: never
+``none``, never an HMAC with a public key), its signature is checked with joserfc against
+the issuer's keys (``keys.IssuerKeys``), then its claims: ``iss`` exactly, ``aud`` naming
+``auth.resource`` (RFC 8707: a token for another resource is refused), ``exp`` required and
+``nbf`` honoured, both with ``auth.leeway``, and a ``sub``. Any other token is introspected
+(RFC 7662) at each issuer that has an introspection endpoint: it must be ``active``, for
+this resource, and not expired.
+
+A signature check costs CPU on the one trio thread and introspection a round trip, so a
+good token's principal is cached by the token's SHA-256 until the token expires (an
+introspection answer at most ``auth.introspection_cache_seconds``), up to ``MAX_CACHED``
+tokens. A refused token is not cached: its refusal is cheap unless its key id is unknown,
+and fetching for those is rate-limited by the keys themselves.
+
+``auth.required_scopes`` are checked on every request, after the cache: a good token
+without them is a 403 ``insufficient_scope``, not a 401. What each refusal says never
+quotes the token.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import time
+import weakref
+from collections.abc import Callable, Mapping
+from typing import Any, NamedTuple
+
+import orjson
+import trio
+from joserfc import jws, jwt
+from joserfc.errors import JoseError
+
+from aggregator.config.model import AuthConfig, IssuerConfig, ProfileConfig
+from aggregator.fronts.authorization.keys import FetchError, IssuerKeys, KeysUnavailable, fetch_json
+from aggregator.fronts.authorization.principal import Principal, matching_profiles, scopes_of
+
+log = logging.getLogger(__name__)
+
+MAX_CACHED = 10_000  # good tokens remembered
+MAX_TOKEN = 8 * 1024  # characters; a longer token is refused unread
+
+
+class Rejection(NamedTuple):
+    """Why a token does not get in: the HTTP status (401, 403, or 503 when the issuer's keys
+    cannot be had), the OAuth error code (RFC 6750 section 3.1) and a description."""
+
+    status: int
+    error: str
+    description: str
+
+
+def _invalid(description: str) -> Rejection:
+    return Rejection(401, "invalid_token", description)
+
+
+def token_key(token: str) -> bytes:
+    return hashlib.sha256(token.encode()).digest()
+
+
+class TokenVerifier:
+    """Checks access tokens for one ``[auth]`` table; shared by every front of a process
+    (``shared``), so the keys are fetched once and a token checked on one front is known on
+    the others."""
+
+    # id(the [auth] table) -> (the table, its verifier): by identity, as an equal table of
+    # another config may come with other profiles.
+    _shared: dict[int, tuple[weakref.ref[AuthConfig], TokenVerifier]] = {}
+
+    def __init__(
+        self,
+        auth: AuthConfig,
+        profiles: Mapping[str, ProfileConfig] | None = None,
+        *,
+        clock: Callable[[], float] = trio.current_time,
+        wall: Callable[[], float] = time.time,
+    ) -> None:
+        self.auth = auth
+        self.profiles = profiles or {}
+        self.wall = wall  # Unix time, for exp and nbf
+        self.issuers = {issuer.issuer: issuer for issuer in auth.issuers}
+        self.keys = {issuer.issuer: IssuerKeys(issuer, auth, clock) for issuer in auth.issuers}
+        self.introspecting = [issuer for issuer in auth.issuers if issuer.introspection_endpoint]
+        self.required = frozenset(auth.required_scopes)
+        self._cache: dict[bytes, tuple[Principal, float]] = {}  # sha256(token) -> (principal, trusted until)
+
+    @classmethod
+    def shared(cls, auth: AuthConfig, profiles: Mapping[str, ProfileConfig]) -> TokenVerifier:
+        """The verifier of this ``[auth]`` table (this very object: the fronts of one hub share
+        its config), made once."""
+        found = cls._shared.get(id(auth))
+        if found is not None and found[0]() is auth:
+            return found[1]
+        for key, (table, _) in list(cls._shared.items()):  # forget those of configs gone
+            if table() is None:
+                del cls._shared[key]
+        verifier = cls(auth, profiles)
+        cls._shared[id(auth)] = (weakref.ref(auth), verifier)
+        return verifier
+
+    # --- the fronts' questions ------------------------------------------------------------
+
+    def cached(self, token: str) -> Principal | None:
+        """The principal of a token checked before and not expired since, or None."""
+        found = self._cache.get(token_key(token))
+        if found is None or self.wall() >= found[1]:
+            return None
+        return found[0]
+
+    async def verify(self, token: str) -> Principal | Rejection:
+        """Whose this token is, or why it is refused; checks the required scopes."""
+        principal = self.cached(token)
+        if principal is None:
+            if len(token) > MAX_TOKEN:
+                return _invalid("the token is too long")
+            checked = await (self._jwt(token) if token.count(".") == 2 else self._introspect(token))
+            if isinstance(checked, Rejection):
+                return checked
+            principal, until = checked
+            self._remember(token_key(token), principal, until)
+        missing = self.required - principal.scopes
+        if missing:
+            return Rejection(403, "insufficient_scope", "the token lacks a required scope")
+        return principal
+
+    # --- JWT ------------------------------------------------------------------------------
+
+    async def _jwt(self, token: str) -> tuple[Principal, float] | Rejection:
+        try:
+            compact = jws.extract_compact(token.encode())
+            header = compact.headers()
+            unverified = orjson.loads(compact.payload)
+        except (JoseError, ValueError, TypeError):
+            return _invalid("the token cannot be read")
+        if not isinstance(unverified, dict):
+            return _invalid("the token's claims are not a JSON object")
+        issuer = self.issuers.get(unverified.get("iss"))  # type: ignore[arg-type]
+        if issuer is None:
+            return _invalid("the token's issuer is not accepted here")
+        algorithm = header.get("alg")
+        if algorithm not in issuer.algorithms:
+            return _invalid("the token's signing algorithm is not accepted here")
+        kid = header.get("kid")
+        if kid is not None and not isinstance(kid, str):
+            return _invalid("the token's key id is not a string")
+        keys = self.keys[issuer.issuer]
+        try:
+            key_set = await keys.key_set(kid)
+        except KeysUnavailable as exc:
+            return Rejection(503, "temporarily_unavailable", str(exc))
+        if not keys.knows(kid):
+            return _invalid("the token is signed with a key its issuer does not publish")
+        try:
+            claims = jwt.decode(token, key_set, algorithms=[algorithm]).claims
+        except (JoseError, ValueError, TypeError):
+            return _invalid("the token's signature is not valid")
+        return self._claims_checked(claims, issuer)
+
+    def _claims_checked(self, claims: dict[str, Any], issuer: IssuerConfig) -> tuple[Principal, float] | Rejection:
+        now, leeway = self.wall(), self.auth.leeway
+        if claims.get("iss") != issuer.issuer:
+            return _invalid("the token's issuer is not accepted here")
+        if not _for_resource(claims.get("aud"), self.auth.resource):
+            return _invalid("the token is not meant for this resource (its audience)")
+        expires = claims.get("exp")
+        if isinstance(expires, bool) or not isinstance(expires, int | float):
+            return _invalid("the token has no expiry")
+        if now >= expires + leeway:
+            return _invalid("the token has expired")
+        starts = claims.get("nbf")
+        if starts is not None and (isinstance(starts, bool) or not isinstance(starts, int | float)):
+            return _invalid("the token's nbf is not a number")
+        if starts is not None and now + leeway < starts:
+            return _invalid("the token is not valid yet")
+        return self._principal(claims, issuer, float(expires) + leeway)
+
+    def _principal(
+        self, claims: Mapping[str, Any], issuer: IssuerConfig, until: float
+    ) -> tuple[Principal, float] | Rejection:
+        subject = claims.get("sub")
+        if not isinstance(subject, str) or not subject:
+            return _invalid("the token names no subject")
+        scopes = scopes_of(claims)
+        principal = Principal(
+            issuer=issuer.issuer,
+            subject=subject,
+            scopes=scopes,
+            profiles=matching_profiles(claims, scopes, self.profiles),
+            expires=until,
+        )
+        return principal, until
+
+    # --- introspection (RFC 7662) ---------------------------------------------------------
+
+    async def _introspect(self, token: str) -> tuple[Principal, float] | Rejection:
+        if not self.introspecting:
+            return _invalid("the token is not a JWT, and no issuer introspects tokens")
+        failures = []
+        for issuer in self.introspecting:
+            assert issuer.introspection_endpoint is not None
+            credentials = (
+                (issuer.client_id, issuer.client_secret)
+                if issuer.client_id is not None and issuer.client_secret is not None
+                else None
+            )
+            try:
+                answer = await fetch_json(
+                    issuer.introspection_endpoint,
+                    self.auth.fetch_timeout,
+                    form={"token": token, "token_type_hint": "access_token"},
+                    credentials=credentials,
+                )
+            except FetchError as exc:
+                log.error("auth: introspection at %s failed: %s", issuer.issuer, exc)
+                failures.append(issuer.issuer)
+                continue
+            if answer.get("active") is not True:
+                continue
+            if answer.get("iss", issuer.issuer) != issuer.issuer:
+                return _invalid("the token's issuer is not accepted here")
+            if not _for_resource(answer.get("aud"), self.auth.resource):
+                return _invalid("the token is not meant for this resource (its audience)")
+            now = self.wall()
+            until = now + self.auth.introspection_cache_seconds
+            expires = answer.get("exp")
+            if isinstance(expires, int | float) and not isinstance(expires, bool):
+                if now >= expires + self.auth.leeway:
+                    return _invalid("the token has expired")
+                until = min(until, float(expires))
+            return self._principal(answer, issuer, until)
+        if failures and len(failures) == len(self.introspecting):
+            return Rejection(503, "temporarily_unavailable", "the token cannot be introspected now")
+        return _invalid("the token is not active")
+
+    # --- the cache ------------------------------------------------------------------------
+
+    def _remember(self, key: bytes, principal: Principal, until: float) -> None:
+        cache = self._cache
+        if len(cache) >= MAX_CACHED:
+            now = self.wall()
+            for old in [old for old, (_, ends) in cache.items() if ends <= now]:
+                del cache[old]
+            if len(cache) >= MAX_CACHED:  # still full: the oldest half goes
+                for old in list(cache)[: MAX_CACHED // 2]:
+                    del cache[old]
+        cache[key] = (principal, until)
+
+
+def _for_resource(audience: Any, resource: str) -> bool:
+    """Whether a token's ``aud`` (a string or a list of them) names this resource; a
+    trailing slash is not a difference."""
+    wanted = resource.rstrip("/")
+    if isinstance(audience, str):
+        return audience.rstrip("/") == wanted
+    if isinstance(audience, list):
+        return any(isinstance(item, str) and item.rstrip("/") == wanted for item in audience)
+    return False
