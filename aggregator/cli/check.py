@@ -25,9 +25,9 @@ def run_check(args: argparse.Namespace) -> int:
         ("http.websocket_listen", config.http.websocket_listen),
     ):
         if address is not None:
-            check_exposure(config.http, address, option)
+            check_exposure(config.http, address, option, oauth=config.auth.enabled)
     if config.http.admin_listen is not None:
-        admin_exposure(config.http, config.http.admin_listen, "http.admin_listen")
+        admin_exposure(config.http, config.http.admin_listen, "http.admin_listen", oauth=config.auth.enabled)
     reason = nothing_to_serve(config)
     if reason is not None:  # serve only warns (a reload may add servers); a check fails
         raise AggregatorError(f"config {path} has nothing to serve: {reason}")

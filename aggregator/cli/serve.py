@@ -43,9 +43,9 @@ def run_serve(args: argparse.Namespace) -> int:
     admin_listen = getattr(args, "admin", None) or config.http.admin_listen
     for option, address in (("--http", listen), ("--ws", ws_listen)):
         if address is not None:
-            check_exposure(config.http, address, option)
+            check_exposure(config.http, address, option, oauth=config.auth.enabled)
     if admin_listen is not None:
-        admin_exposure(config.http, admin_listen, "--admin")
+        admin_exposure(config.http, admin_listen, "--admin", oauth=config.auth.enabled)
         for option, address in (("--http", listen), ("--ws", ws_listen)):
             if address is not None and same_listener(admin_listen, address):
                 raise ConfigError(f"--admin {admin_listen} and {option} {address} name the same address")

@@ -6,6 +6,15 @@ Origin and Host name the attacker's domain, so "Origin equals Host" proves nothi
 are checked against allowlists (by default loopback names, any port). Tokens are compared
 in constant time, never taken from a URL, never logged.
 
+Two kinds of bearer token, side by side: the static ones of the config (``http.auth_tokens``,
+a profile's ``tokens``), whose principal is the token's index, and, with ``[auth]``, OAuth
+access tokens checked by the ``TokenVerifier`` (``fronts.authorization``), whose principal
+is a ``Principal``. Checking an access token may fetch its issuer's keys, so the check on
+every front is ``await check(...)``; it leaves the token's principal cached, where the
+later, synchronous steps of the same request (``principal``, the profile) read it. With
+``[auth]``, a token in the URL's query (``access_token=``) is refused outright, and every
+401 or 403 carries the challenge that points clients at the metadata (RFC 9728).
+
 Also owns the rule applied before any listener opens (``check_exposure``): no listening
 beyond loopback without tokens, unless the config says the network is trusted.
 """
@@ -17,12 +26,21 @@ import ipaddress
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from aggregator.config import HttpConfig, parse_listen
+from aggregator.config import AuthConfig, HttpConfig, parse_listen
 from aggregator.errors import ConfigError
+from aggregator.fronts.authorization import Principal, Rejection, TokenVerifier, challenge
+
+# A refusal: HTTP status, the reason told the client, extra headers.
+Refused = tuple[int, str, list[tuple[str, str]]]
 
 
 def check_exposure(
-    config: HttpConfig, listen: str, option: str = "--http", token_keys: str = "http.auth_tokens"
+    config: HttpConfig,
+    listen: str,
+    option: str = "--http",
+    token_keys: str = "http.auth_tokens",
+    *,
+    oauth: bool = False,
 ) -> None:
     """Refuse to serve beyond loopback without authentication, unless told to.
 
@@ -38,7 +56,7 @@ def check_exposure(
         loopback = host == "localhost" or ipaddress.ip_address(host).is_loopback
     except ValueError:
         loopback = False
-    if not loopback and not config.auth_tokens and not config.allow_unauthenticated_remote:
+    if not loopback and not config.auth_tokens and not oauth and not config.allow_unauthenticated_remote:
         raise ConfigError(
             f"refusing to serve on {host} without authentication: set {token_keys}, or"
             " http.allow_unauthenticated_remote = true if the network is trusted"
@@ -46,7 +64,9 @@ def check_exposure(
 
 
 class AccessPolicy:
-    def __init__(self, config: HttpConfig, profiles: Mapping[str, Any] | None = None) -> None:
+    def __init__(
+        self, config: HttpConfig, profiles: Mapping[str, Any] | None = None, auth: AuthConfig | None = None
+    ) -> None:
         # Every accepted token, and the profile it selects ("default" for http.auth_tokens).
         pairs = [(token, "default") for token in config.auth_tokens]
         pairs += [(token, name) for name, profile in (profiles or {}).items() for token in profile.tokens]
@@ -58,9 +78,59 @@ class AccessPolicy:
         self.endpoint = config.path  # the MCP endpoint's path, under which profiles have theirs
         self._profile_names = frozenset(profiles or ())
         self._seen: dict[tuple[str, Callable[[str], str]], bool] = {}  # (value, its check) -> allowed
+        # OAuth access tokens ([auth]), checked by the one verifier of the process.
+        self.auth = auth if auth is not None and auth.enabled else None
+        self.verifier = TokenVerifier.shared(self.auth, profiles or {}) if self.auth is not None else None
 
-    def refusal(self, headers: Mapping[str, str]) -> tuple[int, str, list[tuple[str, str]]] | None:
-        """Why a request may not proceed (status, reason, extra headers), or None."""
+    @property
+    def requires_token(self) -> bool:
+        """Whether every request must carry a bearer token (static tokens or [auth] are set)."""
+        return bool(self._tokens) or self.verifier is not None
+
+    async def check(self, headers: Mapping[str, str], target: str = "") -> Refused | None:
+        """Why a request (its ``target``, path and query) may not proceed, or None: Host,
+        Origin, then its bearer token, checked with its issuer when it is an access token."""
+        if self.verifier is None:
+            return self.refusal(headers)
+        refused = self._host_and_origin(headers)
+        if refused is not None:
+            return refused
+        if _token_in_query(target):
+            return self._challenged(
+                401, "invalid_request", "a token in the URL is refused; send it in the Authorization header"
+            )
+        token = _bearer(headers)
+        if token is None:
+            return 401, "a valid bearer token is required", [("www-authenticate", self._challenge())]
+        if self._static(token) is not None:
+            return None
+        checked = await self.verifier.verify(token)
+        if isinstance(checked, Rejection):
+            status, error, description = checked
+            if status == 503:
+                return 503, description, [("retry-after", "5")]
+            return self._challenged(status, error, description)
+        return None
+
+    def _challenge(self, error: str | None = None, description: str | None = None) -> str:
+        assert self.auth is not None
+        return challenge(self.auth, error, description)
+
+    def _challenged(self, status: int, error: str, description: str) -> Refused:
+        return status, description, [("www-authenticate", self._challenge(error, description))]
+
+    def refusal(self, headers: Mapping[str, str]) -> Refused | None:
+        """Why a request may not proceed (status, reason, extra headers), or None, as far as
+        a synchronous check can tell: Host, Origin and a static token (an access token is
+        checked by ``check``)."""
+        refused = self._host_and_origin(headers)
+        if refused is not None:
+            return refused
+        if self._tokens and self.verifier is None and self.principal(headers) is None:
+            return 401, "a valid bearer token is required", [("www-authenticate", 'Bearer realm="aggregator"')]
+        return None
+
+    def _host_and_origin(self, headers: Mapping[str, str]) -> Refused | None:
         host = headers.get("host", "")
         if not self._allowed(host, self._hosts, _hostname):
             return 421, f"this Host is not served here: {host[:100]!r}", []
@@ -68,8 +138,6 @@ class AccessPolicy:
         if origin is not None:
             if not self._allowed(origin, self._origins, _origin):
                 return 403, f"this Origin may not use this server: {origin[:100]!r}", []
-        if self._tokens and self.principal(headers) is None:
-            return 401, "a valid bearer token is required", [("www-authenticate", 'Bearer realm="aggregator"')]
         return None
 
     def _allowed(self, value: str, allowed: Any, normal: Callable[[str], str]) -> bool:
@@ -85,15 +153,24 @@ class AccessPolicy:
             seen[key] = known
         return known
 
-    def principal(self, headers: Mapping[str, str]) -> int | None:
-        """Which configured token the request carries, or None (also when none are set)."""
-        if not self._tokens:
+    def principal(self, headers: Mapping[str, str]) -> int | Principal | None:
+        """Who the request's bearer token names: the index of the configured token it is, the
+        principal of an access token ``check`` accepted (and has not expired since), or None
+        (also when no tokens are used)."""
+        if not self.requires_token:
             return None
-        scheme, _, token = headers.get("authorization", "").partition(" ")
-        if scheme.lower() != "bearer" or not token:
+        token = _bearer(headers)
+        if token is None:
             return None
+        found = self._static(token)
+        if found is None and self.verifier is not None:
+            return self.verifier.cached(token)
+        return found
+
+    def _static(self, token: str) -> int | None:
+        """Which configured token this is, compared in constant time with every one."""
         found = None
-        candidate = token.strip().encode()
+        candidate = token.encode()
         for index, expected in enumerate(self._tokens):
             if hmac.compare_digest(candidate, expected):
                 found = index
@@ -113,9 +190,32 @@ class AccessPolicy:
                 return name
         return None
 
-    def profile(self, principal: int | None) -> str:
+    def profile(self, principal: int | Principal | None) -> str:
         """The profile a request's token selects ("default" without tokens)."""
-        return "default" if principal is None else self._profiles[principal]
+        if principal is None:
+            return "default"
+        if isinstance(principal, Principal):
+            return principal.profile
+        return self._profiles[principal]
+
+    def unauthenticated(self) -> Refused:
+        """The refusal of a request whose token is not (or no longer) known to be good."""
+        header = self._challenge() if self.auth is not None else 'Bearer realm="aggregator"'
+        return 401, "a valid bearer token is required", [("www-authenticate", header)]
+
+
+def _bearer(headers: Mapping[str, str]) -> str | None:
+    """The token of an ``Authorization: Bearer ...`` header, or None."""
+    scheme, _, token = headers.get("authorization", "").partition(" ")
+    if scheme.lower() != "bearer":
+        return None
+    return token.strip() or None
+
+
+def _token_in_query(target: str) -> bool:
+    """Whether a request's URL carries a token in its query (``access_token=``, RFC 6750 2.3)."""
+    query = target.partition("?")[2]
+    return bool(query) and any(part.partition("=")[0].lower() == "access_token" for part in query.split("&"))
 
 
 def _origin(origin: str) -> str:

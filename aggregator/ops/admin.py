@@ -6,11 +6,12 @@ The same paths are served on the HTTP listener (``--http``) beside MCP, except
 on every front: Host against ``http.allowed_hosts`` (421), Origin against
 ``http.allowed_origins`` (403), then a bearer token (401): ``http.admin_token`` when it is
 set (the MCP tokens do not open the admin paths then), otherwise any token the MCP
-endpoint accepts, when tokens are configured. One exception: the status page itself
-(``GET /status``) passes with Host and Origin alone, because a browser cannot send a
-bearer token with a page load; without a valid token it is an empty page that holds no
-data and fetches ``/status.json`` with the token given after ``#token=`` in its address
-(a fragment never leaves the browser, so no token is read from a URL here).
+endpoint accepts (static tokens, and access tokens with ``[auth]``), when tokens are
+configured. One exception: the status page itself (``GET /status``) passes with Host and
+Origin alone, because a browser cannot send a bearer token with a page load; without a
+valid token it is an empty page that holds no data and fetches ``/status.json`` with the
+token given after ``#token=`` in its address (a fragment never leaves the browser, so no
+token is read from a URL here).
 
 ``/metrics`` answers what ``hub.metrics.exposition()`` returns and ``/reload`` what
 ``await hub.reload()`` returns, when the hub has them; 404 otherwise.
@@ -49,11 +50,18 @@ JSON_TYPE = ("content-type", "application/json")
 NO_STORE = ("cache-control", "no-store")
 
 
-def admin_exposure(config: HttpConfig, listen: str, option: str) -> None:
-    """Refuse an admin listener beyond loopback without a token (admin or MCP), unless the
-    network is trusted (``http.allow_unauthenticated_remote``); raises ConfigError."""
+def admin_exposure(config: HttpConfig, listen: str, option: str, *, oauth: bool = False) -> None:
+    """Refuse an admin listener beyond loopback without a token (admin or MCP, or access
+    tokens: ``oauth``), unless the network is trusted (``http.allow_unauthenticated_remote``);
+    raises ConfigError."""
     tokens = (config.admin_token,) if config.admin_token else config.auth_tokens
-    check_exposure(attrs.evolve(config, auth_tokens=tokens), listen, option, "http.admin_token (or http.auth_tokens)")
+    check_exposure(
+        attrs.evolve(config, auth_tokens=tokens),
+        listen,
+        option,
+        "http.admin_token (or http.auth_tokens)",
+        oauth=oauth and not config.admin_token,
+    )
 
 
 class AdminRoutes:
@@ -65,7 +73,7 @@ class AdminRoutes:
         if config.admin_token:
             self.access = AccessPolicy(attrs.evolve(config, auth_tokens=(config.admin_token,)))
         else:
-            self.access = AccessPolicy(config, hub.config.profiles)
+            self.access = AccessPolicy(config, hub.config.profiles, hub.config.auth)
         # Host and Origin only: for the status page's empty shell.
         self.page_access = AccessPolicy(attrs.evolve(config, auth_tokens=()))
 
@@ -74,9 +82,9 @@ class AdminRoutes:
 
     async def handle(self, connection: HttpConnection, request: Request, path: str) -> None:
         """Answer one request on an admin path (``serves(path)`` is true)."""
-        denial = check_access(self.access, request.headers)
+        denial = await check_access(self.access, request.headers, request.path)
         if denial is not None and path == "/status" and request.method in ("GET", "HEAD"):
-            if check_access(self.page_access, request.headers) is None:
+            if await check_access(self.page_access, request.headers) is None:
                 await self._page(connection, None)  # the empty shell: no data without the token
                 return
         if denial is not None:
@@ -187,7 +195,7 @@ class AdminEndpoint:
             await self.routes.handle(connection, request, path)
             return
         # Host, Origin and token first: a request that fails them learns nothing of the paths.
-        denial = check_access(self.routes.access, request.headers)
+        denial = await check_access(self.routes.access, request.headers, request.path)
         if denial is not None:
             await self.routes.refuse(connection, request, path[:100], denial)
             return

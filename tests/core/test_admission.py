@@ -66,8 +66,8 @@ CASES = [
 
 
 @pytest.mark.parametrize(("what", "tokens", "request_headers", "path", "expected"), CASES, ids=[c[0] for c in CASES])
-def test_the_admission_path(what, tokens, request_headers, path, expected):
-    admitted = admit(policy(tokens), request_headers, path)
+async def test_the_admission_path(what, tokens, request_headers, path, expected):
+    admitted = await admit(policy(tokens), request_headers, path)
     if isinstance(expected, int):
         assert isinstance(admitted, Denial), what
         assert admitted.status == expected, admitted
@@ -76,15 +76,15 @@ def test_the_admission_path(what, tokens, request_headers, path, expected):
         assert admitted == Admitted(*expected)
 
 
-def test_a_missing_token_says_how_to_authenticate():
-    denial = check_access(policy(True), headers())
+async def test_a_missing_token_says_how_to_authenticate():
+    denial = await check_access(policy(True), headers())
     assert denial == Denial(
         401, "a valid bearer token is required", [("www-authenticate", 'Bearer realm="aggregator"')], logging.WARNING
     )
 
 
-def test_a_path_outside_the_endpoint_names_it():
-    denial = admit(policy(False), headers(), "/elsewhere")
+async def test_a_path_outside_the_endpoint_names_it():
+    denial = await admit(policy(False), headers(), "/elsewhere")
     assert denial == Denial(404, "not found; the MCP endpoint is /mcp", [], logging.DEBUG)
 
 

@@ -10,12 +10,16 @@ legacy transport (``legacy_sse``). ``/healthz``, ``/readyz``, ``/status``, ``/st
 admin pages are above the fronts, so ``serve`` builds them and hands them in). The OAuth
 callback path (``credentials.callback_path``) is served when the endpoint is given it (the
 same shape, ``credentials.callback.OAuthCallback``): a browser coming back from an
-authorization server has no bearer token, its single-use ``state`` is its check. Any other path is a 404; a method a
+authorization server has no bearer token, its single-use ``state`` is its check. With
+``[auth]``, ``/.well-known/oauth-protected-resource`` (and its path-suffixed forms) is the
+protected resource metadata, served to anyone. Any other path is a 404; a method a
 path does not serve, 405.
 
 Every request is checked before anything else by the admission path shared with the
 WebSocket front (``aggregator.fronts.admission``): Host against an allowlist (DNS rebinding),
-Origin against an allowlist (403), then the bearer token if tokens are configured (401).
+Origin against an allowlist (403), then the bearer token if tokens are configured (401),
+checked with its issuer when it is an OAuth access token (``[auth]``: 401 with a challenge
+naming the metadata, 403 for a missing scope).
 Open connections are capped together with the WebSocket front's (``hub.admission``).
 Tokens, cookies and Authorization headers are never logged. A header this endpoint reads
 that holds something it cannot have sent or accept (an event id that is not two ASCII
@@ -55,6 +59,7 @@ import trio
 from aggregator.config import HttpConfig, parse_listen
 from aggregator.fronts.access import AccessPolicy
 from aggregator.fronts.admission import check_access
+from aggregator.fronts.authorization import metadata_document, metadata_paths
 from aggregator.fronts.containment import serve_contained
 from aggregator.fronts.http.answers import no_session
 from aggregator.fronts.http.exchange import PostExchange
@@ -107,9 +112,13 @@ class StreamableHttpEndpoint:
             keepalive_timeout=config.keepalive_timeout,
         )
         self.admission = hub.admission
-        self.access = AccessPolicy(config, hub.config.profiles)
+        self.access = AccessPolicy(config, hub.config.profiles, hub.config.auth)
         self.admin = admin  # /healthz, /readyz, /status, /metrics, if given
         self.callback = callback  # the OAuth callback path, if given
+        # The protected resource metadata (RFC 9728), with [auth]: public, like any metadata.
+        auth = hub.config.auth
+        self.metadata = dumps(metadata_document(auth)) if auth.enabled else b""
+        self.metadata_paths = metadata_paths(auth, config.path) if auth.enabled else frozenset()
         self.quick = QuickWaits(QUICK_ANSWER)  # how long a request's answer is waited for as JSON
         self.sessions = SessionTable(hub, config, self.access, self.admission)
         self.streams = EventStreams(hub, config, self.sessions)
@@ -174,6 +183,9 @@ class StreamableHttpEndpoint:
 
     async def _handle(self, connection: HttpConnection, request: Request) -> None:
         path = request.path.partition("?")[0]
+        if path in self.metadata_paths:
+            await self._metadata(connection, request)
+            return
         routes = self.routes.get(path)
         if routes is None and self.admin is not None and self.admin.serves(path):
             await self.admin.handle(connection, request, path)  # checks access itself, its own way
@@ -183,7 +195,7 @@ class StreamableHttpEndpoint:
             return
         # Host, Origin and token first, as on every front: nothing, not even which paths
         # exist, is told to a request that fails them.
-        denial = check_access(self.access, request.headers)
+        denial = await check_access(self.access, request.headers, request.path)
         if denial is not None:
             log.log(denial.level, "http: refused %s %s: %s", request.method, path[:100], denial.reason, extra=REFUSAL)
             body = dumps(error_response(None, INVALID_REQUEST, denial.reason))
@@ -207,3 +219,13 @@ class StreamableHttpEndpoint:
             await no_session(connection, request)
             return
         await handler(connection, request)
+
+    async def _metadata(self, connection: HttpConnection, request: Request) -> None:
+        """The protected resource metadata: what a client reads, without a token and from
+        any origin (a browser-based client too), to find the authorization server."""
+        if request.method not in ("GET", "HEAD"):
+            body = dumps(error_response(None, INVALID_REQUEST, "method not allowed"))
+            await connection.respond(405, [("allow", "GET, HEAD"), JSON], body)
+            return
+        cors = ("access-control-allow-origin", "*")
+        await connection.respond(200, [JSON, cors, ("cache-control", "max-age=300")], self.metadata)

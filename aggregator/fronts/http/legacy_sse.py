@@ -29,6 +29,7 @@ from aggregator.config import HttpConfig
 from aggregator.core.events import ClientRefused
 from aggregator.fronts.access import AccessPolicy
 from aggregator.fronts.admission import Denial, choose_profile
+from aggregator.fronts.authorization import Principal
 from aggregator.fronts.http.answers import refuse_session, reject
 from aggregator.fronts.http.queue import MessageQueue, pump
 from aggregator.fronts.http.sessions import refuse_message
@@ -45,7 +46,9 @@ log = logging.getLogger(__name__)
 class LegacySession:
     """A 2024-11-05 HTTP+SSE session: everything goes on its one event stream."""
 
-    def __init__(self, session_id: str, principal: int | None, limit: int, front: LegacySse | None = None) -> None:
+    def __init__(
+        self, session_id: str, principal: int | Principal | None, limit: int, front: LegacySse | None = None
+    ) -> None:
         self.front = front  # forgets it when it is dropped
         self.id = session_id
         self.principal = principal

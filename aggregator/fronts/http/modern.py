@@ -37,6 +37,7 @@ from aggregator.core.lifecycle.upstream_era import Era
 from aggregator.core.router import proxy_error
 from aggregator.fronts.access import AccessPolicy
 from aggregator.fronts.admission import Denial, choose_profile
+from aggregator.fronts.authorization import who
 from aggregator.fronts.http.answers import refuse_session, reject
 from aggregator.fronts.http.headers import ParamHeaders, answer_status, check_headers, check_version
 from aggregator.fronts.http.queue import JSON, KEEPALIVE, MessageQueue, QuickWaits, until_client_leaves
@@ -299,7 +300,7 @@ class StatelessRequests:
         if principal is not None:
             mine = self.by_principal.get(principal, 0)
             if mine >= http.max_stateless_per_principal:
-                log.warning("http: refused a stateless request of token %d: %d in flight, its limit", principal, mine)
+                log.warning("http: refused a stateless request of %s: %d in flight, its limit", who(principal), mine)
                 return Refusal(
                     f"Too many requests in flight for this token (limit {http.max_stateless_per_principal}); "
                     "try again later",

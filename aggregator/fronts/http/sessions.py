@@ -24,6 +24,7 @@ from aggregator.config import HttpConfig
 from aggregator.core.events import ClientAnswerRefused
 from aggregator.core.router import proxy_error
 from aggregator.fronts.access import AccessPolicy
+from aggregator.fronts.authorization import Principal
 from aggregator.fronts.http.answers import reject
 from aggregator.fronts.http.queue import JSON, MessageQueue
 from aggregator.hub.caps import Admission
@@ -49,7 +50,7 @@ class HttpSession:
     waits and what is being written count in ``held`` and in the budget of all clients.
     """
 
-    def __init__(self, table: SessionTable, session_id: str, principal: int | None) -> None:
+    def __init__(self, table: SessionTable, session_id: str, principal: int | Principal | None) -> None:
         self.table = table  # ends it when it is dropped
         self.id = session_id
         self.principal = principal

@@ -55,7 +55,7 @@ class WebSocketEndpoint:
     def __init__(self, hub: Hub, config: HttpConfig) -> None:
         self.hub = hub
         self.config = config
-        self.access = AccessPolicy(config, hub.config.profiles)
+        self.access = AccessPolicy(config, hub.config.profiles, hub.config.auth)
         self.admission = hub.admission
 
     async def serve(self, listen: str, *, task_status: trio.TaskStatus[Any] = trio.TASK_STATUS_IGNORED) -> None:
@@ -129,7 +129,7 @@ class WebSocketEndpoint:
                 if head is None:
                     return True
                 target, headers = head
-                denial = check_access(self.access, headers)
+                denial = await check_access(self.access, headers, target)
                 if denial is None:
                     return True
                 log.log(
@@ -147,7 +147,7 @@ class WebSocketEndpoint:
         return False
 
     async def _handle(self, request: trio_websocket.WebSocketRequest) -> None:
-        admitted = admit(self.access, handshake_headers(request), request.path)
+        admitted = await admit(self.access, handshake_headers(request), request.path)
         if isinstance(admitted, Denial):
             log.log(admitted.level, "websocket: refused a handshake for %s: %s", request.path[:100], admitted.reason)
             extra = [(name.encode(), value.encode()) for name, value in admitted.headers]
