@@ -600,7 +600,9 @@ class Router:
         client = self.clients.get(key)
         if client is None:
             return None
-        return SessionInfo(client.profile, client.protocol_version, len(client.in_flight), client.stateless)
+        return SessionInfo(
+            client.profile, client.protocol_version, len(client.in_flight), client.stateless, client.principal
+        )
 
     def in_flight_by_server(self) -> dict[str, int]:
         """Client requests waiting for each server's answer (a snapshot; a per-session

@@ -19,6 +19,7 @@ import time
 from typing import Any
 
 from aggregator import __version__
+from aggregator.fronts.authorization import who
 from aggregator.hub.hub import Hub
 from aggregator.mcp.constants import KINDS
 from aggregator.ops.catalog_view import catalog_view
@@ -112,16 +113,17 @@ def _sessions(hub: Hub, now: float) -> list[dict[str, Any]]:
     rows = []
     for key, sink, info in hub.sessions():
         since = hub.client_since.get(key, now)
-        rows.append(
-            {
-                "id": key,
-                "transport": _TRANSPORTS.get(type(sink).__name__, type(sink).__name__),
-                "profile": info.profile if info is not None else None,
-                "protocol": info.protocol_version if info is not None else None,
-                "in_flight": info.in_flight if info is not None else 0,
-                "age": round(now - since, 3),
-            }
-        )
+        row = {
+            "id": key,
+            "transport": _TRANSPORTS.get(type(sink).__name__, type(sink).__name__),
+            "profile": info.profile if info is not None else None,
+            "protocol": info.protocol_version if info is not None else None,
+            "in_flight": info.in_flight if info is not None else 0,
+            "age": round(now - since, 3),
+        }
+        if info is not None and info.principal is not None:
+            row["principal"] = who(info.principal)  # an access token's subject, a static token's index
+        rows.append(row)
     return rows
 
 

@@ -109,6 +109,9 @@ class Request:
     params: dict[str, Any]
     answer: dict[str, Any] | None = None  # set by a hook to answer without the server
     started: float = attrs.field(factory=time.monotonic)
+    # Who the front authenticated: a static token's index, an access token's principal
+    # (issuer and subject; ``str()`` shows it), None for a caller without a token. Never a token.
+    principal: Any = None
 
 
 @attrs.define(eq=False)

@@ -186,7 +186,9 @@ class PluginGate:
             return None  # the router answers what names nothing, or reuses an id
         server, name, exposed = target
         params = message.get("params") or {}
-        request = Request(key, client.profile, message["method"], server, name, exposed, params)
+        request = Request(
+            key, client.profile, message["method"], server, name, exposed, params, principal=client.principal
+        )
         try:
             await self.plugins.request(request)
         except Deny as denial:

@@ -264,7 +264,8 @@ def test_rate_limit_options_are_checked_with_their_key_paths():
     assert info.value.problems[:4] == [
         "plugins[1].options.rate: must be a finite number of requests a second > 0, got 'fast'",
         "plugins[1].options.burst: must be an integer from 1 to 1000000, got 0.5",
-        "plugins[1].options.per: must be one of session+tool, session, profile+tool, profile, got 'ip'",
+        "plugins[1].options.per: must be one of session+tool, session, profile+tool, profile, principal+tool,"
+        " principal, got 'ip'",
         "plugins[2].options.rate: must be a finite number of requests a second > 0, got nan",
     ]
     assert info.value.problems[4].startswith("plugins[3].use: cannot load 'nope': no plugin named 'nope'")

@@ -50,3 +50,4 @@ class SessionInfo(NamedTuple):
     protocol_version: str | None  # agreed at initialize; None before
     in_flight: int  # its requests not answered yet
     stateless: bool = False  # a stateless HTTP request's client: no session at all
+    principal: Any = None  # who the front authenticated (never a token)

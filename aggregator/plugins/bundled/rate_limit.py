@@ -7,7 +7,9 @@
 ``rate`` requests a second on average, up to ``burst`` at once. ``per`` says what is
 counted separately: "session+tool" (default), "session", "profile+tool" or "profile"
 (all clients of a profile together: what a token holder cannot escape by opening new
-sessions). A refused request gets reason ``rate_limited`` and ``retry_after`` seconds.
+sessions), "principal+tool" or "principal" (all sessions of one token holder: a static
+token, or an access token's subject; a caller without a token is counted per session).
+A refused request gets reason ``rate_limited`` and ``retry_after`` seconds.
 """
 
 from __future__ import annotations
@@ -30,11 +32,18 @@ def _now() -> float:
         return time.monotonic()
 
 
+def _caller(request: Request) -> Hashable:
+    """Who a request is from: its principal, or its session when it has none."""
+    return ("session", request.client) if request.principal is None else ("principal", request.principal)
+
+
 KEYS: dict[str, Callable[[Request], Hashable]] = {
     "session+tool": lambda r: (r.client, r.exposed),
     "session": lambda r: r.client,
     "profile+tool": lambda r: (r.profile, r.exposed),
     "profile": lambda r: r.profile,
+    "principal+tool": lambda r: (_caller(r), r.exposed),
+    "principal": _caller,
 }
 
 
