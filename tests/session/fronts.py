@@ -85,9 +85,14 @@ class Fronts:
 
 
 @asynccontextmanager
-async def running_fronts(modes: list[str] | None = None, profiles: dict[str, Any] | None = None, **http: Any):
+async def running_fronts(
+    modes: list[str] | None = None,
+    profiles: dict[str, Any] | None = None,
+    auth: dict[str, Any] | None = None,
+    **http: Any,
+):
     """Hub + HTTP + WebSocket endpoints with one fake server ``a``; ``http`` sets [http] keys,
-    ``profiles`` the [profiles] table."""
+    ``profiles`` the [profiles] table, ``auth`` the [auth] table."""
     upstreams = FakeUpstreams({"a": modes or []})
     config = structure_config(
         {
@@ -95,6 +100,7 @@ async def running_fronts(modes: list[str] | None = None, profiles: dict[str, Any
             "http": http,
             "servers": {"a": {"command": "fake", "init_timeout": 2.0}},
             **({"profiles": profiles} if profiles else {}),
+            **({"auth": auth} if auth else {}),
         },
         environ={},
     )

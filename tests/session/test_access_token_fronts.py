@@ -1,0 +1,187 @@
+"""OAuth access tokens on every network front (Streamable HTTP with sessions and stateless
+requests, legacy SSE, WebSocket, the admin paths), against an in-test authorization
+server: the challenge a refused request gets, the metadata it points at, the principal a
+session is bound to, the profile its claims choose, and no token anywhere it should not be."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import pytest
+import trio
+import trio_websocket
+
+from tests.loopback import INIT
+from tests.oauth import RESOURCE, AuthServer, auth_table
+from tests.session.fronts import EventStream, running_fronts
+from tests.session.test_http_modern import headers_for, modern
+from tests.session.test_websocket_gate import UPGRADE, status_of
+
+METADATA_URL = "http://127.0.0.1/.well-known/oauth-protected-resource/mcp"
+PING = {"jsonrpc": "2.0", "id": 2, "method": "ping"}
+
+
+@pytest.fixture
+def server():
+    server = AuthServer()
+    yield server
+    server.close()
+
+
+def bearer(fronts, token: str | None, **extra: str) -> dict[str, str]:
+    headers = fronts.headers(**extra)
+    if token is not None:
+        headers["authorization"] = f"Bearer {token}"
+    return headers
+
+
+def challenge_of(response) -> str:
+    return response.headers["www-authenticate"]
+
+
+async def test_the_protected_resource_metadata_is_served_to_anyone(server):
+    async with running_fronts(auth=auth_table(server)) as fronts:
+        for path in ("/.well-known/oauth-protected-resource", "/.well-known/oauth-protected-resource/mcp"):
+            response = await fronts.request("GET", path, headers=fronts.headers(origin="https://elsewhere.example"))
+            assert response.status == 200, response
+            assert json.loads(response.body) == {
+                "resource": RESOURCE,
+                "authorization_servers": [server.issuer],
+                "scopes_supported": ["mcp", "admin"],
+                "bearer_methods_supported": ["header"],
+            }
+            assert response.headers["access-control-allow-origin"] == "*"
+        assert (await fronts.request("POST", "/.well-known/oauth-protected-resource")).status == 405
+
+
+async def test_refused_tokens_get_a_challenge_that_names_the_metadata(server, caplog):
+    cases = [
+        ("no token", None, 401, None),
+        ("a bad token", "not-a-jwt-at-all", 401, "invalid_token"),
+        ("a token for another resource", server.mint(aud="https://other.example/mcp"), 401, "invalid_token"),
+        ("expired", server.mint(lifetime=-3600), 401, "invalid_token"),
+        ("another issuer", server.mint(iss="https://evil.example"), 401, "invalid_token"),
+        ("without the required scope", server.mint(scope="other"), 403, "insufficient_scope"),
+    ]
+    async with running_fronts(auth=auth_table(server)) as fronts:
+        for what, token, status, error in cases:
+            response = await fronts.request("POST", headers=bearer(fronts, token), body=INIT)
+            assert response.status == status, (what, response)
+            challenge = challenge_of(response)
+            assert challenge.startswith("Bearer ") and f'resource_metadata="{METADATA_URL}"' in challenge, what
+            assert 'scope="mcp"' in challenge, what
+            assert (f'error="{error}"' in challenge) if error else ("error=" not in challenge), (what, challenge)
+        # A token in the URL is refused even beside a good one in the header.
+        response = await fronts.request(
+            "POST", f"/mcp?access_token={server.mint()}", headers=bearer(fronts, server.mint()), body=INIT
+        )
+        assert response.status == 401 and 'error="invalid_request"' in challenge_of(response)
+    for _, token, _, _ in cases:
+        assert token is None or token not in caplog.text
+
+
+async def test_a_good_token_opens_a_session_bound_to_its_principal(server):
+    alice, bob = server.mint(sub="alice"), server.mint(sub="bob")
+    async with running_fronts(auth=auth_table(server)) as fronts:
+        response = await fronts.request("POST", headers=bearer(fronts, alice), body=INIT)
+        assert response.status == 200, response
+        session = response.headers["mcp-session-id"]
+        fresh = server.mint(sub="alice", scope="mcp admin")  # the same user, a refreshed token
+        for token, status in ((alice, 200), (fresh, 200), (bob, 404), (None, 401)):
+            response = await fronts.request("POST", headers=bearer(fronts, token, mcp_session_id=session), body=PING)
+            assert response.status == status, (token, response)
+        # GET and DELETE are bound to the principal too.
+        response = await fronts.request("DELETE", headers=bearer(fronts, bob, mcp_session_id=session))
+        assert response.status == 404
+        response = await fronts.request("DELETE", headers=bearer(fronts, alice, mcp_session_id=session))
+        assert response.status in (200, 204)
+
+
+async def test_a_stateless_modern_request_needs_a_token_too(server):
+    async with running_fronts(auth=auth_table(server)) as fronts:
+        message = modern(5, "tools/list")
+        response = await fronts.request("POST", headers=headers_for(fronts, message), body=message)
+        assert response.status == 401 and "resource_metadata" in challenge_of(response)
+        headers = {**headers_for(fronts, message), "authorization": f"Bearer {server.mint()}"}
+        response = await fronts.request("POST", headers=headers, body=message)
+        assert response.status == 200, response
+        assert "result" in json.loads(response.body)
+
+
+async def test_legacy_sse_needs_a_token_and_binds_its_session(server):
+    alice, bob = server.mint(sub="alice"), server.mint(sub="bob")
+    async with running_fronts(auth=auth_table(server)) as fronts:
+        response = await fronts.request("GET", "/sse", headers=bearer(fronts, None, accept="text/event-stream"))
+        assert response.status == 401 and "resource_metadata" in challenge_of(response)
+        stream = await fronts.connect()
+        response = await fronts.send(stream, "GET", "/sse", headers=bearer(fronts, alice, accept="text/event-stream"))
+        events = EventStream(stream, response)
+        with trio.fail_after(5):
+            _, endpoint = await events.next()
+        path = endpoint.decode()
+        assert (await fronts.request("POST", path, headers=bearer(fronts, bob), body=PING)).status == 404
+        assert (await fronts.request("POST", path, headers=bearer(fronts, None), body=PING)).status == 401
+        assert (await fronts.request("POST", path, headers=bearer(fronts, alice), body=PING)).status == 202
+        with trio.fail_after(5):
+            _, data = await events.next()
+        assert json.loads(data) == {"jsonrpc": "2.0", "id": 2, "result": {}}
+        await stream.aclose()
+
+
+async def test_a_websocket_upgrade_needs_a_token(server):
+    async with running_fronts(auth=auth_table(server)) as fronts:
+        port = fronts.ws_port
+        base = {"host": f"127.0.0.1:{port}", **UPGRADE}
+        assert (await status_of(port, "GET", "/mcp", base))[0] == 401
+        assert (await status_of(port, "GET", "/mcp", {**base, "authorization": "Bearer nope"}))[0] == 401
+        forbidden = {**base, "authorization": f"Bearer {server.mint(scope='other')}"}
+        assert (await status_of(port, "GET", "/mcp", forbidden))[0] == 403
+        query = {**base, "authorization": f"Bearer {server.mint()}"}
+        assert (await status_of(port, "GET", f"/mcp?access_token={server.mint()}", query))[0] == 401
+        with trio.fail_after(10):
+            async with trio_websocket.open_websocket_url(
+                f"ws://127.0.0.1:{port}/mcp", extra_headers=[("authorization", f"Bearer {server.mint()}")]
+            ) as socket:
+                await socket.send_message(json.dumps({"jsonrpc": "2.0", "id": 1, "method": "ping"}))
+                assert json.loads(await socket.get_message()) == {"jsonrpc": "2.0", "id": 1, "result": {}}
+
+
+async def test_the_profile_is_chosen_by_the_claims_and_the_status_shows_the_subject(server):
+    profiles = {"admins": {"match": {"groups": ["admins"]}}, "readers": {}}
+    admin = server.mint(sub="root", groups=["admins"])
+    async with running_fronts(auth=auth_table(server), profiles=profiles) as fronts:
+        response = await fronts.request("POST", headers=bearer(fronts, admin), body=INIT)
+        assert response.status == 200, response
+        response = await fronts.request("POST", headers=bearer(fronts, server.mint(sub="plain")), body=INIT)
+        assert response.status == 200, response
+        # A profile's path its claims do not give is a 403; one they give is served.
+        plain = bearer(fronts, server.mint(sub="plain"))
+        assert (await fronts.request("POST", "/mcp/admins", headers=plain, body=INIT)).status == 403
+        assert (await fronts.request("POST", "/mcp/admins", headers=bearer(fronts, admin), body=INIT)).status == 200
+        status = await fronts.request("GET", "/status.json", headers=bearer(fronts, admin))
+        assert status.status == 200, status
+        rows = json.loads(status.body)["sessions"]
+        seen = {(row["profile"], row.get("principal")) for row in rows}
+        assert ("admins", f"root ({server.issuer})") in seen
+        assert ("default", f"plain ({server.issuer})") in seen
+        assert admin.encode() not in status.body
+        assert (await fronts.request("GET", "/status.json", headers=bearer(fronts, None))).status == 401
+
+
+async def test_a_key_set_that_cannot_be_had_is_a_503_not_a_hang(server, caplog):
+    server.mode = "slow"
+    async with running_fronts(auth=auth_table(server, fetch_timeout=0.3)) as fronts:
+        token = server.mint()
+        with caplog.at_level(logging.ERROR), trio.fail_after(5):
+            response = await fronts.request("POST", headers=bearer(fronts, token), body=INIT)
+        assert response.status == 503 and "retry-after" in response.headers, response
+        assert "cannot be fetched" in caplog.text and token not in caplog.text
+
+
+async def test_static_tokens_keep_working_beside_access_tokens(server):
+    static = "a-static-token-of-sixteen-characters"
+    async with running_fronts(auth=auth_table(server), auth_tokens=[static]) as fronts:
+        assert (await fronts.request("POST", headers=bearer(fronts, static), body=INIT)).status == 200
+        assert (await fronts.request("POST", headers=bearer(fronts, server.mint()), body=INIT)).status == 200
+        assert (await fronts.request("POST", headers=bearer(fronts, "x" * 40), body=INIT)).status == 401
