@@ -70,6 +70,7 @@ def test_configuration_examples_load():
         "DOCS_TOKEN": "d",
         "AGGREGATOR_VAULT_KEY": "a2V5LWtleS1rZXkta2V5LWtleS1rZXkta2V5LWtleS0=",
         "EXCHANGE_SECRET": "e",
+        "AUTH_CLIENT_SECRET": "c",
     }
     configs = [structure_config(tomllib.loads(block), environ=environ) for block in blocks]
     front = configs[0]  # the README's own example
@@ -85,6 +86,10 @@ def test_configuration_examples_load():
         "stdio",
     ]
     assert network.servers["notebook"].isolation == "per-session"
+    oauth = next(c for c in configs if c.auth.enabled)  # docs/authorization.md
+    assert oauth.auth.resource == "https://mcp.example.com/mcp" and len(oauth.auth.issuers) == 2
+    assert oauth.profiles["admins"].match == {"groups": ("mcp-admins",)}
+    assert oauth.auth.issuers[1].client_secret == "c"
     policy = next(c for c in configs if "reader" in c.profiles)
     assert policy.profiles["reader"].tools.read_only and policy.servers["everything"].server_requests == ("roots",)
 
