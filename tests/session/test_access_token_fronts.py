@@ -147,6 +147,20 @@ async def test_a_websocket_upgrade_needs_a_token(server):
                 assert json.loads(await socket.get_message()) == {"jsonrpc": "2.0", "id": 1, "result": {}}
 
 
+async def test_a_websocket_session_ends_when_its_access_token_does(server):
+    async with running_fronts(auth=auth_table(server, leeway=0.0)) as fronts:
+        token = server.mint(lifetime=2)
+        with trio.fail_after(10):
+            async with trio_websocket.open_websocket_url(
+                f"ws://127.0.0.1:{fronts.ws_port}/mcp", extra_headers=[("authorization", f"Bearer {token}")]
+            ) as socket:
+                await socket.send_message(json.dumps({"jsonrpc": "2.0", "id": 1, "method": "ping"}))
+                assert json.loads(await socket.get_message()) == {"jsonrpc": "2.0", "id": 1, "result": {}}
+                with pytest.raises(trio_websocket.ConnectionClosed) as closed:
+                    await socket.get_message()
+                assert closed.value.reason.code == 1008
+
+
 async def test_the_profile_is_chosen_by_the_claims_and_the_status_shows_the_subject(server):
     profiles = {"admins": {"match": {"groups": ["admins"]}}, "readers": {}}
     admin = server.mint(sub="root", groups=["admins"])

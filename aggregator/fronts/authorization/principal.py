@@ -24,7 +24,8 @@ class Principal:
     scopes: frozenset[str] = attrs.field(factory=frozenset, eq=False, repr=False)
     # The profiles whose ``match`` and ``scopes`` hold for this token, in the config's order.
     profiles: tuple[str, ...] = attrs.field(default=(), eq=False, repr=False)
-    expires: float = attrs.field(default=0.0, eq=False, repr=False)  # the token's exp (Unix time)
+    # When the token stops being good (its exp and the leeway, Unix time; inf: not known).
+    expires: float = attrs.field(default=0.0, eq=False, repr=False)
 
     @property
     def profile(self) -> str:

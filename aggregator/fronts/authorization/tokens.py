@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import math
 import time
 import weakref
 from collections.abc import Callable, Mapping
@@ -175,11 +176,13 @@ class TokenVerifier:
             return _invalid("the token's nbf is not a number")
         if starts is not None and now + leeway < starts:
             return _invalid("the token is not valid yet")
-        return self._principal(claims, issuer, float(expires) + leeway)
+        ends = float(expires) + leeway
+        return self._principal(claims, issuer, ends, ends)
 
     def _principal(
-        self, claims: Mapping[str, Any], issuer: IssuerConfig, until: float
+        self, claims: Mapping[str, Any], issuer: IssuerConfig, expires: float, until: float
     ) -> tuple[Principal, float] | Rejection:
+        """The principal of a checked token that ``expires`` (Unix time), trusted ``until``."""
         subject = claims.get("sub")
         if not isinstance(subject, str) or not subject:
             return _invalid("the token names no subject")
@@ -189,7 +192,7 @@ class TokenVerifier:
             subject=subject,
             scopes=scopes,
             profiles=matching_profiles(claims, scopes, self.profiles),
-            expires=until,
+            expires=expires,
         )
         return principal, until
 
@@ -225,12 +228,14 @@ class TokenVerifier:
                 return _invalid("the token is not meant for this resource (its audience)")
             now = self.wall()
             until = now + self.auth.introspection_cache_seconds
+            ends = math.inf  # an answer without exp: the token's life is not known
             expires = answer.get("exp")
             if isinstance(expires, int | float) and not isinstance(expires, bool):
                 if now >= expires + self.auth.leeway:
                     return _invalid("the token has expired")
-                until = min(until, float(expires))
-            return self._principal(answer, issuer, until)
+                ends = float(expires) + self.auth.leeway
+                until = min(until, ends)
+            return self._principal(answer, issuer, ends, until)
         if failures and len(failures) == len(self.introspecting):
             return Rejection(503, "temporarily_unavailable", "the token cannot be introspected now")
         return _invalid("the token is not active")

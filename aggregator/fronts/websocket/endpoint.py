@@ -26,6 +26,8 @@ other connections and the process go on.
 from __future__ import annotations
 
 import logging
+import math
+import time
 from http import HTTPStatus
 from typing import Any
 
@@ -36,6 +38,7 @@ from wsproto.utilities import ProtocolError
 from aggregator.config import HttpConfig, parse_listen
 from aggregator.fronts.access import AccessPolicy
 from aggregator.fronts.admission import Denial, admit, check_access
+from aggregator.fronts.authorization import Principal
 from aggregator.fronts.containment import internal_error
 from aggregator.fronts.websocket.handshake import HandshakeTap, current_tap, handshake_headers, reject
 from aggregator.fronts.websocket.sink import WebSocketSink
@@ -175,6 +178,10 @@ class WebSocketEndpoint:
         if tap is not None:
             tap.accepted.set()  # a frame that came with the handshake may be read now
         connection = trio.CancelScope()
+        # Its messages carry no token: an access token's session ends when the token does.
+        expires = principal.expires if isinstance(principal, Principal) else math.inf
+        if expires < math.inf:
+            connection.deadline = trio.current_time() + max(0.0, expires - time.time())
         key = 0
 
         def dropped(reason: str) -> None:
@@ -215,6 +222,10 @@ class WebSocketEndpoint:
                     except trio_websocket.ConnectionClosed:
                         pass
                     nursery.cancel_scope.cancel()
+            if connection.cancelled_caught and trio.current_time() >= connection.deadline:
+                log.info("websocket session %d: its access token expired", key)
+                with trio.move_on_after(1):
+                    await socket.aclose(1008, "the access token expired")
         finally:
             sink.close()
             self.hub.remove_client(key)
