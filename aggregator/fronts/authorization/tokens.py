@@ -13,7 +13,8 @@ A signature check costs CPU on the one trio thread and introspection a round tri
 good token's principal is cached by the token's SHA-256 until the token expires (an
 introspection answer at most ``auth.introspection_cache_seconds``), up to ``MAX_CACHED``
 tokens. A refused token is not cached: its refusal is cheap unless its key id is unknown,
-and fetching for those is rate-limited by the keys themselves.
+and fetching for those is rate-limited by the keys themselves; introspections are at most
+``MAX_INTROSPECTIONS`` at a time.
 
 ``auth.required_scopes`` are checked on every request, after the cache: a good token
 without them is a 403 ``insufficient_scope``, not a 401. What each refusal says never
@@ -43,6 +44,7 @@ log = logging.getLogger(__name__)
 
 MAX_CACHED = 10_000  # good tokens remembered
 MAX_TOKEN = 8 * 1024  # characters; a longer token is refused unread
+MAX_INTROSPECTIONS = 16  # introspection requests in flight at once (more wait their turn)
 
 
 class Rejection(NamedTuple):
@@ -87,6 +89,8 @@ class TokenVerifier:
         self.introspecting = [issuer for issuer in auth.issuers if issuer.introspection_endpoint]
         self.required = frozenset(auth.required_scopes)
         self._cache: dict[bytes, tuple[Principal, float]] = {}  # sha256(token) -> (principal, trusted until)
+        # A flood of made-up opaque tokens costs each its introspection: never many at once.
+        self._introspections = trio.Semaphore(MAX_INTROSPECTIONS)
 
     @classmethod
     def shared(cls, auth: AuthConfig, profiles: Mapping[str, ProfileConfig]) -> TokenVerifier:
@@ -210,12 +214,13 @@ class TokenVerifier:
                 else None
             )
             try:
-                answer = await fetch_json(
-                    issuer.introspection_endpoint,
-                    self.auth.fetch_timeout,
-                    form={"token": token, "token_type_hint": "access_token"},
-                    credentials=credentials,
-                )
+                async with self._introspections:
+                    answer = await fetch_json(
+                        issuer.introspection_endpoint,
+                        self.auth.fetch_timeout,
+                        form={"token": token, "token_type_hint": "access_token"},
+                        credentials=credentials,
+                    )
             except FetchError as exc:
                 log.error("auth: introspection at %s failed: %s", issuer.issuer, exc)
                 failures.append(issuer.issuer)
