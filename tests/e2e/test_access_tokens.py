@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from tests.e2e.conftest import ROOT, http_proxy, write_config
-from tests.e2e.test_upstream_http import Recorder
+from tests.e2e.recorder import Recorder
 from tests.oauth import AuthServer
 
 pytestmark = pytest.mark.e2e

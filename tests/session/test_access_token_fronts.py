@@ -12,14 +12,37 @@ import pytest
 import trio
 import trio_websocket
 
+from aggregator.mcp.modern import CLIENT_CAPABILITIES, PROTOCOL_VERSION
 from tests.loopback import INIT
 from tests.oauth import RESOURCE, AuthServer, auth_table
+from tests.rawhttp import read_response_async, request_bytes
 from tests.session.fronts import EventStream, running_fronts
-from tests.session.test_http_modern import headers_for, modern
-from tests.session.test_websocket_gate import UPGRADE, status_of
 
 METADATA_URL = "http://127.0.0.1/.well-known/oauth-protected-resource/mcp"
 PING = {"jsonrpc": "2.0", "id": 2, "method": "ping"}
+UPGRADE = {
+    "upgrade": "websocket",
+    "connection": "Upgrade",
+    "sec-websocket-key": "dGhlIHNhbXBsZSBub25jZQ==",
+    "sec-websocket-version": "13",
+}
+TOOLS_LIST = {
+    "jsonrpc": "2.0",
+    "id": 5,
+    "method": "tools/list",
+    "params": {"_meta": {PROTOCOL_VERSION: "2026-07-28", CLIENT_CAPABILITIES: {}}},
+}
+
+
+async def status_of(port: int, method: str, path: str, headers: dict[str, str]) -> int:
+    """The status a request on a new connection gets."""
+    stream = await trio.open_tcp_stream("127.0.0.1", port)
+    try:
+        await stream.send_all(request_bytes(method, path, headers))
+        with trio.fail_after(5):
+            return (await read_response_async(stream)).status
+    finally:
+        await stream.aclose()
 
 
 @pytest.fixture
@@ -100,11 +123,11 @@ async def test_a_good_token_opens_a_session_bound_to_its_principal(server):
 
 async def test_a_stateless_modern_request_needs_a_token_too(server):
     async with running_fronts(auth=auth_table(server)) as fronts:
-        message = modern(5, "tools/list")
-        response = await fronts.request("POST", headers=headers_for(fronts, message), body=message)
+        modern = fronts.headers(mcp_protocol_version="2026-07-28", mcp_method="tools/list")
+        response = await fronts.request("POST", headers=modern, body=TOOLS_LIST)
         assert response.status == 401 and "resource_metadata" in challenge_of(response)
-        headers = {**headers_for(fronts, message), "authorization": f"Bearer {server.mint()}"}
-        response = await fronts.request("POST", headers=headers, body=message)
+        headers = {**modern, "authorization": f"Bearer {server.mint()}"}
+        response = await fronts.request("POST", headers=headers, body=TOOLS_LIST)
         assert response.status == 200, response
         assert "result" in json.loads(response.body)
 
@@ -133,12 +156,12 @@ async def test_a_websocket_upgrade_needs_a_token(server):
     async with running_fronts(auth=auth_table(server)) as fronts:
         port = fronts.ws_port
         base = {"host": f"127.0.0.1:{port}", **UPGRADE}
-        assert (await status_of(port, "GET", "/mcp", base))[0] == 401
-        assert (await status_of(port, "GET", "/mcp", {**base, "authorization": "Bearer nope"}))[0] == 401
+        assert await status_of(port, "GET", "/mcp", base) == 401
+        assert await status_of(port, "GET", "/mcp", {**base, "authorization": "Bearer nope"}) == 401
         forbidden = {**base, "authorization": f"Bearer {server.mint(scope='other')}"}
-        assert (await status_of(port, "GET", "/mcp", forbidden))[0] == 403
+        assert await status_of(port, "GET", "/mcp", forbidden) == 403
         query = {**base, "authorization": f"Bearer {server.mint()}"}
-        assert (await status_of(port, "GET", f"/mcp?access_token={server.mint()}", query))[0] == 401
+        assert await status_of(port, "GET", f"/mcp?access_token={server.mint()}", query) == 401
         with trio.fail_after(10):
             async with trio_websocket.open_websocket_url(
                 f"ws://127.0.0.1:{port}/mcp", extra_headers=[("authorization", f"Bearer {server.mint()}")]
