@@ -20,9 +20,8 @@ import logging
 
 import trio
 
-from aggregator.core.events import ClientDisconnected, ClientRefused
 from aggregator.fronts.containment import internal_error
-from aggregator.hub.hub import Hub
+from aggregator.fronts.port import ClientPort
 from aggregator.jsonrpc.framing import LineSplitter, OversizedLine
 from aggregator.jsonrpc.refusals import oversized
 from aggregator.transports.outbox import Outbox
@@ -32,7 +31,7 @@ READ_SIZE = 65536
 
 
 async def serve_stream_session(
-    hub: Hub, receive: trio.abc.ReceiveStream, send: trio.abc.SendStream, *, label: str = "stream"
+    hub: ClientPort, receive: trio.abc.ReceiveStream, send: trio.abc.SendStream, *, label: str = "stream"
 ) -> bool:
     """Serve one newline-delimited MCP client until it closes its side (or is dropped).
 
@@ -58,7 +57,7 @@ async def serve_stream_session(
         on_congestion=congested,
         memory=hub.client_memory,
     )
-    key = hub.add_client(outbox)
+    key = hub.client_connected(outbox)
     log.info("%s: client session %d opened", label, key)
     ended_by_client = False
     try:
@@ -82,20 +81,20 @@ async def serve_stream_session(
         ended_by_client = False
         log.exception("%s: internal error in client session %d; closing this session only", label, key)
     finally:
-        hub.remove_client(key)
+        hub.client_disconnected(key)
         log.info("%s: client session %d closed", label, key)
     if not ended_by_client:
         await trio.aclose_forcefully(send)  # the client sees its session end
     return ended_by_client
 
 
-async def _finish_in_flight(hub: Hub, key: int, seconds: float, label: str) -> None:
+async def _finish_in_flight(hub: ClientPort, key: int, seconds: float, label: str) -> None:
     """Wait until this client's requests in flight are answered, for ``seconds`` at most;
     what is left is cancelled upstream (the client is removed) and answered with an error,
     as a shutdown answers it: the client's output may still be read."""
 
     def in_flight() -> int:
-        client = hub.router.session_info(key)
+        client = hub.session_info(key)
         return client.in_flight if client is not None else 0
 
     waiting = in_flight()
@@ -103,19 +102,19 @@ async def _finish_in_flight(hub: Hub, key: int, seconds: float, label: str) -> N
         return
     log.info("%s: end of input; finishing %d request(s) in flight (up to %gs)", label, waiting, seconds)
     with trio.move_on_after(seconds):
-        while in_flight() and key in hub.clients:  # noqa: ASYNC110 - the router has no event to wait on
+        while in_flight() and hub.has_client(key):  # noqa: ASYNC110 - the router has no event to wait on
             await trio.sleep(0.01)
     waiting = in_flight()
-    if waiting and key in hub.clients:
+    if waiting and hub.has_client(key):
         log.warning(
             "%s: %d request(s) still in flight %gs after end of input; cancelling them", label, waiting, seconds
         )
         # Cancelled upstream and answered with an error, as at shutdown; a late answer is dropped.
-        hub.dispatch_now(hub.router.handle(ClientDisconnected(key, answer=True)))
+        hub.client_finished(key)
 
 
 async def _read_client(
-    hub: Hub, key: int, receive: trio.abc.ReceiveStream, outbox: Outbox, limit: int, label: str
+    hub: ClientPort, key: int, receive: trio.abc.ReceiveStream, outbox: Outbox, limit: int, label: str
 ) -> bool:
     """Read and route the client's lines; True at its EOF, False after a failure handling one.
     At EOF a last line without its newline is still a message."""
@@ -130,10 +129,10 @@ async def _read_client(
             data, at_eof = b"\n", True  # ends an unterminated last line, if any
         for line in splitter.feed(data):
             if isinstance(line, OversizedLine):  # answered under its id when its first or last bytes show it
-                hub.dispatch(hub.router.handle(ClientRefused(key, oversized(line.head, line.size, limit, line.tail))))
+                hub.client_refused(key, oversized(line.head, line.size, limit, line.tail))
                 continue
             try:
-                hub.dispatch(await hub.client_message(key, line))
+                await hub.client_message(key, line)
             except Exception:
                 log.exception(
                     "%s: internal error handling a message of client session %d; closing this session", label, key

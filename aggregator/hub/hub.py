@@ -1,6 +1,15 @@
 """The hub: the top nursery. Supervises upstreams, owns the router, serves clients.
 
-It is also the one place that executes the router's commands: ``dispatch`` turns
+It is the one place that routes and carries out the router's commands. The fronts reach it
+through their ``ClientPort`` (``fronts.port``: a client connected, sent a message, was
+refused, went idle or away) and the upstream sessions through their ``UpstreamPort``
+(``upstreams.port``: a server connected, said something, was lost, went down, is backed
+up; a call of the proxy's own); neither ever holds the router. Each port method routes
+the event and carries out what the router says in one of three timings: batched per read
+(``dispatch``, written at the reader's ``flush``), once per scheduler turn
+(``dispatch_soon``), or at once (``dispatch_now``).
+
+Carrying out the router's commands: ``dispatch`` turns
 ``ToClient`` / ``ToServer`` into queued writes, and what the router says of an upstream's
 connection (``UpstreamServing``, ``DropUpstream``, an ``Answer`` to its own request) into
 calls of its ``UpstreamSession``. ``dispatch`` never blocks or writes; readers call ``flush`` per read
@@ -27,17 +36,31 @@ from typing import Any
 import trio
 
 from aggregator.config import Config
+from aggregator.core.catalogs.catalog import Catalog
 from aggregator.core.catalogs.policy import unmatched_rules
 from aggregator.core.commands import Command, RequestEnded
 from aggregator.core.events import (
+    Abandoned,
+    ClientAnswerRefused,
     ClientConnected,
     ClientDecoded,
     ClientDisconnected,
     ClientMessage,
     ClientRefused,
+    DrainingStarted,
     LinkEnded,
+    OwnCallStarted,
+    ServerCongested,
+    ServerDecoded,
+    ServerDown,
+    ServerLost,
+    ServerMessage,
+    ServerOverloaded,
+    ServerOversized,
+    ServerStreams,
     StartupCompleted,
     TimePassed,
+    UpstreamConnected,
 )
 from aggregator.core.router import (
     Answer,
@@ -52,13 +75,13 @@ from aggregator.core.router import (
 )
 from aggregator.hub.caps import Admission
 from aggregator.hub.catalogs import make_router
-from aggregator.hub.draining import drain
 from aggregator.hub.reload import ReloadResult, reload_hub
 from aggregator.hub.shedding import Shedder
 from aggregator.hub.soon import SoonWriter
-from aggregator.jsonrpc.codec import decode_message
+from aggregator.jsonrpc.codec import decode_message, dumps
 from aggregator.jsonrpc.errors import RemoteProtocolError
 from aggregator.jsonrpc.kinds import REQUEST
+from aggregator.mcp.constants import CANCELLED
 from aggregator.plugins.api import load_plugins
 from aggregator.plugins.gate import PluginGate
 from aggregator.telemetry import traffic
@@ -66,7 +89,8 @@ from aggregator.telemetry.metrics import Metrics
 from aggregator.telemetry.recent_errors import RecentErrors
 from aggregator.telemetry.tracing import Tracing
 from aggregator.transports.sink import ClientSink
-from aggregator.upstreams.session import Connector, OwnCall, UpstreamSession
+from aggregator.upstreams.port import Connector, OwnCall
+from aggregator.upstreams.session import UpstreamSession
 
 log = logging.getLogger(__name__)
 
@@ -128,7 +152,9 @@ class Hub:
         self._traffic = traffic.watch_commands(self._handlers)  # --log-level debug: a line per message
         if not self.upstreams:
             self._all_settled.set()
-        self._handling = self.router.tallies.proxy["client"]  # how long routing took, per message
+        # How long routing took, per message, by who sent it.
+        self._handling = self.router.tallies.proxy["client"]
+        self._server_handling = self.router.tallies.proxy["server"]
         self.metrics = Metrics(self)  # GET /metrics: read from the tables above at each scrape
 
     # --- lifetime -----------------------------------------------------------------------
@@ -198,6 +224,80 @@ class Hub:
         for warning in unmatched_rules(self.config, self.catalog.items_of, ready):
             log.warning("policy: %s", warning)
 
+    # --- the upstreams' port (upstreams.port.UpstreamPort) -------------------------------
+
+    def upstream_connected(
+        self,
+        name: str,
+        *,
+        target: str,
+        init_timeout: float,
+        capabilities: dict[str, Any] | None,
+        modern_possible: bool,
+    ) -> None:
+        """Server ``name``'s connection is up: its handshake starts, now."""
+        self.dispatch_now(
+            self.router.handle(
+                UpstreamConnected(
+                    name,
+                    target=target,
+                    init_timeout=init_timeout,
+                    capabilities=capabilities,
+                    modern_possible=modern_possible,
+                )
+            )
+        )
+
+    def server_streams(self, name: str, tagged: bool) -> None:
+        """Whether server ``name``'s connection tags each message with the request it belongs to."""
+        self.router.handle(ServerStreams(name, tagged))
+
+    def server_message(self, name: str, raw: bytes, related: int | None = None) -> None:
+        """A message server ``name`` sent (on the stream of request ``related``, if tagged):
+        routed, its commands queued for the reader's ``flush`` after the read."""
+        started = perf_counter()
+        commands = self.router.handle(ServerMessage(name, raw, related))
+        self._server_handling.observe(perf_counter() - started)
+        self.dispatch(commands)
+
+    def server_decoded(
+        self, name: str, decoded: tuple[int, dict[str, Any]] | RemoteProtocolError, related: int | None = None
+    ) -> None:
+        """A message network server ``name`` sent, decoded by its connection (or why it
+        could not be), on request ``related``'s stream: routed, its commands queued for the
+        reader's ``flush`` after the batch."""
+        started = perf_counter()
+        commands = self.router.handle(ServerDecoded(name, decoded, related))
+        self._server_handling.observe(perf_counter() - started)
+        self.dispatch(commands)
+
+    def server_oversized(self, name: str, head: bytes, limit: int) -> None:
+        """Server ``name`` sent a message over ``limit`` bytes (``head``: its first bytes),
+        dropped: whoever waits for it hears so with the reader's batch."""
+        self.dispatch(self.router.handle(ServerOversized(name, head, limit)))
+
+    def server_congested(self, name: str, reason: str | None) -> int | None:
+        """Server ``name``'s input is backed up (``reason``) or flowing again (None): its
+        requests in flight, or None if the router already knew."""
+        self.router.handle(ServerCongested(name, reason))
+        return self.router.in_flight_on(name)
+
+    def server_overloaded(self, name: str, reason: str) -> None:
+        """Server ``name`` has read nothing for its deadline: its requests fail, now."""
+        self.dispatch_now(self.router.handle(ServerOverloaded(name, reason)))
+
+    def server_lost(self, name: str, reason: str) -> None:
+        """Server ``name``'s connection is lost: what waits for it fails, now."""
+        self.dispatch_now(self.router.handle(ServerLost(name, reason)))
+
+    def server_down(self, name: str, reason: str, retry_in: float) -> None:
+        """Server ``name`` starts again in ``retry_in`` seconds: its callers hear so, now."""
+        self.dispatch_now(self.router.handle(ServerDown(name, reason, retry_in)))
+
+    def own_call_started(self, name: str, method: str, params: dict[str, Any] | None, call: OwnCall) -> None:
+        """A request of the proxy's own to server ``name``, settled on ``call``: sent now."""
+        self.dispatch_now(self.router.handle(OwnCallStarted(name, method, params, call)))
+
     def server_settled(self, name: str) -> None:
         """An upstream is ready, or its first attempt failed: startup need not wait for it."""
         self._settled.add(name)
@@ -205,27 +305,123 @@ class Hub:
             self._all_settled.set()
 
     async def drain(self, seconds: float) -> None:
-        """Let requests in flight finish (up to ``seconds``) while refusing new ones."""
-        await drain(self.router, self.clients, self.dispatch_now, seconds)
+        """Shut down gently: let the requests in flight finish (up to ``seconds``) while
+        refusing new ones; then answer what is left, and give the clients a second to read it."""
+        router = self.router
+        router.handle(DrainingStarted())
+        waiting = router.in_flight()
+        if waiting:
+            log.info("shutting down: waiting up to %.0fs for %d request(s) in flight", seconds, waiting)
+        with trio.move_on_after(seconds):
+            while router.in_flight():  # noqa: ASYNC110 - the router has no event to wait on
+                await trio.sleep(0.05)
+        left = router.in_flight()
+        if left:
+            log.warning("shutting down: %d request(s) still in flight after %.0fs; they fail now", left, seconds)
+        # Also what was held for a server between restarts (or a session's own connection
+        # still starting): never sent, it is answered now rather than left to the close.
+        self.dispatch_now(router.handle(Abandoned("the aggregator is shutting down")))
+        # Let the answers reach the clients before the connections close.
+        with trio.move_on_after(1):
+            for client in list(self.clients.values()):
+                await client.wait_drained()
 
-    # --- clients ------------------------------------------------------------------------
+    # --- the clients' port (fronts.port.ClientPort) --------------------------------------
 
-    def add_client(self, outbox: ClientSink, profile: str = "default", **kind: Any) -> int:
-        """A new client. ``kind``: ``era`` (MODERN: it speaks a modern revision from its first message),
-        ``principal`` (who the front authenticated), ``stateless`` (a stateless HTTP request's own)."""
+    def client_connected(self, sink: ClientSink, profile: str = "default", **kind: Any) -> int:
+        """A new client, whose messages go to ``sink``; its key. ``kind``: ``era`` (MODERN: it
+        speaks a modern revision from its first message), ``principal`` (who the front
+        authenticated), ``stateless`` (a stateless HTTP request's own)."""
         key = next(self._client_keys)
-        self.clients[key] = outbox
+        self.clients[key] = sink
         self.client_since[key] = time.monotonic()
         self.router.handle(ClientConnected(key, profile, **kind))
         return key
+
+    async def client_message(self, key: int, raw: bytes) -> None:
+        """A line a stream front read (stdio, WebSocket): routed, its commands queued for
+        the reader's ``flush`` after the read."""
+        self.dispatch(await self._route_raw(key, raw))
+
+    async def client_decoded(self, key: int, kind: int, message: dict[str, Any]) -> None:
+        """A message a front decoded in a task of its own (an HTTP request): routed, written
+        with what else this scheduler turn queues."""
+        self.dispatch_soon(await self._route_decoded(key, kind, message))
+
+    def client_refused(self, key: int, exc: RemoteProtocolError, *, now: bool = False) -> None:
+        """A client's message could not be read (``exc`` says how to answer it): answered,
+        with the reader's batch, or ``now``."""
+        commands = self.router.handle(ClientRefused(key, exc))
+        if now:
+            self.dispatch_now(commands)
+        else:
+            self.dispatch(commands)
+
+    def client_answer_refused(self, key: int, exc: RemoteProtocolError) -> None:
+        """A client's answer to a server's request could not be read: that server hears so, now."""
+        self.dispatch_now(self.router.handle(ClientAnswerRefused(key, exc)))
+
+    def client_cancelled(self, key: int, id: Any, reason: str) -> None:
+        """Nobody will receive the answer of the client's request ``id`` (its stream is gone):
+        cancelled upstream, as if the client had sent ``notifications/cancelled``, now."""
+        cancel = {"jsonrpc": "2.0", "method": CANCELLED, "params": {"requestId": id, "reason": reason}}
+        self.dispatch_now(self.router.handle(ClientMessage(key, dumps(cancel))))
+
+    def client_finished(self, key: int) -> None:
+        """The client's input ended with requests still in flight past their time: each is
+        cancelled upstream and answered with an error (its output may still be read), now."""
+        self.dispatch_now(self.router.handle(ClientDisconnected(key, answer=True)))
+
+    def client_idle(self, key: int) -> bool:
+        """Keep a client connected with nothing to do (a stateless HTTP client between its
+        caller's requests), if the router holds nothing of it: True, and no plugin watches
+        anything of it any more; False, and the caller disconnects it."""
+        if not self.router.client_idle(key):
+            return False
+        self.gate.forget_client(key)
+        return True
+
+    def client_disconnected(self, key: int) -> None:
+        """The client is gone: what it had in flight is cancelled upstream, now."""
+        if self.tracing is not None:
+            self.tracing.client_gone(key)
+        self.clients.pop(key, None)
+        self.client_since.pop(key, None)
+        self.gate.forget_client(key)
+        self.dispatch_now(self.router.handle(ClientDisconnected(key)))
+
+    def write_now(self) -> None:
+        """Write what is queued now, outside any reader's batch (a client that passed the
+        budget of all clients meanwhile is dropped at once)."""
+        self.dispatch_now([])
+
+    def has_client(self, key: int) -> bool:
+        return key in self.clients
+
+    def session_info(self, key: int) -> SessionInfo | None:
+        """What the router knows of client ``key``'s session (None: no session now)."""
+        return self.router.session_info(key)
+
+    def profile_catalog(self, profile: str) -> Catalog:
+        return self.router.profile_catalog(profile)
+
+    @property
+    def max_json_depth(self) -> int:
+        """How deep a message a front decodes itself may nest."""
+        return self.router.max_json_depth
+
+    @property
+    def draining(self) -> bool:
+        """Shutting down: no new session, no new request."""
+        return self.router.draining
 
     def _server_request_allowed(self, server: str, method: str, params: dict[str, Any]) -> bool:
         """The per-server policy for sampling, elicitation and roots requests, then plugins."""
         return self.gate.server_request_allowed(server, method, params)
 
-    # --- the one way in for clients' messages ---------------------------------------------
+    # --- routing a client's message -----------------------------------------------------
 
-    async def client_message(self, key: int, raw: bytes) -> list[Command]:
+    async def _route_raw(self, key: int, raw: bytes) -> list[Command]:
         """Route a client's message: plugins' request hooks, the startup gate, the router."""
         if self._traffic:
             traffic.note("in", f"client {key}", raw)
@@ -243,7 +439,7 @@ class Hub:
             return self.router.handle(ClientRefused(key, exc))
         return await self._hooked(key, kind, message)
 
-    async def client_event(self, key: int, kind: int, message: dict[str, Any]) -> list[Command]:
+    async def _route_decoded(self, key: int, kind: int, message: dict[str, Any]) -> list[Command]:
         """Route a decoded client message: plugins' request hooks, the startup gate, the router."""
         if self._traffic:
             traffic.note("in", f"client {key}", message)
@@ -268,14 +464,26 @@ class Hub:
             commands = self.router.handle(ClientDecoded(key, kind, message))
         return commands
 
-    def rest_client(self, key: int) -> bool:
-        """Keep a client connected with nothing to do (a stateless HTTP client between its
-        caller's requests), if the router holds nothing of it (``client_idle``): True, and
-        no plugin watches anything of it any more; False, and the caller removes it."""
-        if not self.router.client_idle(key):
-            return False
-        self.gate.forget_client(key)
-        return True
+    # --- the plugin gate's port (plugins.gate.GateHost) ----------------------------------
+
+    async def route_now(self, key: int, message: dict[str, Any]) -> None:
+        """A request its plugins allowed (in a task of their own): routed, carried out now."""
+        self.dispatch_now(await self.routed(key, REQUEST, message))
+
+    def answer_now(self, answer: ToClient) -> None:
+        """An answer the plugins' hooks made: sent now."""
+        self.dispatch_now([answer])
+
+    def describe(self, key: int, message: dict[str, Any]) -> tuple[str, str, str] | None:
+        """The server, its name and the exposed name a client's request names, if any."""
+        return self.router.describe(key, message)
+
+    def request_in_flight(self, key: int, id: Any) -> bool:
+        return self.router.request_in_flight(key, id)
+
+    def stamped(self, key: int, method: str, answer: dict[str, Any]) -> dict[str, Any]:
+        """An answer the proxy makes itself, as the router stamps its own for this client."""
+        return self.router.stamped(key, method, answer)
 
     def sessions(self) -> list[tuple[int, ClientSink, SessionInfo | None]]:
         """The client sessions now, each with what the router knows of it: the clients
@@ -287,14 +495,6 @@ class Hub:
             if info is None or not info.stateless:
                 found.append((key, sink, info))
         return found
-
-    def remove_client(self, key: int) -> None:
-        if self.tracing is not None:
-            self.tracing.client_gone(key)
-        self.clients.pop(key, None)
-        self.client_since.pop(key, None)
-        self.gate.forget_client(key)
-        self.dispatch_now(self.router.handle(ClientDisconnected(key)))
 
     def trace(self, tracing: Tracing) -> None:
         """A span per request from now on; untraced, no ToClient checks for it."""
@@ -394,7 +594,7 @@ class Hub:
         if self._dirty:
             self.soon.request()
 
-    async def flush(self, own: Any = None) -> None:
+    async def flush(self, own: ClientSink | None = None) -> None:
         """Write what the last batch queued; then, if ``own`` (the queue of the reader's
         own connection) is backed up, wait for it to drain.
 

@@ -53,9 +53,11 @@ from aggregator.core.events import (
 from aggregator.errors import AggregatorError, ConfigError
 from aggregator.plugins.api import Plugins, load_plugins
 from aggregator.plugins.gate import GateHost, PluginGate
-from aggregator.upstreams.session import UpstreamHost, UpstreamSession
+from aggregator.upstreams.port import UpstreamPort
+from aggregator.upstreams.session import UpstreamSession
 
 if TYPE_CHECKING:
+    from aggregator.core.commands import Command
     from aggregator.core.router import Router
     from aggregator.telemetry.metrics import Metrics
 
@@ -82,7 +84,7 @@ class ReloadResult:
     changes: list[str] = attrs.field(factory=list)
 
 
-class ReloadHost(UpstreamHost, GateHost, Protocol):
+class ReloadHost(UpstreamPort, GateHost, Protocol):
     """What a reload needs of the hub (the hub is one; this module does not import it),
     including the wiring of the plugins' hooks it replaces."""
 
@@ -100,6 +102,9 @@ class ReloadHost(UpstreamHost, GateHost, Protocol):
 
     async def _after_catalog(self) -> None:
         """Run the plugins' after_catalog hooks whenever catalog hooks ran (forever)."""
+
+    def dispatch_now(self, commands: list[Command]) -> None:
+        """Carry out the router's commands and start writing at once."""
 
 
 # Per hub: one reload at a time; whether its after_catalog task runs.

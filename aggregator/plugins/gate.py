@@ -15,31 +15,50 @@ import trio
 
 from aggregator.config import Config
 from aggregator.core.catalogs.policy import server_request_allowed
-from aggregator.core.router import Command, ToClient, proxy_error
+from aggregator.core.commands import Command
+from aggregator.core.router import ToClient, proxy_error
 from aggregator.jsonrpc.errors import INVALID_REQUEST
 from aggregator.jsonrpc.kinds import NOTIFICATION, REQUEST
 from aggregator.mcp.constants import CANCELLED
 from aggregator.plugins.api import HOOKED_METHODS, Deny, Notification, Plugins, Request, Response, ServerRequest
-from aggregator.transports.sink import ClientSink
 
 if TYPE_CHECKING:
-    from aggregator.core.router import Router
+    from aggregator.core.router import SessionInfo
 
 log = logging.getLogger(__name__)
 
 
 class GateHost(Protocol):
-    """What the hooks need of the hub (the hub is one; this module does not import it)."""
+    """What the hooks need of the hub (the hub is one; this module does not import it,
+    which is above it). The gate never holds the router: it asks the hub what a request
+    names, and hands back what the hooks decided for the hub to carry out."""
 
     config: Config
-    router: Router
-    clients: dict[int, ClientSink]
 
-    def dispatch_now(self, commands: list[Command]) -> None:
-        """Dispatch the router's commands and start writing at once."""
+    def has_client(self, key: int) -> bool:
+        """Whether client ``key`` is still connected."""
+
+    def session_info(self, key: int) -> SessionInfo | None:
+        """What is known of client ``key``'s session (None: no session now)."""
+
+    def describe(self, key: int, message: dict[str, Any]) -> tuple[str, str, str] | None:
+        """The server, its name and the exposed name a client's request names, if any."""
+
+    def request_in_flight(self, key: int, id: Any) -> bool:
+        """Whether client ``key`` has a request ``id`` in flight."""
+
+    def stamped(self, key: int, method: str, answer: dict[str, Any]) -> dict[str, Any]:
+        """An answer the proxy makes itself, stamped as the router stamps its own."""
 
     async def routed(self, key: int, kind: int, message: dict[str, Any]) -> list[Command]:
-        """The router's commands for a client's message, past the startup gate."""
+        """The router's commands for a client's message, past the startup gate (the hub
+        carries them out: this is the gate's answer to the hub's own call)."""
+
+    async def route_now(self, key: int, message: dict[str, Any]) -> None:
+        """Route a request the hooks allowed in a task of their own; carried out now."""
+
+    def answer_now(self, answer: ToClient) -> None:
+        """Send an answer the hooks made (in a task of their own) now."""
 
 
 class PluginGate:
@@ -108,7 +127,7 @@ class PluginGate:
             else:
                 answered = await self._decide(key, message)
                 if answered is not None:
-                    return answered
+                    return [answered]
         elif self.hooking and kind == NOTIFICATION and message["method"] == CANCELLED:
             params = message.get("params")
             scope = self.hooking.get((key, params.get("requestId") if type(params) is dict else None))
@@ -120,12 +139,8 @@ class PluginGate:
     def _start(self, key: int, message: dict[str, Any]) -> list[Command] | None:
         """Run request hooks that may wait in a task of their own, bounded by the server's
         request timeout; the client's reader goes on at once. None: the router answers."""
-        target = self.host.router.describe(key, message)
-        if (
-            target is None
-            or self.host.router.session_info(key) is None
-            or self.host.router.request_in_flight(key, message["id"])
-        ):
+        target = self.host.describe(key, message)
+        if target is None or self.host.session_info(key) is None or self.host.request_in_flight(key, message["id"]):
             return None  # the router answers what names nothing, or reuses an id
         id = message["id"]
         server = target[0]
@@ -143,46 +158,44 @@ class PluginGate:
         try:
             with scope:
                 answered = await self._decide(key, message)
-                commands = answered if answered is not None else await self.host.routed(key, REQUEST, message)
+                if answered is None:  # allowed: routed, and carried out by the hub at once
+                    await self.host.route_now(key, message)
             if scope.cancelled_caught:
-                if key in self.host.clients and trio.current_time() >= scope.deadline:
+                if self.host.has_client(key) and trio.current_time() >= scope.deadline:
                     log.warning(
                         "client %d: request hooks did not decide on %s within %gs", key, message["method"], seconds
                     )
-                    self.host.dispatch_now(
-                        [
-                            ToClient(
-                                key,
-                                proxy_error(
-                                    id,
-                                    f"Plugins did not decide on this request within {seconds:g}s",
-                                    reason="timeout",
-                                    server=server,
-                                ),
-                            )
-                        ]
+                    self.host.answer_now(
+                        ToClient(
+                            key,
+                            proxy_error(
+                                id,
+                                f"Plugins did not decide on this request within {seconds:g}s",
+                                reason="timeout",
+                                server=server,
+                            ),
+                        )
                     )
                 return
-            self.host.dispatch_now(commands)
+            if answered is not None:
+                self.host.answer_now(answered)
         except Exception:  # noqa: BLE001 - one request's failure, never its client's session
             log.exception("client %d: internal error running request hooks for %s", key, message["method"])
-            if key in self.host.clients:
-                self.host.dispatch_now(
-                    [
-                        ToClient(
-                            key, proxy_error(id, "Internal error in the aggregator", reason="internal", server=server)
-                        )
-                    ]
+            if self.host.has_client(key):
+                self.host.answer_now(
+                    ToClient(key, proxy_error(id, "Internal error in the aggregator", reason="internal", server=server))
                 )
         finally:
             self.hooking.pop((key, id), None)
             if self.waiters:
                 self._wake()
 
-    async def _decide(self, key: int, message: dict[str, Any]) -> list[Command] | None:
-        target = self.host.router.describe(key, message)
-        client = self.host.router.session_info(key)
-        if target is None or client is None or self.host.router.request_in_flight(key, message["id"]):
+    async def _decide(self, key: int, message: dict[str, Any]) -> ToClient | None:
+        """Run the request hooks: the answer they made (a denial, or an answer of their
+        own), or None to route the request (its params as the hooks left them)."""
+        target = self.host.describe(key, message)
+        client = self.host.session_info(key)
+        if target is None or client is None or self.host.request_in_flight(key, message["id"]):
             return None  # the router answers what names nothing, or reuses an id
         server, name, exposed = target
         params = message.get("params") or {}
@@ -202,12 +215,12 @@ class PluginGate:
                 "error": {"code": INVALID_REQUEST, "message": denial.message, "data": data},
             }
             self.plugins.response(Response(request, None, answer["error"], 0.0), self.background)
-            return [ToClient(key, answer)]
+            return ToClient(key, answer)
         if request.answer is not None:
             self.decided("request", "answered")
             self.plugins.response(Response(request, request.answer, None, 0.0), self.background)
             answer = {"jsonrpc": "2.0", "id": message["id"], "result": dict(request.answer)}
-            return [ToClient(key, self.host.router.stamped(key, message["method"], answer))]
+            return ToClient(key, self.host.stamped(key, message["method"], answer))
         message["params"] = request.params
         self.watched[(key, message["id"])] = request
         if self.replaced:  # decided on by plugins a reload replaced meanwhile: they see it through

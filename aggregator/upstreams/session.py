@@ -9,9 +9,10 @@ down: everything that can go wrong here ends here.
 What to say to the server and when (handshake, listing, re-listing, the proxy's own
 requests) is the core's (``core.lifecycle.upstream_lifecycle``, driven by the router in
 ``core.upstreams.upstream_control``, its deadlines kept by the hub's clock): this module tells the
-router the connection is up (``upstream_connected``) or lost (``server_lost``), and does
-what the router says of it: serving (``serving``), drop it (``drop``). The server's
-output is read in ``upstreams.upstream_streams``.
+hub, through its ``UpstreamPort`` (``upstreams.port``; it never holds the router), that
+the connection is up (``upstream_connected``) or lost (``server_lost``), and does what the
+router says of it when the hub carries that out: serving (``serving``), drop it
+(``drop``). The server's output is read in ``upstreams.upstream_streams``.
 """
 
 from __future__ import annotations
@@ -20,85 +21,28 @@ import logging
 import random
 import time
 import traceback
-from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any
 
 import trio
 
-from aggregator.config import Config, ServerConfig
+from aggregator.config import ServerConfig
 from aggregator.config.masking import SecretMask, shown_url
-from aggregator.core.commands import Answer
-from aggregator.core.events import (
-    OwnCallStarted,
-    ServerCongested,
-    ServerDown,
-    ServerLost,
-    ServerOverloaded,
-    ServerStreams,
-    UpstreamConnected,
-)
 from aggregator.errors import UpstreamError
 from aggregator.transports.channel import Channel
 from aggregator.transports.outbox import Outbox
 from aggregator.upstreams.child_process import run_stdio_server
+from aggregator.upstreams.port import Connector, OwnCall, UpstreamPort
 from aggregator.upstreams.upstream_streams import StderrLog, Traffic, read_decoded, read_messages
-
-if TYPE_CHECKING:
-    from aggregator.core.router import Router
 
 log = logging.getLogger(__name__)
 
 HEALTHY_RESET = 60.0
 
 
-# async def connector(server_config, *, task_status) -> str: report a Channel through
-# task_status, run until the server is gone, return why.
-Connector = Callable[..., Awaitable[str]]
-
-
-class UpstreamHost(Protocol):
-    """What an upstream needs of the hub that supervises it (the hub is one; this module
-    does not import the hub, which imports it)."""
-
-    config: Config
-    router: Router
-    looking: bool  # a command's one look at the servers, which reports their failures itself
-    # How upstreams are reached; None means by their configured transport.
-    connector: Connector | None
-
-    def dispatch(self, commands: list[Any]) -> None:
-        """Queue the router's commands; written at the next ``flush``."""
-
-    def dispatch_now(self, commands: list[Any]) -> None:
-        """Dispatch the router's commands and start writing at once."""
-
-    async def flush(self, own: Any = None) -> None:
-        """Write what the last batch queued."""
-
-    def server_settled(self, name: str) -> None:
-        """This upstream is ready, or its first attempt failed."""
-
-
-class OwnCall:
-    """A request of the proxy's own made with ``UpstreamSession.request``, waiting."""
-
-    __slots__ = ("event", "answer")
-
-    def __init__(self) -> None:
-        self.event = trio.Event()
-        self.answer: Answer | None = None
-
-    def settle(self, answer: Answer) -> None:
-        """Its answer came (the hub executes the router's ``Answer``)."""
-        if self.answer is None:
-            self.answer = answer
-            self.event.set()
-
-
 class UpstreamSession:
     def __init__(
         self,
-        hub: UpstreamHost,
+        hub: UpstreamPort,
         config: ServerConfig,
         *,
         name: str | None = None,
@@ -239,7 +183,7 @@ class UpstreamSession:
             f"; its stderr ended: {' | '.join(self.last_stderr)}" if self.last_stderr else "",
         )
         # Its callers meanwhile hear when it is tried again (or wait for it, if that is soon).
-        self.hub.dispatch_now(self.hub.router.handle(ServerDown(self.name, reason, delay)))
+        self.hub.server_down(self.name, reason, delay)
 
     async def _attempt(self) -> str:
         """One connection; return why it ended. A bug in it ends only it: logged (its
@@ -282,7 +226,7 @@ class UpstreamSession:
                     on_congestion=self._congested,
                 )
                 nursery.start_soon(self.outbox.run)
-                self.hub.router.handle(ServerStreams(self.name, channel.streams))
+                self.hub.server_streams(self.name, channel.streams)
                 nursery.start_soon(self._read_output, channel, limit)
                 if channel.stderr is not None:
                     nursery.start_soon(self._stderr.read, channel.stderr)
@@ -317,7 +261,7 @@ class UpstreamSession:
                 "websocket": network_upstream.run_websocket_server,
             }
             connect = connectors[transport]
-            depth = self.hub.router.max_json_depth
+            depth = self.hub.max_json_depth
             reason = await connect(self.config, limit, depth, task_status=task_status)
         self._lose(reason)
 
@@ -325,9 +269,7 @@ class UpstreamSession:
         """Its input is backed up (``reason``) or flowing again (None). Nothing waits for it:
         while backed up, new requests to it are refused; once it has read nothing for the
         deadline, its requests in flight fail too. Both with reason ``overloaded``."""
-        router = self.hub.router
-        router.handle(ServerCongested(self.name, reason))
-        in_flight = router.in_flight_on(self.name)
+        in_flight = self.hub.server_congested(self.name, reason)
         if in_flight is None:
             return
         if reason is None:
@@ -341,7 +283,7 @@ class UpstreamSession:
                 reason,
                 in_flight,
             )
-            self.hub.dispatch_now(router.handle(ServerOverloaded(self.name, reason)))
+            self.hub.server_overloaded(self.name, reason)
         else:
             self.log.warning(
                 "server %s: not keeping up with its input (%s); new requests are refused until it catches up",
@@ -364,12 +306,12 @@ class UpstreamSession:
         """Tell the router the connection is lost, once per connection."""
         if not self._reported:
             self._reported = True
-            self.hub.dispatch_now(self.hub.router.handle(ServerLost(self.name, self._lost or "stopped")))
+            self.hub.server_lost(self.name, self._lost or "stopped")
 
     # --- tasks --------------------------------------------------------------------------
 
     async def _read_output(self, channel: Channel, limit: int) -> None:
-        """Hand what the server says to the router: its messages as its connection read them,
+        """Hand what the server says to the hub: its messages as its connection read them,
         or the lines of its output."""
         if channel.messages is not None:
             await read_decoded(channel.messages, self.name, self.hub, self.traffic)
@@ -386,16 +328,12 @@ class UpstreamSession:
         """Tell the router the connection is up: its lifecycle sends ``initialize`` now and
         the router takes it from there (answers, listing, deadlines)."""
         config = self.config
-        self.hub.dispatch_now(
-            self.hub.router.handle(
-                UpstreamConnected(
-                    self.name,
-                    target=shown_url(config.url) if config.url else f"{config.command}",
-                    init_timeout=config.init_timeout,
-                    capabilities=self.client_capabilities,
-                    modern_possible=config.effective_transport in ("stdio", "streamable-http"),
-                )
-            )
+        self.hub.upstream_connected(
+            self.name,
+            target=shown_url(config.url) if config.url else f"{config.command}",
+            init_timeout=config.init_timeout,
+            capabilities=self.client_capabilities,
+            modern_possible=config.effective_transport in ("stdio", "streamable-http"),
         )
 
     async def request(self, method: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -406,7 +344,7 @@ class UpstreamSession:
         if self.outbox is not None:
             self._calls.add(call)
             try:
-                self.hub.dispatch_now(self.hub.router.handle(OwnCallStarted(self.name, method, params, call)))
+                self.hub.own_call_started(self.name, method, params, call)
                 await call.event.wait()
             finally:
                 self._calls.discard(call)

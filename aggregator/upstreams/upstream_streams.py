@@ -1,4 +1,4 @@
-"""Reading an upstream's output: its stdout (messages, handed to the router line by line),
+"""Reading an upstream's output: its stdout (messages, handed to the hub line by line),
 a network server's messages (read by its connection, handed over as they were decoded),
 and its stderr (to the log, with its last lines kept, secrets masked, for the reason a
 server did not start).
@@ -8,35 +8,18 @@ from __future__ import annotations
 
 import collections
 import logging
-from time import perf_counter
-from typing import TYPE_CHECKING, Any, Protocol
 
 import trio
 
 from aggregator.config.masking import SecretMask
-from aggregator.core import events
 from aggregator.jsonrpc.framing import LineSplitter, OversizedLine
 from aggregator.telemetry import traffic
 from aggregator.transports.channel import ServerMessage
-
-if TYPE_CHECKING:
-    from aggregator.core.router import Router
+from aggregator.upstreams.port import ServerReader
 
 READ_SIZE = 65536
 BATCH = 64  # messages of a network server handled between two flushes, at most
 STDERR_TAIL_LINES = 5  # of a server that did not start: shown by check, tools and the log
-
-
-class Dispatcher(Protocol):
-    """Where an upstream's messages go (the hub)."""
-
-    router: Router
-
-    def dispatch(self, commands: list[Any]) -> None:
-        """Queue the router's commands; written at the next ``flush``."""
-
-    async def flush(self, own: Any = None) -> None:
-        """Write what the last batch queued."""
 
 
 class Traffic:
@@ -52,17 +35,14 @@ async def read_messages(
     stream: trio.abc.ReceiveStream,
     limit: int,
     name: str,
-    hub: Dispatcher,
+    hub: ServerReader,
     log: logging.Logger,
     counted: Traffic | None = None,
 ) -> None:
-    """Hand each line of server ``name``'s output to the router, one flush per read;
-    return at its end. What is read is counted in ``counted``; how long the router took
-    over each message, in its ``tallies.proxy``."""
+    """Hand each line of server ``name``'s output to the hub, one flush per read; return at
+    its end. What is read is counted in ``counted``."""
     splitter = LineSplitter(limit)
-    router = hub.router
     counted = counted if counted is not None else Traffic()
-    handling = router.tallies.proxy["server"]
     peer = f"server {name}"
     noted = traffic.enabled()  # --log-level debug: a line per message
     while True:
@@ -76,26 +56,21 @@ async def read_messages(
         for line in splitter.feed(chunk if type(chunk) is bytes else bytes(chunk)):
             if isinstance(line, OversizedLine):
                 log.error("server %s: dropped a %d-byte message (limit %d bytes)", name, line.size, limit)
-                hub.dispatch(router.handle(events.ServerOversized(name, line.head, limit)))
+                hub.server_oversized(name, line.head, limit)
                 continue
             if noted:
                 traffic.note("in", peer, line)
-            started = perf_counter()
-            commands = router.handle(events.ServerMessage(name, line))
-            handling.observe(perf_counter() - started)
-            hub.dispatch(commands)
+            hub.server_message(name, line)
         await hub.flush()
 
 
 async def read_decoded(
-    messages: trio.MemoryReceiveChannel[ServerMessage], name: str, hub: Dispatcher, counted: Traffic | None = None
+    messages: trio.MemoryReceiveChannel[ServerMessage], name: str, hub: ServerReader, counted: Traffic | None = None
 ) -> None:
     """Hand each message of network server ``name`` (decoded by its connection) to the
-    router, with the request it belongs to; those already waiting with it in one batch,
-    one flush. Return at its end. Counted and timed as ``read_messages``."""
-    router = hub.router
+    hub, with the request it belongs to; those already waiting with it in one batch, one
+    flush. Return at its end. Counted as ``read_messages``."""
     counted = counted if counted is not None else Traffic()
-    handling = router.tallies.proxy["server"]
     peer = f"server {name}"
     noted = traffic.enabled()  # --log-level debug: a line per message
     ended = (trio.EndOfChannel, trio.BrokenResourceError, trio.ClosedResourceError)
@@ -113,10 +88,7 @@ async def read_decoded(
             counted.received += len(item.raw)
             if noted:
                 traffic.note("in", peer, item.raw)
-            started = perf_counter()
-            commands = router.handle(events.ServerDecoded(name, item.decoded, item.related))
-            handling.observe(perf_counter() - started)
-            hub.dispatch(commands)
+            hub.server_decoded(name, item.decoded, item.related)
         await hub.flush()
 
 

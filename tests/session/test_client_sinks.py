@@ -1,5 +1,5 @@
 """The client sinks keep the ``ClientSink`` protocol the hub relies on, the hub is what an
-upstream needs of it (``UpstreamHost``), and the hub sends every one of the router's
+upstream, a front and the plugin gate need of it (their ports), and the hub sends every one of the router's
 commands to its handler by type."""
 
 from __future__ import annotations
@@ -98,14 +98,26 @@ async def test_dispatch_queues_messages_for_the_client_and_the_server(autojump_c
                 await trio.sleep(0.01)
 
 
-async def test_the_hub_is_what_an_upstream_needs_of_it():
-    from aggregator.upstreams.session import UpstreamHost
+async def test_the_hub_is_what_upstreams_fronts_and_the_plugin_gate_need_of_it():
+    from aggregator.fronts.port import ClientPort
+    from aggregator.plugins.gate import GateHost
+    from aggregator.upstreams.port import UpstreamPort
 
     async with running_proxy({"a": []}) as proxy:
         hub = proxy.hub
-        for name in ("dispatch", "dispatch_now", "flush", "server_settled"):
-            declared, given = getattr(UpstreamHost, name), getattr(hub, name)
-            assert inspect.iscoroutinefunction(given) == inspect.iscoroutinefunction(declared), name
-        for name in ("config", "router", "connector"):
-            assert name in UpstreamHost.__annotations__ and hasattr(hub, name)
+        for port in (UpstreamPort, ClientPort, GateHost):
+            methods = [name for name, value in vars(port).items() if callable(value) and not name.startswith("_")]
+            for base in port.__mro__[1:]:
+                if base.__module__.startswith("aggregator"):
+                    methods += [
+                        name for name, value in vars(base).items() if callable(value) and not name.startswith("_")
+                    ]
+            assert methods, port
+            for name in methods:
+                declared, given = getattr(port, name), getattr(hub, name)
+                assert inspect.iscoroutinefunction(given) == inspect.iscoroutinefunction(declared), (port, name)
+            properties = [name for name, value in vars(port).items() if isinstance(value, property)]
+            for name in [*port.__annotations__, *properties]:
+                assert hasattr(hub, name), (port, name)
+        assert "router" not in UpstreamPort.__annotations__ and "router" not in ClientPort.__annotations__
         assert hub.upstreams["a"].hub is hub

@@ -346,7 +346,7 @@ async def test_while_shutting_down_a_modern_request_is_refused_with_503():
 async def test_a_failure_while_serving_one_modern_request_ends_only_its_connection(monkeypatch):
     async with running_fronts() as fronts:
         clients = len(fronts.hub.clients)
-        routed = fronts.hub.client_event
+        routed = fronts.hub.client_decoded
         failures = []
 
         async def fail_once(key, kind, message):
@@ -355,7 +355,7 @@ async def test_a_failure_while_serving_one_modern_request_ends_only_its_connecti
                 raise RuntimeError("a bug")
             return await routed(key, kind, message)
 
-        monkeypatch.setattr(fronts.hub, "client_event", fail_once)
+        monkeypatch.setattr(fronts.hub, "client_decoded", fail_once)
         message = modern(19, "tools/call", name="a__echo", arguments={})
         response = await post(fronts, message)
         assert response.status == 500 and json.loads(response.body)["error"]["code"] == -32603, response
@@ -369,13 +369,13 @@ async def test_the_token_and_path_choose_a_modern_requests_profile_as_for_initia
     profiles = {"work": {"tokens": [work]}, "other": {}}
     async with running_fronts(profiles=profiles, auth_tokens=[token]) as fronts:
         added = []
-        add_client = fronts.hub.add_client
+        add_client = fronts.hub.client_connected
 
         def recording(sink, profile="default", **kwargs):
             added.append((profile, kwargs))
             return add_client(sink, profile, **kwargs)
 
-        monkeypatch.setattr(fronts.hub, "add_client", recording)
+        monkeypatch.setattr(fronts.hub, "client_connected", recording)
         message = modern(20, "tools/list")
 
         async def post_as(bearer: str | None, path: str = "/mcp"):

@@ -184,14 +184,14 @@ async def test_a_fault_in_one_http_request_ends_only_its_connection(monkeypatch,
         keep = await fronts.connect()
         assert (await fronts.send(keep, "POST", headers=with_session, body=PING)).status == 200
 
-        original = fronts.hub.client_event
+        original = fronts.hub.client_decoded
 
         async def faulty(key, kind, message):
             if (message.get("params") or {}).get("arguments", {}).get("fault"):
                 raise RuntimeError("injected fault")
             return await original(key, kind, message)
 
-        monkeypatch.setattr(fronts.hub, "client_event", faulty)
+        monkeypatch.setattr(fronts.hub, "client_decoded", faulty)
         bad = await fronts.connect()
         response = await fronts.send(bad, "POST", headers=with_session, body=call(4, "a__echo", {"fault": True}))
         assert response.status == 500

@@ -68,7 +68,7 @@ from aggregator.fronts.http.modern import StatelessRequests
 from aggregator.fronts.http.queue import JSON, QUICK_ANSWER, QuickWaits
 from aggregator.fronts.http.sessions import HttpSession, SessionTable
 from aggregator.fronts.http.streams import EventStreams
-from aggregator.hub.hub import Hub
+from aggregator.fronts.port import ClientPort
 from aggregator.jsonrpc.codec import dumps
 from aggregator.jsonrpc.errors import INVALID_REQUEST, error_response
 from aggregator.telemetry.recent_errors import REFUSAL
@@ -99,7 +99,12 @@ class StreamableHttpEndpoint:
     request to the part that serves it."""
 
     def __init__(
-        self, hub: Hub, config: HttpConfig, *, admin: AdminPaths | None = None, callback: AdminPaths | None = None
+        self,
+        hub: ClientPort,
+        config: HttpConfig,
+        *,
+        admin: AdminPaths | None = None,
+        callback: AdminPaths | None = None,
     ) -> None:
         self.hub = hub
         self.config = config

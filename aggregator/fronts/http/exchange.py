@@ -30,8 +30,8 @@ from aggregator.fronts.http.modern import StatelessRequests, is_modern_notificat
 from aggregator.fronts.http.queue import JSON, MessageQueue, QuickWaits, until_client_leaves
 from aggregator.fronts.http.sessions import HttpSession, SessionTable
 from aggregator.fronts.http.streams import EventStreams
+from aggregator.fronts.port import ClientPort
 from aggregator.hub.caps import Admission
-from aggregator.hub.hub import Hub
 from aggregator.jsonrpc.errors import INVALID_REQUEST
 from aggregator.jsonrpc.kinds import NOTIFICATION, REQUEST
 from aggregator.mcp.constants import INITIALIZE
@@ -50,7 +50,7 @@ class PostExchange:
 
     def __init__(
         self,
-        hub: Hub,
+        hub: ClientPort,
         config: HttpConfig,
         *,
         access: AccessPolicy,
@@ -108,7 +108,7 @@ class PostExchange:
             await reject(connection, status, INVALID_REQUEST, reason, message.get("id") if kind == REQUEST else None)
             return
         if kind != REQUEST:
-            self.hub.dispatch_soon(await self.hub.client_event(session.key, kind, message))
+            await self.hub.client_decoded(session.key, kind, message)
             await connection.respond(202, [])
             return
         await self._exchange(connection, session, message)
@@ -136,7 +136,7 @@ class PostExchange:
         # Admitted: from here the session exists, and ending it releases its place.
         session = HttpSession(self.sessions, secrets.token_urlsafe(24), principal)
         session.profile = profile
-        session.key = self.hub.add_client(session, profile, principal=principal)
+        session.key = self.hub.client_connected(session, profile, principal=principal)
         self.sessions.add(session)
         log.info("http session %d: opened", session.key)
         ok = False
@@ -185,14 +185,14 @@ class PostExchange:
         headers: list[tuple[str, str]],
     ) -> bool:
         id = message["id"]
-        self.hub.dispatch_soon(await self.hub.client_event(session.key, REQUEST, message))
+        await self.hub.client_decoded(session.key, REQUEST, message)
         # Most answers come back within milliseconds and alone: send them as JSON without
         # starting a task to watch the connection. Only a slower or chattier request gets
         # the watcher (to notice a client that leaves) and, if need be, an event stream.
         await self.quick.wait(queue)
         if queue.final and queue.waiting == 1 and not queue.unanswered:
             answered = await queue.respond(connection, [JSON, *headers])
-            return answered and self.hub.router.session_info(session.key) is not None
+            return answered and self.hub.session_info(session.key) is not None
         resumes = queue.resumes
         answered, streaming = await self._send_answer(connection, session, queue, headers)
         if queue.resumes != resumes:  # a GET with Last-Event-ID took the stream over
@@ -218,7 +218,7 @@ class PostExchange:
             # (one its client cancelled is only forgotten).
             connection.closed = True
             self.streams.start_grace(session, id, queue)
-        return answered and self.hub.router.session_info(session.key) is not None
+        return answered and self.hub.session_info(session.key) is not None
 
     async def _send_answer(
         self, connection: HttpConnection, session: HttpSession, queue: MessageQueue, headers: list[tuple[str, str]]

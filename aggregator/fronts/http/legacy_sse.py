@@ -26,15 +26,14 @@ from typing import Any
 import trio
 
 from aggregator.config import HttpConfig
-from aggregator.core.events import ClientRefused
 from aggregator.fronts.access import AccessPolicy
 from aggregator.fronts.admission import Denial, choose_profile
 from aggregator.fronts.authorization import Principal
 from aggregator.fronts.http.answers import refuse_session, reject
 from aggregator.fronts.http.queue import MessageQueue, pump
 from aggregator.fronts.http.sessions import refuse_message
+from aggregator.fronts.port import ClientPort
 from aggregator.hub.caps import Admission
-from aggregator.hub.hub import Hub
 from aggregator.jsonrpc.codec import decode_message, dumps
 from aggregator.jsonrpc.errors import INVALID_REQUEST, RemoteProtocolError
 from aggregator.transports.budget import ClientMemory, release_all
@@ -77,7 +76,7 @@ class LegacySession:
             self.shed("")  # wakes its handler, which ends the stream
             # Gone at once, even while a write to it hangs.
             self.front.by_id.pop(self.id, None)
-            self.front.hub.remove_client(self.key)
+            self.front.hub.client_disconnected(self.key)
 
     def blocked(self) -> bool:
         return self.queue.blocked()
@@ -106,7 +105,7 @@ class LegacySession:
 class LegacySse:
     """The handlers of the legacy front's two URLs, and its sessions by id."""
 
-    def __init__(self, hub: Hub, config: HttpConfig, access: AccessPolicy, admission: Admission) -> None:
+    def __init__(self, hub: ClientPort, config: HttpConfig, access: AccessPolicy, admission: Admission) -> None:
         self.hub = hub
         self.config = config
         self.access = access
@@ -126,7 +125,7 @@ class LegacySse:
         try:
             limit = self.config.max_stream_buffer_bytes
             session = LegacySession(secrets.token_urlsafe(24), admitted.principal, limit, self)
-            session.key = self.hub.add_client(session, admitted.profile, principal=admitted.principal)
+            session.key = self.hub.client_connected(session, admitted.profile, principal=admitted.principal)
         except BaseException:
             self.admission.release_session()
             raise
@@ -144,7 +143,7 @@ class LegacySse:
             release_all(session)
             self.by_id.pop(session.id, None)
             self.admission.release_session()
-            self.hub.remove_client(session.key)
+            self.hub.client_disconnected(session.key)
             log.info("legacy sse session %d: closed", session.key)
 
     async def post(self, connection: HttpConnection, request: Request) -> None:
@@ -158,13 +157,13 @@ class LegacySse:
             await reject(connection, 404, INVALID_REQUEST, "Session not found: open the SSE stream again")
             return
         try:
-            decoded = decode_message(request.body, self.hub.router.max_json_depth)
+            decoded = decode_message(request.body, self.hub.max_json_depth)
         except RemoteProtocolError as exc:
             if not (exc.answer and exc.id is not None):
                 await refuse_message(self.hub, connection, exc, session)
                 return
             # A request: its error goes where its client reads every answer, the stream.
-            self.hub.dispatch_now(self.hub.router.handle(ClientRefused(session.key, exc)))
+            self.hub.client_refused(session.key, exc, now=True)
         else:
-            self.hub.dispatch_soon(await self.hub.client_event(session.key, *decoded))
+            await self.hub.client_decoded(session.key, *decoded)
         await connection.respond(202, [("content-type", "text/plain")], b"Accepted")

@@ -41,8 +41,8 @@ from aggregator.fronts.authorization import who
 from aggregator.fronts.http.answers import refuse_session, reject
 from aggregator.fronts.http.headers import ParamHeaders, answer_status, check_headers, check_version
 from aggregator.fronts.http.queue import JSON, KEEPALIVE, MessageQueue, QuickWaits, until_client_leaves
+from aggregator.fronts.port import ClientPort
 from aggregator.hub.caps import Refusal
-from aggregator.hub.hub import Hub
 from aggregator.jsonrpc.codec import dumps
 from aggregator.jsonrpc.errors import INVALID_REQUEST
 from aggregator.jsonrpc.kinds import REQUEST
@@ -164,7 +164,7 @@ def is_modern_notification(request: Request) -> bool:
 class StatelessRequests:
     """POST of a modern request without a session."""
 
-    def __init__(self, hub: Hub, config: HttpConfig, access: AccessPolicy, quick: QuickWaits) -> None:
+    def __init__(self, hub: ClientPort, config: HttpConfig, access: AccessPolicy, quick: QuickWaits) -> None:
         self.hub = hub
         self.config = config
         self.access = access
@@ -194,7 +194,7 @@ class StatelessRequests:
         if error is None:
             params = message.get("params")
             tool = params.get("name") if message["method"] == "tools/call" and type(params) is dict else None
-            catalog = self.hub.router.profile_catalog(profile) if tool else None
+            catalog = self.hub.profile_catalog(profile) if tool else None
             error = check_headers(headers, message, self.param_headers.of(catalog, tool) if tool else ())
         if error is not None:
             data = dumps(error)
@@ -213,7 +213,9 @@ class StatelessRequests:
             client = StatelessRequest(self.hub.client_memory, config.client_buffer_bytes, message["id"])
         try:
             if not client.key:
-                client.key = self.hub.add_client(client, profile, era=Era.MODERN, principal=principal, stateless=True)
+                client.key = self.hub.client_connected(
+                    client, profile, era=Era.MODERN, principal=principal, stateless=True
+                )
             await self._answer(connection, client, message)
         finally:
             # Answered, or the client left (or this failed): the router cancels what is
@@ -223,7 +225,7 @@ class StatelessRequests:
             if client.key:
                 release_all(client)
                 if not self._rest(client, principal, profile):
-                    self.hub.remove_client(client.key)
+                    self.hub.client_disconnected(client.key)
                     # The request and its queue point at each other: unlinked here, both go
                     # with their last reference, not at the next garbage collection (one per
                     # request, a cycle costs the whole process a collection every few
@@ -236,17 +238,17 @@ class StatelessRequests:
         made and torn down. Up to ``RESTING`` are kept; one that was cut short (cancelled,
         dropped, unanswered) or that anything still refers to is removed as before."""
         queue = client.queue
-        if not queue.final or queue.overflowed or client.over_limit or self.hub.router.draining:
+        if not queue.final or queue.overflowed or client.over_limit or self.hub.draining:
             return False
         kept = self.resting.setdefault((principal, profile), [])
-        if len(kept) >= RESTING or not self.hub.rest_client(client.key):
+        if len(kept) >= RESTING or not self.hub.client_idle(client.key):
             return False
         kept.append(client)
         return True
 
     async def _answer(self, connection: HttpConnection, client: StatelessRequest, message: dict[str, Any]) -> None:
         queue = client.queue
-        self.hub.dispatch_soon(await self.hub.client_event(client.key, REQUEST, message))
+        await self.hub.client_decoded(client.key, REQUEST, message)
         # Most answers come back within milliseconds and alone: JSON, with no task to
         # watch the connection, as for a session's request.
         await self.quick.wait(queue)
@@ -290,7 +292,7 @@ class StatelessRequests:
     def _admit(self, principal: Any) -> Refusal | None:
         """Count a stateless request in, or say why not (nothing counted then)."""
         http = self.config
-        if self.hub.router.draining:
+        if self.hub.draining:
             return Refusal("The aggregator is shutting down and accepts no new requests", "unavailable", None)
         if self.in_flight >= http.max_stateless_requests:
             log.warning("http: refused a stateless request: %d in flight, the limit", self.in_flight)

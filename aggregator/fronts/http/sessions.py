@@ -21,14 +21,13 @@ from typing import Any
 import trio
 
 from aggregator.config import HttpConfig
-from aggregator.core.events import ClientAnswerRefused
 from aggregator.core.router import proxy_error
 from aggregator.fronts.access import AccessPolicy
 from aggregator.fronts.authorization import Principal
 from aggregator.fronts.http.answers import reject
 from aggregator.fronts.http.queue import JSON, MessageQueue
+from aggregator.fronts.port import ClientPort
 from aggregator.hub.caps import Admission
-from aggregator.hub.hub import Hub
 from aggregator.jsonrpc.codec import decode_message, dumps
 from aggregator.jsonrpc.errors import INVALID_REQUEST, RemoteProtocolError
 from aggregator.mcp.versions import SUPPORTED
@@ -180,7 +179,7 @@ class SessionTable:
     """The Streamable HTTP sessions of one endpoint, by id: finds the one a request names,
     ends them, expires idle ones."""
 
-    def __init__(self, hub: Hub, config: HttpConfig, access: AccessPolicy, admission: Admission) -> None:
+    def __init__(self, hub: ClientPort, config: HttpConfig, access: AccessPolicy, admission: Admission) -> None:
         self.hub = hub
         self.config = config
         self.access = access
@@ -220,7 +219,7 @@ class SessionTable:
     async def decode(self, connection: HttpConnection, request: Request) -> tuple[int, dict[str, Any]] | None:
         """The body's one JSON-RPC message, or None after answering 400 with the error."""
         try:
-            return decode_message(request.body, self.hub.router.max_json_depth)
+            return decode_message(request.body, self.hub.max_json_depth)
         except RemoteProtocolError as exc:
             session = self.find(request)[0] if exc.response_to is not None else None
             await refuse_message(self.hub, connection, exc, session)
@@ -245,7 +244,7 @@ class SessionTable:
         release_all(session)  # what its streams still send counts no more
         self.by_id.pop(session.id, None)
         self.admission.release_session()
-        self.hub.remove_client(session.key)  # the router cancels what it had in flight upstream
+        self.hub.client_disconnected(session.key)  # the router cancels what it had in flight upstream
         open_requests = list(session.requests.items())
         session.requests.clear()
         for id, queue in open_requests:
@@ -279,11 +278,11 @@ class SessionTable:
                         log.exception("http session %s: internal error while expiring it", session.key)
 
 
-async def refuse_message(hub: Hub, connection: HttpConnection, exc: RemoteProtocolError, session: Any) -> None:
+async def refuse_message(hub: ClientPort, connection: HttpConnection, exc: RemoteProtocolError, session: Any) -> None:
     """400 with the error of a message refused; if it was the answer to a server's request,
     that server hears so (when the message's session, of either HTTP transport, is known)."""
     if exc.response_to is not None and session is not None:
-        hub.dispatch_now(hub.router.handle(ClientAnswerRefused(session.key, exc)))
+        hub.client_answer_refused(session.key, exc)
     await connection.respond(400, [JSON], dumps(exc.to_response()))
 
 

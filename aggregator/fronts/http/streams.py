@@ -28,15 +28,12 @@ from typing import Any
 import trio
 
 from aggregator.config import HttpConfig
-from aggregator.core.events import ClientMessage
 from aggregator.fronts.containment import contained
 from aggregator.fronts.http.answers import reject
 from aggregator.fronts.http.queue import MessageQueue, pump, until_client_leaves
 from aggregator.fronts.http.sessions import BACKLOG_BYTES, HttpSession, SessionTable
-from aggregator.hub.hub import Hub
-from aggregator.jsonrpc.codec import dumps
+from aggregator.fronts.port import ClientPort
 from aggregator.jsonrpc.errors import INVALID_REQUEST
-from aggregator.mcp.constants import CANCELLED
 from aggregator.transports.http_server import HttpConnection, Request
 
 log = logging.getLogger(__name__)
@@ -50,7 +47,7 @@ EVENT_ID = re.compile(r"([0-9]{1,15})-([0-9]{1,15})")
 class EventStreams:
     """GET: a session's stream, or a request's stream resumed; the grace period of a lost one."""
 
-    def __init__(self, hub: Hub, config: HttpConfig, sessions: SessionTable) -> None:
+    def __init__(self, hub: ClientPort, config: HttpConfig, sessions: SessionTable) -> None:
         self.hub = hub
         self.config = config
         self.sessions = sessions
@@ -110,7 +107,7 @@ class EventStreams:
         session.get_stream = queue
         session.get_handler = handler = trio.CancelScope()
         session.get_ended = ended = trio.Event()
-        self.hub.dispatch_now([])  # if that passed the budget of all clients, whoever was dropped ends now
+        self.hub.write_now()  # if that passed the budget of all clients, whoever was dropped ends now
         try:
             with handler:
                 if not await connection.start_stream([]):
@@ -191,7 +188,7 @@ class EventStreams:
 
     def primes(self, session: HttpSession) -> bool:
         """Whether the session's event streams open with an id-only event (its revision)."""
-        client = self.hub.router.session_info(session.key)
+        client = self.hub.session_info(session.key)
         return client is not None and (client.protocol_version or "") >= PRIMING_SINCE
 
     def start_grace(self, session: HttpSession, id: Any, queue: MessageQueue) -> None:
@@ -222,17 +219,4 @@ class EventStreams:
         if session.requests.get(id) is not queue or session.closed:
             return
         del session.requests[id]
-        self.hub.dispatch_now(
-            self.hub.router.handle(
-                ClientMessage(
-                    session.key,
-                    dumps(
-                        {
-                            "jsonrpc": "2.0",
-                            "method": CANCELLED,
-                            "params": {"requestId": id, "reason": reason},
-                        }
-                    ),
-                )
-            )
-        )
+        self.hub.client_cancelled(session.key, id, reason)

@@ -40,9 +40,9 @@ from aggregator.fronts.access import AccessPolicy
 from aggregator.fronts.admission import Denial, admit, check_access
 from aggregator.fronts.authorization import Principal
 from aggregator.fronts.containment import internal_error
+from aggregator.fronts.port import ClientPort
 from aggregator.fronts.websocket.handshake import HandshakeTap, current_tap, handshake_headers, reject
 from aggregator.fronts.websocket.sink import WebSocketSink
-from aggregator.hub.hub import Hub
 from aggregator.jsonrpc.codec import dumps
 from aggregator.telemetry.recent_errors import REFUSAL
 from aggregator.transports.http_server import refuse_connection
@@ -55,7 +55,7 @@ BAD_HANDSHAKE = (
 
 
 class WebSocketEndpoint:
-    def __init__(self, hub: Hub, config: HttpConfig) -> None:
+    def __init__(self, hub: ClientPort, config: HttpConfig) -> None:
         self.hub = hub
         self.config = config
         self.access = AccessPolicy(config, hub.config.profiles, hub.config.auth)
@@ -196,7 +196,7 @@ class WebSocketEndpoint:
         sink = WebSocketSink(
             proxy.client_buffer_bytes, proxy.client_write_timeout, on_drop=dropped, memory=self.hub.client_memory
         )
-        key = self.hub.add_client(sink, profile, principal=principal)
+        key = self.hub.client_connected(sink, profile, principal=principal)
         log.info("websocket session %d: opened", key)
         try:
             with connection:
@@ -207,7 +207,7 @@ class WebSocketEndpoint:
                             message = await socket.get_message()
                             raw = message.encode("utf-8") if isinstance(message, str) else bytes(message)
                             try:
-                                self.hub.dispatch(await self.hub.client_message(key, raw))
+                                await self.hub.client_message(key, raw)
                                 await self.hub.flush(sink)
                             except Exception:
                                 log.exception(
@@ -228,7 +228,7 @@ class WebSocketEndpoint:
                     await socket.aclose(1008, "the access token expired")
         finally:
             sink.close()
-            self.hub.remove_client(key)
+            self.hub.client_disconnected(key)
             log.info("websocket session %d: closed", key)
 
 
