@@ -104,7 +104,7 @@ async def _serve_all(
             await nursery.start(hub.run)
             running.set()
             if watch:
-                nursery.start_soon(watch_config, hub, path)
+                nursery.start_soon(watch_config, hub.reload, path)
             callback = await _user_credentials(nursery, config, listen)
             urls, cannot_listen = await _start_endpoints(
                 nursery, hub, config, listen, ws_listen, admin_listen, callback=callback

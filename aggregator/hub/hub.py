@@ -36,20 +36,24 @@ from typing import Any
 import trio
 
 from aggregator.config import Config
+from aggregator.config.core_settings import discovery_settings, link_settings
 from aggregator.core.catalogs.catalog import Catalog
 from aggregator.core.catalogs.policy import unmatched_rules
 from aggregator.core.commands import Command, RequestEnded
 from aggregator.core.events import (
     Abandoned,
+    CatalogsRenewed,
     ClientAnswerRefused,
     ClientConnected,
     ClientDecoded,
     ClientDisconnected,
     ClientMessage,
     ClientRefused,
+    DiscoveryRenewed,
     DrainingStarted,
     LinkEnded,
     OwnCallStarted,
+    ServerAdded,
     ServerCongested,
     ServerDecoded,
     ServerDown,
@@ -57,6 +61,9 @@ from aggregator.core.events import (
     ServerMessage,
     ServerOverloaded,
     ServerOversized,
+    ServerRemoved,
+    ServerReplaced,
+    ServerRestarting,
     ServerStreams,
     StartupCompleted,
     TimePassed,
@@ -75,14 +82,25 @@ from aggregator.core.router import (
 )
 from aggregator.hub.caps import Admission
 from aggregator.hub.catalogs import make_router
-from aggregator.hub.reload import ReloadResult, reload_hub
+from aggregator.hub.reload import (
+    CHANGED,
+    ReloadPlan,
+    ReloadResult,
+    cannot_reload,
+    internal_error,
+    longest_request,
+    profile_policies,
+    read_reload,
+    retire_plugins,
+    wait_stopped,
+)
 from aggregator.hub.shedding import Shedder
 from aggregator.hub.soon import SoonWriter
 from aggregator.jsonrpc.codec import decode_message, dumps
 from aggregator.jsonrpc.errors import RemoteProtocolError
 from aggregator.jsonrpc.kinds import REQUEST
 from aggregator.mcp.constants import CANCELLED
-from aggregator.plugins.api import load_plugins
+from aggregator.plugins.api import Plugins, plugins_of
 from aggregator.plugins.gate import PluginGate
 from aggregator.telemetry import traffic
 from aggregator.telemetry.metrics import Metrics
@@ -105,10 +123,12 @@ class Hub:
         self.connector = connector
         servers = config.enabled_servers
         proxy = config.proxy
-        self.plugins = load_plugins(list(config.plugins), Path(config.directory) if config.directory else None)
+        self._nursery: trio.Nursery | None = None
         # Catalog hooks run inside the core; what they leave to do (I/O) runs in a task here.
         self._catalog_hooks_ran = trio.Event()
-        self.plugins.catalog_changed = lambda: self._catalog_hooks_ran.set()
+        self._after_catalog_running = False
+        self._wire_plugins(plugins_of(config))  # self.plugins, and self.gate: their hooks around the router
+        self._reloading = trio.Lock()  # one reload at a time
         self.router, self.catalog = make_router(config, self.plugins, single_client, self._server_request_allowed)
         self.upstreams = {server.name: UpstreamSession(self, server) for server in servers}
         # The network endpoints' shared caps (connections, sessions); none while draining.
@@ -132,12 +152,8 @@ class Hub:
         self.recent_errors = RecentErrors()  # warnings and errors logged while it runs
         self._dirty: list[ClientSink] = []
         self.soon = SoonWriter(self._write_dirty)  # dispatch_soon's writes, once per scheduler turn
-        self._nursery: trio.Nursery | None = None
-        self.gate = PluginGate(self, self.plugins)  # the plugins' hooks around the router
-        self._watched = self.gate.watched  # requests plugins want answers of (checked per answer)
         self._timer_at = math.inf
         self._timer_poke = trio.Event()
-        self._notification_hooks = self.plugins.watch_notifications
         # What each of the router's commands does: one dict lookup on its type.
         self._handlers: dict[type, Callable[[Any], None]] = {
             ToClient: self._to_client,
@@ -172,16 +188,44 @@ class Hub:
                 nursery.start_soon(self._startup_gate)
                 nursery.start_soon(self._timer)
                 nursery.start_soon(self.soon.run)
-                if self.plugins.after_catalog_hooks:
-                    nursery.start_soon(self._after_catalog)
+                self._start_after_catalog()
                 task_status.started(self)
         finally:
             self.recent_errors.detach()
             await self.plugins.done()
 
-    async def reload(self) -> ReloadResult:
-        """Read ``config_path`` again and apply what changed, clients staying connected."""
-        return await reload_hub(self)
+    # --- plugins ------------------------------------------------------------------------
+
+    def _wire_plugins(self, plugins: Plugins, before: PluginGate | None = None) -> None:
+        """Put ``plugins`` in the hub's wiring of hooks: their gate around the router (taking
+        over what ``before``, the gate of the plugins they replace, watches and counts), the
+        answers and notifications they watch, and their after_catalog task. The one wiring,
+        at start and for the plugins a reload builds."""
+        self.plugins = plugins
+        plugins.catalog_changed = lambda: self._catalog_hooks_ran.set()
+        self.gate = PluginGate(self, plugins, before)
+        self.gate.nursery = self._nursery
+        self._watched = self.gate.watched  # requests plugins want answers of (checked per answer)
+        self._notification_hooks = plugins.watch_notifications
+        self._start_after_catalog()
+
+    def _start_after_catalog(self) -> None:
+        """Start the after_catalog task once running, if the plugins have such hooks (it
+        runs on for whichever plugins are in place)."""
+        if self.plugins.after_catalog_hooks and self._nursery is not None and not self._after_catalog_running:
+            self._after_catalog_running = True
+            self._nursery.start_soon(self._after_catalog)
+
+    async def _replace_plugins(self, plugins: Plugins) -> None:
+        """Run the new plugins' load hooks, put them in place of the old ones, run the old
+        ones' done hooks. A request a hook of the old ones is deciding on finishes with them."""
+        await plugins.load()
+        old, before = self.plugins, self.gate
+        self._wire_plugins(plugins, before)
+        if before.in_flight(old) and self._nursery is not None:
+            self._nursery.start_soon(retire_plugins, self.gate, before, old, longest_request(self.config))
+        else:
+            await old.done()
 
     async def _after_catalog(self) -> None:
         """Run the plugins' after_catalog hooks, outside the core, once catalog hooks ran."""
@@ -189,6 +233,65 @@ class Hub:
             await self._catalog_hooks_ran.wait()
             self._catalog_hooks_ran = trio.Event()
             await self.plugins.after_catalog()
+
+    # --- reload -------------------------------------------------------------------------
+
+    async def reload(self, *, keep_servers: bool = False) -> ReloadResult:
+        """Read ``config_path`` again and apply what changed, clients staying connected; one
+        reload at a time (see ``hub.reload``). ``keep_servers`` (``serve --watch``'s): a file
+        with no servers is not applied over a running config that has some."""
+        refused = cannot_reload(self.config_path, self._nursery is not None, self.router.draining)
+        if refused is not None or self.config_path is None:
+            return refused or ReloadResult(False)
+        async with self._reloading:
+            try:
+                plan = read_reload(self.config, self.config_path, keep_servers)
+                if isinstance(plan, ReloadResult):
+                    return plan
+                await self._apply(plan)
+                return plan.applied()
+            except Exception as exc:  # noqa: BLE001 - a bug in a reload must not stop the proxy
+                return internal_error(exc)
+
+    async def _apply(self, plan: ReloadPlan) -> None:
+        """Apply a reload: plugins, then removed and changed servers out (their connections
+        stopped, waited for), every catalog renewed, added and changed servers started."""
+        if plan.plugins is not None:
+            await self._replace_plugins(plan.plugins)
+        running, self.config = self.config, plan.changes.effective
+        config, router = self.config, self.router
+        restarting = plan.restarting(running)
+        stopping: list[UpstreamSession] = []
+        for name in plan.changes.restarts:
+            if name in restarting:
+                self.dispatch_now(router.handle(ServerRestarting(name, CHANGED)))
+            else:
+                why = CHANGED if name in plan.changes.changed else "it was removed from the configuration"
+                self.dispatch_now(router.handle(ServerRemoved(name, why)))
+            for key, upstream in list(self.upstreams.items()):
+                if upstream.config.name == name:
+                    del self.upstreams[key]
+                    self.metrics.retire(upstream)  # its counters go on under its name
+                    upstream.cancel_scope.cancel()
+                    stopping.append(upstream)
+            self.server_settled(name)  # startup, if not over yet, waits for it no more
+        await wait_stopped(stopping)
+        self.dispatch_now(
+            router.handle(CatalogsRenewed(config.enabled_servers, profile_policies(config), self.plugins.catalog_hook))
+        )
+        self.dispatch_now(router.handle(DiscoveryRenewed(discovery_settings(config))))
+        for name in plan.changes.starts:
+            server = config.servers[name]
+            if name in restarting:
+                router.handle(ServerReplaced(link_settings(server), CHANGED))
+            else:
+                router.handle(ServerAdded(link_settings(server)))
+            upstream = UpstreamSession(self, server)
+            self.upstreams[name] = upstream
+            assert self._nursery is not None
+            self._nursery.start_soon(upstream.run, name=f"upstream {name}")
+
+    # --- the clock ----------------------------------------------------------------------
 
     async def _timer(self) -> None:
         """Run the router's clock: time out requests, send debounced notices."""

@@ -1,9 +1,12 @@
-"""Live reload: read the config file again and apply what changed while clients stay connected.
+"""Live reload: read the config file again and say what changed; the hub applies it while
+clients stay connected.
 
-``reload_hub(hub)`` (``Hub.reload``) loads and validates the file the hub was started with.
-A file that does not load changes nothing: its problems come back, each with its key path,
-and the running configuration stays. Otherwise ``config.changes`` says what changed and it
-is applied in this order, one reload at a time:
+A reload is the hub's own job (``Hub.reload``, one at a time per hub, its lock the hub's).
+This module does the part that needs no hub: ``read_reload`` loads and validates the file
+the hub was started with, against the running config. A file that does not load changes
+nothing: its problems come back, each with its key path, and the running configuration
+stays. Otherwise ``config.changes`` says what changed (a ``ReloadPlan``) and the hub
+applies it in this order:
 
 1. plugins, if their config changed: the new ones are built and their load hooks run
    (one that cannot be built rejects the whole reload), then they replace the old ones,
@@ -19,7 +22,9 @@ live (``[proxy]``, ``[http]``, which profiles exist and their tokens) is reporte
 restart and otherwise ignored.
 
 ``watch_config`` polls the file once a second and reloads when its contents change
-(``serve --watch``).
+(``serve --watch``); ``retire_plugins`` runs replaced plugins' done hooks once what they
+decide on or watch is answered. The pid file ``serve --pid-file`` writes and
+``aggregator reload`` signals is here too.
 """
 
 from __future__ import annotations
@@ -29,37 +34,20 @@ import hashlib
 import logging
 import os
 import signal
-import weakref
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
 
 import attrs
 import trio
 
 from aggregator.config import Config, load_config
 from aggregator.config.changes import ConfigChanges, plan_changes
-from aggregator.config.core_settings import discovery_settings, link_settings
 from aggregator.config.loading import min_ready_problems
 from aggregator.core.catalogs.policy import ProfilePolicy
-from aggregator.core.events import (
-    CatalogsRenewed,
-    DiscoveryRenewed,
-    ServerAdded,
-    ServerRemoved,
-    ServerReplaced,
-    ServerRestarting,
-)
 from aggregator.errors import AggregatorError, ConfigError
-from aggregator.plugins.api import Plugins, load_plugins
-from aggregator.plugins.gate import GateHost, PluginGate
-from aggregator.upstreams.port import UpstreamPort
+from aggregator.plugins.api import Plugins, plugins_of
+from aggregator.plugins.gate import PluginGate
 from aggregator.upstreams.session import UpstreamSession
-
-if TYPE_CHECKING:
-    from aggregator.core.commands import Command
-    from aggregator.core.router import Router
-    from aggregator.telemetry.metrics import Metrics
 
 log = logging.getLogger("aggregator.reload")  # the logger name the manual shows
 
@@ -84,82 +72,65 @@ class ReloadResult:
     changes: list[str] = attrs.field(factory=list)
 
 
-class ReloadHost(UpstreamPort, GateHost, Protocol):
-    """What a reload needs of the hub (the hub is one; this module does not import it),
-    including the wiring of the plugins' hooks it replaces."""
+@attrs.frozen
+class ReloadPlan:
+    """What a reload applies: the changes, and the new plugins (built, not loaded yet) when
+    their config changed."""
 
-    config: Config
-    config_path: Path | None
-    router: Router
-    upstreams: dict[str, UpstreamSession]
-    plugins: Plugins
-    gate: PluginGate
-    metrics: Metrics
-    _nursery: trio.Nursery | None
-    _catalog_hooks_ran: trio.Event
-    _watched: dict[tuple[int, Any], Any]
-    _notification_hooks: bool
+    path: Path
+    changes: ConfigChanges
+    plugins: Plugins | None
 
-    async def _after_catalog(self) -> None:
-        """Run the plugins' after_catalog hooks whenever catalog hooks ran (forever)."""
+    def restarting(self, running: Config) -> set[str]:
+        """The changed servers that restart in place (calls naming them wait for the new
+        connection): those whose isolation stayed; the others are removed and added."""
+        config = self.changes.effective
+        return {n for n in self.changes.changed if running.servers[n].isolation == config.servers[n].isolation}
 
-    def dispatch_now(self, commands: list[Command]) -> None:
-        """Carry out the router's commands and start writing at once."""
-
-
-# Per hub: one reload at a time; whether its after_catalog task runs.
-_locks: weakref.WeakKeyDictionary[Any, trio.Lock] = weakref.WeakKeyDictionary()
-_after_catalog_tasks: weakref.WeakSet[Any] = weakref.WeakSet()
+    def applied(self) -> ReloadResult:
+        """Log what was applied (what needs a restart at WARNING) and say so."""
+        lines = self.changes.describe()
+        restart = set(lines[len(lines) - len(self.changes.needs_restart) :])
+        for line in lines:
+            log.log(logging.WARNING if line in restart else logging.INFO, "reload: %s", line)
+        return ReloadResult(True, [], lines)
 
 
-async def reload_hub(hub: ReloadHost, *, keep_servers: bool = False) -> ReloadResult:
-    """Reload ``hub``'s config file and apply what changed (one reload at a time per hub).
-    ``keep_servers`` (the watcher's): a file with no servers is not applied over a running
-    config that has some (it is more likely a file being written than meant)."""
-    path = hub.config_path
-    why = _cannot_reload(hub)
-    if why is not None or path is None:
-        log.warning("reload: %s; nothing to reload", why)
-        return ReloadResult(False, [f"{why}; nothing to reload"])
-    lock = _locks.get(hub)
-    if lock is None:
-        lock = _locks[hub] = trio.Lock()
-    async with lock:
-        try:
-            return await _reload(hub, path, keep_servers)
-        except Exception as exc:  # noqa: BLE001 - a bug in a reload must not stop the proxy
-            log.exception("reload: internal error; what was applied before it stays")
-            return ReloadResult(False, [f"internal error: {exc!r}"])
+def cannot_reload(path: Path | None, running: bool, draining: bool) -> ReloadResult | None:
+    """Why a hub cannot reload now (logged), or None."""
+    if path is None:
+        why = "this proxy was not started from a config file"
+    elif not running:
+        why = "the proxy is not running yet"
+    elif draining:
+        why = "the proxy is shutting down"
+    else:
+        return None
+    log.warning("reload: %s; nothing to reload", why)
+    return ReloadResult(False, [f"{why}; nothing to reload"])
 
 
-def _cannot_reload(hub: ReloadHost) -> str | None:
-    if hub.config_path is None:
-        return "this proxy was not started from a config file"
-    if hub._nursery is None:
-        return "the proxy is not running yet"
-    if hub.router.draining:
-        return "the proxy is shutting down"
-    return None
-
-
-async def _reload(hub: ReloadHost, path: Path, keep_servers: bool = False) -> ReloadResult:
+def read_reload(running: Config, path: Path, keep_servers: bool = False) -> ReloadPlan | ReloadResult:
+    """Read ``path`` again: what to apply over the ``running`` config, or the result of a
+    reload that applies nothing (rejected, or nothing changed). ``keep_servers`` (the
+    watcher's): a file with no servers is not applied over a running config that has some
+    (it is more likely a file being written than meant)."""
     try:
         # Read in the event loop: a config file is small, and a thread would let a virtual
         # clock (the tests') jump past every deadline while it reads.
         loaded = load_config(path)
     except ConfigError as exc:
         return _rejected(path, list(exc.problems))
-    if keep_servers and not loaded.servers and hub.config.servers:
+    if keep_servers and not loaded.servers and running.servers:
         why = f"{path} has no servers; not applied by --watch (reload it by hand to mean it)"
         log.warning("reload: %s", why)
         return ReloadResult(False, [why])
-    changes = plan_changes(hub.config, attrs.evolve(loaded, directory=hub.config.directory))
-    problems = min_ready_problems(hub.config, changes.effective.servers)
+    changes = plan_changes(running, attrs.evolve(loaded, directory=running.directory))
+    problems = min_ready_problems(running, changes.effective.servers)
     if problems:
         return _rejected(path, problems)
-    lines = changes.describe()
-    restart = set(lines[len(lines) - len(changes.needs_restart) :])
     if not changes.anything:
+        lines = changes.describe()
         for line in lines:
             log.warning("reload: %s", line)
         log.info("reload: %s: nothing to apply", path)
@@ -167,13 +138,16 @@ async def _reload(hub: ReloadHost, path: Path, keep_servers: bool = False) -> Re
     plugins: Plugins | None = None
     if changes.plugins_changed:
         try:
-            plugins = _build_plugins(changes.effective)
+            plugins = plugins_of(changes.effective)
         except ConfigError as exc:
             return _rejected(path, list(exc.problems))
-    await _apply(hub, changes, plugins)
-    for line in lines:
-        log.log(logging.WARNING if line in restart else logging.INFO, "reload: %s", line)
-    return ReloadResult(True, [], lines)
+    return ReloadPlan(path, changes, plugins)
+
+
+def internal_error(exc: Exception) -> ReloadResult:
+    """A bug in a reload: logged (with its traceback); what was applied before it stays."""
+    log.exception("reload: internal error; what was applied before it stays")
+    return ReloadResult(False, [f"internal error: {exc!r}"])
 
 
 def _rejected(path: Path, problems: list[str]) -> ReloadResult:
@@ -184,79 +158,21 @@ def _rejected(path: Path, problems: list[str]) -> ReloadResult:
     return ReloadResult(False, problems)
 
 
-def _build_plugins(config: Config) -> Plugins:
-    return load_plugins(list(config.plugins), Path(config.directory) if config.directory else None)
+def profile_policies(config: Config) -> dict[str, ProfilePolicy]:
+    """The running profiles (``effective`` keeps their set), each with its new rules."""
+    return {"default": ProfilePolicy(config), **{name: ProfilePolicy(config, name) for name in config.profiles}}
 
 
-async def _apply(hub: ReloadHost, changes: ConfigChanges, plugins: Plugins | None) -> None:
-    config = changes.effective
-    if plugins is not None:
-        await _swap_plugins(hub, plugins)
-    running, hub.config = hub.config, config
-    router = hub.router
-    stopping: list[UpstreamSession] = []
-    # Changed servers restart in place (calls naming them wait for the new connection),
-    # unless their isolation changed: those are removed and added.
-    restarting = {n for n in changes.changed if running.servers[n].isolation == config.servers[n].isolation}
-    for name in changes.restarts:
-        if name in restarting:
-            hub.dispatch_now(router.handle(ServerRestarting(name, CHANGED)))
-        else:
-            why = CHANGED if name in changes.changed else "it was removed from the configuration"
-            hub.dispatch_now(router.handle(ServerRemoved(name, why)))
-        for key, upstream in list(hub.upstreams.items()):
-            if upstream.config.name == name:
-                del hub.upstreams[key]
-                hub.metrics.retire(upstream)  # its counters go on under its name
-                upstream.cancel_scope.cancel()
-                stopping.append(upstream)
-        hub.server_settled(name)  # startup, if not over yet, waits for it no more
+async def wait_stopped(stopping: list[UpstreamSession]) -> None:
+    """Wait for the stopped servers' connections to end, ``STOP_WAIT`` at most."""
     with trio.move_on_after(STOP_WAIT) as waited:
         for upstream in stopping:
             await upstream.ended.wait()
     if waited.cancelled_caught:
         log.warning("reload: some stopped servers did not end within %.0fs; going on", STOP_WAIT)
-    # The running profiles (``effective`` keeps their set), each with its new rules.
-    policies = {"default": ProfilePolicy(config), **{name: ProfilePolicy(config, name) for name in config.profiles}}
-    hub.dispatch_now(router.handle(CatalogsRenewed(config.enabled_servers, policies, hub.plugins.catalog_hook)))
-    hub.dispatch_now(router.handle(DiscoveryRenewed(discovery_settings(config))))
-    for name in changes.starts:
-        server = config.servers[name]
-        if name in restarting:
-            router.handle(ServerReplaced(link_settings(server), CHANGED))
-        else:
-            router.handle(ServerAdded(link_settings(server)))
-        upstream = UpstreamSession(hub, server)
-        hub.upstreams[name] = upstream
-        assert hub._nursery is not None
-        hub._nursery.start_soon(upstream.run, name=f"upstream {name}")
 
 
-async def _swap_plugins(hub: ReloadHost, plugins: Plugins) -> None:
-    """Run the new plugins' load hooks, put them in place of the old ones (in the hub's
-    wiring of hooks, as ``Hub.__init__`` and ``Hub.run`` set it), run the old ones' done
-    hooks. A request a hook of the old ones is deciding on finishes with them."""
-    await plugins.load()
-    old = hub.plugins
-    if old.after_catalog_hooks:
-        _after_catalog_tasks.add(hub)  # started by ``Hub.run``
-    hub.plugins = plugins
-    hub.plugins.catalog_changed = _setter(hub)
-    before = hub.gate
-    hub.gate = PluginGate(hub, plugins, before)
-    hub.gate.nursery = hub._nursery
-    hub._watched = hub.gate.watched
-    hub._notification_hooks = plugins.watch_notifications
-    if plugins.after_catalog_hooks and hub not in _after_catalog_tasks and hub._nursery is not None:
-        _after_catalog_tasks.add(hub)
-        hub._nursery.start_soon(hub._after_catalog)
-    if before.in_flight(old) and hub._nursery is not None:
-        hub._nursery.start_soon(_retire, hub.gate, before, old, _longest_request(hub.config))
-    else:
-        await old.done()
-
-
-async def _retire(gate: PluginGate, before: PluginGate, old: Plugins, seconds: float) -> None:
+async def retire_plugins(gate: PluginGate, before: PluginGate, old: Plugins, seconds: float) -> None:
     """Run replaced plugins' done hooks once the requests they decided on or watch are
     answered (they see them through), or after ``seconds``, the longest a request lasts, or
     when the proxy stops meanwhile (``Plugins.done`` shields itself)."""
@@ -270,20 +186,18 @@ async def _retire(gate: PluginGate, before: PluginGate, old: Plugins, seconds: f
         await old.done()
 
 
-def _longest_request(config: Config) -> float:
+def longest_request(config: Config) -> float:
+    """The longest a request to any server may last."""
     return max((max(s.request_timeout, s.max_request_timeout) for s in config.servers.values()), default=60.0)
 
 
-def _setter(hub: ReloadHost) -> Callable[[], None]:
-    """What the plugins call when their catalog hooks ran: wake the hub's after_catalog task."""
-    return lambda: hub._catalog_hooks_ran.set()
-
-
-async def watch_config(hub: ReloadHost, path: Path, interval: float = WATCH_INTERVAL) -> None:
-    """Reload ``hub`` whenever ``path``'s contents change (looked at every ``interval``
-    seconds). New contents are applied once two looks in a row saw them (a file being
-    written is not), and not at all if they have no servers while the running config has
-    some (``reload_hub``'s ``keep_servers``): the next change is waited for."""
+async def watch_config(
+    reload: Callable[..., Awaitable[ReloadResult]], path: Path, interval: float = WATCH_INTERVAL
+) -> None:
+    """Reload (``reload``: ``Hub.reload``) whenever ``path``'s contents change (looked at
+    every ``interval`` seconds). New contents are applied once two looks in a row saw them
+    (a file being written is not), and not at all if they have no servers while the running
+    config has some (``keep_servers``): the next change is waited for."""
     seen = _digest(path)
     settling: bytes | None = None
     while True:
@@ -294,7 +208,7 @@ async def watch_config(hub: ReloadHost, path: Path, interval: float = WATCH_INTE
             continue
         seen, settling = now, None
         log.info("the config file %s changed; reloading", path)
-        await reload_hub(hub, keep_servers=True)
+        await reload(keep_servers=True)
 
 
 def _digest(path: Path) -> bytes | None:

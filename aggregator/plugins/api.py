@@ -58,7 +58,7 @@ import logging
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 import trio
@@ -66,6 +66,9 @@ import trio
 from aggregator.errors import ConfigError
 from aggregator.mcp.constants import TARGETED_METHODS
 from aggregator.plugins.resolve import error_text, option_problems, resolve, with_path_defaults
+
+if TYPE_CHECKING:
+    from aggregator.config import Config
 
 log = logging.getLogger(__name__)
 HOOKED_METHODS = TARGETED_METHODS  # the requests request hooks see
@@ -340,6 +343,12 @@ def _warn_if_slow(plugin: Any, hook: str, blocked: float) -> None:
             hook,
             blocked,
         )
+
+
+def plugins_of(config: Config) -> Plugins:
+    """The plugins ``config`` names, built (their load hooks not run yet), relative paths
+    beside the config file; ConfigError names the one that failed."""
+    return load_plugins(list(config.plugins), Path(config.directory) if config.directory else None)
 
 
 def load_plugins(specs: list[Any], config_dir: Path | None = None) -> Plugins:

@@ -339,3 +339,42 @@ def test_the_core_floor_check_names_both_modules_and_the_rule(tmp_path):
         "wrong -> aggregator.core.router: handlers (floor 11) may import only lower floors, and router is on floor 12",
         "wrong -> aggregator.core.ahead: package 'ahead' has no floor (add it to the floors)",
     ]
+
+
+# Only the hub routes and carries out the router's commands: the fronts, the upstream sessions
+# and the plugin gate reach it through their ports (``fronts.port``, ``upstreams.port``,
+# ``plugins.gate.GateHost``) and never hold the router; nothing but the hub dispatches.
+DISPATCH = {"dispatch", "dispatch_now", "dispatch_soon"}
+PORT_SIDES = ("fronts", "upstreams", "plugins", "hub")
+THE_HUB = ROOT / "hub" / "hub.py"
+
+
+def routes_or_dispatches(source: str, package: str) -> list[str]:
+    """What in ``source`` (a module of ``package``) reaches the router or dispatches commands."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if not isinstance(node, ast.Attribute):
+            continue
+        if node.attr in DISPATCH:
+            found.append(f"line {node.lineno}: .{node.attr}")
+        elif node.attr == "router" and package in PORT_SIDES:
+            found.append(f"line {node.lineno}: .router")
+    return found
+
+
+@pytest.mark.parametrize("path", MODULES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_only_the_hub_routes_and_dispatches(path):
+    package = _package(path)
+    if path == THE_HUB or package == "core":
+        return
+    assert routes_or_dispatches(path.read_text(), package) == [], f"{_module(path)} routes or dispatches itself"
+
+
+def test_the_dispatch_check_sees_the_router_and_dispatching():
+    source = "def f(hub):\n    hub.dispatch_now(hub.router.server_lost('a', 'gone'))\n    return hub.config.router\n"
+    assert sorted(routes_or_dispatches(source, "upstreams")) == [
+        "line 2: .dispatch_now",
+        "line 2: .router",
+        "line 3: .router",
+    ]
+    assert routes_or_dispatches(source, "ops") == ["line 2: .dispatch_now"]

@@ -282,7 +282,7 @@ async def test_the_watcher_applies_a_file_once_it_is_written_and_never_one_witho
         with trio.fail_after(60):
             await proxy.hub.startup_done.wait()
             async with trio.open_nursery() as nursery:
-                nursery.start_soon(watch_config, proxy.hub, path, 1.0)
+                nursery.start_soon(watch_config, proxy.hub.reload, path, 1.0)
                 await trio.sleep(0.5)
                 caplog.clear()
                 path.write_text("")  # truncated: a file being written
