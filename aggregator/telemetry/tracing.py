@@ -31,7 +31,7 @@ from typing import Any
 
 import attrs
 
-from aggregator.core.commands import RequestEnded, ToClient, ToServer
+from aggregator.core.commands import Command, RequestEnded, ToClient, ToServer
 from aggregator.jsonrpc.kinds import REQUEST
 
 log = logging.getLogger(__name__)
@@ -167,7 +167,7 @@ class Tracing:
             self._end(earlier, "the id was used again")
         spans[id] = _Traced(span, self._trace.set_span_in_context(span, parent))
 
-    def forwarded(self, key: int, id: Any, commands: list[Any]) -> None:
+    def forwarded(self, key: int, id: Any, commands: list[Command]) -> None:
         """What routing the request ``id`` of client ``key`` queued: each request to an
         upstream gets a client span and carries its trace context in ``_meta``."""
         spans = self._open.get(key)
@@ -236,8 +236,11 @@ class Tracing:
     # --- the hub ------------------------------------------------------------------------
 
     async def traced(
-        self, key: int, message: dict[str, Any], route: Callable[[int, int, dict[str, Any]], Awaitable[list[Any]]]
-    ) -> list[Any]:
+        self,
+        key: int,
+        message: dict[str, Any],
+        route: Callable[[int, int, dict[str, Any]], Awaitable[list[Command]]],
+    ) -> list[Command]:
         """Client ``key``'s request, routed (``route``: the hub's) in a span of its own; what
         it sends upstream, in child spans."""
         self.request(key, message)
