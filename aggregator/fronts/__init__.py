@@ -1,5 +1,8 @@
 """The clients side: every way a client reaches the proxy, each turned into a hub client.
 
+Every front reaches the hub through its ``ClientPort`` (``port``) and never holds the
+router: it says what its client did, and the hub routes it and writes what follows.
+
 Owns the stdio front (``own_stdio``, and ``session``: a client session over a byte
 stream), the admission path every network front shares (``access``: Host, Origin and
 token; ``admission``: principal, profile, connection and session caps), the boundary each
