@@ -98,6 +98,7 @@ from aggregator.hub.shedding import Shedder
 from aggregator.hub.soon import SoonWriter
 from aggregator.jsonrpc.codec import decode_message, dumps
 from aggregator.jsonrpc.errors import RemoteProtocolError
+from aggregator.jsonrpc.framing import OversizedLine
 from aggregator.jsonrpc.kinds import REQUEST
 from aggregator.mcp.constants import CANCELLED
 from aggregator.plugins.api import Plugins, plugins_of
@@ -106,6 +107,7 @@ from aggregator.telemetry import traffic
 from aggregator.telemetry.metrics import Metrics
 from aggregator.telemetry.recent_errors import RecentErrors
 from aggregator.telemetry.tracing import Tracing
+from aggregator.transports import channel
 from aggregator.transports.sink import ClientSink
 from aggregator.upstreams.port import Connector, OwnCall
 from aggregator.upstreams.session import UpstreamSession
@@ -355,29 +357,31 @@ class Hub:
         """Whether server ``name``'s connection tags each message with the request it belongs to."""
         self.router.handle(ServerStreams(name, tagged))
 
-    def server_message(self, name: str, raw: bytes, related: int | None = None) -> None:
-        """A message server ``name`` sent (on the stream of request ``related``, if tagged):
-        routed, its commands queued for the reader's ``flush`` after the read."""
-        started = perf_counter()
-        commands = self.router.handle(ServerMessage(name, raw, related))
-        self._server_handling.observe(perf_counter() - started)
-        self.dispatch(commands)
+    def server_lines(self, name: str, lines: list[bytes | OversizedLine], limit: int) -> None:
+        """What one read of stdio server ``name``'s output held: each line routed in turn (one
+        over ``limit`` bytes, dropped, as whoever waits for it hears so), the commands queued
+        for the reader's ``flush`` after the read. One call per read, the loop's names
+        local: this is the path of every line a server sends."""
+        handle, handling, dispatch = self.router.handle, self._server_handling, self.dispatch
+        for line in lines:
+            if isinstance(line, OversizedLine):
+                dispatch(handle(ServerOversized(name, line.head, limit)))
+                continue
+            started = perf_counter()
+            commands = handle(ServerMessage(name, line))
+            handling.observe(perf_counter() - started)
+            dispatch(commands)
 
-    def server_decoded(
-        self, name: str, decoded: tuple[int, dict[str, Any]] | RemoteProtocolError, related: int | None = None
-    ) -> None:
-        """A message network server ``name`` sent, decoded by its connection (or why it
-        could not be), on request ``related``'s stream: routed, its commands queued for the
-        reader's ``flush`` after the batch."""
-        started = perf_counter()
-        commands = self.router.handle(ServerDecoded(name, decoded, related))
-        self._server_handling.observe(perf_counter() - started)
-        self.dispatch(commands)
-
-    def server_oversized(self, name: str, head: bytes, limit: int) -> None:
-        """Server ``name`` sent a message over ``limit`` bytes (``head``: its first bytes),
-        dropped: whoever waits for it hears so with the reader's batch."""
-        self.dispatch(self.router.handle(ServerOversized(name, head, limit)))
+    def server_messages(self, name: str, batch: list[channel.ServerMessage]) -> None:
+        """Messages network server ``name`` sent, each decoded by its connection (or why it
+        could not be), with the request on whose stream it came: routed in turn, the
+        commands queued for the reader's ``flush`` after the batch."""
+        handle, handling, dispatch = self.router.handle, self._server_handling, self.dispatch
+        for item in batch:
+            started = perf_counter()
+            commands = handle(ServerDecoded(name, item.decoded, item.related))
+            handling.observe(perf_counter() - started)
+            dispatch(commands)
 
     def server_congested(self, name: str, reason: str | None) -> int | None:
         """Server ``name``'s input is backed up (``reason``) or flowing again (None): its

@@ -4,9 +4,9 @@ An upstream session never holds the router. It tells the hub what happened to it
 connection (connected, a message, too large a message, backed up, lost, down) and asks it
 to send a request of the proxy's own (an ``OwnCall``, which the hub settles); the hub
 routes each event and carries out what the router says. The port says the timing of
-each: what the reader hands over (``server_message``, ``server_decoded``,
-``server_oversized``) is queued and written at the reader's ``flush``, once per read (or per
-batch of decoded messages); everything else is carried out at once.
+each: what the reader hands over (``server_lines``, ``server_messages``: all that one read,
+or one batch of decoded messages, held, in one call) is queued and written at the reader's
+``flush``; everything else is carried out at once.
 
 The hub is an ``UpstreamPort``; this package does not import the hub, which is above it.
 """
@@ -20,7 +20,8 @@ import trio
 
 from aggregator.config import Config
 from aggregator.core.commands import Answer
-from aggregator.jsonrpc.errors import RemoteProtocolError
+from aggregator.jsonrpc.framing import OversizedLine
+from aggregator.transports.channel import ServerMessage
 
 # async def connector(server_config, *, task_status) -> str: report a Channel through
 # task_status, run until the server is gone, return why.
@@ -44,21 +45,21 @@ class OwnCall:
 
 
 class ServerReader(Protocol):
-    """Where a server's reader hands what it reads (the hub, through ``UpstreamPort``)."""
+    """Where a server's reader hands what it reads (the hub, through ``UpstreamPort``).
 
-    def server_message(self, name: str, raw: bytes, related: int | None = None) -> None:
-        """A message server ``name`` sent (on request ``related``'s stream, if tagged);
-        written at the next ``flush``."""
+    A reader hands over all that one read held in one call, not a call per message: a
+    server that floods (log lines, progress) costs the proxy one routing per message and
+    nothing more per message on the way to it.
+    """
 
-    def server_decoded(
-        self, name: str, decoded: tuple[int, dict[str, Any]] | RemoteProtocolError, related: int | None = None
-    ) -> None:
-        """A message network server ``name`` sent, decoded by its connection (or why it
-        could not be), on request ``related``'s stream; written at the next ``flush``."""
+    def server_lines(self, name: str, lines: list[bytes | OversizedLine], limit: int) -> None:
+        """The lines one read of stdio server ``name``'s output held, in order (an
+        ``OversizedLine``: one over ``limit`` bytes, dropped); written at the next ``flush``."""
 
-    def server_oversized(self, name: str, head: bytes, limit: int) -> None:
-        """Server ``name`` sent a message over ``limit`` bytes (``head``: its first bytes),
-        dropped; written at the next ``flush``."""
+    def server_messages(self, name: str, batch: list[ServerMessage]) -> None:
+        """Messages network server ``name`` sent, each decoded by its connection (or why it
+        could not be) and tagged with the request on whose stream it came; written at the
+        next ``flush``."""
 
     async def flush(self) -> None:
         """Write what the read queued."""

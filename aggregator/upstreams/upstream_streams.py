@@ -39,8 +39,8 @@ async def read_messages(
     log: logging.Logger,
     counted: Traffic | None = None,
 ) -> None:
-    """Hand each line of server ``name``'s output to the hub, one flush per read; return at
-    its end. What is read is counted in ``counted``."""
+    """Hand the lines of each read of server ``name``'s output to the hub, in one call and
+    one flush per read; return at its end. What is read is counted in ``counted``."""
     splitter = LineSplitter(limit)
     counted = counted if counted is not None else Traffic()
     peer = f"server {name}"
@@ -53,14 +53,13 @@ async def read_messages(
         if not chunk:
             return
         counted.received += len(chunk)
-        for line in splitter.feed(chunk if type(chunk) is bytes else bytes(chunk)):
+        lines = splitter.feed(chunk if type(chunk) is bytes else bytes(chunk))
+        for line in lines:
             if isinstance(line, OversizedLine):
                 log.error("server %s: dropped a %d-byte message (limit %d bytes)", name, line.size, limit)
-                hub.server_oversized(name, line.head, limit)
-                continue
-            if noted:
+            elif noted:
                 traffic.note("in", peer, line)
-            hub.server_message(name, line)
+        hub.server_lines(name, lines, limit)
         await hub.flush()
 
 
@@ -88,7 +87,7 @@ async def read_decoded(
             counted.received += len(item.raw)
             if noted:
                 traffic.note("in", peer, item.raw)
-            hub.server_decoded(name, item.decoded, item.related)
+        hub.server_messages(name, batch)
         await hub.flush()
 
 
