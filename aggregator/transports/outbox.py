@@ -23,7 +23,9 @@ Rules (see "Containment" in the design notes):
    nothing is waiting for them.
 3. What waits is stored in one ``bytearray``: a small message costs its length, not the
    allocation it was serialized into. What counts against the budget is what waits, not
-   the write in progress.
+   the write in progress. A network server's queue, writing into a ``pipe.PipeSend``,
+   also keeps each message with its size until it is written: the server's connection
+   gets the message with its line and never decodes what was just encoded.
 4. A client's queue also counts what it holds (what waits and the write in progress) in
    the hub's ``ClientMemory``, the budget of all clients together; past it, a client
    that has stopped reading (``blocked``, and no progress for a moment: large writes go
@@ -44,6 +46,7 @@ import trio
 
 from aggregator.jsonrpc.codec import dumps
 from aggregator.transports.budget import ClientMemory, release_all
+from aggregator.transports.pipe import PipeSend
 
 log = logging.getLogger(__name__)
 
@@ -110,6 +113,10 @@ class Outbox:
         fileno = getattr(stream, "fileno", None)
         self._fd: int | None = fileno() if fileno is not None else None
         self._buffer = bytearray()
+        # Into a pipe to a network server's connection: each message waiting, with its size
+        # in ``_buffer``, written with its line (``PipeSend.send_messages``).
+        self._pipe = stream if isinstance(stream, PipeSend) else None
+        self._messages: list[tuple[Any, int]] = []
         self._has_data = trio.lowlevel.ParkingLot()
         self._has_room = trio.lowlevel.ParkingLot()
         self._idle = trio.lowlevel.ParkingLot()
@@ -148,6 +155,8 @@ class Outbox:
         buffer += data
         buffer += b"\n"
         size = len(data) + 1
+        if self._pipe is not None:
+            self._messages.append((message, size))
         if not self.held:  # it had nothing waiting: it is not stalled yet
             self.progress_at = trio.current_time()
         self.held += size
@@ -255,6 +264,7 @@ class Outbox:
                     return
                 await self._has_data.park()
             data, self._buffer = self._buffer, bytearray()
+            messages, self._messages = self._messages, []
             self._sending = True
             self._sending_since = trio.current_time()
             self._sends += 1
@@ -264,7 +274,10 @@ class Outbox:
                 self.over = False
                 self._report()
             try:
-                await send_in_steps(self.stream, data, self._progressed)
+                if self._pipe is not None:
+                    await self._pipe.send_messages(data, messages)
+                else:
+                    await send_in_steps(self.stream, data, self._progressed)
             except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
                 log.debug("%s: stream closed while writing: %r", self.name, exc)
                 return
@@ -272,7 +285,7 @@ class Outbox:
             self.written += len(data)
             self.memory.total -= len(data)
             self.progress_at = trio.current_time()
-            del data
+            del data, messages
             self._sending = False
             self._sending_since = None
             self._send_ended.unpark_all()
@@ -311,6 +324,7 @@ class Outbox:
     def _close(self) -> None:
         self.closed = True
         self._buffer = bytearray()
+        self._messages = []
         release_all(self)
         self._sending = False
         self._has_room.unpark_all()

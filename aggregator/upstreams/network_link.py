@@ -25,9 +25,8 @@ from aggregator.config.masking import SecretMask, shown_url
 from aggregator.core.router import proxy_error
 from aggregator.jsonrpc.codec import ERROR, decode_message, dumps, loads, nameless_refusal
 from aggregator.jsonrpc.errors import RemoteProtocolError
-from aggregator.jsonrpc.framing import LineSplitter, OversizedLine
 from aggregator.transports.channel import Channel, ServerMessage
-from aggregator.transports.pipe import byte_pipe
+from aggregator.transports.pipe import message_pipe
 from aggregator.upstreams.resumption import is_answer
 
 log = logging.getLogger(__name__)
@@ -129,7 +128,7 @@ class NetworkLink:
         self.ended = trio.Event()
         self.reason = "the connection ended"
         self._to_session, self._messages = trio.open_memory_channel[ServerMessage](64)
-        self._session_writes, self._outgoing = byte_pipe()
+        self._session_writes, self._outgoing = message_pipe()
 
     def channel(self, *, streams: bool = False) -> Channel:
         """What the session talks through (``streams``: see ``Channel``)."""
@@ -245,41 +244,42 @@ class NetworkLink:
 
     async def each_outgoing(
         self,
-        send: Callable[[bytes], Awaitable[None]],
+        send: Callable[[bytes, Any], Awaitable[None]],
         nursery: trio.Nursery,
         concurrent: bool,
         inspect: Callable[[bytes], None] | None = None,
     ) -> None:
-        """Read what the session writes and hand each message to ``send``.
+        """Take what the session writes and hand each message to ``send``, as its line (to
+        send as it is) and as the message itself (to read, never to change: a dict, or
+        bytes when the router had it as bytes). A line over ``limit`` bytes is not sent.
 
         ``concurrent``: each message in a task of its own (``send`` limits how many talk to the
         server at once); reading goes on while messages wait for that, up to
         ``WAITING_POSTS_BYTES``, so that a message that frees a slot (a cancel) is never stuck
-        behind one that waits for it. ``inspect`` sees each message as it is read."""
-        splitter = LineSplitter(self.limit)
+        behind one that waits for it. ``inspect`` sees each line as it is taken."""
         waiting = _ByteBudget(max(self.limit, WAITING_POSTS_BYTES))
 
-        async def in_task(line: bytes) -> None:
+        async def in_task(line: bytes, message: Any) -> None:
             try:
-                await send(line)
+                await send(line, message)
             finally:
                 waiting.release(len(line))
 
         while True:
-            data = await self._outgoing.receive_some(65536)
-            if not data:
+            batch = await self._outgoing.receive()
+            if not batch:
                 self.end("the session closed")
                 return
-            for line in splitter.feed(data):
-                if isinstance(line, OversizedLine):
+            for message, line in batch:
+                if len(line) > self.limit:
                     continue
                 if inspect is not None:
                     inspect(line)
                 if concurrent:
                     await waiting.acquire(len(line))  # backpressure before starting another task
-                    nursery.start_soon(in_task, line)
+                    nursery.start_soon(in_task, line, message)
                 else:
-                    await send(line)
+                    await send(line, message)
 
 
 class _ByteBudget:

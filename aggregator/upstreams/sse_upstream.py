@@ -25,7 +25,7 @@ async def run_sse_server(
             endpoint: list[str] = []
             slots = trio.CapacityLimiter(MAX_CONCURRENT_POSTS)
 
-            async def post(line: bytes) -> None:
+            async def post(line: bytes, message: Any) -> None:
                 try:
                     async with slots:
                         response = await client.post(

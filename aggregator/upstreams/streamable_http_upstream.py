@@ -141,11 +141,14 @@ class _StreamableHttp:
 
     # --- a message to the server, and what comes back on its POST -------------------------
 
-    async def post(self, line: bytes) -> None:
-        try:
-            message = loads(line)
-        except ValueError:
-            message = None
+    async def post(self, line: bytes, message: Any) -> None:
+        """POST one message: ``line`` is its body; ``message`` what it encodes, read here
+        (decoded from ``line`` only when the router had it as bytes)."""
+        if type(message) is not dict:
+            try:
+                message = loads(line)
+            except ValueError:
+                message = None
         # What comes back on this POST answers the request it carried, if it carried one.
         answers = message if type(message) is dict and "method" in message and "id" in message else None
         if self.modern and answers is None and type(message) is dict and message.get("method") == CANCELLED:

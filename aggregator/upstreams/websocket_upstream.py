@@ -30,7 +30,7 @@ async def run_websocket_server(
                 connect_timeout=30,
             ) as socket:
 
-                async def send(line: bytes) -> None:
+                async def send(line: bytes, message: Any) -> None:
                     try:
                         await socket.send_message(line.decode("utf-8"))
                     except trio_websocket.ConnectionClosed:
