@@ -3,7 +3,8 @@ queues in front of them. No MCP semantics here.
 
 Owns what a client's and a server's connection alike are built from: write queues with
 byte budgets (``outbox``, ``buffer``, ``budget``, the hub's view of a client's queue in
-``sink``), an in-memory byte pipe (``pipe``) and an upstream session's ``channel``, direct
+``sink``), an in-memory pipe to a network server's connection (``pipe``: each line with
+the message it encodes) and an upstream session's ``channel``, direct
 socket reads and writes (``socket_io``), the HTTP/1.1 server connection (``http_parse``,
 ``http_server``, ``http_wire``) and Server-Sent Events parsing (``sse``).
 

@@ -6,7 +6,8 @@ lines to its stdin, and the router decodes each line of its stdout. A network se
 connection (``upstreams.network_link``) reads each message out of an HTTP body, an event
 stream or a WebSocket frame and decodes it there, once, under the same limits; it hands
 the session the messages, each with the request it belongs to. What the session writes
-reaches that connection through an in-memory pipe, as lines (``transports.pipe``).
+reaches that connection through an in-memory pipe, each line with the message it
+encodes (``transports.pipe``), so that connection never decodes it again.
 """
 
 from __future__ import annotations
