@@ -148,10 +148,10 @@ TOKEN = "s3cret-token-for-tests-0123456789"
 
 
 @contextmanager
-def http_proxy(config: Path, *extra: str):
-    """``aggregator serve --http`` on a free port of 127.0.0.1; yields the port and the log file.
-    It must exit cleanly when terminated."""
-    port = free_port()
+def http_proxy(config: Path, *extra: str, port: int | None = None):
+    """``aggregator serve --http`` on ``port`` (a free one if None) of 127.0.0.1; yields the port
+    and the log file. It must exit cleanly when terminated."""
+    port = port or free_port()
     log = config.parent / "proxy.log"
     with open(log, "wb") as stderr:
         process = subprocess.Popen(
