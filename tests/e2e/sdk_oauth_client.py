@@ -8,14 +8,15 @@
 - ``pause``: seconds to wait between listing the tools and calling one (past the access
   token's lifetime, so the next request needs a refreshed one);
 - ``stored``: ``{"tokens": ..., "client": ...}`` the storage starts with (a token granted
-  earlier, and the registration it was granted to).
+  earlier, and the registration it was granted to);
+- ``tool`` and ``arguments``: the tool to call (``up__whoami`` with none by default).
 
 The SDK does the rest: the proxy's 401 names its metadata, the metadata the authorization
 server, whose metadata gives the registration, authorization and token endpoints; it
 registers, runs the code flow with PKCE and ``resource``, and retries with the token. The
 redirect handler follows the authorization URL with a plain GET (no browser) and hands the
 redirect's ``code``, ``state`` and ``iss`` to the callback handler. Prints one JSON object:
-the tools listed, what ``up__whoami`` answered, each authorization URL's ``scope`` and
+the tools listed, what the tool answered, each authorization URL's ``scope`` and
 ``resource``, how many registrations, the grant type of every token request, and how many
 sessions the MCP requests named; or the error.
 """
@@ -175,7 +176,7 @@ async def with_sdk1(spec: dict[str, Any], seen: Seen) -> dict[str, Any]:
 async def list_and_call(client: Any, spec: dict[str, Any]) -> dict[str, Any]:
     tools = sorted(tool.name for tool in (await client.list_tools()).tools)
     await anyio.sleep(spec.get("pause", 0))
-    called = await client.call_tool("up__whoami", {})
+    called = await client.call_tool(spec.get("tool", "up__whoami"), spec.get("arguments", {}))
     return {"tools": tools, "called": getattr(called.content[0], "text", "")}
 
 
