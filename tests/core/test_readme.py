@@ -86,10 +86,20 @@ def test_configuration_examples_load():
         "stdio",
     ]
     assert network.servers["notebook"].isolation == "per-session"
-    oauth = next(c for c in configs if c.auth.enabled)  # docs/authorization.md
+    secured = [c for c in configs if c.auth.enabled]
+    signing_in = secured[0]  # the README's "Signing in"; the others are docs/authorization.md's
+    oauth = next(c for c in secured if len(c.auth.issuers) == 2)
+    keycloak = next(c for c in secured if "staff" in c.profiles and c.auth.resource.startswith("https:"))
+    local = next(c for c in secured if c.auth.resource.startswith("http:"))
+    assert signing_in.auth.issuers[0].issuer == "https://login.example.com/realms/staff"
+    assert signing_in.profiles["admins"].match == {"groups": ("mcp-admins",)}
     assert oauth.auth.resource == "https://mcp.example.com/mcp" and len(oauth.auth.issuers) == 2
     assert oauth.profiles["admins"].match == {"groups": ("mcp-admins",)}
     assert oauth.auth.issuers[1].client_secret == "c"
+    assert keycloak.auth.resource == "https://mcp.example.com/mcp" and keycloak.auth.required_scopes == ("mcp",)
+    assert list(keycloak.profiles) == ["admins", "staff"] and keycloak.profiles["staff"].tools.read_only
+    assert local.auth.resource == "http://127.0.0.1:8000/mcp"  # tests/e2e/test_authorization_walkthrough.py runs it
+    assert local.auth.issuers[0].issuer == "http://127.0.0.1:9000" and local.profiles["staff"].tools.read_only
     policy = next(c for c in configs if "reader" in c.profiles)
     assert policy.profiles["reader"].tools.read_only and policy.servers["everything"].server_requests == ("roots",)
 
