@@ -146,8 +146,7 @@ from aggregator.core.records.clients import ClientState, SessionInfo
 from aggregator.core.records.links import Pending, UpstreamLink, configured_link
 from aggregator.core.replies import proxy_error
 from aggregator.core.requests.forwarding import Forwarding
-from aggregator.core.requests.request_table import RequestTable
-from aggregator.core.requests.tallies import Tallies
+from aggregator.core.requests.request_table import RequestTable, Tallies
 from aggregator.core.requests.tasks import TaskOwners
 from aggregator.core.reverse.reverse_table import ReverseTable
 from aggregator.core.reverse.roots import ROOTS_HOLD_SECONDS, Roots
@@ -300,7 +299,7 @@ class Router:
         it reads (wired once, here)."""
         clock = self.clock
         self.targets = Targets(self.catalogs, self.links, self.outages, self.per_session)  # what requests name
-        self.tallies = Tallies()  # what ended how (``core.requests.tallies``)
+        self.tallies = Tallies()  # what ended how (``core.requests.request_table``, its tallies)
         # Every client request in flight, its progress token and deadlines.
         self.requests = RequestTable(clock, self.links, self.clients, self.tallies, self.subscriptions)
         self.reverse = ReverseTable(settings.max_in_flight)  # server-to-client requests in flight

@@ -1,9 +1,9 @@
 """The hub's metrics in the Prometheus exposition format (``GET /metrics``).
 
 Nothing is counted here. The hot path counts in plain ints and dicts where the work is
-done (the router's ``core.requests.tallies``, the upstreams' traffic, the plugin gate); at a
-scrape, ``metrics_collector.HubCollector`` reads them and builds the metric families. So
-a message costs no metrics library call, and a scrape costs what the tables hold
+done (the router's ``Tallies`` in ``core.requests.request_table``, the upstreams' traffic, the
+plugin gate); at a scrape, ``metrics_collector.HubCollector`` reads them and builds the metric
+families. So a message costs no metrics library call, and a scrape costs what the tables hold
 (bounded: every label is a configured name or one of a fixed set).
 
 Each ``Metrics`` has a ``CollectorRegistry`` of its own, never the library's global one:

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from aggregator.core.requests.tallies import Histogram
+from aggregator.core.requests.request_table import Histogram
 
 if TYPE_CHECKING:
     from aggregator.core.router import Router, SessionInfo

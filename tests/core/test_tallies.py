@@ -1,5 +1,5 @@
-"""What the router counts of forwarded requests (``aggregator.core.requests.tallies``): each exit
-counted once, with its outcome and reason, and answered ones timed by the router's clock."""
+"""What the router counts of forwarded requests (``Tallies`` in ``aggregator.core.requests.request_table``):
+each exit counted once, with its outcome and reason, and answered ones timed by the router's clock."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from aggregator.core.events import (
     ServerReady,
     TimePassed,
 )
-from aggregator.core.requests.tallies import UPSTREAM_BUCKETS, Histogram
+from aggregator.core.requests.request_table import UPSTREAM_BUCKETS, Histogram
 from tests.core.helpers import msg, unpack
 
 

@@ -77,7 +77,7 @@ class Answers:
 
     def answered(self, link: UpstreamLink, pending: Pending, kind: int, message: dict[str, Any]) -> list[Command]:
         """An upstream's answer to a forwarded request: to its client, under its own id."""
-        if kind == RESPONSE:  # counted as the server answered (``core.requests.tallies``), once
+        if kind == RESPONSE:  # counted as the server answered (``core.requests.request_table``, its tallies), once
             if not pending.done:
                 self.tallies.answered(pending.method, link.server or pending.server, self.clock() - pending.sent_at)
             self.requests.end(pending)

@@ -32,7 +32,7 @@ from aggregator.core.records.clients import ClientState
 from aggregator.core.records.links import UpstreamLink
 from aggregator.core.replies import proxy_error
 from aggregator.core.requests.forwarding import Forwarding
-from aggregator.core.requests.tallies import Tallies
+from aggregator.core.requests.request_table import Tallies
 from aggregator.core.reverse.reverse_table import ReverseTable
 from aggregator.core.reverse.roots import Roots
 from aggregator.core.upstreams.held_requests import HeldRequests, Resend

@@ -169,7 +169,7 @@ class Forwarding:
     def _refusal(self, client: ClientState, client_id: Any, link: UpstreamLink, method: str) -> dict[str, Any]:
         """Why a request (for ``method``) cannot go to ``link`` now: it is not ready, the
         client has too many requests in flight, or the server takes no more input. Counted
-        as an error with that reason (``core.requests.tallies``)."""
+        as an error with that reason (``core.requests.request_table``, its tallies)."""
         server = link.server or link.name
         if not link.ready:
             self.tallies.ended(method, server, "error", "unavailable", None)
