@@ -107,7 +107,7 @@ from typing import Any
 
 from aggregator.core import events
 from aggregator.core.catalogs.catalog import Catalog
-from aggregator.core.catalogs.discovery import Search
+from aggregator.core.catalogs.discovery import CALL_TOOL, Search
 from aggregator.core.catalogs.outages import Outage
 from aggregator.core.catalogs.result_budget import ResultBudgets
 from aggregator.core.catalogs.session_catalog import SessionViews
@@ -629,7 +629,9 @@ class Router:
     def unwrap_call_tool(self, key: int, message: dict[str, Any]) -> None:
         """Search mode's ``call_tool`` call of client ``key`` becomes the call it names, in
         place, before anything looks at it (``core.catalogs.discovery``)."""
-        self.search.unwrap_call_tool(key, message)
+        params = message.get("params")
+        if type(params) is dict and params.get("name") == CALL_TOOL:  # else nothing to unwrap
+            self.search.unwrap_call_tool(key, message)
 
     def context_report(self) -> dict[str, dict[str, Any]]:
         """Per profile: its discovery mode, what tools/list holds now and its estimated tokens."""

@@ -35,6 +35,9 @@ from aggregator.mcp.constants import TOOLS
 
 FIND_TOOLS = "find_tools"
 CALL_TOOL = "call_tool"
+# The names of the proxy's two tools: a call that names neither is none of search mode's
+# business, which a caller can tell by reading the name, before calling in here.
+SEARCH_TOOLS = (FIND_TOOLS, CALL_TOOL)
 DEFAULT_LIMIT = 5
 MAX_LIMIT = 50
 MAX_QUERY_CHARS = 1000

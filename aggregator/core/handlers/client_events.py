@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from aggregator.core.catalogs.catalog import Catalog
-from aggregator.core.catalogs.discovery import Search
+from aggregator.core.catalogs.discovery import CALL_TOOL, Search
 from aggregator.core.catalogs.result_budget import ResultBudgets
 from aggregator.core.catalogs.session_catalog import SessionViews
 from aggregator.core.catalogs.targets import ServerDown
@@ -278,7 +278,9 @@ class ClientEvents:
         client = self.clients[key]
         if kind == REQUEST:
             if message["method"] == "tools/call":
-                self.search.unwrap_call_tool(key, message)  # search mode's call_tool: the call it names
+                params = message.get("params")
+                if type(params) is dict and params.get("name") == CALL_TOOL:
+                    self.search.unwrap_call_tool(key, message)  # search mode's call_tool: the call it names
             # The era of a request (``core.era.modern_callers``): a modern connection's are all
             # modern; a legacy session's, once initialized, all legacy (one attribute read
             # on the legacy hot path); before that, modern ``_meta`` decides.

@@ -15,7 +15,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from aggregator.core.catalogs.discovery import META_PAGE, Search
+from aggregator.core.catalogs.discovery import META_PAGE, SEARCH_TOOLS, Search
 from aggregator.core.catalogs.result_budget import RESULTS_SCHEME, ResultBudgets
 from aggregator.core.catalogs.targets import Targets
 from aggregator.core.catalogs.uris import InvalidUri, normalize_uri
@@ -145,7 +145,7 @@ class ClientRequests:
 
     def _call_by_name(self, client: ClientState, message: dict[str, Any]) -> list[Command]:
         params: Any = message.get("params")
-        if type(params) is dict and message["method"] == "tools/call":
+        if type(params) is dict and message["method"] == "tools/call" and params.get("name") in SEARCH_TOOLS:
             searched = self.search.call(client, message)
             if searched is not None:
                 return searched

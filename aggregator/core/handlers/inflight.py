@@ -115,7 +115,7 @@ class InFlight:
             deadline = own_at
         if self.announcements.at is not None and (deadline is None or self.announcements.at < deadline):
             deadline = self.announcements.at
-        held = self.roots.next_deadline()
+        held = self.roots.next_deadline() if self.roots.held else None  # rarely any
         if held is not None and (deadline is None or held < deadline):
             deadline = held
         return deadline
