@@ -21,7 +21,7 @@ import orjson
 
 from aggregator.jsonrpc.codec import dumps
 from aggregator.jsonrpc.errors import INTERNAL_ERROR, error_response
-from aggregator.transports.http_server import HttpConnection, Request
+from aggregator.transports.http_server import HttpConnection
 
 log = logging.getLogger(__name__)
 
@@ -57,21 +57,15 @@ async def contained(what: str, function: Callable[..., Awaitable[Any]], *args: A
         log.exception("%s failed; ended it alone", what)
 
 
-async def serve_contained(
-    connection: HttpConnection,
-    handler: Callable[[Request], Awaitable[None]],
-    label: str,
-    logger: logging.Logger,
-) -> None:
-    """Serve one HTTP connection inside its boundary: a failure is logged once (``label``
-    names the listener), answered 500 with a detail-free JSON-RPC internal error if no
-    response had started, and ends this connection only. The caller closes it."""
-    try:
-        await connection.serve(handler)
-    except Exception:
-        request = connection.current
-        where = f"{request.method} {request.path[:100]}" if request is not None else "reading a request"
-        logger.exception("%s: internal error in %s; closing this connection only", label, where)
-        if request is not None and connection.response_pending():
-            headers = [("content-type", "application/json"), ("connection", "close")]
-            await connection.respond(500, headers, dumps(internal_error(request.body)))
+async def connection_failed(connection: HttpConnection, label: str, logger: logging.Logger) -> None:
+    """The boundary of one HTTP connection, called in the ``except Exception`` block around
+    ``connection.serve`` (placed by the listener, so that a request's way runs through no
+    frame of this module): the failure is logged once (``label`` names the listener),
+    answered 500 with a detail-free JSON-RPC internal error if no response had started, and
+    ends this connection only. The caller closes it."""
+    request = connection.current
+    where = f"{request.method} {request.path[:100]}" if request is not None else "reading a request"
+    logger.exception("%s: internal error in %s; closing this connection only", label, where)
+    if request is not None and connection.response_pending():
+        headers = [("content-type", "application/json"), ("connection", "close")]
+        await connection.respond(500, headers, dumps(internal_error(request.body)))

@@ -34,7 +34,7 @@ import trio
 from aggregator.config import HttpConfig, parse_listen
 from aggregator.fronts.access import AccessPolicy, check_exposure
 from aggregator.fronts.admission import Denial, check_access
-from aggregator.fronts.containment import serve_contained
+from aggregator.fronts.containment import connection_failed
 from aggregator.hub.hub import Hub
 from aggregator.jsonrpc.codec import dumps
 from aggregator.ops.status import health, readiness, snapshot
@@ -184,7 +184,10 @@ class AdminEndpoint:
         self.connections += 1
         connection = HttpConnection(stream, self.limits)
         try:
-            await serve_contained(connection, partial(self._handle, connection), "admin", log)
+            try:
+                await connection.serve(partial(self._handle, connection))
+            except Exception:  # the boundary (``aggregator.fronts.containment``)
+                await connection_failed(connection, "admin", log)
         finally:
             self.connections -= 1
             await connection.aclose()

@@ -60,7 +60,7 @@ from aggregator.config import HttpConfig, parse_listen
 from aggregator.fronts.access import AccessPolicy
 from aggregator.fronts.admission import check_access
 from aggregator.fronts.authorization import metadata_document, metadata_paths
-from aggregator.fronts.containment import serve_contained
+from aggregator.fronts.containment import connection_failed
 from aggregator.fronts.http.answers import no_session
 from aggregator.fronts.http.exchange import PostExchange
 from aggregator.fronts.http.legacy_sse import LegacySession, LegacySse
@@ -179,7 +179,10 @@ class StreamableHttpEndpoint:
             return
         connection = HttpConnection(stream, self.limits)
         try:
-            await serve_contained(connection, partial(self._handle, connection), "http", log)
+            try:
+                await connection.serve(partial(self._handle, connection))
+            except Exception:  # the boundary (``aggregator.fronts.containment``)
+                await connection_failed(connection, "http", log)
         finally:
             try:
                 await connection.aclose()
