@@ -5,8 +5,9 @@ Owns what a client's and a server's connection alike are built from: write queue
 byte budgets (``outbox``, ``buffer``, ``budget``, the hub's view of a client's queue in
 ``sink``), an in-memory pipe to a network server's connection (``pipe``: each line with
 the message it encodes) and an upstream session's ``channel``, direct
-socket reads and writes (``socket_io``), the HTTP/1.1 server connection (``http_parse``,
-``http_server``, ``http_wire``) and Server-Sent Events parsing (``sse``).
+socket reads and writes (``socket_io``), the HTTP/1.1 server connection and its request
+reader (``http_server``, with what it writes in ``http_wire``) and Server-Sent Events
+parsing (``sse``).
 
 Floor 3 (tests/core/test_layering.py). May import ``jsonrpc`` only.
 """

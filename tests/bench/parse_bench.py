@@ -2,7 +2,7 @@
 
     python -m tests.bench.parse_bench
 
-The front's reader is ``transports.http_parse.RequestReader`` (llhttp through httptools)
+The front's reader is ``transports.http_server.RequestReader`` (llhttp through httptools)
 with a response head built as ``HttpConnection`` builds it; h11 is what the front used
 before. Same request (a ``tools/call`` POST with the headers a client sends), same answer,
 keep-alive, interleaved, median of 7 runs of 20,000 cycles each.
@@ -15,7 +15,7 @@ import time
 
 import h11
 
-from aggregator.transports.http_parse import RequestReader
+from aggregator.transports.http_server import RequestReader
 
 BODY = b'{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"s0__tool0","arguments":{"x":"hello"}}}'
 REQUEST = (

@@ -7,8 +7,7 @@ import pytest
 import trio
 import trio.testing
 
-from aggregator.transports.http_parse import Refusal, Request, RequestReader
-from aggregator.transports.http_server import HttpConnection, HttpLimits
+from aggregator.transports.http_server import HttpConnection, HttpLimits, Refusal, Request, RequestReader
 
 HEAD = b"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\n"
 
