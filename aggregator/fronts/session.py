@@ -22,8 +22,8 @@ import trio
 
 from aggregator.fronts.containment import internal_error
 from aggregator.fronts.port import ClientPort
+from aggregator.jsonrpc.codec import oversized
 from aggregator.jsonrpc.framing import LineSplitter, OversizedLine
-from aggregator.jsonrpc.refusals import oversized
 from aggregator.transports.outbox import Outbox
 
 log = logging.getLogger(__name__)

@@ -19,8 +19,7 @@ from collections.abc import Callable
 from typing import Any
 
 from aggregator.core.commands import ToClient, ToServer
-from aggregator.jsonrpc.reading import loads
-from aggregator.jsonrpc.writing import dumps
+from aggregator.jsonrpc.codec import dumps, loads
 
 log = logging.getLogger("aggregator.traffic")
 

@@ -11,10 +11,9 @@ from hypothesis import strategies as st
 
 from aggregator.core.events import ClientMessage, ServerMessage
 from aggregator.jsonrpc import dumps
-from aggregator.jsonrpc.codec import NOTIFICATION, REQUEST, RESPONSE, nameless_refusal
+from aggregator.jsonrpc.codec import NOTIFICATION, REQUEST, RESPONSE, nameless_refusal, oversized
+from aggregator.jsonrpc.codec import envelope as _envelope
 from aggregator.jsonrpc.errors import PARSE_ERROR
-from aggregator.jsonrpc.refusals import envelope as _envelope
-from aggregator.jsonrpc.refusals import oversized
 from aggregator.jsonrpc.salvage import salvage_envelope
 from tests.core.helpers import make_depth_limited_router, refused, still_serves, unpack
 

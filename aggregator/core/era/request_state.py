@@ -35,9 +35,8 @@ from typing import Any
 
 import orjson
 
+from aggregator.jsonrpc.codec import JsonNumber, dumps
 from aggregator.jsonrpc.errors import INVALID_PARAMS, RemoteProtocolError
-from aggregator.jsonrpc.reading import JsonNumber
-from aggregator.jsonrpc.writing import dumps
 from aggregator.mcp.modern import INPUT_RESPONSES, REQUEST_STATE
 
 PREFIX = "aggregator-rs1."
