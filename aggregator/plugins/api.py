@@ -189,18 +189,10 @@ class Plugins:
         # A request hook that may wait (a coroutine function) runs in a task of its own, so
         # that it holds up only the request it decides on, never its client's other messages.
         self.request_hooks_wait = any(inspect.iscoroutinefunction(p.request) for p in self._request)
-
-    @property
-    def watch_requests(self) -> bool:
-        return bool(self._request or self._response)
-
-    @property
-    def watch_notifications(self) -> bool:
-        return bool(self._notification)
-
-    @property
-    def watch_server_requests(self) -> bool:
-        return bool(self._server_request)
+        # Which hooks there are, as fields: the hub reads them on every message.
+        self.watch_requests = bool(self._request or self._response)
+        self.watch_notifications = bool(self._notification)
+        self.watch_server_requests = bool(self._server_request)
 
     @property
     def catalog_hook(self) -> Callable[[str, str, list[dict[str, Any]]], list[dict[str, Any]]] | None:
