@@ -13,7 +13,7 @@ Carrying out the router's commands: ``dispatch`` turns
 ``ToClient`` / ``ToServer`` into queued writes, and what the router says of an upstream's
 connection (``UpstreamServing``, ``DropUpstream``, an ``Answer`` to its own request) into
 calls of its ``UpstreamSession``. ``dispatch`` never blocks or writes; readers call ``flush`` per read
-(a task per request: ``dispatch_soon``, written once per scheduler turn by ``soon.SoonWriter``),
+(a task per request: ``dispatch_soon``, written once per scheduler turn by ``SoonWriter``),
 and wait only on their party's queue (``flush(own)``): nothing shared waits for one slow party.
 Each queue enforces its own byte budget and deadline and tells its owner when one is
 passed (a client is dropped, a server's requests fail); see ``transports.outbox``. What
@@ -95,7 +95,6 @@ from aggregator.hub.reload import (
     wait_stopped,
 )
 from aggregator.hub.shedding import Shedder
-from aggregator.hub.soon import SoonWriter
 from aggregator.jsonrpc.codec import decode_message, dumps
 from aggregator.jsonrpc.errors import RemoteProtocolError
 from aggregator.jsonrpc.framing import OversizedLine
@@ -725,3 +724,40 @@ class Hub:
         dirty, self._dirty = self._dirty, []
         for outbox in dirty:
             outbox.flush()
+
+
+class SoonWriter:
+    """Writing once per turn of the scheduler what many tasks queued in it.
+
+    A front that dispatches one request per connection task (Streamable HTTP, one POST
+    each) would otherwise write to a server's stdin once per request: a system call, and a
+    wake-up of the server, each. ``request()`` instead wakes one task that writes everything
+    queued meanwhile, after the tasks the same turn woke have run: sixteen requests that
+    arrived together go out in one write."""
+
+    def __init__(self, write: Callable[[], None]) -> None:
+        self._write = write
+        self._lot = trio.lowlevel.ParkingLot()
+        self._pending = False
+        self._running = False
+
+    def request(self) -> None:
+        """Have ``write`` run soon (at once while no task runs it)."""
+        if not self._running:
+            self._write()
+        elif not self._pending:
+            self._pending = True
+            self._lot.unpark()
+
+    async def run(self) -> None:
+        self._running = True
+        try:
+            while True:
+                await self._lot.park()
+                self._pending = False
+                try:
+                    self._write()
+                except Exception:  # noqa: BLE001 - one failed write must not stop the others'
+                    log.exception("internal error writing queued messages; writing goes on")
+        finally:
+            self._running = False

@@ -262,7 +262,7 @@ def test_the_floor_check_names_both_modules_and_the_rule(tmp_path):
         "from aggregator import __version__\n"
         "from aggregator.upstreams.session import UpstreamSession\n"
         "if True:\n    from aggregator.fronts.session import serve_client\n"
-        "from aggregator.hub.soon import SoonWriter\n"
+        "from aggregator.hub.hub import Hub\n"
         "import aggregator.ops.status\n"
     )
     assert sorted(upward_imports(wrong, "hub")) == [
