@@ -32,7 +32,7 @@ SERVER_STATES = ("starting", "ready", "down")
 
 
 class Received(Protocol):
-    """What a server's reader counted (``upstreams.upstream_streams.Traffic``)."""
+    """What a server's reader counted (``upstreams.session.Traffic``)."""
 
     @property
     def received(self) -> int: ...
