@@ -4,8 +4,8 @@ Every front reaches the hub through its ``ClientPort`` (``port``) and never hold
 router: it says what its client did, and the hub routes it and writes what follows.
 
 Owns the stdio front (``own_stdio``, and ``session``: a client session over a byte
-stream), the admission path every network front shares (``access``: Host, Origin and
-token; ``admission``: principal, profile, connection and session caps), the boundary each
+stream), the admission path every network front shares (``access``: Host, Origin, token,
+principal and profile; the connection and session caps are the hub's), the boundary each
 front's task runs inside (``containment``), the HTTP fronts (``fronts.http``) and the
 WebSocket front (``fronts.websocket``).
 

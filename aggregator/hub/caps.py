@@ -11,8 +11,9 @@ counters never go below zero, so a double release shows up as a warning, not as 
 that silently grows.
 
 Refusals are logged at WARNING at most once per ``WARN_EVERY`` seconds with a count, so
-a flood of refused connections cannot also flood the log. The logger keeps the admission
-path's name (``aggregator.fronts.admission``): one logger for who was let in and who not.
+a flood of refused connections cannot also flood the log. The logger has the name the
+admission path's lines have always had (``aggregator.fronts.admission``; the path itself is
+``fronts.access``): one logger for who was let in and who not.
 
 Pure bookkeeping: no trio, no I/O; it imports nothing of the project.
 """

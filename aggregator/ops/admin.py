@@ -32,8 +32,7 @@ import attrs
 import trio
 
 from aggregator.config import HttpConfig, parse_listen
-from aggregator.fronts.access import AccessPolicy, check_exposure
-from aggregator.fronts.admission import Denial, check_access
+from aggregator.fronts.access import AccessPolicy, Denial, check_access, check_exposure
 from aggregator.fronts.containment import connection_failed
 from aggregator.hub.hub import Hub
 from aggregator.jsonrpc.codec import dumps

@@ -10,8 +10,7 @@ import logging
 import pytest
 
 from aggregator.config import structure_config
-from aggregator.fronts.access import AccessPolicy
-from aggregator.fronts.admission import Admitted, Denial, admit, check_access, choose_profile
+from aggregator.fronts.access import AccessPolicy, Admitted, Denial, admit, check_access, choose_profile
 
 DEFAULT_TOKEN = "a-default-token-of-sixteen-characters"
 WORK_TOKEN = "a-work-token-of-sixteen-characters"

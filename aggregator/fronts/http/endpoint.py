@@ -16,7 +16,7 @@ protected resource metadata, served to anyone. Any other path is a 404; a method
 path does not serve, 405.
 
 Every request is checked before anything else by the admission path shared with the
-WebSocket front (``aggregator.fronts.admission``): Host against an allowlist (DNS rebinding),
+WebSocket front (``aggregator.fronts.access``): Host against an allowlist (DNS rebinding),
 Origin against an allowlist (403), then the bearer token if tokens are configured (401),
 checked with its issuer when it is an OAuth access token (``[auth]``: 401 with a challenge
 naming the metadata, 403 for a missing scope).
@@ -57,8 +57,7 @@ from typing import Any, Protocol
 import trio
 
 from aggregator.config import HttpConfig, parse_listen
-from aggregator.fronts.access import AccessPolicy
-from aggregator.fronts.admission import check_access
+from aggregator.fronts.access import AccessPolicy, check_access
 from aggregator.fronts.authorization import metadata_document, metadata_paths
 from aggregator.fronts.containment import connection_failed
 from aggregator.fronts.http.answers import no_session

@@ -23,8 +23,7 @@ import secrets
 from typing import Any
 
 from aggregator.config import HttpConfig
-from aggregator.fronts.access import AccessPolicy
-from aggregator.fronts.admission import Denial, choose_profile
+from aggregator.fronts.access import AccessPolicy, Denial, choose_profile
 from aggregator.fronts.http.answers import refuse_session, reject
 from aggregator.fronts.http.modern import StatelessRequests, is_modern_notification, is_modern_post
 from aggregator.fronts.http.queue import JSON, MessageQueue, QuickWaits, until_client_leaves

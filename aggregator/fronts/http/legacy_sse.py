@@ -8,7 +8,7 @@ too, on the stream, and its POST is 202: the stream is where such a client reads
 answer, and a client (the official SDKs') takes a POST that fails for a broken transport.
 What names no request to answer (no readable id, a notification, an answer to a
 server's request) keeps its 400 with the error. The session is bound to the token that
-opened it, admitted through the same path as every front (``aggregator.fronts.admission``), and
+opened it, admitted through the same path as every front (``aggregator.fronts.access``), and
 counted in the session cap; it ends when its stream closes.
 
 ``LegacySse`` owns the legacy sessions by id and the handlers of the two URLs; it shares
@@ -26,8 +26,7 @@ from typing import Any
 import trio
 
 from aggregator.config import HttpConfig
-from aggregator.fronts.access import AccessPolicy
-from aggregator.fronts.admission import Denial, choose_profile
+from aggregator.fronts.access import AccessPolicy, Denial, choose_profile
 from aggregator.fronts.authorization import Principal
 from aggregator.fronts.http.answers import refuse_session, reject
 from aggregator.fronts.http.queue import MessageQueue, pump

@@ -35,8 +35,7 @@ import trio
 from aggregator.config import HttpConfig
 from aggregator.core.lifecycle.upstream_era import Era
 from aggregator.core.router import proxy_error
-from aggregator.fronts.access import AccessPolicy
-from aggregator.fronts.admission import Denial, choose_profile
+from aggregator.fronts.access import AccessPolicy, Denial, choose_profile
 from aggregator.fronts.authorization import who
 from aggregator.fronts.http.answers import refuse_session, reject
 from aggregator.fronts.http.headers import ParamHeaders, answer_status, check_headers, check_version

@@ -1,6 +1,6 @@
 """The WebSocket endpoint: one MCP session per connection, one message per text frame.
 
-The handshake takes the admission path every front shares (``aggregator.fronts.admission``:
+The handshake takes the admission path every front shares (``aggregator.fronts.access``:
 Host, Origin, bearer token, then the profile its path names) before it is accepted; the
 subprotocol ``mcp`` is chosen when the client offers it. What the session sends goes
 through a ``WebSocketSink`` (``aggregator.fronts.websocket.sink``). Frames larger than
@@ -36,8 +36,7 @@ import trio_websocket
 from wsproto.utilities import ProtocolError
 
 from aggregator.config import HttpConfig, parse_listen
-from aggregator.fronts.access import AccessPolicy
-from aggregator.fronts.admission import Denial, admit, check_access
+from aggregator.fronts.access import AccessPolicy, Denial, admit, check_access
 from aggregator.fronts.authorization import Principal
 from aggregator.fronts.containment import internal_error
 from aggregator.fronts.port import ClientPort
