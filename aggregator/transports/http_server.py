@@ -49,8 +49,7 @@ import httptools
 import trio
 
 from aggregator.transports.http_wire import BUSY_RESPONSE, STATUS_LINES, refuse_connection, sse_event, status_line
-from aggregator.transports.outbox import cannot_take_more, fd_of, send_in_steps
-from aggregator.transports.socket_io import READ_SIZE, read_when_ready, write_now
+from aggregator.transports.outbox import READ_SIZE, cannot_take_more, fd_of, read_when_ready, send_in_steps, write_now
 
 log = logging.getLogger(__name__)
 

@@ -29,7 +29,7 @@ import httptools
 import httpx
 import trio
 
-from aggregator.transports.socket_io import read_when_ready, write_now
+from aggregator.transports.outbox import read_when_ready, write_now
 from aggregator.upstreams.network_link import CONNECT_TIMEOUT, USER_AGENT
 
 log = logging.getLogger(__name__)

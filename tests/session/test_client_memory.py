@@ -9,7 +9,7 @@ import trio.testing
 
 from aggregator.fronts.session import serve_stream_session
 from aggregator.transports.budget import ClientMemory, release_all
-from aggregator.transports.buffer import MessageLog
+from aggregator.transports.outbox import MessageLog
 from tests.session.harness import Client, running_proxy
 
 TOTAL = 200_000

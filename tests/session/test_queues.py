@@ -19,9 +19,8 @@ from aggregator.fronts.session import serve_stream_session
 from aggregator.fronts.websocket.endpoint import WebSocketEndpoint
 from aggregator.hub.hub import Hub
 from aggregator.jsonrpc import LineSplitter, dumps
-from aggregator.transports.buffer import MessageLog
 from aggregator.transports.channel import Channel
-from aggregator.transports.outbox import Outbox
+from aggregator.transports.outbox import MessageLog, Outbox
 from tests.fakesrv import FakeServer
 from tests.session.harness import Client, FakeUpstreams, make_config, running_proxy
 

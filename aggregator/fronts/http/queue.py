@@ -16,8 +16,8 @@ from typing import Any, Protocol
 import trio
 
 from aggregator.transports.budget import ClientMemory
-from aggregator.transports.buffer import MessageLog
 from aggregator.transports.http_server import HttpConnection, sse_event
+from aggregator.transports.outbox import MessageLog
 
 KEEPALIVE = 25.0  # seconds between SSE comments on an idle GET stream
 QUICK_ANSWER = 0.02  # seconds a request waits for its answer before a watcher starts

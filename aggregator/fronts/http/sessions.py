@@ -32,8 +32,8 @@ from aggregator.jsonrpc.codec import decode_message, dumps
 from aggregator.jsonrpc.errors import INVALID_REQUEST, RemoteProtocolError
 from aggregator.mcp.versions import SUPPORTED
 from aggregator.transports.budget import ClientMemory, release_all
-from aggregator.transports.buffer import MessageLog
 from aggregator.transports.http_server import HttpConnection, Request
+from aggregator.transports.outbox import MessageLog
 
 log = logging.getLogger(__name__)
 

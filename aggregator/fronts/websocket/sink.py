@@ -22,8 +22,7 @@ from wsproto.utilities import LocalProtocolError
 
 from aggregator.jsonrpc.codec import dumps
 from aggregator.transports.budget import ClientMemory, release_all
-from aggregator.transports.buffer import MessageLog
-from aggregator.transports.outbox import cannot_take_more, fd_of, send_in_steps
+from aggregator.transports.outbox import MessageLog, cannot_take_more, fd_of, send_in_steps
 
 
 class WebSocketSink:
