@@ -34,11 +34,14 @@ import hmac
 import ipaddress
 import logging
 from collections.abc import Callable, Mapping
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from aggregator.config import AuthConfig, HttpConfig, parse_listen
 from aggregator.errors import ConfigError
-from aggregator.fronts.authorization import Principal, Rejection, TokenVerifier, challenge
+from aggregator.fronts.authorization import Principal, Rejection, challenge
+
+if TYPE_CHECKING:
+    from aggregator.fronts.authorization.tokens import TokenVerifier
 
 # A refusal: HTTP status, the reason told the client, extra headers.
 Refused = tuple[int, str, list[tuple[str, str]]]
@@ -150,7 +153,11 @@ class AccessPolicy:
         self._seen: dict[tuple[str, Callable[[str], str]], bool] = {}  # (value, its check) -> allowed
         # OAuth access tokens ([auth]), checked by the one verifier of the process.
         self.auth = auth if auth is not None and auth.enabled else None
-        self.verifier = TokenVerifier.shared(self.auth, profiles or {}) if self.auth is not None else None
+        self.verifier: TokenVerifier | None = None
+        if self.auth is not None:
+            from aggregator.fronts.authorization.tokens import TokenVerifier  # only with [auth]: joserfc is heavy
+
+            self.verifier = TokenVerifier.shared(self.auth, profiles or {})
 
     @property
     def requires_token(self) -> bool:

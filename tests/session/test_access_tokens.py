@@ -13,7 +13,8 @@ import pytest
 import trio
 
 from aggregator.config import structure_config
-from aggregator.fronts.authorization import Principal, Rejection, TokenVerifier
+from aggregator.fronts.authorization import Principal, Rejection
+from aggregator.fronts.authorization.tokens import TokenVerifier
 from tests.loopback import free_port
 from tests.oauth import RESOURCE, AuthServer, auth_table, hmac_key
 

@@ -25,13 +25,14 @@ Floor 7 with the fronts (tests/core/test_layering.py): may import ``config``,
 from __future__ import annotations
 
 from aggregator.fronts.authorization.metadata import challenge, metadata_document, metadata_paths, metadata_url
-from aggregator.fronts.authorization.principal import Principal, who
-from aggregator.fronts.authorization.tokens import Rejection, TokenVerifier
+from aggregator.fronts.authorization.principal import Principal, Rejection, who
+
+# ``tokens`` (the verifier: joserfc, cryptography, httpx) is imported where an ``[auth]``
+# table builds one, never at start-up: a proxy without it does not load them.
 
 __all__ = [
     "Principal",
     "Rejection",
-    "TokenVerifier",
     "challenge",
     "metadata_document",
     "metadata_paths",

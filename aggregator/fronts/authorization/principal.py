@@ -10,7 +10,7 @@ repr signs request states: ``core.era.request_state``).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 import attrs
 
@@ -86,3 +86,12 @@ def _holds(value: Any, wanted: tuple[str, ...]) -> bool:
     if isinstance(value, list):
         return any(isinstance(item, str) and item in wanted for item in value)
     return False
+
+
+class Rejection(NamedTuple):
+    """Why a token does not get in: the HTTP status (401, 403, or 503 when the issuer's keys
+    cannot be had), the OAuth error code (RFC 6750 section 3.1) and a description."""
+
+    status: int
+    error: str
+    description: str

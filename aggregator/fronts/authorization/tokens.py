@@ -29,7 +29,7 @@ import math
 import time
 import weakref
 from collections.abc import Callable, Mapping
-from typing import Any, NamedTuple
+from typing import Any
 
 import orjson
 import trio
@@ -38,22 +38,13 @@ from joserfc.errors import JoseError
 
 from aggregator.config.model import AuthConfig, IssuerConfig, ProfileConfig
 from aggregator.fronts.authorization.keys import FetchError, IssuerKeys, KeysUnavailable, fetch_json
-from aggregator.fronts.authorization.principal import Principal, matching_profiles, scopes_of
+from aggregator.fronts.authorization.principal import Principal, Rejection, matching_profiles, scopes_of
 
 log = logging.getLogger(__name__)
 
 MAX_CACHED = 10_000  # good tokens remembered
 MAX_TOKEN = 8 * 1024  # characters; a longer token is refused unread
 MAX_INTROSPECTIONS = 16  # introspection requests in flight at once (more wait their turn)
-
-
-class Rejection(NamedTuple):
-    """Why a token does not get in: the HTTP status (401, 403, or 503 when the issuer's keys
-    cannot be had), the OAuth error code (RFC 6750 section 3.1) and a description."""
-
-    status: int
-    error: str
-    description: str
 
 
 def _invalid(description: str) -> Rejection:
