@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import json
 import logging
 import secrets
 import time
@@ -92,7 +93,9 @@ class AuthorizationFlows:
         self.redirect_uri = redirect_uri
         self.clock = clock
         self.wall_clock = wall_clock
-        self._pending: OrderedDict[str, Pending] = OrderedDict()  # state -> its flow, oldest first
+        # sha256(state) -> its flow, oldest first: a state is looked up by its hash, so how
+        # long a lookup takes says nothing of how much of a guessed state was right.
+        self._pending: OrderedDict[bytes, Pending] = OrderedDict()
         self._registered: dict[str, ClientCredentials] = {}  # issuer -> the client registered there
 
     # --- the URL a user opens --------------------------------------------------------------
@@ -117,7 +120,7 @@ class AuthorizationFlows:
         verifier, code_challenge = pkce_pair()
         state = secrets.token_urlsafe(32)
         self._admit(principal)
-        self._pending[state] = Pending(
+        self._pending[_state_key(state)] = Pending(
             principal=principal,
             server=server.name,
             verifier=verifier,
@@ -200,7 +203,7 @@ class AuthorizationFlows:
         """Finish the authorization the callback's ``query`` answers: tokens in the vault;
         the authorization it was. A state not pending (made up, used, expired) is refused."""
         state = query.get("state", "")
-        pending = self._pending.pop(state, None)
+        pending = self._pending.pop(_state_key(state), None)
         if pending is None:
             raise CredentialError("this authorization is unknown, already used or expired; start again")
         if pending.expires_at <= self.clock():
@@ -230,6 +233,13 @@ class AuthorizationFlows:
             f"server {pending.server!r}: exchanging the authorization code",
             now=self.wall_clock(),
         )
+        if not _same_user(tokens.access_token, pending.principal):
+            log.warning(
+                "server %s: a grant for %s was given by another user; refused", pending.server, pending.principal
+            )
+            raise CredentialError(
+                "this authorization was started by another user; the tokens are not kept (open your own link)"
+            )
         await self.vault.put(
             Grant(
                 principal=pending.principal,
@@ -247,3 +257,25 @@ class AuthorizationFlows:
     @property
     def pending_count(self) -> int:
         return len(self._pending)
+
+
+def _state_key(state: str) -> bytes:
+    return hashlib.sha256(state.encode("utf-8", "surrogatepass")).digest()
+
+
+def _same_user(access_token: str, principal: Principal) -> bool:
+    """False when the granted token names, at the principal's own issuer, another subject:
+    a user who opened someone else's authorization URL would otherwise have their grant
+    kept as that other user's (a confused deputy). A token that is not a JWT, or from
+    another issuer (a third party's own accounts), cannot be compared and is taken: its
+    ``state`` was bound to the principal that started it."""
+    parts = access_token.split(".")
+    if len(parts) != 3:
+        return True
+    try:
+        claims = json.loads(base64.urlsafe_b64decode(parts[1] + "=" * (-len(parts[1]) % 4)))
+    except (ValueError, UnicodeDecodeError):
+        return True
+    if type(claims) is not dict or claims.get("iss") != principal.issuer:
+        return True
+    return claims.get("sub") == principal.subject
