@@ -113,6 +113,11 @@ def check_upstream_auth(server: ServerConfig, path: str, raw: Mapping[str, objec
             f'{path}.auth: a stdio server takes its credentials from its environment; auth = "{server.auth}"'
             " is for servers over HTTP"
         )
+    elif server.effective_transport != "streamable-http":
+        problems.append(
+            f'{path}.auth: auth = "{server.auth}" is for servers over Streamable HTTP; this one is reached over'
+            f" {server.effective_transport}"
+        )
     if raw.get("isolation") == "shared":
         problems.append(
             f'{path}.isolation: a server with auth = "{server.auth}" holds each user\'s own credential, so it is'

@@ -3,6 +3,8 @@ tell the user and never quote a token, a code or a secret."""
 
 from __future__ import annotations
 
+import secrets
+
 from aggregator.errors import AggregatorError
 
 
@@ -26,3 +28,5 @@ class ConsentRequired(CredentialError):
         super().__init__(f"server {server!r} needs your permission first: open {url}")
         self.server = server
         self.url = url
+        # Names it to a client as a URL-mode elicitation (opaque, unique; not the state).
+        self.elicitation_id = secrets.token_urlsafe(16)

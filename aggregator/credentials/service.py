@@ -95,8 +95,16 @@ class UserCredentials:
         if self.vault is not None:
             await self.vault.aclose()
 
-    async def authorization(self, principal: Principal, server: ServerConfig, subject_token: str | None = None) -> str:
-        """The ``Authorization`` value for ``server`` on behalf of ``principal``."""
+    async def authorization(
+        self, principal: Principal | None, server: ServerConfig, subject_token: str | None = None
+    ) -> str:
+        """The ``Authorization`` value for ``server`` on behalf of ``principal`` (None: a
+        caller with no access token, who cannot be acted for)."""
+        if principal is None:
+            raise CredentialError(
+                f"server {server.name!r} acts as each user, and this session has no user: connect with an OAuth"
+                " access token (the proxy's [auth]) to use it"
+            )
         if server.auth == "token-exchange":
             if subject_token is None:
                 raise CredentialError(f"server {server.name!r} needs the caller's own access token to exchange")
@@ -108,8 +116,12 @@ class UserCredentials:
             raise await self.flows.begin(principal, server)
         return "Bearer " + token
 
-    async def unauthorized(self, principal: Principal, server: ServerConfig, challenge: str | None) -> CredentialError:
+    async def unauthorized(
+        self, principal: Principal | None, server: ServerConfig, challenge: str | None
+    ) -> CredentialError:
         """The server refused what was sent (401): forget it; what to tell the user."""
+        if principal is None:
+            return CredentialError(f"server {server.name!r} refused the credential")
         if server.auth == "token-exchange":
             self.exchange.forget(principal, server.name)
             return CredentialError(f"server {server.name!r} refused the exchanged token")
@@ -121,21 +133,31 @@ class UserCredentials:
         except CredentialError as exc:
             return exc
 
-    def bearer(self, principal: Principal, server: ServerConfig, subject_token: str | None = None) -> UserBearer:
+    def bearer(self, principal: Principal | None, server: ServerConfig, subject_token: str | None = None) -> UserBearer:
         return UserBearer(self, principal, server, subject_token)
 
 
 class UserBearer(httpx.Auth):
     """An upstream HTTP client's ``auth``: each request carries the user's token; a 401
-    raises what to tell the user (``ConsentRequired`` with the URL to open, most often)."""
+    raises what to tell the user (``ConsentRequired`` with the URL to open, most often).
+
+    An exchanged token the server refuses (401) is exchanged again once, at once: it may
+    have been revoked or its keys rotated, and the caller's own token may still be good.
+    ``subject_token`` is the caller's latest access token (its session updates it);
+    ``url_elicitation``: its client takes a URL-mode elicitation (how a grant is asked for)."""
 
     def __init__(
-        self, credentials: UserCredentials, principal: Principal, server: ServerConfig, subject_token: str | None
+        self,
+        credentials: UserCredentials,
+        principal: Principal | None,
+        server: ServerConfig,
+        subject_token: str | None,
     ) -> None:
         self.credentials = credentials
         self.principal = principal
         self.server = server
         self.subject_token = subject_token
+        self.url_elicitation = False
 
     def sync_auth_flow(self, request: httpx.Request) -> Generator[httpx.Request, httpx.Response, None]:
         raise RuntimeError("UserBearer works with httpx.AsyncClient only")
@@ -145,6 +167,13 @@ class UserBearer(httpx.Auth):
             self.principal, self.server, self.subject_token
         )
         response = yield request
+        if response.status_code == 401 and self.server.auth == "token-exchange" and self.principal is not None:
+            await response.aread()
+            self.credentials.exchange.forget(self.principal, self.server.name)
+            request.headers["authorization"] = await self.credentials.authorization(
+                self.principal, self.server, self.subject_token
+            )
+            response = yield request
         if response.status_code == 401:
             raise await self.credentials.unauthorized(
                 self.principal, self.server, response.headers.get("www-authenticate")
