@@ -105,7 +105,7 @@ async def _serve_all(
             running.set()
             if watch:
                 nursery.start_soon(watch_config, hub.reload, path)
-            callback = await _user_credentials(nursery, config, listen)
+            callback = await _user_credentials(nursery, hub, config, listen)
             urls, cannot_listen = await _start_endpoints(
                 nursery, hub, config, listen, ws_listen, admin_listen, callback=callback
             )
@@ -171,12 +171,16 @@ async def _probe_listener(address: str) -> None:
         await listener.aclose()
 
 
-async def _user_credentials(nursery: trio.Nursery, config: Config, listen: str | None) -> OAuthCallback | None:
+async def _user_credentials(
+    nursery: trio.Nursery, hub: Hub, config: Config, listen: str | None
+) -> OAuthCallback | None:
     """Users' own credentials for servers (the vault opened, the OAuth client ready), when a
-    server takes them; the callback path the HTTP endpoint serves, or None."""
+    server takes them, handed to the hub for each session's own connections; the callback
+    path the HTTP endpoint serves, or None."""
     if all(server.auth == "static" for server in config.enabled_servers):
         return None
     credentials: UserCredentials = await nursery.start(_hold_credentials, config, listen)
+    hub.credentials = credentials
     return credentials.callback
 
 

@@ -244,6 +244,17 @@ class AccessPolicy:
             return self.verifier.cached(token)
         return found
 
+    def access_token(self, headers: Mapping[str, str]) -> str | None:
+        """The request's OAuth access token when ``check`` accepted it (its principal is a
+        ``Principal``), else None: what a server with ``auth = "token-exchange"`` trades for
+        its own token. Kept with the client session, in memory only; never logged or sent on."""
+        if self.verifier is None:
+            return None
+        token = _bearer(headers)
+        if token is None or self._static(token) is not None or self.verifier.cached(token) is None:
+            return None
+        return token
+
     def _static(self, token: str) -> int | None:
         """Which configured token this is, compared in constant time with every one."""
         found = None

@@ -40,6 +40,9 @@ class ClientPort(Protocol):
     def client_connected(self, sink: ClientSink, profile: str = "default", **kind: Any) -> int:
         """A new client, whose messages go to ``sink``; its key."""
 
+    def caller_token(self, key: int, token: str | None) -> None:
+        """The client's latest request carried ``token``, its OAuth access token (None: none)."""
+
     async def client_message(self, key: int, raw: bytes) -> None:
         """A line read from a stream (stdio, WebSocket); written at the next ``flush``."""
 

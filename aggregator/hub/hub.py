@@ -31,7 +31,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from time import perf_counter
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import trio
 
@@ -80,6 +80,7 @@ from aggregator.core.router import (
     UpstreamServing,
     WaitForStartup,
 )
+from aggregator.hub.callers import Caller, bearer_for
 from aggregator.hub.caps import Admission
 from aggregator.hub.catalogs import make_router
 from aggregator.hub.reload import (
@@ -110,6 +111,9 @@ from aggregator.transports import channel
 from aggregator.transports.sink import ClientSink
 from aggregator.upstreams.port import Connector, OwnCall
 from aggregator.upstreams.session import UpstreamSession
+
+if TYPE_CHECKING:
+    from aggregator.credentials.service import UserCredentials
 
 log = logging.getLogger(__name__)
 
@@ -150,6 +154,10 @@ class Hub:
         self.started_at = time.monotonic()
         self.looking = False  # a command's one look (check, tools): it serves nobody, reports each server
         self.client_since: dict[int, float] = {}  # when each client connected (time.monotonic())
+        # Who each client acts as for servers that take users' own credentials (``callers``),
+        # and those credentials (``serve`` opens them when a server needs them).
+        self.callers: dict[int, Caller] = {}
+        self.credentials: UserCredentials | None = None
         self.recent_errors = RecentErrors()  # warnings and errors logged while it runs
         self._dirty: list[ClientSink] = []
         self.soon = SoonWriter(self._write_dirty)  # dispatch_soon's writes, once per scheduler turn
@@ -437,8 +445,12 @@ class Hub:
     def client_connected(self, sink: ClientSink, profile: str = "default", **kind: Any) -> int:
         """A new client, whose messages go to ``sink``; its key. ``kind``: ``era`` (MODERN: it
         speaks a modern revision from its first message), ``principal`` (who the front
-        authenticated), ``stateless`` (a stateless HTTP request's own)."""
+        authenticated), ``stateless`` (a stateless HTTP request's own); ``access_token``: the
+        OAuth access token it showed, kept here for token exchange, never told to the router."""
         key = next(self._client_keys)
+        token = kind.pop("access_token", None)
+        if kind.get("principal") is not None or token is not None:
+            self.callers[key] = Caller(kind.get("principal"), token)
         self.clients[key] = sink
         self.client_since[key] = time.monotonic()
         self.router.handle(ClientConnected(key, profile, **kind))
@@ -493,6 +505,7 @@ class Hub:
             self.tracing.client_gone(key)
         self.clients.pop(key, None)
         self.client_since.pop(key, None)
+        self.callers.pop(key, None)
         self.gate.forget_client(key)
         self.dispatch_now(self.router.handle(ClientDisconnected(key)))
 
@@ -520,6 +533,12 @@ class Hub:
     def draining(self) -> bool:
         """Shutting down: no new session, no new request."""
         return self.router.draining
+
+    def caller_token(self, key: int, token: str | None) -> None:
+        """A client's request carried ``token``, its OAuth access token (maybe refreshed since)."""
+        caller = self.callers.get(key)
+        if caller is not None:
+            caller.show(token)
 
     def _server_request_allowed(self, server: str, method: str, params: dict[str, Any]) -> bool:
         """The per-server policy for sampling, elicitation and roots requests, then plugins."""
@@ -662,9 +681,12 @@ class Hub:
             command.caller.settle(command)
 
     def _start_upstream(self, command: StartUpstream) -> None:
-        upstream = UpstreamSession(
-            self, self.config.servers[command.server], name=command.name, client_capabilities=command.capabilities
-        )
+        server = self.config.servers[command.server]
+        # A server acting as each user gets this session's user's credential, and nobody else's.
+        auth = None
+        if server.auth != "static" and self.credentials is not None:
+            auth = bearer_for(self.credentials, self.callers.get(command.session), server, command.capabilities)
+        upstream = UpstreamSession(self, server, name=command.name, client_capabilities=command.capabilities, auth=auth)
         self.upstreams[command.name] = upstream
         assert self._nursery is not None
         self._nursery.start_soon(self._run_session_upstream, upstream, name=f"upstream {command.name}")

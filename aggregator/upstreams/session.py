@@ -58,6 +58,7 @@ class UpstreamSession:
         *,
         name: str | None = None,
         client_capabilities: dict[str, Any] | None = None,
+        auth: Any = None,
     ) -> None:
         self.hub = hub
         self.config = config
@@ -68,6 +69,9 @@ class UpstreamSession:
         self.name = name or config.name
         self.per_session = name is not None
         self.client_capabilities = client_capabilities
+        # A per-session connection's user's own credential (an ``httpx.Auth``), for a server
+        # that acts as each user; None: the configured headers only.
+        self.auth = auth
         self.log = logging.getLogger(f"aggregator.server.{config.name}")
         self.cancel_scope = trio.CancelScope()
         self.ended = trio.Event()  # its supervisor returned: its process is stopped
@@ -273,7 +277,8 @@ class UpstreamSession:
             }
             connect = connectors[transport]
             depth = self.hub.max_json_depth
-            reason = await connect(self.config, limit, depth, task_status=task_status)
+            extra = {"auth": self.auth} if self.auth is not None else {}
+            reason = await connect(self.config, limit, depth, task_status=task_status, **extra)
         self._lose(reason)
 
     def _congested(self, reason: str | None) -> None:

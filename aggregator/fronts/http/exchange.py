@@ -106,6 +106,8 @@ class PostExchange:
                 return
             await reject(connection, status, INVALID_REQUEST, reason, message.get("id") if kind == REQUEST else None)
             return
+        # The same user's token, refreshed: what a token exchange trades from now on.
+        self.hub.caller_token(session.key, self.access.access_token(request.headers))
         if kind != REQUEST:
             await self.hub.client_decoded(session.key, kind, message)
             await connection.respond(202, [])
@@ -135,7 +137,9 @@ class PostExchange:
         # Admitted: from here the session exists, and ending it releases its place.
         session = HttpSession(self.sessions, secrets.token_urlsafe(24), principal)
         session.profile = profile
-        session.key = self.hub.client_connected(session, profile, principal=principal)
+        session.key = self.hub.client_connected(
+            session, profile, principal=principal, access_token=self.access.access_token(request.headers)
+        )
         self.sessions.add(session)
         log.info("http session %d: opened", session.key)
         ok = False

@@ -124,7 +124,10 @@ class LegacySse:
         try:
             limit = self.config.max_stream_buffer_bytes
             session = LegacySession(secrets.token_urlsafe(24), admitted.principal, limit, self)
-            session.key = self.hub.client_connected(session, admitted.profile, principal=admitted.principal)
+            token = self.access.access_token(request.headers)
+            session.key = self.hub.client_connected(
+                session, admitted.profile, principal=admitted.principal, access_token=token
+            )
         except BaseException:
             self.admission.release_session()
             raise

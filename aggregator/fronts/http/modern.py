@@ -215,6 +215,7 @@ class StatelessRequests:
                 client.key = self.hub.client_connected(
                     client, profile, era=Era.MODERN, principal=principal, stateless=True
                 )
+            self.hub.caller_token(client.key, self.access.access_token(headers))
             await self._answer(connection, client, message)
         finally:
             # Answered, or the client left (or this failed): the router cancels what is

@@ -165,11 +165,18 @@ class WebSocketEndpoint:
             await reject(request, 503, extra_headers, session_refusal.message)
             return
         try:
-            await self._session(request, admitted.profile, admitted.principal)
+            token = self.access.access_token(handshake_headers(request))
+            await self._session(request, admitted.profile, admitted.principal, token)
         finally:
             self.admission.release_session()
 
-    async def _session(self, request: trio_websocket.WebSocketRequest, profile: str, principal: Any = None) -> None:
+    async def _session(
+        self,
+        request: trio_websocket.WebSocketRequest,
+        profile: str,
+        principal: Any = None,
+        access_token: str | None = None,
+    ) -> None:
         """One admitted session, from accepting the handshake to the connection's end."""
         subprotocol = "mcp" if "mcp" in request.proposed_subprotocols else None
         socket = await request.accept(subprotocol=subprotocol)
@@ -195,7 +202,7 @@ class WebSocketEndpoint:
         sink = WebSocketSink(
             proxy.client_buffer_bytes, proxy.client_write_timeout, on_drop=dropped, memory=self.hub.client_memory
         )
-        key = self.hub.client_connected(sink, profile, principal=principal)
+        key = self.hub.client_connected(sink, profile, principal=principal, access_token=access_token)
         log.info("websocket session %d: opened", key)
         try:
             with connection:
