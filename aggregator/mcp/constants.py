@@ -58,3 +58,7 @@ ROOTS_LIST_CHANGED = "notifications/roots/list_changed"
 # The requests that name one tool, prompt or resource: the ones plugins' request hooks see
 # and whose target the router describes to them.
 TARGETED_METHODS = ("tools/call", "prompts/get", "resources/read", "resources/subscribe", "completion/complete")
+
+# The error that says a request cannot go on until the user has completed the URL-mode
+# elicitations in its data.elicitations (2025-11-25 only).
+URL_ELICITATION_REQUIRED = -32042

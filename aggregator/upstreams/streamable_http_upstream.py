@@ -25,7 +25,7 @@ from aggregator.config.masking import shown_url
 from aggregator.core.router import proxy_error
 from aggregator.credentials.problems import ConsentRequired, CredentialError
 from aggregator.jsonrpc.codec import dumps, loads
-from aggregator.mcp.constants import CANCELLED, INITIALIZE
+from aggregator.mcp.constants import CANCELLED, INITIALIZE, URL_ELICITATION_REQUIRED
 from aggregator.mcp.modern import LISTEN
 from aggregator.mcp.versions import DISCOVER
 from aggregator.telemetry.tracing import trace_headers
@@ -71,6 +71,33 @@ async def run_streamable_http_server(
         with client_logs_masked(connection.link.mask):
             await connection.run(task_status)
     return connection.link.reason
+
+
+def unauthorized_error(id: Any, server: str, problem: CredentialError, url_elicitation: bool) -> dict[str, Any]:
+    """The error that answers a request no credential of the user's could be sent with.
+
+    When the user must grant access first (``ConsentRequired``), its message and
+    ``data.url`` name the URL to open; for a client that declared URL-mode elicitation
+    (2025-11-25) it is error -32042, URL elicitation required, with the URL in
+    ``data.elicitations`` as the spec defines it: the call cannot go on until the user has
+    been there, and the client retries it once they have. (The proxy does not hold the
+    call open meanwhile: a grant takes a person at a browser, longer than a request's
+    timeout.)"""
+    error = proxy_error(id, str(problem), reason="unauthorized", server=server)
+    if isinstance(problem, ConsentRequired):
+        data = error["error"]["data"]
+        data["url"] = problem.url
+        if url_elicitation:
+            error["error"]["code"] = URL_ELICITATION_REQUIRED
+            data["elicitations"] = [
+                {
+                    "mode": "url",
+                    "elicitationId": problem.elicitation_id,
+                    "url": problem.url,
+                    "message": f"Server {server!r} acts as you: grant it access to continue.",
+                }
+            ]
+    return error
 
 
 class _StreamableHttp:
@@ -133,11 +160,10 @@ class _StreamableHttp:
         """No credential of the user's could be sent: answer the request with what to do
         (the URL to open, when the user must grant access). Nothing was sent to the server."""
         if type(message) is dict and "method" in message and "id" in message:
-            name = self.config.name
-            error = proxy_error(message["id"], str(problem), reason="unauthorized", server=name)
-            if isinstance(problem, ConsentRequired):
-                error["error"]["data"]["url"] = problem.url
-            await self.link.deliver(dumps(error))
+            url_elicitation = bool(getattr(self.client.httpx.auth, "url_elicitation", False))
+            await self.link.deliver(
+                dumps(unauthorized_error(message["id"], self.config.name, problem, url_elicitation))
+            )
 
     # --- a message to the server, and what comes back on its POST -------------------------
 

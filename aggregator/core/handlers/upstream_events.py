@@ -163,6 +163,7 @@ class UpstreamEvents:
                 out += self.server_listing(name, outcome.listing)
             elif type(outcome) is Failed:
                 self.control.learnt(link)
+                link.refusal = outcome.refusal
                 out.append(DropUpstream(name, outcome.reason))
             elif type(outcome) is Answer:
                 out.append(outcome)
@@ -314,8 +315,14 @@ class UpstreamEvents:
         self._probe_lost(link, why)
         out: list[Command] = self._own_link_lost(link) if link.session is not None else []
         waiting, link.waiting = link.waiting, []
+        refusal, link.refusal = link.refusal, None
         for key, message, _params in waiting:
-            if self.forwarding.still_waiting(self.clients.get(key), message):
+            if not self.forwarding.still_waiting(self.clients.get(key), message):
+                continue
+            if refusal is not None:  # what its user must do first (a grant to give)
+                self.tallies.ended(message["method"], link.server, "error", "unauthorized", None)
+                out.append(ToClient(key, {"jsonrpc": "2.0", "id": message["id"], "error": refusal}))
+            else:
                 self.tallies.ended(message["method"], link.server, "error", "unavailable", None)
                 out.append(
                     ToClient(

@@ -264,6 +264,12 @@ class UpstreamLifecycle:
                 self.learnt = Era.MODERN
                 why = era.slow_probe(self.name, self.discover_timeout, self.init_timeout) if late else era.NEXT
                 return [self._fail(f"{outcome.text}: {why}", outcome.code)]
+            if self.per_session and type(error) is dict and _credential_refusal(error):
+                # No credential of its user's could be sent (the proxy answered for it): the
+                # requests waiting for this connection get that answer, which says what to do
+                # (the URL to open); the log gets no URL (its state is the user's alone).
+                failed = self._fail("no credential of its user's could be sent to it", outcome.code)
+                return [failed._replace(refusal=error)]
             return [self._fail(outcome.text, outcome.code)]
         assert type(outcome) is dict
         problem = initialize_result_problem(outcome)
@@ -398,3 +404,10 @@ class UpstreamLifecycle:
             self.listed = True
             out.append(Listing(job.listing))
         return out + self._next_job(now)
+
+
+def _credential_refusal(error: dict[str, Any]) -> bool:
+    """Whether an error is the proxy's own answer for a connection that could send no
+    credential of its user's (``upstreams.streamable_http_upstream.unauthorized_error``)."""
+    data = error.get("data")
+    return type(data) is dict and data.get("source") == "aggregator" and data.get("reason") == "unauthorized"

@@ -48,10 +48,13 @@ class Serving(NamedTuple):
 
 class Failed(NamedTuple):
     """The connection cannot be used: ``reason`` for the log and the status; ``code`` is
-    the JSON-RPC error code when the server answered with an error."""
+    the JSON-RPC error code when the server answered with an error; ``refusal``: the error
+    that answers the requests waiting for a per-session connection, when no credential of
+    its user's could be sent (it says what the user must do)."""
 
     reason: str
     code: int | None = None
+    refusal: dict[str, Any] | None = None
 
 
 Outcome = Send | Ready | Items | Listing | Serving | Failed | Answer

@@ -185,6 +185,9 @@ class UpstreamLink:
     overloaded: str | None = None
     # Requests held until a per-session link is ready: (client key, message, params).
     waiting: list[tuple[int, dict[str, Any], dict[str, Any]]] = attrs.field(factory=list)
+    # Why they get no answer from it, when its connection could send no credential of its
+    # user's: the error that says what the user must do (``Failed.refusal``).
+    refusal: dict[str, Any] | None = None
     # Clients' resources/subscribe to a modern server, answered once its new listen is
     # acknowledged (so an update right after the answer is not missed): (client, request id).
     acks: list[tuple[int, Any]] = attrs.field(factory=list)
