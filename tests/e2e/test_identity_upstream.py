@@ -1,0 +1,218 @@
+"""Servers that act as the calling user, end to end: the proxy as a resource server in
+front of the suite's authorization server (``tests/authserver``, a process), and a
+protected MCP server over Streamable HTTP that takes only tokens issued for it and whose
+tool ``whoami`` echoes the token it received. Each user's session reaches it as that user:
+by token exchange (RFC 8693), never passing the caller's own token on, or by the user's
+own grant, asked for when there is none."""
+
+from __future__ import annotations
+
+import base64
+import subprocess
+import sys
+from urllib.parse import parse_qsl, urlsplit
+
+import httpx
+import pytest
+
+from tests.authserver.harness import decode_unverified
+from tests.credentials.peers import JwtIssuer, ProtectedMcp
+from tests.e2e.conftest import ROOT, events, http_proxy, post, write_config
+
+pytestmark = pytest.mark.e2e
+RESOURCE = "http://127.0.0.1/mcp"
+EXCHANGE = "urn:ietf:params:oauth:grant-type:token-exchange"
+VAULT_KEY = base64.b64encode(bytes(range(32))).decode()
+
+
+@pytest.fixture
+def protected(authserver):
+    server = ProtectedMcp(JwtIssuer(authserver.issuer))
+    yield server
+    server.close()
+
+
+def token_of(authserver, user: str) -> str:
+    client = authserver.register()
+    answer = authserver.code_flow(client, user=user, password=f"{user}-password", resource=RESOURCE, scope="mcp")
+    return str(answer["access_token"])
+
+
+def config_for(tmp_path, authserver, server: str) -> object:
+    return write_config(
+        tmp_path,
+        f'''
+[auth]
+resource = "{RESOURCE}"
+scopes_supported = ["mcp"]
+
+[[auth.issuers]]
+issuer = "{authserver.issuer}"
+
+[credentials]
+vault = "tokens.db"
+vault_key = "{VAULT_KEY}"
+{server}''',
+        startup_timeout=2.0,
+    )
+
+
+class Session:
+    """A 2025-11-25 client session over Streamable HTTP with an access token."""
+
+    def __init__(self, port: int, token: str, capabilities: dict | None = None) -> None:
+        self.port, self.token, self.next_id = port, token, 1
+        init = {
+            "jsonrpc": "2.0",
+            "id": 0,
+            "method": "initialize",
+            "params": {
+                "protocolVersion": "2025-11-25",
+                "capabilities": capabilities or {},
+                "clientInfo": {"name": "raw", "version": "0"},
+            },
+        }
+        status, headers, body = post(port, init, self.headers())
+        assert status == 200, body
+        self.id = headers["mcp-session-id"]
+        post(port, {"jsonrpc": "2.0", "method": "notifications/initialized"}, self.headers())
+
+    def headers(self) -> dict[str, str]:
+        found = {"authorization": f"Bearer {self.token}", "mcp-protocol-version": "2025-11-25"}
+        if getattr(self, "id", None):
+            found["mcp-session-id"] = self.id
+        return found
+
+    def request(self, method: str, params: dict | None = None) -> dict:
+        self.next_id += 1
+        message = {"jsonrpc": "2.0", "id": self.next_id, "method": method, "params": params or {}}
+        status, _, body = post(self.port, message, self.headers())
+        assert status == 200, body
+        return [m for m in events(body) if m.get("id") == self.next_id][0]
+
+    def whoami(self) -> dict:
+        return self.request("tools/call", {"name": "docs__whoami", "arguments": {}})
+
+
+def claims_of(answer: dict) -> dict:
+    assert "result" in answer, answer
+    return decode_unverified(answer["result"]["content"][0]["text"])[1]
+
+
+def test_token_exchange_gives_each_user_their_own_identity(tmp_path, authserver, protected):
+    proxy_client = authserver.register(
+        grant_types=["authorization_code", EXCHANGE], redirect_uri="http://127.0.0.1:2/cb"
+    )
+    server = f'''
+[servers.docs]
+url = "{protected.url}"
+auth = "token-exchange"
+[servers.docs.oauth]
+issuer = "{authserver.issuer}"
+client_id = "{proxy_client.client_id}"
+client_secret = "{proxy_client.client_secret}"
+'''
+    alice_token, bob_token = token_of(authserver, "alice"), token_of(authserver, "bob")
+    with http_proxy(config_for(tmp_path, authserver, server)) as (port, log):
+        alice, bob = Session(port, alice_token), Session(port, bob_token)
+        first = claims_of(alice.whoami())
+        assert first["sub"] == "alice" and first["aud"] == protected.url
+        assert claims_of(bob.whoami())["sub"] == "bob"
+        # Cached per user and server: the same exchanged token serves alice's next call.
+        again = alice.whoami()
+        assert claims_of(again) == first
+        # A second session of alice's gets alice, and never bob's token.
+        assert claims_of(Session(port, alice_token).whoami())["sub"] == "alice"
+        # The server refuses what it was sent (401): a new exchange, the call goes through.
+        protected.auth = _RefusingOnce(protected.auth)
+        before = len(protected.seen)
+        assert claims_of(alice.whoami())["sub"] == "alice"
+        assert len(protected.seen) == before + 2  # refused, then sent again with a new exchange
+        text = log.read_text()
+    # The callers' own tokens never went upstream, and no token reached the log.
+    assert f"Bearer {alice_token}" not in protected.seen and f"Bearer {bob_token}" not in protected.seen
+    for token in (alice_token, bob_token, *[(h or "")[7:] for h in protected.seen]):
+        assert not token or token not in text
+
+
+class _RefusingOnce:
+    """The server's token check, refusing the first token it sees from now on."""
+
+    def __init__(self, inner) -> None:
+        self.inner, self.issuer, self.refused = inner, inner.issuer, False
+
+    def valid(self, token: str, audience: str) -> bool:
+        if not self.refused:
+            self.refused = True
+            return False
+        return self.inner.valid(token, audience)
+
+
+def sign_in(url: str, user: str) -> httpx.Response:
+    """A person at a browser: the authorization server's login form, then its redirect to the
+    proxy's callback; the callback's answer."""
+    params = dict(parse_qsl(urlsplit(url).query))
+    base = url.split("/authorize", 1)[0]
+    with httpx.Client() as browser:
+        assert browser.get(url).status_code == 200
+        form = {**params, "username": user, "password": f"{user}-password", "decision": "approve"}
+        redirect = browser.post(f"{base}/authorize", data=form)
+        assert redirect.status_code == 302, redirect.text
+        return browser.get(redirect.headers["location"])
+
+
+def test_the_users_own_grant_is_asked_for(tmp_path, authserver, protected):
+    server = f"""
+[servers.docs]
+url = "{protected.url}"
+auth = "oauth"
+"""
+    alice_token, bob_token = token_of(authserver, "alice"), token_of(authserver, "bob")
+    config = config_for(tmp_path, authserver, server)
+    with http_proxy(config) as (port, log):
+        # A client that cannot elicit: a clear error naming the URL to open.
+        plain = Session(port, alice_token)
+        asked = plain.whoami()["error"]
+        assert asked["data"]["reason"] == "unauthorized" and asked["data"]["url"] in asked["message"]
+        # A 2025-11-25 client that takes URL elicitations: -32042, the URL in data.elicitations.
+        eliciting = Session(port, alice_token, {"elicitation": {"url": {}}})
+        required = eliciting.whoami()["error"]
+        assert required["code"] == -32042
+        [elicitation] = required["data"]["elicitations"]
+        assert elicitation["mode"] == "url" and elicitation["elicitationId"]
+        url = elicitation["url"]
+        assert url.startswith(authserver.issuer + "/authorize?") and "state=" not in log.read_text()
+        # Bob opening alice's link: his grant is not kept as alice's (a confused deputy).
+        stolen = sign_in(url, "bob")
+        assert stolen.status_code == 400, stolen.text
+        assert "error" in eliciting.whoami()
+        # Alice consents; her call, retried, goes through as alice.
+        url = eliciting.whoami()["error"]["data"]["elicitations"][0]["url"]
+        done = sign_in(url, "alice")
+        assert done.status_code == 200, done.text
+        assert sign_in(url, "alice").status_code == 400  # a state is used once
+        claims = claims_of(eliciting.whoami())
+        assert claims["sub"] == "alice" and claims["aud"] == protected.url
+        # Bob has no grant of his own: he is asked, never served with alice's.
+        assert Session(port, bob_token).whoami()["error"]["data"]["reason"] == "unauthorized"
+        # A 401 from the server after consent: asked again.
+        protected.auth = _RefusingOnce(protected.auth)
+        assert eliciting.whoami()["error"]["code"] == -32042
+        protected.auth = protected.auth.inner
+        done = sign_in(Session(port, alice_token).whoami()["error"]["data"]["url"], "alice")
+        assert done.status_code == 200, done.text
+        assert claims_of(Session(port, alice_token).whoami())["sub"] == "alice"
+        # Revoked: the next call asks again.
+        revoke = subprocess.run(
+            [sys.executable, "-m", "aggregator", "auth", "revoke", "alice", "docs", "--config", str(config)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            cwd=ROOT,
+        )
+        assert revoke.returncode == 0, revoke.stderr
+        assert Session(port, alice_token).whoami()["error"]["data"]["reason"] == "unauthorized"
+        text = log.read_text()
+    for token in (alice_token, bob_token, *[(h or "")[7:] for h in protected.seen]):
+        assert not token or token not in text
+    assert "code=" not in text and "state=" not in text
