@@ -180,7 +180,7 @@ async def _user_credentials(
     if all(server.auth == "static" for server in config.enabled_servers):
         return None
     credentials: UserCredentials = await nursery.start(_hold_credentials, config, listen)
-    hub.credentials = credentials
+    hub.use_credentials(credentials)
     return credentials.callback
 
 

@@ -67,6 +67,8 @@ class Pending:
     resource: str
     scope: str
     expires_at: float
+    # How a client that was asked by URL elicitation names it (not the state).
+    elicitation_id: str = ""
 
 
 def pkce_pair() -> tuple[str, str]:
@@ -97,6 +99,9 @@ class AuthorizationFlows:
         # long a lookup takes says nothing of how much of a guessed state was right.
         self._pending: OrderedDict[bytes, Pending] = OrderedDict()
         self._registered: dict[str, ClientCredentials] = {}  # issuer -> the client registered there
+        # Told of each authorization completed, its tokens in the vault (the hub tells the
+        # client that was asked: ``notifications/elicitation/complete``).
+        self.listeners: list[Callable[[Pending], None]] = []
 
     # --- the URL a user opens --------------------------------------------------------------
 
@@ -119,6 +124,7 @@ class AuthorizationFlows:
         scope = " ".join(server.oauth.scopes) or params.get("scope") or " ".join(resource.scopes_supported)
         verifier, code_challenge = pkce_pair()
         state = secrets.token_urlsafe(32)
+        elicitation_id = secrets.token_urlsafe(16)
         self._admit(principal)
         self._pending[_state_key(state)] = Pending(
             principal=principal,
@@ -132,6 +138,7 @@ class AuthorizationFlows:
             resource=canonical_resource(server.url),
             scope=scope,
             expires_at=self.clock() + self.settings.consent_timeout,
+            elicitation_id=elicitation_id,
         )
         query = {
             "response_type": "code",
@@ -149,7 +156,7 @@ class AuthorizationFlows:
         if (refusal := url_refusal(url)) is not None:
             raise UnsafeUrl(f"server {server.name!r}: the authorization URL {refusal}")
         log.info("server %s: %s is asked to grant access", server.name, principal)
-        return ConsentRequired(server.name, url)
+        return ConsentRequired(server.name, url, elicitation_id)
 
     def _admit(self, principal: Principal) -> None:
         """Room for one more pending authorization: the expired ones go, then the user's
@@ -252,6 +259,8 @@ class AuthorizationFlows:
             )
         )
         log.info("server %s: %s granted access", pending.server, pending.principal)
+        for listener in self.listeners:
+            listener(pending)
         return pending
 
     @property

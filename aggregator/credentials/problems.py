@@ -24,9 +24,9 @@ class ConsentRequired(CredentialError):
     authorization URL, already checked). Whoever serves the user says so: a URL-mode
     elicitation, error -32042, or an error naming the URL."""
 
-    def __init__(self, server: str, url: str) -> None:
+    def __init__(self, server: str, url: str, elicitation_id: str | None = None) -> None:
         super().__init__(f"server {server!r} needs your permission first: open {url}")
         self.server = server
         self.url = url
         # Names it to a client as a URL-mode elicitation (opaque, unique; not the state).
-        self.elicitation_id = secrets.token_urlsafe(16)
+        self.elicitation_id = elicitation_id or secrets.token_urlsafe(16)

@@ -13,7 +13,7 @@ from the config at start (``open``).
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, Generator, Mapping
+from collections.abc import AsyncGenerator, Callable, Generator, Mapping
 
 import httpx
 
@@ -158,26 +158,38 @@ class UserBearer(httpx.Auth):
         self.server = server
         self.subject_token = subject_token
         self.url_elicitation = False
+        # Told when the user is asked for a grant (the hub remembers which client to tell
+        # when it is given).
+        self.on_consent: Callable[[ConsentRequired], None] | None = None
 
     def sync_auth_flow(self, request: httpx.Request) -> Generator[httpx.Request, httpx.Response, None]:
         raise RuntimeError("UserBearer works with httpx.AsyncClient only")
 
     async def async_auth_flow(self, request: httpx.Request) -> AsyncGenerator[httpx.Request, httpx.Response]:
-        request.headers["authorization"] = await self.credentials.authorization(
-            self.principal, self.server, self.subject_token
-        )
+        request.headers["authorization"] = await self._authorization()
         response = yield request
         if response.status_code == 401 and self.server.auth == "token-exchange" and self.principal is not None:
             await response.aread()
             self.credentials.exchange.forget(self.principal, self.server.name)
-            request.headers["authorization"] = await self.credentials.authorization(
-                self.principal, self.server, self.subject_token
-            )
+            request.headers["authorization"] = await self._authorization()
             response = yield request
         if response.status_code == 401:
-            raise await self.credentials.unauthorized(
-                self.principal, self.server, response.headers.get("www-authenticate")
+            raise self._asked(
+                await self.credentials.unauthorized(
+                    self.principal, self.server, response.headers.get("www-authenticate")
+                )
             )
+
+    async def _authorization(self) -> str:
+        try:
+            return await self.credentials.authorization(self.principal, self.server, self.subject_token)
+        except ConsentRequired as asked:
+            raise self._asked(asked) from None
+
+    def _asked(self, problem: CredentialError) -> CredentialError:
+        if isinstance(problem, ConsentRequired) and self.on_consent is not None:
+            self.on_consent(problem)
+        return problem
 
 
 __all__ = ["ConsentRequired", "CredentialError", "UserBearer", "UserCredentials", "redirect_uri"]

@@ -28,7 +28,9 @@ import itertools
 import logging
 import math
 import time
+from collections import OrderedDict
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from time import perf_counter
 from typing import TYPE_CHECKING, Any
@@ -113,9 +115,12 @@ from aggregator.upstreams.port import Connector, OwnCall
 from aggregator.upstreams.session import UpstreamSession
 
 if TYPE_CHECKING:
+    from aggregator.credentials.problems import ConsentRequired
     from aggregator.credentials.service import UserCredentials
 
 log = logging.getLogger(__name__)
+MAX_CONSENTS_WAITING = 1024  # clients remembered as asked for a grant (the oldest forgotten)
+ELICITATION_COMPLETE = "notifications/elicitation/complete"
 
 
 class Hub:
@@ -158,6 +163,9 @@ class Hub:
         # and those credentials (``serve`` opens them when a server needs them).
         self.callers: dict[int, Caller] = {}
         self.credentials: UserCredentials | None = None
+        # elicitation id -> the client asked by URL elicitation to grant access, oldest first:
+        # told with notifications/elicitation/complete when the grant is given.
+        self._consents: OrderedDict[str, int] = OrderedDict()
         self.recent_errors = RecentErrors()  # warnings and errors logged while it runs
         self._dirty: list[ClientSink] = []
         self.soon = SoonWriter(self._write_dirty)  # dispatch_soon's writes, once per scheduler turn
@@ -506,6 +514,9 @@ class Hub:
         self.clients.pop(key, None)
         self.client_since.pop(key, None)
         self.callers.pop(key, None)
+        if self._consents:
+            for elicitation in [e for e, asked in self._consents.items() if asked == key]:
+                del self._consents[elicitation]
         self.gate.forget_client(key)
         self.dispatch_now(self.router.handle(ClientDisconnected(key)))
 
@@ -533,6 +544,27 @@ class Hub:
     def draining(self) -> bool:
         """Shutting down: no new session, no new request."""
         return self.router.draining
+
+    def use_credentials(self, credentials: UserCredentials) -> None:
+        """Users' own credentials for servers, opened by ``serve``: each session's own
+        connection to a server that acts as each user sends its user's."""
+        self.credentials = credentials
+        if credentials.flows is not None:
+            credentials.flows.listeners.append(self._consent_given)
+
+    def _consent_asked(self, key: int, asked: ConsentRequired) -> None:
+        self._consents[asked.elicitation_id] = key
+        while len(self._consents) > MAX_CONSENTS_WAITING:
+            self._consents.popitem(last=False)
+
+    def _consent_given(self, pending: Any) -> None:
+        """A user granted access (the tokens are in the vault): the client that was asked by
+        URL elicitation hears that it is complete, and may retry its call."""
+        key = self._consents.pop(pending.elicitation_id, None)
+        if key is not None and key in self.clients:
+            params = {"elicitationId": pending.elicitation_id}
+            done = {"jsonrpc": "2.0", "method": ELICITATION_COMPLETE, "params": params}
+            self.dispatch_now([ToClient(key, done)])
 
     def caller_token(self, key: int, token: str | None) -> None:
         """A client's request carried ``token``, its OAuth access token (maybe refreshed since)."""
@@ -686,6 +718,8 @@ class Hub:
         auth = None
         if server.auth != "static" and self.credentials is not None:
             auth = bearer_for(self.credentials, self.callers.get(command.session), server, command.capabilities)
+            if auth.url_elicitation:
+                auth.on_consent = partial(self._consent_asked, command.session)
         upstream = UpstreamSession(self, server, name=command.name, client_capabilities=command.capabilities, auth=auth)
         self.upstreams[command.name] = upstream
         assert self._nursery is not None

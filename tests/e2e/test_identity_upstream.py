@@ -8,6 +8,7 @@ own grant, asked for when there is none."""
 from __future__ import annotations
 
 import base64
+import json
 import subprocess
 import sys
 from urllib.parse import parse_qsl, urlsplit
@@ -89,6 +90,16 @@ class Session:
         status, _, body = post(self.port, message, self.headers())
         assert status == 200, body
         return [m for m in events(body) if m.get("id") == self.next_id][0]
+
+    def notification(self, method: str) -> dict:
+        """The first message ``method`` on the session's GET stream (what waited for it comes first)."""
+        headers = {**self.headers(), "accept": "text/event-stream", "host": f"127.0.0.1:{self.port}"}
+        with httpx.stream("GET", f"http://127.0.0.1:{self.port}/mcp", headers=headers, timeout=10) as stream:
+            assert stream.status_code == 200
+            for line in stream.iter_lines():
+                if line.startswith("data: ") and line[6:].strip() and json.loads(line[6:]).get("method") == method:
+                    return dict(json.loads(line[6:]))
+        raise AssertionError(f"no {method}")
 
     def whoami(self) -> dict:
         return self.request("tools/call", {"name": "docs__whoami", "arguments": {}})
@@ -187,9 +198,13 @@ auth = "oauth"
         assert stolen.status_code == 400, stolen.text
         assert "error" in eliciting.whoami()
         # Alice consents; her call, retried, goes through as alice.
-        url = eliciting.whoami()["error"]["data"]["elicitations"][0]["url"]
+        [elicitation] = eliciting.whoami()["error"]["data"]["elicitations"]
+        url = elicitation["url"]
         done = sign_in(url, "alice")
         assert done.status_code == 200, done.text
+        # The client that was asked hears the grant is given.
+        complete = eliciting.notification("notifications/elicitation/complete")
+        assert complete["params"] == {"elicitationId": elicitation["elicitationId"]}
         assert sign_in(url, "alice").status_code == 400  # a state is used once
         claims = claims_of(eliciting.whoami())
         assert claims["sub"] == "alice" and claims["aud"] == protected.url
