@@ -18,7 +18,7 @@ import pytest
 
 from tests.authserver.harness import decode_unverified
 from tests.credentials.peers import JwtIssuer, ProtectedMcp
-from tests.e2e.conftest import ROOT, events, http_proxy, post, write_config
+from tests.e2e.conftest import ROOT, events, http_proxy, post, stateless, write_config
 
 pytestmark = pytest.mark.e2e
 RESOURCE = "http://127.0.0.1/mcp"
@@ -105,6 +105,19 @@ class Session:
         return self.request("tools/call", {"name": "docs__whoami", "arguments": {}})
 
 
+def modern_whoami(port: int, token: str, capabilities: dict, responses: dict | None = None) -> dict:
+    """``docs__whoami`` as a 2026-07-28 request without a session."""
+    params: dict = {"name": "docs__whoami", "arguments": {}}
+    if responses is not None:
+        params["inputResponses"] = responses
+    body, headers = stateless(7, "tools/call", params)
+    body["params"]["_meta"]["io.modelcontextprotocol/clientCapabilities"] = capabilities
+    headers.update({"authorization": f"Bearer {token}", "mcp-name": "docs__whoami"})
+    status, _, answer = post(port, body, headers)
+    assert status == 200, answer
+    return [m for m in events(answer) if m.get("id") == 7][0]
+
+
 def claims_of(answer: dict) -> dict:
     assert "result" in answer, answer
     return decode_unverified(answer["result"]["content"][0]["text"])[1]
@@ -139,11 +152,16 @@ client_secret = "{proxy_client.client_secret}"
         before = len(protected.seen)
         assert claims_of(alice.whoami())["sub"] == "alice"
         assert len(protected.seen) == before + 2  # refused, then sent again with a new exchange
+        # Who each session is shows in the status; no token does, there or in the metrics.
+        shown = b"".join(
+            post(port, None, alice.headers(), path=path, method="GET")[2] for path in ("/status.json", "/metrics")
+        )
+        assert f"alice ({authserver.issuer})".encode() in shown
         text = log.read_text()
     # The callers' own tokens never went upstream, and no token reached the log.
     assert f"Bearer {alice_token}" not in protected.seen and f"Bearer {bob_token}" not in protected.seen
     for token in (alice_token, bob_token, *[(h or "")[7:] for h in protected.seen]):
-        assert not token or token not in text
+        assert not token or (token not in text and token.encode() not in shown)
 
 
 class _RefusingOnce:
@@ -227,6 +245,18 @@ auth = "oauth"
         )
         assert revoke.returncode == 0, revoke.stderr
         assert Session(port, alice_token).whoami()["error"]["data"]["reason"] == "unauthorized"
+        # A 2026-07-28 caller: the input request form of URL elicitation when it declared it,
+        # else the error naming the URL (-32042 is 2025-11-25 only).
+        unable = modern_whoami(port, alice_token, {})["error"]
+        assert unable["code"] != -32042 and unable["data"]["url"] in unable["message"]
+        asked = modern_whoami(port, alice_token, {"elicitation": {"url": {}}})["result"]
+        assert asked["resultType"] == "input_required"
+        [request] = asked["inputRequests"].values()
+        assert request["method"] == "elicitation/create" and request["params"]["mode"] == "url"
+        assert sign_in(request["params"]["url"], "alice").status_code == 200
+        [key] = asked["inputRequests"]
+        again = modern_whoami(port, alice_token, {"elicitation": {"url": {}}}, {key: {"action": "accept"}})
+        assert claims_of(again)["sub"] == "alice"
         text = log.read_text()
     for token in (alice_token, bob_token, *[(h or "")[7:] for h in protected.seen]):
         assert not token or token not in text

@@ -23,6 +23,7 @@ from aggregator.core.catalogs.catalog import Catalog
 from aggregator.core.catalogs.outages import FAILED, RESTARTING, Outage, remember
 from aggregator.core.catalogs.session_catalog import SessionViews
 from aggregator.core.commands import Answer, Command, DropUpstream, ToClient, ToServer, UpstreamServing
+from aggregator.core.era.modern_results import IDENTITY
 from aggregator.core.handlers.inflight import InFlight
 from aggregator.core.lifecycle.upstream_era import MODERN_ERA, Era
 from aggregator.core.lifecycle.upstream_outcomes import Failed, Items, Listing, Outcome, Ready, Send, Serving
@@ -37,7 +38,9 @@ from aggregator.core.reverse.reverse_table import ReverseTable
 from aggregator.core.reverse.roots import Roots
 from aggregator.core.upstreams.held_requests import HeldRequests, Resend
 from aggregator.core.upstreams.upstream_control import UpstreamControl
+from aggregator.jsonrpc.errors import INTERNAL_ERROR
 from aggregator.mcp.constants import CANCELLED
+from aggregator.mcp.modern import CLIENT_CAPABILITIES, INPUT_REQUESTS, INPUT_REQUIRED, RESULT_TYPE, SERVER_INFO
 
 log = logging.getLogger(__name__)
 
@@ -316,12 +319,15 @@ class UpstreamEvents:
         out: list[Command] = self._own_link_lost(link) if link.session is not None else []
         waiting, link.waiting = link.waiting, []
         refusal, link.refusal = link.refusal, None
-        for key, message, _params in waiting:
+        for key, message, params in waiting:
             if not self.forwarding.still_waiting(self.clients.get(key), message):
                 continue
             if refusal is not None:  # what its user must do first (a grant to give)
+                client = self.clients.get(key)
+                modern = client is not None and client.era is MODERN_ERA
+                answer = consent_answer(message["id"], refusal, modern, params)
                 self.tallies.ended(message["method"], link.server, "error", "unauthorized", None)
-                out.append(ToClient(key, {"jsonrpc": "2.0", "id": message["id"], "error": refusal}))
+                out.append(ToClient(key, answer))
             else:
                 self.tallies.ended(message["method"], link.server, "error", "unavailable", None)
                 out.append(
@@ -409,3 +415,35 @@ class UpstreamEvents:
         if outage.attempt_at is not None:
             self.start_takes[server] = max(0.0, now - outage.attempt_at)
         return self.held_requests.release(server)
+
+
+def consent_answer(id: Any, refusal: dict[str, Any], modern: bool, params: dict[str, Any]) -> dict[str, Any]:
+    """What answers a call whose server has no credential of its user's yet: ``refusal``,
+    the error its connection answered with (naming the URL to open, and as -32042 with
+    ``data.elicitations`` for a legacy client that takes URL elicitations). A 2026-07-28
+    caller that declared URL elicitation gets the input request form instead: an
+    ``input_required`` result asking ``elicitation/create`` in URL mode, after which it
+    sends the call again (-32042 is 2025-11-25 only); any other modern caller gets the
+    error naming the URL."""
+    data = refusal.get("data")
+    if type(data) is not dict:
+        data = {}
+    url = data.get("url")
+    if not modern or type(url) is not str:
+        return {"jsonrpc": "2.0", "id": id, "error": refusal}
+    meta = params.get("_meta")
+    capabilities = meta.get(CLIENT_CAPABILITIES) if type(meta) is dict else None
+    elicitation = capabilities.get("elicitation") if type(capabilities) is dict else None
+    if type(elicitation) is not dict or type(elicitation.get("url")) is not dict:
+        error = {key: value for key, value in refusal.items() if key != "code"}
+        error["code"] = INTERNAL_ERROR
+        error["data"] = {key: value for key, value in data.items() if key != "elicitations"}
+        return {"jsonrpc": "2.0", "id": id, "error": error}
+    server = data.get("server")
+    ask = {"mode": "url", "message": f"Server {server!r} acts as you: grant it access to continue.", "url": url}
+    result = {
+        RESULT_TYPE: INPUT_REQUIRED,
+        INPUT_REQUESTS: {"grant": {"method": "elicitation/create", "params": ask}},
+        "_meta": {SERVER_INFO: IDENTITY},
+    }
+    return {"jsonrpc": "2.0", "id": id, "result": result}
