@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import json
+import sqlite3
 import subprocess
 import sys
 from urllib.parse import parse_qsl, urlsplit
@@ -226,6 +227,12 @@ auth = "oauth"
         assert sign_in(url, "alice").status_code == 400  # a state is used once
         claims = claims_of(eliciting.whoami())
         assert claims["sub"] == "alice" and claims["aud"] == protected.url
+        # About to expire: refreshed before it is sent (the server rotates the refresh token).
+        with sqlite3.connect(tmp_path / "tokens.db") as db:
+            db.execute("UPDATE grants SET expires_at = 0")
+        sent = len(protected.seen)
+        assert claims_of(eliciting.whoami())["sub"] == "alice"
+        assert protected.seen[sent] != protected.seen[sent - 1]  # a new access token
         # Bob has no grant of his own: he is asked, never served with alice's.
         assert Session(port, bob_token).whoami()["error"]["data"]["reason"] == "unauthorized"
         # A 401 from the server after consent: asked again.
