@@ -14,8 +14,13 @@ import subprocess
 import sys
 from urllib.parse import parse_qsl, urlsplit
 
+import anyio
 import httpx
+import mcp_types as types
 import pytest
+from mcp import Client, UrlElicitationRequiredError
+from mcp.client.streamable_http import create_mcp_http_client, streamable_http_client
+from mcp.shared.exceptions import MCPError
 
 from tests.authserver.harness import decode_unverified
 from tests.credentials.peers import JwtIssuer, ProtectedMcp
@@ -268,3 +273,72 @@ auth = "oauth"
     for token in (alice_token, bob_token, *[(h or "")[7:] for h in protected.seen]):
         assert not token or token not in text
     assert "code=" not in text and "state=" not in text
+
+
+def test_the_official_sdk_client_consents_by_url(tmp_path, authserver, protected):
+    """The official Python SDK as the caller: in 2025-11-25 it raises -32042 with the URL, hears
+    ``notifications/elicitation/complete`` once the user signed in, and its retried call goes
+    through as that user; in 2026-07-28 its elicitation callback is handed the URL and the call,
+    retried by the SDK with the answer, goes through."""
+    server = f"""
+[servers.docs]
+url = "{protected.url}"
+auth = "oauth"
+"""
+    alice_token, bob_token = token_of(authserver, "alice"), token_of(authserver, "bob")
+    opened: list[str] = []
+
+    async def open_url(context, params: types.ElicitRequestParams) -> types.ElicitResult:
+        assert isinstance(params, types.ElicitRequestURLParams), params
+        opened.append(params.url)
+        signed = await anyio.to_thread.run_sync(sign_in, params.url, "bob")
+        assert signed.status_code == 200, signed.text
+        return types.ElicitResult(action="accept")
+
+    def client(port: int, token: str, mode: str, handler=None) -> Client:
+        transport = streamable_http_client(
+            f"http://127.0.0.1:{port}/mcp",
+            http_client=create_mcp_http_client(headers={"Authorization": f"Bearer {token}"}),
+        )
+        return Client(transport, mode=mode, cache=None, elicitation_callback=open_url, message_handler=handler)
+
+    async def legacy(port: int) -> dict:
+        completed: list[str | None] = []
+        heard = anyio.Event()
+
+        async def handler(message) -> None:
+            if isinstance(message, types.ElicitCompleteNotification):
+                completed.append(message.params.elicitation_id)
+                heard.set()
+
+        async with client(port, alice_token, "legacy", handler) as sdk:
+            with pytest.raises(MCPError) as refused:
+                await sdk.call_tool("docs__whoami", {})
+            assert refused.value.code == -32042
+            [elicitation] = UrlElicitationRequiredError.from_error(refused.value.error).elicitations
+            assert elicitation.url.startswith(authserver.issuer + "/authorize?") and elicitation.elicitation_id
+            done = await anyio.to_thread.run_sync(sign_in, elicitation.url, "alice")
+            assert done.status_code == 200, done.text
+            with anyio.fail_after(10):
+                await heard.wait()
+            assert completed == [elicitation.elicitation_id]
+            called = await sdk.call_tool("docs__whoami", {})
+        return decode_unverified(getattr(called.content[0], "text", ""))[1]
+
+    async def modern(port: int) -> dict:
+        async with client(port, bob_token, "2026-07-28") as sdk:
+            called = await sdk.call_tool("docs__whoami", {})
+        return decode_unverified(getattr(called.content[0], "text", ""))[1]
+
+    async def within(run, port: int) -> dict:
+        with anyio.fail_after(60):
+            return await run(port)
+
+    with http_proxy(config_for(tmp_path, authserver, server)) as (port, log):
+        claims = anyio.run(within, legacy, port)
+        assert claims["sub"] == "alice" and claims["aud"] == protected.url
+        claims = anyio.run(within, modern, port)
+        assert claims["sub"] == "bob" and len(opened) == 1
+        text = log.read_text()
+    for token in (alice_token, bob_token, *[(h or "")[7:] for h in protected.seen]):
+        assert not token or token not in text
