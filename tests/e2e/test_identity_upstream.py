@@ -12,6 +12,7 @@ import json
 import sqlite3
 import subprocess
 import sys
+import time
 from urllib.parse import parse_qsl, urlsplit
 
 import anyio
@@ -25,6 +26,8 @@ from mcp.shared.exceptions import MCPError
 from tests.authserver.harness import decode_unverified
 from tests.credentials.peers import JwtIssuer, ProtectedMcp
 from tests.e2e.conftest import ROOT, events, http_proxy, post, stateless, write_config
+from tests.e2e.test_tracing import Collector
+from tests.loopback import serve_in_thread, stop_serving
 
 pytestmark = pytest.mark.e2e
 RESOURCE = "http://127.0.0.1/mcp"
@@ -342,3 +345,62 @@ auth = "oauth"
         text = log.read_text()
     for token in (alice_token, bob_token, *[(h or "")[7:] for h in protected.seen]):
         assert not token or token not in text
+
+
+def test_no_token_reaches_a_span(tmp_path, authserver, protected, monkeypatch):
+    """Traced, a proxy with ``[auth]`` in front of a server reached by token exchange and one
+    reached by the user's own grant: no token, the caller's or one sent upstream, is in a span."""
+    proxy_client = authserver.register(
+        grant_types=["authorization_code", EXCHANGE], redirect_uri="http://127.0.0.1:2/cb"
+    )
+    servers = f'''
+[servers.docs]
+url = "{protected.url}"
+auth = "oauth"
+
+[servers.ex]
+url = "{protected.url}"
+auth = "token-exchange"
+[servers.ex.oauth]
+issuer = "{authserver.issuer}"
+client_id = "{proxy_client.client_id}"
+client_secret = "{proxy_client.client_secret}"
+'''
+    alice_token = token_of(authserver, "alice")
+    collector = serve_in_thread(Collector)
+    Collector.spans = []
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", f"http://127.0.0.1:{collector.server_port}")
+    monkeypatch.setenv("OTEL_BSP_SCHEDULE_DELAY", "100")
+    try:
+        with http_proxy(config_for(tmp_path, authserver, servers)) as (port, log):
+            alice = Session(port, alice_token)
+            assert sign_in(alice.whoami()["error"]["data"]["url"], "alice").status_code == 200
+            assert claims_of(alice.whoami())["sub"] == "alice"
+            exchanged = alice.request("tools/call", {"name": "ex__whoami", "arguments": {}})
+            assert claims_of(exchanged)["sub"] == "alice"
+            # Again, on the session's own connections now open: each call is traced to its server.
+            assert claims_of(alice.whoami())["sub"] == "alice"
+            assert "result" in alice.request("tools/call", {"name": "ex__whoami", "arguments": {}})
+            deadline = time.monotonic() + 15
+            while time.monotonic() < deadline and not CALLS <= names():
+                time.sleep(0.1)
+        assert CALLS <= names(), names()
+    finally:
+        stop_serving(collector)
+    with Collector.lock:
+        spans = "\n".join(str(span) for _, span in Collector.spans)
+    tokens = {alice_token, *[(h or "")[7:] for h in protected.seen]} - {""}
+    assert len(tokens) >= 3, tokens  # the caller's, the user's own grant, the exchanged one
+    for token in tokens:
+        assert token not in spans and token.split(".")[2] not in spans
+    assert proxy_client.client_secret not in spans
+    assert "code=" not in spans and "state=" not in spans and "Bearer" not in spans
+
+
+CALLS = {"tools/call docs__whoami", "tools/call ex__whoami", "tools/call docs@1", "tools/call ex@1"}
+
+
+def names() -> set[str]:
+    """The names of the spans collected so far."""
+    with Collector.lock:
+        return {span.name for _, span in Collector.spans}
