@@ -8,7 +8,7 @@ import argparse
 
 import trio
 
-from aggregator.cli.common import command_config, nothing_to_serve, status_lines, with_started_hub
+from aggregator.cli.common import check_vault, command_config, nothing_to_serve, status_lines, with_started_hub
 from aggregator.cli.terminal import printable
 from aggregator.core.catalogs.policy import unmatched_rules
 from aggregator.errors import AggregatorError
@@ -28,6 +28,7 @@ def run_check(args: argparse.Namespace) -> int:
             check_exposure(config.http, address, option, oauth=config.auth.enabled)
     if config.http.admin_listen is not None:
         admin_exposure(config.http, config.http.admin_listen, "http.admin_listen", oauth=config.auth.enabled)
+    check_vault(config)
     reason = nothing_to_serve(config)
     if reason is not None:  # serve only warns (a reload may add servers); a check fails
         raise AggregatorError(f"config {path} has nothing to serve: {reason}")

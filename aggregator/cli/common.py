@@ -44,6 +44,16 @@ def _enter_chain(path: Path) -> None:
     os.environ[CHAIN_VARIABLE] = chain_value(chain)
 
 
+def check_vault(config: Config) -> None:
+    """Raise ConfigError naming ``credentials.vault`` if a server keeps users' tokens in the
+    vault and it cannot be opened: said before anything starts, by ``serve`` and ``check``."""
+    if any(server.auth == "oauth" for server in config.enabled_servers):
+        # Imported here: sqlite and cryptography cost a proxy without such servers nothing.
+        from aggregator.credentials.service import check_vault as open_the_vault
+
+        open_the_vault(config)
+
+
 def nothing_to_serve(config: Config) -> str | None:
     """Why ``config`` serves nothing (it has no server, or none enabled); None if it serves."""
     if config.enabled_servers:

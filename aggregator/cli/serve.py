@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from aggregator import __version__
-from aggregator.cli.common import INTERRUPTED, command_config, nothing_to_serve, status_lines
+from aggregator.cli.common import INTERRUPTED, check_vault, command_config, nothing_to_serve, status_lines
 from aggregator.config import Config, parse_listen, same_listener
 from aggregator.errors import AggregatorError, ConfigError
 from aggregator.fronts.access import check_exposure
@@ -54,6 +54,7 @@ def run_serve(args: argparse.Namespace) -> int:
             f"--http {listen} and --ws {ws_listen} name the same address;"
             " the WebSocket endpoint needs a port of its own"
         )
+    check_vault(config)
     reason = nothing_to_serve(config)
     if reason is not None:  # served all the same: a reload may add servers (check refuses it)
         log.warning(

@@ -49,6 +49,17 @@ def redirect_uri(config: Config, listen: str | None) -> str:
     return f"http://{host}:{port}{settings.callback_path}"
 
 
+def check_vault(config: Config) -> None:
+    """Raise ConfigError naming ``credentials.vault`` unless the vault can be opened, when a
+    server keeps users' tokens in it (blocks: before the proxy runs, as the config is read)."""
+    if not any(server.auth == "oauth" for server in config.enabled_servers):
+        return
+    try:
+        TokenVault.check(config.credentials.vault)
+    except CredentialError as exc:
+        raise ConfigError(f"credentials.vault: {exc}") from None
+
+
 class UserCredentials:
     def __init__(
         self,
@@ -86,7 +97,10 @@ class UserCredentials:
         key = vault_key_bytes(settings, environ)
         if key is None:  # (refused at load; the environment may have changed since)
             raise ConfigError("credentials.vault_key: required (or AGGREGATOR_VAULT_KEY): 32 bytes in base64")
-        vault = await TokenVault.open(settings.vault, key)
+        try:
+            vault = await TokenVault.open(settings.vault, key)
+        except CredentialError as exc:  # (checked at start; the file may have changed since)
+            raise ConfigError(f"credentials.vault: {exc}") from None
         tokens = UserTokens(vault, fetcher, margin=settings.refresh_margin)
         flows = AuthorizationFlows(vault, fetcher, settings, redirect_uri(config, listen))
         return cls(fetcher, exchange, vault, tokens, flows)

@@ -125,6 +125,12 @@ class TokenVault:
         connection = await trio.to_thread.run_sync(_connect, path)
         return cls(connection, sealer, path)
 
+    @staticmethod
+    def check(path: str) -> None:
+        """Raise CredentialError unless the vault file at ``path`` can be opened (created if
+        missing) and holds the vault's table (blocks: for a command, before trio runs)."""
+        _connect(path).close()
+
     async def _run(self, work: Callable[[], T]) -> T:
         return await trio.to_thread.run_sync(work, limiter=self._limiter)
 

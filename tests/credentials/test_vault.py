@@ -4,6 +4,7 @@ authorization server, and the commands that list and revoke."""
 from __future__ import annotations
 
 import os
+import socket
 import sqlite3
 import subprocess
 import sys
@@ -204,3 +205,22 @@ def test_a_config_with_an_oauth_server_and_no_vault_key_is_refused(tmp_path):
         refused = aggregator(command, "--config", str(path))
         assert refused.returncode == 2, refused.stderr
         assert "credentials.vault_key: required" in refused.stderr and "AGGREGATOR_VAULT_KEY" in refused.stderr
+
+
+def test_a_vault_that_cannot_be_opened_is_a_config_error_for_check_and_serve(tmp_path):
+    not_a_database = tmp_path / "notes.db"
+    not_a_database.write_text("these are notes, not an SQLite file\n" * 50)
+    for vault, reason in ((tmp_path / "no-such-dir" / "tokens.db", "No such file"), (not_a_database, "not a database")):
+        path = tmp_path / "aggregator.toml"
+        path.write_text(
+            f'[credentials]\nvault = "{vault}"\nvault_key = "{KEY}"\n'
+            '[servers.f]\nurl = "http://127.0.0.1:9/mcp"\nauth = "oauth"\n'
+        )
+        with socket.socket() as probe:  # a free port: the vault is refused before any listener opens
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+        for command in (["check"], ["serve", "--http", f"127.0.0.1:{port}"]):
+            refused = aggregator(*command, "--config", str(path))
+            assert refused.returncode == 2, refused.stderr
+            assert "credentials.vault: cannot open the token vault" in refused.stderr and reason in refused.stderr
+            assert "Traceback" not in refused.stderr and len(refused.stderr.splitlines()) == 2, refused.stderr
