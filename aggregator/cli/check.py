@@ -14,7 +14,7 @@ from aggregator.core.catalogs.policy import unmatched_rules
 from aggregator.errors import AggregatorError
 from aggregator.fronts.access import check_exposure
 from aggregator.mcp.constants import KINDS
-from aggregator.ops.admin import admin_exposure
+from aggregator.ops.admin import admin_access, admin_exposure
 
 
 def run_check(args: argparse.Namespace) -> int:
@@ -50,4 +50,6 @@ def run_check(args: argparse.Namespace) -> int:
         print(printable(f"  note: name collision: {collision}"))
     for warning in unmatched:  # a warning, not a failure: the rule may await a server's new item
         print(printable(f"  warning: {warning}"))
+    if (access := admin_access(config)) is not None:
+        print(access)
     return 0 if ok else 1

@@ -292,6 +292,9 @@ class AuthConfig:
     issuers: tuple[IssuerConfig, ...] = ()
     scopes_supported: tuple[str, ...] = ()  # told in the metadata
     required_scopes: tuple[str, ...] = ()  # every token must carry all of them (else 403)
+    # Without http.admin_token, an access token opens the admin paths (not /healthz and
+    # /readyz) only with all of these (else 403); empty: any accepted token does.
+    admin_scopes: tuple[str, ...] = ("aggregator:admin",)
     leeway: float = 30.0  # seconds of clock skew allowed on exp and nbf
     # Signing keys are fetched again after this long, and on a token signed with a key
     # not known, at most once per jwks_refresh_interval (a flood of made-up key ids

@@ -402,6 +402,7 @@ def check_auth(auth: AuthConfig, profiles: Mapping[str, ProfileConfig]) -> list[
             problems.append(f"{path}.introspection_endpoint: required with client_id and client_secret")
     problems += _scope_problems(auth.scopes_supported, "auth.scopes_supported")
     problems += _scope_problems(auth.required_scopes, "auth.required_scopes")
+    problems += _scope_problems(auth.admin_scopes, "auth.admin_scopes")
     for name, profile in profiles.items():
         problems += _scope_problems(profile.scopes, f"profiles.{name}.scopes")
     return problems

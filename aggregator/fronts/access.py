@@ -189,6 +189,20 @@ class AccessPolicy:
             return self._challenged(status, error, description)
         return None
 
+    def scope_refusal(self, headers: Mapping[str, str], scopes: tuple[str, ...], what: str) -> Refused | None:
+        """A 403 ``insufficient_scope`` naming ``scopes`` when the request's access token
+        (``check`` accepted it) lacks one of them, else None (a static token: None).
+        ``what`` names what needs them, for the client."""
+        principal = self.principal(headers)
+        if self.auth is None or not isinstance(principal, Principal) or set(scopes) <= principal.scopes:
+            return None
+        description = f"the scope {' '.join(scopes)} is required for {what}"
+        return (
+            403,
+            description,
+            [("www-authenticate", challenge(self.auth, "insufficient_scope", description, scopes=scopes))],
+        )
+
     def _challenge(self, error: str | None = None, description: str | None = None) -> str:
         assert self.auth is not None
         return challenge(self.auth, error, description)

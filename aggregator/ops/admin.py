@@ -7,11 +7,13 @@ on every front: Host against ``http.allowed_hosts`` (421), Origin against
 ``http.allowed_origins`` (403), then a bearer token (401): ``http.admin_token`` when it is
 set (the MCP tokens do not open the admin paths then), otherwise any token the MCP
 endpoint accepts (static tokens, and access tokens with ``[auth]``), when tokens are
-configured. One exception: the status page itself (``GET /status``) passes with Host and
-Origin alone, because a browser cannot send a bearer token with a page load; without a
-valid token it is an empty page that holds no data and fetches ``/status.json`` with the
-token given after ``#token=`` in its address (a fragment never leaves the browser, so no
-token is read from a URL here).
+configured; an access token must also carry every scope of ``auth.admin_scopes`` (403
+``insufficient_scope`` naming them), except for the probes ``/healthz`` and ``/readyz``,
+so that no user of the MCP endpoint is an operator by default. One exception: the status
+page itself (``GET /status``) passes with Host and Origin alone, because a browser cannot
+send a bearer token with a page load; without a valid token it is an empty page that holds
+no data and fetches ``/status.json`` with the token given after ``#token=`` in its address
+(a fragment never leaves the browser, so no token is read from a URL here).
 
 ``/metrics`` answers what ``hub.metrics.exposition()`` returns and ``/reload`` what
 ``await hub.reload()`` returns, when the hub has them; 404 otherwise.
@@ -31,7 +33,7 @@ from typing import Any
 import attrs
 import trio
 
-from aggregator.config import HttpConfig, parse_listen
+from aggregator.config import Config, HttpConfig, parse_listen
 from aggregator.fronts.access import AccessPolicy, Denial, check_access, check_exposure
 from aggregator.fronts.containment import connection_failed
 from aggregator.hub.hub import Hub
@@ -45,6 +47,7 @@ log = logging.getLogger(__name__)
 
 MAX_ADMIN_CONNECTIONS = 32
 READ_PATHS = ("/healthz", "/readyz", "/status", "/status.json", "/metrics")
+PROBES = ("/healthz", "/readyz")  # an access token opens them without auth.admin_scopes
 JSON_TYPE = ("content-type", "application/json")
 NO_STORE = ("cache-control", "no-store")
 
@@ -63,16 +66,37 @@ def admin_exposure(config: HttpConfig, listen: str, option: str, *, oauth: bool 
     )
 
 
+def admin_access(config: Config) -> str | None:
+    """How the admin paths are opened, for ``aggregator check`` to say, when ``[auth]`` makes
+    it a question (any user of the MCP endpoint could otherwise be taken for an operator)."""
+    if not config.auth.enabled:
+        return None
+    if config.http.admin_token:
+        return "admin paths: http.admin_token alone opens them"
+    if not config.auth.admin_scopes:
+        return "admin paths: any token the MCP endpoint accepts opens them (auth.admin_scopes is empty)"
+    scopes = " ".join(config.auth.admin_scopes)
+    return (
+        f"admin paths: an access token needs the scope {scopes} (auth.admin_scopes), or a static token"
+        " of http.auth_tokens or a profile's tokens (/healthz and /readyz: any token the MCP endpoint accepts);"
+        " http.admin_token would alone open them"
+    )
+
+
 class AdminRoutes:
     """The admin paths of one listener (``reload``: whether ``POST /reload`` is served)."""
 
     def __init__(self, hub: Hub, config: HttpConfig, *, reload: bool) -> None:
         self.hub = hub
         self.paths = (*READ_PATHS, "/reload") if reload else READ_PATHS
+        # What an access token must carry beyond what the MCP endpoint asks (not with
+        # http.admin_token: it alone opens the admin paths then).
+        self.admin_scopes: tuple[str, ...] = ()
         if config.admin_token:
             self.access = AccessPolicy(attrs.evolve(config, auth_tokens=(config.admin_token,)))
         else:
             self.access = AccessPolicy(config, hub.config.profiles, hub.config.auth)
+            self.admin_scopes = hub.config.auth.admin_scopes
         # Host and Origin only: for the status page's empty shell.
         self.page_access = AccessPolicy(attrs.evolve(config, auth_tokens=()))
 
@@ -82,6 +106,9 @@ class AdminRoutes:
     async def handle(self, connection: HttpConnection, request: Request, path: str) -> None:
         """Answer one request on an admin path (``serves(path)`` is true)."""
         denial = await check_access(self.access, request.headers, request.path)
+        if denial is None and self.admin_scopes and path not in PROBES:
+            refused = self.access.scope_refusal(request.headers, self.admin_scopes, "the admin paths")
+            denial = None if refused is None else Denial(*refused)
         if denial is not None and path == "/status" and request.method in ("GET", "HEAD"):
             if await check_access(self.page_access, request.headers) is None:
                 await self._page(connection, None)  # the empty shell: no data without the token

@@ -137,3 +137,14 @@ def test_a_principal_is_its_issuer_and_subject():
     assert one == two and hash(one) == hash(two) and repr(one) == repr(two)
     assert one.profile == "x" and two.profile == "default"
     assert who(one) == "alice (https://i)" and who(3) == "token 3" and who(None) == "anonymous"
+
+
+def test_check_says_how_the_admin_paths_are_opened():
+    from aggregator.ops.admin import admin_access
+
+    assert admin_access(load()) is None  # no [auth]: the static tokens, as the MCP endpoint
+    assert load(GOOD).auth.admin_scopes == ("aggregator:admin",)
+    said = admin_access(load(GOOD))
+    assert said is not None and "needs the scope aggregator:admin (auth.admin_scopes)" in said
+    assert "any token the MCP endpoint accepts" in str(admin_access(load({**GOOD, "admin_scopes": []})))
+    assert "auth.admin_scopes[0]: a scope is" in problems({**GOOD, "admin_scopes": ["a b"]})[0]

@@ -42,9 +42,9 @@ def protected(authserver):
     server.close()
 
 
-def token_of(authserver, user: str) -> str:
+def token_of(authserver, user: str, scope: str = "mcp") -> str:
     client = authserver.register()
-    answer = authserver.code_flow(client, user=user, password=f"{user}-password", resource=RESOURCE, scope="mcp")
+    answer = authserver.code_flow(client, user=user, password=f"{user}-password", resource=RESOURCE, scope=scope)
     return str(answer["access_token"])
 
 
@@ -161,9 +161,12 @@ client_secret = "{proxy_client.client_secret}"
         before = len(protected.seen)
         assert claims_of(alice.whoami())["sub"] == "alice"
         assert len(protected.seen) == before + 2  # refused, then sent again with a new exchange
-        # Who each session is shows in the status; no token does, there or in the metrics.
+        # Who each session is shows in the status (to an operator: a token with the admin
+        # scope); no token does, there or in the metrics.
+        assert post(port, None, alice.headers(), path="/status.json", method="GET")[0] == 403
+        operator = {"authorization": f"Bearer {token_of(authserver, 'alice', 'mcp aggregator:admin')}"}
         shown = b"".join(
-            post(port, None, alice.headers(), path=path, method="GET")[2] for path in ("/status.json", "/metrics")
+            post(port, None, operator, path=path, method="GET")[2] for path in ("/status.json", "/metrics")
         )
         assert f"alice ({authserver.issuer})".encode() in shown
         text = log.read_text()

@@ -93,10 +93,14 @@ def test_tokens_from_a_real_flow_and_the_ones_refused(tmp_path, authserver, upst
         assert post(port, PING, {**bearer(bob), "mcp-session-id": session})[0] == 404
         # The profile follows the user's groups; the status shows who, never a token.
         initialize(port, bearer(bob))
-        status, _, body = post(port, None, bearer(alice), path="/status.json", method="GET")
+        status, answer_headers, body = post(port, None, bearer(alice), path="/status.json", method="GET")
+        assert status == 403 and 'scope="aggregator:admin"' in answer_headers["www-authenticate"]
+        assert b"sessions" not in body  # a user of the MCP endpoint is no operator
+        operator = token_of(authserver, scope="mcp aggregator:admin")
+        status, _, body = post(port, None, bearer(operator), path="/status.json", method="GET")
         rows = {(row["profile"], row.get("principal")) for row in json.loads(body)["sessions"]}
         assert ("admins", f"alice ({authserver.issuer})") in rows and ("default", f"bob ({authserver.issuer})") in rows
-        assert alice.encode() not in body
+        assert alice.encode() not in body and operator.encode() not in body
         # A rotated key: the proxy fetches the key set again and accepts the new token.
         authserver.rotate(drop_old=True)
         assert post(port, INIT, bearer(token_of(authserver)))[0] == 200

@@ -186,7 +186,7 @@ async def test_a_websocket_session_ends_when_its_access_token_does(server):
 
 async def test_the_profile_is_chosen_by_the_claims_and_the_status_shows_the_subject(server):
     profiles = {"admins": {"match": {"groups": ["admins"]}}, "readers": {}}
-    admin = server.mint(sub="root", groups=["admins"])
+    admin = server.mint(sub="root", groups=["admins"], scope="mcp aggregator:admin")
     async with running_fronts(auth=auth_table(server), profiles=profiles) as fronts:
         response = await fronts.request("POST", headers=bearer(fronts, admin), body=INIT)
         assert response.status == 200, response
@@ -204,6 +204,26 @@ async def test_the_profile_is_chosen_by_the_claims_and_the_status_shows_the_subj
         assert ("default", f"plain ({server.issuer})") in seen
         assert admin.encode() not in status.body
         assert (await fronts.request("GET", "/status.json", headers=bearer(fronts, None))).status == 401
+
+
+async def test_an_access_token_opens_the_admin_paths_only_with_the_admin_scopes(server):
+    async with running_fronts(auth=auth_table(server)) as fronts:
+        user = bearer(fronts, server.mint(sub="user"))  # the MCP endpoint's scope, no more
+        for path in ("/status.json", "/metrics", "/status"):
+            refused = await fronts.request("GET", path, headers=user)
+            if path == "/status":  # the empty page, as without a token: no data
+                assert refused.status == 200 and b"aggregator:admin" not in refused.body and b"user" not in refused.body
+                continue
+            assert refused.status == 403, (path, refused)
+            assert b"aggregator:admin" in refused.body and b"sessions" not in refused.body
+            assert 'error="insufficient_scope"' in challenge_of(refused)
+            assert 'scope="aggregator:admin"' in challenge_of(refused)
+        for probe in ("/healthz", "/readyz"):  # the probes: as before, any accepted token
+            assert (await fronts.request("GET", probe, headers=user)).status in (200, 503), probe
+        operator = bearer(fronts, server.mint(sub="operator", scope="mcp aggregator:admin"))
+        assert (await fronts.request("GET", "/status.json", headers=operator)).status == 200
+    async with running_fronts(auth=auth_table(server, admin_scopes=[])) as fronts:  # the operator's choice
+        assert (await fronts.request("GET", "/status.json", headers=bearer(fronts, server.mint()))).status == 200
 
 
 async def test_a_key_set_that_cannot_be_had_is_a_503_not_a_hang(server, caplog):

@@ -41,13 +41,21 @@ def metadata_document(auth: AuthConfig) -> dict[str, Any]:
     return document
 
 
-def challenge(auth: AuthConfig, error: str | None = None, description: str | None = None) -> str:
+def challenge(
+    auth: AuthConfig,
+    error: str | None = None,
+    description: str | None = None,
+    *,
+    scopes: tuple[str, ...] | None = None,
+) -> str:
     """A ``WWW-Authenticate`` value: ``Bearer resource_metadata="...", scope="..."``, with
     ``error`` (``invalid_token``, ``insufficient_scope``, ``invalid_request``) and its
-    description when a token was given."""
+    description when a token was given. ``scope`` names ``scopes`` when given (what a
+    path needs beyond the required ones, so a client can ask for them), else the required."""
     params = [f'resource_metadata="{metadata_url(auth)}"']
-    if auth.required_scopes:
-        params.append(f'scope="{" ".join(auth.required_scopes)}"')
+    wanted = auth.required_scopes if scopes is None else scopes
+    if wanted:
+        params.append(f'scope="{" ".join(wanted)}"')
     if error is not None:
         params.append(f'error="{error}"')
         if description:
