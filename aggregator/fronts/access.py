@@ -118,7 +118,7 @@ def choose_profile(access: AccessPolicy, headers: Mapping[str, str], named: str)
     if named:
         if principal is not None and profile != named:
             if not (isinstance(principal, Principal) and named in principal.profiles):
-                return Denial(403, f"this token does not give access to profile {named!r}", [], logging.DEBUG)
+                return Denial(*access.profile_refusal(principal, named), logging.DEBUG)
         profile = named
     return Admitted(principal, profile)
 
@@ -150,6 +150,7 @@ class AccessPolicy:
         self._origins = {_origin(origin) for origin in config.allowed_origins}
         self.endpoint = config.path  # the MCP endpoint's path, under which profiles have theirs
         self._profile_names = frozenset(profiles or ())
+        self._profile_scopes = {name: tuple(profile.scopes) for name, profile in (profiles or {}).items()}
         self._seen: dict[tuple[str, Callable[[str], str]], bool] = {}  # (value, its check) -> allowed
         # OAuth access tokens ([auth]), checked by the one verifier of the process.
         self.auth = auth if auth is not None and auth.enabled else None
@@ -197,6 +198,19 @@ class AccessPolicy:
         if self.auth is None or not isinstance(principal, Principal) or set(scopes) <= principal.scopes:
             return None
         description = f"the scope {' '.join(scopes)} is required for {what}"
+        return (
+            403,
+            description,
+            [("www-authenticate", challenge(self.auth, "insufficient_scope", description, scopes=scopes))],
+        )
+
+    def profile_refusal(self, principal: int | Principal | None, name: str) -> Refused:
+        """The 403 of a token that does not give profile ``name`` (its path); an access token's
+        carries the challenge naming the profile's scopes, so the client can ask for them."""
+        description = f"this token does not give access to profile {name!r}"
+        if self.auth is None or not isinstance(principal, Principal):
+            return 403, description, []
+        scopes = self._profile_scopes.get(name) or None
         return (
             403,
             description,

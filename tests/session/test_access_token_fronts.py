@@ -206,6 +206,17 @@ async def test_the_profile_is_chosen_by_the_claims_and_the_status_shows_the_subj
         assert (await fronts.request("GET", "/status.json", headers=bearer(fronts, None))).status == 401
 
 
+async def test_a_profile_path_the_token_does_not_give_names_the_scopes_to_ask_for(server):
+    profiles = {"admins": {"scopes": ["mcp:admin"]}}
+    async with running_fronts(auth=auth_table(server), profiles=profiles) as fronts:
+        refused = await fronts.request("POST", "/mcp/admins", headers=bearer(fronts, server.mint()), body=INIT)
+        assert refused.status == 403, refused
+        assert 'error="insufficient_scope"' in challenge_of(refused) and 'scope="mcp:admin"' in challenge_of(refused)
+        assert f'resource_metadata="{METADATA_URL}"' in challenge_of(refused)
+        admin = bearer(fronts, server.mint(scope="mcp mcp:admin"))
+        assert (await fronts.request("POST", "/mcp/admins", headers=admin, body=INIT)).status == 200
+
+
 async def test_an_access_token_opens_the_admin_paths_only_with_the_admin_scopes(server):
     async with running_fronts(auth=auth_table(server)) as fronts:
         user = bearer(fronts, server.mint(sub="user"))  # the MCP endpoint's scope, no more

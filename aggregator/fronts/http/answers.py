@@ -7,6 +7,7 @@ of the HTTP front.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from aggregator.core.router import proxy_error
@@ -17,8 +18,15 @@ from aggregator.jsonrpc.errors import INVALID_REQUEST, error_response
 from aggregator.transports.http_server import HttpConnection, Request
 
 
-async def reject(connection: HttpConnection, status: int, code: int, message: str, id: Any = None) -> None:
-    await connection.respond(status, [JSON], dumps(error_response(id, code, message)))
+async def reject(
+    connection: HttpConnection,
+    status: int,
+    code: int,
+    message: str,
+    id: Any = None,
+    headers: Sequence[tuple[str, str]] = (),
+) -> None:
+    await connection.respond(status, [JSON, *headers], dumps(error_response(id, code, message)))
 
 
 async def refuse_session(connection: HttpConnection, refusal: Refusal, id: Any = None) -> None:

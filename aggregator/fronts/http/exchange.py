@@ -127,7 +127,7 @@ class PostExchange:
         admitted = choose_profile(self.access, request.headers, self.access.named_profile(request.path) or "")
         if isinstance(admitted, Denial):
             log.log(admitted.level, "http: refused initialize on %s: %s", request.path[:100], admitted.reason)
-            await reject(connection, admitted.status, INVALID_REQUEST, admitted.reason, message["id"])
+            await reject(connection, admitted.status, INVALID_REQUEST, admitted.reason, message["id"], admitted.headers)
             return
         principal, profile = admitted
         refusal = self.admission.admit_session()

@@ -115,7 +115,7 @@ class LegacySse:
         """GET /sse: one session whose every message travels on this one stream."""
         admitted = choose_profile(self.access, request.headers, "")  # no profile path here
         if isinstance(admitted, Denial):
-            await reject(connection, admitted.status, INVALID_REQUEST, admitted.reason)
+            await reject(connection, admitted.status, INVALID_REQUEST, admitted.reason, headers=admitted.headers)
             return
         refusal = self.admission.admit_session()
         if refusal is not None:

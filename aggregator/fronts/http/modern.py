@@ -186,7 +186,7 @@ class StatelessRequests:
                 admitted.reason,
                 extra=REFUSAL,
             )
-            await reject(connection, admitted.status, INVALID_REQUEST, admitted.reason, message["id"])
+            await reject(connection, admitted.status, INVALID_REQUEST, admitted.reason, message["id"], admitted.headers)
             return
         principal, profile = admitted
         error = check_version(headers, message, meta)
