@@ -50,6 +50,16 @@ class RemoteProtocolError(Exception):
         return error_response(self.id, self.code, self.message, self.data)
 
 
+def unknown_method(id: Any, method: str, why: str = "") -> dict[str, Any]:
+    """The answer to a request for a method nobody serves: -32601, unless the method is a
+    notification's (MCP names them all ``notifications/...``) sent with an id, which is an
+    invalid request, not an unknown method (``why``: said after the method's name)."""
+    if method.startswith("notifications/"):
+        text = f"Invalid Request: {method} is a notification, sent as a request (with an id); send it without one"
+        return error_response(id, INVALID_REQUEST, text)
+    return error_response(id, METHOD_NOT_FOUND, f"Method not found: {method}{why}")
+
+
 def error_response(id: Any, code: int, message: str, data: Any = None) -> dict[str, Any]:
     error: dict[str, Any] = {"code": code, "message": message}
     if data is not None:

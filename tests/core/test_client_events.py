@@ -11,6 +11,8 @@ from tests.core.helpers import msg, unpack
 # (the request, the error code the client gets, a phrase of its message)
 REFUSED = [
     ({"method": "no/such"}, -32601, "Method not found: no/such"),
+    ({"method": "notifications/cancelled", "params": {"requestId": 1}}, -32600, "a notification, sent as a request"),
+    ({"method": "notifications/anything"}, -32600, "notifications/anything is a notification"),
     ({"method": "subscriptions/listen", "params": {"notifications": {}}}, -32601, ""),  # a legacy session's
 ]
 

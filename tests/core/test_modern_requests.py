@@ -81,6 +81,7 @@ REFUSED = [
     (meta(), "initialize", -32601, "removed"),
     (meta(), "tasks/list", -32601, "Method not found: tasks/list"),
     (meta(), "no/such", -32601, "Method not found: no/such"),
+    (meta(), "notifications/cancelled", -32600, "a notification, sent as a request"),
 ]
 
 

@@ -68,6 +68,7 @@ from aggregator.jsonrpc.errors import (
     METHOD_NOT_FOUND,
     RemoteProtocolError,
     error_response,
+    unknown_method,
 )
 from aggregator.mcp.constants import CAPABILITY_OF, INITIALIZE, LIST_CHANGED, PROMPTS, RESOURCES, TOOLS
 from aggregator.mcp.modern import (
@@ -171,9 +172,7 @@ class ModernCallers:
         if method not in CLIENT_REQUESTS:
             if method not in TASK_REQUESTS:
                 why = " (removed in protocol revision 2026-07-28)" if method in REMOVED_REQUESTS else ""
-                return [
-                    ToClient(client.key, error_response(id, METHOD_NOT_FOUND, f"Method not found: {method}{why}"))
-                ], False
+                return [ToClient(client.key, unknown_method(id, method, why))], False
             if not declares_tasks(meta[CLIENT_CAPABILITIES]):
                 why = f"{method} needs the {TASKS_EXTENSION} extension in _meta {CLIENT_CAPABILITIES}.extensions"
                 return [ToClient(client.key, tasks_required(id, why))], False

@@ -38,7 +38,7 @@ from aggregator.core.reverse.roots import Roots
 from aggregator.core.upstreams.held_requests import HeldRequests, Resend
 from aggregator.core.upstreams.upstream_control import UpstreamControl
 from aggregator.jsonrpc.codec import decode_message
-from aggregator.jsonrpc.errors import INVALID_REQUEST, METHOD_NOT_FOUND, RemoteProtocolError, error_response
+from aggregator.jsonrpc.errors import INVALID_REQUEST, RemoteProtocolError, error_response, unknown_method
 from aggregator.jsonrpc.kinds import NOTIFICATION, REQUEST
 from aggregator.mcp.constants import CANCELLED, INITIALIZE, INITIALIZED, PING, ROOTS_LIST_CHANGED
 from aggregator.mcp.modern import PROTOCOL_VERSION
@@ -294,7 +294,7 @@ class ClientEvents:
             method = message["method"]
             handler = self.client_requests.handlers.get(method)
             if handler is None:
-                return [ToClient(key, error_response(message["id"], METHOD_NOT_FOUND, f"Method not found: {method}"))]
+                return [ToClient(key, unknown_method(message["id"], method))]
             if not client.initialize_seen and method not in _BEFORE_INITIALIZE:
                 return [
                     ToClient(
