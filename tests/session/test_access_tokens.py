@@ -75,8 +75,22 @@ CASES = [
     ("alg none", unsigned, (401, "invalid_token")),
     ("HS256 with a made-up secret", lambda s: s.mint(key=hmac_key(), alg="HS256"), (401, "invalid_token")),
     ("garbage", lambda s: "a.b.c", (401, "invalid_token")),
+    ("typ JWT", lambda s: s.mint(header={"typ": "JWT"}), "alice"),
+    ("typ application/at+jwt", lambda s: s.mint(header={"typ": "application/at+JWT"}), "alice"),
+    ("no typ", lambda s: untyped(s), "alice"),
+    ("an ID token's typ", lambda s: s.mint(header={"typ": "id+jwt"}), (401, "invalid_token")),
+    ("a DPoP proof's typ", lambda s: s.mint(header={"typ": "dpop+jwt"}), (401, "invalid_token")),
+    ("a security event's typ", lambda s: s.mint(header={"typ": "secevent+jwt"}), (401, "invalid_token")),
     ("an opaque token without introspection", lambda s: "opaque-token-value", (401, "invalid_token")),
 ]
+
+
+def untyped(server: AuthServer) -> str:
+    """A good token whose header has no ``typ``."""
+    from joserfc import jwt
+
+    claims = {"iss": server.issuer, "sub": "alice", "aud": RESOURCE, "exp": int(time.time()) + 300, "scope": "mcp"}
+    return jwt.encode({"alg": "ES256", "kid": "k1"}, claims, server.keys[0], algorithms=["ES256"])
 
 
 def hmac_ec():
@@ -107,6 +121,25 @@ async def test_the_public_key_as_an_hmac_secret_is_refused(server):
     forged = server.mint(key=OctKey.import_key(public, parameters={"kid": "k1"}), alg="HS256")
     result = await verifier(server).verify(forged)
     assert isinstance(result, Rejection) and result.status == 401
+
+
+async def test_every_key_of_a_duplicated_key_id_is_tried_and_the_set_logged_once(server, caplog):
+    from joserfc.jwk import ECKey
+
+    server.keys = [ECKey.generate_key("P-256", parameters={"kid": "k1"}) for _ in range(2)]
+    clock = Clock()
+    check = verifier(server, clock)
+    with caplog.at_level(logging.WARNING), trio.fail_after(10):
+        for signer in reversed(server.keys):
+            result = await check.verify(server.mint(key=signer, sub=f"signed-{id(signer)}"))
+            assert isinstance(result, Principal), result
+        clock.now += 10_000  # stale: fetched again, the same duplicates are not said again
+        assert isinstance(await check.verify(server.mint(key=server.keys[1])), Principal)
+        forged = await check.verify(server.mint(key=hmac_ec()))
+    assert isinstance(forged, Rejection) and forged.status == 401
+    assert server.count("/jwks") == 2
+    said = [record for record in caplog.records if "one key id to several keys" in record.getMessage()]
+    assert len(said) == 1 and "(k1)" in said[0].getMessage()
 
 
 async def test_a_rotated_signing_key_is_fetched_then_accepted(server):

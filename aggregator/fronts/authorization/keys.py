@@ -16,7 +16,9 @@ most once per ``auth.jwks_refresh_interval``, so a flood of made-up key ids cann
 the proxy fetch in a loop. Stale keys keep serving while a refetch fails.
 
 Only asymmetric keys are kept (RSA, EC, OKP; an ``oct`` key would let a public key's bytes
-be an HMAC secret), and none marked for encryption.
+be an HMAC secret), and none marked for encryption. A set may give one key id to several
+keys (during a rotation, say): a token with that id is tried with each, up to
+``MAX_SAME_KID``, and the set's duplicate ids are logged once.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ import httpx
 import orjson
 import trio
 from joserfc.errors import JoseError
-from joserfc.jwk import KeySet
+from joserfc.jwk import Key, KeySet
 
 from aggregator.config.model import AuthConfig, IssuerConfig
 from aggregator.config.validation import oauth_url_problem
@@ -41,6 +43,7 @@ log = logging.getLogger(__name__)
 
 MAX_DOCUMENT = 256 * 1024  # bytes of a key set, metadata or introspection answer
 MAX_KEYS = 64
+MAX_SAME_KID = 4  # keys of one id a token is tried with
 ASYMMETRIC_KEY_TYPES = frozenset({"RSA", "EC", "OKP"})
 
 
@@ -153,6 +156,7 @@ class IssuerKeys:
         self.jwks_uri = issuer.jwks_uri  # found in the metadata when not configured
         self.keys: KeySet | None = None
         self.kids: frozenset[str | None] = frozenset()
+        self.duplicates: dict[str, tuple[Key, ...]] = {}  # a key id several keys have -> those keys
         self.fetched_at = -math.inf  # when the keys were fetched last
         self.tried_at = -math.inf  # when a fetch was tried last (whatever came of it)
         self.failure = "not fetched yet"
@@ -161,6 +165,11 @@ class IssuerKeys:
 
     def knows(self, kid: str | None) -> bool:
         return kid in self.kids or (kid is None and bool(self.kids))
+
+    def same_kid(self, kid: str | None) -> tuple[Key, ...]:
+        """The keys to try, one by one, for a token with key id ``kid`` when the set gives
+        that id to several keys (at most ``MAX_SAME_KID``); empty otherwise."""
+        return self.duplicates.get(kid, ()) if kid is not None else ()
 
     async def key_set(self, kid: str | None) -> KeySet:
         """The keys to check a token signed with key ``kid``: fetched when there are none yet,
@@ -194,7 +203,20 @@ class IssuerKeys:
             log.error("auth: %s%s", self.failure, "; the keys fetched before are used" if self.keys else "")
             return
         self.keys, self.kids, self.fetched_at = keys, kids, self.clock()
-        log.info("auth: fetched %d signing keys of %s", len(kids), self.issuer.issuer)
+        log.info("auth: fetched %d signing keys of %s", len(keys.keys), self.issuer.issuer)
+        duplicates: dict[str, list[Key]] = {}
+        for key in keys.keys:
+            if key.kid is not None and sum(other.kid == key.kid for other in keys.keys) > 1:
+                duplicates.setdefault(key.kid, []).append(key)
+        if duplicates.keys() != self.duplicates.keys() and duplicates:  # said once, not on each refetch
+            log.warning(
+                "auth: the key set of %s gives one key id to several keys (%s); a token with such an id"
+                " is tried with each (at most %d)",
+                self.issuer.issuer,
+                ", ".join(sorted(duplicates))[:200],
+                MAX_SAME_KID,
+            )
+        self.duplicates = {kid: tuple(same[:MAX_SAME_KID]) for kid, same in duplicates.items()}
 
     async def _discover(self, within: float) -> str:
         """The issuer's ``jwks_uri``, from its metadata; raises FetchError."""

@@ -2,8 +2,11 @@
 
 A token of three dot-separated parts is a JWT (RFC 9068): its ``iss`` picks the configured
 issuer, its header's ``alg`` must be one that issuer allows (asymmetric only: never
-``none``, never an HMAC with a public key), its signature is checked with joserfc against
-the issuer's keys (``keys.IssuerKeys``), then its claims: ``iss`` exactly, ``aud`` naming
+``none``, never an HMAC with a public key), its ``typ``, when present, must say an access
+token or a plain JWT (``ACCEPTED_TYPES``: an ID token or a DPoP proof signed by the same
+issuer is not an access token), its signature is checked with joserfc against the
+issuer's keys (``keys.IssuerKeys``; each key of a set that gives several the token's key
+id, up to ``MAX_SAME_KID``), then its claims: ``iss`` exactly, ``aud`` naming
 ``auth.resource`` (RFC 8707: a token for another resource is refused), ``exp`` required and
 ``nbf`` honoured, both with ``auth.leeway``, and a ``sub``. Any other token is introspected
 (RFC 7662) at each issuer that has an introspection endpoint: it must be ``active``, for
@@ -45,6 +48,9 @@ log = logging.getLogger(__name__)
 MAX_CACHED = 10_000  # good tokens remembered
 MAX_TOKEN = 8 * 1024  # characters; a longer token is refused unread
 MAX_INTROSPECTIONS = 16  # introspection requests in flight at once (more wait their turn)
+# A JWT's ``typ`` (RFC 9068 section 2.1, RFC 8725 section 3.11), the "application/" prefix
+# and case set aside: absent, or one of these; any other explicit type is another token's.
+ACCEPTED_TYPES = frozenset({"jwt", "at+jwt"})
 
 
 def _invalid(description: str) -> Rejection:
@@ -139,6 +145,8 @@ class TokenVerifier:
         algorithm = header.get("alg")
         if algorithm not in issuer.algorithms:
             return _invalid("the token's signing algorithm is not accepted here")
+        if not _access_token_type(header.get("typ")):
+            return _invalid("the token's type (typ) is not an access token's")
         kid = header.get("kid")
         if kid is not None and not isinstance(kid, str):
             return _invalid("the token's key id is not a string")
@@ -149,9 +157,14 @@ class TokenVerifier:
             return Rejection(503, "temporarily_unavailable", str(exc))
         if not keys.knows(kid):
             return _invalid("the token is signed with a key its issuer does not publish")
-        try:
-            claims = jwt.decode(token, key_set, algorithms=[algorithm]).claims
-        except (JoseError, ValueError, TypeError):
+        claims = None
+        for key in keys.same_kid(kid) or (key_set,):  # several keys of that id: each is tried
+            try:
+                claims = jwt.decode(token, key, algorithms=[algorithm]).claims
+                break
+            except (JoseError, ValueError, TypeError):
+                continue
+        if claims is None:
             return _invalid("the token's signature is not valid")
         return self._claims_checked(claims, issuer)
 
@@ -248,6 +261,17 @@ class TokenVerifier:
                 for old in list(cache)[: MAX_CACHED // 2]:
                     del cache[old]
         cache[key] = (principal, until)
+
+
+def _access_token_type(typ: Any) -> bool:
+    """Whether a JWT header's ``typ`` allows an access token: absent, ``JWT`` or ``at+jwt``
+    (with or without ``application/``, any case)."""
+    if typ is None:
+        return True
+    if not isinstance(typ, str):
+        return False
+    typ = typ.lower()
+    return typ.removeprefix("application/") in ACCEPTED_TYPES
 
 
 def _for_resource(audience: Any, resource: str) -> bool:
