@@ -27,6 +27,8 @@ class AuthServer:
         self.fetches: dict[str, int] = {}  # path -> requests
         self.opaque: dict[str, dict[str, Any]] = {}  # opaque token -> its introspection answer
         self.introspection_auth: list[str | None] = []  # the Authorization header of each
+        self.busy = 0  # requests being answered now
+        self.most_busy = 0  # the most answered at once
         self._lock = threading.Lock()
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True).start()
@@ -102,6 +104,15 @@ class AuthServer:
                 path = self.path.partition("?")[0]
                 with server._lock:
                     server.fetches[path] = server.fetches.get(path, 0) + 1
+                    server.busy += 1
+                    server.most_busy = max(server.most_busy, server.busy)
+                try:
+                    self._answer(path)
+                finally:
+                    with server._lock:
+                        server.busy -= 1
+
+            def _answer(self, path: str) -> None:
                 length = int(self.headers.get("content-length") or 0)
                 form = self.rfile.read(length).decode() if length else ""
                 if server.mode == "slow":

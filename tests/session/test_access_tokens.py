@@ -272,3 +272,25 @@ async def test_an_opaque_token_is_introspected_with_the_client_credentials(serve
     assert isinstance(foreign, Rejection) and foreign.status == 401
     unknown = await check.verify("opaque-unknown-token")
     assert isinstance(unknown, Rejection) and unknown.status == 401
+
+
+async def test_unknown_opaque_tokens_are_introspected_once_and_a_few_at_a_time(server):
+    issuer = {"issuer": server.issuer, "introspection_endpoint": f"{server.issuer}/introspect"}
+    check = verifier(server, issuers=[issuer])
+    with trio.fail_after(20):
+        for _ in range(5):  # the same made-up token, again and again: asked once
+            refused = await check.verify("made-up-opaque-token")
+            assert isinstance(refused, Rejection) and refused.status == 401
+        assert server.count("/introspect") == 1
+        async with trio.open_nursery() as nursery:  # ... and at the same moment: once too
+            for _ in range(10):
+                nursery.start_soon(check.verify, "another-made-up-token")
+        assert server.count("/introspect") == 2
+        server.mode, server.slow_seconds = "slow", 0.2
+        async with trio.open_nursery() as nursery:  # many made up: a few at a time at one issuer
+            for number in range(20):
+                nursery.start_soon(check.verify, f"made-up-token-{number}")
+    assert server.count("/introspect") == 22
+    assert server.most_busy <= 4, server.most_busy
+    server.opaque["made-up-opaque-token"] = {"active": True, "sub": "erin", "aud": RESOURCE, "scope": "mcp"}
+    assert isinstance(await check.verify("made-up-opaque-token"), Rejection)  # refused a while unasked

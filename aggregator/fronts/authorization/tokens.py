@@ -15,9 +15,13 @@ this resource, and not expired.
 A signature check costs CPU on the one trio thread and introspection a round trip, so a
 good token's principal is cached by the token's SHA-256 until the token expires (an
 introspection answer at most ``auth.introspection_cache_seconds``), up to ``MAX_CACHED``
-tokens. A refused token is not cached: its refusal is cheap unless its key id is unknown,
-and fetching for those is rate-limited by the keys themselves; introspections are at most
-``MAX_INTROSPECTIONS`` at a time.
+tokens. A refused JWT is not cached: its refusal is cheap unless its key id is unknown,
+and fetching for those is rate-limited by the keys themselves. An opaque token every
+issuer says is not active is remembered as such, by its hash, for ``REFUSED_SECONDS`` (at
+most ``auth.introspection_cache_seconds``), up to ``MAX_CACHED``; the same token asked
+again meanwhile, or while its introspection runs, costs no other. Introspections are at
+most ``MAX_INTROSPECTIONS`` at a time, and ``MAX_INTROSPECTIONS_PER_ISSUER`` at one issuer,
+so a flood of made-up tokens waits its turn rather than flooding an authorization server.
 
 ``auth.required_scopes`` are checked on every request, after the cache: a good token
 without them is a 403 ``insufficient_scope``, not a 401. What each refusal says never
@@ -48,6 +52,8 @@ log = logging.getLogger(__name__)
 MAX_CACHED = 10_000  # good tokens remembered
 MAX_TOKEN = 8 * 1024  # characters; a longer token is refused unread
 MAX_INTROSPECTIONS = 16  # introspection requests in flight at once (more wait their turn)
+MAX_INTROSPECTIONS_PER_ISSUER = 4  # ... and at one issuer
+REFUSED_SECONDS = 10.0  # how long an opaque token found not active is refused unasked
 # A JWT's ``typ`` (RFC 9068 section 2.1, RFC 8725 section 3.11), the "application/" prefix
 # and case set aside: absent, or one of these; any other explicit type is another token's.
 ACCEPTED_TYPES = frozenset({"jwt", "at+jwt"})
@@ -88,6 +94,9 @@ class TokenVerifier:
         self._cache: dict[bytes, tuple[Principal, float]] = {}  # sha256(token) -> (principal, trusted until)
         # A flood of made-up opaque tokens costs each its introspection: never many at once.
         self._introspections = trio.Semaphore(MAX_INTROSPECTIONS)
+        self._per_issuer = {issuer.issuer: trio.Semaphore(MAX_INTROSPECTIONS_PER_ISSUER) for issuer in auth.issuers}
+        self._refused: dict[bytes, float] = {}  # sha256(opaque token) -> refused unasked until (wall)
+        self._asking: dict[bytes, _Asked] = {}  # sha256(opaque token) -> its introspection under way
 
     @classmethod
     def shared(cls, auth: AuthConfig, profiles: Mapping[str, ProfileConfig]) -> TokenVerifier:
@@ -118,7 +127,7 @@ class TokenVerifier:
         if principal is None:
             if len(token) > MAX_TOKEN:
                 return _invalid("the token is too long")
-            checked = await (self._jwt(token) if token.count(".") == 2 else self._introspect(token))
+            checked = await (self._jwt(token) if token.count(".") == 2 else self._opaque(token))
             if isinstance(checked, Rejection):
                 return checked
             principal, until = checked
@@ -206,6 +215,31 @@ class TokenVerifier:
 
     # --- introspection (RFC 7662) ---------------------------------------------------------
 
+    async def _opaque(self, token: str) -> tuple[Principal, float] | Rejection:
+        """An opaque token introspected, once however many requests bring it at the same
+        moment; one found not active is refused unasked for a while."""
+        key = token_key(token)
+        refused_until = self._refused.get(key)
+        if refused_until is not None:
+            if self.wall() < refused_until:
+                return _NOT_ACTIVE
+            del self._refused[key]
+        asked = self._asking.get(key)
+        if asked is not None:  # its introspection is under way: its answer serves this one too
+            await asked.done.wait()
+            return asked.result
+        asked = self._asking[key] = _Asked()
+        try:
+            asked.result = checked = await self._introspect(token)
+        finally:
+            del self._asking[key]
+            asked.done.set()
+        if checked is _NOT_ACTIVE:
+            seconds = min(REFUSED_SECONDS, self.auth.introspection_cache_seconds)
+            if seconds > 0:
+                self._remember_refused(key, self.wall() + seconds)
+        return checked
+
     async def _introspect(self, token: str) -> tuple[Principal, float] | Rejection:
         if not self.introspecting:
             return _invalid("the token is not a JWT, and no issuer introspects tokens")
@@ -218,7 +252,8 @@ class TokenVerifier:
                 else None
             )
             try:
-                async with self._introspections:
+                # (The issuer's turn first: tokens waiting for one issuer hold no global slot.)
+                async with self._per_issuer[issuer.issuer], self._introspections:
                     answer = await fetch_json(
                         issuer.introspection_endpoint,
                         self.auth.fetch_timeout,
@@ -247,9 +282,20 @@ class TokenVerifier:
             return self._principal(answer, issuer, ends, until)
         if failures and len(failures) == len(self.introspecting):
             return Rejection(503, "temporarily_unavailable", "the token cannot be introspected now")
-        return _invalid("the token is not active")
+        return _NOT_ACTIVE
 
     # --- the cache ------------------------------------------------------------------------
+
+    def _remember_refused(self, key: bytes, until: float) -> None:
+        refused = self._refused
+        if len(refused) >= MAX_CACHED:
+            now = self.wall()
+            for old in [old for old, ends in refused.items() if ends <= now]:
+                del refused[old]
+            if len(refused) >= MAX_CACHED:  # still full: the oldest half goes
+                for old in list(refused)[: MAX_CACHED // 2]:
+                    del refused[old]
+        refused[key] = until
 
     def _remember(self, key: bytes, principal: Principal, until: float) -> None:
         cache = self._cache
@@ -261,6 +307,20 @@ class TokenVerifier:
                 for old in list(cache)[: MAX_CACHED // 2]:
                     del cache[old]
         cache[key] = (principal, until)
+
+
+_NOT_ACTIVE = _invalid("the token is not active")  # (the one object: remembered when this is the answer)
+
+
+class _Asked:
+    """An opaque token's introspection under way, for the requests that bring it meanwhile."""
+
+    def __init__(self) -> None:
+        self.done = trio.Event()
+        # What they get if the introspection never answers (its request was cancelled).
+        self.result: tuple[Principal, float] | Rejection = Rejection(
+            503, "temporarily_unavailable", "the token cannot be introspected now"
+        )
 
 
 def _access_token_type(typ: Any) -> bool:
