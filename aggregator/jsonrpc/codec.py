@@ -445,7 +445,9 @@ def _who(kind: int | None, id: Any) -> dict[str, Any]:
 
 def unreadable(raw: bytes, exc: BaseException) -> RemoteProtocolError:
     """A parse error; the envelope is read leniently (NaN, lone surrogates, bad UTF-8
-    replaced) so that the error can name the request it answers."""
+    replaced) so that the error can name the request it answers. An id is answered only as
+    it was sent: one whose bytes were replaced (invalid UTF-8 in it) is answered with
+    ``"id": null``, as an id that cannot be read."""
     parsed = None
     if len(raw) <= _LENIENT_LIMIT:
         try:
@@ -454,8 +456,10 @@ def unreadable(raw: bytes, exc: BaseException) -> RemoteProtocolError:
             )
         except (ValueError, RecursionError):
             pass
-    who = envelope(parsed) if parsed is not None else salvage_envelope(raw)
-    return RemoteProtocolError(PARSE_ERROR, f"Parse error: {_reason(exc)}", **_who(*who))
+    kind, id = envelope(parsed) if parsed is not None else salvage_envelope(raw)
+    if type(id) is str and "\ufffd" in id and id != salvage_envelope(raw)[1]:
+        id = None  # a replacement character the sender did not send: not its id
+    return RemoteProtocolError(PARSE_ERROR, f"Parse error: {_reason(exc)}", **_who(kind, id))
 
 
 def _ignore(text: str) -> None:

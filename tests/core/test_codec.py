@@ -45,6 +45,8 @@ def test_classifies_by_key_presence(raw, kind):
         (b'{"jsonrpc":"2.0","method":', PARSE_ERROR, None),
         (b'{"jsonrpc":"2.0","id":1,"method":"x","params":{"a":1e400,}}', PARSE_ERROR, 1),  # id salvaged
         (b"\xff\xfe{}", PARSE_ERROR, None),
+        (b'{"jsonrpc":"2.0","id":"a\xffb","method":"ping"}', PARSE_ERROR, None),  # not "a\ufffdb"
+        (b'{"jsonrpc":"2.0","id":"a\xef\xbf\xbdb","method":"ping","x":"\xff"}', PARSE_ERROR, "a\ufffdb"),  # sent
         (b"42", INVALID_REQUEST, None),
         (b"null", INVALID_REQUEST, None),
         (b'"x"', INVALID_REQUEST, None),

@@ -222,6 +222,8 @@ def test_limits(tmp_path):
         assert status == 400 and json.loads(body)["error"]["code"] == -32600
         status, _, body = post(port, b'{"jsonrpc": "2.0", "id": 1, "method":', {"mcp-session-id": session})
         assert status == 400 and json.loads(body)["error"]["code"] == -32700
+        status, _, body = post(port, b'{"jsonrpc":"2.0","id":"a\xffb","method":"ping"}', {"mcp-session-id": session})
+        assert status == 400 and json.loads(body)["id"] is None and json.loads(body)["error"]["code"] == -32700
         status, _, _ = post(
             port, {"jsonrpc": "2.0", "id": 1, "method": "ping"}, {"mcp-session-id": session, "x-padding": "y" * 40000}
         )

@@ -51,6 +51,9 @@ def test_raw_protocol_edges_and_clean_exit(tmp_path):
         proxy.send(b'{"jsonrpc":"2.0","method":"notifications/initialized"}\n')
         proxy.send(b'{"jsonrpc":"2.0","method":\n')
         assert proxy.receive()["error"]["code"] == -32700
+        proxy.send(b'{"jsonrpc":"2.0","id":"a\xffb","method":"ping"}\n')  # an id not readable as sent: null
+        answer = proxy.receive()
+        assert (answer["id"], answer["error"]["code"]) == (None, -32700), answer
         proxy.send(b'[{"jsonrpc":"2.0","id":4,"method":"ping"}]\n')
         assert proxy.receive() == {
             "jsonrpc": "2.0",
