@@ -161,6 +161,8 @@ class HttpConnection:
             self._deadlines.deadline = math.inf
         item = reader.ready.popleft()
         if type(item) is Refusal:
+            if item.status in (413, 431):  # a size limit: said (never the request itself)
+                log.warning("http: refused a request (%d): %s", item.status, item.reason)
             await self.respond_error(item.status, item.reason)
             return None
         assert type(item) is Request

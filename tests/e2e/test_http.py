@@ -214,10 +214,12 @@ def test_limits(tmp_path):
     config = write_config(
         tmp_path, fake("a") + "\n[http]\nmax_sessions = 3\nheader_timeout = 1.0\n", startup_timeout=10.0
     )
-    with http_proxy(config) as (port, _):
+    with http_proxy(config) as (port, log):
         session = initialize(port)
         big = b'{"jsonrpc":"2.0","id":5,"method":"ping","params":{"x":"' + b"x" * (5 * 1024 * 1024) + b'"}}'
         assert post(port, big, {"mcp-session-id": session})[0] == 413
+        said = [line for line in log.read_text().splitlines() if "refused a request (413)" in line]
+        assert len(said) == 1 and "WARNING" in said[0] and "xxxx" not in said[0], said
         status, _, body = post(port, [{"jsonrpc": "2.0", "id": 1, "method": "ping"}], {"mcp-session-id": session})
         assert status == 400 and json.loads(body)["error"]["code"] == -32600
         status, _, body = post(port, b'{"jsonrpc": "2.0", "id": 1, "method":', {"mcp-session-id": session})
@@ -584,3 +586,36 @@ def test_drip_feeding_connections_are_capped_and_cut_at_the_deadline(tmp_path):
         assert time.monotonic() - started < 3.5
         assert refused >= 10 and closed >= 1
         assert initialize(port)  # room again for a real client
+
+
+def test_a_websocket_message_over_the_limit_closes_with_1009_and_a_warning(tmp_path):
+    import trio
+    import trio_websocket
+
+    from tests.e2e.conftest import websocket_requester
+
+    ws_port = free_port()
+    config = write_config(tmp_path, fake("a"), startup_timeout=10.0)
+
+    async def oversized() -> int | None:
+        with trio.fail_after(30):
+            async with trio_websocket.open_websocket_url(f"ws://127.0.0.1:{ws_port}/mcp") as socket:
+                request = websocket_requester(socket)
+                params = {
+                    "protocolVersion": "2025-06-18",
+                    "capabilities": {},
+                    "clientInfo": {"name": "t", "version": "0"},
+                }
+                assert "result" in await request(1, "initialize", params)
+                with pytest.raises(trio_websocket.ConnectionClosed) as closed:  # while sending, or after
+                    await socket.send_message(
+                        '{"jsonrpc":"2.0","id":2,"method":"ping","params":{"x":"' + "x" * (5 << 20) + '"}}'
+                    )
+                    await socket.get_message()
+                return closed.value.reason.code
+
+    with http_proxy(config, "--ws", f"127.0.0.1:{ws_port}") as (_, log):
+        wait_listening(ws_port)
+        assert trio.run(oversized) == 1009
+    said = [line for line in log.read_text().splitlines() if "closed (1009)" in line]
+    assert len(said) == 1 and "WARNING" in said[0] and "4194304 bytes" in said[0] and "xxxx" not in said[0], said

@@ -47,6 +47,7 @@ from aggregator.telemetry.recent_errors import REFUSAL
 from aggregator.transports.http_server import refuse_connection
 
 log = logging.getLogger(__name__)
+_MESSAGE_TOO_BIG = 1009  # the close code of a message over http.max_body_bytes (RFC 6455 7.4.1)
 BAD_HANDSHAKE = (
     b"HTTP/1.1 400 Bad Request\r\ncontent-type: text/plain; charset=utf-8\r\nconnection: close\r\n"
     b"content-length: 29\r\n\r\nmalformed WebSocket handshake"
@@ -225,8 +226,14 @@ class WebSocketEndpoint:
                                     await socket.send_message(dumps(internal_error(raw)).decode())
                                     await socket.aclose(1011, "internal error")
                                 break
-                    except trio_websocket.ConnectionClosed:
-                        pass
+                    except trio_websocket.ConnectionClosed as closed:
+                        if closed.reason is not None and closed.reason.code == _MESSAGE_TOO_BIG:
+                            log.warning(
+                                "websocket session %d: closed (1009): a message larger than %d bytes"
+                                " (http.max_body_bytes)",
+                                key,
+                                self.config.max_body_bytes,
+                            )
                     nursery.cancel_scope.cancel()
             if connection.cancelled_caught and trio.current_time() >= connection.deadline:
                 log.info("websocket session %d: its access token expired", key)
