@@ -26,7 +26,7 @@ from mcp.shared.exceptions import MCPError
 from tests.authserver.harness import decode_unverified
 from tests.credentials.peers import JwtIssuer, ProtectedMcp
 from tests.e2e.conftest import ROOT, events, http_proxy, post, stateless, write_config
-from tests.e2e.test_tracing import Collector
+from tests.e2e.span_collector import Collector
 from tests.loopback import serve_in_thread, stop_serving
 
 pytestmark = pytest.mark.e2e

@@ -5,39 +5,14 @@ collector as the OpenTelemetry SDK exports them."""
 from __future__ import annotations
 
 import json
-import threading
 import time
-from http.server import BaseHTTPRequestHandler
-
-from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
 from tests.e2e.conftest import events, fake, http_proxy, initialize, post, write_config
+from tests.e2e.span_collector import Collector
 from tests.loopback import serve_in_thread, stop_serving
 
 TRACE_ID = "0af7651916cd43dd8448eb211c80319c"
 CALLER_SPAN = "b7ad6b7169203331"
-
-
-class Collector(BaseHTTPRequestHandler):
-    spans: list = []
-    lock = threading.Lock()
-
-    def do_POST(self):  # noqa: N802 - the http.server API
-        body = self.rfile.read(int(self.headers["content-length"]))
-        request = ExportTraceServiceRequest()
-        request.ParseFromString(body)
-        with self.lock:
-            for resource in request.resource_spans:
-                service = next(a.value.string_value for a in resource.resource.attributes if a.key == "service.name")
-                for scope in resource.scope_spans:
-                    self.spans.extend((service, span) for span in scope.spans)
-        self.send_response(200)
-        self.send_header("content-type", "application/x-protobuf")
-        self.send_header("content-length", "0")
-        self.end_headers()
-
-    def log_message(self, *args):
-        pass
 
 
 def test_a_trace_crosses_two_proxies_to_the_server(tmp_path, monkeypatch):
