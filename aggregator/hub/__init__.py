@@ -3,8 +3,7 @@
 Owns ``Hub`` (``hub``: supervises upstreams, owns the router, serves clients, shuts down
 gently, reloads), the router it builds from config (``catalogs``), reading a reload's file
 and planning what it changes (``reload``), dropping clients past the total memory budget
-(``shedding``); the hub writes once per scheduler turn what many tasks queued
-(``hub.SoonWriter``).
+(``shedding``), and writing once per scheduler turn what many tasks queued (``soon``).
 Nothing else holds the router: fronts and upstream sessions reach the hub through their
 ports (``fronts.port.ClientPort``, ``upstreams.port.UpstreamPort``), the plugin gate through
 ``plugins.gate.GateHost``.

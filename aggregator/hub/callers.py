@@ -8,10 +8,16 @@ or the metrics. A session that shows a fresh token of the same user (its client 
 it) has it used for the next exchange. A session with no access token (no ``[auth]``, a
 static token, stdio) has no principal to act for: such a server refuses it with an error
 saying why, never falling back to anyone else's credential.
+
+``Callers`` keeps them per session, the credentials ``serve`` opened, and which session was
+asked by URL elicitation to grant access, so that it hears when the grant is given.
 """
 
 from __future__ import annotations
 
+from collections import OrderedDict
+from collections.abc import Callable
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -19,7 +25,10 @@ import attrs
 from aggregator.config import ServerConfig
 
 if TYPE_CHECKING:
+    from aggregator.credentials.problems import ConsentRequired
     from aggregator.credentials.service import UserBearer, UserCredentials
+
+MAX_CONSENTS_WAITING = 1024  # clients remembered as asked for a grant (the oldest forgotten)
 
 
 @attrs.define(eq=False)
@@ -64,3 +73,58 @@ def bearer_for(
     if caller is not None:
         caller.bearers.append(bearer)
     return bearer
+
+
+class Callers:
+    """Each client session's ``Caller``, the users' credentials, and the sessions asked to
+    grant access (elicitation id -> session, oldest first, at most ``MAX_CONSENTS_WAITING``)."""
+
+    def __init__(self) -> None:
+        self.by_key: dict[int, Caller] = {}
+        self.credentials: UserCredentials | None = None
+        self._consents: OrderedDict[str, int] = OrderedDict()
+
+    def connected(self, key: int, principal: Any, token: str | None) -> None:
+        """A session opened as ``principal`` showing ``token``; one with neither acts for nobody."""
+        if principal is not None or token is not None:
+            self.by_key[key] = Caller(principal, token)
+
+    def show(self, key: int, token: str | None) -> None:
+        """The session's request carried ``token`` (maybe refreshed since)."""
+        caller = self.by_key.get(key)
+        if caller is not None:
+            caller.show(token)
+
+    def forget(self, key: int) -> None:
+        """The session is gone, and with it what it was asked."""
+        self.by_key.pop(key, None)
+        if self._consents:
+            for elicitation in [e for e, asked in self._consents.items() if asked == key]:
+                del self._consents[elicitation]
+
+    def use(self, credentials: UserCredentials, given: Callable[[int, str], None]) -> None:
+        """Serve users' credentials; ``given(session, elicitation id)`` when a session asked
+        to grant access has been granted it."""
+        self.credentials = credentials
+        if credentials.flows is not None:
+            credentials.flows.listeners.append(partial(self._given, given))
+
+    def bearer(self, key: int, server: ServerConfig, capabilities: dict[str, Any]) -> UserBearer | None:
+        """The credential of session ``key``'s own connection to ``server``: None for a
+        server with static headers (or without users' credentials)."""
+        if server.auth == "static" or self.credentials is None:
+            return None
+        bearer = bearer_for(self.credentials, self.by_key.get(key), server, capabilities)
+        if bearer.url_elicitation:
+            bearer.on_consent = partial(self._asked, key)
+        return bearer
+
+    def _asked(self, key: int, asked: ConsentRequired) -> None:
+        self._consents[asked.elicitation_id] = key
+        while len(self._consents) > MAX_CONSENTS_WAITING:
+            self._consents.popitem(last=False)
+
+    def _given(self, given: Callable[[int, str], None], pending: Any) -> None:
+        key = self._consents.pop(pending.elicitation_id, None)
+        if key is not None:
+            given(key, pending.elicitation_id)

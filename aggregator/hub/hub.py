@@ -28,9 +28,7 @@ import itertools
 import logging
 import math
 import time
-from collections import OrderedDict
 from collections.abc import Callable
-from functools import partial
 from pathlib import Path
 from time import perf_counter
 from typing import TYPE_CHECKING, Any
@@ -82,7 +80,7 @@ from aggregator.core.router import (
     UpstreamServing,
     WaitForStartup,
 )
-from aggregator.hub.callers import Caller, bearer_for
+from aggregator.hub.callers import Callers
 from aggregator.hub.caps import Admission
 from aggregator.hub.catalogs import make_router
 from aggregator.hub.reload import (
@@ -98,6 +96,7 @@ from aggregator.hub.reload import (
     wait_stopped,
 )
 from aggregator.hub.shedding import Shedder
+from aggregator.hub.soon import SoonWriter
 from aggregator.jsonrpc.codec import decode_message, dumps
 from aggregator.jsonrpc.errors import RemoteProtocolError
 from aggregator.jsonrpc.framing import OversizedLine
@@ -115,11 +114,9 @@ from aggregator.upstreams.port import Connector, OwnCall
 from aggregator.upstreams.session import UpstreamSession
 
 if TYPE_CHECKING:
-    from aggregator.credentials.problems import ConsentRequired
     from aggregator.credentials.service import UserCredentials
 
 log = logging.getLogger(__name__)
-MAX_CONSENTS_WAITING = 1024  # clients remembered as asked for a grant (the oldest forgotten)
 ELICITATION_COMPLETE = "notifications/elicitation/complete"
 
 
@@ -159,13 +156,9 @@ class Hub:
         self.started_at = time.monotonic()
         self.looking = False  # a command's one look (check, tools): it serves nobody, reports each server
         self.client_since: dict[int, float] = {}  # when each client connected (time.monotonic())
-        # Who each client acts as for servers that take users' own credentials (``callers``),
-        # and those credentials (``serve`` opens them when a server needs them).
-        self.callers: dict[int, Caller] = {}
-        self.credentials: UserCredentials | None = None
-        # elicitation id -> the client asked by URL elicitation to grant access, oldest first:
-        # told with notifications/elicitation/complete when the grant is given.
-        self._consents: OrderedDict[str, int] = OrderedDict()
+        # Who each client acts as for servers that take users' own credentials, those
+        # credentials (``serve`` opens them when a server needs them), who was asked to grant.
+        self.callers = Callers()
         self.recent_errors = RecentErrors()  # warnings and errors logged while it runs
         self._dirty: list[ClientSink] = []
         self.soon = SoonWriter(self._write_dirty)  # dispatch_soon's writes, once per scheduler turn
@@ -456,9 +449,7 @@ class Hub:
         authenticated), ``stateless`` (a stateless HTTP request's own); ``access_token``: the
         OAuth access token it showed, kept here for token exchange, never told to the router."""
         key = next(self._client_keys)
-        token = kind.pop("access_token", None)
-        if kind.get("principal") is not None or token is not None:
-            self.callers[key] = Caller(kind.get("principal"), token)
+        self.callers.connected(key, kind.get("principal"), kind.pop("access_token", None))
         self.clients[key] = sink
         self.client_since[key] = time.monotonic()
         self.router.handle(ClientConnected(key, profile, **kind))
@@ -513,10 +504,7 @@ class Hub:
             self.tracing.client_gone(key)
         self.clients.pop(key, None)
         self.client_since.pop(key, None)
-        self.callers.pop(key, None)
-        if self._consents:
-            for elicitation in [e for e, asked in self._consents.items() if asked == key]:
-                del self._consents[elicitation]
+        self.callers.forget(key)
         self.gate.forget_client(key)
         self.dispatch_now(self.router.handle(ClientDisconnected(key)))
 
@@ -548,29 +536,18 @@ class Hub:
     def use_credentials(self, credentials: UserCredentials) -> None:
         """Users' own credentials for servers, opened by ``serve``: each session's own
         connection to a server that acts as each user sends its user's."""
-        self.credentials = credentials
-        if credentials.flows is not None:
-            credentials.flows.listeners.append(self._consent_given)
+        self.callers.use(credentials, self._consent_given)
 
-    def _consent_asked(self, key: int, asked: ConsentRequired) -> None:
-        self._consents[asked.elicitation_id] = key
-        while len(self._consents) > MAX_CONSENTS_WAITING:
-            self._consents.popitem(last=False)
-
-    def _consent_given(self, pending: Any) -> None:
+    def _consent_given(self, key: int, elicitation_id: str) -> None:
         """A user granted access (the tokens are in the vault): the client that was asked by
         URL elicitation hears that it is complete, and may retry its call."""
-        key = self._consents.pop(pending.elicitation_id, None)
-        if key is not None and key in self.clients:
-            params = {"elicitationId": pending.elicitation_id}
-            done = {"jsonrpc": "2.0", "method": ELICITATION_COMPLETE, "params": params}
-            self.dispatch_now([ToClient(key, done)])
+        if key in self.clients:
+            params = {"elicitationId": elicitation_id}
+            self.dispatch_now([ToClient(key, {"jsonrpc": "2.0", "method": ELICITATION_COMPLETE, "params": params})])
 
     def caller_token(self, key: int, token: str | None) -> None:
         """A client's request carried ``token``, its OAuth access token (maybe refreshed since)."""
-        caller = self.callers.get(key)
-        if caller is not None:
-            caller.show(token)
+        self.callers.show(key, token)
 
     def _server_request_allowed(self, server: str, method: str, params: dict[str, Any]) -> bool:
         """The per-server policy for sampling, elicitation and roots requests, then plugins."""
@@ -715,11 +692,7 @@ class Hub:
     def _start_upstream(self, command: StartUpstream) -> None:
         server = self.config.servers[command.server]
         # A server acting as each user gets this session's user's credential, and nobody else's.
-        auth = None
-        if server.auth != "static" and self.credentials is not None:
-            auth = bearer_for(self.credentials, self.callers.get(command.session), server, command.capabilities)
-            if auth.url_elicitation:
-                auth.on_consent = partial(self._consent_asked, command.session)
+        auth = self.callers.bearer(command.session, server, command.capabilities)
         upstream = UpstreamSession(self, server, name=command.name, client_capabilities=command.capabilities, auth=auth)
         self.upstreams[command.name] = upstream
         assert self._nursery is not None
@@ -780,40 +753,3 @@ class Hub:
         dirty, self._dirty = self._dirty, []
         for outbox in dirty:
             outbox.flush()
-
-
-class SoonWriter:
-    """Writing once per turn of the scheduler what many tasks queued in it.
-
-    A front that dispatches one request per connection task (Streamable HTTP, one POST
-    each) would otherwise write to a server's stdin once per request: a system call, and a
-    wake-up of the server, each. ``request()`` instead wakes one task that writes everything
-    queued meanwhile, after the tasks the same turn woke have run: sixteen requests that
-    arrived together go out in one write."""
-
-    def __init__(self, write: Callable[[], None]) -> None:
-        self._write = write
-        self._lot = trio.lowlevel.ParkingLot()
-        self._pending = False
-        self._running = False
-
-    def request(self) -> None:
-        """Have ``write`` run soon (at once while no task runs it)."""
-        if not self._running:
-            self._write()
-        elif not self._pending:
-            self._pending = True
-            self._lot.unpark()
-
-    async def run(self) -> None:
-        self._running = True
-        try:
-            while True:
-                await self._lot.park()
-                self._pending = False
-                try:
-                    self._write()
-                except Exception:  # noqa: BLE001 - one failed write must not stop the others'
-                    log.exception("internal error writing queued messages; writing goes on")
-        finally:
-            self._running = False
