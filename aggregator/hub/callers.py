@@ -89,12 +89,6 @@ class Callers:
         if principal is not None or token is not None:
             self.by_key[key] = Caller(principal, token)
 
-    def show(self, key: int, token: str | None) -> None:
-        """The session's request carried ``token`` (maybe refreshed since)."""
-        caller = self.by_key.get(key)
-        if caller is not None:
-            caller.show(token)
-
     def forget(self, key: int) -> None:
         """The session is gone, and with it what it was asked."""
         self.by_key.pop(key, None)

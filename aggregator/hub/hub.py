@@ -546,8 +546,11 @@ class Hub:
             self.dispatch_now([ToClient(key, {"jsonrpc": "2.0", "method": ELICITATION_COMPLETE, "params": params})])
 
     def caller_token(self, key: int, token: str | None) -> None:
-        """A client's request carried ``token``, its OAuth access token (maybe refreshed since)."""
-        self.callers.show(key, token)
+        """A client's request carried ``token``, its OAuth access token (maybe refreshed since).
+        Every HTTP request tells it: a session that acts for nobody costs one lookup."""
+        caller = self.callers.by_key.get(key)
+        if caller is not None:
+            caller.show(token)
 
     def _server_request_allowed(self, server: str, method: str, params: dict[str, Any]) -> bool:
         """The per-server policy for sampling, elicitation and roots requests, then plugins."""
