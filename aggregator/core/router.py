@@ -145,7 +145,7 @@ from aggregator.core.notices.subscriptions import Listens, Subscriptions
 from aggregator.core.records.clients import ClientState, SessionInfo
 from aggregator.core.records.links import Pending, UpstreamLink, configured_link
 from aggregator.core.replies import proxy_error
-from aggregator.core.requests.forwarding import Forwarding
+from aggregator.core.requests.forwarding import Forwarding, HeldWatcher
 from aggregator.core.requests.request_table import RequestTable, Tallies
 from aggregator.core.requests.tasks import TaskOwners
 from aggregator.core.reverse.reverse_table import ReverseTable
@@ -625,6 +625,12 @@ class Router:
         if client is None or self.search.answers_itself(key, message):
             return None
         return self.targets.describe(client, message)
+
+    def watch_held(self, watcher: HeldWatcher) -> None:
+        """``watcher`` sees what each held request sends once its server can take it (a
+        per-session connection ready, a shared server listed again), as the caller of
+        ``handle`` sees what a request sent at once (``core.requests.forwarding``, rule 4)."""
+        self.forwarding.watch_held = watcher
 
     def unwrap_call_tool(self, key: int, message: dict[str, Any]) -> None:
         """Search mode's ``call_tool`` call of client ``key`` becomes the call it names, in

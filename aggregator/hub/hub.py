@@ -637,6 +637,7 @@ class Hub:
         """A span per request from now on; untraced, no ToClient checks for it."""
         self.tracing = tracing
         self._handlers.update(tracing.handlers(self._handlers))
+        self.router.watch_held(tracing.forwarded)  # held requests leave with upstream events
 
     # --- commands -----------------------------------------------------------------------
 

@@ -7,7 +7,10 @@ a child of that one, whose W3C trace context (``traceparent``, ``tracestate``,
 ``baggage``) replaces the one in the forwarded request's ``params._meta``, as the
 2026-07-28 specification documents; an upstream that traces continues the trace there.
 The server span's parent is the caller's trace context: its ``_meta``, or for a request
-over HTTP the same headers when its ``_meta`` has none (``adopt_headers``).
+over HTTP the same headers when its ``_meta`` has none (``adopt_headers``). A request that
+waited (for its per-session connection to open, for its shared server to be listed
+again) leaves with an upstream event's commands: the router shows them to ``forwarded``
+too (``Router.watch_held``), so its hop is traced as any other.
 
 Tracing is on when the ``otel`` extra is installed and the standard OpenTelemetry
 environment asks for an exporter (``OTEL_EXPORTER_OTLP_ENDPOINT``,

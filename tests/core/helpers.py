@@ -223,3 +223,52 @@ def lifecycle_serves(
         out = router.handle(ServerMessage(name, msg(id=ask["id"], result=result)))
         seen += out
     raise AssertionError("the lifecycle kept asking")
+
+
+class TracedHub:
+    """What the hub does for a traced proxy, over a router: each client request routed in a
+    span of its own (``Tracing.traced``), what held requests send later shown to the same
+    tracing (``Router.watch_held``), spans collected in memory."""
+
+    def __init__(self, router: Router) -> None:
+        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+        from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+        from aggregator.telemetry.tracing import Tracing
+
+        self.router = router
+        self.exporter = InMemorySpanExporter()
+        provider = TracerProvider()
+        provider.add_span_processor(SimpleSpanProcessor(self.exporter))
+        self.tracing = Tracing(provider)
+        router.watch_held(self.tracing.forwarded)
+
+    def request(self, key: int, message: dict[str, Any]) -> list[Any]:
+        """Client ``key``'s request, routed in its span; what the router said to do."""
+        from aggregator.core.events import ClientDecoded
+        from aggregator.jsonrpc.kinds import REQUEST
+
+        self.tracing.request(key, message)
+        commands = self.router.handle(ClientDecoded(key, REQUEST, message))
+        self.tracing.forwarded(key, message["id"], commands)
+        return commands
+
+    def answered(self, commands: list[Any]) -> None:
+        """The answers among ``commands`` reach their clients: their spans end."""
+        from aggregator.core.commands import ToClient
+
+        for command in commands:
+            if type(command) is ToClient:
+                self.tracing.answered(command.session, decoded(command.message))
+
+    def spans(self, method: str) -> tuple[Any, Any]:
+        """The finished server span of a ``method`` request and the one client span under it."""
+        from opentelemetry.trace import SpanKind
+
+        spans = self.exporter.get_finished_spans()
+        server = [s for s in spans if s.kind == SpanKind.SERVER and s.name.startswith(method)]
+        assert len(server) == 1, [s.name for s in spans]
+        client = [s for s in spans if s.kind == SpanKind.CLIENT and s.parent.span_id == server[0].context.span_id]
+        assert len(client) == 1, [s.name for s in spans]
+        return server[0], client[0]

@@ -21,7 +21,7 @@ from aggregator.core.catalogs.outages import (
     uri_owner,
 )
 from aggregator.core.catalogs.policy import ProfilePolicy
-from aggregator.core.commands import RequestEnded
+from aggregator.core.commands import RequestEnded, ToServer
 from aggregator.core.events import (
     Abandoned,
     ClientConnected,
@@ -38,7 +38,7 @@ from aggregator.core.events import (
     TimePassed,
 )
 from aggregator.core.records.links import Phase
-from tests.core.helpers import msg, new_router, unpack
+from tests.core.helpers import TracedHub, decoded, msg, new_router, unpack
 
 CONFIG = """
 [servers.git]
@@ -286,6 +286,22 @@ def test_held_then_forwarded_when_listed(router, clock):
     back = unpack(router.handle(ServerMessage("git", msg(id=sent["id"], result={"ok": True}))))
     assert back == [("ToClient", 1, {"jsonrpc": "2.0", "id": 7, "result": {"ok": True}})]
     assert router.start_takes["git"] == pytest.approx(1.0)  # attempt at 1001, listed at 1002
+
+
+def test_a_request_held_for_a_restart_is_traced_when_sent(router, clock):
+    """A request held while its shared server restarts leaves with the listing that ends
+    the outage, not with its client's message: it gets its client span and carries its
+    trace context all the same (``Router.watch_held``)."""
+    hub = TracedHub(router)
+    lose(router, clock, retry_in=1.0)
+    assert hub.request(1, {"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {"name": "git__status"}}) == []
+    clock.now += 2.0
+    [sent] = [c for c in start(router, "git", GIT_TOOLS) if type(c) is ToServer and "id" in decoded(c.message)]
+    traceparent = decoded(sent.message)["params"]["_meta"]["traceparent"]
+    hub.answered(router.handle(ServerMessage("git", msg(id=decoded(sent.message)["id"], result={"ok": True}))))
+    server, client = hub.spans("tools/call")
+    assert server.parent is None and client.name == "tools/call git"
+    assert traceparent.startswith(f"00-{server.context.trace_id:032x}-{client.context.span_id:016x}-")
 
 
 def test_held_then_failed_when_the_attempt_fails(router, clock):

@@ -5,7 +5,7 @@ import pytest
 
 from aggregator.config import ServerConfig
 from aggregator.core.catalogs.catalog import Catalog
-from aggregator.core.commands import RequestEnded
+from aggregator.core.commands import RequestEnded, ToServer
 from aggregator.core.events import (
     ClientConnected,
     ClientDisconnected,
@@ -21,7 +21,7 @@ from aggregator.core.events import (
     TimePassed,
 )
 from aggregator.core.router import StartUpstream, StopUpstream
-from tests.core.helpers import connect, lifecycle_serves, msg, new_router, own_asks, unpack
+from tests.core.helpers import TracedHub, connect, decoded, lifecycle_serves, msg, new_router, own_asks, unpack
 
 SHARED_P = {
     "tools": [{"name": "echo"}, {"name": "trigger-sampling"}],
@@ -342,3 +342,26 @@ def test_find_tools_searches_a_sessions_own_listing(clock):
     own_connection(router, 1)
     assert found(1, "gzip") == ["p__gzip"]
     assert found(2, "gzip") == []
+
+
+def test_a_request_held_for_its_own_connection_is_traced_when_sent(router):
+    """The first request to a per-session server waits for its session's connection and
+    leaves with that connection's ready event, not with its client's message: it gets its
+    client span and carries its trace context all the same (``Router.watch_held``)."""
+    hub = TracedHub(router)
+    parent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+    call = {"jsonrpc": "2.0", "id": 50, "method": "tools/call", "params": {"name": "p__echo"}}
+    call["params"]["_meta"] = {"traceparent": parent}
+    assert [type(c) for c in hub.request(1, call)] == [StartUpstream]
+    [sent] = [c for c in router.handle(ServerReady("p@1", CAPS)) if type(c) is ToServer]
+    assert sent.server == "p@1"
+    meta = decoded(sent.message)["params"]["_meta"]
+    assert meta["traceparent"].startswith("00-4bf92f3577b34da6a3ce929d0e0e4736-") and meta["traceparent"] != parent
+    hub.answered(router.handle(ServerMessage("p@1", msg(id=decoded(sent.message)["id"], result={"content": []}))))
+    server, client = hub.spans("tools/call")
+    assert format(server.parent.span_id, "016x") == "00f067aa0ba902b7"
+    assert client.name == "tools/call p@1" and client.parent.span_id == server.context.span_id
+    assert meta["traceparent"] == f"00-4bf92f3577b34da6a3ce929d0e0e4736-{client.context.span_id:016x}-01"
+    # Sent at once now: traced by its own routing, once (the held path does not see it).
+    hub.request(1, {"jsonrpc": "2.0", "id": 51, "method": "tools/call", "params": {"name": "p__echo"}})
+    assert len(hub.tracing._open[1][51].upstream) == 1

@@ -268,7 +268,8 @@ class ClientEvents:
             if isinstance(command, Resend):
                 held = command.held
                 assert held.session is not None and held.held is not None  # released: its client's request
-                done += self.client_event(held.session, REQUEST, held.held)
+                sent = self.client_event(held.session, REQUEST, held.held)
+                done += self.held_requests.forwarding.sent_held(held.session, held.client_id, sent)
                 self.held_requests.keep_deadline(held)
             else:
                 done.append(command)

@@ -212,7 +212,8 @@ class UpstreamEvents:
             client = self.clients.get(key)
             if self.forwarding.still_waiting(client, message):
                 assert client is not None
-                out += self.forwarding.forward(client, message, link.server, params)
+                sent = self.forwarding.forward(client, message, link.server, params)
+                out += self.forwarding.sent_held(key, message["id"], sent)
                 if message["method"] == "resources/subscribe":
                     self._held_subscribe_sent(client, message, (server, params["uri"]))
             elif client is not None and message["method"] == "resources/subscribe":

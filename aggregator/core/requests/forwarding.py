@@ -10,6 +10,12 @@ rules of a request's way upstream:
    ``in_flight``: its id is taken and a cancel ends it, though nothing was sent.
 3. Nothing new goes upstream while draining, to a link that is not ready or overloaded,
    or past the client's ``max_in_flight``: the client is answered at once, counted.
+4. A held request (for its per-session connection, or for a shared server between
+   starts) leaves with an upstream event's commands, not with its client's: whatever it
+   sends then goes through ``sent_held``, which shows it to the watcher of held requests
+   (tracing: its client span and trace context), as the commands of a request sent at once
+   are shown to whoever routed it. Nobody watching, nothing more is done, and a request
+   sent at once never passes there.
 
 It reads the links and the per-session servers it is given; it writes the links' ids and
 ``waiting`` lists, creates per-session links, and puts requests in the request table.
@@ -17,8 +23,8 @@ It reads the links and the per-session servers it is given; it writes the links'
 
 from __future__ import annotations
 
-from collections.abc import Collection
-from typing import Any
+from collections.abc import Callable, Collection
+from typing import Any, TypeAlias
 
 from aggregator import __version__
 from aggregator.core.commands import Command, StartUpstream, ToClient, ToServer
@@ -45,6 +51,10 @@ from aggregator.mcp.versions import MODERN_LATEST
 # The client info a request to a modern server carries when its caller gave none.
 PROXY_INFO = {"name": "aggregator", "version": __version__}
 
+# Sees what a held request sent once its server could take it: its client's key, its id,
+# and the commands, which it may rewrite in place (``Tracing.forwarded`` has this shape).
+HeldWatcher: TypeAlias = Callable[[int, Any, list[Command]], None]
+
 
 class Forwarding:
     """A client request on its way upstream: a fresh id, a progress token of the proxy's,
@@ -65,6 +75,7 @@ class Forwarding:
         self.server_requests = server_requests  # the server-to-client requests the proxy routes
         self.max_in_flight = max_in_flight  # per client
         self.draining = False  # shutting down: finish what is in flight, take nothing new
+        self.watch_held: HeldWatcher | None = None  # rule 4 (tracing), or nobody
 
     def forward(
         self, client: ClientState, message: dict[str, Any], server: str, params: dict[str, Any]
@@ -244,6 +255,13 @@ class Forwarding:
         placeholder.hold(Phase.STARTING, message)
         client.in_flight[message["id"]] = placeholder
         return out
+
+    def sent_held(self, key: int, id: Any, commands: list[Command]) -> list[Command]:
+        """What client ``key``'s held request ``id`` sent once its server could take it,
+        shown to the watcher of held requests (rule 4); the one way a held request leaves."""
+        if self.watch_held is not None:
+            self.watch_held(key, id, commands)
+        return commands
 
     def still_waiting(self, client: ClientState | None, message: dict[str, Any]) -> bool:
         """Take a request off its wait for a per-session connection to start: False if its
