@@ -604,8 +604,13 @@ class Hub:
     # --- the plugin gate's port (plugins.gate.GateHost) ----------------------------------
 
     async def route_now(self, key: int, message: dict[str, Any]) -> None:
-        """A request its plugins allowed (in a task of their own): routed, carried out now."""
-        self.dispatch_now(await self.routed(key, REQUEST, message))
+        """A request its plugins allowed (in a task of their own): routed, carried out now.
+        Its client's message was routed to nothing (``Tracing.traced``): traced, its hop
+        gets its client span here."""
+        commands = await self.routed(key, REQUEST, message)
+        if self.tracing is not None:
+            self.tracing.forwarded(key, message["id"], commands)
+        self.dispatch_now(commands)
 
     def answer_now(self, answer: ToClient) -> None:
         """An answer the plugins' hooks made: sent now."""

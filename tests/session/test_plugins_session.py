@@ -248,3 +248,32 @@ async def test_plugins_see_the_tool_behind_call_tool(autojump_clock):
             denied = await client.request("tools/call", {"name": "call_tool", "arguments": {"name": "a__fail"}})
             assert denied["error"]["message"] == "not today"
             assert [r.request.exposed for r in recorder.responses][-1] == "a__fail"
+
+
+async def test_a_request_its_waiting_hooks_allowed_is_traced_upstream(autojump_clock):
+    """A request whose hooks decide in a task of their own is routed there, after its
+    client's message: traced, its hop still gets its client span and trace context."""
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+    from opentelemetry.trace import SpanKind
+
+    from aggregator.telemetry.tracing import Tracing
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    parent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+    plugins = [{"use": "tests.session.test_plugins_session:Deliberate"}]
+    async with running_proxy({"a": []}, {"request_timeout": 5.0}, plugins=plugins) as proxy:
+        proxy.hub.trace(Tracing(provider))
+        client = await proxy.connect()
+        with trio.fail_after(30):
+            await client.initialize()
+            params = {"name": "a__echo", "arguments": {"wait": "a while"}, "_meta": {"traceparent": parent}}
+            assert "result" in await client.request("tools/call", params)
+    [sent] = [m for m in proxy.upstreams.latest("a").seen if m.get("method") == "tools/call"]
+    spans = {span.kind: span for span in exporter.get_finished_spans() if span.name.startswith("tools/call")}
+    assert spans[SpanKind.CLIENT].parent.span_id == spans[SpanKind.SERVER].context.span_id
+    traceparent = sent["params"]["_meta"]["traceparent"]
+    assert traceparent == f"00-4bf92f3577b34da6a3ce929d0e0e4736-{spans[SpanKind.CLIENT].context.span_id:016x}-01"
