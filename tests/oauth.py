@@ -27,6 +27,7 @@ class AuthServer:
         self.fetches: dict[str, int] = {}  # path -> requests
         self.opaque: dict[str, dict[str, Any]] = {}  # opaque token -> its introspection answer
         self.introspection_auth: list[str | None] = []  # the Authorization header of each
+        self.redirects: dict[str, str] = {}  # path -> where a 302 sends a request for it
         self.busy = 0  # requests being answered now
         self.most_busy = 0  # the most answered at once
         self._lock = threading.Lock()
@@ -119,6 +120,12 @@ class AuthServer:
                     time.sleep(server.slow_seconds)
                 if server.mode == "error":
                     self._send(500, b"{}")
+                    return
+                if path in server.redirects:
+                    self.send_response(302)
+                    self.send_header("location", server.redirects[path])
+                    self.send_header("content-length", "0")
+                    self.end_headers()
                     return
                 if path == "/.well-known/oauth-authorization-server":
                     document: Any = server.metadata()

@@ -223,6 +223,72 @@ async def test_discovered_key_set_urls_are_checked(server):
     assert server.count("/jwks") == 0
 
 
+# (what, the jwks_uri the metadata names, the issuer, what its host resolves to, refused?)
+ISSUER = "https://issuer.example"
+KEY_SET_URLS = [
+    ("https, a public address", "https://keys.example/jwks", ISSUER, ["93.184.216.34"], False),
+    ("the issuer's own origin", "https://issuer.example/keys", ISSUER, ["10.0.0.5"], False),
+    ("an issuer's own origin on a private address", "https://10.0.0.5/jwks", "https://10.0.0.5", [], False),
+    ("plain http off loopback", "http://keys.example/jwks", ISSUER, ["93.184.216.34"], True),
+    ("another scheme", "file:///etc/passwd", ISSUER, [], True),
+    ("a user name in the URL", "https://user:pw@keys.example/jwks", ISSUER, ["93.184.216.34"], True),
+    ("a private address", "https://10.1.2.3/jwks", ISSUER, [], True),
+    ("a link-local address", "https://169.254.169.254/latest", ISSUER, [], True),
+    ("a cloud metadata name", "https://metadata.google.internal/jwks", ISSUER, [], True),
+    ("a name resolving to a private address", "https://keys.example/jwks", ISSUER, ["10.9.8.7"], True),
+    ("a name resolving to link-local", "https://keys.example/jwks", ISSUER, ["93.184.216.34", "169.254.1.1"], True),
+    ("a name resolving to loopback", "https://keys.example/jwks", ISSUER, ["127.0.0.1"], True),
+    ("a name resolving to mapped loopback", "https://keys.example/jwks", ISSUER, ["::ffff:127.0.0.1"], True),
+    ("loopback for an issuer off loopback", "http://127.0.0.1:9/jwks", ISSUER, [], True),
+    ("localhost for an issuer off loopback", "https://localhost/jwks", ISSUER, [], True),
+    ("loopback for an issuer on loopback", "http://127.0.0.1:9/jwks", "http://127.0.0.1:8", [], False),
+    ("a name resolving to loopback, issuer on loopback", "https://keys.example/j", "http://[::1]:8", ["::1"], False),
+]
+
+
+@pytest.mark.parametrize(
+    ("what", "url", "issuer", "addresses", "refused"), KEY_SET_URLS, ids=[case[0] for case in KEY_SET_URLS]
+)
+async def test_a_discovered_key_set_url(what, url, issuer, addresses, refused):
+    from aggregator.fronts.authorization.keys import discovered_url_problem
+
+    async def resolve(host: str) -> list[str]:
+        assert host == "keys.example", host
+        return addresses
+
+    problem = await discovered_url_problem(url, issuer, resolve)
+    assert (problem is not None) == refused, (what, problem)
+
+
+async def test_hostile_metadata_never_makes_it_fetch_where_it_may_not(server, caplog):
+    async def private(host: str) -> list[str]:
+        return ["10.0.0.1"]
+
+    for jwks_uri in ("http://keys.example/jwks", "https://keys.example/jwks", "https://[fd00::1]/jwks"):
+        server.metadata = lambda uri=jwks_uri: {"issuer": server.issuer, "jwks_uri": uri}
+        check = verifier(server)
+        check.keys[server.issuer].resolve = private
+        caplog.clear()
+        with caplog.at_level(logging.ERROR), trio.fail_after(10):
+            result = await check.verify(server.mint())
+        assert isinstance(result, Rejection) and result.status == 503, (jwks_uri, result)
+        assert "its jwks_uri is refused" in caplog.text
+    assert server.count("/jwks") == 0
+
+
+async def test_a_key_set_url_that_redirects_elsewhere_is_not_followed(server):
+    elsewhere = AuthServer()
+    try:
+        server.redirects["/moved"] = f"{elsewhere.issuer}/jwks"
+        server.metadata = lambda: {"issuer": server.issuer, "jwks_uri": f"{server.issuer}/moved"}
+        with trio.fail_after(10):
+            result = await verifier(server).verify(server.mint())
+        assert isinstance(result, Rejection) and result.status == 503
+        assert server.count("/moved") == 1 and elsewhere.count("/jwks") == 0
+    finally:
+        elsewhere.close()
+
+
 async def test_profiles_are_chosen_by_claims_and_scopes(server):
     profiles = {
         "admins": {"match": {"groups": ["admins"]}, "scopes": ["admin"]},

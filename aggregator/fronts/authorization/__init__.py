@@ -19,7 +19,8 @@ of a front. Tokens are never logged, never kept in clear (their SHA-256 keys the
 never sent upstream.
 
 Floor 7 with the fronts (tests/core/test_layering.py): may import ``config``,
-``transports`` and ``errors``; fetches with httpx, on trio.
+``transports``, ``errors`` and ``credentials.urls`` (the rules for a URL a stranger's
+metadata names, the same as the OAuth client's); fetches with httpx, on trio.
 """
 
 from __future__ import annotations

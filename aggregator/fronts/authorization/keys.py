@@ -2,9 +2,11 @@
 
 The keys come from ``jwks_uri``, or from the issuer's metadata when it is not given (RFC
 8414 ``/.well-known/oauth-authorization-server``, then OpenID Connect discovery); the
-metadata must name the same issuer, and the key set's URL passes the same checks as a
-configured one (https, or http to loopback; never a link-local address such as a cloud
-metadata service).
+metadata must name the same issuer, and the key set's URL it names passes the checks the
+proxy's OAuth client makes of every URL a stranger's metadata names (``credentials.urls``,
+``discovered_url_problem``): https (http only to loopback), and no private, link-local or
+cloud metadata address, named or resolved to; loopback only for an issuer configured there.
+No redirect is followed, to any origin.
 
 Bounds, so that an issuer that is slow, huge or down costs a clear refusal and a logged
 error, never a hang nor unbounded memory: one fetch is bounded in time (``auth.fetch_timeout``,
@@ -26,7 +28,7 @@ from __future__ import annotations
 import ipaddress
 import logging
 import math
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -38,6 +40,7 @@ from joserfc.jwk import Key, KeySet
 
 from aggregator.config.model import AuthConfig, IssuerConfig
 from aggregator.config.validation import oauth_url_problem
+from aggregator.credentials.urls import address_refusal, is_loopback, url_refusal
 
 log = logging.getLogger(__name__)
 
@@ -99,21 +102,65 @@ async def fetch_json(
     return document
 
 
-def discovered_url_problem(url: Any) -> str | None:
-    """Why a URL found in an authorization server's metadata may not be fetched; None if it may."""
+Resolve = Callable[[str], Awaitable[list[str]]]
+
+
+async def resolve_host(host: str) -> list[str]:
+    """The addresses ``host`` resolves to; raises FetchError."""
+    try:
+        found = await trio.socket.getaddrinfo(host, None, type=trio.socket.SOCK_STREAM)
+    except OSError as exc:
+        raise FetchError(f"cannot resolve {host[:100]}: {exc.strerror or exc}") from None
+    return [str(sockaddr[0]).split("%", 1)[0] for *_, sockaddr in found]
+
+
+async def discovered_url_problem(url: Any, issuer: str, resolve: Resolve = resolve_host) -> str | None:
+    """Why a URL found in ``issuer``'s metadata may not be fetched; None if it may.
+
+    The rules of the proxy's OAuth client (``credentials.urls``): http(s) only, https off
+    loopback, no user name or password, no private, link-local, reserved or cloud metadata
+    address, whether the URL names it or its host name resolves to it (each address is
+    looked up). Loopback only for an issuer that is itself configured on loopback, and a
+    URL on the configured issuer's own origin is as trusted as the issuer (an issuer the
+    config names on a private address serves its keys there). Raises FetchError when the
+    host name cannot be resolved."""
     if not isinstance(url, str):
         return "not a string"
     problem = oauth_url_problem(url)
     if problem is not None:
         return problem
-    host = urlsplit(url).hostname or ""
-    try:
-        address = ipaddress.ip_address(host.strip("[]"))
-    except ValueError:
+    if _origin(url) == _origin(issuer):
         return None
-    if address.is_link_local or address.is_multicast or address.is_unspecified or address.is_reserved:
-        return f"names a link-local or reserved address ({host})"
+    problem = url_refusal(url)
+    if problem is not None:
+        return f"it {problem}"
+    host = urlsplit(url).hostname or ""
+    loopback_allowed = is_loopback(urlsplit(issuer).hostname or "")
+    if is_loopback(host):
+        return None if loopback_allowed else "it names a loopback address, and the issuer is not on loopback"
+    try:
+        ipaddress.ip_address(host)
+        return None  # a literal address, checked above
+    except ValueError:
+        pass
+    for found in await resolve(host):
+        address = ipaddress.ip_address(found)
+        if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+            address = address.ipv4_mapped
+        if address.is_loopback:
+            if not loopback_allowed:
+                return "its host name resolves to a loopback address, and the issuer is not on loopback"
+            continue
+        refused = address_refusal(address)
+        if refused is not None:
+            return f"its host name resolves to {refused}"
     return None
+
+
+def _origin(url: str) -> tuple[str, str, int | None]:
+    parts = urlsplit(url)
+    port = parts.port or {"http": 80, "https": 443}.get(parts.scheme)
+    return parts.scheme.lower(), (parts.hostname or "").lower(), port
 
 
 def metadata_urls(issuer: str) -> list[str]:
@@ -161,6 +208,7 @@ class IssuerKeys:
         self.tried_at = -math.inf  # when a fetch was tried last (whatever came of it)
         self.failure = "not fetched yet"
         self.fetches = 0  # fetches of the key set tried (for the tests and the status)
+        self.resolve: Resolve = resolve_host  # a host name's addresses (tests give their own)
         self._lock = trio.Lock()
 
     def knows(self, kid: str | None) -> bool:
@@ -230,7 +278,7 @@ class IssuerKeys:
             if document.get("issuer") != self.issuer.issuer:
                 raise FetchError(f"{url}: the metadata names another issuer")
             jwks_uri = document.get("jwks_uri")
-            problem = discovered_url_problem(jwks_uri)
+            problem = await discovered_url_problem(jwks_uri, self.issuer.issuer, self.resolve)
             if problem is not None:
                 raise FetchError(f"{url}: its jwks_uri is refused: {problem}")
             assert isinstance(jwks_uri, str)
