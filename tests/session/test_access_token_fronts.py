@@ -152,6 +152,84 @@ async def test_legacy_sse_needs_a_token_and_binds_its_session(server):
         await stream.aclose()
 
 
+def introspected(server, **more):
+    """An [auth] table whose issuer introspects opaque tokens."""
+    issuer = {"issuer": server.issuer, "introspection_endpoint": f"{server.issuer}/introspect"}
+    return auth_table(server, issuers=[issuer], **more)
+
+
+async def test_each_legacy_sse_post_shows_its_token_and_never_changes_whom_the_session_acts_for(server):
+    server.opaque["alice-1"] = {"active": True, "sub": "alice", "aud": RESOURCE, "scope": "mcp"}
+    server.opaque["alice-2"] = {"active": True, "sub": "alice", "aud": RESOURCE, "scope": "mcp"}
+    server.opaque["bob-1"] = {"active": True, "sub": "bob", "aud": RESOURCE, "scope": "mcp"}
+    async with running_fronts(auth=introspected(server, introspection_cache_seconds=0.5)) as fronts:
+        stream = await fronts.connect()
+        opening = bearer(fronts, "alice-1", accept="text/event-stream")
+        response = await fronts.send(stream, "GET", "/sse", headers=opening)
+        events = EventStream(stream, response)
+        with trio.fail_after(5):
+            _, endpoint = await events.next()
+        path = endpoint.decode()
+        (caller,) = fronts.hub.callers.by_key.values()
+        assert caller.token == "alice-1"
+        # Another user's good token: not this session (404), and it acts for alice still.
+        assert (await fronts.request("POST", path, headers=bearer(fronts, "bob-1"), body=PING)).status == 404
+        assert caller.token == "alice-1" and caller.principal.subject == "alice"
+        # Alice's refreshed token: accepted, and the one a token exchange trades from now on.
+        assert (await fronts.request("POST", path, headers=bearer(fronts, "alice-2"), body=PING)).status == 202
+        assert caller.token == "alice-2" and caller.principal.subject == "alice"
+        with trio.fail_after(5):
+            _, data = await events.next()
+        assert json.loads(data) == {"jsonrpc": "2.0", "id": 2, "result": {}}
+        # The token it opened with, revoked since: refused, though its stream is open.
+        server.opaque["alice-1"] = {"active": False}
+        await trio.sleep(0.6)  # past what an introspection answer is trusted for
+        response = await fronts.request("POST", path, headers=bearer(fronts, "alice-1"), body=PING)
+        assert response.status == 401 and 'error="invalid_token"' in challenge_of(response)
+        await stream.aclose()
+
+
+async def test_a_websocket_session_ends_when_its_introspected_token_is_revoked(server, caplog):
+    server.opaque["opaque-alice"] = {"active": True, "sub": "alice", "aud": RESOURCE, "scope": "mcp"}
+    ping = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "ping"})
+    async with running_fronts(auth=introspected(server, introspection_cache_seconds=1.0)) as fronts:
+        with trio.fail_after(15), caplog.at_level(logging.INFO):
+            async with trio_websocket.open_websocket_url(
+                f"ws://127.0.0.1:{fronts.ws_port}/mcp", extra_headers=[("authorization", "Bearer opaque-alice")]
+            ) as socket:
+                await socket.send_message(ping)
+                assert json.loads(await socket.get_message()) == {"jsonrpc": "2.0", "id": 1, "result": {}}
+                asked = server.count("/introspect")
+                # The issuer cannot be asked for a while: the session goes on meanwhile.
+                server.mode = "error"
+                for _ in range(100):  # until it has been asked twice more, and failed
+                    if server.count("/introspect") >= asked + 2:
+                        break
+                    await trio.sleep(0.1)
+                server.mode = "ok"
+                await socket.send_message(ping)
+                assert json.loads(await socket.get_message()) == {"jsonrpc": "2.0", "id": 1, "result": {}}
+                server.opaque["opaque-alice"] = {"active": False}
+                with pytest.raises(trio_websocket.ConnectionClosed) as closed:
+                    await socket.get_message()
+                assert closed.value.reason.code == 1008
+                assert closed.value.reason.reason == "the access token is no longer accepted"
+    said = [record.getMessage() for record in caplog.records if "no longer accepted" in record.getMessage()]
+    assert said and "not active" in said[0] and "opaque-alice" not in caplog.text
+
+
+async def test_a_websocket_session_with_a_jwt_is_not_asked_about_again(server):
+    async with running_fronts(auth=introspected(server, introspection_cache_seconds=1.0)) as fronts:
+        with trio.fail_after(10):
+            async with trio_websocket.open_websocket_url(
+                f"ws://127.0.0.1:{fronts.ws_port}/mcp", extra_headers=[("authorization", f"Bearer {server.mint()}")]
+            ) as socket:
+                await trio.sleep(2.5)
+                await socket.send_message(json.dumps({"jsonrpc": "2.0", "id": 1, "method": "ping"}))
+                assert json.loads(await socket.get_message()) == {"jsonrpc": "2.0", "id": 1, "result": {}}
+    assert server.count("/introspect") == 0
+
+
 async def test_a_websocket_upgrade_needs_a_token(server):
     async with running_fronts(auth=auth_table(server)) as fronts:
         port = fronts.ws_port
@@ -182,6 +260,7 @@ async def test_a_websocket_session_ends_when_its_access_token_does(server):
                 with pytest.raises(trio_websocket.ConnectionClosed) as closed:
                     await socket.get_message()
                 assert closed.value.reason.code == 1008
+                assert closed.value.reason.reason == "the access token expired"
 
 
 async def test_the_profile_is_chosen_by_the_claims_and_the_status_shows_the_subject(server):

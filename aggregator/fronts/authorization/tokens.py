@@ -54,6 +54,7 @@ MAX_TOKEN = 8 * 1024  # characters; a longer token is refused unread
 MAX_INTROSPECTIONS = 16  # introspection requests in flight at once (more wait their turn)
 MAX_INTROSPECTIONS_PER_ISSUER = 4  # ... and at one issuer
 REFUSED_SECONDS = 10.0  # how long an opaque token found not active is refused unasked
+MIN_RECHECK_SECONDS = 1.0  # a held introspected token is asked about no more often than this
 # A JWT's ``typ`` (RFC 9068 section 2.1, RFC 8725 section 3.11), the "application/" prefix
 # and case set aside: absent, or one of these; any other explicit type is another token's.
 ACCEPTED_TYPES = frozenset({"jwt", "at+jwt"})
@@ -136,6 +137,22 @@ class TokenVerifier:
         if missing:
             return Rejection(403, "insufficient_scope", "the token lacks a required scope")
         return principal
+
+    def recheck_interval(self, token: str) -> float | None:
+        """How often a connection that keeps ``token`` (a WebSocket's: its messages carry
+        none) asks whether it is still good: an introspected token every
+        ``auth.introspection_cache_seconds`` (at least ``MIN_RECHECK_SECONDS``), as often as
+        an HTTP request would have it introspected anew; None for a JWT, checked here alone,
+        which nothing can revoke before its ``exp``."""
+        if token.count(".") == 2 or not self.introspecting:
+            return None
+        return max(MIN_RECHECK_SECONDS, self.auth.introspection_cache_seconds)
+
+    async def recheck(self, token: str) -> Principal | Rejection:
+        """``verify`` anew, past the cache: whether a token held since it was checked is
+        still good (an introspected one may have been revoked)."""
+        self._cache.pop(token_key(token), None)
+        return await self.verify(token)
 
     # --- JWT ------------------------------------------------------------------------------
 

@@ -9,7 +9,11 @@ answer, and a client (the official SDKs') takes a POST that fails for a broken t
 What names no request to answer (no readable id, a notification, an answer to a
 server's request) keeps its 400 with the error. The session is bound to the token that
 opened it, admitted through the same path as every front (``aggregator.fronts.access``), and
-counted in the session cap; it ends when its stream closes.
+counted in the session cap; it ends when its stream closes. Each POST carries its
+token in ``Authorization`` and is checked as a Streamable HTTP POST is: an expired or
+revoked token is a 401, another principal's token a 404 (the session is not theirs, and
+is not said to exist), and the same user's refreshed token is the one a token exchange
+trades from then on. A session never changes whom it acts for.
 
 ``LegacySse`` owns the legacy sessions by id and the handlers of the two URLs; it shares
 no state with the Streamable HTTP parts.
@@ -158,6 +162,8 @@ class LegacySse:
         if session is None or session.principal != self.access.principal(request.headers):
             await reject(connection, 404, INVALID_REQUEST, "Session not found: open the SSE stream again")
             return
+        # The same user's token, refreshed: what a token exchange trades from now on.
+        self.hub.caller_token(session.key, self.access.access_token(request.headers))
         try:
             decoded = decode_message(request.body, self.hub.max_json_depth)
         except RemoteProtocolError as exc:

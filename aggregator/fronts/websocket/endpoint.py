@@ -6,6 +6,13 @@ subprotocol ``mcp`` is chosen when the client offers it. What the session sends 
 through a ``WebSocketSink`` (``aggregator.fronts.websocket.sink``). Frames larger than
 the body limit close the connection (trio-websocket enforces it while reading).
 
+A WebSocket's messages carry no token, so the one of its handshake is held: an access
+token's session is closed (1008, logged) when the token expires (its ``exp``), and one
+introspected (RFC 7662: it may be revoked any time) is asked about again every
+``auth.introspection_cache_seconds``; the session is closed (1008, logged) once it is
+not active, no longer its principal's or short of a required scope. An issuer that cannot
+be asked leaves the session open until the next time.
+
 Admission is shared with the HTTP endpoint (``hub.admission``): a connection over
 ``http.max_connections`` gets 503 before its handshake is read, a handshake over
 ``http.max_sessions`` (or while the aggregator drains) is rejected with 503. The whole
@@ -205,10 +212,13 @@ class WebSocketEndpoint:
         )
         key = self.hub.client_connected(sink, profile, principal=principal, access_token=access_token)
         log.info("websocket session %d: opened", key)
+        refused: list[str] = []  # why its token is no longer accepted, when a recheck says so
         try:
             with connection:
                 async with trio.open_nursery() as nursery:
                     nursery.start_soon(sink.run, socket)
+                    if access_token is not None and isinstance(principal, Principal):
+                        nursery.start_soon(self._recheck, key, access_token, principal, connection, refused)
                     try:
                         while True:
                             message = await socket.get_message()
@@ -235,14 +245,47 @@ class WebSocketEndpoint:
                                 self.config.max_body_bytes,
                             )
                     nursery.cancel_scope.cancel()
-            if connection.cancelled_caught and trio.current_time() >= connection.deadline:
-                log.info("websocket session %d: its access token expired", key)
+            if refused:
+                with trio.move_on_after(1):
+                    await socket.aclose(1008, "the access token is no longer accepted")
+            elif connection.cancelled_caught and trio.current_time() >= connection.deadline:
+                log.info("websocket session %d: closed (1008): its access token expired", key)
                 with trio.move_on_after(1):
                     await socket.aclose(1008, "the access token expired")
         finally:
             sink.close()
             self.hub.client_disconnected(key)
             log.info("websocket session %d: closed", key)
+
+    async def _recheck(
+        self, key: int, token: str, principal: Principal, connection: trio.CancelScope, refused: list[str]
+    ) -> None:
+        """Ask, every ``recheck_interval``, whether the introspected token a session opened
+        with is still good: one revoked (not active), no longer this principal's or without
+        a required scope ends the session (``refused`` says why; 1008). An issuer that
+        cannot be asked now leaves the session as it is until the next time."""
+        verifier = self.access.verifier
+        interval = verifier.recheck_interval(token) if verifier is not None else None
+        if verifier is None or interval is None:
+            return
+        while True:
+            await trio.sleep(interval)
+            checked = await verifier.recheck(token)
+            if isinstance(checked, Principal) and checked == principal:
+                continue
+            if isinstance(checked, Principal):
+                reason = "it now names another principal"
+            elif checked.status == 503:
+                log.warning(
+                    "websocket session %d: its access token cannot be checked now: %s", key, checked.description
+                )
+                continue
+            else:
+                reason = checked.description
+            log.warning("websocket session %d: closed (1008): its access token is no longer accepted (%s)", key, reason)
+            refused.append(reason)
+            connection.cancel()
+            return
 
 
 def _leaves(exc: BaseException) -> list[BaseException]:
