@@ -13,6 +13,7 @@ from the config at start (``open``).
 
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncGenerator, Callable, Generator, Mapping
 
 import httpx
@@ -49,13 +50,13 @@ def redirect_uri(config: Config, listen: str | None) -> str:
     return f"http://{host}:{port}{settings.callback_path}"
 
 
-def check_vault(config: Config) -> None:
+def check_vault(config: Config, environ: Mapping[str, str] = os.environ) -> None:
     """Raise ConfigError naming ``credentials.vault`` unless the vault can be opened, when a
     server keeps users' tokens in it (blocks: before the proxy runs, as the config is read)."""
     if not any(server.auth == "oauth" for server in config.enabled_servers):
         return
     try:
-        TokenVault.check(config.credentials.vault)
+        TokenVault.check(config.credentials.vault, vault_key_bytes(config.credentials, environ))
     except CredentialError as exc:
         raise ConfigError(f"credentials.vault: {exc}") from None
 

@@ -8,6 +8,12 @@ together with AES-256-GCM under the vault key, with the row's identity as associ
 a sealed value copied into another row does not open. What ``entries`` lists (for
 ``aggregator auth list``) is never secret.
 
+The vault is checked when it is opened: a file that cannot be opened, is no SQLite
+database or cannot be written (a full disk) is refused with its path, and one made with
+another key than ``credentials.vault_key`` is refused naming that setting (a check value
+sealed under the key when the vault was made). Later, a call that fails on the file is
+logged with its path and fails that one call (``VaultFailed``), never the proxy.
+
 SQLite blocks, so every call runs in a worker thread (``trio.to_thread.run_sync``), one at
 a time (a limiter of one): the event loop never waits on the disk. The file is created
 readable by its owner only.
@@ -51,6 +57,11 @@ CREATE TABLE IF NOT EXISTS grants (
     PRIMARY KEY (issuer, subject, server)
 )
 """
+# One row: a known value sealed under the vault key when the vault was made, so a vault
+# opened with another key is refused at start rather than failing user by user.
+_KEY_CHECK_SCHEMA = "CREATE TABLE IF NOT EXISTS key_check (id INTEGER PRIMARY KEY CHECK (id = 1), sealed BLOB NOT NULL)"
+_KEY_CHECK = b'["the vault key check"]'
+KEY_SETTING = "credentials.vault_key (or AGGREGATOR_VAULT_KEY)"
 _COLUMNS = (
     "issuer, subject, server, sealed, expires_at, scope, token_endpoint, revocation_endpoint, client_id, resource"
 )
@@ -81,6 +92,11 @@ class Entry:
     updated_at: float
 
 
+class VaultFailed(CredentialError):
+    """The vault file could not be read or written (a full disk, a file changed or removed
+    under the proxy): what a user is told, without the file's path; the log names it."""
+
+
 class Sealer:
     """AES-256-GCM over a row's secrets, bound to the row's identity."""
 
@@ -96,6 +112,16 @@ class Sealer:
     def seal(self, principal: Principal, server: str, secrets: dict[str, str | None]) -> bytes:
         nonce = os.urandom(12)
         return nonce + self._aead.encrypt(nonce, orjson.dumps(secrets), self._identity(principal, server))
+
+    def seal_check(self) -> bytes:
+        nonce = os.urandom(12)
+        return nonce + self._aead.encrypt(nonce, _KEY_CHECK, _KEY_CHECK)
+
+    def opens_check(self, sealed: bytes) -> bool:
+        try:
+            return self._aead.decrypt(sealed[:12], sealed[12:], _KEY_CHECK) == _KEY_CHECK
+        except InvalidTag:
+            return False
 
     def open(self, principal: Principal, server: str, sealed: bytes) -> dict[str, Any]:
         try:
@@ -121,18 +147,28 @@ class TokenVault:
 
     @classmethod
     async def open(cls, path: str, key: bytes) -> TokenVault:
+        """The vault at ``path`` (created if missing), its key checked; raises CredentialError
+        naming the file (and the key setting, for another key)."""
         sealer = Sealer(key)
-        connection = await trio.to_thread.run_sync(_connect, path)
+        connection = await trio.to_thread.run_sync(_connect, path, sealer)
         return cls(connection, sealer, path)
 
     @staticmethod
-    def check(path: str) -> None:
+    def check(path: str, key: bytes | None = None) -> None:
         """Raise CredentialError unless the vault file at ``path`` can be opened (created if
-        missing) and holds the vault's table (blocks: for a command, before trio runs)."""
-        _connect(path).close()
+        missing), holds the vault's table and, given ``key``, was sealed with it (blocks:
+        for a command, before trio runs)."""
+        _connect(path, Sealer(key) if key is not None else None).close()
 
     async def _run(self, work: Callable[[], T]) -> T:
-        return await trio.to_thread.run_sync(work, limiter=self._limiter)
+        """``work`` on the vault's thread; a file that fails to read or write (a full disk,
+        a file changed under the proxy) is logged with its path and raised as
+        ``VaultFailed``: that one call fails, and whoever made it tells its own user."""
+        try:
+            return await trio.to_thread.run_sync(work, limiter=self._limiter)
+        except (sqlite3.Error, OSError) as exc:
+            log.error("vault: the token vault %s (credentials.vault) failed: %s", self.path, exc)
+            raise VaultFailed("the proxy's token vault cannot be used now (its log says why)") from None
 
     async def aclose(self) -> None:
         await self._run(self._db.close)
@@ -256,14 +292,50 @@ class TokenVault:
         )
 
 
-def _connect(path: str) -> sqlite3.Connection:
-    """Open (creating, owner-only) the vault file and its table."""
+def _connect(path: str, sealer: Sealer | None = None) -> sqlite3.Connection:
+    """Open (creating, owner-only) the vault file and its tables; with ``sealer``, check
+    that the vault was sealed with its key (a new vault is marked with it)."""
+    connection = None
     try:
         descriptor = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
         os.close(descriptor)
         connection = sqlite3.connect(path, check_same_thread=False, isolation_level="DEFERRED")
         connection.execute(_SCHEMA)
+        connection.execute(_KEY_CHECK_SCHEMA)
         connection.commit()
+        if sealer is not None:
+            _check_key(connection, sealer, path)
     except (OSError, sqlite3.Error) as exc:
-        raise CredentialError(f"cannot open the token vault {path}: {exc}") from None
+        if connection is not None:
+            connection.close()
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc  # (the path once)
+        raise CredentialError(f"cannot open the token vault {path}: {reason}") from None
+    except CredentialError:
+        assert connection is not None
+        connection.close()
+        raise
     return connection
+
+
+def _check_key(connection: sqlite3.Connection, sealer: Sealer, path: str) -> None:
+    """Raise CredentialError unless the vault opens with ``sealer``'s key: its key check, or
+    (a vault made before it had one) its first row; a vault without either is marked."""
+    found = connection.execute("SELECT sealed FROM key_check WHERE id = 1").fetchone()
+    if found is not None:
+        opens = sealer.opens_check(found[0])
+    else:
+        row = connection.execute("SELECT issuer, subject, server, sealed FROM grants LIMIT 1").fetchone()
+        try:
+            if row is not None:
+                sealer.open(Principal(issuer=row[0], subject=row[1]), row[2], row[3])
+            opens = True
+        except CredentialError:
+            opens = False
+        if opens:
+            with connection:
+                connection.execute("INSERT INTO key_check (id, sealed) VALUES (1, ?)", (sealer.seal_check(),))
+    if not opens:
+        raise CredentialError(
+            f"the token vault {path} does not open with {KEY_SETTING}: it was made with another key."
+            " Give that key, or move the file away to start afresh (users then grant access again)"
+        )

@@ -176,3 +176,20 @@ async def test_pending_authorizations_are_bounded_per_user(tmp_path, auth_server
             with pytest.raises(ConsentRequired):
                 await credentials.authorization(BOB, config.servers["docs"])
         assert credentials.flows.pending_count == MAX_PENDING_PER_USER + 1
+
+
+async def test_a_grant_the_vault_cannot_keep_is_refused_to_that_user_alone(tmp_path, auth_server, mcp, caplog):
+    config = make_config(tmp_path, {"docs": {"url": mcp.url, "auth": "oauth"}})
+    async with opened(config) as credentials, proxy_listener(config, credentials):
+        assert credentials.vault is not None
+        credentials.vault._db.execute("PRAGMA query_only = 1")  # every write fails, as on a full disk
+        with caplog.at_level(logging.ERROR):
+            _, done = await _grant(credentials, config)
+        assert done.status_code == 400 and "Not granted" in done.text
+        assert "token vault cannot be used now" in done.text and str(tmp_path) not in done.text
+        assert "(credentials.vault) failed" in caplog.text
+        with pytest.raises(ConsentRequired):  # nothing was kept: asked again, and the proxy goes on
+            await credentials.authorization(ALICE, config.servers["docs"])
+        credentials.vault._db.execute("PRAGMA query_only = 0")
+        _, done = await _grant(credentials, config, BOB)
+        assert done.status_code == 200 and "Access granted" in done.text

@@ -3,6 +3,8 @@ authorization server, and the commands that list and revoke."""
 
 from __future__ import annotations
 
+import base64
+import logging
 import os
 import socket
 import sqlite3
@@ -18,7 +20,7 @@ from aggregator.credentials import CredentialError, Principal
 from aggregator.credentials.fetching import Fetcher
 from aggregator.credentials.keeper import UserTokens
 from aggregator.credentials.tokens import ClientCredentials, TokenSet
-from aggregator.credentials.vault import Grant, TokenVault
+from aggregator.credentials.vault import Grant, TokenVault, VaultFailed
 from tests.credentials.harness import KEY
 from tests.credentials.peers import AuthServer
 
@@ -74,10 +76,16 @@ async def test_another_key_or_a_moved_value_does_not_open(tmp_path, auth_server)
     vault = await TokenVault.open(path, _key())
     await vault.put(_grant(auth_server))
     await vault.aclose()
-    wrong = await TokenVault.open(path, OTHER_KEY)
-    with pytest.raises(CredentialError, match="do not open with this vault key"):
-        await wrong.get(ALICE, "docs")
-    await wrong.aclose()
+    with pytest.raises(CredentialError, match="does not open with credentials.vault_key"):
+        await TokenVault.open(path, OTHER_KEY)  # refused whole, at once (no row opens with it)
+    with sqlite3.connect(path) as db:  # a vault made before it kept a key check: its rows tell
+        db.execute("DELETE FROM key_check")
+    with pytest.raises(CredentialError, match="does not open with credentials.vault_key"):
+        await TokenVault.open(path, OTHER_KEY)
+    vault = await TokenVault.open(path, _key())  # the right key: marks it again
+    await vault.aclose()
+    with sqlite3.connect(path) as db:
+        assert db.execute("SELECT count(*) FROM key_check").fetchone() == (1,)
     with sqlite3.connect(path) as db:  # a row's sealed tokens copied under another user
         db.execute("UPDATE grants SET subject = 'mallory'")
     vault = await TokenVault.open(path, _key())
@@ -224,3 +232,61 @@ def test_a_vault_that_cannot_be_opened_is_a_config_error_for_check_and_serve(tmp
             assert refused.returncode == 2, refused.stderr
             assert "credentials.vault: cannot open the token vault" in refused.stderr and reason in refused.stderr
             assert "Traceback" not in refused.stderr and len(refused.stderr.splitlines()) == 2, refused.stderr
+
+
+def test_a_vault_that_fails_at_start_is_a_config_error_naming_the_file(tmp_path):
+    made = tmp_path / "made.db"
+    TokenVault.check(str(made), _key())  # a vault made with KEY
+    directory = tmp_path / "a-directory"
+    directory.mkdir()
+    other_key = base64.b64encode(OTHER_KEY).decode()
+    cases = [
+        (directory, KEY, "cannot open the token vault", "Is a directory"),
+        ("/dev/full", KEY, "cannot open the token vault", "disk is full"),  # every write fails
+        (made, other_key, "does not open with credentials.vault_key", "AGGREGATOR_VAULT_KEY"),
+    ]
+    for vault, key, said, reason in cases:
+        path = tmp_path / "aggregator.toml"
+        path.write_text(
+            f'[credentials]\nvault = "{vault}"\nvault_key = "{key}"\n'
+            '[servers.f]\nurl = "http://127.0.0.1:9/mcp"\nauth = "oauth"\n'
+        )
+        refused = aggregator("check", "--config", str(path))
+        assert refused.returncode == 2, refused.stderr
+        assert "credentials.vault: " in refused.stderr and said in refused.stderr, refused.stderr
+        assert refused.stderr.count(str(vault)) == 1 and f"token vault {vault}" in refused.stderr, refused.stderr
+        assert reason in refused.stderr, refused.stderr
+        assert "Traceback" not in refused.stderr and len(refused.stderr.splitlines()) == 2, refused.stderr
+
+
+async def test_a_full_disk_fails_that_one_write_and_the_vault_goes_on(tmp_path, auth_server, caplog):
+    path = str(tmp_path / "tokens.db")
+    vault = await TokenVault.open(path, _key())
+    grant = _grant(auth_server)
+    await vault.put(grant)
+    pages = vault._db.execute("PRAGMA page_count").fetchone()[0]
+    vault._db.execute(f"PRAGMA max_page_count = {pages}")  # the disk is full: no page more
+    big = attrs.evolve(grant, server="wiki", client=ClientCredentials(client_id="c", client_secret="s" * 20_000))
+    with caplog.at_level(logging.ERROR), pytest.raises(VaultFailed) as failed:
+        await vault.put(big)
+    assert path not in str(failed.value) and "s" * 100 not in caplog.text
+    assert f"the token vault {path} (credentials.vault) failed" in caplog.text and "full" in caplog.text
+    assert await vault.get(ALICE, "docs") == grant  # what it held is still served
+    assert await vault.get(ALICE, "wiki") is None
+    vault._db.execute("PRAGMA max_page_count = 1073741823")  # room again: the next write succeeds
+    await vault.put(big)
+    assert await vault.get(ALICE, "wiki") == big
+    await vault.aclose()
+
+
+async def test_a_refresh_the_vault_cannot_keep_fails_that_request_with_a_credential_error(tmp_path, auth_server):
+    vault = await TokenVault.open(str(tmp_path / "tokens.db"), _key())
+    await vault.put(_grant(auth_server, expires_in=10))  # within the refresh margin
+    vault._db.execute("PRAGMA query_only = 1")  # every write fails
+    async with _fetcher() as fetcher:
+        tokens = UserTokens(vault, fetcher, margin=60)
+        with pytest.raises(CredentialError, match="token vault cannot be used now"):
+            await tokens.access_token(ALICE, "docs")
+    vault._db.execute("PRAGMA query_only = 0")
+    assert await vault.get(ALICE, "docs") is not None  # the vault still serves what it holds
+    await vault.aclose()
