@@ -194,7 +194,12 @@ async def _hold_credentials(
     from aggregator.credentials.service import UserCredentials
 
     async with oauth_http_client() as client:
-        credentials = await UserCredentials.open(config, client, listen=listen, environ=os.environ)
+        verifier = None
+        if config.auth.enabled:  # the connect page checks whose browser it is with it
+            from aggregator.fronts.authorization.tokens import TokenVerifier
+
+            verifier = TokenVerifier.shared(config.auth, config.profiles)
+        credentials = await UserCredentials.open(config, client, listen=listen, environ=os.environ, verifier=verifier)
         try:
             task_status.started(credentials)
             await trio.sleep_forever()

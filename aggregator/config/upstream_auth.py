@@ -63,6 +63,11 @@ class CredentialsConfig:
     callback_path: str = DEFAULT_CALLBACK_PATH
     # The HTTPS URL of the proxy's client ID metadata document, if it publishes one.
     client_metadata_url: str | None = None
+    # The proxy's own client at its [auth] issuer, where the connect page signs a browser
+    # in (redirect URI: the sign-in path beside the callback). None: as for a server
+    # (client ID metadata document, else dynamic registration).
+    sign_in_client_id: str | None = None
+    sign_in_client_secret: str | None = attrs.field(default=None, repr=False)  # best given as ${VAR}
     # Every metadata, registration and token request: its whole time and largest answer.
     fetch_timeout: float = 10.0
     max_response_bytes: int = 256 * 1024
@@ -178,6 +183,8 @@ def check_credentials(
         "https://"
     ):
         problems.append("credentials.client_metadata_url: a client ID metadata document is served over https")
+    if credentials.sign_in_client_secret is not None and credentials.sign_in_client_id is None:
+        problems.append("credentials.sign_in_client_secret: given without sign_in_client_id")
     if not credentials.vault:
         problems.append("credentials.vault: must name a file")
     users = [name for name, server in servers.items() if server.enabled and server.auth == "oauth"]

@@ -5,13 +5,19 @@ requires it (MCP authorization; OAuth 2.1).
 in the vault): it finds the server's authorization server (``discovery``), makes sure the
 proxy is a client there (a configured client id; else its client ID metadata document when
 the authorization server takes them; else dynamic registration, RFC 7591), and returns the
-URL the user must open. ``complete`` runs when the user's browser comes back to the
-callback path with ``code`` and ``state``: it checks the state and the issuer (RFC 9207),
-trades the code and the PKCE verifier for tokens and keeps them in the vault.
+URL the user must open: the proxy's own connect page for this flow (``connect``), never the
+authorization server's URL, and nothing in it says who the user is. The connect page makes
+sure the browser that opened it is the user's (MCP 2026-07-28, elicitation, "Phishing"),
+then ``bind``s the flow to that browser and sends it to the authorization URL.
+``complete`` runs when a browser comes back to the callback path with ``code`` and
+``state``: it checks that the browser is the one the flow was bound to, the state and the
+issuer (RFC 9207), trades the code and the PKCE verifier for tokens and keeps them in the
+vault.
 
 A ``state`` is 256 random bits, used once, and bound to the user and the server it was made
-for: the tokens it brings are kept for that user and server only, whoever's browser brings
-it. It expires after ``consent_timeout``; at most ``MAX_PENDING`` wait at once (per user:
+for, and (by ``bind``) to one browser session: the tokens it brings are kept for that user
+and server only, and only when that browser brings it. A flow expires after
+``consent_timeout``; at most ``MAX_PENDING`` wait at once (per user:
 ``MAX_PENDING_PER_USER``), so nobody can fill the table. Codes, verifiers and tokens are
 never logged.
 """
@@ -69,6 +75,12 @@ class Pending:
     expires_at: float
     # How a client that was asked by URL elicitation names it (not the state).
     elicitation_id: str = ""
+    # The connect page's name for it (in the URL the user is given; not the state).
+    flow: str = ""
+    # Where the connect page sends the user's browser: the authorization server's URL.
+    authorize_url: str = attrs.field(default="", repr=False)
+    # The browser session that passed the connect page (``browser``); None: none yet.
+    browser: str | None = attrs.field(default=None, repr=False)
 
 
 def pkce_pair() -> tuple[str, str]:
@@ -86,6 +98,8 @@ class AuthorizationFlows:
         settings: CredentialsConfig,
         redirect_uri: str,
         *,
+        connect_url: str = "",
+        sign_in_uri: str | None = None,
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
     ) -> None:
@@ -93,11 +107,16 @@ class AuthorizationFlows:
         self.fetcher = fetcher
         self.settings = settings
         self.redirect_uri = redirect_uri
+        # The connect page's URL as browsers reach it, and the front sign-in's return
+        # (registered with the callback, so one registration serves both).
+        self.connect_url = connect_url
+        self.sign_in_uri = sign_in_uri
         self.clock = clock
         self.wall_clock = wall_clock
         # sha256(state) -> its flow, oldest first: a state is looked up by its hash, so how
         # long a lookup takes says nothing of how much of a guessed state was right.
         self._pending: OrderedDict[bytes, Pending] = OrderedDict()
+        self._flows: dict[bytes, bytes] = {}  # sha256(flow) -> sha256(its state)
         self._registered: dict[str, ClientCredentials] = {}  # issuer -> the client registered there
         # Told of each authorization completed, its tokens in the vault (the hub tells the
         # client that was asked: ``notifications/elicitation/complete``).
@@ -120,13 +139,20 @@ class AuthorizationFlows:
                 f"server {server.name!r}: its authorization server does not say it supports PKCE with S256"
                 " (code_challenge_methods_supported), so it is not used"
             )
-        client = await self._client(server, metadata)
+        client = await self.client_at(
+            metadata,
+            f"server {server.name!r}",
+            f"servers.{server.name}.oauth.client_id",
+            server.oauth.client_id,
+            server.oauth.client_secret,
+        )
         scope = " ".join(server.oauth.scopes) or params.get("scope") or " ".join(resource.scopes_supported)
         verifier, code_challenge = pkce_pair()
         state = secrets.token_urlsafe(32)
         elicitation_id = secrets.token_urlsafe(16)
+        flow = secrets.token_urlsafe(24)
         self._admit(principal)
-        self._pending[_state_key(state)] = Pending(
+        pending = Pending(
             principal=principal,
             server=server.name,
             verifier=verifier,
@@ -139,6 +165,7 @@ class AuthorizationFlows:
             scope=scope,
             expires_at=self.clock() + self.settings.consent_timeout,
             elicitation_id=elicitation_id,
+            flow=flow,
         )
         query = {
             "response_type": "code",
@@ -155,25 +182,58 @@ class AuthorizationFlows:
         url = endpoint + ("&" if urlsplit(endpoint).query else "?") + urlencode(query)
         if (refusal := url_refusal(url)) is not None:
             raise UnsafeUrl(f"server {server.name!r}: the authorization URL {refusal}")
+        self._pending[_state_key(state)] = attrs.evolve(pending, authorize_url=url)
+        self._flows[_state_key(flow)] = _state_key(state)
         log.info("server %s: %s is asked to grant access", server.name, principal)
-        return ConsentRequired(server.name, url, elicitation_id)
+        connect = self.connect_url + ("&" if urlsplit(self.connect_url).query else "?") + urlencode({"flow": flow})
+        return ConsentRequired(server.name, connect, elicitation_id)
+
+    # --- the connect page ---------------------------------------------------------------------
+
+    def waiting(self, flow: str) -> Pending | None:
+        """The flow the connect page names, if it still waits (not used, not expired)."""
+        state = self._flows.get(_state_key(flow))
+        pending = self._pending.get(state) if state is not None else None
+        if pending is None or pending.expires_at <= self.clock():
+            return None
+        return pending
+
+    def bind(self, flow: str, browser: str) -> str | None:
+        """Bind a waiting flow to the browser session that passed the connect page (the
+        callback takes it from that browser only; the latest to pass wins); the URL to send
+        that browser to, or None if the flow no longer waits."""
+        pending = self.waiting(flow)
+        if pending is None:
+            return None
+        self._pending[self._flows[_state_key(flow)]] = attrs.evolve(pending, browser=browser)
+        return pending.authorize_url
+
+    def _drop(self, state: bytes) -> Pending | None:
+        pending = self._pending.pop(state, None)
+        if pending is not None:
+            self._flows.pop(_state_key(pending.flow), None)
+        return pending
 
     def _admit(self, principal: Principal) -> None:
         """Room for one more pending authorization: the expired ones go, then the user's
         oldest past their share, then the oldest of all past the total."""
         now = self.clock()
         for state in [s for s, pending in self._pending.items() if pending.expires_at <= now]:
-            del self._pending[state]
+            self._drop(state)
         mine = [s for s, pending in self._pending.items() if pending.principal == principal]
         for state in mine[: max(0, len(mine) - MAX_PENDING_PER_USER + 1)]:
-            del self._pending[state]
+            self._drop(state)
         while len(self._pending) >= MAX_PENDING:
-            self._pending.popitem(last=False)
+            self._drop(next(iter(self._pending)))
 
-    async def _client(self, server: ServerConfig, metadata: ServerMetadata) -> ClientCredentials:
-        """The proxy's client at this authorization server, in the spec's order of preference."""
-        if server.oauth.client_id is not None:
-            return ClientCredentials(client_id=server.oauth.client_id, client_secret=server.oauth.client_secret)
+    async def client_at(
+        self, metadata: ServerMetadata, who: str, setting: str, client_id: str | None, client_secret: str | None
+    ) -> ClientCredentials:
+        """The proxy's client at this authorization server, in the spec's order of preference
+        (``client_id``: one configured; ``who`` needs it and ``setting`` configures one, for
+        the errors)."""
+        if client_id is not None:
+            return ClientCredentials(client_id=client_id, client_secret=client_secret)
         if self.settings.client_metadata_url is not None and metadata.client_id_metadata_documents:
             return ClientCredentials(client_id=self.settings.client_metadata_url)
         known = self._registered.get(metadata.issuer)
@@ -181,15 +241,15 @@ class AuthorizationFlows:
             return known
         if metadata.registration_endpoint is None:
             raise CredentialError(
-                f"server {server.name!r}: its authorization server offers no way to register the proxy"
+                f"{who}: its authorization server offers no way to register the proxy"
                 " (no client ID metadata documents, no registration_endpoint);"
-                f" set servers.{server.name}.oauth.client_id"
+                f" set {setting}"
             )
         answer = await self.fetcher.post_json(
             metadata.registration_endpoint,
             {
                 "client_name": CLIENT_NAME,
-                "redirect_uris": [self.redirect_uri],
+                "redirect_uris": [self.redirect_uri, *([self.sign_in_uri] if self.sign_in_uri else [])],
                 "grant_types": ["authorization_code", "refresh_token"],
                 "response_types": ["code"],
                 "token_endpoint_auth_method": "none",
@@ -198,7 +258,7 @@ class AuthorizationFlows:
         )
         client_id = answer.body.get("client_id")
         if answer.status not in (200, 201) or not isinstance(client_id, str) or not client_id:
-            raise CredentialError(f"server {server.name!r}: dynamic client registration failed (HTTP {answer.status})")
+            raise CredentialError(f"{who}: dynamic client registration failed (HTTP {answer.status})")
         secret = answer.body.get("client_secret")
         client = ClientCredentials(client_id=client_id, client_secret=secret if isinstance(secret, str) else None)
         self._registered[metadata.issuer] = client
@@ -206,15 +266,27 @@ class AuthorizationFlows:
 
     # --- the user comes back -----------------------------------------------------------------
 
-    async def complete(self, query: Mapping[str, str]) -> Pending:
-        """Finish the authorization the callback's ``query`` answers: tokens in the vault;
-        the authorization it was. A state not pending (made up, used, expired) is refused."""
+    async def complete(self, query: Mapping[str, str], browser: str | None) -> Pending:
+        """Finish the authorization the callback's ``query`` answers, brought by the browser
+        session ``browser`` (None: a browser without one): tokens in the vault; the
+        authorization it was. A state not pending (made up, used, expired), or brought by
+        another browser than the one that passed the connect page, is refused (and used)."""
         state = query.get("state", "")
-        pending = self._pending.pop(_state_key(state), None)
+        pending = self._drop(_state_key(state))
         if pending is None:
             raise CredentialError("this authorization is unknown, already used or expired; start again")
         if pending.expires_at <= self.clock():
             raise CredentialError("this authorization has expired; start again")
+        if pending.browser is None or browser is None or not secrets.compare_digest(pending.browser, browser):
+            log.warning(
+                "server %s: an answer for %s came to a browser that did not pass the connect page for it; refused",
+                pending.server,
+                pending.principal,
+            )
+            raise CredentialError(
+                "this browser did not open the link this authorization was started with; nothing was granted"
+                " (open the link you were given, in this browser, and start again)"
+            )
         iss = query.get("iss")
         if iss is not None and iss != pending.issuer:  # RFC 9207 2.4, compared as strings
             raise CredentialError("the answer does not come from the authorization server it was sent to")

@@ -7,7 +7,8 @@ from the config at start (``open``).
 - ``unauthorized(...)``: the server answered 401 anyway: what it held is dropped and a new
   grant is begun;
 - ``bearer(...)``: both, as an ``httpx.Auth`` for an upstream's HTTP client;
-- ``callback``: the callback path the HTTP endpoint serves;
+- ``callback``: the OAuth paths the HTTP endpoint serves (the callback, the connect page
+  and the sign-in's return, ``callback.OAuthCallback``);
 - ``tokens.revoke`` and ``vault.entries``: ``aggregator auth revoke`` and ``auth list``.
 """
 
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import AsyncGenerator, Callable, Generator, Mapping
+from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 
@@ -22,7 +24,9 @@ from aggregator.config import Config, ServerConfig
 from aggregator.config.upstream_auth import vault_key_bytes
 from aggregator.config.validation import parse_listen
 from aggregator.credentials.authorization import AuthorizationFlows
+from aggregator.credentials.browser import BrowserSessions
 from aggregator.credentials.callback import OAuthCallback
+from aggregator.credentials.connect import ConnectPages, FrontSignIn, TokenCheck
 from aggregator.credentials.exchange import TokenExchange
 from aggregator.credentials.fetching import Fetcher
 from aggregator.credentials.keeper import UserTokens
@@ -50,6 +54,20 @@ def redirect_uri(config: Config, listen: str | None) -> str:
     return f"http://{host}:{port}{settings.callback_path}"
 
 
+def oauth_paths(callback_path: str) -> tuple[str, str, str]:
+    """The connect page's path, the sign-in's return path (both beside the callback), and
+    the directory they share (the session cookie's Path)."""
+    directory = callback_path.rsplit("/", 1)[0]
+    return f"{directory}/connect", f"{directory}/signed-in", directory or "/"
+
+
+def beside(url: str, path: str) -> str:
+    """``url`` (the redirect URI) with its last path segment replaced by ``path``'s."""
+    parts = urlsplit(url)
+    directory = parts.path.rsplit("/", 1)[0]
+    return urlunsplit((parts.scheme, parts.netloc, f"{directory}/{path.rsplit('/', 1)[1]}", "", ""))
+
+
 def check_vault(config: Config, environ: Mapping[str, str] = os.environ) -> None:
     """Raise ConfigError naming ``credentials.vault`` unless the vault can be opened, when a
     server keeps users' tokens in it (blocks: before the proxy runs, as the config is read)."""
@@ -69,13 +87,14 @@ class UserCredentials:
         vault: TokenVault | None = None,
         tokens: UserTokens | None = None,
         flows: AuthorizationFlows | None = None,
+        callback: OAuthCallback | None = None,
     ) -> None:
         self.fetcher = fetcher
         self.exchange = exchange
         self.vault = vault
         self.tokens = tokens
         self.flows = flows
-        self.callback = OAuthCallback(flows, flows.settings.callback_path) if flows is not None else None
+        self.callback = callback
 
     @classmethod
     async def open(
@@ -86,8 +105,11 @@ class UserCredentials:
         listen: str | None = None,
         environ: Mapping[str, str],
         resolve: bool = True,
+        verifier: TokenCheck | None = None,
     ) -> UserCredentials:
-        """Built from the config; the vault opened when a server keeps tokens in it."""
+        """Built from the config; the vault opened when a server keeps tokens in it.
+        ``verifier``: the proxy's token verifier, required with ``[auth]`` (the connect page
+        signs browsers in at its issuers and checks the token it gets with it)."""
         settings = config.credentials
         fetcher = Fetcher(
             client, timeout=settings.fetch_timeout, max_bytes=settings.max_response_bytes, resolve=resolve
@@ -103,8 +125,33 @@ class UserCredentials:
         except CredentialError as exc:  # (checked at start; the file may have changed since)
             raise ConfigError(f"credentials.vault: {exc}") from None
         tokens = UserTokens(vault, fetcher, margin=settings.refresh_margin)
-        flows = AuthorizationFlows(vault, fetcher, settings, redirect_uri(config, listen))
-        return cls(fetcher, exchange, vault, tokens, flows)
+        back = redirect_uri(config, listen)
+        connect_path, sign_in_path, directory = oauth_paths(settings.callback_path)
+        auth = config.auth
+        sign_in_uri = beside(back, sign_in_path) if auth.enabled else None
+        flows = AuthorizationFlows(
+            vault, fetcher, settings, back, connect_url=beside(back, connect_path), sign_in_uri=sign_in_uri
+        )
+        front = None
+        if auth.enabled:
+            if verifier is None:
+                raise TypeError("UserCredentials.open: a proxy with [auth] needs its token verifier")
+            assert sign_in_uri is not None
+            front = FrontSignIn(
+                flows,
+                verifier,
+                issuers=[issuer.issuer for issuer in auth.issuers],
+                resource=auth.resource,
+                scopes=auth.required_scopes,
+                redirect_uri=sign_in_uri,
+                client_id=settings.sign_in_client_id,
+                client_secret=settings.sign_in_client_secret,
+            )
+        # The cookie's key is drawn now, for this process (``browser``).
+        sessions = BrowserSessions(path=directory, secure=back.lower().startswith("https://"))
+        pages = ConnectPages(flows, sessions, connect_path=connect_path, sign_in_path=sign_in_path, front=front)
+        callback = OAuthCallback(flows, settings.callback_path, sessions, pages)
+        return cls(fetcher, exchange, vault, tokens, flows, callback)
 
     async def aclose(self) -> None:
         if self.vault is not None:

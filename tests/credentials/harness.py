@@ -64,10 +64,33 @@ async def proxy_listener(config: Config, credentials: UserCredentials):
         nursery.cancel_scope.cancel()
 
 
-async def consent(url: str, *, username: str = "alice") -> httpx.Response:
-    """What a person does with an authorization URL, done by a program: open it, fill the
-    login form, post it, follow the redirect to the proxy's callback; the callback's answer."""
+async def through_connect(browser: httpx.AsyncClient, url: str) -> str:
+    """Open the proxy's connect page at ``url`` in ``browser`` (no [auth]: no sign-in) and
+    press its button; the authorization server's URL it sends the browser to."""
+    assert url.startswith("http://127.0.0.1:") and "/oauth/connect?flow=" in url, url
+    page = await browser.get(url)
+    assert page.status_code == 200, page.text
+    form = {name: hidden_field(page.text, name) for name in ("flow", "csrf")}
+    pressed = await browser.post(url.split("?", 1)[0], data=form)
+    assert pressed.status_code == 303, pressed.text
+    return pressed.headers["location"]
+
+
+def hidden_field(text: str, name: str) -> str:
+    import html
+
+    return html.unescape(text.split(f'name="{name}" value="', 1)[1].split('"', 1)[0])
+
+
+async def consent(url: str, *, username: str = "alice", seen: list[str] | None = None) -> httpx.Response:
+    """What a person does with the URL they are given, done by a program: open the proxy's
+    connect page, press its button, fill the authorization server's login form, post it,
+    follow the redirect to the proxy's callback; the callback's answer. ``seen`` gets the
+    authorization server's URL."""
     async with httpx.AsyncClient(follow_redirects=False) as browser:
+        url = await through_connect(browser, url)
+        if seen is not None:
+            seen.append(url)
         page = await browser.get(url)
         assert page.status_code == 200, page.text
         hidden = page.text.split('name="request" value="', 1)[1].split('"', 1)[0]

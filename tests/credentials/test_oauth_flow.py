@@ -19,11 +19,13 @@ BOB = Principal(issuer="https://idp.example", subject="bob")
 
 
 async def _grant(credentials, config, principal=ALICE):
-    """Ask for a token (none yet: the URL to open), consent, and come back."""
+    """Ask for a token (none yet: the URL to open), consent, and come back; the
+    authorization server's URL the connect page sent the browser to, and the callback's answer."""
     with pytest.raises(ConsentRequired) as asked:
         await credentials.authorization(principal, config.servers["docs"])
-    done = await consent(asked.value.url)
-    return asked.value.url, done
+    seen: list[str] = []
+    done = await consent(asked.value.url, seen=seen)
+    return seen[0], done
 
 
 async def test_the_whole_flow_from_a_refusal_to_the_users_token_upstream(tmp_path, auth_server, mcp):
@@ -36,16 +38,20 @@ async def test_the_whole_flow_from_a_refusal_to_the_users_token_upstream(tmp_pat
             refused = await connection.request("initialize", INITIALIZE)
         error = refused["error"]
         assert error["data"]["reason"] == "unauthorized" and error["data"]["source"] == "aggregator"
-        url = error["data"]["url"]
-        assert url.startswith(f"{auth_server.issuer}/authorize?") and url in error["message"]
+        connect = error["data"]["url"]
+        # The proxy's own connect page, naming nobody: never the authorization server's URL.
+        assert connect.startswith(f"http://{config.http.listen}/oauth/connect?flow=") and connect in error["message"]
+        assert set(parse_qs(urlsplit(connect).query)) == {"flow"}
         assert mcp.seen == []
+        seen: list[str] = []
+        done = await consent(connect, seen=seen)
+        url = seen[0]
+        assert url.startswith(f"{auth_server.issuer}/authorize?")
         query = parse_qs(urlsplit(url).query)
         assert query["code_challenge_method"] == ["S256"] and query["resource"] == [mcp.url]
         assert query["redirect_uri"] == [f"http://{config.http.listen}/oauth/callback"]
         assert query["client_id"] == ["dyn-1"]  # registered dynamically: nothing was configured
         assert query["scope"] == ["mcp"]  # from the server's challenge metadata
-
-        done = await consent(url)
         assert done.status_code == 200 and "Access granted" in done.text
 
         async with upstream(server, credentials.bearer(ALICE, server)) as connection:
@@ -151,7 +157,7 @@ async def test_a_server_that_refuses_the_stored_token_asks_for_consent_again(tmp
         auth_server.access.clear()  # every token the server knew is gone
         async with upstream(server, credentials.bearer(ALICE, server)) as connection:
             refused = await connection.request("initialize", INITIALIZE)
-        assert refused["error"]["data"]["url"].startswith(f"{auth_server.issuer}/authorize?")
+        assert "/oauth/connect?flow=" in refused["error"]["data"]["url"]
         assert await credentials.vault.get(ALICE, "docs") is None
 
 

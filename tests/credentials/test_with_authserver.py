@@ -12,7 +12,7 @@ import pytest
 
 from aggregator.credentials import ConsentRequired, Principal
 from tests.authserver.harness import decode_unverified
-from tests.credentials.harness import INITIALIZE, make_config, opened, proxy_listener, upstream
+from tests.credentials.harness import INITIALIZE, make_config, opened, proxy_listener, through_connect, upstream
 from tests.credentials.peers import JwtIssuer, ProtectedMcp
 
 EXCHANGE = "urn:ietf:params:oauth:grant-type:token-exchange"
@@ -26,9 +26,11 @@ def protected(authserver):
 
 
 async def _sign_in(url: str, issuer: str) -> httpx.Response:
-    """The login form of the in-repo server, filled as a browser would; the callback's answer."""
-    params = dict(parse_qsl(urlsplit(url).query))
+    """The proxy's connect page, then the login form of the in-repo server, filled as a
+    browser would; the callback's answer."""
     async with httpx.AsyncClient() as browser:
+        url = await through_connect(browser, url)
+        params = dict(parse_qsl(urlsplit(url).query))
         page = await browser.get(url)
         assert page.status_code == 200, page.text
         form = {**params, "username": "alice", "password": "alice-password", "decision": "approve"}

@@ -8,12 +8,13 @@ own grant, asked for when there is none."""
 from __future__ import annotations
 
 import base64
+import html
 import json
 import sqlite3
 import subprocess
 import sys
 import time
-from urllib.parse import parse_qsl, urlsplit
+from urllib.parse import parse_qsl, urljoin, urlsplit
 
 import anyio
 import httpx
@@ -189,17 +190,47 @@ class _RefusingOnce:
         return self.inner.valid(token, audience)
 
 
-def sign_in(url: str, user: str) -> httpx.Response:
-    """A person at a browser: the authorization server's login form, then its redirect to the
-    proxy's callback; the callback's answer."""
+def sign_in(url: str, user: str, *, browser: httpx.Client | None = None, as_user: str | None = None) -> httpx.Response:
+    """A person at a browser with the URL they were given: the proxy's connect page sends a
+    browser it does not know to sign in at the proxy's authorization server (its login form,
+    as ``as_user``, by default ``user``), then shows its consent page; its button leads to the
+    server's authorization server (the same one here: its login form again, as ``user``),
+    which redirects to the proxy's callback. The last answer: the callback's, or the connect
+    page's when it refused. ``browser``: one with its cookies already (a new one by default)."""
+    own = browser is None
+    browser = browser or httpx.Client()
+    try:
+        assert "/oauth/connect?flow=" in url and "authorize" not in url
+        page = browser.get(url)
+        if page.status_code == 303:  # not signed in here yet
+            back = login(browser, page.headers["location"], as_user or user)
+            signed_in = browser.get(back)
+            assert signed_in.status_code == 303, signed_in.text
+            page = browser.get(urljoin(back, signed_in.headers["location"]))
+        if page.status_code != 200:
+            return page
+        form = {name: hidden(page.text, name) for name in ("flow", "csrf")}
+        pressed = browser.post(url.split("?", 1)[0], data=form)
+        assert pressed.status_code == 303, pressed.text
+        return browser.get(login(browser, pressed.headers["location"], user))
+    finally:
+        if own:
+            browser.close()
+
+
+def login(browser: httpx.Client, url: str, user: str) -> str:
+    """The authorization server's login form at ``url``, filled; where it redirects to."""
     params = dict(parse_qsl(urlsplit(url).query))
     base = url.split("/authorize", 1)[0]
-    with httpx.Client() as browser:
-        assert browser.get(url).status_code == 200
-        form = {**params, "username": user, "password": f"{user}-password", "decision": "approve"}
-        redirect = browser.post(f"{base}/authorize", data=form)
-        assert redirect.status_code == 302, redirect.text
-        return browser.get(redirect.headers["location"])
+    assert browser.get(url).status_code == 200
+    form = {**params, "username": user, "password": f"{user}-password", "decision": "approve"}
+    redirect = browser.post(f"{base}/authorize", data=form)
+    assert redirect.status_code == 302, redirect.text
+    return str(redirect.headers["location"])
+
+
+def hidden(text: str, name: str) -> str:
+    return html.unescape(text.split(f'name="{name}" value="', 1)[1].split('"', 1)[0])
 
 
 def test_the_users_own_grant_is_asked_for(tmp_path, authserver, protected):
@@ -222,10 +253,13 @@ auth = "oauth"
         [elicitation] = required["data"]["elicitations"]
         assert elicitation["mode"] == "url" and elicitation["elicitationId"]
         url = elicitation["url"]
-        assert url.startswith(authserver.issuer + "/authorize?") and "state=" not in log.read_text()
-        # Bob opening alice's link: his grant is not kept as alice's (a confused deputy).
+        # The proxy's connect page, naming nobody; never the authorization server's URL.
+        assert url.startswith(f"http://127.0.0.1:{port}/oauth/connect?flow=") and "state=" not in log.read_text()
+        assert set(dict(parse_qsl(urlsplit(url).query))) == {"flow"}
+        # Bob opening alice's link: the connect page signs his browser in, sees it is not
+        # alice's, and grants nothing (the phishing of the spec's URL elicitation).
         stolen = sign_in(url, "bob")
-        assert stolen.status_code == 400, stolen.text
+        assert stolen.status_code == 403 and "made for another user" in stolen.text
         assert "error" in eliciting.whoami()
         # Alice consents; her call, retried, goes through as alice.
         [elicitation] = eliciting.whoami()["error"]["data"]["elicitations"]
@@ -322,7 +356,7 @@ auth = "oauth"
                 await sdk.call_tool("docs__whoami", {})
             assert refused.value.code == -32042
             [elicitation] = UrlElicitationRequiredError.from_error(refused.value.error).elicitations
-            assert elicitation.url.startswith(authserver.issuer + "/authorize?") and elicitation.elicitation_id
+            assert "/oauth/connect?flow=" in elicitation.url and elicitation.elicitation_id
             done = await anyio.to_thread.run_sync(sign_in, elicitation.url, "alice")
             assert done.status_code == 200, done.text
             with anyio.fail_after(10):
