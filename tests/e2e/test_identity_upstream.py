@@ -190,32 +190,44 @@ class _RefusingOnce:
         return self.inner.valid(token, audience)
 
 
-def sign_in(url: str, user: str, *, browser: httpx.Client | None = None, as_user: str | None = None) -> httpx.Response:
+def sign_in(url: str, user: str, *, browser: httpx.Client | None = None) -> httpx.Response:
     """A person at a browser with the URL they were given: the proxy's connect page sends a
-    browser it does not know to sign in at the proxy's authorization server (its login form,
-    as ``as_user``, by default ``user``), then shows its consent page; its button leads to the
-    server's authorization server (the same one here: its login form again, as ``user``),
-    which redirects to the proxy's callback. The last answer: the callback's, or the connect
-    page's when it refused. ``browser``: one with its cookies already (a new one by default)."""
+    browser it does not know to sign in at the proxy's authorization server (its login form),
+    then shows its consent page; its button leads to the server's authorization server (the
+    same one here: its login form again), which redirects to the proxy's callback. The last
+    answer: the callback's, or the connect page's when it refused. ``browser``: one with its
+    cookies already (a new one by default)."""
     own = browser is None
     browser = browser or httpx.Client()
     try:
-        assert "/oauth/connect?flow=" in url and "authorize" not in url
-        page = browser.get(url)
-        if page.status_code == 303:  # not signed in here yet
-            back = login(browser, page.headers["location"], as_user or user)
-            signed_in = browser.get(back)
-            assert signed_in.status_code == 303, signed_in.text
-            page = browser.get(urljoin(back, signed_in.headers["location"]))
+        page = consent_page(browser, url, user)
         if page.status_code != 200:
             return page
-        form = {name: hidden(page.text, name) for name in ("flow", "csrf")}
-        pressed = browser.post(url.split("?", 1)[0], data=form)
-        assert pressed.status_code == 303, pressed.text
-        return browser.get(login(browser, pressed.headers["location"], user))
+        return browser.get(login(browser, press(browser, url, page), user))
     finally:
         if own:
             browser.close()
+
+
+def consent_page(browser: httpx.Client, url: str, user: str) -> httpx.Response:
+    """The connect page at ``url``, signing ``browser`` in as ``user`` first if the proxy
+    does not know it: its consent page (200), or its refusal."""
+    assert "/oauth/connect?flow=" in url and "authorize" not in url
+    page = browser.get(url)
+    if page.status_code == 303:  # not signed in here yet
+        back = login(browser, page.headers["location"], user)
+        signed_in = browser.get(back)
+        assert signed_in.status_code == 303, signed_in.text
+        page = browser.get(urljoin(back, signed_in.headers["location"]))
+    return page
+
+
+def press(browser: httpx.Client, url: str, page: httpx.Response) -> str:
+    """The consent page's button; the authorization server's URL it redirects to."""
+    form = {name: hidden(page.text, name) for name in ("flow", "csrf")}
+    pressed = browser.post(url.split("?", 1)[0], data=form)
+    assert pressed.status_code == 303, pressed.text
+    return str(pressed.headers["location"])
 
 
 def login(browser: httpx.Client, url: str, user: str) -> str:
@@ -313,6 +325,87 @@ auth = "oauth"
     for token in (alice_token, bob_token, *[(h or "")[7:] for h in protected.seen]):
         assert not token or token not in text
     assert "code=" not in text and "state=" not in text
+
+
+def test_only_the_users_own_browser_completes_their_grant(tmp_path, authserver, protected):
+    """The connect page and the callback, attacked: alice's link opened by bob's browser,
+    the button pressed without the page's CSRF token, the callback reached by a browser
+    without the cookie, with a cookie altered, and a cookie forged. Each is refused, and
+    alice has no grant until her own browser goes the whole way."""
+    server = f"""
+[servers.docs]
+url = "{protected.url}"
+auth = "oauth"
+"""
+    alice_token, bob_token = token_of(authserver, "alice"), token_of(authserver, "bob")
+    with http_proxy(config_for(tmp_path, authserver, server)) as (port, log):
+        alice = Session(port, alice_token)
+        connect = f"http://127.0.0.1:{port}/oauth/connect"
+
+        def link() -> str:
+            return str(alice.whoami()["error"]["data"]["url"])
+
+        def granted() -> int:
+            with sqlite3.connect(tmp_path / "tokens.db") as db:
+                return int(db.execute("SELECT count(*) FROM grants").fetchone()[0])
+
+        with httpx.Client() as bob:
+            # Bob's browser, signed in at the proxy through a link of his own, opens alice's.
+            own = consent_page(bob, Session(port, bob_token).whoami()["error"]["data"]["url"], "bob")
+            assert own.status_code == 200 and f"bob ({authserver.issuer})" in own.text
+            theirs = link()
+            refused = bob.get(theirs)
+            assert refused.status_code == 403 and "made for another user" in refused.text
+            # His page's token does not press alice's button, nor does none at all.
+            flow = dict(parse_qsl(urlsplit(theirs).query))["flow"]
+            for form in ({"flow": flow, "csrf": hidden(own.text, "csrf")}, {"flow": flow}):
+                assert bob.post(connect, data=form).status_code == 403
+            # A browser that has just signed in as bob is refused the same way.
+            assert sign_in(theirs, "bob").status_code == 403
+
+        with httpx.Client() as browser:
+            # Alice's own consent page, its button pressed without its CSRF token: refused.
+            url = link()
+            page = consent_page(browser, url, "alice")
+            assert page.status_code == 200 and f"alice ({authserver.issuer})" in page.text
+            assert "server 'docs'" in html.unescape(page.text)
+            flow = hidden(page.text, "flow")
+            for form in ({"flow": flow}, {"flow": flow, "csrf": ""}, {"flow": flow, "csrf": "made-up"}):
+                assert browser.post(connect, data=form).status_code == 403
+            # The callback reached by a browser without the cookie: refused, and the flow is over.
+            callback = login(browser, press(browser, url, page), "alice")
+            without = httpx.get(callback)
+            assert without.status_code == 400 and "did not open the link" in without.text
+            assert browser.get(callback).status_code == 400
+
+            # An altered cookie: refused at the callback.
+            url = link()
+            callback = login(browser, press(browser, url, consent_page(browser, url, "alice")), "alice")
+            [cookie] = list(browser.cookies.jar)
+            kept = cookie.value
+            payload, signature = kept.split(".")
+            body = json.loads(base64.urlsafe_b64decode(payload + "=="))
+            cookie.value = (
+                base64.urlsafe_b64encode(json.dumps({**body, "id": "x" * 22}).encode()).decode() + "." + signature
+            )
+            assert browser.get(callback).status_code == 400
+            # A cookie forged to name alice (a made-up signature): the connect page does not know
+            # the browser and sends it to sign in; the consent page is not shown.
+            forged = base64.urlsafe_b64encode(json.dumps({**body, "sub": "alice"}).encode()).decode().rstrip("=")
+            cookie.value = f"{forged}.{base64.urlsafe_b64encode(bytes(32)).decode().rstrip('=')}"
+            opened = browser.get(link())
+            assert opened.status_code == 303 and opened.headers["location"].startswith(
+                authserver.issuer + "/authorize?"
+            )
+            assert "error" in alice.whoami() and granted() == 0
+
+            # Her own browser, the whole way: granted, and she acts as herself.
+            cookie.value = kept
+            assert sign_in(link(), "alice", browser=browser).status_code == 200
+        assert granted() == 1 and claims_of(alice.whoami())["sub"] == "alice"
+        text = log.read_text()
+    assert "made for" in text or "opened by" in text
+    assert kept not in text and "csrf" not in text.lower()
 
 
 def test_the_official_sdk_client_consents_by_url(tmp_path, authserver, protected):
