@@ -98,6 +98,7 @@ def test_credentials_table_problems():
                 "redirect_uri": "http://proxy.example/cb",
                 "client_metadata_url": "http://127.0.0.1/client.json",
                 "fetch_timeout": 0,
+                "sign_in_client_secret": "s3cret",
             }
         }
     )
@@ -106,4 +107,6 @@ def test_credentials_table_problems():
         "credentials.client_metadata_url: a client ID metadata document is served over https",
         "credentials.fetch_timeout: must be a finite number of seconds from 0.1 to 600, got 0.0",
         "credentials.redirect_uri: must be an https URL (http only on loopback)",
+        "credentials.sign_in_client_secret: given without sign_in_client_id",
     ]
+    assert not any("s3cret" in problem for problem in found)

@@ -8,9 +8,10 @@ opens or resumes an event stream (``streams``), DELETE ends the session
 legacy transport (``legacy_sse``). ``/healthz``, ``/readyz``, ``/status``, ``/status.json`` and
 ``/metrics`` are the admin paths, when the endpoint is given them (``AdminPaths``: the
 admin pages are above the fronts, so ``serve`` builds them and hands them in). The OAuth
-callback path (``credentials.callback_path``) is served when the endpoint is given it (the
-same shape, ``credentials.callback.OAuthCallback``): a browser coming back from an
-authorization server has no bearer token, its single-use ``state`` is its check. With
+paths (the callback, ``credentials.callback_path``, and the connect page beside it) are
+served when the endpoint is given them (the same shape, ``credentials.callback.OAuthCallback``):
+a browser there has no bearer token; its session cookie and the single-use ``state`` are
+their checks. With
 ``[auth]``, ``/.well-known/oauth-protected-resource`` (and its path-suffixed forms) is the
 protected resource metadata, served to anyone. Any other path is a 404; a method a
 path does not serve, 405.
@@ -198,7 +199,7 @@ class StreamableHttpEndpoint:
             await self.admin.handle(connection, request, path)  # checks access itself, its own way
             return
         if routes is None and self.callback is not None and self.callback.serves(path):
-            await self.callback.handle(connection, request, path)  # checked by its state
+            await self.callback.handle(connection, request, path)  # checked by its cookie and state
             return
         # Host, Origin and token first, as on every front: nothing, not even which paths
         # exist, is told to a request that fails them.
