@@ -39,7 +39,7 @@ HTML_HEADERS = [
     ("content-type", "text/html; charset=utf-8"),
     ("cache-control", "no-store"),
     ("referrer-policy", "no-referrer"),
-    ("content-security-policy", "default-src 'none'"),
+    ("content-security-policy", "default-src 'none'; frame-ancestors 'none'"),
     ("x-frame-options", "DENY"),
 ]
 

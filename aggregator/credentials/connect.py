@@ -217,7 +217,8 @@ class ConnectPages:
             return
         query = request.path.partition("?")[2]
         if len(query) > MAX_FORM or len(request.body) > MAX_FORM:
-            await connection.respond(414, HTML_HEADERS, page("Not granted", "The request is too long."))
+            status = 414 if len(query) > MAX_FORM else 413
+            await connection.respond(status, HTML_HEADERS, page("Not granted", "The request is too long."))
             return
         try:
             await handler(connection, request, dict(parse_qsl(query, keep_blank_values=True)))
