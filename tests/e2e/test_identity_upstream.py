@@ -20,12 +20,14 @@ import anyio
 import httpx
 import mcp_types as types
 import pytest
+import trio
 from mcp import Client, UrlElicitationRequiredError
 from mcp.client.streamable_http import create_mcp_http_client, streamable_http_client
 from mcp.shared.exceptions import MCPError
 
 from tests.authserver.harness import decode_unverified
 from tests.credentials.peers import JwtIssuer, ProtectedMcp
+from tests.e2e.chromium import consent_in_chromium, needs_chromium
 from tests.e2e.conftest import ROOT, events, http_proxy, post, stateless, write_config
 from tests.e2e.span_collector import Collector
 from tests.loopback import serve_in_thread, stop_serving
@@ -475,6 +477,25 @@ auth = "oauth"
         text = log.read_text()
     for token in (alice_token, bob_token, *[(h or "")[7:] for h in protected.seen]):
         assert not token or token not in text
+
+
+@needs_chromium
+def test_the_connect_page_in_a_real_browser(tmp_path, authserver, protected):
+    server = f"""
+[servers.docs]
+url = "{protected.url}"
+auth = "oauth"
+"""
+    alice_token = token_of(authserver, "alice")
+    with http_proxy(config_for(tmp_path, authserver, server)) as (port, _):
+        alice = Session(port, alice_token)
+        url = alice.whoami()["error"]["data"]["url"]
+        text, cookies = trio.run(consent_in_chromium, url, tmp_path / "browser", authserver.issuer)
+        assert "Access granted" in text, text
+        [cookie] = [c for c in cookies if c["name"] == "aggregator-oauth"]
+        assert cookie["httpOnly"] and cookie["sameSite"] == "Lax" and cookie["path"] == "/oauth"
+        assert not cookie["secure"]  # plain http on loopback
+        assert claims_of(alice.whoami())["sub"] == "alice"
 
 
 def test_no_token_reaches_a_span(tmp_path, authserver, protected, monkeypatch):

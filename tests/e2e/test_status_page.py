@@ -15,18 +15,13 @@ from pathlib import Path
 import pytest
 
 from tests.e2e.admin_client import ADMIN_TOKEN, get, wait_for
+from tests.e2e.chromium import CHROMIUM, needs_chromium
 from tests.e2e.conftest import HERE, fake, http_proxy, write_config
 from tests.loopback import free_port, wait_listening
 
 pytestmark = pytest.mark.e2e
 
-CHROMIUM = Path("/usr/bin/chromium")
 HELD_DOWN = HERE / "held_down_server.py"
-
-needs_chromium = pytest.mark.skipif(
-    not CHROMIUM.exists() and not os.environ.get("AGGREGATOR_REQUIRE_CHROMIUM"),
-    reason="needs /usr/bin/chromium (Debian: apt-get install -y chromium)",
-)
 
 
 def render(url: str, profile: Path, *extra: str) -> str:
