@@ -43,6 +43,22 @@ class ClientConnected:
 
 
 @attrs.define(weakref_slot=False)
+class ClientAdopted:
+    """Client session ``key`` connected already initialized: a legacy session opened on
+    another replica, or before this one restarted, whose front read its immutable state
+    from its sealed session id. Nothing goes upstream: the router takes it as the
+    handshake left it (``protocol_version`` as agreed then, the client's ``capabilities``
+    and ``client_info``), for ``profile``'s catalog, as ``principal``."""
+
+    key: int
+    profile: str
+    principal: Any
+    protocol_version: str
+    capabilities: dict[str, Any]
+    client_info: dict[str, Any]
+
+
+@attrs.define(weakref_slot=False)
 class ClientMessage:
     """Client ``key`` sent ``raw`` (one JSON-RPC message, not decoded yet)."""
 
@@ -304,6 +320,7 @@ class DiscoveryRenewed:
 
 Event: TypeAlias = (
     ClientConnected
+    | ClientAdopted
     | ClientMessage
     | ClientDecoded
     | ClientRefused

@@ -222,7 +222,10 @@ class Router:
         self.listens = Listens()  # modern callers' open subscriptions/listen requests
         self.views = SessionViews()  # of the sessions whose own per-session connections listed
         self.tasks, self.task_owners = {}, TaskOwners()  # whose each task is (``core.requests.tasks``)
-        self.request_states = RequestStates(settings.input_required_timeout)  # what resumes one
+        # What resumes a parked call: under the cluster's keys, naming this replica.
+        self.request_states = RequestStates(
+            settings.input_required_timeout, settings.request_state_keys, settings.replica
+        )
         self._own_objects(settings)
         self._event_objects()
         # The trio layer asks these: the owners' own methods, bound (the clock's after every batch).
@@ -254,6 +257,7 @@ class Router:
                     e.key, e.profile, era=e.era, principal=e.principal, stateless=e.stateless
                 )
             ),
+            events.ClientAdopted: clients.client_adopted,
             events.ClientMessage: clients.client_message,
             events.ClientDecoded: lambda e: clients.client_event(e.key, e.kind, e.message),
             events.ClientRefused: lambda e: clients.client_refused(e.key, e.exc),
@@ -514,6 +518,7 @@ class Router:
             control=self.control,
             held_requests=self.held_requests,
             upstreams=self.upstreams,
+            handshake=self.handshake,
         )
         # What an upstream says.
         self.server_messages = ServerMessages(

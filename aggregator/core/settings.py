@@ -8,6 +8,8 @@ with no settings behaves like one built from the default configuration.
 
 from __future__ import annotations
 
+import base64
+import os
 from collections.abc import Callable, Mapping
 from typing import Any, Literal
 
@@ -39,6 +41,62 @@ _ALL = Discovery()  # the built-in settings: every tool listed, no result cut
 def discovery_of(table: Mapping[str, Discovery], profile: str) -> Discovery:
     """A profile's settings in ``table``: its own, else the default profile's, else the built-in ones."""
     return table.get(profile) or table.get("default") or _ALL
+
+
+KEY_ID_BYTES = 4  # a key id, as bytes; as text, 6 base64url characters
+
+
+@attrs.frozen
+class SigningKeys:
+    """The keys of one purpose (request states, cursors): ``(key id, key)`` pairs, the
+    FIRST signs and every one verifies the values that carry its id, so that verifying
+    never tries every key (``aggregator.cluster.keys`` derives them from ``[cluster] keys``).
+    A value whose id names no key here (forged, or signed with a key since removed) is
+    refused exactly as a forged one."""
+
+    keys: tuple[tuple[bytes, bytes], ...] = attrs.field(repr=False)
+
+    @classmethod
+    def fresh(cls) -> SigningKeys:
+        """One key made up for this process alone (no ``[cluster] keys``)."""
+        return cls(((os.urandom(KEY_ID_BYTES), os.urandom(32)),))
+
+    @classmethod
+    def of(cls, key: SigningKeys | bytes | None) -> SigningKeys:
+        """``key`` as signing keys: as it is, one key (its id made of it), or a fresh one."""
+        if isinstance(key, SigningKeys):
+            return key
+        if key is None:
+            return cls.fresh()
+        return cls(((key[:KEY_ID_BYTES].ljust(KEY_ID_BYTES, b"\0"), key),))
+
+    @property
+    def signing(self) -> tuple[bytes, bytes]:
+        """(key id, key) of the key that signs."""
+        return self.keys[0]
+
+    def verifying(self, key_id: bytes) -> bytes | None:
+        """The key whose id is ``key_id``, None if none is."""
+        for kid, key in self.keys:
+            if kid == key_id:
+                return key
+        return None
+
+
+def key_id_text(key_id: bytes) -> str:
+    """A key id as text (6 base64url characters)."""
+    return base64.urlsafe_b64encode(key_id).decode().rstrip("=")
+
+
+def key_id_of(text: str) -> bytes | None:
+    """The key id ``text`` writes; None when it cannot be one."""
+    if len(text) != 6 or not text.isascii():
+        return None
+    try:
+        raw = base64.urlsafe_b64decode(text + "==")
+    except ValueError:
+        return None
+    return raw if len(raw) == KEY_ID_BYTES and key_id_text(raw) == text else None
 
 
 @attrs.frozen
@@ -79,3 +137,7 @@ class RouterSettings:
     # The proxy can only ever have one client (stdio, no network front): shared servers
     # see that client's roots.
     single_client: bool = False
+    # What signs the requestState of parked calls (None: a key made for this process) and
+    # the name of this replica, which that state carries ([cluster]; "": none given).
+    request_state_keys: SigningKeys | None = None
+    replica: str = ""

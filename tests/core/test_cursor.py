@@ -3,6 +3,7 @@ import pytest
 from aggregator.config import ServerConfig
 from aggregator.core.catalogs.catalog import Catalog
 from aggregator.core.catalogs.cursor import CursorCodec
+from aggregator.core.settings import SigningKeys
 from aggregator.jsonrpc import INVALID_PARAMS, RemoteProtocolError, loads
 
 
@@ -33,6 +34,34 @@ def test_other_key_kind_or_generation_refused():
     forged = base64.urlsafe_b64encode(raw[:-1] + b"0").decode().rstrip("=")
     with pytest.raises(RemoteProtocolError):
         codec.decode(forged, "tools", 1)
+
+
+def test_the_first_key_signs_and_every_key_verifies():
+    old, new = (b"old1", b"o" * 32), (b"new1", b"n" * 32)
+    cursor = CursorCodec(SigningKeys((old,))).encode("tools", "g", 10)
+    assert CursorCodec(SigningKeys((new, old))).decode(cursor, "tools", "g") == 10
+    assert CursorCodec(SigningKeys((old,))).decode(cursor, "tools", "g") == 10
+    with pytest.raises(RemoteProtocolError) as info:
+        CursorCodec(SigningKeys((new,))).decode(cursor, "tools", "g")  # the old key removed
+    assert "not made by this proxy" in info.value.message
+
+
+def test_a_cursor_is_read_by_another_catalog_listing_the_same_items():
+    """Two replicas with the same keys: a cursor one made pages through the other's list,
+    whatever each one's count of rebuilds; once the lists differ, it is refused."""
+    keys = SigningKeys(((b"kid1", b"k" * 32),))
+    servers = [ServerConfig(name="a", command="x")]
+    one, other = (Catalog(servers, "__", 2, cursors=CursorCodec(keys)) for _ in range(2))
+    one.set_items("a", "tools", [{"name": "x"}])  # a rebuild the other never had
+    for catalog in (one, other):
+        catalog.set_items("a", "tools", [{"name": f"t{i}"} for i in range(5)])
+    assert one.generation != other.generation
+    cursor = loads(one.page("tools", None))["nextCursor"]
+    assert [t["name"] for t in loads(other.page("tools", cursor))["tools"]] == ["a__t2", "a__t3"]
+    other.set_items("a", "tools", [{"name": "t0"}, {"name": "t1"}, {"name": "t9"}])
+    with pytest.raises(RemoteProtocolError) as info:
+        other.page("tools", cursor)
+    assert "list changed" in info.value.message
 
 
 def test_pages_cover_everything_once_in_order():

@@ -4,17 +4,18 @@ from __future__ import annotations
 
 import pytest
 
-from aggregator.core.era.request_state import PREFIX, RequestStates, is_ours, request_digest
+from aggregator.core.era.request_state import PREFIX, WRAPPED, RequestStates, is_ours, request_digest
+from aggregator.core.settings import SigningKeys
 from aggregator.jsonrpc import RemoteProtocolError, loads
-from aggregator.jsonrpc.errors import INVALID_PARAMS
+from aggregator.jsonrpc.errors import INTERNAL_ERROR, INVALID_PARAMS
 
 PARAMS = {"name": "slow", "arguments": {"a": 1, "b": [1, 2]}}
 DIGEST = request_digest("tools/call", PARAMS)
 NOW = 1000.0
 
 
-def states(key: bytes = b"k" * 32) -> RequestStates:
-    return RequestStates(30.0, key)
+def states(key: SigningKeys | bytes = b"k" * 32, replica: str = "r1") -> RequestStates:
+    return RequestStates(30.0, key, replica)
 
 
 def refusal(codec: RequestStates, state: str, **kw) -> str:
@@ -57,7 +58,8 @@ def test_a_state_is_bound_to_its_request():
     assert "another request" in refusal(codec, state, digest=request_digest("prompts/get", PARAMS))
 
 
-@pytest.mark.parametrize("field", [0, 1, 2, 3])
+# Fields: key id, replica, parked call, expiry, digest, tag.
+@pytest.mark.parametrize("field", [0, 1, 2, 3, 4, 5])
 def test_editing_any_field_is_caught(field):
     codec = states()
     state = codec.mint(7, 3, NOW + 30, DIGEST)
@@ -77,6 +79,8 @@ def test_editing_any_field_is_caught(field):
         PREFIX + "1.2.3",
         PREFIX + "a.2.3.4",
         PREFIX + "1.2.3.4.5",
+        PREFIX + "k.r.a.2.3.4",
+        PREFIX + "k.r.1.b.3.4",
         PREFIX + "1." + "9" * 300 + ".3.4",
         PREFIX + "١.2.3.4",  # a digit, but not an ASCII one
         PREFIX + "1.2.3.4é",
@@ -128,3 +132,36 @@ def test_the_digest_sees_numbers_as_written():
 
 def test_the_digest_names_the_server():
     assert request_digest("tools/call", PARAMS, "a") != request_digest("tools/call", PARAMS, "b")
+
+
+def keys(*names: bytes) -> SigningKeys:
+    return SigningKeys(tuple((name[:4], name * 32) for name in names))
+
+
+def test_the_first_key_signs_and_every_key_verifies():
+    old = states(keys(b"old1")).mint(5, 3, NOW + 30, DIGEST)
+    rotated = states(keys(b"new1", b"old1"))
+    assert rotated.verify(old, 3, NOW, DIGEST) == 5  # signed before the rotation
+    new = rotated.mint(6, 3, NOW + 30, DIGEST)
+    assert new.split(".")[1] != old.split(".")[1]  # each names the key that signed it
+    assert states(keys(b"new1")).verify(new, 3, NOW, DIGEST) == 6
+    # The old key removed: refused exactly as a forged state.
+    assert refusal(states(keys(b"new1")), old) == refusal(states(keys(b"new1")), old[:-2] + "AA")
+    wrapped = states(keys(b"old1")).wrap("upstream's", 3, NOW + 30, DIGEST)
+    assert wrapped.startswith(WRAPPED)
+    assert rotated.unwrap(wrapped, 3, NOW, DIGEST) == "upstream's"
+    with pytest.raises(RemoteProtocolError) as info:
+        states(keys(b"new1")).unwrap(wrapped, 3, NOW, DIGEST)
+    assert "altered" in info.value.message
+
+
+def test_a_state_of_a_call_another_replica_holds_is_retryable():
+    state = states(replica="a").mint(9, 3, NOW + 30, DIGEST)
+    assert states(replica="a").verify(state, 3, NOW, DIGEST) == 9
+    with pytest.raises(RemoteProtocolError) as info:
+        states(replica="b").verify(state, 3, NOW, DIGEST)
+    assert info.value.code == INTERNAL_ERROR
+    assert info.value.data == {"source": "aggregator", "reason": "unavailable", "retryable": True, "replica": "a"}
+    # Still a forgery first: a state altered to name another replica is refused as altered.
+    forged = state.replace(".a.", ".b.")
+    assert "altered" in refusal(states(replica="b"), forged)

@@ -4,8 +4,10 @@ Owns the exposed names and URIs, the maps back to ``(server, original)``, collis
 resolution, and the pages served to clients. Pure data in, data out.
 
 Order is deterministic: servers in config order, each server's items in the order the
-upstream listed them. Each rebuild bumps ``generation``, which invalidates cursors and the
-cache of serialized pages.
+upstream listed them. Each rebuild that changes what clients see bumps ``generation``,
+which empties the cache of serialized pages; a cursor is bound to a digest of the list it
+pages through (``listed``), so it is refused once that list changed, and read by every
+replica that lists the same items.
 
 Resources and templates are looked up, checked and compared in normal form
 (``aggregator.core.catalogs.uris``): a client's URI is normalised once, in ``route_uri`` and
@@ -17,6 +19,7 @@ spelling.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from collections.abc import Callable, Iterable, MutableMapping
 from typing import Any, NamedTuple
@@ -78,6 +81,17 @@ class CatalogLookups:
     _items: Any
     naming: dict[str, ServerNaming]
     uri_prefixes: dict[str, str]
+
+    def listed(self, kind: str) -> str:
+        """What a cursor over ``kind`` is bound to: a digest of the list it pages through.
+        Unlike ``generation`` (a count of this process's rebuilds), it is the same on every
+        replica that lists the same items, so a cursor one made is read by the others."""
+        known = self._listed.get(kind)
+        if known is not None and known[0] == self.generation:
+            return known[1]
+        digest = hashlib.sha256(dumps(self.exposed[kind])).hexdigest()[:16]
+        self._listed[kind] = (self.generation, digest)
+        return digest
 
     def uri_visible(self, server: str, uri: str) -> bool:
         raise NotImplementedError
@@ -144,6 +158,7 @@ class Catalog(CatalogLookups):
         max_name_length: int = 128,
         charset: str = "mcp",
         catalog_hook: CatalogHook | None = None,
+        cursors: CursorCodec | None = None,
     ) -> None:
         # The plugins' catalog hooks (sync, one plain callable), given what this profile
         # sees of each kind; None when no plugin has one.
@@ -175,7 +190,8 @@ class Catalog(CatalogLookups):
         # per kind (no bounds while plugins may reorder what is exposed).
         self.contested: dict[str, set[str]] = {kind: set() for kind in KINDS}
         self.bounds: dict[str, dict[str, tuple[int, int]]] = {kind: {} for kind in KINDS}
-        self._cursors = CursorCodec()
+        self._cursors = cursors if cursors is not None else CursorCodec()
+        self._listed: dict[str, tuple[int, str]] = {}  # kind -> (generation, digest of its list)
         self._page_cache: dict[tuple[str, int], bytes] = {}
         self.search_cache: Any = None  # ``core.catalogs.discovery``: its size in tokens and search index
 
@@ -371,7 +387,7 @@ class Catalog(CatalogLookups):
 
     def page(self, kind: str, cursor: object) -> bytes:
         """The serialized result of one `*/list` page; raises on a bad cursor."""
-        offset = 0 if cursor is None else self._cursors.decode(cursor, kind, self.generation)
+        offset = 0 if cursor is None else self._cursors.decode(cursor, kind, self.listed(kind))
         cached = self._page_cache.get((kind, offset))
         if cached is not None:
             return cached
@@ -379,7 +395,7 @@ class Catalog(CatalogLookups):
         end = offset + self.page_size
         result: dict[str, Any] = {kind: items[offset:end]}
         if end < len(items):
-            result["nextCursor"] = self._cursors.encode(kind, self.generation, end)
+            result["nextCursor"] = self._cursors.encode(kind, self.listed(kind), end)
         page = dumps(result)
         self._page_cache[(kind, offset)] = page
         return page

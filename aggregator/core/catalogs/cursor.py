@@ -1,10 +1,13 @@
 """Opaque pagination cursors over the merged catalog.
 
 A cursor names a list kind, the catalog generation it was made for, and an offset, and
-carries an HMAC tag under a key made fresh for each proxy process. So a cursor cannot be
-forged or edited, a cursor from another proxy or an older catalog is refused, and the
-proxy keeps no per-client pagination state. Refusal is -32602 (the spec's "Invalid
-cursor SHOULD be -32602"); the client lists again from the start.
+carries the id of the key that signed it and an HMAC tag under that key: the cursor keys of
+``[cluster] keys`` (``aggregator.cluster.keys``), so that every replica with the same keys
+reads the cursors of the others, or else a key made fresh for each proxy process. So a
+cursor cannot be forged or edited, a cursor of a proxy with other keys (or signed with a
+key since removed) or of an older catalog is refused, and the proxy keeps no per-client
+pagination state. Refusal is -32602 (the spec's "Invalid cursor SHOULD be -32602"); the
+client lists again from the start.
 """
 
 from __future__ import annotations
@@ -12,21 +15,22 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
-import os
 
+from aggregator.core.settings import KEY_ID_BYTES, SigningKeys
 from aggregator.jsonrpc.errors import INVALID_PARAMS, RemoteProtocolError
 
 _TAG = 12
 
 
 class CursorCodec:
-    def __init__(self, key: bytes | None = None) -> None:
-        self._key = key if key is not None else os.urandom(32)
+    def __init__(self, key: SigningKeys | bytes | None = None) -> None:
+        self._keys = SigningKeys.of(key)
 
     def encode(self, kind: str, generation: int | str, offset: int) -> str:
+        key_id, key = self._keys.signing
         body = f"{kind}:{generation}:{offset}".encode()
-        tag = hmac.new(self._key, body, hashlib.sha256).digest()[:_TAG]
-        return base64.urlsafe_b64encode(tag + body).decode().rstrip("=")
+        tag = hmac.new(key, body, hashlib.sha256).digest()[:_TAG]
+        return base64.urlsafe_b64encode(key_id + tag + body).decode().rstrip("=")
 
     def decode(self, cursor: object, kind: str, generation: int | str) -> int:
         """The offset a cursor names; RemoteProtocolError(-32602) if it is not valid now."""
@@ -36,9 +40,10 @@ class CursorCodec:
             raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
         except ValueError:
             raise _invalid("this cursor was not made by this proxy") from None
-        tag, body = raw[:_TAG], raw[_TAG:]
-        expected = hmac.new(self._key, body, hashlib.sha256).digest()[:_TAG]
-        if len(tag) != _TAG or not hmac.compare_digest(tag, expected):
+        key = self._keys.verifying(raw[:KEY_ID_BYTES])
+        tag, body = raw[KEY_ID_BYTES : KEY_ID_BYTES + _TAG], raw[KEY_ID_BYTES + _TAG :]
+        expected = hmac.new(key or b"", body, hashlib.sha256).digest()[:_TAG]
+        if key is None or len(tag) != _TAG or not hmac.compare_digest(tag, expected):
             raise _invalid("this cursor was not made by this proxy")
         cursor_kind, cursor_generation, offset = body.decode().split(":")
         if cursor_kind != kind:

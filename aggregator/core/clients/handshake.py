@@ -12,6 +12,8 @@ last asked it for, is written here):
   session's own connection's (another session must not even learn of it).
 - An initialize that carries this proxy's own instance id (its config names itself) is
   refused before anything waits for startup, which would wait for that very handshake.
+- Adoption (``adopt``): a session initialized elsewhere (another replica, or before a
+  restart) taken over as its handshake left it, with no initialize at all.
 - Log levels: every legacy upstream that logs is set to the most verbose level any client
   asked for (``log_levels``, the changes to make).
 """
@@ -87,6 +89,20 @@ class Handshake:
         if instructions:
             result["instructions"] = instructions
         return [ToClient(client.key, {"jsonrpc": "2.0", "id": message["id"], "result": result})]
+
+    def adopt(
+        self, client: ClientState, protocol_version: str, capabilities: dict[str, Any], client_info: dict[str, Any]
+    ) -> None:
+        """A session initialized elsewhere (another replica, or before a restart) taken
+        over as its handshake left it: initialized, with what its client declared then, and
+        the proxy's capabilities as they are here now (no list it was given is stale: it
+        lists again on the list_changed notices it gets from here on)."""
+        client.initialize_seen = client.initialized = True
+        client.protocol_version = protocol_version
+        client.capabilities = capabilities
+        client.client_info = client_info
+        client.advertised = self.merged_capabilities()
+        client.announced_upto = self.announcements.count
 
     def asked_by_itself(self, params: dict[str, Any]) -> bool:
         """Whether an initialize names this very proxy: in the experimental capabilities

@@ -20,10 +20,11 @@ from aggregator.core.catalogs.discovery import CALL_TOOL, Search
 from aggregator.core.catalogs.result_budget import ResultBudgets
 from aggregator.core.catalogs.session_catalog import SessionViews
 from aggregator.core.catalogs.targets import ServerDown
+from aggregator.core.clients.handshake import Handshake
 from aggregator.core.commands import Command, RequestEnded, StopUpstream, ToClient, ToServer
 from aggregator.core.era.input_bridge import InputBridge, awaits_input, is_question
 from aggregator.core.era.modern_callers import ModernCallers
-from aggregator.core.events import ClientMessage
+from aggregator.core.events import ClientAdopted, ClientMessage
 from aggregator.core.handlers.client_requests import ClientRequests, RequestHandler
 from aggregator.core.handlers.reverse_requests import ReverseRequests
 from aggregator.core.handlers.upstream_events import UpstreamEvents
@@ -78,6 +79,7 @@ class ClientEvents:
         control: UpstreamControl,
         held_requests: HeldRequests,
         upstreams: UpstreamEvents,
+        handshake: Handshake,
     ) -> None:
         self.clients = clients
         self.links = links
@@ -100,6 +102,7 @@ class ClientEvents:
         self.control = control
         self.held_requests = held_requests
         self.upstreams = upstreams  # a leaving client's own connections are lost there
+        self.handshake = handshake  # what an adopted session is taken as
 
     def client_connected(
         self,
@@ -120,6 +123,15 @@ class ClientEvents:
             principal=principal,
             stateless=stateless,
         )
+
+    def client_adopted(self, event: ClientAdopted) -> list[Command]:
+        """A legacy session initialized elsewhere connected (``ClientAdopted``): a client
+        as the handshake left it, nothing sent upstream (a per-session server of its own
+        starts at its first request, as for any session). An unknown profile (the
+        configurations of the replicas differ) raises ValueError, as for a new client."""
+        self.client_connected(event.key, event.profile, principal=event.principal)
+        self.handshake.adopt(self.clients[event.key], event.protocol_version, event.capabilities, event.client_info)
+        return []
 
     def client_disconnected(self, key: int, answer: bool = False) -> list[Command]:
         """A client went away: cancel its work upstream, answer what it was asked, tidy up.
