@@ -193,6 +193,7 @@ class Router:
         settings: RouterSettings | None = None,
         *,
         clock: Callable[[], float] = time.monotonic,
+        wall_clock: Callable[[], float] | None = None,
         profiles: dict[str, Catalog] | None = None,
         instance: str | None = None,
         server_request_policy: ServerRequestPolicy | None = None,
@@ -222,9 +223,13 @@ class Router:
         self.listens = Listens()  # modern callers' open subscriptions/listen requests
         self.views = SessionViews()  # of the sessions whose own per-session connections listed
         self.tasks, self.task_owners = {}, TaskOwners()  # whose each task is (``core.requests.tasks``)
-        # What resumes a parked call: under the cluster's keys, naming this replica.
+        # What resumes a parked call: under the cluster's keys, naming this replica, its expiry
+        # in Unix time when a wall clock is given (the router's clock is this process's own).
         self.request_states = RequestStates(
-            settings.input_required_timeout, settings.request_state_keys, settings.replica
+            settings.input_required_timeout,
+            settings.request_state_keys,
+            settings.replica,
+            None if wall_clock is None else (lambda at: at - clock() + wall_clock()),
         )
         self._own_objects(settings)
         self._event_objects()

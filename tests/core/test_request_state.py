@@ -165,3 +165,18 @@ def test_a_state_of_a_call_another_replica_holds_is_retryable():
     # Still a forgery first: a state altered to name another replica is refused as altered.
     forged = state.replace(".a.", ".b.")
     assert "altered" in refusal(states(replica="b"), forged)
+
+
+def test_replicas_read_the_expiry_on_the_wall_clock():
+    """Each replica's router clock is its own (trio's starts anywhere): the state carries the
+    expiry in wall-clock time, so another replica, whose router clock reads otherwise, reads
+    it alike."""
+    wall = 1_764_800_000.0
+    one = RequestStates(30.0, b"k" * 32, "a", to_wall=lambda at: at - 50.0 + wall)  # its clock reads 50 now
+    other = RequestStates(30.0, b"k" * 32, "a", to_wall=lambda at: at - 90_000.0 + wall)  # this one 90000
+    state = one.mint(1, 3, 50.0 + 30, DIGEST)
+    assert other.verify(state, 3, 90_000.0 + 29.9, DIGEST) == 1
+    with pytest.raises(RemoteProtocolError, match="expired"):
+        other.verify(state, 3, 90_000.0 + 30.01, DIGEST)
+    wrapped = one.wrap("s", 3, 50.0 + 30, DIGEST)
+    assert other.unwrap(wrapped, 3, 90_000.0 + 29.9, DIGEST) == "s"

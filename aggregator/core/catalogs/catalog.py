@@ -82,17 +82,6 @@ class CatalogLookups:
     naming: dict[str, ServerNaming]
     uri_prefixes: dict[str, str]
 
-    def listed(self, kind: str) -> str:
-        """What a cursor over ``kind`` is bound to: a digest of the list it pages through.
-        Unlike ``generation`` (a count of this process's rebuilds), it is the same on every
-        replica that lists the same items, so a cursor one made is read by the others."""
-        known = self._listed.get(kind)
-        if known is not None and known[0] == self.generation:
-            return known[1]
-        digest = hashlib.sha256(dumps(self.exposed[kind])).hexdigest()[:16]
-        self._listed[kind] = (self.generation, digest)
-        return digest
-
     def uri_visible(self, server: str, uri: str) -> bool:
         raise NotImplementedError
 
@@ -399,6 +388,17 @@ class Catalog(CatalogLookups):
         page = dumps(result)
         self._page_cache[(kind, offset)] = page
         return page
+
+    def listed(self, kind: str) -> str:
+        """What a cursor over ``kind`` is bound to: a digest of the list it pages through.
+        Unlike ``generation`` (a count of this process's rebuilds), it is the same on every
+        replica that lists the same items, so a cursor one made is read by the others."""
+        known = self._listed.get(kind)
+        if known is not None and known[0] == self.generation:
+            return known[1]
+        digest = hashlib.sha256(dumps(self.exposed[kind])).hexdigest()[:16]
+        self._listed[kind] = (self.generation, digest)
+        return digest
 
     def uri_visible(self, server: str, uri: str) -> bool:
         """Whether this profile may read (or subscribe to) a server's URI (in normal form)."""

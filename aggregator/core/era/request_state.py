@@ -16,7 +16,9 @@ Shape: ``aggregator-rs2.<key id>.<replica>.<parked>.<expiry ms>.<digest>.<tag>``
 HMAC-SHA256 over the visible fields and the principal, under the key the id names: the
 request-state keys of ``[cluster] keys`` (the first signs, each verifies; a state whose key
 id names no key, as one signed with a key since removed, is refused as a forged one), or a
-key made fresh for each proxy process (as ``core.catalogs.cursor``'s). ``replica`` names the
+key made fresh for each proxy process (as ``core.catalogs.cursor``'s). The expiry is in Unix
+time (milliseconds) once the router is given a wall clock, as the hub gives it: each
+process's own clock means nothing to another replica. ``replica`` names the
 replica that holds the parked call: a retry that reaches another one (behind a balancer, or
 after a restart) gets -32603 with ``data.retryable`` true, the caller may send the request
 again without the state. Every other refusal is -32602 with the reason in words.
@@ -35,6 +37,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
+from collections.abc import Callable
 from typing import Any
 
 import orjson
@@ -87,17 +90,26 @@ class RequestStates:
     """Mints and verifies the proxy's ``requestState`` strings under ``keys`` (bytes: one
     key; None: one made for this process); ``ttl``: how long, in seconds, a parked call waits
     for the retry that carries one; ``replica``: this replica's name, which its parked calls'
-    states carry."""
+    states carry. Times given are on the router's clock; ``to_wall`` turns one into the time
+    a state carries, Unix time, which every replica reads alike (None: as they are)."""
 
-    def __init__(self, ttl: float, keys: SigningKeys | bytes | None = None, replica: str = "") -> None:
+    def __init__(
+        self,
+        ttl: float,
+        keys: SigningKeys | bytes | None = None,
+        replica: str = "",
+        to_wall: Callable[[float], float] | None = None,
+    ) -> None:
         self.ttl = ttl
         self._keys = SigningKeys.of(keys)
         self.replica = replica
+        self._wall: Callable[[float], float] = to_wall if to_wall is not None else float
 
     def mint(self, parked: int, principal: Any, expires: float, digest: bytes) -> str:
         """A state for parked call ``parked`` of ``principal``, valid until ``expires``."""
         key_id, key = self._keys.signing
-        body = f"{key_id_text(key_id)}.{self.replica}.{parked}.{int(expires * 1000)}.{_b64(digest)}"
+        expiry = int(self._wall(expires) * 1000)
+        body = f"{key_id_text(key_id)}.{self.replica}.{parked}.{expiry}.{_b64(digest)}"
         return f"{PREFIX}{body}.{_b64(_tag(key, body, principal))}"
 
     def verify(self, state: str, principal: Any, now: float, digest: bytes) -> int:
@@ -113,7 +125,7 @@ class RequestStates:
         key = self._key(fields[0])
         if key is None or not hmac.compare_digest(fields[5], _b64(_tag(key, body, principal))):
             raise _invalid("it was altered, or issued to another caller")
-        if int(fields[3]) < now * 1000:
+        if int(fields[3]) < self._wall(now) * 1000:
             raise _invalid("it has expired; send the request again without it")
         if not hmac.compare_digest(fields[4], _b64(digest)):
             raise _invalid("it was issued for another request (the method or params differ)")
@@ -133,7 +145,7 @@ class RequestStates:
         if len(raw) > MAX_UPSTREAM_STATE:
             raise ValueError(f"its requestState is {len(raw)} bytes long, over the {MAX_UPSTREAM_STATE} accepted")
         key_id, key = self._keys.signing
-        body = f"{key_id_text(key_id)}.{int(expires * 1000)}.{_b64(digest)}.{_b64(raw)}"
+        body = f"{key_id_text(key_id)}.{int(self._wall(expires) * 1000)}.{_b64(digest)}.{_b64(raw)}"
         return f"{WRAPPED}{body}.{_b64(_tag(key, WRAPPED + body, principal))}"
 
     def unwrap(self, state: str, principal: Any, now: float, digest: bytes) -> str:
@@ -148,7 +160,7 @@ class RequestStates:
         key = self._key(fields[0])
         if key is None or not hmac.compare_digest(fields[4], _b64(_tag(key, WRAPPED + body, principal))):
             raise _invalid("it was altered, or issued to another caller")
-        if int(fields[1]) < now * 1000:
+        if int(fields[1]) < self._wall(now) * 1000:
             raise _invalid("it has expired; send the request again without it")
         if not hmac.compare_digest(fields[2], _b64(digest)):
             raise _invalid("it was issued for another request (the method or params differ)")
