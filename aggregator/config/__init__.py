@@ -30,6 +30,7 @@ from aggregator.config.loading import load_config, structure_config
 from aggregator.config.model import (
     LOCAL_HOSTS,
     AuthConfig,
+    ClusterConfig,
     Config,
     HttpConfig,
     IssuerConfig,
@@ -50,6 +51,7 @@ __all__ = [
     "LOCAL_HOSTS",
     "RANGES",
     "AuthConfig",
+    "ClusterConfig",
     "Config",
     "HttpConfig",
     "IssuerConfig",

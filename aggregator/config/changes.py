@@ -9,7 +9,8 @@
   restart it: the catalogs are rebuilt with the new rules;
 - whether the policy (``[policy]``, profile rules, server rules) or the plugins changed;
 - what cannot change while the proxy runs: ``[proxy]``, ``[http]`` (listen addresses,
-  tokens, limits), ``[credentials]`` (the vault and its key, the callback), ``[auth]``, and
+  tokens, limits), ``[credentials]`` (the vault and its key, the callback), ``[auth]``,
+  ``[cluster]`` (its keys are derived once, at start), and
   which profiles exist and which tokens or claims select them (``tokens``, ``match``,
   ``scopes``: the listeners choose a session's profile when it opens). These are reported
   as needing a restart and
@@ -109,12 +110,24 @@ def plan_changes(running: Config, loaded: Config) -> ConfigChanges:
     """What reloading ``loaded`` over ``running`` changes, and what it must leave alone."""
     # [proxy.discovery] applies live; the rest of [proxy] needs a restart.
     proxy = attrs.evolve(running.proxy, discovery=loaded.proxy.discovery)
-    kept = (("proxy", proxy), ("http", running.http), ("credentials", running.credentials), ("auth", running.auth))
+    kept = (
+        ("proxy", proxy),
+        ("http", running.http),
+        ("credentials", running.credentials),
+        ("auth", running.auth),
+        ("cluster", running.cluster),
+    )
     restart = [key for key, now in kept if now != getattr(loaded, key)]
     profiles, profile_restart = _profiles(running.profiles, loaded.profiles)
     restart += profile_restart
     effective = attrs.evolve(
-        loaded, proxy=proxy, http=running.http, credentials=running.credentials, auth=running.auth, profiles=profiles
+        loaded,
+        proxy=proxy,
+        http=running.http,
+        credentials=running.credentials,
+        auth=running.auth,
+        cluster=running.cluster,
+        profiles=profiles,
     )
     before = {server.name: server for server in running.enabled_servers}
     after = {server.name: server for server in effective.enabled_servers}

@@ -17,6 +17,7 @@ from aggregator.config.interpolation import interpolate_sections
 from aggregator.config.masking import SecretMask
 from aggregator.config.model import (
     AuthConfig,
+    ClusterConfig,
     Config,
     HttpConfig,
     PluginConfig,
@@ -29,7 +30,14 @@ from aggregator.config.paths import PATH_OPTION, beside
 from aggregator.config.ranges import check_ranges
 from aggregator.config.structuring import describe, structure_table, unknown_key, without_follow_ons
 from aggregator.config.upstream_auth import PER_USER, CredentialsConfig, check_credentials, check_upstream_auth
-from aggregator.config.validation import check_auth, check_http, check_proxy, check_server, token_problems
+from aggregator.config.validation import (
+    check_auth,
+    check_cluster,
+    check_http,
+    check_proxy,
+    check_server,
+    token_problems,
+)
 from aggregator.core.catalogs.naming import NAME_CHARS, validate_server_naming
 from aggregator.errors import ConfigError
 
@@ -73,7 +81,7 @@ def structure_config(
     if environ is None:
         environ = os.environ
     problems: list[str] = []
-    sections = ("proxy", "http", "auth", "policy", "profiles", "plugins", "servers", "credentials")
+    sections = ("proxy", "http", "auth", "policy", "profiles", "plugins", "servers", "credentials", "cluster")
     unknown = sorted(set(raw) - set(sections))
     problems.extend(unknown_key("", key, sections) for key in unknown)
     data, interpolated = interpolate_sections(raw, sections, environ, problems)
@@ -100,6 +108,8 @@ def structure_config(
     tables.checked(
         "credentials", check_ranges(credentials, "credentials") + check_credentials(credentials, servers, environ)
     )
+    cluster = tables.section("cluster", ClusterConfig)
+    tables.checked("cluster", check_cluster(cluster))
     if directory is not None and read_files:
         credentials = attrs.evolve(credentials, vault=beside(directory, credentials.vault) or credentials.vault)
     # With a broken separator, the keys are still checked, against one no key holds.
@@ -119,6 +129,7 @@ def structure_config(
         plugins=tuple(plugins),
         servers=servers,
         credentials=credentials,
+        cluster=cluster,
         directory=str(directory) if directory is not None else None,
     )
 

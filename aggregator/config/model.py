@@ -311,6 +311,29 @@ class AuthConfig:
 
 
 @attrs.frozen(kw_only=True)
+class ClusterConfig:
+    """Several replicas of the proxy behind one balancer ([cluster], ``aggregator.cluster``).
+    Without it, the proxy runs alone as it always did."""
+
+    # Shared secrets (at least 32 characters each, best given as ${VAR}), the same on every
+    # replica: the FIRST seals session ids and signs request states and cursors, every one
+    # verifies (rotation: add the new key first, keep the old one for as long as what it
+    # signed should last, then remove it). Empty: keys made for this process alone, and
+    # session ids that are random, as without [cluster].
+    keys: tuple[str, ...] = attrs.field(default=(), repr=False)  # never in a log line
+    # This replica's short name (A-Z a-z 0-9 _ -), in the ids it mints where a message must
+    # find its way back to it (a parked call's requestState). None: host name and process id.
+    replica: str | None = None
+    # The shared store (redis://HOST:PORT/DB); None: every replica keeps its own, in memory.
+    store: str | None = None
+    prefix: str = "aggregator"  # the namespace of the store's keys
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.keys)
+
+
+@attrs.frozen(kw_only=True)
 class PluginConfig:
     """One plugin: what to load (an entry point name, package.module:Name, or
     file.py:Name) and the keyword arguments to build it with."""
@@ -329,6 +352,7 @@ class Config:
     plugins: tuple[PluginConfig, ...] = ()
     servers: Mapping[str, ServerConfig] = attrs.field(factory=dict)
     credentials: CredentialsConfig = attrs.field(factory=CredentialsConfig)  # users' tokens for servers
+    cluster: ClusterConfig = attrs.field(factory=ClusterConfig)  # replicas that share sessions
     directory: str | None = None  # where the config file is (relative paths are resolved there)
 
     @property

@@ -11,7 +11,15 @@ import re
 from collections.abc import Mapping
 from urllib.parse import urlsplit
 
-from aggregator.config.model import AuthConfig, DiscoveryConfig, HttpConfig, ProfileConfig, ProxyConfig, ServerConfig
+from aggregator.config.model import (
+    AuthConfig,
+    ClusterConfig,
+    DiscoveryConfig,
+    HttpConfig,
+    ProfileConfig,
+    ProxyConfig,
+    ServerConfig,
+)
 from aggregator.config.ranges import Range, in_range, number_text
 from aggregator.core.catalogs.naming import NAME_CHARS
 from aggregator.core.catalogs.nesting import CHAIN_VARIABLE
@@ -350,6 +358,34 @@ def _scope_problems(scopes: tuple[str, ...], path: str) -> list[str]:
         for index, scope in enumerate(scopes)
         if not scope or not all(33 <= ord(char) <= 126 and char not in '"\\' for char in scope)
     ]
+
+
+MIN_CLUSTER_KEY = 32  # characters of a [cluster] key
+_REPLICA = re.compile(r"[A-Za-z0-9_-]{1,64}")
+_STORE_PREFIX = re.compile(r"[A-Za-z0-9_.:-]{1,64}")
+
+
+def check_cluster(cluster: ClusterConfig) -> list[str]:
+    """[cluster]: keys long enough and each given once (never quoted: they are secrets), a
+    replica name fit for the ids it goes in, a store URL of a known scheme."""
+    problems: list[str] = []
+    seen: set[str] = set()
+    for index, key in enumerate(cluster.keys):
+        if len(key) < MIN_CLUSTER_KEY:
+            problems.append(
+                f"cluster.keys[{index}]: at least {MIN_CLUSTER_KEY} characters, got {len(key)};"
+                " it is not shown, as it is a secret"
+            )
+        elif key in seen:
+            problems.append(f"cluster.keys[{index}]: the same key as an earlier one (a secret: not shown)")
+        seen.add(key)
+    if cluster.replica is not None and not _REPLICA.fullmatch(cluster.replica):
+        problems.append(f"cluster.replica: 1 to 64 of A-Z a-z 0-9 _ -, got {cluster.replica[:80]!r}")
+    if cluster.store is not None and not cluster.store.startswith(("redis://", "rediss://")):
+        problems.append("cluster.store: a redis:// URL (redis://HOST:PORT/DB); not shown, as it may hold a secret")
+    if not _STORE_PREFIX.fullmatch(cluster.prefix):
+        problems.append(f"cluster.prefix: 1 to 64 of A-Z a-z 0-9 _ . : -, got {cluster.prefix[:80]!r}")
+    return problems
 
 
 def check_auth(auth: AuthConfig, profiles: Mapping[str, ProfileConfig]) -> list[str]:

@@ -1,0 +1,18 @@
+"""Several replicas of the proxy behind one balancer: what they share ([cluster]).
+
+``keys``: the key ring. ``[cluster] keys`` (shared secrets, the same on every replica) are
+turned once, at start, into one subkey per purpose with HKDF-SHA256: sealing session ids
+(``sealing``), signing the requestState of parked calls (``core.era.request_state``) and
+signing list cursors (``core.catalogs.cursor``). The first key seals and signs, every key
+verifies, and each value names the key that made it by a short id.
+
+``sealing``: a legacy Streamable HTTP session's immutable state (its handshake, profile,
+principal) sealed into its ``Mcp-Session-Id`` with AES-GCM, so that any replica with the
+keys, or this one after a restart, takes the session over (``fronts.http.sessions``).
+
+Floor 4 (tests/core/test_layering.py): may import ``errors``, ``jsonrpc``, ``mcp``,
+``core`` records, ``config`` and ``transports``; never ``hub`` or ``fronts``.
+
+Importing the package costs nothing: ``sealing`` (cryptography) is imported by whoever
+seals, only when ``[cluster] keys`` are given.
+"""
