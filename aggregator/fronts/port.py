@@ -17,6 +17,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
+    from aggregator.cluster.keys import KeyRing
     from aggregator.config import Config
     from aggregator.core.catalogs.catalog import Catalog
     from aggregator.core.router import SessionInfo
@@ -34,11 +35,26 @@ class ClientPort(Protocol):
     admission: Admission  # the connection and session caps every network front counts against
     client_memory: ClientMemory  # what all clients' queues hold together
     tracing: Tracing | None
+    keys: KeyRing  # [cluster] keys: what seals a legacy session's id
 
     # --- what a client did --------------------------------------------------------------
 
     def client_connected(self, sink: ClientSink, profile: str = "default", **kind: Any) -> int:
         """A new client, whose messages go to ``sink``; its key."""
+
+    def client_adopted(
+        self,
+        sink: ClientSink,
+        profile: str,
+        *,
+        principal: Any,
+        access_token: str | None,
+        protocol_version: str,
+        capabilities: dict[str, Any],
+        client_info: dict[str, Any],
+    ) -> int:
+        """A legacy session initialized elsewhere (its id was sealed), taken over; its key.
+        ValueError when ``profile`` is none of this proxy's."""
 
     def caller_token(self, key: int, token: str | None) -> None:
         """The client's latest request carried ``token``, its OAuth access token (None: none)."""

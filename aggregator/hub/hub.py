@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
+from aggregator.cluster.keys import KeyRing
 from aggregator.config import Config
 from aggregator.config.core_settings import discovery_settings, link_settings
 from aggregator.core.catalogs.catalog import Catalog
@@ -43,6 +44,7 @@ from aggregator.core.commands import Command, RequestEnded
 from aggregator.core.events import (
     Abandoned,
     CatalogsRenewed,
+    ClientAdopted,
     ClientAnswerRefused,
     ClientConnected,
     ClientDecoded,
@@ -136,7 +138,11 @@ class Hub:
         self._after_catalog_running = False
         self._wire_plugins(plugins_of(config))  # self.plugins, and self.gate: their hooks around the router
         self._reloading = trio.Lock()  # one reload at a time
-        self.router, self.catalog = make_router(config, self.plugins, single_client, self._server_request_allowed)
+        # [cluster] keys, derived once: what seals session ids and signs cursors and states.
+        self.keys = KeyRing.of(config.cluster)
+        self.router, self.catalog = make_router(
+            config, self.plugins, single_client, self._server_request_allowed, self.keys
+        )
         self.upstreams = {server.name: UpstreamSession(self, server) for server in servers}
         # The network endpoints' shared caps (connections, sessions); none while draining.
         self.admission = Admission(
@@ -453,6 +459,28 @@ class Hub:
         self.clients[key] = sink
         self.client_since[key] = time.monotonic()
         self.router.handle(ClientConnected(key, profile, **kind))
+        return key
+
+    def client_adopted(
+        self,
+        sink: ClientSink,
+        profile: str,
+        *,
+        principal: Any,
+        access_token: str | None,
+        protocol_version: str,
+        capabilities: dict[str, Any],
+        client_info: dict[str, Any],
+    ) -> int:
+        """A legacy session initialized elsewhere (another replica, or before a restart),
+        whose messages go to ``sink``, taken over as its handshake left it; its key.
+        ValueError when ``profile`` is none of this proxy's."""
+        key = next(self._client_keys)
+        adopted = ClientAdopted(key, profile, principal, protocol_version, capabilities, client_info)
+        self.router.handle(adopted)  # raises before anything is kept, on an unknown profile
+        self.callers.connected(key, principal, access_token)
+        self.clients[key] = sink
+        self.client_since[key] = time.monotonic()
         return key
 
     async def client_message(self, key: int, raw: bytes) -> None:

@@ -89,10 +89,11 @@ async def running_fronts(
     modes: list[str] | None = None,
     profiles: dict[str, Any] | None = None,
     auth: dict[str, Any] | None = None,
+    cluster: dict[str, Any] | None = None,
     **http: Any,
 ):
     """Hub + HTTP + WebSocket endpoints with one fake server ``a``; ``http`` sets [http] keys,
-    ``profiles`` the [profiles] table, ``auth`` the [auth] table."""
+    ``profiles`` the [profiles] table, ``auth`` the [auth] table, ``cluster`` the [cluster] one."""
     upstreams = FakeUpstreams({"a": modes or []})
     config = structure_config(
         {
@@ -101,6 +102,7 @@ async def running_fronts(
             "servers": {"a": {"command": "fake", "init_timeout": 2.0}},
             **({"profiles": profiles} if profiles else {}),
             **({"auth": auth} if auth else {}),
+            **({"cluster": cluster} if cluster else {}),
         },
         environ={},
     )

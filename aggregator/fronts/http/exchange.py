@@ -19,7 +19,6 @@ Imports of the HTTP front: ``answers``, ``modern``, ``queue``, ``sessions`` and 
 from __future__ import annotations
 
 import logging
-import secrets
 from typing import Any
 
 from aggregator.config import HttpConfig
@@ -135,7 +134,7 @@ class PostExchange:
             await refuse_session(connection, refusal, message["id"])
             return
         # Admitted: from here the session exists, and ending it releases its place.
-        session = HttpSession(self.sessions, secrets.token_urlsafe(24), principal)
+        session = HttpSession(self.sessions, self.sessions.new_id(principal, profile, message), principal)
         session.profile = profile
         session.key = self.hub.client_connected(
             session, profile, principal=principal, access_token=self.access.access_token(request.headers)

@@ -4,8 +4,18 @@ A session is a hub client whose messages go to several streams (``HttpSession``)
 table owns the sessions of one endpoint by id: it finds the session a request names (its
 id, bound to the token that created it and to the profile its path names), ends sessions
 (DELETE, expiry, a budget overrun: every request still open on it is answered at once),
-and expires idle ones. Sessions get ids from ``secrets`` (``exchange``, which opens them)
-and count against the cap shared with every front (``hub.admission``). Also here: a body's
+and expires idle ones. Sessions count against the cap shared with every front
+(``hub.admission``).
+
+Session ids: random (``secrets``), or, with ``[cluster] keys``, **sealed** (``new_id``,
+``aggregator.cluster.sealing``): the id carries the session's handshake, profile and
+principal, encrypted, and ``find`` adopts an id it does not know that opens under the keys
+and is bound to the request's principal (and to the profile its path names, if any): the
+hub takes the client over as initialized (``client_adopted``), so the session goes on here
+after its replica stopped, or behind a balancer that sends each request anywhere. What it
+cannot open is not found (404), as an unknown id always was. An id this table ended (DELETE,
+a budget overrun) is not adopted again here; ended elsewhere, it can be (the replicas share
+no store of ended ids yet). Also here: a body's
 one JSON-RPC message, or the 400 that refuses it (``refuse_message``, shared with
 ``legacy_sse``).
 
@@ -16,10 +26,14 @@ from __future__ import annotations
 
 import itertools
 import logging
+import secrets
+import time
 from typing import Any
 
 import trio
 
+from aggregator.cluster.keys import SESSION
+from aggregator.cluster.sealing import MAX_ID, PREFIX, SessionSealer, SessionState, binding
 from aggregator.config import HttpConfig
 from aggregator.core.router import proxy_error
 from aggregator.fronts.access import AccessPolicy
@@ -30,7 +44,7 @@ from aggregator.fronts.port import ClientPort
 from aggregator.hub.caps import Admission
 from aggregator.jsonrpc.codec import decode_message, dumps
 from aggregator.jsonrpc.errors import INVALID_REQUEST, RemoteProtocolError
-from aggregator.mcp.versions import SUPPORTED
+from aggregator.mcp.versions import SUPPORTED, negotiate
 from aggregator.transports.budget import ClientMemory, release_all
 from aggregator.transports.http_server import HttpConnection, Request
 from aggregator.transports.outbox import MessageLog
@@ -39,6 +53,9 @@ log = logging.getLogger(__name__)
 
 # Kept per session, oldest dropped first: messages for a GET stream while none is open.
 BACKLOG_BYTES = 256 * 1024
+# Sealed ids of sessions ended here (DELETE, a budget overrun), not adopted again; oldest forgotten first.
+ENDED_IDS = 4096
+NOT_FOUND = "Session not found: it ended or never existed; initialize again"
 
 
 class HttpSession:
@@ -185,10 +202,31 @@ class SessionTable:
         self.access = access
         self.admission = admission
         self.by_id: dict[str, HttpSession] = {}
+        # With [cluster] keys: what seals session ids and opens those of other replicas.
+        self.sealer = SessionSealer(hub.keys.keys_for(SESSION)) if hub.keys.shared else None
+        self.ended: dict[str, None] = {}  # sealed ids ended here, in order (at most ENDED_IDS)
 
     def add(self, session: HttpSession) -> None:
         """Count in a session admitted (``admission.admit_session``) and known to the hub."""
         self.by_id[session.id] = session
+
+    def new_id(self, principal: Any, profile: str, initialize: dict[str, Any]) -> str:
+        """The id of a session ``initialize`` opens: sealed with its state when the cluster
+        has keys (random when that state cannot fit in an id), else random."""
+        if self.sealer is None:
+            return secrets.token_urlsafe(24)
+        params = initialize.get("params")
+        params = params if type(params) is dict else {}
+        capabilities, info = params.get("capabilities"), params.get("clientInfo")
+        state = SessionState(
+            protocol_version=negotiate(params.get("protocolVersion")),  # as the handshake agrees it
+            capabilities=capabilities if type(capabilities) is dict else {},
+            client_info=info if type(info) is dict else {},
+            profile=profile,
+            principal=binding(principal),
+            issued_at=time.time(),
+        )
+        return self.sealer.seal(state) or secrets.token_urlsafe(24)
 
     def find(self, request: Request) -> tuple[HttpSession | None, int, str]:
         """The session a request names: (session, or None with an HTTP status and reason)."""
@@ -196,8 +234,13 @@ class SessionTable:
         if session_id is None:
             return None, 400, "Bad request: Mcp-Session-Id header is required after initialize"
         session = self.by_id.get(session_id)
-        if session is None and not _is_session_id(session_id):
+        sealed = self.sealer is not None and session_id.startswith(PREFIX)
+        if session is None and not _is_session_id(session_id, MAX_ID if sealed else 128):
             return None, 400, "Bad request: Mcp-Session-Id must be 1 to 128 visible ASCII characters"
+        if session is None and sealed and session_id not in self.ended:
+            session, status, reason = self._adopt(request, session_id)
+            if session is None:
+                return None, status, reason
         named = self.access.named_profile(request.path)
         if (
             session is None
@@ -205,7 +248,7 @@ class SessionTable:
             or session.principal != self.access.principal(request.headers)
             or (named and named != session.profile)
         ):
-            return None, 404, "Session not found: it ended or never existed; initialize again"
+            return None, 404, NOT_FOUND
         version = request.headers.get("mcp-protocol-version")
         if version is not None and version not in SUPPORTED:
             return (
@@ -214,6 +257,39 @@ class SessionTable:
                 (f"Bad request: unsupported MCP-Protocol-Version {version[:40]!r} (supported: {', '.join(SUPPORTED)})"),
             )
         session.last_seen = trio.current_time()
+        return session, 200, ""
+
+    def _adopt(self, request: Request, session_id: str) -> tuple[HttpSession | None, int, str]:
+        """A session this table does not know, whose id is sealed: taken over if it opens
+        under the keys and is bound to the request's principal (and to the profile its
+        path names); else not found."""
+        assert self.sealer is not None
+        state = self.sealer.unseal(session_id)
+        principal = self.access.principal(request.headers)
+        named = self.access.named_profile(request.path)
+        if state is None or state.principal != binding(principal) or (named and named != state.profile):
+            return None, 404, NOT_FOUND
+        refusal = self.admission.admit_session()
+        if refusal is not None:
+            return None, 503, refusal.message
+        session = HttpSession(self, session_id, principal)
+        session.profile = state.profile
+        try:
+            session.key = self.hub.client_adopted(
+                session,
+                state.profile,
+                principal=principal,
+                access_token=self.access.access_token(request.headers),
+                protocol_version=state.protocol_version,
+                capabilities=state.capabilities,
+                client_info=state.client_info,
+            )
+        except ValueError:
+            self.admission.release_session()
+            log.warning("http: a sealed session id names profile %r, which this proxy does not have", state.profile)
+            return None, 404, NOT_FOUND
+        self.add(session)
+        log.info("http session %d: adopted (its sealed id was issued by a replica with the same keys)", session.key)
         return session, 200, ""
 
     async def decode(self, connection: HttpConnection, request: Request) -> tuple[int, dict[str, Any]] | None:
@@ -234,13 +310,18 @@ class SessionTable:
         self.end(session)
         await connection.respond(200, [])
 
-    def end(self, session: HttpSession) -> None:
+    def end(self, session: HttpSession, *, resumable: bool = False) -> None:
         """End a session: its work upstream is cancelled, and every stream still open on it
         (a POST waiting for its answer, a cancelled request's idle stream, the GET stream)
-        finishes now."""
+        finishes now. Its sealed id is not adopted again here, unless ``resumable`` (it
+        only idled out: it holds nothing, and its client may come back)."""
         if session.closed:
             return
         session.closed = True
+        if not resumable and self.sealer is not None and session.id.startswith(PREFIX):
+            self.ended[session.id] = None
+            if len(self.ended) > ENDED_IDS:
+                del self.ended[next(iter(self.ended))]
         release_all(session)  # what its streams still send counts no more
         self.by_id.pop(session.id, None)
         self.admission.release_session()
@@ -273,7 +354,7 @@ class SessionTable:
                 if idle and now - session.last_seen > self.config.session_idle_timeout:
                     log.info("http session %s: expired after %.0fs idle", session.key, now - session.last_seen)
                     try:
-                        self.end(session)
+                        self.end(session, resumable=True)
                     except Exception:
                         log.exception("http session %s: internal error while expiring it", session.key)
 
@@ -286,6 +367,6 @@ async def refuse_message(hub: ClientPort, connection: HttpConnection, exc: Remot
     await connection.respond(400, [JSON], dumps(exc.to_response()))
 
 
-def _is_session_id(value: str) -> bool:
+def _is_session_id(value: str, longest: int = 128) -> bool:
     """Could this be a session id (MCP: visible ASCII, 0x21 to 0x7E)?"""
-    return 0 < len(value) <= 128 and value.isascii() and value.isprintable() and " " not in value
+    return 0 < len(value) <= longest and value.isascii() and value.isprintable() and " " not in value
