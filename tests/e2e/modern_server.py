@@ -14,10 +14,13 @@ Streamable HTTP, with one of each thing a client does:
 - the prompt ``greeting`` (arguments ``name`` and ``style``), whose ``style`` completes.
 
 Run: ``python tests/e2e/modern_server.py`` (stdio) or ``... http PORT`` (127.0.0.1:PORT/mcp).
+With ``MODERN_SERVER_STATE_KEY`` set, its own ``requestState`` is sealed under that key, so
+that several instances of it read each other's (else under a key of its own process).
 """
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import Annotated, Any
 
@@ -25,6 +28,7 @@ import anyio
 import mcp_types as types
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.resolve import Elicit, ListRoots, Resolve, Sample
+from mcp.server.request_state import RequestStateSecurity
 from mcp_types.version import is_version_at_least
 from pydantic import BaseModel
 
@@ -32,7 +36,12 @@ MODERN = "2026-07-28"
 COUNTER = "test://counter"
 STYLES = ("formal", "pirate", "plain")
 
-app = MCPServer("e2e-modern", version="1.0.0")
+STATE_KEY = os.environ.get("MODERN_SERVER_STATE_KEY")
+app = MCPServer(
+    "e2e-modern",
+    version="1.0.0",
+    request_state_security=RequestStateSecurity(keys=[STATE_KEY]) if STATE_KEY else None,
+)
 state: dict[str, Any] = {"cancelled": 0, "count": 0, "grown": 0, "watchers": set()}
 
 

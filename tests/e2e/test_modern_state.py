@@ -57,7 +57,7 @@ def test_a_servers_state_is_bound_to_its_caller(tmp_path):
         result = answer["result"]
         assert result["resultType"] == "input_required"
         state = result["requestState"]
-        assert state.startswith("aggregator-rw1.")
+        assert state.startswith("aggregator-rw2.")
         responses = {key: {"action": "accept", "content": {"name": "ada"}} for key in result["inputRequests"]}
         # Another token cannot use it.
         status, answer = ask_name(port, OTHER, requestState=state, inputResponses=responses)
