@@ -71,6 +71,7 @@ def test_configuration_examples_load():
         "AGGREGATOR_VAULT_KEY": "a2V5LWtleS1rZXkta2V5LWtleS1rZXkta2V5LWtleS0=",
         "EXCHANGE_SECRET": "e",
         "AUTH_CLIENT_SECRET": "c",
+        "AGGREGATOR_CLUSTER_KEY": "k" * 43,
     }
     configs = [structure_config(tomllib.loads(block), environ=environ) for block in blocks]
     front = configs[0]  # the README's own example
@@ -100,6 +101,9 @@ def test_configuration_examples_load():
     assert list(keycloak.profiles) == ["admins", "staff"] and keycloak.profiles["staff"].tools.read_only
     assert local.auth.resource == "http://127.0.0.1:8000/mcp"  # tests/e2e/test_authorization_walkthrough.py runs it
     assert local.auth.issuers[0].issuer == "http://127.0.0.1:9000" and local.profiles["staff"].tools.read_only
+    clusters = [c.cluster for c in configs if c.cluster.enabled]
+    assert clusters and all(cluster.keys == ("k" * 43,) for cluster in clusters)
+    assert any(cluster.replica == "eu-1" for cluster in clusters)
     policy = next(c for c in configs if "reader" in c.profiles)
     assert policy.profiles["reader"].tools.read_only and policy.servers["everything"].server_requests == ("roots",)
 
