@@ -27,3 +27,13 @@ class UpstreamError(AggregatorError):
         super().__init__(text)
         self.code = code
         self.message = message
+
+
+class StoreError(AggregatorError):
+    """The shared store refused a command (the server answered with an error) or its reply
+    was over the size bound; ``StoreUnavailable`` is the kind a later retry may cure."""
+
+
+class StoreUnavailable(StoreError):
+    """The shared store cannot be reached now: not connected, the connection dropped, or
+    no answer within the deadline. Calls that need the store fail at once while it is down."""

@@ -6,6 +6,12 @@ turned once, at start, into one subkey per purpose with HKDF-SHA256: sealing ses
 signing list cursors (``core.catalogs.cursor``). The first key seals and signs, every key
 verifies, and each value names the key that made it by a short id.
 
+``store``: the shared store (the ``Store`` protocol, the in-memory default for one
+process and the Redis one), and the small trio Redis client under it (``redis``: RESP2 over
+TCP or a unix socket, replies parsed by ``hiredis``, pipelined, with deadlines, bounded
+replies, reconnection with backoff and a pub/sub connection). The hub opens the store; the
+admin paths show its status.
+
 ``sealing``: a legacy Streamable HTTP session's immutable state (its handshake, profile,
 principal) sealed into its ``Mcp-Session-Id`` with AES-GCM, so that any replica with the
 keys, or this one after a restart, takes the session over (``fronts.http.sessions``).

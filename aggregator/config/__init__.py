@@ -17,6 +17,7 @@ One module per job, all re-exported here:
 - ``loading``: reading a file, all of the above in order;
 - ``client_json``: MCP clients' JSON server lists (``mcpServers``, VS Code ``servers``);
 - ``toml_writer``: the raw form written back as TOML (``aggregator import``);
+- ``store_url``: the shared store's address (``[cluster] store``), its password never shown;
 - ``masking``: a server's secrets (its env, headers, URL credentials, interpolated values)
   masked in text others see.
 

@@ -324,9 +324,11 @@ class ClusterConfig:
     # This replica's short name (A-Z a-z 0-9 _ -), in the ids it mints where a message must
     # find its way back to it (a parked call's requestState). None: host name and process id.
     replica: str | None = None
-    # The shared store (redis://HOST:PORT/DB); None: every replica keeps its own, in memory.
-    store: str | None = None
-    prefix: str = "aggregator"  # the namespace of the store's keys
+    # The shared store: "redis://[:password@]host:port/db" (or "unix:///path?db=N"); None:
+    # the embedded in-memory store of this process. Best given as ${VAR} when it holds a
+    # password, which is never shown (repr, logs and status show the URL masked).
+    store: str | None = attrs.field(default=None, repr=False)
+    prefix: str = "aggregator"  # every key and channel of the store is named "<prefix>:..."
 
     @property
     def enabled(self) -> bool:
@@ -352,7 +354,7 @@ class Config:
     plugins: tuple[PluginConfig, ...] = ()
     servers: Mapping[str, ServerConfig] = attrs.field(factory=dict)
     credentials: CredentialsConfig = attrs.field(factory=CredentialsConfig)  # users' tokens for servers
-    cluster: ClusterConfig = attrs.field(factory=ClusterConfig)  # replicas that share sessions
+    cluster: ClusterConfig = attrs.field(factory=ClusterConfig)  # replicas: keys, the shared store
     directory: str | None = None  # where the config file is (relative paths are resolved there)
 
     @property

@@ -21,6 +21,7 @@ from aggregator.config.model import (
     ServerConfig,
 )
 from aggregator.config.ranges import Range, in_range, number_text
+from aggregator.config.store_url import RedisAddress
 from aggregator.core.catalogs.naming import NAME_CHARS
 from aggregator.core.catalogs.nesting import CHAIN_VARIABLE
 from aggregator.core.settings import MODES
@@ -367,7 +368,7 @@ _STORE_PREFIX = re.compile(r"[A-Za-z0-9_.:-]{1,64}")
 
 def check_cluster(cluster: ClusterConfig) -> list[str]:
     """[cluster]: keys long enough and each given once (never quoted: they are secrets), a
-    replica name fit for the ids it goes in, a store URL of a known scheme."""
+    replica name fit for the ids it goes in, a store URL that reads (``config.store_url``)."""
     problems: list[str] = []
     seen: set[str] = set()
     for index, key in enumerate(cluster.keys):
@@ -381,8 +382,11 @@ def check_cluster(cluster: ClusterConfig) -> list[str]:
         seen.add(key)
     if cluster.replica is not None and not _REPLICA.fullmatch(cluster.replica):
         problems.append(f"cluster.replica: 1 to 64 of A-Z a-z 0-9 _ -, got {cluster.replica[:80]!r}")
-    if cluster.store is not None and not cluster.store.startswith(("redis://", "rediss://")):
-        problems.append("cluster.store: a redis:// URL (redis://HOST:PORT/DB); not shown, as it may hold a secret")
+    if cluster.store is not None:
+        try:
+            RedisAddress.parse(cluster.store)
+        except ValueError as exc:  # its message shows the URL with the password masked
+            problems.append(f"cluster.store: {exc}")
     if not _STORE_PREFIX.fullmatch(cluster.prefix):
         problems.append(f"cluster.prefix: 1 to 64 of A-Z a-z 0-9 _ . : -, got {cluster.prefix[:80]!r}")
     return problems

@@ -9,7 +9,7 @@ The floors, lowest first (a package may import the packages of every floor below
     3  config, transports  the config model (with secret masking); byte-level queues and HTTP
     4  telemetry           the instruments: metrics, tracing, traffic log, recent errors
        credentials         users' own credentials for servers: vault, token exchange, OAuth client
-       cluster             what replicas share: the key ring, sealed session ids
+       cluster             what replicas share: the key ring, sealed session ids, the store
     5  upstreams, plugins  the servers side (``UpstreamPort``); the plugin API and its gate
     6  hub                 the top nursery, the one place commands are carried out
     7  fronts              the clients side (``ClientPort``, which the hub is)

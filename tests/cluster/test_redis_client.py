@@ -1,0 +1,201 @@
+"""The trio Redis client against a real redis-server: pipelining, deadlines, reconnection,
+pub/sub after a restart, the reply bound, logging in, and no password in any line."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+import trio
+
+from aggregator.cluster.redis import RedisClient, RedisSubscriber, encode_command
+from aggregator.cluster.store import RedisStore
+from aggregator.config.store_url import RedisAddress, mask_url
+from aggregator.errors import StoreError, StoreUnavailable
+from tests.cluster.redis_server import RedisServer, redis_server, until
+from tests.loopback import free_port
+
+
+async def _connected(nursery: trio.Nursery, url: str, **options) -> RedisClient:
+    client = RedisClient(RedisAddress.parse(url), **options)
+    await nursery.start(client.run)
+    with trio.fail_after(10):
+        await client.wait_connected()
+    return client
+
+
+async def test_pipelined_calls_are_answered_in_order(redis: RedisServer, nursery: trio.Nursery):
+    client = await _connected(nursery, redis.url)
+    results: dict[int, object] = {}
+
+    async def one(n: int) -> None:
+        results[n] = await client.execute("INCRBY", "counter", 1)
+        assert await client.execute("ECHO", b"call %d" % n) == b"call %d" % n
+
+    with trio.fail_after(20):
+        async with trio.open_nursery() as calls:
+            for n in range(200):  # all in flight on the one connection at once
+                calls.start_soon(one, n)
+        assert sorted(results.values()) == list(range(1, 201))
+        replies = await client.pipeline([["SET", "a", "1"], ["GET", "a"], ["INCR", "a"], ["GET", "missing"]])
+        assert replies == [b"OK", b"1", 2, None]
+
+
+async def test_an_error_reply_is_a_store_error(redis: RedisServer, nursery: trio.Nursery):
+    client = await _connected(nursery, redis.url)
+    with trio.fail_after(10):
+        await client.execute("SET", "text", "abc")
+        with pytest.raises(StoreError, match="INCR") as caught:
+            await client.execute("INCR", "text")
+        assert not isinstance(caught.value, StoreUnavailable)
+        assert await client.execute("GET", "text") == b"abc"  # the connection goes on
+
+
+async def test_a_server_that_does_not_answer_fails_the_call_by_its_deadline(redis: RedisServer, nursery: trio.Nursery):
+    client = await _connected(nursery, redis.url, timeout=0.3)
+    redis.pause()
+    try:
+        with trio.fail_after(5):
+            started = trio.current_time()
+            with pytest.raises(StoreUnavailable, match="no answer within 0.3s"):
+                await client.execute("PING")
+            assert trio.current_time() - started < 2
+            with pytest.raises(StoreUnavailable):  # down now: at once
+                await client.execute("PING")
+    finally:
+        redis.resume()
+    with trio.fail_after(10):
+        await client.wait_connected()
+        assert await client.execute("PING") == b"PONG"
+
+
+async def test_reconnects_after_the_server_restarts(redis: RedisServer, nursery: trio.Nursery, caplog):
+    caplog.set_level(logging.INFO, logger="aggregator.cluster.redis")
+    client = await _connected(nursery, redis.url)
+    await client.execute("SET", "k", "v")
+    redis.stop()
+    with trio.fail_after(10):
+        await until(lambda: not client.up)
+        for _ in range(3):
+            with pytest.raises(StoreUnavailable, match="down"):
+                await client.execute("GET", "k")
+        await trio.sleep(0.5)  # several reconnect attempts fail meanwhile
+    down = [r for r in caplog.records if "is down" in r.getMessage()]
+    assert len(down) == 1  # once per outage, not per call nor per attempt
+    redis.start()
+    with trio.fail_after(15):
+        await client.wait_connected()
+        assert await client.execute("GET", "k") is None  # a new server: nothing was saved
+    assert any("is up again" in r.getMessage() for r in caplog.records)
+
+
+async def test_subscriptions_come_back_after_a_restart(redis: RedisServer, nursery: trio.Nursery):
+    address = RedisAddress.parse(redis.url)
+    subscriber = RedisSubscriber(address)
+    await nursery.start(subscriber.run)
+    client = await _connected(nursery, redis.url)
+    messages = subscriber.subscribe(b"replica-1")
+    with trio.fail_after(10):
+        await subscriber.subscribed.wait()
+        assert await client.execute("PUBLISH", "replica-1", "before") == 1
+        assert await messages.receive() == b"before"
+    redis.stop()
+    await until(lambda: not client.up and not subscriber.up)
+    redis.start()
+    with trio.fail_after(20):
+        await client.wait_connected()
+        await until(lambda: subscriber.up)
+        await subscriber.subscribed.wait()  # subscribed again on the new connection
+        assert await client.execute("PUBLISH", "replica-1", "after") == 1
+        assert await messages.receive() == b"after"
+
+
+async def test_an_oversized_reply_is_refused(redis: RedisServer, nursery: trio.Nursery):
+    client = await _connected(nursery, redis.url, max_reply_bytes=64 * 1024)
+    with trio.fail_after(10):
+        await client.execute("SET", "big", b"x" * 200_000)
+        with pytest.raises(StoreError, match="over 65536 bytes"):
+            await client.execute("GET", "big")
+        await client.wait_connected()  # dropped and connected again at once
+        assert await client.execute("STRLEN", "big") == 200_000
+
+
+async def test_logs_in_and_selects_from_the_url_and_never_shows_the_password(tmp_path, nursery, caplog):
+    caplog.set_level(logging.DEBUG)
+    secret = "s3cret-Passw0rd-xyz"
+    with redis_server(tmp_path, password=secret) as server:
+        url = f"redis://:{secret}@127.0.0.1:{server.port}/3"
+        store = RedisStore(RedisAddress.parse(url), prefix="p")
+        await nursery.start(store.run)
+        with trio.fail_after(10):
+            await store.client.wait_connected()
+            await store.set("k", b"v", ttl=60)
+            assert await store.client.execute("CLIENT", "INFO") is not None
+            info = (await store.client.execute("CLIENT", "INFO")).decode()
+            assert " db=3 " in info
+        shown = store.status()
+        server.stop()
+        await until(lambda: not store.client.up)
+        await trio.sleep(0.2)  # a few attempts to connect again
+        status = store.status()
+        nursery.cancel_scope.cancel()
+    wrong = RedisAddress.parse(f"redis://:not-{secret}@127.0.0.1:{free_port()}/0")
+    assert shown.address == f"redis://:***@127.0.0.1:{server.port}/3"
+    text = "\n".join(r.getMessage() for r in caplog.records) + repr(status) + repr(shown) + repr(wrong)
+    assert secret not in text and status.up is False and status.last_error
+    assert mask_url(url) == f"redis://:***@127.0.0.1:{server.port}/3"
+
+
+async def test_a_wrong_password_is_a_login_failure(tmp_path, nursery):
+    with redis_server(tmp_path, password="right-one") as server:
+        client = RedisClient(RedisAddress.parse(f"redis://:wrong@127.0.0.1:{server.port}/0"))
+        await nursery.start(client.run)
+        await until(lambda: client.last_error is not None)
+        assert "AUTH refused" in client.last_error and "wrong" not in client.last_error
+        assert not client.up
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_store_that_is_down_at_start_does_not_hold_the_start(nursery: trio.Nursery):
+    store = RedisStore(RedisAddress.parse(f"redis://127.0.0.1:{free_port()}/0"), prefix="p")
+    with trio.fail_after(5):
+        await nursery.start(store.run)  # at once
+        await until(lambda: store.status().last_error is not None)
+        with pytest.raises(StoreUnavailable):
+            await store.get("k")
+    assert store.status().up is False and "connect" in store.status().last_error
+    assert store.stats.errors["get"] == 1
+
+
+async def test_a_unix_socket(redis_unix: RedisServer, nursery: trio.Nursery):
+    client = await _connected(nursery, f"unix://{redis_unix.socket}?db=1")
+    with trio.fail_after(10):
+        assert await client.execute("PING") == b"PONG"
+    nursery.cancel_scope.cancel()
+
+
+def test_commands_are_resp_arrays_of_bulk_strings():
+    assert encode_command(["SET", b"k", 12, "é"]) == b"*4\r\n$3\r\nSET\r\n$1\r\nk\r\n$2\r\n12\r\n$2\r\n\xc3\xa9\r\n"
+
+
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        ("redis://127.0.0.1:6379/0", "redis://127.0.0.1:6379/0"),
+        ("redis://localhost", "redis://localhost:6379/0"),
+        ("redis://:pw@h:1/2", "redis://:***@h:1/2"),
+        ("redis://user:pw@h:1/2", "redis://user:***@h:1/2"),
+        ("unix://:pw@/run/redis.sock?db=4", "unix://:***@/run/redis.sock?db=4"),
+    ],
+)
+def test_addresses(url: str, shown: str):
+    assert RedisAddress.parse(url).display() == shown
+
+
+@pytest.mark.parametrize(
+    "url", ["http://h:1/0", "redis://:pw@h:port/0", "redis://:pw@h:1/zero", "redis://:pw@/0", "unix://:pw@"]
+)
+def test_bad_addresses_are_refused_without_their_password(url: str):
+    with pytest.raises(ValueError) as caught:
+        RedisAddress.parse(url)
+    assert "pw" not in str(caught.value)
