@@ -1,6 +1,7 @@
 """``aggregator check``: validate the config (refusing what ``serve`` would refuse, and a
 config with nothing to serve), start every server, print each one's status (once, however
-often it was retried) and the name collisions; non-zero on any failure."""
+often it was retried), the name collisions, and a warning for a shared store that cannot be
+reached; non-zero on any failure of a server."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ import trio
 
 from aggregator.cli.common import check_vault, command_config, nothing_to_serve, status_lines, with_started_hub
 from aggregator.cli.terminal import printable
+from aggregator.cluster.store import unreachable
+from aggregator.config.store_url import RedisAddress
 from aggregator.core.catalogs.policy import unmatched_rules
 from aggregator.errors import AggregatorError
 from aggregator.fronts.access import check_exposure
@@ -50,6 +53,11 @@ def run_check(args: argparse.Namespace) -> int:
         print(printable(f"  note: name collision: {collision}"))
     for warning in unmatched:  # a warning, not a failure: the rule may await a server's new item
         print(printable(f"  warning: {warning}"))
+    if config.cluster.store is not None:  # a warning: serve starts without it, and waits for it
+        reason = trio.run(unreachable, config.cluster.store)
+        if reason is not None:
+            shown = RedisAddress.parse(config.cluster.store).display()
+            print(printable(f"  warning: the shared store {shown} cannot be reached: {reason}"))
     if (access := admin_access(config)) is not None:
         print(access)
     return 0 if ok else 1

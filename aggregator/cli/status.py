@@ -92,9 +92,13 @@ def status_text(data: dict[str, Any]) -> list[str]:
         f"aggregator {data.get('version', '?')}: {state}, {readiness.get('ready', '?')} of"
         f" {readiness.get('configured', '?')} servers ready ({readiness.get('needed', '?')} needed),"
         f" up for {duration(data.get('uptime'))}",
-        "",
-        "SERVERS",
     ]
+    store = data.get("store")
+    if isinstance(store, dict) and store.get("kind") != "memory":  # a shared store is configured
+        trip = store.get("round_trip_ms")
+        said = f"up, round trip {trip} ms" if store.get("up") else f"down: {store.get('last_error') or 'not connected'}"
+        lines.append(f"shared store {store.get('address')}: {said}")
+    lines += ["", "SERVERS"]
     for server in data.get("servers", []):
         era = f"{server['era']} {server['protocol']}" if server.get("era") else ""
         up = f"up {duration(server['uptime'])}" if server.get("uptime") is not None else ""

@@ -367,3 +367,21 @@ class RedisStore:
 
     def unsubscribe(self, channel: str) -> None:
         self.subscriber.unsubscribe(self._key(channel))
+
+
+async def unreachable(url: str, *, seconds: float = DEFAULT_TIMEOUT) -> str | None:
+    """Why the store at ``url`` cannot be reached (its password masked), or None when it
+    answers a PING within ``seconds`` (``aggregator check``)."""
+    client = RedisClient(RedisAddress.parse(url), timeout=seconds)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(client.run)
+        try:
+            with trio.move_on_after(seconds):
+                await client.wait_connected()
+                await client.execute("PING")
+                return None
+            return client.last_error or f"no connection within {seconds:g}s"
+        except StoreError as exc:
+            return str(exc)
+        finally:
+            nursery.cancel_scope.cancel()

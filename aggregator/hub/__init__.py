@@ -13,7 +13,8 @@ It also owns the connection and session caps every network front counts against
 
 Floor 6 (tests/core/test_layering.py). May import ``upstreams`` (the hub is their
 ``UpstreamPort``), ``plugins``, ``telemetry`` (metrics, tracing, traffic log, recent
-errors, which the hub builds and feeds), ``transports``, ``config``, ``core``, ``mcp``,
+errors, which the hub builds and feeds), ``cluster`` (the shared store, which the hub
+opens), ``transports``, ``config``, ``core``, ``mcp``,
 ``jsonrpc``, ``errors``; never ``fronts`` (which reach the hub through their
 ``ClientPort``), ``ops`` or ``cli``, which are above it.
 """

@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from aggregator.cluster.keys import KeyRing
+from aggregator.cluster.store import Store, open_store
 from aggregator.config import Config
 from aggregator.config.core_settings import discovery_settings, link_settings
 from aggregator.core.catalogs.catalog import Catalog
@@ -166,6 +167,9 @@ class Hub:
         # credentials (``serve`` opens them when a server needs them), who was asked to grant.
         self.callers = Callers()
         self.recent_errors = RecentErrors()  # warnings and errors logged while it runs
+        # What the replicas share ([cluster] store): Redis, or this process's own memory.
+        # Opened when the hub runs; one that is down is shown by readiness, never waited for.
+        self.store: Store = open_store(config.cluster.store, prefix=config.cluster.prefix)
         self._dirty: list[ClientSink] = []
         self.soon = SoonWriter(self._write_dirty)  # dispatch_soon's writes, once per scheduler turn
         self._timer_at = math.inf
@@ -199,6 +203,7 @@ class Hub:
             await self.plugins.load()
             async with trio.open_nursery() as nursery:
                 self._nursery = self.gate.nursery = self._shedder.nursery = nursery
+                await nursery.start(self.store.run)  # at once, even if the store is down
                 for upstream in self.upstreams.values():
                     nursery.start_soon(upstream.run, name=f"upstream {upstream.name}")
                 nursery.start_soon(self._startup_gate)

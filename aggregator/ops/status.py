@@ -1,12 +1,14 @@
 """What the admin paths report: health, readiness, and the status snapshot.
 
 ``health`` says the process serves; ``readiness`` whether enough configured servers are
-ready (``proxy.min_ready``, all enabled servers by default) and the proxy is not
-draining; ``snapshot`` is everything the status page (``/status``, ``/status.json``) and
-``aggregator status`` show: each server's state, last error, stderr tail, uptime and
-restarts; the sessions (a 2026-07-28 request without a session is none); the recent
-warnings and errors; the catalog of each profile with the rule that hid each hidden item
-(the view ``aggregator tools --explain`` prints).
+ready (``proxy.min_ready``, all enabled servers by default), a configured shared store
+(``[cluster] store``) is up and the proxy is not draining; ``snapshot`` is everything the
+status page (``/status``, ``/status.json``) and ``aggregator status`` show: the shared store
+(its address without the password, up or down, its last error and round trip), each
+server's state, last error, stderr tail, uptime and restarts; the sessions (a 2026-07-28
+request without a session is none); the recent warnings and errors; the catalog of each
+profile with the rule that hid each hidden item (the view ``aggregator tools --explain``
+prints).
 
 Everything here is read from the hub at the moment of the call and returned as plain
 JSON-ready values; nothing is changed. What it shows of a server was masked where it was
@@ -51,8 +53,10 @@ def readiness(hub: Hub) -> tuple[bool, dict[str, Any]]:
     if needed is None:
         needed = len(servers)
     draining = hub.router.draining
-    ready = ready_count >= needed and not draining and hub.startup_done.is_set()
-    body = {
+    store = hub.store.status()
+    store_down = hub.config.cluster.store is not None and not store.up
+    ready = ready_count >= needed and not draining and hub.startup_done.is_set() and not store_down
+    body: dict[str, Any] = {
         "status": "ready" if ready else "not ready",
         "ready": ready_count,
         "needed": needed,
@@ -60,6 +64,10 @@ def readiness(hub: Hub) -> tuple[bool, dict[str, Any]]:
         "draining": draining,
         "servers": servers,
     }
+    if hub.config.cluster.store is not None:
+        body["store"] = store.as_json()
+    if store_down:
+        body["reason"] = f"the shared store {store.address} is down: {store.last_error or 'not connected yet'}"
     return ready, body
 
 
@@ -75,6 +83,7 @@ def snapshot(hub: Hub) -> dict[str, Any]:
         "readiness": {key: value for key, value in readyz.items() if key != "servers"},
         "draining": hub.router.draining,
         "servers": _servers(hub, now),
+        "store": hub.store.status().as_json(),
         "sessions": _sessions(hub, now),
         "errors": hub.recent_errors.snapshot(),
         "catalog": {profile: _catalog(hub, profile, context) for profile in ["default", *hub.config.profiles]},

@@ -47,6 +47,7 @@ summary { cursor: pointer; }
 <h1>aggregator <span id="version" class="dim"></span></h1>
 <div id="banner"><span id="overall" class="state">loading</span> <span id="summary" class="dim"></span>
  <span id="connection" class="dim"></span></div>
+<div id="store" class="dim"></div>
 <h2>Servers</h2>
 <table><thead><tr><th>server</th><th>state</th><th>up for</th><th>restarts</th><th>protocol</th><th>items</th>
 <th>last error and stderr</th></tr></thead><tbody id="servers"></tbody></table>
@@ -162,6 +163,10 @@ function render(data) {
   $("summary").textContent = r.ready + " of " + r.configured + " servers ready (" + r.needed +
     " needed), up for " + duration(data.uptime);
   fill("servers", data.servers.map(serverRow), "no servers configured", 7);
+  const st = data.store, store = $("store");  // the shared store, when one is configured
+  store.textContent = st && st.kind !== "memory" ? "shared store " + st.address + ": " + (st.up ? "up, round trip " +
+    (st.round_trip_ms ?? "?") + " ms" : "down: " + (st.last_error || "not connected")) : "";
+  store.className = st && !st.up ? "bad" : "dim";
   $("session-count").textContent = "(" + data.sessions.length + ")";
   fill("sessions", data.sessions.map((s) => row([s.id, s.transport, s.profile ?? "", s.protocol ?? "",
     s.in_flight, duration(s.age)])), "no client is connected", 6);

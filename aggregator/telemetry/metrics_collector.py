@@ -3,7 +3,8 @@ built at each scrape (see ``aggregator.telemetry.metrics``, which imports this m
 
 Must not import the hub, the upstreams or the plugins (they are above the instruments), nor
 ``aggregator.telemetry.metrics``; it reads the hub through ``MetricsHost``, each server's
-connection through ``ServerCounts`` and the plugin gate through ``DecisionCounts``.
+connection through ``ServerCounts``, the plugin gate through ``DecisionCounts`` and the
+shared store through ``StoreCounts``.
 """
 
 from __future__ import annotations
@@ -81,6 +82,31 @@ class DecisionCounts(Protocol):
     def decisions(self) -> dict[tuple[str, str], int]: ...
 
 
+class StoreTallies(Protocol):
+    """The shared store's counts (``cluster.store.StoreStats``)."""
+
+    @property
+    def calls(self) -> dict[str, int]: ...
+    @property
+    def errors(self) -> dict[str, int]: ...
+    @property
+    def latency(self) -> Histogram: ...
+
+
+class StoreUp(Protocol):
+    @property
+    def up(self) -> bool: ...
+
+
+class StoreCounts(Protocol):
+    """What the metrics read of the shared store (``cluster.store``'s ``Store``)."""
+
+    @property
+    def stats(self) -> StoreTallies: ...
+
+    def status(self) -> StoreUp: ...
+
+
 class MetricsHost(Protocol):
     """What the metrics read of the hub (the hub is one)."""
 
@@ -92,6 +118,8 @@ class MetricsHost(Protocol):
     def client_memory(self) -> ClientMemory: ...
     @property
     def gate(self) -> DecisionCounts: ...
+    @property
+    def store(self) -> StoreCounts: ...
 
     def sessions(self) -> list[tuple[int, Any, SessionInfo | None]]: ...
 
@@ -110,6 +138,7 @@ class HubCollector(Collector):
         yield from self._servers()
         yield from self._decisions()
         yield from self._context()
+        yield from self._store()
 
     def _requests(self) -> Iterator[Metric]:
         tallies = self.hub.router.tallies
@@ -233,6 +262,29 @@ class HubCollector(Collector):
             tokens.add_metric([profile, "all"], everything)
             tokens.add_metric([profile, "current"], everything if row["lists"] == "all" else row["search_list_tokens"])
         yield tokens
+
+    def _store(self) -> Iterator[Metric]:
+        store = self.hub.store
+        stats = store.stats
+        calls = CounterMetricFamily(
+            "aggregator_store_calls", "Calls on the shared store, by operation.", labels=["operation"]
+        )
+        errors = CounterMetricFamily(
+            "aggregator_store_errors",
+            "Calls on the shared store that failed (down, timed out or refused), by operation.",
+            labels=["operation"],
+        )
+        for operation, count in sorted(stats.calls.items()):
+            calls.add_metric([operation], count)
+        for operation, count in sorted(stats.errors.items()):
+            errors.add_metric([operation], count)
+        latency = HistogramMetricFamily(
+            "aggregator_store_duration_seconds", "How long a call on the shared store took, answered ones."
+        )
+        latency.add_metric([], _buckets(stats.latency), stats.latency.total)
+        up = GaugeMetricFamily("aggregator_store_up", "1 while the shared store is reachable (the embedded one: 1).")
+        up.add_metric([], 1 if store.status().up else 0)
+        yield from (calls, errors, latency, up)
 
 
 def _buckets(histogram: Histogram) -> list[tuple[str, float]]:
