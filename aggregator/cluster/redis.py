@@ -17,9 +17,10 @@ Theory of operation (the rules, and the races they close):
   once with ``StoreUnavailable``. An outage is logged once when it begins and once when it
   ends, never per call.
 - Rule 3, pipelining: many calls may be in flight on the one connection. A call's commands
-  are written and its waiter queued inside one critical section (a FIFO lock), so the
-  queue's order is the wire's order; Redis answers in order, and the reader gives each
-  reply to the waiter at the head of the queue.
+  and its waiter are queued in one synchronous step, so the waiters' order is the wire's
+  order; the connection's writer task sends all that is queued in one write at its next
+  turn (the calls of one scheduler turn share a system call). Redis answers in order, and
+  the reader gives each reply to the waiter at the head of the queue.
 - Rule 4, deadlines: a call waits at most ``timeout`` for its replies. A server that does
   not answer in time is taken as gone: the connection is dropped (a reply that came late
   would be matched to the next caller's command), every waiter fails, ``run`` reconnects.
@@ -160,7 +161,8 @@ class _Connection:
     def __init__(self, stream: trio.abc.Stream, parser: _Parser) -> None:
         self.stream = stream
         self.parser = parser
-        self.send_lock = trio.StrictFIFOLock()
+        self.outgoing: list[bytes] = []  # commands queued, in the waiters' order, not yet written
+        self.wanted = trio.Event()  # set when something is queued: the writer's wake-up
         self.waiters: deque[_Waiter] = deque()
         self.scope = trio.CancelScope()  # the reader's: cancelled to drop the connection
         self.reason: str | None = None
@@ -311,6 +313,7 @@ class RedisClient:
     async def _serve(self, connection: _Connection) -> None:
         with connection.scope:
             async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._write, connection)
                 nursery.start_soon(self._beat, connection)
                 try:
                     while True:
@@ -334,13 +337,25 @@ class RedisClient:
                 finally:
                     nursery.cancel_scope.cancel()
 
+    async def _write(self, connection: _Connection) -> None:
+        """The connection's one writer: what the calls of a scheduler turn queued leaves in
+        one write (a cancelled caller never leaves half a command: it does not write)."""
+        while True:
+            await connection.wanted.wait()
+            connection.wanted = trio.Event()
+            data = b"".join(connection.outgoing)
+            connection.outgoing.clear()
+            try:
+                await connection.stream.send_all(data)
+            except (OSError, trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+                connection.drop(_describe(exc))
+                return
+
     async def _beat(self, connection: _Connection) -> None:
         """PING an idle connection now and then, so that an outage is seen (and the round
         trip known) without traffic."""
         while True:
             await trio.sleep(self.heartbeat)
-            if connection.waiters:
-                continue
             try:
                 await self._call(connection, [["PING"]])
             except StoreError:
@@ -367,18 +382,12 @@ class RedisClient:
         waiter = _Waiter(len(commands))
         payload = b"".join(encode_command(command) for command in commands)
         started = time.perf_counter()
+        # Queued with its waiter in one step (no checkpoint between): the wire's order is the
+        # waiters' order. The connection's writer sends all that is queued at its next turn.
+        connection.outgoing.append(payload)
+        connection.waiters.append(waiter)
+        connection.wanted.set()
         with trio.move_on_after(self.timeout) as deadline:
-            async with connection.send_lock:
-                if connection.reason is not None:
-                    raise StoreUnavailable(f"store {self.address.display()}: {connection.reason}")
-                connection.waiters.append(waiter)
-                try:
-                    # Shielded: a caller cancelled half-way must not leave half a command.
-                    with trio.CancelScope(shield=True):
-                        await connection.stream.send_all(payload)
-                except (OSError, trio.BrokenResourceError, trio.ClosedResourceError) as exc:
-                    connection.drop(_describe(exc))
-                    raise StoreUnavailable(f"store {self.address.display()}: {_describe(exc)}") from None
             await waiter.done.wait()
         if deadline.cancelled_caught:
             connection.drop(f"no answer within {self.timeout:g}s")
