@@ -88,13 +88,15 @@ async def _open_stream(address: RedisAddress) -> trio.abc.Stream:
 
 
 def _login_commands(address: RedisAddress, select: bool) -> list[list[Arg]]:
+    """AUTH and SELECT as the URL says, then a PING: a server that accepts connections but
+    does not answer (hung, stopped) is not taken as up."""
     commands: list[list[Arg]] = []
     if address.password is not None:
-        commands.append(
-            ["AUTH", address.username, address.password] if address.username else ["AUTH", address.password]
-        )
+        login = [address.username] if address.username else []
+        commands.append(["AUTH", *login, address.password])
     if select and address.db:
         commands.append(["SELECT", address.db])
+    commands.append(["PING"])
     return commands
 
 
@@ -106,9 +108,17 @@ class _Parser:
         self._max = max_reply_bytes
         self._partial = 0  # bytes fed since the last complete reply
 
+    @property
+    def over(self) -> bool:
+        """The reply being read is past the bound (the replies before it were returned)."""
+        return self._partial > self._max
+
+    def refusal(self) -> StoreError:
+        return StoreError(f"a reply over {self._max} bytes was refused")
+
     def feed(self, data: bytes | bytearray) -> list[Any]:
-        """The replies ``data`` completes. Raises StoreError past the bound, StoreUnavailable
-        on bytes that are not RESP."""
+        """The replies ``data`` completes (then check ``over``). Raises StoreUnavailable on
+        bytes that are not RESP."""
         self._reader.feed(bytes(data))
         self._partial += len(data)
         replies = []
@@ -121,8 +131,6 @@ class _Parser:
                 break
             replies.append(reply)
             self._partial = self._reader.len()
-        if self._partial > self._max:
-            raise StoreError(f"a reply over {self._max} bytes was refused")
         return replies
 
 
@@ -137,6 +145,8 @@ async def _handshake(stream: trio.abc.Stream, parser: _Parser, commands: list[li
         if not data:
             raise StoreUnavailable("the server closed the connection while logging in")
         replies += parser.feed(data)
+        if parser.over:
+            raise parser.refusal()
     for command, reply in zip(commands, replies, strict=False):
         if isinstance(reply, hiredis.ReplyError):
             # The reply names no password; the command's name is enough to say what failed.
@@ -322,6 +332,8 @@ class RedisClient:
                             connection.drop("the server closed the connection")
                             return
                         connection.deliver(connection.parser.feed(data))
+                        if connection.parser.over:
+                            raise connection.parser.refusal()
                 except StoreError as exc:
                     # Over the bound: the call at the head is told why; the rest find the
                     # connection dropped.
@@ -529,6 +541,8 @@ class RedisSubscriber:
                             return "the server closed the connection"
                         for reply in parser.feed(data):
                             self._handle(reply)
+                        if parser.over:
+                            return str(parser.refusal())
                 except StoreError as exc:
                     return str(exc)
                 except (OSError, trio.BrokenResourceError, trio.ClosedResourceError) as exc:

@@ -62,6 +62,8 @@ async def test_a_server_that_does_not_answer_fails_the_call_by_its_deadline(redi
             assert trio.current_time() - started < 2
             with pytest.raises(StoreUnavailable):  # down now: at once
                 await client.execute("PING")
+            await trio.sleep(1.0)  # it connects (the kernel accepts), but nothing answers its PING
+            assert not client.up
     finally:
         redis.resume()
     with trio.fail_after(10):
@@ -118,6 +120,20 @@ async def test_an_oversized_reply_is_refused(redis: RedisServer, nursery: trio.N
             await client.execute("GET", "big")
         await client.wait_connected()  # dropped and connected again at once
         assert await client.execute("STRLEN", "big") == 200_000
+        await client.execute("SET", "small", "s")
+        got: dict[str, object] = {}
+
+        async def small() -> None:
+            got["small"] = await client.execute("GET", "small")
+
+        async def big() -> None:
+            with pytest.raises(StoreError, match="over 65536 bytes"):
+                await client.execute("GET", "big")
+
+        async with trio.open_nursery() as both:  # written together: the small answer still arrives
+            both.start_soon(small)
+            both.start_soon(big)
+        assert got == {"small": b"s"}
 
 
 async def test_logs_in_and_selects_from_the_url_and_never_shows_the_password(tmp_path, nursery, caplog):
