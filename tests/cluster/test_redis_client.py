@@ -41,6 +41,18 @@ async def test_pipelined_calls_are_answered_in_order(redis: RedisServer, nursery
         assert replies == [b"OK", b"1", 2, None]
 
 
+async def test_stream_commands(redis: RedisServer, nursery: trio.Nursery):
+    client = await _connected(nursery, redis.url)
+    with trio.fail_after(10):
+        first = await client.xadd("s", {b"a": b"1"}, maxlen=100, expire_ms=60_000)
+        second = await client.xadd("s", {b"a": b"2", b"b": b"3"}, maxlen=100)
+        assert await client.xrange("s") == [(first, {b"a": b"1"}), (second, {b"a": b"2", b"b": b"3"})]
+        assert await client.xrange("s", count=1) == [(first, {b"a": b"1"})]
+        assert await client.xread("s", first, count=10) == [(second, {b"a": b"2", b"b": b"3"})]
+        assert await client.xread("s", second, count=10) == []
+        assert 0 < await client.execute("PTTL", "s") <= 60_000
+
+
 async def test_an_error_reply_is_a_store_error(redis: RedisServer, nursery: trio.Nursery):
     client = await _connected(nursery, redis.url)
     with trio.fail_after(10):

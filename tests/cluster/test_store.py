@@ -45,10 +45,12 @@ async def test_keys_expire(store: Store):
     with trio.fail_after(10):
         await store.set("short", b"x", ttl=0.05)
         await store.hset("hash", {"f": b"v"}, ttl=0.05)
+        await store.append("stream", {"f": b"v"}, maxlen=10, ttl=0.05)
         assert await store.get("short") == b"x"
         await trio.sleep(0.2)
         assert await store.get("short") is None
         assert await store.hgetall("hash") == {}
+        assert await store.read("stream") == []
 
 
 async def test_a_key_without_expiry_is_refused(store: Store):
