@@ -7,6 +7,7 @@ import logging
 
 import pytest
 import trio
+import trio.testing
 
 from aggregator.cluster.redis import RedisClient, RedisSubscriber, encode_command
 from aggregator.cluster.store import RedisStore
@@ -142,8 +143,9 @@ async def test_an_oversized_reply_is_refused(redis: RedisServer, nursery: trio.N
             with pytest.raises(StoreError, match="over 65536 bytes"):
                 await client.execute("GET", "big")
 
-        async with trio.open_nursery() as both:  # written together: the small answer still arrives
+        async with trio.open_nursery() as both:  # the small answer, read before the big one, arrives
             both.start_soon(small)
+            await trio.testing.wait_all_tasks_blocked()  # small is queued first (tasks start in any order)
             both.start_soon(big)
         assert got == {"small": b"s"}
 
