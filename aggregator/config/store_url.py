@@ -40,7 +40,7 @@ class RedisAddress:
             db = _db(query.get("db", ["0"])[-1], shown)
             return cls(path=parts.path, username=username, password=password, db=db)
         if parts.scheme != "redis":
-            raise ValueError(f"expected redis://host:port/db or unix:///path, got {shown}")
+            raise ValueError(f"a redis:// URL (redis://[:password@]host:port/db) or unix:///path, got {shown}")
         if not parts.hostname:
             raise ValueError(f"a redis:// URL names a host: {shown}")
         db = _db(parts.path.lstrip("/") or query.get("db", ["0"])[-1], shown)
