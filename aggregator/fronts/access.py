@@ -320,6 +320,11 @@ class AccessPolicy:
         return 401, "a valid bearer token is required", [("www-authenticate", header)]
 
 
+def bearer_token(headers: Mapping[str, str]) -> str | None:
+    """The token of an ``Authorization: Bearer ...`` header, or None (never to be logged)."""
+    return _bearer(headers)
+
+
 def _bearer(headers: Mapping[str, str]) -> str | None:
     """The token of an ``Authorization: Bearer ...`` header, or None."""
     scheme, _, token = headers.get("authorization", "").partition(" ")

@@ -332,3 +332,39 @@ async def test_static_tokens_keep_working_beside_access_tokens(server):
         assert (await fronts.request("POST", headers=bearer(fronts, static), body=INIT)).status == 200
         assert (await fronts.request("POST", headers=bearer(fronts, server.mint()), body=INIT)).status == 200
         assert (await fronts.request("POST", headers=bearer(fronts, "x" * 40), body=INIT)).status == 401
+
+
+async def test_a_session_serves_only_tokens_that_still_give_its_profile_on_its_own_path(server):
+    profiles = {"admins": {"match": {"groups": ["admins"]}}}
+    admin, former = server.mint(sub="alice", groups=["admins"]), server.mint(sub="alice", groups=[])
+    call = {"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "x__y", "arguments": {}}}
+    async with running_fronts(auth=auth_table(server), profiles=profiles) as fronts:
+        opened = await fronts.request("POST", "/mcp/admins", headers=bearer(fronts, admin), body=INIT)
+        assert opened.status == 200, opened
+        session = opened.headers["mcp-session-id"]
+        for body in (TOOLS_LIST | {"params": {}}, call, PING):
+            # The same user, whose token no longer carries the group that chose the profile.
+            refused = await fronts.request(
+                "POST", "/mcp/admins", headers=bearer(fronts, former, mcp_session_id=session), body=body
+            )
+            assert refused.status == 403, (body, refused)
+            assert 'error="insufficient_scope"' in challenge_of(refused)
+        # Its id on another profile's path (the MCP endpoint's own) is unknown there.
+        for token in (former, admin):
+            elsewhere = await fronts.request("POST", headers=bearer(fronts, token, mcp_session_id=session), body=PING)
+            assert elsewhere.status == 404, elsewhere
+        get = bearer(fronts, former, mcp_session_id=session, accept="text/event-stream")
+        assert (await fronts.request("GET", "/mcp/admins", headers=get)).status == 403
+        # A token that still gives it (a refreshed one too) is served, as before.
+        for token in (admin, server.mint(sub="alice", groups=["admins"], scope="mcp admin")):
+            served = await fronts.request(
+                "POST", "/mcp/admins", headers=bearer(fronts, token, mcp_session_id=session), body=PING
+            )
+            assert served.status == 200, served
+        # A session opened on /mcp, whose token chose the profile, loses it the same way.
+        opened = await fronts.request("POST", headers=bearer(fronts, admin), body=INIT)
+        session = opened.headers["mcp-session-id"]
+        served = await fronts.request("POST", headers=bearer(fronts, admin, mcp_session_id=session), body=PING)
+        assert served.status == 200, served
+        refused = await fronts.request("POST", headers=bearer(fronts, former, mcp_session_id=session), body=PING)
+        assert refused.status == 403 and 'error="insufficient_scope"' in challenge_of(refused), refused

@@ -22,7 +22,7 @@ import logging
 from typing import Any
 
 from aggregator.config import HttpConfig
-from aggregator.fronts.access import AccessPolicy, Denial, choose_profile
+from aggregator.fronts.access import AccessPolicy, Denial, bearer_token, choose_profile
 from aggregator.fronts.http.answers import refuse_session, reject
 from aggregator.fronts.http.modern import StatelessRequests, is_modern_notification, is_modern_post
 from aggregator.fronts.http.queue import JSON, MessageQueue, QuickWaits, until_client_leaves
@@ -98,12 +98,13 @@ class PostExchange:
         if kind == REQUEST and message["method"] == INITIALIZE:
             await self._initialize(connection, request, message)
             return
-        session, status, reason = self.sessions.find(request)
+        session, status, reason, headers = self.sessions.find(request)
         if session is None:
             if kind == NOTIFICATION and is_modern_notification(request):
                 await connection.respond(202, [])  # accepted, and dropped: it has nothing to act on
                 return
-            await reject(connection, status, INVALID_REQUEST, reason, message.get("id") if kind == REQUEST else None)
+            id = message.get("id") if kind == REQUEST else None
+            await reject(connection, status, INVALID_REQUEST, reason, id, headers)
             return
         # The same user's token, refreshed: what a token exchange trades from now on.
         self.hub.caller_token(session.key, self.access.access_token(request.headers))
@@ -123,7 +124,8 @@ class PostExchange:
                 message["id"],
             )
             return
-        admitted = choose_profile(self.access, request.headers, self.access.named_profile(request.path) or "")
+        named = self.access.named_profile(request.path) or ""
+        admitted = choose_profile(self.access, request.headers, named)
         if isinstance(admitted, Denial):
             log.log(admitted.level, "http: refused initialize on %s: %s", request.path[:100], admitted.reason)
             await reject(connection, admitted.status, INVALID_REQUEST, admitted.reason, message["id"], admitted.headers)
@@ -136,6 +138,8 @@ class PostExchange:
         # Admitted: from here the session exists, and ending it releases its place.
         session = HttpSession(self.sessions, self.sessions.new_id(principal, profile, message), principal)
         session.profile = profile
+        session.named = named
+        session.token_seen = bearer_token(request.headers)
         session.key = self.hub.client_connected(
             session, profile, principal=principal, access_token=self.access.access_token(request.headers)
         )

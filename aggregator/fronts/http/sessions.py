@@ -2,7 +2,8 @@
 
 A session is a hub client whose messages go to several streams (``HttpSession``). The
 table owns the sessions of one endpoint by id: it finds the session a request names (its
-id, bound to the token that created it and to the profile its path names), ends sessions
+id, bound to the principal that created it and to the path it was opened on; the request's
+token must still give the session's profile, checked once per token), ends sessions
 (DELETE, expiry, a budget overrun: every request still open on it is answered at once),
 and expires idle ones. Sessions count against the cap shared with every front
 (``hub.admission``).
@@ -28,7 +29,8 @@ import itertools
 import logging
 import secrets
 import time
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, NamedTuple
 
 import trio
 
@@ -36,7 +38,7 @@ from aggregator.cluster.keys import SESSION
 from aggregator.cluster.sealing import MAX_ID, PREFIX, SessionSealer, SessionState, binding
 from aggregator.config import HttpConfig
 from aggregator.core.router import proxy_error
-from aggregator.fronts.access import AccessPolicy
+from aggregator.fronts.access import AccessPolicy, Denial, bearer_token, choose_profile
 from aggregator.fronts.authorization import Principal
 from aggregator.fronts.http.answers import reject
 from aggregator.fronts.http.queue import JSON, MessageQueue
@@ -72,6 +74,10 @@ class HttpSession:
         self.principal = principal
         self.key = 0
         self.profile = "default"
+        # The profile its path named when it was opened ("" for the MCP endpoint itself),
+        # and the last bearer token seen to give its profile (the re-check is once per token).
+        self.named = ""
+        self.token_seen: str | None = None
         self.requests: dict[Any, MessageQueue] = {}  # client request id -> its stream
         self.get_stream: MessageQueue | None = None
         # The handler writing the GET stream: cancelled when another GET resumes the stream.
@@ -192,6 +198,15 @@ class HttpSession:
         return
 
 
+class Lookup(NamedTuple):
+    """The session a request names, or None with the HTTP status, reason and headers to refuse with."""
+
+    session: HttpSession | None
+    status: int = 200
+    reason: str = ""
+    headers: Sequence[tuple[str, str]] = ()
+
+
 class SessionTable:
     """The Streamable HTTP sessions of one endpoint, by id: finds the one a request names,
     ends them, expires idle ones."""
@@ -228,36 +243,62 @@ class SessionTable:
         )
         return self.sealer.seal(state) or secrets.token_urlsafe(24)
 
-    def find(self, request: Request) -> tuple[HttpSession | None, int, str]:
-        """The session a request names: (session, or None with an HTTP status and reason)."""
+    def find(self, request: Request) -> Lookup:
+        """The session a request names, or None with the status, reason and headers to answer.
+
+        A session answers only its own principal (another's token: 404, as for an id never
+        issued) on the path it was opened on (``/mcp/<profile>``; one opened on ``/mcp``
+        also on its profile's path); anywhere else it is a 404 too. The request's token must
+        still give the session's profile, as it did at initialize (claims change: a token
+        refreshed without the group that chose it), else the 403 a new session would get;
+        a token is checked once, then found in one comparison.
+        """
         session_id = request.headers.get("mcp-session-id")
         if session_id is None:
-            return None, 400, "Bad request: Mcp-Session-Id header is required after initialize"
+            return Lookup(None, 400, "Bad request: Mcp-Session-Id header is required after initialize")
         session = self.by_id.get(session_id)
         sealed = self.sealer is not None and session_id.startswith(PREFIX)
         if session is None and not _is_session_id(session_id, MAX_ID if sealed else 128):
-            return None, 400, "Bad request: Mcp-Session-Id must be 1 to 128 visible ASCII characters"
+            return Lookup(None, 400, "Bad request: Mcp-Session-Id must be 1 to 128 visible ASCII characters")
         if session is None and sealed and session_id not in self.ended:
             session, status, reason = self._adopt(request, session_id)
             if session is None:
-                return None, status, reason
+                return Lookup(None, status, reason)
+        if session is None or session.closed:
+            return Lookup(None, 404, NOT_FOUND)
         named = self.access.named_profile(request.path)
-        if (
-            session is None
-            or session.closed
-            or session.principal != self.access.principal(request.headers)
-            or (named and named != session.profile)
-        ):
-            return None, 404, NOT_FOUND
+        if named != session.named and not (named and not session.named and named == session.profile):
+            return Lookup(None, 404, NOT_FOUND)
+        if session.principal != self.access.principal(request.headers):
+            return Lookup(None, 404, NOT_FOUND)
+        if session.principal is not None:
+            token = bearer_token(request.headers)
+            if token != session.token_seen:
+                refused = self._profile_refused(session, request)
+                if refused is not None:
+                    return refused
+                session.token_seen = token
         version = request.headers.get("mcp-protocol-version")
         if version is not None and version not in SUPPORTED:
-            return (
+            return Lookup(
                 None,
                 400,
                 (f"Bad request: unsupported MCP-Protocol-Version {version[:40]!r} (supported: {', '.join(SUPPORTED)})"),
             )
         session.last_seen = trio.current_time()
-        return session, 200, ""
+        return Lookup(session)
+
+    def _profile_refused(self, session: HttpSession, request: Request) -> Lookup | None:
+        """The 403 of a request whose token no longer gives its session's profile, or None."""
+        admitted = choose_profile(self.access, request.headers, session.named)
+        if isinstance(admitted, Denial):
+            status, reason, headers, _ = admitted
+        elif admitted.profile != session.profile:
+            status, reason, headers = self.access.profile_refusal(admitted.principal, session.profile)
+        else:
+            return None
+        log.info("http session %d: refused a request: %s", session.key, reason)
+        return Lookup(None, status, reason, headers)
 
     def _adopt(self, request: Request, session_id: str) -> tuple[HttpSession | None, int, str]:
         """A session this table does not know, whose id is sealed: taken over if it opens
@@ -274,6 +315,7 @@ class SessionTable:
             return None, 503, refusal.message
         session = HttpSession(self, session_id, principal)
         session.profile = state.profile
+        session.named = named or ""  # (a sealed id does not say the path it was opened on)
         try:
             session.key = self.hub.client_adopted(
                 session,
@@ -303,9 +345,9 @@ class SessionTable:
 
     async def delete(self, connection: HttpConnection, request: Request) -> None:
         """DELETE: end the session the request names."""
-        session, status, reason = self.find(request)
+        session, status, reason, headers = self.find(request)
         if session is None:
-            await reject(connection, status, INVALID_REQUEST, reason)
+            await reject(connection, status, INVALID_REQUEST, reason, headers=headers)
             return
         self.end(session)
         await connection.respond(200, [])
