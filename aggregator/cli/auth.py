@@ -66,7 +66,7 @@ def run_auth_list(args: argparse.Namespace) -> int:
                     entry.server,
                     _until(entry.expires_at),
                     entry.scope or "-",
-                    "refreshable" if entry.refreshable else "-",
+                    "sealed with another key" if not entry.opens else "refreshable" if entry.refreshable else "-",
                 )
             )
             for entry in found

@@ -9,7 +9,14 @@ import argparse
 
 import trio
 
-from aggregator.cli.common import check_vault, command_config, nothing_to_serve, status_lines, with_started_hub
+from aggregator.cli.common import (
+    check_vault,
+    command_config,
+    nothing_to_serve,
+    status_lines,
+    vault_warnings,
+    with_started_hub,
+)
 from aggregator.cli.terminal import printable
 from aggregator.cluster.store import unreachable
 from aggregator.config.store_url import RedisAddress
@@ -32,6 +39,7 @@ def run_check(args: argparse.Namespace) -> int:
     if config.http.admin_listen is not None:
         admin_exposure(config.http, config.http.admin_listen, "http.admin_listen", oauth=config.auth.enabled)
     check_vault(config)
+    vault_notes = vault_warnings(config)
     reason = nothing_to_serve(config)
     if reason is not None:  # serve only warns (a reload may add servers); a check fails
         raise AggregatorError(f"config {path} has nothing to serve: {reason}")
@@ -51,7 +59,7 @@ def run_check(args: argparse.Namespace) -> int:
     print("\n".join(lines))  # status_lines escapes what the servers wrote; names too:
     for collision in collisions:
         print(printable(f"  note: name collision: {collision}"))
-    for warning in unmatched:  # a warning, not a failure: the rule may await a server's new item
+    for warning in [*vault_notes, *unmatched]:  # warnings, not failures: a rule may await a server's new item
         print(printable(f"  warning: {warning}"))
     if config.cluster.store is not None:  # a warning: serve starts without it, and waits for it
         reason = trio.run(unreachable, config.cluster.store)

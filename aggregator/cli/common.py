@@ -54,6 +54,26 @@ def check_vault(config: Config) -> None:
         open_the_vault(config)
 
 
+def vault_warnings(config: Config) -> list[str]:
+    """What ``check`` warns of in the vault: rows that do not open with the vault key (they
+    count as no grant: those users are asked again)."""
+    if not any(server.auth == "oauth" for server in config.enabled_servers):
+        return []
+    from aggregator.config.upstream_auth import vault_key_bytes
+    from aggregator.credentials.vault import KEY_SETTING, TokenVault
+
+    key = vault_key_bytes(config.credentials, os.environ)
+    if key is None:  # (refused at load)
+        return []
+    unopened = TokenVault.unopened(config.credentials.vault, key)
+    if not unopened:
+        return []
+    return [
+        f"the token vault {config.credentials.vault} holds {unopened} user grant(s) sealed with another key than"
+        f" {KEY_SETTING}: they count as no grant, and those users are asked again"
+    ]
+
+
 def nothing_to_serve(config: Config) -> str | None:
     """Why ``config`` serves nothing (it has no server, or none enabled); None if it serves."""
     if config.enabled_servers:

@@ -14,6 +14,12 @@ another key than ``credentials.vault_key`` is refused naming that setting (a che
 sealed under the key when the vault was made). Later, a call that fails on the file is
 logged with its path and fails that one call (``VaultFailed``), never the proxy.
 
+A row that does not open with the vault key all the same (sealed under another key than
+the check value, or moved from another row) is no grant: ``get`` answers None, so the user
+is asked again and the new grant replaces the row; the first such row of each server is
+logged as a warning naming the file and the key setting. ``entries`` marks such rows and ``unopened`` counts them
+(``aggregator check`` warns).
+
 SQLite blocks, so every call runs in a worker thread (``trio.to_thread.run_sync``), one at
 a time (a limiter of one): the event loop never waits on the disk. The file is created
 readable by its owner only.
@@ -90,6 +96,11 @@ class Entry:
     scope: str
     refreshable: bool
     updated_at: float
+    opens: bool = True  # False: sealed with another key (or moved), no grant any more
+
+
+class ForeignSeal(CredentialError):
+    """A row's secrets do not open with the vault key: sealed with another, or moved."""
 
 
 class VaultFailed(CredentialError):
@@ -127,7 +138,7 @@ class Sealer:
         try:
             plain = self._aead.decrypt(sealed[:12], sealed[12:], self._identity(principal, server))
         except InvalidTag:
-            raise CredentialError(
+            raise ForeignSeal(
                 f"the vault's tokens of {principal} for server {server!r} do not open with this vault key"
                 " (another key, or the file was changed)"
             ) from None
@@ -144,6 +155,7 @@ class TokenVault:
         self._sealer = sealer
         self.path = path
         self._limiter = trio.CapacityLimiter(1)  # one statement at a time, in order
+        self._unopened_warned: set[str] = set()  # servers with a row that did not open, logged once
 
     @classmethod
     async def open(cls, path: str, key: bytes) -> TokenVault:
@@ -181,7 +193,23 @@ class TokenVault:
             ).fetchone()
 
         row = await self._run(read)
-        return None if row is None else self._grant(row)
+        if row is None:
+            return None
+        try:
+            return self._grant(row)
+        except ForeignSeal:
+            # No grant: the user is asked again, and what they grant replaces the row.
+            if server not in self._unopened_warned:
+                self._unopened_warned.add(server)
+                log.warning(
+                    "server %s: the token vault %s holds users' tokens sealed with another key than"
+                    " %s (first: %s); they are treated as no grant, and those users are asked again",
+                    server,
+                    self.path,
+                    KEY_SETTING,
+                    principal,
+                )
+            return None
 
     async def put(self, grant: Grant) -> None:
         secrets = {
@@ -256,10 +284,11 @@ class TokenVault:
         entries = []
         for issuer, subject, server, expires_at, scope, sealed, updated_at in await self._run(read):
             principal = Principal(issuer=issuer, subject=subject)
+            opens = True
             try:
                 refreshable = self._sealer.open(principal, server, sealed).get("refresh_token") is not None
             except CredentialError:
-                refreshable = False
+                refreshable = opens = False
             entries.append(
                 Entry(
                     principal=principal,
@@ -268,9 +297,30 @@ class TokenVault:
                     scope=scope,
                     refreshable=refreshable,
                     updated_at=updated_at,
+                    opens=opens,
                 )
             )
         return entries
+
+    @staticmethod
+    def unopened(path: str, key: bytes) -> int:
+        """How many rows of the vault at ``path`` do not open with ``key`` (blocks: for a
+        command, before trio runs; 0 for a vault that does not exist yet)."""
+        if not os.path.exists(path):
+            return 0
+        sealer = Sealer(key)
+        connection = _connect(path)
+        try:
+            rows = connection.execute("SELECT issuer, subject, server, sealed FROM grants").fetchall()
+        finally:
+            connection.close()
+        count = 0
+        for issuer, subject, server, sealed in rows:
+            try:
+                sealer.open(Principal(issuer=issuer, subject=subject), server, sealed)
+            except CredentialError:
+                count += 1
+        return count
 
     def _grant(self, row: Any) -> Grant:
         issuer, subject, server, sealed, expires_at, scope, token_endpoint, revocation, client_id, resource = row

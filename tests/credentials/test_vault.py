@@ -20,7 +20,7 @@ from aggregator.credentials import CredentialError, Principal
 from aggregator.credentials.fetching import Fetcher
 from aggregator.credentials.keeper import UserTokens
 from aggregator.credentials.tokens import ClientCredentials, TokenSet
-from aggregator.credentials.vault import Grant, TokenVault, VaultFailed
+from aggregator.credentials.vault import Grant, Sealer, TokenVault, VaultFailed
 from tests.credentials.harness import KEY
 from tests.credentials.peers import AuthServer
 
@@ -89,9 +89,36 @@ async def test_another_key_or_a_moved_value_does_not_open(tmp_path, auth_server)
     with sqlite3.connect(path) as db:  # a row's sealed tokens copied under another user
         db.execute("UPDATE grants SET subject = 'mallory'")
     vault = await TokenVault.open(path, _key())
-    with pytest.raises(CredentialError):
-        await vault.get(Principal(issuer=ALICE.issuer, subject="mallory"), "docs")
+    assert await vault.get(Principal(issuer=ALICE.issuer, subject="mallory"), "docs") is None
     await vault.aclose()
+
+
+def _under_other_key(vault: TokenVault) -> TokenVault:
+    """The same vault file, writing rows sealed with another key (rows copied from another
+    vault, or written by a proxy given another key before the vault kept a key check)."""
+    return TokenVault(vault._db, Sealer(OTHER_KEY), vault.path)
+
+
+async def test_a_row_sealed_with_another_key_is_no_grant_and_is_replaced(tmp_path, auth_server, caplog):
+    path = str(tmp_path / "tokens.db")
+    grant = _grant(auth_server)
+    vault = await TokenVault.open(path, _key())  # the vault's key check opens; these rows do not
+    await _under_other_key(vault).put(grant)
+    await _under_other_key(vault).put(attrs.evolve(grant, principal=Principal(issuer=ALICE.issuer, subject="bob")))
+    with caplog.at_level(logging.INFO, logger="aggregator.credentials.vault"):
+        assert await vault.get(ALICE, "docs") is None
+        assert await vault.get(Principal(issuer=ALICE.issuer, subject="bob"), "docs") is None
+    warnings = [record for record in caplog.records if record.levelno == logging.WARNING]
+    assert len(warnings) == 1, caplog.text  # once per server
+    assert path in warnings[0].getMessage() and "credentials.vault_key" in warnings[0].getMessage()
+    assert grant.tokens.access_token not in caplog.text
+    assert [entry.opens for entry in await vault.entries()] == [False, False]
+    assert TokenVault.unopened(path, _key()) == 2
+    await vault.put(grant)  # granted again: the row is replaced
+    assert await vault.get(ALICE, "docs") == grant
+    assert [entry.opens for entry in await vault.entries()] == [True, False]
+    await vault.aclose()
+    assert TokenVault.unopened(path, _key()) == 1
 
 
 async def test_two_callers_at_once_refresh_once(tmp_path):
@@ -195,6 +222,8 @@ def test_auth_list_shows_no_secret_and_revoke_empties_it(tmp_path, auth_server):
     assert "alice" in listed.stdout and "docs" in listed.stdout and "wiki" in listed.stdout
     assert "refreshable" in listed.stdout
     assert grant.tokens.access_token not in listed.stdout and grant.tokens.refresh_token not in listed.stdout
+    checked = aggregator("check", "--config", config)
+    assert "sealed with another key" not in checked.stdout + checked.stderr
     revoked = aggregator("auth", "revoke", "alice", "docs", "--config", config)
     assert revoked.returncode == 0 and "server docs: removed and revoked" in revoked.stdout, revoked.stderr
     listed = aggregator("auth", "list", "--config", config)
@@ -204,6 +233,26 @@ def test_auth_list_shows_no_secret_and_revoke_empties_it(tmp_path, auth_server):
     assert again.returncode == 1 and "nothing to revoke" in again.stdout
     unknown = aggregator("auth", "revoke", "alice", "nosuch", "--config", config)
     assert unknown.returncode == 2 and "servers.nosuch: no such server" in unknown.stderr
+
+
+def test_auth_list_and_check_tell_of_rows_sealed_with_another_key(tmp_path, auth_server):
+    config = _config_file(tmp_path, auth_server)
+    grant = _grant(auth_server)
+
+    async def fill() -> None:
+        vault = await TokenVault.open(str(tmp_path / "tokens.db"), _key())
+        await vault.put(grant)
+        await _under_other_key(vault).put(attrs.evolve(grant, server="wiki"))
+        await vault.aclose()
+
+    trio.run(fill)
+    listed = aggregator("auth", "list", "--config", config)
+    assert listed.returncode == 0, listed.stderr
+    rows = {line.split("\t")[2]: line for line in listed.stdout.splitlines()[1:]}
+    assert "refreshable" in rows["docs"] and "sealed with another key" in rows["wiki"], listed.stdout
+    checked = aggregator("check", "--config", config)
+    assert "warning: the token vault" in checked.stdout and "1 user grant(s) sealed with another key" in checked.stdout
+    assert "credentials.vault_key" in checked.stdout, checked.stdout
 
 
 def test_a_config_with_an_oauth_server_and_no_vault_key_is_refused(tmp_path):
