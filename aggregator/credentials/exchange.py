@@ -6,10 +6,15 @@ The caller's token is the resource server's, kept for the client session in memo
 it is sent to the configured authorization server and nowhere else. What comes back is
 kept in memory per (principal, server) until it is about to expire, one exchange at a time
 per key; at most ``MAX_CACHED`` are kept (the oldest go first).
+
+An exchange that fails (the client refused, an HTTP error, an oversized answer, no answer
+in time) fails the call, which tells its user why; the log gets a warning naming the server
+and the reason (never a token), once per server per ``FAILURE_LOG_INTERVAL`` with a count.
 """
 
 from __future__ import annotations
 
+import logging
 import time
 from collections import OrderedDict
 from collections.abc import Callable
@@ -20,11 +25,16 @@ from aggregator.config import ServerConfig
 from aggregator.credentials.discovery import authorization_server, canonical_resource
 from aggregator.credentials.fetching import Fetcher
 from aggregator.credentials.principal import Principal
+from aggregator.credentials.problems import CredentialError
 from aggregator.credentials.tokens import ClientCredentials, TokenSet, request_tokens
+from aggregator.log_summary import LogSummary
+
+log = logging.getLogger(__name__)
 
 GRANT_TYPE = "urn:ietf:params:oauth:grant-type:token-exchange"
 ACCESS_TOKEN_TYPE = "urn:ietf:params:oauth:token-type:access_token"
 MAX_CACHED = 4096
+FAILURE_LOG_INTERVAL = 60.0  # seconds: at most one warning per server this often
 
 
 class TokenExchange:
@@ -36,6 +46,7 @@ class TokenExchange:
         self._endpoints: dict[str, str] = {}  # issuer -> its token endpoint
         self._locks: dict[tuple[Principal, str], trio.Lock] = {}
         self.exchanges = 0  # exchange requests made
+        self.failures = LogSummary(log, logging.WARNING, FAILURE_LOG_INTERVAL)
 
     async def token_for(self, principal: Principal, subject_token: str, server: ServerConfig) -> str:
         """An access token for ``server`` on behalf of ``principal``, whose own access token
@@ -50,7 +61,11 @@ class TokenExchange:
                 cached = self._cache.get(key)
                 if cached is not None and cached.fresh(self.clock(), self.margin):
                     return cached.access_token
-                tokens = await self._exchange(subject_token, server)
+                try:
+                    tokens = await self._exchange(subject_token, server)
+                except CredentialError as exc:  # the caller is told; the operator is told here
+                    self.failures.log(server.name, "server %s: the token exchange failed: %s", server.name, exc)
+                    raise
                 self._cache[key] = tokens
                 self._cache.move_to_end(key)
                 while len(self._cache) > MAX_CACHED:

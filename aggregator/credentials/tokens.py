@@ -3,12 +3,15 @@ authorization code with its PKCE verifier, a refresh token, an RFC 8693 exchange
 revocation (RFC 7009). A client with a secret authenticates with HTTP Basic, one without
 sends its ``client_id`` in the form (a public client).
 
-The answer's ``error`` code is told (it is a fixed word); its description is cut short;
-tokens never appear in an error or a log line.
+The answer's ``error`` code is told (it is a fixed word); its description is cut short
+(``MAX_DESCRIPTION``) and anything in it that looks like a token (a long unbroken run of
+token characters, or any value the proxy sent) is blanked: an authorization server may echo
+what it was sent, the caller's own token among it. Tokens never appear in an error or a log line.
 """
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Mapping
 
@@ -18,6 +21,10 @@ from aggregator.credentials.fetching import Fetcher
 from aggregator.credentials.problems import CredentialError
 
 MAX_TOKEN = 16 * 1024  # characters of an access or refresh token
+MAX_DESCRIPTION = 120  # characters of an error_description told on
+# A run of characters of tokens (JWT, base64url, hex) this long is not prose.
+_TOKEN_LIKE = re.compile(r"[A-Za-z0-9._~+/=-]{24,}")
+_BLANKED = "[...]"
 
 
 @attrs.frozen(kw_only=True)
@@ -46,6 +53,21 @@ class TokenRefused(CredentialError):
     def __init__(self, text: str, code: str) -> None:
         super().__init__(text)
         self.code = code
+
+
+def described(description: object, sent: Mapping[str, str]) -> str:
+    """``": <description>"`` to add to an error, or "": printable text only, every value of
+    ``sent`` (the form: tokens, codes) and anything token-like blanked, cut short."""
+    if not isinstance(description, str) or not description:
+        return ""
+    text = description  # (bounded by the answer's size limit; cut only once blanked)
+    for value in sent.values():
+        if len(value) >= 8:
+            text = text.replace(value, _BLANKED)
+    text = _TOKEN_LIKE.sub(_BLANKED, text)
+    if not text.isprintable():
+        return ""
+    return f": {text[:MAX_DESCRIPTION]}" + ("..." if len(text) > MAX_DESCRIPTION else "")
 
 
 def _token(value: object, what: str, key: str) -> str:
@@ -77,8 +99,7 @@ async def request_tokens(
     if answer.status != 200:
         code = document.get("error")
         code = code if isinstance(code, str) and code.isascii() and len(code) < 64 else "error"
-        description = document.get("error_description")
-        said = f": {description[:200]}" if isinstance(description, str) and description.isprintable() else ""
+        said = described(document.get("error_description"), form)
         raise TokenRefused(f"{what}: refused (HTTP {answer.status}, {code}){said}", code)
     access = _token(document.get("access_token"), what, "access_token")
     token_type = document.get("token_type")

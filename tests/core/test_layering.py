@@ -4,6 +4,7 @@ package imports only packages on a lower floor: arrows point down, never up or s
 The floors, lowest first (a package may import the packages of every floor below its own):
 
     0  errors, jsonrpc     the wire and the error hierarchy
+       log_summary         a line that comes in floods, logged once per interval with a count
     1  mcp                 protocol facts
     2  core                the sans-IO router (core -> mcp -> jsonrpc only, checked on its own too)
     3  config, transports  the config model (with secret masking); byte-level queues and HTTP
@@ -183,6 +184,7 @@ def test_only_the_router_composes_the_event_handlers(name):
 
 FLOORS = {
     "errors": 0,
+    "log_summary": 0,
     "jsonrpc": 0,
     "mcp": 1,
     "core": 2,

@@ -80,6 +80,7 @@ class AuthServer:
         self.issued: list[str] = []  # every code and token it gave out
         self.iss_in_response = True  # the authorization response carries iss
         self.iss_value: str | None = None  # what it carries instead of the issuer
+        self.echo_description = False  # a refused exchange's error_description echoes the subject token
 
     def close(self) -> None:
         stop_serving(self.server)
@@ -232,7 +233,10 @@ class AuthServer:
             with self.lock:
                 subject = self.access.get(form.get("subject_token", ""))
             if subject is None or form.get("subject_token_type") != "urn:ietf:params:oauth:token-type:access_token":
-                request.send(400, {"error": "invalid_grant"})
+                said = {"error": "invalid_grant"}
+                if self.echo_description:  # as some servers do: what it was sent, in its description
+                    said["error_description"] = f"subject_token {form.get('subject_token')} is not known here"
+                request.send(400, said)
                 return
             issued = self._issue(subject["user"], form["audience"], form.get("scope", ""), client_id)
             issued.pop("refresh_token")

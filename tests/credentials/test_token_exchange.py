@@ -3,9 +3,12 @@ to the server in its place, and kept until it is about to expire."""
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 
 from aggregator.credentials import CredentialError, Principal
+from aggregator.credentials.tokens import MAX_DESCRIPTION, described
 from tests.credentials.harness import INITIALIZE, make_config, opened, upstream
 
 ALICE = Principal(issuer="https://idp.example", subject="alice")
@@ -61,3 +64,39 @@ async def test_a_token_endpoint_given_directly_needs_no_metadata(tmp_path, auth_
     async with opened(config) as credentials:
         assert (await credentials.authorization(ALICE, config.servers["docs"], own)).startswith("Bearer at-")
     assert auth_server.counts["GET /.well-known/oauth-authorization-server"] == 0
+
+
+async def test_a_failed_exchange_is_a_warning_once_a_minute_per_server_without_the_token(
+    tmp_path, auth_server, mcp, caplog, monkeypatch
+):
+    config = make_config(tmp_path, _servers(auth_server, mcp))
+    auth_server.echo_description = True  # it echoes the caller's token in its error_description
+    own = auth_server.mint("alice", "https://proxy.example/mcp")
+    auth_server.access.pop(own)  # no longer known there: refused, and echoed
+    async with opened(config) as credentials:
+        now = [1000.0]
+        monkeypatch.setattr(credentials.exchange.failures, "clock", lambda: now[0])
+        with caplog.at_level(logging.INFO, logger="aggregator.credentials"):
+            for _ in range(3):
+                with pytest.raises(CredentialError, match="invalid_grant") as refused:
+                    await credentials.authorization(ALICE, config.servers["docs"], own)
+                assert own not in str(refused.value) and "is not known here" in str(refused.value)
+            now[0] += 61
+            with pytest.raises(CredentialError):
+                await credentials.authorization(ALICE, config.servers["docs"], own)
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 2, warnings
+    assert all("server docs: the token exchange failed" in w and "invalid_grant" in w for w in warnings)
+    assert "2 more like it" in warnings[1]
+    assert own not in caplog.text
+
+
+def test_an_error_description_is_cut_short_and_nothing_token_like_is_told():
+    sent = {"subject_token": "short-but-ours", "grant_type": "x"}
+    jwt = "eyJhbGciOiJSUzI1NiJ9.eyJzdWIiOiJhbGljZSJ9.c2lnbmF0dXJlLW9mLXRoZS10b2tlbg"
+    said = described(f"bad subject_token {jwt}; also short-but-ours", sent)
+    assert jwt not in said and "short-but-ours" not in said and said.startswith(": bad subject_token [...]")
+    long = described("word " * 1000, {})
+    assert long.startswith(": word word") and len(long) == len(": ...") + MAX_DESCRIPTION
+    assert described("a\x1b[31m", {}) == ""  # not printable: not told at all
+    assert described(None, sent) == "" and described("", sent) == ""
