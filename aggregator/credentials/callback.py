@@ -5,6 +5,8 @@ back with ``code`` and ``state``, and beside it the connect page and the sign-in
 has none): the callback takes an answer only from the browser whose session cookie passed
 the connect page for that flow (``browser``), and its single-use ``state``. It serves GET
 only and answers a small HTML page; the code, state and cookie are never logged.
+A callback that fails is a warning, the first at once, then at most one per
+``FAILURE_LOG_INTERVAL`` with the count of those held back (anyone can send junk to it in a loop).
 """
 
 from __future__ import annotations
@@ -16,10 +18,12 @@ from aggregator.credentials.authorization import AuthorizationFlows
 from aggregator.credentials.browser import HTML_HEADERS, BrowserSessions, page
 from aggregator.credentials.connect import ConnectPages
 from aggregator.credentials.problems import CredentialError
+from aggregator.log_summary import LogSummary
 from aggregator.transports.http_server import HttpConnection, Request
 
 log = logging.getLogger(__name__)
 MAX_QUERY = 8192
+FAILURE_LOG_INTERVAL = 10.0  # seconds
 
 
 class OAuthCallback:
@@ -31,6 +35,7 @@ class OAuthCallback:
         self.path = path
         self.sessions = sessions
         self.pages = pages
+        self.failures = LogSummary(log, logging.WARNING, FAILURE_LOG_INTERVAL)
 
     def serves(self, path: str) -> bool:
         return path == self.path or self.pages.serves(path)
@@ -52,7 +57,7 @@ class OAuthCallback:
                 dict(parse_qsl(query, keep_blank_values=True)), session.id if session is not None else None
             )
         except CredentialError as exc:
-            log.warning("oauth callback: %s", exc)
+            self.failures.log("failed", "oauth callback: %s", exc)
             await connection.respond(400, HTML_HEADERS, page("Not granted", str(exc)))
             return
         text = f"The aggregator may now use server {pending.server!r} for you. You can close this page."

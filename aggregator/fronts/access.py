@@ -24,6 +24,11 @@ later, synchronous steps of the same request (``principal``, the profile) read i
 ``[auth]``, a token in the URL's query (``access_token=``) is refused outright, and every
 401 or 403 carries the challenge that points clients at the metadata (RFC 9728).
 
+Refusals the access check makes (``Denial.level`` WARNING) are logged through
+``note_refusal``: the first of each kind (its status and reason) on each front at once,
+then at most one per ``REFUSAL_LOG_INTERVAL`` with the count of those held back, so junk
+tokens sent in a loop (a token's refusal reasons are a few fixed texts) cannot flood the log.
+
 Also owns the rule applied before any listener opens (``check_exposure``): no listening
 beyond loopback without tokens, unless the config says the network is trusted.
 """
@@ -39,12 +44,15 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from aggregator.config import AuthConfig, HttpConfig, parse_listen
 from aggregator.errors import ConfigError
 from aggregator.fronts.authorization import Principal, Rejection, challenge
+from aggregator.log_summary import LogSummary
+from aggregator.telemetry.recent_errors import REFUSAL
 
 if TYPE_CHECKING:
     from aggregator.fronts.authorization.tokens import TokenVerifier
 
 # A refusal: HTTP status, the reason told the client, extra headers.
 Refused = tuple[int, str, list[tuple[str, str]]]
+REFUSAL_LOG_INTERVAL = 10.0  # seconds: at most one refusal line of a kind per front this often
 
 
 def check_exposure(
@@ -152,6 +160,7 @@ class AccessPolicy:
         self._profile_names = frozenset(profiles or ())
         self._profile_scopes = {name: tuple(profile.scopes) for name, profile in (profiles or {}).items()}
         self._seen: dict[tuple[str, Callable[[str], str]], bool] = {}  # (value, its check) -> allowed
+        self._refusal_logs: dict[str, LogSummary] = {}  # a front's logger name -> its summary
         # OAuth access tokens ([auth]), checked by the one verifier of the process.
         self.auth = auth if auth is not None and auth.enabled else None
         self.verifier: TokenVerifier | None = None
@@ -159,6 +168,18 @@ class AccessPolicy:
             from aggregator.fronts.authorization.tokens import TokenVerifier  # only with [auth]: joserfc is heavy
 
             self.verifier = TokenVerifier.shared(self.auth, profiles or {})
+
+    def note_refusal(self, logger: logging.Logger, denial: Denial, message: str, *args: object) -> None:
+        """Log a refused request (``message % args``, marked as a refusal): below WARNING as
+        it is; at WARNING the first of its kind (status and reason) on this front, then one
+        per ``REFUSAL_LOG_INTERVAL`` saying how many more there were."""
+        if denial.level < logging.WARNING:
+            logger.log(denial.level, message, *args, extra=REFUSAL)
+            return
+        summary = self._refusal_logs.get(logger.name)
+        if summary is None:
+            summary = self._refusal_logs[logger.name] = LogSummary(logger, denial.level, REFUSAL_LOG_INTERVAL)
+        summary.log((denial.status, denial.reason), message, *args, extra=REFUSAL)
 
     @property
     def requires_token(self) -> bool:

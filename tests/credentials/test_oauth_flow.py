@@ -199,3 +199,23 @@ async def test_a_grant_the_vault_cannot_keep_is_refused_to_that_user_alone(tmp_p
         credentials.vault._db.execute("PRAGMA query_only = 0")
         _, done = await _grant(credentials, config, BOB)
         assert done.status_code == 200 and "Access granted" in done.text
+
+
+async def test_junk_callbacks_are_one_warning_then_one_per_interval_with_a_count(tmp_path, auth_server, mcp, caplog):
+    config = make_config(tmp_path, {"docs": {"url": mcp.url, "auth": "oauth"}})
+    async with opened(config) as credentials, proxy_listener(config, credentials):
+        import httpx
+
+        now = [0.0]
+        assert credentials.callback is not None
+        credentials.callback.failures.clock = lambda: now[0]
+        with caplog.at_level(logging.WARNING, logger="aggregator.credentials.callback"):
+            async with httpx.AsyncClient() as browser:
+                for _ in range(2):
+                    for n in range(5):
+                        junk = await browser.get(f"http://{config.http.listen}/oauth/callback?code=x&state=junk{n}")
+                        assert junk.status_code == 400
+                    now[0] += 11
+    said = [r.getMessage() for r in caplog.records if r.name == "aggregator.credentials.callback"]
+    assert len(said) == 2, said
+    assert "oauth callback:" in said[0] and "4 more like it" in said[1]

@@ -84,3 +84,33 @@ async def test_each_refusal_is_logged_at_its_level_on_every_front(caplog, front,
         refusals = [r for r in caplog.records if "refused" in r.getMessage()]
         assert [r.levelno for r in refusals] == [level], [(r.levelname, r.getMessage()) for r in refusals]
         assert TOKEN not in caplog.text and WORK_TOKEN not in caplog.text
+
+
+@pytest.mark.parametrize("front", ["http", "websocket"])
+async def test_a_flood_of_junk_tokens_is_one_warning_then_one_per_interval(caplog, front, monkeypatch):
+    from aggregator.fronts import access
+
+    now = [0.0]
+    monkeypatch.setattr(access.LogSummary, "__init__", _with_clock(access.LogSummary.__init__, lambda: now[0]))
+    caplog.set_level(logging.DEBUG, logger="aggregator")
+    junk = {"authorization": "Bearer junk-junk-junk-junk"}
+    refuse = refused_over_http if front == "http" else refused_over_websocket
+    async with running_fronts(auth_tokens=[TOKEN]) as fronts:
+        caplog.clear()
+        with trio.fail_after(20):
+            for _ in range(2):
+                for _ in range(6):
+                    assert await refuse(fronts, "/mcp", junk) == 401
+                assert await refuse(fronts, "/mcp", None) == 421  # another kind: logged at once
+                now[0] += access.REFUSAL_LOG_INTERVAL
+    refusals = [r.getMessage() for r in caplog.records if "refused" in r.getMessage()]
+    assert len(refusals) == 4, refusals
+    assert "5 more like it" in refusals[2] and "more like it" not in refusals[3], refusals
+
+
+def _with_clock(init, clock):
+    def patched(self, *args, **kwargs):
+        init(self, *args, **kwargs)
+        self.clock = clock
+
+    return patched

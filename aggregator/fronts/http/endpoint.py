@@ -71,7 +71,6 @@ from aggregator.fronts.http.streams import EventStreams
 from aggregator.fronts.port import ClientPort
 from aggregator.jsonrpc.codec import dumps
 from aggregator.jsonrpc.errors import INVALID_REQUEST, error_response
-from aggregator.telemetry.recent_errors import REFUSAL
 from aggregator.transports.http_server import HttpConnection, HttpLimits, Request, refuse_connection
 
 log = logging.getLogger(__name__)
@@ -205,7 +204,7 @@ class StreamableHttpEndpoint:
         # exist, is told to a request that fails them.
         denial = await check_access(self.access, request.headers, request.path)
         if denial is not None:
-            log.log(denial.level, "http: refused %s %s: %s", request.method, path[:100], denial.reason, extra=REFUSAL)
+            self.access.note_refusal(log, denial, "http: refused %s %s: %s", request.method, path[:100], denial.reason)
             body = dumps(error_response(None, INVALID_REQUEST, denial.reason))
             await connection.respond(denial.status, [JSON, *denial.headers], body)
             return

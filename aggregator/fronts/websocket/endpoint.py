@@ -50,7 +50,6 @@ from aggregator.fronts.port import ClientPort
 from aggregator.fronts.websocket.handshake import HandshakeTap, current_tap, handshake_headers, reject
 from aggregator.fronts.websocket.sink import WebSocketSink
 from aggregator.jsonrpc.codec import dumps
-from aggregator.telemetry.recent_errors import REFUSAL
 from aggregator.transports.http_server import refuse_connection
 
 log = logging.getLogger(__name__)
@@ -142,8 +141,8 @@ class WebSocketEndpoint:
                 denial = await check_access(self.access, headers, target)
                 if denial is None:
                     return True
-                log.log(
-                    denial.level, "websocket: refused a request for %s: %s", target[:100], denial.reason, extra=REFUSAL
+                self.access.note_refusal(
+                    log, denial, "websocket: refused a request for %s: %s", target[:100], denial.reason
                 )
                 status, reason, extra = denial.status, denial.reason, list(denial.headers)
             body = reason.encode()
