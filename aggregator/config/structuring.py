@@ -10,7 +10,7 @@ from __future__ import annotations
 import difflib
 import re
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any, Literal
+from typing import Any, Literal, get_args, get_origin
 
 import attrs
 import cattrs
@@ -157,7 +157,43 @@ def _make_converter() -> cattrs.Converter:
     converter.register_structure_hook(DiscoveryConfig, _discovery_of(converter))
     for cls in (ItemOverride, KindPolicy, RuleSet, UpstreamOAuthConfig, IssuerConfig):  # each before those that hold it
         converter.register_structure_hook(cls, _tables_only(converter.get_structure_hook(cls)))
+    converter.register_structure_hook_factory(_is_array_of_tables, lambda t: _array_of_tables(converter, t))
     return converter
+
+
+def _is_array_of_tables(kind: Any) -> bool:
+    """A key that holds an array of tables (``[[auth.issuers]]``): ``tuple[SomeConfig, ...]``."""
+    args = get_args(kind)
+    return get_origin(kind) is tuple and len(args) == 2 and args[1] is Ellipsis and attrs.has(args[0])
+
+
+def _array_of_tables(converter: cattrs.Converter, kind: Any) -> Callable[[object, type], tuple[Any, ...]]:
+    """Without this, a string there (``issuers = "https://..."``) is iterated, one error per
+    character, and a table (``issuers = {issuer = ...}``) by its keys: either is one error."""
+    item = get_args(kind)[0]
+
+    def structure(value: object, _: type) -> tuple[Any, ...]:
+        if not isinstance(value, list):
+            raise _NotAnArrayOfTables(value)
+        problems: list[str] = []
+        out = []
+        for index, each in enumerate(value):
+            try:
+                out.append(converter.structure(each, item))
+            except Exception as exc:  # noqa: BLE001 - every problem is reported
+                problems += _flatten(exc, f"[{index}]")
+        if problems:
+            raise _PathErrors(problems)
+        return tuple(out)
+
+    return structure
+
+
+class _NotAnArrayOfTables(TypeError):
+    """An array-of-tables key given something else; the message names the key (``_flatten``)."""
+
+    def __init__(self, value: object) -> None:
+        super().__init__(describe(value))
 
 
 def _discovery_of(converter: cattrs.Converter) -> Callable[[object, type], DiscoveryConfig]:
@@ -308,6 +344,8 @@ def _flatten(exc: BaseException, path: str) -> list[str]:
         return [f"{path}{problem}" for problem in exc.problems]
     if isinstance(exc, KeyError):
         return [f"{path}: required key is missing"]
+    if isinstance(exc, _NotAnArrayOfTables):
+        return [f"{path}: expected an array of tables ([[{path}]]), got {exc}"]
     return [f"{path}: {exc}"]
 
 

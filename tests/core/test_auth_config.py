@@ -58,6 +58,16 @@ def test_auth_problems_are_reported_by_key_path(auth, expected):
     assert any(expected in problem for problem in found), found
 
 
+@pytest.mark.parametrize(
+    ("issuers", "got"),
+    [("https://login.example.com/realm", "the string"), ({"issuer": "https://login.example.com/realm"}, "a table")],
+)
+def test_issuers_given_other_than_as_an_array_of_tables_is_one_problem(issuers, got):
+    found = problems({**GOOD, "issuers": issuers})
+    assert len(found) == 1, found
+    assert found[0].startswith("auth.issuers: expected an array of tables ([[auth.issuers]]), got " + got), found
+
+
 def test_profiles_chosen_by_a_token_need_auth():
     found = problems(None, {"admins": {"match": {"groups": ["x"]}, "scopes": ["y"]}})
     assert found == [
