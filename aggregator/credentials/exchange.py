@@ -7,7 +7,10 @@ it is sent to the configured authorization server and nowhere else. What comes b
 kept in memory per (principal, server) until it is about to expire, one exchange at a time
 per key; at most ``MAX_CACHED`` are kept (the oldest go first).
 
-An exchange that fails (the client refused, an HTTP error, an oversized answer, no answer
+An exchange has ``credentials.fetch_timeout`` or, when shorter, ``INIT_SHARE`` of the
+server's ``init_timeout``, so that a slow token endpoint ends the exchange with its own
+error (the caller hears why, reason ``unauthorized``) before the connection's handshake
+times out for want of it. An exchange that fails (the client refused, an HTTP error, an oversized answer, no answer
 in time) fails the call, which tells its user why; the log gets a warning naming the server
 and the reason (never a token), once per server per ``FAILURE_LOG_INTERVAL`` with a count.
 """
@@ -35,6 +38,7 @@ GRANT_TYPE = "urn:ietf:params:oauth:grant-type:token-exchange"
 ACCESS_TOKEN_TYPE = "urn:ietf:params:oauth:token-type:access_token"
 MAX_CACHED = 4096
 FAILURE_LOG_INTERVAL = 60.0  # seconds: at most one warning per server this often
+INIT_SHARE = 0.8  # of a server's init_timeout: the longest an exchange for it may take
 
 
 class TokenExchange:
@@ -62,7 +66,12 @@ class TokenExchange:
                 if cached is not None and cached.fresh(self.clock(), self.margin):
                     return cached.access_token
                 try:
-                    tokens = await self._exchange(subject_token, server)
+                    limit = min(self.fetcher.timeout, server.init_timeout * INIT_SHARE)
+                    with trio.move_on_after(limit) as deadline:
+                        tokens = await self._exchange(subject_token, server)
+                    if deadline.cancelled_caught:
+                        late = f"server {server.name!r}: token exchange: no whole answer within {limit:g}s"
+                        raise CredentialError(late)
                 except CredentialError as exc:  # the caller is told; the operator is told here
                     self.failures.log(server.name, "server %s: the token exchange failed: %s", server.name, exc)
                     raise

@@ -100,3 +100,24 @@ def test_an_error_description_is_cut_short_and_nothing_token_like_is_told():
     assert long.startswith(": word word") and len(long) == len(": ...") + MAX_DESCRIPTION
     assert described("a\x1b[31m", {}) == ""  # not printable: not told at all
     assert described(None, sent) == "" and described("", sent) == ""
+
+
+async def test_a_slow_token_endpoint_ends_the_exchange_before_the_servers_handshake_times_out(
+    tmp_path, auth_server, mcp
+):
+    import httpx
+    import trio
+
+    class Slow(httpx.AsyncBaseTransport):
+        async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+            await trio.sleep(30)
+            raise AssertionError("not reached")
+
+    servers = _servers(auth_server, mcp, issuer=None, token_endpoint=f"{auth_server.issuer}/token")
+    servers["docs"]["init_timeout"] = 1.0  # the credential fetch (10 s by default) would outlast it
+    config = make_config(tmp_path, servers)
+    async with opened(config, Slow()) as credentials:
+        started = trio.current_time()
+        with trio.fail_after(5), pytest.raises(CredentialError, match="token exchange: no whole answer within 0.8s"):
+            await credentials.authorization(ALICE, config.servers["docs"], "at-caller")
+        assert trio.current_time() - started < 1.0
