@@ -12,6 +12,7 @@ from typing import Any
 import attrs
 
 from aggregator.config.model import Config, DiscoveryConfig, ServerConfig
+from aggregator.config.upstream_auth import acts_as_users
 from aggregator.core.settings import Discovery, LinkSettings, RouterSettings
 
 
@@ -37,6 +38,8 @@ def link_settings(server: ServerConfig) -> LinkSettings:
         timeout_resets_on_progress=server.timeout_resets_on_progress,
         protocol=server.protocol,
         discover_timeout=server.discover_timeout,
+        per_user=acts_as_users(server),
+        init_timeout=server.init_timeout,
     )
 
 

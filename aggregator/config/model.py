@@ -117,7 +117,7 @@ class ServerConfig:
     # "shared": one connection for all clients; "per-session": each client session gets
     # its own (its own process, for stdio), started on first use, stopped with the session.
     isolation: Literal["shared", "per-session"] = "shared"
-    init_timeout: float = 10.0
+    init_timeout: float = defaults.INIT_TIMEOUT
     # Which protocol era to speak to it: "auto" finds out (``server/discover`` first, then
     # ``initialize``); a legacy revision pins ``initialize`` proposing it; a modern revision
     # pins the stateless protocol without falling back.

@@ -29,6 +29,18 @@ VAULT_KEY_VARIABLE = "AGGREGATOR_VAULT_KEY"
 DEFAULT_CALLBACK_PATH = "/oauth/callback"
 
 
+def acts_as_users(server: _Authenticated) -> bool:
+    """Whether ``server`` acts as each user (``auth`` is one of ``PER_USER``): the proxy
+    never connects to it without a user, so it has no shared connection, and each session's
+    own connection lists it for that session."""
+    return server.auth in PER_USER
+
+
+class _Authenticated(Protocol):
+    @property
+    def auth(self) -> str: ...
+
+
 @attrs.frozen(kw_only=True)
 class UpstreamOAuthConfig:
     """A server's OAuth client settings ([servers.NAME.oauth]), for ``auth = "oauth"`` and

@@ -18,6 +18,8 @@ MAX_REQUEST_TIMEOUT = 600.0
 # How long an upstream's ``server/discover`` probe waits before the server is taken for a
 # legacy one (``initialize`` follows on the same connection).
 DISCOVER_TIMEOUT = 5.0
+# How long a server has to finish its handshake and first listing.
+INIT_TIMEOUT = 10.0
 TIMEOUT_RESETS_ON_PROGRESS = True
 # Requests one client session may have in flight; more are refused (reason overloaded).
 MAX_IN_FLIGHT_PER_SESSION = 128

@@ -152,6 +152,7 @@ from aggregator.core.reverse.reverse_table import ReverseTable
 from aggregator.core.reverse.roots import ROOTS_HOLD_SECONDS, Roots
 from aggregator.core.settings import Discovery, LinkSettings, RouterSettings, ServerRequestPolicy
 from aggregator.core.upstreams.held_requests import HeldRequests
+from aggregator.core.upstreams.own_listings import OwnListings
 from aggregator.core.upstreams.upstream_control import UpstreamControl
 from aggregator.mcp.constants import TOOLS
 
@@ -209,7 +210,11 @@ class Router:
             for s in servers
         }
         self.per_session = {s.name for s in servers if s.isolation == "per-session"}
-        # Shared servers not listed (yet, or again): their state and what was seen of them.
+        # Servers acting as each user (per-session, never connected without a user), and how
+        # long a session's list waits for its own connection to one (``own_listings``).
+        self.per_user = {s.name: s.init_timeout for s in servers if s.per_user}
+        # Shared servers not listed (yet, or again): their state and what was seen of them
+        # (a per-session server's names are known by its prefix while it is in here).
         self.outages: dict[str, Outage] = {s.name: Outage(s.name) for s in servers}
         self.start_takes: dict[str, float] = {}  # server -> how long its last start took
         self.clients: dict[int, ClientState] = {}
@@ -282,12 +287,14 @@ class Router:
             events.ServerOversized: lambda e: servers.server_oversized(e.server, e.head, e.limit),
             events.ServerReady: lambda e: upstreams.server_ready(e.server, e.init_result),
             events.ServerItems: lambda e: upstreams.server_items(e.server, e.kind, e.items),
-            events.ServerListing: lambda e: upstreams.server_listing(e.server, e.listing),
+            events.ServerListing: lambda e: resend(upstreams.server_listing(e.server, e.listing)),
             events.ServerListed: lambda e: resend(upstreams.server_listed(e.server)),
             events.ServerStreams: quietly(lambda e: self._server_streams(e.server, e.streams)),
             events.ServerCongested: quietly(lambda e: self._server_congested(e.server, e.reason)),
             events.ServerOverloaded: lambda e: upstreams.server_overloaded(e.server, e.why),
-            events.ServerLost: lambda e: upstreams.server_lost(e.server, e.why),
+            events.ServerLost: lambda e: resend(
+                [*upstreams.server_lost(e.server, e.why), *self.own_listings.release(e.server, lost=True)]
+            ),
             events.ServerDown: lambda e: upstreams.server_down(e.server, e.reason, e.retry_in),
             events.LinkEnded: quietly(lambda e: self._link_ended(e.name)),
             events.OwnCallStarted: lambda e: self.control.own_call(e.server, e.method, e.params, e.caller),
@@ -295,8 +302,8 @@ class Router:
             events.StartupCompleted: quietly(lambda e: self._startup_completed()),
             events.DrainingStarted: quietly(lambda e: self._start_draining()),
             events.Abandoned: lambda e: self.inflight.abandon(e.why),
-            events.ServerRemoved: lambda e: reload.server_removed(e.server, e.why),
-            events.ServerRestarting: lambda e: reload.server_restarting(e.server, e.why),
+            events.ServerRemoved: lambda e: resend(reload.server_removed(e.server, e.why)),
+            events.ServerRestarting: lambda e: resend(reload.server_restarting(e.server, e.why)),
             events.ServerReplaced: quietly(lambda e: reload.server_replaced(e.server, e.why)),
             events.ServerAdded: quietly(lambda e: reload.server_added(e.server)),
             events.CatalogsRenewed: lambda e: reload.catalogs_renewed(e.servers, e.policies, e.catalog_hook),
@@ -315,6 +322,10 @@ class Router:
         # A request on its way upstream, or held for its per-session connection to start.
         self.forwarding = Forwarding(
             self.links, self.per_session, self.requests, self.server_requests, settings.max_in_flight
+        )
+        # Lists held for a session's own connections to servers acting as each user.
+        self.own_listings = OwnListings(
+            self.per_user, self.links, self.clients, self.requests, self.forwarding, settings.max_in_flight, clock
         )
         # Requests for a shared server that is out: held for it, or answered with its state.
         self.held_requests = HeldRequests(
@@ -356,6 +367,7 @@ class Router:
             per_session=self.per_session,
             targets=self.targets,
             forwarding=self.forwarding,
+            own_listings=self.own_listings,
             handshake=self.handshake,
             search=self.search,
             budgets=self.budgets,
@@ -381,6 +393,7 @@ class Router:
             self.input_bridge,
             self.modern,
             self.listens,
+            self.own_listings,
             self.clock,
         )
 
@@ -479,6 +492,7 @@ class Router:
             announcements=self.announcements,
             control=self.control,
             forwarding=self.forwarding,
+            own_listings=self.own_listings,
             inflight=self.inflight,
             tallies=self.tallies,
             held_requests=self.held_requests,
@@ -492,6 +506,7 @@ class Router:
             outages=self.outages,
             start_takes=self.start_takes,
             per_session=self.per_session,
+            per_user=self.per_user,
             catalogs=self.catalogs,
             views=self.views,
             subscriptions=self.subscriptions,
@@ -551,7 +566,7 @@ class Router:
         """Time out what is overdue and send the notices that are due; the proxy's own
         requests upstream last (what their lifecycles say, done)."""
         now = self.clock()
-        out = self.inflight.expire(now)
+        out = self.client_events.resend(self.inflight.expire(now))
         own = self.upstreams.expire_own(now)
         return out + self.client_events.resend(own) if own else out
 
@@ -581,6 +596,7 @@ class Router:
         """A per-session connection ended on its own (crashed, or could not start) before it
         was ready: forget it, so that its client's next request starts a fresh one."""
         link = self.links.get(name)
+        self.own_listings.ended(name)
         if link is not None and link.session is not None and not link.ready:
             del self.links[name]
 

@@ -113,6 +113,11 @@ class LinkSettings:
     # revision that pins it (``aggregator.mcp.versions``).
     protocol: str = "auto"
     discover_timeout: float = defaults.DISCOVER_TIMEOUT
+    # It acts as each user (``auth = "oauth"`` or ``"token-exchange"``): per-session, never
+    # connected without a user, so what a session sees of it comes from its own connection,
+    # which a list waits for at most ``init_timeout`` seconds (``core.upstreams.own_listings``).
+    per_user: bool = False
+    init_timeout: float = defaults.INIT_TIMEOUT
 
 
 @attrs.frozen(kw_only=True)

@@ -35,6 +35,7 @@ from aggregator.core.records.log_levels import LEVELS
 from aggregator.core.replies import answer
 from aggregator.core.requests.forwarding import Forwarding
 from aggregator.core.requests.tasks import TaskOwners, split_task_id
+from aggregator.core.upstreams.own_listings import OwnListings
 from aggregator.core.upstreams.upstream_control import Gather, UpstreamControl
 from aggregator.jsonrpc.codec import dumps
 from aggregator.jsonrpc.errors import INVALID_PARAMS, METHOD_NOT_FOUND, RemoteProtocolError
@@ -61,6 +62,7 @@ class ClientRequests:
         per_session: set[str],
         targets: Targets,
         forwarding: Forwarding,
+        own_listings: OwnListings,
         handshake: Handshake,
         search: Search,
         budgets: ResultBudgets,
@@ -77,6 +79,7 @@ class ClientRequests:
         self.per_session = per_session
         self.targets = targets  # what a request names
         self.forwarding = forwarding
+        self.own_listings = own_listings  # lists held for a session's own connections to start
         self.handshake = handshake  # initialize
         self.search = search  # search mode's tools and pages
         self.budgets = budgets  # the rest of a cut result, read back
@@ -132,6 +135,10 @@ class ClientRequests:
 
     def _list(self, client: ClientState, message: dict[str, Any]) -> list[Command]:
         kind = LIST_METHODS[message["method"]]
+        if self.own_listings.per_user:
+            held = self.own_listings.wait(client, message)
+            if held is not None:
+                return held
         params = message.get("params") or {}
         if kind == TOOLS and self.search.searching(client):
             if params.get("cursor") is not None:
@@ -146,6 +153,10 @@ class ClientRequests:
     def _call_by_name(self, client: ClientState, message: dict[str, Any]) -> list[Command]:
         params: Any = message.get("params")
         if type(params) is dict and message["method"] == "tools/call" and params.get("name") in SEARCH_TOOLS:
+            if self.own_listings.per_user:  # what it searches includes the servers acting as the user
+                held = self.own_listings.wait(client, message)
+                if held is not None:
+                    return held
             searched = self.search.call(client, message)
             if searched is not None:
                 return searched

@@ -25,6 +25,8 @@ from aggregator.core.records.links import UNSENT, Pending, UpstreamLink
 from aggregator.core.replies import cancelled, proxy_error
 from aggregator.core.requests.request_table import RequestTable
 from aggregator.core.reverse.roots import Roots
+from aggregator.core.upstreams.held_requests import Resend
+from aggregator.core.upstreams.own_listings import OwnListings
 from aggregator.core.upstreams.upstream_control import UpstreamControl
 from aggregator.jsonrpc.errors import INTERNAL_ERROR, error_response
 
@@ -47,6 +49,7 @@ class InFlight:
         input_bridge: InputBridge,
         modern: ModernCallers,
         listens: Listens,
+        own_listings: OwnListings,
         clock: Callable[[], float],
     ) -> None:
         self.links = links
@@ -60,6 +63,7 @@ class InFlight:
         self.input_bridge = input_bridge  # calls waiting for a legacy caller's input
         self.modern = modern  # modern callers' listens end at shutdown
         self.listens = listens
+        self.own_listings = own_listings  # a list held for a session's own connection: answered without it
         self.clock = clock
 
     def abandon(self, why: str) -> list[Command]:
@@ -120,10 +124,11 @@ class InFlight:
             deadline = held
         return deadline
 
-    def expire(self, now: float) -> list[Command]:
+    def expire(self, now: float) -> list[Command | Resend]:
         """Time out what is overdue, send notices that are due (the proxy's own requests
-        upstream aside)."""
-        out: list[Command] = []
+        upstream aside). A list held for a session's own connection comes back as a
+        ``Resend``, to be answered without it."""
+        out: list[Command | Resend] = []
         for pending in self.requests.deadlines.pop_due(now):  # a Pending, or a Parked call (``core.era.parked``)
             out += self._time_out(pending) if type(pending) is Pending else self.parked.expire(pending)
         if self.announcements.at is not None and now >= self.announcements.at:
@@ -132,8 +137,10 @@ class InFlight:
             out += self.roots.expire(now)
         return out
 
-    def _time_out(self, pending: Pending) -> list[Command]:
+    def _time_out(self, pending: Pending) -> list[Command] | list[Resend]:
         if pending.phase in UNSENT:
+            if self.own_listings.holds(pending):
+                return self.own_listings.timed_out(pending)
             return self._held_timed_out(pending)
         if awaits_input(pending):
             return self.input_bridge.timed_out(pending)

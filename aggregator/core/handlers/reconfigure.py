@@ -37,7 +37,7 @@ from aggregator.core.notices.subscriptions import Subscriptions
 from aggregator.core.records.links import UpstreamLink, configured_link
 from aggregator.core.requests.request_table import RequestTable
 from aggregator.core.settings import LinkSettings
-from aggregator.core.upstreams.held_requests import HeldRequests
+from aggregator.core.upstreams.held_requests import HeldRequests, Resend
 from aggregator.mcp.constants import KINDS
 
 
@@ -55,6 +55,7 @@ class Reconfigure:
         outages: dict[str, Outage],
         start_takes: dict[str, float],
         per_session: set[str],
+        per_user: dict[str, float],
         catalogs: dict[str, Catalog],
         views: SessionViews,
         subscriptions: Subscriptions,
@@ -67,6 +68,7 @@ class Reconfigure:
         self.outages = outages
         self.start_takes = start_takes
         self.per_session = per_session
+        self.per_user = per_user  # acting as each user: never out, no shared connection
         self.catalog = catalogs["default"]  # its naming names every server
         self.catalogs = catalogs
         self.views = views
@@ -76,7 +78,7 @@ class Reconfigure:
         self.held_requests = held_requests
         self.upstreams = upstreams
 
-    def server_removed(self, server: str, why: str) -> list[Command]:
+    def server_removed(self, server: str, why: str) -> list[Command | Resend]:
         """Forget a configured server (rule 1). The trio layer stops its shared connection."""
         out = self._stop_session_links(server, why)
         if server not in self.links:
@@ -91,32 +93,43 @@ class Reconfigure:
         self.requests.held.pop(server, None)
         self.start_takes.pop(server, None)
         self.per_session.discard(server)
+        self.per_user.pop(server, None)
         del self.links[server]
         return out
 
-    def server_restarting(self, server: str, why: str) -> list[Command]:
+    def server_restarting(self, server: str, why: str) -> list[Command | Resend]:
         """A server whose settings changed is stopped, to start again (rule 4). The trio
         layer stops its shared connection, then calls ``server_replaced``."""
         out = self._stop_session_links(server, why)
-        return out + self.upstreams.server_lost(server, why) if server in self.links else out
+        return [*out, *self.upstreams.server_lost(server, why)] if server in self.links else out
 
     def server_replaced(self, server: LinkSettings, why: str) -> None:
         """The old connection of a restarting server has ended: its link takes the new
         settings; requests held for it go on waiting for the new connection (rule 4)."""
         self.links[server.name] = self._link(server)
+        self._acts_as_users(server)
         outage = self.outages.setdefault(server.name, Outage(server.name))
         # As told when it was stopped: the old connection's own report of its end came after.
         outage.state, outage.reason, outage.retry_at = RESTARTING, why, None
+
+    def _acts_as_users(self, server: LinkSettings) -> None:
+        """Note whether ``server`` acts as each user (no shared connection)."""
+        if server.per_user:
+            self.per_user[server.name] = server.init_timeout
+        else:
+            self.per_user.pop(server.name, None)
 
     def _link(self, server: LinkSettings) -> UpstreamLink:
         naming = self.catalog.naming[server.name]
         return configured_link(server, naming.prefix, naming.uri_prefix)
 
-    def _stop_session_links(self, server: str, why: str) -> list[Command]:
-        """Stop the sessions' own connections to a per-session server."""
-        out: list[Command] = []
+    def _stop_session_links(self, server: str, why: str) -> list[Command | Resend]:
+        """Stop the sessions' own connections to a per-session server; the lists that
+        waited for them are handled again."""
+        out: list[Command | Resend] = []
         for name in [n for n, link in self.links.items() if link.session is not None and link.server == server]:
             out += self.upstreams.server_lost(name, why)
+            out += self.upstreams.own_listings.release(name, lost=True)
             self._forget_subscriptions(name)
             del self.links[name]
             out.append(StopUpstream(name))
@@ -131,6 +144,7 @@ class Reconfigure:
         """A configured server, new to the router (rule 2); the catalogs name it already
         (``catalogs_renewed`` first)."""
         self.links[server.name] = self._link(server)
+        self._acts_as_users(server)
         self.outages[server.name] = Outage(server.name)
         if server.isolation == "per-session":
             self.per_session.add(server.name)

@@ -37,6 +37,7 @@ from aggregator.core.requests.request_table import Tallies
 from aggregator.core.reverse.reverse_table import ReverseTable
 from aggregator.core.reverse.roots import Roots
 from aggregator.core.upstreams.held_requests import HeldRequests, Resend
+from aggregator.core.upstreams.own_listings import OwnListings, grant_listing, granted, is_grant_call
 from aggregator.core.upstreams.upstream_control import UpstreamControl
 from aggregator.jsonrpc.errors import INTERNAL_ERROR
 from aggregator.mcp.constants import CANCELLED
@@ -65,6 +66,7 @@ class UpstreamEvents:
         announcements: Announcements,
         control: UpstreamControl,
         forwarding: Forwarding,
+        own_listings: OwnListings,
         inflight: InFlight,
         tallies: Tallies,
         held_requests: HeldRequests,
@@ -83,6 +85,7 @@ class UpstreamEvents:
         self.announcements = announcements
         self.control = control  # the proxy's own requests to each upstream, and its lifecycles
         self.forwarding = forwarding
+        self.own_listings = own_listings  # lists held for sessions' own connections to list
         self.inflight = inflight  # requests failed at once when their server is lost
         self.tallies = tallies  # what ended how
         self.held_requests = held_requests
@@ -212,6 +215,9 @@ class UpstreamEvents:
             client = self.clients.get(key)
             if self.forwarding.still_waiting(client, message):
                 assert client is not None
+                if client.granting and is_grant_call(client, link.server, message, params):
+                    out.append(ToClient(key, granted(message["id"], link.server)))  # the grant was given
+                    continue
                 sent = self.forwarding.forward(client, message, link.server, params)
                 out += self.forwarding.sent_held(key, message["id"], sent)
                 if message["method"] == "resources/subscribe":
@@ -245,10 +251,11 @@ class UpstreamEvents:
                 out += self._views_see(catalog, server, kind, changed)
         return out
 
-    def server_listing(self, server: str, listing: dict[str, list[dict[str, Any]]]) -> list[Command]:
+    def server_listing(self, server: str, listing: dict[str, list[dict[str, Any]]]) -> Released:
         """Every kind a server lists, at once. For a session's own connection to a
         per-session server this is the moment its session switches from the shared listing
-        to its own: announced to that session for what it changed."""
+        to its own: announced to that session for what it changed; the lists it held
+        (``core.upstreams.own_listings``) are handled again."""
         link = self.links.get(server)
         if link is None or not link.ready:
             return []
@@ -257,9 +264,16 @@ class UpstreamEvents:
         client = self.clients.get(link.session)
         if client is None:
             return []
-        client.catalog, changed, made = self.views.listed(
-            client.key, self.catalogs[client.profile], link.server, listing
-        )
+        client.unlisted.discard(link.server)
+        client.granting.discard(link.server)
+        out: list[Command | Resend] = [*self._own_listing(client, link.server, listing)]
+        if self.own_listings.held:
+            out += self.own_listings.release(server)
+        return out
+
+    def _own_listing(self, client: ClientState, server: str, listing: dict[str, Any]) -> list[Command]:
+        """What ``client``'s session sees of per-session ``server`` is ``listing`` now."""
+        client.catalog, changed, made = self.views.listed(client.key, self.catalogs[client.profile], server, listing)
         if made:  # what its profile has due goes to it now by its own key
             self.announcements.inherit(client.profile, client.key)
         return self.announcements.announce(changed, client.key)
@@ -272,18 +286,31 @@ class UpstreamEvents:
             for command in self.announcements.announce(kinds, session)
         ]
 
-    def _own_link_lost(self, link: UpstreamLink) -> list[Command]:
+    def _own_link_lost(self, link: UpstreamLink, refusal: dict[str, Any] | None) -> list[Command]:
         """A session's own connection is gone: its held subscriptions were never made, and
-        the session sees the server's shared listing again (announced if that differs)."""
+        the session sees the server's shared listing again (announced if that differs).
+        For a server acting as each user, one that never listed is not waited for again by
+        the session's lists, and one whose user must grant access first leaves the session
+        its grant tool (``core.upstreams.own_listings``, rules 2 and 3)."""
         for key, message, params in link.waiting:
             if message["method"] == "resources/subscribe":
                 self.subscriptions.remove((link.name, params["uri"]), key)
         assert link.session is not None
-        changed, gone = self.views.lost(link.session, link.server)
         client = self.clients.get(link.session)
+        server = link.server
+        listed = client is not None and getattr(client.catalog, "owns", lambda _: False)(server)
+        changed, gone = self.views.lost(link.session, server)
         if gone and client is not None:
             client.catalog = self.catalogs[client.profile]
-        return self.announcements.announce(changed, link.session)
+        out = self.announcements.announce(changed, link.session)
+        if client is None or server not in self.own_listings.per_user:
+            return out
+        if not listed:
+            client.unlisted.add(server)
+        if refusal is not None:  # its user must grant access first: the grant tool in its place
+            client.granting.add(server)
+            return out + self._own_listing(client, server, grant_listing(server))
+        return out
 
     def server_overloaded(self, server: str, why: str) -> list[Command]:
         """The upstream reads nothing of its input: fail its requests in flight at once
@@ -317,9 +344,9 @@ class UpstreamEvents:
         link.ready = False
         link.overloaded = None
         self._probe_lost(link, why)
-        out: list[Command] = self._own_link_lost(link) if link.session is not None else []
-        waiting, link.waiting = link.waiting, []
         refusal, link.refusal = link.refusal, None
+        out: list[Command] = self._own_link_lost(link, refusal) if link.session is not None else []
+        waiting, link.waiting = link.waiting, []
         for key, message, params in waiting:
             if not self.forwarding.still_waiting(self.clients.get(key), message):
                 continue

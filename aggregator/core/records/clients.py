@@ -38,6 +38,11 @@ class ClientState:
     # What this client sees: its profile's catalog, or its own view once a per-session
     # server of its own has listed (``Router.views``).
     catalog: Any = None
+    # Servers acting as each user whose own connection for this client ended or took too
+    # long before it listed: its lists wait for them no more (``core.upstreams.own_listings``).
+    unlisted: set[str] = attrs.field(factory=set)
+    # Of those, the ``oauth`` ones whose user must grant access first: it sees their grant tool.
+    granting: set[str] = attrs.field(factory=set)
     # The announcement count when it was given the lists (its initialize answer): a
     # list_changed notice queued up to then is already in what it was given.
     announced_upto: int = 0

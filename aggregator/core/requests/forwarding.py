@@ -212,30 +212,9 @@ class Forwarding:
     ) -> list[Command]:
         """Keep a request for a per-session link that is not ready; start it if need be."""
         out: list[Command] = []
-        link = self.links.get(name)
-        if link is None:
-            base = self.links[server]
-            link = self.links[name] = UpstreamLink(
-                name,
-                base.prefix,
-                base.uri_prefix,
-                request_timeout=base.request_timeout,
-                max_request_timeout=base.max_request_timeout,
-                timeout_resets_on_progress=base.timeout_resets_on_progress,
-                server=server,
-                session=client.key,
-                protocol=base.protocol,
-                discover_timeout=base.discover_timeout,
-                learnt=base.learnt,
-            )
-            capabilities = {
-                k: v
-                for k, v in client.capabilities.items()
-                if k in SERVER_REQUEST_CAPABILITIES and k in self.server_requests
-            }
-            if "roots" in self.server_requests:  # its client's roots, else the proxy answers
-                capabilities["roots"] = {"listChanged": True}
-            out.append(StartUpstream(server, name, client.key, capabilities))
+        if name not in self.links:
+            out += self.open_link(client, server, name)
+        link = self.links[name]
         if len(link.waiting) >= self.max_in_flight:
             self.tallies.ended(message["method"], server, "error", "overloaded", None)
             return [
@@ -262,6 +241,32 @@ class Forwarding:
         if self.watch_held is not None:
             self.watch_held(key, id, commands)
         return commands
+
+    def open_link(self, client: ClientState, server: str, name: str) -> list[Command]:
+        """Make client ``client``'s own link ``name`` to per-session ``server`` and say to
+        start its connection."""
+        base = self.links[server]
+        self.links[name] = UpstreamLink(
+            name,
+            base.prefix,
+            base.uri_prefix,
+            request_timeout=base.request_timeout,
+            max_request_timeout=base.max_request_timeout,
+            timeout_resets_on_progress=base.timeout_resets_on_progress,
+            server=server,
+            session=client.key,
+            protocol=base.protocol,
+            discover_timeout=base.discover_timeout,
+            learnt=base.learnt,
+        )
+        capabilities = {
+            k: v
+            for k, v in client.capabilities.items()
+            if k in SERVER_REQUEST_CAPABILITIES and k in self.server_requests
+        }
+        if "roots" in self.server_requests:  # its client's roots, else the proxy answers
+            capabilities["roots"] = {"listChanged": True}
+        return [StartUpstream(server, name, client.key, capabilities)]
 
     def still_waiting(self, client: ClientState | None, message: dict[str, Any]) -> bool:
         """Take a request off its wait for a per-session connection to start: False if its
