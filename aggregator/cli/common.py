@@ -13,6 +13,7 @@ import trio
 
 from aggregator.cli.terminal import printable
 from aggregator.config import Config, load_config
+from aggregator.config.upstream_auth import acts_as_users
 from aggregator.core.catalogs.nesting import CHAIN_VARIABLE, NestingRefused, chain_value, enter, parse_chain
 from aggregator.errors import AggregatorError, ConfigError
 from aggregator.hub.hub import Hub
@@ -114,6 +115,12 @@ def status_lines(hub: Hub, *, only_down: bool = False) -> list[str]:
             reason, stderr = upstream.not_ready()
             lines.append(f"  {name:<20} {upstream.state:<8} {reason}")
             lines += [f"  {'':<20} [stderr] {line}" for line in stderr]
+    for name, config in hub.config.servers.items():
+        if config.enabled and acts_as_users(config) and not only_down:
+            lines.append(
+                f"  {name:<20} per user needs a user: connected per session, as each client's user"
+                f' (auth = "{config.auth}"); not connected without one'
+            )
     disabled = [] if only_down else [s for s, c in hub.config.servers.items() if not c.enabled]
     for name in disabled:
         lines.append(f"  {name:<20} disabled")

@@ -29,7 +29,13 @@ from aggregator.config.model import (
 from aggregator.config.paths import PATH_OPTION, beside
 from aggregator.config.ranges import check_ranges
 from aggregator.config.structuring import describe, structure_table, unknown_key, without_follow_ons
-from aggregator.config.upstream_auth import PER_USER, CredentialsConfig, check_credentials, check_upstream_auth
+from aggregator.config.upstream_auth import (
+    PER_USER,
+    CredentialsConfig,
+    acts_as_users,
+    check_credentials,
+    check_upstream_auth,
+)
 from aggregator.config.validation import (
     check_auth,
     check_cluster,
@@ -171,15 +177,18 @@ def _min_ready_problems(
 ) -> list[str]:
     """``proxy.min_ready`` cannot ask for more servers than are enabled: /readyz would never
     say ready. (A server whose table has a mistake counts as enabled: its mistake is told.)
+    A server acting as each user does not count: readiness never waits for it.
     ``running``: words saying the value is the running one (a reload checks against it)."""
     if min_ready is None or not isinstance(min_ready, int):
         return []
-    enabled = sum(1 for name in named if name not in servers or servers[name].enabled)
+    per_user = sum(1 for name in named if name in servers and servers[name].enabled and acts_as_users(servers[name]))
+    enabled = sum(1 for name in named if name not in servers or servers[name].enabled) - per_user
     if min_ready <= enabled:
         return []
     return [
         f"proxy.min_ready: {min_ready} servers must be ready{running}, but {enabled} enabled"
         f" {'server is' if enabled == 1 else 'servers are'} configured; /readyz would never say ready"
+        + (" (a server acting as each user is not waited for)" if per_user else "")
     ]
 
 

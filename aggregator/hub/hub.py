@@ -39,6 +39,7 @@ from aggregator.cluster.keys import KeyRing
 from aggregator.cluster.store import Store, open_store
 from aggregator.config import Config
 from aggregator.config.core_settings import discovery_settings, link_settings
+from aggregator.config.upstream_auth import acts_as_users
 from aggregator.core.catalogs.catalog import Catalog
 from aggregator.core.catalogs.policy import unmatched_rules
 from aggregator.core.commands import Command, RequestEnded
@@ -144,7 +145,9 @@ class Hub:
         self.router, self.catalog = make_router(
             config, self.plugins, single_client, self._server_request_allowed, self.keys
         )
-        self.upstreams = {server.name: UpstreamSession(self, server) for server in servers}
+        # A shared connection to each server, but none to one acting as each user: without a
+        # user it has nobody to act as (each session's own connection lists it for that session).
+        self.upstreams = {server.name: UpstreamSession(self, server) for server in servers if not acts_as_users(server)}
         # The network endpoints' shared caps (connections, sessions); none while draining.
         self.admission = Admission(
             config.http.max_connections, config.http.max_sessions, draining=lambda: self.router.draining
@@ -307,6 +310,8 @@ class Hub:
                 router.handle(ServerReplaced(link_settings(server), CHANGED))
             else:
                 router.handle(ServerAdded(link_settings(server)))
+            if acts_as_users(server):
+                continue
             upstream = UpstreamSession(self, server)
             self.upstreams[name] = upstream
             assert self._nursery is not None

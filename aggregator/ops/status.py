@@ -21,10 +21,15 @@ import time
 from typing import Any
 
 from aggregator import __version__
+from aggregator.config.upstream_auth import acts_as_users
 from aggregator.fronts.authorization import who
 from aggregator.hub.hub import Hub
 from aggregator.mcp.constants import KINDS
 from aggregator.ops.catalog_view import catalog_view
+
+# The state shown for a server acting as each user: it has no shared connection to be
+# ready or down, only each session's own.
+PER_USER_STATE = "per user"
 
 # The transport of a client session, by the class of the hub's sink for it.
 _TRANSPORTS = {
@@ -42,9 +47,15 @@ def health(hub: Hub) -> dict[str, Any]:
 
 def readiness(hub: Hub) -> tuple[bool, dict[str, Any]]:
     """Whether to send clients here, and why: at least ``proxy.min_ready`` enabled servers
-    (all, by default) are ready, startup is over and the proxy is not draining."""
-    servers = {}
+    (all, by default) are ready, startup is over and the proxy is not draining. A server
+    acting as each user is not waited for: it is connected per session, as a user, and
+    shown as "per user" with its sessions connected."""
+    servers: dict[str, dict[str, Any]] = {}
+    per_user: dict[str, dict[str, Any]] = {}
     for server in hub.config.enabled_servers:
+        if acts_as_users(server):
+            per_user[server.name] = {"state": PER_USER_STATE, "sessions": sessions_connected(hub, server.name)}
+            continue
         upstream = hub.upstreams.get(server.name)
         state = upstream.state if upstream is not None else "starting"
         servers[server.name] = {"state": state, "last_error": upstream.last_error if upstream is not None else None}
@@ -62,13 +73,20 @@ def readiness(hub: Hub) -> tuple[bool, dict[str, Any]]:
         "needed": needed,
         "configured": len(servers),
         "draining": draining,
-        "servers": servers,
+        "servers": {**servers, **per_user},
     }
     if hub.config.cluster.store is not None:
         body["store"] = store.as_json()
     if store_down:
         body["reason"] = f"the shared store {store.address} is down: {store.last_error or 'not connected yet'}"
     return ready, body
+
+
+def sessions_connected(hub: Hub, server: str) -> int:
+    """How many client sessions have their own connection to ``server`` serving now."""
+    return sum(
+        1 for u in list(hub.upstreams.values()) if u.per_session and u.config.name == server and u.state == "ready"
+    )
 
 
 def snapshot(hub: Hub) -> dict[str, Any]:
@@ -114,6 +132,17 @@ def _servers(hub: Hub, now: float) -> list[dict[str, Any]]:
     for name, config in sorted(hub.config.servers.items()):
         if not config.enabled:
             rows.append({"name": name, "state": "disabled", "transport": config.effective_transport})
+        elif acts_as_users(config):  # no shared connection: one per session, as its user
+            rows.append(
+                {
+                    "name": name,
+                    "state": PER_USER_STATE,
+                    "transport": config.effective_transport,
+                    "isolation": "per-session",
+                    "auth": config.auth,
+                    "sessions": sessions_connected(hub, name),
+                }
+            )
     return rows
 
 

@@ -112,8 +112,11 @@ function fill(id, rows, empty, columns) {
   for (const r of rows) body.appendChild(r);
 }
 function serverRow(s) {
-  const state = el("td", s.state, "state " + s.state);
+  const state = el("td", s.state, "state " + s.state.replace(" ", "-"));
   const detail = el("td");
+  if (s.sessions !== undefined) {
+    detail.appendChild(el("div", s.sessions + " session(s) connected, each as its own (auth = " + s.auth + ")", "dim"));
+  }
   if (s.last_error) detail.appendChild(el("div", s.last_error, s.state === "ready" ? "dim" : "bad"));
   if (s.stderr && s.stderr.length) detail.appendChild(el("pre", s.stderr.join("\\n")));
   const items = s.items ? Object.entries(s.items).filter(([, n]) => n)

@@ -555,3 +555,103 @@ def names() -> set[str]:
     """The names of the spans collected so far."""
     with Collector.lock:
         return {span.name for _, span in Collector.spans}
+
+
+def names_listed(session: Session, method: str = "tools/list", kind: str = "tools") -> list[str]:
+    answer = session.request(method)
+    assert "result" in answer, answer
+    return [item["name"] for item in answer["result"][kind]]
+
+
+def readyz(port: int, token: str) -> tuple[int, dict]:
+    status, _, body = post(port, None, {"authorization": f"Bearer {token}"}, path="/readyz", method="GET")
+    return status, json.loads(body)
+
+
+def test_a_new_session_lists_a_server_acting_as_its_user(tmp_path, authserver, protected):
+    """A server reached by token exchange answers 401 to anything without a user's token: the
+    proxy never connects to it anonymously. A new session's first tools/list waits for its own
+    connection and shows the server's tools; search mode finds them likewise; readiness does
+    not wait for such a server, and the status and check show it as per user."""
+    proxy_client = authserver.register(
+        grant_types=["authorization_code", EXCHANGE], redirect_uri="http://127.0.0.1:2/cb"
+    )
+    server = f'''
+[servers.docs]
+url = "{protected.url}"
+auth = "token-exchange"
+[servers.docs.oauth]
+issuer = "{authserver.issuer}"
+client_id = "{proxy_client.client_id}"
+client_secret = "{proxy_client.client_secret}"
+
+[proxy.discovery]
+mode = "auto"
+'''
+    alice_token, bob_token = token_of(authserver, "alice"), token_of(authserver, "bob")
+    config = config_for(tmp_path, authserver, server)
+    with http_proxy(config) as (port, log):
+        status, ready = readyz(port, alice_token)
+        assert status == 200, ready
+        assert ready["servers"]["docs"] == {"state": "per user", "sessions": 0}
+        alice = Session(port, alice_token)
+        assert names_listed(alice) == ["docs__whoami"]
+        # Search mode's find_tools, a new session's first request, finds it too.
+        found = Session(port, bob_token).request("tools/call", {"name": "find_tools", "arguments": {"query": "whoami"}})
+        assert [tool["name"] for tool in found["result"]["structuredContent"]["tools"]] == ["docs__whoami"]
+        assert claims_of(alice.whoami())["sub"] == "alice"
+        status, ready = readyz(port, alice_token)
+        assert status == 200 and ready["servers"]["docs"] == {"state": "per user", "sessions": 2}, ready
+        operator = {"authorization": f"Bearer {token_of(authserver, 'alice', 'mcp aggregator:admin')}"}
+        status, _, body = post(port, None, operator, path="/status.json", method="GET")
+        [row] = [row for row in json.loads(body)["servers"] if row["name"] == "docs"]
+        assert row["state"] == "per user" and row["sessions"] == 2, row
+        text = log.read_text()
+    # Never connected without a user: every request it got carried a token, and nothing was refused.
+    assert protected.seen and None not in protected.seen
+    assert "401" not in text and "WARNING" not in text, text
+    check = subprocess.run(
+        [sys.executable, "-m", "aggregator", "check", "--config", str(config)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+    )
+    assert check.returncode == 0, check.stdout + check.stderr
+    assert "per user" in check.stdout and "needs a user" in check.stdout and "down" not in check.stdout
+
+
+def test_a_session_is_shown_how_to_grant_a_server_acting_as_its_user(tmp_path, authserver, protected):
+    """``auth = "oauth"`` before the user's grant: the first tools/list shows the server's grant
+    tool, whose call asks for the grant; once given, the call says so, the session lists the
+    server's own tools, and a new session of the same user lists them at once."""
+    server = f"""
+[servers.docs]
+url = "{protected.url}"
+auth = "oauth"
+"""
+    alice_token, bob_token = token_of(authserver, "alice"), token_of(authserver, "bob")
+    with http_proxy(config_for(tmp_path, authserver, server)) as (port, log):
+        alice = Session(port, alice_token, {"elicitation": {"url": {}}})
+        assert names_listed(alice) == ["docs__grant_access"]
+        required = alice.request("tools/call", {"name": "docs__grant_access", "arguments": {}})["error"]
+        assert required["code"] == -32042
+        [elicitation] = required["data"]["elicitations"]
+        assert sign_in(elicitation["url"], "alice").status_code == 200
+        granted = alice.request("tools/call", {"name": "docs__grant_access", "arguments": {}})
+        assert "granted" in granted["result"]["content"][0]["text"], granted
+        assert names_listed(alice) == ["docs__whoami"]
+        assert names_listed(Session(port, alice_token)) == ["docs__whoami"]
+        # Bob has granted nothing: he sees the grant tool, never alice's listing or token.
+        bob = Session(port, bob_token)
+        assert names_listed(bob) == ["docs__grant_access"]
+        assert (
+            bob.request("tools/call", {"name": "docs__grant_access", "arguments": {}})["error"]["data"]["reason"]
+            == "unauthorized"
+        )
+        status, ready = readyz(port, alice_token)
+        assert status == 200, ready
+        text = log.read_text()
+    assert None not in protected.seen
+    for token in (alice_token, bob_token, *[(h or "")[7:] for h in protected.seen]):
+        assert not token or token not in text
