@@ -103,7 +103,8 @@ def status_text(data: dict[str, Any]) -> list[str]:
         era = f"{server['era']} {server['protocol']}" if server.get("era") else ""
         up = f"up {duration(server['uptime'])}" if server.get("uptime") is not None else ""
         restarts = f"{server['restarts']} restarts" if server.get("restarts") else ""
-        details = "  ".join(part for part in (up, restarts, era) if part)
+        sessions = f"{server['sessions']} sessions as their users" if server.get("sessions") is not None else ""
+        details = "  ".join(part for part in (up, restarts, era, sessions) if part)
         lines.append(f"  {server['name']:<20} {server['state']:<9} {details}".rstrip())
         if server.get("last_error"):
             lines.append(f"  {'':<20} {server['last_error']}")

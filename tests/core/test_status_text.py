@@ -24,6 +24,7 @@ STATUS = {
             "stderr": ["FATAL: API_KEY missing"],
         },
         {"name": "c", "state": "disabled", "transport": "stdio"},
+        {"name": "d", "state": "per user", "transport": "streamable-http", "auth": "oauth", "sessions": 2},
     ],
     "sessions": [{"transport": "websocket", "profile": "reader", "protocol": "2025-11-25", "in_flight": 2, "age": 7}],
     "errors": [],
@@ -44,6 +45,7 @@ def test_status_text_says_what_is_down_and_why():
     assert "  b                    down      3 restarts" in lines
     assert "the server exited with status 1" in text and "[stderr] FATAL: API_KEY missing" in text
     assert "  c                    disabled" in lines
+    assert "  d                    per user  2 sessions as their users" in lines
     assert "websocket" in text and "2 in flight" in text
     assert "PROFILE reader: 1 shown, 1 hidden" in lines
     assert "  a:add  hidden by profiles.reader.tools.deny 'add'" in lines
