@@ -11,12 +11,14 @@ from aggregator.core.catalogs.catalog import Catalog
 from aggregator.core.commands import StartUpstream
 from aggregator.core.events import (
     ClientConnected,
+    ClientDisconnected,
     ClientMessage,
     LinkEnded,
     ServerItems,
     ServerListing,
     ServerLost,
     ServerReady,
+    ServerRemoved,
     StartupCompleted,
     TimePassed,
 )
@@ -110,3 +112,19 @@ def test_a_user_who_must_grant_access_sees_the_grant_tool(router):
     assert ask(router, 1, 9, "tools/list") == []
     listed = router.handle(ServerListing("u@1", {"tools": [{"name": "whoami"}]}))
     assert tools_of(listed, 9) == ["a__time", "u__whoami"]
+
+
+def test_a_held_list_ends_with_its_session_or_its_server(router, clock):
+    session(router, 1)
+    ask(router, 1, 5, "tools/list")
+    out = router.handle(ClientDisconnected(1))
+    assert [type(c).__name__ for c in out] == ["StopUpstream"]
+    router.handle(LinkEnded("u@1"))
+    clock.now += 10
+    assert router.handle(TimePassed()) == []
+    # A reload that stops the server answers a list waiting for it, without it.
+    session(router, 2)
+    ask(router, 2, 6, "tools/list")
+    out = router.handle(ServerRemoved("u", "it was removed from the configuration"))
+    assert tools_of(out, 6) == ["a__time"]
+    assert not router.clients[2].in_flight

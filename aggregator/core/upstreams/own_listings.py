@@ -160,8 +160,10 @@ class OwnListings:
         return out
 
     def ended(self, name: str) -> None:
-        """The connection of own link ``name`` has ended (the link is forgotten, or kept ready)."""
+        """The connection of own link ``name`` has ended (the link is forgotten, or kept ready).
+        A list still held for it (its session left, or a reload stopped it) keeps its deadline."""
         self.lost.discard(name)
+        self.held.pop(name, None)
 
     def holds(self, pending: Pending) -> bool:
         """Whether ``pending`` is a list held here."""
