@@ -111,9 +111,8 @@ class OwnListings:
         (the commands to); None: nothing to wait for, answer it now."""
         if not acts_for_user(client.principal) or len(client.in_flight) >= self.max_in_flight:
             return None
-        out: list[Command] = []
-        first: tuple[str, str] | None = None
         owns = getattr(client.catalog, "owns", None)
+        waited: list[tuple[str, str]] = []  # (server, its own link's name)
         for server in self.per_user:
             if server not in self.links:
                 continue
@@ -125,16 +124,15 @@ class OwnListings:
                     continue
             elif server in client.unlisted or (owns is not None and owns(server)):
                 continue
+            waited.append((server, name))
+        if not waited or len(self.held.get(waited[0][1], ())) >= self.max_in_flight:
+            return None
+        out: list[Command] = []
+        for server, name in waited:
             if name not in self.links:
                 out += self.forwarding.open_link(client, server, name)
-            if first is None:
-                first = (server, name)
-        if first is None:
-            return None
-        server, name = first
+        server, name = waited[0]
         held = self.held.setdefault(name, [])
-        if len(held) >= self.max_in_flight:
-            return out or None
         now = self.clock()
         pending = Pending(client.key, message["id"], message["method"], server, 0)
         pending.hold(Phase.LISTING, message)
