@@ -23,6 +23,7 @@ from aggregator.config.model import (
     PluginConfig,
     ProfileConfig,
     ProxyConfig,
+    RegistryConfig,
     RuleSet,
     ServerConfig,
 )
@@ -87,7 +88,18 @@ def structure_config(
     if environ is None:
         environ = os.environ
     problems: list[str] = []
-    sections = ("proxy", "http", "auth", "policy", "profiles", "plugins", "servers", "credentials", "cluster")
+    sections = (
+        "proxy",
+        "http",
+        "auth",
+        "policy",
+        "profiles",
+        "plugins",
+        "servers",
+        "credentials",
+        "cluster",
+        "registry",
+    )
     unknown = sorted(set(raw) - set(sections))
     problems.extend(unknown_key("", key, sections) for key in unknown)
     data, interpolated = interpolate_sections(raw, sections, environ, problems)
@@ -118,6 +130,7 @@ def structure_config(
     tables.checked("cluster", check_cluster(cluster))
     if directory is not None and read_files:
         credentials = attrs.evolve(credentials, vault=beside(directory, credentials.vault) or credentials.vault)
+    registry = tables.section("registry", RegistryConfig)
     # With a broken separator, the keys are still checked, against one no key holds.
     separator_broken = any(problem.startswith("proxy.separator") for problem in problems)
     problems.extend(validate_server_naming(list(servers.values()), "\0" if separator_broken else proxy.separator))
@@ -136,6 +149,7 @@ def structure_config(
         servers=servers,
         credentials=credentials,
         cluster=cluster,
+        registry=registry,
         directory=str(directory) if directory is not None else None,
     )
 

@@ -345,6 +345,15 @@ class PluginConfig:
 
 
 @attrs.frozen(kw_only=True)
+class RegistryConfig:
+    """Where ``aggregator search`` and ``aggregator add`` look for servers: an MCP registry's
+    base URL (https, or http on a loopback address), a ``file://`` URL or a directory of
+    server.json files. None: the official registry. The serving proxy never reads it."""
+
+    url: str | None = None
+
+
+@attrs.frozen(kw_only=True)
 class Config:
     proxy: ProxyConfig = attrs.field(factory=ProxyConfig)
     http: HttpConfig = attrs.field(factory=HttpConfig)
@@ -355,6 +364,7 @@ class Config:
     servers: Mapping[str, ServerConfig] = attrs.field(factory=dict)
     credentials: CredentialsConfig = attrs.field(factory=CredentialsConfig)  # users' tokens for servers
     cluster: ClusterConfig = attrs.field(factory=ClusterConfig)  # replicas: keys, the shared store
+    registry: RegistryConfig = attrs.field(factory=RegistryConfig)  # for search and add only
     directory: str | None = None  # where the config file is (relative paths are resolved there)
 
     @property

@@ -8,6 +8,7 @@ The floors, lowest first (a package may import the packages of every floor below
     1  mcp                 protocol facts
     2  core                the sans-IO router (core -> mcp -> jsonrpc only, checked on its own too)
     3  config, transports  the config model (with secret masking); byte-level queues and HTTP
+       registry            servers from an MCP registry: entries checked, tables written as text
     4  telemetry           the instruments: metrics, tracing, traffic log, recent errors
        credentials         users' own credentials for servers: vault, token exchange, OAuth client
        cluster             what replicas share: the key ring, sealed session ids, the store
@@ -190,6 +191,7 @@ FLOORS = {
     "core": 2,
     "config": 3,
     "transports": 3,
+    "registry": 3,
     "telemetry": 4,
     "credentials": 4,
     "cluster": 4,
