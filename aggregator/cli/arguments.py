@@ -31,6 +31,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_status(sub)
     _add_reload(sub)
     _add_auth(sub)
+    _add_search(sub)
+    _add_add(sub)
     return parser
 
 
@@ -254,6 +256,62 @@ def _add_auth(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     revoke.set_defaults(command="auth", run=run_auth_revoke)
 
 
+def _with_registry(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--registry",
+        metavar="URL",
+        default=None,
+        help="an MCP registry's base URL (https; http only on 127.0.0.1), a file:// URL or a directory of"
+        " server.json files (default: [registry] url from the config, else the official registry)",
+    )
+
+
+def _add_search(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    search = _command(
+        sub,
+        "search",
+        help="find servers in an MCP registry",
+        description="List the servers a registry matches: name, latest version, status, how each runs,"
+        " description. Exit 1 when none matches.",
+    )
+    search.add_argument("query", metavar="QUERY", nargs="?", default="", help="what to look for (default: list all)")
+    _with_config(search)
+    _with_registry(search)
+    search.add_argument("--limit", type=int, default=30, metavar="N", help="list at most N servers (default: 30)")
+    search.add_argument(
+        "--updated-since",
+        metavar="TIME",
+        default=None,
+        help="only servers updated since TIME (RFC 3339, 2026-01-31T00:00:00Z); for polling a registry",
+    )
+    search.set_defaults(command="search", run=run_search)
+
+
+def _add_add(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    add = _command(
+        sub,
+        "add",
+        help="add a server from an MCP registry to the config",
+        description="Resolve NAME in a registry and append its [servers.KEY] table to the config file"
+        " (the rest of the file is kept as it is): the package runner at the pinned version, its arguments,"
+        " its environment variables as ${VAR}. The file is checked as serve would load it, and put back if"
+        " it does not load.",
+    )
+    add.add_argument("name", metavar="NAME", help="the server's registry name (io.github.owner/server)")
+    add.add_argument("--version", default=None, metavar="V", help="this version (default: the latest)")
+    add.add_argument(
+        "--as",
+        dest="key",
+        default=None,
+        metavar="KEY",
+        help="the server's key in the config (default: from its name, io.github.x/server-memory -> memory)",
+    )
+    add.add_argument("--replace", action="store_true", help="replace the [servers.KEY] table if there is one")
+    _with_config(add)
+    _with_registry(add)
+    add.set_defaults(command="add", run=run_add)
+
+
 # The vault's commands import sqlite and cryptography when they run, not with every command.
 def run_auth_list(args: argparse.Namespace) -> int:
     from aggregator.cli.auth import run_auth_list as run
@@ -263,6 +321,19 @@ def run_auth_list(args: argparse.Namespace) -> int:
 
 def run_auth_revoke(args: argparse.Namespace) -> int:
     from aggregator.cli.auth import run_auth_revoke as run
+
+    return run(args)
+
+
+# search and add speak HTTP (httpx) and check with the plugin layer: imported when they run.
+def run_search(args: argparse.Namespace) -> int:
+    from aggregator.cli.registry import run_search as run
+
+    return run(args)
+
+
+def run_add(args: argparse.Namespace) -> int:
+    from aggregator.cli.registry import run_add as run
 
     return run(args)
 
