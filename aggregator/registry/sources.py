@@ -82,7 +82,9 @@ def open_registry(spec: str, *, relative_to: Path | None = None, limits: Limits 
             if not host:
                 raise RegistryError(f"registry {shown(spec)}: a URL without a host")
             return HttpRegistry(spec.rstrip("/"), limits)
-        raise RegistryError(f"registry {shown(spec)}: a registry is asked over https (http only on 127.0.0.1)")
+        raise RegistryError(
+            f"registry {shown(spec)}: a registry is asked over https (plain http only on a loopback address)"
+        )
     path = Path(spec)
     if not path.is_absolute() and relative_to is not None:
         path = relative_to / path

@@ -1,0 +1,86 @@
+"""A table added to a config file's text: every byte already there is kept (comments,
+spacing, line endings, a missing final newline); a key that is there is an error unless
+replaced, and a replacement takes out that table only."""
+
+from __future__ import annotations
+
+import tomllib
+
+import pytest
+
+from aggregator.registry.config_text import with_table
+from aggregator.registry.identifiers import RegistryError
+
+TABLE = '# from an MCP registry: io.example/x 1.0.0 (R)\n# d\n[servers.x]\ncommand = "npx"\n'
+
+
+@pytest.mark.parametrize(
+    "before",
+    [
+        "",
+        "# only a comment",
+        "[proxy]\nseparator = '__'   # odd  spacing kept\n",
+        '[servers.a]\ncommand = "a"\n\n\n',
+        "[proxy]\r\npage_size = 10\r\n",
+        '[servers.a]\ncommand = "a"  # no final newline',
+    ],
+)
+def test_the_text_before_is_kept_byte_for_byte(before):
+    after = with_table(before, "x", TABLE, replace=False, source="c.toml")
+    assert after.startswith(before)
+    added = after[len(before) :]
+    assert added.lstrip("\r\n") == TABLE.replace("\n", "\r\n" if "\r\n" in before else "\n")
+    assert tomllib.loads(after)["servers"]["x"] == {"command": "npx"}
+    if before:
+        assert "\n\n" in after[len(before.rstrip("\r\n")) :].replace("\r", "")  # one blank line between
+
+
+def test_a_key_that_is_there_is_an_error():
+    with pytest.raises(RegistryError, match=r"c.toml already has servers.x; choose another key \(--as NAME\)"):
+        with_table('[servers.x]\ncommand = "old"\n', "x", TABLE, replace=False, source="c.toml")
+
+
+def test_replace_takes_out_that_table_and_its_sub_tables_only():
+    before = (
+        "# head\n"
+        "[proxy]\n"
+        "page_size = 10\n"
+        "\n"
+        "# from an MCP registry: io.example/x 0.9.0 (R)\n"
+        "# d\n"
+        "[servers.x]\n"
+        'command = "old"\n'
+        "# env.OPTIONAL = ...\n"
+        "\n"
+        "[servers.x.tools]\n"
+        'deny = ["drop"]\n'
+        "\n"
+        "# the y server\n"
+        "[servers.y]\n"
+        'command = "y"\n'
+    )
+    after = with_table(before, "x", TABLE, replace=True, source="c.toml")
+    assert after == ('# head\n[proxy]\npage_size = 10\n\n# the y server\n[servers.y]\ncommand = "y"\n\n' + TABLE)
+
+
+def test_replace_finds_a_quoted_key():
+    before = '[servers."x"]\ncommand = "old"\n[servers.z]\ncommand = "z"\n'
+    after = with_table(before, "x", TABLE, replace=True, source="c.toml")
+    assert tomllib.loads(after)["servers"] == {"z": {"command": "z"}, "x": {"command": "npx"}}
+
+
+@pytest.mark.parametrize(
+    "before",
+    [
+        '[servers]\nx = { command = "old" }\n',
+        'servers.x.command = "old"\n',
+    ],
+)
+def test_a_key_written_another_way_is_left_to_the_user(before):
+    with pytest.raises(RegistryError, match=r"servers.x in c.toml is not written as a \[servers.x\] table"):
+        with_table(before, "x", TABLE, replace=True, source="c.toml")
+
+
+def test_text_that_is_not_toml_is_not_written_to():
+    with pytest.raises(RegistryError, match="c.toml is not valid TOML"):
+        with_table("[servers\n", "x", TABLE, replace=False, source="c.toml")
