@@ -1,10 +1,10 @@
-"""The command line (``aggregator serve | tools | check | approve | import``).
+"""The command line (``aggregator serve | tools | check | approve | import | search | add | ...``).
 
 ``main`` is the entry point (``aggregator.cli:main``, and ``python -m aggregator``).
 The work is split by job: ``main`` turns a command's outcome into an exit code,
 ``arguments`` builds the parser, ``common`` loads a command's config and starts the hub
 for one look, and one module per command (``serve``, ``catalog``, ``check``, ``approve``,
-``convert``).
+``convert``, ``registry`` for ``search`` and ``add``).
 
 Floor 9, the top (tests/core/test_layering.py): it may import every package, and none
 imports it.

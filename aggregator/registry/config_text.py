@@ -6,7 +6,7 @@ module's tables start with), leaving the comments that belong to the next table.
 A key that is written another way (an inline table, dotted keys under ``[servers]``) is
 not rewritten: the user is told to edit it by hand.
 
-Pure: text in, text out; imports only ``identifiers`` beside it.
+Pure: text in, text out; imports ``identifiers`` and ``tables`` beside it.
 """
 
 from __future__ import annotations
