@@ -52,7 +52,7 @@ OCI_REFERENCE = re.compile(
     rf"(?::(?P<tag>{OCI_TAG.pattern}))?(?:@(?P<digest>sha256:[a-f0-9]{{64}}))?"
 )
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-HEADER_NAME = re.compile(r"[A-Za-z0-9!#$%&'*+.^_`|~-]+")  # an RFC 9110 token
+HEADER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*")  # RFC 9110 allows more; no header in use needs it
 # A named argument's flag: -x, --long-name, --opt.name (no value glued on: that is its value).
 FLAG = re.compile(r"--?[A-Za-z0-9][A-Za-z0-9._-]*")
 # What a shell treats specially, anywhere in a word (quotes, expansion, redirection, globs,

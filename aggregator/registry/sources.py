@@ -81,7 +81,7 @@ def open_registry(spec: str, *, relative_to: Path | None = None, limits: Limits 
         if scheme == "https" or (scheme == "http" and is_loopback(host)):
             if not host:
                 raise RegistryError(f"registry {shown(spec)}: a URL without a host")
-            return HttpRegistry(spec.rstrip("/"), limits)
+            return HttpRegistry(spec.rstrip("/"), limits, local=is_loopback(host))
         raise RegistryError(
             f"registry {shown(spec)}: a registry is asked over https (plain http only on a loopback address)"
         )
@@ -95,10 +95,11 @@ def open_registry(spec: str, *, relative_to: Path | None = None, limits: Limits 
 
 
 class HttpRegistry:
-    def __init__(self, base: str, limits: Limits) -> None:
+    def __init__(self, base: str, limits: Limits, *, local: bool = False) -> None:
         self.base = base
         self.label = base
         self.limits = limits
+        self.local = local  # on this machine: asked directly, never through $HTTPS_PROXY
 
     def search(self, query: str, limit: int, updated_since: str | None = None) -> Found:
         entries: list[ServerEntry] = []
@@ -153,7 +154,7 @@ class HttpRegistry:
         body = bytearray()
         try:
             with (
-                httpx.Client(timeout=limits.deadline, follow_redirects=False, trust_env=True) as client,
+                httpx.Client(timeout=limits.deadline, follow_redirects=False, trust_env=not self.local) as client,
                 client.stream("GET", url, headers={"Accept": "application/json"}) as answer,
             ):
                 if answer.status_code == 404 and missing is not None:
@@ -239,10 +240,13 @@ class DirectoryRegistry:
         skipped: list[str] = []
         for file in self._files():
             try:
-                if file.stat().st_size > self.limits.max_bytes:
+                if not file.is_file():  # a device, a pipe, a dangling link
+                    raise RegistryError("not a regular file")
+                with file.open("rb") as opened:
+                    data = opened.read(self.limits.max_bytes + 1)
+                if len(data) > self.limits.max_bytes:
                     raise RegistryError(f"larger than {self.limits.max_bytes} bytes")
-                data = loads(file.read_bytes(), max_depth=self.limits.max_depth)
-                entries.append(read_entry(data))
+                entries.append(read_entry(loads(data, max_depth=self.limits.max_depth)))
             except (RegistryError, ValueError, OSError) as exc:
                 skipped.append(f"{file}: {exc}")
         return entries, skipped

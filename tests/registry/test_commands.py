@@ -120,6 +120,14 @@ def test_a_table_the_loader_refuses_is_rolled_back(registry, config):
     assert [p.name for p in config.parent.iterdir()] == ["aggregator.toml"]  # no temporary file left
 
 
+def test_add_writes_nothing_to_a_config_that_does_not_load(registry, tmp_path):
+    config = tmp_path / "aggregator.toml"
+    config.write_bytes(b"[proxy]\nbogus = 1\n")
+    done = aggregator("add", MEMORY, "--registry", registry.url, "--config", str(config))
+    assert done.returncode == 2 and "proxy.bogus: unknown key" in done.stderr
+    assert config.read_bytes() == b"[proxy]\nbogus = 1\n"
+
+
 def test_add_creates_a_config_that_is_not_there(registry, tmp_path):
     done = aggregator("add", MEMORY, "--registry", registry.url, cwd=tmp_path)
     assert done.returncode == 0, done.stderr

@@ -161,8 +161,14 @@ def test_a_directory_skips_what_it_cannot_read(tmp_path):
     (tmp_path / "good.json").write_text((HERE / "servers" / "time.json").read_text())
     (tmp_path / "bad.json").write_text("{")
     (tmp_path / "deep.json").write_text("[" * 100 + "]" * 100)
-    found = open_registry(str(tmp_path)).search("", 10)
+    (tmp_path / "zero.json").symlink_to("/dev/zero")
+    (tmp_path / "big.json").write_text(" " * 5000 + "{}")
+    found = DirectoryRegistry(tmp_path, Limits(max_bytes=4096)).search("", 10)
     assert [e.name for e in found.entries] == ["io.github.modelcontextprotocol/server-time"]
-    assert len(found.skipped) == 2
+    bad, big, deep, zero = found.skipped  # in the order of their names
+    assert bad.startswith(f"{tmp_path / 'bad.json'}: ")
+    assert big == f"{tmp_path / 'big.json'}: larger than 4096 bytes"
+    assert deep == f"{tmp_path / 'deep.json'}: nested deeper than 32 levels"
+    assert zero == f"{tmp_path / 'zero.json'}: not a regular file"
     with pytest.raises(RegistryError, match="not a directory"):
         open_registry(str(tmp_path / "missing")).search("", 10)
