@@ -315,8 +315,9 @@ async def _reload_on_sighup(hub: Hub, running: trio.Event | None = None) -> None
 async def _cancel_on_signals(
     scope: trio.CancelScope, hub: Hub | None = None, stopped_by: list[signal.Signals] | None = None
 ) -> None:
-    """SIGTERM or SIGINT: finish what is in flight (up to proxy.drain_timeout, taking
-    nothing new), then stop everything. A second signal stops at once. The first signal is
+    """SIGTERM or SIGINT: drain (``Hub.drain``: not ready, no new session or stateless
+    request, the sessions open served until nothing is in flight, up to
+    proxy.drain_timeout), then stop everything. A second signal stops at once. The first signal is
     appended to ``stopped_by`` (SIGINT, Ctrl-C, makes the exit status 130). (SIGHUP
     reloads the config: ``_reload_on_sighup``.)"""
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:

@@ -106,4 +106,5 @@ class ClientPort(Protocol):
 
     @property
     def draining(self) -> bool:
-        """Shutting down: no new session, no new request."""
+        """Shutting down: no new session, no new stateless request (the sessions open are
+        served until the drain ends)."""

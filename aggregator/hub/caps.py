@@ -3,8 +3,9 @@
 One ``Admission`` per hub, shared by the Streamable HTTP, legacy SSE and WebSocket
 endpoints, so each cap is one number however a client arrives (a cap counted per
 transport would let in three times as many). While the hub drains for shutdown no new
-session is admitted; connections are, so that clients can still reach the sessions they
-have. stdio clients are not counted: there is one, and it started the process.
+session is admitted (503 with Retry-After, for a balancer to try another replica);
+connections are, so that clients can still reach the sessions they have. stdio clients
+are not counted: there is one, and it started the process.
 
 Every admission that succeeds must be released exactly once on every exit path; the
 counters never go below zero, so a double release shows up as a warning, not as a cap
@@ -27,6 +28,9 @@ from typing import NamedTuple
 
 log = logging.getLogger("aggregator.fronts.admission")
 WARN_EVERY = 10.0  # seconds
+# Retry-After (seconds) of what a draining proxy refuses: a balancer's other replicas take it
+# at once; a lone proxy is back (restarted) or gone by then.
+DRAINING_RETRY_AFTER = 1
 
 
 class Refusal(NamedTuple):
@@ -34,7 +38,7 @@ class Refusal(NamedTuple):
 
     message: str
     reason: str  # "overloaded" (full) or "unavailable" (shutting down): data.reason of the error
-    retry_after: int | None  # seconds, for a Retry-After header; None: do not come back here
+    retry_after: int | None  # seconds, for a Retry-After header; None: none sent
 
 
 class Admission:
@@ -69,7 +73,9 @@ class Admission:
         """Count a new session in, or say why not (nothing counted then)."""
         if self._draining():
             self._note_refusal("session", "shutting down")
-            return Refusal("The aggregator is shutting down and accepts no new sessions", "unavailable", None)
+            return Refusal(
+                "The aggregator is shutting down and accepts no new sessions", "unavailable", DRAINING_RETRY_AFTER
+            )
         if self.sessions >= self.max_sessions:
             self._note_refusal("session", f"{self.sessions} open, the limit (http.max_sessions)")
             return Refusal(f"Too many sessions (limit {self.max_sessions}); try again later", "overloaded", 5)

@@ -148,9 +148,12 @@ class Hub:
         # A shared connection to each server, but none to one acting as each user: without a
         # user it has nobody to act as (each session's own connection lists it for that session).
         self.upstreams = {server.name: UpstreamSession(self, server) for server in servers if not acts_as_users(server)}
+        # Shutting down (``drain``): no new session, no new stateless request, not ready;
+        # the sessions already open are served until the drain ends.
+        self._draining = False
         # The network endpoints' shared caps (connections, sessions); none while draining.
         self.admission = Admission(
-            config.http.max_connections, config.http.max_sessions, draining=lambda: self.router.draining
+            config.http.max_connections, config.http.max_sessions, draining=lambda: self.draining
         )
         self._initial = set(self.upstreams)
         # Where each client session's messages go: an Outbox for a stream transport, an
@@ -264,7 +267,7 @@ class Hub:
         """Read ``config_path`` again and apply what changed, clients staying connected; one
         reload at a time (see ``hub.reload``). ``keep_servers`` (``serve --watch``'s): a file
         with no servers is not applied over a running config that has some."""
-        refused = cannot_reload(self.config_path, self._nursery is not None, self.router.draining)
+        refused = cannot_reload(self.config_path, self._nursery is not None, self.draining)
         if refused is not None or self.config_path is None:
             return refused or ReloadResult(False)
         async with self._reloading:
@@ -436,19 +439,32 @@ class Hub:
             self._all_settled.set()
 
     async def drain(self, seconds: float) -> None:
-        """Shut down gently: let the requests in flight finish (up to ``seconds``) while
-        refusing new ones; then answer what is left, and give the clients a second to read it."""
+        """Shut down gently, in two steps. Draining (at once): ``/readyz`` answers 503, no new
+        session and no new stateless request is admitted (503 with Retry-After: a balancer
+        sends them to another replica), and the sessions already open are served as before,
+        so that what they have in flight, and what they send meanwhile, is answered. Closing
+        (once nothing is in flight, at the latest after ``seconds``): the router takes
+        nothing new, what is left is answered with an error, and the clients get a second to
+        read it."""
         router = self.router
-        router.handle(DrainingStarted())
-        waiting = router.in_flight()
-        if waiting:
-            log.info("shutting down: waiting up to %.0fs for %d request(s) in flight", seconds, waiting)
+        self._draining = True
+        log.info(
+            "draining: not ready, refusing new sessions and stateless requests;"
+            " %d session(s) served until %d request(s) in flight finish (up to %.0fs)",
+            len(self.sessions()),
+            router.in_flight(),
+            seconds,
+        )
+        started = time.monotonic()
         with trio.move_on_after(seconds):
             while router.in_flight():  # noqa: ASYNC110 - the router has no event to wait on
                 await trio.sleep(0.05)
+        router.handle(DrainingStarted())  # from here nothing new is taken
         left = router.in_flight()
         if left:
             log.warning("shutting down: %d request(s) still in flight after %.0fs; they fail now", left, seconds)
+        else:
+            log.info("drained in %.1fs: nothing in flight; stopping", time.monotonic() - started)
         # Also what was held for a server between restarts (or a session's own connection
         # still starting): never sent, it is answered now rather than left to the close.
         self.dispatch_now(router.handle(Abandoned("the aggregator is shutting down")))
@@ -568,8 +584,8 @@ class Hub:
 
     @property
     def draining(self) -> bool:
-        """Shutting down: no new session, no new request."""
-        return self.router.draining
+        """Shutting down (``drain``): no new session, no new stateless request, not ready."""
+        return self._draining or self.router.draining
 
     def use_credentials(self, credentials: UserCredentials) -> None:
         """Users' own credentials for servers, opened by ``serve``: each session's own

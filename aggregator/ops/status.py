@@ -63,12 +63,12 @@ def readiness(hub: Hub) -> tuple[bool, dict[str, Any]]:
     needed = hub.config.proxy.min_ready
     if needed is None:
         needed = len(servers)
-    draining = hub.router.draining
+    draining = hub.draining
     store = hub.store.status()
     store_down = hub.config.cluster.store is not None and not store.up
     ready = ready_count >= needed and not draining and hub.startup_done.is_set() and not store_down
     body: dict[str, Any] = {
-        "status": "ready" if ready else "not ready",
+        "status": "draining" if draining else ("ready" if ready else "not ready"),
         "ready": ready_count,
         "needed": needed,
         "configured": len(servers),
@@ -99,7 +99,7 @@ def snapshot(hub: Hub) -> dict[str, Any]:
         "uptime": round(now - hub.started_at, 3),
         "ready": ready,
         "readiness": {key: value for key, value in readyz.items() if key != "servers"},
-        "draining": hub.router.draining,
+        "draining": hub.draining,
         "servers": _servers(hub, now),
         "store": hub.store.status().as_json(),
         "sessions": _sessions(hub, now),

@@ -204,6 +204,11 @@ class HttpConnection:
             if buffered > self.limits.max_body + self.limits.max_header:
                 await trio.sleep_forever()  # enough pipelined input held; stop reading
 
+    def last_request(self) -> None:
+        """Close the connection once the request being answered is (its response says
+        ``connection: close``): a balancer then stops reusing it."""
+        self._keep_alive = False
+
     def next_cycle(self) -> bool:
         """Prepare for the next request on this connection; False if it cannot be reused."""
         if self.closed or self._phase != _ANSWERED or not self._keep_alive:

@@ -95,7 +95,7 @@ async def test_readiness_while_draining_and_the_sessions_listed():
         fronts.hub.router.handle(DrainingStarted())
         response = await ask(fronts.http_port, "GET", "/readyz")
         body = json.loads(response.body)
-        assert response.status == 503 and body["draining"] is True and body["status"] == "not ready"
+        assert response.status == 503 and body["draining"] is True and body["status"] == "draining"
         assert (await ask(fronts.http_port, "GET", "/healthz")).status == 200  # it still serves
 
 

@@ -536,7 +536,7 @@ async def test_nothing_new_is_admitted_while_draining():
         with trio.fail_after(5):
             await fronts.hub.drain(1.0)
         response = await fronts.request("POST", body=INIT)
-        assert response.status == 503 and "retry-after" not in response.headers
+        assert response.status == 503 and response.headers["retry-after"] == "1"
         error = json.loads(response.body)["error"]
         assert "shutting down" in error["message"] and error["data"]["reason"] == "unavailable"
         response = await fronts.request("GET", "/sse", headers=fronts.headers(accept="text/event-stream"))
@@ -545,9 +545,57 @@ async def test_nothing_new_is_admitted_while_draining():
             async with fronts.websocket():
                 pass
         assert rejected.value.status_code == 503
+        assert dict(rejected.value.headers or [])[b"retry-after"] == b"1"
         assert fronts.hub.admission.sessions == 1
         # The session already open is still served.
         assert await fronts.ping(session) == {"jsonrpc": "2.0", "id": 2, "result": {}}
+
+
+async def test_while_draining_the_sessions_open_are_served_and_nothing_new_is_let_in():
+    async with running_fronts() as fronts:
+        session = await fronts.initialize()
+        with_session = fronts.headers(mcp_session_id=session)
+        hang = await fronts.connect()
+        await hang.send_all(request_bytes("POST", "/mcp", with_session, json.dumps(call(11, "a__hang")).encode()))
+        server = fronts.upstreams.latest("a")
+        await wait_until(lambda: any(m.get("method") == "tools/call" for m in server.seen))
+        hub = fronts.hub
+        async with trio.open_nursery() as nursery:
+            drained = trio.Event()
+
+            async def drain() -> None:
+                await hub.drain(2.0)
+                drained.set()
+
+            nursery.start_soon(drain)
+            await wait_until(lambda: hub.draining)
+            # Not ready, at once, and saying why.
+            ready = await fronts.request("GET", "/readyz")
+            assert ready.status == 503 and json.loads(ready.body)["status"] == "draining"
+            # A new session and a new stateless request are sent elsewhere.
+            refused = await fronts.request("POST", body=INIT)
+            assert refused.status == 503 and refused.headers["retry-after"] == "1"
+            stateless = call(3, "a__echo", meta={"io.modelcontextprotocol/protocolVersion": "2026-07-28"})
+            modern = fronts.headers(mcp_protocol_version="2026-07-28", mcp_method="tools/call", mcp_name="a__echo")
+            refused = await fronts.request("POST", headers=modern, body=stateless)
+            assert refused.status == 503 and refused.headers["retry-after"] == "1"
+            assert json.loads(refused.body)["error"]["data"]["reason"] == "unavailable"
+            # The session open is served, a new call of its too; each response closes its
+            # connection, so that a balancer's pool moves on.
+            served = await fronts.request("POST", headers=with_session, body=call(12, "a__echo", {"x": 1}))
+            assert served.status == 200 and served.headers["connection"] == "close"
+            assert "result" in json.loads(served.body), served
+            assert not drained.is_set()
+            # At the deadline the call still in flight gets an error, and the drain ends.
+            with trio.fail_after(5):
+                answer = await read_response_async(hang, ResponseReader())
+                await drained.wait()
+            error = json.loads(answer.body)["error"]
+            assert error["data"]["reason"] == "unavailable", error
+            # Closed: nothing new is taken, not even from a session open.
+            late = json.loads((await fronts.request("POST", headers=with_session, body=call(13, "a__echo"))).body)
+            assert late["error"]["message"] == "The aggregator is shutting down"
+        await hang.aclose()
 
 
 # --- DELETE with calls in flight -------------------------------------------------------------

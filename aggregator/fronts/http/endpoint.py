@@ -22,6 +22,8 @@ Origin against an allowlist (403), then the bearer token if tokens are configure
 checked with its issuer when it is an OAuth access token (``[auth]``: 401 with a challenge
 naming the metadata, 403 for a missing scope).
 Open connections are capped together with the WebSocket front's (``hub.admission``).
+While the hub drains for shutdown every response closes its connection, so that a
+balancer's pooled connections move to the other replicas.
 Tokens, cookies and Authorization headers are never logged. A header this endpoint reads
 that holds something it cannot have sent or accept (an event id that is not two ASCII
 numbers, a session id outside visible ASCII) is a 400, never an exception.
@@ -190,6 +192,8 @@ class StreamableHttpEndpoint:
 
     async def _handle(self, connection: HttpConnection, request: Request) -> None:
         path = request.path.partition("?")[0]
+        if self.hub.draining:  # a balancer's pooled connections move to the other replicas
+            connection.last_request()
         if path in self.metadata_paths:
             await self._metadata(connection, request)
             return

@@ -15,8 +15,8 @@ it. A ``subscriptions/listen`` stream stays open as long as its client keeps it.
 
 No session is opened or counted. Concurrent stateless requests are capped overall
 (``http.max_stateless_requests``) and per token (``http.max_stateless_per_principal``);
-past a cap, or while the aggregator shuts down, a request gets 503 (with Retry-After when
-it may come back).
+past a cap, or while the aggregator shuts down, a request gets 503 with Retry-After (a
+balancer sends a refused one to another replica).
 
 ``StatelessRequests`` owns the count of stateless requests in flight (overall and per
 token), the clients kept between requests and the ``x-mcp-header`` parameters read off
@@ -41,7 +41,7 @@ from aggregator.fronts.http.answers import refuse_session, reject
 from aggregator.fronts.http.headers import ParamHeaders, answer_status, check_headers, check_version
 from aggregator.fronts.http.queue import JSON, KEEPALIVE, MessageQueue, QuickWaits, until_client_leaves
 from aggregator.fronts.port import ClientPort
-from aggregator.hub.caps import Refusal
+from aggregator.hub.caps import DRAINING_RETRY_AFTER, Refusal
 from aggregator.jsonrpc.codec import dumps
 from aggregator.jsonrpc.errors import INVALID_REQUEST
 from aggregator.jsonrpc.kinds import REQUEST
@@ -293,7 +293,9 @@ class StatelessRequests:
         """Count a stateless request in, or say why not (nothing counted then)."""
         http = self.config
         if self.hub.draining:
-            return Refusal("The aggregator is shutting down and accepts no new requests", "unavailable", None)
+            return Refusal(
+                "The aggregator is shutting down and accepts no new requests", "unavailable", DRAINING_RETRY_AFTER
+            )
         if self.in_flight >= http.max_stateless_requests:
             log.warning("http: refused a stateless request: %d in flight, the limit", self.in_flight)
             return Refusal(
