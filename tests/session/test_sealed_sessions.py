@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 
+from aggregator.core.events import DrainingStarted
 from tests.loopback import INIT
 from tests.session.fronts import Fronts, running_fronts
 
@@ -90,3 +91,13 @@ async def test_a_session_deleted_here_is_not_adopted_again_here():
         assert deleted.status == 200
         assert (await post(b, session, CALL)).status == 404
         assert b.hub.admission.sessions == 0
+
+
+async def test_a_draining_replica_sends_a_session_it_does_not_know_elsewhere():
+    async with running_fronts(cluster={"keys": [ONE]}) as a, running_fronts(cluster={"keys": [ONE]}) as b:
+        session = await a.initialize()
+        b.hub.router.handle(DrainingStarted())
+        response = await post(b, session, CALL)
+        assert response.status == 503 and response.headers["retry-after"] == "1", response
+        assert b.http.sessions.by_id == {} and b.hub.admission.sessions == 0
+        assert (await post(a, session, CALL)).status == 200  # still served where it is known

@@ -261,9 +261,10 @@ class SessionTable:
         if session is None and not _is_session_id(session_id, MAX_ID if sealed else 128):
             return Lookup(None, 400, "Bad request: Mcp-Session-Id must be 1 to 128 visible ASCII characters")
         if session is None and sealed and session_id not in self.ended:
-            session, status, reason = self._adopt(request, session_id)
-            if session is None:
-                return Lookup(None, status, reason)
+            adopted = self._adopt(request, session_id)
+            if adopted.session is None:
+                return adopted
+            session = adopted.session
         if session is None or session.closed:
             return Lookup(None, 404, NOT_FOUND)
         named = self.access.named_profile(request.path)
@@ -300,19 +301,21 @@ class SessionTable:
         log.info("http session %d: refused a request: %s", session.key, reason)
         return Lookup(None, status, reason, headers)
 
-    def _adopt(self, request: Request, session_id: str) -> tuple[HttpSession | None, int, str]:
+    def _adopt(self, request: Request, session_id: str) -> Lookup:
         """A session this table does not know, whose id is sealed: taken over if it opens
         under the keys and is bound to the request's principal (and to the profile its
-        path names); else not found."""
+        path names); else not found. Past the session cap, or while draining, it is not
+        taken over: 503 with Retry-After (a balancer's other replicas take it)."""
         assert self.sealer is not None
         state = self.sealer.unseal(session_id)
         principal = self.access.principal(request.headers)
         named = self.access.named_profile(request.path)
         if state is None or state.principal != binding(principal) or (named and named != state.profile):
-            return None, 404, NOT_FOUND
+            return Lookup(None, 404, NOT_FOUND)
         refusal = self.admission.admit_session()
         if refusal is not None:
-            return None, 503, refusal.message
+            retry = () if refusal.retry_after is None else (("retry-after", str(refusal.retry_after)),)
+            return Lookup(None, 503, refusal.message, retry)
         session = HttpSession(self, session_id, principal)
         session.profile = state.profile
         session.named = named or ""  # (a sealed id does not say the path it was opened on)
@@ -329,10 +332,10 @@ class SessionTable:
         except ValueError:
             self.admission.release_session()
             log.warning("http: a sealed session id names profile %r, which this proxy does not have", state.profile)
-            return None, 404, NOT_FOUND
+            return Lookup(None, 404, NOT_FOUND)
         self.add(session)
         log.info("http session %d: adopted (its sealed id was issued by a replica with the same keys)", session.key)
-        return session, 200, ""
+        return Lookup(session)
 
     async def decode(self, connection: HttpConnection, request: Request) -> tuple[int, dict[str, Any]] | None:
         """The body's one JSON-RPC message, or None after answering 400 with the error."""
