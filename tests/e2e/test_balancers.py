@@ -41,10 +41,10 @@ def parent_of(pid: int) -> int:
         return 0
 
 
-def load(url: str, calls: int, kill: Replica | None = None, seconds: float = 60.0) -> dict:
-    """Run the SDK client against ``url``; SIGKILL ``kill`` once ``KILL_AFTER`` calls ended.
-    The client's tally, with when the kill came (``killed_at``: calls ended by then)."""
-    argv = [sys.executable, str(CLIENT), url, "2026-07-28", str(calls), str(CONCURRENCY), str(seconds)]
+def load(url: str, calls: int, kill: Replica | None = None, mode: str = "2026-07-28", seconds: float = 60.0) -> dict:
+    """Run the SDK client against ``url`` in ``mode``; SIGKILL ``kill`` once ``KILL_AFTER``
+    calls ended. The client's tally, with when the kill came (``killed_at``: calls ended by then)."""
+    argv = [sys.executable, str(CLIENT), url, mode, str(calls), str(CONCURRENCY), str(seconds)]
     client = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=ROOT, text=True)
     killed_at = None
     tally = None
@@ -76,14 +76,17 @@ def load(url: str, calls: int, kill: Replica | None = None, seconds: float = 60.
 
 def config(tmp_path: Path) -> Path:
     # One fake stdio server per replica (each its own child): its pid names the replica.
-    return write_config(tmp_path, fake("a"), startup_timeout=20.0, drain_timeout=5.0)
+    # The same keys on every replica: a session opened on one is served by any.
+    keys = f'[cluster]\nkeys = ["{"k" * 40}"]\n'
+    return write_config(tmp_path, fake("a") + keys, startup_timeout=20.0, drain_timeout=5.0)
 
 
+@pytest.mark.parametrize("mode", ["2026-07-28", "legacy"])
 @pytest.mark.parametrize("balancer", ["nginx", "haproxy"])
-def test_a_replica_killed_under_load_costs_at_most_its_calls_in_flight(tmp_path, balancer):
+def test_a_replica_killed_under_load_costs_at_most_its_calls_in_flight(tmp_path, balancer, mode):
     with balanced(balancer, config(tmp_path), tmp_path) as (url, backends):
-        tally = load(url, CALLS, kill=backends[1])
-        report = f"{balancer}: {tally}"
+        tally = load(url, CALLS, kill=backends[1], mode=mode)
+        report = f"{balancer}, {mode}: {tally}"
         print(report)
         errors = sum(tally["errors"].values())
         # Every call is accounted for: none was left unanswered, none silently lost.
