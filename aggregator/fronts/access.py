@@ -20,7 +20,10 @@ a profile's ``tokens``), whose principal is the token's index, and, with ``[auth
 access tokens checked by the ``TokenVerifier`` (``fronts.authorization``), whose principal
 is a ``Principal``. Checking an access token may fetch its issuer's keys, so the check on
 every front is ``await check(...)``; it leaves the token's principal cached, where the
-later, synchronous steps of the same request (``principal``, the profile) read it. With
+later, synchronous steps of the same request (``principal``, the profile) read it (known to
+them a few seconds after the check however briefly its check is trusted: with
+``introspection_cache_seconds = 0`` the token is asked about on every request, and each
+request goes on with the answer it got). With
 ``[auth]``, a token in the URL's query (``access_token=``) is refused outright, and every
 401 or 403 carries the challenge that points clients at the metadata (RFC 9728).
 
@@ -117,8 +120,8 @@ def choose_profile(access: AccessPolicy, headers: Mapping[str, str], named: str)
     """The principal a request's token names and the profile its session gets: the one the
     path names (``named``, "" for none), if the token (when tokens are used) gives it (else
     403), or the token's own. An access token gives every profile whose rules its claims
-    match. Runs after ``check_access``; a token not known good by then (its cached check
-    expired meanwhile) is a 401, never the default profile."""
+    match. Runs after ``check_access``; a token not known good by then (its check neither
+    trusted still nor recent: ``tokens.REQUEST_SECONDS``) is a 401, never the default profile."""
     principal = access.principal(headers)
     if principal is None and access.requires_token:
         return Denial(*access.unauthenticated())
@@ -281,7 +284,8 @@ class AccessPolicy:
 
     def principal(self, headers: Mapping[str, str]) -> int | Principal | None:
         """Who the request's bearer token names: the index of the configured token it is, the
-        principal of an access token ``check`` accepted (and has not expired since), or None
+        principal of an access token ``check`` accepted (trusted still, or checked for this
+        request), or None
         (also when no tokens are used)."""
         if not self.requires_token:
             return None

@@ -368,3 +368,43 @@ async def test_a_session_serves_only_tokens_that_still_give_its_profile_on_its_o
         assert served.status == 200, served
         refused = await fronts.request("POST", headers=bearer(fronts, former, mcp_session_id=session), body=PING)
         assert refused.status == 403 and 'error="insufficient_scope"' in challenge_of(refused), refused
+
+
+async def test_an_introspected_token_asked_every_time_gets_in_on_every_front_and_is_asked_each_request(server):
+    # introspection_cache_seconds = 0: the answer is trusted for no time at all, yet the
+    # request it was asked for goes on with it (its profile, its session); the next asks again.
+    server.opaque["opaque-alice"] = {"active": True, "sub": "alice", "aud": RESOURCE, "scope": "mcp"}
+    async with running_fronts(auth=introspected(server, introspection_cache_seconds=0)) as fronts:
+        headers = bearer(fronts, "opaque-alice")
+        response = await fronts.request("POST", headers=headers, body=INIT)
+        assert response.status == 200, response
+        session = response.headers["mcp-session-id"]
+        asked = server.count("/introspect")
+        response = await fronts.request(
+            "POST", headers=bearer(fronts, "opaque-alice", mcp_session_id=session), body=PING
+        )
+        assert response.status == 200, response
+        assert server.count("/introspect") == asked + 1  # asked again for the next request
+        modern = fronts.headers(mcp_protocol_version="2026-07-28", mcp_method="tools/list")
+        response = await fronts.request(
+            "POST", headers={**modern, "authorization": "Bearer opaque-alice"}, body=TOOLS_LIST
+        )
+        assert response.status == 200, response
+        stream = await fronts.connect()
+        response = await fronts.send(
+            stream, "GET", "/sse", headers=bearer(fronts, "opaque-alice", accept="text/event-stream")
+        )
+        assert response.status == 200, response
+        await stream.aclose()
+        with trio.fail_after(10):
+            async with trio_websocket.open_websocket_url(
+                f"ws://127.0.0.1:{fronts.ws_port}/mcp", extra_headers=[("authorization", "Bearer opaque-alice")]
+            ) as socket:
+                await socket.send_message(json.dumps({"jsonrpc": "2.0", "id": 1, "method": "ping"}))
+                assert json.loads(await socket.get_message()) == {"jsonrpc": "2.0", "id": 1, "result": {}}
+        # Revoked: the next request asks, and is refused.
+        server.opaque["opaque-alice"] = {"active": False}
+        response = await fronts.request(
+            "POST", headers=bearer(fronts, "opaque-alice", mcp_session_id=session), body=PING
+        )
+        assert response.status == 401, response

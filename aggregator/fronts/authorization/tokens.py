@@ -15,7 +15,11 @@ this resource, and not expired.
 A signature check costs CPU on the one trio thread and introspection a round trip, so a
 good token's principal is cached by the token's SHA-256 until the token expires (an
 introspection answer at most ``auth.introspection_cache_seconds``), up to ``MAX_CACHED``
-tokens. A refused JWT is not cached: its refusal is cheap unless its key id is unknown,
+tokens. However short that is (``introspection_cache_seconds = 0``: asked every time), a
+token checked for a request stays known for that request's later, synchronous steps (its
+principal, its profile, the token a server trades) for ``REQUEST_SECONDS`` after its
+check: ``cached`` reads that floor, while ``verify`` asks again once the trust is gone, so
+the next request is checked anew. A refused JWT is not cached: its refusal is cheap unless its key id is unknown,
 and fetching for those is rate-limited by the keys themselves. An opaque token every
 issuer says is not active is remembered as such, by its hash, for ``REFUSED_SECONDS`` (at
 most ``auth.introspection_cache_seconds``), up to ``MAX_CACHED``; the same token asked
@@ -54,6 +58,9 @@ MAX_TOKEN = 8 * 1024  # characters; a longer token is refused unread
 MAX_INTROSPECTIONS = 16  # introspection requests in flight at once (more wait their turn)
 MAX_INTROSPECTIONS_PER_ISSUER = 4  # ... and at one issuer
 REFUSED_SECONDS = 10.0  # how long an opaque token found not active is refused unasked
+# A token checked for a request is known this long to that request's later steps (``cached``),
+# however briefly its check may be trusted: the steps follow the check with no I/O between.
+REQUEST_SECONDS = 5.0
 MIN_RECHECK_SECONDS = 1.0  # a held introspected token is asked about no more often than this
 # A JWT's ``typ`` (RFC 9068 section 2.1, RFC 8725 section 3.11), the "application/" prefix
 # and case set aside: absent, or one of these; any other explicit type is another token's.
@@ -92,7 +99,8 @@ class TokenVerifier:
         self.keys = {issuer.issuer: IssuerKeys(issuer, auth, clock) for issuer in auth.issuers}
         self.introspecting = [issuer for issuer in auth.issuers if issuer.introspection_endpoint]
         self.required = frozenset(auth.required_scopes)
-        self._cache: dict[bytes, tuple[Principal, float]] = {}  # sha256(token) -> (principal, trusted until)
+        # sha256(token) -> (principal, trusted until, known to the request that checked it until)
+        self._cache: dict[bytes, tuple[Principal, float, float]] = {}
         # A flood of made-up opaque tokens costs each its introspection: never many at once.
         self._introspections = trio.Semaphore(MAX_INTROSPECTIONS)
         self._per_issuer = {issuer.issuer: trio.Semaphore(MAX_INTROSPECTIONS_PER_ISSUER) for issuer in auth.issuers}
@@ -116,20 +124,30 @@ class TokenVerifier:
     # --- the fronts' questions ------------------------------------------------------------
 
     def cached(self, token: str) -> Principal | None:
-        """The principal of a token checked before and not expired since, or None."""
+        """The principal of a token checked before and trusted still, or checked for the
+        request at hand (``REQUEST_SECONDS`` ago at most), or None."""
         found = self._cache.get(token_key(token))
+        if found is None or self.wall() >= max(found[1], found[2]):
+            return None
+        return found[0]
+
+    def _trusted(self, key: bytes) -> Principal | None:
+        """The principal of a token whose check is trusted still (not merely known to the
+        request that checked it): what spares ``verify`` asking again."""
+        found = self._cache.get(key)
         if found is None or self.wall() >= found[1]:
             return None
         return found[0]
 
     async def verify(self, token: str) -> Principal | Rejection:
         """Whose this token is, or why it is refused; checks the required scopes."""
-        principal = self.cached(token)
+        principal = self._trusted(token_key(token))
         if principal is None:
             if len(token) > MAX_TOKEN:
                 return _invalid("the token is too long")
             checked = await (self._jwt(token) if token.count(".") == 2 else self._opaque(token))
             if isinstance(checked, Rejection):
+                self._cache.pop(token_key(token), None)  # known no more, not even to a request
                 return checked
             principal, until = checked
             self._remember(token_key(token), principal, until)
@@ -318,12 +336,12 @@ class TokenVerifier:
         cache = self._cache
         if len(cache) >= MAX_CACHED:
             now = self.wall()
-            for old in [old for old, (_, ends) in cache.items() if ends <= now]:
+            for old in [old for old, (_, trusted, known) in cache.items() if max(trusted, known) <= now]:
                 del cache[old]
             if len(cache) >= MAX_CACHED:  # still full: the oldest half goes
                 for old in list(cache)[: MAX_CACHED // 2]:
                     del cache[old]
-        cache[key] = (principal, until)
+        cache[key] = (principal, until, self.wall() + REQUEST_SECONDS)
 
 
 _NOT_ACTIVE = _invalid("the token is not active")  # (the one object: remembered when this is the answer)
