@@ -189,7 +189,10 @@ class UserCredentials:
             return CredentialError(f"server {server.name!r} refused the exchanged token")
         if self.vault is None or self.flows is None:
             return CredentialError(f"server {server.name!r} refused the credential")
-        await self.vault.forget(principal, server.name)
+        if self.tokens is not None:
+            await self.tokens.forget(principal, server.name)  # (a refreshed grant not stored yet too)
+        else:
+            await self.vault.forget(principal, server.name)
         try:
             return await self.flows.begin(principal, server, challenge)
         except CredentialError as exc:

@@ -328,14 +328,53 @@ async def test_a_full_disk_fails_that_one_write_and_the_vault_goes_on(tmp_path, 
     await vault.aclose()
 
 
-async def test_a_refresh_the_vault_cannot_keep_fails_that_request_with_a_credential_error(tmp_path, auth_server):
+async def test_a_refresh_the_vault_cannot_keep_is_kept_in_memory_until_the_vault_takes_it(
+    tmp_path, auth_server, caplog
+):
+    # The authorization server rotates refresh tokens: the old one is dead once it answered.
+    # Dropping its answer because the vault cannot store it would make the user grant again.
     vault = await TokenVault.open(str(tmp_path / "tokens.db"), _key())
-    await vault.put(_grant(auth_server, expires_in=10))  # within the refresh margin
-    vault._db.execute("PRAGMA query_only = 1")  # every write fails
+    old = _grant(auth_server, expires_in=10)  # within the refresh margin
+    await vault.put(old)
+    vault._db.execute("PRAGMA query_only = 1")  # every write fails, as on a full disk
+    now = [time.time()]
+    async with _fetcher() as fetcher:
+        tokens = UserTokens(vault, fetcher, margin=60, clock=lambda: now[0])
+        with caplog.at_level(logging.INFO), trio.fail_after(10):
+            first = await tokens.access_token(ALICE, "docs")
+            assert first is not None and first != old.tokens.access_token  # served: refreshed
+            assert "cannot be stored" in caplog.text and "kept in memory" in caplog.text
+            assert await tokens.access_token(ALICE, "docs") == first  # from memory, not refreshed again
+            now[0] += 60  # its retry is due; the vault still fails
+            assert await tokens.access_token(ALICE, "docs") == first
+            assert "still not stored" in caplog.text
+            assert tokens.refreshes == 1
+            assert (await vault.get(ALICE, "docs")).tokens == old.tokens  # nothing was written
+            vault._db.execute("PRAGMA query_only = 0")  # the vault takes writes again
+            assert await tokens.access_token(ALICE, "docs") == first  # not due yet: in memory still
+            now[0] += 60
+            assert await tokens.access_token(ALICE, "docs") == first
+            assert "is stored now" in caplog.text
+        stored = await vault.get(ALICE, "docs")
+        assert stored is not None and stored.tokens.access_token == first
+        assert stored.tokens.refresh_token not in (None, old.tokens.refresh_token)  # the rotated one
+        assert stored.tokens.refresh_token in auth_server.refresh  # ... which still works
+        assert tokens.refreshes == 1
+    for token in (first, stored.tokens.refresh_token, old.tokens.refresh_token):
+        assert token not in caplog.text
+    await vault.aclose()
+
+
+async def test_a_refreshed_grant_kept_in_memory_is_dropped_when_revoked(tmp_path, auth_server):
+    vault = await TokenVault.open(str(tmp_path / "tokens.db"), _key())
+    await vault.put(_grant(auth_server, expires_in=10))
+    vault._db.execute("PRAGMA query_only = 1")
     async with _fetcher() as fetcher:
         tokens = UserTokens(vault, fetcher, margin=60)
-        with pytest.raises(CredentialError, match="token vault cannot be used now"):
-            await tokens.access_token(ALICE, "docs")
-    vault._db.execute("PRAGMA query_only = 0")
-    assert await vault.get(ALICE, "docs") is not None  # the vault still serves what it holds
+        with trio.fail_after(10):
+            assert await tokens.access_token(ALICE, "docs") is not None
+            vault._db.execute("PRAGMA query_only = 0")
+            await tokens.revoke("alice", "docs")
+            assert await tokens.access_token(ALICE, "docs") is None
+    assert await vault.get(ALICE, "docs") is None  # never written back
     await vault.aclose()
