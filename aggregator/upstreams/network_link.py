@@ -25,6 +25,7 @@ from aggregator.config.masking import SecretMask, shown_url
 from aggregator.core.router import proxy_error
 from aggregator.jsonrpc.codec import ERROR, decode_message, dumps, loads, nameless_refusal
 from aggregator.jsonrpc.errors import RemoteProtocolError
+from aggregator.mcp.constants import INITIALIZED
 from aggregator.transports.channel import Channel, ServerMessage
 from aggregator.transports.pipe import message_pipe
 from aggregator.upstreams.resumption import is_answer
@@ -256,7 +257,11 @@ class NetworkLink:
         ``concurrent``: each message in a task of its own (``send`` limits how many talk to the
         server at once); reading goes on while messages wait for that, up to
         ``WAITING_POSTS_BYTES``, so that a message that frees a slot (a cancel) is never stuck
-        behind one that waits for it. ``inspect`` sees each line as it is taken."""
+        behind one that waits for it. Save ``notifications/initialized``: it is sent before
+        anything after it is, as a client's own would be, so the server has it before the
+        first request of normal operation (a server may refuse requests before it, and
+        POSTs in tasks of their own arrive in any order). ``inspect`` sees each line as it
+        is taken."""
         waiting = _ByteBudget(max(self.limit, WAITING_POSTS_BYTES))
 
         async def in_task(line: bytes, message: Any) -> None:
@@ -275,11 +280,24 @@ class NetworkLink:
                     continue
                 if inspect is not None:
                     inspect(line)
-                if concurrent:
+                if concurrent and not _is_initialized(message):
                     await waiting.acquire(len(line))  # backpressure before starting another task
                     nursery.start_soon(in_task, line, message)
                 else:
                     await send(line, message)
+
+
+def _is_initialized(message: Any) -> bool:
+    """Whether an outgoing message is the handshake's ``notifications/initialized`` (the
+    proxy's own, a dict; one it passes on as bytes is read back to tell)."""
+    if type(message) is not dict:
+        if INITIALIZED.encode() not in message:
+            return False
+        try:
+            message = loads(message)
+        except ValueError:
+            return False
+    return type(message) is dict and message.get("method") == INITIALIZED and "id" not in message
 
 
 class _ByteBudget:

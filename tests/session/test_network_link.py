@@ -105,3 +105,36 @@ async def test_an_oversized_answer_fails_its_request_and_is_dropped_elsewhere() 
 
 async def test_blank_messages_are_not_delivered() -> None:
     assert await delivered(" \r\n ", CALL) == []
+
+
+@pytest.mark.parametrize("as_bytes", [False, True])
+async def test_the_initialized_notification_reaches_the_server_before_what_follows_it(
+    as_bytes: bool, autojump_clock: Any
+) -> None:
+    # Each POST goes in a task of its own, so they arrive in any order; a server may refuse a
+    # request before notifications/initialized (the MCP SDK's own servers do): it goes first.
+    link = NetworkLink(CONFIG, LIMIT, DEPTH)
+    channel = link.channel()
+    initialized: Any = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+    if as_bytes:
+        initialized = dumps(initialized)
+    arrived: list[str] = []
+    both = trio.Event()
+
+    async def post(line: bytes, message: Any) -> None:
+        method = loads(line)["method"]
+        if method == "notifications/initialized":
+            await trio.sleep(1)  # a server slow to take it
+        arrived.append(method)
+        if len(arrived) == 2:
+            both.set()
+
+    with trio.fail_after(5):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(link.each_outgoing, post, nursery, True)
+            messages = [(initialized, initialized if as_bytes else dumps(initialized)), (LIFECYCLE, dumps(LIFECYCLE))]
+            data = b"".join(line + b"\n" for _, line in messages)
+            await channel.send.send_messages(data, [(message, len(line) + 1) for message, line in messages])
+            await both.wait()
+            nursery.cancel_scope.cancel()
+    assert arrived == ["notifications/initialized", "tools/list"]
