@@ -275,6 +275,10 @@ class ProtectedMcp:
         self.url = f"{self.base}/mcp"
         self.metadata_url = f"{self.base}/.well-known/oauth-protected-resource/mcp"
         self.seen: list[str | None] = []  # the Authorization header of each POST
+        # ... of each tools/call POST alone (other sessions' handshakes and listings come and
+        # go beside a test's calls, in any order)
+        self.calls: list[str | None] = []
+        self.refusing_calls = 0  # how many of the next tools/call POSTs get a 401, whatever their token
 
     def close(self) -> None:
         stop_serving(self.server)
@@ -292,11 +296,17 @@ class ProtectedMcp:
         header = request.headers.get("authorization")
         self.seen.append(header)
         token = header[7:] if header and header.lower().startswith("bearer ") else ""
-        if not self.auth.valid(token, self.url):
+        message = request.json_body()
+        refused = not self.auth.valid(token, self.url)
+        if type(message) is dict and message.get("method") == "tools/call":
+            self.calls.append(header)
+            if self.refusing_calls and not refused:
+                self.refusing_calls -= 1
+                refused = True
+        if refused:
             challenge = f'Bearer resource_metadata="{self.metadata_url}", scope="mcp"'
             request.send(401, {"error": "invalid_token"}, {"www-authenticate": challenge})
             return
-        message = request.json_body()
         if "id" not in message:
             request.send(202)
             return
