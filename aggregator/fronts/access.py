@@ -32,6 +32,12 @@ Refusals the access check makes (``Denial.level`` WARNING) are logged through
 then at most one per ``REFUSAL_LOG_INTERVAL`` with the count of those held back, so junk
 tokens sent in a loop (a token's refusal reasons are a few fixed texts) cannot flood the log.
 
+A connection that outlives its request holds the token it was opened with (a WebSocket
+session, a Streamable HTTP GET stream, a legacy SSE stream): ``TokenHold`` ends it when
+that token's ``exp`` (and the leeway) passes, and, for an introspected token, when asking
+again (every ``recheck_interval``) says it is no longer good; the client comes back with
+its new token.
+
 Also owns the rule applied before any listener opens (``check_exposure``): no listening
 beyond loopback without tokens, unless the config says the network is trusted.
 """
@@ -41,8 +47,13 @@ from __future__ import annotations
 import hmac
 import ipaddress
 import logging
-from collections.abc import Callable, Mapping
+import math
+import time
+from collections.abc import AsyncIterator, Callable, Mapping
+from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any, NamedTuple
+
+import trio
 
 from aggregator.config import AuthConfig, HttpConfig, parse_listen
 from aggregator.errors import ConfigError
@@ -52,6 +63,8 @@ from aggregator.telemetry.recent_errors import REFUSAL
 
 if TYPE_CHECKING:
     from aggregator.fronts.authorization.tokens import TokenVerifier
+
+log = logging.getLogger(__name__)
 
 # A refusal: HTTP status, the reason told the client, extra headers.
 Refused = tuple[int, str, list[tuple[str, str]]]
@@ -348,6 +361,68 @@ class AccessPolicy:
 def bearer_token(headers: Mapping[str, str]) -> str | None:
     """The token of an ``Authorization: Bearer ...`` header, or None (never to be logged)."""
     return _bearer(headers)
+
+
+async def until_refused(verifier: TokenVerifier, token: str, principal: Principal, what: str) -> str:
+    """Ask, every ``recheck_interval``, whether an introspected token a connection holds is
+    still good; return why not once it is not (not active, another principal, a required
+    scope gone). An issuer that cannot be asked now leaves it as it is until the next time
+    (a warning naming ``what``). Never returns for a token nothing rechecks (a JWT)."""
+    interval = verifier.recheck_interval(token)
+    if interval is None:
+        await trio.sleep_forever()
+        raise AssertionError("unreachable")
+    while True:
+        await trio.sleep(interval)
+        checked = await verifier.recheck(token)
+        if isinstance(checked, Principal):
+            if checked == principal:
+                continue
+            return "it now names another principal"
+        if checked.status == 503:
+            log.warning("%s: its access token cannot be checked now: %s", what, checked.description)
+            continue
+        return checked.description
+
+
+class TokenHold:
+    """How long a stream opened by a request may last with that request's access token:
+    until its ``exp`` (and the leeway), and, for an introspected token, until asking again
+    says it is no longer good. ``watching(wake)`` runs beside the stream and calls
+    ``wake`` when the token ends; ``ended`` then says why (None while it holds). Nothing
+    ends for a static token or none. The stream ends itself between two writes, so a
+    message is never cut in half."""
+
+    def __init__(self, access: AccessPolicy, headers: Mapping[str, str], what: str) -> None:
+        self.what = what  # who holds it, for the log ("http session 3")
+        token = access.access_token(headers)
+        principal = access.principal(headers)
+        self._verifier = access.verifier
+        self._token = token
+        self._principal = principal if token is not None and isinstance(principal, Principal) else None
+        self._deadline = math.inf
+        if self._principal is not None and self._principal.expires < math.inf:
+            self._deadline = trio.current_time() + max(0.0, self._principal.expires - time.time())
+        self.ended: str | None = None  # why the token ended the stream
+
+    @asynccontextmanager
+    async def watching(self, wake: Callable[[], None]) -> AsyncIterator[None]:
+        """Watch the token while the body runs; ``wake`` the stream once it ends."""
+        if self._principal is None or self._verifier is None or self._token is None:
+            yield
+            return
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._watch, self._verifier, self._token, self._principal, wake)
+            yield
+            nursery.cancel_scope.cancel()
+
+    async def _watch(self, verifier: TokenVerifier, token: str, principal: Principal, wake: Callable[[], None]) -> None:
+        with trio.move_on_at(self._deadline):
+            refused = await until_refused(verifier, token, principal, self.what)
+            self.ended = f"its access token is no longer accepted ({refused})"
+        if self.ended is None:
+            self.ended = "its access token expired"
+        wake()
 
 
 def _bearer(headers: Mapping[str, str]) -> str | None:

@@ -62,3 +62,59 @@ issuer = "{issuer.issuer}"
     assert posts and all(h["authorization"] == "Bearer the-upstream-own-secret" for h in posts)
     assert not any(token in json.dumps(h) for _, h, _ in upstream.requests)
     assert token not in log.read_text()
+
+
+def test_the_official_sdk_goes_on_when_its_get_stream_ends_with_its_token(tmp_path, servers):
+    # The proxy ends a GET stream when the token it was opened with expires; the SDK opens
+    # it again with the token it sends now (a refreshed one), and its session goes on.
+    import anyio
+    import httpx2
+    from mcp.client import Client
+    from mcp.client.streamable_http import create_mcp_http_client, streamable_http_client
+
+    issuer, upstream = servers
+    config = write_config(
+        tmp_path,
+        f'''
+[servers.up]
+url = "http://127.0.0.1:{upstream.port}/mcp"
+
+[auth]
+resource = "http://127.0.0.1/mcp"
+required_scopes = ["mcp"]
+leeway = 0.0
+
+[[auth.issuers]]
+issuer = "{issuer.issuer}"
+''',
+        startup_timeout=10.0,
+    )
+    minted: list[str] = []
+
+    class Refreshing(httpx2.Auth):
+        """A client whose token is refreshed often: each request carries a new one, good 2 s."""
+
+        def auth_flow(self, request):
+            minted.append(issuer.mint(sub="sdk-user", lifetime=2))
+            request.headers["Authorization"] = f"Bearer {minted[-1]}"
+            yield request
+
+    async def session(port: int) -> list[str]:
+        transport = streamable_http_client(
+            f"http://127.0.0.1:{port}/mcp", http_client=create_mcp_http_client(auth=Refreshing())
+        )
+        with anyio.fail_after(30):
+            async with Client(transport, mode="legacy", cache=None) as client:  # type: ignore[arg-type]
+                said = []
+                for _ in range(3):  # past the first tokens' exp, and the streams opened with them
+                    await anyio.sleep(2.5)
+                    called = await client.call_tool("up__whoami", {})
+                    said.append(getattr(called.content[0], "text", ""))
+                return said
+
+    with http_proxy(config) as (port, log):
+        assert anyio.run(session, port) == ["ok", "ok", "ok"]
+        text = log.read_text()
+    assert text.count("its GET stream ended: its access token expired") >= 2, text[-3000:]
+    assert "Traceback" not in text
+    assert not any(token in text for token in minted)

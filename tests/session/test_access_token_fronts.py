@@ -408,3 +408,72 @@ async def test_an_introspected_token_asked_every_time_gets_in_on_every_front_and
             "POST", headers=bearer(fronts, "opaque-alice", mcp_session_id=session), body=PING
         )
         assert response.status == 401, response
+
+
+async def open_get_stream(fronts, token: str) -> tuple[EventStream, str]:
+    """A session opened with ``token``, and its GET stream."""
+    response = await fronts.request("POST", headers=bearer(fronts, token), body=INIT)
+    assert response.status == 200, response
+    session = response.headers["mcp-session-id"]
+    stream = await fronts.connect()
+    headers = bearer(fronts, token, accept="text/event-stream", mcp_session_id=session)
+    return EventStream(stream, await fronts.send(stream, "GET", headers=headers)), session
+
+
+async def test_a_get_stream_ends_when_its_access_token_expires_and_the_session_stays(server, caplog):
+    async with running_fronts(auth=auth_table(server, leeway=0.0)) as fronts:
+        token = server.mint(lifetime=2)
+        with caplog.at_level(logging.INFO), trio.fail_after(10):
+            events, session = await open_get_stream(fronts, token)
+            started = trio.current_time()
+            await events.wait_closed()
+            assert events.ended and trio.current_time() - started > 1  # ended cleanly, at its exp
+            assert "its GET stream ended: its access token expired" in caplog.text
+            # The client comes back with its new token: the same session, a new stream.
+            fresh = server.mint()
+            stream = await fronts.connect()
+            headers = bearer(fronts, fresh, accept="text/event-stream", mcp_session_id=session)
+            response = await fronts.send(stream, "GET", headers=headers)
+            assert response.status == 200, response
+            await stream.aclose()
+    assert token not in caplog.text and fresh not in caplog.text
+
+
+async def test_a_get_stream_ends_when_its_introspected_token_is_revoked(server, caplog):
+    server.opaque["opaque-alice"] = {"active": True, "sub": "alice", "aud": RESOURCE, "scope": "mcp"}
+    async with running_fronts(auth=introspected(server, introspection_cache_seconds=1.0)) as fronts:
+        with caplog.at_level(logging.INFO), trio.fail_after(10):
+            events, _ = await open_get_stream(fronts, "opaque-alice")
+            await trio.sleep(1.5)  # asked again meanwhile: still good, the stream goes on
+            assert not events.ended
+            server.opaque["opaque-alice"] = {"active": False}
+            await events.wait_closed()
+            assert events.ended
+    said = [record.getMessage() for record in caplog.records if "GET stream ended" in record.getMessage()]
+    assert len(said) == 1 and said[0].endswith("its access token is no longer accepted (the token is not active)")
+    assert "opaque-alice" not in caplog.text
+
+
+@pytest.mark.parametrize("how", ["expires", "revoked"])
+async def test_a_legacy_sse_stream_ends_when_its_access_token_does(server, caplog, how):
+    server.opaque["opaque-alice"] = {"active": True, "sub": "alice", "aud": RESOURCE, "scope": "mcp"}
+    auth = introspected(server, introspection_cache_seconds=1.0, leeway=0.0)
+    token = server.mint(lifetime=2) if how == "expires" else "opaque-alice"
+    async with running_fronts(auth=auth) as fronts:
+        with caplog.at_level(logging.INFO), trio.fail_after(10):
+            stream = await fronts.connect()
+            response = await fronts.send(
+                stream, "GET", "/sse", headers=bearer(fronts, token, accept="text/event-stream")
+            )
+            events = EventStream(stream, response)
+            _, endpoint = await events.next()
+            if how == "revoked":
+                server.opaque["opaque-alice"] = {"active": False}
+            await events.wait_closed()
+            assert events.ended
+            # Its session is gone with it.
+            response = await fronts.request("POST", endpoint.decode(), headers=bearer(fronts, server.mint()), body=PING)
+            assert response.status == 404
+    expected = "its access token expired" if how == "expires" else "no longer accepted (the token is not active)"
+    assert "legacy sse session" in caplog.text and expected in caplog.text
+    assert token not in caplog.text

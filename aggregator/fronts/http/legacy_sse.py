@@ -9,7 +9,8 @@ answer, and a client (the official SDKs') takes a POST that fails for a broken t
 What names no request to answer (no readable id, a notification, an answer to a
 server's request) keeps its 400 with the error. The session is bound to the token that
 opened it, admitted through the same path as every front (``aggregator.fronts.access``), and
-counted in the session cap; it ends when its stream closes. Each POST carries its
+counted in the session cap; it ends when its stream closes, and its stream ends when the
+access token that opened it does (``access.TokenHold``: its ``exp`` passes, or it is revoked). Each POST carries its
 token in ``Authorization`` and is checked as a Streamable HTTP POST is: an expired or
 revoked token is a 401, another principal's token a 404 (the session is not theirs, and
 is not said to exist), and the same user's refreshed token is the one a token exchange
@@ -30,7 +31,7 @@ from typing import Any
 import trio
 
 from aggregator.config import HttpConfig
-from aggregator.fronts.access import AccessPolicy, Denial, choose_profile
+from aggregator.fronts.access import AccessPolicy, Denial, TokenHold, choose_profile
 from aggregator.fronts.authorization import Principal
 from aggregator.fronts.http.answers import refuse_session, reject
 from aggregator.fronts.http.queue import MessageQueue, pump
@@ -137,13 +138,20 @@ class LegacySse:
             raise
         self.by_id[session.id] = session
         log.info("legacy sse session %d: opened", session.key)
+        hold = TokenHold(self.access, request.headers, f"legacy sse session {session.key}")
         try:
             if not await connection.start_stream([]):
                 return
             endpoint = f"{self.config.messages_path}?session_id={session.id}".encode()
             if not await connection.send_chunk(b"event: endpoint\ndata: " + endpoint + b"\n\n"):
                 return
-            await pump(connection, session.queue, lambda: False)
+            # The stream is the session: it ends when the token it was opened with does
+            # (its exp passes, or it is revoked); the client opens another with its new one.
+            async with hold.watching(session.queue.wake):
+                await pump(connection, session.queue, lambda: hold.ended is not None)
+            if hold.ended is not None:
+                log.info("legacy sse session %d: ended: %s", session.key, hold.ended)
+                await connection.end_stream()
         finally:
             connection.closed = True
             release_all(session)

@@ -56,6 +56,7 @@ class MessageQueue:
         self.overflowed = False
         self._lot = trio.lowlevel.ParkingLot()
         self._poked = False
+        self._woken = False  # the writer is to stop waiting (``wake``)
         self._writing: HttpConnection | None = None  # the connection a write of ours is on
         # As an event stream: its id in the session (event ids are "<stream>-<message
         # number>"), whether a client resumed it, and the request it answers.
@@ -204,13 +205,18 @@ class MessageQueue:
         """Until there is something to write (or the stream ends); ``quick``: or until
         ``poke()`` (``QuickWaits``)."""
         while self.log.last == self.log.sent and not self.overflowed and not self.unanswered:
-            if quick and self._poked:
+            if (quick and self._poked) or self._woken:
                 break
             await self._lot.park()
-        self._poked = False
+        self._poked = self._woken = False
 
     def poke(self) -> None:
         self._poked = True
+        self._lot.unpark_all()
+
+    def wake(self) -> None:
+        """End the writer's ``wait`` now, quick or not: its stream is to end (it checks why)."""
+        self._woken = True
         self._lot.unpark_all()
 
 

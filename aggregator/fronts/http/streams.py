@@ -28,6 +28,7 @@ from typing import Any
 import trio
 
 from aggregator.config import HttpConfig
+from aggregator.fronts.access import TokenHold
 from aggregator.fronts.containment import contained
 from aggregator.fronts.http.answers import reject
 from aggregator.fronts.http.queue import MessageQueue, pump, until_client_leaves
@@ -89,19 +90,22 @@ class EventStreams:
         if session.closed:
             await reject(connection, 404, INVALID_REQUEST, "Session not found: it ended; initialize again")
             return
+        hold = TokenHold(self.sessions.access, request.headers, f"http session {session.key}")
         if resume is not None:  # the session's own GET stream, back after a drop
-            await self._serve_get_stream(connection, session, *resume)
+            await self._serve_get_stream(connection, session, *resume, hold)
             return
         queue = session.new_queue()
         session.open_stream(queue)
-        await self._serve_get_stream(connection, session, queue, None)
+        await self._serve_get_stream(connection, session, queue, None, hold)
 
     async def _serve_get_stream(
-        self, connection: HttpConnection, session: HttpSession, queue: MessageQueue, after: int | None
+        self, connection: HttpConnection, session: HttpSession, queue: MessageQueue, after: int | None, hold: TokenHold
     ) -> None:
         """Write the session's GET stream on this connection (first the replay of what
-        followed event ``after``, when resumed) until either side ends it or another GET
-        takes it over."""
+        followed event ``after``, when resumed) until either side ends it, another GET
+        takes it over, or the access token it was opened with ends (``hold``: its ``exp``
+        passes, or it is revoked): then the stream ends, the session stays, and the client
+        opens it again with its new token (resuming after the last event it had)."""
         for data in session.backlog.take_all():
             queue.push(data)
         session.get_stream = queue
@@ -118,8 +122,12 @@ class EventStreams:
                 elif self.primes(session):
                     if not await connection.send_chunk(f"id: {queue.stream_id}-0\ndata: \n\n".encode()):
                         return
-                await pump(connection, queue, lambda: session.closed)
+                async with hold.watching(queue.wake):
+                    await pump(connection, queue, lambda: session.closed or hold.ended is not None)
                 if session.closed:
+                    await connection.end_stream()
+                elif hold.ended is not None:
+                    log.info("http session %d: its GET stream ended: %s", session.key, hold.ended)
                     await connection.end_stream()
             if handler.cancelled_caught:
                 log.info("http session %d: its GET stream was resumed on another connection", session.key)

@@ -43,7 +43,7 @@ import trio_websocket
 from wsproto.utilities import ProtocolError
 
 from aggregator.config import HttpConfig, parse_listen
-from aggregator.fronts.access import AccessPolicy, Denial, admit, check_access
+from aggregator.fronts.access import AccessPolicy, Denial, admit, check_access, until_refused
 from aggregator.fronts.authorization import Principal
 from aggregator.fronts.containment import internal_error
 from aggregator.fronts.port import ClientPort
@@ -264,27 +264,12 @@ class WebSocketEndpoint:
         a required scope ends the session (``refused`` says why; 1008). An issuer that
         cannot be asked now leaves the session as it is until the next time."""
         verifier = self.access.verifier
-        interval = verifier.recheck_interval(token) if verifier is not None else None
-        if verifier is None or interval is None:
+        if verifier is None or verifier.recheck_interval(token) is None:
             return
-        while True:
-            await trio.sleep(interval)
-            checked = await verifier.recheck(token)
-            if isinstance(checked, Principal) and checked == principal:
-                continue
-            if isinstance(checked, Principal):
-                reason = "it now names another principal"
-            elif checked.status == 503:
-                log.warning(
-                    "websocket session %d: its access token cannot be checked now: %s", key, checked.description
-                )
-                continue
-            else:
-                reason = checked.description
-            log.warning("websocket session %d: closed (1008): its access token is no longer accepted (%s)", key, reason)
-            refused.append(reason)
-            connection.cancel()
-            return
+        reason = await until_refused(verifier, token, principal, f"websocket session {key}")
+        log.warning("websocket session %d: closed (1008): its access token is no longer accepted (%s)", key, reason)
+        refused.append(reason)
+        connection.cancel()
 
 
 def _leaves(exc: BaseException) -> list[BaseException]:
