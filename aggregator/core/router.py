@@ -318,7 +318,8 @@ class Router:
         self.tallies = Tallies()  # what ended how (``core.requests.request_table``, its tallies)
         # Every client request in flight, its progress token and deadlines.
         self.requests = RequestTable(clock, self.links, self.clients, self.tallies, self.subscriptions)
-        self.reverse = ReverseTable(settings.max_in_flight)  # server-to-client requests in flight
+        # Server-to-client requests in flight, under ids that name this replica in a cluster.
+        self.reverse = ReverseTable(settings.max_in_flight, settings.reverse_replica)
         # A request on its way upstream, or held for its per-session connection to start.
         self.forwarding = Forwarding(
             self.links, self.per_session, self.requests, self.server_requests, settings.max_in_flight

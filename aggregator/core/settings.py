@@ -146,3 +146,6 @@ class RouterSettings:
     # the name of this replica, which that state carries ([cluster]; "": none given).
     request_state_keys: SigningKeys | None = None
     replica: str = ""
+    # The replica named in the ids of server-to-client requests, so that a client's answer
+    # that reaches another replica finds its way back here ([cluster] keys; "": numbers).
+    reverse_replica: str = ""

@@ -54,6 +54,7 @@ def make_router(
             router_settings(config, servers=servers, single_client=single_client),
             request_state_keys=keys.keys_for(REQUEST_STATE),
             replica=keys.replica,
+            reverse_replica=keys.replica if config.cluster.enabled else "",
         ),
         clock=trio.current_time,
         wall_clock=time.time,  # what request states' expiry is read on, alike on every replica

@@ -8,6 +8,7 @@ import pytest
 from aggregator.config import ServerConfig
 from aggregator.core.catalogs.catalog import Catalog
 from aggregator.core.events import ClientMessage, ServerItems, ServerMessage, ServerReady, StartupCompleted
+from aggregator.core.reverse.reverse_table import replica_of
 from tests.core.helpers import Clock, connect, msg, new_router, unpack
 
 
@@ -52,6 +53,23 @@ def test_a_server_request_goes_to_its_client_or_is_refused_with_why(caps, method
         [(kind, server, refused)] = out
         assert (kind, server, refused["id"]) == ("ToServer", "a", 41)
         assert refused["error"]["data"]["reason"] == reason
+    assert r.reverse.requests == {} and r.reverse.asked == {}
+
+
+@pytest.mark.parametrize("method", ["sampling/createMessage", "elicitation/create"])
+def test_in_a_cluster_the_id_a_client_is_asked_under_names_this_replica(method):
+    # A client's answer may reach another replica: the id says which one asked.
+    r = one_client(ALL, reverse_replica="eu-1")
+    [(_, _, asked)] = unpack(r.handle(ServerMessage("a", msg(id=41, method=method, params={}))))
+    assert type(asked["id"]) is str and asked["id"].startswith("eu-1.") and replica_of(asked["id"]) == "eu-1"
+    assert unpack(r.handle(ClientMessage(1, msg(id=asked["id"], result={"ok": True})))) == [
+        ("ToServer", "a", {"jsonrpc": "2.0", "id": 41, "result": {"ok": True}})
+    ]
+    [(_, _, again)] = unpack(r.handle(ServerMessage("a", msg(id="s1", method=method, params={}))))
+    out = unpack(r.handle(ServerMessage("a", msg(method="notifications/cancelled", params={"requestId": "s1"}))))
+    assert out == [
+        ("ToClient", 1, {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": again["id"]}})
+    ]
     assert r.reverse.requests == {} and r.reverse.asked == {}
 
 

@@ -3,7 +3,7 @@ minted once, counts that match the entries, elicitations bounded per session."""
 
 from __future__ import annotations
 
-from aggregator.core.reverse.reverse_table import Reverse, ReverseTable
+from aggregator.core.reverse.reverse_table import Reverse, ReverseTable, replica_of
 
 
 def test_a_request_is_found_both_ways_and_leaves_no_trace():
@@ -34,3 +34,20 @@ def test_elicitations_past_the_limit_forget_the_oldest_of_that_session():
     assert list(table.elicitations) == [("a", "e2"), ("a", "e3"), ("a", "x")]
     assert table.forget_elicitation(("a", "e3")) == 1 and table.forget_elicitation(("a", "e3")) is None
     assert table.elicitation_count == {1: 1, 2: 1}
+
+
+def test_ids_name_the_replica_in_a_cluster_and_are_numbers_alone():
+    assert type(ReverseTable(limit=4).ask_id()) is int
+    table = ReverseTable(limit=4, replica="eu-1")
+    first, second = table.ask_id(), table.ask_id()
+    assert (first, second) == ("eu-1.1", "eu-1.2")
+    assert [replica_of(id) for id in (first, "a-b_c.17", 7, "7", ".7", "eu-1.x", "eu-1.", None)] == [
+        "eu-1",
+        "a-b_c",
+        None,
+        None,
+        None,
+        None,
+        None,
+        None,
+    ]

@@ -62,7 +62,7 @@ from aggregator.core.replies import proxy_error
 from aggregator.core.requests.request_table import RequestTable
 from aggregator.core.requests.tasks import expose_task_ids
 from aggregator.core.reverse.declared import declares
-from aggregator.core.reverse.reverse_table import Reverse, ReverseTable
+from aggregator.core.reverse.reverse_table import ProxyId, Reverse, ReverseTable
 from aggregator.core.reverse.roots import Roots
 from aggregator.core.settings import ServerRequestPolicy
 from aggregator.mcp.constants import CANCELLED, SERVER_REQUESTS
@@ -90,7 +90,7 @@ class Question:
 
     __slots__ = ("proxy_id", "key", "bridge")
 
-    def __init__(self, proxy_id: int, key: str, bridge: Bridge) -> None:
+    def __init__(self, proxy_id: ProxyId, key: str, bridge: Bridge) -> None:
         self.proxy_id = proxy_id
         self.key = key
         self.bridge = bridge
@@ -278,7 +278,7 @@ class InputBridge:
     ) -> ToClient:
         """One question to the client, under a proxy-minted id, on the call's stream."""
         session = waiting.key()
-        proxy_id = self.reverse.mint()
+        proxy_id = self.reverse.ask_id()
         self.reverse.add(session, proxy_id, Reverse(link.name, Question(proxy_id, key, bridge), method))
         bridge.asks[key] = proxy_id
         if method == "elicitation/create" and type(params.get("elicitationId")) is str:

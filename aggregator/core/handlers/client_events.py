@@ -238,7 +238,7 @@ class ClientEvents:
         """If a client's refused message was its answer to a server's request, that server
         gets an error in its place now, rather than waiting for an answer that never comes."""
         answered = exc.response_to
-        reverse = self.reverse.end(key, answered) if type(answered) is int else None
+        reverse = self.reverse.end(key, answered) if type(answered) in (int, str) else None
         if reverse is not None and is_question(reverse):
             return self.input_bridge.refused(reverse, exc.message, refusal_reason(exc))
         if reverse is None or not self.links[reverse.server].ready:
@@ -396,7 +396,7 @@ class ClientEvents:
     def _client_answer(self, client: ClientState, message: dict[str, Any]) -> list[Command]:
         """A response or error from a client: the answer to a server-to-client request."""
         id = message["id"]
-        reverse = self.reverse.requests.get((client.key, id)) if type(id) is int else None
+        reverse = self.reverse.requests.get((client.key, id)) if type(id) in (int, str) else None
         if reverse is None:
             log.debug("client %d: dropping an answer to unknown request %r", client.key, id)
             return []

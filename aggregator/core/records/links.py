@@ -85,7 +85,7 @@ class Bridge:
         self.params = params  # as first sent upstream (name, URI, progress token, _meta)
         self.rounds = 0
         self.waiting: Pending | None = None  # the call (phase ASKING), while its client is asked
-        self.asks: dict[str, int] = {}  # key -> the proxy id of the question not answered yet
+        self.asks: dict[str, int | str] = {}  # key -> the proxy id of the question not answered yet
         self.answers: dict[str, Any] | None = None  # key -> the client's result (None: nothing asked)
         self.state: str | None = None  # the server's requestState, echoed on the retry
 
