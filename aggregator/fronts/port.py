@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from aggregator.cluster.keys import KeyRing
+    from aggregator.cluster.store import Store
     from aggregator.config import Config
     from aggregator.core.catalogs.catalog import Catalog
     from aggregator.core.router import SessionInfo
@@ -36,6 +37,7 @@ class ClientPort(Protocol):
     client_memory: ClientMemory  # what all clients' queues hold together
     tracing: Tracing | None
     keys: KeyRing  # [cluster] keys: what seals a legacy session's id
+    store: Store  # [cluster] store: what the replicas share (pub/sub between them)
 
     # --- what a client did --------------------------------------------------------------
 

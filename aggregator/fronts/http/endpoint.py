@@ -68,6 +68,7 @@ from aggregator.fronts.http.exchange import PostExchange
 from aggregator.fronts.http.legacy_sse import LegacySession, LegacySse
 from aggregator.fronts.http.modern import StatelessRequests
 from aggregator.fronts.http.queue import JSON, QUICK_ANSWER, QuickWaits
+from aggregator.fronts.http.relay import Relay
 from aggregator.fronts.http.sessions import HttpSession, SessionTable
 from aggregator.fronts.http.streams import EventStreams
 from aggregator.fronts.port import ClientPort
@@ -139,6 +140,9 @@ class StreamableHttpEndpoint:
             stateless=self.stateless,
             quick=self.quick,
         )
+        # With [cluster] keys: a session's answers and cancels that belong to another replica.
+        self.relay = Relay(hub, self.sessions) if hub.keys.shared else None
+        self.exchange.relay = self.relay
         self.legacy = LegacySse(hub, config, self.access, self.admission)
         # Path, then method, to the part that serves it; a profile's path (``/mcp/<profile>``)
         # is served as the MCP endpoint. Should two paths be configured alike, the legacy
@@ -170,6 +174,8 @@ class StreamableHttpEndpoint:
             self.streams.grace_nursery = nursery
             nursery.start_soon(self.sessions.expire_idle)
             nursery.start_soon(self.quick.run)
+            if self.relay is not None:
+                await nursery.start(self.relay.run)
             await nursery.start(trio.serve_listeners, self._connection, listeners)
             task_status.started(addresses)
 

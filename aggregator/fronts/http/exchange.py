@@ -26,6 +26,7 @@ from aggregator.fronts.access import AccessPolicy, Denial, bearer_token, choose_
 from aggregator.fronts.http.answers import refuse_session, reject
 from aggregator.fronts.http.modern import StatelessRequests, is_modern_notification, is_modern_post
 from aggregator.fronts.http.queue import JSON, MessageQueue, QuickWaits, until_client_leaves
+from aggregator.fronts.http.relay import Relay
 from aggregator.fronts.http.sessions import HttpSession, SessionTable
 from aggregator.fronts.http.streams import EventStreams
 from aggregator.fronts.port import ClientPort
@@ -66,6 +67,7 @@ class PostExchange:
         self.streams = streams
         self.stateless = stateless
         self.quick = quick
+        self.relay: Relay | None = None  # [cluster]: what belongs to another replica goes there
 
     async def post(self, connection: HttpConnection, request: Request) -> None:
         content_type = request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
@@ -109,7 +111,8 @@ class PostExchange:
         # The same user's token, refreshed: what a token exchange trades from now on.
         self.hub.caller_token(session.key, self.access.access_token(request.headers))
         if kind != REQUEST:
-            await self.hub.client_decoded(session.key, kind, message)
+            if self.relay is None or not await self.relay.handled_elsewhere(session, kind, message):
+                await self.hub.client_decoded(session.key, kind, message)
             await connection.respond(202, [])
             return
         await self._exchange(connection, session, message)
