@@ -1,0 +1,146 @@
+"""Replicas of the proxy sharing ``[cluster] keys`` and a real redis-server, behind a
+round-robin balancer with no stickiness: what a client sends for a call running on one
+replica reaches it whichever replica the balancer picks (``fronts.http.relay``)."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import ExitStack
+from pathlib import Path
+
+import pytest
+
+from tests.cluster.redis_server import REDIS, RedisServer, redis_server
+from tests.e2e.conftest import HERE, ROOT, http_proxy, post, write_config
+from tests.e2e.round_robin import round_robin
+from tests.loopback import INIT
+
+pytestmark = pytest.mark.e2e
+
+CLIENT = HERE / "cluster_asking_client.py"
+ASKING = HERE / "sdk1_asking_server.py"
+KEY = "cluster-routing-key-" + "k" * 24
+
+
+def ready(port: int) -> int:
+    """Wait until the replica says it is ready (``/readyz``), as a balancer's health check
+    does before it sends it anything; its port."""
+    deadline = time.monotonic() + 60
+    while post(port, None, path="/readyz", method="GET")[0] != 200:
+        assert time.monotonic() < deadline, "the replica never got ready"
+        time.sleep(0.1)
+    return port
+
+
+def clean(log: Path) -> None:
+    assert "Traceback" not in log.read_text(), log.read_text()[-3000:]
+
+
+@pytest.fixture
+def redis(tmp_path: Path) -> Iterator[RedisServer]:
+    if REDIS is None:
+        pytest.skip("redis-server is not installed (apt-get install redis-server)")
+    with redis_server(tmp_path) as server:
+        yield server
+
+
+def replica(tmp_path: Path, name: str, store: str, python1: Path) -> Path:
+    """The config of replica ``name`` (its own directory, so its own log), in front of the
+    asking server."""
+    directory = tmp_path / name
+    directory.mkdir(exist_ok=True)
+    body = f'''
+[servers.asking]
+command = "{python1}"
+args = ["{ASKING}"]
+
+[cluster]
+keys = {json.dumps([KEY])}
+replica = {json.dumps(name)}
+store = {json.dumps(store)}
+'''
+    return write_config(directory, body, startup_timeout=30.0)
+
+
+def test_answers_to_a_servers_requests_reach_the_replica_whose_call_asked(tmp_path, python1, redis):
+    calls = 4
+    with ExitStack() as stack:
+        replicas = [stack.enter_context(http_proxy(replica(tmp_path, n, redis.url, python1))) for n in ("a", "b")]
+        port, balancer = stack.enter_context(round_robin([ready(p) for p, _ in replicas]))
+        out = subprocess.run(
+            [str(python1), str(CLIENT), f"http://127.0.0.1:{port}/mcp", str(calls)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            cwd=ROOT,
+        )
+        assert out.returncode == 0, out.stderr[-3000:] + replicas[0][1].read_text()[-2000:]
+        seen = json.loads(out.stdout.strip().splitlines()[-1])
+        for _, log in replicas:
+            clean(log)
+    expected = [[False, f"name=ada; sampled=SAY SOMETHING ABOUT TEA {n}; roots="] for n in range(calls)]
+    assert seen["results"] == expected
+    # Each request the client was asked names the replica whose call asked it.
+    assert len(seen["asked"]) == 2 * calls  # roots/list: a shared server sees the proxy's roots
+    assert all(type(id) is str and id.split(".")[0] in ("a", "b") for id in seen["asked"]), seen["asked"]
+    # The balancer sent answers to the replica that did not ask (round robin, no stickiness).
+    calls_on = [index for index, verb, rpc in balancer.seen if verb == "POST" and rpc == "tools/call"]
+    answers_on = [index for index, verb, rpc in balancer.seen if verb == "POST" and rpc == ""]
+    assert len(calls_on) == calls and len(answers_on) == 2 * calls
+    assert {0, 1} <= set(answers_on), balancer.seen
+
+
+def test_a_cancel_sent_to_another_replica_ends_the_call_where_it_runs(tmp_path, python1, redis):
+    init = {
+        **INIT,
+        "params": {**INIT["params"], "capabilities": {"elicitation": {"form": {}}, "sampling": {}}},
+    }
+    with ExitStack() as stack:
+        (port_a, log_a), (port_b, log_b) = [
+            stack.enter_context(http_proxy(replica(tmp_path, n, redis.url, python1))) for n in ("a", "b")
+        ]
+        ready(port_a), ready(port_b)
+        status, headers, _ = post(port_a, init)
+        assert status == 200
+        session = {"mcp-session-id": headers["mcp-session-id"]}
+        assert post(port_b, {"jsonrpc": "2.0", "method": "notifications/initialized"}, session)[0] == 202
+        call = {"jsonrpc": "2.0", "id": 7, "method": "tools/call"}
+        call["params"] = {"name": "asking__interview", "arguments": {"topic": "tea"}}
+        asked = threading.Event()
+
+        def run_call() -> None:
+            connection = http.client.HTTPConnection("127.0.0.1", port_a, timeout=20)
+            headers = {"content-type": "application/json", "accept": "application/json, text/event-stream", **session}
+            connection.request("POST", "/mcp", body=json.dumps(call).encode(), headers=headers)
+            response = connection.getresponse()
+            while line := response.readline():  # until the proxy stops
+                if b"elicitation/create" in line:
+                    asked.set()
+            connection.close()
+
+        runs = threading.Thread(target=run_call, daemon=True)
+        runs.start()
+        # The call waits on A for its client's elicitation; its client cancels it through B.
+        assert asked.wait(10), "the server never asked"
+        cancel = {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 7, "reason": "no"}}
+        assert post(port_b, cancel, session)[0] == 202
+        # A ended the call (its stream, which carried an event, stays open for its client to
+        # close): the id is free again there, and a new call under it starts.
+        deadline = time.monotonic() + 10
+        while True:
+            again = http.client.HTTPConnection("127.0.0.1", port_a, timeout=10)
+            headers = {"content-type": "application/json", "accept": "application/json, text/event-stream", **session}
+            again.request("POST", "/mcp", body=json.dumps(call).encode(), headers=headers)
+            status = again.getresponse().status
+            again.close()
+            if status == 200 or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        assert status == 200, "the call went on after its client cancelled it on another replica"
+        clean(log_a)
+        clean(log_b)
