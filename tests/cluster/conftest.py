@@ -6,13 +6,14 @@ from pathlib import Path
 import pytest
 
 from tests.cluster.redis_server import REDIS, RedisServer, redis_server
+from tests.required import missing
 
 
 @pytest.fixture
 def redis(tmp_path: Path) -> Iterator[RedisServer]:
     """A redis-server of this test's own (skipped, saying why, where the binary is missing)."""
     if REDIS is None:
-        pytest.skip("redis-server is not installed (apt-get install redis-server)")
+        missing("redis-server", "apt-get install redis-server")
     with redis_server(tmp_path) as server:
         yield server
 
@@ -21,6 +22,6 @@ def redis(tmp_path: Path) -> Iterator[RedisServer]:
 def redis_unix(tmp_path: Path) -> Iterator[RedisServer]:
     """The same, listening on a unix socket too (``socket``)."""
     if REDIS is None:
-        pytest.skip("redis-server is not installed (apt-get install redis-server)")
+        missing("redis-server", "apt-get install redis-server")
     with redis_server(tmp_path, unix=True) as server:
         yield server

@@ -11,6 +11,7 @@ import trio
 from aggregator.cluster.store import MemoryStore, RedisStore, Store, open_store
 from aggregator.config.store_url import RedisAddress
 from tests.cluster.redis_server import REDIS, RedisServer
+from tests.required import missing
 
 
 @pytest.fixture(params=["memory", "redis"])
@@ -20,7 +21,7 @@ async def store(request: pytest.FixtureRequest, nursery: trio.Nursery) -> AsyncI
         await nursery.start(made.run)
     else:
         if REDIS is None:
-            pytest.skip("redis-server is not installed (apt-get install redis-server)")
+            missing("redis-server", "apt-get install redis-server")
         server: RedisServer = request.getfixturevalue("redis")
         redis_store = RedisStore(RedisAddress.parse(server.url), prefix="test")
         await nursery.start(redis_store.run)

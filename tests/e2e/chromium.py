@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import os
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -17,10 +16,12 @@ import pytest
 import trio
 from trio_websocket import open_websocket_url
 
+from tests.required import REQUIRED
+
 CHROMIUM = Path("/usr/bin/chromium")
 
 needs_chromium = pytest.mark.skipif(
-    not CHROMIUM.exists() and not os.environ.get("AGGREGATOR_REQUIRE_CHROMIUM"),
+    not CHROMIUM.exists() and not REQUIRED,
     reason="needs /usr/bin/chromium (Debian: apt-get install -y chromium)",
 )
 

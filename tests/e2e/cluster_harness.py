@@ -29,9 +29,8 @@ from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
-import pytest
-
 from tests.loopback import free_port, wait_listening
+from tests.required import missing
 
 ROOT = Path(__file__).parents[2]
 EXAMPLES = ROOT / "examples" / "cluster"
@@ -44,7 +43,7 @@ PLACEHOLDERS = ("LISTEN", "REPLICA_1", "REPLICA_2", "REPLICA_3")
 def need(binary: str) -> None:
     """Skip the test when ``binary`` is not installed (the README's test command installs it)."""
     if not os.access(binary, os.X_OK):
-        pytest.skip(f"{binary} is not installed")
+        missing(binary, "apt-get install nginx haproxy")
 
 
 def fill(template: str, values: dict[str, str]) -> str:
