@@ -28,8 +28,8 @@ def discovery_settings(config: Config) -> dict[str, Discovery]:
     return {"default": default, **profiles}
 
 
-def link_settings(server: ServerConfig) -> LinkSettings:
-    """What the router needs of one configured server."""
+def link_settings(server: ServerConfig, config: Config | None = None) -> LinkSettings:
+    """What the router needs of one configured server (of ``config``: its proxy defaults)."""
     return LinkSettings(
         server.name,
         isolation=server.isolation,
@@ -40,6 +40,7 @@ def link_settings(server: ServerConfig) -> LinkSettings:
         discover_timeout=server.discover_timeout,
         per_user=acts_as_users(server),
         init_timeout=server.init_timeout,
+        idle_stop_after=config.idle_stop_after(server) if config is not None else 0.0,
     )
 
 
@@ -50,7 +51,7 @@ def router_settings(
     ``single_client``: the proxy serves one stdio client and nothing else."""
     proxy = config.proxy
     return RouterSettings(
-        servers=tuple(link_settings(s) for s in (config.enabled_servers if servers is None else servers)),
+        servers=tuple(link_settings(s, config) for s in (config.enabled_servers if servers is None else servers)),
         server_requests=proxy.server_requests,
         roots=proxy.roots,
         list_changed_debounce=proxy.list_changed_debounce,

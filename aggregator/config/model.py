@@ -16,6 +16,12 @@ from aggregator.core import defaults
 from aggregator.jsonrpc.codec import DEFAULT_MAX_DEPTH
 
 Transport = Literal["stdio", "streamable-http", "sse", "websocket"]
+Start = Literal["eager", "lazy"]
+
+
+class Duration(float):
+    """Seconds, given as a number or as a string with a unit: "500ms", "30s", "10m", "2h",
+    "1d"; "0" or "off": never (``structuring`` reads it)."""
 
 
 @attrs.frozen(kw_only=True)
@@ -136,6 +142,12 @@ class ServerConfig:
     templates: KindPolicy = attrs.field(factory=KindPolicy)
     # Server-to-client requests this server may make (None: all that the proxy routes).
     server_requests: tuple[str, ...] | None = None
+    # "eager": started with the proxy; "lazy": its catalog comes from the cache of its last
+    # listing and it starts on the first request that needs it. None: proxy.start.
+    start: Start | None = None
+    # A shared server nobody used for this long is stopped (the next request starts it
+    # again); 0: never. None: proxy.idle_stop_after.
+    idle_stop_after: Duration | None = None
     # What ${VAR} interpolation put into this server's keys (secrets to mask; set by loading,
     # never by the config itself).
     interpolated: tuple[str, ...] = attrs.field(default=(), repr=False)
@@ -203,6 +215,15 @@ class ProxyConfig:
     client_write_timeout: float = 30.0
     server_buffer_bytes: int = 16 * 1024 * 1024
     server_write_timeout: float = 10.0
+    # Every server's default: "eager" starts it with the proxy, "lazy" on first use (its
+    # catalog from the cache of its last listing, kept in cache_dir).
+    start: Start = "eager"
+    # Every shared server's default: stopped after nobody used it this long; 0: never.
+    idle_stop_after: Duration = Duration(0.0)
+    # Where each server's last listing is kept (one file per server and configuration);
+    # None: $XDG_CACHE_HOME/mcp-aggregator/listings (~/.cache/... without it). Relative:
+    # to the config file's directory.
+    cache_dir: str | None = None
 
 
 LOCAL_HOSTS = ("localhost", "127.0.0.1", "[::1]")
@@ -370,3 +391,15 @@ class Config:
     @property
     def enabled_servers(self) -> list[ServerConfig]:
         return [server for server in self.servers.values() if server.enabled]
+
+    def starts_lazily(self, server: ServerConfig) -> bool:
+        """Whether ``server`` starts on first use (its own ``start``, else the proxy's)."""
+        return (server.start or self.proxy.start) == "lazy"
+
+    def idle_stop_after(self, server: ServerConfig) -> float:
+        """Seconds after which ``server``, unused, is stopped (0: never); per-session
+        servers never are (each session's own connection stops with its session)."""
+        if server.isolation == "per-session":
+            return 0.0
+        after = server.idle_stop_after
+        return float(self.proxy.idle_stop_after if after is None else after)

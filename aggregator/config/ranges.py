@@ -51,6 +51,7 @@ _MS = 0.001  # the shortest deadline accepted where zero makes no sense
 RANGES: dict[type, dict[str, Range]] = {
     ProxyConfig: {
         "startup_timeout": Range(0.0, _DAY, "seconds"),  # 0: do not wait for slow servers
+        "idle_stop_after": Range(0.0, 30 * _DAY, "seconds"),  # 0: never
         "page_size": Range(1, 100_000, "items"),
         "min_ready": Range(0, 1_000_000, "servers"),
         "max_message_bytes": Range(1024, _GIB, "bytes"),
@@ -94,6 +95,7 @@ RANGES: dict[type, dict[str, Range]] = {
     },
     ServerConfig: {
         "init_timeout": Range(_MS, _DAY, "seconds"),
+        "idle_stop_after": Range(0.0, 30 * _DAY, "seconds"),  # 0: never
         "discover_timeout": Range(_MS, _DAY, "seconds"),
         "request_timeout": Range(_MS, 7 * _DAY, "seconds"),
         "max_request_timeout": Range(_MS, 7 * _DAY, "seconds"),

@@ -18,12 +18,14 @@ from cattrs.errors import ClassValidationError, ForbiddenExtraKeysError, Iterabl
 
 from aggregator.config.model import (
     DiscoveryConfig,
+    Duration,
     IssuerConfig,
     ItemOverride,
     KindPolicy,
     ProfileConfig,
     RuleSet,
     ServerConfig,
+    Start,
     Transport,
 )
 from aggregator.config.upstream_auth import UpstreamAuth, UpstreamOAuthConfig
@@ -40,6 +42,24 @@ def _structure_float(value: object, _: type) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise TypeError(f"expected a number, got {describe(value)}")
     return float(value)
+
+
+_DURATION = re.compile(r"\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*")
+_UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, None: 1.0}
+
+
+def _structure_duration(value: object, _: type) -> Duration:
+    """Seconds: a number, or a string with a unit ("30s", "10m", "2h", "1d", "500ms"); "off": 0."""
+    if isinstance(value, str):
+        if value.strip().lower() in ("off", "never"):
+            return Duration(0.0)
+        match = _DURATION.fullmatch(value)
+        if match is None:
+            raise ValueError(f'expected a duration such as "30s", "10m", "2h" or "off", got {describe(value)}')
+        return Duration(float(match.group(1)) * _UNIT_SECONDS[match.group(2)])
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(f'expected a duration (seconds, or a string such as "10m"), got {describe(value)}')
+    return Duration(float(value))
 
 
 def _structure_int(value: object, _: type) -> int:
@@ -143,6 +163,14 @@ def _make_converter() -> cattrs.Converter:
         lambda t: t == Transport, _one_of("stdio", "streamable-http", "sse", "websocket")
     )
     converter.register_structure_hook_func(lambda t: t == Literal["mcp", "llm"], _one_of("mcp", "llm"))
+    converter.register_structure_hook_func(lambda t: t == Start, _one_of("eager", "lazy"))
+    converter.register_structure_hook_func(
+        lambda t: t == Start | None, lambda v, _: None if v is None else _one_of("eager", "lazy")(v, _)
+    )
+    converter.register_structure_hook(Duration, _structure_duration)
+    converter.register_structure_hook_func(
+        lambda t: t == Duration | None, lambda v, _: None if v is None else _structure_duration(v, _)
+    )
     converter.register_structure_hook_func(
         lambda t: t == Mapping[str, ItemOverride], _table_of(converter, ItemOverride, "overrides")
     )

@@ -88,6 +88,23 @@ class StopUpstream:
 
 
 @attrs.define(weakref_slot=False)
+class WakeUpstream:
+    """Start shared server ``server``, which is stopped (lazy, or stopped when idle): a
+    request is held for it. Its catalog was served from its cached listing meanwhile."""
+
+    server: str
+
+
+@attrs.define(weakref_slot=False)
+class StopIdle:
+    """Stop shared server ``server``: nobody used it for its ``idle_stop_after``. The router
+    has already let go of its connection; its items stay in the catalog, and the next
+    request for it wakes it (``WakeUpstream``)."""
+
+    server: str
+
+
+@attrs.define(weakref_slot=False)
 class WaitForStartup:
     """Hold this client's `initialize` until startup is complete, then feed it again."""
 
@@ -112,6 +129,8 @@ Command: TypeAlias = (
     | Answer
     | StartUpstream
     | StopUpstream
+    | WakeUpstream
+    | StopIdle
     | WaitForStartup
     | RequestEnded
 )

@@ -225,6 +225,15 @@ class ServerDown:
 
 
 @attrs.define(weakref_slot=False)
+class ServerCached:
+    """Shared upstream ``server`` is not started (``start = "lazy"``): its catalog is its
+    cached ``listing`` (kind -> items, as it last listed them) until it is started."""
+
+    server: str
+    listing: dict[str, list[dict[str, Any]]]
+
+
+@attrs.define(weakref_slot=False)
 class LinkEnded:
     """A per-session connection ``name`` ended on its own before it was ready."""
 
@@ -339,6 +348,7 @@ Event: TypeAlias = (
     | ServerOverloaded
     | ServerLost
     | ServerDown
+    | ServerCached
     | LinkEnded
     | OwnCallStarted
     | TimePassed

@@ -118,11 +118,13 @@ from aggregator.core.commands import (
     Command,
     DropUpstream,
     StartUpstream,
+    StopIdle,
     StopUpstream,
     ToClient,
     ToServer,
     UpstreamServing,
     WaitForStartup,
+    WakeUpstream,
 )
 from aggregator.core.era.input_bridge import InputBridge
 from aggregator.core.era.modern_callers import ModernCallers
@@ -152,6 +154,7 @@ from aggregator.core.reverse.reverse_table import ReverseTable
 from aggregator.core.reverse.roots import ROOTS_HOLD_SECONDS, Roots
 from aggregator.core.settings import Discovery, LinkSettings, RouterSettings, ServerRequestPolicy
 from aggregator.core.upstreams.held_requests import HeldRequests
+from aggregator.core.upstreams.idle_stops import IdleStops
 from aggregator.core.upstreams.own_listings import OwnListings
 from aggregator.core.upstreams.upstream_control import UpstreamControl
 from aggregator.mcp.constants import TOOLS
@@ -171,12 +174,14 @@ __all__ = [
     "ServerRequestPolicy",
     "SessionInfo",
     "StartUpstream",
+    "StopIdle",
     "StopUpstream",
     "ToClient",
     "ToServer",
     "UpstreamLink",
     "UpstreamServing",
     "WaitForStartup",
+    "WakeUpstream",
     "proxy_error",
 ]
 
@@ -239,7 +244,7 @@ class Router:
         self._own_objects(settings)
         self._event_objects()
         # The trio layer asks these: the owners' own methods, bound (the clock's after every batch).
-        self.next_deadline = self.inflight.next_deadline  # when ``TimePassed`` has work next
+
         self.in_flight = self.inflight.in_flight  # client requests waiting for a server's answer
         self.client_idle = self.client_events.client_idle  # whether a client may stay between requests
         self._events = self._event_handlers()
@@ -296,6 +301,7 @@ class Router:
                 [*upstreams.server_lost(e.server, e.why), *self.own_listings.release(e.server, lost=True)]
             ),
             events.ServerDown: lambda e: upstreams.server_down(e.server, e.reason, e.retry_in),
+            events.ServerCached: lambda e: upstreams.server_cached(e.server, e.listing),
             events.LinkEnded: quietly(lambda e: self._link_ended(e.name)),
             events.OwnCallStarted: lambda e: self.control.own_call(e.server, e.method, e.params, e.caller),
             events.TimePassed: lambda e: self._time_passed(),
@@ -339,6 +345,8 @@ class Router:
             settings.max_in_flight,
             clock,
         )
+        # Shared servers stopped when nobody uses them (``idle_stop_after``).
+        self.idle = IdleStops(self.links, self.outages, self.requests.held, self.subscriptions, clock)
         # list_changed notices due, and when.
         self.announcements = Announcements(
             clock, settings.list_changed_debounce, self.clients, self.views, self.listens
@@ -497,6 +505,7 @@ class Router:
             inflight=self.inflight,
             tallies=self.tallies,
             held_requests=self.held_requests,
+            idle=self.idle,
             reverse=self.reverse,
             roots=self.roots,
             clock=self.clock,
@@ -568,8 +577,19 @@ class Router:
         requests upstream last (what their lifecycles say, done)."""
         now = self.clock()
         out = self.client_events.resend(self.inflight.expire(now))
+        if self.idle.at is not None and now >= self.idle.at:
+            out += self.upstreams.stop_idle(now)
         own = self.upstreams.expire_own(now)
         return out + self.client_events.resend(own) if own else out
+
+    def next_deadline(self) -> float | None:
+        """When ``TimePassed`` has work next: a request times out, a notice is due, a
+        server may have been idle long enough."""
+        deadline = self.inflight.next_deadline()
+        idle = self.idle.at
+        if idle is not None and (deadline is None or idle < deadline):
+            return idle
+        return deadline
 
     def _discovery_renewed(self, discovery: dict[str, Discovery]) -> list[Command]:
         """New discovery settings (a reload): each profile whose clients now see another

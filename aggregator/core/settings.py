@@ -118,6 +118,8 @@ class LinkSettings:
     # which a list waits for at most ``init_timeout`` seconds (``core.upstreams.own_listings``).
     per_user: bool = False
     init_timeout: float = defaults.INIT_TIMEOUT
+    # A shared server nobody used for this many seconds is stopped (``core.upstreams.idle_stops``); 0: never.
+    idle_stop_after: float = 0.0
 
 
 @attrs.frozen(kw_only=True)

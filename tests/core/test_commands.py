@@ -17,11 +17,13 @@ from aggregator.core.commands import (
     DropUpstream,
     RequestEnded,
     StartUpstream,
+    StopIdle,
     StopUpstream,
     ToClient,
     ToServer,
     UpstreamServing,
     WaitForStartup,
+    WakeUpstream,
 )
 from aggregator.core.events import ClientMessage
 from tests.core.helpers import msg
@@ -36,6 +38,8 @@ FIELDS = [
     (Answer, ("caller", "result", "error", "code", "message")),
     (StartUpstream, ("server", "name", "session", "capabilities")),
     (StopUpstream, ("name",)),
+    (WakeUpstream, ("server",)),
+    (StopIdle, ("server",)),
     (WaitForStartup, ("session",)),
     (RequestEnded, ("session", "id")),
 ]

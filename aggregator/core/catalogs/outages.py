@@ -23,10 +23,17 @@ answered as if the name had never existed. The rules:
 5. When the server is listed again its outage and its memory go: what it still has is in
    the catalog, what it no longer has is unknown.
 
+6. A server that is *stopped* on purpose (``start = "lazy"``, not started yet, or stopped
+   when idle: ``DORMANT``) is out too, but keeps its items in the catalogs: its cached
+   listing, or what it listed last. A request for one of them is held for it like any
+   other, and the first one held wakes it (``HeldRequests``); from then on it is
+   ``starting`` like any server that is out.
+
 States, as clients see them (``data.state``):
 - ``starting``: a start attempt is under way (or due now).
 - ``restarting``: it was serving, it was lost, its next attempt is scheduled.
 - ``failed``: its last start attempt failed, the next one is scheduled.
+(``lazy`` and ``idle-stopped``, the dormant states, are never told: a request wakes it.)
 """
 
 from __future__ import annotations
@@ -42,6 +49,9 @@ from aggregator.mcp.constants import RESOURCES, TEMPLATES, TOOLS
 STARTING = "starting"
 RESTARTING = "restarting"
 FAILED = "failed"
+LAZY = "lazy"  # not started yet: its catalog is its cached listing
+IDLE_STOPPED = "idle-stopped"  # stopped after nobody used it for its idle_stop_after
+DORMANT = frozenset((LAZY, IDLE_STOPPED))  # stopped on purpose: the next request starts it
 
 
 @attrs.define(eq=False)
@@ -72,11 +82,12 @@ class Remembered:
 @attrs.define(eq=False)
 class Outage:
     server: str
-    state: str = STARTING  # what it was when last told: restarting or failed, else starting
+    state: str = STARTING  # what it was when last told: restarting or failed, else starting; or DORMANT
     reason: str | None = None  # why it was lost, or why its last attempt failed
     retry_at: float | None = None  # its next attempt (None: under way, or not yet known)
     attempt_at: float | None = None  # when its current or next attempt starts (to time a start)
     ever_ready: bool = False  # ready at least once since the proxy started (rule 4)
+    woken: bool = False  # started from DORMANT by a request (rule 6): its callers hear it starts
     memory: dict[str, Remembered] = attrs.field(factory=dict)  # profile -> what it saw
 
 

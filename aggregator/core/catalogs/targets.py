@@ -70,6 +70,8 @@ class Targets:
                 (client.catalog.tools if tools else client.catalog.prompts).get(name) if type(name) is str else None
             )
             if route is not None:
+                if self.outages and self._is_out(route.server):  # a stopped server's (outages rule 6)
+                    raise ServerDown(route)
                 return route
             return self._name_target(client, TOOLS if tools else PROMPTS, name)
         if method == "completion/complete":
@@ -115,6 +117,8 @@ class Targets:
             name = ref.get("name")
             route: Route | None = client.catalog.prompts.get(name) if type(name) is str else None
             if route is not None:
+                if self.outages and self._is_out(route.server):
+                    raise ServerDown(route)
                 return route
             owner = self._name_owner(client, PROMPTS, name) if type(name) is str else None
             if owner is None:
@@ -129,6 +133,8 @@ class Targets:
                 owner = self._outage_template(client, uri, route)
                 if owner is not None:
                     raise ServerDown(Route(*owner))
+                if route is not None and self._is_out(route.server):  # a stopped server's template
+                    raise ServerDown(route)
         except InvalidUri as exc:
             raise RemoteProtocolError(INVALID_PARAMS, f"Invalid params: {exc}") from None
         if route is None:
@@ -186,8 +192,8 @@ class Targets:
         profile was not allowed to see it there."""
         catalog = client.catalog
         normal = normalize_uri(uri)
-        if normal in catalog.resources:
-            return route, False
+        if normal in catalog.resources:  # listed: out only if its server is stopped (outages rule 6)
+            return route, route is not None and self._is_out(route[0])
         owner = uri_owner(self.outages, client.profile, normal)
         if owner is not None:
             return Route(*owner), True

@@ -20,9 +20,9 @@ from collections.abc import Callable, Sequence
 from typing import Any, TypeAlias
 
 from aggregator.core.catalogs.catalog import Catalog
-from aggregator.core.catalogs.outages import FAILED, RESTARTING, Outage, remember
+from aggregator.core.catalogs.outages import DORMANT, FAILED, IDLE_STOPPED, LAZY, RESTARTING, Outage, remember
 from aggregator.core.catalogs.session_catalog import SessionViews
-from aggregator.core.commands import Answer, Command, DropUpstream, ToClient, ToServer, UpstreamServing
+from aggregator.core.commands import Answer, Command, DropUpstream, StopIdle, ToClient, ToServer, UpstreamServing
 from aggregator.core.era.modern_results import IDENTITY
 from aggregator.core.handlers.inflight import InFlight
 from aggregator.core.lifecycle.upstream_era import MODERN_ERA, Era
@@ -37,6 +37,7 @@ from aggregator.core.requests.request_table import Tallies
 from aggregator.core.reverse.reverse_table import ReverseTable
 from aggregator.core.reverse.roots import Roots
 from aggregator.core.upstreams.held_requests import HeldRequests, Resend
+from aggregator.core.upstreams.idle_stops import IdleStops
 from aggregator.core.upstreams.own_listings import OwnListings, grant_listing, granted, is_grant_call
 from aggregator.core.upstreams.upstream_control import UpstreamControl
 from aggregator.jsonrpc.errors import INTERNAL_ERROR
@@ -70,6 +71,7 @@ class UpstreamEvents:
         inflight: InFlight,
         tallies: Tallies,
         held_requests: HeldRequests,
+        idle: IdleStops,
         reverse: ReverseTable,
         roots: Roots,
         clock: Callable[[], float],
@@ -89,6 +91,7 @@ class UpstreamEvents:
         self.inflight = inflight  # requests failed at once when their server is lost
         self.tallies = tallies  # what ended how
         self.held_requests = held_requests
+        self.idle = idle  # shared servers stopped when nobody uses them
         self.reverse = reverse  # server-to-client requests, cancelled when their server is lost
         self.roots = roots
         self.clock = clock
@@ -336,11 +339,46 @@ class UpstreamEvents:
                 why,
             )
 
-    def server_lost(self, server: str, why: str) -> list[Command]:
-        """The upstream is gone: fail its requests at once, hide its items, tell clients."""
+    def server_cached(self, server: str, listing: dict[str, list[dict[str, Any]]]) -> list[Command]:
+        """A shared server is not started (``start = "lazy"``): its cached listing is its
+        catalog until it is started, and the first request for it wakes it (``outages``
+        rule 6). Nothing changes for a server that is running or per-session."""
+        link = self.links.get(server)
+        outage = self.outages.get(server)
+        if link is None or link.session is not None or link.ready or outage is None:
+            return []
+        # (Not ``ever_ready``: a name with its prefix that the cache lacks wakes it too,
+        # and is looked up again once it is listed: ``outages`` rule 4.)
+        outage.state = LAZY
+        out: list[Command] = []
+        for kind, items in listing.items():
+            for profile, catalog in self.catalogs.items():
+                changed = catalog.set_items(server, kind, items)
+                out += self.announcements.announce([kind] if changed else [], profile)
+                if self.views:
+                    out += self._views_see(catalog, server, kind, changed)
+        return out
+
+    def stop_idle(self, now: float) -> list[Command]:
+        """Stop the shared servers nobody used for their ``idle_stop_after``
+        (``core.upstreams.idle_stops``): each lets go of its connection at once, as if lost,
+        but keeps its items in the catalogs; the trio layer stops it (``StopIdle``)."""
+        out: list[Command] = []
+        for server in self.idle.due(now):
+            self.outages[server] = Outage(server, state=IDLE_STOPPED, ever_ready=True)
+            out += self.server_lost(server, "stopped: nobody used it for its idle_stop_after", keep_items=True)
+            out.append(StopIdle(server))
+        return out
+
+    def server_lost(self, server: str, why: str, *, keep_items: bool = False) -> list[Command]:
+        """The upstream is gone: fail its requests at once, hide its items, tell clients.
+        ``keep_items``: it was stopped on purpose, idle; its items stay."""
         link = self.links.get(server)
         if link is None:
             return []
+        outage = self.outages.get(server)
+        if not keep_items and outage is not None and outage.state in DORMANT and link.lifecycle is None:
+            return []  # stopped on purpose, let go of already: the end of that connection changes nothing
         link.ready = False
         link.overloaded = None
         self._probe_lost(link, why)
@@ -392,7 +430,7 @@ class UpstreamEvents:
         for entry in [k for k in self.reverse.elicitations if k[0] == server]:
             self.reverse.forget_elicitation(entry)
         self.roots.forget(server)
-        if link.session is None:
+        if link.session is None and not keep_items:
             out += self._server_out(server, why)
             kinds = self.catalog.forget(server)
             for profile, catalog in self.catalogs.items():
@@ -439,6 +477,9 @@ class UpstreamEvents:
         outage = self.outages.pop(server, None)
         if outage is None:
             return []
+        link = self.links.get(server)
+        if link is not None:
+            self.idle.listed(link)
         now = self.clock()
         if outage.attempt_at is not None:
             self.start_takes[server] = max(0.0, now - outage.attempt_at)

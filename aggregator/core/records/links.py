@@ -198,6 +198,10 @@ class UpstreamLink:
     # the link's whole life: ids never repeat, so an answer to an ended connection's is stale.
     own: OwnRequests[Any] = attrs.field(factory=lambda: OwnRequests(CONTROL_ID_PREFIX))
     lifecycle: UpstreamLifecycle | None = None  # the current connection's; None between connections
+    # A shared server nobody used for this many seconds is stopped (0: never), and when a
+    # request of a client last ended there, or it was last listed (``core.upstreams.idle_stops``).
+    idle_stop_after: float = 0.0
+    used_at: float = 0.0
 
 
 def configured_link(server: LinkSettings, prefix: str, uri_prefix: str) -> UpstreamLink:
@@ -213,4 +217,5 @@ def configured_link(server: LinkSettings, prefix: str, uri_prefix: str) -> Upstr
         server=server.name,
         protocol=server.protocol,
         discover_timeout=server.discover_timeout,
+        idle_stop_after=server.idle_stop_after,
     )

@@ -118,6 +118,8 @@ class RequestTable:
         pending.done = True
         link = self.links[pending.server]
         link.pending.pop(pending.upstream_id, None)
+        if link.idle_stop_after:  # its idle time starts again (``core.upstreams.idle_stops``)
+            link.used_at = self.clock()
         if outcome is not None:
             self.tallies.ended(pending.method, link.server or pending.server, outcome, reason, seconds)
         session = pending.session  # (``client_of``, inline: every request ends here)

@@ -23,8 +23,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
-from aggregator.core.catalogs.outages import Outage, should_hold, unavailable
-from aggregator.core.commands import Command, ToClient
+from aggregator.core.catalogs.outages import DORMANT, STARTING, Outage, should_hold, unavailable
+from aggregator.core.commands import Command, ToClient, WakeUpstream
 from aggregator.core.records.clients import ClientState
 from aggregator.core.records.links import UNSENT, Pending, Phase, UpstreamLink
 from aggregator.core.replies import proxy_error
@@ -82,6 +82,13 @@ class HeldRequests:
                     ),
                 )
             ]
+        out: list[Command] = []
+        if outage.state in DORMANT and not self.forwarding.draining:  # stopped on purpose: wake it
+            outage.state = STARTING
+            outage.retry_at = None
+            outage.attempt_at = now  # its start is timed from now
+            outage.woken = True
+            out.append(WakeUpstream(server))
         held = self.requests.held.setdefault(server, [])
         if len(held) >= self.max_in_flight:
             held[:] = [p for p in held if not p.done]
@@ -98,10 +105,10 @@ class HeldRequests:
             self.requests.deadlines.push(pending.deadline, pending)
             client.in_flight[pending.client_id] = pending
             held.append(pending)
-            return []
+            return out + starting_progress(client.key, message, server) if outage.woken else out
         text, data = unavailable(outage, now)
         self.tallies.ended(message["method"], server, "error", "unavailable", None)
-        return [ToClient(client.key, error_response(message["id"], INTERNAL_ERROR, text, data))]
+        return [*out, ToClient(client.key, error_response(message["id"], INTERNAL_ERROR, text, data))]
 
     def fail(self, server: str) -> list[Command]:
         """The requests held for ``server`` are answered with its state (it will not be
@@ -139,3 +146,20 @@ class HeldRequests:
             sent.deadline = held.deadline
             sent.hard_deadline = min(sent.hard_deadline, held.hard_deadline)
             self.requests.deadlines.move(sent.deadline, sent)
+
+
+def starting_progress(key: int, message: dict[str, Any], server: str) -> list[Command]:
+    """What tells a caller that sent a progress token that its request waits for its server
+    to start: one ``notifications/progress`` (progress 0, no total: it only says why the
+    wait), on the request's own stream. Nothing for a request without a token."""
+    params = message.get("params")
+    meta = params.get("_meta") if type(params) is dict else None
+    token = meta.get("progressToken") if type(meta) is dict else None
+    if type(token) not in (int, str):
+        return []
+    notice = {
+        "jsonrpc": "2.0",
+        "method": "notifications/progress",
+        "params": {"progressToken": token, "progress": 0, "message": f"starting server {server!r}"},
+    }
+    return [ToClient(key, notice, message["id"])]
