@@ -88,8 +88,7 @@ async def with_started_hub(config: Config, work: Callable[[Hub], T], built: Call
     """Start the hub (its plugins, then its servers), wait for startup, run ``work(hub)``.
     ``built()`` is called once the plugins are loaded, before any server starts. The hub
     only looks: the command reports each server itself, so their failures are logged at info."""
-    hub = Hub(config)
-    hub.looking = True
+    hub = Hub(config, looking=True)
     if built is not None:
         built()
     async with trio.open_nursery() as nursery:

@@ -104,11 +104,12 @@ def status_text(data: dict[str, Any]) -> list[str]:
         up = f"up {duration(server['uptime'])}" if server.get("uptime") is not None else ""
         restarts = f"{server['restarts']} restarts" if server.get("restarts") else ""
         sessions = f"{server['sessions']} sessions as their users" if server.get("sessions") is not None else ""
-        details = "  ".join(part for part in (up, restarts, era, sessions) if part)
+        started = f"started in {server['last_start']:.2f}s" if server.get("last_start") is not None else ""
+        details = "  ".join(part for part in (up, restarts, started, era, sessions) if part)
         lines.append(f"  {server['name']:<20} {server['state']:<9} {details}".rstrip())
         if server.get("last_error"):
             lines.append(f"  {'':<20} {server['last_error']}")
-        if server.get("state") != "ready":
+        if server.get("state") not in ("ready", "lazy", "idle-stopped"):
             lines += [f"  {'':<20} [stderr] {line}" for line in server.get("stderr", [])]
     sessions = data.get("sessions", [])
     lines += ["", f"SESSIONS ({len(sessions)})"]

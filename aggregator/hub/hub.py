@@ -37,7 +37,7 @@ import trio
 
 from aggregator.cluster.keys import KeyRing
 from aggregator.cluster.store import Store, open_store
-from aggregator.config import Config
+from aggregator.config import Config, ServerConfig
 from aggregator.config.core_settings import discovery_settings, link_settings
 from aggregator.config.upstream_auth import acts_as_users
 from aggregator.core.catalogs.catalog import Catalog
@@ -58,6 +58,7 @@ from aggregator.core.events import (
     LinkEnded,
     OwnCallStarted,
     ServerAdded,
+    ServerCached,
     ServerCongested,
     ServerDecoded,
     ServerDown,
@@ -73,16 +74,19 @@ from aggregator.core.events import (
     TimePassed,
     UpstreamConnected,
 )
+from aggregator.core.requests.request_table import Histogram
 from aggregator.core.router import (
     Answer,
     DropUpstream,
     SessionInfo,
     StartUpstream,
+    StopIdle,
     StopUpstream,
     ToClient,
     ToServer,
     UpstreamServing,
     WaitForStartup,
+    WakeUpstream,
 )
 from aggregator.hub.callers import Callers
 from aggregator.hub.caps import Admission
@@ -105,7 +109,7 @@ from aggregator.jsonrpc.codec import decode_message, dumps
 from aggregator.jsonrpc.errors import RemoteProtocolError
 from aggregator.jsonrpc.framing import OversizedLine
 from aggregator.jsonrpc.kinds import REQUEST
-from aggregator.mcp.constants import CANCELLED
+from aggregator.mcp.constants import CANCELLED, KINDS
 from aggregator.plugins.api import Plugins, plugins_of
 from aggregator.plugins.gate import PluginGate
 from aggregator.telemetry import traffic
@@ -114,6 +118,7 @@ from aggregator.telemetry.recent_errors import RecentErrors
 from aggregator.telemetry.tracing import Tracing
 from aggregator.transports import channel
 from aggregator.transports.sink import ClientSink
+from aggregator.upstreams import listing_cache
 from aggregator.upstreams.port import Connector, OwnCall
 from aggregator.upstreams.session import UpstreamSession
 
@@ -122,10 +127,19 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 ELICITATION_COMPLETE = "notifications/elicitation/complete"
+# Upper bounds, in seconds, of the buckets of how long a server took to start (to its first listing).
+START_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 
 
 class Hub:
-    def __init__(self, config: Config, *, connector: Connector | None = None, single_client: bool = False) -> None:
+    def __init__(
+        self,
+        config: Config,
+        *,
+        connector: Connector | None = None,
+        single_client: bool = False,
+        looking: bool = False,
+    ) -> None:
         self.config = config
         self.tracing: Tracing | None = None  # spans per request (``trace``), or none
         self.config_path: Path | None = None  # the file it came from: what ``reload`` reads
@@ -147,7 +161,16 @@ class Hub:
         )
         # A shared connection to each server, but none to one acting as each user: without a
         # user it has nobody to act as (each session's own connection lists it for that session).
-        self.upstreams = {server.name: UpstreamSession(self, server) for server in servers if not acts_as_users(server)}
+        # Each server's last listing is kept in the cache; a lazy server with one is not
+        # started (its catalog is that listing) until a request needs it. A command's one
+        # look (``looking``: check, tools) starts every server.
+        self.cache_dir = listing_cache.cache_dir(config)
+        shared = [server for server in servers if not acts_as_users(server)]
+        dormant = set() if looking else self._cached_servers(shared)
+        self.upstreams = {
+            server.name: UpstreamSession(self, server, dormant=server.name in dormant) for server in shared
+        }
+        self.start_latency = Histogram(START_BUCKETS)  # how long servers took to start, to their first listing
         # Shutting down (``drain``): no new session, no new stateless request, not ready;
         # the sessions already open are served until the drain ends.
         self._draining = False
@@ -155,7 +178,7 @@ class Hub:
         self.admission = Admission(
             config.http.max_connections, config.http.max_sessions, draining=lambda: self.draining
         )
-        self._initial = set(self.upstreams)
+        self._initial = set(self.upstreams) - dormant  # startup waits for these
         # Where each client session's messages go: an Outbox for a stream transport, an
         # HTTP session, a WebSocket sink. Each drops its own client when it is past its budget.
         self.clients: dict[int, ClientSink] = {}
@@ -167,7 +190,7 @@ class Hub:
         self._all_settled = trio.Event()
         self._client_keys = itertools.count(1)
         self.started_at = time.monotonic()
-        self.looking = False  # a command's one look (check, tools): it serves nobody, reports each server
+        self.looking = looking  # a command's one look (check, tools): it serves nobody, reports each server
         self.client_since: dict[int, float] = {}  # when each client connected (time.monotonic())
         # Who each client acts as for servers that take users' own credentials, those
         # credentials (``serve`` opens them when a server needs them), who was asked to grant.
@@ -189,15 +212,35 @@ class Hub:
             Answer: self._answered,
             StartUpstream: self._start_upstream,
             StopUpstream: self._stop_upstream,
+            WakeUpstream: self._wake_upstream,
+            StopIdle: self._stop_idle,
             RequestEnded: self._request_ended,
         }
         self._traffic = traffic.watch_commands(self._handlers)  # --log-level debug: a line per message
-        if not self.upstreams:
+        if not self._initial:
             self._all_settled.set()
         # How long routing took, per message, by who sent it.
         self._handling = self.router.tallies.proxy["client"]
         self._server_handling = self.router.tallies.proxy["server"]
         self.metrics = Metrics(self)  # GET /metrics: read from the tables above at each scrape
+
+    def _cached_servers(self, servers: list[ServerConfig]) -> set[str]:
+        """The lazy servers whose listing is cached: the router serves each one's cached
+        listing as its catalog, and they are not started now (the others are, to list)."""
+        dormant: set[str] = set()
+        for server in servers:
+            if self.config.starts_lazily(server):
+                listing = listing_cache.read(self.cache_dir, server)
+                if listing is not None:
+                    self.router.handle(ServerCached(server.name, listing))  # (no client to tell yet)
+                    dormant.add(server.name)
+        if dormant:
+            log.info(
+                "lazy: %d server(s) not started, served from their cached listings: %s",
+                len(dormant),
+                ", ".join(sorted(dormant)),
+            )
+        return dormant
 
     # --- lifetime -----------------------------------------------------------------------
 
@@ -310,9 +353,9 @@ class Hub:
         for name in plan.changes.starts:
             server = config.servers[name]
             if name in restarting:
-                router.handle(ServerReplaced(link_settings(server), CHANGED))
+                router.handle(ServerReplaced(link_settings(server, config), CHANGED))
             else:
-                router.handle(ServerAdded(link_settings(server)))
+                router.handle(ServerAdded(link_settings(server, config)))
             if acts_as_users(server):
                 continue
             upstream = UpstreamSession(self, server)
@@ -741,7 +784,37 @@ class Hub:
     def _upstream_serving(self, command: UpstreamServing) -> None:
         upstream = self.upstreams.get(command.server)
         if upstream is not None:
+            was = upstream.state
             upstream.serving()
+            if upstream.per_session:
+                return
+            if was != "ready" and upstream.last_start is not None:
+                self.start_latency.observe(upstream.last_start)
+            self._keep_listing(upstream)
+
+    def _keep_listing(self, upstream: UpstreamSession) -> None:
+        """Keep what a shared server lists now in the cache (in a worker thread): a lazy
+        server's next catalog before it starts."""
+        name = upstream.name
+        listing = {kind: list(self.catalog.items_of(name, kind)) for kind in KINDS}
+        if self._nursery is not None:
+            self._nursery.start_soon(self._write_listing, upstream.config, listing, name=f"cache {name}")
+
+    async def _write_listing(self, server: ServerConfig, listing: dict[str, list[dict[str, Any]]]) -> None:
+        await trio.to_thread.run_sync(listing_cache.write, self.cache_dir, server, listing)
+
+    def _wake_upstream(self, command: WakeUpstream) -> None:
+        """A request waits for a server stopped on purpose (lazy, idle-stopped): start it."""
+        upstream = self.upstreams.get(command.server)
+        if upstream is not None:
+            upstream.wake()
+
+    def _stop_idle(self, command: StopIdle) -> None:
+        """Nobody used a shared server for its idle_stop_after: keep its listing, stop it."""
+        upstream = self.upstreams.get(command.server)
+        if upstream is not None:
+            self._keep_listing(upstream)
+            upstream.stop_idle()
 
     def _drop_upstream(self, command: DropUpstream) -> None:
         upstream = self.upstreams.get(command.server)

@@ -40,6 +40,9 @@ _TRANSPORTS = {
 }
 
 
+STOPPED = ("lazy", "idle-stopped")  # a server's states when it is stopped on purpose
+
+
 def health(hub: Hub) -> dict[str, Any]:
     """The process serves (whatever its servers do)."""
     return {"status": "ok", "version": __version__, "uptime": round(time.monotonic() - hub.started_at, 3)}
@@ -59,7 +62,8 @@ def readiness(hub: Hub) -> tuple[bool, dict[str, Any]]:
         upstream = hub.upstreams.get(server.name)
         state = upstream.state if upstream is not None else "starting"
         servers[server.name] = {"state": state, "last_error": upstream.last_error if upstream is not None else None}
-    ready_count = sum(1 for about in servers.values() if about["state"] == "ready")
+    # A server stopped on purpose (lazy, idle-stopped) serves its catalog and starts on demand.
+    ready_count = sum(1 for about in servers.values() if about["state"] in ("ready", *STOPPED))
     needed = hub.config.proxy.min_ready
     if needed is None:
         needed = len(servers)
@@ -124,6 +128,7 @@ def _servers(hub: Hub, now: float) -> list[dict[str, Any]]:
                 "protocol": era[1] if era else None,
                 "uptime": None if upstream.ready_since is None else round(now - upstream.ready_since, 3),
                 "restarts": upstream.restarts,
+                "last_start": None if upstream.last_start is None else round(upstream.last_start, 3),
                 "last_error": upstream.last_error,
                 "stderr": upstream.stderr_tail(),
                 "items": {kind: len(hub.catalog.items_of(name, kind)) for kind in KINDS},

@@ -118,6 +118,7 @@ function serverRow(s) {
     detail.appendChild(el("div", s.sessions + " session(s) connected, each as its own (auth = " + s.auth + ")", "dim"));
   }
   if (s.last_error) detail.appendChild(el("div", s.last_error, s.state === "ready" ? "dim" : "bad"));
+  if (s.last_start != null) detail.appendChild(el("div", "started in " + s.last_start.toFixed(2) + " s", "dim"));
   if (s.stderr && s.stderr.length) detail.appendChild(el("pre", s.stderr.join("\\n")));
   const items = s.items ? Object.entries(s.items).filter(([, n]) => n)
     .map(([k, n]) => n + " " + (KIND_LABELS[k] || k)).join(", ") : "";

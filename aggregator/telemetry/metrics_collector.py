@@ -29,7 +29,7 @@ TRANSPORTS = {
     "LegacySession": "sse",
     "WebSocketSink": "websocket",
 }
-SERVER_STATES = ("starting", "ready", "down")
+SERVER_STATES = ("starting", "ready", "down", "lazy", "idle-stopped")
 
 
 class Received(Protocol):
@@ -120,6 +120,8 @@ class MetricsHost(Protocol):
     def gate(self) -> DecisionCounts: ...
     @property
     def store(self) -> StoreCounts: ...
+    @property
+    def start_latency(self) -> Histogram: ...
 
     def sessions(self) -> list[tuple[int, Any, SessionInfo | None]]: ...
 
@@ -232,6 +234,13 @@ class HubCollector(Collector):
         for server, count in sorted(waiting.items()):
             queued.add_metric([server], count)
         yield from (state, restarts, received, sent, queued)
+        started = HistogramMetricFamily(
+            "aggregator_server_start_seconds",
+            "How long shared servers took to start, from the attempt to their first listing.",
+        )
+        latency = self.hub.start_latency
+        started.add_metric([], _buckets(latency), latency.total)
+        yield started
 
     def _decisions(self) -> Iterator[Metric]:
         denials = CounterMetricFamily(

@@ -59,6 +59,7 @@ class UpstreamSession:
         name: str | None = None,
         client_capabilities: dict[str, Any] | None = None,
         auth: Any = None,
+        dormant: bool = False,
     ) -> None:
         self.hub = hub
         self.config = config
@@ -76,7 +77,15 @@ class UpstreamSession:
         self.cancel_scope = trio.CancelScope()
         self.ended = trio.Event()  # its supervisor returned: its process is stopped
         self.outbox: Outbox | None = None
-        self.state = "starting"  # starting, ready, down (starting again soon)
+        # starting, ready, down (starting again soon); lazy (not started yet: its catalog is
+        # its cached listing), idle-stopped (stopped after nobody used it).
+        self.state = "lazy" if dormant else "starting"
+        # Stopped on purpose (lazy, idle-stopped) until ``wake``; how long its last start
+        # took, to its first listing (seconds; None: it never served).
+        self._dormant = dormant
+        self._wake = trio.Event()
+        self._idle_stopping = False
+        self.last_start: float | None = None
         self.last_error: str | None = None
         # The last stderr lines of the attempt that set last_error (secrets masked).
         self.last_stderr: tuple[str, ...] = ()
@@ -107,6 +116,8 @@ class UpstreamSession:
 
     def serving(self) -> None:
         """The router says its connection serves (listed, or a per-session handshake done)."""
+        if self.state != "ready":
+            self.last_start = trio.current_time() - self._started
         self.state = "ready"
         self.last_error = None
         self.ready_since = time.monotonic()
@@ -118,9 +129,28 @@ class UpstreamSession:
         server starts again after its backoff."""
         self._lose(reason)
 
+    def wake(self) -> None:
+        """The router says a request waits for it: start it, if it is stopped on purpose
+        (once stopping, if it is being stopped as idle)."""
+        self._wake.set()
+
+    def stop_idle(self) -> None:
+        """The router says nobody used it for its ``idle_stop_after`` and has let go of its
+        connection already: stop it, and start it again only when woken."""
+        if self.per_session or self._cancel is None:
+            return
+        self._idle_stopping = True
+        self._reported = True  # the router let go of this connection when it decided
+        self._wake = trio.Event()
+        self.state = "idle-stopped"
+        self.ready_since = None
+        self._lose("stopped: nobody used it for its idle_stop_after")
+
     def not_ready(self) -> tuple[str, tuple[str, ...]]:
         """Why it is not ready and the last lines of its stderr (secrets masked): the reason
         it was lost, or, while its first attempt is still starting, how long it has had."""
+        if self.state in ("lazy", "idle-stopped"):
+            return "not started: it starts on the first request that needs it", ()
         if self.state != "starting" or self.last_error is not None:
             return self.last_error or "", self.last_stderr
         waited = trio.current_time() - self._started
@@ -158,9 +188,20 @@ class UpstreamSession:
 
     async def _supervise(self) -> None:
         while True:
+            if self._dormant:  # stopped on purpose: until a request needs it
+                await self._wake.wait()
+                self._wake = trio.Event()
+                self._dormant = False
+                self.state = "starting"
+                self.log.info("server %s: starting it for a request", self.name)
             self._started = trio.current_time()
             self._retry_at = None
             reason = await self._attempt()
+            if self._idle_stopping:
+                self._idle_stopping = False
+                self._dormant = True
+                self.log.info("server %s: stopped, nobody used it for its idle_stop_after", self.name)
+                continue
             if self._retry_at is None:  # not told when it was lost (it did not start)
                 self._went_down(reason)
             await trio.sleep_until(self._next_start())
@@ -315,7 +356,7 @@ class UpstreamSession:
             # The router hears it now, not once the child is stopped (that may take
             # seconds): requests waiting for this connection fail at once.
             self._report_lost()
-            if not self.per_session and self._retry_at is None:
+            if not self.per_session and self._retry_at is None and not self._idle_stopping:
                 self._went_down(self._lost)
 
     def _report_lost(self) -> None:

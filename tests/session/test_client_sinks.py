@@ -60,7 +60,17 @@ async def test_sinks_built_as_the_fronts_build_them_are_client_sinks():
 
 
 def test_the_hub_has_a_handler_for_every_command_it_is_given():
-    dispatched = {"ToClient", "ToServer", "UpstreamServing", "DropUpstream", "Answer", "StartUpstream", "StopUpstream"}
+    dispatched = {
+        "ToClient",
+        "ToServer",
+        "UpstreamServing",
+        "DropUpstream",
+        "Answer",
+        "StartUpstream",
+        "StopUpstream",
+        "WakeUpstream",
+        "StopIdle",
+    }
     assert all(isinstance(getattr(core_router, name), type) for name in dispatched)
     dispatched.add("RequestEnded")
 

@@ -1,0 +1,126 @@
+"""Servers started on demand and stopped when idle, end to end: twenty lazy servers (the
+fast in-repo fake server), their listings cached by a first run; the second run is ready at
+once, a first call starts its server and succeeds, an idle server is stopped and started
+again by the next call; a stale cache is replaced and the client told its list changed."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+from aggregator.config import load_config
+from aggregator.upstreams import listing_cache
+from tests.e2e.admin_client import get, wait_for
+from tests.e2e.conftest import RawProxy, events, fake, http_proxy, initialize, post, write_config
+from tests.loopback import INIT
+
+pytestmark = pytest.mark.e2e
+
+SERVERS = 20
+READY_BOUND = 1.0  # seconds from listening to ready with every server lazy and cached (measured: ~0.05)
+
+
+def lazy_config(tmp_path: Path, idle: str = "off") -> Path:
+    body = "".join(fake(f"s{n}") for n in range(SERVERS))
+    cache = tmp_path / "cache"
+    proxy = {"start": "lazy", "idle_stop_after": idle, "cache_dir": str(cache), "page_size": 1000}
+    return write_config(tmp_path, body, startup_timeout=30.0, **proxy)
+
+
+def states(port: int) -> dict[str, str]:
+    _, _, data = get(port, "/status.json")
+    return {server["name"]: server["state"] for server in data["servers"]}
+
+
+def call(port: int, session: str, id: int, name: str) -> dict:
+    request = {"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {"name": name, "arguments": {"x": id}}}
+    status, _, body = post(port, request, {"mcp-session-id": session})
+    assert status == 200, body
+    [answer] = [m for m in events(body) if m.get("id") == id]
+    return answer
+
+
+def fill_caches(config: Path) -> None:
+    """A first run: servers never seen start once, to list, and their listings are kept."""
+    with http_proxy(config) as (port, log):
+        wait_for(lambda: get(port, "/readyz")[0] == 200, seconds=60)
+        cache = Path(load_config(config).proxy.cache_dir or "")
+        wait_for(lambda: len(list(cache.glob("s*.json"))) == SERVERS, seconds=30)
+
+
+def test_lazy_servers_are_ready_at_once_start_on_a_call_and_stop_when_idle(tmp_path: Path) -> None:
+    config = lazy_config(tmp_path, idle="1s")
+    fill_caches(config)
+    spawned = time.monotonic()
+    with http_proxy(config, "--log-level", "info") as (port, log):
+        listening = time.monotonic()
+        wait_for(lambda: get(port, "/readyz")[0] == 200, seconds=30)
+        ready = time.monotonic() - listening
+        assert ready < READY_BOUND, f"ready {ready:.2f}s after listening ({listening - spawned:.2f}s to listen)"
+        assert set(states(port).values()) == {"lazy"}
+        session = initialize(port)
+        listing = {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}
+        tools = {
+            tool["name"] for tool in json.loads(post(port, listing, {"mcp-session-id": session})[2])["result"]["tools"]
+        }
+        assert {f"s{n}__echo" for n in range(SERVERS)} <= tools  # every cached catalog, before any start
+        # The first call starts its server, waits for it and goes through; the others stay stopped.
+        answer = call(port, session, 3, "s7__echo")
+        assert "result" in answer and '"x": 3' in answer["result"]["content"][0]["text"], answer
+        now = states(port)
+        assert now["s7"] in ("ready", "idle-stopped") and now["s8"] == "lazy"
+        _, _, data = get(port, "/status.json")
+        [s7] = [server for server in data["servers"] if server["name"] == "s7"]
+        assert s7["last_start"] is not None and s7["last_start"] > 0
+        # Nobody uses it for its idle_stop_after (1 s): stopped, its tools still listed.
+        wait_for(lambda: states(port)["s7"] == "idle-stopped", seconds=15)
+        tools = {
+            tool["name"] for tool in json.loads(post(port, listing, {"mcp-session-id": session})[2])["result"]["tools"]
+        }
+        assert "s7__echo" in tools
+        # The next call starts it again.
+        answer = call(port, session, 4, "s7__echo")
+        assert "result" in answer, answer
+        _, _, metrics = get(port, "/metrics")
+        text = metrics.decode() if isinstance(metrics, bytes) else str(metrics)
+        assert 'aggregator_server_state{server="s8",state="lazy"} 1.0' in text
+        assert "aggregator_server_start_seconds_count 2.0" in text
+    assert "stopped, nobody used it" in log.read_text()
+
+
+def test_a_stale_cache_is_replaced_and_the_client_told(tmp_path: Path) -> None:
+    config = write_config(
+        tmp_path, fake("s0") + fake("s1"), start="lazy", cache_dir=str(tmp_path / "cache"), startup_timeout=30.0
+    )
+    fill_caches_count = 2
+    loaded = load_config(config)
+    cache = Path(loaded.proxy.cache_dir or "")
+    with http_proxy(config) as (port, _):
+        wait_for(lambda: len(list(cache.glob("s*.json"))) == fill_caches_count, seconds=30)
+    # The server's tools changed since: its cache says it has "old" only.
+    server = loaded.servers["s0"]
+    listing_cache.write(cache, server, {"tools": [{"name": "old", "inputSchema": {"type": "object"}}]})
+    proxy = RawProxy(config)
+    try:
+        assert proxy.request(1, "initialize", INIT["params"])["result"]
+        proxy.send(b'{"jsonrpc":"2.0","method":"notifications/initialized"}\n')
+        names = {tool["name"] for tool in proxy.request(2, "tools/list")["result"]["tools"]}
+        assert "s0__old" in names and "s0__echo" not in names  # the cache, as it was
+        # A name with its prefix that the cache lacks starts it too, and is looked up once it listed.
+        answer = proxy.request(3, "tools/call", {"name": "s0__echo", "arguments": {"y": 1}})
+        assert "result" in answer, answer
+        deadline = time.monotonic() + 10
+        while not any(n.get("method") == "notifications/tools/list_changed" for n in proxy.notifications):
+            assert time.monotonic() < deadline, proxy.notifications
+            proxy.request(90 + len(proxy.notifications), "ping")
+            time.sleep(0.1)
+        names = {tool["name"] for tool in proxy.request(4, "tools/list")["result"]["tools"]}
+        assert "s0__echo" in names and "s0__old" not in names
+    finally:
+        code, log = proxy.close()
+    assert code == 0, log
+    kept = listing_cache.read(cache, server)  # replaced by what it listed
+    assert kept is not None and "echo" in {tool["name"] for tool in kept["tools"]}
