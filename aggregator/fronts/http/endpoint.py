@@ -143,6 +143,7 @@ class StreamableHttpEndpoint:
         # With [cluster] keys: a session's answers and cancels that belong to another replica.
         self.relay = Relay(hub, self.sessions) if hub.keys.shared else None
         self.exchange.relay = self.relay
+        self.sessions.on_deleted = self.relay.deleted if self.relay is not None else None
         self.legacy = LegacySse(hub, config, self.access, self.admission)
         # Path, then method, to the part that serves it; a profile's path (``/mcp/<profile>``)
         # is served as the MCP endpoint. Should two paths be configured alike, the legacy

@@ -100,7 +100,7 @@ class PostExchange:
         if kind == REQUEST and message["method"] == INITIALIZE:
             await self._initialize(connection, request, message)
             return
-        session, status, reason, headers = self.sessions.find(request)
+        session, status, reason, headers = await self.sessions.find(request)
         if session is None:
             if kind == NOTIFICATION and is_modern_notification(request):
                 await connection.respond(202, [])  # accepted, and dropped: it has nothing to act on

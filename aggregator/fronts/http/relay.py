@@ -15,6 +15,9 @@ and answers the POST 202 at once:
   call; a cancel is rare, so every replica hears it and those that do not run it ignore
   it, as the protocol says of a cancel of an unknown request).
 
+A session deleted (``DELETE``) on one replica is broadcast too: a replica that serves it
+ends it there (its streams end, its work upstream is cancelled), as if deleted there.
+
 The replica that receives a message hands it to its hub as if its client had sent it on
 this replica, for the session its id names, if it serves it (the sender checked the
 client's principal before it published). Pub/sub is at most once: an answer sent while
@@ -94,6 +97,10 @@ class Relay:
         if type(note) is not dict or note.get("from") == self.replica:
             return  # what this replica broadcast itself
         session = self.sessions.by_id.get(note.get("session"))  # type: ignore[arg-type]
+        if session is not None and note.get("ended") is True:
+            log.info("http session %d: deleted on replica %r", session.key, note.get("from"))
+            self.sessions.end(session)
+            return
         kind, message = note.get("kind"), note.get("message")
         if session is None or session.closed or type(kind) is not int or kind == REQUEST or type(message) is not dict:
             return  # a session this replica does not serve (a broadcast cancel), or ended
@@ -115,6 +122,14 @@ class Relay:
         if owner is None or owner == self.replica:
             return False
         return await self._publish(replica_channel(owner), session, kind, message)
+
+    async def deleted(self, session: HttpSession) -> None:
+        """A session was deleted here: any other replica that serves it ends it too."""
+        note = orjson.dumps({"from": self.replica, "session": session.id, "ended": True})
+        try:
+            await self.store.publish(EVERY_REPLICA, note)
+        except StoreError as exc:
+            log.debug("http session %d: could not tell the other replicas it ended: %s", session.key, exc)
 
     async def _publish(self, channel: str, session: HttpSession, kind: int, message: dict[str, Any]) -> bool:
         note = orjson.dumps({"from": self.replica, "session": session.id, "kind": kind, "message": message})

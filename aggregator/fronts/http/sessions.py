@@ -15,8 +15,9 @@ and is bound to the request's principal (and to the profile its path names, if a
 hub takes the client over as initialized (``client_adopted``), so the session goes on here
 after its replica stopped, or behind a balancer that sends each request anywhere. What it
 cannot open is not found (404), as an unknown id always was. An id this table ended (DELETE,
-a budget overrun) is not adopted again here; ended elsewhere, it can be (the replicas share
-no store of ended ids yet). Also here: a body's
+a budget overrun) is not adopted again here; a DELETE also leaves a tombstone in the shared
+store (``[cluster] store``: a digest of the id, never the id, kept ``TOMBSTONE_SECONDS``),
+which every replica reads before it adopts an id, so none adopts it again. Also here: a body's
 one JSON-RPC message, or the 400 that refuses it (``refuse_message``, shared with
 ``legacy_sse``).
 
@@ -25,11 +26,12 @@ Imports of the HTTP front: ``answers`` and ``queue`` only.
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import logging
 import secrets
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, NamedTuple
 
 import trio
@@ -38,6 +40,7 @@ from aggregator.cluster.keys import SESSION
 from aggregator.cluster.sealing import MAX_ID, PREFIX, SessionSealer, SessionState, binding
 from aggregator.config import HttpConfig
 from aggregator.core.router import proxy_error
+from aggregator.errors import StoreError
 from aggregator.fronts.access import AccessPolicy, Denial, bearer_token, choose_profile
 from aggregator.fronts.authorization import Principal
 from aggregator.fronts.http.answers import reject
@@ -58,6 +61,9 @@ BACKLOG_BYTES = 256 * 1024
 # Sealed ids of sessions ended here (DELETE, a budget overrun), not adopted again; oldest forgotten first.
 ENDED_IDS = 4096
 NOT_FOUND = "Session not found: it ended or never existed; initialize again"
+# How long a deleted session's tombstone stays in the shared store (a sealed id has no expiry
+# of its own: one deleted longer ago could be adopted again, until its key is removed).
+TOMBSTONE_SECONDS = 30 * 24 * 3600.0
 
 
 class HttpSession:
@@ -220,6 +226,9 @@ class SessionTable:
         # With [cluster] keys: what seals session ids and opens those of other replicas.
         self.sealer = SessionSealer(hub.keys.keys_for(SESSION)) if hub.keys.shared else None
         self.ended: dict[str, None] = {}  # sealed ids ended here, in order (at most ENDED_IDS)
+        # [cluster]: tells the other replicas a session was deleted (``relay``), so that one
+        # serving it too ends it there.
+        self.on_deleted: Callable[[HttpSession], Awaitable[None]] | None = None
 
     def add(self, session: HttpSession) -> None:
         """Count in a session admitted (``admission.admit_session``) and known to the hub."""
@@ -243,7 +252,7 @@ class SessionTable:
         )
         return self.sealer.seal(state) or secrets.token_urlsafe(24)
 
-    def find(self, request: Request) -> Lookup:
+    async def find(self, request: Request) -> Lookup:
         """The session a request names, or None with the status, reason and headers to answer.
 
         A session answers only its own principal (another's token: 404, as for an id never
@@ -252,7 +261,40 @@ class SessionTable:
         still give the session's profile, as it did at initialize (claims change: a token
         refreshed without the group that chose it), else the 403 a new session would get;
         a token is checked once, then found in one comparison.
+
+        A sealed id this table does not know is looked up in the store's tombstones first
+        (``bury``).
         """
+        session_id = request.headers.get("mcp-session-id")
+        if (
+            session_id is not None
+            and self.sealer is not None
+            and session_id not in self.by_id
+            and session_id.startswith(PREFIX)
+            and session_id not in self.ended
+            and await self._tombstoned(session_id)
+        ):
+            return Lookup(None, 404, NOT_FOUND)
+        return self._find(request)
+
+    async def _tombstoned(self, session_id: str) -> bool:
+        """Whether a replica deleted this session (a store that is down: not known, adopted)."""
+        try:
+            return await self.hub.store.get(_tombstone(session_id)) is not None
+        except StoreError as exc:
+            log.debug("http: could not read a session's tombstone: %s", exc)
+            return False
+
+    async def bury(self, session: HttpSession) -> None:
+        """Leave a deleted session's tombstone in the store, so that no replica adopts it."""
+        if self.sealer is None or not session.id.startswith(PREFIX):
+            return
+        try:
+            await self.hub.store.set(_tombstone(session.id), b"1", ttl=TOMBSTONE_SECONDS)
+        except StoreError as exc:
+            log.warning("http session %d: deleted, but its tombstone could not be stored: %s", session.key, exc)
+
+    def _find(self, request: Request) -> Lookup:
         session_id = request.headers.get("mcp-session-id")
         if session_id is None:
             return Lookup(None, 400, "Bad request: Mcp-Session-Id header is required after initialize")
@@ -342,17 +384,20 @@ class SessionTable:
         try:
             return decode_message(request.body, self.hub.max_json_depth)
         except RemoteProtocolError as exc:
-            session = self.find(request)[0] if exc.response_to is not None else None
+            session = (await self.find(request))[0] if exc.response_to is not None else None
             await refuse_message(self.hub, connection, exc, session)
             return None
 
     async def delete(self, connection: HttpConnection, request: Request) -> None:
-        """DELETE: end the session the request names."""
-        session, status, reason, headers = self.find(request)
+        """DELETE: end the session the request names (no replica adopts it again)."""
+        session, status, reason, headers = await self.find(request)
         if session is None:
             await reject(connection, status, INVALID_REQUEST, reason, headers=headers)
             return
         self.end(session)
+        await self.bury(session)
+        if self.on_deleted is not None:
+            await self.on_deleted(session)
         await connection.respond(200, [])
 
     def end(self, session: HttpSession, *, resumable: bool = False) -> None:
@@ -415,3 +460,8 @@ async def refuse_message(hub: ClientPort, connection: HttpConnection, exc: Remot
 def _is_session_id(value: str, longest: int = 128) -> bool:
     """Could this be a session id (MCP: visible ASCII, 0x21 to 0x7E)?"""
     return 0 < len(value) <= longest and value.isascii() and value.isprintable() and " " not in value
+
+
+def _tombstone(session_id: str) -> str:
+    """The store key of a deleted session's tombstone: a digest of its id, never the id."""
+    return "ended:" + hashlib.sha256(session_id.encode()).hexdigest()[:32]

@@ -62,7 +62,7 @@ class EventStreams:
         if "text/event-stream" not in accept and "*/*" not in accept:
             await reject(connection, 406, INVALID_REQUEST, "Not acceptable: GET opens a text/event-stream")
             return
-        session, status, reason, headers = self.sessions.find(request)
+        session, status, reason, headers = await self.sessions.find(request)
         if session is None:
             await reject(connection, status, INVALID_REQUEST, reason, headers=headers)
             return
