@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.cluster.redis_server import REDIS, RedisServer, redis_server
-from tests.e2e.conftest import HERE, ROOT, http_proxy, post, write_config
+from tests.e2e.conftest import HERE, ROOT, http_proxy, initialize, post, write_config
 from tests.e2e.round_robin import round_robin
 from tests.loopback import INIT
 
@@ -142,5 +142,30 @@ def test_a_cancel_sent_to_another_replica_ends_the_call_where_it_runs(tmp_path, 
                 break
             time.sleep(0.2)
         assert status == 200, "the call went on after its client cancelled it on another replica"
+        clean(log_a)
+        clean(log_b)
+
+
+def test_a_session_deleted_on_one_replica_is_adopted_by_none(tmp_path, python1, redis):
+    tools = {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}
+    with ExitStack() as stack:
+        (port_a, log_a), (port_b, log_b) = [
+            stack.enter_context(http_proxy(replica(tmp_path, n, redis.url, python1))) for n in ("a", "b")
+        ]
+        ready(port_a), ready(port_b)
+        served = {"mcp-session-id": initialize(port_a)}  # B serves it too
+        unseen = {"mcp-session-id": initialize(port_a)}  # B never saw it
+        assert post(port_b, tools, served)[0] == 200
+        for session in (served, unseen):
+            assert post(port_a, None, session, method="DELETE")[0] == 200
+        # B ended the one it served when A said so; the other has a tombstone in the store.
+        deadline = time.monotonic() + 5
+        while post(port_b, tools, served)[0] != 404:
+            assert time.monotonic() < deadline, "B still serves a session deleted on A"
+            time.sleep(0.05)
+        status, _, body = post(port_b, tools, unseen)
+        assert status == 404 and b"Session not found" in body
+        assert post(port_a, tools, unseen)[0] == 404
+        assert "adopted" not in log_b.read_text().split("deleted on replica")[-1]
         clean(log_a)
         clean(log_b)
