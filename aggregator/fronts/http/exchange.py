@@ -275,7 +275,7 @@ class PostExchange:
             # resume it (2025-11-25), and the delay to resume after: half the grace period
             # it has to, at most a second.
             retry = min(1000, int(self.config.stream_drop_grace * 500))
-            return await connection.send_chunk(f"id: {queue.stream_id}-0\nretry: {retry}\ndata: \n\n".encode())
+            return await connection.send_chunk(b"id: %s-0\nretry: %d\ndata: \n\n" % (queue.event_prefix, retry))
         return True
 
 

@@ -61,6 +61,9 @@ class MessageQueue:
         # As an event stream: its id in the session (event ids are "<stream>-<message
         # number>"), whether a client resumed it, and the request it answers.
         self.stream_id = 0
+        # What its event ids start with: the stream's id, or under [cluster] keys the replica,
+        # the stream and the request it answers (``sessions.HttpSession.open_stream``).
+        self.event_prefix = b"0"
         self.resumed = False
         self.request_id: Any = None
         self.unanswered = False  # the client cancelled the request: the stream ends with no answer
@@ -121,10 +124,10 @@ class MessageQueue:
     async def send_events(self, connection: HttpConnection) -> bool:
         """Send everything waiting as SSE events, in one chunk (built with one copy). A
         stream with no id (a modern request's: not resumable) has events with no id."""
-        stream = self.stream_id
+        stream = self.event_prefix
         chunk, size = self.log.take_all_framed(
-            (lambda number, _: b"id: %d-%d\nevent: message\ndata: " % (stream, number))
-            if stream
+            (lambda number, _: b"id: %s-%d\nevent: message\ndata: " % (stream, number))
+            if self.stream_id
             else (lambda _number, _data: b"event: message\ndata: "),
             b"\n\n",
         )
@@ -158,7 +161,8 @@ class MessageQueue:
         return items
 
     def replay_after(self, seq: int) -> bytes:
-        return b"".join(sse_event(data, f"{self.stream_id}-{n}") for n, data in self.log.history(seq))
+        prefix = self.event_prefix.decode()
+        return b"".join(sse_event(data, f"{prefix}-{n}") for n, data in self.log.history(seq))
 
     def end_unanswered(self) -> None:
         """The client cancelled the request: end its stream after what waits, with no answer."""

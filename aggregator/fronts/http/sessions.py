@@ -26,6 +26,7 @@ Imports of the HTTP front: ``answers`` and ``queue`` only.
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import itertools
 import logging
@@ -34,6 +35,7 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, NamedTuple
 
+import orjson
 import trio
 
 from aggregator.cluster.keys import SESSION
@@ -145,6 +147,7 @@ class HttpSession:
 
     def open_stream(self, queue: MessageQueue) -> None:
         queue.stream_id = next(self._stream_ids)
+        queue.event_prefix = event_prefix(self.table.replica, queue.stream_id, queue.request_id)
         self.streams[queue.stream_id] = queue
 
     def new_queue(self) -> MessageQueue:
@@ -225,6 +228,8 @@ class SessionTable:
         self.by_id: dict[str, HttpSession] = {}
         # With [cluster] keys: what seals session ids and opens those of other replicas.
         self.sealer = SessionSealer(hub.keys.keys_for(SESSION)) if hub.keys.shared else None
+        # With them: this replica's name, in event ids (``event_prefix``); "": none.
+        self.replica = hub.keys.replica if hub.keys.shared else ""
         self.ended: dict[str, None] = {}  # sealed ids ended here, in order (at most ENDED_IDS)
         # [cluster]: tells the other replicas a session was deleted (``relay``), so that one
         # serving it too ends it there.
@@ -465,3 +470,28 @@ def _is_session_id(value: str, longest: int = 128) -> bool:
 def _tombstone(session_id: str) -> str:
     """The store key of a deleted session's tombstone: a digest of its id, never the id."""
     return "ended:" + hashlib.sha256(session_id.encode()).hexdigest()[:32]
+
+
+MAX_ID_IN_EVENT = 96  # bytes of a request id's JSON an event id carries; a longer one is not
+
+
+def event_prefix(replica: str, stream: int, request_id: Any) -> bytes:
+    """What a stream's event ids start with: ``<stream>``, or with ``[cluster]`` keys
+    ``<replica>.<stream>.<request id>`` (its JSON in base64url; empty for the GET stream or
+    an id too long), so that a resumption another replica gets names the request it was."""
+    if not replica:
+        return b"%d" % stream
+    encoded = dumps(request_id) if request_id is not None else b""
+    token = base64.urlsafe_b64encode(encoded).rstrip(b"=") if len(encoded) <= MAX_ID_IN_EVENT else b""
+    return b"%s.%d.%s" % (replica.encode(), stream, token)
+
+
+def request_of(token: str) -> Any:
+    """The request id an event id's token carries (``event_prefix``); None if none."""
+    if not token:
+        return None
+    try:
+        id = orjson.loads(base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)))
+    except (ValueError, orjson.JSONDecodeError):
+        return None
+    return id if type(id) in (int, str) else None

@@ -16,7 +16,11 @@ Last-Event-ID that is not two ASCII numbers is a 400, never an exception.
 passed in) and the grace periods of lost request streams, which run in the endpoint's nursery
 (``grace_nursery``); the POST exchange starts them and abandons requests through it.
 
-Imports of the HTTP front: ``answers``, ``queue`` and ``sessions``.
+Under ``[cluster]`` keys event ids name the replica and the request too: a resumption of
+another replica's request stream gets that request's retryable error (-32603,
+``data.retryable``), never silence; one of another replica's GET stream opens it here.
+
+Imports of the HTTP front: ``answers``, ``queue``, ``relay`` and ``sessions``.
 """
 
 from __future__ import annotations
@@ -28,21 +32,25 @@ from typing import Any
 import trio
 
 from aggregator.config import HttpConfig
+from aggregator.errors import StoreError
 from aggregator.fronts.access import TokenHold
 from aggregator.fronts.containment import contained
 from aggregator.fronts.http.answers import reject
 from aggregator.fronts.http.queue import MessageQueue, pump, until_client_leaves
-from aggregator.fronts.http.sessions import BACKLOG_BYTES, HttpSession, SessionTable
+from aggregator.fronts.http.relay import replica_channel
+from aggregator.fronts.http.sessions import BACKLOG_BYTES, HttpSession, SessionTable, request_of
 from aggregator.fronts.port import ClientPort
-from aggregator.jsonrpc.errors import INVALID_REQUEST
-from aggregator.transports.http_server import HttpConnection, Request
+from aggregator.jsonrpc.codec import dumps
+from aggregator.jsonrpc.errors import INTERNAL_ERROR, INVALID_REQUEST
+from aggregator.transports.http_server import HttpConnection, Request, sse_event
 
 log = logging.getLogger(__name__)
 
 PRIMING_SINCE = "2025-11-25"  # event streams open with an id-only event from this revision
 # An SSE event id as this endpoint writes them: "<stream>-<seq>", ASCII digits only (a
-# Unicode digit such as "\xb2" passes str.isdigit() and fails int()).
-EVENT_ID = re.compile(r"([0-9]{1,15})-([0-9]{1,15})")
+# Unicode digit such as "\xb2" passes str.isdigit() and fails int()); under [cluster] keys
+# "<replica>.<stream>.<request id token>-<seq>" (``sessions.event_prefix``).
+EVENT_ID = re.compile(r"(?:([A-Za-z0-9_-]{1,64})\.)?([0-9]{1,15})(?:\.([A-Za-z0-9_-]{0,200}))?-([0-9]{1,15})")
 
 
 class EventStreams:
@@ -78,7 +86,11 @@ class EventStreams:
                     "Bad request: Last-Event-ID must be the id of an event this server sent, like 3-17",
                 )
                 return
-            resume = self._resumable(session, int(position[1]), int(position[2]))
+            owner = position[1]
+            if owner is not None and owner != self.sessions.replica:
+                await self._resume_elsewhere(connection, request, session, owner, position[3] or "")
+                return
+            resume = self._resumable(session, int(position[2]), int(position[4]))
         if resume is not None and resume[0].request_id is not None:
             await self._resume_request_stream(connection, session, *resume)
             return
@@ -120,7 +132,7 @@ class EventStreams:
                     if not await connection.send_chunk(queue.replay_after(after)):
                         return
                 elif self.primes(session):
-                    if not await connection.send_chunk(f"id: {queue.stream_id}-0\ndata: \n\n".encode()):
+                    if not await connection.send_chunk(b"id: %s-0\ndata: \n\n" % queue.event_prefix):
                         return
                 async with hold.watching(queue.wake):
                     await pump(connection, queue, lambda: session.closed or hold.ended is not None)
@@ -149,6 +161,60 @@ class EventStreams:
         ended = session.get_ended
         session.get_handler.cancel()
         await ended.wait()
+
+    async def _resume_elsewhere(
+        self, connection: HttpConnection, request: Request, session: HttpSession, owner: str, token: str
+    ) -> None:
+        """A client resumes a stream another replica wrote. A request's stream cannot be
+        continued here: the request gets its retryable error (the replica that ran it
+        stopped, or holds a stream this one cannot take over; there, nobody resuming it
+        within the grace period cancels the request). The GET stream opens here anew."""
+        request_id = request_of(token)
+        if request_id is None:
+            if session.get_stream is not None:
+                await reject(connection, 409, INVALID_REQUEST, "Conflict: this session already has a GET stream")
+                return
+            log.info("http session %d: opens here the GET stream replica %r served", session.key, owner)
+            hold = TokenHold(self.sessions.access, request.headers, f"http session {session.key}")
+            queue = session.new_queue()
+            session.open_stream(queue)
+            await self._serve_get_stream(connection, session, queue, None, hold)
+            return
+        alive = await self._replica_alive(owner)
+        if alive:
+            message = (
+                f"The stream of this request is written by replica {owner!r}, and cannot be resumed on this one"
+                f" ({self.sessions.replica!r}): the call may be retried"
+            )
+        else:
+            message = (
+                f"The replica serving this request ({owner!r}) stopped before it answered: the call may be retried"
+            )
+        log.info(
+            "http session %d: request %r was served by replica %r (%s)",
+            session.key,
+            request_id,
+            owner,
+            "up" if alive else "stopped",
+        )
+        data = {"source": "aggregator", "reason": "unavailable", "retryable": True, "replica": owner}
+        error = {
+            "jsonrpc": "2.0",
+            "id": request_id,
+            "error": {"code": INTERNAL_ERROR, "message": message, "data": data},
+        }
+        if await connection.start_stream([]):
+            if await connection.send_chunk(sse_event(dumps(error), None)):
+                await connection.end_stream()
+        connection.closed = True
+
+    async def _replica_alive(self, replica: str) -> bool:
+        """Whether a replica listens on its channel of the store (a store that is down, or
+        the embedded one: not known to be)."""
+        try:
+            return await self.hub.store.publish(replica_channel(replica), b"{}") > 0
+        except StoreError:
+            return False
 
     def _resumable(self, session: HttpSession, stream: int, seq: int) -> tuple[MessageQueue, int] | None:
         """The stream and position a Last-Event-ID names in this session, if any."""
