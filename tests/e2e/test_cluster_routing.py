@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.cluster.redis_server import REDIS, RedisServer, redis_server
-from tests.e2e.conftest import HERE, ROOT, http_proxy, initialize, post, write_config
+from tests.e2e.conftest import HERE, ROOT, events, http_proxy, initialize, post, write_config
 from tests.e2e.round_robin import round_robin
 from tests.loopback import INIT
 
@@ -167,5 +167,53 @@ def test_a_session_deleted_on_one_replica_is_adopted_by_none(tmp_path, python1, 
         assert status == 404 and b"Session not found" in body
         assert post(port_a, tools, unseen)[0] == 404
         assert "adopted" not in log_b.read_text().split("deleted on replica")[-1]
+        clean(log_a)
+        clean(log_b)
+
+
+def test_a_stream_resumed_on_another_replica_gets_its_requests_retryable_error(tmp_path, python1, redis):
+    init = {**INIT, "params": {**INIT["params"], "capabilities": {"elicitation": {"form": {}}, "sampling": {}}}}
+    with ExitStack() as a, ExitStack() as b:
+        port_a, log_a = a.enter_context(http_proxy(replica(tmp_path, "a", redis.url, python1)))
+        port_b, log_b = b.enter_context(http_proxy(replica(tmp_path, "b", redis.url, python1)))
+        ready(port_a), ready(port_b)
+        status, headers, _ = post(port_a, init)
+        session = {"mcp-session-id": headers["mcp-session-id"]}
+        assert post(port_a, {"jsonrpc": "2.0", "method": "notifications/initialized"}, session)[0] == 202
+        # A call waits on A for its client's elicitation; the client loses the stream.
+        connection = http.client.HTTPConnection("127.0.0.1", port_a, timeout=10)
+        call = {"jsonrpc": "2.0", "id": "call-7", "method": "tools/call"}
+        call["params"] = {"name": "asking__interview", "arguments": {"topic": "tea"}}
+        accept = {"content-type": "application/json", "accept": "application/json, text/event-stream"}
+        connection.request("POST", "/mcp", body=json.dumps(call).encode(), headers={**accept, **session})
+        response = connection.getresponse()
+        last = ""
+        while line := response.readline():
+            if line.startswith(b"id: "):
+                last = line[4:].strip().decode()
+            if b"elicitation/create" in line:
+                break
+        connection.close()
+        assert last.startswith("a.")  # the event id names the replica (and the request)
+        resume = {**session, "accept": "text/event-stream", "content-type": None}
+
+        def resumed() -> dict:
+            status, _, body = post(port_b, None, {**resume, "last-event-id": last}, method="GET")
+            assert status == 200, body
+            [error] = events(body)
+            assert error["id"] == "call-7" and error["error"]["code"] == -32603
+            assert error["error"]["data"] == {
+                "source": "aggregator",
+                "reason": "unavailable",
+                "retryable": True,
+                "replica": "a",
+            }
+            return error
+
+        # A is up, but its stream cannot be continued on B: the error says so.
+        assert "cannot be resumed on this one ('b')" in resumed()["error"]["message"]
+        # A stopped: resumed on B, the call gets its error, never silence.
+        a.close()
+        assert "stopped before it answered" in resumed()["error"]["message"]
         clean(log_a)
         clean(log_b)
