@@ -138,6 +138,16 @@ class RequestStates:
             )
         return int(fields[2])
 
+    @staticmethod
+    def held_by(state: Any) -> str | None:
+        """The replica a state of ours names as holding its parked call, read without
+        verifying it (where a retry is sent: that replica verifies it); None for anything
+        else."""
+        if type(state) is not str or len(state) > _LONGEST or not state.startswith(PREFIX):
+            return None
+        fields = state[len(PREFIX) :].split(".")
+        return fields[1] if len(fields) == 6 and fields[1] else None
+
     def wrap(self, upstream: str, principal: Any, expires: float, digest: bytes) -> str:
         """An upstream's state for ``principal``'s retry, valid until ``expires``; ValueError
         when it is longer than ``MAX_UPSTREAM_STATE``."""

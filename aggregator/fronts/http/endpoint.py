@@ -141,7 +141,7 @@ class StreamableHttpEndpoint:
             quick=self.quick,
         )
         # With [cluster] keys: a session's answers and cancels that belong to another replica.
-        self.relay = Relay(hub, self.sessions) if hub.keys.shared else None
+        self.relay = Relay(hub, self.sessions, self.stateless) if hub.keys.shared else None
         self.exchange.relay = self.relay
         self.sessions.on_deleted = self.relay.deleted if self.relay is not None else None
         self.legacy = LegacySse(hub, config, self.access, self.admission)

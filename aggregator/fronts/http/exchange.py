@@ -95,7 +95,8 @@ class PostExchange:
             # request, initialize too (a method that revision removed: 404).
             meta = request_meta(message)
             if is_modern_post(request, kind, message, meta):
-                await self.stateless.serve(connection, request, message, meta)
+                if self.relay is None or not await self.relay.forwarded(connection, request, message):
+                    await self.stateless.serve(connection, request, message, meta)
                 return
         if kind == REQUEST and message["method"] == INITIALIZE:
             await self._initialize(connection, request, message)

@@ -18,6 +18,15 @@ and answers the POST 202 at once:
 A session deleted (``DELETE``) on one replica is broadcast too: a replica that serves it
 ends it there (its streams end, its work upstream is cancelled), as if deleted there.
 
+A 2026-07-28 retry whose ``requestState`` names the replica holding its parked call
+(``RequestStates.held_by``) is forwarded there whole (path, headers, body) on that replica's
+channel; the owner serves it as if its client had posted it there (admission, the token,
+the state: all checked there) on a ``RemoteConnection`` that publishes the answer (JSON, or
+an event stream chunk by chunk) on the call's own channel (``call:<random>``), which this
+replica writes to its client. A client that leaves cancels it there. An owner that does
+not listen (stopped): the retry is served here, which answers the retryable error saying
+the call is held elsewhere.
+
 The replica that receives a message hands it to its hub as if its client had sent it on
 this replica, for the session its id names, if it serves it (the sender checked the
 client's principal before it published). Pub/sub is at most once: an answer sent while
@@ -31,18 +40,29 @@ Imports of the HTTP front: ``sessions``.
 
 from __future__ import annotations
 
+import base64
 import logging
-from typing import Any
+import secrets
+from typing import Any, cast
 
 import orjson
 import trio
 
+from aggregator.cluster.store import Store
+from aggregator.core import defaults
+from aggregator.core.era.request_state import RequestStates
 from aggregator.core.reverse.reverse_table import replica_of
 from aggregator.errors import StoreError
+from aggregator.fronts.http.modern import StatelessRequests
+from aggregator.fronts.http.queue import JSON, until_client_leaves
 from aggregator.fronts.http.sessions import HttpSession, SessionTable
 from aggregator.fronts.port import ClientPort
+from aggregator.jsonrpc.codec import decode_message
+from aggregator.jsonrpc.errors import INTERNAL_ERROR
 from aggregator.jsonrpc.kinds import NOTIFICATION, REQUEST
 from aggregator.mcp.constants import CANCELLED
+from aggregator.mcp.modern import request_meta
+from aggregator.transports.http_server import HttpConnection, Request
 
 log = logging.getLogger(__name__)
 
@@ -58,9 +78,12 @@ def replica_channel(replica: str) -> str:
 class Relay:
     """Hands a session's messages to the replica they belong to, and takes those of others."""
 
-    def __init__(self, hub: ClientPort, sessions: SessionTable) -> None:
+    def __init__(self, hub: ClientPort, sessions: SessionTable, stateless: StatelessRequests) -> None:
         self.hub = hub
         self.sessions = sessions
+        self.stateless = stateless
+        self.calls: dict[str, RemoteConnection] = {}  # retries served here for another replica
+        self._nursery: trio.Nursery | None = None
         self.replica = hub.keys.replica
         self.store = hub.store
         self.relayed = 0  # messages sent to another replica
@@ -71,8 +94,9 @@ class Relay:
         own = self.store.subscribe(replica_channel(self.replica))
         every = self.store.subscribe(EVERY_REPLICA)
         try:
-            task_status.started()
             async with trio.open_nursery() as nursery:
+                self._nursery = nursery
+                task_status.started()
                 nursery.start_soon(self._take, own)
                 nursery.start_soon(self._take, every)
         finally:
@@ -96,6 +120,9 @@ class Relay:
         note = orjson.loads(raw)
         if type(note) is not dict or note.get("from") == self.replica:
             return  # what this replica broadcast itself
+        if type(note.get("call")) is str:
+            self._call_note(note)
+            return
         session = self.sessions.by_id.get(note.get("session"))  # type: ignore[arg-type]
         if session is not None and note.get("ended") is True:
             log.info("http session %d: deleted on replica %r", session.key, note.get("from"))
@@ -141,3 +168,160 @@ class Relay:
         if heard:
             self.relayed += 1
         return heard > 0
+
+    # --- a retry for a parked call another replica holds ------------------------------------
+
+    async def forwarded(self, connection: HttpConnection, request: Request, message: dict[str, Any]) -> bool:
+        """Send a modern retry to the replica holding the call its ``requestState`` names,
+        and its answer back to this client: whether it was (else it is served here)."""
+        params = message.get("params")
+        owner = RequestStates.held_by(params.get("requestState")) if type(params) is dict else None
+        if owner is None or owner == self.replica:
+            return False
+        call = secrets.token_urlsafe(12)
+        replies = self.store.subscribe(f"call:{call}")
+        try:
+            note = {
+                "from": self.replica,
+                "call": call,
+                "path": request.path,
+                "headers": request.headers,
+                "body": base64.b64encode(request.body).decode(),
+            }
+            try:
+                heard = await self.store.publish(replica_channel(owner), orjson.dumps(note))
+            except StoreError as exc:
+                log.debug("http: could not forward a retry to replica %r: %s", owner, exc)
+                return False
+            if not heard:
+                return False  # that replica stopped: served here (its retryable error)
+            self.relayed += 1
+            log.debug("http: a retry for the call replica %r holds, forwarded there", owner)
+            await self._write_back(connection, replies, owner, call, message.get("id"))
+            return True
+        finally:
+            self.store.unsubscribe(f"call:{call}")
+
+    async def _write_back(
+        self, connection: HttpConnection, replies: trio.MemoryReceiveChannel[bytes], owner: str, call: str, id: Any
+    ) -> None:
+        started = False
+        deadline = FORWARD_WAIT
+        async with until_client_leaves(connection):
+            with trio.move_on_after(deadline):
+                async for raw in replies:
+                    reply = orjson.loads(raw)
+                    if "respond" in reply:
+                        body = base64.b64decode(reply["body"])
+                        await connection.respond(reply["respond"], [tuple(h) for h in reply["headers"]], body)
+                        return
+                    if "stream" in reply:
+                        started = True
+                        if not await connection.start_stream([tuple(h) for h in reply["stream"]]):
+                            break
+                    elif "chunk" in reply:
+                        if not await connection.send_chunk(base64.b64decode(reply["chunk"])):
+                            break
+                    elif "end" in reply:
+                        await connection.end_stream()
+                        return
+                    else:  # "closed": the answer was cut short there
+                        break
+            if not started:
+                message = f"Replica {owner!r}, which holds this call, did not answer in time: the call may be retried"
+                data = {"source": "aggregator", "reason": "unavailable", "retryable": True, "replica": owner}
+                error = {
+                    "jsonrpc": "2.0",
+                    "id": id,
+                    "error": {"code": INTERNAL_ERROR, "message": message, "data": data},
+                }
+                await connection.respond(200, [JSON], orjson.dumps(error))
+                return
+        # The client left, the stream was cut or it took too long: the call there ends too.
+        connection.closed = True
+        try:
+            await self.store.publish(replica_channel(owner), orjson.dumps({"from": self.replica, "call": call}))
+        except StoreError:
+            pass
+
+    def _call_note(self, note: dict[str, Any]) -> None:
+        """A retry another replica forwards here, or its client leaving."""
+        call = note["call"]
+        if "body" not in note:
+            remote = self.calls.get(call)
+            if remote is not None:
+                remote.left.set()
+            return
+        if self._nursery is None or len(self.calls) >= MAX_FORWARDED:
+            return  # its replica answers the retryable error when it hears nothing
+        remote = self.calls[call] = RemoteConnection(self.store, f"call:{call}")
+        self._nursery.start_soon(self._serve_forwarded, remote, note)
+
+    async def _serve_forwarded(self, remote: RemoteConnection, note: dict[str, Any]) -> None:
+        try:
+            headers = note.get("headers")
+            request = Request(
+                "POST",
+                str(note.get("path")),
+                {str(k): str(v) for k, v in headers.items()} if type(headers) is dict else {},
+                base64.b64decode(str(note.get("body"))),
+            )
+            kind, message = decode_message(request.body, self.hub.max_json_depth)
+            if kind != REQUEST:
+                return
+            await self.stateless.serve(cast(HttpConnection, remote), request, message, request_meta(message))
+        except Exception:  # noqa: BLE001 - a forwarded retry that fails ends only itself
+            log.exception("http: a retry forwarded by replica %r failed", note.get("from"))
+        finally:
+            del self.calls[note["call"]]
+            if not remote.done:
+                await remote.publish({"closed": True})
+
+
+MAX_FORWARDED = 256  # retries served at once for other replicas
+# How long a forwarded retry's answer is waited for (a call waits at most its server's
+# max_request_timeout, an hour by default, and a retry of a parked call usually much less).
+FORWARD_WAIT = defaults.MAX_REQUEST_TIMEOUT + 5
+
+
+class RemoteConnection:
+    """An HTTP connection on another replica, as ``StatelessRequests`` writes one: what it
+    would send goes on the call's channel of the store, for that replica to write."""
+
+    def __init__(self, store: Store, channel: str) -> None:
+        self.store: Store = store
+        self.channel = channel
+        self.closed = False
+        self.done = False  # an answer was sent whole (or the connection gave up)
+        self.left = trio.Event()  # the client on the other replica left
+        self.progressed_at = trio.current_time()
+
+    async def publish(self, reply: dict[str, Any]) -> bool:
+        try:
+            heard = int(await self.store.publish(self.channel, orjson.dumps(reply))) > 0
+        except StoreError:
+            heard = False
+        if not heard:
+            self.closed = self.done = True
+        self.progressed_at = trio.current_time()
+        return heard
+
+    async def respond(self, status: int, headers: list[tuple[str, str]], body: bytes = b"") -> bool:
+        self.done = True
+        return await self.publish({"respond": status, "headers": headers, "body": base64.b64encode(body).decode()})
+
+    async def start_stream(self, headers: list[tuple[str, str]]) -> bool:
+        return await self.publish({"stream": headers})
+
+    async def send_chunk(self, data: bytes) -> bool:
+        return await self.publish({"chunk": base64.b64encode(data).decode()})
+
+    async def end_stream(self) -> bool:
+        self.done = True
+        return await self.publish({"end": True})
+
+    async def watch_disconnect(self) -> None:
+        await self.left.wait()
+
+    def blocked(self) -> bool:
+        return False
