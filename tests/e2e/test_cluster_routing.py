@@ -217,3 +217,54 @@ def test_a_stream_resumed_on_another_replica_gets_its_requests_retryable_error(t
         assert "stopped before it answered" in resumed()["error"]["message"]
         clean(log_a)
         clean(log_b)
+
+
+def modern(port: int, method: str, params: dict, capabilities: dict) -> dict:
+    """A 2026-07-28 request (no session) to one replica: its answer."""
+    meta = {
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": capabilities,
+    }
+    body = {"jsonrpc": "2.0", "id": 1, "method": method, "params": {**params, "_meta": meta}}
+    headers = {"mcp-protocol-version": "2026-07-28", "mcp-method": method, "mcp-name": params["name"]}
+    status, _, payload = post(port, body, headers)
+    [answer] = [m for m in events(payload) if m.get("id") == 1]
+    return answer
+
+
+def test_a_retry_for_a_call_parked_on_another_replica_is_served_there(tmp_path, python1, redis):
+    asks = {"elicitation": {"form": {}}, "sampling": {}, "roots": {}}
+    with ExitStack() as a, ExitStack() as b:
+        port_a, log_a = a.enter_context(http_proxy(replica(tmp_path, "a", redis.url, python1)))
+        port_b, log_b = b.enter_context(http_proxy(replica(tmp_path, "b", redis.url, python1)))
+        ready(port_a), ready(port_b)
+        # A legacy server's call, parked on A while it waits for its client's input; each
+        # retry sent to B goes to A, and its answer comes back through B.
+        call = {"name": "asking__interview", "arguments": {"topic": "tea"}}
+        answer = modern(port_a, "tools/call", call, asks)["result"]
+        answers = {
+            "elicitation/create": {"action": "accept", "content": {"name": "ada"}},
+            "sampling/createMessage": {"role": "assistant", "content": {"type": "text", "text": "hot"}, "model": "m"},
+            "roots/list": {"roots": [{"uri": "file:///work/one"}]},
+        }
+        rounds = 0
+        while answer.get("resultType") == "input_required":
+            assert answer["requestState"].startswith("aggregator-rs2.") and ".a." in answer["requestState"]
+            rounds += 1
+            assert rounds <= 3, answer
+            responses = {key: answers[asked["method"]] for key, asked in answer["inputRequests"].items()}
+            retry = {**call, "requestState": answer["requestState"], "inputResponses": responses}
+            answer = modern(port_b, "tools/call", retry, asks)
+            assert "result" in answer, answer
+            answer = answer["result"]
+        assert answer["content"][0]["text"] == "name=ada; sampled=hot; roots=file:///work/one", answer
+        assert rounds >= 2
+        # A stopped: a retry of its call sent to B gets the retryable error, as ever.
+        parked = modern(port_a, "tools/call", call, asks)["result"]
+        a.close()
+        responses = {key: answers[asked["method"]] for key, asked in parked["inputRequests"].items()}
+        retry = {**call, "requestState": parked["requestState"], "inputResponses": responses}
+        error = modern(port_b, "tools/call", retry, asks)["error"]
+        assert error["code"] == -32603 and error["data"]["retryable"] is True and error["data"]["replica"] == "a"
+        clean(log_a)
+        clean(log_b)
