@@ -19,6 +19,7 @@ from tests.cluster.redis_server import REDIS, RedisServer, redis_server
 from tests.e2e.conftest import HERE, ROOT, events, http_proxy, initialize, post, write_config
 from tests.e2e.round_robin import round_robin
 from tests.loopback import INIT
+from tests.required import missing
 
 pytestmark = pytest.mark.e2e
 
@@ -44,7 +45,7 @@ def clean(log: Path) -> None:
 @pytest.fixture
 def redis(tmp_path: Path) -> Iterator[RedisServer]:
     if REDIS is None:
-        pytest.skip("redis-server is not installed (apt-get install redis-server)")
+        missing("redis-server", "apt-get install redis-server")
     with redis_server(tmp_path) as server:
         yield server
 
