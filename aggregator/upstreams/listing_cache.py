@@ -22,6 +22,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import stat
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -74,7 +75,13 @@ def read(directory: Path, server: ServerConfig) -> Listing | None:
     """The cached listing of ``server``, or None (none kept, or not a valid one: logged)."""
     path = cache_path(directory, server)
     try:
-        with open(path, "rb") as file:
+        # Not blocking on open, and a regular file only: a FIFO or a device there would
+        # otherwise hold the start-up forever.
+        descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+        with open(descriptor, "rb") as file:
+            if not stat.S_ISREG(os.fstat(file.fileno()).st_mode):
+                log.warning("server %s: its cached listing %s is not a regular file; not used", server.name, path)
+                return None
             raw = file.read(MAX_BYTES + 1)
     except FileNotFoundError:
         return None

@@ -139,3 +139,10 @@ def test_bad_values_are_reported_by_key(table: str, problem: str) -> None:
     with pytest.raises(ConfigError) as info:
         load(text)
     assert problem in str(info.value)
+
+
+def test_a_fifo_where_the_cache_file_should_be_is_no_cache(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """Opened without blocking and refused: a FIFO there once held the start-up forever."""
+    os.mkfifo(listing_cache.cache_path(tmp_path, SERVER))
+    assert listing_cache.read(tmp_path, SERVER) is None
+    assert "not a regular file" in caplog.text
