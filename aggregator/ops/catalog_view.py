@@ -27,8 +27,8 @@ def catalog_view(catalog: Catalog) -> dict[str, Any]:
                     "name": exposed,
                     "server": route.server if route else None,
                     "original": route.original if route else None,
-                    "title": item.get("title") or (item.get("annotations") or {}).get("title"),
-                    "description": item.get("description"),
+                    "title": _text(item.get("title")) or _text(_annotations(item).get("title")),
+                    "description": _text(item.get("description")),
                 }
             )
         out[kind] = rows
@@ -40,6 +40,17 @@ def catalog_view(catalog: Catalog) -> dict[str, Any]:
         for kind in KINDS
     }
     return out
+
+
+def _annotations(item: dict[str, Any]) -> dict[str, Any]:
+    """A listed item's ``annotations``, or nothing when a server sent something else."""
+    annotations = item.get("annotations")
+    return annotations if type(annotations) is dict else {}
+
+
+def _text(value: Any) -> str | None:
+    """A string a server sent, or None for anything else (the page shows text only)."""
+    return value if type(value) is str else None
 
 
 def _route_of(catalog: Catalog, kind: str, exposed: str | None) -> Route | None:
