@@ -6,7 +6,8 @@ at the proxy's own authorization server, who (issuer and subject). It is signed 
 HMAC-SHA256 under a key drawn at random when the process starts (``BrowserSessions``): it
 only has to outlive one consent (the flows it binds live in memory too, so a restart ends
 them anyway), and a key of its own cannot be confused with, nor tell anything of, the
-vault key. A cookie that is not ours, altered, or past its time is no session at all.
+vault key. A cookie that is not ours, altered, past its time, or not even ASCII is no
+session at all.
 
 Its attributes: HttpOnly (no script reads it), SameSite=Lax (sent on the top-level GET
 that an authorization server redirects to, never on another site's POST), Path the
@@ -83,10 +84,10 @@ class BrowserSessions:
     def read(self, headers: Mapping[str, str]) -> BrowserSession | None:
         """The session a request's cookie proves, or None (none, forged, altered, expired)."""
         value = cookie_value(headers.get("cookie", ""), COOKIE)
-        if value is None or len(value) > MAX_COOKIE or value.count(".") != 1:
-            return None
+        if value is None or len(value) > MAX_COOKIE or value.count(".") != 1 or not value.isascii():
+            return None  # (a value outside ASCII is none of ours)
         payload, signature = value.split(".")
-        if not hmac.compare_digest(signature, self._sign("cookie", payload)):
+        if not hmac.compare_digest(signature.encode("ascii"), self._sign("cookie", payload).encode("ascii")):
             return None
         try:
             body = orjson.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))

@@ -4,7 +4,8 @@ back with ``code`` and ``state``, and beside it the connect page and the sign-in
 (``connect.ConnectPages``). They are reached without the proxy's bearer token (a browser
 has none): the callback takes an answer only from the browser whose session cookie passed
 the connect page for that flow (``browser``), and its single-use ``state``. It serves GET
-only and answers a small HTML page; the code, state and cookie are never logged.
+only and answers a small HTML page; the code, state and cookie are never logged, nor is the
+query of any OAuth path (an internal error there logs the path only and answers an HTML 500).
 A callback that fails is a warning, the first at once, then at most one per
 ``FAILURE_LOG_INTERVAL`` with the count of those held back (anyone can send junk to it in a loop).
 """
@@ -24,6 +25,7 @@ from aggregator.transports.http_server import HttpConnection, Request
 log = logging.getLogger(__name__)
 MAX_QUERY = 8192
 FAILURE_LOG_INTERVAL = 10.0  # seconds
+FAILED = "The aggregator failed while handling this page; its log has the details. Open your link again."
 
 
 class OAuthCallback:
@@ -41,6 +43,18 @@ class OAuthCallback:
         return path == self.path or self.pages.serves(path)
 
     async def handle(self, connection: HttpConnection, request: Request, path: str) -> None:
+        """Answer one request on an OAuth path, inside this path's own boundary: its query
+        holds a live code or state, so an internal error logs the path only (not the query
+        the connection's boundary would show) and is answered with an HTML page."""
+        try:
+            await self._handle(connection, request, path)
+        except Exception:
+            log.exception("oauth: internal error in %s %s; closing this connection only", request.method, path)
+            if connection.response_pending():
+                await connection.respond(500, [*HTML_HEADERS, ("connection", "close")], page("Internal error", FAILED))
+            connection.closed = True  # this connection only ends (the response said so, or was begun)
+
+    async def _handle(self, connection: HttpConnection, request: Request, path: str) -> None:
         if path != self.path:
             await self.pages.handle(connection, request, path)
             return

@@ -23,9 +23,15 @@ redirects to the third party's authorization URL; the callback then takes the an
 that browser only (``authorization.AuthorizationFlows.complete``).
 
 The sign-in's ``state`` is bound to the browser session that began it (a browser cannot be
-made to come back signed in as someone else: login CSRF), used once, expires with the
-flows' ``consent_timeout``, and at most ``MAX_SIGN_INS`` wait. Codes, tokens, states and
-cookies are never logged.
+made to come back signed in as someone else: login CSRF), used once, and expires with the
+flows' ``consent_timeout``. Anyone holding a link can open it without a cookie again and
+again, each time beginning a sign-in, so what waits is bounded by whose link it is: at most
+``MAX_SIGN_INS_PER_FLOW`` per flow and ``MAX_SIGN_INS_PER_USER`` per user the flows were made
+for (a new one replaces that flow's, else that user's, oldest), and at most ``MAX_SIGN_INS``
+in all (past it a new sign-in is refused, never another user's dropped). The authorization
+server's metadata is fetched once per ``METADATA_SECONDS``, not per page view. A refused or
+failed page is a warning, the first at once, then at most one per ``FAILURE_LOG_INTERVAL``
+per kind with the count of those held back. Codes, tokens, states and cookies are never logged.
 """
 
 from __future__ import annotations
@@ -44,15 +50,20 @@ import attrs
 
 from aggregator.credentials.authorization import AuthorizationFlows, Pending, pkce_pair
 from aggregator.credentials.browser import HTML_HEADERS, BrowserSession, BrowserSessions, page
-from aggregator.credentials.discovery import authorization_server
+from aggregator.credentials.discovery import ServerMetadata, authorization_server
 from aggregator.credentials.principal import Principal
 from aggregator.credentials.problems import CredentialError, UnsafeUrl
 from aggregator.credentials.tokens import ClientCredentials, request_tokens
 from aggregator.credentials.urls import url_refusal
+from aggregator.log_summary import LogSummary
 from aggregator.transports.http_server import HttpConnection, Request
 
 log = logging.getLogger(__name__)
 MAX_SIGN_INS = 1024
+MAX_SIGN_INS_PER_FLOW = 3
+MAX_SIGN_INS_PER_USER = 8
+METADATA_SECONDS = 300.0
+FAILURE_LOG_INTERVAL = 10.0  # seconds
 MAX_FORM = 4096
 
 
@@ -67,6 +78,7 @@ class TokenCheck(Protocol):
 class _SigningIn:
     browser: str = attrs.field(repr=False)
     flow: str = attrs.field(repr=False)
+    user: Principal  # whom the flow was made for
     verifier: str = attrs.field(repr=False)
     issuer: str
     iss_parameter: bool
@@ -102,12 +114,15 @@ class FrontSignIn:
         self.clock = clock
         # sha256(state) -> its sign-in (looked up by hash: the time taken tells nothing)
         self._waiting: OrderedDict[bytes, _SigningIn] = OrderedDict()
+        self._metadata: dict[str, tuple[float, ServerMetadata]] = {}  # issuer -> (fetched at, metadata)
 
-    async def begin(self, issuer: str, browser: BrowserSession, flow: str) -> str:
-        """The URL that signs ``browser`` in at ``issuer``, then comes back to the flow."""
+    async def begin(self, user: Principal, browser: BrowserSession, flow: str) -> str:
+        """The URL that signs ``browser`` in at ``user``'s issuer, then comes back to the
+        flow (made for ``user``)."""
+        issuer = user.issuer
         if issuer not in self.issuers:
             raise CredentialError("the user this link was made for signed in where this proxy no longer trusts")
-        metadata = await authorization_server(self.flows.fetcher, issuer)
+        metadata = await self._server(issuer)
         if metadata.authorization_endpoint is None or "S256" not in metadata.code_challenge_methods:
             raise CredentialError("the proxy's authorization server cannot sign a browser in (code flow, PKCE)")
         client = await self.flows.client_at(
@@ -116,13 +131,11 @@ class FrontSignIn:
         verifier, challenge = pkce_pair()
         state = secrets.token_urlsafe(32)
         now = self.clock()
-        for key in [key for key, waiting in self._waiting.items() if waiting.expires_at <= now]:
-            del self._waiting[key]
-        while len(self._waiting) >= MAX_SIGN_INS:
-            self._waiting.popitem(last=False)
+        self._admit(user, flow, now)
         self._waiting[_key(state)] = _SigningIn(
             browser=browser.id,
             flow=flow,
+            user=user,
             verifier=verifier,
             issuer=metadata.issuer,
             iss_parameter=metadata.iss_parameter,
@@ -146,6 +159,35 @@ class FrontSignIn:
         if (refusal := url_refusal(url)) is not None:
             raise UnsafeUrl(f"the proxy's sign-in URL {refusal}")
         return url
+
+    async def _server(self, issuer: str) -> ServerMetadata:
+        """The issuer's metadata, fetched at most once per ``METADATA_SECONDS``."""
+        now = self.clock()
+        known = self._metadata.get(issuer)
+        if known is not None and now - known[0] < METADATA_SECONDS:
+            return known[1]
+        metadata = await authorization_server(self.flows.fetcher, issuer)
+        self._metadata[issuer] = (now, metadata)  # issuers are few: those of ``[auth]``
+        return metadata
+
+    def _admit(self, user: Principal, flow: str, now: float) -> None:
+        """Room for one more sign-in for ``flow``, made for ``user``: the expired ones go,
+        then the flow's oldest past its share, then the user's oldest past theirs; past the
+        total, the new one is refused (one user's flood never drops another's)."""
+        for key in [key for key, waiting in self._waiting.items() if waiting.expires_at <= now]:
+            del self._waiting[key]
+        self._keep_room([key for key, waiting in self._waiting.items() if waiting.flow == flow], MAX_SIGN_INS_PER_FLOW)
+        self._keep_room([key for key, waiting in self._waiting.items() if waiting.user == user], MAX_SIGN_INS_PER_USER)
+        if len(self._waiting) >= MAX_SIGN_INS:
+            raise CredentialError("too many sign-ins are waiting; try again in a few minutes")
+
+    def _keep_room(self, keys: list[bytes], share: int) -> None:
+        """Drop the oldest of ``keys`` (oldest first) so that one more stays within ``share``."""
+        for key in keys[: max(0, len(keys) - share + 1)]:
+            del self._waiting[key]
+
+    def waiting_count(self) -> int:
+        return len(self._waiting)
 
     async def complete(self, query: Mapping[str, str], browser: BrowserSession) -> tuple[Principal, str]:
         """Who signed in, from the authorization server's answer brought by ``browser``; and
@@ -201,6 +243,7 @@ class ConnectPages:
         self.connect_path = connect_path
         self.sign_in_path = sign_in_path
         self.front = front
+        self.failures = LogSummary(log, logging.WARNING, FAILURE_LOG_INTERVAL)
 
     def serves(self, path: str) -> bool:
         return path == self.connect_path or (self.front is not None and path == self.sign_in_path)
@@ -223,7 +266,7 @@ class ConnectPages:
         try:
             await handler(connection, request, dict(parse_qsl(query, keep_blank_values=True)))
         except CredentialError as exc:
-            log.warning("oauth connect: %s", exc)
+            self.failures.log(("failed", path), "oauth connect: %s %s: %s", request.method, path, exc)
             await connection.respond(400, HTML_HEADERS, page("Not granted", str(exc)))
 
     async def _connect(self, connection: HttpConnection, request: Request, query: dict[str, str]) -> None:
@@ -234,7 +277,7 @@ class ConnectPages:
             session = session or self.sessions.new()
             cookies.append(self.sessions.set_cookie(session))
         if self.front is not None and session.principal is None:
-            url = await self.front.begin(pending.principal.issuer, session, pending.flow)
+            url = await self.front.begin(pending.principal, session, pending.flow)
             await connection.respond(303, [("location", url), *cookies, *HTML_HEADERS], page("Sign in first"))
             return
         if self.front is not None and session.principal != pending.principal:
@@ -261,7 +304,11 @@ class ConnectPages:
         pending = self._waiting(form)
         session = self.sessions.read(request.headers)
         if session is None or not self.sessions.csrf_good(session, pending.flow, form.get("csrf", "")):
-            log.warning("oauth connect: server %s: a consent without this browser's token; refused", pending.server)
+            self.failures.log(
+                ("no token", pending.server),
+                "oauth connect: server %s: a consent without this browser's token; refused",
+                pending.server,
+            )
             await connection.respond(
                 403, HTML_HEADERS, page("Not granted", "This form did not come from this browser's connect page.")
             )
@@ -294,7 +341,8 @@ class ConnectPages:
         return pending
 
     async def _another_user(self, connection: HttpConnection, pending: Pending, session: BrowserSession) -> None:
-        log.warning(
+        self.failures.log(
+            ("another user", pending.principal, session.principal),
             "oauth connect: server %s: a link made for %s was opened by %s; refused",
             pending.server,
             pending.principal,

@@ -64,7 +64,8 @@ async def connection_failed(connection: HttpConnection, label: str, logger: logg
     answered 500 with a detail-free JSON-RPC internal error if no response had started, and
     ends this connection only. The caller closes it."""
     request = connection.current
-    where = f"{request.method} {request.path[:100]}" if request is not None else "reading a request"
+    # The path without its query: a query may hold what must not be logged (a code, a token).
+    where = f"{request.method} {request.path.partition('?')[0][:100]}" if request is not None else "reading a request"
     logger.exception("%s: internal error in %s; closing this connection only", label, where)
     if request is not None and connection.response_pending():
         headers = [("content-type", "application/json"), ("connection", "close")]

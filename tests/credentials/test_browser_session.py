@@ -84,3 +84,10 @@ def test_a_csrf_token_is_good_for_one_session_and_one_flow():
     assert not sessions.csrf_good(theirs, "flow-1", token)
     assert not sessions.csrf_good(mine, "flow-2", token)
     assert not sessions.csrf_good(mine, "flow-1", "") and not sessions.csrf_good(mine, "flow-1", "\udcff")
+
+
+def test_a_cookie_outside_ascii_is_no_session():
+    sessions = BrowserSessions(path="/oauth", secure=False)
+    # how a header's raw bytes b"a.\xc3\xa9" reach a handler (latin-1), and as text
+    for value in ("a.\u00c3\u00a9", "a.\u00e9\u00e9", "\u00e9.abc"):
+        assert sessions.read({"cookie": f"{COOKIE}={value}"}) is None

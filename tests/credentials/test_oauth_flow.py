@@ -219,3 +219,70 @@ async def test_junk_callbacks_are_one_warning_then_one_per_interval_with_a_count
     said = [r.getMessage() for r in caplog.records if r.name == "aggregator.credentials.callback"]
     assert len(said) == 2, said
     assert "oauth callback:" in said[0] and "4 more like it" in said[1]
+
+
+async def test_a_cookie_outside_ascii_on_the_callback_is_no_cookie(tmp_path, auth_server, mcp, caplog):
+    config = make_config(tmp_path, {"docs": {"url": mcp.url, "auth": "oauth"}})
+    async with opened(config) as credentials, proxy_listener(config, credentials):
+        host, port = config.http.listen.rsplit(":", 1)
+        stream = await trio.open_tcp_stream(host, int(port))
+        async with stream:
+            await stream.send_all(
+                b"GET /oauth/callback?state=s&code=LIVECODE HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                b"Cookie: aggregator-oauth=a.\xc3\xa9\r\nConnection: close\r\n\r\n"
+            )
+            answer = b""
+            with trio.fail_after(5):
+                while chunk := await stream.receive_some():
+                    answer += chunk
+    assert answer.startswith(b"HTTP/1.1 400"), answer[:100]
+    assert "LIVECODE" not in caplog.text and "Traceback" not in caplog.text
+
+
+async def test_an_internal_error_on_an_oauth_path_logs_the_path_only(tmp_path, auth_server, mcp, caplog):
+    import httpx
+
+    config = make_config(tmp_path, {"docs": {"url": mcp.url, "auth": "oauth"}})
+    async with opened(config) as credentials, proxy_listener(config, credentials):
+        assert credentials.callback is not None
+
+        def broken(*args):
+            raise RuntimeError("a bug")
+
+        async def broken_later(*args):
+            broken()
+
+        credentials.callback.flows.complete = broken_later
+        credentials.callback.pages.flows.waiting = broken
+        async with httpx.AsyncClient() as browser:
+            for path in ("/oauth/callback?state=s&code=LIVECODE", "/oauth/connect?flow=LIVEFLOW"):
+                failed = await browser.get(f"http://{config.http.listen}{path}")
+                assert failed.status_code == 500
+                assert failed.headers["content-type"].startswith("text/html")
+                assert failed.headers["content-security-policy"] and failed.headers["x-frame-options"] == "DENY"
+    errors = [r for r in caplog.records if r.levelname == "ERROR"]
+    assert [r.getMessage() for r in errors] == [
+        "oauth: internal error in GET /oauth/callback; closing this connection only",
+        "oauth: internal error in GET /oauth/connect; closing this connection only",
+    ]
+    assert "LIVECODE" not in caplog.text and "LIVEFLOW" not in caplog.text
+
+
+async def test_junk_on_the_connect_page_is_one_warning_then_one_per_interval(tmp_path, auth_server, mcp, caplog):
+    import httpx
+
+    config = make_config(tmp_path, {"docs": {"url": mcp.url, "auth": "oauth"}})
+    async with opened(config) as credentials, proxy_listener(config, credentials):
+        now = [0.0]
+        assert credentials.callback is not None
+        credentials.callback.pages.failures.clock = lambda: now[0]
+        with caplog.at_level(logging.WARNING, logger="aggregator.credentials.connect"):
+            async with httpx.AsyncClient() as browser:
+                for _ in range(2):
+                    for n in range(5):
+                        junk = await browser.get(f"http://{config.http.listen}/oauth/connect?flow=junk{n}")
+                        assert junk.status_code == 400
+                    now[0] += 11
+    said = [r.getMessage() for r in caplog.records if r.name == "aggregator.credentials.connect"]
+    assert len(said) == 2, said
+    assert "oauth connect: GET /oauth/connect:" in said[0] and "4 more like it" in said[1]
