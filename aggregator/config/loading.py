@@ -16,6 +16,7 @@ from aggregator.config.env_file import parse_env_file
 from aggregator.config.interpolation import interpolate_sections
 from aggregator.config.masking import SecretMask
 from aggregator.config.model import (
+    ADMIN_PATHS,
     AuthConfig,
     ClusterConfig,
     Config,
@@ -36,6 +37,7 @@ from aggregator.config.upstream_auth import (
     acts_as_users,
     check_credentials,
     check_upstream_auth,
+    oauth_path_problems,
 )
 from aggregator.config.validation import (
     check_auth,
@@ -126,6 +128,7 @@ def structure_config(
     tables.checked(
         "credentials", check_ranges(credentials, "credentials") + check_credentials(credentials, servers, environ)
     )
+    problems.extend(oauth_path_problems(credentials, _http_paths(http, profiles)))
     cluster = tables.section("cluster", ClusterConfig)
     tables.checked("cluster", check_cluster(cluster))
     if directory is not None and read_files:
@@ -152,6 +155,17 @@ def structure_config(
         registry=registry,
         directory=str(directory) if directory is not None else None,
     )
+
+
+def _http_paths(http: HttpConfig, profiles: Mapping[str, ProfileConfig]) -> dict[str, str]:
+    """The proxy's own paths on its HTTP listener (the OAuth ones aside), each with what serves it."""
+    paths = {path: f"an admin path ({path})" for path in ADMIN_PATHS}
+    paths[http.messages_path] = f"the legacy SSE transport's http.messages_path ({http.messages_path})"
+    paths[http.sse_path] = f"the legacy SSE transport's http.sse_path ({http.sse_path})"
+    for name in profiles:
+        paths[f"{http.path}/{name}"] = f"profile {name}'s endpoint ({http.path}/{name})"
+    paths[http.path] = f"the MCP endpoint, http.path ({http.path})"
+    return paths
 
 
 def _servers(

@@ -227,6 +227,9 @@ class ProxyConfig:
 
 
 LOCAL_HOSTS = ("localhost", "127.0.0.1", "[::1]")
+# The admin paths: read on both listeners; POST /reload on the admin listener only.
+ADMIN_READ_PATHS = ("/healthz", "/readyz", "/status", "/status.json", "/metrics")
+ADMIN_PATHS = (*ADMIN_READ_PATHS, "/reload")
 
 
 @attrs.frozen(kw_only=True)

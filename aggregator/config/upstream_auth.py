@@ -20,6 +20,7 @@ import base64
 import binascii
 from collections.abc import Mapping
 from typing import Literal, Protocol
+from urllib.parse import urlsplit
 
 import attrs
 
@@ -27,6 +28,9 @@ UpstreamAuth = Literal["static", "token-exchange", "oauth"]
 PER_USER: tuple[str, ...] = ("token-exchange", "oauth")
 VAULT_KEY_VARIABLE = "AGGREGATOR_VAULT_KEY"
 DEFAULT_CALLBACK_PATH = "/oauth/callback"
+# The pages served beside the callback, in its directory (``credentials.service.oauth_paths``).
+BESIDE_CALLBACK = ("connect", "signed-in")
+WELL_KNOWN = "/.well-known/"
 
 
 def acts_as_users(server: _Authenticated) -> bool:
@@ -213,6 +217,33 @@ def check_credentials(
         elif (problem := vault_key_problem(given)) is not None:
             problems.append(f"credentials.vault_key: the {VAULT_KEY_VARIABLE} variable {problem}; it is not shown")
     return problems
+
+
+def oauth_path_problems(credentials: CredentialsConfig, taken: Mapping[str, str]) -> list[str]:
+    """The callback's path (``callback_path``, and the path of ``redirect_uri``, where
+    browsers are sent) and the pages beside it must be paths of their own: ``taken`` holds
+    the proxy's other paths on its HTTP listener, each with what serves it."""
+    problems: list[str] = []
+    uri = credentials.redirect_uri
+    for key, path in (
+        ("callback_path", credentials.callback_path),
+        ("redirect_uri", urlsplit(uri).path if uri is not None and endpoint_problem(uri) is None else ""),
+    ):
+        if path.startswith("/") and (clash := _path_clash(path, taken)) is not None:
+            problems.append(f"credentials.{key}: {clash}; the OAuth callback and its pages need paths of their own")
+    return problems
+
+
+def _path_clash(path: str, taken: Mapping[str, str]) -> str | None:
+    directory, _, last = path.rpartition("/")
+    if last in BESIDE_CALLBACK:
+        return f"its path {path} is where the {last} page beside the callback is served"
+    for own in (path, *(f"{directory}/{page}" for page in BESIDE_CALLBACK)):
+        what = taken.get(own) or ("the proxy's well-known metadata" if own.startswith(WELL_KNOWN) else None)
+        if what is not None:
+            shown = f"its path {path}" if own == path else f"its path {path} puts a page at {own}, which"
+            return f"{shown} collides with {what}"
+    return None
 
 
 def vault_key_bytes(credentials: CredentialsConfig, environ: Mapping[str, str]) -> bytes | None:

@@ -34,6 +34,7 @@ import attrs
 import trio
 
 from aggregator.config import Config, HttpConfig, parse_listen
+from aggregator.config.model import ADMIN_READ_PATHS
 from aggregator.fronts.access import AccessPolicy, Denial, check_access, check_exposure
 from aggregator.fronts.containment import connection_failed
 from aggregator.hub.hub import Hub
@@ -46,7 +47,7 @@ from aggregator.transports.http_server import HttpConnection, HttpLimits, Reques
 log = logging.getLogger(__name__)
 
 MAX_ADMIN_CONNECTIONS = 32
-READ_PATHS = ("/healthz", "/readyz", "/status", "/status.json", "/metrics")
+READ_PATHS = ADMIN_READ_PATHS
 PROBES = ("/healthz", "/readyz")  # an access token opens them without auth.admin_scopes
 JSON_TYPE = ("content-type", "application/json")
 NO_STORE = ("cache-control", "no-store")

@@ -110,3 +110,69 @@ def test_credentials_table_problems():
         "credentials.sign_in_client_secret: given without sign_in_client_id",
     ]
     assert not any("s3cret" in problem for problem in found)
+
+
+@pytest.mark.parametrize(
+    ("credentials", "expected"),
+    [
+        (
+            {"redirect_uri": "http://127.0.0.1:8000/mcp"},
+            "credentials.redirect_uri: its path /mcp collides with the MCP endpoint, http.path (/mcp)",
+        ),
+        (
+            {"redirect_uri": "http://127.0.0.1:8000/mcp/team"},
+            "credentials.redirect_uri: its path /mcp/team collides with profile team's endpoint (/mcp/team)",
+        ),
+        (
+            {"redirect_uri": "https://proxy.example/sse"},
+            "credentials.redirect_uri: its path /sse collides with the legacy SSE transport's http.sse_path (/sse)",
+        ),
+        (
+            {"redirect_uri": "http://127.0.0.1:8000/messages"},
+            "credentials.redirect_uri: its path /messages collides with the legacy SSE transport's"
+            " http.messages_path (/messages)",
+        ),
+        (
+            {"redirect_uri": "http://127.0.0.1:8000/oauth/connect"},
+            "credentials.redirect_uri: its path /oauth/connect is where the connect page beside the callback is served",
+        ),
+        (
+            {"redirect_uri": "http://127.0.0.1:8000/oauth/signed-in"},
+            "credentials.redirect_uri: its path /oauth/signed-in is where the signed-in page beside the"
+            " callback is served",
+        ),
+        (
+            {"redirect_uri": "http://127.0.0.1:8000/status.json"},
+            "credentials.redirect_uri: its path /status.json collides with an admin path (/status.json)",
+        ),
+        (
+            {"callback_path": "/healthz"},
+            "credentials.callback_path: its path /healthz collides with an admin path (/healthz)",
+        ),
+        (
+            {"callback_path": "/mcp/callback", "redirect_uri": "http://127.0.0.1:8000/oauth/callback"},
+            "credentials.callback_path: its path /mcp/callback puts a page at /mcp/connect, which collides with"
+            " profile connect's endpoint (/mcp/connect)",
+        ),
+        (
+            {"callback_path": "/.well-known/callback"},
+            "credentials.callback_path: its path /.well-known/callback collides with the proxy's well-known metadata",
+        ),
+    ],
+)
+def test_the_callback_path_may_not_collide_with_the_proxys_own(credentials, expected):
+    raw = {
+        "http": {"listen": "127.0.0.1:8000"},
+        "profiles": {"team": {}, "connect": {}},
+        "credentials": {"vault_key": KEY, **credentials},
+    }
+    found = problems(raw)
+    assert [problem for problem in found if problem.startswith("credentials.")] == [
+        f"{expected}; the OAuth callback and its pages need paths of their own"
+    ]
+
+
+def test_a_callback_path_of_its_own_is_accepted():
+    structure_config(
+        {"credentials": {"vault_key": KEY, "redirect_uri": "https://proxy.example/auth/callback"}}, environ={}
+    )
