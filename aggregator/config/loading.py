@@ -130,7 +130,7 @@ def structure_config(
     )
     problems.extend(oauth_path_problems(credentials, _http_paths(http, profiles)))
     cluster = tables.section("cluster", ClusterConfig)
-    tables.checked("cluster", check_cluster(cluster))
+    tables.checked("cluster", check_ranges(cluster, "cluster") + check_cluster(cluster))
     if directory is not None and read_files:
         credentials = attrs.evolve(credentials, vault=beside(directory, credentials.vault) or credentials.vault)
     registry = tables.section("registry", RegistryConfig)

@@ -353,6 +353,10 @@ class ClusterConfig:
     # password, which is never shown (repr, logs and status show the URL masked).
     store: str | None = attrs.field(default=None, repr=False)
     prefix: str = "aggregator"  # every key and channel of the store is named "<prefix>:..."
+    # A sealed session id older than this (from when it was issued) is not adopted by a
+    # replica that does not hold its session (after a restart, behind a balancer). A session
+    # its replica holds goes on while in use (http.session_idle_timeout ends it).
+    session_lifetime: float = 86_400.0
 
     @property
     def enabled(self) -> bool:

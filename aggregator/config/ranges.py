@@ -7,7 +7,7 @@ from typing import Any
 
 import attrs
 
-from aggregator.config.model import AuthConfig, HttpConfig, ProxyConfig, ServerConfig
+from aggregator.config.model import AuthConfig, ClusterConfig, HttpConfig, ProxyConfig, ServerConfig
 from aggregator.config.upstream_auth import CredentialsConfig
 from aggregator.jsonrpc.codec import MAX_DEPTH_LIMIT
 
@@ -99,6 +99,9 @@ RANGES: dict[type, dict[str, Range]] = {
         "discover_timeout": Range(_MS, _DAY, "seconds"),
         "request_timeout": Range(_MS, 7 * _DAY, "seconds"),
         "max_request_timeout": Range(_MS, 7 * _DAY, "seconds"),
+    },
+    ClusterConfig: {
+        "session_lifetime": Range(60.0, 366 * _DAY, "seconds"),
     },
     CredentialsConfig: {
         "fetch_timeout": Range(0.1, 600.0, "seconds"),

@@ -68,6 +68,8 @@ def test_no_key_is_shown():
         ({"store": "http://127.0.0.1"}, "cluster.store: a redis:// URL"),
         ({"prefix": ""}, "cluster.prefix"),
         ({"other": 1}, "cluster.other: unknown key"),
+        ({"session_lifetime": 10}, "cluster.session_lifetime: must be a finite number of seconds from 60 to"),
+        ({"session_lifetime": float("inf")}, "cluster.session_lifetime: must be a finite number"),
     ],
 )
 def test_a_bad_cluster_table_is_named_by_its_key_path(table, problem):

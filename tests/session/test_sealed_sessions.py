@@ -101,3 +101,28 @@ async def test_a_draining_replica_sends_a_session_it_does_not_know_elsewhere():
         assert response.status == 503 and response.headers["retry-after"] == "1", response
         assert b.http.sessions.by_id == {} and b.hub.admission.sessions == 0
         assert (await post(a, session, CALL)).status == 200  # still served where it is known
+
+
+async def test_a_sealed_id_past_its_lifetime_is_not_adopted():
+    cluster = {"keys": [ONE], "session_lifetime": 3600.0}
+    async with running_fronts(cluster=cluster) as a, running_fronts(cluster=cluster) as b:
+        session = await a.initialize()
+        now = b.http.sessions.wall_clock()
+        b.http.sessions.wall_clock = lambda: now + 3601
+        response = await post(b, session, CALL)
+        assert response.status == 404 and b"Session not found" in response.body
+        assert b.http.sessions.by_id == {} and b.hub.admission.sessions == 0
+        b.http.sessions.wall_clock = lambda: now + 3500
+        assert (await post(b, session, CALL)).status == 200
+        # Once held, it goes on while in use: the lifetime is for adopting an id.
+        b.http.sessions.wall_clock = lambda: now + 7200
+        assert (await post(b, session, CALL)).status == 200
+
+
+async def test_any_session_id_may_be_as_long_as_a_sealed_one():
+    async with running_fronts() as a, running_fronts(cluster={"keys": [ONE]}) as b:
+        for fronts in (a, b):
+            unknown = await post(fronts, "x" * 1000, CALL)
+            assert unknown.status == 404 and b"Session not found" in unknown.body, unknown
+            too_long = await post(fronts, "x" * 1025, CALL)
+            assert too_long.status == 400 and b"1 to 1024 visible ASCII characters" in too_long.body

@@ -14,11 +14,14 @@ principal, encrypted, and ``find`` adopts an id it does not know that opens unde
 and is bound to the request's principal (and to the profile its path names, if any): the
 hub takes the client over as initialized (``client_adopted``), so the session goes on here
 after its replica stopped, or behind a balancer that sends each request anywhere. What it
-cannot open is not found (404), as an unknown id always was. An id this table ended (DELETE,
-a budget overrun) is not adopted again here; a DELETE also leaves a tombstone in the shared
-store (``[cluster] store``: a digest of the id, never the id, kept ``TOMBSTONE_SECONDS``),
-which every replica reads before it adopts an id, so none adopts it again. Also here: a body's
-one JSON-RPC message, or the 400 that refuses it (``refuse_message``, shared with
+cannot open is not found (404), as an unknown id always was, and so is one issued more than
+``[cluster] session_lifetime`` ago (counted from its issue: the id is all a replica without
+a shared store has of it; a session its replica holds goes on while in use). An id this
+table ended (DELETE, a budget overrun) is not adopted again here; a DELETE also leaves a
+tombstone in the shared store (``[cluster] store``: a digest of the id, never the id, kept
+``TOMBSTONE_SECONDS``), which every replica reads before it adopts an id, so none adopts it
+again. Any session id is at most ``MAX_ID`` characters of visible ASCII (400 past that).
+Also here: a body's one JSON-RPC message, or the 400 that refuses it (``refuse_message``, shared with
 ``legacy_sse``).
 
 Imports of the HTTP front: ``answers`` and ``queue`` only.
@@ -234,6 +237,8 @@ class SessionTable:
         # [cluster]: tells the other replicas a session was deleted (``relay``), so that one
         # serving it too ends it there.
         self.on_deleted: Callable[[HttpSession], Awaitable[None]] | None = None
+        self.lifetime = hub.config.cluster.session_lifetime  # of a sealed id, from its issue
+        self.wall_clock = time.time  # what sealed ids' issued_at is in
 
     def add(self, session: HttpSession) -> None:
         """Count in a session admitted (``admission.admit_session``) and known to the hub."""
@@ -253,7 +258,7 @@ class SessionTable:
             client_info=info if type(info) is dict else {},
             profile=profile,
             principal=binding(principal),
-            issued_at=time.time(),
+            issued_at=self.wall_clock(),
         )
         return self.sealer.seal(state) or secrets.token_urlsafe(24)
 
@@ -305,8 +310,8 @@ class SessionTable:
             return Lookup(None, 400, "Bad request: Mcp-Session-Id header is required after initialize")
         session = self.by_id.get(session_id)
         sealed = self.sealer is not None and session_id.startswith(PREFIX)
-        if session is None and not _is_session_id(session_id, MAX_ID if sealed else 128):
-            return Lookup(None, 400, "Bad request: Mcp-Session-Id must be 1 to 128 visible ASCII characters")
+        if session is None and not _is_session_id(session_id):
+            return Lookup(None, 400, f"Bad request: Mcp-Session-Id must be 1 to {MAX_ID} visible ASCII characters")
         if session is None and sealed and session_id not in self.ended:
             adopted = self._adopt(request, session_id)
             if adopted.session is None:
@@ -358,6 +363,9 @@ class SessionTable:
         principal = self.access.principal(request.headers)
         named = self.access.named_profile(request.path)
         if state is None or state.principal != binding(principal) or (named and named != state.profile):
+            return Lookup(None, 404, NOT_FOUND)
+        if self.wall_clock() - state.issued_at > self.lifetime:
+            log.info("http: a sealed session id past cluster.session_lifetime was not adopted; initialize again")
             return Lookup(None, 404, NOT_FOUND)
         refusal = self.admission.admit_session()
         if refusal is not None:
@@ -462,7 +470,7 @@ async def refuse_message(hub: ClientPort, connection: HttpConnection, exc: Remot
     await connection.respond(400, [JSON], dumps(exc.to_response()))
 
 
-def _is_session_id(value: str, longest: int = 128) -> bool:
+def _is_session_id(value: str, longest: int = MAX_ID) -> bool:
     """Could this be a session id (MCP: visible ASCII, 0x21 to 0x7E)?"""
     return 0 < len(value) <= longest and value.isascii() and value.isprintable() and " " not in value
 
