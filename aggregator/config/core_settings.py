@@ -39,6 +39,7 @@ def link_settings(server: ServerConfig, config: Config | None = None) -> LinkSet
         protocol=server.protocol,
         discover_timeout=server.discover_timeout,
         per_user=acts_as_users(server),
+        grants=server.auth == "oauth",
         init_timeout=server.init_timeout,
         idle_stop_after=config.idle_stop_after(server) if config is not None else 0.0,
     )

@@ -117,6 +117,8 @@ class LinkSettings:
     # connected without a user, so what a session sees of it comes from its own connection,
     # which a list waits for at most ``init_timeout`` seconds (``core.upstreams.own_listings``).
     per_user: bool = False
+    # Its user grants it access at a link (``auth = "oauth"``; not a token exchange).
+    grants: bool = False
     init_timeout: float = defaults.INIT_TIMEOUT
     # A shared server nobody used for this many seconds is stopped (``core.upstreams.idle_stops``); 0: never.
     idle_stop_after: float = 0.0

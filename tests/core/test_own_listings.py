@@ -128,3 +128,27 @@ def test_a_held_list_ends_with_its_session_or_its_server(router, clock):
     out = router.handle(ServerRemoved("u", "it was removed from the configuration"))
     assert tools_of(out, 6) == ["a__time"]
     assert not router.clients[2].in_flight
+
+
+def test_a_server_whose_token_exchange_failed_shows_the_session_nothing(clock):
+    """Nothing to grant for a token exchange: no grant tool stands in for it (the exchange's
+    own warning says why in the log; a call of one of its tools is told why)."""
+    servers = [
+        ServerConfig(name="a", command="x"),
+        ServerConfig(
+            name="x", url="http://127.0.0.1:1/mcp", auth="token-exchange", isolation="per-session", init_timeout=4.0
+        ),
+    ]
+    router = new_router(Catalog(servers, "__", 50), servers, clock=clock)
+    router.handle(ServerReady("a", CAPS))
+    router.handle(ServerItems("a", "tools", [{"name": "time"}]))
+    router.handle(StartupCompleted())
+    session(router, 1)
+    ask(router, 1, 5, "tools/list")
+    refusal = {"code": -32603, "message": "token exchange failed: HTTP 500", "data": {"reason": "unauthorized"}}
+    router.links["x@1"].refusal = refusal
+    out = router.handle(ServerLost("x@1", "no credential of its user's could be sent to it"))
+    assert tools_of(out, 5) == ["a__time"]
+    router.handle(LinkEnded("x@1"))
+    assert tools_of(ask(router, 1, 6, "tools/list"), 6) == ["a__time"]
+    assert not router.clients[1].granting

@@ -548,3 +548,30 @@ def test_a_subscribe_waits_for_the_listen_to_be_acknowledged_at_most_ack_wait(ro
     out = router.handle(TimePassed())
     [answer] = [c.message for c in out if type(c) is ToClient and c.message.get("id") == 2]
     assert answer["result"] == {}
+
+
+def test_a_probe_answered_for_want_of_the_users_credential_fails_with_that_answer():
+    """A server acting as each user: the proxy answers its ``server/discover`` itself when no
+    credential of the user's could be sent (a failed token exchange); that answer, which
+    says why, is what the waiting requests get, not an ``initialize`` sent after it."""
+    refusal = error(-32603, {"source": "aggregator", "reason": "unauthorized"})
+    life = lifecycle()
+    life.per_session = True
+    [probe] = sent(life.connected(0.0, {}))
+    [failed] = reply(life, probe, refusal, now=8.0)
+    assert type(failed) is Failed and failed.refusal == refusal["error"]
+    assert failed.reason == "no credential of its user's could be sent to it"
+
+
+def test_a_server_acting_as_each_user_is_probed_as_long_as_its_handshake_lasts():
+    """Its first request waits for the user's credential (a token exchange takes up to 80%
+    of init_timeout), so its probe is not given up at discover_timeout."""
+    servers = [
+        ServerConfig(name="p", command="x", isolation="per-session", discover_timeout=2.0, init_timeout=10.0),
+        ServerConfig(
+            name="x", url="http://127.0.0.1:1/mcp", auth="token-exchange", discover_timeout=2.0, init_timeout=10.0
+        ),
+    ]
+    router = new_router(Catalog(servers, "__", 50), servers, clock=Clock())
+    assert router.links["p"].discover_timeout == 2.0
+    assert router.links["x"].discover_timeout == 10.0

@@ -310,7 +310,7 @@ class UpstreamEvents:
             return out
         if not listed:
             client.unlisted.add(server)
-        if refusal is not None:  # its user must grant access first: the grant tool in its place
+        if refusal is not None and link.grants:  # its user must grant access first: the grant tool in its place
             client.granting.add(server)
             return out + self._own_listing(client, server, grant_listing(server))
         return out

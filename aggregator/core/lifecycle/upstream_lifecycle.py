@@ -225,6 +225,8 @@ class UpstreamLifecycle:
         error = message.get("error")
         if type(error) is dict and self._is_us(error.get("data")):  # it refused our probe: it is us
             return [self._itself()]
+        if self.per_session and type(error) is dict and _credential_refusal(error):
+            return [self._refused_credential(error)]
         verdict = era.judge(probe, message, pinned=self.protocol in MODERN, tried=self._tried)
         if type(verdict) is era.Legacy:
             self.learnt = Era.LEGACY
@@ -265,11 +267,7 @@ class UpstreamLifecycle:
                 why = era.slow_probe(self.name, self.discover_timeout, self.init_timeout) if late else era.NEXT
                 return [self._fail(f"{outcome.text}: {why}", outcome.code)]
             if self.per_session and type(error) is dict and _credential_refusal(error):
-                # No credential of its user's could be sent (the proxy answered for it): the
-                # requests waiting for this connection get that answer, which says what to do
-                # (the URL to open); the log gets no URL (its state is the user's alone).
-                failed = self._fail("no credential of its user's could be sent to it", outcome.code)
-                return [failed._replace(refusal=error)]
+                return [self._refused_credential(error)]
             return [self._fail(outcome.text, outcome.code)]
         assert type(outcome) is dict
         problem = initialize_result_problem(outcome)
@@ -290,6 +288,15 @@ class UpstreamLifecycle:
             kinds = [kind for kind in KINDS if CAPABILITY_OF[kind] in self.capabilities]
             out += self._start(_Job(INITIAL, kinds, now + self.init_timeout), now)
         return out
+
+    def _refused_credential(self, error: dict[str, Any]) -> Failed:
+        """No credential of its user's could be sent (the proxy answered its first request,
+        ``server/discover`` or ``initialize``, for it): the requests waiting for this
+        connection get that answer, which says why or what to do (the URL to open); the log
+        gets no URL (its state is the user's alone)."""
+        code = error.get("code")
+        failed = self._fail("no credential of its user's could be sent to it", code if type(code) is int else None)
+        return failed._replace(refusal=error)
 
     def _is_us(self, meta: Any) -> bool:
         return type(meta) is dict and meta.get(INSTANCE_KEY) == self.instance

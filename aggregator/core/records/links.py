@@ -176,6 +176,9 @@ class UpstreamLink:
     protocol: str = "auto"
     discover_timeout: float = defaults.DISCOVER_TIMEOUT
     learnt: Era | None = None
+    # Its user grants it access at a link (``auth = "oauth"``): a session whose own
+    # connection ended asking for that grant sees the grant tool in its place.
+    grants: bool = False
     log_level: str | None = None  # what the proxy last asked this upstream for
     # It delivers what belongs to a request on that request's own stream (Streamable HTTP),
     # and the transport says which: a message that came any other way belongs to none.
@@ -216,6 +219,12 @@ def configured_link(server: LinkSettings, prefix: str, uri_prefix: str) -> Upstr
         timeout_resets_on_progress=server.timeout_resets_on_progress,
         server=server.name,
         protocol=server.protocol,
-        discover_timeout=server.discover_timeout,
+        # A server acting as each user: its first request waits for the user's credential
+        # (a token exchange may take up to 80% of init_timeout), so its server/discover
+        # waits as long as its handshake would, and the credential's own error comes first.
+        discover_timeout=max(server.discover_timeout, server.init_timeout)
+        if server.per_user
+        else server.discover_timeout,
         idle_stop_after=server.idle_stop_after,
+        grants=server.grants,
     )

@@ -258,6 +258,7 @@ class Forwarding:
             protocol=base.protocol,
             discover_timeout=base.discover_timeout,
             learnt=base.learnt,
+            grants=base.grants,
         )
         capabilities = {
             k: v

@@ -24,6 +24,8 @@ session's own connection lists (``core.catalogs.session_catalog``). The rules:
    given, the session's own listing replaces it (a list change is announced), and a call
    of the grant tool the connection was started for is answered by the proxy: granted. No user's
    listing is ever shown to another: a server acting as each user may show each its own tools.
+   A ``token-exchange`` server whose exchange failed has nothing to grant (``UpstreamLink.grants``
+   is false): the session sees nothing of it, as under rule 2 (the exchange logs why).
 4. A session acting for nobody (no access token's user) waits for nothing: such a server
    shows it nothing, and its calls are refused as they are today.
 """
