@@ -66,8 +66,8 @@ BACKLOG_BYTES = 256 * 1024
 # Sealed ids of sessions ended here (DELETE, a budget overrun), not adopted again; oldest forgotten first.
 ENDED_IDS = 4096
 NOT_FOUND = "Session not found: it ended or never existed; initialize again"
-# How long a deleted session's tombstone stays in the shared store (a sealed id has no expiry
-# of its own: one deleted longer ago could be adopted again, until its key is removed).
+# How long a deleted session's tombstone stays in the shared store (a sealed id is adopted at
+# most ``[cluster] session_lifetime`` after its issue; one configured longer outlives this).
 TOMBSTONE_SECONDS = 30 * 24 * 3600.0
 
 
