@@ -79,6 +79,7 @@ async def test_the_protected_resource_metadata_is_served_to_anyone(server):
 
 
 async def test_refused_tokens_get_a_challenge_that_names_the_metadata(server, caplog):
+    caplog.set_level(logging.DEBUG)  # every refusal line, whatever its level
     cases = [
         ("no token", None, 401, None),
         ("a bad token", "not-a-jwt-at-all", 401, "invalid_token"),
@@ -95,12 +96,13 @@ async def test_refused_tokens_get_a_challenge_that_names_the_metadata(server, ca
             assert challenge.startswith("Bearer ") and f'resource_metadata="{METADATA_URL}"' in challenge, what
             assert 'scope="mcp"' in challenge, what
             assert (f'error="{error}"' in challenge) if error else ("error=" not in challenge), (what, challenge)
-        # A token in the URL is refused even beside a good one in the header.
+        # A token in the URL is refused even beside a good one in the header, and not logged.
+        in_url = server.mint()
         response = await fronts.request(
-            "POST", f"/mcp?access_token={server.mint()}", headers=bearer(fronts, server.mint()), body=INIT
+            "POST", f"/mcp?access_token={in_url}", headers=bearer(fronts, server.mint()), body=INIT
         )
         assert response.status == 401 and 'error="invalid_request"' in challenge_of(response)
-    for _, token, _, _ in cases:
+    for token in [in_url, *(token for _, token, _, _ in cases)]:
         assert token is None or token not in caplog.text
 
 

@@ -182,7 +182,7 @@ class StatelessRequests:
                 admitted.level,
                 "http: refused %s on %s: %s",
                 message["method"],
-                request.path[:100],
+                request.path.partition("?")[0][:100],
                 admitted.reason,
                 extra=REFUSAL,
             )
