@@ -131,7 +131,8 @@ class PostExchange:
         named = self.access.named_profile(request.path) or ""
         admitted = choose_profile(self.access, request.headers, named)
         if isinstance(admitted, Denial):
-            log.log(admitted.level, "http: refused initialize on %s: %s", request.path.partition("?")[0][:100], admitted.reason)
+            path = request.path.partition("?")[0][:100]
+            log.log(admitted.level, "http: refused initialize on %s: %s", path, admitted.reason)
             await reject(connection, admitted.status, INVALID_REQUEST, admitted.reason, message["id"], admitted.headers)
             return
         principal, profile = admitted

@@ -158,9 +158,8 @@ class WebSocketEndpoint:
     async def _handle(self, request: trio_websocket.WebSocketRequest) -> None:
         admitted = await admit(self.access, handshake_headers(request), request.path)
         if isinstance(admitted, Denial):
-            log.log(
-                admitted.level, "websocket: refused a handshake for %s: %s", request.path.partition("?")[0][:100], admitted.reason
-            )
+            path = request.path.partition("?")[0][:100]
+            log.log(admitted.level, "websocket: refused a handshake for %s: %s", path, admitted.reason)
             extra = [(name.encode(), value.encode()) for name, value in admitted.headers]
             await reject(request, admitted.status, extra, admitted.reason)
             return
