@@ -36,7 +36,7 @@ import anyio
 KIND = sys.argv[2] if __name__ == "__main__" else "modern"
 SDK1 = KIND == "sdk1"
 OP_TIMEOUT = 6.0  # seconds one operation may take
-UPDATE_WAIT = 6.0  # seconds a subscriber waits for its update
+UPDATE_WAIT = 4.0  # seconds a subscriber waits for its update
 RETRIES = 3
 BIG = 6000  # characters of the big echo: past max_result_tokens = 500 (about 2000 characters)
 COUNTER = "modern+test://counter"

@@ -28,7 +28,7 @@ from pathlib import Path
 import pytest
 
 from tests.cluster.redis_server import REDIS, redis_server
-from tests.e2e.cluster_harness import Replica, need, nginx, replicas
+from tests.e2e.cluster_harness import NGINX, Replica, need, nginx, replicas
 from tests.e2e.conftest import HERE, ROOT, post, write_config
 from tests.loopback import free_port, wait_listening
 
@@ -43,20 +43,14 @@ KILL_AT = 30  # operations ended (of all clients) before a replica is SIGKILLed
 RESTART_AT = 90  # ... before another one is restarted
 PING = {"jsonrpc": "2.0", "id": 9, "method": "ping"}
 # What the replicas do not share yet, by operation and client kind: the piece missing.
+UPDATES = "a session's resources/updated is not yet carried to its GET stream on another replica"
+KEPT = "a kept result is not yet written to the shared store: another replica cannot page it back"
 MISSING = {
-    (
-        "sampling",
-        "legacy",
-    ): "a client's answer to a server-to-client request is not yet routed to the replica whose call asked",
-    (
-        "sampling",
-        "sdk1",
-    ): "a client's answer to a server-to-client request is not yet routed to the replica whose call asked",
-    ("subscription", "legacy"): "a session's resources/updated is not yet carried to its GET stream on another replica",
-    ("subscription", "sdk1"): "a session's resources/updated is not yet carried to its GET stream on another replica",
-    ("kept", "modern"): "a kept result is not yet written to the shared store: another replica cannot page it back",
-    ("kept", "legacy"): "a kept result is not yet written to the shared store: another replica cannot page it back",
-    ("kept", "sdk1"): "a kept result is not yet written to the shared store: another replica cannot page it back",
+    ("subscription", "legacy"): UPDATES,
+    ("subscription", "sdk1"): UPDATES,
+    ("kept", "modern"): KEPT,
+    ("kept", "legacy"): KEPT,
+    ("kept", "sdk1"): KEPT,
 }
 
 
@@ -150,7 +144,7 @@ def report(tallies: dict[str, dict], timeline: list[str]) -> str:
 
 
 def test_a_mixed_workload_of_three_clients_survives_a_replica_killed_and_one_restarted(tmp_path, python1):
-    need("/usr/sbin/nginx")
+    need(NGINX)
     if REDIS is None:
         pytest.skip("redis-server is not installed (apt-get install redis-server)")
     with ExitStack() as stack:
