@@ -35,8 +35,8 @@ import anyio
 
 KIND = sys.argv[2] if __name__ == "__main__" else "modern"
 SDK1 = KIND == "sdk1"
-OP_TIMEOUT = 6.0  # seconds one operation may take
-UPDATE_WAIT = 4.0  # seconds a subscriber waits for its update
+OP_TIMEOUT = 10.0  # seconds one operation may take
+UPDATE_WAIT = 5.0  # seconds a subscriber waits for its update
 RETRIES = 3
 BIG = 6000  # characters of the big echo: past max_result_tokens = 500 (about 2000 characters)
 COUNTER = "modern+test://counter"
@@ -70,7 +70,7 @@ def classify(error: BaseException) -> type[Exception]:
         return Retryable
     names = {cls.__name__ for cls in type(error).__mro__}
     transport = {"HTTPError", "TransportError", "StreamableHTTPError", "ClosedResourceError", "BrokenResourceError"}
-    transport |= {"EndOfStream", "ConnectionError", "RemoteProtocolError"}
+    transport |= {"EndOfStream", "ConnectionError", "RemoteProtocolError", "SubscriptionLost"}
     if names & transport:
         return Retryable
     code = getattr(getattr(error, "error", None), "code", None)
