@@ -14,7 +14,9 @@ rest paged back with ``resources/read`` of the link the cut result carries.
 
 Each operation ends as ``ok``, ``retryable`` (a transport error, as when the replica serving
 it died, or a JSON-RPC error saying ``retryable`` or ``unavailable``: the operation is sent
-again, at most ``RETRIES`` times; ``retried_ok`` if it then succeeds), ``failed`` (any other
+again, at most ``RETRIES`` times; ``retried_ok`` if it then succeeds), ``timeout`` (1.x
+only: that SDK never fails a request whose POST stream broke, so the call is sent again once
+its timeout passed), ``failed`` (any other
 error, a wrong answer or a timeout, with its text kept in ``samples``) or ``crossed`` (an
 answer carrying another call's marker). Prints ``{"done": N}`` after every operation ended,
 then one last line: the counts per operation and outcome, the session ids each legacy client
