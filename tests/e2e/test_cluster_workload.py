@@ -31,6 +31,7 @@ from tests.cluster.redis_server import REDIS, redis_server
 from tests.e2e.cluster_harness import NGINX, Replica, need, nginx, replicas
 from tests.e2e.conftest import HERE, ROOT, post, write_config
 from tests.loopback import free_port, wait_listening
+from tests.required import missing
 
 pytestmark = pytest.mark.e2e
 
@@ -146,7 +147,7 @@ def report(tallies: dict[str, dict], timeline: list[str]) -> str:
 def test_a_mixed_workload_of_three_clients_survives_a_replica_killed_and_one_restarted(tmp_path, python1):
     need(NGINX)
     if REDIS is None:
-        pytest.skip("redis-server is not installed (apt-get install redis-server)")
+        missing("redis-server", "apt-get install redis-server")
     with ExitStack() as stack:
         store = stack.enter_context(redis_server(tmp_path))
         server = stack.enter_context(modern_server(tmp_path))
@@ -168,16 +169,18 @@ def test_a_mixed_workload_of_three_clients_survives_a_replica_killed_and_one_res
     assert len(timeline) == 2, text
     assert not lost, f"sessions lost: {lost}\n{text}"
     for kind in ("legacy", "sdk1"):
-        # One session per client, its id kept to the end (the clients never had to connect again).
-        assert tallies[kind]["reconnects"] == 0, text
-        assert [len(sessions) for sessions in tallies[kind]["sessions"]] == [1] * WORKERS, text
-    missing = set()
+        # One session id per connection, kept to its end; a new one only where the SDK itself
+        # ended its connection after a transport error (the 1.x SDK may, on a 502), and the
+        # earlier one is still served above.
+        used = sum(len(sessions) for sessions in tallies[kind]["sessions"])
+        assert used == WORKERS + tallies[kind]["reconnects"], text
+    absent = set()
     for kind, tally in tallies.items():
         for operation, outcomes in tally["counts"].items():
             # No answer reached another client.
             assert not outcomes.get("crossed"), f"{kind} {operation}: an answer crossed\n{text}"
             if outcomes.get("failed") and (operation, kind) in MISSING:
-                missing.add(MISSING[operation, kind])
+                absent.add(MISSING[operation, kind])
                 continue
             # Each failed only with an error it may retry, and then succeeded.
             assert not outcomes.get("failed"), f"{kind} {operation} failed\n{text}"
@@ -186,5 +189,5 @@ def test_a_mixed_workload_of_three_clients_survives_a_replica_killed_and_one_res
             assert outcomes.get("ok", 0) + outcomes.get("retried_ok", 0) == WORKERS * ROUNDS, (
                 f"{kind} {operation}\n{text}"
             )
-    if missing:
-        pytest.xfail("; ".join(sorted(missing)))
+    if absent:
+        pytest.xfail("; ".join(sorted(absent)))
