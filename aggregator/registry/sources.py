@@ -9,7 +9,8 @@ through a redirect, and each entry is checked (``entries``) before anything uses
 registry is asked over https only, or plain http on a loopback address. Paging follows
 ``metadata.nextCursor`` for a bounded number of pages and stops at a cursor seen before.
 
-Blocking I/O (httpx's synchronous client, the file system): for the command line.
+Blocking I/O for the command line: each answer is one ``trio.run`` of httpx's client
+under a ``trio.move_on_after`` for the whole exchange; the file system read directly.
 Imports ``errors``, ``jsonrpc`` and the modules beside it.
 """
 
@@ -17,7 +18,6 @@ from __future__ import annotations
 
 import os
 import re
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Protocol
@@ -25,6 +25,7 @@ from urllib.parse import quote, unquote, urlencode, urlsplit
 
 import attrs
 import httpx
+import trio
 
 from aggregator.jsonrpc.codec import loads
 from aggregator.registry.entries import ServerEntry, read_entry
@@ -34,10 +35,11 @@ OFFICIAL_URL = "https://registry.modelcontextprotocol.io"
 API = "v0.1"
 MAX_ANSWER_BYTES = 4 * 1024 * 1024  # one page or one entry; the official pages are far smaller
 MAX_DEPTH = 32  # server.json nests about 8 deep
-DEADLINE = 20.0  # seconds for one answer, connecting and reading included
+DEADLINE = 20.0  # seconds for one answer: connecting, headers and body together
 MAX_PAGES = 20
 PAGE_SIZE = 100  # the official registry's own largest page
 MAX_FILES = 10_000  # a directory registry
+_HEADERS = {"Accept": "application/json", "Accept-Encoding": "identity"}
 
 
 @attrs.frozen(kw_only=True)
@@ -148,35 +150,49 @@ class HttpRegistry:
         return entry
 
     def _get(self, path: str, what: str, missing: str | None = None) -> Any:
-        url = self.base + path
-        started = time.monotonic()
+        """One answer, the deadline covering the whole exchange (connecting, the status
+        line and headers, the body): a registry that trickles bytes meets it too."""
+        body = trio.run(self._fetch, path, what, missing)
+        return self._decode(body, what)
+
+    async def _fetch(self, path: str, what: str, missing: str | None) -> bytes:
         limits = self.limits
         body = bytearray()
-        try:
-            with (
-                httpx.Client(timeout=limits.deadline, follow_redirects=False, trust_env=not self.local) as client,
-                client.stream("GET", url, headers={"Accept": "application/json"}) as answer,
-            ):
-                if answer.status_code == 404 and missing is not None:
-                    raise RegistryError(f"{missing} in registry {self.label}")
-                if answer.status_code != 200:
-                    raise RegistryError(
-                        f"registry {self.label}: asked for {what}, it answered HTTP {answer.status_code}"
-                    )
-                declared = answer.headers.get("content-length")
-                if declared is not None and declared.isdigit() and int(declared) > limits.max_bytes:
-                    raise RegistryError(self._too_large(what))
-                for chunk in answer.iter_raw():
-                    body += chunk
-                    if len(body) > limits.max_bytes:
+        with trio.move_on_after(limits.deadline) as deadline:
+            try:
+                async with (
+                    httpx.AsyncClient(
+                        timeout=limits.deadline, follow_redirects=False, trust_env=not self.local
+                    ) as client,
+                    # identity: the size bound counts the bytes parsed, never a compressed stream's
+                    client.stream("GET", self.base + path, headers=_HEADERS) as answer,
+                ):
+                    if answer.status_code == 404 and missing is not None:
+                        raise RegistryError(f"{missing} in registry {self.label}")
+                    if answer.status_code != 200:
+                        raise RegistryError(
+                            f"registry {self.label}: asked for {what}, it answered HTTP {answer.status_code}"
+                        )
+                    encoding = answer.headers.get("content-encoding", "identity").strip().lower()
+                    if encoding not in ("", "identity"):
+                        raise RegistryError(
+                            f"registry {self.label}: its answer for {what} is {shown(encoding)}-encoded,"
+                            " though asked for plain bytes; refused"
+                        )
+                    declared = answer.headers.get("content-length")
+                    if declared is not None and declared.isdigit() and int(declared) > limits.max_bytes:
                         raise RegistryError(self._too_large(what))
-                    if time.monotonic() - started > limits.deadline:
-                        raise RegistryError(self._too_slow(what))
-        except httpx.TimeoutException:
-            raise RegistryError(self._too_slow(what)) from None
-        except httpx.HTTPError as exc:
-            raise RegistryError(f"registry {self.label}: cannot ask for {what}: {exc}") from None
-        return self._decode(bytes(body), what)
+                    async for chunk in answer.aiter_raw():
+                        body += chunk
+                        if len(body) > limits.max_bytes:
+                            raise RegistryError(self._too_large(what))
+            except httpx.TimeoutException:
+                raise RegistryError(self._too_slow(what)) from None
+            except httpx.HTTPError as exc:
+                raise RegistryError(f"registry {self.label}: cannot ask for {what}: {exc}") from None
+        if deadline.cancelled_caught:
+            raise RegistryError(self._too_slow(what))
+        return bytes(body)
 
     def _decode(self, body: bytes, what: str) -> Any:
         try:

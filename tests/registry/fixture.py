@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import base64
 import datetime
+import gzip
 import json
 import re
 import threading
@@ -196,6 +197,36 @@ class RegistryFixture:
                 time.sleep(0.2)
         except OSError:
             pass
+
+    def _mode_slow_headers(self, handler: BaseHTTPRequestHandler, segments: list[str], query: dict[str, str]) -> None:
+        try:  # a status line, then the headers a byte at a time: no read ever times out
+            handler.wfile.write(b"HTTP/1.1 200 OK\r\n")
+            for byte in b"X-Pad: " + b"a" * 200:
+                handler.wfile.write(bytes([byte]))
+                handler.wfile.flush()
+                time.sleep(0.2)
+        except OSError:
+            pass
+
+    def _mode_gzip(self, handler: BaseHTTPRequestHandler, segments: list[str], query: dict[str, str]) -> None:
+        """Compressed when the client accepts gzip, as a server may."""
+        data = json.dumps({"servers": self.catalogs[""][:1], "metadata": {}}).encode()
+        accepted = handler.headers.get("Accept-Encoding", "")
+        self._send_encoded(handler, data, "gzip" in accepted)
+
+    def _mode_gzip_always(self, handler: BaseHTTPRequestHandler, segments: list[str], query: dict[str, str]) -> None:
+        self._send_encoded(handler, json.dumps({"servers": [], "metadata": {}}).encode(), True)
+
+    def _send_encoded(self, handler: BaseHTTPRequestHandler, data: bytes, compressed: bool) -> None:
+        if compressed:
+            data = gzip.compress(data)
+        handler.send_response(200)
+        handler.send_header("Content-Type", "application/json")
+        if compressed:
+            handler.send_header("Content-Encoding", "gzip")
+        handler.send_header("Content-Length", str(len(data)))
+        handler.end_headers()
+        handler.wfile.write(data)
 
     def _mode_malformed(self, handler: BaseHTTPRequestHandler, segments: list[str], query: dict[str, str]) -> None:
         _send_bytes(handler, 200, b'{"servers": [{"server": {"name": "io.example/cut", "descr')

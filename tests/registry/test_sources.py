@@ -97,6 +97,24 @@ def test_a_slow_answer_meets_the_deadline(registry):
     assert time.monotonic() - started < 3.0
 
 
+def test_the_deadline_covers_headers_sent_a_byte_at_a_time(registry):
+    source = HttpRegistry(f"{registry.url}/slow-headers", Limits(deadline=1.0))
+    started = time.monotonic()
+    with pytest.raises(RegistryError, match="no whole answer for a page of servers within 1 s; gave up"):
+        source.search("x", 10)
+    assert time.monotonic() - started < 3.0
+
+
+def test_an_answer_is_asked_for_uncompressed(registry):
+    found = open_registry(f"{registry.url}/gzip").search("x", 10)
+    assert len(found.entries) == 1
+
+
+def test_a_compressed_answer_sent_anyway_is_refused(registry):
+    with pytest.raises(RegistryError, match="its answer for a page of servers is 'gzip'-encoded"):
+        open_registry(f"{registry.url}/gzip-always").search("x", 10)
+
+
 def test_entries_of_the_wrong_shape_are_skipped_and_named(registry):
     found = open_registry(f"{registry.url}/wrong-schema").search("x", 10)
     assert [entry.name for entry in found.entries] == ["io.github.modelcontextprotocol/server-everything"]
