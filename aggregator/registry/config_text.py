@@ -1,7 +1,8 @@
 """A server table added to a config file's text, every other byte of it kept: the table is
 appended at the end (after one blank line, in the file's own line endings); ``replace``
 first takes out the ``[servers.KEY]`` table and its sub-tables (and the comments this
-module's tables start with), leaving the comments that belong to the next table.
+module's tables start with), leaving the comments that belong to the next table, and
+checks that the file then reads as before without ``servers.KEY`` (else nothing is written).
 
 A key that is written another way (an inline table, dotted keys under ``[servers]``) is
 not rewritten: the user is told to edit it by hand.
@@ -18,7 +19,7 @@ from typing import Any
 from aggregator.registry.identifiers import RegistryError
 from aggregator.registry.tables import MARK
 
-_HEADER = re.compile(r"\s*\[\[?(?P<path>[^\]#]*)\]\]?\s*(?:#.*)?")
+_BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
 
 
 def existing_servers(text: str, source: str) -> dict[str, Any]:
@@ -39,10 +40,20 @@ def with_table(text: str, key: str, table: str, *, replace: bool, source: str) -
             raise RegistryError(
                 f"{source} already has servers.{key}; choose another key (--as NAME) or replace it (--replace)"
             )
+        before = tomllib.loads(text)
         text = _without(text, key, source)
-        if key in existing_servers(text, source):
+        try:
+            after: dict[str, Any] | None = tomllib.loads(text)
+        except tomllib.TOMLDecodeError:
+            after = None
+        if after is not None and key in after.get("servers", {}):
             raise RegistryError(
                 f"servers.{key} in {source} is not written as a [servers.{key}] table of its own; edit it by hand"
+            )
+        del before["servers"][key]
+        if after != before:  # anything but servers.KEY touched: refuse, write nothing
+            raise RegistryError(
+                f"servers.{key} in {source} cannot be taken out without changing other settings; edit it by hand"
             )
     newline = "\r\n" if "\r\n" in text else "\n"
     lead = ""
@@ -88,13 +99,34 @@ def _without(text: str, key: str, source: str) -> str:
 
 def _header(line: str) -> list[str] | None:
     """The dotted path of a table header line (``[servers."a.b".tools]`` -> servers, a.b,
-    tools); None if the line is not one."""
-    match = _HEADER.fullmatch(line.rstrip("\r\n"))
-    if match is None:
+    tools); None if the line is not one. Quoted keys may hold ``#``, ``]`` or dots: the
+    header is read key by key, the way TOML reads it."""
+    text = line.rstrip("\r\n")
+    start = len(text) - len(text.lstrip(" \t"))
+    if not text.startswith("[", start):
+        return None
+    double = text.startswith("[[", start)
+    position = start + (2 if double else 1)
+    first = position
+    while True:
+        position = _skip_blank(text, position)
+        end = _key_end(text, position)
+        if end is None:
+            return None
+        position = _skip_blank(text, end)
+        if text.startswith(".", position):
+            position += 1
+            continue
+        break
+    closing = "]]" if double else "]"
+    if not text.startswith(closing, position):
+        return None
+    rest = text[position + len(closing) :].strip(" \t")
+    if rest and not rest.startswith("#"):
         return None
     try:
         # The header's keys as TOML reads them: parse a one-key document with that path.
-        parsed = tomllib.loads(f"[{match['path']}]\n")
+        parsed = tomllib.loads(f"[{text[first:position]}]\n")
     except tomllib.TOMLDecodeError:
         return None
     path: list[str] = []
@@ -104,6 +136,32 @@ def _header(line: str) -> list[str] | None:
         path.append(name)
         node = node[name]
     return path
+
+
+def _skip_blank(text: str, position: int) -> int:
+    while position < len(text) and text[position] in " \t":
+        position += 1
+    return position
+
+
+def _key_end(text: str, position: int) -> int | None:
+    """Where the key starting at ``position`` ends: a bare key, a "basic" one (with its
+    escapes) or a 'literal' one; None when there is no key there."""
+    if text.startswith('"', position):
+        position += 1
+        while position < len(text):
+            if text[position] == "\\":
+                position += 2
+            elif text[position] == '"':
+                return position + 1
+            else:
+                position += 1
+        return None
+    if text.startswith("'", position):
+        end = text.find("'", position + 1)
+        return None if end < 0 else end + 1
+    match = _BARE_KEY.match(text, position)
+    return match.end() if match else None
 
 
 def _is_ours(line: str, key: str) -> bool:

@@ -84,3 +84,25 @@ def test_a_key_written_another_way_is_left_to_the_user(before):
 def test_text_that_is_not_toml_is_not_written_to():
     with pytest.raises(RegistryError, match="c.toml is not valid TOML"):
         with_table("[servers\n", "x", TABLE, replace=False, source="c.toml")
+
+
+def test_replace_keeps_tables_whose_quoted_keys_hold_hash_or_bracket():
+    before = (
+        '[servers.x]\ncommand = "old"\n\n'
+        '[servers."team#a"]\ncommand = "uvx"\nargs = ["keep-me"]\n\n'
+        '[servers."b]c"]\ncommand = "uvx"\n\n'
+        '[servers.x.tools.rename."get#sum"]\nname = "add"\n\n'
+        '[servers.other.tools.rename."x]y"]\nname = "xy"\n'
+    )
+    after = with_table(before, "x", TABLE, replace=True, source="c.toml")
+    servers = tomllib.loads(after)["servers"]
+    assert servers["team#a"] == {"command": "uvx", "args": ["keep-me"]}
+    assert servers["b]c"] == {"command": "uvx"}
+    assert servers["other"] == {"tools": {"rename": {"x]y": {"name": "xy"}}}}
+    assert servers["x"] == {"command": "npx"}
+
+
+def test_replace_that_would_change_another_setting_writes_nothing():
+    before = '[servers.x]\ncommand = "old"\n\n[proxy]\nnote = """\n[servers.x]\n"""\n'
+    with pytest.raises(RegistryError, match="cannot be taken out without changing other settings; edit it by hand"):
+        with_table(before, "x", TABLE, replace=True, source="c.toml")
