@@ -40,6 +40,25 @@ RUNNERS = ("npm", "pypi", "oci")
 MARK = "# from an MCP registry: "  # the first comment line above a table this writes
 _PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_-]*)\}")
 _DEFAULT_FORBIDDEN = set("${}")  # what a ${VAR:-default} cannot hold
+# The runner options a registry's runtimeArguments may use, each with whether it takes a
+# value: an allow-list, since each runner has many options that fetch something else
+# (npm --package, uvx --from / --with / --index-url) or loosen a container (docker -v,
+# --network, --privileged, --cap-add, a positional standing for the image).
+RUNTIME_OPTIONS: dict[str, dict[str, bool]] = {
+    "npm": {"-q": False, "--quiet": False, "--silent": False, "--prefer-offline": False},
+    "pypi": {"-q": False, "--quiet": False, "--offline": False, "--no-cache": False, "--isolated": False},
+    "oci": {
+        "-e": True,
+        "--env": True,
+        "-w": True,
+        "--workdir": True,
+        "--init": False,
+        "--read-only": False,
+        "-t": False,
+        "--tty": False,
+    },
+}
+_RUNNER_NAMES = {"npm": "npx", "pypi": "uvx", "oci": "docker run"}
 _KEY_PREFIXES = ("mcp-server-", "server-", "mcp-")
 _KEY_SUFFIXES = ("-mcp-server", "-server", "-mcp")
 
@@ -133,7 +152,7 @@ class _Builder:
     def package(self, package: Package) -> Installation:
         where = f"{self.entry.name}: {package.path.split(': ', 1)[-1]}"
         spec = check_package(package.registry_type, package.identifier, package.version, where)
-        runtime = self.arguments(package.runtime_arguments)
+        runtime = self.runtime(package)
         arguments = self.arguments(package.package_arguments)
         env_lines, names = self.environment(package.environment)
         if package.registry_type == "npm":
@@ -147,6 +166,38 @@ class _Builder:
         self.body.insert(1, f"args = [{', '.join(toml_string(a) for a in args)}]")
         self.body += env_lines
         return self.done(shlex.join([command, *args]))
+
+    def runtime(self, package: Package) -> list[str]:
+        """The runner's own options the package asks for, each one of the few that change
+        neither what is fetched and run nor how a container is isolated (``RUNTIME_OPTIONS``);
+        a positional one is refused (it would stand where the package or image is)."""
+        allowed = RUNTIME_OPTIONS[package.registry_type]
+        words: list[str] = []
+        for argument in package.runtime_arguments:
+            where = f"{self.entry.name}: {argument.input.path.split(': ', 1)[-1]}"
+            runner = _RUNNER_NAMES[package.registry_type]
+            if argument.positional:
+                raise RegistryError(
+                    f"{where}: a positional runtime argument is refused (it would stand where {runner} expects"
+                    " the package or image)"
+                )
+            flag = argument.input.name
+            if flag not in allowed:
+                known = ", ".join(sorted(allowed)) or "none"
+                raise RegistryError(
+                    f"{where}.name: {shown(flag)} is refused: a runtime option given to {runner} is one of {known}"
+                    " (others can change what is fetched or how it is isolated)"
+                )
+            given = argument.input
+            if allowed[flag]:
+                words += self.arguments([argument])
+            elif given.value is not None or given.default is not None or given.secret:
+                raise RegistryError(f"{where}: {shown(flag)} takes no value; refused")
+            elif given.required:
+                words.append(flag)
+            else:
+                self.notes.append(f"optional runtime option {flag} left out" + _about(given.description))
+        return words
 
     def arguments(self, arguments: Iterable[Argument]) -> list[str]:
         words: list[str] = []
@@ -254,15 +305,18 @@ class _Builder:
         name = check_header_name(given.name, where)
         about = comment(given.description) if given.description else "no description given"
         variable = variable_for(name)
-        if given.value is not None and _PLACEHOLDER.search(given.value):
+        if given.secret:  # only ever a variable: no part of a secret's value is written
+            value = "${" + variable + "}"
+            self.need(variable, f"the whole {name} header" + _about(given.description), secret=True)
+        elif given.value is not None and _PLACEHOLDER.search(given.value):
             value = self.template(given.value, given, f"{where}.value", word=False)
-        elif given.secret or given.required or given.value is None:
-            if not (given.secret or given.required):
+        elif given.required or given.value is None:
+            if not given.required:
                 self.body += [f"# header {name} (optional): {about}", f'# headers.{toml_key(name)} = "${{{variable}}}"']
                 self.notes.append(f"optional header {name} left out (a commented line shows it)")
                 return
             value = "${" + variable + "}"
-            self.need(variable, f"the {name} header", secret=given.secret)
+            self.need(variable, f"the {name} header", secret=False)
         else:
             value = self.template(given.value, given, f"{where}.value", word=False)
         kind = "secret" if given.secret else "required" if given.required else "optional"

@@ -5,6 +5,7 @@ value, whatever the registry put in ``value`` or ``default``."""
 from __future__ import annotations
 
 import json
+import re
 import tomllib
 from pathlib import Path
 
@@ -88,11 +89,39 @@ def test_a_remote_gets_its_url_and_headers_with_variables():
     added = installation(entry("servers", "weather-remote"), "weather", "R")
     assert table(added.text, "weather") == {
         "url": "https://mcp.example.com/${REGION:-eu}/mcp",
-        "headers": {"Authorization": "Bearer ${API_KEY}"},
+        "headers": {"Authorization": "${AUTHORIZATION}"},  # secret: the whole value is the variable
     }
-    assert added.variables == ("API_KEY",)
-    assert "# set API_KEY: The API key (secret)\n" in added.text
+    assert added.variables == ("AUTHORIZATION",)
+    assert (
+        "# set AUTHORIZATION: the whole Authorization header (Your API key, as a bearer token) (secret)\n" in added.text
+    )
     assert added.runs == "streamable-http https://mcp.example.com/${REGION:-eu}/mcp"
+
+
+def test_a_secret_header_is_only_ever_a_variable():
+    doc = {
+        "name": "io.example/h",
+        "description": "d",
+        "version": "1.0.0",
+        "remotes": [
+            {
+                "type": "streamable-http",
+                "url": "https://api.example.com/mcp",
+                "headers": [
+                    {
+                        "name": "Authorization",
+                        "value": "Bearer sk-live-TOPSECRET-{token}",
+                        "isSecret": True,
+                        "variables": {"token": {"description": "t"}},
+                    }
+                ],
+            }
+        ],
+    }
+    added = installation(read_entry(doc), "h", "R")
+    assert "TOPSECRET" not in added.text
+    assert table(added.text, "h")["headers"] == {"Authorization": "${AUTHORIZATION}"}
+    assert added.variables == ("AUTHORIZATION",)
 
 
 def test_an_sse_remote_names_its_transport():
@@ -143,6 +172,50 @@ def test_free_text_stays_in_one_comment_line():
     text = installation(read_entry(doc), "c", "R").text
     assert set(tomllib.loads(text)["servers"]) == {"c"}
     assert "# line\\x0a[servers.evil]\\x0acommand = 'x'\n" in text
+
+
+def runtime_entry(registry_type: str, identifier: str, arguments: list[dict]) -> dict:
+    package = {"registryType": registry_type, "identifier": identifier, "transport": {"type": "stdio"}}
+    if registry_type != "oci":
+        package["version"] = "1.0.0"
+    return {
+        "name": "io.example/r",
+        "description": "d",
+        "version": "1.0.0",
+        "packages": [package | {"runtimeArguments": arguments}],
+    }
+
+
+RUNTIME_REFUSED = [
+    (
+        "npm",
+        "pkg",
+        [{"type": "named", "name": "--package", "value": "evil"}],
+        "'--package' is refused: a runtime",
+    ),
+    ("pypi", "pkg", [{"type": "named", "name": "--from", "value": "evilpkg"}], "'--from' is refused"),
+    ("pypi", "pkg", [{"type": "named", "name": "--index-url", "value": "https://e.example/s"}], "'--index-url' is"),
+    ("oci", "docker.io/a/b:1.0", [{"type": "named", "name": "-v", "value": "/:/host"}], "'-v' is refused"),
+    ("oci", "docker.io/a/b:1.0", [{"type": "named", "name": "--network", "value": "host"}], "'--network' is"),
+    ("oci", "docker.io/a/b:1.0", [{"type": "named", "name": "--privileged"}], "'--privileged' is refused"),
+    ("oci", "docker.io/a/b:1.0", [{"type": "positional", "value": "alpine"}], "a positional runtime argument"),
+    ("npm", "pkg", [{"type": "positional", "value": "other"}], "a positional runtime argument is refused"),
+    ("oci", "docker.io/a/b:1.0", [{"type": "named", "name": "--init", "value": "alpine"}], "'--init' takes no value"),
+]
+
+
+@pytest.mark.parametrize(("registry_type", "identifier", "arguments", "message"), RUNTIME_REFUSED)
+def test_runtime_options_that_change_what_runs_are_refused(registry_type, identifier, arguments, message):
+    with pytest.raises(RegistryError, match=re.escape(message)):
+        installation(read_entry(runtime_entry(registry_type, identifier, arguments)), "r", "R")
+
+
+def test_runtime_options_on_the_allow_list_are_written():
+    arguments = [{"type": "named", "name": "-e", "value": "MODE=fast"}, {"type": "named", "name": "--init"}]
+    for argument in arguments:
+        argument["isRequired"] = True
+    added = installation(read_entry(runtime_entry("oci", "docker.io/a/b:1.0", arguments)), "r", "R")
+    assert table(added.text, "r")["args"] == ["run", "-i", "--rm", "-e", "MODE=fast", "--init", "docker.io/a/b:1.0"]
 
 
 HOSTILE = [
