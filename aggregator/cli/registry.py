@@ -146,9 +146,11 @@ def _loose_config(path: Path) -> Config:
 
 def _write(path: Path, data: bytes, original: bytes | None) -> None:
     """Write ``data`` to ``path`` whole (a temporary file renamed over it, with the old
-    file's permissions): a reader never sees half a file."""
+    file's permissions): a reader never sees half a file. A symbolic link is written
+    through: the file it points at is replaced, the link stays a link."""
+    target = path.resolve()
     try:
-        descriptor, temporary = tempfile.mkstemp(dir=path.resolve().parent, prefix=f".{path.name}.", suffix=".tmp")
+        descriptor, temporary = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
     except OSError as exc:
         raise AggregatorError(f"cannot write {path}: {exc.strerror or exc}") from None
     try:
@@ -156,7 +158,7 @@ def _write(path: Path, data: bytes, original: bytes | None) -> None:
             file.write(data)
         mode = path.stat().st_mode & 0o7777 if original is not None else 0o666 & ~_umask()
         os.chmod(temporary, mode)
-        os.replace(temporary, path)
+        os.replace(temporary, target)
     except OSError as exc:
         os.unlink(temporary)
         raise AggregatorError(f"cannot write {path}: {exc.strerror or exc}") from None
@@ -164,7 +166,7 @@ def _write(path: Path, data: bytes, original: bytes | None) -> None:
 
 def _put_back(path: Path, original: bytes | None) -> None:
     if original is None:
-        path.unlink(missing_ok=True)
+        path.resolve().unlink(missing_ok=True)
     else:
         _write(path, original, original)
 

@@ -120,6 +120,17 @@ def test_a_table_the_loader_refuses_is_rolled_back(registry, config):
     assert [p.name for p in config.parent.iterdir()] == ["aggregator.toml"]  # no temporary file left
 
 
+def test_add_writes_through_a_symlinked_config_and_keeps_the_link(registry, config, tmp_path):
+    link = tmp_path / "linked.toml"
+    link.symlink_to(config)
+    done = aggregator("add", MEMORY, "--registry", registry.url, "--config", str(link))
+    assert done.returncode == 0, done.stderr
+    assert link.is_symlink() and "[servers.memory]" in config.read_text()
+    done = aggregator("add", MEMORY, "--as", "my__memory", "--registry", registry.url, "--config", str(link))
+    assert done.returncode == 1  # the put back goes through the link too
+    assert link.is_symlink() and "my__memory" not in config.read_text()
+
+
 def test_add_writes_nothing_to_a_config_that_does_not_load(registry, tmp_path):
     config = tmp_path / "aggregator.toml"
     config.write_bytes(b"[proxy]\nbogus = 1\n")
