@@ -22,7 +22,6 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 from aggregator.cli.common import DEFAULT_CONFIG
-from aggregator.cli.terminal import printable
 from aggregator.config import Config, load_config
 from aggregator.errors import AggregatorError, ConfigError
 from aggregator.plugins.resolve import plugin_problems
@@ -35,7 +34,7 @@ from aggregator.registry import (
     open_registry,
     with_table,
 )
-from aggregator.registry.identifiers import shown
+from aggregator.registry.identifiers import escaped, shown
 
 DEFAULT_LIMIT = 30
 MAX_LIMIT = 1000
@@ -49,15 +48,15 @@ def run_search(args: argparse.Namespace) -> int:
         raise AggregatorError(f"--limit {limit}: give 1 to {MAX_LIMIT}")
     found = registry.search(args.query, limit, args.updated_since)
     for reason in found.skipped:
-        print(printable(f"aggregator: skipped an entry of {registry.label}: {reason}"), file=sys.stderr)
+        print(escaped(f"aggregator: skipped an entry of {registry.label}: {reason}"), file=sys.stderr)
     if not found.entries:
-        print(printable(f"no server in {registry.label} matches {args.query!r}"), file=sys.stderr)
+        print(escaped(f"no server in {registry.label} matches {args.query!r}"), file=sys.stderr)
         return 1
     raw_rows = [
         (entry.name, entry.version, entry.status or "-", ", ".join(entry.transports) or "-", entry.description)
         for entry in found.entries
     ]
-    rows = [tuple(printable(cell) for cell in row) for row in raw_rows]
+    rows = [tuple(escaped(cell) for cell in row) for row in raw_rows]
     head = ("NAME", "VERSION", "STATUS", "RUNS AS", "DESCRIPTION")
     widths = [min(60, max(len(row[i]) for row in [head, *rows])) for i in range(4)]
     for row in [head, *rows]:
@@ -90,7 +89,7 @@ def run_add(args: argparse.Namespace) -> int:
         raise RegistryError(f"{entry.name} {entry.version} is deleted in registry {registry.label}; refused")
     if entry.status == "deprecated":
         print(
-            printable(f"aggregator: warning: {entry.name} {entry.version} is deprecated in registry {registry.label}"),
+            escaped(f"aggregator: warning: {entry.name} {entry.version} is deprecated in registry {registry.label}"),
             file=sys.stderr,
         )
     key = args.key or default_key(entry.name)
@@ -108,13 +107,13 @@ def run_add(args: argparse.Namespace) -> int:
         raise AggregatorError(
             f"{path} would not load with servers.{key} added, so it was {what}:\n{problems}"
         ) from None
-    print(printable(f"added servers.{key} to {path}: {entry.name} {entry.version}"))
-    print(printable(f"  runs: {added.runs}"))
+    print(escaped(f"added servers.{key} to {path}: {entry.name} {entry.version}"))
+    print(escaped(f"  runs: {added.runs}"))
     if added.variables:
-        print(printable(f"  set before serving: {', '.join(added.variables)}"))
+        print(escaped(f"  set before serving: {', '.join(added.variables)}"))
     for note in added.notes:
-        print(printable(f"  note: {note}"))
-    print(printable(f"  try it: aggregator check --config {path}"))
+        print(escaped(f"  note: {note}"))
+    print(escaped(f"  try it: aggregator check --config {path}"))
     return 0
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
+import unicodedata
 from urllib.parse import urlsplit
 
 from aggregator.errors import AggregatorError
@@ -58,9 +59,36 @@ FLAG = re.compile(r"--?[A-Za-z0-9][A-Za-z0-9._-]*")
 # What a shell treats specially, anywhere in a word (quotes, expansion, redirection, globs,
 # command separators, history, comments, escapes).
 SHELL_META = frozenset(";&|<>()$`\\\"'*?[]{}!#~")
-_CONTROL_OR_SPACE = re.compile(r"[\x00-\x20\x7f-\x9f\u2028\u2029\u00a0\ufeff]")
+# Unicode categories that are unseen or read as a blank: controls, format characters
+# (zero-width, bidi overrides, U+FEFF), surrogates, and every separator (U+3000, U+2003,
+# U+2028 as well as the space).
+_UNSEEN = frozenset(("Cc", "Cf", "Cs", "Zs", "Zl", "Zp"))
 _NAME_LIMIT = 214
 _VALUE_LIMIT = 1024
+
+
+def unseen(char: str) -> bool:
+    """Whether ``char`` is whitespace, a control or an invisible format character."""
+    return char.isspace() or unicodedata.category(char) in _UNSEEN
+
+
+def _has_unseen(text: str) -> bool:
+    return any(unseen(char) for char in text)
+
+
+def escaped(text: str) -> str:
+    """``text`` with every character ``unseen`` (but the plain space) escaped: ``\\x1b``,
+    ``\\u2028``, ``\\u202e``, so that what a registry sends cannot hide or reorder text."""
+    return "".join(_escape(char) if char != " " and unseen(char) else char for char in text)
+
+
+def _escape(char: str) -> str:
+    code = ord(char)
+    if code < 0x100:
+        return f"\\x{code:02x}"
+    if code < 0x10000:
+        return f"\\u{code:04x}"
+    return f"\\U{code:08x}"
 
 
 def shown(text: str, limit: int = 80) -> str:
@@ -76,8 +104,8 @@ def unsafe_reason(text: str) -> str | None:
         return "it is empty"
     if len(text) > _VALUE_LIMIT:
         return f"it is longer than {_VALUE_LIMIT} characters"
-    if _CONTROL_OR_SPACE.search(text):
-        return "it holds whitespace or a control character"
+    if _has_unseen(text):
+        return "it holds whitespace or a control character (Unicode spaces and invisible format characters too)"
     if any(char in SHELL_META for char in text):
         found = sorted({char for char in text if char in SHELL_META})
         return f"it holds shell metacharacters ({' '.join(found)})"
@@ -125,11 +153,22 @@ def check_package(registry_type: str, identifier: str, version: str | None, wher
                 f"{where}.identifier: {shown(identifier)} is not an OCI image reference"
                 " ([registry/]name[:tag][@sha256:digest], lower case names)"
             )
+        if match["tag"] == "latest" and not match["digest"]:
+            raise RegistryError(
+                f"{where}.identifier: {shown(identifier)} is refused: 'latest' is not a pinned version"
+                " (a tag such as 1.2.3, or a @sha256: digest)"
+            )
         if match["tag"] or match["digest"]:
             return identifier
         tag = _exact_version(version, OCI_TAG, "an image tag", where)
         return f"{identifier}:{tag}"
     raise RegistryError(f"{where}.registryType: {shown(registry_type)} is not a runner this can write")
+
+
+def oci_tag(identifier: str) -> str | None:
+    """The tag an OCI reference names (``image:1.2`` -> ``1.2``), None if it names none."""
+    match = OCI_REFERENCE.fullmatch(identifier)
+    return match["tag"] if match else None
 
 
 def _exact_version(version: str | None, grammar: re.Pattern[str], what: str, where: str) -> str:
@@ -166,7 +205,7 @@ def is_loopback(host: str | None) -> bool:
 def check_remote_url(url: str, where: str) -> str:
     """A remote server's URL: https, or http to 127.0.0.1 only (a server on this machine);
     no credentials, whitespace or control characters in it."""
-    if len(url) > 2048 or _CONTROL_OR_SPACE.search(url):
+    if len(url) > 2048 or _has_unseen(url):
         raise RegistryError(f"{where}.url: {shown(url)} is refused: too long, or whitespace or control characters")
     try:
         parts = urlsplit(url)

@@ -32,8 +32,11 @@ from aggregator.registry.identifiers import (
     check_package,
     check_remote_url,
     check_word,
+    escaped,
+    oci_tag,
     shown,
     unsafe_reason,
+    unseen,
 )
 
 RUNNERS = ("npm", "pypi", "oci")
@@ -113,8 +116,9 @@ def installation(entry: ServerEntry, key: str, source: str) -> Installation:
 
 
 def comment(text: str) -> str:
-    """``text`` as one comment line's content: control characters (line breaks too) escaped."""
-    return re.sub(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]", lambda m: f"\\x{ord(m.group()):02x}", text)
+    """``text`` as one comment line's content: control, format and separator characters
+    (line breaks, zero-width and bidi controls too) escaped."""
+    return escaped(text)
 
 
 def toml_key(key: str) -> str:
@@ -152,6 +156,10 @@ class _Builder:
     def package(self, package: Package) -> Installation:
         where = f"{self.entry.name}: {package.path.split(': ', 1)[-1]}"
         spec = check_package(package.registry_type, package.identifier, package.version, where)
+        tag = oci_tag(package.identifier) if package.registry_type == "oci" else None
+        version = package.version or self.entry.version
+        if tag is not None and tag != version:
+            self.notes.append(f"warning: the image's tag {tag} is not the entry's version {version}")
         runtime = self.runtime(package)
         arguments = self.arguments(package.package_arguments)
         env_lines, names = self.environment(package.environment)
@@ -355,8 +363,8 @@ def _default_reason(value: str) -> str | None:
 def _header_reason(value: str) -> str | None:
     if len(value) > 4096:
         return "it is longer than 4096 characters"
-    if re.search(r"[\x00-\x1f\x7f-\x9f]", value):
-        return "it holds a control character"
+    if any(char != " " and unseen(char) for char in value):
+        return "it holds a control character or whitespace other than a space"
     if "$" in value or "`" in value:
         return "it holds $ or `"
     return None

@@ -69,6 +69,15 @@ def test_search_escapes_control_characters(tmp_path):
     assert "\x1b" not in done.stdout and "\\x1b]0;pwned\\x07" in done.stdout
 
 
+def test_search_escapes_bidi_and_zero_width_characters(tmp_path):
+    (tmp_path / "x.json").write_text(
+        '{"name": "io.example/esc", "version": "1.0.0", "description": "safe\\u202edlrow\\u200b\\u3000end",'
+        ' "packages": []}'
+    )
+    done = aggregator("search", "esc", "--registry", str(tmp_path))
+    assert "\u202e" not in done.stdout and "safe\\u202edlrow\\u200b\\u3000end" in done.stdout
+
+
 def test_add_appends_the_table_and_keeps_every_byte(registry, config):
     done = aggregator("add", MEMORY, "--registry", registry.url, "--config", str(config))
     assert done.returncode == 0, done.stderr

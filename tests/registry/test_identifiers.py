@@ -10,6 +10,7 @@ from aggregator.registry.identifiers import (
     check_package,
     check_remote_url,
     check_word,
+    escaped,
     unsafe_reason,
 )
 
@@ -49,6 +50,8 @@ BAD = [
     ("oci", "image:tag;id", None, "is not an OCI image reference"),
     ("oci", "--privileged", None, "is not an OCI image reference"),
     ("oci", "image", "bad tag", "p.version: 'bad tag' is not an image tag"),
+    ("oci", "ghcr.io/acme/tool:latest", "1.0.0", "'latest' is not a pinned version"),
+    ("oci", "ghcr.io/acme/tool", "latest", "p.version: 'latest' is not an image tag"),
     ("nuget", "Some.Package", "1.0.0", "p.registryType: 'nuget' is not a runner this can write"),
 ]
 
@@ -69,6 +72,11 @@ WORDS = [
     ("a\tb", "whitespace or a control character"),
     ("a\x1b[31m", "whitespace or a control character"),
     ("a\u2028b", "whitespace or a control character"),
+    ("a\u3000b", "whitespace or a control character"),
+    ("a\u2003b", "whitespace or a control character"),
+    ("abc\u200b", "whitespace or a control character"),
+    ("x\u202ey", "whitespace or a control character"),
+    ("\ufeffx", "whitespace or a control character"),
     ("x;rm", "shell metacharacters (;)"),
     ("$(id)", "shell metacharacters ($ ( ))"),
     ("`id`", "shell metacharacters (`)"),
@@ -104,6 +112,7 @@ def test_a_command_line_word(word, reason):
         ("ftp://mcp.example.com/", False),
         ("https://user:pw@mcp.example.com/", False),
         ("https://mcp.example.com/a b", False),
+        ("https://mcp.example.com/a\u200bb", False),
         ("https:///nohost", False),
     ],
 )
@@ -113,3 +122,7 @@ def test_remote_urls_are_https_or_local_http(url, ok):
     else:
         with pytest.raises(RegistryError, match=r"^r\.url: "):
             check_remote_url(url, "r")
+
+
+def test_escaped_shows_what_cannot_be_seen():
+    assert escaped("a b\tc\u2028d\u200be\u202ef\u3000g") == "a b\\x09c\\u2028d\\u200be\\u202ef\\u3000g"

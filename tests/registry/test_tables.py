@@ -174,6 +174,22 @@ def test_free_text_stays_in_one_comment_line():
     assert "# line\\x0a[servers.evil]\\x0acommand = 'x'\n" in text
 
 
+def test_comments_escape_unicode_separators_and_format_characters():
+    doc = {
+        "name": "io.example/c",
+        "description": "a\u2028b\u202ec\u200bd",
+        "version": "1.0.0",
+        "packages": [{"registryType": "npm", "identifier": "c", "version": "1.0.0", "transport": {"type": "stdio"}}],
+    }
+    assert "# a\\u2028b\\u202ec\\u200bd\n" in installation(read_entry(doc), "c", "R").text
+
+
+def test_an_image_tag_that_is_not_the_entrys_version_is_a_warning():
+    doc = runtime_entry("oci", "ghcr.io/acme/tool:2.0.0", [])
+    added = installation(read_entry(doc), "t", "R")
+    assert "warning: the image's tag 2.0.0 is not the entry's version 1.0.0" in added.notes
+
+
 def runtime_entry(registry_type: str, identifier: str, arguments: list[dict]) -> dict:
     package = {"registryType": registry_type, "identifier": identifier, "transport": {"type": "stdio"}}
     if registry_type != "oci":
