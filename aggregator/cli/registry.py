@@ -49,6 +49,8 @@ def run_search(args: argparse.Namespace) -> int:
     found = registry.search(args.query, limit, args.updated_since)
     for reason in found.skipped:
         print(escaped(f"aggregator: skipped an entry of {registry.label}: {reason}"), file=sys.stderr)
+    if found.cut is not None:
+        print(escaped(f"aggregator: {found.cut}"), file=sys.stderr)
     if not found.entries:
         print(escaped(f"no server in {registry.label} matches {args.query!r}"), file=sys.stderr)
         return 1

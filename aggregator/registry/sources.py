@@ -48,6 +48,7 @@ class Found:
 
     entries: tuple[ServerEntry, ...]
     skipped: tuple[str, ...] = ()
+    cut: str | None = None  # why the list may be incomplete (the page bound)
 
 
 class Registry(Protocol):
@@ -77,6 +78,11 @@ def open_registry(spec: str, *, relative_to: Path | None = None, limits: Limits 
             raise RegistryError(f"registry {shown(spec)}: not a URL") from None
         scheme = parts.scheme.lower()
         if scheme == "file":
+            if parts.netloc not in ("", "localhost") or not parts.path.startswith("/"):
+                raise RegistryError(
+                    f"registry {shown(spec)}: a file URL names an absolute path (file:///path/to/dir);"
+                    " give a relative directory as a plain path"
+                )
             return DirectoryRegistry(Path(unquote(parts.path)), limits)
         if parts.username is not None or parts.password is not None or parts.query or parts.fragment:
             raise RegistryError(f"registry {shown(spec)}: give its base URL alone (no credentials, query or fragment)")
@@ -109,7 +115,8 @@ class HttpRegistry:
         cursor: str | None = None
         seen: set[str] = set()
         listed: set[tuple[str, str]] = set()
-        for _ in range(MAX_PAGES):
+        cut: str | None = None
+        for page_number in range(1, MAX_PAGES + 1):
             params = {"search": query, "limit": str(min(PAGE_SIZE, limit)), "version": "latest"}
             if not query:
                 del params["search"]
@@ -134,7 +141,9 @@ class HttpRegistry:
             if len(entries) >= limit or not isinstance(cursor, str) or not cursor or cursor in seen:
                 break
             seen.add(cursor)
-        return Found(entries=tuple(entries[:limit]), skipped=tuple(skipped))
+            if page_number == MAX_PAGES:
+                cut = f"stopped after {MAX_PAGES} pages of registry {self.label}; the list may be incomplete"
+        return Found(entries=tuple(entries[:limit]), skipped=tuple(skipped), cut=cut)
 
     def get(self, name: str, version: str | None) -> ServerEntry:
         wanted = version or "latest"
@@ -254,15 +263,23 @@ class DirectoryRegistry:
             raise RegistryError(f"registry {shown(self.label)}: not a directory (nor an https URL)")
         entries: list[ServerEntry] = []
         skipped: list[str] = []
+        root = self.path.resolve()
+        where: dict[tuple[str, str], Path] = {}
         for file in self._files():
             try:
                 if not file.is_file():  # a device, a pipe, a dangling link
                     raise RegistryError("not a regular file")
+                if not file.resolve().is_relative_to(root):
+                    raise RegistryError("a link to a file outside the registry's directory; refused")
                 with file.open("rb") as opened:
                     data = opened.read(self.limits.max_bytes + 1)
                 if len(data) > self.limits.max_bytes:
                     raise RegistryError(f"larger than {self.limits.max_bytes} bytes")
-                entries.append(read_entry(loads(data, max_depth=self.limits.max_depth)))
+                entry = read_entry(loads(data, max_depth=self.limits.max_depth))
+                first = where.setdefault((entry.name, entry.version), file)
+                if first != file:
+                    raise RegistryError(f"{entry.name} {entry.version} again (the one in {first} is read)")
+                entries.append(entry)
             except (RegistryError, ValueError, OSError) as exc:
                 skipped.append(f"{file}: {exc}")
         return entries, skipped

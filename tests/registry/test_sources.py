@@ -190,3 +190,39 @@ def test_a_directory_skips_what_it_cannot_read(tmp_path):
     assert zero == f"{tmp_path / 'zero.json'}: not a regular file"
     with pytest.raises(RegistryError, match="not a directory"):
         open_registry(str(tmp_path / "missing")).search("", 10)
+
+
+def test_a_file_url_with_a_host_or_a_relative_path_is_refused():
+    for spec in ("file://tests/x", "file://example.com/srv/registry"):
+        with pytest.raises(RegistryError, match="a file URL names an absolute path"):
+            open_registry(spec)
+    assert open_registry("file://localhost/srv/x").label == "/srv/x"
+
+
+def test_a_directory_refuses_links_outside_it_and_names_duplicates(tmp_path):
+    inside, outside = tmp_path / "registry", tmp_path / "elsewhere"
+    inside.mkdir()
+    outside.mkdir()
+    (outside / "time.json").write_text((HERE / "servers" / "time.json").read_text())
+    (inside / "link.json").symlink_to(outside / "time.json")
+    (inside / "a.json").write_text((HERE / "servers" / "memory.json").read_text())
+    (inside / "b.json").write_text((HERE / "servers" / "memory.json").read_text())
+    found = DirectoryRegistry(inside, Limits()).search("", 10)
+    assert [e.name for e in found.entries] == [MEMORY]
+    again, link = found.skipped
+    assert again == f"{inside / 'b.json'}: {MEMORY} 2026.8.31 again (the one in {inside / 'a.json'} is read)"
+    assert link == f"{inside / 'link.json'}: a link to a file outside the registry's directory; refused"
+
+
+def test_a_search_cut_at_the_page_bound_says_so(registry):
+    import aggregator.registry.sources as sources
+
+    pages, sources.MAX_PAGES = sources.MAX_PAGES, 2
+    size, sources.PAGE_SIZE = sources.PAGE_SIZE, 1
+    try:
+        found = open_registry(registry.url).search("", 100)
+    finally:
+        sources.MAX_PAGES, sources.PAGE_SIZE = pages, size
+    assert len(found.entries) == 2
+    assert found.cut == f"stopped after 2 pages of registry {registry.url}; the list may be incomplete"
+    assert open_registry(registry.url).search("", 100).cut is None
