@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Protocol, TypeVar
 
 import attrs
@@ -81,6 +81,12 @@ class Store(Protocol):
 
     async def get(self, key: str) -> bytes | None: ...
     async def set(self, key: str, value: bytes, *, ttl: float) -> None: ...
+    async def set_new(self, key: str, value: bytes, *, ttl: float) -> bool:
+        """Set ``key`` only if it does not exist (``SET NX PX``): whether it was set (a lock)."""
+
+    async def take(self, key: str) -> bytes | None:
+        """Get and delete ``key`` at once (``GETDEL``): of two takers, one gets the value."""
+
     async def delete(self, key: str) -> None: ...
     async def incrby(self, key: str, amount: int, *, ttl: float) -> int:
         """Add ``amount``; the expiry is set when the key is created, not renewed."""
@@ -90,6 +96,9 @@ class Store(Protocol):
         """Set fields; the whole hash's expiry is renewed."""
 
     async def hgetall(self, key: str) -> dict[str, bytes]: ...
+    async def hdel(self, key: str, fields: Sequence[str]) -> int:
+        """Remove fields; how many there were (the hash's expiry is left as it is)."""
+
     async def append(self, key: str, fields: Mapping[str, bytes], *, maxlen: int, ttl: float) -> str:
         """Add an entry to a stream (kept to about its last ``maxlen``), its id back; the
         stream's expiry is renewed."""
@@ -189,6 +198,25 @@ class MemoryStore:
     async def set(self, key: str, value: bytes, *, ttl: float) -> None:
         await self._timed("set", lambda: self._put(self._key(key), bytes(value), ttl))
 
+    async def set_new(self, key: str, value: bytes, *, ttl: float) -> bool:
+        def put() -> bool:
+            name = self._key(key)
+            if self._live(name) is not None:
+                return False
+            self._put(name, bytes(value), ttl)
+            return True
+
+        return await self._timed("set_new", put)
+
+    async def take(self, key: str) -> bytes | None:
+        def pop() -> bytes | None:
+            name = self._key(key)
+            value = self._typed(name, bytes)
+            self._values.pop(name, None)
+            return value
+
+        return await self._timed("take", pop)
+
     async def delete(self, key: str) -> None:
         await self._timed("delete", lambda: self._values.pop(self._key(key), None))
 
@@ -222,6 +250,19 @@ class MemoryStore:
 
     async def hgetall(self, key: str) -> dict[str, bytes]:
         return await self._timed("hgetall", lambda: dict(self._typed(self._key(key), dict) or {}))
+
+    async def hdel(self, key: str, fields: Sequence[str]) -> int:
+        def remove() -> int:
+            name = self._key(key)
+            found = self._typed(name, dict)
+            if found is None:
+                return 0
+            removed = sum(found.pop(field, None) is not None for field in fields)
+            if not found:
+                del self._values[name]
+            return removed
+
+        return await self._timed("hdel", remove)
 
     async def append(self, key: str, fields: Mapping[str, bytes], *, maxlen: int, ttl: float) -> str:
         def add() -> str:
@@ -328,6 +369,14 @@ class RedisStore:
     async def set(self, key: str, value: bytes, *, ttl: float) -> None:
         await self._timed("set", self.client.execute("SET", self._key(key), value, "PX", _ms(ttl)))
 
+    async def set_new(self, key: str, value: bytes, *, ttl: float) -> bool:
+        reply = await self._timed("set_new", self.client.execute("SET", self._key(key), value, "NX", "PX", _ms(ttl)))
+        return reply is not None
+
+    async def take(self, key: str) -> bytes | None:
+        reply = await self._timed("take", self.client.execute("GETDEL", self._key(key)))  # Redis 6.2
+        return None if reply is None else bytes(reply)
+
     async def delete(self, key: str) -> None:
         await self._timed("delete", self.client.execute("DEL", self._key(key)))
 
@@ -350,6 +399,11 @@ class RedisStore:
     async def hgetall(self, key: str) -> dict[str, bytes]:
         flat = await self._timed("hgetall", self.client.execute("HGETALL", self._key(key)))
         return {bytes(field).decode(): bytes(value) for field, value in zip(flat[::2], flat[1::2], strict=True)}
+
+    async def hdel(self, key: str, fields: Sequence[str]) -> int:
+        if not fields:
+            return 0
+        return int(await self._timed("hdel", self.client.execute("HDEL", self._key(key), *fields)))
 
     async def append(self, key: str, fields: Mapping[str, bytes], *, maxlen: int, ttl: float) -> str:
         raw = {field.encode(): value for field, value in fields.items()}

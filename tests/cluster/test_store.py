@@ -77,6 +77,41 @@ async def test_hashes(store: Store):
         assert await store.hgetall("h") == {"level": b"info", "profile": b"dev"}
 
 
+async def test_set_new_is_a_lock_that_expires(store: Store):
+    with trio.fail_after(10):
+        assert await store.set_new("lock", b"a", ttl=0.2) is True
+        assert await store.set_new("lock", b"b", ttl=0.2) is False  # held: the other loses
+        assert await store.get("lock") == b"a"
+        await trio.sleep(0.3)
+        assert await store.set_new("lock", b"b", ttl=60) is True  # expired: free again
+        assert await store.get("lock") == b"b"
+
+
+async def test_take_gets_a_value_once(store: Store):
+    with trio.fail_after(10):
+        await store.set("once", b"v", ttl=60)
+        taken: list[bytes | None] = []
+
+        async def take() -> None:
+            taken.append(await store.take("once"))
+
+        async with trio.open_nursery() as nursery:
+            for _ in range(5):
+                nursery.start_soon(take)
+        assert sorted(taken, key=lambda value: value is None) == [b"v", None, None, None, None]
+        assert await store.get("once") is None
+
+
+async def test_hdel_removes_fields(store: Store):
+    with trio.fail_after(10):
+        await store.hset("h", {"a": b"1", "b": b"2"}, ttl=60)
+        assert await store.hdel("h", ["a", "missing"]) == 1
+        assert await store.hgetall("h") == {"b": b"2"}
+        assert await store.hdel("h", ["b"]) == 1
+        assert await store.hgetall("h") == {}
+        assert await store.hdel("h", []) == 0
+
+
 async def test_streams_append_and_read_after_an_id(store: Store):
     with trio.fail_after(10):
         ids = [await store.append("events", {"data": b"%d" % n}, maxlen=1000, ttl=60) for n in range(5)]
