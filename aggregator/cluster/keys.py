@@ -29,7 +29,9 @@ from aggregator.core.settings import KEY_ID_BYTES, SigningKeys
 SESSION = "session"  # AES-GCM sealing of legacy session ids (``cluster.sealing``)
 REQUEST_STATE = "request-state"  # HMAC of parked calls' requestState (``core.era.request_state``)
 CURSOR = "cursor"  # HMAC of list cursors (``core.catalogs.cursor``)
-PURPOSES = (SESSION, REQUEST_STATE, CURSOR)
+BROWSER = "browser"  # HMAC of the OAuth pages' browser cookie (``credentials.browser``)
+FLOWS = "flows"  # AES-GCM sealing of authorization flows in the store (``credentials.flows``)
+PURPOSES = (SESSION, REQUEST_STATE, CURSOR, BROWSER, FLOWS)
 SALT = b"aggregator cluster keys v1"
 
 
