@@ -57,8 +57,9 @@ def check_vault(config: Config) -> None:
 
 def vault_warnings(config: Config) -> list[str]:
     """What ``check`` warns of in the vault: rows that do not open with the vault key (they
-    count as no grant: those users are asked again)."""
-    if not any(server.auth == "oauth" for server in config.enabled_servers):
+    count as no grant: those users are asked again). Not the file's when the grants are in
+    the shared store ([cluster] store)."""
+    if not any(server.auth == "oauth" for server in config.enabled_servers) or config.cluster.store is not None:
         return []
     from aggregator.config.upstream_auth import vault_key_bytes
     from aggregator.credentials.vault import KEY_SETTING, TokenVault

@@ -180,13 +180,13 @@ async def _user_credentials(
     path the HTTP endpoint serves, or None."""
     if all(server.auth == "static" for server in config.enabled_servers):
         return None
-    credentials: UserCredentials = await nursery.start(_hold_credentials, config, listen)
+    credentials: UserCredentials = await nursery.start(_hold_credentials, config, listen, hub)
     hub.use_credentials(credentials)
     return credentials.callback
 
 
 async def _hold_credentials(
-    config: Config, listen: str | None, *, task_status: trio.TaskStatus[UserCredentials]
+    config: Config, listen: str | None, hub: Hub, *, task_status: trio.TaskStatus[UserCredentials]
 ) -> None:
     """Keep the credentials (their HTTP client and vault) open while the proxy serves."""
     # Imported here: sqlite and cryptography cost a proxy without such servers nothing.
@@ -199,7 +199,19 @@ async def _hold_credentials(
             from aggregator.fronts.authorization.tokens import TokenVerifier
 
             verifier = TokenVerifier.shared(config.auth, config.profiles)
-        credentials = await UserCredentials.open(config, client, listen=listen, environ=os.environ, verifier=verifier)
+        from aggregator.cluster.keys import BROWSER, FLOWS
+
+        credentials = await UserCredentials.open(
+            config,
+            client,
+            listen=listen,
+            environ=os.environ,
+            verifier=verifier,
+            # [cluster]: grants, flows and sign-ins in the shared store; the cookie read by every replica.
+            store=hub.store if config.cluster.store is not None else None,
+            browser_key=hub.keys.keys_for(BROWSER).signing[1] if hub.keys.shared else None,
+            flow_keys=hub.keys.keys_for(FLOWS),
+        )
         try:
             task_status.started(credentials)
             await trio.sleep_forever()

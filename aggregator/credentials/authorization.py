@@ -32,6 +32,7 @@ import secrets
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
+from typing import Any
 from urllib.parse import urlencode, urlsplit
 
 import attrs
@@ -48,9 +49,10 @@ from aggregator.credentials.discovery import (
 from aggregator.credentials.fetching import Fetcher
 from aggregator.credentials.principal import Principal
 from aggregator.credentials.problems import ConsentRequired, CredentialError, UnsafeUrl
+from aggregator.credentials.shared import SharedFlows, Vault
 from aggregator.credentials.tokens import ClientCredentials, request_tokens
 from aggregator.credentials.urls import url_refusal
-from aggregator.credentials.vault import Grant, TokenVault
+from aggregator.credentials.vault import Grant
 
 log = logging.getLogger(__name__)
 MAX_PENDING = 1024
@@ -93,7 +95,7 @@ def pkce_pair() -> tuple[str, str]:
 class AuthorizationFlows:
     def __init__(
         self,
-        vault: TokenVault,
+        vault: Vault,
         fetcher: Fetcher,
         settings: CredentialsConfig,
         redirect_uri: str,
@@ -102,8 +104,12 @@ class AuthorizationFlows:
         sign_in_uri: str | None = None,
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
+        shared: SharedFlows | None = None,
     ) -> None:
         self.vault = vault
+        # [cluster] store: the flows live there (any replica serves the link and the
+        # callback), not in ``_pending``.
+        self.shared = shared
         self.fetcher = fetcher
         self.settings = settings
         self.redirect_uri = redirect_uri
@@ -151,7 +157,10 @@ class AuthorizationFlows:
         state = secrets.token_urlsafe(32)
         elicitation_id = secrets.token_urlsafe(16)
         flow = secrets.token_urlsafe(24)
-        self._admit(principal)
+        if self.shared is None:
+            self._admit(principal)
+        else:
+            await self._admit_shared(principal)
         pending = Pending(
             principal=principal,
             server=server.name,
@@ -182,31 +191,77 @@ class AuthorizationFlows:
         url = endpoint + ("&" if urlsplit(endpoint).query else "?") + urlencode(query)
         if (refusal := url_refusal(url)) is not None:
             raise UnsafeUrl(f"server {server.name!r}: the authorization URL {refusal}")
-        self._pending[_state_key(state)] = attrs.evolve(pending, authorize_url=url)
-        self._flows[_state_key(flow)] = _state_key(state)
+        pending = attrs.evolve(pending, authorize_url=url)
+        if self.shared is None:
+            self._pending[_state_key(state)] = pending
+            self._flows[_state_key(flow)] = _state_key(state)
+        else:
+            ttl = self.settings.consent_timeout
+            await self.shared.put(_FLOW + _state_key(state).hex(), self._record(pending), ttl=ttl)
+            await self.shared.put_text(_FLOW_NAME + _state_key(flow).hex(), _state_key(state).hex(), ttl=ttl)
         log.info("server %s: %s is asked to grant access", server.name, principal)
         connect = self.connect_url + ("&" if urlsplit(self.connect_url).query else "?") + urlencode({"flow": flow})
         return ConsentRequired(server.name, connect, elicitation_id)
 
     # --- the connect page ---------------------------------------------------------------------
 
-    def waiting(self, flow: str) -> Pending | None:
+    async def waiting(self, flow: str) -> Pending | None:
         """The flow the connect page names, if it still waits (not used, not expired)."""
-        state = self._flows.get(_state_key(flow))
-        pending = self._pending.get(state) if state is not None else None
+        if self.shared is not None:
+            state_hex = await self.shared.get_text(_FLOW_NAME + _state_key(flow).hex())
+            record = None if state_hex is None else await self.shared.get(_FLOW + state_hex)
+            pending = None if record is None else self._pending_of(record)
+        else:
+            state = self._flows.get(_state_key(flow))
+            pending = self._pending.get(state) if state is not None else None
         if pending is None or pending.expires_at <= self.clock():
             return None
         return pending
 
-    def bind(self, flow: str, browser: str) -> str | None:
+    async def bind(self, flow: str, browser: str) -> str | None:
         """Bind a waiting flow to the browser session that passed the connect page (the
         callback takes it from that browser only; the latest to pass wins); the URL to send
         that browser to, or None if the flow no longer waits."""
-        pending = self.waiting(flow)
+        pending = await self.waiting(flow)
         if pending is None:
             return None
+        if self.shared is not None:  # beside the flow, which is never written again (a used one stays used)
+            left = pending.expires_at - self.clock()
+            state_hex = await self.shared.get_text(_FLOW_NAME + _state_key(flow).hex())
+            if state_hex is None:
+                return None
+            await self.shared.put_text(_BROWSER + state_hex, _state_key(browser).hex(), ttl=left)
+            return pending.authorize_url
         self._pending[self._flows[_state_key(flow)]] = attrs.evolve(pending, browser=browser)
         return pending.authorize_url
+
+    def _record(self, pending: Pending) -> dict[str, object]:
+        """A flow as the store keeps it (sealed by ``shared``): its expiry by the wall clock."""
+        record = attrs.asdict(pending)
+        record["expires_at"] = self.wall_clock() + (pending.expires_at - self.clock())
+        return record
+
+    def _pending_of(self, record: dict[str, Any]) -> Pending | None:
+        try:
+            return Pending(
+                **{
+                    **record,
+                    "principal": Principal(**record["principal"]),
+                    "client": ClientCredentials(**record["client"]),
+                    "expires_at": self.clock() + (float(record["expires_at"]) - self.wall_clock()),
+                }
+            )
+        except (KeyError, TypeError, ValueError):
+            return None
+
+    async def _admit_shared(self, principal: Principal) -> None:
+        """Bound what one user begins in the store: at most ``MAX_PENDING`` within one
+        ``consent_timeout`` (each expires with it)."""
+        ttl = self.settings.consent_timeout
+        user = hashlib.sha256(f"{principal.issuer}\n{principal.subject}".encode()).hexdigest()
+        assert self.shared is not None
+        if await self.shared.count(_BEGUN + user, ttl=ttl) > MAX_PENDING:
+            raise CredentialError("too many authorizations were begun for this user; try again later")
 
     def _drop(self, state: bytes) -> Pending | None:
         pending = self._pending.pop(state, None)
@@ -272,7 +327,17 @@ class AuthorizationFlows:
         authorization it was. A state not pending (made up, used, expired), or brought by
         another browser than the one that passed the connect page, is refused (and used)."""
         state = query.get("state", "")
-        pending = self._drop(_state_key(state))
+        if self.shared is not None:
+            state_hex = _state_key(state).hex()
+            record = await self.shared.take(_FLOW + state_hex)  # once: of two replicas, one gets it
+            pending = None if record is None else self._pending_of(record)
+            bound = await self.shared.take_text(_BROWSER + state_hex)
+            if pending is not None:
+                await self.shared.delete(_FLOW_NAME + _state_key(pending.flow).hex())
+                pending = attrs.evolve(pending, browser=bound)
+                browser = None if browser is None else _state_key(browser).hex()
+        else:
+            pending = self._drop(_state_key(state))
         if pending is None:
             raise CredentialError("this authorization is unknown, already used or expired; start again")
         if pending.expires_at <= self.clock():
@@ -338,6 +403,12 @@ class AuthorizationFlows:
     @property
     def pending_count(self) -> int:
         return len(self._pending)
+
+
+_FLOW = "oauth-flow:"  # sha256(state) -> the sealed flow
+_FLOW_NAME = "oauth-flow-name:"  # sha256(flow) -> sha256(state), as hex
+_BROWSER = "oauth-flow-browser:"  # sha256(state) -> sha256(the bound browser's session id)
+_BEGUN = "oauth-flows-begun:"  # sha256(user) -> how many flows were begun within consent_timeout
 
 
 def _state_key(state: str) -> bytes:

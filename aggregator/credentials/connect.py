@@ -131,8 +131,8 @@ class FrontSignIn:
         verifier, challenge = pkce_pair()
         state = secrets.token_urlsafe(32)
         now = self.clock()
-        self._admit(user, flow, now)
-        self._waiting[_key(state)] = _SigningIn(
+        timeout = self.flows.settings.consent_timeout
+        signing_in = _SigningIn(
             browser=browser.id,
             flow=flow,
             user=user,
@@ -141,8 +141,15 @@ class FrontSignIn:
             iss_parameter=metadata.iss_parameter,
             token_endpoint=metadata.token_endpoint,
             client=client,
-            expires_at=now + self.flows.settings.consent_timeout,
+            expires_at=now + timeout,
         )
+        if self.flows.shared is not None:  # any replica takes the browser back; it expires with the flows
+            record = attrs.asdict(signing_in)
+            del record["expires_at"]
+            await self.flows.shared.put(_SIGN_IN + _key(state).hex(), record, ttl=timeout)
+        else:
+            self._admit(user, flow, now)
+            self._waiting[_key(state)] = signing_in
         query = {
             "response_type": "code",
             "client_id": client.client_id,
@@ -192,7 +199,7 @@ class FrontSignIn:
     async def complete(self, query: Mapping[str, str], browser: BrowserSession) -> tuple[Principal, str]:
         """Who signed in, from the authorization server's answer brought by ``browser``; and
         the flow to go back to."""
-        waiting = self._waiting.pop(_key(query.get("state", "")), None)
+        waiting = await self._take(query.get("state", ""))
         if waiting is None or waiting.expires_at <= self.clock():
             raise CredentialError("this sign-in is unknown, already used or expired; open your link again")
         if not secrets.compare_digest(waiting.browser, browser.id):
@@ -220,6 +227,29 @@ class FrontSignIn:
         if not isinstance(issuer, str) or not isinstance(subject, str):
             raise CredentialError("the sign-in gave a token this proxy does not accept")
         return Principal(issuer=issuer, subject=subject), waiting.flow
+
+    async def _take(self, state: str) -> _SigningIn | None:
+        """The sign-in ``state`` names, removed (used once; from the store, in one command)."""
+        shared = self.flows.shared
+        if shared is None:
+            return self._waiting.pop(_key(state), None)
+        record = await shared.take(_SIGN_IN + _key(state).hex())
+        if record is None:
+            return None
+        try:
+            return _SigningIn(
+                **{
+                    **record,
+                    "client": ClientCredentials(**record["client"]),
+                    "user": Principal(**record["user"]),
+                    "expires_at": self.clock() + 1.0,  # (the store let it go when it was due)
+                }
+            )
+        except (KeyError, TypeError):
+            return None
+
+
+_SIGN_IN = "oauth-sign-in:"  # sha256(state) -> the sealed sign-in (with [cluster] store)
 
 
 def _key(state: str) -> bytes:
@@ -270,7 +300,7 @@ class ConnectPages:
             await connection.respond(400, HTML_HEADERS, page("Not granted", str(exc)))
 
     async def _connect(self, connection: HttpConnection, request: Request, query: dict[str, str]) -> None:
-        pending = self._waiting(query)
+        pending = await self._waiting(query)
         session = self.sessions.read(request.headers)
         cookies: list[tuple[str, str]] = []
         if session is None or (self.front is not None and session.principal is None):
@@ -301,7 +331,7 @@ class ConnectPages:
         if not request.headers.get("content-type", "").lower().startswith("application/x-www-form-urlencoded"):
             raise CredentialError("the consent form was not sent as a form")
         form = dict(parse_qsl(request.body.decode("utf-8", "replace"), keep_blank_values=True))
-        pending = self._waiting(form)
+        pending = await self._waiting(form)
         session = self.sessions.read(request.headers)
         if session is None or not self.sessions.csrf_good(session, pending.flow, form.get("csrf", "")):
             self.failures.log(
@@ -316,7 +346,7 @@ class ConnectPages:
         if self.front is not None and session.principal != pending.principal:
             await self._another_user(connection, pending, session)
             return
-        url = self.flows.bind(pending.flow, session.id)
+        url = await self.flows.bind(pending.flow, session.id)
         if url is None:
             raise CredentialError("this authorization is unknown, already used or expired; start again")
         log.info("server %s: %s goes to the authorization server", pending.server, pending.principal)
@@ -334,8 +364,8 @@ class ConnectPages:
         cookie = self.sessions.set_cookie(signed_in)
         await connection.respond(303, [("location", location), cookie, *HTML_HEADERS], page("Signed in"))
 
-    def _waiting(self, fields: Mapping[str, str]) -> Pending:
-        pending = self.flows.waiting(fields.get("flow", ""))
+    async def _waiting(self, fields: Mapping[str, str]) -> Pending:
+        pending = await self.flows.waiting(fields.get("flow", ""))
         if pending is None:
             raise CredentialError("this authorization is unknown, already used or expired; start again")
         return pending

@@ -1,7 +1,8 @@
 """A user's access token for a server from the vault, refreshed before it expires.
 
-Single flight: one refresh at a time per (principal, server). Whoever comes while a refresh
-runs waits for it and reads the row again, so two calls at once refresh once (a refresh
+Single flight: one refresh at a time per (principal, server), in this process and (with the
+grants in the shared store) across replicas (``vault.refreshing``). Whoever comes while a
+refresh runs waits for it and reads the row again, so two calls at once refresh once (a refresh
 token used twice is, with rotation, a theft signal that revokes the whole grant). A refresh
 the authorization server refuses (``invalid_grant``: revoked, expired) removes the row: the
 user is asked to grant access again.
@@ -28,8 +29,9 @@ import trio
 from aggregator.credentials.fetching import Fetcher
 from aggregator.credentials.principal import Principal
 from aggregator.credentials.problems import CredentialError
+from aggregator.credentials.shared import Vault
 from aggregator.credentials.tokens import TokenRefused, request_tokens, revoke
-from aggregator.credentials.vault import Grant, TokenVault, VaultFailed
+from aggregator.credentials.vault import Grant, VaultFailed
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +50,7 @@ class _Unsaved:
 
 class UserTokens:
     def __init__(
-        self, vault: TokenVault, fetcher: Fetcher, *, margin: float, clock: Callable[[], float] = time.time
+        self, vault: Vault, fetcher: Fetcher, *, margin: float, clock: Callable[[], float] = time.time
     ) -> None:
         self.vault = vault
         self.fetcher = fetcher
@@ -70,7 +72,7 @@ class UserTokens:
                 return grant.tokens.access_token
         lock = self._refreshing.setdefault(key, trio.Lock())
         try:
-            async with lock:
+            async with lock, self.vault.refreshing(principal, server):
                 return await self._renewed(principal, server)
         finally:
             if not lock.locked() and lock.statistics().tasks_waiting == 0:

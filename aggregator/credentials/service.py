@@ -21,8 +21,9 @@ from urllib.parse import urlsplit, urlunsplit
 import httpx
 
 from aggregator.config import Config, ServerConfig
-from aggregator.config.upstream_auth import vault_key_bytes
+from aggregator.config.upstream_auth import CredentialsConfig, vault_key_bytes
 from aggregator.config.validation import parse_listen
+from aggregator.core.settings import SigningKeys
 from aggregator.credentials.authorization import AuthorizationFlows
 from aggregator.credentials.browser import BrowserSessions
 from aggregator.credentials.callback import OAuthCallback
@@ -32,6 +33,7 @@ from aggregator.credentials.fetching import Fetcher
 from aggregator.credentials.keeper import UserTokens
 from aggregator.credentials.principal import Principal
 from aggregator.credentials.problems import ConsentRequired, CredentialError
+from aggregator.credentials.shared import SharedFlows, SharedStore, StoreVault, Vault
 from aggregator.credentials.vault import TokenVault
 from aggregator.errors import ConfigError
 
@@ -68,10 +70,17 @@ def beside(url: str, path: str) -> str:
     return urlunsplit((parts.scheme, parts.netloc, f"{directory}/{path.rsplit('/', 1)[1]}", "", ""))
 
 
+def refresh_lock_seconds(settings: CredentialsConfig) -> float:
+    """How long a replica may hold a grant while it refreshes it (``shared``): the token
+    request's bound, and some."""
+    return 2 * settings.fetch_timeout + 5.0
+
+
 def check_vault(config: Config, environ: Mapping[str, str] = os.environ) -> None:
     """Raise ConfigError naming ``credentials.vault`` unless the vault can be opened, when a
-    server keeps users' tokens in it (blocks: before the proxy runs, as the config is read)."""
-    if not any(server.auth == "oauth" for server in config.enabled_servers):
+    server keeps users' tokens in it (blocks: before the proxy runs, as the config is read).
+    With ``[cluster] store`` the grants are kept there, and the file is not used."""
+    if not any(server.auth == "oauth" for server in config.enabled_servers) or config.cluster.store is not None:
         return
     try:
         TokenVault.check(config.credentials.vault, vault_key_bytes(config.credentials, environ))
@@ -84,7 +93,7 @@ class UserCredentials:
         self,
         fetcher: Fetcher,
         exchange: TokenExchange,
-        vault: TokenVault | None = None,
+        vault: Vault | None = None,
         tokens: UserTokens | None = None,
         flows: AuthorizationFlows | None = None,
         callback: OAuthCallback | None = None,
@@ -106,10 +115,16 @@ class UserCredentials:
         environ: Mapping[str, str],
         resolve: bool = True,
         verifier: TokenCheck | None = None,
+        store: SharedStore | None = None,
+        browser_key: bytes | None = None,
+        flow_keys: SigningKeys | None = None,
     ) -> UserCredentials:
         """Built from the config; the vault opened when a server keeps tokens in it.
         ``verifier``: the proxy's token verifier, required with ``[auth]`` (the connect page
-        signs browsers in at its issuers and checks the token it gets with it)."""
+        signs browsers in at its issuers and checks the token it gets with it).
+        ``store`` (``[cluster] store``): users' grants, flows and sign-ins are kept there,
+        the flows sealed with ``flow_keys``, for every replica; ``browser_key`` (from
+        ``[cluster] keys``): what signs the browser cookie, so that every replica reads it."""
         settings = config.credentials
         fetcher = Fetcher(
             client, timeout=settings.fetch_timeout, max_bytes=settings.max_response_bytes, resolve=resolve
@@ -120,17 +135,30 @@ class UserCredentials:
         key = vault_key_bytes(settings, environ)
         if key is None:  # (refused at load; the environment may have changed since)
             raise ConfigError("credentials.vault_key: required (or AGGREGATOR_VAULT_KEY): 32 bytes in base64")
-        try:
-            vault = await TokenVault.open(settings.vault, key)
-        except CredentialError as exc:  # (checked at start; the file may have changed since)
-            raise ConfigError(f"credentials.vault: {exc}") from None
+        vault: Vault
+        if store is not None:
+            vault = StoreVault(store, key, lock_seconds=refresh_lock_seconds(settings))
+        else:
+            try:
+                vault = await TokenVault.open(settings.vault, key)
+            except CredentialError as exc:  # (checked at start; the file may have changed since)
+                raise ConfigError(f"credentials.vault: {exc}") from None
         tokens = UserTokens(vault, fetcher, margin=settings.refresh_margin)
         back = redirect_uri(config, listen)
         connect_path, sign_in_path, directory = oauth_paths(settings.callback_path)
         auth = config.auth
         sign_in_uri = beside(back, sign_in_path) if auth.enabled else None
+        shared = None
+        if store is not None:
+            shared = SharedFlows(store, flow_keys or SigningKeys.fresh())
         flows = AuthorizationFlows(
-            vault, fetcher, settings, back, connect_url=beside(back, connect_path), sign_in_uri=sign_in_uri
+            vault,
+            fetcher,
+            settings,
+            back,
+            connect_url=beside(back, connect_path),
+            sign_in_uri=sign_in_uri,
+            shared=shared,
         )
         front = None
         if auth.enabled:
@@ -147,8 +175,8 @@ class UserCredentials:
                 client_id=settings.sign_in_client_id,
                 client_secret=settings.sign_in_client_secret,
             )
-        # The cookie's key is drawn now, for this process (``browser``).
-        sessions = BrowserSessions(path=directory, secure=back.lower().startswith("https://"))
+        # The cookie's key: the cluster's, or one drawn now for this process (``browser``).
+        sessions = BrowserSessions(path=directory, secure=back.lower().startswith("https://"), key=browser_key)
         pages = ConnectPages(flows, sessions, connect_path=connect_path, sign_in_path=sign_in_path, front=front)
         callback = OAuthCallback(flows, settings.callback_path, sessions, pages)
         return cls(fetcher, exchange, vault, tokens, flows, callback)

@@ -31,7 +31,8 @@ import logging
 import os
 import sqlite3
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from typing import Any, TypeVar
 
 import attrs
@@ -212,25 +213,7 @@ class TokenVault:
             return None
 
     async def put(self, grant: Grant) -> None:
-        secrets = {
-            "access_token": grant.tokens.access_token,
-            "refresh_token": grant.tokens.refresh_token,
-            "client_secret": grant.client.client_secret,
-        }
-        sealed = self._sealer.seal(grant.principal, grant.server, secrets)
-        values = (
-            grant.principal.issuer,
-            grant.principal.subject,
-            grant.server,
-            sealed,
-            grant.tokens.expires_at,
-            grant.tokens.scope,
-            grant.token_endpoint,
-            grant.revocation_endpoint,
-            grant.client.client_id,
-            grant.resource,
-            time.time(),
-        )
+        values = _sealed_row(self._sealer, grant)
 
         def write() -> None:
             with self._db:
@@ -323,23 +306,55 @@ class TokenVault:
         return count
 
     def _grant(self, row: Any) -> Grant:
-        issuer, subject, server, sealed, expires_at, scope, token_endpoint, revocation, client_id, resource = row
-        principal = Principal(issuer=issuer, subject=subject)
-        secrets = self._sealer.open(principal, server, sealed)
-        return Grant(
-            principal=principal,
-            server=server,
-            tokens=TokenSet(
-                access_token=secrets["access_token"],
-                refresh_token=secrets.get("refresh_token"),
-                expires_at=expires_at,
-                scope=scope,
-            ),
-            token_endpoint=token_endpoint,
-            revocation_endpoint=revocation,
-            client=ClientCredentials(client_id=client_id, client_secret=secrets.get("client_secret")),
-            resource=resource,
-        )
+        return _grant(self._sealer, row)
+
+    @asynccontextmanager
+    async def refreshing(self, principal: Principal, server: str) -> AsyncIterator[None]:
+        """Held while a row is refreshed: one process has the file, and its callers take
+        turns already (``keeper``), so there is nothing more to hold."""
+        yield
+
+
+def _grant(sealer: Sealer, row: Any) -> Grant:
+    issuer, subject, server, sealed, expires_at, scope, token_endpoint, revocation, client_id, resource = row[:10]
+    principal = Principal(issuer=issuer, subject=subject)
+    secrets = sealer.open(principal, server, sealed)
+    return Grant(
+        principal=principal,
+        server=server,
+        tokens=TokenSet(
+            access_token=secrets["access_token"],
+            refresh_token=secrets.get("refresh_token"),
+            expires_at=expires_at,
+            scope=scope,
+        ),
+        token_endpoint=token_endpoint,
+        revocation_endpoint=revocation,
+        client=ClientCredentials(client_id=client_id, client_secret=secrets.get("client_secret")),
+        resource=resource,
+    )
+
+
+def _sealed_row(sealer: Sealer, grant: Grant) -> tuple[Any, ...]:
+    """A grant as a row: its secrets sealed, then what is not secret, then when."""
+    secrets = {
+        "access_token": grant.tokens.access_token,
+        "refresh_token": grant.tokens.refresh_token,
+        "client_secret": grant.client.client_secret,
+    }
+    return (
+        grant.principal.issuer,
+        grant.principal.subject,
+        grant.server,
+        sealer.seal(grant.principal, grant.server, secrets),
+        grant.tokens.expires_at,
+        grant.tokens.scope,
+        grant.token_endpoint,
+        grant.revocation_endpoint,
+        grant.client.client_id,
+        grant.resource,
+        time.time(),
+    )
 
 
 def _connect(path: str, sealer: Sealer | None = None) -> sqlite3.Connection:

@@ -73,10 +73,11 @@ def _handler(balancer: RoundRobin) -> type[BaseHTTPRequestHandler]:
 
 
 @contextmanager
-def round_robin(ports: list[int]) -> Iterator[tuple[int, RoundRobin]]:
-    """A balancer over ``ports`` of 127.0.0.1: its port, and what it saw."""
+def round_robin(ports: list[int], port: int = 0) -> Iterator[tuple[int, RoundRobin]]:
+    """A balancer over ``ports`` of 127.0.0.1 (on ``port``; 0: a free one): its port, and
+    what it saw."""
     balancer = RoundRobin(ports)
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(balancer))
+    server = ThreadingHTTPServer(("127.0.0.1", port), _handler(balancer))
     server.daemon_threads = True
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
