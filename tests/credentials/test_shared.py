@@ -1,0 +1,148 @@
+"""Users' grants and authorization flows in the shared store (``credentials.shared``), on the
+embedded store and a real redis-server: rows sealed with the vault key (no token in the
+clear), removed once, a refresh lock that a second replica waits for, and flows sealed
+under the key ring, opened by every key of it, taken once."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator
+
+import pytest
+import trio
+
+from aggregator.cluster.keys import FLOWS, KeyRing
+from aggregator.cluster.store import MemoryStore, RedisStore, Store
+from aggregator.config.store_url import RedisAddress
+from aggregator.credentials.principal import Principal
+from aggregator.credentials.shared import VAULT, SharedFlows, StoreVault
+from aggregator.credentials.tokens import ClientCredentials, TokenSet
+from aggregator.credentials.vault import Grant
+from tests.cluster.redis_server import REDIS, RedisServer
+
+ALICE = Principal(issuer="https://id.example", subject="alice")
+BOB = Principal(issuer="https://id.example", subject="bob")
+ONE, TWO = "one-cluster-key-" + "1" * 24, "two-cluster-key-" + "2" * 24
+
+
+@pytest.fixture(params=["memory", "redis"])
+async def store(request: pytest.FixtureRequest, nursery: trio.Nursery) -> AsyncIterator[Store]:
+    if request.param == "memory":
+        made: Store = MemoryStore(prefix="t")
+        await nursery.start(made.run)
+    else:
+        if REDIS is None:
+            pytest.skip("redis-server is not installed (apt-get install redis-server)")
+        server: RedisServer = request.getfixturevalue("redis")
+        redis_store = RedisStore(RedisAddress.parse(server.url), prefix="t")
+        await nursery.start(redis_store.run)
+        with trio.fail_after(10):
+            await redis_store.client.wait_connected()
+        made = redis_store
+    yield made
+    nursery.cancel_scope.cancel()
+
+
+@pytest.fixture
+def redis(tmp_path):
+    from tests.cluster.redis_server import redis_server
+
+    with redis_server(tmp_path) as server:
+        yield server
+
+
+def grant(principal: Principal, server: str = "docs", access: str = "at-secret-1") -> Grant:
+    return Grant(
+        principal=principal,
+        server=server,
+        tokens=TokenSet(access_token=access, refresh_token="rt-secret-1", expires_at=None, scope="mcp"),
+        token_endpoint="https://as.example/token",
+        client=ClientCredentials(client_id="c", client_secret="client-secret-1"),
+        resource="https://docs.example/mcp",
+    )
+
+
+async def test_rows_are_sealed_read_listed_and_removed(store: Store):
+    key = os.urandom(32)
+    one, other = StoreVault(store, key, lock_seconds=5), StoreVault(store, key, lock_seconds=5)
+    with trio.fail_after(10):
+        await one.put(grant(ALICE))
+        await one.put(grant(ALICE, "wiki"))
+        await one.put(grant(BOB))
+        assert await other.get(ALICE, "docs") == grant(ALICE)  # another replica reads it
+        raw = b"".join((await store.hgetall(VAULT)).values())
+        for secret in (b"at-secret-1", b"rt-secret-1", b"client-secret-1"):
+            assert secret not in raw
+        listed = [(entry.principal.subject, entry.server, entry.refreshable) for entry in await other.entries()]
+        assert listed == [("alice", "docs", True), ("alice", "wiki", True), ("bob", "docs", True)]
+        taken = await other.take("alice", "docs")
+        assert [(g.principal, g.server) for g in taken] == [(ALICE, "docs")]
+        assert await one.get(ALICE, "docs") is None  # gone for every replica, at once
+        assert await other.take("alice", "docs") == []
+        await one.forget(BOB, "docs")
+        assert [entry.server for entry in await one.entries()] == ["wiki"]
+
+
+async def test_a_row_sealed_with_another_vault_key_is_no_grant(store: Store, caplog):
+    with trio.fail_after(10):
+        await StoreVault(store, os.urandom(32), lock_seconds=5).put(grant(ALICE))
+        mine = StoreVault(store, os.urandom(32), lock_seconds=5)
+        assert await mine.get(ALICE, "docs") is None
+        [entry] = await mine.entries()
+        assert entry.opens is False
+    assert "sealed with another key" in caplog.text
+
+
+async def test_a_second_replica_waits_for_the_first_ones_refresh(store: Store):
+    key = os.urandom(32)
+    one, other = StoreVault(store, key, lock_seconds=5), StoreVault(store, key, lock_seconds=5)
+    order: list[str] = []
+    with trio.fail_after(10):
+        async with trio.open_nursery() as nursery:
+
+            async def first() -> None:
+                async with one.refreshing(ALICE, "docs"):
+                    order.append("first holds")
+                    await trio.sleep(0.3)
+                    order.append("first lets go")
+
+            async def second() -> None:
+                await trio.sleep(0.05)
+                async with other.refreshing(ALICE, "docs"):
+                    order.append("second holds")
+
+            nursery.start_soon(first)
+            nursery.start_soon(second)
+    assert order == ["first holds", "first lets go", "second holds"]
+
+
+async def test_a_lock_whose_holder_died_expires(store: Store):
+    vault = StoreVault(store, os.urandom(32), lock_seconds=0.3)
+    await store.set_new("vault-refresh:" + "0" * 64, b"a replica that died", ttl=0.3)
+    with trio.fail_after(5):
+        async with vault._held("0" * 64):
+            pass
+
+
+async def test_flows_are_sealed_under_the_key_ring_and_taken_once(store: Store):
+    old, rotated = KeyRing([ONE]), KeyRing([TWO, ONE])
+    flows = SharedFlows(store, old.keys_for(FLOWS))
+    with trio.fail_after(10):
+        await flows.put("oauth-flow:x", {"verifier": "pkce-secret"}, ttl=60)
+        assert b"pkce-secret" not in (await store.get("oauth-flow:x") or b"")
+        # Another replica with the keys rotated (the new key first, the old one kept) opens it;
+        # a ring without the key does not; nor does the record under another name.
+        assert await SharedFlows(store, rotated.keys_for(FLOWS)).get("oauth-flow:x") == {"verifier": "pkce-secret"}
+        assert await SharedFlows(store, KeyRing([TWO]).keys_for(FLOWS)).get("oauth-flow:x") is None
+        await store.set("oauth-flow:y", await store.get("oauth-flow:x") or b"", ttl=60)
+        assert await flows.get("oauth-flow:y") is None
+        # Taken once, by one of several at once.
+        taken: list[object] = []
+
+        async def take() -> None:
+            taken.append(await SharedFlows(store, rotated.keys_for(FLOWS)).take("oauth-flow:x"))
+
+        async with trio.open_nursery() as nursery:
+            for _ in range(4):
+                nursery.start_soon(take)
+        assert taken.count(None) == 3 and {"verifier": "pkce-secret"} in taken
