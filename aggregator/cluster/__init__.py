@@ -2,9 +2,10 @@
 
 ``keys``: the key ring. ``[cluster] keys`` (shared secrets, the same on every replica) are
 turned once, at start, into one subkey per purpose with HKDF-SHA256: sealing session ids
-(``sealing``), signing the requestState of parked calls (``core.era.request_state``) and
-signing list cursors (``core.catalogs.cursor``). The first key seals and signs, every key
-verifies, and each value names the key that made it by a short id.
+(``sealing``), signing the requestState of parked calls (``core.era.request_state``),
+signing list cursors (``core.catalogs.cursor``), signing the OAuth pages' browser cookie
+and sealing authorization flows in the store (``credentials``). The first key seals and
+signs, every key verifies, and each value names the key that made it by a short id.
 
 ``store``: the shared store (the ``Store`` protocol, the in-memory default for one
 process and the Redis one), and the small trio Redis client under it (``redis``: RESP2 over

@@ -20,6 +20,11 @@ and server only, and only when that browser brings it. A flow expires after
 ``consent_timeout``; at most ``MAX_PENDING`` wait at once (per user:
 ``MAX_PENDING_PER_USER``), so nobody can fill the table. Codes, verifiers and tokens are
 never logged.
+
+With ``[cluster] store`` the flows are kept there instead (``shared.SharedFlows``: sealed,
+expiring with ``consent_timeout``, taken once with ``GETDEL``), so the link and the callback
+are served by any replica; a user may begin at most ``MAX_PENDING`` within one
+``consent_timeout``.
 """
 
 from __future__ import annotations

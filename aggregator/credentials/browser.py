@@ -6,8 +6,9 @@ at the proxy's own authorization server, who (issuer and subject). It is signed 
 HMAC-SHA256 under a key drawn at random when the process starts (``BrowserSessions``): it
 only has to outlive one consent (the flows it binds live in memory too, so a restart ends
 them anyway), and a key of its own cannot be confused with, nor tell anything of, the
-vault key. A cookie that is not ours, altered, past its time, or not even ASCII is no
-session at all.
+vault key. With ``[cluster] keys`` and ``store`` the key is the key ring's ``browser``
+subkey instead (the flows are in the store), so every replica reads the cookie. A cookie
+that is not ours, altered, past its time, or not even ASCII is no session at all.
 
 Its attributes: HttpOnly (no script reads it), SameSite=Lax (sent on the top-level GET
 that an authorization server redirects to, never on another site's POST), Path the
