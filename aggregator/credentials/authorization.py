@@ -231,7 +231,7 @@ class AuthorizationFlows:
         if pending is None:
             return None
         if self.shared is not None:  # beside the flow, which is never written again (a used one stays used)
-            left = pending.expires_at - self.clock()
+            left = max(pending.expires_at - self.clock(), 0.001)
             state_hex = await self.shared.get_text(_FLOW_NAME + _state_key(flow).hex())
             if state_hex is None:
                 return None
