@@ -146,6 +146,9 @@ class FrontSignIn:
         if self.flows.shared is not None:  # any replica takes the browser back; it expires with the flows
             record = attrs.asdict(signing_in)
             del record["expires_at"]
+            # Bounded as in memory: at most MAX_SIGN_INS begun for one flow within its lifetime.
+            if await self.flows.shared.count(_SIGN_INS_BEGUN + _key(flow).hex(), ttl=timeout) > MAX_SIGN_INS:
+                raise CredentialError("too many sign-ins were begun for this link; ask for a new one later")
             await self.flows.shared.put(_SIGN_IN + _key(state).hex(), record, ttl=timeout)
         else:
             self._admit(user, flow, now)
@@ -250,6 +253,7 @@ class FrontSignIn:
 
 
 _SIGN_IN = "oauth-sign-in:"  # sha256(state) -> the sealed sign-in (with [cluster] store)
+_SIGN_INS_BEGUN = "oauth-sign-ins-begun:"  # sha256(flow) -> how many sign-ins it began
 
 
 def _key(state: str) -> bytes:

@@ -15,10 +15,12 @@ from aggregator.cluster.keys import FLOWS, KeyRing
 from aggregator.cluster.store import MemoryStore, RedisStore, Store
 from aggregator.config.store_url import RedisAddress
 from aggregator.credentials.principal import Principal
+from aggregator.credentials.problems import CredentialError
 from aggregator.credentials.shared import VAULT, SharedFlows, StoreVault
 from aggregator.credentials.tokens import ClientCredentials, TokenSet
 from aggregator.credentials.vault import Grant
 from tests.cluster.redis_server import REDIS, RedisServer
+from tests.loopback import free_port
 
 ALICE = Principal(issuer="https://id.example", subject="alice")
 BOB = Principal(issuer="https://id.example", subject="bob")
@@ -146,3 +148,62 @@ async def test_flows_are_sealed_under_the_key_ring_and_taken_once(store: Store):
             for _ in range(4):
                 nursery.start_soon(take)
         assert taken.count(None) == 3 and {"verifier": "pkce-secret"} in taken
+
+
+async def test_a_link_made_on_one_replica_is_granted_on_another(tmp_path, auth_server, mcp, monkeypatch):
+    """Two replicas' credentials on one store, the browser sent back to B: a link made on A is
+    consented on B, A then uses the grant, a replayed callback is refused on A, and what one
+    user may begin in the store is bounded."""
+    import httpx
+
+    from aggregator.cluster.keys import BROWSER
+    from aggregator.credentials import authorization
+    from aggregator.credentials.service import UserCredentials
+    from tests.credentials.harness import consent, make_config, proxy_listener
+
+    shared = MemoryStore(prefix="t")
+    ring = KeyRing([ONE])
+    port_b = free_port()
+    back = f"http://127.0.0.1:{port_b}/oauth/callback"
+    servers = {"docs": {"url": mcp.url, "auth": "oauth"}}
+    config_a = make_config(tmp_path, servers, redirect_uri=back)
+    config_b = make_config(tmp_path, servers, port_b, redirect_uri=back)
+    async with trio.open_nursery() as nursery, httpx.AsyncClient() as client:
+        await nursery.start(shared.run)
+        a, b = [
+            await UserCredentials.open(
+                config,
+                client,
+                environ={},
+                store=shared,
+                browser_key=ring.keys_for(BROWSER).signing[1],
+                flow_keys=ring.keys_for(FLOWS),
+            )
+            for config in (config_a, config_b)
+        ]
+        async with proxy_listener(config_b, b):
+            from aggregator.credentials import ConsentRequired
+
+            with pytest.raises(ConsentRequired) as asked:
+                await a.authorization(ALICE, config_a.servers["docs"])
+            assert asked.value.url.startswith(f"http://127.0.0.1:{port_b}/oauth/connect?flow=")
+            done = await consent(asked.value.url)
+            assert done.status_code == 200, done.text
+            assert (await a.authorization(ALICE, config_a.servers["docs"])).startswith("Bearer ")
+            assert not (tmp_path / "tokens.db").exists()
+            async with proxy_listener(config_a, a):
+                replayed = await client.get(
+                    str(done.request.url).replace(str(port_b), config_a.http.listen.split(":")[1])
+                )
+            assert replayed.status_code == 400 and "already used" in replayed.text
+            assert auth_server.counts["authorization_code"] == 1
+            # At most MAX_PENDING begun by one user within consent_timeout, on any replica.
+            monkeypatch.setattr(authorization, "MAX_PENDING", 2)
+            for replica in (a, b):
+                with pytest.raises(ConsentRequired):
+                    await replica.authorization(BOB, config_a.servers["docs"])
+            with pytest.raises(CredentialError, match="too many authorizations"):
+                await a.authorization(BOB, config_a.servers["docs"])
+            with pytest.raises(ConsentRequired):  # another user is not held back
+                await b.authorization(Principal(issuer=ALICE.issuer, subject="carol"), config_a.servers["docs"])
+        nursery.cancel_scope.cancel()
