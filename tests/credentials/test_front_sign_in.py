@@ -62,7 +62,9 @@ def front_sign_in(clock: Clock) -> tuple[FrontSignIn, Metadata]:
     async def client_at(*args: object) -> ClientCredentials:
         return ClientCredentials(client_id="proxy")
 
-    flows = SimpleNamespace(fetcher=metadata, client_at=client_at, settings=SimpleNamespace(consent_timeout=600.0))
+    flows = SimpleNamespace(
+        fetcher=metadata, client_at=client_at, settings=SimpleNamespace(consent_timeout=600.0), shared=None
+    )
     front = FrontSignIn(
         flows,  # type: ignore[arg-type]
         verifier=SimpleNamespace(),  # type: ignore[arg-type]
