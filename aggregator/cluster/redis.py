@@ -26,7 +26,11 @@ Theory of operation (the rules, and the races they close):
   would be matched to the next caller's command), every waiter fails, ``run`` reconnects.
 - Rule 5, bounded replies: the bytes fed to the parser since the last complete reply are
   counted; past ``max_reply_bytes`` the connection is dropped (a stream cannot be
-  resynchronised in the middle of a reply) and the caller gets ``StoreError``.
+  resynchronised in the middle of a reply) and the caller gets ``StoreError``. The bytes are
+  also scanned before hiredis sees them (``_HeaderGuard``): an aggregate header whose count
+  cannot fit in the bound (each element takes at least 3 bytes) drops the connection at
+  once, as hiredis would allocate the whole list first (a hostile ``*2147483647`` costs
+  seconds of the event loop to build and free).
 - Rule 6, no secret in a line: the password only ever goes to the socket. Every log line,
   error and status names the server by ``RedisAddress.display`` (the password masked).
 
@@ -100,11 +104,67 @@ def _login_commands(address: RedisAddress, select: bool) -> list[list[Arg]]:
     return commands
 
 
+_AGGREGATES = frozenset(b"*%~>|")  # arrays, maps, sets, pushes, attributes: a count of elements
+_BULKS = frozenset(b"$=!")  # bulk strings, verbatim strings, bulk errors: a length, then the bytes
+_HEADERS = _AGGREGATES | _BULKS
+_MAX_HEADER = 64  # a header line longer than this is not RESP a server sends
+
+
+class _HeaderGuard:
+    """Walks the RESP lines and bulk payloads of a stream (no nesting needed: a header tells
+    whether a payload follows) and refuses a count or length no reply within the bound can
+    have, before the reader allocates for it (a bulk length needs no check: the reader waits
+    for its bytes, which rule 5 counts). Headers split across reads are kept until whole."""
+
+    def __init__(self, max_reply_bytes: int) -> None:
+        self._max_count = max_reply_bytes // 3
+        self._max_length = max_reply_bytes
+        self._skip = 0  # payload bytes (with their CRLF) still to pass over
+        self._line = bytearray()  # the start of a line not yet ended
+
+    def check(self, data: bytes) -> None:
+        """Raises StoreUnavailable on an impossible header in ``data``."""
+        at, end = 0, len(data)
+        while at < end:
+            if self._skip:
+                step = min(self._skip, end - at)
+                self._skip -= step
+                at += step
+                continue
+            newline = data.find(b"\n", at)
+            if newline < 0:
+                self._line += data[at:end]
+                if self._line[0] in _HEADERS and len(self._line) > _MAX_HEADER:
+                    raise StoreUnavailable("the server sent a reply header that is not RESP")
+                return
+            self._line += data[at : newline + 1]
+            at = newline + 1
+            line, self._line = bytes(self._line), bytearray()
+            self._header(line)
+
+    def _header(self, line: bytes) -> None:
+        kind = line[0] if line else 0
+        if kind not in _AGGREGATES and kind not in _BULKS:
+            return
+        try:
+            count = int(line[1:].rstrip(b"\r\n"))
+        except ValueError:
+            return  # hiredis reports it as not RESP
+        if kind in _AGGREGATES:
+            if count > self._max_count:
+                raise StoreUnavailable(
+                    f"the server announced {count} elements, more than a reply within {self._max_length} bytes can hold"
+                )
+        elif count >= 0:  # a length over the bound is refused by the byte count (rule 5): hiredis waits for the bytes
+            self._skip = count + 2
+
+
 class _Parser:
     """hiredis' reader with the reply bound (rule 5) kept."""
 
     def __init__(self, max_reply_bytes: int) -> None:
         self._reader = hiredis.Reader()
+        self._guard = _HeaderGuard(max_reply_bytes)
         self._max = max_reply_bytes
         self._partial = 0  # bytes fed since the last complete reply
 
@@ -118,8 +178,10 @@ class _Parser:
 
     def feed(self, data: bytes | bytearray) -> list[Any]:
         """The replies ``data`` completes (then check ``over``). Raises StoreUnavailable on
-        bytes that are not RESP."""
-        self._reader.feed(bytes(data))
+        bytes that are not RESP or a header no reply within the bound can have."""
+        data = bytes(data)
+        self._guard.check(data)
+        self._reader.feed(data)
         self._partial += len(data)
         replies = []
         while True:

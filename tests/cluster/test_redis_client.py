@@ -3,6 +3,7 @@ pub/sub after a restart, the reply bound, logging in, and no password in any lin
 
 from __future__ import annotations
 
+import functools
 import logging
 
 import pytest
@@ -229,3 +230,56 @@ def test_bad_addresses_are_refused_without_their_password(url: str):
     with pytest.raises(ValueError) as caught:
         RedisAddress.parse(url)
     assert "pw" not in str(caught.value)
+
+
+async def _hostile_server(nursery: trio.Nursery, answers: list[list[bytes]]) -> str:
+    """A fake Redis on 127.0.0.1: the n-th connection answers its first command other than
+    PING with the n-th list of chunks (sent one by one), then +OK to anything else."""
+    connections = iter(answers)
+
+    async def handle(stream: trio.SocketStream) -> None:
+        chunks = next(connections, [])
+        async with stream:
+            while data := await stream.receive_some(65536):
+                if data.startswith(b"*1\r\n$4\r\nPING"):
+                    await stream.send_all(b"+PONG\r\n")
+                elif chunks:
+                    for chunk in chunks:
+                        await stream.send_all(chunk)
+                        await trio.sleep(0.01)  # separate reads
+                    chunks = []
+                else:
+                    await stream.send_all(b"+OK\r\n")
+
+    listeners = await nursery.start(functools.partial(trio.serve_tcp, handle, 0, host="127.0.0.1"))
+    return f"redis://127.0.0.1:{listeners[0].socket.getsockname()[1]}/0"
+
+
+async def test_an_aggregate_header_no_reply_within_the_bound_can_have_is_refused(nursery: trio.Nursery, caplog):
+    # The count is refused before the reader sees it (it would allocate the whole list first),
+    # even split across reads; the connection is dropped, one line logged, the next one serves.
+    caplog.set_level(logging.INFO)
+    url = await _hostile_server(
+        nursery, [[b"*21474", b"83647\r\n"], [b"%100", b"1\r\n"], [b"+OK\r\n*1\r\n*5000\r\n"], [b"~1001\r\n"]]
+    )
+    client = await _connected(nursery, url, max_reply_bytes=3000)
+    for _ in range(3):
+        with trio.fail_after(1), pytest.raises(StoreUnavailable, match="elements, more than a reply within 3000 bytes"):
+            await client.execute("GET", "k")
+        await client.wait_connected()
+    with trio.fail_after(1), pytest.raises(StoreUnavailable, match="elements"):
+        await client.execute("GET", "k")
+    await client.wait_connected()
+    assert await client.execute("SET", "k", "v") == b"OK"  # serving again
+    downs = [r.getMessage() for r in caplog.records if "is down" in r.getMessage()]
+    assert len(downs) == 4 and all("elements" in line for line in downs)  # one line a drop
+
+
+async def test_header_like_bytes_inside_a_string_are_not_headers(redis: RedisServer, nursery: trio.Nursery):
+    client = await _connected(nursery, redis.url, max_reply_bytes=3000)
+    tricky = b"\r\n*99999999\r\n$5\r\n%77777777\r\n"
+    with trio.fail_after(5):
+        await client.execute("SET", "k", tricky)
+        for _ in range(3):
+            assert await client.execute("GET", "k") == tricky
+            assert await client.pipeline([["GET", "k"], ["MGET", "k", "k"]]) == [tricky, [tricky, tricky]]
