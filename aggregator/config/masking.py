@@ -24,6 +24,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 from urllib.parse import quote, quote_plus, unquote, urlsplit, urlunsplit
 
+# The metadata of a config field that holds secrets (keys, tokens, passwords, a server's env
+# and headers): a problem with its type or shape never quotes its value (``structuring``).
+SECRET: Mapping[str, bool] = {"secret": True}
+
 MIN_SECRET = 4
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]+")
 _HEX_ESCAPE = re.compile(r"%[0-9A-F]{2}")

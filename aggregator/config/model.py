@@ -11,6 +11,7 @@ from typing import Any, Literal
 
 import attrs
 
+from aggregator.config.masking import SECRET
 from aggregator.config.upstream_auth import CredentialsConfig, UpstreamAuth, UpstreamOAuthConfig
 from aggregator.core import defaults
 from aggregator.jsonrpc.codec import DEFAULT_MAX_DEPTH
@@ -80,7 +81,7 @@ class ProfileConfig:
     """A named policy: what the clients that use it see, on top of the server rules."""
 
     name: str = ""
-    tokens: tuple[str, ...] = ()  # HTTP bearer tokens that select this profile
+    tokens: tuple[str, ...] = attrs.field(default=(), metadata=SECRET)  # HTTP bearer tokens that select this profile
     # An OAuth access token ([auth]) selects this profile when its claims match: each key
     # a claim, each value the list of which the claim must hold one (a claim that is a list
     # must share one); ``scopes``: the scopes the token must all carry. The first profile
@@ -101,7 +102,7 @@ class ServerConfig:
     name: str = ""  # filled from the [servers.NAME] key
     command: str | None = None
     args: tuple[str, ...] = ()
-    env: Mapping[str, str] = attrs.field(factory=dict)
+    env: Mapping[str, str] = attrs.field(factory=dict, metadata=SECRET)
     # A file of KEY=VALUE lines read at load into ``env`` (``env`` wins); relative: to the
     # config file's directory. After loading ``env`` holds its values.
     env_file: str | None = None
@@ -111,7 +112,7 @@ class ServerConfig:
     # The directory it runs in; relative: to the config file's directory (the default).
     cwd: str | None = None
     url: str | None = None
-    headers: Mapping[str, str] = attrs.field(factory=dict)
+    headers: Mapping[str, str] = attrs.field(factory=dict, metadata=SECRET)
     # How it is authenticated: "static" (``headers``, the same for every client),
     # "token-exchange" or "oauth" (each user's own token; ``config.upstream_auth``).
     auth: UpstreamAuth = "static"
@@ -248,7 +249,7 @@ class HttpConfig:
     # health, readiness, status and metrics are also served on http.listen.
     admin_listen: str | None = None
     # The bearer token the admin paths require, on both listeners, instead of auth_tokens.
-    admin_token: str | None = None
+    admin_token: str | None = attrs.field(default=None, metadata=SECRET)
     # Host header names accepted (any port); DNS rebinding defence. Add your own names
     # when you listen beyond loopback.
     allowed_hosts: tuple[str, ...] = LOCAL_HOSTS
@@ -258,7 +259,7 @@ class HttpConfig:
         f"{scheme}://{host}" for scheme in ("http", "https") for host in LOCAL_HOSTS
     )
     # Bearer tokens that may use the endpoint; empty: no authentication.
-    auth_tokens: tuple[str, ...] = ()
+    auth_tokens: tuple[str, ...] = attrs.field(default=(), metadata=SECRET)
     # Listening beyond loopback without tokens is refused unless this says so.
     allow_unauthenticated_remote: bool = False
     max_body_bytes: int = 4 * 1024 * 1024
@@ -302,7 +303,7 @@ class IssuerConfig:
     # are best given as ${VAR}.
     introspection_endpoint: str | None = None
     client_id: str | None = None
-    client_secret: str | None = attrs.field(default=None, repr=False)  # never in a log line
+    client_secret: str | None = attrs.field(default=None, repr=False, metadata=SECRET)  # never in a log line
 
 
 @attrs.frozen(kw_only=True)
@@ -344,14 +345,14 @@ class ClusterConfig:
     # verifies (rotation: add the new key first, keep the old one for as long as what it
     # signed should last, then remove it). Empty: keys made for this process alone, and
     # session ids that are random, as without [cluster].
-    keys: tuple[str, ...] = attrs.field(default=(), repr=False)  # never in a log line
+    keys: tuple[str, ...] = attrs.field(default=(), repr=False, metadata=SECRET)  # never in a log line
     # This replica's short name (A-Z a-z 0-9 _ -), in the ids it mints where a message must
     # find its way back to it (a parked call's requestState). None: host name and process id.
     replica: str | None = None
     # The shared store: "redis://[:password@]host:port/db" (or "unix:///path?db=N"); None:
     # the embedded in-memory store of this process. Best given as ${VAR} when it holds a
     # password, which is never shown (repr, logs and status show the URL masked).
-    store: str | None = attrs.field(default=None, repr=False)
+    store: str | None = attrs.field(default=None, repr=False, metadata=SECRET)
     prefix: str = "aggregator"  # every key and channel of the store is named "<prefix>:..."
     # A sealed session id older than this (from when it was issued) is not adopted by a
     # replica that does not hold its session (after a restart, behind a balancer). A session

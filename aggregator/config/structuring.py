@@ -2,7 +2,8 @@
 
 Every type has a hook that refuses what it does not expect with a message a human
 understands (``expected a string, got a number (3)``), and cattrs' exception trees are
-flattened into one ``key.path: message`` line per problem.
+flattened into one ``key.path: message`` line per problem. A problem under a field whose
+metadata is ``masking.SECRET`` says what kind of value was given, never the value.
 """
 
 from __future__ import annotations
@@ -358,23 +359,45 @@ def describe(value: Any) -> str:
     return type(value).__name__
 
 
-def _flatten(exc: BaseException, path: str) -> list[str]:
-    """Turn a cattrs exception tree into `path: message` lines."""
+def _flatten(exc: BaseException, path: str, secret: bool = False) -> list[str]:
+    """Turn a cattrs exception tree into `path: message` lines; under a secret field (``SECRET``)
+    without the value they quote."""
     if isinstance(exc, ForbiddenExtraKeysError):
         return [unknown_key(path, key, config_keys(exc.cl)) for key in sorted(exc.extra_fields)]
     if isinstance(exc, ClassValidationError | IterableValidationError):
         lines: list[str] = []
         for sub in exc.exceptions:
             note = _note_of(sub)
-            lines.extend(_flatten(sub, path + note))
+            hidden = secret or (isinstance(exc, ClassValidationError) and _is_secret(exc.cl, note))
+            lines.extend(_flatten(sub, path + note, hidden))
         return lines
     if isinstance(exc, _PathErrors):
-        return [f"{path}{problem}" for problem in exc.problems]
-    if isinstance(exc, KeyError):
-        return [f"{path}: required key is missing"]
-    if isinstance(exc, _NotAnArrayOfTables):
-        return [f"{path}: expected an array of tables ([[{path}]]), got {exc}"]
-    return [f"{path}: {exc}"]
+        lines = [f"{path}{problem}" for problem in exc.problems]
+    elif isinstance(exc, KeyError):
+        lines = [f"{path}: required key is missing"]
+    elif isinstance(exc, _NotAnArrayOfTables):
+        lines = [f"{path}: expected an array of tables ([[{path}]]), got {exc}"]
+    else:
+        lines = [f"{path}: {exc}"]
+    return [_unquoted(line) for line in lines] if secret else lines
+
+
+def _is_secret(cls: type, note: str) -> bool:
+    """Whether the attribute ``note`` (``.name``) of ``cls`` holds secrets."""
+    if not note.startswith(".") or not attrs.has(cls):
+        return False
+    field = attrs.fields_dict(cls).get(note[1:])
+    return field is not None and bool(field.metadata.get("secret"))
+
+
+# What ``describe`` quotes: a string (its repr, single or double quoted) and a number.
+_QUOTED = re.compile(r"""the string (?:'(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*")|a number \([^()]*\)""")
+
+
+def _unquoted(line: str) -> str:
+    """A problem line of a secret field, its quoted values replaced by their kind."""
+    hidden, count = _QUOTED.subn(lambda match: "a string" if match.group().startswith("the") else "a number", line)
+    return f"{hidden}; it is not shown, as it is a secret" if count else hidden
 
 
 def _note_of(exc: BaseException) -> str:

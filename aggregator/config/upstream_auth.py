@@ -24,6 +24,8 @@ from urllib.parse import urlsplit
 
 import attrs
 
+from aggregator.config.masking import SECRET
+
 UpstreamAuth = Literal["static", "token-exchange", "oauth"]
 PER_USER: tuple[str, ...] = ("token-exchange", "oauth")
 VAULT_KEY_VARIABLE = "AGGREGATOR_VAULT_KEY"
@@ -54,7 +56,7 @@ class UpstreamOAuthConfig:
     # the proxy uses its client ID metadata document (credentials.client_metadata_url) when
     # the authorization server supports them, else dynamic registration (RFC 7591).
     client_id: str | None = None
-    client_secret: str | None = None  # best given as ${VAR}
+    client_secret: str | None = attrs.field(default=None, metadata=SECRET)  # best given as ${VAR}
     scopes: tuple[str, ...] = ()  # asked for; empty: what the server's challenge or metadata says
     # token-exchange: the authorization server that exchanges tokens: its issuer (its token
     # endpoint is found in its metadata, RFC 8414) or its token endpoint itself.
@@ -72,7 +74,7 @@ class CredentialsConfig:
     # The token vault: an SQLite file (relative: beside the config), its values encrypted.
     vault: str = "aggregator-tokens.db"
     # 32 bytes in base64 (best given as ${VAR}); None: the AGGREGATOR_VAULT_KEY variable.
-    vault_key: str | None = None
+    vault_key: str | None = attrs.field(default=None, metadata=SECRET)
     # Where the authorization server sends the user back: the URL of the callback path on
     # the proxy's HTTP listener as the user's browser reaches it. None: http://LISTEN/PATH.
     redirect_uri: str | None = None
@@ -83,7 +85,7 @@ class CredentialsConfig:
     # in (redirect URI: the sign-in path beside the callback). None: as for a server
     # (client ID metadata document, else dynamic registration).
     sign_in_client_id: str | None = None
-    sign_in_client_secret: str | None = attrs.field(default=None, repr=False)  # best given as ${VAR}
+    sign_in_client_secret: str | None = attrs.field(default=None, repr=False, metadata=SECRET)  # best given as ${VAR}
     # Every metadata, registration and token request: its whole time and largest answer.
     fetch_timeout: float = 10.0
     max_response_bytes: int = 256 * 1024

@@ -312,7 +312,7 @@ request_timeout = nan
             "proxy.restart_backoff_initial: must be a finite number of seconds from 0.001 to 3600, got -5.0",
             "proxy.max_in_flight_per_session: must be an integer (requests) from 1 to 1000000, got 0",
             "proxy.server_requests[1]: expected sampling, elicitation or roots, got 'bogus'",
-            "servers.a.env.X: expected a string, got a number (1)",
+            "servers.a.env.X: expected a string, got a number; it is not shown, as it is a secret",
             "servers.a.isolation: expected shared or per-session, got the string 'weird'",
             "servers.a.request_timeout: must be a finite number of seconds from 0.001 to 604800, got 0.0",
             "servers.a.command: must not be empty",
@@ -516,3 +516,45 @@ def test_min_ready_beyond_the_enabled_servers_is_refused_by_key_path():
     # A server whose table has a mistake still counts: only its mistake is told.
     found = problems({"proxy": {"min_ready": 2}, "servers": {**servers(1), "bad": {"comand": "x"}}})
     assert not any(problem.startswith("proxy.min_ready") for problem in found), found
+
+
+SECRET_MARK = "tEGMzq8Xw2Lr9Vb4Nk7Hs3Jd6Fp1Yc5T"
+
+
+@pytest.mark.parametrize(
+    ("table", "key", "value"),
+    [
+        ("cluster", "keys", "${SECRET_MARK}"),
+        ("cluster", "keys", ["${SECRET_MARK}", 31415926]),
+        ("cluster", "store", 31415926),
+        ("credentials", "vault_key", 31415926),
+        ("credentials", "sign_in_client_secret", 31415926),
+        ("http", "admin_token", 31415926),
+        ("http", "auth_tokens", "${SECRET_MARK}"),
+        ("servers.a", "env", "TOKEN=${SECRET_MARK}"),
+        ("servers.a", "env", {"TOKEN": 31415926}),
+        ("servers.a", "headers", "Authorization: Bearer ${SECRET_MARK}"),
+        ("servers.a.oauth", "client_secret", 31415926),
+        ("profiles.p", "tokens", "${SECRET_MARK}"),
+        ("auth.issuers[0]", "client_secret", 31415926),
+    ],
+)
+def test_a_secret_of_the_wrong_type_is_not_shown(table, key, value):
+    raw: dict = {"servers": {"a": {"command": "x"}}}
+    where = raw
+    for part in table.split("."):
+        name, _, index = part.partition("[")
+        where = where.setdefault(name, [{}] if index else {})
+        where = where[0] if index else where
+    where[key] = value
+    found = problems(raw, environ={"SECRET_MARK": SECRET_MARK})
+    about = [line for line in found if f".{key}" in line or line.startswith(key)]
+    assert about, found
+    assert all("it is not shown, as it is a secret" in line for line in about), about
+    assert not any(SECRET_MARK in line or "31415926" in line or "tEGM" in line for line in found), found
+
+
+def test_a_setting_of_the_wrong_type_that_is_no_secret_is_quoted():
+    found = problems({"proxy": {"separator": 31415926}, "servers": {"a": {"command": "x", "args": "--flag"}}})
+    assert "proxy.separator: expected a string, got a number (31415926)" in found
+    assert "servers.a.args: expected a list of strings, got the string '--flag'" in found
