@@ -11,7 +11,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from aggregator.config.structuring import describe, unknown_key
+from aggregator.config.structuring import describe, describe_secret, unknown_key
 from aggregator.core.catalogs.naming import NAME_CHARS, URI_PREFIX
 from aggregator.errors import ConfigError
 
@@ -238,10 +238,10 @@ def _json_shape_problems(table: Mapping[str, Any], path: str) -> list[str]:
     for key in ("env", "headers"):
         value = table.get(key, {})
         if not isinstance(value, dict):
-            problems.append(f"{path}.{key}: expected an object of strings, got {describe(value)}")
+            problems.append(f"{path}.{key}: expected an object of strings, got {describe_secret(value)}")
         else:
             problems.extend(
-                f"{path}.{key}.{name}: expected a string, got {describe(item)}"
+                f"{path}.{key}.{name}: expected a string, got {describe_secret(item)}"
                 for name, item in value.items()
                 if not isinstance(item, str)
             )

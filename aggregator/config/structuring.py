@@ -359,6 +359,11 @@ def describe(value: Any) -> str:
     return type(value).__name__
 
 
+def describe_secret(value: Any) -> str:
+    """``describe`` for the value of a secret: its kind, never the value itself."""
+    return _unquoted(describe(value))
+
+
 def _flatten(exc: BaseException, path: str, secret: bool = False) -> list[str]:
     """Turn a cattrs exception tree into `path: message` lines; under a secret field (``SECRET``)
     without the value they quote."""

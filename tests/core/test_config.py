@@ -348,7 +348,7 @@ def test_import_refuses_values_a_client_would_not_run():
             "mcpServers.a.args[0]: expected a string, got a number (1)",
             "mcpServers.a.args[1]: expected a string, got a boolean",
             "mcpServers.a.args[2]: expected a string, got nothing",
-            "mcpServers.a.env.A: expected a string, got a number (2)",
+            "mcpServers.a.env.A: expected a string, got a number; it is not shown, as it is a secret",
             "mcpServers.a.headers: expected an object of strings, got a list",
             "mcpServers.a.cwd: expected a string, got a number (3)",
         ]
@@ -558,3 +558,15 @@ def test_a_setting_of_the_wrong_type_that_is_no_secret_is_quoted():
     found = problems({"proxy": {"separator": 31415926}, "servers": {"a": {"command": "x", "args": "--flag"}}})
     assert "proxy.separator: expected a string, got a number (31415926)" in found
     assert "servers.a.args: expected a list of strings, got the string '--flag'" in found
+
+
+def test_import_never_quotes_an_env_or_header_value_of_the_wrong_type():
+    with pytest.raises(ConfigError) as info:
+        mcp_servers_json_to_raw(
+            b'{"mcpServers": {"a": {"command": "x", "env": "TOKEN=tEGMzq8Xw2Lr9Vb4",'
+            b' "headers": {"Authorization": 31415926}}}}'
+        )
+    assert sorted(info.value.problems) == [
+        "mcpServers.a.env: expected an object of strings, got a string; it is not shown, as it is a secret",
+        "mcpServers.a.headers.Authorization: expected a string, got a number; it is not shown, as it is a secret",
+    ]
