@@ -264,9 +264,10 @@ class _Connection:
 class _Outage:
     """Up or down, the last error, and the one line per change of state (rule 2)."""
 
-    def __init__(self, address: RedisAddress, what: str) -> None:
+    def __init__(self, address: RedisAddress, what: str, *, level: int = logging.WARNING) -> None:
         self.address = address
         self.what = what
+        self.level = level  # of the down line; the up lines are INFO
         self.up = False
         self.last_error: str | None = None
         self.ever_up = False
@@ -274,7 +275,7 @@ class _Outage:
 
     def went_up(self) -> None:
         if self.logged_down:
-            log.warning("%s %s is up again", self.what, self.address.display())
+            log.info("%s %s is up again", self.what, self.address.display())
         else:
             log.info("%s connected to %s", self.what, self.address.display())
         self.up = self.ever_up = True
@@ -284,7 +285,7 @@ class _Outage:
         self.up = False
         self.last_error = reason
         if not self.logged_down:
-            log.warning("%s %s is down: %s", self.what, self.address.display(), reason)
+            log.log(self.level, "%s %s is down: %s", self.what, self.address.display(), reason)
             self.logged_down = True
         else:
             log.debug("%s %s still down: %s", self.what, self.address.display(), reason)
@@ -309,13 +310,14 @@ class RedisClient:
         timeout: float = DEFAULT_TIMEOUT,
         max_reply_bytes: int = DEFAULT_MAX_REPLY_BYTES,
         heartbeat: float = HEARTBEAT_SECONDS,
+        outage_level: int = logging.WARNING,
     ) -> None:
         self.address = address
         self.timeout = timeout
         self.max_reply_bytes = max_reply_bytes
         self.heartbeat = heartbeat
         self._connection: _Connection | None = None
-        self._outage = _Outage(address, "store")
+        self._outage = _Outage(address, "store", level=outage_level)
         self.round_trip: float | None = None  # seconds, the last call's
         self._connected = trio.Event()
 

@@ -18,6 +18,7 @@ masked). Must not import the hub or anything above it.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -425,8 +426,9 @@ class RedisStore:
 
 async def unreachable(url: str, *, seconds: float = DEFAULT_TIMEOUT) -> str | None:
     """Why the store at ``url`` cannot be reached (its password masked), or None when it
-    answers a PING within ``seconds`` (``aggregator check``)."""
-    client = RedisClient(RedisAddress.parse(url), timeout=seconds)
+    answers a PING within ``seconds`` (``aggregator check``). Its outage is logged at DEBUG
+    only: the caller says why, and the proxy's own client has logged it once already."""
+    client = RedisClient(RedisAddress.parse(url), timeout=seconds, outage_level=logging.DEBUG)
     async with trio.open_nursery() as nursery:
         await nursery.start(client.run)
         try:

@@ -11,7 +11,7 @@ import trio
 import trio.testing
 
 from aggregator.cluster.redis import RedisClient, RedisSubscriber, encode_command
-from aggregator.cluster.store import RedisStore
+from aggregator.cluster.store import RedisStore, unreachable
 from aggregator.config.store_url import RedisAddress, mask_url
 from aggregator.errors import StoreError, StoreUnavailable
 from tests.cluster.redis_server import RedisServer, redis_server, until
@@ -102,7 +102,15 @@ async def test_reconnects_after_the_server_restarts(redis: RedisServer, nursery:
     with trio.fail_after(15):
         await client.wait_connected()
         assert await client.execute("GET", "k") is None  # a new server: nothing was saved
-    assert any("is up again" in r.getMessage() for r in caplog.records)
+    again = [r for r in caplog.records if "is up again" in r.getMessage()]
+    assert [r.levelno for r in down] == [logging.WARNING] and [r.levelno for r in again] == [logging.INFO]
+
+
+async def test_the_reachability_probe_leaves_the_outage_line_to_its_caller(caplog):
+    caplog.set_level(logging.INFO, logger="aggregator.cluster.redis")
+    reason = await unreachable(f"redis://:s3cret-pw@127.0.0.1:{free_port()}/0", seconds=0.5)
+    assert reason is not None and "s3cret-pw" not in reason
+    assert not [r for r in caplog.records if "is down" in r.getMessage()]  # check prints the reason itself
 
 
 async def test_subscriptions_come_back_after_a_restart(redis: RedisServer, nursery: trio.Nursery):
