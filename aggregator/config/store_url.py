@@ -37,6 +37,8 @@ class RedisAddress:
         if parts.scheme == "unix":
             if not parts.path:
                 raise ValueError(f"a unix:// URL names the socket's path: {shown}")
+            if parts.hostname or parts.port is not None:  # unix://relative/sock would be /sock
+                raise ValueError(f"a unix:// URL names the socket's absolute path (unix:///path): {shown}")
             db = _db(query.get("db", ["0"])[-1], shown)
             return cls(path=parts.path, username=username, password=password, db=db)
         if parts.scheme != "redis":

@@ -232,7 +232,16 @@ def test_addresses(url: str, shown: str):
 
 
 @pytest.mark.parametrize(
-    "url", ["http://h:1/0", "redis://:pw@h:port/0", "redis://:pw@h:1/zero", "redis://:pw@/0", "unix://:pw@"]
+    "url",
+    [
+        "http://h:1/0",
+        "redis://:pw@h:port/0",
+        "redis://:pw@h:1/zero",
+        "redis://:pw@/0",
+        "unix://:pw@",
+        "unix://:pw@relative/sock",  # not /sock: a socket's path is absolute
+        "unix://:pw@host:1/sock",
+    ],
 )
 def test_bad_addresses_are_refused_without_their_password(url: str):
     with pytest.raises(ValueError) as caught:
