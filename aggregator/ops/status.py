@@ -50,7 +50,9 @@ def health(hub: Hub) -> dict[str, Any]:
 
 def readiness(hub: Hub) -> tuple[bool, dict[str, Any]]:
     """Whether to send clients here, and why: at least ``proxy.min_ready`` enabled servers
-    (all, by default) are ready, startup is over and the proxy is not draining. A server
+    (all, by default) are ready, startup is over and the proxy is not draining. A shared
+    store that is down makes the replica "degraded", still ready: the store is the same for
+    every replica, so failing them all would stop the calls that do not need it too. A server
     acting as each user is not waited for: it is connected per session, as a user, and
     shown as "per user" with its sessions connected."""
     servers: dict[str, dict[str, Any]] = {}
@@ -70,9 +72,9 @@ def readiness(hub: Hub) -> tuple[bool, dict[str, Any]]:
     draining = hub.draining
     store = hub.store.status()
     store_down = hub.config.cluster.store is not None and not store.up
-    ready = ready_count >= needed and not draining and hub.startup_done.is_set() and not store_down
+    ready = ready_count >= needed and not draining and hub.startup_done.is_set()
     body: dict[str, Any] = {
-        "status": "draining" if draining else ("ready" if ready else "not ready"),
+        "status": "draining" if draining else ("not ready" if not ready else "degraded" if store_down else "ready"),
         "ready": ready_count,
         "needed": needed,
         "configured": len(servers),
