@@ -167,22 +167,7 @@ class StoreVault:
         for raw in (await self._call(self.store.hgetall(VAULT))).values():
             issuer, subject, server, sealed, expires_at, scope, *_, updated_at = _row(raw)
             principal = Principal(issuer=issuer, subject=subject)
-            opens = True
-            try:
-                refreshable = self._sealer.open(principal, server, sealed).get("refresh_token") is not None
-            except CredentialError:
-                refreshable = opens = False
-            entries.append(
-                Entry(
-                    principal=principal,
-                    server=server,
-                    expires_at=expires_at,
-                    scope=scope,
-                    refreshable=refreshable,
-                    updated_at=updated_at,
-                    opens=opens,
-                )
-            )
+            entries.append(Entry.of(self._sealer, principal, server, sealed, expires_at, scope, updated_at))
         return sorted(entries, key=lambda entry: (entry.principal.subject, entry.principal.issuer, entry.server))
 
     def refreshing(self, principal: Principal, server: str) -> AbstractAsyncContextManager[None]:

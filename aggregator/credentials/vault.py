@@ -99,6 +99,32 @@ class Entry:
     updated_at: float
     opens: bool = True  # False: sealed with another key (or moved), no grant any more
 
+    @classmethod
+    def of(
+        cls,
+        sealer: Sealer,
+        principal: Principal,
+        server: str,
+        sealed: bytes,
+        expires_at: float | None,
+        scope: str,
+        updated_at: float,
+    ) -> Entry:
+        """A row as listed, from its fields: whether its secrets open is tried, never shown."""
+        try:
+            refreshable, opens = sealer.open(principal, server, sealed).get("refresh_token") is not None, True
+        except CredentialError:
+            refreshable = opens = False
+        return cls(
+            principal=principal,
+            server=server,
+            expires_at=expires_at,
+            scope=scope,
+            refreshable=refreshable,
+            updated_at=updated_at,
+            opens=opens,
+        )
+
 
 class ForeignSeal(CredentialError):
     """A row's secrets do not open with the vault key: sealed with another, or moved."""
@@ -264,26 +290,12 @@ class TokenVault:
                 " ORDER BY subject, issuer, server"
             ).fetchall()
 
-        entries = []
-        for issuer, subject, server, expires_at, scope, sealed, updated_at in await self._run(read):
-            principal = Principal(issuer=issuer, subject=subject)
-            opens = True
-            try:
-                refreshable = self._sealer.open(principal, server, sealed).get("refresh_token") is not None
-            except CredentialError:
-                refreshable = opens = False
-            entries.append(
-                Entry(
-                    principal=principal,
-                    server=server,
-                    expires_at=expires_at,
-                    scope=scope,
-                    refreshable=refreshable,
-                    updated_at=updated_at,
-                    opens=opens,
-                )
+        return [
+            Entry.of(
+                self._sealer, Principal(issuer=issuer, subject=subject), server, sealed, expires_at, scope, updated_at
             )
-        return entries
+            for issuer, subject, server, expires_at, scope, sealed, updated_at in await self._run(read)
+        ]
 
     @staticmethod
     def unopened(path: str, key: bytes) -> int:
