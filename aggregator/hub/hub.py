@@ -37,7 +37,7 @@ import trio
 
 from aggregator.cluster.keys import KeyRing
 from aggregator.cluster.store import Store, open_store
-from aggregator.config import Config, ServerConfig
+from aggregator.config import Config
 from aggregator.config.core_settings import discovery_settings, link_settings
 from aggregator.config.upstream_auth import acts_as_users
 from aggregator.core.catalogs.catalog import Catalog
@@ -58,7 +58,6 @@ from aggregator.core.events import (
     LinkEnded,
     OwnCallStarted,
     ServerAdded,
-    ServerCached,
     ServerCongested,
     ServerDecoded,
     ServerDown,
@@ -91,6 +90,7 @@ from aggregator.core.router import (
 from aggregator.hub.callers import Callers
 from aggregator.hub.caps import Admission
 from aggregator.hub.catalogs import make_router
+from aggregator.hub.listings import KeptListings
 from aggregator.hub.reload import (
     CHANGED,
     ReloadPlan,
@@ -109,7 +109,7 @@ from aggregator.jsonrpc.codec import decode_message, dumps
 from aggregator.jsonrpc.errors import RemoteProtocolError
 from aggregator.jsonrpc.framing import OversizedLine
 from aggregator.jsonrpc.kinds import REQUEST
-from aggregator.mcp.constants import CANCELLED, KINDS
+from aggregator.mcp.constants import CANCELLED
 from aggregator.plugins.api import Plugins, plugins_of
 from aggregator.plugins.gate import PluginGate
 from aggregator.telemetry import traffic
@@ -118,7 +118,6 @@ from aggregator.telemetry.recent_errors import RecentErrors
 from aggregator.telemetry.tracing import Tracing
 from aggregator.transports import channel
 from aggregator.transports.sink import ClientSink
-from aggregator.upstreams import listing_cache
 from aggregator.upstreams.port import Connector, OwnCall
 from aggregator.upstreams.session import UpstreamSession
 
@@ -164,9 +163,9 @@ class Hub:
         # Each server's last listing is kept in the cache; a lazy server with one is not
         # started (its catalog is that listing) until a request needs it. A command's one
         # look (``looking``: check, tools) starts every server.
-        self.cache_dir = listing_cache.cache_dir(config)
+        self.listings = KeptListings(config)
         shared = [server for server in servers if not acts_as_users(server)]
-        dormant = set() if looking else self._cached_servers(shared)
+        dormant = set() if looking else self.listings.dormant(self.router, shared)
         self.upstreams = {
             server.name: UpstreamSession(self, server, dormant=server.name in dormant) for server in shared
         }
@@ -223,24 +222,6 @@ class Hub:
         self._handling = self.router.tallies.proxy["client"]
         self._server_handling = self.router.tallies.proxy["server"]
         self.metrics = Metrics(self)  # GET /metrics: read from the tables above at each scrape
-
-    def _cached_servers(self, servers: list[ServerConfig]) -> set[str]:
-        """The lazy servers whose listing is cached: the router serves each one's cached
-        listing as its catalog, and they are not started now (the others are, to list)."""
-        dormant: set[str] = set()
-        for server in servers:
-            if self.config.starts_lazily(server):
-                listing = listing_cache.read(self.cache_dir, server)
-                if listing is not None:
-                    self.router.handle(ServerCached(server.name, listing))  # (no client to tell yet)
-                    dormant.add(server.name)
-        if dormant:
-            log.info(
-                "lazy: %d server(s) not started, served from their cached listings: %s",
-                len(dormant),
-                ", ".join(sorted(dormant)),
-            )
-        return dormant
 
     # --- lifetime -----------------------------------------------------------------------
 
@@ -790,18 +771,7 @@ class Hub:
                 return
             if was != "ready" and upstream.last_start is not None:
                 self.start_latency.observe(upstream.last_start)
-            self._keep_listing(upstream)
-
-    def _keep_listing(self, upstream: UpstreamSession) -> None:
-        """Keep what a shared server lists now in the cache (in a worker thread): a lazy
-        server's next catalog before it starts."""
-        name = upstream.name
-        listing = {kind: list(self.catalog.items_of(name, kind)) for kind in KINDS}
-        if self._nursery is not None:
-            self._nursery.start_soon(self._write_listing, upstream.config, listing, name=f"cache {name}")
-
-    async def _write_listing(self, server: ServerConfig, listing: dict[str, list[dict[str, Any]]]) -> None:
-        await trio.to_thread.run_sync(listing_cache.write, self.cache_dir, server, listing)
+            self.listings.keep(self._nursery, self.catalog, upstream.config)
 
     def _wake_upstream(self, command: WakeUpstream) -> None:
         """A request waits for a server stopped on purpose (lazy, idle-stopped): start it."""
@@ -813,7 +783,7 @@ class Hub:
         """Nobody used a shared server for its idle_stop_after: keep its listing, stop it."""
         upstream = self.upstreams.get(command.server)
         if upstream is not None:
-            self._keep_listing(upstream)
+            self.listings.keep(self._nursery, self.catalog, upstream.config)
             upstream.stop_idle()
 
     def _drop_upstream(self, command: DropUpstream) -> None:
