@@ -108,8 +108,10 @@ def status_text(data: dict[str, Any]) -> list[str]:
         details = "  ".join(part for part in (up, restarts, started, era, sessions) if part)
         lines.append(f"  {server['name']:<20} {server['state']:<9} {details}".rstrip())
         if server.get("last_error"):
-            lines.append(f"  {'':<20} {server['last_error']}")
-        if server.get("state") not in ("ready", "lazy", "idle-stopped"):
+            at = server.get("last_error_at")
+            when = f"at {time.strftime('%H:%M:%S', time.localtime(at))}: " if isinstance(at, (int, float)) else ""
+            lines.append(f"  {'':<20} {when}{server['last_error']}")
+        if server.get("state") not in ("ready", "lazy", "idle-stopped") or server.get("last_error"):
             lines += [f"  {'':<20} [stderr] {line}" for line in server.get("stderr", [])]
     sessions = data.get("sessions", [])
     lines += ["", f"SESSIONS ({len(sessions)})"]

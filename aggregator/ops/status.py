@@ -132,6 +132,7 @@ def _servers(hub: Hub, now: float) -> list[dict[str, Any]]:
                 "restarts": upstream.restarts,
                 "last_start": None if upstream.last_start is None else round(upstream.last_start, 3),
                 "last_error": upstream.last_error,
+                "last_error_at": upstream.last_error_at,  # seconds since the epoch
                 "stderr": upstream.stderr_tail(),
                 "items": {kind: len(hub.catalog.items_of(name, kind)) for kind in KINDS},
             }

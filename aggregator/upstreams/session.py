@@ -85,8 +85,13 @@ class UpstreamSession:
         self._dormant = dormant
         self._wake = trio.Event()
         self._idle_stopping = False
+        # The state a request woke it from while that start is under way (a start on demand
+        # that fails makes it that again), and such failures in a row (for their backoff).
+        self._woken_from: str | None = None
+        self._wake_failures = 0
         self.last_start: float | None = None
         self.last_error: str | None = None
+        self.last_error_at: float | None = None  # time.time() when last_error was set
         # The last stderr lines of the attempt that set last_error (secrets masked).
         self.last_stderr: tuple[str, ...] = ()
         self.restarts = 0  # times it was lost or did not start (each is followed by a restart)
@@ -120,6 +125,9 @@ class UpstreamSession:
             self.last_start = trio.current_time() - self._started
         self.state = "ready"
         self.last_error = None
+        self.last_error_at = None
+        self._woken_from = None
+        self._wake_failures = 0
         self.ready_since = time.monotonic()
         if not self.per_session:
             self.hub.server_settled(self.name)
@@ -150,6 +158,8 @@ class UpstreamSession:
         """Why it is not ready and the last lines of its stderr (secrets masked): the reason
         it was lost, or, while its first attempt is still starting, how long it has had."""
         if self.state in ("lazy", "idle-stopped"):
+            if self.last_error is not None:
+                return f"its last start on demand failed: {self.last_error}", self.last_stderr
             return "not started: it starts on the first request that needs it", ()
         if self.state != "starting" or self.last_error is not None:
             return self.last_error or "", self.last_stderr
@@ -192,6 +202,7 @@ class UpstreamSession:
                 await self._wake.wait()
                 self._wake = trio.Event()
                 self._dormant = False
+                self._woken_from = self.state
                 self.state = "starting"
                 self.log.info("server %s: starting it for a request", self.name)
             self._started = trio.current_time()
@@ -204,6 +215,8 @@ class UpstreamSession:
                 continue
             if self._retry_at is None:  # not told when it was lost (it did not start)
                 self._went_down(reason)
+            if self._dormant:  # a start on demand failed: the next request starts it again
+                continue
             await trio.sleep_until(self._next_start())
 
     def _next_start(self) -> float:
@@ -218,11 +231,15 @@ class UpstreamSession:
         was_ready = self.state == "ready"
         self.state = "down"
         self.last_error = reason
+        self.last_error_at = time.time()
         self.ready_since = None
         self.restarts += 1
         self.last_stderr = tuple(self._stderr.tail) if not was_ready else ()
         self.hub.server_settled(self.name)
         now = trio.current_time()
+        if self._woken_from is not None and not was_ready:
+            self._start_failed_on_demand(reason, now)
+            return
         if now - self._started > HEALTHY_RESET:
             self._attempts = 0
         delay = random.uniform(0, min(proxy.restart_backoff_max, proxy.restart_backoff_initial * 2**self._attempts))
@@ -239,6 +256,29 @@ class UpstreamSession:
             f"; its stderr ended: {' | '.join(self.last_stderr)}" if self.last_stderr else "",
         )
         # Its callers meanwhile hear when it is tried again (or wait for it, if that is soon).
+        self.hub.server_down(self.name, reason, delay)
+
+    def _start_failed_on_demand(self, reason: str, now: float) -> None:
+        """A start a request asked for failed: the server is dormant again (its catalog stays
+        listed, the router's side), and the next request may start it again after
+        ``restart_backoff_initial``, doubled by each such failure in a row up to
+        ``restart_backoff_max`` (no jitter: requests, not a timer, start it). Meanwhile
+        requests hear why at once."""
+        proxy = self.hub.config.proxy
+        self._wake_failures += 1
+        delay = min(proxy.restart_backoff_max, proxy.restart_backoff_initial * 2 ** (self._wake_failures - 1))
+        self.state, self._woken_from = self._woken_from or "lazy", None
+        self._dormant = True
+        self._retry_at = now + delay
+        self.log.warning(
+            "server %s did not start for a request: %s; it stays %s, its catalog listed, and a request"
+            " starts it again in %.1fs or later%s",
+            self.name,
+            reason,
+            self.state,
+            delay,
+            f"; its stderr ended: {' | '.join(self.last_stderr)}" if self.last_stderr else "",
+        )
         self.hub.server_down(self.name, reason, delay)
 
     async def _attempt(self) -> str:

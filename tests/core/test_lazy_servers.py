@@ -135,14 +135,53 @@ def test_a_server_that_does_not_start_in_time_fails_its_held_request(router: Rou
     assert answer["error"]["data"]["reason"] == "unavailable"
 
 
-def test_a_woken_server_that_fails_is_out_like_any_other(router: Router, clock: Clock) -> None:
+def test_a_woken_server_that_fails_is_lazy_again_with_its_catalog_and_no_start_storm(
+    router: Router, clock: Clock
+) -> None:
     ask(router, 1, "tools/call", name="lazy__t")
-    router.handle(ServerLost("lazy", "cannot start 'x'"))
-    out = unpack(router.handle(ServerDown("lazy", "cannot start 'x'", 30.0)))
+    assert unpack(router.handle(ServerLost("lazy", "cannot start 'x'"))) == []  # its catalog stays: nothing told
+    out = unpack(router.handle(ServerDown("lazy", "cannot start 'x'", 2.0)))
     [answer] = [m for kind, _, m in out if kind == "ToClient" and m.get("id") == 1]
-    assert answer["error"]["data"]["state"] == "failed"
-    # Still known (not "Unknown tool"): held for its supervisor's next attempt, which needs no wake.
-    assert ask(router, 2, "tools/call", name="lazy__t") == []
+    error = answer["error"]
+    assert error["message"] == (
+        "Server 'lazy' could not be started (cannot start 'x'); it stays lazy, and a request in 2.0 s or later"
+        " starts it again"
+    )
+    assert error["data"] == {
+        "source": "aggregator",
+        "reason": "unavailable",
+        "server": "lazy",
+        "state": "lazy",
+        "retryAfter": 2.0,
+        "lastError": "cannot start 'x'",
+    }
+    assert tool_names(router) == ["eager__e", "lazy__t"]  # still listed, from its cache
+    # Within the 2 s: answered at once, no new start.
+    clock.now += 1.5
+    [(kind, _, again)] = ask(router, 2, "tools/call", name="lazy__t")
+    assert kind == "ToClient" and again["error"]["data"]["retryAfter"] == 0.5
+    # After them: the next request starts it again, and this time it comes up.
+    clock.now += 0.5
+    assert ask(router, 3, "tools/call", name="lazy__t") == [("WakeUpstream", "lazy", ())]
+    out = unpack(start(router, "lazy", [{"name": "t"}], [{"uri": "demo://r"}]))
+    assert [m["params"]["name"] for kind, _, m in out if kind == "ToServer" and m.get("method") == "tools/call"] == [
+        "t"
+    ]
+
+
+def test_an_idle_stopped_server_whose_restart_fails_is_idle_stopped_again(router: Router, clock: Clock) -> None:
+    started(router, clock)
+    clock.now += IDLE
+    assert router.handle(TimePassed()) == [StopIdle("lazy")]
+    router.handle(ServerLost("lazy", "stopped"))
+    assert ask(router, 3, "tools/call", name="lazy__t") == [("WakeUpstream", "lazy", ())]
+    router.handle(ServerLost("lazy", "the server exited with status 1"))
+    out = unpack(router.handle(ServerDown("lazy", "the server exited with status 1", 1.0)))
+    [answer] = [m for kind, _, m in out if kind == "ToClient" and m.get("id") == 3]
+    assert answer["error"]["data"]["state"] == "idle-stopped"
+    assert tool_names(router) == ["eager__e", "lazy__t"]
+    clock.now += 1.0
+    assert ask(router, 4, "tools/call", name="lazy__t") == [("WakeUpstream", "lazy", ())]
 
 
 def started(router: Router, clock: Clock) -> None:

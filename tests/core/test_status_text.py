@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from aggregator.cli.status import duration, status_text
@@ -50,6 +52,15 @@ def test_status_text_says_what_is_down_and_why():
     assert "PROFILE reader: 1 shown, 1 hidden" in lines
     assert "  a:add  hidden by profiles.reader.tools.deny 'add'" in lines
     assert "RECENT WARNINGS" not in text  # none to show
+
+
+def test_status_text_shows_when_a_lazy_servers_start_failed_and_its_stderr():
+    at = time.mktime((2026, 12, 5, 1, 2, 3, 0, 0, -1))
+    lazy = {"name": "e", "state": "lazy", "last_error": "the server exited with status 3", "last_error_at": at}
+    lines = status_text({**STATUS, "servers": [{**lazy, "stderr": ["fatal: no settings"]}]})
+    assert "  e                    lazy" in lines
+    assert f"  {'':<20} at 01:02:03: the server exited with status 3" in lines
+    assert f"  {'':<20} [stderr] fatal: no settings" in lines
 
 
 def test_status_text_when_draining():

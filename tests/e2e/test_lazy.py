@@ -14,7 +14,7 @@ import pytest
 from aggregator.config import load_config
 from aggregator.upstreams import listing_cache
 from tests.e2e.admin_client import get, wait_for
-from tests.e2e.conftest import RawProxy, events, fake, http_proxy, initialize, post, write_config
+from tests.e2e.conftest import FAKESRV, RawProxy, events, fake, http_proxy, initialize, post, write_config
 from tests.loopback import INIT
 
 pytestmark = pytest.mark.e2e
@@ -124,3 +124,63 @@ def test_a_stale_cache_is_replaced_and_the_client_told(tmp_path: Path) -> None:
     assert code == 0, log
     kept = listing_cache.read(cache, server)  # replaced by what it listed
     assert kept is not None and "echo" in {tool["name"] for tool in kept["tools"]}
+
+
+FAILS_ONCE = """
+import os, sys
+marker = sys.argv[1]
+if not os.path.exists(marker):
+    open(marker, "w").close()
+    sys.stderr.write("fatal: the first start fails\\n")
+    sys.exit(1)
+os.execv(sys.executable, [sys.executable, *sys.argv[2:]])
+"""
+
+
+def test_a_start_on_demand_that_fails_leaves_it_lazy_listed_and_tried_again_on_a_request(tmp_path: Path) -> None:
+    script = tmp_path / "fails_once.py"
+    script.write_text(FAILS_ONCE)
+    marker = tmp_path / "started-once"
+    broken = '[servers.broken]\ncommand = "sh"\nargs = ["-c", "echo fatal: no settings >&2; exit 3"]\n'
+    flaky = fake("flaky").replace(f'args = ["{FAKESRV}"', f'args = ["{script}", "{marker}", "{FAKESRV}"')
+    config = write_config(
+        tmp_path,
+        broken + flaky,
+        start="lazy",
+        cache_dir=str(tmp_path / "cache"),
+        restart_backoff_initial=3.0,
+        startup_timeout=30.0,
+    )
+    loaded = load_config(config)
+    cache = Path(loaded.proxy.cache_dir or "")
+    echo = {"tools": [{"name": "echo", "inputSchema": {"type": "object"}}]}
+    for name in ("broken", "flaky"):
+        listing_cache.write(cache, loaded.servers[name], echo)
+    with http_proxy(config, "--log-level", "info") as (port, log):
+        wait_for(lambda: get(port, "/readyz")[0] == 200, seconds=30)
+        session = initialize(port)
+        # The call that starts it hears which server, why, and when a request may start it again.
+        error = call(port, session, 1, "broken__echo")["error"]
+        assert "Server 'broken' could not be started" in error["message"], error
+        assert "exited with status 3" in error["message"] and "starts it again" in error["message"], error
+        assert error["data"]["state"] == "lazy" and 0 < error["data"]["retryAfter"] <= 3.0, error
+        # It is lazy again, its catalog still listed, its last error and when shown.
+        listing = {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}
+        names = {t["name"] for t in json.loads(post(port, listing, {"mcp-session-id": session})[2])["result"]["tools"]}
+        assert {"broken__echo", "flaky__echo"} <= names
+        _, _, data = get(port, "/status.json")
+        [row] = [server for server in data["servers"] if server["name"] == "broken"]
+        assert row["state"] == "lazy" and "status 3" in row["last_error"], row
+        assert row["stderr"] == ["fatal: no settings"], row  # (its stderr: for the operator, not the caller)
+        assert abs(row["last_error_at"] - time.time()) < 60, row
+        # Asked again at once: answered at once, with no new start.
+        again = call(port, session, 3, "broken__echo")["error"]
+        assert again["data"]["state"] == "lazy" and "status 3" in again["data"]["lastError"], again
+        assert log.read_text().count("server broken did not start for a request") == 1
+        # One that fails once: its caller hears so, and a request after retryAfter starts it.
+        first = call(port, session, 4, "flaky__echo")["error"]
+        assert "the first start fails" in first["message"] or "status 1" in first["message"], first
+        time.sleep(first["data"]["retryAfter"] + 0.1)
+        answer = call(port, session, 5, "flaky__echo")
+        assert "result" in answer and '"x": 5' in answer["result"]["content"][0]["text"], answer
+        assert states(port)["flaky"] == "ready"

@@ -28,12 +28,19 @@ answered as if the name had never existed. The rules:
    listing, or what it listed last. A request for one of them is held for it like any
    other, and the first one held wakes it (``HeldRequests``); from then on it is
    ``starting`` like any server that is out.
+7. A start on demand that fails (its command exits, its handshake fails, it does not
+   start in time) does not make it an outage like rule 1's: it is *dormant* again, in the
+   state a request woke it from (``woken``), its items stay in the catalogs, and
+   ``reason`` keeps why. Its supervisor says when it may be tried again (``retry_at``):
+   until then a request for it is answered at once with its state and why (no start
+   storm); from then on the next request wakes it again.
 
 States, as clients see them (``data.state``):
 - ``starting``: a start attempt is under way (or due now).
 - ``restarting``: it was serving, it was lost, its next attempt is scheduled.
 - ``failed``: its last start attempt failed, the next one is scheduled.
-(``lazy`` and ``idle-stopped``, the dormant states, are never told: a request wakes it.)
+- ``lazy`` or ``idle-stopped``, the dormant states: told only after a start on demand
+  failed (rule 7), with ``lastError``, until ``retryAfter`` (else a request wakes it).
 """
 
 from __future__ import annotations
@@ -87,7 +94,9 @@ class Outage:
     retry_at: float | None = None  # its next attempt (None: under way, or not yet known)
     attempt_at: float | None = None  # when its current or next attempt starts (to time a start)
     ever_ready: bool = False  # ready at least once since the proxy started (rule 4)
-    woken: bool = False  # started from DORMANT by a request (rule 6): its callers hear it starts
+    # The dormant state a request woke it from (rule 6): its callers hear it starts, and a
+    # start that fails makes it that again (rule 7). None: not woken.
+    woken: str | None = None
     memory: dict[str, Remembered] = attrs.field(factory=dict)  # profile -> what it saw
 
 
@@ -174,6 +183,11 @@ def unavailable(outage: Outage, now: float, *, waited: float | None = None) -> t
     why = f" ({outage.reason})" if outage.reason else ""
     if waited is not None:
         message = f"Server {name!r} did not become ready within {waited:g} s; it is {state}{why}"
+    elif state in DORMANT:  # a start on demand failed (rule 7): tried again on a request
+        message = (
+            f"Server {name!r} could not be started{why}; it stays {state}, and a request"
+            f" in {after:.1f} s or later starts it again"
+        )
     elif state == RESTARTING:
         message = f"Server {name!r} is restarting{why}; next attempt in {after:.1f} s"
     elif state == FAILED:

@@ -110,7 +110,7 @@ class Reconfigure:
         self._acts_as_users(server)
         outage = self.outages.setdefault(server.name, Outage(server.name))
         # As told when it was stopped: the old connection's own report of its end came after.
-        outage.state, outage.reason, outage.retry_at = RESTARTING, why, None
+        outage.state, outage.reason, outage.retry_at, outage.woken = RESTARTING, why, None, None
 
     def _acts_as_users(self, server: LinkSettings) -> None:
         """Note whether ``server`` acts as each user (no shared connection)."""

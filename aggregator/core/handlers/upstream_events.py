@@ -372,13 +372,17 @@ class UpstreamEvents:
 
     def server_lost(self, server: str, why: str, *, keep_items: bool = False) -> list[Command]:
         """The upstream is gone: fail its requests at once, hide its items, tell clients.
-        ``keep_items``: it was stopped on purpose, idle; its items stay."""
+        ``keep_items``: it was stopped on purpose, idle; its items stay. A start on demand
+        that failed keeps them too, and the server is dormant again (``outages`` rule 7)."""
         link = self.links.get(server)
         if link is None:
             return []
         outage = self.outages.get(server)
         if not keep_items and outage is not None and outage.state in DORMANT and link.lifecycle is None:
             return []  # stopped on purpose, let go of already: the end of that connection changes nothing
+        woken = outage.woken if outage is not None and link.session is None else None
+        if woken is not None:  # its start on demand failed: dormant again, its catalog kept
+            keep_items = True
         link.ready = False
         link.overloaded = None
         self._probe_lost(link, why)
@@ -430,6 +434,8 @@ class UpstreamEvents:
         for entry in [k for k in self.reverse.elicitations if k[0] == server]:
             self.reverse.forget_elicitation(entry)
         self.roots.forget(server)
+        if outage is not None and woken is not None:
+            outage.state, outage.woken, outage.reason, outage.retry_at = woken, None, why, None
         if link.session is None and not keep_items:
             out += self._server_out(server, why)
             kinds = self.catalog.forget(server)

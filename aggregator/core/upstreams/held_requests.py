@@ -83,11 +83,16 @@ class HeldRequests:
                 )
             ]
         out: list[Command] = []
+        if outage.state in DORMANT and outage.retry_at is not None and now < outage.retry_at:
+            # Its last start on demand failed just now (outages rule 7): said at once, no new start.
+            text, data = unavailable(outage, now)
+            self.tallies.ended(message["method"], server, "error", "unavailable", None)
+            return [ToClient(client.key, error_response(message["id"], INTERNAL_ERROR, text, data))]
         if outage.state in DORMANT and not self.forwarding.draining:  # stopped on purpose: wake it
+            outage.woken = outage.state
             outage.state = STARTING
             outage.retry_at = None
             outage.attempt_at = now  # its start is timed from now
-            outage.woken = True
             out.append(WakeUpstream(server))
         held = self.requests.held.setdefault(server, [])
         if len(held) >= self.max_in_flight:
