@@ -58,6 +58,7 @@ from aggregator.core.events import (
     LinkEnded,
     OwnCallStarted,
     ServerAdded,
+    ServerCached,
     ServerCongested,
     ServerDecoded,
     ServerDown,
@@ -163,7 +164,7 @@ class Hub:
         # Each server's last listing is kept in the cache; a lazy server with one is not
         # started (its catalog is that listing) until a request needs it. A command's one
         # look (``looking``: check, tools) starts every server.
-        self.listings = KeptListings(config)
+        self.listings = KeptListings(config, looking=looking)
         shared = [server for server in servers if not acts_as_users(server)]
         dormant = set() if looking else self.listings.dormant(self.router, shared)
         self.upstreams = {
@@ -311,6 +312,7 @@ class Hub:
             await self._replace_plugins(plan.plugins)
         running, self.config = self.config, plan.changes.effective
         config, router = self.config, self.router
+        self.listings.config = config  # (its [proxy], and so its cache_dir, never changes live)
         restarting = plan.restarting(running)
         stopping: list[UpstreamSession] = []
         for name in plan.changes.restarts:
@@ -339,7 +341,12 @@ class Hub:
                 router.handle(ServerAdded(link_settings(server, config)))
             if acts_as_users(server):
                 continue
-            upstream = UpstreamSession(self, server)
+            # A lazy server as at launch: with a cached listing (of this configuration) it is
+            # listed from it and not started; without one it starts once, to list.
+            cached = await self.listings.cached(server)
+            if cached is not None:
+                self.dispatch_now(router.handle(ServerCached(name, cached)))
+            upstream = UpstreamSession(self, server, dormant=cached is not None)
             self.upstreams[name] = upstream
             assert self._nursery is not None
             self._nursery.start_soon(upstream.run, name=f"upstream {name}")

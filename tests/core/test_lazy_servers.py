@@ -22,6 +22,9 @@ from aggregator.core.events import (
     ServerLost,
     ServerMessage,
     ServerReady,
+    ServerRemoved,
+    ServerReplaced,
+    ServerRestarting,
     StartupCompleted,
     TimePassed,
 )
@@ -263,3 +266,22 @@ def test_tool_search_finds_a_lazy_servers_cached_tools_and_calling_one_wakes_it(
     assert [tool["name"] for tool in found["result"]["structuredContent"]["tools"]] == ["lazy__weather"]
     out = ask(r, 2, "tools/call", name="call_tool", arguments={"name": "lazy__weather", "arguments": {}})
     assert out == [("WakeUpstream", "lazy", ())]
+
+
+def test_a_reload_that_changes_a_lazy_server_drops_its_old_listing(router: Router) -> None:
+    """Its cached listing was its old configuration's: it leaves the catalogs (clients are
+    told) whether the new one is served from its own cache or started to list."""
+    out = unpack(router.handle(ServerRestarting("lazy", "its configuration changed")))
+    assert any(kind == "ToClient" and "list_changed" in str(m) for kind, _, m in out)
+    assert tool_names(router) == ["eager__e"]
+    router.handle(ServerReplaced(LinkSettings("lazy", request_timeout=TIMEOUT), "its configuration changed"))
+    # The new configuration's cache, if there is one, is its catalog; nothing started.
+    out = unpack(router.handle(ServerCached("lazy", {"tools": [{"name": "new"}]})))
+    assert any(kind == "ToClient" and "tools/list_changed" in str(m) for kind, _, m in out)
+    assert tool_names(router) == ["eager__e", "lazy__new"]
+    assert ask(router, 1, "tools/call", name="lazy__new") == [("WakeUpstream", "lazy", ())]
+
+
+def test_a_reload_that_removes_a_lazy_server_forgets_its_listing(router: Router) -> None:
+    router.handle(ServerRemoved("lazy", "it was removed from the configuration"))
+    assert router.catalog.items_of("lazy", "tools") == []

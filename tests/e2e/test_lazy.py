@@ -184,3 +184,42 @@ def test_a_start_on_demand_that_fails_leaves_it_lazy_listed_and_tried_again_on_a
         answer = call(port, session, 5, "flaky__echo")
         assert "result" in answer and '"x": 5' in answer["result"]["content"][0]["text"], answer
         assert states(port)["flaky"] == "ready"
+
+
+def tool_names(port: int, session: str) -> set[str]:
+    listing = {"jsonrpc": "2.0", "id": 99, "method": "tools/list"}
+    return {t["name"] for t in json.loads(post(port, listing, {"mcp-session-id": session})[2])["result"]["tools"]}
+
+
+def test_a_reload_treats_a_lazy_server_as_launch_does(tmp_path: Path) -> None:
+    """Added: listed from its cache, not started. Changed (another cache key): its old
+    listing goes; the new configuration's cache is listed, or, with none, it starts once."""
+    cache = tmp_path / "cache"
+    proxy = {"start": "lazy", "cache_dir": str(cache), "startup_timeout": 30.0}
+    config = write_config(tmp_path, fake("a"), **proxy)
+    listing_cache.write(cache, load_config(config).servers["a"], {"tools": [{"name": "from_cache"}]})
+
+    def configure(b: str, tools: list[str] | None) -> None:
+        """Rewrite the config with server ``b``'s table (its cache holding ``tools``, if given)."""
+        draft = tmp_path / "draft"
+        draft.mkdir(exist_ok=True)
+        text = write_config(draft, fake("a") + b, **proxy).read_text()
+        if tools is not None:
+            server = load_config(draft / "aggregator.toml").servers["b"]
+            listing_cache.write(cache, server, {"tools": [{"name": n} for n in tools]})
+        config.write_text(text)
+
+    with http_proxy(config, "--watch") as (port, _):
+        wait_for(lambda: get(port, "/readyz")[0] == 200, seconds=30)
+        session = initialize(port)
+        assert tool_names(port, session) == {"a__from_cache"}
+        configure(fake("b"), ["first"])  # added, with a cache
+        wait_for(lambda: "b__first" in tool_names(port, session), seconds=20)
+        assert states(port)["b"] == "lazy"
+        configure(fake("b", X='"1"').replace("X = ", "env.X = "), ["second"])  # another env name: another key
+        wait_for(lambda: "b__second" in tool_names(port, session), seconds=20)
+        assert "b__first" not in tool_names(port, session) and states(port)["b"] == "lazy"
+        configure(fake("b", Y='"1"').replace("Y = ", "env.Y = "), None)  # no cache: it starts once, to list
+        wait_for(lambda: "b__echo" in tool_names(port, session), seconds=20)
+        assert "b__second" not in tool_names(port, session)
+        assert states(port)["a"] == "lazy"  # untouched

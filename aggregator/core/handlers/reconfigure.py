@@ -19,6 +19,8 @@ Rules of a live reconfiguration:
    answered, what it listed is remembered, and a request naming it waits for the new
    connection (``aggregator.core.catalogs.outages``). Once the old connection has ended, its link
    takes the new settings (``server_replaced``); the new connection starts as at startup.
+   A server stopped on purpose (lazy, idle-stopped) is no exception: its items (the cached
+   listing of its old configuration, or what it listed last) leave the catalogs too.
 """
 
 from __future__ import annotations
@@ -83,7 +85,7 @@ class Reconfigure:
         out = self._stop_session_links(server, why)
         if server not in self.links:
             return out
-        out += self.upstreams.server_lost(server, why)
+        out += self.upstreams.server_lost(server, why, reconfigured=True)
         outage = self.outages.get(server)
         if outage is not None:
             outage.reason = why
@@ -101,7 +103,9 @@ class Reconfigure:
         """A server whose settings changed is stopped, to start again (rule 4). The trio
         layer stops its shared connection, then calls ``server_replaced``."""
         out = self._stop_session_links(server, why)
-        return [*out, *self.upstreams.server_lost(server, why)] if server in self.links else out
+        if server not in self.links:
+            return out
+        return [*out, *self.upstreams.server_lost(server, why, reconfigured=True)]
 
     def server_replaced(self, server: LinkSettings, why: str) -> None:
         """The old connection of a restarting server has ended: its link takes the new

@@ -350,6 +350,7 @@ class UpstreamEvents:
         # (Not ``ever_ready``: a name with its prefix that the cache lacks wakes it too,
         # and is looked up again once it is listed: ``outages`` rule 4.)
         outage.state = LAZY
+        outage.memory.clear()  # (after a reload: what its old configuration listed is no guide)
         out: list[Command] = []
         for kind, items in listing.items():
             for profile, catalog in self.catalogs.items():
@@ -370,17 +371,22 @@ class UpstreamEvents:
             out.append(StopIdle(server))
         return out
 
-    def server_lost(self, server: str, why: str, *, keep_items: bool = False) -> list[Command]:
+    def server_lost(
+        self, server: str, why: str, *, keep_items: bool = False, reconfigured: bool = False
+    ) -> list[Command]:
         """The upstream is gone: fail its requests at once, hide its items, tell clients.
         ``keep_items``: it was stopped on purpose, idle; its items stay. A start on demand
-        that failed keeps them too, and the server is dormant again (``outages`` rule 7)."""
+        that failed keeps them too, and the server is dormant again (``outages`` rule 7).
+        ``reconfigured``: it goes because the configuration changed: its items go whatever
+        its state (a dormant server's cached listing is another configuration's)."""
         link = self.links.get(server)
         if link is None:
             return []
         outage = self.outages.get(server)
-        if not keep_items and outage is not None and outage.state in DORMANT and link.lifecycle is None:
+        dormant = outage is not None and outage.state in DORMANT
+        if not keep_items and not reconfigured and dormant and link.lifecycle is None:
             return []  # stopped on purpose, let go of already: the end of that connection changes nothing
-        woken = outage.woken if outage is not None and link.session is None else None
+        woken = outage.woken if outage is not None and link.session is None and not reconfigured else None
         if woken is not None:  # its start on demand failed: dormant again, its catalog kept
             keep_items = True
         link.ready = False
