@@ -1,8 +1,9 @@
 """A server table added to a config file's text, every other byte of it kept: the table is
 appended at the end (after one blank line, in the file's own line endings); ``replace``
-first takes out the ``[servers.KEY]`` table and its sub-tables (and the comments this
-module's tables start with), leaving the comments that belong to the next table, and
-checks that the file then reads as before without ``servers.KEY`` (else nothing is written).
+first takes out the ``[servers.KEY]`` table and its sub-tables and the comments ``add``
+wrote with it (its provenance lines above it, its descriptions in it), leaving every other
+comment where it was, and checks that the file then reads as before without
+``servers.KEY`` (else nothing is written).
 
 A key that is written another way (an inline table, dotted keys under ``[servers]``) is
 not rewritten: the user is told to edit it by hand.
@@ -20,6 +21,12 @@ from aggregator.registry.identifiers import RegistryError
 from aggregator.registry.tables import MARK
 
 _BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
+# The comments ``add`` writes inside a table (``tables``): a variable or header described,
+# an optional one left out as a commented line.
+_OURS = re.compile(
+    r"# (env\.[A-Za-z_][A-Za-z0-9_]* = |headers\.\S+ = |header \S+ \(|"
+    r"[A-Za-z_][A-Za-z0-9_]* \((secret, required|secret|required|optional)\): )"
+)
 
 
 def existing_servers(text: str, source: str) -> dict[str, Any]:
@@ -65,8 +72,11 @@ def with_table(text: str, key: str, table: str, *, replace: bool, source: str) -
 
 
 def _without(text: str, key: str, source: str) -> str:
-    """``text`` without the header lines of ``[servers.KEY]`` and its sub-tables, and the
-    lines up to the next other table (its own comments, just above it, stay)."""
+    """``text`` without the lines ``add`` wrote for ``[servers.KEY]`` (``_OURS``: its
+    provenance comments just above the header, the header, and the comments it writes in
+    the table), the table's settings and its sub-tables; every other comment stays, byte
+    for byte, where it was: the user's own above, inside and after the table, and the
+    next table's just above it."""
     lines = text.splitlines(keepends=True)
     keep = [True] * len(lines)
     found = False
@@ -76,25 +86,47 @@ def _without(text: str, key: str, source: str) -> str:
             index += 1
             continue
         found = True
-        start = index
-        while start > 0 and lines[start - 1].lstrip().startswith("#"):  # our own comment block above
-            start -= 1
-        if not lines[start].lstrip().startswith(MARK.strip()):
-            start = index
+        for position in _provenance(lines, index):
+            keep[position] = False
         end = index + 1
         while end < len(lines) and not (_header(lines[end]) is not None and not _is_ours(lines[end], key)):
             end += 1
         if end < len(lines):  # the next table's comments, just above it, are its own
             while end - 1 > index and lines[end - 1].lstrip().startswith("#"):
                 end -= 1
-        for position in range(start, end):
-            keep[position] = False
+        kept_comment = False  # the line before is a comment of the user's, kept
+        for position in range(index, end):
+            line = lines[position].lstrip()
+            blank = not line.strip()
+            if line.startswith("#") and not _OURS.match(line):
+                kept_comment = True
+                continue
+            if not (blank and kept_comment):  # (a blank line after the user's comment stays)
+                keep[position] = False
+            kept_comment = False
         index = end
     if not found:
         raise RegistryError(
             f"servers.{key} in {source} is not written as a [servers.{key}] table of its own; edit it by hand"
         )
     return "".join(line for line, kept in zip(lines, keep, strict=True) if kept)
+
+
+def _provenance(lines: list[str], header: int) -> range:
+    """The comment lines ``add`` wrote just above the header at ``header``: the nearest
+    line starting with ``MARK`` in the comment block above it, the description below it,
+    then its ``# set VAR: ...`` lines; empty when the block has no such line."""
+    start = header
+    while start > 0 and lines[start - 1].lstrip().startswith("#"):
+        start -= 1
+    marks = [n for n in range(start, header) if lines[n].lstrip().startswith(MARK.strip())]
+    if not marks:
+        return range(0)
+    mark = marks[-1]
+    end = min(mark + 2, header)  # the mark, and the description line after it
+    while end < header and lines[end].lstrip().startswith("# set "):
+        end += 1
+    return range(mark, end)
 
 
 def _header(line: str) -> list[str] | None:

@@ -63,6 +63,57 @@ def test_replace_takes_out_that_table_and_its_sub_tables_only():
     assert after == ('# head\n[proxy]\npage_size = 10\n\n# the y server\n[servers.y]\ncommand = "y"\n\n' + TABLE)
 
 
+@pytest.mark.parametrize("newline", ["\n", "\r\n"])
+def test_replace_takes_out_what_add_wrote_and_keeps_the_users_comments(newline):
+    """User comments directly above the provenance lines, inside the table and after it
+    stay byte for byte; add's own lines (provenance, descriptions, the table) go."""
+    before = (
+        "[proxy]\n"
+        "page_size = 10\n"
+        "\n"
+        "# my memory server: keep it pinned  \n"
+        "#   (see the wiki)\n"
+        "# from an MCP registry: io.example/x 0.9.0 (R)\n"
+        "# Knowledge graph memory\n"
+        "# set API_KEY: the key (secret)\n"
+        "[servers.x]\n"
+        'command = "old"\n'
+        "# why: the default path is on a slow disk\n"
+        "# MEMORY_FILE_PATH (optional): Path to the file\n"
+        '# env.MEMORY_FILE_PATH = "${MEMORY_FILE_PATH}"\n'
+        "# API_KEY (secret, required): the key\n"
+        'env.API_KEY = "${API_KEY}"\n'
+        "\n"
+        "# after x, before y: mine too\n"
+        "\n"
+        "# the y server\n"
+        "[servers.y]\n"
+        'command = "y"\n'
+        "\n"
+        "# the very end\n"
+    ).replace("\n", newline)
+    after = with_table(before, "x", TABLE, replace=True, source="c.toml")
+    expected = (
+        "[proxy]\n"
+        "page_size = 10\n"
+        "\n"
+        "# my memory server: keep it pinned  \n"
+        "#   (see the wiki)\n"
+        "# why: the default path is on a slow disk\n"
+        "# after x, before y: mine too\n"
+        "\n"
+        "# the y server\n"
+        "[servers.y]\n"
+        'command = "y"\n'
+        "\n"
+        "# the very end\n"
+        "\n"
+    ).replace("\n", newline)
+    assert after == expected + TABLE.replace("\n", newline)
+    again = with_table(after, "x", TABLE, replace=True, source="c.toml")  # a second replace: the same file
+    assert again == after
+
+
 def test_replace_finds_a_quoted_key():
     before = '[servers."x"]\ncommand = "old"\n[servers.z]\ncommand = "z"\n'
     after = with_table(before, "x", TABLE, replace=True, source="c.toml")
