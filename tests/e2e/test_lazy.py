@@ -186,6 +186,42 @@ def test_a_start_on_demand_that_fails_leaves_it_lazy_listed_and_tried_again_on_a
         assert states(port)["flaky"] == "ready"
 
 
+WORKS_ONCE = """
+import os, sys
+marker = sys.argv[1]
+if os.path.exists(marker):
+    sys.stderr.write("fatal: the second start fails\\n")
+    sys.exit(5)
+open(marker, "w").close()
+os.execv(sys.executable, [sys.executable, *sys.argv[2:]])
+"""
+
+
+def test_an_idle_stopped_server_whose_restart_fails_stays_idle_stopped_and_listed(tmp_path: Path) -> None:
+    script = tmp_path / "works_once.py"
+    script.write_text(WORKS_ONCE)
+    marker = tmp_path / "started-once"
+    body = fake("once").replace(f'args = ["{FAKESRV}"', f'args = ["{script}", "{marker}", "{FAKESRV}"')
+    config = write_config(
+        tmp_path,
+        body,
+        start="lazy",
+        idle_stop_after="1s",
+        cache_dir=str(tmp_path / "cache"),
+        restart_backoff_initial=3.0,
+        startup_timeout=30.0,
+    )
+    with http_proxy(config) as (port, _):  # no cache yet: it starts once, to list
+        wait_for(lambda: get(port, "/readyz")[0] == 200, seconds=30)
+        session = initialize(port)
+        wait_for(lambda: states(port)["once"] == "idle-stopped", seconds=15)
+        error = call(port, session, 1, "once__echo")["error"]
+        assert "Server 'once' could not be started" in error["message"], error
+        assert error["data"]["state"] == "idle-stopped" and "status 5" in error["data"]["lastError"], error
+        assert "once__echo" in tool_names(port, session)
+        assert states(port)["once"] == "idle-stopped"
+
+
 def tool_names(port: int, session: str) -> set[str]:
     listing = {"jsonrpc": "2.0", "id": 99, "method": "tools/list"}
     return {t["name"] for t in json.loads(post(port, listing, {"mcp-session-id": session})[2])["result"]["tools"]}
