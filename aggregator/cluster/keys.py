@@ -31,7 +31,8 @@ REQUEST_STATE = "request-state"  # HMAC of parked calls' requestState (``core.er
 CURSOR = "cursor"  # HMAC of list cursors (``core.catalogs.cursor``)
 BROWSER = "browser"  # HMAC of the OAuth pages' browser cookie (``credentials.browser``)
 FLOWS = "flows"  # AES-GCM sealing of authorization flows in the store (``credentials.flows``)
-PURPOSES = (SESSION, REQUEST_STATE, CURSOR, BROWSER, FLOWS)
+KEPT = "kept"  # AES-GCM sealing of the rests of cut results in the store (``cluster.kept``)
+PURPOSES = (SESSION, REQUEST_STATE, CURSOR, BROWSER, FLOWS, KEPT)
 SALT = b"aggregator cluster keys v1"
 
 

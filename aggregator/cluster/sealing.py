@@ -23,6 +23,7 @@ Checking the principal is the caller's: ``binding`` says what a state is bound t
 from __future__ import annotations
 
 import base64
+import hashlib
 import logging
 import os
 import zlib
@@ -53,6 +54,15 @@ class SessionState:
     principal: Any
     issued_at: float  # Unix time
     nonce: bytes = attrs.field(factory=lambda: os.urandom(16), repr=False)
+
+
+def shared_name(session_id: str) -> str | None:
+    """A session's name on every replica, for what is kept for it in the shared store (the
+    rests of its cut results): a digest of its sealed id, never the id itself (which opens
+    the session). None for an id that is not sealed: that session lives on one replica."""
+    if not session_id.startswith(PREFIX):
+        return None
+    return hashlib.sha256(session_id.encode()).hexdigest()[:32]
 
 
 def binding(principal: object) -> Any:

@@ -121,6 +121,39 @@ class RequestEnded:
     id: Any
 
 
+@attrs.define(weakref_slot=False)
+class ShareKept:
+    """Write the rest of a cut result to the shared store, so that any replica serves it:
+    kept under ``token`` for ``owner`` (the caller's name every replica gives it,
+    ``core.catalogs.result_budget.shared_owner``), read in pages of ``page_bytes``, for
+    ``ttl`` seconds; then send ``answer`` (the cut result, to its caller), so that the
+    caller cannot ask another replica for the rest before the store has it. A write that
+    fails or takes too long does not hold the answer back: the rest is then served by
+    this replica alone."""
+
+    token: str
+    owner: str
+    text: str
+    page_bytes: int
+    ttl: float
+    answer: ToClient
+
+
+@attrs.define(weakref_slot=False)
+class FetchKept:
+    """Read the rest kept under ``token`` from the shared store, for client session
+    ``session``'s ``resources/read`` (its request ``id``, the ``uri`` and ``page`` it asked
+    for) as ``owner``: a rest this replica does not hold. The answer comes back as the
+    event ``KeptFetched`` (what was found, or nothing), within the trio layer's deadline."""
+
+    session: int
+    id: Any
+    token: str
+    owner: str
+    uri: str
+    page: int
+
+
 Command: TypeAlias = (
     ToClient
     | ToServer
@@ -133,4 +166,6 @@ Command: TypeAlias = (
     | StopIdle
     | WaitForStartup
     | RequestEnded
+    | ShareKept
+    | FetchKept
 )

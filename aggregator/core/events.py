@@ -40,6 +40,9 @@ class ClientConnected:
     era: Era = Era.LEGACY
     principal: Any = None
     stateless: bool = False
+    # The session's name on every replica (a digest of its sealed id; None: it has none,
+    # and what it leaves is served by this replica alone).
+    shared_name: str | None = None
 
 
 @attrs.define(weakref_slot=False)
@@ -56,6 +59,7 @@ class ClientAdopted:
     protocol_version: str
     capabilities: dict[str, Any]
     client_info: dict[str, Any]
+    shared_name: str | None = None  # as for ``ClientConnected``
 
 
 @attrs.define(weakref_slot=False)
@@ -327,6 +331,18 @@ class DiscoveryRenewed:
     discovery: dict[str, Discovery]
 
 
+@attrs.define(weakref_slot=False)
+class KeptFetched:
+    """What the shared store held for ``fetch`` (a ``FetchKept`` the router asked for):
+    the rest's ``text`` (in pages of ``page_bytes``), kept for ``ttl`` seconds more, if it
+    was there and readable in time; else None (missing, expired, or the store down)."""
+
+    fetch: Any  # the FetchKept (``core.commands``)
+    text: str | None
+    page_bytes: int = 0
+    ttl: float = 0.0
+
+
 Event: TypeAlias = (
     ClientConnected
     | ClientAdopted
@@ -361,4 +377,5 @@ Event: TypeAlias = (
     | ServerAdded
     | CatalogsRenewed
     | DiscoveryRenewed
+    | KeptFetched
 )

@@ -269,7 +269,12 @@ class Router:
         return {
             events.ClientConnected: quietly(
                 lambda e: clients.client_connected(
-                    e.key, e.profile, era=e.era, principal=e.principal, stateless=e.stateless
+                    e.key,
+                    e.profile,
+                    era=e.era,
+                    principal=e.principal,
+                    stateless=e.stateless,
+                    shared_name=e.shared_name,
                 )
             ),
             events.ClientAdopted: clients.client_adopted,
@@ -314,6 +319,7 @@ class Router:
             events.ServerAdded: quietly(lambda e: reload.server_added(e.server)),
             events.CatalogsRenewed: lambda e: reload.catalogs_renewed(e.servers, e.policies, e.catalog_hook),
             events.DiscoveryRenewed: lambda e: self._discovery_renewed(e.discovery),
+            events.KeptFetched: self._kept_fetched,
         }
 
     def _own_objects(self, settings: RouterSettings) -> None:
@@ -352,7 +358,8 @@ class Router:
             clock, settings.list_changed_debounce, self.clients, self.views, self.listens
         )
         discovery = dict(settings.discovery)  # profile -> its discovery settings
-        self.budgets = ResultBudgets(clock, discovery)  # tool results cut, their rest kept
+        # Tool results cut, their rest kept (and shared with the other replicas, with a store).
+        self.budgets = ResultBudgets(clock, discovery, shared=settings.share_kept_results)
         self.search = Search(  # search mode, by the same settings
             discovery, self.clients, self.catalogs, self.links, self.budgets
         )
@@ -689,6 +696,15 @@ class Router:
     def context_report(self) -> dict[str, dict[str, Any]]:
         """Per profile: its discovery mode, what tools/list holds now and its estimated tokens."""
         return self.search.context_report()
+
+    def _kept_fetched(self, event: events.KeptFetched) -> list[Command]:
+        """The shared store answered a read of a kept rest (``core.catalogs.result_budget``):
+        its caller is answered, if it is still here."""
+        key = event.fetch.session
+        client = self.clients.get(key)
+        if client is None:
+            return []
+        return [ToClient(key, self.stamped(key, "resources/read", self.budgets.fetched(client, event)))]
 
     def stamped(self, key: int, method: str, message: dict[str, Any]) -> dict[str, Any]:
         """An answer made outside the router (a plugin's) for client ``key``'s request, as

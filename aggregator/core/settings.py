@@ -153,3 +153,6 @@ class RouterSettings:
     # The replica named in the ids of server-to-client requests, so that a client's answer
     # that reaches another replica finds its way back here ([cluster] keys; "": numbers).
     reverse_replica: str = ""
+    # Whether the rests of cut results are written to the shared store and read back from it
+    # on a miss, so that every replica serves them ([cluster] keys and store).
+    share_kept_results: bool = False

@@ -54,6 +54,7 @@ class ClientPort(Protocol):
         protocol_version: str,
         capabilities: dict[str, Any],
         client_info: dict[str, Any],
+        shared_name: str | None = None,
     ) -> int:
         """A legacy session initialized elsewhere (its id was sealed), taken over; its key.
         ValueError when ``profile`` is none of this proxy's."""

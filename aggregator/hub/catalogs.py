@@ -55,6 +55,7 @@ def make_router(
             request_state_keys=keys.keys_for(REQUEST_STATE),
             replica=keys.replica,
             reverse_replica=keys.replica if config.cluster.enabled else "",
+            share_kept_results=config.cluster.enabled and config.cluster.store is not None,
         ),
         clock=trio.current_time,
         wall_clock=time.time,  # what request states' expiry is read on, alike on every replica

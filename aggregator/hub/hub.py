@@ -35,14 +35,15 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
-from aggregator.cluster.keys import KeyRing
+from aggregator.cluster.kept import SharedKept
+from aggregator.cluster.keys import KEPT, KeyRing
 from aggregator.cluster.store import Store, open_store
 from aggregator.config import Config
 from aggregator.config.core_settings import discovery_settings, link_settings
 from aggregator.config.upstream_auth import acts_as_users
 from aggregator.core.catalogs.catalog import Catalog
 from aggregator.core.catalogs.policy import unmatched_rules
-from aggregator.core.commands import Command, RequestEnded
+from aggregator.core.commands import Command, FetchKept, RequestEnded, ShareKept
 from aggregator.core.events import (
     Abandoned,
     CatalogsRenewed,
@@ -55,6 +56,7 @@ from aggregator.core.events import (
     ClientRefused,
     DiscoveryRenewed,
     DrainingStarted,
+    KeptFetched,
     LinkEnded,
     OwnCallStarted,
     ServerAdded,
@@ -199,6 +201,8 @@ class Hub:
         # What the replicas share ([cluster] store): Redis, or this process's own memory.
         # Opened when the hub runs; one that is down is shown by readiness, never waited for.
         self.store: Store = open_store(config.cluster.store, prefix=config.cluster.prefix)
+        # The rests of cut results in that store, when the router shares them ([cluster] keys and store).
+        self.kept = SharedKept(self.store, self.keys.keys_for(KEPT)) if self.router.budgets.shared else None
         self._dirty: list[ClientSink] = []
         self.soon = SoonWriter(self._write_dirty)  # dispatch_soon's writes, once per scheduler turn
         self._timer_at = math.inf
@@ -215,6 +219,8 @@ class Hub:
             WakeUpstream: self._wake_upstream,
             StopIdle: self._stop_idle,
             RequestEnded: self._request_ended,
+            ShareKept: self._share_kept,
+            FetchKept: self._fetch_kept,
         }
         self._traffic = traffic.watch_commands(self._handlers)  # --log-level debug: a line per message
         if not self._initial:
@@ -509,7 +515,8 @@ class Hub:
     def client_connected(self, sink: ClientSink, profile: str = "default", **kind: Any) -> int:
         """A new client, whose messages go to ``sink``; its key. ``kind``: ``era`` (MODERN: it
         speaks a modern revision from its first message), ``principal`` (who the front
-        authenticated), ``stateless`` (a stateless HTTP request's own); ``access_token``: the
+        authenticated), ``stateless`` (a stateless HTTP request's own), ``shared_name`` (its
+        session's name on every replica, ``cluster.sealing.shared_name``); ``access_token``: the
         OAuth access token it showed, kept here for token exchange, never told to the router."""
         key = next(self._client_keys)
         self.callers.connected(key, kind.get("principal"), kind.pop("access_token", None))
@@ -528,12 +535,14 @@ class Hub:
         protocol_version: str,
         capabilities: dict[str, Any],
         client_info: dict[str, Any],
+        shared_name: str | None = None,
     ) -> int:
         """A legacy session initialized elsewhere (another replica, or before a restart),
         whose messages go to ``sink``, taken over as its handshake left it; its key.
+        ``shared_name``: its name on every replica (``cluster.sealing.shared_name``).
         ValueError when ``profile`` is none of this proxy's."""
         key = next(self._client_keys)
-        adopted = ClientAdopted(key, profile, principal, protocol_version, capabilities, client_info)
+        adopted = ClientAdopted(key, profile, principal, protocol_version, capabilities, client_info, shared_name)
         self.router.handle(adopted)  # raises before anything is kept, on an unknown profile
         self.callers.connected(key, principal, access_token)
         self.clients[key] = sink
@@ -760,6 +769,27 @@ class Hub:
         client = self.clients.get(command.session)
         if client is not None:
             client.request_ended(command.id)
+
+    def _share_kept(self, command: ShareKept) -> None:
+        """A cut result's rest, written to the shared store (``cluster.kept``); its answer is
+        sent once the store has it (or could not take it in time)."""
+        if self.kept is not None and self._nursery is not None:
+            self.kept.start_write(self._nursery, command, lambda: self.dispatch_now([command.answer]))
+        else:
+            self._to_client(command.answer)
+
+    def _fetch_kept(self, command: FetchKept) -> None:
+        """A read of a rest this replica does not hold: the store is asked, and the router
+        told what it said (``KeptFetched``), which answers the read."""
+        if self.kept is not None and self._nursery is not None:
+            self._nursery.start_soon(self._kept_read, self.kept, command)
+        else:
+            self.dispatch_soon(self.router.handle(KeptFetched(command, None)))
+
+    async def _kept_read(self, kept: SharedKept, command: FetchKept) -> None:
+        found = await kept.read(command)
+        text, page_bytes, ttl = found if found is not None else (None, 0, 0.0)
+        self.dispatch_now(self.router.handle(KeptFetched(command, text, page_bytes, ttl)))
 
     def _to_server(self, command: ToServer) -> None:
         target = self.upstreams[command.server].outbox

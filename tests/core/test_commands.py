@@ -15,7 +15,9 @@ from aggregator.core.commands import (
     Answer,
     Command,
     DropUpstream,
+    FetchKept,
     RequestEnded,
+    ShareKept,
     StartUpstream,
     StopIdle,
     StopUpstream,
@@ -42,6 +44,8 @@ FIELDS = [
     (StopIdle, ("server",)),
     (WaitForStartup, ("session",)),
     (RequestEnded, ("session", "id")),
+    (ShareKept, ("token", "owner", "text", "page_bytes", "ttl", "answer")),
+    (FetchKept, ("session", "id", "token", "owner", "uri", "page")),
 ]
 
 

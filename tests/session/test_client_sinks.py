@@ -72,7 +72,7 @@ def test_the_hub_has_a_handler_for_every_command_it_is_given():
         "StopIdle",
     }
     assert all(isinstance(getattr(core_router, name), type) for name in dispatched)
-    dispatched.add("RequestEnded")
+    dispatched.update({"RequestEnded", "ShareKept", "FetchKept"})
 
     async def main():
         async with running_proxy({"a": []}) as proxy:

@@ -68,10 +68,15 @@ class KeptResults:
         self._expiry: list[tuple[float, int, str]] = []  # a heap; dropped tokens are skipped
         self._seq = 0
 
-    def keep(self, owner: Any, text: str, page_bytes: int, expires: float, now: float) -> tuple[str, Kept]:
-        """Keep ``text`` for ``owner`` until ``expires``: its token, and what was kept (at
-        most ``per_owner`` bytes of it; older rests go first to make room)."""
+    def keep(
+        self, owner: Any, text: str, page_bytes: int, expires: float, now: float, token: str | None = None
+    ) -> tuple[str, Kept]:
+        """Keep ``text`` for ``owner`` until ``expires``: its token (a new one, or ``token``:
+        a rest read back from the shared store), and what was kept (at most ``per_owner``
+        bytes of it; older rests go first to make room)."""
         self.expire(now)
+        if token is not None and token in self.items:
+            self._drop(token)
         text, _ = cut_utf8(text, self.per_owner)
         kept = Kept(owner, text, page_bytes, expires)
         mine = self._owned.get(owner)
@@ -80,7 +85,8 @@ class KeptResults:
             mine = self._owned.get(owner)
         while self.items and self.bytes + kept.size > self.max_bytes:
             self._drop(next(iter(self.items)))
-        token = secrets.token_urlsafe(18)
+        if token is None:
+            token = secrets.token_urlsafe(18)
         self.items[token] = kept
         self.bytes += kept.size
         self._owned.setdefault(owner, {})[token] = None

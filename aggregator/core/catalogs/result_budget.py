@@ -17,16 +17,29 @@ owner: the bearer token (principal) that made the call, or without one the sessi
 ``?page=N`` the others, each ending with where the next is. A URI that is unknown,
 expired or another caller's gets the same "Unknown resource" (no oracle). Memory is
 bounded (``core.catalogs.kept_results``).
+
+Shared (``[cluster]`` keys and store, ``shared``): a rest whose owner every replica can
+name (``shared_owner``: a token's principal, a stateless caller without one, a session
+with a sealed id) is also written to the store as it is cut (``ShareKept``, which carries
+the answer: it is sent once the store has the rest, so the caller cannot ask another
+replica for it sooner), at most ``SHARED_KEPT_BYTES`` of it (the
+rest kept here is cut to the same, so that every replica serves the same pages). A read
+this replica cannot serve becomes ``FetchKept``; the trio layer answers with the event
+``KeptFetched``, and ``fetched`` answers the read: the page, or the same "Unknown resource"
+(the store down, too). What was fetched is kept here for the rest of its time, so its
+other pages cost no second read. The core never waits: the read's caller does.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Any
 
 from aggregator.core.catalogs.kept_results import Kept, KeptResults, cut_utf8, page_of
 from aggregator.core.catalogs.tokens import BYTES_PER_TOKEN, tokens_of, tokens_of_bytes
-from aggregator.core.commands import Command, ToClient
+from aggregator.core.commands import Command, FetchKept, ShareKept, ToClient
+from aggregator.core.events import KeptFetched
 from aggregator.core.records.clients import ClientState
 from aggregator.core.settings import Discovery, discovery_of
 from aggregator.jsonrpc.errors import INVALID_PARAMS, RemoteProtocolError
@@ -35,6 +48,11 @@ RESULTS = "aggregator://results/"
 RESULTS_SCHEME = "aggregator:"
 NOTE_TOKENS = 120  # what the note and the link take of the budget
 _LINKS_FROM = "2025-06-18"  # the first revision with resource_link content
+# A rest in the shared store, at most (about two million tokens; a Redis reply of the store
+# client stays under its 16 MiB bound).
+SHARED_KEPT_BYTES = 8 * 1024 * 1024
+NO_ANSWER = ToClient(0, None)  # the answer a ShareKept carries until the caller's is put in
+_TOKEN = re.compile(r"[A-Za-z0-9_-]{24}\Z")  # what ``KeptResults.keep`` mints: nothing else is looked up
 
 
 def _text_of(item: Any) -> str | None:
@@ -127,13 +145,42 @@ def owner_of(client: ClientState) -> Any:
     return ("session", client.key)
 
 
+def shared_owner(client: ClientState) -> str | None:
+    """Who may read what a client's calls left, as every replica names it (``owner_of``
+    across replicas): a static token's index, an access token's issuer and subject, a
+    stateless caller without a token, or a session by its name on every replica. None: a
+    session known to this replica alone (no sealed id): nothing of it is shared."""
+    principal = client.principal
+    if principal is not None:
+        if type(principal) is int:
+            return f"token:{principal}"
+        issuer, subject = getattr(principal, "issuer", None), getattr(principal, "subject", None)
+        if type(issuer) is str and type(subject) is str:
+            return f"principal:{len(issuer)}:{issuer}{subject}"
+        return None
+    if client.stateless:
+        return "anonymous"
+    return None if client.shared_name is None else f"session:{client.shared_name}"
+
+
+def _unknown(uri: str, id: Any = None) -> RemoteProtocolError:
+    error = RemoteProtocolError(
+        INVALID_PARAMS,
+        f"Unknown resource: {uri[:200]} (the rest of a cut result is kept for a while, "
+        "and only its caller may read it)",
+    )
+    error.id = id
+    return error
+
+
 class ResultBudgets:
     """Cutting tool results to their profile's budget, and reading back the rest (kept in
     ``kept`` until then)."""
 
-    def __init__(self, clock: Callable[[], float], discovery: dict[str, Discovery]) -> None:
+    def __init__(self, clock: Callable[[], float], discovery: dict[str, Discovery], *, shared: bool = False) -> None:
         self.clock = clock
         self.kept = KeptResults()
+        self.shared = shared  # rests written to the shared store and read back from it
         self.renew(discovery)
 
     def renew(self, discovery: dict[str, Discovery]) -> None:
@@ -141,19 +188,25 @@ class ResultBudgets:
         self.discovery = discovery
         self.on = any(d.max_result_tokens for d in discovery.values())  # whether any profile cuts
 
-    def cut(self, client: ClientState, result: dict[str, Any]) -> None:
-        """Cut ``client``'s tool result to its profile's budget in place, keeping the rest."""
+    def cut(self, client: ClientState, result: dict[str, Any]) -> ShareKept | None:
+        """Cut ``client``'s tool result to its profile's budget in place, keeping the rest;
+        what to write to the shared store, when it is shared."""
         discovery = discovery_of(self.discovery, client.profile)
         budget = discovery.max_result_tokens
         if not budget or not over_budget(result, budget):
-            return
+            return None
         now = self.clock()
         rest, shown, total = cut_result(result, budget)
         owner = owner_of(client)
+        shared = shared_owner(client) if self.shared else None
+        if shared is not None:
+            rest, _ = cut_utf8(rest, SHARED_KEPT_BYTES)
         ttl = discovery.keep_results_for
-        token, kept = self.kept.keep(owner, rest, budget * BYTES_PER_TOKEN, now + ttl, now)
+        page_bytes = budget * BYTES_PER_TOKEN
+        token, kept = self.kept.keep(owner, rest, page_bytes, now + ttl, now)
         added = note_and_link(RESULTS + token, kept, shown, total, ttl, client.protocol_version)
         result["content"] = [*result["content"], *added]
+        return None if shared is None else ShareKept(token, shared, rest, page_bytes, ttl, NO_ANSWER)
 
     def forget(self, key: int) -> None:
         """Client session ``key`` went away: what its calls left for it alone goes."""
@@ -166,11 +219,25 @@ class ResultBudgets:
         digits = query[5:] if query.startswith("page=") else ""
         page = int(digits) if digits.isascii() and digits.isdigit() and len(digits) <= 9 else (0 if query else 1)
         kept = self.kept.get(owner_of(client), token, self.clock())
+        if kept is None and page >= 1 and self.shared and _TOKEN.match(token):
+            shared = shared_owner(client)
+            if shared is not None:  # kept by another replica, perhaps: the store is asked
+                return [FetchKept(client.key, message["id"], token, shared, uri, page)]
         if kept is None or not 1 <= page <= len(kept.pages):
-            raise RemoteProtocolError(
-                INVALID_PARAMS,
-                f"Unknown resource: {uri[:200]} (the rest of a cut result is kept for a while, "
-                "and only its caller may read it)",
-            )
+            raise _unknown(uri)
         result = page_of(kept, uri, page)
         return [ToClient(client.key, {"jsonrpc": "2.0", "id": message["id"], "result": result})]
+
+    def fetched(self, client: ClientState, event: KeptFetched) -> dict[str, Any]:
+        """The answer to a read that asked the shared store (``FetchKept``), now that it has
+        answered (``event``): the page, kept here for the rest of its time, or "Unknown
+        resource" when it had none of it for this caller."""
+        fetch = event.fetch
+        kept = None
+        if event.text is not None and event.ttl > 0 and event.page_bytes > 0 and fetch.owner == shared_owner(client):
+            now = self.clock()
+            owner = owner_of(client)
+            _, kept = self.kept.keep(owner, event.text, event.page_bytes, now + event.ttl, now, token=fetch.token)
+        if kept is None or not 1 <= fetch.page <= len(kept.pages):
+            return _unknown(fetch.uri, fetch.id).to_response()
+        return {"jsonrpc": "2.0", "id": fetch.id, "result": page_of(kept, fetch.uri, fetch.page)}

@@ -21,7 +21,7 @@ from typing import Any
 
 from aggregator.core.catalogs.result_budget import ResultBudgets
 from aggregator.core.catalogs.uris import expose_uri, rewrite_content_uris
-from aggregator.core.commands import Command, DropUpstream, ToClient
+from aggregator.core.commands import Command, DropUpstream, ShareKept, ToClient
 from aggregator.core.era.modern_callers import ModernCallers
 from aggregator.core.era.modern_results import IDENTITY, unknown_result_type
 from aggregator.core.lifecycle.upstream_era import MODERN_ERA
@@ -97,7 +97,7 @@ class Answers:
                     f"Server {link.server!r} answered {pending.method} with a result of unknown resultType",
                     "malformed",
                 )
-            self._expose_result(pending, result, link)
+            shared = self._expose_result(pending, result, link)
             if client.era is MODERN_ERA:
                 if (
                     type(result) is dict
@@ -112,6 +112,9 @@ class Answers:
             # What it carried goes now: the deadline heap keeps a finished Pending until it tidies
             # up, and a call's params left there would be scanned by the collector again and again.
             pending.params = pending.bridge = pending.subscription = pending.meta = None
+            if shared is not None:  # the cut rest: the answer leaves once the shared store has it
+                shared.answer = ToClient(client.key, message)
+                return [shared]
             return [ToClient(client.key, message)]
         if pending.subscription is not None:  # a failed subscribe
             self.subscriptions.remove(pending.subscription, client.key)
@@ -127,10 +130,11 @@ class Answers:
             return [ToClient(client.key, message), DropUpstream(link.name, why)]
         return [ToClient(client.key, message)]
 
-    def _expose_result(self, pending: Pending, result: Any, link: UpstreamLink) -> None:
-        """Rewrite what the proxy owns in an upstream result, in place."""
+    def _expose_result(self, pending: Pending, result: Any, link: UpstreamLink) -> ShareKept | None:
+        """Rewrite what the proxy owns in an upstream result, in place; a cut result's rest
+        to write to the shared store, if any."""
         if type(result) is not dict:
-            return
+            return None
         method = pending.method
         if link.uri_prefix:
             _expose_result_uris(method, result, link.uri_prefix)
@@ -149,7 +153,8 @@ class Answers:
         if self.budgets.on and method == "tools/call":
             client = self.requests.client_of(pending)
             if client is not None:
-                self.budgets.cut(client, result)  # cut to the caller's budget (``core.catalogs.result_budget``)
+                return self.budgets.cut(client, result)  # cut to the caller's budget (``core.catalogs.result_budget``)
+        return None
 
     def _url_elicitations_required(self, link: UpstreamLink, session: int, data: Any) -> None:
         """A -32042 answer names URL elicitations the client must complete first: their

@@ -112,6 +112,7 @@ class ClientEvents:
         era: Era = Era.LEGACY,
         principal: Any = None,
         stateless: bool = False,
+        shared_name: str | None = None,
     ) -> None:
         if profile not in self.catalogs:
             raise ValueError(f"no such profile: {profile!r}")
@@ -122,6 +123,7 @@ class ClientEvents:
             era=era,
             principal=principal,
             stateless=stateless,
+            shared_name=shared_name,
         )
 
     def client_adopted(self, event: ClientAdopted) -> list[Command]:
@@ -129,7 +131,7 @@ class ClientEvents:
         as the handshake left it, nothing sent upstream (a per-session server of its own
         starts at its first request, as for any session). An unknown profile (the
         configurations of the replicas differ) raises ValueError, as for a new client."""
-        self.client_connected(event.key, event.profile, principal=event.principal)
+        self.client_connected(event.key, event.profile, principal=event.principal, shared_name=event.shared_name)
         self.handshake.adopt(self.clients[event.key], event.protocol_version, event.capabilities, event.client_info)
         return []
 

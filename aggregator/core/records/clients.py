@@ -35,6 +35,9 @@ class ClientState:
     # stdio or without tokens): what the proxy's own request state is bound to.
     principal: Any = None
     stateless: bool = False  # a stateless HTTP request's client: no session outlives it
+    # Its session's name on every replica (a digest of its sealed id): what the rests of its
+    # cut results are bound to in the shared store. None: it has none.
+    shared_name: str | None = None
     # What this client sees: its profile's catalog, or its own view once a per-session
     # server of its own has listed (``Router.views``).
     catalog: Any = None

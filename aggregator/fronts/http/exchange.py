@@ -21,6 +21,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from aggregator.cluster.sealing import shared_name
 from aggregator.config import HttpConfig
 from aggregator.fronts.access import AccessPolicy, Denial, bearer_token, choose_profile
 from aggregator.fronts.http.answers import refuse_session, reject
@@ -146,7 +147,11 @@ class PostExchange:
         session.named = named
         session.token_seen = bearer_token(request.headers)
         session.key = self.hub.client_connected(
-            session, profile, principal=principal, access_token=self.access.access_token(request.headers)
+            session,
+            profile,
+            principal=principal,
+            access_token=self.access.access_token(request.headers),
+            shared_name=shared_name(session.id),
         )
         self.sessions.add(session)
         log.info("http session %d: opened", session.key)

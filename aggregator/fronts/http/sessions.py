@@ -42,7 +42,7 @@ import orjson
 import trio
 
 from aggregator.cluster.keys import SESSION
-from aggregator.cluster.sealing import MAX_ID, PREFIX, SessionSealer, SessionState, binding
+from aggregator.cluster.sealing import MAX_ID, PREFIX, SessionSealer, SessionState, binding, shared_name
 from aggregator.config import HttpConfig
 from aggregator.core.router import proxy_error
 from aggregator.errors import StoreError
@@ -383,6 +383,7 @@ class SessionTable:
                 protocol_version=state.protocol_version,
                 capabilities=state.capabilities,
                 client_info=state.client_info,
+                shared_name=shared_name(session_id),
             )
         except ValueError:
             self.admission.release_session()
