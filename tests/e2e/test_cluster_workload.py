@@ -45,13 +45,9 @@ RESTART_AT = 90  # ... before another one is restarted
 PING = {"jsonrpc": "2.0", "id": 9, "method": "ping"}
 # What the replicas do not share yet, by operation and client kind: the piece missing.
 UPDATES = "a session's resources/updated is not yet carried to its GET stream on another replica"
-KEPT = "a kept result is not yet written to the shared store: another replica cannot page it back"
 MISSING = {
     ("subscription", "legacy"): UPDATES,
     ("subscription", "sdk1"): UPDATES,
-    ("kept", "modern"): KEPT,
-    ("kept", "legacy"): KEPT,
-    ("kept", "sdk1"): KEPT,
 }
 
 
