@@ -93,6 +93,7 @@ from aggregator.core.router import (
 from aggregator.hub.callers import Callers
 from aggregator.hub.caps import Admission
 from aggregator.hub.catalogs import make_router
+from aggregator.hub.drain import Drain
 from aggregator.hub.listings import KeptListings
 from aggregator.hub.reload import (
     CHANGED,
@@ -175,7 +176,7 @@ class Hub:
         self.start_latency = Histogram(START_BUCKETS)  # how long servers took to start, to their first listing
         # Shutting down (``drain``): no new session, no new stateless request, not ready;
         # the sessions already open are served until the drain ends.
-        self._draining = False
+        self.shutdown = Drain(in_flight=self.router.in_flight, closing=lambda: self.router.draining)
         # The network endpoints' shared caps (connections, sessions); none while draining.
         self.admission = Admission(
             config.http.max_connections, config.http.max_sessions, draining=lambda: self.draining
@@ -476,39 +477,17 @@ class Hub:
             self._all_settled.set()
 
     async def drain(self, seconds: float) -> None:
-        """Shut down gently, in two steps. Draining (at once): ``/readyz`` answers 503, no new
-        session and no new stateless request is admitted (503 with Retry-After: a balancer
-        sends them to another replica), and the sessions already open are served as before,
-        so that what they have in flight, and what they send meanwhile, is answered. Closing
-        (once nothing is in flight, at the latest after ``seconds``): the router takes
-        nothing new, what is left is answered with an error, and the clients get a second to
-        read it."""
-        router = self.router
-        self._draining = True
-        log.info(
-            "draining: not ready, refusing new sessions and stateless requests;"
-            " %d session(s) served until %d request(s) in flight finish (up to %.0fs)",
-            len(self.sessions()),
-            router.in_flight(),
-            seconds,
-        )
-        started = time.monotonic()
-        with trio.move_on_after(seconds):
-            while router.in_flight():  # noqa: ASYNC110 - the router has no event to wait on
-                await trio.sleep(0.05)
-        router.handle(DrainingStarted())  # from here nothing new is taken
-        left = router.in_flight()
-        if left:
-            log.warning("shutting down: %d request(s) still in flight after %.0fs; they fail now", left, seconds)
-        else:
-            log.info("drained in %.1fs: nothing in flight; stopping", time.monotonic() - started)
-        # Also what was held for a server between restarts (or a session's own connection
-        # still starting): never sent, it is answered now rather than left to the close.
-        self.dispatch_now(router.handle(Abandoned("the aggregator is shutting down")))
-        # Let the answers reach the clients before the connections close.
-        with trio.move_on_after(1):
-            for client in list(self.clients.values()):
-                await client.wait_drained()
+        """Shut down gently (``hub.drain``): draining at once (not ready, nothing new
+        admitted, the sessions open served); closing once nothing is in flight, at the
+        latest after ``seconds``."""
+        await self.shutdown.run(seconds, len(self.sessions()), self._close, self.clients.values)
+
+    def _close(self) -> None:
+        """The drain's second step: the router takes nothing new, and what was held for a
+        server between restarts (or a session's own connection still starting), never
+        sent, is answered now rather than left to the close."""
+        self.router.handle(DrainingStarted())
+        self.dispatch_now(self.router.handle(Abandoned("the aggregator is shutting down")))
 
     # --- the clients' port (fronts.port.ClientPort) --------------------------------------
 
@@ -625,7 +604,7 @@ class Hub:
     @property
     def draining(self) -> bool:
         """Shutting down (``drain``): no new session, no new stateless request, not ready."""
-        return self._draining or self.router.draining
+        return self.shutdown.draining
 
     def use_credentials(self, credentials: UserCredentials) -> None:
         """Users' own credentials for servers, opened by ``serve``: each session's own
