@@ -109,5 +109,12 @@ class ClientPort(Protocol):
 
     @property
     def draining(self) -> bool:
-        """Shutting down: no new session, no new stateless request (the sessions open are
-        served until the drain ends)."""
+        """Shutting down: not ready, and every response closes its connection (the sessions
+        open are served until the drain ends)."""
+
+    def refuses_new(self, movable: bool) -> bool:
+        """Whether a new session or stateless request is refused now (shutting down);
+        ``movable``: one any replica serves (a Streamable HTTP session, a stateless request)."""
+
+    async def wait_stop_listening(self) -> None:
+        """Until the Streamable HTTP listener is to close (a drain with shared keys)."""

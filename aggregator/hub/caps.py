@@ -3,8 +3,10 @@
 One ``Admission`` per hub, shared by the Streamable HTTP, legacy SSE and WebSocket
 endpoints, so each cap is one number however a client arrives (a cap counted per
 transport would let in three times as many). While the hub drains for shutdown no new
-session is admitted (503 with Retry-After, for a balancer to try another replica);
-connections are, so that clients can still reach the sessions they have. stdio clients
+session is admitted (503 with Retry-After, for a balancer to try another replica) unless
+it is one that moves to another replica by itself (``movable``: a Streamable HTTP session
+whose id is sealed with the replicas' shared keys; the hub says which it takes, see
+``Hub.refuses_new``); connections are, so that clients can still reach the sessions they have. stdio clients
 are not counted: there is one, and it started the process.
 
 Every admission that succeeds must be released exactly once on every exit path; the
@@ -42,10 +44,11 @@ class Refusal(NamedTuple):
 
 
 class Admission:
-    def __init__(self, max_connections: int, max_sessions: int, draining: Callable[[], bool]) -> None:
+    def __init__(self, max_connections: int, max_sessions: int, refuses_new: Callable[[bool], bool]) -> None:
         self.max_connections = max_connections
         self.max_sessions = max_sessions
-        self._draining = draining
+        # Whether the hub refuses a new session now (shutting down), given whether it is movable.
+        self._refuses_new = refuses_new
         self.connections = 0
         self.sessions = 0
         self._refused = {"connection": 0, "session": 0}  # since the last warning
@@ -69,9 +72,10 @@ class Admission:
 
     # --- sessions -------------------------------------------------------------------------
 
-    def admit_session(self) -> Refusal | None:
-        """Count a new session in, or say why not (nothing counted then)."""
-        if self._draining():
+    def admit_session(self, *, movable: bool = False) -> Refusal | None:
+        """Count a new session in, or say why not (nothing counted then). ``movable``: a
+        session any replica serves once its id is sealed (a Streamable HTTP one)."""
+        if self._refuses_new(movable):
             self._note_refusal("session", "shutting down")
             return Refusal(
                 "The aggregator is shutting down and accepts no new sessions", "unavailable", DRAINING_RETRY_AFTER

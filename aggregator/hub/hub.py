@@ -176,11 +176,11 @@ class Hub:
         self.start_latency = Histogram(START_BUCKETS)  # how long servers took to start, to their first listing
         # Shutting down (``drain``): no new session, no new stateless request, not ready;
         # the sessions already open are served until the drain ends.
-        self.shutdown = Drain(in_flight=self.router.in_flight, closing=lambda: self.router.draining)
-        # The network endpoints' shared caps (connections, sessions); none while draining.
-        self.admission = Admission(
-            config.http.max_connections, config.http.max_sessions, draining=lambda: self.draining
+        self.shutdown = Drain(
+            in_flight=self.router.in_flight, closing=lambda: self.router.draining, keys_shared=self.keys.shared
         )
+        # The network endpoints' shared caps (connections, sessions); fewer admitted while draining.
+        self.admission = Admission(config.http.max_connections, config.http.max_sessions, self.shutdown.refuses_new)
         self._initial = set(self.upstreams) - dormant  # startup waits for these
         # Where each client session's messages go: an Outbox for a stream transport, an
         # HTTP session, a WebSocket sink. Each drops its own client when it is past its budget.
@@ -605,6 +605,14 @@ class Hub:
     def draining(self) -> bool:
         """Shutting down (``drain``): no new session, no new stateless request, not ready."""
         return self.shutdown.draining
+
+    def refuses_new(self, movable: bool) -> bool:
+        """Whether a new session or stateless request is refused now (``hub.drain``)."""
+        return self.shutdown.refuses_new(movable)
+
+    async def wait_stop_listening(self) -> None:
+        """Until the Streamable HTTP listener is to close (a drain with shared keys)."""
+        await self.shutdown.listening_ends.wait()
 
     def use_credentials(self, credentials: UserCredentials) -> None:
         """Users' own credentials for servers, opened by ``serve``: each session's own

@@ -3,8 +3,9 @@
 SDK 2.x client calling a tool many times, one replica SIGKILLed in the middle of it. Every
 call either succeeds or ends with an error the client sees (counted and reported), never
 silence; the replica killed is started again and takes its share. A replica that gets
-SIGTERM leaves the rotation at once (``/readyz`` 503, new work 503 with Retry-After),
-finishes what it serves and exits 0.
+SIGTERM leaves the rotation at once (the replicas share ``[cluster] keys``: it stops
+listening, so that nginx tries another replica for a new session, and no client sees a
+503), finishes what it serves and exits 0.
 
 Needs nginx and haproxy (skipped without them; the README's test command installs them).
 Every wait is bounded: the calls by count, each by its timeout, the run by its time.
@@ -16,9 +17,11 @@ import json
 import select
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -110,41 +113,117 @@ def test_a_replica_killed_under_load_costs_at_most_its_calls_in_flight(tmp_path,
         assert backends[1].pid in served_by and again["ok"] == 60, again
 
 
+INITIALIZE = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t"}},
+}
+SESSIONS_EACH = 100  # new sessions each of the drain test's four openers opens, at most
+ACCEPT = {"content-type": "application/json", "accept": "application/json, text/event-stream"}
+
+
+def post(url: str, message: dict, timeout: float = 10.0, **headers: str) -> tuple[int, dict[str, str], bytes]:
+    """POST one JSON-RPC message; its status, headers and body (an HTTP error status too)."""
+    data = json.dumps(message).encode()
+    request = urllib.request.Request(url, data=data, headers={**ACCEPT, **headers})
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:  # noqa: S310
+            return response.status, dict(response.headers), response.read()
+    except urllib.error.HTTPError as error:
+        return error.code, dict(error.headers), error.read()
+
+
+def going_away(error: BaseException) -> bool:
+    """Whether ``error`` is what a connection to a replica that stops listening, or exits,
+    may end with: refused, or reset (a transport outcome, tried again elsewhere; never an
+    HTTP status, which says what the replica decided)."""
+    if isinstance(error, urllib.error.HTTPError):
+        return False
+    if isinstance(error, urllib.error.URLError):
+        error = error.reason if isinstance(error.reason, BaseException) else error
+    return isinstance(error, (ConnectionError, urllib.error.URLError))
+
+
 def test_a_draining_replica_leaves_the_rotation_and_exits_0(tmp_path):
     with balanced("nginx", config(tmp_path), tmp_path) as (url, backends):
         leaving = backends[0]
         leaving.process.send_signal(15)  # SIGTERM: drain
-        # Not ready at once, saying why; new work is sent elsewhere (503 + Retry-After).
+        # The replicas share [cluster] keys: it stops listening at once (not ready to any
+        # balancer), and a new session that would have come to it is refused before
+        # anything was sent, so that a balancer sends it elsewhere.
         deadline = time.monotonic() + 5
-        while readiness(leaving.port)[0] != 503 and time.monotonic() < deadline:
+        while readiness(leaving.port)[0] != 0 and time.monotonic() < deadline:
             time.sleep(0.02)
-        status, body = readiness(leaving.port)
-        if status == 503:  # (nothing in flight: it may have exited already)
-            assert body["status"] == "draining", body
-            request = urllib.request.Request(
-                f"http://{leaving.address}/mcp",
-                data=json.dumps(
-                    {
-                        "jsonrpc": "2.0",
-                        "id": 1,
-                        "method": "initialize",
-                        "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t"}},
-                    }
-                ).encode(),
-                headers={"content-type": "application/json", "accept": "application/json, text/event-stream"},
-            )
-            try:
-                urllib.request.urlopen(request, timeout=5)  # noqa: S310
-                raise AssertionError("a draining replica admitted a new session")
-            except urllib.error.HTTPError as refused:
-                assert refused.code == 503 and refused.headers["retry-after"] == "1"
-            except urllib.error.URLError:
-                pass  # it exited meanwhile
+        assert readiness(leaving.port)[0] == 0
+        try:
+            status, _, body = post(f"http://{leaving.address}/mcp", INITIALIZE, timeout=5)
+        except OSError as error:
+            assert going_away(error), repr(error)
+        else:
+            raise AssertionError(f"a draining replica took a new connection: {status} {body[:200]!r}")
         assert leaving.process.wait(timeout=15) == 0
         assert "draining: not ready" in leaving.tail(20000)
+        assert "stopped listening" in leaving.tail(20000)
         # The balancer sends every call to the two left.
         tally = load(url, 60)
         assert tally["ok"] == 60 and len(tally["pids"]) == 2, tally
+
+
+def test_behind_nginx_a_draining_replica_costs_no_new_session_and_finishes_its_calls(tmp_path):
+    """SIGTERM one replica while new sessions keep coming through nginx: none gets 503 (or
+    any error), and the call in flight on it finishes."""
+    with balanced("nginx", config(tmp_path), tmp_path) as (url, backends):
+        leaving = backends[0]
+        direct = f"http://{leaving.address}/mcp"
+        status, headers, _ = post(direct, INITIALIZE)
+        assert status == 200
+        session = {"mcp-session-id": headers["mcp-session-id"], "mcp-protocol-version": "2025-11-25"}
+        post(direct, {"jsonrpc": "2.0", "method": "notifications/initialized"}, **session)
+        slow = {
+            "jsonrpc": "2.0",
+            "id": 2,
+            "method": "tools/call",
+            "params": {"name": "a__slow", "arguments": {"seconds": 2}},
+        }
+        in_flight: dict[str, object] = {}
+
+        def call_slowly() -> None:
+            try:
+                in_flight["answer"] = post(direct, slow, timeout=15, **session)
+            except OSError as error:  # reported by the assertion below
+                in_flight["answer"] = error
+
+        statuses: Counter[str] = Counter()
+        stop = threading.Event()
+
+        def open_sessions() -> None:
+            # Bounded, and paced: fewer than the 256 sessions a replica takes (http.max_sessions).
+            for _ in range(SESSIONS_EACH):
+                if stop.is_set():
+                    return
+                try:
+                    statuses[str(post(url, INITIALIZE)[0])] += 1
+                except OSError as error:
+                    statuses[type(error).__name__] += 1
+                time.sleep(0.04)
+
+        threads = [threading.Thread(target=call_slowly)] + [threading.Thread(target=open_sessions) for _ in range(4)]
+        for thread in threads:
+            thread.start()
+        try:
+            time.sleep(0.5)  # the slow call is in flight, and new sessions are being opened
+            leaving.process.send_signal(15)
+            assert leaving.process.wait(timeout=15) == 0
+            time.sleep(0.5)  # and some more, once it has gone
+        finally:
+            stop.set()
+            for thread in threads:
+                thread.join(timeout=30)
+        status, _, body = in_flight["answer"]  # type: ignore[misc]
+        assert status == 200 and b"slept" in body, body
+        assert set(statuses) == {"200"} and statuses["200"] >= 20, statuses
+        assert "stopped listening" in leaving.tail(20000)
 
 
 def test_the_templating_fills_the_addresses_and_nothing_else():

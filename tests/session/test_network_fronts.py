@@ -551,6 +551,73 @@ async def test_nothing_new_is_admitted_while_draining():
         assert await fronts.ping(session) == {"jsonrpc": "2.0", "id": 2, "result": {}}
 
 
+async def test_while_draining_with_shared_keys_the_listener_closes_and_what_still_arrives_is_served():
+    """Behind a balancer that never sends a POST twice (nginx), a 503 for a new session
+    would reach its client: with sealed sessions the listener closes instead (the
+    balancer's connection is refused; it tries another replica), and what arrives on a
+    connection already open is served, a new session too, each response closing it."""
+    async with running_fronts(cluster={"keys": ["k" * 32]}) as fronts:
+        hub = fronts.hub
+        session = await fronts.initialize()
+        with_session = fronts.headers(mcp_session_id=session)
+        hang = await fronts.connect()
+        await hang.send_all(request_bytes("POST", "/mcp", with_session, json.dumps(call(11, "a__hang")).encode()))
+        server = fronts.upstreams.latest("a")
+        await wait_until(lambda: any(m.get("method") == "tools/call" for m in server.seen))
+        # A balancer's pooled connections, open (accepted) before the drain.
+        pooled = [await fronts.connect() for _ in range(5)]
+        await wait_until(lambda: hub.admission.connections == 6)
+        async with trio.open_nursery() as nursery:
+            drained = trio.Event()
+
+            async def drain() -> None:
+                await hub.drain(2.0)
+                drained.set()
+
+            nursery.start_soon(drain)
+            await wait_until(lambda: hub.draining)
+            # A new connection is refused (nothing was sent: a balancer tries another replica).
+            with trio.fail_after(5):
+                while True:
+                    try:
+                        stream = await fronts.connect()
+                    except OSError:
+                        break
+                    await stream.aclose()
+                    await trio.sleep(0.01)
+            # On the connections already open: not ready, saying why.
+            ready = await fronts.send(pooled[0], "GET", "/readyz")
+            assert ready.status == 503 and json.loads(ready.body)["status"] == "draining"
+            assert ready.headers["connection"] == "close"
+            # A new session is served, its id sealed (any replica serves what follows).
+            opened = await fronts.send(pooled[1], "POST", body=INIT)
+            assert opened.status == 200 and opened.headers["connection"] == "close", opened
+            assert opened.headers["mcp-session-id"].startswith("ag1.")
+            # A stateless request is served.
+            meta = {
+                "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                "io.modelcontextprotocol/clientCapabilities": {},
+            }
+            stateless = call(3, "a__echo", {"x": 1}, meta=meta)
+            modern = fronts.headers(mcp_protocol_version="2026-07-28", mcp_method="tools/call", mcp_name="a__echo")
+            served = await fronts.send(pooled[2], "POST", headers=modern, body=stateless)
+            assert served.status == 200 and "result" in json.loads(served.body), served
+            # The session open is served too.
+            again = await fronts.send(pooled[3], "POST", headers=with_session, body=call(12, "a__echo", {"x": 1}))
+            assert again.status == 200 and "result" in json.loads(again.body), again
+            # A legacy stream (a GET, which a balancer does send elsewhere) lives here: refused.
+            sse = await fronts.send(pooled[4], "GET", "/sse", headers=fronts.headers(accept="text/event-stream"))
+            assert sse.status == 503 and sse.headers["retry-after"] == "1"
+            assert not drained.is_set()
+            # At the deadline the call still in flight gets an error, and the drain ends.
+            with trio.fail_after(5):
+                answer = await read_response_async(hang, ResponseReader())
+                await drained.wait()
+            assert json.loads(answer.body)["error"]["data"]["reason"] == "unavailable"
+        for stream in [hang, *pooled]:
+            await stream.aclose()
+
+
 async def test_while_draining_the_sessions_open_are_served_and_nothing_new_is_let_in():
     async with running_fronts() as fronts:
         session = await fronts.initialize()

@@ -23,7 +23,11 @@ checked with its issuer when it is an OAuth access token (``[auth]``: 401 with a
 naming the metadata, 403 for a missing scope).
 Open connections are capped together with the WebSocket front's (``hub.admission``).
 While the hub drains for shutdown every response closes its connection, so that a
-balancer's pooled connections move to the other replicas.
+balancer's pooled connections move to the other replicas; with shared ``[cluster] keys``
+the listener closes at once too, so that a balancer's new connection is refused and tried
+on another replica (``hub.drain``). Requests on connections already open are still
+served, the admin paths among them (a closed listener is "not ready" to a balancer too;
+``admin_listen`` keeps answering /readyz with 503 until the process ends).
 Tokens, cookies and Authorization headers are never logged. A header this endpoint reads
 that holds something it cannot have sent or accept (an event id that is not two ASCII
 numbers, a session id outside visible ASCII) is a 400, never an exception.
@@ -177,8 +181,30 @@ class StreamableHttpEndpoint:
             nursery.start_soon(self.quick.run)
             if self.relay is not None:
                 await nursery.start(self.relay.run)
-            await nursery.start(trio.serve_listeners, self._connection, listeners)
+            await nursery.start(self._listen, listeners, addresses, nursery)
             task_status.started(addresses)
+
+    async def _listen(
+        self,
+        listeners: list[trio.SocketListener],
+        addresses: list[Any],
+        connections: trio.Nursery,
+        *,
+        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+    ) -> None:
+        """Accept connections, each served in ``connections``, until the hub drains with
+        shared keys: then the listeners close (a connection still waiting to be accepted
+        is refused with them) and the connections open go on."""
+        async with trio.open_nursery() as accepting:
+            serving = partial(trio.serve_listeners, self._connection, listeners, handler_nursery=connections)
+            await accepting.start(serving)
+            task_status.started()
+            await self.hub.wait_stop_listening()
+            log.info(
+                "draining: stopped listening at %s; the connections open are served",
+                ", ".join(f"{a[0]}:{a[1]}" for a in addresses),
+            )
+            accepting.cancel_scope.cancel()
 
     async def _connection(self, stream: trio.SocketStream) -> None:
         """One connection's task, and its boundary: whatever fails in it ends only it."""

@@ -137,7 +137,9 @@ class PostExchange:
             await reject(connection, admitted.status, INVALID_REQUEST, admitted.reason, message["id"], admitted.headers)
             return
         principal, profile = admitted
-        refusal = self.admission.admit_session()
+        # Movable: while draining with shared keys a new session is served (a balancer sent it
+        # on a connection already open, and its id is adopted anywhere; ``hub.drain``).
+        refusal = self.admission.admit_session(movable=True)
         if refusal is not None:
             await refuse_session(connection, refusal, message["id"])
             return

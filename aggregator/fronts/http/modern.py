@@ -16,7 +16,8 @@ it. A ``subscriptions/listen`` stream stays open as long as its client keeps it.
 No session is opened or counted. Concurrent stateless requests are capped overall
 (``http.max_stateless_requests``) and per token (``http.max_stateless_per_principal``);
 past a cap, or while the aggregator shuts down, a request gets 503 with Retry-After (a
-balancer sends a refused one to another replica).
+balancer sends a refused one to another replica); while it drains with shared ``[cluster]
+keys`` one that still arrives is served instead (``hub.drain``).
 
 ``StatelessRequests`` owns the count of stateless requests in flight (overall and per
 token), the clients kept between requests and the ``x-mcp-header`` parameters read off
@@ -292,7 +293,7 @@ class StatelessRequests:
     def _admit(self, principal: Any) -> Refusal | None:
         """Count a stateless request in, or say why not (nothing counted then)."""
         http = self.config
-        if self.hub.draining:
+        if self.hub.refuses_new(True):  # while draining with shared keys it is served (``hub.drain``)
             return Refusal(
                 "The aggregator is shutting down and accepts no new requests", "unavailable", DRAINING_RETRY_AFTER
             )

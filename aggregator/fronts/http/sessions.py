@@ -356,8 +356,8 @@ class SessionTable:
     def _adopt(self, request: Request, session_id: str) -> Lookup:
         """A session this table does not know, whose id is sealed: taken over if it opens
         under the keys and is bound to the request's principal (and to the profile its
-        path names); else not found. Past the session cap, or while draining, it is not
-        taken over: 503 with Retry-After (a balancer's other replicas take it)."""
+        path names); else not found. Past the session cap, or once closing (``hub.drain``), it
+        is not taken over: 503 with Retry-After (a balancer's other replicas take it)."""
         assert self.sealer is not None
         state = self.sealer.unseal(session_id)
         principal = self.access.principal(request.headers)
@@ -367,7 +367,7 @@ class SessionTable:
         if self.wall_clock() - state.issued_at > self.lifetime:
             log.info("http: a sealed session id past cluster.session_lifetime was not adopted; initialize again")
             return Lookup(None, 404, NOT_FOUND)
-        refusal = self.admission.admit_session()
+        refusal = self.admission.admit_session(movable=True)
         if refusal is not None:
             retry = () if refusal.retry_after is None else (("retry-after", str(refusal.retry_after)),)
             return Lookup(None, 503, refusal.message, retry)
