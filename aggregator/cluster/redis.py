@@ -593,12 +593,12 @@ class RedisSubscriber:
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
                 self._stream = stream
-                if self._channels:
-                    await self._send(stream, encode_command(["SUBSCRIBE", *self._channels]))
-                else:
-                    self.subscribed.set()
-                self._outage.went_up()
                 try:
+                    if self._channels:
+                        await self._send(stream, encode_command(["SUBSCRIBE", *self._channels]))
+                    else:
+                        self.subscribed.set()
+                    self._outage.went_up()
                     while True:
                         data = await stream.receive_some(RECEIVE_BYTES)
                         if not data:
@@ -612,9 +612,12 @@ class RedisSubscriber:
                 except (OSError, trio.BrokenResourceError, trio.ClosedResourceError) as exc:
                     return _describe(exc)
                 finally:
+                    # Nothing more is started in this connection's nursery: it winds down,
+                    # and once its last task ends it takes no new one (``_tell`` would
+                    # raise). What is told from here on goes with the next connection.
+                    self._stream = self._nursery = None
                     nursery.cancel_scope.cancel()
         finally:
-            self._stream = self._nursery = None
             with trio.CancelScope(shield=True):
                 await trio.aclose_forcefully(stream)
 

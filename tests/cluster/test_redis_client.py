@@ -134,6 +134,40 @@ async def test_subscriptions_come_back_after_a_restart(redis: RedisServer, nurse
         assert await messages.receive() == b"after"
 
 
+async def test_leaving_channels_while_the_subscriber_stops_neither_raises_nor_holds_it_up(redis: RedisServer):
+    """Leaving a channel while the subscriber stops (its connection winding down) or after
+    it stopped is a no-op for the caller (a relay that leaves as the process stops): no
+    error, and no write started on a connection that winds down, which would keep it from
+    ending (or, once its nursery closed, raise)."""
+    subscriber = RedisSubscriber(RedisAddress.parse(redis.url))
+    channels = [b"c%d" % n for n in range(200)]
+    stopping = trio.CancelScope()
+    stopped = trio.Event()
+
+    async def run() -> None:
+        with stopping:
+            await subscriber.run()
+        stopped.set()
+
+    with trio.fail_after(10):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(run)
+            for channel in channels:
+                subscriber.subscribe(channel)
+            await subscriber.subscribed.wait()
+            subscriber.subscribe(b"one more")  # a write in flight on the connection as it stops
+            stopping.cancel()
+            left = iter(channels)
+            for channel in left:  # one channel left at every turn of the scheduler
+                if stopped.is_set():
+                    break
+                subscriber.unsubscribe(channel)
+                await trio.lowlevel.checkpoint()
+            assert stopped.is_set(), "the subscriber did not stop while channels were left"
+        for channel in left:
+            subscriber.unsubscribe(channel)
+
+
 async def test_an_oversized_reply_is_refused(redis: RedisServer, nursery: trio.Nursery):
     client = await _connected(nursery, redis.url, max_reply_bytes=64 * 1024)
     with trio.fail_after(10):
