@@ -7,6 +7,9 @@ from __future__ import annotations
 
 import json
 
+import trio
+
+from aggregator.cluster.store import MemoryStore
 from aggregator.core.events import DrainingStarted
 from tests.loopback import INIT
 from tests.session.fronts import Fronts, running_fronts
@@ -91,6 +94,19 @@ async def test_a_session_deleted_here_is_not_adopted_again_here():
         assert deleted.status == 200
         assert (await post(b, session, CALL)).status == 404
         assert b.hub.admission.sessions == 0
+
+
+async def test_a_deleted_sessions_tombstone_lives_as_long_as_its_id_could_be_adopted():
+    """The tombstone outlives the sealed id (``session_lifetime`` from its issue), and no
+    more: one kept for a fixed month would stay in the store long after every id it stops."""
+    cluster = {"keys": [ONE], "session_lifetime": 3600.0}
+    async with running_fronts(cluster=cluster) as a:
+        session = await a.initialize()
+        assert (await a.request("DELETE", headers=a.headers(mcp_session_id=session))).status == 200
+        store = a.hub.store
+        assert isinstance(store, MemoryStore)
+        [(key, (_, expires_at))] = [(k, v) for k, v in store._values.items() if ":ended:" in k]
+        assert 3590 <= expires_at - trio.current_time() <= 3600, key
 
 
 async def test_a_draining_replica_sends_a_session_it_does_not_know_elsewhere():

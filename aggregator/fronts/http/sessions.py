@@ -19,8 +19,9 @@ cannot open is not found (404), as an unknown id always was, and so is one issue
 a shared store has of it; a session its replica holds goes on while in use). An id this
 table ended (DELETE, a budget overrun) is not adopted again here; a DELETE also leaves a
 tombstone in the shared store (``[cluster] store``: a digest of the id, never the id, kept
-``TOMBSTONE_SECONDS``), which every replica reads before it adopts an id, so none adopts it
-again. Any session id is at most ``MAX_ID`` characters of visible ASCII (400 past that).
+``[cluster] session_lifetime``, as long as the id could be adopted), which every replica
+reads before it adopts an id, so none adopts it again. Any session id is at most
+``MAX_ID`` characters of visible ASCII (400 past that).
 Also here: a body's one JSON-RPC message, or the 400 that refuses it (``refuse_message``, shared with
 ``legacy_sse``).
 
@@ -66,9 +67,6 @@ BACKLOG_BYTES = 256 * 1024
 # Sealed ids of sessions ended here (DELETE, a budget overrun), not adopted again; oldest forgotten first.
 ENDED_IDS = 4096
 NOT_FOUND = "Session not found: it ended or never existed; initialize again"
-# How long a deleted session's tombstone stays in the shared store (a sealed id is adopted at
-# most ``[cluster] session_lifetime`` after its issue; one configured longer outlives this).
-TOMBSTONE_SECONDS = 30 * 24 * 3600.0
 
 
 class HttpSession:
@@ -296,11 +294,12 @@ class SessionTable:
             return False
 
     async def bury(self, session: HttpSession) -> None:
-        """Leave a deleted session's tombstone in the store, so that no replica adopts it."""
+        """Leave a deleted session's tombstone in the store, so that no replica adopts it: for
+        ``session_lifetime`` from now, past which its id, issued before, is adopted nowhere."""
         if self.sealer is None or not session.id.startswith(PREFIX):
             return
         try:
-            await self.hub.store.set(_tombstone(session.id), b"1", ttl=TOMBSTONE_SECONDS)
+            await self.hub.store.set(_tombstone(session.id), b"1", ttl=self.lifetime)
         except StoreError as exc:
             log.warning("http session %d: deleted, but its tombstone could not be stored: %s", session.key, exc)
 
