@@ -522,6 +522,7 @@ class RedisSubscriber:
         self.timeout = timeout
         self.max_reply_bytes = max_reply_bytes
         self._channels: dict[bytes, trio.MemorySendChannel[bytes]] = {}
+        self._confirmed: dict[bytes, trio.Event] = {}  # each channel's: set once the server confirmed it
         self._stream: trio.abc.Stream | None = None
         self._nursery: trio.Nursery | None = None  # the live connection's, for its writes
         self._send_lock = trio.StrictFIFOLock()
@@ -540,12 +541,26 @@ class RedisSubscriber:
             raise ValueError(f"already subscribed to {channel!r}")
         send, receive = trio.open_memory_channel[bytes](buffer)
         self._channels[channel] = send
+        self._confirmed[channel] = trio.Event()
         self.subscribed = trio.Event()
         self._tell(["SUBSCRIBE", channel])
         return receive
 
+    async def wait_subscribed(self, channel: bytes) -> None:
+        """Until the server confirmed ``channel`` (at once for one not subscribed): from
+        then on what is published there reaches it, while the connection stays up."""
+        confirmed = self._confirmed.get(channel)
+        if confirmed is None:
+            await trio.lowlevel.checkpoint()
+        else:
+            await confirmed.wait()
+
     def unsubscribe(self, channel: bytes) -> None:
+        """Leave ``channel``; a no-op for one not subscribed, and once the subscriber stopped."""
         send = self._channels.pop(channel, None)
+        confirmed = self._confirmed.pop(channel, None)
+        if confirmed is not None:
+            confirmed.set()  # nobody waits for it any more
         if send is not None:
             send.close()
             self._tell(["UNSUBSCRIBE", channel])
@@ -636,5 +651,9 @@ class RedisSubscriber:
                 log.warning("store subscriber: a message on %r was dropped (its reader is behind)", reply[1])
             except trio.BrokenResourceError:
                 self.unsubscribe(reply[1])  # its reader went away
-        elif kind == b"subscribe" and reply[2] == len(self._channels):
-            self.subscribed.set()
+        elif kind == b"subscribe":
+            confirmed = self._confirmed.get(reply[1])
+            if confirmed is not None:
+                confirmed.set()
+            if reply[2] == len(self._channels):
+                self.subscribed.set()

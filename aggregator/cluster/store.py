@@ -110,9 +110,11 @@ class Store(Protocol):
     async def publish(self, channel: str, message: bytes) -> int:
         """Send to the channel's subscribers (in any replica); how many heard it."""
 
-    def subscribe(self, channel: str) -> trio.MemoryReceiveChannel[bytes]:
-        """What is published on ``channel`` from now on (at most once: a reader that falls
-        behind, or a store that is down, loses messages)."""
+    async def subscribe(self, channel: str) -> trio.MemoryReceiveChannel[bytes]:
+        """What is published on ``channel`` once this returns (at most once: a reader that
+        falls behind, or a store that is down, loses messages). A store that is up has
+        confirmed the subscription by then, so that an answer asked for right after is not
+        missed; one that is down is not waited for."""
 
     def unsubscribe(self, channel: str) -> None: ...
 
@@ -306,7 +308,8 @@ class MemoryStore:
 
         return await self._timed("publish", send)
 
-    def subscribe(self, channel: str) -> trio.MemoryReceiveChannel[bytes]:
+    async def subscribe(self, channel: str) -> trio.MemoryReceiveChannel[bytes]:
+        await trio.lowlevel.checkpoint()
         name = self._key(channel)
         if name in self._channels:
             raise ValueError(f"already subscribed to {channel!r}")
@@ -417,8 +420,15 @@ class RedisStore:
     async def publish(self, channel: str, message: bytes) -> int:
         return int(await self._timed("publish", self.client.execute("PUBLISH", self._key(channel), message)))
 
-    def subscribe(self, channel: str) -> trio.MemoryReceiveChannel[bytes]:
-        return self.subscriber.subscribe(self._key(channel), SUBSCRIBER_BUFFER)
+    async def subscribe(self, channel: str) -> trio.MemoryReceiveChannel[bytes]:
+        name = self._key(channel)
+        messages = self.subscriber.subscribe(name, SUBSCRIBER_BUFFER)
+        if self.subscriber.up:  # one round trip; bounded (a server that stops answering)
+            with trio.move_on_after(self.subscriber.timeout):
+                await self.subscriber.wait_subscribed(name)
+        else:
+            await trio.lowlevel.checkpoint()  # subscribed when it is up again
+        return messages
 
     def unsubscribe(self, channel: str) -> None:
         self.subscriber.unsubscribe(self._key(channel))

@@ -136,13 +136,24 @@ async def test_streams_are_bounded(store: Store):
 
 async def test_publish_reaches_the_subscriber(store: Store):
     with trio.fail_after(10):
-        messages = store.subscribe("replica-a")
-        if isinstance(store, RedisStore):
-            await store.subscriber.subscribed.wait()
+        messages = await store.subscribe("replica-a")
+        # Confirmed by the store once subscribe returns: published right after, it is heard.
         assert await store.publish("replica-a", b"hello") == 1
         assert await messages.receive() == b"hello"
         assert await store.publish("replica-b", b"nobody") == 0
         store.unsubscribe("replica-a")
+
+
+async def test_a_subscription_is_confirmed_before_subscribe_returns(store: Store):
+    """A replica that asks another for an answer subscribes to the answer's channel, then
+    asks: each subscription is heard as soon as subscribe returns, however many at once."""
+    with trio.fail_after(10):
+        for n in range(20):
+            replies = await store.subscribe(f"call:{n}")
+            assert await store.publish(f"call:{n}", b"answer %d" % n) == 1, n
+            assert await replies.receive() == b"answer %d" % n
+            store.unsubscribe(f"call:{n}")
+        store.unsubscribe("call:none")  # one never subscribed: nothing to do
 
 
 async def test_keys_are_under_the_prefix(store: Store, request: pytest.FixtureRequest):

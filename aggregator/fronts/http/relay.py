@@ -91,8 +91,8 @@ class Relay:
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Take what other replicas hand this one (until cancelled)."""
-        own = self.store.subscribe(replica_channel(self.replica))
-        every = self.store.subscribe(EVERY_REPLICA)
+        own = await self.store.subscribe(replica_channel(self.replica))
+        every = await self.store.subscribe(EVERY_REPLICA)
         try:
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
@@ -101,10 +101,7 @@ class Relay:
                 nursery.start_soon(self._take, every)
         finally:
             for channel in (replica_channel(self.replica), EVERY_REPLICA):
-                try:
-                    self.store.unsubscribe(channel)
-                except RuntimeError:
-                    pass  # the store stopped first (the process is stopping): nothing to undo
+                self.store.unsubscribe(channel)  # a no-op once the store stopped
 
     async def _take(self, channel: trio.MemoryReceiveChannel[bytes]) -> None:
         async for raw in channel:
@@ -179,7 +176,7 @@ class Relay:
         if owner is None or owner == self.replica:
             return False
         call = secrets.token_urlsafe(12)
-        replies = self.store.subscribe(f"call:{call}")
+        replies = await self.store.subscribe(f"call:{call}")  # confirmed before the owner is asked
         try:
             note = {
                 "from": self.replica,
