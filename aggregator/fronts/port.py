@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from aggregator.core.catalogs.catalog import Catalog
     from aggregator.core.router import SessionInfo
     from aggregator.hub.caps import Admission
+    from aggregator.hub.drain import Drain
     from aggregator.jsonrpc.errors import RemoteProtocolError
     from aggregator.telemetry.tracing import Tracing
     from aggregator.transports.budget import ClientMemory
@@ -38,6 +39,7 @@ class ClientPort(Protocol):
     tracing: Tracing | None
     keys: KeyRing  # [cluster] keys: what seals a legacy session's id
     store: Store  # [cluster] store: what the replicas share (pub/sub between them)
+    shutdown: Drain  # the drain: what is still admitted, when the listener closes
 
     # --- what a client did --------------------------------------------------------------
 
@@ -111,10 +113,3 @@ class ClientPort(Protocol):
     def draining(self) -> bool:
         """Shutting down: not ready, and every response closes its connection (the sessions
         open are served until the drain ends)."""
-
-    def refuses_new(self, movable: bool) -> bool:
-        """Whether a new session or stateless request is refused now (shutting down);
-        ``movable``: one any replica serves (a Streamable HTTP session, a stateless request)."""
-
-    async def wait_stop_listening(self) -> None:
-        """Until the Streamable HTTP listener is to close (a drain with shared keys)."""

@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from aggregator.credentials.service import UserBearer, UserCredentials
 
 MAX_CONSENTS_WAITING = 1024  # clients remembered as asked for a grant (the oldest forgotten)
+ELICITATION_COMPLETE = "notifications/elicitation/complete"
 
 
 @attrs.define(eq=False)
@@ -96,12 +97,20 @@ class Callers:
             for elicitation in [e for e, asked in self._consents.items() if asked == key]:
                 del self._consents[elicitation]
 
-    def use(self, credentials: UserCredentials, given: Callable[[int, str], None]) -> None:
-        """Serve users' credentials; ``given(session, elicitation id)`` when a session asked
-        to grant access has been granted it."""
+    def use(self, credentials: UserCredentials, tell: Callable[[int, dict[str, Any]], None]) -> None:
+        """Serve users' credentials; ``tell(session, notification)`` sends a session that was
+        asked by URL elicitation to grant access, once the user granted it (the tokens are
+        in the vault), that the elicitation is complete: it may retry its call."""
         self.credentials = credentials
         if credentials.flows is not None:
-            credentials.flows.listeners.append(partial(self._given, given))
+            credentials.flows.listeners.append(partial(self._given, tell))
+
+    def show(self, key: int, token: str | None) -> None:
+        """Session ``key``'s request carried ``token``, its OAuth access token (maybe refreshed
+        since). Every HTTP request tells it: a session that acts for nobody costs one lookup."""
+        caller = self.by_key.get(key)
+        if caller is not None:
+            caller.show(token)
 
     def bearer(self, key: int, server: ServerConfig, capabilities: dict[str, Any]) -> UserBearer | None:
         """The credential of session ``key``'s own connection to ``server``: None for a
@@ -118,7 +127,8 @@ class Callers:
         while len(self._consents) > MAX_CONSENTS_WAITING:
             self._consents.popitem(last=False)
 
-    def _given(self, given: Callable[[int, str], None], pending: Any) -> None:
+    def _given(self, tell: Callable[[int, dict[str, Any]], None], pending: Any) -> None:
         key = self._consents.pop(pending.elicitation_id, None)
         if key is not None:
-            given(key, pending.elicitation_id)
+            params = {"elicitationId": pending.elicitation_id}
+            tell(key, {"jsonrpc": "2.0", "method": ELICITATION_COMPLETE, "params": params})

@@ -4,10 +4,10 @@ One ``Admission`` per hub, shared by the Streamable HTTP, legacy SSE and WebSock
 endpoints, so each cap is one number however a client arrives (a cap counted per
 transport would let in three times as many). While the hub drains for shutdown no new
 session is admitted (503 with Retry-After, for a balancer to try another replica) unless
-it is one that moves to another replica by itself (``movable``: a Streamable HTTP session
-whose id is sealed with the replicas' shared keys; the hub says which it takes, see
-``Hub.refuses_new``); connections are, so that clients can still reach the sessions they have. stdio clients
-are not counted: there is one, and it started the process.
+it is one that moves to another replica by itself (``movable``: a Streamable HTTP session,
+when the replicas share keys; the drain says, ``hub.drain``); connections are, so that
+clients can still reach the sessions they have. stdio clients are not counted: there is
+one, and it started the process.
 
 Every admission that succeeds must be released exactly once on every exit path; the
 counters never go below zero, so a double release shows up as a warning, not as a cap

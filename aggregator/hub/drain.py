@@ -66,6 +66,10 @@ class Drain:
             return True
         return self.started and not (movable and self.keys_shared)
 
+    async def wait_listening_ends(self) -> None:
+        """Until the Streamable HTTP listener is to close (the drain started, keys shared)."""
+        await self.listening_ends.wait()
+
     async def run(
         self, seconds: float, sessions: int, close: Callable[[], None], clients: Callable[[], Iterable[ClientSink]]
     ) -> None:

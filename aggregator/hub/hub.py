@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import itertools
 import logging
-import math
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -93,6 +92,7 @@ from aggregator.core.router import (
 from aggregator.hub.callers import Callers
 from aggregator.hub.caps import Admission
 from aggregator.hub.catalogs import make_router
+from aggregator.hub.clock import RouterClock
 from aggregator.hub.drain import Drain
 from aggregator.hub.listings import KeptListings
 from aggregator.hub.reload import (
@@ -107,6 +107,7 @@ from aggregator.hub.reload import (
     retire_plugins,
     wait_stopped,
 )
+from aggregator.hub.session_links import SessionLinks
 from aggregator.hub.shedding import Shedder
 from aggregator.hub.soon import SoonWriter
 from aggregator.jsonrpc.codec import decode_message, dumps
@@ -129,7 +130,6 @@ if TYPE_CHECKING:
     from aggregator.credentials.service import UserCredentials
 
 log = logging.getLogger(__name__)
-ELICITATION_COMPLETE = "notifications/elicitation/complete"
 # Upper bounds, in seconds, of the buckets of how long a server took to start (to its first listing).
 START_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 
@@ -174,8 +174,7 @@ class Hub:
             server.name: UpstreamSession(self, server, dormant=server.name in dormant) for server in shared
         }
         self.start_latency = Histogram(START_BUCKETS)  # how long servers took to start, to their first listing
-        # Shutting down (``drain``): no new session, no new stateless request, not ready;
-        # the sessions already open are served until the drain ends.
+        # Shutting down (``drain``): whether it drains, and what it still admits meanwhile.
         self.shutdown = Drain(
             in_flight=self.router.in_flight, closing=lambda: self.router.draining, keys_shared=self.keys.shared
         )
@@ -198,6 +197,12 @@ class Hub:
         # Who each client acts as for servers that take users' own credentials, those
         # credentials (``serve`` opens them when a server needs them), who was asked to grant.
         self.callers = Callers()
+        self.metrics = Metrics(self)  # GET /metrics: read from the hub's tables at each scrape
+        # Each session's own connections (per-session servers, servers acting as each user).
+        ended = self.router.handle  # told LinkEnded(name): its session's next request starts another
+        self.session_links = SessionLinks(
+            self, self.upstreams, self.callers, retire=self.metrics.retire, ended=lambda name: ended(LinkEnded(name))
+        )
         self.recent_errors = RecentErrors()  # warnings and errors logged while it runs
         # What the replicas share ([cluster] store): Redis, or this process's own memory.
         # Opened when the hub runs; one that is down is shown by readiness, never waited for.
@@ -206,8 +211,8 @@ class Hub:
         self.kept = SharedKept(self.store, self.keys.keys_for(KEPT)) if self.router.budgets.shared else None
         self._dirty: list[ClientSink] = []
         self.soon = SoonWriter(self._write_dirty)  # dispatch_soon's writes, once per scheduler turn
-        self._timer_at = math.inf
-        self._timer_poke = trio.Event()
+        # Wakes at the router's next deadline (requests timing out, debounced notices).
+        self.clock = RouterClock(self.router.next_deadline, lambda: self.dispatch_now(self.router.handle(TimePassed())))
         # What each of the router's commands does: one dict lookup on its type.
         self._handlers: dict[type, Callable[[Any], None]] = {
             ToClient: self._to_client,
@@ -216,7 +221,7 @@ class Hub:
             DropUpstream: self._drop_upstream,
             Answer: self._answered,
             StartUpstream: self._start_upstream,
-            StopUpstream: self._stop_upstream,
+            StopUpstream: self.session_links.stop,
             WakeUpstream: self._wake_upstream,
             StopIdle: self._stop_idle,
             RequestEnded: self._request_ended,
@@ -229,7 +234,6 @@ class Hub:
         # How long routing took, per message, by who sent it.
         self._handling = self.router.tallies.proxy["client"]
         self._server_handling = self.router.tallies.proxy["server"]
-        self.metrics = Metrics(self)  # GET /metrics: read from the tables above at each scrape
 
     # --- lifetime -----------------------------------------------------------------------
 
@@ -240,12 +244,12 @@ class Hub:
         try:
             await self.plugins.load()
             async with trio.open_nursery() as nursery:
-                self._nursery = self.gate.nursery = self._shedder.nursery = nursery
+                self._nursery = self.gate.nursery = self._shedder.nursery = self.session_links.nursery = nursery
                 await nursery.start(self.store.run)  # at once, even if the store is down
                 for upstream in self.upstreams.values():
                     nursery.start_soon(upstream.run, name=f"upstream {upstream.name}")
                 nursery.start_soon(self._startup_gate)
-                nursery.start_soon(self._timer)
+                nursery.start_soon(self.clock.run)
                 nursery.start_soon(self.soon.run)
                 self._start_after_catalog()
                 task_status.started(self)
@@ -358,27 +362,7 @@ class Hub:
             assert self._nursery is not None
             self._nursery.start_soon(upstream.run, name=f"upstream {name}")
 
-    # --- the clock ----------------------------------------------------------------------
-
-    async def _timer(self) -> None:
-        """Run the router's clock: time out requests, send debounced notices."""
-        while True:
-            deadline = self.router.next_deadline()
-            self._timer_at = math.inf if deadline is None else deadline
-            with trio.move_on_at(self._timer_at):
-                await self._timer_poke.wait()
-            self._timer_poke = trio.Event()
-            try:
-                self.dispatch_now(self.router.handle(TimePassed()))
-            except Exception:  # noqa: BLE001 - a bug in one expiry must not stop the clock for all
-                log.exception("internal error expiring requests and notices; the clock goes on")
-
-    def _check_timer(self) -> None:
-        """Wake the timer if the router now has an earlier deadline than it sleeps to."""
-        deadline = self.router.next_deadline()
-        if deadline is not None and deadline < self._timer_at:
-            self._timer_at = deadline
-            self._timer_poke.set()
+    # --- startup ---------------------------------------------------------------------
 
     async def _startup_gate(self) -> None:
         with trio.move_on_after(self.config.proxy.startup_timeout):
@@ -606,32 +590,19 @@ class Hub:
         """Shutting down (``drain``): no new session, no new stateless request, not ready."""
         return self.shutdown.draining
 
-    def refuses_new(self, movable: bool) -> bool:
-        """Whether a new session or stateless request is refused now (``hub.drain``)."""
-        return self.shutdown.refuses_new(movable)
-
-    async def wait_stop_listening(self) -> None:
-        """Until the Streamable HTTP listener is to close (a drain with shared keys)."""
-        await self.shutdown.listening_ends.wait()
-
     def use_credentials(self, credentials: UserCredentials) -> None:
         """Users' own credentials for servers, opened by ``serve``: each session's own
-        connection to a server that acts as each user sends its user's."""
-        self.callers.use(credentials, self._consent_given)
+        connection to a server that acts as each user sends its user's (``hub.callers``)."""
+        self.callers.use(credentials, self._tell)
 
-    def _consent_given(self, key: int, elicitation_id: str) -> None:
-        """A user granted access (the tokens are in the vault): the client that was asked by
-        URL elicitation hears that it is complete, and may retry its call."""
+    def _tell(self, key: int, message: dict[str, Any]) -> None:
+        """A notification of the proxy's own to client ``key``, if still connected: sent now."""
         if key in self.clients:
-            params = {"elicitationId": elicitation_id}
-            self.dispatch_now([ToClient(key, {"jsonrpc": "2.0", "method": ELICITATION_COMPLETE, "params": params})])
+            self.dispatch_now([ToClient(key, message)])
 
     def caller_token(self, key: int, token: str | None) -> None:
-        """A client's request carried ``token``, its OAuth access token (maybe refreshed since).
-        Every HTTP request tells it: a session that acts for nobody costs one lookup."""
-        caller = self.callers.by_key.get(key)
-        if caller is not None:
-            caller.show(token)
+        """A client's request carried ``token``, its OAuth access token (``hub.callers``)."""
+        self.callers.show(key, token)
 
     def _server_request_allowed(self, server: str, method: str, params: dict[str, Any]) -> bool:
         """The per-server policy for sampling, elicitation and roots requests, then plugins."""
@@ -820,42 +791,19 @@ class Hub:
             command.caller.settle(command)
 
     def _start_upstream(self, command: StartUpstream) -> None:
-        server = self.config.servers[command.server]
-        # A server acting as each user gets this session's user's credential, and nobody else's.
-        auth = self.callers.bearer(command.session, server, command.capabilities)
-        upstream = UpstreamSession(self, server, name=command.name, client_capabilities=command.capabilities, auth=auth)
-        self.upstreams[command.name] = upstream
-        assert self._nursery is not None
-        self._nursery.start_soon(self._run_session_upstream, upstream, name=f"upstream {command.name}")
-
-    def _stop_upstream(self, command: StopUpstream) -> None:
-        upstream = self.upstreams.get(command.name)
-        if upstream is not None:
-            upstream.cancel_scope.cancel()
-
-    async def _run_session_upstream(self, upstream: UpstreamSession) -> None:
-        try:
-            await upstream.run()
-        except Exception:  # noqa: BLE001 - one session's server, never the process
-            log.exception("server %s: internal error in a per-session connection; it ends", upstream.name)
-        finally:
-            if self.upstreams.get(upstream.name) is upstream:
-                del self.upstreams[upstream.name]
-                self.metrics.retire(upstream)
-            # If it ended on its own (crashed, or could not start), the next request of its
-            # client starts a fresh one.
-            self.router.handle(LinkEnded(upstream.name))
+        """A session's own connection to a server (``hub.session_links``)."""
+        self.session_links.start(self.config.servers[command.server], command)
 
     def dispatch_now(self, commands: list[Command]) -> None:
         """Dispatch and start writing at once (for events outside a reader's batch)."""
         self.dispatch(commands)
         self._write_dirty()
-        self._check_timer()
+        self.clock.check()
 
     def dispatch_soon(self, commands: list[Command]) -> None:
         """Dispatch; write with what else this turn of the scheduler queues."""
         self.dispatch(commands)
-        self._check_timer()
+        self.clock.check()
         if self._dirty:
             self.soon.request()
 
@@ -867,7 +815,7 @@ class Hub:
         client's reader passes ``own``: a client that sends faster than it reads is slowed
         down, and no reader ever waits for anybody else's queue.
         """
-        self._check_timer()
+        self.clock.check()
         if self._dirty:
             self._write_dirty()
         if own is not None:

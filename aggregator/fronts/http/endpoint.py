@@ -199,7 +199,7 @@ class StreamableHttpEndpoint:
             serving = partial(trio.serve_listeners, self._connection, listeners, handler_nursery=connections)
             await accepting.start(serving)
             task_status.started()
-            await self.hub.wait_stop_listening()
+            await self.hub.shutdown.wait_listening_ends()
             log.info(
                 "draining: stopped listening at %s; the connections open are served",
                 ", ".join(f"{a[0]}:{a[1]}" for a in addresses),

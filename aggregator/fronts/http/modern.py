@@ -293,7 +293,7 @@ class StatelessRequests:
     def _admit(self, principal: Any) -> Refusal | None:
         """Count a stateless request in, or say why not (nothing counted then)."""
         http = self.config
-        if self.hub.refuses_new(True):  # while draining with shared keys it is served (``hub.drain``)
+        if self.hub.shutdown.refuses_new(True):  # while draining with shared keys it is served (``hub.drain``)
             return Refusal(
                 "The aggregator is shutting down and accepts no new requests", "unavailable", DRAINING_RETRY_AFTER
             )
