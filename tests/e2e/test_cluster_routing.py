@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import queue
 import subprocess
 import threading
 import time
@@ -16,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests.cluster.redis_server import REDIS, RedisServer, redis_server
-from tests.e2e.conftest import HERE, ROOT, events, http_proxy, initialize, post, write_config
+from tests.e2e.conftest import HERE, ROOT, events, fake, http_proxy, initialize, post, write_config
 from tests.e2e.round_robin import round_robin
 from tests.loopback import INIT
 from tests.required import missing
@@ -267,5 +268,75 @@ def test_a_retry_for_a_call_parked_on_another_replica_is_served_there(tmp_path, 
         retry = {**call, "requestState": parked["requestState"], "inputResponses": responses}
         error = modern(port_b, "tools/call", retry, asks)["error"]
         assert error["code"] == -32603 and error["data"]["retryable"] is True and error["data"]["replica"] == "a"
+        clean(log_a)
+        clean(log_b)
+
+
+def legacy_replica(tmp_path: Path, name: str, store: str) -> Path:
+    """The config of replica ``name`` in front of the fake server ``a``."""
+    directory = tmp_path / name
+    directory.mkdir(exist_ok=True)
+    cluster = f"[cluster]\nkeys = {json.dumps([KEY])}\nreplica = {json.dumps(name)}\nstore = {json.dumps(store)}\n"
+    return write_config(directory, fake("a") + cluster, startup_timeout=30.0)
+
+
+def test_a_legacy_sse_sessions_posts_reach_the_replica_of_its_stream(tmp_path, redis):
+    """HTTP+SSE behind round robin: the stream is on A, the POSTs land on B; each is handed
+    to A, whose stream answers it, a cancel of a call running there too."""
+    with ExitStack() as stack:
+        (port_a, log_a), (port_b, log_b) = [
+            stack.enter_context(http_proxy(legacy_replica(tmp_path, n, redis.url))) for n in ("a", "b")
+        ]
+        ready(port_a), ready(port_b)
+        stream = http.client.HTTPConnection("127.0.0.1", port_a, timeout=20)
+        stream.request("GET", "/sse", headers={"accept": "text/event-stream", "host": f"127.0.0.1:{port_a}"})
+        response = stream.getresponse()
+        assert response.status == 200
+        seen: queue.Queue[str] = queue.Queue()
+
+        def read() -> None:
+            try:
+                while line := response.readline():
+                    if line.startswith(b"data: "):
+                        seen.put(line[6:].decode().strip())
+            except OSError:
+                pass
+
+        threading.Thread(target=read, daemon=True).start()
+        endpoint = seen.get(timeout=10)
+        assert endpoint.startswith("/messages?session_id=")
+
+        def answer(id: int) -> dict:
+            while True:
+                message = json.loads(seen.get(timeout=10))
+                if message.get("id") == id:
+                    return message
+
+        def send(message: dict) -> int:
+            return post(port_b, message, path=endpoint)[0]
+
+        assert send(INIT) == 202
+        assert answer(INIT["id"])["result"]["serverInfo"]
+        assert send({"jsonrpc": "2.0", "method": "notifications/initialized"}) == 202
+        hang = {"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {"name": "a__hang", "arguments": {}}}
+        assert send(hang) == 202
+        time.sleep(0.5)  # the call runs on A
+        busy = {"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {"name": "a__pid", "arguments": {}}}
+        assert send(busy) == 202
+        assert "error" in answer(7), "a second call under an id in flight was taken"
+        cancel = {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 7, "reason": "no"}}
+        assert send(cancel) == 202
+        # A cancelled the call: the id is free again there, and a new call under it is answered.
+        deadline = time.monotonic() + 10
+        while True:
+            assert send(busy) == 202
+            reply = answer(7)
+            if "result" in reply or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        assert "result" in reply, reply
+        # An id this replica never issued, nor any other: not found, as ever.
+        assert post(port_b, busy, path="/messages?session_id=nobody")[0] == 404
+        stream.close()
         clean(log_a)
         clean(log_b)

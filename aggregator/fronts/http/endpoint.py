@@ -145,10 +145,11 @@ class StreamableHttpEndpoint:
             quick=self.quick,
         )
         # With [cluster] keys: a session's answers and cancels that belong to another replica.
-        self.relay = Relay(hub, self.sessions, self.stateless) if hub.keys.shared else None
+        self.legacy = LegacySse(hub, config, self.access, self.admission)
+        self.relay = Relay(hub, self.sessions, self.stateless, self.legacy) if hub.keys.shared else None
         self.exchange.relay = self.relay
         self.sessions.on_deleted = self.relay.deleted if self.relay is not None else None
-        self.legacy = LegacySse(hub, config, self.access, self.admission)
+        self.legacy.hand_over = self.relay.legacy if self.relay is not None else None
         # Path, then method, to the part that serves it; a profile's path (``/mcp/<profile>``)
         # is served as the MCP endpoint. Should two paths be configured alike, the legacy
         # transport's take them, as they always did.

@@ -16,6 +16,10 @@ revoked token is a 401, another principal's token a 404 (the session is not thei
 is not said to exist), and the same user's refreshed token is the one a token exchange
 trades from then on. A session never changes whom it acts for.
 
+With ``[cluster]`` keys a session's id names its replica (``<replica>~<random>``, the
+replica's name in base64url): a POST that reaches another replica is handed to that one
+over the store (``relay``) and answered 202 there, as here, or 404 when nobody took it.
+
 ``LegacySse`` owns the legacy sessions by id and the handlers of the two URLs; it shares
 no state with the Streamable HTTP parts.
 
@@ -24,12 +28,16 @@ Imports of the HTTP front: ``answers``, ``queue`` and ``sessions`` (``refuse_mes
 
 from __future__ import annotations
 
+import base64
+import binascii
 import logging
 import secrets
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import trio
 
+from aggregator.cluster.sealing import binding
 from aggregator.config import HttpConfig
 from aggregator.fronts.access import AccessPolicy, Denial, TokenHold, choose_profile
 from aggregator.fronts.authorization import Principal
@@ -44,6 +52,28 @@ from aggregator.transports.budget import ClientMemory, release_all
 from aggregator.transports.http_server import HttpConnection, Request
 
 log = logging.getLogger(__name__)
+# [cluster]: a session of another replica's, its message handed there (``relay.Relay.legacy``):
+# (session id, the principal's binding, kind, message) -> whether that replica took it.
+HandOver = Callable[[str, Any, int, dict[str, Any]], Awaitable[bool]]
+
+
+def session_id(replica: str) -> str:
+    """A new session's id: random, and naming ``replica`` (if any) for the other replicas."""
+    token = secrets.token_urlsafe(24)
+    if not replica:
+        return token
+    return base64.urlsafe_b64encode(replica.encode()).decode().rstrip("=") + "~" + token
+
+
+def replica_of(session_id: str) -> str | None:
+    """The replica a session's id names, or None (an id of no replica, or not one of ours)."""
+    named, sep, _ = session_id.partition("~")
+    if not sep or not named or len(named) > 200:
+        return None
+    try:
+        return base64.urlsafe_b64decode(named + "=" * (-len(named) % 4)).decode()
+    except (binascii.Error, UnicodeDecodeError, ValueError):
+        return None
 
 
 class LegacySession:
@@ -115,6 +145,10 @@ class LegacySse:
         self.access = access
         self.admission = admission
         self.by_id: dict[str, LegacySession] = {}
+        # With [cluster] keys: this replica's name, in each session's id, and what hands a
+        # message of another replica's session over to it.
+        self.replica = hub.keys.replica if hub.keys.shared else ""
+        self.hand_over: HandOver | None = None
 
     async def stream(self, connection: HttpConnection, request: Request) -> None:
         """GET /sse: one session whose every message travels on this one stream."""
@@ -128,7 +162,7 @@ class LegacySse:
             return
         try:
             limit = self.config.max_stream_buffer_bytes
-            session = LegacySession(secrets.token_urlsafe(24), admitted.principal, limit, self)
+            session = LegacySession(session_id(self.replica), admitted.principal, limit, self)
             token = self.access.access_token(request.headers)
             session.key = self.hub.client_connected(
                 session, admitted.profile, principal=admitted.principal, access_token=token
@@ -167,6 +201,9 @@ class LegacySse:
             (value for key, _, value in (part.partition("=") for part in query.split("&")) if key == "session_id"), None
         )
         session = self.by_id.get(session_id or "")
+        if session is None and session_id and await self._handed_over(request, session_id):
+            await connection.respond(202, [("content-type", "text/plain")], b"Accepted")
+            return
         if session is None or session.principal != self.access.principal(request.headers):
             await reject(connection, 404, INVALID_REQUEST, "Session not found: open the SSE stream again")
             return
@@ -183,3 +220,24 @@ class LegacySse:
         else:
             await self.hub.client_decoded(session.key, *decoded)
         await connection.respond(202, [("content-type", "text/plain")], b"Accepted")
+
+    async def _handed_over(self, request: Request, session_id: str) -> bool:
+        """A message of a session another replica holds: handed to it (``relay``), which
+        checks the principal and acts on it as if posted there. A message that cannot be
+        read is not handed over (nobody there could answer it on its stream)."""
+        owner = replica_of(session_id)
+        if self.hand_over is None or owner is None or owner == self.replica:
+            return False
+        try:
+            kind, message = decode_message(request.body, self.hub.max_json_depth)
+        except RemoteProtocolError:
+            return False
+        return await self.hand_over(session_id, binding(self.access.principal(request.headers)), kind, message)
+
+    def take_over(self, session_id: str, principal: Any) -> LegacySession | None:
+        """The session another replica handed a message of (``relay``), if it is here and
+        bound to ``principal``'s binding."""
+        session = self.by_id.get(session_id)
+        if session is None or binding(session.principal) != principal:
+            return None
+        return session

@@ -15,6 +15,11 @@ and answers the POST 202 at once:
   call; a cancel is rare, so every replica hears it and those that do not run it ignore
   it, as the protocol says of a cancel of an unknown request).
 
+A message of a legacy HTTP+SSE session (``legacy_sse``) posted to another replica than
+its stream's: the session's id names its replica, so the message, whatever it is (a
+request, an answer, a cancel: each is answered on the stream), goes to that replica's
+channel with the binding of the principal that posted it, which the owner checks.
+
 A session deleted (``DELETE``) on one replica is broadcast too: a replica that serves it
 ends it there (its streams end, its work upstream is cancelled), as if deleted there.
 
@@ -35,7 +40,7 @@ its request's timeout (or the error of a replica that stopped, on its own replic
 for a client that never answers. A message nobody subscribes to is handled here, as
 without ``[cluster]``.
 
-Imports of the HTTP front: ``sessions``.
+Imports of the HTTP front: ``legacy_sse``, ``modern``, ``queue`` and ``sessions``.
 """
 
 from __future__ import annotations
@@ -53,6 +58,8 @@ from aggregator.core import defaults
 from aggregator.core.era.request_state import RequestStates
 from aggregator.core.reverse.reverse_table import replica_of
 from aggregator.errors import StoreError
+from aggregator.fronts.http.legacy_sse import LegacySse
+from aggregator.fronts.http.legacy_sse import replica_of as replica_of_legacy
 from aggregator.fronts.http.modern import StatelessRequests
 from aggregator.fronts.http.queue import JSON, until_client_leaves
 from aggregator.fronts.http.sessions import HttpSession, SessionTable
@@ -78,10 +85,13 @@ def replica_channel(replica: str) -> str:
 class Relay:
     """Hands a session's messages to the replica they belong to, and takes those of others."""
 
-    def __init__(self, hub: ClientPort, sessions: SessionTable, stateless: StatelessRequests) -> None:
+    def __init__(
+        self, hub: ClientPort, sessions: SessionTable, stateless: StatelessRequests, legacy: LegacySse
+    ) -> None:
         self.hub = hub
         self.sessions = sessions
         self.stateless = stateless
+        self.legacy_sse = legacy
         self.calls: dict[str, RemoteConnection] = {}  # retries served here for another replica
         self._nursery: trio.Nursery | None = None
         self.replica = hub.keys.replica
@@ -120,6 +130,9 @@ class Relay:
         if type(note.get("call")) is str:
             self._call_note(note)
             return
+        if type(note.get("legacy")) is str:
+            await self._legacy_note(note)
+            return
         session = self.sessions.by_id.get(note.get("session"))  # type: ignore[arg-type]
         if session is not None and note.get("ended") is True:
             log.info("http session %d: deleted on replica %r", session.key, note.get("from"))
@@ -146,6 +159,32 @@ class Relay:
         if owner is None or owner == self.replica:
             return False
         return await self._publish(replica_channel(owner), session, kind, message)
+
+    async def legacy(self, session_id: str, principal: Any, kind: int, message: dict[str, Any]) -> bool:
+        """Hand a message of a legacy HTTP+SSE session to the replica its id names
+        (``legacy_sse.replica_of``): whether that replica heard it."""
+        owner = replica_of_legacy(session_id)
+        if owner is None:
+            return False
+        note = {"from": self.replica, "legacy": session_id, "principal": principal, "kind": kind, "message": message}
+        try:
+            heard = await self.store.publish(replica_channel(owner), orjson.dumps(note))
+        except StoreError as exc:
+            log.debug("http: could not relay a legacy sse message to replica %r: %s", owner, exc)
+            return False
+        if heard:
+            self.relayed += 1
+        return heard > 0
+
+    async def _legacy_note(self, note: dict[str, Any]) -> None:
+        """A message of a legacy HTTP+SSE session of this replica's, posted to another one."""
+        session = self.legacy_sse.take_over(note["legacy"], note.get("principal"))
+        kind, message = note.get("kind"), note.get("message")
+        if session is None or type(kind) is not int or type(message) is not dict:
+            return  # gone meanwhile, or another principal's: as a POST here would get 404
+        self.received += 1
+        log.debug("legacy sse session %d: a message relayed from replica %r", session.key, note.get("from"))
+        await self.hub.client_decoded(session.key, kind, message)
 
     async def deleted(self, session: HttpSession) -> None:
         """A session was deleted here: any other replica that serves it ends it too."""
