@@ -1,9 +1,12 @@
 """The hub: the top nursery, and the one place the router's commands are carried out.
 
-Owns ``Hub`` (``hub``: supervises upstreams, owns the router, serves clients, shuts down
-gently, reloads), the router it builds from config (``catalogs``), reading a reload's file
-and planning what it changes (``reload``), dropping clients past the total memory budget
-(``shedding``), and writing once per scheduler turn what many tasks queued (``soon``).
+Owns ``Hub`` (``hub``: supervises upstreams, owns the router, serves clients, reloads),
+the router it builds from config (``catalogs``), the drain at shutdown and what it still
+admits (``drain``), the router's clock (``clock``), each session's own connections to
+servers (``session_links``), who each session acts as upstream (``callers``), reading a
+reload's file and planning what it changes (``reload``), dropping clients past the total
+memory budget (``shedding``), and writing once per scheduler turn what many tasks queued
+(``soon``).
 Nothing else holds the router: fronts and upstream sessions reach the hub through their
 ports (``fronts.port.ClientPort``, ``upstreams.port.UpstreamPort``), the plugin gate through
 ``plugins.gate.GateHost``.
