@@ -100,6 +100,10 @@ class Store(Protocol):
     async def hdel(self, key: str, fields: Sequence[str]) -> int:
         """Remove fields; how many there were (the hash's expiry is left as it is)."""
 
+    async def count_into(self, key: str, counts: Mapping[str, int], *, ttl: float) -> dict[str, int]:
+        """Add ``counts`` to the hash's fields (``HINCRBY``, the zeros left out), renew its
+        expiry and return every field's total (``HGETALL``): one round trip."""
+
     async def append(self, key: str, fields: Mapping[str, bytes], *, maxlen: int, ttl: float) -> str:
         """Add an entry to a stream (kept to about its last ``maxlen``), its id back; the
         stream's expiry is renewed."""
@@ -267,6 +271,19 @@ class MemoryStore:
 
         return await self._timed("hdel", remove)
 
+    async def count_into(self, key: str, counts: Mapping[str, int], *, ttl: float) -> dict[str, int]:
+        def add() -> dict[str, int]:
+            name = self._key(key)
+            found = dict(self._typed(name, dict) or {})
+            for field, amount in counts.items():
+                if amount:
+                    found[field] = b"%d" % (int(found.get(field, b"0")) + amount)
+            if found:
+                self._put(name, found, ttl)
+            return {field: int(value) for field, value in found.items()}
+
+        return await self._timed("count_into", add)
+
     async def append(self, key: str, fields: Mapping[str, bytes], *, maxlen: int, ttl: float) -> str:
         def add() -> str:
             name = self._key(key)
@@ -408,6 +425,13 @@ class RedisStore:
         if not fields:
             return 0
         return int(await self._timed("hdel", self.client.execute("HDEL", self._key(key), *fields)))
+
+    async def count_into(self, key: str, counts: Mapping[str, int], *, ttl: float) -> dict[str, int]:
+        name = self._key(key)
+        commands: list[list[Any]] = [["HINCRBY", name, field, amount] for field, amount in counts.items() if amount]
+        commands += [["PEXPIRE", name, _ms(ttl)], ["HGETALL", name]]
+        flat = (await self._timed("count_into", self.client.pipeline(commands)))[-1]
+        return {bytes(field).decode(): int(value) for field, value in zip(flat[::2], flat[1::2], strict=True)}
 
     async def append(self, key: str, fields: Mapping[str, bytes], *, maxlen: int, ttl: float) -> str:
         raw = {field.encode(): value for field, value in fields.items()}

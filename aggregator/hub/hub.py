@@ -246,6 +246,7 @@ class Hub:
             async with trio.open_nursery() as nursery:
                 self._nursery = self.gate.nursery = self._shedder.nursery = self.session_links.nursery = nursery
                 await nursery.start(self.store.run)  # at once, even if the store is down
+                self._start_shared(self.plugins)
                 for upstream in self.upstreams.values():
                     nursery.start_soon(upstream.run, name=f"upstream {upstream.name}")
                 nursery.start_soon(self._startup_gate)
@@ -272,6 +273,11 @@ class Hub:
         self._notification_hooks = plugins.watch_notifications
         self._start_after_catalog()
 
+    def _start_shared(self, plugins: Plugins) -> None:
+        """Run the plugins' shared hooks with the replicas' store ([cluster] store), if any."""
+        if self.config.cluster.store is not None and plugins.shared_hooks and self._nursery is not None:
+            self._nursery.start_soon(plugins.run_shared, self.store)
+
     def _start_after_catalog(self) -> None:
         """Start the after_catalog task once running, if the plugins have such hooks (it
         runs on for whichever plugins are in place)."""
@@ -285,6 +291,8 @@ class Hub:
         await plugins.load()
         old, before = self.plugins, self.gate
         self._wire_plugins(plugins, before)
+        old.stop_shared()
+        self._start_shared(plugins)
         if before.in_flight(old) and self._nursery is not None:
             self._nursery.start_soon(retire_plugins, self.gate, before, old, longest_request(self.config))
         else:

@@ -34,6 +34,12 @@ client would; a coroutine does blocking work in ``trio.to_thread.run_sync``):
     Soon after catalog hooks ran, outside the routing core: where a catalog hook's
     side effects (a file to write) are carried out, since the hooks that run inside the
     core (``catalog``, ``notification``, ``server_request``) must do no I/O.
+``shared(store)``
+    A coroutine the proxy runs in a task of its own while the plugin is in place, when
+    ``[cluster] store`` names a store the replicas share (``aggregator.cluster.store.Store``):
+    where a plugin keeps what every replica must see (the rate limit's counters). Cancelled
+    at shutdown and when a reload replaces the plugin; one that raises is logged, and the
+    plugin goes on without it.
 ``done()``
     Once, at shutdown, also after an error and after a failed ``load``: close files,
     write what is left. Bounded to ``DONE_TIMEOUT`` seconds for each plugin.
@@ -73,7 +79,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 HOOKED_METHODS = TARGETED_METHODS  # the requests request hooks see
 # Every hook a plugin may have; a public method named close to one of these is a misspelling.
-HOOKS = ("request", "response", "catalog", "notification", "server_request", "load", "after_catalog", "done")
+HOOKS = ("request", "response", "catalog", "notification", "server_request", "load", "after_catalog", "shared", "done")
 DONE_TIMEOUT = 5.0  # seconds each plugin's done hook may take at shutdown
 # A plain lifecycle hook runs on the proxy's one event loop: while it runs, no message moves
 # (at startup nothing is served yet; on a reload every client waits). One that takes longer
@@ -169,6 +175,8 @@ class Plugins:
         self._server_request = [p for p in plugins if callable(getattr(p, "server_request", None))]
         self._notification = [p for p in plugins if callable(getattr(p, "notification", None))]
         self._after_catalog = [p for p in plugins if callable(getattr(p, "after_catalog", None))]
+        self._shared = [p for p in plugins if callable(getattr(p, "shared", None))]
+        self._shared_scope = trio.CancelScope()  # their shared hooks' tasks
         for plugin in plugins:
             for hook in ("catalog", "server_request", "notification"):
                 if inspect.iscoroutinefunction(getattr(plugin, hook, None)):
@@ -208,6 +216,21 @@ class Plugins:
         for plugin in self.plugins:
             await _lifecycle(plugin, "load")
 
+    @property
+    def shared_hooks(self) -> bool:
+        return bool(self._shared)
+
+    async def run_shared(self, store: Any) -> None:
+        """Run every shared hook with ``store`` until ``stop_shared`` (or cancelled)."""
+        with self._shared_scope:
+            async with trio.open_nursery() as nursery:
+                for plugin in self._shared:
+                    nursery.start_soon(_shared, plugin, store)
+
+    def stop_shared(self) -> None:
+        """End the shared hooks' tasks (these plugins are done, or replaced)."""
+        self._shared_scope.cancel()
+
     async def after_catalog(self) -> None:
         """Run every after_catalog hook (outside the core, after catalog hooks ran)."""
         for plugin in self._after_catalog:
@@ -219,6 +242,7 @@ class Plugins:
         if self._done:
             return
         self._done = True
+        self.stop_shared()
         for plugin in self.plugins:
             if not callable(getattr(plugin, "done", None)):
                 continue
@@ -307,6 +331,14 @@ class Plugins:
                 self._failed(plugin, "server_request", exc, "refusing")
                 return False
         return True
+
+
+async def _shared(plugin: Any, store: Any) -> None:
+    """A plugin's shared hook, for as long as it runs; a failure is logged, never raised."""
+    try:
+        await plugin.shared(store)
+    except Exception:
+        log.exception("plugin %s: its shared hook failed; it goes on without the other replicas", _name(plugin))
 
 
 async def _lifecycle(plugin: Any, hook: str) -> None:

@@ -77,6 +77,17 @@ async def test_hashes(store: Store):
         assert await store.hgetall("h") == {"level": b"info", "profile": b"dev"}
 
 
+async def test_count_into_adds_to_fields_and_reads_them_all_in_one_call(store: Store):
+    with trio.fail_after(10):
+        assert await store.count_into("none", {}, ttl=60) == {}
+        assert await store.count_into("c", {"a": 2, "b": 0}, ttl=60) == {"a": 2}
+        assert await store.count_into("c", {"b": 3, "a": 1}, ttl=60) == {"a": 3, "b": 3}
+        assert await store.count_into("c", {}, ttl=0.1) == {"a": 3, "b": 3}  # the expiry renewed
+        assert store.stats.calls["count_into"] == 4
+        await trio.sleep(0.3)
+        assert await store.count_into("c", {}, ttl=60) == {}
+
+
 async def test_set_new_is_a_lock_that_expires(store: Store):
     with trio.fail_after(10):
         assert await store.set_new("lock", b"a", ttl=0.2) is True

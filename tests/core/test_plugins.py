@@ -295,6 +295,36 @@ class Forever:
         await trio.sleep_forever()
 
 
+async def test_shared_hooks_run_until_the_plugins_are_done_and_a_failure_is_contained(autojump_clock, caplog):
+    class Counting:
+        name = "counting"
+        runs = 0
+        store = None
+
+        async def shared(self, store):
+            self.store = store
+            while True:
+                self.runs += 1
+                await trio.sleep(1)
+
+    class Broken:
+        name = "broken"
+
+        async def shared(self, store):
+            raise RuntimeError("boom")
+
+    counting = Counting()
+    plugins = Plugins([counting, Broken(), ExamplePlugin()])
+    assert plugins.shared_hooks and not Plugins([ExamplePlugin()]).shared_hooks
+    with trio.fail_after(10):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(plugins.run_shared, "the store")
+            await trio.sleep(2.5)
+            await plugins.done()  # ends them: the nursery closes
+    assert counting.runs == 3 and counting.store == "the store"
+    assert "plugin broken: its shared hook failed" in caplog.text
+
+
 async def test_lifecycle_hooks_run_in_order_and_failures_are_contained(autojump_clock, caplog):
     events = []
     plugins = Plugins(
