@@ -31,7 +31,7 @@ def test_plugin_proxy_profile_and_server_problems_come_together(tmp_path):
     expected = [
         "servers.t.args[0]: an unclosed ${",
         "plugins[0].use: cannot load 'broken_plugin.py:P': RuntimeError: boom at import",
-        "plugins[1].options.nonsense: unknown option (rate-limit takes: rate, burst, per, clock)",
+        "plugins[1].options.nonsense: unknown option (rate-limit takes: rate, burst, per, sync_every, clock)",
         "plugins[1].options.rate: required by rate-limit",
         "plugins[2].use: cannot load 'nosuch': no plugin named 'nosuch' (installed: ",
         "plugins[3].use: cannot load 'json:nothing': json has no 'nothing'",
