@@ -76,8 +76,11 @@ def classify(error: BaseException) -> type[Exception]:
     if names & transport:
         return Retryable
     code = getattr(getattr(error, "error", None), "code", None)
-    if code == -32000 and "closed" in str(error).lower():
-        return Retryable  # the SDK's "Connection closed" when its stream ended mid-call
+    if code == -32000 and ("closed" in str(error).lower() or str(error).startswith("SSE stream")):
+        # The SDK's own words (CONNECTION_CLOSED) when its stream ended mid-call: "Connection
+        # closed", or "SSE stream ended without a response" when the replica serving a POST's
+        # stream died before it sent an event id the SDK could resume from.
+        return Retryable
     if code == -32603 and str(error) == HTTP_STATUS and not data:
         return Retryable  # the 2.x SDK's words for a POST answered 502 (the balancer's: the replica died)
     return Exception
