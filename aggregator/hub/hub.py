@@ -19,7 +19,8 @@ Each queue enforces its own byte budget and deadline and tells its owner when on
 passed (a client is dropped, a server's requests fail); see ``transports.outbox``. What
 all clients' queues hold together is counted in ``client_memory``; past its limit the
 clients that have stopped reading are dropped, the longest stalled first, until under it
-(``shedding``). The plugins' hooks run in ``plugins.gate``, between the clients and the router.
+(``shedding``). The plugins' hooks run in ``plugins.gate``, between the clients and the
+router; ``plugin_wiring`` puts the plugins in place, at start and by a reload.
 """
 
 from __future__ import annotations
@@ -95,16 +96,15 @@ from aggregator.hub.catalogs import make_router
 from aggregator.hub.clock import RouterClock
 from aggregator.hub.drain import Drain
 from aggregator.hub.listings import KeptListings
+from aggregator.hub.plugin_wiring import PluginWiring
 from aggregator.hub.reload import (
     CHANGED,
     ReloadPlan,
     ReloadResult,
     cannot_reload,
     internal_error,
-    longest_request,
     profile_policies,
     read_reload,
-    retire_plugins,
     wait_stopped,
 )
 from aggregator.hub.session_links import SessionLinks
@@ -152,10 +152,10 @@ class Hub:
         servers = config.enabled_servers
         proxy = config.proxy
         self._nursery: trio.Nursery | None = None
-        # Catalog hooks run inside the core; what they leave to do (I/O) runs in a task here.
-        self._catalog_hooks_ran = trio.Event()
-        self._after_catalog_running = False
-        self._wire_plugins(plugins_of(config))  # self.plugins, and self.gate: their hooks around the router
+        # What the replicas share ([cluster] store): Redis, or this process's own memory.
+        # Opened when the hub runs; one that is down is shown by readiness, never waited for.
+        self.store: Store = open_store(config.cluster.store, prefix=config.cluster.prefix)
+        self.wiring = PluginWiring(self, plugins_of(config), self.store)  # the plugins, their gate and tasks
         self._reloading = trio.Lock()  # one reload at a time
         # [cluster] keys, derived once: what seals session ids and signs cursors and states.
         self.keys = KeyRing.of(config.cluster)
@@ -204,9 +204,6 @@ class Hub:
             self, self.upstreams, self.callers, retire=self.metrics.retire, ended=lambda name: ended(LinkEnded(name))
         )
         self.recent_errors = RecentErrors()  # warnings and errors logged while it runs
-        # What the replicas share ([cluster] store): Redis, or this process's own memory.
-        # Opened when the hub runs; one that is down is shown by readiness, never waited for.
-        self.store: Store = open_store(config.cluster.store, prefix=config.cluster.prefix)
         # The rests of cut results in that store, when the router shares them ([cluster] keys and store).
         self.kept = SharedKept(self.store, self.keys.keys_for(KEPT)) if self.router.budgets.shared else None
         self._dirty: list[ClientSink] = []
@@ -244,66 +241,26 @@ class Hub:
         try:
             await self.plugins.load()
             async with trio.open_nursery() as nursery:
-                self._nursery = self.gate.nursery = self._shedder.nursery = self.session_links.nursery = nursery
+                self._nursery = self._shedder.nursery = self.session_links.nursery = nursery
                 await nursery.start(self.store.run)  # at once, even if the store is down
-                self._start_shared(self.plugins)
+                self.wiring.start(nursery)
                 for upstream in self.upstreams.values():
                     nursery.start_soon(upstream.run, name=f"upstream {upstream.name}")
                 nursery.start_soon(self._startup_gate)
                 nursery.start_soon(self.clock.run)
                 nursery.start_soon(self.soon.run)
-                self._start_after_catalog()
                 task_status.started(self)
         finally:
             self.recent_errors.detach()
             await self.plugins.done()
 
-    # --- plugins ------------------------------------------------------------------------
+    @property
+    def plugins(self) -> Plugins:  # the plugins in place (a reload may replace them)
+        return self.wiring.plugins
 
-    def _wire_plugins(self, plugins: Plugins, before: PluginGate | None = None) -> None:
-        """Put ``plugins`` in the hub's wiring of hooks: their gate around the router (taking
-        over what ``before``, the gate of the plugins they replace, watches and counts), the
-        answers and notifications they watch, and their after_catalog task. The one wiring,
-        at start and for the plugins a reload builds."""
-        self.plugins = plugins
-        plugins.catalog_changed = lambda: self._catalog_hooks_ran.set()
-        self.gate = PluginGate(self, plugins, before)
-        self.gate.nursery = self._nursery
-        self._watched = self.gate.watched  # requests plugins want answers of (checked per answer)
-        self._notification_hooks = plugins.watch_notifications
-        self._start_after_catalog()
-
-    def _start_shared(self, plugins: Plugins) -> None:
-        """Run the plugins' shared hooks with the replicas' store ([cluster] store), if any."""
-        if self.config.cluster.store is not None and plugins.shared_hooks and self._nursery is not None:
-            self._nursery.start_soon(plugins.run_shared, self.store)
-
-    def _start_after_catalog(self) -> None:
-        """Start the after_catalog task once running, if the plugins have such hooks (it
-        runs on for whichever plugins are in place)."""
-        if self.plugins.after_catalog_hooks and self._nursery is not None and not self._after_catalog_running:
-            self._after_catalog_running = True
-            self._nursery.start_soon(self._after_catalog)
-
-    async def _replace_plugins(self, plugins: Plugins) -> None:
-        """Run the new plugins' load hooks, put them in place of the old ones, run the old
-        ones' done hooks. A request a hook of the old ones is deciding on finishes with them."""
-        await plugins.load()
-        old, before = self.plugins, self.gate
-        self._wire_plugins(plugins, before)
-        old.stop_shared()
-        self._start_shared(plugins)
-        if before.in_flight(old) and self._nursery is not None:
-            self._nursery.start_soon(retire_plugins, self.gate, before, old, longest_request(self.config))
-        else:
-            await old.done()
-
-    async def _after_catalog(self) -> None:
-        """Run the plugins' after_catalog hooks, outside the core, once catalog hooks ran."""
-        while True:
-            await self._catalog_hooks_ran.wait()
-            self._catalog_hooks_ran = trio.Event()
-            await self.plugins.after_catalog()
+    @property
+    def gate(self) -> PluginGate:  # their hooks between the clients and the router
+        return self.wiring.gate
 
     # --- reload -------------------------------------------------------------------------
 
@@ -328,7 +285,7 @@ class Hub:
         """Apply a reload: plugins, then removed and changed servers out (their connections
         stopped, waited for), every catalog renewed, added and changed servers started."""
         if plan.plugins is not None:
-            await self._replace_plugins(plan.plugins)
+            await self.wiring.replace(plan.plugins)
         running, self.config = self.config, plan.changes.effective
         config, router = self.config, self.router
         self.listings.config = config  # (its [proxy], and so its cache_dir, never changes live)
@@ -719,9 +676,10 @@ class Hub:
 
     def _to_client(self, command: ToClient) -> None:
         target = self.clients.get(command.session)
-        if self._watched:
-            self.gate.answered(command.session, command.message)
-        if self._notification_hooks and not self.gate.notify(command):
+        wiring = self.wiring
+        if wiring.watched:
+            wiring.gate.answered(command.session, command.message)
+        if wiring.notification_hooks and not wiring.gate.notify(command):
             return
         if target is not None:
             target.put_message(command.message, command.related)

@@ -22,9 +22,8 @@ live (``[proxy]``, ``[http]``, which profiles exist and their tokens) is reporte
 restart and otherwise ignored.
 
 ``watch_config`` polls the file once a second and reloads when its contents change
-(``serve --watch``); ``retire_plugins`` runs replaced plugins' done hooks once what they
-decide on or watch is answered. The pid file ``serve --pid-file`` writes and
-``aggregator reload`` signals is here too.
+(``serve --watch``); the plugins a reload builds are put in place by ``plugin_wiring``.
+The pid file ``serve --pid-file`` writes and ``aggregator reload`` signals is here too.
 """
 
 from __future__ import annotations
@@ -46,7 +45,6 @@ from aggregator.config.loading import min_ready_problems
 from aggregator.core.catalogs.policy import ProfilePolicy
 from aggregator.errors import AggregatorError, ConfigError
 from aggregator.plugins.api import Plugins, plugins_of
-from aggregator.plugins.gate import PluginGate
 from aggregator.upstreams.session import UpstreamSession
 
 log = logging.getLogger("aggregator.reload")  # the logger name the manual shows
@@ -170,25 +168,6 @@ async def wait_stopped(stopping: list[UpstreamSession]) -> None:
             await upstream.ended.wait()
     if waited.cancelled_caught:
         log.warning("reload: some stopped servers did not end within %.0fs; going on", STOP_WAIT)
-
-
-async def retire_plugins(gate: PluginGate, before: PluginGate, old: Plugins, seconds: float) -> None:
-    """Run replaced plugins' done hooks once the requests they decided on or watch are
-    answered (they see them through), or after ``seconds``, the longest a request lasts, or
-    when the proxy stops meanwhile (``Plugins.done`` shields itself)."""
-    try:
-        with trio.move_on_after(seconds) as waited:
-            await before.answered_all(old)
-        if waited.cancelled_caught:
-            log.warning("reload: requests the replaced plugins watch were not answered within %.0fs", seconds)
-    finally:
-        gate.forget(old)
-        await old.done()
-
-
-def longest_request(config: Config) -> float:
-    """The longest a request to any server may last."""
-    return max((max(s.request_timeout, s.max_request_timeout) for s in config.servers.values()), default=60.0)
 
 
 async def watch_config(
