@@ -93,6 +93,7 @@ class HttpConnection:
         self._reading = _HEAD  # what the read in progress waits for
         self._timeouts = {_IDLE: limits.keepalive_timeout, _HEAD: limits.header_timeout, _BODY: limits.body_timeout}
         self.current: Request | None = None  # the request being handled (by serve())
+        self._idle = False  # between requests, nothing of the next one read (see close_if_idle)
         # Reads go straight to the socket when there is one (see _receive).
         self._socket = stream.socket if isinstance(stream, trio.SocketStream) and self._fd is not None else None
 
@@ -138,7 +139,11 @@ class HttpConnection:
                     return None
             if self._deadlines is not None:
                 self._deadlines.deadline = deadline
-                data = await self._receive()
+                self._idle = reading == _IDLE
+                try:
+                    data = await self._receive()
+                finally:
+                    self._idle = False
             else:
                 data = None
                 with trio.move_on_at(deadline):
@@ -203,6 +208,14 @@ class HttpConnection:
             buffered += len(data)
             if buffered > self.limits.max_body + self.limits.max_header:
                 await trio.sleep_forever()  # enough pipelined input held; stop reading
+
+    def close_if_idle(self) -> None:
+        """End the connection now if it waits between requests with nothing of the next
+        one read (served by ``serve``): a balancer's pooled connection is then dropped from
+        its pool, and its next request opens a new connection (to another replica, once
+        this one stopped listening). A connection in a request goes on."""
+        if self._idle and self._deadlines is not None:
+            self._deadlines.deadline = -math.inf
 
     def last_request(self) -> None:
         """Close the connection once the request being answered is (its response says

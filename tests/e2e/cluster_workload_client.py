@@ -86,6 +86,16 @@ def classify(error: BaseException) -> type[Exception]:
     return Exception
 
 
+def retry_after(error: BaseException) -> float:
+    """The seconds a JSON-RPC error asks before its request is sent again (``retryAfter``,
+    as a draining replica says), bounded; 0 when it asks none."""
+    while isinstance(error, BaseExceptionGroup) and error.exceptions:
+        error = error.exceptions[0]
+    data = getattr(getattr(error, "error", None), "data", None)
+    seconds = data.get("retryAfter") if isinstance(data, dict) else None
+    return min(float(seconds), 3.0) if isinstance(seconds, (int, float)) and seconds > 0 else 0.0
+
+
 def dead(error: BaseException) -> bool:
     """Whether the SDK's connection itself ended (its streams closed)."""
     while isinstance(error, BaseExceptionGroup) and error.exceptions:
@@ -320,6 +330,7 @@ async def main(url: str, workers: int, rounds: int, seconds: float) -> dict[str,
                     end(operation, "timeout" if isinstance(error, TimeoutError) else "retryable", error)
                     if dead(error):
                         raise  # the SDK ended its connection: connect again, then resume here
+                    await anyio.sleep(retry_after(error))  # as a client that honours it does
                     continue  # the same connection goes on: send it again
                 end(operation, "failed", error)
             else:

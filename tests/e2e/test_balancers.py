@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import select
+import socket
 import subprocess
 import sys
 import threading
@@ -26,7 +27,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.cluster_harness import Replica, balanced, fill, readiness
+from tests.e2e.cluster_harness import Replica, balanced, fill, readiness, replicas
 from tests.e2e.conftest import ROOT, fake, write_config
 
 pytestmark = pytest.mark.e2e
@@ -224,6 +225,45 @@ def test_behind_nginx_a_draining_replica_costs_no_new_session_and_finishes_its_c
         assert status == 200 and b"slept" in body, body
         assert set(statuses) == {"200"} and statuses["200"] >= 20, statuses
         assert "stopped listening" in leaving.tail(20000)
+
+
+def test_a_draining_replica_closes_the_connections_waiting_between_requests(tmp_path):
+    """A balancer's pooled connection that waits for its next request is closed at the
+    drain's start (with shared keys), so that the balancer drops it and its next request
+    goes to a replica that stays, instead of meeting this one as it closes. A connection
+    in a request is served to its end."""
+    with replicas(1, config(tmp_path), tmp_path) as (leaving,):
+        pooled = socket.create_connection(("127.0.0.1", leaving.port), timeout=10)
+        with pooled:
+            pooled.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+            assert pooled.recv(65536).startswith(b"HTTP/1.1 200"), "the pooled connection's first answer"
+            direct = f"http://{leaving.address}/mcp"
+            status, headers, _ = post(direct, INITIALIZE)
+            assert status == 200
+            session = {"mcp-session-id": headers["mcp-session-id"], "mcp-protocol-version": "2025-11-25"}
+            slow = {
+                "jsonrpc": "2.0",
+                "id": 2,
+                "method": "tools/call",
+                "params": {"name": "a__slow", "arguments": {"seconds": 4}},
+            }
+            answer: dict[str, object] = {}
+            caller = threading.Thread(target=lambda: answer.update(reply=post(direct, slow, timeout=20, **session)))
+            caller.start()
+            try:
+                time.sleep(0.5)  # the slow call is in flight: the drain waits for it
+                signalled = time.monotonic()
+                leaving.process.send_signal(15)
+                pooled.settimeout(3)
+                assert pooled.recv(65536) == b"", "the waiting connection was closed"
+                closed_after = time.monotonic() - signalled
+                assert closed_after < 2.5, closed_after
+                assert leaving.process.poll() is None, "closed by the drain, not by the process ending"
+            finally:
+                caller.join(timeout=30)
+        status, _, body = answer["reply"]  # type: ignore[misc]
+        assert status == 200 and b"slept" in body, body
+        assert leaving.process.wait(timeout=15) == 0
 
 
 def test_the_templating_fills_the_addresses_and_nothing_else():

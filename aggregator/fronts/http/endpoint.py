@@ -25,7 +25,9 @@ Open connections are capped together with the WebSocket front's (``hub.admission
 While the hub drains for shutdown every response closes its connection, so that a
 balancer's pooled connections move to the other replicas; with shared ``[cluster] keys``
 the listener closes at once too, so that a balancer's new connection is refused and tried
-on another replica (``hub.drain``). Requests on connections already open are still
+on another replica (``hub.drain``), and each connection waiting between requests closes
+(a balancer drops it from its pool, rather than sending it a request that would meet a
+replica about to close). Requests on connections already open are still
 served, the admin paths among them (a closed listener is "not ready" to a balancer too;
 ``admin_listen`` keeps answering /readyz with 503 until the process ends).
 Tokens, cookies and Authorization headers are never logged. A header this endpoint reads
@@ -123,6 +125,7 @@ class StreamableHttpEndpoint:
             keepalive_timeout=config.keepalive_timeout,
         )
         self.admission = hub.admission
+        self._open: set[HttpConnection] = set()  # served now (closed when idle at a drain with keys)
         self.access = AccessPolicy(config, hub.config.profiles, hub.config.auth)
         self.admin = admin  # /healthz, /readyz, /status, /metrics, if given
         self.callback = callback  # the OAuth callback path, if given
@@ -206,6 +209,8 @@ class StreamableHttpEndpoint:
                 ", ".join(f"{a[0]}:{a[1]}" for a in addresses),
             )
             accepting.cancel_scope.cancel()
+            for connection in list(self._open):
+                connection.close_if_idle()  # pooled by a balancer: its next request goes elsewhere
 
     async def _connection(self, stream: trio.SocketStream) -> None:
         """One connection's task, and its boundary: whatever fails in it ends only it."""
@@ -213,12 +218,14 @@ class StreamableHttpEndpoint:
             await refuse_connection(stream)
             return
         connection = HttpConnection(stream, self.limits)
+        self._open.add(connection)
         try:
             try:
                 await connection.serve(partial(self._handle, connection))
             except Exception:  # the boundary (``aggregator.fronts.containment``)
                 await connection_failed(connection, "http", log)
         finally:
+            self._open.discard(connection)
             try:
                 await connection.aclose()
             finally:
