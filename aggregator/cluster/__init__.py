@@ -22,6 +22,10 @@ keys, or this one after a restart, takes the session over (``fronts.http.session
 ``kept`` subkey, bound to their caller), written when a result is cut and read back by a
 replica that does not hold one, for the hub (``core.catalogs.result_budget``).
 
+``session_record``: what such a session changes (its log level, subscriptions, the events
+of its GET stream, the lease of the replica keeping its subscriptions upstream), in the
+store, for every replica serving it (``fronts.http.shared_sessions``).
+
 Floor 4 (tests/core/test_layering.py): may import ``errors``, ``jsonrpc``, ``mcp``,
 ``core`` records, ``config`` and ``transports``; never ``hub`` or ``fronts``.
 

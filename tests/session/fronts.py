@@ -90,10 +90,13 @@ async def running_fronts(
     profiles: dict[str, Any] | None = None,
     auth: dict[str, Any] | None = None,
     cluster: dict[str, Any] | None = None,
+    share_sessions: bool = False,
     **http: Any,
 ):
     """Hub + HTTP + WebSocket endpoints with one fake server ``a``; ``http`` sets [http] keys,
-    ``profiles`` the [profiles] table, ``auth`` the [auth] table, ``cluster`` the [cluster] one."""
+    ``profiles`` the [profiles] table, ``auth`` the [auth] table, ``cluster`` the [cluster] one;
+    ``share_sessions``: sessions' state and GET streams in the (embedded) store, as with a
+    configured one."""
     upstreams = FakeUpstreams({"a": modes or []})
     config = structure_config(
         {
@@ -112,6 +115,8 @@ async def running_fronts(
         with trio.fail_after(5):
             await hub.startup_done.wait()
         endpoint = StreamableHttpEndpoint(hub, config.http, admin=AdminRoutes(hub, config.http, reload=False))
+        if share_sessions:
+            endpoint.share_sessions()
         http_port = free_port()
         await nursery.start(endpoint.serve, f"127.0.0.1:{http_port}")
         ws = WebSocketEndpoint(hub, config.http)

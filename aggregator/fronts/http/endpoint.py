@@ -65,6 +65,7 @@ from typing import Any, Protocol
 
 import trio
 
+from aggregator.cluster.session_record import SessionRecords
 from aggregator.config import HttpConfig, parse_listen
 from aggregator.fronts.access import AccessPolicy, check_access
 from aggregator.fronts.authorization import metadata_document, metadata_paths
@@ -76,6 +77,7 @@ from aggregator.fronts.http.modern import StatelessRequests
 from aggregator.fronts.http.queue import JSON, QUICK_ANSWER, QuickWaits
 from aggregator.fronts.http.relay import Relay
 from aggregator.fronts.http.sessions import HttpSession, SessionTable
+from aggregator.fronts.http.shared_sessions import SharedSessions
 from aggregator.fronts.http.streams import EventStreams
 from aggregator.fronts.port import ClientPort
 from aggregator.jsonrpc.codec import dumps
@@ -153,6 +155,10 @@ class StreamableHttpEndpoint:
         self.exchange.relay = self.relay
         self.sessions.on_deleted = self.relay.deleted if self.relay is not None else None
         self.legacy.hand_over = self.relay.legacy if self.relay is not None else None
+        # With keys and a configured store: sessions' state and GET streams in the store.
+        self.shared: SharedSessions | None = None
+        if hub.keys.shared and hub.config.cluster.store is not None:
+            self.share_sessions()
         # Path, then method, to the part that serves it; a profile's path (``/mcp/<profile>``)
         # is served as the MCP endpoint. Should two paths be configured alike, the legacy
         # transport's take them, as they always did.
@@ -166,6 +172,13 @@ class StreamableHttpEndpoint:
             config.messages_path: {"POST": self.legacy.post},
             config.sse_path: {"GET": self.legacy.stream},
         }
+
+    def share_sessions(self) -> None:
+        """Keep the sessions' mutable state and GET streams in the hub's store (``[cluster]``
+        keys and store; a test may ask for it on the embedded store). Before ``serve``."""
+        records = SessionRecords(self.hub.store, lifetime=self.hub.config.cluster.session_lifetime)
+        self.shared = SharedSessions(self.hub, self.sessions, records, self.hub.keys.replica)
+        self.sessions.shared = self.streams.shared = self.exchange.shared = self.shared
 
     # --- serving ------------------------------------------------------------------------
 
@@ -185,6 +198,8 @@ class StreamableHttpEndpoint:
             nursery.start_soon(self.quick.run)
             if self.relay is not None:
                 await nursery.start(self.relay.run)
+            if self.shared is not None:
+                await nursery.start(self.shared.run)
             await nursery.start(self._listen, listeners, addresses, nursery)
             task_status.started(addresses)
 

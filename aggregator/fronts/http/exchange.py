@@ -13,7 +13,8 @@ come as (``unaccepted``) is 406, whatever it carries.
 hands a modern request to ``StatelessRequests`` and a lost stream to ``EventStreams``
 (its grace period), all passed in.
 
-Imports of the HTTP front: ``answers``, ``modern``, ``queue``, ``sessions`` and ``streams``.
+Imports of the HTTP front: ``answers``, ``modern``, ``queue``, ``relay``, ``sessions``,
+``shared_sessions`` and ``streams``.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from aggregator.fronts.http.modern import StatelessRequests, is_modern_notificat
 from aggregator.fronts.http.queue import JSON, MessageQueue, QuickWaits, until_client_leaves
 from aggregator.fronts.http.relay import Relay
 from aggregator.fronts.http.sessions import HttpSession, SessionTable
+from aggregator.fronts.http.shared_sessions import SharedSessions
 from aggregator.fronts.http.streams import EventStreams
 from aggregator.fronts.port import ClientPort
 from aggregator.hub.caps import Admission
@@ -68,6 +70,7 @@ class PostExchange:
         self.streams = streams
         self.stateless = stateless
         self.quick = quick
+        self.shared: SharedSessions | None = None  # [cluster] store: sessions' state there
         self.relay: Relay | None = None  # [cluster]: what belongs to another replica goes there
 
     async def post(self, connection: HttpConnection, request: Request) -> None:
@@ -204,6 +207,8 @@ class PostExchange:
     ) -> bool:
         id = message["id"]
         await self.hub.client_decoded(session.key, REQUEST, message)
+        if session.share is not None and self.shared is not None:
+            await self.shared.client_changed(session, message)  # its log level or subscriptions, in the store
         # Most answers come back within milliseconds and alone: send them as JSON without
         # starting a task to watch the connection. Only a slower or chattier request gets
         # the watcher (to notice a client that leaves) and, if need be, an event stream.

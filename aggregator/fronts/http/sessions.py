@@ -69,6 +69,24 @@ ENDED_IDS = 4096
 NOT_FOUND = "Session not found: it ended or never existed; initialize again"
 
 
+class SessionShare:
+    """What this replica knows of a session whose state is in the shared store
+    (``shared_sessions``): the state as last read or written, what this replica keeps
+    subscribed upstream for it, whether it holds the session's lease, and what wakes its
+    GET stream when an event comes."""
+
+    def __init__(self) -> None:
+        self.level: str | None = None
+        self.subscribed: set[str] = set()  # the session's subscriptions (exposed URIs)
+        self.upstream: set[str] = set()  # ... those this replica's router holds
+        self.leased = False
+        self.scope = trio.CancelScope()  # its listening on the session's channel
+        self.arrived = trio.Event()  # an event (or the session's end) for its GET stream
+
+    def poke(self) -> None:
+        self.arrived.set()
+
+
 class HttpSession:
     """One MCP session over HTTP: a hub client whose messages go to several streams.
 
@@ -106,6 +124,8 @@ class HttpSession:
         self.dirty = False
         self.over_limit = False
         self.drop_reason = ""
+        # With a shared store: its state there, and its GET stream's events (``shared_sessions``).
+        self.share: SessionShare | None = None
 
     def put_message(self, message: Any, related: Any = None) -> None:
         if type(message) is bytes:
@@ -125,6 +145,9 @@ class HttpSession:
             if queue is not None:
                 queue.push(data)
                 return
+        if self.share is not None and self.table.shared is not None:
+            self.table.shared.send(self, data)  # to its events in the store, for any replica's GET stream
+            return
         if self.get_stream is not None:
             self.get_stream.push(data)
         else:
@@ -235,12 +258,16 @@ class SessionTable:
         # [cluster]: tells the other replicas a session was deleted (``relay``), so that one
         # serving it too ends it there.
         self.on_deleted: Callable[[HttpSession], Awaitable[None]] | None = None
+        # [cluster] store: the sessions' state and GET streams in the store (``shared_sessions``).
+        self.shared: Any = None
         self.lifetime = hub.config.cluster.session_lifetime  # of a sealed id, from its issue
         self.wall_clock = time.time  # what sealed ids' issued_at is in
 
     def add(self, session: HttpSession) -> None:
         """Count in a session admitted (``admission.admit_session``) and known to the hub."""
         self.by_id[session.id] = session
+        if self.shared is not None:
+            self.shared.opened(session)
 
     def new_id(self, principal: Any, profile: str, initialize: dict[str, Any]) -> str:
         """The id of a session ``initialize`` opens: sealed with its state when the cluster
@@ -283,7 +310,11 @@ class SessionTable:
             and await self._tombstoned(session_id)
         ):
             return Lookup(None, 404, NOT_FOUND)
-        return self._find(request)
+        known = session_id is not None and session_id in self.by_id
+        found = self._find(request)
+        if found.session is not None and not known and self.shared is not None:
+            await self.shared.adopted(found.session)  # its log level and subscriptions, once
+        return found
 
     async def _tombstoned(self, session_id: str) -> bool:
         """Whether a replica deleted this session (a store that is down: not known, adopted)."""
@@ -409,6 +440,8 @@ class SessionTable:
             return
         self.end(session)
         await self.bury(session)
+        if self.shared is not None:
+            await self.shared.deleted(session)
         if self.on_deleted is not None:
             await self.on_deleted(session)
         await connection.respond(200, [])
@@ -426,6 +459,8 @@ class SessionTable:
             if len(self.ended) > ENDED_IDS:
                 del self.ended[next(iter(self.ended))]
         release_all(session)  # what its streams still send counts no more
+        if self.shared is not None:
+            self.shared.ended(session)
         self.by_id.pop(session.id, None)
         self.admission.release_session()
         self.hub.client_disconnected(session.key)  # the router cancels what it had in flight upstream

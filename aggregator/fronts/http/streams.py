@@ -20,7 +20,10 @@ Under ``[cluster]`` keys event ids name the replica and the request too: a resum
 another replica's request stream gets that request's retryable error (-32603,
 ``data.retryable``), never silence; one of another replica's GET stream opens it here.
 
-Imports of the HTTP front: ``answers``, ``queue``, ``relay`` and ``sessions``.
+With a shared store (``shared_sessions``) the GET stream is written from the session's
+events there, with event ids ``@<ms>-<seq>`` that any replica resumes.
+
+Imports of the HTTP front: ``answers``, ``queue``, ``relay``, ``sessions`` and ``shared_sessions``.
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ from aggregator.fronts.http.answers import reject
 from aggregator.fronts.http.queue import MessageQueue, pump, until_client_leaves
 from aggregator.fronts.http.relay import replica_channel
 from aggregator.fronts.http.sessions import BACKLOG_BYTES, HttpSession, SessionTable, request_of
+from aggregator.fronts.http.shared_sessions import STORE_EVENT, SharedSessions
 from aggregator.fronts.port import ClientPort
 from aggregator.jsonrpc.codec import dumps
 from aggregator.jsonrpc.errors import INTERNAL_ERROR, INVALID_REQUEST
@@ -63,6 +67,8 @@ class EventStreams:
         # Where grace periods run: the endpoint's nursery, set when it serves, so that they
         # outlive every connection that starts one.
         self.grace_nursery: trio.Nursery | None = None
+        # [cluster] store: GET streams written from the session's events there.
+        self.shared: SharedSessions | None = None
 
     async def get(self, connection: HttpConnection, request: Request) -> None:
         """GET with Mcp-Session-Id: open the session's stream, or resume one it lost."""
@@ -76,6 +82,18 @@ class EventStreams:
             return
         last_event_id = request.headers.get("last-event-id")
         resume = None
+        stored = STORE_EVENT.fullmatch(last_event_id.strip()) if last_event_id is not None else None
+        if stored is not None and session.share is not None:  # an event of the store's (``shared_sessions``)
+            if session.get_stream is not None:
+                await self._take_over(session)  # the client lost it before this end noticed
+            if session.closed:
+                await reject(connection, 404, INVALID_REQUEST, "Session not found: it ended; initialize again")
+                return
+            hold = TokenHold(self.sessions.access, request.headers, f"http session {session.key}")
+            queue = session.new_queue()
+            session.open_stream(queue)
+            await self._serve_get_stream(connection, session, queue, None, hold, stored[1])
+            return
         if last_event_id is not None:
             position = EVENT_ID.fullmatch(last_event_id.strip())
             if position is None:
@@ -111,7 +129,13 @@ class EventStreams:
         await self._serve_get_stream(connection, session, queue, None, hold)
 
     async def _serve_get_stream(
-        self, connection: HttpConnection, session: HttpSession, queue: MessageQueue, after: int | None, hold: TokenHold
+        self,
+        connection: HttpConnection,
+        session: HttpSession,
+        queue: MessageQueue,
+        after: int | None,
+        hold: TokenHold,
+        stored: str | None = None,
     ) -> None:
         """Write the session's GET stream on this connection (first the replay of what
         followed event ``after``, when resumed) until either side ends it, another GET
@@ -126,6 +150,18 @@ class EventStreams:
         self.hub.write_now()  # if that passed the budget of all clients, whoever was dropped ends now
         try:
             with handler:
+                if session.share is not None and self.shared is not None:  # its events are in the store
+                    async with hold.watching(session.share.poke):
+                        await self.shared.serve(
+                            connection,
+                            session,
+                            stored,
+                            stored is None and self.primes(session),
+                            lambda: session.closed or hold.ended is not None,
+                        )
+                    if hold.ended is not None:
+                        log.info("http session %d: its GET stream ended: %s", session.key, hold.ended)
+                    return
                 if not await connection.start_stream([]):
                     return
                 if after is not None:
