@@ -38,7 +38,7 @@ async def store(request: pytest.FixtureRequest, nursery: trio.Nursery) -> AsyncI
 
 async def test_the_record_holds_the_level_and_subscriptions_and_announces_each_change(store: Store):
     records = SessionRecords(store, lifetime=60)
-    notes = store.subscribe(channel(SESSION))
+    notes = await store.subscribe(channel(SESSION))
     with trio.fail_after(10):
         await trio.sleep(0.1)  # (Redis: the subscription is made)
         assert await records.read(SESSION) == SessionRecord()
@@ -59,7 +59,7 @@ async def test_the_record_holds_the_level_and_subscriptions_and_announces_each_c
 
 async def test_events_append_in_order_and_read_after_a_position(store: Store):
     records = SessionRecords(store, lifetime=60, max_events=5)
-    notes = store.subscribe(channel(SESSION))
+    notes = await store.subscribe(channel(SESSION))
     with trio.fail_after(10):
         await trio.sleep(0.1)
         ids = [await records.append(SESSION, b'{"n":%d}' % n) for n in range(8)]

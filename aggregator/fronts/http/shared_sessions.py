@@ -124,7 +124,7 @@ class SharedSessions:
     async def _watch(self, session: HttpSession, share: SessionShare) -> None:
         name = channel(session.id)
         try:
-            notes = self.hub.store.subscribe(name)
+            notes = await self.hub.store.subscribe(name)
         except ValueError:
             return  # (a second table of one process serving the same session: the first listens)
         try:
@@ -135,10 +135,7 @@ class SharedSessions:
                     else:
                         share.poke()
         finally:
-            try:
-                self.hub.store.unsubscribe(name)
-            except RuntimeError:
-                pass  # the store stopped first (the process is stopping)
+            self.hub.store.unsubscribe(name)  # (a no-op once the store stopped)
 
     async def _refresh(self, session: HttpSession, share: SessionShare) -> None:
         """The session's state changed on some replica: this one's router follows."""
