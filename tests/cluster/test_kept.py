@@ -5,7 +5,6 @@ one log line per outage. Run against both stores."""
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
 
 import pytest
 import trio
@@ -16,29 +15,9 @@ from aggregator.cluster.keys import KEPT, KeyRing
 from aggregator.cluster.store import MemoryStore, RedisStore, Store
 from aggregator.config.store_url import RedisAddress
 from aggregator.core.commands import FetchKept, ShareKept, ToClient
-from tests.cluster.redis_server import REDIS, RedisServer
-from tests.required import missing
 
 SECRET = "k" * 40
 TOKEN = "T" * 24
-
-
-@pytest.fixture(params=["memory", "redis"])
-async def store(request: pytest.FixtureRequest, nursery: trio.Nursery) -> AsyncIterator[Store]:
-    if request.param == "memory":
-        made: Store = MemoryStore(prefix="test")
-        await nursery.start(made.run)
-    else:
-        if REDIS is None:
-            missing("redis-server", "apt-get install redis-server")
-        server: RedisServer = request.getfixturevalue("redis")
-        redis_store = RedisStore(RedisAddress.parse(server.url), prefix="test")
-        await nursery.start(redis_store.run)
-        with trio.fail_after(10):
-            await redis_store.client.wait_connected()
-        made = redis_store
-    yield made
-    nursery.cancel_scope.cancel()
 
 
 def shared(store: Store, *secrets: str, clock=None) -> SharedKept:

@@ -6,7 +6,6 @@ others admitted from its own buckets. Two plugins stand for two replicas, on bot
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
 
 import pytest
 import trio
@@ -16,28 +15,8 @@ from aggregator.config.store_url import RedisAddress
 from aggregator.plugins import Deny, Request
 from aggregator.plugins.bundled import rate_limit
 from aggregator.plugins.bundled.rate_limit import RateLimit
-from tests.cluster.redis_server import REDIS, RedisServer
-from tests.required import missing
 
 WALL = 1_000_000.0
-
-
-@pytest.fixture(params=["memory", "redis"])
-async def store(request: pytest.FixtureRequest, nursery: trio.Nursery) -> AsyncIterator[Store]:
-    if request.param == "memory":
-        made: Store = MemoryStore(prefix="test")
-        await nursery.start(made.run)
-    else:
-        if REDIS is None:
-            missing("redis-server", "apt-get install redis-server")
-        server: RedisServer = request.getfixturevalue("redis")
-        redis_store = RedisStore(RedisAddress.parse(server.url), prefix="test")
-        await nursery.start(redis_store.run)
-        with trio.fail_after(10):
-            await redis_store.client.wait_connected()
-        made = redis_store
-    yield made
-    nursery.cancel_scope.cancel()
 
 
 class Clock:

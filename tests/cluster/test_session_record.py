@@ -3,37 +3,13 @@ on both stores: the embedded one and a real redis-server."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-
 import orjson
-import pytest
 import trio
 
 from aggregator.cluster.session_record import SessionRecord, SessionRecords, channel, digest, later
-from aggregator.cluster.store import MemoryStore, RedisStore, Store
-from aggregator.config.store_url import RedisAddress
-from tests.cluster.redis_server import REDIS, RedisServer
-from tests.required import missing
+from aggregator.cluster.store import Store
 
 SESSION = "ag1.k1.some-sealed-session-id"
-
-
-@pytest.fixture(params=["memory", "redis"])
-async def store(request: pytest.FixtureRequest, nursery: trio.Nursery) -> AsyncIterator[Store]:
-    if request.param == "memory":
-        made: Store = MemoryStore(prefix="test")
-        await nursery.start(made.run)
-    else:
-        if REDIS is None:
-            missing("redis-server", "apt-get install redis-server")
-        server: RedisServer = request.getfixturevalue("redis")
-        redis_store = RedisStore(RedisAddress.parse(server.url), prefix="test")
-        await nursery.start(redis_store.run)
-        with trio.fail_after(10):
-            await redis_store.client.wait_connected()
-        made = redis_store
-    yield made
-    nursery.cancel_scope.cancel()
 
 
 async def test_the_record_holds_the_level_and_subscriptions_and_announces_each_change(store: Store):

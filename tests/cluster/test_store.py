@@ -3,33 +3,10 @@ a real redis-server (``tests/cluster/redis_server.py``)."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-
 import pytest
 import trio
 
 from aggregator.cluster.store import MemoryStore, RedisStore, Store, open_store
-from aggregator.config.store_url import RedisAddress
-from tests.cluster.redis_server import REDIS, RedisServer
-from tests.required import missing
-
-
-@pytest.fixture(params=["memory", "redis"])
-async def store(request: pytest.FixtureRequest, nursery: trio.Nursery) -> AsyncIterator[Store]:
-    if request.param == "memory":
-        made: Store = MemoryStore(prefix="test")
-        await nursery.start(made.run)
-    else:
-        if REDIS is None:
-            missing("redis-server", "apt-get install redis-server")
-        server: RedisServer = request.getfixturevalue("redis")
-        redis_store = RedisStore(RedisAddress.parse(server.url), prefix="test")
-        await nursery.start(redis_store.run)
-        with trio.fail_after(10):
-            await redis_store.client.wait_connected()
-        made = redis_store
-    yield made
-    nursery.cancel_scope.cancel()
 
 
 async def test_get_set_delete(store: Store):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from tests.cluster.conftest import redis, store  # noqa: F401 - each store in turn, for the shared vault
 from tests.credentials.peers import AuthServer, ProtectedMcp
 
 

@@ -6,51 +6,22 @@ under the key ring, opened by every key of it, taken once."""
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncIterator
 
 import pytest
 import trio
 
 from aggregator.cluster.keys import FLOWS, KeyRing
-from aggregator.cluster.store import MemoryStore, RedisStore, Store
-from aggregator.config.store_url import RedisAddress
+from aggregator.cluster.store import MemoryStore, Store
 from aggregator.credentials.principal import Principal
 from aggregator.credentials.problems import CredentialError
 from aggregator.credentials.shared import VAULT, SharedFlows, StoreVault
 from aggregator.credentials.tokens import ClientCredentials, TokenSet
 from aggregator.credentials.vault import Grant
-from tests.cluster.redis_server import REDIS, RedisServer
 from tests.loopback import free_port
 
 ALICE = Principal(issuer="https://id.example", subject="alice")
 BOB = Principal(issuer="https://id.example", subject="bob")
 ONE, TWO = "one-cluster-key-" + "1" * 24, "two-cluster-key-" + "2" * 24
-
-
-@pytest.fixture(params=["memory", "redis"])
-async def store(request: pytest.FixtureRequest, nursery: trio.Nursery) -> AsyncIterator[Store]:
-    if request.param == "memory":
-        made: Store = MemoryStore(prefix="t")
-        await nursery.start(made.run)
-    else:
-        if REDIS is None:
-            pytest.skip("redis-server is not installed (apt-get install redis-server)")
-        server: RedisServer = request.getfixturevalue("redis")
-        redis_store = RedisStore(RedisAddress.parse(server.url), prefix="t")
-        await nursery.start(redis_store.run)
-        with trio.fail_after(10):
-            await redis_store.client.wait_connected()
-        made = redis_store
-    yield made
-    nursery.cancel_scope.cancel()
-
-
-@pytest.fixture
-def redis(tmp_path):
-    from tests.cluster.redis_server import redis_server
-
-    with redis_server(tmp_path) as server:
-        yield server
 
 
 def grant(principal: Principal, server: str = "docs", access: str = "at-secret-1") -> Grant:
