@@ -30,6 +30,7 @@ from aggregator.registry import (
     Registry,
     RegistryError,
     default_key,
+    dropped_settings,
     installation,
     open_registry,
     with_table,
@@ -98,6 +99,7 @@ def run_add(args: argparse.Namespace) -> int:
     if not key or len(key) > 64 or not set(key) <= _KEY:
         raise AggregatorError(f"--as {shown(key)}: a server key is 1 to 64 of A-Z a-z 0-9 _ . -")
     added = installation(entry, key, registry.label)
+    dropped = dropped_settings(text, key, added.text) if args.replace else []
     new_text = with_table(text, key, added.text, replace=args.replace, source=str(path))
     _write(path, new_text.encode("utf-8"), original)
     try:
@@ -115,6 +117,12 @@ def run_add(args: argparse.Namespace) -> int:
         print(escaped(f"  set before serving: {', '.join(added.variables)}"))
     for note in added.notes:
         print(escaped(f"  note: {note}"))
+    for setting in dropped:
+        kind = "policy rule" if setting.split(".", 1)[0] in ("tools", "prompts", "resources") else "setting"
+        print(
+            escaped(f"aggregator: warning: --replace dropped the {kind} servers.{key}.{setting}; add it back by hand"),
+            file=sys.stderr,
+        )
     print(escaped(f"  try it: aggregator check --config {path}"))
     return 0
 

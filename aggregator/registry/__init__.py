@@ -19,7 +19,7 @@ Floor 3 (tests/core/test_layering.py), beside ``config``: it imports ``errors`` 
 
 from __future__ import annotations
 
-from aggregator.registry.config_text import existing_servers, with_table
+from aggregator.registry.config_text import dropped_settings, existing_servers, with_table
 from aggregator.registry.entries import ServerEntry, read_entry
 from aggregator.registry.identifiers import RegistryError
 from aggregator.registry.sources import OFFICIAL_URL, Found, Limits, Registry, open_registry
@@ -34,6 +34,7 @@ __all__ = [
     "RegistryError",
     "ServerEntry",
     "default_key",
+    "dropped_settings",
     "existing_servers",
     "installation",
     "open_registry",

@@ -58,7 +58,8 @@ def with_table(text: str, key: str, table: str, *, replace: bool, source: str) -
                 f"servers.{key} in {source} is not written as a [servers.{key}] table of its own; edit it by hand"
             )
         del before["servers"][key]
-        if after != before:  # anything but servers.KEY touched: refuse, write nothing
+        # Anything but servers.KEY touched: refuse, write nothing.
+        if _without_empty_servers(after) != _without_empty_servers(before):
             raise RegistryError(
                 f"servers.{key} in {source} cannot be taken out without changing other settings; edit it by hand"
             )
@@ -69,6 +70,54 @@ def with_table(text: str, key: str, table: str, *, replace: bool, source: str) -
     if text and not (text + lead).endswith(("\n\n", "\r\n\r\n")):
         lead += newline
     return text + lead + table.replace("\n", newline)
+
+
+def dropped_settings(text: str, key: str, table: str) -> list[str]:
+    """The settings of ``servers.KEY`` in ``text`` that a replacement by ``table`` leaves
+    out, as dotted paths under the table (``request_timeout``, ``tools.deny``), policy
+    rules (``tools``, ``prompts``, ``resources``) first; empty when the key is not there or
+    the text is not TOML (``with_table`` says so)."""
+    try:
+        old = tomllib.loads(text).get("servers", {}).get(key)
+        new = tomllib.loads(table).get("servers", {}).get(key, {})
+    except (tomllib.TOMLDecodeError, AttributeError):
+        return []
+    if not isinstance(old, dict):
+        return []
+    dropped = [path for path in _leaves(old) if not _has(new, path)]
+    policy = [path for path in dropped if path.split(".", 1)[0] in _POLICY]
+    return policy + [path for path in dropped if path not in policy]
+
+
+_POLICY = ("tools", "prompts", "resources")
+
+
+def _leaves(table: dict[str, Any], prefix: str = "") -> list[str]:
+    paths: list[str] = []
+    for name, value in table.items():
+        path = f"{prefix}{name}"
+        if isinstance(value, dict) and value:
+            paths.extend(_leaves(value, path + "."))
+        else:
+            paths.append(path)
+    return paths
+
+
+def _has(table: dict[str, Any], path: str) -> bool:
+    node: Any = table
+    for name in path.split("."):
+        if not isinstance(node, dict) or name not in node:
+            return False
+        node = node[name]
+    return True
+
+
+def _without_empty_servers(document: dict[str, Any] | None) -> dict[str, Any] | None:
+    """``document`` with an empty ``servers`` left out: taking out a file's only server
+    leaves no ``servers`` at all when nothing else wrote the ``[servers]`` header."""
+    if document is None or document.get("servers") != {}:
+        return document
+    return {name: value for name, value in document.items() if name != "servers"}
 
 
 def _without(text: str, key: str, source: str) -> str:

@@ -117,6 +117,21 @@ def test_add_an_existing_key_is_an_error_unless_replaced(registry, config):
     assert tomllib.loads(after.decode())["servers"]["memory"]["args"][-1].endswith("@2025.9.25")
 
 
+def test_replace_works_on_a_files_only_server_and_names_what_it_drops(registry, tmp_path):
+    config = tmp_path / "fresh.toml"
+    done = aggregator("add", MEMORY, "--version", "2025.9.25", "--registry", registry.url, "--config", str(config))
+    assert done.returncode == 0, done.stderr
+    with config.open("a") as file:
+        file.write('request_timeout = 30\n\n[servers.memory.tools]\ndeny = ["delete_entities"]\n')
+    done = aggregator("add", MEMORY, "--replace", "--registry", registry.url, "--config", str(config))
+    assert done.returncode == 0, done.stderr
+    assert tomllib.loads(config.read_text())["servers"]["memory"]["args"][-1].endswith("@2026.8.31")
+    assert done.stderr.splitlines() == [
+        "aggregator: warning: --replace dropped the policy rule servers.memory.tools.deny; add it back by hand",
+        "aggregator: warning: --replace dropped the setting servers.memory.request_timeout; add it back by hand",
+    ]
+
+
 def test_a_table_the_loader_refuses_is_rolled_back(registry, config):
     # A key holding the separator "__" loads as text but not as a config.
     done = aggregator("add", MEMORY, "--as", "my__memory", "--registry", registry.url, "--config", str(config))

@@ -8,7 +8,7 @@ import tomllib
 
 import pytest
 
-from aggregator.registry.config_text import with_table
+from aggregator.registry.config_text import dropped_settings, with_table
 from aggregator.registry.identifiers import RegistryError
 
 TABLE = '# from an MCP registry: io.example/x 1.0.0 (R)\n# d\n[servers.x]\ncommand = "npx"\n'
@@ -157,3 +157,36 @@ def test_replace_that_would_change_another_setting_writes_nothing():
     before = '[servers.x]\ncommand = "old"\n\n[proxy]\nnote = """\n[servers.x]\n"""\n'
     with pytest.raises(RegistryError, match="cannot be taken out without changing other settings; edit it by hand"):
         with_table(before, "x", TABLE, replace=True, source="c.toml")
+
+
+@pytest.mark.parametrize(
+    "before",
+    [
+        TABLE,
+        '[servers.x]\ncommand = "m"\n',
+        '[proxy]\nstart = "lazy"\n\n' + TABLE,
+        "[servers]\n\n" + TABLE,
+    ],
+)
+def test_replace_takes_out_a_files_only_server(before):
+    after = with_table(before, "x", TABLE, replace=True, source="c.toml")
+    assert tomllib.loads(after)["servers"] == {"x": {"command": "npx"}}
+    assert after.count("[servers.x]") == 1
+
+
+def test_the_settings_a_replacement_drops_are_named_policy_rules_first():
+    before = (
+        "[servers.x]\n"
+        'command = "old"\n'
+        "request_timeout = 30\n"
+        'env.MINE = "1"\n'
+        "\n"
+        "[servers.y]\n"
+        'command = "y"\n'
+        "\n"
+        "[servers.x.tools]\n"
+        'deny = ["drop"]\n'
+    )
+    assert dropped_settings(before, "x", TABLE) == ["tools.deny", "request_timeout", "env.MINE"]
+    assert dropped_settings(before, "z", TABLE) == []
+    assert dropped_settings(TABLE, "x", TABLE) == []
