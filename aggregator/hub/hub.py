@@ -319,11 +319,13 @@ class Hub:
                 continue
             # A lazy server as at launch: with a cached listing (of this configuration) it is
             # listed from it and not started; without one it starts once, to list.
+            # Requests held for it while it changed wake it as soon as it is listed from its
+            # cache (so it is there before that listing is told).
             cached = await self.listings.cached(server)
-            if cached is not None:
-                self.dispatch_now(router.handle(ServerCached(name, cached)))
             upstream = UpstreamSession(self, server, dormant=cached is not None)
             self.upstreams[name] = upstream
+            if cached is not None:
+                self.dispatch_now(router.handle(ServerCached(name, cached)))
             assert self._nursery is not None
             self._nursery.start_soon(upstream.run, name=f"upstream {name}")
 

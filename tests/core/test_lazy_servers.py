@@ -285,3 +285,26 @@ def test_a_reload_that_changes_a_lazy_server_drops_its_old_listing(router: Route
 def test_a_reload_that_removes_a_lazy_server_forgets_its_listing(router: Router) -> None:
     router.handle(ServerRemoved("lazy", "it was removed from the configuration"))
     assert router.catalog.items_of("lazy", "tools") == []
+
+
+def test_requests_held_while_a_reload_changes_a_starting_lazy_server_wake_its_replacement(
+    router: Router, clock: Clock
+) -> None:
+    """The replacement is listed from its own cache, stopped: the requests that waited for
+    the old one start it at once rather than wait their whole timeout for nothing."""
+    assert ask(router, 1, "tools/call", name="lazy__t") == [("WakeUpstream", "lazy", ())]
+    router.handle(ServerRestarting("lazy", "its configuration changed"))
+    router.handle(ServerReplaced(LinkSettings("lazy", request_timeout=TIMEOUT * 2), "its configuration changed"))
+    out = unpack(router.handle(ServerCached("lazy", {"tools": [{"name": "t"}]})))
+    assert ("WakeUpstream", "lazy", ()) in out
+    sent = [m for kind, _, m in unpack(start(router, "lazy", [{"name": "t"}])) if kind == "ToServer"]
+    assert [m["method"] for m in sent if m.get("method") == "tools/call"] == ["tools/call"]
+
+
+def test_a_held_request_that_times_out_names_the_timeout_it_waited(router: Router, clock: Clock) -> None:
+    ask(router, 1, "tools/call", name="lazy__t")
+    router.handle(ServerRestarting("lazy", "its configuration changed"))
+    router.handle(ServerReplaced(LinkSettings("lazy", request_timeout=TIMEOUT * 4), "its configuration changed"))
+    clock.now += TIMEOUT + 0.1
+    [(_, _, answer)] = unpack(router.handle(TimePassed()))
+    assert f"did not become ready within {TIMEOUT:g} s" in answer["error"]["message"]

@@ -6,6 +6,8 @@ again by the next call; a stale cache is replaced and the client told its list c
 from __future__ import annotations
 
 import json
+import sys
+import threading
 import time
 from pathlib import Path
 
@@ -259,3 +261,34 @@ def test_a_reload_treats_a_lazy_server_as_launch_does(tmp_path: Path) -> None:
         wait_for(lambda: "b__echo" in tool_names(port, session), seconds=20)
         assert "b__second" not in tool_names(port, session)
         assert states(port)["a"] == "lazy"  # untouched
+
+
+def test_a_call_waiting_while_a_reload_changes_its_starting_lazy_server_is_answered(tmp_path: Path) -> None:
+    """A reload that changes only a timeout of a lazy server while it starts for a call:
+    the replacement, listed from the same cache, is started for the waiting call at once."""
+    cache = tmp_path / "cache"
+    proxy = {"start": "lazy", "cache_dir": str(cache), "startup_timeout": 30.0}
+
+    def table(init_timeout: int) -> str:
+        return (
+            '[servers.slow]\ncommand = "sh"\n'
+            f'args = ["-c", "sleep 2; exec {sys.executable} {FAKESRV}"]\n'
+            f"init_timeout = {init_timeout}\nrequest_timeout = 30\n"
+        )
+
+    config = write_config(tmp_path, table(10), **proxy)
+    echo = {"tools": [{"name": "echo", "inputSchema": {"type": "object"}}]}
+    listing_cache.write(cache, load_config(config).servers["slow"], echo)
+    with http_proxy(config, "--watch") as (port, _):
+        wait_for(lambda: get(port, "/readyz")[0] == 200, seconds=30)
+        session = initialize(port)
+        answers: list[dict] = []
+        asked = time.monotonic()
+        caller = threading.Thread(target=lambda: answers.append(call(port, session, 1, "slow__echo")))
+        caller.start()
+        wait_for(lambda: states(port)["slow"] == "starting", seconds=10)
+        (tmp_path / "draft").mkdir()
+        config.write_text(write_config(tmp_path / "draft", table(11), **proxy).read_text())
+        caller.join(timeout=40)
+        assert answers and "result" in answers[0], answers
+        assert time.monotonic() - asked < 20  # not its whole request_timeout (30 s)

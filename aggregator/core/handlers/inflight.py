@@ -181,13 +181,15 @@ class InFlight:
         if held.session not in self.clients:
             return []
         link = self.links[held.server]
+        # The timeout it was held under (a reload may have given its server another since).
+        waited = link.request_timeout if held.held_at is None else held.deadline - held.held_at
         outage = self.outages.get(held.server)
         if outage is None:
             text, data = (
-                f"Server {held.server!r} did not become ready within {link.request_timeout:g} s",
+                f"Server {held.server!r} did not become ready within {waited:g} s",
                 {"source": "aggregator", "reason": "unavailable", "server": held.server},
             )
         else:
-            text, data = unavailable(outage, self.clock(), waited=link.request_timeout)
-        log.info("server %s: %s waited %gs for the server and failed", held.server, held.method, link.request_timeout)
+            text, data = unavailable(outage, self.clock(), waited=waited)
+        log.info("server %s: %s waited %gs for the server and failed", held.server, held.method, waited)
         return [ToClient(held.session, error_response(held.client_id, INTERNAL_ERROR, text, data))]

@@ -342,7 +342,8 @@ class UpstreamEvents:
     def server_cached(self, server: str, listing: dict[str, list[dict[str, Any]]]) -> list[Command]:
         """A shared server is not started (``start = "lazy"``): its cached listing is its
         catalog until it is started, and the first request for it wakes it (``outages``
-        rule 6). Nothing changes for a server that is running or per-session."""
+        rule 6); requests held for it already (a reload changed it while it started for
+        them) wake it at once. Nothing changes for a server that is running or per-session."""
         link = self.links.get(server)
         outage = self.outages.get(server)
         if link is None or link.session is not None or link.ready or outage is None:
@@ -358,7 +359,7 @@ class UpstreamEvents:
                 out += self.announcements.announce([kind] if changed else [], profile)
                 if self.views:
                     out += self._views_see(catalog, server, kind, changed)
-        return out
+        return out + self.held_requests.wake_for_held(server)
 
     def stop_idle(self, now: float) -> list[Command]:
         """Stop the shared servers nobody used for their ``idle_stop_after``

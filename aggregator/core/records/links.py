@@ -109,6 +109,7 @@ class Pending:
         "deadline",
         "hard_deadline",
         "sent_at",
+        "held_at",
         "done",
         "phase",
         "held",
@@ -130,6 +131,7 @@ class Pending:
         self.deadline = 0.0
         self.hard_deadline = 0.0
         self.sent_at = 0.0  # when it was sent upstream (for its duration); 0: not sent
+        self.held_at: float | None = None  # when it was held for its server (``HeldRequests``)
         self.done = False
         self.phase = _SENT
         self.held: dict[str, Any] | None = None  # LISTING, STARTING: the request, routed once it can be

@@ -89,11 +89,7 @@ class HeldRequests:
             self.tallies.ended(message["method"], server, "error", "unavailable", None)
             return [ToClient(client.key, error_response(message["id"], INTERNAL_ERROR, text, data))]
         if outage.state in DORMANT and not self.forwarding.draining:  # stopped on purpose: wake it
-            outage.woken = outage.state
-            outage.state = STARTING
-            outage.retry_at = None
-            outage.attempt_at = now  # its start is timed from now
-            out.append(WakeUpstream(server))
+            out.append(self._wake(outage, now))
         held = self.requests.held.setdefault(server, [])
         if len(held) >= self.max_in_flight:
             held[:] = [p for p in held if not p.done]
@@ -105,6 +101,7 @@ class HeldRequests:
         ):
             pending = Pending(client.key, message["id"], message["method"], server, 0)
             pending.hold(Phase.LISTING, message)
+            pending.held_at = now
             pending.hard_deadline = now + link.max_request_timeout
             pending.deadline = now + link.request_timeout
             self.requests.deadlines.push(pending.deadline, pending)
@@ -114,6 +111,24 @@ class HeldRequests:
         text, data = unavailable(outage, now)
         self.tallies.ended(message["method"], server, "error", "unavailable", None)
         return [*out, ToClient(client.key, error_response(message["id"], INTERNAL_ERROR, text, data))]
+
+    def wake_for_held(self, server: str) -> list[Command]:
+        """``server`` is dormant again while requests are held for it (a reload replaced a
+        server that was starting for them by one listed from its cache): they wake it now,
+        as the first of them would have (``outages`` rule 6)."""
+        outage = self.outages.get(server)
+        if outage is None or outage.state not in DORMANT or self.forwarding.draining:
+            return []
+        if all(held.done for held in self.requests.held.get(server, ())):
+            return []
+        return [self._wake(outage, self.clock())]
+
+    def _wake(self, outage: Outage, now: float) -> WakeUpstream:
+        outage.woken = outage.state
+        outage.state = STARTING
+        outage.retry_at = None
+        outage.attempt_at = now  # its start is timed from now
+        return WakeUpstream(outage.server)
 
     def fail(self, server: str) -> list[Command]:
         """The requests held for ``server`` are answered with its state (it will not be
