@@ -308,3 +308,31 @@ def test_a_held_request_that_times_out_names_the_timeout_it_waited(router: Route
     clock.now += TIMEOUT + 0.1
     [(_, _, answer)] = unpack(router.handle(TimePassed()))
     assert f"did not become ready within {TIMEOUT:g} s" in answer["error"]["message"]
+
+
+MODERN = {"io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": {}}
+
+
+def listen_for(router: Router, key: int, uri: str) -> list[tuple[str, Any, Any]]:
+    notifications = {"resourceSubscriptions": [uri]}
+    raw = msg(id="L", method="subscriptions/listen", params={"_meta": MODERN, "notifications": notifications})
+    return unpack(router.handle(ClientMessage(key, raw)))
+
+
+def test_a_listen_for_a_lazy_servers_resource_starts_it_and_holds_it_against_idle_stop(
+    router: Router, clock: Clock
+) -> None:
+    """As a resources/subscribe: the listen waits for the server it wakes, is acknowledged
+    with the resource once the server is listed, and keeps the server from idle stop."""
+    router.handle(ClientConnected(2))
+    assert listen_for(router, 2, "lazy+demo://r") == [("WakeUpstream", "lazy", ())]
+    out = start(router, "lazy", [{"name": "t"}], [{"uri": "demo://r"}])
+    [ack] = [m for kind, key, m in unpack(out) if kind == "ToClient" and key == 2]
+    assert ack["params"]["notifications"] == {"resourceSubscriptions": ["lazy+demo://r"]}
+    [sent] = [m for kind, _, m in unpack(out) if kind == "ToServer" and m.get("method") == "resources/subscribe"]
+    router.handle(ServerMessage("lazy", msg(id=sent["id"], result={})))
+    commands: list[Any] = []
+    for _ in range(int(IDLE * 3 / 10)):
+        clock.now += 10
+        commands += router.handle(TimePassed())
+    assert StopIdle("lazy") not in commands

@@ -49,6 +49,7 @@ import logging
 from typing import Any
 
 from aggregator.core.catalogs.catalog import Catalog
+from aggregator.core.catalogs.outages import DORMANT
 from aggregator.core.catalogs.session_catalog import SessionViews
 from aggregator.core.catalogs.targets import ServerDown, Targets
 from aggregator.core.clients.handshake import Handshake
@@ -281,6 +282,7 @@ class ModernCallers:
             raise RemoteProtocolError(
                 INVALID_PARAMS, f"Invalid params: at most {self.max_in_flight} {_RESOURCE_SUBSCRIPTIONS}"
             )
+        self._wait_for_stopped_servers(client, uris)
         capabilities = self.handshake.merged_capabilities()
         honoured: dict[str, Any] = {}
         methods = set()
@@ -298,6 +300,22 @@ class ModernCallers:
             "params": {"_meta": {SUBSCRIPTION_ID: id}, "notifications": honoured},
         }
         return [ToClient(client.key, ack, id), *out]
+
+    def _wait_for_stopped_servers(self, client: ClientState, uris: list[str]) -> None:
+        """Raise ``ServerDown`` (the listen is held for the server and wakes it, as a
+        ``resources/subscribe`` is) when a resource it names belongs to a server stopped on
+        purpose (lazy, idle-stopped) or starting on demand: once the server is listed, the
+        listen is handled again and subscribes as for a running server. Resources of a
+        server out for another reason are not honoured (``_listen_resources``)."""
+        for uri in uris:
+            try:
+                self.targets.resource_route(client, {"uri": uri})
+            except RemoteProtocolError:
+                continue
+            except ServerDown as down:
+                outage = self.targets.outages.get(down.server)
+                if outage is not None and (outage.state in DORMANT or outage.woken is not None):
+                    raise
 
     def _listen_resources(
         self, client: ClientState, uris: list[str]
