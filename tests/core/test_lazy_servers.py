@@ -336,3 +336,11 @@ def test_a_listen_for_a_lazy_servers_resource_starts_it_and_holds_it_against_idl
         clock.now += 10
         commands += router.handle(TimePassed())
     assert StopIdle("lazy") not in commands
+
+
+def test_a_call_waiting_for_a_lazy_server_removed_as_it_starts_hears_it_was_removed(router: Router) -> None:
+    ask(router, 1, "tools/call", name="lazy__t")
+    out = unpack(router.handle(ServerRemoved("lazy", "it was removed from the configuration")))
+    [answer] = [m for kind, key, m in out if kind == "ToClient" and m.get("id") == 1]
+    assert answer["error"]["message"] == "Server 'lazy' is not available: it was removed from the configuration"
+    assert answer["error"]["data"] == {"source": "aggregator", "reason": "unavailable", "server": "lazy"}

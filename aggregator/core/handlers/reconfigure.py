@@ -89,7 +89,7 @@ class Reconfigure:
         outage = self.outages.get(server)
         if outage is not None:
             outage.reason = why
-        out += self.held_requests.fail(server)
+        out += self.held_requests.fail(server, removed=why)
         self._forget_subscriptions(server)
         self.outages.pop(server, None)
         self.requests.held.pop(server, None)

@@ -130,16 +130,24 @@ class HeldRequests:
         outage.attempt_at = now  # its start is timed from now
         return WakeUpstream(outage.server)
 
-    def fail(self, server: str) -> list[Command]:
+    def fail(self, server: str, removed: str | None = None) -> list[Command]:
         """The requests held for ``server`` are answered with its state (it will not be
-        listed: removed, or shutting down)."""
+        listed: shutting down), or, ``removed`` from the configuration, with why (its state
+        is no more: it will not start again)."""
         outage = self.outages.get(server)
         out: list[Command] = []
         for held in self.requests.held.pop(server, ()):
             if held.done:
                 continue
             self.requests.end(held, "error", "unavailable")
-            if held.session in self.clients and outage is not None:
+            if held.session not in self.clients:
+                continue
+            if removed is not None:
+                text = f"Server {server!r} is not available: {removed}"
+                out.append(
+                    ToClient(held.session, proxy_error(held.client_id, text, reason="unavailable", server=server))
+                )
+            elif outage is not None:
                 text, data = unavailable(outage, self.clock())
                 out.append(ToClient(held.session, error_response(held.client_id, INTERNAL_ERROR, text, data)))
         return out
