@@ -63,7 +63,10 @@ class ConfigChanges:
         """One line per change, for logs and ``ReloadResult.changes``."""
         lines = [f"servers.{name}: added" for name in self.added]
         lines += [f"servers.{name}: removed" for name in self.removed]
-        lines += [f"servers.{name}: changed; restarted" for name in self.changed]
+        for name in self.changed:
+            server = self.effective.servers[name]
+            lazy = self.effective.starts_lazily(server) and server.isolation != "per-session"
+            lines.append(f"servers.{name}: changed; " + ("stopped, then lazy as at launch" if lazy else "restarted"))
         if self.policy_changed:
             lines.append("policy: changed; catalogs rebuilt")
         if self.plugins_changed:

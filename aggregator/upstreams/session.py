@@ -94,7 +94,9 @@ class UpstreamSession:
         self.last_error_at: float | None = None  # time.time() when last_error was set
         # The last stderr lines of the attempt that set last_error (secrets masked).
         self.last_stderr: tuple[str, ...] = ()
-        self.restarts = 0  # times it was lost or did not start (each is followed by a restart)
+        # Times it was lost or did not start and is started again on its own (a start on
+        # demand that failed is not: the next request starts it).
+        self.restarts = 0
         self.ready_since: float | None = None  # time.monotonic() when it last became ready
         self.pid: int | None = None  # its process's, while it runs (stdio)
         # Why a connection ended may quote a header's value (an exception's text): every reason
@@ -233,13 +235,13 @@ class UpstreamSession:
         self.last_error = reason
         self.last_error_at = time.time()
         self.ready_since = None
-        self.restarts += 1
         self.last_stderr = tuple(self._stderr.tail) if not was_ready else ()
         self.hub.server_settled(self.name)
         now = trio.current_time()
-        if self._woken_from is not None and not was_ready:
+        if self._woken_from is not None and not was_ready:  # not restarted: not counted
             self._start_failed_on_demand(reason, now)
             return
+        self.restarts += 1
         if now - self._started > HEALTHY_RESET:
             self._attempts = 0
         delay = random.uniform(0, min(proxy.restart_backoff_max, proxy.restart_backoff_initial * 2**self._attempts))

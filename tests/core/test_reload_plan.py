@@ -57,6 +57,11 @@ def test_servers_added_removed_and_changed_are_told_apart() -> None:
     assert changes.describe() == ["servers.c: added", "servers.b: removed", "servers.a: changed; restarted"]
 
 
+def test_a_changed_lazy_server_is_not_said_to_restart() -> None:
+    changes = plan_changes(config(a={**A, "start": "lazy"}), config(a={**A, "start": "lazy", "init_timeout": 9}))
+    assert changes.describe() == ["servers.a: changed; stopped, then lazy as at launch"]
+
+
 def test_enabling_and_disabling_add_and_remove() -> None:
     changes = plan_changes(config(a=A, b={**B, "enabled": False}), config(a={**A, "enabled": False}, b=B))
     assert (changes.added, changes.removed) == (("b",), ("a",))

@@ -173,6 +173,7 @@ def test_a_start_on_demand_that_fails_leaves_it_lazy_listed_and_tried_again_on_a
         _, _, data = get(port, "/status.json")
         [row] = [server for server in data["servers"] if server["name"] == "broken"]
         assert row["state"] == "lazy" and "status 3" in row["last_error"], row
+        assert row["restarts"] == 0, row  # not started again on its own: no restart
         assert row["stderr"] == ["fatal: no settings"], row  # (its stderr: for the operator, not the caller)
         assert abs(row["last_error_at"] - time.time()) < 60, row
         # Asked again at once: answered at once, with no new start.
