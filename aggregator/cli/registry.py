@@ -99,8 +99,10 @@ def run_add(args: argparse.Namespace) -> int:
     if not key or len(key) > 64 or not set(key) <= _KEY:
         raise AggregatorError(f"--as {shown(key)}: a server key is 1 to 64 of A-Z a-z 0-9 _ . -")
     added = installation(entry, key, registry.label)
+    mark = "\ufeff" if text.startswith("\ufeff") else ""  # a byte order mark stays, the text is read after it
+    text = text[len(mark) :]
     dropped = dropped_settings(text, key, added.text) if args.replace else []
-    new_text = with_table(text, key, added.text, replace=args.replace, source=str(path))
+    new_text = mark + with_table(text, key, added.text, replace=args.replace, source=str(path))
     _write(path, new_text.encode("utf-8"), original)
     try:
         load_config(path, environ=_Unexpanded(os.environ), plugin_check=plugin_problems)

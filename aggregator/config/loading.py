@@ -68,7 +68,7 @@ def load_config(
         raw = mcp_servers_json_to_raw(data, source=str(file), directory=file.resolve().parent)
     else:
         try:
-            raw = tomllib.loads(data.decode("utf-8"))
+            raw = tomllib.loads(data.decode("utf-8-sig"))  # (a byte order mark, as some editors write, is skipped)
         except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
             raise ConfigError(f"not valid TOML: {exc}", source=str(file)) from None
     return structure_config(raw, environ=environ, source=str(file), plugin_check=plugin_check)

@@ -24,7 +24,7 @@ _BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
 # The comments ``add`` writes inside a table (``tables``): a variable or header described,
 # an optional one left out as a commented line.
 _OURS = re.compile(
-    r"# (env\.[A-Za-z_][A-Za-z0-9_]* = |headers\.\S+ = |header \S+ \(|"
+    r"# (env\.[A-Za-z_][A-Za-z0-9_]* = |headers\.\S+ = |header \S+ \(|to pass the optional |"
     r"[A-Za-z_][A-Za-z0-9_]* \((secret, required|secret|required|optional)\): )"
 )
 

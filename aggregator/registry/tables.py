@@ -150,6 +150,7 @@ class _Builder:
         self.variables: dict[str, None] = {}
         self.notes: list[str] = []
         self.described: dict[str, str] = {}  # variable -> what it is, for the comments
+        self.left_out: list[str] = []  # commented lines, after args, for optional arguments
 
     # --- packages ---------------------------------------------------------------------
 
@@ -172,6 +173,7 @@ class _Builder:
             command, args = "docker", ["run", "-i", "--rm", *runtime, *passed, spec, *arguments]
         self.body.insert(0, f"command = {toml_string(command)}")
         self.body.insert(1, f"args = [{', '.join(toml_string(a) for a in args)}]")
+        self.body[2:2] = self.left_out
         self.body += env_lines
         return self.done(shlex.join([command, *args]))
 
@@ -204,7 +206,11 @@ class _Builder:
             elif given.required:
                 words.append(flag)
             else:
-                self.notes.append(f"optional runtime option {flag} left out" + _about(given.description))
+                self.notes.append(f"optional runtime option {flag} left out (a commented line shows it)")
+                self.left_out.append(
+                    f"# to pass the optional runtime option {flag}: add {toml_string(flag)} to args"
+                    + _about(given.description)
+                )
         return words
 
     def arguments(self, arguments: Iterable[Argument]) -> list[str]:
@@ -213,6 +219,14 @@ class _Builder:
             positional, given = argument.positional, argument.input
             label = given.value_hint or given.name.lstrip("-")
             value = self.value_of(given, label or "argument")
+            if value is None and not (given.secret or given.required):  # optional, left out
+                shown_words = [] if positional else [check_flag(given.name, self.entry.name)]
+                shown_words.append("${" + variable_for(label or "argument") + "}")
+                words_text = ", ".join(toml_string(word) for word in shown_words)
+                self.left_out.append(
+                    f"# to pass the optional argument {comment(label)}: add {words_text} to args"
+                    + _about(given.description)
+                )
             if positional:
                 if value is not None:
                     words.append(value)
@@ -233,7 +247,7 @@ class _Builder:
         literal = given.value if given.value is not None else given.default
         if given.secret or literal is None:
             if not (given.secret or given.required):
-                self.notes.append(f"optional argument {label} left out" + _about(given.description))
+                self.notes.append(f"optional argument {label} left out (a commented line shows it)")
                 return None
             self.need(variable, given.description or f"the {label} argument", secret=given.secret)
             return "${" + variable + "}"

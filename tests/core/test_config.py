@@ -145,6 +145,12 @@ def test_bad_toml_and_missing_file(tmp_path):
         load_config(tmp_path / "missing.toml")
 
 
+def test_a_byte_order_mark_at_the_start_is_skipped(tmp_path):
+    path = tmp_path / "a.toml"
+    path.write_bytes(b'\xef\xbb\xbf[servers.a]\ncommand = "a"\n')
+    assert load_config(path).servers["a"].command == "a"
+
+
 def test_shipped_config_is_valid():
     from pathlib import Path
 

@@ -132,6 +132,16 @@ def test_replace_works_on_a_files_only_server_and_names_what_it_drops(registry, 
     ]
 
 
+def test_add_to_a_config_with_a_byte_order_mark_keeps_it(registry, tmp_path):
+    config = tmp_path / "bom.toml"
+    config.write_bytes(b"\xef\xbb\xbf" + BEFORE)
+    done = aggregator("add", MEMORY, "--registry", registry.url, "--config", str(config))
+    assert done.returncode == 0, done.stderr
+    assert config.read_bytes().startswith(b"\xef\xbb\xbf" + BEFORE)
+    done = aggregator("add", MEMORY, "--replace", "--registry", registry.url, "--config", str(config))
+    assert done.returncode == 0, done.stderr
+
+
 def test_a_table_the_loader_refuses_is_rolled_back(registry, config):
     # A key holding the separator "__" loads as text but not as a config.
     done = aggregator("add", MEMORY, "--as", "my__memory", "--registry", registry.url, "--config", str(config))

@@ -81,6 +81,7 @@ def test_replace_takes_out_what_add_wrote_and_keeps_the_users_comments(newline):
         "# why: the default path is on a slow disk\n"
         "# MEMORY_FILE_PATH (optional): Path to the file\n"
         '# env.MEMORY_FILE_PATH = "${MEMORY_FILE_PATH}"\n'
+        '# to pass the optional argument port: add "--port", "${PORT}" to args (the port)\n'
         "# API_KEY (secret, required): the key\n"
         'env.API_KEY = "${API_KEY}"\n'
         "\n"

@@ -46,6 +46,10 @@ def test_a_pypi_package_runs_with_uvx_and_leaves_optional_arguments_out():
     added = installation(entry("servers", "time"), "time", "REG")
     assert table(added.text, "time") == {"command": "uvx", "args": ["mcp-server-time==2026.10.19"]}
     assert "optional argument local-timezone left out" in added.notes[0]
+    assert (
+        '# to pass the optional argument local-timezone: add "--local-timezone", "${LOCAL_TIMEZONE}" to args'
+        in added.text
+    )
 
 
 def test_fixed_arguments_are_written_and_required_ones_become_variables():
