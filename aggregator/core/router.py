@@ -642,6 +642,11 @@ class Router:
         if link is not None:
             link.overloaded = reason
 
+    def server_in_use(self, name: str) -> bool:
+        """Whether a client request in flight or held, a subscription or an open listen's
+        resource holds shared server ``name`` (what keeps it from idle stop)."""
+        return self.idle.in_use(name)
+
     def in_flight_on(self, name: str) -> int | None:
         """How many client requests upstream connection ``name`` has in flight, or None if
         it is not known (any more)."""

@@ -417,6 +417,20 @@ class Hub:
         """Server ``name`` starts again in ``retry_in`` seconds: its callers hear so, now."""
         self.dispatch_now(self.router.handle(ServerDown(name, reason, retry_in)))
 
+    def server_held(self, name: str) -> bool:
+        """Whether a request, a subscription or a listen holds server ``name``."""
+        return self.router.server_in_use(name)
+
+    async def server_dormant(self, name: str) -> bool:
+        """Server ``name`` is stopped until a request needs it: listed from its cache (False:
+        it has none)."""
+        upstream = self.upstreams.get(name)
+        cached = None if upstream is None else await self.listings.cached(upstream.config)
+        if cached is None:
+            return False
+        self.dispatch_now(self.router.handle(ServerCached(name, cached)))
+        return True
+
     def own_call_started(self, name: str, method: str, params: dict[str, Any] | None, call: OwnCall) -> None:
         """A request of the proxy's own to server ``name``, settled on ``call``: sent now."""
         self.dispatch_now(self.router.handle(OwnCallStarted(name, method, params, call)))

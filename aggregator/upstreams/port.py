@@ -104,6 +104,14 @@ class UpstreamPort(ServerReader, Protocol):
     def server_down(self, name: str, reason: str, retry_in: float) -> None:
         """It starts again in ``retry_in`` seconds: its callers hear so now."""
 
+    def server_held(self, name: str) -> bool:
+        """Whether anything holds it: a client request in flight or held, a subscription or
+        an open listen's resource."""
+
+    async def server_dormant(self, name: str) -> bool:
+        """It is stopped until a request needs it: list it from its cached listing; False
+        when it has none (then it is started again as any server)."""
+
     def own_call_started(self, name: str, method: str, params: dict[str, Any] | None, call: OwnCall) -> None:
         """Send a request of the proxy's own, its answer settled on ``call``."""
 

@@ -85,6 +85,7 @@ class UpstreamSession:
         self._dormant = dormant
         self._wake = trio.Event()
         self._idle_stopping = False
+        self._lazy_again = False  # lost while nothing held it: lazy again (``_back_to_lazy``)
         # The state a request woke it from while that start is under way (a start on demand
         # that fails makes it that again), and such failures in a row (for their backoff).
         self._woken_from: str | None = None
@@ -215,11 +216,39 @@ class UpstreamSession:
                 self._dormant = True
                 self.log.info("server %s: stopped, nobody used it for its idle_stop_after", self.name)
                 continue
+            if self._lazy_again:
+                self._lazy_again = False
+                if await self._back_to_lazy(reason):
+                    continue
             if self._retry_at is None:  # not told when it was lost (it did not start)
                 self._went_down(reason)
             if self._dormant:  # a start on demand failed: the next request starts it again
                 continue
             await trio.sleep_until(self._next_start())
+
+    def _may_be_lazy_again(self) -> bool:
+        """Whether a lost connection leaves it lazy rather than started again: a shared
+        ``start = "lazy"`` server that served and ended while nothing held it (no call,
+        subscription or listen): the next request starts it."""
+        return (
+            self.state == "ready" and self.hub.config.starts_lazily(self.config) and not self.hub.server_held(self.name)
+        )
+
+    async def _back_to_lazy(self, reason: str) -> bool:
+        """Make it lazy again, listed from its cache (False: it has none, and is started
+        again as any server)."""
+        self._wake = trio.Event()
+        self._dormant = True
+        self.state, self.ready_since = "lazy", None
+        if not await self.hub.server_dormant(self.name):
+            self._dormant, self.state = False, "ready"  # (as it was: ``_went_down`` goes on)
+            return False
+        self.log.info(
+            "server %s ended (%s) while nothing used it: it is lazy again, and the next request starts it",
+            self.name,
+            reason,
+        )
+        return True
 
     def _next_start(self) -> float:
         """When the supervisor starts the server again (set once it was lost)."""
@@ -399,7 +428,10 @@ class UpstreamSession:
             # seconds): requests waiting for this connection fail at once.
             self._report_lost()
             if not self.per_session and self._retry_at is None and not self._idle_stopping:
-                self._went_down(self._lost)
+                if self._may_be_lazy_again():
+                    self._lazy_again = True  # (the supervisor lists it from its cache)
+                else:
+                    self._went_down(self._lost)
 
     def _report_lost(self) -> None:
         """Tell the router the connection is lost, once per connection."""

@@ -293,3 +293,36 @@ def test_a_call_waiting_while_a_reload_changes_its_starting_lazy_server_is_answe
         caller.join(timeout=40)
         assert answers and "result" in answers[0], answers
         assert time.monotonic() - asked < 20  # not its whole request_timeout (30 s)
+
+
+def test_a_lazy_server_that_ends_while_nothing_holds_it_is_lazy_again(tmp_path: Path) -> None:
+    """Ended by itself with no call, subscription or listen on it: lazy again, listed from
+    its cache, started by the next request. With a subscription on it: started again."""
+    config = write_config(
+        tmp_path,
+        fake("c", "crash_on_call", "decodes_uris"),
+        start="lazy",
+        cache_dir=str(tmp_path / "cache"),
+        restart_backoff_initial=0.1,
+        startup_timeout=30.0,
+    )
+    with http_proxy(config, "--log-level", "info") as (port, log):
+        wait_for(lambda: get(port, "/readyz")[0] == 200, seconds=30)
+        session = initialize(port)
+        wait_for(lambda: states(port)["c"] == "ready", seconds=15)  # no cache yet: started, to list
+        wait_for(lambda: (tmp_path / "cache").exists() and any((tmp_path / "cache").iterdir()), seconds=15)
+        assert "error" in call(port, session, 1, "c__crash")
+        wait_for(lambda: "lazy again" in log.read_text(), seconds=15)
+        time.sleep(1.0)  # (a restart on its own would come within its backoff)
+        assert states(port)["c"] == "lazy"
+        assert "c__echo" in tool_names(port, session)
+        answer = call(port, session, 2, "c__echo")
+        assert "result" in answer, answer
+        # Held by a subscription, it is started again on its own.
+        subscribe = {"jsonrpc": "2.0", "id": 3, "method": "resources/subscribe", "params": {"uri": "c+fake://doc/1"}}
+        status, _, body = post(port, subscribe, {"mcp-session-id": session})
+        assert status == 200 and "result" in body.decode(), body
+        assert "error" in call(port, session, 4, "c__crash")
+        wait_for(lambda: log.read_text().count("starting it again in") >= 1, seconds=15)
+        wait_for(lambda: states(port)["c"] == "ready", seconds=15)
+    assert log.read_text().count("lazy again") == 1

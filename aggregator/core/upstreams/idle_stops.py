@@ -67,7 +67,7 @@ class IdleStops:
             if after <= 0 or link.session is not None or not link.ready or name in self.outages:
                 continue
             when = link.used_at + after
-            if link.pending or any(not held.done for held in self.held.get(name, ())) or self._subscribed(name):
+            if self.in_use(name):
                 when = now + after  # in use now: at the earliest a full idle time from now
             if when <= now:
                 idle.append(name)
@@ -76,5 +76,9 @@ class IdleStops:
         self.at = None if next_at == math.inf else next_at
         return idle
 
-    def _subscribed(self, name: str) -> bool:
-        return bool(self.subscriptions.of_server(name))
+    def in_use(self, name: str) -> bool:
+        """Whether a client request in flight or held, or a subscription, holds ``name``."""
+        link = self.links.get(name)
+        if link is not None and link.pending:
+            return True
+        return any(not held.done for held in self.held.get(name, ())) or bool(self.subscriptions.of_server(name))
