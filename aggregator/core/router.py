@@ -659,7 +659,12 @@ class Router:
         if client is None:
             return None
         return SessionInfo(
-            client.profile, client.protocol_version, len(client.in_flight), client.stateless, client.principal
+            client.profile,
+            client.protocol_version,
+            len(client.in_flight),
+            client.stateless,
+            client.principal,
+            client.shared_name,
         )
 
     def in_flight_by_server(self) -> dict[str, int]:

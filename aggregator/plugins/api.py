@@ -121,6 +121,10 @@ class Request:
     # Who the front authenticated: a static token's index, an access token's principal
     # (issuer and subject; ``str()`` shows it), None for a caller without a token. Never a token.
     principal: Any = None
+    # The session's name on every replica (``[cluster] keys``: a digest of its sealed id,
+    # never the id itself); None for a session only this replica knows (``client`` is
+    # this replica's own number for it).
+    session: str | None = None
 
 
 @attrs.define(eq=False)

@@ -200,7 +200,15 @@ class PluginGate:
         server, name, exposed = target
         params = message.get("params") or {}
         request = Request(
-            key, client.profile, message["method"], server, name, exposed, params, principal=client.principal
+            key,
+            client.profile,
+            message["method"],
+            server,
+            name,
+            exposed,
+            params,
+            principal=client.principal,
+            session=client.shared_name,
         )
         try:
             await self.plugins.request(request)

@@ -27,8 +27,8 @@ class Clock:
         return self.now
 
 
-def call(client: int = 1, principal: object = None, tool: str = "git__log") -> Request:
-    return Request(client, "default", "tools/call", "git", "log", tool, {}, principal=principal)
+def call(client: int = 1, principal: object = None, tool: str = "git__log", session: str | None = None) -> Request:
+    return Request(client, "default", "tools/call", "git", "log", tool, {}, principal=principal, session=session)
 
 
 def admitted(limit: RateLimit, request: Request) -> bool:
@@ -83,6 +83,20 @@ async def test_together_they_admit_about_the_rate_within_the_documented_bound(st
     bound = 4 + 2.0 * seconds + (4 + 2.0 * interval)  # burst + rate x time, and one replica's lag
     assert total <= bound < alone, (total, bound, alone)
     assert total >= 2.0 * seconds  # and the rate is served
+
+
+@pytest.mark.parametrize("per", ["session", "session+tool", "principal"])
+async def test_a_sealed_sessions_bucket_is_counted_together_by_its_name(store: Store, per: str):
+    clock = Clock()
+    a, b = replicas(clock, per=per, burst=2)
+    with trio.fail_after(10):
+        await sync(store, a, b)
+        # One session, numbered 7 on A and 3 on B, named alike on both (its sealed id's digest).
+        assert admitted(a, call(7, session="d1")) and admitted(a, call(7, session="d1"))
+        await sync(store, a, b)
+        assert not admitted(b, call(3, session="d1"))  # B heard of A's two
+        assert admitted(b, call(3, session="d2"))  # another session is another bucket
+        assert a.keys and all(len(name) == 24 and "d1" not in name for name in a.keys)  # digests in the store
 
 
 async def test_a_sessions_own_bucket_is_counted_by_each_replica_for_itself(store: Store):

@@ -59,3 +59,6 @@ class SessionInfo(NamedTuple):
     in_flight: int  # its requests not answered yet
     stateless: bool = False  # a stateless HTTP request's client: no session at all
     principal: Any = None  # who the front authenticated (never a token)
+    # Its name on every replica (a digest of its sealed id, ``cluster.sealing.shared_name``);
+    # None for a session only this replica knows.
+    shared_name: str | None = None

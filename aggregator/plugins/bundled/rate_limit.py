@@ -19,9 +19,11 @@ admitted since the last reading is taken from its own bucket, which may go below
 debt is paid by waiting). So N replicas together admit about ``rate`` a second: each can
 admit what its bucket holds and one interval's refill before it hears of the others, so
 over any stretch they admit at most ``burst + rate × seconds`` plus, for each replica but
-one, ``burst + rate × sync_every``. Only buckets every replica names alike are counted
-together ("profile", "profile+tool", and "principal", "principal+tool" for a caller with a
-token); a session's own bucket is counted by each replica for itself. The counters live in
+one, ``burst + rate × sync_every``. That holds for every bucket every replica names alike:
+"profile", "profile+tool", a caller with a token's "principal", "principal+tool", and a
+session's own bucket when its id is sealed (``[cluster] keys``: a session a balancer
+spreads over N replicas is counted once, by its name on every replica, a digest of its id,
+never the id). A session only one replica knows is counted there alone. The counters live in
 one hash per hour (``COUNTER_HOURS``), which expires after two; a bucket a replica first
 hears of in a reading is charged whatever was counted in it, except at its very first
 reading (a replica that just started takes the counters as they are). While the store is
@@ -58,27 +60,34 @@ def _now() -> float:
         return time.monotonic()
 
 
+def _session(request: Request) -> Hashable:
+    """A request's session: by its name on every replica (a sealed id's digest), or by
+    this replica's number for it when it has none."""
+    return ("shared", request.session) if request.session is not None else request.client
+
+
 def _caller(request: Request) -> Hashable:
     """Who a request is from: its principal, or its session when it has none."""
-    return ("session", request.client) if request.principal is None else ("principal", request.principal)
+    return ("session", _session(request)) if request.principal is None else ("principal", request.principal)
 
 
 KEYS: dict[str, Callable[[Request], Hashable]] = {
-    "session+tool": lambda r: (r.client, r.exposed),
-    "session": lambda r: r.client,
+    "session+tool": lambda r: (_session(r), r.exposed),
+    "session": _session,
     "profile+tool": lambda r: (r.profile, r.exposed),
     "profile": lambda r: r.profile,
     "principal+tool": lambda r: (_caller(r), r.exposed),
     "principal": _caller,
 }
-# Whether a request's bucket is named alike by every replica (a session's is not).
+# Whether a request's bucket is named alike by every replica (a session only this replica
+# knows is not: it has no name on every replica).
 SHARED: dict[str, Callable[[Request], bool]] = {
-    "session+tool": lambda r: False,
-    "session": lambda r: False,
+    "session+tool": lambda r: r.session is not None,
+    "session": lambda r: r.session is not None,
     "profile+tool": lambda r: True,
     "profile": lambda r: True,
-    "principal+tool": lambda r: r.principal is not None,
-    "principal": lambda r: r.principal is not None,
+    "principal+tool": lambda r: r.principal is not None or r.session is not None,
+    "principal": lambda r: r.principal is not None or r.session is not None,
 }
 
 
