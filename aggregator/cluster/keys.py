@@ -32,7 +32,8 @@ CURSOR = "cursor"  # HMAC of list cursors (``core.catalogs.cursor``)
 BROWSER = "browser"  # HMAC of the OAuth pages' browser cookie (``credentials.browser``)
 FLOWS = "flows"  # AES-GCM sealing of authorization flows in the store (``credentials.flows``)
 KEPT = "kept"  # AES-GCM sealing of the rests of cut results in the store (``cluster.kept``)
-PURPOSES = (SESSION, REQUEST_STATE, CURSOR, BROWSER, FLOWS, KEPT)
+PLUGINS = "plugins"  # HMAC of what plugins keep in the store (``plugins.shared``: pinned definitions)
+PURPOSES = (SESSION, REQUEST_STATE, CURSOR, BROWSER, FLOWS, KEPT, PLUGINS)
 SALT = b"aggregator cluster keys v1"
 
 

@@ -10,7 +10,10 @@ behind the store's metrics:
 - ``RedisStore``: ``[cluster] store = "redis://..."``, over ``cluster.redis``'s command
   connection and its pub/sub connection.
 
-Rules: every key expires (``ttl`` is required, in seconds); a call on a store that is down
+Rules: every key expires (``ttl`` is required, in seconds), but for the records a deployment
+keeps as it would keep a file (``hset`` and ``hset_new`` with ``ttl=None``: pinned tool
+definitions, which must not be forgotten, or a changed tool would be pinned anew as if first
+seen; bounded by the tools the config's servers have); a call on a store that is down
 fails at once with ``StoreUnavailable`` (callers that can go on without the store catch it);
 ``status()`` is a snapshot for readiness and the status page (the address with its password
 masked). Must not import the hub or anything above it.
@@ -19,6 +22,7 @@ masked). Must not import the hub or anything above it.
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -93,8 +97,13 @@ class Store(Protocol):
         """Add ``amount``; the expiry is set when the key is created, not renewed."""
 
     async def hget(self, key: str, field: str) -> bytes | None: ...
-    async def hset(self, key: str, fields: Mapping[str, bytes], *, ttl: float) -> None:
-        """Set fields; the whole hash's expiry is renewed."""
+    async def hset(self, key: str, fields: Mapping[str, bytes], *, ttl: float | None) -> None:
+        """Set fields; the whole hash's expiry is renewed (``ttl=None``: a lasting record,
+        which never expires; see the module's rules)."""
+
+    async def hset_new(self, key: str, field: str, value: bytes, *, ttl: float | None) -> bool:
+        """Set one field only if the hash does not have it (``HSETNX``): whether it was set
+        (of two replicas, the first wins). The expiry as for ``hset``."""
 
     async def hgetall(self, key: str) -> dict[str, bytes]: ...
     async def hdel(self, key: str, fields: Sequence[str]) -> int:
@@ -179,8 +188,9 @@ class MemoryStore:
             return None
         return found[0]
 
-    def _put(self, key: str, value: Any, ttl: float) -> None:
-        self._values[key] = (value, trio.current_time() + _ms(ttl) / 1000)
+    def _put(self, key: str, value: Any, ttl: float | None) -> None:
+        expires = math.inf if ttl is None else trio.current_time() + _ms(ttl) / 1000
+        self._values[key] = (value, expires)
 
     async def _timed(self, operation: str, work: Callable[[], T]) -> T:
         await trio.lowlevel.checkpoint()
@@ -247,13 +257,24 @@ class MemoryStore:
 
         return await self._timed("hget", look)
 
-    async def hset(self, key: str, fields: Mapping[str, bytes], *, ttl: float) -> None:
+    async def hset(self, key: str, fields: Mapping[str, bytes], *, ttl: float | None) -> None:
         def put() -> None:
             name = self._key(key)
             found = self._typed(name, dict) or {}
             self._put(name, {**found, **{field: bytes(value) for field, value in fields.items()}}, ttl)
 
         await self._timed("hset", put)
+
+    async def hset_new(self, key: str, field: str, value: bytes, *, ttl: float | None) -> bool:
+        def put() -> bool:
+            name = self._key(key)
+            found = self._typed(name, dict) or {}
+            if field in found:
+                return False
+            self._put(name, {**found, field: bytes(value)}, ttl)
+            return True
+
+        return await self._timed("hset_new", put)
 
     async def hgetall(self, key: str) -> dict[str, bytes]:
         return await self._timed("hgetall", lambda: dict(self._typed(self._key(key), dict) or {}))
@@ -412,10 +433,21 @@ class RedisStore:
         reply = await self._timed("hget", self.client.execute("HGET", self._key(key), field))
         return None if reply is None else bytes(reply)
 
-    async def hset(self, key: str, fields: Mapping[str, bytes], *, ttl: float) -> None:
+    async def hset(self, key: str, fields: Mapping[str, bytes], *, ttl: float | None) -> None:
         name = self._key(key)
         flat = [item for field, value in fields.items() for item in (field, value)]
-        await self._timed("hset", self.client.pipeline([["HSET", name, *flat], ["PEXPIRE", name, _ms(ttl)]]))
+        commands: list[list[Any]] = [["HSET", name, *flat]]
+        if ttl is not None:
+            commands.append(["PEXPIRE", name, _ms(ttl)])
+        await self._timed("hset", self.client.pipeline(commands))
+
+    async def hset_new(self, key: str, field: str, value: bytes, *, ttl: float | None) -> bool:
+        name = self._key(key)
+        commands: list[list[Any]] = [["HSETNX", name, field, value]]
+        if ttl is not None:
+            commands.append(["PEXPIRE", name, _ms(ttl)])
+        replies = await self._timed("hset_new", self.client.pipeline(commands))
+        return int(replies[0]) == 1
 
     async def hgetall(self, key: str) -> dict[str, bytes]:
         flat = await self._timed("hgetall", self.client.execute("HGETALL", self._key(key)))

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from aggregator.cluster.kept import SharedKept
-from aggregator.cluster.keys import KEPT, KeyRing
+from aggregator.cluster.keys import KEPT, PLUGINS, KeyRing
 from aggregator.cluster.store import Store, open_store
 from aggregator.config import Config
 from aggregator.config.core_settings import discovery_settings, link_settings
@@ -117,6 +117,7 @@ from aggregator.jsonrpc.kinds import REQUEST
 from aggregator.mcp.constants import CANCELLED
 from aggregator.plugins.api import Plugins, plugins_of
 from aggregator.plugins.gate import PluginGate
+from aggregator.plugins.shared import SharedStore
 from aggregator.telemetry import traffic
 from aggregator.telemetry.metrics import Metrics
 from aggregator.telemetry.recent_errors import RecentErrors
@@ -155,12 +156,13 @@ class Hub:
         # What the replicas share ([cluster] store): Redis, or this process's own memory.
         # Opened when the hub runs; one that is down is shown by readiness, never waited for.
         self.store: Store = open_store(config.cluster.store, prefix=config.cluster.prefix)
-        self.wiring = PluginWiring(self, plugins_of(config), self.store)  # the plugins, their gate and tasks
-        self._reloading = trio.Lock()  # one reload at a time
         # [cluster] keys, derived once: what seals session ids and signs cursors and states.
         self.keys = KeyRing.of(config.cluster)
+        to_plugins = SharedStore(self.store, self.keys.keys_for(PLUGINS) if self.keys.shared else None, self.renew)
+        self.wiring = PluginWiring(self, plugins_of(config), to_plugins)  # the plugins, their gate and tasks
+        self._reloading = trio.Lock()  # one reload at a time
         self.router, self.catalog = make_router(
-            config, self.plugins, single_client, self._server_request_allowed, self.keys
+            config, self.plugins, single_client, self.wiring.server_request_allowed, self.keys
         )
         # A shared connection to each server, but none to one acting as each user: without a
         # user it has nobody to act as (each session's own connection lists it for that session).
@@ -228,8 +230,7 @@ class Hub:
         self._traffic = traffic.watch_commands(self._handlers)  # --log-level debug: a line per message
         if not self._initial:
             self._all_settled.set()
-        # How long routing took, per message, by who sent it.
-        self._handling = self.router.tallies.proxy["client"]
+        self._handling = self.router.tallies.proxy["client"]  # how long routing took, per message, by sender
         self._server_handling = self.router.tallies.proxy["server"]
 
     # --- lifetime -----------------------------------------------------------------------
@@ -305,9 +306,7 @@ class Hub:
                     stopping.append(upstream)
             self.server_settled(name)  # startup, if not over yet, waits for it no more
         await wait_stopped(stopping)
-        self.dispatch_now(
-            router.handle(CatalogsRenewed(config.enabled_servers, profile_policies(config), self.plugins.catalog_hook))
-        )
+        self.renew()
         self.dispatch_now(router.handle(DiscoveryRenewed(discovery_settings(config))))
         for name in plan.changes.starts:
             server = config.servers[name]
@@ -328,6 +327,11 @@ class Hub:
                 self.dispatch_now(router.handle(ServerCached(name, cached)))
             assert self._nursery is not None
             self._nursery.start_soon(upstream.run, name=f"upstream {name}")
+
+    def renew(self) -> None:
+        """Build every catalog again: the config's servers and rules, the plugins' hooks."""
+        policies, hook = profile_policies(self.config), self.plugins.catalog_hook
+        self.dispatch_now(self.router.handle(CatalogsRenewed(self.config.enabled_servers, policies, hook)))
 
     # --- startup ---------------------------------------------------------------------
 
@@ -584,10 +588,6 @@ class Hub:
     def caller_token(self, key: int, token: str | None) -> None:
         """A client's request carried ``token``, its OAuth access token (``hub.callers``)."""
         self.callers.show(key, token)
-
-    def _server_request_allowed(self, server: str, method: str, params: dict[str, Any]) -> bool:
-        """The per-server policy for sampling, elicitation and roots requests, then plugins."""
-        return self.gate.server_request_allowed(server, method, params)
 
     # --- routing a client's message -----------------------------------------------------
 

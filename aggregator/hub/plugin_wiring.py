@@ -25,6 +25,7 @@ import trio
 from aggregator.config import Config
 from aggregator.plugins.api import Plugins
 from aggregator.plugins.gate import GateHost, PluginGate
+from aggregator.plugins.shared import SharedStore
 
 log = logging.getLogger(__name__)
 
@@ -32,9 +33,9 @@ log = logging.getLogger(__name__)
 class PluginWiring:
     """The plugins in place, their gate, and their tasks (after_catalog, shared)."""
 
-    def __init__(self, host: GateHost, plugins: Plugins, store: Any) -> None:
-        """``host``: the hub, which the gate asks; ``store``: the replicas' store, which the
-        shared hooks get when ``[cluster] store`` is set."""
+    def __init__(self, host: GateHost, plugins: Plugins, store: SharedStore) -> None:
+        """``host``: the hub, which the gate asks; ``store``: the replicas' store as plugins
+        get it, which the shared hooks get when ``[cluster] store`` is set."""
         self._host = host
         self._store = store
         self.nursery: trio.Nursery | None = None  # the hub's, set once running
@@ -72,6 +73,10 @@ class PluginWiring:
         if self.plugins.after_catalog_hooks and self.nursery is not None and not self._after_catalog_running:
             self._after_catalog_running = True
             self.nursery.start_soon(self._after_catalog)
+
+    def server_request_allowed(self, server: str, method: str, params: dict[str, Any]) -> bool:
+        """The per-server policy for sampling, elicitation and roots requests, then plugins."""
+        return self.gate.server_request_allowed(server, method, params)
 
     async def replace(self, plugins: Plugins) -> None:
         """Run the new plugins' load hooks, put them in place of the old ones, run the old

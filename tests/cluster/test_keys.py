@@ -26,14 +26,14 @@ def test_hkdf_is_rfc_5869():
 
 
 def test_replicas_with_the_same_secrets_derive_the_same_keys():
-    assert PURPOSES == ("session", "request-state", "cursor", "browser", "flows", "kept")
+    assert PURPOSES == ("session", "request-state", "cursor", "browser", "flows", "kept", "plugins")
     one, other = KeyRing([ONE, TWO], "r1"), KeyRing([ONE, TWO], "r2")
     assert one.shared and (one.replica, other.replica) == ("r1", "r2")
     for purpose in PURPOSES:
         assert one.keys_for(purpose) == other.keys_for(purpose)
     # A subkey per purpose, none of them the secret; the key ids are the same for every purpose.
     derived = {key for purpose in PURPOSES for _, key in one.keys_for(purpose).keys}
-    assert len(derived) == 2 * 6 and ONE.encode() not in derived
+    assert len(derived) == 2 * 7 and ONE.encode() not in derived
     ids = [[kid for kid, _ in one.keys_for(purpose).keys] for purpose in PURPOSES]
     assert all(kids == ids[0] for kids in ids) and len(set(ids[0])) == 2 and all(len(kid) == 4 for kid in ids[0])
 
