@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from aggregator.cluster.kept import SharedKept
-from aggregator.cluster.keys import KEPT, PLUGINS, KeyRing
+from aggregator.cluster.keys import KEPT, KeyRing
 from aggregator.cluster.store import Store, open_store
 from aggregator.config import Config
 from aggregator.config.core_settings import discovery_settings, link_settings
@@ -117,7 +117,6 @@ from aggregator.jsonrpc.kinds import REQUEST
 from aggregator.mcp.constants import CANCELLED
 from aggregator.plugins.api import Plugins, plugins_of
 from aggregator.plugins.gate import PluginGate
-from aggregator.plugins.shared import SharedStore
 from aggregator.telemetry import traffic
 from aggregator.telemetry.metrics import Metrics
 from aggregator.telemetry.recent_errors import RecentErrors
@@ -158,12 +157,10 @@ class Hub:
         self.store: Store = open_store(config.cluster.store, prefix=config.cluster.prefix)
         # [cluster] keys, derived once: what seals session ids and signs cursors and states.
         self.keys = KeyRing.of(config.cluster)
-        to_plugins = SharedStore(self.store, self.keys.keys_for(PLUGINS) if self.keys.shared else None, self.renew)
-        self.wiring = PluginWiring(self, plugins_of(config), to_plugins)  # the plugins, their gate and tasks
+        self.wiring = PluginWiring(self, plugins_of(config), self.store, self.keys, self.renew)  # plugins, gate, tasks
         self._reloading = trio.Lock()  # one reload at a time
-        self.router, self.catalog = make_router(
-            config, self.plugins, single_client, self.wiring.server_request_allowed, self.keys
-        )
+        allowed = self.wiring.server_request_allowed  # sampling, elicitation, roots: the policy, then plugins
+        self.router, self.catalog = make_router(config, self.plugins, single_client, allowed, self.keys)
         # A shared connection to each server, but none to one acting as each user: without a
         # user it has nobody to act as (each session's own connection lists it for that session).
         # Each server's last listing is kept in the cache; a lazy server with one is not

@@ -18,10 +18,13 @@ It never holds the router: the gate reaches the hub through ``plugins.gate.GateH
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
 import trio
 
+from aggregator.cluster.keys import PLUGINS, KeyRing
+from aggregator.cluster.store import Store
 from aggregator.config import Config
 from aggregator.plugins.api import Plugins
 from aggregator.plugins.gate import GateHost, PluginGate
@@ -33,11 +36,14 @@ log = logging.getLogger(__name__)
 class PluginWiring:
     """The plugins in place, their gate, and their tasks (after_catalog, shared)."""
 
-    def __init__(self, host: GateHost, plugins: Plugins, store: SharedStore) -> None:
-        """``host``: the hub, which the gate asks; ``store``: the replicas' store as plugins
-        get it, which the shared hooks get when ``[cluster] store`` is set."""
+    def __init__(
+        self, host: GateHost, plugins: Plugins, store: Store, keys: KeyRing, renew: Callable[[], None]
+    ) -> None:
+        """``host``: the hub, which the gate asks; ``store``: the replicas' store, which the
+        shared hooks get (as ``SharedStore``: signing with ``keys``' "plugins" subkey when
+        they are shared, ``renew`` building every catalog again) with ``[cluster] store``."""
         self._host = host
-        self._store = store
+        self._store = SharedStore(store, keys.keys_for(PLUGINS) if keys.shared else None, renew)
         self.nursery: trio.Nursery | None = None  # the hub's, set once running
         # Catalog hooks run inside the core; what they leave to do (I/O) runs in a task here.
         self._catalog_hooks_ran = trio.Event()
