@@ -10,8 +10,10 @@ from typing import Any
 
 import trio
 
-from aggregator.cluster.session_record import SessionRecords
+from aggregator.cluster.session_record import SessionRecord, SessionRecords
+from aggregator.errors import StoreError
 from aggregator.fronts.http.sessions import HttpSession
+from aggregator.fronts.http.shared_sessions import RETRY_SECONDS
 from tests.session.fronts import EventStream, Fronts, running_fronts
 
 KEYS = {"keys": ["k" * 32], "replica": "here"}
@@ -118,6 +120,33 @@ async def test_a_replica_adopting_a_session_takes_its_state_from_the_store():
         assert (await b.ping(session_id))["result"] == {}
         key = the_session(b).key
         await until(lambda: b.hub.router.clients[key].log_level == "debug")
+
+
+async def test_a_session_adopted_while_the_store_is_down_reads_its_state_once_it_is_back():
+    async with (
+        running_fronts(cluster=KEYS, share_sessions=True) as a,
+        running_fronts(cluster={**KEYS, "replica": "b"}, share_sessions=True) as b,
+    ):
+        session_id = await a.initialize()
+        await records(b).set_level(session_id, "debug")
+        await records(b).subscribed(session_id, "a://r")
+        shared = b.http.shared
+        assert shared is not None
+        read = shared.records.read
+
+        async def down(session_id: str) -> SessionRecord:
+            raise StoreError("the store is down")
+
+        shared.records.read = down  # type: ignore[method-assign]
+        assert (await b.ping(session_id))["result"] == {}
+        key = the_session(b).key
+        share = the_session(b).share
+        assert share is not None and b.hub.router.clients[key].log_level is None and not share.subscribed
+        shared.records.read = read  # type: ignore[method-assign]
+        await trio.sleep(RETRY_SECONDS)
+        assert (await b.ping(session_id))["result"] == {}  # its next use reads it
+        await until(lambda: b.hub.router.clients[key].log_level == "debug")
+        assert share.subscribed == {"a://r"} and share.leased and not share.unread
 
 
 async def test_without_a_shared_store_the_get_stream_is_this_replicas_own():

@@ -80,6 +80,8 @@ class SessionShare:
         self.subscribed: set[str] = set()  # the session's subscriptions (exposed URIs)
         self.upstream: set[str] = set()  # ... those this replica's router holds
         self.leased = False
+        self.unread = False  # adopted while the store was down: its record is still to be read
+        self.tried_at = float("-inf")  # ... last tried then (trio's clock)
         self.scope = trio.CancelScope()  # its listening on the session's channel
         self.arrived = trio.Event()  # an event (or the session's end) for its GET stream
 
@@ -312,8 +314,11 @@ class SessionTable:
             return Lookup(None, 404, NOT_FOUND)
         known = session_id is not None and session_id in self.by_id
         found = self._find(request)
-        if found.session is not None and not known and self.shared is not None:
-            await self.shared.adopted(found.session)  # its log level and subscriptions, once
+        if found.session is not None and self.shared is not None:
+            if not known:
+                await self.shared.adopted(found.session)  # its log level and subscriptions, once
+            else:
+                await self.shared.catch_up(found.session)  # (adopted while the store was down)
         return found
 
     async def _tombstoned(self, session_id: str) -> bool:

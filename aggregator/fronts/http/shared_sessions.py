@@ -9,7 +9,9 @@ replica a balancer picks serves the session as the one that opened it would:
   ``resources/unsubscribe`` are written to the session's record once the router took them
   (``client_changed``). A replica that adopts the session reads the record once
   (``adopted``); every replica serving it hears of a change on the session's channel and
-  reads it again (``_watch``). Nothing else reads the store on a call's way. This replica's
+  reads it again (``_watch``). A session adopted while the store is down is read again on
+  its next request, a note on its channel, or the lease check (``catch_up``, at most every
+  ``RETRY_SECONDS``) until the store answers. Nothing else reads the store on a call's way. This replica's
   router learns a state it did not see by the requests that made it, replayed under ids of
   the proxy's own (``aggregator:restore:<n>``), whose answers nobody waits for.
 - **Events.** What the router sends a session outside any request (list changes, resource
@@ -54,6 +56,7 @@ from aggregator.transports.http_server import HttpConnection, sse_event
 log = logging.getLogger(__name__)
 
 OUTGOING = 4096  # events waiting for the writer, of all sessions
+RETRY_SECONDS = 1.0  # a record not read at adoption (the store down) is read again at most this often
 POLL_SECONDS = 2.0  # a GET stream reads the store at least this often (a lost note)
 STORE_EVENT = re.compile(r"@([0-9]{1,15}-[0-9]{1,15})")  # a Last-Event-ID of a stored event
 SET_LEVEL = "logging/setLevel"
@@ -93,21 +96,43 @@ class SharedSessions:
             self._nursery.start_soon(self._watch, session, share)
 
     async def adopted(self, session: HttpSession) -> None:
-        """A session adopted here: its state as the store has it, taken over once."""
+        """A session adopted here: its state as the store has it, taken over once (a store
+        that is down: read again on the session's next use or lease check, at most every
+        ``RETRY_SECONDS``, until it is read)."""
         share = session.share
         if share is None:
             return
+        share.tried_at = trio.current_time()
         try:
             record = await self.records.read(session.id)
         except StoreError as exc:
-            log.warning("http session %d: adopted without its state (log level, subscriptions): %s", session.key, exc)
+            if not share.unread:
+                log.warning(
+                    "http session %d: adopted without its state (log level, subscriptions), read again once "
+                    "the store answers: %s",
+                    session.key,
+                    exc,
+                )
+            share.unread = True
             return
-        share.subscribed = set(record.subscriptions)
-        if record.level is not None and record.level in LEVELS:
+        if share.unread:
+            log.info("http session %d: its state is read from the store at last", session.key)
+        share.unread = False
+        if session.closed:
+            return
+        share.subscribed |= record.subscriptions  # (with what the client subscribed to here meanwhile)
+        if record.level is not None and share.level is None and record.level in LEVELS:
             share.level = record.level
             await self._replay(session, SET_LEVEL, {"level": record.level})
         if share.subscribed:
             await self._lease(session, share)
+
+    async def catch_up(self, session: HttpSession) -> None:
+        """A session adopted while the store was down: its record read now, unless tried
+        within ``RETRY_SECONDS``."""
+        share = session.share
+        if share is not None and share.unread and trio.current_time() - share.tried_at >= RETRY_SECONDS:
+            await self.adopted(session)
 
     def ended(self, session: HttpSession) -> None:
         share = session.share
@@ -139,6 +164,9 @@ class SharedSessions:
 
     async def _refresh(self, session: HttpSession, share: SessionShare) -> None:
         """The session's state changed on some replica: this one's router follows."""
+        if share.unread:
+            await self.adopted(session)  # (a note: the store answers again)
+            return
         try:
             record = await self.records.read(session.id)
         except StoreError as exc:
@@ -214,7 +242,11 @@ class SharedSessions:
             await trio.sleep(LEASE_SECONDS / 3)
             for session in list(self.sessions.by_id.values()):
                 share = session.share
-                if share is not None and share.subscribed and not session.closed:
+                if share is None or session.closed:
+                    continue
+                if share.unread:
+                    await self.catch_up(session)
+                elif share.subscribed:
                     await self._lease(session, share)
 
     async def _replay(self, session: HttpSession, method: str, params: dict[str, Any]) -> None:
