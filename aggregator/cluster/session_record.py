@@ -25,6 +25,7 @@ Floor 4: imports ``cluster.store`` and ``errors`` only.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence
 
 import attrs
 import orjson
@@ -118,6 +119,21 @@ class SessionRecords:
         )
         await self.store.publish(channel(session_id), orjson.dumps({"event": entry_id}))
         return entry_id
+
+    async def append_many(self, messages: Sequence[tuple[str, bytes]]) -> list[str]:
+        """Add messages to their sessions' events (``(session id, message)`` each, in order),
+        their entry ids back; one note per session on its channel, naming its last entry.
+        Two round trips for all."""
+        entry_ids = await self.store.append_many(
+            [(_events(session_id), {"m": message}) for session_id, message in messages],
+            maxlen=self.max_events,
+            ttl=self.lifetime,
+        )
+        last = {session_id: entry_id for (session_id, _), entry_id in zip(messages, entry_ids, strict=True)}
+        await self.store.publish_many(
+            [(channel(session_id), orjson.dumps({"event": entry_id})) for session_id, entry_id in last.items()]
+        )
+        return entry_ids
 
     async def events(self, session_id: str, after: str, count: int = READ_COUNT) -> list[Entry]:
         """At most ``count`` events after entry ``after``."""

@@ -117,11 +117,20 @@ class Store(Protocol):
         """Add an entry to a stream (kept to about its last ``maxlen``), its id back; the
         stream's expiry is renewed."""
 
+    async def append_many(
+        self, entries: Sequence[tuple[str, Mapping[str, bytes]]], *, maxlen: int, ttl: float
+    ) -> list[str]:
+        """Add entries to streams (``(key, fields)`` each, in order), their ids back: one
+        round trip for all."""
+
     async def read(self, key: str, after: str = "0", *, count: int = 100) -> list[Entry]:
         """At most ``count`` entries after the id ``after`` ("0": from the first)."""
 
     async def publish(self, channel: str, message: bytes) -> int:
         """Send to the channel's subscribers (in any replica); how many heard it."""
+
+    async def publish_many(self, notes: Sequence[tuple[str, bytes]]) -> None:
+        """Send each ``(channel, message)``, in order: one round trip for all."""
 
     async def subscribe(self, channel: str) -> trio.MemoryReceiveChannel[bytes]:
         """What is published on ``channel`` once this returns (at most once: a reader that
@@ -322,6 +331,11 @@ class MemoryStore:
 
         return await self._timed("append", add)
 
+    async def append_many(
+        self, entries: Sequence[tuple[str, Mapping[str, bytes]]], *, maxlen: int, ttl: float
+    ) -> list[str]:
+        return [await self.append(key, fields, maxlen=maxlen, ttl=ttl) for key, fields in entries]
+
     async def read(self, key: str, after: str = "0", *, count: int = 100) -> list[Entry]:
         def look() -> list[Entry]:
             entries = self._typed(self._key(key), deque) or deque()
@@ -345,6 +359,10 @@ class MemoryStore:
             return 1
 
         return await self._timed("publish", send)
+
+    async def publish_many(self, notes: Sequence[tuple[str, bytes]]) -> None:
+        for name, message in notes:
+            await self.publish(name, message)
 
     async def subscribe(self, channel: str) -> trio.MemoryReceiveChannel[bytes]:
         await trio.lowlevel.checkpoint()
@@ -469,12 +487,33 @@ class RedisStore:
         raw = {field.encode(): value for field, value in fields.items()}
         return await self._timed("append", self.client.xadd(self._key(key), raw, maxlen=maxlen, expire_ms=_ms(ttl)))
 
+    async def append_many(
+        self, entries: Sequence[tuple[str, Mapping[str, bytes]]], *, maxlen: int, ttl: float
+    ) -> list[str]:
+        if not entries:
+            return []
+        commands: list[list[Any]] = []
+        names: dict[bytes, None] = {}
+        for key, fields in entries:
+            name = self._key(key)
+            names[name] = None
+            flat = [item for field, value in fields.items() for item in (field.encode(), value)]
+            commands.append(["XADD", name, "MAXLEN", "~", maxlen, "*", *flat])
+        commands += [["PEXPIRE", name, _ms(ttl)] for name in names]  # (each stream's expiry, once)
+        replies = await self._timed("append_many", self.client.pipeline(commands))
+        return [bytes(reply).decode() for reply in replies[: len(entries)]]
+
     async def read(self, key: str, after: str = "0", *, count: int = 100) -> list[Entry]:
         entries = await self._timed("read", self.client.xread(self._key(key), after, count=count))
         return [(entry_id, {field.decode(): value for field, value in fields.items()}) for entry_id, fields in entries]
 
     async def publish(self, channel: str, message: bytes) -> int:
         return int(await self._timed("publish", self.client.execute("PUBLISH", self._key(channel), message)))
+
+    async def publish_many(self, notes: Sequence[tuple[str, bytes]]) -> None:
+        if notes:
+            commands: list[list[Any]] = [["PUBLISH", self._key(channel), message] for channel, message in notes]
+            await self._timed("publish_many", self.client.pipeline(commands))
 
     async def subscribe(self, channel: str) -> trio.MemoryReceiveChannel[bytes]:
         name = self._key(channel)

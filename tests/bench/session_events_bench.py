@@ -9,6 +9,8 @@ Starts a redis-server of its own on a free port of 127.0.0.1 (nothing saved), th
 - ``write``: one message appended to the session's events (``SessionRecords.append``: XADD
   with MAXLEN and the key's expiry, then a PUBLISH of the note), one at a time: what the
   writer task pays per message;
+- ``batch``: the same messages written as the writer task writes a backlog, ``BATCH`` at
+  once (``SessionRecords.append_many``: one pipeline of XADD, one of PUBLISH), per message;
 - ``read``: a GET stream's read of what follows its position (XREAD of one new entry), as
   it does once the session's channel wakes it;
 
@@ -28,6 +30,7 @@ import trio
 from aggregator.cluster.session_record import SessionRecords
 from aggregator.cluster.store import MemoryStore, RedisStore, Store
 from aggregator.config.store_url import RedisAddress
+from aggregator.fronts.http.shared_sessions import BATCH
 from tests.cluster.redis_server import REDIS, redis_server
 
 MESSAGES = 1_000
@@ -41,6 +44,13 @@ async def _write(records: SessionRecords) -> float:
     for _ in range(MESSAGES):
         await records.append(SESSION, MESSAGE)
     return (time.perf_counter() - start) / MESSAGES * 1e6
+
+
+async def _write_batched(records: SessionRecords) -> float:
+    start = time.perf_counter()
+    for _ in range(MESSAGES // BATCH + 1):
+        await records.append_many([(SESSION, MESSAGE)] * BATCH)
+    return (time.perf_counter() - start) / ((MESSAGES // BATCH + 1) * BATCH) * 1e6
 
 
 async def _read(records: SessionRecords) -> float:
@@ -61,8 +71,12 @@ async def _measure(store: Store) -> str:
     records = SessionRecords(store, lifetime=60)
     await _write(records)  # warm up
     writes = [await _write(records) for _ in range(RUNS)]
+    batched = [await _write_batched(records) for _ in range(RUNS)]
     reads = [await _read(records) for _ in range(RUNS)]
-    return f"write {statistics.median(writes):7.1f} us   read {statistics.median(reads):7.1f} us"
+    return (
+        f"write {statistics.median(writes):7.1f} us   batch {statistics.median(batched):7.1f} us"
+        f"   read {statistics.median(reads):7.1f} us"
+    )
 
 
 async def main() -> None:

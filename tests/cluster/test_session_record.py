@@ -54,6 +54,24 @@ async def test_events_append_in_order_and_read_after_a_position(store: Store):
     store.unsubscribe(channel(SESSION))
 
 
+async def test_a_batch_of_events_of_several_sessions_is_written_at_once_with_one_note_each(store: Store):
+    records = SessionRecords(store, lifetime=60)
+    other = SESSION + "-other"
+    notes = await store.subscribe(channel(SESSION))
+    with trio.fail_after(10):
+        await trio.sleep(0.1)
+        batch = [(SESSION, b'{"n":1}'), (other, b'{"n":2}'), (SESSION, b'{"n":3}')]
+        ids = await records.append_many(batch)
+        assert len(ids) == 3 and later(ids[2], ids[0])
+        assert orjson.loads(await notes.receive()) == {"event": ids[2]}  # one note, naming its last
+        with trio.move_on_after(0.2):
+            assert await notes.receive() is None
+        assert [fields["m"] for _, fields in await records.events(SESSION, "0")] == [b'{"n":1}', b'{"n":3}']
+        assert [(entry, fields["m"]) for entry, fields in await records.events(other, "0")] == [(ids[1], b'{"n":2}')]
+        assert await records.append_many([]) == []
+    store.unsubscribe(channel(SESSION))
+
+
 async def test_a_lease_is_held_by_one_replica_renewed_and_taken_over_when_it_lapses(store: Store):
     records = SessionRecords(store, lifetime=60)
     with trio.fail_after(10):

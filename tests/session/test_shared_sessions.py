@@ -13,7 +13,7 @@ import trio
 from aggregator.cluster.session_record import SessionRecord, SessionRecords
 from aggregator.errors import StoreError
 from aggregator.fronts.http.sessions import HttpSession
-from aggregator.fronts.http.shared_sessions import RETRY_SECONDS
+from aggregator.fronts.http.shared_sessions import OUTGOING, OUTGOING_PER_SESSION, RETRY_SECONDS
 from tests.session.fronts import EventStream, Fronts, running_fronts
 
 KEYS = {"keys": ["k" * 32], "replica": "here"}
@@ -147,6 +147,21 @@ async def test_a_session_adopted_while_the_store_is_down_reads_its_state_once_it
         assert (await b.ping(session_id))["result"] == {}  # its next use reads it
         await until(lambda: b.hub.router.clients[key].log_level == "debug")
         assert share.subscribed == {"a://r"} and share.leased and not share.unread
+
+
+async def test_a_burst_of_one_session_leaves_room_for_the_events_of_others():
+    async with running_fronts(cluster=KEYS, share_sessions=True) as fronts:
+        hot_id = await fronts.initialize()
+        quiet_id = await fronts.initialize()
+        shared = fronts.http.shared
+        assert shared is not None
+        hot, quiet = (fronts.http.sessions.by_id[id] for id in (hot_id, quiet_id))
+        for _ in range(OUTGOING + 10):  # faster than any writer: nothing written meanwhile
+            shared.send(hot, json.dumps(CHANGED).encode())
+        shared.send(quiet, json.dumps(CHANGED).encode())
+        assert shared.dropped == OUTGOING + 10 - OUTGOING_PER_SESSION
+        await until(lambda: shared.written == OUTGOING_PER_SESSION + 1)
+        assert len(await records(fronts).events(quiet_id, "0")) == 1
 
 
 async def test_without_a_shared_store_the_get_stream_is_this_replicas_own():

@@ -16,7 +16,8 @@ replica a balancer picks serves the session as the one that opened it would:
   the proxy's own (``aggregator:restore:<n>``), whose answers nobody waits for.
 - **Events.** What the router sends a session outside any request (list changes, resource
   updates, log messages, a server's request outside a call) is appended to the session's
-  event stream in the store, in order, by one writer task (``send``, ``_write``); the
+  event stream in the store, in order, by one writer task (``send``, ``_write``: what
+  waits is written in batches of up to ``BATCH``, two round trips each); the
   session's GET stream, on whichever replica holds it, reads from there (``serve``): woken
   by the session's channel, or by a poll every ``POLL_SECONDS`` should a note be lost
   (pub/sub is at most once). Event ids are the entries' ids (``@<ms>-<seq>``), so a GET
@@ -28,7 +29,8 @@ replica a balancer picks serves the session as the one that opened it would:
   the session once it lapses). A replica that serves a subscribe keeps that one upstream
   too, so a client may get an update twice; none is lost while a replica holds the lease.
 
-Bounded: ``OUTGOING`` events wait for the writer (past that, one is dropped and logged);
+Bounded: ``OUTGOING`` events wait for the writer, ``OUTGOING_PER_SESSION`` of one session
+(past that, one is dropped and logged);
 the stream keeps ``MAX_EVENTS``; a read takes ``READ_COUNT``.
 
 Imports of the HTTP front: ``queue`` and ``sessions``.
@@ -56,6 +58,8 @@ from aggregator.transports.http_server import HttpConnection, sse_event
 log = logging.getLogger(__name__)
 
 OUTGOING = 4096  # events waiting for the writer, of all sessions
+OUTGOING_PER_SESSION = 1024  # ... of one session (one that sends a burst leaves room for the others)
+BATCH = 256  # events written to the store at once
 RETRY_SECONDS = 1.0  # a record not read at adoption (the store down) is read again at most this often
 POLL_SECONDS = 2.0  # a GET stream reads the store at least this often (a lost note)
 STORE_EVENT = re.compile(r"@([0-9]{1,15}-[0-9]{1,15})")  # a Last-Event-ID of a stored event
@@ -78,6 +82,7 @@ class SharedSessions:
         self.written = 0  # events written to the store
         self.dropped = 0  # ... and lost (the writer was behind, or the store down)
         self._failing = False  # the writer's store is down (logged once per outage)
+        self._waiting: dict[int, int] = {}  # session key -> its events waiting for the writer
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         async with trio.open_nursery() as nursery:
@@ -262,33 +267,52 @@ class SharedSessions:
     # --- the events --------------------------------------------------------------------------
 
     def send(self, session: HttpSession, data: bytes) -> None:
-        """A message for the session's GET stream: to its stream in the store, in order."""
+        """A message for the session's GET stream: to its stream in the store, in order
+        (dropped and logged past ``OUTGOING_PER_SESSION`` of this session, or ``OUTGOING``
+        of all, waiting for the writer)."""
+        waiting = self._waiting.get(session.key, 0)
+        if waiting >= OUTGOING_PER_SESSION:
+            self._drop(session, f"{waiting} of this session wait for the store already")
+            return
         try:
             self._send.send_nowait((session, data))
         except trio.WouldBlock:
-            self.dropped += 1
-            if self.dropped & (self.dropped - 1) == 0:  # the 1st, 2nd, 4th, 8th...: never a flood
-                log.warning(
-                    "http session %d: an event was dropped: %d wait for the store already (%d dropped so far)",
-                    session.key,
-                    OUTGOING,
-                    self.dropped,
-                )
+            self._drop(session, f"{OUTGOING} wait for the store already")
+            return
+        self._waiting[session.key] = waiting + 1
+
+    def _drop(self, session: HttpSession, why: str) -> None:
+        self.dropped += 1
+        if self.dropped & (self.dropped - 1) == 0:  # the 1st, 2nd, 4th, 8th...: never a flood
+            log.warning("http session %d: an event was dropped: %s (%d dropped so far)", session.key, why, self.dropped)
 
     async def _write(self) -> None:
-        async for session, data in self._receive:
+        """Write what waits, up to ``BATCH`` events at once: their entries in one round trip
+        to the store, the notes on their sessions' channels in another."""
+        async for first in self._receive:
+            batch = [first]
+            while len(batch) < BATCH:
+                try:
+                    batch.append(self._receive.receive_nowait())
+                except trio.WouldBlock:
+                    break
+            for session, _ in batch:
+                left = self._waiting.pop(session.key, 1) - 1
+                if left > 0:
+                    self._waiting[session.key] = left
             try:
-                await self.records.append(session.id, data)
+                await self.records.append_many([(session.id, data) for session, data in batch])
             except StoreError as exc:
-                self.dropped += 1
+                self.dropped += len(batch)
                 if not self._failing:
                     log.warning("http sessions: events are lost while the store is down: %s", exc)
                 self._failing = True
                 continue
             self._failing = False
-            self.written += 1
-            if session.share is not None:
-                session.share.poke()  # a GET stream on this replica reads it at once
+            self.written += len(batch)
+            for session in {session.key: session for session, _ in batch}.values():
+                if session.share is not None:
+                    session.share.poke()  # a GET stream on this replica reads it at once
 
     async def serve(
         self,
