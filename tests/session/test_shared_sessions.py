@@ -164,6 +164,20 @@ async def test_a_burst_of_one_session_leaves_room_for_the_events_of_others():
         assert len(await records(fronts).events(quiet_id, "0")) == 1
 
 
+async def test_a_last_event_id_not_sent_yet_is_a_bad_request_naming_the_real_form():
+    async with running_fronts(cluster=KEYS, share_sessions=True) as fronts:
+        session_id = await fronts.initialize()
+        headers = fronts.headers(mcp_session_id=session_id, accept="text/event-stream")
+        for last_event_id, said in (("@99999999999999-0", "not sent yet"), ("3.x", "like @1764900000000-0")):
+            response = await fronts.request("GET", headers={**headers, "last-event-id": last_event_id})
+            assert response.status == 400, response
+            assert said in json.loads(response.body)["error"]["message"]
+        the_session(fronts).put_message(CHANGED)
+        stream = await open_get(fronts, session_id, "@0-0")  # (one in the past: replayed from there)
+        await next_change(stream)
+        await stream.stream.aclose()
+
+
 async def test_without_a_shared_store_the_get_stream_is_this_replicas_own():
     async with running_fronts(cluster=KEYS) as fronts:
         assert fronts.http.shared is None

@@ -41,6 +41,7 @@ from __future__ import annotations
 import itertools
 import logging
 import re
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -63,9 +64,17 @@ BATCH = 256  # events written to the store at once
 RETRY_SECONDS = 1.0  # a record not read at adoption (the store down) is read again at most this often
 POLL_SECONDS = 2.0  # a GET stream reads the store at least this often (a lost note)
 STORE_EVENT = re.compile(r"@([0-9]{1,15}-[0-9]{1,15})")  # a Last-Event-ID of a stored event
+CLOCK_SKEW_MS = 60_000  # how far ahead of this replica's clock the store's may be
 SET_LEVEL = "logging/setLevel"
 SUBSCRIBE = "resources/subscribe"
 UNSUBSCRIBE = "resources/unsubscribe"
+
+
+def sent_by_now(entry_id: str) -> bool:
+    """Whether a stored event's id (``<ms>-<seq>``) may name one already sent: its time is
+    not later than this replica's clock, give or take ``CLOCK_SKEW_MS`` (the store's clock
+    names it). A later one was made up: a stream resumed after it would stay silent."""
+    return int(entry_id.partition("-")[0]) <= time.time() * 1000 + CLOCK_SKEW_MS
 
 
 class SharedSessions:

@@ -42,7 +42,7 @@ from aggregator.fronts.http.answers import reject
 from aggregator.fronts.http.queue import MessageQueue, pump, until_client_leaves
 from aggregator.fronts.http.relay import replica_channel
 from aggregator.fronts.http.sessions import BACKLOG_BYTES, HttpSession, SessionTable, request_of
-from aggregator.fronts.http.shared_sessions import STORE_EVENT, SharedSessions
+from aggregator.fronts.http.shared_sessions import STORE_EVENT, SharedSessions, sent_by_now
 from aggregator.fronts.port import ClientPort
 from aggregator.jsonrpc.codec import dumps
 from aggregator.jsonrpc.errors import INTERNAL_ERROR, INVALID_REQUEST
@@ -84,6 +84,15 @@ class EventStreams:
         resume = None
         stored = STORE_EVENT.fullmatch(last_event_id.strip()) if last_event_id is not None else None
         if stored is not None and session.share is not None:  # an event of the store's (``shared_sessions``)
+            if not sent_by_now(stored[1]):
+                await reject(
+                    connection,
+                    400,
+                    INVALID_REQUEST,
+                    "Bad request: Last-Event-ID names an event not sent yet; give the id of one this server sent, "
+                    "like @1764900000000-0, or none",
+                )
+                return
             if session.get_stream is not None:
                 await self._take_over(session)  # the client lost it before this end noticed
             if session.closed:
@@ -101,7 +110,8 @@ class EventStreams:
                     connection,
                     400,
                     INVALID_REQUEST,
-                    "Bad request: Last-Event-ID must be the id of an event this server sent, like 3-17",
+                    "Bad request: Last-Event-ID must be the id of an event this server sent, like "
+                    + ("@1764900000000-0" if session.share is not None else "3-17"),
                 )
                 return
             owner = position[1]
