@@ -4,6 +4,7 @@ replica reaches it whichever replica the balancer picks (``fronts.http.relay``).
 
 from __future__ import annotations
 
+import base64
 import http.client
 import json
 import queue
@@ -337,6 +338,13 @@ def test_a_legacy_sse_sessions_posts_reach_the_replica_of_its_stream(tmp_path, r
         assert "result" in reply, reply
         # An id this replica never issued, nor any other: not found, as ever.
         assert post(port_b, busy, path="/messages?session_id=nobody")[0] == 404
+        # An id naming A that A does not serve (made up, or of a stream gone): A says so, 404.
+        made_up = "/messages?session_id=" + base64.urlsafe_b64encode(b"a").decode().rstrip("=") + "~made-up"
+        status, _, body = post(port_b, busy, path=made_up)
+        assert status == 404 and b"Session not found" in body, body
+        # A body that cannot be read: a parse error, not a session to open again.
+        status, _, body = post(port_b, b"{not json", path=endpoint)
+        assert status == 400 and json.loads(body)["error"]["code"] == -32700, body
         stream.close()
         clean(log_a)
         clean(log_b)

@@ -201,8 +201,7 @@ class LegacySse:
             (value for key, _, value in (part.partition("=") for part in query.split("&")) if key == "session_id"), None
         )
         session = self.by_id.get(session_id or "")
-        if session is None and session_id and await self._handed_over(request, session_id):
-            await connection.respond(202, [("content-type", "text/plain")], b"Accepted")
+        if session is None and session_id and await self._handed_over(connection, request, session_id):
             return
         if session is None or session.principal != self.access.principal(request.headers):
             await reject(connection, 404, INVALID_REQUEST, "Session not found: open the SSE stream again")
@@ -221,18 +220,24 @@ class LegacySse:
             await self.hub.client_decoded(session.key, *decoded)
         await connection.respond(202, [("content-type", "text/plain")], b"Accepted")
 
-    async def _handed_over(self, request: Request, session_id: str) -> bool:
+    async def _handed_over(self, connection: HttpConnection, request: Request, session_id: str) -> bool:
         """A message of a session another replica holds: handed to it (``relay``), which
-        checks the principal and acts on it as if posted there. A message that cannot be
-        read is not handed over (nobody there could answer it on its stream)."""
+        checks the principal, says whether it serves the session, and acts on the message as
+        if posted there; whether the POST was answered (202; or 400, a message that cannot
+        be read: nobody there could answer it on its stream). A session its replica does not
+        serve: not answered, for the 404 of a session not found."""
         owner = replica_of(session_id)
         if self.hand_over is None or owner is None or owner == self.replica:
             return False
         try:
             kind, message = decode_message(request.body, self.hub.max_json_depth)
-        except RemoteProtocolError:
+        except RemoteProtocolError as exc:
+            await refuse_message(self.hub, connection, exc, None)
+            return True
+        if not await self.hand_over(session_id, binding(self.access.principal(request.headers)), kind, message):
             return False
-        return await self.hand_over(session_id, binding(self.access.principal(request.headers)), kind, message)
+        await connection.respond(202, [("content-type", "text/plain")], b"Accepted")
+        return True
 
     def take_over(self, session_id: str, principal: Any) -> LegacySession | None:
         """The session another replica handed a message of (``relay``), if it is here and

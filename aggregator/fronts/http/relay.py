@@ -18,7 +18,10 @@ and answers the POST 202 at once:
 A message of a legacy HTTP+SSE session (``legacy_sse``) posted to another replica than
 its stream's: the session's id names its replica, so the message, whatever it is (a
 request, an answer, a cancel: each is answered on the stream), goes to that replica's
-channel with the binding of the principal that posted it, which the owner checks.
+channel with the binding of the principal that posted it, which the owner checks. The
+owner answers on the message's own channel (``legacy:<random>``) whether it serves the
+session, and the POST is answered 202 or 404 after it (within ``LEGACY_WAIT``; past that,
+202).
 
 A session deleted (``DELETE``) on one replica is broadcast too: a replica that serves it
 ends it there (its streams end, its work upstream is cancelled), as if deleted there.
@@ -162,29 +165,61 @@ class Relay:
 
     async def legacy(self, session_id: str, principal: Any, kind: int, message: dict[str, Any]) -> bool:
         """Hand a message of a legacy HTTP+SSE session to the replica its id names
-        (``legacy_sse.replica_of``): whether that replica heard it."""
+        (``legacy_sse.replica_of``): whether that replica took it. It answers on a channel
+        of this message's own whether it serves the session for that principal; no answer
+        within ``LEGACY_WAIT`` (an owner slow to answer): taken, as it heard it."""
         owner = replica_of_legacy(session_id)
         if owner is None:
             return False
-        note = {"from": self.replica, "legacy": session_id, "principal": principal, "kind": kind, "message": message}
+        reply = f"{LEGACY_REPLY}{secrets.token_urlsafe(12)}"
+        note = {
+            "from": self.replica,
+            "legacy": session_id,
+            "principal": principal,
+            "kind": kind,
+            "message": message,
+            "reply": reply,
+        }
         try:
-            heard = await self.store.publish(replica_channel(owner), orjson.dumps(note))
-        except StoreError as exc:
+            answers = await self.store.subscribe(reply)
+        except (StoreError, ValueError) as exc:
             log.debug("http: could not relay a legacy sse message to replica %r: %s", owner, exc)
             return False
-        if heard:
+        try:
+            heard = await self.store.publish(replica_channel(owner), orjson.dumps(note))
+            if not heard:
+                return False
             self.relayed += 1
-        return heard > 0
+            with trio.move_on_after(LEGACY_WAIT):
+                async for raw in answers:
+                    answer = orjson.loads(raw)
+                    return not (type(answer) is dict and answer.get("known") is False)
+            return True
+        except (StoreError, orjson.JSONDecodeError) as exc:
+            log.debug("http: could not relay a legacy sse message to replica %r: %s", owner, exc)
+            return False
+        finally:
+            self.store.unsubscribe(reply)
 
     async def _legacy_note(self, note: dict[str, Any]) -> None:
-        """A message of a legacy HTTP+SSE session of this replica's, posted to another one."""
+        """A message of a legacy HTTP+SSE session of this replica's, posted to another one:
+        that replica hears whether this one serves the session (for its 202 or 404)."""
         session = self.legacy_sse.take_over(note["legacy"], note.get("principal"))
         kind, message = note.get("kind"), note.get("message")
-        if session is None or type(kind) is not int or type(message) is not dict:
+        known = session is not None and type(kind) is int and type(message) is dict
+        reply = note.get("reply")
+        if type(reply) is str and reply.startswith(LEGACY_REPLY) and len(reply) <= 64:
+            try:
+                await self.store.publish(reply, orjson.dumps({"known": known}))
+            except StoreError as exc:
+                log.debug(
+                    "http: could not answer replica %r whether a legacy sse session is here: %s", note.get("from"), exc
+                )
+        if session is None or not known:
             return  # gone meanwhile, or another principal's: as a POST here would get 404
         self.received += 1
         log.debug("legacy sse session %d: a message relayed from replica %r", session.key, note.get("from"))
-        await self.hub.client_decoded(session.key, kind, message)
+        await self.hub.client_decoded(session.key, cast(int, kind), cast(dict[str, Any], message))
 
     async def deleted(self, session: HttpSession) -> None:
         """A session was deleted here: any other replica that serves it ends it too."""
@@ -318,6 +353,8 @@ MAX_FORWARDED = 256  # retries served at once for other replicas
 # How long a forwarded retry's answer is waited for (a call waits at most its server's
 # max_request_timeout, an hour by default, and a retry of a parked call usually much less).
 FORWARD_WAIT = defaults.MAX_REQUEST_TIMEOUT + 5
+LEGACY_REPLY = "legacy:"  # the channel a legacy session's owner answers on: this and a random name
+LEGACY_WAIT = 2.0  # seconds a relayed legacy message waits for its owner's answer
 
 
 class RemoteConnection:
