@@ -2,12 +2,12 @@
 
 Owns ``Hub`` (``hub``: supervises upstreams, owns the router, serves clients, reloads),
 the router it builds from config (``catalogs``), the drain at shutdown and what it still
-admits (``drain``), the router's clock (``clock``), each session's own connections to
-servers (``session_links``), who each session acts as upstream (``callers``), reading a
-reload's file and planning what it changes (``reload``), the plugins in place and their
-wiring around the router at start and by a reload (``plugin_wiring``), dropping clients past the total
-memory budget (``shedding``), and writing once per scheduler turn what many tasks queued
-(``soon``).
+admits (``drain``), the servers startup waits for (``startup``), the router's clock
+(``clock``), each session's own connections to servers (``session_links``), who each
+session acts as upstream (``callers``), reading a reload's file and planning what it
+changes (``reload``), the plugins in place and their wiring around the router at start and
+by a reload (``plugin_wiring``), dropping clients past the total memory budget
+(``shedding``), and writing once per scheduler turn what many tasks queued (``soon``).
 Nothing else holds the router: fronts and upstream sessions reach the hub through their
 ports (``fronts.port.ClientPort``, ``upstreams.port.UpstreamPort``), the plugin gate through
 ``plugins.gate.GateHost``.

@@ -110,6 +110,7 @@ from aggregator.hub.reload import (
 from aggregator.hub.session_links import SessionLinks
 from aggregator.hub.shedding import Shedder
 from aggregator.hub.soon import SoonWriter
+from aggregator.hub.startup import Startup
 from aggregator.jsonrpc.codec import decode_message, dumps
 from aggregator.jsonrpc.errors import RemoteProtocolError
 from aggregator.jsonrpc.framing import OversizedLine
@@ -149,8 +150,6 @@ class Hub:
         # How upstreams are reached (None: their configured transport; tests pass an in-memory
         # connector). ``single_client``: it serves stdio alone (shared servers see its roots).
         self.connector = connector
-        servers = config.enabled_servers
-        proxy = config.proxy
         self._nursery: trio.Nursery | None = None
         # What the replicas share ([cluster] store): Redis, or this process's own memory.
         # Opened when the hub runs; one that is down is shown by readiness, never waited for.
@@ -167,7 +166,7 @@ class Hub:
         # started (its catalog is that listing) until a request needs it. A command's one
         # look (``looking``: check, tools) starts every server.
         self.listings = KeptListings(config, looking=looking)
-        shared = [server for server in servers if not acts_as_users(server)]
+        shared = [server for server in config.enabled_servers if not acts_as_users(server)]
         dormant = set() if looking else self.listings.dormant(self.router, shared)
         self.upstreams = {
             server.name: UpstreamSession(self, server, dormant=server.name in dormant) for server in shared
@@ -179,16 +178,14 @@ class Hub:
         )
         # The network endpoints' shared caps (connections, sessions); fewer admitted while draining.
         self.admission = Admission(config.http.max_connections, config.http.max_sessions, self.shutdown.refuses_new)
-        self._initial = set(self.upstreams) - dormant  # startup waits for these
+        self.startup = Startup(set(self.upstreams) - dormant)  # the servers startup waits for
+        self.startup_done = self.startup.done  # the hub serves nothing before
         # Where each client session's messages go: an Outbox for a stream transport, an
         # HTTP session, a WebSocket sink. Each drops its own client when it is past its budget.
         self.clients: dict[int, ClientSink] = {}
-        # What all clients' queues hold together; each also has ``held`` and ``shed``.
-        self._shedder = Shedder(self.clients, proxy.total_client_buffer_bytes, self._mark_dirty, self._write_dirty)
+        budget = config.proxy.total_client_buffer_bytes  # all clients' queues together (each: held, shed)
+        self._shedder = Shedder(self.clients, budget, self._mark_dirty, self._write_dirty)
         self.client_memory = self._shedder.memory
-        self.startup_done = trio.Event()
-        self._settled: set[str] = set()
-        self._all_settled = trio.Event()
         self._client_keys = itertools.count(1)
         self.started_at = time.monotonic()
         self.looking = looking  # a command's one look (check, tools): it serves nobody, reports each server
@@ -225,8 +222,6 @@ class Hub:
             FetchKept: self._fetch_kept,
         }
         self._traffic = traffic.watch_commands(self._handlers)  # --log-level debug: a line per message
-        if not self._initial:
-            self._all_settled.set()
         self._handling = self.router.tallies.proxy["client"]  # how long routing took, per message, by sender
         self._server_handling = self.router.tallies.proxy["server"]
 
@@ -333,13 +328,7 @@ class Hub:
     # --- startup ---------------------------------------------------------------------
 
     async def _startup_gate(self) -> None:
-        with trio.move_on_after(self.config.proxy.startup_timeout):
-            await self._all_settled.wait()
-        waiting = [name for name, up in self.upstreams.items() if up.state in ("starting", "down")]
-        if waiting and not self.looking:
-            log.warning("startup: serving without %s (not ready yet; they join when ready)", ", ".join(waiting))
-            for name in waiting:  # those down said why when they went down; these say it now
-                self.upstreams[name].warn_if_starting()
+        await self.startup.wait(self.config.proxy.startup_timeout, self.upstreams, quiet=self.looking)
         self.router.handle(StartupCompleted())
         self.startup_done.set()
         ready = [name for name, upstream in self.upstreams.items() if upstream.state == "ready"]
@@ -438,9 +427,7 @@ class Hub:
 
     def server_settled(self, name: str) -> None:
         """An upstream is ready, or its first attempt failed: startup need not wait for it."""
-        self._settled.add(name)
-        if self._settled >= self._initial:
-            self._all_settled.set()
+        self.startup.settled(name)
 
     async def drain(self, seconds: float) -> None:
         """Shut down gently (``hub.drain``): draining at once (not ready, nothing new
