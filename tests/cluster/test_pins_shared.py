@@ -15,7 +15,7 @@ import pytest
 import trio
 
 from aggregator.cluster.keys import PLUGINS, KeyRing
-from aggregator.cluster.store import MemoryStore, RedisStore, Store
+from aggregator.cluster.store import RedisStore, Store
 from aggregator.config.store_url import RedisAddress
 from aggregator.plugins.bundled.pinning import PINS, PinDefinitions
 from aggregator.plugins.shared import SharedStore
@@ -23,24 +23,6 @@ from tests.cluster.redis_server import REDIS, RedisServer, until
 from tests.required import missing
 
 SECRET = "k" * 40
-
-
-@pytest.fixture(params=["memory", "redis"])
-async def store(request: pytest.FixtureRequest, nursery: trio.Nursery) -> AsyncIterator[Store]:
-    if request.param == "memory":
-        made: Store = MemoryStore(prefix="test")
-        await nursery.start(made.run)
-    else:
-        if REDIS is None:
-            missing("redis-server", "apt-get install redis-server")
-        server: RedisServer = request.getfixturevalue("redis")
-        redis_store = RedisStore(RedisAddress.parse(server.url), prefix="test")
-        await nursery.start(redis_store.run)
-        with trio.fail_after(10):
-            await redis_store.client.wait_connected()
-        made = redis_store
-    yield made
-    nursery.cancel_scope.cancel()
 
 
 @pytest.fixture

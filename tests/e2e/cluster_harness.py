@@ -178,6 +178,16 @@ def _process(argv: list[str], log: Path, port: int, env: dict[str, str] | None =
 
 
 @contextmanager
+def modern_server(directory: Path) -> Iterator[str]:
+    """``tests/e2e/modern_server.py`` over Streamable HTTP on a free port: one server every
+    replica shares (a change made through one is announced on every connection); its URL."""
+    port = free_port()
+    argv = [sys.executable, str(ROOT / "tests" / "e2e" / "modern_server.py"), "http", str(port)]
+    with _process(argv, directory / "modern_server.log", port):
+        yield f"http://127.0.0.1:{port}/mcp"
+
+
+@contextmanager
 def nginx(backends: list[Replica], directory: Path) -> Iterator[str]:
     """nginx with ``examples/cluster/nginx.conf`` in front of three replicas; its URL."""
     need(NGINX)

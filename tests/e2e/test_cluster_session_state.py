@@ -18,7 +18,6 @@ from __future__ import annotations
 import http.client
 import json
 import queue
-import subprocess
 import sys
 import threading
 import time
@@ -29,9 +28,9 @@ from pathlib import Path
 import pytest
 
 from tests.cluster.redis_server import REDIS, redis_server
-from tests.e2e.cluster_harness import Replica
-from tests.e2e.conftest import HERE, ROOT, events, post, write_config
-from tests.loopback import INIT, free_port, wait_listening
+from tests.e2e.cluster_harness import Replica, modern_server
+from tests.e2e.conftest import HERE, events, post, write_config
+from tests.loopback import INIT
 from tests.required import missing
 
 pytestmark = pytest.mark.e2e
@@ -41,25 +40,6 @@ LOGGING = HERE / "eras_logging_server.py"
 KEY = "session-state-key-" + "s" * 24
 COUNTER = "modern+test://counter"
 UPDATED = "notifications/resources/updated"
-
-
-@contextmanager
-def modern_server(directory: Path) -> Iterator[str]:
-    """``modern_server.py`` over Streamable HTTP: one server both replicas share (a change
-    made through either is announced on both connections)."""
-    port = free_port()
-    with open(directory / "modern_server.log", "wb") as log:
-        process = subprocess.Popen([sys.executable, str(SERVER), "http", str(port)], stdout=log, stderr=log, cwd=ROOT)
-    try:
-        wait_listening(port, process, seconds=20)
-        yield f"http://127.0.0.1:{port}/mcp"
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(timeout=5)
 
 
 @contextmanager

@@ -20,15 +20,14 @@ import select
 import subprocess
 import sys
 import time
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack
 from pathlib import Path
 
 import pytest
 
 from tests.cluster.redis_server import REDIS, redis_server
-from tests.e2e.cluster_harness import NGINX, Replica, need, nginx, replicas
+from tests.e2e.cluster_harness import NGINX, Replica, modern_server, need, nginx, replicas
 from tests.e2e.conftest import HERE, ROOT, post, write_config
-from tests.loopback import free_port, wait_listening
 from tests.required import missing
 
 pytestmark = pytest.mark.e2e
@@ -41,24 +40,6 @@ SECONDS = 150.0
 KILL_AT = 30  # operations ended (of all clients) before a replica is SIGKILLed
 RESTART_AT = 90  # ... before another one is restarted
 PING = {"jsonrpc": "2.0", "id": 9, "method": "ping"}
-
-
-@contextmanager
-def modern_server(directory: Path):
-    """``modern_server.py`` over Streamable HTTP: one server every replica shares."""
-    port = free_port()
-    with open(directory / "modern_server.log", "wb") as log:
-        process = subprocess.Popen([sys.executable, str(SERVER), "http", str(port)], stdout=log, stderr=log, cwd=ROOT)
-    try:
-        wait_listening(port, process, seconds=20)
-        yield f"http://127.0.0.1:{port}/mcp"
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(timeout=5)
 
 
 def config(directory: Path, server: str, store: str) -> Path:
